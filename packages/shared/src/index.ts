@@ -1,1 +1,6 @@
-export {};
+export * from "./errors.js";
+export * from "./clock.js";
+export * from "./files.js";
+export * from "./safe-id.js";
+export * from "./process-identity.js";
+export * from "./units.js";

@@ -1,0 +1,152 @@
+/**
+ * File helpers for state that must survive a crash: a reader (or the next process after a kill)
+ * sees either the old file or the whole new one, never a prefix of it.
+ */
+import { randomBytes } from "node:crypto";
+import * as fs from "node:fs";
+import * as fsp from "node:fs/promises";
+import * as path from "node:path";
+
+/** Options for the atomic writers. */
+export interface AtomicWriteOptions {
+  /** Permission bits of the new file (before umask). Defaults to 0600: berth's state is private. */
+  mode?: number;
+}
+
+const PRIVATE_FILE_MODE = 0o600;
+const PRIVATE_DIR_MODE = 0o700;
+
+/**
+ * A temp name beside the target: the same directory keeps rename(2) on one filesystem (so it is
+ * atomic), and pid + random bytes keep two writers of the same target from sharing a temp file.
+ */
+function tempPathFor(target: string): string {
+  const dir = path.dirname(target);
+  const base = path.basename(target);
+  return path.join(dir, `.${base}.${process.pid}.${randomBytes(6).toString("hex")}.tmp`);
+}
+
+function toBytes(data: string | Uint8Array): Uint8Array {
+  return typeof data === "string" ? Buffer.from(data, "utf8") : data;
+}
+
+function writeAllSync(fd: number, bytes: Uint8Array, position: number | null): void {
+  let offset = 0;
+  // write(2) may write fewer bytes than asked (signals, quotas, pipes): loop until all are down.
+  while (offset < bytes.length) {
+    const written = fs.writeSync(fd, bytes, offset, bytes.length - offset, position === null ? null : position + offset);
+    offset += written;
+  }
+}
+
+/**
+ * Replaces `target` with `data` so that the final name never holds a partial file: write a temp file
+ * beside it, fsync it, rename it over the target, then fsync the directory so the rename itself is
+ * durable. On failure the temp file is removed and the target is untouched.
+ */
+export function writeFileAtomicSync(target: string, data: string | Uint8Array, options: AtomicWriteOptions = {}): void {
+  const temp = tempPathFor(target);
+  const bytes = toBytes(data);
+  let fd: number | undefined;
+  try {
+    fd = fs.openSync(temp, "wx", options.mode ?? PRIVATE_FILE_MODE);
+    writeAllSync(fd, bytes, 0);
+    fs.fsyncSync(fd);
+    fs.closeSync(fd);
+    fd = undefined;
+    fs.renameSync(temp, target);
+  } catch (error) {
+    if (fd !== undefined) {
+      try {
+        fs.closeSync(fd);
+      } catch {
+        // already failing: the original error is the one worth reporting
+      }
+    }
+    fs.rmSync(temp, { force: true });
+    throw error;
+  }
+  fsyncDirectory(path.dirname(target));
+}
+
+/** The asynchronous twin of {@link writeFileAtomicSync}, with the same guarantees. */
+export async function writeFileAtomic(target: string, data: string | Uint8Array, options: AtomicWriteOptions = {}): Promise<void> {
+  const temp = tempPathFor(target);
+  const bytes = toBytes(data);
+  let handle: fsp.FileHandle | undefined;
+  try {
+    handle = await fsp.open(temp, "wx", options.mode ?? PRIVATE_FILE_MODE);
+    let offset = 0;
+    while (offset < bytes.length) {
+      const { bytesWritten } = await handle.write(bytes, offset, bytes.length - offset, offset);
+      offset += bytesWritten;
+    }
+    await handle.sync();
+    await handle.close();
+    handle = undefined;
+    await fsp.rename(temp, target);
+  } catch (error) {
+    if (handle !== undefined) await handle.close().catch(() => undefined);
+    await fsp.rm(temp, { force: true });
+    throw error;
+  }
+  await fsyncDirectoryAsync(path.dirname(target));
+}
+
+/**
+ * Makes the directory entries of `dir` durable (a create, rename or unlink inside it). Without this a
+ * crash right after a rename can bring back the old name on some filesystems.
+ */
+export function fsyncDirectory(dir: string): void {
+  const fd = fs.openSync(dir, fs.constants.O_RDONLY | fs.constants.O_DIRECTORY);
+  try {
+    fs.fsyncSync(fd);
+  } finally {
+    fs.closeSync(fd);
+  }
+}
+
+async function fsyncDirectoryAsync(dir: string): Promise<void> {
+  const handle = await fsp.open(dir, fs.constants.O_RDONLY | fs.constants.O_DIRECTORY);
+  try {
+    await handle.sync();
+  } finally {
+    await handle.close();
+  }
+}
+
+/** `fs.statSync`, but null when the path (or a directory on the way to it) does not exist. */
+export function statOrNull(target: string): fs.Stats | null {
+  try {
+    return fs.statSync(target);
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code;
+    if (code === "ENOENT" || code === "ENOTDIR") return null;
+    throw error;
+  }
+}
+
+/**
+ * `mkdir -p` with mode 0700 for the directories it creates: state directories hold journals and
+ * tokens that only their owner should read. An existing directory's mode is left as its owner set it.
+ */
+export function ensurePrivateDir(dir: string): void {
+  fs.mkdirSync(dir, { recursive: true, mode: PRIVATE_DIR_MODE });
+}
+
+/**
+ * How durable an append must be before it returns: "data" waits for fdatasync(2) (the bytes survive
+ * a power loss), "none" leaves them in the page cache (they survive a process crash only).
+ */
+export type SyncMode = "data" | "none";
+
+/**
+ * Appends all of `data` to `fd` (opened with O_APPEND), handling short writes, then fdatasyncs when
+ * `mode` is "data". Returns the number of bytes written.
+ */
+export function appendDurably(fd: number, data: string | Uint8Array, mode: SyncMode): number {
+  const bytes = toBytes(data);
+  writeAllSync(fd, bytes, null);
+  if (mode === "data") fs.fdatasyncSync(fd);
+  return bytes.length;
+}

@@ -1,0 +1,48 @@
+import { describe, expect, it } from "vitest";
+import { BerthError } from "./errors.js";
+import { checkPathInput, checkSessionId, isSessionId, SESSION_ID_RULE } from "./safe-id.js";
+
+describe("checkSessionId", () => {
+  it.each(["a", "abc-DEF_123", "x".repeat(128), "-", "_"])("accepts %j", (id) => {
+    expect(checkSessionId(id)).toBe(id);
+    expect(isSessionId(id)).toBe(true);
+  });
+
+  it.each(["", "..", ".", "a/b", "a\\b", "a\0b", "a b", "é", "x".repeat(129), "a.b", "../etc"])("refuses %j", (id) => {
+    expect(isSessionId(id)).toBe(false);
+    let thrown: unknown;
+    try {
+      checkSessionId(id);
+    } catch (error) {
+      thrown = error;
+    }
+    expect(thrown).toBeInstanceOf(BerthError);
+    expect((thrown as BerthError).code).toBe("invalid_argument");
+    expect((thrown as BerthError).message).toMatch(/^session_id: /);
+    expect((thrown as BerthError).message).toContain(SESSION_ID_RULE);
+  });
+
+  it("names the field it was given", () => {
+    expect(() => checkSessionId("a/b", "parent_id")).toThrow(/^parent_id: /);
+  });
+
+  it("refuses a non-string", () => {
+    expect(() => checkSessionId(42)).toThrow(/^session_id: /);
+  });
+});
+
+describe("checkPathInput", () => {
+  it("accepts an ordinary path", () => {
+    expect(checkPathInput("/repo/src/a b.ts", "file")).toBe("/repo/src/a b.ts");
+    expect(checkPathInput("x".repeat(4096), "file")).toHaveLength(4096);
+  });
+
+  it.each([
+    ["", /file: is required/],
+    ["a\0b", /file: must not contain a NUL/],
+    ["x".repeat(4097), /file: must be at most 4096 bytes/],
+    ["é".repeat(2049), /file: must be at most 4096 bytes, got 4098/],
+  ])("refuses %#", (input, message) => {
+    expect(() => checkPathInput(input, "file")).toThrow(message);
+  });
+});

@@ -1,0 +1,40 @@
+/**
+ * Validation of names that become paths. Bad input is refused with a message naming the field and
+ * the rule, never silently rewritten: two different ids must never map to the same file.
+ */
+import { invalidArgument } from "./errors.js";
+
+/** The rule a session id must follow, as shown to people in error messages. */
+export const SESSION_ID_RULE = "[A-Za-z0-9_-]{1,128}";
+
+/** {@link SESSION_ID_RULE} as an anchored pattern: no separators, dots, NUL or empty ids can pass. */
+export const SESSION_ID_PATTERN = /^[A-Za-z0-9_-]{1,128}$/;
+
+/** The longest lock path berth accepts, in UTF-8 bytes (Linux's PATH_MAX). */
+export const MAX_PATH_BYTES = 4096;
+
+/** True when `id` is a usable session id. */
+export function isSessionId(id: unknown): id is string {
+  return typeof id === "string" && SESSION_ID_PATTERN.test(id);
+}
+
+/** Returns `id` when it is a valid session id; throws `invalidArgument(field, …)` otherwise. */
+export function checkSessionId(id: unknown, field = "session_id"): string {
+  if (typeof id !== "string" || id.length === 0) throw invalidArgument(field, `is required and must match ${SESSION_ID_RULE}`);
+  if (!SESSION_ID_PATTERN.test(id)) {
+    throw invalidArgument(field, `must match ${SESSION_ID_RULE} (letters, digits, '_' and '-', at most 128), got ${JSON.stringify(id.slice(0, 140))}`);
+  }
+  return id;
+}
+
+/**
+ * Returns `input` when it can be used as a lock file path: non-empty, no NUL byte (the kernel would
+ * cut the path there), at most {@link MAX_PATH_BYTES} bytes. Throws `invalidArgument(field, …)` otherwise.
+ */
+export function checkPathInput(input: unknown, field: string): string {
+  if (typeof input !== "string" || input.length === 0) throw invalidArgument(field, "is required: give a file path");
+  if (input.includes("\0")) throw invalidArgument(field, "must not contain a NUL byte");
+  const bytes = Buffer.byteLength(input, "utf8");
+  if (bytes > MAX_PATH_BYTES) throw invalidArgument(field, `must be at most ${MAX_PATH_BYTES} bytes, got ${bytes}`);
+  return input;
+}

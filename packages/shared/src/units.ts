@@ -1,0 +1,134 @@
+/**
+ * Sizes and durations as people write them in flags, environment variables and config files.
+ *
+ * Sizes use binary multiples throughout: `K`, `KB` and `KiB` all mean 1024 bytes, `G`, `GB` and `GiB`
+ * all mean 2^30. Memory is what berth measures, memory is sold in binary units, and the budget code
+ * this replaces read `2G` the same way; a decimal `GB` that quietly meant 7% less would surprise.
+ */
+import { invalidArgument } from "./errors.js";
+
+const SIZE_UNITS: Record<string, number> = {
+  "": 1,
+  b: 1,
+  k: 1024,
+  kb: 1024,
+  kib: 1024,
+  m: 1024 ** 2,
+  mb: 1024 ** 2,
+  mib: 1024 ** 2,
+  g: 1024 ** 3,
+  gb: 1024 ** 3,
+  gib: 1024 ** 3,
+  t: 1024 ** 4,
+  tb: 1024 ** 4,
+  tib: 1024 ** 4,
+};
+
+const SIZE_RULE = "must be a size such as 1024 (bytes), 100k, 512M, 1.5GiB or 2G";
+
+/**
+ * Parses a size into bytes: a number of bytes, or a string like `1024`, `100k`, `512M`, `1.5GiB`,
+ * `2GB` (case-insensitive; binary multiples, see the module comment). A fractional result is rounded
+ * to whole bytes. Malformed, negative, NaN or infinite input throws `invalidArgument(field, …)`.
+ */
+export function parseSize(input: string | number, field = "size"): number {
+  if (typeof input === "number") {
+    if (!Number.isFinite(input) || input < 0 || !Number.isInteger(input)) {
+      throw invalidArgument(field, `${SIZE_RULE}; got ${input}`);
+    }
+    return input;
+  }
+  const match = typeof input === "string" ? /^\s*(\d+(?:\.\d+)?|\.\d+)\s*([a-z]*)\s*$/i.exec(input) : null;
+  const multiplier = match ? SIZE_UNITS[match[2]!.toLowerCase()] : undefined;
+  if (!match || multiplier === undefined) throw invalidArgument(field, `${SIZE_RULE}; got ${JSON.stringify(input)}`);
+  const bytes = Math.round(Number(match[1]) * multiplier);
+  if (!Number.isSafeInteger(bytes)) throw invalidArgument(field, `is too large: ${JSON.stringify(input)}`);
+  return bytes;
+}
+
+const SIZE_STEPS: ReadonlyArray<readonly [string, number]> = [
+  ["T", 1024 ** 4],
+  ["G", 1024 ** 3],
+  ["M", 1024 ** 2],
+  ["K", 1024],
+];
+
+/**
+ * Formats bytes the way {@link parseSize} reads them back: `512M`, `1.5G`, `2G`, `100K`, `900B`
+ * (the largest unit that fits, at most one decimal).
+ */
+export function formatSize(bytes: number): string {
+  if (!Number.isFinite(bytes)) return String(bytes);
+  if (bytes < 0) return `-${formatSize(-bytes)}`;
+  for (const [index, [unit, size]] of SIZE_STEPS.entries()) {
+    if (bytes < size) continue;
+    const value = Math.round((bytes / size) * 10) / 10;
+    // 1023.96M rounds to 1024M: say 1G instead.
+    const bigger = SIZE_STEPS[index - 1];
+    if (bigger && value >= 1024) return `${Math.round((bytes / bigger[1]) * 10) / 10}${bigger[0]}`;
+    return `${value}${unit}`;
+  }
+  return `${Math.round(bytes)}B`;
+}
+
+const DURATION_UNITS: Record<string, number> = {
+  ms: 1,
+  s: 1000,
+  m: 60_000,
+  h: 3_600_000,
+  d: 86_400_000,
+};
+
+const DURATION_RULE = "must be a duration such as 250ms, 5s, 2m, 1h, 1m30s or a number of milliseconds";
+
+/**
+ * Parses a duration into milliseconds: a number (milliseconds), or a string like `250ms`, `5s`, `2m`,
+ * `1h`, `1d`, `1m30s`, `1m 30s` (what {@link formatDuration} prints) or `1500` (milliseconds). Rounded
+ * to whole milliseconds. Malformed, negative, NaN or infinite input throws `invalidArgument(field, …)`.
+ */
+export function parseDuration(input: string | number, field = "duration"): number {
+  if (typeof input === "number") {
+    if (!Number.isFinite(input) || input < 0) throw invalidArgument(field, `${DURATION_RULE}; got ${input}`);
+    return Math.round(input);
+  }
+  const text = typeof input === "string" ? input.trim() : "";
+  if (/^\d+(?:\.\d+)?$/.test(text)) return Math.round(Number(text));
+  const part = /(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)\s*/gy;
+  let total = 0;
+  let consumed = 0;
+  for (let match = part.exec(text); match; match = part.exec(text)) {
+    total += Number(match[1]) * DURATION_UNITS[match[2]!]!;
+    consumed = part.lastIndex;
+  }
+  if (text.length === 0 || consumed !== text.length) throw invalidArgument(field, `${DURATION_RULE}; got ${JSON.stringify(input)}`);
+  const ms = Math.round(total);
+  if (!Number.isSafeInteger(ms)) throw invalidArgument(field, `is too large: ${JSON.stringify(input)}`);
+  return ms;
+}
+
+/**
+ * Formats milliseconds for people: `250ms`, `5s`, `1.5s`, `1m 30s`, `2h 5m`, `1d 3h`. Zero parts are
+ * left out; {@link parseDuration} reads every output back.
+ */
+export function formatDuration(ms: number): string {
+  if (!Number.isFinite(ms)) return String(ms);
+  if (ms < 0) return `-${formatDuration(-ms)}`;
+  let rest = Math.round(ms);
+  if (rest < 1000) return `${rest}ms`;
+  const parts: string[] = [];
+  for (const [unit, size] of [
+    ["d", 86_400_000],
+    ["h", 3_600_000],
+    ["m", 60_000],
+  ] as const) {
+    if (rest >= size) {
+      parts.push(`${Math.floor(rest / size)}${unit}`);
+      rest %= size;
+    }
+  }
+  if (rest > 0) {
+    // Seconds keep their milliseconds as a decimal ("1.5s"); trailing zeros are noise.
+    parts.push(`${(rest / 1000).toFixed(3).replace(/\.?0+$/, "")}s`);
+  }
+  return parts.join(" ");
+}
