@@ -4,3 +4,4 @@ export * from "./files.js";
 export * from "./safe-id.js";
 export * from "./process-identity.js";
 export * from "./units.js";
+export * from "./election.js";

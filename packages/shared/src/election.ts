@@ -1,0 +1,159 @@
+/**
+ * The election lock of a state directory: at most one berth process serves a state directory.
+ *
+ * Exclusion comes from flock(2) on `<stateDir>/<name>.lock`, not from the claim written inside it.
+ * The kernel drops a flock when the last descriptor of its holder closes — including when the
+ * holder is SIGKILLed — so there is no stale lock to detect and break: of N processes racing, even
+ * over a claim left by a dead pid, exactly one gets LOCK_EX and the rest get EWOULDBLOCK. (The
+ * file-based protocol this replaces decided "dead holder" by reading the claim and then broke it;
+ * two racers could both decide so and both win.)
+ *
+ * The claim (pid, start time, boot id, hostname, time, service) is informational: it lets a loser
+ * and tools such as `berth status` name the holder. It is never used to decide who holds the lock.
+ */
+import * as fs from "node:fs";
+import * as path from "node:path";
+import fsExt from "fs-ext";
+import { BerthError, invalidArgument } from "./errors.js";
+import { ensurePrivateDir } from "./files.js";
+import { identityIsLive, selfIdentity, type ProcessIdentity } from "./process-identity.js";
+
+/** What the holder of an election lock writes into the lock file. */
+export interface ElectionClaim extends ProcessIdentity {
+  /** When the holder took the lock (ISO 8601). */
+  at: string;
+  /** Which service holds it ("sessions", "budget", …). */
+  service: string;
+}
+
+/** A held election lock. Keep it for the life of the process; the kernel releases it at exit. */
+export interface ElectionLock {
+  /** The claim this process wrote. */
+  readonly claim: ElectionClaim;
+  /** The lock file. */
+  readonly path: string;
+  /** Releases the lock if this object still holds it; safe to call more than once. */
+  release(): void;
+}
+
+/** Another live process holds the election lock; `holder` is its claim when it could be read. */
+export class ElectionHeldError extends BerthError {
+  override name = "ElectionHeldError";
+  constructor(
+    readonly stateDir: string,
+    readonly lockPath: string,
+    readonly holder: ElectionClaim | undefined,
+  ) {
+    super("unavailable", heldMessage(stateDir, holder), { stateDir, lockPath, holder });
+  }
+}
+
+function heldMessage(stateDir: string, holder: ElectionClaim | undefined): string {
+  const advice = "stop it first or choose another --state-dir";
+  // The lock is held but the file does not name a live holder: the winner has the lock and has not
+  // written its claim yet (the file is empty, half-written, or still names the previous, dead holder).
+  if (!holder || !claimIsLive(holder)) return `${stateDir} is already served by a process that is still starting; ${advice}`;
+  return `${stateDir} is already served by pid ${holder.pid} (${holder.service}, started ${holder.at}, host ${holder.hostname}); ${advice}`;
+}
+
+const NAME_PATTERN = /^[A-Za-z0-9_-]{1,64}$/;
+
+/** The lock file of election `name` in `stateDir`. */
+export function electionLockPath(stateDir: string, name: string): string {
+  return path.join(stateDir, `${name}.lock`);
+}
+
+/**
+ * Takes the election lock `<stateDir>/<name>.lock` without waiting, or throws `ElectionHeldError`
+ * naming the holder. Synchronous on purpose: it runs once at start, before anything is served.
+ * Creates `stateDir` (0700) when it is missing.
+ */
+export function acquireElection(stateDir: string, name: string, options: { service?: string } = {}): ElectionLock {
+  if (!NAME_PATTERN.test(name)) throw invalidArgument("election name", "must match [A-Za-z0-9_-]{1,64}");
+  ensurePrivateDir(stateDir);
+  const lockPath = electionLockPath(stateDir, name);
+  // Node opens with O_CLOEXEC, so processes the service spawns do not inherit (and keep) the lock.
+  const fd = fs.openSync(lockPath, fs.constants.O_RDWR | fs.constants.O_CREAT, 0o600);
+  try {
+    fsExt.flockSync(fd, "exnb");
+  } catch (error) {
+    fs.closeSync(fd);
+    const code = (error as NodeJS.ErrnoException).code;
+    if (code === "EWOULDBLOCK" || code === "EAGAIN") throw new ElectionHeldError(stateDir, lockPath, readClaim(lockPath));
+    throw error;
+  }
+
+  const claim: ElectionClaim = { ...selfIdentity(), at: new Date().toISOString(), service: options.service ?? name };
+  try {
+    writeClaim(fd, claim);
+  } catch (error) {
+    fs.closeSync(fd);
+    throw error;
+  }
+
+  let held = true;
+  return {
+    claim,
+    path: lockPath,
+    release() {
+      if (!held) return;
+      held = false;
+      try {
+        // Clear the claim while still holding the lock (a successor writes only after our unlock), so a
+        // clean stop leaves no claim behind to be read as a holder.
+        fs.ftruncateSync(fd, 0);
+      } catch {
+        // the claim is informational: failing to clear it must not keep the lock held
+      }
+      // Never unlink the lock file. A flock belongs to an inode, not a name: if we unlinked it, a racer
+      // that had already opened the old file could lock that orphaned inode while another creates and
+      // locks a new file under the same name — two holders. The file stays; only the lock goes.
+      try {
+        fsExt.flockSync(fd, "un");
+      } finally {
+        fs.closeSync(fd);
+      }
+    },
+  };
+}
+
+/** Replaces the file's content with `claim`: truncate, write at offset 0, fsync. */
+function writeClaim(fd: number, claim: ElectionClaim): void {
+  const bytes = Buffer.from(`${JSON.stringify(claim)}\n`, "utf8");
+  fs.ftruncateSync(fd, 0);
+  let offset = 0;
+  while (offset < bytes.length) offset += fs.writeSync(fd, bytes, offset, bytes.length - offset, offset);
+  fs.fsyncSync(fd);
+}
+
+/**
+ * The claim in a lock file, or undefined when the file is missing, empty, half-written or not a claim.
+ * A claim says who took the lock last; whether that process still runs is {@link claimIsLive}'s question.
+ */
+export function readClaim(lockPath: string): ElectionClaim | undefined {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(fs.readFileSync(lockPath, "utf8"));
+  } catch {
+    return undefined;
+  }
+  if (typeof parsed !== "object" || parsed === null) return undefined;
+  const raw = parsed as Record<string, unknown>;
+  if (typeof raw.pid !== "number" || !Number.isInteger(raw.pid) || typeof raw.hostname !== "string") return undefined;
+  return {
+    pid: raw.pid,
+    startTime: typeof raw.startTime === "number" ? raw.startTime : undefined,
+    bootId: typeof raw.bootId === "string" ? raw.bootId : undefined,
+    hostname: raw.hostname,
+    at: typeof raw.at === "string" ? raw.at : "at an unknown time",
+    service: typeof raw.service === "string" ? raw.service : "unknown service",
+  };
+}
+
+/**
+ * True when the claim names a process running now: same pid and start time, same boot, same host.
+ * For reports only — a claim can outlive its holder, and the lock itself is the authority.
+ */
+export function claimIsLive(claim: ElectionClaim): boolean {
+  return identityIsLive(claim);
+}
