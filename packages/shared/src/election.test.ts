@@ -1,8 +1,9 @@
-import { spawn, type ChildProcessWithoutNullStreams } from "node:child_process";
+import { spawn, type ChildProcessByStdio } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import * as path from "node:path";
 import { createInterface } from "node:readline";
+import type { Readable, Writable } from "node:stream";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { acquireElection, claimIsLive, ElectionHeldError, electionLockPath, readClaim, type ElectionClaim } from "./election.js";
 import { selfIdentity } from "./process-identity.js";
@@ -16,6 +17,7 @@ import { transpileForChild, type ChildModules } from "./testing/child-modules.js
 const WORKER = (electionUrl: string) => `
 import * as fs from "node:fs";
 import { createInterface } from "node:readline";
+import type { Readable, Writable } from "node:stream";
 import fsExt from "fs-ext";
 import { acquireElection } from ${JSON.stringify(electionUrl)};
 let lock;
@@ -55,7 +57,7 @@ interface Reply {
 }
 
 class Worker {
-  readonly process: ChildProcessWithoutNullStreams;
+  readonly process: ChildProcessByStdio<Writable, Readable, null>;
   private readonly waiting: Array<(reply: Reply) => void> = [];
   readonly ready: Promise<Reply>;
   readonly exited: Promise<unknown>;
