@@ -21,7 +21,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file berth/budget/v1/budget.proto.
  */
 export const file_berth_budget_v1_budget: GenFile = /*@__PURE__*/
-  fileDesc("ChxiZXJ0aC9idWRnZXQvdjEvYnVkZ2V0LnByb3RvEg9iZXJ0aC5idWRnZXQudjEiLgoJUmVzb3VyY2VzEhQKDG1lbW9yeV9ieXRlcxgBIAEoBBILCgNjcHUYAiABKAEicwoMUmVzb3VyY2VTcGVjEhMKBm1lbW9yeRgBIAEoCUgAiAEBEhAKA2NwdRgCIAEoAUgBiAEBEikKBWJ1aWxkGAMgASgLMhouYmVydGguYnVkZ2V0LnYxLkJ1aWxkU3BlY0IJCgdfbWVtb3J5QgYKBF9jcHUiRQoJQnVpbGRTcGVjEhMKBm1lbW9yeRgBIAEoCUgAiAEBEhAKA2NwdRgCIAEoAUgBiAEBQgkKB19tZW1vcnlCBgoEX2NwdSI7CgRDb3N0EhQKDG1lbW9yeV9ieXRlcxgBIAEoBBILCgNjcHUYAiABKAESEAoIZGVjbGFyZWQYAyABKAgi6AEKCE5lZWRJdGVtEisKBGtpbmQYASABKA4yHS5iZXJ0aC5idWRnZXQudjEuTmVlZEl0ZW1LaW5kEgwKBG5hbWUYAiABKAkSJQoEY29zdBgDIAEoCzIVLmJlcnRoLmJ1ZGdldC52MS5Db3N0SAASLQoEc3BlYxgEIAEoCzIdLmJlcnRoLmJ1ZGdldC52MS5SZXNvdXJjZVNwZWNIABIUCgdza2lwcGVkGAUgASgJSAGIAQESEQoEd2F2ZRgGIAEoDUgCiAEBQg0KC2Nvc3Rfc291cmNlQgoKCF9za2lwcGVkQgcKBV93YXZlIjAKBE5lZWQSKAoFaXRlbXMYASADKAsyGS5iZXJ0aC5idWRnZXQudjEuTmVlZEl0ZW0ijQEKCk5lZWRUb3RhbHMSKQoFc3RhcnQYASABKAsyGi5iZXJ0aC5idWRnZXQudjEuUmVzb3VyY2VzEikKBWJ1aWxkGAIgASgLMhouYmVydGguYnVkZ2V0LnYxLlJlc291cmNlcxIpCgV0b3RhbBgDIAEoCzIaLmJlcnRoLmJ1ZGdldC52MS5SZXNvdXJjZXMiTAoNQ29tbWl0dGVkSXRlbRIMCgR3aGF0GAEgASgJEhQKDG1lbW9yeV9ieXRlcxgCIAEoBBILCgNjcHUYAyABKAESCgoCaWQYBCABKAkiXQoJQ29tbWl0dGVkEhQKDG1lbW9yeV9ieXRlcxgBIAEoBBILCgNjcHUYAiABKAESLQoFaXRlbXMYAyADKAsyHi5iZXJ0aC5idWRnZXQudjEuQ29tbWl0dGVkSXRlbSJqChBQcmVzc3VyZUF2ZXJhZ2VzEg0KBWF2ZzEwGAEgASgBEg0KBWF2ZzYwGAIgASgBEg4KBmF2ZzMwMBgDIAEoARIoCgV0b3RhbBgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiJsCghQcmVzc3VyZRIvCgRzb21lGAEgASgLMiEuYmVydGguYnVkZ2V0LnYxLlByZXNzdXJlQXZlcmFnZXMSLwoEZnVsbBgCIAEoCzIhLmJlcnRoLmJ1ZGdldC52MS5QcmVzc3VyZUF2ZXJhZ2VzIrQCCgxDZ3JvdXBMaW1pdHMSDAoEcGF0aBgBIAEoCRIXCgptZW1vcnlfbWF4GAIgASgESACIAQESGwoObWVtb3J5X2N1cnJlbnQYAyABKARIAYgBARIhChRtZW1vcnlfaW5hY3RpdmVfZmlsZRgEIAEoBEgCiAEBEh0KEG1lbW9yeV9hdmFpbGFibGUYBSABKARIA4gBARIWCgljcHVfcXVvdGEYBiABKAFIBIgBARIYCgtjcHVzZXRfY3B1cxgHIAEoDUgFiAEBQg0KC19tZW1vcnlfbWF4QhEKD19tZW1vcnlfY3VycmVudEIXChVfbWVtb3J5X2luYWN0aXZlX2ZpbGVCEwoRX21lbW9yeV9hdmFpbGFibGVCDAoKX2NwdV9xdW90YUIOCgxfY3B1c2V0X2NwdXMi8wMKB01hY2hpbmUSLgoKc2FtcGxlZF9hdBgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASGAoLdG90YWxfYnl0ZXMYAiABKARIAIgBARIcCg9hdmFpbGFibGVfYnl0ZXMYAyABKARIAYgBARISCgVsb2FkMRgEIAEoAUgCiAEBEhIKBWxvYWQ1GAUgASgBSAOIAQESEwoGbG9hZDE1GAYgASgBSASIAQESDQoFY29yZXMYByABKA0SLwoMY3B1X3ByZXNzdXJlGAggASgLMhkuYmVydGguYnVkZ2V0LnYxLlByZXNzdXJlEjIKD21lbW9yeV9wcmVzc3VyZRgJIAEoCzIZLmJlcnRoLmJ1ZGdldC52MS5QcmVzc3VyZRIuCgtpb19wcmVzc3VyZRgKIAEoCzIZLmJlcnRoLmJ1ZGdldC52MS5QcmVzc3VyZRItCgZjZ3JvdXAYCyABKAsyHS5iZXJ0aC5idWRnZXQudjEuQ2dyb3VwTGltaXRzEi0KBnNvdXJjZRgMIAEoDjIdLmJlcnRoLmJ1ZGdldC52MS5TYW1wbGVTb3VyY2VCDgoMX3RvdGFsX2J5dGVzQhIKEF9hdmFpbGFibGVfYnl0ZXNCCAoGX2xvYWQxQggKBl9sb2FkNUIJCgdfbG9hZDE1IuwDCgZQb2xpY3kSDwoHZW5hYmxlZBgBIAEoCBIUCgxtZW1vcnlfYnl0ZXMYAiABKAQSCwoDY3B1GAMgASgBEhUKDXJlc2VydmVfYnl0ZXMYBCABKAQSFAoMY3B1X3ByZXNzdXJlGAUgASgBEhUKDWxvYWRfcGVyX2NvcmUYBiABKAESKwoIbWF4X3dhaXQYByABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SEQoJbWF4X3F1ZXVlGAggASgNEi8KC2RlZmF1bHRfcnVuGAkgASgLMhouYmVydGguYnVkZ2V0LnYxLlJlc291cmNlcxIxCg1kZWZhdWx0X2J1aWxkGAogASgLMhouYmVydGguYnVkZ2V0LnYxLlJlc291cmNlcxIuCgpxdWV1ZV9tb2RlGAsgASgOMhouYmVydGguYnVkZ2V0LnYxLlF1ZXVlTW9kZRIsCgloZWFydGJlYXQYDCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SMgoPc2FtcGxlX2ludGVydmFsGA0gASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEjQKEWRlZmF1bHRfbGVhc2VfdHRsGA4gASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIrYBCgpXYWl0UmVhc29uEiMKBGdhdGUYASABKA4yFS5iZXJ0aC5idWRnZXQudjEuR2F0ZRIPCgdtZXNzYWdlGAIgASgJEg4KBm5lZWRlZBgDIAEoARIRCglhdmFpbGFibGUYBCABKAESDQoFbGltaXQYBSABKAESDwoHc2V0dGluZxgGIAEoCRIvCgdob2xkZXJzGAcgAygLMh4uYmVydGguYnVkZ2V0LnYxLkNvbW1pdHRlZEl0ZW0ikAMKB1ZlcmRpY3QSDAoEZml0cxgBIAEoCBIXCgppbXBvc3NpYmxlGAIgASgJSACIAQESNgoRaW1wb3NzaWJsZV9yZWFzb24YAyABKAsyGy5iZXJ0aC5idWRnZXQudjEuV2FpdFJlYXNvbhItCgh3YWl0X2ZvchgEIAMoCzIbLmJlcnRoLmJ1ZGdldC52MS5XYWl0UmVhc29uEhUKDXdhaXRfZm9yX3RleHQYBSABKAkSKQoEbmVlZBgGIAEoCzIbLmJlcnRoLmJ1ZGdldC52MS5OZWVkVG90YWxzEi0KCWNvbW1pdHRlZBgHIAEoCzIaLmJlcnRoLmJ1ZGdldC52MS5Db21taXR0ZWQSKQoHbWFjaGluZRgIIAEoCzIYLmJlcnRoLmJ1ZGdldC52MS5NYWNoaW5lEicKBnBvbGljeRgJIAEoCzIXLmJlcnRoLmJ1ZGdldC52MS5Qb2xpY3kSIwobYWRtaXR0ZWRfc2luY2Vfc2FtcGxlX2J5dGVzGAogASgEQg0KC19pbXBvc3NpYmxlIvoBCgtSZXNlcnZhdGlvbhIKCgJpZBgBIAEoCRINCgVsYWJlbBgCIAEoCRIpCgVzdGFydBgDIAEoCzIaLmJlcnRoLmJ1ZGdldC52MS5SZXNvdXJjZXMSKQoFYnVpbGQYBCABKAsyGi5iZXJ0aC5idWRnZXQudjEuUmVzb3VyY2VzEi8KC2FkbWl0dGVkX2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBI0ChBsZWFzZV9leHBpcmVzX2F0GAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBITCgtydW5uaW5nX2lkcxgHIAMoCSKyAgoMUnVubmluZ0VudHJ5EgoKAmlkGAEgASgJEgwKBG5hbWUYAiABKAkSKAoEY29zdBgDIAEoCzIaLmJlcnRoLmJ1ZGdldC52MS5SZXNvdXJjZXMSEAoDcGlkGAQgASgFSACIAQESGwoOcGlkX3N0YXJ0X3RpbWUYBSABKARIAYgBARI0ChBsZWFzZV9leHBpcmVzX2F0GAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpzdGFydGVkX2F0GAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIbCg5yZXNlcnZhdGlvbl9pZBgIIAEoCUgCiAEBQgYKBF9waWRCEQoPX3BpZF9zdGFydF90aW1lQhEKD19yZXNlcnZhdGlvbl9pZCKjAgoKUXVldWVFbnRyeRINCgVsYWJlbBgBIAEoCRIQCghwb3NpdGlvbhgCIAEoDRImCgNldGEYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SLQoId2FpdF9mb3IYBCADKAsyGy5iZXJ0aC5idWRnZXQudjEuV2FpdFJlYXNvbhIVCg13YWl0X2Zvcl90ZXh0GAUgASgJEikKBG5lZWQYBiABKAsyGy5iZXJ0aC5idWRnZXQudjEuTmVlZFRvdGFscxItCglxdWV1ZWRfYXQYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiwKCGRlYWRsaW5lGAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCLhAQoHUmVmdXNhbBIqCgRraW5kGAEgASgOMhwuYmVydGguYnVkZ2V0LnYxLlJlZnVzYWxLaW5kEg8KB21lc3NhZ2UYAiABKAkSLAoHcmVhc29ucxgDIAMoCzIbLmJlcnRoLmJ1ZGdldC52MS5XYWl0UmVhc29uEi4KC3JldHJ5X2FmdGVyGAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhAKCHNldHRpbmdzGAUgAygJEikKBndhaXRlZBgGIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiqAAQoMTmVlZEl0ZW1LaW5kEh4KGk5FRURfSVRFTV9LSU5EX1VOU1BFQ0lGSUVEEAASGAoUTkVFRF9JVEVNX0tJTkRfQlVJTEQQARIYChRORUVEX0lURU1fS0lORF9TVEFSVBACEhwKGE5FRURfSVRFTV9LSU5EX0FQUExJQU5DRRADKl8KDFNhbXBsZVNvdXJjZRIdChlTQU1QTEVfU09VUkNFX1VOU1BFQ0lGSUVEEAASFgoSU0FNUExFX1NPVVJDRV9IT1NUEAESGAoUU0FNUExFX1NPVVJDRV9DR1JPVVAQAipVCglRdWV1ZU1vZGUSGgoWUVVFVUVfTU9ERV9VTlNQRUNJRklFRBAAEhMKD1FVRVVFX01PREVfRklGTxABEhcKE1FVRVVFX01PREVfQkFDS0ZJTEwQAiqVAQoER2F0ZRIUChBHQVRFX1VOU1BFQ0lGSUVEEAASFgoSR0FURV9NRU1PUllfQlVER0VUEAESEwoPR0FURV9DUFVfQlVER0VUEAISFAoQR0FURV9GUkVFX01FTU9SWRADEhUKEUdBVEVfQ1BVX1BSRVNTVVJFEAQSDQoJR0FURV9MT0FEEAUSDgoKR0FURV9RVUVVRRAGKoYBCgtSZWZ1c2FsS2luZBIcChhSRUZVU0FMX0tJTkRfVU5TUEVDSUZJRUQQABIbChdSRUZVU0FMX0tJTkRfSU1QT1NTSUJMRRABEhsKF1JFRlVTQUxfS0lORF9RVUVVRV9GVUxMEAISHwobUkVGVVNBTF9LSU5EX1dBSVRfRVhIQVVTVEVEEANiBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("ChxiZXJ0aC9idWRnZXQvdjEvYnVkZ2V0LnByb3RvEg9iZXJ0aC5idWRnZXQudjEiLgoJUmVzb3VyY2VzEhQKDG1lbW9yeV9ieXRlcxgBIAEoBBILCgNjcHUYAiABKAEicwoMUmVzb3VyY2VTcGVjEhMKBm1lbW9yeRgBIAEoCUgAiAEBEhAKA2NwdRgCIAEoAUgBiAEBEikKBWJ1aWxkGAMgASgLMhouYmVydGguYnVkZ2V0LnYxLkJ1aWxkU3BlY0IJCgdfbWVtb3J5QgYKBF9jcHUiRQoJQnVpbGRTcGVjEhMKBm1lbW9yeRgBIAEoCUgAiAEBEhAKA2NwdRgCIAEoAUgBiAEBQgkKB19tZW1vcnlCBgoEX2NwdSI7CgRDb3N0EhQKDG1lbW9yeV9ieXRlcxgBIAEoBBILCgNjcHUYAiABKAESEAoIZGVjbGFyZWQYAyABKAgi6AEKCE5lZWRJdGVtEisKBGtpbmQYASABKA4yHS5iZXJ0aC5idWRnZXQudjEuTmVlZEl0ZW1LaW5kEgwKBG5hbWUYAiABKAkSJQoEY29zdBgDIAEoCzIVLmJlcnRoLmJ1ZGdldC52MS5Db3N0SAASLQoEc3BlYxgEIAEoCzIdLmJlcnRoLmJ1ZGdldC52MS5SZXNvdXJjZVNwZWNIABIUCgdza2lwcGVkGAUgASgJSAGIAQESEQoEd2F2ZRgGIAEoDUgCiAEBQg0KC2Nvc3Rfc291cmNlQgoKCF9za2lwcGVkQgcKBV93YXZlIjAKBE5lZWQSKAoFaXRlbXMYASADKAsyGS5iZXJ0aC5idWRnZXQudjEuTmVlZEl0ZW0ijQEKCk5lZWRUb3RhbHMSKQoFc3RhcnQYASABKAsyGi5iZXJ0aC5idWRnZXQudjEuUmVzb3VyY2VzEikKBWJ1aWxkGAIgASgLMhouYmVydGguYnVkZ2V0LnYxLlJlc291cmNlcxIpCgV0b3RhbBgDIAEoCzIaLmJlcnRoLmJ1ZGdldC52MS5SZXNvdXJjZXMiTAoNQ29tbWl0dGVkSXRlbRIMCgR3aGF0GAEgASgJEhQKDG1lbW9yeV9ieXRlcxgCIAEoBBILCgNjcHUYAyABKAESCgoCaWQYBCABKAkiXQoJQ29tbWl0dGVkEhQKDG1lbW9yeV9ieXRlcxgBIAEoBBILCgNjcHUYAiABKAESLQoFaXRlbXMYAyADKAsyHi5iZXJ0aC5idWRnZXQudjEuQ29tbWl0dGVkSXRlbSJqChBQcmVzc3VyZUF2ZXJhZ2VzEg0KBWF2ZzEwGAEgASgBEg0KBWF2ZzYwGAIgASgBEg4KBmF2ZzMwMBgDIAEoARIoCgV0b3RhbBgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiJsCghQcmVzc3VyZRIvCgRzb21lGAEgASgLMiEuYmVydGguYnVkZ2V0LnYxLlByZXNzdXJlQXZlcmFnZXMSLwoEZnVsbBgCIAEoCzIhLmJlcnRoLmJ1ZGdldC52MS5QcmVzc3VyZUF2ZXJhZ2VzIrQCCgxDZ3JvdXBMaW1pdHMSDAoEcGF0aBgBIAEoCRIXCgptZW1vcnlfbWF4GAIgASgESACIAQESGwoObWVtb3J5X2N1cnJlbnQYAyABKARIAYgBARIhChRtZW1vcnlfaW5hY3RpdmVfZmlsZRgEIAEoBEgCiAEBEh0KEG1lbW9yeV9hdmFpbGFibGUYBSABKARIA4gBARIWCgljcHVfcXVvdGEYBiABKAFIBIgBARIYCgtjcHVzZXRfY3B1cxgHIAEoDUgFiAEBQg0KC19tZW1vcnlfbWF4QhEKD19tZW1vcnlfY3VycmVudEIXChVfbWVtb3J5X2luYWN0aXZlX2ZpbGVCEwoRX21lbW9yeV9hdmFpbGFibGVCDAoKX2NwdV9xdW90YUIOCgxfY3B1c2V0X2NwdXMi8wMKB01hY2hpbmUSLgoKc2FtcGxlZF9hdBgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASGAoLdG90YWxfYnl0ZXMYAiABKARIAIgBARIcCg9hdmFpbGFibGVfYnl0ZXMYAyABKARIAYgBARISCgVsb2FkMRgEIAEoAUgCiAEBEhIKBWxvYWQ1GAUgASgBSAOIAQESEwoGbG9hZDE1GAYgASgBSASIAQESDQoFY29yZXMYByABKA0SLwoMY3B1X3ByZXNzdXJlGAggASgLMhkuYmVydGguYnVkZ2V0LnYxLlByZXNzdXJlEjIKD21lbW9yeV9wcmVzc3VyZRgJIAEoCzIZLmJlcnRoLmJ1ZGdldC52MS5QcmVzc3VyZRIuCgtpb19wcmVzc3VyZRgKIAEoCzIZLmJlcnRoLmJ1ZGdldC52MS5QcmVzc3VyZRItCgZjZ3JvdXAYCyABKAsyHS5iZXJ0aC5idWRnZXQudjEuQ2dyb3VwTGltaXRzEi0KBnNvdXJjZRgMIAEoDjIdLmJlcnRoLmJ1ZGdldC52MS5TYW1wbGVTb3VyY2VCDgoMX3RvdGFsX2J5dGVzQhIKEF9hdmFpbGFibGVfYnl0ZXNCCAoGX2xvYWQxQggKBl9sb2FkNUIJCgdfbG9hZDE1IuwDCgZQb2xpY3kSDwoHZW5hYmxlZBgBIAEoCBIUCgxtZW1vcnlfYnl0ZXMYAiABKAQSCwoDY3B1GAMgASgBEhUKDXJlc2VydmVfYnl0ZXMYBCABKAQSFAoMY3B1X3ByZXNzdXJlGAUgASgBEhUKDWxvYWRfcGVyX2NvcmUYBiABKAESKwoIbWF4X3dhaXQYByABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SEQoJbWF4X3F1ZXVlGAggASgNEi8KC2RlZmF1bHRfcnVuGAkgASgLMhouYmVydGguYnVkZ2V0LnYxLlJlc291cmNlcxIxCg1kZWZhdWx0X2J1aWxkGAogASgLMhouYmVydGguYnVkZ2V0LnYxLlJlc291cmNlcxIuCgpxdWV1ZV9tb2RlGAsgASgOMhouYmVydGguYnVkZ2V0LnYxLlF1ZXVlTW9kZRIsCgloZWFydGJlYXQYDCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SMgoPc2FtcGxlX2ludGVydmFsGA0gASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEjQKEWRlZmF1bHRfbGVhc2VfdHRsGA4gASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIsgBCgpXYWl0UmVhc29uEiMKBGdhdGUYASABKA4yFS5iZXJ0aC5idWRnZXQudjEuR2F0ZRIPCgdtZXNzYWdlGAIgASgJEg4KBm5lZWRlZBgDIAEoARIRCglhdmFpbGFibGUYBCABKAESDQoFbGltaXQYBSABKAESDwoHc2V0dGluZxgGIAEoCRIvCgdob2xkZXJzGAcgAygLMh4uYmVydGguYnVkZ2V0LnYxLkNvbW1pdHRlZEl0ZW0SEAoIb2JzZXJ2ZWQYCCABKAEikAMKB1ZlcmRpY3QSDAoEZml0cxgBIAEoCBIXCgppbXBvc3NpYmxlGAIgASgJSACIAQESNgoRaW1wb3NzaWJsZV9yZWFzb24YAyABKAsyGy5iZXJ0aC5idWRnZXQudjEuV2FpdFJlYXNvbhItCgh3YWl0X2ZvchgEIAMoCzIbLmJlcnRoLmJ1ZGdldC52MS5XYWl0UmVhc29uEhUKDXdhaXRfZm9yX3RleHQYBSABKAkSKQoEbmVlZBgGIAEoCzIbLmJlcnRoLmJ1ZGdldC52MS5OZWVkVG90YWxzEi0KCWNvbW1pdHRlZBgHIAEoCzIaLmJlcnRoLmJ1ZGdldC52MS5Db21taXR0ZWQSKQoHbWFjaGluZRgIIAEoCzIYLmJlcnRoLmJ1ZGdldC52MS5NYWNoaW5lEicKBnBvbGljeRgJIAEoCzIXLmJlcnRoLmJ1ZGdldC52MS5Qb2xpY3kSIwobYWRtaXR0ZWRfc2luY2Vfc2FtcGxlX2J5dGVzGAogASgEQg0KC19pbXBvc3NpYmxlIvoBCgtSZXNlcnZhdGlvbhIKCgJpZBgBIAEoCRINCgVsYWJlbBgCIAEoCRIpCgVzdGFydBgDIAEoCzIaLmJlcnRoLmJ1ZGdldC52MS5SZXNvdXJjZXMSKQoFYnVpbGQYBCABKAsyGi5iZXJ0aC5idWRnZXQudjEuUmVzb3VyY2VzEi8KC2FkbWl0dGVkX2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBI0ChBsZWFzZV9leHBpcmVzX2F0GAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBITCgtydW5uaW5nX2lkcxgHIAMoCSKyAgoMUnVubmluZ0VudHJ5EgoKAmlkGAEgASgJEgwKBG5hbWUYAiABKAkSKAoEY29zdBgDIAEoCzIaLmJlcnRoLmJ1ZGdldC52MS5SZXNvdXJjZXMSEAoDcGlkGAQgASgFSACIAQESGwoOcGlkX3N0YXJ0X3RpbWUYBSABKARIAYgBARI0ChBsZWFzZV9leHBpcmVzX2F0GAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpzdGFydGVkX2F0GAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIbCg5yZXNlcnZhdGlvbl9pZBgIIAEoCUgCiAEBQgYKBF9waWRCEQoPX3BpZF9zdGFydF90aW1lQhEKD19yZXNlcnZhdGlvbl9pZCKjAgoKUXVldWVFbnRyeRINCgVsYWJlbBgBIAEoCRIQCghwb3NpdGlvbhgCIAEoDRImCgNldGEYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SLQoId2FpdF9mb3IYBCADKAsyGy5iZXJ0aC5idWRnZXQudjEuV2FpdFJlYXNvbhIVCg13YWl0X2Zvcl90ZXh0GAUgASgJEikKBG5lZWQYBiABKAsyGy5iZXJ0aC5idWRnZXQudjEuTmVlZFRvdGFscxItCglxdWV1ZWRfYXQYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiwKCGRlYWRsaW5lGAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCLhAQoHUmVmdXNhbBIqCgRraW5kGAEgASgOMhwuYmVydGguYnVkZ2V0LnYxLlJlZnVzYWxLaW5kEg8KB21lc3NhZ2UYAiABKAkSLAoHcmVhc29ucxgDIAMoCzIbLmJlcnRoLmJ1ZGdldC52MS5XYWl0UmVhc29uEi4KC3JldHJ5X2FmdGVyGAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhAKCHNldHRpbmdzGAUgAygJEikKBndhaXRlZBgGIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiqAAQoMTmVlZEl0ZW1LaW5kEh4KGk5FRURfSVRFTV9LSU5EX1VOU1BFQ0lGSUVEEAASGAoUTkVFRF9JVEVNX0tJTkRfQlVJTEQQARIYChRORUVEX0lURU1fS0lORF9TVEFSVBACEhwKGE5FRURfSVRFTV9LSU5EX0FQUExJQU5DRRADKl8KDFNhbXBsZVNvdXJjZRIdChlTQU1QTEVfU09VUkNFX1VOU1BFQ0lGSUVEEAASFgoSU0FNUExFX1NPVVJDRV9IT1NUEAESGAoUU0FNUExFX1NPVVJDRV9DR1JPVVAQAipVCglRdWV1ZU1vZGUSGgoWUVVFVUVfTU9ERV9VTlNQRUNJRklFRBAAEhMKD1FVRVVFX01PREVfRklGTxABEhcKE1FVRVVFX01PREVfQkFDS0ZJTEwQAiqVAQoER2F0ZRIUChBHQVRFX1VOU1BFQ0lGSUVEEAASFgoSR0FURV9NRU1PUllfQlVER0VUEAESEwoPR0FURV9DUFVfQlVER0VUEAISFAoQR0FURV9GUkVFX01FTU9SWRADEhUKEUdBVEVfQ1BVX1BSRVNTVVJFEAQSDQoJR0FURV9MT0FEEAUSDgoKR0FURV9RVUVVRRAGKoYBCgtSZWZ1c2FsS2luZBIcChhSRUZVU0FMX0tJTkRfVU5TUEVDSUZJRUQQABIbChdSRUZVU0FMX0tJTkRfSU1QT1NTSUJMRRABEhsKF1JFRlVTQUxfS0lORF9RVUVVRV9GVUxMEAISHwobUkVGVVNBTF9LSU5EX1dBSVRfRVhIQVVTVEVEEANiBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * An amount of memory and cpu.
@@ -165,7 +165,7 @@ export type NeedItem = Message<"berth.budget.v1.NeedItem"> & {
   kind: NeedItemKind;
 
   /**
-   * Its name, for messages and the committed list (e.g. "web").
+   * Its name, for messages and the committed list (e.g. "web"); non-empty.
    *
    * @generated from field: string name = 2;
    */
@@ -732,7 +732,7 @@ export type WaitReason = Message<"berth.budget.v1.WaitReason"> & {
   gate: Gate;
 
   /**
-   * The reason written out, as the seed words it, e.g. "memory: needs 2G,
+   * The reason written out, in the seed's words, e.g. "memory: needs 2G,
    * the budget has 1G of 8G free (committed 7G)".
    *
    * @generated from field: string message = 2;
@@ -740,21 +740,21 @@ export type WaitReason = Message<"berth.budget.v1.WaitReason"> & {
   message: string;
 
   /**
-   * What the need asks of this gate (unit: see Gate).
+   * What the need asks of this gate (see Gate for each gate's figures).
    *
    * @generated from field: double needed = 3;
    */
   needed: number;
 
   /**
-   * What the gate has left (unit: see Gate).
+   * What the gate has left for it (see Gate).
    *
    * @generated from field: double available = 4;
    */
   available: number;
 
   /**
-   * The gate's limit (unit: see Gate).
+   * The gate's limit (see Gate).
    *
    * @generated from field: double limit = 5;
    */
@@ -774,6 +774,13 @@ export type WaitReason = Message<"berth.budget.v1.WaitReason"> & {
    * @generated from field: repeated berth.budget.v1.CommittedItem holders = 7;
    */
   holders: CommittedItem[];
+
+  /**
+   * What the gate measured (see Gate).
+   *
+   * @generated from field: double observed = 8;
+   */
+  observed: number;
 };
 
 /**
@@ -1252,7 +1259,24 @@ export const QueueModeSchema: GenEnum<QueueMode> = /*@__PURE__*/
   enumDesc(file_berth_budget_v1_budget, 2);
 
 /**
- * A gate of the verdict: one reason a need does not fit.
+ * A gate of the verdict: one reason a need does not fit. The figures of a
+ * WaitReason mean, per gate (memory in bytes, cpu in cores):
+ *
+ * - MEMORY_BUDGET: needed = the need's memory, available = budget minus
+ *   committed, limit = the memory budget, observed = committed memory.
+ * - CPU_BUDGET: needed = the need's cpu, available = budget minus committed,
+ *   limit = the cpu budget, observed = committed cpu.
+ * - FREE_MEMORY: needed = the need's memory, available = sampled free
+ *   memory minus memory admitted since the sample, limit = the reserve,
+ *   observed = sampled free memory.
+ * - CPU_PRESSURE: limit = the pressure limit in percent, observed =
+ *   min(avg10, avg60) of "some" (what must drop below the limit).
+ * - LOAD: limit = load-per-core x cores, observed = the 1-minute load.
+ * - QUEUE: observed = how many requests are ahead.
+ *
+ * Figures a gate does not use are 0. For an impossible need
+ * (Verdict.impossible_reason) the budget gate's `available` is the whole
+ * budget.
  *
  * @generated from enum berth.budget.v1.Gate
  */
@@ -1265,48 +1289,49 @@ export enum Gate {
   UNSPECIFIED = 0,
 
   /**
-   * The memory budget minus what is committed (or, when impossible, the
-   * whole memory budget). Figures in bytes.
+   * What is committed plus the need exceeds the memory budget
+   * (BERTH_BUDGET_MEMORY).
    *
    * @generated from enum value: GATE_MEMORY_BUDGET = 1;
    */
   MEMORY_BUDGET = 1,
 
   /**
-   * The cpu budget minus what is committed (or the whole cpu budget). Figures
-   * in cores.
+   * What is committed plus the need exceeds the cpu budget
+   * (BERTH_BUDGET_CPU).
    *
    * @generated from enum value: GATE_CPU_BUDGET = 2;
    */
   CPU_BUDGET = 2,
 
   /**
-   * The machine's free memory minus the need must stay above the reserve.
-   * Figures in bytes.
+   * The machine's free memory minus the need would fall below the reserve
+   * (BERTH_BUDGET_RESERVE). Skipped when the sample has no free memory
+   * figure.
    *
    * @generated from enum value: GATE_FREE_MEMORY = 3;
    */
   FREE_MEMORY = 3,
 
   /**
-   * PSI cpu "some" avg10 and avg60 at or over the limit. Figures in percent
-   * (`available` is avg60, `needed` avg10).
+   * Cpu pressure (PSI "some") is at or over the limit over both the last
+   * 10 s and the last 60 s (BERTH_BUDGET_CPU_PRESSURE). Skipped by
+   * `skip_load_gate`.
    *
    * @generated from enum value: GATE_CPU_PRESSURE = 4;
    */
   CPU_PRESSURE = 4,
 
   /**
-   * Without PSI: the 1-minute load above load-per-core x cores. Figures in
-   * load (`available` is the load, `limit` the threshold).
+   * Without PSI: the 1-minute load is above load-per-core x cores
+   * (BERTH_BUDGET_LOAD_PER_CORE). Skipped by `skip_load_gate`.
    *
    * @generated from enum value: GATE_LOAD = 5;
    */
   LOAD = 5,
 
   /**
-   * Requests ahead in the queue. Figures in requests (`available` is how
-   * many are ahead).
+   * Other requests are ahead in the queue.
    *
    * @generated from enum value: GATE_QUEUE = 6;
    */

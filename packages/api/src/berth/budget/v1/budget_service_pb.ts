@@ -220,7 +220,8 @@ export type Started = Message<"berth.budget.v1.Started"> & {
   } | { case: undefined; value?: undefined };
 
   /**
-   * Its pid: the entry ends when that process is gone.
+   * Its pid: the entry ends when that process is gone (checked with its
+   * start time, so a reused pid does not keep it).
    *
    * @generated from field: optional int32 pid = 4;
    */
@@ -1097,7 +1098,10 @@ export const BudgetService: GenService<{
    * `released`, after which the service ends the stream). The stream ending
    * for any reason releases the reservation and drops a queued request.
    * Running entries made by `started` survive the stream (they end with
-   * their process, lease or StopRunning).
+   * their process, lease or StopRunning). A message out of turn (anything
+   * but `start` first, a second `start`, `build_done` or `started` before
+   * `admitted`) is INVALID_ARGUMENT and ends the stream, releasing what it
+   * held.
    *
    * @generated from rpc berth.budget.v1.BudgetService.Admit
    */

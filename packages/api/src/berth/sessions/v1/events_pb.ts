@@ -362,7 +362,7 @@ export const DetectorWaiversEventSchema: GenMessage<DetectorWaiversEvent> = /*@_
 export type AgentPhaseEvent = Message<"berth.sessions.v1.AgentPhaseEvent"> & {
   /**
    * The phase name (`phase`), e.g. "planning", "writing". Unset keeps the
-   * current `generationPhase` and records no timing.
+   * current `generationPhase`; unset or empty records no timing.
    *
    * @generated from field: optional string phase = 1;
    */

@@ -151,7 +151,7 @@ export const AcquireResponseSchema: GenMessage<AcquireResponse> = /*@__PURE__*/
   messageDesc(file_berth_sessions_v1_lock_service, 2);
 
 /**
- * KeepAlive's request: renew one lease.
+ * KeepAlive's request: renew one lease for its ttl, counted from now.
  *
  * @generated from message berth.sessions.v1.KeepAliveRequest
  */
@@ -316,8 +316,9 @@ export type HoldResponse = Message<"berth.sessions.v1.HoldResponse"> & {
     case: "acquired";
   } | {
     /**
-     * Sent periodically after `acquired`, so that the client (and anything
-     * between) sees the stream is alive.
+     * Sent every few seconds (the service's stream keepalive interval) after
+     * `acquired`, so that the client and any proxy between see the stream is
+     * alive.
      *
      * @generated from field: berth.sessions.v1.HoldHeartbeat heartbeat = 3;
      */
@@ -746,7 +747,8 @@ export const LockService: GenService<{
    * holder and earlier waiters until granted or the wait (or the call's
    * deadline) runs out; then ABORTED with reason SOURCE_LOCKED naming the
    * holder (details: LockHeld). A waiter whose call ends is dropped from the
-   * queue, never granted.
+   * queue, never granted. Not re-entrant: an owner that already holds the
+   * lock queues like anyone else.
    *
    * @generated from rpc berth.sessions.v1.LockService.Acquire
    */

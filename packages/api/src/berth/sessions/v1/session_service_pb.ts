@@ -84,8 +84,8 @@ export type AppendEventRequest = Message<"berth.sessions.v1.AppendEventRequest">
 
   /**
    * Makes a retry safe: a second append to the same session with the same
-   * key writes nothing and answers the first append's result with
-   * `duplicate` set. Keys are recorded in the journal, so this holds across
+   * key (keys are per session) writes nothing and answers the first append's
+   * result with `duplicate` set. Keys are recorded in the journal, so this holds across
    * restarts, with no time window. The key names one request: a retry must
    * send the same event (the service does not compare them). Empty: no key.
    * At most 128 characters.
@@ -995,11 +995,16 @@ export const SessionService: GenService<{
    * The entry is acknowledged only once it is as durable as the service's
    * fsync mode promises.
    *
-   * Errors: INVALID_ARGUMENT (bad id, no event, bad `extra` key, event too
-   * large: the message names the field and the rule); FAILED_PRECONDITION
-   * when `expected_seq` is not the session's last seq (details: SeqConflict);
-   * ABORTED when the fence's token is no longer current (details:
-   * FenceRejected). Nothing is written on any error.
+   * Appending to a completed or discarded session is allowed, as in the
+   * seed (a later event may revive it).
+   *
+   * Errors: INVALID_ARGUMENT (bad id, no event, a bad `extra` key or
+   * OtherEvent type: the message names the field and the rule);
+   * RESOURCE_EXHAUSTED (an event whose journal line exceeds the service's
+   * event size limit, or a request over the message size limit);
+   * FAILED_PRECONDITION when `expected_seq` is not the session's last seq
+   * (details: SeqConflict); ABORTED when the fence's token is no longer
+   * current (details: FenceRejected). Nothing is written on any error.
    *
    * @generated from rpc berth.sessions.v1.SessionService.AppendEvent
    */
@@ -1010,8 +1015,9 @@ export const SessionService: GenService<{
   },
   /**
    * Appends several events to one session atomically: all of them, with
-   * consecutive seqs, or none. Same errors as AppendEvent; too many events is
-   * RESOURCE_EXHAUSTED.
+   * consecutive seqs, or none. Same errors as AppendEvent; more events than
+   * the service's batch limit is RESOURCE_EXHAUSTED. A watcher sees the
+   * batch's entries one by one, in order.
    *
    * @generated from rpc berth.sessions.v1.SessionService.AppendEvents
    */
@@ -1082,6 +1088,8 @@ export const SessionService: GenService<{
    * end (the backlog), then one `caught_up` marker, then every new entry as
    * it is appended, in order, none skipped, until the client ends the call.
    * A session without a journal yet is watched from its first append.
+   * Snapshots in this stream are never hidden (a watcher sees the entry that
+   * completes a session).
    *
    * A watcher too slow to keep up is ended with RESOURCE_EXHAUSTED (details:
    * WatcherLagged, with the seq to resume from); it never silently misses an

@@ -440,8 +440,9 @@ export type Diagnostic = Message<"berth.sessions.v1.Diagnostic"> & {
   /**
    * The diagnostic's other keys as the seed writes them (`type`, `phase`,
    * `variant`, `revision`, `revisionDomain`, `file`, `line`, `message`...).
-   * On the wire and on disk they are siblings of `error`; here they are
-   * grouped so that their JSON types survive.
+   * In the seed's JSON snapshot they are siblings of `error`; here they are
+   * grouped in one object, each with its JSON type (a malformed mount ack's
+   * `variant` stays the string or null the browser sent).
    *
    * @generated from field: google.protobuf.Struct fields = 2;
    */
