@@ -5,3 +5,4 @@ export * from "./safe-id.js";
 export * from "./process-identity.js";
 export * from "./units.js";
 export * from "./election.js";
+export * from "./config.js";
