@@ -1,0 +1,81 @@
+/**
+ * Validation of what a caller asks of the lock service. Every refusal is `invalid_argument` with a
+ * message that names the field and the rule, so a client can fix its request without reading code.
+ */
+import * as path from "node:path";
+import { invalidArgument } from "@berth/shared/errors";
+import { checkPathInput } from "@berth/shared/safe-id";
+
+/** Limits and defaults of lock requests; every field has a default (see {@link DEFAULT_LOCK_LIMITS}). */
+export interface LockLimits {
+  /** The lease length when a request names none. */
+  defaultTtlMs: number;
+  /** The longest lease a request may ask for: a crashed client's lock lives at most this long. */
+  maxTtlMs: number;
+  /** The longest a request may wait in the queue. */
+  maxWaitMs: number;
+  /** The longest owner label, in characters. */
+  maxOwnerLength: number;
+  /** How many requests may wait for one file; more are refused with resource_exhausted. */
+  maxWaitersPerFile: number;
+}
+
+/** Defaults: 30 s leases (renewed by KeepAlive), at most 1 h; waits of at most 10 min. */
+export const DEFAULT_LOCK_LIMITS: Readonly<LockLimits> = Object.freeze({
+  defaultTtlMs: 30_000,
+  maxTtlMs: 3_600_000,
+  maxWaitMs: 600_000,
+  maxOwnerLength: 256,
+  maxWaitersPerFile: 10_000,
+});
+
+/**
+ * Checks a lock path and returns the lock's key: the path resolved against the project root, as the
+ * seed's `sourceLockPath` does, so `src/a.ts` and `/project/src/a.ts` name the same lock.
+ *
+ * `..` segments are refused rather than resolved: a lock request names a source file of the
+ * project, and a path that climbs out of where it starts is a mistake or a probe, never a need.
+ */
+export function resolveLockFile(projectRoot: string, file: unknown, field = "file"): string {
+  const input = checkPathInput(file, field);
+  if (input.split(/[/\\]/).includes("..")) throw invalidArgument(field, `must not contain '..' segments, got ${JSON.stringify(input.slice(0, 200))}`);
+  return path.resolve(projectRoot, input);
+}
+
+/** Checks the owner label (who holds the lock, shown to everyone who waits for it). */
+export function checkOwner(owner: unknown, limits: LockLimits = DEFAULT_LOCK_LIMITS, field = "owner"): string {
+  if (typeof owner !== "string" || owner.trim().length === 0) {
+    throw invalidArgument(field, "is required: name who holds the lock (a tool, a user, a session)");
+  }
+  if (owner.includes("\0")) throw invalidArgument(field, "must not contain a NUL byte");
+  if (owner.length > limits.maxOwnerLength) throw invalidArgument(field, `must be at most ${limits.maxOwnerLength} characters, got ${owner.length}`);
+  return owner;
+}
+
+function checkMs(value: unknown, field: string, max: number, min: number): number {
+  if (typeof value !== "number" || !Number.isFinite(value)) throw invalidArgument(field, `must be a finite number of milliseconds, got ${String(value)}`);
+  if (value < min) throw invalidArgument(field, min === 0 ? `must not be negative, got ${value}` : `must be at least ${min} ms, got ${value}`);
+  if (value > max) throw invalidArgument(field, `must be at most ${max} ms, got ${value}`);
+  return Math.round(value);
+}
+
+/** The lease length: `undefined` means the default; otherwise 1 ms … `maxTtlMs`. */
+export function checkTtl(ttlMs: unknown, limits: LockLimits = DEFAULT_LOCK_LIMITS, field = "ttl"): number {
+  if (ttlMs === undefined) return limits.defaultTtlMs;
+  return checkMs(ttlMs, field, limits.maxTtlMs, 1);
+}
+
+/** How long to wait: `undefined` or 0 means try once (the seed's default); at most `maxWaitMs`. */
+export function checkWait(waitMs: unknown, limits: LockLimits = DEFAULT_LOCK_LIMITS, field = "wait"): number {
+  if (waitMs === undefined) return 0;
+  return checkMs(waitMs, field, limits.maxWaitMs, 0);
+}
+
+/** A fencing token as a client presents it: a positive safe integer. */
+export function checkFencingToken(token: unknown, field = "fencing_token"): number {
+  const value = typeof token === "bigint" ? Number(token) : token;
+  if (typeof value !== "number" || !Number.isSafeInteger(value) || value < 1) {
+    throw invalidArgument(field, `must be a positive integer (a fencing token from Acquire), got ${String(token)}`);
+  }
+  return value;
+}

@@ -1,0 +1,282 @@
+import { describe, expect, it } from "vitest";
+import { ManualClock } from "@berth/shared/clock";
+import { BerthError } from "@berth/shared/errors";
+import { LockTable, type Lease } from "./lock-table.js";
+
+function counter() {
+  let next = 1;
+  return { next: () => next++ };
+}
+
+function table(clock = new ManualClock()) {
+  return { clock, locks: new LockTable({ projectRoot: "/project", clock, fencing: counter() }) };
+}
+
+async function rejection(promise: Promise<unknown>): Promise<BerthError> {
+  try {
+    await promise;
+  } catch (error) {
+    expect(error).toBeInstanceOf(BerthError);
+    return error as BerthError;
+  }
+  throw new Error("expected a rejection");
+}
+
+describe("acquire and release", () => {
+  it("grants a free lock at once, keyed by the resolved path", async () => {
+    const { clock, locks } = table();
+    const lease = await locks.acquire({ file: "src/a.ts", owner: "alice" });
+    expect(lease).toMatchObject({ file: "/project/src/a.ts", owner: "alice", fencingToken: 1, acquiredAt: clock.now(), expiresAt: clock.now() + 30_000 });
+    expect(lease.leaseToken).toMatch(/^[0-9a-f-]{36}$/);
+    // The same file by another spelling is the same lock.
+    const error = await rejection(locks.acquire({ file: "/project/./src/a.ts", owner: "bob" }));
+    expect(error.code).toBe("aborted");
+    expect(locks.release(lease.leaseToken)).toBe(true);
+    expect(locks.release(lease.leaseToken)).toBe(false);
+    expect(clock.pendingTimers()).toBe(0);
+  });
+
+  it("serves 5 waiters in arrival order, each the moment the previous one releases", async () => {
+    const { clock, locks } = table();
+    const first = await locks.acquire({ file: "a", owner: "w0" });
+    const order: string[] = [];
+    const waiting = [1, 2, 3, 4, 5].map((i) =>
+      locks.acquire({ file: "a", owner: `w${i}`, waitMs: 60_000 }).then((lease) => {
+        order.push(lease.owner);
+        return lease;
+      }),
+    );
+    expect(locks.inspect("a").waiters.map((w) => w.owner)).toEqual(["w1", "w2", "w3", "w4", "w5"]);
+    let current: Lease = first;
+    for (let i = 1; i <= 5; i++) {
+      locks.release(current.leaseToken);
+      // Handed over in the same turn: inspect sees the next holder before any timer or tick.
+      expect(locks.inspect("a").holder).toMatchObject({ kind: "berth", owner: `w${i}` });
+      current = await waiting[i - 1]!;
+      expect(current.fencingToken).toBe(i + 1);
+    }
+    expect(order).toEqual(["w1", "w2", "w3", "w4", "w5"]);
+    locks.release(current.leaseToken);
+    expect(clock.pendingTimers()).toBe(0);
+  });
+
+  it("does not let a newcomer jump the queue", async () => {
+    const { locks } = table();
+    const holder = await locks.acquire({ file: "a", owner: "h" });
+    const queued = locks.acquire({ file: "a", owner: "q", waitMs: 1000 });
+    locks.release(holder.leaseToken);
+    await expect(locks.acquire({ file: "a", owner: "late" })).rejects.toMatchObject({ code: "aborted" });
+    expect((await queued).owner).toBe("q");
+  });
+});
+
+describe("waiting runs out", () => {
+  it("answers aborted / SOURCE_LOCKED naming the holder, after exactly the wait", async () => {
+    const { clock, locks } = table();
+    const holder = await locks.acquire({ file: "src/a.ts", owner: "alice" });
+    clock.advance(5000);
+    const waiting = rejection(locks.acquire({ file: "src/a.ts", owner: "bob", waitMs: 2000 }));
+    clock.advance(1999);
+    expect(locks.inspect("src/a.ts").waiters).toHaveLength(1);
+    clock.advance(1);
+    const error = await waiting;
+    expect(error.code).toBe("aborted");
+    expect(error.message).toBe(
+      `source locked: /project/src/a.ts is held by alice since ${new Date(holder.acquiredAt).toISOString()} (fencing token 1); it stayed locked for the whole wait of 2s; wait longer, or ask the holder to release it`,
+    );
+    expect(error.details).toMatchObject({ reason: "SOURCE_LOCKED", file: "/project/src/a.ts", owner: "alice", since: holder.acquiredAt, fencingToken: 1, kind: "berth" });
+    expect(locks.inspect("src/a.ts").waiters).toHaveLength(0);
+  });
+
+  it("tries once when wait is 0", async () => {
+    const { locks } = table();
+    await locks.acquire({ file: "a", owner: "alice" });
+    const error = await rejection(locks.acquire({ file: "a", owner: "bob", waitMs: 0 }));
+    expect(error.message).toContain("wait was 0: try once");
+    expect(locks.inspect("a").waiters).toEqual([]);
+  });
+});
+
+describe("leases", () => {
+  it("an expired lease frees the lock and the next waiter gets it", async () => {
+    const { clock, locks } = table();
+    const first = await locks.acquire({ file: "a", owner: "alice", ttlMs: 1000 });
+    const next = locks.acquire({ file: "a", owner: "bob", waitMs: 10_000 });
+    clock.advance(999);
+    expect(locks.inspect("a").holder).toMatchObject({ owner: "alice" });
+    clock.advance(1);
+    const lease = await next;
+    expect(lease).toMatchObject({ owner: "bob", acquiredAt: first.acquiredAt + 1000, fencingToken: 2 });
+    expect(locks.checkToken("a", first.fencingToken)).toEqual({ file: "/project/a", current: false, currentToken: 2 });
+    // The late holder's release is a no-op and does not free bob's lock.
+    expect(locks.release(first.leaseToken)).toBe(false);
+    expect(locks.inspect("a").holder).toMatchObject({ owner: "bob" });
+    await expect(Promise.resolve().then(() => locks.renew(first.leaseToken))).rejects.toMatchObject({ code: "failed_precondition" });
+  });
+
+  it("renewing keeps the lease past its first expiry", async () => {
+    const { clock, locks } = table();
+    const lease = await locks.acquire({ file: "a", owner: "alice", ttlMs: 1000 });
+    clock.advance(900);
+    expect(locks.renew(lease.leaseToken).expiresAt).toBe(clock.now() + 1000);
+    clock.advance(900);
+    expect(locks.renew(lease.leaseToken, 5000).expiresAt).toBe(clock.now() + 5000);
+    clock.advance(4999);
+    expect(locks.checkToken("a", lease.fencingToken).current).toBe(true);
+    clock.advance(1);
+    expect(locks.checkToken("a", lease.fencingToken).current).toBe(false);
+    expect(() => locks.renew(lease.leaseToken)).toThrow(/expired at/);
+  });
+
+  it("tells an unknown lease from an ended one", async () => {
+    const { locks } = table();
+    expect(() => locks.renew("00000000-0000-0000-0000-000000000000")).toThrow(expect.objectContaining({ code: "not_found" }));
+    const lease = await locks.acquire({ file: "a", owner: "alice" });
+    locks.release(lease.leaseToken);
+    expect(() => locks.renew(lease.leaseToken)).toThrow(expect.objectContaining({ code: "failed_precondition", message: expect.stringContaining("was released") }));
+    expect(() => locks.renew("")).toThrow(expect.objectContaining({ code: "invalid_argument" }));
+  });
+
+  it("a stale release never frees a newer holder", async () => {
+    const { locks } = table();
+    const old = await locks.acquire({ file: "a", owner: "alice" });
+    expect(locks.release(old.leaseToken)).toBe(true);
+    const current = await locks.acquire({ file: "a", owner: "bob" });
+    expect(locks.release(old.leaseToken)).toBe(false);
+    expect(locks.release("not-a-lease-of-ours")).toBe(false);
+    expect(locks.checkToken("a", current.fencingToken).current).toBe(true);
+  });
+
+  it("serves an overdue expiry even before its timer fires", async () => {
+    // A real clock's timer can be late (busy event loop); the lease must still end on time.
+    let now = 1_000_000;
+    const timers: Array<() => void> = [];
+    const lazyClock = { now: () => now, setTimeout: (fn: () => void) => (timers.push(fn), {}), clearTimeout: () => {} };
+    const locks = new LockTable({ projectRoot: "/p", clock: lazyClock, fencing: counter() });
+    const first = await locks.acquire({ file: "a", owner: "alice", ttlMs: 100 });
+    const next = locks.acquire({ file: "a", owner: "bob", waitMs: 10_000 });
+    now += 100;
+    expect(locks.checkToken("a", first.fencingToken)).toMatchObject({ current: false, currentToken: 2 });
+    expect((await next).owner).toBe("bob");
+  });
+});
+
+describe("waiters that go away", () => {
+  it("a waiter whose signal aborts is never granted; the one behind it is", async () => {
+    const { clock, locks } = table();
+    const holder = await locks.acquire({ file: "a", owner: "h" });
+    const gone = new AbortController();
+    const goneWaiter = rejection(locks.acquire({ file: "a", owner: "gone", waitMs: 10_000, signal: gone.signal }));
+    const next = locks.acquire({ file: "a", owner: "next", waitMs: 10_000 });
+    gone.abort();
+    const error = await goneWaiter;
+    expect(error.code).toBe("cancelled");
+    expect(locks.inspect("a").waiters.map((w) => w.owner)).toEqual(["next"]);
+    locks.release(holder.leaseToken);
+    expect((await next).owner).toBe("next");
+    expect(clock.pendingTimers()).toBe(1); // next's lease, nothing of the waiter that left
+  });
+
+  it("refuses a request whose signal is already aborted", async () => {
+    const { locks } = table();
+    const error = await rejection(locks.acquire({ file: "a", owner: "x", signal: AbortSignal.abort() }));
+    expect(error.code).toBe("cancelled");
+    expect(locks.inspect("a").holder).toBeNull();
+  });
+});
+
+describe("holdAsLongAs", () => {
+  it("holds without a lease timer and releases the moment the signal aborts", async () => {
+    const { clock, locks } = table();
+    const stream = new AbortController();
+    const lease = await locks.holdAsLongAs({ file: "a", owner: "hold", signal: stream.signal });
+    expect(lease.expiresAt).toBeNull();
+    const next = locks.acquire({ file: "a", owner: "next", waitMs: 100_000 });
+    clock.advance(99_000);
+    expect(locks.inspect("a").holder).toMatchObject({ owner: "hold", expiresAt: null });
+    stream.abort();
+    expect((await next).owner).toBe("next");
+  });
+
+  it("a queued hold whose stream ends is dropped", async () => {
+    const { locks } = table();
+    const holder = await locks.acquire({ file: "a", owner: "h" });
+    const stream = new AbortController();
+    const hold = rejection(locks.holdAsLongAs({ file: "a", owner: "hold", waitMs: 1000, signal: stream.signal }));
+    stream.abort();
+    expect((await hold).code).toBe("cancelled");
+    locks.release(holder.leaseToken);
+    expect(locks.inspect("a").holder).toBeNull();
+  });
+});
+
+describe("inspect", () => {
+  it("shows the holder, the waiters in order and the last fencing token", async () => {
+    const { clock, locks } = table();
+    expect(locks.inspect("src/a.ts")).toEqual({ file: "/project/src/a.ts", holder: null, waiters: [], lastFencingToken: null });
+    const lease = await locks.acquire({ file: "src/a.ts", owner: "alice", ttlMs: 10_000 });
+    const t0 = clock.now();
+    clock.advance(10);
+    const bob = locks.acquire({ file: "src/a.ts", owner: "bob", waitMs: 5000 });
+    clock.advance(10);
+    const carol = locks.acquire({ file: "src/a.ts", owner: "carol", waitMs: 1000 });
+    expect(locks.inspect("src/a.ts")).toEqual({
+      file: "/project/src/a.ts",
+      holder: { kind: "berth", owner: "alice", fencingToken: 1, since: t0, expiresAt: t0 + 10_000 },
+      waiters: [
+        { owner: "bob", since: t0 + 10, deadline: t0 + 5010 },
+        { owner: "carol", since: t0 + 20, deadline: t0 + 1020 },
+      ],
+      lastFencingToken: 1,
+    });
+    clock.advance(1000);
+    await expect(carol).rejects.toMatchObject({ code: "aborted" });
+    locks.release(lease.leaseToken);
+    await bob;
+    expect(locks.stats()).toEqual({ held: 1, waiting: 0, blockedByLockFiles: 0 });
+  });
+});
+
+describe("input", () => {
+  it.each([
+    [{ file: "", owner: "o" }, /^file: is required/],
+    [{ file: "a\0b", owner: "o" }, /^file: must not contain a NUL/],
+    [{ file: "x".repeat(4097), owner: "o" }, /^file: must be at most 4096 bytes/],
+    [{ file: "../etc/passwd", owner: "o" }, /^file: must not contain '\.\.' segments/],
+    [{ file: "src/../../x", owner: "o" }, /^file: must not contain '\.\.'/],
+    [{ file: "a", owner: "" }, /^owner: is required/],
+    [{ file: "a", owner: "o".repeat(257) }, /^owner: must be at most 256/],
+    [{ file: "a", owner: "o", ttlMs: -1 }, /^ttl: must be at least 1 ms/],
+    [{ file: "a", owner: "o", ttlMs: Number.NaN }, /^ttl: must be a finite number/],
+    [{ file: "a", owner: "o", ttlMs: 3_600_001 }, /^ttl: must be at most 3600000 ms/],
+    [{ file: "a", owner: "o", waitMs: -5 }, /^wait: must not be negative/],
+    [{ file: "a", owner: "o", waitMs: Number.NaN }, /^wait: must be a finite number/],
+    [{ file: "a", owner: "o", waitMs: 600_001 }, /^wait: must be at most 600000 ms/],
+  ])("refuses %#", async (request, message) => {
+    const { locks } = table();
+    const error = await rejection(locks.acquire(request));
+    expect(error.code).toBe("invalid_argument");
+    expect(error.message).toMatch(message);
+    expect(locks.stats()).toEqual({ held: 0, waiting: 0, blockedByLockFiles: 0 });
+  });
+
+  it("refuses bad paths and tokens in inspect and checkToken too", () => {
+    const { locks } = table();
+    expect(() => locks.inspect("a\0")).toThrow(/^file: /);
+    expect(() => locks.checkToken("a", 0)).toThrow(/^fencing_token: /);
+    expect(() => locks.checkToken("a", 1.5)).toThrow(/^fencing_token: /);
+    expect(locks.checkToken("a", 7n)).toEqual({ file: "/project/a", current: false, currentToken: null });
+  });
+});
+
+describe("close", () => {
+  it("rejects waiters with unavailable, frees leases and refuses new requests", async () => {
+    const { clock, locks } = table();
+    await locks.acquire({ file: "a", owner: "h", ttlMs: 1000 });
+    const waiting = rejection(locks.acquire({ file: "a", owner: "w", waitMs: 5000 }));
+    locks.close();
+    expect((await waiting).code).toBe("unavailable");
+    expect(clock.pendingTimers()).toBe(0);
+    expect((await rejection(locks.acquire({ file: "a", owner: "x" }))).code).toBe("unavailable");
+  });
+});

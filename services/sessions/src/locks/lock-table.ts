@@ -1,0 +1,604 @@
+/**
+ * The lock table: which file is held by whom, who waits for it in what order, and the leases that
+ * free a lock when its holder stops renewing.
+ *
+ * Everything happens in reaction to an event — a release, a lease timer, a waiter's deadline or
+ * signal, a change of a seed lock file — never by polling: a released lock is handed to the head of
+ * its queue in the same turn of the event loop. The only timers are one per lease and one per
+ * waiter, on the injected Clock, so tests drive time with `ManualClock.advance()`.
+ *
+ * Locks are keyed by the resolved path of the file, as the seed's lock files are. When the table is
+ * given `external` locks (the seed's lock files), a grant also takes the file's lock file, and a
+ * lock file held by another process blocks the queue until it goes away.
+ */
+import { randomUUID } from "node:crypto";
+import * as path from "node:path";
+import { BerthError, invalidArgument } from "@berth/shared/errors";
+import type { Clock, TimerHandle } from "@berth/shared/clock";
+import { formatDuration } from "@berth/shared/units";
+import type { FencingTokenSource } from "./fencing-store.js";
+import { checkFencingToken, checkOwner, checkTtl, checkWait, DEFAULT_LOCK_LIMITS, resolveLockFile, type LockLimits } from "./lock-input.js";
+import type { ForeignLockHolder } from "./seed-lock-files.js";
+
+/** The pino-compatible logger domain code takes (pino's `(object, message)` form). */
+export interface LockLogger {
+  debug(object: object, message?: string): void;
+  info(object: object, message?: string): void;
+  warn(object: object, message?: string): void;
+  error(object: object, message?: string): void;
+}
+
+const silentLogger: LockLogger = { debug() {}, info() {}, warn() {}, error() {} };
+
+/** A granted lock. */
+export interface Lease {
+  /** The capability to renew and release this lease (a random UUID); only its holder knows it. */
+  leaseToken: string;
+  /** Strictly greater than every earlier fencing token of the same file, across restarts. */
+  fencingToken: number;
+  /** The resolved path of the locked file (the lock's key). */
+  file: string;
+  owner: string;
+  /** When the lock was granted (ms since the epoch, on the table's clock). */
+  acquiredAt: number;
+  /** When the lease runs out unless renewed; null for a hold, which lasts as long as its signal. */
+  expiresAt: number | null;
+}
+
+/** A request for a lock. */
+export interface AcquireRequest {
+  /** The file to lock, absolute or relative to the project root. */
+  file: string;
+  /** Who holds it: shown to everyone who waits. */
+  owner: string;
+  /** How long to wait in the queue; 0 or absent: try once. */
+  waitMs?: number;
+  /** The lease length; absent: the default (30 s). */
+  ttlMs?: number;
+  /** Aborted when the caller goes away: a waiter is dropped from the queue and never granted. */
+  signal?: AbortSignal;
+}
+
+/** A request to hold a lock as long as `signal` is not aborted (the Hold RPC). */
+export interface HoldRequest {
+  file: string;
+  owner: string;
+  waitMs?: number;
+  /** Aborting it drops the request while it waits and releases the lock once held. */
+  signal: AbortSignal;
+}
+
+/** The holder of a lock, as Inspect shows it. */
+export type LockHolderInfo =
+  | { kind: "berth"; owner: string; fencingToken: number; since: number; expiresAt: number | null }
+  | { kind: "seed-file"; owner?: string; pid?: number; since: number; lockFile: string; readable: boolean };
+
+/** A waiter, as Inspect shows it. */
+export interface LockWaiterInfo {
+  owner: string;
+  /** When it started waiting. */
+  since: number;
+  /** When it gives up. */
+  deadline: number;
+}
+
+/** What Inspect answers. */
+export interface LockInspection {
+  file: string;
+  holder: LockHolderInfo | null;
+  /** In the order they will be served. */
+  waiters: LockWaiterInfo[];
+  /** The last fencing token this service granted for the file (held or not), null when none. */
+  lastFencingToken: number | null;
+}
+
+/** What CheckToken answers. */
+export interface TokenCheck {
+  file: string;
+  /** True while `token` is the fencing token of the lease that holds the file now. */
+  current: boolean;
+  /** The fencing token of the current berth holder, null when berth holds no lease on it. */
+  currentToken: number | null;
+}
+
+/** A claim on an outside lock that the table must give back on release. */
+export interface ExternalLockHandle {
+  readonly key: string;
+  readonly lockFile: string;
+  readonly token: string;
+}
+
+/** The outcome of trying to take an outside lock. */
+export type ExternalClaim = { ok: true; handle: ExternalLockHandle } | { ok: false; holder?: ForeignLockHolder };
+
+/** A second lock every grant must also take: the seed's lock files (see seed-lock-files.ts). */
+export interface ExternalLocks {
+  /** Tries once, synchronously, to take the outside lock of `key`. */
+  claim(key: string, holder: { owner: string; at: number }): ExternalClaim;
+  /** Gives a claim back. */
+  release(handle: ExternalLockHandle): void;
+  /** The live outside holder of `key`, if any. */
+  peek(key: string): ForeignLockHolder | undefined;
+  /** Calls `onMaybeFree` whenever the outside lock of `key` may have been freed; returns the unsubscribe. */
+  watch(key: string, onMaybeFree: () => void): () => void;
+}
+
+/** What the table is built from. */
+export interface LockTableOptions {
+  /** Relative lock paths are resolved against it. */
+  projectRoot: string;
+  clock: Clock;
+  fencing: FencingTokenSource;
+  /** The seed's lock files; absent, berth's table is the only lock. */
+  external?: ExternalLocks;
+  logger?: LockLogger;
+  limits?: Partial<LockLimits>;
+}
+
+/** Counts for metrics. */
+export interface LockTableStats {
+  /** Leases held. */
+  held: number;
+  /** Requests waiting. */
+  waiting: number;
+  /** Files whose queue waits for a lock file held by another process. */
+  blockedByLockFiles: number;
+}
+
+interface Waiter {
+  owner: string;
+  /** null: a hold, tied to `signal` instead of a lease timer. */
+  ttlMs: number | null;
+  since: number;
+  deadline: number;
+  waitMs: number;
+  signal: AbortSignal | undefined;
+  resolve(lease: Lease): void;
+  reject(error: BerthError): void;
+  timer?: TimerHandle;
+  onAbort?: () => void;
+}
+
+interface Held {
+  lease: Lease;
+  /** The lease length renewals default to; null for a hold. */
+  ttlMs: number | null;
+  timer?: TimerHandle;
+  external?: ExternalLockHandle;
+  holdSignal?: AbortSignal;
+  onHoldAbort?: () => void;
+}
+
+interface Entry {
+  key: string;
+  holder?: Held;
+  /** FIFO: a Set iterates in insertion order and deletes in O(1). */
+  waiters: Set<Waiter>;
+  /** The outside holder that kept the head of the queue from being granted, when there was one. */
+  blockedBy?: ForeignLockHolder;
+  blocked: boolean;
+  unwatch?: () => void;
+}
+
+type EndReason = "released" | "expired" | "closed";
+
+/** How many ended leases are remembered, to tell "expired" from "never existed" on a late renew. */
+const ENDED_MEMORY = 1024;
+
+const iso = (ms: number) => new Date(ms).toISOString();
+
+/** The in-memory lock table. See the module comment. */
+export class LockTable {
+  private readonly projectRoot: string;
+  private readonly clock: Clock;
+  private readonly fencing: FencingTokenSource;
+  private readonly external: ExternalLocks | undefined;
+  private readonly logger: LockLogger;
+  private readonly limits: LockLimits;
+  private readonly entries = new Map<string, Entry>();
+  private readonly leases = new Map<string, Held>();
+  private readonly lastTokens = new Map<string, number>();
+  private readonly ended = new Map<string, { file: string; reason: EndReason; at: number }>();
+  private closed = false;
+
+  constructor(options: LockTableOptions) {
+    this.projectRoot = path.resolve(options.projectRoot);
+    this.clock = options.clock;
+    this.fencing = options.fencing;
+    this.external = options.external;
+    this.logger = options.logger ?? silentLogger;
+    this.limits = { ...DEFAULT_LOCK_LIMITS, ...options.limits };
+  }
+
+  /** The lock key of `file`: checked, then resolved against the project root. */
+  resolveFile(file: unknown, field = "file"): string {
+    return resolveLockFile(this.projectRoot, file, field);
+  }
+
+  /**
+   * Takes the lock of `request.file`, waiting up to `waitMs` behind earlier requests. Rejects with
+   * `aborted` (details.reason "SOURCE_LOCKED", the holder's owner, since, fencing token or pid) when
+   * the wait runs out, `cancelled` when `signal` aborts first, `invalid_argument` on bad input.
+   */
+  async acquire(request: AcquireRequest): Promise<Lease> {
+    const ttlMs = checkTtl(request.ttlMs, this.limits);
+    return this.enter(request, ttlMs, undefined);
+  }
+
+  /**
+   * Takes the lock and holds it while `request.signal` is not aborted: no lease timer, released the
+   * moment the signal aborts (the Hold RPC passes the stream's signal). The lease's `expiresAt` is null.
+   */
+  async holdAsLongAs(request: HoldRequest): Promise<Lease> {
+    if (!(request.signal instanceof AbortSignal)) throw invalidArgument("signal", "a hold needs an AbortSignal that ends it");
+    return this.enter(request, null, request.signal);
+  }
+
+  /**
+   * Extends a lease to `ttlMs` from now (default: its own length). Throws `not_found` for a token
+   * this service never granted (or forgot), `failed_precondition` for one that expired or was released.
+   */
+  renew(leaseToken: string, ttlMs?: number): Lease {
+    const held = this.heldLease(leaseToken);
+    if (held.ttlMs === null) return { ...held.lease };
+    const ttl = ttlMs === undefined ? held.ttlMs : checkTtl(ttlMs, this.limits);
+    held.ttlMs = ttl;
+    held.lease.expiresAt = this.clock.now() + ttl;
+    this.scheduleExpiry(held);
+    return { ...held.lease };
+  }
+
+  /**
+   * Releases the lease `leaseToken` and hands the lock to the next waiter. Returns false, changing
+   * nothing, for a token that does not hold a lock now (already released, expired, or never granted):
+   * a stale or repeated release never frees a newer holder's lock.
+   */
+  release(leaseToken: string): boolean {
+    const token = this.checkLeaseToken(leaseToken);
+    const held = this.leases.get(token);
+    if (!held) return false;
+    const entry = this.entries.get(held.lease.file);
+    if (!entry || entry.holder !== held) return false;
+    this.free(entry, held, "released");
+    this.pump(entry);
+    return true;
+  }
+
+  /** The holder, the waiters in order and the last fencing token of `file`. */
+  inspect(file: string): LockInspection {
+    const key = this.resolveFile(file);
+    const entry = this.refresh(key);
+    let holder: LockHolderInfo | null = null;
+    if (entry?.holder) {
+      const { lease } = entry.holder;
+      holder = { kind: "berth", owner: lease.owner, fencingToken: lease.fencingToken, since: lease.acquiredAt, expiresAt: lease.expiresAt };
+    } else {
+      const foreign = this.external?.peek(key);
+      if (foreign) holder = seedFileHolder(foreign);
+    }
+    const waiters = entry ? [...entry.waiters].map((w) => ({ owner: w.owner, since: w.since, deadline: w.deadline })) : [];
+    return { file: key, holder, waiters, lastFencingToken: this.lastTokens.get(key) ?? null };
+  }
+
+  /** Whether `token` is the fencing token of the lease that holds `file` now. */
+  checkToken(file: string, token: number | bigint): TokenCheck {
+    const key = this.resolveFile(file);
+    const value = checkFencingToken(token);
+    const entry = this.refresh(key);
+    const currentToken = entry?.holder?.lease.fencingToken ?? null;
+    return { file: key, current: currentToken === value, currentToken };
+  }
+
+  /** Counts for metrics. */
+  stats(): LockTableStats {
+    let waiting = 0;
+    let blockedByLockFiles = 0;
+    for (const entry of this.entries.values()) {
+      waiting += entry.waiters.size;
+      if (entry.blocked && entry.waiters.size > 0) blockedByLockFiles++;
+    }
+    return { held: this.leases.size, waiting, blockedByLockFiles };
+  }
+
+  /**
+   * Ends everything: waiters are rejected with `unavailable`, leases released (their lock files
+   * removed), watches stopped. Later calls are refused with `unavailable`. Idempotent.
+   */
+  close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    for (const entry of this.entries.values()) {
+      for (const waiter of [...entry.waiters]) {
+        this.dropWaiter(entry, waiter);
+        waiter.reject(new BerthError("unavailable", `lock service is shutting down; ${entry.key} was not granted`, { file: entry.key }));
+      }
+      if (entry.holder) this.free(entry, entry.holder, "closed");
+      entry.unwatch?.();
+      delete entry.unwatch;
+    }
+    this.entries.clear();
+  }
+
+  private enter(request: AcquireRequest | HoldRequest, ttlMs: number | null, holdSignal: AbortSignal | undefined): Promise<Lease> {
+    if (this.closed) throw new BerthError("unavailable", "lock service is shutting down");
+    const key = this.resolveFile(request.file);
+    const owner = checkOwner(request.owner, this.limits);
+    const waitMs = checkWait(request.waitMs, this.limits);
+    const signal = request.signal;
+    if (signal?.aborted) throw new BerthError("cancelled", `the request for ${key} was cancelled before it was queued`, { file: key });
+
+    this.refresh(key);
+    const entry = this.entryFor(key);
+    // FIFO: a free lock goes to the newcomer only when nobody queued before it.
+    if (!entry.holder && entry.waiters.size === 0) {
+      const now = this.clock.now();
+      const claim = this.claimExternal(entry, owner, now);
+      if (claim) {
+        try {
+          const held = this.grant(entry, owner, ttlMs, claim === true ? undefined : claim, holdSignal);
+          return Promise.resolve({ ...held.lease });
+        } finally {
+          this.settle(entry);
+        }
+      }
+    }
+    if (waitMs === 0) {
+      const error = this.lockedError(entry, 0);
+      this.settle(entry);
+      throw error;
+    }
+    if (entry.waiters.size >= this.limits.maxWaitersPerFile) {
+      throw new BerthError("resource_exhausted", `${entry.waiters.size} requests already wait for ${key}; try again later`, { file: key, waiting: entry.waiters.size });
+    }
+
+    return new Promise<Lease>((resolve, reject) => {
+      const now = this.clock.now();
+      const waiter: Waiter = { owner, ttlMs, since: now, deadline: now + waitMs, waitMs, signal, resolve, reject };
+      entry.waiters.add(waiter);
+      this.scheduleDeadline(entry, waiter);
+      if (signal) {
+        waiter.onAbort = () => {
+          if (!entry.waiters.has(waiter)) return;
+          this.dropWaiter(entry, waiter);
+          waiter.reject(new BerthError("cancelled", `gave up waiting for ${key}: the caller went away`, { file: key }));
+          this.pump(entry);
+        };
+        signal.addEventListener("abort", waiter.onAbort, { once: true });
+      }
+      this.settle(entry);
+    });
+  }
+
+  /**
+   * Takes the outside lock for a grant. Returns the handle, `true` when there is no outside lock,
+   * or undefined when another process holds it (recorded in `entry.blockedBy`).
+   */
+  private claimExternal(entry: Entry, owner: string, at: number): ExternalLockHandle | true | undefined {
+    if (!this.external) return true;
+    let claim: ExternalClaim;
+    try {
+      claim = this.external.claim(entry.key, { owner, at });
+    } catch (error) {
+      // A lock file we cannot create (permissions, disk full) must not strand the queue: report it
+      // and treat the lock as busy; the next change or re-check tries again.
+      this.logger.error({ file: entry.key, err: error }, "cannot take the lock file");
+      entry.blocked = true;
+      return undefined;
+    }
+    if (claim.ok) {
+      entry.blocked = false;
+      delete entry.blockedBy;
+      return claim.handle;
+    }
+    entry.blocked = true;
+    if (claim.holder) entry.blockedBy = claim.holder;
+    return undefined;
+  }
+
+  private grant(entry: Entry, owner: string, ttlMs: number | null, external: ExternalLockHandle | undefined, holdSignal: AbortSignal | undefined): Held {
+    let fencingToken: number;
+    try {
+      fencingToken = this.fencing.next();
+    } catch (error) {
+      if (external) this.external?.release(external);
+      throw error;
+    }
+    const now = this.clock.now();
+    const lease: Lease = { leaseToken: randomUUID(), fencingToken, file: entry.key, owner, acquiredAt: now, expiresAt: ttlMs === null ? null : now + ttlMs };
+    const held: Held = { lease, ttlMs };
+    if (external) held.external = external;
+    entry.holder = held;
+    this.leases.set(lease.leaseToken, held);
+    this.lastTokens.set(entry.key, fencingToken);
+    if (ttlMs !== null) this.scheduleExpiry(held);
+    if (holdSignal) {
+      held.holdSignal = holdSignal;
+      held.onHoldAbort = () => this.release(lease.leaseToken);
+      holdSignal.addEventListener("abort", held.onHoldAbort, { once: true });
+    }
+    this.logger.debug({ file: entry.key, owner, fencingToken }, "lock granted");
+    return held;
+  }
+
+  /** Hands the lock to waiters in order for as long as it is free. */
+  private pump(entry: Entry): void {
+    if (this.entries.get(entry.key) !== entry) return;
+    this.expireIfDue(entry);
+    while (!entry.holder) {
+      const head = entry.waiters.values().next().value;
+      if (!head) break;
+      const claim = this.claimExternal(entry, head.owner, this.clock.now());
+      if (!claim) break;
+      this.dropWaiter(entry, head);
+      let held: Held;
+      try {
+        held = this.grant(entry, head.owner, head.ttlMs, claim === true ? undefined : claim, head.ttlMs === null ? head.signal : undefined);
+      } catch (error) {
+        head.reject(error instanceof BerthError ? error : new BerthError("internal", `granting ${entry.key} failed: ${(error as Error).message}`, { file: entry.key }));
+        continue;
+      }
+      head.resolve({ ...held.lease });
+    }
+    this.settle(entry);
+  }
+
+  /** Starts or stops watching the outside lock, and forgets an idle entry. */
+  private settle(entry: Entry): void {
+    const needsWatch = this.external !== undefined && !entry.holder && entry.waiters.size > 0;
+    if (needsWatch && !entry.unwatch) {
+      entry.unwatch = this.external!.watch(entry.key, () => this.pump(entry));
+    } else if (!needsWatch && entry.unwatch) {
+      entry.unwatch();
+      delete entry.unwatch;
+    }
+    if (!entry.holder && entry.waiters.size === 0 && this.entries.get(entry.key) === entry) this.entries.delete(entry.key);
+  }
+
+  private free(entry: Entry, held: Held, reason: EndReason): void {
+    if (held.timer !== undefined) this.clock.clearTimeout(held.timer);
+    if (held.holdSignal && held.onHoldAbort) held.holdSignal.removeEventListener("abort", held.onHoldAbort);
+    if (entry.holder === held) delete entry.holder;
+    this.leases.delete(held.lease.leaseToken);
+    this.ended.set(held.lease.leaseToken, { file: entry.key, reason, at: this.clock.now() });
+    if (this.ended.size > ENDED_MEMORY) this.ended.delete(this.ended.keys().next().value!);
+    if (held.external) {
+      try {
+        this.external?.release(held.external);
+      } catch (error) {
+        this.logger.error({ file: entry.key, err: error }, "cannot remove the lock file");
+      }
+    }
+    const log = reason === "expired" ? this.logger.info : this.logger.debug;
+    log.call(this.logger, { file: entry.key, owner: held.lease.owner, fencingToken: held.lease.fencingToken, reason }, `lock ${reason}`);
+  }
+
+  /** Frees a lease whose time is up even if its timer has not fired yet (a busy event loop). */
+  private expireIfDue(entry: Entry): boolean {
+    const held = entry.holder;
+    if (!held || held.lease.expiresAt === null || this.clock.now() < held.lease.expiresAt) return false;
+    this.free(entry, held, "expired");
+    return true;
+  }
+
+  /** The entry of `key` after serving an overdue expiry (to the next waiter, if any). */
+  private refresh(key: string): Entry | undefined {
+    const entry = this.entries.get(key);
+    if (entry && this.expireIfDue(entry)) this.pump(entry);
+    return this.entries.get(key);
+  }
+
+  private scheduleExpiry(held: Held): void {
+    if (held.timer !== undefined) this.clock.clearTimeout(held.timer);
+    const expiresAt = held.lease.expiresAt;
+    if (expiresAt === null) return;
+    held.timer = this.clock.setTimeout(() => {
+      delete held.timer;
+      const entry = this.entries.get(held.lease.file);
+      if (!entry || entry.holder !== held) return;
+      // A real timer may fire a hair early; never cut a lease short.
+      if (this.clock.now() < expiresAt) return this.scheduleExpiry(held);
+      this.free(entry, held, "expired");
+      this.pump(entry);
+    }, expiresAt - this.clock.now());
+  }
+
+  private scheduleDeadline(entry: Entry, waiter: Waiter): void {
+    waiter.timer = this.clock.setTimeout(() => {
+      delete waiter.timer;
+      if (!entry.waiters.has(waiter)) return;
+      if (this.clock.now() < waiter.deadline) return this.scheduleDeadline(entry, waiter);
+      // The head's turn may have come without an event (a lock file we could not watch): look once more.
+      this.pump(entry);
+      if (!entry.waiters.has(waiter)) return;
+      this.dropWaiter(entry, waiter);
+      waiter.reject(this.lockedError(entry, waiter.waitMs));
+      this.pump(entry);
+    }, waiter.deadline - this.clock.now());
+  }
+
+  private dropWaiter(entry: Entry, waiter: Waiter): void {
+    entry.waiters.delete(waiter);
+    if (waiter.timer !== undefined) this.clock.clearTimeout(waiter.timer);
+    delete waiter.timer;
+    if (waiter.signal && waiter.onAbort) waiter.signal.removeEventListener("abort", waiter.onAbort);
+  }
+
+  private entryFor(key: string): Entry {
+    let entry = this.entries.get(key);
+    if (!entry) {
+      entry = { key, waiters: new Set(), blocked: false };
+      this.entries.set(key, entry);
+    }
+    return entry;
+  }
+
+  private checkLeaseToken(leaseToken: unknown): string {
+    if (typeof leaseToken !== "string" || leaseToken.length === 0 || leaseToken.length > 128) {
+      throw invalidArgument("lease_token", "is required: the lease token Acquire returned");
+    }
+    return leaseToken;
+  }
+
+  private heldLease(leaseToken: string): Held {
+    const token = this.checkLeaseToken(leaseToken);
+    const held = this.leases.get(token);
+    if (held) {
+      this.refresh(held.lease.file);
+      if (this.leases.has(token)) return held;
+    }
+    const ended = this.ended.get(token);
+    const shown = `${token.slice(0, 8)}…`;
+    if (ended) {
+      const what = ended.reason === "expired" ? "expired" : ended.reason === "released" ? "was released" : "ended when the service shut down";
+      throw new BerthError("failed_precondition", `lease ${shown} on ${ended.file} ${what} at ${iso(ended.at)}; acquire the lock again (and renew sooner than the lease length)`, {
+        file: ended.file,
+        ended: ended.reason,
+        endedAt: ended.at,
+      });
+    }
+    throw new BerthError("not_found", `no lease ${shown} is held here: it never existed, or ended long ago or before a restart; acquire the lock again`, {});
+  }
+
+  private lockedError(entry: Entry, waitedMs: number): BerthError {
+    const key = entry.key;
+    const waited = waitedMs === 0 ? "it was not free (wait was 0: try once)" : `it stayed locked for the whole wait of ${formatDuration(waitedMs)}`;
+    const hint = "wait longer, or ask the holder to release it";
+    const held = entry.holder;
+    if (held) {
+      const { owner, acquiredAt, fencingToken } = held.lease;
+      return new BerthError("aborted", `source locked: ${key} is held by ${owner} since ${iso(acquiredAt)} (fencing token ${fencingToken}); ${waited}; ${hint}`, {
+        reason: "SOURCE_LOCKED",
+        file: key,
+        owner,
+        since: acquiredAt,
+        fencingToken,
+        kind: "berth",
+        waiting: entry.waiters.size,
+      });
+    }
+    const foreign = this.external?.peek(key) ?? entry.blockedBy;
+    if (foreign) {
+      const who = `${foreign.owner ?? "an unknown owner"}${foreign.pid !== undefined ? ` (pid ${foreign.pid})` : ""}`;
+      const details: Record<string, unknown> = { reason: "SOURCE_LOCKED", file: key, owner: foreign.owner ?? null, since: foreign.since, fencingToken: null, kind: "seed-file", lockFile: foreign.lockFile, waiting: entry.waiters.size };
+      if (foreign.pid !== undefined) details.pid = foreign.pid;
+      return new BerthError("aborted", `source locked: ${key} is held by ${who} through its lock file ${foreign.lockFile} since ${iso(foreign.since)}; ${waited}; ${hint}`, details);
+    }
+    const ahead = entry.waiters.size;
+    return new BerthError("aborted", `source locked: ${key} was not free: ${ahead} request${ahead === 1 ? "" : "s"} queued ahead; ${waited}; ${hint}`, {
+      reason: "SOURCE_LOCKED",
+      file: key,
+      owner: null,
+      since: null,
+      fencingToken: null,
+      kind: "queue",
+      waiting: ahead,
+    });
+  }
+}
+
+function seedFileHolder(foreign: ForeignLockHolder): LockHolderInfo {
+  const holder: LockHolderInfo = { kind: "seed-file", since: foreign.since, lockFile: foreign.lockFile, readable: foreign.readable };
+  if (foreign.owner !== undefined) holder.owner = foreign.owner;
+  if (foreign.pid !== undefined) holder.pid = foreign.pid;
+  return holder;
+}
