@@ -1,0 +1,355 @@
+/**
+ * One port (or unix socket) for gRPC, gRPC-Web and Connect, over HTTP/2 and HTTP/1.1.
+ *
+ * Node's `http2.createServer({ allowHTTP1 })` only falls back to HTTP/1.1 under TLS, so in
+ * cleartext a plain `net.Server` peeks at each connection's first bytes: the HTTP/2 client preface
+ * goes to an `http2` server, anything else to an `http` server, both running the same handler.
+ */
+import * as fs from "node:fs";
+import * as http from "node:http";
+import * as http2 from "node:http2";
+import * as net from "node:net";
+import type { connectNodeAdapter } from "@connectrpc/connect-node";
+import type { ServerLogger } from "./logger.js";
+
+/** Where a listener accepts connections. */
+export type ListenAddress = { readonly host: string; readonly port: number } | { readonly socket: string };
+
+/** Server-side HTTP/2 keepalive: a PING every `pingIntervalMs`; no ACK within `pingTimeoutMs` drops the connection. */
+export interface KeepaliveOptions {
+  readonly pingIntervalMs: number;
+  readonly pingTimeoutMs: number;
+}
+
+/** Pings often enough to keep NAT/proxy state and notice a dead peer within a minute. */
+export const DEFAULT_KEEPALIVE: KeepaliveOptions = { pingIntervalMs: 30_000, pingTimeoutMs: 10_000 };
+
+/** The request handler `connectNodeAdapter` returns: fits both `http` and `http2` servers. */
+export type NodeRequestHandler = ReturnType<typeof connectNodeAdapter>;
+
+/** Options of `listen`. */
+export interface ListenOptions {
+  /** The request handler both HTTP servers run (a `connectNodeAdapter` result). */
+  readonly handler: NodeRequestHandler;
+  /** Default `127.0.0.1`. */
+  readonly host?: string;
+  /** Default 0 (an ephemeral port, for tests). */
+  readonly port?: number;
+  /** A unix socket path to listen on instead of host/port; created with mode 0600. */
+  readonly socket?: string;
+  readonly keepalive?: KeepaliveOptions;
+  readonly logger?: ServerLogger;
+}
+
+/** A listening server and the controls for shutting it down in steps. */
+export interface Listener {
+  readonly address: ListenAddress;
+  /** HTTP requests (RPCs, `/metrics`) being served now. */
+  readonly activeRequests: number;
+  /** Open client connections. */
+  readonly connections: number;
+  /**
+   * Accept no new connection; send GOAWAY on every HTTP/2 connection (their open streams go on,
+   * and the connection closes after the last one); HTTP/1.1 connections close after their
+   * current request.
+   */
+  stopAccepting(): void;
+  /**
+   * Resolves true once every connection has closed (after `stopAccepting`, that is once every
+   * call has ended and its last bytes are out), false if that takes longer than `timeoutMs`.
+   */
+  drained(timeoutMs: number): Promise<boolean>;
+  /** Drops every connection at once; resolves when the listening socket is closed. */
+  destroy(): Promise<void>;
+}
+
+/** The first bytes of every HTTP/2 connection (RFC 9113, section 3.4). */
+const HTTP2_PREFACE = Buffer.from("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", "latin1");
+
+/** A connection that sends nothing for this long before we can tell its protocol is dropped. */
+const FIRST_BYTES_TIMEOUT_MS = 30_000;
+
+/** Starts listening; rejects with a clear message when the port or socket is taken. */
+export async function listen(options: ListenOptions): Promise<Listener> {
+  const keepalive = options.keepalive ?? DEFAULT_KEEPALIVE;
+  const logger = options.logger;
+  const sockets = new Set<net.Socket>();
+  const sessions = new Set<http2.ServerHttp2Session>();
+  /** Connections whose protocol is not known yet (no bytes seen). */
+  const unclassified = new Set<net.Socket>();
+  let active = 0;
+  let stopping = false;
+  let idleWaiters: Array<() => void> = [];
+
+  const requestEnded = () => {
+    active--;
+  };
+  const socketClosed = (socket: net.Socket) => {
+    sockets.delete(socket);
+    unclassified.delete(socket);
+    if (sockets.size === 0 && idleWaiters.length > 0) {
+      const waiters = idleWaiters;
+      idleWaiters = [];
+      for (const resolve of waiters) resolve();
+    }
+  };
+
+  const h2 = http2.createServer(
+    {
+      // Large messages (up to the size limit) and many concurrent streams per connection: a
+      // 64 KiB window would cap a stream at one window per round trip.
+      settings: { initialWindowSize: 1 << 20, maxConcurrentStreams: 10_000 },
+      maxSessionMemory: 64,
+    },
+    (req, res) => {
+      active++;
+      res.once("close", requestEnded);
+      options.handler(req, res);
+    },
+  );
+  // No idle timeout: a watch stream may be silent for hours. Dead peers are found by pings.
+  h2.setTimeout(0);
+  h2.on("session", (session) => {
+    sessions.add(session);
+    try {
+      session.setLocalWindowSize(8 << 20);
+    } catch {
+      // The session may already be closing; the default window still works.
+    }
+    const stopPinging = startKeepalive(session, keepalive, logger);
+    session.once("close", () => {
+      stopPinging();
+      sessions.delete(session);
+    });
+    session.on("error", (error) => logger?.debug({ err: error }, "http2 session error"));
+    if (stopping) session.close();
+  });
+  h2.on("sessionError", (error) => logger?.debug({ err: error }, "http2 session error"));
+
+  // HTTP/1.1 connections and how many requests each is serving, to close the idle ones at shutdown.
+  const h1Sockets = new Map<net.Socket, number>();
+  const h1 = http.createServer({ keepAliveTimeout: 5_000 }, (req, res) => {
+    active++;
+    const socket = req.socket;
+    h1Sockets.set(socket, (h1Sockets.get(socket) ?? 0) + 1);
+    res.once("close", () => {
+      const left = (h1Sockets.get(socket) ?? 1) - 1;
+      if (h1Sockets.has(socket)) h1Sockets.set(socket, left);
+      if (stopping && left === 0) socket.end();
+      requestEnded();
+    });
+    if (stopping) res.setHeader("connection", "close");
+    options.handler(req, res);
+  });
+  h1.on("clientError", (error: NodeJS.ErrnoException, socket: net.Socket) => {
+    logger?.debug({ err: error }, "bad http/1.1 request");
+    if (socket.writable && error.code !== "ECONNRESET") {
+      socket.end("HTTP/1.1 400 Bad Request\r\nconnection: close\r\ncontent-length: 0\r\n\r\n");
+    } else {
+      socket.destroy();
+    }
+  });
+
+  const server = net.createServer({ noDelay: true }, (socket) => {
+    if (stopping) {
+      socket.destroy();
+      return;
+    }
+    sockets.add(socket);
+    unclassified.add(socket);
+    socket.once("close", () => socketClosed(socket));
+    // Errors before the hand-off (a reset while we peek) must not crash the process; after it,
+    // the HTTP servers handle them.
+    const onEarlyError = (error: Error) => logger?.debug({ err: error }, "connection error before the first request");
+    socket.on("error", onEarlyError);
+    socket.setTimeout(FIRST_BYTES_TIMEOUT_MS, () => socket.destroy());
+
+    let buffered: Buffer = Buffer.alloc(0);
+    const onData = (chunk: Buffer) => {
+      buffered = buffered.length === 0 ? chunk : Buffer.concat([buffered, chunk]);
+      const n = Math.min(buffered.length, HTTP2_PREFACE.length);
+      const looksLikeHttp2 = buffered.subarray(0, n).equals(HTTP2_PREFACE.subarray(0, n));
+      if (looksLikeHttp2 && buffered.length < HTTP2_PREFACE.length) return; // not enough bytes yet
+      socket.off("data", onData);
+      socket.off("error", onEarlyError);
+      unclassified.delete(socket);
+      socket.setTimeout(0);
+      socket.pause();
+      socket.unshift(buffered);
+      if (looksLikeHttp2) {
+        // The http2 session reads what was unshifted from the socket's buffer before its handle.
+        h2.emit("connection", socket);
+      } else {
+        h1Sockets.set(socket, 0);
+        socket.once("close", () => h1Sockets.delete(socket));
+        h1.emit("connection", socket);
+        // The http parser consumes the handle; without resume() the unshifted request never flows.
+        socket.resume();
+      }
+    };
+    socket.on("data", onData);
+  });
+
+  const address = await bind(server, options);
+
+  return {
+    address,
+    get activeRequests() {
+      return active;
+    },
+    get connections() {
+      return sockets.size;
+    },
+    stopAccepting() {
+      if (stopping) return;
+      stopping = true;
+      server.close();
+      for (const socket of unclassified) socket.destroy();
+      for (const session of sessions) session.close();
+      // Idle HTTP/1.1 keep-alive connections would otherwise linger until their timeout.
+      for (const [socket, requests] of h1Sockets) if (requests === 0) socket.end();
+    },
+    drained(timeoutMs) {
+      if (sockets.size === 0) return Promise.resolve(true);
+      return new Promise<boolean>((resolve) => {
+        const timer = setTimeout(() => {
+          idleWaiters = idleWaiters.filter((w) => w !== onIdle);
+          resolve(false);
+        }, timeoutMs);
+        timer.unref();
+        const onIdle = () => {
+          clearTimeout(timer);
+          resolve(true);
+        };
+        idleWaiters.push(onIdle);
+      });
+    },
+    async destroy() {
+      stopping = true;
+      const closed = new Promise<void>((resolve) => {
+        if (!server.listening) return resolve();
+        server.close(() => resolve());
+      });
+      for (const session of sessions) session.destroy();
+      for (const socket of sockets) socket.destroy();
+      await closed;
+      if ("socket" in address) removeSocketFile(address.socket);
+    },
+  };
+}
+
+/** Pings the peer every interval; destroys the session when an ACK is overdue. Returns the stopper. */
+function startKeepalive(session: http2.ServerHttp2Session, options: KeepaliveOptions, logger: ServerLogger | undefined): () => void {
+  let overdue: NodeJS.Timeout | undefined;
+  const interval = setInterval(() => {
+    if (session.destroyed || session.closed || overdue !== undefined) return;
+    overdue = setTimeout(() => {
+      logger?.warn({ timeoutMs: options.pingTimeoutMs }, "http2 keepalive ping not acknowledged: dropping the connection");
+      session.destroy();
+    }, options.pingTimeoutMs);
+    overdue.unref();
+    const sent = session.ping(() => {
+      // An error here means the session is going away; either way this ping is settled.
+      clearTimeout(overdue);
+      overdue = undefined;
+    });
+    if (!sent) {
+      clearTimeout(overdue);
+      overdue = undefined;
+    }
+  }, options.pingIntervalMs);
+  interval.unref();
+  return () => {
+    clearInterval(interval);
+    clearTimeout(overdue);
+  };
+}
+
+async function bind(server: net.Server, options: ListenOptions): Promise<ListenAddress> {
+  if (options.socket !== undefined) {
+    const path = options.socket;
+    await removeStaleSocket(path);
+    // The socket file is created by bind(2) with the process umask: narrow it for that call so
+    // the socket is never reachable by others, not even for a moment.
+    const previous = trySetUmask(0o177);
+    try {
+      await listenOn(server, { path }, `unix socket ${path}`);
+    } finally {
+      if (previous !== undefined) trySetUmask(previous);
+    }
+    fs.chmodSync(path, 0o600);
+    return { socket: path };
+  }
+  const host = options.host ?? "127.0.0.1";
+  await listenOn(server, { host, port: options.port ?? 0 }, `${host}:${options.port ?? 0}`);
+  const bound = server.address() as net.AddressInfo;
+  return { host, port: bound.port };
+}
+
+function listenOn(server: net.Server, options: net.ListenOptions, what: string): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const onError = (error: NodeJS.ErrnoException) => {
+      server.off("listening", onListening);
+      if (error.code === "EADDRINUSE") {
+        reject(new Error(`cannot listen on ${what}: it is already in use (another berth server, or set another port/socket)`, { cause: error }));
+      } else if (error.code === "EACCES") {
+        reject(new Error(`cannot listen on ${what}: permission denied`, { cause: error }));
+      } else {
+        reject(new Error(`cannot listen on ${what}: ${error.message}`, { cause: error }));
+      }
+    };
+    const onListening = () => {
+      server.off("error", onError);
+      resolve();
+    };
+    server.once("error", onError);
+    server.once("listening", onListening);
+    server.listen(options);
+  });
+}
+
+/** A socket file left by a dead server is removed; one that still answers means a live server. */
+async function removeStaleSocket(path: string): Promise<void> {
+  let stat: fs.Stats;
+  try {
+    stat = fs.lstatSync(path);
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === "ENOENT") return;
+    throw error;
+  }
+  if (!stat.isSocket()) throw new Error(`cannot listen on unix socket ${path}: a file that is not a socket is in the way`);
+  const live = await new Promise<boolean>((resolve) => {
+    const probe = net.connect({ path });
+    probe.once("connect", () => {
+      probe.destroy();
+      resolve(true);
+    });
+    probe.once("error", () => resolve(false));
+  });
+  if (live) throw new Error(`cannot listen on unix socket ${path}: another server is listening on it`);
+  fs.unlinkSync(path);
+}
+
+function removeSocketFile(path: string): void {
+  try {
+    fs.unlinkSync(path);
+  } catch {
+    // Already gone (Node removes it when the server closes).
+  }
+}
+
+/** `process.umask(mask)`; undefined where it cannot be set (worker threads). */
+function trySetUmask(mask: number): number | undefined {
+  try {
+    return process.umask(mask);
+  } catch {
+    return undefined;
+  }
+}
+
+/** The base URL clients use: `http://host:port` (IPv6 in brackets) or `unix:/path`. */
+export function urlOf(address: ListenAddress): string {
+  if ("socket" in address) return `unix:${address.socket}`;
+  const host = address.host.includes(":") ? `[${address.host}]` : address.host;
+  return `http://${host}:${address.port}`;
+}

@@ -1,0 +1,212 @@
+/**
+ * One log line and one metrics record per RPC, written when the call ends: for a unary call when
+ * the handler returns, for a stream when its last message is out (a server interceptor's `next()`
+ * returns as soon as a stream starts, so the response iterator is wrapped to see the end).
+ */
+import { Code, ConnectError, createContextKey, type Interceptor, type StreamResponse } from "@connectrpc/connect";
+import { codeToString } from "@connectrpc/connect/protocol-connect";
+import type { ServerLogger } from "./logger.js";
+import type { ServerMetrics } from "./metrics.js";
+
+/** What the server knows of one HTTP request before and after the RPC layer sees it. */
+export interface CallState {
+  /** The remote address of the connection (`address:port`, or `unix` for a unix socket). */
+  readonly peer: string;
+  /** When the request arrived (`performance.now()`). */
+  readonly started: number;
+  /** Set by the observer interceptor: the call reached a handler and was logged there. */
+  observed: boolean;
+}
+
+/** The context value carrying a call's `CallState` from the HTTP layer to the interceptors. */
+export const callStateKey = createContextKey<CallState | undefined>(undefined, { description: "berth call state" });
+
+/** What a finished RPC reports. */
+export interface RpcRecord {
+  /** `/pkg.Service/Method` */
+  readonly method: string;
+  /** `ok`, or the Connect code name (`not_found`, `unavailable`…). */
+  readonly code: string;
+  readonly durationMs: number;
+  readonly peer: string;
+  /** `grpc`, `grpc-web` or `connect`. */
+  readonly protocol: string;
+}
+
+/** `ok` for success, else the Connect code name (`resource_exhausted`, `unavailable`…). */
+export function codeName(error: unknown): string {
+  if (error === undefined) return "ok";
+  return codeToString(error instanceof ConnectError ? error.code : Code.Unknown);
+}
+
+/** The protocol of a request, from its content type. */
+export function protocolOf(contentType: string | null): string {
+  if (contentType === null) return "connect";
+  if (contentType.startsWith("application/grpc-web")) return "grpc-web";
+  if (contentType.startsWith("application/grpc")) return "grpc";
+  return "connect";
+}
+
+/** Options of `createObserverInterceptor`. */
+export interface ObserverOptions {
+  readonly logger: ServerLogger;
+  readonly metrics?: ServerMetrics;
+}
+
+/**
+ * Logs each RPC at its end (`info`, message `rpc`, fields method, code, ms, peer, protocol) and
+ * records it in the metrics. Put it outermost so it sees the code the client gets.
+ */
+export function createObserverInterceptor({ logger, metrics }: ObserverOptions): Interceptor {
+  return (next) => async (req) => {
+    const state = req.contextValues.get(callStateKey);
+    if (state !== undefined) state.observed = true;
+    const started = state?.started ?? performance.now();
+    const finish = (error: unknown) => {
+      const durationMs = performance.now() - started;
+      const method = `/${req.service.typeName}/${req.method.name}`;
+      const code = codeName(error);
+      metrics?.recordRpc(method, code, durationMs / 1000);
+      logger.info(
+        { method, code, ms: roundMs(durationMs), peer: state?.peer ?? "unknown", protocol: protocolOf(req.header.get("content-type")) },
+        "rpc",
+      );
+    };
+
+    if (!req.stream) {
+      if (metrics) metrics.inFlight++;
+      try {
+        const res = await next(req);
+        finish(undefined);
+        return res;
+      } catch (error) {
+        finish(error);
+        throw error;
+      } finally {
+        if (metrics) metrics.inFlight--;
+      }
+    }
+
+    if (metrics) metrics.streamsOpen++;
+    const end = (error: unknown) => {
+      if (metrics) metrics.streamsOpen--;
+      finish(error);
+    };
+    let res: StreamResponse;
+    try {
+      res = (await next(req)) as StreamResponse;
+    } catch (error) {
+      end(error);
+      throw error;
+    }
+    return { ...res, message: onStreamEnd(res.message, end) };
+  };
+}
+
+const CLIENT_WENT_AWAY = new ConnectError("the client stopped reading the stream", Code.Canceled);
+
+/**
+ * Passes `source` through and calls `end` exactly once: with undefined when it completes, with
+ * the error it throws, or with CANCELED when the consumer stops early (`return()`).
+ */
+export function onStreamEnd<T>(source: AsyncIterable<T>, end: (error: unknown) => void): AsyncIterable<T> {
+  return {
+    [Symbol.asyncIterator]() {
+      const it = source[Symbol.asyncIterator]();
+      let ended = false;
+      const settle = (error: unknown) => {
+        if (ended) return;
+        ended = true;
+        end(error);
+      };
+      return {
+        async next() {
+          try {
+            const result = await it.next();
+            if (result.done === true) settle(undefined);
+            return result;
+          } catch (error) {
+            settle(error);
+            throw error;
+          }
+        },
+        return(value?: unknown) {
+          settle(CLIENT_WENT_AWAY);
+          return it.return ? it.return(value) : Promise.resolve({ done: true as const, value: value as T });
+        },
+        throw(error?: unknown) {
+          settle(error);
+          return it.throw ? it.throw(error) : Promise.reject(error);
+        },
+      };
+    },
+  };
+}
+
+/**
+ * Logs and counts an RPC the protocol layer refused before any interceptor ran (an undecodable or
+ * oversize unary request, a bad content type), so that every RPC still gets its line. The code is
+ * read from what was sent: `grpc-status` for gRPC over HTTP/2, else the HTTP status.
+ */
+export function recordRefusedCall(
+  options: ObserverOptions,
+  state: CallState,
+  path: string,
+  contentType: string | undefined,
+  httpStatus: number,
+  grpcStatus: string | undefined,
+): void {
+  const durationMs = performance.now() - state.started;
+  let code: string;
+  if (grpcStatus !== undefined && /^\d+$/.test(grpcStatus)) {
+    code = grpcStatus === "0" ? "ok" : codeToString(Number(grpcStatus) as Code);
+  } else {
+    code = codeOfHttpStatus(httpStatus);
+  }
+  options.metrics?.recordRpc(path, code, durationMs / 1000);
+  options.logger.info({ method: path, code, ms: roundMs(durationMs), peer: state.peer, protocol: protocolOf(contentType ?? null) }, "rpc");
+}
+
+/**
+ * The code behind an HTTP status the Connect protocol answered an error with: the inverse of its
+ * code → status table, taking the likeliest code where several codes share a status.
+ */
+function codeOfHttpStatus(status: number): string {
+  switch (status) {
+    case 200:
+      return "ok";
+    // Also failed_precondition and out_of_range; a refused request is most likely malformed.
+    case 400:
+      return "invalid_argument";
+    case 401:
+      return "unauthenticated";
+    case 403:
+      return "permission_denied";
+    case 404:
+      return "not_found";
+    // Also already_exists.
+    case 409:
+      return "aborted";
+    // The message size limit.
+    case 429:
+      return "resource_exhausted";
+    case 499:
+      return "canceled";
+    // Also unknown and data_loss.
+    case 500:
+      return "internal";
+    case 501:
+      return "unimplemented";
+    case 503:
+      return "unavailable";
+    case 504:
+      return "deadline_exceeded";
+    // Not a Connect error at all (415 wrong content type, 405 wrong method…).
+    default:
+      return `http_${status}`;
+  }
+}
+
+function roundMs(ms: number): number {
+  return Math.round(ms * 10) / 10;
+}
