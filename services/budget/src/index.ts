@@ -1,1 +1,13 @@
-export {};
+/**
+ * @berth/budget: admission control for a developer's machine, as a library. The RPC layer
+ * (`server/`) maps `berth.budget.v1.BudgetService` onto {@link createBudget}.
+ */
+export * from "./costs.js";
+export * from "./policy.js";
+export * from "./sampler.js";
+export * from "./verdict.js";
+export * from "./reservations.js";
+export * from "./running-tally.js";
+export * from "./admission-queue.js";
+export * from "./budget.js";
+export * from "./logger.js";

@@ -1,0 +1,660 @@
+/**
+ * The admission queue: requests that do not fit yet wait here, first come first served, and are
+ * admitted the moment they fit and it is their turn.
+ *
+ * Nothing polls. Waiters are re-checked only when something can have changed the answer: a
+ * reservation changed (admitted, build released, consumed, released), the running tally changed, a
+ * new machine sample arrived, or the policy changed. In FIFO only the head can be admitted, so a
+ * re-check evaluates the head and stops at the first request that does not fit: O(1) for any
+ * number of waiters, and a sample that changes nothing the gates look at changes nothing else.
+ *
+ * Backfill (`queueMode: "backfill"`) lets a request behind a blocked head go first only when that
+ * cannot delay the head. The rule, for a candidate C behind the head H:
+ *   1. C fits now on its own (every gate, with its own skipLoadGate);
+ *   2. for every resource C takes, H still fits with C admitted: if C takes memory, H's memory
+ *      still fits the memory budget and free memory less C and H stays above the reserve; if C
+ *      takes cpu, H's cpu still fits the cpu budget;
+ *   3. if H waits for the CPU to calm down (PSI or load), C takes no cpu: C's work would add to
+ *      the very saturation H waits out.
+ * So C only ever uses room that H cannot use anyway: whatever H waits for is unaffected by C,
+ * and once it clears, H fits with C still holding its share. (Work registered outside the queue,
+ * and work using more than it declared, can still delay H, as they can in FIFO.)
+ *
+ * What waiters hear (`onQueued`): at once when queued, whenever their position or the head's
+ * refusing gates change, and on one shared heartbeat timer for all waiters. Waiter k's reason is
+ * "k-1 request(s) ahead in the queue; <the head's reasons>": the head's reasons are computed once
+ * per event, not once per waiter. Position updates are batched: any number of admissions,
+ * cancellations and expiries in one turn of the event loop cost one walk of the queue.
+ */
+import type { Clock, TimerHandle } from "@berth/shared/clock";
+import { BerthError } from "@berth/shared/errors";
+import { formatDuration } from "@berth/shared/units";
+import type { Need, Resources } from "./costs.js";
+import { isZero, total } from "./costs.js";
+import type { Logger } from "./logger.js";
+import type { Policy } from "./policy.js";
+import type { Reservation } from "./reservations.js";
+import type { Reason, VerdictContext } from "./verdict.js";
+import { CPU_GATES, IMPOSSIBLE, freeMemory, reasonsFor, reasonsText, refusingGates } from "./verdict.js";
+
+/** How many requests ahead a waiter is told about by name (the ones nearest the head). */
+export const AHEAD_LIMIT = 10;
+
+/** A request ahead of a waiter, and what it asks for. */
+export interface AheadEntry {
+  label: string;
+  needs: Resources;
+}
+
+/** What a waiter hears while it waits. */
+export interface QueuedUpdate {
+  /** 1 is the head. */
+  position: number;
+  /** Estimated wait left: position x the moving hold time, less the time waited; at least 1 s. */
+  etaMs: number;
+  /** Why it waits: requests ahead (gate "queue"), then the head's refusing gates. */
+  waitFor: Reason[];
+  /** The same, written out as the seed does. */
+  waitForText: string;
+  /** Up to {@link AHEAD_LIMIT} requests ahead of it, from the head. */
+  ahead: AheadEntry[];
+  /** How many requests are ahead of it in all. */
+  aheadCount: number;
+}
+
+/** Options of one admission. */
+export interface AdmitOptions {
+  /** Give up after waiting this long (default: the policy's maxWaitMs). */
+  maxWaitMs?: number | undefined;
+  /** A wake of work that ran recently: the CPU gate is skipped, the memory gates still apply. */
+  skipLoadGate?: boolean | undefined;
+  /** The caller went away: a queued request is dropped. */
+  signal?: AbortSignal | undefined;
+  /** Hears the position, ETA and reason while queued. */
+  onQueued?: ((update: QueuedUpdate) => void) | undefined;
+}
+
+/** One waiter as `state()` shows it. */
+export interface QueueEntryInfo {
+  id: string;
+  label: string;
+  position: number;
+  needs: Resources;
+  skipLoadGate: boolean;
+  queuedAt: number;
+  waitedMs: number;
+  etaMs: number;
+  /** When its wait runs out (clock ms). */
+  deadline: number;
+}
+
+/** What the queue needs from the budget around it. */
+export interface QueueHost {
+  clock: Clock;
+  logger: Logger;
+  policy(): Policy;
+  /** What a verdict is judged against right now (committed, latest sample, unseen memory). */
+  context(): VerdictContext;
+  /** Admits `need`: makes the reservation. */
+  grant(need: Need, label: string): Reservation;
+  /** The moving estimate of how long a reservation is held. */
+  holdMs(): number;
+  /** Runs `fn` soon, after the current event (batches position updates). Default: setImmediate. */
+  defer?: ((fn: () => void) => void) | undefined;
+}
+
+interface Waiter {
+  id: string;
+  label: string;
+  need: Need;
+  want: Resources;
+  skipLoadGate: boolean;
+  queuedAt: number;
+  deadline: number;
+  onQueued: ((update: QueuedUpdate) => void) | undefined;
+  resolve: (reservation: Reservation) => void;
+  reject: (error: BerthError) => void;
+  signal: AbortSignal | undefined;
+  onAbort: (() => void) | undefined;
+  removed: boolean;
+  heapIndex: number;
+  /** What it was last told: a new position or head key means it hears again. */
+  lastPosition: number;
+  lastKey: string;
+  lastNotifiedAt: number;
+}
+
+/** The head's current refusal, computed once per event. */
+interface HeadState {
+  waiter: Waiter;
+  gates: number;
+}
+
+/** The seed's refusal when a need can never fit. */
+export function impossibleError(label: string, reasons: Reason[]): BerthError {
+  return new BerthError(
+    "failed_precondition",
+    `the load budget can never admit '${label}': ${reasons[0]?.message ?? "it is bigger than the whole budget"}. Declare smaller resources or raise the budget`,
+    { kind: "impossible", gate: reasons[0]?.gate, reasons },
+  );
+}
+
+/** The FIFO (optionally backfilling) admission queue. */
+export class AdmissionQueue {
+  private line: Waiter[] = [];
+  private headIndex = 0;
+  private live = 0;
+  private seq = 0;
+  private head: HeadState | undefined;
+  /** The head's refusing gates when waiters last heard: a change means everyone hears again. */
+  private headKey = "";
+  private readonly deadlines: Waiter[] = [];
+  private deadlineTimer: TimerHandle | undefined;
+  private deadlineAt = Number.POSITIVE_INFINITY;
+  private heartbeatTimer: TimerHandle | undefined;
+  private flushScheduled = false;
+  private rechecking = false;
+  private recheckAgain = false;
+  private closed = false;
+  private readonly defer: (fn: () => void) => void;
+
+  constructor(private readonly host: QueueHost) {
+    this.defer = host.defer ?? ((fn) => setImmediate(fn));
+  }
+
+  /** How many requests wait. */
+  get length(): number {
+    return this.live;
+  }
+
+  /**
+   * Waits until `need` fits and it is this request's turn, and returns its reservation (which the
+   * caller must release). A need of nothing never waits. Refusals, as BerthError:
+   * failed_precondition `impossible` (bigger than the whole budget), resource_exhausted
+   * `queue_full`, deadline_exceeded `wait_exhausted` (with `retryAfterMs`), cancelled (the signal
+   * fired), unavailable (the budget closed).
+   */
+  admit(need: Need, label: string, options: AdmitOptions = {}): Promise<Reservation> {
+    if (this.closed) return Promise.reject(closedError(label));
+    if (options.signal?.aborted) return Promise.reject(cancelledError(label));
+    const want = total(need);
+    // Nothing to build or start costs nothing: it never waits behind anyone.
+    if (isZero(want)) return Promise.resolve(this.host.grant(need, label));
+    const policy = this.host.policy();
+    const context = this.host.context();
+    const gates = refusingGates(want, context, { skipLoadGate: options.skipLoadGate });
+    if (gates & IMPOSSIBLE) return Promise.reject(impossibleError(label, reasonsFor(gates, want, context)));
+    if (this.live === 0 && gates === 0) return Promise.resolve(this.host.grant(need, label));
+    if (this.live > 0 && gates === 0 && policy.queueMode === "backfill" && this.canBackfill(want, context)) {
+      return Promise.resolve(this.host.grant(need, label));
+    }
+    if (this.live >= policy.maxQueue) {
+      return Promise.reject(
+        new BerthError(
+          "resource_exhausted",
+          `the load budget's queue is full (${this.live} waiting, BERTH_BUDGET_MAX_QUEUE) — '${label}' was not queued; retry later`,
+          { kind: "queue_full", waiting: this.live, setting: "BERTH_BUDGET_MAX_QUEUE", retryAfterMs: this.headEtaMs() },
+        ),
+      );
+    }
+    const maxWaitMs = options.maxWaitMs ?? policy.maxWaitMs;
+    if (!Number.isFinite(maxWaitMs) || maxWaitMs < 0) {
+      return Promise.reject(new BerthError("invalid_argument", `max_wait: must be a non-negative duration; got ${maxWaitMs}`, { field: "max_wait" }));
+    }
+    return new Promise<Reservation>((resolve, reject) => {
+      const now = this.host.clock.now();
+      const waiter: Waiter = {
+        id: `q${++this.seq}`,
+        label,
+        need,
+        want,
+        skipLoadGate: options.skipLoadGate ?? false,
+        queuedAt: now,
+        deadline: now + maxWaitMs,
+        onQueued: options.onQueued,
+        resolve,
+        reject,
+        signal: options.signal,
+        onAbort: undefined,
+        removed: false,
+        heapIndex: -1,
+        lastPosition: 0,
+        lastKey: "",
+        lastNotifiedAt: now,
+      };
+      if (options.signal) {
+        waiter.onAbort = () => this.drop(waiter, cancelledError(label));
+        options.signal.addEventListener("abort", waiter.onAbort, { once: true });
+      }
+      this.line.push(waiter);
+      this.live++;
+      this.pushDeadline(waiter);
+      if (this.live === 1) {
+        this.head = { waiter, gates };
+        this.headKey = gatesKeyOf(gates);
+        this.startHeartbeat();
+      }
+      this.notify(waiter, this.live, this.host.context());
+    });
+  }
+
+  /**
+   * Re-checks the queue after something changed: admits from the head while the head fits, then
+   * (backfill) lets through whoever cannot delay the head. Re-entrant calls (an admission changes
+   * the reservations, which asks for a re-check) fold into the running one.
+   */
+  recheck(): void {
+    if (this.closed) return;
+    if (this.rechecking) {
+      this.recheckAgain = true;
+      return;
+    }
+    this.rechecking = true;
+    let admitted = false;
+    try {
+      do {
+        this.recheckAgain = false;
+        for (;;) {
+          const waiter = this.firstLive();
+          if (!waiter) {
+            this.head = undefined;
+            break;
+          }
+          const context = this.host.context();
+          const gates = refusingGates(waiter.want, context, { skipLoadGate: waiter.skipLoadGate });
+          if (gates & IMPOSSIBLE) {
+            // The policy shrank under it: it will never fit now.
+            this.drop(waiter, impossibleError(waiter.label, reasonsFor(gates, waiter.want, context)));
+            continue;
+          }
+          if (gates === 0) {
+            this.grant(waiter);
+            admitted = true;
+            continue;
+          }
+          this.head = { waiter, gates };
+          break;
+        }
+        if (this.head && this.host.policy().queueMode === "backfill" && this.backfill()) admitted = true;
+      } while (this.recheckAgain);
+    } finally {
+      this.rechecking = false;
+    }
+    const key = this.head ? gatesKeyOf(this.head.gates) : "";
+    if (admitted || key !== this.headKey) this.scheduleFlush();
+  }
+
+  /** The policy changed: re-arm the heartbeat at its new interval and re-check everyone. */
+  policyChanged(): void {
+    if (this.heartbeatTimer !== undefined) {
+      this.host.clock.clearTimeout(this.heartbeatTimer);
+      this.heartbeatTimer = undefined;
+      this.startHeartbeat();
+    }
+    this.recheck();
+  }
+
+  /** Every waiter with its position and ETA, head first. */
+  entries(): QueueEntryInfo[] {
+    const now = this.host.clock.now();
+    const holdMs = this.host.holdMs();
+    const result: QueueEntryInfo[] = [];
+    for (const w of this.line) {
+      if (w.removed) continue;
+      const position = result.length + 1;
+      result.push({
+        id: w.id,
+        label: w.label,
+        position,
+        needs: { ...w.want },
+        skipLoadGate: w.skipLoadGate,
+        queuedAt: w.queuedAt,
+        waitedMs: now - w.queuedAt,
+        etaMs: etaOf(position, holdMs, now - w.queuedAt),
+        deadline: w.deadline,
+      });
+    }
+    return result;
+  }
+
+  /** The head's current reasons (what everyone waits for), or [] when the queue is empty. */
+  headReasons(): Reason[] {
+    const head = this.head;
+    if (!head || head.waiter.removed) return [];
+    return reasonsFor(head.gates, head.waiter.want, this.host.context());
+  }
+
+  /** Refuses every waiter with `unavailable` and stops the timers. */
+  close(): void {
+    if (this.closed) return;
+    // Closed first, so that dropping the head does not admit the next one on the way out.
+    this.closed = true;
+    for (const w of this.line) if (!w.removed) this.drop(w, closedError(w.label));
+    if (this.deadlineTimer !== undefined) this.host.clock.clearTimeout(this.deadlineTimer);
+    if (this.heartbeatTimer !== undefined) this.host.clock.clearTimeout(this.heartbeatTimer);
+    this.deadlineTimer = undefined;
+    this.heartbeatTimer = undefined;
+    this.line = [];
+    this.headIndex = 0;
+  }
+
+  // --- admission --------------------------------------------------------------------------------
+
+  private firstLive(): Waiter | undefined {
+    while (this.headIndex < this.line.length && this.line[this.headIndex]!.removed) this.headIndex++;
+    return this.line[this.headIndex];
+  }
+
+  private grant(waiter: Waiter): void {
+    this.remove(waiter);
+    let reservation: Reservation;
+    try {
+      reservation = this.host.grant(waiter.need, waiter.label);
+    } catch (error) {
+      waiter.reject(error instanceof BerthError ? error : new BerthError("internal", `admitting '${waiter.label}' failed: ${(error as Error).message}`));
+      return;
+    }
+    waiter.resolve(reservation);
+  }
+
+  /** Backfill pass behind a blocked head (see the module comment for the rule). True when it admitted anyone. */
+  private backfill(): boolean {
+    let admitted = false;
+    let context = this.host.context();
+    const head = this.head!;
+    for (let i = this.headIndex + 1; i < this.line.length; i++) {
+      const candidate = this.line[i]!;
+      if (candidate.removed) continue;
+      const gates = refusingGates(candidate.want, context, { skipLoadGate: candidate.skipLoadGate });
+      if (gates !== 0) continue;
+      if (!this.cannotDelayHead(candidate.want, head, context)) continue;
+      this.grant(candidate);
+      admitted = true;
+      context = this.host.context();
+    }
+    return admitted;
+  }
+
+  /** Rule 1 for a newcomer is checked by the caller; this checks rules 2 and 3 against the current head. */
+  private canBackfill(want: Resources, context: VerdictContext): boolean {
+    const waiter = this.firstLive();
+    if (!waiter) return true;
+    const gates = refusingGates(waiter.want, context, { skipLoadGate: waiter.skipLoadGate });
+    if (gates === 0 || gates & IMPOSSIBLE) return false; // the head goes first; a re-check will see to it
+    return this.cannotDelayHead(want, { waiter, gates }, context);
+  }
+
+  private cannotDelayHead(want: Resources, head: HeadState, context: VerdictContext): boolean {
+    const { policy, committed } = context;
+    const h = head.waiter.want;
+    if (want.memoryBytes > 0) {
+      if (committed.memoryBytes + want.memoryBytes + h.memoryBytes > policy.memoryBytes) return false;
+      const free = freeMemory(context);
+      if (free !== undefined && free - want.memoryBytes - h.memoryBytes < policy.reserveBytes) return false;
+    }
+    if (want.cpu > 0) {
+      if (committed.cpu + want.cpu + h.cpu > policy.cpu) return false;
+      if (head.gates & CPU_GATES) return false;
+    }
+    return true;
+  }
+
+  // --- removal and deadlines ---------------------------------------------------------------------
+
+  private remove(waiter: Waiter): void {
+    if (waiter.removed) return;
+    waiter.removed = true;
+    this.live--;
+    this.removeDeadline(waiter);
+    if (waiter.onAbort) waiter.signal?.removeEventListener("abort", waiter.onAbort);
+    if (this.head?.waiter === waiter) this.head = undefined;
+    if (this.live === 0) this.stopHeartbeat();
+  }
+
+  /** Takes a waiter out and refuses it; a new head may fit, so the queue is re-checked. */
+  private drop(waiter: Waiter, error: BerthError): void {
+    if (waiter.removed) return;
+    const wasHead = this.firstLive() === waiter;
+    this.remove(waiter);
+    waiter.reject(error);
+    if (wasHead) this.recheck();
+    this.scheduleFlush();
+  }
+
+  private expire(): void {
+    this.deadlineTimer = undefined;
+    this.deadlineAt = Number.POSITIVE_INFINITY;
+    const now = this.host.clock.now();
+    const expired: Waiter[] = [];
+    while (this.deadlines.length > 0 && this.deadlines[0]!.deadline <= now) expired.push(this.popDeadline()!);
+    if (expired.length > 0) {
+      // Positions for every expired waiter in one walk, not one walk each.
+      const positions = new Map<Waiter, number>();
+      let position = 0;
+      for (const w of this.line) if (!w.removed) positions.set(w, ++position);
+      const context = this.host.context();
+      const head = this.head && !this.head.waiter.removed ? this.head : undefined;
+      const headReasons = head ? reasonsFor(head.gates, head.waiter.want, context) : [];
+      const holdMs = this.host.holdMs();
+      for (const w of expired) {
+        const at = positions.get(w) ?? 1;
+        const reasons = at === 1 && head?.waiter === w ? headReasons : [queueReason(at - 1), ...headReasons];
+        const text = reasonsText(reasons) ?? "its turn";
+        w.heapIndex = -1;
+        this.drop(
+          w,
+          new BerthError(
+            "deadline_exceeded",
+            `waited ${formatDuration(now - w.queuedAt)} for the load budget and '${w.label}' still does not fit — ${text}. ` +
+              `Stop what you do not need ('berth budget state' shows what holds the budget), or raise the budget (BERTH_BUDGET_MEMORY, BERTH_BUDGET_CPU)`,
+            { kind: "wait_exhausted", position: at, reasons, retryAfterMs: etaOf(at, holdMs, now - w.queuedAt) },
+          ),
+        );
+      }
+    }
+    this.armDeadlineTimer();
+  }
+
+  private armDeadlineTimer(): void {
+    if (this.closed) return;
+    const next = this.deadlines[0]?.deadline ?? Number.POSITIVE_INFINITY;
+    if (next === this.deadlineAt) return;
+    if (this.deadlineTimer !== undefined) this.host.clock.clearTimeout(this.deadlineTimer);
+    this.deadlineTimer = undefined;
+    this.deadlineAt = next;
+    if (next !== Number.POSITIVE_INFINITY) this.deadlineTimer = this.host.clock.setTimeout(() => this.expire(), next - this.host.clock.now());
+  }
+
+  // A binary min-heap of waiters by deadline: one timer serves every waiter, and a batch of expiries is handled in one go.
+
+  private pushDeadline(waiter: Waiter): void {
+    waiter.heapIndex = this.deadlines.length;
+    this.deadlines.push(waiter);
+    this.siftUp(waiter.heapIndex);
+    this.armDeadlineTimer();
+  }
+
+  private popDeadline(): Waiter | undefined {
+    const top = this.deadlines[0];
+    if (top) this.removeAt(0);
+    return top;
+  }
+
+  private removeDeadline(waiter: Waiter): void {
+    if (waiter.heapIndex < 0) return;
+    this.removeAt(waiter.heapIndex);
+    if (this.deadlineTimer !== undefined || this.deadlines.length > 0) this.armDeadlineTimer();
+  }
+
+  private removeAt(index: number): void {
+    const heap = this.deadlines;
+    const removed = heap[index]!;
+    const last = heap.pop()!;
+    removed.heapIndex = -1;
+    if (index < heap.length) {
+      heap[index] = last;
+      last.heapIndex = index;
+      this.siftUp(index);
+      this.siftDown(last.heapIndex);
+    }
+  }
+
+  private siftUp(index: number): void {
+    const heap = this.deadlines;
+    while (index > 0) {
+      const parent = (index - 1) >> 1;
+      if (heap[parent]!.deadline <= heap[index]!.deadline) break;
+      this.swap(index, parent);
+      index = parent;
+    }
+  }
+
+  private siftDown(index: number): void {
+    const heap = this.deadlines;
+    for (;;) {
+      const left = index * 2 + 1;
+      const right = left + 1;
+      let smallest = index;
+      if (left < heap.length && heap[left]!.deadline < heap[smallest]!.deadline) smallest = left;
+      if (right < heap.length && heap[right]!.deadline < heap[smallest]!.deadline) smallest = right;
+      if (smallest === index) return;
+      this.swap(index, smallest);
+      index = smallest;
+    }
+  }
+
+  private swap(a: number, b: number): void {
+    const heap = this.deadlines;
+    const wa = heap[a]!;
+    const wb = heap[b]!;
+    heap[a] = wb;
+    heap[b] = wa;
+    wa.heapIndex = b;
+    wb.heapIndex = a;
+  }
+
+  private headEtaMs(): number {
+    const head = this.firstLive();
+    return etaOf(1, this.host.holdMs(), head ? this.host.clock.now() - head.queuedAt : 0);
+  }
+
+  // --- what waiters hear -------------------------------------------------------------------------
+
+  private scheduleFlush(): void {
+    if (this.flushScheduled || this.closed) return;
+    this.flushScheduled = true;
+    this.defer(() => {
+      this.flushScheduled = false;
+      this.flush(false);
+    });
+  }
+
+  /**
+   * Compacts the line and tells each waiter whose position or reason changed (all of them, on a
+   * heartbeat, except those told within the last half beat). One walk, one head verdict.
+   */
+  private flush(heartbeat: boolean): void {
+    if (this.closed) return;
+    if (this.headIndex > 0 || this.line.length !== this.live) {
+      this.line = this.line.filter((w) => !w.removed);
+      this.headIndex = 0;
+    }
+    if (this.line.length === 0) {
+      this.headKey = "";
+      return;
+    }
+    const context = this.host.context();
+    const head = this.head && !this.head.waiter.removed ? this.head : undefined;
+    this.headKey = head ? gatesKeyOf(head.gates) : "";
+    const headReasons = head ? reasonsFor(head.gates, head.waiter.want, context) : [];
+    const headText = reasonsText(headReasons);
+    const ahead = this.line.slice(0, AHEAD_LIMIT).map((w) => ({ label: w.label, needs: w.want }));
+    const now = this.host.clock.now();
+    const holdMs = this.host.holdMs();
+    const quiet = this.host.policy().heartbeatMs / 2;
+    for (let i = 0; i < this.line.length; i++) {
+      const w = this.line[i]!;
+      const position = i + 1;
+      const changed = position !== w.lastPosition || this.headKey !== w.lastKey;
+      if (!changed && !(heartbeat && now - w.lastNotifiedAt >= quiet)) continue;
+      this.tell(w, position, headReasons, headText, ahead, now, holdMs);
+    }
+  }
+
+  /** Tells one waiter where it stands (at once when it joins). */
+  private notify(waiter: Waiter, position: number, context: VerdictContext): void {
+    const head = this.head && !this.head.waiter.removed ? this.head : undefined;
+    const headReasons = head ? reasonsFor(head.gates, head.waiter.want, context) : [];
+    const ahead = this.line.slice(this.headIndex, this.headIndex + AHEAD_LIMIT + 1).filter((w) => !w.removed);
+    this.tell(
+      waiter,
+      position,
+      headReasons,
+      reasonsText(headReasons),
+      ahead.slice(0, AHEAD_LIMIT).map((w) => ({ label: w.label, needs: w.want })),
+      this.host.clock.now(),
+      this.host.holdMs(),
+    );
+  }
+
+  private tell(w: Waiter, position: number, headReasons: Reason[], headText: string | undefined, ahead: AheadEntry[], now: number, holdMs: number): void {
+    w.lastPosition = position;
+    w.lastKey = this.headKey;
+    w.lastNotifiedAt = now;
+    if (!w.onQueued) return;
+    const aheadCount = position - 1;
+    const waitFor = aheadCount === 0 ? headReasons : [queueReason(aheadCount), ...headReasons];
+    const waitForText =
+      aheadCount === 0 ? (headText ?? "its turn") : `${aheadCount} request(s) ahead in the queue${headText ? `; ${headText}` : ""}`;
+    try {
+      w.onQueued({
+        position,
+        etaMs: etaOf(position, holdMs, now - w.queuedAt),
+        waitFor,
+        waitForText,
+        ahead: aheadCount >= ahead.length ? ahead : ahead.slice(0, aheadCount),
+        aheadCount,
+      });
+    } catch (error) {
+      this.host.logger.warn({ err: error, label: w.label }, "budget: a queued request's listener failed");
+    }
+  }
+
+  private startHeartbeat(): void {
+    if (this.heartbeatTimer !== undefined || this.closed || this.live === 0) return;
+    this.heartbeatTimer = this.host.clock.setTimeout(() => {
+      this.heartbeatTimer = undefined;
+      if (this.live === 0) return;
+      // The head's verdict is refreshed (it reads the cached sample, not /proc) and shared by every waiter.
+      this.recheck();
+      this.flush(true);
+      this.startHeartbeat();
+    }, this.host.policy().heartbeatMs);
+  }
+
+  private stopHeartbeat(): void {
+    if (this.heartbeatTimer !== undefined) this.host.clock.clearTimeout(this.heartbeatTimer);
+    this.heartbeatTimer = undefined;
+  }
+}
+
+/** The seed's ETA: position x the moving hold time, less the time already waited; at least 1 s. */
+export function etaOf(position: number, holdMs: number, waitedMs: number): number {
+  return Math.max(1000, position * holdMs - waitedMs);
+}
+
+function queueReason(ahead: number): Reason {
+  return { gate: "queue", message: `${ahead} request(s) ahead in the queue`, needed: undefined, available: undefined, limit: undefined, setting: undefined };
+}
+
+function gatesKeyOf(gates: number): string {
+  return String(gates);
+}
+
+function cancelledError(label: string): BerthError {
+  return new BerthError("cancelled", `'${label}' was dropped from the load budget's queue: its caller disconnected`, { kind: "cancelled" });
+}
+
+function closedError(label: string): BerthError {
+  return new BerthError("unavailable", `the budget service is shutting down; '${label}' was not admitted — retry once it is back`, { kind: "closed" });
+}

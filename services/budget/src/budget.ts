@@ -1,0 +1,372 @@
+/**
+ * The budget: one object that wires the policy, the sampler, the reservations, the running tally and
+ * the admission queue together. The RPC layer maps each call onto one method here.
+ *
+ * Who re-checks the queue, and when (never on a timer of its own):
+ * - a reservation changes (admitted, build released, consumed, released, lease ran out);
+ * - the running tally changes (registered, stopped, a pid gone, a lease ran out);
+ * - a sample arrives whose free memory or CPU-gate state differs from the last one's;
+ * - the policy is reloaded.
+ */
+import type { Clock } from "@berth/shared/clock";
+import { systemClock } from "@berth/shared/clock";
+import { BerthError, invalidArgument } from "@berth/shared/errors";
+import type { AdmitOptions, QueueEntryInfo } from "./admission-queue.js";
+import { AdmissionQueue } from "./admission-queue.js";
+import type { Cost, Need, NeedItemInput, Resources, ResourceSpec } from "./costs.js";
+import { checkResources, costsOf, needFromItems, total } from "./costs.js";
+import type { Logger } from "./logger.js";
+import { silentLogger } from "./logger.js";
+import type { Policy } from "./policy.js";
+import { validatePolicy } from "./policy.js";
+import type { Reservation } from "./reservations.js";
+import { ReservationBook } from "./reservations.js";
+import type { RunningEntry } from "./running-tally.js";
+import { RunningTally } from "./running-tally.js";
+import type { MachineSample, Sampler } from "./sampler.js";
+import type { CheckOptions, Committed, Reason, Verdict, VerdictContext } from "./verdict.js";
+import { check, cpuGate, freeMemory } from "./verdict.js";
+
+/** Options of {@link createBudget}. */
+export interface BudgetOptions {
+  policy: Policy;
+  /** The service's one sampler. The budget subscribes to it; starting and closing it is the caller's. */
+  sampler: Sampler;
+  clock?: Clock | undefined;
+  /** The state directory: the running tally is kept in `<stateDir>/budget/running.json`. Undefined: in memory only. */
+  stateDir?: string | undefined;
+  logger?: Logger | undefined;
+  /** Is `pid` (started at `startTime`) still that process? Default: process-identity's `sameProcess`. */
+  isAlive?: ((pid: number, startTime: number | undefined) => boolean) | undefined;
+  /** Runs a function after the current event (batches queue position updates). Default: setImmediate. */
+  defer?: ((fn: () => void) => void) | undefined;
+}
+
+/** Options of a leased reservation ({@link Budget.reserve}). */
+export interface ReserveOptions extends AdmitOptions {
+  /** The lease: released unless renewed within this many ms. */
+  ttlMs: number;
+}
+
+/** A reservation as `state()` shows it. */
+export interface ReservationInfo {
+  id: string;
+  label: string;
+  start: Resources;
+  build: Resources;
+  admittedAt: number;
+  leaseExpiresAt?: number | undefined;
+}
+
+/** Everything the budget knows right now (what `berth budget state` shows). */
+export interface BudgetState {
+  policy: Policy;
+  /** The latest machine sample. */
+  sample?: MachineSample | undefined;
+  /** Running work plus in-flight reservations, and who holds what. */
+  committed: Committed;
+  /** Free memory as the gate sees it: the sample's, less what was admitted since. */
+  freeMemoryBytes?: number | undefined;
+  /** The waiters, head first, with positions and ETAs. */
+  queue: QueueEntryInfo[];
+  /** Why the head waits (empty when nobody waits). */
+  waitFor: Reason[];
+  reservations: ReservationInfo[];
+  running: RunningEntry[];
+  /** The moving estimate of how long a reservation is held. */
+  holdMs: number;
+}
+
+/** Options for running work. */
+export interface RunningOptions {
+  pid?: number | undefined;
+  ttlMs?: number | undefined;
+}
+
+/** The budget's API. */
+export interface Budget {
+  /** Would `need` be admitted right now, ignoring the queue? Reads the cached sample, never /proc. */
+  check(need: Pick<Need, "start" | "build">, options?: CheckOptions): Verdict;
+  /** Waits for room and its turn; resolves with the reservation, which the caller must release (see {@link AdmissionQueue.admit} for refusals). */
+  admit(need: Need, label: string, options?: AdmitOptions): Promise<Reservation>;
+  /** `admit`, then hold the reservation on a lease of `ttlMs` (for clients that cannot hold a stream). */
+  reserve(need: Need, label: string, options: ReserveOptions): Promise<Reservation>;
+  /** Renews a leased reservation. not_found when it was released or its lease ran out. */
+  renew(reservationId: string, ttlMs?: number): Reservation;
+  /** Releases a reservation. Idempotent: false when there was none by that id. */
+  release(reservationId: string): boolean;
+  /** The reservation's build phase is over: its build share goes back. */
+  releaseBuild(reservationId: string): Reservation;
+  /** Something the reservation starts now runs: its share moves to the running tally. Resolves once the tally is on disk. */
+  consume(reservationId: string, name: string, cost: Resources, options?: RunningOptions): Promise<RunningEntry>;
+  /** Counts running work started outside a reservation. Resolves once the tally is on disk. */
+  registerRunning(name: string, cost: Resources, options?: RunningOptions): Promise<RunningEntry>;
+  /** Renews a running entry's lease. */
+  renewRunning(id: string, ttlMs?: number): Promise<RunningEntry>;
+  /** Stops counting running work. False when there was none by that id. Resolves once the tally is on disk. */
+  stopRunning(id: string): Promise<boolean>;
+  getReservation(reservationId: string): Reservation | undefined;
+  state(): BudgetState;
+  /** The latest machine sample. */
+  machine(): MachineSample | undefined;
+  /** The latest sample, then every new one; a slow reader gets the newest, not a backlog. Ends when `signal` fires or the budget closes. */
+  watchMachine(signal?: AbortSignal): AsyncIterable<MachineSample>;
+  /** What a spec costs running and building, with the policy's defaults for what it leaves out. */
+  costs(spec: ResourceSpec | undefined): { run: Cost; build: Cost };
+  /** The need of the items a caller sent (defaults from the current policy). */
+  needOf(items: readonly NeedItemInput[]): Need;
+  policy(): Policy;
+  /** Swaps the policy (validated first) and re-checks the queue. The server wires SIGHUP to it. */
+  reloadPolicy(policy: Policy): Policy;
+  /** Refuses every waiter (unavailable), stops every timer and waits for the tally's last write. */
+  close(): Promise<void>;
+}
+
+function checkLabel(label: unknown): string {
+  if (typeof label !== "string" || label.trim() === "" || label.length > 256) throw invalidArgument("label", "must be 1 to 256 characters");
+  return label;
+}
+
+function checkNeed(need: Pick<Need, "start" | "build">): void {
+  if (!need || typeof need !== "object") throw invalidArgument("need", "is required");
+  checkResources(need.start, "need.start");
+  checkResources(need.build, "need.build");
+}
+
+function reservationInfo(r: Reservation): ReservationInfo {
+  return { id: r.id, label: r.label, start: { ...r.start }, build: { ...r.build }, admittedAt: r.admittedAt, leaseExpiresAt: r.leaseExpiresAt };
+}
+
+/** Creates the budget: opens the running tally (dropping what ended while the service was down) and subscribes to the sampler. */
+export async function createBudget(options: BudgetOptions): Promise<Budget> {
+  const clock = options.clock ?? systemClock;
+  const logger = options.logger ?? silentLogger;
+  let policy = validatePolicy(options.policy);
+  let closed = false;
+
+  // Filled in below; the tally and the book call back into the queue on every change.
+  let queueRef: AdmissionQueue | undefined;
+  let cachedCommitted: { book: number; tally: number; value: Committed } | undefined;
+  const recheck = () => queueRef?.recheck();
+
+  const tally = await RunningTally.open({ clock, stateDir: options.stateDir, logger, onChange: recheck, isAlive: options.isAlive });
+  const book = new ReservationBook({ clock, tally, logger, onChange: recheck });
+
+  const committed = (): Committed => {
+    if (cachedCommitted && cachedCommitted.book === book.version && cachedCommitted.tally === tally.version) return cachedCommitted.value;
+    const running = tally.totals();
+    const reserved = book.totals();
+    const value: Committed = {
+      memoryBytes: running.memoryBytes + reserved.memoryBytes,
+      cpu: running.cpu + reserved.cpu,
+      items: [...tally.committedItems(), ...book.committedItems()],
+    };
+    cachedCommitted = { book: book.version, tally: tally.version, value };
+    return value;
+  };
+
+  const context = (): VerdictContext => {
+    const sample = options.sampler.latest();
+    return {
+      policy,
+      committed: committed(),
+      sample,
+      unseenMemoryBytes: sample ? book.unseenSince(sample.at) + tally.unseenSince(sample.at) : 0,
+    };
+  };
+
+  const queue = new AdmissionQueue({
+    clock,
+    logger,
+    policy: () => policy,
+    context,
+    grant: (need, label) => book.create(need, label),
+    holdMs: () => book.holdMs,
+    defer: options.defer,
+  });
+  queueRef = queue;
+
+  // A sample that changes neither free memory nor the CPU gate cannot change any verdict: skip it.
+  let lastSampleKey = "";
+  const watchers = new Set<(sample: MachineSample | undefined) => void>();
+  const unsubscribe = options.sampler.onSample((sample) => {
+    if (closed) return;
+    tally.sweep();
+    const ctx = context();
+    const key = `${freeMemory(ctx)}|${cpuGate(policy, sample)}`;
+    if (key !== lastSampleKey) {
+      lastSampleKey = key;
+      recheck();
+    }
+    for (const watcher of watchers) watcher(sample);
+  });
+
+  const reservation = (id: string): Reservation => {
+    const found = book.get(id);
+    if (!found) throw new BerthError("not_found", `no reservation ${id}: it was released, its lease ran out, or the service restarted`, { reservationId: id });
+    return found;
+  };
+
+  const ensureOpen = () => {
+    if (closed) throw new BerthError("unavailable", "the budget service is shutting down; retry once it is back");
+  };
+
+  const budget: Budget = {
+    check(need, checkOptions = {}) {
+      checkNeed(need);
+      return check(total(need), context(), checkOptions);
+    },
+
+    admit(need, label, admitOptions = {}) {
+      try {
+        ensureOpen();
+        checkNeed(need);
+        checkLabel(label);
+      } catch (error) {
+        return Promise.reject(error);
+      }
+      return queue.admit(need, label, admitOptions);
+    },
+
+    async reserve(need, label, reserveOptions) {
+      const { ttlMs, ...admitOptions } = reserveOptions;
+      if (!Number.isFinite(ttlMs) || ttlMs <= 0) throw invalidArgument("ttl", `must be a positive duration; got ${ttlMs}`);
+      const admitted = await budget.admit(need, label, admitOptions);
+      // No timer can fire between the admission and this line: the lease starts with the reservation.
+      book.lease(admitted, ttlMs);
+      return admitted;
+    },
+
+    renew(reservationId, ttlMs) {
+      const found = reservation(reservationId);
+      found.renew(ttlMs);
+      return found;
+    },
+
+    release(reservationId) {
+      const found = book.get(reservationId);
+      if (!found) return false;
+      found.release();
+      return true;
+    },
+
+    releaseBuild(reservationId) {
+      const found = reservation(reservationId);
+      found.releaseBuild();
+      return found;
+    },
+
+    async consume(reservationId, name, cost, runningOptions = {}) {
+      ensureOpen();
+      const entry = reservation(reservationId).consume(name, cost, runningOptions);
+      await tally.whenDurable();
+      return entry;
+    },
+
+    async registerRunning(name, cost, runningOptions = {}) {
+      ensureOpen();
+      const entry = tally.register(name, cost, runningOptions);
+      await tally.whenDurable();
+      return entry;
+    },
+
+    async renewRunning(id, ttlMs) {
+      ensureOpen();
+      const entry = tally.renew(id, ttlMs);
+      await tally.whenDurable();
+      return entry;
+    },
+
+    async stopRunning(id) {
+      const stopped = tally.stop(id);
+      if (stopped) await tally.whenDurable();
+      return stopped;
+    },
+
+    getReservation: (id) => book.get(id),
+
+    state() {
+      const ctx = context();
+      return {
+        policy,
+        sample: ctx.sample,
+        committed: ctx.committed,
+        freeMemoryBytes: freeMemory(ctx),
+        queue: queue.entries(),
+        waitFor: queue.headReasons(),
+        reservations: book.all().map(reservationInfo),
+        running: tally.entries(),
+        holdMs: book.holdMs,
+      };
+    },
+
+    machine: () => options.sampler.latest(),
+
+    watchMachine(signal) {
+      return {
+        [Symbol.asyncIterator](): AsyncIterator<MachineSample> {
+          let pending: MachineSample | undefined = options.sampler.latest();
+          let ended = closed || signal?.aborted === true;
+          let wake: (() => void) | undefined;
+          const end = () => {
+            ended = true;
+            watchers.delete(watcher);
+            wake?.();
+          };
+          const watcher = (sample: MachineSample | undefined) => {
+            if (sample === undefined) return end();
+            pending = sample;
+            wake?.();
+          };
+          if (!ended) {
+            watchers.add(watcher);
+            signal?.addEventListener("abort", end, { once: true });
+          }
+          return {
+            async next(): Promise<IteratorResult<MachineSample>> {
+              while (!ended && pending === undefined) await new Promise<void>((resolve) => (wake = resolve));
+              wake = undefined;
+              if (pending !== undefined && !ended) {
+                const sample = pending;
+                pending = undefined;
+                return { value: sample, done: false };
+              }
+              end();
+              return { value: undefined, done: true };
+            },
+            async return(): Promise<IteratorResult<MachineSample>> {
+              end();
+              signal?.removeEventListener("abort", end);
+              return { value: undefined, done: true };
+            },
+          };
+        },
+      };
+    },
+
+    costs: (spec) => costsOf(spec, policy),
+
+    needOf: (items) => needFromItems(items, policy),
+
+    policy: () => policy,
+
+    reloadPolicy(next) {
+      policy = validatePolicy(next);
+      lastSampleKey = "";
+      logger.info({ policy }, "budget: policy reloaded; re-checking the queue");
+      queue.policyChanged();
+      return policy;
+    },
+
+    async close() {
+      if (closed) return;
+      closed = true;
+      unsubscribe();
+      for (const watcher of [...watchers]) watcher(undefined);
+      queue.close();
+      for (const r of book.all()) r.setLeaseTimer(undefined);
+      await tally.close();
+    },
+  };
+  return budget;
+}

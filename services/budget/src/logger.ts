@@ -1,0 +1,15 @@
+/** The logger domain code takes: pino's shape (an object of fields first, then the message), so a pino logger fits as is. */
+export interface Logger {
+  debug(fields: object, message?: string): void;
+  info(fields: object, message?: string): void;
+  warn(fields: object, message?: string): void;
+  error(fields: object, message?: string): void;
+}
+
+/** A logger that drops everything: the default when the caller passes none. */
+export const silentLogger: Logger = {
+  debug() {},
+  info() {},
+  warn() {},
+  error() {},
+};

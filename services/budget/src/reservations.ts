@@ -1,0 +1,219 @@
+/**
+ * Reservations: what an admitted request holds until it lets go. The start share (everything it
+ * will run) is held until release; the build share only until the build is over. When one of the
+ * things it starts is running, its share leaves the reservation and moves to the running tally
+ * (`consume`), so nothing is counted twice.
+ *
+ * A reservation made for a client that cannot hold a stream has a lease: it must be renewed within
+ * its ttl, or it is released on its own.
+ */
+import { randomUUID } from "node:crypto";
+import type { Clock, TimerHandle } from "@berth/shared/clock";
+import { BerthError } from "@berth/shared/errors";
+import type { Need, Resources } from "./costs.js";
+import { checkResources } from "./costs.js";
+import type { Logger } from "./logger.js";
+import type { RunningEntry, RunningTally } from "./running-tally.js";
+import type { CommittedItem } from "./verdict.js";
+
+/** The hold time the ETA starts from before any reservation was released: one minute, as in the seed. */
+export const INITIAL_HOLD_MS = 60_000;
+
+/** What changed in a reservation, for the queue to re-check its head. */
+export type ReservationChange = "admitted" | "build_released" | "consumed" | "released" | "renewed";
+
+/** One admitted request and what it still holds. */
+export class Reservation {
+  /** The share of everything it starts, held until released (less what was consumed). */
+  start: Resources;
+  /** The costliest build wave, held until `releaseBuild()`. */
+  build: Resources;
+  released = false;
+  /** When a lease runs out (clock ms); undefined for a reservation held by a stream. */
+  leaseExpiresAt: number | undefined;
+  /** How long the lease lasts when renewed without a ttl. */
+  leaseTtlMs: number | undefined;
+  private leaseTimer: TimerHandle | undefined;
+
+  /** @internal Reservations are made by a {@link ReservationBook}. */
+  constructor(
+    /** An unguessable id: it is the capability to release or renew. */
+    readonly id: string,
+    readonly label: string,
+    need: Pick<Need, "start" | "build">,
+    /** When it was admitted (clock ms). */
+    readonly admittedAt: number,
+    private readonly book: ReservationBook,
+  ) {
+    this.start = { ...need.start };
+    this.build = { ...need.build };
+  }
+
+  /** What it holds now: start share plus build share. */
+  held(): Resources {
+    return { memoryBytes: this.start.memoryBytes + this.build.memoryBytes, cpu: this.start.cpu + this.build.cpu };
+  }
+
+  /** The build phase is over: its share goes back. */
+  releaseBuild(): void {
+    if (this.released) return;
+    this.build = { memoryBytes: 0, cpu: 0 };
+    this.book.changed(this, "build_released");
+  }
+
+  /**
+   * One of the things this reservation starts is now running: `cost` leaves the reservation's start
+   * share (never below zero) and is counted in the running tally as `name` (with its pid, so the
+   * tally drops it when the process is gone). Returns the tally entry.
+   */
+  consume(name: string, cost: Resources, options: { pid?: number | undefined; ttlMs?: number | undefined } = {}): RunningEntry {
+    if (this.released) throw new BerthError("failed_precondition", `reservation '${this.label}' was already released: start its work under a new admission`, { reservationId: this.id });
+    checkResources(cost, "cost");
+    this.start = {
+      memoryBytes: Math.max(0, this.start.memoryBytes - cost.memoryBytes),
+      cpu: Math.max(0, this.start.cpu - cost.cpu),
+    };
+    return this.book.consumed(this, name, cost, options);
+  }
+
+  /** Lets go of everything it holds. Idempotent. */
+  release(): void {
+    if (this.released) return;
+    this.released = true;
+    this.clearLease();
+    this.book.removed(this);
+  }
+
+  /** Extends the lease by `ttlMs` (default: its own ttl) from now. Only for leased reservations. */
+  renew(ttlMs?: number): void {
+    if (this.released) throw new BerthError("not_found", `reservation '${this.label}' was already released (or its lease ran out)`, { reservationId: this.id });
+    const ttl = ttlMs ?? this.leaseTtlMs;
+    if (ttl === undefined) throw new BerthError("failed_precondition", `reservation '${this.label}' is held by its stream and has no lease to renew`, { reservationId: this.id });
+    this.book.lease(this, ttl);
+    this.book.changed(this, "renewed");
+  }
+
+  /** @internal */
+  setLeaseTimer(timer: TimerHandle | undefined): void {
+    this.clearLease();
+    this.leaseTimer = timer;
+  }
+
+  private clearLease(): void {
+    if (this.leaseTimer !== undefined) this.book.clock.clearTimeout(this.leaseTimer);
+    this.leaseTimer = undefined;
+  }
+}
+
+/** Options of {@link ReservationBook}. */
+export interface ReservationBookOptions {
+  clock: Clock;
+  tally: RunningTally;
+  /** Called after any reservation changed (admitted, build released, consumed, released, renewed). */
+  onChange: (reservation: Reservation, change: ReservationChange) => void;
+  logger: Logger;
+}
+
+/** Every in-flight reservation, and the moving estimate of how long one is held. */
+export class ReservationBook {
+  readonly clock: Clock;
+  private readonly reservations = new Map<string, Reservation>();
+  /** A moving estimate of how long an admission is held, for the queue's ETA (the seed's rule). */
+  holdMs = INITIAL_HOLD_MS;
+  /** Bumped on every change of what reservations hold: cached totals compare it. */
+  version = 0;
+
+  constructor(private readonly options: ReservationBookOptions) {
+    this.clock = options.clock;
+  }
+
+  /** Admits `need` as a new reservation labelled `label`; with `ttlMs`, it is leased. */
+  create(need: Pick<Need, "start" | "build">, label: string, options: { ttlMs?: number | undefined } = {}): Reservation {
+    const reservation = new Reservation(randomUUID(), label, need, this.clock.now(), this);
+    this.reservations.set(reservation.id, reservation);
+    if (options.ttlMs !== undefined) this.lease(reservation, options.ttlMs);
+    this.changed(reservation, "admitted");
+    return reservation;
+  }
+
+  get(id: string): Reservation | undefined {
+    return this.reservations.get(id);
+  }
+
+  all(): Reservation[] {
+    return [...this.reservations.values()];
+  }
+
+  get size(): number {
+    return this.reservations.size;
+  }
+
+  /** What every reservation holds, in total. */
+  totals(): Resources {
+    let memoryBytes = 0;
+    let cpu = 0;
+    for (const r of this.reservations.values()) {
+      memoryBytes += r.start.memoryBytes + r.build.memoryBytes;
+      cpu += r.start.cpu + r.build.cpu;
+    }
+    return { memoryBytes, cpu };
+  }
+
+  /** One committed item per reservation that still holds something. */
+  committedItems(): CommittedItem[] {
+    const items: CommittedItem[] = [];
+    for (const r of this.reservations.values()) {
+      const held = r.held();
+      if (held.memoryBytes === 0 && held.cpu === 0) continue;
+      items.push({ kind: "reservation", id: r.id, label: r.label, memoryBytes: held.memoryBytes, cpu: held.cpu });
+    }
+    return items;
+  }
+
+  /** Memory held by reservations admitted at or after `at`: a sample taken at `at` cannot show it yet. */
+  unseenSince(at: number): number {
+    let bytes = 0;
+    for (const r of this.reservations.values()) if (r.admittedAt >= at) bytes += r.start.memoryBytes + r.build.memoryBytes;
+    return bytes;
+  }
+
+  /** Releases every reservation (the service is closing). */
+  releaseAll(): void {
+    for (const r of [...this.reservations.values()]) r.release();
+  }
+
+  /** @internal */
+  lease(reservation: Reservation, ttlMs: number): void {
+    if (!Number.isFinite(ttlMs) || ttlMs <= 0) throw new BerthError("invalid_argument", `ttl: must be a positive duration; got ${ttlMs}`, { field: "ttl" });
+    reservation.leaseTtlMs = ttlMs;
+    reservation.leaseExpiresAt = this.clock.now() + ttlMs;
+    reservation.setLeaseTimer(
+      this.clock.setTimeout(() => {
+        if (reservation.released) return;
+        this.options.logger.info({ reservation: reservation.id, label: reservation.label }, "budget: a reservation's lease ran out; releasing it");
+        reservation.release();
+      }, ttlMs),
+    );
+  }
+
+  /** @internal */
+  changed(reservation: Reservation, change: ReservationChange): void {
+    this.version++;
+    this.options.onChange(reservation, change);
+  }
+
+  /** @internal */
+  consumed(reservation: Reservation, name: string, cost: Resources, options: { pid?: number | undefined; ttlMs?: number | undefined }): RunningEntry {
+    const entry = this.options.tally.register(name, cost, { ...options, reservationId: reservation.id }, { quiet: true });
+    this.changed(reservation, "consumed");
+    return entry;
+  }
+
+  /** @internal */
+  removed(reservation: Reservation): void {
+    if (!this.reservations.delete(reservation.id)) return;
+    const heldMs = this.clock.now() - reservation.admittedAt;
+    this.holdMs = Math.round(this.holdMs * 0.7 + heldMs * 0.3);
+    this.changed(reservation, "released");
+  }
+}

@@ -1,0 +1,423 @@
+/**
+ * The machine sampler: one for the whole service. Once per interval it reads a handful of small
+ * files (meminfo, loadavg, the cgroup's limits and usage, PSI) and hands the sample to every
+ * subscriber, so a thousand waiters cost one read, not a thousand.
+ *
+ * Where a file is missing or unreadable its field stays undefined: the gates then fall back as the
+ * seed does (no PSI → load average; no MemAvailable → no free-memory gate), never on a guess.
+ *
+ * Roots are configurable: tests point them at fixture trees, and a container can read the host's
+ * `/proc` (mounted elsewhere) to budget for the host rather than for itself.
+ */
+import { readFile } from "node:fs/promises";
+import { availableParallelism } from "node:os";
+import * as path from "node:path";
+import { systemClock } from "@berth/shared/clock";
+import type { Clock, TimerHandle } from "@berth/shared/clock";
+import type { Logger } from "./logger.js";
+
+/** PSI "some" figures of one resource: percent of time some runnable task stalled, and the total stall in µs. */
+export interface PressureFigures {
+  avg10: number;
+  avg60: number;
+  avg300: number;
+  total: number;
+  /** Whose pressure this is: the service's cgroup, or the whole machine (`/proc/pressure`). */
+  scope: "cgroup" | "host";
+}
+
+/** What the cgroup v2 files said (each undefined when its file was missing or unreadable). */
+export interface CgroupFigures {
+  /** The cgroup's path from `/proc/self/cgroup` (`/` inside a cgroup namespace). */
+  path: string;
+  /** The smallest `memory.max` over the cgroup and its ancestors; undefined when none sets one. */
+  memoryLimitBytes?: number | undefined;
+  /** The cgroup's own `memory.current`. */
+  memoryCurrentBytes?: number | undefined;
+  /** `inactive_file` from the cgroup's `memory.stat`: page cache the kernel reclaims before it runs short. */
+  inactiveFileBytes?: number | undefined;
+  /** The smallest `cpu.max` quota/period over the cgroup and its ancestors, in cpus. */
+  cpuQuota?: number | undefined;
+  /** How many cpus `cpuset.cpus.effective` lists. */
+  cpusetCpus?: number | undefined;
+}
+
+/** One reading of the machine. */
+export interface MachineSample {
+  /** When the read began (clock ms): anything admitted from then on is not yet visible in it. */
+  at: number;
+  /** Whose figures the effective fields are: the host's, or the service's cgroup's. */
+  source: "host" | "cgroup";
+  /** `MemTotal` of the (host) meminfo. */
+  memTotalBytes?: number | undefined;
+  /** `MemAvailable` of the (host) meminfo. */
+  memAvailableBytes?: number | undefined;
+  /** Memory berth can use at most: MemTotal, or the cgroup limit when tighter. */
+  totalBytes?: number | undefined;
+  /** Memory available now: MemAvailable, or what the cgroup limit leaves when that is less. The free-memory gate reads this. */
+  availableBytes?: number | undefined;
+  /** Cores the process may run on (`os.availableParallelism()`). The load gate reads this. */
+  cores: number;
+  /** Cpus the cgroup allows: its quota, capped by its cpuset; undefined outside a cgroup. */
+  cpuLimit?: number | undefined;
+  load1?: number | undefined;
+  load5?: number | undefined;
+  load15?: number | undefined;
+  /** PSI "some" figures; the CPU gate reads `cpu`. */
+  pressure: { cpu?: PressureFigures | undefined; memory?: PressureFigures | undefined; io?: PressureFigures | undefined };
+  cgroup?: CgroupFigures | undefined;
+}
+
+/** Whose figures to use: `auto` uses the cgroup's when the service runs in a limited one; `host` ignores cgroups (a container budgeting for its host). */
+export type SampleSource = "auto" | "host" | "cgroup";
+
+/** Where and how to read. */
+export interface ReadOptions {
+  /** The proc filesystem (default `/proc`). */
+  procRoot?: string | undefined;
+  /** The cgroup v2 mount (default `/sys/fs/cgroup`). */
+  sysRoot?: string | undefined;
+  source?: SampleSource | undefined;
+  /** How many cores the process may use (default `os.availableParallelism()`). */
+  cores?: (() => number) | undefined;
+}
+
+/** What the budget needs of a sampler: the latest sample and a way to hear of the next ones. */
+export interface Sampler {
+  /** The most recent sample, or undefined before the first. */
+  latest(): MachineSample | undefined;
+  /** Calls `listener` with every new sample; returns the function that stops it. */
+  onSample(listener: (sample: MachineSample) => void): () => void;
+}
+
+/** The real sampler: reads the machine every `intervalMs`. */
+export interface MachineSampler extends Sampler {
+  readonly intervalMs: number;
+  /** Takes a sample now (and publishes it), then keeps sampling every interval. Resolves with the first sample. */
+  start(): Promise<MachineSample>;
+  /** Takes and publishes one sample now. */
+  sampleNow(): Promise<MachineSample>;
+  /** Stops sampling. */
+  close(): void;
+}
+
+/** Options of {@link createSampler}. */
+export interface SamplerOptions extends ReadOptions {
+  /** Milliseconds between samples (default 1000). */
+  intervalMs?: number | undefined;
+  clock?: Clock | undefined;
+  logger?: Logger | undefined;
+}
+
+async function readText(file: string): Promise<string | undefined> {
+  try {
+    return await readFile(file, "utf8");
+  } catch {
+    return undefined;
+  }
+}
+
+function kiloBytes(meminfo: string | undefined, key: string): number | undefined {
+  if (meminfo === undefined) return undefined;
+  const match = new RegExp(`^${key}:\\s+(\\d+)\\s+kB`, "m").exec(meminfo);
+  return match ? Number(match[1]) * 1024 : undefined;
+}
+
+/** Parses a PSI file's "some" line. */
+export function parsePressure(text: string | undefined, scope: PressureFigures["scope"]): PressureFigures | undefined {
+  const line = text?.split("\n").find((l) => l.startsWith("some "));
+  if (!line) return undefined;
+  const figure = (name: string) => Number(new RegExp(`${name}=([\\d.]+)`).exec(line)?.[1]);
+  const figures = { avg10: figure("avg10"), avg60: figure("avg60"), avg300: figure("avg300"), total: figure("total") };
+  if (!Number.isFinite(figures.avg10) || !Number.isFinite(figures.avg60)) return undefined;
+  return {
+    avg10: figures.avg10,
+    avg60: figures.avg60,
+    avg300: Number.isFinite(figures.avg300) ? figures.avg300 : 0,
+    total: Number.isFinite(figures.total) ? figures.total : 0,
+    scope,
+  };
+}
+
+/** Parses `memory.max`/`memory.current`: bytes, or undefined for "max" (no limit) and anything unreadable. */
+function parseBytes(text: string | undefined): number | undefined {
+  const value = text?.trim();
+  if (value === undefined || !/^\d+$/.test(value)) return undefined;
+  return Number(value);
+}
+
+/** Parses `cpu.max` ("quota period", or "max period"): the quota in cpus, or undefined when unlimited. */
+export function parseCpuMax(text: string | undefined): number | undefined {
+  const [quota, period] = text?.trim().split(/\s+/) ?? [];
+  if (quota === undefined || quota === "max" || !/^\d+$/.test(quota)) return undefined;
+  const periodUs = period !== undefined && /^\d+$/.test(period) ? Number(period) : 100_000;
+  return periodUs > 0 ? Number(quota) / periodUs : undefined;
+}
+
+/** Counts the cpus of a cpuset list ("0-3,6,8-9" is 7). */
+export function countCpuset(text: string | undefined): number | undefined {
+  const list = text?.trim();
+  if (!list) return undefined;
+  let count = 0;
+  for (const part of list.split(",")) {
+    const match = /^(\d+)(?:-(\d+))?$/.exec(part.trim());
+    if (!match) return undefined;
+    count += match[2] === undefined ? 1 : Number(match[2]) - Number(match[1]) + 1;
+  }
+  return count > 0 ? count : undefined;
+}
+
+function statField(stat: string | undefined, key: string): number | undefined {
+  if (stat === undefined) return undefined;
+  const match = new RegExp(`^${key} (\\d+)$`, "m").exec(stat);
+  return match ? Number(match[1]) : undefined;
+}
+
+/** The cgroup v2 path of this process (`0::/path`), or undefined outside cgroup v2. */
+function cgroupPath(text: string | undefined): string | undefined {
+  const line = text?.split("\n").find((l) => l.startsWith("0::"));
+  return line === undefined ? undefined : line.slice(3).trim() || "/";
+}
+
+/** The cgroup's directory and those of its ancestors, innermost first, ending at the mount root. */
+function cgroupLevels(sysRoot: string, cgroup: string): string[] {
+  const parts = cgroup.split("/").filter((p) => p !== "" && p !== "." && p !== "..");
+  const levels: string[] = [];
+  for (let depth = parts.length; depth >= 0; depth--) levels.push(path.join(sysRoot, ...parts.slice(0, depth)));
+  return levels;
+}
+
+interface LevelReading {
+  memoryMax?: number | undefined;
+  /** True when memory.max exists (even as "max"): the directory is a real, non-root cgroup. */
+  hasMemoryMax: boolean;
+  cpuQuota?: number | undefined;
+  hasCpuMax: boolean;
+}
+
+async function readLevel(dir: string): Promise<LevelReading> {
+  const [memoryMax, cpuMax] = await Promise.all([readText(path.join(dir, "memory.max")), readText(path.join(dir, "cpu.max"))]);
+  return { memoryMax: parseBytes(memoryMax), hasMemoryMax: memoryMax !== undefined, cpuQuota: parseCpuMax(cpuMax), hasCpuMax: cpuMax !== undefined };
+}
+
+interface UsageReading {
+  current?: number | undefined;
+  inactiveFile?: number | undefined;
+  /** `memory.current` minus reclaimable page cache: what the level cannot simply drop. */
+  used?: number | undefined;
+}
+
+async function readUsage(dir: string): Promise<UsageReading> {
+  const [currentText, stat] = await Promise.all([readText(path.join(dir, "memory.current")), readText(path.join(dir, "memory.stat"))]);
+  const current = parseBytes(currentText);
+  const inactiveFile = statField(stat, "inactive_file");
+  // Without memory.stat the page cache is counted as used: that can only understate what is free.
+  return { current, inactiveFile, used: current === undefined ? undefined : Math.max(0, current - (inactiveFile ?? 0)) };
+}
+
+function minDefined(...values: Array<number | undefined>): number | undefined {
+  let result: number | undefined;
+  for (const value of values) if (value !== undefined && (result === undefined || value < result)) result = value;
+  return result;
+}
+
+/**
+ * Reads one sample. Inside a cgroup v2 with a limit (or with `source: "cgroup"`): memory limit = the
+ * smallest `memory.max` over the cgroup and its ancestors; available = the least that any limited
+ * level leaves (its limit minus its `memory.current` less `inactive_file`; a level that cannot say
+ * uses the cgroup's own usage), and never more than the host's MemAvailable; cpus = the smallest
+ * `cpu.max` quota over the levels, capped by `cpuset.cpus.effective`; PSI from the cgroup's own
+ * `*.pressure` files, or the host's where the cgroup has none. Outside (or with `source: "host"`):
+ * MemAvailable, `/proc/pressure/*`. Load average and cores are the host's either way.
+ */
+export async function readMachineSample(options: ReadOptions = {}, at = Date.now()): Promise<MachineSample> {
+  const procRoot = options.procRoot ?? "/proc";
+  const sysRoot = options.sysRoot ?? "/sys/fs/cgroup";
+  const source = options.source ?? "auto";
+  const cores = (options.cores ?? availableParallelism)();
+
+  const [meminfo, loadavg, selfCgroup] = await Promise.all([
+    readText(path.join(procRoot, "meminfo")),
+    readText(path.join(procRoot, "loadavg")),
+    source === "host" ? Promise.resolve(undefined) : readText(path.join(procRoot, "self", "cgroup")),
+  ]);
+  const memTotalBytes = kiloBytes(meminfo, "MemTotal");
+  const memAvailableBytes = kiloBytes(meminfo, "MemAvailable");
+  const loads = loadavg?.trim().split(/\s+/).slice(0, 3).map(Number) ?? [];
+  const load = (i: number) => (Number.isFinite(loads[i]) ? loads[i] : undefined);
+
+  const sample: MachineSample = {
+    at,
+    source: "host",
+    memTotalBytes,
+    memAvailableBytes,
+    totalBytes: memTotalBytes,
+    availableBytes: memAvailableBytes,
+    cores,
+    load1: load(0),
+    load5: load(1),
+    load15: load(2),
+    pressure: {},
+  };
+
+  const cgroup = cgroupPath(selfCgroup);
+  let pressureDir: string | undefined;
+  if (cgroup !== undefined) {
+    const levelDirs = cgroupLevels(sysRoot, cgroup);
+    const leafDir = levelDirs[0]!;
+    const [levels, cpuset] = await Promise.all([Promise.all(levelDirs.map(readLevel)), readText(path.join(leafDir, "cpuset.cpus.effective"))]);
+    const memoryLimitBytes = minDefined(...levels.map((l) => l.memoryMax));
+    const cpuQuota = minDefined(...levels.map((l) => l.cpuQuota));
+    // The true root cgroup has no memory.max or cpu.max: only a process below it (or in a namespace) is "in a cgroup".
+    const limited = memoryLimitBytes !== undefined || cpuQuota !== undefined;
+    const inCgroup = cgroup !== "/" || levels.some((l) => l.hasMemoryMax || l.hasCpuMax);
+    if (source === "cgroup" ? inCgroup : limited) {
+      const limitedDirs = levelDirs.filter((_, i) => levels[i]!.memoryMax !== undefined);
+      const usageDirs = [...new Set([leafDir, ...limitedDirs])];
+      const usages = new Map(await Promise.all(usageDirs.map(async (dir) => [dir, await readUsage(dir)] as const)));
+      const leafUsage = usages.get(leafDir)!;
+      let available: number | undefined;
+      levelDirs.forEach((dir, i) => {
+        const limit = levels[i]!.memoryMax;
+        if (limit === undefined) return;
+        const used = usages.get(dir)?.used ?? leafUsage.used;
+        if (used !== undefined) available = minDefined(available, Math.max(0, limit - used));
+      });
+      const cpusetCpus = countCpuset(cpuset);
+      const figures: CgroupFigures = {
+        path: cgroup,
+        memoryLimitBytes,
+        memoryCurrentBytes: leafUsage.current,
+        inactiveFileBytes: leafUsage.inactiveFile,
+        cpuQuota,
+        cpusetCpus,
+      };
+      sample.cgroup = figures;
+      sample.source = "cgroup";
+      sample.totalBytes = minDefined(memTotalBytes, memoryLimitBytes);
+      sample.availableBytes = minDefined(available, memAvailableBytes);
+      sample.cpuLimit = minDefined(cpuQuota, cpusetCpus);
+      pressureDir = leafDir;
+    }
+  }
+
+  const kinds = ["cpu", "memory", "io"] as const;
+  const pressures = await Promise.all(
+    kinds.map(async (kind) => {
+      if (pressureDir !== undefined) {
+        const own = parsePressure(await readText(path.join(pressureDir, `${kind}.pressure`)), "cgroup");
+        if (own) return own;
+      }
+      return parsePressure(await readText(path.join(procRoot, "pressure", kind)), "host");
+    }),
+  );
+  kinds.forEach((kind, i) => {
+    if (pressures[i]) sample.pressure[kind] = pressures[i];
+  });
+  return sample;
+}
+
+/** Creates the service's one sampler. Call `start()` to take the first sample and keep sampling. */
+export function createSampler(options: SamplerOptions = {}): MachineSampler {
+  const clock = options.clock ?? systemClock;
+  const intervalMs = options.intervalMs ?? 1000;
+  if (!Number.isFinite(intervalMs) || intervalMs <= 0) throw new RangeError(`sampler interval must be positive; got ${intervalMs}`);
+  const listeners = new Set<(sample: MachineSample) => void>();
+  let latest: MachineSample | undefined;
+  let timer: TimerHandle | undefined;
+  let running = false;
+  let closed = false;
+
+  const publish = (sample: MachineSample) => {
+    latest = sample;
+    for (const listener of listeners) {
+      try {
+        listener(sample);
+      } catch (error) {
+        options.logger?.error({ err: error }, "budget: a machine sample listener failed");
+      }
+    }
+  };
+
+  const sampleNow = async () => {
+    const sample = await readMachineSample(options, clock.now());
+    if (!closed) publish(sample);
+    return sample;
+  };
+
+  const loop = () => {
+    timer = undefined;
+    if (closed) return;
+    sampleNow()
+      .catch((error: unknown) => options.logger?.error({ err: error }, "budget: reading the machine failed"))
+      .finally(() => {
+        // The next read is scheduled after this one ends, so a slow filesystem never stacks reads.
+        if (!closed) timer = clock.setTimeout(loop, intervalMs);
+      });
+  };
+
+  return {
+    intervalMs,
+    latest: () => latest,
+    onSample(listener) {
+      listeners.add(listener);
+      return () => listeners.delete(listener);
+    },
+    async start() {
+      if (running) return latest ?? sampleNow();
+      running = true;
+      const first = await sampleNow();
+      if (!closed && timer === undefined) timer = clock.setTimeout(loop, intervalMs);
+      return first;
+    },
+    sampleNow,
+    close() {
+      closed = true;
+      if (timer !== undefined) clock.clearTimeout(timer);
+      timer = undefined;
+      listeners.clear();
+    },
+  };
+}
+
+/**
+ * A sampler driven by hand, for tests and tools: `set()` changes fields of the current sample and
+ * publishes it (stamped with the clock's time), `emit()` publishes a whole sample.
+ */
+export class ManualSampler implements Sampler {
+  private current: MachineSample | undefined;
+  private readonly listeners = new Set<(sample: MachineSample) => void>();
+
+  constructor(
+    initial?: Partial<MachineSample>,
+    private readonly clock: Pick<Clock, "now"> = systemClock,
+  ) {
+    if (initial) this.current = { at: clock.now(), source: "host", cores: 4, pressure: {}, ...initial };
+  }
+
+  latest(): MachineSample | undefined {
+    return this.current;
+  }
+
+  onSample(listener: (sample: MachineSample) => void): () => void {
+    this.listeners.add(listener);
+    return () => this.listeners.delete(listener);
+  }
+
+  /** Publishes the current sample with `changes` applied, stamped now. */
+  set(changes: Partial<MachineSample> = {}): MachineSample {
+    return this.emit({ source: "host", cores: 4, pressure: {}, ...this.current, ...changes, at: changes.at ?? this.clock.now() });
+  }
+
+  /** Publishes `sample` as it is. */
+  emit(sample: MachineSample): MachineSample {
+    this.current = sample;
+    for (const listener of this.listeners) listener(sample);
+    return sample;
+  }
+
+  /** How many listeners are subscribed (tests check nothing is left behind). */
+  listenerCount(): number {
+    return this.listeners.size;
+  }
+}
