@@ -1,1 +1,9 @@
-export {};
+export * from "./vocabulary.js";
+export * from "./reducer.js";
+export * from "./journal-format.js";
+export * from "./journal-file.js";
+export * from "./group-commit.js";
+export * from "./snapshot-file.js";
+export * from "./session-paths.js";
+export * from "./watch-hub.js";
+export * from "./session-store.js";

@@ -1,0 +1,409 @@
+/**
+ * Reading one session's journal file: the replay at open (with the repair of a torn tail), the
+ * light scan that recovers idempotency keys and seek points when the state came from a snapshot
+ * file instead, and streaming reads from a sequence number. Writing is the session store's and
+ * group commit's business; this module only ever cuts a torn tail back.
+ */
+import { isAscii } from "node:buffer";
+import * as fs from "node:fs";
+import * as fsp from "node:fs/promises";
+import {
+  BATCH_SIZE_FIELD,
+  CHECKSUM_FIELD,
+  IDEMPOTENCY_KEY_FIELD,
+  decodeJournalLine,
+  forEachLine,
+  isBlankLine,
+  type DecodedLine,
+} from "./journal-format.js";
+import { createReplay, MAX_DIAGNOSTICS, type Diagnostic, type JournalEntry, type SessionSnapshot } from "./reducer.js";
+
+/** The pino-compatible logger domain code takes (only the levels it uses). */
+export interface JournalLogger {
+  debug(obj: object, msg?: string): void;
+  info(obj: object, msg?: string): void;
+  warn(obj: object, msg?: string): void;
+  error(obj: object, msg?: string): void;
+}
+
+/** Where the entries of one keyed append sit. */
+export interface KeyRecord {
+  firstSeq: number;
+  lastSeq: number;
+}
+
+/**
+ * Seek points of a journal: every `stride`-th line, the line's seq and byte offset, kept only
+ * where the seq is above every seq before it. So every line before a point has a smaller seq, and
+ * a read from seq S can start at the last point with seq ≤ S and skip nothing it should return —
+ * even in a journal the seed wrote with duplicate or out-of-order seqs.
+ */
+export class SeqIndex {
+  private seqs: number[] = [];
+  private offsets: number[] = [];
+  private maxSeq = -Infinity;
+  private sinceLast: number;
+
+  constructor(private readonly stride = 256) {
+    this.sinceLast = stride;
+  }
+
+  /** Records the line at `offset` holding `seq` (lines are noted in file order). */
+  note(seq: number, offset: number): void {
+    if (seq > this.maxSeq) {
+      if (this.sinceLast >= this.stride) {
+        this.seqs.push(seq);
+        this.offsets.push(offset);
+        this.sinceLast = 0;
+      }
+      this.maxSeq = seq;
+    }
+    this.sinceLast++;
+  }
+
+  /** The byte offset a read of entries with seq ≥ `fromSeq` may start at. */
+  startFor(fromSeq: number): number {
+    let lo = 0;
+    let hi = this.seqs.length - 1;
+    let found = 0;
+    while (lo <= hi) {
+      const mid = (lo + hi) >> 1;
+      if (this.seqs[mid]! <= fromSeq) {
+        found = this.offsets[mid]!;
+        lo = mid + 1;
+      } else hi = mid - 1;
+    }
+    return found;
+  }
+
+  /** Puts the points of `earlier` (an index of the bytes before this one's) in front of this one's. */
+  prepend(earlier: SeqIndex): void {
+    const keep = this.seqs.map((seq, i) => [seq, this.offsets[i]!] as const).filter(([seq]) => seq > earlier.maxSeq);
+    this.seqs = [...earlier.seqs, ...keep.map(([seq]) => seq)];
+    this.offsets = [...earlier.offsets, ...keep.map(([, offset]) => offset)];
+    this.maxSeq = Math.max(this.maxSeq, earlier.maxSeq);
+  }
+
+  /** How many points are kept (tests). */
+  get size(): number {
+    return this.seqs.length;
+  }
+}
+
+/** Options of {@link replayJournalFile}. */
+export interface ReplayOptions {
+  /**
+   * Cut a torn tail back to the last whole entry (ftruncate). Only for the primary file at open:
+   * the legacy root is read-only, and a journal that moved under a running store may be in the
+   * middle of another process's write.
+   */
+  repair: boolean;
+  /** Stop after the entry with this seq was applied (used to rebuild an old append's result). */
+  stopAfterSeq?: number;
+  logger?: JournalLogger;
+  /** The reducer's clock, for entries without a usable `ts`. */
+  now?: () => number;
+  sessionId?: string;
+}
+
+/** A journal as the replay found it. */
+export interface ReplayedJournal {
+  snapshot: SessionSnapshot;
+  /** max(seq) + 1 over the applied entries, as the seed computes it (1 for an empty journal). */
+  nextSeq: number;
+  /** Bytes holding whole entries: where the next append goes (equals `fileSize` unless a tail was left). */
+  size: number;
+  /** The file's size after the replay (and repair): the size the snapshot-file fence compares with. */
+  fileSize: number;
+  mtimeMs: number;
+  /** The file does not end with a newline, so the next append must begin with one. */
+  needsNewline: boolean;
+  keys: Map<string, KeyRecord>;
+  index: SeqIndex;
+  /** What the repair dropped, when it cut anything. */
+  repaired?: { bytesDropped: number; entriesDropped: number; line: number };
+}
+
+interface OpenBatch {
+  offset: number;
+  line: number;
+  remaining: number;
+  entries: Array<{ entry: Record<string, unknown>; offset: number }>;
+  lines: number;
+}
+
+/** Appends berth's own diagnostics (after the reducer's) under the reducer's bound of {@link MAX_DIAGNOSTICS}. */
+export function appendDiagnostics(snapshot: SessionSnapshot, added: Diagnostic[]): SessionSnapshot {
+  if (added.length === 0) return snapshot;
+  const before = snapshot.diagnostics.length;
+  const recorded = typeof snapshot.diagnosticsTotal === "number" && snapshot.diagnosticsTotal >= before ? snapshot.diagnosticsTotal : before;
+  const diagnostics = [...snapshot.diagnostics, ...added].slice(-MAX_DIAGNOSTICS);
+  const next: SessionSnapshot = { ...snapshot, diagnostics };
+  const total = recorded + added.length;
+  if (total > MAX_DIAGNOSTICS || Object.hasOwn(snapshot, "diagnosticsTotal")) next.diagnosticsTotal = total;
+  return next;
+}
+
+function batchSizeOf(entry: Record<string, unknown>): number {
+  const n = entry[BATCH_SIZE_FIELD];
+  return typeof n === "number" && Number.isInteger(n) && n > 1 ? n : 1;
+}
+
+/**
+ * Replays the journal at `path` (which must exist) for session `id`, reading it once.
+ *
+ * - A line that is not JSON is a `journal_parse_failed` diagnostic and the replay goes on, as in the seed.
+ * - A line whose checksum does not match is a `journal_checksum_mismatch` diagnostic and its entry
+ *   is skipped: it parsed, but its bytes are not the ones written, so any field — the seq, the
+ *   phase, a revision — may be wrong, and applying it could move the session to a state nobody
+ *   asked for. Skipping it is what the seed does with a line it cannot parse.
+ * - The entries of an append of several events (first line `"n": k`) are applied only once all k
+ *   lines are there: an append torn by a crash contributes nothing (AppendEvents is all or none).
+ * - A torn tail — an unterminated last line that does not parse, or an incomplete append at the
+ *   end — is cut back with `repair` (logged, and a `journal_torn_tail_repaired` diagnostic).
+ */
+export function replayJournalFile(path: string, id: string, options: ReplayOptions): ReplayedJournal {
+  const fd = fs.openSync(path, options.repair ? "r+" : "r");
+  try {
+    const buf = fs.readFileSync(fd);
+    const text = isAscii(buf) ? buf.toString("latin1") : undefined;
+    const replay = createReplay(id, options.now ? { now: options.now } : {});
+    const extraDiagnostics: Diagnostic[] = [];
+    const keys = new Map<string, KeyRecord>();
+    const index = new SeqIndex();
+    let nextSeq = 1;
+    let lineNumber = 0;
+    let batch: OpenBatch | undefined;
+    let stopped = false;
+
+    const apply = (entry: Record<string, unknown>, offset: number): void => {
+      replay.apply(entry);
+      const seq = entry.seq;
+      if (typeof seq === "number" && Number.isInteger(seq)) {
+        if (seq + 1 > nextSeq) nextSeq = seq + 1;
+        index.note(seq, offset);
+        const ikey = entry[IDEMPOTENCY_KEY_FIELD];
+        if (typeof ikey === "string" && !keys.has(ikey)) keys.set(ikey, { firstSeq: seq, lastSeq: seq + batchSizeOf(entry) - 1 });
+        if (seq === options.stopAfterSeq) stopped = true;
+      }
+    };
+    const closeBatch = (): void => {
+      if (!batch) return;
+      for (const member of batch.entries) if (!stopped) apply(member.entry, member.offset);
+      batch = undefined;
+    };
+    const onLine = (start: number, end: number, decoded: DecodedLine): void => {
+      if (decoded.kind === "parse_failed") replay.parseFailure(lineNumber, decoded.message);
+      else if (decoded.kind === "checksum_mismatch") {
+        extraDiagnostics.push({ error: "journal_checksum_mismatch", line: lineNumber, message: decoded.message });
+      }
+      if (batch) {
+        batch.lines++;
+        batch.remaining--;
+        if (decoded.kind === "entry") batch.entries.push({ entry: decoded.entry, offset: start });
+        if (batch.remaining === 0) closeBatch();
+        return;
+      }
+      if (decoded.kind !== "entry") return;
+      const n = batchSizeOf(decoded.entry);
+      if (n > 1) {
+        batch = { offset: start, line: lineNumber, remaining: n - 1, entries: [{ entry: decoded.entry, offset: start }], lines: 1 };
+      } else apply(decoded.entry, start);
+    };
+
+    const tailStart = forEachLine(buf, 0, (start, end) => {
+      lineNumber++;
+      if (stopped || isBlankLine(buf, start, end)) return;
+      onLine(start, end, decodeJournalLine(buf, start, end, text));
+    });
+
+    // The unterminated rest of the file: a whole entry written without its newline (kept; the next
+    // append starts with a newline) or a line torn by a crash (cut back).
+    let cut = buf.length;
+    let tornLine: number | undefined;
+    let needsNewline = false;
+    if (tailStart < buf.length && !stopped) {
+      lineNumber++;
+      const decoded = isBlankLine(buf, tailStart, buf.length) ? undefined : decodeJournalLine(buf, tailStart, buf.length, text);
+      if (decoded === undefined || decoded.kind === "entry") {
+        if (decoded) onLine(tailStart, buf.length, decoded);
+        needsNewline = true;
+      } else {
+        cut = tailStart;
+        tornLine = lineNumber;
+      }
+    }
+    let entriesDropped = 0;
+    if (batch && !stopped) {
+      // An append of several events that did not reach the disk whole: none of it counts.
+      cut = batch.offset;
+      tornLine = batch.line;
+      entriesDropped = batch.entries.length;
+      needsNewline = false;
+      batch = undefined;
+    }
+
+    let fileSize = buf.length;
+    let repaired: ReplayedJournal["repaired"];
+    if (cut < buf.length && !stopped) {
+      const bytesDropped = buf.length - cut;
+      if (options.repair) {
+        fs.ftruncateSync(fd, cut);
+        fs.fsyncSync(fd);
+        fileSize = cut;
+        needsNewline = false;
+        repaired = { bytesDropped, entriesDropped, line: tornLine ?? lineNumber };
+        extraDiagnostics.push({ error: "journal_torn_tail_repaired", line: repaired.line, bytesDropped, entriesDropped });
+        options.logger?.warn(
+          { sessionId: options.sessionId ?? id, path, bytesDropped, entriesDropped, line: repaired.line },
+          "journal ended in a torn write (a crash mid-append); cut it back to the last whole entry",
+        );
+      } else {
+        // Left in place (read-only file, or possibly another process's write in progress); the
+        // next append of ours must not glue its first line to these bytes.
+        needsNewline = buf[buf.length - 1] !== 0x0a;
+      }
+    }
+    const mtimeMs = fs.fstatSync(fd).mtimeMs;
+    const snapshot = appendDiagnostics(replay.snapshot(), extraDiagnostics);
+    return { snapshot, nextSeq, size: cut, fileSize, mtimeMs, needsNewline, keys, index, ...(repaired ? { repaired } : {}) };
+  } finally {
+    fs.closeSync(fd);
+  }
+}
+
+const SEQ_PREFIX = Buffer.from('{"seq":', "latin1");
+const IKEY_NEEDLE = Buffer.from(`"${IDEMPOTENCY_KEY_FIELD}":`, "latin1");
+
+function startsWithSeqPrefix(buf: Buffer, start: number): boolean {
+  for (let i = 0; i < SEQ_PREFIX.length; i++) if (buf[start + i] !== SEQ_PREFIX[i]) return false;
+  return true;
+}
+
+/** The integer right after `{"seq":`, or undefined. */
+function leadingSeq(buf: Buffer, start: number, end: number): number | undefined {
+  let i = start + SEQ_PREFIX.length;
+  let value = 0;
+  let digits = 0;
+  for (; i < end; i++) {
+    const c = buf[i]!;
+    if (c < 0x30 || c > 0x39) break;
+    value = value * 10 + (c - 0x30);
+    digits++;
+  }
+  return digits > 0 && digits < 16 && buf[i] === 0x2c ? value : undefined;
+}
+
+/**
+ * The idempotency keys and seek points of the first `end` bytes of a journal, without parsing
+ * every entry: the seq is read from the `{"seq":N,` prefix every seed or berth line starts with,
+ * and only lines holding `"ikey":` somewhere are parsed (to tell a top-level key from an event
+ * field of that name). This is what makes hydrating from a snapshot file cheap: the keys and seek
+ * points are recovered by this scan on the first keyed append or read, not at open.
+ */
+export function scanJournalPrefix(path: string, end: number): { keys: Map<string, KeyRecord>; index: SeqIndex } {
+  const keys = new Map<string, KeyRecord>();
+  const index = new SeqIndex();
+  if (end <= 0) return { keys, index };
+  const buf = Buffer.alloc(end);
+  const fd = fs.openSync(path, "r");
+  try {
+    let read = 0;
+    while (read < end) {
+      const n = fs.readSync(fd, buf, read, end - read, read);
+      if (n === 0) break;
+      read += n;
+    }
+  } finally {
+    fs.closeSync(fd);
+  }
+  let nextKeyAt = buf.indexOf(IKEY_NEEDLE);
+  forEachLine(buf, 0, (start, stop) => {
+    const hasKey = nextKeyAt >= 0 && nextKeyAt < stop;
+    if (hasKey) nextKeyAt = buf.indexOf(IKEY_NEEDLE, stop);
+    let seq = startsWithSeqPrefix(buf, start) ? leadingSeq(buf, start, stop) : undefined;
+    if (hasKey || seq === undefined) {
+      if (isBlankLine(buf, start, stop)) return;
+      const decoded = decodeJournalLine(buf, start, stop);
+      if (decoded.kind !== "entry") return;
+      const entrySeq = decoded.entry.seq;
+      if (typeof entrySeq !== "number" || !Number.isInteger(entrySeq)) return;
+      seq = entrySeq;
+      const ikey = decoded.entry[IDEMPOTENCY_KEY_FIELD];
+      if (typeof ikey === "string" && !keys.has(ikey)) keys.set(ikey, { firstSeq: seq, lastSeq: seq + batchSizeOf(decoded.entry) - 1 });
+    }
+    index.note(seq, start);
+  });
+  return { keys, index };
+}
+
+/** The entry as readers see it: the seed's fields (and any foreign extras), without berth's bookkeeping. */
+export function toReaderEntry(raw: Record<string, unknown>): JournalEntry {
+  const { [CHECKSUM_FIELD]: _crc, [IDEMPOTENCY_KEY_FIELD]: _ikey, [BATCH_SIZE_FIELD]: _n, ...rest } = raw;
+  return rest as JournalEntry;
+}
+
+/** Options of {@link readJournalEntries}. */
+export interface ReadRange {
+  /** Entries with seq ≥ this (integer seqs only; lines without one are not entries a reader can resume from). */
+  fromSeq: number;
+  /** At most this many entries (0 or undefined: no limit). */
+  limit?: number;
+  /** The byte offset to start at (a line boundary, from {@link SeqIndex.startFor}). */
+  start: number;
+  /** Read no further than this offset: the durable end of the journal when the read began. */
+  end: number;
+}
+
+const READ_CHUNK_BYTES = 64 * 1024;
+
+/**
+ * Streams the entries of `path` in file order, skipping damaged and unparsable lines (they are
+ * diagnostics of the snapshot, not entries). Reads in chunks, so a long journal is never held in
+ * memory; stopping the iteration closes the file.
+ */
+export async function* readJournalEntries(path: string, range: ReadRange): AsyncGenerator<JournalEntry, void, undefined> {
+  const limit = range.limit && range.limit > 0 ? range.limit : Infinity;
+  if (limit === 0 || range.end <= range.start) return;
+  let handle: fsp.FileHandle;
+  try {
+    handle = await fsp.open(path, "r");
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === "ENOENT") return;
+    throw error;
+  }
+  try {
+    let position = range.start;
+    let carry: Buffer = Buffer.alloc(0);
+    let yielded = 0;
+    while (position < range.end) {
+      const chunk = Buffer.allocUnsafe(Math.min(READ_CHUNK_BYTES, range.end - position));
+      const { bytesRead } = await handle.read(chunk, 0, chunk.length, position);
+      if (bytesRead === 0) break;
+      position += bytesRead;
+      const buf = carry.length > 0 ? Buffer.concat([carry, chunk.subarray(0, bytesRead)]) : chunk.subarray(0, bytesRead);
+      const entries: JournalEntry[] = [];
+      const rest = forEachLine(buf, 0, (start, end) => {
+        if (isBlankLine(buf, start, end)) return;
+        const decoded = decodeJournalLine(buf, start, end);
+        if (decoded.kind !== "entry") return;
+        const seq = decoded.entry.seq;
+        if (typeof seq !== "number" || !Number.isInteger(seq) || seq < range.fromSeq) return;
+        entries.push(toReaderEntry(decoded.entry));
+      });
+      carry = Buffer.from(buf.subarray(rest));
+      for (const entry of entries) {
+        yield entry;
+        if (++yielded >= limit) return;
+      }
+    }
+    // A last entry without its newline (a journal another writer left so) is still an entry.
+    if (carry.length > 0 && !isBlankLine(carry, 0, carry.length)) {
+      const decoded = decodeJournalLine(carry, 0, carry.length);
+      const seq = decoded.kind === "entry" ? decoded.entry.seq : undefined;
+      if (decoded.kind === "entry" && typeof seq === "number" && Number.isInteger(seq) && seq >= range.fromSeq) yield toReaderEntry(decoded.entry);
+    }
+  } finally {
+    await handle.close();
+  }
+}

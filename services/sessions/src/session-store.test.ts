@@ -1,0 +1,357 @@
+import * as fs from "node:fs";
+import * as os from "node:os";
+import * as path from "node:path";
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { ManualClock } from "@berth/shared/clock";
+import { isBerthError, type BerthError } from "@berth/shared/errors";
+import { nodeCommitIo, type CommitIo, type FsyncMode } from "./group-commit.js";
+import { encodeJournalLine } from "./journal-format.js";
+import { applyEvent, baseSnapshot, type JournalEntry, type SessionSnapshot } from "./reducer.js";
+import { SessionStore, type SessionStoreOptions } from "./session-store.js";
+import { loadSeedStore, type SeedStoreHarness } from "./testing/seed-store.js";
+
+let dir: string;
+let clock: ManualClock;
+const stores: SessionStore[] = [];
+
+beforeEach(() => {
+  dir = fs.mkdtempSync(path.join(os.tmpdir(), "berth-store-"));
+  clock = new ManualClock(Date.UTC(2026, 0, 1));
+});
+
+afterEach(async () => {
+  for (const store of stores.splice(0)) await store.close().catch(() => undefined);
+  fs.rmSync(dir, { recursive: true, force: true });
+});
+
+function makeLogger() {
+  const lines: Array<{ level: string; obj: object; msg?: string }> = [];
+  const at = (level: string) => (obj: object, msg?: string) => void lines.push({ level, obj, ...(msg ? { msg } : {}) });
+  return { lines, debug: at("debug"), info: at("info"), warn: at("warn"), error: at("error") };
+}
+
+function countingIo(base: CommitIo = nodeCommitIo) {
+  const counts = { writes: 0, syncs: 0 };
+  let failWrites: NodeJS.ErrnoException | undefined;
+  let partial = false;
+  const io: CommitIo = {
+    async write(fd, data, offset, length) {
+      counts.writes++;
+      if (failWrites) {
+        // Half the bytes reach the file before the error: the store must cut them back.
+        if (partial) await base.write(fd, data, offset, Math.max(1, Math.floor(length / 2)));
+        throw failWrites;
+      }
+      return base.write(fd, data, offset, length);
+    },
+    async fdatasync(fd) {
+      counts.syncs++;
+      return base.fdatasync(fd);
+    },
+  };
+  return {
+    io,
+    counts,
+    fail(code: string | undefined, writePartial = false) {
+      partial = writePartial;
+      if (code === undefined) failWrites = undefined;
+      else {
+        failWrites = Object.assign(new Error(`${code}: simulated`), { code });
+      }
+    },
+  };
+}
+
+function open(options: Partial<SessionStoreOptions> = {}): SessionStore {
+  const store = new SessionStore({ dir: path.join(dir, "sessions"), clock, fsync: "batch", ...options });
+  stores.push(store);
+  return store;
+}
+
+function journal(id: string, root = path.join(dir, "sessions")): string {
+  return path.join(root, `${id}.jsonl`);
+}
+
+async function collect<T>(iterable: AsyncIterable<T>): Promise<T[]> {
+  const out: T[] = [];
+  for await (const item of iterable) out.push(item);
+  return out;
+}
+
+async function expectBerthError(promise: Promise<unknown> | (() => unknown), code: string): Promise<BerthError> {
+  try {
+    if (typeof promise === "function") await promise();
+    else await promise;
+  } catch (error) {
+    expect(isBerthError(error), String(error)).toBe(true);
+    expect((error as BerthError).code).toBe(code);
+    return error as BerthError;
+  }
+  throw new Error(`expected a BerthError ${code}`);
+}
+
+/** A seed-format line (no checksum), as the seed's store writes it. */
+function seedLine(seq: number, id: string, event: Record<string, unknown>, ts = "2026-01-01T00:00:00.000Z"): string {
+  return JSON.stringify({ seq, id, type: event.type, ts, event: { ...event, id } }) + "\n";
+}
+
+function fold(id: string, entries: JournalEntry[]): SessionSnapshot {
+  return entries.reduce((snapshot, entry) => applyEvent(snapshot, entry), baseSnapshot(id));
+}
+
+describe("appends", () => {
+  it("appends, numbers entries from 1 and serves the snapshot", async () => {
+    const store = open();
+    const first = await store.append("s1", [{ type: "generate", count: 3, pageUrl: "http://localhost/" }]);
+    expect(first).toMatchObject({ firstSeq: 1, lastSeq: 1, duplicate: false });
+    expect(first.snapshot.phase).toBe("generate_requested");
+    const second = await store.append("s1", [{ type: "agent_done" }, { type: "variant_mounted", variant: 1 }]);
+    expect(second).toMatchObject({ firstSeq: 2, lastSeq: 3 });
+    expect(second.snapshot.renderState).toBe("mounted");
+    const view = store.getSnapshot("s1");
+    expect(view).toMatchObject({ lastSeq: 3, exists: true });
+    expect(view!.snapshot).toBe(second.snapshot);
+    const lines = fs.readFileSync(journal("s1"), "utf8").trim().split("\n").map((l) => JSON.parse(l));
+    expect(lines.map((l) => l.seq)).toEqual([1, 2, 3]);
+    expect(lines[1]).toMatchObject({ id: "s1", type: "agent_done", ts: "2026-01-01T00:00:00.000Z", n: 2, event: { type: "agent_done", id: "s1" } });
+    expect(Object.keys(lines[0])).toEqual(["seq", "id", "type", "ts", "event", "crc"]);
+    expect((fs.statSync(journal("s1")).mode & 0o777).toString(8)).toBe("600");
+  });
+
+  it("rejects bad ids and bad or oversized events with nothing written", async () => {
+    const store = open({ maxEventBytes: 200 });
+    await expectBerthError(store.append("../etc", [{ type: "x" }]), "invalid_argument");
+    await expectBerthError(store.append("a/b", [{ type: "x" }]), "invalid_argument");
+    await expectBerthError(store.append("s1", []), "invalid_argument");
+    await expectBerthError(store.append("s1", [{ type: "ok" }, { notype: 1 }]), "invalid_argument");
+    await expectBerthError(store.append("s1", [{ type: "ok" }, null]), "invalid_argument");
+    await expectBerthError(store.append("s1", [{ type: "x", id: "other" }]), "invalid_argument");
+    const big = await expectBerthError(store.append("s1", [{ type: "ok" }, { type: "x", blob: "y".repeat(300) }]), "resource_exhausted");
+    expect(big.message).toMatch(/events\[1\].*over the limit of 200 bytes/);
+    await expectBerthError(store.append("s1", [{ type: "x" }], { idempotencyKey: "k".repeat(129) }), "invalid_argument");
+    expect(fs.readdirSync(path.join(dir, "sessions"))).toEqual([]);
+    expect(() => store.getSnapshot("bad id")).toThrow(/session_id/);
+    expect(store.has("s1")).toBe(false);
+    expect(fs.readdirSync(dir)).toEqual(["sessions"]);
+  });
+
+  it("refuses an append whose expected seq is not the current one, with the current seq", async () => {
+    const store = open();
+    await store.append("s1", [{ type: "generate" }], { expectedSeq: 0 });
+    await store.append("s1", [{ type: "agent_phase", phase: "plan" }], { expectedSeq: 1 });
+    const conflict = await expectBerthError(store.append("s1", [{ type: "steer" }], { expectedSeq: 1 }), "failed_precondition");
+    expect(conflict.message).toContain("expected seq 1 but the session is at 2");
+    expect(conflict.details).toMatchObject({ currentSeq: 2 });
+    expect(store.getSnapshot("s1")!.lastSeq).toBe(2);
+    const fresh = await expectBerthError(store.append("s2", [{ type: "steer" }], { expectedSeq: 4 }), "failed_precondition");
+    expect(fresh.details).toMatchObject({ currentSeq: 0 });
+  });
+
+  it("refuses an append whose fence check throws, with nothing written", async () => {
+    const store = open();
+    await store.append("s1", [{ type: "generate" }]);
+    const fence = () => {
+      throw Object.assign(new Error("stale fence"), { code: "aborted" });
+    };
+    await expect(store.append("s1", [{ type: "steer" }], { fenceCheck: fence })).rejects.toThrow("stale fence");
+    expect(store.getSnapshot("s1")!.lastSeq).toBe(1);
+  });
+
+  it("32 concurrent appenders get contiguous seqs with far fewer syncs than appends", async () => {
+    const counter = countingIo();
+    const store = open({ io: counter.io });
+    await store.append("s1", [{ type: "generate" }]);
+    counter.counts.syncs = 0;
+    const results = await Promise.all(
+      Array.from({ length: 32 }, (_, client) =>
+        (async () => {
+          const seqs: number[] = [];
+          for (let i = 0; i < 8; i++) seqs.push((await store.append("s1", [{ type: "checkpoint", revision: client * 100 + i }])).firstSeq);
+          return seqs;
+        })(),
+      ),
+    );
+    const all = results.flat().sort((a, b) => a - b);
+    expect(all).toEqual(Array.from({ length: 256 }, (_, i) => i + 2));
+    expect(counter.counts.syncs).toBeLessThan(256 / 4);
+    const lines = fs.readFileSync(journal("s1"), "utf8").trim().split("\n").map((l) => JSON.parse(l).seq);
+    expect(lines).toEqual(Array.from({ length: 257 }, (_, i) => i + 1));
+  });
+
+  it("syncs once per append with fsync=always and never with none", async () => {
+    for (const fsync of ["always", "none"] as FsyncMode[]) {
+      const counter = countingIo();
+      const store = open({ io: counter.io, fsync, dir: path.join(dir, fsync) });
+      await Promise.all(Array.from({ length: 10 }, (_, i) => store.append("s1", [{ type: "checkpoint", revision: i }])));
+      expect(counter.counts.syncs).toBe(fsync === "always" ? 10 : 0);
+      expect(store.getSnapshot("s1")!.lastSeq).toBe(10);
+    }
+  });
+});
+
+describe("idempotency keys", () => {
+  it("a retry returns the original result and writes nothing, also after a restart", async () => {
+    const store = open();
+    const original = await store.append("s1", [{ type: "generate", count: 2 }, { type: "agent_done" }], { idempotencyKey: "req-1" });
+    await store.append("s1", [{ type: "checkpoint", revision: 5, phase: "generating" }]);
+    const size = fs.statSync(journal("s1")).size;
+    const retry = await store.append("s1", [{ type: "generate", count: 2 }, { type: "agent_done" }], { idempotencyKey: "req-1", expectedSeq: 0 });
+    expect(retry).toEqual({ ...original, duplicate: true });
+    expect(fs.statSync(journal("s1")).size).toBe(size);
+    await store.close();
+
+    // Restart without a current snapshot file: the key comes back from the journal line.
+    fs.rmSync(path.join(dir, "sessions", "s1.snapshot.json"), { force: true });
+    const replayed = open();
+    const again = await replayed.append("s1", [{ type: "generate" }], { idempotencyKey: "req-1" });
+    expect(again).toMatchObject({ firstSeq: 1, lastSeq: 2, duplicate: true });
+    expect(again.snapshot).toEqual(original.snapshot);
+    await replayed.close();
+
+    // Restart hydrating from the snapshot file: the key is found by the lazy scan.
+    const hydrated = open();
+    expect(fs.existsSync(path.join(dir, "sessions", "s1.snapshot.json"))).toBe(true);
+    const third = await hydrated.append("s1", [{ type: "generate" }], { idempotencyKey: "req-1" });
+    expect(third).toMatchObject({ firstSeq: 1, lastSeq: 2, duplicate: true });
+    expect(third.snapshot).toEqual(original.snapshot);
+    expect(hydrated.stats().hydrations).toBe(1);
+    expect(fs.statSync(journal("s1")).size).toBe(size);
+    const next = await hydrated.append("s1", [{ type: "steer" }], { idempotencyKey: "req-2" });
+    expect(next).toMatchObject({ firstSeq: 4, duplicate: false });
+  });
+
+  it("a retry racing the original waits for it and returns its result", async () => {
+    const store = open();
+    const [a, b] = await Promise.all([
+      store.append("s1", [{ type: "generate" }], { idempotencyKey: "k" }),
+      store.append("s1", [{ type: "generate" }], { idempotencyKey: "k" }),
+    ]);
+    expect(a.duplicate).toBe(false);
+    expect(b).toEqual({ ...a, duplicate: true });
+    expect(store.getSnapshot("s1")!.lastSeq).toBe(1);
+  });
+});
+
+describe("atomicity and write failures", () => {
+  it("a failing write rejects the batch, cuts partial bytes back and rolls the state back", async () => {
+    const counter = countingIo();
+    const store = open({ io: counter.io });
+    await store.append("s1", [{ type: "generate" }]);
+    const sizeBefore = fs.statSync(journal("s1")).size;
+    counter.fail("EIO", true);
+    const failed = store.append("s1", [{ type: "agent_done" }, { type: "variant_mounted", variant: 1 }], { idempotencyKey: "k1" });
+    const queued = store.append("s1", [{ type: "steer" }]);
+    await expectBerthError(failed, "unavailable");
+    await expectBerthError(queued, "unavailable");
+    expect(fs.statSync(journal("s1")).size).toBe(sizeBefore);
+    expect(store.getSnapshot("s1")).toMatchObject({ lastSeq: 1, snapshot: { phase: "generate_requested" } });
+    counter.fail(undefined);
+    const retried = await store.append("s1", [{ type: "agent_done" }], { idempotencyKey: "k1" });
+    expect(retried).toMatchObject({ firstSeq: 2, duplicate: false });
+    counter.fail("ENOSPC");
+    await expectBerthError(store.append("s1", [{ type: "steer" }]), "resource_exhausted");
+    counter.fail(undefined);
+    await store.close();
+    const reopened = open();
+    expect(reopened.getSnapshot("s1")).toMatchObject({ lastSeq: 2, snapshot: { phase: "variants_ready" } });
+  });
+});
+
+describe("opening journals", () => {
+  it("cuts a torn tail back, reports it, and continues at the right seq", async () => {
+    const logger = makeLogger();
+    fs.mkdirSync(path.join(dir, "sessions"), { recursive: true });
+    const whole = encodeJournalLine({ seq: 1, id: "s1", type: "generate", ts: "2026-01-01T00:00:00.000Z", event: { type: "generate", id: "s1" } });
+    const torn = encodeJournalLine({ seq: 2, id: "s1", type: "agent_done", ts: "2026-01-01T00:00:01.000Z", event: { type: "agent_done", id: "s1" } }).slice(0, 30);
+    fs.writeFileSync(journal("s1"), whole + torn);
+    const store = open({ logger });
+    const view = store.getSnapshot("s1")!;
+    expect(view.lastSeq).toBe(1);
+    expect(view.snapshot.diagnostics).toContainEqual({ error: "journal_torn_tail_repaired", line: 2, bytesDropped: 30, entriesDropped: 0 });
+    expect(fs.readFileSync(journal("s1"), "utf8")).toBe(whole);
+    expect(logger.lines.some((l) => l.level === "warn" && /torn/.test(l.msg ?? ""))).toBe(true);
+    const next = await store.append("s1", [{ type: "agent_done" }]);
+    expect(next.firstSeq).toBe(2);
+    expect(fs.readFileSync(journal("s1"), "utf8").split("\n").filter(Boolean).map((l) => JSON.parse(l).seq)).toEqual([1, 2]);
+  });
+
+  it("drops an append of several events that reached the disk only in part", async () => {
+    const store = open();
+    await store.append("s1", [{ type: "generate" }]);
+    await store.append("s1", [{ type: "agent_done" }, { type: "variant_mounted", variant: 1 }, { type: "variant_mounted", variant: 2 }]);
+    await store.close();
+    // Keep the first two of the three lines of the second append, as a crash could.
+    const lines = fs.readFileSync(journal("s1"), "utf8").split("\n");
+    fs.writeFileSync(journal("s1"), lines.slice(0, 3).join("\n") + "\n");
+    fs.rmSync(path.join(dir, "sessions", "s1.snapshot.json"));
+    const reopened = open();
+    const view = reopened.getSnapshot("s1")!;
+    expect(view.lastSeq).toBe(1);
+    expect(view.snapshot.phase).toBe("generate_requested");
+    expect(view.snapshot.diagnostics).toContainEqual(expect.objectContaining({ error: "journal_torn_tail_repaired", entriesDropped: 2 }));
+    expect(fs.readFileSync(journal("s1"), "utf8").trim().split("\n")).toHaveLength(1);
+  });
+
+  it("keeps a corrupt line in the middle as journal_parse_failed and replays the rest", async () => {
+    fs.mkdirSync(path.join(dir, "sessions"), { recursive: true });
+    fs.writeFileSync(
+      journal("s1"),
+      seedLine(1, "s1", { type: "generate", count: 2 }) + '{"seq":2,"id":"s1","ty\n' + seedLine(3, "s1", { type: "agent_done" }),
+    );
+    const store = open();
+    const view = store.getSnapshot("s1")!;
+    expect(view.lastSeq).toBe(3);
+    expect(view.snapshot.phase).toBe("variants_ready");
+    expect(view.snapshot.diagnostics).toEqual([expect.objectContaining({ error: "journal_parse_failed", line: 2 })]);
+    expect(fs.readFileSync(journal("s1"), "utf8").split("\n")).toHaveLength(4);
+  });
+
+  it("skips a damaged line that still parses, with a checksum diagnostic", async () => {
+    const store = open();
+    await store.append("s1", [{ type: "generate", count: 2 }]);
+    await store.append("s1", [{ type: "checkpoint", revision: 1, phase: "generating" }]);
+    await store.append("s1", [{ type: "agent_phase", phase: "plan" }]);
+    await store.close();
+    const text = fs.readFileSync(journal("s1"), "utf8");
+    fs.writeFileSync(journal("s1"), text.replace('"revision":1', '"revision":7'));
+    fs.rmSync(path.join(dir, "sessions", "s1.snapshot.json"));
+    const reopened = open();
+    const view = reopened.getSnapshot("s1")!;
+    expect(view.snapshot.browserCheckpointRevision).toBe(0);
+    expect(view.snapshot.generationPhase).toBe("plan");
+    expect(view.snapshot.diagnostics).toEqual([expect.objectContaining({ error: "journal_checksum_mismatch", line: 2 })]);
+    expect((await collect(reopened.read("s1"))).map((e) => e.seq)).toEqual([1, 3]);
+  });
+
+  it("reads hand-written seed-format fixtures with the expected snapshot", async () => {
+    fs.mkdirSync(path.join(dir, "sessions"), { recursive: true });
+    const events = [
+      { type: "generate", count: 3, pageUrl: "http://localhost:5173/", screenshotPath: "/tmp/a.png", token: "secret" },
+      { type: "variant_plan", plan: { variants: 3 } },
+      { type: "checkpoint", revision: 2, phase: "generating", owner: "tab-1", visibleVariant: 1, paramValues: { hue: 10 } },
+      { type: "checkpoint", revision: 1, phase: "stale" },
+      { type: "variants_ready", sourceFile: "src/Hero.tsx", arrivedVariants: 3 },
+      { type: "variant_mount_failed", variant: 2, error: "boom", url: "http://x" },
+      { type: "accept", variantId: "2" },
+      { type: "agent_done" },
+      { type: "mystery" },
+    ];
+    const entries = events.map((event, i) => ({ seq: i + 1, id: "fx", type: event.type, ts: `2026-01-01T00:00:0${i}.000Z`, event: { ...event, id: "fx" } }));
+    fs.writeFileSync(journal("fx"), entries.map((e) => JSON.stringify(e) + "\n").join(""));
+    const store = open();
+    const view = store.getSnapshot("fx")!;
+    expect(view.lastSeq).toBe(9);
+    expect(view.snapshot).toEqual(fold("fx", entries));
+    expect(view.snapshot).toMatchObject({
+      phase: "accept_requested",
+      expectedVariants: 3,
+      visibleVariant: 2,
+      browserCheckpointRevision: 2,
+      sourceFile: "src/Hero.tsx",
+      annotationArtifacts: [{ type: "screenshot", path: "/tmp/a.png" }],
+      cancelReason: "accept",
+    });
+    expect(view.snapshot.diagnostics.map((d) => d.error)).toEqual(["stale_checkpoint_ignored", "late_generation_event_ignored", "unknown_event_type"]);
+    expect((view.snapshot.pendingEvent as Record<string, unknown>).token).toBeUndefined();
+  });
+});

@@ -1,0 +1,1018 @@
+/**
+ * The session store: durable per-session journals in the seed's format, the snapshots derived
+ * from them, and their watchers. The RPC layer maps its calls onto this; it returns plain objects
+ * and throws BerthError.
+ *
+ * How state moves:
+ * - An append is checked (ids, events, sizes, idempotency key, fence, expected seq), given its
+ *   sequence numbers and applied to the in-memory *head* at once, in call order — one writer per
+ *   state directory is guaranteed by the election lock, so memory is the authority for the next
+ *   seq. Its lines then go through group commit; only once they are durable does the session's
+ *   *durable* state (what readers and watchers see) move, and the append resolve.
+ * - A failed write fails its batch and everything queued behind it, cuts the file back to the
+ *   last durable byte and rolls the head back to the durable state.
+ * - A session is opened from its snapshot file when that file provably describes the journal
+ *   (the seed's `__journalBytes` fence), else by one replay of the journal (repairing a torn
+ *   tail). A journal another process appended to (size or mtime not what we left) is caught up
+ *   before the next read or append.
+ * - Open sessions live in a bounded LRU; evicting one writes its snapshot file if it is behind and
+ *   closes its file, and a later access re-opens it, cheaply, from that file.
+ * - Snapshot files are written lazily: on flush, on eviction and close, after a number of appends,
+ *   or once a session has been idle for a while — never on every append.
+ */
+import * as fs from "node:fs";
+import * as path from "node:path";
+import { systemClock, type Clock, type TimerHandle } from "@berth/shared/clock";
+import { BerthError, invalidArgument } from "@berth/shared/errors";
+import { ensurePrivateDir, fsyncDirectory, statOrNull } from "@berth/shared/files";
+import { checkSessionId } from "@berth/shared/safe-id";
+import { GroupCommit, type CommitIo, type FsyncMode } from "./group-commit.js";
+import { decodeJournalLine, encodeJournalLine, forEachLine, isBlankLine } from "./journal-format.js";
+import {
+  readJournalEntries,
+  replayJournalFile,
+  scanJournalPrefix,
+  SeqIndex,
+  toReaderEntry,
+  type JournalLogger,
+  type KeyRecord,
+} from "./journal-file.js";
+import { applyEvent, baseSnapshot, type JournalEntry, type SessionSnapshot } from "./reducer.js";
+import { journalPath, sessionIdFromFileName, snapshotPath } from "./session-paths.js";
+import { readSnapshotFile, writeSnapshotFile } from "./snapshot-file.js";
+import { isCompletedPhase } from "./vocabulary.js";
+import { WatchHub, type SessionChange, type WatchBacklog, type WatchEvent, type WatchOptions } from "./watch-hub.js";
+
+/** The largest event (its JSON, in bytes) accepted by default. */
+export const DEFAULT_MAX_EVENT_BYTES = 1024 * 1024;
+/** Open sessions kept in memory by default. */
+export const DEFAULT_CACHE_SIZE = 1000;
+/** Events in one append accepted by default. */
+export const DEFAULT_MAX_EVENTS_PER_APPEND = 10_000;
+/** A session's snapshot file is rewritten in the background after this many appended entries... */
+export const DEFAULT_SNAPSHOT_EVERY_ENTRIES = 1000;
+/** ...or once it has had no append for this long (ms). */
+export const DEFAULT_SNAPSHOT_IDLE_MS = 5000;
+/** The longest idempotency key, in characters. */
+export const MAX_IDEMPOTENCY_KEY_LENGTH = 128;
+
+/** Options of {@link SessionStore}. */
+export interface SessionStoreOptions {
+  /** Where journals and snapshot files are (created 0700 if missing). */
+  dir: string;
+  /** The seed's legacy root, read-only: read when `dir` has no journal, copied to `dir` on first append. */
+  legacyDir?: string;
+  clock?: Clock;
+  /** Default "batch" (group commit); see {@link FsyncMode}. */
+  fsync?: FsyncMode;
+  logger?: JournalLogger;
+  maxEventBytes?: number;
+  maxEventsPerAppend?: number;
+  /** Open sessions kept in the LRU. */
+  cacheSize?: number;
+  snapshotEveryEntries?: number;
+  snapshotIdleMs?: number;
+  /** Default buffer bound of a watcher. */
+  maxBuffered?: number;
+  /** The write/fdatasync calls of appends (tests inject one to count syncs or fail writes). */
+  io?: CommitIo;
+}
+
+/** Options of {@link SessionStore.append}. */
+export interface AppendOptions {
+  /** The last seq the caller saw (0 for a new session); anything else is failed_precondition. */
+  expectedSeq?: number;
+  /** A retry with the same key returns the first append's result and writes nothing ("" = none). */
+  idempotencyKey?: string;
+  /** Called just before the append is sequenced; throwing (e.g. a stale lock fence) refuses it with nothing written. */
+  fenceCheck?: () => void;
+}
+
+/** What an append returns. */
+export interface AppendResult {
+  firstSeq: number;
+  lastSeq: number;
+  /** The snapshot right after this append's last entry. */
+  snapshot: SessionSnapshot;
+  /** True when this was a retry of an earlier append with the same idempotency key (nothing was written). */
+  duplicate: boolean;
+}
+
+/** A session's durable state as readers see it. Treat the snapshot as read-only: it is shared. */
+export interface SessionView {
+  sessionId: string;
+  snapshot: SessionSnapshot;
+  /** The last durable seq (0 when the session has no entries). */
+  lastSeq: number;
+  /** False for a session with no journal (the seed answers those with a base snapshot too). */
+  exists: boolean;
+}
+
+/** Counters for metrics and tests. */
+export interface SessionStoreStats {
+  openSessions: number;
+  watchers: number;
+  /** Full journal replays done (opens without a current snapshot file, and catch-ups after foreign writes). */
+  replays: number;
+  /** Opens served from a snapshot file. */
+  hydrations: number;
+  snapshotWrites: number;
+}
+
+interface PendingAppend {
+  bytes: Buffer;
+  /** 1 when the write starts with a newline ending a foreign unterminated tail. */
+  lead: number;
+  lineBytes: number[];
+  entries: JournalEntry[];
+  snapshots: SessionSnapshot[];
+  ikey: string | undefined;
+  resolve(result: AppendResult): void;
+  reject(error: unknown): void;
+}
+
+interface OpenSession {
+  id: string;
+  /** The journal read: the primary, or the legacy one until the first append copies it over. */
+  path: string;
+  legacy: boolean;
+  /** A journal file exists for this session. */
+  onDisk: boolean;
+  fd: number | undefined;
+  committer: GroupCommit<PendingAppend> | undefined;
+
+  // Durable state: what readers, watchers and snapshot files see.
+  snapshot: SessionSnapshot;
+  nextSeq: number;
+  /** Bytes of whole entries: the end of the durable journal. */
+  size: number;
+  /** The file's size as we last knew it (differs from `size` only with a tail we left in place). */
+  fileSize: number;
+  /** NaN right after our own write: the next stat's mtime is taken if the size is what we wrote. */
+  mtimeMs: number;
+  needsNewline: boolean;
+
+  // Head: durable state plus appends queued or in flight.
+  headSnapshot: SessionSnapshot;
+  headNextSeq: number;
+  headNeedsNewline: boolean;
+
+  /** Idempotency keys of durable appends (all of them once `keysComplete`). */
+  keys: Map<string, KeyRecord>;
+  /** False after a hydration from the snapshot file until the journal's first `scanPrefix` bytes are scanned. */
+  keysComplete: boolean;
+  scanPrefix: number;
+  index: SeqIndex;
+  inflightKeys: Map<string, Promise<AppendResult>>;
+  /** The results of the newest keyed appends, so that a prompt retry costs no replay. */
+  recentResults: Map<string, AppendResult>;
+
+  entriesSinceSnapshot: number;
+  /** The journal size the snapshot file describes (-1 when unknown or none). */
+  snapshotFileBytes: number;
+  lastAppendAt: number;
+  idleTimer: TimerHandle | undefined;
+  snapshotWrite: Promise<void> | undefined;
+}
+
+const RECENT_RESULTS = 64;
+
+function errnoCode(error: unknown): string | undefined {
+  return (error as NodeJS.ErrnoException | undefined)?.code;
+}
+
+/** The store; see the module comment. Create one per state directory. */
+export class SessionStore {
+  readonly dir: string;
+  readonly legacyDir: string | undefined;
+  private readonly clock: Clock;
+  private readonly fsync: FsyncMode;
+  private readonly logger: JournalLogger | undefined;
+  private readonly maxEventBytes: number;
+  private readonly maxEventsPerAppend: number;
+  private readonly cacheSize: number;
+  private readonly snapshotEveryEntries: number;
+  private readonly snapshotIdleMs: number;
+  private readonly io: CommitIo | undefined;
+  private readonly hub: WatchHub;
+  private readonly sessions = new Map<string, OpenSession>();
+  private readonly background = new Set<Promise<void>>();
+  private readonly now: () => number;
+  private closed = false;
+  private readonly counters = { replays: 0, hydrations: 0, snapshotWrites: 0 };
+
+  constructor(options: SessionStoreOptions) {
+    this.dir = path.resolve(options.dir);
+    this.legacyDir = options.legacyDir === undefined ? undefined : path.resolve(options.legacyDir);
+    this.clock = options.clock ?? systemClock;
+    this.fsync = options.fsync ?? "batch";
+    this.logger = options.logger;
+    this.maxEventBytes = options.maxEventBytes ?? DEFAULT_MAX_EVENT_BYTES;
+    this.maxEventsPerAppend = options.maxEventsPerAppend ?? DEFAULT_MAX_EVENTS_PER_APPEND;
+    this.cacheSize = Math.max(1, options.cacheSize ?? DEFAULT_CACHE_SIZE);
+    this.snapshotEveryEntries = Math.max(1, options.snapshotEveryEntries ?? DEFAULT_SNAPSHOT_EVERY_ENTRIES);
+    this.snapshotIdleMs = options.snapshotIdleMs ?? DEFAULT_SNAPSHOT_IDLE_MS;
+    this.io = options.io;
+    this.hub = new WatchHub(options.maxBuffered);
+    this.now = () => this.clock.now();
+    ensurePrivateDir(this.dir);
+  }
+
+  // ---------------------------------------------------------------- appends
+
+  /**
+   * Appends `events` to the session, atomically (one write of all their lines: all or none), and
+   * resolves once they are durable as the fsync mode promises. See {@link AppendOptions}.
+   */
+  async append(sessionId: string, events: readonly unknown[], options: AppendOptions = {}): Promise<AppendResult> {
+    this.assertOpen();
+    checkSessionId(sessionId);
+    const prepared = this.prepareEvents(sessionId, events);
+    const ikey = checkIdempotencyKey(options.idempotencyKey);
+    const expectedSeq = options.expectedSeq;
+    if (expectedSeq !== undefined && (!Number.isInteger(expectedSeq) || expectedSeq < 0)) {
+      throw invalidArgument("expected_seq", "must be a whole number ≥ 0 (the last seq you saw; 0 for a new session)");
+    }
+    for (;;) {
+      const session = this.sessionForWrite(sessionId);
+      if (ikey !== undefined) {
+        const inflight = session.inflightKeys.get(ikey);
+        if (inflight) {
+          // The first attempt is still on its way to disk: answer with its outcome. If it fails,
+          // this retry is a fresh attempt.
+          try {
+            return { ...(await inflight), duplicate: true };
+          } catch {
+            continue;
+          }
+        }
+        const known = this.findKey(session, ikey);
+        if (known) return this.duplicateResult(session, ikey, known);
+      }
+      options.fenceCheck?.();
+      const currentSeq = session.headNextSeq - 1;
+      if (expectedSeq !== undefined && expectedSeq !== currentSeq) {
+        throw new BerthError(
+          "failed_precondition",
+          `session ${sessionId}: expected seq ${expectedSeq} but the session is at ${currentSeq}; read it again and retry with expected_seq=${currentSeq}`,
+          { sessionId, expectedSeq, currentSeq },
+        );
+      }
+      return this.enqueue(session, prepared, ikey);
+    }
+  }
+
+  private prepareEvents(sessionId: string, events: readonly unknown[]): Array<{ type: string; event: Record<string, unknown> }> {
+    if (!Array.isArray(events) || events.length === 0) throw invalidArgument("events", "must hold at least one event");
+    if (events.length > this.maxEventsPerAppend) {
+      throw new BerthError(
+        "resource_exhausted",
+        `events: ${events.length} events in one append, over the limit of ${this.maxEventsPerAppend}; split the append`,
+        { field: "events", limit: this.maxEventsPerAppend, count: events.length },
+      );
+    }
+    return events.map((raw, i) => {
+      const field = `events[${i}]`;
+      if (raw === null || typeof raw !== "object" || Array.isArray(raw)) throw invalidArgument(field, "must be an object with a string type");
+      const event = raw as Record<string, unknown>;
+      if (typeof event.type !== "string" || event.type.length === 0) throw invalidArgument(`${field}.type`, "must be a non-empty string");
+      // The seed takes the session from `event.id || fallback`; here the session is named by the
+      // call, and an event naming another one is refused rather than silently moved.
+      if (event.id !== undefined && event.id !== null && event.id !== "" && event.id !== sessionId) {
+        throw invalidArgument(`${field}.id`, `must be omitted or equal the session id ${JSON.stringify(sessionId)}`);
+      }
+      let json: string;
+      try {
+        json = JSON.stringify({ ...event, id: sessionId });
+      } catch (error) {
+        throw invalidArgument(field, `must be JSON-serialisable (${(error as Error).message})`);
+      }
+      const bytes = Buffer.byteLength(json);
+      if (bytes > this.maxEventBytes) {
+        throw new BerthError(
+          "resource_exhausted",
+          `${field}: is ${bytes} bytes, over the limit of ${this.maxEventBytes} bytes per event (max_event_bytes)`,
+          { field, limit: this.maxEventBytes, size: bytes },
+        );
+      }
+      // The event as the journal will hold it (undefined fields gone, NaN as null…): the state
+      // built now must be the state a replay of the file builds later.
+      return { type: event.type, event: JSON.parse(json) as Record<string, unknown> };
+    });
+  }
+
+  private enqueue(session: OpenSession, prepared: Array<{ type: string; event: Record<string, unknown> }>, ikey: string | undefined): Promise<AppendResult> {
+    this.ensureWritable(session);
+    const ts = new Date(this.clock.now()).toISOString();
+    const count = prepared.length;
+    const parts: string[] = [];
+    const lineBytes: number[] = [];
+    const entries: JournalEntry[] = [];
+    const snapshots: SessionSnapshot[] = [];
+    const lead = session.headNeedsNewline ? 1 : 0;
+    if (lead) parts.push("\n");
+    let snapshot = session.headSnapshot;
+    for (let i = 0; i < count; i++) {
+      const { type, event } = prepared[i]!;
+      const entry: JournalEntry = { seq: session.headNextSeq + i, id: session.id, type, ts, event };
+      const marks = i === 0 ? { ...(ikey !== undefined ? { ikey } : {}), ...(count > 1 ? { n: count } : {}) } : undefined;
+      const line = encodeJournalLine(entry, marks);
+      parts.push(line);
+      lineBytes.push(Buffer.byteLength(line));
+      snapshot = applyEvent(snapshot, entry, { now: this.now });
+      entries.push(entry);
+      snapshots.push(snapshot);
+    }
+    session.headSnapshot = snapshot;
+    session.headNextSeq += count;
+    session.headNeedsNewline = false;
+    let item!: PendingAppend;
+    const promise = new Promise<AppendResult>((resolve, reject) => {
+      item = { bytes: Buffer.from(parts.join("")), lead, lineBytes, entries, snapshots, ikey, resolve, reject };
+    });
+    if (ikey !== undefined) {
+      session.inflightKeys.set(ikey, promise);
+      promise.catch(() => undefined);
+    }
+    session.committer!.submit(item);
+    return promise;
+  }
+
+  /** Opens the session's primary journal for appending, copying a legacy journal over first. */
+  private ensureWritable(session: OpenSession): void {
+    if (session.fd !== undefined) return;
+    ensurePrivateDir(this.dir);
+    const primary = journalPath(this.dir, session.id);
+    if (session.legacy) this.migrateLegacy(session, primary);
+    const existed = statOrNull(primary) !== null;
+    const fd = fs.openSync(primary, fs.constants.O_WRONLY | fs.constants.O_APPEND | fs.constants.O_CREAT, 0o600);
+    if (!existed && this.fsync !== "none") {
+      // The new file's directory entry must be durable too, or an acknowledged first append can
+      // vanish with its whole file after a power loss.
+      try {
+        fsyncDirectory(this.dir);
+      } catch (error) {
+        fs.closeSync(fd);
+        throw error;
+      }
+    }
+    session.fd = fd;
+    session.onDisk = true;
+    session.committer = new GroupCommit<PendingAppend>({
+      fd,
+      fsync: this.fsync,
+      ...(this.io ? { io: this.io } : {}),
+      handlers: {
+        durable: (items) => this.onDurable(session, items),
+        failed: (error, items) => this.onWriteFailed(session, error, items),
+      },
+    });
+  }
+
+  /**
+   * The seed's migration: the first append to a session that only has a legacy journal copies it
+   * to the primary root (the legacy file stays, read-only). berth copies the whole entries only
+   * (not a torn tail), via a temp file and a rename, so a crash leaves no half copy.
+   */
+  private migrateLegacy(session: OpenSession, primary: string): void {
+    if (statOrNull(primary) !== null) {
+      // Someone (a seed process) migrated it meanwhile: the primary is the truth now.
+      this.reload(session, true);
+      if (!session.legacy) return;
+    }
+    const temp = path.join(this.dir, `.${session.id}.jsonl.${process.pid}.migrate`);
+    fs.copyFileSync(session.path, temp);
+    const fd = fs.openSync(temp, "r+");
+    try {
+      fs.ftruncateSync(fd, session.size);
+      fs.fsyncSync(fd);
+    } finally {
+      fs.closeSync(fd);
+    }
+    fs.renameSync(temp, primary);
+    fsyncDirectory(this.dir);
+    this.logger?.info({ sessionId: session.id, from: session.path, to: primary }, "copied the legacy journal to the sessions directory");
+    session.path = primary;
+    session.legacy = false;
+    session.fileSize = session.size;
+    session.needsNewline = session.headNeedsNewline = session.size > 0 && lastByte(primary, session.size) !== 0x0a;
+    session.mtimeMs = NaN;
+  }
+
+  private onDurable(session: OpenSession, items: PendingAppend[]): void {
+    let entriesAdded = 0;
+    for (const item of items) {
+      let offset = session.size + item.lead;
+      session.size += item.bytes.length;
+      session.fileSize = session.size;
+      for (let i = 0; i < item.entries.length; i++) {
+        session.index.note(item.entries[i]!.seq, offset);
+        offset += item.lineBytes[i]!;
+      }
+      const firstSeq = item.entries[0]!.seq;
+      const lastSeq = item.entries[item.entries.length - 1]!.seq;
+      const snapshot = item.snapshots[item.snapshots.length - 1]!;
+      session.snapshot = snapshot;
+      session.nextSeq = lastSeq + 1;
+      session.needsNewline = false;
+      const result: AppendResult = { firstSeq, lastSeq, snapshot, duplicate: false };
+      if (item.ikey !== undefined) {
+        session.keys.set(item.ikey, { firstSeq, lastSeq });
+        session.inflightKeys.delete(item.ikey);
+        rememberResult(session, item.ikey, result);
+      }
+      entriesAdded += item.entries.length;
+      this.hub.publish(
+        session.id,
+        item.entries.map((entry, i) => ({ entry, snapshot: item.snapshots[i]! })),
+      );
+      item.resolve(result);
+    }
+    session.mtimeMs = NaN;
+    session.entriesSinceSnapshot += entriesAdded;
+    session.lastAppendAt = this.clock.now();
+    this.scheduleSnapshot(session);
+  }
+
+  private onWriteFailed(session: OpenSession, error: Error, items: PendingAppend[]): void {
+    // Bytes of the failed batch may be on disk: cut the file back to the last durable byte
+    // before anything new is written, so no rejected append can reappear at the next open.
+    let cutBack = false;
+    try {
+      if (session.fd !== undefined) {
+        fs.ftruncateSync(session.fd, session.size);
+        cutBack = true;
+      }
+    } catch (truncateError) {
+      this.logger?.error({ sessionId: session.id, err: truncateError }, "could not cut the journal back after a failed write");
+    }
+    session.headSnapshot = session.snapshot;
+    session.headNextSeq = session.nextSeq;
+    session.headNeedsNewline = session.needsNewline;
+    session.mtimeMs = NaN;
+    const code = errnoCode(error) === "ENOSPC" || errnoCode(error) === "EDQUOT" ? "resource_exhausted" : "unavailable";
+    const failure = new BerthError(
+      code,
+      `could not write the journal of session ${session.id} (${error.message}); nothing of this append was kept — retry it`,
+      { sessionId: session.id, ...(errnoCode(error) ? { errno: errnoCode(error) } : {}) },
+    );
+    this.logger?.error({ sessionId: session.id, err: error, appends: items.length }, "journal write failed; appends rejected and state rolled back");
+    for (const item of items) {
+      if (item.ikey !== undefined) session.inflightKeys.delete(item.ikey);
+    }
+    if (!cutBack) {
+      // The file's end is unknown now: forget the session; the next access re-opens it from disk,
+      // where the torn-tail repair cuts an incomplete append back.
+      this.forget(session);
+    }
+    for (const item of items) item.reject(failure);
+  }
+
+  // ---------------------------------------------------------------- idempotency
+
+  private findKey(session: OpenSession, ikey: string): KeyRecord | undefined {
+    const known = session.keys.get(ikey);
+    if (known || session.keysComplete) return known;
+    this.completeScan(session);
+    return session.keys.get(ikey);
+  }
+
+  /** Recovers the keys and seek points of the journal bytes a hydration skipped. */
+  private completeScan(session: OpenSession): void {
+    if (session.keysComplete) return;
+    const { keys, index } = scanJournalPrefix(session.path, session.scanPrefix);
+    for (const [key, record] of keys) if (!session.keys.has(key)) session.keys.set(key, record);
+    session.index.prepend(index);
+    session.keysComplete = true;
+  }
+
+  private duplicateResult(session: OpenSession, ikey: string, record: KeyRecord): AppendResult {
+    const recent = session.recentResults.get(ikey);
+    if (recent) return { ...recent, duplicate: true };
+    // An older key: rebuild the snapshot as of that append by replaying up to its last entry.
+    const snapshot = replayJournalFile(session.path, session.id, {
+      repair: false,
+      stopAfterSeq: record.lastSeq,
+      now: this.now,
+      sessionId: session.id,
+    }).snapshot;
+    const result: AppendResult = { firstSeq: record.firstSeq, lastSeq: record.lastSeq, snapshot, duplicate: false };
+    rememberResult(session, ikey, result);
+    return { ...result, duplicate: true };
+  }
+
+  // ---------------------------------------------------------------- reads
+
+  /**
+   * The session's durable snapshot and last seq. Null for a completed or discarded session unless
+   * `includeCompleted`. A session with no journal gets the base snapshot with `exists: false`
+   * (the seed's `getSnapshot` answers it so too); nothing is created.
+   */
+  getSnapshot(sessionId: string, options: { includeCompleted?: boolean } = {}): SessionView | null {
+    this.assertOpen();
+    checkSessionId(sessionId);
+    const session = this.sessionIfExists(sessionId);
+    const view: SessionView = session
+      ? { sessionId, snapshot: session.snapshot, lastSeq: session.nextSeq - 1, exists: session.onDisk }
+      : { sessionId, snapshot: baseSnapshot(sessionId), lastSeq: 0, exists: false };
+    if (!options.includeCompleted && isCompletedPhase(view.snapshot.phase)) return null;
+    return view;
+  }
+
+  /** True when a journal exists for the session in either root. Never creates anything. */
+  has(sessionId: string): boolean {
+    this.assertOpen();
+    checkSessionId(sessionId);
+    if (statOrNull(journalPath(this.dir, sessionId))) return true;
+    return this.legacyDir !== undefined && statOrNull(journalPath(this.legacyDir, sessionId)) !== null;
+  }
+
+  /**
+   * The sessions with a journal in either root, sorted by id; completed and discarded ones only
+   * with `includeCompleted` (the seed's `listActiveSessions`). A session whose journal has not
+   * moved costs a stat.
+   */
+  list(options: { includeCompleted?: boolean } = {}): SessionView[] {
+    this.assertOpen();
+    const ids = new Set<string>();
+    for (const dir of [this.legacyDir, this.dir]) {
+      if (dir === undefined) continue;
+      let names: string[];
+      try {
+        names = fs.readdirSync(dir);
+      } catch (error) {
+        if (errnoCode(error) === "ENOENT") continue;
+        throw error;
+      }
+      for (const name of names) {
+        const id = sessionIdFromFileName(name);
+        if (id !== undefined) ids.add(id);
+      }
+    }
+    const views: SessionView[] = [];
+    for (const id of [...ids].sort()) {
+      const view = this.getSnapshot(id, options);
+      if (view && view.exists) views.push(view);
+    }
+    return views;
+  }
+
+  /**
+   * Writes the session's snapshot file now (atomically), so another process — or the next start —
+   * can hydrate from it. The journal stays the truth; this only refreshes the cache.
+   */
+  async flush(sessionId: string): Promise<SessionView> {
+    this.assertOpen();
+    checkSessionId(sessionId);
+    const session = this.sessionIfExists(sessionId);
+    if (!session || !session.onDisk) return { sessionId, snapshot: baseSnapshot(sessionId), lastSeq: 0, exists: false };
+    const view: SessionView = { sessionId, snapshot: session.snapshot, lastSeq: session.nextSeq - 1, exists: true };
+    await this.writeSnapshot(session, true);
+    return view;
+  }
+
+  /**
+   * The durable entries with seq ≥ `fromSeq`, at most `limit` (0: all), in journal order, read
+   * from the file in chunks (entries are as the seed wrote them, without berth's bookkeeping fields).
+   */
+  read(sessionId: string, fromSeq = 1, limit = 0): AsyncIterableIterator<JournalEntry> {
+    this.assertOpen();
+    checkSessionId(sessionId);
+    checkFromSeq(fromSeq);
+    if (!Number.isInteger(limit) || limit < 0) throw invalidArgument("limit", "must be a whole number ≥ 0 (0: no limit)");
+    const session = this.sessionIfExists(sessionId);
+    if (!session || !session.onDisk) return emptyIterator();
+    this.completeScan(session);
+    return readJournalEntries(session.path, { fromSeq, limit, start: session.index.startFor(fromSeq), end: session.size });
+  }
+
+  /**
+   * Watches a session: entries with seq ≥ `fromSeq` from the journal, a caught-up marker, then
+   * every new durable entry (with the snapshot it produced, when `includeSnapshot`). A watcher
+   * more than `maxBuffered` entries behind is ended with resource_exhausted naming the seq to
+   * resume from. `return()` on the iterator unsubscribes at once.
+   */
+  watch(sessionId: string, fromSeq = 1, options: WatchOptions = {}): AsyncIterableIterator<WatchEvent> {
+    this.assertOpen();
+    checkSessionId(sessionId);
+    checkFromSeq(fromSeq);
+    return this.hub.watchSession(sessionId, fromSeq, options, (): WatchBacklog => {
+      const session = this.sessionIfExists(sessionId);
+      if (!session || !session.onDisk) return { lastSeq: 0, snapshot: baseSnapshot(sessionId), entries: () => emptyIterator() };
+      this.completeScan(session);
+      const start = session.index.startFor(fromSeq);
+      const end = session.size;
+      const journal = session.path;
+      return {
+        lastSeq: session.nextSeq - 1,
+        snapshot: session.snapshot,
+        entries: () => readJournalEntries(journal, { fromSeq, start, end }),
+      };
+    });
+  }
+
+  /** Watches every session: each new durable entry, with the snapshot it produced when asked. */
+  watchAll(options: WatchOptions = {}): AsyncIterableIterator<SessionChange> {
+    this.assertOpen();
+    return this.hub.watchAll(options);
+  }
+
+  /** Counters for metrics. */
+  stats(): SessionStoreStats {
+    return { openSessions: this.sessions.size, watchers: this.hub.watcherCount, ...this.counters };
+  }
+
+  /** Resolves once no append is in flight and no background snapshot write is running. */
+  async settled(): Promise<void> {
+    for (;;) {
+      const pending = [...[...this.sessions.values()].map((s) => s.committer?.idle()), ...this.background].filter(Boolean);
+      if (pending.length === 0) return;
+      await Promise.all(pending);
+      if ([...this.sessions.values()].every((s) => !s.committer?.busy) && this.background.size === 0) return;
+    }
+  }
+
+  /**
+   * Stops the store: refuses new calls, ends watchers (unavailable), waits for appends in flight,
+   * writes the snapshot files that are behind and closes every journal.
+   */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    this.hub.close();
+    await this.settled();
+    for (const session of [...this.sessions.values()]) {
+      if (session.idleTimer !== undefined) this.clock.clearTimeout(session.idleTimer);
+      session.idleTimer = undefined;
+      try {
+        await this.writeSnapshot(session, false);
+      } catch (error) {
+        this.logger?.warn({ sessionId: session.id, err: error }, "could not write the snapshot file at close");
+      }
+      this.closeFile(session);
+    }
+    this.sessions.clear();
+    await Promise.allSettled([...this.background]);
+  }
+
+  // ---------------------------------------------------------------- sessions in memory
+
+  /** The session, opened (and caught up with foreign writes) when its journal exists; else undefined. */
+  private sessionIfExists(id: string): OpenSession | undefined {
+    const cached = this.touch(id);
+    if (cached) return cached;
+    const opened = this.open(id);
+    if (opened) this.remember(opened);
+    return opened;
+  }
+
+  /** The session to append to: opened, or a new empty one (its file is created by the first append). */
+  private sessionForWrite(id: string): OpenSession {
+    const existing = this.sessionIfExists(id);
+    if (existing) return existing;
+    const primary = journalPath(this.dir, id);
+    const fresh = newSession(id, primary, false, baseSnapshot(id), 1);
+    fresh.onDisk = false;
+    this.remember(fresh);
+    return fresh;
+  }
+
+  /** The cached session (moved to the LRU's young end), caught up with foreign writes. */
+  private touch(id: string): OpenSession | undefined {
+    const session = this.sessions.get(id);
+    if (!session) return undefined;
+    this.sessions.delete(id);
+    this.sessions.set(id, session);
+    return this.refresh(session) ? session : this.sessionIfExists(id);
+  }
+
+  private remember(session: OpenSession): void {
+    this.sessions.set(session.id, session);
+    if (this.sessions.size <= this.cacheSize) return;
+    for (const candidate of this.sessions.values()) {
+      if (this.sessions.size <= this.cacheSize) break;
+      if (candidate === session || candidate.committer?.busy || candidate.inflightKeys.size > 0) continue;
+      this.evict(candidate);
+    }
+  }
+
+  private evict(session: OpenSession): void {
+    this.sessions.delete(session.id);
+    if (session.idleTimer !== undefined) this.clock.clearTimeout(session.idleTimer);
+    session.idleTimer = undefined;
+    // Written so that the next access re-opens from the snapshot file instead of replaying.
+    this.track(this.writeSnapshot(session, false).catch((error) => this.logger?.warn({ sessionId: session.id, err: error }, "could not write the snapshot file of an evicted session")));
+    this.closeFile(session);
+  }
+
+  /** Drops a session whose in-memory state can no longer be trusted; the next access re-opens it. */
+  private forget(session: OpenSession): void {
+    if (this.sessions.get(session.id) === session) this.sessions.delete(session.id);
+    if (session.idleTimer !== undefined) this.clock.clearTimeout(session.idleTimer);
+    session.idleTimer = undefined;
+    this.closeFile(session);
+  }
+
+  private closeFile(session: OpenSession): void {
+    if (session.fd === undefined) return;
+    try {
+      fs.closeSync(session.fd);
+    } catch (error) {
+      this.logger?.warn({ sessionId: session.id, err: error }, "could not close a journal");
+    }
+    session.fd = undefined;
+    session.committer = undefined;
+  }
+
+  /** Opens a session from its snapshot file or by replaying its journal; undefined when it has none. */
+  private open(id: string): OpenSession | undefined {
+    const primary = journalPath(this.dir, id);
+    let journal = primary;
+    let legacy = false;
+    let stat = statOrNull(primary);
+    if (!stat && this.legacyDir !== undefined) {
+      const legacyJournal = journalPath(this.legacyDir, id);
+      stat = statOrNull(legacyJournal);
+      if (stat) {
+        journal = legacyJournal;
+        legacy = true;
+      }
+    }
+    if (!stat) return undefined;
+
+    // Hydrating skips the journal entirely: the idempotency keys and seek points of its bytes are
+    // recovered by a light scan on the first keyed append or read (scanJournalPrefix), not here.
+    // That keeps a re-open O(snapshot) — ~1 ms — instead of O(journal); a sidecar file of keys
+    // would also do, but would be one more file to keep consistent with the journal.
+    const hydrated = readSnapshotFile(snapshotPath(this.dir, id), id, stat.size);
+    if (hydrated) {
+      this.counters.hydrations++;
+      const session = newSession(id, journal, legacy, hydrated.snapshot, hydrated.nextSeq);
+      session.size = session.fileSize = stat.size;
+      session.mtimeMs = stat.mtimeMs;
+      session.needsNewline = session.headNeedsNewline = stat.size > 0 && lastByte(journal, stat.size) !== 0x0a;
+      session.keysComplete = false;
+      session.scanPrefix = stat.size;
+      session.snapshotFileBytes = stat.size;
+      return session;
+    }
+    return this.replayInto(undefined, id, journal, legacy, !legacy);
+  }
+
+  private replayInto(existing: OpenSession | undefined, id: string, journal: string, legacy: boolean, repair: boolean): OpenSession {
+    this.counters.replays++;
+    const replayed = replayJournalFile(journal, id, { repair, logger: this.logger, now: this.now, sessionId: id });
+    const session = existing ?? newSession(id, journal, legacy, replayed.snapshot, replayed.nextSeq);
+    session.path = journal;
+    session.legacy = legacy;
+    session.onDisk = true;
+    session.snapshot = session.headSnapshot = replayed.snapshot;
+    session.nextSeq = session.headNextSeq = replayed.nextSeq;
+    session.size = replayed.size;
+    session.fileSize = replayed.fileSize;
+    session.mtimeMs = replayed.mtimeMs;
+    session.needsNewline = session.headNeedsNewline = replayed.needsNewline;
+    session.keys = replayed.keys;
+    session.keysComplete = true;
+    session.scanPrefix = 0;
+    session.index = replayed.index;
+    session.recentResults.clear();
+    session.snapshotFileBytes = -1;
+    // A repair changed the file: its snapshot file (if any) is stale; write a fresh one soon.
+    if (replayed.repaired) this.scheduleSnapshot(session);
+    return session;
+  }
+
+  /**
+   * Checks that the journal is still what this store last saw (the seed's size + mtime rule) and
+   * catches up when it is not. Returns false when the session had to be dropped (its file vanished).
+   */
+  private refresh(session: OpenSession): boolean {
+    if (session.committer?.busy) return true; // our own bytes are landing; checked once they have
+    const primary = journalPath(this.dir, session.id);
+    if (session.legacy && statOrNull(primary)) {
+      // A seed process migrated the journal: read the primary from now on.
+      this.reload(session, true);
+      return true;
+    }
+    const stat = statOrNull(session.path);
+    if (!stat) {
+      if (!session.onDisk) return true;
+      this.forget(session);
+      return false;
+    }
+    if (stat.size === session.fileSize && (Number.isNaN(session.mtimeMs) || stat.mtimeMs === session.mtimeMs)) {
+      session.mtimeMs = stat.mtimeMs;
+      return true;
+    }
+    if (stat.size > session.fileSize && this.catchUp(session, stat)) return true;
+    this.reload(session, false);
+    return true;
+  }
+
+  /**
+   * Applies the entries another process appended (the file grew past what we know) on top of the
+   * durable state and hands them to watchers. Returns false when the new bytes hold something a
+   * full replay must handle (a damaged line, or a part of the file it cannot account for).
+   */
+  private catchUp(session: OpenSession, stat: fs.Stats): boolean {
+    const start = session.size;
+    const length = stat.size - start;
+    const buf = Buffer.alloc(length);
+    const fd = fs.openSync(session.path, "r");
+    let read = 0;
+    try {
+      while (read < length) {
+        const n = fs.readSync(fd, buf, read, length - read, start + read);
+        if (n === 0) break;
+        read += n;
+      }
+    } finally {
+      fs.closeSync(fd);
+    }
+    const decoded: Array<{ entry: Record<string, unknown>; offset: number }> = [];
+    let clean = true;
+    const consumed = forEachLine(buf.subarray(0, read), 0, (lineStart, lineEnd) => {
+      if (!clean || isBlankLine(buf, lineStart, lineEnd)) return;
+      const line = decodeJournalLine(buf, lineStart, lineEnd);
+      if (line.kind !== "entry") clean = false;
+      else decoded.push({ entry: line.entry, offset: start + lineStart });
+    });
+    // Parse diagnostics go after every event's in a replay (the seed's order): leave those to one.
+    if (!clean) return false;
+    let snapshot = session.snapshot;
+    const published: Array<{ entry: JournalEntry; snapshot: SessionSnapshot }> = [];
+    for (const { entry, offset } of decoded) {
+      snapshot = applyEvent(snapshot, entry, { now: this.now });
+      const seq = entry.seq;
+      if (typeof seq === "number" && Number.isInteger(seq)) {
+        if (seq + 1 > session.nextSeq) session.nextSeq = seq + 1;
+        session.index.note(seq, offset);
+        const ikey = entry.ikey;
+        if (typeof ikey === "string" && !session.keys.has(ikey)) session.keys.set(ikey, { firstSeq: seq, lastSeq: seq });
+        published.push({ entry: toReaderEntry(entry), snapshot });
+      }
+    }
+    session.snapshot = session.headSnapshot = snapshot;
+    session.headNextSeq = session.nextSeq;
+    session.size = start + consumed;
+    session.fileSize = stat.size;
+    session.mtimeMs = stat.mtimeMs;
+    // An unterminated tail is left alone (it may be a write in progress); our next line starts
+    // with a newline so it cannot be glued to it.
+    session.needsNewline = session.headNeedsNewline = consumed < read;
+    this.logger?.debug({ sessionId: session.id, entries: decoded.length }, "caught up with entries appended by another process");
+    this.hub.publish(session.id, published);
+    this.scheduleSnapshot(session);
+    return true;
+  }
+
+  /** One full replay of the session's journal (another process changed it in a way we cannot follow). */
+  private reload(session: OpenSession, preferPrimary: boolean): void {
+    const primary = journalPath(this.dir, session.id);
+    const usePrimary = preferPrimary || !session.legacy || statOrNull(primary) !== null;
+    const journal = usePrimary ? primary : session.path;
+    this.logger?.info({ sessionId: session.id, path: journal }, "journal changed by another process; replaying it");
+    this.closeFile(session);
+    if (statOrNull(journal) === null) return;
+    this.replayInto(session, session.id, journal, !usePrimary, false);
+  }
+
+  // ---------------------------------------------------------------- snapshot files
+
+  private scheduleSnapshot(session: OpenSession): void {
+    if (this.closed) return;
+    if (session.entriesSinceSnapshot >= this.snapshotEveryEntries) {
+      this.track(this.writeSnapshot(session, false).catch((error) => this.logger?.warn({ sessionId: session.id, err: error }, "could not write a snapshot file")));
+      return;
+    }
+    if (session.idleTimer !== undefined || this.snapshotIdleMs <= 0) return;
+    const arm = (delay: number): void => {
+      session.idleTimer = this.clock.setTimeout(() => {
+        session.idleTimer = undefined;
+        if (this.closed || this.sessions.get(session.id) !== session) return;
+        const quietFor = this.clock.now() - session.lastAppendAt;
+        if (quietFor < this.snapshotIdleMs) {
+          arm(this.snapshotIdleMs - quietFor);
+          return;
+        }
+        this.track(this.writeSnapshot(session, false).catch((error) => this.logger?.warn({ sessionId: session.id, err: error }, "could not write a snapshot file")));
+      }, delay);
+    };
+    arm(this.snapshotIdleMs);
+  }
+
+  /**
+   * Writes the durable state to the snapshot file (one write at a time per session). `force`
+   * writes even when the file is already current.
+   */
+  private writeSnapshot(session: OpenSession, force: boolean): Promise<void> {
+    const previous = session.snapshotWrite ?? Promise.resolve();
+    const next = previous
+      .catch(() => undefined)
+      .then(async () => {
+        if (!session.onDisk) return;
+        if (!force && session.snapshotFileBytes === session.fileSize) return;
+        const journalBytes = session.fileSize;
+        const nextSeq = session.nextSeq;
+        const snapshot = session.snapshot;
+        const entries = session.entriesSinceSnapshot;
+        await writeSnapshotFile(snapshotPath(this.dir, session.id), snapshot, { journalBytes, nextSeq });
+        this.counters.snapshotWrites++;
+        session.snapshotFileBytes = journalBytes;
+        session.entriesSinceSnapshot = Math.max(0, session.entriesSinceSnapshot - entries);
+      });
+    session.snapshotWrite = next;
+    void next.finally(() => {
+      if (session.snapshotWrite === next) session.snapshotWrite = undefined;
+    }).catch(() => undefined);
+    return next;
+  }
+
+  private track(promise: Promise<unknown>): void {
+    const done = promise.then(() => undefined);
+    this.background.add(done);
+    void done.finally(() => this.background.delete(done));
+  }
+
+  private assertOpen(): void {
+    if (this.closed) throw new BerthError("unavailable", "the session store is closed");
+  }
+}
+
+function newSession(id: string, journal: string, legacy: boolean, snapshot: SessionSnapshot, nextSeq: number): OpenSession {
+  return {
+    id,
+    path: journal,
+    legacy,
+    onDisk: true,
+    fd: undefined,
+    committer: undefined,
+    snapshot,
+    nextSeq,
+    size: 0,
+    fileSize: 0,
+    mtimeMs: NaN,
+    needsNewline: false,
+    headSnapshot: snapshot,
+    headNextSeq: nextSeq,
+    headNeedsNewline: false,
+    keys: new Map(),
+    keysComplete: true,
+    scanPrefix: 0,
+    index: new SeqIndex(),
+    inflightKeys: new Map(),
+    recentResults: new Map(),
+    entriesSinceSnapshot: 0,
+    snapshotFileBytes: -1,
+    lastAppendAt: 0,
+    idleTimer: undefined,
+    snapshotWrite: undefined,
+  };
+}
+
+function rememberResult(session: OpenSession, ikey: string, result: AppendResult): void {
+  session.recentResults.delete(ikey);
+  session.recentResults.set(ikey, result);
+  if (session.recentResults.size > RECENT_RESULTS) {
+    const oldest = session.recentResults.keys().next().value;
+    if (oldest !== undefined) session.recentResults.delete(oldest);
+  }
+}
+
+function lastByte(file: string, size: number): number | undefined {
+  const fd = fs.openSync(file, "r");
+  try {
+    const buf = Buffer.alloc(1);
+    return fs.readSync(fd, buf, 0, 1, size - 1) === 1 ? buf[0] : undefined;
+  } finally {
+    fs.closeSync(fd);
+  }
+}
+
+function checkIdempotencyKey(key: unknown): string | undefined {
+  if (key === undefined || key === "") return undefined;
+  if (typeof key !== "string" || key.length > MAX_IDEMPOTENCY_KEY_LENGTH) {
+    throw invalidArgument("idempotency_key", `must be a string of at most ${MAX_IDEMPOTENCY_KEY_LENGTH} characters`);
+  }
+  return key;
+}
+
+function checkFromSeq(fromSeq: number): void {
+  if (!Number.isInteger(fromSeq) || fromSeq < 0) throw invalidArgument("from_seq", "must be a whole number ≥ 0");
+}
+
+function emptyIterator<T>(): AsyncIterableIterator<T> {
+  return {
+    next: () => Promise.resolve({ value: undefined, done: true }),
+    return: () => Promise.resolve({ value: undefined, done: true }),
+    [Symbol.asyncIterator]() {
+      return this;
+    },
+  };
+}
+
+/** Creates a session store; see {@link SessionStoreOptions}. */
+export function createSessionStore(options: SessionStoreOptions): SessionStore {
+  return new SessionStore(options);
+}

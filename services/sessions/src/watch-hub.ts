@@ -1,0 +1,418 @@
+/**
+ * Live watchers of sessions. The store publishes every entry once it is durable; each watcher has
+ * its own bounded buffer. A watcher of one session first gets the backlog read from the journal,
+ * then a caught-up marker, then the live entries — it subscribes *before* the backlog is read and
+ * drops live entries it already got from the backlog, so nothing is skipped or repeated across
+ * the switch. A watcher whose buffer overflows is ended with resource_exhausted naming the seq to
+ * resume from: it may be told to come back, but it never silently misses an entry.
+ */
+import { BerthError } from "@berth/shared/errors";
+import type { JournalEntry, SessionSnapshot } from "./reducer.js";
+
+/** How many undelivered entries a watcher may have before it is ended. */
+export const DEFAULT_MAX_BUFFERED = 1000;
+
+/** A journal entry delivered to a watcher, with the snapshot it produced when asked for. */
+export interface WatchEntry {
+  kind: "entry";
+  entry: JournalEntry;
+  /** The session's snapshot right after this entry (live entries of a watcher that asked only). */
+  snapshot?: SessionSnapshot;
+}
+
+/** The end of the backlog: every entry up to `lastSeq` has been delivered (or was before `fromSeq`). */
+export interface WatchCaughtUp {
+  kind: "caught_up";
+  lastSeq: number;
+  /** The snapshot at `lastSeq`, for a watcher that asked for snapshots. */
+  snapshot?: SessionSnapshot;
+}
+
+/** What a session watcher yields. */
+export type WatchEvent = WatchEntry | WatchCaughtUp;
+
+/** A change of any session, as `watchAll` yields it. */
+export interface SessionChange {
+  sessionId: string;
+  entry: JournalEntry;
+  snapshot?: SessionSnapshot;
+}
+
+/** Options of a watcher. */
+export interface WatchOptions {
+  /** Attach to each live entry the snapshot it produced (and the current one to the caught-up marker). */
+  includeSnapshot?: boolean;
+  /** Undelivered entries allowed before the watcher is ended (default {@link DEFAULT_MAX_BUFFERED}). */
+  maxBuffered?: number;
+}
+
+/** A newly durable entry as the store publishes it. */
+export interface PublishedEntry {
+  entry: JournalEntry;
+  snapshot?: SessionSnapshot;
+}
+
+/**
+ * The durable state of a session at the moment a watcher subscribed. The hub takes it right after
+ * subscribing, in the same tick, so any entry made durable later reaches the watcher live.
+ */
+export interface WatchBacklog {
+  /** The last durable seq (0 for a session without entries). */
+  lastSeq: number;
+  /** The durable snapshot at `lastSeq`. */
+  snapshot: SessionSnapshot;
+  /** Entries with seq ≥ the watcher's `fromSeq`, up to `lastSeq`, in journal order (read lazily). */
+  entries(): AsyncIterator<JournalEntry>;
+}
+
+interface Subscriber {
+  includeSnapshot: boolean;
+  deliver(sessionId: string, item: PublishedEntry): void;
+  fail(error: BerthError): void;
+}
+
+/** A FIFO with O(1) shift. */
+class Queue<T> {
+  private items: T[] = [];
+  private head = 0;
+  get length(): number {
+    return this.items.length - this.head;
+  }
+  push(item: T): void {
+    this.items.push(item);
+  }
+  shift(): T | undefined {
+    if (this.head >= this.items.length) return undefined;
+    const item = this.items[this.head]!;
+    this.items[this.head++] = undefined as T;
+    if (this.head > 1024 && this.head * 2 > this.items.length) {
+      this.items = this.items.slice(this.head);
+      this.head = 0;
+    }
+    return item;
+  }
+  clear(): void {
+    this.items = [];
+    this.head = 0;
+  }
+}
+
+type Waiter<T> = { resolve(result: IteratorResult<T>): void; reject(error: unknown): void };
+
+/**
+ * The part shared by both kinds of watcher: a live buffer bounded by `maxBuffered`, one waiting
+ * `next()`, and an end that is either clean (`return()`) or an error delivered at the next pull.
+ */
+abstract class Watcher<T> implements AsyncIterableIterator<T>, Subscriber {
+  readonly includeSnapshot: boolean;
+  protected readonly live = new Queue<T>();
+  protected waiter: Waiter<T> | undefined;
+  protected ended = false;
+  protected failure: BerthError | undefined;
+  private pulling: Promise<unknown> = Promise.resolve();
+
+  constructor(
+    options: WatchOptions,
+    private readonly maxBuffered: number,
+    private readonly unsubscribe: () => void,
+  ) {
+    this.includeSnapshot = options.includeSnapshot === true;
+  }
+
+  /** The item a published entry becomes for this watcher, or undefined to skip it. */
+  protected abstract accept(sessionId: string, item: PublishedEntry): T | undefined;
+  /** The error that ends this watcher when it falls behind. */
+  protected abstract fellBehind(): BerthError;
+  /** Whether live items may be handed out (the session watcher holds them back during its backlog). */
+  protected abstract get liveOpen(): boolean;
+  /** The next item before the live ones (the session watcher's backlog and marker). */
+  protected abstract nextBeforeLive(): Promise<IteratorResult<T> | undefined>;
+
+  deliver(sessionId: string, item: PublishedEntry): void {
+    if (this.ended || this.failure) return;
+    const value = this.accept(sessionId, item);
+    if (value === undefined) return;
+    if (this.waiter && this.liveOpen && this.live.length === 0) {
+      if (this.alreadyDelivered(value)) return;
+      const waiter = this.waiter;
+      this.waiter = undefined;
+      this.onDelivered(value);
+      waiter.resolve({ value, done: false });
+      return;
+    }
+    this.live.push(value);
+    if (this.live.length > this.maxBuffered) this.fail(this.fellBehind());
+  }
+
+  fail(error: BerthError): void {
+    if (this.ended || this.failure) return;
+    this.failure = error;
+    this.live.clear();
+    this.unsubscribe();
+    const waiter = this.waiter;
+    this.waiter = undefined;
+    if (waiter) {
+      this.ended = true;
+      waiter.reject(error);
+    }
+  }
+
+  /** Called for every item handed to the consumer. */
+  protected onDelivered(_value: T): void {}
+
+  /** True for a live item the consumer already has (the session watcher's backlog overlap). */
+  protected alreadyDelivered(_value: T): boolean {
+    return false;
+  }
+
+  next(): Promise<IteratorResult<T>> {
+    // Pulls are served one at a time, in order, even if a consumer does not await between them.
+    const result = this.pulling.then(() => this.pull());
+    this.pulling = result.catch(() => undefined);
+    return result;
+  }
+
+  private async pull(): Promise<IteratorResult<T>> {
+    for (;;) {
+      if (this.ended) return { value: undefined, done: true };
+      if (this.failure) {
+        this.ended = true;
+        throw this.failure;
+      }
+      if (!this.liveOpen) {
+        const early = await this.nextBeforeLive();
+        if (early) {
+          if (this.ended) return { value: undefined, done: true };
+          if (!early.done) this.onDelivered(early.value);
+          return early;
+        }
+        continue;
+      }
+      let value = this.live.shift();
+      while (value !== undefined && this.alreadyDelivered(value)) value = this.live.shift();
+      if (value !== undefined) {
+        this.onDelivered(value);
+        return { value, done: false };
+      }
+      return new Promise<IteratorResult<T>>((resolve, reject) => {
+        this.waiter = { resolve, reject };
+      });
+    }
+  }
+
+  return(): Promise<IteratorResult<T>> {
+    this.end();
+    return Promise.resolve({ value: undefined, done: true });
+  }
+
+  throw(error?: unknown): Promise<IteratorResult<T>> {
+    this.end();
+    return Promise.reject(error);
+  }
+
+  /** Ends the watcher now: unsubscribes and releases a pending `next()`. */
+  protected end(): void {
+    if (this.ended) return;
+    this.ended = true;
+    this.live.clear();
+    this.unsubscribe();
+    const waiter = this.waiter;
+    this.waiter = undefined;
+    waiter?.resolve({ value: undefined, done: true });
+  }
+
+  [Symbol.asyncIterator](): this {
+    return this;
+  }
+}
+
+class SessionWatcher extends Watcher<WatchEvent> {
+  private phase: "backlog" | "live" = "backlog";
+  private backlog: WatchBacklog | undefined;
+  private backlogEntries: AsyncIterator<JournalEntry> | undefined;
+  /** The seq of the last entry handed to the consumer; what a resume continues after. */
+  private lastDelivered: number;
+
+  constructor(
+    private readonly sessionId: string,
+    private readonly fromSeq: number,
+    options: WatchOptions,
+    maxBuffered: number,
+    unsubscribe: () => void,
+  ) {
+    super(options, maxBuffered, unsubscribe);
+    this.lastDelivered = fromSeq - 1;
+  }
+
+  start(backlog: WatchBacklog): void {
+    this.backlog = backlog;
+  }
+
+  protected override get liveOpen(): boolean {
+    return this.phase === "live";
+  }
+
+  protected override accept(_sessionId: string, item: PublishedEntry): WatchEvent | undefined {
+    if (item.entry.seq < this.fromSeq) return undefined;
+    return this.includeSnapshot && item.snapshot ? { kind: "entry", entry: item.entry, snapshot: item.snapshot } : { kind: "entry", entry: item.entry };
+  }
+
+  protected override onDelivered(value: WatchEvent): void {
+    if (value.kind === "entry") this.lastDelivered = Math.max(this.lastDelivered, value.entry.seq);
+  }
+
+  // De-duplicates across the backlog → live switch: an entry already read from the journal is not
+  // handed out again when a live copy of it comes by.
+  protected override alreadyDelivered(value: WatchEvent): boolean {
+    return value.kind === "entry" && value.entry.seq <= this.lastDelivered;
+  }
+
+  protected override fellBehind(): BerthError {
+    const lastSeq = this.lastDelivered;
+    return new BerthError(
+      "resource_exhausted",
+      `watcher of session ${this.sessionId} fell behind at seq ${lastSeq}; resume with from_seq=${lastSeq + 1}`,
+      { sessionId: this.sessionId, lastSeq },
+    );
+  }
+
+  protected override async nextBeforeLive(): Promise<IteratorResult<WatchEvent> | undefined> {
+    const backlog = this.backlog!;
+    if (this.phase === "backlog") {
+      this.backlogEntries ??= backlog.entries();
+      const step = await this.backlogEntries.next();
+      if (!step.done) {
+        // Entries past the subscription point arrive live; the backlog stops where they start.
+        if (step.value.seq > backlog.lastSeq || step.value.seq <= this.lastDelivered) return undefined;
+        return { value: { kind: "entry", entry: step.value }, done: false };
+      }
+    }
+    this.phase = "live";
+    // Everything up to the subscription point was in the backlog (or before fromSeq).
+    this.lastDelivered = Math.max(this.lastDelivered, backlog.lastSeq);
+    const marker: WatchCaughtUp = { kind: "caught_up", lastSeq: backlog.lastSeq };
+    if (this.includeSnapshot) marker.snapshot = backlog.snapshot;
+    return { value: marker, done: false };
+  }
+
+  protected override end(): void {
+    super.end();
+    void this.backlogEntries?.return?.();
+  }
+
+  override fail(error: BerthError): void {
+    super.fail(error);
+    if (this.failure) void this.backlogEntries?.return?.();
+  }
+}
+
+class AllSessionsWatcher extends Watcher<SessionChange> {
+  private delivered = 0;
+
+  protected override get liveOpen(): boolean {
+    return true;
+  }
+
+  protected override accept(sessionId: string, item: PublishedEntry): SessionChange {
+    return this.includeSnapshot && item.snapshot ? { sessionId, entry: item.entry, snapshot: item.snapshot } : { sessionId, entry: item.entry };
+  }
+
+  protected override onDelivered(): void {
+    this.delivered++;
+  }
+
+  protected override fellBehind(): BerthError {
+    return new BerthError(
+      "resource_exhausted",
+      `watcher of all sessions fell behind after ${this.delivered} changes; watch again and re-read the sessions you follow`,
+      { delivered: this.delivered },
+    );
+  }
+
+  protected override nextBeforeLive(): Promise<undefined> {
+    return Promise.resolve(undefined);
+  }
+}
+
+/** The registry of watchers of one session store. */
+export class WatchHub {
+  private readonly bySession = new Map<string, Set<Subscriber>>();
+  private readonly everySession = new Set<Subscriber>();
+  private closedWith: BerthError | undefined;
+
+  constructor(private readonly defaultMaxBuffered = DEFAULT_MAX_BUFFERED) {}
+
+  /** Hands newly durable entries of a session (in seq order) to its watchers and to the all-sessions watchers. */
+  publish(sessionId: string, items: readonly PublishedEntry[]): void {
+    const watchers = this.bySession.get(sessionId);
+    if (!watchers && this.everySession.size === 0) return;
+    for (const item of items) {
+      if (watchers) for (const watcher of [...watchers]) watcher.deliver(sessionId, item);
+      for (const watcher of [...this.everySession]) watcher.deliver(sessionId, item);
+    }
+  }
+
+  /** True when some watcher of `sessionId` (or of every session) wants per-entry snapshots. */
+  wantsSnapshots(sessionId: string): boolean {
+    for (const watcher of this.bySession.get(sessionId) ?? []) if (watcher.includeSnapshot) return true;
+    for (const watcher of this.everySession) if (watcher.includeSnapshot) return true;
+    return false;
+  }
+
+  /**
+   * Watches one session from `fromSeq`: the backlog, a caught-up marker, then live entries.
+   * `backlog` is called right after the watcher is subscribed, in the same tick.
+   */
+  watchSession(sessionId: string, fromSeq: number, options: WatchOptions, backlog: () => WatchBacklog): AsyncIterableIterator<WatchEvent> {
+    this.assertOpen();
+    let set = this.bySession.get(sessionId);
+    if (!set) {
+      set = new Set();
+      this.bySession.set(sessionId, set);
+    }
+    const watchers = set;
+    const watcher: SessionWatcher = new SessionWatcher(sessionId, Math.max(1, fromSeq), options, this.maxBufferedOf(options), () => {
+      watchers.delete(watcher);
+      if (watchers.size === 0 && this.bySession.get(sessionId) === watchers) this.bySession.delete(sessionId);
+    });
+    watchers.add(watcher);
+    try {
+      watcher.start(backlog());
+    } catch (error) {
+      void watcher.return();
+      throw error;
+    }
+    return watcher;
+  }
+
+  /** Watches every session: each newly durable entry, with the snapshot it produced when asked. */
+  watchAll(options: WatchOptions = {}): AsyncIterableIterator<SessionChange> {
+    this.assertOpen();
+    const watcher: AllSessionsWatcher = new AllSessionsWatcher(options, this.maxBufferedOf(options), () => this.everySession.delete(watcher));
+    this.everySession.add(watcher);
+    return watcher;
+  }
+
+  /** How many watchers are subscribed. */
+  get watcherCount(): number {
+    let count = this.everySession.size;
+    for (const set of this.bySession.values()) count += set.size;
+    return count;
+  }
+
+  /** Ends every watcher with `error` (delivered at its next pull) and refuses new ones. */
+  close(error = new BerthError("unavailable", "the session store is shutting down; watch again when it is back")): void {
+    this.closedWith = error;
+    for (const set of [...this.bySession.values()]) for (const watcher of [...set]) watcher.fail(error);
+    for (const watcher of [...this.everySession]) watcher.fail(error);
+  }
+
+  private maxBufferedOf(options: WatchOptions): number {
+    const value = options.maxBuffered ?? this.defaultMaxBuffered;
+    return Number.isInteger(value) && value > 0 ? value : this.defaultMaxBuffered;
+  }
+
+  private assertOpen(): void {
+    if (this.closedWith) throw this.closedWith;
+  }
+}
