@@ -59,9 +59,9 @@ function checkMs(value: unknown, field: string, max: number, min: number): numbe
   return Math.round(value);
 }
 
-/** The lease length: `undefined` means the default; otherwise 1 ms … `maxTtlMs`. */
+/** The lease length: `undefined` or 0 (an unset protobuf Duration) means the default; else 1 ms … `maxTtlMs`. */
 export function checkTtl(ttlMs: unknown, limits: LockLimits = DEFAULT_LOCK_LIMITS, field = "ttl"): number {
-  if (ttlMs === undefined) return limits.defaultTtlMs;
+  if (ttlMs === undefined || ttlMs === 0) return limits.defaultTtlMs;
   return checkMs(ttlMs, field, limits.maxTtlMs, 1);
 }
 

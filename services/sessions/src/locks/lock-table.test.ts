@@ -26,7 +26,7 @@ describe("acquire and release", () => {
   it("grants a free lock at once, keyed by the resolved path", async () => {
     const { clock, locks } = table();
     const lease = await locks.acquire({ file: "src/a.ts", owner: "alice" });
-    expect(lease).toMatchObject({ file: "/project/src/a.ts", owner: "alice", fencingToken: 1, acquiredAt: clock.now(), expiresAt: clock.now() + 30_000 });
+    expect(lease).toMatchObject({ file: "/project/src/a.ts", owner: "alice", fencingToken: 1, acquiredAt: clock.now(), expiresAt: clock.now() + 30_000, ttlMs: 30_000 });
     expect(lease.leaseToken).toMatch(/^[0-9a-f-]{36}$/);
     // The same file by another spelling is the same lock.
     const error = await rejection(locks.acquire({ file: "/project/./src/a.ts", owner: "bob" }));
@@ -51,7 +51,7 @@ describe("acquire and release", () => {
     for (let i = 1; i <= 5; i++) {
       locks.release(current.leaseToken);
       // Handed over in the same turn: inspect sees the next holder before any timer or tick.
-      expect(locks.inspect("a").holder).toMatchObject({ kind: "berth", owner: `w${i}` });
+      expect(locks.inspect("a").holder).toMatchObject({ kind: "lease", owner: `w${i}` });
       current = await waiting[i - 1]!;
       expect(current.fencingToken).toBe(i + 1);
     }
@@ -84,7 +84,7 @@ describe("waiting runs out", () => {
     expect(error.message).toBe(
       `source locked: /project/src/a.ts is held by alice since ${new Date(holder.acquiredAt).toISOString()} (fencing token 1); it stayed locked for the whole wait of 2s; wait longer, or ask the holder to release it`,
     );
-    expect(error.details).toMatchObject({ reason: "SOURCE_LOCKED", file: "/project/src/a.ts", owner: "alice", since: holder.acquiredAt, fencingToken: 1, kind: "berth" });
+    expect(error.details).toEqual({ reason: "SOURCE_LOCKED", file: "/project/src/a.ts", owner: "alice", since: holder.acquiredAt, fencingToken: 1, kind: "lease", lockPath: null, waiting: 0 });
     expect(locks.inspect("src/a.ts").waiters).toHaveLength(0);
   });
 
@@ -126,6 +126,11 @@ describe("leases", () => {
     clock.advance(1);
     expect(locks.checkToken("a", lease.fencingToken).current).toBe(false);
     expect(() => locks.renew(lease.leaseToken)).toThrow(/expired at/);
+  });
+
+  it("takes ttl 0 (an unset Duration) as the default", async () => {
+    const { locks } = table();
+    expect((await locks.acquire({ file: "a", owner: "o", ttlMs: 0 })).ttlMs).toBe(30_000);
   });
 
   it("tells an unknown lease from an ended one", async () => {
@@ -185,6 +190,29 @@ describe("waiters that go away", () => {
   });
 });
 
+describe("onWaiting", () => {
+  it("reports the place in the queue when queued and whenever it or the holder changes", async () => {
+    const { locks } = table();
+    const first = await locks.acquire({ file: "a", owner: "alice" });
+    const seen: Record<string, Array<[number, string | undefined]>> = { b: [], c: [] };
+    const record = (name: string) => (u: { position: number; holder: { owner?: string } | null }) => seen[name]!.push([u.position, u.holder?.owner]);
+    const gone = new AbortController();
+    void locks.acquire({ file: "a", owner: "gone", waitMs: 9000, signal: gone.signal }).catch(() => {});
+    const b = locks.acquire({ file: "a", owner: "bob", waitMs: 9000, onWaiting: record("b") });
+    const c = locks.acquire({ file: "a", owner: "carol", waitMs: 9000, onWaiting: record("c") });
+    expect(seen).toEqual({ b: [[2, "alice"]], c: [[3, "alice"]] });
+    gone.abort();
+    expect(seen).toEqual({ b: [[2, "alice"], [1, "alice"]], c: [[3, "alice"], [2, "alice"]] });
+    locks.release(first.leaseToken);
+    const bob = await b;
+    // bob was granted (no more reports to him); carol moved up and sees the new holder.
+    expect(seen).toEqual({ b: [[2, "alice"], [1, "alice"]], c: [[3, "alice"], [2, "alice"], [1, "bob"]] });
+    locks.release(bob.leaseToken);
+    await c;
+    expect(seen.c).toHaveLength(3);
+  });
+});
+
 describe("holdAsLongAs", () => {
   it("holds without a lease timer and releases the moment the signal aborts", async () => {
     const { clock, locks } = table();
@@ -193,7 +221,7 @@ describe("holdAsLongAs", () => {
     expect(lease.expiresAt).toBeNull();
     const next = locks.acquire({ file: "a", owner: "next", waitMs: 100_000 });
     clock.advance(99_000);
-    expect(locks.inspect("a").holder).toMatchObject({ owner: "hold", expiresAt: null });
+    expect(locks.inspect("a").holder).toMatchObject({ kind: "stream", owner: "hold", expiresAt: null });
     stream.abort();
     expect((await next).owner).toBe("next");
   });
@@ -213,19 +241,20 @@ describe("holdAsLongAs", () => {
 describe("inspect", () => {
   it("shows the holder, the waiters in order and the last fencing token", async () => {
     const { clock, locks } = table();
-    expect(locks.inspect("src/a.ts")).toEqual({ file: "/project/src/a.ts", holder: null, waiters: [], lastFencingToken: null });
+    expect(locks.inspect("src/a.ts")).toEqual({ file: "/project/src/a.ts", lockPath: null, holder: null, waiters: [], lastFencingToken: null });
     const lease = await locks.acquire({ file: "src/a.ts", owner: "alice", ttlMs: 10_000 });
     const t0 = clock.now();
     clock.advance(10);
     const bob = locks.acquire({ file: "src/a.ts", owner: "bob", waitMs: 5000 });
     clock.advance(10);
-    const carol = locks.acquire({ file: "src/a.ts", owner: "carol", waitMs: 1000 });
+    const carol = locks.holdAsLongAs({ file: "src/a.ts", owner: "carol", waitMs: 1000, signal: new AbortController().signal });
     expect(locks.inspect("src/a.ts")).toEqual({
       file: "/project/src/a.ts",
-      holder: { kind: "berth", owner: "alice", fencingToken: 1, since: t0, expiresAt: t0 + 10_000 },
+      lockPath: null,
+      holder: { kind: "lease", owner: "alice", fencingToken: 1, since: t0, expiresAt: t0 + 10_000 },
       waiters: [
-        { owner: "bob", since: t0 + 10, deadline: t0 + 5010 },
-        { owner: "carol", since: t0 + 20, deadline: t0 + 1020 },
+        { kind: "lease", owner: "bob", since: t0 + 10, deadline: t0 + 5010 },
+        { kind: "stream", owner: "carol", since: t0 + 20, deadline: t0 + 1020 },
       ],
       lastFencingToken: 1,
     });

@@ -43,6 +43,16 @@ export interface Lease {
   acquiredAt: number;
   /** When the lease runs out unless renewed; null for a hold, which lasts as long as its signal. */
   expiresAt: number | null;
+  /** The lease length each renewal extends it by; null for a hold. */
+  ttlMs: number | null;
+}
+
+/** A queued request's place, reported to `onWaiting` whenever it changes. */
+export interface WaitingUpdate {
+  /** 1-based: 1 is served next. */
+  position: number;
+  /** Who holds the lock now (null for a moment between holders, or when unknown). */
+  holder: LockHolderInfo | null;
 }
 
 /** A request for a lock. */
@@ -53,10 +63,15 @@ export interface AcquireRequest {
   owner: string;
   /** How long to wait in the queue; 0 or absent: try once. */
   waitMs?: number;
-  /** The lease length; absent: the default (30 s). */
+  /** The lease length; absent or 0: the default (30 s). */
   ttlMs?: number;
   /** Aborted when the caller goes away: a waiter is dropped from the queue and never granted. */
   signal?: AbortSignal;
+  /**
+   * Called when the request is queued and again whenever its position or the holder changes, until
+   * it is granted or given up. May be called synchronously from within the acquiring call.
+   */
+  onWaiting?: (update: WaitingUpdate) => void;
 }
 
 /** A request to hold a lock as long as `signal` is not aborted (the Hold RPC). */
@@ -66,15 +81,37 @@ export interface HoldRequest {
   waitMs?: number;
   /** Aborting it drops the request while it waits and releases the lock once held. */
   signal: AbortSignal;
+  /** As in {@link AcquireRequest.onWaiting}. */
+  onWaiting?: (update: WaitingUpdate) => void;
 }
 
 /** The holder of a lock, as Inspect shows it. */
 export type LockHolderInfo =
-  | { kind: "berth"; owner: string; fencingToken: number; since: number; expiresAt: number | null }
-  | { kind: "seed-file"; owner?: string; pid?: number; since: number; lockFile: string; readable: boolean };
+  | {
+      /** "lease": from acquire, renewed; "stream": from holdAsLongAs, held while its signal lives. */
+      kind: "lease" | "stream";
+      owner: string;
+      fencingToken: number;
+      since: number;
+      expiresAt: number | null;
+      /** The pid in the lock file berth keeps for it (the service's own); absent without lock files. */
+      pid?: number;
+    }
+  | {
+      /** A lock file of a process using the seed's library. */
+      kind: "seed-file";
+      /** Absent while the file cannot be read. */
+      owner?: string;
+      pid?: number;
+      since: number;
+      lockFile: string;
+      readable: boolean;
+    };
 
 /** A waiter, as Inspect shows it. */
 export interface LockWaiterInfo {
+  /** How it asked: "lease" (acquire) or "stream" (holdAsLongAs). */
+  kind: "lease" | "stream";
   owner: string;
   /** When it started waiting. */
   since: number;
@@ -85,6 +122,8 @@ export interface LockWaiterInfo {
 /** What Inspect answers. */
 export interface LockInspection {
   file: string;
+  /** The seed's lock file for this file; null when the service keeps no lock files. */
+  lockPath: string | null;
   holder: LockHolderInfo | null;
   /** In the order they will be served. */
   waiters: LockWaiterInfo[];
@@ -106,6 +145,8 @@ export interface ExternalLockHandle {
   readonly key: string;
   readonly lockFile: string;
   readonly token: string;
+  /** The pid written into the lock file. */
+  readonly pid: number;
 }
 
 /** The outcome of trying to take an outside lock. */
@@ -119,6 +160,8 @@ export interface ExternalLocks {
   release(handle: ExternalLockHandle): void;
   /** The live outside holder of `key`, if any. */
   peek(key: string): ForeignLockHolder | undefined;
+  /** Where the outside lock of `key` lives (shown by Inspect and in errors). */
+  pathFor(key: string): string;
   /** Calls `onMaybeFree` whenever the outside lock of `key` may have been freed; returns the unsubscribe. */
   watch(key: string, onMaybeFree: () => void): () => void;
 }
@@ -153,6 +196,10 @@ interface Waiter {
   deadline: number;
   waitMs: number;
   signal: AbortSignal | undefined;
+  onWaiting: ((update: WaitingUpdate) => void) | undefined;
+  /** What `onWaiting` was last told, to call it only on a change. */
+  toldPosition: number;
+  toldHolder: string | undefined;
   resolve(lease: Lease): void;
   reject(error: BerthError): void;
   timer?: TimerHandle;
@@ -243,6 +290,7 @@ export class LockTable {
     if (held.ttlMs === null) return { ...held.lease };
     const ttl = ttlMs === undefined ? held.ttlMs : checkTtl(ttlMs, this.limits);
     held.ttlMs = ttl;
+    held.lease.ttlMs = ttl;
     held.lease.expiresAt = this.clock.now() + ttl;
     this.scheduleExpiry(held);
     return { ...held.lease };
@@ -270,14 +318,13 @@ export class LockTable {
     const entry = this.refresh(key);
     let holder: LockHolderInfo | null = null;
     if (entry?.holder) {
-      const { lease } = entry.holder;
-      holder = { kind: "berth", owner: lease.owner, fencingToken: lease.fencingToken, since: lease.acquiredAt, expiresAt: lease.expiresAt };
+      holder = berthHolder(entry.holder);
     } else {
       const foreign = this.external?.peek(key);
       if (foreign) holder = seedFileHolder(foreign);
     }
-    const waiters = entry ? [...entry.waiters].map((w) => ({ owner: w.owner, since: w.since, deadline: w.deadline })) : [];
-    return { file: key, holder, waiters, lastFencingToken: this.lastTokens.get(key) ?? null };
+    const waiters: LockWaiterInfo[] = entry ? [...entry.waiters].map((w) => ({ kind: w.ttlMs === null ? "stream" : "lease", owner: w.owner, since: w.since, deadline: w.deadline })) : [];
+    return { file: key, lockPath: this.external?.pathFor(key) ?? null, holder, waiters, lastFencingToken: this.lastTokens.get(key) ?? null };
   }
 
   /** Whether `token` is the fencing token of the lease that holds `file` now. */
@@ -353,7 +400,7 @@ export class LockTable {
 
     return new Promise<Lease>((resolve, reject) => {
       const now = this.clock.now();
-      const waiter: Waiter = { owner, ttlMs, since: now, deadline: now + waitMs, waitMs, signal, resolve, reject };
+      const waiter: Waiter = { owner, ttlMs, since: now, deadline: now + waitMs, waitMs, signal, onWaiting: request.onWaiting, toldPosition: 0, toldHolder: undefined, resolve, reject };
       entry.waiters.add(waiter);
       this.scheduleDeadline(entry, waiter);
       if (signal) {
@@ -404,7 +451,7 @@ export class LockTable {
       throw error;
     }
     const now = this.clock.now();
-    const lease: Lease = { leaseToken: randomUUID(), fencingToken, file: entry.key, owner, acquiredAt: now, expiresAt: ttlMs === null ? null : now + ttlMs };
+    const lease: Lease = { leaseToken: randomUUID(), fencingToken, file: entry.key, owner, acquiredAt: now, expiresAt: ttlMs === null ? null : now + ttlMs, ttlMs };
     const held: Held = { lease, ttlMs };
     if (external) held.external = external;
     entry.holder = held;
@@ -452,6 +499,30 @@ export class LockTable {
       delete entry.unwatch;
     }
     if (!entry.holder && entry.waiters.size === 0 && this.entries.get(entry.key) === entry) this.entries.delete(entry.key);
+    this.tellWaiters(entry);
+  }
+
+  /** Calls `onWaiting` of every waiter whose position or holder changed since it was last told. */
+  private tellWaiters(entry: Entry): void {
+    let holder: LockHolderInfo | null | undefined;
+    let holderId: string | undefined;
+    let position = 0;
+    for (const waiter of entry.waiters) {
+      position++;
+      if (!waiter.onWaiting) continue;
+      if (holder === undefined) {
+        holder = entry.holder ? berthHolder(entry.holder) : entry.blockedBy ? seedFileHolder(entry.blockedBy) : null;
+        holderId = entry.holder ? entry.holder.lease.leaseToken : entry.blockedBy ? `${entry.blockedBy.pid}:${entry.blockedBy.token}:${entry.blockedBy.since}` : undefined;
+      }
+      if (waiter.toldPosition === position && waiter.toldHolder === holderId) continue;
+      waiter.toldPosition = position;
+      waiter.toldHolder = holderId;
+      try {
+        waiter.onWaiting({ position, holder });
+      } catch (error) {
+        this.logger.error({ file: entry.key, err: error }, "onWaiting callback failed");
+      }
+    }
   }
 
   private free(entry: Entry, held: Held, reason: EndReason): void {
@@ -559,41 +630,46 @@ export class LockTable {
     throw new BerthError("not_found", `no lease ${shown} is held here: it never existed, or ended long ago or before a restart; acquire the lock again`, {});
   }
 
+  /**
+   * The SOURCE_LOCKED refusal. Its details mirror the API's LockHeld: reason, file, owner, since,
+   * fencingToken (0 for a seed lock file, which has none), pid, kind, lockPath; plus `waiting`.
+   */
   private lockedError(entry: Entry, waitedMs: number): BerthError {
     const key = entry.key;
     const waited = waitedMs === 0 ? "it was not free (wait was 0: try once)" : `it stayed locked for the whole wait of ${formatDuration(waitedMs)}`;
     const hint = "wait longer, or ask the holder to release it";
+    const base = { reason: "SOURCE_LOCKED", file: key, lockPath: this.external?.pathFor(key) ?? null, waiting: entry.waiters.size };
     const held = entry.holder;
     if (held) {
-      const { owner, acquiredAt, fencingToken } = held.lease;
-      return new BerthError("aborted", `source locked: ${key} is held by ${owner} since ${iso(acquiredAt)} (fencing token ${fencingToken}); ${waited}; ${hint}`, {
-        reason: "SOURCE_LOCKED",
-        file: key,
-        owner,
-        since: acquiredAt,
-        fencingToken,
-        kind: "berth",
-        waiting: entry.waiters.size,
-      });
+      const info = berthHolder(held);
+      const details: Record<string, unknown> = { ...base, owner: info.owner, since: info.since, fencingToken: held.lease.fencingToken, kind: info.kind };
+      if (info.pid !== undefined) details.pid = info.pid;
+      return new BerthError("aborted", `source locked: ${key} is held by ${info.owner} since ${iso(info.since)} (fencing token ${held.lease.fencingToken}); ${waited}; ${hint}`, details);
     }
     const foreign = this.external?.peek(key) ?? entry.blockedBy;
     if (foreign) {
       const who = `${foreign.owner ?? "an unknown owner"}${foreign.pid !== undefined ? ` (pid ${foreign.pid})` : ""}`;
-      const details: Record<string, unknown> = { reason: "SOURCE_LOCKED", file: key, owner: foreign.owner ?? null, since: foreign.since, fencingToken: null, kind: "seed-file", lockFile: foreign.lockFile, waiting: entry.waiters.size };
+      const details: Record<string, unknown> = { ...base, owner: foreign.owner ?? "", since: foreign.since, fencingToken: 0, kind: "seed-file" };
       if (foreign.pid !== undefined) details.pid = foreign.pid;
       return new BerthError("aborted", `source locked: ${key} is held by ${who} through its lock file ${foreign.lockFile} since ${iso(foreign.since)}; ${waited}; ${hint}`, details);
     }
+    // Nobody identifiable holds it: requests queued ahead wait for a lock file being taken over.
     const ahead = entry.waiters.size;
     return new BerthError("aborted", `source locked: ${key} was not free: ${ahead} request${ahead === 1 ? "" : "s"} queued ahead; ${waited}; ${hint}`, {
-      reason: "SOURCE_LOCKED",
-      file: key,
-      owner: null,
+      ...base,
+      owner: "",
       since: null,
-      fencingToken: null,
-      kind: "queue",
-      waiting: ahead,
+      fencingToken: 0,
+      kind: "unknown",
     });
   }
+}
+
+function berthHolder(held: Held): LockHolderInfo {
+  const { lease } = held;
+  const holder: LockHolderInfo = { kind: lease.ttlMs === null ? "stream" : "lease", owner: lease.owner, fencingToken: lease.fencingToken, since: lease.acquiredAt, expiresAt: lease.expiresAt };
+  if (held.external) holder.pid = held.external.pid;
+  return holder;
 }
 
 function seedFileHolder(foreign: ForeignLockHolder): LockHolderInfo {

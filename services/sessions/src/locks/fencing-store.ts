@@ -1,0 +1,114 @@
+/**
+ * Fencing tokens that only ever rise, across restarts and crashes of the service.
+ *
+ * One counter serves every lock. A token has to be strictly greater than every earlier token *of the
+ * same file*; a single counter gives that for free (it rises for all files at once), keeps the state
+ * at one number however many files were ever locked, and is what etcd does (its lock's fencing
+ * token is the store-wide revision). Holders compare tokens of one file only, so gaps are harmless.
+ *
+ * Persisting each token would put an fsync on every Acquire. Instead the store reserves tokens in
+ * blocks: before handing out any token of a block it durably records the block's end as the
+ * *ceiling* ("no token at or above this was ever issued"), then hands the block out from memory.
+ * After a crash the service restarts from the ceiling, skipping what remained of the block — tokens
+ * still rise, at the cost of a gap. A clean `close()` records the exact next token instead, so an
+ * orderly restart leaves no gap. One fsync per `blockSize` grants.
+ *
+ * File: `<stateDir>/locks/fencing.json` = `{"version":1,"ceiling":N}`, written atomically.
+ */
+import { readFileSync } from "node:fs";
+import * as path from "node:path";
+import { BerthError } from "@berth/shared/errors";
+import { ensurePrivateDir, writeFileAtomicSync } from "@berth/shared/files";
+
+/** Hands out fencing tokens. */
+export interface FencingTokenSource {
+  /** The next token: greater than every token this source (or an earlier run on its state) issued. */
+  next(): number;
+}
+
+/** Options of {@link openFencingStore}. */
+export interface FencingStoreOptions {
+  /** How many tokens one durable write reserves. Default 1000. */
+  blockSize?: number;
+}
+
+/** Where the fencing state of `stateDir` lives. */
+export function fencingFilePath(stateDir: string): string {
+  return path.join(stateDir, "locks", "fencing.json");
+}
+
+/** A {@link FencingTokenSource} backed by a file; see the module comment for the scheme. */
+export interface FencingStore extends FencingTokenSource {
+  /** The file the ceiling is kept in. */
+  readonly file: string;
+  /** The token the next call to `next()` returns. */
+  peek(): number;
+  /** Records the exact next token, so the next run continues without a gap. Idempotent. */
+  close(): void;
+}
+
+const FORMAT_VERSION = 1;
+
+function readCeiling(file: string): number {
+  let text: string;
+  try {
+    text = readFileSync(file, "utf8");
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === "ENOENT") return 1;
+    throw error;
+  }
+  let ceiling: unknown;
+  try {
+    ceiling = (JSON.parse(text) as { ceiling?: unknown }).ceiling;
+  } catch {
+    ceiling = undefined;
+  }
+  if (typeof ceiling !== "number" || !Number.isSafeInteger(ceiling) || ceiling < 1) {
+    // Guessing a floor could hand out a token some client still holds as current, which is
+    // exactly what fencing exists to prevent: refuse to start and say what to do.
+    throw new BerthError(
+      "internal",
+      `fencing state ${file} is damaged (${JSON.stringify(text.slice(0, 80))}); restore it, or replace it with {"version":1,"ceiling":N} where N is above every fencing token any client may still hold`,
+      { file },
+    );
+  }
+  return ceiling;
+}
+
+/** Opens (or creates) the fencing state of `stateDir`. Throws when the file exists but is damaged. */
+export function openFencingStore(stateDir: string, options: FencingStoreOptions = {}): FencingStore {
+  const blockSize = options.blockSize ?? 1000;
+  if (!Number.isSafeInteger(blockSize) || blockSize < 1) throw new RangeError(`blockSize must be a positive integer, got ${blockSize}`);
+  const file = fencingFilePath(stateDir);
+  ensurePrivateDir(path.dirname(file));
+  // `nextToken` is never below the durable ceiling of an earlier run; `reservedUntil` is the
+  // ceiling this run has made durable (nothing reserved yet: it equals the starting point).
+  let nextToken = readCeiling(file);
+  let reservedUntil = nextToken;
+
+  const persist = (ceiling: number) => {
+    writeFileAtomicSync(file, `${JSON.stringify({ version: FORMAT_VERSION, ceiling })}\n`);
+  };
+
+  return {
+    file,
+    next() {
+      if (nextToken >= reservedUntil) {
+        const ceiling = nextToken + blockSize;
+        try {
+          persist(ceiling);
+        } catch (error) {
+          throw new BerthError("unavailable", `cannot reserve fencing tokens in ${file}: ${(error as Error).message}`, { file });
+        }
+        reservedUntil = ceiling;
+      }
+      return nextToken++;
+    },
+    peek: () => nextToken,
+    close() {
+      if (reservedUntil === nextToken) return;
+      persist(nextToken);
+      reservedUntil = nextToken;
+    },
+  };
+}

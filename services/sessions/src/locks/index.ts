@@ -1,0 +1,23 @@
+/**
+ * Source locks: per-file locks with leases, FIFO waiters, fencing tokens that rise across restarts,
+ * and the seed's lock files kept so processes still using the seed's library and berth's clients
+ * exclude each other. Domain code only: the RPC layer maps these calls and their BerthErrors.
+ */
+export { createLockService, type LockService, type LockServiceOptions } from "./lock-service.js";
+export {
+  LockTable,
+  type AcquireRequest,
+  type ExternalLocks,
+  type HoldRequest,
+  type Lease,
+  type LockHolderInfo,
+  type LockInspection,
+  type LockLogger,
+  type LockTableOptions,
+  type LockTableStats,
+  type LockWaiterInfo,
+  type TokenCheck,
+} from "./lock-table.js";
+export { DEFAULT_LOCK_LIMITS, checkFencingToken, type LockLimits } from "./lock-input.js";
+export { fencingFilePath, openFencingStore, type FencingStore, type FencingTokenSource } from "./fencing-store.js";
+export { lockFilePath, SeedLockFiles, UNREADABLE_LOCK_STALE_MS, type ForeignLockHolder, type LockFileRecord } from "./seed-lock-files.js";

@@ -1,0 +1,86 @@
+/**
+ * The source-lock service as one object: the lock table, its fencing tokens persisted under the
+ * state directory, and the seed's lock files in the live directory, wired together.
+ */
+import * as path from "node:path";
+import type { Clock } from "@berth/shared/clock";
+import { systemClock } from "@berth/shared/clock";
+import { openFencingStore, type FencingStore } from "./fencing-store.js";
+import type { LockLimits } from "./lock-input.js";
+import { LockTable, type LockLogger } from "./lock-table.js";
+import { SeedLockFiles } from "./seed-lock-files.js";
+
+/** What {@link createLockService} needs. */
+export interface LockServiceOptions {
+  /** Relative lock paths resolve against it (the seed's `cwd`). */
+  projectRoot: string;
+  /** berth's own state: fencing tokens go to `<stateDir>/locks/fencing.json`. */
+  stateDir: string;
+  /**
+   * The live directory whose `locks/` holds the seed's lock files (a project's `.impeccable/live`).
+   * null: no lock files — berth's table is the only lock (for a service no seed process shares).
+   */
+  liveDir: string | null;
+  clock?: Clock;
+  logger?: LockLogger;
+  /** The pid written into lock files; default this process's. */
+  pid?: number;
+  limits?: Partial<LockLimits>;
+  /** Tokens reserved per durable write (see fencing-store.ts). Default 1000. */
+  fencingBlockSize?: number;
+  /** The fallback re-check period while a seed-held file has berth waiters. Default 250 ms. */
+  lockFileRecheckMs?: number;
+}
+
+/** The lock table with its persistence; `close()` releases everything and persists the fencing state. */
+export interface LockService
+  extends Pick<LockTable, "acquire" | "holdAsLongAs" | "renew" | "release" | "inspect" | "checkToken" | "resolveFile" | "stats"> {
+  /** The directory of the seed's lock files, or null when they are off. */
+  readonly locksDir: string | null;
+  /** Rejects waiters, releases every lease (removing berth's lock files), stops watching, persists the fencing state. Idempotent. */
+  close(): void;
+}
+
+/** Builds the lock service. Throws when the fencing state exists but is damaged (see fencing-store.ts). */
+export function createLockService(options: LockServiceOptions): LockService {
+  const clock = options.clock ?? systemClock;
+  const fencing: FencingStore = openFencingStore(options.stateDir, options.fencingBlockSize === undefined ? {} : { blockSize: options.fencingBlockSize });
+  const locksDir = options.liveDir === null ? null : path.join(options.liveDir, "locks");
+  const files =
+    locksDir === null
+      ? undefined
+      : new SeedLockFiles({
+          locksDir,
+          clock,
+          ...(options.pid === undefined ? {} : { pid: options.pid }),
+          ...(options.logger === undefined ? {} : { logger: options.logger }),
+          ...(options.lockFileRecheckMs === undefined ? {} : { recheckMs: options.lockFileRecheckMs }),
+        });
+  const table = new LockTable({
+    projectRoot: options.projectRoot,
+    clock,
+    fencing,
+    ...(files === undefined ? {} : { external: files }),
+    ...(options.logger === undefined ? {} : { logger: options.logger }),
+    ...(options.limits === undefined ? {} : { limits: options.limits }),
+  });
+  let closed = false;
+  return {
+    locksDir,
+    acquire: (request) => table.acquire(request),
+    holdAsLongAs: (request) => table.holdAsLongAs(request),
+    renew: (leaseToken, ttlMs) => table.renew(leaseToken, ttlMs),
+    release: (leaseToken) => table.release(leaseToken),
+    inspect: (file) => table.inspect(file),
+    checkToken: (file, token) => table.checkToken(file, token),
+    resolveFile: (file, field) => table.resolveFile(file, field),
+    stats: () => table.stats(),
+    close() {
+      if (closed) return;
+      closed = true;
+      table.close();
+      files?.close();
+      fencing.close();
+    },
+  };
+}

@@ -1,0 +1,474 @@
+/**
+ * The seed's lock files, kept by berth so processes still using the seed's `withSourceLockSync`
+ * and berth's clients exclude each other.
+ *
+ * The seed's protocol: a lock is the file `<liveDir>/locks/<first 24 hex of sha256(resolved path)>.lock`
+ * holding `{owner, token, pid, at, file}` and a newline. A taker creates it exclusively; a holder
+ * deletes it only while it still holds its own token; a file is *stale* when its pid is dead, or
+ * when it cannot be read and is older than 60 s (younger, a writer may be between create and write).
+ *
+ * berth follows that protocol and repairs two of its faults on berth's side:
+ * - **Atomic create.** The seed opens the file with `wx` and writes afterwards, so a reader can see an
+ *   empty or half-written file. berth writes a private temp file with the full content and
+ *   `link(2)`s it to the lock path: the link fails with EEXIST when the lock is taken, and a reader
+ *   only ever sees berth's file whole.
+ * - **Race-free clearing of a stale file** (see {@link clearStaleLockFile}). The seed's sweep reads,
+ *   judges dead, then unlinks *by path*, which deletes whatever file is there by then — possibly a new
+ *   holder's, letting two holders in. berth clears under an exclusive flock(2) and re-judges inside it.
+ *
+ * Files berth writes also carry the writer's process start time and boot id: the seed ignores them,
+ * and berth uses them so a recycled pid (a service restarted as pid 1 in a container, say) never
+ * keeps a dead run's lock alive.
+ */
+import { createHash, randomBytes, randomUUID } from "node:crypto";
+import * as fs from "node:fs";
+import * as path from "node:path";
+import { flockSync } from "fs-ext";
+import type { Clock, TimerHandle } from "@berth/shared/clock";
+import { ensurePrivateDir } from "@berth/shared/files";
+import { identityIsLive, isPidAlive, selfIdentity } from "@berth/shared/process-identity";
+import type { ExternalClaim, ExternalLockHandle, ExternalLocks, LockLogger } from "./lock-table.js";
+
+/** The seed's age after which an unreadable lock file counts as a crashed writer's leftover. */
+export const UNREADABLE_LOCK_STALE_MS = 60_000;
+
+/** The name of the file berth's sweepers take an exclusive flock(2) on (never a `<hex>.lock` name). */
+export const SWEEP_GUARD_NAME = ".berth-sweep.guard";
+
+/** The lock file of `key` (a resolved path) in `locksDir`: the seed's `sourceLockPath`. */
+export function lockFilePath(locksDir: string, key: string): string {
+  return path.join(locksDir, `${lockFileDigest(key)}.lock`);
+}
+
+/** The first 24 hex digits of sha256(key): the seed's lock file name without `.lock`. */
+export function lockFileDigest(key: string): string {
+  return createHash("sha256").update(key).digest("hex").slice(0, 24);
+}
+
+/** The content of a lock file: the seed's fields, and berth's identity fields when berth wrote it. */
+export interface LockFileRecord {
+  owner: string;
+  /** A random id of this acquisition: a release deletes the file only while it still holds this. */
+  token: string;
+  pid: number;
+  /** When the lock was taken (ms since the epoch). */
+  at: number;
+  /** The resolved path of the locked file. */
+  file: string;
+  /** berth only: the writer's process start time (/proc/PID/stat field 22), against pid reuse. */
+  startTime?: number;
+  /** berth only: the boot the start time belongs to. */
+  bootId?: string;
+  /** berth only: the host the pid belongs to. */
+  hostname?: string;
+}
+
+/** What is at a lock path right now. */
+export type LockFileState =
+  | { state: "absent" }
+  | { state: "readable"; record: Partial<LockFileRecord>; raw: string; mtimeMs: number }
+  | { state: "unreadable"; raw: string; mtimeMs: number };
+
+/** Reads the lock file at `lockPath` without judging it. */
+export function readLockFile(lockPath: string): LockFileState {
+  let fd: number;
+  try {
+    fd = fs.openSync(lockPath, "r");
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === "ENOENT") return { state: "absent" };
+    throw error;
+  }
+  try {
+    // stat and read through one descriptor: both describe the same file even if the path changes.
+    const mtimeMs = fs.fstatSync(fd).mtimeMs;
+    const raw = fs.readFileSync(fd, "utf8");
+    let parsed: unknown;
+    try {
+      parsed = JSON.parse(raw);
+    } catch {
+      parsed = null;
+    }
+    // The seed treats any falsy parse result as unreadable and any truthy one as a record.
+    if (!parsed) return { state: "unreadable", raw, mtimeMs };
+    const record = typeof parsed === "object" ? (parsed as Partial<LockFileRecord>) : {};
+    return { state: "readable", record, raw, mtimeMs };
+  } finally {
+    fs.closeSync(fd);
+  }
+}
+
+/** Is a lock file's owner still there? The seed's rules, with berth's stricter check for berth's files. */
+export interface LockFileJudge {
+  /** Liveness of a recorded pid. Default: signal 0, EPERM alive (the seed's rule). */
+  isPidAlive?: (pid: number) => boolean;
+  /** Wall-clock now, for the age of an unreadable file (file times are wall-clock by nature). */
+  now?: () => number;
+}
+
+/** The verdict on an existing lock file. */
+export type LockFileVerdict = "held" | "stale";
+
+/** Judges an existing lock file by the seed's staleness rules. */
+export function judgeLockFile(seen: Exclude<LockFileState, { state: "absent" }>, judge: LockFileJudge = {}): LockFileVerdict {
+  const now = judge.now ?? Date.now;
+  if (seen.state === "unreadable") return now() - seen.mtimeMs > UNREADABLE_LOCK_STALE_MS ? "stale" : "held";
+  const { pid, startTime, bootId, hostname } = seen.record;
+  if (typeof pid !== "number") return "stale";
+  if (judge.isPidAlive) return judge.isPidAlive(pid) ? "held" : "stale";
+  if (typeof startTime === "number" && typeof hostname === "string") {
+    return identityIsLive({ pid, startTime, bootId: typeof bootId === "string" ? bootId : undefined, hostname }) ? "held" : "stale";
+  }
+  return isPidAlive(pid) ? "held" : "stale";
+}
+
+/** The outcome of {@link clearStaleLockFile}. */
+export type ClearOutcome = "cleared" | "held" | "absent" | "busy";
+
+/**
+ * Removes the lock file at `lockPath` if, judged under the sweep guard, it is stale.
+ *
+ * Why this cannot remove a live holder's file (the seed's sweep can): every berth sweeper takes an
+ * exclusive flock(2) on one guard file in the locks directory, then reads and judges the file, and
+ * unlinks it only if it is stale — all inside the flock. Once a file is stale, nothing but a sweeper
+ * removes it: its owner is dead (a release only ever deletes its own, live, file), and an unreadable
+ * file older than 60 s is by the seed's own rule a crashed writer's. So between our read and our
+ * unlink the path still names the very file we judged: no other sweeper can run (flock), and no one
+ * else removes a stale file. A new holder can appear only after our unlink, by an exclusive create,
+ * which exactly one taker wins. The kernel drops a flock when its holder dies, so a sweeper that
+ * crashes mid-sweep cannot wedge the others.
+ *
+ * Why not "rename the stale file aside, re-read it, put it back if it was not the stale one": between
+ * the rename and the put-back the lock path is empty, a third taker creates its file there, and the
+ * put-back fails — while the holder whose file was moved aside still believes it holds. Two holders.
+ *
+ * Processes using the seed's own sweep are outside this guarantee: they unlink by path without the
+ * flock, so one that judged a dead file stale just before berth replaced it deletes berth's file.
+ * That is the seed's fault and berth cannot reach into their code; berth's releases notice it
+ * (the token no longer matches) and log it.
+ *
+ * Returns "busy" without waiting when another sweeper holds the guard: a blocking flock would stall
+ * the event loop behind a stopped process. The caller tries again on the next change or re-check.
+ */
+export function clearStaleLockFile(lockPath: string, judge: LockFileJudge = {}): ClearOutcome {
+  const guardPath = path.join(path.dirname(lockPath), SWEEP_GUARD_NAME);
+  const fd = fs.openSync(guardPath, fs.constants.O_RDWR | fs.constants.O_CREAT, 0o600);
+  try {
+    try {
+      flockSync(fd, "exnb");
+    } catch (error) {
+      const code = (error as NodeJS.ErrnoException).code;
+      if (code === "EAGAIN" || code === "EWOULDBLOCK") return "busy";
+      throw error;
+    }
+    const seen = readLockFile(lockPath);
+    if (seen.state === "absent") return "absent";
+    if (judgeLockFile(seen, judge) === "held") return "held";
+    try {
+      fs.unlinkSync(lockPath);
+    } catch (error) {
+      // Nobody else may remove a stale file (see above), so ENOENT here means a seed process swept it.
+      if ((error as NodeJS.ErrnoException).code === "ENOENT") return "absent";
+      throw error;
+    }
+    return "cleared";
+  } finally {
+    // Closing the only descriptor of the guard releases the flock.
+    fs.closeSync(fd);
+  }
+}
+
+/** Who holds a lock file berth does not own. */
+export interface ForeignLockHolder {
+  /** The lock file. */
+  lockFile: string;
+  /** The recorded owner, when the file is readable. */
+  owner?: string;
+  /** The recorded pid, when the file is readable. */
+  pid?: number;
+  /** When the holder took it (the record's `at`, else the file's mtime). */
+  since: number;
+  /** False while the file cannot be parsed (a seed writer between create and write, or a wreck). */
+  readable: boolean;
+  /** The record's token, when readable. */
+  token?: string;
+}
+
+function holderOf(lockPath: string, seen: Exclude<LockFileState, { state: "absent" }>): ForeignLockHolder {
+  if (seen.state === "unreadable") return { lockFile: lockPath, since: seen.mtimeMs, readable: false };
+  const { owner, pid, at, token } = seen.record;
+  const holder: ForeignLockHolder = { lockFile: lockPath, since: typeof at === "number" ? at : seen.mtimeMs, readable: true };
+  if (typeof owner === "string") holder.owner = owner;
+  if (typeof pid === "number") holder.pid = pid;
+  if (typeof token === "string") holder.token = token;
+  return holder;
+}
+
+/** The outcome of {@link tryCreateLockFile}. */
+export type CreateOutcome =
+  | { created: true; lockFile: string; token: string }
+  | {
+      created: false;
+      lockFile: string;
+      /** "held": a live holder; "busy": another berth sweeper is clearing a stale file; "contended": it changed hands repeatedly. */
+      reason: "held" | "busy" | "contended";
+      /** The holder seen last, when there was one. */
+      holder?: ForeignLockHolder;
+    };
+
+/** How many create/clear rounds one attempt makes before answering "contended". */
+const CREATE_ATTEMPTS = 4;
+
+function tempPathFor(lockPath: string): string {
+  return path.join(path.dirname(lockPath), `.${path.basename(lockPath)}.${process.pid}.${randomBytes(6).toString("hex")}.tmp`);
+}
+
+/**
+ * Tries once to take the lock file at `lockPath` with `record` (its `token` identifies this claim):
+ * a stale file is cleared race-free first ({@link clearStaleLockFile}); a live one is reported.
+ * Synchronous: a handful of system calls, no waiting.
+ */
+export function tryCreateLockFile(lockPath: string, record: LockFileRecord, judge: LockFileJudge = {}): CreateOutcome {
+  let temp: string | undefined;
+  let holder: ForeignLockHolder | undefined;
+  try {
+    for (let attempt = 0; attempt < CREATE_ATTEMPTS; attempt++) {
+      // Look first: a live holder is the common contended case, and needs no temp file.
+      const seen = readLockFile(lockPath);
+      if (seen.state !== "absent") {
+        holder = holderOf(lockPath, seen);
+        if (judgeLockFile(seen, judge) === "held") return { created: false, lockFile: lockPath, reason: "held", holder };
+        const cleared = clearStaleLockFile(lockPath, judge);
+        if (cleared === "busy") return { created: false, lockFile: lockPath, reason: "busy", holder };
+        if (cleared === "held") continue; // replaced by a live holder meanwhile: judge it afresh
+      }
+      if (temp === undefined) {
+        temp = tempPathFor(lockPath);
+        // 0644 like the seed's own files: a seed process that could not read berth's file would
+        // judge it unreadable and, after 60 s, sweep it. It holds nothing secret.
+        fs.writeFileSync(temp, `${JSON.stringify(record)}\n`, { flag: "wx", mode: 0o644 });
+      }
+      try {
+        fs.linkSync(temp, lockPath);
+        return { created: true, lockFile: lockPath, token: record.token };
+      } catch (error) {
+        if ((error as NodeJS.ErrnoException).code !== "EEXIST") throw error;
+      }
+    }
+    return holder ? { created: false, lockFile: lockPath, reason: "contended", holder } : { created: false, lockFile: lockPath, reason: "contended" };
+  } finally {
+    if (temp !== undefined) fs.rmSync(temp, { force: true });
+  }
+}
+
+/**
+ * Deletes the lock file at `lockPath` only while it still holds `token`. Returns false (and leaves
+ * the path alone) when it is gone or holds something else: the file was removed or replaced by a
+ * process using the seed's by-path sweep, and deleting what is there now would end someone else's hold.
+ */
+export function removeOwnLockFile(lockPath: string, token: string): boolean {
+  const seen = readLockFile(lockPath);
+  if (seen.state !== "readable" || seen.record.token !== token) return false;
+  // Between that read and this unlink the file cannot change: it is ours and we are alive, so no
+  // sweeper (berth's or the seed's) judges it stale.
+  try {
+    fs.unlinkSync(lockPath);
+    return true;
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === "ENOENT") return false;
+    throw error;
+  }
+}
+
+/** Removes temp files that crashed berth processes left in `locksDir` (their pid is dead). */
+export function removeDeadTempFiles(locksDir: string): number {
+  let removed = 0;
+  let names: string[];
+  try {
+    names = fs.readdirSync(locksDir);
+  } catch {
+    return 0;
+  }
+  for (const name of names) {
+    const match = /^\.[0-9a-f]{24}\.lock\.(\d+)\.[0-9a-f]{12}\.tmp$/.exec(name);
+    if (!match || isPidAlive(Number(match[1]))) continue;
+    fs.rmSync(path.join(locksDir, name), { force: true });
+    removed++;
+  }
+  return removed;
+}
+
+/** Creates a fresh record for a berth-held lock file. */
+export function newLockFileRecord(fields: { owner: string; file: string; at: number; pid: number; startTime?: number | undefined; bootId?: string | undefined; hostname?: string | undefined }): LockFileRecord {
+  const record: LockFileRecord = { owner: fields.owner, token: randomUUID(), pid: fields.pid, at: fields.at, file: fields.file };
+  if (fields.startTime !== undefined) record.startTime = fields.startTime;
+  if (fields.bootId !== undefined) record.bootId = fields.bootId;
+  if (fields.hostname !== undefined) record.hostname = fields.hostname;
+  return record;
+}
+
+
+/** Options of {@link SeedLockFiles}. */
+export interface SeedLockFilesOptions {
+  /** `<liveDir>/locks`: created (0700) when missing. */
+  locksDir: string;
+  /** The pid written into berth's lock files; default this process's. */
+  pid?: number;
+  /** Drives the fallback re-check timer. */
+  clock: Clock;
+  logger?: LockLogger;
+  /** The period of the fallback re-check while a seed-held file has berth waiters. Default 250 ms. */
+  recheckMs?: number;
+  /** Overrides of the staleness judge (tests). */
+  judge?: LockFileJudge;
+}
+
+/**
+ * The seed's lock files as the lock table's {@link ExternalLocks}: a grant creates the file, a
+ * release removes it (only while it is still ours), and a file held by a seed process blocks
+ * berth's queue until it goes away.
+ *
+ * berth is never told when a seed process releases, so for files with berth waiters it watches the
+ * locks directory (`fs.watch`, inotify on Linux) and re-checks on every change of a watched name.
+ * The watch alone is not enough, which is why a slow re-check (every `recheckMs`) runs as well, and
+ * only while some seed-held file has berth waiters:
+ * - a seed holder that is killed leaves its file in place: no file event ever says "free", only
+ *   asking whether its pid is alive does;
+ * - an unreadable file turns stale by age alone (60 s), again without any event;
+ * - inotify can drop events (queue overflow) and is absent on some network and container mounts.
+ */
+export class SeedLockFiles implements ExternalLocks {
+  /** The directory of the lock files. */
+  readonly locksDir: string;
+  private readonly pid: number;
+  private readonly identity: { startTime?: number | undefined; bootId?: string | undefined; hostname?: string | undefined };
+  private readonly clock: Clock;
+  private readonly logger: LockLogger | undefined;
+  private readonly recheckMs: number;
+  private readonly judge: LockFileJudge;
+  /** Lock file name → callbacks of the keys watched under it. */
+  private readonly watched = new Map<string, Set<() => void>>();
+  private watcher: fs.FSWatcher | undefined;
+  private recheckTimer: TimerHandle | undefined;
+  private closed = false;
+
+  constructor(options: SeedLockFilesOptions) {
+    this.locksDir = options.locksDir;
+    this.pid = options.pid ?? process.pid;
+    this.clock = options.clock;
+    this.logger = options.logger;
+    this.recheckMs = options.recheckMs ?? 250;
+    this.judge = options.judge ?? {};
+    // The start time only describes this process; a pid given for another process goes bare.
+    const self = selfIdentity();
+    this.identity = this.pid === self.pid ? { startTime: self.startTime, bootId: self.bootId, hostname: self.hostname } : {};
+    ensurePrivateDir(this.locksDir);
+    removeDeadTempFiles(this.locksDir);
+  }
+
+  /** The lock file of `key`. */
+  pathFor(key: string): string {
+    return lockFilePath(this.locksDir, key);
+  }
+
+  claim(key: string, holder: { owner: string; at: number }): ExternalClaim {
+    const record = newLockFileRecord({ owner: holder.owner, file: key, at: holder.at, pid: this.pid, ...this.identity });
+    const outcome = tryCreateLockFile(this.pathFor(key), record, this.judge);
+    if (outcome.created) return { ok: true, handle: { key, lockFile: outcome.lockFile, token: outcome.token, pid: this.pid } };
+    return outcome.holder ? { ok: false, holder: outcome.holder } : { ok: false };
+  }
+
+  release(handle: ExternalLockHandle): void {
+    if (removeOwnLockFile(handle.lockFile, handle.token)) return;
+    this.logger?.warn(
+      { file: handle.key, lockFile: handle.lockFile },
+      "berth's lock file was already removed or replaced by another process (a seed process's sweep?); left what is there alone",
+    );
+  }
+
+  peek(key: string): ForeignLockHolder | undefined {
+    const lockFile = this.pathFor(key);
+    const seen = readLockFile(lockFile);
+    if (seen.state === "absent" || judgeLockFile(seen, this.judge) === "stale") return undefined;
+    return holderOf(lockFile, seen);
+  }
+
+  watch(key: string, onMaybeFree: () => void): () => void {
+    if (this.closed) return () => {};
+    const name = path.basename(this.pathFor(key));
+    let callbacks = this.watched.get(name);
+    if (!callbacks) {
+      callbacks = new Set();
+      this.watched.set(name, callbacks);
+    }
+    // Wrapped so the same function may be registered for two keys and removed separately.
+    const callback = () => onMaybeFree();
+    callbacks.add(callback);
+    this.startWatching();
+    return () => {
+      const set = this.watched.get(name);
+      if (!set) return;
+      set.delete(callback);
+      if (set.size === 0) this.watched.delete(name);
+      if (this.watched.size === 0) this.stopWatching();
+    };
+  }
+
+  /** Stops watching. Lock files are the table's to release; this removes none. */
+  close(): void {
+    this.closed = true;
+    this.watched.clear();
+    this.stopWatching();
+  }
+
+  private notify(name: string | null): void {
+    const targets = name === null ? [...this.watched.values()] : [this.watched.get(name)];
+    for (const set of targets) {
+      if (!set) continue;
+      for (const callback of [...set]) {
+        try {
+          callback();
+        } catch (error) {
+          this.logger?.error({ err: error }, "lock file watcher callback failed");
+        }
+      }
+    }
+  }
+
+  private startWatching(): void {
+    if (!this.watcher) {
+      try {
+        const watcher = fs.watch(this.locksDir, { persistent: false }, (_event, filename) => {
+          const name = filename === null ? null : String(filename);
+          // berth's own temp files and the sweep guard change all the time; only lock names matter.
+          if (name !== null && !this.watched.has(name)) return;
+          this.notify(name);
+        });
+        watcher.on("error", (error) => {
+          this.logger?.warn({ err: error, locksDir: this.locksDir }, "watching the lock files failed; falling back to periodic re-checks");
+          watcher.close();
+          if (this.watcher === watcher) this.watcher = undefined;
+        });
+        this.watcher = watcher;
+      } catch (error) {
+        this.logger?.warn({ err: error, locksDir: this.locksDir }, "cannot watch the lock files; falling back to periodic re-checks");
+      }
+    }
+    if (this.recheckTimer === undefined) this.scheduleRecheck();
+  }
+
+  private scheduleRecheck(): void {
+    this.recheckTimer = this.clock.setTimeout(() => {
+      this.recheckTimer = undefined;
+      if (this.watched.size === 0) return;
+      this.notify(null);
+      if (this.watched.size > 0 && this.recheckTimer === undefined) this.scheduleRecheck();
+    }, this.recheckMs);
+  }
+
+  private stopWatching(): void {
+    this.watcher?.close();
+    this.watcher = undefined;
+    if (this.recheckTimer !== undefined) this.clock.clearTimeout(this.recheckTimer);
+    this.recheckTimer = undefined;
+  }
+}
