@@ -240,6 +240,7 @@ export function check(need: Resources, context: VerdictContext, options: CheckOp
   const reasons = gates === 0 ? [] : reasonsFor(gates, need, context);
   const verdict: Verdict = {
     fits: gates === 0,
+    impossible: undefined,
     reasons,
     waitFor: undefined,
     need: { memoryBytes: need.memoryBytes, cpu: need.cpu },

@@ -1,0 +1,229 @@
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import * as path from "node:path";
+import { afterAll, describe, expect, it, vi } from "vitest";
+import { ManualClock } from "@berth/shared/clock";
+import type { MachineSample } from "./sampler.js";
+import { countCpuset, createSampler, parseCpuMax, parsePressure, readMachineSample } from "./sampler.js";
+
+const G = 1024 ** 3;
+const K = 1024;
+const root = mkdtempSync(path.join(tmpdir(), "berth-sampler-"));
+afterAll(() => rmSync(root, { recursive: true, force: true }));
+
+let fixtures = 0;
+/** Builds a fixture tree: `files` maps paths under the root ("proc/meminfo", "sys/a/memory.max") to contents. */
+function fixture(files: Record<string, string>): { procRoot: string; sysRoot: string } {
+  const dir = path.join(root, String(++fixtures));
+  mkdirSync(path.join(dir, "proc"), { recursive: true });
+  mkdirSync(path.join(dir, "sys"), { recursive: true });
+  for (const [file, content] of Object.entries(files)) {
+    mkdirSync(path.dirname(path.join(dir, file)), { recursive: true });
+    writeFileSync(path.join(dir, file), content);
+  }
+  return { procRoot: path.join(dir, "proc"), sysRoot: path.join(dir, "sys") };
+}
+
+const meminfo = (totalKb: number, availableKb: number) =>
+  `MemTotal:       ${totalKb} kB\nMemFree:         1000 kB\nMemAvailable:   ${availableKb} kB\nBuffers:          10 kB\n`;
+const psiFile = (avg10: number, avg60: number) => `some avg10=${avg10.toFixed(2)} avg60=${avg60.toFixed(2)} avg300=1.50 total=123456\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n`;
+const cores = () => 8;
+
+const host = {
+  "proc/meminfo": meminfo(16 * G / K, 10 * G / K),
+  "proc/loadavg": "1.25 0.75 0.50 2/345 6789\n",
+  "proc/self/cgroup": "0::/\n",
+  "proc/pressure/cpu": psiFile(12.5, 8),
+  "proc/pressure/memory": psiFile(1, 0.5),
+  "proc/pressure/io": psiFile(3, 2),
+};
+
+describe("readMachineSample", () => {
+  it("host only: meminfo, loadavg and /proc/pressure", async () => {
+    const sample = await readMachineSample({ ...fixture(host), cores }, 42);
+    expect(sample).toEqual<MachineSample>({
+      at: 42,
+      source: "host",
+      memTotalBytes: 16 * G,
+      memAvailableBytes: 10 * G,
+      totalBytes: 16 * G,
+      availableBytes: 10 * G,
+      cores: 8,
+      load1: 1.25,
+      load5: 0.75,
+      load15: 0.5,
+      pressure: {
+        cpu: { avg10: 12.5, avg60: 8, avg300: 1.5, total: 123456, scope: "host" },
+        memory: { avg10: 1, avg60: 0.5, avg300: 1.5, total: 123456, scope: "host" },
+        io: { avg10: 3, avg60: 2, avg300: 1.5, total: 123456, scope: "host" },
+      },
+    });
+  });
+
+  it("a cgroup v2 whose parent has the tighter limit: the parent's limit and usage decide", async () => {
+    const roots = fixture({
+      ...host,
+      "proc/self/cgroup": "0::/parent/child\n",
+      "sys/parent/memory.max": `${2 * G}\n`,
+      "sys/parent/memory.current": `${1.5 * G}\n`,
+      "sys/parent/memory.stat": `anon 100\ninactive_file ${0.5 * G}\nactive_file 0\n`,
+      "sys/parent/cpu.max": "200000 100000\n",
+      "sys/parent/child/memory.max": `${4 * G}\n`,
+      "sys/parent/child/memory.current": `${G}\n`,
+      "sys/parent/child/memory.stat": `anon 100\ninactive_file ${0.25 * G}\n`,
+      "sys/parent/child/cpu.max": "max 100000\n",
+      "sys/parent/child/cpuset.cpus.effective": "0-3\n",
+      "sys/parent/child/cpu.pressure": psiFile(40, 30),
+    });
+    const sample = await readMachineSample({ ...roots, cores });
+    expect(sample.source).toBe("cgroup");
+    expect(sample.cgroup).toEqual({
+      path: "/parent/child",
+      memoryLimitBytes: 2 * G,
+      memoryCurrentBytes: G,
+      inactiveFileBytes: 0.25 * G,
+      cpuQuota: 2,
+      cpusetCpus: 4,
+    });
+    // parent: 2G - (1.5G - 0.5G) = 1G; child: 4G - 0.75G; host: 10G. The least wins.
+    expect(sample.availableBytes).toBe(G);
+    expect(sample.totalBytes).toBe(2 * G);
+    expect(sample.memAvailableBytes).toBe(10 * G);
+    expect(sample.cpuLimit).toBe(2);
+    // The cgroup's own PSI where it has it, the host's where it does not.
+    expect(sample.pressure.cpu).toMatchObject({ avg10: 40, avg60: 30, scope: "cgroup" });
+    expect(sample.pressure.memory).toMatchObject({ scope: "host" });
+  });
+
+  it("the host's MemAvailable caps what a generous cgroup limit leaves", async () => {
+    const roots = fixture({
+      ...host,
+      "proc/meminfo": meminfo(16 * G / K, G / K),
+      "proc/self/cgroup": "0::/box\n",
+      "sys/box/memory.max": `${8 * G}\n`,
+      "sys/box/memory.current": `${G}\n`,
+    });
+    const sample = await readMachineSample({ ...roots, cores });
+    expect(sample.availableBytes).toBe(G);
+    // Without memory.stat the page cache counts as used: available is understated, never overstated.
+    expect(sample.cgroup?.inactiveFileBytes).toBeUndefined();
+  });
+
+  it("cpu.max quota capped by the cpuset", async () => {
+    const roots = fixture({
+      ...host,
+      "proc/self/cgroup": "0::/box\n",
+      "sys/box/cpu.max": "600000 100000\n",
+      "sys/box/memory.max": "max\n",
+      "sys/box/cpuset.cpus.effective": "0-1,4\n",
+    });
+    const sample = await readMachineSample({ ...roots, cores });
+    expect(sample.source).toBe("cgroup");
+    expect(sample.cgroup?.cpuQuota).toBe(6);
+    expect(sample.cgroup?.cpusetCpus).toBe(3);
+    expect(sample.cpuLimit).toBe(3);
+    expect(sample.cgroup?.memoryLimitBytes).toBeUndefined();
+    expect(sample.availableBytes).toBe(10 * G);
+  });
+
+  it("inside a cgroup namespace (0::/) the mount root is the container's own cgroup", async () => {
+    const roots = fixture({
+      ...host,
+      "sys/memory.max": `${3 * G}\n`,
+      "sys/memory.current": `${G}\n`,
+      "sys/memory.stat": "inactive_file 0\n",
+      "sys/cpu.pressure": psiFile(5, 5),
+    });
+    const sample = await readMachineSample({ ...roots, cores });
+    expect(sample).toMatchObject({ source: "cgroup", totalBytes: 3 * G, availableBytes: 2 * G });
+    expect(sample.pressure.cpu?.scope).toBe("cgroup");
+  });
+
+  it("source host ignores the cgroup (a container budgeting for its host)", async () => {
+    const roots = fixture({ ...host, "proc/self/cgroup": "0::/box\n", "sys/box/memory.max": `${G}\n`, "sys/box/memory.current": "0\n" });
+    const sample = await readMachineSample({ ...roots, cores, source: "host" });
+    expect(sample).toMatchObject({ source: "host", availableBytes: 10 * G, totalBytes: 16 * G });
+    expect(sample.cgroup).toBeUndefined();
+  });
+
+  it("an unlimited cgroup (a plain systemd unit) counts as the host in auto mode, as a cgroup when asked", async () => {
+    const files = { ...host, "proc/self/cgroup": "0::/system.slice/berth.service\n", "sys/system.slice/berth.service/memory.max": "max\n", "sys/system.slice/berth.service/memory.current": `${G}\n` };
+    expect((await readMachineSample({ ...fixture(files), cores })).source).toBe("host");
+    const forced = await readMachineSample({ ...fixture(files), cores, source: "cgroup" });
+    expect(forced.source).toBe("cgroup");
+    expect(forced.cgroup).toMatchObject({ path: "/system.slice/berth.service", memoryCurrentBytes: G });
+    expect(forced.availableBytes).toBe(10 * G);
+  });
+
+  it("no PSI: pressure stays empty (the gate falls back to the load average)", async () => {
+    const { "proc/pressure/cpu": _c, "proc/pressure/memory": _m, "proc/pressure/io": _i, ...noPsi } = host;
+    const sample = await readMachineSample({ ...fixture(noPsi), cores });
+    expect(sample.pressure).toEqual({});
+    expect(sample.load1).toBe(1.25);
+  });
+
+  it("missing files leave their fields undefined, never a guess", async () => {
+    const sample = await readMachineSample({ ...fixture({ "proc/self/cgroup": "0::/box\n", "sys/box/memory.max": `${2 * G}\n` }), cores });
+    expect(sample).toEqual<MachineSample>({
+      at: sample.at,
+      source: "cgroup",
+      memTotalBytes: undefined,
+      memAvailableBytes: undefined,
+      totalBytes: 2 * G,
+      availableBytes: undefined,
+      cores: 8,
+      cpuLimit: undefined,
+      load1: undefined,
+      load5: undefined,
+      load15: undefined,
+      pressure: {},
+      cgroup: { path: "/box", memoryLimitBytes: 2 * G, memoryCurrentBytes: undefined, inactiveFileBytes: undefined, cpuQuota: undefined, cpusetCpus: undefined },
+    });
+    const empty = await readMachineSample({ ...fixture({}), cores });
+    expect(empty).toMatchObject({ source: "host", memAvailableBytes: undefined, availableBytes: undefined, load1: undefined, pressure: {} });
+  });
+
+  it("reads this machine without throwing", async () => {
+    const sample = await readMachineSample();
+    expect(sample.cores).toBeGreaterThan(0);
+  });
+});
+
+describe("parsers", () => {
+  it.each([
+    ["max 100000", undefined],
+    ["50000 100000", 0.5],
+    ["200000", 2],
+    ["", undefined],
+  ])("cpu.max %j", (text, cpus) => expect(parseCpuMax(text)).toBe(cpus));
+
+  it.each([
+    ["0-3", 4],
+    ["0-1,4,6-7", 5],
+    ["2", 1],
+    ["", undefined],
+    ["garbage", undefined],
+  ])("cpuset %j", (text, count) => expect(countCpuset(text)).toBe(count));
+
+  it("PSI without a some line is undefined", () => {
+    expect(parsePressure("full avg10=1.00 avg60=1.00 avg300=1.00 total=1\n", "host")).toBeUndefined();
+  });
+});
+
+describe("createSampler", () => {
+  it("samples once per interval and hands every sample to each subscriber", async () => {
+    const clock = new ManualClock();
+    const sampler = createSampler({ ...fixture(host), cores, clock, intervalMs: 1000 });
+    const seen: number[] = [];
+    sampler.onSample((s) => seen.push(s.at));
+    const first = await sampler.start();
+    expect(first.at).toBe(clock.now());
+    expect(sampler.latest()).toBe(first);
+    expect(clock.pendingTimers()).toBe(1);
+    clock.advance(1000);
+    await vi.waitFor(() => expect(seen).toHaveLength(2));
+    expect(seen[1]! - seen[0]!).toBe(1000);
+    sampler.close();
+    expect(clock.pendingTimers()).toBe(0);
+  });
+});
