@@ -316,7 +316,56 @@ function settleDiagnostics(snapshot: Loose, total: number): void {
 
 /** `at` if the event gave one, else the entry's time, else `fallback()` (the seed's `||`). */
 function eventTime(event: Loose, entry: Loose, fallback: () => unknown): unknown {
-  return event.at ?? (Date.parse(entry.ts || "") || fallback());
+  return event.at ?? (parseEntryTime(entry.ts || "") || fallback());
+}
+
+/**
+ * `Date.parse(ts)`, with a fast path for the one format journals hold (`toISOString()`:
+ * `YYYY-MM-DDTHH:MM:SS.sssZ`): `Date.parse` costs more than the rest of a replayed entry.
+ * Anything else, including an impossible date, goes to `Date.parse` itself.
+ */
+export function parseEntryTime(ts: unknown): number {
+  if (typeof ts === "string" && ts.length === 24 && isIsoShape(ts)) {
+    const year = digits(ts, 0, 4);
+    const month = digits(ts, 5, 2);
+    const day = digits(ts, 8, 2);
+    const hour = digits(ts, 11, 2);
+    const minute = digits(ts, 14, 2);
+    const second = digits(ts, 17, 2);
+    if (
+      year >= 1970 &&
+      month >= 1 &&
+      month <= 12 &&
+      day >= 1 &&
+      day <= daysInMonth(year, month) &&
+      hour <= 23 &&
+      minute <= 59 &&
+      second <= 59
+    ) {
+      return Date.UTC(year, month - 1, day, hour, minute, second, digits(ts, 20, 3));
+    }
+  }
+  return Date.parse(ts as string);
+}
+
+function isIsoShape(ts: string): boolean {
+  for (let i = 0; i < 23; i++) {
+    const c = ts.charCodeAt(i);
+    const expected = i === 4 || i === 7 ? 45 : i === 10 ? 84 : i === 13 || i === 16 ? 58 : i === 19 ? 46 : -1;
+    if (expected === -1 ? c < 48 || c > 57 : c !== expected) return false;
+  }
+  return ts.charCodeAt(23) === 90;
+}
+
+function digits(text: string, start: number, count: number): number {
+  let value = 0;
+  for (let i = start; i < start + count; i++) value = value * 10 + (text.charCodeAt(i) - 48);
+  return value;
+}
+
+function daysInMonth(year: number, month: number): number {
+  if (month === 2) return (year % 4 === 0 && year % 100 !== 0) || year % 400 === 0 ? 29 : 28;
+  return month === 4 || month === 6 || month === 9 || month === 11 ? 30 : 31;
 }
 
 const noTime = (): null => null;
@@ -582,8 +631,9 @@ function deriveRenderState(snapshot: Loose): RenderState {
 
 /** The event as the agent will see it: the delivery `token` is the server's, not the agent's. */
 function toPendingEvent(event: Loose): Record<string, unknown> {
-  const pending = { ...event };
-  delete pending.token;
+  // The same as the seed's copy-then-delete, without the delete that slows the copy down.
+  if (!Object.hasOwn(event, "token")) return { ...event };
+  const { token: _token, ...pending } = event;
   return pending;
 }
 
