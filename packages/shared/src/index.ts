@@ -6,3 +6,4 @@ export * from "./process-identity.js";
 export * from "./units.js";
 export * from "./election.js";
 export * from "./config.js";
+export * from "./server/index.js";
