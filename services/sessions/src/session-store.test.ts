@@ -355,3 +355,287 @@ describe("opening journals", () => {
     expect((view.snapshot.pendingEvent as Record<string, unknown>).token).toBeUndefined();
   });
 });
+
+describe("the seed's store and berth read each other's journals", () => {
+  let seed: SeedStoreHarness;
+  beforeEach(async () => {
+    seed = await loadSeedStore();
+  });
+  afterEach(() => seed.remove());
+
+  /** The snapshot without the fields that hold wall-clock times the seed takes from Date. */
+  const timeless = (snapshot: Record<string, unknown> | null) => {
+    const { updatedAt: _u, generationCompletedAt: _g, generationCanceledAt: _c, ...rest } = snapshot ?? {};
+    return JSON.parse(JSON.stringify(rest));
+  };
+
+  const script: Array<Record<string, unknown>> = [
+    { type: "generate", count: 2, pageUrl: "http://localhost/", token: "t" },
+    { type: "agent_phase", phase: "plan", at: 5, durationMs: 3 },
+    { type: "checkpoint", revision: 1, phase: "generating", owner: "tab", paramValues: { a: 1 } },
+    { type: "variants_ready", arrivedVariants: 2, at: 1000 },
+    { type: "variant_mounted", variant: 2 },
+    { type: "checkpoint", revision: 0, phase: "old" },
+    { type: "discard", at: 2000 },
+    { type: "agent_done", at: 3000 },
+  ];
+
+  it("berth serves a journal the seed wrote", () => {
+    const seedStore = seed.store("s1");
+    let expected: Record<string, unknown> | null = null;
+    for (const event of script) expected = seedStore.appendEvent(event);
+    const store = open({ dir: seed.sessionsDir, legacyDir: seed.legacySessionsDir });
+    const view = store.getSnapshot("s1")!;
+    expect(view.lastSeq).toBe(script.length);
+    expect(JSON.parse(JSON.stringify(view.snapshot))).toEqual(JSON.parse(JSON.stringify(expected)));
+    // The seed wrote a current snapshot file on its last append: berth hydrated from it.
+    expect(store.stats().hydrations).toBe(1);
+    fs.rmSync(path.join(seed.sessionsDir, "s1.snapshot.json"));
+    const replaying = open({ dir: seed.sessionsDir });
+    expect(JSON.parse(JSON.stringify(replaying.getSnapshot("s1")!.snapshot))).toEqual(JSON.parse(JSON.stringify(expected)));
+  });
+
+  it("the seed's store reads berth's journal and snapshot file and gets the same snapshot", async () => {
+    const store = open({ dir: seed.sessionsDir, legacyDir: seed.legacySessionsDir });
+    for (const event of script) await store.append("s1", [event]);
+    const berthSnapshot = store.getSnapshot("s1", { includeCompleted: true })!.snapshot;
+    // Lazily written: nothing yet.
+    expect(fs.existsSync(path.join(seed.sessionsDir, "s1.snapshot.json"))).toBe(false);
+    await store.flush("s1");
+    const file = JSON.parse(fs.readFileSync(path.join(seed.sessionsDir, "s1.snapshot.json"), "utf8"));
+    expect(file.__journalBytes).toBe(fs.statSync(journal("s1", seed.sessionsDir)).size);
+    expect(file.__nextSeq).toBe(script.length + 1);
+    // The seed hydrates from berth's snapshot file...
+    const fromFile = seed.store("s1").getSnapshot("s1", { includeCompleted: true });
+    expect(JSON.parse(JSON.stringify(fromFile))).toEqual(JSON.parse(JSON.stringify(berthSnapshot)));
+    // ...and a replay of berth's journal by the seed gives the same snapshot (timestamps aside).
+    fs.rmSync(path.join(seed.sessionsDir, "s1.snapshot.json"));
+    const replayed = seed.store("s1").getSnapshot("s1", { includeCompleted: true });
+    expect(timeless(replayed)).toEqual(timeless(berthSnapshot));
+    expect(replayed!.updatedAt).toBe(berthSnapshot.updatedAt);
+    // The seed appends after berth's lines at the right seq.
+    seed.store("s1").appendEvent({ type: "steer", id: "s1" });
+    const lines = fs.readFileSync(journal("s1", seed.sessionsDir), "utf8").trim().split("\n").map((l) => JSON.parse(l));
+    expect(lines.at(-1)).toMatchObject({ seq: script.length + 1, type: "steer" });
+  });
+
+  it("reads the legacy root and copies it over on the first append, as the seed does", async () => {
+    const legacyStore = seed.store("old");
+    legacyStore.appendEvent({ type: "generate", count: 1 });
+    legacyStore.appendEvent({ type: "agent_done" });
+    // Move the seed's journal to the legacy root, as an older version of it left it.
+    fs.mkdirSync(seed.legacySessionsDir, { recursive: true });
+    fs.renameSync(journal("old", seed.sessionsDir), journal("old", seed.legacySessionsDir));
+    fs.rmSync(path.join(seed.sessionsDir, "old.snapshot.json"));
+    const legacyBytes = fs.readFileSync(journal("old", seed.legacySessionsDir), "utf8");
+
+    const store = open({ dir: seed.sessionsDir, legacyDir: seed.legacySessionsDir });
+    expect(store.has("old")).toBe(true);
+    expect(store.getSnapshot("old")).toMatchObject({ lastSeq: 2, snapshot: { phase: "variants_ready" } });
+    expect(store.list().map((v) => v.sessionId)).toEqual(["old"]);
+    expect(fs.existsSync(journal("old", seed.sessionsDir))).toBe(false);
+    const appended = await store.append("old", [{ type: "steer" }]);
+    expect(appended.firstSeq).toBe(3);
+    const primary = fs.readFileSync(journal("old", seed.sessionsDir), "utf8");
+    expect(primary.startsWith(legacyBytes)).toBe(true);
+    expect(fs.readFileSync(journal("old", seed.legacySessionsDir), "utf8")).toBe(legacyBytes);
+    expect(seed.store().getSnapshot("old")).toMatchObject({ phase: "steer_requested" });
+  });
+
+  it("picks up an append made by another process with one catch-up", async () => {
+    const store = open({ dir: seed.sessionsDir });
+    await store.append("s1", [{ type: "generate", count: 2 }]);
+    const watcher = store.watch("s1", 2);
+    seed.store("s1").appendEvent({ type: "agent_done" });
+    fs.appendFileSync(journal("s1", seed.sessionsDir), seedLine(3, "s1", { type: "variant_mounted", variant: 1 }));
+    const view = store.getSnapshot("s1")!;
+    expect(view.lastSeq).toBe(3);
+    expect(view.snapshot.renderState).toBe("mounted");
+    const next = await store.append("s1", [{ type: "steer" }]);
+    expect(next.firstSeq).toBe(4);
+    const seen: number[] = [];
+    for await (const item of watcher) {
+      if (item.kind === "entry") seen.push(item.entry.seq);
+      if (seen.length === 3) break;
+    }
+    expect(seen).toEqual([2, 3, 4]);
+    expect(store.stats().replays).toBe(0);
+  });
+});
+
+describe("snapshot files", () => {
+  const snapshotFile = (id: string) => path.join(dir, "sessions", `${id}.snapshot.json`);
+  const flushed = async (store: SessionStore) => {
+    await store.settled();
+  };
+
+  it("are written lazily: after N entries or when idle, never on every append", async () => {
+    const store = open({ snapshotEveryEntries: 5, snapshotIdleMs: 1000 });
+    for (let i = 0; i < 4; i++) await store.append("s1", [{ type: "checkpoint", revision: i }]);
+    await flushed(store);
+    expect(fs.existsSync(snapshotFile("s1"))).toBe(false);
+    await store.append("s1", [{ type: "checkpoint", revision: 4 }]);
+    await flushed(store);
+    expect(JSON.parse(fs.readFileSync(snapshotFile("s1"), "utf8"))).toMatchObject({ __nextSeq: 6, browserCheckpointRevision: 4 });
+    await store.append("s1", [{ type: "checkpoint", revision: 5 }]);
+    clock.advance(500);
+    await store.append("s1", [{ type: "checkpoint", revision: 6 }]);
+    clock.advance(600); // 1100 ms after the first, 600 after the last: not idle long enough
+    await flushed(store);
+    expect(JSON.parse(fs.readFileSync(snapshotFile("s1"), "utf8")).__nextSeq).toBe(6);
+    clock.advance(400);
+    await flushed(store);
+    const file = JSON.parse(fs.readFileSync(snapshotFile("s1"), "utf8"));
+    expect(file.__nextSeq).toBe(8);
+    expect(file.__journalBytes).toBe(fs.statSync(journal("s1")).size);
+    expect(store.stats().snapshotWrites).toBe(2);
+    // Atomic: written by rename, no temp file left behind.
+    expect(fs.readdirSync(path.join(dir, "sessions")).sort()).toEqual(["s1.jsonl", "s1.snapshot.json"]);
+    expect(clock.pendingTimers()).toBe(0);
+  });
+
+  it("a stale snapshot file is ignored and the journal replayed", async () => {
+    const store = open();
+    await store.append("s1", [{ type: "generate" }]);
+    await store.flush("s1");
+    fs.appendFileSync(journal("s1"), seedLine(2, "s1", { type: "agent_done" }));
+    await store.close();
+    fs.appendFileSync(journal("s1"), seedLine(3, "s1", { type: "steer" }));
+    const reopened = open();
+    expect(reopened.getSnapshot("s1")).toMatchObject({ lastSeq: 3, snapshot: { phase: "steer_requested" } });
+    expect(reopened.stats()).toMatchObject({ hydrations: 0, replays: 1 });
+  });
+});
+
+describe("the session cache", () => {
+  it("is bounded: evicting closes the journal and a later access re-opens from the snapshot file", async () => {
+    const store = open({ cacheSize: 2 });
+    await store.append("a", [{ type: "generate" }]);
+    await store.append("b", [{ type: "generate" }]);
+    await store.append("c", [{ type: "steer" }]);
+    expect(store.stats().openSessions).toBe(2);
+    await store.settled();
+    expect(fs.existsSync(path.join(dir, "sessions", "a.snapshot.json"))).toBe(true);
+    expect(store.getSnapshot("a")).toMatchObject({ lastSeq: 1, snapshot: { phase: "generate_requested" } });
+    expect(store.stats()).toMatchObject({ openSessions: 2, hydrations: 1, replays: 0 });
+    expect((await store.append("a", [{ type: "agent_done" }])).firstSeq).toBe(2);
+  });
+});
+
+describe("reads and lists", () => {
+  it("reads entries from a seq with a limit, without berth's bookkeeping fields", async () => {
+    const store = open();
+    for (let i = 0; i < 30; i++) await store.append("s1", [{ type: "checkpoint", revision: i }, { type: "agent_phase", phase: `p${i}` }], { idempotencyKey: `k${i}` });
+    const all = await collect(store.read("s1"));
+    expect(all.map((e) => e.seq)).toEqual(Array.from({ length: 60 }, (_, i) => i + 1));
+    expect(Object.keys(all[0]!)).toEqual(["seq", "id", "type", "ts", "event"]);
+    expect((await collect(store.read("s1", 41, 5))).map((e) => e.seq)).toEqual([41, 42, 43, 44, 45]);
+    expect(await collect(store.read("s1", 61))).toEqual([]);
+    expect(await collect(store.read("nope"))).toEqual([]);
+    expect(() => store.read("s1", -1)).toThrow(/from_seq/);
+  });
+
+  it("reads a long journal through the seek index, also after a hydration", async () => {
+    const store = open();
+    const batch = Array.from({ length: 1000 }, (_, i) => ({ type: "checkpoint", revision: i }));
+    for (let i = 0; i < 3; i++) await store.append("s1", batch);
+    expect((await collect(store.read("s1", 2500, 3))).map((e) => e.seq)).toEqual([2500, 2501, 2502]);
+    await store.close();
+    const hydrated = open();
+    expect((await collect(hydrated.read("s1", 1999, 2))).map((e) => e.seq)).toEqual([1999, 2000]);
+    expect(hydrated.stats().hydrations).toBe(1);
+  });
+
+  it("lists active sessions sorted by id, completed ones only when asked; has never creates", async () => {
+    const store = open();
+    await store.append("b", [{ type: "generate" }]);
+    await store.append("a", [{ type: "generate" }]);
+    await store.append("c", [{ type: "complete" }]);
+    await store.append("d", [{ type: "discarded" }]);
+    expect(store.list().map((v) => v.sessionId)).toEqual(["a", "b"]);
+    expect(store.list({ includeCompleted: true }).map((v) => v.sessionId)).toEqual(["a", "b", "c", "d"]);
+    expect(store.getSnapshot("c")).toBeNull();
+    expect(store.getSnapshot("c", { includeCompleted: true })!.snapshot.phase).toBe("completed");
+    expect(store.has("zz")).toBe(false);
+    expect(store.getSnapshot("zz")).toMatchObject({ exists: false, lastSeq: 0, snapshot: { phase: "new" } });
+    expect(fs.existsSync(journal("zz"))).toBe(false);
+  });
+});
+
+describe("watchers", () => {
+  it("catch up and go live with no gap or repeat across a concurrent append", async () => {
+    const store = open();
+    for (let i = 1; i <= 5; i++) await store.append("s1", [{ type: "checkpoint", revision: i }]);
+    const watcher = store.watch("s1", 3, { includeSnapshot: true });
+    // Appends racing the backlog read: some land before the watcher has read the file.
+    const racing = [store.append("s1", [{ type: "checkpoint", revision: 6 }]), store.append("s1", [{ type: "checkpoint", revision: 7 }, { type: "steer" }])];
+    const items: Array<{ kind: string; seq?: number; lastSeq?: number; phase?: string }> = [];
+    for await (const item of watcher) {
+      items.push(item.kind === "entry" ? { kind: "entry", seq: item.entry.seq, ...(item.snapshot ? { phase: item.snapshot.phase } : {}) } : { kind: item.kind, lastSeq: item.lastSeq });
+      if (item.kind === "entry" && item.entry.seq === 8) break;
+    }
+    await Promise.all(racing);
+    expect(items).toEqual([
+      { kind: "entry", seq: 3 },
+      { kind: "entry", seq: 4 },
+      { kind: "entry", seq: 5 },
+      { kind: "caught_up", lastSeq: 5 },
+      { kind: "entry", seq: 6, phase: "new" },
+      { kind: "entry", seq: 7, phase: "new" },
+      { kind: "entry", seq: 8, phase: "steer_requested" },
+    ]);
+    expect(store.stats().watchers).toBe(0);
+  });
+
+  it("a slow watcher is ended with resource_exhausted and resumes from its last seq without loss", async () => {
+    const store = open();
+    await store.append("s1", [{ type: "generate" }]);
+    const watcher = store.watch("s1", 1, { maxBuffered: 5 });
+    const seen: number[] = [];
+    const first = await watcher.next();
+    expect(first.value).toMatchObject({ kind: "entry", entry: { seq: 1 } });
+    seen.push(1);
+    expect((await watcher.next()).value).toMatchObject({ kind: "caught_up", lastSeq: 1 });
+    await store.append("s1", [{ type: "checkpoint", revision: 1 }]);
+    const second = await watcher.next();
+    seen.push((second.value as { entry: JournalEntry }).entry.seq);
+    for (let i = 0; i < 10; i++) await store.append("s1", [{ type: "checkpoint", revision: i + 2 }]);
+    const error = await expectBerthError(() => watcher.next(), "resource_exhausted");
+    expect(error.message).toContain("fell behind at seq 2; resume with from_seq=3");
+    expect(error.details).toMatchObject({ lastSeq: 2 });
+    expect(await watcher.next()).toEqual({ value: undefined, done: true });
+    expect(store.stats().watchers).toBe(0);
+    for await (const item of store.watch("s1", (error.details!.lastSeq as number) + 1)) {
+      if (item.kind === "caught_up") break;
+      seen.push(item.entry.seq);
+    }
+    expect(seen).toEqual(Array.from({ length: 12 }, (_, i) => i + 1));
+  });
+
+  it("watchAll sees every session's new entries; cancelling unsubscribes at once", async () => {
+    const store = open();
+    const all = store.watchAll({ includeSnapshot: true });
+    const pending = all.next();
+    await store.append("a", [{ type: "generate" }]);
+    await store.append("b", [{ type: "steer" }]);
+    const firstChange = (await pending).value;
+    expect(firstChange).toMatchObject({ sessionId: "a", entry: { seq: 1 }, snapshot: { phase: "generate_requested" } });
+    expect((await all.next()).value).toMatchObject({ sessionId: "b", entry: { type: "steer" } });
+    const waiting = all.next();
+    expect(store.stats().watchers).toBe(1);
+    await all.return!();
+    expect(await waiting).toEqual({ value: undefined, done: true });
+    expect(store.stats().watchers).toBe(0);
+  });
+
+  it("close ends watchers with unavailable", async () => {
+    const store = open();
+    await store.append("s1", [{ type: "generate" }]);
+    const watcher = store.watch("s1", 2);
+    expect((await watcher.next()).value).toMatchObject({ kind: "caught_up" });
+    const waiting = watcher.next();
+    await store.close();
+    await expectBerthError(waiting, "unavailable");
+    expect(() => store.getSnapshot("s1")).toThrow(/closed/);
+  });
+});
