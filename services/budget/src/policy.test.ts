@@ -3,7 +3,8 @@ import { tmpdir } from "node:os";
 import * as path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { isBerthError } from "@berth/shared/errors";
-import { defaultPolicy, loadPolicy, validatePolicy } from "./policy.js";
+import { loadConfig } from "@berth/shared/config";
+import { POLICY_SETTINGS, defaultPolicy, loadPolicy, policyFromConfig, validatePolicy } from "./policy.js";
 
 const G = 1024 ** 3;
 const M = 1024 ** 2;
@@ -81,6 +82,10 @@ describe("loadPolicy", () => {
     });
   });
 
+  it("with nothing set, is the machine's default policy", () => {
+    expect(loadPolicy({ machine, env: {} })).toEqual(defaultPolicy(machine));
+  });
+
   it("accepts the seed's BACKLOT_BUDGET_* names; berth's own win", () => {
     expect(loadPolicy({ machine, env: { BACKLOT_BUDGET_MEMORY: "4G", BACKLOT_BUDGET_CPU: "3" } })).toMatchObject({ memoryBytes: 4 * G, cpu: 3 });
     expect(loadPolicy({ machine, env: { BACKLOT_BUDGET_MEMORY: "4G", BERTH_BUDGET_MEMORY: "6G" } }).memoryBytes).toBe(6 * G);
@@ -95,9 +100,14 @@ describe("loadPolicy", () => {
 
   it("layers flags over env over the config file over defaults", () => {
     const file = path.join(dir, "budget.json");
-    writeFileSync(file, JSON.stringify({ budget: { memory: "2G", cpu: 2, wait: "1m", defaultRun: { memory: "128M", cpu: 0.1 } } }));
-    const policy = loadPolicy({ machine, configFile: file, env: { BERTH_BUDGET_CPU: "3" }, flags: { wait: "5s" } });
-    expect(policy).toMatchObject({ memoryBytes: 2 * G, cpu: 3, maxWaitMs: 5000, defaultRun: { memoryBytes: 128 * M, cpu: 0.1 } });
+    writeFileSync(file, JSON.stringify({ memory: "2G", cpu: 2, wait: "1m", "default-run-memory": "128M", defaultRunCpu: 0.1 }));
+    const policy = loadPolicy({ machine, file, env: { BERTH_BUDGET_CPU: "3" }, argv: ["--wait=5s", "--queue", "backfill"] });
+    expect(policy).toMatchObject({ memoryBytes: 2 * G, cpu: 3, maxWaitMs: 5000, queueMode: "backfill", defaultRun: { memoryBytes: 128 * M, cpu: 0.1 } });
+  });
+
+  it("can be spread into a server's own settings and read back from its values", () => {
+    const loaded = loadConfig({ ...POLICY_SETTINGS, port: { flag: "port", default: 7302, parse: Number, doc: "port" } }, { argv: ["--memory=3G", "--port=1"], env: {} });
+    expect(policyFromConfig(loaded.values, machine).memoryBytes).toBe(3 * G);
   });
 
   it.each([
@@ -111,8 +121,9 @@ describe("loadPolicy", () => {
     [{ env: { BACKLOT_BUDGET_RESERVE: "-1G" } }, "BACKLOT_BUDGET_RESERVE"],
     [{ env: { BERTH_BUDGET_QUEUE: "lifo" } }, "BERTH_BUDGET_QUEUE"],
     [{ env: { BERTH_BUDGET_ENABLED: "maybe" } }, "BERTH_BUDGET_ENABLED"],
-    [{ flags: { cpu: "lots" } }, "--cpu"],
-    [{ flags: { memory: "200%" } }, "--memory"],
+    [{ env: { BERTH_BUDGET_HEARTBEAT: "0s" } }, "BERTH_BUDGET_HEARTBEAT"],
+    [{ argv: ["--cpu=lots"] }, "--cpu"],
+    [{ argv: ["--memory=200%"] }, "--memory"],
   ])("refuses %j naming the setting", (sources, field) => {
     const refusal = thrown(() => loadPolicy({ machine, env: {}, ...sources }));
     expect(refusal.code).toBe("invalid_argument");
@@ -120,16 +131,13 @@ describe("loadPolicy", () => {
     expect(refusal.message.startsWith(`${field}: `)).toBe(true);
   });
 
-  it("refuses a config file's unknown key, bad value and bad JSON naming the file", () => {
+  it("refuses a config file's unknown key and bad value naming the file", () => {
     const unknown = path.join(dir, "unknown.json");
     writeFileSync(unknown, JSON.stringify({ memroy: "2G" }));
-    expect(thrown(() => loadPolicy({ machine, env: {}, configFile: unknown })).field).toBe(`${unknown}: memroy`);
+    expect(thrown(() => loadPolicy({ machine, env: {}, file: unknown })).message).toContain(`unknown setting in ${unknown}`);
     const bad = path.join(dir, "bad.json");
     writeFileSync(bad, JSON.stringify({ cpu: -1 }));
-    expect(thrown(() => loadPolicy({ machine, env: {}, configFile: bad })).field).toBe(`${bad}: cpu`);
-    const broken = path.join(dir, "broken.json");
-    writeFileSync(broken, "{");
-    expect(thrown(() => loadPolicy({ machine, env: {}, configFile: broken })).message).toContain("is not valid JSON");
+    expect(thrown(() => loadPolicy({ machine, env: {}, file: bad })).field).toBe(`cpu (in ${bad})`);
   });
 });
 

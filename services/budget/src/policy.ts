@@ -4,11 +4,14 @@
  *
  * It comes from (highest first) flags, `BERTH_BUDGET_*` environment variables (the seed's
  * `BACKLOT_BUDGET_*` names are accepted too), a JSON config file, and defaults derived from the
- * machine. There is no shared config module yet, so the small parser lives here.
+ * machine, through the shared config loader: {@link POLICY_SETTINGS} declares the settings (the
+ * server spreads them into its own definition), {@link policyFromConfig} turns the loaded values
+ * into a Policy.
  */
-import { readFileSync } from "node:fs";
 import { availableParallelism, totalmem } from "node:os";
-import { BerthError, invalidArgument } from "@berth/shared/errors";
+import type { ConfigDefinition, ConfigValues, LoadConfigOptions } from "@berth/shared/config";
+import { defineConfig, integerParser, loadConfig, oneOf, parseBoolean } from "@berth/shared/config";
+import { invalidArgument } from "@berth/shared/errors";
 import { parseDuration, parseSize } from "@berth/shared/units";
 import type { Resources } from "./costs.js";
 
@@ -81,230 +84,130 @@ export function defaultPolicy(machine: MachineFacts = {}): Policy {
   };
 }
 
-/** A raw setting value as it arrives from a flag, a variable or a JSON file. */
-export type SettingValue = string | number | boolean;
+/** Memory as a setting gives it: bytes, or a share of the machine's memory (`75%`), resolved against the machine. */
+export type MemoryAmount = { bytes: number } | { percent: number };
 
-/** The name of each setting in a config file and in the `flags` object. */
-export type SettingKey =
-  | "enabled"
-  | "memory"
-  | "cpu"
-  | "reserve"
-  | "cpuPressure"
-  | "loadPerCore"
-  | "wait"
-  | "maxQueue"
-  | "defaultRunMemory"
-  | "defaultRunCpu"
-  | "defaultBuildMemory"
-  | "defaultBuildCpu"
-  | "queue"
-  | "heartbeat";
-
-/** One setting: its config key, its environment variable (the seed's name is accepted too) and its flag. */
-export interface SettingInfo {
-  key: SettingKey;
-  env: string;
-  legacyEnv: string;
-  flag: string;
-  /** What it means, for `--help`. */
-  help: string;
-}
-
-function setting(key: SettingKey, suffix: string, flag: string, help: string): SettingInfo {
-  return { key, env: `BERTH_BUDGET_${suffix}`, legacyEnv: `BACKLOT_BUDGET_${suffix}`, flag, help };
-}
-
-/** Every policy setting, in the order `--help` lists them. */
-export const POLICY_SETTINGS: readonly SettingInfo[] = [
-  setting("enabled", "ENABLED", "--budget", "on|off: off admits everything at once"),
-  setting("memory", "MEMORY", "--memory", "memory berth may commit: a size (8G) or a share of the machine (75%)"),
-  setting("cpu", "CPU", "--cpu", "cpus berth may commit"),
-  setting("reserve", "RESERVE", "--reserve", "memory kept free for other work: a size or a share of the machine"),
-  setting("cpuPressure", "CPU_PRESSURE", "--cpu-pressure", "PSI cpu 'some' percent (10 s and 60 s) that counts as saturated; 100 turns it off"),
-  setting("loadPerCore", "LOAD_PER_CORE", "--load-per-core", "without PSI: load average per core that counts as saturated"),
-  setting("wait", "WAIT", "--wait", "longest wait in the queue (10m, 30s)"),
-  setting("maxQueue", "MAX_QUEUE", "--max-queue", "most requests waiting at once"),
-  setting("defaultRunMemory", "DEFAULT_RUN_MEMORY", "--default-run-memory", "memory of a start that declares none"),
-  setting("defaultRunCpu", "DEFAULT_RUN_CPU", "--default-run-cpu", "cpu of a start that declares none"),
-  setting("defaultBuildMemory", "DEFAULT_BUILD_MEMORY", "--default-build-memory", "memory of a build that declares none"),
-  setting("defaultBuildCpu", "DEFAULT_BUILD_CPU", "--default-build-cpu", "cpu of a build that declares none"),
-  setting("queue", "QUEUE", "--queue", "fifo|backfill: backfill lets a request pass a blocked head when that cannot delay it"),
-  setting("heartbeat", "HEARTBEAT", "--heartbeat", "how often a waiter hears its position when nothing changes"),
-];
-
-/** Where the policy comes from. Each layer overrides the ones below it: flags, then env, then the file, then defaults. */
-export interface PolicySources {
-  /** Values from command-line flags, by config key (`{ memory: "8G", queue: "backfill" }`). */
-  flags?: Partial<Record<SettingKey, SettingValue | undefined>>;
-  /** The environment (process.env by default). */
-  env?: Record<string, string | undefined>;
-  /** A JSON config file: the keys of {@link SettingKey}, optionally under a top-level "budget" object; `defaultRun`/`defaultBuild` may be nested `{memory, cpu}`. */
-  configFile?: string | undefined;
-  /** The machine the defaults and percentages refer to. */
-  machine?: MachineFacts;
-}
-
-function parseBoolean(value: SettingValue, name: string): boolean {
-  if (typeof value === "boolean") return value;
-  const text = String(value).trim().toLowerCase();
-  if (["1", "true", "on", "yes"].includes(text)) return true;
-  if (["0", "false", "off", "no"].includes(text)) return false;
-  throw invalidArgument(name, `${JSON.stringify(value)} is not on/off (true/false, 1/0)`);
-}
-
-function parseNumber(value: SettingValue, name: string, rule: string, ok: (n: number) => boolean): number {
-  const n = typeof value === "number" ? value : typeof value === "string" && value.trim() !== "" ? Number(value.trim().replace(/%$/, "")) : Number.NaN;
-  if (!Number.isFinite(n) || !ok(n)) throw invalidArgument(name, `${rule}; got ${JSON.stringify(value)}`);
-  return n;
-}
-
-/** A size, or a percentage of the machine's memory (`75%`). */
-function parseMemorySetting(value: SettingValue, name: string, totalBytes: number): number {
-  if (typeof value === "string" && value.trim().endsWith("%")) {
-    const percent = parseNumber(value, name, "must be a size like 8G or a share of the machine like 75%", (n) => n >= 0 && n <= 100);
-    return Math.floor((totalBytes * percent) / 100);
+/** Parses a size (`8G`) or a share of the machine's memory (`75%`). */
+export function parseMemoryAmount(raw: string, field: string): MemoryAmount {
+  const text = raw.trim();
+  const rule = "must be a size like 8G or a share of the machine like 75%";
+  if (text.endsWith("%")) {
+    const percent = Number(text.slice(0, -1));
+    if (!/^\d+(\.\d+)?%$/.test(text) || percent > 100) throw invalidArgument(field, `${rule}; got ${JSON.stringify(raw)}`);
+    return { percent };
   }
-  if (typeof value === "boolean") throw invalidArgument(name, `must be a size like 8G or a share of the machine like 75%; got ${value}`);
   try {
-    return parseSize(value, name);
+    return { bytes: parseSize(text, field) };
   } catch {
-    throw invalidArgument(name, `must be a size like 8G or a share of the machine like 75%; got ${JSON.stringify(value)}`);
+    throw invalidArgument(field, `${rule}; got ${JSON.stringify(raw)}`);
   }
 }
 
-function parseDurationSetting(value: SettingValue, name: string): number {
-  if (typeof value === "boolean") throw invalidArgument(name, `must be a duration like 30s or 10m; got ${value}`);
+function sizeParser(raw: string, field: string): number {
   try {
-    return parseDuration(value, name);
+    return parseSize(raw.trim(), field);
   } catch {
-    throw invalidArgument(name, `must be a duration like 30s or 10m; got ${JSON.stringify(value)}`);
+    throw invalidArgument(field, `must be a size like 512M or 2G; got ${JSON.stringify(raw)}`);
   }
 }
 
-/** Applies one raw setting to `policy`, naming the setting as `name` (the flag, the variable, or the file and key) in errors. */
-function applySetting(policy: Policy, key: SettingKey, value: SettingValue, name: string, totalBytes: number): void {
-  const cpuRule = "must be a positive number of cpus";
-  switch (key) {
-    case "enabled":
-      policy.enabled = parseBoolean(value, name);
-      return;
-    case "memory":
-      policy.memoryBytes = parseMemorySetting(value, name, totalBytes);
-      return;
-    case "cpu":
-      policy.cpu = parseNumber(value, name, cpuRule, (n) => n > 0);
-      return;
-    case "reserve":
-      policy.reserveBytes = parseMemorySetting(value, name, totalBytes);
-      return;
-    case "cpuPressure":
-      policy.cpuPressure = parseNumber(value, name, "must be a percentage above 0 and at most 100", (n) => n > 0 && n <= 100);
-      return;
-    case "loadPerCore":
-      policy.loadPerCore = parseNumber(value, name, "must be a positive number", (n) => n > 0);
-      return;
-    case "wait":
-      policy.maxWaitMs = parseDurationSetting(value, name);
-      return;
-    case "maxQueue":
-      policy.maxQueue = parseNumber(value, name, "must be a whole number, 0 or more", (n) => Number.isInteger(n) && n >= 0);
-      return;
-    case "defaultRunMemory":
-      policy.defaultRun = { ...policy.defaultRun, memoryBytes: parseMemorySetting(value, name, totalBytes) };
-      return;
-    case "defaultRunCpu":
-      policy.defaultRun = { ...policy.defaultRun, cpu: parseNumber(value, name, "must be a number of cpus, 0 or more", (n) => n >= 0) };
-      return;
-    case "defaultBuildMemory":
-      policy.defaultBuild = { ...policy.defaultBuild, memoryBytes: parseMemorySetting(value, name, totalBytes) };
-      return;
-    case "defaultBuildCpu":
-      policy.defaultBuild = { ...policy.defaultBuild, cpu: parseNumber(value, name, "must be a number of cpus, 0 or more", (n) => n >= 0) };
-      return;
-    case "queue": {
-      const mode = String(value).trim().toLowerCase();
-      if (mode !== "fifo" && mode !== "backfill") throw invalidArgument(name, `must be fifo or backfill; got ${JSON.stringify(value)}`);
-      policy.queueMode = mode;
-      return;
+function numberParser(rule: string, ok: (n: number) => boolean): (raw: string, field: string) => number {
+  return (raw, field) => {
+    const text = raw.trim();
+    const n = /^\d+(\.\d+)?$|^\.\d+$/.test(text) ? Number(text) : Number.NaN;
+    if (!Number.isFinite(n) || !ok(n)) throw invalidArgument(field, `${rule}; got ${JSON.stringify(raw)}`);
+    return n;
+  };
+}
+
+function durationParser(positive: boolean): (raw: string, field: string) => number {
+  return (raw, field) => {
+    let ms: number;
+    try {
+      ms = parseDuration(raw.trim(), field);
+    } catch {
+      throw invalidArgument(field, `must be a duration like 30s or 10m; got ${JSON.stringify(raw)}`);
     }
-    case "heartbeat":
-      policy.heartbeatMs = parseDurationSetting(value, name);
-      return;
-  }
+    if (positive && ms <= 0) throw invalidArgument(field, `must be a positive duration; got ${JSON.stringify(raw)}`);
+    return ms;
+  };
 }
 
-const SETTING_KEYS = new Set<string>(POLICY_SETTINGS.map((s) => s.key));
-
-/** Flattens a config file's object into setting keys, refusing keys it does not know (a typo should not pass silently). */
-function configEntries(raw: unknown, file: string): Array<[SettingKey, SettingValue]> {
-  let body = raw;
-  if (body !== null && typeof body === "object" && !Array.isArray(body) && "budget" in body) body = (body as { budget: unknown }).budget;
-  if (body === null || typeof body !== "object" || Array.isArray(body)) {
-    throw new BerthError("invalid_argument", `${file}: must hold a JSON object of budget settings`, { field: file });
-  }
-  const entries: Array<[SettingKey, SettingValue]> = [];
-  for (const [key, value] of Object.entries(body as Record<string, unknown>)) {
-    if ((key === "defaultRun" || key === "defaultBuild") && value !== null && typeof value === "object") {
-      for (const [part, inner] of Object.entries(value as Record<string, unknown>)) {
-        const flat = `${key}${part.charAt(0).toUpperCase()}${part.slice(1)}`;
-        if (!SETTING_KEYS.has(flat)) throw invalidArgument(`${file}: ${key}.${part}`, "is not a budget setting (memory or cpu)");
-        entries.push([flat as SettingKey, checkJsonValue(inner, `${file}: ${key}.${part}`)]);
-      }
-      continue;
-    }
-    if (!SETTING_KEYS.has(key)) throw invalidArgument(`${file}: ${key}`, `is not a budget setting (known: ${[...SETTING_KEYS].join(", ")})`);
-    entries.push([key as SettingKey, checkJsonValue(value, `${file}: ${key}`)]);
-  }
-  return entries;
+function budgetSetting(suffix: string) {
+  return { env: `BERTH_BUDGET_${suffix}`, aliases: [`BACKLOT_BUDGET_${suffix}`] };
 }
 
-function checkJsonValue(value: unknown, name: string): SettingValue {
-  if (typeof value === "string" || typeof value === "number" || typeof value === "boolean") return value;
-  throw invalidArgument(name, `must be a string, a number or a boolean; got ${JSON.stringify(value)}`);
-}
+const DEFAULTS = defaultPolicy({ totalBytes: 4 * GiB, cpus: 1 });
 
-function readConfigFile(file: string): unknown {
-  let text: string;
-  try {
-    text = readFileSync(file, "utf8");
-  } catch (error) {
-    throw new BerthError("invalid_argument", `${file}: cannot read the budget config file (${(error as Error).message})`, { field: file });
-  }
-  try {
-    return JSON.parse(text);
-  } catch (error) {
-    throw new BerthError("invalid_argument", `${file}: is not valid JSON (${(error as Error).message})`, { field: file });
-  }
+/**
+ * The policy's settings for the shared config loader: flags (`--memory=8G`), `BERTH_BUDGET_*`
+ * variables with the seed's `BACKLOT_BUDGET_*` names as aliases, and config-file keys. Settings
+ * whose default depends on the machine (memory, cpu, reserve) have none here: unset, they take
+ * {@link defaultPolicy}'s machine-derived value in {@link policyFromConfig}.
+ */
+export const POLICY_SETTINGS = defineConfig({
+  enabled: { flag: "budget-enabled", ...budgetSetting("ENABLED"), default: true, parse: parseBoolean, doc: "off admits everything at once (the budget only counts)" },
+  memory: { flag: "memory", ...budgetSetting("MEMORY"), parse: parseMemoryAmount, doc: "memory berth may commit: a size (8G) or a share of the machine (default 75%)" },
+  cpu: { flag: "cpu", ...budgetSetting("CPU"), parse: numberParser("must be a positive number of cpus", (n) => n > 0), doc: "cpus berth may commit (default: the machine's, or the cgroup's quota)" },
+  reserve: { flag: "reserve", ...budgetSetting("RESERVE"), parse: parseMemoryAmount, doc: "memory kept free for other work: a size or a share (default 1G or 10%, the smaller)" },
+  cpuPressure: {
+    flag: "cpu-pressure",
+    ...budgetSetting("CPU_PRESSURE"),
+    default: DEFAULTS.cpuPressure,
+    parse: numberParser("must be a percentage above 0 and at most 100", (n) => n > 0 && n <= 100),
+    doc: "PSI cpu 'some' percent (10 s and 60 s) that counts as saturated; 100 turns the PSI gate off",
+  },
+  loadPerCore: { flag: "load-per-core", ...budgetSetting("LOAD_PER_CORE"), default: DEFAULTS.loadPerCore, parse: numberParser("must be a positive number", (n) => n > 0), doc: "without PSI: 1-minute load per core that counts as saturated" },
+  wait: { flag: "wait", ...budgetSetting("WAIT"), default: DEFAULTS.maxWaitMs, parse: durationParser(false), doc: "longest wait in the queue (30s, 10m)" },
+  maxQueue: { flag: "max-queue", ...budgetSetting("MAX_QUEUE"), default: DEFAULTS.maxQueue, parse: integerParser(0), doc: "most requests waiting at once" },
+  defaultRunMemory: { flag: "default-run-memory", ...budgetSetting("DEFAULT_RUN_MEMORY"), default: DEFAULTS.defaultRun.memoryBytes, parse: sizeParser, doc: "memory of a start that declares none" },
+  defaultRunCpu: { flag: "default-run-cpu", ...budgetSetting("DEFAULT_RUN_CPU"), default: DEFAULTS.defaultRun.cpu, parse: numberParser("must be a number of cpus, 0 or more", (n) => n >= 0), doc: "cpu of a start that declares none" },
+  defaultBuildMemory: { flag: "default-build-memory", ...budgetSetting("DEFAULT_BUILD_MEMORY"), default: DEFAULTS.defaultBuild.memoryBytes, parse: sizeParser, doc: "memory of a build that declares none" },
+  defaultBuildCpu: { flag: "default-build-cpu", ...budgetSetting("DEFAULT_BUILD_CPU"), default: DEFAULTS.defaultBuild.cpu, parse: numberParser("must be a number of cpus, 0 or more", (n) => n >= 0), doc: "cpu of a build that declares none" },
+  queue: { flag: "queue", ...budgetSetting("QUEUE"), default: DEFAULTS.queueMode as QueueMode, parse: oneOf(["fifo", "backfill"] as const), doc: "fifo, or backfill: a request may pass a blocked head when that cannot delay it" },
+  heartbeat: { flag: "heartbeat", ...budgetSetting("HEARTBEAT"), default: DEFAULTS.heartbeatMs, parse: durationParser(true), doc: "how often a waiter hears its position when nothing changes" },
+} satisfies ConfigDefinition);
+
+/** The loaded values of {@link POLICY_SETTINGS} (a superset, such as the server's whole config, is fine). */
+export type PolicyValues = ConfigValues<typeof POLICY_SETTINGS>;
+
+function resolveMemory(amount: MemoryAmount | undefined, totalBytes: number, fallback: number): number {
+  if (amount === undefined) return fallback;
+  return "bytes" in amount ? amount.bytes : Math.floor((totalBytes * amount.percent) / 100);
 }
 
 /**
- * Loads the policy from its sources (see {@link PolicySources}) over the machine's defaults, and
- * validates it. A malformed value is invalid_argument naming where it came from: the flag
- * (`--memory`), the variable (`BERTH_BUDGET_MEMORY`) or the file and key (`/etc/berth.json: memory`).
+ * Turns loaded settings into a validated Policy for `machine` (the sampler's effective total memory
+ * and cpus; the process's own view when omitted).
  */
-export function loadPolicy(sources: PolicySources = {}): Policy {
-  const machine = sources.machine ?? {};
+export function policyFromConfig(values: PolicyValues, machine: MachineFacts = {}): Policy {
   const totalBytes = machine.totalBytes ?? totalmem();
-  const policy = defaultPolicy({ totalBytes, cpus: machine.cpus });
-  if (sources.configFile) {
-    for (const [key, value] of configEntries(readConfigFile(sources.configFile), sources.configFile)) {
-      applySetting(policy, key, value, `${sources.configFile}: ${key}`, totalBytes);
-    }
-  }
-  const env = sources.env ?? process.env;
-  for (const info of POLICY_SETTINGS) {
-    // The seed's name first, so that berth's own name wins when both are set.
-    for (const name of [info.legacyEnv, info.env]) {
-      const value = env[name];
-      if (value !== undefined && value !== "") applySetting(policy, info.key, value, name, totalBytes);
-    }
-  }
-  for (const info of POLICY_SETTINGS) {
-    const value = sources.flags?.[info.key];
-    if (value !== undefined && value !== "") applySetting(policy, info.key, value, info.flag, totalBytes);
-  }
-  return validatePolicy(policy);
+  const defaults = defaultPolicy({ totalBytes, cpus: machine.cpus });
+  return validatePolicy({
+    enabled: values.enabled,
+    memoryBytes: resolveMemory(values.memory, totalBytes, defaults.memoryBytes),
+    cpu: values.cpu ?? defaults.cpu,
+    reserveBytes: resolveMemory(values.reserve, totalBytes, defaults.reserveBytes),
+    cpuPressure: values.cpuPressure,
+    loadPerCore: values.loadPerCore,
+    maxWaitMs: values.wait,
+    maxQueue: values.maxQueue,
+    defaultRun: { memoryBytes: values.defaultRunMemory, cpu: values.defaultRunCpu },
+    defaultBuild: { memoryBytes: values.defaultBuildMemory, cpu: values.defaultBuildCpu },
+    queueMode: values.queue,
+    heartbeatMs: values.heartbeat,
+  });
+}
+
+/**
+ * Loads the policy alone (flags in `argv`, the environment, a config file) for `machine`. The
+ * server, which has settings of its own, loads `{...commonServerConfig(7302), ...POLICY_SETTINGS}`
+ * with `loadConfig` and passes the values to {@link policyFromConfig} instead; on SIGHUP it does the
+ * same again and hands the result to `budget.reloadPolicy`.
+ */
+export function loadPolicy(options: LoadConfigOptions & { machine?: MachineFacts } = {}): Policy {
+  const { machine, ...load } = options;
+  return policyFromConfig(loadConfig(POLICY_SETTINGS, load).values, machine);
 }
 
 function checkNumber(value: number, field: string, rule: string, ok: (n: number) => boolean): void {

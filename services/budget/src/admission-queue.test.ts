@@ -1,0 +1,408 @@
+import fc from "fast-check";
+import { describe, expect, it } from "vitest";
+import { ManualClock } from "@berth/shared/clock";
+import { BerthError } from "@berth/shared/errors";
+import type { QueuedUpdate } from "./admission-queue.js";
+import { AdmissionQueue } from "./admission-queue.js";
+import type { Need, Resources } from "./costs.js";
+import { total } from "./costs.js";
+import { silentLogger } from "./logger.js";
+import type { Policy } from "./policy.js";
+import { defaultPolicy } from "./policy.js";
+import type { Reservation } from "./reservations.js";
+import type { MachineSample } from "./sampler.js";
+import type { VerdictContext } from "./verdict.js";
+import { refusingGates } from "./verdict.js";
+
+const G = 1024 ** 3;
+
+/** A queue over a fake host: the test holds "reservations" as a map of label → resources and says when to re-check. */
+function setup(policyChanges: Partial<Policy> = {}, sampleChanges: Partial<MachineSample> = {}) {
+  const clock = new ManualClock();
+  let policy: Policy = { ...defaultPolicy({ totalBytes: 64 * G, cpus: 8 }), memoryBytes: 8 * G, cpu: 4, reserveBytes: 0, maxWaitMs: 60_000, ...policyChanges };
+  let sample: MachineSample = { at: clock.now(), source: "host", availableBytes: 64 * G, cores: 8, load1: 0, pressure: {}, ...sampleChanges };
+  const held = new Map<string, Resources>();
+  const granted: string[] = [];
+  const deferred: Array<() => void> = [];
+  let hold = 60_000;
+  /** Memory held counts as unseen by the sample (as if no new sample came): the free-memory gate sees it. */
+  let unseenCounts = false;
+  const context = (): VerdictContext => {
+    let memoryBytes = 0;
+    let cpu = 0;
+    for (const r of held.values()) {
+      memoryBytes += r.memoryBytes;
+      cpu += r.cpu;
+    }
+    return { policy, sample, committed: { memoryBytes, cpu, items: [] }, unseenMemoryBytes: unseenCounts ? memoryBytes : 0 };
+  };
+  const hooks: { onGrant?: (label: string) => void } = {};
+  const queue = new AdmissionQueue({
+    clock,
+    logger: silentLogger,
+    policy: () => policy,
+    context,
+    grant: (need: Need, label: string) => {
+      hooks.onGrant?.(label);
+      held.set(label, total(need));
+      granted.push(label);
+      return { id: label, label } as unknown as Reservation;
+    },
+    holdMs: () => hold,
+    defer: (fn) => deferred.push(fn),
+  });
+  const flush = () => {
+    while (deferred.length > 0) deferred.shift()!();
+  };
+  return {
+    clock,
+    queue,
+    held,
+    granted,
+    hooks,
+    context,
+    flush,
+    setPolicy: (changes: Partial<Policy>) => {
+      policy = { ...policy, ...changes };
+      queue.policyChanged();
+    },
+    setSample: (changes: Partial<MachineSample>) => {
+      sample = { ...sample, ...changes };
+      queue.recheck();
+    },
+    setHold: (ms: number) => (hold = ms),
+    countUnseen: () => (unseenCounts = true),
+    release: (label: string) => {
+      held.delete(label);
+      queue.recheck();
+    },
+  };
+}
+
+const need = (memoryGb: number, cpu: number): Need => ({ items: [], start: { memoryBytes: memoryGb * G, cpu }, build: { memoryBytes: 0, cpu: 0 } });
+
+/** Admits and records what happens: the updates it hears and how it ends. */
+function track(promise: Promise<Reservation>, updates: QueuedUpdate[] = []) {
+  const result: { admitted?: Reservation; error?: BerthError; updates: QueuedUpdate[] } = { updates };
+  promise.then(
+    (r) => (result.admitted = r),
+    (e: BerthError) => (result.error = e),
+  );
+  return result;
+}
+
+function admit(t: ReturnType<typeof setup>, memoryGb: number, cpu: number, label: string, options: Parameters<AdmissionQueue["admit"]>[2] = {}) {
+  const updates: QueuedUpdate[] = [];
+  return track(t.queue.admit(need(memoryGb, cpu), label, { onQueued: (u) => updates.push(u), ...options }), updates);
+}
+
+const settle = () => new Promise<void>((resolve) => setImmediate(resolve));
+
+describe("AdmissionQueue (FIFO)", () => {
+  it("admits at once what fits, queues the rest in order with positions and reasons", async () => {
+    const t = setup();
+    const big = admit(t, 6, 1, "big");
+    const a = admit(t, 4, 1, "a");
+    const b = admit(t, 1, 1, "b"); // would fit, but FIFO: it waits its turn
+    const c = admit(t, 4, 1, "c");
+    await settle();
+    expect(big.admitted).toBeDefined();
+    expect(t.granted).toEqual(["big"]);
+    expect(t.queue.entries().map((e) => [e.label, e.position])).toEqual([
+      ["a", 1],
+      ["b", 2],
+      ["c", 3],
+    ]);
+    // Told at once (synchronously, inside admit), with the head's reason.
+    expect(a.updates).toHaveLength(1);
+    expect(a.updates[0]).toMatchObject({ position: 1, aheadCount: 0, ahead: [], etaMs: 60_000 });
+    expect(a.updates[0]!.waitForText).toBe("memory: needs 4G, the budget has 2G of 8G free (berth has committed 6G)");
+    expect(b.updates[0]!.waitForText).toBe("1 request(s) ahead in the queue; memory: needs 4G, the budget has 2G of 8G free (berth has committed 6G)");
+    expect(b.updates[0]!.waitFor.map((r) => r.gate)).toEqual(["queue", "memory_budget"]);
+    expect(c.updates[0]).toMatchObject({ position: 3, aheadCount: 2, etaMs: 180_000 });
+    expect(c.updates[0]!.ahead).toEqual([
+      { label: "a", needs: { memoryBytes: 4 * G, cpu: 1 } },
+      { label: "b", needs: { memoryBytes: G, cpu: 1 } },
+    ]);
+  });
+
+  it("a release admits the head in the same tick, then whoever fits behind it", () => {
+    const t = setup();
+    admit(t, 6, 1, "big");
+    const a = admit(t, 4, 1, "a");
+    const b = admit(t, 1, 1, "b");
+    const c = admit(t, 4, 1, "c");
+    t.release("big");
+    // No await: the admission happened inside the release.
+    expect(t.granted).toEqual(["big", "a", "b"]);
+    expect(t.queue.entries().map((e) => e.label)).toEqual(["c"]);
+    t.flush();
+    expect(c.updates.at(-1)).toMatchObject({ position: 1, aheadCount: 0 });
+    expect(a.updates).toHaveLength(1);
+    expect(b.updates).toHaveLength(1);
+  });
+
+  it("tells waiters when their position changes, and the rest nothing", () => {
+    const t = setup();
+    admit(t, 6, 1, "big");
+    const a = admit(t, 4, 1, "a");
+    const b = admit(t, 4, 1, "b");
+    t.flush();
+    expect([a.updates.length, b.updates.length]).toEqual([1, 1]);
+    // A new sample that changes nothing the gates look at: nobody hears anything.
+    t.setSample({ load1: 0.1 });
+    t.flush();
+    expect([a.updates.length, b.updates.length]).toEqual([1, 1]);
+    // The head's reason changes (now also the load): everyone hears.
+    t.setSample({ load1: 20 });
+    t.flush();
+    expect(a.updates.at(-1)!.waitFor.map((r) => r.gate)).toEqual(["memory_budget", "load"]);
+    expect(b.updates.at(-1)!.waitFor.map((r) => r.gate)).toEqual(["queue", "memory_budget", "load"]);
+  });
+
+  it("heartbeats every waiter on one shared timer, with a fresh ETA", () => {
+    const t = setup({ heartbeatMs: 5000 });
+    admit(t, 6, 1, "big");
+    const waiters = Array.from({ length: 50 }, (_, i) => admit(t, 4, 1, `w${i}`));
+    // One heartbeat timer and one deadline timer, whatever the number of waiters.
+    expect(t.clock.pendingTimers()).toBe(2);
+    t.clock.advance(5000);
+    expect(waiters.every((w) => w.updates.length === 2)).toBe(true);
+    expect(waiters[0]!.updates[1]).toMatchObject({ position: 1, etaMs: 55_000 });
+    expect(waiters[9]!.updates[1]).toMatchObject({ position: 10, etaMs: 595_000 });
+    t.clock.advance(5000);
+    expect(waiters.every((w) => w.updates.length === 3)).toBe(true);
+    expect(t.clock.pendingTimers()).toBe(2);
+  });
+
+  it("the ETA follows the moving hold time and never drops below a second", () => {
+    const t = setup({ heartbeatMs: 5000, maxWaitMs: 600_000 });
+    admit(t, 6, 1, "big");
+    t.setHold(10_000);
+    const a = admit(t, 4, 1, "a");
+    expect(a.updates[0]!.etaMs).toBe(10_000);
+    t.clock.advance(15_000);
+    expect(a.updates.at(-1)!.etaMs).toBe(1000);
+  });
+
+  it("refuses with queue full past maxQueue", async () => {
+    const t = setup({ maxQueue: 2 });
+    admit(t, 6, 1, "big");
+    admit(t, 4, 1, "a");
+    admit(t, 4, 1, "b");
+    const c = admit(t, 4, 1, "c");
+    await settle();
+    expect(c.error).toBeInstanceOf(BerthError);
+    expect(c.error!.code).toBe("resource_exhausted");
+    expect(c.error!.message).toBe("the load budget's queue is full (2 waiting, BERTH_BUDGET_MAX_QUEUE) — 'c' was not queued; retry later");
+    expect(c.error!.details).toMatchObject({ kind: "queue_full", retryAfterMs: 60_000 });
+  });
+
+  it("refuses an impossible need at once, with the seed's words", async () => {
+    const t = setup();
+    const x = admit(t, 9, 1, "huge");
+    await settle();
+    expect(x.error!.code).toBe("failed_precondition");
+    expect(x.error!.message).toBe(
+      "the load budget can never admit 'huge': it needs 9G of memory and the whole budget is 8G (BERTH_BUDGET_MEMORY). Declare smaller resources or raise the budget",
+    );
+    expect(x.error!.details).toMatchObject({ kind: "impossible", gate: "memory_budget" });
+  });
+
+  it("a need of nothing never queues, even behind others", async () => {
+    const t = setup();
+    admit(t, 6, 1, "big");
+    admit(t, 4, 1, "a");
+    const nothing = admit(t, 0, 0, "nothing");
+    await settle();
+    expect(nothing.admitted).toBeDefined();
+    expect(nothing.updates).toEqual([]);
+  });
+
+  it("gives up when the wait runs out, saying what it waited for", async () => {
+    const t = setup({ maxWaitMs: 30_000 });
+    admit(t, 6, 1, "big");
+    const a = admit(t, 4, 1, "a");
+    const b = admit(t, 4, 1, "b", { maxWaitMs: 10_000 });
+    t.clock.advance(10_000);
+    await settle();
+    expect(b.error!.code).toBe("deadline_exceeded");
+    expect(b.error!.message).toBe(
+      "waited 10s for the load budget and 'b' still does not fit — 1 request(s) ahead in the queue; memory: needs 4G, the budget has 2G of 8G free (berth has committed 6G). " +
+        "Stop what you do not need ('berth budget state' shows what holds the budget), or raise the budget (BERTH_BUDGET_MEMORY, BERTH_BUDGET_CPU)",
+    );
+    expect(b.error!.details).toMatchObject({ kind: "wait_exhausted", position: 2, retryAfterMs: 110_000 });
+    expect(a.error).toBeUndefined();
+    t.clock.advance(20_000);
+    await settle();
+    expect(a.error!.message).toMatch(/^waited 30s for the load budget and 'a' still does not fit — memory: needs 4G/);
+    expect(t.queue.length).toBe(0);
+    expect(t.clock.pendingTimers()).toBe(0);
+  });
+
+  it("expires many waiters at once in one pass", async () => {
+    const t = setup({ maxWaitMs: 1000, maxQueue: 5000 });
+    admit(t, 6, 1, "big");
+    const waiters = Array.from({ length: 3000 }, (_, i) => admit(t, 4, 1, `w${i}`));
+    t.clock.advance(1000);
+    t.flush();
+    await settle();
+    expect(waiters.every((w) => w.error?.code === "deadline_exceeded")).toBe(true);
+    expect(t.queue.length).toBe(0);
+  });
+
+  it("drops a request whose caller went away, and moves the others up", async () => {
+    const t = setup();
+    admit(t, 6, 1, "big");
+    const controller = new AbortController();
+    const a = admit(t, 4, 1, "a", { signal: controller.signal });
+    const b = admit(t, 4, 1, "b");
+    controller.abort();
+    t.flush();
+    await settle();
+    expect(a.error!.code).toBe("cancelled");
+    expect(a.error!.message).toBe("'a' was dropped from the load budget's queue: its caller disconnected");
+    expect(b.updates.at(-1)).toMatchObject({ position: 1, aheadCount: 0 });
+    expect(t.queue.entries().map((e) => e.label)).toEqual(["b"]);
+  });
+
+  it("a dropped head lets the next one in at once when it fits", async () => {
+    const t = setup();
+    admit(t, 6, 1, "big");
+    const controller = new AbortController();
+    admit(t, 4, 1, "a", { signal: controller.signal });
+    const b = admit(t, 1, 1, "b");
+    controller.abort();
+    expect(t.granted).toEqual(["big", "b"]);
+    await settle();
+    expect(b.admitted).toBeDefined();
+  });
+
+  it("refuses an already-aborted caller without queueing it", async () => {
+    const t = setup();
+    const controller = new AbortController();
+    controller.abort();
+    const a = admit(t, 1, 1, "a", { signal: controller.signal });
+    await settle();
+    expect(a.error!.code).toBe("cancelled");
+  });
+
+  it("a policy change re-checks: a bigger budget admits, a smaller one refuses what can never fit", async () => {
+    const t = setup();
+    admit(t, 6, 1, "big");
+    const a = admit(t, 4, 1, "a");
+    const b = admit(t, 12, 1, "b", { maxWaitMs: 600_000 });
+    expect(b.error).toBeUndefined();
+    t.setPolicy({ memoryBytes: 10 * G });
+    expect(t.granted).toEqual(["big", "a"]);
+    t.setPolicy({ memoryBytes: 9 * G });
+    await settle();
+    expect(a.admitted).toBeDefined();
+    expect(b.error!.code).toBe("failed_precondition");
+  });
+
+  it("close refuses every waiter as unavailable and leaves no timer", async () => {
+    const t = setup();
+    admit(t, 6, 1, "big");
+    const a = admit(t, 4, 1, "a");
+    const b = admit(t, 1, 1, "b");
+    t.queue.close();
+    await settle();
+    expect([a.error?.code, b.error?.code]).toEqual(["unavailable", "unavailable"]);
+    expect(t.granted).toEqual(["big"]);
+    expect(t.clock.pendingTimers()).toBe(0);
+  });
+});
+
+describe("AdmissionQueue (backfill)", () => {
+  it("lets a request pass a blocked head only with room the head cannot use", async () => {
+    const t = setup({ queueMode: "backfill" });
+    admit(t, 2, 3, "x"); // holds 3 of 4 cpus
+    const head = admit(t, 1, 2, "head"); // waits for cpu
+    const takesCpu = admit(t, 1, 1, "takes-cpu"); // fits alone, but its cpu is what the head waits for
+    const memoryOnly = admit(t, 2, 0, "memory-only"); // takes memory the head does not need
+    await settle();
+    expect(t.granted).toEqual(["x", "memory-only"]);
+    expect(memoryOnly.admitted).toBeDefined();
+    expect(t.queue.entries().map((e) => e.label)).toEqual(["head", "takes-cpu"]);
+    t.release("x");
+    // The head goes the moment its cpu is back, then the one behind it.
+    expect(t.granted).toEqual(["x", "memory-only", "head", "takes-cpu"]);
+    await settle();
+    expect(head.admitted && takesCpu.admitted).toBeDefined();
+  });
+
+  it("FIFO keeps the same request waiting", async () => {
+    const t = setup({ queueMode: "fifo" });
+    admit(t, 2, 3, "x");
+    admit(t, 1, 2, "head");
+    admit(t, 2, 0, "memory-only");
+    await settle();
+    expect(t.granted).toEqual(["x"]);
+  });
+
+  it("never lets anything past a head that waits for the cpu to calm down, unless it takes no cpu", async () => {
+    const t = setup({ queueMode: "backfill" }, { load1: 100 });
+    admit(t, 1, 1, "head");
+    admit(t, 1, 1, "wake", { skipLoadGate: true }); // fits its own gates, but adds cpu
+    admit(t, 1, 0, "no-cpu", { skipLoadGate: true });
+    await settle();
+    expect(t.granted).toEqual(["no-cpu"]);
+  });
+
+  it("property: a backfilled request never blocks the head it passed", () => {
+    type Op = { kind: "arrive"; memoryGb: number; cpu: number } | { kind: "release"; pick: number } | { kind: "free"; gb: number };
+    const op: fc.Arbitrary<Op> = fc.oneof(
+      fc.record({ kind: fc.constant("arrive" as const), memoryGb: fc.integer({ min: 0, max: 10 }), cpu: fc.integer({ min: 0, max: 4 }) }),
+      fc.record({ kind: fc.constant("release" as const), pick: fc.nat() }),
+      fc.record({ kind: fc.constant("free" as const), gb: fc.integer({ min: 4, max: 24 }) }),
+    );
+    fc.assert(
+      fc.property(fc.array(op, { maxLength: 60 }), (ops) => {
+        const t = setup({ queueMode: "backfill", memoryBytes: 16 * G, cpu: 6, reserveBytes: 2 * G, maxQueue: 1000 }, { availableBytes: 20 * G });
+        t.countUnseen();
+        const seqOf = new Map<string, number>();
+        /** Backfilled label → the label of the head it passed. */
+        const passed = new Map<string, string>();
+        t.hooks.onGrant = (label) => {
+          const head = t.queue.entries()[0];
+          if (head && seqOf.get(head.label)! < seqOf.get(label)!) passed.set(label, head.label);
+          else if (head === undefined || seqOf.get(head.label)! > seqOf.get(label)!) {
+            // An admission in order: nothing older may still wait (the FIFO promise).
+            for (const e of t.queue.entries()) expect(seqOf.get(e.label)! > seqOf.get(label)! || total(need(0, 0)).cpu === 0).toBe(true);
+          }
+        };
+        let n = 0;
+        for (const o of ops) {
+          if (o.kind === "arrive") {
+            const label = `r${++n}`;
+            seqOf.set(label, n);
+            t.queue.admit(need(o.memoryGb, o.cpu), label).catch(() => undefined);
+          } else if (o.kind === "release") {
+            const labels = [...t.held.keys()];
+            if (labels.length > 0) t.release(labels[o.pick % labels.length]!);
+          } else {
+            t.setSample({ availableBytes: o.gb * G });
+          }
+          const head = t.queue.entries()[0];
+          if (!head) continue;
+          const blockers = [...passed].filter(([b, h]) => h === head.label && t.held.has(b)).map(([b]) => b);
+          if (blockers.length === 0) continue;
+          // Take the requests that passed this head away: if that made the head fit, they delayed it.
+          const context = t.context();
+          const without = { ...context.committed };
+          let unseen = context.unseenMemoryBytes ?? 0;
+          for (const b of blockers) {
+            without.memoryBytes -= t.held.get(b)!.memoryBytes;
+            without.cpu -= t.held.get(b)!.cpu;
+            unseen -= t.held.get(b)!.memoryBytes;
+          }
+          const withThem = refusingGates(head.needs, context);
+          const withoutThem = refusingGates(head.needs, { ...context, committed: without, unseenMemoryBytes: unseen });
+          expect(withThem !== 0 && withoutThem === 0).toBe(false);
+        }
+      }),
+      { numRuns: 300 },
+    );
+  });
+});
