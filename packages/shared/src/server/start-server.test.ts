@@ -13,7 +13,7 @@ import * as protoLoader from "@grpc/proto-loader";
 import { create, createFileRegistry, toJson, type DescService, type JsonObject } from "@bufbuild/protobuf";
 import { FileDescriptorProtoSchema, file_google_protobuf_struct, StructSchema, type Struct } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError, createClient, type HandlerContext } from "@connectrpc/connect";
-import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
+import { createConnectTransport, createGrpcTransport, createGrpcWebTransport } from "@connectrpc/connect-node";
 import { Health, HealthCheckResponse_ServingStatus as Status } from "@berth/api/grpc/health/v1/health_pb";
 import { BerthError } from "../errors.js";
 import { ERROR_DETAILS_HEADER, INTERNAL_ERROR_MESSAGE } from "./connect-errors.js";
@@ -140,6 +140,21 @@ describe("health", () => {
 
     const connect = createClient(Health, createConnectTransport({ baseUrl: server.url, httpVersion: "1.1" }));
     expect((await connect.check({ service: "" })).status).toBe(Status.SERVING);
+  });
+
+  it("speaks gRPC-Web and Connect, unary and streaming, over HTTP/1.1 and HTTP/2", async () => {
+    const server = await start();
+    for (const httpVersion of ["1.1", "2"] as const) {
+      for (const transport of [createGrpcWebTransport({ baseUrl: server.url, httpVersion }), createConnectTransport({ baseUrl: server.url, httpVersion })]) {
+        const client = createClient(Health, transport);
+        expect((await client.check({ service: "" })).status).toBe(Status.SERVING);
+        const abort = new AbortController();
+        for await (const update of client.watch({ service: "" }, { signal: abort.signal })) {
+          expect(update.status).toBe(Status.SERVING);
+          break;
+        }
+      }
+    }
   });
 
   it("answers NOT_FOUND for an unknown service, SERVICE_UNKNOWN on Watch until it becomes known", async () => {

@@ -122,7 +122,11 @@ export interface RunningServer {
   close(graceful?: boolean): Promise<void>;
 }
 
-/** Starts a server; resolves once it listens, with health SERVING for every served service. */
+/**
+ * Starts a server; resolves once it listens, with health SERVING for every served service (unless
+ * a service set its own status first). If it rejects (the port is taken…), no hook has run: the
+ * caller still owns what it acquired, such as the election lock.
+ */
 export async function startServer(options: StartServerOptions): Promise<RunningServer> {
   const { name, logger } = options;
   const maxMessageBytes = options.maxMessageBytes ?? DEFAULT_MAX_MESSAGE_BYTES;
