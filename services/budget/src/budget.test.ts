@@ -1,0 +1,296 @@
+import { spawn } from "node:child_process";
+import { mkdtempSync, readFileSync, rmSync, statSync } from "node:fs";
+import { tmpdir } from "node:os";
+import * as path from "node:path";
+import { afterAll, afterEach, describe, expect, it } from "vitest";
+import { ManualClock } from "@berth/shared/clock";
+import type { BerthError } from "@berth/shared/errors";
+import type { QueuedUpdate } from "./admission-queue.js";
+import type { Budget } from "./budget.js";
+import { createBudget } from "./budget.js";
+import type { Need } from "./costs.js";
+import type { Policy } from "./policy.js";
+import { defaultPolicy } from "./policy.js";
+import type { Reservation } from "./reservations.js";
+import { runningFilePath } from "./running-tally.js";
+import type { MachineSample } from "./sampler.js";
+import { ManualSampler } from "./sampler.js";
+
+const G = 1024 ** 3;
+const M = 1024 ** 2;
+const root = mkdtempSync(path.join(tmpdir(), "berth-budget-"));
+afterAll(() => rmSync(root, { recursive: true, force: true }));
+
+const open: Budget[] = [];
+afterEach(async () => {
+  await Promise.all(open.splice(0).map((b) => b.close()));
+});
+
+let dirs = 0;
+async function setup(options: { policy?: Partial<Policy>; sample?: Partial<MachineSample>; stateDir?: string; clock?: ManualClock } = {}) {
+  const clock = options.clock ?? new ManualClock();
+  const sampler = new ManualSampler({ availableBytes: 64 * G, cores: 8, load1: 0, ...options.sample }, clock);
+  const deferred: Array<() => void> = [];
+  const stateDir = options.stateDir ?? path.join(root, String(++dirs));
+  const policy: Policy = { ...defaultPolicy({ totalBytes: 64 * G, cpus: 8 }), memoryBytes: 8 * G, cpu: 4, reserveBytes: G, ...options.policy };
+  const budget = await createBudget({ policy, sampler, clock, stateDir, defer: (fn) => deferred.push(fn) });
+  open.push(budget);
+  const flush = () => {
+    while (deferred.length > 0) deferred.shift()!();
+  };
+  return { clock, sampler, budget, stateDir, flush };
+}
+
+const need = (memoryGb: number, cpu: number, buildGb = 0, buildCpu = 0): Need => ({
+  items: [],
+  start: { memoryBytes: memoryGb * G, cpu },
+  build: { memoryBytes: buildGb * G, cpu: buildCpu },
+});
+
+function track(promise: Promise<Reservation>) {
+  const result: { reservation?: Reservation; error?: BerthError; updates: QueuedUpdate[] } = { updates: [] };
+  promise.then(
+    (r) => (result.reservation = r),
+    (e: BerthError) => (result.error = e),
+  );
+  return result;
+}
+
+function admit(budget: Budget, n: Need, label: string, options: Parameters<Budget["admit"]>[2] = {}) {
+  const updates: QueuedUpdate[] = [];
+  const result = track(budget.admit(n, label, { onQueued: (u) => updates.push(u), ...options }));
+  result.updates = updates;
+  return result;
+}
+
+const settle = () => new Promise<void>((resolve) => setImmediate(resolve));
+
+describe("budget", () => {
+  it("a release admits the head in the same tick", async () => {
+    const { budget } = await setup();
+    const first = await budget.admit(need(6, 1), "first");
+    const head = admit(budget, need(4, 1), "head");
+    expect(budget.state().queue.map((q) => q.label)).toEqual(["head"]);
+    expect(budget.release(first.id)).toBe(true);
+    expect(budget.state().queue).toEqual([]);
+    expect(budget.state().reservations.map((r) => r.label)).toEqual(["head"]);
+    await settle();
+    expect(head.reservation?.label).toBe("head");
+    expect(budget.release(first.id)).toBe(false);
+  });
+
+  it("the end of a build gives its share back and lets the next one in", async () => {
+    const { budget } = await setup();
+    const r = await budget.admit(need(2, 1, 4, 2), "build and start");
+    const next = admit(budget, need(4, 1), "next");
+    expect(next.updates[0]!.waitFor.map((w) => w.gate)).toEqual(["memory_budget"]);
+    budget.releaseBuild(r.id);
+    await settle();
+    expect(next.reservation).toBeDefined();
+    expect(budget.state().committed.memoryBytes).toBe(6 * G);
+  });
+
+  it("consume moves the share from the reservation to the running tally, on disk before it resolves", async () => {
+    const { budget, stateDir } = await setup();
+    const r = await budget.admit(need(3, 2), "up");
+    const entry = await budget.consume(r.id, "web", { memoryBytes: G, cpu: 1 }, { pid: process.pid });
+    expect(r.start).toEqual({ memoryBytes: 2 * G, cpu: 1 });
+    expect(entry).toMatchObject({ name: "web", cost: { memoryBytes: G, cpu: 1 }, pid: process.pid, reservationId: r.id });
+    const state = budget.state();
+    expect(state.committed.memoryBytes).toBe(3 * G);
+    expect(state.committed.items.map((i) => [i.kind, i.label, i.memoryBytes])).toEqual([
+      ["running", "web", G],
+      ["reservation", "up", 2 * G],
+    ]);
+    const onDisk = JSON.parse(readFileSync(runningFilePath(stateDir), "utf8"));
+    expect(onDisk.entries.map((e: { name: string }) => e.name)).toEqual(["web"]);
+    expect(statSync(runningFilePath(stateDir)).mode & 0o777).toBe(0o600);
+    // The reservation's release leaves the running work counted.
+    budget.release(r.id);
+    expect(budget.state().committed.memoryBytes).toBe(G);
+  });
+
+  it("a lease that is not renewed releases the reservation", async () => {
+    const { budget, clock } = await setup();
+    const leased = await budget.reserve(need(6, 1), "unary client", { ttlMs: 10_000 });
+    expect(leased.leaseExpiresAt).toBe(clock.now() + 10_000);
+    const head = admit(budget, need(4, 1), "head", { maxWaitMs: 60_000 });
+    clock.advance(8000);
+    budget.renew(leased.id);
+    clock.advance(8000);
+    expect(head.reservation).toBeUndefined();
+    clock.advance(2000);
+    await settle();
+    expect(budget.getReservation(leased.id)).toBeUndefined();
+    expect(head.reservation?.label).toBe("head");
+    expect(() => budget.renew(leased.id)).toThrow(/no reservation/);
+  });
+
+  it("running work registered with a lease stops counting when the lease runs out", async () => {
+    const { budget, clock } = await setup();
+    const entry = await budget.registerRunning("daemon", { memoryBytes: 6 * G, cpu: 1 }, { ttlMs: 5000 });
+    const head = admit(budget, need(4, 1), "head");
+    clock.advance(4000);
+    await budget.renewRunning(entry.id);
+    clock.advance(4000);
+    expect(head.reservation).toBeUndefined();
+    clock.advance(1000);
+    await settle();
+    expect(head.reservation).toBeDefined();
+    expect(budget.state().running).toEqual([]);
+  });
+
+  it("the tally drops work whose process died, at the next sample", async () => {
+    const { budget, sampler } = await setup();
+    const child = spawn(process.execPath, ["-e", "setInterval(() => {}, 1e6)"], { stdio: "ignore" });
+    await new Promise((resolve) => child.once("spawn", resolve));
+    await budget.registerRunning("child", { memoryBytes: 6 * G, cpu: 1 }, { pid: child.pid! });
+    const head = admit(budget, need(4, 1), "head");
+    sampler.set();
+    expect(budget.state().running).toHaveLength(1);
+    const exited = new Promise((resolve) => child.once("exit", resolve));
+    child.kill("SIGKILL");
+    await exited;
+    sampler.set();
+    expect(budget.state().running).toEqual([]);
+    await settle();
+    expect(head.reservation).toBeDefined();
+  });
+
+  it("the tally survives a restart, without what ended meanwhile", async () => {
+    const first = await setup();
+    const child = spawn(process.execPath, ["-e", "setInterval(() => {}, 1e6)"], { stdio: "ignore" });
+    await new Promise((resolve) => child.once("spawn", resolve));
+    await first.budget.registerRunning("no pid", { memoryBytes: G, cpu: 1 });
+    await first.budget.registerRunning("alive", { memoryBytes: 2 * G, cpu: 1 }, { pid: process.pid });
+    await first.budget.registerRunning("dies", { memoryBytes: 3 * G, cpu: 1 }, { pid: child.pid! });
+    await first.budget.registerRunning("leased", { memoryBytes: 512 * M, cpu: 0 }, { ttlMs: 60_000 });
+    await first.budget.close();
+    const exited = new Promise((resolve) => child.once("exit", resolve));
+    child.kill("SIGKILL");
+    await exited;
+
+    const second = await setup({ stateDir: first.stateDir, clock: first.clock });
+    expect(second.budget.state().running.map((e) => e.name).sort()).toEqual(["alive", "leased", "no pid"]);
+    expect(second.budget.state().committed.memoryBytes).toBe(3.5 * G);
+    // The dropped entry is gone from the file too.
+    const onDisk = JSON.parse(readFileSync(runningFilePath(first.stateDir), "utf8"));
+    expect(onDisk.entries).toHaveLength(3);
+    // The lease carried over keeps its expiry.
+    first.clock.advance(60_000);
+    expect(second.budget.state().running.map((e) => e.name).sort()).toEqual(["alive", "no pid"]);
+    const stopped = second.budget.state().running.find((e) => e.name === "no pid")!;
+    expect(await second.budget.stopRunning(stopped.id)).toBe(true);
+    expect(await second.budget.stopRunning(stopped.id)).toBe(false);
+  });
+
+  it("memory admitted since the last sample is not spent twice", async () => {
+    const { budget, sampler, clock } = await setup({ policy: { memoryBytes: 32 * G, cpu: 8 }, sample: { availableBytes: 5 * G } });
+    const a = await budget.admit(need(3, 1), "a");
+    const b = admit(budget, need(3, 1), "b");
+    expect(b.updates[0]!.waitForText).toBe("free memory: the box has 2G available (after 3G admitted since the last sample) and keeps 1G in reserve (BERTH_BUDGET_RESERVE)");
+    expect(budget.check(need(1, 0)).fits).toBe(true);
+    // The next sample shows a's memory in use: still no room for b.
+    clock.advance(1000);
+    sampler.set({ availableBytes: 2 * G });
+    expect(b.reservation).toBeUndefined();
+    budget.release(a.id);
+    clock.advance(1000);
+    sampler.set({ availableBytes: 5 * G });
+    await settle();
+    expect(b.reservation).toBeDefined();
+  });
+
+  it("a policy reload re-checks the queue", async () => {
+    const { budget } = await setup();
+    await budget.admit(need(6, 1), "first");
+    const head = admit(budget, need(4, 1), "head");
+    budget.reloadPolicy({ ...budget.policy(), memoryBytes: 10 * G });
+    await settle();
+    expect(head.reservation).toBeDefined();
+    expect(() => budget.reloadPolicy({ ...budget.policy(), cpu: Number.NaN })).toThrow(/policy.cpu/);
+    expect(budget.policy().memoryBytes).toBe(10 * G);
+  });
+
+  it("state shows committed items, the queue with positions and ETAs, reservations, running, policy and sample", async () => {
+    const { budget, clock, flush } = await setup();
+    const r = await budget.admit(need(6, 1), "first");
+    admit(budget, need(4, 1), "a");
+    admit(budget, need(4, 1), "b");
+    clock.advance(2000);
+    flush();
+    const state = budget.state();
+    expect(state.queue).toEqual([
+      expect.objectContaining({ label: "a", position: 1, waitedMs: 2000, etaMs: 58_000, needs: { memoryBytes: 4 * G, cpu: 1 } }),
+      expect.objectContaining({ label: "b", position: 2, waitedMs: 2000, etaMs: 118_000 }),
+    ]);
+    expect(state.waitFor.map((w) => w.gate)).toEqual(["memory_budget"]);
+    expect(state.reservations).toEqual([expect.objectContaining({ id: r.id, label: "first", start: { memoryBytes: 6 * G, cpu: 1 } })]);
+    expect(state.committed.items).toEqual([expect.objectContaining({ kind: "reservation", label: "first" })]);
+    expect(state.policy.memoryBytes).toBe(8 * G);
+    expect(state.sample?.availableBytes).toBe(64 * G);
+    expect(state.holdMs).toBe(60_000);
+    expect(state.freeMemoryBytes).toBe(58 * G);
+    // The moving hold estimate follows releases (0.7 x old + 0.3 x held).
+    budget.release(r.id);
+    expect(budget.state().holdMs).toBe(Math.round(60_000 * 0.7 + 2000 * 0.3));
+  });
+
+  it("check reads the cached sample and names what holds the budget", async () => {
+    const { budget } = await setup({ sample: { load1: 100 } });
+    await budget.admit(need(2, 1), "first", { skipLoadGate: true });
+    const verdict = budget.check(need(7, 1));
+    expect(verdict.fits).toBe(false);
+    expect(verdict.reasons.map((r) => r.gate)).toEqual(["memory_budget", "load"]);
+    expect(verdict.committed.items.map((i) => i.label)).toEqual(["first"]);
+    expect(budget.check(need(1, 1), { skipLoadGate: true }).fits).toBe(true);
+  });
+
+  it("watchMachine yields the latest sample, then each new one, and ends on close", async () => {
+    const { budget, sampler } = await setup();
+    const iterator = budget.watchMachine()[Symbol.asyncIterator]();
+    expect((await iterator.next()).value?.availableBytes).toBe(64 * G);
+    const next = iterator.next();
+    sampler.set({ availableBytes: 10 * G });
+    expect((await next).value?.availableBytes).toBe(10 * G);
+    const last = iterator.next();
+    await budget.close();
+    expect((await last).done).toBe(true);
+  });
+
+  it("close refuses the waiters and leaves no timer behind", async () => {
+    const { budget, clock } = await setup();
+    await budget.reserve(need(6, 1), "leased", { ttlMs: 10_000 });
+    const head = admit(budget, need(4, 1), "head");
+    await budget.close();
+    await settle();
+    expect(head.error?.code).toBe("unavailable");
+    expect(clock.pendingTimers()).toBe(0);
+    await expect(budget.admit(need(1, 1), "late")).rejects.toMatchObject({ code: "unavailable" });
+  });
+
+  it("refuses malformed input naming the field", async () => {
+    const { budget } = await setup();
+    await expect(budget.admit(need(1, 1), "")).rejects.toMatchObject({ code: "invalid_argument", message: expect.stringMatching(/^label: /) });
+    await expect(budget.admit({ items: [], start: { memoryBytes: -1, cpu: 0 }, build: { memoryBytes: 0, cpu: 0 } }, "x")).rejects.toMatchObject({
+      code: "invalid_argument",
+      message: expect.stringMatching(/^need.start.memoryBytes: /),
+    });
+    await expect(budget.admit({ items: [], start: { memoryBytes: 0, cpu: Number.NaN }, build: { memoryBytes: 0, cpu: 0 } }, "x")).rejects.toMatchObject({
+      code: "invalid_argument",
+    });
+    await expect(budget.registerRunning("x", { memoryBytes: G, cpu: -1 })).rejects.toMatchObject({ code: "invalid_argument" });
+    await expect(budget.reserve(need(1, 1), "x", { ttlMs: 0 })).rejects.toMatchObject({ code: "invalid_argument" });
+    expect(() => budget.releaseBuild("nope")).toThrow(/no reservation nope/);
+    expect(() => budget.needOf([{ kind: "start", name: "web", spec: { memory: "12Q" } }])).toThrow('items[0].spec.memory: "12Q" is not a size like 512M or 2G');
+  });
+
+  it("costs and needs use the current policy's defaults", async () => {
+    const { budget } = await setup();
+    expect(budget.costs(undefined).run).toEqual({ memoryBytes: 512 * M, cpu: 0.5, declared: false });
+    expect(budget.needOf([{ kind: "start", name: "web" }, { kind: "build", name: "web", wave: 0 }])).toMatchObject({
+      start: { memoryBytes: 512 * M, cpu: 0.5 },
+      build: { memoryBytes: 2 * G, cpu: 1 },
+    });
+  });
+});
