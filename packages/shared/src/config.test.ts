@@ -10,6 +10,8 @@ import {
   integerParser,
   loadConfig,
   parseBoolean,
+  parseNonEmpty,
+  parsePort,
   resolveToken,
   type LogLevel,
 } from "./config.js";
@@ -40,7 +42,9 @@ function refusal(run: () => unknown): string {
 }
 
 const budget = defineConfig({
-  ...commonServerConfig(7302),
+  ...commonServerConfig(),
+  port: { flag: "port", env: "BERTH_PORT", default: 7302, parse: parsePort, doc: "port" },
+  socket: { flag: "socket", env: "BERTH_SOCKET", parse: parseNonEmpty, doc: "unix socket" },
   memory: {
     flag: "memory",
     env: "BERTH_BUDGET_MEMORY",

@@ -307,10 +307,11 @@ export type LogLevel = (typeof LOG_LEVELS)[number];
 const DEFAULT_MESSAGE_LIMIT = 4 * 1024 * 1024;
 
 /**
- * The settings both services share. `defaultPort` is the service's own port (sessions 7301, budget
- * 7302). Spread it into a service's definition: `defineConfig({ ...commonServerConfig(7301), … })`.
+ * The settings both services share. Each service adds its own listen settings (`--sessions-port`,
+ * `--budget-port`, …: distinct names, so that `berth up` can take both in one command line):
+ * `defineConfig({ ...commonServerConfig(), sessionsPort: …, … })`.
  */
-export function commonServerConfig(defaultPort: number) {
+export function commonServerConfig() {
   return {
     stateDir: {
       flag: "state-dir",
@@ -325,19 +326,6 @@ export function commonServerConfig(defaultPort: number) {
       default: "127.0.0.1",
       parse: parseNonEmpty,
       doc: "address to listen on",
-    },
-    port: {
-      flag: "port",
-      env: "BERTH_PORT",
-      default: defaultPort,
-      parse: parsePort,
-      doc: "TCP port to listen on (0 picks a free one)",
-    },
-    socket: {
-      flag: "socket",
-      env: "BERTH_SOCKET",
-      parse: parseNonEmpty,
-      doc: "also listen on this unix socket path",
     },
     token: {
       flag: "token",
