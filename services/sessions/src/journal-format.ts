@@ -47,26 +47,59 @@ const CARRIAGE_RETURN = 0x0d;
 
 type Crc32 = (data: string | Uint8Array, value?: number) => number;
 
-// zlib.crc32 appeared in Node 20.15 / 22.2; berth's engines range starts at 20.11, so older
-// runtimes get a table-driven CRC-32 with the same polynomial (IEEE 802.3, as zlib).
-const nativeCrc32 = (zlib as unknown as { crc32?: Crc32 }).crc32;
-
-let crcTable: Uint32Array | undefined;
-/** The table-driven CRC-32 used where zlib.crc32 is missing (exported so tests can check it against zlib's). */
-export function portableCrc32(data: string | Uint8Array, value = 0): number {
-  if (!crcTable) {
-    crcTable = new Uint32Array(256);
-    for (let n = 0; n < 256; n++) {
-      let c = n;
-      for (let k = 0; k < 8; k++) c = c & 1 ? 0xedb88320 ^ (c >>> 1) : c >>> 1;
-      crcTable[n] = c >>> 0;
+// Eight 256-entry tables for slicing-by-8 (IEEE polynomial, reflected, as zlib).
+const CRC_TABLES = (() => {
+  const tables = new Int32Array(8 * 256);
+  for (let n = 0; n < 256; n++) {
+    let c = n;
+    for (let k = 0; k < 8; k++) c = c & 1 ? 0xedb88320 ^ (c >>> 1) : c >>> 1;
+    tables[n] = c;
+  }
+  for (let n = 0; n < 256; n++) {
+    let c = tables[n]!;
+    for (let t = 1; t < 8; t++) {
+      c = tables[c & 0xff]! ^ (c >>> 8);
+      tables[t * 256 + n] = c;
     }
   }
-  const bytes = typeof data === "string" ? Buffer.from(data, "utf8") : data;
-  let crc = (value ^ 0xffffffff) >>> 0;
-  for (let i = 0; i < bytes.length; i++) crc = (crcTable[(crc ^ bytes[i]!) & 0xff]! ^ (crc >>> 8)) >>> 0;
-  return (crc ^ 0xffffffff) >>> 0;
+  return tables;
+})();
+
+/**
+ * CRC-32 of `buf[start, end)`, continuing from `value`. Plain JavaScript, slicing-by-8: at open
+ * every line of a journal is checked, and a call into zlib per line (a Buffer view plus the
+ * binding's argument checks) cost more than the arithmetic — measured, it made checking 100,000
+ * lines two to three times slower than this loop.
+ */
+export function crc32Range(buf: Uint8Array, start: number, end: number, value = 0): number {
+  const t = CRC_TABLES;
+  let crc = ~value;
+  let i = start;
+  for (; i + 8 <= end; i += 8) {
+    const one = crc ^ (buf[i]! | (buf[i + 1]! << 8) | (buf[i + 2]! << 16) | (buf[i + 3]! << 24));
+    const two = buf[i + 4]! | (buf[i + 5]! << 8) | (buf[i + 6]! << 16) | (buf[i + 7]! << 24);
+    crc =
+      t[1792 + (one & 0xff)]! ^
+      t[1536 + ((one >>> 8) & 0xff)]! ^
+      t[1280 + ((one >>> 16) & 0xff)]! ^
+      t[1024 + (one >>> 24)]! ^
+      t[768 + (two & 0xff)]! ^
+      t[512 + ((two >>> 8) & 0xff)]! ^
+      t[256 + ((two >>> 16) & 0xff)]! ^
+      t[two >>> 24]!;
+  }
+  for (; i < end; i++) crc = t[(crc ^ buf[i]!) & 0xff]! ^ (crc >>> 8);
+  return ~crc >>> 0;
 }
+
+/** CRC-32 computed in JavaScript (the same function as zlib's; exported so tests can compare them). */
+export function portableCrc32(data: string | Uint8Array, value = 0): number {
+  const bytes = typeof data === "string" ? Buffer.from(data, "utf8") : data;
+  return crc32Range(bytes, 0, bytes.length, value);
+}
+
+// zlib.crc32 appeared in Node 20.15 / 22.2; berth's engines range starts at 20.11.
+const nativeCrc32 = (zlib as unknown as { crc32?: Crc32 }).crc32;
 
 /** CRC-32 (IEEE) of `data` (a string is taken as UTF-8), continuing from `value` when given. */
 export const crc32: Crc32 = nativeCrc32 ?? portableCrc32;
@@ -139,7 +172,12 @@ export function decodeJournalLine(buf: Buffer, start: number, end: number, ascii
   if (hasChecksumSuffix(buf, start, stop)) {
     // The fast path: the CRC of the bytes before `,"crc":…` plus the closing brace, no re-serialising.
     const at = stop - CHECKSUM_SUFFIX_LENGTH;
-    actual = (crc32(CLOSING_BRACE, crc32(buf.subarray(start, at))) >>> 0).toString(16).padStart(8, "0");
+    const crc = crc32Range(CLOSING_BRACE, 0, 1, crc32Range(buf, start, at));
+    // Compared as numbers: formatting a hex string per line is measurable over 100,000 lines.
+    if (typeof written === "string" && written.length === 8 && Number.parseInt(written, 16) === crc) {
+      return { kind: "entry", entry, checksum: "valid" };
+    }
+    actual = crc.toString(16).padStart(8, "0");
   } else {
     // The line was re-serialised by someone (spacing, key order): check against the canonical form.
     const { [CHECKSUM_FIELD]: _ignored, ...rest } = entry;
