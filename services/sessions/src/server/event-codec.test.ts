@@ -16,6 +16,7 @@ import { EntryIntegrity, JournalEntrySchema } from "@berth/api/berth/sessions/v1
 import { isBerthError } from "@berth/shared/errors";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
+import { journalEvent, SEED_TYPES } from "./codec-fixtures/journal-events.js";
 import {
   eventToJournal,
   isTypedEventType,
@@ -34,27 +35,6 @@ function typed(kind: EventInit["kind"]): Event {
 const value = (json: JsonValue) => fromJson(ValueSchema, json);
 const list = (json: JsonValue[]) => fromJson(ListValueSchema, json);
 
-const SEED_TYPES = [
-  "generate",
-  "variant_plan",
-  "detector_waivers",
-  "agent_phase",
-  "variants_ready",
-  "agent_done",
-  "variant_mounted",
-  "variant_mount_failed",
-  "checkpoint",
-  "accept",
-  "accept_intent",
-  "manual_edit_apply",
-  "steer",
-  "carbonize_cleanup",
-  "steer_done",
-  "discard",
-  "discarded",
-  "complete",
-  "agent_error",
-];
 
 /** One row per event type: the typed message and the journal event it is, both ways. */
 const TABLE: { name: string; event: Event; journal: Record<string, unknown> }[] = [
@@ -396,69 +376,6 @@ describe("eventToJournal refuses invalid events, naming the field", () => {
 });
 
 // --- the round-trip property -----------------------------------------------------------------
-
-/** Per field kind, values that fit the typed field. */
-const FITTING: Record<string, fc.Arbitrary<unknown>> = {
-  string: fc.string({ maxLength: 6 }),
-  bool: fc.boolean(),
-  double: fc.double({ noNaN: true, noDefaultInfinity: true }),
-  uint32: fc.oneof(fc.integer({ min: 0, max: 6 }), fc.integer({ min: 0, max: 2 ** 32 - 1 })),
-  int64: fc.oneof(fc.integer({ min: -3, max: 12 }), fc.maxSafeInteger()),
-  value: fc.jsonValue({ maxDepth: 2 }),
-  list: fc.array(fc.jsonValue({ maxDepth: 2 }), { maxLength: 3 }),
-  struct: fc.dictionary(fc.string({ maxLength: 4 }), fc.jsonValue({ maxDepth: 2 }), { maxKeys: 3 }),
-};
-
-/** Values that fit no typed field, or only some: the junk a foreign journal can hold. */
-const JUNK = fc.oneof(
-  fc.constantFrom<unknown>(null, "", "2", " 4 ", "0x3", -1, 1.5, 2 ** 32, 2 ** 53, -(2 ** 60), 1e300, 5e-324, true, false, [], {}, [null], { a: {} }),
-  fc.jsonValue({ maxDepth: 2 }),
-);
-
-function kindOf(jsonKey: string, type: string): string | undefined {
-  const member = EventSchema.oneofs[0]!.fields.find((f) => f.name === type);
-  if (!member || member.fieldKind !== "message") return undefined;
-  const field = member.message.fields.find((f) => f.jsonName === jsonKey && f.name !== "extra");
-  if (!field) return undefined;
-  if (field.fieldKind === "message") return { "google.protobuf.Value": "value", "google.protobuf.ListValue": "list", "google.protobuf.Struct": "struct" }[field.message.typeName];
-  if (field.fieldKind === "scalar") return { 9: "string", 8: "bool", 1: "double", 13: "uint32", 3: "int64" }[field.scalar as number];
-  return undefined;
-}
-
-function typedKeys(type: string): string[] {
-  const member = EventSchema.oneofs[0]!.fields.find((f) => f.name === type);
-  if (!member || member.fieldKind !== "message") return [];
-  return member.message.fields.filter((f) => f.name !== "extra").map((f) => f.jsonName);
-}
-
-const eventType = fc.oneof(
-  { weight: 12, arbitrary: fc.constantFrom(...SEED_TYPES) },
-  { weight: 2, arbitrary: fc.constantFrom("bogus", "resume", "toString", "__proto__", "constructor", "hasOwnProperty", "Generate", "generate ") },
-  { weight: 1, arbitrary: fc.string({ maxLength: 8 }) },
-  { weight: 1, arbitrary: fc.constantFrom("", "x".repeat(128), "x".repeat(129), "\u{1F600}".repeat(100), "\u{1F600}".repeat(129)) },
-);
-
-const otherKey = fc.oneof(
-  { weight: 4, arbitrary: fc.string({ maxLength: 6 }) },
-  { weight: 2, arbitrary: fc.constantFrom("id", "extra", "fields", "__proto__", "constructor", "toString", "prompt", "page_url", "value") },
-);
-
-/** A journal event as JSON text would give it: any type, its typed keys with fitting or junk values, other keys. */
-const journalEvent: fc.Arbitrary<Record<string, unknown>> = eventType.chain((type) => {
-  const keys = typedKeys(type);
-  const typedEntries = keys.map((key) =>
-    fc.option(
-      fc.oneof({ weight: 3, arbitrary: FITTING[kindOf(key, type)!]! }, { weight: 2, arbitrary: JUNK }).map((v) => [key, v] as [string, unknown]),
-      { nil: undefined, freq: 2 },
-    ),
-  );
-  const others = fc.array(fc.tuple(otherKey, JUNK), { maxLength: 3 });
-  return fc.tuple(fc.tuple(...typedEntries), others).map(([entries, extra]) => {
-    const all = [["type", type] as [string, unknown], ...entries.filter((e): e is [string, unknown] => e !== undefined), ...extra.filter(([k]) => k !== "type")];
-    // Through JSON text, as the journal reader sees it (Object.fromEntries keeps "__proto__" own).
-    return JSON.parse(JSON.stringify(Object.fromEntries(all))) as Record<string, unknown>;
-  });
-});
 
 /**
  * Exact JSON equality as text: keys sorted, -0 told apart from 0, own keys only. (vitest's
