@@ -157,6 +157,8 @@ export class AdmissionQueue {
   private recheckAgain = false;
   private closed = false;
   private readonly defer: (fn: () => void) => void;
+  /** The head's reasons for the inputs they were written from: a burst of joiners writes them once. */
+  private reasonsMemo: { head: HeadState; context: VerdictContext; reasons: Reason[]; text: string | undefined } | undefined;
 
   constructor(private readonly host: QueueHost) {
     this.defer = host.defer ?? ((fn) => setImmediate(fn));
@@ -319,9 +321,7 @@ export class AdmissionQueue {
 
   /** The head's current reasons (what everyone waits for), or [] when the queue is empty. */
   headReasons(): Reason[] {
-    const head = this.head;
-    if (!head || head.waiter.removed) return [];
-    return reasonsFor(head.gates, head.waiter.want, this.host.context());
+    return this.headReasonsFor(this.host.context()).reasons;
   }
 
   /** Refuses every waiter with `unavailable` and stops the timers. */
@@ -336,6 +336,27 @@ export class AdmissionQueue {
     this.heartbeatTimer = undefined;
     this.line = [];
     this.headIndex = 0;
+  }
+
+  /** The head's reasons and their text, written once per change of the head, its gates or what they are judged against. */
+  private headReasonsFor(context: VerdictContext): { reasons: Reason[]; text: string | undefined } {
+    const head = this.head && !this.head.waiter.removed ? this.head : undefined;
+    if (!head) return { reasons: [], text: undefined };
+    const memo = this.reasonsMemo;
+    if (
+      memo &&
+      memo.head.waiter === head.waiter &&
+      memo.head.gates === head.gates &&
+      memo.context.committed === context.committed &&
+      memo.context.sample === context.sample &&
+      memo.context.policy === context.policy &&
+      memo.context.unseenMemoryBytes === context.unseenMemoryBytes
+    ) {
+      return memo;
+    }
+    const reasons = reasonsFor(head.gates, head.waiter.want, context);
+    this.reasonsMemo = { head: { ...head }, context, reasons, text: reasonsText(reasons) };
+    return this.reasonsMemo;
   }
 
   // --- admission --------------------------------------------------------------------------------
@@ -432,9 +453,8 @@ export class AdmissionQueue {
       const positions = new Map<Waiter, number>();
       let position = 0;
       for (const w of this.line) if (!w.removed) positions.set(w, ++position);
-      const context = this.host.context();
       const head = this.head && !this.head.waiter.removed ? this.head : undefined;
-      const headReasons = head ? reasonsFor(head.gates, head.waiter.want, context) : [];
+      const headReasons = this.headReasonsFor(this.host.context()).reasons;
       const holdMs = this.host.holdMs();
       for (const w of expired) {
         const at = positions.get(w) ?? 1;
@@ -566,8 +586,7 @@ export class AdmissionQueue {
     const context = this.host.context();
     const head = this.head && !this.head.waiter.removed ? this.head : undefined;
     this.headKey = head ? gatesKeyOf(head.gates) : "";
-    const headReasons = head ? reasonsFor(head.gates, head.waiter.want, context) : [];
-    const headText = reasonsText(headReasons);
+    const { reasons: headReasons, text: headText } = this.headReasonsFor(context);
     const ahead = this.line.slice(0, AHEAD_LIMIT).map((w) => ({ label: w.label, needs: w.want }));
     const now = this.host.clock.now();
     const holdMs = this.host.holdMs();
@@ -583,14 +602,13 @@ export class AdmissionQueue {
 
   /** Tells one waiter where it stands (at once when it joins). */
   private notify(waiter: Waiter, position: number, context: VerdictContext): void {
-    const head = this.head && !this.head.waiter.removed ? this.head : undefined;
-    const headReasons = head ? reasonsFor(head.gates, head.waiter.want, context) : [];
+    const { reasons: headReasons, text: headText } = this.headReasonsFor(context);
     const ahead = this.line.slice(this.headIndex, this.headIndex + AHEAD_LIMIT + 1).filter((w) => !w.removed);
     this.tell(
       waiter,
       position,
       headReasons,
-      reasonsText(headReasons),
+      headText,
       ahead.slice(0, AHEAD_LIMIT).map((w) => ({ label: w.label, needs: w.want })),
       this.host.clock.now(),
       this.host.holdMs(),

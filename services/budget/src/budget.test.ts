@@ -93,7 +93,7 @@ describe("budget", () => {
   it("consume moves the share from the reservation to the running tally, on disk before it resolves", async () => {
     const { budget, stateDir } = await setup();
     const r = await budget.admit(need(3, 2), "up");
-    const entry = await budget.consume(r.id, "web", { memoryBytes: G, cpu: 1 }, { pid: process.pid });
+    const entry = await budget.consume(r.id, "web", { memoryBytes: G, cpu: 1 }, process.pid);
     expect(r.start).toEqual({ memoryBytes: 2 * G, cpu: 1 });
     expect(entry).toMatchObject({ name: "web", cost: { memoryBytes: G, cpu: 1 }, pid: process.pid, reservationId: r.id });
     const state = budget.state();

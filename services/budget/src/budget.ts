@@ -7,6 +7,11 @@
  * - the running tally changes (registered, stopped, a pid gone, a lease ran out);
  * - a sample arrives whose free memory or CPU-gate state differs from the last one's;
  * - the policy is reloaded.
+ *
+ * Memory the latest sample cannot show yet (subtracted from its free memory by the free-memory
+ * gate): what reservations admitted at or after the sample's start still hold, plus running
+ * entries counted at or after it. The next sample sees that memory in use (or not), and the
+ * subtraction stops.
  */
 import type { Clock } from "@berth/shared/clock";
 import { systemClock } from "@berth/shared/clock";
@@ -98,7 +103,7 @@ export interface Budget {
   /** The reservation's build phase is over: its build share goes back. */
   releaseBuild(reservationId: string): Reservation;
   /** Something the reservation starts now runs: its share moves to the running tally. Resolves once the tally is on disk. */
-  consume(reservationId: string, name: string, cost: Resources, options?: RunningOptions): Promise<RunningEntry>;
+  consume(reservationId: string, name: string, cost: Resources, pid?: number): Promise<RunningEntry>;
   /** Counts running work started outside a reservation. Resolves once the tally is on disk. */
   registerRunning(name: string, cost: Resources, options?: RunningOptions): Promise<RunningEntry>;
   /** Renews a running entry's lease. */
@@ -256,9 +261,9 @@ export async function createBudget(options: BudgetOptions): Promise<Budget> {
       return found;
     },
 
-    async consume(reservationId, name, cost, runningOptions = {}) {
+    async consume(reservationId, name, cost, pid) {
       ensureOpen();
-      const entry = reservation(reservationId).consume(name, cost, runningOptions);
+      const entry = reservation(reservationId).consume(name, cost, pid);
       await tally.whenDurable();
       return entry;
     },

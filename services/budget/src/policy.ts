@@ -32,7 +32,7 @@ export interface Policy {
   cpuPressure: number;
   /** Without PSI: the 1-minute load average per core above which the CPU counts as saturated. */
   loadPerCore: number;
-  /** How long a request may wait in the queue unless it asks for less. */
+  /** How long a request waits in the queue when it does not set its own limit. */
   maxWaitMs: number;
   /** How many requests may wait at once; one more is refused with "queue full". */
   maxQueue: number;

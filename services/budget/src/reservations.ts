@@ -66,14 +66,14 @@ export class Reservation {
    * share (never below zero) and is counted in the running tally as `name` (with its pid, so the
    * tally drops it when the process is gone). Returns the tally entry.
    */
-  consume(name: string, cost: Resources, options: { pid?: number | undefined; ttlMs?: number | undefined } = {}): RunningEntry {
+  consume(name: string, cost: Resources, pid?: number): RunningEntry {
     if (this.released) throw new BerthError("failed_precondition", `reservation '${this.label}' was already released: start its work under a new admission`, { reservationId: this.id });
     checkResources(cost, "cost");
     this.start = {
       memoryBytes: Math.max(0, this.start.memoryBytes - cost.memoryBytes),
       cpu: Math.max(0, this.start.cpu - cost.cpu),
     };
-    return this.book.consumed(this, name, cost, options);
+    return this.book.consumed(this, name, cost, pid);
   }
 
   /** Lets go of everything it holds. Idempotent. */
@@ -203,8 +203,8 @@ export class ReservationBook {
   }
 
   /** @internal */
-  consumed(reservation: Reservation, name: string, cost: Resources, options: { pid?: number | undefined; ttlMs?: number | undefined }): RunningEntry {
-    const entry = this.options.tally.register(name, cost, { ...options, reservationId: reservation.id }, { quiet: true });
+  consumed(reservation: Reservation, name: string, cost: Resources, pid: number | undefined): RunningEntry {
+    const entry = this.options.tally.register(name, cost, { pid, reservationId: reservation.id }, { quiet: true });
     this.changed(reservation, "consumed");
     return entry;
   }
