@@ -14,3 +14,5 @@ export { abortable, abortError, shuttingDownError, createStreamShutdownIntercept
 export { listen, urlOf, DEFAULT_KEEPALIVE } from "./listener.js";
 export type { Listener, ListenAddress, ListenOptions, KeepaliveOptions } from "./listener.js";
 export type { ServerLogger, LogMethod } from "./logger.js";
+export { runServices, serveElected } from "./run-services.js";
+export type { ServiceDefinition, RunOptions, CommonValues, OpenedService } from "./run-services.js";

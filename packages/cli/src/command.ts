@@ -1,0 +1,26 @@
+/** The shape of a `berth` subcommand. */
+export interface Command {
+  readonly name: string;
+  /** One line for `berth --help`. */
+  readonly summary: string;
+  /** `berth <name> --help`: what it does, its flags and examples. */
+  readonly usage: string;
+  /** True when `run` answers `--help` itself (with the flags of the settings it loads). */
+  readonly handlesHelp?: boolean;
+  /**
+   * Runs the command with the arguments after its name. Resolves with the exit code, or
+   * `"serving"` when the process must stay up (a server, a held lock) and exits on its own later.
+   */
+  run(argv: string[]): Promise<number | "serving">;
+}
+
+/** Exit codes every command shares; commands document their own on top of these. */
+export const EXIT = {
+  ok: 0,
+  /** The service answered with an error not covered by a more specific code. */
+  failed: 1,
+  /** Wrong flags or arguments. */
+  usage: 2,
+  /** The service could not be reached. */
+  unreachable: 69,
+} as const;
