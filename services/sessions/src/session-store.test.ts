@@ -639,3 +639,16 @@ describe("watchers", () => {
     expect(() => store.getSnapshot("s1")).toThrow(/closed/);
   });
 });
+
+describe("a failed first append", () => {
+  it("leaves no journal behind", async () => {
+    const counter = countingIo();
+    const store = open({ io: counter.io });
+    counter.fail("EIO");
+    await expectBerthError(store.append("s1", [{ type: "generate" }]), "unavailable");
+    expect(store.has("s1")).toBe(false);
+    counter.fail(undefined);
+    expect((await store.append("s1", [{ type: "generate" }])).firstSeq).toBe(1);
+    expect(store.has("s1")).toBe(true);
+  });
+});

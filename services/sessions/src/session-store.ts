@@ -402,9 +402,10 @@ export class SessionStore {
   private onDurable(session: OpenSession, items: PendingAppend[]): void {
     let entriesAdded = 0;
     for (const item of items) {
-      let offset = session.size + item.lead;
-      session.size += item.bytes.length;
-      session.fileSize = session.size;
+      // The file's end, not `size`: an unterminated foreign tail we left in place sits before our bytes.
+      let offset = session.fileSize + item.lead;
+      session.fileSize += item.bytes.length;
+      session.size = session.fileSize;
       for (let i = 0; i < item.entries.length; i++) {
         session.index.note(item.entries[i]!.seq, offset);
         offset += item.lineBytes[i]!;
@@ -440,7 +441,7 @@ export class SessionStore {
     let cutBack = false;
     try {
       if (session.fd !== undefined) {
-        fs.ftruncateSync(session.fd, session.size);
+        fs.ftruncateSync(session.fd, session.fileSize);
         cutBack = true;
       }
     } catch (truncateError) {
@@ -464,6 +465,11 @@ export class SessionStore {
       // The file's end is unknown now: forget the session; the next access re-opens it from disk,
       // where the torn-tail repair cuts an incomplete append back.
       this.forget(session);
+    } else if (session.fileSize === 0 && !session.legacy) {
+      // The failed append was the session's first: leave no empty journal behind (`has` would
+      // report a session that never got an entry).
+      this.forget(session);
+      fs.rmSync(journalPath(this.dir, session.id), { force: true });
     }
     for (const item of items) item.reject(failure);
   }
