@@ -183,14 +183,17 @@ export function applyEvent(
     typeof snapshot.diagnosticsTotal === "number" && snapshot.diagnosticsTotal >= before
       ? snapshot.diagnosticsTotal
       : before;
-  reduceInto(next, record, record.event || record, { now, waiversOwned: false });
+  reduceInto(next, record, record.event || record, { now, waiversOwned: false, deferPending: false, pendingIsRaw: false });
   settleDiagnostics(next, recorded + (next.diagnostics as Diagnostic[]).length - before);
   return next as SessionSnapshot;
 }
 
 /** The mutable fast path of a full replay; see {@link createReplay}. */
 export interface Replay {
-  /** Folds one parsed journal entry (an object) into the state. */
+  /**
+   * Folds one parsed journal entry (an object) into the state. The entry is read, never
+   * changed, and must not be changed by the caller either until the next `snapshot()`.
+   */
   apply(entry: JournalEntry | Record<string, unknown>): void;
   /**
    * Records a journal line that could not be read (1-based line number, the parser's message).
@@ -215,7 +218,7 @@ export function createReplay(id: string, options: ReducerOptions = {}): Replay {
   const now = options.now ?? Date.now;
   let state: Loose = baseSnapshot(id);
   let handedOut = false;
-  const context: ReduceContext = { now, waiversOwned: false };
+  const context: ReduceContext = { now, waiversOwned: false, deferPending: true, pendingIsRaw: false };
   let total = 0;
   let parseDiagnostics: Diagnostic[] = [];
   let parseTotal = 0;
@@ -261,6 +264,10 @@ export function createReplay(id: string, options: ReducerOptions = {}): Replay {
         parseDiagnostics = [];
         parseTotal = 0;
       }
+      if (context.pendingIsRaw) {
+        if (state.pendingEvent) state.pendingEvent = toPendingEvent(state.pendingEvent);
+        context.pendingIsRaw = false;
+      }
       settleDiagnostics(state, total);
       handedOut = true;
       return state as SessionSnapshot;
@@ -278,6 +285,20 @@ interface ReduceContext {
   now: () => number;
   /** Whether `detectorWaivers` of the working copy is an array this fold created (so may grow). */
   waiversOwned: boolean;
+  /**
+   * Replay only: `pendingEvent` holds the event itself until the snapshot is handed out, since
+   * most pending events are replaced before anyone sees them and the copy without the token is
+   * the costliest step of a replayed entry. The reducer only ever tests it for truthiness.
+   */
+  deferPending: boolean;
+  /** Whether the working copy's non-null `pendingEvent` is such an event, not yet copied. */
+  pendingIsRaw: boolean;
+}
+
+function pendingOf(event: Loose, context: ReduceContext): Record<string, unknown> {
+  if (!context.deferPending) return toPendingEvent(event);
+  context.pendingIsRaw = true;
+  return event;
 }
 
 function isoNow(now: () => number): string {
@@ -321,46 +342,55 @@ function eventTime(event: Loose, entry: Loose, fallback: () => unknown): unknown
 
 /**
  * `Date.parse(ts)`, with a fast path for the one format journals hold (`toISOString()`:
- * `YYYY-MM-DDTHH:MM:SS.sssZ`): `Date.parse` costs more than the rest of a replayed entry.
- * Anything else, including an impossible date, goes to `Date.parse` itself.
+ * `YYYY-MM-DDTHH:MM:SS.sssZ`, years from 1970): `Date.parse` costs more than the rest of a
+ * replayed entry. Anything else, including an impossible date, goes to `Date.parse` itself.
  */
 export function parseEntryTime(ts: unknown): number {
-  if (typeof ts === "string" && ts.length === 24 && isIsoShape(ts)) {
-    const year = digits(ts, 0, 4);
-    const month = digits(ts, 5, 2);
-    const day = digits(ts, 8, 2);
-    const hour = digits(ts, 11, 2);
-    const minute = digits(ts, 14, 2);
-    const second = digits(ts, 17, 2);
-    if (
-      year >= 1970 &&
-      month >= 1 &&
-      month <= 12 &&
-      day >= 1 &&
-      day <= daysInMonth(year, month) &&
-      hour <= 23 &&
-      minute <= 59 &&
-      second <= 59
-    ) {
-      return Date.UTC(year, month - 1, day, hour, minute, second, digits(ts, 20, 3));
-    }
+  if (typeof ts === "string" && ts.length === 24) {
+    const ms = isoMillis(ts);
+    if (ms >= 0) return ms;
   }
   return Date.parse(ts as string);
 }
 
-function isIsoShape(ts: string): boolean {
-  for (let i = 0; i < 23; i++) {
-    const c = ts.charCodeAt(i);
-    const expected = i === 4 || i === 7 ? 45 : i === 10 ? 84 : i === 13 || i === 16 ? 58 : i === 19 ? 46 : -1;
-    if (expected === -1 ? c < 48 || c > 57 : c !== expected) return false;
+/** Epoch ms of a valid `toISOString()` timestamp from 1970 on, else -1. */
+function isoMillis(ts: string): number {
+  if (
+    ts.charCodeAt(4) !== 45 || // -
+    ts.charCodeAt(7) !== 45 ||
+    ts.charCodeAt(10) !== 84 || // T
+    ts.charCodeAt(13) !== 58 || // :
+    ts.charCodeAt(16) !== 58 ||
+    ts.charCodeAt(19) !== 46 || // .
+    ts.charCodeAt(23) !== 90 // Z
+  ) {
+    return -1;
   }
-  return ts.charCodeAt(23) === 90;
+  // A non-digit makes its number NaN, and every range check below false.
+  const year = digit(ts, 0) * 1000 + digit(ts, 1) * 100 + digit(ts, 2) * 10 + digit(ts, 3);
+  const month = digit(ts, 5) * 10 + digit(ts, 6);
+  const day = digit(ts, 8) * 10 + digit(ts, 9);
+  const hour = digit(ts, 11) * 10 + digit(ts, 12);
+  const minute = digit(ts, 14) * 10 + digit(ts, 15);
+  const second = digit(ts, 17) * 10 + digit(ts, 18);
+  const millis = digit(ts, 20) * 100 + digit(ts, 21) * 10 + digit(ts, 22);
+  if (!(year >= 1970 && month >= 1 && month <= 12 && day >= 1 && hour <= 23 && minute <= 59 && second <= 59 && millis >= 0)) {
+    return -1;
+  }
+  if (day > daysInMonth(year, month)) return -1;
+  // Days since 1970-01-01 of a proleptic Gregorian date, counting years from March.
+  const y = month <= 2 ? year - 1 : year;
+  const era = Math.floor(y / 400);
+  const yearOfEra = y - era * 400;
+  const dayOfYear = Math.floor((153 * ((month + 9) % 12) + 2) / 5) + day - 1;
+  const dayOfEra = yearOfEra * 365 + Math.floor(yearOfEra / 4) - Math.floor(yearOfEra / 100) + dayOfYear;
+  const days = era * 146097 + dayOfEra - 719468;
+  return ((days * 24 + hour) * 60 + minute) * 60000 + second * 1000 + millis;
 }
 
-function digits(text: string, start: number, count: number): number {
-  let value = 0;
-  for (let i = start; i < start + count; i++) value = value * 10 + (text.charCodeAt(i) - 48);
-  return value;
+function digit(text: string, index: number): number {
+  const value = text.charCodeAt(index) - 48;
+  return value >= 0 && value <= 9 ? value : NaN;
 }
 
 function daysInMonth(year: number, month: number): number {
@@ -383,7 +413,7 @@ function reduceInto(next: Loose, entry: Loose, event: Loose, context: ReduceCont
       next.pageUrl = event.pageUrl ?? next.pageUrl;
       next.expectedVariants = event.count ?? next.expectedVariants;
       next.pendingEventSeq = entry.seq ?? next.pendingEventSeq;
-      next.pendingEvent = toPendingEvent(event);
+      next.pendingEvent = pendingOf(event, context);
       next.variantPlan = null;
       // A new cycle publishes new files: what the browser said about the previous batch is now
       // about modules that no longer exist.
@@ -487,7 +517,7 @@ function reduceInto(next: Loose, entry: Loose, event: Loose, context: ReduceCont
       // The failure needs an agent reply and must survive a helper restart like a generate does,
       // but never clobbers a pending generate (a progressive publish can fail an early mount
       // while the generate itself is still leased).
-      if (!next.pendingEvent) next.pendingEvent = toPendingEvent(event);
+      if (!next.pendingEvent) next.pendingEvent = pendingOf(event, context);
       break;
     }
 
@@ -505,28 +535,28 @@ function reduceInto(next: Loose, entry: Loose, event: Loose, context: ReduceCont
       next.visibleVariant = Number(event.variantId ?? next.visibleVariant);
       if (event.paramValues) next.paramValues = { ...event.paramValues };
       next.pendingEventSeq = entry.seq ?? next.pendingEventSeq;
-      next.pendingEvent = toPendingEvent(event);
+      next.pendingEvent = pendingOf(event, context);
       break;
 
     case "manual_edit_apply":
       next.phase = "manual_edit_apply_requested";
       next.pageUrl = event.pageUrl ?? next.pageUrl;
       next.pendingEventSeq = entry.seq ?? next.pendingEventSeq;
-      next.pendingEvent = toPendingEvent(event);
+      next.pendingEvent = pendingOf(event, context);
       break;
 
     case "steer":
       next.phase = "steer_requested";
       next.pageUrl = event.pageUrl ?? next.pageUrl;
       next.pendingEventSeq = entry.seq ?? next.pendingEventSeq;
-      next.pendingEvent = toPendingEvent(event);
+      next.pendingEvent = pendingOf(event, context);
       break;
 
     case "carbonize_cleanup":
       next.phase = "carbonize_cleanup_requested";
       next.sourceFile = event.file ?? next.sourceFile;
       next.pendingEventSeq = entry.seq ?? next.pendingEventSeq;
-      next.pendingEvent = toPendingEvent(event);
+      next.pendingEvent = pendingOf(event, context);
       break;
 
     case "steer_done":
@@ -546,7 +576,7 @@ function reduceInto(next: Loose, entry: Loose, event: Loose, context: ReduceCont
       next.generationCanceledAt = eventTime(event, entry, context.now);
       next.cancelReason = "discard";
       next.pendingEventSeq = entry.seq ?? next.pendingEventSeq;
-      next.pendingEvent = toPendingEvent(event);
+      next.pendingEvent = pendingOf(event, context);
       break;
 
     case "discarded":
