@@ -426,9 +426,7 @@ describe("round trip: eventToJournal(journalToEvent(x)) deep-equals x", () => {
   it("also across the wire, binary and JSON (what a ReadJournal client sends back)", () => {
     fc.assert(
       fc.property(journalEvent, (x) => {
-        // protobuf-es decodes a Struct key "__proto__" by plain assignment, so it cannot survive
-        // its own decoder; see the note in the report. Everything else must.
-        fc.pre(acceptedType(x.type) && !JSON.stringify(x).includes('"__proto__"'));
+        fc.pre(acceptedType(x.type));
         const event = journalToEvent(x);
         expectSameJson(eventToJournal(fromBinary(EventSchema, toBinary(EventSchema, event))), withoutId(x));
         expectSameJson(eventToJournal(fromJsonString(EventSchema, toJsonString(EventSchema, event))), withoutId(x));
@@ -492,12 +490,17 @@ describe("cost", () => {
       { type: "agent_phase", phase: "writing", at: 1_760_000_000_000, durationMs: 1234.5 },
     ];
     const events = journals.map((j) => journalToEvent(j));
-    const rounds = 20_000;
+    // The best of several batches: on a shared machine the slowest batches measure the neighbours.
     const measure = (run: () => void): number => {
-      for (let i = 0; i < 2_000; i++) run(); // warm up
-      const start = performance.now();
-      for (let i = 0; i < rounds; i++) run();
-      return ((performance.now() - start) * 1000) / (rounds * journals.length);
+      const rounds = 3_000;
+      for (let i = 0; i < rounds; i++) run(); // warm up
+      let best = Infinity;
+      for (let batch = 0; batch < 7; batch++) {
+        const start = performance.now();
+        for (let i = 0; i < rounds; i++) run();
+        best = Math.min(best, ((performance.now() - start) * 1000) / (rounds * journals.length));
+      }
+      return best;
     };
     const encode = measure(() => {
       for (const e of events) eventToJournal(e);

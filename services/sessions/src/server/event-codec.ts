@@ -19,7 +19,7 @@
  * hold fails the first import, not a request). Per event the work is a loop over a few fields.
  */
 import { ScalarType, type DescField, type DescMessage, type JsonObject, type JsonValue } from "@bufbuild/protobuf";
-import { NullValue, type ListValue, type Timestamp, type Value } from "@bufbuild/protobuf/wkt";
+import { FeatureSet_FieldPresence, NullValue, type ListValue, type Timestamp, type Value } from "@bufbuild/protobuf/wkt";
 import { EventSchema, type Event } from "@berth/api/berth/sessions/v1/events_pb";
 import { EntryIntegrity, type JournalEntry } from "@berth/api/berth/sessions/v1/session_service_pb";
 import { invalidArgument } from "@berth/shared/errors";
@@ -113,7 +113,7 @@ function readEventTypes(): { byType: Map<string, EventType>; byCase: Map<string,
         continue;
       }
       // Explicit presence is what lets "unset" mean "absent from the journal".
-      if (field.fieldKind === "scalar" && field.presence === 2 /* IMPLICIT */) {
+      if (field.fieldKind === "scalar" && field.presence === FeatureSet_FieldPresence.IMPLICIT) {
         throw new Error(`event-codec: ${message.typeName}.${field.name} must be optional`);
       }
       fields.push({ localName: field.localName, jsonKey: field.jsonName, protoName: field.name, kind: fieldKind(field, message) });

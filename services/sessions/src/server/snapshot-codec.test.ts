@@ -277,21 +277,20 @@ describe("cost", () => {
       "cost-noisy",
       [...RICH_EVENTS, ...Array.from({ length: 150 }, (_, i) => (i % 2 ? { type: "bogus" } : { type: "detector_waivers", waivers: [`rule-${i}`] }))].slice(0, 160),
     );
-    const measure = (snapshot: SessionSnapshot): number => {
-      for (let i = 0; i < 2_000; i++) snapshotToProto(snapshot);
-      const rounds = 20_000;
-      const start = performance.now();
-      for (let i = 0; i < rounds; i++) snapshotToProto(snapshot);
-      return ((performance.now() - start) * 1000) / rounds;
+    // The best of several batches: on a shared machine the slowest batches measure the neighbours.
+    const bestOf = (rounds: number, run: () => void): number => {
+      for (let i = 0; i < rounds / 4; i++) run();
+      let best = Infinity;
+      for (let batch = 0; batch < 7; batch++) {
+        const start = performance.now();
+        for (let i = 0; i < rounds; i++) run();
+        best = Math.min(best, ((performance.now() - start) * 1000) / rounds);
+      }
+      return best;
     };
-    const typicalUs = measure(typical);
-    const noisyUs = measure(noisy);
-    const withBinary = (() => {
-      const rounds = 5_000;
-      const start = performance.now();
-      for (let i = 0; i < rounds; i++) toBinary(SnapshotSchema, snapshotToProto(typical));
-      return ((performance.now() - start) * 1000) / rounds;
-    })();
+    const typicalUs = bestOf(4_000, () => snapshotToProto(typical));
+    const noisyUs = bestOf(1_000, () => snapshotToProto(noisy));
+    const withBinary = bestOf(500, () => toBinary(SnapshotSchema, snapshotToProto(typical)));
     console.log(
       `snapshot-codec: typical snapshot ${typicalUs.toFixed(2)} µs (${typical.diagnostics.length} diagnostics); ` +
         `${noisy.diagnostics.length} diagnostics + ${(noisy.detectorWaivers ?? []).length} waivers ${noisyUs.toFixed(2)} µs; ` +
