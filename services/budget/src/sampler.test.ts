@@ -4,7 +4,8 @@ import * as path from "node:path";
 import { afterAll, describe, expect, it, vi } from "vitest";
 import { ManualClock } from "@berth/shared/clock";
 import type { MachineSample } from "./sampler.js";
-import { countCpuset, createSampler, parseCpuMax, parsePressure, readMachineSample } from "./sampler.js";
+import { loadConfig } from "@berth/shared/config";
+import { SAMPLER_SETTINGS, countCpuset, createSampler, machineFactsOf, parseCpuMax, parsePressure, readMachineSample, samplerOptionsFromConfig } from "./sampler.js";
 
 const G = 1024 ** 3;
 const K = 1024;
@@ -225,5 +226,19 @@ describe("createSampler", () => {
     expect(seen[1]! - seen[0]!).toBe(1000);
     sampler.close();
     expect(clock.pendingTimers()).toBe(0);
+  });
+});
+
+describe("sampler settings", () => {
+  it("reads interval, source and roots from flags and BERTH_* variables", () => {
+    const { values } = loadConfig(SAMPLER_SETTINGS, { argv: ["--sample-interval=250ms"], env: { BERTH_BUDGET_SAMPLE_SOURCE: "host", BERTH_PROC_ROOT: "/host/proc" } });
+    expect(samplerOptionsFromConfig(values)).toEqual({ intervalMs: 250, source: "host", procRoot: "/host/proc", sysRoot: "/sys/fs/cgroup" });
+    expect(() => loadConfig(SAMPLER_SETTINGS, { argv: ["--sample-interval=0s"], env: {} })).toThrow(/--sample-interval/);
+  });
+
+  it("derives the default policy's machine from a sample: the cgroup's limits when tighter", () => {
+    expect(machineFactsOf({ at: 0, source: "cgroup", totalBytes: 2 * G, cores: 8, cpuLimit: 2, pressure: {} })).toEqual({ totalBytes: 2 * G, cpus: 2 });
+    expect(machineFactsOf({ at: 0, source: "host", totalBytes: 16 * G, cores: 8, pressure: {} })).toEqual({ totalBytes: 16 * G, cpus: 8 });
+    expect(machineFactsOf(undefined)).toEqual({});
   });
 });

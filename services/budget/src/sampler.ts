@@ -14,6 +14,10 @@ import { availableParallelism } from "node:os";
 import * as path from "node:path";
 import { systemClock } from "@berth/shared/clock";
 import type { Clock, TimerHandle } from "@berth/shared/clock";
+import type { ConfigDefinition, ConfigValues } from "@berth/shared/config";
+import { defineConfig, oneOf, parseNonEmpty } from "@berth/shared/config";
+import { invalidArgument } from "@berth/shared/errors";
+import { parseDuration } from "@berth/shared/units";
 import type { Logger } from "./logger.js";
 
 /** PSI "some" figures of one resource: percent of time some runnable task stalled, and the total stall in µs. */
@@ -420,4 +424,40 @@ export class ManualSampler implements Sampler {
   listenerCount(): number {
     return this.listeners.size;
   }
+}
+
+/** The machine facts a default policy derives from a sample: the memory and cpus berth can use. */
+export function machineFactsOf(sample: MachineSample | undefined): { totalBytes?: number | undefined; cpus?: number | undefined } {
+  if (!sample) return {};
+  return { totalBytes: sample.totalBytes, cpus: sample.cpuLimit ?? sample.cores };
+}
+
+function intervalParser(raw: string, field: string): number {
+  let ms: number;
+  try {
+    ms = parseDuration(raw.trim(), field);
+  } catch {
+    throw invalidArgument(field, `must be a duration like 1s or 500ms; got ${JSON.stringify(raw)}`);
+  }
+  if (ms < 10) throw invalidArgument(field, `must be at least 10ms; got ${JSON.stringify(raw)}`);
+  return ms;
+}
+
+/** The sampler's settings for the shared config loader (the server spreads them into its own definition). */
+export const SAMPLER_SETTINGS = defineConfig({
+  sampleInterval: { flag: "sample-interval", env: "BERTH_BUDGET_SAMPLE_INTERVAL", default: 1000, parse: intervalParser, doc: "how often the machine is read" },
+  sampleSource: {
+    flag: "sample-source",
+    env: "BERTH_BUDGET_SAMPLE_SOURCE",
+    default: "auto" as SampleSource,
+    parse: oneOf(["auto", "host", "cgroup"] as const),
+    doc: "whose figures to budget for: auto (the cgroup's when limited), host, or cgroup",
+  },
+  procRoot: { flag: "proc-root", env: "BERTH_PROC_ROOT", default: "/proc", parse: parseNonEmpty, doc: "the proc filesystem to read (a container may mount the host's)" },
+  cgroupRoot: { flag: "cgroup-root", env: "BERTH_CGROUP_ROOT", default: "/sys/fs/cgroup", parse: parseNonEmpty, doc: "the cgroup v2 mount to read" },
+} satisfies ConfigDefinition);
+
+/** Sampler options from loaded {@link SAMPLER_SETTINGS} values. */
+export function samplerOptionsFromConfig(values: ConfigValues<typeof SAMPLER_SETTINGS>): SamplerOptions {
+  return { intervalMs: values.sampleInterval, source: values.sampleSource, procRoot: values.procRoot, sysRoot: values.cgroupRoot };
 }
