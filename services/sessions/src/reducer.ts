@@ -278,7 +278,6 @@ export function createReplay(id: string, options: ReducerOptions = {}): Replay {
 // The seed's rules are JavaScript over untrusted JSON. The working copy is typed loosely on
 // purpose so that `??`, `||`, `>=` and property writes keep exactly their JavaScript meaning on
 // whatever values a journal holds; the public types above describe well-formed sessions.
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
 type Loose = Record<string, any>;
 
 interface ReduceContext {
