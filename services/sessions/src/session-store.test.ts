@@ -652,3 +652,30 @@ describe("a failed first append", () => {
     expect(store.has("s1")).toBe(true);
   });
 });
+
+describe("input checks", () => {
+  it("refuse bad session ids on every call before touching the filesystem", async () => {
+    const store = open();
+    for (const bad of ["", "..", "a/b", "a b", "x".repeat(129), "a\0b"]) {
+      expect(() => store.has(bad)).toThrow(/session_id/);
+      expect(() => store.getSnapshot(bad)).toThrow(/session_id/);
+      expect(() => store.read(bad)).toThrow(/session_id/);
+      expect(() => store.watch(bad)).toThrow(/session_id/);
+      await expectBerthError(store.flush(bad), "invalid_argument");
+      await expectBerthError(store.append(bad, [{ type: "x" }]), "invalid_argument");
+    }
+    expect(fs.readdirSync(path.join(dir, "sessions"))).toEqual([]);
+    expect(store.stats().watchers).toBe(0);
+  });
+
+  it("a watcher of a session that does not exist yet sees its first entries", async () => {
+    const store = open();
+    const watcher = store.watch("later", 1, { includeSnapshot: true });
+    expect((await watcher.next()).value).toMatchObject({ kind: "caught_up", lastSeq: 0, snapshot: { phase: "new" } });
+    expect(store.has("later")).toBe(false);
+    await store.append("later", [{ type: "generate" }, { type: "agent_done" }]);
+    expect((await watcher.next()).value).toMatchObject({ entry: { seq: 1 }, snapshot: { phase: "generate_requested" } });
+    expect((await watcher.next()).value).toMatchObject({ entry: { seq: 2 }, snapshot: { phase: "variants_ready" } });
+    await watcher.return!();
+  });
+});

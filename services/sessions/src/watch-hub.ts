@@ -180,9 +180,17 @@ abstract class Watcher<T> implements AsyncIterableIterator<T>, Subscriber {
         throw this.failure;
       }
       if (!this.liveOpen) {
-        const early = await this.nextBeforeLive();
+        let early: IteratorResult<T> | undefined;
+        try {
+          early = await this.nextBeforeLive();
+        } catch (error) {
+          this.end();
+          throw error;
+        }
         if (early) {
           if (this.ended) return { value: undefined, done: true };
+          // Ended while reading: the error names the last entry handed out, so this one is not.
+          if (this.failure) continue;
           if (!early.done) this.onDelivered(early.value);
           return early;
         }
