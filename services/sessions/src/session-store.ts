@@ -175,7 +175,8 @@ interface OpenSession {
   snapshotWrite: Promise<void> | undefined;
 }
 
-const RECENT_RESULTS = 64;
+// Per open session; older keys rebuild their snapshot by a replay up to the append's last seq.
+const RECENT_RESULTS = 8;
 
 function errnoCode(error: unknown): string | undefined {
   return (error as NodeJS.ErrnoException | undefined)?.code;
@@ -888,7 +889,8 @@ export class SessionStore {
 
   private scheduleSnapshot(session: OpenSession): void {
     if (this.closed) return;
-    if (session.entriesSinceSnapshot >= this.snapshotEveryEntries) {
+    // One background write at a time: entries landing meanwhile are picked up by the idle timer.
+    if (session.entriesSinceSnapshot >= this.snapshotEveryEntries && session.snapshotWrite === undefined) {
       this.track(this.writeSnapshot(session, false).catch((error) => this.logger?.warn({ sessionId: session.id, err: error }, "could not write a snapshot file")));
       return;
     }
