@@ -1,0 +1,6 @@
+/** The locks benchmarks (issue text: `issues show`): not written yet. */
+import { emit } from "../lib/report.js";
+
+export async function run(): Promise<void> {
+  emit({ suite: "locks", skipped: true, reason: "not written yet" });
+}
