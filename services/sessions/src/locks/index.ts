@@ -7,6 +7,8 @@ export { createLockService, type LockService, type LockServiceOptions } from "./
 export {
   LockTable,
   type AcquireRequest,
+  type ExternalClaim,
+  type ExternalLockHandle,
   type ExternalLocks,
   type HoldRequest,
   type Lease,
@@ -17,6 +19,7 @@ export {
   type LockTableStats,
   type LockWaiterInfo,
   type TokenCheck,
+  type WaitingUpdate,
 } from "./lock-table.js";
 export { DEFAULT_LOCK_LIMITS, checkFencingToken, type LockLimits } from "./lock-input.js";
 export { fencingFilePath, openFencingStore, type FencingStore, type FencingTokenSource } from "./fencing-store.js";

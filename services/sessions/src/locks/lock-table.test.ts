@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { ManualClock } from "@berth/shared/clock";
 import { BerthError } from "@berth/shared/errors";
-import { LockTable, type Lease } from "./lock-table.js";
+import { LockTable, type ExternalLocks, type Lease } from "./lock-table.js";
 
 function counter() {
   let next = 1;
@@ -307,5 +307,44 @@ describe("close", () => {
     expect((await waiting).code).toBe("unavailable");
     expect(clock.pendingTimers()).toBe(0);
     expect((await rejection(locks.acquire({ file: "a", owner: "x" }))).code).toBe("unavailable");
+  });
+});
+
+describe("an outside lock that cannot be taken", () => {
+  it("refuses a direct request with unavailable; a queued one is retried on the next re-check", async () => {
+    const clock = new ManualClock();
+    let failing = true;
+    let recheck: (() => void) | undefined;
+    const external: ExternalLocks = {
+      claim(key) {
+        if (failing) throw Object.assign(new Error("EACCES: permission denied"), { code: "EACCES" });
+        return { ok: true, handle: { key, lockFile: `/locks/${key}`, token: "t", pid: 42 } };
+      },
+      release() {},
+      peek: () => undefined,
+      pathFor: (key) => `/locks${key}`,
+      watch(_key, onMaybeFree) {
+        recheck = onMaybeFree;
+        return () => (recheck = undefined);
+      },
+    };
+    const locks = new LockTable({ projectRoot: "/p", clock, fencing: counter(), external });
+    const error = await rejection(locks.acquire({ file: "a", owner: "o", waitMs: 1000 }));
+    expect(error.code).toBe("unavailable");
+    expect(error.message).toBe("cannot take the lock file /locks/p/a for /p/a: EACCES: permission denied");
+    expect(locks.stats()).toEqual({ held: 0, waiting: 0, blockedByLockFiles: 0 });
+
+    const held = await locks.acquire({ file: "b", owner: "first" }).catch(() => undefined);
+    expect(held).toBeUndefined();
+    failing = false;
+    const first = await locks.acquire({ file: "b", owner: "first" });
+    failing = true;
+    const queued = locks.acquire({ file: "b", owner: "second", waitMs: 5000 });
+    locks.release(first.leaseToken);
+    expect(locks.stats()).toEqual({ held: 0, waiting: 1, blockedByLockFiles: 1 });
+    failing = false;
+    recheck!();
+    expect(await queued).toMatchObject({ owner: "second" });
+    expect(locks.inspect("b").holder).toMatchObject({ kind: "lease", owner: "second", pid: 42 });
   });
 });

@@ -379,7 +379,7 @@ export class LockTable {
     // FIFO: a free lock goes to the newcomer only when nobody queued before it.
     if (!entry.holder && entry.waiters.size === 0) {
       const now = this.clock.now();
-      const claim = this.claimExternal(entry, owner, now);
+      const claim = this.claimExternal(entry, owner, now, true);
       if (claim) {
         try {
           const held = this.grant(entry, owner, ttlMs, claim === true ? undefined : claim, holdSignal);
@@ -418,17 +418,24 @@ export class LockTable {
 
   /**
    * Takes the outside lock for a grant. Returns the handle, `true` when there is no outside lock,
-   * or undefined when another process holds it (recorded in `entry.blockedBy`).
+   * or undefined when another process holds it (recorded in `entry.blockedBy`). When the outside
+   * lock cannot be taken at all (permissions, disk full), a direct request (`failLoudly`) is refused
+   * with `unavailable` saying why; for the queue it counts as busy, and the re-check tries again.
    */
-  private claimExternal(entry: Entry, owner: string, at: number): ExternalLockHandle | true | undefined {
+  private claimExternal(entry: Entry, owner: string, at: number, failLoudly = false): ExternalLockHandle | true | undefined {
     if (!this.external) return true;
     let claim: ExternalClaim;
     try {
       claim = this.external.claim(entry.key, { owner, at });
     } catch (error) {
-      // A lock file we cannot create (permissions, disk full) must not strand the queue: report it
-      // and treat the lock as busy; the next change or re-check tries again.
       this.logger.error({ file: entry.key, err: error }, "cannot take the lock file");
+      if (failLoudly) {
+        this.settle(entry);
+        throw new BerthError("unavailable", `cannot take the lock file ${this.external.pathFor(entry.key)} for ${entry.key}: ${(error as Error).message}`, {
+          file: entry.key,
+          lockPath: this.external.pathFor(entry.key),
+        });
+      }
       entry.blocked = true;
       return undefined;
     }

@@ -155,6 +155,70 @@ describe("clearing a stale file", () => {
   });
 });
 
+describe("SeedLockFiles claims", () => {
+  const slotFiles = () => fs.readdirSync(locksDir).filter((n) => n.startsWith(".berth-slot."));
+
+  it("reuses a few private slot inodes instead of creating a file per grant, and deletes them on close", () => {
+    const files = new SeedLockFiles({ locksDir, clock: new ManualClock() });
+    for (let i = 0; i < 50; i++) {
+      const claim = files.claim(KEY, { owner: `o${i}`, at: i });
+      if (!claim.ok) throw new Error("not claimed");
+      expect(readLockFile(lockFilePath(locksDir, KEY))).toMatchObject({ record: { owner: `o${i}`, at: i, token: claim.handle.token } });
+      files.release(claim.handle);
+      expect(fs.existsSync(lockFilePath(locksDir, KEY))).toBe(false);
+    }
+    expect(slotFiles()).toHaveLength(1);
+    const a = files.claim("/k/a", { owner: "a", at: 1 });
+    const b = files.claim("/k/b", { owner: "b", at: 2 });
+    expect(a.ok && b.ok).toBe(true);
+    expect(slotFiles()).toHaveLength(2);
+    // The slot of a live lock is not rewritten by the next grant.
+    expect(readLockFile(lockFilePath(locksDir, "/k/a"))).toMatchObject({ record: { owner: "a" } });
+    files.close();
+    expect(slotFiles()).toEqual([]);
+  });
+
+  it("leaves a lock file alone that replaced ours (a seed sweep's doing), and still reuses the slot", () => {
+    const warnings: string[] = [];
+    const logger = { debug() {}, info() {}, warn: (_o: object, m?: string) => void warnings.push(m ?? ""), error() {} };
+    const files = new SeedLockFiles({ locksDir, clock: new ManualClock(), logger });
+    const claim = files.claim(KEY, { owner: "berth", at: 1 });
+    if (!claim.ok) throw new Error("not claimed");
+    const lockPath = lockFilePath(locksDir, KEY);
+    fs.unlinkSync(lockPath);
+    fs.writeFileSync(lockPath, JSON.stringify({ owner: "seed", token: "other", pid: process.pid }));
+    files.release(claim.handle);
+    expect(readLockFile(lockPath)).toMatchObject({ record: { owner: "seed" } });
+    expect(warnings).toHaveLength(1);
+    fs.unlinkSync(lockPath);
+    expect(files.claim(KEY, { owner: "again", at: 2 }).ok).toBe(true);
+    expect(slotFiles()).toHaveLength(1);
+    files.close();
+  });
+
+  it("remakes a slot someone deleted", () => {
+    const files = new SeedLockFiles({ locksDir, clock: new ManualClock() });
+    const first = files.claim(KEY, { owner: "one", at: 1 });
+    if (!first.ok) throw new Error("not claimed");
+    files.release(first.handle);
+    for (const name of slotFiles()) fs.unlinkSync(path.join(locksDir, name));
+    const second = files.claim(KEY, { owner: "two", at: 2 });
+    if (!second.ok) throw new Error("not claimed");
+    files.release(second.handle);
+    expect(fs.existsSync(lockFilePath(locksDir, KEY))).toBe(false);
+    files.close();
+  });
+
+  it("startup removes slots of dead berth processes, not of live ones", async () => {
+    const dead = await deadPid();
+    fs.writeFileSync(path.join(locksDir, `.berth-slot.${dead}.123.abcd.0`), "");
+    fs.writeFileSync(path.join(locksDir, `.berth-slot.${process.pid}.${(self.startTime ?? 0) + 1}.abcd.0`), ""); // recycled pid
+    fs.writeFileSync(path.join(locksDir, `.berth-slot.${process.pid}.${self.startTime}.abcd.0`), "");
+    expect(removeDeadTempFiles(locksDir)).toBe(2);
+    expect(slotFiles()).toEqual([`.berth-slot.${process.pid}.${self.startTime}.abcd.0`]);
+  });
+});
+
 describe("SeedLockFiles watching", () => {
   it("calls back when a watched lock file goes away, and re-checks on the clock as a fallback", async () => {
     const clock = new ManualClock();

@@ -1,13 +1,13 @@
 /**
  * One contender of the takeover race test. For each "go" line on stdin it takes the lock file of one
- * key — with berth's code (`tryCreateLockFile`, race-free clearing), or with the seed's protocol when
- * argv says "seed" — appends "enter <pid>" / "leave <pid>" to a shared O_APPEND log while it holds,
- * releases, and answers "done".
+ * key — with the code berth's service runs (`SeedLockFiles.claim`: race-free clearing, slot files),
+ * or with the seed's protocol when argv says "seed" — appends "enter <pid>" / "leave <pid>" to a
+ * shared O_APPEND log while it holds, releases, and answers "done".
  * argv[2]: JSON {locksDir, liveDir, cwd, file, key, log, holdMs, protocol: "berth" | "seed"}.
  */
 import * as fs from "node:fs";
-import { selfIdentity } from "@berth/shared/process-identity";
-import { lockFilePath, newLockFileRecord, removeOwnLockFile, tryCreateLockFile } from "../seed-lock-files.js";
+import { systemClock } from "@berth/shared/clock";
+import { SeedLockFiles } from "../seed-lock-files.js";
 import { readLineSync, say, sleepSync } from "./child-io.js";
 import { withSeedLockSync } from "./seed-lock-protocol.js";
 
@@ -24,7 +24,8 @@ interface Config {
 const config = JSON.parse(process.argv[2]!) as Config;
 const log = fs.openSync(config.log, "a");
 const me = process.pid;
-const self = selfIdentity();
+const lost = () => fs.writeSync(log, `lost ${me}\n`);
+const files = new SeedLockFiles({ locksDir: config.locksDir, clock: systemClock, logger: { debug() {}, info() {}, warn: lost, error: lost } });
 
 function criticalSection(): void {
   fs.writeSync(log, `enter ${me}\n`);
@@ -33,13 +34,11 @@ function criticalSection(): void {
 }
 
 function takeWithBerth(): void {
-  const lockPath = lockFilePath(config.locksDir, config.key);
   for (;;) {
-    const record = newLockFileRecord({ owner: `contender-${me}`, file: config.key, at: Date.now(), pid: me, startTime: self.startTime, bootId: self.bootId, hostname: self.hostname });
-    const outcome = tryCreateLockFile(lockPath, record);
-    if (outcome.created) {
+    const claim = files.claim(config.key, { owner: `contender-${me}`, at: Date.now() });
+    if (claim.ok) {
       criticalSection();
-      if (!removeOwnLockFile(lockPath, record.token)) fs.writeSync(log, `lost ${me}\n`);
+      files.release(claim.handle); // logs (→ "lost") if the file was no longer ours
       return;
     }
     sleepSync(1);
@@ -52,4 +51,5 @@ for (let line = readLineSync(); line !== null && line !== "exit"; line = readLin
   else withSeedLockSync(config.file, `contender-${me}`, criticalSection, { liveDir: config.liveDir, cwd: config.cwd, waitMs: 60_000, retryMs: 1 });
   say({ event: "done", round: line });
 }
+files.close();
 fs.closeSync(log);
