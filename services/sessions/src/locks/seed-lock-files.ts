@@ -9,9 +9,10 @@
  *
  * berth follows that protocol and repairs two of its faults on berth's side:
  * - **Atomic create.** The seed opens the file with `wx` and writes afterwards, so a reader can see an
- *   empty or half-written file. berth writes a private temp file with the full content and
- *   `link(2)`s it to the lock path: the link fails with EEXIST when the lock is taken, and a reader
- *   only ever sees berth's file whole.
+ *   empty or half-written file. berth writes the full content into a private file (a temp file, or
+ *   one of the service's reusable slot files, see {@link SeedLockFiles}) and `link(2)`s it to the
+ *   lock path: the link fails with EEXIST when the lock is taken, and a reader only ever sees
+ *   berth's file whole.
  * - **Race-free clearing of a stale file** (see {@link clearStaleLockFile}). The seed's sweep reads,
  *   judges dead, then unlinks *by path*, which deletes whatever file is there by then — possibly a new
  *   holder's, letting two holders in. berth clears under an exclusive flock(2) and re-judges inside it.

@@ -1,50 +1,60 @@
 /**
- * Builds a TypeScript entry point of these tests into one runnable .mjs file, so that a child node
- * process (Node 20 cannot run TypeScript) executes berth's own lock-file code, not a copy of it.
+ * Prepares TypeScript entry points of these tests for child node processes (Node 20 cannot run
+ * TypeScript), so that a child executes berth's own lock-file code, not a copy of it: the entry and
+ * every module it imports — relative ones and `@berth/shared/*` — are transpiled (types stripped,
+ * nothing type-checked) into a temp dir laid out like the repository.
  */
 import { spawn, type ChildProcess } from "node:child_process";
-import { mkdtempSync, rmSync } from "node:fs";
-import { createRequire } from "node:module";
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import * as path from "node:path";
 import { fileURLToPath } from "node:url";
-import { build } from "rolldown";
+import ts from "typescript";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
-const sharedSources = path.resolve(here, "../../../../../packages/shared/src");
-const require = createRequire(import.meta.url);
+const repoRoot = path.resolve(here, "../../../../..");
+const sharedSources = path.join(repoRoot, "packages/shared/src");
 
-/** A directory of built child scripts; `dispose()` removes it. */
+/** A directory of prepared child scripts; `dispose()` removes it. */
 export interface ChildScripts {
-  /** The path of the built script for `entry` (a file name in this directory, e.g. "seed-holder-child.ts"). */
+  /** The path of the runnable script for `entry` (a file name in this directory, e.g. "seed-holder-child.ts"). */
   script(entry: string): Promise<string>;
   dispose(): void;
 }
 
-/** Bundles child entry points on demand (each once) into a temporary directory. */
+const IMPORT_SPECIFIER = /(\bfrom\s*|\bimport\s*\(?\s*)(["'])([^"']+)\2/g;
+
+/** Transpiles entry points and what they import (each module once) into a temporary directory. */
 export function childScripts(): ChildScripts {
   const outDir = mkdtempSync(path.join(tmpdir(), "berth-lock-children-"));
-  const built = new Map<string, Promise<string>>();
-  // A native addon cannot be bundled: keep it external, by absolute path, so the script runs from
-  // a directory with no node_modules.
-  const fsExt = require.resolve("fs-ext");
+  // Bare imports (fs-ext) resolve by walking up from the importing file: give them the repo's.
+  symlinkSync(path.join(repoRoot, "node_modules"), path.join(outDir, "node_modules"), "dir");
+  const done = new Set<string>();
+
+  const transpile = (source: string): string => {
+    const target = path.join(outDir, path.relative(repoRoot, source)).replace(/\.ts$/, ".js");
+    if (done.has(source)) return target;
+    done.add(source);
+    const output = ts.transpileModule(readFileSync(source, "utf8"), {
+      compilerOptions: { module: ts.ModuleKind.ESNext, target: ts.ScriptTarget.ES2022, verbatimModuleSyntax: true },
+      fileName: source,
+    }).outputText;
+    const rewritten = output.replace(IMPORT_SPECIFIER, (whole, lead: string, quote: string, specifier: string) => {
+      let imported: string | undefined;
+      if (specifier.startsWith("@berth/shared/")) imported = path.join(sharedSources, `${specifier.slice("@berth/shared/".length)}.ts`);
+      else if (specifier.startsWith(".")) imported = path.resolve(path.dirname(source), specifier).replace(/\.js$/, ".ts");
+      if (!imported) return whole;
+      let relative = path.relative(path.dirname(target), transpile(imported));
+      if (!relative.startsWith(".")) relative = `./${relative}`;
+      return `${lead}${quote}${relative}${quote}`;
+    });
+    mkdirSync(path.dirname(target), { recursive: true });
+    writeFileSync(target, rewritten);
+    return target;
+  };
+
   return {
-    script(entry) {
-      let result = built.get(entry);
-      if (!result) {
-        const file = path.join(outDir, entry.replace(/\.ts$/, ".mjs"));
-        result = build({
-          input: path.join(here, entry),
-          platform: "node",
-          logLevel: "warn",
-          plugins: [{ name: "native-fs-ext", resolveId: (source) => (source === "fs-ext" ? { id: fsExt, external: true } : null) }],
-          resolve: { alias: { "@berth/shared": sharedSources }, extensionAlias: { ".js": [".ts", ".js"] } },
-          output: { file, format: "esm" },
-        }).then(() => file);
-        built.set(entry, result);
-      }
-      return result;
-    },
+    script: async (entry) => transpile(path.join(here, entry)),
     dispose() {
       rmSync(outDir, { recursive: true, force: true });
     },
