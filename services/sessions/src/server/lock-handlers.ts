@@ -1,0 +1,341 @@
+/**
+ * The LockService RPCs, each a few lines over the lock domain (`../locks/`): protobuf in, domain
+ * call, protobuf out. The domain validates paths, owners and limits and throws BerthErrors, which
+ * the server maps to ConnectErrors; this layer adds what only the RPC knows about — the call's
+ * signal (a caller that goes away is never granted, a Hold ends with its stream), the call's
+ * deadline as a bound on the wait, and the typed `LockHeld` detail of a SOURCE_LOCKED refusal.
+ */
+import { create } from "@bufbuild/protobuf";
+import { durationFromMs, timestampFromMs, type Duration } from "@bufbuild/protobuf/wkt";
+import type { ConnectError, HandlerContext, ServiceImpl } from "@connectrpc/connect";
+import {
+  CheckTokenResponseSchema,
+  HolderKind,
+  HolderSchema,
+  HoldResponseSchema,
+  InspectResponseSchema,
+  KeepAliveResponseSchema,
+  LeaseSchema,
+  LockHeldSchema,
+  ReleaseResponseSchema,
+  AcquireResponseSchema,
+  WaiterSchema,
+  type Holder,
+  type HoldResponse,
+  type KeepAliveResponse,
+  type Lease as LeaseMessage,
+  type LockService as LockServiceDesc,
+} from "@berth/api/berth/sessions/v1/lock_service_pb";
+import type { Clock } from "@berth/shared/clock";
+import { systemClock } from "@berth/shared/clock";
+import { BerthError, invalidArgument, isBerthError } from "@berth/shared/errors";
+import { abortable, abortError, berthErrorToConnect } from "@berth/shared/server/index";
+import { checkFencingToken, type Lease, type LockHolderInfo, type LockService, type WaitingUpdate } from "../locks/index.js";
+
+/** How often an open Hold stream carries a heartbeat once the lock is granted. */
+export const HOLD_HEARTBEAT_MS = 5_000;
+
+/**
+ * How much of a call's remaining deadline is kept back from the lock wait, so that the refusal
+ * (with its holder) reaches the client before the client's own deadline fires: at most 100 ms,
+ * at most a tenth of the time left.
+ */
+const DEADLINE_MARGIN_MS = 100;
+
+/** What the lock handlers are built from. */
+export interface LockHandlerOptions {
+  readonly locks: LockService;
+  /** Heartbeat interval of Hold streams; default {@link HOLD_HEARTBEAT_MS}. */
+  readonly heartbeatMs?: number;
+  /** Times heartbeats; default the system clock (tests pass a ManualClock). */
+  readonly clock?: Clock;
+}
+
+/** The LockService implementation over a lock service. */
+export function makeLockHandlers(options: LockHandlerOptions): ServiceImpl<typeof LockServiceDesc> {
+  const { locks } = options;
+  const clock = options.clock ?? systemClock;
+  const heartbeatMs = options.heartbeatMs ?? HOLD_HEARTBEAT_MS;
+
+  return {
+    async acquire(request, context) {
+      const waitMs = boundedByDeadline(durationInput(request.wait, "wait"), context);
+      const ttlMs = durationInput(request.ttl, "ttl");
+      const lease = await locks
+        .acquire({ file: request.file, owner: request.owner, waitMs, ttlMs, signal: context.signal })
+        .catch((error: unknown) => {
+          throw lockError(error, context);
+        });
+      // Granted in the same turn the caller went away: nobody would ever renew or release it.
+      if (context.signal.aborted) {
+        locks.release(lease.leaseToken);
+        throw abortError(context.signal);
+      }
+      return create(AcquireResponseSchema, { lease: leaseMessage(lease) });
+    },
+
+    async *keepAlive(requests, context) {
+      for await (const request of abortable(requests, context.signal)) {
+        const token = leaseTokenInput(request.leaseToken);
+        yield renewal(locks, token);
+      }
+    },
+
+    async release(request) {
+      const token = leaseTokenInput(request.leaseToken);
+      return create(ReleaseResponseSchema, { released: locks.release(token) });
+    },
+
+    async *hold(request, context) {
+      const waitMs = boundedByDeadline(durationInput(request.wait, "wait"), context);
+      // The hold lives exactly as long as this call: the client going away aborts `context.signal`
+      // (whether or not this generator is running), and the generator ending for any other reason
+      // (an error, shutdown, a write that failed) aborts `held` in `finally`.
+      const held = new AbortController();
+      const endHold = () => held.abort(context.signal.reason);
+      context.signal.addEventListener("abort", endHold, { once: true });
+      try {
+        if (context.signal.aborted) throw abortError(context.signal);
+        const lease = yield* holdStream(locks, { file: request.file, owner: request.owner, waitMs, signal: held.signal }, context);
+        // Granted: heartbeats until the stream ends.
+        for (;;) {
+          await delay(clock, heartbeatMs, held.signal);
+          if (held.signal.aborted) throw abortError(context.signal);
+          // Released through its lease token (Release): the stream must not go on looking held.
+          if (!renewal(locks, lease.leaseToken).alive) {
+            throw new BerthError("aborted", `the hold on ${lease.file} (fencing token ${lease.fencingToken}) ended: its lease was released; hold the lock again`, {
+              file: lease.file,
+              fencingToken: lease.fencingToken,
+            });
+          }
+          yield create(HoldResponseSchema, { kind: { case: "heartbeat", value: { at: timestampFromMs(clock.now()) } } });
+        }
+      } finally {
+        context.signal.removeEventListener("abort", endHold);
+        held.abort();
+      }
+    },
+
+    async inspect(request) {
+      const inspection = locks.inspect(request.file);
+      return create(InspectResponseSchema, {
+        file: inspection.file,
+        holder: inspection.holder ? holderMessage(inspection.holder) : undefined,
+        waiters: inspection.waiters.map((w) =>
+          create(WaiterSchema, {
+            owner: w.owner,
+            since: timestampFromMs(w.since),
+            deadline: timestampFromMs(w.deadline),
+            kind: w.kind === "lease" ? HolderKind.LEASE : HolderKind.STREAM,
+          }),
+        ),
+        lastFencingToken: BigInt(inspection.lastFencingToken ?? 0),
+        lockPath: inspection.lockPath ?? "",
+      });
+    },
+
+    async checkToken(request) {
+      const check = locks.checkToken(request.file, request.fencingToken);
+      return create(CheckTokenResponseSchema, { current: check.current, currentToken: BigInt(check.currentToken ?? 0) });
+    },
+  };
+}
+
+/**
+ * The fence AppendEvent checks before writing: throws `aborted` (details: file, fencingToken,
+ * currentToken — the FenceRejected detail's fields) unless `token` is the current fencing token of
+ * `file`'s lock, and `invalid_argument` naming `fence.file` / `fence.fencing_token` for bad input.
+ */
+export function makeFenceCheck(locks: Pick<LockService, "resolveFile" | "checkToken">): (file: string, token: bigint) => void {
+  return (file, token) => {
+    const key = locks.resolveFile(file, "fence.file");
+    const value = checkFencingToken(token, "fence.fencing_token");
+    const check = locks.checkToken(key, value);
+    if (check.current) return;
+    const current = check.currentToken === null ? "nobody holds the lock now" : `the current token is ${check.currentToken}`;
+    throw new BerthError("aborted", `fence rejected: fencing token ${value} of ${key} is no longer current (${current}); nothing was written — acquire the lock again and retry`, {
+      reason: "FENCE_REJECTED",
+      file: key,
+      fencingToken: value,
+      currentToken: check.currentToken ?? 0,
+    });
+  };
+}
+
+/** Waiting updates while queued (the latest one only, if several came between two sends), then the grant. */
+async function* holdStream(
+  locks: LockService,
+  request: { file: string; owner: string; waitMs: number; signal: AbortSignal },
+  context: HandlerContext,
+): AsyncGenerator<HoldResponse, Lease> {
+  let pending: WaitingUpdate | undefined;
+  let outcome: { lease: Lease } | { error: unknown } | undefined;
+  let wake: () => void = () => {};
+  const woken = () => new Promise<void>((resolve) => (wake = resolve));
+  let next = woken();
+  const granted = locks.holdAsLongAs({
+    ...request,
+    onWaiting(update) {
+      pending = update;
+      wake();
+    },
+  });
+  granted.then(
+    (lease) => {
+      outcome = { lease };
+      wake();
+    },
+    (error: unknown) => {
+      outcome = { error };
+      wake();
+    },
+  );
+  for (;;) {
+    if (outcome && "lease" in outcome) {
+      yield create(HoldResponseSchema, { kind: { case: "acquired", value: leaseMessage(outcome.lease) } });
+      return outcome.lease;
+    }
+    if (outcome) throw lockError(outcome.error, context);
+    if (pending) {
+      const update = pending;
+      pending = undefined;
+      yield create(HoldResponseSchema, {
+        kind: { case: "waiting", value: { position: update.position, holder: update.holder ? holderMessage(update.holder) : undefined } },
+      });
+      continue;
+    }
+    await next;
+    next = woken();
+  }
+}
+
+/** One KeepAlive answer: the renewed expiry, or `alive = false` for a lease that is gone. */
+function renewal(locks: LockService, token: string): KeepAliveResponse {
+  try {
+    const lease = locks.renew(token);
+    return create(KeepAliveResponseSchema, {
+      leaseToken: token,
+      alive: true,
+      expiresAt: lease.expiresAt === null ? undefined : timestampFromMs(lease.expiresAt),
+    });
+  } catch (error) {
+    // Expired, released or unknown: the proto's answer is "not alive", not an error that would
+    // end the stream and the renewal of every other lease on it.
+    if (isBerthError(error) && (error.code === "not_found" || error.code === "failed_precondition")) {
+      return create(KeepAliveResponseSchema, { leaseToken: token, alive: false });
+    }
+    throw error;
+  }
+}
+
+/**
+ * A domain refusal as the client should see it: SOURCE_LOCKED gets the typed `LockHeld` detail
+ * besides the common Struct; a waiter dropped because its call ended answers with why the call
+ * ended (the client's cancel or deadline, or the server shutting down).
+ */
+function lockError(error: unknown, context: HandlerContext): unknown {
+  if (!isBerthError(error)) return error;
+  if (error.code === "cancelled" && context.signal.aborted) return abortError(context.signal);
+  if (error.code !== "aborted" || error.details?.reason !== "SOURCE_LOCKED") return error;
+  const connectError: ConnectError = berthErrorToConnect(error);
+  const d = error.details;
+  const held = create(LockHeldSchema, {
+    reason: "SOURCE_LOCKED",
+    file: typeof d.file === "string" ? d.file : "",
+    owner: typeof d.owner === "string" ? d.owner : "",
+    since: typeof d.since === "number" ? timestampFromMs(d.since) : undefined,
+    fencingToken: typeof d.fencingToken === "number" ? BigInt(d.fencingToken) : 0n,
+    kind: holderKind(d.kind),
+    lockPath: typeof d.lockPath === "string" ? d.lockPath : "",
+  });
+  if (typeof d.pid === "number") held.pid = d.pid;
+  connectError.details.push({ desc: LockHeldSchema, value: held });
+  return connectError;
+}
+
+function holderKind(kind: unknown): HolderKind {
+  switch (kind) {
+    case "lease":
+      return HolderKind.LEASE;
+    case "stream":
+      return HolderKind.STREAM;
+    case "seed-file":
+      return HolderKind.SEED_LOCK_FILE;
+    default:
+      // Nobody identifiable: requests queued ahead wait for a lock file being taken over.
+      return HolderKind.UNSPECIFIED;
+  }
+}
+
+function leaseMessage(lease: Lease): LeaseMessage {
+  return create(LeaseSchema, {
+    leaseToken: lease.leaseToken,
+    fencingToken: BigInt(lease.fencingToken),
+    expiresAt: lease.expiresAt === null ? undefined : timestampFromMs(lease.expiresAt),
+    file: lease.file,
+    owner: lease.owner,
+    acquiredAt: timestampFromMs(lease.acquiredAt),
+    ttl: lease.ttlMs === null ? undefined : durationFromMs(lease.ttlMs),
+  });
+}
+
+function holderMessage(holder: LockHolderInfo): Holder {
+  if (holder.kind === "seed-file") {
+    const message = create(HolderSchema, { owner: holder.owner ?? "", fencingToken: 0n, since: timestampFromMs(holder.since), kind: HolderKind.SEED_LOCK_FILE });
+    if (holder.pid !== undefined) message.pid = holder.pid;
+    return message;
+  }
+  const message = create(HolderSchema, {
+    owner: holder.owner,
+    fencingToken: BigInt(holder.fencingToken),
+    since: timestampFromMs(holder.since),
+    expiresAt: holder.expiresAt === null ? undefined : timestampFromMs(holder.expiresAt),
+    kind: holder.kind === "lease" ? HolderKind.LEASE : HolderKind.STREAM,
+  });
+  if (holder.pid !== undefined) message.pid = holder.pid;
+  return message;
+}
+
+/**
+ * A protobuf Duration as milliseconds (sub-millisecond remainders round up, so a positive duration
+ * never reads as zero). Unset is 0. Negative or malformed durations are refused naming `field`;
+ * the upper bounds are the domain's.
+ */
+export function durationInput(duration: Duration | undefined, field: string): number {
+  if (duration === undefined) return 0;
+  const { seconds, nanos } = duration;
+  if (seconds < 0n || nanos < 0) throw invalidArgument(field, `must not be negative, got ${seconds}s ${nanos}ns`);
+  if (nanos > 999_999_999) throw invalidArgument(field, `nanos must be at most 999999999, got ${nanos}`);
+  // Beyond this no limit of the service is anywhere near: say "too long" rather than lose precision.
+  if (seconds > 315_576_000_000n) throw invalidArgument(field, `must be at most 10000 years, got ${seconds}s`);
+  return Number(seconds) * 1000 + Math.ceil(nanos / 1_000_000);
+}
+
+/** The wait, shortened to end a little before the call's deadline when that comes first. */
+function boundedByDeadline(waitMs: number, context: HandlerContext): number {
+  const left = context.timeoutMs();
+  if (left === undefined || waitMs === 0) return waitMs;
+  const bound = Math.max(0, Math.floor(left - Math.min(DEADLINE_MARGIN_MS, left / 10)));
+  return Math.min(waitMs, bound);
+}
+
+/** A lease token as a request carries it: non-empty and short (they are UUIDs). */
+function leaseTokenInput(token: string): string {
+  if (token.length === 0) throw invalidArgument("lease_token", "is required: the lease token Acquire (or Hold) returned");
+  if (token.length > 128) throw invalidArgument("lease_token", `must be at most 128 characters, got ${token.length}`);
+  return token;
+}
+
+/** Resolves after `ms` on `clock`, or at once when `signal` aborts. */
+function delay(clock: Clock, ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    if (signal.aborted) return resolve();
+    const done = () => {
+      clock.clearTimeout(timer);
+      signal.removeEventListener("abort", done);
+      resolve();
+    };
+    const timer = clock.setTimeout(done, ms);
+    signal.addEventListener("abort", done, { once: true });
+  });
+}
