@@ -2,13 +2,24 @@
  * The sessions service as a process runs it: its settings, and how it starts (the journal store and
  * the lock table over the state directory, and the RPC layer over them).
  */
+import type { Logger } from "pino";
 import { LockService } from "@berth/api/berth/sessions/v1/lock_service_pb";
 import { SessionService } from "@berth/api/berth/sessions/v1/session_service_pb";
-import { defineConfig, parseNonEmpty, parsePort } from "@berth/shared/config";
-import { implement, serveElected, type ServiceDefinition } from "@berth/shared/server/index";
+import { defineConfig, integerParser, oneOf, parseNonEmpty, parsePort, type ConfigValues } from "@berth/shared/config";
+import { acquireElection, type ElectionLock } from "@berth/shared/election";
+import { invalidArgument } from "@berth/shared/errors";
+import { implement, serveElected, type CommonValues, type ServerContext, type ServiceDefinition } from "@berth/shared/server/index";
+import { parseSize } from "@berth/shared/units";
+import { createSessionStore, DEFAULT_CACHE_SIZE, DEFAULT_MAX_EVENT_BYTES, DEFAULT_MAX_EVENTS_PER_APPEND, type SessionStore } from "../session-store.js";
+import { resolveSessionDirs } from "../session-paths.js";
+import { DEFAULT_MAX_BUFFERED } from "../watch-hub.js";
+import { createSessionHandlers, type FenceCheck } from "./session-handlers.js";
 
 /** The default port of the sessions service. */
 export const SESSIONS_DEFAULT_PORT = 7301;
+
+/** How appends reach the disk (`--fsync`). */
+export const FSYNC_MODES = ["batch", "always", "none"] as const;
 
 /** Settings of the sessions service (besides the common ones). */
 export const SESSIONS_SETTINGS = defineConfig({
@@ -25,7 +36,109 @@ export const SESSIONS_SETTINGS = defineConfig({
     parse: parseNonEmpty,
     doc: "serve the sessions service on this unix socket (mode 0600) instead of the TCP port",
   },
+  fsync: {
+    flag: "fsync",
+    env: "BERTH_FSYNC",
+    default: "batch" as (typeof FSYNC_MODES)[number],
+    parse: oneOf(FSYNC_MODES),
+    doc: "when an append is acknowledged: batch (after fdatasync, shared by concurrent appends), always (one fdatasync per append), none (after write, as the seed)",
+  },
+  liveDir: {
+    flag: "live-dir",
+    env: "BERTH_LIVE_DIR",
+    parse: parseNonEmpty,
+    doc: "serve a project's live directory (<project>/.impeccable/live) in place: journals in its sessions/, the seed's legacy journals read from <project>/.impeccable-live/sessions",
+  },
+  maxEventBytes: {
+    flag: "max-event-bytes",
+    env: "BERTH_MAX_EVENT_BYTES",
+    default: DEFAULT_MAX_EVENT_BYTES,
+    parse: (raw: string, field: string) => {
+      const bytes = parseSize(raw, field);
+      if (bytes < 1024) throw invalidArgument(field, "must be at least 1K");
+      return bytes;
+    },
+    doc: "largest event (its journal JSON) an append may carry, e.g. 1M; larger ones are RESOURCE_EXHAUSTED",
+  },
+  maxEventsPerAppend: {
+    flag: "max-events-per-append",
+    env: "BERTH_MAX_EVENTS_PER_APPEND",
+    default: DEFAULT_MAX_EVENTS_PER_APPEND,
+    parse: integerParser(1, 1_000_000),
+    doc: "most events one AppendEvents call may carry",
+  },
+  sessionCache: {
+    flag: "session-cache",
+    env: "BERTH_SESSION_CACHE",
+    default: DEFAULT_CACHE_SIZE,
+    parse: integerParser(1, 10_000_000),
+    doc: "sessions kept open in memory (least recently used ones are closed beyond it)",
+  },
+  watchBuffer: {
+    flag: "watch-buffer",
+    env: "BERTH_WATCH_BUFFER",
+    default: DEFAULT_MAX_BUFFERED,
+    parse: integerParser(1, 1_000_000),
+    doc: "entries a watcher may fall behind before it is ended (RESOURCE_EXHAUSTED, resumable)",
+  },
 });
+
+/** The loaded settings of the sessions service. */
+export type SessionsValues = CommonValues & ConfigValues<typeof SESSIONS_SETTINGS>;
+
+/** The journal store as the service opened it, and how to close it. */
+export interface OpenedSessions {
+  readonly store: SessionStore;
+  close(): Promise<void>;
+}
+
+/**
+ * Opens the journal store the settings name: `<state-dir>/sessions`, or a project's live directory
+ * served in place. A live directory is claimed with its own election lock
+ * (`<live>/sessions/berth-sessions.lock`), so two berth services with different state directories
+ * cannot both write one project's journals.
+ */
+export function openSessions(values: SessionsValues, logger: Logger): OpenedSessions {
+  const dirs = resolveSessionDirs(values.liveDir === undefined ? { stateDir: values.stateDir } : { liveDir: values.liveDir });
+  let liveElection: ElectionLock | undefined;
+  if (values.liveDir !== undefined) liveElection = acquireElection(dirs.dir, "berth-sessions", { service: "sessions" });
+  try {
+    const store = createSessionStore({
+      dir: dirs.dir,
+      ...(dirs.legacyDir !== undefined ? { legacyDir: dirs.legacyDir } : {}),
+      fsync: values.fsync,
+      logger: logger.child({ component: "session-store" }),
+      maxEventBytes: values.maxEventBytes,
+      maxEventsPerAppend: values.maxEventsPerAppend,
+      cacheSize: values.sessionCache,
+      maxBuffered: values.watchBuffer,
+    });
+    logger.info({ dir: dirs.dir, legacyDir: dirs.legacyDir, fsync: values.fsync }, "session journals");
+    return {
+      store,
+      async close() {
+        try {
+          await store.close();
+        } finally {
+          liveElection?.release();
+        }
+      },
+    };
+  } catch (error) {
+    liveElection?.release();
+    throw error;
+  }
+}
+
+/**
+ * The SessionService registration over `store`, with its gauges on the server's metrics.
+ * `fenceCheck` (from the lock service) verifies the fences of appends.
+ */
+export function sessionServiceRegistration(store: SessionStore, context: ServerContext, fenceCheck?: FenceCheck) {
+  context.metrics.registerGauge("berth_sessions_open_sessions", "Sessions open in memory (the bounded LRU).", () => store.stats().openSessions);
+  context.metrics.registerGauge("berth_sessions_watchers", "Open watchers (WatchSession and WatchSessions streams).", () => store.stats().watchers);
+  return implement(SessionService, createSessionHandlers({ store, fenceCheck }));
+}
 
 /** The sessions service: SessionService and LockService on one port. */
 export const sessionsService: ServiceDefinition<typeof SESSIONS_SETTINGS> = {
@@ -38,9 +151,12 @@ export const sessionsService: ServiceDefinition<typeof SESSIONS_SETTINGS> = {
       port: values.sessionsPort,
       socket: values.sessionsSocket,
       logger,
-      open: () => ({
-        services: [implement(SessionService, {}), implement(LockService, {})],
-        close() {},
-      }),
+      open: () => {
+        const sessions = openSessions(values, logger);
+        return {
+          services: (context: ServerContext) => [sessionServiceRegistration(sessions.store, context), implement(LockService, {})],
+          close: () => sessions.close(),
+        };
+      },
     }),
 };
