@@ -18,7 +18,7 @@ import { BerthError } from "@berth/shared/errors";
 import { createErrorInterceptor, ERROR_DETAILS_HEADER } from "@berth/shared/server/index";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { SessionStore, type SessionStoreOptions } from "../session-store.js";
-import { createSessionHandlers, fenceCheckFrom, type FenceCheck, type SessionHandlerOptions } from "./session-handlers.js";
+import { createSessionHandlers, type FenceCheck, type SessionHandlerOptions } from "./session-handlers.js";
 import { snapshotToProto } from "./snapshot-codec.js";
 
 let dir: string;
@@ -170,10 +170,12 @@ describe("AppendEvent", () => {
     const store = openStore();
     const calls: Array<[string, bigint]> = [];
     let current = 7n;
-    const fenceCheck: FenceCheck = fenceCheckFrom((file, token) => {
+    // Shaped as the lock service's check (lock-handlers.ts makeFenceCheck).
+    const fenceCheck: FenceCheck = (file, token) => {
       calls.push([file, token]);
-      return { file: `/abs/${file}`, current: token === current, currentToken: Number(current) };
-    });
+      if (token === current) return;
+      throw new BerthError("aborted", `fence rejected: token ${token} is stale`, { reason: "FENCE_REJECTED", file: `/abs/${file}`, fencingToken: Number(token), currentToken: Number(current) });
+    };
     const client = clientFor(store, { fenceCheck });
     const ok = await client.appendEvent({ sessionId: "s", event: generate(), fence: { file: "src/a.css", fencingToken: 7n } });
     expect(ok.seq).toBe(1n);

@@ -234,25 +234,6 @@ export function createSessionHandlers(options: SessionHandlerOptions): ServiceIm
   };
 }
 
-/**
- * Builds the `FenceCheck` the store calls right before sequencing from a lock table's token check
- * (`checkToken(file, token) → {file, current, currentToken}`), for wiring the lock service in.
- */
-export function fenceCheckFrom(
-  checkToken: (file: string, token: bigint) => { file: string; current: boolean; currentToken: number | bigint | null },
-): FenceCheck {
-  return (file, token) => {
-    const check = checkToken(file, token);
-    if (check.current) return;
-    const current = check.currentToken === null ? "nobody holds it now" : `its current token is ${check.currentToken}`;
-    throw new BerthError(
-      "aborted",
-      `fence: token ${token} is no longer the current fencing token of ${check.file} (${current}); this writer lost the lock and must not write`,
-      { file: check.file, fencingToken: token, currentToken: check.currentToken ?? 0 },
-    );
-  };
-}
-
 // --------------------------------------------------------------------------- appends
 
 async function appendOrExplain(store: SessionStore, sessionId: string, events: Record<string, unknown>[], options: AppendOptions): Promise<AppendResult> {
