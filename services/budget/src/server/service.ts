@@ -1,15 +1,54 @@
 /**
  * The budget service as a process runs it: its settings, and how it starts (the sampler, the
  * admission queue and the running tally over the state directory, and the RPC layer over them).
+ *
+ * SIGHUP re-reads the policy from the process's command line, environment and config file: a
+ * policy that does not parse or validate is logged and the one in force is kept; a good one takes
+ * effect at once and re-checks the queue.
  */
 import { BudgetService } from "@berth/api/berth/budget/v1/budget_service_pb";
 import { defineConfig, parseNonEmpty, parsePort } from "@berth/shared/config";
-import { implement, serveElected, type ServiceDefinition } from "@berth/shared/server/index";
+import { invalidArgument } from "@berth/shared/errors";
+import { implement, serveElected, type ServerContext, type ServiceDefinition } from "@berth/shared/server/index";
+import type { ServerMetrics } from "@berth/shared/server/index";
+import { parseDuration } from "@berth/shared/units";
+import type { Budget, BudgetState, Logger } from "../index.js";
+import { POLICY_SETTINGS, SAMPLER_SETTINGS, createBudget, createSampler, machineFactsOf, policyFromConfig, samplerOptionsFromConfig } from "../index.js";
+import { createBudgetHandlers } from "./budget-handlers.js";
+import { MAX_DURATION_MS } from "./budget-codec.js";
+import type { ReloadSources } from "./reload-settings.js";
+import { reloadSettings } from "./reload-settings.js";
 
 /** The default port of the budget service. */
 export const BUDGET_DEFAULT_PORT = 7302;
 
-/** Settings of the budget service (besides the common ones). */
+/** The default lease of a Reserve that gives no ttl. */
+export const DEFAULT_LEASE_TTL_MS = 30_000;
+
+function leaseParser(raw: string, field: string): number {
+  let ms: number;
+  try {
+    ms = parseDuration(raw.trim(), field);
+  } catch {
+    throw invalidArgument(field, `must be a duration like 30s or 2m; got ${JSON.stringify(raw)}`);
+  }
+  if (ms <= 0 || ms > MAX_DURATION_MS) throw invalidArgument(field, `must be a positive duration of at most 24d; got ${JSON.stringify(raw)}`);
+  return ms;
+}
+
+/** The settings SIGHUP re-reads: the policy and the default lease. */
+export const RELOADABLE_SETTINGS = defineConfig({
+  ...POLICY_SETTINGS,
+  leaseTtl: {
+    flag: "lease-ttl",
+    env: "BERTH_BUDGET_LEASE_TTL",
+    default: DEFAULT_LEASE_TTL_MS,
+    parse: leaseParser,
+    doc: "lease of a Reserve that gives no ttl (renewed by KeepAlive)",
+  },
+});
+
+/** Settings of the budget service (besides the common ones): where it listens, its policy, its sampler. */
 export const BUDGET_SETTINGS = defineConfig({
   budgetPort: {
     flag: "budget-port",
@@ -24,22 +63,96 @@ export const BUDGET_SETTINGS = defineConfig({
     parse: parseNonEmpty,
     doc: "serve the budget service on this unix socket (mode 0600) instead of the TCP port",
   },
+  ...RELOADABLE_SETTINGS,
+  ...SAMPLER_SETTINGS,
 });
 
-/** The budget service: BudgetService on its own port. */
-export const budgetService: ServiceDefinition<typeof BUDGET_SETTINGS> = {
-  name: "budget",
-  settings: BUDGET_SETTINGS,
-  start: (values, logger) =>
-    serveElected({
-      name: "budget",
-      values,
-      port: values.budgetPort,
-      socket: values.budgetSocket,
-      logger,
-      open: () => ({
-        services: [implement(BudgetService, {})],
-        close() {},
+/** Where a budget service re-reads its policy on SIGHUP; the process's own by default. */
+export interface BudgetServiceOptions {
+  reloadSources?: (() => ReloadSources) | undefined;
+}
+
+/** How long gauges share one look at the budget's state (a scrape reads several). */
+const STATE_MEMO_MS = 100;
+
+function registerGauges(metrics: ServerMetrics, budget: Budget): Array<() => void> {
+  let memo: { at: number; state: BudgetState } | undefined;
+  const state = () => {
+    const now = performance.now();
+    if (memo === undefined || now - memo.at > STATE_MEMO_MS) memo = { at: now, state: budget.state() };
+    return memo.state;
+  };
+  return [
+    metrics.registerGauge("berth_budget_queue_length", "Requests waiting in the admission queue.", () => state().queue.length),
+    metrics.registerGauge("berth_budget_reservations", "Admitted reservations in flight.", () => state().reservations.length),
+    metrics.registerGauge("berth_budget_running", "Running entries counted in the tally.", () => state().running.length),
+    metrics.registerGauge("berth_budget_committed_memory_bytes", "Memory committed (running plus reservations), in bytes.", () => state().committed.memoryBytes),
+    metrics.registerGauge("berth_budget_committed_cpu", "Cpu committed (running plus reservations), in cores.", () => state().committed.cpu),
+    metrics.registerGauge("berth_budget_memory_budget_bytes", "The memory budget in force, in bytes.", () => budget.policy().memoryBytes),
+    metrics.registerGauge("berth_budget_cpu_budget", "The cpu budget in force, in cores.", () => budget.policy().cpu),
+  ];
+}
+
+/** The budget service, re-reading its policy from `options.reloadSources` on SIGHUP. */
+export function createBudgetService(options: BudgetServiceOptions = {}): ServiceDefinition<typeof BUDGET_SETTINGS> {
+  const sources = options.reloadSources ?? (() => ({ argv: process.argv.slice(2), env: process.env }));
+  return {
+    name: "budget",
+    settings: BUDGET_SETTINGS,
+    start: (values, logger) =>
+      serveElected({
+        name: "budget",
+        values,
+        port: values.budgetPort,
+        socket: values.budgetSocket,
+        logger,
+        open: async () => {
+          const sampler = createSampler({ ...samplerOptionsFromConfig(values), logger });
+          let budget: Budget;
+          try {
+            // The first sample comes before the policy: its defaults (75 % of the memory) are the machine's.
+            await sampler.start();
+            const policy = policyFromConfig(values, machineFactsOf(sampler.latest()));
+            budget = await createBudget({ policy, sampler, stateDir: values.stateDir, logger: logger as Logger });
+          } catch (error) {
+            sampler.close();
+            throw error;
+          }
+          let leaseTtlMs = values.leaseTtl;
+
+          const reload = () => {
+            try {
+              const reloaded = reloadSettings(RELOADABLE_SETTINGS, sources());
+              const policy = budget.reloadPolicy(policyFromConfig(reloaded, machineFactsOf(sampler.latest())));
+              leaseTtlMs = reloaded.leaseTtl;
+              logger.info({ policy, leaseTtlMs }, "SIGHUP: policy reloaded");
+            } catch (error) {
+              logger.error({ err: error }, `SIGHUP: the policy was not reloaded (${(error as Error).message}); the one in force stays`);
+            }
+          };
+          const onHangup = () => reload();
+          let removeGauges: Array<() => void> = [];
+
+          return {
+            services: (context: ServerContext) => {
+              process.on("SIGHUP", onHangup);
+              removeGauges = registerGauges(context.metrics, budget);
+              return [implement(BudgetService, createBudgetHandlers({ budget, defaultLeaseTtlMs: () => leaseTtlMs, sampleIntervalMs: sampler.intervalMs }))];
+            },
+            async close() {
+              process.off("SIGHUP", onHangup);
+              for (const remove of removeGauges) remove();
+              try {
+                await budget.close();
+              } finally {
+                sampler.close();
+              }
+            },
+          };
+        },
       }),
-    }),
-};
+  };
+}
+
+/** The budget service: BudgetService on its own port, its policy re-read from this process's sources on SIGHUP. */
+export const budgetService: ServiceDefinition<typeof BUDGET_SETTINGS> = createBudgetService();

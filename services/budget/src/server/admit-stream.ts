@@ -1,0 +1,207 @@
+/**
+ * The Admit stream: one admission held for as long as the stream lives.
+ *
+ * Everything that can happen to a stream (a message from the client, the client closing its side,
+ * a queue position update, the admission, a refusal, the call being cancelled or the server
+ * shutting down) arrives as one event on one channel, and one loop handles them in order. So the
+ * stream is never reading and deciding at the same time, and however it ends, one `finally` drops
+ * the queued request or releases the reservation.
+ */
+import type { MessageInitShape } from "@bufbuild/protobuf";
+import type { HandlerContext } from "@connectrpc/connect";
+import type { AdmitRequest, AdmitResponseSchema } from "@berth/api/berth/budget/v1/budget_service_pb";
+import { invalidArgument } from "@berth/shared/errors";
+import { abortError } from "@berth/shared/server/index";
+import type { QueuedUpdate, Reservation } from "../index.js";
+import type { BudgetHandlerDeps } from "./budget-handlers.js";
+import { checkLabel, durationMs, durationOf, needItemsFromProto, pidFromProto, reservationToProto, runCostFromProto, runningEntryToProto } from "./budget-codec.js";
+import { refusalError } from "./refusals.js";
+
+type AdmitResponseInit = MessageInitShape<typeof AdmitResponseSchema>;
+
+type AdmitEvent =
+  | { type: "request"; request: AdmitRequest; taken: () => void }
+  | { type: "end" }
+  | { type: "failed"; error: unknown }
+  | { type: "aborted" }
+  | { type: "queued"; update: QueuedUpdate }
+  | { type: "admitted"; reservation: Reservation }
+  | { type: "refused"; error: unknown };
+
+/** A FIFO of events with one reader. Queue updates coalesce: a reader that fell behind gets the latest, not a backlog. */
+class EventChannel {
+  private items: AdmitEvent[] = [];
+  private wake: (() => void) | undefined;
+
+  push(event: AdmitEvent): void {
+    const last = this.items[this.items.length - 1];
+    if (event.type === "queued" && last?.type === "queued") this.items[this.items.length - 1] = event;
+    else this.items.push(event);
+    const wake = this.wake;
+    this.wake = undefined;
+    wake?.();
+  }
+
+  /** Puts an event ahead of everything pending (the call ended: nothing else matters). */
+  pushFront(event: AdmitEvent): void {
+    this.items.unshift(event);
+    const wake = this.wake;
+    this.wake = undefined;
+    wake?.();
+  }
+
+  async next(): Promise<AdmitEvent> {
+    while (this.items.length === 0) await new Promise<void>((resolve) => (this.wake = resolve));
+    return this.items.shift()!;
+  }
+}
+
+/**
+ * Reads the client's messages into the channel, one at a time: the next is read only once the
+ * loop has handled the previous, so a client cannot pile messages up in the server.
+ */
+async function pump(iterator: AsyncIterator<AdmitRequest>, channel: EventChannel): Promise<void> {
+  try {
+    for (;;) {
+      const result = await iterator.next();
+      if (result.done) {
+        channel.push({ type: "end" });
+        return;
+      }
+      await new Promise<void>((taken) => channel.push({ type: "request", request: result.value, taken }));
+    }
+  } catch (error) {
+    channel.push({ type: "failed", error });
+  }
+}
+
+/** The Admit handler (see the service's proto for the conversation). */
+export async function* admitStream(requests: AsyncIterable<AdmitRequest>, context: HandlerContext, deps: BudgetHandlerDeps): AsyncGenerator<AdmitResponseInit> {
+  const { budget, clock } = deps;
+  const channel = new EventChannel();
+  const iterator = requests[Symbol.asyncIterator]();
+  const onAbort = () => channel.pushFront({ type: "aborted" });
+  context.signal.addEventListener("abort", onAbort, { once: true });
+  if (context.signal.aborted) onAbort();
+  void pump(iterator, channel);
+
+  const dropQueued = new AbortController();
+  let outcome: Promise<Reservation> | undefined;
+  let reservation: Reservation | undefined;
+  try {
+    // The first message: the need.
+    const first = await channel.next();
+    if (first.type === "end") return; // the client left before asking for anything
+    if (first.type === "aborted") throw abortError(context.signal);
+    if (first.type === "failed") throw first.error;
+    if (first.type !== "request") throw new Error(`admit: unexpected first event ${first.type}`);
+    first.taken();
+    const start = first.request.kind;
+    if (start.case !== "start") throw invalidArgument("kind", `the first message must be start (the need); got ${start.case ?? "nothing"}`);
+
+    const policy = budget.policy();
+    const need = budget.needOf(needItemsFromProto(start.value.need, "start.need"));
+    const label = checkLabel(start.value.label, "start.label");
+    const asked = durationMs(start.value.maxWait, "start.max_wait");
+    // Longer than the policy's wait is capped to it.
+    const maxWaitMs = Math.min(asked ?? policy.maxWaitMs, policy.maxWaitMs);
+    const startedAt = clock.now();
+    const deadline = startedAt + maxWaitMs;
+    let queued = false;
+
+    outcome = budget.admit(need, label, {
+      maxWaitMs,
+      skipLoadGate: start.value.skipLoadGate,
+      signal: dropQueued.signal,
+      onQueued: (update) => {
+        queued = true;
+        channel.push({ type: "queued", update });
+      },
+    });
+    outcome.then(
+      (admitted) => channel.push({ type: "admitted", reservation: admitted }),
+      (error: unknown) => channel.push({ type: "refused", error }),
+    );
+    for (;;) {
+      const event = await channel.next();
+      switch (event.type) {
+        case "aborted":
+          throw abortError(context.signal);
+        case "failed":
+          throw event.error;
+        // The client closed its side: nothing more can come, so the admission is over.
+        case "end":
+          return;
+        case "queued":
+          if (reservation === undefined) yield { kind: { case: "queued", value: deps.encoder.encode(event.update, deadline) } };
+          break;
+        case "admitted":
+          reservation = event.reservation;
+          yield {
+            kind: {
+              case: "admitted",
+              value: { reservation: reservationToProto(reservation, deps.runningIds(reservation)), waited: durationOf(queued ? clock.now() - startedAt : 0) },
+            },
+          };
+          break;
+        case "refused":
+          throw refusalError(event.error, { waitedMs: queued ? clock.now() - startedAt : 0, reasons: deps.reasonContext });
+        case "request": {
+          try {
+            const request = event.request.kind;
+            switch (request.case) {
+              case "start":
+                throw invalidArgument("start", "sent twice: one Admit stream admits one need");
+              case "buildDone": {
+                if (reservation === undefined) throw invalidArgument("build_done", "sent before admitted: wait for the admitted message");
+                budget.releaseBuild(reservation.id);
+                yield { kind: { case: "updated", value: { reservation: reservationToProto(reservation, deps.runningIds(reservation)) } } };
+                break;
+              }
+              case "started": {
+                if (reservation === undefined) throw invalidArgument("started", "sent before admitted: wait for the admitted message");
+                const started = request.value;
+                const name = checkLabel(started.name, "started.name");
+                const cost = runCostFromProto(started.costSource, budget.policy(), "started");
+                const pid = pidFromProto(started.pid, "started.pid");
+                const ttlMs = durationMs(started.ttl, "started.ttl", { positive: true });
+                let entry = await budget.consume(reservation.id, name, cost, pid);
+                // The domain's consume takes no lease; renewing with a ttl gives the entry one.
+                if (ttlMs !== undefined) entry = await budget.renewRunning(entry.id, ttlMs);
+                deps.addRunning(reservation, entry.id);
+                yield {
+                  kind: {
+                    case: "updated",
+                    value: { reservation: reservationToProto(reservation, deps.runningIds(reservation)), running: runningEntryToProto(entry) },
+                  },
+                };
+                break;
+              }
+              case "release": {
+                // While still queued, a release withdraws the request.
+                const id = reservation?.id ?? "";
+                if (reservation !== undefined) budget.release(reservation.id);
+                yield { kind: { case: "released", value: { reservationId: id } } };
+                return;
+              }
+              default:
+                throw invalidArgument("kind", "must be one of start, build_done, started, release");
+            }
+          } finally {
+            event.taken();
+          }
+          break;
+        }
+      }
+    }
+  } finally {
+    context.signal.removeEventListener("abort", onAbort);
+    // However the stream ended: a queued request is dropped, a reservation (now or later) released.
+    dropQueued.abort();
+    outcome?.then(
+      (admitted) => budget.release(admitted.id),
+      () => {},
+    );
+    void iterator.return?.()?.catch(() => {});
+  }
+}

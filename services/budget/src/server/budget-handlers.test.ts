@@ -1,0 +1,610 @@
+import type { MessageInitShape } from "@bufbuild/protobuf";
+import { Code, ConnectError } from "@connectrpc/connect";
+import { afterEach, describe, expect, it } from "vitest";
+import { Gate, NeedItemKind, RefusalKind, RefusalSchema } from "@berth/api/berth/budget/v1/budget_pb";
+import type { AdmitRequestSchema, AdmitResponse } from "@berth/api/berth/budget/v1/budget_service_pb";
+import type { InMemoryBudget, InMemoryOptions } from "./testing.js";
+import { G, M, buildItem, pushable, serveInMemory, settle, startItem } from "./testing.js";
+
+type AdmitRequestInit = MessageInitShape<typeof AdmitRequestSchema>;
+
+const servers: InMemoryBudget[] = [];
+afterEach(async () => {
+  await Promise.all(servers.splice(0).map((s) => s.close()));
+});
+
+async function serve(options: InMemoryOptions = {}) {
+  const server = await serveInMemory(options);
+  servers.push(server);
+  return server;
+}
+
+/** An Admit stream driven by the test: `send` a message, `next` the answer. */
+function openAdmit(server: InMemoryBudget, label: string, items: AdmitRequestInit[] = [], options: { maxWaitMs?: number; start?: boolean } = {}) {
+  const requests = pushable<AdmitRequestInit>();
+  const controller = new AbortController();
+  if (options.start !== false) {
+    requests.push({
+      kind: {
+        case: "start",
+        value: {
+          label,
+          need: { items: items as never },
+          maxWait: options.maxWaitMs === undefined ? undefined : { seconds: BigInt(Math.floor(options.maxWaitMs / 1000)), nanos: (options.maxWaitMs % 1000) * 1e6 },
+        },
+      },
+    });
+  }
+  const responses = server.client.admit(requests, { signal: controller.signal })[Symbol.asyncIterator]();
+  const received: AdmitResponse[] = [];
+  let failure: ConnectError | undefined;
+  let ended = false;
+  // Read continuously, as a real client does; tests look at what arrived.
+  const reading = (async () => {
+    try {
+      for (;;) {
+        const result = await responses.next();
+        if (result.done) break;
+        received.push(result.value);
+      }
+    } catch (error) {
+      failure = ConnectError.from(error);
+    } finally {
+      ended = true;
+    }
+  })();
+  return {
+    requests,
+    received,
+    send: (request: AdmitRequestInit) => requests.push(request),
+    cancel: () => controller.abort(),
+    get failure() {
+      return failure;
+    },
+    get ended() {
+      return ended;
+    },
+    /** Waits until `predicate` holds for what arrived (or the stream ended). */
+    async until(predicate: () => boolean) {
+      const end = Date.now() + 5000;
+      while (!predicate() && !ended && Date.now() < end) await new Promise((resolve) => setTimeout(resolve, 2));
+      return predicate();
+    },
+    last: () => received[received.length - 1],
+    done: reading,
+  };
+}
+
+const startNeed = (name: string, memoryGb: number, cpu: number) => [startItem(name, memoryGb, cpu)];
+
+describe("Check", () => {
+  it("says a need fits, with its parts, the committed list, the machine and the policy", async () => {
+    const { client } = await serve();
+    const { verdict } = await client.check({ need: { items: [startItem("web", 1, 1), buildItem("web", 2, 1, 0), buildItem("api", 1, 1, 0)] } });
+    expect(verdict?.fits).toBe(true);
+    expect(verdict?.need?.start?.memoryBytes).toBe(BigInt(G));
+    expect(verdict?.need?.build?.memoryBytes).toBe(BigInt(3 * G));
+    expect(verdict?.need?.total?.cpu).toBe(3);
+    expect(verdict?.policy?.memoryBytes).toBe(BigInt(8 * G));
+    expect(verdict?.policy?.sampleInterval?.seconds).toBe(1n);
+    expect(verdict?.policy?.defaultLeaseTtl?.seconds).toBe(30n);
+    expect(verdict?.machine?.availableBytes).toBe(BigInt(64 * G));
+    expect(verdict?.waitFor).toEqual([]);
+  });
+
+  it("names the gate, its figures and what holds the budget when a need would wait", async () => {
+    const server = await serve();
+    await server.budget.admit({ items: [], start: { memoryBytes: 6 * G, cpu: 1 }, build: { memoryBytes: 0, cpu: 0 } }, "big one");
+    const { verdict } = await server.client.check({ need: { items: startNeed("web", 4, 1) } });
+    expect(verdict?.fits).toBe(false);
+    const reason = verdict!.waitFor[0]!;
+    expect(reason.gate).toBe(Gate.MEMORY_BUDGET);
+    expect(reason.needed).toBe(4 * G);
+    expect(reason.available).toBe(2 * G);
+    expect(reason.limit).toBe(8 * G);
+    expect(reason.observed).toBe(6 * G);
+    expect(reason.setting).toBe("BERTH_BUDGET_MEMORY");
+    expect(reason.holders.map((h) => h.what)).toEqual(["in flight: big one"]);
+    expect(verdict?.waitForText).toContain("memory: needs 4G");
+    expect(verdict?.committed?.items.map((i) => i.what)).toEqual(["in flight: big one"]);
+  });
+
+  it("says when a need can never fit", async () => {
+    const { client } = await serve();
+    const { verdict } = await client.check({ need: { items: startNeed("huge", 9, 1) } });
+    expect(verdict?.fits).toBe(false);
+    expect(verdict?.impossible).toContain("whole budget is 8G");
+    expect(verdict?.impossibleReason?.gate).toBe(Gate.MEMORY_BUDGET);
+    expect(verdict?.impossibleReason?.available).toBe(8 * G);
+    expect(verdict?.waitFor).toEqual([]);
+  });
+
+  it("reports the cpu gate's observed pressure as min(avg10, avg60), and skip_load_gate skips it", async () => {
+    const { client } = await serve({ sample: { pressure: { cpu: { avg10: 95, avg60: 85, avg300: 50, total: 1, scope: "host" } } } });
+    const { verdict } = await client.check({ need: { items: startNeed("web", 1, 1) } });
+    expect(verdict?.waitFor.map((r) => [r.gate, r.observed])).toEqual([[Gate.CPU_PRESSURE, 85]]);
+    const skipped = await client.check({ need: { items: startNeed("web", 1, 1) }, skipLoadGate: true });
+    expect(skipped.verdict?.fits).toBe(true);
+  });
+
+  it("defaults undeclared items from the policy and a spec's build part for a build", async () => {
+    const { client } = await serve();
+    const { verdict } = await client.check({
+      need: {
+        items: [
+          { kind: NeedItemKind.START, name: "web" },
+          { kind: NeedItemKind.BUILD, name: "web", costSource: { case: "spec", value: { memory: "64G", build: { memory: "1G", cpu: 0.5 } } } },
+          { kind: NeedItemKind.BUILD, name: "skipped", skipped: "unchanged" },
+        ],
+      },
+    });
+    expect(verdict?.need?.start).toMatchObject({ memoryBytes: BigInt(512 * M), cpu: 0.5 });
+    expect(verdict?.need?.build).toMatchObject({ memoryBytes: BigInt(G), cpu: 0.5 });
+  });
+
+  it.each([
+    [{ kind: 7, name: "x" }, "need.items[0].kind"],
+    [{ kind: NeedItemKind.UNSPECIFIED, name: "x" }, "need.items[0].kind"],
+    [{ kind: NeedItemKind.START, name: "" }, "need.items[0].name"],
+    [{ kind: NeedItemKind.START, name: "   " }, "need.items[0].name"],
+    [{ kind: NeedItemKind.START, name: "x".repeat(257) }, "need.items[0].name"],
+    [{ kind: NeedItemKind.START, name: "x", costSource: { case: "spec", value: { memory: "12Q" } } }, "need.items[0].spec.memory"],
+    [{ kind: NeedItemKind.START, name: "x", costSource: { case: "spec", value: { memory: "-1G" } } }, "need.items[0].spec.memory"],
+    [{ kind: NeedItemKind.START, name: "x", costSource: { case: "spec", value: { cpu: Number.NaN } } }, "need.items[0].spec.cpu"],
+    [{ kind: NeedItemKind.START, name: "x", costSource: { case: "spec", value: { cpu: -1 } } }, "need.items[0].spec.cpu"],
+    [{ kind: NeedItemKind.START, name: "x", costSource: { case: "spec", value: { build: { memory: "lots" } } } }, "need.items[0].spec.build.memory"],
+    [{ kind: NeedItemKind.BUILD, name: "x", costSource: { case: "spec", value: { build: { cpu: Number.POSITIVE_INFINITY } } } }, "need.items[0].spec.build.cpu"],
+    [{ kind: NeedItemKind.START, name: "x", costSource: { case: "cost", value: { memoryBytes: 2n ** 60n, cpu: 1 } } }, "need.items[0].cost.memory_bytes"],
+    [{ kind: NeedItemKind.START, name: "x", costSource: { case: "cost", value: { memoryBytes: 1n, cpu: Number.NaN } } }, "need.items[0].cost.cpu"],
+  ])("refuses a malformed item %# naming %s", async (item, field) => {
+    const { client } = await serve();
+    const error = await client.check({ need: { items: [item as never] } }).catch((e: unknown) => ConnectError.from(e));
+    expect(error).toBeInstanceOf(ConnectError);
+    expect((error as ConnectError).code).toBe(Code.InvalidArgument);
+    expect((error as ConnectError).rawMessage.startsWith(`${field}:`)).toBe(true);
+  });
+});
+
+describe("Admit", () => {
+  it("admits at once when the need fits, and releases on request", async () => {
+    const server = await serve();
+    const stream = openAdmit(server, "up web", startNeed("web", 2, 1));
+    expect(await stream.until(() => stream.received.length === 1)).toBe(true);
+    const admitted = stream.received[0]!.kind;
+    expect(admitted.case).toBe("admitted");
+    if (admitted.case !== "admitted") return;
+    expect(admitted.value.reservation?.label).toBe("up web");
+    expect(admitted.value.reservation?.start?.memoryBytes).toBe(BigInt(2 * G));
+    expect(admitted.value.reservation?.leaseExpiresAt).toBeUndefined();
+    expect(server.budget.state().reservations).toHaveLength(1);
+
+    stream.send({ kind: { case: "release", value: {} } });
+    await stream.done;
+    expect(stream.failure).toBeUndefined();
+    expect(stream.last()?.kind).toMatchObject({ case: "released", value: { reservationId: admitted.value.reservation?.id } });
+    expect(server.budget.state().reservations).toHaveLength(0);
+  });
+
+  it("queues with positions at once, and a release admits the head at once and moves the others up", async () => {
+    const server = await serve();
+    const first = openAdmit(server, "first", startNeed("a", 6, 1));
+    await first.until(() => first.received.length === 1);
+    const second = openAdmit(server, "second", startNeed("b", 4, 1));
+    const third = openAdmit(server, "third", startNeed("c", 5, 1));
+    await second.until(() => second.received.length === 1);
+    await third.until(() => third.received.length === 1);
+
+    const q2 = second.received[0]!.kind;
+    const q3 = third.received[0]!.kind;
+    expect(q2.case).toBe("queued");
+    expect(q3.case).toBe("queued");
+    if (q2.case !== "queued" || q3.case !== "queued") return;
+    expect(q2.value.position).toBe(1);
+    expect(q2.value.waitFor.map((r) => r.gate)).toEqual([Gate.MEMORY_BUDGET]);
+    expect(q2.value.waitFor[0]?.holders.map((h) => h.what)).toEqual(["in flight: first"]);
+    expect(q3.value.position).toBe(2);
+    expect(q3.value.waitFor.map((r) => [r.gate, r.observed])).toEqual([
+      [Gate.QUEUE, 1],
+      [Gate.MEMORY_BUDGET, 6 * G],
+    ]);
+    expect(q3.value.ahead.map((a) => [a.label, a.position])).toEqual([["second", 1]]);
+    expect(q3.value.waitForText).toBe("1 request(s) ahead in the queue; " + q2.value.waitForText);
+    expect(q3.value.deadline).toBeDefined();
+    expect(q3.value.eta?.seconds).toBeGreaterThan(0n);
+
+    first.send({ kind: { case: "release", value: {} } });
+    expect(await second.until(() => second.last()?.kind.case === "admitted")).toBe(true);
+    // The third is now the head, still waiting for memory: it hears its new position.
+    expect(await third.until(() => third.received.length === 2)).toBe(true);
+    expect(third.last()?.kind).toMatchObject({ case: "queued", value: { position: 1 } });
+    second.cancel();
+    third.cancel();
+  });
+
+  it("a queued waiter hears a heartbeat when nothing changes", async () => {
+    const server = await serve();
+    const first = openAdmit(server, "first", startNeed("a", 6, 1));
+    await first.until(() => first.received.length === 1);
+    const second = openAdmit(server, "second", startNeed("b", 4, 1));
+    await second.until(() => second.received.length === 1);
+    server.clock.advance(5000);
+    expect(await second.until(() => second.received.length === 2)).toBe(true);
+    expect(second.last()?.kind).toMatchObject({ case: "queued", value: { position: 1 } });
+    first.cancel();
+    second.cancel();
+  });
+
+  it("build_done gives the build share back and started moves the start share to the tally", async () => {
+    const server = await serve();
+    const stream = openAdmit(server, "up web", [startItem("web", 2, 1), buildItem("web", 3, 2)]);
+    await stream.until(() => stream.received.length === 1);
+    expect(server.budget.state().committed.memoryBytes).toBe(5 * G);
+
+    stream.send({ kind: { case: "buildDone", value: {} } });
+    expect(await stream.until(() => stream.received.length === 2)).toBe(true);
+    expect(stream.last()?.kind).toMatchObject({ case: "updated" });
+    expect(server.budget.state().committed.memoryBytes).toBe(2 * G);
+
+    stream.send({ kind: { case: "started", value: { name: "web", costSource: { case: "cost", value: { memoryBytes: BigInt(2 * G), cpu: 1 } }, pid: process.pid, ttl: { seconds: 60n, nanos: 0 } } } });
+    expect(await stream.until(() => stream.received.length === 3)).toBe(true);
+    const updated = stream.last()!.kind;
+    expect(updated.case).toBe("updated");
+    if (updated.case !== "updated") return;
+    expect(updated.value.running?.name).toBe("web");
+    expect(updated.value.running?.pid).toBe(process.pid);
+    expect(updated.value.running?.leaseExpiresAt).toBeDefined();
+    expect(updated.value.reservation?.start?.memoryBytes).toBe(0n);
+    expect(updated.value.reservation?.runningIds).toEqual([updated.value.running?.id]);
+    const state = await server.client.getState({});
+    expect(state.running.map((r) => r.name)).toEqual(["web"]);
+    expect(state.committed?.memoryBytes).toBe(BigInt(2 * G));
+
+    stream.send({ kind: { case: "release", value: {} } });
+    await stream.done;
+    // The running entry outlives the stream.
+    expect(server.budget.state().running).toHaveLength(1);
+    expect(server.budget.state().reservations).toHaveLength(0);
+  });
+
+  it("refuses an impossible need with FAILED_PRECONDITION and a Refusal naming the setting", async () => {
+    const server = await serve();
+    const stream = openAdmit(server, "huge", startNeed("x", 9, 1));
+    await stream.done;
+    expect(stream.failure?.code).toBe(Code.FailedPrecondition);
+    const [refusal] = stream.failure!.findDetails(RefusalSchema);
+    expect(refusal?.kind).toBe(RefusalKind.IMPOSSIBLE);
+    expect(refusal?.settings).toEqual(["BERTH_BUDGET_MEMORY"]);
+    expect(refusal?.reasons[0]?.gate).toBe(Gate.MEMORY_BUDGET);
+    expect(refusal?.message).toContain("can never admit 'huge'");
+    expect(refusal?.waited?.seconds ?? 0n).toBe(0n);
+    expect(refusal?.retryAfter).toBeUndefined();
+  });
+
+  it("refuses when the queue is full with RESOURCE_EXHAUSTED, QUEUE_FULL and a retry_after", async () => {
+    const server = await serve({ policy: { maxQueue: 1 } });
+    const first = openAdmit(server, "first", startNeed("a", 6, 1));
+    await first.until(() => first.received.length === 1);
+    const second = openAdmit(server, "second", startNeed("b", 4, 1));
+    await second.until(() => second.received.length === 1);
+    const third = openAdmit(server, "third", startNeed("c", 4, 1));
+    await third.done;
+    expect(third.failure?.code).toBe(Code.ResourceExhausted);
+    const [refusal] = third.failure!.findDetails(RefusalSchema);
+    expect(refusal?.kind).toBe(RefusalKind.QUEUE_FULL);
+    expect(refusal?.settings).toEqual(["BERTH_BUDGET_MAX_QUEUE"]);
+    expect(refusal?.retryAfter?.seconds).toBeGreaterThan(0n);
+    first.cancel();
+    second.cancel();
+  });
+
+  it("refuses with WAIT_EXHAUSTED (RESOURCE_EXHAUSTED, not DEADLINE_EXCEEDED) when its wait runs out", async () => {
+    const server = await serve();
+    const first = openAdmit(server, "first", startNeed("a", 6, 1));
+    await first.until(() => first.received.length === 1);
+    const second = openAdmit(server, "second", startNeed("b", 4, 1), { maxWaitMs: 3000 });
+    await second.until(() => second.received.length === 1);
+    server.clock.advance(3000);
+    await second.done;
+    expect(second.failure?.code).toBe(Code.ResourceExhausted);
+    const [refusal] = second.failure!.findDetails(RefusalSchema);
+    expect(refusal?.kind).toBe(RefusalKind.WAIT_EXHAUSTED);
+    expect(refusal?.waited?.seconds).toBe(3n);
+    expect(refusal?.reasons.map((r) => r.gate)).toEqual([Gate.MEMORY_BUDGET]);
+    expect(refusal?.settings).toContain("BERTH_BUDGET_WAIT");
+    expect(refusal?.retryAfter).toBeDefined();
+    expect(server.budget.state().queue).toHaveLength(0);
+    first.cancel();
+  });
+
+  it("caps a max_wait longer than the policy's", async () => {
+    const server = await serve({ policy: { maxWaitMs: 2000 } });
+    const first = openAdmit(server, "first", startNeed("a", 6, 1));
+    await first.until(() => first.received.length === 1);
+    const second = openAdmit(server, "second", startNeed("b", 4, 1), { maxWaitMs: 60_000 });
+    await second.until(() => second.received.length === 1);
+    server.clock.advance(2000);
+    await second.done;
+    expect(second.failure?.findDetails(RefusalSchema)[0]?.kind).toBe(RefusalKind.WAIT_EXHAUSTED);
+    first.cancel();
+  });
+
+  it("a cancelled stream drops its queued request and releases its reservation", async () => {
+    const server = await serve();
+    const first = openAdmit(server, "first", startNeed("a", 6, 1));
+    await first.until(() => first.received.length === 1);
+    const second = openAdmit(server, "second", startNeed("b", 4, 1));
+    await second.until(() => second.received.length === 1);
+    expect(server.budget.state().queue).toHaveLength(1);
+
+    second.cancel();
+    await second.done;
+    await settle();
+    expect(server.budget.state().queue).toHaveLength(0);
+
+    first.cancel();
+    await first.done;
+    await settle();
+    expect(server.budget.state().reservations).toHaveLength(0);
+  });
+
+  it("the client closing its side ends the admission", async () => {
+    const server = await serve();
+    const stream = openAdmit(server, "first", startNeed("a", 1, 1));
+    await stream.until(() => stream.received.length === 1);
+    stream.requests.end();
+    await stream.done;
+    await settle();
+    expect(stream.failure).toBeUndefined();
+    expect(server.budget.state().reservations).toHaveLength(0);
+  });
+
+  it("a release while queued withdraws the request", async () => {
+    const server = await serve();
+    const first = openAdmit(server, "first", startNeed("a", 6, 1));
+    await first.until(() => first.received.length === 1);
+    const second = openAdmit(server, "second", startNeed("b", 4, 1));
+    await second.until(() => second.received.length === 1);
+    second.send({ kind: { case: "release", value: {} } });
+    await second.done;
+    expect(second.last()?.kind).toMatchObject({ case: "released", value: { reservationId: "" } });
+    await settle();
+    expect(server.budget.state().queue).toHaveLength(0);
+    first.cancel();
+  });
+
+  it.each([
+    ["a first message other than start", [{ kind: { case: "buildDone", value: {} } }], "kind"],
+    ["an empty first message", [{ kind: { case: undefined } }], "kind"],
+  ] as const)("refuses %s", async (_name, messages, field) => {
+    const server = await serve();
+    const stream = openAdmit(server, "x", [], { start: false });
+    for (const m of messages) stream.send(m as AdmitRequestInit);
+    await stream.done;
+    expect(stream.failure?.code).toBe(Code.InvalidArgument);
+    expect(stream.failure?.rawMessage.startsWith(`${field}:`)).toBe(true);
+  });
+
+  it("refuses messages out of turn and releases what the stream held", async () => {
+    const server = await serve();
+    const first = openAdmit(server, "first", startNeed("a", 6, 1));
+    await first.until(() => first.received.length === 1);
+    const queued = openAdmit(server, "queued", startNeed("b", 4, 1));
+    await queued.until(() => queued.received.length === 1);
+    queued.send({ kind: { case: "started", value: { name: "b" } } });
+    await queued.done;
+    expect(queued.failure?.code).toBe(Code.InvalidArgument);
+    expect(queued.failure?.rawMessage).toMatch(/^started: sent before admitted/);
+
+    first.send({ kind: { case: "start", value: { label: "again" } } });
+    await first.done;
+    expect(first.failure?.code).toBe(Code.InvalidArgument);
+    await settle();
+    expect(server.budget.state().reservations).toHaveLength(0);
+    expect(server.budget.state().queue).toHaveLength(0);
+  });
+
+  it.each([
+    [{ label: "" }, "start.label"],
+    [{ label: "x", maxWait: { seconds: -1n, nanos: 0 } }, "start.max_wait"],
+    [{ label: "x", maxWait: { seconds: 1n, nanos: 2_000_000_000 } }, "start.max_wait"],
+    [{ label: "x", maxWait: { seconds: 10n ** 12n, nanos: 0 } }, "start.max_wait"],
+    [{ label: "x", need: { items: [{ kind: NeedItemKind.START, name: "a", costSource: { case: "spec", value: { memory: "2 gigs" } } }] } }, "start.need.items[0].spec.memory"],
+  ] as const)("refuses a malformed start %# naming %s", async (start, field) => {
+    const server = await serve();
+    const stream = openAdmit(server, "x", [], { start: false });
+    stream.send({ kind: { case: "start", value: start as never } });
+    await stream.done;
+    expect(stream.failure?.code).toBe(Code.InvalidArgument);
+    expect(stream.failure?.rawMessage.startsWith(`${field}:`)).toBe(true);
+  });
+
+  it("refuses a malformed started message and keeps serving", async () => {
+    const server = await serve();
+    const stream = openAdmit(server, "x", startNeed("a", 1, 1));
+    await stream.until(() => stream.received.length === 1);
+    stream.send({ kind: { case: "started", value: { name: "a", pid: -5 } } });
+    await stream.done;
+    expect(stream.failure?.rawMessage).toMatch(/^started\.pid:/);
+    const again = await server.client.check({ need: { items: startNeed("a", 1, 1) } });
+    expect(again.verdict?.fits).toBe(true);
+  });
+});
+
+describe("Reserve, KeepAlive, Release", () => {
+  it("reserves with a lease that runs out unless renewed", async () => {
+    const server = await serve({ leaseTtlMs: 10_000 });
+    const { reservation } = await server.client.reserve({ label: "ci", need: { items: startNeed("a", 1, 1) }, ttl: { seconds: 5n, nanos: 0 } });
+    expect(reservation?.leaseExpiresAt).toBeDefined();
+    server.clock.advance(4000);
+    const { renewals } = await server.client.keepAlive({ ids: [reservation!.id, "unknown-id"] });
+    expect(renewals.map((r) => [r.id, r.alive])).toEqual([
+      [reservation!.id, true],
+      ["unknown-id", false],
+    ]);
+    server.clock.advance(4000);
+    expect(server.budget.state().reservations).toHaveLength(1);
+    server.clock.advance(1000);
+    expect(server.budget.state().reservations).toHaveLength(0);
+    const { released } = await server.client.release({ reservationId: reservation!.id });
+    expect(released).toBe(false);
+  });
+
+  it("uses the default lease without a ttl, and waits in the queue until there is room", async () => {
+    const server = await serve({ leaseTtlMs: 10_000 });
+    const big = await server.client.reserve({ label: "big", need: { items: startNeed("a", 6, 1) } });
+    expect(big.reservation?.leaseExpiresAt?.seconds).toBe(BigInt(Math.floor((server.clock.now() + 10_000) / 1000)));
+    const waiting = server.client.reserve({ label: "next", need: { items: startNeed("b", 4, 1) } });
+    await settle();
+    expect(server.budget.state().queue.map((q) => q.label)).toEqual(["next"]);
+    expect((await server.client.release({ reservationId: big.reservation!.id })).released).toBe(true);
+    const next = await waiting;
+    expect(next.reservation?.label).toBe("next");
+  });
+
+  it("a Reserve whose caller goes away leaves nothing queued", async () => {
+    const server = await serve();
+    await server.client.reserve({ label: "big", need: { items: startNeed("a", 6, 1) } });
+    const controller = new AbortController();
+    const waiting = server.client.reserve({ label: "next", need: { items: startNeed("b", 4, 1) } }, { signal: controller.signal }).catch((e: unknown) => ConnectError.from(e));
+    await settle();
+    expect(server.budget.state().queue).toHaveLength(1);
+    controller.abort();
+    expect((await waiting as ConnectError).code).toBe(Code.Canceled);
+    await settle();
+    expect(server.budget.state().queue).toHaveLength(0);
+  });
+
+  it("refuses a wait that runs out with the Refusal detail", async () => {
+    const server = await serve();
+    await server.client.reserve({ label: "big", need: { items: startNeed("a", 6, 1) } });
+    const waiting = server.client.reserve({ label: "next", need: { items: startNeed("b", 4, 1) }, maxWait: { seconds: 1n, nanos: 0 } }).catch((e: unknown) => ConnectError.from(e));
+    await settle();
+    server.clock.advance(1000);
+    const error = (await waiting) as ConnectError;
+    expect(error.code).toBe(Code.ResourceExhausted);
+    expect(error.findDetails(RefusalSchema)[0]?.kind).toBe(RefusalKind.WAIT_EXHAUSTED);
+  });
+
+  it("release_build gives the build share back; NOT_FOUND once released", async () => {
+    const server = await serve();
+    const { reservation } = await server.client.reserve({ label: "b", need: { items: [buildItem("a", 2, 1), startItem("a", 1, 1)] } });
+    const after = await server.client.releaseBuild({ reservationId: reservation!.id });
+    expect(after.reservation?.build?.memoryBytes).toBe(0n);
+    expect(after.reservation?.start?.memoryBytes).toBe(BigInt(G));
+    await server.client.release({ reservationId: reservation!.id });
+    const error = await server.client.releaseBuild({ reservationId: reservation!.id }).catch((e: unknown) => ConnectError.from(e));
+    expect((error as ConnectError).code).toBe(Code.NotFound);
+  });
+
+  it.each([
+    ["reserve without a label", (s: InMemoryBudget) => s.client.reserve({ label: "" }), "label"],
+    ["reserve with a zero ttl", (s: InMemoryBudget) => s.client.reserve({ label: "x", ttl: { seconds: 0n, nanos: 0 } }), "ttl"],
+    ["release without an id", (s: InMemoryBudget) => s.client.release({ reservationId: "" }), "reservation_id"],
+    ["release_build with a bad id", (s: InMemoryBudget) => s.client.releaseBuild({ reservationId: "a b" }), "reservation_id"],
+    ["keep_alive with an empty id", (s: InMemoryBudget) => s.client.keepAlive({ ids: ["ok", ""] }), "ids[1]"],
+    ["stop_running without an id", (s: InMemoryBudget) => s.client.stopRunning({ id: "" }), "id"],
+    ["register_running without a name", (s: InMemoryBudget) => s.client.registerRunning({ name: "" }), "name"],
+    ["register_running with pid 0", (s: InMemoryBudget) => s.client.registerRunning({ name: "x", pid: 0 }), "pid"],
+    ["register_running with NaN cpu", (s: InMemoryBudget) => s.client.registerRunning({ name: "x", costSource: { case: "cost", value: { memoryBytes: 1n, cpu: Number.NaN } } }), "cost.cpu"],
+    ["costs with a bad size", (s: InMemoryBudget) => s.client.costs({ spec: { build: { memory: "2X" } } }), "spec.build.memory"],
+  ] as const)("refuses %s naming the field", async (_name, call, field) => {
+    const server = await serve();
+    const error = await (call(server) as Promise<unknown>).catch((e: unknown) => ConnectError.from(e));
+    expect(error).toBeInstanceOf(ConnectError);
+    expect((error as ConnectError).code).toBe(Code.InvalidArgument);
+    expect((error as ConnectError).rawMessage.startsWith(`${field}:`)).toBe(true);
+  });
+});
+
+describe("RegisterRunning, StopRunning", () => {
+  it("counts running work until stopped, and renews its lease", async () => {
+    const server = await serve();
+    const { running } = await server.client.registerRunning({ name: "db", costSource: { case: "spec", value: { memory: "1G" } }, ttl: { seconds: 10n, nanos: 0 } });
+    expect(running?.cost).toMatchObject({ memoryBytes: BigInt(G), cpu: 0.5 });
+    expect(running?.leaseExpiresAt).toBeDefined();
+    server.clock.advance(9000);
+    const { renewals } = await server.client.keepAlive({ ids: [running!.id] });
+    expect(renewals[0]?.alive).toBe(true);
+    server.clock.advance(9000);
+    expect(server.budget.state().running).toHaveLength(1);
+    expect((await server.client.stopRunning({ id: running!.id })).stopped).toBe(true);
+    expect((await server.client.stopRunning({ id: running!.id })).stopped).toBe(false);
+  });
+
+  it("an entry with no lease is alive for KeepAlive, with no expiry", async () => {
+    const server = await serve();
+    const { running } = await server.client.registerRunning({ name: "db" });
+    const { renewals } = await server.client.keepAlive({ ids: [running!.id] });
+    expect(renewals[0]).toMatchObject({ alive: true });
+    expect(renewals[0]?.expiresAt).toBeUndefined();
+  });
+
+  it("moves a reservation's share to the tally (consume), NOT_FOUND for a gone reservation", async () => {
+    const server = await serve();
+    const { reservation } = await server.client.reserve({ label: "up", need: { items: startNeed("web", 2, 1) } });
+    const result = await server.client.registerRunning({ name: "web", reservationId: reservation!.id, pid: process.pid, costSource: { case: "cost", value: { memoryBytes: BigInt(G), cpu: 1 } } });
+    expect(result.reservation?.start?.memoryBytes).toBe(BigInt(G));
+    expect(result.reservation?.runningIds).toEqual([result.running?.id]);
+    expect(result.running?.reservationId).toBe(reservation!.id);
+    expect(result.running?.pidStartTime).toBeDefined();
+    const error = await server.client.registerRunning({ name: "web", reservationId: "gone" }).catch((e: unknown) => ConnectError.from(e));
+    expect((error as ConnectError).code).toBe(Code.NotFound);
+  });
+});
+
+describe("GetState, GetMachine, WatchMachine, Costs", () => {
+  it("shows the queue with positions and reasons, reservations, running, policy and machine", async () => {
+    const server = await serve();
+    const first = openAdmit(server, "first", startNeed("a", 6, 1));
+    await first.until(() => first.received.length === 1);
+    const second = openAdmit(server, "second", startNeed("b", 4, 1));
+    const third = openAdmit(server, "third", startNeed("c", 3, 1));
+    await second.until(() => second.received.length === 1);
+    await third.until(() => third.received.length === 1);
+    await server.client.registerRunning({ name: "db", costSource: { case: "cost", value: { memoryBytes: BigInt(M), cpu: 0 } } });
+
+    const state = await server.client.getState({});
+    expect(state.queue.map((q) => [q.label, q.position])).toEqual([
+      ["second", 1],
+      ["third", 2],
+    ]);
+    expect(state.queue[1]?.waitFor.map((r) => r.gate)).toEqual([Gate.QUEUE, Gate.MEMORY_BUDGET]);
+    expect(state.queue[1]?.need?.total?.memoryBytes).toBe(BigInt(3 * G));
+    expect(state.reservations.map((r) => r.label)).toEqual(["first"]);
+    expect(state.running.map((r) => r.name)).toEqual(["db"]);
+    expect(state.committed?.items.map((i) => i.what).sort()).toEqual(["in flight: first", "running: db"]);
+    expect(state.policy?.maxQueue).toBe(1000);
+    expect(state.machine?.cores).toBe(8);
+    first.cancel();
+    second.cancel();
+    third.cancel();
+  });
+
+  it("answers the last sample, and watches every new one", async () => {
+    const server = await serve();
+    const { machine } = await server.client.getMachine({});
+    expect(machine?.availableBytes).toBe(BigInt(64 * G));
+    expect(machine?.load1).toBe(0);
+
+    const controller = new AbortController();
+    const watch = server.client.watchMachine({}, { signal: controller.signal })[Symbol.asyncIterator]();
+    expect((await watch.next()).value?.machine?.availableBytes).toBe(BigInt(64 * G));
+    server.sampler.set({ availableBytes: 10 * G, pressure: { cpu: { avg10: 1, avg60: 2, avg300: 3, total: 4_000_000, scope: "host" } } });
+    const next = (await watch.next()).value;
+    expect(next?.machine?.availableBytes).toBe(BigInt(10 * G));
+    expect(next?.machine?.cpuPressure?.some?.avg60).toBe(2);
+    expect(next?.machine?.cpuPressure?.some?.total?.seconds).toBe(4n);
+    controller.abort();
+    await expect(watch.next()).rejects.toThrow();
+  });
+
+  it("costs a spec: declared parts and the policy's defaults", async () => {
+    const server = await serve();
+    const declared = await server.client.costs({ spec: { memory: "1.5GiB", cpu: 2, build: { memory: "3G", cpu: 1 } } });
+    expect(declared.run).toMatchObject({ memoryBytes: BigInt(1.5 * G), cpu: 2, declared: true });
+    expect(declared.build).toMatchObject({ memoryBytes: BigInt(3 * G), cpu: 1, declared: true });
+    const defaulted = await server.client.costs({});
+    expect(defaulted.run).toMatchObject({ memoryBytes: BigInt(512 * M), cpu: 0.5, declared: false });
+    expect(defaulted.build).toMatchObject({ memoryBytes: BigInt(2 * G), cpu: 1, declared: false });
+  });
+});

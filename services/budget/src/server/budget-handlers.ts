@@ -1,0 +1,254 @@
+/**
+ * `berth.budget.v1.BudgetService` over the budget: each RPC checks its input (budget-codec), calls
+ * one method of the domain, and converts the answer. Domain refusals are BerthErrors, mapped by
+ * the server in one place; refused admissions carry their `Refusal` detail (refusals.ts).
+ */
+import type { ServiceImpl } from "@connectrpc/connect";
+import type { Message } from "@bufbuild/protobuf";
+import type { BudgetService } from "@berth/api/berth/budget/v1/budget_service_pb";
+import { RenewalSchema } from "@berth/api/berth/budget/v1/budget_service_pb";
+import { create } from "@bufbuild/protobuf";
+import type { Clock } from "@berth/shared/clock";
+import { systemClock } from "@berth/shared/clock";
+import { BerthError, invalidArgument, isBerthError } from "@berth/shared/errors";
+import { abortable, abortError } from "@berth/shared/server/index";
+import type { Budget, Committed, MachineSample, Policy, Reservation } from "../index.js";
+import { admitStream } from "./admit-stream.js";
+import type { PolicyExtras, ReasonContext } from "./budget-codec.js";
+import {
+  MAX_KEEPALIVE_IDS,
+  QueuedEncoder,
+  checkId,
+  checkLabel,
+  committedToProto,
+  costToProto,
+  durationMs,
+  durationOf,
+  machineToProto,
+  needItemsFromProto,
+  pidFromProto,
+  policyToProto,
+  queueToProto,
+  reservationToProto,
+  resourceSpecFromProto,
+  runCostFromProto,
+  runningEntryToProto,
+  timestampOf,
+  verdictToProto,
+} from "./budget-codec.js";
+import { refusalError } from "./refusals.js";
+
+/** What the handlers need besides the budget. */
+export interface BudgetHandlerOptions {
+  budget: Budget;
+  /** The budget's clock (waits, deadlines). Default: the system clock. */
+  clock?: Clock | undefined;
+  /** The lease of a Reserve that gives no ttl; read per call, so a reload applies at once. */
+  defaultLeaseTtlMs: () => number;
+  /** How often the machine is sampled (reported in Policy). */
+  sampleIntervalMs: number;
+}
+
+/** What the Admit stream shares with the unary handlers. */
+export interface BudgetHandlerDeps {
+  budget: Budget;
+  clock: Clock;
+  encoder: QueuedEncoder;
+  /** The committed items and latest sample, for the figures of wait reasons. */
+  reasonContext: () => ReasonContext;
+  /** The running entries started from a reservation. */
+  runningIds(reservation: Reservation): string[];
+  addRunning(reservation: Reservation, runningId: string): void;
+}
+
+/**
+ * Messages converted once per domain object: the policy, the latest sample and the committed list
+ * change rarely but are part of every Check and GetState answer. Keyed by identity (the domain
+ * hands out a new object on every change), so a stale message is never served.
+ */
+class MessageCache<K extends object, M extends Message> {
+  private readonly cache = new WeakMap<K, M>();
+  constructor(private readonly convert: (key: K) => M) {}
+  get(key: K): M {
+    let message = this.cache.get(key);
+    if (message === undefined) {
+      message = this.convert(key);
+      this.cache.set(key, message);
+    }
+    return message;
+  }
+}
+
+/** Creates the BudgetService implementation over `budget`. */
+export function createBudgetHandlers(options: BudgetHandlerOptions): ServiceImpl<typeof BudgetService> {
+  const { budget } = options;
+  const clock = options.clock ?? systemClock;
+  const extras = (): PolicyExtras => ({ sampleIntervalMs: options.sampleIntervalMs, defaultLeaseTtlMs: options.defaultLeaseTtlMs() });
+
+  // The lease ttl is part of the policy message and may change on reload: key by both.
+  let policyKey: { policy: Policy; ttl: number } | undefined;
+  const policyMessages = new MessageCache((key: { policy: Policy; ttl: number }) => policyToProto(key.policy, extras()));
+  const policyMessage = () => {
+    const policy = budget.policy();
+    const ttl = options.defaultLeaseTtlMs();
+    if (policyKey?.policy !== policy || policyKey.ttl !== ttl) policyKey = { policy, ttl };
+    return policyMessages.get(policyKey);
+  };
+  const machineMessages = new MessageCache((sample: MachineSample) => machineToProto(sample)!);
+  const machineMessage = (sample: MachineSample | undefined) => (sample === undefined ? undefined : machineMessages.get(sample));
+  const committedMessages = new MessageCache((committed: Committed) => committedToProto(committed));
+
+  const running = new WeakMap<Reservation, string[]>();
+  const reasonContext = (): ReasonContext => {
+    // A check of nothing never builds a reason: it is the cheap way to read what is committed now.
+    const verdict = budget.check({ start: { memoryBytes: 0, cpu: 0 }, build: { memoryBytes: 0, cpu: 0 } });
+    return { committed: verdict.committed, sample: verdict.sample };
+  };
+  const deps: BudgetHandlerDeps = {
+    budget,
+    clock,
+    encoder: new QueuedEncoder(reasonContext),
+    reasonContext,
+    runningIds: (reservation) => running.get(reservation) ?? [],
+    addRunning(reservation, runningId) {
+      const ids = running.get(reservation);
+      if (ids) ids.push(runningId);
+      else running.set(reservation, [runningId]);
+    },
+  };
+  const runningIdsOf = (id: string) => {
+    const reservation = budget.getReservation(id);
+    return reservation === undefined ? [] : deps.runningIds(reservation);
+  };
+
+  return {
+    check(request) {
+      const need = budget.needOf(needItemsFromProto(request.need));
+      const verdict = budget.check(need, { skipLoadGate: request.skipLoadGate });
+      // The parts every check repeats are converted once per change.
+      const parts = { policy: policyMessage(), machine: machineMessage(verdict.sample), committed: committedMessages.get(verdict.committed) };
+      return { verdict: verdictToProto(verdict, need, parts) };
+    },
+
+    admit: (requests, context) => admitStream(requests, context, deps),
+
+    async reserve(request, context) {
+      const policy = budget.policy();
+      const need = budget.needOf(needItemsFromProto(request.need));
+      const label = checkLabel(request.label, "label");
+      const asked = durationMs(request.maxWait, "max_wait");
+      const ttlMs = durationMs(request.ttl, "ttl", { positive: true }) ?? options.defaultLeaseTtlMs();
+      const maxWaitMs = Math.min(asked ?? policy.maxWaitMs, policy.maxWaitMs);
+      const startedAt = clock.now();
+      let queued = false;
+      let reservation: Reservation;
+      try {
+        reservation = await budget.reserve(need, label, {
+          ttlMs,
+          maxWaitMs,
+          skipLoadGate: request.skipLoadGate,
+          // The call ending (client gone, its deadline, shutdown) drops the queued request.
+          signal: context.signal,
+          onQueued: () => (queued = true),
+        });
+      } catch (error) {
+        if (context.signal.aborted) throw abortError(context.signal);
+        throw refusalError(error, { waitedMs: queued ? clock.now() - startedAt : 0, reasons: reasonContext });
+      }
+      return { reservation: reservationToProto(reservation), waited: durationOf(queued ? clock.now() - startedAt : 0) };
+    },
+
+    async keepAlive(request) {
+      if (request.ids.length > MAX_KEEPALIVE_IDS) throw invalidArgument("ids", `at most ${MAX_KEEPALIVE_IDS} per call; got ${request.ids.length}`);
+      request.ids.forEach((id, index) => checkId(id, `ids[${index}]`));
+      const renewals = [];
+      for (const id of request.ids) {
+        const reservation = budget.getReservation(id);
+        if (reservation !== undefined) {
+          // A reservation held by its stream has no lease: it is alive, with no expiry to report.
+          if (reservation.leaseExpiresAt !== undefined) budget.renew(id);
+          renewals.push(create(RenewalSchema, { id, alive: true, expiresAt: reservation.leaseExpiresAt === undefined ? undefined : timestampOf(reservation.leaseExpiresAt) }));
+          continue;
+        }
+        try {
+          const entry = await budget.renewRunning(id);
+          renewals.push(create(RenewalSchema, { id, alive: true, expiresAt: entry.leaseExpiresAt === undefined ? undefined : timestampOf(entry.leaseExpiresAt) }));
+        } catch (error) {
+          if (!isBerthError(error)) throw error;
+          // No lease to renew (the entry ends with its pid or StopRunning): alive, no expiry.
+          if (error.code === "invalid_argument") renewals.push(create(RenewalSchema, { id, alive: true }));
+          else if (error.code === "not_found") renewals.push(create(RenewalSchema, { id, alive: false }));
+          else throw error;
+        }
+      }
+      return { renewals };
+    },
+
+    release(request) {
+      const id = checkId(request.reservationId, "reservation_id");
+      return { released: budget.release(id) };
+    },
+
+    releaseBuild(request) {
+      const id = checkId(request.reservationId, "reservation_id");
+      const reservation = budget.releaseBuild(id);
+      return { reservation: reservationToProto(reservation, deps.runningIds(reservation)) };
+    },
+
+    async registerRunning(request) {
+      const name = checkLabel(request.name, "name");
+      const cost = runCostFromProto(request.costSource, budget.policy());
+      const pid = pidFromProto(request.pid, "pid");
+      const ttlMs = durationMs(request.ttl, "ttl", { positive: true });
+      const reservationId = request.reservationId === undefined ? undefined : checkId(request.reservationId, "reservation_id");
+      if (reservationId === undefined) {
+        const entry = await budget.registerRunning(name, cost, { pid, ttlMs });
+        return { running: runningEntryToProto(entry) };
+      }
+      const reservation = budget.getReservation(reservationId);
+      if (reservation === undefined) {
+        throw new BerthError("not_found", `no reservation ${reservationId}: it was released, its lease ran out, or the service restarted`, { reservationId });
+      }
+      let entry = await budget.consume(reservationId, name, cost, pid);
+      if (ttlMs !== undefined) entry = await budget.renewRunning(entry.id, ttlMs);
+      deps.addRunning(reservation, entry.id);
+      return { running: runningEntryToProto(entry), reservation: reservationToProto(reservation, deps.runningIds(reservation)) };
+    },
+
+    async stopRunning(request) {
+      const id = checkId(request.id, "id");
+      return { stopped: await budget.stopRunning(id) };
+    },
+
+    getState() {
+      const state = budget.state();
+      const context = { committed: state.committed, sample: state.sample };
+      return {
+        committed: committedMessages.get(state.committed),
+        queue: queueToProto(state.queue, state.waitFor, context),
+        reservations: state.reservations.map((r) => reservationToProto(r, runningIdsOf(r.id))),
+        running: state.running.map(runningEntryToProto),
+        policy: policyMessage(),
+        machine: machineMessage(state.sample),
+      };
+    },
+
+    getMachine() {
+      return { machine: machineMessage(budget.machine()) };
+    },
+
+    async *watchMachine(_request, context) {
+      // abortable: a shutdown ends the stream with UNAVAILABLE and a cancel with CANCELED, rather than a clean end.
+      for await (const sample of abortable(budget.watchMachine(context.signal), context.signal)) {
+        yield { machine: machineMessage(sample) };
+      }
+      if (context.signal.aborted) throw abortError(context.signal);
+    },
+
+    costs(request) {
+      const spec = resourceSpecFromProto(request.spec);
+      const costs = budget.costs(spec);
+      return { run: costToProto(costs.run), build: costToProto(costs.build) };
+    },
+  };
+}
