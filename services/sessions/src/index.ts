@@ -7,3 +7,4 @@ export * from "./snapshot-file.js";
 export * from "./session-paths.js";
 export * from "./watch-hub.js";
 export * from "./session-store.js";
+export * from "./locks/index.js";

@@ -2,6 +2,7 @@
  * The sessions service as a process runs it: its settings, and how it starts (the journal store and
  * the lock table over the state directory, and the RPC layer over them).
  */
+import * as path from "node:path";
 import type { Logger } from "pino";
 import { LockService } from "@berth/api/berth/sessions/v1/lock_service_pb";
 import { SessionService } from "@berth/api/berth/sessions/v1/session_service_pb";
@@ -14,6 +15,8 @@ import { createSessionStore, DEFAULT_CACHE_SIZE, DEFAULT_MAX_EVENT_BYTES, DEFAUL
 import { resolveSessionDirs } from "../session-paths.js";
 import { DEFAULT_MAX_BUFFERED } from "../watch-hub.js";
 import { createSessionHandlers, type FenceCheck } from "./session-handlers.js";
+import { createLockService, type LockService as LockDomain } from "../locks/index.js";
+import { makeFenceCheck, makeLockHandlers } from "./lock-handlers.js";
 
 /** The default port of the sessions service. */
 export const SESSIONS_DEFAULT_PORT = 7301;
@@ -81,6 +84,13 @@ export const SESSIONS_SETTINGS = defineConfig({
     parse: integerParser(1, 1_000_000),
     doc: "entries a watcher may fall behind before it is ended (RESOURCE_EXHAUSTED, resumable)",
   },
+  projectRoot: {
+    flag: "project-root",
+    env: "BERTH_PROJECT_ROOT",
+    default: ".",
+    parse: parseNonEmpty,
+    doc: "the project whose source files are locked: relative lock paths resolve against it (default: the current directory)",
+  },
 });
 
 /** The loaded settings of the sessions service. */
@@ -140,6 +150,27 @@ export function sessionServiceRegistration(store: SessionStore, context: ServerC
   return implement(SessionService, createSessionHandlers({ store, fenceCheck }));
 }
 
+/**
+ * Opens the source locks: fencing tokens under `<state-dir>/locks/`, and the seed's lock files in
+ * `<live-dir>/locks/` (beside the seed's processes of that project) or, without a live directory,
+ * in `<state-dir>/locks/`.
+ */
+export function openLocks(values: SessionsValues, logger: Logger): LockDomain {
+  const projectRoot = path.resolve(values.projectRoot);
+  const liveDir = path.resolve(values.liveDir ?? values.stateDir);
+  const locks = createLockService({ projectRoot, stateDir: path.resolve(values.stateDir), liveDir, logger: logger.child({ component: "locks" }) });
+  logger.info({ projectRoot, lockFiles: locks.locksDir }, "source locks");
+  return locks;
+}
+
+/** The LockService registration over `locks`, with its gauges on the server's metrics. */
+export function lockServiceRegistration(locks: LockDomain, context: ServerContext) {
+  context.metrics.registerGauge("berth_locks_held", "Source locks held through berth (leases and Hold streams).", () => locks.stats().held);
+  context.metrics.registerGauge("berth_locks_waiting", "Requests waiting for a source lock.", () => locks.stats().waiting);
+  context.metrics.registerGauge("berth_locks_blocked_by_lock_files", "Locks whose queue waits for a lock file held by a process using the seed's library.", () => locks.stats().blockedByLockFiles);
+  return implement(LockService, makeLockHandlers({ locks }));
+}
+
 /** The sessions service: SessionService and LockService on one port. */
 export const sessionsService: ServiceDefinition<typeof SESSIONS_SETTINGS> = {
   name: "sessions",
@@ -151,11 +182,25 @@ export const sessionsService: ServiceDefinition<typeof SESSIONS_SETTINGS> = {
       port: values.sessionsPort,
       socket: values.sessionsSocket,
       logger,
-      open: () => {
+      open: async () => {
         const sessions = openSessions(values, logger);
+        let locks: LockDomain;
+        try {
+          locks = openLocks(values, logger);
+        } catch (error) {
+          await sessions.close();
+          throw error;
+        }
         return {
-          services: (context: ServerContext) => [sessionServiceRegistration(sessions.store, context), implement(LockService, {})],
-          close: () => sessions.close(),
+          services: (context: ServerContext) => [sessionServiceRegistration(sessions.store, context, makeFenceCheck(locks)), lockServiceRegistration(locks, context)],
+          async close() {
+            // Locks first: their lock files go and the fencing state is persisted even if the store's close fails.
+            try {
+              locks.close();
+            } finally {
+              await sessions.close();
+            }
+          },
         };
       },
     }),
