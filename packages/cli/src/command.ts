@@ -19,8 +19,14 @@ export const EXIT = {
   ok: 0,
   /** The service answered with an error not covered by a more specific code. */
   failed: 1,
-  /** Wrong flags or arguments. */
+  /** Wrong flags or arguments (also when the service refuses an argument: INVALID_ARGUMENT). */
   usage: 2,
+  /** The service refused because the state moved on: a stale expected seq, a fence no longer current. */
+  conflict: 3,
+  /** What the command names does not exist (a session without a journal). */
+  notFound: 4,
+  /** The service wants a valid bearer token (BERTH_TOKEN or --token-file). */
+  denied: 77,
   /** The service could not be reached. */
   unreachable: 69,
 } as const;
