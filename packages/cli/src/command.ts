@@ -29,4 +29,12 @@ export const EXIT = {
   denied: 77,
   /** The service could not be reached. */
   unreachable: 69,
+  /** `berth admit`, `berth budget check`: the need is bigger than the whole budget and can never be admitted. */
+  impossible: 80,
+  /** `berth admit`: the budget's queue was full (BERTH_BUDGET_MAX_QUEUE); retry later. */
+  queueFull: 81,
+  /** `berth admit`: the wait ran out (--max-wait, BERTH_BUDGET_WAIT) before the need fit. */
+  waitExhausted: 82,
+  /** `berth budget check`: the need fits the budget, but not now (it would wait). */
+  wouldWait: 83,
 } as const;
