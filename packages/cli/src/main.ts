@@ -2,8 +2,9 @@
 /** The `berth` command: `berth <command> [flags]`; `berth --help` lists the commands. */
 import { EXIT, type Command } from "./command.js";
 import { upCommand } from "./commands/up.js";
+import { sessionsCommand } from "./commands/sessions.js";
 
-const commands: readonly Command[] = [upCommand];
+const commands: readonly Command[] = [upCommand, sessionsCommand];
 
 function overview(): string {
   const width = Math.max(...commands.map((c) => c.name.length));
