@@ -1,0 +1,44 @@
+/**
+ * The end-to-end test harness: run the built berth services as real processes and talk to them
+ * with independent clients.
+ *
+ * Processes (`harness/processes.ts`):
+ * - `startService(kind, { stateDir?, args?, env?, umask? })` spawns `sessions`, `budget` or `up`
+ *   (`berth up`) from `dist/` on ephemeral ports (`--*-port 0`) with `--log-level info` and a fresh
+ *   state dir (`<temp>/state`, created by the service itself), and resolves once every "listening"
+ *   log line is in (15 s at most; the error carries the process's output). The handle gives
+ *   `url("sessions")`, `urls`, `pid`, `stateDir`, `logs()`/`entries()`/`stderr()`, `waitForLog()`,
+ *   `stop(signal = "SIGTERM")` → `{code, signal}` and `kill()` (SIGKILL).
+ * - `launchService(...)` does not wait: `outcome` settles as listening or exited (races, refusals).
+ * - `stopAll()` kills what is still running (only processes started here), closes the clients and
+ *   removes the temp dirs: use it in `afterAll`/`afterEach`. `makeTempDir()` for extra dirs.
+ *
+ * Clients (`harness/clients.ts`, `harness/commands.ts`):
+ * - `grpcJsHealthClient(url)`: health Check/Watch on @grpc/grpc-js + proto-loader (proto/ only).
+ * - `grpcJsClient(url, { token })`: any berth RPC on grpc-js (unary, server stream, bidi), messages
+ *   from the generated descriptors (`SessionService.method.hasSession`).
+ * - `connectClient(Service, url, { protocol: "grpc" | "connect" | "grpc-web", token, httpVersion })`.
+ * - `curlJson(url, "/pkg.Service/Method", body, headers?)` → `{status, json}` (real curl, HTTP/1.1);
+ *   `curl(url, path, options)` for anything else (`/metrics`).
+ * - `bufCurl([...flags, url])`: `buf curl`, a client whose schema comes from reflection alone.
+ *
+ * The tests spawn what `npm test` built (`pretest` runs `tsc -b`); they never build by themselves.
+ * If `dist/` is missing the harness says "run npm run build".
+ *
+ * ```ts
+ * import { afterAll, expect, it } from "vitest";
+ * import { grpcJsHealthClient, startService, stopAll } from "./harness.js";
+ *
+ * afterAll(stopAll);
+ * it("serves", async () => {
+ *   const service = await startService("sessions");
+ *   const health = grpcJsHealthClient(service.url("sessions"));
+ *   expect((await health.check()).status).toBe("SERVING");
+ *   expect(await service.stop()).toEqual({ code: 0, signal: null });
+ * });
+ * ```
+ */
+export * from "./harness/processes.js";
+export * from "./harness/clients.js";
+export * from "./harness/commands.js";
+export { bufBinary, entryPoint, REPO_ROOT, repoPath, SERVERS_OF, type ServiceKind } from "./harness/repo.js";
