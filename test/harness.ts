@@ -12,6 +12,10 @@
  * - `launchService(...)` does not wait: `outcome` settles as listening or exited (races, refusals).
  * - `stopAll()` kills what is still running (only processes started here), closes the clients and
  *   removes the temp dirs: use it in `afterAll`/`afterEach`. `makeTempDir()` for extra dirs.
+ * - `listeningSockets(pid)`: the TCP addresses a process really listens on (from /proc).
+ * - The child never inherits `BERTH_*`/`BACKLOT_*` variables from the test's environment; pass
+ *   settings through `args` or `env`. Its stdout is always drained (a service whose stdout is not
+ *   read blocks in its logger).
  *
  * Clients (`harness/clients.ts`, `harness/commands.ts`):
  * - `grpcJsHealthClient(url)`: health Check/Watch on @grpc/grpc-js + proto-loader (proto/ only).
@@ -20,7 +24,9 @@
  * - `connectClient(Service, url, { protocol: "grpc" | "connect" | "grpc-web", token, httpVersion })`.
  * - `curlJson(url, "/pkg.Service/Method", body, headers?)` → `{status, json}` (real curl, HTTP/1.1);
  *   `curl(url, path, options)` for anything else (`/metrics`).
- * - `bufCurl([...flags, url])`: `buf curl`, a client whose schema comes from reflection alone.
+ * - `bufCurl([...flags, url])`: `buf curl`, a client whose schema comes from reflection alone;
+ *   `grpcCode` is the call's gRPC status (buf exits with it shifted left by 3).
+ * - `runCommand(cmd, args, { input, timeoutMs, env })` for any other command (the `berth` CLI).
  *
  * The tests spawn what `npm test` built (`pretest` runs `tsc -b`); they never build by themselves.
  * If `dist/` is missing the harness says "run npm run build".
