@@ -1,0 +1,350 @@
+/**
+ * Source locks against a started sessions service (issue 4, "Tests"): FIFO over the network, the
+ * wait timeout and its details, a Hold freed when its client process is SIGKILLed, KeepAlive,
+ * lease expiry, fencing tokens across restarts of the service process, fenced appends, interop
+ * with processes following the seed's lock-file protocol, and bad paths.
+ */
+import { spawn, type ChildProcess } from "node:child_process";
+import { mkdirSync } from "node:fs";
+import * as path from "node:path";
+import { timestampMs } from "@bufbuild/protobuf/wkt";
+import { Code, ConnectError, type Client } from "@connectrpc/connect";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { HolderKind, LockHeldSchema, LockService } from "@berth/api/berth/sessions/v1/lock_service_pb";
+import { FenceRejectedSchema, SessionService } from "@berth/api/berth/sessions/v1/session_service_pb";
+import { childScripts, spawnChild, type Child, type ChildScripts } from "@berth/sessions/locks/testing/child-scripts";
+import { closeClient, connectClient, grpcJsClient, GrpcStatus, isGrpcError, makeTempDir, REPO_ROOT, startService, stopAll, type ServiceProcess } from "./harness.js";
+
+afterAll(stopAll);
+
+/** A project directory and a sessions service serving it (lock paths resolve against the project). */
+async function lockService(options: { stateDir?: string; liveDir?: string; projectRoot?: string } = {}) {
+  const root = makeTempDir("berth-locks-e2e-");
+  const projectRoot = options.projectRoot ?? path.join(root, "project");
+  mkdirSync(projectRoot, { recursive: true });
+  const args = ["--project-root", projectRoot];
+  if (options.liveDir !== undefined) args.push("--live-dir", options.liveDir);
+  const service = await startService("sessions", { args, ...(options.stateDir === undefined ? {} : { stateDir: options.stateDir }) });
+  return { service, projectRoot, url: service.url("sessions") };
+}
+
+/** A LockService client on a connection of its own. */
+function locksOf(url: string): Client<typeof LockService> {
+  return connectClient(LockService, url, { protocol: "grpc", defaultTimeoutMs: 30_000 });
+}
+
+async function failure(promise: Promise<unknown>): Promise<ConnectError> {
+  try {
+    await promise;
+  } catch (error) {
+    return ConnectError.from(error);
+  }
+  throw new Error("expected the call to fail");
+}
+
+/** Polls Inspect until `predicate` holds (the service is in another process: no hooks to wait on). */
+async function until(client: Client<typeof LockService>, file: string, predicate: (state: Awaited<ReturnType<Client<typeof LockService>["inspect"]>>) => boolean, timeoutMs = 10_000) {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const state = await client.inspect({ file });
+    if (predicate(state)) return state;
+    if (Date.now() > deadline) throw new Error(`inspect of ${file} never matched: ${JSON.stringify({ holder: state.holder?.owner, waiters: state.waiters.map((w) => w.owner) })}`);
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+}
+
+describe("LockService over the network", () => {
+  let service: ServiceProcess;
+  let url: string;
+  let projectRoot: string;
+  beforeAll(async () => {
+    ({ service, url, projectRoot } = await lockService());
+  });
+  afterAll(() => service.stop());
+
+  it("serves waiters on separate connections in arrival order", async () => {
+    const file = "src/fifo.ts";
+    const holder = locksOf(url);
+    const first = (await holder.acquire({ file, owner: "holder" })).lease!;
+    const order: string[] = [];
+    const leases: Array<Promise<{ owner: string; token: bigint; leaseToken: string; client: Client<typeof LockService> }>> = [];
+    for (let i = 0; i < 5; i++) {
+      const client = locksOf(url);
+      const owner = `waiter-${i}`;
+      leases.push(
+        client.acquire({ file, owner, wait: { seconds: 30n } }).then(({ lease }) => {
+          order.push(owner);
+          return { owner, token: lease!.fencingToken, leaseToken: lease!.leaseToken, client };
+        }),
+      );
+      // Each joins only once the previous one is queued: that is the arrival order.
+      await until(holder, file, (s) => s.waiters.length === i + 1);
+    }
+    expect((await holder.inspect({ file })).waiters.map((w) => w.owner)).toEqual(["waiter-0", "waiter-1", "waiter-2", "waiter-3", "waiter-4"]);
+    await holder.release({ leaseToken: first.leaseToken });
+    let lastToken = first.fencingToken;
+    for (const pending of leases) {
+      const lease = await pending;
+      expect(lease.token).toBeGreaterThan(lastToken);
+      lastToken = lease.token;
+      await lease.client.release({ leaseToken: lease.leaseToken });
+      closeClient(lease.client);
+    }
+    expect(order).toEqual(["waiter-0", "waiter-1", "waiter-2", "waiter-3", "waiter-4"]);
+  });
+
+  it("answers a wait that runs out with ABORTED SOURCE_LOCKED, the holder in the LockHeld detail and the error header", async () => {
+    const file = "src/timeout.ts";
+    const holder = locksOf(url);
+    const lease = (await holder.acquire({ file, owner: "alice" })).lease!;
+    const started = Date.now();
+    const error = await failure(locksOf(url).acquire({ file, owner: "bob", wait: { seconds: 0n, nanos: 300_000_000 } }));
+    expect(Date.now() - started).toBeGreaterThanOrEqual(250);
+    expect(error.code).toBe(Code.Aborted);
+    expect(error.rawMessage).toMatch(/^source locked: .*timeout\.ts is held by alice since .* \(fencing token \d+\); it stayed locked for the whole wait of 300ms/);
+    const [held] = error.findDetails(LockHeldSchema);
+    expect(held).toMatchObject({ reason: "SOURCE_LOCKED", file: path.join(projectRoot, file), owner: "alice", fencingToken: lease.fencingToken, kind: HolderKind.LEASE, pid: service.pid });
+    expect(timestampMs(held!.since!)).toBe(timestampMs(lease.acquiredAt!));
+
+    // A grpc-js client (another implementation) sees the status and the JSON details header.
+    const grpcJs = grpcJsClient(url);
+    try {
+      await grpcJs.unary(LockService.method.acquire, { file, owner: "carol" });
+      throw new Error("expected ABORTED");
+    } catch (e) {
+      if (!isGrpcError(e)) throw e;
+      expect(e.code).toBe(GrpcStatus.ABORTED);
+      const details = JSON.parse(String(e.metadata.get("berth-error-details")[0])) as Record<string, unknown>;
+      expect(details).toMatchObject({ reason: "SOURCE_LOCKED", owner: "alice", fencingToken: Number(lease.fencingToken), kind: "lease" });
+    }
+    await holder.release({ leaseToken: lease.leaseToken });
+  });
+
+  it("keeps a renewed lease past its ttl; unrenewed, it expires and the next waiter gets it", async () => {
+    const file = "src/lease.ts";
+    const holder = locksOf(url);
+    const lease = (await holder.acquire({ file, owner: "renewer", ttl: { seconds: 1n } })).lease!;
+    const waiter = locksOf(url);
+    let grantedAt = 0;
+    const next = waiter.acquire({ file, owner: "next", wait: { seconds: 20n } }).then((r) => ((grantedAt = Date.now()), r.lease!));
+
+    // Renew every 250 ms for 2.5 s: 2.5 ttls.
+    const renewals: boolean[] = [];
+    const stop = new AbortController();
+    async function* requests() {
+      const end = Date.now() + 2_500;
+      while (Date.now() < end) {
+        yield { leaseToken: lease.leaseToken };
+        await new Promise((resolve) => setTimeout(resolve, 250));
+      }
+    }
+    for await (const answer of holder.keepAlive(requests(), { signal: stop.signal })) renewals.push(answer.alive);
+    expect(renewals.length).toBeGreaterThanOrEqual(5);
+    expect(renewals.every(Boolean)).toBe(true);
+    expect(grantedAt).toBe(0);
+    const held = await holder.inspect({ file });
+    expect(held.holder?.owner).toBe("renewer");
+    expect(held.waiters.map((w) => w.owner)).toEqual(["next"]);
+
+    // No more renewals: gone within a ttl (plus slack for a loaded machine), and handed on.
+    const stoppedAt = Date.now();
+    const granted = await next;
+    expect(granted.owner).toBe("next");
+    expect(grantedAt - stoppedAt).toBeLessThan(3_000);
+    async function* late() {
+      yield { leaseToken: lease.leaseToken };
+    }
+    for await (const answer of holder.keepAlive(late())) expect(answer.alive).toBe(false);
+    expect((await holder.release({ leaseToken: lease.leaseToken })).released).toBe(false);
+    expect((await holder.inspect({ file })).holder?.owner).toBe("next");
+    await waiter.release({ leaseToken: granted.leaseToken });
+  });
+
+  it("refuses bad paths with INVALID_ARGUMENT naming the field and rule", async () => {
+    const client = locksOf(url);
+    const cases: Array<[string, RegExp]> = [
+      ["src/../../etc/passwd", /^file: must not contain '\.\.' segments/],
+      ["src/a\0.ts", /^file: must not contain a NUL byte/],
+      [`src/${"x".repeat(4100)}`, /^file: must be at most 4096 bytes/],
+      ["", /^file: is required/],
+    ];
+    for (const [file, message] of cases) {
+      for (const call of [() => client.acquire({ file, owner: "x" }), () => client.inspect({ file }), () => client.checkToken({ file, fencingToken: 1n })]) {
+        const error = await failure(call());
+        expect(error.code).toBe(Code.InvalidArgument);
+        expect(error.rawMessage).toMatch(message);
+      }
+      const error = await failure(
+        (async () => {
+          for await (const _ of client.hold({ file, owner: "x" }));
+        })(),
+      );
+      expect(error.code).toBe(Code.InvalidArgument);
+    }
+    const negative = await failure(client.acquire({ file: "ok.ts", owner: "x", wait: { seconds: -1n } }));
+    expect(negative.rawMessage).toMatch(/^wait: must not be negative/);
+  });
+});
+
+describe("Hold and the client process", () => {
+  const children: ChildProcess[] = [];
+  afterEach(() => {
+    for (const child of children) child.kill("SIGKILL");
+    children.length = 0;
+  });
+
+  /** A separate node process holding `file` through a Hold stream; resolves once it holds. */
+  async function holdingProcess(url: string, file: string, owner: string): Promise<{ child: ChildProcess; token: bigint }> {
+    const script = `
+      import { createClient } from "@connectrpc/connect";
+      import { createGrpcTransport } from "@connectrpc/connect-node";
+      import { LockService } from "@berth/api/berth/sessions/v1/lock_service_pb";
+      const [url, file, owner] = process.argv.slice(1);
+      const client = createClient(LockService, createGrpcTransport({ baseUrl: url }));
+      for await (const message of client.hold({ file, owner, wait: { seconds: 30n } })) {
+        if (message.kind.case === "acquired") process.stdout.write("acquired " + message.kind.value.fencingToken + "\\n");
+      }`;
+    const child = spawn(process.execPath, ["--input-type=module", "-e", script, url, file, owner], { cwd: REPO_ROOT, stdio: ["ignore", "pipe", "inherit"] });
+    children.push(child);
+    const token = await new Promise<bigint>((resolve, reject) => {
+      let out = "";
+      child.stdout!.on("data", (chunk: Buffer) => {
+        out += chunk.toString();
+        const match = /acquired (\d+)/.exec(out);
+        if (match) resolve(BigInt(match[1]!));
+      });
+      child.once("exit", (code) => reject(new Error(`the holding process exited (${code}) before holding`)));
+    });
+    return { child, token };
+  }
+
+  it("frees the lock the moment the holding process is SIGKILLed; the next waiter gets it", async () => {
+    const { service, url } = await lockService();
+    const file = "src/killed.ts";
+    const { child, token } = await holdingProcess(url, file, "doomed");
+    const client = locksOf(url);
+    expect((await client.inspect({ file })).holder).toMatchObject({ owner: "doomed", kind: HolderKind.STREAM, fencingToken: token });
+    let grantedAt = 0;
+    const next = client.acquire({ file, owner: "next", wait: { seconds: 20n } }).then((r) => ((grantedAt = Date.now()), r.lease!));
+    await until(client, file, (s) => s.waiters.length === 1);
+    const exited = new Promise((resolve) => child.once("exit", resolve));
+    const killedAt = Date.now();
+    child.kill("SIGKILL");
+    const lease = await next;
+    await exited;
+    expect(lease.owner).toBe("next");
+    expect(lease.fencingToken).toBeGreaterThan(token);
+    // "Promptly": the connection's end, not a lease timeout (there is none on a Hold).
+    expect(grantedAt - killedAt).toBeLessThan(2_000);
+    await service.stop();
+  });
+});
+
+describe("fencing across restarts and fenced appends", () => {
+  it("keeps fencing tokens rising across a clean restart and a crash of the service process", async () => {
+    const stateDir = path.join(makeTempDir("berth-locks-state-"), "state");
+    const project = makeTempDir("berth-locks-project-");
+    const tokens: bigint[] = [];
+    for (const ending of ["stop", "kill", "stop"] as const) {
+      const { service, url } = await lockService({ stateDir, projectRoot: project });
+      const client = locksOf(url);
+      for (let i = 0; i < 3; i++) {
+        const { lease } = await client.acquire({ file: "src/fenced.ts", owner: `run-${tokens.length}` });
+        tokens.push(lease!.fencingToken);
+        await client.release({ leaseToken: lease!.leaseToken });
+      }
+      closeClient(client);
+      if (ending === "stop") expect((await service.stop()).code).toBe(0);
+      else await service.kill();
+    }
+    for (let i = 1; i < tokens.length; i++) expect(tokens[i]).toBeGreaterThan(tokens[i - 1]!);
+  });
+
+  it("refuses an AppendEvent whose fence is no longer current (ABORTED, FenceRejected) and writes nothing", async () => {
+    const { service, url, projectRoot } = await lockService();
+    const locks = locksOf(url);
+    const sessions = connectClient(SessionService, url, { protocol: "grpc" });
+    const file = "src/journal.ts";
+    const stale = (await locks.acquire({ file, owner: "paused-writer", ttl: { seconds: 0n, nanos: 200_000_000 } })).lease!;
+    // The writer pauses past its lease; another takes the lock.
+    const current = (await locks.acquire({ file, owner: "new-writer", wait: { seconds: 10n } })).lease!;
+    expect(current.fencingToken).toBeGreaterThan(stale.fencingToken);
+
+    const event = { kind: { case: "agentPhase" as const, value: { phase: "planning" } } };
+    const refused = await failure(sessions.appendEvent({ sessionId: "fenced-1", event, fence: { file, fencingToken: stale.fencingToken } }));
+    expect(refused.code).toBe(Code.Aborted);
+    expect(refused.findDetails(FenceRejectedSchema)[0]).toMatchObject({ file: path.join(projectRoot, file), fencingToken: stale.fencingToken, currentToken: current.fencingToken });
+    expect((await sessions.hasSession({ sessionId: "fenced-1" })).exists).toBe(false);
+
+    const ok = await sessions.appendEvent({ sessionId: "fenced-1", event, fence: { file, fencingToken: current.fencingToken } });
+    expect(ok.seq).toBe(1n);
+    // Released: the token is no longer current either.
+    await locks.release({ leaseToken: current.leaseToken });
+    const afterRelease = await failure(sessions.appendEvent({ sessionId: "fenced-1", event, fence: { file, fencingToken: current.fencingToken } }));
+    expect(afterRelease.code).toBe(Code.Aborted);
+    expect(afterRelease.findDetails(FenceRejectedSchema)[0]?.currentToken).toBe(0n);
+    const journal = [];
+    for await (const entry of sessions.readJournal({ sessionId: "fenced-1" })) journal.push(entry);
+    expect(journal).toHaveLength(1);
+    await service.stop();
+  });
+});
+
+describe("interop with processes using the seed's lock-file protocol", () => {
+  let scripts: ChildScripts;
+  const children: Child[] = [];
+  beforeAll(() => {
+    scripts = childScripts();
+  });
+  afterAll(() => scripts.dispose());
+  afterEach(async () => {
+    for (const child of children) child.process.kill("SIGKILL");
+    await Promise.all(children.map((c) => c.exited));
+    children.length = 0;
+  });
+
+  async function seedHolder(liveDir: string, cwd: string, file: string, owner: string, waitMs: number): Promise<Child> {
+    const child = spawnChild(await scripts.script("seed-holder-child.ts"), { liveDir, cwd, file, owner, waitMs });
+    children.push(child);
+    return child;
+  }
+
+  it("waits for a seed process's lock file, and makes a seed process wait for a berth holder", async () => {
+    const root = makeTempDir("berth-locks-seed-");
+    const projectRoot = path.join(root, "project");
+    const liveDir = path.join(projectRoot, ".impeccable", "live");
+    mkdirSync(liveDir, { recursive: true });
+    const { service, url } = await lockService({ liveDir, projectRoot });
+    const client = locksOf(url);
+    const file = "src/shared.ts";
+
+    // 1. A seed process holds it: berth refuses a try-once, names the process, and queues a waiter
+    //    that is granted once the seed process lets go.
+    const seed = await seedHolder(liveDir, projectRoot, file, "seed-tool", 0);
+    await seed.next("acquired");
+    const refused = await failure(client.acquire({ file, owner: "berth-client" }));
+    expect(refused.code).toBe(Code.Aborted);
+    expect(refused.findDetails(LockHeldSchema)[0]).toMatchObject({ owner: "seed-tool", kind: HolderKind.SEED_LOCK_FILE, pid: seed.pid, fencingToken: 0n });
+    expect((await client.inspect({ file })).holder).toMatchObject({ owner: "seed-tool", kind: HolderKind.SEED_LOCK_FILE, pid: seed.pid });
+    const waiting = client.acquire({ file, owner: "berth-client", wait: { seconds: 20n } });
+    await until(client, file, (s) => s.waiters.length === 1);
+    seed.send("release");
+    await seed.next("released");
+    const lease = (await waiting).lease!;
+    expect(lease.owner).toBe("berth-client");
+
+    // 2. berth holds it: a seed process trying once is refused; one that waits gets it after release.
+    const once = await seedHolder(liveDir, projectRoot, file, "seed-once", 0);
+    await once.next("locked");
+    expect(await once.exited).toBe(3);
+    const patient = await seedHolder(liveDir, projectRoot, file, "seed-patient", 20_000);
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    expect(await client.release({ leaseToken: lease.leaseToken })).toMatchObject({ released: true });
+    await patient.next("acquired");
+    expect((await client.inspect({ file })).holder).toMatchObject({ owner: "seed-patient", kind: HolderKind.SEED_LOCK_FILE });
+    patient.send("release");
+    await patient.next("released");
+    await until(client, file, (s) => s.holder === undefined);
+    await service.stop();
+  });
+});
