@@ -2,9 +2,12 @@
 /** The `berth` command: `berth <command> [flags]`; `berth --help` lists the commands. */
 import { EXIT, type Command } from "./command.js";
 import { upCommand } from "./commands/up.js";
+import { admitCommand } from "./commands/admit.js";
+import { budgetCommand } from "./commands/budget.js";
 import { sessionsCommand } from "./commands/sessions.js";
+import { lockCommand } from "./commands/lock.js";
 
-const commands: readonly Command[] = [upCommand, sessionsCommand];
+const commands: readonly Command[] = [upCommand, sessionsCommand, admitCommand, budgetCommand, lockCommand];
 
 function overview(): string {
   const width = Math.max(...commands.map((c) => c.name.length));

@@ -2,11 +2,13 @@ import type { MessageInitShape } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { afterEach, describe, expect, it } from "vitest";
 import { Gate, NeedItemKind, RefusalKind, RefusalSchema } from "@berth/api/berth/budget/v1/budget_pb";
+import type { NeedItemSchema } from "@berth/api/berth/budget/v1/budget_pb";
 import type { AdmitRequestSchema, AdmitResponse } from "@berth/api/berth/budget/v1/budget_service_pb";
 import type { InMemoryBudget, InMemoryOptions } from "./testing.js";
 import { G, M, buildItem, pushable, serveInMemory, settle, startItem } from "./testing.js";
 
 type AdmitRequestInit = MessageInitShape<typeof AdmitRequestSchema>;
+type NeedItemInit = MessageInitShape<typeof NeedItemSchema>;
 
 const servers: InMemoryBudget[] = [];
 afterEach(async () => {
@@ -20,7 +22,7 @@ async function serve(options: InMemoryOptions = {}) {
 }
 
 /** An Admit stream driven by the test: `send` a message, `next` the answer. */
-function openAdmit(server: InMemoryBudget, label: string, items: AdmitRequestInit[] = [], options: { maxWaitMs?: number; start?: boolean } = {}) {
+function openAdmit(server: InMemoryBudget, label: string, items: NeedItemInit[] = [], options: { maxWaitMs?: number; start?: boolean } = {}) {
   const requests = pushable<AdmitRequestInit>();
   const controller = new AbortController();
   if (options.start !== false) {
@@ -29,7 +31,7 @@ function openAdmit(server: InMemoryBudget, label: string, items: AdmitRequestIni
         case: "start",
         value: {
           label,
-          need: { items: items as never },
+          need: { items },
           maxWait: options.maxWaitMs === undefined ? undefined : { seconds: BigInt(Math.floor(options.maxWaitMs / 1000)), nanos: (options.maxWaitMs % 1000) * 1e6 },
         },
       },

@@ -1,0 +1,205 @@
+/**
+ * The budget's messages written for people: the machine sample, a verdict, the whole state as
+ * tables, a queue position as one status line. Sizes as `2G`, durations as `1m 5s`, cpu with at
+ * most two decimals.
+ */
+import type { Duration, Timestamp } from "@bufbuild/protobuf/wkt";
+import { durationMs, timestampMs } from "@bufbuild/protobuf/wkt";
+import type { CommittedItem, Machine, PressureAverages, Resources, Verdict, WaitReason } from "@berth/api/berth/budget/v1/budget_pb";
+import { Gate, QueueMode, SampleSource } from "@berth/api/berth/budget/v1/budget_pb";
+import type { GetStateResponse, Queued } from "@berth/api/berth/budget/v1/budget_service_pb";
+import { formatDuration, formatSize } from "@berth/shared/units";
+
+/** Bytes as people write them (`1.5G`). */
+export function size(bytes: bigint | number | undefined): string {
+  return bytes === undefined ? "?" : formatSize(Number(bytes));
+}
+
+/** Cores with at most two decimals. */
+export function cpus(n: number): string {
+  return String(Math.round(n * 100) / 100);
+}
+
+/** A Duration for people (`1m 5s`). */
+export function duration(d: Duration | undefined): string {
+  return d === undefined ? "-" : formatDuration(durationMs(d));
+}
+
+/** Milliseconds rounded to whole seconds (above one second), for lines people glance at. */
+export function roughly(ms: number): string {
+  return formatDuration(ms < 1000 ? Math.max(0, Math.round(ms)) : Math.round(ms / 1000) * 1000);
+}
+
+/** How long ago a timestamp was, for people (`3s ago`). */
+export function ago(t: Timestamp | undefined, now = Date.now()): string {
+  return t === undefined ? "-" : `${roughly(now - timestampMs(t))} ago`;
+}
+
+/** Time left until a timestamp (`in 2m`), or `-`. */
+function until(t: Timestamp | undefined, now = Date.now()): string {
+  return t === undefined ? "-" : `in ${roughly(timestampMs(t) - now)}`;
+}
+
+/** `2G, 1.5 cpu`. */
+export function resources(r: Resources | undefined): string {
+  return r === undefined ? "-" : `${size(r.memoryBytes)}, ${cpus(r.cpu)} cpu`;
+}
+
+/** The gate's name as the flags and messages say it. */
+export function gateName(gate: Gate): string {
+  switch (gate) {
+    case Gate.MEMORY_BUDGET:
+      return "memory_budget";
+    case Gate.CPU_BUDGET:
+      return "cpu_budget";
+    case Gate.FREE_MEMORY:
+      return "free_memory";
+    case Gate.CPU_PRESSURE:
+      return "cpu_pressure";
+    case Gate.LOAD:
+      return "load";
+    case Gate.QUEUE:
+      return "queue";
+    default:
+      return "unknown";
+  }
+}
+
+/** Lays rows out in columns; the last column is not padded. */
+export function table(header: readonly string[], rows: readonly (readonly string[])[]): string {
+  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? "").length)));
+  const line = (cells: readonly string[]) =>
+    cells
+      .map((c, i) => (i === cells.length - 1 ? c : c.padEnd(widths[i]!)))
+      .join("  ")
+      .trimEnd();
+  return [line(header), ...rows.map(line)].map((l) => `  ${l}`).join("\n");
+}
+
+function psi(label: string, p: PressureAverages | undefined): string | undefined {
+  if (p === undefined) return undefined;
+  return `${label.padEnd(11)}some avg10 ${p.avg10.toFixed(1)}%  avg60 ${p.avg60.toFixed(1)}%  avg300 ${p.avg300.toFixed(1)}%`;
+}
+
+/** The machine sample, one figure per line. */
+export function formatMachine(machine: Machine | undefined, now = Date.now()): string {
+  if (machine === undefined) return "no machine sample yet";
+  const source = machine.source === SampleSource.CGROUP ? "cgroup" : "host";
+  const lines = [
+    `${"memory".padEnd(11)}${size(machine.availableBytes)} available of ${size(machine.totalBytes)} (${source})`,
+    `${"load".padEnd(11)}${machine.load1 === undefined ? "?" : `${machine.load1.toFixed(2)} ${machine.load5?.toFixed(2) ?? "?"} ${machine.load15?.toFixed(2) ?? "?"}`} on ${machine.cores} cores`,
+    psi("cpu psi", machine.cpuPressure?.some) ?? `${"cpu psi".padEnd(11)}not available (the load gate applies)`,
+    psi("memory psi", machine.memoryPressure?.some),
+    psi("io psi", machine.ioPressure?.some),
+  ];
+  const cg = machine.cgroup;
+  if (cg !== undefined) {
+    const parts = [
+      cg.memoryMax === undefined ? "no memory limit" : `memory limit ${size(cg.memoryMax)}`,
+      cg.memoryCurrent === undefined ? undefined : `current ${size(cg.memoryCurrent)}`,
+      cg.cpuQuota === undefined ? undefined : `quota ${cpus(cg.cpuQuota)} cpu`,
+      cg.cpusetCpus === undefined ? undefined : `cpuset ${cg.cpusetCpus} cpus`,
+    ].filter((p) => p !== undefined);
+    lines.push(`${"cgroup".padEnd(11)}${cg.path}: ${parts.join(", ")}`);
+  }
+  lines.push(`${"sampled".padEnd(11)}${ago(machine.sampledAt, now)}`);
+  return lines.filter((l) => l !== undefined).join("\n");
+}
+
+/** One line per sample, for `budget watch`. */
+export function formatMachineLine(machine: Machine | undefined): string {
+  if (machine === undefined) return "no sample";
+  const at = machine.sampledAt === undefined ? "" : new Date(timestampMs(machine.sampledAt)).toISOString().slice(11, 19);
+  const cpu = machine.cpuPressure?.some;
+  return [
+    at,
+    `avail ${size(machine.availableBytes)}/${size(machine.totalBytes)}`,
+    `load ${machine.load1?.toFixed(2) ?? "?"}/${machine.cores}`,
+    cpu === undefined ? "cpu psi -" : `cpu psi ${cpu.avg10.toFixed(1)}%/${cpu.avg60.toFixed(1)}%`,
+  ].join("  ");
+}
+
+function holders(items: readonly CommittedItem[]): string {
+  return items.map((h) => `${h.what} (${size(h.memoryBytes)}, ${cpus(h.cpu)} cpu)`).join(", ");
+}
+
+function reasonLines(reasons: readonly WaitReason[]): string[] {
+  const lines: string[] = [];
+  for (const reason of reasons) {
+    lines.push(`  ${reason.message}`);
+    if (reason.holders.length > 0) lines.push(`    held by: ${holders(reason.holders)}`);
+  }
+  return lines;
+}
+
+/** A verdict: fits, would wait (and for what, and who holds it), or impossible. */
+export function formatVerdict(verdict: Verdict | undefined): string {
+  if (verdict === undefined) return "no verdict";
+  const need = resources(verdict.need?.total);
+  const committed = verdict.committed;
+  const policy = verdict.policy;
+  const budget = policy === undefined || committed === undefined ? "" : ` (committed ${size(committed.memoryBytes)} of ${size(policy.memoryBytes)}, ${cpus(committed.cpu)} of ${cpus(policy.cpu)} cpu)`;
+  if (verdict.impossible !== undefined) return `impossible: ${need} can never be admitted: ${verdict.impossible}`;
+  if (verdict.fits) return `fits: ${need} can be admitted now${budget}`;
+  return [`would wait: ${need} does not fit now${budget}`, ...reasonLines(verdict.waitFor)].join("\n");
+}
+
+/** The whole state: budget and machine in two lines, then committed, queue, reservations and running as tables. */
+export function formatState(state: GetStateResponse, now = Date.now()): string {
+  const policy = state.policy;
+  const committed = state.committed;
+  const out: string[] = [];
+  if (policy !== undefined && committed !== undefined) {
+    const mode = policy.queueMode === QueueMode.BACKFILL ? "backfill" : "fifo";
+    out.push(
+      `budget   ${size(committed.memoryBytes)} of ${size(policy.memoryBytes)} memory, ${cpus(committed.cpu)} of ${cpus(policy.cpu)} cpu committed` +
+        `${policy.enabled ? "" : " (budget disabled: everything fits)"}; reserve ${size(policy.reserveBytes)}, ${mode} queue of at most ${policy.maxQueue}, wait up to ${duration(policy.maxWait)}`,
+    );
+  }
+  const m = state.machine;
+  if (m !== undefined) {
+    const cpu = m.cpuPressure?.some;
+    out.push(
+      `machine  ${size(m.availableBytes)} available of ${size(m.totalBytes)}, load ${m.load1?.toFixed(2) ?? "?"} on ${m.cores} cores` +
+        `${cpu === undefined ? "" : `, cpu pressure ${cpu.avg10.toFixed(1)}%/${cpu.avg60.toFixed(1)}%`} (sampled ${ago(m.sampledAt, now)})`,
+    );
+  }
+  out.push("");
+  out.push(`committed (${committed?.items.length ?? 0})`);
+  if (committed !== undefined && committed.items.length > 0) {
+    out.push(table(["WHAT", "MEMORY", "CPU", "ID"], committed.items.map((i) => [i.what, size(i.memoryBytes), cpus(i.cpu), i.id])));
+  }
+  out.push(`queue (${state.queue.length} waiting)`);
+  if (state.queue.length > 0) {
+    out.push(
+      table(
+        ["#", "LABEL", "NEEDS", "ETA", "WAITED", "WAITING FOR"],
+        state.queue.map((q) => [String(q.position), q.label, resources(q.need?.total), duration(q.eta), ago(q.queuedAt, now).replace(" ago", ""), q.waitForText]),
+      ),
+    );
+  }
+  out.push(`reservations (${state.reservations.length})`);
+  if (state.reservations.length > 0) {
+    out.push(
+      table(
+        ["LABEL", "START", "BUILD", "ADMITTED", "LEASE", "ID"],
+        state.reservations.map((r) => [r.label, resources(r.start), resources(r.build), ago(r.admittedAt, now), r.leaseExpiresAt === undefined ? "stream" : until(r.leaseExpiresAt, now), r.id]),
+      ),
+    );
+  }
+  out.push(`running (${state.running.length})`);
+  if (state.running.length > 0) {
+    out.push(
+      table(
+        ["NAME", "COST", "PID", "STARTED", "LEASE", "ID"],
+        state.running.map((r) => [r.name, resources(r.cost), r.pid === undefined ? "-" : String(r.pid), ago(r.startedAt, now), r.leaseExpiresAt === undefined ? "-" : until(r.leaseExpiresAt, now), r.id]),
+      ),
+    );
+  }
+  return out.join("\n");
+}
+
+/** One status line for a waiting request: position, ETA, time waited, and what it waits for. */
+export function formatQueued(queued: Queued, waitedMs: number, etaLeftMs: number): string {
+  return `waiting: #${queued.position} in queue, ETA ~${roughly(etaLeftMs)}, waited ${roughly(waitedMs)} — ${queued.waitForText}`;
+}

@@ -1,0 +1,302 @@
+/**
+ * The budget service as a process (issue 5): every RPC through real clients (Connect gRPC, grpc-js,
+ * curl), the Admit stream's queue and refusals, a client killed with SIGKILL while queued and while
+ * admitted, lease expiry, the running tally across a restart, SIGHUP reload and shutdown. The
+ * service runs on a fixture machine (`--proc-root`), so nothing here depends on this box's load.
+ */
+import { spawn } from "node:child_process";
+import { writeFileSync } from "node:fs";
+import * as path from "node:path";
+import type { MessageInitShape } from "@bufbuild/protobuf";
+import { Code, ConnectError } from "@connectrpc/connect";
+import { afterAll, describe, expect, it } from "vitest";
+import { Gate, NeedItemKind, RefusalKind, RefusalSchema } from "@berth/api/berth/budget/v1/budget_pb";
+import type { NeedItemSchema } from "@berth/api/berth/budget/v1/budget_pb";
+import type { AdmitRequestSchema, AdmitResponse } from "@berth/api/berth/budget/v1/budget_service_pb";
+import { BudgetService } from "@berth/api/berth/budget/v1/budget_service_pb";
+import { pushable } from "@berth/budget/server/testing";
+import { G, spawnBerth, startBudget, until, type BudgetUnderTest } from "./budget-e2e.js";
+import { curl, curlJson, grpcJsClient, makeTempDir, stopAll } from "./harness.js";
+
+afterAll(stopAll);
+
+type NeedItemInit = MessageInitShape<typeof NeedItemSchema>;
+type AdmitRequestInit = MessageInitShape<typeof AdmitRequestSchema>;
+
+const start = (name: string, memoryGb: number, cpu: number): NeedItemInit => ({
+  kind: NeedItemKind.START,
+  name,
+  costSource: { case: "cost", value: { memoryBytes: BigInt(Math.round(memoryGb * G)), cpu } },
+});
+
+/** An Admit stream over the service's gRPC port, read continuously. */
+function admit(budget: BudgetUnderTest, label: string, items: NeedItemInit[], maxWaitMs?: number) {
+  const requests = pushable<AdmitRequestInit>();
+  const controller = new AbortController();
+  requests.push({
+    kind: {
+      case: "start",
+      value: { label, need: { items }, maxWait: maxWaitMs === undefined ? undefined : { seconds: BigInt(Math.floor(maxWaitMs / 1000)), nanos: (maxWaitMs % 1000) * 1e6 } },
+    },
+  });
+  const received: Array<AdmitResponse & { at: number }> = [];
+  let failure: ConnectError | undefined;
+  const done = (async () => {
+    try {
+      for await (const response of budget.client.admit(requests, { signal: controller.signal })) received.push(Object.assign(response, { at: performance.now() }));
+    } catch (error) {
+      failure = ConnectError.from(error);
+    } finally {
+      // connect-node keeps its side of the HTTP/2 stream open while our request iterable waits:
+      // end it, as a finished client would, so the server's graceful shutdown does not wait on it.
+      requests.end();
+    }
+  })();
+  return {
+    received,
+    done,
+    get failure() {
+      return failure;
+    },
+    send: (r: AdmitRequestInit) => requests.push(r),
+    cancel: () => controller.abort(),
+    has: (kind: string) => received.some((r) => r.kind.case === kind),
+  };
+}
+
+const queueLength = async (budget: BudgetUnderTest) => (await budget.client.getState({})).queue.length;
+const reservations = async (budget: BudgetUnderTest) => (await budget.client.getState({})).reservations.length;
+
+describe("budget service: RPCs", () => {
+  it("answers every unary RPC and streams the machine", async () => {
+    const budget = await startBudget();
+    const { client } = budget;
+
+    const check = await client.check({ need: { items: [start("web", 1, 1)] } });
+    expect(check.verdict?.fits).toBe(true);
+    expect(check.verdict?.machine?.totalBytes).toBe(BigInt(16 * G));
+    expect(check.verdict?.policy?.memoryBytes).toBe(BigInt(4 * G));
+
+    const costs = await client.costs({ spec: { memory: "1G", cpu: 1 } });
+    expect(costs.run?.declared).toBe(true);
+
+    const { machine } = await client.getMachine({});
+    expect(machine?.availableBytes).toBe(BigInt(16_000_000 * 1024));
+
+    const { reservation } = await client.reserve({ label: "ci", need: { items: [start("a", 1, 1), { kind: NeedItemKind.BUILD, name: "a" }] }, ttl: { seconds: 60n, nanos: 0 } });
+    expect((await client.keepAlive({ ids: [reservation!.id] })).renewals[0]?.alive).toBe(true);
+    expect((await client.releaseBuild({ reservationId: reservation!.id })).reservation?.build?.memoryBytes).toBe(0n);
+    const { running } = await client.registerRunning({ name: "a", reservationId: reservation!.id, pid: process.pid });
+    expect((await client.getState({})).running.map((r) => r.id)).toEqual([running!.id]);
+    expect((await client.stopRunning({ id: running!.id })).stopped).toBe(true);
+    expect((await client.release({ reservationId: reservation!.id })).released).toBe(true);
+
+    const controller = new AbortController();
+    for await (const sample of client.watchMachine({}, { signal: controller.signal })) {
+      expect(sample.machine?.cores).toBeGreaterThan(0);
+      break;
+    }
+  });
+
+  it("refuses malformed input with INVALID_ARGUMENT naming the field, over gRPC and Connect JSON, and keeps serving", async () => {
+    const budget = await startBudget();
+    const error = await budget.client
+      .check({ need: { items: [{ kind: NeedItemKind.START, name: "x", costSource: { case: "spec", value: { memory: "12Q" } } }] } })
+      .catch((e: unknown) => ConnectError.from(e));
+    expect((error as ConnectError).code).toBe(Code.InvalidArgument);
+    expect((error as ConnectError).rawMessage).toMatch(/^need\.items\[0\]\.spec\.memory: "12Q"/);
+
+    const viaCurl = await curlJson(budget.url, "/berth.budget.v1.BudgetService/Check", { need: { items: [{ kind: "NEED_ITEM_KIND_START", name: "x", spec: { cpu: -2 } }] } });
+    expect(viaCurl.status).toBe(400);
+    expect(String((viaCurl.json as { message?: string }).message)).toMatch(/^need\.items\[0\]\.spec\.cpu:/);
+
+    const noKind = await curlJson(budget.url, "/berth.budget.v1.BudgetService/Check", { need: { items: [{ name: "x" }] } });
+    expect(String((noKind.json as { message?: string }).message)).toMatch(/^need\.items\[0\]\.kind:/);
+
+    const grpcJs = grpcJsClient(budget.url);
+    const state = await grpcJs.unary(BudgetService.method.getState, {});
+    expect(state.policy?.cpu).toBe(4);
+    grpcJs.close();
+  });
+
+  it("exports its gauges on /metrics", async () => {
+    const budget = await startBudget();
+    await budget.client.reserve({ label: "held", need: { items: [start("a", 1, 1)] } });
+    const metrics = await curl(budget.url, "/metrics");
+    expect(metrics.body).toMatch(/berth_budget_reservations 1/);
+    expect(metrics.body).toMatch(new RegExp(`berth_budget_committed_memory_bytes ${G}`));
+  });
+});
+
+describe("budget service: Admit", () => {
+  it("queues with positions, and a release admits the head at once", async () => {
+    const budget = await startBudget();
+    const first = admit(budget, "first", [start("a", 3, 1)]);
+    expect(await until(() => first.has("admitted"))).toBe(true);
+    const second = admit(budget, "second", [start("b", 2, 1)]);
+    const third = admit(budget, "third", [start("c", 3, 1)]);
+    expect(await until(() => second.has("queued") && third.received.some((r) => r.kind.case === "queued" && r.kind.value.position === 2))).toBe(true);
+
+    const released = performance.now();
+    first.send({ kind: { case: "release", value: {} } });
+    expect(await until(() => second.has("admitted"))).toBe(true);
+    const admittedAt = second.received.find((r) => r.kind.case === "admitted")!.at;
+    // No polling anywhere: the head hears of its admission within a round trip, not a poll interval.
+    expect(admittedAt - released).toBeLessThan(200);
+    // The third (3G) is the head now, still waiting for memory: 2G of 4G are held.
+    expect(await until(() => third.received.some((r) => r.kind.case === "queued" && r.kind.value.position === 1))).toBe(true);
+    const last = third.received.filter((r) => r.kind.case === "queued").at(-1)!.kind;
+    expect(last.case === "queued" && last.value.waitFor.map((w) => w.gate)).toEqual([Gate.MEMORY_BUDGET]);
+    second.cancel();
+    third.cancel();
+    await Promise.all([first.done, second.done, third.done]);
+  });
+
+  it("refuses impossible, queue full and wait exhausted with the Refusal detail", async () => {
+    const budget = await startBudget({ args: ["--max-queue=1"] });
+    const impossible = admit(budget, "huge", [start("x", 5, 1)]);
+    await impossible.done;
+    expect(impossible.failure?.code).toBe(Code.FailedPrecondition);
+    expect(impossible.failure?.findDetails(RefusalSchema)[0]?.kind).toBe(RefusalKind.IMPOSSIBLE);
+
+    const holder = admit(budget, "holder", [start("a", 3, 1)]);
+    expect(await until(() => holder.has("admitted"))).toBe(true);
+    const waiting = admit(budget, "waiting", [start("b", 2, 1)], 500);
+    expect(await until(() => waiting.has("queued"))).toBe(true);
+    const full = admit(budget, "full", [start("c", 2, 1)]);
+    await full.done;
+    expect(full.failure?.code).toBe(Code.ResourceExhausted);
+    const [queueFull] = full.failure!.findDetails(RefusalSchema);
+    expect(queueFull?.kind).toBe(RefusalKind.QUEUE_FULL);
+    expect(queueFull?.retryAfter).toBeDefined();
+
+    await waiting.done;
+    expect(waiting.failure?.code).toBe(Code.ResourceExhausted);
+    const [exhausted] = waiting.failure!.findDetails(RefusalSchema);
+    expect(exhausted?.kind).toBe(RefusalKind.WAIT_EXHAUSTED);
+    expect(exhausted?.message).toContain("still does not fit");
+    holder.cancel();
+    await holder.done;
+  });
+
+  it("build_done and started move the shares; the stream's end releases the rest", async () => {
+    const budget = await startBudget();
+    const stream = admit(budget, "up web", [start("web", 1, 1), { kind: NeedItemKind.BUILD, name: "web", costSource: { case: "cost", value: { memoryBytes: BigInt(2 * G), cpu: 2 } } }]);
+    expect(await until(() => stream.has("admitted"))).toBe(true);
+    expect((await budget.client.getState({})).committed?.memoryBytes).toBe(BigInt(3 * G));
+    stream.send({ kind: { case: "buildDone", value: {} } });
+    expect(await until(() => stream.received.filter((r) => r.kind.case === "updated").length === 1)).toBe(true);
+    expect((await budget.client.getState({})).committed?.memoryBytes).toBe(BigInt(G));
+    stream.send({ kind: { case: "started", value: { name: "web", pid: process.pid } } });
+    expect(await until(() => stream.received.filter((r) => r.kind.case === "updated").length === 2)).toBe(true);
+    const state = await budget.client.getState({});
+    // The undeclared start took the default run cost (512M): the reservation keeps the other 512M.
+    expect(state.running.map((r) => [r.name, r.pid])).toEqual([["web", process.pid]]);
+    stream.cancel();
+    await stream.done;
+    expect(await until(async () => (await reservations(budget)) === 0)).toBe(true);
+    expect((await budget.client.getState({})).running).toHaveLength(1);
+  });
+
+  it("a client killed with SIGKILL while queued leaves nothing queued", async () => {
+    const budget = await startBudget();
+    const { reservation } = await budget.client.reserve({ label: "holder", need: { items: [start("a", 3, 1)] } });
+    const client = spawnBerth(budget.url, ["admit", "--memory", "2G", "--json", "--", "true"]);
+    await client.event("queued");
+    expect(await queueLength(budget)).toBe(1);
+    client.child.kill("SIGKILL");
+    await client.exited;
+    expect(await until(async () => (await queueLength(budget)) === 0)).toBe(true);
+    await budget.client.release({ reservationId: reservation!.id });
+  });
+
+  it("a client killed with SIGKILL while admitted releases its reservation; its command's entry goes with the command", async () => {
+    const budget = await startBudget();
+    const client = spawnBerth(budget.url, ["admit", "--memory", "2G", "--json", "--", process.execPath, "-e", "setTimeout(() => {}, 30000)"]);
+    const started = await client.event("started");
+    const commandPid = started.pid as number;
+    expect(await reservations(budget)).toBe(1);
+    client.child.kill("SIGKILL");
+    await client.exited;
+    expect(await until(async () => (await reservations(budget)) === 0)).toBe(true);
+    // The command itself still runs, so it is still counted.
+    expect((await budget.client.getState({})).running.map((r) => r.pid)).toEqual([commandPid]);
+    process.kill(commandPid, "SIGKILL");
+    expect(await until(async () => (await budget.client.getState({})).running.length === 0)).toBe(true);
+  });
+
+  it("a leased reservation that is not renewed is released", async () => {
+    const budget = await startBudget();
+    await budget.client.reserve({ label: "short", need: { items: [start("a", 1, 1)] }, ttl: { seconds: 0n, nanos: 300_000_000 } });
+    expect(await reservations(budget)).toBe(1);
+    expect(await until(async () => (await reservations(budget)) === 0, 3000)).toBe(true);
+  });
+
+  it("shutdown ends a queued stream with UNAVAILABLE", async () => {
+    const budget = await startBudget();
+    const holder = admit(budget, "holder", [start("a", 3, 1)]);
+    expect(await until(() => holder.has("admitted"))).toBe(true);
+    const waiting = admit(budget, "waiting", [start("b", 2, 1)]);
+    expect(await until(() => waiting.has("queued"))).toBe(true);
+    const stopping = Date.now();
+    expect(await budget.service.stop()).toEqual({ code: 0, signal: null });
+    // Every stream ended on the shutdown signal: nothing waited for the drain timeout.
+    expect(Date.now() - stopping).toBeLessThan(4000);
+    await Promise.all([holder.done, waiting.done]);
+    expect(waiting.failure?.code).toBe(Code.Unavailable);
+  });
+});
+
+describe("budget service: state across restarts and reloads", () => {
+  it("the running tally survives a restart, without the work that ended meanwhile", async () => {
+    const stateDir = path.join(makeTempDir(), "state");
+    const first = await startBudget({ stateDir });
+    const sleeper = spawn(process.execPath, ["-e", "setTimeout(() => {}, 30000)"], { stdio: "ignore" });
+    const short = spawn(process.execPath, ["-e", "setTimeout(() => {}, 30000)"], { stdio: "ignore" });
+    try {
+      const kept = await first.client.registerRunning({ name: "kept", pid: sleeper.pid! });
+      await first.client.registerRunning({ name: "ends", pid: short.pid! });
+      await first.client.registerRunning({ name: "no pid", costSource: { case: "cost", value: { memoryBytes: BigInt(G), cpu: 1 } } });
+      expect(await first.service.stop()).toEqual({ code: 0, signal: null });
+      short.kill("SIGKILL");
+      await new Promise((resolve) => short.once("exit", resolve));
+
+      const second = await startBudget({ stateDir });
+      const { running, committed } = await second.client.getState({});
+      expect(running.map((r) => r.name).sort()).toEqual(["kept", "no pid"]);
+      expect(running.find((r) => r.name === "kept")?.id).toBe(kept.running?.id);
+      expect(committed?.memoryBytes).toBe(BigInt(G + 512 * 1024 ** 2));
+    } finally {
+      sleeper.kill("SIGKILL");
+      short.kill("SIGKILL");
+    }
+  });
+
+  it("SIGHUP reloads the policy from the config file and re-checks the queue; flags still win; a bad file keeps the policy in force", async () => {
+    const config = path.join(makeTempDir(), "budget.json");
+    writeFileSync(config, JSON.stringify({ memory: "3G", cpu: 1 }));
+    // The budget comes from the file (no --memory), except cpu, which a flag sets.
+    const budget = await startBudget({ budgetFlags: false, args: [`--config=${config}`, "--cpu=4"] });
+    expect((await budget.client.getState({})).policy).toMatchObject({ memoryBytes: BigInt(3 * G), cpu: 4 });
+    const holder = admit(budget, "holder", [start("a", 2, 1)]);
+    expect(await until(() => holder.has("admitted"))).toBe(true);
+    const waiting = admit(budget, "waiting", [start("b", 2, 1)]);
+    expect(await until(() => waiting.has("queued"))).toBe(true);
+
+    writeFileSync(config, JSON.stringify({ memory: "5G", cpu: 1, "max-queue": 3, "lease-ttl": "2m" }));
+    process.kill(budget.service.pid, "SIGHUP");
+    expect(await until(() => waiting.has("admitted"))).toBe(true);
+    const policy = (await budget.client.getState({})).policy!;
+    expect(policy).toMatchObject({ memoryBytes: BigInt(5 * G), cpu: 4, maxQueue: 3 });
+    expect(policy.defaultLeaseTtl?.seconds).toBe(120n);
+
+    writeFileSync(config, JSON.stringify({ "max-queue": "many" }));
+    process.kill(budget.service.pid, "SIGHUP");
+    await budget.service.waitForLog((entry) => String(entry.msg).includes("the policy was not reloaded"));
+    expect((await budget.client.getState({})).policy).toMatchObject({ memoryBytes: BigInt(5 * G), maxQueue: 3 });
+    holder.cancel();
+    waiting.cancel();
+    await Promise.all([holder.done, waiting.done]);
+    expect(await budget.service.stop()).toEqual({ code: 0, signal: null });
+  });
+});
