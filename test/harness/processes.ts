@@ -5,6 +5,7 @@
  * signalled, and only while this module still knows them to be running.
  */
 import { spawn, type ChildProcess } from "node:child_process";
+import * as http from "node:http";
 import { mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import * as path from "node:path";
@@ -48,7 +49,7 @@ export interface ServiceOptions {
   umask?: number;
   /** Pass `--sessions-port 0` / `--budget-port 0` (default true). */
   ephemeralPorts?: boolean;
-  /** How long {@link startService} waits for every "listening" line. Default 15 s. */
+  /** How long {@link startService} waits for every "listening" line and a SERVING health answer. Default 15 s. */
   readyTimeoutMs?: number;
 }
 
@@ -71,7 +72,10 @@ export interface ServiceProcess {
    * Rejects only when neither happens within `readyTimeoutMs` (the process is then killed).
    */
   readonly outcome: Promise<LaunchOutcome>;
-  /** Resolves with the URLs once listening; rejects, with the process's output, if it exited or timed out first. */
+  /**
+   * Resolves with the URLs once every server listens and has answered a health Check with SERVING
+   * (Connect JSON over HTTP/1.1); rejects, with the process's output, if it exited or timed out first.
+   */
   readonly ready: Promise<ServiceUrls>;
   /** Resolves when the process has exited and its output is fully read. */
   readonly exited: Promise<ExitStatus>;
@@ -134,8 +138,8 @@ export function onStopAll(cleanup: () => void | Promise<void>): () => void {
 
 /**
  * Starts a service and waits until it listens on every port of its kind (one for `sessions` and
- * `budget`, both for `up`). Rejects, with the process's output, if it exits first or is not
- * listening within `readyTimeoutMs`.
+ * `budget`, both for `up`) and each server answers health Check with SERVING. Rejects, with the
+ * process's output, if it exits first or is not ready within `readyTimeoutMs`.
  *
  * ```ts
  * const sessions = await startService("sessions");
@@ -260,10 +264,21 @@ export function launchService(kind: ServiceKind, options: ServiceOptions = {}): 
   }, readyTimeoutMs);
   void outcome.finally(() => clearTimeout(readyTimer)).catch(() => {});
 
-  const ready = outcome.then((result) => {
-    if (result.state === "listening") return result.urls;
-    const how = result.status.signal !== null ? `was killed by ${result.status.signal}` : `exited with code ${result.status.code}`;
-    throw new Error(`${kind} (pid ${pid}) ${how} before listening\n${output()}`);
+  const readyBy = Date.now() + readyTimeoutMs;
+  const ready = outcome.then(async (result) => {
+    if (result.state === "exited") {
+      const how = result.status.signal !== null ? `was killed by ${result.status.signal}` : `exited with code ${result.status.code}`;
+      throw new Error(`${kind} (pid ${pid}) ${how} before listening\n${output()}`);
+    }
+    // The "listening" line is written before the process has finished starting (its signal
+    // handlers are installed after every server listens): an RPC answered means the start-up code
+    // has run to its end, so a signal sent now meets the service's own handlers.
+    for (const url of Object.values(result.urls)) {
+      await probeHealth(url, readyBy, () => status !== undefined).catch((error: Error) => {
+        throw new Error(`${kind} (pid ${pid}) listens at ${url} but health did not answer SERVING: ${error.message}\n${output()}`);
+      });
+    }
+    return result.urls;
   });
   ready.catch(() => {}); // a caller of launchService may only look at `outcome`
 
@@ -407,4 +422,47 @@ function decodeProcAddress(hex: string): string {
   for (let i = 0; i < 16; i += 2) groups.push(((bytes[i]! << 8) | bytes[i + 1]!).toString(16));
   // Let the URL parser write the canonical (compressed) form.
   return new URL(`http://[${groups.join(":")}]/`).hostname.slice(1, -1);
+}
+
+/** Health Check (Connect JSON over HTTP/1.1, no keep-alive) until SERVING, the deadline, or `gone()`. */
+async function probeHealth(url: string, deadline: number, gone: () => boolean): Promise<void> {
+  let last = "no answer";
+  while (Date.now() < deadline && !gone()) {
+    try {
+      const answer = await healthCheckOnce(url, Math.max(1, deadline - Date.now()));
+      if (answer === "SERVING") return;
+      last = `status ${answer}`;
+    } catch (error) {
+      last = (error as Error).message;
+    }
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+  throw new Error(gone() ? `the process exited (last: ${last})` : `last: ${last}`);
+}
+
+function healthCheckOnce(url: string, timeoutMs: number): Promise<string> {
+  const socketPath = url.startsWith("unix:") ? url.slice("unix:".length) : undefined;
+  const target = new URL(`${socketPath === undefined ? url : "http://localhost"}/grpc.health.v1.Health/Check`);
+  return new Promise((resolve, reject) => {
+    const request = http.request(
+      target,
+      { method: "POST", agent: false, socketPath, timeout: timeoutMs, headers: { "content-type": "application/json" } },
+      (response) => {
+        let body = "";
+        response.setEncoding("utf8");
+        response.on("data", (chunk: string) => (body += chunk));
+        response.on("end", () => {
+          try {
+            resolve(String((JSON.parse(body) as { status?: unknown }).status ?? `HTTP ${response.statusCode}: ${body}`));
+          } catch {
+            resolve(`HTTP ${response.statusCode}: ${body.slice(0, 200)}`);
+          }
+        });
+        response.on("error", reject);
+      },
+    );
+    request.on("timeout", () => request.destroy(new Error(`no answer within ${timeoutMs} ms`)));
+    request.on("error", reject);
+    request.end("{}");
+  });
 }
