@@ -133,7 +133,8 @@ function lineReporter(stream: NodeJS.WriteStream): Reporter {
     const elapsed = Date.now() - last.at;
     const etaMs = last.queued.eta === undefined ? 0 : Math.max(0, durationMs(last.queued.eta) - elapsed);
     const text = `berth admit: ${formatQueued(last.queued, last.waitedMs + elapsed, etaMs)}`;
-    const width = Math.max(20, (stream.columns ?? 100) - 1);
+    // A terminal whose size is unknown (0 columns, as under script(1)) gets a generous line.
+    const width = Math.max(20, (stream.columns > 0 ? stream.columns : 160) - 1);
     stream.write(`\r\x1b[K${text.length > width ? `${text.slice(0, width - 1)}…` : text}`);
     shown = true;
   };
@@ -197,8 +198,10 @@ function refusal(error: ConnectError) {
 
 /** Runs the admission; resolves with the exit code. */
 async function admit(values: Record<string, unknown>, command: string[], endpoint: Endpoint): Promise<number> {
-  const name = typeof values["name"] === "string" ? values["name"] : path.basename(command[0]!);
-  const label = typeof values["label"] === "string" ? values["label"] : command.join(" ").slice(0, 256);
+  // The service refuses control characters in labels and names: a command line may hold newlines.
+  const printable = (text: string) => text.replace(/[\u0000-\u001f\u007f\s]+/g, " ").trim().slice(0, 256);
+  const name = typeof values["name"] === "string" ? values["name"] : printable(path.basename(command[0]!)) || "command";
+  const label = typeof values["label"] === "string" ? values["label"] : printable(command.join(" ")) || name;
   const { need, run } = needFromFlags(values, name.slice(0, 256));
   const maxWaitMs = durationFlag(values["max-wait"], "--max-wait");
   const json = values["json"] === true || !process.stderr.isTTY;

@@ -1,0 +1,224 @@
+/**
+ * `berth admit` and `berth budget …` as a user runs them: the built binary, in a pipe (JSON-line
+ * events on stderr), against a budget service on the fixture machine; and once under a
+ * pseudo-terminal (`script`), where the status line is rewritten in place.
+ */
+import { execFileSync } from "node:child_process";
+import { afterAll, describe, expect, it } from "vitest";
+import { NeedItemKind } from "@berth/api/berth/budget/v1/budget_pb";
+import { EXIT } from "@berth/cli/command";
+import { CLI, G, berth, spawnBerth, startBudget, until, type BudgetUnderTest } from "./budget-e2e.js";
+import { runCommand, stopAll } from "./harness.js";
+
+afterAll(stopAll);
+
+const hold = (budget: BudgetUnderTest, memoryGb: number) =>
+  budget.client.reserve({ label: "holder", need: { items: [{ kind: NeedItemKind.START, name: "h", costSource: { case: "cost", value: { memoryBytes: BigInt(memoryGb * G), cpu: 1 } } }] } });
+
+const node = process.execPath;
+
+let shared: BudgetUnderTest | undefined;
+/** One service for the tests that leave it as they found it. */
+async function service(): Promise<BudgetUnderTest> {
+  shared ??= await startBudget();
+  return shared;
+}
+
+describe("berth admit", () => {
+  it("runs the command once admitted, passes its output and exit code through, and releases", async () => {
+    const budget = await service();
+    const result = await berth(budget.url, ["admit", "--memory", "1G", "--cpu", "1", "--", node, "-e", "console.log('out:' + process.env.BERTH_RESERVATION_ID); process.exit(3)"]);
+    expect(result.code).toBe(3);
+    const events = result.stderr.trim().split("\n").map((l) => JSON.parse(l) as Record<string, unknown>);
+    expect(events.map((e) => e["event"])).toEqual(["admitted", "started", "exited", "released"]);
+    expect(result.stdout).toBe(`out:${events[0]!["reservation_id"]}\n`);
+    expect(events[2]).toMatchObject({ code: 3, signal: null });
+    const state = await budget.client.getState({});
+    expect(state.reservations).toHaveLength(0);
+    expect(state.running).toHaveLength(0);
+  });
+
+  it("waits in the queue with JSON-line updates, then runs when the holder lets go", async () => {
+    const budget = await service();
+    const { reservation } = await hold(budget, 3);
+    const admit = spawnBerth(budget.url, ["admit", "--memory", "2G", "--label", "second", "--", node, "-e", ""]);
+    const queued = await admit.event("queued");
+    expect(queued).toMatchObject({ position: 1, gates: ["memory_budget"] });
+    expect(String(queued["wait_for"])).toContain("memory: needs 2G");
+    expect((await budget.client.getState({})).queue.map((q) => q.label)).toEqual(["second"]);
+    await budget.client.release({ reservationId: reservation!.id });
+    expect(await admit.exited).toEqual({ code: 0, signal: null });
+    expect(Number((await admit.event("admitted"))["waited_ms"])).toBeGreaterThan(0);
+  });
+
+  it("reports the command's pid as started, so the budget counts it while it runs", async () => {
+    const budget = await service();
+    const admit = spawnBerth(budget.url, ["admit", "--memory", "1G", "--name", "sleeper", "--", node, "-e", "setTimeout(() => {}, 1500)"]);
+    const started = await admit.event("started");
+    const state = await budget.client.getState({});
+    expect(state.running.map((r) => [r.name, r.pid])).toEqual([["sleeper", started["pid"]]]);
+    expect(state.committed?.memoryBytes).toBe(BigInt(G));
+    expect(await admit.exited).toEqual({ code: 0, signal: null });
+    expect((await budget.client.getState({})).running).toHaveLength(0);
+  });
+
+  it("passes SIGTERM on to the command and exits with the command's code", async () => {
+    const budget = await service();
+    const admit = spawnBerth(budget.url, ["admit", "--memory", "1G", "--", node, "-e", "process.on('SIGTERM', () => process.exit(42)); console.log('ready'); setInterval(() => {}, 1000)"]);
+    await admit.event("started");
+    // Until the command has set its handler, SIGTERM would simply kill it.
+    expect(await until(() => admit.stdout().includes("ready"))).toBe(true);
+    admit.child.kill("SIGTERM");
+    expect(await admit.exited).toEqual({ code: 42, signal: null });
+    expect(await until(async () => (await budget.client.getState({})).reservations.length === 0)).toBe(true);
+  });
+
+  it("withdraws the request when interrupted while waiting", async () => {
+    const budget = await service();
+    const { reservation } = await hold(budget, 3);
+    const admit = spawnBerth(budget.url, ["admit", "--memory", "2G", "--", node, "-e", ""]);
+    await admit.event("queued");
+    admit.child.kill("SIGINT");
+    expect(await admit.exited).toEqual({ code: 130, signal: null });
+    expect((await budget.client.getState({})).queue).toHaveLength(0);
+    await budget.client.release({ reservationId: reservation!.id });
+  });
+
+  it("exits with a distinct code for each refusal, for an unreachable service, bad flags and a missing command", async () => {
+    const budget = await startBudget({ args: ["--max-queue=1"] });
+    const impossible = await berth(budget.url, ["admit", "--memory", "5G", "--", "true"]);
+    expect(impossible.code).toBe(EXIT.impossible);
+    expect(JSON.parse(impossible.stderr)).toMatchObject({ event: "refused", kind: "impossible", settings: ["BERTH_BUDGET_MEMORY"] });
+
+    await hold(budget, 3);
+    const waiting = spawnBerth(budget.url, ["admit", "--memory", "2G", "--max-wait", "4s", "--", "true"]);
+    await waiting.event("queued");
+    const full = await berth(budget.url, ["admit", "--memory", "2G", "--", "true"]);
+    expect(full.code).toBe(EXIT.queueFull);
+    expect(JSON.parse(full.stderr)).toMatchObject({ event: "refused", kind: "queue_full" });
+    expect((await waiting.exited).code).toBe(EXIT.waitExhausted);
+    expect(await waiting.event("refused")).toMatchObject({ kind: "wait_exhausted" });
+
+    const unreachable = await berth("http://127.0.0.1:1", ["admit", "--memory", "1G", "--", "true"]);
+    expect(unreachable.code).toBe(EXIT.unreachable);
+    expect(unreachable.stderr).toContain("cannot reach the budget service");
+
+    const usage = await berth(budget.url, ["admit", "--memory", "2 gigs", "--", "true"]);
+    expect(usage.code).toBe(EXIT.usage);
+    expect(usage.stderr).toContain("--memory");
+    expect((await berth(budget.url, ["admit", "--memory", "1G"])).code).toBe(EXIT.usage);
+
+    const missing = await startBudget();
+    const notFound = await berth(missing.url, ["admit", "--memory", "1G", "--", "/nonexistent/command"]);
+    expect(notFound.code).toBe(127);
+    expect((await missing.client.getState({})).reservations).toHaveLength(0);
+  });
+
+  it("lets the command end its build phase with 'berth budget build-done'", async () => {
+    const budget = await service();
+    const script = `
+      const { execFileSync } = require("node:child_process");
+      execFileSync(process.execPath, [${JSON.stringify(CLI)}, "budget", "build-done", "--json"], { stdio: "inherit" });
+      setTimeout(() => {}, 1500);`;
+    const admit = spawnBerth(budget.url, ["admit", "--memory", "1G", "--build-memory", "2G", "--build-cpu", "2", "--", node, "-e", script]);
+    await admit.event("started");
+    expect(await until(async () => (await budget.client.getState({})).committed?.memoryBytes === BigInt(G))).toBe(true);
+    expect(await admit.exited).toEqual({ code: 0, signal: null });
+    expect(JSON.parse(admit.stdout()).reservation.build).toEqual({});
+  });
+
+  it("shows the live status line in place on a terminal", async () => {
+    const budget = await service();
+    const { reservation } = await hold(budget, 3);
+    const release = setTimeout(() => void budget.client.release({ reservationId: reservation!.id }), 1500);
+    try {
+      const command = [node, CLI, "admit", "--memory", "2G", "--label", "tty", "--", "true"].map((a) => `'${a}'`).join(" ");
+      const result = await runCommand("script", ["-qfec", command, "/dev/null"], { env: { BERTH_BUDGET_URL: budget.url }, timeoutMs: 15_000 });
+      expect(result.code).toBe(0);
+      expect(result.stdout).toContain("\r\x1b[Kberth admit: waiting: #1 in queue, ETA ~");
+      expect(result.stdout).toContain("memory: needs 2G");
+      expect(result.stdout).toMatch(/berth admit: admitted after \d/);
+      expect(result.stdout).not.toContain('"event"');
+    } finally {
+      clearTimeout(release);
+    }
+  });
+});
+
+describe("berth budget", () => {
+  it("check says fits, would wait or impossible, with exit codes to match", async () => {
+    const budget = await service();
+    const fits = await berth(budget.url, ["budget", "check", "--memory", "1G", "--cpu", "1"]);
+    expect(fits.code).toBe(0);
+    expect(fits.stdout).toMatch(/^fits: 1G, 1 cpu can be admitted now/);
+
+    const { reservation } = await hold(budget, 3);
+    const wait = await berth(budget.url, ["budget", "check", "--memory", "2G"]);
+    expect(wait.code).toBe(EXIT.wouldWait);
+    expect(wait.stdout).toContain("would wait");
+    expect(wait.stdout).toContain("held by: in flight: holder (3G, 1 cpu)");
+    const json = await berth(budget.url, ["budget", "check", "--memory", "2G", "--json"]);
+    expect(JSON.parse(json.stdout).verdict.waitFor[0].gate).toBe("GATE_MEMORY_BUDGET");
+    await budget.client.release({ reservationId: reservation!.id });
+
+    const never = await berth(budget.url, ["budget", "check", "--memory", "64G"]);
+    expect(never.code).toBe(EXIT.impossible);
+    expect(never.stdout).toContain("BERTH_BUDGET_MEMORY");
+  });
+
+  it("state shows the budget, the machine and tables of what is committed, queued, reserved and running", async () => {
+    const budget = await service();
+    const { reservation } = await hold(budget, 3);
+    const admit = spawnBerth(budget.url, ["admit", "--memory", "2G", "--label", "queued one", "--", "true"]);
+    await admit.event("queued");
+    const running = await budget.client.registerRunning({ name: "db", pid: process.pid });
+
+    const state = await berth(budget.url, ["budget", "state"]);
+    expect(state.code).toBe(0);
+    expect(state.stdout).toMatch(/^budget\s+3\.5G of 4G memory, 1\.5 of 4 cpu committed/m);
+    expect(state.stdout).toMatch(/^machine\s+15\.3G available of 16G/m);
+    expect(state.stdout).toContain("queue (1 waiting)");
+    expect(state.stdout).toMatch(/1\s+queued one\s+2G, 0\.5 cpu/);
+    expect(state.stdout).toMatch(/in flight: holder\s+3G/);
+    expect(state.stdout).toMatch(/db\s+512M, 0\.5 cpu\s+\d+/);
+
+    const json = JSON.parse((await berth(budget.url, ["budget", "state", "--json"])).stdout);
+    expect(json.queue[0].label).toBe("queued one");
+    expect(json.running[0].name).toBe("db");
+
+    admit.child.kill("SIGINT");
+    await admit.exited;
+    await budget.client.stopRunning({ id: running.running!.id });
+    await budget.client.release({ reservationId: reservation!.id });
+  });
+
+  it("machine and watch show the samples", async () => {
+    const budget = await service();
+    const machine = await berth(budget.url, ["budget", "machine"]);
+    expect(machine.code).toBe(0);
+    expect(machine.stdout).toMatch(/^memory\s+15\.3G available of 16G \(host\)/m);
+    expect(machine.stdout).toMatch(/^cpu psi\s+not available/m);
+    expect(JSON.parse((await berth(budget.url, ["budget", "machine", "--json"])).stdout).machine.totalBytes).toBe(String(16 * G));
+
+    const watch = spawnBerth(budget.url, ["budget", "watch", "--json"]);
+    expect(await until(() => watch.stdout().split("\n").filter((l) => l.startsWith("{")).length >= 2, 5000)).toBe(true);
+    watch.child.kill("SIGINT");
+    expect(await watch.exited).toEqual({ code: 0, signal: null });
+    expect(JSON.parse(watch.stdout().split("\n")[0]!).machine.cores).toBeGreaterThan(0);
+  });
+
+  it("has help with examples, and refuses unknown subcommands and flags", async () => {
+    const budget = await service();
+    for (const args of [["admit", "--help"], ["budget", "--help"]]) {
+      const help = await berth(budget.url, args);
+      expect(help.code).toBe(0);
+      expect(help.stdout).toContain("Examples:");
+    }
+    // A --help after `--` is the command's.
+    expect((await berth(budget.url, ["admit", "--memory", "1M", "--", "sh", "-c", 'echo "$1"', "sh", "--help"])).stdout).toBe("--help\n");
+    expect((await berth(budget.url, ["budget", "frobnicate"])).code).toBe(EXIT.usage);
+    expect((await berth(budget.url, ["budget", "state", "--bogus"])).code).toBe(EXIT.usage);
+    expect((await berth("http://127.0.0.1:1", ["budget", "state"])).code).toBe(EXIT.unreachable);
+    expect(execFileSync(node, [CLI, "--help"], { encoding: "utf8" })).toMatch(/admit\s+wait for room/);
+  });
+});
