@@ -79,7 +79,7 @@ export function acquireElection(stateDir: string, name: string, options: { servi
   } catch (error) {
     fs.closeSync(fd);
     const code = (error as NodeJS.ErrnoException).code;
-    if (code === "EWOULDBLOCK" || code === "EAGAIN") throw new ElectionHeldError(stateDir, lockPath, readClaim(lockPath));
+    if (code === "EWOULDBLOCK" || code === "EAGAIN") throw new ElectionHeldError(stateDir, lockPath, awaitHolderClaim(lockPath));
     throw error;
   }
 
@@ -115,6 +115,24 @@ export function acquireElection(stateDir: string, name: string, options: { servi
       }
     },
   };
+}
+
+/** How long a loser waits for the winner's claim, to name it rather than "a process still starting". */
+const CLAIM_WAIT_MS = 250;
+
+/**
+ * The holder's claim, waiting briefly for it: the winner takes the kernel lock first and writes its
+ * claim just after, so a loser that reads in between would find no live claim. Waiting never
+ * changes who holds the lock; it only lets the refusal name the holder.
+ */
+function awaitHolderClaim(lockPath: string): ElectionClaim | undefined {
+  const deadline = Date.now() + CLAIM_WAIT_MS;
+  const pause = new Int32Array(new SharedArrayBuffer(4));
+  for (;;) {
+    const claim = readClaim(lockPath);
+    if ((claim && claimIsLive(claim)) || Date.now() >= deadline) return claim;
+    Atomics.wait(pause, 0, 0, 10);
+  }
 }
 
 /** Replaces the file's content with `claim`: truncate, write at offset 0, fsync. */

@@ -66,29 +66,51 @@ export async function runServices(definitions: readonly ServiceDefinition[], opt
   const values = loaded.values as CommonValues & Record<string, unknown>;
   // Asynchronous destination: a log line costs the request path a buffer copy, not a write(2).
   // Shutdown flushes it (pino's final flush on exit).
-  const logger = pino({ level: values.logLevel, base: { pid: process.pid } }, pino.destination({ dest: 1, sync: false }));
+  const destination = pino.destination({ dest: 1, sync: false });
+  const logger = pino({ level: values.logLevel, base: { pid: process.pid } }, destination);
+  // A reader that went away (`berth up | head`, a supervisor that closed the pipe) must not wedge
+  // the process: the writer would retry EPIPE forever, even through shutdown. Logs stop; serving
+  // goes on.
+  destination.on("error", (error: NodeJS.ErrnoException) => {
+    if (error.code !== "EPIPE") return;
+    logger.level = "silent";
+    destination.destroy();
+  });
   logger.info({ settings: describeConfig(definition, loaded) }, "settings");
 
+  // The handlers go in before the first server starts: a signal during start-up closes what has
+  // started so far (the list is read when the signal comes) instead of killing the process outright.
   const started: RunningServer[] = [];
+  const uninstall = installSignalHandlers(started, logger, { exit });
   try {
     for (const service of definitions) {
       const server = await service.start(values as never, logger.child({ service: service.name }));
       started.push(server);
     }
   } catch (error) {
+    uninstall();
     await Promise.allSettled(started.map((server) => server.close(false)));
     // A refusal (the state directory is taken, a setting is wrong) is said plainly; anything else
     // is a bug or an environment failure and keeps its stack in the log.
-    const errno = (error as NodeJS.ErrnoException).code;
+    const errno = errnoOf(error);
     if (isBerthError(error)) write(`${options.command}: ${error.message}\n`);
     else if (errno === "EADDRINUSE" || errno === "EACCES" || errno === "EADDRNOTAVAIL") {
-      write(`${options.command}: cannot listen: ${(error as Error).message}; choose another port or stop what uses it\n`);
+      // The listener's message already names the address and what to change.
+      write(`${options.command}: ${(error as Error).message}\n`);
     } else logger.error({ err: error }, "failed to start");
     exit(1);
     return undefined;
   }
-  installSignalHandlers(started, logger, { exit });
   return started;
+}
+
+/** The errno code of an error or of the error it wraps (the listener wraps socket errors). */
+function errnoOf(error: unknown): string | undefined {
+  for (let e: unknown = error; e instanceof Error; e = e.cause) {
+    const code = (e as NodeJS.ErrnoException).code;
+    if (typeof code === "string") return code;
+  }
+  return undefined;
 }
 
 /** What a service opens once it holds its state directory: its RPC services and how to close them. */
