@@ -28,7 +28,7 @@ import {
 } from "@berth/api/berth/sessions/v1/session_service_pb";
 import { BerthError, invalidArgument, isBerthError } from "@berth/shared/errors";
 import { checkPathInput, checkSessionId } from "@berth/shared/safe-id";
-import { abortable, abortError, berthErrorToConnect } from "@berth/shared/server/index";
+import { abortError, berthErrorToConnect } from "@berth/shared/server/index";
 import type { JournalEntry, SessionSnapshot } from "../reducer.js";
 import type { AppendOptions, AppendResult, SessionStore } from "../session-store.js";
 import { isCompletedPhase } from "../vocabulary.js";
@@ -177,13 +177,16 @@ export function createSessionHandlers(options: SessionHandlerOptions): ServiceIm
       const fromSeq = Math.max(1, safeSeq(req.fromSeq, "from_seq"));
       const json = isJsonCall(context.requestHeader.get("content-type"));
       const watcher = store.watch(sessionId, fromSeq, { includeSnapshot: req.includeSnapshot });
+      const stop = endOnAbort(watcher, context.signal);
       try {
-        for await (const event of abortable(watcher, context.signal)) {
+        for await (const event of watcher) {
           yield watchSessionResponse(event, json);
         }
+        if (context.signal.aborted) throw abortError(context.signal);
       } catch (error) {
         throw lagged(error, sessionId);
       } finally {
+        stop();
         await watcher.return?.();
       }
     },
@@ -192,6 +195,7 @@ export function createSessionHandlers(options: SessionHandlerOptions): ServiceIm
       // Subscribed before the current state is read, so no change falls between the two; changes
       // already described by the current state are skipped below.
       const watcher = store.watchAll({ includeSnapshot: req.includeSnapshot });
+      const stop = endOnAbort(watcher, context.signal);
       const described = new Map<string, number>();
       try {
         if (req.includeCurrent) {
@@ -217,7 +221,7 @@ export function createSessionHandlers(options: SessionHandlerOptions): ServiceIm
             kind: { case: "caughtUp", value: { $typeName: SESSIONS_CAUGHT_UP, sessions: views.length } },
           };
         }
-        for await (const change of abortable(watcher, context.signal)) {
+        for await (const change of watcher) {
           const seen = described.get(change.sessionId);
           if (seen !== undefined) {
             if (change.entry.seq <= seen) continue;
@@ -225,9 +229,11 @@ export function createSessionHandlers(options: SessionHandlerOptions): ServiceIm
           }
           yield watchSessionsChange(sessionChange(change));
         }
+        if (context.signal.aborted) throw abortError(context.signal);
       } catch (error) {
         throw lagged(error, "");
       } finally {
+        stop();
         await watcher.return?.();
       }
     },
@@ -342,6 +348,22 @@ async function lastEntry(store: SessionStore, sessionId: string, seq: number): P
   } finally {
     await entries.return?.();
   }
+}
+
+/**
+ * Ends `watcher` (its pending `next()` resolves done) when `signal` aborts: the client went away,
+ * its deadline ran out, or the server is shutting down. One listener for the whole stream, rather
+ * than a race per message as `abortable` does: a watcher stream may carry thousands of messages.
+ * Returns the function that removes the listener.
+ */
+function endOnAbort(watcher: AsyncIterator<unknown>, signal: AbortSignal): () => void {
+  const end = () => void watcher.return?.();
+  if (signal.aborted) {
+    end();
+    return () => {};
+  }
+  signal.addEventListener("abort", end, { once: true });
+  return () => signal.removeEventListener("abort", end);
 }
 
 /** A watcher that fell behind (the store's resource_exhausted) → RESOURCE_EXHAUSTED with WatcherLagged. */

@@ -1,0 +1,317 @@
+/**
+ * SessionService against a started sessions service (issue 3, "Tests"): expected_seq conflicts,
+ * an idempotent retry across a crash and restart of the service process, AppendEvents atomicity,
+ * watchers (catch-up + live without a gap under concurrent appends; a slow watcher ended and
+ * resumed without loss; shutdown), 32 concurrent appenders, refused ids and sizes with nothing
+ * written, and journals moving both ways between the seed's store and the service.
+ */
+import { existsSync, readdirSync, readFileSync } from "node:fs";
+import * as path from "node:path";
+import { create, toJson, type JsonObject, type MessageInitShape } from "@bufbuild/protobuf";
+import { Code, ConnectError, type Client } from "@connectrpc/connect";
+import { afterAll, describe, expect, it } from "vitest";
+import { EventSchema, type Event } from "@berth/api/berth/sessions/v1/events_pb";
+import {
+  SeqConflictSchema,
+  SessionService,
+  WatcherLaggedSchema,
+  type WatchSessionResponse,
+} from "@berth/api/berth/sessions/v1/session_service_pb";
+import { SnapshotSchema } from "@berth/api/berth/sessions/v1/snapshot_pb";
+import { loadSeedStore } from "@berth/sessions/testing/seed-store";
+import { closeClient, connectClient, curlJson, makeTempDir, startService, stopAll, type ServiceProcess } from "./harness.js";
+
+afterAll(stopAll);
+
+type Sessions = Client<typeof SessionService>;
+
+function sessionsOf(url: string, protocol: "grpc" | "connect" = "grpc"): Sessions {
+  return connectClient(SessionService, url, { protocol, defaultTimeoutMs: 30_000 });
+}
+
+function event(kind: MessageInitShape<typeof EventSchema>["kind"]): Event {
+  return create(EventSchema, { kind });
+}
+
+const generate = (count = 3): Event => event({ case: "generate", value: { pageUrl: "http://localhost:3000/", count } });
+const phase = (name: string): Event => event({ case: "agentPhase", value: { phase: name } });
+
+async function failure(promise: Promise<unknown>): Promise<ConnectError> {
+  try {
+    await promise;
+  } catch (error) {
+    return ConnectError.from(error);
+  }
+  throw new Error("expected the call to fail");
+}
+
+async function readSeqs(client: Sessions, sessionId: string): Promise<number[]> {
+  const seqs: number[] = [];
+  for await (const batch of client.readJournal({ sessionId })) for (const entry of batch.entries) seqs.push(Number(entry.seq));
+  return seqs;
+}
+
+function range(from: number, to: number): number[] {
+  return Array.from({ length: to - from + 1 }, (_, i) => from + i);
+}
+
+function journalFiles(stateDir: string): string[] {
+  const dir = path.join(stateDir, "sessions");
+  return existsSync(dir) ? readdirSync(dir).filter((name) => name.endsWith(".jsonl")) : [];
+}
+
+describe("SessionService end to end", () => {
+  let service: ServiceProcess;
+  let url: string;
+  const started = startService("sessions", { args: ["--max-event-bytes", "2K", "--max-message-bytes", "64K", "--max-events-per-append", "50"] }).then((s) => {
+    service = s;
+    url = s.url("sessions");
+  });
+  afterAll(async () => {
+    await started;
+    await service.stop();
+  });
+
+  it("refuses a stale expected_seq with FAILED_PRECONDITION and SeqConflict, over gRPC and Connect JSON", async () => {
+    await started;
+    const client = sessionsOf(url);
+    await client.appendEvent({ sessionId: "conflict", event: generate(), expectedSeq: 0n });
+    await client.appendEvent({ sessionId: "conflict", event: phase("a"), expectedSeq: 1n });
+    const error = await failure(client.appendEvent({ sessionId: "conflict", event: phase("b"), expectedSeq: 1n }));
+    expect(error.code).toBe(Code.FailedPrecondition);
+    expect(error.findDetails(SeqConflictSchema)[0]).toMatchObject({ sessionId: "conflict", expectedSeq: 1n, currentSeq: 2n });
+
+    // curl speaks Connect JSON: the typed detail arrives with its debug form.
+    const res = await curlJson(url, "/berth.sessions.v1.SessionService/AppendEvent", { sessionId: "conflict", event: { agentPhase: { phase: "c" } }, expectedSeq: "5" });
+    expect(res.json).toMatchObject({
+      code: "failed_precondition",
+      details: expect.arrayContaining([expect.objectContaining({ type: "berth.sessions.v1.SeqConflict", debug: { sessionId: "conflict", expectedSeq: "5", currentSeq: "2" } })]),
+    });
+    expect(await readSeqs(client, "conflict")).toEqual([1, 2]);
+    closeClient(client);
+  });
+
+  it("appends a batch atomically: a bad event, a stale seq or too many events write nothing", async () => {
+    await started;
+    const client = sessionsOf(url);
+    await client.appendEvent({ sessionId: "atomic", event: generate() });
+    const bad = await failure(client.appendEvents({ sessionId: "atomic", events: [phase("a"), phase("b"), event({ case: "other", value: { type: "" } })] }));
+    expect(bad.code).toBe(Code.InvalidArgument);
+    expect(bad.rawMessage).toMatch(/^events\[2\]/);
+    const stale = await failure(client.appendEvents({ sessionId: "atomic", events: [phase("a"), phase("b")], expectedSeq: 0n }));
+    expect(stale.code).toBe(Code.FailedPrecondition);
+    const tooMany = await failure(client.appendEvents({ sessionId: "atomic", events: Array.from({ length: 51 }, (_, i) => phase(`p${i}`)) }));
+    expect(tooMany.code).toBe(Code.ResourceExhausted);
+    expect(await readSeqs(client, "atomic")).toEqual([1]);
+    const ok = await client.appendEvents({ sessionId: "atomic", events: [phase("a"), phase("b"), phase("c")], expectedSeq: 1n });
+    expect(ok).toMatchObject({ firstSeq: 2n, lastSeq: 4n });
+    expect(await readSeqs(client, "atomic")).toEqual([1, 2, 3, 4]);
+    closeClient(client);
+  });
+
+  it("refuses bad ids, oversized events and oversized requests, writing nothing", async () => {
+    await started;
+    const client = sessionsOf(url);
+    for (const sessionId of ["", "../escape", "a/b", "a.b", "x".repeat(129), "nul\0id", "space id"]) {
+      const error = await failure(client.appendEvent({ sessionId, event: generate() }));
+      expect(error.code, JSON.stringify(sessionId)).toBe(Code.InvalidArgument);
+      expect(error.rawMessage).toMatch(/^session_id: /);
+    }
+    for (const method of ["getSnapshot", "hasSession", "flushSnapshot"] as const) {
+      const error = await failure(client[method]({ sessionId: "../x" }));
+      expect(error.code, method).toBe(Code.InvalidArgument);
+    }
+    const watchError = await failure((async () => {
+      for await (const _ of client.watchSession({ sessionId: "a/b" })) break;
+    })());
+    expect(watchError.code).toBe(Code.InvalidArgument);
+
+    const big = event({ case: "steer", value: { pageUrl: "x".repeat(4000) } });
+    const tooBig = await failure(client.appendEvent({ sessionId: "sizes", event: big }));
+    expect(tooBig.code).toBe(Code.ResourceExhausted);
+    expect(tooBig.rawMessage).toMatch(/over the limit of 2048 bytes/);
+    const hugeRequest = await failure(client.appendEvent({ sessionId: "sizes", event: event({ case: "steer", value: { pageUrl: "x".repeat(100_000) } }) }));
+    expect(hugeRequest.code).toBe(Code.ResourceExhausted);
+    expect((await client.hasSession({ sessionId: "sizes" })).exists).toBe(false);
+    // Only the sessions of the tests before this one have journals (tests of a file run in order).
+    expect(journalFiles(service.stateDir).sort()).toEqual(["atomic.jsonl", "conflict.jsonl"]);
+    closeClient(client);
+  });
+
+  it("32 clients appending to one session get contiguous seqs, none twice", async () => {
+    await started;
+    const clients = Array.from({ length: 32 }, () => sessionsOf(url));
+    const perClient = 15;
+    const seen = await Promise.all(
+      clients.map(async (client, c) => {
+        const seqs: number[] = [];
+        for (let i = 0; i < perClient; i++) seqs.push(Number((await client.appendEvent({ sessionId: "many", event: phase(`c${c}-${i}`) })).seq));
+        return seqs;
+      }),
+    );
+    const all = seen.flat().sort((a, b) => a - b);
+    expect(all).toEqual(range(1, 32 * perClient));
+    for (const seqs of seen) expect([...seqs].sort((a, b) => a - b)).toEqual(seqs);
+    const reader = sessionsOf(url);
+    expect(await readSeqs(reader, "many")).toEqual(range(1, 32 * perClient));
+    for (const client of [...clients, reader]) closeClient(client);
+  });
+
+  it("a watcher gets the backlog, the caught-up marker, then live entries with no gap across concurrent appends", async () => {
+    await started;
+    const writer = sessionsOf(url);
+    await writer.appendEvents({ sessionId: "watch", events: range(1, 20).map((i) => phase(`b${i}`)) });
+    const appenders = Array.from({ length: 4 }, () => sessionsOf(url));
+    const watcher = sessionsOf(url);
+    const controller = new AbortController();
+    const seqs: number[] = [];
+    let caughtUpAt: number | undefined;
+    let snapshots = 0;
+    const total = 20 + 4 * 25;
+    const watching = (async () => {
+      try {
+        for await (const message of watcher.watchSession({ sessionId: "watch", fromSeq: 5n, includeSnapshot: true }, { signal: controller.signal, timeoutMs: 60_000 })) {
+          if (message.kind.case === "caughtUp") caughtUpAt = Number(message.kind.value.lastSeq);
+          if (message.kind.case === "entry") {
+            seqs.push(Number(message.kind.value.seq));
+            if (message.snapshot !== undefined) snapshots++;
+            if (seqs.length === total - 4) return;
+          }
+        }
+      } catch (error) {
+        if (!controller.signal.aborted) throw error;
+      }
+    })();
+    // The appends race the watcher's switch from the backlog to live entries.
+    await Promise.all(appenders.map((client, a) => (async () => {
+      for (let i = 0; i < 25; i++) await client.appendEvent({ sessionId: "watch", event: phase(`a${a}-${i}`) });
+    })()));
+    await watching;
+    controller.abort();
+    expect(seqs).toEqual(range(5, total));
+    expect(caughtUpAt).toBeGreaterThanOrEqual(20);
+    // Live entries carry their snapshot; backlog entries do not.
+    expect(snapshots).toBe(total - caughtUpAt!);
+    for (const client of [writer, watcher, ...appenders]) closeClient(client);
+  });
+
+  it("ends a watcher that stops reading with RESOURCE_EXHAUSTED and WatcherLagged; resuming misses nothing", async () => {
+    await started;
+    const slow = await startService("sessions", { args: ["--watch-buffer", "4"] });
+    const slowUrl = slow.url("sessions");
+    const writer = sessionsOf(slowUrl);
+    await writer.appendEvent({ sessionId: "slow", event: generate() });
+    const reader = sessionsOf(slowUrl);
+    const it = reader.watchSession({ sessionId: "slow", includeSnapshot: true }, { timeoutMs: 60_000 })[Symbol.asyncIterator]();
+    const received: number[] = [];
+    const first = (await it.next()).value as WatchSessionResponse;
+    if (first.kind.case === "entry") received.push(Number(first.kind.value.seq));
+    expect(((await it.next()).value as WatchSessionResponse).kind.case).toBe("caughtUp");
+    // Stop reading: once the stream's flow-control window is full the service cannot hand the
+    // watcher more entries, its buffer of 4 overflows and the watch is ended.
+    const total = 400;
+    for (let i = 0; i < total / 50; i++) {
+      await writer.appendEvents({ sessionId: "slow", events: range(1, 50).map((n) => event({ case: "steer", value: { pageUrl: `/p${i}-${n}-`.padEnd(300, "x") } })) });
+    }
+    let lag: ConnectError | undefined;
+    try {
+      for (;;) {
+        const step = await it.next();
+        if (step.done) break;
+        const message = step.value as WatchSessionResponse;
+        if (message.kind.case === "entry") received.push(Number(message.kind.value.seq));
+      }
+    } catch (error) {
+      lag = ConnectError.from(error);
+    }
+    expect(lag?.code).toBe(Code.ResourceExhausted);
+    const last = received[received.length - 1]!;
+    expect(received).toEqual(range(1, last));
+    expect(last).toBeLessThan(total + 1);
+    const detail = lag!.findDetails(WatcherLaggedSchema)[0];
+    expect(detail).toMatchObject({ sessionId: "slow", resumeFromSeq: BigInt(last + 1) });
+    // Resume where the service said: the rest, in order, none missing.
+    const controller = new AbortController();
+    for await (const message of writer.watchSession({ sessionId: "slow", fromSeq: detail!.resumeFromSeq }, { signal: controller.signal })) {
+      if (message.kind.case === "entry") received.push(Number(message.kind.value.seq));
+      if (message.kind.case === "caughtUp") break;
+    }
+    controller.abort();
+    expect(received).toEqual(range(1, total + 1));
+    closeClient(writer);
+    closeClient(reader);
+    await slow.stop();
+  });
+
+  it("ends watchers with UNAVAILABLE when the service shuts down", async () => {
+    await started;
+    const own = await startService("sessions");
+    const client = sessionsOf(own.url("sessions"));
+    const it = client.watchSession({ sessionId: "bye" }, { timeoutMs: 30_000 })[Symbol.asyncIterator]();
+    expect(((await it.next()).value as WatchSessionResponse).kind.case).toBe("caughtUp");
+    const next = it.next();
+    const stopped = own.stop();
+    const error = await failure(next);
+    expect(error.code).toBe(Code.Unavailable);
+    expect(await stopped).toEqual({ code: 0, signal: null });
+    closeClient(client);
+  });
+});
+
+describe("idempotent retries across a restart", () => {
+  it("answers a retried key with the first result after the service was SIGKILLed and started again", async () => {
+    const stateDir = path.join(makeTempDir("berth-sessions-e2e-"), "state");
+    const first = await startService("sessions", { stateDir });
+    const client = sessionsOf(first.url("sessions"));
+    await client.appendEvent({ sessionId: "retry", event: generate() });
+    const original = await client.appendEvent({ sessionId: "retry", event: phase("keyed"), idempotencyKey: "request-42" });
+    const batch = await client.appendEvents({ sessionId: "retry", events: [phase("x"), phase("y")], idempotencyKey: "batch-7" });
+    await client.appendEvent({ sessionId: "retry", event: phase("after") });
+    closeClient(client);
+    // A crash: no shutdown, no snapshot file written; the keys are in the journal.
+    await first.kill();
+
+    const second = await startService("sessions", { stateDir });
+    const again = sessionsOf(second.url("sessions"));
+    const retry = await again.appendEvent({ sessionId: "retry", event: phase("keyed"), idempotencyKey: "request-42" });
+    expect(retry.duplicate).toBe(true);
+    expect(retry.seq).toBe(original.seq);
+    expect(toJson(SnapshotSchema, retry.snapshot!)).toEqual(toJson(SnapshotSchema, original.snapshot!));
+    const batchRetry = await again.appendEvents({ sessionId: "retry", events: [phase("x"), phase("y")], idempotencyKey: "batch-7" });
+    expect(batchRetry).toMatchObject({ duplicate: true, firstSeq: batch.firstSeq, lastSeq: batch.lastSeq });
+    expect(await readSeqs(again, "retry")).toEqual([1, 2, 3, 4, 5]);
+    closeClient(again);
+    await second.stop();
+  });
+});
+
+describe("journals shared with the seed's store", () => {
+  it("serves a journal the seed wrote, and the seed reads what the service appended", async () => {
+    const seed = await loadSeedStore();
+    try {
+      const seedStore = seed.store("shared");
+      seedStore.appendEvent({ id: "shared", type: "generate", pageUrl: "http://localhost:3000/", count: 2, token: "t-1" });
+      seedStore.appendEvent({ id: "shared", type: "agent_phase", phase: "planning", durationMs: 5 });
+      const seedView = seedStore.getSnapshot("shared") as JsonObject;
+
+      const service = await startService("sessions", { args: ["--live-dir", seed.liveDir, "--project-root", seed.project] });
+      const client = sessionsOf(service.url("sessions"), "connect");
+      const served = await client.getSnapshot({ sessionId: "shared" });
+      expect(served).toMatchObject({ exists: true, lastSeq: 2n });
+      const view = toJson(SnapshotSchema, served.snapshot!) as JsonObject;
+      for (const key of ["phase", "pageUrl", "expectedVariants", "generationPhase", "pendingEvent"]) expect(view[key], key).toEqual(seedView[key]);
+
+      await client.appendEvent({ sessionId: "shared", event: event({ case: "variantsReady", value: { arrivedVariants: 2 } }), expectedSeq: 2n });
+      closeClient(client);
+      await service.stop();
+
+      const after = seed.store("shared").getSnapshot("shared") as JsonObject;
+      expect(after.arrivedVariants).toBe(2);
+      const lines = readFileSync(path.join(seed.sessionsDir, "shared.jsonl"), "utf8").trim().split("\n").map((line) => JSON.parse(line) as JsonObject);
+      expect(lines.map((line) => line.seq)).toEqual([1, 2, 3]);
+      expect(lines[2]).toMatchObject({ id: "shared", type: "variants_ready", event: { type: "variants_ready", id: "shared", arrivedVariants: 2 } });
+    } finally {
+      seed.remove();
+    }
+  });
+});
