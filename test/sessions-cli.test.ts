@@ -1,0 +1,155 @@
+/**
+ * `berth sessions append|get|list|watch|journal` as a user runs them: the built binary
+ * (`node packages/cli/dist/main.js`) against a started sessions service — output, `--json`, stdin,
+ * exit codes, Ctrl-C on watch, the bearer token.
+ */
+import { spawn, type ChildProcess } from "node:child_process";
+import { writeFileSync } from "node:fs";
+import * as path from "node:path";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { makeTempDir, repoPath, runCommand, startService, stopAll, type CommandResult, type ServiceProcess } from "./harness.js";
+
+const BERTH = repoPath("packages/cli/dist/main.js");
+
+let service: ServiceProcess;
+let url: string;
+const spawned: ChildProcess[] = [];
+
+beforeAll(async () => {
+  service = await startService("sessions");
+  url = service.url("sessions");
+});
+afterEach(() => {
+  for (const child of spawned) child.kill("SIGKILL");
+  spawned.length = 0;
+});
+afterAll(stopAll);
+
+/** Runs `berth sessions ARGS` to completion. */
+function sessions(args: string[], options: { env?: Record<string, string | undefined>; input?: string } = {}): Promise<CommandResult> {
+  return runCommand(process.execPath, [BERTH, "sessions", ...args], {
+    env: { BERTH_SESSIONS_URL: url, BERTH_TOKEN: undefined, BERTH_TOKEN_FILE: undefined, ...options.env },
+    timeoutMs: 30_000,
+    ...(options.input === undefined ? {} : { input: options.input }),
+  });
+}
+
+function jsonLines(text: string): Array<Record<string, unknown>> {
+  return text
+    .trim()
+    .split("\n")
+    .filter((line) => line !== "")
+    .map((line) => JSON.parse(line) as Record<string, unknown>);
+}
+
+describe("berth sessions", () => {
+  it("appends from --field, --json and stdin, and reads back with get, list and journal", async () => {
+    const fields = await sessions(["append", "cli1", "generate", "--field", "pageUrl=http://localhost:3000/", "--field", "count=3", "--field", 'token="007"']);
+    expect(fields).toMatchObject({ code: 0, stdout: "cli1: appended seq 1 (phase generate_requested)\n" });
+
+    const json = await sessions(["append", "cli1", "--json", '{"type":"agent_phase","phase":"planning","durationMs":12}', "--expected-seq", "1"]);
+    expect(json.code).toBe(0);
+    const appended = JSON.parse(json.stdout) as { seq: string; duplicate: boolean; snapshot: Record<string, unknown> };
+    expect(appended).toMatchObject({ seq: "2", duplicate: false, snapshot: { id: "cli1", generationPhase: "planning", expectedVariants: 3 } });
+
+    const stdin = await sessions(["append", "cli1"], { input: '{"type":"agent_phase","phase":"a"}\n{"type":"agent_phase","phase":"b"}\n' });
+    expect(stdin).toMatchObject({ code: 0, stdout: "cli1: appended seqs 3-4 (phase generate_requested)\n" });
+
+    const get = await sessions(["get", "cli1"]);
+    expect(get.code).toBe(0);
+    expect(get.stdout).toMatch(/^session\s+cli1$/m);
+    expect(get.stdout).toMatch(/^last seq\s+4$/m);
+    expect(get.stdout).toMatch(/^generationPhase\s+b$/m);
+    const getJson = JSON.parse((await sessions(["get", "cli1", "--json"])).stdout) as Record<string, unknown>;
+    expect(getJson).toMatchObject({ exists: true, lastSeq: "4", snapshot: { id: "cli1", pageUrl: "http://localhost:3000/" } });
+
+    const list = await sessions(["list"]);
+    expect(list.code).toBe(0);
+    expect(list.stdout).toMatch(/^SESSION\s+PHASE\s+VARIANTS\s+UPDATED$/m);
+    expect(list.stdout).toMatch(/^cli1\s+generate_requested\s+0\/3\s+\d{4}-/m);
+
+    const journal = await sessions(["journal", "cli1", "--json"]);
+    const entries = jsonLines(journal.stdout);
+    expect(entries.map((e) => e.seq)).toEqual([1, 2, 3, 4]);
+    // The journal's own format: the token the field gave as a JSON string stays a string.
+    expect(entries[0]).toMatchObject({ id: "cli1", type: "generate", event: { type: "generate", id: "cli1", pageUrl: "http://localhost:3000/", count: 3, token: "007" } });
+    const part = await sessions(["journal", "cli1", "--from-seq", "2", "--limit", "2"]);
+    expect(part.stdout.trim().split("\n").map((line) => line.split(" ")[0])).toEqual(["#2", "#3"]);
+  });
+
+  it("exits 3 on a conflict, 4 for a session without a journal, 2 for bad arguments", async () => {
+    await sessions(["append", "cli2", "generate"]);
+    const conflict = await sessions(["append", "cli2", "agent_phase", "--field", "phase=x", "--expected-seq", "0"]);
+    expect(conflict.code).toBe(3);
+    expect(conflict.stderr).toMatch(/expected seq 0 but the session is at 1/);
+
+    const missing = await sessions(["get", "nobody"]);
+    expect(missing).toMatchObject({ code: 4, stdout: "" });
+    expect(missing.stderr).toMatch(/nobody has no journal/);
+    expect((await sessions(["journal", "nobody"])).code).toBe(4);
+
+    for (const args of [["append", "bad/id", "generate"], ["append", "cli2"], ["get"], ["watch", "cli2", "--from-seq", "-1"], ["frobnicate"], ["get", "cli2", "--bogus"]]) {
+      const result = await sessions(args, { input: "" });
+      expect(result.code, args.join(" ")).toBe(2);
+    }
+    // The service refuses what only it can check (an event of a typed type sent as "other" is fine
+    // from the CLI, but an empty type is not).
+    const refused = await sessions(["append", "cli2", "--json", '{"type":""}']);
+    expect(refused.code).toBe(2);
+  });
+
+  it("watch prints the backlog, the caught-up marker, then live entries, and exits 0 on Ctrl-C", async () => {
+    await sessions(["append", "cli3", "generate"]);
+    const child = spawn(process.execPath, [BERTH, "sessions", "watch", "cli3", "--json", "--snapshots"], {
+      env: { ...process.env, BERTH_SESSIONS_URL: url },
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    spawned.push(child);
+    let stdout = "";
+    child.stdout!.setEncoding("utf8").on("data", (chunk: string) => (stdout += chunk));
+    const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
+    const waitFor = async (count: number) => {
+      const deadline = Date.now() + 15_000;
+      while (jsonLines(stdout).length < count) {
+        if (Date.now() > deadline) throw new Error(`watch printed only: ${stdout}`);
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      }
+    };
+    await waitFor(2);
+    await sessions(["append", "cli3", "agent_phase", "--field", "phase=live"]);
+    await waitFor(3);
+    child.kill("SIGINT");
+    expect(await exited).toBe(0);
+    const lines = jsonLines(stdout);
+    expect(lines[0]).toMatchObject({ seq: 1, type: "generate" });
+    expect(lines[1]).toMatchObject({ caughtUp: { lastSeq: "1", snapshot: { phase: "generate_requested" } } });
+    expect(lines[2]).toMatchObject({ seq: 2, type: "agent_phase", event: { phase: "live" }, snapshot: { generationPhase: "live" } });
+  });
+
+  it("exits 69 when the service cannot be reached", async () => {
+    const result = await sessions(["list"], { env: { BERTH_SESSIONS_URL: "http://127.0.0.1:1" } });
+    expect(result.code).toBe(69);
+    expect(result.stderr).toMatch(/cannot reach the sessions service at http:\/\/127\.0\.0\.1:1/);
+  });
+
+  it("sends the bearer token from BERTH_TOKEN or --token-file, and exits 77 without it", async () => {
+    const token = "s3cret-token";
+    const guarded = await startService("sessions", { env: { BERTH_TOKEN: token } });
+    const env = { BERTH_SESSIONS_URL: guarded.url("sessions") };
+    expect((await sessions(["list"], { env })).code).toBe(77);
+    expect((await sessions(["list"], { env: { ...env, BERTH_TOKEN: token } })).code).toBe(0);
+    const file = path.join(makeTempDir("berth-cli-token-"), "token");
+    writeFileSync(file, `${token}\n`, { mode: 0o600 });
+    expect((await sessions(["append", "t1", "generate", "--token-file", file], { env })).code).toBe(0);
+    await guarded.stop();
+  });
+
+  it("documents its subcommands, flags, exit codes and examples", async () => {
+    const help = await sessions(["--help"]);
+    expect(help.code).toBe(0);
+    for (const text of ["append SESSION TYPE", "watch SESSION", "journal SESSION", "Exit codes:", "Examples:", "--sessions-url"]) expect(help.stdout).toContain(text);
+    const sub = await sessions(["watch", "--help"]);
+    expect(sub).toMatchObject({ code: 0 });
+    expect(sub.stdout).toMatch(/^usage: berth sessions watch SESSION/);
+  });
+});
