@@ -45,22 +45,28 @@ interface Settings {
 
 const DEFAULTS: Settings = { uncontendedConcurrency: 32, durationMs: 4_000, clients: 8, sectionsPerClient: 300, killRounds: 1_000, sigkillRounds: 20, waiters: 4 };
 
-/** Runs the suite: `npm run bench -- locks [--kill-rounds=N] [--sigkill-rounds=N] [--duration=MS]`. */
+/**
+ * Runs the suite: `npm run bench -- locks [--kill-rounds=N] [--sigkill-rounds=N] [--duration=MS]
+ * [--only=uncontended,contended,killed,sigkilled]`.
+ */
 export async function run(args: string[] = []): Promise<void> {
   const settings = { ...DEFAULTS };
+  let only: Set<string> | undefined;
   for (const arg of args) {
     const [name, value] = arg.replace(/^--/, "").split("=");
     const n = Number(value);
     if (name === "kill-rounds") settings.killRounds = n;
     else if (name === "sigkill-rounds") settings.sigkillRounds = n;
     else if (name === "duration") settings.durationMs = n;
+    else if (name === "only") only = new Set((value ?? "").split(","));
   }
   const server = await startBenchServer("sessions");
   try {
-    await uncontended(server, settings);
-    await contended(server, settings);
-    await holderKilled(server, settings);
-    await holderSigkilled(server, settings);
+    const wanted = (figure: string) => only === undefined || only.has(figure);
+    if (wanted("uncontended")) await uncontended(server, settings);
+    if (wanted("contended")) await contended(server, settings);
+    if (wanted("killed")) await holderKilled(server, settings);
+    if (wanted("sigkilled")) await holderSigkilled(server, settings);
   } finally {
     inspector?.close();
     inspector = undefined;
@@ -129,9 +135,15 @@ async function contended(server: BenchServer, settings: Settings): Promise<void>
   const file = "bench/contended.ts";
   const clients = Array.from({ length: settings.clients }, () => lockClient(server.url));
   try {
-    // The reference for the handoff: one empty RPC at a time (a handoff is one release on the wire
-    // and one grant back), measured right before, on the same server.
-    const single = await emptyRpcReference(server.url, 1, 2_000);
+    // The reference for the handoff (one Release on the wire, one grant back: an RPC's round trip):
+    // one empty RPC at a time on the same server, half right before the sections and half right
+    // after (the machine is shared: its load drifts). The Release calls' own round trips in the same
+    // sections are reported beside it: the grant should reach the next holder about when the
+    // releaser gets its answer.
+    const before = await emptyRpcReference(server.url, 1, 1_500);
+    const releases: number[] = [];
+    const cpuBefore = server.cpuMs();
+    const clientCpuBefore = process.cpuUsage();
     const sections: Section[] = [];
     let inside = 0;
     let concurrentEntries = 0;
@@ -148,10 +160,18 @@ async function contended(server: BenchServer, settings: Settings): Promise<void>
           const releaseSentAt = performance.now();
           sections.push({ client: index, token: lease.fencingToken, acquireSentAt, grantedAt, releaseSentAt });
           await unary(client, "release", { leaseToken: lease.leaseToken });
+          releases.push(performance.now() - releaseSentAt);
+          // The 8 clients share this process's event loop; separate processes would not. Let a
+          // grant that arrived with this Release's answer be read before this client spends time
+          // sending its next Acquire, so the handoff measures the service, not this loop's queue.
+          await new Promise((resolve) => setImmediate(resolve));
         }
       }),
     );
     const elapsedMs = performance.now() - started;
+    const serverCpuMs = server.cpuMs() - cpuBefore;
+    const clientCpu = process.cpuUsage(clientCpuBefore);
+    const after = await emptyRpcReference(server.url, 1, 1_500);
     sections.sort((a, b) => a.token - b.token);
 
     // Exclusion, by fencing token: each section must begin after the previous grant's section ended.
@@ -177,7 +197,8 @@ async function contended(server: BenchServer, settings: Settings): Promise<void>
       longestRun = Math.max(longestRun, run);
     }
     const handoff = percentiles(handoffs, [50, 99]);
-    const reference = percentiles(single.latenciesMs, [50, 99]);
+    const reference = percentiles([...before.latenciesMs, ...after.latenciesMs], [50, 99]);
+    const release = percentiles(releases, [50, 99]);
     emit({
       suite: "locks",
       figure: "contended_one_file",
@@ -189,6 +210,10 @@ async function contended(server: BenchServer, settings: Settings): Promise<void>
       empty_rpc_latency: reference,
       handoff_p50_to_empty_rpc_p50: ratio(handoff.p50_ms!, reference.p50_ms!),
       target_handoff_p50_ratio: 2,
+      release_rpc_latency: release,
+      handoff_p50_to_release_rpc_p50: ratio(handoff.p50_ms!, release.p50_ms!),
+      server_cpu_busy: ratio(serverCpuMs, elapsedMs),
+      clients_cpu_busy: ratio((clientCpu.user + clientCpu.system) / 1000, elapsedMs),
       holder_changes: changes,
       longest_run_while_others_wait: longestRun,
       target_longest_run: 1,
