@@ -19,7 +19,7 @@ import {
 } from "@berth/api/berth/sessions/v1/session_service_pb";
 import { SnapshotSchema } from "@berth/api/berth/sessions/v1/snapshot_pb";
 import { loadSeedStore } from "@berth/sessions/testing/seed-store";
-import { closeClient, connectClient, curlJson, makeTempDir, startService, stopAll, type ServiceProcess } from "./harness.js";
+import { closeClient, connectClient, curl, curlJson, launchService, makeTempDir, startService, stopAll, type ServiceProcess } from "./harness.js";
 
 afterAll(stopAll);
 
@@ -313,5 +313,39 @@ describe("journals shared with the seed's store", () => {
     } finally {
       seed.remove();
     }
+  });
+});
+
+describe("settings", () => {
+  it("claims a live directory: a second service on it, with another state directory, refuses to start", async () => {
+    const project = makeTempDir("berth-live-");
+    const liveDir = path.join(project, ".impeccable", "live");
+    const first = await startService("sessions", { args: ["--live-dir", liveDir, "--project-root", project] });
+    const second = launchService("sessions", { args: ["--live-dir", liveDir, "--project-root", project] });
+    const outcome = await second.outcome;
+    expect(outcome.state).toBe("exited");
+    expect(second.stderr()).toMatch(/berth-sessions\.lock|already served|held by/);
+    expect(second.stderr()).toContain(String(first.pid));
+    await first.stop();
+  });
+
+  it("refuses a wrong --fsync naming the choices, and reports its gauges in /metrics", async () => {
+    const wrong = launchService("sessions", { args: ["--fsync", "sometimes"] });
+    const outcome = await wrong.outcome;
+    expect(outcome).toMatchObject({ state: "exited", status: { code: 2 } });
+    expect(wrong.stderr()).toMatch(/--fsync: must be one of batch, always, none/);
+
+    const service = await startService("sessions", { args: ["--fsync", "always"] });
+    const client = sessionsOf(service.url("sessions"));
+    await client.appendEvent({ sessionId: "gauges", event: generate() });
+    const it = client.watchSession({ sessionId: "gauges" }, { timeoutMs: 30_000 })[Symbol.asyncIterator]();
+    await it.next();
+    await it.next();
+    const metrics = await curl(service.url("sessions"), "/metrics");
+    expect(metrics.body).toMatch(/^berth_sessions_open_sessions 1$/m);
+    expect(metrics.body).toMatch(/^berth_sessions_watchers 1$/m);
+    expect(service.entries().some((entry) => entry.msg === "session journals" && entry.fsync === "always")).toBe(true);
+    closeClient(client);
+    await service.stop();
   });
 });
