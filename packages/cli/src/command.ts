@@ -37,4 +37,6 @@ export const EXIT = {
   waitExhausted: 82,
   /** `berth budget check`: the need fits the budget, but not now (it would wait). */
   wouldWait: 83,
+  /** `berth lock hold`: the wait ran out while the file stayed locked (EX_TEMPFAIL: retry later). */
+  lockTimedOut: 75,
 } as const;

@@ -1,0 +1,198 @@
+/**
+ * `berth lock hold|inspect` as a user runs them: the built binary (`node packages/cli/dist/main.js`)
+ * against a started sessions service.
+ */
+import { spawn, type ChildProcess } from "node:child_process";
+import { mkdirSync, readFileSync } from "node:fs";
+import * as path from "node:path";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { LockService } from "@berth/api/berth/sessions/v1/lock_service_pb";
+import { connectClient, makeTempDir, repoPath, runCommand, startService, stopAll, type CommandResult, type ServiceProcess } from "./harness.js";
+
+const BERTH = repoPath("packages/cli/dist/main.js");
+
+let service: ServiceProcess;
+let url: string;
+let project: string;
+let locks: ReturnType<typeof connectClient<typeof LockService>>;
+const spawned: ChildProcess[] = [];
+const strayPids: number[] = [];
+
+beforeAll(async () => {
+  project = path.join(makeTempDir("berth-lock-cli-"), "project");
+  mkdirSync(project, { recursive: true });
+  service = await startService("sessions", { args: ["--project-root", project] });
+  url = service.url("sessions");
+  locks = connectClient(LockService, url, { protocol: "grpc", defaultTimeoutMs: 30_000 });
+});
+afterEach(() => {
+  for (const child of spawned) child.kill("SIGKILL");
+  spawned.length = 0;
+  for (const pid of strayPids) {
+    try {
+      process.kill(pid, "SIGKILL");
+    } catch {
+      // already gone
+    }
+  }
+  strayPids.length = 0;
+});
+afterAll(stopAll);
+
+/** Runs `berth ARGS` to completion in the project directory. */
+function berth(args: string[], env: Record<string, string | undefined> = {}): Promise<CommandResult> {
+  return runCommand(process.execPath, [BERTH, ...args], { cwd: project, env: { BERTH_SESSIONS_URL: url, ...env }, timeoutMs: 30_000 });
+}
+
+/** Starts `berth ARGS` and collects its output as it comes. */
+function startBerth(args: string[]) {
+  const child = spawn(process.execPath, [BERTH, ...args], { cwd: project, env: { ...process.env, BERTH_SESSIONS_URL: url }, stdio: ["ignore", "pipe", "pipe"] });
+  spawned.push(child);
+  let stdout = "";
+  let stderr = "";
+  child.stdout!.setEncoding("utf8").on("data", (chunk: string) => (stdout += chunk));
+  child.stderr!.setEncoding("utf8").on("data", (chunk: string) => (stderr += chunk));
+  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => child.once("exit", (code, signal) => resolve({ code, signal })));
+  const waitFor = async (pattern: RegExp, where: "stdout" | "stderr", timeoutMs = 10_000) => {
+    const deadline = Date.now() + timeoutMs;
+    while (!pattern.test(where === "stdout" ? stdout : stderr)) {
+      if (Date.now() > deadline) throw new Error(`berth ${args.join(" ")}: no ${pattern} on ${where} within ${timeoutMs} ms\nstdout: ${stdout}\nstderr: ${stderr}`);
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+  };
+  return { child, exited, waitFor, out: () => stdout, err: () => stderr };
+}
+
+async function waiters(file: string): Promise<number> {
+  return (await locks.inspect({ file: path.join(project, file) })).waiters.length;
+}
+
+async function untilWaiting(file: string, count: number): Promise<void> {
+  const deadline = Date.now() + 10_000;
+  while ((await waiters(file)) < count) {
+    if (Date.now() > deadline) throw new Error(`${count} waiters for ${file} never showed up`);
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+}
+
+describe("berth lock", () => {
+  it("documents itself: --help with examples and exit codes; listed by berth --help", async () => {
+    const help = await berth(["lock", "--help"]);
+    expect(help.code).toBe(0);
+    expect(help.stdout).toMatch(/berth lock hold src\/app\.ts -- npm run codegen/);
+    expect(help.stdout).toMatch(/75 {2}the wait ran out/);
+    expect(help.stdout).toMatch(/BERTH_FENCING_TOKEN/);
+    expect((await berth(["--help"])).stdout).toMatch(/^ {2}lock +run a command while holding a source lock/m);
+  });
+
+  it("refuses wrong usage with exit 2", async () => {
+    for (const args of [["lock"], ["lock", "grab", "a.ts"], ["lock", "hold", "a.ts"], ["lock", "hold", "a.ts", "--wait", "soon", "--", "true"], ["lock", "inspect"]]) {
+      const result = await berth(args);
+      expect(result.code, args.join(" ")).toBe(2);
+      expect(result.stderr).toMatch(/^berth lock: /);
+    }
+    // A path the service refuses is a usage error too, with the service's reason.
+    const long = await berth(["lock", "inspect", "x".repeat(5000)]);
+    expect(long.code).toBe(2);
+    expect(long.stderr).toMatch(/file: must be at most 4096 bytes/);
+  });
+
+  it("runs CMD with the fencing token, exits with CMD's code and releases the lock", async () => {
+    const result = await berth(["lock", "hold", "src/a.ts", "--owner", "cli-test", "--", "sh", "-c", 'echo "token=$BERTH_FENCING_TOKEN file=$BERTH_LOCK_FILE"; exit 7']);
+    expect(result.code).toBe(7);
+    const match = /token=(\d+) file=(.*)/.exec(result.stdout);
+    expect(match?.[2]).toBe(path.join(project, "src/a.ts"));
+    const state = await locks.inspect({ file: path.join(project, "src/a.ts") });
+    expect(state.holder).toBeUndefined();
+    expect(state.lastFencingToken).toBe(BigInt(match![1]!));
+  });
+
+  it("shows who holds the file while it waits, then runs CMD once granted", async () => {
+    const file = "src/queued.ts";
+    const { lease } = await locks.acquire({ file: path.join(project, file), owner: "alice" });
+    const run = startBerth(["lock", "hold", file, "--wait", "20s", "--", "sh", "-c", "echo got $BERTH_FENCING_TOKEN"]);
+    await run.waitFor(/waiting for .*queued\.ts held by alice \(lease, fencing token \d+\) since .*; position 1/, "stderr");
+    expect(run.out()).toBe("");
+    await locks.release({ leaseToken: lease!.leaseToken });
+    expect((await run.exited).code).toBe(0);
+    expect(BigInt(/got (\d+)/.exec(run.out())![1]!)).toBeGreaterThan(lease!.fencingToken);
+  });
+
+  it("exits 75 naming the holder when the wait runs out (human and JSON)", async () => {
+    const file = "src/busy.ts";
+    const { lease } = await locks.acquire({ file: path.join(project, file), owner: "bob" });
+    const once = await berth(["lock", "hold", file, "--wait", "0", "--", "true"]);
+    expect(once.code).toBe(75);
+    expect(once.stderr).toMatch(/timed out: .*busy\.ts is held by bob \(lease, fencing token \d+\) since .*; it was not free \(--wait 0\)/);
+    const json = await berth(["lock", "hold", file, "--wait", "300ms", "--json", "--", "true"]);
+    expect(json.code).toBe(75);
+    const events = json.stderr.trim().split("\n").map((line) => JSON.parse(line) as Record<string, unknown>);
+    expect(events.at(0)).toMatchObject({ event: "waiting", position: 1, holder: { owner: "bob", kind: "lease" } });
+    expect(events.at(-1)).toMatchObject({ event: "timeout", waited_ms: 300, holder: { owner: "bob", kind: "lease", fencing_token: Number(lease!.fencingToken) } });
+    await locks.release({ leaseToken: lease!.leaseToken });
+  });
+
+  it("exits 69 when the service cannot be reached", async () => {
+    const result = await berth(["lock", "hold", "src/a.ts", "--", "true"], { BERTH_SESSIONS_URL: "http://127.0.0.1:1" });
+    expect(result.code).toBe(69);
+    expect(result.stderr).toMatch(/cannot reach the sessions service at http:\/\/127\.0\.0\.1:1/);
+    expect((await berth(["lock", "inspect", "src/a.ts", "--sessions-url", "http://127.0.0.1:1"])).code).toBe(69);
+  });
+
+  it("frees the lock when berth itself is SIGKILLed while CMD runs", async () => {
+    const file = "src/killed.ts";
+    const pidFile = path.join(project, "cmd.pid");
+    const run = startBerth(["lock", "hold", file, "--owner", "doomed", "--", "sh", "-c", `echo $$ > ${pidFile}; echo running; exec sleep 30`]);
+    await run.waitFor(/running/, "stdout");
+    strayPids.push(Number(readFileSync(pidFile, "utf8")));
+    let grantedAt = 0;
+    const next = locks.acquire({ file: path.join(project, file), owner: "next", wait: { seconds: 20n } }).then((r) => ((grantedAt = Date.now()), r.lease!));
+    await untilWaiting(file, 1);
+    const killedAt = Date.now();
+    run.child.kill("SIGKILL");
+    const lease = await next;
+    expect(lease.owner).toBe("next");
+    expect(grantedAt - killedAt).toBeLessThan(2_000);
+    await locks.release({ leaseToken: lease.leaseToken });
+  });
+
+  it("passes SIGTERM on to CMD and exits with CMD's code, releasing the lock", async () => {
+    const file = "src/term.ts";
+    const run = startBerth(["lock", "hold", file, "--", "sh", "-c", 'trap "echo got-term; exit 42" TERM; echo ready; while :; do sleep 0.05; done']);
+    await run.waitFor(/ready/, "stdout");
+    run.child.kill("SIGTERM");
+    expect((await run.exited).code).toBe(42);
+    expect(run.out()).toMatch(/got-term/);
+    expect((await locks.inspect({ file: path.join(project, file) })).holder).toBeUndefined();
+  });
+
+  it("withdraws a waiting request on SIGINT and exits 130", async () => {
+    const file = "src/interrupted.ts";
+    const { lease } = await locks.acquire({ file: path.join(project, file), owner: "carol" });
+    const run = startBerth(["lock", "hold", file, "--wait", "20s", "--", "true"]);
+    await run.waitFor(/waiting for/, "stderr");
+    run.child.kill("SIGINT");
+    expect((await run.exited).code).toBe(130);
+    expect(await waiters(file)).toBe(0);
+    await locks.release({ leaseToken: lease!.leaseToken });
+  });
+
+  it("inspects a lock: holder, waiters in order, last token (human and --json)", async () => {
+    const file = "src/inspected.ts";
+    const free = await berth(["lock", "inspect", file]);
+    expect(free.code).toBe(0);
+    expect(free.stdout).toMatch(/inspected\.ts\n {2}free\n/);
+    const { lease } = await locks.acquire({ file: path.join(project, file), owner: "dave", ttl: { seconds: 60n } });
+    const waiting = locks.acquire({ file: path.join(project, file), owner: "erin", wait: { seconds: 20n } });
+    await untilWaiting(file, 1);
+    const human = await berth(["lock", "inspect", file]);
+    expect(human.stdout).toMatch(/held by dave \(lease, fencing token \d+\) since .*; expires .* unless renewed/);
+    expect(human.stdout).toMatch(/1 waiting:\n {4}1\. erin \(lease\) since /);
+    expect(human.stdout).toMatch(new RegExp(`last fencing token: ${lease!.fencingToken}`));
+    const json = await berth(["lock", "inspect", file, "--json"]);
+    expect(JSON.parse(json.stdout)).toMatchObject({ file: path.join(project, file), holder: { owner: "dave", kind: "HOLDER_KIND_LEASE" }, waiters: [{ owner: "erin" }] });
+    await locks.release({ leaseToken: lease!.leaseToken });
+    const next = (await waiting).lease!;
+    await locks.release({ leaseToken: next.leaseToken });
+  });
+});
