@@ -5,7 +5,7 @@
  * with processes following the seed's lock-file protocol, and bad paths.
  */
 import { spawn, type ChildProcess } from "node:child_process";
-import { mkdirSync } from "node:fs";
+import { mkdirSync, readdirSync } from "node:fs";
 import * as path from "node:path";
 import { timestampMs } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError, type Client } from "@connectrpc/connect";
@@ -237,6 +237,40 @@ describe("Hold and the client process", () => {
     // "Promptly": the connection's end, not a lease timeout (there is none on a Hold).
     expect(grantedAt - killedAt).toBeLessThan(2_000);
     await service.stop();
+  });
+});
+
+describe("shutdown", () => {
+  it("ends open Hold streams and waiting Acquires with UNAVAILABLE, exits 0 and removes berth's lock files", async () => {
+    const root = makeTempDir("berth-locks-shutdown-");
+    const projectRoot = path.join(root, "project");
+    const liveDir = path.join(projectRoot, ".impeccable", "live");
+    mkdirSync(liveDir, { recursive: true });
+    const { service, url } = await lockService({ liveDir, projectRoot });
+    const client = locksOf(url);
+    const file = "src/shutdown.ts";
+    let acquired = false;
+    const holding = (async () => {
+      try {
+        for await (const message of client.hold({ file, owner: "holder" })) if (message.kind.case === "acquired") acquired = true;
+        return "ended";
+      } catch (error) {
+        return ConnectError.from(error).code;
+      }
+    })();
+    await until(client, file, (s) => s.holder !== undefined);
+    const waiting = failure(locksOf(url).acquire({ file, owner: "waiter", wait: { seconds: 60n } }));
+    await until(client, file, (s) => s.waiters.length === 1);
+    const lockPath = (await client.inspect({ file })).lockPath;
+    expect(readdirSync(path.dirname(lockPath))).toContain(path.basename(lockPath));
+
+    const started = Date.now();
+    expect(await service.stop()).toEqual({ code: 0, signal: null });
+    expect(Date.now() - started).toBeLessThan(5_000);
+    expect(acquired).toBe(true);
+    expect(await holding).toBe(Code.Unavailable);
+    expect((await waiting).code).toBe(Code.Unavailable);
+    expect(readdirSync(path.dirname(lockPath)).filter((name) => name.endsWith(".lock"))).toEqual([]);
   });
 });
 
