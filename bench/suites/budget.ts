@@ -1,6 +1,407 @@
-/** The budget benchmarks (issue text: `issues show`): not written yet. */
-import { emit } from "../lib/report.js";
+/**
+ * The budget benchmarks (issue 5), each figure beside a reference measured in the same run:
+ *
+ * - `handoff`: release → next admission over gRPC. A holder's Admit stream sends `release`; the
+ *   head of the queue, on its own Admit stream, receives `admitted`. p50/p99 against the p50 of an
+ *   empty RPC (health Check, one in flight) on the same server (target p50 ≤ 2×; the seed: 135 ms
+ *   median, from its 250 ms poll).
+ * - `waiters`: CPU per second of the service process while 10,000 Admit streams wait on an
+ *   unchanging machine (a fixture `--proc-root`), heartbeats included (target ≤ 50 ms/s; the seed:
+ *   467 ms/s for 1,000 waiters). Reference: the same process idle, before the waiters came.
+ * - `check`: Check RPCs per second against the health Check rate at the same concurrency (target
+ *   ≥ 80 %: a check reads the cached sample, never /proc).
+ *
+ * `npm run bench -- budget [--seconds=4] [--handoffs=300] [--waiters=10000] [--window=15]
+ * [--connections=10] [--only=handoff,waiters,check] [--profile=DIR]` (`--profile` writes a V8 CPU
+profile of each service process into DIR). Clients are @grpc/grpc-js; times are taken in
+ * this process.
+ */
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import * as path from "node:path";
+import * as grpc from "@grpc/grpc-js";
+import { emptyRpcReference, grpcServiceClient, target, unary } from "../lib/grpc-clients.js";
+import { closedLoop } from "../lib/load.js";
+import { emit, percentiles, ratio } from "../lib/report.js";
+import { startBenchServer, type BenchServer } from "../lib/server.js";
 
-export async function run(): Promise<void> {
-  emit({ suite: "budget", skipped: true, reason: "not written yet" });
+const PARTS = ["handoff", "waiters", "check"] as const;
+type Part = (typeof PARTS)[number];
+
+interface Settings {
+  seconds: number;
+  concurrency: number;
+  handoffs: number;
+  waiters: number;
+  windowSeconds: number;
+  connections: number;
+  /** Write a V8 CPU profile of the service here (`--profile=DIR`). */
+  profileDir: string | undefined;
+  only: Set<Part> | undefined;
+}
+
+const DEFAULTS: Settings = { seconds: 4, concurrency: 32, handoffs: 300, waiters: 10_000, windowSeconds: 15, connections: 10, profileDir: undefined, only: undefined };
+
+const G = 1024 ** 3;
+
+const BudgetClient = grpcServiceClient("berth/budget/v1/budget_service.proto", "berth.budget.v1.BudgetService");
+
+/** Runs the parts asked for (all by default). */
+export async function run(args: string[] = []): Promise<void> {
+  const settings = { ...DEFAULTS };
+  for (const arg of args) {
+    const [name, value] = arg.replace(/^--/, "").split("=", 2) as [string, string | undefined];
+    const n = Number(value);
+    switch (name) {
+      case "seconds":
+        settings.seconds = n;
+        break;
+      case "concurrency":
+        settings.concurrency = n;
+        break;
+      case "handoffs":
+        settings.handoffs = n;
+        break;
+      case "waiters":
+        settings.waiters = n;
+        break;
+      case "window":
+        settings.windowSeconds = n;
+        break;
+      case "connections":
+        settings.connections = n;
+        break;
+      case "profile":
+        settings.profileDir = value;
+        continue;
+      case "only":
+        settings.only = new Set((value ?? "").split(",").filter(Boolean) as Part[]);
+        for (const part of settings.only) if (!PARTS.includes(part)) throw new Error(`--only: unknown part ${part}; parts: ${PARTS.join(", ")}`);
+        continue;
+      default:
+        throw new Error(`unknown flag ${arg}; flags: --seconds=N --concurrency=N --handoffs=N --waiters=N --window=N --connections=N --only=${PARTS.join(",")}`);
+    }
+    if (!(n > 0)) throw new Error(`--${name} needs a positive number`);
+  }
+  profileDir = settings.profileDir;
+  const wants = (part: Part) => settings.only === undefined || settings.only.has(part);
+  if (wants("handoff")) await handoff(settings);
+  if (wants("check")) await checkRate(settings);
+  if (wants("waiters")) await waiters(settings);
+}
+
+// --------------------------------------------------------------------------- shared pieces
+
+/** A quiet 16G machine that never changes: every sample is the same, so only heartbeats wake waiters. */
+function fixtureMachine(): { dir: string; args: string[] } {
+  const dir = mkdtempSync(path.join(tmpdir(), "berth-bench-machine-"));
+  const proc = path.join(dir, "proc");
+  mkdirSync(proc);
+  writeFileSync(path.join(proc, "meminfo"), "MemTotal:       16777216 kB\nMemFree:         8000000 kB\nMemAvailable:   16000000 kB\n");
+  writeFileSync(path.join(proc, "loadavg"), "0.00 0.00 0.00 1/100 4242\n");
+  return { dir, args: [`--proc-root=${proc}`, "--cgroup-root=/nonexistent", "--memory=4G", "--cpu=64"] };
+}
+
+let profileDir: string | undefined;
+
+async function withBudget<T>(extraArgs: string[], env: NodeJS.ProcessEnv, work: (server: BenchServer) => Promise<T>): Promise<T> {
+  const machine = fixtureMachine();
+  const profile = profileDir === undefined ? {} : { NODE_OPTIONS: `--import=${profilerPreload(profileDir)}` };
+  const server = await startBenchServer("budget", [...machine.args, ...extraArgs], { ...env, ...profile });
+  try {
+    return await work(server);
+  } finally {
+    await server.stop();
+    rmSync(machine.dir, { recursive: true, force: true });
+  }
+}
+
+/**
+ * A module preloaded into the service to profile it between two SIGUSR2 (`--cpu-prof` is not
+ * allowed in NODE_OPTIONS, and profiles only the window are what tell where its time goes).
+ */
+function profilerPreload(dir: string): string {
+  mkdirSync(dir, { recursive: true });
+  const file = path.join(dir, "preload.mjs");
+  writeFileSync(
+    file,
+    `import { Session } from "node:inspector";
+import { writeFileSync } from "node:fs";
+const session = new Session();
+session.connect();
+session.post("Profiler.enable");
+session.post("Profiler.setSamplingInterval", { interval: 200 });
+let running = false;
+let n = 0;
+// SIGUSR2 starts a profile, the next one writes it: the bench profiles its measurement window only.
+process.on("SIGUSR2", () => {
+  if (!running) {
+    running = true;
+    session.post("Profiler.start");
+    return;
+  }
+  running = false;
+  session.post("Profiler.stop", (error, result) => {
+    if (!error) writeFileSync(${JSON.stringify(dir)} + "/budget-" + process.pid + "-" + ++n + ".cpuprofile", JSON.stringify(result.profile));
+  });
+});
+`,
+  );
+  return file;
+}
+
+function budgetClient(url: string, options: grpc.ChannelOptions = {}): grpc.Client {
+  return new BudgetClient(target(url), grpc.credentials.createInsecure(), options);
+}
+
+/** One start item of `memoryGb` and `cpu`, as proto-loader's objects write it. */
+function need(memoryGb: number, cpu = 1) {
+  return { items: [{ kind: "NEED_ITEM_KIND_START", name: "svc", cost: { memoryBytes: memoryGb * G, cpu, declared: true } }] };
+}
+
+interface AdmitResponse {
+  kind?: "queued" | "admitted" | "updated" | "released";
+  queued?: { position: number };
+  admitted?: { reservation: { id: string } };
+}
+
+/** An Admit stream: `first(kind)` resolves on the first response of that kind after the call. */
+function openAdmit(client: grpc.Client, label: string, memoryGb: number) {
+  const call = (client as unknown as { admit(): grpc.ClientDuplexStream<unknown, AdmitResponse> }).admit();
+  const waiting = new Map<string, Array<(at: number) => void>>();
+  let errored: Error | undefined;
+  call.on("data", (response: AdmitResponse) => {
+    const at = performance.now();
+    const kind = response.kind ?? "";
+    const list = waiting.get(kind);
+    if (list) {
+      waiting.delete(kind);
+      for (const resolve of list) resolve(at);
+    }
+  });
+  call.on("error", (error) => (errored = error));
+  call.write({ start: { label, need: need(memoryGb) } });
+  return {
+    call,
+    /** Resolves with the time (performance.now) the next response of `kind` arrives. */
+    next(kind: string): Promise<number> {
+      if (errored) return Promise.reject(errored);
+      return new Promise((resolve, reject) => {
+        const list = waiting.get(kind) ?? [];
+        list.push(resolve);
+        waiting.set(kind, list);
+        call.once("error", reject);
+      });
+    },
+    release() {
+      call.write({ release: {} });
+      call.end();
+    },
+  };
+}
+
+// --------------------------------------------------------------------------- handoff
+
+/**
+ * A chain of admissions on a 4G budget where each request takes 3G: one holds, one waits. Each
+ * round a new request joins (and is told it is queued), then the holder sends `release`; the time
+ * from that write to the waiter's `admitted` is one handoff. The waiter then holds.
+ */
+async function handoff(settings: Settings): Promise<void> {
+  await withBudget([], {}, async (server) => {
+    const holderClient = budgetClient(server.url, { "grpc.use_local_subchannel_pool": 1 });
+    const waiterClient = budgetClient(server.url, { "grpc.use_local_subchannel_pool": 1 });
+    const clients = [holderClient, waiterClient];
+    try {
+      let holder = openAdmit(clients[0]!, "holder", 3);
+      await holder.next("admitted");
+      const latencies: number[] = [];
+      const warmup = 20;
+      for (let i = 0; i < settings.handoffs + warmup; i++) {
+        const waiter = openAdmit(clients[(i + 1) % 2]!, `waiter ${i}`, 3);
+        await waiter.next("queued");
+        const admitted = waiter.next("admitted");
+        const released = performance.now();
+        holder.release();
+        const at = await admitted;
+        if (i >= warmup) latencies.push(at - released);
+        holder = waiter;
+      }
+      holder.release();
+      const reference = await emptyRpcReference(server.url, 1, settings.seconds * 1000);
+      const referenceP50 = percentiles(reference.latenciesMs)["p50_ms"]!;
+      const figures = percentiles(latencies, [50, 90, 99]);
+      emit({
+        suite: "budget",
+        figure: "release_to_next_admission",
+        handoffs: latencies.length,
+        ...figures,
+        empty_rpc_p50_ms: referenceP50,
+        ratio_p50: ratio(figures["p50_ms"]!, referenceP50),
+        target_ratio_p50: 2,
+        seed_median_ms: 135,
+      });
+    } finally {
+      for (const client of clients) client.close();
+    }
+  });
+}
+
+// --------------------------------------------------------------------------- check rate
+
+/** Check with a one-item need, closed loop, against the health Check rate; two rounds each, interleaved. */
+async function checkRate(settings: Settings): Promise<void> {
+  await withBudget([], {}, async (server) => {
+    const client = budgetClient(server.url);
+    try {
+      const request = { need: need(1) };
+      // Warm both paths (JIT) before measuring.
+      await closedLoop(settings.concurrency, 500, () => unary(client, "check", request));
+      await emptyRpcReference(server.url, settings.concurrency, 500);
+      const checks: number[] = [];
+      const empties: number[] = [];
+      let errors = 0;
+      for (let round = 0; round < 2; round++) {
+        const empty = await emptyRpcReference(server.url, settings.concurrency, settings.seconds * 1000);
+        empties.push(empty.perSecond);
+        const check = await closedLoop(settings.concurrency, settings.seconds * 1000, () => unary(client, "check", request));
+        checks.push(check.perSecond);
+        errors += check.errors;
+        if (check.firstError) throw check.firstError;
+      }
+      const checkRate = Math.round(checks.reduce((a, b) => a + b, 0) / checks.length);
+      const emptyRate = Math.round(empties.reduce((a, b) => a + b, 0) / empties.length);
+      emit({
+        suite: "budget",
+        figure: "check_rate",
+        concurrency: settings.concurrency,
+        check_per_second: checkRate,
+        empty_rpc_per_second: emptyRate,
+        ratio: ratio(checkRate, emptyRate),
+        target_ratio: 0.8,
+        rounds: { check: checks, empty: empties },
+        errors,
+      });
+    } finally {
+      client.close();
+    }
+  });
+}
+
+// --------------------------------------------------------------------------- waiters
+
+/**
+ * 10,000 Admit streams wait behind a reservation that never goes, on a machine that never changes.
+ * The streams are spread over several HTTP/2 connections (one grpc-js channel each). Once every
+ * stream has its first `queued`, the server's CPU is measured over a window of several heartbeats.
+ */
+async function waiters(settings: Settings): Promise<void> {
+  const env = { BERTH_BUDGET_MAX_QUEUE: String(settings.waiters + 100) };
+  await withBudget(["--wait=1h", "--lease-ttl=1h"], env, async (server) => {
+    const control = budgetClient(server.url);
+    const clients = Array.from({ length: settings.connections }, () => budgetClient(server.url, { "grpc.use_local_subchannel_pool": 1 }));
+    const calls: grpc.ClientDuplexStream<unknown, AdmitResponse>[] = [];
+    try {
+      // The reference: the same process, idle, over the same window.
+      await sleep(1000);
+      const idleCpu = await cpuOver(server, settings.windowSeconds * 1000);
+
+      await unary(control, "reserve", { label: "holder", need: need(3) });
+      let queued = 0;
+      let messages = 0;
+      let failures = 0;
+      if (profileDir !== undefined) process.kill(server.pid, "SIGUSR2");
+      const opened = performance.now();
+      for (let i = 0; i < settings.waiters; i++) {
+        const client = clients[i % clients.length]!;
+        const call = (client as unknown as { admit(): grpc.ClientDuplexStream<unknown, AdmitResponse> }).admit();
+        let first = true;
+        call.on("data", (response: AdmitResponse) => {
+          messages++;
+          if (first && response.kind === "queued") {
+            first = false;
+            queued++;
+          }
+        });
+        call.on("error", () => failures++);
+        call.write({ start: { label: `waiter ${i}`, need: need(2) } });
+        calls.push(call);
+        // Open in batches, so the server is never flooded with 10,000 stream starts at once.
+        if (i % 500 === 499) await until(() => queued + failures >= i + 1 - 250, 60_000);
+      }
+      if (!(await until(() => queued + failures >= settings.waiters, 120_000))) throw new Error(`only ${queued} of ${settings.waiters} streams were queued`);
+      const openMs = performance.now() - opened;
+      if (profileDir !== undefined) process.kill(server.pid, "SIGUSR2");
+      if (failures > 0) throw new Error(`${failures} Admit streams failed while opening`);
+      const queuedInService = await queueLength(server.url);
+      const rss = server.rssBytes();
+
+      // Let the opening burst settle, then measure over whole heartbeats.
+      await sleep(2000);
+      const before = messages;
+      const busy = await cpuOver(server, settings.windowSeconds * 1000);
+      const heartbeatsPerSecond = Math.round((messages - before) / settings.windowSeconds);
+
+      // Closing every stream must leave nothing queued.
+      for (const call of calls) call.cancel();
+      const drained = await until(async () => (await queueLength(server.url)) === 0, 30_000);
+
+      emit({
+        suite: "budget",
+        figure: "cpu_while_waiting",
+        waiters: settings.waiters,
+        queued_in_service: queuedInService,
+        connections: settings.connections,
+        window_s: settings.windowSeconds,
+        cpu_ms_per_s: round(busy.msPerSecond),
+        idle_cpu_ms_per_s: round(idleCpu.msPerSecond),
+        target_cpu_ms_per_s: 50,
+        seed_cpu_ms_per_s_for_1000_waiters: 467,
+        queued_messages_per_s: heartbeatsPerSecond,
+        open_all_ms: Math.round(openMs),
+        rss_mb: Math.round(rss / 2 ** 20),
+        queue_empty_after_cancel: drained,
+      });
+    } finally {
+      for (const call of calls) call.cancel();
+      for (const client of clients) client.close();
+      control.close();
+    }
+  });
+}
+
+/** The queue's length from the service's gauge (GetState of a 10,000-long queue is a 4 MB message). */
+async function queueLength(url: string): Promise<number> {
+  const text = await (await fetch(`${url}/metrics`)).text();
+  const match = /^berth_budget_queue_length (\d+)/m.exec(text);
+  if (!match) throw new Error("no berth_budget_queue_length in /metrics");
+  return Number(match[1]);
+}
+
+async function cpuOver(server: BenchServer, ms: number): Promise<{ msPerSecond: number }> {
+  if (profileDir !== undefined) process.kill(server.pid, "SIGUSR2");
+  const before = server.cpuMs();
+  const t0 = performance.now();
+  await sleep(ms);
+  const elapsed = performance.now() - t0;
+  if (profileDir !== undefined) process.kill(server.pid, "SIGUSR2");
+  return { msPerSecond: ((server.cpuMs() - before) / elapsed) * 1000 };
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+async function until(predicate: () => boolean | Promise<boolean>, timeoutMs: number): Promise<boolean> {
+  const end = performance.now() + timeoutMs;
+  for (;;) {
+    if (await predicate()) return true;
+    if (performance.now() > end) return false;
+    await sleep(20);
+  }
+}
+
+function round(value: number, digits = 1): number {
+  const f = 10 ** digits;
+  return Math.round(value * f) / f;
 }
