@@ -299,7 +299,13 @@ class HolderWatch {
   }
 }
 
+/** One empty RPC at a time for 1 s: the latency every kill-to-grant figure is shown beside. */
+async function emptyRpcLatency(server: BenchServer): Promise<Record<string, number>> {
+  return percentiles((await emptyRpcReference(server.url, 1, 1_000)).latenciesMs, [50, 99]);
+}
+
 async function holderKilled(server: BenchServer, settings: Settings): Promise<void> {
+  const reference = await emptyRpcLatency(server);
   const file = "bench/killed.ts";
   const watch = new HolderWatch();
   let serial = 0;
@@ -344,11 +350,13 @@ async function holderKilled(server: BenchServer, settings: Settings): Promise<vo
     rounds_with_two_holders: roundsWithTwo,
     target_rounds_with_two_holders: 0,
     kill_to_next_grant: percentiles(killToGrant, [50, 99, 100]),
+    empty_rpc_latency: reference,
     rounds_per_s: Math.round((settings.killRounds / elapsedMs) * 1000),
   });
 }
 
 async function holderSigkilled(server: BenchServer, settings: Settings): Promise<void> {
+  const reference = await emptyRpcLatency(server);
   const file = "bench/sigkilled.ts";
   const watch = new HolderWatch();
   const killToGrant: number[] = [];
@@ -396,6 +404,7 @@ async function holderSigkilled(server: BenchServer, settings: Settings): Promise
     rounds_with_two_holders: roundsWithTwo,
     target_rounds_with_two_holders: 0,
     kill_to_next_grant: percentiles(killToGrant, [50, 99, 100]),
+    empty_rpc_latency: reference,
   });
 }
 
