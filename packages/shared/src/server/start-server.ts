@@ -3,6 +3,7 @@
  * token, per-RPC logs and metrics, the message size limit, keepalive and graceful shutdown, on one
  * port that speaks gRPC, gRPC-Web and Connect.
  */
+import { setMaxListeners } from "node:events";
 import type * as http from "node:http";
 import type * as http2 from "node:http2";
 import type { DescFile, DescService } from "@bufbuild/protobuf";
@@ -140,6 +141,9 @@ export async function startServer(options: StartServerOptions): Promise<RunningS
   const health = new HealthStatus();
   const shutdown = new AbortController();
   const force = new AbortController();
+  // Every open call listens on these (a Hold stream, a waiting Admit): thousands of listeners are
+  // the normal case for a server, not a leak.
+  setMaxListeners(0, shutdown.signal, force.signal);
   const hooks: ShutdownHook[] = [...(options.onShutdown ?? [])];
   const context: ServerContext = {
     name,
