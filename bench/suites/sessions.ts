@@ -488,7 +488,12 @@ interface RawWatch {
  * watchers decoding every snapshot in the bench process cost about as much CPU as the service,
  * and on a 2-core machine the figures would then measure the client.
  */
-function rawWatch(session: http2.ClientHttp2Session, request: { sessionId: string; fromSeq: number; includeSnapshot: boolean }, onMessage: (message: LeanWatchMessage) => void): RawWatch {
+function rawWatch(
+  session: http2.ClientHttp2Session,
+  request: { sessionId: string; fromSeq: number; includeSnapshot: boolean },
+  onMessage: (message: LeanWatchMessage) => void,
+  onEnd: (status: string) => void,
+): RawWatch {
   const body = toBinary(WatchSessionRequestSchema, create(WatchSessionRequestSchema, { sessionId: request.sessionId, fromSeq: BigInt(request.fromSeq), includeSnapshot: request.includeSnapshot }));
   const frame = Buffer.alloc(5 + body.length);
   frame.writeUInt32BE(body.length, 1);
@@ -514,6 +519,7 @@ function rawWatch(session: http2.ClientHttp2Session, request: { sessionId: strin
     watch.status = String(trailers["grpc-status"] ?? "");
   });
   stream.on("error", () => {});
+  stream.on("close", () => onEnd(watch.status ?? "closed without a status"));
   stream.end(frame);
   return watch;
 }
@@ -574,6 +580,10 @@ interface WatchRun {
   everyDeliveryHadSnapshot: boolean;
   deliveries: number;
   watcherErrors: number;
+  /** grpc-status of the watches that ended on their own (not resumable). */
+  watcherEndStatuses: string[];
+  /** Watches the service ended for falling behind, resumed from the next seq. */
+  watcherResumes: number;
   appendErrors: number;
   delivery: Record<string, number>;
   append: Record<string, number>;
@@ -595,33 +605,61 @@ async function measureWatchers(url: string, serverCpuMs: () => number, sessionId
   const client = sessionClient(url, { "grpc.use_local_subchannel_pool": 1 });
   const connections = Array.from({ length: Math.min(10, watchers) }, () => http2.connect(url));
   for (const connection of connections) connection.on("error", () => {});
-  const calls: RawWatch[] = [];
+  let closing = false;
+  let stateOf: Array<{ call?: RawWatch | undefined }> = [];
   try {
     const latencies: number[] = [];
-    const state = Array.from({ length: watchers }, () => ({ last: 0, outOfOrder: 0, received: 0, withoutSnapshot: 0, call: undefined as RawWatch | undefined }));
-    // A call that ended (any grpc-status) before the run is over is a watcher error.
-    const failed = (w: (typeof state)[number]) => w.call?.status !== undefined;
-    await new Promise<void>((resolve, reject) => {
-      let caughtUp = 0;
-      const timer = setTimeout(() => reject(new Error(`only ${caughtUp} of ${watchers} watchers caught up within 15 s`)), 15_000);
-      state.forEach((watcher, i) => {
-        const call = rawWatch(connections[i % connections.length]!, { sessionId, fromSeq: 0, includeSnapshot: true }, (message) => {
+    const state = Array.from({ length: watchers }, () => ({
+      last: 0,
+      outOfOrder: 0,
+      received: 0,
+      /** Live entries (after caught-up) that came without their snapshot. */
+      withoutSnapshot: 0,
+      live: false,
+      resumes: 0,
+      /** How the watch ended, when it ended other than by falling behind (which is resumed). */
+      ended: undefined as string | undefined,
+      call: undefined as RawWatch | undefined,
+    }));
+    stateOf = state;
+    const failed = (w: (typeof state)[number]) => w.ended !== undefined;
+    let caughtUp = 0;
+    let allCaughtUp: () => void = () => {};
+    // A watcher the service ends for falling behind (RESOURCE_EXHAUSTED) resumes after the last
+    // entry it got, as a client should; so "every event" holds through an overload too.
+    const open = (watcher: (typeof state)[number], i: number, fromSeq: number) => {
+      watcher.live = false;
+      watcher.call = rawWatch(
+        connections[i % connections.length]!,
+        { sessionId, fromSeq, includeSnapshot: true },
+        (message) => {
           if (message.kind === "caughtUp") {
-            if (++caughtUp === watchers) {
-              clearTimeout(timer);
-              resolve();
-            }
+            watcher.live = true;
+            if (watcher.resumes === 0 && ++caughtUp === watchers) allCaughtUp();
             return;
           }
           if (message.at !== undefined) latencies.push(nowMs() - message.at);
           if (message.seq !== watcher.last + 1) watcher.outOfOrder++;
-          if (message.snapshotBytes === 0) watcher.withoutSnapshot++;
+          if (watcher.live && message.snapshotBytes === 0) watcher.withoutSnapshot++;
           watcher.last = message.seq;
           watcher.received++;
-        });
-        calls.push(call);
-        watcher.call = call;
-      });
+        },
+        (status) => {
+          if (closing) return;
+          if (status === String(grpc.status.RESOURCE_EXHAUSTED)) {
+            watcher.resumes++;
+            open(watcher, i, watcher.last + 1);
+          } else watcher.ended = status;
+        },
+      );
+    };
+    await new Promise<void>((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`only ${caughtUp} of ${watchers} watchers caught up within 15 s`)), 15_000);
+      allCaughtUp = () => {
+        clearTimeout(timer);
+        resolve();
+      };
+      state.forEach((watcher, i) => open(watcher, i, 0));
     });
 
     const total = Math.round(seconds * rate);
@@ -667,6 +705,8 @@ async function measureWatchers(url: string, serverCpuMs: () => number, sessionId
       everyDeliveryHadSnapshot: state.every((w) => w.withoutSnapshot === 0),
       deliveries: latencies.length,
       watcherErrors: state.filter(failed).length,
+      watcherEndStatuses: state.filter(failed).map((w) => w.ended!),
+      watcherResumes: state.reduce((sum, w) => sum + w.resumes, 0),
       appendErrors,
       delivery: percentiles(latencies),
       append: percentiles(appendLatencies),
@@ -674,7 +714,8 @@ async function measureWatchers(url: string, serverCpuMs: () => number, sessionId
       serverCpuUsPerDelivery: Math.round((cpuMs * 1000) / Math.max(1, latencies.length)),
     };
   } finally {
-    for (const call of calls) call.cancel();
+    closing = true;
+    for (const watcher of stateOf) watcher.call?.cancel();
     client.close();
     for (const connection of connections) connection.close();
   }
@@ -695,6 +736,8 @@ function watchFigure(figure: string, run: WatchRun): Record<string, unknown> {
     deliveries: run.deliveries,
     expected_deliveries: run.events * run.watchers,
     watcher_errors: run.watcherErrors,
+    watcher_end_statuses: [...new Set(run.watcherEndStatuses)],
+    watcher_resumes_after_lag: run.watcherResumes,
     append_errors: run.appendErrors,
     delivery_p50_ms: run.delivery.p50_ms,
     delivery_p99_ms: run.delivery.p99_ms,
@@ -965,21 +1008,25 @@ async function startSessionsService(args: string[]): Promise<BenchServer> {
   const entry = path.join(REPO_ROOT, "services/sessions/dist/main.js");
   const child = spawn(process.execPath, [entry, `--state-dir=${stateDir}`, `--sessions-port=${port}`, ...args], { stdio: ["ignore", "ignore", "inherit"] });
   const url = `http://127.0.0.1:${port}`;
-  const Health = grpcServiceClient("grpc/health/v1/health.proto", "grpc.health.v1.Health");
-  const health = new Health(target(url), grpc.credentials.createInsecure());
   try {
-    const deadline = performance.now() + 15_000;
-    for (;;) {
-      try {
-        await unary(health, "check", { service: "" });
-        break;
-      } catch (error) {
-        if (child.exitCode !== null || performance.now() > deadline) throw new Error(`the sessions service did not answer health checks: ${String(error)}`);
-        await new Promise((resolve) => setTimeout(resolve, 100));
-      }
+    // A TCP connect first: grpc-js backs off for seconds after a refused connection.
+    const deadline = performance.now() + 30_000;
+    while (!(await accepts(port))) {
+      if (child.exitCode !== null) throw new Error(`the sessions service exited with ${child.exitCode} before listening`);
+      if (performance.now() > deadline) throw new Error("the sessions service did not listen within 30 s");
+      await new Promise((resolve) => setTimeout(resolve, 50));
     }
-  } finally {
-    health.close();
+    const Health = grpcServiceClient("grpc/health/v1/health.proto", "grpc.health.v1.Health");
+    const health = new Health(target(url), grpc.credentials.createInsecure());
+    try {
+      await unary(health, "check", { service: "" });
+    } finally {
+      health.close();
+    }
+  } catch (error) {
+    child.kill("SIGKILL");
+    fs.rmSync(stateDir, { recursive: true, force: true });
+    throw error;
   }
   const pid = child.pid!;
   return {
@@ -995,6 +1042,17 @@ async function startSessionsService(args: string[]): Promise<BenchServer> {
       fs.rmSync(stateDir, { recursive: true, force: true });
     },
   };
+}
+
+function accepts(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = net.connect(port, "127.0.0.1");
+    socket.once("connect", () => {
+      socket.destroy();
+      resolve(true);
+    });
+    socket.once("error", () => resolve(false));
+  });
 }
 
 function freePort(): Promise<number> {
