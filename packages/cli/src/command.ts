@@ -1,8 +1,6 @@
 /** The shape of a `berth` subcommand. */
 export interface Command {
   readonly name: string;
-  /** One line for `berth --help`. */
-  readonly summary: string;
   /** `berth <name> --help`: what it does, its flags and examples. */
   readonly usage: string;
   /** True when `run` answers `--help` itself (with the flags of the settings it loads). */

@@ -1,13 +1,18 @@
 #!/usr/bin/env node
 /** The `berth` command: `berth <command> [flags]`; `berth --help` lists the commands. */
 import { EXIT, type Command } from "./command.js";
-import { upCommand } from "./commands/up.js";
-import { admitCommand } from "./commands/admit.js";
-import { budgetCommand } from "./commands/budget.js";
-import { sessionsCommand } from "./commands/sessions.js";
-import { lockCommand } from "./commands/lock.js";
 
-const commands: readonly Command[] = [upCommand, sessionsCommand, admitCommand, budgetCommand, lockCommand];
+/**
+ * Every command, loaded only when it runs: a client command should not pay for loading the
+ * services (`up`) or every generated descriptor.
+ */
+const commands: ReadonlyArray<{ name: string; summary: string; load(): Promise<Command> }> = [
+  { name: "up", summary: "run the sessions and budget services in the foreground (Ctrl-C stops both)", load: async () => (await import("./commands/up.js")).upCommand },
+  { name: "sessions", summary: "append to, read and watch session journals (append, get, list, watch, journal)", load: async () => (await import("./commands/sessions.js")).sessionsCommand },
+  { name: "admit", summary: "wait for room in the load budget, run a command, release when it exits", load: async () => (await import("./commands/admit.js")).admitCommand },
+  { name: "budget", summary: "look at the load budget: check a need, the state, the machine", load: async () => (await import("./commands/budget.js")).budgetCommand },
+  { name: "lock", summary: "run a command while holding a source lock (like flock), or inspect a lock", load: async () => (await import("./commands/lock.js")).lockCommand },
+];
 
 function overview(): string {
   const width = Math.max(...commands.map((c) => c.name.length));
@@ -27,11 +32,12 @@ async function main(argv: string[]): Promise<number | "serving"> {
     process.stdout.write(`${overview()}\n`);
     return name === undefined ? EXIT.usage : EXIT.ok;
   }
-  const command = commands.find((c) => c.name === name);
-  if (!command) {
+  const entry = commands.find((c) => c.name === name);
+  if (!entry) {
     process.stderr.write(`berth: unknown command '${name}'\n\n${overview()}\n`);
     return EXIT.usage;
   }
+  const command = await entry.load();
   if (!command.handlesHelp && (rest.includes("--help") || rest.includes("-h"))) {
     process.stdout.write(`${command.usage}\n`);
     return EXIT.ok;

@@ -371,7 +371,6 @@ async function release(
 
 export const admitCommand: Command = {
   name: "admit",
-  summary: "wait for room in the load budget, run a command, release when it exits",
   usage: USAGE,
   // CMD's own --help must reach CMD: only a --help before `--` is ours.
   handlesHelp: true,

@@ -127,7 +127,6 @@ const SUBCOMMANDS: Record<string, Subcommand> = {
 
 export const budgetCommand: Command = {
   name: "budget",
-  summary: "look at the load budget: check a need, the state, the machine",
   usage: USAGE,
   async run(argv) {
     const [name, ...rest] = argv;

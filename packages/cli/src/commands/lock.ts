@@ -372,7 +372,6 @@ async function inspect(invocation: Invocation): Promise<number> {
 
 export const lockCommand: Command = {
   name: "lock",
-  summary: "run a command while holding a source lock (like flock), or inspect a lock",
   usage: USAGE,
   // CMD's own --help must reach CMD: only a --help before `--` is ours.
   handlesHelp: true,

@@ -129,7 +129,6 @@ const SUBCOMMANDS: Record<string, Subcommand> = {
 /** `berth sessions …`. */
 export const sessionsCommand: Command = {
   name: "sessions",
-  summary: "append to, read and watch session journals (append, get, list, watch, journal)",
   usage: USAGE,
   handlesHelp: true,
   async run(argv) {

@@ -1,12 +1,8 @@
 /** `berth up`: both services in the foreground, in one process; Ctrl-C stops both. */
-import { budgetService } from "@berth/budget/server/service";
-import { sessionsService } from "@berth/sessions/server/service";
-import { runServices } from "@berth/shared/server/index";
 import type { Command } from "../command.js";
 
 export const upCommand: Command = {
   name: "up",
-  summary: "run the sessions and budget services in the foreground (Ctrl-C stops both)",
   handlesHelp: true,
   usage: `berth up [flags]
 
@@ -19,6 +15,12 @@ Examples:
   BERTH_TOKEN_FILE=~/.config/berth/token berth up
   berth up --help        # every flag, its variable and its default`,
   async run(argv) {
+    // Loaded here, not at the top: the other commands are clients and should start fast.
+    const [{ sessionsService }, { budgetService }, { runServices }] = await Promise.all([
+      import("@berth/sessions/server/service"),
+      import("@berth/budget/server/service"),
+      import("@berth/shared/server/index"),
+    ]);
     const servers = await runServices([sessionsService, budgetService], { argv, command: "berth up", usage: upCommand.usage });
     // Serving: the process now lives until a signal; the signal handlers decide the exit code.
     return servers ? "serving" : 1;
