@@ -7,7 +7,9 @@
  *   median, from its 250 ms poll).
  * - `waiters`: CPU per second of the service process while 10,000 Admit streams wait on an
  *   unchanging machine (a fixture `--proc-root`), heartbeats included (target ≤ 50 ms/s; the seed:
- *   467 ms/s for 1,000 waiters). Reference: the same process idle, before the waiters came.
+ *   467 ms/s for 1,000 waiters). References: the same process idle, before the waiters came; and
+ *   the same waiters once SIGHUP has reloaded the heartbeat to one an hour (what waiting costs
+ *   without messages), which also gives the cost of one Queued message.
  * - `check`: Check RPCs per second against the health Check rate at the same concurrency (target
  *   ≥ 80 %: a check reads the cached sample, never /proc).
  *
@@ -297,7 +299,11 @@ async function checkRate(settings: Settings): Promise<void> {
  */
 async function waiters(settings: Settings): Promise<void> {
   const env = { BERTH_BUDGET_MAX_QUEUE: String(settings.waiters + 100) };
-  await withBudget(["--wait=1h", "--lease-ttl=1h"], env, async (server) => {
+  // The heartbeat comes from a config file, so that SIGHUP can turn it off for the second window.
+  const configDir = mkdtempSync(path.join(tmpdir(), "berth-bench-config-"));
+  const config = path.join(configDir, "budget.json");
+  writeFileSync(config, JSON.stringify({ heartbeat: "5s" }));
+  await withBudget(["--wait=1h", "--lease-ttl=1h", `--config=${config}`], env, async (server) => {
     const control = budgetClient(server.url);
     const clients = Array.from({ length: settings.connections }, () => budgetClient(server.url, { "grpc.use_local_subchannel_pool": 1 }));
     const calls: grpc.ClientDuplexStream<unknown, AdmitResponse>[] = [];
@@ -339,8 +345,18 @@ async function waiters(settings: Settings): Promise<void> {
       // Let the opening burst settle, then measure over whole heartbeats.
       await sleep(2000);
       const before = messages;
+      const sentBefore = await sentQueued(server.url);
       const busy = await cpuOver(server, settings.windowSeconds * 1000);
-      const heartbeatsPerSecond = Math.round((messages - before) / settings.windowSeconds);
+      const sentPerSecond = Math.round(((await sentQueued(server.url)) - sentBefore) / settings.windowSeconds);
+      const receivedPerSecond = Math.round((messages - before) / settings.windowSeconds);
+
+      // The same 10,000 waiters without heartbeats (reloaded to one an hour): what waiting costs by itself.
+      writeFileSync(config, JSON.stringify({ heartbeat: "1h" }));
+      process.kill(server.pid, "SIGHUP");
+      await sleep(1000);
+      const quietBefore = await sentQueued(server.url);
+      const quiet = await cpuOver(server, settings.windowSeconds * 1000);
+      const quietMessages = (await sentQueued(server.url)) - quietBefore;
 
       // Closing every stream must leave nothing queued.
       for (const call of calls) call.cancel();
@@ -357,7 +373,11 @@ async function waiters(settings: Settings): Promise<void> {
         idle_cpu_ms_per_s: round(idleCpu.msPerSecond),
         target_cpu_ms_per_s: 50,
         seed_cpu_ms_per_s_for_1000_waiters: 467,
-        queued_messages_per_s: heartbeatsPerSecond,
+        queued_messages_sent_per_s: sentPerSecond,
+        queued_messages_received_per_s: receivedPerSecond,
+        cpu_us_per_queued_message: sentPerSecond > 0 ? Math.round(((busy.msPerSecond - quiet.msPerSecond) / sentPerSecond) * 1000) : null,
+        cpu_ms_per_s_without_heartbeats: round(quiet.msPerSecond),
+        queued_messages_sent_without_heartbeats: quietMessages,
         open_all_ms: Math.round(openMs),
         rss_mb: Math.round(rss / 2 ** 20),
         queue_empty_after_cancel: drained,
@@ -367,15 +387,25 @@ async function waiters(settings: Settings): Promise<void> {
       for (const client of clients) client.close();
       control.close();
     }
-  });
+  }).finally(() => rmSync(configDir, { recursive: true, force: true }));
+}
+
+/** A gauge of the service's /metrics. */
+async function gauge(url: string, name: string): Promise<number> {
+  const text = await (await fetch(`${url}/metrics`)).text();
+  const match = new RegExp(`^${name} (\\d+)`, "m").exec(text);
+  if (!match) throw new Error(`no ${name} in /metrics`);
+  return Number(match[1]);
 }
 
 /** The queue's length from the service's gauge (GetState of a 10,000-long queue is a 4 MB message). */
-async function queueLength(url: string): Promise<number> {
-  const text = await (await fetch(`${url}/metrics`)).text();
-  const match = /^berth_budget_queue_length (\d+)/m.exec(text);
-  if (!match) throw new Error("no berth_budget_queue_length in /metrics");
-  return Number(match[1]);
+function queueLength(url: string): Promise<number> {
+  return gauge(url, "berth_budget_queue_length");
+}
+
+/** Queued messages the service has sent so far (counted as they leave the handler, whatever the client reads). */
+function sentQueued(url: string): Promise<number> {
+  return gauge(url, "berth_budget_queued_messages");
 }
 
 async function cpuOver(server: BenchServer, ms: number): Promise<{ msPerSecond: number }> {

@@ -14,7 +14,7 @@ import { invalidArgument } from "@berth/shared/errors";
 import { abortError } from "@berth/shared/server/index";
 import type { QueuedUpdate, Reservation } from "../index.js";
 import type { BudgetHandlerDeps } from "./budget-handlers.js";
-import { checkLabel, durationMs, durationOf, needItemsFromProto, pidFromProto, reservationToProto, runCostFromProto, runningEntryToProto } from "./budget-codec.js";
+import { QueuedEncoder, checkLabel, durationMs, durationOf, needItemsFromProto, pidFromProto, reservationToProto, runCostFromProto, runningEntryToProto } from "./budget-codec.js";
 import { refusalError } from "./refusals.js";
 
 type AdmitResponseInit = MessageInitShape<typeof AdmitResponseSchema>;
@@ -106,7 +106,7 @@ export async function* admitStream(requests: AsyncIterable<AdmitRequest>, contex
     // Longer than the policy's wait is capped to it.
     const maxWaitMs = Math.min(asked ?? policy.maxWaitMs, policy.maxWaitMs);
     const startedAt = clock.now();
-    const deadline = startedAt + maxWaitMs;
+    const deadlineBytes = QueuedEncoder.deadlineBytes(startedAt + maxWaitMs);
     let queued = false;
 
     outcome = budget.admit(need, label, {
@@ -133,7 +133,10 @@ export async function* admitStream(requests: AsyncIterable<AdmitRequest>, contex
         case "end":
           return;
         case "queued":
-          if (reservation === undefined) yield { kind: { case: "queued", value: deps.encoder.encode(event.update, deadline) } };
+          if (reservation === undefined) {
+            deps.stats.queuedMessages++;
+            yield deps.encoder.encodeResponse(event.update, deadlineBytes);
+          }
           break;
         case "admitted":
           reservation = event.reservation;

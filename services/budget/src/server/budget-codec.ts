@@ -7,7 +7,8 @@
  * values become messages, with the figures the proto promises and the domain leaves implicit (a
  * gate's `observed`, the `holders` of a budget gate, `in flight: <label>`).
  */
-import { create } from "@bufbuild/protobuf";
+import { create, toBinary } from "@bufbuild/protobuf";
+import { BinaryWriter, WireType } from "@bufbuild/protobuf/wire";
 import type { Duration, Timestamp } from "@bufbuild/protobuf/wkt";
 import { DurationSchema, TimestampSchema } from "@bufbuild/protobuf/wkt";
 import {
@@ -49,8 +50,8 @@ import type {
   Verdict as VerdictMessage,
   WaitReason,
 } from "@berth/api/berth/budget/v1/budget_pb";
-import type { AheadEntry as AheadEntryMessage, Queued } from "@berth/api/berth/budget/v1/budget_service_pb";
-import { AheadEntrySchema, QueuedSchema } from "@berth/api/berth/budget/v1/budget_service_pb";
+import type { AdmitResponse, AheadEntry as AheadEntryMessage, Queued } from "@berth/api/berth/budget/v1/budget_service_pb";
+import { AdmitResponseSchema, AheadEntrySchema, QueuedSchema } from "@berth/api/berth/budget/v1/budget_service_pb";
 import { invalidArgument } from "@berth/shared/errors";
 import type {
   AheadEntry,
@@ -545,26 +546,26 @@ export function queueWaitReason(ahead: number): WaitReason {
  * Builds `Queued` messages for a stream of updates. Heartbeats repeat the same head reasons and the
  * same requests ahead to every waiter, so their messages are converted once (by identity: the
  * queue hands every waiter the same objects until they change) and shared.
+ *
+ * {@link encodeResponse} is the hot path: the AdmitResponse of a heartbeat, its `queued` field
+ * already in wire form. With 10,000 waiters every beat is 10,000 messages; encoding each through
+ * the reflective writer cost a dozen nested messages and half a dozen growing buffers apiece,
+ * while here the parts shared by every waiter are encoded once and each message is one pass of a
+ * reused writer. The bytes are the same as `toBinary` of {@link encode}'s message (tested).
  */
 export class QueuedEncoder {
   private readonly reasons = new WeakMap<Reason, WaitReason>();
+  private readonly reasonBytes = new WeakMap<Reason, Uint8Array>();
   private readonly aheadLists = new WeakMap<readonly AheadEntry[], AheadEntryMessage[]>();
+  private readonly aheadBytes = new WeakMap<readonly AheadEntry[], Uint8Array>();
+  /** Reused for every message: `finish()` hands out a copy and keeps the grown buffer. */
+  private readonly writer = new BinaryWriter();
 
   constructor(private readonly context: () => ReasonContext) {}
 
   /** The Queued message for `update`, for a request whose wait runs out at `deadline` (clock ms). */
   encode(update: QueuedUpdate, deadline: number): Queued {
-    let context: ReasonContext | undefined;
-    const waitFor = update.waitFor.map((reason) => {
-      if (reason.gate === "queue") return queueWaitReason(update.aheadCount);
-      let converted = this.reasons.get(reason);
-      if (converted === undefined) {
-        context ??= this.context();
-        converted = waitReasonToProto(reason, context);
-        this.reasons.set(reason, converted);
-      }
-      return converted;
-    });
+    const waitFor = update.waitFor.map((reason) => (reason.gate === "queue" ? queueWaitReason(update.aheadCount) : this.reason(reason)));
     let ahead = this.aheadLists.get(update.ahead);
     if (ahead === undefined) {
       ahead = update.ahead.map((entry, index) => create(AheadEntrySchema, { label: entry.label, position: index + 1, need: resourcesToProto(entry.needs) }));
@@ -578,5 +579,74 @@ export class QueuedEncoder {
       ahead,
       deadline: timestampOf(deadline),
     });
+  }
+
+  /** The encoded Timestamp of a deadline, for {@link encodeResponse} (a stream's deadline never changes). */
+  static deadlineBytes(deadline: number): Uint8Array {
+    return toBinary(TimestampSchema, timestampOf(deadline));
+  }
+
+  /** `AdmitResponse{queued: encode(update, deadline)}`, with the queued field already encoded (see the class comment). */
+  encodeResponse(update: QueuedUpdate, deadlineBytes: Uint8Array): AdmitResponse {
+    const w = this.writer;
+    // The queued field's payload, length-prefixed: what follows its tag on the wire.
+    w.fork();
+    w.tag(1, WireType.Varint).uint32(update.position);
+    const eta = Math.max(0, Math.round(update.etaMs));
+    w.tag(2, WireType.LengthDelimited).fork();
+    if (eta >= 1000) w.tag(1, WireType.Varint).int64(Math.floor(eta / 1000));
+    if (eta % 1000 !== 0) w.tag(2, WireType.Varint).int32((eta % 1000) * 1_000_000);
+    w.join();
+    for (const reason of update.waitFor) {
+      if (reason.gate === "queue") {
+        w.tag(3, WireType.LengthDelimited).fork();
+        w.tag(1, WireType.Varint).int32(Gate.QUEUE);
+        w.tag(2, WireType.LengthDelimited).string(`${update.aheadCount} request(s) ahead in the queue`);
+        if (update.aheadCount !== 0) w.tag(8, WireType.Bit64).double(update.aheadCount);
+        w.join();
+      } else {
+        w.tag(3, WireType.LengthDelimited).bytes(this.reasonBytesOf(reason));
+      }
+    }
+    if (update.waitForText !== "") w.tag(4, WireType.LengthDelimited).string(update.waitForText);
+    w.raw(this.aheadBytesOf(update.ahead));
+    w.tag(6, WireType.LengthDelimited).bytes(deadlineBytes);
+    w.join();
+    const response = create(AdmitResponseSchema);
+    response.$unknown = [{ no: 1, wireType: WireType.LengthDelimited, data: w.finish() }];
+    return response;
+  }
+
+  private reason(reason: Reason): WaitReason {
+    let converted = this.reasons.get(reason);
+    if (converted === undefined) {
+      converted = waitReasonToProto(reason, this.context());
+      this.reasons.set(reason, converted);
+    }
+    return converted;
+  }
+
+  private reasonBytesOf(reason: Reason): Uint8Array {
+    let bytes = this.reasonBytes.get(reason);
+    if (bytes === undefined) {
+      bytes = toBinary(WaitReasonSchema, this.reason(reason));
+      this.reasonBytes.set(reason, bytes);
+    }
+    return bytes;
+  }
+
+  /** Every entry of `ahead` as field 5 of Queued (tag, length, AheadEntry), in one block. */
+  private aheadBytesOf(ahead: readonly AheadEntry[]): Uint8Array {
+    let bytes = this.aheadBytes.get(ahead);
+    if (bytes === undefined) {
+      const w = new BinaryWriter();
+      ahead.forEach((entry, index) => {
+        const message = create(AheadEntrySchema, { label: entry.label, position: index + 1, need: resourcesToProto(entry.needs) });
+        w.tag(5, WireType.LengthDelimited).bytes(toBinary(AheadEntrySchema, message));
+      });
+      bytes = w.finish();
+      this.aheadBytes.set(ahead, bytes);
+    }
+    return bytes;
   }
 }

@@ -47,6 +47,14 @@ export interface BudgetHandlerOptions {
   defaultLeaseTtlMs: () => number;
   /** How often the machine is sampled (reported in Policy). */
   sampleIntervalMs: number;
+  /** Counters the handlers keep up to date (for the server's gauges). */
+  stats?: BudgetHandlerStats | undefined;
+}
+
+/** What the handlers count. */
+export interface BudgetHandlerStats {
+  /** Queued messages sent on Admit streams (position changes and heartbeats). */
+  queuedMessages: number;
 }
 
 /** What the Admit stream shares with the unary handlers. */
@@ -59,6 +67,7 @@ export interface BudgetHandlerDeps {
   /** The running entries started from a reservation. */
   runningIds(reservation: Reservation): string[];
   addRunning(reservation: Reservation, runningId: string): void;
+  stats: BudgetHandlerStats;
 }
 
 /**
@@ -107,6 +116,7 @@ export function createBudgetHandlers(options: BudgetHandlerOptions): ServiceImpl
   const deps: BudgetHandlerDeps = {
     budget,
     clock,
+    stats: options.stats ?? { queuedMessages: 0 },
     encoder: new QueuedEncoder(reasonContext),
     reasonContext,
     runningIds: (reservation) => running.get(reservation) ?? [],

@@ -14,6 +14,7 @@ import type { ServerMetrics } from "@berth/shared/server/index";
 import { parseDuration } from "@berth/shared/units";
 import type { Budget, BudgetState, Logger } from "../index.js";
 import { POLICY_SETTINGS, SAMPLER_SETTINGS, createBudget, createSampler, machineFactsOf, policyFromConfig, samplerOptionsFromConfig } from "../index.js";
+import type { BudgetHandlerStats } from "./budget-handlers.js";
 import { createBudgetHandlers } from "./budget-handlers.js";
 import { MAX_DURATION_MS } from "./budget-codec.js";
 import type { ReloadSources } from "./reload-settings.js";
@@ -75,7 +76,7 @@ export interface BudgetServiceOptions {
 /** How long gauges share one look at the budget's state (a scrape reads several). */
 const STATE_MEMO_MS = 100;
 
-function registerGauges(metrics: ServerMetrics, budget: Budget): Array<() => void> {
+function registerGauges(metrics: ServerMetrics, budget: Budget, stats: BudgetHandlerStats): Array<() => void> {
   let memo: { at: number; state: BudgetState } | undefined;
   const state = () => {
     const now = performance.now();
@@ -90,6 +91,8 @@ function registerGauges(metrics: ServerMetrics, budget: Budget): Array<() => voi
     metrics.registerGauge("berth_budget_committed_cpu", "Cpu committed (running plus reservations), in cores.", () => state().committed.cpu),
     metrics.registerGauge("berth_budget_memory_budget_bytes", "The memory budget in force, in bytes.", () => budget.policy().memoryBytes),
     metrics.registerGauge("berth_budget_cpu_budget", "The cpu budget in force, in cores.", () => budget.policy().cpu),
+    // Only ever grows (a counter, exported as a gauge: the server's metrics have no counters for services).
+    metrics.registerGauge("berth_budget_queued_messages", "Queued messages sent on Admit streams since the start (position changes and heartbeats).", () => stats.queuedMessages),
   ];
 }
 
@@ -136,8 +139,9 @@ export function createBudgetService(options: BudgetServiceOptions = {}): Service
           return {
             services: (context: ServerContext) => {
               process.on("SIGHUP", onHangup);
-              removeGauges = registerGauges(context.metrics, budget);
-              return [implement(BudgetService, createBudgetHandlers({ budget, defaultLeaseTtlMs: () => leaseTtlMs, sampleIntervalMs: sampler.intervalMs }))];
+              const stats: BudgetHandlerStats = { queuedMessages: 0 };
+              removeGauges = registerGauges(context.metrics, budget, stats);
+              return [implement(BudgetService, createBudgetHandlers({ budget, defaultLeaseTtlMs: () => leaseTtlMs, sampleIntervalMs: sampler.intervalMs, stats }))];
             },
             async close() {
               process.off("SIGHUP", onHangup);
