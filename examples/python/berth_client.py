@@ -1,0 +1,934 @@
+"""A small Python client of berth's sessions, locks and budget services.
+
+It wraps the stubs that `generate.sh` makes from berth's protos (plain grpcio, nothing else) with
+the few patterns that take care to get right by hand:
+
+- append events and read them back; watch a session (backlog, the caught-up marker, live
+  entries), resuming by itself when the service ends a watcher that fell behind;
+- hold a source lock for the length of a ``with`` block (the Hold stream: the lock is freed the
+  instant the stream ends, even if this process is killed);
+- admit work with the Admit stream (queued updates to a callback, then admitted; report started
+  services; release), or with a lease (Reserve, KeepAlive, Release) where a stream cannot be held;
+- the bearer token on every call, and errors with their structured details decoded.
+
+Everything else is reachable through the raw stubs: ``client.sessions``, ``client.locks`` and
+``client.budget``.
+
+    from berth_client import Berth, start
+
+    with Berth() as berth:                              # BERTH_SESSIONS_URL, BERTH_BUDGET_URL, BERTH_TOKEN
+        berth.append("demo", "generate", {"pageUrl": "/", "count": 3})
+        with berth.lock("src/app.css", owner="me") as lease:
+            print("holding, fencing token", lease.fencing_token)
+        with berth.admit([start("web", memory="1G")], label="up web") as admission:
+            admission.started("web", pid=os.getpid())
+
+The stubs are imported from the folder named by ``BERTH_PYTHON_STUBS``, else from ``berth_api``
+beside this file (where ``generate.sh`` puts them by default).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import sys
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Sequence, Union
+
+import grpc
+
+
+def _stub_dir() -> str:
+    return os.environ.get("BERTH_PYTHON_STUBS") or os.path.join(os.path.dirname(os.path.abspath(__file__)), "berth_api")
+
+
+# The generated modules import each other as `berth.sessions.v1...`: their root must be on sys.path.
+_STUBS = _stub_dir()
+if not os.path.isdir(os.path.join(_STUBS, "berth")):
+    raise ImportError(f"berth's Python stubs are not in {_STUBS}: run examples/python/generate.sh (or set BERTH_PYTHON_STUBS)")
+if _STUBS not in sys.path:
+    sys.path.insert(0, _STUBS)
+
+from google.protobuf import any_pb2, json_format, struct_pb2  # noqa: E402
+from google.protobuf import descriptor_pb2, descriptor_pool, duration_pb2, message_factory  # noqa: E402
+from google.protobuf.message import Message  # noqa: E402
+
+from berth.budget.v1 import budget_pb2, budget_service_pb2, budget_service_pb2_grpc  # noqa: E402
+from berth.sessions.v1 import events_pb2, lock_service_pb2, lock_service_pb2_grpc  # noqa: E402
+from berth.sessions.v1 import session_service_pb2, session_service_pb2_grpc  # noqa: E402
+import health_pb2  # noqa: E402
+import health_pb2_grpc  # noqa: E402
+
+__all__ = [
+    "Admission",
+    "Berth",
+    "BerthError",
+    "HeldLock",
+    "LockLease",
+    "Reservation",
+    "SessionWatch",
+    "WatchEvent",
+    "appliance",
+    "build",
+    "error_from_rpc",
+    "event",
+    "start",
+]
+
+DEFAULT_SESSIONS_URL = "http://127.0.0.1:7301"
+DEFAULT_BUDGET_URL = "http://127.0.0.1:7302"
+
+# The trailer in which berth repeats an error's details as JSON (see ERROR_DETAILS_HEADER in
+# packages/shared/src/server/connect-errors.ts), for clients that do not decode the binary one.
+ERROR_DETAILS_TRAILER = "berth-error-details"
+# The standard gRPC trailer holding a serialized google.rpc.Status with typed details.
+STATUS_DETAILS_TRAILER = "grpc-status-details-bin"
+
+Seconds = Union[int, float]
+
+
+# --- errors ----------------------------------------------------------------------------------
+
+
+class BerthError(Exception):
+    """A failed berth call: its gRPC code, the service's message, and the facts it sent.
+
+    ``details`` are the typed details of ``grpc-status-details-bin``, unpacked into their generated
+    classes where this module knows the type (``LockHeld``, ``SeqConflict``, ``FenceRejected``,
+    ``WatcherLagged``, ``Refusal``, ``Struct``) and left as ``Any`` otherwise. ``facts`` is the JSON
+    object of the ``berth-error-details`` trailer (the same facts as the Struct detail: ``field`` and
+    ``rule`` for INVALID_ARGUMENT, the current seq of a conflict, the holder of a lock...).
+    """
+
+    def __init__(self, code: grpc.StatusCode, message: str, details: Sequence[Message] = (), facts: Optional[Mapping[str, Any]] = None):
+        super().__init__(f"{code.name}: {message}")
+        self.code = code
+        self.message = message
+        self.details = list(details)
+        self.facts: dict = dict(facts or {})
+
+    def detail(self, cls: type) -> Optional[Message]:
+        """The first detail of the generated class ``cls`` (e.g. ``lock_service_pb2.LockHeld``), or None."""
+        for item in self.details:
+            if isinstance(item, cls):
+                return item
+        return None
+
+    @property
+    def field(self) -> Optional[str]:
+        """For INVALID_ARGUMENT: the request field that was wrong (``session_id``, ``event``...)."""
+        value = self.facts.get("field")
+        return value if isinstance(value, str) else None
+
+
+def _status_class() -> type:
+    """google.rpc.Status: from googleapis-common-protos when installed, else built here (3 fields)."""
+    try:
+        from google.rpc import status_pb2  # type: ignore[import-not-found]
+
+        return status_pb2.Status
+    except ImportError:
+        pass
+    # A private pool, so that a later import of googleapis' status_pb2 does not clash with this one.
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(descriptor_pb2.FileDescriptorProto.FromString(any_pb2.DESCRIPTOR.serialized_pb))
+    file = descriptor_pb2.FileDescriptorProto(name="berth_client/google/rpc/status.proto", package="google.rpc", syntax="proto3")
+    file.dependency.append("google/protobuf/any.proto")
+    status = file.message_type.add(name="Status")
+    fd = descriptor_pb2.FieldDescriptorProto
+    status.field.add(name="code", number=1, type=fd.TYPE_INT32, label=fd.LABEL_OPTIONAL)
+    status.field.add(name="message", number=2, type=fd.TYPE_STRING, label=fd.LABEL_OPTIONAL)
+    status.field.add(name="details", number=3, type=fd.TYPE_MESSAGE, label=fd.LABEL_REPEATED, type_name=".google.protobuf.Any")
+    pool.Add(file)
+    descriptor = pool.FindMessageTypeByName("google.rpc.Status")
+    get_class = getattr(message_factory, "GetMessageClass", None)
+    return get_class(descriptor) if get_class else message_factory.MessageFactory(pool).GetPrototype(descriptor)
+
+
+_Status = _status_class()
+
+# The detail types berth sends, by their full proto name.
+_DETAIL_TYPES: dict = {
+    cls.DESCRIPTOR.full_name: cls
+    for cls in (
+        struct_pb2.Struct,
+        lock_service_pb2.LockHeld,
+        session_service_pb2.SeqConflict,
+        session_service_pb2.FenceRejected,
+        session_service_pb2.WatcherLagged,
+        budget_pb2.Refusal,
+    )
+}
+
+
+def _trailer(call: Any, key: str) -> Optional[Union[str, bytes]]:
+    try:
+        metadata = call.trailing_metadata() or ()
+    except Exception:  # a call that never reached the server has none
+        return None
+    for item in metadata:
+        if item[0] == key:
+            return item[1]
+    return None
+
+
+def error_from_rpc(error: grpc.RpcError) -> BerthError:
+    """A grpcio error (a failed unary call or stream) as a :class:`BerthError` with decoded details."""
+    code = error.code() if hasattr(error, "code") else grpc.StatusCode.UNKNOWN
+    message = error.details() if hasattr(error, "details") else str(error)
+    details: list = []
+    raw = _trailer(error, STATUS_DETAILS_TRAILER)
+    if isinstance(raw, bytes):
+        status = _Status.FromString(raw)
+        for packed in status.details:
+            name = packed.type_url.rsplit("/", 1)[-1]
+            cls = _DETAIL_TYPES.get(name)
+            if cls is None:
+                details.append(any_pb2.Any(type_url=packed.type_url, value=packed.value))
+            else:
+                details.append(cls.FromString(packed.value))
+    facts: dict = {}
+    text = _trailer(error, ERROR_DETAILS_TRAILER)
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", "replace")
+    if text:
+        try:
+            parsed = json.loads(text)
+            if isinstance(parsed, dict):
+                facts = parsed
+        except ValueError:
+            pass
+    if not facts:
+        struct = next((d for d in details if isinstance(d, struct_pb2.Struct)), None)
+        if struct is not None:
+            facts = json_format.MessageToDict(struct)
+    return BerthError(code, message or "", details, facts)
+
+
+def _rpc(fn: Callable[[], Any]) -> Any:
+    """Runs one call, turning a grpcio error into a BerthError."""
+    try:
+        return fn()
+    except grpc.RpcError as error:
+        raise error_from_rpc(error) from None
+
+
+# --- the bearer token ------------------------------------------------------------------------
+
+
+class _BearerToken(
+    grpc.UnaryUnaryClientInterceptor,
+    grpc.UnaryStreamClientInterceptor,
+    grpc.StreamUnaryClientInterceptor,
+    grpc.StreamStreamClientInterceptor,
+):
+    """Adds ``authorization: Bearer <token>`` to every call, raw stub calls included.
+
+    An interceptor rather than call credentials: grpcio only attaches call credentials on TLS
+    channels, and berth on a dev box is plaintext on loopback.
+    """
+
+    def __init__(self, token: str):
+        self._header = ("authorization", f"Bearer {token}")
+
+    def _with_token(self, details: grpc.ClientCallDetails) -> grpc.ClientCallDetails:
+        metadata = [m for m in (details.metadata or ()) if m[0] != "authorization"]
+        metadata.append(self._header)
+        return _CallDetails(details.method, details.timeout, metadata, details.credentials, getattr(details, "wait_for_ready", None), getattr(details, "compression", None))
+
+    def intercept_unary_unary(self, continuation, client_call_details, request):
+        return continuation(self._with_token(client_call_details), request)
+
+    def intercept_unary_stream(self, continuation, client_call_details, request):
+        return continuation(self._with_token(client_call_details), request)
+
+    def intercept_stream_unary(self, continuation, client_call_details, request_iterator):
+        return continuation(self._with_token(client_call_details), request_iterator)
+
+    def intercept_stream_stream(self, continuation, client_call_details, request_iterator):
+        return continuation(self._with_token(client_call_details), request_iterator)
+
+
+@dataclass(frozen=True)
+class _CallDetails(grpc.ClientCallDetails):
+    method: str
+    timeout: Optional[float]
+    metadata: Optional[Sequence[tuple]]
+    credentials: Optional[grpc.CallCredentials]
+    wait_for_ready: Optional[bool]
+    compression: Optional[grpc.Compression]
+
+
+def _read_token(token: Optional[str], token_file: Optional[str]) -> Optional[str]:
+    # The same order as the berth command: an explicit token, a token file, BERTH_TOKEN_FILE, BERTH_TOKEN.
+    if token:
+        return token
+    path = token_file or os.environ.get("BERTH_TOKEN_FILE")
+    if path:
+        with open(path, encoding="utf-8") as f:
+            value = f.read().strip()
+        if not value:
+            raise ValueError(f"the token file {path} is empty")
+        return value
+    return os.environ.get("BERTH_TOKEN") or None
+
+
+def _target(url: str) -> str:
+    """``http://127.0.0.1:7301`` or ``127.0.0.1:7301`` → grpcio's target; ``unix:/path`` as is."""
+    if url.startswith("unix:"):
+        return url
+    for prefix in ("http://", "grpc://"):
+        if url.startswith(prefix):
+            url = url[len(prefix) :]
+    if url.startswith("https://"):
+        raise ValueError("berth serves plaintext on loopback: use http://HOST:PORT (or put TLS in a proxy and adapt _channel)")
+    return url.rstrip("/")
+
+
+def _channel(url: str, token: Optional[str], options: Sequence[tuple] = ()) -> grpc.Channel:
+    # No HTTP proxy: berth is on this machine, and an http_proxy variable must not reroute it.
+    channel = grpc.insecure_channel(_target(url), options=[("grpc.enable_http_proxy", 0), *options])
+    return grpc.intercept_channel(channel, _BearerToken(token)) if token else channel
+
+
+# --- request helpers -------------------------------------------------------------------------
+
+
+def _duration(seconds: Optional[Seconds]) -> Optional[duration_pb2.Duration]:
+    if seconds is None:
+        return None
+    value = duration_pb2.Duration()
+    value.FromMilliseconds(int(round(seconds * 1000)))
+    return value
+
+
+def event(type: str, fields: Optional[Mapping[str, Any]] = None, *, extra: Optional[Mapping[str, Any]] = None) -> events_pb2.Event:
+    """An Event from its journal type and keys, as the journal writes them.
+
+    ``event("generate", {"pageUrl": "/", "count": 3})``; keys are the proto3 JSON names (the seed's
+    keys) or the proto field names. ``extra`` holds keys the typed event does not have. A type berth
+    does not know becomes an ``OtherEvent`` with ``fields`` (and ``extra``) as its keys.
+    """
+    fields = dict(fields or {})
+    oneof = events_pb2.Event.DESCRIPTOR.oneofs_by_name["kind"]
+    known = {f.name for f in oneof.fields if f.name != "other"}
+    if type in known:
+        body = dict(fields)
+        if extra:
+            body["extra"] = dict(extra)
+        return json_format.ParseDict({type: body}, events_pb2.Event())
+    return json_format.ParseDict({"other": {"type": type, "fields": {**fields, **dict(extra or {})}}}, events_pb2.Event())
+
+
+def _item(kind: int, name: str, memory: Optional[str], cpu: Optional[float], wave: Optional[int] = None, skipped: Optional[str] = None) -> budget_pb2.NeedItem:
+    item = budget_pb2.NeedItem(kind=kind, name=name)
+    if memory is not None or cpu is not None:
+        spec = item.spec
+        if kind == budget_pb2.NEED_ITEM_KIND_BUILD:
+            spec = spec.build
+        if memory is not None:
+            spec.memory = str(memory)
+        if cpu is not None:
+            spec.cpu = float(cpu)
+        if kind == budget_pb2.NEED_ITEM_KIND_BUILD:
+            item.spec.SetInParent()
+    if wave is not None:
+        item.wave = wave
+    if skipped is not None:
+        item.skipped = skipped
+    return item
+
+
+def start(name: str, memory: Optional[str] = None, cpu: Optional[float] = None) -> budget_pb2.NeedItem:
+    """A service start (held until reported started or released). ``memory`` like ``"512M"``; unset parts take the policy's default."""
+    return _item(budget_pb2.NEED_ITEM_KIND_START, name, memory, cpu)
+
+
+def appliance(name: str, memory: Optional[str] = None, cpu: Optional[float] = None) -> budget_pb2.NeedItem:
+    """An appliance start (a database, a queue...), counted like a start."""
+    return _item(budget_pb2.NEED_ITEM_KIND_APPLIANCE, name, memory, cpu)
+
+
+def build(name: str, memory: Optional[str] = None, cpu: Optional[float] = None, wave: Optional[int] = None, skipped: Optional[str] = None) -> budget_pb2.NeedItem:
+    """A build (held only while building; builds of one ``wave`` add up)."""
+    return _item(budget_pb2.NEED_ITEM_KIND_BUILD, name, memory, cpu, wave, skipped)
+
+
+def _need(items: Union[budget_pb2.Need, Iterable[budget_pb2.NeedItem]]) -> budget_pb2.Need:
+    return items if isinstance(items, budget_pb2.Need) else budget_pb2.Need(items=list(items))
+
+
+class _Requests:
+    """The request side of a client stream: an iterator grpcio drains on its own thread."""
+
+    _END = object()
+
+    def __init__(self, first: Optional[Message] = None):
+        self._queue: "queue.Queue[Any]" = queue.Queue()
+        if first is not None:
+            self._queue.put(first)
+
+    def send(self, message: Message) -> None:
+        self._queue.put(message)
+
+    def close(self) -> None:
+        """Half-closes the stream (no more requests)."""
+        self._queue.put(self._END)
+
+    def __iter__(self) -> Iterator[Message]:
+        while True:
+            item = self._queue.get()
+            if item is self._END:
+                return
+            yield item
+
+
+# --- sessions --------------------------------------------------------------------------------
+
+
+@dataclass
+class WatchEvent:
+    """One message of a session watch: a journal ``entry`` (backlog before ``caught_up``, live after), or ``caught_up``."""
+
+    entry: Optional[session_service_pb2.JournalEntry] = None
+    caught_up: Optional[session_service_pb2.CaughtUp] = None
+    snapshot: Optional[Any] = None
+    live: bool = False
+    resumed: bool = False
+
+    @property
+    def seq(self) -> int:
+        return self.entry.seq if self.entry is not None else 0
+
+
+class SessionWatch:
+    """A WatchSession stream as an iterator of :class:`WatchEvent`; ``cancel()`` (or leaving a ``with``) ends it.
+
+    When the service ends the watch because this client fell behind (RESOURCE_EXHAUSTED with a
+    ``WatcherLagged`` detail) and ``resume_on_lag`` is set, it watches again from the detail's
+    ``resume_from_seq``: no entry is missed, and a second ``caught_up`` marks the new backlog's end.
+    """
+
+    def __init__(self, stub: session_service_pb2_grpc.SessionServiceStub, session_id: str, from_seq: int, include_snapshot: bool, resume_on_lag: bool, timeout: Optional[Seconds]):
+        self._stub = stub
+        self._session_id = session_id
+        self._include_snapshot = include_snapshot
+        self._resume_on_lag = resume_on_lag
+        self._timeout = timeout
+        self._next_seq = max(from_seq, 1)
+        self._live = False
+        self._cancelled = False
+        self._resumed = False
+        self._call = self._open()
+
+    def _open(self):
+        request = session_service_pb2.WatchSessionRequest(session_id=self._session_id, from_seq=self._next_seq, include_snapshot=self._include_snapshot)
+        self._live = False
+        return self._stub.WatchSession(request, timeout=self._timeout)
+
+    def __iter__(self) -> "SessionWatch":
+        return self
+
+    def __next__(self) -> WatchEvent:
+        while True:
+            try:
+                message = next(self._call)
+            except StopIteration:
+                raise
+            except grpc.RpcError as error:
+                if self._cancelled and error.code() == grpc.StatusCode.CANCELLED:
+                    raise StopIteration from None
+                failure = error_from_rpc(error)
+                lagged = failure.detail(session_service_pb2.WatcherLagged)
+                if self._resume_on_lag and failure.code == grpc.StatusCode.RESOURCE_EXHAUSTED and lagged is not None:
+                    self._next_seq = lagged.resume_from_seq
+                    self._resumed = True
+                    self._call = self._open()
+                    continue
+                raise failure from None
+            resumed, self._resumed = self._resumed, False
+            snapshot = message.snapshot if message.HasField("snapshot") else None
+            if message.HasField("caught_up"):
+                self._live = True
+                caught = message.caught_up
+                return WatchEvent(caught_up=caught, snapshot=caught.snapshot if caught.HasField("snapshot") else None, resumed=resumed)
+            self._next_seq = message.entry.seq + 1
+            return WatchEvent(entry=message.entry, snapshot=snapshot, live=self._live, resumed=resumed)
+
+    def cancel(self) -> None:
+        """Ends the watch (the service frees the watcher at once)."""
+        self._cancelled = True
+        self._call.cancel()
+
+    def __enter__(self) -> "SessionWatch":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.cancel()
+
+
+# --- locks -----------------------------------------------------------------------------------
+
+
+class HeldLock:
+    """A source lock held by a Hold stream, for a ``with`` block: see :meth:`Berth.lock`.
+
+    Entering waits until the lock is granted and returns the ``Lease`` (``fencing_token``, ``file``,
+    ``owner``...). Leaving ends the stream, which frees the lock. ``lost`` becomes true if the stream
+    ended by itself while held (the service shut down, the connection broke): the lock is then no
+    longer held, and the fencing token must not be used any more.
+    """
+
+    def __init__(self, stub: lock_service_pb2_grpc.LockServiceStub, request: lock_service_pb2.HoldRequest, on_waiting: Optional[Callable[[lock_service_pb2.Waiting], None]]):
+        self._stub = stub
+        self._request = request
+        self._on_waiting = on_waiting
+        self._call = None
+        self._thread: Optional[threading.Thread] = None
+        self._released = False
+        self.lease: Optional[lock_service_pb2.Lease] = None
+        self.lost = False
+        self.lost_error: Optional[BerthError] = None
+        self.heartbeats = 0
+
+    def __enter__(self) -> lock_service_pb2.Lease:
+        self._call = self._stub.Hold(self._request)
+        try:
+            for message in self._call:
+                if message.HasField("waiting"):
+                    if self._on_waiting:
+                        self._on_waiting(message.waiting)
+                elif message.HasField("acquired"):
+                    self.lease = message.acquired
+                    break
+        except grpc.RpcError as error:
+            raise error_from_rpc(error) from None
+        except BaseException:
+            # Ctrl-C while queued: ending the stream withdraws from the queue.
+            self._call.cancel()
+            raise
+        if self.lease is None:
+            raise BerthError(grpc.StatusCode.UNAVAILABLE, "the Hold stream ended before the lock was granted")
+        # Heartbeats keep coming while the lock is held; reading them tells a lost lock at once.
+        self._thread = threading.Thread(target=self._drain, name="berth-hold", daemon=True)
+        self._thread.start()
+        return self.lease
+
+    def _drain(self) -> None:
+        try:
+            for message in self._call:
+                if message.HasField("heartbeat"):
+                    self.heartbeats += 1
+            if not self._released:
+                self.lost = True
+        except grpc.RpcError as error:
+            if not self._released:
+                self.lost = True
+                self.lost_error = error_from_rpc(error)
+
+    def release(self) -> None:
+        """Ends the stream: the service frees the lock (and hands it to the next waiter)."""
+        if self._released or self._call is None:
+            return
+        self._released = True
+        self._call.cancel()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
+
+
+class LockLease:
+    """A lease from Acquire: renew it with :meth:`keep_alive`, free it with :meth:`release` (or a ``with`` block)."""
+
+    def __init__(self, stub: lock_service_pb2_grpc.LockServiceStub, lease: lock_service_pb2.Lease, timeout: Seconds):
+        self._stub = stub
+        self.lease = lease
+        self._timeout = timeout
+
+    @property
+    def fencing_token(self) -> int:
+        return self.lease.fencing_token
+
+    def keep_alive(self) -> lock_service_pb2.KeepAliveResponse:
+        """Renews the lease once (KeepAlive is a stream of renewals; a long-lived holder keeps one open)."""
+        requests = _Requests(lock_service_pb2.KeepAliveRequest(lease_token=self.lease.lease_token))
+        call = self._stub.KeepAlive(iter(requests), timeout=self._timeout)
+        try:
+            response = next(call)
+        except grpc.RpcError as error:
+            raise error_from_rpc(error) from None
+        finally:
+            requests.close()
+            call.cancel()
+        return response
+
+    def release(self) -> bool:
+        """Frees the lease; False when it was already gone."""
+        return _rpc(lambda: self._stub.Release(lock_service_pb2.ReleaseRequest(lease_token=self.lease.lease_token), timeout=self._timeout)).released
+
+    def __enter__(self) -> "LockLease":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
+
+
+# --- budget ----------------------------------------------------------------------------------
+
+
+class Admission:
+    """An Admit stream: see :meth:`Berth.admit`.
+
+    Entering (or :meth:`wait`) sends the need and blocks until admitted, calling ``on_queued`` with
+    each ``Queued`` update (position, eta, what it waits for). Then :meth:`build_done`,
+    :meth:`started` and :meth:`release` talk on the same stream. Leaving the ``with`` block releases
+    (and if anything went wrong, ends the stream, which releases too).
+    """
+
+    def __init__(self, stub: budget_service_pb2_grpc.BudgetServiceStub, start_request: budget_service_pb2.AdmitStart, on_queued: Optional[Callable[[budget_service_pb2.Queued], None]], timeout: Optional[Seconds]):
+        self._stub = stub
+        self._start = start_request
+        self._on_queued = on_queued
+        self._timeout = timeout
+        self._requests: Optional[_Requests] = None
+        self._call = None
+        self.admitted: Optional[budget_service_pb2.Admitted] = None
+        self.queued: list = []
+        self.released = False
+
+    @property
+    def reservation(self) -> budget_pb2.Reservation:
+        assert self.admitted is not None, "not admitted yet"
+        return self.admitted.reservation
+
+    def _next(self) -> budget_service_pb2.AdmitResponse:
+        try:
+            return next(self._call)
+        except grpc.RpcError as error:
+            raise error_from_rpc(error) from None
+
+    def wait(self) -> budget_service_pb2.Admitted:
+        """Sends the need and waits to be admitted (refusals raise BerthError with a ``Refusal`` detail)."""
+        self._requests = _Requests(budget_service_pb2.AdmitRequest(start=self._start))
+        self._call = self._stub.Admit(iter(self._requests), timeout=self._timeout)
+        try:
+            while True:
+                response = self._next()
+                if response.HasField("queued"):
+                    self.queued.append(response.queued)
+                    if self._on_queued:
+                        self._on_queued(response.queued)
+                elif response.HasField("admitted"):
+                    self.admitted = response.admitted
+                    return self.admitted
+        except BaseException:
+            self._call.cancel()
+            raise
+
+    def _exchange(self, request: budget_service_pb2.AdmitRequest, answer: str) -> Any:
+        assert self._requests is not None and self.admitted is not None, "not admitted yet"
+        self._requests.send(request)
+        while True:
+            response = self._next()
+            if response.HasField(answer):
+                return getattr(response, answer)
+
+    def build_done(self) -> budget_pb2.Reservation:
+        """The build phase is over: its share goes back. Returns the reservation as it stands."""
+        return self._exchange(budget_service_pb2.AdmitRequest(build_done=budget_service_pb2.BuildDone()), "updated").reservation
+
+    def started(self, name: str, *, pid: Optional[int] = None, memory: Optional[str] = None, cpu: Optional[float] = None, ttl: Optional[Seconds] = None) -> budget_service_pb2.ReservationUpdated:
+        """A service of this admission now runs: its cost moves to the running tally, which keeps it
+        after this stream ends, until ``pid`` exits (or its ``ttl`` lease or StopRunning ends it)."""
+        started = budget_service_pb2.Started(name=name)
+        if memory is not None or cpu is not None:
+            if memory is not None:
+                started.spec.memory = str(memory)
+            if cpu is not None:
+                started.spec.cpu = float(cpu)
+        if pid is not None:
+            started.pid = pid
+        if ttl is not None:
+            started.ttl.CopyFrom(_duration(ttl))
+        return self._exchange(budget_service_pb2.AdmitRequest(started=started), "updated")
+
+    def release(self) -> str:
+        """Releases the reservation; the service answers and ends the stream. Returns its id."""
+        if self.released:
+            return self.reservation.id
+        released = self._exchange(budget_service_pb2.AdmitRequest(release=budget_service_pb2.ReleaseReservation()), "released")
+        self.released = True
+        self._requests.close()
+        return released.reservation_id
+
+    def cancel(self) -> None:
+        """Ends the stream without a word: the service releases the reservation (or drops the queued request)."""
+        if self._call is not None:
+            self._call.cancel()
+
+    def __enter__(self) -> "Admission":
+        self.wait()
+        return self
+
+    def __exit__(self, exc_type: Any, *exc: Any) -> None:
+        if exc_type is None and not self.released:
+            try:
+                self.release()
+                return
+            except BerthError:
+                pass
+        self.cancel()
+
+
+class Reservation:
+    """A reservation from Reserve, alive until :meth:`release` or until its lease runs out.
+
+    :meth:`keep_alive` renews it once; ``auto_keep_alive`` (or :meth:`start_keep_alive`) renews it
+    from a thread every third of its ttl. A ``with`` block releases it at the end.
+    """
+
+    def __init__(self, stub: budget_service_pb2_grpc.BudgetServiceStub, response: budget_service_pb2.ReserveResponse, ttl: Optional[Seconds], timeout: Seconds):
+        self._stub = stub
+        self.response = response
+        self._ttl = ttl
+        self._timeout = timeout
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        self.renewals: list = []
+
+    @property
+    def id(self) -> str:
+        return self.response.reservation.id
+
+    @property
+    def reservation(self) -> budget_pb2.Reservation:
+        return self.response.reservation
+
+    def keep_alive(self) -> budget_service_pb2.Renewal:
+        """Renews the lease for its ttl; ``alive`` is False when the reservation is gone."""
+        response = _rpc(lambda: self._stub.KeepAlive(budget_service_pb2.KeepAliveRequest(ids=[self.id]), timeout=self._timeout))
+        renewal = response.renewals[0]
+        self.renewals.append(renewal)
+        return renewal
+
+    def start_keep_alive(self, every: Optional[Seconds] = None) -> None:
+        """Renews from a background thread (every third of the ttl by default) until released."""
+        if self._thread is not None:
+            return
+        expires = self.reservation.lease_expires_at.ToMilliseconds() if self.reservation.HasField("lease_expires_at") else 0
+        admitted = self.reservation.admitted_at.ToMilliseconds() if self.reservation.HasField("admitted_at") else 0
+        interval = every if every is not None else max(((self._ttl or (expires - admitted) / 1000) or 30) / 3, 0.1)
+
+        def run() -> None:
+            while not self._stop.wait(interval):
+                try:
+                    if not self.keep_alive().alive:
+                        return
+                except BerthError:
+                    pass  # transient: the next tick tries again before the lease runs out
+
+        self._thread = threading.Thread(target=run, name="berth-keepalive", daemon=True)
+        self._thread.start()
+
+    def release(self) -> bool:
+        """Releases it; False when it was already gone (released or expired)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        return _rpc(lambda: self._stub.Release(budget_service_pb2.ReleaseRequest(reservation_id=self.id), timeout=self._timeout)).released
+
+    def __enter__(self) -> "Reservation":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
+
+
+# --- the client ------------------------------------------------------------------------------
+
+
+class Berth:
+    """Clients of both berth services.
+
+    ``sessions_url`` and ``budget_url`` default to ``BERTH_SESSIONS_URL`` / ``BERTH_BUDGET_URL``, else
+    ``http://127.0.0.1:7301`` / ``:7302`` (``unix:/path`` works too). The token defaults to the
+    contents of ``BERTH_TOKEN_FILE``, else ``BERTH_TOKEN``. ``timeout`` bounds unary calls (seconds);
+    streams have no deadline unless given one. ``channel_options`` go to grpcio's channels as they are
+    (e.g. ``[("grpc.keepalive_time_ms", 20000)]``).
+    """
+
+    def __init__(
+        self,
+        sessions_url: Optional[str] = None,
+        budget_url: Optional[str] = None,
+        *,
+        token: Optional[str] = None,
+        token_file: Optional[str] = None,
+        timeout: Seconds = 10,
+        channel_options: Sequence[tuple] = (),
+    ):
+        self.sessions_url = sessions_url or os.environ.get("BERTH_SESSIONS_URL") or DEFAULT_SESSIONS_URL
+        self.budget_url = budget_url or os.environ.get("BERTH_BUDGET_URL") or DEFAULT_BUDGET_URL
+        token = _read_token(token, token_file)
+        self.timeout = timeout
+        self._sessions_channel = _channel(self.sessions_url, token, channel_options)
+        self._budget_channel = _channel(self.budget_url, token, channel_options)
+        self.sessions = session_service_pb2_grpc.SessionServiceStub(self._sessions_channel)
+        self.locks = lock_service_pb2_grpc.LockServiceStub(self._sessions_channel)
+        self.budget = budget_service_pb2_grpc.BudgetServiceStub(self._budget_channel)
+
+    def close(self) -> None:
+        self._sessions_channel.close()
+        self._budget_channel.close()
+
+    def __enter__(self) -> "Berth":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # health
+
+    def health(self, service: str = "", *, budget: bool = False) -> str:
+        """grpc.health.v1 Check of the sessions (or budget) server: "SERVING", "NOT_SERVING"..."""
+        channel = self._budget_channel if budget else self._sessions_channel
+        stub = health_pb2_grpc.HealthStub(channel)
+        response = _rpc(lambda: stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=self.timeout))
+        return health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)
+
+    # sessions
+
+    def append(
+        self,
+        session_id: str,
+        type_or_event: Union[str, events_pb2.Event],
+        fields: Optional[Mapping[str, Any]] = None,
+        *,
+        extra: Optional[Mapping[str, Any]] = None,
+        expected_seq: Optional[int] = None,
+        idempotency_key: str = "",
+        fence: Optional[tuple] = None,
+    ) -> session_service_pb2.AppendEventResponse:
+        """Appends one event (``"generate", {"pageUrl": "/"}`` or an ``Event``); returns its seq and the snapshot.
+
+        ``expected_seq``: fail with FAILED_PRECONDITION (detail ``SeqConflict``) unless it is the
+        session's last seq. ``idempotency_key``: a retry writes nothing and answers the first result.
+        ``fence=(file, fencing_token)``: refused (ABORTED, ``FenceRejected``) once that lock moved on.
+        """
+        ev = type_or_event if isinstance(type_or_event, events_pb2.Event) else event(type_or_event, fields, extra=extra)
+        request = session_service_pb2.AppendEventRequest(session_id=session_id, event=ev, idempotency_key=idempotency_key)
+        if expected_seq is not None:
+            request.expected_seq = expected_seq
+        if fence is not None:
+            request.fence.file, request.fence.fencing_token = fence[0], int(fence[1])
+        return _rpc(lambda: self.sessions.AppendEvent(request, timeout=self.timeout))
+
+    def append_many(self, session_id: str, events: Iterable[events_pb2.Event], *, expected_seq: Optional[int] = None, idempotency_key: str = "") -> session_service_pb2.AppendEventsResponse:
+        """Appends several events atomically (all with consecutive seqs, or none)."""
+        request = session_service_pb2.AppendEventsRequest(session_id=session_id, events=list(events), idempotency_key=idempotency_key)
+        if expected_seq is not None:
+            request.expected_seq = expected_seq
+        return _rpc(lambda: self.sessions.AppendEvents(request, timeout=self.timeout))
+
+    def snapshot(self, session_id: str, *, include_completed: bool = False) -> Optional[Any]:
+        """The session's snapshot, or None when it has no journal (or is completed, unless asked)."""
+        response = _rpc(lambda: self.sessions.GetSnapshot(session_service_pb2.GetSnapshotRequest(session_id=session_id, include_completed=include_completed), timeout=self.timeout))
+        return response.snapshot if response.HasField("snapshot") else None
+
+    def read_journal(self, session_id: str, from_seq: int = 1, limit: int = 0) -> list:
+        """The journal's entries from ``from_seq`` (all of them up to now, or ``limit``)."""
+        request = session_service_pb2.ReadJournalRequest(session_id=session_id, from_seq=from_seq, limit=limit)
+
+        def read() -> list:
+            return [entry for response in self.sessions.ReadJournal(request, timeout=self.timeout) for entry in response.entries]
+
+        return _rpc(read)
+
+    def watch(self, session_id: str, from_seq: int = 1, *, include_snapshot: bool = False, resume_on_lag: bool = True, timeout: Optional[Seconds] = None) -> SessionWatch:
+        """Follows a session: backlog entries from ``from_seq``, one ``caught_up``, then live entries."""
+        return SessionWatch(self.sessions, session_id, from_seq, include_snapshot, resume_on_lag, timeout)
+
+    # locks
+
+    def lock(self, file: str, owner: str, *, wait: Optional[Seconds] = None, on_waiting: Optional[Callable[[lock_service_pb2.Waiting], None]] = None) -> HeldLock:
+        """Holds the source lock on ``file`` for a ``with`` block (``with berth.lock("src/app.css", owner="me") as lease:``).
+
+        Waits up to ``wait`` seconds in the queue (unset: try once), calling ``on_waiting`` with the
+        position and the holder; a wait that runs out raises BerthError ABORTED with a ``LockHeld``
+        detail naming the holder. A relative path is resolved against the service's project root.
+        """
+        request = lock_service_pb2.HoldRequest(file=file, owner=owner)
+        if wait is not None:
+            request.wait.CopyFrom(_duration(wait))
+        return HeldLock(self.locks, request, on_waiting)
+
+    def acquire(self, file: str, owner: str, *, wait: Optional[Seconds] = None, ttl: Optional[Seconds] = None) -> LockLease:
+        """Takes the lock on ``file`` as a lease (renew with KeepAlive, free with Release)."""
+        request = lock_service_pb2.AcquireRequest(file=file, owner=owner)
+        if wait is not None:
+            request.wait.CopyFrom(_duration(wait))
+        if ttl is not None:
+            request.ttl.CopyFrom(_duration(ttl))
+        timeout = self.timeout + (wait or 0)
+        return LockLease(self.locks, _rpc(lambda: self.locks.Acquire(request, timeout=timeout)).lease, self.timeout)
+
+    def inspect(self, file: str) -> lock_service_pb2.InspectResponse:
+        """The lock's holder, fencing token and waiters."""
+        return _rpc(lambda: self.locks.Inspect(lock_service_pb2.InspectRequest(file=file), timeout=self.timeout))
+
+    # budget
+
+    def check(self, need: Union[budget_pb2.Need, Iterable[budget_pb2.NeedItem]], *, skip_load_gate: bool = False) -> budget_pb2.Verdict:
+        """Whether a need fits now, without admitting it."""
+        return _rpc(lambda: self.budget.Check(budget_service_pb2.CheckRequest(need=_need(need), skip_load_gate=skip_load_gate), timeout=self.timeout)).verdict
+
+    def admit(
+        self,
+        need: Union[budget_pb2.Need, Iterable[budget_pb2.NeedItem]],
+        label: str,
+        *,
+        max_wait: Optional[Seconds] = None,
+        skip_load_gate: bool = False,
+        on_queued: Optional[Callable[[budget_service_pb2.Queued], None]] = None,
+        timeout: Optional[Seconds] = None,
+    ) -> Admission:
+        """Admission on an Admit stream, for a ``with`` block (see :class:`Admission`)."""
+        request = budget_service_pb2.AdmitStart(need=_need(need), label=label, skip_load_gate=skip_load_gate)
+        if max_wait is not None:
+            request.max_wait.CopyFrom(_duration(max_wait))
+        return Admission(self.budget, request, on_queued, timeout)
+
+    def reserve(
+        self,
+        need: Union[budget_pb2.Need, Iterable[budget_pb2.NeedItem]],
+        label: str,
+        *,
+        ttl: Optional[Seconds] = None,
+        max_wait: Optional[Seconds] = None,
+        skip_load_gate: bool = False,
+        auto_keep_alive: bool = False,
+    ) -> Reservation:
+        """Admission with a lease (waits in the queue up to ``max_wait`` first); see :class:`Reservation`."""
+        request = budget_service_pb2.ReserveRequest(need=_need(need), label=label, skip_load_gate=skip_load_gate)
+        if ttl is not None:
+            request.ttl.CopyFrom(_duration(ttl))
+        if max_wait is not None:
+            request.max_wait.CopyFrom(_duration(max_wait))
+        timeout = self.timeout + (max_wait if max_wait is not None else 600)
+        reservation = Reservation(self.budget, _rpc(lambda: self.budget.Reserve(request, timeout=timeout)), ttl, self.timeout)
+        if auto_keep_alive:
+            reservation.start_keep_alive()
+        return reservation
+
+    def state(self) -> budget_service_pb2.GetStateResponse:
+        """Everything the budget holds: committed, queue, reservations, running, policy, machine."""
+        return _rpc(lambda: self.budget.GetState(budget_service_pb2.GetStateRequest(), timeout=self.timeout))
+
+
+def to_dict(message: Message) -> dict:
+    """A message as the JSON berth's journal and Connect's JSON use (lowerCamelCase keys)."""
+    return json_format.MessageToDict(message)

@@ -1,0 +1,238 @@
+"""The Python side of berth's polyglot end-to-end test (test/python.test.ts drives it).
+
+It talks to started services through berth_client, step by step. After each step it prints one
+JSON line, ``{"step": NAME, ...facts}``, on stdout; where the other side has to act (append a live
+entry, inspect a lock, hold or free the budget) it waits for ``{"go": NAME}`` on stdin. A failure
+prints ``{"step": "failed", "error": ...}`` and exits 1.
+
+Environment: BERTH_SESSIONS_URL, BERTH_BUDGET_URL, BERTH_TOKEN (the sessions service's token),
+BERTH_PYTHON_STUBS (the generated stubs), BERTH_E2E_LOCK_FILE (the file to lock).
+`e2e.py lag` runs only the lag-and-resume scenario (against a service with a small --watch-buffer).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import traceback
+
+import grpc
+
+from berth_client import Berth, BerthError, event, start, to_dict
+from berth.budget.v1 import budget_pb2
+from berth.sessions.v1 import lock_service_pb2, session_service_pb2
+
+SESSION = "py-e2e"
+
+
+def emit(step: str, **facts) -> None:
+    print(json.dumps({"step": step, **facts}), flush=True)
+
+
+def wait_for(name: str) -> None:
+    for line in sys.stdin:
+        if json.loads(line).get("go") == name:
+            return
+    raise RuntimeError(f"stdin closed while waiting for {name!r}")
+
+
+def expect_error(call, code: grpc.StatusCode) -> BerthError:
+    try:
+        call()
+    except BerthError as error:
+        if error.code != code:
+            raise AssertionError(f"expected {code.name}, got {error}") from error
+        return error
+    raise AssertionError(f"expected {code.name}, the call succeeded")
+
+
+def ms(timestamp) -> int:
+    return timestamp.ToMilliseconds()
+
+
+def token_steps(berth: Berth) -> None:
+    token = os.environ.pop("BERTH_TOKEN")
+    try:
+        with Berth() as anonymous:
+            missing = expect_error(lambda: anonymous.snapshot(SESSION), grpc.StatusCode.UNAUTHENTICATED)
+            health = anonymous.health()  # health needs no token
+        with Berth(token="not-the-token") as wrong:
+            expect_error(lambda: wrong.snapshot(SESSION), grpc.StatusCode.UNAUTHENTICATED)
+    finally:
+        os.environ["BERTH_TOKEN"] = token
+    has = berth.sessions.HasSession(session_service_pb2.HasSessionRequest(session_id=SESSION), timeout=10)  # a raw stub call carries it too
+    emit("token", without=missing.code.name, message=missing.message, health_without=health, with_token=berth.health(), raw_stub_has_session=has.exists)
+
+
+def append_steps(berth: Berth) -> None:
+    first = berth.append(SESSION, "generate", {"pageUrl": "/pricing", "count": 3}, extra={"prompt": "make it pop"}, idempotency_key="gen-1")
+    retry = berth.append(SESSION, "generate", {"pageUrl": "/pricing", "count": 3}, extra={"prompt": "make it pop"}, idempotency_key="gen-1")
+    second = berth.append(SESSION, "agent_phase", {"phase": "planning", "at": 1700000000000}, expected_seq=first.seq)
+    conflict = expect_error(lambda: berth.append(SESSION, "agent_phase", {"phase": "writing"}, expected_seq=first.seq), grpc.StatusCode.FAILED_PRECONDITION)
+    seq_conflict = conflict.detail(session_service_pb2.SeqConflict)
+    snapshot = berth.snapshot(SESSION)
+    journal = berth.read_journal(SESSION)
+    emit(
+        "appended",
+        seqs=[first.seq, second.seq],
+        duplicate=retry.duplicate,
+        duplicate_seq=retry.seq,
+        conflict_current_seq=seq_conflict.current_seq if seq_conflict else None,
+        conflict_facts=conflict.facts,
+        phase=snapshot.phase,
+        page_url=snapshot.page_url,
+        expected_variants=snapshot.expected_variants,
+        generation_phase=snapshot.generation_phase,
+        pending_event=to_dict(snapshot.pending_event),
+        journal=[{"seq": e.seq, "type": e.type, "event": to_dict(e.event)} for e in journal],
+    )
+
+
+def watch_steps(berth: Berth) -> None:
+    with berth.watch(SESSION, from_seq=1, include_snapshot=True, timeout=30) as watch:
+        backlog = []
+        for item in watch:
+            if item.caught_up is not None:
+                emit("watch_caught_up", backlog=backlog, last_seq=item.caught_up.last_seq, snapshot_phase=item.snapshot.phase if item.snapshot else None)
+                break
+            backlog.append(item.seq)
+        # The other side appends one entry now.
+        for item in watch:
+            if item.entry is not None:
+                emit("watch_live", seq=item.seq, type=item.entry.type, live=item.live, snapshot_phase=item.snapshot.phase if item.snapshot else None, event=to_dict(item.entry.event))
+                break
+
+
+def lock_steps(berth: Berth) -> None:
+    file = os.environ["BERTH_E2E_LOCK_FILE"]
+    with berth.lock(file, owner="python", wait=10) as lease:
+        busy = expect_error(lambda: berth.acquire(file, owner="python-probe"), grpc.StatusCode.ABORTED)
+        held = busy.detail(lock_service_pb2.LockHeld)
+        emit(
+            "lock_held",
+            file=lease.file,
+            owner=lease.owner,
+            fencing_token=lease.fencing_token,
+            busy_reason=held.reason if held else None,
+            busy_owner=held.owner if held else None,
+            busy_kind=lock_service_pb2.HolderKind.Name(held.kind) if held else None,
+            busy_fencing_token=held.fencing_token if held else None,
+        )
+        # The other side inspects the lock and queues a waiter of its own, then says go.
+        wait_for("release_lock")
+    emit("lock_released")
+
+
+def admit_steps(berth: Berth) -> None:
+    impossible = expect_error(lambda: berth.admit([start("huge", memory="100G")], label="python impossible").__enter__(), grpc.StatusCode.FAILED_PRECONDITION)
+    refusal = impossible.detail(budget_pb2.Refusal)
+    emit(
+        "refused",
+        kind=budget_pb2.RefusalKind.Name(refusal.kind) if refusal else None,
+        settings=list(refusal.settings) if refusal else [],
+        gates=[budget_pb2.Gate.Name(r.gate) for r in refusal.reasons] if refusal else [],
+        facts=impossible.facts,
+    )
+
+    emit("ready_to_admit")
+    wait_for("budget_held")
+    updates = []
+
+    def on_queued(queued) -> None:
+        updates.append(queued)
+        if len(updates) == 1:
+            emit("admit_queued", position=queued.position, gates=[budget_pb2.Gate.Name(r.gate) for r in queued.wait_for], wait_for_text=queued.wait_for_text, deadline_ms=ms(queued.deadline))
+
+    with berth.admit([start("web", memory="2G", cpu=1)], label="python admit", max_wait=30, on_queued=on_queued, timeout=60) as admission:
+        reservation = admission.reservation
+        emit("admitted", id=reservation.id, label=reservation.label, start_memory=reservation.start.memory_bytes, queued_updates=len(updates), waited_ms=admission.admitted.waited.ToMilliseconds())
+        updated = admission.started("web", pid=os.getpid(), memory="1G", cpu=0.5)
+        emit("admit_started", running_id=updated.running.id, running_name=updated.running.name, running_pid=updated.running.pid, running_memory=updated.running.cost.memory_bytes, start_memory_left=updated.reservation.start.memory_bytes)
+        wait_for("running_seen")
+    emit("admit_released", released=admission.released, id=reservation.id)
+
+
+def reserve_steps(berth: Berth) -> None:
+    reservation = berth.reserve([start("api", memory="1G", cpu=0.5)], label="python reserve", ttl=5, max_wait=10)
+    first_expiry = ms(reservation.reservation.lease_expires_at)
+    emit("reserved", id=reservation.id, label=reservation.reservation.label, memory=reservation.reservation.start.memory_bytes, expires_ms=first_expiry)
+    wait_for("reservation_seen")
+    time.sleep(0.05)  # so that the renewed expiry is visibly later
+    renewal = reservation.keep_alive()
+    released = reservation.release()
+    released_again = reservation.release()
+    after = reservation.keep_alive()
+    emit("reserve_done", alive=renewal.alive, renewed_later=ms(renewal.expires_at) > first_expiry, released=released, released_again=released_again, alive_after_release=after.alive)
+
+
+def invalid_argument_steps(berth: Berth) -> None:
+    bad_id = expect_error(lambda: berth.append("bad/id", "generate", {"pageUrl": "/"}), grpc.StatusCode.INVALID_ARGUMENT)
+    struct = next((to_dict(d) for d in bad_id.details if type(d).__name__ == "Struct"), None)
+    bad_size = expect_error(lambda: berth.check([start("web", memory="lots")]), grpc.StatusCode.INVALID_ARGUMENT)
+    bad_event = expect_error(lambda: berth.append(SESSION, event("generate", {"pageUrl": "/"}, extra={"pageUrl": "/other"})), grpc.StatusCode.INVALID_ARGUMENT)
+    emit(
+        "invalid_argument",
+        code=bad_id.code.name,
+        message=bad_id.message,
+        field=bad_id.field,
+        rule=bad_id.facts.get("rule"),
+        struct_detail=struct,
+        budget_field=bad_size.field,
+        event_field=bad_event.field,
+    )
+
+
+def lag_steps() -> None:
+    """A watcher that stops reading is ended by the service (WatcherLagged); SessionWatch resumes it."""
+    session = f"py-lag-{os.getpid()}"
+    # Own connections (a local subchannel pool), so the stalled watch cannot hold up the appends.
+    own = [("grpc.use_local_subchannel_pool", 1)]
+    with Berth(timeout=15, channel_options=own) as writer, Berth(timeout=15, channel_options=own) as reader:
+        writer.append(session, "generate", {"pageUrl": "/"})
+        total = 1
+        with reader.watch(session, include_snapshot=True, timeout=60) as watch:
+            seqs = []
+            for item in watch:
+                if item.caught_up is not None:
+                    break
+                seqs.append(item.seq)
+            # Stop reading while far more than the service's watch buffer is appended.
+            for batch in range(16):
+                writer.append_many(session, [event("steer", {"pageUrl": f"/p{batch}-{n}-".ljust(300, "x")}) for n in range(50)])
+                total += 50
+            resumed = 0
+            for item in watch:
+                resumed += 1 if item.resumed else 0
+                if item.entry is not None:
+                    seqs.append(item.seq)
+                if seqs and seqs[-1] == total:
+                    break
+        emit("lag", resumed=resumed, contiguous=seqs == list(range(1, total + 1)), received=len(seqs), total=total)
+
+
+def tour() -> None:
+    with Berth(timeout=15) as berth:
+        token_steps(berth)
+        append_steps(berth)
+        watch_steps(berth)
+        lock_steps(berth)
+        admit_steps(berth)
+        reserve_steps(berth)
+        invalid_argument_steps(berth)
+
+
+def main() -> int:
+    try:
+        lag_steps() if sys.argv[1:] == ["lag"] else tour()
+        emit("done")
+        return 0
+    except Exception as error:  # report, then fail: the test shows this line
+        traceback.print_exc()
+        emit("failed", error=f"{type(error).__name__}: {error}")
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

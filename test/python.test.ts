@@ -1,0 +1,305 @@
+/**
+ * Python as a real polyglot client (issue 6, item 1): stubs generated from proto/ with Debian's
+ * protoc and grpc_tools, and `examples/python/berth_client.py` on Debian's grpcio, against a started
+ * sessions service (with a bearer token) and a budget service (a fixture machine with a 4G budget,
+ * so admission queues deterministically).
+ *
+ * `examples/python/e2e.py` runs the Python side and reports each step as a JSON line; this side
+ * checks each report against what it sees through its own clients, and acts where the scenario
+ * needs a second party: a live entry for the watcher, a second waiter for the lock, a reservation
+ * that makes the Python admission queue.
+ */
+import { spawn, spawnSync, type ChildProcessWithoutNullStreams } from "node:child_process";
+import { mkdirSync, writeFileSync } from "node:fs";
+import * as path from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { NeedItemKind } from "@berth/api/berth/budget/v1/budget_pb";
+import { BudgetService } from "@berth/api/berth/budget/v1/budget_service_pb";
+import { HolderKind, LockService } from "@berth/api/berth/sessions/v1/lock_service_pb";
+import { SessionService } from "@berth/api/berth/sessions/v1/session_service_pb";
+import type { Client } from "@connectrpc/connect";
+import { G, startBudget, until, type BudgetUnderTest } from "./budget-e2e.js";
+import { connectClient, makeTempDir, onStopAll, repoPath, runCommand, startService, stopAll, type CommandResult, type StartedService } from "./harness.js";
+
+/** The interpreter with Debian's python3-grpcio, python3-protobuf and python3-grpc-tools. */
+const PYTHON = "/usr/bin/python3";
+const EXAMPLES = repoPath("examples/python");
+
+/** Why the Python tests cannot run here, or undefined when they can. */
+function pythonMissing(): string | undefined {
+  const probe = spawnSync(PYTHON, ["-c", "import grpc, google.protobuf, grpc_tools.protoc"], { encoding: "utf8" });
+  if (probe.error !== undefined || probe.status !== 0) {
+    return `${PYTHON} lacks grpcio/protobuf/grpc_tools (apt-get install python3-grpcio python3-protobuf protobuf-compiler python3-grpc-tools): ${probe.error?.message ?? probe.stderr.trim().split("\n").pop()}`;
+  }
+  const protoc = spawnSync("protoc", ["--version"], { encoding: "utf8" });
+  if (protoc.error !== undefined || protoc.status !== 0) return "protoc is missing (apt-get install protobuf-compiler)";
+  return undefined;
+}
+
+const missing = pythonMissing();
+if (missing !== undefined) console.warn(`python.test.ts skipped: ${missing}`);
+
+/** One JSON line of e2e.py. */
+type Step = Record<string, unknown> & { step: string };
+
+/** The running e2e.py: its reports, awaited by name, and the go-aheads it waits for. */
+interface PythonRun {
+  step(name: string, timeoutMs?: number): Promise<Step>;
+  go(name: string): void;
+  exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+  output(): string;
+}
+
+function runPython(args: readonly string[], env: Record<string, string>): PythonRun {
+  // Only what the script needs: no BERTH_* of the developer, and no PYTHONHOME/PYTHONPATH of
+  // another interpreter (pyenv) that would break /usr/bin/python3's own modules.
+  const base: NodeJS.ProcessEnv = {};
+  for (const [name, value] of Object.entries(process.env)) {
+    if (!/^(BERTH_|BACKLOT_|PYTHON)/.test(name)) base[name] = value;
+  }
+  const child: ChildProcessWithoutNullStreams = spawn(PYTHON, [path.join(EXAMPLES, "e2e.py"), ...args], {
+    cwd: EXAMPLES,
+    env: { ...base, PYTHONUNBUFFERED: "1", PYTHONDONTWRITEBYTECODE: "1", ...env },
+    stdio: ["pipe", "pipe", "pipe"],
+  });
+  let running = true;
+  const stopKill = onStopAll(() => {
+    if (running) child.kill("SIGKILL");
+  });
+  const steps: Step[] = [];
+  const waiters = new Set<() => void>();
+  let stdout = "";
+  let stderr = "";
+  let partial = "";
+  child.stdout.setEncoding("utf8").on("data", (chunk: string) => {
+    stdout += chunk;
+    partial += chunk;
+    let newline: number;
+    while ((newline = partial.indexOf("\n")) >= 0) {
+      const line = partial.slice(0, newline);
+      partial = partial.slice(newline + 1);
+      try {
+        steps.push(JSON.parse(line) as Step);
+      } catch {
+        // not a report: kept in the output for the failure message
+      }
+      for (const wake of waiters) wake();
+    }
+  });
+  child.stderr.setEncoding("utf8").on("data", (chunk: string) => (stderr += chunk));
+  child.stdin.on("error", () => {});
+  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => {
+    child.once("close", (code, signal) => {
+      running = false;
+      stopKill();
+      for (const wake of waiters) wake();
+      resolve({ code, signal });
+    });
+  });
+  const output = () => `--- e2e.py stdout\n${stdout}--- e2e.py stderr\n${stderr}`;
+  return {
+    step(name, timeoutMs = 20_000) {
+      return new Promise((resolve, reject) => {
+        const timer = setTimeout(() => finish(new Error(`no "${name}" step from e2e.py within ${timeoutMs} ms`)), timeoutMs);
+        const check = () => {
+          const found = steps.find((s) => s.step === name);
+          if (found) return finish(undefined, found);
+          const failed = steps.find((s) => s.step === "failed");
+          if (failed) return finish(new Error(`e2e.py failed before "${name}": ${String(failed.error)}`));
+          if (!running) finish(new Error(`e2e.py exited before "${name}"`));
+        };
+        const finish = (error: Error | undefined, step?: Step) => {
+          clearTimeout(timer);
+          waiters.delete(check);
+          if (error) reject(error);
+          else resolve(step!);
+        };
+        waiters.add(check);
+        check();
+      });
+    },
+    go(name) {
+      child.stdin.write(`${JSON.stringify({ go: name })}\n`);
+    },
+    exited,
+    output,
+  };
+}
+
+describe.skipIf(missing !== undefined)("Python client (grpcio 1.51 + stubs from Debian's protoc)", () => {
+  const token = "python-e2e-token";
+  let sessions: StartedService;
+  let budget: BudgetUnderTest;
+  let stubs: string;
+  let generated: CommandResult;
+  let projectRoot: string;
+  let sessionClient: Client<typeof SessionService>;
+  let lockClient: Client<typeof LockService>;
+
+  beforeAll(async () => {
+    const root = makeTempDir("berth-python-e2e-");
+    const tokenFile = path.join(root, "token");
+    writeFileSync(tokenFile, `${token}\n`, { mode: 0o600 });
+    projectRoot = path.join(root, "project");
+    mkdirSync(projectRoot);
+    stubs = path.join(root, "stubs");
+    // As a user would: the stubs are generated from proto/ for this run, never taken from git.
+    generated = await runCommand("bash", [path.join(EXAMPLES, "generate.sh"), stubs], { timeoutMs: 60_000, env: { PYTHON } });
+    [sessions, budget] = await Promise.all([
+      startService("sessions", { args: ["--token-file", tokenFile, "--project-root", projectRoot] }),
+      startBudget(),
+    ]);
+    const url = sessions.url("sessions");
+    sessionClient = connectClient(SessionService, url, { protocol: "grpc", token });
+    lockClient = connectClient(LockService, url, { protocol: "grpc", token, defaultTimeoutMs: 30_000 });
+  });
+  afterAll(stopAll);
+
+  it("generates the stubs from proto/ with protoc and grpc_tools", async () => {
+    expect(generated.code, `${generated.stdout}\n${generated.stderr}`).toBe(0);
+    const imports = await runCommand(
+      PYTHON,
+      ["-c", "import grpc, health_pb2_grpc; from berth.sessions.v1 import session_service_pb2_grpc, lock_service_pb2_grpc, events_pb2; from berth.budget.v1 import budget_service_pb2_grpc; print(grpc.__file__, events_pb2.GenerateEvent().HasField('page_url'))"],
+      { cwd: stubs, env: { PYTHONPATH: stubs, PYTHONHOME: undefined, PYTHONDONTWRITEBYTECODE: "1" } },
+    );
+    expect(imports.code, imports.stderr).toBe(0);
+    // grpcio is still the real module (nothing generated shadows it), and `optional` has presence.
+    expect(imports.stdout).toMatch(/^\/usr\/lib\/python3\/dist-packages\/grpc\/__init__\.py False$/m);
+  });
+
+  it("drives sessions, locks and the budget from Python, checked from TypeScript", { timeout: 120_000 }, async () => {
+    expect(generated.code, generated.stderr).toBe(0);
+    const python = runPython([], {
+      BERTH_SESSIONS_URL: sessions.url("sessions"),
+      BERTH_BUDGET_URL: budget.url,
+      BERTH_TOKEN: token,
+      BERTH_PYTHON_STUBS: stubs,
+      BERTH_E2E_LOCK_FILE: "src/app.css",
+    });
+    try {
+      // The token: refused without it (or with a wrong one), health open, raw stubs carry it too.
+      const tokenStep = await python.step("token");
+      expect(tokenStep).toMatchObject({ without: "UNAUTHENTICATED", health_without: "SERVING", with_token: "SERVING", raw_stub_has_session: false });
+      expect(tokenStep.message).toMatch(/bearer token/i);
+
+      // Append and read back: typed events with extra keys, an idempotent retry, a seq conflict.
+      const appended = await python.step("appended");
+      expect(appended).toMatchObject({
+        seqs: [1, 2],
+        duplicate: true,
+        duplicate_seq: 1,
+        conflict_current_seq: 2,
+        conflict_facts: { sessionId: "py-e2e", expectedSeq: 1, currentSeq: 2 },
+        phase: "generate_requested",
+        page_url: "/pricing",
+        expected_variants: 3,
+        generation_phase: "planning",
+        pending_event: { id: "py-e2e", type: "generate", pageUrl: "/pricing", count: 3, prompt: "make it pop" },
+      });
+      expect(appended.journal).toEqual([
+        { seq: 1, type: "generate", event: { generate: { pageUrl: "/pricing", count: 3, extra: { prompt: "make it pop" } } } },
+        { seq: 2, type: "agent_phase", event: { agentPhase: { phase: "planning", at: 1700000000000 } } },
+      ]);
+      // What Python wrote is what TypeScript reads.
+      const fromTs = await sessionClient.getSnapshot({ sessionId: "py-e2e" });
+      expect(fromTs.snapshot).toMatchObject({ phase: "generate_requested", pageUrl: "/pricing", expectedVariants: 3 });
+
+      // Watch: the backlog, the caught-up marker, then a live entry appended from this side.
+      expect(await python.step("watch_caught_up")).toMatchObject({ backlog: [1, 2], last_seq: 2, snapshot_phase: "generate_requested" });
+      const live = await sessionClient.appendEvent({ sessionId: "py-e2e", event: { kind: { case: "variantsReady", value: { sourceFile: "src/app.css", arrivedVariants: 3 } } } });
+      expect(live.seq).toBe(3n);
+      expect(await python.step("watch_live")).toMatchObject({
+        seq: 3,
+        type: "variants_ready",
+        live: true,
+        snapshot_phase: "variants_ready",
+        event: { variantsReady: { sourceFile: "src/app.css", arrivedVariants: 3 } },
+      });
+
+      // A lock held in a `with` block: held as Inspect sees it, a typed LockHeld for a second
+      // taker, and a waiter from this side granted once the block exits.
+      const held = await python.step("lock_held");
+      const file = path.join(projectRoot, "src/app.css");
+      expect(held).toMatchObject({ file, owner: "python", busy_reason: "SOURCE_LOCKED", busy_owner: "python", busy_kind: "HOLDER_KIND_STREAM" });
+      expect(held.busy_fencing_token).toBe(held.fencing_token);
+      const inspected = await lockClient.inspect({ file: "src/app.css" });
+      expect(inspected.holder).toMatchObject({ owner: "python", kind: HolderKind.STREAM, fencingToken: BigInt(held.fencing_token as number) });
+      const waiter = lockClient.acquire({ file: "src/app.css", owner: "ts-waiter", wait: { seconds: 20n } });
+      expect(await until(async () => (await lockClient.inspect({ file: "src/app.css" })).waiters.some((w) => w.owner === "ts-waiter"))).toBe(true);
+      python.go("release_lock");
+      const granted = await waiter;
+      await python.step("lock_released");
+      expect(granted.lease).toMatchObject({ owner: "ts-waiter", file });
+      expect(granted.lease!.fencingToken).toBeGreaterThan(BigInt(held.fencing_token as number));
+      expect((await lockClient.inspect({ file: "src/app.css" })).holder?.owner).toBe("ts-waiter");
+      await lockClient.release({ leaseToken: granted.lease!.leaseToken });
+
+      // An impossible need: FAILED_PRECONDITION with a typed Refusal naming the setting.
+      expect(await python.step("refused")).toMatchObject({
+        kind: "REFUSAL_KIND_IMPOSSIBLE",
+        settings: ["BERTH_BUDGET_MEMORY"],
+        gates: ["GATE_MEMORY_BUDGET"],
+        facts: { kind: "impossible" },
+      });
+
+      // Admit: queued behind a 3G reservation of this side (the budget is 4G, Python needs 2G),
+      // admitted once it is released; started moves the cost to the running tally; release.
+      await python.step("ready_to_admit");
+      const blocker = await budget.client.reserve({ label: "ts blocker", need: { items: [{ kind: NeedItemKind.START, name: "blocker", costSource: { case: "spec", value: { memory: "3G", cpu: 1 } } }] }, ttl: { seconds: 60n } });
+      python.go("budget_held");
+      const queued = await python.step("admit_queued");
+      expect(queued).toMatchObject({ position: 1 });
+      expect(queued.gates).toContain("GATE_MEMORY_BUDGET");
+      expect(String(queued.wait_for_text)).toMatch(/memory/);
+      const state = await budget.client.getState({});
+      expect(state.queue.map((q) => q.label)).toEqual(["python admit"]);
+      await budget.client.release({ reservationId: blocker.reservation!.id });
+      const admitted = await python.step("admitted");
+      expect(admitted).toMatchObject({ label: "python admit", start_memory: 2 * G });
+      expect(admitted.queued_updates).toBeGreaterThanOrEqual(1);
+      const started = await python.step("admit_started");
+      expect(started).toMatchObject({ running_name: "web", running_memory: G, start_memory_left: G });
+      const running = (await budget.client.getState({})).running.find((r) => r.id === started.running_id);
+      expect(running).toMatchObject({ name: "web", pid: started.running_pid, reservationId: admitted.id });
+      python.go("running_seen");
+      expect(await python.step("admit_released")).toMatchObject({ released: true, id: admitted.id });
+      expect((await budget.client.getState({})).reservations.some((r) => r.id === admitted.id)).toBe(false);
+
+      // Reserve with a lease: seen from here, renewed, released once (a second release is a no-op).
+      const reserved = await python.step("reserved");
+      expect(reserved).toMatchObject({ label: "python reserve", memory: G });
+      const withLease = (await budget.client.getState({})).reservations.find((r) => r.id === reserved.id);
+      expect(withLease?.leaseExpiresAt).toBeDefined();
+      python.go("reservation_seen");
+      expect(await python.step("reserve_done")).toEqual({ step: "reserve_done", alive: true, renewed_later: true, released: true, released_again: false, alive_after_release: false });
+
+      // INVALID_ARGUMENT names the field, in the Struct detail and the berth-error-details trailer.
+      const invalid = await python.step("invalid_argument");
+      expect(invalid).toMatchObject({ code: "INVALID_ARGUMENT", field: "session_id", budget_field: "need.items[0].spec.memory", event_field: "event.generate.extra.pageUrl" });
+      expect(invalid.struct_detail).toMatchObject({ field: "session_id", rule: invalid.rule });
+      expect(String(invalid.message)).toMatch(/^session_id: /);
+
+      await python.step("done");
+      expect(await python.exited, python.output()).toEqual({ code: 0, signal: null });
+    } catch (error) {
+      throw new Error(`${error instanceof Error ? error.message : String(error)}\n${python.output()}`, { cause: error });
+    }
+  });
+
+  it("resumes a watch the service ended for falling behind (WatcherLagged), missing no entry", { timeout: 60_000 }, async () => {
+    expect(generated.code, generated.stderr).toBe(0);
+    const slow = await startService("sessions", { args: ["--watch-buffer", "4"] });
+    const python = runPython(["lag"], { BERTH_SESSIONS_URL: slow.url("sessions"), BERTH_PYTHON_STUBS: stubs });
+    try {
+      const lag = await python.step("lag", 40_000);
+      expect(lag).toMatchObject({ contiguous: true, total: 801, received: 801 });
+      // 800 entries against a buffer of 4 with nobody reading: the service must have ended it.
+      expect(lag.resumed).toBeGreaterThanOrEqual(1);
+      await python.step("done");
+      expect(await python.exited).toEqual({ code: 0, signal: null });
+    } catch (error) {
+      throw new Error(`${error instanceof Error ? error.message : String(error)}\n${python.output()}`, { cause: error });
+    }
+    await slow.stop();
+  });
+});
