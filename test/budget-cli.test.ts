@@ -114,6 +114,15 @@ describe("berth admit", () => {
     expect((await missing.client.getState({})).reservations).toHaveLength(0);
   });
 
+  it("keeps the command running when the service goes away, and says so", async () => {
+    const budget = await startBudget();
+    const admit = spawnBerth(budget.url, ["admit", "--memory", "1G", "--", node, "-e", "setTimeout(() => process.exit(7), 1500)"]);
+    await admit.event("started");
+    await budget.service.kill();
+    expect(String((await admit.event("lost"))["message"])).toContain("keeps running");
+    expect(await admit.exited).toEqual({ code: 7, signal: null });
+  });
+
   it("lets the command end its build phase with 'berth budget build-done'", async () => {
     const budget = await service();
     const script = `
