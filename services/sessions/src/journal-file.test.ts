@@ -88,6 +88,53 @@ describe("SeqIndex", () => {
   });
 });
 
+describe("seek points and appends of several events", () => {
+  /** Four appends of 300 events each (keyed "b0".."b3"), then single events; the journal's text. */
+  function batches(): string {
+    const lines: string[] = [];
+    let seq = 1;
+    for (let b = 0; b < 4; b++) {
+      for (let i = 0; i < 300; i++, seq++) lines.push(line(seq, "checkpoint", { revision: seq }, i === 0 ? { ikey: `b${b}`, n: 300 } : undefined));
+    }
+    for (; seq <= 1500; seq++) lines.push(line(seq, "steer", {}, { ikey: `s${seq}` }));
+    return lines.join("");
+  }
+
+  it("are put only where an append starts, by the replay and by the light scan alike", () => {
+    const text = batches();
+    fs.writeFileSync(file, text);
+    const firstLines = new Set([0, 300, 600, 900].map((i) => text.split("\n").slice(0, i).join("\n").length + (i > 0 ? 1 : 0)));
+    for (const index of [replayJournalFile(file, "s1", { repair: false }).index, scanJournalPrefix(file, text.length).index]) {
+      for (let from = 1; from <= 1200; from += 37) expect(firstLines.has(index.startFor(from))).toBe(true);
+      expect(index.startFor(1400)).toBeGreaterThan(900 * 100);
+    }
+  });
+
+  it("a read from inside an append gets the append's key on every one of its entries", async () => {
+    const text = batches();
+    fs.writeFileSync(file, text);
+    const { index } = scanJournalPrefix(file, text.length);
+    const read = await collect(readJournalEntries(file, { fromSeq: 750, limit: 200, start: index.startFor(750), end: text.length }));
+    expect(read.map((e) => e.entry.seq)).toEqual(Array.from({ length: 200 }, (_, i) => 750 + i));
+    expect(read.map((e) => e.idempotencyKey)).toEqual([...Array<string>(151).fill("b2"), ...Array<string>(49).fill("b3")]);
+    const singles = await collect(readJournalEntries(file, { fromSeq: 1499, start: index.startFor(1499), end: text.length }));
+    expect(singles.map((e) => [e.entry.seq, e.idempotencyKey, e.integrity])).toEqual([[1499, "s1499", "verified"], [1500, "s1500", "verified"]]);
+  });
+
+  it("tells berth's checksummed lines from the seed's lines without a checksum", async () => {
+    const seedLine = `${JSON.stringify({ seq: 2, id: "s1", type: "steer", ts: "2026-01-01T00:00:00.000Z", event: { type: "steer", id: "s1" } })}\n`;
+    const damaged = line(3, "steer").replace('"type":"steer"', '"type":"stees"');
+    const text = line(1, "generate") + seedLine + damaged + line(4, "agent_done");
+    fs.writeFileSync(file, text);
+    const read = await collect(readJournalEntries(file, { fromSeq: 1, start: 0, end: text.length }));
+    expect(read.map((e) => [e.entry.seq, e.integrity, e.idempotencyKey])).toEqual([
+      [1, "verified", undefined],
+      [2, "unchecked", undefined],
+      [4, "verified", undefined],
+    ]);
+  });
+});
+
 describe("scanJournalPrefix", () => {
   it("finds top-level keys only and the seek points", () => {
     const lines = [line(1, "generate", { ikey: "inside-the-event" }), line(2, "steer", {}, { ikey: "k2", n: 3 }), line(3, "a"), line(4, "b")];
@@ -109,10 +156,10 @@ describe("readJournalEntries", () => {
     const text = lines.join("");
     fs.writeFileSync(file, text + line(3001, "late"));
     const all = await collect(readJournalEntries(file, { fromSeq: 1, start: 0, end: Buffer.byteLength(text) }));
-    expect(all.map((e) => e.seq)).toEqual([1, ...Array.from({ length: 2998 }, (_, i) => i + 3)]);
-    expect(Object.keys(all[0]!)).toEqual(["seq", "id", "type", "ts", "event"]);
+    expect(all.map((e) => e.entry.seq)).toEqual([1, ...Array.from({ length: 2998 }, (_, i) => i + 3)]);
+    expect(Object.keys(all[0]!.entry)).toEqual(["seq", "id", "type", "ts", "event"]);
     const some = await collect(readJournalEntries(file, { fromSeq: 2990, limit: 3, start: 0, end: Buffer.byteLength(text) }));
-    expect(some.map((e) => e.seq)).toEqual([2990, 2991, 2992]);
+    expect(some.map((e) => e.entry.seq)).toEqual([2990, 2991, 2992]);
     expect(await collect(readJournalEntries(path.join(dir, "missing.jsonl"), { fromSeq: 1, start: 0, end: 100 }))).toEqual([]);
   });
 });

@@ -14,6 +14,7 @@ import {
   decodeJournalLine,
   forEachLine,
   isBlankLine,
+  type DecodedEntry,
   type DecodedLine,
 } from "./journal-format.js";
 import { createReplay, MAX_DIAGNOSTICS, type Diagnostic, type JournalEntry, type SessionSnapshot } from "./reducer.js";
@@ -26,6 +27,26 @@ export interface JournalLogger {
   error(obj: object, msg?: string): void;
 }
 
+/**
+ * What the reader could verify about an entry's line: `verified` — the line carries berth's
+ * checksum and it matches; `unchecked` — the line carries none (the seed's library or another
+ * program wrote it), it parsed and nothing more is known. A damaged line is never an entry a
+ * reader gets: it is skipped, and the snapshot records it as `journal_checksum_mismatch`.
+ */
+export type EntryIntegrity = "verified" | "unchecked";
+
+/** A journal entry as readers get it: the seed's fields, and the facts berth's line told about it. */
+export interface StoredEntry {
+  /** The entry as the seed wrote it (and any foreign extras), without berth's bookkeeping fields. */
+  entry: JournalEntry;
+  /**
+   * The idempotency key of the append that wrote the entry — on every entry of a keyed append of
+   * several events, though the journal records it on the append's first line only.
+   */
+  idempotencyKey: string | undefined;
+  integrity: EntryIntegrity;
+}
+
 /** Where the entries of one keyed append sit. */
 export interface KeyRecord {
   firstSeq: number;
@@ -33,10 +54,12 @@ export interface KeyRecord {
 }
 
 /**
- * Seek points of a journal: every `stride`-th line, the line's seq and byte offset, kept only
- * where the seq is above every seq before it. So every line before a point has a smaller seq, and
- * a read from seq S can start at the last point with seq ≤ S and skip nothing it should return —
- * even in a journal the seed wrote with duplicate or out-of-order seqs.
+ * Seek points of a journal: about every `stride`-th line, the line's seq and byte offset, kept
+ * only where the seq is above every seq before it. So every line before a point has a smaller
+ * seq, and a read from seq S can start at the last point with seq ≤ S and skip nothing it should
+ * return — even in a journal the seed wrote with duplicate or out-of-order seqs. Points are put
+ * only where an append starts (never inside an append of several events), so a read from a point
+ * sees the first line of every append it returns entries of, and with it the append's key.
  */
 export class SeqIndex {
   private seqs: number[] = [];
@@ -48,10 +71,13 @@ export class SeqIndex {
     this.sinceLast = stride;
   }
 
-  /** Records the line at `offset` holding `seq` (lines are noted in file order). */
-  note(seq: number, offset: number): void {
+  /**
+   * Records the line at `offset` holding `seq` (lines are noted in file order). `appendStart`
+   * false marks a line inside an append of several events: it counts, but is no seek point.
+   */
+  note(seq: number, offset: number, appendStart = true): void {
     if (seq > this.maxSeq) {
-      if (this.sinceLast >= this.stride) {
+      if (appendStart && this.sinceLast >= this.stride) {
         this.seqs.push(seq);
         this.offsets.push(offset);
         this.sinceLast = 0;
@@ -176,12 +202,12 @@ export function replayJournalFile(path: string, id: string, options: ReplayOptio
     let batch: OpenBatch | undefined;
     let stopped = false;
 
-    const apply = (entry: Record<string, unknown>, offset: number): void => {
+    const apply = (entry: Record<string, unknown>, offset: number, appendStart: boolean): void => {
       replay.apply(entry);
       const seq = entry.seq;
       if (typeof seq === "number" && Number.isInteger(seq)) {
         if (seq + 1 > nextSeq) nextSeq = seq + 1;
-        index.note(seq, offset);
+        index.note(seq, offset, appendStart);
         const ikey = entry[IDEMPOTENCY_KEY_FIELD];
         if (typeof ikey === "string" && !keys.has(ikey)) keys.set(ikey, { firstSeq: seq, lastSeq: seq + batchSizeOf(entry) - 1 });
         if (seq === options.stopAfterSeq) stopped = true;
@@ -189,7 +215,8 @@ export function replayJournalFile(path: string, id: string, options: ReplayOptio
     };
     const closeBatch = (): void => {
       if (!batch) return;
-      for (const member of batch.entries) if (!stopped) apply(member.entry, member.offset);
+      const members = batch.entries;
+      for (let i = 0; i < members.length && !stopped; i++) apply(members[i]!.entry, members[i]!.offset, i === 0);
       batch = undefined;
     };
     const onLine = (start: number, end: number, decoded: DecodedLine): void => {
@@ -208,7 +235,7 @@ export function replayJournalFile(path: string, id: string, options: ReplayOptio
       const n = batchSizeOf(decoded.entry);
       if (n > 1) {
         batch = { offset: start, line: lineNumber, remaining: n - 1, entries: [{ entry: decoded.entry, offset: start }], lines: 1 };
-      } else apply(decoded.entry, start);
+      } else apply(decoded.entry, start, true);
     };
 
     const tailStart = forEachLine(buf, 0, (start, end) => {
@@ -274,6 +301,7 @@ export function replayJournalFile(path: string, id: string, options: ReplayOptio
 
 const SEQ_PREFIX = Buffer.from('{"seq":', "latin1");
 const IKEY_NEEDLE = Buffer.from(`"${IDEMPOTENCY_KEY_FIELD}":`, "latin1");
+const BATCH_NEEDLE = Buffer.from(`,"${BATCH_SIZE_FIELD}":`, "latin1");
 
 function startsWithSeqPrefix(buf: Buffer, start: number): boolean {
   for (let i = 0; i < SEQ_PREFIX.length; i++) if (buf[start + i] !== SEQ_PREFIX[i]) return false;
@@ -297,9 +325,10 @@ function leadingSeq(buf: Buffer, start: number, end: number): number | undefined
 /**
  * The idempotency keys and seek points of the first `end` bytes of a journal, without parsing
  * every entry: the seq is read from the `{"seq":N,` prefix every seed or berth line starts with,
- * and only lines holding `"ikey":` somewhere are parsed (to tell a top-level key from an event
- * field of that name). This is what makes hydrating from a snapshot file cheap: the keys and seek
- * points are recovered by this scan on the first keyed append or read, not at open.
+ * and only lines holding `"ikey":` or `,"n":` somewhere are parsed (to tell berth's top-level
+ * fields from event fields of those names). This is what makes hydrating from a snapshot file
+ * cheap: the keys and seek points are recovered by this scan on the first keyed append or read,
+ * not at open.
  */
 export function scanJournalPrefix(path: string, end: number): { keys: Map<string, KeyRecord>; index: SeqIndex } {
   const keys = new Map<string, KeyRecord>();
@@ -318,21 +347,30 @@ export function scanJournalPrefix(path: string, end: number): { keys: Map<string
     fs.closeSync(fd);
   }
   let nextKeyAt = buf.indexOf(IKEY_NEEDLE);
+  let nextBatchAt = buf.indexOf(BATCH_NEEDLE);
+  // Lines still to come of an append of several events (the replay's rule: the next n-1 lines).
+  let batchLeft = 0;
   forEachLine(buf, 0, (start, stop) => {
     const hasKey = nextKeyAt >= 0 && nextKeyAt < stop;
     if (hasKey) nextKeyAt = buf.indexOf(IKEY_NEEDLE, stop);
+    const mayStartBatch = nextBatchAt >= 0 && nextBatchAt < stop;
+    if (mayStartBatch) nextBatchAt = buf.indexOf(BATCH_NEEDLE, stop);
+    if (isBlankLine(buf, start, stop)) return;
+    const inBatch = batchLeft > 0;
+    if (inBatch) batchLeft--;
     let seq = startsWithSeqPrefix(buf, start) ? leadingSeq(buf, start, stop) : undefined;
-    if (hasKey || seq === undefined) {
-      if (isBlankLine(buf, start, stop)) return;
+    if (hasKey || mayStartBatch || seq === undefined) {
       const decoded = decodeJournalLine(buf, start, stop);
       if (decoded.kind !== "entry") return;
       const entrySeq = decoded.entry.seq;
       if (typeof entrySeq !== "number" || !Number.isInteger(entrySeq)) return;
       seq = entrySeq;
+      const size = batchSizeOf(decoded.entry);
+      if (!inBatch && size > 1) batchLeft = size - 1;
       const ikey = decoded.entry[IDEMPOTENCY_KEY_FIELD];
-      if (typeof ikey === "string" && !keys.has(ikey)) keys.set(ikey, { firstSeq: seq, lastSeq: seq + batchSizeOf(decoded.entry) - 1 });
+      if (typeof ikey === "string" && !keys.has(ikey)) keys.set(ikey, { firstSeq: seq, lastSeq: seq + size - 1 });
     }
-    index.note(seq, start);
+    index.note(seq, start, !inBatch);
   });
   return { keys, index };
 }
@@ -343,13 +381,52 @@ export function toReaderEntry(raw: Record<string, unknown>): JournalEntry {
   return rest as JournalEntry;
 }
 
+/**
+ * Follows appends through the lines of a journal read in file order: whether a line starts an
+ * append (or sits inside an append of several events, whose first line says `"n": k`: the next
+ * k-1 lines, as the replay counts them), and the idempotency key its entry was appended with
+ * (written on the append's first line only). Start it at an append boundary — the start of the
+ * file or a seek point.
+ */
+export class AppendTracker {
+  private left = 0;
+  private carried: string | undefined;
+  /** The key of the line last passed to {@link line}. */
+  key: string | undefined;
+
+  /**
+   * Takes the next non-blank line (`entry` undefined when it is not an entry: it still counts
+   * toward an open append's lines). Returns true when the line starts an append.
+   */
+  line(entry: Record<string, unknown> | undefined): boolean {
+    if (this.left > 0) {
+      this.left--;
+      this.key = this.carried;
+      return false;
+    }
+    const ikey = entry?.[IDEMPOTENCY_KEY_FIELD];
+    this.key = typeof ikey === "string" ? ikey : undefined;
+    const size = entry === undefined ? 1 : batchSizeOf(entry);
+    if (size > 1) {
+      this.left = size - 1;
+      this.carried = this.key;
+    }
+    return true;
+  }
+}
+
+/** The reader's view of a decoded line whose key `tracker` has just worked out. */
+export function storedEntry(decoded: DecodedEntry, key: string | undefined): StoredEntry {
+  return { entry: toReaderEntry(decoded.entry), idempotencyKey: key, integrity: decoded.checksum === "valid" ? "verified" : "unchecked" };
+}
+
 /** Options of {@link readJournalEntries}. */
 export interface ReadRange {
   /** Entries with seq ≥ this (integer seqs only; lines without one are not entries a reader can resume from). */
   fromSeq: number;
   /** At most this many entries (0 or undefined: no limit). */
   limit?: number;
-  /** The byte offset to start at (a line boundary, from {@link SeqIndex.startFor}). */
+  /** The byte offset to start at (an append boundary, from {@link SeqIndex.startFor}). */
   start: number;
   /** Read no further than this offset: the durable end of the journal when the read began. */
   end: number;
@@ -358,11 +435,12 @@ export interface ReadRange {
 const READ_CHUNK_BYTES = 64 * 1024;
 
 /**
- * Streams the entries of `path` in file order, skipping damaged and unparsable lines (they are
- * diagnostics of the snapshot, not entries). Reads in chunks, so a long journal is never held in
- * memory; stopping the iteration closes the file.
+ * Streams the entries of `path` in file order, with the key each was appended with and its
+ * checksum verdict, skipping damaged and unparsable lines (they are diagnostics of the snapshot,
+ * not entries). Reads in chunks, so a long journal is never held in memory; stopping the
+ * iteration closes the file.
  */
-export async function* readJournalEntries(path: string, range: ReadRange): AsyncGenerator<JournalEntry, void, undefined> {
+export async function* readJournalEntries(path: string, range: ReadRange): AsyncGenerator<StoredEntry, void, undefined> {
   const limit = range.limit && range.limit > 0 ? range.limit : Infinity;
   if (limit === 0 || range.end <= range.start) return;
   let handle: fsp.FileHandle;
@@ -372,6 +450,16 @@ export async function* readJournalEntries(path: string, range: ReadRange): Async
     if ((error as NodeJS.ErrnoException).code === "ENOENT") return;
     throw error;
   }
+  const appends = new AppendTracker();
+  const take = (buf: Buffer, start: number, end: number, out: StoredEntry[]): void => {
+    if (isBlankLine(buf, start, end)) return;
+    const decoded = decodeJournalLine(buf, start, end);
+    appends.line(decoded.kind === "entry" ? decoded.entry : undefined);
+    if (decoded.kind !== "entry") return;
+    const seq = decoded.entry.seq;
+    if (typeof seq !== "number" || !Number.isInteger(seq) || seq < range.fromSeq) return;
+    out.push(storedEntry(decoded, appends.key));
+  };
   try {
     let position = range.start;
     let carry: Buffer = Buffer.alloc(0);
@@ -382,15 +470,8 @@ export async function* readJournalEntries(path: string, range: ReadRange): Async
       if (bytesRead === 0) break;
       position += bytesRead;
       const buf = carry.length > 0 ? Buffer.concat([carry, chunk.subarray(0, bytesRead)]) : chunk.subarray(0, bytesRead);
-      const entries: JournalEntry[] = [];
-      const rest = forEachLine(buf, 0, (start, end) => {
-        if (isBlankLine(buf, start, end)) return;
-        const decoded = decodeJournalLine(buf, start, end);
-        if (decoded.kind !== "entry") return;
-        const seq = decoded.entry.seq;
-        if (typeof seq !== "number" || !Number.isInteger(seq) || seq < range.fromSeq) return;
-        entries.push(toReaderEntry(decoded.entry));
-      });
+      const entries: StoredEntry[] = [];
+      const rest = forEachLine(buf, 0, (start, end) => take(buf, start, end, entries));
       carry = Buffer.from(buf.subarray(rest));
       for (const entry of entries) {
         yield entry;
@@ -398,10 +479,10 @@ export async function* readJournalEntries(path: string, range: ReadRange): Async
       }
     }
     // A last entry without its newline (a journal another writer left so) is still an entry.
-    if (carry.length > 0 && !isBlankLine(carry, 0, carry.length)) {
-      const decoded = decodeJournalLine(carry, 0, carry.length);
-      const seq = decoded.kind === "entry" ? decoded.entry.seq : undefined;
-      if (decoded.kind === "entry" && typeof seq === "number" && Number.isInteger(seq) && seq >= range.fromSeq) yield toReaderEntry(decoded.entry);
+    if (carry.length > 0) {
+      const last: StoredEntry[] = [];
+      take(carry, 0, carry.length, last);
+      if (last[0] !== undefined) yield last[0];
     }
   } finally {
     await handle.close();

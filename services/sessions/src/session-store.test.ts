@@ -320,7 +320,7 @@ describe("opening journals", () => {
     expect(view.snapshot.browserCheckpointRevision).toBe(0);
     expect(view.snapshot.generationPhase).toBe("plan");
     expect(view.snapshot.diagnostics).toEqual([expect.objectContaining({ error: "journal_checksum_mismatch", line: 2 })]);
-    expect((await collect(reopened.read("s1"))).map((e) => e.seq)).toEqual([1, 3]);
+    expect((await collect(reopened.read("s1"))).map((e) => e.entry.seq)).toEqual([1, 3]);
   });
 
   it("reads hand-written seed-format fixtures with the expected snapshot", async () => {
@@ -527,22 +527,40 @@ describe("reads and lists", () => {
     const store = open();
     for (let i = 0; i < 30; i++) await store.append("s1", [{ type: "checkpoint", revision: i }, { type: "agent_phase", phase: `p${i}` }], { idempotencyKey: `k${i}` });
     const all = await collect(store.read("s1"));
-    expect(all.map((e) => e.seq)).toEqual(Array.from({ length: 60 }, (_, i) => i + 1));
-    expect(Object.keys(all[0]!)).toEqual(["seq", "id", "type", "ts", "event"]);
-    expect((await collect(store.read("s1", 41, 5))).map((e) => e.seq)).toEqual([41, 42, 43, 44, 45]);
+    expect(all.map((e) => e.entry.seq)).toEqual(Array.from({ length: 60 }, (_, i) => i + 1));
+    expect(Object.keys(all[0]!.entry)).toEqual(["seq", "id", "type", "ts", "event"]);
+    expect((await collect(store.read("s1", 41, 5))).map((e) => e.entry.seq)).toEqual([41, 42, 43, 44, 45]);
     expect(await collect(store.read("s1", 61))).toEqual([]);
     expect(await collect(store.read("nope"))).toEqual([]);
     expect(() => store.read("s1", -1)).toThrow(/from_seq/);
+  });
+
+  it("reads each entry with the key it was appended with, also from inside an append and after a hydration", async () => {
+    const store = open();
+    const batch = Array.from({ length: 700 }, (_, i) => ({ type: "checkpoint", revision: i }));
+    await store.append("s1", batch, { idempotencyKey: "first" });
+    await store.append("s1", batch, { idempotencyKey: "second" });
+    await store.append("s1", [{ type: "steer" }]);
+    const keysFrom = async (s: SessionStore, fromSeq: number, limit: number) =>
+      (await collect(s.read("s1", fromSeq, limit))).map((e) => `${e.entry.seq}:${e.idempotencyKey ?? "-"}:${e.integrity}`);
+    const expected = ["1000:second:verified", "1001:second:verified", "1400:second:verified", "1401:-:verified"];
+    const pick = (all: string[]) => all.filter((_, i) => [0, 1, 400, 401].includes(i));
+    expect(pick(await keysFrom(store, 1000, 0))).toEqual(expected);
+    expect(await keysFrom(store, 699, 3)).toEqual(["699:first:verified", "700:first:verified", "701:second:verified"]);
+    await store.close();
+    const hydrated = open();
+    expect(pick(await keysFrom(hydrated, 1000, 0))).toEqual(expected);
+    expect(hydrated.stats().hydrations).toBe(1);
   });
 
   it("reads a long journal through the seek index, also after a hydration", async () => {
     const store = open();
     const batch = Array.from({ length: 1000 }, (_, i) => ({ type: "checkpoint", revision: i }));
     for (let i = 0; i < 3; i++) await store.append("s1", batch);
-    expect((await collect(store.read("s1", 2500, 3))).map((e) => e.seq)).toEqual([2500, 2501, 2502]);
+    expect((await collect(store.read("s1", 2500, 3))).map((e) => e.entry.seq)).toEqual([2500, 2501, 2502]);
     await store.close();
     const hydrated = open();
-    expect((await collect(hydrated.read("s1", 1999, 2))).map((e) => e.seq)).toEqual([1999, 2000]);
+    expect((await collect(hydrated.read("s1", 1999, 2))).map((e) => e.entry.seq)).toEqual([1999, 2000]);
     expect(hydrated.stats().hydrations).toBe(1);
   });
 
@@ -585,6 +603,22 @@ describe("watchers", () => {
       { kind: "entry", seq: 8, phase: "steer_requested" },
     ]);
     expect(store.stats().watchers).toBe(0);
+  });
+
+  it("hand live entries over with the key they were appended with", async () => {
+    const store = open();
+    const watcher = store.watch("s1", 1);
+    expect((await watcher.next()).value).toMatchObject({ kind: "caught_up", lastSeq: 0 });
+    await store.append("s1", [{ type: "generate" }, { type: "steer" }], { idempotencyKey: "k" });
+    await store.append("s1", [{ type: "agent_done" }]);
+    const got = [];
+    for (let i = 0; i < 3; i++) got.push((await watcher.next()).value);
+    expect(got).toMatchObject([
+      { kind: "entry", entry: { seq: 1 }, idempotencyKey: "k", integrity: "verified" },
+      { kind: "entry", entry: { seq: 2 }, idempotencyKey: "k", integrity: "verified" },
+      { kind: "entry", entry: { seq: 3 }, idempotencyKey: undefined, integrity: "verified" },
+    ]);
+    await watcher.return!();
   });
 
   it("a slow watcher is ended with resource_exhausted and resumes from its last seq without loss", async () => {

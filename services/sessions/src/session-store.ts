@@ -27,15 +27,17 @@ import { BerthError, invalidArgument } from "@berth/shared/errors";
 import { ensurePrivateDir, fsyncDirectory, statOrNull } from "@berth/shared/files";
 import { checkSessionId } from "@berth/shared/safe-id";
 import { GroupCommit, type CommitIo, type FsyncMode } from "./group-commit.js";
-import { decodeJournalLine, encodeJournalLine, forEachLine, isBlankLine } from "./journal-format.js";
+import { decodeJournalLine, encodeJournalLine, forEachLine, isBlankLine, type DecodedEntry } from "./journal-format.js";
 import {
+  AppendTracker,
   readJournalEntries,
   replayJournalFile,
   scanJournalPrefix,
   SeqIndex,
-  toReaderEntry,
+  storedEntry,
   type JournalLogger,
   type KeyRecord,
+  type StoredEntry,
 } from "./journal-file.js";
 import { applyEvent, baseSnapshot, type JournalEntry, type SessionSnapshot } from "./reducer.js";
 import { journalPath, sessionIdFromFileName, snapshotPath } from "./session-paths.js";
@@ -408,7 +410,7 @@ export class SessionStore {
       session.fileSize += item.bytes.length;
       session.size = session.fileSize;
       for (let i = 0; i < item.entries.length; i++) {
-        session.index.note(item.entries[i]!.seq, offset);
+        session.index.note(item.entries[i]!.seq, offset, i === 0);
         offset += item.lineBytes[i]!;
       }
       const firstSeq = item.entries[0]!.seq;
@@ -424,9 +426,10 @@ export class SessionStore {
         rememberResult(session, item.ikey, result);
       }
       entriesAdded += item.entries.length;
+      // Checksummed lines of our own, so `verified`: a read of them later says the same.
       this.hub.publish(
         session.id,
-        item.entries.map((entry, i) => ({ entry, snapshot: item.snapshots[i]! })),
+        item.entries.map((entry, i) => ({ entry, idempotencyKey: item.ikey, integrity: "verified", snapshot: item.snapshots[i]! })),
       );
       item.resolve(result);
     }
@@ -580,9 +583,10 @@ export class SessionStore {
 
   /**
    * The durable entries with seq ≥ `fromSeq`, at most `limit` (0: all), in journal order, read
-   * from the file in chunks (entries are as the seed wrote them, without berth's bookkeeping fields).
+   * from the file in chunks: each as the seed wrote it (without berth's bookkeeping fields), with
+   * the idempotency key it was appended with and its line's checksum verdict.
    */
-  read(sessionId: string, fromSeq = 1, limit = 0): AsyncIterableIterator<JournalEntry> {
+  read(sessionId: string, fromSeq = 1, limit = 0): AsyncIterableIterator<StoredEntry> {
     this.assertOpen();
     checkSessionId(sessionId);
     checkFromSeq(fromSeq);
@@ -837,27 +841,31 @@ export class SessionStore {
     } finally {
       fs.closeSync(fd);
     }
-    const decoded: Array<{ entry: Record<string, unknown>; offset: number }> = [];
+    const decoded: Array<{ line: DecodedEntry; offset: number }> = [];
     let clean = true;
     const consumed = forEachLine(buf.subarray(0, read), 0, (lineStart, lineEnd) => {
       if (!clean || isBlankLine(buf, lineStart, lineEnd)) return;
       const line = decodeJournalLine(buf, lineStart, lineEnd);
       if (line.kind !== "entry") clean = false;
-      else decoded.push({ entry: line.entry, offset: start + lineStart });
+      else decoded.push({ line, offset: start + lineStart });
     });
     // Parse diagnostics go after every event's in a replay (the seed's order): leave those to one.
     if (!clean) return false;
     let snapshot = session.snapshot;
-    const published: Array<{ entry: JournalEntry; snapshot: SessionSnapshot }> = [];
-    for (const { entry, offset } of decoded) {
+    const published: Array<StoredEntry & { snapshot: SessionSnapshot }> = [];
+    // The new bytes start where our durable entries end: an append boundary.
+    const appends = new AppendTracker();
+    for (const { line, offset } of decoded) {
+      const entry = line.entry;
       snapshot = applyEvent(snapshot, entry, { now: this.now });
+      const appendStart = appends.line(entry);
       const seq = entry.seq;
       if (typeof seq === "number" && Number.isInteger(seq)) {
         if (seq + 1 > session.nextSeq) session.nextSeq = seq + 1;
-        session.index.note(seq, offset);
-        const ikey = entry.ikey;
-        if (typeof ikey === "string" && !session.keys.has(ikey)) session.keys.set(ikey, { firstSeq: seq, lastSeq: seq });
-        published.push({ entry: toReaderEntry(entry), snapshot });
+        session.index.note(seq, offset, appendStart);
+        const ikey = appends.key;
+        if (appendStart && ikey !== undefined && !session.keys.has(ikey)) session.keys.set(ikey, { firstSeq: seq, lastSeq: seq });
+        published.push({ ...storedEntry(line, ikey), snapshot });
       }
     }
     session.snapshot = session.headSnapshot = snapshot;

@@ -1,9 +1,12 @@
 import { describe, expect, it } from "vitest";
 import { isBerthError, type BerthError } from "@berth/shared/errors";
+import type { StoredEntry } from "./journal-file.js";
 import { baseSnapshot, type JournalEntry } from "./reducer.js";
 import { WatchHub, type WatchBacklog } from "./watch-hub.js";
 
-const entry = (seq: number): JournalEntry => ({ seq, id: "s1", type: "steer", ts: "t", event: { type: "steer" } });
+const journalEntry = (seq: number): JournalEntry => ({ seq, id: "s1", type: "steer", ts: "t", event: { type: "steer" } });
+/** The entry with seq `seq` as the journal reader hands it over (and the store publishes it). */
+const stored = (seq: number): StoredEntry => ({ entry: journalEntry(seq), idempotencyKey: undefined, integrity: "verified" });
 
 function backlog(lastSeq: number, from: number, gate?: Promise<void>): () => WatchBacklog {
   return () => ({
@@ -11,7 +14,7 @@ function backlog(lastSeq: number, from: number, gate?: Promise<void>): () => Wat
     snapshot: { ...baseSnapshot("s1"), phase: `at-${lastSeq}` },
     entries: async function* () {
       if (gate) await gate;
-      for (let seq = from; seq <= lastSeq + 2; seq++) yield entry(seq); // a read may see entries past lastSeq
+      for (let seq = from; seq <= lastSeq + 2; seq++) yield stored(seq); // a read may see entries past lastSeq
     },
   });
 }
@@ -22,8 +25,8 @@ describe("WatchHub", () => {
     let open!: () => void;
     const gate = new Promise<void>((resolve) => (open = resolve));
     const watcher = hub.watchSession("s1", 2, { includeSnapshot: true }, backlog(3, 2, gate));
-    hub.publish("s1", [{ entry: entry(4), snapshot: { ...baseSnapshot("s1"), phase: "p4" } }]);
-    hub.publish("s1", [{ entry: entry(5) }]);
+    hub.publish("s1", [{ ...stored(4), snapshot: { ...baseSnapshot("s1"), phase: "p4" } }]);
+    hub.publish("s1", [stored(5)]);
     open();
     const got: string[] = [];
     for (let i = 0; i < 5; i++) {
@@ -31,7 +34,7 @@ describe("WatchHub", () => {
       got.push(value!.kind === "entry" ? `e${value!.entry.seq}${value!.snapshot ? `:${value!.snapshot.phase}` : ""}` : `up${value!.lastSeq}:${value!.snapshot?.phase}`);
     }
     expect(got).toEqual(["e2", "e3", "up3:at-3", "e4:p4", "e5"]);
-    hub.publish("s1", [{ entry: entry(5) }, { entry: entry(6) }]);
+    hub.publish("s1", [stored(5), stored(6)]);
     expect((await watcher.next()).value).toMatchObject({ entry: { seq: 6 } });
     await watcher.return!();
     expect(hub.watcherCount).toBe(0);
@@ -41,9 +44,9 @@ describe("WatchHub", () => {
     const hub = new WatchHub(3);
     const watcher = hub.watchSession("s1", 1, {}, backlog(0, 1));
     expect((await watcher.next()).value).toMatchObject({ kind: "caught_up", lastSeq: 0 });
-    hub.publish("s1", [{ entry: entry(1) }]);
+    hub.publish("s1", [stored(1)]);
     expect((await watcher.next()).value).toMatchObject({ entry: { seq: 1 } });
-    hub.publish("s1", [2, 3, 4, 5].map((seq) => ({ entry: entry(seq) })));
+    hub.publish("s1", [2, 3, 4, 5].map(stored));
     expect(hub.watcherCount).toBe(0);
     const error = (await watcher.next().catch((e: unknown) => e)) as BerthError;
     expect(isBerthError(error) && error.code).toBe("resource_exhausted");
@@ -55,8 +58,8 @@ describe("WatchHub", () => {
     const hub = new WatchHub();
     const other = hub.watchSession("s2", 1, {}, backlog(0, 1));
     const all = hub.watchAll();
-    hub.publish("s1", [{ entry: entry(1), snapshot: baseSnapshot("s1") }]);
-    expect((await all.next()).value).toEqual({ sessionId: "s1", entry: entry(1) });
+    hub.publish("s1", [{ ...stored(1), snapshot: baseSnapshot("s1") }]);
+    expect((await all.next()).value).toEqual({ sessionId: "s1", entry: journalEntry(1) });
     expect((await other.next()).value).toMatchObject({ kind: "caught_up" });
     const pending = other.next();
     hub.close();

@@ -7,6 +7,7 @@
  * resume from: it may be told to come back, but it never silently misses an entry.
  */
 import { BerthError } from "@berth/shared/errors";
+import type { EntryIntegrity, StoredEntry } from "./journal-file.js";
 import type { JournalEntry, SessionSnapshot } from "./reducer.js";
 
 /** How many undelivered entries a watcher may have before it is ended. */
@@ -16,6 +17,10 @@ export const DEFAULT_MAX_BUFFERED = 1000;
 export interface WatchEntry {
   kind: "entry";
   entry: JournalEntry;
+  /** The idempotency key the entry was appended with (see {@link StoredEntry}). */
+  idempotencyKey: string | undefined;
+  /** The checksum verdict of the entry's line (see {@link EntryIntegrity}). */
+  integrity: EntryIntegrity;
   /** The session's snapshot right after this entry (live entries of a watcher that asked only). */
   snapshot?: SessionSnapshot;
 }
@@ -47,8 +52,7 @@ export interface WatchOptions {
 }
 
 /** A newly durable entry as the store publishes it. */
-export interface PublishedEntry {
-  entry: JournalEntry;
+export interface PublishedEntry extends StoredEntry {
   snapshot?: SessionSnapshot;
 }
 
@@ -62,7 +66,7 @@ export interface WatchBacklog {
   /** The durable snapshot at `lastSeq`. */
   snapshot: SessionSnapshot;
   /** Entries with seq ≥ the watcher's `fromSeq`, up to `lastSeq`, in journal order (read lazily). */
-  entries(): AsyncIterator<JournalEntry>;
+  entries(): AsyncIterator<StoredEntry>;
 }
 
 interface Subscriber {
@@ -237,7 +241,7 @@ abstract class Watcher<T> implements AsyncIterableIterator<T>, Subscriber {
 class SessionWatcher extends Watcher<WatchEvent> {
   private phase: "backlog" | "live" = "backlog";
   private backlog: WatchBacklog | undefined;
-  private backlogEntries: AsyncIterator<JournalEntry> | undefined;
+  private backlogEntries: AsyncIterator<StoredEntry> | undefined;
   /** The seq of the last entry handed to the consumer; what a resume continues after. */
   private lastDelivered: number;
 
@@ -262,7 +266,9 @@ class SessionWatcher extends Watcher<WatchEvent> {
 
   protected override accept(_sessionId: string, item: PublishedEntry): WatchEvent | undefined {
     if (item.entry.seq < this.fromSeq) return undefined;
-    return this.includeSnapshot && item.snapshot ? { kind: "entry", entry: item.entry, snapshot: item.snapshot } : { kind: "entry", entry: item.entry };
+    const value: WatchEntry = { kind: "entry", entry: item.entry, idempotencyKey: item.idempotencyKey, integrity: item.integrity };
+    if (this.includeSnapshot && item.snapshot) value.snapshot = item.snapshot;
+    return value;
   }
 
   protected override onDelivered(value: WatchEvent): void {
@@ -291,8 +297,9 @@ class SessionWatcher extends Watcher<WatchEvent> {
       const step = await this.backlogEntries.next();
       if (!step.done) {
         // Entries past the subscription point arrive live; the backlog stops where they start.
-        if (step.value.seq > backlog.lastSeq || step.value.seq <= this.lastDelivered) return undefined;
-        return { value: { kind: "entry", entry: step.value }, done: false };
+        const { entry, idempotencyKey, integrity } = step.value;
+        if (entry.seq > backlog.lastSeq || entry.seq <= this.lastDelivered) return undefined;
+        return { value: { kind: "entry", entry, idempotencyKey, integrity }, done: false };
       }
     }
     this.phase = "live";

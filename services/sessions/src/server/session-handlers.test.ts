@@ -6,6 +6,7 @@ import { StructSchema } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError, createClient, createRouterTransport, type Client } from "@connectrpc/connect";
 import { EventSchema, type Event } from "@berth/api/berth/sessions/v1/events_pb";
 import {
+  EntryIntegrity,
   FenceRejectedSchema,
   SeqConflictSchema,
   SessionService,
@@ -129,6 +130,49 @@ describe.each([
     expect(live.kind.value.event?.kind.case).toBe("agentPhase");
     expect(live.snapshot?.generationPhase).toBe("writing");
     expect(live.snapshot).toEqual(appended.snapshot);
+    controller.abort();
+    await expect(it.next()).rejects.toThrow();
+  });
+
+  it("entries carry the key they were appended with and their checksum verdict, read or watched", async () => {
+    // A line the seed's library wrote: no checksum, so nothing can be verified about it.
+    fs.mkdirSync(path.join(dir, "sessions"), { recursive: true });
+    const seedLine = { seq: 1, id: "k", type: "generate", ts: "2026-01-01T00:00:00.000Z", event: { type: "generate", id: "k", count: 1 } };
+    fs.writeFileSync(path.join(dir, "sessions", "k.jsonl"), `${JSON.stringify(seedLine)}\n`);
+    const store = openStore();
+    const client = clientFor(store, {}, json);
+    await client.appendEvents({ sessionId: "k", events: [phase("a"), phase("b"), phase("c")], idempotencyKey: "batch-1" });
+    await client.appendEvent({ sessionId: "k", event: phase("d"), idempotencyKey: "one" });
+    await client.appendEvent({ sessionId: "k", event: phase("e") });
+    const expected = [
+      [1n, "", EntryIntegrity.UNCHECKED],
+      [2n, "batch-1", EntryIntegrity.VERIFIED],
+      [3n, "batch-1", EntryIntegrity.VERIFIED],
+      [4n, "batch-1", EntryIntegrity.VERIFIED],
+      [5n, "one", EntryIntegrity.VERIFIED],
+      [6n, "", EntryIntegrity.VERIFIED],
+    ];
+    const read = (await collect(client.readJournal({ sessionId: "k" }))).flatMap((m) => m.entries);
+    expect(read.map((e) => [e.seq, e.idempotencyKey, e.integrity])).toEqual(expected);
+    // From the middle of the keyed batch, too.
+    const middle = (await collect(client.readJournal({ sessionId: "k", fromSeq: 3n, limit: 1 }))).flatMap((m) => m.entries);
+    expect(middle.map((e) => [e.seq, e.idempotencyKey, e.integrity])).toEqual([expected[2]]);
+
+    const controller = new AbortController();
+    const it = client.watchSession({ sessionId: "k", fromSeq: 1n }, { signal: controller.signal })[Symbol.asyncIterator]();
+    const watched: unknown[] = [];
+    for (;;) {
+      const message = (await it.next()).value as WatchSessionResponse;
+      if (message.kind.case !== "entry") break;
+      watched.push([message.kind.value.seq, message.kind.value.idempotencyKey, message.kind.value.integrity]);
+    }
+    expect(watched).toEqual(expected);
+    await client.appendEvents({ sessionId: "k", events: [phase("f"), phase("g")], idempotencyKey: "live" });
+    for (const seq of [7n, 8n]) {
+      const live = (await it.next()).value as WatchSessionResponse;
+      if (live.kind.case !== "entry") throw new Error("expected a live entry");
+      expect([live.kind.value.seq, live.kind.value.idempotencyKey, live.kind.value.integrity]).toEqual([seq, "live", EntryIntegrity.VERIFIED]);
+    }
     controller.abort();
     await expect(it.next()).rejects.toThrow();
   });

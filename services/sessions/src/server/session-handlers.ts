@@ -29,11 +29,12 @@ import {
 import { BerthError, invalidArgument, isBerthError } from "@berth/shared/errors";
 import { checkPathInput, checkSessionId } from "@berth/shared/safe-id";
 import { abortError, berthErrorToConnect } from "@berth/shared/server/index";
+import type { EntryIntegrity } from "../journal-file.js";
 import type { JournalEntry, SessionSnapshot } from "../reducer.js";
 import type { AppendOptions, AppendResult, SessionStore } from "../session-store.js";
 import { isCompletedPhase } from "../vocabulary.js";
 import type { SessionChange, WatchEvent } from "../watch-hub.js";
-import { eventToJournal, isoToTimestamp, journalEntryToProto } from "./event-codec.js";
+import { eventToJournal, isoToTimestamp, journalEntryToProto, type JournalEntryFacts } from "./event-codec.js";
 import { encodedEntryField, encodedSnapshotField, entryMessage, isJsonCall, snapshotMessage } from "./wire-cache.js";
 
 /**
@@ -156,10 +157,10 @@ export function createSessionHandlers(options: SessionHandlerOptions): ServiceIm
       let batch: JournalEntryMessage[] = [];
       let bytes = 0;
       try {
-        for await (const entry of entries) {
+        for await (const stored of entries) {
           if (context.signal.aborted) throw abortError(context.signal);
-          batch.push(journalEntryToProto(entry as unknown as Record<string, unknown>));
-          bytes += approximateBytes(entry);
+          batch.push(journalEntryToProto(stored.entry as unknown as Record<string, unknown>, entryFacts(stored)));
+          bytes += approximateBytes(stored.entry);
           if (batch.length >= batchEntries || bytes >= batchBytes) {
             yield { $typeName: READ_JOURNAL_RESPONSE, entries: batch };
             batch = [];
@@ -297,6 +298,22 @@ function attachSnapshot(
   else response.$unknown = [encodedSnapshotField(field, snapshot)];
 }
 
+// --------------------------------------------------------------------------- entries
+
+/**
+ * What a JournalEntry message says beside the seed's fields. `idempotency_key`: the key the entry
+ * was appended with — on every entry of a keyed AppendEvents, not only its first. `integrity`:
+ * VERIFIED for a line berth wrote (its checksum matched when it was read; a live entry is our own
+ * line, checksummed as written), UNCHECKED for a line without a checksum (the seed's library
+ * wrote it). A client never sees MISMATCH from this service: a damaged line is skipped by every
+ * read, as an unparsable one is, and shows up only as the snapshot's
+ * `journal_checksum_mismatch` diagnostic (skipping it keeps a read consistent with the replay
+ * that built the snapshot, which ignores it too).
+ */
+function entryFacts(stored: { idempotencyKey: string | undefined; integrity: EntryIntegrity }): JournalEntryFacts {
+  return stored.idempotencyKey === undefined ? { integrity: stored.integrity } : { integrity: stored.integrity, idempotencyKey: stored.idempotencyKey };
+}
+
 // --------------------------------------------------------------------------- watches
 
 function watchSessionResponse(event: WatchEvent, json: boolean): WatchSessionResponse {
@@ -308,13 +325,14 @@ function watchSessionResponse(event: WatchEvent, json: boolean): WatchSessionRes
     if (event.snapshot !== undefined && event.lastSeq > 0) caughtUp.value.snapshot = snapshotMessage(event.snapshot);
     return { $typeName: WATCH_SESSION_RESPONSE, kind: caughtUp };
   }
+  const facts = entryFacts(event);
   if (json) {
-    const response: WatchSessionResponse = { $typeName: WATCH_SESSION_RESPONSE, kind: { case: "entry", value: entryMessage(event.entry) } };
+    const response: WatchSessionResponse = { $typeName: WATCH_SESSION_RESPONSE, kind: { case: "entry", value: entryMessage(event.entry, facts) } };
     if (event.snapshot !== undefined) response.snapshot = snapshotMessage(event.snapshot);
     return response;
   }
   // Live entries (and their snapshots) are shared by every watcher: sent pre-encoded.
-  const fields = [encodedEntryField(WATCH_ENTRY_FIELD, event.entry)];
+  const fields = [encodedEntryField(WATCH_ENTRY_FIELD, event.entry, facts)];
   if (event.snapshot !== undefined) fields.push(encodedSnapshotField(WATCH_SNAPSHOT_FIELD, event.snapshot));
   return { $typeName: WATCH_SESSION_RESPONSE, kind: { case: undefined }, $unknown: fields };
 }
@@ -344,7 +362,7 @@ async function lastEntry(store: SessionStore, sessionId: string, seq: number): P
   const entries = store.read(sessionId, seq, 1);
   try {
     const step = await entries.next();
-    return step.done ? undefined : step.value;
+    return step.done ? undefined : step.value.entry;
   } finally {
     await entries.return?.();
   }

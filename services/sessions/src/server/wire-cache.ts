@@ -18,7 +18,7 @@ import { BinaryWriter, WireType } from "@bufbuild/protobuf/wire";
 import { JournalEntrySchema, type JournalEntry as JournalEntryMessage } from "@berth/api/berth/sessions/v1/session_service_pb";
 import { SnapshotSchema, type Snapshot } from "@berth/api/berth/sessions/v1/snapshot_pb";
 import type { JournalEntry, SessionSnapshot } from "../reducer.js";
-import { journalEntryToProto } from "./event-codec.js";
+import { journalEntryToProto, type JournalEntryFacts } from "./event-codec.js";
 import { snapshotToProto } from "./snapshot-codec.js";
 
 /** The payload of a length-delimited field: the encoded message behind its length. */
@@ -41,12 +41,12 @@ export function snapshotMessage(snapshot: SessionSnapshot): Snapshot {
 
 /**
  * The JournalEntry message for a journal entry as the store hands it out, converted once per entry
- * object (a live entry is one object shared by every watcher).
+ * object (a live entry is one object shared by every watcher, and so are its facts).
  */
-export function entryMessage(entry: JournalEntry): JournalEntryMessage {
+export function entryMessage(entry: JournalEntry, facts: JournalEntryFacts): JournalEntryMessage {
   let message = entryMessages.get(entry);
   if (message === undefined) {
-    message = journalEntryToProto(entry as unknown as Record<string, unknown>);
+    message = journalEntryToProto(entry as unknown as Record<string, unknown>, facts);
     entryMessages.set(entry, message);
   }
   return message;
@@ -63,10 +63,10 @@ export function encodedSnapshotField(no: number, snapshot: SessionSnapshot): Unk
 }
 
 /** `entry` as field `no` of a response, encoded once per entry object. */
-export function encodedEntryField(no: number, entry: JournalEntry): UnknownField {
+export function encodedEntryField(no: number, entry: JournalEntry, facts: JournalEntryFacts): UnknownField {
   let payload = entryPayloads.get(entry);
   if (payload === undefined) {
-    payload = lengthDelimited(toBinary(JournalEntrySchema, entryMessage(entry)));
+    payload = lengthDelimited(toBinary(JournalEntrySchema, entryMessage(entry, facts)));
     entryPayloads.set(entry, payload);
   }
   return { no, wireType: WireType.LengthDelimited, data: payload };
