@@ -646,15 +646,17 @@ describe("watchers", () => {
     expect(seen).toEqual(Array.from({ length: 12 }, (_, i) => i + 1));
   });
 
-  it("watchAll sees every session's new entries; cancelling unsubscribes at once", async () => {
+  it("watchAll sees one change per append of every session; cancelling unsubscribes at once", async () => {
     const store = open();
     const all = store.watchAll({ includeSnapshot: true });
     const pending = all.next();
     await store.append("a", [{ type: "generate" }]);
-    await store.append("b", [{ type: "steer" }]);
+    await store.append("b", [{ type: "steer" }, { type: "agent_phase", phase: "plan" }, { type: "agent_done" }]);
     const firstChange = (await pending).value;
-    expect(firstChange).toMatchObject({ sessionId: "a", entry: { seq: 1 }, snapshot: { phase: "generate_requested" } });
-    expect((await all.next()).value).toMatchObject({ sessionId: "b", entry: { type: "steer" } });
+    expect(firstChange).toMatchObject({ sessionId: "a", firstSeq: 1, lastSeq: 1, entry: { seq: 1 }, snapshot: { phase: "generate_requested" } });
+    const batch = (await all.next()).value!;
+    expect(batch).toMatchObject({ sessionId: "b", firstSeq: 1, lastSeq: 3, entry: { seq: 3, type: "agent_done" } });
+    expect(batch.snapshot).toBe(store.getSnapshot("b", { includeCompleted: true })!.snapshot);
     const waiting = all.next();
     expect(store.stats().watchers).toBe(1);
     await all.return!();

@@ -622,7 +622,10 @@ export class SessionStore {
     });
   }
 
-  /** Watches every session: each new durable entry, with the snapshot it produced when asked. */
+  /**
+   * Watches every session: one change per durable append (an append of several events is one
+   * change, first..last seq), with the snapshot after it when asked.
+   */
   watchAll(options: WatchOptions = {}): AsyncIterableIterator<SessionChange> {
     this.assertOpen();
     return this.hub.watchAll(options);
@@ -852,7 +855,8 @@ export class SessionStore {
     // Parse diagnostics go after every event's in a replay (the seed's order): leave those to one.
     if (!clean) return false;
     let snapshot = session.snapshot;
-    const published: Array<StoredEntry & { snapshot: SessionSnapshot }> = [];
+    // Published append by append, as our own appends are: the all-sessions watchers see one change each.
+    const published: Array<Array<StoredEntry & { snapshot: SessionSnapshot }>> = [];
     // The new bytes start where our durable entries end: an append boundary.
     const appends = new AppendTracker();
     for (const { line, offset } of decoded) {
@@ -865,7 +869,10 @@ export class SessionStore {
         session.index.note(seq, offset, appendStart);
         const ikey = appends.key;
         if (appendStart && ikey !== undefined && !session.keys.has(ikey)) session.keys.set(ikey, { firstSeq: seq, lastSeq: seq });
-        published.push({ ...storedEntry(line, ikey), snapshot });
+        const item = { ...storedEntry(line, ikey), snapshot };
+        const current = published[published.length - 1];
+        if (appendStart || current === undefined) published.push([item]);
+        else current.push(item);
       }
     }
     session.snapshot = session.headSnapshot = snapshot;
@@ -877,7 +884,7 @@ export class SessionStore {
     // with a newline so it cannot be glued to it.
     session.needsNewline = session.headNeedsNewline = consumed < read;
     this.logger?.debug({ sessionId: session.id, entries: decoded.length }, "caught up with entries appended by another process");
-    this.hub.publish(session.id, published);
+    for (const append of published) this.hub.publish(session.id, append);
     this.scheduleSnapshot(session);
     return true;
   }

@@ -1,6 +1,6 @@
 /**
- * Live watchers of sessions. The store publishes every entry once it is durable; each watcher has
- * its own bounded buffer. A watcher of one session first gets the backlog read from the journal,
+ * Live watchers of sessions. The store publishes each append once it is durable: its entries, in
+ * order, with the snapshot each produced. Each watcher has its own bounded buffer. A watcher of one session first gets the backlog read from the journal,
  * then a caught-up marker, then the live entries — it subscribes *before* the backlog is read and
  * drops live entries it already got from the backlog, so nothing is skipped or repeated across
  * the switch. A watcher whose buffer overflows is ended with resource_exhausted naming the seq to
@@ -36,10 +36,22 @@ export interface WatchCaughtUp {
 /** What a session watcher yields. */
 export type WatchEvent = WatchEntry | WatchCaughtUp;
 
-/** A change of any session, as `watchAll` yields it. */
+/**
+ * A change of any session, as `watchAll` yields it: one per append call, however many events it
+ * appended (an AppendEvents of N events is one change covering `firstSeq`..`lastSeq`). A
+ * watcher of every session wants to know which sessions moved and where they are now, not each
+ * step; one change per call also keeps its buffer (and its lag bound) counting calls, so a single
+ * large batch cannot overflow it.
+ */
 export interface SessionChange {
   sessionId: string;
+  /** The seq of the append's first entry. */
+  firstSeq: number;
+  /** The seq of its last entry: the session's last seq after the change. */
+  lastSeq: number;
+  /** The append's last entry. */
   entry: JournalEntry;
+  /** The snapshot after the whole append (for a watcher that asked for snapshots). */
   snapshot?: SessionSnapshot;
 }
 
@@ -51,7 +63,7 @@ export interface WatchOptions {
   maxBuffered?: number;
 }
 
-/** A newly durable entry as the store publishes it. */
+/** A newly durable entry as the store publishes it (one of an append's). */
 export interface PublishedEntry extends StoredEntry {
   snapshot?: SessionSnapshot;
 }
@@ -69,9 +81,9 @@ export interface WatchBacklog {
   entries(): AsyncIterator<StoredEntry>;
 }
 
-interface Subscriber {
+interface Subscriber<I> {
   includeSnapshot: boolean;
-  deliver(sessionId: string, item: PublishedEntry): void;
+  deliver(sessionId: string, input: I): void;
   fail(error: BerthError): void;
 }
 
@@ -107,7 +119,7 @@ type Waiter<T> = { resolve(result: IteratorResult<T>): void; reject(error: unkno
  * The part shared by both kinds of watcher: a live buffer bounded by `maxBuffered`, one waiting
  * `next()`, and an end that is either clean (`return()`) or an error delivered at the next pull.
  */
-abstract class Watcher<T> implements AsyncIterableIterator<T>, Subscriber {
+abstract class Watcher<T, I> implements AsyncIterableIterator<T>, Subscriber<I> {
   readonly includeSnapshot: boolean;
   protected readonly live = new Queue<T>();
   protected waiter: Waiter<T> | undefined;
@@ -123,8 +135,8 @@ abstract class Watcher<T> implements AsyncIterableIterator<T>, Subscriber {
     this.includeSnapshot = options.includeSnapshot === true;
   }
 
-  /** The item a published entry becomes for this watcher, or undefined to skip it. */
-  protected abstract accept(sessionId: string, item: PublishedEntry): T | undefined;
+  /** The item what was published becomes for this watcher, or undefined to skip it. */
+  protected abstract accept(sessionId: string, input: I): T | undefined;
   /** The error that ends this watcher when it falls behind. */
   protected abstract fellBehind(): BerthError;
   /** Whether live items may be handed out (the session watcher holds them back during its backlog). */
@@ -132,9 +144,9 @@ abstract class Watcher<T> implements AsyncIterableIterator<T>, Subscriber {
   /** The next item before the live ones (the session watcher's backlog and marker). */
   protected abstract nextBeforeLive(): Promise<IteratorResult<T> | undefined>;
 
-  deliver(sessionId: string, item: PublishedEntry): void {
+  deliver(sessionId: string, input: I): void {
     if (this.ended || this.failure) return;
-    const value = this.accept(sessionId, item);
+    const value = this.accept(sessionId, input);
     if (value === undefined) return;
     if (this.waiter && this.liveOpen && this.live.length === 0) {
       if (this.alreadyDelivered(value)) return;
@@ -238,7 +250,7 @@ abstract class Watcher<T> implements AsyncIterableIterator<T>, Subscriber {
   }
 }
 
-class SessionWatcher extends Watcher<WatchEvent> {
+class SessionWatcher extends Watcher<WatchEvent, PublishedEntry> {
   private phase: "backlog" | "live" = "backlog";
   private backlog: WatchBacklog | undefined;
   private backlogEntries: AsyncIterator<StoredEntry> | undefined;
@@ -321,15 +333,20 @@ class SessionWatcher extends Watcher<WatchEvent> {
   }
 }
 
-class AllSessionsWatcher extends Watcher<SessionChange> {
+class AllSessionsWatcher extends Watcher<SessionChange, readonly PublishedEntry[]> {
   private delivered = 0;
 
   protected override get liveOpen(): boolean {
     return true;
   }
 
-  protected override accept(sessionId: string, item: PublishedEntry): SessionChange {
-    return this.includeSnapshot && item.snapshot ? { sessionId, entry: item.entry, snapshot: item.snapshot } : { sessionId, entry: item.entry };
+  protected override accept(sessionId: string, items: readonly PublishedEntry[]): SessionChange | undefined {
+    const first = items[0];
+    const last = items[items.length - 1];
+    if (first === undefined || last === undefined) return undefined;
+    const change: SessionChange = { sessionId, firstSeq: first.entry.seq, lastSeq: last.entry.seq, entry: last.entry };
+    if (this.includeSnapshot && last.snapshot) change.snapshot = last.snapshot;
+    return change;
   }
 
   protected override onDelivered(): void {
@@ -351,20 +368,23 @@ class AllSessionsWatcher extends Watcher<SessionChange> {
 
 /** The registry of watchers of one session store. */
 export class WatchHub {
-  private readonly bySession = new Map<string, Set<Subscriber>>();
-  private readonly everySession = new Set<Subscriber>();
+  private readonly bySession = new Map<string, Set<Subscriber<PublishedEntry>>>();
+  private readonly everySession = new Set<Subscriber<readonly PublishedEntry[]>>();
   private closedWith: BerthError | undefined;
 
   constructor(private readonly defaultMaxBuffered = DEFAULT_MAX_BUFFERED) {}
 
-  /** Hands newly durable entries of a session (in seq order) to its watchers and to the all-sessions watchers. */
+  /**
+   * Hands the newly durable entries of one append to a session (in seq order) to its watchers,
+   * entry by entry, and to the all-sessions watchers as one change.
+   */
   publish(sessionId: string, items: readonly PublishedEntry[]): void {
+    if (items.length === 0) return;
     const watchers = this.bySession.get(sessionId);
-    if (!watchers && this.everySession.size === 0) return;
-    for (const item of items) {
-      if (watchers) for (const watcher of [...watchers]) watcher.deliver(sessionId, item);
-      for (const watcher of [...this.everySession]) watcher.deliver(sessionId, item);
+    if (watchers) {
+      for (const item of items) for (const watcher of [...watchers]) watcher.deliver(sessionId, item);
     }
+    for (const watcher of [...this.everySession]) watcher.deliver(sessionId, items);
   }
 
   /** True when some watcher of `sessionId` (or of every session) wants per-entry snapshots. */
@@ -400,7 +420,7 @@ export class WatchHub {
     return watcher;
   }
 
-  /** Watches every session: each newly durable entry, with the snapshot it produced when asked. */
+  /** Watches every session: one change per durable append, with the snapshot after it when asked. */
   watchAll(options: WatchOptions = {}): AsyncIterableIterator<SessionChange> {
     this.assertOpen();
     const watcher: AllSessionsWatcher = new AllSessionsWatcher(options, this.maxBufferedOf(options), () => this.everySession.delete(watcher));

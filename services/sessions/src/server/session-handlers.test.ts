@@ -518,7 +518,15 @@ describe("WatchSessions", () => {
     expect(marker.kind).toMatchObject({ case: "caughtUp", value: { sessions: 1 } });
     await client.appendEvent({ sessionId: "done", event: phase("revived") });
     const live = (await it.next()).value!;
-    expect(live.kind.value).toMatchObject({ sessionId: "done", lastSeq: 2n, type: "agent_phase" });
+    expect(live.kind.value).toMatchObject({ sessionId: "done", lastSeq: 2n, firstSeq: 2n, type: "agent_phase" });
+    // An AppendEvents is one change, first..last, with the snapshot after its last event.
+    await client.appendEvents({ sessionId: "a", events: [phase("y"), complete(), phase("z")] });
+    const batch = (await it.next()).value!;
+    expect(batch.kind.value).toMatchObject({ sessionId: "a", firstSeq: 3n, lastSeq: 5n, type: "agent_phase" });
+    if (batch.kind.case !== "change") throw new Error("unreachable");
+    expect(batch.kind.value.snapshot?.generationPhase).toBe("z");
+    await client.appendEvent({ sessionId: "a", event: phase("after") });
+    expect((await it.next()).value!.kind.value).toMatchObject({ sessionId: "a", firstSeq: 6n, lastSeq: 6n });
     controller.abort();
   });
 

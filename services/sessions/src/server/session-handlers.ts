@@ -225,7 +225,7 @@ export function createSessionHandlers(options: SessionHandlerOptions): ServiceIm
         for await (const change of watcher) {
           const seen = described.get(change.sessionId);
           if (seen !== undefined) {
-            if (change.entry.seq <= seen) continue;
+            if (change.lastSeq <= seen) continue;
             described.delete(change.sessionId);
           }
           yield watchSessionsChange(sessionChange(change));
@@ -337,13 +337,13 @@ function watchSessionResponse(event: WatchEvent, json: boolean): WatchSessionRes
   return { $typeName: WATCH_SESSION_RESPONSE, kind: { case: undefined }, $unknown: fields };
 }
 
+/** One append call's change (first..last seq, the last entry's type and time, the snapshot after it). */
 function sessionChange(change: SessionChange): SessionChangeMessage {
-  const seq = BigInt(change.entry.seq);
   const message: SessionChangeMessage = {
     $typeName: SESSION_CHANGE,
     sessionId: change.sessionId,
-    lastSeq: seq,
-    firstSeq: seq,
+    lastSeq: BigInt(change.lastSeq),
+    firstSeq: BigInt(change.firstSeq),
     type: change.entry.type,
   };
   const ts: Timestamp | undefined = isoToTimestamp(change.entry.ts);
