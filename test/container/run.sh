@@ -200,6 +200,7 @@ else
   script=${BERTH_BASE_IMAGE_SCRIPT:-$repo/../shared/container/base-image.sh}
   [ -f "$script" ] || fail "node:20-bookworm-slim is absent and $script (which makes a stand-in) is missing"
   echo "  making it with $script (about a minute)"
+  mkdir -p "$work/base"
   bash "$script" "$work/base" >"$work/base-image.log" 2>&1 || { tail -20 "$work/base-image.log" >&2; fail "base-image.sh failed"; }
   done_step "made by base-image.sh"
 fi
