@@ -197,8 +197,8 @@ describe.skipIf(missing !== undefined)("Python client (grpcio 1.51 + stubs from 
         pending_event: { id: "py-e2e", type: "generate", pageUrl: "/pricing", count: 3, prompt: "make it pop" },
       });
       expect(appended.journal).toEqual([
-        { seq: 1, type: "generate", event: { generate: { pageUrl: "/pricing", count: 3, extra: { prompt: "make it pop" } } } },
-        { seq: 2, type: "agent_phase", event: { agentPhase: { phase: "planning", at: 1700000000000 } } },
+        { seq: 1, type: "generate", idempotency_key: "gen-1", integrity: "ENTRY_INTEGRITY_VERIFIED", event: { generate: { pageUrl: "/pricing", count: 3, extra: { prompt: "make it pop" } } } },
+        { seq: 2, type: "agent_phase", idempotency_key: "", integrity: "ENTRY_INTEGRITY_VERIFIED", event: { agentPhase: { phase: "planning", at: 1700000000000 } } },
       ]);
       // What Python wrote is what TypeScript reads.
       const fromTs = await sessionClient.getSnapshot({ sessionId: "py-e2e" });

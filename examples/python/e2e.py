@@ -86,7 +86,7 @@ def append_steps(berth: Berth) -> None:
         expected_variants=snapshot.expected_variants,
         generation_phase=snapshot.generation_phase,
         pending_event=to_dict(snapshot.pending_event),
-        journal=[{"seq": e.seq, "type": e.type, "event": to_dict(e.event)} for e in journal],
+        journal=[{"seq": e.seq, "type": e.type, "idempotency_key": e.idempotency_key, "integrity": session_service_pb2.EntryIntegrity.Name(e.integrity), "event": to_dict(e.event)} for e in journal],
     )
 
 
