@@ -152,7 +152,8 @@ describe.skipIf(missing !== undefined)("Python client (grpcio 1.51 + stubs from 
     const url = sessions.url("sessions");
     sessionClient = connectClient(SessionService, url, { protocol: "grpc", token });
     lockClient = connectClient(LockService, url, { protocol: "grpc", token, defaultTimeoutMs: 30_000 });
-  });
+    // Generating and two service starts, on a CI machine busy with every other test file.
+  }, 90_000);
   afterAll(stopAll);
 
   it("generates the stubs from proto/ with protoc and grpc_tools", async () => {

@@ -34,7 +34,7 @@ import os
 import queue
 import sys
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Sequence, Union
 
 import grpc
@@ -57,7 +57,7 @@ from google.protobuf.message import Message  # noqa: E402
 
 from berth.budget.v1 import budget_pb2, budget_service_pb2, budget_service_pb2_grpc  # noqa: E402
 from berth.sessions.v1 import events_pb2, lock_service_pb2, lock_service_pb2_grpc  # noqa: E402
-from berth.sessions.v1 import session_service_pb2, session_service_pb2_grpc  # noqa: E402
+from berth.sessions.v1 import session_service_pb2, session_service_pb2_grpc, snapshot_pb2  # noqa: E402
 import health_pb2  # noqa: E402
 import health_pb2_grpc  # noqa: E402
 
@@ -75,6 +75,7 @@ __all__ = [
     "error_from_rpc",
     "event",
     "start",
+    "to_dict",
 ]
 
 DEFAULT_SESSIONS_URL = "http://127.0.0.1:7301"
@@ -324,16 +325,12 @@ def event(type: str, fields: Optional[Mapping[str, Any]] = None, *, extra: Optio
 
 def _item(kind: int, name: str, memory: Optional[str], cpu: Optional[float], wave: Optional[int] = None, skipped: Optional[str] = None) -> budget_pb2.NeedItem:
     item = budget_pb2.NeedItem(kind=kind, name=name)
-    if memory is not None or cpu is not None:
-        spec = item.spec
-        if kind == budget_pb2.NEED_ITEM_KIND_BUILD:
-            spec = spec.build
-        if memory is not None:
-            spec.memory = str(memory)
-        if cpu is not None:
-            spec.cpu = float(cpu)
-        if kind == budget_pb2.NEED_ITEM_KIND_BUILD:
-            item.spec.SetInParent()
+    # The service costs a build by the spec's build part and anything else by its run part.
+    spec = item.spec.build if kind == budget_pb2.NEED_ITEM_KIND_BUILD else item.spec
+    if memory is not None:
+        spec.memory = str(memory)
+    if cpu is not None:
+        spec.cpu = float(cpu)
     if wave is not None:
         item.wave = wave
     if skipped is not None:
@@ -394,7 +391,7 @@ class WatchEvent:
 
     entry: Optional[session_service_pb2.JournalEntry] = None
     caught_up: Optional[session_service_pb2.CaughtUp] = None
-    snapshot: Optional[Any] = None
+    snapshot: Optional[snapshot_pb2.Snapshot] = None
     live: bool = False
     resumed: bool = False
 
@@ -435,8 +432,6 @@ class SessionWatch:
         while True:
             try:
                 message = next(self._call)
-            except StopIteration:
-                raise
             except grpc.RpcError as error:
                 if self._cancelled and error.code() == grpc.StatusCode.CANCELLED:
                     raise StopIteration from None
@@ -834,7 +829,7 @@ class Berth:
             request.expected_seq = expected_seq
         return _rpc(lambda: self.sessions.AppendEvents(request, timeout=self.timeout))
 
-    def snapshot(self, session_id: str, *, include_completed: bool = False) -> Optional[Any]:
+    def snapshot(self, session_id: str, *, include_completed: bool = False) -> Optional[snapshot_pb2.Snapshot]:
         """The session's snapshot, or None when it has no journal (or is completed, unless asked)."""
         response = _rpc(lambda: self.sessions.GetSnapshot(session_service_pb2.GetSnapshotRequest(session_id=session_id, include_completed=include_completed), timeout=self.timeout))
         return response.snapshot if response.HasField("snapshot") else None
