@@ -111,17 +111,23 @@ function methodOf(req: { service: { typeName: string }; method: { name: string }
   return `/${req.service.typeName}/${req.method.name}`;
 }
 
+/** `source` with every error it throws passed through `map`; one `then` per item, handlers bound once per stream. */
 function mapStreamErrors<T>(source: AsyncIterable<T>, map: (error: unknown) => Error): AsyncIterable<T> {
   return {
     [Symbol.asyncIterator]() {
       const it = source[Symbol.asyncIterator]();
+      const onError = (error: unknown): never => {
+        throw map(error);
+      };
       return {
-        async next() {
+        next() {
+          let pull: Promise<IteratorResult<T>>;
           try {
-            return await it.next();
+            pull = it.next();
           } catch (error) {
-            throw map(error);
+            return Promise.reject(map(error));
           }
+          return pull.then(undefined, onError);
         },
         return: (value?: unknown) => (it.return ? it.return(value) : Promise.resolve({ done: true, value: value as T })),
         throw: (error?: unknown) => (it.throw ? it.throw(error) : Promise.reject(error)),

@@ -107,40 +107,60 @@ const CLIENT_WENT_AWAY = new ConnectError("the client stopped reading the stream
 
 /**
  * Passes `source` through and calls `end` exactly once: with undefined when it completes, with
- * the error it throws, or with CANCELED when the consumer stops early (`return()`).
+ * the error it throws, or with CANCELED when the consumer stops early (`return()`). Each item
+ * costs one `then` on the source's promise with handlers bound once per stream: this wraps every
+ * message of every stream.
  */
 export function onStreamEnd<T>(source: AsyncIterable<T>, end: (error: unknown) => void): AsyncIterable<T> {
   return {
-    [Symbol.asyncIterator]() {
-      const it = source[Symbol.asyncIterator]();
-      let ended = false;
-      const settle = (error: unknown) => {
-        if (ended) return;
-        ended = true;
-        end(error);
-      };
-      return {
-        async next() {
-          try {
-            const result = await it.next();
-            if (result.done === true) settle(undefined);
-            return result;
-          } catch (error) {
-            settle(error);
-            throw error;
-          }
-        },
-        return(value?: unknown) {
-          settle(CLIENT_WENT_AWAY);
-          return it.return ? it.return(value) : Promise.resolve({ done: true as const, value: value as T });
-        },
-        throw(error?: unknown) {
-          settle(error);
-          return it.throw ? it.throw(error) : Promise.reject(error);
-        },
-      };
-    },
+    [Symbol.asyncIterator]: () => new StreamEndObserver<T>(source[Symbol.asyncIterator](), end),
   };
+}
+
+class StreamEndObserver<T> implements AsyncIterator<T> {
+  private ended = false;
+
+  constructor(
+    private readonly it: AsyncIterator<T>,
+    private readonly end: (error: unknown) => void,
+  ) {}
+
+  next(): Promise<IteratorResult<T>> {
+    let pull: Promise<IteratorResult<T>>;
+    try {
+      pull = this.it.next();
+    } catch (error) {
+      this.settle(error);
+      return Promise.reject(error);
+    }
+    return pull.then(this.onItem, this.onError);
+  }
+
+  return(value?: unknown): Promise<IteratorResult<T>> {
+    this.settle(CLIENT_WENT_AWAY);
+    return this.it.return ? this.it.return(value) : Promise.resolve({ done: true, value: value as T });
+  }
+
+  throw(error?: unknown): Promise<IteratorResult<T>> {
+    this.settle(error);
+    return this.it.throw ? this.it.throw(error) : Promise.reject(error);
+  }
+
+  private readonly onItem = (result: IteratorResult<T>): IteratorResult<T> => {
+    if (result.done === true) this.settle(undefined);
+    return result;
+  };
+
+  private readonly onError = (error: unknown): never => {
+    this.settle(error);
+    throw error;
+  };
+
+  private settle(error: unknown): void {
+    if (this.ended) return;
+    this.ended = true;
+    this.end(error);
+  }
 }
 
 /**

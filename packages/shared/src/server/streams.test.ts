@@ -1,4 +1,4 @@
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { abortable, abortError, shuttingDownError } from "./streams.js";
 import { codeName, onStreamEnd, protocolOf } from "./logging.js";
@@ -26,6 +26,49 @@ describe("abortable", () => {
     const controller = new AbortController();
     controller.abort();
     expect(abortError(controller.signal).code).toBe(Code.Canceled);
+  });
+
+  it("listens on the signal once per stream, not once per item, and stops listening at the end", async () => {
+    const controller = new AbortController();
+    const add = vi.spyOn(controller.signal, "addEventListener");
+    const remove = vi.spyOn(controller.signal, "removeEventListener");
+    async function* many() {
+      for (let i = 0; i < 100; i++) yield i;
+    }
+    let count = 0;
+    for await (const _ of abortable(many(), controller.signal)) count++;
+    expect(count).toBe(100);
+    expect(add).toHaveBeenCalledTimes(1);
+    expect(remove).toHaveBeenCalledTimes(1);
+    // Ended early by the consumer, or by the source's error: the listener goes too.
+    for await (const _ of abortable(many(), controller.signal)) break;
+    async function* failing() {
+      yield 1;
+      throw new Error("boom");
+    }
+    await expect((async () => {
+      for await (const _ of abortable(failing(), controller.signal)) void _;
+    })()).rejects.toThrow("boom");
+    expect(add).toHaveBeenCalledTimes(3);
+    expect(remove).toHaveBeenCalledTimes(3);
+  });
+
+  it("refuses the next pull once aborted between pulls, and tells the source to stop", async () => {
+    const controller = new AbortController();
+    const finished = { value: false };
+    async function* endless() {
+      try {
+        for (let i = 0; ; i++) yield i;
+      } finally {
+        finished.value = true;
+      }
+    }
+    const it = abortable(endless(), controller.signal)[Symbol.asyncIterator]();
+    expect(await it.next()).toEqual({ done: false, value: 0 });
+    controller.abort(shuttingDownError());
+    await expect(it.next()).rejects.toMatchObject({ code: Code.Unavailable });
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(finished.value).toBe(true);
   });
 
   it("passes items and completion through when never aborted", async () => {
@@ -56,6 +99,27 @@ describe("onStreamEnd", () => {
     await expect(drain(onStreamEnd(failing(), (e) => ends.push(codeName(e))))).rejects.toThrow("gone");
     for await (const _ of onStreamEnd(ok(), (e) => ends.push(codeName(e)))) break;
     expect(ends).toEqual(["ok", "not_found", "canceled"]);
+  });
+
+  it("passes every item through untouched and reports a source that throws at once", async () => {
+    const items = [{ n: 1 }, { n: 2 }];
+    async function* two() {
+      yield* items;
+    }
+    const seen: unknown[] = [];
+    const ends: unknown[] = [];
+    for await (const item of onStreamEnd(two(), (e) => ends.push(codeName(e)))) seen.push(item);
+    expect(seen[0]).toBe(items[0]);
+    expect(seen[1]).toBe(items[1]);
+    const throwing: AsyncIterable<number> = {
+      [Symbol.asyncIterator]: () => ({
+        next: () => {
+          throw new ConnectError("at once", Code.Internal);
+        },
+      }),
+    };
+    await expect(drain(onStreamEnd(throwing, (e) => ends.push(codeName(e))))).rejects.toThrow("at once");
+    expect(ends).toEqual(["ok", "internal"]);
   });
 });
 
