@@ -305,6 +305,13 @@ lock_pid=$(compose exec -T sessions cat /var/lib/berth/sessions.lock | json .pid
 [ "$lock_pid" = "$sessions_pid" ] || fail "the election lock names pid $lock_pid, the service's host pid is $sessions_pid"
 done_step "entry gone after the pid exited; sessions.lock names host pid $sessions_pid"
 
+step "the berth command inside the containers (docker-compose exec, with the token from the env file)"
+out=$(compose exec -T sessions berth sessions get "$session" --json 2>&1) || fail "berth sessions get in the container: $out"
+grep -q '"pageUrl":"http://localhost:3000"' <<<"$out" || fail "berth sessions get in the container: $out"
+out=$(compose exec -T budget berth budget state --json 2>&1) || fail "berth budget state in the container: $out"
+grep -q '"policy"' <<<"$out" || fail "berth budget state in the container: $out"
+done_step
+
 # --- 8. restart -------------------------------------------------------------------------------------
 step "docker-compose down (keeping the volume), up again"
 compose down -t 5 >"$work/down.log" 2>&1 || { cat "$work/down.log" >&2; fail "docker-compose down failed"; }
