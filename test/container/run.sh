@@ -12,8 +12,10 @@
 # namespace), checks the journal survives `down` and `up`, checks `docker stop` takes < 3 s, and
 # tears everything down (containers, volume, the image it built).
 #
-# Typical duration: ~1 min with the build cache and base image in place; ~5 min the first time on a
-# fresh machine (apt, base image, a cold build). Every step prints its elapsed time.
+# Typical duration, measured on a 2-core machine: 45-85 s with the base image and the build cache in
+# place (the TypeScript stage rebuilds when sources changed); about 5 min 15 s without them (base
+# image ~1 min 45 s, cold build ~3 min), plus the one-time apt install of docker.io (~1 min). Every
+# step prints its elapsed time.
 #
 # Environment:
 #   BERTH_CONTAINER_TEST_KEEP_CACHE=0   also remove the build-stage cache images (kept by default:
