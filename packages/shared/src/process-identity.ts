@@ -53,7 +53,10 @@ export function isPidAlive(pid: number): boolean {
     process.kill(pid, 0);
     return true;
   } catch (error) {
-    return (error as NodeJS.ErrnoException).code === "EPERM";
+    // Only ESRCH proves the process is gone. EPERM (another user's process) and anything else
+    // (EACCES from an AppArmor profile refusing signals across a container boundary) mean it is
+    // there or unknown, and a lock or a running entry must never be taken from a live holder.
+    return (error as NodeJS.ErrnoException).code !== "ESRCH";
   }
 }
 

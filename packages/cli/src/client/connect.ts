@@ -33,6 +33,24 @@ export class UsageError extends Error {
 }
 
 /**
+ * The URL the service itself would listen on, from the variables that configure the service
+ * (`BERTH_SESSIONS_SOCKET`, else `BERTH_HOST` and `BERTH_SESSIONS_PORT`): a shell, a compose file or
+ * an env file set up for `berth up` then works for the commands too. `urlEnv` names the service:
+ * `BERTH_SESSIONS_URL` → `BERTH_SESSIONS_*`.
+ */
+function serverSettingsUrl(urlEnv: string, defaultUrl: string, env: NodeJS.ProcessEnv): string | undefined {
+  const prefix = urlEnv.replace(/URL$/, "");
+  const socket = nonEmpty(env[`${prefix}SOCKET`]);
+  if (socket !== undefined) return `unix:${socket}`;
+  const port = nonEmpty(env[`${prefix}PORT`]);
+  const host = nonEmpty(env.BERTH_HOST);
+  if (port === undefined && host === undefined) return undefined;
+  // A service listening on every address is reached on loopback.
+  const reachable = host === undefined || host === "0.0.0.0" || host === "::" ? "127.0.0.1" : host.includes(":") ? `[${host}]` : host;
+  return `http://${reachable}:${port ?? new URL(defaultUrl).port}`;
+}
+
+/**
  * The endpoint from flags and environment: the URL from the flag, else `urlEnv`, else the default;
  * the token from `--token-file`, else `BERTH_TOKEN_FILE`, else `BERTH_TOKEN` (a file wins because
  * a flag naming one is the more deliberate choice). Throws UsageError for a URL that is neither
@@ -40,7 +58,7 @@ export class UsageError extends Error {
  */
 export function resolveEndpoint(options: EndpointOptions): Endpoint {
   const env = options.env ?? process.env;
-  const url = nonEmpty(options.url) ?? nonEmpty(env[options.urlEnv]) ?? options.defaultUrl;
+  const url = nonEmpty(options.url) ?? nonEmpty(env[options.urlEnv]) ?? serverSettingsUrl(options.urlEnv, options.defaultUrl, env) ?? options.defaultUrl;
   if (!/^https?:\/\/[^/]+/.test(url) && !/^unix:.+/.test(url)) {
     throw new UsageError(`${options.url !== undefined ? "the URL" : options.urlEnv} must look like http://127.0.0.1:7301 or unix:/path/to/socket, got ${JSON.stringify(url)}`);
   }

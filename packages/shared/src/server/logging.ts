@@ -8,6 +8,9 @@ import { codeToString } from "@connectrpc/connect/protocol-connect";
 import type { ServerLogger } from "./logger.js";
 import type { ServerMetrics } from "./metrics.js";
 
+/** The health service: polled by supervisors every few seconds, so its calls are logged at debug. */
+const HEALTH_SERVICE = "grpc.health.v1.Health";
+
 /** What the server knows of one HTTP request before and after the RPC layer sees it. */
 export interface CallState {
   /** The remote address of the connection (`address:port`, or `unix` for a unix socket). */
@@ -54,7 +57,7 @@ export interface ObserverOptions {
 }
 
 /**
- * Logs each RPC at its end (`info`, message `rpc`, fields method, code, ms, peer, protocol) and
+ * Logs each RPC at its end (`info`, health checks at `debug`; message `rpc`, fields method, code, ms, peer, protocol) and
  * records it in the metrics. Put it outermost so it sees the code the client gets.
  */
 export function createObserverInterceptor({ logger, metrics }: ObserverOptions): Interceptor {
@@ -67,10 +70,9 @@ export function createObserverInterceptor({ logger, metrics }: ObserverOptions):
       const method = `/${req.service.typeName}/${req.method.name}`;
       const code = codeName(error);
       metrics?.recordRpc(method, code, durationMs / 1000);
-      logger.info(
-        { method, code, ms: roundMs(durationMs), peer: state?.peer ?? "unknown", protocol: protocolOf(req.header.get("content-type")) },
-        "rpc",
-      );
+      // Health checks come every few seconds from supervisors and say nothing new: debug level.
+      const log = req.service.typeName === HEALTH_SERVICE ? logger.debug : logger.info;
+      log.call(logger, { method, code, ms: roundMs(durationMs), peer: state?.peer ?? "unknown", protocol: protocolOf(req.header.get("content-type")) }, "rpc");
     };
 
     if (!req.stream) {
@@ -184,7 +186,8 @@ export function recordRefusedCall(
     code = codeOfHttpStatus(httpStatus);
   }
   options.metrics?.recordRpc(path, code, durationMs / 1000);
-  options.logger.info({ method: path, code, ms: roundMs(durationMs), peer: state.peer, protocol: protocolOf(contentType ?? null) }, "rpc");
+  const log = path.startsWith(`/${HEALTH_SERVICE}/`) ? options.logger.debug : options.logger.info;
+  log.call(options.logger, { method: path, code, ms: roundMs(durationMs), peer: state.peer, protocol: protocolOf(contentType ?? null) }, "rpc");
 }
 
 /**

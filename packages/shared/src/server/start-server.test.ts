@@ -355,14 +355,14 @@ describe("metrics and logs", () => {
     expect(await curl(["-o", "/dev/null", "-w", "%{http_code}", `${server.url}/nowhere`])).toBe("404");
   });
 
-  it("logs one line per RPC, a stream's at its end", async () => {
+  it("logs one line per RPC (health at debug), a stream's at its end", async () => {
     const lines: Array<Record<string, unknown>> = [];
-    const logger = pino({ level: "info" }, { write: (line: string) => void lines.push(JSON.parse(line) as Record<string, unknown>) });
+    const logger = pino({ level: "debug" }, { write: (line: string) => void lines.push(JSON.parse(line) as Record<string, unknown>) });
     const server = await start({ logger });
     await grpcClient(server).check({ service: "" });
     const rpcLines = () => lines.filter((l) => l["msg"] === "rpc");
     expect(rpcLines()).toEqual([
-      expect.objectContaining({ method: "/grpc.health.v1.Health/Check", code: "ok", protocol: "grpc", peer: expect.stringMatching(/^127\.0\.0\.1:\d+$/), ms: expect.any(Number) }),
+      expect.objectContaining({ level: 20, method: "/grpc.health.v1.Health/Check", code: "ok", protocol: "grpc", peer: expect.stringMatching(/^127\.0\.0\.1:\d+$/), ms: expect.any(Number) }),
     ]);
 
     const abort = new AbortController();
