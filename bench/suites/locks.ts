@@ -148,6 +148,24 @@ async function contended(server: BenchServer, settings: Settings): Promise<void>
     let inside = 0;
     let concurrentEntries = 0;
     const started = performance.now();
+    // A second reference: empty RPCs, one at a time, on their own connection, while the sections
+    // run, so the handoff can also be read against an RPC under the very same load.
+    let sectionsDone = false;
+    const probe = (async () => {
+      const Health = grpcServiceClient("grpc/health/v1/health.proto", "grpc.health.v1.Health");
+      const health = new Health(target(server.url), grpc.credentials.createInsecure());
+      const latencies: number[] = [];
+      try {
+        while (!sectionsDone) {
+          const t0 = performance.now();
+          await unary(health, "check", { service: "" });
+          latencies.push(performance.now() - t0);
+        }
+      } finally {
+        health.close();
+      }
+      return latencies;
+    })();
     await Promise.all(
       clients.map(async (client, index) => {
         for (let i = 0; i < settings.sectionsPerClient; i++) {
@@ -168,6 +186,8 @@ async function contended(server: BenchServer, settings: Settings): Promise<void>
         }
       }),
     );
+    sectionsDone = true;
+    const loadedReference = percentiles(await probe, [50, 99]);
     const elapsedMs = performance.now() - started;
     const serverCpuMs = server.cpuMs() - cpuBefore;
     const clientCpu = process.cpuUsage(clientCpuBefore);
@@ -210,6 +230,8 @@ async function contended(server: BenchServer, settings: Settings): Promise<void>
       empty_rpc_latency: reference,
       handoff_p50_to_empty_rpc_p50: ratio(handoff.p50_ms!, reference.p50_ms!),
       target_handoff_p50_ratio: 2,
+      empty_rpc_latency_under_same_load: loadedReference,
+      handoff_p50_to_loaded_empty_rpc_p50: ratio(handoff.p50_ms!, loadedReference.p50_ms!),
       release_rpc_latency: release,
       handoff_p50_to_release_rpc_p50: ratio(handoff.p50_ms!, release.p50_ms!),
       server_cpu_busy: ratio(serverCpuMs, elapsedMs),
