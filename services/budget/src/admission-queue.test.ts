@@ -3,7 +3,7 @@ import { describe, expect, it } from "vitest";
 import { ManualClock } from "@berth/shared/clock";
 import { BerthError } from "@berth/shared/errors";
 import type { QueuedUpdate } from "./admission-queue.js";
-import { AdmissionQueue } from "./admission-queue.js";
+import { AdmissionQueue, HEARTBEAT_RATE_CAP, heartbeatPeriodMs } from "./admission-queue.js";
 import type { Need, Resources } from "./costs.js";
 import { total } from "./costs.js";
 import { silentLogger } from "./logger.js";
@@ -160,19 +160,94 @@ describe("AdmissionQueue (FIFO)", () => {
     expect(b.updates.at(-1)!.waitFor.map((r) => r.gate)).toEqual(["queue", "memory_budget", "load"]);
   });
 
-  it("heartbeats every waiter on one shared timer, with a fresh ETA", () => {
+  it("heartbeats every waiter every heartbeatMs on one shared timer, spread out, with a fresh ETA", () => {
     const t = setup({ heartbeatMs: 5000 });
     admit(t, 6, 1, "big");
-    const waiters = Array.from({ length: 50 }, (_, i) => admit(t, 4, 1, `w${i}`));
+    const at: number[] = [];
+    const waiters = Array.from({ length: 50 }, (_, i) => {
+      const updates: QueuedUpdate[] = [];
+      const onQueued = (u: QueuedUpdate) => {
+        updates.push(u);
+        at.push(t.clock.now());
+      };
+      return track(t.queue.admit(need(4, 1), `w${i}`, { onQueued }), updates);
+    });
     // One heartbeat timer and one deadline timer, whatever the number of waiters.
     expect(t.clock.pendingTimers()).toBe(2);
-    t.clock.advance(5000);
-    expect(waiters.every((w) => w.updates.length === 2)).toBe(true);
-    expect(waiters[0]!.updates[1]).toMatchObject({ position: 1, etaMs: 55_000 });
-    expect(waiters[9]!.updates[1]).toMatchObject({ position: 10, etaMs: 595_000 });
-    t.clock.advance(5000);
-    expect(waiters.every((w) => w.updates.length === 3)).toBe(true);
+    // The first sweep spreads the joiners out; by 10 s everyone has heard a heartbeat.
+    t.clock.advance(10_000);
+    expect(waiters.every((w) => w.updates.length >= 2)).toBe(true);
+    expect(waiters[0]!.updates.at(-1)).toMatchObject({ position: 1 });
+    expect(waiters[9]!.updates.at(-1)).toMatchObject({ position: 10 });
+    // From then on each waiter hears exactly once per heartbeatMs, not all in the same instant.
+    const before = waiters.map((w) => w.updates.length);
+    at.length = 0;
+    for (let round = 0; round < 2; round++) {
+      t.clock.advance(5000);
+      expect(waiters.map((w, i) => w.updates.length - before[i]!)).toEqual(waiters.map(() => round + 1));
+    }
+    expect(new Set(at).size).toBeGreaterThan(40);
+    const last = waiters[0]!.updates.at(-1)!;
+    // A fresh ETA: less the time waited when it was told, within the last beat of the 20 s so far.
+    expect(last.etaMs).toBeGreaterThanOrEqual(40_000);
+    expect(last.etaMs).toBeLessThanOrEqual(45_000);
     expect(t.clock.pendingTimers()).toBe(2);
+  });
+
+  it("caps heartbeats server-wide: 10,000 waiters hear at most HEARTBEAT_RATE_CAP a second, each every ~100 s", () => {
+    const t = setup({ heartbeatMs: 5000, maxQueue: 20_000, maxWaitMs: 3_600_000 });
+    admit(t, 6, 1, "big");
+    const count = 10_000;
+    let heartbeats = 0;
+    const heard = new Map<number, number>();
+    for (let i = 0; i < count; i++) {
+      void t.queue
+        .admit(need(4, 1), `w${i}`, {
+          onQueued: () => {
+            heartbeats++;
+            heard.set(i, (heard.get(i) ?? 0) + 1);
+          },
+        })
+        .catch(() => undefined);
+    }
+    t.flush();
+    expect(heartbeats).toBe(count); // each told once on joining
+    heartbeats = 0;
+    heard.clear();
+    expect(t.clock.pendingTimers()).toBe(2);
+    const perSecond: number[] = [];
+    for (let second = 0; second < 210; second++) {
+      t.clock.advance(1000);
+      perSecond.push(heartbeats);
+      heartbeats = 0;
+    }
+    expect(Math.max(...perSecond)).toBeLessThanOrEqual(HEARTBEAT_RATE_CAP);
+    // The first half period skips everyone (told on joining); from then on steady at the cap: spread out, not in bursts.
+    expect(perSecond.slice(0, 49).every((n) => n === 0)).toBe(true);
+    expect(perSecond.slice(51).every((n) => n >= HEARTBEAT_RATE_CAP * 0.9)).toBe(true);
+    // Everyone heard within the first ~2 periods of 100 s, about twice in 210 s.
+    expect(heard.size).toBe(count);
+    expect(Math.max(...heard.values())).toBeLessThanOrEqual(3);
+    expect(heartbeatPeriodMs(count, 5000)).toBe(100_000);
+    expect(heartbeatPeriodMs(500, 5000)).toBe(5000);
+    expect(t.clock.pendingTimers()).toBe(2);
+  });
+
+  it("a changed position still goes out at once in a long queue: only heartbeats are capped", async () => {
+    const t = setup({ heartbeatMs: 5000, maxQueue: 20_000, maxWaitMs: 3_600_000 });
+    admit(t, 6, 1, "big");
+    const controller = new AbortController();
+    const first = admit(t, 4, 1, "first", { signal: controller.signal });
+    const rest = Array.from({ length: 2000 }, (_, i) => admit(t, 4, 1, `w${i}`));
+    t.clock.advance(3000);
+    // The head gives up: everyone behind moves up one and hears it now, without waiting for a heartbeat.
+    controller.abort();
+    t.queue.recheck();
+    t.flush();
+    await settle();
+    expect(first.error?.code).toBe("cancelled");
+    expect(rest.every((w, i) => w.updates.at(-1)!.position === i + 1)).toBe(true);
+    expect(rest.every((w) => w.updates.length >= 2)).toBe(true);
   });
 
   it("the ETA follows the moving hold time and never drops below a second", () => {

@@ -21,10 +21,17 @@
  * and work using more than it declared, can still delay H, as they can in FIFO.)
  *
  * What waiters hear (`onQueued`): at once when queued, whenever their position or the head's
- * refusing gates change, and on one shared heartbeat timer for all waiters. Waiter k's reason is
+ * refusing gates change, and as a heartbeat when nothing changes. Waiter k's reason is
  * "k-1 request(s) ahead in the queue; <the head's reasons>": the head's reasons are computed once
  * per event, not once per waiter. Position updates are batched: any number of admissions,
  * cancellations and expiries in one turn of the event loop cost one walk of the queue.
+ *
+ * Heartbeats are capped server-wide at {@link HEARTBEAT_RATE_CAP} messages a second, whatever the
+ * queue length: each waiter's heartbeat period is max(heartbeatMs, waiters / cap), so up to 500
+ * waiters each hear every 5 s (the default) and 10,000 each hear every 100 s (their ETA is hours by
+ * then; HTTP/2 keepalive pings hold the connection meanwhile). One shared timer drives a rolling
+ * cursor over the line, a few waiters per tick, so the heartbeats are spread over the period rather
+ * than sent in a burst. Only heartbeats are capped: a changed position or reason still goes at once.
  */
 import type { Clock, TimerHandle } from "@berth/shared/clock";
 import { BerthError } from "@berth/shared/errors";
@@ -36,6 +43,27 @@ import type { Policy } from "./policy.js";
 import type { Reservation } from "./reservations.js";
 import type { Reason, VerdictContext } from "./verdict.js";
 import { CPU_GATES, IMPOSSIBLE, freeMemory, reasonsFor, reasonsText, refusingGates } from "./verdict.js";
+
+/**
+ * At most this many heartbeat messages a second for the whole queue. Each one costs ~200 µs in the
+ * RPC layer's streaming, so 100/s bounds heartbeats to ~20 ms of CPU a second however many wait; a
+ * long queue stretches each waiter's period instead (see {@link heartbeatPeriodMs}).
+ */
+export const HEARTBEAT_RATE_CAP = 100;
+
+/**
+ * The shortest gap between two heartbeat ticks: at most 10 wake-ups a second, each telling up to
+ * cap x tick / 1000 (10) waiters. A short queue ticks less often (once per waiter's share of the period).
+ */
+export const HEARTBEAT_TICK_MS = 100;
+
+/** Most waiters one tick may visit: a late tick does not catch up in a burst. */
+const HEARTBEAT_BURST = Math.max(1, Math.floor((HEARTBEAT_RATE_CAP * HEARTBEAT_TICK_MS) / 1000));
+
+/** How often each of `waiters` hears a heartbeat: every `heartbeatMs`, stretched so the queue sends at most {@link HEARTBEAT_RATE_CAP} a second. */
+export function heartbeatPeriodMs(waiters: number, heartbeatMs: number): number {
+  return Math.max(heartbeatMs, Math.ceil((waiters * 1000) / HEARTBEAT_RATE_CAP));
+}
 
 /** How many requests ahead a waiter is told about by name (the ones nearest the head). */
 export const AHEAD_LIMIT = 10;
@@ -152,6 +180,13 @@ export class AdmissionQueue {
   private deadlineTimer: TimerHandle | undefined;
   private deadlineAt = Number.POSITIVE_INFINITY;
   private heartbeatTimer: TimerHandle | undefined;
+  /** The next waiter (index into `line`) the heartbeat visits: it sweeps the line once per period. */
+  private heartbeatCursor = 0;
+  /** Visits earned since the last tick, at waiters / period per ms; a fraction carries over. */
+  private heartbeatCredit = 0;
+  private lastHeartbeatTickAt = 0;
+  /** When the heartbeat last refreshed the head's verdict (once per heartbeatMs, as before the cap). */
+  private lastHeartbeatRecheckAt = 0;
   private flushScheduled = false;
   private rechecking = false;
   private recheckAgain = false;
@@ -291,7 +326,7 @@ export class AdmissionQueue {
     if (this.heartbeatTimer !== undefined) {
       this.host.clock.clearTimeout(this.heartbeatTimer);
       this.heartbeatTimer = undefined;
-      this.startHeartbeat();
+      this.armHeartbeat();
     }
     this.recheck();
   }
@@ -565,20 +600,30 @@ export class AdmissionQueue {
     this.flushScheduled = true;
     this.defer(() => {
       this.flushScheduled = false;
-      this.flush(false);
+      this.flush();
     });
   }
 
-  /**
-   * Compacts the line and tells each waiter whose position or reason changed (all of them, on a
-   * heartbeat, except those told within the last half beat). One walk, one head verdict.
-   */
-  private flush(heartbeat: boolean): void {
-    if (this.closed) return;
-    if (this.headIndex > 0 || this.line.length !== this.live) {
-      this.line = this.line.filter((w) => !w.removed);
-      this.headIndex = 0;
+  /** Drops removed waiters from the line, keeping the heartbeat cursor on the same waiter. */
+  private compact(): void {
+    if (this.headIndex === 0 && this.line.length === this.live) return;
+    const kept: Waiter[] = [];
+    let cursor = 0;
+    for (let i = 0; i < this.line.length; i++) {
+      const w = this.line[i]!;
+      if (w.removed) continue;
+      if (i < this.heartbeatCursor) cursor++;
+      kept.push(w);
     }
+    this.line = kept;
+    this.headIndex = 0;
+    this.heartbeatCursor = cursor;
+  }
+
+  /** Compacts the line and tells each waiter whose position or reason changed. One walk, one head verdict. */
+  private flush(): void {
+    if (this.closed) return;
+    this.compact();
     if (this.line.length === 0) {
       this.headKey = "";
       return;
@@ -590,12 +635,10 @@ export class AdmissionQueue {
     const ahead = this.line.slice(0, AHEAD_LIMIT).map((w) => ({ label: w.label, needs: w.want }));
     const now = this.host.clock.now();
     const holdMs = this.host.holdMs();
-    const quiet = this.host.policy().heartbeatMs / 2;
     for (let i = 0; i < this.line.length; i++) {
       const w = this.line[i]!;
       const position = i + 1;
-      const changed = position !== w.lastPosition || this.headKey !== w.lastKey;
-      if (!changed && !(heartbeat && now - w.lastNotifiedAt >= quiet)) continue;
+      if (position === w.lastPosition && this.headKey === w.lastKey) continue;
       this.tell(w, position, headReasons, headText, ahead, now, holdMs);
     }
   }
@@ -638,16 +681,61 @@ export class AdmissionQueue {
     }
   }
 
+  /** The first waiter joined: the heartbeat starts its sweep from the head. */
   private startHeartbeat(): void {
     if (this.heartbeatTimer !== undefined || this.closed || this.live === 0) return;
-    this.heartbeatTimer = this.host.clock.setTimeout(() => {
-      this.heartbeatTimer = undefined;
-      if (this.live === 0) return;
+    const now = this.host.clock.now();
+    this.heartbeatCursor = 0;
+    this.heartbeatCredit = 0;
+    this.lastHeartbeatTickAt = now;
+    this.lastHeartbeatRecheckAt = now;
+    this.armHeartbeat();
+  }
+
+  /** Arms the one shared heartbeat timer: one waiter's share of the period, but no sooner than a tick. */
+  private armHeartbeat(): void {
+    if (this.heartbeatTimer !== undefined || this.closed || this.live === 0) return;
+    const heartbeatMs = this.host.policy().heartbeatMs;
+    const delay = Math.max(HEARTBEAT_TICK_MS, heartbeatPeriodMs(this.live, heartbeatMs) / this.live);
+    this.heartbeatTimer = this.host.clock.setTimeout(() => this.heartbeatTick(), delay);
+  }
+
+  /**
+   * One heartbeat tick: visits the next few waiters on the rolling cursor (waiters / period per ms
+   * since the last tick, so the cursor sweeps the line once per period and the queue never sends
+   * more than the cap), telling each one not told within the last half period.
+   */
+  private heartbeatTick(): void {
+    this.heartbeatTimer = undefined;
+    if (this.live === 0 || this.closed) return;
+    const now = this.host.clock.now();
+    const heartbeatMs = this.host.policy().heartbeatMs;
+    if (now - this.lastHeartbeatRecheckAt >= heartbeatMs) {
       // The head's verdict is refreshed (it reads the cached sample, not /proc) and shared by every waiter.
+      this.lastHeartbeatRecheckAt = now;
       this.recheck();
-      this.flush(true);
-      this.startHeartbeat();
-    }, this.host.policy().heartbeatMs);
+      if (this.live === 0 || this.closed) return;
+    }
+    this.compact();
+    const waiters = this.line.length;
+    const period = heartbeatPeriodMs(waiters, heartbeatMs);
+    this.heartbeatCredit = Math.min(HEARTBEAT_BURST, this.heartbeatCredit + ((now - this.lastHeartbeatTickAt) * waiters) / period);
+    this.lastHeartbeatTickAt = now;
+    const visits = Math.min(waiters, Math.floor(this.heartbeatCredit));
+    this.heartbeatCredit -= visits;
+    if (visits > 0) {
+      const { reasons: headReasons, text: headText } = this.headReasonsFor(this.host.context());
+      const ahead = this.line.slice(0, AHEAD_LIMIT).map((w) => ({ label: w.label, needs: w.want }));
+      const holdMs = this.host.holdMs();
+      const quiet = period / 2;
+      for (let v = 0; v < visits; v++) {
+        if (this.heartbeatCursor >= waiters) this.heartbeatCursor = 0;
+        const w = this.line[this.heartbeatCursor]!;
+        if (now - w.lastNotifiedAt >= quiet) this.tell(w, this.heartbeatCursor + 1, headReasons, headText, ahead, now, holdMs);
+        this.heartbeatCursor++;
+      }
+    }
+    this.armHeartbeat();
   }
 
   private stopHeartbeat(): void {

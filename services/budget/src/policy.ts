@@ -41,7 +41,12 @@ export interface Policy {
   /** What a build that declares nothing costs. */
   defaultBuild: Resources;
   queueMode: QueueMode;
-  /** How often a waiter hears its position and reason when nothing changes. */
+  /**
+   * How often a waiter hears its position and reason when nothing changes. A long queue stretches
+   * it: the queue sends at most HEARTBEAT_RATE_CAP (100) heartbeats a second in all, so each waiter's
+   * period is max(heartbeatMs, waiters / 100 s) — 5 s up to 500 waiters, 100 s for 10,000. A changed
+   * position or reason is still told at once.
+   */
   heartbeatMs: number;
 }
 
@@ -165,7 +170,7 @@ export const POLICY_SETTINGS = defineConfig({
   defaultBuildMemory: { flag: "default-build-memory", ...budgetSetting("DEFAULT_BUILD_MEMORY"), default: DEFAULTS.defaultBuild.memoryBytes, parse: sizeParser, doc: "memory of a build that declares none" },
   defaultBuildCpu: { flag: "default-build-cpu", ...budgetSetting("DEFAULT_BUILD_CPU"), default: DEFAULTS.defaultBuild.cpu, parse: numberParser("must be a number of cpus, 0 or more", (n) => n >= 0), doc: "cpu of a build that declares none" },
   queue: { flag: "queue", ...budgetSetting("QUEUE"), default: DEFAULTS.queueMode as QueueMode, parse: oneOf(["fifo", "backfill"] as const), doc: "fifo, or backfill: a request may pass a blocked head when that cannot delay it" },
-  heartbeat: { flag: "heartbeat", ...budgetSetting("HEARTBEAT"), default: DEFAULTS.heartbeatMs, parse: durationParser(true), doc: "how often a waiter hears its position when nothing changes" },
+  heartbeat: { flag: "heartbeat", ...budgetSetting("HEARTBEAT"), default: DEFAULTS.heartbeatMs, parse: durationParser(true), doc: "how often a waiter hears its position when nothing changes (stretched in a long queue: at most 100 heartbeats a second in all)" },
 } satisfies ConfigDefinition);
 
 /** The loaded values of {@link POLICY_SETTINGS} (a superset, such as the server's whole config, is fine). */

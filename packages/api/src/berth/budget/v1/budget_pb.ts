@@ -689,7 +689,9 @@ export type Policy = Message<"berth.budget.v1.Policy"> & {
 
   /**
    * How often a waiting Admit stream gets a Queued heartbeat
-   * (BERTH_BUDGET_HEARTBEAT).
+   * (BERTH_BUDGET_HEARTBEAT), stretched in a long queue so that the service
+   * sends at most 100 heartbeats a second in all: max(heartbeat, waiters /
+   * 100 s).
    *
    * @generated from field: google.protobuf.Duration heartbeat = 12;
    */

@@ -1093,6 +1093,10 @@ export const BudgetService: GenService<{
    * Admission on a stream. The first request must be `start` (the need);
    * the service answers `queued` while it waits (at once, whenever the
    * position or the reason changes, and as a heartbeat) and then `admitted`.
+   * Heartbeats come every `heartbeat` of the policy, stretched in a long
+   * queue: at most 100 a second for the whole service, so each waiter's
+   * period is max(heartbeat, waiters / 100 s) (100 s for 10,000 waiters);
+   * HTTP/2 keepalive pings hold the connection in between.
    * On the same stream the client then reports `build_done` and `started`
    * (each answered by `updated`) and finally `release` (answered by
    * `released`, after which the service ends the stream). The stream ending
