@@ -22,8 +22,21 @@ export function seedFilePath(): string {
   return path.join(seeds, "000_ab834bdb9637be2c.txt");
 }
 
+/** The seed file's text, or an error that says where it was looked for and how to point at it. */
+function readSeedFile(): string {
+  const file = seedFilePath();
+  try {
+    return readFileSync(file, "utf8");
+  } catch (error) {
+    throw new Error(
+      `the seeds are not at ${file} (${(error as NodeJS.ErrnoException).code}): these tests run the seed's own store; ` +
+        "keep the shared/ folder beside the repository (as CI does) or set BERTH_SEEDS_DIR",
+    );
+  }
+}
+
 /** The text of the seed's `session-store.mjs`, taken out of the seed's diff. */
-export function extractSeedSessionStoreSource(seedText = readFileSync(seedFilePath(), "utf8")): string {
+export function extractSeedSessionStoreSource(seedText = readSeedFile()): string {
   const lines = seedText.split("\n");
   const header = lines.findIndex((line) => line.trim().endsWith("scripts/live/session-store.mjs"));
   if (header < 0) throw new Error("the seed file has no session-store.mjs section");
