@@ -1,4 +1,5 @@
 import * as zlib from "node:zlib";
+import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { crc32Hex, decodeJournalLine, encodeJournalLine, forEachLine, isBlankLine, portableCrc32 } from "./journal-format.js";
 
@@ -72,5 +73,64 @@ describe("journal line format", () => {
     expect(lines).toEqual(["a", "", "bc"]);
     expect(buf.toString("utf8", rest)).toBe("tail");
     expect(isBlankLine(Buffer.from(" \t\r"), 0, 3)).toBe(true);
+  });
+
+  it("reads its own lines to exactly what JSON.parse gives (less the verified checksum), field for field and in order", () => {
+    const text = fc.string({ unit: "binary", maxLength: 12 });
+    const json: fc.Arbitrary<unknown> = fc.letrec<{ value: unknown }>((tie) => ({
+      value: fc.oneof({ depthSize: "small" }, text, fc.integer(), fc.double({ noNaN: true, noDefaultInfinity: true }), fc.boolean(), fc.constant(null), fc.array(tie("value"), { maxLength: 3 }), fc.dictionary(text, tie("value"), { maxKeys: 3 })),
+    })).value;
+    fc.assert(
+      fc.property(
+        fc.record({
+          seq: fc.oneof(fc.nat(), fc.constant(0), fc.constant(999_999_999_999_999), fc.constant(2 ** 53 + 2)),
+          id: fc.stringMatching(/^[A-Za-z0-9_-]{1,12}$/),
+          type: text,
+          ts: fc.oneof(fc.constant("2026-01-01T00:00:00.000Z"), text),
+          event: fc.dictionary(text, json, { maxKeys: 4 }),
+        }),
+        fc.record({ ikey: text, n: fc.integer({ min: 2, max: 20_000 }) }, { requiredKeys: [] }),
+        fc.boolean(),
+        (entry, marks, crlf) => {
+          const line = encodeJournalLine(entry, marks).replace(/\n$/, crlf ? "\r" : "");
+          const buf = Buffer.from(line);
+          const { crc: _verified, ...fields } = JSON.parse(line) as Record<string, unknown>;
+          const expected = { kind: "entry", checksum: "valid", entry: fields };
+          for (const decoded of [decodeJournalLine(buf, 0, buf.length), ...(/^[\x00-\x7f]*$/.test(line) ? [decodeJournalLine(buf, 0, buf.length, line)] : [])]) {
+            expect(decoded).toEqual(expected);
+            expect(Object.keys((decoded as { entry: object }).entry)).toEqual(Object.keys(expected.entry));
+          }
+        },
+      ),
+      { numRuns: 500 },
+    );
+  });
+
+  it("leaves lines that only look like its own to JSON.parse's verdict", () => {
+    /** A line in berth's form around `body` (a JSON object's text) with a checksum that matches it. */
+    const sealed = (body: string) => `${body.slice(0, -1)},"crc":"${crc32Hex(body)}"}`;
+    const cases = [
+      '{"seq":1,"id":"s1","type":"a\tb","ts":"t","event":{}}', // a raw tab in a string: not JSON
+      '{"seq":01,"id":"s1","type":"a","ts":"t","event":{}}', // a leading zero: not JSON
+      '{"seq":1,"id":"s1","type":"a","ts":"t","event":{},"x":1}', // a field berth does not write
+      '{"seq":1,"id":"s1","type":"a","ts":"t","event":{"a":1},"n":}', // no digits
+      '{"seq":1,"id":"s1","type":"a","ts":"t","event":[1]}', // an event that is not an object
+      '{"seq":-1,"id":"s1","type":"a","ts":"t","event":{}}',
+      '{"seq":1.5,"id":"s1","type":"a","ts":"t","event":{}}',
+      '{"seq":1,"id":"s\u0031","type":"a","ts":"t","event":{}}', // an escape
+      '{"seq":1,"type":"a","id":"s1","ts":"t","event":{}}', // out of order
+      '{"seq":1,"id":"s1","type":"a","ts":"t","event":{}} ', // trailing space before the seal
+    ];
+    for (const body of cases) {
+      const line = sealed(body);
+      let expected: unknown;
+      try {
+        const { crc: _verified, ...fields } = JSON.parse(line) as Record<string, unknown>;
+        expected = { kind: "entry", checksum: "valid", entry: fields };
+      } catch {
+        expected = { kind: "parse_failed" };
+      }
+      expect(decode(line)).toMatchObject(expected as object);
+    }
   });
 });
