@@ -4,7 +4,7 @@
  * run (the empty-RPC rate or latency on the same server, or the seed's store on the same data):
  * the machines are shared, so ratios are what compare across runs.
  *
- * Parts (names for `--only`): cold-open, stale-checkpoints (in-process: the store alone, against
+ * Parts (names for `--only`): cold-open (replay, prefix snapshot + tail, hydration), stale-checkpoints (in-process: the store alone, against
  * the seed's store), append (AppendEvent × fsync × clients), append-events (AppendEvents and
  * GetSnapshot at 1k/100k events), watchers (100 watchers at 100 events/s), idle-watchers (memory
  * per watcher), logging (the per-RPC log line's cost).
@@ -157,9 +157,10 @@ async function withServerCpu<T>(server: BenchServer, work: () => Promise<T>): Pr
 // --------------------------------------------------------------------------- cold open
 
 /**
- * Opening a 100,000-entry journal: by replay (no snapshot file) and by hydration (a current one).
- * References in the same run: the seed's store replaying the same file, and JSON.parse alone of
- * every line (the floor any replay of this format pays).
+ * Opening a 100,000-entry journal: by replay (no snapshot file), from a snapshot file of its
+ * first 99,000 entries plus the rest (a restart after the last periodic snapshot write), and by
+ * hydration (a current one). References in the same run: the seed's store replaying the same
+ * file, and JSON.parse alone of every line (what a replay that parses whole lines pays).
  */
 async function coldOpen(): Promise<void> {
   const entries = 100_000;
@@ -167,16 +168,25 @@ async function coldOpen(): Promise<void> {
   const id = "cold";
   let seed: SeedStoreHarness | undefined;
   try {
-    const writer = createSessionStore({ dir, fsync: "none", snapshotIdleMs: 0, snapshotEveryEntries: 1e9 });
-    const events = journalEvents(entries);
-    for (let i = 0; i < events.length; i += 1000) await writer.append(id, events.slice(i, i + 1000));
-    await writer.close();
     const journal = path.join(dir, `${id}.jsonl`);
     const snapshotFile = path.join(dir, `${id}.snapshot.json`);
+    const sidecarFile = path.join(dir, `${id}.snapshot.meta.json`);
+    const events = journalEvents(entries);
+    // The snapshot file (and sidecar) as a running service leaves them after its last periodic
+    // write (every 1,000 entries): one batch behind the journal's end, kept for the prefix runs.
+    const prefixEntries = entries - 1000;
+    let writer = createSessionStore({ dir, fsync: "none", snapshotIdleMs: 0, snapshotEveryEntries: 1e9 });
+    for (let i = 0; i < prefixEntries; i += 1000) await writer.append(id, events.slice(i, i + 1000));
+    await writer.close();
+    const prefixFiles = [snapshotFile, sidecarFile].map((file) => [file, fs.readFileSync(file)] as const);
+    writer = createSessionStore({ dir, fsync: "none", snapshotIdleMs: 0, snapshotEveryEntries: 1e9 });
+    for (let i = prefixEntries; i < events.length; i += 1000) await writer.append(id, events.slice(i, i + 1000));
+    await writer.close();
     const bytes = fs.statSync(journal).size;
 
-    const open = async (withSnapshot: boolean) => {
-      if (!withSnapshot) fs.rmSync(snapshotFile, { force: true });
+    const open = async (snapshot: "none" | "current" | "prefix") => {
+      if (snapshot !== "current") for (const file of [snapshotFile, sidecarFile]) fs.rmSync(file, { force: true });
+      if (snapshot === "prefix") for (const [file, content] of prefixFiles) fs.writeFileSync(file, content);
       const store: SessionStore = createSessionStore({ dir, fsync: "none", snapshotIdleMs: 0 });
       const t0 = performance.now();
       const view = store.getSnapshot(id, { includeCompleted: true });
@@ -184,16 +194,22 @@ async function coldOpen(): Promise<void> {
       if (view?.lastSeq !== entries) throw new Error(`cold open read ${view?.lastSeq} entries, expected ${entries}`);
       const stats = store.stats();
       await store.close(); // writes the snapshot file again when the open replayed
-      return { ms, replays: stats.replays, hydrations: stats.hydrations };
+      return { ms, replays: stats.replays, hydrations: stats.hydrations, tailReplays: stats.tailReplays };
     };
-    await open(false); // warm the code paths (JIT), as a long-running service has them
+    await open("none"); // warm the code paths (JIT), as a long-running service has them
     const replays: number[] = [];
-    for (let i = 0; i < 5; i++) replays.push((await open(false)).ms);
+    for (let i = 0; i < 5; i++) replays.push((await open("none")).ms);
     const hydrations: number[] = [];
     for (let i = 0; i < 5; i++) {
-      const run = await open(true);
+      const run = await open("current");
       if (run.hydrations !== 1) throw new Error("the open with a snapshot file did not hydrate from it");
       hydrations.push(run.ms);
+    }
+    const prefixRuns: number[] = [];
+    for (let i = 0; i < 5; i++) {
+      const run = await open("prefix");
+      if (run.tailReplays !== 1) throw new Error("the open with a snapshot file of the prefix did not replay only the tail");
+      prefixRuns.push(run.ms);
     }
 
     // The floor: split and JSON.parse every line, nothing else.
@@ -233,6 +249,17 @@ async function coldOpen(): Promise<void> {
       ref_json_parse_only_ms: round(Math.min(...parseOnly), 1),
       ref_seed_replay_ms: round(Math.min(...seedRuns), 1),
       ratio_to_seed: ratio(Math.min(...replays), Math.min(...seedRuns)),
+    });
+    emit({
+      suite: "sessions",
+      figure: "cold_open_prefix_snapshot",
+      entries,
+      snapshot_file_entries: prefixEntries,
+      best_ms: round(Math.min(...prefixRuns), 1),
+      median_ms: round(median(prefixRuns), 1),
+      runs_ms: prefixRuns.map((v) => round(v, 1)),
+      ref_replay_ms: round(Math.min(...replays), 1),
+      ref_seed_replay_ms: round(Math.min(...seedRuns), 1),
     });
     emit({
       suite: "sessions",

@@ -2,8 +2,8 @@ import * as fs from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { encodeJournalLine } from "./journal-format.js";
-import { appendDiagnostics, readJournalEntries, replayJournalFile, scanJournalPrefix, SeqIndex } from "./journal-file.js";
+import { crc32, encodeJournalLine } from "./journal-format.js";
+import { appendDiagnostics, lastLineCrc, readJournalEntries, replayJournalFile, scanJournalPrefix, SeqIndex } from "./journal-file.js";
 import { baseSnapshot, MAX_DIAGNOSTICS } from "./reducer.js";
 
 let dir: string;
@@ -132,6 +132,23 @@ describe("seek points and appends of several events", () => {
       [2, "unchecked", undefined],
       [4, "verified", undefined],
     ]);
+  });
+});
+
+describe("lastLineCrc", () => {
+  it("is the CRC of the whole line ending at the offset, however long, and only at a line's end", () => {
+    const long = line(2, "steer", { pad: "x".repeat(200_000) });
+    const lines = [line(1, "generate"), long, "\n", line(3, "steer")];
+    fs.writeFileSync(file, lines.join("") + '{"seq":4');
+    let end = 0;
+    for (const text of lines) {
+      end += Buffer.byteLength(text);
+      expect(lastLineCrc(file, end)).toBe(crc32(text));
+    }
+    expect(lastLineCrc(file, end + 3)).toBeUndefined(); // inside the unterminated tail
+    expect(lastLineCrc(file, end - 1)).toBeUndefined(); // not just past a newline
+    expect(lastLineCrc(file, 0)).toBeUndefined();
+    expect(lastLineCrc(file, 10_000_000)).toBeUndefined(); // past the end of the file
   });
 });
 

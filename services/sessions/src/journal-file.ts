@@ -11,6 +11,7 @@ import {
   BATCH_SIZE_FIELD,
   CHECKSUM_FIELD,
   IDEMPOTENCY_KEY_FIELD,
+  crc32Range,
   decodeJournalLine,
   forEachLine,
   isBlankLine,
@@ -393,6 +394,13 @@ export class AppendTracker {
   private carried: string | undefined;
   /** The key of the line last passed to {@link line}. */
   key: string | undefined;
+  /** The number of lines of the append the last line passed to {@link line} starts (1 inside an append). */
+  size = 1;
+
+  /** True while lines of an append of several events are still to come. */
+  get inAppend(): boolean {
+    return this.left > 0;
+  }
 
   /**
    * Takes the next non-blank line (`entry` undefined when it is not an entry: it still counts
@@ -402,13 +410,14 @@ export class AppendTracker {
     if (this.left > 0) {
       this.left--;
       this.key = this.carried;
+      this.size = 1;
       return false;
     }
     const ikey = entry?.[IDEMPOTENCY_KEY_FIELD];
     this.key = typeof ikey === "string" ? ikey : undefined;
-    const size = entry === undefined ? 1 : batchSizeOf(entry);
-    if (size > 1) {
-      this.left = size - 1;
+    this.size = entry === undefined ? 1 : batchSizeOf(entry);
+    if (this.size > 1) {
+      this.left = this.size - 1;
       this.carried = this.key;
     }
     return true;
@@ -418,6 +427,49 @@ export class AppendTracker {
 /** The reader's view of a decoded line whose key `tracker` has just worked out. */
 export function storedEntry(decoded: DecodedEntry, key: string | undefined): StoredEntry {
   return { entry: toReaderEntry(decoded.entry), idempotencyKey: key, integrity: decoded.checksum === "valid" ? "verified" : "unchecked" };
+}
+
+const TAIL_CHUNK_BYTES = 64 * 1024;
+
+/**
+ * CRC-32 of the journal's line that ends at byte `end` (its newline included): what a snapshot
+ * file's sidecar records to prove, later, that the journal still holds the same bytes there.
+ * Undefined when `end` is not just past a newline (the file ends with an unterminated tail) or
+ * the file is shorter. Reads backwards from `end` in chunks until the line's start.
+ */
+export function lastLineCrc(path: string, end: number): number | undefined {
+  if (end <= 0) return undefined;
+  const fd = fs.openSync(path, "r");
+  try {
+    const chunks: Buffer[] = [];
+    let position = end;
+    for (;;) {
+      const length = Math.min(TAIL_CHUNK_BYTES, position);
+      const chunk = Buffer.allocUnsafe(length);
+      let read = 0;
+      while (read < length) {
+        const n = fs.readSync(fd, chunk, read, length - read, position - length + read);
+        if (n === 0) return undefined; // the file is shorter than `end`
+        read += n;
+      }
+      position -= length;
+      if (chunks.length === 0 && chunk[length - 1] !== 0x0a) return undefined;
+      // The previous line's newline (skipping this line's own, the last byte of the first chunk).
+      const searchEnd = chunks.length === 0 ? length - 2 : length - 1;
+      const nl = searchEnd >= 0 ? chunk.lastIndexOf(0x0a, searchEnd) : -1;
+      if (nl >= 0) {
+        chunks.unshift(chunk.subarray(nl + 1));
+        break;
+      }
+      chunks.unshift(chunk);
+      if (position === 0) break;
+    }
+    let crc = 0;
+    for (const chunk of chunks) crc = crc32Range(chunk, 0, chunk.length, crc);
+    return crc;
+  } finally {
+    fs.closeSync(fd);
+  }
 }
 
 /** Options of {@link readJournalEntries}. */

@@ -12,9 +12,10 @@
  * - A failed write fails its batch and everything queued behind it, cuts the file back to the
  *   last durable byte and rolls the head back to the durable state.
  * - A session is opened from its snapshot file when that file provably describes the journal
- *   (the seed's `__journalBytes` fence), else by one replay of the journal (repairing a torn
- *   tail). A journal another process appended to (size or mtime not what we left) is caught up
- *   before the next read or append.
+ *   (the seed's `__journalBytes` fence); from berth's own snapshot file of a prefix of the journal
+ *   plus the tail after it, when its sidecar proves the prefix unchanged; else by one replay of
+ *   the journal (repairing a torn tail). A journal another process appended to (size or mtime
+ *   not what we left) is caught up before the next read or append.
  * - Open sessions live in a bounded LRU; evicting one writes its snapshot file if it is behind and
  *   closes its file, and a later access re-opens it, cheaply, from that file.
  * - Snapshot files are written lazily: on flush, on eviction and close, after a number of appends,
@@ -30,6 +31,7 @@ import { GroupCommit, type CommitIo, type FsyncMode } from "./group-commit.js";
 import { decodeJournalLine, encodeJournalLine, forEachLine, isBlankLine, type DecodedEntry } from "./journal-format.js";
 import {
   AppendTracker,
+  lastLineCrc,
   readJournalEntries,
   replayJournalFile,
   scanJournalPrefix,
@@ -41,7 +43,7 @@ import {
 } from "./journal-file.js";
 import { applyEvent, baseSnapshot, type JournalEntry, type SessionSnapshot } from "./reducer.js";
 import { journalPath, sessionIdFromFileName, snapshotPath } from "./session-paths.js";
-import { readSnapshotFile, writeSnapshotFile } from "./snapshot-file.js";
+import { readPrefixSnapshot, readSnapshotFile, writeSnapshotFile } from "./snapshot-file.js";
 import { isCompletedPhase } from "./vocabulary.js";
 import { WatchHub, type SessionChange, type WatchBacklog, type WatchEvent, type WatchOptions } from "./watch-hub.js";
 
@@ -116,8 +118,10 @@ export interface SessionStoreStats {
   watchers: number;
   /** Full journal replays done (opens without a current snapshot file, and catch-ups after foreign writes). */
   replays: number;
-  /** Opens served from a snapshot file. */
+  /** Opens served from a snapshot file (current, or of a prefix: see `tailReplays`). */
   hydrations: number;
+  /** Opens from a snapshot file of the journal's prefix plus a replay of the rest. */
+  tailReplays: number;
   snapshotWrites: number;
 }
 
@@ -202,7 +206,7 @@ export class SessionStore {
   private readonly background = new Set<Promise<void>>();
   private readonly now: () => number;
   private closed = false;
-  private readonly counters = { replays: 0, hydrations: 0, snapshotWrites: 0 };
+  private readonly counters = { replays: 0, hydrations: 0, tailReplays: 0, snapshotWrites: 0 };
 
   constructor(options: SessionStoreOptions) {
     this.dir = path.resolve(options.dir);
@@ -770,7 +774,30 @@ export class SessionStore {
       session.snapshotFileBytes = stat.size;
       return session;
     }
-    return this.replayInto(undefined, id, journal, legacy, !legacy);
+    return this.openFromPrefix(id, journal, legacy, stat) ?? this.replayInto(undefined, id, journal, legacy, !legacy);
+  }
+
+  /**
+   * Opens a session from a snapshot file of an older, shorter journal plus the journal's tail:
+   * the sidecar proves the file is berth's own and records the CRC of the journal's line that
+   * ended there; the same bytes still at that place mean the journal only grew since (it is
+   * append-only), so the snapshot is that prefix's state and only the tail needs applying — as
+   * our own appends would have been. Undefined (nothing changed) when anything does not hold or
+   * the tail needs a full replay's care (see {@link catchUp}).
+   */
+  private openFromPrefix(id: string, journal: string, legacy: boolean, stat: fs.Stats): OpenSession | undefined {
+    const prefix = readPrefixSnapshot(snapshotPath(this.dir, id), id, stat.size);
+    if (!prefix || lastLineCrc(journal, prefix.journalBytes) !== prefix.lastLineCrc) return undefined;
+    const session = newSession(id, journal, legacy, prefix.snapshot, prefix.nextSeq);
+    session.size = session.fileSize = prefix.journalBytes;
+    // Keys and seek points of the prefix come from the light scan, when first needed.
+    session.keysComplete = false;
+    session.scanPrefix = prefix.journalBytes;
+    session.snapshotFileBytes = prefix.journalBytes;
+    if (!this.catchUp(session, stat, true)) return undefined;
+    this.counters.hydrations++;
+    this.counters.tailReplays++;
+    return session;
   }
 
   private replayInto(existing: OpenSession | undefined, id: string, journal: string, legacy: boolean, repair: boolean): OpenSession {
@@ -825,11 +852,13 @@ export class SessionStore {
   }
 
   /**
-   * Applies the entries another process appended (the file grew past what we know) on top of the
-   * durable state and hands them to watchers. Returns false when the new bytes hold something a
-   * full replay must handle (a damaged line, or a part of the file it cannot account for).
+   * Applies the entries past the durable end (another process appended them, or they follow the
+   * prefix a snapshot file described) on top of the durable state and, unless `opening`, hands
+   * them to watchers. Returns false, having changed nothing, when the new bytes hold something a
+   * full replay must handle: a damaged or unparsable line, an append of several events that is
+   * not all there — and, when `opening`, an unterminated last line (a replay cuts a torn one back).
    */
-  private catchUp(session: OpenSession, stat: fs.Stats): boolean {
+  private catchUp(session: OpenSession, stat: fs.Stats, opening = false): boolean {
     const start = session.size;
     const length = stat.size - start;
     const buf = Buffer.alloc(length);
@@ -853,7 +882,11 @@ export class SessionStore {
       else decoded.push({ line, offset: start + lineStart });
     });
     // Parse diagnostics go after every event's in a replay (the seed's order): leave those to one.
-    if (!clean) return false;
+    if (!clean || (opening && consumed < read)) return false;
+    // A replay applies an append of several events only once all of it is there.
+    const completeness = new AppendTracker();
+    for (const { line } of decoded) completeness.line(line.entry);
+    if (completeness.inAppend) return false;
     let snapshot = session.snapshot;
     // Published append by append, as our own appends are: the all-sessions watchers see one change each.
     const published: Array<Array<StoredEntry & { snapshot: SessionSnapshot }>> = [];
@@ -868,7 +901,7 @@ export class SessionStore {
         if (seq + 1 > session.nextSeq) session.nextSeq = seq + 1;
         session.index.note(seq, offset, appendStart);
         const ikey = appends.key;
-        if (appendStart && ikey !== undefined && !session.keys.has(ikey)) session.keys.set(ikey, { firstSeq: seq, lastSeq: seq });
+        if (appendStart && ikey !== undefined && !session.keys.has(ikey)) session.keys.set(ikey, { firstSeq: seq, lastSeq: seq + appends.size - 1 });
         const item = { ...storedEntry(line, ikey), snapshot };
         const current = published[published.length - 1];
         if (appendStart || current === undefined) published.push([item]);
@@ -883,8 +916,12 @@ export class SessionStore {
     // An unterminated tail is left alone (it may be a write in progress); our next line starts
     // with a newline so it cannot be glued to it.
     session.needsNewline = session.headNeedsNewline = consumed < read;
-    this.logger?.debug({ sessionId: session.id, entries: decoded.length }, "caught up with entries appended by another process");
-    for (const append of published) this.hub.publish(session.id, append);
+    if (opening) {
+      this.logger?.debug({ sessionId: session.id, entries: decoded.length, from: start }, "opened from a snapshot file of the journal's prefix and replayed the rest");
+    } else {
+      this.logger?.debug({ sessionId: session.id, entries: decoded.length }, "caught up with entries appended by another process");
+      for (const append of published) this.hub.publish(session.id, append);
+    }
     this.scheduleSnapshot(session);
     return true;
   }
@@ -940,7 +977,9 @@ export class SessionStore {
         const nextSeq = session.nextSeq;
         const snapshot = session.snapshot;
         const entries = session.entriesSinceSnapshot;
-        await writeSnapshotFile(snapshotPath(this.dir, session.id), snapshot, { journalBytes, nextSeq });
+        // Recorded so that a later open can use this file even once the journal has grown past it.
+        const lastLine = lastLineCrc(session.path, journalBytes);
+        await writeSnapshotFile(snapshotPath(this.dir, session.id), snapshot, { journalBytes, nextSeq, lastLineCrc: lastLine });
         this.counters.snapshotWrites++;
         session.snapshotFileBytes = journalBytes;
         session.entriesSinceSnapshot = Math.max(0, session.entriesSinceSnapshot - entries);

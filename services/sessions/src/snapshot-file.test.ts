@@ -3,7 +3,7 @@ import * as os from "node:os";
 import * as path from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
 import { baseSnapshot } from "./reducer.js";
-import { decodeSnapshotFile, encodeSnapshotFile, readSnapshotFile, writeSnapshotFile } from "./snapshot-file.js";
+import { decodeSnapshotFile, encodeSnapshotFile, readPrefixSnapshot, readSnapshotFile, sidecarPath, writeSnapshotFile } from "./snapshot-file.js";
 
 let dir: string | undefined;
 afterEach(() => {
@@ -41,5 +41,25 @@ describe("snapshot files", () => {
     expect(readSnapshotFile(file, "s1", 10)).toBeNull();
     expect(readSnapshotFile(path.join(dir, "none.json"), "s1", 10)).toBeNull();
     expect((fs.statSync(file).mode & 0o777).toString(8)).toBe("600");
+  });
+
+  it("describe a journal's prefix through their sidecar, only while the file is the one the sidecar names", async () => {
+    dir = fs.mkdtempSync(path.join(os.tmpdir(), "berth-snap-"));
+    const file = path.join(dir, "s1.snapshot.json");
+    expect(sidecarPath(file)).toBe(path.join(dir, "s1.snapshot.meta.json"));
+    await writeSnapshotFile(file, snapshot, { journalBytes: 100, nextSeq: 5, lastLineCrc: 1234 });
+    expect(readPrefixSnapshot(file, "s1", 150)).toEqual({ snapshot, nextSeq: 5, journalBytes: 100, lastLineCrc: 1234 });
+    // Current (the exact match is the other path), shorter journal, other session: no prefix.
+    expect(readPrefixSnapshot(file, "s1", 100)).toBeNull();
+    expect(readPrefixSnapshot(file, "s1", 90)).toBeNull();
+    expect(readPrefixSnapshot(file, "s2", 150)).toBeNull();
+    // The seed rewrote the snapshot file (same size fence or not): the sidecar no longer names it.
+    fs.writeFileSync(file, JSON.stringify({ ...snapshot, __journalBytes: 100, __nextSeq: 5 }, null, 2));
+    expect(readPrefixSnapshot(file, "s1", 150)).toBeNull();
+    // Without a last-line checksum no sidecar is written: nothing to vouch for the prefix.
+    fs.rmSync(sidecarPath(file));
+    await writeSnapshotFile(file, snapshot, { journalBytes: 100, nextSeq: 5 });
+    expect(fs.existsSync(sidecarPath(file))).toBe(false);
+    expect(readPrefixSnapshot(file, "s1", 150)).toBeNull();
   });
 });
