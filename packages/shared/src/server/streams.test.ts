@@ -53,6 +53,17 @@ describe("abortable", () => {
     expect(remove).toHaveBeenCalledTimes(3);
   });
 
+  it("a consumer returning while a pull waits answers that pull and stops listening", async () => {
+    const controller = new AbortController();
+    const remove = vi.spyOn(controller.signal, "removeEventListener");
+    const it = abortable(stuckAfter(1, { value: false }), controller.signal)[Symbol.asyncIterator]();
+    expect(await it.next()).toEqual({ done: false, value: 1 });
+    const pending = it.next();
+    void it.return!();
+    expect(await pending).toEqual({ done: true, value: undefined });
+    expect(remove).toHaveBeenCalledTimes(1);
+  });
+
   it("refuses the next pull once aborted between pulls, and tells the source to stop", async () => {
     const controller = new AbortController();
     const finished = { value: false };

@@ -88,6 +88,10 @@ class AbortableIterator<T> implements AsyncIterator<T> {
   return(value?: unknown): Promise<IteratorResult<T>> {
     this.stopListening();
     this.finished = true;
+    // A pull still in flight is answered too, so that nothing is left waiting on it.
+    const resolve = this.resolvePull;
+    this.resolvePull = this.rejectPull = undefined;
+    resolve?.({ done: true, value: value as T });
     return this.it.return ? this.it.return(value) : Promise.resolve({ done: true, value: value as T });
   }
 
