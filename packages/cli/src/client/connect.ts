@@ -75,20 +75,25 @@ export function resolveEndpoint(options: EndpointOptions): Endpoint {
   return { url: url.replace(/\/+$/, ""), token };
 }
 
+/** The interceptor that sends the endpoint's token as `authorization: Bearer …` (none without a token). */
+export function bearerInterceptors(endpoint: Endpoint): Interceptor[] {
+  const token = endpoint.token;
+  if (token === undefined) return [];
+  return [
+    (next) => (req) => {
+      req.header.set("authorization", `Bearer ${token}`);
+      return next(req);
+    },
+  ];
+}
+
 /**
  * A transport to `endpoint`: the Connect protocol with binary messages over HTTP/1.1 (the fastest
  * client here, and server streams work over it), or over a unix socket for a `unix:` URL. The
  * token, when any, goes in `authorization: Bearer …` on every call.
  */
 export function createTransport(endpoint: Endpoint): Transport {
-  const interceptors: Interceptor[] = [];
-  const token = endpoint.token;
-  if (token !== undefined) {
-    interceptors.push((next) => (req) => {
-      req.header.set("authorization", `Bearer ${token}`);
-      return next(req);
-    });
-  }
+  const interceptors = bearerInterceptors(endpoint);
   if (endpoint.url.startsWith("unix:")) {
     return createConnectTransport({
       baseUrl: "http://localhost",

@@ -4,20 +4,13 @@
  * endpoint, same token, unix sockets too.
  */
 import * as net from "node:net";
-import type { Interceptor, Transport } from "@connectrpc/connect";
+import type { Transport } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
-import type { Endpoint } from "./connect.js";
+import { bearerInterceptors, type Endpoint } from "./connect.js";
 
 /** A gRPC (HTTP/2) transport to `endpoint`, sending its token as `authorization: Bearer …`. */
 export function createHttp2Transport(endpoint: Endpoint): Transport {
-  const interceptors: Interceptor[] = [];
-  const token = endpoint.token;
-  if (token !== undefined) {
-    interceptors.push((next) => (req) => {
-      req.header.set("authorization", `Bearer ${token}`);
-      return next(req);
-    });
-  }
+  const interceptors = bearerInterceptors(endpoint);
   if (endpoint.url.startsWith("unix:")) {
     const socketPath = endpoint.url.slice("unix:".length);
     return createGrpcTransport({ baseUrl: "http://localhost", interceptors, nodeOptions: { createConnection: () => net.connect(socketPath) } });

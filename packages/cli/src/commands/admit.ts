@@ -8,8 +8,7 @@
  * this one). CMD's exit releases the reservation. If this process dies instead, the stream breaks
  * and the service releases the reservation by itself.
  */
-import { spawn, type ChildProcess } from "node:child_process";
-import { constants } from "node:os";
+import { spawn } from "node:child_process";
 import * as path from "node:path";
 import { parseArgs } from "node:util";
 import type { MessageInitShape } from "@bufbuild/protobuf";
@@ -22,6 +21,7 @@ import { EXIT, type Command } from "../command.js";
 import { formatQueued, gateName, roughly } from "../client/budget-format.js";
 import { NEED_FLAGS, NEED_HELP, durationFlag, needFromFlags } from "../client/budget-need.js";
 import { UsageError, resolveEndpoint, type Endpoint } from "../client/connect.js";
+import { relaySignals, signalExit } from "../client/wrapped-command.js";
 import { describeFailure } from "../client/errors.js";
 import { createHttp2Transport } from "../client/http2-transport.js";
 
@@ -181,10 +181,6 @@ function parse(argv: string[]) {
   return { values: parsed.values as Record<string, unknown>, command };
 }
 
-/** The signal's conventional exit code (128 + its number). */
-function signalExit(signal: NodeJS.Signals): number {
-  return 128 + (constants.signals[signal] ?? 0);
-}
 
 /** The exit code for a refused admission, and the facts to report. */
 function refusal(error: ConnectError) {
@@ -223,21 +219,7 @@ async function admit(values: Record<string, unknown>, command: string[], endpoin
   });
   const responses = client.admit(requests, { signal: call.signal })[Symbol.asyncIterator]();
 
-  let child: ChildProcess | undefined;
-  let interrupted: NodeJS.Signals | undefined;
-  const onSignal = (signal: NodeJS.Signals) => {
-    if (child === undefined) {
-      // Still waiting: withdraw the request (the stream's end drops it) and leave.
-      interrupted ??= signal;
-      call.abort();
-      return;
-    }
-    // A terminal's Ctrl-C reaches CMD already (same process group): sending it again would count twice.
-    if (signal === "SIGINT" && process.stdin.isTTY) return;
-    child.kill(signal);
-  };
-  const signals: NodeJS.Signals[] = ["SIGINT", "SIGTERM", "SIGHUP"];
-  for (const signal of signals) process.on(signal, onSignal);
+  const relay = relaySignals(() => call.abort());
   const started = Date.now();
 
   try {
@@ -249,9 +231,9 @@ async function admit(values: Record<string, unknown>, command: string[], endpoin
         result = await responses.next();
       } catch (error) {
         reporter.done();
-        if (interrupted !== undefined) {
-          reporter.event("interrupted", { signal: interrupted }, `interrupted (${interrupted}) while waiting; the request was withdrawn`);
-          return signalExit(interrupted);
+        if (relay.interrupted !== undefined) {
+          reporter.event("interrupted", { signal: relay.interrupted }, `interrupted (${relay.interrupted}) while waiting; the request was withdrawn`);
+          return signalExit(relay.interrupted);
         }
         const e = ConnectError.from(error);
         const refused = refusal(e);
@@ -286,7 +268,7 @@ async function admit(values: Record<string, unknown>, command: string[], endpoin
 
     // 2. Run CMD; report it started; keep reading the stream (its answers, or its loss).
     const spawned = spawn(command[0]!, command.slice(1), { stdio: "inherit", env: { ...process.env, BERTH_RESERVATION_ID: reservation?.id ?? "" } });
-    child = spawned;
+    relay.child = spawned;
     const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null; error?: NodeJS.ErrnoException }>((resolve) => {
       spawned.once("error", (error: NodeJS.ErrnoException) => resolve({ code: null, signal: null, error }));
       spawned.once("exit", (code, signal) => resolve({ code, signal }));
@@ -342,7 +324,7 @@ async function admit(values: Record<string, unknown>, command: string[], endpoin
     await release(client, requests, reading, call, runningId, lost);
     return code;
   } finally {
-    for (const signal of signals) process.off(signal, onSignal);
+    relay.dispose();
     reporter.done();
     requests.end();
     call.abort();

@@ -7,8 +7,8 @@
  * this process dies instead (killed, crashed), its connection closes, the stream ends and the
  * service frees the lock at once.
  */
-import { spawn, type ChildProcess } from "node:child_process";
-import { hostname, userInfo, constants } from "node:os";
+import { spawn } from "node:child_process";
+import { hostname, userInfo } from "node:os";
 import * as path from "node:path";
 import { parseArgs } from "node:util";
 import { toJson } from "@bufbuild/protobuf";
@@ -27,6 +27,7 @@ import {
 } from "@berth/api/berth/sessions/v1/lock_service_pb";
 import { formatDuration, parseDuration } from "@berth/shared/units";
 import { createTransport, resolveEndpoint, UsageError, type Endpoint } from "../client/connect.js";
+import { relaySignals, signalExit } from "../client/wrapped-command.js";
 import { describeFailure } from "../client/errors.js";
 import { createHttp2Transport } from "../client/http2-transport.js";
 import { EXIT, type Command } from "../command.js";
@@ -202,9 +203,6 @@ function holderJson(holder: Holder | LockHeld | undefined): Record<string, unkno
   };
 }
 
-function signalExit(signal: NodeJS.Signals): number {
-  return 128 + (constants.signals[signal] ?? 0);
-}
 
 /** Runs `berth lock hold`; resolves with the exit code. */
 async function hold(invocation: Invocation): Promise<number> {
@@ -214,21 +212,7 @@ async function hold(invocation: Invocation): Promise<number> {
   const call = new AbortController();
   const responses = client.hold({ file, owner, wait: durationFromMs(waitMs) }, { signal: call.signal })[Symbol.asyncIterator]();
 
-  let child: ChildProcess | undefined;
-  let interrupted: NodeJS.Signals | undefined;
-  const onSignal = (signal: NodeJS.Signals) => {
-    if (child === undefined) {
-      // Still waiting: ending the stream withdraws the request.
-      interrupted ??= signal;
-      call.abort();
-      return;
-    }
-    // A terminal's Ctrl-C reaches CMD already (same process group): sending it again would count twice.
-    if (signal === "SIGINT" && process.stdin.isTTY) return;
-    child.kill(signal);
-  };
-  const signals: NodeJS.Signals[] = ["SIGINT", "SIGTERM", "SIGHUP"];
-  for (const signal of signals) process.on(signal, onSignal);
+  const relay = relaySignals(() => call.abort());
 
   try {
     // 1. Wait for the grant.
@@ -238,7 +222,7 @@ async function hold(invocation: Invocation): Promise<number> {
       try {
         result = await responses.next();
       } catch (error) {
-        return refused(error, invocation, report, interrupted);
+        return refused(error, invocation, report, relay.interrupted);
       }
       if (result.done) {
         report.event("error", { message: "the service ended the stream before granting the lock" }, "the service ended the stream before granting the lock");
@@ -264,7 +248,7 @@ async function hold(invocation: Invocation): Promise<number> {
       stdio: "inherit",
       env: { ...process.env, BERTH_FENCING_TOKEN: String(lease.fencingToken), BERTH_LOCK_FILE: lease.file },
     });
-    child = spawned;
+    relay.child = spawned;
     const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null; error?: NodeJS.ErrnoException }>((resolve) => {
       spawned.once("error", (error: NodeJS.ErrnoException) => resolve({ code: null, signal: null, error }));
       spawned.once("exit", (code, signal) => resolve({ code, signal }));
@@ -312,7 +296,7 @@ async function hold(invocation: Invocation): Promise<number> {
     }
     return code;
   } finally {
-    for (const signal of signals) process.off(signal, onSignal);
+    relay.dispose();
     call.abort();
   }
 }
