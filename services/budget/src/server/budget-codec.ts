@@ -67,6 +67,7 @@ import type {
   QueueEntryInfo,
   QueuedUpdate,
   Reason,
+  ReservationInfo,
   Resources,
   ResourceSpec,
   RunningEntry,
@@ -471,18 +472,10 @@ export function verdictToProto(verdict: Verdict, need: Pick<Need, "start" | "bui
   });
 }
 
-/** The parts of a reservation the proto shows (the domain's Reservation or a state() copy). */
-export interface ReservationView {
-  id: string;
-  label: string;
-  start: Resources;
-  build: Resources;
-  admittedAt: number;
-  leaseExpiresAt?: number | undefined;
-}
 
 /** A reservation as a message, with the running entries started from it. */
-export function reservationToProto(reservation: ReservationView, runningIds: readonly string[] = []): ReservationMessage {
+/** A reservation as the proto shows it (the domain's Reservation or a `state()` copy, `ReservationInfo`). */
+export function reservationToProto(reservation: ReservationInfo, runningIds: readonly string[] = []): ReservationMessage {
   return create(ReservationSchema, {
     id: reservation.id,
     label: reservation.label,
