@@ -4,6 +4,9 @@
  */
 import { spawn, type ChildProcess } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import * as net from "node:net";
+import * as grpc from "@grpc/grpc-js";
+import { grpcServiceClient, target, unary } from "./grpc-clients.js";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
@@ -24,30 +27,35 @@ export interface BenchServer {
   stop(): Promise<void>;
 }
 
-export async function startBenchServer(kind: "sessions" | "budget", args: string[] = [], env: NodeJS.ProcessEnv = {}): Promise<BenchServer> {
+/** Options of `startBenchServer`. */
+export interface BenchServerOptions {
+  /** The service's log level; default `info` (one line per RPC, as in production). */
+  readonly logLevel?: string;
+}
+
+export async function startBenchServer(
+  kind: "sessions" | "budget",
+  args: string[] = [],
+  env: NodeJS.ProcessEnv = {},
+  options: BenchServerOptions = {},
+): Promise<BenchServer> {
   const stateDir = mkdtempSync(path.join(tmpdir(), `berth-bench-${kind}-`));
-  const child: ChildProcess = spawn(process.execPath, [ENTRY[kind], `--state-dir=${stateDir}`, `--${kind}-port=0`, "--log-level=info", ...args], {
-    env: { ...process.env, ...env },
-    stdio: ["ignore", "pipe", "inherit"],
-  });
-  const url = await new Promise<string>((resolve, reject) => {
-    let buffered = "";
-    const timer = setTimeout(() => reject(new Error(`${kind} did not start within 15 s`)), 15_000);
-    child.once("exit", (code) => reject(new Error(`${kind} exited with ${code} before listening`)));
-    // The per-RPC log lines keep flowing after start: read and drop them, as a log collector would.
-    let listening = false;
-    child.stdout!.on("data", (chunk: Buffer) => {
-      if (listening) return;
-      buffered += chunk.toString("utf8");
-      const match = /"url":"(http:\/\/[^"]+)"/.exec(buffered);
-      if (match) {
-        clearTimeout(timer);
-        listening = true;
-        buffered = "";
-        resolve(match[1]!);
-      } else if (buffered.length > 65_536) buffered = buffered.slice(-4096);
-    });
-  });
+  // The port is chosen here and the service found by health, so that it is found at any log level.
+  const port = await freePort();
+  const url = `http://127.0.0.1:${port}`;
+  const child: ChildProcess = spawn(
+    process.execPath,
+    [ENTRY[kind], `--state-dir=${stateDir}`, `--${kind}-port=${port}`, `--log-level=${options.logLevel ?? "info"}`, ...args],
+    // The per-RPC log lines go where a log collector would take them: away, at once.
+    { env: { ...process.env, ...env }, stdio: ["ignore", "ignore", "inherit"] },
+  );
+  try {
+    await waitUntilServing(kind, child, port, url);
+  } catch (error) {
+    child.kill("SIGKILL");
+    rmSync(stateDir, { recursive: true, force: true });
+    throw error;
+  }
   const pid = child.pid!;
   return {
     url,
@@ -62,6 +70,47 @@ export async function startBenchServer(kind: "sessions" | "budget", args: string
       rmSync(stateDir, { recursive: true, force: true });
     },
   };
+}
+
+/** Waits for the service to accept connections and answer health SERVING (30 s at most). */
+async function waitUntilServing(kind: string, child: ChildProcess, port: number, url: string): Promise<void> {
+  // A TCP connect first: grpc-js backs off for seconds after a refused connection.
+  const deadline = performance.now() + 30_000;
+  while (!(await accepts(port))) {
+    if (child.exitCode !== null) throw new Error(`${kind} exited with ${child.exitCode} before listening`);
+    if (performance.now() > deadline) throw new Error(`${kind} did not listen within 30 s`);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+  const Health = grpcServiceClient("grpc/health/v1/health.proto", "grpc.health.v1.Health");
+  const health = new Health(target(url), grpc.credentials.createInsecure());
+  try {
+    await unary(health, "check", { service: "" });
+  } finally {
+    health.close();
+  }
+}
+
+function accepts(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = net.connect(port, "127.0.0.1");
+    socket.once("connect", () => {
+      socket.destroy();
+      resolve(true);
+    });
+    socket.once("error", () => resolve(false));
+  });
+}
+
+/** A port free right now on loopback. */
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = net.createServer();
+    server.once("error", reject);
+    server.listen(0, "127.0.0.1", () => {
+      const { port } = server.address() as net.AddressInfo;
+      server.close(() => resolve(port));
+    });
+  });
 }
 
 function processCpuMs(pid: number): number {

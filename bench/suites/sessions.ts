@@ -12,7 +12,6 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import * as fs from "node:fs";
 import * as http2 from "node:http2";
-import * as net from "node:net";
 import { tmpdir } from "node:os";
 import * as path from "node:path";
 import { create, toBinary } from "@bufbuild/protobuf";
@@ -991,14 +990,13 @@ async function sampleRss(server: BenchServer): Promise<number> {
 
 /**
  * The cost of the per-RPC log line: the same AppendEvent and empty-RPC cells on a server logging
- * every RPC (info) and on one that does not (warn). Started here rather than by startBenchServer,
- * which finds the URL in the "listening" line that a warn-level service does not print.
+ * every RPC (info) and on one that does not (warn).
  */
 async function loggingCost(options: Options): Promise<void> {
   const ms = options.seconds * 1000;
   const results: Record<string, { appends: number; empty: number; cpuUsPerAppend: number }> = {};
   for (const level of ["info", "warn"]) {
-    const server = await startSessionsService(["--fsync=batch", `--log-level=${level}`]);
+    const server = await startBenchServer("sessions", ["--fsync=batch"], {}, { logLevel: level });
     const client = sessionClient(server.url);
     try {
       await warmUp(server, client);
@@ -1028,67 +1026,3 @@ async function loggingCost(options: Options): Promise<void> {
   });
 }
 
-/** The sessions service on a port chosen here, found by polling health (whatever its log level). */
-async function startSessionsService(args: string[]): Promise<BenchServer> {
-  const stateDir = tempDir("svc");
-  const port = await freePort();
-  const entry = path.join(REPO_ROOT, "services/sessions/dist/main.js");
-  const child = spawn(process.execPath, [entry, `--state-dir=${stateDir}`, `--sessions-port=${port}`, ...args], { stdio: ["ignore", "ignore", "inherit"] });
-  const url = `http://127.0.0.1:${port}`;
-  try {
-    // A TCP connect first: grpc-js backs off for seconds after a refused connection.
-    const deadline = performance.now() + 30_000;
-    while (!(await accepts(port))) {
-      if (child.exitCode !== null) throw new Error(`the sessions service exited with ${child.exitCode} before listening`);
-      if (performance.now() > deadline) throw new Error("the sessions service did not listen within 30 s");
-      await new Promise((resolve) => setTimeout(resolve, 50));
-    }
-    const Health = grpcServiceClient("grpc/health/v1/health.proto", "grpc.health.v1.Health");
-    const health = new Health(target(url), grpc.credentials.createInsecure());
-    try {
-      await unary(health, "check", { service: "" });
-    } finally {
-      health.close();
-    }
-  } catch (error) {
-    child.kill("SIGKILL");
-    fs.rmSync(stateDir, { recursive: true, force: true });
-    throw error;
-  }
-  const pid = child.pid!;
-  return {
-    url,
-    pid,
-    stateDir,
-    cpuMs: () => processCpuMs(pid),
-    rssBytes: () => NaN,
-    async stop() {
-      const exited = new Promise((resolve) => child.once("exit", resolve));
-      child.kill("SIGTERM");
-      await exited;
-      fs.rmSync(stateDir, { recursive: true, force: true });
-    },
-  };
-}
-
-function accepts(port: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const socket = net.connect(port, "127.0.0.1");
-    socket.once("connect", () => {
-      socket.destroy();
-      resolve(true);
-    });
-    socket.once("error", () => resolve(false));
-  });
-}
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = net.createServer();
-    server.once("error", reject);
-    server.listen(0, "127.0.0.1", () => {
-      const { port } = server.address() as net.AddressInfo;
-      server.close(() => resolve(port));
-    });
-  });
-}
