@@ -13,16 +13,20 @@ const workspaces: Record<string, string> = {
   cli: "packages/cli/src",
 };
 
+/** How every berth test config resolves `@berth/*` (also used by vitest.chaos.config.ts). */
+export const workspaceResolve = {
+  alias: Object.entries(workspaces).flatMap(([name, dir]) => [
+    { find: new RegExp(`^@berth/${name}$`), replacement: here(`${dir}/index.ts`) },
+    { find: new RegExp(`^@berth/${name}/(.*)$`), replacement: here(`${dir}/$1`) },
+  ]),
+};
+
 export default defineConfig({
-  resolve: {
-    alias: Object.entries(workspaces).flatMap(([name, dir]) => [
-      { find: new RegExp(`^@berth/${name}$`), replacement: here(`${dir}/index.ts`) },
-      { find: new RegExp(`^@berth/${name}/(.*)$`), replacement: here(`${dir}/$1`) },
-    ]),
-  },
+  resolve: workspaceResolve,
   test: {
     include: ["packages/*/src/**/*.test.ts", "services/*/src/**/*.test.ts", "test/**/*.test.ts"],
-    exclude: ["**/node_modules/**", "**/dist/**"],
+    // The reliability suites are long; `npm run test:chaos` runs them (vitest.chaos.config.ts).
+    exclude: ["**/node_modules/**", "**/dist/**", "test/chaos/**"],
     testTimeout: 30_000,
     hookTimeout: 30_000,
   },
