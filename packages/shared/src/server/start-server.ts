@@ -15,6 +15,7 @@ import * as reflectionV1alpha from "@berth/api/grpc/reflection/v1alpha/reflectio
 import { createAuthInterceptor } from "./auth.js";
 import { createErrorInterceptor } from "./connect-errors.js";
 import { createHealthService, HealthStatus, OVERALL_HEALTH, ServingStatus } from "./health.js";
+import { isGrpcContentType, useGrpcMessageEncoding } from "./grpc-message.js";
 import { listen, urlOf, type KeepaliveOptions, type ListenAddress, type NodeRequestHandler } from "./listener.js";
 import type { ServerLogger } from "./logger.js";
 import { callStateKey, createObserverInterceptor, recordRefusedCall, type CallState, type ObserverOptions } from "./logging.js";
@@ -205,6 +206,7 @@ export async function startServer(options: StartServerOptions): Promise<RunningS
         typeof grpcStatus === "string" ? grpcStatus : undefined,
       );
     });
+    if (req.httpVersionMajor === 2 && isGrpcContentType(req.headers["content-type"])) useGrpcMessageEncoding(res);
     adapter(req, res);
   };
 
