@@ -142,9 +142,13 @@ export interface GrpcJsClient {
   close(): void;
 }
 
-/** A {@link GrpcJsClient} for the server at `url`; `defaults` apply to every call (e.g. `{ token }`). */
-export function grpcJsClient(url: string, defaults: GrpcJsCallOptions = {}): GrpcJsClient {
-  const client = new grpc.Client(grpcJsTarget(url), grpc.credentials.createInsecure());
+/**
+ * A {@link GrpcJsClient} for the server at `url`; `defaults` apply to every call (e.g. `{ token }`).
+ * `channelOptions` are grpc-js's own channel settings, for tests of the connection itself, e.g.
+ * `{ "grpc.keepalive_time_ms": 100 }` so that the client pings the server over an idle stream.
+ */
+export function grpcJsClient(url: string, defaults: GrpcJsCallOptions = {}, channelOptions: grpc.ChannelOptions = {}): GrpcJsClient {
+  const client = new grpc.Client(grpcJsTarget(url), grpc.credentials.createInsecure(), channelOptions);
   const close = () => client.close();
   onStopAll(close);
   const pathOf = (method: { parent: DescService; name: string }) => `/${method.parent.typeName}/${method.name}`;
