@@ -23,4 +23,12 @@ export {
 } from "./lock-table.js";
 export { DEFAULT_LOCK_LIMITS, checkFencingToken, type LockLimits } from "./lock-input.js";
 export { fencingFilePath, openFencingStore, type FencingStore, type FencingTokenSource } from "./fencing-store.js";
-export { lockFilePath, SeedLockFiles, UNREADABLE_LOCK_STALE_MS, type ForeignLockHolder, type LockFileRecord } from "./seed-lock-files.js";
+export {
+  lockFilePath,
+  PRIVATE_LOCK_FILE_MODE,
+  SeedLockFiles,
+  SHARED_LOCK_FILE_MODE,
+  UNREADABLE_LOCK_STALE_MS,
+  type ForeignLockHolder,
+  type LockFileRecord,
+} from "./seed-lock-files.js";

@@ -30,6 +30,8 @@ export interface LockServiceOptions {
   fencingBlockSize?: number;
   /** The fallback re-check period while a seed-held file has berth waiters. Default 250 ms. */
   lockFileRecheckMs?: number;
+  /** The mode of the lock files berth creates (see SeedLockFilesOptions.fileMode). Default 0600. */
+  lockFileMode?: number;
 }
 
 /** The lock table with its persistence; `close()` releases everything and persists the fencing state. */
@@ -55,6 +57,7 @@ export function createLockService(options: LockServiceOptions): LockService {
           ...(options.pid === undefined ? {} : { pid: options.pid }),
           ...(options.logger === undefined ? {} : { logger: options.logger }),
           ...(options.lockFileRecheckMs === undefined ? {} : { recheckMs: options.lockFileRecheckMs }),
+          ...(options.lockFileMode === undefined ? {} : { fileMode: options.lockFileMode }),
         });
   const table = new LockTable({
     projectRoot: options.projectRoot,

@@ -10,10 +10,12 @@ import {
   judgeLockFile,
   lockFilePath,
   newLockFileRecord,
+  PRIVATE_LOCK_FILE_MODE,
   readLockFile,
   removeDeadTempFiles,
   removeOwnLockFile,
   SeedLockFiles,
+  SHARED_LOCK_FILE_MODE,
   SWEEP_GUARD_NAME,
   tryCreateLockFile,
   type LockFileRecord,
@@ -194,6 +196,31 @@ describe("SeedLockFiles claims", () => {
     expect(files.claim(KEY, { owner: "again", at: 2 }).ok).toBe(true);
     expect(slotFiles()).toHaveLength(1);
     files.close();
+  });
+
+  it("creates its lock files and slots 0600 by default, and with the mode it is given (0644 for a project's live dir)", () => {
+    const modeOf = (file: string) => fs.statSync(file).mode & 0o777;
+    const own = new SeedLockFiles({ locksDir, clock: new ManualClock() });
+    const claim = own.claim(KEY, { owner: "private", at: 1 });
+    if (!claim.ok) throw new Error("not claimed");
+    expect(modeOf(lockFilePath(locksDir, KEY))).toBe(PRIVATE_LOCK_FILE_MODE);
+    for (const name of slotFiles()) expect(modeOf(path.join(locksDir, name))).toBe(PRIVATE_LOCK_FILE_MODE);
+    own.release(claim.handle);
+    own.close();
+    const viaTemp = record();
+    tryCreateLockFile(lockFilePath(locksDir, KEY), viaTemp);
+    expect(modeOf(lockFilePath(locksDir, KEY))).toBe(PRIVATE_LOCK_FILE_MODE);
+    expect(removeOwnLockFile(lockFilePath(locksDir, KEY), viaTemp.token)).toBe(true);
+
+    const shared = new SeedLockFiles({ locksDir, clock: new ManualClock(), fileMode: SHARED_LOCK_FILE_MODE });
+    const sharedClaim = shared.claim(KEY, { owner: "shared", at: 2 });
+    if (!sharedClaim.ok) throw new Error("not claimed");
+    // As a file made with 0644 here (the umask may narrow both alike).
+    const reference = path.join(root, "reference");
+    fs.writeFileSync(reference, "", { mode: SHARED_LOCK_FILE_MODE });
+    expect(modeOf(lockFilePath(locksDir, KEY))).toBe(modeOf(reference));
+    shared.release(sharedClaim.handle);
+    shared.close();
   });
 
   it("remakes a slot someone deleted", () => {

@@ -230,14 +230,25 @@ export interface LockFileSource {
   done(prepared: string, linked: boolean): void;
 }
 
+/**
+ * The mode of berth's lock files in its own state directory, where no seed process looks: private,
+ * like every other file of the state.
+ */
+export const PRIVATE_LOCK_FILE_MODE = 0o600;
+
+/**
+ * The mode of berth's lock files in a project's live directory: 0644 like the seed's own files, as
+ * a seed process of another user that could not read berth's file would judge it unreadable and,
+ * after 60 s, sweep it. It holds nothing secret.
+ */
+export const SHARED_LOCK_FILE_MODE = 0o644;
+
 /** A fresh temp file per attempt, removed afterwards (the lock file keeps the inode). */
-export function tempFileSource(lockPath: string): LockFileSource {
+export function tempFileSource(lockPath: string, mode = PRIVATE_LOCK_FILE_MODE): LockFileSource {
   return {
     prepare(content) {
       const temp = path.join(path.dirname(lockPath), `.${path.basename(lockPath)}.${process.pid}.${randomBytes(6).toString("hex")}.tmp`);
-      // 0644 like the seed's own files: a seed process that could not read berth's file would
-      // judge it unreadable and, after 60 s, sweep it. It holds nothing secret.
-      fs.writeFileSync(temp, content, { flag: "wx", mode: 0o644 });
+      fs.writeFileSync(temp, content, { flag: "wx", mode });
       return temp;
     },
     done(prepared) {
@@ -347,6 +358,11 @@ export interface SeedLockFilesOptions {
   recheckMs?: number;
   /** Overrides of the staleness judge (tests). */
   judge?: LockFileJudge;
+  /**
+   * The mode of the lock files (and slots) berth creates: {@link PRIVATE_LOCK_FILE_MODE} (the
+   * default) in berth's own state directory, {@link SHARED_LOCK_FILE_MODE} in a project's live one.
+   */
+  fileMode?: number;
 }
 
 /** A private inode of this service in the locks directory, linked to a lock path while it holds that lock. */
@@ -390,6 +406,7 @@ export class SeedLockFiles implements ExternalLocks {
   private readonly logger: LockLogger | undefined;
   private readonly recheckMs: number;
   private readonly judge: LockFileJudge;
+  private readonly fileMode: number;
   /** Lock file name → callbacks of the keys watched under it. */
   private readonly watched = new Map<string, Set<() => void>>();
   private watcher: fs.FSWatcher | undefined;
@@ -408,6 +425,7 @@ export class SeedLockFiles implements ExternalLocks {
     this.logger = options.logger;
     this.recheckMs = options.recheckMs ?? 250;
     this.judge = options.judge ?? {};
+    this.fileMode = options.fileMode ?? PRIVATE_LOCK_FILE_MODE;
     // The start time only describes this process; a pid given for another process goes bare.
     const self = selfIdentity();
     this.identity = this.pid === self.pid ? { startTime: self.startTime, bootId: self.bootId, hostname: self.hostname } : {};
@@ -505,7 +523,7 @@ export class SeedLockFiles implements ExternalLocks {
     const reused = this.freeSlots.pop();
     if (reused) return reused;
     const slotPath = path.join(this.locksDir, `${this.slotPrefix}${this.slotCount++}`);
-    fs.writeFileSync(slotPath, "", { flag: "wx", mode: 0o644 });
+    fs.writeFileSync(slotPath, "", { flag: "wx", mode: this.fileMode });
     const stat = fs.statSync(slotPath);
     return { path: slotPath, ino: stat.ino, dev: stat.dev };
   }
@@ -523,9 +541,7 @@ export class SeedLockFiles implements ExternalLocks {
     } catch (error) {
       if ((error as NodeJS.ErrnoException).code !== "ENOENT") throw error;
       // Someone deleted the slot: make it again (its inode is re-read below).
-      // 0644 like the seed's own files: a seed process that could not read berth's file would judge
-      // it unreadable and, after 60 s, sweep it. It holds nothing secret.
-      fd = fs.openSync(slot.path, "wx", 0o644);
+      fd = fs.openSync(slot.path, "wx", this.fileMode);
     }
     try {
       const bytes = Buffer.from(content, "utf8");

@@ -15,7 +15,7 @@ import { createSessionStore, DEFAULT_CACHE_SIZE, DEFAULT_MAX_EVENT_BYTES, DEFAUL
 import { resolveSessionDirs } from "../session-paths.js";
 import { DEFAULT_MAX_BUFFERED } from "../watch-hub.js";
 import { createSessionHandlers, type FenceCheck } from "./session-handlers.js";
-import { createLockService, type LockService as LockDomain } from "../locks/index.js";
+import { createLockService, PRIVATE_LOCK_FILE_MODE, SHARED_LOCK_FILE_MODE, type LockService as LockDomain } from "../locks/index.js";
 import { makeFenceCheck, makeLockHandlers } from "./lock-handlers.js";
 
 /** The default port of the sessions service. */
@@ -158,7 +158,10 @@ export function sessionServiceRegistration(store: SessionStore, context: ServerC
 export function openLocks(values: SessionsValues, logger: Logger): LockDomain {
   const projectRoot = path.resolve(values.projectRoot);
   const liveDir = path.resolve(values.liveDir ?? values.stateDir);
-  const locks = createLockService({ projectRoot, stateDir: path.resolve(values.stateDir), liveDir, logger: logger.child({ component: "locks" }) });
+  // In the state directory the lock files are as private as the rest of it; in a project's live
+  // directory they are readable like the seed's, for the project's seed processes.
+  const lockFileMode = values.liveDir === undefined ? PRIVATE_LOCK_FILE_MODE : SHARED_LOCK_FILE_MODE;
+  const locks = createLockService({ projectRoot, stateDir: path.resolve(values.stateDir), liveDir, lockFileMode, logger: logger.child({ component: "locks" }) });
   logger.info({ projectRoot, lockFiles: locks.locksDir }, "source locks");
   return locks;
 }
