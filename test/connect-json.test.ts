@@ -1,0 +1,248 @@
+/**
+ * The Connect protocol with JSON over HTTP/1.1, spoken by the real `curl` (issue 6, item 2): every
+ * unary RPC of SessionService, LockService and BudgetService answers a representative request in
+ * proto3 JSON (the set of RPCs called is checked against the generated descriptors, so a unary
+ * RPC added later without a call here fails this file); errors come back as Connect's error JSON,
+ * `{"code", "message", "details": [{"type", "value", "debug"}]}`, with the HTTP status Connect maps
+ * the code to; and the protocol's own refusals (an unknown method, a body that is not JSON or not
+ * the message, a streaming RPC posted as unary, another content type) are answered, not hung.
+ *
+ * The budget runs on the fixture machine of budget-e2e.ts, so no verdict depends on this machine.
+ */
+import { mkdirSync } from "node:fs";
+import * as path from "node:path";
+import { fromBinary, toJson, type DescMessage } from "@bufbuild/protobuf";
+import { StructSchema } from "@bufbuild/protobuf/wkt";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { RefusalKind, RefusalSchema } from "@berth/api/berth/budget/v1/budget_pb";
+import { BudgetService } from "@berth/api/berth/budget/v1/budget_service_pb";
+import { HolderKind, LockHeldSchema, LockService } from "@berth/api/berth/sessions/v1/lock_service_pb";
+import { SessionService } from "@berth/api/berth/sessions/v1/session_service_pb";
+import { G, startBudget, type BudgetUnderTest } from "./budget-e2e.js";
+import { curl, curlJson, makeTempDir, startService, stopAll, type CurlJsonResponse } from "./harness.js";
+
+afterAll(stopAll);
+
+type Json = Record<string, unknown>;
+
+const SERVICES = [SessionService, LockService, BudgetService];
+const called = new Set<string>();
+
+let sessionsUrl: string;
+let projectRoot: string;
+let budget: BudgetUnderTest;
+
+beforeAll(async () => {
+  projectRoot = path.join(makeTempDir("berth-connect-json-"), "project");
+  mkdirSync(projectRoot, { recursive: true });
+  const [sessions, started] = await Promise.all([startService("sessions", { args: ["--project-root", projectRoot] }), startBudget()]);
+  sessionsUrl = sessions.url("sessions");
+  budget = started;
+});
+
+/** POSTs `body` as JSON to `/<service>/<method>` with curl, noting the RPC as called. */
+async function call(url: string, service: { typeName: string }, method: string, body: unknown): Promise<CurlJsonResponse> {
+  called.add(`${service.typeName}/${method}`);
+  return curlJson(url, `/${service.typeName}/${method}`, body);
+}
+
+/** A successful unary answer: 200, JSON, the message as an object. */
+async function ok(url: string, service: { typeName: string }, method: string, body: unknown): Promise<Json> {
+  const response = await call(url, service, method, body);
+  expect(response.status, `${method}: ${response.body}`).toBe(200);
+  expect(response.headers["content-type"]).toMatch(/^application\/json/);
+  expect(typeof response.json).toBe("object");
+  return response.json as Json;
+}
+
+/** One entry of a Connect error's `details`. */
+interface ErrorDetail {
+  type: string;
+  value: string;
+  debug?: unknown;
+}
+
+/** Connect's error JSON, checked for its shape: a code, a message, and details (when any) that decode. */
+function connectError(response: CurlJsonResponse): { code: string; message: string; details: ErrorDetail[] } {
+  expect(response.headers["content-type"]).toMatch(/^application\/json/);
+  const json = response.json as { code?: unknown; message?: unknown; details?: unknown };
+  expect(typeof json.code, response.body).toBe("string");
+  expect(typeof json.message).toBe("string");
+  expect(Object.keys(json).every((key) => ["code", "message", "details"].includes(key)), `unexpected keys in ${response.body}`).toBe(true);
+  const details = (json.details ?? []) as ErrorDetail[];
+  expect(Array.isArray(details)).toBe(true);
+  for (const detail of details) {
+    expect(typeof detail.type).toBe("string");
+    // base64 (padding optional, as Connect allows).
+    expect(detail.value).toMatch(/^[A-Za-z0-9+/_-]*={0,2}$/);
+  }
+  return { code: json.code as string, message: json.message as string, details };
+}
+
+/** The detail of `type` decoded from its base64 `value` (not from `debug`, which clients may not get). */
+function detail<S extends DescMessage>(details: ErrorDetail[], schema: S) {
+  const found = details.find((d) => d.type === schema.typeName);
+  if (found === undefined) throw new Error(`no ${schema.typeName} detail in ${JSON.stringify(details.map((d) => d.type))}`);
+  return fromBinary(schema, Buffer.from(found.value, "base64"));
+}
+
+/** A refusal of a malformed request: HTTP 400, `invalid_argument`, the message naming the field, `{field, rule}` as a Struct detail. */
+async function expectInvalidArgument(url: string, service: { typeName: string }, method: string, body: unknown, field: string): Promise<string> {
+  const response = await curlJson(url, `/${service.typeName}/${method}`, body);
+  expect(response.status, `${method}: ${response.body}`).toBe(400);
+  const error = connectError(response);
+  expect(error.code).toBe("invalid_argument");
+  expect(error.message.startsWith(`${field}: `), `${method}: "${error.message}" should start with "${field}: "`).toBe(true);
+  const struct = toJson(StructSchema, detail(error.details, StructSchema)) as Json;
+  expect(struct["field"]).toBe(field);
+  expect(error.message).toBe(`${field}: ${String(struct["rule"])}`);
+  return error.message;
+}
+
+const startItem = (name: string, memoryGb: number) => ({ kind: "NEED_ITEM_KIND_START", name, cost: { memoryBytes: String(memoryGb * G), cpu: 1 } });
+
+describe("every unary RPC answers JSON over HTTP/1.1 (curl)", () => {
+  it("SessionService: HasSession, AppendEvent, AppendEvents, GetSnapshot, ListSessions, FlushSnapshot", async () => {
+    const S = SessionService;
+    const id = "json-tour";
+    expect(await ok(sessionsUrl, S, "HasSession", { sessionId: id })).toEqual({});
+
+    const appended = await ok(sessionsUrl, S, "AppendEvent", { sessionId: id, expectedSeq: "0", idempotencyKey: "first", event: { generate: { pageUrl: "http://localhost:3000/", count: 2 } } });
+    // int64 as a JSON string, the snapshot in the journal's own key names.
+    expect(appended).toMatchObject({ seq: "1", snapshot: { id, phase: "generate_requested", pageUrl: "http://localhost:3000/", expectedVariants: 2 } });
+    // proto3 JSON takes the field's proto name as well as its JSON name.
+    const retried = await ok(sessionsUrl, S, "AppendEvent", { session_id: id, idempotency_key: "first", event: { generate: { page_url: "http://localhost:3000/", count: 2 } } });
+    expect(retried).toMatchObject({ seq: "1", duplicate: true });
+
+    const batch = await ok(sessionsUrl, S, "AppendEvents", { sessionId: id, events: [{ agentPhase: { phase: "planning" } }, { variantsReady: { sourceFile: "src/App.tsx", extra: { note: "from curl" } } }] });
+    expect(batch).toMatchObject({ firstSeq: "2", lastSeq: "3", snapshot: { phase: "variants_ready", sourceFile: "src/App.tsx" } });
+
+    const snapshot = await ok(sessionsUrl, S, "GetSnapshot", { sessionId: id });
+    expect(snapshot).toMatchObject({ exists: true, lastSeq: "3", snapshot: { id, phase: "variants_ready" } });
+    expect(Date.parse(String((snapshot["snapshot"] as Json)["updatedAt"]))).toBeGreaterThan(0);
+    const listed = await ok(sessionsUrl, S, "ListSessions", {});
+    expect((listed["sessions"] as Json[]).map((s) => s["id"])).toContain(id);
+    expect(await ok(sessionsUrl, S, "HasSession", { sessionId: id })).toEqual({ exists: true });
+    expect(await ok(sessionsUrl, S, "FlushSnapshot", { sessionId: id })).toMatchObject({ lastSeq: "3", snapshot: { phase: "variants_ready" } });
+  });
+
+  it("LockService: Acquire, Inspect, CheckToken, Release", async () => {
+    const L = LockService;
+    const file = "src/json.ts";
+    const { lease } = (await ok(sessionsUrl, L, "Acquire", { file, owner: "curl", ttl: "20s" })) as { lease: Json };
+    expect(lease).toMatchObject({ file: path.join(projectRoot, file), owner: "curl", fencingToken: "1", ttl: "20s" });
+    expect(Date.parse(String(lease["expiresAt"]))).toBeGreaterThan(Date.parse(String(lease["acquiredAt"])));
+
+    const inspected = await ok(sessionsUrl, L, "Inspect", { file });
+    // Enums by name.
+    expect(inspected).toMatchObject({ file: path.join(projectRoot, file), lastFencingToken: "1", holder: { owner: "curl", kind: "HOLDER_KIND_LEASE", fencingToken: "1" } });
+    expect(await ok(sessionsUrl, L, "CheckToken", { file, fencingToken: "1" })).toEqual({ current: true, currentToken: "1" });
+    expect(await ok(sessionsUrl, L, "Release", { leaseToken: lease["leaseToken"] })).toEqual({ released: true });
+    expect(await ok(sessionsUrl, L, "CheckToken", { file, fencingToken: "1" })).toEqual({});
+  });
+
+  it("BudgetService: Check, Costs, GetMachine, Reserve, KeepAlive, ReleaseBuild, RegisterRunning, GetState, StopRunning, Release", async () => {
+    const B = BudgetService;
+    const url = budget.url;
+    const check = await ok(url, B, "Check", { need: { items: [startItem("web", 1)] } });
+    expect(check).toMatchObject({ verdict: { fits: true, policy: { memoryBytes: String(4 * G), cpu: 4 } } });
+
+    expect(await ok(url, B, "Costs", { spec: { memory: "1G", cpu: 2, build: { memory: "2G" } } })).toMatchObject({
+      run: { memoryBytes: String(G), cpu: 2, declared: true },
+      build: { memoryBytes: String(2 * G) },
+    });
+    expect(await ok(url, B, "GetMachine", {})).toMatchObject({ machine: { totalBytes: String(16 * G), source: "SAMPLE_SOURCE_HOST" } });
+
+    const { reservation } = (await ok(url, B, "Reserve", {
+      label: "curl",
+      need: { items: [startItem("api", 1), { kind: "NEED_ITEM_KIND_BUILD", name: "api", spec: { build: { memory: "1G" } } }] },
+      ttl: "60s",
+    })) as { reservation: Json };
+    const id = String(reservation["id"]);
+    expect(reservation).toMatchObject({ label: "curl", start: { memoryBytes: String(G) }, build: { memoryBytes: String(G) } });
+
+    const renewed = (await ok(url, B, "KeepAlive", { ids: [id] })) as { renewals: Json[] };
+    expect(renewed.renewals).toMatchObject([{ id, alive: true }]);
+    expect(await ok(url, B, "ReleaseBuild", { reservationId: id })).toMatchObject({ reservation: { id, start: { memoryBytes: String(G) } } });
+
+    const registered = (await ok(url, B, "RegisterRunning", { name: "api", reservationId: id, pid: process.pid, cost: { memoryBytes: String(G), cpu: 1 } })) as { running: Json };
+    expect(registered.running).toMatchObject({ name: "api", pid: process.pid, reservationId: id });
+    const state = await ok(url, B, "GetState", {});
+    expect(state).toMatchObject({ running: [{ name: "api" }], reservations: [{ id }], policy: { queueMode: "QUEUE_MODE_FIFO" } });
+    expect(await ok(url, B, "StopRunning", { id: registered.running["id"] })).toEqual({ stopped: true });
+    expect(await ok(url, B, "Release", { reservationId: id })).toEqual({ released: true });
+    expect(await ok(url, B, "GetState", {})).not.toHaveProperty("reservations");
+  });
+
+  it("covered every unary RPC of the three services (checked against the generated descriptors)", () => {
+    const unary = SERVICES.flatMap((service) => service.methods.filter((m) => m.methodKind === "unary").map((m) => `${service.typeName}/${m.name}`));
+    expect([...called].sort()).toEqual(unary.sort());
+  });
+});
+
+describe("errors as Connect's error JSON", () => {
+  it("a bad request is HTTP 400 invalid_argument naming the field, with {field, rule} as a decodable detail (several RPCs)", async () => {
+    expect(await expectInvalidArgument(sessionsUrl, SessionService, "AppendEvent", { sessionId: "no spaces allowed", event: { agentPhase: {} } }, "session_id")).toMatch(/no spaces allowed/);
+    await expectInvalidArgument(sessionsUrl, SessionService, "AppendEvent", { sessionId: "json-bad" }, "event");
+    await expectInvalidArgument(sessionsUrl, SessionService, "GetSnapshot", { sessionId: "" }, "session_id");
+    await expectInvalidArgument(sessionsUrl, LockService, "Acquire", { file: "", owner: "curl" }, "file");
+    await expectInvalidArgument(sessionsUrl, LockService, "Acquire", { file: "src/a.ts", owner: "" }, "owner");
+    await expectInvalidArgument(sessionsUrl, LockService, "Release", { leaseToken: "" }, "lease_token");
+    await expectInvalidArgument(budget.url, BudgetService, "Check", { need: { items: [{ kind: "NEED_ITEM_KIND_START", name: "x", spec: { memory: "12Q" } }] } }, "need.items[0].spec.memory");
+    await expectInvalidArgument(budget.url, BudgetService, "Reserve", { label: "", need: { items: [startItem("x", 1)] } }, "label");
+    await expectInvalidArgument(budget.url, BudgetService, "Release", { reservationId: "" }, "reservation_id");
+    // Nothing was written by any of them.
+    expect((await curlJson(sessionsUrl, "/berth.sessions.v1.SessionService/HasSession", { sessionId: "json-bad" })).json).toEqual({});
+  });
+
+  it("other codes carry Connect's HTTP status and their typed details: not_found 404, aborted 409 (LockHeld), failed_precondition 400 (Refusal)", async () => {
+    const missing = await curlJson(sessionsUrl, "/berth.sessions.v1.SessionService/FlushSnapshot", { sessionId: "json-never" });
+    expect(missing.status).toBe(404);
+    expect(connectError(missing).code).toBe("not_found");
+
+    const file = "src/held.ts";
+    const held = (await curlJson(sessionsUrl, "/berth.sessions.v1.LockService/Acquire", { file, owner: "first" })).json as { lease: Json };
+    const refused = await curlJson(sessionsUrl, "/berth.sessions.v1.LockService/Acquire", { file, owner: "second" });
+    expect(refused.status).toBe(409);
+    const aborted = connectError(refused);
+    expect(aborted.code).toBe("aborted");
+    expect(aborted.message).toMatch(/^source locked: .*held\.ts is held by first/);
+    expect(detail(aborted.details, LockHeldSchema)).toMatchObject({ reason: "SOURCE_LOCKED", owner: "first", fencingToken: BigInt(String(held.lease["fencingToken"])), kind: HolderKind.LEASE });
+    await curlJson(sessionsUrl, "/berth.sessions.v1.LockService/Release", { leaseToken: held.lease["leaseToken"] });
+
+    const impossible = await curlJson(budget.url, "/berth.budget.v1.BudgetService/Reserve", { label: "huge", need: { items: [startItem("huge", 5)] } });
+    expect(impossible.status).toBe(400);
+    const precondition = connectError(impossible);
+    expect(precondition.code).toBe("failed_precondition");
+    expect(detail(precondition.details, RefusalSchema).kind).toBe(RefusalKind.IMPOSSIBLE);
+  });
+
+  it("a body that is not JSON, or not the message, is 400 invalid_argument", async () => {
+    for (const body of ['{"sessionId":', "[]", '{"sessionId": 5}', "not json at all"]) {
+      const response = await curlJson(sessionsUrl, "/berth.sessions.v1.SessionService/HasSession", body);
+      expect(response.status, body).toBe(400);
+      const error = connectError(response);
+      expect(error.code).toBe("invalid_argument");
+      expect(error.message).toMatch(/^cannot decode (message|field) berth\.sessions\.v1\.HasSessionRequest/);
+    }
+    const badInt = await curlJson(sessionsUrl, "/berth.sessions.v1.LockService/CheckToken", { file: "a", fencingToken: "twelve" });
+    expect([badInt.status, connectError(badInt).code]).toEqual([400, "invalid_argument"]);
+    const badEnum = await curlJson(budget.url, "/berth.budget.v1.BudgetService/Check", { need: { items: [{ kind: "NEED_ITEM_KIND_NOPE", name: "x" }] } });
+    expect([badEnum.status, connectError(badEnum).code]).toEqual([400, "invalid_argument"]);
+  });
+
+  it("an unknown method or service is 404; a server stream posted as unary JSON, or another content type, is 415; a bidi stream over HTTP/1.1 is 505", async () => {
+    for (const route of ["/berth.sessions.v1.SessionService/NoSuchMethod", "/berth.sessions.v1.NoSuchService/HasSession", "/berth.budget.v1.BudgetService/Admitt"]) {
+      const url = route.includes("budget") ? budget.url : sessionsUrl;
+      expect((await curlJson(url, route, {})).status, route).toBe(404);
+    }
+    // Server streams speak application/connect+json (enveloped), never plain application/json.
+    expect((await curlJson(sessionsUrl, "/berth.sessions.v1.SessionService/WatchSession", { sessionId: "x" })).status).toBe(415);
+    // A bidi stream needs HTTP/2 whatever the content type: 505 over HTTP/1.1.
+    expect((await curlJson(budget.url, "/berth.budget.v1.BudgetService/Admit", {})).status).toBe(505);
+    const textPlain = await curl(sessionsUrl, "/berth.sessions.v1.SessionService/HasSession", { method: "POST", headers: { "content-type": "text/plain" }, body: '{"sessionId":"x"}' });
+    expect(textPlain.status).toBe(415);
+    // And the service still answers.
+    expect((await curlJson(sessionsUrl, "/berth.sessions.v1.SessionService/HasSession", { sessionId: "json-tour" })).json).toEqual({ exists: true });
+  });
+});
