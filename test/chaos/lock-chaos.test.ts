@@ -1,0 +1,328 @@
+/**
+ * Lock chaos (issue 7, item 2): one holder per lock, whatever happens to the clients.
+ *
+ * One sessions service (the LockService lives in it) runs as a real process. Eight client
+ * processes (`lock-client.ts`) take turns on three files, some with Hold, some with Acquire +
+ * KeepAlive + Release on a short lease, and while holding make protected writes: AppendEvents to
+ * the file's session fenced with their fencing token, so the journal itself is the resource the
+ * lock protects. Meanwhile the suite SIGKILLs clients at random and respawns them, and pauses lease
+ * holders with SIGSTOP until their token is no longer current (the lease ran out and, usually,
+ * another client took the lock), then resumes them: their writes with the stale fence must be
+ * refused and write nothing.
+ *
+ * Afterwards (`lock-checks.ts`), without looking at any clock: in each file's journal the accepted
+ * writes carry non-decreasing tokens and no token writes again after another's run (no two holders
+ * overlapped); each token wrote from one process only; every grant's token is unique per file and a
+ * process's own tokens rose; every acknowledged write is in the journal at its seq; every write a
+ * resumed holder attempted was refused with the fence detail and is not in the journal.
+ *
+ * Knobs (env `BERTH_CHAOS_<NAME>`): LOCK_GRANTS (1000), LOCK_CLIENTS (8), LOCK_FILES (3),
+ * LOCK_PAUSES (12), LOCK_KILL_MS (mean ms between kills, 1500), LOCK_TTL_MS (lease ttl, 1000),
+ * LOCK_MAX_SECONDS (give up after, 400).
+ */
+import { spawn, type ChildProcess } from "node:child_process";
+import { existsSync, mkdirSync, readFileSync, statSync } from "node:fs";
+import * as path from "node:path";
+import { createInterface } from "node:readline";
+import { Code, ConnectError, type Client } from "@connectrpc/connect";
+import { afterAll, describe, expect, it } from "vitest";
+import { LockService } from "@berth/api/berth/sessions/v1/lock_service_pb";
+import { SessionService } from "@berth/api/berth/sessions/v1/session_service_pb";
+import { connectClient, makeTempDir, repoPath, startService, stopAll } from "../harness.js";
+import { judgeLockRun, quantile, type JournalWrite, type PauseRecord } from "./lock-checks.js";
+import { parseLog, WRITE_EVENT_TYPE, type LockClientConfig, type LockRecord, type LoggedRecord } from "./lock-records.js";
+import { chaosSetting, reportSuite } from "./summary.js";
+
+afterAll(stopAll);
+
+const GRANTS = chaosSetting("LOCK_GRANTS", 1000);
+const CLIENTS = chaosSetting("LOCK_CLIENTS", 8);
+const FILES = chaosSetting("LOCK_FILES", 3);
+const PAUSES = chaosSetting("LOCK_PAUSES", 12);
+const KILL_MEAN_MS = chaosSetting("LOCK_KILL_MS", 1500);
+const LEASE_TTL_MS = chaosSetting("LOCK_TTL_MS", 1000);
+const MAX_SECONDS = chaosSetting("LOCK_MAX_SECONDS", 400);
+const HOLD_SHARE = 0.5;
+/** A run with no new grant for this long is stuck: fail rather than wait for the test timeout. */
+const STALL_MS = 60_000;
+
+const CLIENT_SCRIPT = repoPath("test/dist/chaos/lock-client.js");
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+/** Polls `probe` until it answers true; after `timeoutMs`, throws `what` (every wait is bounded). */
+async function until(probe: () => boolean | Promise<boolean>, timeoutMs: number, what: string, everyMs = 10): Promise<void> {
+  const deadline = performance.now() + timeoutMs;
+  for (;;) {
+    if (await probe()) return;
+    if (performance.now() > deadline) throw new Error(`gave up after ${timeoutMs} ms waiting for ${what}`);
+    await sleep(everyMs);
+  }
+}
+
+/** A promise settled by whichever comes first: `promise`, or a rejection naming `what` after `ms`. */
+function bounded<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`gave up after ${ms} ms waiting for ${what}`)), ms)));
+  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
+}
+
+/** The scheduler state of a process (`T` once SIGSTOP has taken effect), from /proc; undefined when gone. */
+function processState(pid: number): string | undefined {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    return stat.slice(stat.lastIndexOf(")") + 2).split(" ")[0];
+  } catch {
+    return undefined;
+  }
+}
+
+/** One client slot: a process, respawned in place after each kill, appending to the slot's log. */
+interface Slot {
+  readonly index: number;
+  readonly logPath: string;
+  child: ChildProcess;
+  pid: number;
+  exited: Promise<void>;
+  /** Being paused (or just resumed and not yet past its stale grant): kills leave it alone. */
+  paused: boolean;
+  /** Called with each line the current process announces on stdout. */
+  watcher: ((record: LockRecord) => void) | undefined;
+  stderrTail: string;
+}
+
+describe("lock chaos", () => {
+  it(`${GRANTS} grants with clients killed and paused: one holder at a time, stale fences refused`, async () => {
+    if (!existsSync(CLIENT_SCRIPT)) throw new Error(`${CLIENT_SCRIPT} is missing: run npx tsc -b first`);
+    const started = performance.now();
+    const root = makeTempDir("berth-lock-chaos-");
+    const projectRoot = path.join(root, "project");
+    const logDir = path.join(root, "logs");
+    mkdirSync(projectRoot, { recursive: true });
+    mkdirSync(logDir, { recursive: true });
+    const service = await startService("sessions", { args: ["--project-root", projectRoot] });
+    const url = service.url("sessions");
+    const locks: Client<typeof LockService> = connectClient(LockService, url, { protocol: "grpc", defaultTimeoutMs: 10_000 });
+    const sessions: Client<typeof SessionService> = connectClient(SessionService, url, { protocol: "grpc", defaultTimeoutMs: 30_000 });
+
+    const files = Array.from({ length: FILES }, (_, i) => `src/chaos-${String.fromCharCode(97 + i)}.ts`);
+    const sessionIds = files.map((_, i) => `lock-chaos-${i}`);
+    const configOf = (client: number): LockClientConfig => ({
+      url,
+      logPath: path.join(logDir, `client-${client}.log`),
+      client,
+      files,
+      sessions: sessionIds,
+      holdShare: HOLD_SHARE,
+      leaseTtlMs: LEASE_TTL_MS,
+      writesMin: 2,
+      writesMax: 5,
+      holdPauseMaxMs: 10,
+      // Lease holders linger between writes, so that a pause usually lands mid-hold.
+      leasePauseMaxMs: 40,
+    });
+
+    let grantsSeen = 0;
+    let lastProgress = performance.now();
+    let kills = 0;
+    let pausesStarted = 0;
+    let pausesOvertaken = 0;
+    let pausing: Promise<void> | undefined;
+    let fatal: Error | undefined;
+    let finishing = false;
+    /** Set once enough grants were seen: no new pause starts. */
+    let runOver = false;
+    const pauses: PauseRecord[] = [];
+    const unexpectedExits: string[] = [];
+    const killedPids = new Set<number>();
+    const fail = (error: unknown) => {
+      fatal ??= error instanceof Error ? error : new Error(String(error));
+    };
+
+    const launch = (slot: Pick<Slot, "index" | "logPath"> & Partial<Slot>): Slot => {
+      const child = spawn(process.execPath, [CLIENT_SCRIPT, JSON.stringify(configOf(slot.index))], { stdio: ["pipe", "pipe", "pipe"] });
+      if (child.pid === undefined) throw new Error(`could not spawn client ${slot.index}`);
+      const pid = child.pid;
+      const full = slot as Slot;
+      full.child = child;
+      full.pid = pid;
+      full.paused = false;
+      full.watcher = undefined;
+      full.stderrTail = "";
+      full.exited = new Promise<void>((resolve) => {
+        child.once("exit", (code, signal) => {
+          if (!killedPids.has(pid) && !finishing) {
+            unexpectedExits.push(`client ${slot.index} (pid ${pid}) exited by itself (code ${code}, signal ${signal}): ${full.stderrTail}`);
+          }
+          resolve();
+        });
+      });
+      child.stderr!.on("data", (chunk: Buffer) => {
+        full.stderrTail = (full.stderrTail + chunk.toString()).slice(-4000);
+      });
+      createInterface({ input: child.stdout! }).on("line", (line) => {
+        let record: LockRecord;
+        try {
+          record = JSON.parse(line) as LockRecord;
+        } catch {
+          return fail(new Error(`client ${slot.index} printed a line that is not a record: ${line}`));
+        }
+        if (record.pid !== pid) return;
+        full.watcher?.(record);
+        if (record.event === "granted") onGrant(full, record);
+      });
+      return full;
+    };
+
+    const slots: Slot[] = Array.from({ length: CLIENTS }, (_, index) => launch({ index, logPath: path.join(logDir, `client-${index}.log`) }));
+
+    function onGrant(slot: Slot, grant: LockRecord & { event: "granted" }): void {
+      grantsSeen++;
+      lastProgress = performance.now();
+      if (grant.mode !== "lease" || pausing !== undefined || runOver || slot.paused || killedPids.has(grant.pid) || pausesStarted >= PAUSES) return;
+      // Spread the pauses over the run: about 2.5 times as likely as needed to use them all up.
+      const leaseGrantsLeft = Math.max(1, (GRANTS - grantsSeen) * (1 - HOLD_SHARE));
+      if (Math.random() >= Math.min(1, (2.5 * (PAUSES - pausesStarted)) / leaseGrantsLeft)) return;
+      pausesStarted++;
+      pausing = pauseHolder(slot, grant)
+        .catch(fail)
+        .finally(() => {
+          slot.paused = false;
+          pausing = undefined;
+        });
+    }
+
+    /**
+     * SIGSTOP the holder; note how much of its log was written before it stopped; wait until its
+     * token is no longer current (its lease ran out) and, for a bounded time, until another client
+     * took the lock; SIGCONT; then wait until it has finished that grant (announced its release or
+     * its next turn), so the attempts of the resumed holder all have an outcome in its log.
+     */
+    async function pauseHolder(slot: Slot, grant: LockRecord & { event: "granted" }): Promise<void> {
+      slot.paused = true;
+      const { pid } = slot;
+      const { file, fencingToken } = grant;
+      const grantDone = new Promise<void>((resolve) => {
+        slot.watcher = (record) => {
+          if ((record.event === "released" && record.fencingToken === fencingToken) || record.event === "asked" || record.event === "turn-error") resolve();
+        };
+      });
+      process.kill(pid, "SIGSTOP");
+      await until(() => processState(pid) === "T", 5_000, `client ${slot.index} (pid ${pid}) to stop after SIGSTOP`);
+      const logOffset = statSync(slot.logPath).size;
+      await until(async () => !(await locks.checkToken({ file, fencingToken: BigInt(fencingToken) })).current, 30_000, `token ${fencingToken} of ${file} to lapse while its holder is stopped`, 50);
+      const overtaken = await until(async () => (await locks.inspect({ file })).lastFencingToken > BigInt(fencingToken), 10_000, "another holder", 20).then(
+        () => true,
+        () => false,
+      );
+      if (overtaken) pausesOvertaken++;
+      pauses.push({ client: slot.index, pid, file, fencingToken, logOffset });
+      process.kill(pid, "SIGCONT");
+      await bounded(grantDone, 30_000, `resumed client ${slot.index} (pid ${pid}) to finish its grant of ${file} token ${fencingToken}`);
+    }
+
+    async function killOne(): Promise<void> {
+      const candidates = slots.filter((slot) => !slot.paused);
+      const slot = candidates[Math.floor(Math.random() * candidates.length)];
+      if (slot === undefined) return;
+      killedPids.add(slot.pid);
+      slot.child.kill("SIGKILL");
+      kills++;
+      await bounded(slot.exited, 10_000, `client ${slot.index} (pid ${slot.pid}) to exit after SIGKILL`);
+      if (!finishing) launch(slot);
+    }
+
+    // ---- the run: kill at random until enough grants were seen (or something went wrong).
+    const deadline = started + MAX_SECONDS * 1000;
+    let nextKill = performance.now() + KILL_MEAN_MS * (0.5 + Math.random());
+    while (grantsSeen < GRANTS && fatal === undefined && unexpectedExits.length === 0) {
+      await sleep(20);
+      const now = performance.now();
+      if (now > deadline) fail(new Error(`only ${grantsSeen} of ${GRANTS} grants in ${MAX_SECONDS} s`));
+      else if (now - lastProgress > STALL_MS) fail(new Error(`no grant for ${STALL_MS} ms (after ${grantsSeen}); client stderr: ${slots.map((s) => s.stderrTail).join(" | ")}`));
+      else if (now >= nextKill) {
+        await killOne().catch(fail);
+        nextKill = performance.now() + KILL_MEAN_MS * (0.5 + Math.random());
+      }
+    }
+    runOver = true;
+    // A pause in progress finishes first, so that its resumed holder's attempts all have outcomes.
+    if (pausing !== undefined) await bounded(pausing, 60_000, "the last pause to finish").catch(fail);
+    finishing = true;
+    for (const slot of slots) slot.child.kill("SIGKILL");
+    await bounded(Promise.all(slots.map((slot) => slot.exited)), 10_000, "every client to exit");
+    const runSeconds = (performance.now() - started) / 1000;
+    if (fatal !== undefined) throw fatal;
+    expect(unexpectedExits).toEqual([]);
+
+    // ---- the evidence: journals, logs, the service's last tokens.
+    const journals = new Map<string, JournalWrite[]>();
+    for (const [i, file] of files.entries()) {
+      const writes: JournalWrite[] = [];
+      try {
+        for await (const chunk of sessions.readJournal({ sessionId: sessionIds[i]! })) {
+          for (const entry of chunk.entries) {
+            const event = entry.event?.kind;
+            if (event?.case !== "other" || event.value.type !== WRITE_EVENT_TYPE) throw new Error(`${sessionIds[i]} seq ${entry.seq} is not a protected write: ${entry.type}`);
+            const fields = event.value.fields ?? {};
+            writes.push({
+              seq: Number(entry.seq),
+              file: String(fields.file),
+              fencingToken: Number(fields.fencingToken),
+              client: Number(fields.client),
+              pid: Number(fields.pid),
+              n: Number(fields.n),
+            });
+          }
+        }
+      } catch (error) {
+        // A file nobody ever wrote to has no session.
+        if (ConnectError.from(error).code !== Code.NotFound) throw error;
+      }
+      journals.set(file, writes);
+    }
+    const logs = new Map<number, LoggedRecord[]>();
+    let badLogLines = 0;
+    for (const slot of slots) {
+      const { records, bad } = parseLog(existsSync(slot.logPath) ? readFileSync(slot.logPath, "utf8") : "");
+      logs.set(slot.index, records);
+      badLogLines += bad.length;
+    }
+    const lastTokens = new Map<string, number>();
+    for (const file of files) lastTokens.set(file, Number((await locks.inspect({ file })).lastFencingToken));
+
+    const verdict = judgeLockRun({ files, journals, logs, badLogLines, pauses, lastTokens });
+    const violations = [...verdict.violations];
+    if (verdict.staleAttempts === 0) violations.push(`none of the ${pauses.length} pauses landed before its holder's last write: no stale fence was tried`);
+    if (verdict.staleFencesRefused !== verdict.staleAttempts) violations.push(`stale fences refused ${verdict.staleFencesRefused} != attempts ${verdict.staleAttempts}`);
+    const round = (ms: number) => Math.round(ms * 10) / 10;
+    reportSuite({
+      suite: "lock-chaos",
+      rounds: verdict.grants,
+      operations: verdict.requests,
+      violations: violations.length,
+      clients: CLIENTS,
+      files: FILES,
+      grantsByMode: verdict.grantsByMode,
+      writesAttempted: verdict.writesAttempted,
+      writesAccepted: verdict.writesAccepted,
+      kills,
+      stops: pauses.length,
+      stopsOvertaken: pausesOvertaken,
+      stopsMidHold: verdict.pausesMidHold,
+      staleFencesRefused: verdict.staleFencesRefused,
+      staleAttempts: verdict.staleAttempts,
+      otherFenceRefusals: verdict.otherRefusals,
+      lastTokens: Object.fromEntries(lastTokens),
+      handoffSamples: verdict.handoffsMs.length,
+      handoffP50Ms: round(quantile(verdict.handoffsMs, 0.5)),
+      handoffP99Ms: round(quantile(verdict.handoffsMs, 0.99)),
+      seconds: Math.round(runSeconds),
+    });
+    expect(violations.slice(0, 20)).toEqual([]);
+    expect(verdict.grants).toBeGreaterThanOrEqual(GRANTS);
+    await service.stop();
+  });
+});
