@@ -96,7 +96,7 @@ describe("berth admit", () => {
     const full = await berth(budget.url, ["admit", "--memory", "2G", "--", "true"]);
     expect(full.code).toBe(EXIT.queueFull);
     expect(JSON.parse(full.stderr)).toMatchObject({ event: "refused", kind: "queue_full" });
-    expect((await waiting.exited).code).toBe(EXIT.waitExhausted);
+    expect((await waiting.exited).code).toBe(EXIT.timedOut);
     expect(await waiting.event("refused")).toMatchObject({ kind: "wait_exhausted" });
 
     const unreachable = await berth("http://127.0.0.1:1", ["admit", "--memory", "1G", "--", "true"]);

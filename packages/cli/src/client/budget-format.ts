@@ -9,6 +9,10 @@ import type { CommittedItem, Machine, PressureAverages, Resources, Verdict, Wait
 import { Gate, QueueMode, SampleSource } from "@berth/api/berth/budget/v1/budget_pb";
 import type { GetStateResponse, Queued } from "@berth/api/berth/budget/v1/budget_service_pb";
 import { formatDuration, formatSize } from "@berth/shared/units";
+import { styleFor, type Style } from "../terminal.js";
+
+/** No styles: the default, for pipes and tests. */
+const PLAIN: Style = styleFor({ isTTY: false, write: () => true });
 
 /** Bytes as people write them (`1.5G`). */
 export function size(bytes: bigint | number | undefined): string {
@@ -65,15 +69,15 @@ export function gateName(gate: Gate): string {
   }
 }
 
-/** Lays rows out in columns; the last column is not padded. */
-export function table(header: readonly string[], rows: readonly (readonly string[])[]): string {
+/** Lays rows out in columns; the last column is not padded; the header in bold on a colour terminal. */
+export function table(header: readonly string[], rows: readonly (readonly string[])[], style: Style = PLAIN): string {
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? "").length)));
   const line = (cells: readonly string[]) =>
     cells
       .map((c, i) => (i === cells.length - 1 ? c : c.padEnd(widths[i]!)))
       .join("  ")
       .trimEnd();
-  return [line(header), ...rows.map(line)].map((l) => `  ${l}`).join("\n");
+  return [style.bold(line(header)), ...rows.map(line)].map((l) => `  ${l}`).join("\n");
 }
 
 function psi(label: string, p: PressureAverages | undefined): string | undefined {
@@ -144,15 +148,18 @@ export function formatVerdict(verdict: Verdict | undefined): string {
   return [`would wait: ${need} does not fit now${budget}`, ...reasonLines(verdict.waitFor)].join("\n");
 }
 
-/** The whole state: budget and machine in two lines, then committed, queue, reservations and running as tables. */
-export function formatState(state: GetStateResponse, now = Date.now()): string {
+/**
+ * The whole state: budget and machine in two lines, then committed, queue, reservations and
+ * running as tables (titles and headers in bold when `style` is a terminal's).
+ */
+export function formatState(state: GetStateResponse, now = Date.now(), style: Style = PLAIN): string {
   const policy = state.policy;
   const committed = state.committed;
   const out: string[] = [];
   if (policy !== undefined && committed !== undefined) {
     const mode = policy.queueMode === QueueMode.BACKFILL ? "backfill" : "fifo";
     out.push(
-      `budget   ${size(committed.memoryBytes)} of ${size(policy.memoryBytes)} memory, ${cpus(committed.cpu)} of ${cpus(policy.cpu)} cpu committed` +
+      `${style.bold("budget")}   ${size(committed.memoryBytes)} of ${size(policy.memoryBytes)} memory, ${cpus(committed.cpu)} of ${cpus(policy.cpu)} cpu committed` +
         `${policy.enabled ? "" : " (budget disabled: everything fits)"}; reserve ${size(policy.reserveBytes)}, ${mode} queue of at most ${policy.maxQueue}, wait up to ${duration(policy.maxWait)}`,
     );
   }
@@ -160,39 +167,42 @@ export function formatState(state: GetStateResponse, now = Date.now()): string {
   if (m !== undefined) {
     const cpu = m.cpuPressure?.some;
     out.push(
-      `machine  ${size(m.availableBytes)} available of ${size(m.totalBytes)}, load ${m.load1?.toFixed(2) ?? "?"} on ${m.cores} cores` +
+      `${style.bold("machine")}  ${size(m.availableBytes)} available of ${size(m.totalBytes)}, load ${m.load1?.toFixed(2) ?? "?"} on ${m.cores} cores` +
         `${cpu === undefined ? "" : `, cpu pressure ${cpu.avg10.toFixed(1)}%/${cpu.avg60.toFixed(1)}%`} (sampled ${ago(m.sampledAt, now)})`,
     );
   }
   out.push("");
-  out.push(`committed (${committed?.items.length ?? 0})`);
+  out.push(style.bold(`committed (${committed?.items.length ?? 0})`));
   if (committed !== undefined && committed.items.length > 0) {
-    out.push(table(["WHAT", "MEMORY", "CPU", "ID"], committed.items.map((i) => [i.what, size(i.memoryBytes), cpus(i.cpu), i.id])));
+    out.push(table(["WHAT", "MEMORY", "CPU", "ID"], committed.items.map((i) => [i.what, size(i.memoryBytes), cpus(i.cpu), i.id]), style));
   }
-  out.push(`queue (${state.queue.length} waiting)`);
+  out.push(style.bold(`queue (${state.queue.length} waiting)`));
   if (state.queue.length > 0) {
     out.push(
       table(
         ["#", "LABEL", "NEEDS", "ETA", "WAITED", "WAITING FOR"],
         state.queue.map((q) => [String(q.position), q.label, resources(q.need?.total), duration(q.eta), ago(q.queuedAt, now).replace(" ago", ""), q.waitForText]),
+        style,
       ),
     );
   }
-  out.push(`reservations (${state.reservations.length})`);
+  out.push(style.bold(`reservations (${state.reservations.length})`));
   if (state.reservations.length > 0) {
     out.push(
       table(
         ["LABEL", "START", "BUILD", "ADMITTED", "LEASE", "ID"],
         state.reservations.map((r) => [r.label, resources(r.start), resources(r.build), ago(r.admittedAt, now), r.leaseExpiresAt === undefined ? "stream" : until(r.leaseExpiresAt, now), r.id]),
+        style,
       ),
     );
   }
-  out.push(`running (${state.running.length})`);
+  out.push(style.bold(`running (${state.running.length})`));
   if (state.running.length > 0) {
     out.push(
       table(
         ["NAME", "COST", "PID", "STARTED", "LEASE", "ID"],
         state.running.map((r) => [r.name, resources(r.cost), r.pid === undefined ? "-" : String(r.pid), ago(r.startedAt, now), r.leaseExpiresAt === undefined ? "-" : until(r.leaseExpiresAt, now), r.id]),
+        style,
       ),
     );
   }

@@ -8,6 +8,7 @@ import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { NeedSchema, ResourceSpecSchema } from "@berth/api/berth/budget/v1/budget_pb";
 import { NeedItemKind } from "@berth/api/berth/budget/v1/budget_pb";
 import { parseDuration, parseSize } from "@berth/shared/units";
+import type { HelpRow } from "../help.js";
 import { UsageError } from "./connect.js";
 
 /** The need flags, for `parseArgs`. */
@@ -19,14 +20,14 @@ export const NEED_FLAGS = {
   "skip-load-gate": { type: "boolean" },
 } as const;
 
-/** The lines of `--help` describing {@link NEED_FLAGS}. */
-export const NEED_HELP = [
-  "  --memory SIZE          memory it uses while running: 512M, 2G, 1.5GiB (default: the budget's default run memory)",
-  "  --cpu N                cpus it uses while running: 0.5, 2 (default: the budget's default run cpu)",
-  "  --build-memory SIZE    memory of a build phase before it runs (none unless given)",
-  "  --build-cpu N          cpus of that build phase",
-  "  --skip-load-gate       skip the cpu gate (pressure/load); the memory gates still apply",
-].join("\n");
+/** The `--help` rows describing {@link NEED_FLAGS}. */
+export const NEED_HELP_ROWS: readonly HelpRow[] = [
+  ["--memory SIZE", "memory it uses while running: 512M, 2G, 1.5GiB (default: the budget's default run memory)"],
+  ["--cpu N", "cpus it uses while running: 0.5, 2 (default: the budget's default run cpu)"],
+  ["--build-memory SIZE", "memory of a build phase before it runs (none unless given)"],
+  ["--build-cpu N", "cpus of that build phase"],
+  ["--skip-load-gate", "skip the cpu gate (pressure/load); the memory gates still apply"],
+];
 
 type NeedInit = MessageInitShape<typeof NeedSchema>;
 type SpecInit = MessageInitShape<typeof ResourceSpecSchema>;

@@ -4,10 +4,13 @@
  */
 import { Code, ConnectError } from "@connectrpc/connect";
 import { EXIT } from "../command.js";
+import { styleFor } from "../terminal.js";
 
 /** The exit code and message for a failed call to the service at `url`. */
 export interface Failure {
   readonly exit: number;
+  /** The gRPC code in snake case (`not_found`, `unavailable`), for JSON output. */
+  readonly code: string;
   readonly message: string;
 }
 
@@ -19,27 +22,42 @@ export function describeFailure(error: unknown, service: string, url: string): F
   const connectError = ConnectError.from(error);
   const errno = causeErrno(error);
   if (errno !== undefined && UNREACHABLE_ERRNOS.has(errno)) {
-    return { exit: EXIT.unreachable, message: `cannot reach the ${service} service at ${url} (${errno}); is it running? ('berth up' starts it)` };
+    return { exit: EXIT.unreachable, code: "unavailable", message: `cannot reach the ${service} service at ${url} (${errno}); is it running? ('berth up' starts it)` };
   }
   const message = connectError.rawMessage;
+  const code = codeName(connectError.code);
   switch (connectError.code) {
     // Not serving (shutting down, or not there at all).
     case Code.Unavailable:
-      return { exit: EXIT.unreachable, message: `the ${service} service at ${url} is unavailable: ${message}` };
+      return { exit: EXIT.unreachable, code, message: `the ${service} service at ${url} is unavailable: ${message}` };
+    // The call's own deadline ran out: the service is there but does not answer.
+    case Code.DeadlineExceeded:
+      return { exit: EXIT.unreachable, code, message: `the ${service} service at ${url} did not answer in time: ${message}` };
     // The service refused an argument: the same call will fail again.
     case Code.InvalidArgument:
-      return { exit: EXIT.usage, message };
+      return { exit: EXIT.usage, code, message };
     case Code.NotFound:
-      return { exit: EXIT.notFound, message };
+      return { exit: EXIT.notFound, code, message };
     // The state moved on (an expected seq, a lost fence): re-read and retry.
     case Code.FailedPrecondition:
     case Code.Aborted:
-      return { exit: EXIT.conflict, message };
+      return { exit: EXIT.conflict, code, message };
     case Code.Unauthenticated:
-      return { exit: EXIT.denied, message: `${message} (set BERTH_TOKEN or --token-file)` };
+    case Code.PermissionDenied:
+      return { exit: EXIT.denied, code, message: `${message} (set BERTH_TOKEN or --token-file)` };
     default:
-      return { exit: EXIT.failed, message: `${codeName(connectError.code)}: ${message}` };
+      return { exit: EXIT.failed, code, message: `${code}: ${message}` };
   }
+}
+
+/**
+ * Prints `failure` on stderr and returns its exit code: a JSON line
+ * (`{"event":"error","code":…,"exit":…,"message":…}`) under `--json`, else `<command>: <message>`.
+ */
+export function reportFailure(command: string, failure: Failure, json: boolean): number {
+  if (json) process.stderr.write(`${JSON.stringify({ event: "error", code: failure.code, exit: failure.exit, message: failure.message })}\n`);
+  else process.stderr.write(`${command}: ${styleFor(process.stderr).red(failure.message)}\n`);
+  return failure.exit;
 }
 
 function causeErrno(error: unknown): string | undefined {

@@ -1,65 +1,64 @@
 /**
  * `berth budget check|state|machine|watch|build-done`: look at the load budget without admitting
- * anything (and end a build phase from inside `berth admit`). Human output by default, `--json`
- * for scripts (the messages in proto JSON form: one object, or one per line for `watch`).
+ * anything (and end a build phase from inside `berth admit`). Human output by default (tables, in
+ * bold on a terminal; `watch` rewrites its line in place there), `--json` for scripts: the
+ * messages in proto JSON form, one per line.
  */
-import { parseArgs } from "node:util";
 import type { DescMessage, MessageShape } from "@bufbuild/protobuf";
 import { toJson } from "@bufbuild/protobuf";
 import type { Client } from "@connectrpc/connect";
-import { ConnectError, createClient } from "@connectrpc/connect";
+import { createClient } from "@connectrpc/connect";
 import { BudgetService, CheckResponseSchema, GetMachineResponseSchema, GetStateResponseSchema, ReleaseBuildResponseSchema, WatchMachineResponseSchema } from "@berth/api/berth/budget/v1/budget_service_pb";
-import { EXIT, type Command } from "../command.js";
+import { parseFlags, stringFlag, usageError, type FlagSpec, type ParsedArgs } from "../args.js";
 import { formatMachine, formatMachineLine, formatState, formatVerdict, resources } from "../client/budget-format.js";
-import { NEED_FLAGS, NEED_HELP, needFromFlags } from "../client/budget-need.js";
+import { NEED_FLAGS, NEED_HELP_ROWS, needFromFlags } from "../client/budget-need.js";
 import { UsageError, createTransport, resolveEndpoint, type Endpoint } from "../client/connect.js";
-import { describeFailure } from "../client/errors.js";
-
-const COMMON_HELP = `  --json                 the answer as proto JSON (watch: one object per line)
-  --budget-url URL       the budget service (env BERTH_BUDGET_URL; default http://127.0.0.1:7302; unix:/path for a socket)
-  --token-file FILE      file holding the bearer token (env BERTH_TOKEN, or BERTH_TOKEN_FILE)`;
-
-const USAGE = `berth budget <check|state|machine|watch|build-done> [flags]
-
-Looks at the load budget without admitting anything ('berth admit' admits).
-
-  check       would a need be admitted now? exit 0: fits; ${EXIT.wouldWait}: it would wait (and for what); ${EXIT.impossible}: never
-  state       what is committed, the queue, reservations, running work, the policy and the machine
-  machine     the last machine sample (memory, load, pressure, cgroup limits)
-  watch       every new machine sample, until interrupted
-  build-done  end the build phase of a reservation (default: $BERTH_RESERVATION_ID, set by 'berth admit')
-
-Flags:
-${NEED_HELP}   (check)
-${COMMON_HELP}
-
-Exit codes: 0 ok; ${EXIT.unreachable} the service could not be reached; ${EXIT.usage} wrong flags; ${EXIT.notFound} no such reservation (build-done).
-
-Examples:
-  berth budget check --memory 2G --cpu 2
-  berth budget check --memory 1G --build-memory 4G --build-cpu 4 --json
-  berth budget state
-  berth budget state --json | jq '.queue[].label'
-  berth budget machine
-  berth budget watch --json
-  berth budget build-done        # from a command run by 'berth admit'`;
+import { describeFailure, reportFailure } from "../client/errors.js";
+import { EXIT, type Command, type SubcommandHelp } from "../command.js";
+import { BUDGET_ENDPOINT_FLAGS, DEFAULT_BUDGET_URL, callExitRows } from "../common-help.js";
+import { renderHelp, type HelpRow } from "../help.js";
+import { LiveLine, isTerminal, styleFor } from "../terminal.js";
 
 type BudgetClient = Client<typeof BudgetService>;
 
-interface Subcommand {
+const JSON_ROW = (what: string): HelpRow => ["--json", `print ${what} as JSON (proto JSON form), one object per line`];
+const OK_ROW: HelpRow = [String(EXIT.ok), "done"];
+
+interface Subcommand extends SubcommandHelp {
   /** Flags of its own (besides --json and the endpoint's). */
-  options: Record<string, { type: "string" | "boolean" }>;
-  positionals?: boolean;
-  run(client: BudgetClient, values: Record<string, unknown>, positionals: string[], json: boolean): Promise<number>;
+  readonly flags: Readonly<Record<string, FlagSpec>>;
+  /** At most this many positionals (default none). */
+  readonly maxPositionals?: number;
+  run(client: BudgetClient, values: ParsedArgs["values"], positionals: string[], json: boolean): Promise<number>;
 }
 
-function printJson<D extends DescMessage>(schema: D, message: MessageShape<D>, pretty = true): void {
-  process.stdout.write(`${JSON.stringify(toJson(schema, message), null, pretty ? 2 : undefined)}\n`);
+function printJson<D extends DescMessage>(schema: D, message: MessageShape<D>): void {
+  process.stdout.write(`${JSON.stringify(toJson(schema, message))}\n`);
 }
 
-const SUBCOMMANDS: Record<string, Subcommand> = {
-  check: {
-    options: NEED_FLAGS,
+const SUBCOMMANDS: readonly Subcommand[] = [
+  {
+    name: "check",
+    summary: "would a need be admitted now? (exit 0: fits, 82: it would wait, 80: never)",
+    help: renderHelp({
+      usage: ["berth budget check [--memory SIZE] [--cpu N] [--build-memory SIZE] [--build-cpu N] [flags]"],
+      about:
+        "Asks whether a need would be admitted now, without admitting it: fits, would wait (and for what, held by whom), " +
+        "or can never fit (and which setting is too small). The answer is the exit code too.",
+      flags: [...NEED_HELP_ROWS, JSON_ROW("the verdict"), ...BUDGET_ENDPOINT_FLAGS],
+      exitCodes: [
+        [String(EXIT.ok), "fits: it would be admitted now"],
+        [String(EXIT.wouldWait), "it fits the budget but not now: it would wait"],
+        [String(EXIT.impossible), "it can never fit the budget"],
+        ...callExitRows("budget"),
+      ],
+      examples: [
+        "berth budget check --memory 2G --cpu 2",
+        "berth budget check --memory 1G --build-memory 4G --build-cpu 4 --json",
+        'berth budget check --memory 8G && echo "room now"',
+      ],
+    }),
+    flags: NEED_FLAGS,
     async run(client, values, _positionals, json) {
       const { need } = needFromFlags(values, "check");
       const response = await client.check({ need, skipLoadGate: values["skip-load-gate"] === true });
@@ -70,17 +69,38 @@ const SUBCOMMANDS: Record<string, Subcommand> = {
       return verdict?.fits ? EXIT.ok : EXIT.wouldWait;
     },
   },
-  state: {
-    options: {},
+  {
+    name: "state",
+    summary: "what is committed, the queue, reservations, running work, the policy and the machine",
+    help: renderHelp({
+      usage: ["berth budget state [flags]"],
+      about:
+        "Prints the budget (committed of the policy's memory and cpu), the machine (available memory, load, pressure), " +
+        "and tables of what is committed, the queue (position, need, ETA, what it waits for), the reservations and " +
+        "the running work.",
+      flags: [JSON_ROW("the whole state"), ...BUDGET_ENDPOINT_FLAGS],
+      exitCodes: [OK_ROW, ...callExitRows("budget")],
+      examples: ["berth budget state", "berth budget state --json | jq -r '.queue[].label'"],
+    }),
+    flags: {},
     async run(client, _values, _positionals, json) {
       const response = await client.getState({});
       if (json) printJson(GetStateResponseSchema, response);
-      else process.stdout.write(`${formatState(response)}\n`);
+      else process.stdout.write(`${formatState(response, Date.now(), styleFor(process.stdout))}\n`);
       return EXIT.ok;
     },
   },
-  machine: {
-    options: {},
+  {
+    name: "machine",
+    summary: "the last machine sample (memory, load, pressure, cgroup limits)",
+    help: renderHelp({
+      usage: ["berth budget machine [flags]"],
+      about: "Prints the budget service's last sample of the machine: memory available and total, load, pressure (PSI), the cgroup's limits, and how old the sample is.",
+      flags: [JSON_ROW("the sample"), ...BUDGET_ENDPOINT_FLAGS],
+      exitCodes: [OK_ROW, ...callExitRows("budget")],
+      examples: ["berth budget machine", "berth budget machine --json | jq .machine.availableBytes"],
+    }),
+    flags: {},
     async run(client, _values, _positionals, json) {
       const response = await client.getMachine({});
       if (json) printJson(GetMachineResponseSchema, response);
@@ -88,16 +108,29 @@ const SUBCOMMANDS: Record<string, Subcommand> = {
       return EXIT.ok;
     },
   },
-  watch: {
-    options: {},
+  {
+    name: "watch",
+    summary: "every new machine sample, until Ctrl-C",
+    help: renderHelp({
+      usage: ["berth budget watch [flags]"],
+      about:
+        "Prints every new machine sample as the budget service takes it, until Ctrl-C or SIGTERM: on a terminal one line " +
+        "rewritten in place, elsewhere one line per sample.",
+      flags: [JSON_ROW("each sample"), ...BUDGET_ENDPOINT_FLAGS],
+      exitCodes: [[String(EXIT.ok), "stopped with Ctrl-C or SIGTERM"], ...callExitRows("budget")],
+      examples: ["berth budget watch", "berth budget watch --json | jq -c '.machine.availableBytes'"],
+    }),
+    flags: {},
     async run(client, _values, _positionals, json) {
       const call = new AbortController();
       const stop = () => call.abort();
       process.once("SIGINT", stop);
       process.once("SIGTERM", stop);
+      const live = !json && isTerminal(process.stdout) ? new LiveLine(process.stdout) : undefined;
       try {
         for await (const response of client.watchMachine({}, { signal: call.signal })) {
-          if (json) printJson(WatchMachineResponseSchema, response, false);
+          if (json) printJson(WatchMachineResponseSchema, response);
+          else if (live !== undefined) live.show(formatMachineLine(response.machine));
           else process.stdout.write(`${formatMachineLine(response.machine)}\n`);
         }
       } catch (error) {
@@ -105,69 +138,104 @@ const SUBCOMMANDS: Record<string, Subcommand> = {
         if (call.signal.aborted) return EXIT.ok;
         throw error;
       } finally {
+        // The last sample stays on the screen.
+        if (live !== undefined) process.stdout.write("\n");
         process.off("SIGINT", stop);
         process.off("SIGTERM", stop);
       }
       return EXIT.ok;
     },
   },
-  "build-done": {
-    options: {},
-    positionals: true,
+  {
+    name: "build-done",
+    summary: "end the build phase of a reservation (default: $BERTH_RESERVATION_ID, set by 'berth admit')",
+    help: renderHelp({
+      usage: ["berth budget build-done [RESERVATION_ID] [flags]"],
+      about:
+        "Ends the build phase of a reservation: its build cost is given back and it holds only its run cost from now on. " +
+        "Without RESERVATION_ID, the one in BERTH_RESERVATION_ID, which 'berth admit' sets for the command it runs.",
+      flags: [JSON_ROW("the reservation as it is now"), ...BUDGET_ENDPOINT_FLAGS],
+      exitCodes: [OK_ROW, [String(EXIT.notFound), "no such reservation (released already?)"], ...callExitRows("budget")],
+      examples: [
+        "berth admit --memory 1G --build-memory 4G -- sh -c 'make && berth budget build-done && ./server'",
+        "berth budget build-done",
+        "berth budget build-done 0b6f2c1e-8d3a-4c55-9f0e-5a7d2b1c9e44 --json",
+      ],
+    }),
+    flags: {},
+    maxPositionals: 1,
     async run(client, _values, positionals, json) {
       const id = positionals[0] ?? process.env["BERTH_RESERVATION_ID"];
-      if (id === undefined || id === "") throw new UsageError("build-done: give the reservation id, or run it from a command started by 'berth admit' (BERTH_RESERVATION_ID)");
+      if (id === undefined || id === "") throw new UsageError("give the reservation id, or run it from a command started by 'berth admit' (BERTH_RESERVATION_ID)");
       const response = await client.releaseBuild({ reservationId: id });
       if (json) printJson(ReleaseBuildResponseSchema, response);
       else process.stdout.write(`build phase over: '${response.reservation?.label}' now holds ${resources(response.reservation?.start)}\n`);
       return EXIT.ok;
     },
   },
-};
+];
 
+const HELP = renderHelp({
+  usage: ["berth budget <command> [flags]"],
+  about: "Looks at the load budget without admitting anything ('berth admit' admits).",
+  commands: SUBCOMMANDS.map((s) => [s.name, s.summary]),
+  flags: [...NEED_HELP_ROWS.map(([flag, text]): HelpRow => [flag, `check: ${text}`]), ["--json", "the answer as JSON (proto JSON form), one object per line"], ...BUDGET_ENDPOINT_FLAGS],
+  exitCodes: [
+    [String(EXIT.ok), "done (check: the need fits now)"],
+    [String(EXIT.wouldWait), "check: the need would wait"],
+    [String(EXIT.impossible), "check: the need can never fit"],
+    [String(EXIT.notFound), "build-done: no such reservation"],
+    ...callExitRows("budget"),
+  ],
+  examples: [
+    "berth budget check --memory 2G --cpu 2",
+    "berth budget state",
+    "berth budget state --json | jq -r '.queue[].label'",
+    "berth budget machine",
+    "berth budget watch --json",
+    "berth budget build-done        # from a command run by 'berth admit'",
+  ],
+  footer: "Run 'berth budget <command> --help' for a command's own flags, exit codes and examples.",
+});
+
+/** `berth budget …`. */
 export const budgetCommand: Command = {
   name: "budget",
-  usage: USAGE,
+  help: HELP,
+  subcommands: SUBCOMMANDS,
   async run(argv) {
     const [name, ...rest] = argv;
-    const sub = name === undefined ? undefined : SUBCOMMANDS[name];
-    if (sub === undefined) {
-      process.stderr.write(`berth budget: ${name === undefined ? "which one?" : `unknown subcommand '${name}'`}\n\n${USAGE}\n`);
-      return EXIT.usage;
-    }
+    const sub = SUBCOMMANDS.find((s) => s.name === name);
+    // main checks the subcommand first; this is for a caller that did not.
+    if (sub === undefined) return usageError("berth budget", `unknown command '${name ?? ""}'`);
+    const where = `berth budget ${sub.name}`;
     let endpoint: Endpoint;
-    let values: Record<string, unknown>;
-    let positionals: string[];
+    let parsed: ParsedArgs;
     try {
-      const parsed = parseArgs({
-        args: rest,
-        options: { ...sub.options, json: { type: "boolean" }, "budget-url": { type: "string" }, "token-file": { type: "string" } },
-        strict: true,
-        allowPositionals: sub.positionals === true,
-      });
-      values = parsed.values as Record<string, unknown>;
-      positionals = parsed.positionals;
+      parsed = parseFlags(
+        rest,
+        { ...sub.flags, json: { type: "boolean" }, "budget-url": { type: "string" }, "token-file": { type: "string" }, help: { type: "boolean", short: "h" } },
+        true,
+      );
+      const max = sub.maxPositionals ?? 0;
+      if (parsed.positionals.length > max) throw new UsageError(`unexpected argument '${parsed.positionals[max]}'`);
       endpoint = resolveEndpoint({
-        url: typeof values["budget-url"] === "string" ? values["budget-url"] : undefined,
+        url: stringFlag(parsed.values, "budget-url"),
         urlEnv: "BERTH_BUDGET_URL",
-        defaultUrl: "http://127.0.0.1:7302",
-        tokenFile: typeof values["token-file"] === "string" ? values["token-file"] : undefined,
+        defaultUrl: DEFAULT_BUDGET_URL,
+        tokenFile: stringFlag(parsed.values, "token-file"),
       });
     } catch (error) {
-      process.stderr.write(`berth budget ${name}: ${(error as Error).message}\n`);
-      return EXIT.usage;
+      if (!(error instanceof UsageError)) throw error;
+      return usageError(where, error.message);
     }
+    const json = parsed.values["json"] === true;
     const client = createClient(BudgetService, createTransport(endpoint));
     try {
-      return await sub.run(client, values, positionals, values["json"] === true);
+      return await sub.run(client, parsed.values, parsed.positionals, json);
     } catch (error) {
-      if (error instanceof UsageError) {
-        process.stderr.write(`berth budget ${name}: ${error.message}\n`);
-        return EXIT.usage;
-      }
-      const failure = describeFailure(ConnectError.from(error), "budget", endpoint.url);
-      process.stderr.write(`berth budget ${name}: ${failure.message}\n`);
-      return failure.exit;
+      if (error instanceof UsageError) return usageError(where, error.message);
+      return reportFailure(where, describeFailure(error, "budget", endpoint.url), json);
     }
   },
 };

@@ -10,7 +10,6 @@
 import { spawn } from "node:child_process";
 import { hostname, userInfo } from "node:os";
 import * as path from "node:path";
-import { parseArgs } from "node:util";
 import { toJson } from "@bufbuild/protobuf";
 import { durationFromMs, timestampMs, type Timestamp } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
@@ -26,70 +25,120 @@ import {
   type LockHeld,
 } from "@berth/api/berth/sessions/v1/lock_service_pb";
 import { formatDuration, parseDuration } from "@berth/shared/units";
+import { parseFlags, stringFlag, usageError, type FlagSpec } from "../args.js";
 import { createTransport, resolveEndpoint, UsageError, type Endpoint } from "../client/connect.js";
-import { relaySignals, signalExit } from "../client/wrapped-command.js";
-import { describeFailure } from "../client/errors.js";
+import { describeFailure, reportFailure } from "../client/errors.js";
 import { createHttp2Transport } from "../client/http2-transport.js";
-import { EXIT, type Command } from "../command.js";
+import { progressFor, type Progress } from "../client/progress.js";
+import { relaySignals, signalExit } from "../client/wrapped-command.js";
+import { EXIT, type Command, type SubcommandHelp } from "../command.js";
+import { DEFAULT_SESSIONS_URL, SESSIONS_ENDPOINT_FLAGS, callExitRows } from "../common-help.js";
+import { renderHelp } from "../help.js";
+import { styleFor } from "../terminal.js";
 
-const DEFAULT_SESSIONS_URL = "http://127.0.0.1:7301";
 const DEFAULT_WAIT = "30s";
 
-const USAGE = `berth lock <hold|inspect> FILE [flags] [-- CMD [ARGS…]]
+const HOLD_HELP = renderHelp({
+  usage: ["berth lock hold FILE [flags] -- CMD [ARGS…]"],
+  about:
+    "Like flock(1): waits for FILE's lock, runs CMD while holding it (stdin, stdout and stderr inherited) and releases " +
+    "it when CMD exits, whatever ends this command (exit, Ctrl-C, kill -9: the service frees the lock the moment the " +
+    "connection goes). These are the same locks as every berth client's and every process still using the seed's " +
+    "source-lock library on the same project. FILE is resolved against the current directory, as flock(1) and the seed do.\n\n" +
+    "CMD gets BERTH_FENCING_TOKEN (the grant's fencing token) and BERTH_LOCK_FILE (the locked path) in its environment, " +
+    "for fenced writes: berth sessions append … --fence-file \"$BERTH_LOCK_FILE\" --fence-token \"$BERTH_FENCING_TOKEN\".",
+  flags: [
+    ["--wait DURATION", `how long to wait for the lock: 0 tries once; 30s, 5m, at most 10m (default ${DEFAULT_WAIT})`],
+    ["--owner TEXT", "who holds the lock, shown to everyone who waits (default: user@host pid N)"],
+    ["--json", "progress as JSON lines on stderr even on a terminal"],
+    ...SESSIONS_ENDPOINT_FLAGS,
+  ],
+  notes:
+    "Progress goes to stderr (stdout is CMD's). On a terminal a status line, rewritten in place, shows who holds FILE, " +
+    "since when, and the place in line; anywhere else (or with --json) each step is a JSON line with an \"event\": " +
+    "waiting, acquired, exited, released, lost, timeout, interrupted, error. An \"exited\" event means the exit code " +
+    "is CMD's.\n\n" +
+    "While CMD runs, SIGTERM and SIGHUP are passed on to it, and so is SIGINT unless stdin is a terminal (there Ctrl-C " +
+    "reaches CMD already); while waiting they withdraw the request. If the service goes away while CMD runs, the lock " +
+    "is gone: a warning says so and CMD keeps running (fenced writes with its token are then refused).",
+  exitCodes: [
+    ["CMD's", "once CMD ran: its own exit code (128+N when signal N killed it)"],
+    [String(EXIT.timedOut), "timed out: FILE stayed locked for the whole --wait (the message names the holder)"],
+    [String(EXIT.commandNotFound), "CMD was not found"],
+    [String(EXIT.cannotRun), "CMD could not be run (not executable)"],
+    ["130/143", "interrupted (SIGINT/SIGTERM) while waiting; the request was withdrawn"],
+    ...callExitRows("sessions"),
+  ],
+  examples: [
+    "berth lock hold src/app.ts -- npm run codegen",
+    'berth lock hold src/app.ts --wait 5m --owner "codegen bot" -- ./regen.sh',
+    'berth lock hold src/app.ts --wait 0 -- true || echo "busy"',
+    "berth lock hold src/app.ts --json -- make 2>lock-events.jsonl",
+  ],
+});
 
-Source locks of the sessions service: the same locks as every berth client and every process
-still using the seed's source-lock library on the same project.
+const INSPECT_HELP = renderHelp({
+  usage: ["berth lock inspect FILE [flags]"],
+  about:
+    "Who holds FILE's lock (owner, kind, fencing token, since when, expiry), who waits for it, in order, and the last " +
+    "fencing token granted. FILE is resolved against the current directory.",
+  flags: [["--json", "print the answer as one JSON line: {file, holder, waiters, lastFencingToken, lockPath}"], ...SESSIONS_ENDPOINT_FLAGS],
+  exitCodes: [[String(EXIT.ok), "done (held or free)"], ...callExitRows("sessions")],
+  examples: ["berth lock inspect src/app.ts", "berth lock inspect src/app.ts --json | jq .holder"],
+});
 
-  hold FILE [flags] -- CMD [ARGS…]
-      Like flock(1): waits for FILE's lock, runs CMD while holding it (stdin, stdout and stderr
-      inherited), and releases it when CMD exits, whatever ends this command (exit, Ctrl-C, kill -9:
-      the service frees the lock the moment the connection goes). While queued it shows who holds
-      the file and since when. CMD gets BERTH_FENCING_TOKEN (the grant's fencing token) and
-      BERTH_LOCK_FILE (the locked path) in its environment, for fenced writes:
-      berth sessions append … --fence-file "$BERTH_LOCK_FILE" --fence-token "$BERTH_FENCING_TOKEN".
-  inspect FILE
-      Who holds FILE's lock (owner, kind, fencing token, since, expiry), who waits, in order, and the
-      last fencing token granted.
+const HELP = renderHelp({
+  usage: ["berth lock hold FILE [flags] -- CMD [ARGS…]", "berth lock inspect FILE [flags]"],
+  about:
+    "Source locks of the sessions service: the same locks as every berth client and every process still using the " +
+    "seed's source-lock library on the same project.",
+  commands: [
+    ["hold FILE -- CMD", "like flock(1): wait for FILE's lock, run CMD while holding it, release when CMD exits"],
+    ["inspect FILE", "who holds FILE's lock, who waits, and the last fencing token"],
+  ],
+  flags: [
+    ["--wait DURATION", `hold: how long to wait: 0 tries once; 30s, 5m, at most 10m (default ${DEFAULT_WAIT})`],
+    ["--owner TEXT", "hold: who holds the lock, shown to everyone who waits (default: user@host pid N)"],
+    ["--json", "inspect: one JSON line; hold: progress as JSON lines on stderr (the default when stderr is not a terminal)"],
+    ...SESSIONS_ENDPOINT_FLAGS,
+  ],
+  exitCodes: [
+    ["CMD's", "hold, once CMD ran: its own exit code (128+N when signal N killed it)"],
+    [String(EXIT.timedOut), "hold timed out: FILE stayed locked (the message names the holder)"],
+    ["126/127", "hold: CMD could not be run / was not found"],
+    ["130/143", "hold: interrupted (SIGINT/SIGTERM) while waiting"],
+    ...callExitRows("sessions"),
+  ],
+  examples: [
+    "berth lock hold src/app.ts -- npm run codegen",
+    'berth lock hold src/app.ts --wait 5m --owner "codegen bot" -- ./regen.sh',
+    'berth lock hold src/app.ts --wait 0 -- true || echo "busy"',
+    "berth lock inspect src/app.ts",
+    "berth lock inspect src/app.ts --json | jq .holder",
+  ],
+  footer: "Run 'berth lock hold --help' or 'berth lock inspect --help' for more.",
+});
 
-FILE is resolved against the current directory, as flock(1) and the seed do.
+const SUBCOMMANDS: readonly SubcommandHelp[] = [
+  { name: "hold", summary: "wait for FILE's lock, run CMD while holding it, release when CMD exits", help: HOLD_HELP },
+  { name: "inspect", summary: "who holds FILE's lock, who waits, and the last fencing token", help: INSPECT_HELP },
+];
 
-Flags:
-  --owner TEXT          who holds the lock, shown to everyone who waits (default: user@host pid N)
-  --wait DURATION       hold: how long to wait for the lock: 0 tries once; 30s, 5m, at most 10m
-                        (default ${DEFAULT_WAIT})
-  --json                machine-readable: inspect prints one JSON object; hold writes JSON lines to
-                        stderr (events: waiting, acquired, exited, released, lost, timeout, error)
-  --sessions-url URL    the service (BERTH_SESSIONS_URL; default ${DEFAULT_SESSIONS_URL}; unix:/path)
-  --token-file FILE     the bearer token (else BERTH_TOKEN_FILE or BERTH_TOKEN)
-
-While CMD runs, SIGTERM and SIGHUP are passed on to it, and so is SIGINT unless stdin is a terminal
-(there Ctrl-C reaches CMD already); while waiting they withdraw the request. If the service goes
-away while CMD runs, the lock is gone: a warning says so and CMD keeps running (fenced writes with
-its token are then refused).
-
-Exit codes (hold): CMD's own (128+N when signal N killed it); otherwise
-  ${EXIT.lockTimedOut}  the wait ran out: FILE stayed locked (the message names the holder)
-  ${EXIT.unreachable}  the sessions service could not be reached or is shutting down
-  ${EXIT.usage}   wrong flags, or a FILE the service refuses (NUL, '..', too long)
-  ${EXIT.denied}  the service wants a bearer token
-  127/126  CMD not found / not executable;  130/143  interrupted (SIGINT/SIGTERM) while waiting
-Exit codes (inspect): 0, or ${EXIT.unreachable}, ${EXIT.usage}, ${EXIT.denied} as above.
-
-Examples:
-  berth lock hold src/app.ts -- npm run codegen
-  berth lock hold src/app.ts --wait 5m --owner "codegen bot" -- ./regen.sh
-  berth lock hold src/app.ts --wait 0 -- true || echo "busy"
-  berth lock inspect src/app.ts
-  berth lock inspect src/app.ts --json | jq .holder`;
-
-const OPTIONS = {
+const FLAGS: Readonly<Record<string, FlagSpec>> = {
   owner: { type: "string" },
   wait: { type: "string" },
   json: { type: "boolean" },
   "sessions-url": { type: "string" },
   "token-file": { type: "string" },
   help: { type: "boolean", short: "h" },
-} as const;
+};
+
+const INSPECT_FLAGS: Readonly<Record<string, FlagSpec>> = {
+  json: { type: "boolean" },
+  "sessions-url": { type: "string" },
+  "token-file": { type: "string" },
+  help: { type: "boolean", short: "h" },
+};
 
 interface Invocation {
   readonly action: "hold" | "inspect";
@@ -102,40 +151,33 @@ interface Invocation {
 }
 
 /** Splits `hold|inspect FILE [flags] [-- CMD ARGS…]`. */
-function parse(argv: string[]): Invocation {
+function parse(action: "hold" | "inspect", argv: string[]): Invocation {
   const separator = argv.indexOf("--");
   const own = separator < 0 ? argv : argv.slice(0, separator);
-  let parsed;
-  try {
-    parsed = parseArgs({ args: own, options: OPTIONS, strict: true, allowPositionals: true });
-  } catch (error) {
-    throw new UsageError((error as Error).message);
-  }
-  const [action, file, ...extra] = parsed.positionals;
-  if (action !== "hold" && action !== "inspect") {
-    throw new UsageError(action === undefined ? "say what to do: berth lock hold FILE -- CMD, or berth lock inspect FILE" : `unknown action '${action}': hold or inspect`);
-  }
-  if (file === undefined || file === "") throw new UsageError(`no FILE: berth lock ${action} FILE${action === "hold" ? " -- CMD" : ""}`);
+  const parsed = parseFlags(own, action === "hold" ? FLAGS : INSPECT_FLAGS, true);
+  const [file, ...extra] = parsed.positionals;
+  if (file === undefined || file === "") throw new UsageError(`no FILE given: berth lock ${action} FILE${action === "hold" ? " -- CMD" : ""}`);
   const command = separator < 0 ? [] : argv.slice(separator + 1);
   if (action === "hold") {
-    if (extra.length > 0) throw new UsageError(`unexpected '${extra[0]}': put -- before the command (berth lock hold FILE -- CMD)`);
+    if (extra.length > 0) throw new UsageError(`unexpected argument '${extra[0]}': put -- before the command (berth lock hold FILE -- CMD)`);
     if (command.length === 0 || command[0] === "") throw new UsageError("no command to run: berth lock hold FILE [flags] -- CMD [ARGS…]");
   } else if (extra.length > 0 || separator >= 0) {
-    throw new UsageError("inspect takes one FILE and no command");
+    throw new UsageError(extra.length > 0 ? `unexpected argument '${extra[0]}': inspect takes one FILE` : "inspect takes one FILE and no command");
   }
   const values = parsed.values;
   let waitMs: number;
+  const wait = stringFlag(values, "wait");
   try {
-    waitMs = parseDuration(values.wait ?? DEFAULT_WAIT, "--wait");
+    waitMs = parseDuration(wait ?? DEFAULT_WAIT, "--wait");
   } catch {
-    throw new UsageError(`--wait: ${JSON.stringify(values.wait)} is not a duration like 0, 30s, 5m`);
+    throw new UsageError(`--wait: ${JSON.stringify(wait)} is not a duration like 0, 30s, 5m`);
   }
-  const endpoint = resolveEndpoint({ url: values["sessions-url"], urlEnv: "BERTH_SESSIONS_URL", defaultUrl: DEFAULT_SESSIONS_URL, tokenFile: values["token-file"] });
+  const endpoint = resolveEndpoint({ url: stringFlag(values, "sessions-url"), urlEnv: "BERTH_SESSIONS_URL", defaultUrl: DEFAULT_SESSIONS_URL, tokenFile: stringFlag(values, "token-file") });
   return {
     action,
     // The lock's key is the absolute path: resolve here, where "the current directory" means the user's.
     file: path.resolve(file),
-    owner: values.owner ?? defaultOwner(),
+    owner: stringFlag(values, "owner") ?? defaultOwner(),
     waitMs,
     json: values.json === true,
     command,
@@ -151,20 +193,6 @@ function defaultOwner(): string {
     // no passwd entry (a container's arbitrary uid): keep $USER
   }
   return `${user || "someone"}@${hostname()} pid ${process.pid}`;
-}
-
-/** Where hold's progress goes: human lines, or JSON lines (stderr either way: stdout is CMD's). */
-interface Reporter {
-  event(name: string, fields: Record<string, unknown>, line?: string): void;
-}
-
-function reporter(json: boolean): Reporter {
-  return {
-    event(name, fields, line) {
-      if (json) process.stderr.write(`${JSON.stringify({ event: name, ...fields })}\n`);
-      else if (line !== undefined) process.stderr.write(`berth lock: ${line}\n`);
-    },
-  };
 }
 
 const iso = (ts: Timestamp | undefined) => (ts === undefined ? undefined : new Date(timestampMs(ts)).toISOString());
@@ -207,41 +235,51 @@ function holderJson(holder: Holder | LockHeld | undefined): Record<string, unkno
 /** Runs `berth lock hold`; resolves with the exit code. */
 async function hold(invocation: Invocation): Promise<number> {
   const { file, owner, waitMs, command, endpoint } = invocation;
-  const report = reporter(invocation.json);
+  const progress = progressFor("berth lock", invocation.json);
   const client = createClient(LockService, createHttp2Transport(endpoint));
   const call = new AbortController();
   const responses = client.hold({ file, owner, wait: durationFromMs(waitMs) }, { signal: call.signal })[Symbol.asyncIterator]();
 
   const relay = relaySignals(() => call.abort());
+  const started = Date.now();
 
   try {
     // 1. Wait for the grant.
     let lease: Lease;
+    let waited = false;
     for (;;) {
       let result: IteratorResult<HoldResponse>;
       try {
         result = await responses.next();
       } catch (error) {
-        return refused(error, invocation, report, relay.interrupted);
+        progress.done();
+        return refused(error, invocation, progress, relay.interrupted);
       }
       if (result.done) {
-        report.event("error", { message: "the service ended the stream before granting the lock" }, "the service ended the stream before granting the lock");
+        const message = "the service ended the stream before granting the lock";
+        progress.event("error", { code: "unknown", exit: EXIT.failed, message }, message, "error");
         return EXIT.failed;
       }
       const kind = result.value.kind;
       if (kind.case === "waiting") {
         const { position, holder } = kind.value;
-        report.event(
-          "waiting",
-          { file, position, holder: holderJson(holder) },
-          holder === undefined ? `waiting for ${file} (position ${position})` : `waiting for ${file} held by ${describeHolder(holder)}; position ${position}`,
-        );
+        waited = true;
+        progress.waiting("waiting", { file, position, holder: holderJson(holder) }, () => {
+          const by = holder === undefined ? "" : `, held by ${describeHolderBriefly(holder)}`;
+          return `waiting for ${shortPath(file)}${by}; #${position} in line, waited ${formatDuration(roundSeconds(Date.now() - started))}`;
+        });
       } else if (kind.case === "acquired") {
         lease = kind.value;
         break;
       }
     }
-    report.event("acquired", { file: lease.file, fencing_token: Number(lease.fencingToken), owner: lease.owner });
+    const waitedMs = Date.now() - started;
+    progress.event(
+      "acquired",
+      { file: lease.file, fencing_token: Number(lease.fencingToken), owner: lease.owner, waited_ms: waitedMs },
+      waited ? `acquired ${lease.file} after ${formatDuration(roundSeconds(waitedMs))} (fencing token ${lease.fencingToken})` : undefined,
+    );
+    progress.done();
 
     // 2. Run CMD; keep reading the stream (heartbeats, or its loss).
     const spawned = spawn(command[0]!, command.slice(1), {
@@ -263,23 +301,24 @@ async function hold(invocation: Invocation): Promise<number> {
         if (call.signal.aborted) return;
         lost = true;
         const message = `lost the lock on ${file}: the service ended the hold; ${command[0]} keeps running without it`;
-        report.event("lost", { message }, message);
+        progress.event("lost", { message }, message, "warn");
       } catch (error) {
         if (call.signal.aborted) return;
         lost = true;
         const message = `lost the lock on ${file} (${ConnectError.from(error).rawMessage}); ${command[0]} keeps running without it`;
-        report.event("lost", { message }, message);
+        progress.event("lost", { message }, message, "warn");
       }
     })();
 
     const outcome = await exited;
     let code: number;
     if (outcome.error !== undefined) {
-      code = outcome.error.code === "ENOENT" ? 127 : 126;
-      process.stderr.write(`berth lock: cannot run ${command[0]}: ${outcome.error.message}\n`);
+      code = outcome.error.code === "ENOENT" ? EXIT.commandNotFound : EXIT.cannotRun;
+      const message = `cannot run ${command[0]}: ${outcome.error.message}`;
+      progress.event("error", { code: outcome.error.code, exit: code, message }, message, "error");
     } else {
       code = outcome.code ?? signalExit(outcome.signal ?? "SIGKILL");
-      report.event("exited", { code: outcome.code, signal: outcome.signal });
+      progress.event("exited", { code: outcome.code, signal: outcome.signal });
     }
 
     // 3. Release before exiting, so the next holder never races this process's exit; ending the
@@ -292,19 +331,40 @@ async function hold(invocation: Invocation): Promise<number> {
         ),
         new Promise<false>((resolve) => setTimeout(() => resolve(false), 2_500).unref()),
       ]);
-      report.event("released", { file: lease.file, fencing_token: Number(lease.fencingToken), by: released ? "release" : "stream end" });
+      progress.event("released", { file: lease.file, fencing_token: Number(lease.fencingToken), by: released ? "release" : "stream end" });
     }
     return code;
   } finally {
+    progress.done();
     relay.dispose();
     call.abort();
   }
 }
 
+/** "alice (lease, fencing token 7) for 12s": the live line's short form of {@link describeHolder}. */
+function describeHolderBriefly(holder: Holder | LockHeld): string {
+  const who = holder.owner === "" ? "an unknown owner" : holder.owner;
+  const facts = [kindName(holder.kind)];
+  if (holder.fencingToken > 0n) facts.push(`fencing token ${holder.fencingToken}`);
+  const since = holder.since === undefined ? "" : ` for ${formatDuration(roundSeconds(Date.now() - timestampMs(holder.since)))}`;
+  return `${who} (${facts.join(", ")})${since}`;
+}
+
+/** FILE relative to the current directory when it is inside it (as the user typed it, most often). */
+function shortPath(file: string): string {
+  const relative = path.relative(process.cwd(), file);
+  return relative !== "" && !relative.startsWith("..") && !path.isAbsolute(relative) ? relative : file;
+}
+
+/** Whole seconds above one second, so a live line does not flicker through milliseconds. */
+function roundSeconds(ms: number): number {
+  return ms < 1000 ? Math.max(0, Math.round(ms)) : Math.floor(ms / 1000) * 1000;
+}
+
 /** The exit code and message for a Hold that ended before the grant. */
-function refused(error: unknown, invocation: Invocation, report: Reporter, interrupted: NodeJS.Signals | undefined): number {
+function refused(error: unknown, invocation: Invocation, progress: Progress, interrupted: NodeJS.Signals | undefined): number {
   if (interrupted !== undefined) {
-    report.event("interrupted", { signal: interrupted }, `interrupted (${interrupted}) while waiting; the request was withdrawn`);
+    progress.event("interrupted", { signal: interrupted, exit: signalExit(interrupted) }, `interrupted (${interrupted}) while waiting; the request was withdrawn`, "warn");
     return signalExit(interrupted);
   }
   const e = ConnectError.from(error);
@@ -312,11 +372,16 @@ function refused(error: unknown, invocation: Invocation, report: Reporter, inter
   if (held !== undefined) {
     const waited = invocation.waitMs === 0 ? "it was not free (--wait 0)" : `it stayed locked for ${formatDuration(invocation.waitMs)}`;
     const holder = held.owner === "" && held.kind === HolderKind.UNSPECIFIED ? "others queued ahead" : describeHolder(held);
-    report.event("timeout", { file: held.file, waited_ms: invocation.waitMs, holder: holderJson(held), message: e.rawMessage }, `timed out: ${held.file} is held by ${holder}; ${waited}`);
-    return EXIT.lockTimedOut;
+    progress.event(
+      "timeout",
+      { file: held.file, waited_ms: invocation.waitMs, holder: holderJson(held), exit: EXIT.timedOut, message: e.rawMessage },
+      `timed out: ${held.file} is held by ${holder}; ${waited}`,
+      "error",
+    );
+    return EXIT.timedOut;
   }
   const failure = describeFailure(e, "sessions", invocation.endpoint.url);
-  report.event("error", { code: Code[e.code], message: failure.message }, failure.message);
+  progress.event("error", { code: failure.code, exit: failure.exit, message: failure.message }, failure.message, "error");
   return failure.exit;
 }
 
@@ -327,20 +392,19 @@ async function inspect(invocation: Invocation): Promise<number> {
   try {
     response = await client.inspect({ file: invocation.file }, { timeoutMs: 10_000 });
   } catch (error) {
-    const failure = describeFailure(error, "sessions", invocation.endpoint.url);
-    process.stderr.write(`berth lock: ${failure.message}\n`);
-    return failure.exit;
+    return reportFailure("berth lock inspect", describeFailure(error, "sessions", invocation.endpoint.url), invocation.json);
   }
   if (invocation.json) {
     process.stdout.write(`${JSON.stringify(toJson(InspectResponseSchema, response, { alwaysEmitImplicit: true }))}\n`);
     return EXIT.ok;
   }
-  const lines = [response.file];
+  const out = styleFor(process.stdout);
+  const lines = [out.bold(response.file)];
   const holder = response.holder;
-  if (holder === undefined) lines.push("  free");
+  if (holder === undefined) lines.push(`  ${out.green("free")}`);
   else {
     const expiry = holder.expiresAt === undefined ? "" : `; expires ${iso(holder.expiresAt)} unless renewed`;
-    lines.push(`  held by ${describeHolder(holder)}${expiry}`);
+    lines.push(`  ${out.yellow("held")} by ${describeHolder(holder)}${expiry}`);
   }
   if (response.waiters.length > 0) {
     lines.push(`  ${response.waiters.length} waiting:`);
@@ -349,31 +413,26 @@ async function inspect(invocation: Invocation): Promise<number> {
     });
   }
   lines.push(`  last fencing token: ${response.lastFencingToken === 0n ? "none granted by this service run" : String(response.lastFencingToken)}`);
-  if (response.lockPath !== "") lines.push(`  lock file: ${response.lockPath}`);
+  if (response.lockPath !== "") lines.push(`  lock file: ${out.dim(response.lockPath)}`);
   process.stdout.write(`${lines.join("\n")}\n`);
   return EXIT.ok;
 }
 
+/** `berth lock …`. */
 export const lockCommand: Command = {
   name: "lock",
-  usage: USAGE,
-  // CMD's own --help must reach CMD: only a --help before `--` is ours.
-  handlesHelp: true,
+  help: HELP,
+  subcommands: SUBCOMMANDS,
   async run(argv) {
-    const separator = argv.indexOf("--");
-    const own = separator < 0 ? argv : argv.slice(0, separator);
-    if (own.includes("--help") || own.includes("-h") || own[0] === "help") {
-      process.stdout.write(`${USAGE}\n`);
-      return EXIT.ok;
-    }
+    const [action, ...rest] = argv;
+    if (action !== "hold" && action !== "inspect") return usageError("berth lock", `unknown command '${action ?? ""}': hold or inspect`);
     let invocation: Invocation;
     try {
-      invocation = parse(argv);
+      invocation = parse(action, rest);
     } catch (error) {
       if (!(error instanceof UsageError)) throw error;
-      process.stderr.write(`berth lock: ${error.message}\n`);
-      return EXIT.usage;
+      return usageError(`berth lock ${action}`, error.message);
     }
-    return invocation.action === "hold" ? hold(invocation) : inspect(invocation);
+    return action === "hold" ? hold(invocation) : inspect(invocation);
   },
 };

@@ -1,8 +1,8 @@
 /**
  * `berth sessions append|get|list|watch|journal`: the session journals from a shell. Human output
- * by default, `--json` for scripts; the exit code says what happened (see USAGE).
+ * by default (a table, key/value lines, one line per entry; colours on a terminal), `--json` for
+ * scripts (JSON lines); the exit code says what happened (see each subcommand's help).
  */
-import { parseArgs } from "node:util";
 import { toJson, type JsonObject, type JsonValue } from "@bufbuild/protobuf";
 import { timestampDate, type Timestamp } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError, createClient, type Client } from "@connectrpc/connect";
@@ -16,89 +16,87 @@ import {
 import { SnapshotSchema, type Snapshot } from "@berth/api/berth/sessions/v1/snapshot_pb";
 import { eventToJournal, journalToEvent } from "@berth/sessions/server/event-codec";
 import { SESSION_ID_RULE, isSessionId } from "@berth/shared/safe-id";
+import { parseFlags, stringFlag, usageError, type FlagSpec, type ParsedArgs } from "../args.js";
 import { createTransport, resolveEndpoint, UsageError, type Endpoint } from "../client/connect.js";
-import { describeFailure } from "../client/errors.js";
-import { EXIT, type Command } from "../command.js";
+import { describeFailure, reportFailure } from "../client/errors.js";
+import { EXIT, type Command, type SubcommandHelp } from "../command.js";
+import { DEFAULT_SESSIONS_URL, SESSIONS_ENDPOINT_FLAGS, callExitRows } from "../common-help.js";
+import { renderHelp, type HelpRow } from "../help.js";
+import { styleFor, type Style } from "../terminal.js";
 
-/** Where the sessions service is when neither `--sessions-url` nor `BERTH_SESSIONS_URL` says. */
-export const DEFAULT_SESSIONS_URL = "http://127.0.0.1:7301";
+export { DEFAULT_SESSIONS_URL };
 
-const USAGE = `berth sessions <append|get|list|watch|journal> [arguments] [flags]
-
-Append to, read and follow the session journals of the sessions service.
-
-  append SESSION TYPE [--field KEY=VALUE]...   append one event of type TYPE
-  append SESSION --json '{"type":…, …}'        append one event given as JSON (output is JSON)
-  append SESSION < events.jsonl                append the events on stdin (one JSON object per
-                                               line, or a JSON array) atomically, in one call
-  get SESSION [--include-completed]            the session's snapshot
-  list [--include-completed]                   the active sessions (all with --include-completed)
-  watch SESSION [--from-seq N] [--snapshots]   the journal from seq N, then every new entry as it
-                                               is appended, until Ctrl-C
-  journal SESSION [--from-seq N] [--limit N]   the journal's entries
-
-Events are the seed's journal events: a JSON object with a "type" and the event's own keys
-("pageUrl", "count", …). A --field VALUE is read as JSON when it is JSON (3, true, null,
-"quoted", {…}, […]) and as a string otherwise.
-
-Flags:
-  --json                    machine-readable output: one JSON object (get, list, append) or one
-                            JSON line per entry (watch, journal; entries in the journal's format)
-  --expected-seq N          append: refuse unless the session's last seq is N (0: a new session)
-  --idempotency-key KEY     append: a retry with the same key writes nothing and answers the first
-  --fence-file FILE --fence-token N
-                            append: refuse unless N is still the fencing token of FILE's lock
-  --sessions-url URL        the service (BERTH_SESSIONS_URL; default ${DEFAULT_SESSIONS_URL};
-                            unix:/path for a socket)
-  --token-file FILE         the bearer token (else BERTH_TOKEN_FILE or BERTH_TOKEN)
-
-Exit codes:
-  0   done (watch: stopped with Ctrl-C)
-  1   the service failed otherwise
-  2   wrong arguments (including those the service refused)
-  3   conflict: --expected-seq is not the last seq, or the fence is no longer current
-  4   not found: the session has no journal (get, journal)
-  69  the service cannot be reached or is shutting down
-  77  the service wants a bearer token
-
-Examples:
-  berth sessions append s1 generate --field pageUrl=http://localhost:3000/ --field count=3
-  berth sessions append s1 --json '{"type":"agent_phase","phase":"planning"}' --expected-seq 1
-  berth sessions get s1
-  berth sessions list --json | jq '.sessions[].id'
-  berth sessions watch s1 --from-seq 1 --snapshots
-  berth sessions journal s1 --from-seq 10 --limit 5 --json`;
-
-const COMMON_OPTIONS = {
+const COMMON_FLAGS: Readonly<Record<string, FlagSpec>> = {
   json: { type: "boolean" },
   "sessions-url": { type: "string" },
   "token-file": { type: "string" },
   help: { type: "boolean", short: "h" },
-} as const;
+};
+
+const EVENTS_NOTE =
+  'Events are the seed\'s journal events: a JSON object with a "type" and the event\'s own keys ("pageUrl", "count", …). ' +
+  'A --field VALUE is read as JSON when it is JSON (3, true, null, "quoted", {…}, […]) and as a string otherwise.';
+
+const NOT_FOUND_ROW: HelpRow = [String(EXIT.notFound), "not found: SESSION has no journal"];
 
 type SessionClient = Client<typeof SessionService>;
 
 /** What a subcommand gets: its parsed flags and positionals, a client, and where to write. */
 interface Invocation {
-  readonly values: Record<string, string | boolean | string[] | undefined>;
+  readonly values: ParsedArgs["values"];
   readonly positionals: string[];
   readonly client: SessionClient;
   readonly endpoint: Endpoint;
   readonly json: boolean;
+  /** Styles for stdout (plain unless stdout is a colour terminal). */
+  readonly out: Style;
 }
 
-interface Subcommand {
+interface Subcommand extends SubcommandHelp {
   /** Flags besides the common ones. */
-  readonly options: Record<string, { type: "string" | "boolean"; multiple?: boolean }>;
+  readonly flags: Readonly<Record<string, FlagSpec>>;
   /** `[min, max]` positionals. */
   readonly arity: readonly [number, number];
-  readonly usage: string;
   run(invocation: Invocation): Promise<number>;
 }
 
-const SUBCOMMANDS: Record<string, Subcommand> = {
-  append: {
-    options: {
+const SUBCOMMANDS: readonly Subcommand[] = [
+  {
+    name: "append",
+    summary: "append one event (TYPE and --field, or --json), or the events on stdin, atomically",
+    help: renderHelp({
+      usage: [
+        "berth sessions append SESSION TYPE [--field KEY=VALUE]... [flags]",
+        "berth sessions append SESSION --json '{\"type\":…, …}' [flags]",
+        "berth sessions append SESSION [flags] < events.jsonl",
+      ],
+      about:
+        "Appends to SESSION's journal (a new session starts at seq 1) and prints the seq the events got, and the phase. " +
+        "The events on stdin (JSON lines, or a JSON array) are appended in one call: all of them or none.\n\n" +
+        EVENTS_NOTE,
+      flags: [
+        ["--field KEY=VALUE", "a key of the event (repeat for more)"],
+        ["--json ['{…}']", "with a JSON object: the event to append; alone or with it: print the answer as one JSON line ({seq, duplicate, snapshot})"],
+        ["--expected-seq N", "refuse unless the session's last seq is N (0: a new session)"],
+        ["--idempotency-key KEY", "a retry with the same key writes nothing and answers what the first append did"],
+        ["--fence-file FILE", "with --fence-token: refuse unless N is still the fencing token of FILE's lock"],
+        ["--fence-token N", "the fencing token a lock grant gave (BERTH_FENCING_TOKEN under berth lock hold)"],
+        ...SESSIONS_ENDPOINT_FLAGS,
+      ],
+      exitCodes: [
+        [String(EXIT.ok), "appended (or already appended with this idempotency key: nothing written)"],
+        [String(EXIT.conflict), "conflict: --expected-seq is not the last seq, or the fence is no longer current"],
+        ...callExitRows("sessions"),
+      ],
+      examples: [
+        "berth sessions append s1 generate --field pageUrl=http://localhost:3000/ --field count=3",
+        "berth sessions append s1 --json '{\"type\":\"agent_phase\",\"phase\":\"planning\"}' --expected-seq 1",
+        "berth sessions append s1 agent_phase --field phase=done --idempotency-key step-7",
+        "berth sessions append s1 < events.jsonl",
+        "berth sessions append s1 steer --fence-file \"$BERTH_LOCK_FILE\" --fence-token \"$BERTH_FENCING_TOKEN\"",
+      ],
+    }),
+    flags: {
       field: { type: "string", multiple: true },
       event: { type: "string" },
       "expected-seq": { type: "string" },
@@ -107,68 +105,161 @@ const SUBCOMMANDS: Record<string, Subcommand> = {
       "fence-token": { type: "string" },
     },
     arity: [1, 2],
-    usage: "berth sessions append SESSION TYPE [--field KEY=VALUE]... | --json '{…}' | < events.jsonl",
     run: append,
   },
-  get: { options: { "include-completed": { type: "boolean" } }, arity: [1, 1], usage: "berth sessions get SESSION [--include-completed] [--json]", run: get },
-  list: { options: { "include-completed": { type: "boolean" } }, arity: [0, 0], usage: "berth sessions list [--include-completed] [--json]", run: list },
-  watch: {
-    options: { "from-seq": { type: "string" }, snapshots: { type: "boolean" } },
+  {
+    name: "get",
+    summary: "the session's snapshot (phase, variants, …) and its last seq",
+    help: renderHelp({
+      usage: ["berth sessions get SESSION [--include-completed] [flags]"],
+      about:
+        "Prints SESSION's snapshot, the state derived from its journal (phase, page, variants expected and arrived, …), " +
+        "one key per line, with its last seq. A completed or discarded session shows only its last seq unless " +
+        "--include-completed.",
+      flags: [
+        ["--include-completed", "show the snapshot of a completed or discarded session too"],
+        ["--json", "print the answer as one JSON line: {exists, lastSeq, snapshot} (exists false for a session without a journal)"],
+        ...SESSIONS_ENDPOINT_FLAGS,
+      ],
+      exitCodes: [[String(EXIT.ok), "done"], NOT_FOUND_ROW, ...callExitRows("sessions")],
+      examples: ["berth sessions get s1", "berth sessions get s1 --include-completed", "berth sessions get s1 --json | jq .snapshot.phase"],
+    }),
+    flags: { "include-completed": { type: "boolean" } },
     arity: [1, 1],
-    usage: "berth sessions watch SESSION [--from-seq N] [--snapshots] [--json]",
+    run: get,
+  },
+  {
+    name: "list",
+    summary: "the active sessions as a table (all with --include-completed)",
+    help: renderHelp({
+      usage: ["berth sessions list [--include-completed] [flags]"],
+      about: "Prints the active sessions as a table: session, phase, variants arrived of expected, last update. With --include-completed, the completed and discarded ones too.",
+      flags: [
+        ["--include-completed", "list completed and discarded sessions too"],
+        ["--json", 'print one JSON line: {"sessions": [snapshot, …]}'],
+        ...SESSIONS_ENDPOINT_FLAGS,
+      ],
+      exitCodes: [[String(EXIT.ok), "done (also when there are no sessions)"], ...callExitRows("sessions")],
+      examples: ["berth sessions list", "berth sessions list --include-completed", "berth sessions list --json | jq -r '.sessions[].id'"],
+    }),
+    flags: { "include-completed": { type: "boolean" } },
+    arity: [0, 0],
+    run: list,
+  },
+  {
+    name: "watch",
+    summary: "the journal from a seq, then every new entry as it is appended, until Ctrl-C",
+    help: renderHelp({
+      usage: ["berth sessions watch SESSION [--from-seq N] [--snapshots] [flags]"],
+      about:
+        "Prints SESSION's journal from seq N (default: from the start), then a caught-up marker, then every new entry as it " +
+        "is appended, until Ctrl-C or SIGTERM. A watcher that falls behind resumes where it stopped: nothing is missed. " +
+        "Human output has one line per entry (and the snapshot after it with --snapshots); the caught-up marker goes to stderr.",
+      flags: [
+        ["--from-seq N", "start at seq N (entries before it are not printed)"],
+        ["--snapshots", "print the session's snapshot after each entry"],
+        ["--json", 'one JSON line per entry, in the journal\'s format ({seq, id, type, ts, event}, plus "snapshot"), and {"caughtUp": {lastSeq}} once the backlog is printed'],
+        ...SESSIONS_ENDPOINT_FLAGS,
+      ],
+      exitCodes: [[String(EXIT.ok), "stopped with Ctrl-C or SIGTERM"], ...callExitRows("sessions")],
+      examples: [
+        "berth sessions watch s1",
+        "berth sessions watch s1 --from-seq 10 --snapshots",
+        "berth sessions watch s1 --json | jq -c 'select(.type == \"agent_phase\")'",
+      ],
+    }),
+    flags: { "from-seq": { type: "string" }, snapshots: { type: "boolean" } },
+    arity: [1, 1],
     run: watch,
   },
-  journal: {
-    options: { "from-seq": { type: "string" }, limit: { type: "string" } },
+  {
+    name: "journal",
+    summary: "the journal's entries (from a seq, at most a limit)",
+    help: renderHelp({
+      usage: ["berth sessions journal SESSION [--from-seq N] [--limit N] [flags]"],
+      about: "Prints SESSION's journal entries from seq N, at most --limit of them: one line per entry (#seq, time, type, the event's keys).",
+      flags: [
+        ["--from-seq N", "start at seq N"],
+        ["--limit N", "print at most N entries (0: all)"],
+        ["--json", "one JSON line per entry, in the journal's own format: {seq, id, type, ts, event}"],
+        ...SESSIONS_ENDPOINT_FLAGS,
+      ],
+      exitCodes: [[String(EXIT.ok), "done"], NOT_FOUND_ROW, ...callExitRows("sessions")],
+      examples: ["berth sessions journal s1", "berth sessions journal s1 --from-seq 10 --limit 5", "berth sessions journal s1 --json > s1.jsonl"],
+    }),
+    flags: { "from-seq": { type: "string" }, limit: { type: "string" } },
     arity: [1, 1],
-    usage: "berth sessions journal SESSION [--from-seq N] [--limit N] [--json]",
     run: journal,
   },
-};
+];
+
+const HELP = renderHelp({
+  usage: ["berth sessions <command> [SESSION] [arguments] [flags]"],
+  about:
+    "Append to, read and follow the session journals of the sessions service. SESSION is an id of 1 to 128 letters, " +
+    "digits, '_' or '-'. Human output by default; --json prints JSON lines for scripts.",
+  commands: [
+    ["append SESSION TYPE [--field KEY=VALUE]...", "append one event of type TYPE"],
+    ["append SESSION --json '{…}'", "append one event given as JSON"],
+    ["append SESSION < events.jsonl", "append the events on stdin (JSON lines or a JSON array) atomically, in one call"],
+    ["get SESSION", "the session's snapshot (phase, variants, …) and its last seq"],
+    ["list", "the active sessions (all with --include-completed)"],
+    ["watch SESSION [--from-seq N]", "the journal from seq N, then every new entry as it is appended, until Ctrl-C"],
+    ["journal SESSION [--from-seq N] [--limit N]", "the journal's entries"],
+  ],
+  flags: [
+    ["--json", "JSON lines: one object (append, get, list) or one line per entry (watch, journal)"],
+    ["--expected-seq N", "append: refuse unless the session's last seq is N (0: a new session)"],
+    ["--idempotency-key KEY", "append: a retry with the same key writes nothing and answers the first"],
+    ["--fence-file FILE --fence-token N", "append: refuse unless N is still the fencing token of FILE's lock"],
+    ...SESSIONS_ENDPOINT_FLAGS,
+  ],
+  notes: EVENTS_NOTE,
+  exitCodes: [
+    [String(EXIT.ok), "done (watch: stopped with Ctrl-C)"],
+    [String(EXIT.conflict), "conflict: --expected-seq is not the last seq, or the fence is no longer current"],
+    [String(EXIT.notFound), "not found: the session has no journal (get, journal)"],
+    ...callExitRows("sessions"),
+  ],
+  examples: [
+    "berth sessions append s1 generate --field pageUrl=http://localhost:3000/ --field count=3",
+    "berth sessions append s1 --json '{\"type\":\"agent_phase\",\"phase\":\"planning\"}' --expected-seq 1",
+    "berth sessions get s1",
+    "berth sessions list --json | jq -r '.sessions[].id'",
+    "berth sessions watch s1 --from-seq 1 --snapshots",
+    "berth sessions journal s1 --from-seq 10 --limit 5 --json",
+  ],
+  footer: "Run 'berth sessions <command> --help' for a command's own flags, exit codes and examples.",
+});
 
 /** `berth sessions …`. */
 export const sessionsCommand: Command = {
   name: "sessions",
-  usage: USAGE,
-  handlesHelp: true,
+  help: HELP,
+  subcommands: SUBCOMMANDS,
   async run(argv) {
     const [name, ...rest] = argv;
-    if (name === undefined || name === "--help" || name === "-h" || name === "help") {
-      process.stdout.write(`${USAGE}\n`);
-      return name === undefined ? EXIT.usage : EXIT.ok;
-    }
-    const subcommand = SUBCOMMANDS[name];
-    if (subcommand === undefined) {
-      process.stderr.write(`berth sessions: unknown command '${name}'; commands: ${Object.keys(SUBCOMMANDS).join(", ")}\n`);
-      return EXIT.usage;
-    }
+    const subcommand = SUBCOMMANDS.find((s) => s.name === name);
+    // main checks the subcommand first; this is for a caller that did not.
+    if (subcommand === undefined) return usageError("berth sessions", `unknown command '${name ?? ""}'`);
+    const where = `berth sessions ${subcommand.name}`;
     let invocation: Invocation;
     try {
-      const parsed = parseArgs({
-        args: name === "append" ? eventJsonAsFlag(rest) : rest,
-        options: { ...COMMON_OPTIONS, ...subcommand.options },
-        allowPositionals: true,
-        strict: true,
-      });
-      if (parsed.values.help) {
-        process.stdout.write(`usage: ${subcommand.usage}\n\nRun 'berth sessions --help' for every flag, exit code and example.\n`);
-        return EXIT.ok;
-      }
+      const parsed = parseFlags(subcommand.name === "append" ? eventJsonAsFlag(rest) : rest, { ...COMMON_FLAGS, ...subcommand.flags }, true);
       const [min, max] = subcommand.arity;
-      if (parsed.positionals.length < min || parsed.positionals.length > max) {
-        throw new UsageError(`expected ${min === max ? min : `${min} to ${max}`} argument${max === 1 ? "" : "s"}, got ${parsed.positionals.length}`);
-      }
-      const values = parsed.values as Invocation["values"];
+      if (parsed.positionals.length > max) throw new UsageError(`unexpected argument '${parsed.positionals[max]}'`);
+      if (parsed.positionals.length < min) throw new UsageError(min === 1 && max <= 2 ? "no SESSION given" : `expected at least ${min} arguments`);
+      const values = parsed.values;
       // Checked here too, so a mistyped id is a usage error even when the service is down.
       const sessionId = parsed.positionals[0];
-      if (name !== "list" && sessionId !== undefined && !isSessionId(sessionId)) {
+      if (subcommand.name !== "list" && sessionId !== undefined && !isSessionId(sessionId)) {
         throw new UsageError(`SESSION must match ${SESSION_ID_RULE}, got ${JSON.stringify(sessionId)}`);
       }
       const endpoint = resolveEndpoint({
-        url: values["sessions-url"] as string | undefined,
+        url: stringFlag(values, "sessions-url"),
         urlEnv: "BERTH_SESSIONS_URL",
         defaultUrl: DEFAULT_SESSIONS_URL,
-        tokenFile: values["token-file"] as string | undefined,
+        tokenFile: stringFlag(values, "token-file"),
       });
       invocation = {
         values,
@@ -176,21 +267,17 @@ export const sessionsCommand: Command = {
         client: createClient(SessionService, createTransport(endpoint)),
         endpoint,
         json: values.json === true,
+        out: styleFor(process.stdout),
       };
     } catch (error) {
-      process.stderr.write(`berth sessions ${name}: ${(error as Error).message}\nusage: ${subcommand.usage}\n`);
-      return EXIT.usage;
+      if (!(error instanceof UsageError)) throw error;
+      return usageError(where, error.message);
     }
     try {
       return await subcommand.run(invocation);
     } catch (error) {
-      if (error instanceof UsageError) {
-        process.stderr.write(`berth sessions ${name}: ${error.message}\nusage: ${subcommand.usage}\n`);
-        return EXIT.usage;
-      }
-      const failure = describeFailure(error, "sessions", invocation.endpoint.url);
-      process.stderr.write(`berth sessions ${name}: ${failure.message}\n`);
-      return failure.exit;
+      if (error instanceof UsageError) return usageError(where, error.message);
+      return reportFailure(where, describeFailure(error, "sessions", invocation.endpoint.url), invocation.json);
     }
   },
 };
@@ -335,7 +422,7 @@ async function readStdin(): Promise<string> {
 
 // --------------------------------------------------------------------------- reads
 
-async function get({ values, positionals, client, json }: Invocation): Promise<number> {
+async function get({ values, positionals, client, json, out }: Invocation): Promise<number> {
   const sessionId = positionals[0]!;
   const res = await client.getSnapshot({ sessionId, includeCompleted: values["include-completed"] === true });
   if (json) printJson(toJson(GetSnapshotResponseSchema, res) as JsonObject);
@@ -358,11 +445,11 @@ async function get({ values, positionals, client, json }: Invocation): Promise<n
     rows.push([key, human(value)]);
   }
   const width = Math.max(...rows.map(([key]) => key.length));
-  process.stdout.write(rows.map(([key, value]) => `${key.padEnd(width)}  ${value}`).join("\n") + "\n");
+  process.stdout.write(rows.map(([key, value]) => `${out.bold(key.padEnd(width))}  ${value}`).join("\n") + "\n");
   return EXIT.ok;
 }
 
-async function list({ values, client, json }: Invocation): Promise<number> {
+async function list({ values, client, json, out }: Invocation): Promise<number> {
   const res = await client.listSessions({ includeCompleted: values["include-completed"] === true });
   if (json) {
     printJson({ sessions: res.sessions.map(snapshotJson) });
@@ -377,16 +464,17 @@ async function list({ values, client, json }: Invocation): Promise<number> {
     rows.push([s.id, s.phase, `${s.arrivedVariants}/${s.expectedVariants}`, s.updatedAt ? timestampDate(s.updatedAt).toISOString() : "-"]);
   }
   const widths = rows[0]!.map((_, col) => Math.max(...rows.map((row) => row[col]!.length)));
-  process.stdout.write(rows.map((row) => row.map((cell, col) => (col === row.length - 1 ? cell : cell.padEnd(widths[col]!))).join("  ")).join("\n") + "\n");
+  const lines = rows.map((row) => row.map((cell, col) => (col === row.length - 1 ? cell : cell.padEnd(widths[col]!))).join("  "));
+  process.stdout.write([out.bold(lines[0]!), ...lines.slice(1)].join("\n") + "\n");
   return EXIT.ok;
 }
 
-async function journal({ values, positionals, client, json }: Invocation): Promise<number> {
+async function journal({ values, positionals, client, json, out }: Invocation): Promise<number> {
   const sessionId = positionals[0]!;
   const fromSeq = values["from-seq"] === undefined ? 0n : wholeNumber(values["from-seq"] as string, "--from-seq");
   const limit = values.limit === undefined ? 0 : Number(wholeNumber(values.limit as string, "--limit", 0xffffffffn));
   for await (const batch of client.readJournal({ sessionId, fromSeq, limit })) {
-    for (const entry of batch.entries) printEntry(entry, json);
+    for (const entry of batch.entries) printEntry(entry, json, out);
   }
   return EXIT.ok;
 }
@@ -395,7 +483,8 @@ async function journal({ values, positionals, client, json }: Invocation): Promi
  * Follows the session until Ctrl-C (exit 0). A watcher the service ended for falling behind
  * resumes where it stopped (the service says where), so nothing is missed.
  */
-async function watch({ values, positionals, client, json }: Invocation): Promise<number> {
+async function watch({ values, positionals, client, json, out }: Invocation): Promise<number> {
+  const err = styleFor(process.stderr);
   const sessionId = positionals[0]!;
   let fromSeq = values["from-seq"] === undefined ? 0n : wholeNumber(values["from-seq"] as string, "--from-seq");
   const includeSnapshot = values.snapshots === true;
@@ -408,12 +497,12 @@ async function watch({ values, positionals, client, json }: Invocation): Promise
       try {
         for await (const message of client.watchSession({ sessionId, fromSeq, includeSnapshot }, { signal: stop.signal })) {
           if (message.kind.case === "entry") {
-            printEntry(message.kind.value, json, message.snapshot);
+            printEntry(message.kind.value, json, out, message.snapshot);
             fromSeq = message.kind.value.seq + 1n;
           } else if (message.kind.case === "caughtUp") {
             const { lastSeq, snapshot } = message.kind.value;
             if (json) printJson({ caughtUp: { lastSeq: String(lastSeq), ...(snapshot ? { snapshot: snapshotJson(snapshot) } : {}) } });
-            else process.stderr.write(`-- caught up at seq ${lastSeq}; following new entries (Ctrl-C to stop)\n`);
+            else process.stderr.write(`${err.dim(`-- caught up at seq ${lastSeq}; following new entries (Ctrl-C to stop)`)}\n`);
             if (lastSeq + 1n > fromSeq) fromSeq = lastSeq + 1n;
           }
         }
@@ -424,7 +513,8 @@ async function watch({ values, positionals, client, json }: Invocation): Promise
         const lag = connectError.code === Code.ResourceExhausted ? connectError.findDetails(WatcherLaggedSchema)[0] : undefined;
         if (lag === undefined) throw error;
         fromSeq = lag.resumeFromSeq;
-        process.stderr.write(`-- fell behind the service; resuming from seq ${fromSeq}\n`);
+        if (json) process.stderr.write(`${JSON.stringify({ event: "resumed", from_seq: Number(fromSeq), reason: "fell behind the service" })}\n`);
+        else process.stderr.write(`${err.yellow(`-- fell behind the service; resuming from seq ${fromSeq}`)}\n`);
       }
     }
   } finally {
@@ -435,8 +525,11 @@ async function watch({ values, positionals, client, json }: Invocation): Promise
 
 // --------------------------------------------------------------------------- output
 
-/** An entry as the journal holds it (`{seq, id, type, ts, event}`): a JSON line, or a human line. */
-function printEntry(entry: JournalEntry, json: boolean, snapshot?: Snapshot): void {
+/**
+ * An entry as the journal holds it (`{seq, id, type, ts, event}`): a JSON line, or a human line
+ * (`#seq  time  type  {keys}`; on a colour terminal the seq bold, the time dim, the type cyan).
+ */
+function printEntry(entry: JournalEntry, json: boolean, out: Style, snapshot?: Snapshot): void {
   const event = entry.event ? eventToJournal(entry.event) : {};
   const ts = entry.ts ? timestampIso(entry.ts) : undefined;
   if (json) {
@@ -447,14 +540,14 @@ function printEntry(entry: JournalEntry, json: boolean, snapshot?: Snapshot): vo
   }
   const { type: _type, ...rest } = event;
   const body = Object.keys(rest).length > 0 ? ` ${truncate(JSON.stringify(rest), 160)}` : "";
-  process.stdout.write(`#${entry.seq}  ${ts ?? "-"}  ${entry.type}${body}\n`);
+  process.stdout.write(`${out.bold(`#${entry.seq}`)}  ${out.dim(ts ?? "-")}  ${out.cyan(entry.type)}${body}\n`);
   if (snapshot) {
     const s = snapshotJson(snapshot);
     const summary = ["phase", "generationPhase", "expectedVariants", "arrivedVariants", "visibleVariant"]
       .filter((key) => s[key] !== undefined)
       .map((key) => `${key}=${human(s[key]!)}`)
       .join(" ");
-    process.stdout.write(`    snapshot: ${summary}\n`);
+    process.stdout.write(`    ${out.dim("snapshot:")} ${summary}\n`);
   }
 }
 
