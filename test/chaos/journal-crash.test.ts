@@ -147,6 +147,8 @@ describe("journal crash (SIGKILL under load, restart, check)", () => {
       unackedButLanded: 0,
       kills: 0,
       tornTailsAfterKill: 0,
+      /** Restarts that found a session's snapshot file (so its open could hydrate from it plus the tail). */
+      snapshotFilesAtRestart: 0,
       snapshotChecks: 0,
       restartMs: [] as number[],
       checkMs: 0,
@@ -278,6 +280,7 @@ describe("journal crash (SIGKILL under load, restart, check)", () => {
       for (const sessionId of sessionIds) {
         const file = path.join(sessionsDir, `${sessionId}.jsonl`);
         if (!existsSync(file)) continue;
+        if (existsSync(path.join(sessionsDir, `${sessionId}.snapshot.json`))) figures.snapshotFilesAtRestart++;
         const read = readJournalFile(file);
         if (read.torn) torn.set(sessionId, read);
       }
@@ -430,6 +433,7 @@ describe("journal crash (SIGKILL under load, restart, check)", () => {
       retriesWrittenAnew: figures.retriesWrittenAnew,
       unackedAtTheEnd: unacked,
       tornTailsAfterKill: figures.tornTailsAfterKill,
+      snapshotFilesAtRestart: figures.snapshotFilesAtRestart,
       snapshotChecks: figures.snapshotChecks,
       restartMsP50: Math.round(restarts[Math.floor(restarts.length / 2)] ?? 0),
       checkSeconds: Math.round(figures.checkMs / 100) / 10,
