@@ -963,8 +963,10 @@ export enum EntryIntegrity {
   UNCHECKED = 2,
 
   /**
-   * The line parses but its checksum does not match: it was damaged. The
-   * snapshot records a `journal_checksum_mismatch` diagnostic for it.
+   * The line parses but its checksum does not match: it was damaged.
+   * ReadJournal does not send such an entry (it skips it, as the replay
+   * does, and the snapshot records a `journal_checksum_mismatch` diagnostic
+   * naming its line); the value is kept for readers that report every line.
    *
    * @generated from enum value: ENTRY_INTEGRITY_MISMATCH = 3;
    */

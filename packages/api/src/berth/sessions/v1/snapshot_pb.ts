@@ -429,7 +429,7 @@ export type Diagnostic = Message<"berth.sessions.v1.Diagnostic"> & {
    * "carbonize_cleanup_required", "malformed_mount_ack",
    * "checkpoint_after_terminal_ignored", "stale_checkpoint_ignored",
    * "agent_error", "unknown_event_type", "journal_parse_failed" (a line in
-   * the middle of the journal that does not parse), "journal_tail_truncated"
+   * the middle of the journal that does not parse), "journal_torn_tail_repaired"
    * (a torn last line cut back at open), "journal_checksum_mismatch" (a line
    * that parses but whose checksum does not match).
    *
