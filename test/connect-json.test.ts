@@ -231,6 +231,21 @@ describe("errors as Connect's error JSON", () => {
     expect([badEnum.status, connectError(badEnum).code]).toEqual([400, "invalid_argument"]);
   });
 
+  it("a misspelled field is refused, naming it, and writes nothing (it would have turned a check off)", async () => {
+    const session = "misspelled-field";
+    const response = await curlJson(sessionsUrl, "/berth.sessions.v1.SessionService/AppendEvent", {
+      sessionId: session,
+      expectedSequence: 7,
+      event: { generate: { count: 1 } },
+    });
+    expect(response.status).toBe(400);
+    const error = connectError(response);
+    expect(error.code).toBe("invalid_argument");
+    expect(error.message).toContain('"expectedSequence" is unknown');
+    const has = await curlJson(sessionsUrl, "/berth.sessions.v1.SessionService/HasSession", { sessionId: session });
+    expect(has.json).toEqual({});
+  });
+
   it("an unknown method or service is 404; a server stream posted as unary JSON, or another content type, is 415; a bidi stream over HTTP/1.1 is 505", async () => {
     for (const route of ["/berth.sessions.v1.SessionService/NoSuchMethod", "/berth.sessions.v1.NoSuchService/HasSession", "/berth.budget.v1.BudgetService/Admitt"]) {
       const url = route.includes("budget") ? budget.url : sessionsUrl;

@@ -181,6 +181,9 @@ export async function startServer(options: StartServerOptions): Promise<RunningS
     shutdownSignal: shutdown.signal,
     // Plain `curl -d '{}'` must work: do not insist on the Connect-Protocol-Version header.
     requireConnectProtocolHeader: false,
+    // A misspelled JSON field ("expectedSequence", "fense") would otherwise be dropped without a
+    // word, silently turning off the check it asked for: refuse it, naming the key.
+    jsonOptions: { ignoreUnknownFields: false },
     contextValues: (req) => createContextValues().set(callStateKey, states.get(req)),
     fallback(req, res) {
       const state = states.get(req);
