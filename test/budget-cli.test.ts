@@ -8,7 +8,8 @@ import { afterAll, describe, expect, it } from "vitest";
 import { NeedItemKind } from "@berth/api/berth/budget/v1/budget_pb";
 import { EXIT } from "@berth/cli/command";
 import { CLI, G, berth, spawnBerth, startBudget, until, type BudgetUnderTest } from "./budget-e2e.js";
-import { runCommand, stopAll } from "./harness.js";
+import { stopAll } from "./harness.js";
+import { runInTerminal, screen } from "./pty.js";
 
 afterAll(stopAll);
 
@@ -141,13 +142,14 @@ describe("berth admit", () => {
     const { reservation } = await hold(budget, 3);
     const release = setTimeout(() => void budget.client.release({ reservationId: reservation!.id }), 1500);
     try {
-      const command = [node, CLI, "admit", "--memory", "2G", "--label", "tty", "--", "true"].map((a) => `'${a}'`).join(" ");
-      const result = await runCommand("script", ["-qfec", command, "/dev/null"], { env: { BERTH_BUDGET_URL: budget.url }, timeoutMs: 15_000 });
+      const result = await runInTerminal(["admit", "--memory", "2G", "--label", "tty", "--", "true"], { env: { BERTH_BUDGET_URL: budget.url }, timeoutMs: 15_000 });
       expect(result.code).toBe(0);
-      expect(result.stdout).toContain("\r\x1b[Kberth admit: waiting: #1 in queue, ETA ~");
-      expect(result.stdout).toContain("memory: needs 2G");
-      expect(result.stdout).toMatch(/berth admit: admitted after \d/);
-      expect(result.stdout).not.toContain('"event"');
+      expect(result.output).toContain("\r\x1b[Kberth admit: waiting: #1 in queue, ETA ~");
+      expect(result.output).toContain("memory: needs 2G");
+      expect(result.output).toMatch(/berth admit: admitted after \d/);
+      expect(result.output).not.toContain('"event"');
+      // The status line is gone from the screen once admitted.
+      expect(screen(result.output)).not.toContain("waiting: #1");
     } finally {
       clearTimeout(release);
     }

@@ -1,6 +1,7 @@
 /**
  * `berth lock hold|inspect` as a user runs them: the built binary (`node packages/cli/dist/main.js`)
- * against a started sessions service.
+ * against a started sessions service, in a pipe (JSON-line progress, plain output, no escapes) and
+ * in a pseudo-terminal (the live status line, colours, Ctrl-C from the keyboard).
  */
 import { spawn, type ChildProcess } from "node:child_process";
 import { mkdirSync, readFileSync } from "node:fs";
@@ -8,6 +9,7 @@ import * as path from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { LockService } from "@berth/api/berth/sessions/v1/lock_service_pb";
 import { connectClient, makeTempDir, repoPath, runCommand, startService, stopAll, type CommandResult, type ServiceProcess } from "./harness.js";
+import { hasColour, hasEscapes, runInTerminal, screen, startInTerminal } from "./pty.js";
 
 const BERTH = repoPath("packages/cli/dist/main.js");
 
@@ -77,10 +79,10 @@ async function untilWaiting(file: string, count: number): Promise<void> {
 
 describe("berth lock", () => {
   it("documents itself: --help with examples and exit codes; listed by berth --help", async () => {
-    const help = await berth(["lock", "--help"]);
+    const help = await berth(["lock", "hold", "--help"]);
     expect(help.code).toBe(0);
     expect(help.stdout).toMatch(/berth lock hold src\/app\.ts -- npm run codegen/);
-    expect(help.stdout).toMatch(/75 {2}the wait ran out/);
+    expect(help.stdout).toMatch(/^ {2}75 +timed out: FILE stayed locked/m);
     expect(help.stdout).toMatch(/BERTH_FENCING_TOKEN/);
     expect((await berth(["--help"])).stdout).toMatch(/^ {2}lock +run a command while holding a source lock/m);
   });
@@ -89,7 +91,8 @@ describe("berth lock", () => {
     for (const args of [["lock"], ["lock", "grab", "a.ts"], ["lock", "hold", "a.ts"], ["lock", "hold", "a.ts", "--wait", "soon", "--", "true"], ["lock", "inspect"]]) {
       const result = await berth(args);
       expect(result.code, args.join(" ")).toBe(2);
-      expect(result.stderr).toMatch(/^berth lock: /);
+      expect(result.stderr).toMatch(/^berth lock( hold| inspect)?: /);
+      expect(result.stderr).toMatch(/^Run 'berth lock( hold| inspect)? --help' for usage and examples\.$/m);
     }
     // A path the service refuses is a usage error too, with the service's reason.
     const long = await berth(["lock", "inspect", "x".repeat(5000)]);
@@ -107,28 +110,59 @@ describe("berth lock", () => {
     expect(state.lastFencingToken).toBe(BigInt(match![1]!));
   });
 
-  it("shows who holds the file while it waits, then runs CMD once granted", async () => {
+  it("in a pipe: JSON-line progress on stderr (who holds the file while it waits), CMD's output alone on stdout", async () => {
     const file = "src/queued.ts";
     const { lease } = await locks.acquire({ file: path.join(project, file), owner: "alice" });
     const run = startBerth(["lock", "hold", file, "--wait", "20s", "--", "sh", "-c", "echo got $BERTH_FENCING_TOKEN"]);
-    await run.waitFor(/waiting for .*queued\.ts held by alice \(lease, fencing token \d+\) since .*; position 1/, "stderr");
+    await run.waitFor(/"event":"waiting"/, "stderr");
     expect(run.out()).toBe("");
     await locks.release({ leaseToken: lease!.leaseToken });
     expect((await run.exited).code).toBe(0);
     expect(BigInt(/got (\d+)/.exec(run.out())![1]!)).toBeGreaterThan(lease!.fencingToken);
+    expect(hasEscapes(run.err()) || hasEscapes(run.out())).toBe(false);
+    const events = run.err().trim().split("\n").map((line) => JSON.parse(line) as Record<string, unknown>);
+    expect(events.map((e) => e.event)).toEqual(["waiting", "acquired", "exited", "released"]);
+    expect(events[0]).toMatchObject({ file: path.join(project, file), position: 1, holder: { owner: "alice", kind: "lease", fencing_token: Number(lease!.fencingToken) } });
+    expect(events[1]).toMatchObject({ file: path.join(project, file), fencing_token: Number(/got (\d+)/.exec(run.out())![1]) });
+    expect(events[2]).toMatchObject({ code: 0, signal: null });
   });
 
-  it("exits 75 naming the holder when the wait runs out (human and JSON)", async () => {
+  it("on a terminal: a live status line naming the holder, rewritten in place and gone once granted; CMD gets the terminal", async () => {
+    const file = "src/tty.ts";
+    const { lease } = await locks.acquire({ file: path.join(project, file), owner: "alice" });
+    const run = startInTerminal(["lock", "hold", file, "--wait", "20s", "--", "sh", "-c", '[ -t 0 ] && [ -t 1 ] && echo "CMD on a terminal"; exit 3'], {
+      cwd: project,
+      env: { BERTH_SESSIONS_URL: url },
+    });
+    await run.waitFor(/\r\x1b\[Kberth lock: waiting for src\/tty\.ts, held by alice \(lease, fencing token \d+\) for \d+(ms|s); #1 in line, waited \d/);
+    // Redrawn every second while nothing else happens: the wait keeps counting in place.
+    await run.waitFor(/(\r\x1b\[Kberth lock: waiting for [^\r]*){2}/, 5_000);
+    await locks.release({ leaseToken: lease!.leaseToken });
+    const { code, output } = await run.exited;
+    expect(code).toBe(3);
+    expect(output).not.toContain('"event"');
+    const seen = screen(output);
+    expect(seen).toMatch(/^berth lock: acquired .*src\/tty\.ts after \d+(ms|s) \(fencing token \d+\)$/m);
+    expect(seen).toMatch(/^CMD on a terminal$/m);
+    expect(seen).not.toContain("waiting for");
+  });
+
+  it("exits 75 naming the holder when the wait runs out (a JSON line in a pipe, a red sentence on a terminal)", async () => {
     const file = "src/busy.ts";
     const { lease } = await locks.acquire({ file: path.join(project, file), owner: "bob" });
-    const once = await berth(["lock", "hold", file, "--wait", "0", "--", "true"]);
-    expect(once.code).toBe(75);
-    expect(once.stderr).toMatch(/timed out: .*busy\.ts is held by bob \(lease, fencing token \d+\) since .*; it was not free \(--wait 0\)/);
-    const json = await berth(["lock", "hold", file, "--wait", "300ms", "--json", "--", "true"]);
+    const json = await berth(["lock", "hold", file, "--wait", "300ms", "--", "true"]);
     expect(json.code).toBe(75);
     const events = json.stderr.trim().split("\n").map((line) => JSON.parse(line) as Record<string, unknown>);
     expect(events.at(0)).toMatchObject({ event: "waiting", position: 1, holder: { owner: "bob", kind: "lease" } });
-    expect(events.at(-1)).toMatchObject({ event: "timeout", waited_ms: 300, holder: { owner: "bob", kind: "lease", fencing_token: Number(lease!.fencingToken) } });
+    expect(events.at(-1)).toMatchObject({ event: "timeout", waited_ms: 300, exit: 75, holder: { owner: "bob", kind: "lease", fencing_token: Number(lease!.fencingToken) } });
+    const tty = await runInTerminal(["lock", "hold", file, "--wait", "0", "--", "true"], { cwd: project, env: { BERTH_SESSIONS_URL: url } });
+    expect(tty.code).toBe(75);
+    expect(tty.output).toMatch(/berth lock: \x1b\[31mtimed out: .*busy\.ts is held by bob \(lease, fencing token \d+\) since .*; it was not free \(--wait 0\)\x1b\[39m/);
+    // --json asks for the JSON lines on a terminal too.
+    const forced = await runInTerminal(["lock", "hold", file, "--wait", "0", "--json", "--", "true"], { cwd: project, env: { BERTH_SESSIONS_URL: url } });
+    expect(forced.code).toBe(75);
+    expect(JSON.parse(forced.output.trim().split("\r\n").at(-1)!)).toMatchObject({ event: "timeout", exit: 75, holder: { owner: "bob" } });
+    expect(hasEscapes(forced.output)).toBe(false);
     await locks.release({ leaseToken: lease!.leaseToken });
   });
 
@@ -170,11 +204,32 @@ describe("berth lock", () => {
     const file = "src/interrupted.ts";
     const { lease } = await locks.acquire({ file: path.join(project, file), owner: "carol" });
     const run = startBerth(["lock", "hold", file, "--wait", "20s", "--", "true"]);
-    await run.waitFor(/waiting for/, "stderr");
+    await run.waitFor(/"event":"waiting"/, "stderr");
     run.child.kill("SIGINT");
     expect((await run.exited).code).toBe(130);
     expect(await waiters(file)).toBe(0);
+    expect(JSON.parse(run.err().trim().split("\n").at(-1)!)).toMatchObject({ event: "interrupted", signal: "SIGINT", exit: 130 });
+
+    // The same from the keyboard: Ctrl-C on the terminal.
+    const tty = startInTerminal(["lock", "hold", file, "--wait", "20s", "--", "true"], { cwd: project, env: { BERTH_SESSIONS_URL: url } });
+    await tty.waitFor(/waiting for src\/interrupted\.ts/);
+    tty.type("\x03");
+    const { code, output } = await tty.exited;
+    expect(code).toBe(130);
+    expect(screen(output)).toMatch(/^(\^C)?berth lock: interrupted \(SIGINT\) while waiting; the request was withdrawn$/m);
+    expect(await waiters(file)).toBe(0);
     await locks.release({ leaseToken: lease!.leaseToken });
+  });
+
+  it("on a terminal, Ctrl-C while CMD runs goes to CMD, whose handler decides the exit code; the lock is released", async () => {
+    const script = "n=0; trap 'n=$((n+1))' INT; echo ready; while [ $n -lt 1 ]; do sleep 0.05; done; sleep 0.5; echo interrupts=$n; exit 5";
+    const tty = startInTerminal(["lock", "hold", "src/ctrl-c.ts", "--", "sh", "-c", script], { cwd: project, env: { BERTH_SESSIONS_URL: url } });
+    await tty.waitFor(/ready/);
+    tty.type("\x03");
+    const { code, output } = await tty.exited;
+    expect(code).toBe(5);
+    expect(screen(output)).toMatch(/^(\^C)?interrupts=1$/m);
+    expect((await locks.inspect({ file: path.join(project, "src/ctrl-c.ts") })).holder).toBeUndefined();
   });
 
   it("inspects a lock: holder, waiters in order, last token (human and --json)", async () => {
@@ -182,6 +237,13 @@ describe("berth lock", () => {
     const free = await berth(["lock", "inspect", file]);
     expect(free.code).toBe(0);
     expect(free.stdout).toMatch(/inspected\.ts\n {2}free\n/);
+    expect(hasEscapes(free.stdout)).toBe(false);
+    const freeTty = await runInTerminal(["lock", "inspect", file], { cwd: project, env: { BERTH_SESSIONS_URL: url } });
+    expect(freeTty.code).toBe(0);
+    expect(freeTty.output).toMatch(/\x1b\[1m.*inspected\.ts\x1b\[22m\r\n {2}\x1b\[32mfree\x1b\[39m/);
+    const plainTty = await runInTerminal(["lock", "inspect", file], { cwd: project, env: { BERTH_SESSIONS_URL: url, NO_COLOR: "1" } });
+    expect(hasColour(plainTty.output)).toBe(false);
+    expect(screen(plainTty.output)).toMatch(/inspected\.ts\n {2}free\n/);
     const { lease } = await locks.acquire({ file: path.join(project, file), owner: "dave", ttl: { seconds: 60n } });
     const waiting = locks.acquire({ file: path.join(project, file), owner: "erin", wait: { seconds: 20n } });
     await untilWaiting(file, 1);
