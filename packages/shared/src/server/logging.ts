@@ -109,7 +109,8 @@ const CLIENT_WENT_AWAY = new ConnectError("the client stopped reading the stream
 
 /**
  * Passes `source` through and calls `end` exactly once: with undefined when it completes, with
- * the error it throws, or with CANCELED when the consumer stops early (`return()`). Each item
+ * the error it throws, or with CANCELED when the consumer stops early (`return()`) or throws in a
+ * failure to deliver (`throw()` with anything but a ConnectError). Each item
  * costs one `then` on the source's promise with handlers bound once per stream: this wraps every
  * message of every stream.
  */
@@ -144,7 +145,10 @@ class StreamEndObserver<T> implements AsyncIterator<T> {
   }
 
   throw(error?: unknown): Promise<IteratorResult<T>> {
-    this.settle(error);
+    // The consumer throws in when it cannot deliver: connect-node's response writer passes the
+    // Node error of a write to a stream the client has reset. That is the client gone (CANCELED,
+    // as for return()), not an UNKNOWN failure; a ConnectError thrown in keeps its code.
+    this.settle(error instanceof ConnectError ? error : new ConnectError(CLIENT_WENT_AWAY.rawMessage, Code.Canceled, undefined, undefined, error));
     return this.it.throw ? this.it.throw(error) : Promise.reject(error);
   }
 
