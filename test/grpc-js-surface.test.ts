@@ -622,6 +622,10 @@ interface FrameCounts {
   clientPings: number;
   /** PING ACKs the server sent back. */
   serverPingAcks: number;
+  /** PING frames the server sent (its own keepalive, `--keepalive`). */
+  serverPings: number;
+  /** PING ACKs the client sent back. */
+  clientPingAcks: number;
 }
 
 /**
@@ -630,7 +634,7 @@ interface FrameCounts {
  */
 async function pingCountingProxy(target: string): Promise<{ url: string; counts: FrameCounts; close(): void }> {
   const { hostname, port } = new URL(target);
-  const counts: FrameCounts = { clientPings: 0, serverPingAcks: 0 };
+  const counts: FrameCounts = { clientPings: 0, serverPingAcks: 0, serverPings: 0, clientPingAcks: 0 };
   const sockets = new Set<net.Socket>();
   const PING = 0x6;
   const ACK = 0x1;
@@ -665,10 +669,10 @@ async function pingCountingProxy(target: string): Promise<{ url: string; counts:
       });
     }
     const fromClient = frameReader(24, (type, flags) => {
-      if (type === PING && (flags & ACK) === 0) counts.clientPings++;
+      if (type === PING) counts[(flags & ACK) === 0 ? "clientPings" : "clientPingAcks"]++;
     });
     const fromServer = frameReader(0, (type, flags) => {
-      if (type === PING && (flags & ACK) !== 0) counts.serverPingAcks++;
+      if (type === PING) counts[(flags & ACK) === 0 ? "serverPings" : "serverPingAcks"]++;
     });
     client.on("data", (chunk: Buffer) => {
       fromClient(chunk);
@@ -692,8 +696,29 @@ async function pingCountingProxy(target: string): Promise<{ url: string; counts:
 }
 
 describe("keepalive", () => {
+  it("with --keepalive=1s the server pings an idle stream's connection itself, and the stream still delivers", async () => {
+    const pinged = await startService("sessions", { args: ["--keepalive", "1s"] });
+    const proxy = await pingCountingProxy(pinged.url("sessions"));
+    try {
+      const quiet = recording(grpcJsClient(proxy.url, {}, { "grpc.use_local_subchannel_pool": 1 }));
+      const id = "surface-server-keepalive";
+      const watchCall = quiet.serverStream(SessionService.method.watchSession, { sessionId: id });
+      const watch = reader(watchCall);
+      await expectKind(watch, "caughtUp");
+      await eventually("three server pings answered", async () => ({ ...proxy.counts }), (c) => c.serverPings >= 3 && c.clientPingAcks >= 3);
+      expect(proxy.counts.clientPings).toBe(0);
+      await grpcJsClient(pinged.url("sessions")).unary(SessionService.method.appendEvent, { sessionId: id, event: generate });
+      expect((await expectKind(watch, "entry")).seq).toBe(1n);
+      watchCall.cancel();
+      quiet.close();
+    } finally {
+      proxy.close();
+      await pinged.stop();
+    }
+  });
+
   it("pings flow over a WatchSession and a Hold idle for many ping intervals; both still deliver afterwards", async () => {
-    // The server pings only every 30 s (no setting shortens it), so the client pings: every 100 ms,
+    // The server pings every 30 s by default, so here the client pings: every 100 ms,
     // each to be answered within 5 s (a busy machine is slow, not dead) or grpc-js drops the connection.
     const proxy = await pingCountingProxy(sessionsUrl);
     try {

@@ -60,7 +60,8 @@ const budget = defineConfig({
 describe("loadConfig precedence", () => {
   it("uses defaults when nothing is given", () => {
     const { values, sources, help } = loadConfig(budget, { argv: [], env: {} });
-    expect(values).toMatchObject({ stateDir: "./.berth", host: "127.0.0.1", port: 7302, logLevel: "info", maxMessageBytes: 4 * 1024 * 1024 });
+    expect(values).toMatchObject({ stateDir: "./.berth", host: "127.0.0.1", port: 7302, logLevel: "info", maxMessageBytes: 4 * 1024 * 1024, keepalive: 30_000 });
+    expect(loadConfig(budget, { argv: ["--keepalive=5s"], env: {} }).values.keepalive).toBe(5000);
     expect(values.socket).toBeUndefined();
     expect(values.token).toBeUndefined();
     expect(sources.port).toEqual({ kind: "default" });
@@ -153,6 +154,7 @@ describe("loadConfig refusals", () => {
     expect(refusal(() => loadConfig(budget, { env: { BACKLOT_BUDGET_MEMORY: "lots" } }))).toMatch(/^BACKLOT_BUDGET_MEMORY: must be a size/);
     expect(refusal(() => loadConfig(budget, { env: { BERTH_LOG_LEVEL: "loud" } }))).toMatch(/^BERTH_LOG_LEVEL: must be one of fatal, /);
     expect(refusal(() => loadConfig(budget, { argv: ["--max-message-bytes=10"] }))).toMatch(/^--max-message-bytes: must be at least 1K/);
+    expect(refusal(() => loadConfig(budget, { env: { BERTH_KEEPALIVE: "100ms" } }))).toMatch(/^BERTH_KEEPALIVE: must be at least 1s/);
     expect(refusal(() => loadConfig(budget, { argv: ["--queue-limit=0"] }))).toMatch(/^--queue-limit: must be a whole number from 1/);
     const bad = file("bad-value.json", { port: "eighty" });
     expect(refusal(() => loadConfig(budget, { argv: [`--config=${bad}`] }))).toMatch(new RegExp(`^port \\(in ${bad}\\): must be a port`));

@@ -7,7 +7,7 @@
 import { readFileSync } from "node:fs";
 import { parseArgs } from "node:util";
 import { invalidArgument } from "./errors.js";
-import { parseSize } from "./units.js";
+import { parseDuration, parseSize } from "./units.js";
 
 /** One setting: where it is read from, how it is parsed, what it means. */
 export interface Setting<T> {
@@ -357,6 +357,17 @@ export function commonServerConfig() {
         return bytes;
       },
       doc: "largest request or response message, e.g. 4M",
+    },
+    keepalive: {
+      flag: "keepalive",
+      env: "BERTH_KEEPALIVE",
+      default: 30_000,
+      parse: (raw: string, field: string) => {
+        const ms = parseDuration(raw, field);
+        if (ms < 1000) throw invalidArgument(field, "must be at least 1s");
+        return ms;
+      },
+      doc: "HTTP/2 ping on every connection this often (a connection that does not answer within 10s is dropped); shorten it behind a proxy that cuts idle streams",
     },
   } satisfies ConfigDefinition;
 }

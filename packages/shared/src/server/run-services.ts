@@ -7,6 +7,7 @@ import { pino, type Logger } from "pino";
 import { commonServerConfig, describeConfig, formatHelp, loadConfig, resolveToken, type ConfigDefinition, type ConfigValues } from "../config.js";
 import { acquireElection } from "../election.js";
 import { isBerthError } from "../errors.js";
+import { DEFAULT_KEEPALIVE } from "./listener.js";
 import { installSignalHandlers } from "./signal-handlers.js";
 import { startServer, type RunningServer, type StartServerOptions } from "./start-server.js";
 
@@ -146,6 +147,7 @@ export async function serveElected(options: {
       socket: options.socket,
       token: resolveToken(values),
       maxMessageBytes: values.maxMessageBytes,
+      keepalive: { ...DEFAULT_KEEPALIVE, pingIntervalMs: values.keepalive },
       logger,
       services: domain.services,
       onShutdown: [() => domain.close(), () => election.release()],
