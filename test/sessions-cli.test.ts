@@ -1,13 +1,15 @@
 /**
  * `berth sessions append|get|list|watch|journal` as a user runs them: the built binary
  * (`node packages/cli/dist/main.js`) against a started sessions service — output, `--json`, stdin,
- * exit codes, Ctrl-C on watch, the bearer token.
+ * exit codes, Ctrl-C on watch, the bearer token — in a pipe (plain text or JSON lines, never an
+ * escape sequence) and in a pseudo-terminal (tables and entries in colour, Ctrl-C from the keyboard).
  */
 import { spawn, type ChildProcess } from "node:child_process";
 import { writeFileSync } from "node:fs";
 import * as path from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { makeTempDir, repoPath, runCommand, startService, stopAll, type CommandResult, type ServiceProcess } from "./harness.js";
+import { hasColour, hasEscapes, runInTerminal, screen, startInTerminal } from "./pty.js";
 
 const BERTH = repoPath("packages/cli/dist/main.js");
 
@@ -126,10 +128,74 @@ describe("berth sessions", () => {
     expect(lines[2]).toMatchObject({ seq: 2, type: "agent_phase", event: { phase: "live" }, snapshot: { generationPhase: "live" } });
   });
 
-  it("exits 69 when the service cannot be reached", async () => {
+  it("exits 69 when the service cannot be reached (with a JSON error line under --json)", async () => {
     const result = await sessions(["list"], { env: { BERTH_SESSIONS_URL: "http://127.0.0.1:1" } });
     expect(result.code).toBe(69);
     expect(result.stderr).toMatch(/cannot reach the sessions service at http:\/\/127\.0\.0\.1:1/);
+    const json = await sessions(["list", "--json"], { env: { BERTH_SESSIONS_URL: "http://127.0.0.1:1" } });
+    expect(json).toMatchObject({ code: 69, stdout: "" });
+    expect(JSON.parse(json.stderr)).toMatchObject({ event: "error", code: "unavailable", exit: 69, message: expect.stringContaining("cannot reach") });
+  });
+
+  it("in a pipe: plain text and JSON lines without a single escape sequence; a reader that stops early ends it quietly", async () => {
+    const events = Array.from({ length: 2000 }, (_, i) => JSON.stringify({ type: "agent_phase", phase: `p${i}` })).join("\n");
+    expect((await sessions(["append", "pipe1"], { input: events })).code).toBe(0);
+    const outputs = await Promise.all([["get", "pipe1"], ["list"], ["journal", "pipe1", "--limit", "3"], ["journal", "pipe1", "--limit", "3", "--json"], ["get", "nobody"]].map((args) => sessions(args)));
+    for (const result of outputs) expect(hasEscapes(result.stdout + result.stderr)).toBe(false);
+    const [get, list, journal, journalJson, missing] = outputs;
+    expect(get!.stdout).toMatch(/^generationPhase\s+p1999$/m);
+    expect(list!.stdout).toMatch(/^SESSION\s+PHASE\s+VARIANTS\s+UPDATED$/m);
+    expect(journal!.stdout).toMatch(/^#1 {2}\d{4}-\d\d-\d\dT[\d:.]+Z {2}agent_phase \{"phase":"p0"\}$/m);
+    expect(jsonLines(journalJson!.stdout).map((e) => e.seq)).toEqual([1, 2, 3]);
+    expect(missing).toMatchObject({ code: 4, stdout: "" });
+
+    // `| head -1`: the journal's 2000 lines (over 200 kB, more than a pipe holds) meet a closed pipe; berth stops without a stack trace.
+    const head = await runCommand("bash", ["-c", 'set -o pipefail; "$0" "$1" sessions journal pipe1 --json | head -n 1', process.execPath, BERTH], {
+      env: { BERTH_SESSIONS_URL: url },
+      timeoutMs: 30_000,
+    });
+    expect(head).toMatchObject({ code: 0, stderr: "" });
+    expect(jsonLines(head.stdout)).toEqual([expect.objectContaining({ seq: 1, type: "agent_phase" })]);
+  });
+
+  it("on a terminal: the snapshot, the table and the entries for people, in colour (none with NO_COLOR)", async () => {
+    const env = { BERTH_SESSIONS_URL: url };
+    const append = await runInTerminal(["sessions", "append", "tty1", "generate", "--field", "count=2"], { env });
+    expect(append.code).toBe(0);
+    expect(screen(append.output)).toBe("tty1: appended seq 1 (phase generate_requested)");
+    const [get, list, journal, plain] = await Promise.all([
+      runInTerminal(["sessions", "get", "tty1"], { env }),
+      runInTerminal(["sessions", "list"], { env }),
+      runInTerminal(["sessions", "journal", "tty1"], { env }),
+      runInTerminal(["sessions", "journal", "tty1"], { env: { ...env, NO_COLOR: "1" } }),
+    ]);
+    for (const result of [get, list, journal, plain]) expect(result.code).toBe(0);
+    expect(get.output).toMatch(/\x1b\[1msession +\x1b\[22m {2}tty1\r\n/);
+    expect(screen(get.output)).toMatch(/^expectedVariants\s+2$/m);
+    expect(list.output).toMatch(/^\x1b\[1mSESSION +PHASE +VARIANTS +UPDATED\x1b\[22m\r$/m);
+    expect(screen(list.output)).toMatch(/^tty1\s+generate_requested\s+0\/2\s+\d{4}-/m);
+    expect(journal.output).toMatch(/\x1b\[1m#1\x1b\[22m {2}\x1b\[2m\d{4}-[^\x1b]+Z\x1b\[22m {2}\x1b\[36mgenerate\x1b\[39m \{"count":2\}/);
+    expect(hasColour(plain.output)).toBe(false);
+    expect(screen(plain.output)).toBe(screen(journal.output));
+  });
+
+  it("on a terminal: watch shows the backlog, the caught-up marker and live entries, and Ctrl-C ends it with 0", async () => {
+    await sessions(["append", "tty2", "generate"]);
+    const watch = startInTerminal(["sessions", "watch", "tty2", "--snapshots"], { env: { BERTH_SESSIONS_URL: url } });
+    await watch.waitFor(/caught up at seq 1/);
+    await sessions(["append", "tty2", "agent_phase", "--field", "phase=live"]);
+    await watch.waitFor(/agent_phase/);
+    watch.type("\x03");
+    const { code, output } = await watch.exited;
+    expect(code).toBe(0);
+    const lines = screen(output).split("\n");
+    expect(lines[0]).toMatch(/^#1 {2}\S+Z {2}generate$/);
+    expect(lines[1]).toBe("-- caught up at seq 1; following new entries (Ctrl-C to stop)");
+    // The backlog's snapshot as of the marker, then each live entry's own.
+    expect(lines[2]).toMatch(/^ {4}snapshot: phase=generate_requested/);
+    expect(lines[3]).toMatch(/^#2 {2}\S+Z {2}agent_phase \{"phase":"live"\}$/);
+    expect(lines[4]).toMatch(/^ {4}snapshot: .*generationPhase=live/);
+    expect(output).toContain("\x1b[2m-- caught up at seq 1");
   });
 
   it("sends the bearer token from BERTH_TOKEN or --token-file, and exits 77 without it", async () => {
@@ -151,5 +217,6 @@ describe("berth sessions", () => {
     const sub = await sessions(["watch", "--help"]);
     expect(sub).toMatchObject({ code: 0 });
     expect(sub.stdout).toMatch(/^usage: berth sessions watch SESSION/);
+    expect(sub.stdout).toContain("Examples:\n  berth sessions watch s1\n");
   });
 });

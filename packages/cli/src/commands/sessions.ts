@@ -502,7 +502,11 @@ async function watch({ values, positionals, client, json, out }: Invocation): Pr
           } else if (message.kind.case === "caughtUp") {
             const { lastSeq, snapshot } = message.kind.value;
             if (json) printJson({ caughtUp: { lastSeq: String(lastSeq), ...(snapshot ? { snapshot: snapshotJson(snapshot) } : {}) } });
-            else process.stderr.write(`${err.dim(`-- caught up at seq ${lastSeq}; following new entries (Ctrl-C to stop)`)}\n`);
+            else {
+              process.stderr.write(`${err.dim(`-- caught up at seq ${lastSeq}; following new entries (Ctrl-C to stop)`)}\n`);
+              // The backlog's entries come without snapshots: the one as of the marker stands for them.
+              if (snapshot) printSnapshotSummary(snapshot, out);
+            }
             if (lastSeq + 1n > fromSeq) fromSeq = lastSeq + 1n;
           }
         }
@@ -541,14 +545,17 @@ function printEntry(entry: JournalEntry, json: boolean, out: Style, snapshot?: S
   const { type: _type, ...rest } = event;
   const body = Object.keys(rest).length > 0 ? ` ${truncate(JSON.stringify(rest), 160)}` : "";
   process.stdout.write(`${out.bold(`#${entry.seq}`)}  ${out.dim(ts ?? "-")}  ${out.cyan(entry.type)}${body}\n`);
-  if (snapshot) {
-    const s = snapshotJson(snapshot);
-    const summary = ["phase", "generationPhase", "expectedVariants", "arrivedVariants", "visibleVariant"]
-      .filter((key) => s[key] !== undefined)
-      .map((key) => `${key}=${human(s[key]!)}`)
-      .join(" ");
-    process.stdout.write(`    ${out.dim("snapshot:")} ${summary}\n`);
-  }
+  if (snapshot) printSnapshotSummary(snapshot, out);
+}
+
+/** The snapshot's main keys on one indented line, under the entry that made it. */
+function printSnapshotSummary(snapshot: Snapshot, out: Style): void {
+  const s = snapshotJson(snapshot);
+  const summary = ["phase", "generationPhase", "expectedVariants", "arrivedVariants", "visibleVariant"]
+    .filter((key) => s[key] !== undefined)
+    .map((key) => `${key}=${human(s[key]!)}`)
+    .join(" ");
+  process.stdout.write(`    ${out.dim("snapshot:")} ${summary}\n`);
 }
 
 /** The snapshot in its proto JSON form, whose keys are the seed's snapshot keys. */
