@@ -17,7 +17,7 @@
  * resumed holder attempted was refused with the fence detail and is not in the journal.
  *
  * Knobs (env `BERTH_CHAOS_<NAME>`): LOCK_GRANTS (1000), LOCK_CLIENTS (8), LOCK_FILES (3),
- * LOCK_PAUSES (12), LOCK_KILL_MS (mean ms between kills, 1500), LOCK_TTL_MS (lease ttl, 1000),
+ * LOCK_PAUSES (12), LOCK_KILL_MS (mean ms between kills, 2000), LOCK_TTL_MS (lease ttl, 1000),
  * LOCK_MAX_SECONDS (give up after, 400).
  */
 import { spawn, type ChildProcess } from "node:child_process";
@@ -29,7 +29,7 @@ import { afterAll, describe, expect, it } from "vitest";
 import { LockService } from "@berth/api/berth/sessions/v1/lock_service_pb";
 import { SessionService } from "@berth/api/berth/sessions/v1/session_service_pb";
 import { connectClient, makeTempDir, repoPath, startService, stopAll } from "../harness.js";
-import { judgeLockRun, quantile, type JournalWrite, type PauseRecord } from "./lock-checks.js";
+import { judgeLockRun, quantile, type JournalWrite, type LockRunEvidence, type PauseRecord } from "./lock-checks.js";
 import { parseLog, WRITE_EVENT_TYPE, type LockClientConfig, type LockRecord, type LoggedRecord } from "./lock-records.js";
 import { chaosSetting, reportSuite } from "./summary.js";
 
@@ -39,7 +39,7 @@ const GRANTS = chaosSetting("LOCK_GRANTS", 1000);
 const CLIENTS = chaosSetting("LOCK_CLIENTS", 8);
 const FILES = chaosSetting("LOCK_FILES", 3);
 const PAUSES = chaosSetting("LOCK_PAUSES", 12);
-const KILL_MEAN_MS = chaosSetting("LOCK_KILL_MS", 1500);
+const KILL_MEAN_MS = chaosSetting("LOCK_KILL_MS", 2000);
 const LEASE_TTL_MS = chaosSetting("LOCK_TTL_MS", 1000);
 const MAX_SECONDS = chaosSetting("LOCK_MAX_SECONDS", 400);
 const HOLD_SHARE = 0.5;
@@ -93,6 +93,98 @@ interface Slot {
   stderrTail: string;
 }
 
+describe("the lock chaos checks", () => {
+  // A run the checks must pass: client 0 (pid 100) holds token 1 and writes twice, releases; client
+  // 1 (pid 200) holds token 2 and writes once.
+  const file = "f";
+  const base = { client: 0, pid: 100, file, t: 0 };
+  const other = { client: 1, pid: 200, file, t: 0 };
+  function evidence(changes: { journal?: JournalWrite[]; extra0?: LockRecord[]; pauses?: PauseRecord[] } = {}): LockRunEvidence {
+    const log0: LockRecord[] = [
+      { ...base, event: "asked", mode: "lease" },
+      { ...base, event: "granted", mode: "lease", fencingToken: 1, ttlMs: 1000 },
+      { ...base, event: "write-attempt", fencingToken: 1, n: 1 },
+      { ...base, event: "write-ok", fencingToken: 1, n: 1, seq: 1 },
+      { ...base, event: "write-attempt", fencingToken: 1, n: 2 },
+      { ...base, event: "write-ok", fencingToken: 1, n: 2, seq: 2 },
+      ...(changes.extra0 ?? []),
+    ];
+    const log1: LockRecord[] = [
+      { ...other, event: "asked", mode: "hold" },
+      { ...other, event: "granted", mode: "hold", fencingToken: 2, ttlMs: null },
+      { ...other, event: "write-attempt", fencingToken: 2, n: 1 },
+      { ...other, event: "write-ok", fencingToken: 2, n: 1, seq: 3 },
+    ];
+    const journal = changes.journal ?? [
+      { seq: 1, file, fencingToken: 1, client: 0, pid: 100, n: 1 },
+      { seq: 2, file, fencingToken: 1, client: 0, pid: 100, n: 2 },
+      { seq: 3, file, fencingToken: 2, client: 1, pid: 200, n: 1 },
+    ];
+    const withOffsets = (records: LockRecord[]) => records.map((record, offset) => ({ ...record, offset }));
+    return {
+      files: [file],
+      journals: new Map([[file, journal]]),
+      logs: new Map([
+        [0, withOffsets(log0)],
+        [1, withOffsets(log1)],
+      ]),
+      badLogLines: 0,
+      pauses: changes.pauses ?? [],
+      lastTokens: new Map([[file, 2]]),
+    };
+  }
+
+  it("pass a clean run", () => {
+    expect(judgeLockRun(evidence()).violations).toEqual([]);
+  });
+
+  it("catch two holders' writes interleaved, a token going down and two writers with one token", () => {
+    const interleaved = judgeLockRun(
+      evidence({
+        journal: [
+          { seq: 1, file, fencingToken: 1, client: 0, pid: 100, n: 1 },
+          { seq: 2, file, fencingToken: 2, client: 1, pid: 200, n: 1 },
+          { seq: 3, file, fencingToken: 1, client: 0, pid: 100, n: 2 },
+        ],
+      }),
+    );
+    expect(interleaved.violations.join("\n")).toMatch(/token went down/);
+    expect(interleaved.violations.join("\n")).toMatch(/two holders overlapped/);
+    const shared = judgeLockRun(evidence({ journal: [{ seq: 1, file, fencingToken: 1, client: 0, pid: 100, n: 1 }, { seq: 2, file, fencingToken: 1, client: 1, pid: 200, n: 2 }] }));
+    expect(shared.violations.join("\n")).toMatch(/two holders with one token/);
+  });
+
+  it("catch a token granted twice, an acknowledged write missing and a stale write accepted", () => {
+    const twice = judgeLockRun(evidence({ extra0: [{ ...base, event: "granted", mode: "hold", fencingToken: 2, ttlMs: null }] }));
+    expect(twice.violations.join("\n")).toMatch(/granted twice/);
+    const lost = judgeLockRun(evidence({ journal: [{ seq: 1, file, fencingToken: 1, client: 0, pid: 100, n: 1 }] }));
+    expect(lost.violations.join("\n")).toMatch(/acknowledged write .* is not in the journal/);
+    const stale = judgeLockRun(
+      evidence({
+        extra0: [
+          { ...base, event: "write-attempt", fencingToken: 1, n: 3 },
+          { ...base, event: "write-ok", fencingToken: 1, n: 3, seq: 4 },
+        ],
+        pauses: [{ client: 0, pid: 100, file, fencingToken: 1, logOffset: 6 }],
+      }),
+    );
+    expect(stale.staleAttempts).toBe(1);
+    expect(stale.staleFencesRefused).toBe(0);
+    expect(stale.violations.join("\n")).toMatch(/accepted with a stale fence/);
+    const refused = judgeLockRun(
+      evidence({
+        extra0: [
+          { ...base, event: "write-attempt", fencingToken: 1, n: 3 },
+          { ...base, event: "write-refused", fencingToken: 1, n: 3, code: "Aborted", detail: { file: "/p/f", fencingToken: 1, currentToken: 2 } },
+        ],
+        pauses: [{ client: 0, pid: 100, file, fencingToken: 1, logOffset: 6 }],
+      }),
+    );
+    expect(refused.violations).toEqual([]);
+    expect(refused.staleFencesRefused).toBe(1);
+  });
+});
+
 describe("lock chaos", () => {
   it(`${GRANTS} grants with clients killed and paused: one holder at a time, stale fences refused`, async () => {
     if (!existsSync(CLIENT_SCRIPT)) throw new Error(`${CLIENT_SCRIPT} is missing: run npx tsc -b first`);
@@ -117,11 +209,9 @@ describe("lock chaos", () => {
       sessions: sessionIds,
       holdShare: HOLD_SHARE,
       leaseTtlMs: LEASE_TTL_MS,
-      writesMin: 2,
-      writesMax: 5,
-      holdPauseMaxMs: 10,
-      // Lease holders linger between writes, so that a pause usually lands mid-hold.
-      leasePauseMaxMs: 40,
+      hold: { writesMin: 1, writesMax: 3, pauseMaxMs: 10 },
+      // Lease holders write more and linger between writes, so that a pause usually lands mid-hold.
+      lease: { writesMin: 2, writesMax: 4, pauseMaxMs: 40 },
     });
 
     let grantsSeen = 0;
@@ -293,6 +383,7 @@ describe("lock chaos", () => {
     const lastTokens = new Map<string, number>();
     for (const file of files) lastTokens.set(file, Number((await locks.inspect({ file })).lastFencingToken));
 
+    if (process.env.LOCK_DEBUG_COPY) (await import("node:fs")).cpSync(logDir, process.env.LOCK_DEBUG_COPY, { recursive: true });
     const verdict = judgeLockRun({ files, journals, logs, badLogLines, pauses, lastTokens });
     const violations = [...verdict.violations];
     if (verdict.staleAttempts === 0) violations.push(`none of the ${pauses.length} pauses landed before its holder's last write: no stale fence was tried`);

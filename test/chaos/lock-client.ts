@@ -88,8 +88,9 @@ function requestQueue<T>() {
  * gone, and a holder that knows it has lost its lock must not go on.
  */
 async function protectedWrites(file: string, fencingToken: number, mode: LockMode): Promise<boolean> {
-  const count = randomInt(config.writesMin, config.writesMax);
-  const pauseMax = mode === "hold" ? config.holdPauseMaxMs : config.leasePauseMaxMs;
+  const plan = config[mode];
+  const count = randomInt(plan.writesMin, plan.writesMax);
+  const pauseMax = plan.pauseMaxMs;
   const sessionId = sessionOfFile(config, file);
   for (let n = 1; n <= count; n++) {
     if (n > 1 && pauseMax > 0) await sleep(randomInt(0, pauseMax));

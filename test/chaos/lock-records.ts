@@ -75,12 +75,16 @@ export interface LockClientConfig {
   readonly holdShare: number;
   /** Lease ttl of Acquire turns (short, so that a paused holder loses its lock). */
   readonly leaseTtlMs: number;
-  /** Protected writes per grant: a whole number in [min, max]. */
+  /** Protected writes per grant, a whole number in [min, max], and the pause before each write after the first, ms in [0, max]. */
+  readonly hold: WritePlan;
+  readonly lease: WritePlan;
+}
+
+/** How many protected writes a grant makes, and how far apart. */
+export interface WritePlan {
   readonly writesMin: number;
   readonly writesMax: number;
-  /** Pause before each write after the first, ms, drawn from [0, max]; leases use `leasePauseMaxMs`. */
-  readonly holdPauseMaxMs: number;
-  readonly leasePauseMaxMs: number;
+  readonly pauseMaxMs: number;
 }
 
 /** The session a file's holders write to. */
