@@ -564,6 +564,10 @@ it(`budget chaos: ${CLIENTS} clients for ${SECONDS} s against a 4G / 4 cpu budge
     const { released } = await client.release({ reservationId });
     if (!released) lapsed = true;
     if (lapsed) stats.leasesLapsedUnderLoad++;
+    // Released means gone: a renewal now finds nothing to renew.
+    op();
+    const after = await client.keepAlive({ ids: [reservationId] });
+    if (after.renewals[0]?.alive !== false) violation(`${label}: KeepAlive still finds reservation ${reservationId} alive after its release`);
   }
 
   /** The unary reads: a verdict and the machine. */
