@@ -7,6 +7,7 @@ import { Code, ConnectError, type Interceptor, type StreamResponse } from "@conn
 import { fromJson, type JsonObject } from "@bufbuild/protobuf";
 import { StructSchema } from "@bufbuild/protobuf/wkt";
 import { isBerthError, type BerthCode, type BerthError } from "../errors.js";
+import { asInvalidArgumentIfDecodeError } from "./decode-errors.js";
 import type { ServerLogger } from "./logger.js";
 
 /**
@@ -73,12 +74,13 @@ export function berthErrorToConnect(error: BerthError): ConnectError {
 }
 
 /**
- * Anything thrown by a handler → the `ConnectError` the client gets. ConnectErrors pass through;
+ * Anything thrown by a handler → the `ConnectError` the client gets. ConnectErrors pass through
+ * (but a request that did not decode is INVALID_ARGUMENT, see `decode-errors.ts`);
  * BerthErrors are mapped; aborts become CANCELED/DEADLINE_EXCEEDED; anything else is a bug:
  * INTERNAL with a generic message, the real error logged (never sent: it may hold paths or data).
  */
 export function toConnectError(error: unknown, logger?: ServerLogger, method?: string): ConnectError {
-  if (error instanceof ConnectError) return error;
+  if (error instanceof ConnectError) return asInvalidArgumentIfDecodeError(error);
   if (isBerthError(error)) return berthErrorToConnect(error);
   if (error instanceof Error && error.name === "AbortError") {
     return new ConnectError("the call was cancelled", Code.Canceled, undefined, undefined, error);

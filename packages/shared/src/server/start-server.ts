@@ -14,6 +14,7 @@ import * as reflectionV1 from "@berth/api/grpc/reflection/v1/reflection_pb";
 import * as reflectionV1alpha from "@berth/api/grpc/reflection/v1alpha/reflection_pb";
 import { createAuthInterceptor } from "./auth.js";
 import { createErrorInterceptor } from "./connect-errors.js";
+import { mapDecodeErrors } from "./decode-errors.js";
 import { createHealthService, HealthStatus, OVERALL_HEALTH, ServingStatus } from "./health.js";
 import { isGrpcContentType, useGrpcMessageEncoding } from "./grpc-message.js";
 import { listen, urlOf, type KeepaliveOptions, type ListenAddress, type NodeRequestHandler } from "./listener.js";
@@ -174,6 +175,8 @@ export async function startServer(options: StartServerOptions): Promise<RunningS
       router.service(Health, createHealthService(health));
       router.service(reflectionV1.ServerReflection, createReflectionV1Service(index));
       router.service(reflectionV1alpha.ServerReflection, createReflectionV1alphaService(index));
+      // A unary request that does not decode fails before any interceptor: correct its status on the way out.
+      router.handlers.splice(0, router.handlers.length, ...router.handlers.map(mapDecodeErrors));
     },
     interceptors,
     readMaxBytes: maxMessageBytes,
