@@ -1,10 +1,13 @@
 import { describe, expect, it } from "vitest";
-import { toJson } from "@bufbuild/protobuf";
-import { StructSchema } from "@bufbuild/protobuf/wkt";
+import { create, createFileRegistry, toJson, type DescService } from "@bufbuild/protobuf";
+import { FileDescriptorProtoSchema, file_google_protobuf_struct, StructSchema, ValueSchema, type Value } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError, createClient, createRouterTransport } from "@connectrpc/connect";
 import { Health } from "@berth/api/grpc/health/v1/health_pb";
+import { createGrpcTransport } from "@connectrpc/connect-node";
+import pino from "pino";
+import { implement, startServer } from "./start-server.js";
 import { BerthError, invalidArgument, type BerthCode } from "../errors.js";
-import { connectCodeOf, createErrorInterceptor, ERROR_DETAILS_HEADER, INTERNAL_ERROR_MESSAGE, toConnectError } from "./connect-errors.js";
+import { connectCodeOf, createErrorInterceptor, ERROR_DETAILS_HEADER, INTERNAL_ERROR_MESSAGE, MAX_ERROR_MESSAGE_CHARS, toConnectError } from "./connect-errors.js";
 
 describe("toConnectError", () => {
   it("maps every domain code to the Connect code of the same name", () => {
@@ -80,5 +83,67 @@ describe("createErrorInterceptor", () => {
     );
     expect(error?.code).toBe(Code.ResourceExhausted);
     expect(toJson(StructSchema, error!.findDetails(StructSchema)[0]!)).toEqual({ resume_from: 41 });
+  });
+});
+
+// Found by the fuzzer (test/chaos/fuzz.test.ts). A rule quoting a 1 MB input made a 1 MB gRPC
+// trailer, which HTTP/2 cannot carry: the client saw the stream reset (FRAME_SIZE_ERROR) instead of
+// INVALID_ARGUMENT. And a client that reset its stream while a handler read it was logged as
+// "handler failed unexpectedly" and counted INTERNAL.
+describe("what errors carry to the wire", () => {
+  it("cuts an overlong message and overlong detail strings, and replaces lone surrogates", () => {
+    const huge = "a".repeat(1 << 20);
+    const error = toConnectError(invalidArgument("spec.memory", `must be a size like 512M; got ${JSON.stringify(huge)}`));
+    expect(error.code).toBe(Code.InvalidArgument);
+    expect(error.rawMessage.length).toBeLessThan(MAX_ERROR_MESSAGE_CHARS + 40);
+    expect(error.rawMessage).toMatch(/^spec\.memory: must be a size like 512M; got "aaa.*… \(\d+ more characters\)$/);
+    const header = error.metadata.get(ERROR_DETAILS_HEADER)!;
+    expect(header.length).toBeLessThan(1024);
+    expect(JSON.parse(header)).toMatchObject({ field: "spec.memory" });
+    expect(() => encodeURIComponent(toConnectError(new BerthError("invalid_argument", "id: got \ud800")).rawMessage)).not.toThrow();
+    const long = toConnectError(new ConnectError("b".repeat(100_000), Code.NotFound));
+    expect(long.code).toBe(Code.NotFound);
+    expect(long.rawMessage.length).toBeLessThan(MAX_ERROR_MESSAGE_CHARS + 40);
+  });
+
+  it("treats a client that hung up mid-call as CANCELED, without an error log", () => {
+    const logged: unknown[] = [];
+    const logger = { debug() {}, info() {}, warn() {}, error: (fields: Record<string, unknown>) => void logged.push(fields) };
+    const premature = Object.assign(new Error("Premature close"), { code: "ERR_STREAM_PREMATURE_CLOSE" });
+    expect(toConnectError(premature, logger, "/a.B/C").code).toBe(Code.Canceled);
+    expect(toConnectError(Object.assign(new Error("aborted"), { code: "ECONNRESET" }), logger).code).toBe(Code.Canceled);
+    expect(logged).toEqual([]);
+  });
+
+  it("delivers a refusal quoting a huge input to a gRPC client as its status", async () => {
+    const registry = createFileRegistry(
+      create(FileDescriptorProtoSchema, {
+        name: "berth/test/v1/quote.proto",
+        package: "berth.test.v1",
+        dependency: ["google/protobuf/struct.proto"],
+        syntax: "proto3",
+        service: [{ name: "QuoteService", method: [{ name: "Refuse", inputType: ".google.protobuf.Value", outputType: ".google.protobuf.Value" }] }],
+      }),
+      (name) => (name === "google/protobuf/struct.proto" ? file_google_protobuf_struct : undefined),
+    );
+    const QuoteService = registry.getService("berth.test.v1.QuoteService") as DescService;
+    const server = await startServer({
+      name: "test",
+      logger: pino({ level: "silent" }),
+      services: [
+        implement(QuoteService, {
+          refuse(request: Value) {
+            throw invalidArgument("value", `unknown; got ${JSON.stringify(toJson(ValueSchema, request))}`);
+          },
+        } as never),
+      ],
+    });
+    try {
+      const client = createClient(QuoteService, createGrpcTransport({ baseUrl: server.url })) as unknown as { refuse(value: Value): Promise<Value> };
+      const huge = create(ValueSchema, { kind: { case: "stringValue", value: "x".repeat(1 << 20) } });
+      await expect(client.refuse(huge)).rejects.toMatchObject({ code: Code.InvalidArgument, rawMessage: expect.stringMatching(/^value: unknown; got "xxx/) });
+    } finally {
+      await server.close(false);
+    }
   });
 });

@@ -59,29 +59,72 @@ export function connectCodeOf(code: BerthCode): Code {
   }
 }
 
-/** `BerthError` → `ConnectError`: same message, matching code, details as a Struct and a header. */
+/**
+ * The longest error message sent, in characters. A rule may quote what the caller sent, and the
+ * caller may have sent megabytes; over gRPC the message travels in a trailer, and a trailer past
+ * HTTP/2's header limits kills the stream (the client sees a reset, not the refusal). Longer
+ * messages are cut, saying how much was left out.
+ */
+export const MAX_ERROR_MESSAGE_CHARS = 1024;
+/** Strings in error details are cut to this many characters, for the same reason. */
+export const MAX_DETAIL_STRING_CHARS = 256;
+/** Details whose JSON is still longer than this travel in neither the header nor the Struct (the message says enough). */
+const MAX_DETAILS_JSON_CHARS = 8192;
+
+/**
+ * `text` cut to `max` characters (noting how many were left out), with lone surrogates replaced:
+ * the gRPC trailer is percent-encoded, and `encodeURIComponent` throws on a lone surrogate.
+ */
+export function boundedText(text: string, max: number): string {
+  let out = text;
+  if (out.length > max) {
+    let cut = out.slice(0, max);
+    if (/[\ud800-\udbff]$/.test(cut)) cut = cut.slice(0, -1);
+    out = `${cut}… (${text.length - cut.length} more characters)`;
+  }
+  return out.replace(/[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/g, "\ufffd");
+}
+
+/** `BerthError` → `ConnectError`: same message (bounded), matching code, details as a Struct and a header. */
 export function berthErrorToConnect(error: BerthError): ConnectError {
   const code = connectCodeOf(error.code);
+  const message = boundedText(error.message, MAX_ERROR_MESSAGE_CHARS);
   const details = jsonDetails(error.details);
-  if (details === undefined) return new ConnectError(error.message, code, undefined, undefined, error);
-  return new ConnectError(
-    error.message,
-    code,
-    { [ERROR_DETAILS_HEADER]: asciiJson(details) },
-    [{ desc: StructSchema, value: fromJson(StructSchema, details) }],
-    error,
-  );
+  const header = details === undefined ? undefined : asciiJson(details);
+  if (details === undefined || header === undefined || header.length > MAX_DETAILS_JSON_CHARS) return new ConnectError(message, code, undefined, undefined, error);
+  return new ConnectError(message, code, { [ERROR_DETAILS_HEADER]: header }, [{ desc: StructSchema, value: fromJson(StructSchema, details) }], error);
+}
+
+/**
+ * Node's ways of saying the client hung up while a handler read its request or wrote its answer
+ * (a reset stream, a closed socket): a cancellation, not a failure of the server.
+ */
+const PEER_GONE_CODES = new Set(["ERR_STREAM_PREMATURE_CLOSE", "ERR_STREAM_DESTROYED", "ERR_HTTP2_INVALID_STREAM", "ECONNRESET", "EPIPE"]);
+
+function isPeerGone(error: unknown): boolean {
+  return error instanceof Error && PEER_GONE_CODES.has((error as NodeJS.ErrnoException).code ?? "");
+}
+
+/** A ConnectError with its message bounded (see {@link MAX_ERROR_MESSAGE_CHARS}); the same object when already short. */
+function boundedConnectError(error: ConnectError): ConnectError {
+  const message = boundedText(error.rawMessage, MAX_ERROR_MESSAGE_CHARS);
+  if (message === error.rawMessage) return error;
+  const bounded = new ConnectError(message, error.code, error.metadata, undefined, error);
+  bounded.details.push(...error.details);
+  return bounded;
 }
 
 /**
  * Anything thrown by a handler → the `ConnectError` the client gets. ConnectErrors pass through
- * (but a request that did not decode is INVALID_ARGUMENT, see `decode-errors.ts`);
- * BerthErrors are mapped; aborts become CANCELED/DEADLINE_EXCEEDED; anything else is a bug:
- * INTERNAL with a generic message, the real error logged (never sent: it may hold paths or data).
+ * (a request that did not decode becomes INVALID_ARGUMENT, an overlong message is cut); BerthErrors
+ * are mapped; aborts become CANCELED/DEADLINE_EXCEEDED, and so does a client that hung up
+ * mid-call; anything else is a bug: INTERNAL with a generic message, the real error logged (never
+ * sent: it may hold paths or data).
  */
 export function toConnectError(error: unknown, logger?: ServerLogger, method?: string): ConnectError {
-  if (error instanceof ConnectError) return asInvalidArgumentIfDecodeError(error);
+  if (error instanceof ConnectError) return boundedConnectError(asInvalidArgumentIfDecodeError(error));
   if (isBerthError(error)) return berthErrorToConnect(error);
+  if (isPeerGone(error)) return new ConnectError("the client went away", Code.Canceled, undefined, undefined, error);
   if (error instanceof Error && error.name === "AbortError") {
     return new ConnectError("the call was cancelled", Code.Canceled, undefined, undefined, error);
   }
@@ -138,11 +181,16 @@ function mapStreamErrors<T>(source: AsyncIterable<T>, map: (error: unknown) => E
   };
 }
 
-/** Details as a JSON object (bigints as strings, undefined dropped), or undefined when empty or unserializable. */
+/** Details as a JSON object (bigints as strings, long strings cut, undefined dropped), or undefined when empty or unserializable. */
 function jsonDetails(details: Record<string, unknown> | undefined): JsonObject | undefined {
   if (details === undefined) return undefined;
   try {
-    const json = JSON.parse(JSON.stringify(details, (_key, value: unknown) => (typeof value === "bigint" ? value.toString() : value))) as unknown;
+    const replacer = (_key: string, value: unknown) => {
+      if (typeof value === "bigint") return value.toString();
+      if (typeof value === "string") return boundedText(value, MAX_DETAIL_STRING_CHARS);
+      return value;
+    };
+    const json = JSON.parse(JSON.stringify(details, replacer)) as unknown;
     if (json === null || typeof json !== "object" || Array.isArray(json) || Object.keys(json).length === 0) return undefined;
     return json as JsonObject;
   } catch {
