@@ -157,9 +157,9 @@ const SUBCOMMANDS: readonly Subcommand[] = [
       flags: [JSON_ROW("the reservation as it is now"), ...BUDGET_ENDPOINT_FLAGS],
       exitCodes: [OK_ROW, [String(EXIT.notFound), "no such reservation (released already?)"], ...callExitRows("budget")],
       examples: [
-        "berth admit --memory 1G --build-memory 4G -- sh -c 'make && berth budget build-done && ./server'",
-        "berth budget build-done",
+        "berth budget build-done                     # from a command run by 'berth admit'",
         "berth budget build-done 0b6f2c1e-8d3a-4c55-9f0e-5a7d2b1c9e44 --json",
+        "berth admit --memory 1G --build-memory 4G -- sh -c 'make && berth budget build-done && ./server'",
       ],
     }),
     flags: {},
