@@ -1,0 +1,171 @@
+/**
+ * Reliability suite 5 (issue 7), bad input: for every RPC of every service — SessionService and
+ * LockService on a sessions process, BudgetService on a budget process, health and reflection on
+ * both, all enumerated from the generated descriptors — a seeded fast-check fuzzer sends random and
+ * mutated requests: protobuf built from the descriptors with random field values and then mutated
+ * byte by byte, random JSON of right and wrong types, huge strings and numbers, NaN and Infinity,
+ * negative and out-of-range durations, ids with `..`, `/`, NUL and unicode, messages over the size
+ * limit, gzip bombs, truncated and mislabelled envelopes, wrong content types and headers, bidi
+ * calls over HTTP/1.1, and bytes that are not HTTP at all; through gRPC (raw HTTP/2 frames from
+ * node:http2) and Connect (HTTP/1.1 and HTTP/2). Streaming calls get a first message and are then
+ * cancelled, half-closed or left to their deadline.
+ *
+ * Promises checked (a broken one is a violation; the suite needs 0):
+ * - every answer is a proper status, never INTERNAL or UNKNOWN (except the one INTERNAL the gRPC
+ *   compression spec demands: a compressed flag without an encoding), never a missing status, a
+ *   reset or a hang (5 s past the call's deadline); a valid message over the limit is
+ *   RESOURCE_EXHAUSTED; an accepted answer parses;
+ * - after every batch the process is alive and health answers SERVING over gRPC and Connect;
+ * - nothing is written outside the state directory: the service runs with its cwd, HOME and
+ *   TMPDIR in a sandbox whose tree is compared after every batch, writes are traced with strace
+ *   where the machine allows it (lock files only under `<state>/locks`), and traversal attempts aim
+ *   at `/tmp/<marker>` names that are looked for at the end;
+ * - no journal changes on a refused call: after every batch each new journal line must be an
+ *   append acknowledged in that batch (or one whose answer was lost to a deadline or cancel), none
+ *   acknowledged may be missing, old bytes never change; likewise new entries of the budget's
+ *   running tally.
+ *
+ * Knobs: BERTH_CHAOS_FUZZ_CASES (per service, default 10,000), _FUZZ_SEED (default: random,
+ * printed), _FUZZ_CONCURRENCY (8), _FUZZ_BATCH (250), BERTH_CHAOS_FUZZ_ONLY=<case id> to replay
+ * one case of a seed. Every violation prints its case id, a description and the request's headers
+ * and first bytes.
+ */
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import * as path from "node:path";
+import type { DescService } from "@bufbuild/protobuf";
+import { afterAll, expect, it } from "vitest";
+import { BudgetService } from "@berth/api/berth/budget/v1/budget_service_pb";
+import { LockService } from "@berth/api/berth/sessions/v1/lock_service_pb";
+import { SessionService } from "@berth/api/berth/sessions/v1/session_service_pb";
+import { Health } from "@berth/api/grpc/health/v1/health_pb";
+import { ServerReflection as ReflectionV1 } from "@berth/api/grpc/reflection/v1/reflection_pb";
+import { ServerReflection as ReflectionV1alpha } from "@berth/api/grpc/reflection/v1alpha/reflection_pb";
+import { runCampaign, isLockFileAllowed, type CampaignResult, type ServicePlan, type Violation } from "./fuzz-run.js";
+import { listing, lockFilesUnder, startTarget, type FuzzTarget } from "./fuzz-target.js";
+import { chaosSetting, reportSuite } from "./summary.js";
+
+const CASES = chaosSetting("FUZZ_CASES", 10_000);
+const SEED = chaosSetting("FUZZ_SEED", 1 + Math.floor(Math.random() * 2 ** 30));
+const CONCURRENCY = chaosSetting("FUZZ_CONCURRENCY", 8);
+const BATCH = chaosSetting("FUZZ_BATCH", 250);
+const ONLY = process.env.BERTH_CHAOS_FUZZ_ONLY;
+/** BERTH_CHAOS_FUZZ_NO_TRACE=1 skips strace (the sandbox snapshots still run). */
+const TRACE = chaosSetting("FUZZ_NO_TRACE", 0) === 0;
+const MAX_MESSAGE_BYTES = 4 * 1024 * 1024;
+
+const targets: FuzzTarget[] = [];
+const extraDirs: string[] = [];
+
+afterAll(async () => {
+  for (const target of targets) {
+    await target.stop(5_000).catch(() => undefined);
+    target.remove();
+  }
+  for (const dir of extraDirs) rmSync(dir, { recursive: true, force: true });
+});
+
+/** A proc tree of a big, quiet machine, so the budget admits most sane requests at once. */
+function fakeMachine(): string {
+  const dir = mkdtempSync(path.join(tmpdir(), "berth-fuzz-proc-"));
+  extraDirs.push(dir);
+  const proc = path.join(dir, "proc");
+  mkdirSync(proc);
+  writeFileSync(path.join(proc, "meminfo"), "MemTotal:       214748364800 kB\nMemFree:        214748364800 kB\nMemAvailable:   214748364800 kB\n");
+  writeFileSync(path.join(proc, "loadavg"), "0.00 0.00 0.00 1/100 4242\n");
+  return proc;
+}
+
+/** Every service a process serves, each with its share of cases: its own in full, the built-in ones split between the two processes. */
+function plansFor(own: readonly DescService[]): ServicePlan[] {
+  return [
+    ...own.map((service) => ({ service, cases: CASES })),
+    { service: Health, cases: Math.ceil(CASES / 2) },
+    { service: ReflectionV1, cases: Math.ceil(CASES / 8) },
+    { service: ReflectionV1alpha, cases: Math.ceil(CASES / 8) },
+  ];
+}
+
+function describeViolation(v: Violation): string {
+  const request = v.request ? `\n    request: POST ${v.request.path} ${JSON.stringify(v.request.headers)} body ${v.request.bodyBytes} bytes, head ${v.request.bodyHexHead.slice(0, 160)}` : "";
+  return `  [${v.kind}] ${v.caseId}: ${v.detail.slice(0, 500)}${v.label ? `\n    case: ${v.label}` : ""}${request}`;
+}
+
+it(`answers ${CASES} fuzzed requests per service with proper statuses, stays up, writes only its state, and changes no journal on a refusal`, async () => {
+  const started = performance.now();
+  const marker = `berthfuzz-${SEED}`;
+  const tmpBefore = listing(tmpdir());
+  process.stdout.write(`fuzz: seed ${SEED} (replay with BERTH_CHAOS_FUZZ_SEED=${SEED}), ${CASES} cases per service, ${CONCURRENCY} in flight, batches of ${BATCH}\n`);
+  const log = (line: string) => process.stdout.write(`fuzz: ${line}\n`);
+
+  const runs: { kind: string; target: FuzzTarget; result: CampaignResult }[] = [];
+  const settings = { sessionIds: ["fz-1", "fz-2", "fz-3", "fz_4", "F-5"], marker, maxMessageBytes: MAX_MESSAGE_BYTES };
+  const violations: Violation[] = [];
+
+  for (const [kind, own, args] of [
+    ["sessions", [SessionService, LockService], ["--fsync", "batch"]],
+    ["budget", [BudgetService], [`--proc-root=${fakeMachine()}`, "--cgroup-root=/nonexistent", "--sample-interval=200ms", "--memory=100T", "--cpu=100000", "--max-queue=64"]],
+  ] as const) {
+    const target = await startTarget(kind, { args, trace: TRACE });
+    targets.push(target);
+    log(`${kind} pid ${target.pid} at ${target.url}, sandbox ${target.root}, writes ${target.traced ? "traced with strace" : "not traced (no strace): sandbox snapshots only"}`);
+    const result = await runCampaign({ target, plans: plansFor(own), seed: SEED, concurrency: CONCURRENCY, batchSize: BATCH, settings, only: ONLY, log });
+    log(`${kind}: ${Object.values(result.cases).reduce((a, b) => a + b, 0)} cases in ${Math.round(result.durationMs / 1000)} s; answer time by code (s): ${JSON.stringify(result.secondsByCode)}`);
+    runs.push({ kind, target, result });
+    violations.push(...result.violations);
+
+    // A process that took all that still stops cleanly, and its lock files are where they belong.
+    const exit = await target.stop();
+    if (exit.code !== 0) violations.push({ kind: "unclean-exit", caseId: kind, detail: `exit ${JSON.stringify(exit)} after the campaign\n${target.tail()}` });
+    const finalWrites = target.newWrites();
+    for (const outside of finalWrites.outside) violations.push({ kind: "write-outside-state", caseId: `${kind} shutdown`, detail: outside });
+    for (const lock of [...lockFilesUnder(target.stateDir), ...finalWrites.lockFiles]) {
+      if (!isLockFileAllowed(lock, target)) violations.push({ kind: "lock-file-outside-locks", caseId: kind, detail: lock });
+    }
+  }
+
+  // Traversal attempts aimed at /tmp/<marker>...: nothing of that name may exist.
+  const tmpAfter = listing(tmpdir());
+  const newTmp = [...tmpAfter].filter((name) => !tmpBefore.has(name));
+  for (const name of newTmp.filter((n) => n.includes(marker))) violations.push({ kind: "write-outside-state", caseId: "tmp listing", detail: path.join(tmpdir(), name) });
+
+  const sum = (pick: (r: CampaignResult) => number) => runs.reduce((total, run) => total + pick(run.result), 0);
+  const cases: Record<string, number> = {};
+  const codes: Record<string, Record<string, number>> = {};
+  for (const run of runs) {
+    for (const [service, n] of Object.entries(run.result.cases)) cases[service] = (cases[service] ?? 0) + n;
+    for (const [service, byCode] of Object.entries(run.result.codes)) {
+      const merged = (codes[service] ??= {});
+      for (const [code, n] of Object.entries(byCode)) merged[code] = (merged[code] ?? 0) + n;
+    }
+  }
+  const byKind: Record<string, number> = {};
+  for (const v of violations) byKind[v.kind] = (byKind[v.kind] ?? 0) + 1;
+  if (violations.length > 0) {
+    const reportFile = path.join(tmpdir(), `berth-fuzz-violations-${SEED}.json`);
+    writeFileSync(reportFile, JSON.stringify(violations, null, 1));
+    process.stdout.write(`fuzz: every violation with its request: ${reportFile}\n`);
+    process.stdout.write(`fuzz: ${violations.length} violations (seed ${SEED}); first ones:\n${violations.slice(0, 25).map(describeViolation).join("\n")}\n`);
+  }
+  reportSuite({
+    suite: "fuzz",
+    rounds: sum((r) => r.batches),
+    operations: Object.values(cases).reduce((a, b) => a + b, 0),
+    violations: violations.length,
+    seed: SEED,
+    durationS: Math.round((performance.now() - started) / 100) / 10,
+    cases,
+    codes,
+    violationsByKind: byKind,
+    acknowledgedAppends: sum((r) => r.acknowledgedAppends),
+    journalLinesChecked: sum((r) => r.journalLinesChecked),
+    linesOfLostAnswers: sum((r) => r.unacknowledgedLines),
+    refusedOnlyBatches: sum((r) => r.refusedOnlyBatches),
+    internalBySpec: sum((r) => r.internalBySpec),
+    writesTraced: runs.every((r) => r.target.traced) ? sum((r) => r.writesTraced) : "not traced",
+    reconnects: sum((r) => r.reconnects),
+    keepAliveRetries: sum((r) => r.keepAliveRetries),
+    otherNewTmpEntries: newTmp.length,
+  });
+  expect(violations.map(describeViolation)).toEqual([]);
+});
