@@ -53,7 +53,8 @@ export function wrap(text: string, indent = "", firstIndent = indent): string {
 
 /** Rows laid out in two columns, the second wrapped with a hanging indent. */
 export function rows(items: readonly HelpRow[], indent = "  "): string {
-  const keyWidth = Math.min(MAX_KEY, Math.max(...items.map(([key]) => key.length)));
+  // Keys too wide for the column go on a line of their own and do not widen it.
+  const keyWidth = Math.max(0, ...items.map(([key]) => key.length).filter((length) => length <= MAX_KEY));
   const hang = `${indent}${" ".repeat(keyWidth + 2)}`;
   return items
     .map(([key, text]) => (key.length > keyWidth ? `${indent}${key}\n${wrap(text, hang)}` : wrap(text, hang, `${indent}${key.padEnd(keyWidth)}  `)))
