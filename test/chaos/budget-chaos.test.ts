@@ -723,11 +723,16 @@ it(`budget chaos: ${CLIENTS} clients for ${SECONDS} s against a 4G / 4 cpu budge
   }
   // Then the survivors end, and nothing is left.
   for (const sleeper of survivors) await sleepers.kill(sleeper);
+  let last: GetStateResponse | undefined;
   const empty = await until(async () => {
-    const state = await stateClient.getState({});
-    return state.running.length === 0 && (state.committed?.memoryBytes ?? 1n) === 0n && (state.committed?.cpu ?? 1) === 0;
+    last = await stateClient.getState({});
+    return last.running.length === 0 && last.reservations.length === 0 && (last.committed?.memoryBytes ?? 1n) === 0n && (last.committed?.cpu ?? 1) === 0;
   }, 10_000);
-  if (!empty) violation("at the end: the tally still counts the survivors after they were killed");
+  if (!empty) {
+    violation(
+      `at the end, once the survivors were killed: ${last?.running.length} running entries, ${last?.reservations.length} reservations and ${formatSize(Number(last?.committed?.memoryBytes ?? 0n))} / ${last?.committed?.cpu} cpu committed remain`,
+    );
+  }
 
   const serviceCpuMs = cpuMsOf(budget.service.pid);
   const testCpu = process.cpuUsage(testCpuAtStart);
