@@ -49,6 +49,11 @@ export interface LockRunVerdict {
   readonly staleFencesRefused: number;
   /** Pauses that landed before the holder's last write (so it tried to write with a stale fence). */
   readonly pausesMidHold: number;
+  /**
+   * Writes of paused holders that were on their way when the holder stopped (attempt logged before,
+   * outcome after): either answer is right, depending on whether the request left before the stop.
+   */
+  readonly inFlightAtPause: { accepted: number; refused: number };
   /** Refusals of holders that were not paused (a lease lost under load): allowed, reported. */
   readonly otherRefusals: number;
   /** Handoff latency samples (ms): a release to the grant of a client that was already waiting. */
@@ -179,17 +184,25 @@ export function judgeLockRun(evidence: LockRunEvidence): LockRunVerdict {
   let staleAttempts = 0;
   let staleFencesRefused = 0;
   let pausesMidHold = 0;
-  const staleKeys = new Set<string>();
+  const inFlightAtPause = { accepted: 0, refused: 0 };
+  const pausedGrants = new Set(evidence.pauses.map((pause) => grantKey(pause.pid, pause.file, pause.fencingToken)));
   for (const pause of evidence.pauses) {
     const records = evidence.logs.get(pause.client) ?? [];
     let attemptedAfter = 0;
     for (const record of records) {
-      if (record.offset < pause.logOffset || record.pid !== pause.pid || record.event !== "write-attempt") continue;
+      if (record.pid !== pause.pid || record.event !== "write-attempt") continue;
       if (record.file !== pause.file || record.fencingToken !== pause.fencingToken) continue;
+      if (record.offset < pause.logOffset) {
+        const outcome = outcomes.get(writeKey(record.pid, record.file, record.fencingToken, record.n));
+        if (outcome !== undefined && outcome.offset >= pause.logOffset) {
+          if (outcome.event === "write-ok") inFlightAtPause.accepted++;
+          else if (outcome.event === "write-refused") inFlightAtPause.refused++;
+        }
+        continue;
+      }
       attemptedAfter++;
       staleAttempts++;
       const key = writeKey(record.pid, record.file, record.fencingToken, record.n);
-      staleKeys.add(key);
       const outcome = outcomes.get(key);
       const where = `${record.file}: resumed holder pid ${record.pid} (token ${record.fencingToken}) write ${record.n}`;
       if (outcome === undefined) violation(`${where} has no outcome`);
@@ -202,7 +215,9 @@ export function judgeLockRun(evidence: LockRunEvidence): LockRunVerdict {
     if (attemptedAfter > 0) pausesMidHold++;
   }
   let otherRefusals = 0;
-  for (const [key, outcome] of outcomes) if (outcome.event === "write-refused" && !staleKeys.has(key)) otherRefusals++;
+  for (const outcome of outcomes.values()) {
+    if (outcome.event === "write-refused" && !pausedGrants.has(grantKey(outcome.pid, outcome.file, outcome.fencingToken))) otherRefusals++;
+  }
 
   // ---- handoff latency: a clean release to the next grant on the file, when that client was already waiting.
   const handoffsMs: number[] = [];
@@ -220,7 +235,7 @@ export function judgeLockRun(evidence: LockRunEvidence): LockRunVerdict {
     }
   }
 
-  return { violations, grants, grantsByMode, writesAttempted, writesAccepted, requests, staleAttempts, staleFencesRefused, pausesMidHold, otherRefusals, handoffsMs };
+  return { violations, grants, grantsByMode, writesAttempted, writesAccepted, requests, staleAttempts, staleFencesRefused, pausesMidHold, inFlightAtPause, otherRefusals, handoffsMs };
 }
 
 /** The q-quantile (0..1) of `values`, nearest rank; NaN when empty. */
