@@ -386,11 +386,26 @@ describe("lock chaos", () => {
       logs.set(slot.index, records);
       badLogLines += bad.length;
     }
+    // With every client gone, each lock frees itself (Holds at once, leases within their ttl), no
+    // dead waiter is left queued, and the seed's lock file is cleared.
     const lastTokens = new Map<string, number>();
-    for (const file of files) lastTokens.set(file, Number((await locks.inspect({ file })).lastFencingToken));
+    const endStates: string[] = [];
+    for (const file of files) {
+      let state = await locks.inspect({ file });
+      await until(
+        async () => {
+          state = await locks.inspect({ file });
+          return state.holder === undefined && state.waiters.length === 0 && !existsSync(state.lockPath);
+        },
+        10 * LEASE_TTL_MS + 5_000,
+        `${file} to be free`,
+        50,
+      ).catch(() => endStates.push(`${file}: still ${JSON.stringify({ holder: state.holder?.owner, waiters: state.waiters.map((w) => w.owner), lockFile: existsSync(state.lockPath) })} after every client was killed`));
+      lastTokens.set(file, Number(state.lastFencingToken));
+    }
 
     const verdict = judgeLockRun({ files, journals, logs, badLogLines, pauses, lastTokens });
-    const violations = [...verdict.violations];
+    const violations = [...verdict.violations, ...endStates];
     if (verdict.staleAttempts === 0) violations.push(`none of the ${pauses.length} pauses landed before its holder's last write: no stale fence was tried`);
     if (pauses.length > 0 && pausesOvertaken === 0) violations.push(`no paused holder's lock was taken by another client while it was stopped`);
     if (verdict.staleFencesRefused !== verdict.staleAttempts) violations.push(`stale fences refused ${verdict.staleFencesRefused} != attempts ${verdict.staleAttempts}`);
