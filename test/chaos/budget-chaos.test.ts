@@ -264,7 +264,7 @@ it(`budget chaos: ${CLIENTS} clients for ${SECONDS} s against a 4G / 4 cpu budge
     operations: 0,
     admitted: 0,
     /** Of which by Reserve (a lease) rather than an Admit stream. */
-    leased: 0,
+    admittedByReserve: 0,
     queued: 0,
     refused: { impossible: 0, queue_full: 0, wait_exhausted: 0 } as Record<string, number>,
     cancelledWhileQueued: 0,
@@ -499,7 +499,7 @@ it(`budget chaos: ${CLIENTS} clients for ${SECONDS} s against a 4G / 4 cpu budge
       stop.signal.removeEventListener("abort", cancel);
     }
     stats.admitted++;
-    stats.leased++;
+    stats.admittedByReserve++;
     if (need.impossible) violation(`${label}: a need larger than the whole budget was admitted`);
 
     let lapsed = false;
@@ -759,7 +759,7 @@ it(`budget chaos: ${CLIENTS} clients for ${SECONDS} s against a 4G / 4 cpu budge
     clients: CLIENTS,
     budget: `${formatSize(BUDGET_MEMORY)} / ${BUDGET_CPU} cpu`,
     admitted: stats.admitted,
-    admittedByReserve: stats.leased,
+    admittedByReserve: stats.admittedByReserve,
     queued: stats.queued,
     refused: stats.refused,
     cancelledWhileQueued: stats.cancelledWhileQueued,
