@@ -1,4 +1,5 @@
 import { spawn } from "node:child_process";
+import { readFileSync } from "node:fs";
 import { hostname } from "node:os";
 import { describe, expect, it } from "vitest";
 import {
@@ -6,6 +7,7 @@ import {
   identityIsLive,
   isPidAlive,
   parseStatStartTime,
+  parseStatState,
   processStartTime,
   sameProcess,
   selfIdentity,
@@ -63,6 +65,32 @@ describe("a process that exited", () => {
     expect(processStartTime(pid)).toBeUndefined();
     expect(sameProcess(pid, undefined)).toBe(false);
     expect(identityIsLive({ pid, startTime: 1, bootId: bootId(), hostname: hostname() })).toBe(false);
+  });
+
+  it("is not alive while it is a zombie nobody reaps (a container whose PID 1 does not)", async () => {
+    // `sleep 0.1 &` is a child of the shell that then becomes `sleep 30`, which never reaps it.
+    const parent = spawn("sh", ["-c", "sleep 0.1 & echo $!; exec sleep 30"], { stdio: ["ignore", "pipe", "ignore"] });
+    try {
+      const pid = Number(await new Promise<string>((resolve) => parent.stdout!.once("data", (chunk: Buffer) => resolve(chunk.toString()))));
+      const startTime = processStartTime(pid);
+      const deadline = Date.now() + 10_000;
+      let state: string | undefined;
+      while ((state = parseStatState(readFileSync(`/proc/${pid}/stat`, "utf8"))) !== "Z" && Date.now() < deadline) {
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      }
+      expect(state).toBe("Z");
+      expect(isPidAlive(pid)).toBe(false);
+      expect(sameProcess(pid, startTime)).toBe(false);
+      expect(isPidAlive(parent.pid!)).toBe(true);
+    } finally {
+      parent.kill("SIGKILL");
+    }
+  });
+
+  it("reads the state letter past any comm", () => {
+    expect(parseStatState(statLine("evil) Z 1 (x", 5))).toBe("S");
+    expect(parseStatState("1 (sleep) Z 1 1")).toBe("Z");
+    expect(parseStatState("garbage")).toBeUndefined();
   });
 
   it.each([0, -1, 1.5, NaN])("treats the non-pid %d as dead", (pid) => {

@@ -36,6 +36,27 @@ export function parseStatStartTime(stat: string): number | undefined {
   return Number.isSafeInteger(value) ? value : undefined;
 }
 
+/** The state letter (field 3) of the text of /proc/PID/stat: "R", "S", "Z" (zombie)… */
+export function parseStatState(stat: string): string | undefined {
+  const end = stat.lastIndexOf(")");
+  if (end < 0) return undefined;
+  return /^\s*([A-Za-z])\b/.exec(stat.slice(end + 1))?.[1];
+}
+
+/**
+ * True when `pid` has exited but not been reaped: it still answers signal 0, yet it runs nothing
+ * and never will. Under a PID 1 that does not reap orphans (a container without an init), the
+ * child of a killed `berth admit -- CMD` stays a zombie forever, and must not hold its share.
+ */
+function isZombie(pid: number): boolean {
+  try {
+    const state = parseStatState(readFileSync(`/proc/${pid}/stat`, "utf8"));
+    return state === "Z" || state === "X";
+  } catch {
+    return false;
+  }
+}
+
 /** The start time of `pid` (field 22 of /proc/PID/stat), or undefined when it is gone or unreadable. */
 export function processStartTime(pid: number): number | undefined {
   if (!isPid(pid)) return undefined;
@@ -46,18 +67,21 @@ export function processStartTime(pid: number): number | undefined {
   }
 }
 
-/** True when a process with this pid exists (signal 0; EPERM means it exists but is not ours). */
+/**
+ * True when a process with this pid exists and has not exited (signal 0; EPERM means it exists but
+ * is not ours; a zombie, exited but not yet reaped, counts as gone).
+ */
 export function isPidAlive(pid: number): boolean {
   if (!isPid(pid)) return false;
   try {
     process.kill(pid, 0);
-    return true;
   } catch (error) {
     // Only ESRCH proves the process is gone. EPERM (another user's process) and anything else
     // (EACCES from an AppArmor profile refusing signals across a container boundary) mean it is
     // there or unknown, and a lock or a running entry must never be taken from a live holder.
-    return (error as NodeJS.ErrnoException).code !== "ESRCH";
+    if ((error as NodeJS.ErrnoException).code === "ESRCH") return false;
   }
+  return !isZombie(pid);
 }
 
 /**
