@@ -434,6 +434,7 @@ describe("lock chaos", () => {
       handoffP99Ms: round(quantile(verdict.handoffsMs, 0.99)),
       seconds: Math.round(runSeconds),
     });
+    if (violations.length > 0) process.stdout.write(`lock-chaos violations (first 50):\n${violations.slice(0, 50).join("\n")}\n`);
     expect(violations.slice(0, 20)).toEqual([]);
     expect(verdict.grants).toBeGreaterThanOrEqual(GRANTS);
     await service.stop();
