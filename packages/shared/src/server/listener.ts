@@ -139,6 +139,16 @@ export async function listen(options: ListenOptions): Promise<Listener> {
       requestEnded();
     });
     if (stopping) res.setHeader("connection", "close");
+    // A response sent before its request was read to the end (an oversized stream message refused
+    // at its length prefix) leaves the rest of that body unread: connect destroyed the request
+    // stream when it stopped reading, the socket stays paused, and the next request on this
+    // keep-alive connection would wait behind it until the request timeout. Discard the rest the
+    // way Node discards a body nobody read (`_dump`: drop the chunks, don't pause), and read on.
+    res.once("finish", () => {
+      if (req.complete) return;
+      (req as http.IncomingMessage & { _dump?: () => void })._dump?.();
+      if (!socket.destroyed) socket.resume();
+    });
     options.handler(req, res);
   });
   h1.on("clientError", (error: NodeJS.ErrnoException, socket: net.Socket) => {

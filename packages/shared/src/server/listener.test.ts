@@ -1,0 +1,54 @@
+import * as net from "node:net";
+import { afterEach, describe, expect, it } from "vitest";
+import pino from "pino";
+import { startServer, type RunningServer } from "./start-server.js";
+
+// Found by the fuzzer (test/chaos/fuzz.test.ts): over HTTP/1.1, a Connect stream whose first
+// message announced more than the size limit was refused at once (RESOURCE_EXHAUSTED), but the
+// rest of its body stayed unread and the socket paused, so the next request on that keep-alive
+// connection got no answer until the server's request timeout.
+
+const servers: RunningServer[] = [];
+afterEach(async () => {
+  await Promise.all(servers.splice(0).map((s) => s.close(false)));
+});
+
+/** Writes `requests` on one connection (the later ones once the first body is out) and collects what comes back until `expected` responses or the timeout. */
+function converse(url: string, first: Buffer, next: string, expected: number, timeoutMs: number): Promise<string> {
+  const { hostname, port } = new URL(url);
+  return new Promise((resolve) => {
+    const socket = net.connect({ host: hostname, port: Number(port) });
+    let received = "";
+    const done = () => {
+      clearTimeout(timer);
+      socket.destroy();
+      resolve(received);
+    };
+    const timer = setTimeout(done, timeoutMs);
+    socket.on("data", (chunk: Buffer) => {
+      received += chunk.toString("latin1");
+      if (received.split("HTTP/1.1 ").length - 1 >= expected && received.endsWith('{"status":"SERVING"}')) done();
+    });
+    socket.on("error", done);
+    socket.write(first, () => socket.write(next));
+  });
+}
+
+describe("HTTP/1.1 keep-alive", () => {
+  it("answers the next request on a connection whose previous body was refused before it was read", async () => {
+    const server = await startServer({ name: "test", logger: pino({ level: "silent" }) });
+    servers.push(server);
+    const size = 4 * 1024 * 1024 + 100;
+    const envelope = Buffer.alloc(5 + size, 0x20);
+    envelope[0] = 0;
+    envelope.writeUInt32BE(size, 1);
+    const oversized = Buffer.concat([
+      Buffer.from(`POST /grpc.health.v1.Health/Watch HTTP/1.1\r\nHost: x\r\nContent-Type: application/connect+json\r\nContent-Length: ${envelope.length}\r\n\r\n`, "latin1"),
+      envelope,
+    ]);
+    const check = "POST /grpc.health.v1.Health/Check HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}";
+    const received = await converse(server.url, oversized, check, 2, 5_000);
+    expect(received).toMatch(/resource_exhausted/);
+    expect(received).toMatch(/\{"status":"SERVING"\}$/);
+  });
+});
