@@ -3,8 +3,7 @@
  * progress, on stderr (stdout is CMD's): on a terminal, a status line rewritten in place while
  * waiting and a line per event after; anywhere else (or with --json), one JSON line per event.
  */
-import { styleFor } from "../terminal.js";
-import { TickingLine } from "../terminal.js";
+import { TickingLine, isTerminal, styleFor } from "../terminal.js";
 
 /** What the user is told while waiting and after. */
 export interface Progress {
@@ -24,10 +23,28 @@ export interface Progress {
   done(): void;
 }
 
-/** JSON lines with `json` or when stderr is not a terminal; else the live line, prefixed with `prefix` ("berth admit"). */
+/**
+ * JSON lines with `json` or when stderr is not a terminal; else the live line, prefixed with
+ * `prefix` ("berth admit"); on a terminal that cannot rewrite a line (TERM=dumb), a line per update.
+ */
 export function progressFor(prefix: string, json: boolean): Progress {
   if (json || !process.stderr.isTTY) return jsonProgress((text) => process.stderr.write(text));
+  if (!isTerminal(process.stderr)) return lineProgress(prefix, (text) => process.stderr.write(text));
   return terminalProgress(prefix, process.stderr);
+}
+
+/** A plain line per update and per event, for a terminal without escape sequences. */
+export function lineProgress(prefix: string, write: (text: string) => void): Progress {
+  return {
+    json: false,
+    waiting(_name, _fields, render) {
+      write(`${prefix}: ${render()}\n`);
+    },
+    event(_name, _fields, line) {
+      if (line !== undefined) write(`${prefix}: ${line}\n`);
+    },
+    done() {},
+  };
 }
 
 /** One JSON line per event (undefined fields left out). */
