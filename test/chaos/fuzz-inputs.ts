@@ -11,11 +11,11 @@ import {
   create,
   ScalarType,
   toBinary,
+  toJsonString,
   type DescEnum,
   type DescField,
   type DescMessage,
   type DescMethod,
-  type DescService,
   type JsonValue,
 } from "@bufbuild/protobuf";
 import fc from "fast-check";
@@ -34,13 +34,13 @@ export type ByteMutation =
   | { readonly op: "duplicate"; readonly from: number; readonly to: number }
   /** A well-formed unknown field this long: an oversized message that is otherwise valid. */
   | { readonly op: "pad"; readonly bytes: number }
-  /** Values nested this deep (past protobuf's recursion limit when large). */
+  /** Messages nested this deep (past protobuf's recursion limit when large). */
   | { readonly op: "nest"; readonly depth: number };
 
 /** How the message travels inside its body. */
 export type Framing =
   | "normal"
-  /** Compressed flag set without an encoding: the gRPC spec requires INTERNAL for exactly this. */
+  /** Compressed flag set without an encoding (the gRPC compression spec requires INTERNAL for it). */
   | "compressed-flag"
   | "gzip"
   | "gzip-garbage"
@@ -70,6 +70,8 @@ export interface FuzzCase {
   readonly init: Record<string, unknown>;
   /** JSON text for `format: "json"` (already possibly broken). */
   readonly jsonText: string;
+  /** A clean case: its JSON is `init` in canonical protobuf JSON, not `jsonText`. */
+  readonly jsonFromInit: boolean;
   readonly mutations: readonly ByteMutation[];
   readonly framing: Framing;
   /** The content type to send, or `null` to leave it out; `undefined` means the right one. */
@@ -99,11 +101,6 @@ export interface InputSettings {
   readonly marker: string;
   /** The message limit of the service (bytes). */
   readonly maxMessageBytes: number;
-}
-
-/** The methods of `services` in a fixed order (a case names its method by index). */
-export function methodsOf(services: readonly DescService[]): DescMethod[] {
-  return services.flatMap((service) => service.methods);
 }
 
 const U32 = 2 ** 32 - 1;
@@ -247,63 +244,90 @@ const oddDuration = fc.oneof(
   fc.record({ seconds: fc.constant(1n), nanos: fc.integer({ min: -999_999_999, max: -1 }) }),
 );
 
+/** Scalars a validator accepts: short plain strings, small non-negative numbers. */
+function saneScalar(type: ScalarType): fc.Arbitrary<unknown> {
+  switch (type) {
+    case ScalarType.STRING:
+      return fc.constantFrom("a", "fuzz", "x-1", "hello world", "é", "http://localhost:3000/");
+    case ScalarType.BOOL:
+      return fc.boolean();
+    case ScalarType.BYTES:
+      return fc.uint8Array({ maxLength: 8 });
+    case ScalarType.DOUBLE:
+    case ScalarType.FLOAT:
+      return fc.constantFrom(0, 0.5, 1, 2);
+    case ScalarType.INT64:
+    case ScalarType.UINT64:
+    case ScalarType.SINT64:
+    case ScalarType.FIXED64:
+    case ScalarType.SFIXED64:
+      return fc.bigInt({ min: 0n, max: 5n });
+    default:
+      return fc.integer({ min: 0, max: 5 });
+  }
+}
+
 /**
  * Hints by field name: ids that pass validation (so some calls reach deep into the service), small
- * numbers where a small number means something, placeholders for tokens handed out earlier.
+ * numbers where a small number means something, placeholders for tokens handed out earlier. `sane`
+ * keeps only the valid side (a fence, which only a lock holder can give, is left out then).
  */
-function hinted(field: DescField, settings: InputSettings): fc.Arbitrary<unknown> | undefined {
+function hinted(field: DescField, settings: InputSettings, sane: boolean): fc.Arbitrary<unknown> | undefined {
   const nasty = anyString(settings);
+  const mix = (valid: fc.Arbitrary<unknown>, validWeight: number, wild: fc.Arbitrary<unknown>, wildWeight: number) =>
+    sane ? valid : fc.oneof({ weight: validWeight, arbitrary: valid }, { weight: wildWeight, arbitrary: wild });
   const name = field.name;
   if (field.fieldKind === "scalar" && field.scalar === ScalarType.STRING) {
     switch (name) {
       case "session_id":
-        return fc.oneof({ weight: 6, arbitrary: fc.constantFrom(...settings.sessionIds) }, { weight: 4, arbitrary: nasty });
+        return mix(fc.constantFrom(...settings.sessionIds), 6, nasty, 4);
       case "file":
-        return fc.oneof({ weight: 5, arbitrary: fc.constantFrom("src/a.ts", "src/b.ts", "c.ts", `${settings.marker}.ts`) }, { weight: 5, arbitrary: nasty });
+        return mix(fc.constantFrom("src/a.ts", "src/b.ts", "c.ts", `${settings.marker}.ts`), 5, nasty, 5);
       case "owner":
       case "label":
       case "name":
-        return fc.oneof({ weight: 5, arbitrary: fc.constantFrom("fuzz", "fuzz-2", "web") }, { weight: 5, arbitrary: nasty });
+        return mix(fc.constantFrom("fuzz", "fuzz-2", "web"), 5, nasty, 5);
       case "idempotency_key":
-        return fc.oneof({ weight: 5, arbitrary: fc.constant("") }, { weight: 3, arbitrary: fc.integer({ min: 0, max: 30 }).map((n) => `k-${n}`) }, { weight: 2, arbitrary: nasty });
+        return mix(fc.oneof(fc.constant(""), fc.integer({ min: 0, max: 30 }).map((n) => `k-${n}`)), 8, nasty, 2);
       case "lease_token":
-        return fc.oneof({ weight: 6, arbitrary: fc.constant(PLACEHOLDER.lease) }, { weight: 4, arbitrary: nasty });
+        return mix(fc.constant(PLACEHOLDER.lease), 6, nasty, 4);
       case "reservation_id":
-        return fc.oneof({ weight: 6, arbitrary: fc.constant(PLACEHOLDER.reservation) }, { weight: 4, arbitrary: nasty });
+        return mix(fc.constant(PLACEHOLDER.reservation), 6, nasty, 4);
       case "id":
-        if (field.parent.typeName.startsWith("berth.budget")) {
-          return fc.oneof({ weight: 6, arbitrary: fc.constantFrom(PLACEHOLDER.running, PLACEHOLDER.reservation) }, { weight: 4, arbitrary: nasty });
-        }
+        if (field.parent.typeName.startsWith("berth.budget")) return mix(fc.constantFrom(PLACEHOLDER.running, PLACEHOLDER.reservation), 6, nasty, 4);
         return undefined;
       case "memory":
-        return fc.oneof(
-          { weight: 5, arbitrary: fc.constantFrom("512M", "2G", "1.5GiB", "1024", "0", "1K", "64M") },
-          { weight: 5, arbitrary: fc.constantFrom("-1G", "1e400", "NaN", "Infinity", "99999999999999T", "1.5.5G", "G", " 2G", "2 G", "0x10", "1e3M") },
-          { weight: 2, arbitrary: nasty },
+        return mix(
+          fc.constantFrom("512M", "2G", "1.5GiB", "1024", "0", "1K", "64M"),
+          5,
+          fc.oneof(fc.constantFrom("-1G", "1e400", "NaN", "Infinity", "99999999999999T", "1.5.5G", "G", " 2G", "2 G", "0x10", "1e3M"), nasty),
+          7,
         );
       case "service":
-        return fc.oneof({ weight: 5, arbitrary: fc.constantFrom("", "berth.sessions.v1.SessionService", "berth.budget.v1.BudgetService", "berth.sessions.v1.LockService") }, { weight: 5, arbitrary: nasty });
+        return mix(fc.constantFrom("", "berth.sessions.v1.SessionService", "berth.budget.v1.BudgetService", "berth.sessions.v1.LockService"), 5, nasty, 5);
       default:
-        return undefined;
+        return sane ? saneScalar(ScalarType.STRING) : undefined;
     }
   }
+  if (field.fieldKind === "message" && field.message.typeName === "berth.sessions.v1.Fence" && sane) return fc.constant(undefined);
   if (field.fieldKind === "list" && field.listKind === "scalar" && field.scalar === ScalarType.STRING && name === "ids") {
-    return fc.array(fc.oneof(fc.constantFrom(PLACEHOLDER.reservation, PLACEHOLDER.running), nasty), { maxLength: 5 });
+    return fc.array(mix(fc.constantFrom(PLACEHOLDER.reservation, PLACEHOLDER.running), 1, nasty, 1), { maxLength: 5 });
   }
   if (field.fieldKind === "scalar" && (field.scalar === ScalarType.UINT64 || field.scalar === ScalarType.INT64)) {
+    if (name === "expected_seq" && sane) {
+      // Mostly unset (the append goes through), sometimes a guess (a conflict that must change nothing).
+      return fc.oneof({ weight: 3, arbitrary: fc.constant(undefined) }, { weight: 1, arbitrary: fc.bigInt({ min: 0n, max: 12n }) });
+    }
     if (["expected_seq", "from_seq", "fencing_token"].includes(name)) {
-      return fc.oneof({ weight: 7, arbitrary: fc.bigInt({ min: 0n, max: 12n }) }, { weight: 3, arbitrary: field.scalar === ScalarType.UINT64 ? uint64 : int64 });
+      return mix(fc.bigInt({ min: 0n, max: 12n }), 7, field.scalar === ScalarType.UINT64 ? uint64 : int64, 3);
     }
   }
-  if (field.fieldKind === "scalar" && field.scalar === ScalarType.UINT32 && name === "limit") {
-    return fc.oneof(fc.integer({ min: 0, max: 50 }), uint32);
-  }
+  if (field.fieldKind === "scalar" && field.scalar === ScalarType.UINT32 && name === "limit") return mix(fc.integer({ min: 0, max: 50 }), 1, uint32, 1);
   if (field.fieldKind === "scalar" && field.scalar === ScalarType.INT32 && name === "pid") {
-    return fc.oneof(fc.constantFrom(0, 1, -1, process.pid, 2 ** 31 - 1, 4_194_304), int32);
+    return mix(fc.constantFrom(1, process.pid), 1, fc.oneof(fc.constantFrom(0, -1, 2 ** 31 - 1, 4_194_304), int32), 2);
   }
-  if (field.fieldKind === "message" && field.message.typeName === "google.protobuf.Duration") {
-    return fc.oneof({ weight: 6, arbitrary: smallDuration }, { weight: 4, arbitrary: oddDuration });
-  }
+  if (field.fieldKind === "message" && field.message.typeName === "google.protobuf.Duration") return mix(smallDuration, 6, oddDuration, 4);
+  if (sane && field.fieldKind === "scalar") return saneScalar(field.scalar);
   return undefined;
 }
 
@@ -330,7 +354,7 @@ function jsonValueArb(settings: InputSettings): fc.Arbitrary<JsonValue> {
  * A `create` init for `desc` with random field values: each field present or not, one member of
  * each oneof or none, messages nested up to `depth`.
  */
-export function messageInit(desc: DescMessage, settings: InputSettings, depth = 4): fc.Arbitrary<Record<string, unknown>> {
+export function messageInit(desc: DescMessage, settings: InputSettings, depth = 4, sane = false): fc.Arbitrary<Record<string, unknown>> {
   const memo = new Map<string, fc.Arbitrary<Record<string, unknown>>>();
   const build = (message: DescMessage, level: number): fc.Arbitrary<Record<string, unknown>> => {
     const key = `${message.typeName}@${level}`;
@@ -339,26 +363,28 @@ export function messageInit(desc: DescMessage, settings: InputSettings, depth = 
     if (level <= 0) return fc.constant({});
     const parts: Record<string, fc.Arbitrary<unknown>> = {};
     const valueOf = (field: DescField): fc.Arbitrary<unknown> | undefined => {
-      const hint = hinted(field, settings);
+      const hint = hinted(field, settings, sane);
       if (hint !== undefined) return hint;
       switch (field.fieldKind) {
         case "scalar":
           return scalar(field.scalar, settings);
         case "enum":
-          return enumValue(field.enum);
+          return sane ? fc.constantFrom(...field.enum.values.map((v) => v.number)) : enumValue(field.enum);
         case "message":
           if (field.message.typeName === "google.protobuf.Struct" && message.typeName !== "google.protobuf.Value") {
+            if (sane) return fc.dictionary(fc.constantFrom("a", "b", "note"), fc.oneof(fc.integer({ min: 0, max: 9 }), fc.constantFrom("x", "y")), { maxKeys: 2 });
             return fc.dictionary(fc.string({ maxLength: 10 }), jsonValueArb(settings), { maxKeys: 5 });
           }
           return level > 1 ? build(field.message, level - 1) : undefined;
         case "list": {
-          const item = field.listKind === "scalar" ? scalar(field.scalar, settings) : field.listKind === "enum" ? enumValue(field.enum) : level > 1 ? build(field.message, level - 1) : undefined;
-          return item === undefined ? undefined : fc.array(item, { maxLength: 4 });
+          const scalarItem = (type: ScalarType) => (sane ? saneScalar(type) : scalar(type, settings));
+          const item = field.listKind === "scalar" ? scalarItem(field.scalar) : field.listKind === "enum" ? enumValue(field.enum) : level > 1 ? build(field.message, level - 1) : undefined;
+          return item === undefined ? undefined : fc.array(item, { minLength: sane ? 1 : 0, maxLength: sane ? 3 : 4 });
         }
         case "map": {
           const keyArb = field.mapKey === ScalarType.STRING ? fc.string({ maxLength: 10 }) : scalar(field.mapKey, settings).map((k) => String(k));
-          const value = field.mapKind === "scalar" ? scalar(field.scalar, settings) : field.mapKind === "enum" ? enumValue(field.enum) : level > 1 ? build(field.message, level - 1) : undefined;
-          return value === undefined ? undefined : fc.dictionary(keyArb, value, { maxKeys: 4 });
+          const value = field.mapKind === "scalar" ? (sane ? saneScalar(field.scalar) : scalar(field.scalar, settings)) : field.mapKind === "enum" ? enumValue(field.enum) : level > 1 ? build(field.message, level - 1) : undefined;
+          return value === undefined ? undefined : fc.dictionary(keyArb, value, { maxKeys: sane ? 2 : 4 });
         }
       }
     };
@@ -374,7 +400,11 @@ export function messageInit(desc: DescMessage, settings: InputSettings, depth = 
         if (cases.length > 0) parts[member.localName] = fc.oneof(...cases);
       }
     }
-    const arb = fc.record(parts, { requiredKeys: [] }) as fc.Arbitrary<Record<string, unknown>>;
+    // Wild: any field may be missing. Sane: every field and oneof is set, but for the optional
+    // ones (proto3 `optional`), so that validators see complete requests.
+    const optional = message.fields.filter((f) => f.proto.proto3Optional).map((f) => f.localName);
+    const requiredKeys = sane ? Object.keys(parts).filter((key) => !optional.includes(key)) : [];
+    const arb = fc.record(parts, { requiredKeys }) as fc.Arbitrary<Record<string, unknown>>;
     memo.set(key, arb);
     return arb;
   };
@@ -417,7 +447,7 @@ function jsonForField(field: DescField, settings: InputSettings, depth: number):
         return depth > 0 ? jsonForMessage(desc, settings, depth - 1) : fc.constant({});
     }
   };
-  const hint = hinted(field, settings);
+  const hint = hinted(field, settings, false);
   let right: fc.Arbitrary<unknown>;
   switch (field.fieldKind) {
     case "scalar":
@@ -507,12 +537,34 @@ export function caseArbitrary(methods: readonly DescMethod[], settings: InputSet
       ? fc.oneof({ weight: 14, arbitrary: fc.constant("first" as const) }, { weight: 4, arbitrary: fc.integer({ min: 0, max: 300 }) }, { weight: 1, arbitrary: fc.constant("status" as const) })
       : fc.oneof({ weight: 19, arbitrary: fc.constant("status" as const) }, { weight: 1, arbitrary: fc.integer({ min: 0, max: 40 }) });
     const requestEnd: fc.Arbitrary<"end" | "open"> = streamingIn ? fc.constantFrom("open", "open", "end") : fc.constant("end");
-    return fc.record({
+    const transport = fc.constantFrom<Transport>("grpc", "grpc", "grpc", "grpc", "connect-h1", "connect-h1", "connect-h2", "connect-h2", "grpc", "connect-h1");
+    const format = fc.constantFrom<"proto" | "json">("proto", "proto", "json");
+    // A clean case is a plausible call, well framed: it gets past the protocol and the validators
+    // often enough to append, lock and admit for real (so that refusals meet a service with state).
+    const clean = fc.record({
       methodIndex: fc.constant(methodIndex),
-      transport: fc.constantFrom<Transport>("grpc", "grpc", "grpc", "grpc", "connect-h1", "connect-h1", "connect-h2", "connect-h2", "grpc", "connect-h1"),
-      format: fc.constantFrom<"proto" | "json">("proto", "proto", "json"),
+      transport,
+      format,
+      init: messageInit(method.input, settings, 4, true),
+      jsonText: fc.constant(""),
+      jsonFromInit: fc.constant(true),
+      mutations: fc.constant([]),
+      framing: fc.constant<Framing>("normal"),
+      contentType: fc.constant(undefined),
+      deadline: fc.integer({ min: 150, max: 1000 }),
+      extraHeaders: fc.constant({}),
+      dropTe: fc.constant(false),
+      socketBytes: fc.constant([]),
+      settle,
+      requestEnd,
+    });
+    const wild = fc.record({
+      methodIndex: fc.constant(methodIndex),
+      transport,
+      format,
       init: messageInit(method.input, settings),
       jsonText: jsonText(method.input, settings),
+      jsonFromInit: fc.constant(false),
       mutations: fc.oneof(
         { weight: 6, arbitrary: fc.constant([]) },
         { weight: 4, arbitrary: fc.array(byteMutation, { minLength: 1, maxLength: 3 }) },
@@ -547,7 +599,7 @@ export function caseArbitrary(methods: readonly DescMethod[], settings: InputSet
         },
       ),
       deadline: fc.oneof(
-        { weight: 12, arbitrary: fc.integer({ min: 150, max: 1500 }) },
+        { weight: 12, arbitrary: fc.integer({ min: 150, max: 1000 }) },
         { weight: 1, arbitrary: fc.integer({ min: 1, max: 20 }) },
         { weight: 1, arbitrary: fc.constantFrom("abc", "", "-1S", "1", "99999999999S", "1.5S", "0m", "1x", "-5", "1e3", "NaN").map((raw) => ({ raw })) },
       ),
@@ -557,6 +609,7 @@ export function caseArbitrary(methods: readonly DescMethod[], settings: InputSet
       settle,
       requestEnd,
     });
+    return fc.oneof({ weight: 1, arbitrary: clean }, { weight: 3, arbitrary: wild });
   });
   const socket = fc
     .oneof(
@@ -573,14 +626,14 @@ export function caseArbitrary(methods: readonly DescMethod[], settings: InputSet
         `GET /${"a".repeat(70_000)} HTTP/1.1\r\n\r\n`,
       ).map((s) => [...Buffer.from(s, "latin1")]),
     )
-    .chain((socketBytes) => fc.record({ methodIndex: fc.constant(0), socketBytes: fc.constant(socketBytes) }))
     .map(
-      ({ methodIndex, socketBytes }): FuzzCase => ({
-        methodIndex,
+      (socketBytes): FuzzCase => ({
+        methodIndex: 0,
         transport: "socket",
         format: "proto",
         init: {},
         jsonText: "",
+        jsonFromInit: false,
         mutations: [],
         framing: "normal",
         contentType: undefined,
@@ -665,9 +718,9 @@ function varint(value: number): Buffer {
 }
 
 /**
- * Field 4094 (unknown) holding `depth` nested length-delimited groups: a parser that recurses into
- * unknown fields does not, but the nesting below also reaches into known message fields of many
- * berth messages (field 2 is a message in most), past protobuf's recursion limit of 100.
+ * Field 2, length-delimited, holding field 2 holding field 2… `depth` times: field 2 is a message
+ * in many berth messages (an event, a need, a lease), so a parser follows the nesting down — past
+ * protobuf's recursion limit (100) when `depth` is large.
  */
 function nestedValues(depth: number): Buffer {
   let inner = Buffer.alloc(0);
@@ -724,14 +777,23 @@ export function buildRequest(fuzzCase: FuzzCase, method: DescMethod, pools: Toke
 
   let messageBytes: Uint8Array;
   let labelBody: string;
-  if (fuzzCase.format === "json") {
+  if (fuzzCase.format === "json" && fuzzCase.jsonFromInit) {
+    const init = resolvePlaceholders(fuzzCase.init, pools, pick) as Record<string, unknown>;
+    try {
+      messageBytes = Buffer.from(toJsonString(method.input, create(method.input, init as never)), "utf8");
+      labelBody = "clean json";
+    } catch (error) {
+      messageBytes = Buffer.from("{}");
+      labelBody = `clean json(unencodable: ${(error as Error).message.slice(0, 60)})`;
+    }
+  } else if (fuzzCase.format === "json") {
     messageBytes = Buffer.from(String(resolvePlaceholders(fuzzCase.jsonText, pools, pick)), "utf8");
     labelBody = "json";
   } else {
     const init = resolvePlaceholders(fuzzCase.init, pools, pick) as Record<string, unknown>;
     try {
       messageBytes = toBinary(method.input, create(method.input, init as never));
-      labelBody = "proto";
+      labelBody = fuzzCase.jsonFromInit ? "clean proto" : "proto";
     } catch (error) {
       // A generator value protobuf-es will not encode: send what it would have been without it.
       messageBytes = new Uint8Array(0);
@@ -746,13 +808,18 @@ export function buildRequest(fuzzCase: FuzzCase, method: DescMethod, pools: Toke
   const contentType = fuzzCase.contentType === undefined ? defaultContentType(fuzzCase.transport, fuzzCase.format, streamingOut) : fuzzCase.contentType;
   if (contentType !== null) headers["content-type"] = contentType;
   if (fuzzCase.transport === "grpc" && !fuzzCase.dropTe) headers.te = "trailers";
-  const timeoutHeader = fuzzCase.transport === "grpc" ? "grpc-timeout" : "connect-timeout-ms";
+  // Both protocols' deadline headers: a mislabelled content type makes the server read the request
+  // in another protocol than the transport's, and a server without a deadline may rightly wait for
+  // ever for a stream message that never comes.
   let deadlineMs: number | undefined;
   if (typeof fuzzCase.deadline === "number") {
     deadlineMs = fuzzCase.deadline;
-    headers[timeoutHeader] = fuzzCase.transport === "grpc" ? `${fuzzCase.deadline}m` : String(fuzzCase.deadline);
+    headers["grpc-timeout"] = `${fuzzCase.deadline}m`;
+    headers["connect-timeout-ms"] = String(fuzzCase.deadline);
   } else {
-    headers[timeoutHeader] = fuzzCase.deadline.raw;
+    // The broken value in the transport's header; the other protocol still gets a real deadline.
+    headers["grpc-timeout"] = fuzzCase.transport === "grpc" ? fuzzCase.deadline.raw : "1500m";
+    headers["connect-timeout-ms"] = fuzzCase.transport === "grpc" ? "1500" : fuzzCase.deadline.raw;
   }
   for (const [name, value] of Object.entries(fuzzCase.extraHeaders)) {
     if (name === "grpc-encoding" || name === "content-encoding" || name === "connect-content-encoding") continue; // framing decides these
@@ -832,6 +899,7 @@ export function buildRequest(fuzzCase: FuzzCase, method: DescMethod, pools: Toke
     settle: fuzzCase.settle,
     timeoutMs: Math.max(5_000, (deadlineMs ?? 0) + 4_000),
     streamingResponse: connectStreaming,
+    bidi: method.methodKind === "bidi_streaming",
   };
   const mutationLabel = fuzzCase.mutations.map((m) => m.op).join("+") || "intact";
   return {

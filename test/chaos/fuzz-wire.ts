@@ -8,6 +8,7 @@
 import * as http from "node:http";
 import * as http2 from "node:http2";
 import * as net from "node:net";
+import { brotliDecompressSync, gunzipSync } from "node:zlib";
 
 /** What one request looks like on the wire. */
 export interface WireRequest {
@@ -36,6 +37,8 @@ export interface WireRequest {
   readonly timeoutMs: number;
   /** Streaming Connect responses are envelopes; unary ones are one body. */
   readonly streamingResponse: boolean;
+  /** The method streams both ways (over HTTP/1.1 the server refuses it with 505 and closes). */
+  readonly bidi?: boolean;
 }
 
 /**
@@ -172,12 +175,31 @@ function grpcWebTrailers(payload: Uint8Array): Record<string, string> {
   return out;
 }
 
+/**
+ * A payload the server compressed (it may, when the request's accept-encoding allows), inflated;
+ * a payload that does not inflate is returned as is (and fails to parse, which the judge reports).
+ */
+function inflate(payload: Uint8Array, encoding: unknown): Uint8Array {
+  try {
+    if (encoding === "gzip") return gunzipSync(payload);
+    if (encoding === "br") return brotliDecompressSync(payload);
+  } catch {
+    // left as is
+  }
+  return payload;
+}
+
+/** The envelopes of a body, each payload inflated when its compressed flag is set. */
+function envelopesOf(body: Uint8Array, encoding: unknown): { flags: number; payload: Uint8Array }[] {
+  return splitEnvelopes(body).envelopes.map((e) => ((e.flags & 0x01) !== 0 ? { flags: e.flags, payload: inflate(e.payload, encoding) } : e));
+}
+
 function answerOf(request: WireRequest, raw: RawResponse, elapsedMs: number): Answer {
   const contentType = String(raw.headers["content-type"] ?? "");
   const base = { httpStatus: raw.httpStatus, elapsedMs, contentType };
   const framing = framingOf(request, raw.headers);
   if (framing === "grpc" || framing === "grpc-web") {
-    const { envelopes } = splitEnvelopes(raw.body);
+    const envelopes = envelopesOf(raw.body, raw.headers["grpc-encoding"]);
     const messages = envelopes.filter((e) => (e.flags & 0x80) === 0).map((e) => e.payload);
     const webTrailer = framing === "grpc-web" ? envelopes.find((e) => (e.flags & 0x80) !== 0) : undefined;
     const trailers: Record<string, unknown> = { ...raw.headers, ...raw.trailers, ...(webTrailer ? grpcWebTrailers(webTrailer.payload) : {}) };
@@ -187,16 +209,17 @@ function answerOf(request: WireRequest, raw: RawResponse, elapsedMs: number): An
     return { ...base, code: "no_status", message: `HTTP ${raw.httpStatus}, ${raw.body.byteLength} body bytes, no grpc-status`, messages };
   }
   if (framing === "connect-stream" && raw.httpStatus === 200) {
-    const { envelopes } = splitEnvelopes(raw.body);
+    const envelopes = envelopesOf(raw.body, raw.headers["connect-content-encoding"]);
     const end = envelopes.find((e) => (e.flags & 0x02) !== 0);
     const messages = envelopes.filter((e) => (e.flags & 0x02) === 0).map((e) => e.payload);
     if (end === undefined) return { ...base, code: "no_status", message: "Connect stream without an end-stream message", messages };
     return { ...base, ...connectEndStreamOf(end.payload), messages };
   }
-  if (raw.httpStatus === 200) return { ...base, code: "ok", message: "", messages: [raw.body] };
-  const error = connectErrorOf(raw.body);
+  const body = inflate(raw.body, raw.headers["content-encoding"]);
+  if (raw.httpStatus === 200) return { ...base, code: "ok", message: "", messages: [body] };
+  const error = connectErrorOf(body);
   if (error !== undefined) return { ...base, ...error, messages: [] };
-  return { ...base, code: `http_${raw.httpStatus}`, message: Buffer.from(raw.body).toString("utf8").slice(0, 200), messages: [] };
+  return { ...base, code: `http_${raw.httpStatus}`, message: Buffer.from(body).toString("utf8").slice(0, 200), messages: [] };
 }
 
 /** Messages seen so far in a partial response (to settle `first`). */
@@ -379,9 +402,11 @@ export class Http1Client {
         // A socket whose request is not fully written (the server answered early) or whose answer
         // is not fully read must not go back to the pool.
         if (!req.destroyed && (!req.writableFinished || response?.complete !== true)) req.destroy();
+        lastOf(answer.code);
         resolve({ answer, retry });
       };
       let history = "no socket yet";
+      let lastOf: (code: string) => void = () => {};
       const timer = setTimeout(
         () => finish({ code: "hang", message: `no answer within ${request.timeoutMs} ms (${history}, request written: ${req.writableFinished})`, messages: [], httpStatus: response?.statusCode, elapsedMs: elapsed() }),
         request.timeoutMs,
@@ -396,7 +421,9 @@ export class Http1Client {
       });
       req.on("socket", (socket: net.Socket & { berthFuzzLast?: string }) => {
         history = `${req.reusedSocket ? `reused socket, before: ${socket.berthFuzzLast}` : "fresh socket"}; body ${request.chunks.reduce((n, c) => n + c.byteLength, 0)} bytes`;
-        socket.berthFuzzLast = `${request.path} ${request.headers["content-type"]}`;
+        const head = Buffer.concat(request.chunks.map((c) => Buffer.from(c))).subarray(0, 200).toString("hex");
+        socket.berthFuzzLast = `${request.path} ${JSON.stringify(request.headers)} body ${head}`;
+        lastOf = (code) => (socket.berthFuzzLast += ` answered ${code}`);
       });
       req.on("response", (res) => {
         response = res;
@@ -417,6 +444,13 @@ export class Http1Client {
         if (response !== undefined) return;
         const retry = req.reusedSocket && (error.code === "ECONNRESET" || error.code === "EPIPE");
         const uploading = request.chunks.reduce((n, c) => n + c.byteLength, 0);
+        if (!retry && (error.code === "EPIPE" || error.code === "ECONNRESET") && request.bidi && uploading > 1 << 20) {
+          // connect answers a bidi call over HTTP/1.1 with 505 and "Connection: close" before
+          // reading the body, and Node closes the socket under the rest of a large upload, so the
+          // client may meet the reset before it reads the 505. Not a server failure: counted apart.
+          finish({ code: "closed_during_upload", message: `${error.code} during a ${uploading}-byte upload of a bidi call over HTTP/1.1`, messages: [], elapsedMs: elapsed() });
+          return;
+        }
         if (!retry && (error.code === "EPIPE" || error.code === "ECONNRESET") && (req.socket?.bytesRead ?? 0) > 0) {
           // The server answered and hung up while the client was still uploading (a 505 for a
           // stream over HTTP/1.1, a refusal of an oversized body): HTTP/1.1 allows that, and
