@@ -2,9 +2,11 @@ import * as http from "node:http";
 import * as http2 from "node:http2";
 import { afterEach, describe, expect, it } from "vitest";
 import pino from "pino";
+import { create, createFileRegistry, type DescService } from "@bufbuild/protobuf";
+import { FileDescriptorProtoSchema, file_google_protobuf_duration } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { asInvalidArgumentIfDecodeError } from "./decode-errors.js";
-import { startServer, type RunningServer } from "./start-server.js";
+import { implement, startServer, type RunningServer } from "./start-server.js";
 
 // Found by the fuzzer (test/chaos/fuzz.test.ts): bytes that are not a protobuf message were
 // answered INTERNAL ("parse binary: premature EOF"), the code berth keeps for its own bugs.
@@ -41,6 +43,11 @@ interface RawAnswer {
 function h2Post(url: string, path: string, headers: Record<string, string>, body: Buffer): Promise<RawAnswer> {
   return new Promise((resolve, reject) => {
     const session = http2.connect(url);
+    const timer = setTimeout(() => {
+      session.destroy();
+      reject(new Error(`no answer to ${path} within 5 s`));
+    }, 5_000);
+    session.on("close", () => clearTimeout(timer));
     session.on("error", reject);
     const stream = session.request({ ":method": "POST", ":path": path, ...headers });
     let answer: RawAnswer = { status: 0, headers: {}, trailers: {}, body: Buffer.alloc(0) };
@@ -98,6 +105,34 @@ describe("requests that do not decode", () => {
     // The server still answers a good request on the same footing.
     const ok = await h2Post(url, "/grpc.health.v1.Health/Check", { "content-type": "application/grpc", te: "trailers" }, envelope(0, Buffer.alloc(0)));
     expect(grpcStatusOf(ok)).toBe("0");
+  });
+
+  // Found by the fuzzer: a JSON field of the wrong type holding a lone surrogate is quoted in the
+  // decode error, connect-es's encodeURIComponent of that message throws, and the call was left
+  // unanswered (the client hung until its own deadline; the log said "ok").
+  it("answers a gRPC and gRPC-Web JSON request whose decode error quotes a lone surrogate", async () => {
+    // A unary method taking a Duration: a JSON string that is not one is quoted in the error.
+    const registry = createFileRegistry(
+      create(FileDescriptorProtoSchema, {
+        name: "berth/test/v1/wait.proto",
+        package: "berth.test.v1",
+        dependency: ["google/protobuf/duration.proto"],
+        syntax: "proto3",
+        service: [{ name: "WaitService", method: [{ name: "Wait", inputType: ".google.protobuf.Duration", outputType: ".google.protobuf.Duration" }] }],
+      }),
+      (name) => (name === "google/protobuf/duration.proto" ? file_google_protobuf_duration : undefined),
+    );
+    const WaitService = registry.getService("berth.test.v1.WaitService") as DescService;
+    const server = await startServer({ name: "test", logger: pino({ level: "silent" }), services: [implement(WaitService, { wait: (d: unknown) => d } as never)] });
+    servers.push(server);
+    const json = Buffer.from('"\\ud800"');
+    const path = "/berth.test.v1.WaitService/Wait";
+    const grpc = await h2Post(server.url, path, { "content-type": "application/grpc+json", te: "trailers", "grpc-timeout": "3S" }, envelope(0, json));
+    expect(grpcStatusOf(grpc)).toBe(String(Code.InvalidArgument));
+    const web = await h2Post(server.url, path, { "content-type": "application/grpc-web+json", "grpc-timeout": "3S" }, envelope(0, json));
+    expect(web.body.subarray(5).toString("latin1")).toMatch(/grpc-status: 3\r\n/);
+    const connect = await h1Post(server.url, path, "application/json", json);
+    expect(connect).toMatchObject({ status: 400, json: { code: "invalid_argument" } });
   });
 
   it("maps only decode failures", () => {

@@ -8,7 +8,8 @@
  * Streams decode inside the handler, where the error interceptor maps them with
  * {@link asInvalidArgumentIfDecodeError}. A unary request is decoded before any interceptor runs, so
  * {@link mapDecodeErrors} wraps each route and corrects the status on its way out: the gRPC trailer,
- * the gRPC-Web trailer block, or the Connect error body.
+ * the gRPC-Web trailer block, or the Connect error body. It also answers the gRPC calls whose decode
+ * error connect-es fails to write at all (see {@link unwritableErrorAnswer}).
  */
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { UniversalHandler, UniversalServerResponse } from "@connectrpc/connect/protocol";
@@ -93,10 +94,49 @@ async function* passThrough(body: AsyncIterable<Uint8Array>, map: (chunk: Uint8A
 
 const identity = (chunk: Uint8Array) => chunk;
 
+/**
+ * The answer to a gRPC or gRPC-Web request whose own error connect-es could not write. It
+ * percent-encodes the message into a trailer with `encodeURIComponent`, which throws on a lone
+ * surrogate; a JSON request holding one in a field of the wrong type gets an error message quoting
+ * it, the handler rejects, and the call is left unanswered until the client gives up. Such a
+ * failure only happens before any interceptor (later errors are cleaned by the error
+ * interceptor), that is while decoding the request: INVALID_ARGUMENT.
+ */
+function unwritableErrorAnswer(contentType: string): UniversalServerResponse | undefined {
+  const web = contentType.startsWith("application/grpc-web");
+  if (!web && !contentType.startsWith("application/grpc")) return undefined;
+  const status = { [GRPC_STATUS]: String(Code.InvalidArgument), [GRPC_MESSAGE]: encodeURIComponent("the request did not decode (a JSON string in it is not valid Unicode)") };
+  const responseType = contentType.includes("json") ? (web ? "application/grpc-web+json" : "application/grpc+json") : web ? "application/grpc-web+proto" : "application/grpc+proto";
+  if (!web) {
+    return { status: 200, header: new Headers({ "content-type": responseType }), trailer: new Headers(status), body: (async function* () {})() };
+  }
+  let block = "";
+  for (const [name, value] of Object.entries(status)) block += `${name}: ${value}\r\n`;
+  const payload = Buffer.from(block, "latin1");
+  const envelope = Buffer.alloc(5 + payload.byteLength);
+  envelope[0] = 0x80;
+  envelope.writeUInt32BE(payload.byteLength, 1);
+  payload.copy(envelope, 5);
+  return {
+    status: 200,
+    header: new Headers({ "content-type": responseType }),
+    body: (async function* () {
+      yield envelope;
+    })(),
+  };
+}
+
 /** The same route, answering a request that did not decode with INVALID_ARGUMENT whatever the protocol. */
 export function mapDecodeErrors(handler: UniversalHandler): UniversalHandler {
   const mapped = async (request: Parameters<UniversalHandler>[0]): Promise<UniversalServerResponse> => {
-    const response = await handler(request);
+    let response: UniversalServerResponse;
+    try {
+      response = await handler(request);
+    } catch (error) {
+      const answer = error instanceof URIError ? unwritableErrorAnswer(request.header.get("content-type") ?? "") : undefined;
+      if (answer === undefined) throw error;
+      return answer;
+    }
     const contentType = response.header?.get("content-type") ?? "";
     if (contentType.startsWith("application/grpc-web")) {
       if (response.body === undefined) return response;
