@@ -672,8 +672,11 @@ describe("security", () => {
     }
     const tcp = listeningSockets(service.pid);
     findings.check(tcp.length === 0, `with sockets only, berth up still listens on TCP ${tcp.map((s) => `${s.address}:${s.port}`).join(", ")}`);
-    // Not an RPC, so outside the token (DESIGN.md): reported, not judged.
+    // Not an RPC, but it tells what the services do: /metrics needs the token as well.
     figures.metricsStatusWithoutToken = (await curl(service.url("sessions"), "/metrics")).status;
+    findings.check(figures.metricsStatusWithoutToken === 401, `/metrics without the token answered ${String(figures.metricsStatusWithoutToken)}, not 401`);
+    const withToken = (await curl(service.url("sessions"), "/metrics", { headers: { authorization: `Bearer ${TOKEN}` } })).status;
+    findings.check(withToken === 200, `/metrics with the token answered ${withToken}, not 200`);
     findings.check(!service.output().includes(TOKEN), "the token (BERTH_TOKEN) appears in the service's output");
     const status = await service.stop();
     findings.check(status.code === 0, `berth up (sockets) did not exit 0 on SIGTERM: ${JSON.stringify(status)}`);

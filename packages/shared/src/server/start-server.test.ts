@@ -252,6 +252,22 @@ describe("bearer token", () => {
     await expect(test.echo({})).rejects.toMatchObject({ code: Code.Unauthenticated, rawMessage: expect.stringContaining("Bearer") });
     await expect(test.echo({}, { headers: { authorization: "Bearer wrong" } })).rejects.toMatchObject({ code: Code.Unauthenticated });
     await expect(test.echo({}, { headers: { authorization: "Bearer s3cret" } })).resolves.toBeDefined();
+
+    // /metrics is not an RPC, but it tells what the services do: it needs the token too.
+    const status = (headers: string[]) => curl(["-o", "/dev/null", "-w", "%{http_code}", ...headers, `${server.url}/metrics`]);
+    expect(await status([])).toBe("401");
+    expect(await status(["-H", "authorization: Bearer wrong"])).toBe("401");
+    expect(await status(["-H", "authorization: Bearer s3cret"])).toBe("200");
+  });
+});
+
+describe("compression", () => {
+  it("answers a client that accepts gzip uncompressed (loopback: gzip costs CPU and saves nothing)", async () => {
+    const server = await start();
+    const big = JSON.stringify({ k: "v".repeat(64 * 1024) }); // far over connect's 1 KiB default threshold
+    const headers = await curl(["-s", "-D", "-", "-o", "/dev/null", "-X", "POST", "-H", "content-type: application/json", "-H", "accept-encoding: gzip", "-d", big, `${server.url}/berth.test.v1.TestService/Echo`]);
+    expect(headers).toMatch(/^HTTP\/1\.1 200/);
+    expect(headers.toLowerCase()).not.toContain("content-encoding: gzip");
   });
 });
 

@@ -12,7 +12,7 @@ import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { Health } from "@berth/api/grpc/health/v1/health_pb";
 import * as reflectionV1 from "@berth/api/grpc/reflection/v1/reflection_pb";
 import * as reflectionV1alpha from "@berth/api/grpc/reflection/v1alpha/reflection_pb";
-import { createAuthInterceptor } from "./auth.js";
+import { bearerTokenMatches, createAuthInterceptor, UNAUTHENTICATED_MESSAGE } from "./auth.js";
 import { createErrorInterceptor } from "./connect-errors.js";
 import { mapDecodeErrors } from "./decode-errors.js";
 import { createHealthService, HealthStatus, OVERALL_HEALTH, ServingStatus } from "./health.js";
@@ -182,6 +182,9 @@ export async function startServer(options: StartServerOptions): Promise<RunningS
     readMaxBytes: maxMessageBytes,
     writeMaxBytes: maxMessageBytes,
     shutdownSignal: shutdown.signal,
+    // On loopback, gzipping a response costs CPU and saves nothing (a watcher's snapshot would be
+    // compressed once per watcher): answer uncompressed, while still accepting compressed requests.
+    compressMinBytes: Number.MAX_SAFE_INTEGER,
     // Plain `curl -d '{}'` must work: do not insist on the Connect-Protocol-Version header.
     requireConnectProtocolHeader: false,
     // A misspelled JSON field ("expectedSequence", "fense") would otherwise be dropped without a
@@ -191,7 +194,7 @@ export async function startServer(options: StartServerOptions): Promise<RunningS
     fallback(req, res) {
       const state = states.get(req);
       if (state !== undefined) state.observed = true; // not an RPC: nothing to log per call
-      serveNonRpc(req, res, metrics);
+      serveNonRpc(req, res, metrics, options.token);
     },
   });
 
@@ -288,10 +291,18 @@ function peerOf(req: http.IncomingMessage | http2.Http2ServerRequest): string {
 }
 
 /** `/metrics` (GET or HEAD); anything else that is not an RPC path gets a 404 that says what exists. */
-function serveNonRpc(req: http.IncomingMessage | http2.Http2ServerRequest, res: unknown, metrics: ServerMetrics): void {
+function serveNonRpc(req: http.IncomingMessage | http2.Http2ServerRequest, res: unknown, metrics: ServerMetrics, token: string | undefined): void {
   const response = res as http.ServerResponse;
   const path = (req.url ?? "").split("?", 1)[0];
   if (path === "/metrics" && (req.method === "GET" || req.method === "HEAD")) {
+    // The counters name sessions' activity and the machine's load: behind the token like any RPC
+    // (Prometheus sends it with `authorization: {credentials: …}` in the scrape config).
+    if (token !== undefined && !bearerTokenMatches(req.headers.authorization ?? null, token)) {
+      const body = `${UNAUTHENTICATED_MESSAGE}\n`;
+      response.writeHead(401, { "content-type": "text/plain; charset=utf-8", "content-length": Buffer.byteLength(body), "www-authenticate": "Bearer" });
+      response.end(req.method === "HEAD" ? undefined : body);
+      return;
+    }
     const body = metrics.render();
     response.writeHead(200, { "content-type": METRICS_CONTENT_TYPE, "content-length": Buffer.byteLength(body) });
     response.end(req.method === "HEAD" ? undefined : body);
