@@ -11,10 +11,14 @@
  * cancelled, half-closed or left to their deadline.
  *
  * Promises checked (a broken one is a violation; the suite needs 0):
- * - every answer is a proper status, never INTERNAL or UNKNOWN (except the one INTERNAL the gRPC
- *   compression spec demands: a compressed flag without an encoding), never a missing status, a
- *   reset or a hang (5 s past the call's deadline); a valid message over the limit is
- *   RESOURCE_EXHAUSTED; an accepted answer parses;
+ * - every answer is a proper status (a gRPC status, a Connect error code, or an HTTP refusal such
+ *   as 415 or 505), never INTERNAL or UNKNOWN, never a missing status, a reset or a hang (no answer
+ *   4 s past the call's deadline, 5 s at least); a valid message over the limit is
+ *   RESOURCE_EXHAUSTED (or its deadline ran out first); an accepted answer parses. Counted apart,
+ *   not violations: the INTERNAL the gRPC compression spec demands for a compressed flag without
+ *   an encoding (`internalBySpec`), and a connection reset while uploading megabytes for a bidi
+ *   call over HTTP/1.1, which connect refuses with 505 and "Connection: close" before reading the
+ *   body (`closed_during_upload`);
  * - after every batch the process is alive and health answers SERVING over gRPC and Connect;
  * - nothing is written outside the state directory: the service runs with its cwd, HOME and
  *   TMPDIR in a sandbox whose tree is compared after every batch, writes are traced with strace
