@@ -56,7 +56,8 @@ const CASES = chaosSetting("FUZZ_CASES", 10_000);
 const SEED = chaosSetting("FUZZ_SEED", 1 + Math.floor(Math.random() * 2 ** 30));
 const CONCURRENCY = chaosSetting("FUZZ_CONCURRENCY", 8);
 const BATCH = chaosSetting("FUZZ_BATCH", 250);
-const ONLY = process.env.BERTH_CHAOS_FUZZ_ONLY;
+/** A case id as printed (`sessions/SessionService#b3.41`) or without its process (`SessionService#b3.41`). */
+const ONLY = process.env.BERTH_CHAOS_FUZZ_ONLY?.replace(/^[a-z]+\//, "");
 /** BERTH_CHAOS_FUZZ_NO_TRACE=1 skips strace (the sandbox snapshots still run). */
 const TRACE = chaosSetting("FUZZ_NO_TRACE", 0) === 0;
 const SEQUENTIAL = chaosSetting("FUZZ_SEQUENTIAL", 0) === 1;
