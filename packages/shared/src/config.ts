@@ -7,7 +7,7 @@
 import { readFileSync } from "node:fs";
 import { parseArgs } from "node:util";
 import { invalidArgument } from "./errors.js";
-import { parseDuration, parseSize } from "./units.js";
+import { formatDuration, formatSize, parseDuration, parseSize } from "./units.js";
 
 /** One setting: where it is read from, how it is parsed, what it means. */
 export interface Setting<T> {
@@ -30,6 +30,8 @@ export interface Setting<T> {
   parse: (raw: string, field: string) => T;
   /** One sentence for `--help`. */
   doc: string;
+  /** How `--help` writes the default (`4M` rather than 4194304); default: as given. */
+  show?: (value: T) => string;
 }
 
 /** A set of settings by key (the name code uses, e.g. `stateDir`). */
@@ -246,7 +248,7 @@ export function formatHelp(definition: ConfigDefinition): string {
   ];
   for (const setting of Object.values(definition)) {
     const where = [setting.env, ...(setting.aliases ?? [])].filter((name) => name !== undefined).join(", ");
-    const fallback = setting.default === undefined || setting.secret ? "" : `; default ${formatDefault(setting.default)}`;
+    const fallback = setting.default === undefined || setting.secret ? "" : `; default ${setting.show ? setting.show(setting.default) : formatDefault(setting.default)}`;
     lines.push(`  --${setting.flag}${setting.boolean ? "" : "=<value>"}  ${setting.doc}${where ? ` (env ${where}${fallback})` : fallback ? ` (${fallback.slice(2)})` : ""}`);
   }
   lines.push("  --help, -h  show this help");
@@ -357,6 +359,7 @@ export function commonServerConfig() {
         return bytes;
       },
       doc: "largest request or response message, e.g. 4M",
+      show: formatSize,
     },
     keepalive: {
       flag: "keepalive",
@@ -367,6 +370,7 @@ export function commonServerConfig() {
         if (ms < 1000) throw invalidArgument(field, "must be at least 1s");
         return ms;
       },
+      show: formatDuration,
       doc: "HTTP/2 ping on every connection this often (a connection that does not answer within 10s is dropped); shorten it behind a proxy that cuts idle streams",
     },
   } satisfies ConfigDefinition;

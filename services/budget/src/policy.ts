@@ -12,7 +12,7 @@ import { availableParallelism, totalmem } from "node:os";
 import type { ConfigDefinition, ConfigValues, LoadConfigOptions } from "@berth/shared/config";
 import { defineConfig, integerParser, loadConfig, oneOf, parseBoolean } from "@berth/shared/config";
 import { invalidArgument } from "@berth/shared/errors";
-import { parseDuration, parseSize } from "@berth/shared/units";
+import { formatDuration, formatSize, parseDuration, parseSize } from "@berth/shared/units";
 import type { Resources } from "./costs.js";
 
 /** How the queue orders waiters: strictly first come first served, or letting small requests past a blocked head when that cannot delay it. */
@@ -163,14 +163,14 @@ export const POLICY_SETTINGS = defineConfig({
     doc: "PSI cpu 'some' percent (10 s and 60 s) that counts as saturated; 100 turns the PSI gate off",
   },
   loadPerCore: { flag: "load-per-core", ...budgetSetting("LOAD_PER_CORE"), default: DEFAULTS.loadPerCore, parse: numberParser("must be a positive number", (n) => n > 0), doc: "without PSI: 1-minute load per core that counts as saturated" },
-  wait: { flag: "wait", ...budgetSetting("WAIT"), default: DEFAULTS.maxWaitMs, parse: durationParser(false), doc: "longest wait in the queue (30s, 10m)" },
+  wait: { flag: "wait", ...budgetSetting("WAIT"), default: DEFAULTS.maxWaitMs, parse: durationParser(false), show: formatDuration, doc: "longest wait in the queue (30s, 10m)" },
   maxQueue: { flag: "max-queue", ...budgetSetting("MAX_QUEUE"), default: DEFAULTS.maxQueue, parse: integerParser(0), doc: "most requests waiting at once" },
-  defaultRunMemory: { flag: "default-run-memory", ...budgetSetting("DEFAULT_RUN_MEMORY"), default: DEFAULTS.defaultRun.memoryBytes, parse: sizeParser, doc: "memory of a start that declares none" },
+  defaultRunMemory: { flag: "default-run-memory", ...budgetSetting("DEFAULT_RUN_MEMORY"), default: DEFAULTS.defaultRun.memoryBytes, parse: sizeParser, show: formatSize, doc: "memory of a start that declares none" },
   defaultRunCpu: { flag: "default-run-cpu", ...budgetSetting("DEFAULT_RUN_CPU"), default: DEFAULTS.defaultRun.cpu, parse: numberParser("must be a number of cpus, 0 or more", (n) => n >= 0), doc: "cpu of a start that declares none" },
-  defaultBuildMemory: { flag: "default-build-memory", ...budgetSetting("DEFAULT_BUILD_MEMORY"), default: DEFAULTS.defaultBuild.memoryBytes, parse: sizeParser, doc: "memory of a build that declares none" },
+  defaultBuildMemory: { flag: "default-build-memory", ...budgetSetting("DEFAULT_BUILD_MEMORY"), default: DEFAULTS.defaultBuild.memoryBytes, parse: sizeParser, show: formatSize, doc: "memory of a build that declares none" },
   defaultBuildCpu: { flag: "default-build-cpu", ...budgetSetting("DEFAULT_BUILD_CPU"), default: DEFAULTS.defaultBuild.cpu, parse: numberParser("must be a number of cpus, 0 or more", (n) => n >= 0), doc: "cpu of a build that declares none" },
   queue: { flag: "queue", ...budgetSetting("QUEUE"), default: DEFAULTS.queueMode as QueueMode, parse: oneOf(["fifo", "backfill"] as const), doc: "fifo, or backfill: a request may pass a blocked head when that cannot delay it" },
-  heartbeat: { flag: "heartbeat", ...budgetSetting("HEARTBEAT"), default: DEFAULTS.heartbeatMs, parse: durationParser(true), doc: "how often a waiter hears its position when nothing changes (stretched in a long queue: at most 100 heartbeats a second in all)" },
+  heartbeat: { flag: "heartbeat", ...budgetSetting("HEARTBEAT"), default: DEFAULTS.heartbeatMs, parse: durationParser(true), show: formatDuration, doc: "how often a waiter hears its position when nothing changes (stretched in a long queue: at most 100 heartbeats a second in all)" },
 } satisfies ConfigDefinition);
 
 /** The loaded values of {@link POLICY_SETTINGS} (a superset, such as the server's whole config, is fine). */

@@ -17,7 +17,7 @@ import type { Clock, TimerHandle } from "@berth/shared/clock";
 import type { ConfigDefinition, ConfigValues } from "@berth/shared/config";
 import { defineConfig, oneOf, parseNonEmpty } from "@berth/shared/config";
 import { invalidArgument } from "@berth/shared/errors";
-import { parseDuration } from "@berth/shared/units";
+import { formatDuration, parseDuration } from "@berth/shared/units";
 import type { Logger } from "./logger.js";
 
 /** PSI "some" figures of one resource: percent of time some runnable task stalled, and the total stall in µs. */
@@ -445,7 +445,7 @@ function intervalParser(raw: string, field: string): number {
 
 /** The sampler's settings for the shared config loader (the server spreads them into its own definition). */
 export const SAMPLER_SETTINGS = defineConfig({
-  sampleInterval: { flag: "sample-interval", env: "BERTH_BUDGET_SAMPLE_INTERVAL", default: 1000, parse: intervalParser, doc: "how often the machine is read" },
+  sampleInterval: { flag: "sample-interval", env: "BERTH_BUDGET_SAMPLE_INTERVAL", default: 1000, parse: intervalParser, show: formatDuration, doc: "how often the machine is read" },
   sampleSource: {
     flag: "sample-source",
     env: "BERTH_BUDGET_SAMPLE_SOURCE",

@@ -11,7 +11,7 @@ import { defineConfig, parseNonEmpty, parsePort } from "@berth/shared/config";
 import { invalidArgument } from "@berth/shared/errors";
 import { implement, serveElected, type ServerContext, type ServiceDefinition } from "@berth/shared/server/index";
 import type { ServerMetrics } from "@berth/shared/server/index";
-import { parseDuration } from "@berth/shared/units";
+import { formatDuration, parseDuration } from "@berth/shared/units";
 import type { Budget, BudgetState, Logger } from "../index.js";
 import { POLICY_SETTINGS, SAMPLER_SETTINGS, createBudget, createSampler, machineFactsOf, policyFromConfig, samplerOptionsFromConfig } from "../index.js";
 import type { BudgetHandlerStats } from "./budget-handlers.js";
@@ -46,6 +46,7 @@ export const RELOADABLE_SETTINGS = defineConfig({
     default: DEFAULT_LEASE_TTL_MS,
     parse: leaseParser,
     doc: "lease of a Reserve that gives no ttl (renewed by KeepAlive)",
+    show: formatDuration,
   },
 });
 

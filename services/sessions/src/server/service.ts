@@ -10,7 +10,7 @@ import { defineConfig, integerParser, oneOf, parseNonEmpty, parsePort, type Conf
 import { acquireElection, type ElectionLock } from "@berth/shared/election";
 import { invalidArgument } from "@berth/shared/errors";
 import { implement, serveElected, type CommonValues, type ServerContext, type ServiceDefinition } from "@berth/shared/server/index";
-import { parseSize } from "@berth/shared/units";
+import { formatSize, parseSize } from "@berth/shared/units";
 import { createSessionStore, DEFAULT_CACHE_SIZE, DEFAULT_MAX_EVENT_BYTES, DEFAULT_MAX_EVENTS_PER_APPEND, type SessionStore } from "../session-store.js";
 import { resolveSessionDirs } from "../session-paths.js";
 import { DEFAULT_MAX_BUFFERED } from "../watch-hub.js";
@@ -62,6 +62,7 @@ export const SESSIONS_SETTINGS = defineConfig({
       return bytes;
     },
     doc: "largest event (its journal JSON) an append may carry, e.g. 1M; larger ones are RESOURCE_EXHAUSTED",
+    show: formatSize,
   },
   maxEventsPerAppend: {
     flag: "max-events-per-append",
