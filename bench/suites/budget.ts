@@ -9,11 +9,13 @@
  *   unchanging machine (a fixture `--proc-root`), heartbeats included (target ≤ 50 ms/s; the seed:
  *   467 ms/s for 1,000 waiters). References: the same process idle, before the waiters came; and
  *   the same waiters once SIGHUP has reloaded the heartbeat to one an hour (what waiting costs
- *   without messages), which also gives the cost of one Queued message.
+ *   without messages), which also gives the cost of one Queued message. The measured window is one
+ *   whole heartbeat period (10,000 waiters at 100 heartbeats a second: 100 s), so that every waiter
+ *   is heard from once in it.
  * - `check`: Check RPCs per second against the health Check rate at the same concurrency (target
  *   ≥ 80 %: a check reads the cached sample, never /proc).
  *
- * `npm run bench -- budget [--seconds=4] [--handoffs=300] [--waiters=10000] [--window=15]
+ * `npm run bench -- budget [--seconds=4] [--handoffs=300] [--waiters=10000] [--window=SECONDS]
  * [--connections=10] [--only=handoff,waiters,check] [--profile=DIR]` (`--profile` writes a V8 CPU
 profile of each service process into DIR). Clients are @grpc/grpc-js; times are taken in
  * this process.
@@ -22,6 +24,7 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import * as path from "node:path";
 import * as grpc from "@grpc/grpc-js";
+import { heartbeatPeriodMs } from "@berth/budget/admission-queue";
 import { emptyRpcReference, grpcServiceClient, target, unary } from "../lib/grpc-clients.js";
 import { closedLoop } from "../lib/load.js";
 import { emit, percentiles, ratio } from "../lib/report.js";
@@ -35,16 +38,20 @@ interface Settings {
   concurrency: number;
   handoffs: number;
   waiters: number;
-  windowSeconds: number;
+  /** The busy window; default: one whole heartbeat period of the waiters (every waiter heard once), at least 15 s. */
+  windowSeconds: number | undefined;
   connections: number;
   /** Write a V8 CPU profile of the service here (`--profile=DIR`). */
   profileDir: string | undefined;
   only: Set<Part> | undefined;
 }
 
-const DEFAULTS: Settings = { seconds: 4, concurrency: 32, handoffs: 300, waiters: 10_000, windowSeconds: 15, connections: 10, profileDir: undefined, only: undefined };
+const DEFAULTS: Settings = { seconds: 4, concurrency: 32, handoffs: 300, waiters: 10_000, windowSeconds: undefined, connections: 10, profileDir: undefined, only: undefined };
 
 const G = 1024 ** 3;
+
+/** The idle and no-heartbeat reference windows (nothing periodic happens in them). */
+const REFERENCE_WINDOW_S = 15;
 
 const BudgetClient = grpcServiceClient("berth/budget/v1/budget_service.proto", "berth.budget.v1.BudgetService");
 
@@ -298,6 +305,10 @@ async function checkRate(settings: Settings): Promise<void> {
  * stream has its first `queued`, the server's CPU is measured over a window of several heartbeats.
  */
 async function waiters(settings: Settings): Promise<void> {
+  // In a long queue each waiter hears a heartbeat less often (the queue sends at most 100 a second):
+  // a window shorter than that period could miss heartbeats altogether and flatter the figure.
+  const heartbeatPeriodS = heartbeatPeriodMs(settings.waiters, 5000) / 1000;
+  const windowSeconds = settings.windowSeconds ?? Math.max(REFERENCE_WINDOW_S, Math.ceil(heartbeatPeriodS) + 5);
   const env = { BERTH_BUDGET_MAX_QUEUE: String(settings.waiters + 100) };
   // The heartbeat comes from a config file, so that SIGHUP can turn it off for the second window.
   const configDir = mkdtempSync(path.join(tmpdir(), "berth-bench-config-"));
@@ -310,7 +321,7 @@ async function waiters(settings: Settings): Promise<void> {
     try {
       // The reference: the same process, idle, over the same window.
       await sleep(1000);
-      const idleCpu = await cpuOver(server, settings.windowSeconds * 1000);
+      const idleCpu = await cpuOver(server, REFERENCE_WINDOW_S * 1000);
 
       await unary(control, "reserve", { label: "holder", need: need(3) });
       let queued = 0;
@@ -346,17 +357,17 @@ async function waiters(settings: Settings): Promise<void> {
       const sentBefore = await sentQueued(server.url);
       // The profile (with --profile) covers the measured window: what waiting costs, not opening.
       if (profileDir !== undefined) process.kill(server.pid, "SIGUSR2");
-      const busy = await cpuOver(server, settings.windowSeconds * 1000);
+      const busy = await cpuOver(server, windowSeconds * 1000);
       if (profileDir !== undefined) process.kill(server.pid, "SIGUSR2");
-      const sentPerSecond = Math.round(((await sentQueued(server.url)) - sentBefore) / settings.windowSeconds);
-      const receivedPerSecond = Math.round((messages - before) / settings.windowSeconds);
+      const sentPerSecond = Math.round(((await sentQueued(server.url)) - sentBefore) / windowSeconds);
+      const receivedPerSecond = Math.round((messages - before) / windowSeconds);
 
       // The same 10,000 waiters without heartbeats (reloaded to one an hour): what waiting costs by itself.
       writeFileSync(config, JSON.stringify({ heartbeat: "1h" }));
       process.kill(server.pid, "SIGHUP");
       await sleep(1000);
       const quietBefore = await sentQueued(server.url);
-      const quiet = await cpuOver(server, settings.windowSeconds * 1000);
+      const quiet = await cpuOver(server, REFERENCE_WINDOW_S * 1000);
       const quietMessages = (await sentQueued(server.url)) - quietBefore;
 
       // Closing every stream must leave nothing queued.
@@ -371,7 +382,8 @@ async function waiters(settings: Settings): Promise<void> {
         waiters: settings.waiters,
         queued_in_service: queuedInService,
         connections: settings.connections,
-        window_s: settings.windowSeconds,
+        window_s: windowSeconds,
+        heartbeat_period_s: heartbeatPeriodS,
         cpu_ms_per_s: round(busy.msPerSecond),
         idle_cpu_ms_per_s: round(idleCpu.msPerSecond),
         target_cpu_ms_per_s: 50,
