@@ -42,6 +42,7 @@ import { formatSize } from "@berth/shared/units";
 import { startBudget, until } from "../budget-e2e.js";
 import { connectClient, onStopAll, repoPath, stopAll, type LogEntry } from "../harness.js";
 import { Sleepers, type Sleeper } from "./budget-sleepers.js";
+import { seededRandom } from "./seeded-random.js";
 import { chaosSetting, reportSuite } from "./summary.js";
 
 afterAll(stopAll);
@@ -68,18 +69,7 @@ const KILLED_SLOTS = chaosSetting("BUDGET_KILLED", 3);
 const SEED = chaosSetting("SEED", Math.floor(Math.random() * 2 ** 31));
 const KILLED_CLIENT = repoPath("test/dist/chaos/budget-killed-client.js");
 
-/** A small seeded generator (mulberry32): the run's decisions are repeatable from the seed (timing is not). */
-function randomSource(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-const rng = randomSource(SEED);
+const rng = seededRandom(SEED);
 const between = (low: number, high: number) => low + rng() * (high - low);
 /** 1..n, uniformly. */
 const upTo = (n: number) => 1 + Math.floor(rng() * n);

@@ -10,8 +10,9 @@ import * as path from "node:path";
 import { HealthCheckRequestSchema, HealthCheckResponseSchema } from "@berth/api/grpc/health/v1/health_pb";
 import { toBinary, create } from "@bufbuild/protobuf";
 import { buildRequest, caseArbitrary, type BuiltRequest, type FuzzCase, type InputSettings, type TokenPools } from "./fuzz-inputs.js";
-import { journalChange, journalDigests, runningIds, diffTrees, snapshotTree, healthOverHttp1, type FuzzTarget, type JournalDigest } from "./fuzz-target.js";
+import { journalChange, journalDigests, runningIds, diffTrees, snapshotTree, type FuzzTarget, type JournalDigest } from "./fuzz-target.js";
 import { envelope, Http1Client, Http2Lane, rawSocketCall, requestBytes, type Answer } from "./fuzz-wire.js";
+import { healthCheckOnce } from "../harness/processes.js";
 
 /** A broken promise, with what it takes to send the same request again. */
 export interface Violation {
@@ -276,7 +277,7 @@ export async function runCampaign(options: CampaignOptions): Promise<CampaignRes
       violate({ kind: "crash", caseId: `batch ${batch}`, detail: `the service exited (${JSON.stringify(exit)}) during batch ${batch}\n${target.tail()}` });
       break;
     }
-    const viaHttp1 = await healthOverHttp1(target.url).catch((error: Error) => `no answer: ${error.message}`);
+    const viaHttp1 = await healthCheckOnce(target.url).catch((error: Error) => `no answer: ${error.message}`);
     const viaGrpc = await grpcHealth(target.url);
     if (viaHttp1 !== "SERVING" || viaGrpc !== "SERVING") {
       violate({ kind: "not-serving", caseId: `batch ${batch}`, detail: `health after batch ${batch}: Connect/HTTP1 ${viaHttp1}, gRPC ${viaGrpc}` });

@@ -13,9 +13,9 @@
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
 import { createHash } from "node:crypto";
 import { closeSync, existsSync, lstatSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, readSync, rmSync, statSync } from "node:fs";
-import * as http from "node:http";
 import { tmpdir } from "node:os";
 import * as path from "node:path";
+import { healthCheckOnce } from "../harness/processes.js";
 import { entryPoint } from "../harness/repo.js";
 
 /** How a process ended. */
@@ -174,7 +174,7 @@ export async function startTarget(kind: "sessions" | "budget", options: TargetOp
   }
   const { url, pid } = ready;
   const deadline = Date.now() + readyTimeoutMs;
-  while ((await healthOverHttp1(url).catch(() => "no answer")) !== "SERVING") {
+  while ((await healthCheckOnce(url).catch(() => "no answer")) !== "SERVING") {
     if (Date.now() > deadline || status !== undefined) {
       child.kill("SIGKILL");
       throw new Error(`${kind} listens at ${url} but health never answered SERVING\n${tail()}`);
@@ -418,25 +418,3 @@ export function lockFilesUnder(dir: string): string[] {
   return out;
 }
 
-/** Health Check over Connect JSON on a fresh HTTP/1.1 connection: the status string. */
-export function healthOverHttp1(url: string, service = "", timeoutMs = 5_000): Promise<string> {
-  const target = new URL(`${url}/grpc.health.v1.Health/Check`);
-  return new Promise((resolve, reject) => {
-    const request = http.request(target, { method: "POST", agent: false, timeout: timeoutMs, headers: { "content-type": "application/json" } }, (response) => {
-      let body = "";
-      response.setEncoding("utf8");
-      response.on("data", (chunk: string) => (body += chunk));
-      response.on("end", () => {
-        try {
-          resolve(String((JSON.parse(body) as { status?: unknown }).status ?? `HTTP ${response.statusCode}: ${body}`));
-        } catch {
-          resolve(`HTTP ${response.statusCode}: ${body.slice(0, 200)}`);
-        }
-      });
-      response.on("error", reject);
-    });
-    request.on("timeout", () => request.destroy(new Error(`no answer within ${timeoutMs} ms`)));
-    request.on("error", reject);
-    request.end(JSON.stringify({ service }));
-  });
-}

@@ -36,6 +36,7 @@ import { encodeJournalLine } from "@berth/sessions/journal-format";
 import { snapshotToProto } from "@berth/sessions/server/snapshot-codec";
 import { closeClient, connectClient, grpcJsClient, makeTempDir, startService, stopAll, type GrpcJsClient, type ServiceProcess } from "../harness.js";
 import { entryOf, readJournalFile, type JournalFile } from "./journal-files.js";
+import { seededRandom } from "./seeded-random.js";
 import { chaosSetting, reportSuite } from "./summary.js";
 
 afterAll(stopAll);
@@ -53,18 +54,7 @@ const SEED = chaosSetting("SEED", Math.floor(Math.random() * 2 ** 31));
 
 type Sessions = Client<typeof SessionService>;
 
-/** mulberry32: the suite's choices are reproducible from the seed it reports (the kill timing is not). */
-function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-const random = prng(SEED);
+const random = seededRandom(SEED);
 const pick = (n: number): number => Math.floor(random() * n);
 
 function withTimeout<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {

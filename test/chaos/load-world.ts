@@ -49,17 +49,6 @@ export interface LoadWorld {
   readonly budgetCpu: number;
 }
 
-/** A pseudo-random source from a seed (mulberry32): the run's choices are reported with the seed. */
-export function seededRandom(seed: number): () => number {
-  let state = seed >>> 0;
-  return () => {
-    state = (state + 0x6d2b79f5) >>> 0;
-    let t = state;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 /** One element of `items`, uniformly. */
 export function pick<T>(random: () => number, items: readonly T[]): T {

@@ -45,7 +45,8 @@ import { readCpuSeconds, RssSampler, toMb } from "./load-rss.js";
 import { admitSlot, holdSlot, sessionsWatcherSlot, sessionWatcherSlot, streamKind } from "./load-streams.js";
 import { LoadTally } from "./load-tally.js";
 import { appender, reader } from "./load-traffic.js";
-import { phaseOf, seededRandom, sleep, type LoadWorld } from "./load-world.js";
+import { phaseOf, sleep, type LoadWorld } from "./load-world.js";
+import { seededRandom } from "./seeded-random.js";
 import { chaosSetting, reportSuite } from "./summary.js";
 
 afterAll(stopAll);

@@ -440,7 +440,12 @@ async function probeHealth(url: string, deadline: number, gone: () => boolean): 
   throw new Error(gone() ? `the process exited (last: ${last})` : `last: ${last}`);
 }
 
-function healthCheckOnce(url: string, timeoutMs: number): Promise<string> {
+/**
+ * One health Check over Connect JSON on a fresh HTTP/1.1 connection (no client library, no pooled
+ * connection): the status string (`SERVING`…), or `HTTP <status>: <body>` when the answer is not one.
+ * `url` may be `unix:/path`.
+ */
+export function healthCheckOnce(url: string, timeoutMs = 5_000): Promise<string> {
   const socketPath = url.startsWith("unix:") ? url.slice("unix:".length) : undefined;
   const target = new URL(`${socketPath === undefined ? url : "http://localhost"}/grpc.health.v1.Health/Check`);
   return new Promise((resolve, reject) => {
