@@ -6,7 +6,7 @@
  *
  * Parts (names for `--only`): cold-open (replay, prefix snapshot + tail, hydration), stale-checkpoints (in-process: the store alone, against
  * the seed's store), append (AppendEvent × fsync × clients), append-events (AppendEvents and
- * GetSnapshot at 1k/100k events), watchers (100 watchers at 100 events/s), idle-watchers (memory
+ * GetSnapshot at 1k/100k events), watchers (100 watchers at 100 events/s, one entry a message and with max_batch), idle-watchers (memory
  * per watcher), logging (the per-RPC log line's cost).
  */
 import { spawn, type ChildProcess } from "node:child_process";
@@ -516,11 +516,11 @@ interface RawWatch {
  */
 function rawWatch(
   session: http2.ClientHttp2Session,
-  request: { sessionId: string; fromSeq: number; includeSnapshot: boolean },
+  request: { sessionId: string; fromSeq: number; includeSnapshot: boolean; maxBatch: number },
   onMessage: (message: LeanWatchMessage) => void,
   onEnd: (status: string) => void,
 ): RawWatch {
-  const body = toBinary(WatchSessionRequestSchema, create(WatchSessionRequestSchema, { sessionId: request.sessionId, fromSeq: BigInt(request.fromSeq), includeSnapshot: request.includeSnapshot }));
+  const body = toBinary(WatchSessionRequestSchema, create(WatchSessionRequestSchema, { sessionId: request.sessionId, fromSeq: BigInt(request.fromSeq), includeSnapshot: request.includeSnapshot, maxBatch: request.maxBatch }));
   const frame = Buffer.alloc(5 + body.length);
   frame.writeUInt32BE(body.length, 1);
   frame.set(body, 5);
@@ -537,7 +537,7 @@ function rawWatch(
     while (pending.length >= 5) {
       const length = pending.readUInt32BE(1);
       if (pending.length < 5 + length) break;
-      onMessage(decodeWatchMessage(pending.subarray(5, 5 + length)));
+      for (const message of decodeWatchMessage(pending.subarray(5, 5 + length))) onMessage(message);
       pending = pending.subarray(5 + length);
     }
   });
@@ -550,12 +550,34 @@ function rawWatch(
   return watch;
 }
 
-function decodeWatchMessage(buffer: Buffer): LeanWatchMessage {
+/** One WatchSession message as the entries (or marker) it carries: several for a `batch`. */
+function decodeWatchMessage(buffer: Buffer): LeanWatchMessage[] {
   const out: LeanWatchMessage = { kind: undefined, seq: 0, at: undefined, snapshotBytes: 0 };
   const reader = new BinaryReader(buffer);
   while (reader.pos < reader.len) {
     const [no, wireType] = reader.tag();
-    if (no === 1 && wireType === WireType.LengthDelimited) {
+    if (no === 4 && wireType === WireType.LengthDelimited) {
+      // WatchedEntries: repeated WatchedEntry (entry = 1, snapshot = 2) in field 1.
+      const batch = new BinaryReader(reader.bytes());
+      const entries: LeanWatchMessage[] = [];
+      while (batch.pos < batch.len) {
+        const [n, w] = batch.tag();
+        if (n !== 1 || w !== WireType.LengthDelimited) {
+          batch.skip(w, n);
+          continue;
+        }
+        const watched = new BinaryReader(batch.bytes());
+        const one: LeanWatchMessage = { kind: "entry", seq: 0, at: undefined, snapshotBytes: 0 };
+        while (watched.pos < watched.len) {
+          const [m, x] = watched.tag();
+          if (m === 1 && x === WireType.LengthDelimited) readEntry(watched.bytes(), one);
+          else if (m === 2 && x === WireType.LengthDelimited) one.snapshotBytes = watched.bytes().length;
+          else watched.skip(x, m);
+        }
+        entries.push(one);
+      }
+      return entries;
+    } else if (no === 1 && wireType === WireType.LengthDelimited) {
       out.kind = "entry";
       readEntry(reader.bytes(), out);
     } else if (no === 2 && wireType === WireType.LengthDelimited) {
@@ -570,7 +592,7 @@ function decodeWatchMessage(buffer: Buffer): LeanWatchMessage {
       out.snapshotBytes = reader.bytes().length;
     } else reader.skip(wireType, no);
   }
-  return out;
+  return [out];
 }
 
 /** JournalEntry: seq = 1, event = 5 → Event.agent_phase = 4 → AgentPhaseEvent.at = 2. */
@@ -625,7 +647,7 @@ interface WatchRun {
  * call to each delivery. Appends are sent open loop (on schedule, whatever the previous one's
  * answer time), so the rate is the one asked for even when the watchers slow the service down.
  */
-async function measureWatchers(url: string, serverCpuMs: () => number, sessionId: string, watchers: number, rate: number, seconds: number): Promise<WatchRun> {
+async function measureWatchers(url: string, serverCpuMs: () => number, sessionId: string, watchers: number, rate: number, seconds: number, maxBatch = 0): Promise<WatchRun> {
   // The appender on a connection of its own, the watchers spread over ten more (browser tabs would
   // each have their own): answers to appends do not queue behind the watchers' stream data.
   const client = sessionClient(url, { "grpc.use_local_subchannel_pool": 1 });
@@ -657,7 +679,7 @@ async function measureWatchers(url: string, serverCpuMs: () => number, sessionId
       watcher.live = false;
       watcher.call = rawWatch(
         connections[i % connections.length]!,
-        { sessionId, fromSeq, includeSnapshot: true },
+        { sessionId, fromSeq, includeSnapshot: true, maxBatch },
         (message) => {
           if (message.kind === "caughtUp") {
             watcher.live = true;
@@ -783,6 +805,7 @@ function watchFigure(figure: string, run: WatchRun): Record<string, unknown> {
 async function watchers(options: Options): Promise<void> {
   const server = await startBenchServer("sessions", ["--fsync=batch"]);
   let berth: WatchRun;
+  let batched: WatchRun;
   let low: WatchRun;
   let emptyP50: number | undefined;
   let emptyP99: number | undefined;
@@ -793,6 +816,7 @@ async function watchers(options: Options): Promise<void> {
     const empty = await emptyRpcReference(server.url, 1, 2000);
     ({ p50_ms: emptyP50, p99_ms: emptyP99 } = percentiles(empty.latenciesMs));
     berth = await measureWatchers(server.url, server.cpuMs, "watched", options.watchers, options.eventsPerSecond, options.watchSeconds);
+    batched = await measureWatchers(server.url, server.cpuMs, "watched-batched", options.watchers, options.eventsPerSecond, options.watchSeconds, WATCH_MAX_BATCH);
     low = await measureWatchers(server.url, server.cpuMs, "watched-low", options.watchers, options.lowEventsPerSecond, options.watchSeconds);
   } finally {
     await server.stop();
@@ -816,8 +840,17 @@ async function watchers(options: Options): Promise<void> {
     ref_bare_connect_server_cpu_us_per_delivery: reference.serverCpuUsPerDelivery,
     ref_bare_connect_every_event: reference.everyWatcherGotEveryEvent,
   });
+  emit({
+    ...watchFigure("watchers_live_batched", batched),
+    max_batch: WATCH_MAX_BATCH,
+    target_delivery_p99_ms: 50,
+    meets_target: batched.everyWatcherGotEveryEvent && batched.inOrder && (batched.delivery.p99_ms ?? Infinity) <= 50,
+  });
   emit(watchFigure("watchers_live_low_rate", low));
 }
+
+/** `max_batch` of the batched watchers: entries that pile up behind one message go in the next. */
+const WATCH_MAX_BATCH = 64;
 
 /**
  * The reference server of the watcher figures: connect-node's adapter on a plain HTTP/2 server

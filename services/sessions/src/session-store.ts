@@ -45,7 +45,7 @@ import { applyEvent, baseSnapshot, type JournalEntry, type SessionSnapshot } fro
 import { journalPath, sessionIdFromFileName, snapshotPath } from "./session-paths.js";
 import { readPrefixSnapshot, readSnapshotFile, writeSnapshotFile } from "./snapshot-file.js";
 import { isCompletedPhase } from "./vocabulary.js";
-import { WatchHub, type SessionChange, type WatchBacklog, type WatchEvent, type WatchOptions } from "./watch-hub.js";
+import { WatchHub, type EventWatcher, type SessionChange, type WatchBacklog, type WatchEvent, type WatchOptions } from "./watch-hub.js";
 
 /** The largest event (its JSON, in bytes) accepted by default. */
 export const DEFAULT_MAX_EVENT_BYTES = 1024 * 1024;
@@ -607,7 +607,7 @@ export class SessionStore {
    * more than `maxBuffered` entries behind is ended with resource_exhausted naming the seq to
    * resume from. `return()` on the iterator unsubscribes at once.
    */
-  watch(sessionId: string, fromSeq = 1, options: WatchOptions = {}): AsyncIterableIterator<WatchEvent> {
+  watch(sessionId: string, fromSeq = 1, options: WatchOptions = {}): EventWatcher<WatchEvent> {
     this.assertOpen();
     checkSessionId(sessionId);
     checkFromSeq(fromSeq);

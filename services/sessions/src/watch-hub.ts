@@ -36,6 +36,12 @@ export interface WatchCaughtUp {
 /** What a session watcher yields. */
 export type WatchEvent = WatchEntry | WatchCaughtUp;
 
+/** A watcher: an async iterator that can also hand out what is already buffered, all at once. */
+export interface EventWatcher<T> extends AsyncIterableIterator<T> {
+  /** Up to `max` live items already buffered, in order; never waits (see the watcher's doc). */
+  takeBuffered(max: number): T[];
+}
+
 /**
  * A change of any session, as `watchAll` yields it: one per append call, however many events it
  * appended (an AppendEvents of N events is one change covering `firstSeq`..`lastSeq`). A
@@ -119,7 +125,7 @@ type Waiter<T> = { resolve(result: IteratorResult<T>): void; reject(error: unkno
  * The part shared by both kinds of watcher: a live buffer bounded by `maxBuffered`, one waiting
  * `next()`, and an end that is either clean (`return()`) or an error delivered at the next pull.
  */
-abstract class Watcher<T, I> implements AsyncIterableIterator<T>, Subscriber<I> {
+abstract class Watcher<T, I> implements EventWatcher<T>, Subscriber<I> {
   readonly includeSnapshot: boolean;
   protected readonly live = new Queue<T>();
   protected waiter: Waiter<T> | undefined;
@@ -222,6 +228,24 @@ abstract class Watcher<T, I> implements AsyncIterableIterator<T>, Subscriber<I> 
         this.waiter = { resolve, reject };
       });
     }
+  }
+
+  /**
+   * Up to `max` live items already buffered, handed out at once (in order, as `next()` would):
+   * what a consumer that sends several items per message takes after a `next()`. Never waits;
+   * empty before the live part, once ended, or with nothing buffered.
+   */
+  takeBuffered(max: number): T[] {
+    const taken: T[] = [];
+    if (this.ended || this.failure || !this.liveOpen) return taken;
+    while (taken.length < max) {
+      const value = this.live.shift();
+      if (value === undefined) break;
+      if (this.alreadyDelivered(value)) continue;
+      this.onDelivered(value);
+      taken.push(value);
+    }
+    return taken;
   }
 
   return(): Promise<IteratorResult<T>> {
@@ -398,7 +422,7 @@ export class WatchHub {
    * Watches one session from `fromSeq`: the backlog, a caught-up marker, then live entries.
    * `backlog` is called right after the watcher is subscribed, in the same tick.
    */
-  watchSession(sessionId: string, fromSeq: number, options: WatchOptions, backlog: () => WatchBacklog): AsyncIterableIterator<WatchEvent> {
+  watchSession(sessionId: string, fromSeq: number, options: WatchOptions, backlog: () => WatchBacklog): EventWatcher<WatchEvent> {
     this.assertOpen();
     let set = this.bySession.get(sessionId);
     if (!set) {

@@ -134,6 +134,50 @@ describe.each([
     await expect(it.next()).rejects.toThrow();
   });
 
+  it("with max_batch, live entries that piled up come several to a message, each with its snapshot, none lost", async () => {
+    const store = openStore();
+    const client = clientFor(store, {}, json);
+    await client.appendEvent({ sessionId: "b", event: generate() });
+    const controller = new AbortController();
+    const it = client.watchSession({ sessionId: "b", includeSnapshot: true, maxBatch: 4 }, { signal: controller.signal })[Symbol.asyncIterator]();
+    expect(((await it.next()).value as WatchSessionResponse).kind.case).toBe("entry");
+    expect(((await it.next()).value as WatchSessionResponse).kind.case).toBe("caughtUp");
+    // Ten entries land while nobody reads: they wait in the watcher's buffer.
+    const snapshots = new Map<bigint, unknown>();
+    for (let i = 0; i < 10; i++) {
+      const appended = await client.appendEvent({ sessionId: "b", event: phase(`p${i}`) });
+      snapshots.set(appended.seq, appended.snapshot);
+    }
+    const seen: bigint[] = [];
+    const sizes: number[] = [];
+    while (seen.length < 10) {
+      const message = (await it.next()).value as WatchSessionResponse;
+      if (message.kind.case === "entry") {
+        sizes.push(1);
+        seen.push(message.kind.value.seq);
+        expect(message.snapshot).toEqual(snapshots.get(message.kind.value.seq));
+      } else if (message.kind.case === "batch") {
+        sizes.push(message.kind.value.entries.length);
+        expect(message.snapshot).toBeUndefined();
+        for (const watched of message.kind.value.entries) {
+          seen.push(watched.entry!.seq);
+          expect(watched.entry!.sessionId).toBe("b");
+          expect(watched.snapshot).toEqual(snapshots.get(watched.entry!.seq));
+        }
+      } else {
+        throw new Error(`unexpected ${String(message.kind.case)}`);
+      }
+    }
+    expect(seen).toEqual(Array.from({ length: 10 }, (_, i) => BigInt(i + 2)));
+    expect(Math.max(...sizes)).toBe(4);
+    expect(sizes.length).toBeLessThan(10);
+    // Caught up again: the next live entry comes alone, as an entry.
+    const next = await client.appendEvent({ sessionId: "b", event: phase("last") });
+    const alone = (await it.next()).value as WatchSessionResponse;
+    expect(alone.kind.case === "entry" && alone.kind.value.seq).toBe(next.seq);
+    controller.abort();
+  });
+
   it("entries carry the key they were appended with and their checksum verdict, read or watched", async () => {
     // A line the seed's library wrote: no checksum, so nothing can be verified about it.
     fs.mkdirSync(path.join(dir, "sessions"), { recursive: true });

@@ -23,6 +23,7 @@ import {
   type JournalEntry as JournalEntryMessage,
   type SessionChange as SessionChangeMessage,
   type SessionService,
+  type WatchedEntry,
   type WatchSessionResponse,
   type WatchSessionsResponse,
 } from "@berth/api/berth/sessions/v1/session_service_pb";
@@ -33,7 +34,7 @@ import type { EntryIntegrity } from "../journal-file.js";
 import type { JournalEntry, SessionSnapshot } from "../reducer.js";
 import type { AppendOptions, AppendResult, SessionStore } from "../session-store.js";
 import { isCompletedPhase } from "../vocabulary.js";
-import type { SessionChange, WatchEvent } from "../watch-hub.js";
+import type { SessionChange, WatchEntry, WatchEvent } from "../watch-hub.js";
 import { eventToJournal, isoToTimestamp, journalEntryToProto, type JournalEntryFacts } from "./event-codec.js";
 import { encodedEntryField, encodedSnapshotField, entryMessage, isJsonCall, snapshotMessage } from "./wire-cache.js";
 
@@ -67,6 +68,8 @@ const APPEND_EVENT_RESPONSE = "berth.sessions.v1.AppendEventResponse";
 const APPEND_EVENTS_RESPONSE = "berth.sessions.v1.AppendEventsResponse";
 const WATCH_SESSION_RESPONSE = "berth.sessions.v1.WatchSessionResponse";
 const WATCH_SESSIONS_RESPONSE = "berth.sessions.v1.WatchSessionsResponse";
+const WATCHED_ENTRIES = "berth.sessions.v1.WatchedEntries";
+const WATCHED_ENTRY = "berth.sessions.v1.WatchedEntry";
 const CAUGHT_UP = "berth.sessions.v1.CaughtUp";
 const SESSION_CHANGE = "berth.sessions.v1.SessionChange";
 const SESSIONS_CAUGHT_UP = "berth.sessions.v1.SessionsCaughtUp";
@@ -77,6 +80,11 @@ const APPEND_EVENT_SNAPSHOT_FIELD = 2;
 const APPEND_EVENTS_SNAPSHOT_FIELD = 3;
 const WATCH_ENTRY_FIELD = 1;
 const WATCH_SNAPSHOT_FIELD = 3;
+const WATCHED_ENTRY_FIELD = 1;
+const WATCHED_SNAPSHOT_FIELD = 2;
+
+/** Most live entries one WatchSession message carries, whatever `max_batch` asks. */
+export const MAX_WATCH_BATCH = 1000;
 
 /** The SessionService implementation over `options.store`. */
 export function createSessionHandlers(options: SessionHandlerOptions): ServiceImpl<typeof SessionService> {
@@ -177,11 +185,14 @@ export function createSessionHandlers(options: SessionHandlerOptions): ServiceIm
       const sessionId = checkSessionId(req.sessionId);
       const fromSeq = Math.max(1, safeSeq(req.fromSeq, "from_seq"));
       const json = isJsonCall(context.requestHeader.get("content-type"));
+      const maxBatch = Math.min(req.maxBatch, MAX_WATCH_BATCH);
       const watcher = store.watch(sessionId, fromSeq, { includeSnapshot: req.includeSnapshot });
       const stop = endOnAbort(watcher, context.signal);
       try {
         for await (const event of watcher) {
-          yield watchSessionResponse(event, json);
+          // Entries that piled up while this message was on its way go together in the next one.
+          const more = maxBatch > 1 && event.kind === "entry" ? watcher.takeBuffered(maxBatch - 1) : [];
+          yield more.length === 0 ? watchSessionResponse(event, json) : watchBatchResponse([event, ...more] as WatchEntry[], json);
         }
         if (context.signal.aborted) throw abortError(context.signal);
       } catch (error) {
@@ -335,6 +346,22 @@ function watchSessionResponse(event: WatchEvent, json: boolean): WatchSessionRes
   const fields = [encodedEntryField(WATCH_ENTRY_FIELD, event.entry, facts)];
   if (event.snapshot !== undefined) fields.push(encodedSnapshotField(WATCH_SNAPSHOT_FIELD, event.snapshot));
   return { $typeName: WATCH_SESSION_RESPONSE, kind: { case: undefined }, $unknown: fields };
+}
+
+/** Several live entries in one WatchSession message, each with its snapshot (pre-encoded like one). */
+function watchBatchResponse(events: readonly WatchEntry[], json: boolean): WatchSessionResponse {
+  const entries = events.map((event): WatchedEntry => {
+    const facts = entryFacts(event);
+    if (json) {
+      const watched: WatchedEntry = { $typeName: WATCHED_ENTRY, entry: entryMessage(event.entry, facts) };
+      if (event.snapshot !== undefined) watched.snapshot = snapshotMessage(event.snapshot);
+      return watched;
+    }
+    const fields = [encodedEntryField(WATCHED_ENTRY_FIELD, event.entry, facts)];
+    if (event.snapshot !== undefined) fields.push(encodedSnapshotField(WATCHED_SNAPSHOT_FIELD, event.snapshot));
+    return { $typeName: WATCHED_ENTRY, $unknown: fields };
+  });
+  return { $typeName: WATCH_SESSION_RESPONSE, kind: { case: "batch", value: { $typeName: WATCHED_ENTRIES, entries } } };
 }
 
 /** One append call's change (first..last seq, the last entry's type and time, the snapshot after it). */

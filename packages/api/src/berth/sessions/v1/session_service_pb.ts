@@ -18,7 +18,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file berth/sessions/v1/session_service.proto.
  */
 export const file_berth_sessions_v1_session_service: GenFile = /*@__PURE__*/
-  fileDesc("CidiZXJ0aC9zZXNzaW9ucy92MS9zZXNzaW9uX3NlcnZpY2UucHJvdG8SEWJlcnRoLnNlc3Npb25zLnYxIiwKBUZlbmNlEgwKBGZpbGUYASABKAkSFQoNZmVuY2luZ190b2tlbhgCIAEoBCK/AQoSQXBwZW5kRXZlbnRSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSJwoFZXZlbnQYAiABKAsyGC5iZXJ0aC5zZXNzaW9ucy52MS5FdmVudBIZCgxleHBlY3RlZF9zZXEYAyABKARIAIgBARIXCg9pZGVtcG90ZW5jeV9rZXkYBCABKAkSJwoFZmVuY2UYBSABKAsyGC5iZXJ0aC5zZXNzaW9ucy52MS5GZW5jZUIPCg1fZXhwZWN0ZWRfc2VxImQKE0FwcGVuZEV2ZW50UmVzcG9uc2USCwoDc2VxGAEgASgEEi0KCHNuYXBzaG90GAIgASgLMhsuYmVydGguc2Vzc2lvbnMudjEuU25hcHNob3QSEQoJZHVwbGljYXRlGAMgASgIIsEBChNBcHBlbmRFdmVudHNSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSKAoGZXZlbnRzGAIgAygLMhguYmVydGguc2Vzc2lvbnMudjEuRXZlbnQSGQoMZXhwZWN0ZWRfc2VxGAMgASgESACIAQESFwoPaWRlbXBvdGVuY3lfa2V5GAQgASgJEicKBWZlbmNlGAUgASgLMhguYmVydGguc2Vzc2lvbnMudjEuRmVuY2VCDwoNX2V4cGVjdGVkX3NlcSJ9ChRBcHBlbmRFdmVudHNSZXNwb25zZRIRCglmaXJzdF9zZXEYASABKAQSEAoIbGFzdF9zZXEYAiABKAQSLQoIc25hcHNob3QYAyABKAsyGy5iZXJ0aC5zZXNzaW9ucy52MS5TbmFwc2hvdBIRCglkdXBsaWNhdGUYBCABKAgiQwoSR2V0U25hcHNob3RSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSGQoRaW5jbHVkZV9jb21wbGV0ZWQYAiABKAgiZgoTR2V0U25hcHNob3RSZXNwb25zZRItCghzbmFwc2hvdBgBIAEoCzIbLmJlcnRoLnNlc3Npb25zLnYxLlNuYXBzaG90Eg4KBmV4aXN0cxgCIAEoCBIQCghsYXN0X3NlcRgDIAEoBCIwChNMaXN0U2Vzc2lvbnNSZXF1ZXN0EhkKEWluY2x1ZGVfY29tcGxldGVkGAEgASgIIkUKFExpc3RTZXNzaW9uc1Jlc3BvbnNlEi0KCHNlc3Npb25zGAEgAygLMhsuYmVydGguc2Vzc2lvbnMudjEuU25hcHNob3QiJwoRSGFzU2Vzc2lvblJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCSIkChJIYXNTZXNzaW9uUmVzcG9uc2USDgoGZXhpc3RzGAEgASgIIioKFEZsdXNoU25hcHNob3RSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkiWAoVRmx1c2hTbmFwc2hvdFJlc3BvbnNlEi0KCHNuYXBzaG90GAEgASgLMhsuYmVydGguc2Vzc2lvbnMudjEuU25hcHNob3QSEAoIbGFzdF9zZXEYAiABKAQi3QEKDEpvdXJuYWxFbnRyeRILCgNzZXEYASABKAQSEgoKc2Vzc2lvbl9pZBgCIAEoCRIMCgR0eXBlGAMgASgJEiYKAnRzGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBInCgVldmVudBgFIAEoCzIYLmJlcnRoLnNlc3Npb25zLnYxLkV2ZW50EhcKD2lkZW1wb3RlbmN5X2tleRgGIAEoCRI0CglpbnRlZ3JpdHkYByABKA4yIS5iZXJ0aC5zZXNzaW9ucy52MS5FbnRyeUludGVncml0eSJJChJSZWFkSm91cm5hbFJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIQCghmcm9tX3NlcRgCIAEoBBINCgVsaW1pdBgDIAEoDSJHChNSZWFkSm91cm5hbFJlc3BvbnNlEjAKB2VudHJpZXMYASADKAsyHy5iZXJ0aC5zZXNzaW9ucy52MS5Kb3VybmFsRW50cnkiVQoTV2F0Y2hTZXNzaW9uUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEhAKCGZyb21fc2VxGAIgASgEEhgKEGluY2x1ZGVfc25hcHNob3QYAyABKAgisQEKFFdhdGNoU2Vzc2lvblJlc3BvbnNlEjAKBWVudHJ5GAEgASgLMh8uYmVydGguc2Vzc2lvbnMudjEuSm91cm5hbEVudHJ5SAASMAoJY2F1Z2h0X3VwGAIgASgLMhsuYmVydGguc2Vzc2lvbnMudjEuQ2F1Z2h0VXBIABItCghzbmFwc2hvdBgDIAEoCzIbLmJlcnRoLnNlc3Npb25zLnYxLlNuYXBzaG90QgYKBGtpbmQiSwoIQ2F1Z2h0VXASEAoIbGFzdF9zZXEYASABKAQSLQoIc25hcHNob3QYAiABKAsyGy5iZXJ0aC5zZXNzaW9ucy52MS5TbmFwc2hvdCJkChRXYXRjaFNlc3Npb25zUmVxdWVzdBIYChBpbmNsdWRlX3NuYXBzaG90GAEgASgIEhcKD2luY2x1ZGVfY3VycmVudBgCIAEoCBIZChFpbmNsdWRlX2NvbXBsZXRlZBgDIAEoCCKNAQoVV2F0Y2hTZXNzaW9uc1Jlc3BvbnNlEjIKBmNoYW5nZRgBIAEoCzIgLmJlcnRoLnNlc3Npb25zLnYxLlNlc3Npb25DaGFuZ2VIABI4CgljYXVnaHRfdXAYAiABKAsyIy5iZXJ0aC5zZXNzaW9ucy52MS5TZXNzaW9uc0NhdWdodFVwSABCBgoEa2luZCKtAQoNU2Vzc2lvbkNoYW5nZRISCgpzZXNzaW9uX2lkGAEgASgJEhAKCGxhc3Rfc2VxGAIgASgEEhEKCWZpcnN0X3NlcRgDIAEoBBIMCgR0eXBlGAQgASgJEiYKAnRzGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBItCghzbmFwc2hvdBgGIAEoCzIbLmJlcnRoLnNlc3Npb25zLnYxLlNuYXBzaG90IiQKEFNlc3Npb25zQ2F1Z2h0VXASEAoIc2Vzc2lvbnMYASABKA0iTAoLU2VxQ29uZmxpY3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIUCgxleHBlY3RlZF9zZXEYAiABKAQSEwoLY3VycmVudF9zZXEYAyABKAQiSwoNRmVuY2VSZWplY3RlZBIMCgRmaWxlGAEgASgJEhUKDWZlbmNpbmdfdG9rZW4YAiABKAQSFQoNY3VycmVudF90b2tlbhgDIAEoBCI8Cg1XYXRjaGVyTGFnZ2VkEhIKCnNlc3Npb25faWQYASABKAkSFwoPcmVzdW1lX2Zyb21fc2VxGAIgASgEKowBCg5FbnRyeUludGVncml0eRIfChtFTlRSWV9JTlRFR1JJVFlfVU5TUEVDSUZJRUQQABIcChhFTlRSWV9JTlRFR1JJVFlfVkVSSUZJRUQQARIdChlFTlRSWV9JTlRFR1JJVFlfVU5DSEVDS0VEEAISHAoYRU5UUllfSU5URUdSSVRZX01JU01BVENIEAMy9gYKDlNlc3Npb25TZXJ2aWNlElwKC0FwcGVuZEV2ZW50EiUuYmVydGguc2Vzc2lvbnMudjEuQXBwZW5kRXZlbnRSZXF1ZXN0GiYuYmVydGguc2Vzc2lvbnMudjEuQXBwZW5kRXZlbnRSZXNwb25zZRJfCgxBcHBlbmRFdmVudHMSJi5iZXJ0aC5zZXNzaW9ucy52MS5BcHBlbmRFdmVudHNSZXF1ZXN0GicuYmVydGguc2Vzc2lvbnMudjEuQXBwZW5kRXZlbnRzUmVzcG9uc2USXAoLR2V0U25hcHNob3QSJS5iZXJ0aC5zZXNzaW9ucy52MS5HZXRTbmFwc2hvdFJlcXVlc3QaJi5iZXJ0aC5zZXNzaW9ucy52MS5HZXRTbmFwc2hvdFJlc3BvbnNlEl8KDExpc3RTZXNzaW9ucxImLmJlcnRoLnNlc3Npb25zLnYxLkxpc3RTZXNzaW9uc1JlcXVlc3QaJy5iZXJ0aC5zZXNzaW9ucy52MS5MaXN0U2Vzc2lvbnNSZXNwb25zZRJZCgpIYXNTZXNzaW9uEiQuYmVydGguc2Vzc2lvbnMudjEuSGFzU2Vzc2lvblJlcXVlc3QaJS5iZXJ0aC5zZXNzaW9ucy52MS5IYXNTZXNzaW9uUmVzcG9uc2USYgoNRmx1c2hTbmFwc2hvdBInLmJlcnRoLnNlc3Npb25zLnYxLkZsdXNoU25hcHNob3RSZXF1ZXN0GiguYmVydGguc2Vzc2lvbnMudjEuRmx1c2hTbmFwc2hvdFJlc3BvbnNlEl4KC1JlYWRKb3VybmFsEiUuYmVydGguc2Vzc2lvbnMudjEuUmVhZEpvdXJuYWxSZXF1ZXN0GiYuYmVydGguc2Vzc2lvbnMudjEuUmVhZEpvdXJuYWxSZXNwb25zZTABEmEKDFdhdGNoU2Vzc2lvbhImLmJlcnRoLnNlc3Npb25zLnYxLldhdGNoU2Vzc2lvblJlcXVlc3QaJy5iZXJ0aC5zZXNzaW9ucy52MS5XYXRjaFNlc3Npb25SZXNwb25zZTABEmQKDVdhdGNoU2Vzc2lvbnMSJy5iZXJ0aC5zZXNzaW9ucy52MS5XYXRjaFNlc3Npb25zUmVxdWVzdBooLmJlcnRoLnNlc3Npb25zLnYxLldhdGNoU2Vzc2lvbnNSZXNwb25zZTABYgZwcm90bzM", [file_berth_sessions_v1_events, file_berth_sessions_v1_snapshot, file_google_protobuf_timestamp]);
+  fileDesc("CidiZXJ0aC9zZXNzaW9ucy92MS9zZXNzaW9uX3NlcnZpY2UucHJvdG8SEWJlcnRoLnNlc3Npb25zLnYxIiwKBUZlbmNlEgwKBGZpbGUYASABKAkSFQoNZmVuY2luZ190b2tlbhgCIAEoBCK/AQoSQXBwZW5kRXZlbnRSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSJwoFZXZlbnQYAiABKAsyGC5iZXJ0aC5zZXNzaW9ucy52MS5FdmVudBIZCgxleHBlY3RlZF9zZXEYAyABKARIAIgBARIXCg9pZGVtcG90ZW5jeV9rZXkYBCABKAkSJwoFZmVuY2UYBSABKAsyGC5iZXJ0aC5zZXNzaW9ucy52MS5GZW5jZUIPCg1fZXhwZWN0ZWRfc2VxImQKE0FwcGVuZEV2ZW50UmVzcG9uc2USCwoDc2VxGAEgASgEEi0KCHNuYXBzaG90GAIgASgLMhsuYmVydGguc2Vzc2lvbnMudjEuU25hcHNob3QSEQoJZHVwbGljYXRlGAMgASgIIsEBChNBcHBlbmRFdmVudHNSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSKAoGZXZlbnRzGAIgAygLMhguYmVydGguc2Vzc2lvbnMudjEuRXZlbnQSGQoMZXhwZWN0ZWRfc2VxGAMgASgESACIAQESFwoPaWRlbXBvdGVuY3lfa2V5GAQgASgJEicKBWZlbmNlGAUgASgLMhguYmVydGguc2Vzc2lvbnMudjEuRmVuY2VCDwoNX2V4cGVjdGVkX3NlcSJ9ChRBcHBlbmRFdmVudHNSZXNwb25zZRIRCglmaXJzdF9zZXEYASABKAQSEAoIbGFzdF9zZXEYAiABKAQSLQoIc25hcHNob3QYAyABKAsyGy5iZXJ0aC5zZXNzaW9ucy52MS5TbmFwc2hvdBIRCglkdXBsaWNhdGUYBCABKAgiQwoSR2V0U25hcHNob3RSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSGQoRaW5jbHVkZV9jb21wbGV0ZWQYAiABKAgiZgoTR2V0U25hcHNob3RSZXNwb25zZRItCghzbmFwc2hvdBgBIAEoCzIbLmJlcnRoLnNlc3Npb25zLnYxLlNuYXBzaG90Eg4KBmV4aXN0cxgCIAEoCBIQCghsYXN0X3NlcRgDIAEoBCIwChNMaXN0U2Vzc2lvbnNSZXF1ZXN0EhkKEWluY2x1ZGVfY29tcGxldGVkGAEgASgIIkUKFExpc3RTZXNzaW9uc1Jlc3BvbnNlEi0KCHNlc3Npb25zGAEgAygLMhsuYmVydGguc2Vzc2lvbnMudjEuU25hcHNob3QiJwoRSGFzU2Vzc2lvblJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCSIkChJIYXNTZXNzaW9uUmVzcG9uc2USDgoGZXhpc3RzGAEgASgIIioKFEZsdXNoU25hcHNob3RSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkiWAoVRmx1c2hTbmFwc2hvdFJlc3BvbnNlEi0KCHNuYXBzaG90GAEgASgLMhsuYmVydGguc2Vzc2lvbnMudjEuU25hcHNob3QSEAoIbGFzdF9zZXEYAiABKAQi3QEKDEpvdXJuYWxFbnRyeRILCgNzZXEYASABKAQSEgoKc2Vzc2lvbl9pZBgCIAEoCRIMCgR0eXBlGAMgASgJEiYKAnRzGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBInCgVldmVudBgFIAEoCzIYLmJlcnRoLnNlc3Npb25zLnYxLkV2ZW50EhcKD2lkZW1wb3RlbmN5X2tleRgGIAEoCRI0CglpbnRlZ3JpdHkYByABKA4yIS5iZXJ0aC5zZXNzaW9ucy52MS5FbnRyeUludGVncml0eSJJChJSZWFkSm91cm5hbFJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIQCghmcm9tX3NlcRgCIAEoBBINCgVsaW1pdBgDIAEoDSJHChNSZWFkSm91cm5hbFJlc3BvbnNlEjAKB2VudHJpZXMYASADKAsyHy5iZXJ0aC5zZXNzaW9ucy52MS5Kb3VybmFsRW50cnkiaAoTV2F0Y2hTZXNzaW9uUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEhAKCGZyb21fc2VxGAIgASgEEhgKEGluY2x1ZGVfc25hcHNob3QYAyABKAgSEQoJbWF4X2JhdGNoGAQgASgNIuUBChRXYXRjaFNlc3Npb25SZXNwb25zZRIwCgVlbnRyeRgBIAEoCzIfLmJlcnRoLnNlc3Npb25zLnYxLkpvdXJuYWxFbnRyeUgAEjAKCWNhdWdodF91cBgCIAEoCzIbLmJlcnRoLnNlc3Npb25zLnYxLkNhdWdodFVwSAASMgoFYmF0Y2gYBCABKAsyIS5iZXJ0aC5zZXNzaW9ucy52MS5XYXRjaGVkRW50cmllc0gAEi0KCHNuYXBzaG90GAMgASgLMhsuYmVydGguc2Vzc2lvbnMudjEuU25hcHNob3RCBgoEa2luZCJCCg5XYXRjaGVkRW50cmllcxIwCgdlbnRyaWVzGAEgAygLMh8uYmVydGguc2Vzc2lvbnMudjEuV2F0Y2hlZEVudHJ5Im0KDFdhdGNoZWRFbnRyeRIuCgVlbnRyeRgBIAEoCzIfLmJlcnRoLnNlc3Npb25zLnYxLkpvdXJuYWxFbnRyeRItCghzbmFwc2hvdBgCIAEoCzIbLmJlcnRoLnNlc3Npb25zLnYxLlNuYXBzaG90IksKCENhdWdodFVwEhAKCGxhc3Rfc2VxGAEgASgEEi0KCHNuYXBzaG90GAIgASgLMhsuYmVydGguc2Vzc2lvbnMudjEuU25hcHNob3QiZAoUV2F0Y2hTZXNzaW9uc1JlcXVlc3QSGAoQaW5jbHVkZV9zbmFwc2hvdBgBIAEoCBIXCg9pbmNsdWRlX2N1cnJlbnQYAiABKAgSGQoRaW5jbHVkZV9jb21wbGV0ZWQYAyABKAgijQEKFVdhdGNoU2Vzc2lvbnNSZXNwb25zZRIyCgZjaGFuZ2UYASABKAsyIC5iZXJ0aC5zZXNzaW9ucy52MS5TZXNzaW9uQ2hhbmdlSAASOAoJY2F1Z2h0X3VwGAIgASgLMiMuYmVydGguc2Vzc2lvbnMudjEuU2Vzc2lvbnNDYXVnaHRVcEgAQgYKBGtpbmQirQEKDVNlc3Npb25DaGFuZ2USEgoKc2Vzc2lvbl9pZBgBIAEoCRIQCghsYXN0X3NlcRgCIAEoBBIRCglmaXJzdF9zZXEYAyABKAQSDAoEdHlwZRgEIAEoCRImCgJ0cxgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLQoIc25hcHNob3QYBiABKAsyGy5iZXJ0aC5zZXNzaW9ucy52MS5TbmFwc2hvdCIkChBTZXNzaW9uc0NhdWdodFVwEhAKCHNlc3Npb25zGAEgASgNIkwKC1NlcUNvbmZsaWN0EhIKCnNlc3Npb25faWQYASABKAkSFAoMZXhwZWN0ZWRfc2VxGAIgASgEEhMKC2N1cnJlbnRfc2VxGAMgASgEIksKDUZlbmNlUmVqZWN0ZWQSDAoEZmlsZRgBIAEoCRIVCg1mZW5jaW5nX3Rva2VuGAIgASgEEhUKDWN1cnJlbnRfdG9rZW4YAyABKAQiPAoNV2F0Y2hlckxhZ2dlZBISCgpzZXNzaW9uX2lkGAEgASgJEhcKD3Jlc3VtZV9mcm9tX3NlcRgCIAEoBCqMAQoORW50cnlJbnRlZ3JpdHkSHwobRU5UUllfSU5URUdSSVRZX1VOU1BFQ0lGSUVEEAASHAoYRU5UUllfSU5URUdSSVRZX1ZFUklGSUVEEAESHQoZRU5UUllfSU5URUdSSVRZX1VOQ0hFQ0tFRBACEhwKGEVOVFJZX0lOVEVHUklUWV9NSVNNQVRDSBADMvYGCg5TZXNzaW9uU2VydmljZRJcCgtBcHBlbmRFdmVudBIlLmJlcnRoLnNlc3Npb25zLnYxLkFwcGVuZEV2ZW50UmVxdWVzdBomLmJlcnRoLnNlc3Npb25zLnYxLkFwcGVuZEV2ZW50UmVzcG9uc2USXwoMQXBwZW5kRXZlbnRzEiYuYmVydGguc2Vzc2lvbnMudjEuQXBwZW5kRXZlbnRzUmVxdWVzdBonLmJlcnRoLnNlc3Npb25zLnYxLkFwcGVuZEV2ZW50c1Jlc3BvbnNlElwKC0dldFNuYXBzaG90EiUuYmVydGguc2Vzc2lvbnMudjEuR2V0U25hcHNob3RSZXF1ZXN0GiYuYmVydGguc2Vzc2lvbnMudjEuR2V0U25hcHNob3RSZXNwb25zZRJfCgxMaXN0U2Vzc2lvbnMSJi5iZXJ0aC5zZXNzaW9ucy52MS5MaXN0U2Vzc2lvbnNSZXF1ZXN0GicuYmVydGguc2Vzc2lvbnMudjEuTGlzdFNlc3Npb25zUmVzcG9uc2USWQoKSGFzU2Vzc2lvbhIkLmJlcnRoLnNlc3Npb25zLnYxLkhhc1Nlc3Npb25SZXF1ZXN0GiUuYmVydGguc2Vzc2lvbnMudjEuSGFzU2Vzc2lvblJlc3BvbnNlEmIKDUZsdXNoU25hcHNob3QSJy5iZXJ0aC5zZXNzaW9ucy52MS5GbHVzaFNuYXBzaG90UmVxdWVzdBooLmJlcnRoLnNlc3Npb25zLnYxLkZsdXNoU25hcHNob3RSZXNwb25zZRJeCgtSZWFkSm91cm5hbBIlLmJlcnRoLnNlc3Npb25zLnYxLlJlYWRKb3VybmFsUmVxdWVzdBomLmJlcnRoLnNlc3Npb25zLnYxLlJlYWRKb3VybmFsUmVzcG9uc2UwARJhCgxXYXRjaFNlc3Npb24SJi5iZXJ0aC5zZXNzaW9ucy52MS5XYXRjaFNlc3Npb25SZXF1ZXN0GicuYmVydGguc2Vzc2lvbnMudjEuV2F0Y2hTZXNzaW9uUmVzcG9uc2UwARJkCg1XYXRjaFNlc3Npb25zEicuYmVydGguc2Vzc2lvbnMudjEuV2F0Y2hTZXNzaW9uc1JlcXVlc3QaKC5iZXJ0aC5zZXNzaW9ucy52MS5XYXRjaFNlc3Npb25zUmVzcG9uc2UwAWIGcHJvdG8z", [file_berth_sessions_v1_events, file_berth_sessions_v1_snapshot, file_google_protobuf_timestamp]);
 
 /**
  * A fence: the source lock the writer believes it holds. The append is
@@ -592,6 +592,17 @@ export type WatchSessionRequest = Message<"berth.sessions.v1.WatchSessionRequest
    * @generated from field: bool include_snapshot = 3;
    */
   includeSnapshot: boolean;
+
+  /**
+   * Up to this many live entries in one message (`batch`), when more than
+   * one is waiting to be sent: a watcher that cannot keep up with a busy
+   * session then pays one message's overhead for several entries. 0 or 1:
+   * every entry in its own message (`entry`). Order and completeness are
+   * the same either way.
+   *
+   * @generated from field: uint32 max_batch = 4;
+   */
+  maxBatch: number;
 };
 
 /**
@@ -602,7 +613,8 @@ export const WatchSessionRequestSchema: GenMessage<WatchSessionRequest> = /*@__P
   messageDesc(file_berth_sessions_v1_session_service, 16);
 
 /**
- * WatchSession's response: one entry, or the marker that the backlog is done.
+ * WatchSession's response: one entry, several live entries, or the marker
+ * that the backlog is done.
  *
  * @generated from message berth.sessions.v1.WatchSessionResponse
  */
@@ -628,11 +640,19 @@ export type WatchSessionResponse = Message<"berth.sessions.v1.WatchSessionRespon
      */
     value: CaughtUp;
     case: "caughtUp";
+  } | {
+    /**
+     * Several consecutive live entries (only with `max_batch` above 1).
+     *
+     * @generated from field: berth.sessions.v1.WatchedEntries batch = 4;
+     */
+    value: WatchedEntries;
+    case: "batch";
   } | { case: undefined; value?: undefined };
 
   /**
-   * With a live entry and `include_snapshot`: the snapshot that entry
-   * produced. Unset otherwise.
+   * With a live `entry` and `include_snapshot`: the snapshot that entry
+   * produced. Unset otherwise (a `batch` carries one per entry).
    *
    * @generated from field: berth.sessions.v1.Snapshot snapshot = 3;
    */
@@ -645,6 +665,55 @@ export type WatchSessionResponse = Message<"berth.sessions.v1.WatchSessionRespon
  */
 export const WatchSessionResponseSchema: GenMessage<WatchSessionResponse> = /*@__PURE__*/
   messageDesc(file_berth_sessions_v1_session_service, 17);
+
+/**
+ * Consecutive live entries of a watched session, in seq order.
+ *
+ * @generated from message berth.sessions.v1.WatchedEntries
+ */
+export type WatchedEntries = Message<"berth.sessions.v1.WatchedEntries"> & {
+  /**
+   * The entries, each with the snapshot it produced.
+   *
+   * @generated from field: repeated berth.sessions.v1.WatchedEntry entries = 1;
+   */
+  entries: WatchedEntry[];
+};
+
+/**
+ * Describes the message berth.sessions.v1.WatchedEntries.
+ * Use `create(WatchedEntriesSchema)` to create a new message.
+ */
+export const WatchedEntriesSchema: GenMessage<WatchedEntries> = /*@__PURE__*/
+  messageDesc(file_berth_sessions_v1_session_service, 18);
+
+/**
+ * One live entry of a batch.
+ *
+ * @generated from message berth.sessions.v1.WatchedEntry
+ */
+export type WatchedEntry = Message<"berth.sessions.v1.WatchedEntry"> & {
+  /**
+   * The journal entry.
+   *
+   * @generated from field: berth.sessions.v1.JournalEntry entry = 1;
+   */
+  entry?: JournalEntry | undefined;
+
+  /**
+   * With `include_snapshot`: the snapshot this entry produced.
+   *
+   * @generated from field: berth.sessions.v1.Snapshot snapshot = 2;
+   */
+  snapshot?: Snapshot | undefined;
+};
+
+/**
+ * Describes the message berth.sessions.v1.WatchedEntry.
+ * Use `create(WatchedEntrySchema)` to create a new message.
+ */
+export const WatchedEntrySchema: GenMessage<WatchedEntry> = /*@__PURE__*/
+  messageDesc(file_berth_sessions_v1_session_service, 19);
 
 /**
  * The end of a watch's backlog.
@@ -674,7 +743,7 @@ export type CaughtUp = Message<"berth.sessions.v1.CaughtUp"> & {
  * Use `create(CaughtUpSchema)` to create a new message.
  */
 export const CaughtUpSchema: GenMessage<CaughtUp> = /*@__PURE__*/
-  messageDesc(file_berth_sessions_v1_session_service, 18);
+  messageDesc(file_berth_sessions_v1_session_service, 20);
 
 /**
  * WatchSessions' request.
@@ -713,7 +782,7 @@ export type WatchSessionsRequest = Message<"berth.sessions.v1.WatchSessionsReque
  * Use `create(WatchSessionsRequestSchema)` to create a new message.
  */
 export const WatchSessionsRequestSchema: GenMessage<WatchSessionsRequest> = /*@__PURE__*/
-  messageDesc(file_berth_sessions_v1_session_service, 19);
+  messageDesc(file_berth_sessions_v1_session_service, 21);
 
 /**
  * WatchSessions' response.
@@ -750,7 +819,7 @@ export type WatchSessionsResponse = Message<"berth.sessions.v1.WatchSessionsResp
  * Use `create(WatchSessionsResponseSchema)` to create a new message.
  */
 export const WatchSessionsResponseSchema: GenMessage<WatchSessionsResponse> = /*@__PURE__*/
-  messageDesc(file_berth_sessions_v1_session_service, 20);
+  messageDesc(file_berth_sessions_v1_session_service, 22);
 
 /**
  * A change of one session: one or more entries appended by one call.
@@ -807,7 +876,7 @@ export type SessionChange = Message<"berth.sessions.v1.SessionChange"> & {
  * Use `create(SessionChangeSchema)` to create a new message.
  */
 export const SessionChangeSchema: GenMessage<SessionChange> = /*@__PURE__*/
-  messageDesc(file_berth_sessions_v1_session_service, 21);
+  messageDesc(file_berth_sessions_v1_session_service, 23);
 
 /**
  * The end of WatchSessions' description of the current sessions.
@@ -828,7 +897,7 @@ export type SessionsCaughtUp = Message<"berth.sessions.v1.SessionsCaughtUp"> & {
  * Use `create(SessionsCaughtUpSchema)` to create a new message.
  */
 export const SessionsCaughtUpSchema: GenMessage<SessionsCaughtUp> = /*@__PURE__*/
-  messageDesc(file_berth_sessions_v1_session_service, 22);
+  messageDesc(file_berth_sessions_v1_session_service, 24);
 
 /**
  * Error detail of FAILED_PRECONDITION from AppendEvent(s): `expected_seq` was
@@ -865,7 +934,7 @@ export type SeqConflict = Message<"berth.sessions.v1.SeqConflict"> & {
  * Use `create(SeqConflictSchema)` to create a new message.
  */
 export const SeqConflictSchema: GenMessage<SeqConflict> = /*@__PURE__*/
-  messageDesc(file_berth_sessions_v1_session_service, 23);
+  messageDesc(file_berth_sessions_v1_session_service, 25);
 
 /**
  * Error detail of ABORTED from AppendEvent(s): the fence's token is no longer
@@ -902,7 +971,7 @@ export type FenceRejected = Message<"berth.sessions.v1.FenceRejected"> & {
  * Use `create(FenceRejectedSchema)` to create a new message.
  */
 export const FenceRejectedSchema: GenMessage<FenceRejected> = /*@__PURE__*/
-  messageDesc(file_berth_sessions_v1_session_service, 24);
+  messageDesc(file_berth_sessions_v1_session_service, 26);
 
 /**
  * Error detail of RESOURCE_EXHAUSTED ending a watch whose client did not keep
@@ -932,7 +1001,7 @@ export type WatcherLagged = Message<"berth.sessions.v1.WatcherLagged"> & {
  * Use `create(WatcherLaggedSchema)` to create a new message.
  */
 export const WatcherLaggedSchema: GenMessage<WatcherLagged> = /*@__PURE__*/
-  messageDesc(file_berth_sessions_v1_session_service, 25);
+  messageDesc(file_berth_sessions_v1_session_service, 27);
 
 /**
  * What the journal reader could verify about an entry's line.
