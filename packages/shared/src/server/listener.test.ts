@@ -1,6 +1,7 @@
 import * as net from "node:net";
 import { afterEach, describe, expect, it } from "vitest";
 import pino from "pino";
+import { HANDSHAKE_TIMEOUT_MS } from "./listener.js";
 import { startServer, type RunningServer } from "./start-server.js";
 
 // Found by the fuzzer (test/chaos/fuzz.test.ts): over HTTP/1.1, a Connect stream whose first
@@ -51,4 +52,33 @@ describe("HTTP/1.1 keep-alive", () => {
     expect(received).toMatch(/resource_exhausted/);
     expect(received).toMatch(/\{"status":"SERVING"\}$/);
   });
+});
+
+// Found by the fuzzer: after the HTTP/2 preface, a frame header announcing megabytes and then the
+// client's end of input. The session never completes a frame and does not see the end of input in
+// the middle of one, so the connection stayed open until the keepalive gave up (40 s).
+describe("HTTP/2 handshake", () => {
+  it("drops a connection whose first SETTINGS frame never completes", async () => {
+    const server = await startServer({ name: "test", logger: pino({ level: "silent" }) });
+    servers.push(server);
+    const { hostname, port } = new URL(server.url);
+    const started = Date.now();
+    const closed = await new Promise<boolean>((resolve) => {
+      const socket = net.connect({ host: hostname, port: Number(port) }, () => {
+        socket.end(Buffer.concat([Buffer.from("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"), Buffer.from([0x1e, 0x04, 0x0b, 0x04, 0x40, 0x01, 0x01, 0x06, 0xd2, 0x78])]));
+      });
+      const timer = setTimeout(() => {
+        socket.destroy();
+        resolve(false);
+      }, HANDSHAKE_TIMEOUT_MS + 5_000);
+      socket.on("error", () => {});
+      socket.on("close", () => {
+        clearTimeout(timer);
+        resolve(true);
+      });
+      socket.resume();
+    });
+    expect(closed).toBe(true);
+    expect(Date.now() - started).toBeLessThan(HANDSHAKE_TIMEOUT_MS + 5_000);
+  }, 20_000);
 });

@@ -69,6 +69,9 @@ const HTTP2_PREFACE = Buffer.from("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", "latin1");
 /** A connection that sends nothing for this long before we can tell its protocol is dropped. */
 const FIRST_BYTES_TIMEOUT_MS = 30_000;
 
+/** How long an HTTP/2 client has, after its preface, to complete its first SETTINGS frame. */
+export const HANDSHAKE_TIMEOUT_MS = 3_000;
+
 /** Starts listening; rejects with a clear message when the port or socket is taken. */
 export async function listen(options: ListenOptions): Promise<Listener> {
   const keepalive = options.keepalive ?? DEFAULT_KEEPALIVE;
@@ -116,6 +119,14 @@ export async function listen(options: ListenOptions): Promise<Listener> {
     } catch {
       // The session may already be closing; the default window still works.
     }
+    // RFC 9113 §3.4: the preface is followed by a SETTINGS frame. A peer that sent the preface
+    // and then bytes that never complete one (a frame header announcing megabytes, then its end
+    // of input, which the session does not see in the middle of a frame) would otherwise hold the
+    // connection until the keepalive gave up on it.
+    const handshake = setTimeout(() => session.destroy(), HANDSHAKE_TIMEOUT_MS);
+    handshake.unref();
+    session.once("remoteSettings", () => clearTimeout(handshake));
+    session.once("close", () => clearTimeout(handshake));
     const stopPinging = startKeepalive(session, keepalive, logger);
     session.once("close", () => {
       stopPinging();
