@@ -175,16 +175,25 @@ async function watchSession(world: LoadWorld, session: string, from: number, inc
   const end = await stream.ended;
   clearTimeout(timer);
   lane.release();
+  const lagged = judgeWatchEnd(world, end, broken, "resumed from its next seq", `${where} ended with ${end.code} (${end.details}) after seq ${next - 1}`);
+  return { lagged, next };
+}
+
+/**
+ * Tallies how a watch stream ended: cancelled by its client and a lag (RESOURCE_EXHAUSTED, which
+ * the caller resumes) are intended, anything else is a violation. True when it lagged.
+ */
+function judgeWatchEnd(world: LoadWorld, end: StreamEnd, broken: boolean, resumedHow: string, violation: string): boolean {
   if (end.cancelledByUs && end.code === "CANCELLED") {
     world.tally.intend("watch ended by its client");
-    return { lagged: false, next };
+    return false;
   }
   if (end.code === "RESOURCE_EXHAUSTED" && !broken) {
-    world.tally.intend("watcher lagged (resumed from its next seq)");
-    return { lagged: true, next };
+    world.tally.intend(`watcher lagged (${resumedHow})`);
+    return true;
   }
-  world.tally.violation(`${where} ended with ${end.code} (${end.details}) after seq ${next - 1}`);
-  return { lagged: false, next };
+  world.tally.violation(violation);
+  return false;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -275,16 +284,7 @@ async function watchSessions(world: LoadWorld, includeCurrent: boolean, includeS
   const end = await stream.ended;
   clearTimeout(timer);
   lane.release();
-  if (end.cancelledByUs && end.code === "CANCELLED") {
-    world.tally.intend("watch ended by its client");
-    return false;
-  }
-  if (end.code === "RESOURCE_EXHAUSTED" && !broken) {
-    world.tally.intend("watcher lagged (resumed with include_current)");
-    return true;
-  }
-  world.tally.violation(`${where} ended with ${end.code} (${end.details})`);
-  return false;
+  return judgeWatchEnd(world, end, broken, "resumed with include_current", `${where} ended with ${end.code} (${end.details})`);
 }
 
 // ---------------------------------------------------------------------------------------------
