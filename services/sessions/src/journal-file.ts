@@ -18,6 +18,7 @@ import {
   type DecodedEntry,
   type DecodedLine,
 } from "./journal-format.js";
+import { PARALLEL_SCAN_MIN_BYTES, scanWorker, type ScanResults, type ScanWorker } from "./journal-scan.js";
 import { createReplay, MAX_DIAGNOSTICS, type Diagnostic, type JournalEntry, type SessionSnapshot } from "./reducer.js";
 
 /** The pino-compatible logger domain code takes (only the levels it uses). */
@@ -131,6 +132,11 @@ export interface ReplayOptions {
   /** The reducer's clock, for entries without a usable `ts`. */
   now?: () => number;
   sessionId?: string;
+  /**
+   * The thread that scans a large journal's lines ahead of the replay (default: the process's
+   * one); null to replay on this thread alone.
+   */
+  scanner?: ScanWorker | null;
 }
 
 /** A journal as the replay found it. */
@@ -191,9 +197,11 @@ function batchSizeOf(entry: Record<string, unknown>): number {
  */
 export function replayJournalFile(path: string, id: string, options: ReplayOptions): ReplayedJournal {
   const fd = fs.openSync(path, options.repair ? "r+" : "r");
+  let scan: ScanResults | undefined;
   try {
-    const buf = fs.readFileSync(fd);
+    const { buf, shared } = readForReplay(fd, options.scanner === null ? undefined : (options.scanner ?? scanWorker()));
     const text = isAscii(buf) ? buf.toString("latin1") : undefined;
+    if (shared !== undefined) scan = (options.scanner ?? scanWorker()).start(shared, buf.length, 0);
     const replay = createReplay(id, options.now ? { now: options.now } : {});
     const extraDiagnostics: Diagnostic[] = [];
     const keys = new Map<string, KeyRecord>();
@@ -240,10 +248,13 @@ export function replayJournalFile(path: string, id: string, options: ReplayOptio
     };
 
     const tailStart = forEachLine(buf, 0, (start, end) => {
+      const scanned = scan?.take(lineNumber, start);
       lineNumber++;
       if (stopped || isBlankLine(buf, start, end)) return;
-      onLine(start, end, decodeJournalLine(buf, start, end, text));
+      onLine(start, end, decodeJournalLine(buf, start, end, text, scanned));
     });
+    scan?.finish();
+    scan = undefined;
 
     // The unterminated rest of the file: a whole entry written without its newline (kept; the next
     // append starts with a newline) or a line torn by a crash (cut back).
@@ -296,8 +307,27 @@ export function replayJournalFile(path: string, id: string, options: ReplayOptio
     const snapshot = appendDiagnostics(replay.snapshot(), extraDiagnostics);
     return { snapshot, nextSeq, size: cut, fileSize, mtimeMs, needsNewline, keys, index, ...(repaired ? { repaired } : {}) };
   } finally {
+    scan?.finish();
     fs.closeSync(fd);
   }
+}
+
+/**
+ * The whole file; in a SharedArrayBuffer when it is large enough for `scanner` to scan it
+ * alongside the replay (offsets must fit the worker's layout: under 2 GiB).
+ */
+function readForReplay(fd: number, scanner: ScanWorker | undefined): { buf: Buffer; shared?: SharedArrayBuffer } {
+  const size = fs.fstatSync(fd).size;
+  if (scanner === undefined || size < PARALLEL_SCAN_MIN_BYTES || size >= 2 ** 31 || !scanner.available()) return { buf: fs.readFileSync(fd) };
+  const shared = new SharedArrayBuffer(size);
+  const view = new Uint8Array(shared);
+  let read = 0;
+  while (read < size) {
+    const n = fs.readSync(fd, view, read, size - read, read);
+    if (n === 0) break; // cut short under us: replay what is there
+    read += n;
+  }
+  return { buf: Buffer.from(shared, 0, read), shared };
 }
 
 const SEQ_PREFIX = Buffer.from('{"seq":', "latin1");

@@ -210,59 +210,128 @@ const EVENT_KEY = Buffer.from(',"event":', "latin1");
 const BATCH_KEY = Buffer.from(`,"${BATCH_SIZE_FIELD}":`, "latin1");
 
 /**
- * The entry of a line exactly as {@link encodeJournalLine} writes it, whose checksum (ending at
- * `checksumAt`) has already been verified: the seed's fields and `n` are read straight from the
- * bytes and only the event goes through JSON.parse — the event is about half of a typical line,
- * and parsing the other half (keys, the id, the type, the timestamp) was a third of a replay.
- * Undefined for any line that is not in exactly that form (an `ikey`, a string with an escape,
- * a field out of order…): the caller parses those whole. The result is the object JSON.parse
- * would give for the line, field for field and in the same order, less the checksum field.
+ * Where the fields of a line berth wrote sit, as {@link scanLine} finds them: slots of a
+ * Float64Array, {@link LAYOUT_SLOTS} per line. A layout holds numbers only, so one thread can scan
+ * lines while another turns them into entries (see journal-scan.ts).
  */
-function decodeCanonicalLine(buf: Buffer, start: number, checksumAt: number, asciiText: string | undefined): Record<string, unknown> | undefined {
-  if (!bytesAt(buf, start, SEQ_OPEN)) return undefined;
+export const LAYOUT_SLOTS = 11;
+const L_SEQ = 0;
+const L_ID_AT = 1;
+const L_ID_END = 2;
+const L_TYPE_AT = 3;
+const L_TYPE_END = 4;
+const L_TS_AT = 5;
+const L_TS_END = 6;
+const L_EVENT_AT = 7;
+const L_EVENT_END = 8;
+/** The `n` mark, or -1 when the line has none. */
+const L_BATCH = 9;
+/** Where the line's checksum field begins (everything before it is what the checksum covers). */
+const L_CHECKSUM_AT = 10;
+
+/**
+ * The bytes-only half of decoding the line `buf[start, end)`: true when it is exactly what
+ * {@link encodeJournalLine} writes — the seed's fields in order, plain strings, an object event,
+ * at most an `n` mark — and its checksum matches; then `layout[at, at + LAYOUT_SLOTS)` holds where
+ * its fields are. False for any other line (the seed's, a damaged one, one with an `ikey`…): those
+ * are parsed whole. Allocates nothing.
+ */
+export function scanLine(buf: Uint8Array, start: number, end: number, layout: Float64Array, at: number): boolean {
+  let stop = end;
+  if (stop > start && buf[stop - 1] === CARRIAGE_RETURN) stop--;
+  // The CRC of the bytes before `,"crc":…` plus the closing brace: what berth wrote, if it did.
+  if (!hasChecksumSuffix(buf, start, stop)) return false;
+  const checksumAt = stop - CHECKSUM_SUFFIX_LENGTH;
+  const crc = crc32Range(CLOSING_BRACE, 0, 1, crc32Range(buf, start, checksumAt));
+  if (hexChecksumAt(buf, checksumAt + CHECKSUM_PREFIX.length) !== crc) return false;
+  if (!bytesAt(buf, start, SEQ_OPEN)) return false;
   const seqAt = start + SEQ_OPEN.length;
   const seqEnd = integerEnd(buf, seqAt, checksumAt);
-  if (seqEnd < 0 || !bytesAt(buf, seqEnd, ID_KEY)) return undefined;
+  if (seqEnd < 0 || !bytesAt(buf, seqEnd, ID_KEY)) return false;
   const idAt = seqEnd + ID_KEY.length;
   const idEnd = plainStringEnd(buf, idAt, checksumAt);
-  if (idEnd < 0 || !bytesAt(buf, idEnd + 1, TYPE_KEY)) return undefined;
+  if (idEnd < 0 || !bytesAt(buf, idEnd + 1, TYPE_KEY)) return false;
   const typeAt = idEnd + 1 + TYPE_KEY.length;
   const typeEnd = plainStringEnd(buf, typeAt, checksumAt);
-  if (typeEnd < 0 || !bytesAt(buf, typeEnd + 1, TS_KEY)) return undefined;
+  if (typeEnd < 0 || !bytesAt(buf, typeEnd + 1, TS_KEY)) return false;
   const tsAt = typeEnd + 1 + TS_KEY.length;
   const tsEnd = plainStringEnd(buf, tsAt, checksumAt);
-  if (tsEnd < 0 || !bytesAt(buf, tsEnd + 1, EVENT_KEY)) return undefined;
+  if (tsEnd < 0 || !bytesAt(buf, tsEnd + 1, EVENT_KEY)) return false;
   const eventAt = tsEnd + 1 + EVENT_KEY.length;
   // After the event: nothing, or `,"n":<k>` (a line with an `ikey` is parsed whole).
   let eventEnd = checksumAt;
-  let batchSize: number | undefined;
+  let batchSize = -1;
   if (buf[eventEnd - 1] !== 0x7d) {
     let digitsAt = eventEnd;
     while (digitsAt > eventAt && buf[digitsAt - 1]! >= 0x30 && buf[digitsAt - 1]! <= 0x39) digitsAt--;
     const keyAt = digitsAt - BATCH_KEY.length;
-    if (keyAt <= eventAt || !bytesAt(buf, keyAt, BATCH_KEY) || integerEnd(buf, digitsAt, checksumAt) !== checksumAt) return undefined;
+    if (keyAt <= eventAt || !bytesAt(buf, keyAt, BATCH_KEY) || integerEnd(buf, digitsAt, checksumAt) !== checksumAt) return false;
     batchSize = integerValue(buf, digitsAt, checksumAt);
     eventEnd = keyAt;
-    if (buf[eventEnd - 1] !== 0x7d) return undefined;
+    if (buf[eventEnd - 1] !== 0x7d) return false;
   }
-  if (buf[eventAt] !== 0x7b) return undefined;
-  // Slicing one decoded text is much cheaper than a Buffer decode per field.
-  const text = asciiText ?? buf.toString("utf8", start, checksumAt + CHECKSUM_SUFFIX_LENGTH);
-  const base = asciiText === undefined ? start : 0;
-  if (asciiText === undefined && text.length !== checksumAt + CHECKSUM_SUFFIX_LENGTH - start) {
-    // Multi-byte characters: string and byte offsets differ; decode each field on its own.
-    return canonicalEntry(buf.toString("utf8", eventAt, eventEnd), buf, seqAt, seqEnd, buf.toString("utf8", idAt, idEnd), buf.toString("utf8", typeAt, typeEnd), buf.toString("utf8", tsAt, tsEnd), batchSize);
+  if (buf[eventAt] !== 0x7b) return false;
+  layout[at + L_SEQ] = integerValue(buf, seqAt, seqEnd);
+  layout[at + L_ID_AT] = idAt;
+  layout[at + L_ID_END] = idEnd;
+  layout[at + L_TYPE_AT] = typeAt;
+  layout[at + L_TYPE_END] = typeEnd;
+  layout[at + L_TS_AT] = tsAt;
+  layout[at + L_TS_END] = tsEnd;
+  layout[at + L_EVENT_AT] = eventAt;
+  layout[at + L_EVENT_END] = eventEnd;
+  layout[at + L_BATCH] = batchSize;
+  layout[at + L_CHECKSUM_AT] = checksumAt;
+  return true;
+}
+
+/**
+ * The entry of a line {@link scanLine} accepted, from its layout: the seed's fields and `n` come
+ * from the layout and only the event goes through JSON.parse — the event is about half of a
+ * typical line, and parsing the other half (keys, the id, the type, the timestamp) was a third of
+ * a replay. The result is the object JSON.parse would give for the line, field for field and in
+ * the same order, less the checksum field; undefined when the event is not valid JSON after all.
+ */
+function entryFromLayout(buf: Uint8Array, start: number, layout: Float64Array, at: number, asciiText: string | undefined): Record<string, unknown> | undefined {
+  const eventAt = layout[at + L_EVENT_AT]!;
+  const eventEnd = layout[at + L_EVENT_END]!;
+  let eventJson: string;
+  let id: string;
+  let type: string;
+  let ts: string;
+  if (asciiText !== undefined) {
+    // Slicing one decoded text is much cheaper than a Buffer decode per field.
+    eventJson = asciiText.slice(eventAt, eventEnd);
+    id = recentText(asciiText, layout[at + L_ID_AT]!, layout[at + L_ID_END]!, RECENT_IDS);
+    type = recentText(asciiText, layout[at + L_TYPE_AT]!, layout[at + L_TYPE_END]!, RECENT_TYPES);
+    ts = recentText(asciiText, layout[at + L_TS_AT]!, layout[at + L_TS_END]!, RECENT_TIMES);
+  } else {
+    const bytes = Buffer.from(buf.buffer, buf.byteOffset, buf.byteLength);
+    const text = bytes.toString("utf8", start, layout[at + L_CHECKSUM_AT]!);
+    if (text.length === layout[at + L_CHECKSUM_AT]! - start) {
+      // ASCII after all: string and byte offsets agree.
+      eventJson = text.slice(eventAt - start, eventEnd - start);
+      id = recentText(text, layout[at + L_ID_AT]! - start, layout[at + L_ID_END]! - start, RECENT_IDS);
+      type = recentText(text, layout[at + L_TYPE_AT]! - start, layout[at + L_TYPE_END]! - start, RECENT_TYPES);
+      ts = recentText(text, layout[at + L_TS_AT]! - start, layout[at + L_TS_END]! - start, RECENT_TIMES);
+    } else {
+      // Multi-byte characters: string and byte offsets differ; decode each field on its own.
+      eventJson = bytes.toString("utf8", eventAt, eventEnd);
+      id = bytes.toString("utf8", layout[at + L_ID_AT]!, layout[at + L_ID_END]!);
+      type = bytes.toString("utf8", layout[at + L_TYPE_AT]!, layout[at + L_TYPE_END]!);
+      ts = bytes.toString("utf8", layout[at + L_TS_AT]!, layout[at + L_TS_END]!);
+    }
   }
-  return canonicalEntry(
-    text.slice(eventAt - base, eventEnd - base),
-    buf,
-    seqAt,
-    seqEnd,
-    recentText(text, idAt - base, idEnd - base, RECENT_IDS),
-    recentText(text, typeAt - base, typeEnd - base, RECENT_TYPES),
-    recentText(text, tsAt - base, tsEnd - base, RECENT_TIMES),
-    batchSize,
-  );
+  let event: unknown;
+  try {
+    event = JSON.parse(eventJson);
+  } catch {
+    return undefined;
+  }
+  const entry: Record<string, unknown> = { seq: layout[at + L_SEQ]!, id, type, ts, event };
+  const batchSize = layout[at + L_BATCH]!;
+  if (batchSize >= 0) entry[BATCH_SIZE_FIELD] = batchSize;
+  return entry;
 }
 
 // The strings last read for ids, event types and timestamps. Lines mostly repeat them (one
@@ -286,48 +355,37 @@ function recentText(text: string, from: number, to: number, recent: string[]): s
   return fresh;
 }
 
-function canonicalEntry(
-  eventJson: string,
-  buf: Buffer,
-  seqAt: number,
-  seqEnd: number,
-  id: string,
-  type: string,
-  ts: string,
-  batchSize: number | undefined,
-): Record<string, unknown> | undefined {
-  let event: unknown;
-  try {
-    event = JSON.parse(eventJson);
-  } catch {
-    return undefined;
-  }
-  const entry: Record<string, unknown> = { seq: integerValue(buf, seqAt, seqEnd), id, type, ts, event };
-  if (batchSize !== undefined) entry[BATCH_SIZE_FIELD] = batchSize;
-  return entry;
+// The layout of the line being decoded, when the caller brought none.
+const OWN_LAYOUT = new Float64Array(LAYOUT_SLOTS);
+
+/** A line's layout found beforehand (by another thread): `valid` is what {@link scanLine} answered. */
+export interface ScannedLine {
+  valid: boolean;
+  layout: Float64Array;
+  at: number;
 }
 
 /**
  * Decodes the line `buf[start, end)` (without its newline; a trailing CR is tolerated as JSON
  * whitespace, as the seed's JSON.parse does). Never throws. `asciiText`, when given, is the
  * whole of `buf` decoded once by a caller that checked it is pure ASCII (so string and byte
- * offsets agree): slicing it is much cheaper than decoding each line on its own.
+ * offsets agree): slicing it is much cheaper than decoding each line on its own. `scanned`, when
+ * given, is {@link scanLine}'s answer for this very line, so it is not scanned again.
  *
  * A line berth wrote is checked first: its checksum over the raw bytes, then — when it matches —
- * its fields read from the bytes with only the event parsed ({@link decodeCanonicalLine}). Any
- * other line (the seed's, a damaged one, one re-serialised by someone) is parsed whole.
+ * its fields read from the bytes with only the event parsed ({@link scanLine}). Any other line
+ * (the seed's, a damaged one, one re-serialised by someone) is parsed whole.
  */
-export function decodeJournalLine(buf: Buffer, start: number, end: number, asciiText?: string): DecodedLine {
-  let stop = end;
-  if (stop > start && buf[stop - 1] === CARRIAGE_RETURN) stop--;
-  // The CRC of the bytes before `,"crc":…` plus the closing brace: what berth wrote, if it did.
-  const suffixed = hasChecksumSuffix(buf, start, stop);
-  const at = stop - CHECKSUM_SUFFIX_LENGTH;
-  const crc = suffixed ? crc32Range(CLOSING_BRACE, 0, 1, crc32Range(buf, start, at)) : -1;
-  if (suffixed && hexChecksumAt(buf, at + CHECKSUM_PREFIX.length) === crc) {
-    const entry = decodeCanonicalLine(buf, start, at, asciiText);
+export function decodeJournalLine(buf: Buffer, start: number, end: number, asciiText?: string, scanned?: ScannedLine): DecodedLine {
+  const valid = scanned !== undefined ? scanned.valid : scanLine(buf, start, end, OWN_LAYOUT, 0);
+  if (valid) {
+    const entry = scanned !== undefined ? entryFromLayout(buf, start, scanned.layout, scanned.at, asciiText) : entryFromLayout(buf, start, OWN_LAYOUT, 0, asciiText);
     if (entry !== undefined) return { kind: "entry", entry, checksum: "valid" };
   }
+  let stop = end;
+  if (stop > start && buf[stop - 1] === CARRIAGE_RETURN) stop--;
+  const suffixed = hasChecksumSuffix(buf, start, stop);
+  const crc = suffixed ? crc32Range(CLOSING_BRACE, 0, 1, crc32Range(buf, start, stop - CHECKSUM_SUFFIX_LENGTH)) : -1;
   let parsed: unknown;
   try {
     parsed = JSON.parse(asciiText !== undefined ? asciiText.slice(start, stop) : buf.toString("utf8", start, stop));

@@ -345,12 +345,21 @@ function eventTime(event: Loose, entry: Loose, fallback: () => unknown): unknown
  * replayed entry. Anything else, including an impossible date, goes to `Date.parse` itself.
  */
 export function parseEntryTime(ts: unknown): number {
+  // The entries of one append share their timestamp (the same string, as the replay reads it).
+  if (ts === lastParsedTs) return lastParsedMs;
   if (typeof ts === "string" && ts.length === 24) {
     const ms = isoMillis(ts);
-    if (ms >= 0) return ms;
+    if (ms >= 0) {
+      lastParsedTs = ts;
+      lastParsedMs = ms;
+      return ms;
+    }
   }
   return Date.parse(ts as string);
 }
+
+let lastParsedTs = "";
+let lastParsedMs = 0;
 
 /** Epoch ms of a valid `toISOString()` timestamp from 1970 on, else -1. */
 function isoMillis(ts: string): number {

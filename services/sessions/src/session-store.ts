@@ -28,6 +28,7 @@ import { BerthError, invalidArgument } from "@berth/shared/errors";
 import { ensurePrivateDir, fsyncDirectory, statOrNull } from "@berth/shared/files";
 import { checkSessionId } from "@berth/shared/safe-id";
 import { GroupCommit, type CommitIo, type FsyncMode } from "./group-commit.js";
+import { scanWorker } from "./journal-scan.js";
 import { decodeJournalLine, encodeJournalLine, forEachLine, isBlankLine, type DecodedEntry } from "./journal-format.js";
 import {
   AppendTracker,
@@ -223,6 +224,8 @@ export class SessionStore {
     this.hub = new WatchHub(options.maxBuffered);
     this.now = () => this.clock.now();
     ensurePrivateDir(this.dir);
+    // Started now so that the first open of a large journal does not pay for its start-up.
+    scanWorker().warm();
   }
 
   // ---------------------------------------------------------------- appends
