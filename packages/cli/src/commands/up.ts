@@ -34,11 +34,12 @@ export const upCommand: Command = {
   handlesHelp: true,
   async run(argv) {
     // Loaded here, not at the top: the other commands are clients and should start fast.
-    const [{ sessionsService }, { budgetService }, { runServices }] = await Promise.all([
+    const [{ sessionsService }, { budgetService }, { runServices, tuneHeapForDaemon }] = await Promise.all([
       import("@berth/sessions/server/service"),
       import("@berth/budget/server/service"),
       import("@berth/shared/server/index"),
     ]);
+    tuneHeapForDaemon();
     const servers = await runServices([sessionsService, budgetService], {
       argv,
       command: "berth up",
