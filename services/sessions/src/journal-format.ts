@@ -337,21 +337,28 @@ function entryFromLayout(buf: Uint8Array, start: number, layout: Float64Array, a
 // The strings last read for ids, event types and timestamps. Lines mostly repeat them (one
 // session per journal, a few event types, one timestamp per append), and handing out the same
 // string again saves an allocation per field per line — the garbage of a 100,000-line replay.
-const RECENT_IDS: string[] = [];
-const RECENT_TYPES: string[] = [];
-const RECENT_TIMES: string[] = [];
-const RECENT_KEPT = 8;
+// Event types are kept by the dozen: a journal cycles through most of the seed's ~15 types, and
+// with fewer kept than it uses, every line missed.
+const RECENT_IDS: RecentStrings = { kept: 4, strings: [] };
+const RECENT_TYPES: RecentStrings = { kept: 24, strings: [] };
+const RECENT_TIMES: RecentStrings = { kept: 4, strings: [] };
+
+interface RecentStrings {
+  readonly kept: number;
+  readonly strings: string[];
+}
 
 /** `text.slice(from, to)`, or an equal string from `recent` (most recent first). */
-function recentText(text: string, from: number, to: number, recent: string[]): string {
+function recentText(text: string, from: number, to: number, recent: RecentStrings): string {
   const length = to - from;
-  for (let i = 0; i < recent.length; i++) {
-    const candidate = recent[i]!;
+  const strings = recent.strings;
+  for (let i = 0; i < strings.length; i++) {
+    const candidate = strings[i]!;
     if (candidate.length === length && text.startsWith(candidate, from)) return candidate;
   }
   const fresh = text.slice(from, to);
-  if (recent.length >= RECENT_KEPT) recent.pop();
-  recent.unshift(fresh);
+  if (strings.length >= recent.kept) strings.pop();
+  strings.unshift(fresh);
   return fresh;
 }
 
