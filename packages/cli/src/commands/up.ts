@@ -33,13 +33,15 @@ export const upCommand: Command = {
   // The flags are the services' settings: runServices lists them (after this help) and parses them.
   handlesHelp: true,
   async run(argv) {
+    // Before the services are loaded: V8 reads some of these flags only until its first full collection.
+    const { tuneHeapForDaemon } = await import("@berth/shared/server/heap-tuning");
+    tuneHeapForDaemon();
     // Loaded here, not at the top: the other commands are clients and should start fast.
-    const [{ sessionsService }, { budgetService }, { runServices, tuneHeapForDaemon }] = await Promise.all([
+    const [{ sessionsService }, { budgetService }, { runServices }] = await Promise.all([
       import("@berth/sessions/server/service"),
       import("@berth/budget/server/service"),
       import("@berth/shared/server/index"),
     ]);
-    tuneHeapForDaemon();
     const servers = await runServices([sessionsService, budgetService], {
       argv,
       command: "berth up",

@@ -13,8 +13,9 @@
  *   full collection trades some memory for a fifth of the full collections.
  *
  * Together they took the service from 80–115 ms of CPU a second to under 40 for those 10,000
- * waiters (bench `budget --only=waiters`). Both flags are read by V8 each time it plans a
- * collection, so setting them at start-up, before the heap has grown, takes effect.
+ * waiters (bench `budget --only=waiters`). Set at run time they take effect only if set before
+ * V8's first full collection (the memory reducer arms its timer then): an entry point calls
+ * {@link tuneHeapForDaemon} before it loads anything else.
  */
 import { setFlagsFromString } from "node:v8";
 
