@@ -45,8 +45,9 @@ import type { Reason, VerdictContext } from "./verdict.js";
 import { CPU_GATES, IMPOSSIBLE, freeMemory, reasonsFor, reasonsText, refusingGates } from "./verdict.js";
 
 /**
- * At most this many heartbeat messages a second for the whole queue. Each one costs ~200 µs in the
- * RPC layer's streaming, so 100/s bounds heartbeats to ~20 ms of CPU a second however many wait; a
+ * At most this many heartbeat messages a second for the whole queue. Each one costs ~250 µs in the
+ * RPC layer's streaming, and with 10,000 streams open ~370 µs once the full collections its garbage
+ * brings are counted, so 100/s bounds heartbeats to ~25–40 ms of CPU a second however many wait; a
  * long queue stretches each waiter's period instead (see {@link heartbeatPeriodMs}).
  */
 export const HEARTBEAT_RATE_CAP = 100;
