@@ -199,9 +199,10 @@ export function replayJournalFile(path: string, id: string, options: ReplayOptio
   const fd = fs.openSync(path, options.repair ? "r+" : "r");
   let scan: ScanResults | undefined;
   try {
-    const { buf, shared } = readForReplay(fd, options.scanner === null ? undefined : (options.scanner ?? scanWorker()));
+    const scanner = options.scanner === null ? undefined : (options.scanner ?? scanWorker());
+    const { buf, shared } = readForReplay(fd, scanner);
     const text = isAscii(buf) ? buf.toString("latin1") : undefined;
-    if (shared !== undefined) scan = (options.scanner ?? scanWorker()).start(shared, buf.length, 0);
+    if (shared !== undefined) scan = scanner?.start(shared, buf.length, 0);
     const replay = createReplay(id, options.now ? { now: options.now } : {});
     const extraDiagnostics: Diagnostic[] = [];
     const keys = new Map<string, KeyRecord>();
@@ -314,7 +315,7 @@ export function replayJournalFile(path: string, id: string, options: ReplayOptio
 
 /**
  * The whole file; in a SharedArrayBuffer when it is large enough for `scanner` to scan it
- * alongside the replay (offsets must fit the worker's layout: under 2 GiB).
+ * alongside the replay and `scanner` can take it now (files of 2 GiB and more are read as before).
  */
 function readForReplay(fd: number, scanner: ScanWorker | undefined): { buf: Buffer; shared?: SharedArrayBuffer } {
   const size = fs.fstatSync(fd).size;

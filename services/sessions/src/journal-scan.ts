@@ -139,9 +139,7 @@ class ScanWorker {
 
   /** Hands `bytes` to the worker and returns the replay's side, or undefined when it cannot help now. */
   start(bytes: SharedArrayBuffer, length: number, from: number): ScanResults | undefined {
-    const worker = this.ensure();
-    if (worker === undefined) return undefined;
-    if (this.busy !== undefined && Atomics.load(this.busy, FINISHED) === 0) return undefined;
+    if (!this.available()) return undefined;
     const job: ScanJob = {
       bytes,
       length,
@@ -150,7 +148,7 @@ class ScanWorker {
       ring: new SharedArrayBuffer(RING_LINES * SLOT * Float64Array.BYTES_PER_ELEMENT),
     };
     this.busy = new Int32Array(job.control);
-    worker.postMessage(job);
+    this.worker!.postMessage(job);
     return new ScanResults(job);
   }
 
