@@ -127,6 +127,22 @@ describe("scanning a journal on a second thread", () => {
     await waitForWorker(worker);
   });
 
+  it("the worker thread exits after an idle period and starts again for the next replay", async () => {
+    const file = path.join(dir, "idle.jsonl");
+    fs.writeFileSync(file, mixedJournal());
+    const worker = createScanWorker(COMPILED_WORKER, 200);
+    worker.warm();
+    await waitForWorker(worker);
+    expect(worker.running()).toBe(true);
+    for (let i = 0; i < 100 && worker.running(); i++) await new Promise((resolve) => setTimeout(resolve, 20));
+    expect(worker.running()).toBe(false);
+    await waitForWorker(worker); // available() starts it again
+    expect(worker.running()).toBe(true);
+    const helped = replayJournalFile(file, "s1", { repair: false, scanner: worker, now: () => 0 });
+    const alone = replayJournalFile(file, "s1", { repair: false, scanner: null, now: () => 0 });
+    expect(helped.snapshot).toEqual(alone.snapshot);
+  });
+
   it("a replay that finds the worker busy replays alone, to the same result", async () => {
     const file = path.join(dir, "busy.jsonl");
     fs.writeFileSync(file, mixedJournal());

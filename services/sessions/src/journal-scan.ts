@@ -115,21 +115,34 @@ export class ScanResults {
   }
 }
 
+/** How long the worker thread stays without a job before it exits (it costs ~10 MB of RSS idle). */
+export const SCAN_WORKER_IDLE_MS = 60_000;
+
 /**
- * The one scanning worker of the process, started on first use and never keeping the process
- * alive. One job at a time: a replay that finds it busy (another journal's replay, or the
- * cancelled rest of one) does without.
+ * The one scanning worker of the process. Started on first use (or by {@link warm}), it exits
+ * after {@link SCAN_WORKER_IDLE_MS} without a job and starts again for the next one; it never
+ * keeps the process alive. One job at a time: a replay that finds it busy (another journal's
+ * replay, or the cancelled rest of one) or still starting does without.
  */
 class ScanWorker {
   private worker: Worker | undefined;
   private failed = false;
   private busy: Int32Array | undefined;
+  private idleTimer: NodeJS.Timeout | undefined;
 
-  constructor(private readonly script: string) {}
+  constructor(
+    private readonly script: string,
+    private readonly idleMs = SCAN_WORKER_IDLE_MS,
+  ) {}
 
   /** Starts the worker thread now, so the first replay does not pay its start-up. */
   warm(): void {
     this.ensure();
+  }
+
+  /** True while the worker thread exists (started and not yet exited for being idle). */
+  running(): boolean {
+    return this.worker !== undefined;
   }
 
   /** True when a job handed over now would be taken (the worker runs and is not busy). */
@@ -149,7 +162,21 @@ class ScanWorker {
     };
     this.busy = new Int32Array(job.control);
     this.worker!.postMessage(job);
+    this.keepForIdlePeriod();
     return new ScanResults(job);
+  }
+
+  /** (Re)arms the idle exit: the worker goes once it has had no job for `idleMs`. */
+  private keepForIdlePeriod(): void {
+    clearTimeout(this.idleTimer);
+    this.idleTimer = setTimeout(() => {
+      if (this.busy !== undefined && Atomics.load(this.busy, FINISHED) === 0) return this.keepForIdlePeriod();
+      const worker = this.worker;
+      this.worker = undefined;
+      this.busy = undefined;
+      void worker?.terminate();
+    }, this.idleMs);
+    this.idleTimer.unref();
   }
 
   private ensure(): Worker | undefined {
@@ -165,9 +192,10 @@ class ScanWorker {
       worker.on("error", () => {
         // A replay in progress carries on scanning by itself; later ones do without the worker.
         this.failed = true;
-        this.worker = undefined;
+        if (this.worker === worker) this.worker = undefined;
       });
       this.worker = worker;
+      this.keepForIdlePeriod();
     } catch {
       this.failed = true;
     }
@@ -184,8 +212,8 @@ export function scanWorker(): ScanWorker {
 }
 
 /** A scanning worker running `script` (for tests that load the compiled worker explicitly). */
-export function createScanWorker(script: string): ScanWorker {
-  return new ScanWorker(script);
+export function createScanWorker(script: string, idleMs = SCAN_WORKER_IDLE_MS): ScanWorker {
+  return new ScanWorker(script, idleMs);
 }
 
 export type { ScanWorker };
