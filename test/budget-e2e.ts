@@ -7,6 +7,7 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { mkdirSync, writeFileSync } from "node:fs";
 import * as path from "node:path";
+import { createInterface } from "node:readline";
 import { BudgetService } from "@berth/api/berth/budget/v1/budget_service_pb";
 import type { Client } from "@connectrpc/connect";
 import { connectClient, makeTempDir, onStopAll, repoPath, runCommand, startService, type CommandOptions, type CommandResult, type StartedService } from "./harness.js";
@@ -86,27 +87,21 @@ export function spawnBerth(url: string, args: readonly string[], env: Record<str
   const events: AdmitEvent[] = [];
   let stdout = "";
   let stderr = "";
-  let partial = "";
   const waiters = new Set<{ name: string; resolve: (event: AdmitEvent) => void }>();
   child.stdout!.setEncoding("utf8").on("data", (chunk: string) => (stdout += chunk));
-  child.stderr!.setEncoding("utf8").on("data", (chunk: string) => {
-    stderr += chunk;
-    partial += chunk;
-    let newline: number;
-    while ((newline = partial.indexOf("\n")) >= 0) {
-      const line = partial.slice(0, newline);
-      partial = partial.slice(newline + 1);
-      try {
-        const event = JSON.parse(line) as AdmitEvent;
-        events.push(event);
-        for (const waiter of waiters) {
-          if (waiter.name === event.event) {
-            waiters.delete(waiter);
-            waiter.resolve(event);
-          }
-        }
-      } catch {
-        // not an event line
+  child.stderr!.setEncoding("utf8").on("data", (chunk: string) => (stderr += chunk));
+  createInterface({ input: child.stderr! }).on("line", (line) => {
+    let event: AdmitEvent;
+    try {
+      event = JSON.parse(line) as AdmitEvent;
+    } catch {
+      return; // not an event line
+    }
+    events.push(event);
+    for (const waiter of waiters) {
+      if (waiter.name === event.event) {
+        waiters.delete(waiter);
+        waiter.resolve(event);
       }
     }
   });

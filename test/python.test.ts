@@ -12,6 +12,7 @@
 import { spawn, spawnSync, type ChildProcessWithoutNullStreams } from "node:child_process";
 import { mkdirSync, writeFileSync } from "node:fs";
 import * as path from "node:path";
+import { createInterface } from "node:readline";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { NeedItemKind } from "@berth/api/berth/budget/v1/budget_pb";
 import { BudgetService } from "@berth/api/berth/budget/v1/budget_service_pb";
@@ -70,21 +71,14 @@ function runPython(args: readonly string[], env: Record<string, string>): Python
   const waiters = new Set<() => void>();
   let stdout = "";
   let stderr = "";
-  let partial = "";
-  child.stdout.setEncoding("utf8").on("data", (chunk: string) => {
-    stdout += chunk;
-    partial += chunk;
-    let newline: number;
-    while ((newline = partial.indexOf("\n")) >= 0) {
-      const line = partial.slice(0, newline);
-      partial = partial.slice(newline + 1);
-      try {
-        steps.push(JSON.parse(line) as Step);
-      } catch {
-        // not a report: kept in the output for the failure message
-      }
-      for (const wake of waiters) wake();
+  child.stdout.setEncoding("utf8").on("data", (chunk: string) => (stdout += chunk));
+  createInterface({ input: child.stdout }).on("line", (line) => {
+    try {
+      steps.push(JSON.parse(line) as Step);
+    } catch {
+      // not a report: kept in the output for the failure message
     }
+    for (const wake of waiters) wake();
   });
   child.stderr.setEncoding("utf8").on("data", (chunk: string) => (stderr += chunk));
   child.stdin.on("error", () => {});
