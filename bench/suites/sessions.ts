@@ -156,12 +156,6 @@ async function withServerCpu<T>(server: BenchServer, work: () => Promise<T>): Pr
 // --------------------------------------------------------------------------- cold open
 
 /**
- * Opening a 100,000-entry journal: by replay (no snapshot file), from a snapshot file of its
- * first 99,000 entries plus the rest (a restart after the last periodic snapshot write), and by
- * hydration (a current one). References in the same run: the seed's store replaying the same
- * file, and JSON.parse alone of every line (what a replay that parses whole lines pays).
- */
-/**
  * Writes the cold-open journal and returns the snapshot files as they were after its first
  * `prefixEntries` entries. A function of its own so that the 100,000 events are garbage before
  * the opens are timed: a long-running service does not hold its callers' events either.
@@ -178,6 +172,13 @@ async function writeColdJournal(dir: string, id: string, entries: number, prefix
   return prefixFiles;
 }
 
+/**
+ * Opening a 100,000-entry journal: by replay (no snapshot file), from a snapshot file of its
+ * first 99,000 entries plus the rest (a restart after the last periodic snapshot write), and by
+ * hydration (a current one). References in the same run: the seed's store replaying the same
+ * file (each replay of ours paired with one of the seed's, run right after or before it: this
+ * machine's speed drifts by up to 2× within minutes, and a pair sees the same speed), and JSON.parse alone of every line (what a replay that parses whole lines pays).
+ */
 async function coldOpen(): Promise<void> {
   const entries = 100_000;
   const dir = tempDir("cold");
@@ -205,9 +206,33 @@ async function coldOpen(): Promise<void> {
       await store.close(); // writes the snapshot file again when the open replayed
       return { ms, replays: stats.replays, hydrations: stats.hydrations, tailReplays: stats.tailReplays };
     };
-    await open("none"); // warm the code paths (JIT), as a long-running service has them
+    // The seed's store on a copy of the same journal (its replay path: no snapshot file).
+    seed = await loadSeedStore();
+    fs.mkdirSync(seed.sessionsDir, { recursive: true });
+    fs.copyFileSync(journal, path.join(seed.sessionsDir, `${id}.jsonl`));
+    const seedReplay = () => {
+      fs.rmSync(path.join(seed!.sessionsDir, `${id}.snapshot.json`), { force: true });
+      const store = seed!.store(id);
+      const t0 = performance.now();
+      store.getSnapshot(id, { includeCompleted: true });
+      return performance.now() - t0;
+    };
+
+    // Warm the code paths (JIT), as a long-running service has them.
+    await open("none");
+    seedReplay();
     const replays: number[] = [];
-    for (let i = 0; i < 5; i++) replays.push((await open("none")).ms);
+    const seedRuns: number[] = [];
+    for (let i = 0; i < 5; i++) {
+      // Alternate which goes first, so neither always follows the other's garbage.
+      if (i % 2 === 0) {
+        replays.push((await open("none")).ms);
+        seedRuns.push(seedReplay());
+      } else {
+        seedRuns.push(seedReplay());
+        replays.push((await open("none")).ms);
+      }
+    }
     const hydrations: number[] = [];
     for (let i = 0; i < 5; i++) {
       const run = await open("current");
@@ -232,19 +257,6 @@ async function coldOpen(): Promise<void> {
       if (n !== entries) throw new Error("parse-only count mismatch");
     }
 
-    // The seed's store on the same journal (its replay path: no snapshot file).
-    seed = await loadSeedStore();
-    fs.mkdirSync(seed.sessionsDir, { recursive: true });
-    fs.copyFileSync(journal, path.join(seed.sessionsDir, `${id}.jsonl`));
-    const seedRuns: number[] = [];
-    for (let i = 0; i < 3; i++) {
-      fs.rmSync(path.join(seed.sessionsDir, `${id}.snapshot.json`), { force: true });
-      const store = seed.store(id);
-      const t0 = performance.now();
-      store.getSnapshot(id, { includeCompleted: true });
-      seedRuns.push(performance.now() - t0);
-    }
-
     emit({
       suite: "sessions",
       figure: "cold_open_replay",
@@ -257,7 +269,11 @@ async function coldOpen(): Promise<void> {
       meets_target: Math.min(...replays) <= 200,
       ref_json_parse_only_ms: round(Math.min(...parseOnly), 1),
       ref_seed_replay_ms: round(Math.min(...seedRuns), 1),
-      ratio_to_seed: ratio(Math.min(...replays), Math.min(...seedRuns)),
+      ref_seed_runs_ms: seedRuns.map((v) => round(v, 1)),
+      // Each of our replays over the seed's of the same pair; their median is the figure that
+      // does not move with the machine's speed (the issue's target, 200 ms where the seed takes
+      // 640–690 ms, is a ratio of 0.29–0.31).
+      ratio_to_seed: round(median(replays.map((ms, i) => ms / seedRuns[i]!))),
     });
     emit({
       suite: "sessions",
