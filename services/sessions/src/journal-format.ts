@@ -214,7 +214,7 @@ const BATCH_KEY = Buffer.from(`,"${BATCH_SIZE_FIELD}":`, "latin1");
  * Float64Array, {@link LAYOUT_SLOTS} per line. A layout holds numbers only, so one thread can scan
  * lines while another turns them into entries (see journal-scan.ts).
  */
-export const LAYOUT_SLOTS = 11;
+export const LAYOUT_SLOTS = 12;
 const L_SEQ = 0;
 const L_ID_AT = 1;
 const L_ID_END = 2;
@@ -228,21 +228,31 @@ const L_EVENT_END = 8;
 const L_BATCH = 9;
 /** Where the line's checksum field begins (everything before it is what the checksum covers). */
 const L_CHECKSUM_AT = 10;
+/**
+ * The CRC of the bytes the line's checksum suffix covers, or -1 when the line has no such suffix.
+ * Set whatever {@link scanLine} answers, so that a suffixed line it turns down (one with an `ikey`,
+ * or damaged) is not checksummed a second time by the whole-line path.
+ */
+const L_CRC = 11;
 
 /**
  * The bytes-only half of decoding the line `buf[start, end)`: true when it is exactly what
  * {@link encodeJournalLine} writes — the seed's fields in order, plain strings, an object event,
  * at most an `n` mark — and its checksum matches; then `layout[at, at + LAYOUT_SLOTS)` holds where
  * its fields are. False for any other line (the seed's, a damaged one, one with an `ikey`…): those
- * are parsed whole. Allocates nothing.
+ * are parsed whole; `layout[at + L_CRC]` is set either way. Allocates nothing.
  */
 export function scanLine(buf: Uint8Array, start: number, end: number, layout: Float64Array, at: number): boolean {
   let stop = end;
   if (stop > start && buf[stop - 1] === CARRIAGE_RETURN) stop--;
   // The CRC of the bytes before `,"crc":…` plus the closing brace: what berth wrote, if it did.
-  if (!hasChecksumSuffix(buf, start, stop)) return false;
+  if (!hasChecksumSuffix(buf, start, stop)) {
+    layout[at + L_CRC] = -1;
+    return false;
+  }
   const checksumAt = stop - CHECKSUM_SUFFIX_LENGTH;
   const crc = crc32Range(CLOSING_BRACE, 0, 1, crc32Range(buf, start, checksumAt));
+  layout[at + L_CRC] = crc;
   if (hexChecksumAt(buf, checksumAt + CHECKSUM_PREFIX.length) !== crc) return false;
   if (!bytesAt(buf, start, SEQ_OPEN)) return false;
   const seqAt = start + SEQ_OPEN.length;
@@ -384,15 +394,17 @@ export interface ScannedLine {
  * (the seed's, a damaged one, one re-serialised by someone) is parsed whole.
  */
 export function decodeJournalLine(buf: Buffer, start: number, end: number, asciiText?: string, scanned?: ScannedLine): DecodedLine {
+  const layout = scanned !== undefined ? scanned.layout : OWN_LAYOUT;
+  const at = scanned !== undefined ? scanned.at : 0;
   const valid = scanned !== undefined ? scanned.valid : scanLine(buf, start, end, OWN_LAYOUT, 0);
   if (valid) {
-    const entry = scanned !== undefined ? entryFromLayout(buf, start, scanned.layout, scanned.at, asciiText) : entryFromLayout(buf, start, OWN_LAYOUT, 0, asciiText);
+    const entry = entryFromLayout(buf, start, layout, at, asciiText);
     if (entry !== undefined) return { kind: "entry", entry, checksum: "valid" };
   }
   let stop = end;
   if (stop > start && buf[stop - 1] === CARRIAGE_RETURN) stop--;
-  const suffixed = hasChecksumSuffix(buf, start, stop);
-  const crc = suffixed ? crc32Range(CLOSING_BRACE, 0, 1, crc32Range(buf, start, stop - CHECKSUM_SUFFIX_LENGTH)) : -1;
+  const crc = layout[at + L_CRC]!;
+  const suffixed = crc >= 0;
   let parsed: unknown;
   try {
     parsed = JSON.parse(asciiText !== undefined ? asciiText.slice(start, stop) : buf.toString("utf8", start, stop));
