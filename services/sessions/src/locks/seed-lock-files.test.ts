@@ -147,6 +147,25 @@ describe("clearing a stale file", () => {
     expect(fs.existsSync(lockPath)).toBe(true);
   });
 
+  it("leaves alone a file a seed process put in place of the stale one while it was being judged", async () => {
+    const dead = await deadPid();
+    const lockPath = writeForeign(JSON.stringify({ owner: "crashed", token: "t0", pid: dead }));
+    const seedRecord = JSON.stringify({ owner: "seed", token: "t1", pid: process.pid, at: Date.now(), file: KEY });
+    // The seed's sweep, which ignores berth's guard, runs between berth's read and its unlink: it
+    // removes the dead holder's file by path and creates its own, exclusively.
+    const judgeWhileSeedSweeps = {
+      isPidAlive: (pid: number) => {
+        fs.unlinkSync(lockPath);
+        fs.writeFileSync(lockPath, seedRecord, { flag: "wx" });
+        return pid !== dead;
+      },
+    };
+    expect(clearStaleLockFile(lockPath, judgeWhileSeedSweeps)).toBe("held");
+    expect(fs.readFileSync(lockPath, "utf8")).toBe(seedRecord);
+    // Judged afresh, the seed's live file holds.
+    expect(tryCreateLockFile(lockPath, record())).toMatchObject({ created: false, reason: "held", holder: { owner: "seed" } });
+  });
+
   it("removes temp files of dead berth processes only", async () => {
     const dead = await deadPid();
     const digest = "0123456789abcdef01234567";

@@ -67,8 +67,23 @@ export interface LockFileRecord {
 /** What is at a lock path right now. */
 export type LockFileState =
   | { state: "absent" }
-  | { state: "readable"; record: Partial<LockFileRecord>; raw: string; mtimeMs: number }
-  | { state: "unreadable"; raw: string; mtimeMs: number };
+  | { state: "readable"; record: Partial<LockFileRecord>; raw: string; mtimeMs: number; identity: FileIdentity }
+  | { state: "unreadable"; raw: string; mtimeMs: number; identity: FileIdentity };
+
+/**
+ * Which file a path named when it was read: the same path may name another file later. The inode
+ * number alone does not tell: a file created right after another was unlinked often gets the freed
+ * inode. Its change time does: set at creation and at every write, in nanoseconds.
+ */
+export interface FileIdentity {
+  dev: bigint;
+  ino: bigint;
+  ctimeNs: bigint;
+}
+
+function sameFile(stat: fs.BigIntStats, identity: FileIdentity): boolean {
+  return stat.dev === identity.dev && stat.ino === identity.ino && stat.ctimeNs === identity.ctimeNs;
+}
 
 /** Reads the lock file at `lockPath` without judging it. */
 export function readLockFile(lockPath: string): LockFileState {
@@ -81,7 +96,9 @@ export function readLockFile(lockPath: string): LockFileState {
   }
   try {
     // stat and read through one descriptor: both describe the same file even if the path changes.
-    const mtimeMs = fs.fstatSync(fd).mtimeMs;
+    const stat = fs.fstatSync(fd, { bigint: true });
+    const mtimeMs = Number(stat.mtimeMs);
+    const identity = { dev: stat.dev, ino: stat.ino, ctimeNs: stat.ctimeNs };
     const raw = fs.readFileSync(fd, "utf8");
     let parsed: unknown;
     try {
@@ -90,9 +107,9 @@ export function readLockFile(lockPath: string): LockFileState {
       parsed = null;
     }
     // The seed treats any falsy parse result as unreadable and any truthy one as a record.
-    if (!parsed) return { state: "unreadable", raw, mtimeMs };
+    if (!parsed) return { state: "unreadable", raw, mtimeMs, identity };
     const record = typeof parsed === "object" ? (parsed as Partial<LockFileRecord>) : {};
-    return { state: "readable", record, raw, mtimeMs };
+    return { state: "readable", record, raw, mtimeMs, identity };
   } finally {
     fs.closeSync(fd);
   }
@@ -132,11 +149,17 @@ export type ClearOutcome = "cleared" | "held" | "absent" | "busy";
  * exclusive flock(2) on one guard file in the locks directory, then reads and judges the file, and
  * unlinks it only if it is stale — all inside the flock. Once a file is stale, nothing but a sweeper
  * removes it: its owner is dead (a release only ever deletes its own, live, file), and an unreadable
- * file older than 60 s is by the seed's own rule a crashed writer's. So between our read and our
- * unlink the path still names the very file we judged: no other sweeper can run (flock), and no one
- * else removes a stale file. A new holder can appear only after our unlink, by an exclusive create,
- * which exactly one taker wins. The kernel drops a flock when its holder dies, so a sweeper that
- * crashes mid-sweep cannot wedge the others.
+ * file older than 60 s is by the seed's own rule a crashed writer's. So among berth processes, between
+ * our read and our unlink the path still names the very file we judged: no other sweeper can run
+ * (flock), and no one else removes a stale file. A new holder can appear only after our unlink, by an
+ * exclusive create, which exactly one taker wins. The kernel drops a flock when its holder dies, so a
+ * sweeper that crashes mid-sweep cannot wedge the others.
+ *
+ * A process using the seed's own sweep ignores the flock: it may sweep the same stale file by path
+ * and create its own while we judge. So right before the unlink the path is checked to still name the
+ * file that was read ({@link FileIdentity}); a replaced file is left alone and reported "held", to be
+ * judged afresh. That leaves only the span of one system call, where the seed's sweep leaves the
+ * whole of its read, parse and pid check; no unlink-if-this-inode call exists to close it entirely.
  *
  * Why not "rename the stale file aside, re-read it, put it back if it was not the stale one": between
  * the rename and the put-back the lock path is empty, a third taker creates its file there, and the
@@ -164,6 +187,9 @@ export function clearStaleLockFile(lockPath: string, judge: LockFileJudge = {}):
     const seen = readLockFile(lockPath);
     if (seen.state === "absent") return "absent";
     if (judgeLockFile(seen, judge) === "held") return "held";
+    const current = fs.lstatSync(lockPath, { bigint: true, throwIfNoEntry: false });
+    if (current === undefined) return "absent";
+    if (!sameFile(current, seen.identity)) return "held";
     try {
       fs.unlinkSync(lockPath);
     } catch (error) {
