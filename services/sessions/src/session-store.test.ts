@@ -461,6 +461,31 @@ describe("the seed's store and berth read each other's journals", () => {
     expect(seen).toEqual([2, 3, 4]);
     expect(store.stats().replays).toBe(0);
   });
+
+  it("ends the watchers, resumably, when another process's change needs a full replay: none misses an entry", async () => {
+    const store = open({ dir: seed.sessionsDir });
+    await store.append("s1", [{ type: "generate", count: 2 }]);
+    const watcher = store.watch("s1", 1);
+    const everySession = store.watchAll();
+    const first = await watcher.next();
+    expect(first.value).toMatchObject({ kind: "entry", entry: { seq: 1 } });
+    expect((await watcher.next()).value).toMatchObject({ kind: "caught_up", lastSeq: 1 });
+    // A line that does not parse, then a good one: only a full replay applies them the seed's way.
+    fs.appendFileSync(journal("s1", seed.sessionsDir), `{"seq":2,"torn\n${seedLine(3, "s1", { type: "agent_done" })}`);
+    expect(store.getSnapshot("s1")!.lastSeq).toBe(3);
+    expect(store.stats().replays).toBe(1);
+    const lagged = { code: "resource_exhausted", details: { sessionId: "s1", lastSeq: 1 } };
+    await expect(watcher.next()).rejects.toMatchObject(lagged);
+    await expect(everySession.next()).rejects.toMatchObject({ code: "resource_exhausted" });
+    // Resumed where it was cut off, the watcher reads what the change brought from the journal.
+    const resumed = store.watch("s1", 2);
+    const seen: unknown[] = [];
+    for await (const item of resumed) {
+      seen.push(item.kind === "entry" ? item.entry.seq : item.kind);
+      if (item.kind === "caught_up") break;
+    }
+    expect(seen).toEqual([3, "caught_up"]);
+  });
 });
 
 describe("snapshot files", () => {

@@ -936,8 +936,8 @@ export class SessionStore {
     const journal = usePrimary ? primary : session.path;
     this.logger?.info({ sessionId: session.id, path: journal }, "journal changed by another process; replaying it");
     this.closeFile(session);
-    if (statOrNull(journal) === null) return;
-    this.replayInto(session, session.id, journal, !usePrimary, false);
+    if (statOrNull(journal) !== null) this.replayInto(session, session.id, journal, !usePrimary, false);
+    this.hub.resync(session.id, `the journal of session ${session.id} was changed by another process in a way only a full replay could follow`);
   }
 
   // ---------------------------------------------------------------- snapshot files

@@ -91,6 +91,8 @@ interface Subscriber<I> {
   includeSnapshot: boolean;
   deliver(sessionId: string, input: I): void;
   fail(error: BerthError): void;
+  /** The error that ends this watcher, resumably, for `why` (falling behind, or a history it cannot follow). */
+  cutOff(why: string): BerthError;
 }
 
 /** A FIFO with O(1) shift. */
@@ -145,6 +147,7 @@ abstract class Watcher<T, I> implements EventWatcher<T>, Subscriber<I> {
   protected abstract accept(sessionId: string, input: I): T | undefined;
   /** The error that ends this watcher when it falls behind. */
   protected abstract fellBehind(): BerthError;
+  abstract cutOff(why: string): BerthError;
   /** Whether live items may be handed out (the session watcher holds them back during its backlog). */
   protected abstract get liveOpen(): boolean;
   /** The next item before the live ones (the session watcher's backlog and marker). */
@@ -318,12 +321,13 @@ class SessionWatcher extends Watcher<WatchEvent, PublishedEntry> {
   }
 
   protected override fellBehind(): BerthError {
+    return this.cutOff(`watcher of session ${this.sessionId} fell behind`);
+  }
+
+  /** Its client resumes from the journal after the last entry it got. */
+  cutOff(why: string): BerthError {
     const lastSeq = this.lastDelivered;
-    return new BerthError(
-      "resource_exhausted",
-      `watcher of session ${this.sessionId} fell behind at seq ${lastSeq}; resume with from_seq=${lastSeq + 1}`,
-      { sessionId: this.sessionId, lastSeq },
-    );
+    return new BerthError("resource_exhausted", `${why} at seq ${lastSeq}; resume with from_seq=${lastSeq + 1}`, { sessionId: this.sessionId, lastSeq });
   }
 
   protected override async nextBeforeLive(): Promise<IteratorResult<WatchEvent> | undefined> {
@@ -378,11 +382,14 @@ class AllSessionsWatcher extends Watcher<SessionChange, readonly PublishedEntry[
   }
 
   protected override fellBehind(): BerthError {
-    return new BerthError(
-      "resource_exhausted",
-      `watcher of all sessions fell behind after ${this.delivered} changes; watch again and re-read the sessions you follow`,
-      { delivered: this.delivered },
-    );
+    return this.cutOff("watcher of all sessions fell behind");
+  }
+
+  /** Its client watches again and re-reads. */
+  cutOff(why: string): BerthError {
+    return new BerthError("resource_exhausted", `${why} after ${this.delivered} changes; watch again and re-read the sessions you follow`, {
+      delivered: this.delivered,
+    });
   }
 
   protected override nextBeforeLive(): Promise<undefined> {
@@ -409,6 +416,17 @@ export class WatchHub {
       for (const item of items) for (const watcher of [...watchers]) watcher.deliver(sessionId, item);
     }
     for (const watcher of [...this.everySession]) watcher.deliver(sessionId, items);
+  }
+
+  /**
+   * Ends the watchers of `sessionId`, and those of every session, as if they had fallen behind:
+   * the session's history changed in a way that cannot be handed out entry by entry (another
+   * process rewrote or damaged its journal). Each resumes from the journal as after a lag, so none
+   * misses an entry; they would otherwise silently never see the entries the change brought.
+   */
+  resync(sessionId: string, why: string): void {
+    for (const watcher of [...(this.bySession.get(sessionId) ?? [])]) watcher.fail(watcher.cutOff(why));
+    for (const watcher of [...this.everySession]) watcher.fail(watcher.cutOff(why));
   }
 
   /** True when some watcher of `sessionId` (or of every session) wants per-entry snapshots. */

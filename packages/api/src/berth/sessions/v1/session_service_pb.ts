@@ -1164,7 +1164,10 @@ export const SessionService: GenService<{
    *
    * A watcher too slow to keep up is ended with RESOURCE_EXHAUSTED (details:
    * WatcherLagged, with the seq to resume from); it never silently misses an
-   * entry. The service ending (shutdown) ends the stream with UNAVAILABLE.
+   * entry. So is a watcher whose session's journal another process changed in
+   * a way only a full replay follows (a damaged line, a rewrite): resuming
+   * reads what changed from the journal. The service ending (shutdown) ends
+   * the stream with UNAVAILABLE.
    *
    * @generated from rpc berth.sessions.v1.SessionService.WatchSession
    */
@@ -1178,7 +1181,9 @@ export const SessionService: GenService<{
    * per append call for AppendEvents), optionally preceded by the current
    * state of every session and a `caught_up` marker. A watcher too slow to
    * keep up is ended with RESOURCE_EXHAUSTED (details: WatcherLagged without
-   * a session); it resumes by watching again with `include_current`.
+   * a session), and so is every one when another process changes a journal
+   * in a way only a full replay follows; it resumes by watching again with
+   * `include_current`.
    *
    * @generated from rpc berth.sessions.v1.SessionService.WatchSessions
    */
