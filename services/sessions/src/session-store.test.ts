@@ -462,6 +462,24 @@ describe("the seed's store and berth read each other's journals", () => {
     expect(store.stats().replays).toBe(0);
   });
 
+  it("hands watchers what another process appends as it lands, with no call touching the session", async () => {
+    const store = open({ dir: seed.sessionsDir });
+    await store.append("s1", [{ type: "generate", count: 2 }]);
+    const watcher = store.watch("s1", 2, { includeSnapshot: true });
+    const everySession = store.watchAll();
+    expect((await watcher.next()).value).toMatchObject({ kind: "caught_up", lastSeq: 1 });
+    // The seed's store appending on its own, as a process sharing the live directory does.
+    seed.store("s1").appendEvent({ type: "agent_done" });
+    expect((await watcher.next()).value).toMatchObject({ kind: "entry", entry: { seq: 2, type: "agent_done" }, snapshot: { phase: "variants_ready" } });
+    expect((await everySession.next()).value).toMatchObject({ sessionId: "s1", firstSeq: 2, lastSeq: 2 });
+    // A session another process creates while it is watched: its watcher reads it from the journal.
+    const fresh = store.watch("s2", 1);
+    expect((await fresh.next()).value).toMatchObject({ kind: "caught_up", lastSeq: 0 });
+    seed.store("s2").appendEvent({ type: "generate", count: 1 });
+    await expect(fresh.next()).rejects.toMatchObject({ code: "resource_exhausted", details: { sessionId: "s2", lastSeq: 0 } });
+    expect(store.getSnapshot("s2")!.lastSeq).toBe(1);
+  });
+
   it("ends the watchers, resumably, when another process's change needs a full replay: none misses an entry", async () => {
     const store = open({ dir: seed.sessionsDir });
     await store.append("s1", [{ type: "generate", count: 2 }]);

@@ -208,6 +208,10 @@ export class SessionStore {
   private readonly now: () => number;
   private closed = false;
   private readonly counters = { replays: 0, hydrations: 0, tailReplays: 0, snapshotWrites: 0 };
+  /** The journal directory's change feed, while anyone watches (see {@link followForeignWrites}). */
+  private directoryWatch: fs.FSWatcher | undefined;
+  /** Sessions whose journal changed since the follower last looked (looked at once per turn). */
+  private readonly changedJournals = new Set<string>();
 
   constructor(options: SessionStoreOptions) {
     this.dir = path.resolve(options.dir);
@@ -614,6 +618,7 @@ export class SessionStore {
     this.assertOpen();
     checkSessionId(sessionId);
     checkFromSeq(fromSeq);
+    this.followForeignWrites();
     return this.hub.watchSession(sessionId, fromSeq, options, (): WatchBacklog => {
       const session = this.sessionIfExists(sessionId);
       if (!session || !session.onDisk) return { lastSeq: 0, snapshot: baseSnapshot(sessionId), entries: () => emptyIterator() };
@@ -635,7 +640,72 @@ export class SessionStore {
    */
   watchAll(options: WatchOptions = {}): AsyncIterableIterator<SessionChange> {
     this.assertOpen();
+    this.followForeignWrites();
     return this.hub.watchAll(options);
+  }
+
+  /**
+   * While anyone watches, follows the journal directory's change feed (inotify: no polling), so
+   * that entries another process appends (a seed process sharing a live directory) reach watchers
+   * as they land, not at the next call that happens to read the session. Our own appends show up
+   * in the feed too; their check is one stat. The feed is dropped at the first change seen with
+   * nobody watching.
+   */
+  private followForeignWrites(): void {
+    if (this.directoryWatch !== undefined) return;
+    try {
+      this.directoryWatch = fs.watch(this.dir, { persistent: false }, (_event, name) => this.journalChanged(name));
+    } catch (error) {
+      // Without the feed (no inotify watches left), foreign entries still arrive at the next read.
+      this.logger?.warn({ dir: this.dir, err: error }, "cannot follow the journal directory; entries other processes append reach watchers at the next read of their session");
+      return;
+    }
+    this.directoryWatch.on("error", (error) => {
+      this.logger?.warn({ dir: this.dir, err: error }, "lost the journal directory's change feed");
+      this.stopFollowing();
+    });
+  }
+
+  private stopFollowing(): void {
+    this.directoryWatch?.close();
+    this.directoryWatch = undefined;
+    this.changedJournals.clear();
+  }
+
+  private journalChanged(name: string | null): void {
+    if (this.closed || this.hub.watcherCount === 0) {
+      this.stopFollowing();
+      return;
+    }
+    const id = name === null ? undefined : sessionIdFromFileName(name);
+    if (id === undefined || !this.hub.isWatched(id)) return;
+    if (this.changedJournals.size === 0) setImmediate(() => this.catchUpChanged());
+    this.changedJournals.add(id);
+  }
+
+  /** Reads what other processes appended to the changed journals: handed to watchers as our own appends are. */
+  private catchUpChanged(): void {
+    const ids = [...this.changedJournals];
+    this.changedJournals.clear();
+    for (const id of ids) {
+      if (this.closed) return;
+      const cached = this.sessions.get(id);
+      if (cached?.committer?.busy) {
+        // Our own bytes are landing; look again once they have (refresh skips a busy session).
+        void cached.committer.idle().then(() => this.journalChanged(path.basename(cached.path)));
+        continue;
+      }
+      try {
+        if (cached !== undefined) {
+          this.refresh(cached);
+        } else if (this.sessionIfExists(id) !== undefined) {
+          // Created by another process while watched: its first entries came in no append of ours.
+          this.hub.resync(id, `session ${id} was created by another process`);
+        }
+      } catch (error) {
+        this.logger?.warn({ sessionId: id, err: error }, "could not read what another process appended");
+      }
+    }
   }
 
   /** Counters for metrics. */
@@ -660,6 +730,7 @@ export class SessionStore {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
+    this.stopFollowing();
     this.hub.close();
     await this.settled();
     for (const session of [...this.sessions.values()]) {

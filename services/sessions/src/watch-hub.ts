@@ -470,6 +470,11 @@ export class WatchHub {
     return watcher;
   }
 
+  /** True when someone follows `sessionId`: a watcher of it, or of every session. */
+  isWatched(sessionId: string): boolean {
+    return this.everySession.size > 0 || this.bySession.has(sessionId);
+  }
+
   /** How many watchers are subscribed. */
   get watcherCount(): number {
     let count = this.everySession.size;
