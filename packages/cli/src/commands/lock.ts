@@ -292,18 +292,20 @@ async function hold(invocation: Invocation): Promise<number> {
       spawned.once("exit", (code, signal) => resolve({ code, signal }));
     });
     let lost = false;
+    // Once CMD has exited the hold is ours to end (our Release ends the stream at once): not a loss.
+    let commandDone = false;
     void (async () => {
       try {
         for (;;) {
           const result = await responses.next();
           if (result.done) break;
         }
-        if (call.signal.aborted) return;
+        if (call.signal.aborted || commandDone) return;
         lost = true;
         const message = `lost the lock on ${file}: the service ended the hold; ${command[0]} keeps running without it`;
         progress.event("lost", { message }, message, "warn");
       } catch (error) {
-        if (call.signal.aborted) return;
+        if (call.signal.aborted || commandDone) return;
         lost = true;
         const message = `lost the lock on ${file} (${ConnectError.from(error).rawMessage}); ${command[0]} keeps running without it`;
         progress.event("lost", { message }, message, "warn");
@@ -311,6 +313,7 @@ async function hold(invocation: Invocation): Promise<number> {
     })();
 
     const outcome = await exited;
+    commandDone = true;
     let code: number;
     if (outcome.error !== undefined) {
       code = outcome.error.code === "ENOENT" ? EXIT.commandNotFound : EXIT.cannotRun;

@@ -213,6 +213,27 @@ describe("onWaiting", () => {
   });
 });
 
+describe("whenLeaseEnds", () => {
+  it("tells once, however the lease ends, and at once for a lease that is not held", async () => {
+    const { clock, locks } = table();
+    const ends: string[] = [];
+    const leased = await locks.acquire({ file: "a", owner: "leased", ttlMs: 1000 });
+    locks.whenLeaseEnds(leased.leaseToken, () => ends.push("expired"));
+    const unsubscribed = locks.whenLeaseEnds(leased.leaseToken, () => ends.push("unsubscribed"));
+    unsubscribed();
+    clock.advance(1000);
+    expect(ends).toEqual(["expired"]);
+
+    const stream = new AbortController();
+    const held = await locks.holdAsLongAs({ file: "b", owner: "hold", signal: stream.signal });
+    locks.whenLeaseEnds(held.leaseToken, () => ends.push("released"));
+    expect(locks.release(held.leaseToken)).toBe(true);
+    stream.abort();
+    locks.whenLeaseEnds(held.leaseToken, () => ends.push("already over"));
+    expect(ends).toEqual(["expired", "released", "already over"]);
+  });
+});
+
 describe("holdAsLongAs", () => {
   it("holds without a lease timer and releases the moment the signal aborts", async () => {
     const { clock, locks } = table();

@@ -214,6 +214,8 @@ interface Held {
   external?: ExternalLockHandle;
   holdSignal?: AbortSignal;
   onHoldAbort?: () => void;
+  /** Told when the lease ends (see {@link LockTable.whenLeaseEnds}). */
+  onEnd?: Set<() => void>;
 }
 
 interface Entry {
@@ -310,6 +312,21 @@ export class LockTable {
     this.free(entry, held, "released");
     this.pump(entry);
     return true;
+  }
+
+  /**
+   * Calls `onEnd` once when the lease `leaseToken` ends, however it ends (released, expired, its
+   * hold's signal aborted, the table closed); at once when it does not hold a lock now. Returns the
+   * unsubscribe. A Hold stream uses it to end the moment its lease is released through Release.
+   */
+  whenLeaseEnds(leaseToken: string, onEnd: () => void): () => void {
+    const held = this.leases.get(leaseToken);
+    if (!held) {
+      onEnd();
+      return () => {};
+    }
+    (held.onEnd ??= new Set()).add(onEnd);
+    return () => void held.onEnd?.delete(onEnd);
   }
 
   /** The holder, the waiters in order and the last fencing token of `file`. */
@@ -548,6 +565,15 @@ export class LockTable {
     }
     const log = reason === "expired" ? this.logger.info : this.logger.debug;
     log.call(this.logger, { file: entry.key, owner: held.lease.owner, fencingToken: held.lease.fencingToken, reason }, `lock ${reason}`);
+    const listeners = held.onEnd;
+    delete held.onEnd;
+    for (const onEnd of listeners ?? []) {
+      try {
+        onEnd();
+      } catch (error) {
+        this.logger.error({ file: entry.key, err: error }, "lease-end callback failed");
+      }
+    }
   }
 
   /** Frees a lease whose time is up even if its timer has not fired yet (a busy event loop). */

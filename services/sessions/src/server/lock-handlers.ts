@@ -94,15 +94,19 @@ export function makeLockHandlers(options: LockHandlerOptions): ServiceImpl<typeo
       const held = new AbortController();
       const endHold = () => held.abort(context.signal.reason);
       context.signal.addEventListener("abort", endHold, { once: true });
+      let stopWatchingLease = () => {};
       try {
         if (context.signal.aborted) throw abortError(context.signal);
         const lease = yield* holdStream(locks, { file: request.file, owner: request.owner, waitMs, signal: held.signal }, context);
-        // Granted: heartbeats until the stream ends.
+        // Granted: heartbeats until the stream ends, or at once when the lease ends otherwise
+        // (released through its lease token): the stream must not go on looking held.
+        const leaseEnded = new AbortController();
+        stopWatchingLease = locks.whenLeaseEnds(lease.leaseToken, () => leaseEnded.abort());
+        const wakeUp = AbortSignal.any([held.signal, leaseEnded.signal]);
         for (;;) {
-          await delay(clock, heartbeatMs, held.signal);
+          await delay(clock, heartbeatMs, wakeUp);
           if (held.signal.aborted) throw abortError(context.signal);
-          // Released through its lease token (Release): the stream must not go on looking held.
-          if (!renewal(locks, lease.leaseToken).alive) {
+          if (leaseEnded.signal.aborted) {
             throw new BerthError("aborted", `the hold on ${lease.file} (fencing token ${lease.fencingToken}) ended: its lease was released; hold the lock again`, {
               file: lease.file,
               fencingToken: lease.fencingToken,
@@ -111,6 +115,7 @@ export function makeLockHandlers(options: LockHandlerOptions): ServiceImpl<typeo
           yield create(HoldResponseSchema, { kind: { case: "heartbeat", value: { at: timestampFromMs(clock.now()) } } });
         }
       } finally {
+        stopWatchingLease();
         context.signal.removeEventListener("abort", endHold);
         held.abort();
       }

@@ -786,7 +786,8 @@ export const LockService: GenService<{
    * the instant the stream ends, whatever ended it (client exit, kill,
    * connection cut). Sends `waiting` while queued, `acquired` once granted,
    * then `heartbeat`s. A wait that runs out ends the stream with ABORTED
-   * SOURCE_LOCKED (details: LockHeld).
+   * SOURCE_LOCKED (details: LockHeld). Releasing the hold's lease through
+   * Release ends the stream at once, with ABORTED.
    *
    * @generated from rpc berth.sessions.v1.LockService.Hold
    */
