@@ -166,6 +166,7 @@ describe("LockService over the network", () => {
       ["src/../../etc/passwd", /^file: must not contain '\.\.' segments/],
       ["src/a\0.ts", /^file: must not contain a NUL byte/],
       [`src/${"x".repeat(4100)}`, /^file: must be at most 4096 bytes/],
+      [`src/${"x".repeat(300)}.ts`, /^file: must have names of at most 255 bytes between slashes/],
       ["", /^file: is required/],
     ];
     for (const [file, message] of cases) {

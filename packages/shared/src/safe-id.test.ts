@@ -34,7 +34,8 @@ describe("checkSessionId", () => {
 describe("checkPathInput", () => {
   it("accepts an ordinary path", () => {
     expect(checkPathInput("/repo/src/a b.ts", "file")).toBe("/repo/src/a b.ts");
-    expect(checkPathInput("x".repeat(4096), "file")).toHaveLength(4096);
+    const longest = `${"x".repeat(255)}/`.repeat(16);
+    expect(checkPathInput(longest, "file")).toHaveLength(4096);
   });
 
   it.each([
@@ -42,6 +43,8 @@ describe("checkPathInput", () => {
     ["a\0b", /file: must not contain a NUL/],
     ["x".repeat(4097), /file: must be at most 4096 bytes/],
     ["é".repeat(2049), /file: must be at most 4096 bytes, got 4098/],
+    [`src/${"x".repeat(256)}.ts`, /file: must have names of at most 255 bytes between slashes, got one of 259/],
+    [`src/${"é".repeat(128)}`, /file: must have names of at most 255 bytes between slashes, got one of 256/],
   ])("refuses %#", (input, message) => {
     expect(() => checkPathInput(input, "file")).toThrow(message);
   });

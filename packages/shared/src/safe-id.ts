@@ -13,6 +13,9 @@ export const SESSION_ID_PATTERN = /^[A-Za-z0-9_-]{1,128}$/;
 /** The longest lock path berth accepts, in UTF-8 bytes (Linux's PATH_MAX). */
 export const MAX_PATH_BYTES = 4096;
 
+/** The longest name of one path component, in UTF-8 bytes (Linux's NAME_MAX): no file can have a longer one. */
+export const MAX_NAME_BYTES = 255;
+
 /** True when `id` is a usable session id. */
 export function isSessionId(id: unknown): id is string {
   return typeof id === "string" && SESSION_ID_PATTERN.test(id);
@@ -29,12 +32,19 @@ export function checkSessionId(id: unknown, field = "session_id"): string {
 
 /**
  * Returns `input` when it can be used as a lock file path: non-empty, no NUL byte (the kernel would
- * cut the path there), at most {@link MAX_PATH_BYTES} bytes. Throws `invalidArgument(field, …)` otherwise.
+ * cut the path there), at most {@link MAX_PATH_BYTES} bytes and {@link MAX_NAME_BYTES} per name
+ * between slashes (a longer one names no file that can exist). Throws `invalidArgument(field, …)` otherwise.
  */
 export function checkPathInput(input: unknown, field: string): string {
   if (typeof input !== "string" || input.length === 0) throw invalidArgument(field, "is required: give a file path");
   if (input.includes("\0")) throw invalidArgument(field, "must not contain a NUL byte");
   const bytes = Buffer.byteLength(input, "utf8");
   if (bytes > MAX_PATH_BYTES) throw invalidArgument(field, `must be at most ${MAX_PATH_BYTES} bytes, got ${bytes}`);
+  for (const name of input.split("/")) {
+    const nameBytes = Buffer.byteLength(name, "utf8");
+    if (nameBytes > MAX_NAME_BYTES) {
+      throw invalidArgument(field, `must have names of at most ${MAX_NAME_BYTES} bytes between slashes, got one of ${nameBytes} (${JSON.stringify(name.slice(0, 24))}…)`);
+    }
+  }
   return input;
 }
