@@ -142,6 +142,35 @@ describe("group commit", () => {
   });
 });
 
+  it("fails a batch its beforeWrite check refuses, writing nothing, then goes on", async () => {
+    const ctl = controlledIo(true);
+    let refuse = true;
+    const failed: Array<{ error: string; items: string[] }> = [];
+    const durable: string[][] = [];
+    const commit = new GroupCommit<Item>({
+      fd: -1,
+      fsync: "batch",
+      io: ctl.io,
+      handlers: {
+        durable: (items) => durable.push(items.map((i) => i.name)),
+        failed: (error, items) => failed.push({ error: error.message, items: items.map((i) => i.name) }),
+      },
+      beforeWrite: () => {
+        if (refuse) throw new Error("the file moved");
+      },
+    });
+    commit.submit({ name: "a", bytes: Buffer.from("a") });
+    commit.submit({ name: "b", bytes: Buffer.from("b") });
+    await commit.idle();
+    expect(failed).toEqual([{ error: "the file moved", items: ["a", "b"] }]);
+    expect(ctl.log).toEqual([]);
+    refuse = false;
+    commit.submit({ name: "c", bytes: Buffer.from("c") });
+    await commit.idle();
+    expect(durable).toEqual([["c"]]);
+    expect(ctl.log).toEqual(["write:c", "sync"]);
+  });
+
 describe("nodeCommitIo", () => {
   let dir: string | undefined;
   afterEach(() => {

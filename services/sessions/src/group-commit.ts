@@ -57,6 +57,11 @@ export interface GroupCommitOptions<T extends CommitItem> {
   fsync: FsyncMode;
   io?: CommitIo;
   handlers: CommitHandlers<T>;
+  /**
+   * Called right before each write. Throwing fails the batch and everything queued behind it,
+   * through `failed` with that error, with nothing written.
+   */
+  beforeWrite?: () => void;
 }
 
 /** The group committer of one open file; see the module comment. */
@@ -65,6 +70,7 @@ export class GroupCommit<T extends CommitItem> {
   private readonly fsync: FsyncMode;
   private readonly io: CommitIo;
   private readonly handlers: CommitHandlers<T>;
+  private readonly beforeWrite: (() => void) | undefined;
   private queue: T[] = [];
   private running = false;
   private idleWaiters: Array<() => void> = [];
@@ -74,6 +80,7 @@ export class GroupCommit<T extends CommitItem> {
     this.fsync = options.fsync;
     this.io = options.io ?? nodeCommitIo;
     this.handlers = options.handlers;
+    this.beforeWrite = options.beforeWrite;
   }
 
   /** True while something is queued or being written: the file may hold bytes not yet acknowledged. */
@@ -102,6 +109,7 @@ export class GroupCommit<T extends CommitItem> {
       // `always` promises one sync per append, so it takes them one at a time.
       const batch = this.fsync === "always" ? this.queue.splice(0, 1) : this.queue.splice(0);
       try {
+        this.beforeWrite?.();
         await this.writeAll(batch);
         if (this.fsync !== "none") await this.io.fdatasync(this.fd);
       } catch (error) {

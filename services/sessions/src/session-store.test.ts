@@ -462,6 +462,35 @@ describe("the seed's store and berth read each other's journals", () => {
     expect(store.stats().replays).toBe(0);
   });
 
+  it("refuses, retryably and writing nothing, appends that another process's line overtook before they were written", async () => {
+    const store = open({ dir: seed.sessionsDir });
+    await store.append("s1", [{ type: "generate", count: 2 }]);
+    const watcher = store.watch("s1", 2);
+    expect((await watcher.next()).value).toMatchObject({ kind: "caught_up", lastSeq: 1 });
+    // Our append has taken seq 2 and waits for the group commit (a microtask away) when the seed's
+    // store, reading the file, appends its own seq 2.
+    const ours = store.append("s1", [{ type: "steer" }]);
+    const behind = store.append("s1", [{ type: "agent_done" }]);
+    seed.store("s1").appendEvent({ type: "variant_mounted", variant: 1 });
+    const refusal = { code: "aborted", details: { sessionId: "s1" } };
+    await expect(ours).rejects.toMatchObject(refusal);
+    await expect(behind).rejects.toMatchObject(refusal);
+    const retried = await store.append("s1", [{ type: "steer" }]);
+    expect(retried.firstSeq).toBe(3);
+    const seqs = fs
+      .readFileSync(journal("s1", seed.sessionsDir), "utf8")
+      .trim()
+      .split("\n")
+      .map((line) => (JSON.parse(line) as { seq: number }).seq);
+    expect(seqs).toEqual([1, 2, 3]);
+    const seen: number[] = [];
+    for await (const item of watcher) {
+      if (item.kind === "entry") seen.push(item.entry.seq);
+      if (seen.length === 2) break;
+    }
+    expect(seen).toEqual([2, 3]);
+  });
+
   it("hands watchers what another process appends as it lands, with no call touching the session", async () => {
     const store = open({ dir: seed.sessionsDir });
     await store.append("s1", [{ type: "generate", count: 2 }]);

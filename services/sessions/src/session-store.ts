@@ -380,6 +380,10 @@ export class SessionStore {
         durable: (items) => this.onDurable(session, items),
         failed: (error, items) => this.onWriteFailed(session, error, items),
       },
+      beforeWrite: () => {
+        const size = fs.fstatSync(fd).size;
+        if (size !== session.fileSize) throw new ForeignAppendError(session.fileSize, size);
+      },
     });
   }
 
@@ -451,6 +455,10 @@ export class SessionStore {
   }
 
   private onWriteFailed(session: OpenSession, error: Error, items: PendingAppend[]): void {
+    if (error instanceof ForeignAppendError) {
+      this.onForeignAppend(session, error, items);
+      return;
+    }
     // Bytes of the failed batch may be on disk: cut the file back to the last durable byte
     // before anything new is written, so no rejected append can reappear at the next open.
     let cutBack = false;
@@ -487,6 +495,33 @@ export class SessionStore {
       fs.rmSync(journalPath(this.dir, session.id), { force: true });
     }
     for (const item of items) item.reject(failure);
+  }
+
+  /**
+   * Another process (a seed process sharing the live directory) appended to the journal after
+   * these appends took their seqs: written now, they would repeat the seqs it used, as two seed
+   * processes do. Nothing of them was written; they are refused, retryably, and the next access
+   * reads the other process's entries first. The check runs right before each write, so only a
+   * line landing within that one system call's span can still collide: the seed's appends take no
+   * lock that berth could wait for.
+   */
+  private onForeignAppend(session: OpenSession, error: ForeignAppendError, items: PendingAppend[]): void {
+    session.headSnapshot = session.snapshot;
+    session.headNextSeq = session.nextSeq;
+    session.headNeedsNewline = session.needsNewline;
+    this.logger?.warn(
+      { sessionId: session.id, expectedBytes: error.expected, fileBytes: error.found, appends: items.length },
+      "another process appended to the journal while appends waited to be written; they were refused, nothing written",
+    );
+    const failure = new BerthError(
+      "aborted",
+      `another process appended to session ${session.id} while this append waited to be written; nothing of it was written (its seq would have repeated one of theirs) — retry it`,
+      { sessionId: session.id },
+    );
+    for (const item of items) {
+      if (item.ikey !== undefined) session.inflightKeys.delete(item.ikey);
+      item.reject(failure);
+    }
   }
 
   // ---------------------------------------------------------------- idempotency
@@ -1151,4 +1186,14 @@ function emptyIterator<T>(): AsyncIterableIterator<T> {
 /** Creates a session store; see {@link SessionStoreOptions}. */
 export function createSessionStore(options: SessionStoreOptions): SessionStore {
   return new SessionStore(options);
+}
+
+/** The journal grew past our last durable byte before a write of ours: someone else appended. */
+class ForeignAppendError extends Error {
+  constructor(
+    readonly expected: number,
+    readonly found: number,
+  ) {
+    super(`the journal is ${found} bytes where ${expected} were expected`);
+  }
 }
