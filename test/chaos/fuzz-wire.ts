@@ -444,11 +444,12 @@ export class Http1Client {
         if (response !== undefined) return;
         const retry = req.reusedSocket && (error.code === "ECONNRESET" || error.code === "EPIPE");
         const uploading = request.chunks.reduce((n, c) => n + c.byteLength, 0);
-        if (!retry && (error.code === "EPIPE" || error.code === "ECONNRESET") && request.bidi && !req.writableFinished) {
+        if (!retry && (error.code === "EPIPE" || error.code === "ECONNRESET") && request.bidi) {
           // connect answers a bidi call over HTTP/1.1 with 505 and "Connection: close" before
-          // reading the body, and Node closes the socket under the rest of an upload that did not
-          // fit in the socket buffers (200 KB was enough once), so the client may meet the reset
-          // before it reads the 505. Not a server failure: counted apart.
+          // reading the body, and Node closes the socket under the rest of the upload, so the
+          // client may meet the reset before it reads the 505 — with a 200 KB body as with 4 MB,
+          // and even once the request reports finished (its bytes may still sit in the socket's
+          // buffer). Not a server failure (health is checked after every batch): counted apart.
           finish({ code: "closed_during_upload", message: `${error.code} during a ${uploading}-byte upload of a bidi call over HTTP/1.1`, messages: [], elapsedMs: elapsed() });
           return;
         }

@@ -16,9 +16,9 @@
  *   4 s past the call's deadline, 5 s at least); a valid message over the limit is
  *   RESOURCE_EXHAUSTED (or its deadline ran out first); an accepted answer parses. Counted apart,
  *   not violations: the INTERNAL the gRPC compression spec demands for a compressed flag without
- *   an encoding (`internalBySpec`), and a connection reset during the upload (larger than the
- *   socket buffers) of a bidi call over HTTP/1.1, which connect refuses with 505 and "Connection:
- *   close" before reading the body (`closed_during_upload`);
+ *   an encoding (`internalBySpec`), and a connection reset during the upload of a bidi call over
+ *   HTTP/1.1, which connect refuses with 505 and "Connection: close" before reading the body
+ *   (`closed_during_upload`);
  * - after every batch the process is alive and health answers SERVING over gRPC and Connect;
  * - nothing is written outside the state directory: the service runs with its cwd, HOME and
  *   TMPDIR in a sandbox whose tree is compared after every batch, writes are traced with strace
