@@ -177,7 +177,8 @@ async function writeColdJournal(dir: string, id: string, entries: number, prefix
  * first 99,000 entries plus the rest (a restart after the last periodic snapshot write), and by
  * hydration (a current one). References in the same run: the seed's store replaying the same
  * file (each replay of ours paired with one of the seed's, run right after or before it: this
- * machine's speed drifts by up to 2× within minutes, and a pair sees the same speed), and JSON.parse alone of every line (what a replay that parses whole lines pays).
+ * machine's speed drifts by up to 2× within minutes, and a pair sees the same speed), and
+ * JSON.parse alone of every line (what a replay that parses whole lines pays).
  */
 async function coldOpen(): Promise<void> {
   const entries = 100_000;

@@ -396,7 +396,7 @@ export interface ScannedLine {
 export function decodeJournalLine(buf: Buffer, start: number, end: number, asciiText?: string, scanned?: ScannedLine): DecodedLine {
   const layout = scanned !== undefined ? scanned.layout : OWN_LAYOUT;
   const at = scanned !== undefined ? scanned.at : 0;
-  const valid = scanned !== undefined ? scanned.valid : scanLine(buf, start, end, OWN_LAYOUT, 0);
+  const valid = scanned !== undefined ? scanned.valid : scanLine(buf, start, end, layout, at);
   if (valid) {
     const entry = entryFromLayout(buf, start, layout, at, asciiText);
     if (entry !== undefined) return { kind: "entry", entry, checksum: "valid" };

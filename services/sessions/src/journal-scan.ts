@@ -147,7 +147,11 @@ class ScanWorker {
 
   /** True when a job handed over now would be taken (the worker runs and is not busy). */
   available(): boolean {
-    return this.ensure() !== undefined && (this.busy === undefined || Atomics.load(this.busy, FINISHED) === 1);
+    return this.ensure() !== undefined && !this.jobInFlight();
+  }
+
+  private jobInFlight(): boolean {
+    return this.busy !== undefined && Atomics.load(this.busy, FINISHED) === 0;
   }
 
   /** Hands `bytes` to the worker and returns the replay's side, or undefined when it cannot help now. */
@@ -170,7 +174,7 @@ class ScanWorker {
   private keepForIdlePeriod(): void {
     clearTimeout(this.idleTimer);
     this.idleTimer = setTimeout(() => {
-      if (this.busy !== undefined && Atomics.load(this.busy, FINISHED) === 0) return this.keepForIdlePeriod();
+      if (this.jobInFlight()) return this.keepForIdlePeriod();
       const worker = this.worker;
       this.worker = undefined;
       this.busy = undefined;

@@ -456,7 +456,21 @@ export class SessionStore {
 
   private onWriteFailed(session: OpenSession, error: Error, items: PendingAppend[]): void {
     if (error instanceof ForeignAppendError) {
-      this.onForeignAppend(session, error, items);
+      // Another process (a seed process sharing the live directory) appended after these appends
+      // took their seqs: written now, they would repeat its seqs, as two seed processes do. Nothing
+      // of them was written; they are refused, retryably, and the next access reads its entries
+      // first. The check runs right before each write, so only a line landing within that one
+      // system call's span can still collide: the seed takes no lock berth could wait for.
+      this.logger?.warn(
+        { sessionId: session.id, expectedBytes: error.expected, fileBytes: error.found, appends: items.length },
+        "another process appended to the journal while appends waited to be written; they were refused, nothing written",
+      );
+      const failure = new BerthError(
+        "aborted",
+        `another process appended to session ${session.id} while this append waited to be written; nothing of it was written (its seq would have repeated one of theirs) — retry it`,
+        { sessionId: session.id },
+      );
+      this.rejectAppends(session, items, failure);
       return;
     }
     // Bytes of the failed batch may be on disk: cut the file back to the last durable byte
@@ -470,9 +484,6 @@ export class SessionStore {
     } catch (truncateError) {
       this.logger?.error({ sessionId: session.id, err: truncateError }, "could not cut the journal back after a failed write");
     }
-    session.headSnapshot = session.snapshot;
-    session.headNextSeq = session.nextSeq;
-    session.headNeedsNewline = session.needsNewline;
     session.mtimeMs = NaN;
     const code = errnoCode(error) === "ENOSPC" || errnoCode(error) === "EDQUOT" ? "resource_exhausted" : "unavailable";
     const failure = new BerthError(
@@ -481,9 +492,6 @@ export class SessionStore {
       { sessionId: session.id, ...(errnoCode(error) ? { errno: errnoCode(error) } : {}) },
     );
     this.logger?.error({ sessionId: session.id, err: error, appends: items.length }, "journal write failed; appends rejected and state rolled back");
-    for (const item of items) {
-      if (item.ikey !== undefined) session.inflightKeys.delete(item.ikey);
-    }
     if (!cutBack) {
       // The file's end is unknown now: forget the session; the next access re-opens it from disk,
       // where the torn-tail repair cuts an incomplete append back.
@@ -494,30 +502,14 @@ export class SessionStore {
       this.forget(session);
       fs.rmSync(journalPath(this.dir, session.id), { force: true });
     }
-    for (const item of items) item.reject(failure);
+    this.rejectAppends(session, items, failure);
   }
 
-  /**
-   * Another process (a seed process sharing the live directory) appended to the journal after
-   * these appends took their seqs: written now, they would repeat the seqs it used, as two seed
-   * processes do. Nothing of them was written; they are refused, retryably, and the next access
-   * reads the other process's entries first. The check runs right before each write, so only a
-   * line landing within that one system call's span can still collide: the seed's appends take no
-   * lock that berth could wait for.
-   */
-  private onForeignAppend(session: OpenSession, error: ForeignAppendError, items: PendingAppend[]): void {
+  /** Rolls the session's head back to its durable state and refuses `items`, none of which is on disk. */
+  private rejectAppends(session: OpenSession, items: PendingAppend[], failure: BerthError): void {
     session.headSnapshot = session.snapshot;
     session.headNextSeq = session.nextSeq;
     session.headNeedsNewline = session.needsNewline;
-    this.logger?.warn(
-      { sessionId: session.id, expectedBytes: error.expected, fileBytes: error.found, appends: items.length },
-      "another process appended to the journal while appends waited to be written; they were refused, nothing written",
-    );
-    const failure = new BerthError(
-      "aborted",
-      `another process appended to session ${session.id} while this append waited to be written; nothing of it was written (its seq would have repeated one of theirs) — retry it`,
-      { sessionId: session.id },
-    );
     for (const item of items) {
       if (item.ikey !== undefined) session.inflightKeys.delete(item.ikey);
       item.reject(failure);
@@ -713,7 +705,11 @@ export class SessionStore {
       return;
     }
     const id = name === null ? undefined : sessionIdFromFileName(name);
-    if (id === undefined || !this.hub.isWatched(id)) return;
+    if (id !== undefined && this.hub.isWatched(id)) this.catchUpSoon(id);
+  }
+
+  /** Looks at `id`'s journal on the next turn, once for every change the feed reported meanwhile. */
+  private catchUpSoon(id: string): void {
     if (this.changedJournals.size === 0) setImmediate(() => this.catchUpChanged());
     this.changedJournals.add(id);
   }
@@ -727,7 +723,9 @@ export class SessionStore {
       const cached = this.sessions.get(id);
       if (cached?.committer?.busy) {
         // Our own bytes are landing; look again once they have (refresh skips a busy session).
-        void cached.committer.idle().then(() => this.journalChanged(path.basename(cached.path)));
+        void cached.committer.idle().then(() => {
+          if (!this.closed) this.catchUpSoon(id);
+        });
         continue;
       }
       try {

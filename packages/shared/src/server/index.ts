@@ -15,5 +15,4 @@ export { listen, urlOf, DEFAULT_KEEPALIVE } from "./listener.js";
 export type { Listener, ListenAddress, ListenOptions, KeepaliveOptions } from "./listener.js";
 export type { ServerLogger, LogMethod } from "./logger.js";
 export { runServices, serveElected } from "./run-services.js";
-export { tuneHeapForDaemon, DAEMON_HEAP_FLAGS } from "./heap-tuning.js";
 export type { ServiceDefinition, RunOptions, CommonValues, OpenedService } from "./run-services.js";
