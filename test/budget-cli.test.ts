@@ -9,7 +9,7 @@ import { NeedItemKind } from "@berth/api/berth/budget/v1/budget_pb";
 import { EXIT } from "@berth/cli/command";
 import { CLI, G, berth, spawnBerth, startBudget, until, type BudgetUnderTest } from "./budget-e2e.js";
 import { stopAll } from "./harness.js";
-import { runInTerminal, screen } from "./pty.js";
+import { screen, startInTerminal } from "./pty.js";
 
 afterAll(stopAll);
 
@@ -92,13 +92,18 @@ describe("berth admit", () => {
     expect(JSON.parse(impossible.stderr)).toMatchObject({ event: "refused", kind: "impossible", settings: ["BERTH_BUDGET_MEMORY"] });
 
     await hold(budget, 3);
-    const waiting = spawnBerth(budget.url, ["admit", "--memory", "2G", "--max-wait", "4s", "--", "true"]);
+    // The queue's one place stays taken for as long as the second CLI needs to start.
+    const waiting = spawnBerth(budget.url, ["admit", "--memory", "2G", "--max-wait", "60s", "--", "true"]);
     await waiting.event("queued");
     const full = await berth(budget.url, ["admit", "--memory", "2G", "--", "true"]);
     expect(full.code).toBe(EXIT.queueFull);
     expect(JSON.parse(full.stderr)).toMatchObject({ event: "refused", kind: "queue_full" });
-    expect((await waiting.exited).code).toBe(EXIT.timedOut);
-    expect(await waiting.event("refused")).toMatchObject({ kind: "wait_exhausted" });
+    waiting.child.kill("SIGINT");
+    expect((await waiting.exited).code).toBe(130);
+
+    const shortWait = spawnBerth(budget.url, ["admit", "--memory", "2G", "--max-wait", "300ms", "--", "true"]);
+    expect(await shortWait.event("refused")).toMatchObject({ kind: "wait_exhausted" });
+    expect((await shortWait.exited).code).toBe(EXIT.timedOut);
 
     const unreachable = await berth("http://127.0.0.1:1", ["admit", "--memory", "1G", "--", "true"]);
     expect(unreachable.code).toBe(EXIT.unreachable);
@@ -140,19 +145,18 @@ describe("berth admit", () => {
   it("shows the live status line in place on a terminal", async () => {
     const budget = await service();
     const { reservation } = await hold(budget, 3);
-    const release = setTimeout(() => void budget.client.release({ reservationId: reservation!.id }), 1500);
-    try {
-      const result = await runInTerminal(["admit", "--memory", "2G", "--label", "tty", "--", "true"], { env: { BERTH_BUDGET_URL: budget.url }, timeoutMs: 15_000 });
-      expect(result.code).toBe(0);
-      expect(result.output).toContain("\r\x1b[Kberth admit: waiting: #1 in queue, ETA ~");
-      expect(result.output).toContain("memory: needs 2G");
-      expect(result.output).toMatch(/berth admit: admitted after \d/);
-      expect(result.output).not.toContain('"event"');
-      // The status line is gone from the screen once admitted.
-      expect(screen(result.output)).not.toContain("waiting: #1");
-    } finally {
-      clearTimeout(release);
-    }
+    const terminal = startInTerminal(["admit", "--memory", "2G", "--label", "tty", "--", "true"], { env: { BERTH_BUDGET_URL: budget.url }, timeoutMs: 15_000 });
+    // Released once the terminal shows the queued line, however long the CLI took to start.
+    await terminal.waitFor(/waiting: #1 in queue/);
+    await budget.client.release({ reservationId: reservation!.id });
+    const result = await terminal.exited;
+    expect(result.code).toBe(0);
+    expect(result.output).toContain("\r\x1b[Kberth admit: waiting: #1 in queue, ETA ~");
+    expect(result.output).toContain("memory: needs 2G");
+    expect(result.output).toMatch(/berth admit: admitted after \d/);
+    expect(result.output).not.toContain('"event"');
+    // The status line is gone from the screen once admitted.
+    expect(screen(result.output)).not.toContain("waiting: #1");
   });
 });
 

@@ -133,10 +133,11 @@ export function spawnBerth(url: string, args: readonly string[], env: Record<str
           if (!waiters.delete(waiter)) return;
           reject(new Error(`no '${name}' event within ${timeoutMs} ms; stderr:\n${stderr}`));
         }, timeoutMs);
+        // Its last lines may still be in the pipe when the process has exited: give them a moment.
         void exited.then(() => {
           setTimeout(() => {
             if (waiters.delete(waiter)) reject(new Error(`berth exited without a '${name}' event; stderr:\n${stderr}`));
-          }, 50);
+          }, 1_000);
         });
       });
     },
