@@ -7,7 +7,9 @@
  *   holder sends Release → the next holder receives its grant) against an empty RPC's latency
  *   (target p50 ≤ 2×); the longest run of one holder while others wait (target 1: FIFO); exclusion
  *   violations (target 0), checked with the fencing tokens: ordered by token, no section may begin
- *   before the one granted just before it ended.
+ *   before the one granted just before it ended. Run twice: `lease` sections take the lock with
+ *   Acquire and give it back with a Release RPC; `hold` sections hold a Hold stream and give the
+ *   lock back by cancelling it (`berth lock hold`'s way: the release is one RST_STREAM frame).
  * - `holder_killed`: rounds of "the holder is killed while 4 clients wait": rounds with two holders
  *   at once (target 0) and the time from the kill to the next grant. Killing a process 1,000 times
  *   is slow, so those rounds model the killed holder as a Hold stream whose TCP connection this
@@ -47,7 +49,7 @@ const DEFAULTS: Settings = { uncontendedConcurrency: 32, durationMs: 4_000, clie
 
 /**
  * Runs the suite: `npm run bench -- locks [--kill-rounds=N] [--sigkill-rounds=N] [--duration=MS]
- * [--only=uncontended,contended,killed,sigkilled]`.
+ * [--only=uncontended,contended,contended-hold,killed,sigkilled]`.
  */
 export async function run(args: string[] = []): Promise<void> {
   const settings = { ...DEFAULTS };
@@ -64,7 +66,8 @@ export async function run(args: string[] = []): Promise<void> {
   try {
     const wanted = (figure: string) => only === undefined || only.has(figure);
     if (wanted("uncontended")) await uncontended(server, settings);
-    if (wanted("contended")) await contended(server, settings);
+    if (wanted("contended")) await contended(server, settings, "lease");
+    if (wanted("contended") || wanted("contended-hold")) await contended(server, settings, "hold");
     if (wanted("killed")) await holderKilled(server, settings);
     if (wanted("sigkilled")) await holderSigkilled(server, settings);
   } finally {
@@ -134,8 +137,46 @@ interface Section {
 /** The gap between two empty RPCs of the under-load probe. */
 const PROBE_INTERVAL_MS = 20;
 
-async function contended(server: BenchServer, settings: Settings): Promise<void> {
-  const file = "bench/contended.ts";
+/**
+ * How the contended sections take and give back the lock: `lease` by Acquire and a Release RPC;
+ * `hold` by a Hold stream that the holder cancels (one RST_STREAM frame: no RPC to answer).
+ */
+type SectionMode = "lease" | "hold";
+
+/** A granted section: its fencing token, and how to let go of the lock. */
+interface HeldSection {
+  fencingToken: number;
+  release(): Promise<void>;
+}
+
+async function leaseSection(client: grpc.Client, file: string, owner: string): Promise<HeldSection> {
+  const { lease } = await unary<{ lease: GrpcLease }>(client, "acquire", { file, owner, wait: { seconds: 60 }, ttl: { seconds: 30 } });
+  return { fencingToken: lease.fencingToken, release: () => unary(client, "release", { leaseToken: lease.leaseToken }).then(() => {}) };
+}
+
+function holdSection(client: grpc.Client, file: string, owner: string): Promise<HeldSection> {
+  return new Promise((resolve, reject) => {
+    const call = (client as unknown as Record<string, Function>)["hold"]!({ file, owner, wait: { seconds: 60 } }) as grpc.ClientReadableStream<{ kind: string; acquired?: GrpcLease }>;
+    let granted = false;
+    call.on("data", (message) => {
+      if (message.kind !== "acquired" || granted) return;
+      granted = true;
+      resolve({
+        fencingToken: message.acquired!.fencingToken,
+        release: async () => {
+          call.cancel();
+        },
+      });
+    });
+    // Cancelling is how this hold ends; anything else before the grant is a failure.
+    call.on("error", (error: grpc.ServiceError) => {
+      if (!granted) reject(error);
+    });
+  });
+}
+
+async function contended(server: BenchServer, settings: Settings, mode: SectionMode): Promise<void> {
+  const file = `bench/contended-${mode}.ts`;
   const clients = Array.from({ length: settings.clients }, () => lockClient(server.url));
   try {
     // The reference for the handoff (one Release on the wire, one grant back: an RPC's round trip):
@@ -176,15 +217,15 @@ async function contended(server: BenchServer, settings: Settings): Promise<void>
       clients.map(async (client, index) => {
         for (let i = 0; i < settings.sectionsPerClient; i++) {
           const acquireSentAt = performance.now();
-          const { lease } = await unary<{ lease: GrpcLease }>(client, "acquire", { file, owner: `client-${index}`, wait: { seconds: 60 }, ttl: { seconds: 30 } });
+          const section = mode === "lease" ? await leaseSection(client, file, `client-${index}`) : await holdSection(client, file, `client-${index}`);
           const grantedAt = performance.now();
           if (++inside > 1) concurrentEntries++;
           // The critical section: nothing but proving it is alone.
           inside--;
           const releaseSentAt = performance.now();
-          sections.push({ client: index, token: lease.fencingToken, acquireSentAt, grantedAt, releaseSentAt });
-          await unary(client, "release", { leaseToken: lease.leaseToken });
-          releases.push(performance.now() - releaseSentAt);
+          sections.push({ client: index, token: section.fencingToken, acquireSentAt, grantedAt, releaseSentAt });
+          await section.release();
+          if (mode === "lease") releases.push(performance.now() - releaseSentAt);
           // The 8 clients share this process's event loop; separate processes would not. Let a
           // grant that arrived with this Release's answer be read before this client spends time
           // sending its next Acquire, so the handoff measures the service, not this loop's queue.
@@ -228,6 +269,7 @@ async function contended(server: BenchServer, settings: Settings): Promise<void>
     emit({
       suite: "locks",
       figure: "contended_one_file",
+      mode,
       clients: settings.clients,
       sections: sections.length,
       sections_per_s: Math.round((sections.length / elapsedMs) * 1000),
@@ -238,8 +280,7 @@ async function contended(server: BenchServer, settings: Settings): Promise<void>
       target_handoff_p50_ratio: 2,
       empty_rpc_latency_under_same_load: loadedReference,
       handoff_p50_to_loaded_empty_rpc_p50: ratio(handoff.p50_ms!, loadedReference.p50_ms!),
-      release_rpc_latency: release,
-      handoff_p50_to_release_rpc_p50: ratio(handoff.p50_ms!, release.p50_ms!),
+      ...(mode === "lease" ? { release_rpc_latency: release, handoff_p50_to_release_rpc_p50: ratio(handoff.p50_ms!, release.p50_ms!) } : {}),
       server_cpu_busy: ratio(serverCpuMs, elapsedMs),
       clients_cpu_busy: ratio((clientCpu.user + clientCpu.system) / 1000, elapsedMs),
       holder_changes: changes,
