@@ -571,7 +571,7 @@ describe("deadlines the server cannot meet", () => {
     if (acquire.name === "ABORTED") expect(acquire.details).toMatch(/^source locked: \/.*\/src\/deadline\.ts is held by keeper since /);
     expect(Date.now() - began).toBeLessThan(10_000);
 
-    const holdCall = rpc.serverStream(LockService.method.hold, { file, owner: "impatient-stream", wait: seconds(30) }, { deadlineMs: 600 });
+    const holdCall = rpc.serverStream(LockService.method.hold, { file, owner: "impatient-stream", wait: seconds(30) }, { deadlineMs: 2_000 });
     const hold = reader(holdCall);
     expect((await expectKind(hold, "waiting")).holder?.owner).toBe("keeper");
     expect(["ABORTED", "DEADLINE_EXCEEDED"]).toContain((await hold.ended).name);
@@ -584,7 +584,7 @@ describe("deadlines the server cannot meet", () => {
 
   it("a WatchSession with a deadline ends DEADLINE_EXCEEDED and its watcher is dropped", async () => {
     const watchers = await gauge(sessionsUrl, "berth_sessions_watchers");
-    const watch = reader(rpc.serverStream(SessionService.method.watchSession, { sessionId: "surface-deadline" }, { deadlineMs: 500 }));
+    const watch = reader(rpc.serverStream(SessionService.method.watchSession, { sessionId: "surface-deadline" }, { deadlineMs: 2_000 }));
     await expectKind(watch, "caughtUp");
     expect((await watch.ended).name).toBe("DEADLINE_EXCEEDED");
     await eventually("the watcher dropped", () => gauge(sessionsUrl, "berth_sessions_watchers"), (n) => n === watchers);
@@ -597,11 +597,11 @@ describe("deadlines the server cannot meet", () => {
     holderCall.write({ kind: { case: "start", value: { label: "holder", need: { items: [start("a", 3)] } } } });
     await expectKind(holder, "admitted");
 
-    const admitCall = budgetRpc.bidi(BudgetService.method.admit, { deadlineMs: 800 });
+    const admitCall = budgetRpc.bidi(BudgetService.method.admit, { deadlineMs: 2_000 });
     const admit = reader(admitCall);
     admitCall.write({ kind: { case: "start", value: { label: "late-admit", need: { items: [start("b", 2)] }, maxWait: seconds(60) } } });
     await expectKind(admit, "queued");
-    const reserve = failure(budgetRpc.unary(BudgetService.method.reserve, { label: "late-reserve", need: { items: [start("c", 2)] }, maxWait: seconds(60) }, { deadlineMs: 800 }));
+    const reserve = failure(budgetRpc.unary(BudgetService.method.reserve, { label: "late-reserve", need: { items: [start("c", 2)] }, maxWait: seconds(60) }, { deadlineMs: 2_000 }));
 
     expect((await admit.ended).name).toBe("DEADLINE_EXCEEDED");
     expect((await reserve).name).toBe("DEADLINE_EXCEEDED");

@@ -117,8 +117,12 @@ export function acquireElection(stateDir: string, name: string, options: { servi
   };
 }
 
-/** How long a loser waits for the winner's claim, to name it rather than "a process still starting". */
-const CLAIM_WAIT_MS = 250;
+/**
+ * How long a loser waits for the winner's claim, to name it rather than "a process still starting".
+ * Generous: two services starting at once on a busy 2-core machine can leave the winner unscheduled
+ * for a few hundred ms between its lock and its claim, and only a refusal ever waits this long.
+ */
+const CLAIM_WAIT_MS = 2_000;
 
 /**
  * The holder's claim, waiting briefly for it: the winner takes the kernel lock first and writes its
