@@ -186,7 +186,8 @@ describe("berth lock", () => {
     run.child.kill("SIGKILL");
     const lease = await next;
     expect(lease.owner).toBe("next");
-    expect(grantedAt - killedAt).toBeLessThan(2_000);
+    // The connection's end frees it, well before the Hold's 5 s heartbeat could have noticed.
+    expect(grantedAt - killedAt).toBeLessThan(4_000);
     await locks.release({ leaseToken: lease.leaseToken });
   });
 

@@ -235,8 +235,9 @@ describe("Hold and the client process", () => {
     await exited;
     expect(lease.owner).toBe("next");
     expect(lease.fencingToken).toBeGreaterThan(token);
-    // "Promptly": the connection's end, not a lease timeout (there is none on a Hold).
-    expect(grantedAt - killedAt).toBeLessThan(2_000);
+    // "Promptly": the connection's end, not a lease timeout (there is none on a Hold) nor the
+    // stream's 5 s heartbeat meeting a dead socket; the bound leaves a loaded machine room.
+    expect(grantedAt - killedAt).toBeLessThan(4_000);
     await service.stop();
   });
 });

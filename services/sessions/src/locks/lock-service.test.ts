@@ -148,7 +148,9 @@ describe("interop with processes using the seed's lock files", () => {
     const lease = await waiting;
     const handoffMs = Date.now() - (released.at as number);
     expect(lease.owner).toBe("berth-client");
-    expect(handoffMs).toBeLessThan(1000);
+    // The clock never moves here, so only the file event can have granted it; the bound is loose
+    // (the figure is printed below and measured by the bench), for a loaded machine.
+    expect(handoffMs).toBeLessThan(5_000);
     // The new lease's timer and the second waiter's deadline; no re-check loop (berth holds now).
     expect(clock.pendingTimers()).toBe(2);
     console.log(JSON.stringify({ measure: "seed release → berth grant (fs.watch)", ms: handoffMs }));
