@@ -5,7 +5,8 @@
  *   health Check rate at the same concurrency (two RPCs a cycle: 50 % is the ceiling; target ≥ 40 %).
  * - `contended`: 8 clients × 300 critical sections on one file: sections/s; handoff latency (the
  *   holder sends Release → the next holder receives its grant) against an empty RPC's latency
- *   (target p50 ≤ 2×); the longest run of one holder while others wait (target 1: FIFO); exclusion
+ *   (target p50 ≤ 2×: read against one empty RPC at a time before and after, against a sampled one
+ *   during the sections, and against 8 clients' empty RPCs in a closed loop); the longest run of one holder while others wait (target 1: FIFO); exclusion
  *   violations (target 0), checked with the fencing tokens: ordered by token, no section may begin
  *   before the one granted just before it ended. Run twice: `lease` sections take the lock with
  *   Acquire and give it back with a Release RPC; `hold` sections hold a Hold stream and give the
@@ -239,6 +240,9 @@ async function contended(server: BenchServer, settings: Settings, mode: SectionM
     const serverCpuMs = server.cpuMs() - cpuBefore;
     const clientCpu = process.cpuUsage(clientCpuBefore);
     const after = await emptyRpcReference(server.url, 1, 1_500);
+    // A third reference, like the append figures': empty RPCs from as many clients as take part in
+    // the sections, each sending its next call when the last is answered.
+    const sameConcurrency = percentiles((await emptyRpcReference(server.url, settings.clients, 1_500)).latenciesMs, [50, 99]);
     sections.sort((a, b) => a.token - b.token);
 
     // Exclusion, by fencing token: each section must begin after the previous grant's section ended.
@@ -280,6 +284,8 @@ async function contended(server: BenchServer, settings: Settings, mode: SectionM
       target_handoff_p50_ratio: 2,
       empty_rpc_latency_under_same_load: loadedReference,
       handoff_p50_to_loaded_empty_rpc_p50: ratio(handoff.p50_ms!, loadedReference.p50_ms!),
+      empty_rpc_latency_at_same_concurrency: sameConcurrency,
+      handoff_p50_to_same_concurrency_empty_rpc_p50: ratio(handoff.p50_ms!, sameConcurrency.p50_ms!),
       ...(mode === "lease" ? { release_rpc_latency: release, handoff_p50_to_release_rpc_p50: ratio(handoff.p50_ms!, release.p50_ms!) } : {}),
       server_cpu_busy: ratio(serverCpuMs, elapsedMs),
       clients_cpu_busy: ratio((clientCpu.user + clientCpu.system) / 1000, elapsedMs),
