@@ -709,6 +709,49 @@ describe("unknown event types", () => {
   });
 });
 
+// JSON can spell a value JavaScript cannot turn into a primitive: the seed's reducer throws on it
+// (its store then fails on that event forever); berth reads it as NaN, no time, or no key.
+describe("values with no primitive form", () => {
+  const hostile = { toString: 0 };
+
+  it("agent_phase: the phase is kept, but it names no timing", () => {
+    const s = reduce([{ type: "agent_phase", phase: hostile, durationMs: 5 }]);
+    expect(s.generationPhase).toStrictEqual(hostile);
+    expect(s.generationTimings).toStrictEqual({});
+  });
+
+  it("variant_mounted and variant_mount_failed: a malformed ack", () => {
+    const s = reduce([generate, { type: "variant_mounted", variant: hostile }, { type: "variant_mount_failed", variant: [hostile] }]);
+    expect(s.mountedVariants).toStrictEqual([]);
+    expect(s.mountFailures).toStrictEqual([]);
+    expect(s.diagnostics).toStrictEqual([
+      { error: "malformed_mount_ack", type: "variant_mounted", variant: hostile },
+      { error: "malformed_mount_ack", type: "variant_mount_failed", variant: [hostile] },
+    ]);
+  });
+
+  it("accept: a variant id that is no number, as for any other non-numeric id", () => {
+    expect(reduce([generate, { type: "accept", variantId: [[hostile]] }]).visibleVariant).toBeNaN();
+  });
+
+  it("checkpoint: a revision that cannot be compared is stale, and never becomes the counter", () => {
+    const s = reduce([
+      generate,
+      { type: "checkpoint", revision: 2, phase: "generating" },
+      { type: "checkpoint", revision: hostile, phase: "reviewing" },
+      { type: "checkpoint", revision: 3, phase: "generating" },
+    ]);
+    expect(s.phase).toBe("generating");
+    expect(s.browserCheckpointRevision).toBe(3);
+    expect(s.diagnostics).toStrictEqual([{ error: "stale_checkpoint_ignored", revision: hostile, revisionDomain: "browser" }]);
+  });
+
+  it("an entry time with no primitive form reads as no time", () => {
+    const s = reduceEntries([{ seq: 1, id: "s", type: "agent_done", ts: hostile, event: { type: "agent_done" } }]);
+    expect(s.generationCompletedAt).toBe(NOW);
+  });
+});
+
 describe("diagnostics bound", () => {
   const stale = (n: number): Event[] => [
     { type: "checkpoint", revision: 1000 },

@@ -355,7 +355,30 @@ export function parseEntryTime(ts: unknown): number {
       return ms;
     }
   }
-  return Date.parse(ts as string);
+  return isUnconvertible(ts) ? NaN : Date.parse(ts as string);
+}
+
+/**
+ * Whether JavaScript cannot turn `value` into a primitive. JSON can spell such a value: an object
+ * whose own `toString` shadows the method with a non-function (`{"toString": 0}`), or an array
+ * holding one (joining it converts each element). The seed's `Number(...)`, `>=`, `Date.parse` and
+ * computed keys throw a TypeError on it, and its store then fails on that event forever; berth's
+ * rules read it as NaN (not a number, not a time, no key) instead.
+ */
+function isUnconvertible(value: unknown): boolean {
+  if (typeof value !== "object" || value === null) return false;
+  if (Array.isArray(value)) return value.some(isUnconvertible);
+  return Object.hasOwn(value, "toString");
+}
+
+/** `Number(value)`, NaN for a value with no primitive form. */
+function toNumber(value: unknown): number {
+  return isUnconvertible(value) ? NaN : Number(value);
+}
+
+/** `value` for a JavaScript comparison: NaN (never greater or equal) when it has no primitive form. */
+function comparable(value: Loose[string]): Loose[string] {
+  return isUnconvertible(value) ? NaN : value;
 }
 
 let lastParsedTs = "";
@@ -453,7 +476,7 @@ function reduceInto(next: Loose, entry: Loose, event: Loose, context: ReduceCont
 
     case "agent_phase":
       next.generationPhase = event.phase ?? next.generationPhase;
-      if (event.phase) {
+      if (event.phase && !isUnconvertible(event.phase)) {
         next.generationTimings[event.phase] = {
           at: eventTime(event, entry, noTime),
           durationMs: event.durationMs ?? null,
@@ -493,7 +516,7 @@ function reduceInto(next: Loose, entry: Loose, event: Loose, context: ReduceCont
     }
 
     case "variant_mounted": {
-      const variant = Number(event.variant);
+      const variant = toNumber(event.variant);
       if (!Number.isInteger(variant) || variant < 1) {
         diagnostics.push({ error: "malformed_mount_ack", type: event.type, variant: event.variant ?? null });
         break;
@@ -508,7 +531,7 @@ function reduceInto(next: Loose, entry: Loose, event: Loose, context: ReduceCont
     }
 
     case "variant_mount_failed": {
-      const variant = Number(event.variant);
+      const variant = toNumber(event.variant);
       if (!Number.isInteger(variant) || variant < 1) {
         diagnostics.push({ error: "malformed_mount_ack", type: event.type, variant: event.variant ?? null });
         break;
@@ -540,7 +563,7 @@ function reduceInto(next: Loose, entry: Loose, event: Loose, context: ReduceCont
       next.generationCanceledAt = eventTime(event, entry, context.now);
       next.cancelReason = "accept";
       // NaN when variantId is not numeric, as in the seed; JSON files then hold null.
-      next.visibleVariant = Number(event.variantId ?? next.visibleVariant);
+      next.visibleVariant = toNumber(event.variantId ?? next.visibleVariant);
       if (event.paramValues) next.paramValues = { ...event.paramValues };
       next.pendingEventSeq = entry.seq ?? next.pendingEventSeq;
       next.pendingEvent = pendingOf(event, context);
@@ -641,8 +664,9 @@ function applyCheckpoint(next: Loose, event: Loose, diagnostics: Diagnostic[]): 
       : "browser";
   const field = domain === "publication" ? "publicationCheckpointRevision" : "browserCheckpointRevision";
   const current = next[field] ?? (domain === "browser" ? next.checkpointRevision : 0) ?? 0;
-  // Plain JavaScript comparison, as in the seed, whatever type the revisions hold.
-  if ((event.revision ?? 0) >= current) {
+  // Plain JavaScript comparison, as in the seed, whatever type the revisions hold (but one that
+  // cannot be compared at all is stale, not a failure).
+  if (comparable(event.revision ?? 0) >= comparable(current)) {
     next.phase = event.phase ?? next.phase;
     next[field] = event.revision ?? current;
     if (domain === "browser") {
