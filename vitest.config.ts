@@ -1,3 +1,4 @@
+import { execFileSync } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import { defineConfig } from "vitest/config";
 
@@ -21,6 +22,20 @@ export const workspaceResolve = {
   ]),
 };
 
+/**
+ * The property tests' seed (test/harness/fast-check-seed.ts): `BERTH_FC_SEED` if given, else one
+ * derived from the commit checked out, else a constant.
+ */
+function propertySeed(): string {
+  if (process.env.BERTH_FC_SEED) return process.env.BERTH_FC_SEED;
+  try {
+    const head = execFileSync("git", ["rev-parse", "HEAD"], { cwd: here("."), encoding: "utf8", stdio: ["ignore", "pipe", "ignore"] });
+    return String(Number.parseInt(head.slice(0, 8), 16) | 0);
+  } catch {
+    return "20261130";
+  }
+}
+
 export default defineConfig({
   resolve: workspaceResolve,
   test: {
@@ -29,5 +44,7 @@ export default defineConfig({
     exclude: ["**/node_modules/**", "**/dist/**", "test/chaos/**"],
     testTimeout: 30_000,
     hookTimeout: 30_000,
+    env: { BERTH_FC_SEED: propertySeed() },
+    setupFiles: ["test/harness/fast-check-seed.ts"],
   },
 });
