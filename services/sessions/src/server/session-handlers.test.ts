@@ -574,6 +574,22 @@ describe("WatchSessions", () => {
     controller.abort();
   });
 
+  it("sends the change of a line another process wrote with a type that is no string, as an empty type", async () => {
+    const store = openStore();
+    const client = clientFor(store);
+    await client.appendEvent({ sessionId: "odd", event: generate() });
+    const controller = new AbortController();
+    const it = client.watchSessions({}, { signal: controller.signal })[Symbol.asyncIterator]();
+    // One change of our own first: once it is here, the watch is live.
+    const ours = it.next();
+    await client.appendEvent({ sessionId: "odd", event: phase("ours") });
+    expect((await ours).value!.kind.value).toMatchObject({ sessionId: "odd", lastSeq: 2n, type: "agent_phase" });
+    const line = { seq: 3, id: "odd", type: { toString: 0 }, ts: "2026-01-01T00:00:01.000Z", event: { type: "agent_phase", phase: { toString: 0 } } };
+    fs.appendFileSync(path.join(dir, "sessions", "odd.jsonl"), `${JSON.stringify(line)}\n`);
+    expect((await it.next()).value!.kind.value).toMatchObject({ sessionId: "odd", firstSeq: 3n, lastSeq: 3n, type: "" });
+    controller.abort();
+  });
+
   it("without include_current sends only new changes, and ends a lagging watcher with WatcherLagged", async () => {
     const store = openStore({ maxBuffered: 2 });
     const client = clientFor(store);

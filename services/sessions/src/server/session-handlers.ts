@@ -371,7 +371,8 @@ function sessionChange(change: SessionChange): SessionChangeMessage {
     sessionId: change.sessionId,
     lastSeq: BigInt(change.lastSeq),
     firstSeq: BigInt(change.firstSeq),
-    type: change.entry.type,
+    // A line another process wrote may hold anything there.
+    type: typeof change.entry.type === "string" ? change.entry.type : "",
   };
   const ts: Timestamp | undefined = isoToTimestamp(change.entry.ts);
   if (ts !== undefined) message.ts = ts;
