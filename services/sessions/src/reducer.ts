@@ -7,12 +7,14 @@
  * not validated here, as in the seed: a junk event can put any JSON value in a snapshot field, and
  * the declared field types describe what well-formed events produce.
  *
- * The one deliberate difference: `diagnostics` keeps the newest {@link MAX_DIAGNOSTICS} entries
- * and `diagnosticsTotal` counts every diagnostic ever recorded. The seed keeps them all, which
- * made every ignored event cost O(diagnostics so far). `diagnosticsTotal` appears only once more
- * than {@link MAX_DIAGNOSTICS} diagnostics have been recorded (read it as
- * `diagnosticsTotal ?? diagnostics.length`), so a snapshot with at most that many is exactly the
- * seed's snapshot, with no extra key.
+ * Two deliberate differences:
+ * - `diagnostics` keeps the newest {@link MAX_DIAGNOSTICS} entries and `diagnosticsTotal` counts
+ *   every diagnostic ever recorded. The seed keeps them all, which made every ignored event cost
+ *   O(diagnostics so far). `diagnosticsTotal` appears only once more than {@link MAX_DIAGNOSTICS}
+ *   diagnostics have been recorded (read it as `diagnosticsTotal ?? diagnostics.length`), so a
+ *   snapshot with at most that many is exactly the seed's snapshot, with no extra key.
+ * - A value JavaScript cannot turn into a primitive (see `isUnconvertible`), where the seed's rules
+ *   convert one, is read as NaN instead of throwing; on such an event the seed's store fails.
  */
 import { isGenerationFencedPhase } from "./vocabulary.js";
 
