@@ -17,6 +17,18 @@ export type BerthCode =
   | "cancelled"
   | "internal";
 
+/** What a client may do about an error beside reading its message. */
+export interface BerthErrorOptions {
+  /**
+   * The case, in UPPER_SNAKE_CASE, unique within the service (`SEQ_CONFLICT`, `WAIT_EXHAUSTED`):
+   * what a program branches on, sent as `google.rpc.ErrorInfo.reason`. Unset: the code's default
+   * reason (see {@link defaultReason}).
+   */
+  readonly reason?: string;
+  /** When retrying the same call later can succeed: how long to wait first (`google.rpc.RetryInfo`). */
+  readonly retryAfterMs?: number;
+}
+
 /** A refusal a person can act on: `message` says what happened and what to change. */
 export class BerthError extends Error {
   override name = "BerthError";
@@ -25,8 +37,31 @@ export class BerthError extends Error {
     message: string,
     /** The facts a client needs to react (current seq, lock holder, refusing gate…). */
     readonly details?: Record<string, unknown>,
+    readonly options: BerthErrorOptions = {},
   ) {
     super(message);
+  }
+
+  /** The case a program branches on (`ErrorInfo.reason`). */
+  get reason(): string {
+    return this.options.reason ?? defaultReason(this.code);
+  }
+}
+
+/**
+ * The reason an error carries when its thrower named none: one per code, for the generic cases
+ * (a bad field, a cancelled call, a shutdown). Errors with a more specific meaning name their own.
+ */
+export function defaultReason(code: BerthCode): string {
+  switch (code) {
+    case "invalid_argument":
+      return "INVALID_FIELD";
+    case "unavailable":
+      return "SHUTTING_DOWN";
+    case "cancelled":
+      return "CANCELLED";
+    default:
+      return code.toUpperCase();
   }
 }
 

@@ -1,6 +1,7 @@
 import { describe, expect, it } from "vitest";
-import { Code, createClient, createRouterTransport } from "@connectrpc/connect";
+import { Code, ConnectError, createClient, createRouterTransport } from "@connectrpc/connect";
 import { Health } from "@berth/api/grpc/health/v1/health_pb";
+import { ErrorInfoSchema } from "@berth/api/google/rpc/error_details_pb";
 import * as v1 from "@berth/api/grpc/reflection/v1/reflection_pb";
 import { bearerTokenMatches, createAuthInterceptor } from "./auth.js";
 import { createHealthService, HealthStatus, ServingStatus } from "./health.js";
@@ -40,8 +41,13 @@ describe("createAuthInterceptor", () => {
       }
       return undefined;
     };
-    await expect(list()).rejects.toMatchObject({ code: Code.Unauthenticated });
-    await expect(list({ authorization: "Bearer nope" })).rejects.toMatchObject({ code: Code.Unauthenticated });
+    const refusal = async (headers?: Record<string, string>) => ConnectError.from(await list(headers).then(() => undefined, (e: unknown) => e));
+    const missing = await refusal();
+    expect(missing.code).toBe(Code.Unauthenticated);
+    expect(missing.findDetails(ErrorInfoSchema)[0]).toMatchObject({ reason: "TOKEN_MISSING", domain: "grpc.reflection" });
+    const wrong = await refusal({ authorization: "Bearer nope" });
+    expect(wrong.code).toBe(Code.Unauthenticated);
+    expect(wrong.findDetails(ErrorInfoSchema)[0]?.reason).toBe("TOKEN_INVALID");
     await expect(list({ authorization: "Bearer t0ken" })).resolves.toBe("listServicesResponse");
   });
 

@@ -4,7 +4,9 @@
  * probe a server without holding its secret.
  */
 import { createHash, timingSafeEqual } from "node:crypto";
-import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
+import type { Interceptor } from "@connectrpc/connect";
+import { BerthError } from "../errors.js";
+import { berthErrorToConnect, errorDomainOf } from "./connect-errors.js";
 
 /** Services that answer without a token. */
 export const UNAUTHENTICATED_SERVICES: ReadonlySet<string> = new Set(["grpc.health.v1.Health"]);
@@ -27,8 +29,12 @@ export function createAuthInterceptor(token: string): Interceptor {
   const expected = digest(token);
   return (next) => async (req) => {
     if (!UNAUTHENTICATED_SERVICES.has(req.service.typeName)) {
-      if (!headerMatchesDigest(req.header.get("authorization"), expected)) {
-        throw new ConnectError(UNAUTHENTICATED_MESSAGE, Code.Unauthenticated);
+      const header = req.header.get("authorization");
+      if (!headerMatchesDigest(header, expected)) {
+        throw berthErrorToConnect(
+          new BerthError("unauthenticated", UNAUTHENTICATED_MESSAGE, undefined, { reason: header === null ? "TOKEN_MISSING" : "TOKEN_INVALID" }),
+          errorDomainOf(`/${req.service.typeName}/`),
+        );
       }
     }
     return next(req);

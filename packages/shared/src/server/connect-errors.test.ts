@@ -7,6 +7,7 @@ import { createGrpcTransport } from "@connectrpc/connect-node";
 import pino from "pino";
 import { implement, startServer } from "./start-server.js";
 import { BerthError, invalidArgument, type BerthCode } from "../errors.js";
+import { BadRequestSchema, ErrorInfoSchema, RetryInfoSchema } from "@berth/api/google/rpc/error_details_pb";
 import { connectCodeOf, createErrorInterceptor, ERROR_DETAILS_HEADER, INTERNAL_ERROR_MESSAGE, MAX_ERROR_MESSAGE_CHARS, toConnectError } from "./connect-errors.js";
 
 describe("toConnectError", () => {
@@ -27,25 +28,54 @@ describe("toConnectError", () => {
     for (const [berth, connect] of Object.entries(codes)) expect(connectCodeOf(berth as BerthCode)).toBe(connect);
   });
 
-  it("keeps the message and carries details as a Struct and an ASCII JSON header", () => {
+  it("keeps the message and carries details as a Struct and an ASCII JSON header with the reason", () => {
     const error = toConnectError(new BerthError("aborted", "lock held by build-7 since 12:00", { holder: "build-7", seq: 10n, nested: { ok: true }, skip: undefined, name: "ünï" }));
     expect(error.code).toBe(Code.Aborted);
     expect(error.rawMessage).toBe("lock held by build-7 since 12:00");
     expect(toJson(StructSchema, error.findDetails(StructSchema)[0]!)).toEqual({ holder: "build-7", seq: "10", nested: { ok: true }, name: "ünï" });
     const header = error.metadata.get(ERROR_DETAILS_HEADER)!;
     expect(header).toMatch(/^[\x20-\x7e]+$/);
-    expect(JSON.parse(header)).toEqual({ holder: "build-7", seq: "10", nested: { ok: true }, name: "ünï" });
+    expect(JSON.parse(header)).toEqual({ reason: "ABORTED", holder: "build-7", seq: "10", nested: { ok: true }, name: "ünï" });
   });
 
-  it("adds nothing when there are no details", () => {
-    const error = toConnectError(new BerthError("not_found", "no session abc"));
-    expect(error.details).toEqual([]);
-    expect(error.metadata.has(ERROR_DETAILS_HEADER)).toBe(false);
+  it("names every error's case in an ErrorInfo of the method's service, with its details as string metadata", () => {
+    const error = toConnectError(
+      new BerthError("aborted", "seq moved", { sessionId: "s1", currentSeq: 7n, expected: { seq: 5 } }, { reason: "SEQ_CONFLICT" }),
+      undefined,
+      "/berth.sessions.v1.SessionService/AppendEvent",
+    );
+    const [info] = error.findDetails(ErrorInfoSchema);
+    expect(info).toMatchObject({ reason: "SEQ_CONFLICT", domain: "berth.sessions", metadata: { sessionId: "s1", currentSeq: "7", expected: '{"seq":5}' } });
+    expect(error.findDetails(RetryInfoSchema)).toEqual([]);
+    const plain = toConnectError(new BerthError("not_found", "no session abc"), undefined, "/berth.locks.v1.LockService/Inspect");
+    expect(plain.findDetails(ErrorInfoSchema)).toEqual([expect.objectContaining({ reason: "NOT_FOUND", domain: "berth.locks" })]);
+    expect(JSON.parse(plain.metadata.get(ERROR_DETAILS_HEADER)!)).toEqual({ reason: "NOT_FOUND" });
+  });
+
+  it("adds a RetryInfo when a retry can succeed, and a BadRequest naming the field of an INVALID_ARGUMENT", () => {
+    const overtaken = toConnectError(new BerthError("unavailable", "overtaken", undefined, { reason: "APPEND_OVERTAKEN", retryAfterMs: 250 }));
+    expect(overtaken.findDetails(RetryInfoSchema)[0]?.retryDelay).toMatchObject({ seconds: 0n, nanos: 250_000_000 });
+    const bad = toConnectError(invalidArgument("session_id", "must match [A-Za-z0-9_-]{1,128}"));
+    expect(bad.findDetails(ErrorInfoSchema)[0]?.reason).toBe("INVALID_FIELD");
+    expect(bad.findDetails(BadRequestSchema)[0]?.fieldViolations).toEqual([
+      expect.objectContaining({ field: "session_id", description: "must match [A-Za-z0-9_-]{1,128}", reason: "INVALID_FIELD" }),
+    ]);
+  });
+
+  it("gives errors raised outside berth's code the reason of their code, and UNAVAILABLE a retry delay", () => {
+    const shutdown = toConnectError(new ConnectError("server shutting down", Code.Unavailable), undefined, "/berth.budget.v1.BudgetService/Admit");
+    expect(shutdown.findDetails(ErrorInfoSchema)[0]).toMatchObject({ reason: "SHUTTING_DOWN", domain: "berth.budget" });
+    expect(shutdown.findDetails(RetryInfoSchema)).toHaveLength(1);
+    expect(toConnectError(new ConnectError("x", Code.OutOfRange)).findDetails(ErrorInfoSchema)[0]?.reason).toBe("OUT_OF_RANGE");
+    expect(toConnectError(new ConnectError("x", Code.DeadlineExceeded)).findDetails(ErrorInfoSchema)[0]?.reason).toBe("DEADLINE_EXCEEDED");
   });
 
   it("passes ConnectErrors through, maps aborts, hides everything else behind INTERNAL and logs it", () => {
     const original = new ConnectError("x", Code.OutOfRange);
-    expect(toConnectError(original)).toBe(original);
+    const passed = toConnectError(original);
+    expect([passed.code, passed.rawMessage]).toEqual([Code.OutOfRange, "x"]);
+    const named = toConnectError(passed);
+    expect(named).toBe(passed);
     expect(toConnectError(new DOMException("stop", "AbortError")).code).toBe(Code.Canceled);
     expect(toConnectError(new DOMException("late", "TimeoutError")).code).toBe(Code.DeadlineExceeded);
     const logged: unknown[] = [];

@@ -1,11 +1,14 @@
 /**
  * The one place where domain errors become RPC errors. Handlers throw `BerthError` (or let a bug
  * throw anything); the interceptor here turns that into a `ConnectError` with the matching code,
- * the same message, and the error's `details` where every client can read them.
+ * the same message, and the error's `details` where every client can read them. Every error leaves
+ * with a `google.rpc.ErrorInfo` naming its case (AIP-193), a `RetryInfo` when a retry can succeed,
+ * and a `BadRequest` naming the field of an INVALID_ARGUMENT.
  */
 import { Code, ConnectError, type Interceptor, type StreamResponse } from "@connectrpc/connect";
-import { fromJson, type JsonObject } from "@bufbuild/protobuf";
-import { StructSchema } from "@bufbuild/protobuf/wkt";
+import { create, fromJson, type JsonObject } from "@bufbuild/protobuf";
+import { durationFromMs, StructSchema } from "@bufbuild/protobuf/wkt";
+import { BadRequestSchema, ErrorInfoSchema, RetryInfoSchema } from "@berth/api/google/rpc/error_details_pb";
 import { isBerthError, type BerthCode, type BerthError } from "../errors.js";
 import { asInvalidArgumentIfDecodeError } from "./decode-errors.js";
 import type { ServerLogger } from "./logger.js";
@@ -85,14 +88,80 @@ export function boundedText(text: string, max: number): string {
   return out.replace(/[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/g, "\ufffd");
 }
 
-/** `BerthError` → `ConnectError`: same message (bounded), matching code, details as a Struct and a header. */
-export function berthErrorToConnect(error: BerthError): ConnectError {
+/**
+ * `BerthError` → `ConnectError`: same message (bounded), matching code, an ErrorInfo with the
+ * error's reason and its details as string metadata, a RetryInfo when it has a retry delay, a
+ * BadRequest for a bad field, and the details as a Struct and as a JSON header (with the reason).
+ */
+export function berthErrorToConnect(error: BerthError, domain = ""): ConnectError {
   const code = connectCodeOf(error.code);
   const message = boundedText(error.message, MAX_ERROR_MESSAGE_CHARS);
   const details = jsonDetails(error.details);
-  const header = details === undefined ? undefined : asciiJson(details);
-  if (details === undefined || header === undefined || header.length > MAX_DETAILS_JSON_CHARS) return new ConnectError(message, code, undefined, undefined, error);
-  return new ConnectError(message, code, { [ERROR_DETAILS_HEADER]: header }, [{ desc: StructSchema, value: fromJson(StructSchema, details) }], error);
+  const wire: OutgoingDetail[] = [{ desc: ErrorInfoSchema, value: create(ErrorInfoSchema, { reason: error.reason, domain, metadata: stringMetadata(details) }) }];
+  if (error.options.retryAfterMs !== undefined) wire.push(retryInfo(error.options.retryAfterMs));
+  if (error.code === "invalid_argument" && typeof details?.field === "string") {
+    wire.push({
+      desc: BadRequestSchema,
+      value: create(BadRequestSchema, { fieldViolations: [{ field: details.field, description: typeof details.rule === "string" ? details.rule : message, reason: error.reason }] }),
+    });
+  }
+  const header = asciiJson({ reason: error.reason, ...details });
+  if (details === undefined || header.length > MAX_DETAILS_JSON_CHARS) return new ConnectError(message, code, { [ERROR_DETAILS_HEADER]: asciiJson({ reason: error.reason }) }, wire, error);
+  wire.push({ desc: StructSchema, value: fromJson(StructSchema, details) });
+  return new ConnectError(message, code, { [ERROR_DETAILS_HEADER]: header }, wire, error);
+}
+
+/** A detail as a handler attaches it: a message with its schema. */
+type OutgoingDetail = Extract<ConnectError["details"][number], { desc: unknown }>;
+
+/** The delay a client should wait before retrying a call the service was too busy or too closed to take. */
+export const UNAVAILABLE_RETRY_AFTER_MS = 1000;
+
+/**
+ * The reason of an error that reached the client without one of berth's own (raised by Connect,
+ * by the transport, or by a bug): one per code.
+ */
+function reasonOfCode(code: Code): string {
+  switch (code) {
+    // A request that did not decode or broke a rule Connect checks.
+    case Code.InvalidArgument:
+      return "INVALID_FIELD";
+    // Connect's read and write limits.
+    case Code.ResourceExhausted:
+      return "MESSAGE_TOO_LARGE";
+    // The server closing its streams as it stops.
+    case Code.Unavailable:
+      return "SHUTTING_DOWN";
+    case Code.Canceled:
+      return "CANCELLED";
+    case Code.Unauthenticated:
+      return "TOKEN_INVALID";
+    default:
+      return Code[code].replace(/([a-z])([A-Z])/g, "$1_$2").toUpperCase();
+  }
+}
+
+function retryInfo(ms: number): OutgoingDetail {
+  return { desc: RetryInfoSchema, value: create(RetryInfoSchema, { retryDelay: durationFromMs(Math.max(0, Math.round(ms))) }) };
+}
+
+/** `error` with an ErrorInfo of `domain` when it has none yet (and a RetryInfo for UNAVAILABLE); the same object when it has one. */
+export function withErrorInfo(error: ConnectError, domain: string): ConnectError {
+  if (error.findDetails(ErrorInfoSchema).length > 0) return error;
+  const copy = new ConnectError(error.rawMessage, error.code, error.metadata, undefined, error.cause);
+  copy.details.push(...error.details, { desc: ErrorInfoSchema, value: create(ErrorInfoSchema, { reason: reasonOfCode(error.code), domain }) });
+  if (error.code === Code.Unavailable && error.findDetails(RetryInfoSchema).length === 0) copy.details.push(retryInfo(UNAVAILABLE_RETRY_AFTER_MS));
+  return copy;
+}
+
+/**
+ * The ErrorInfo domain of a method's errors: the first two parts of its service's name
+ * (`berth.sessions`, `berth.locks`, `berth.budget`, `grpc.health`).
+ */
+export function errorDomainOf(method: string | undefined): string {
+  if (method === undefined) return "";
+  const typeName = method.split("/")[1] ?? "";
+  return typeName.split(".").slice(0, 2).join(".");
 }
 
 /**
@@ -122,8 +191,12 @@ function boundedConnectError(error: ConnectError): ConnectError {
  * sent: it may hold paths or data).
  */
 export function toConnectError(error: unknown, logger?: ServerLogger, method?: string): ConnectError {
+  return withErrorInfo(toConnectErrorAsThrown(error, logger, method), errorDomainOf(method));
+}
+
+function toConnectErrorAsThrown(error: unknown, logger?: ServerLogger, method?: string): ConnectError {
   if (error instanceof ConnectError) return boundedConnectError(asInvalidArgumentIfDecodeError(error));
-  if (isBerthError(error)) return berthErrorToConnect(error);
+  if (isBerthError(error)) return berthErrorToConnect(error, errorDomainOf(method));
   if (isPeerGone(error)) return new ConnectError("the client went away", Code.Canceled, undefined, undefined, error);
   if (error instanceof Error && error.name === "AbortError") {
     return new ConnectError("the call was cancelled", Code.Canceled, undefined, undefined, error);
@@ -196,6 +269,16 @@ function jsonDetails(details: Record<string, unknown> | undefined): JsonObject |
   } catch {
     return undefined;
   }
+}
+
+/** Details as ErrorInfo metadata: strings as they are, other values as their JSON. */
+function stringMetadata(details: JsonObject | undefined): Record<string, string> {
+  const metadata: Record<string, string> = {};
+  if (details === undefined) return metadata;
+  for (const [key, value] of Object.entries(details)) {
+    metadata[key] = typeof value === "string" ? value : boundedText(JSON.stringify(value), MAX_DETAIL_STRING_CHARS);
+  }
+  return metadata;
 }
 
 /** HTTP header values must be ASCII: escape everything else as JSON `\uXXXX`. */

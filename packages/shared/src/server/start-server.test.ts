@@ -18,6 +18,7 @@ import { Health, HealthCheckResponse_ServingStatus as Status } from "@berth/api/
 import { BerthError } from "../errors.js";
 import { ERROR_DETAILS_HEADER, INTERNAL_ERROR_MESSAGE } from "./connect-errors.js";
 import { installSignalHandlers } from "./signal-handlers.js";
+import { ErrorInfoSchema } from "@berth/api/google/rpc/error_details_pb";
 import { implement, startServer, type RunningServer, type StartServerOptions } from "./start-server.js";
 
 const run = promisify(execFile);
@@ -289,7 +290,8 @@ describe("errors", () => {
       expect(error?.rawMessage).toBe("expected seq 3 but the journal is at 5");
       const [details] = error!.findDetails(StructSchema);
       expect(toJson(StructSchema, details!)).toEqual({ current_seq: 5, session: "é" });
-      expect(JSON.parse(error!.metadata.get(ERROR_DETAILS_HEADER)!)).toEqual({ current_seq: 5, session: "é" });
+      expect(JSON.parse(error!.metadata.get(ERROR_DETAILS_HEADER)!)).toEqual({ reason: "FAILED_PRECONDITION", current_seq: 5, session: "é" });
+      expect(error!.findDetails(ErrorInfoSchema)).toEqual([expect.objectContaining({ reason: "FAILED_PRECONDITION", metadata: { current_seq: "5", session: "é" } })]);
     }
   });
 
