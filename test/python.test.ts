@@ -174,7 +174,7 @@ describe.skipIf(missing !== undefined)("Python client (grpcio 1.51 + stubs from 
     try {
       // The token: refused without it (or with a wrong one), health open, raw stubs carry it too.
       const tokenStep = await python.step("token");
-      expect(tokenStep).toMatchObject({ without: "UNAUTHENTICATED", health_without: "SERVING", with_token: "SERVING", raw_stub_has_session: false });
+      expect(tokenStep).toMatchObject({ without: "UNAUTHENTICATED", without_reason: "TOKEN_MISSING", health_without: "SERVING", with_token: "SERVING", raw_stub_has_session: false });
       expect(tokenStep.message).toMatch(/bearer token/i);
 
       // Append and read back: typed events with extra keys, an idempotent retry, a seq conflict.
@@ -270,7 +270,7 @@ describe.skipIf(missing !== undefined)("Python client (grpcio 1.51 + stubs from 
 
       // INVALID_ARGUMENT names the field, in the Struct detail and the berth-error-details trailer.
       const invalid = await python.step("invalid_argument");
-      expect(invalid).toMatchObject({ code: "INVALID_ARGUMENT", field: "session_id", budget_field: "need.items[0].spec.memory", event_field: "event.generate.extra.pageUrl" });
+      expect(invalid).toMatchObject({ code: "INVALID_ARGUMENT", field: "session_id", reason: "INVALID_FIELD", violations: ["session_id"], budget_field: "need.items[0].spec.memory", event_field: "event.generate.extra.pageUrl" });
       expect(invalid.struct_detail).toMatchObject({ field: "session_id", rule: invalid.rule });
       expect(String(invalid.message)).toMatch(/^session_id: /);
 

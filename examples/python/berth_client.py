@@ -52,13 +52,15 @@ if _STUBS not in sys.path:
     sys.path.insert(0, _STUBS)
 
 from google.protobuf import any_pb2, json_format, struct_pb2  # noqa: E402
-from google.protobuf import descriptor_pb2, descriptor_pool, duration_pb2, message_factory  # noqa: E402
+from google.protobuf import duration_pb2  # noqa: E402
 from google.protobuf.message import Message  # noqa: E402
 
 from berth.budget.v1 import budget_pb2, budget_service_pb2, budget_service_pb2_grpc  # noqa: E402
 from berth.sessions.v1 import events_pb2, lock_service_pb2, lock_service_pb2_grpc  # noqa: E402
 from berth.sessions.v1 import session_service_pb2, session_service_pb2_grpc, snapshot_pb2  # noqa: E402
+import error_details_pb2  # noqa: E402
 import health_pb2  # noqa: E402
+import status_pb2  # noqa: E402
 import health_pb2_grpc  # noqa: E402
 
 __all__ = [
@@ -97,8 +99,9 @@ class BerthError(Exception):
     """A failed berth call: its gRPC code, the service's message, and the facts it sent.
 
     ``details`` are the typed details of ``grpc-status-details-bin``, unpacked into their generated
-    classes where this module knows the type (``LockHeld``, ``SeqConflict``, ``FenceRejected``,
-    ``WatcherLagged``, ``Refusal``, ``Struct``) and left as ``Any`` otherwise. ``facts`` is the JSON
+    classes where this module knows the type (``ErrorInfo``, ``RetryInfo``, ``BadRequest``,
+    ``LockHeld``, ``SeqConflict``, ``FenceRejected``, ``WatcherLagged``, ``Refusal``, ``Struct``)
+    and left as ``Any`` otherwise; ``reason`` and ``retry_after`` read the first two. ``facts`` is the JSON
     object of the ``berth-error-details`` trailer (the same facts as the Struct detail: ``field`` and
     ``rule`` for INVALID_ARGUMENT, the current seq of a conflict, the holder of a lock...).
     """
@@ -118,43 +121,32 @@ class BerthError(Exception):
         return None
 
     @property
+    def reason(self) -> Optional[str]:
+        """The case, as the service names it (``SEQ_CONFLICT``, ``WAIT_EXHAUSTED``...): ``google.rpc.ErrorInfo.reason``."""
+        info = self.detail(error_details_pb2.ErrorInfo)
+        return info.reason if info is not None else None
+
+    @property
+    def retry_after(self) -> Optional[float]:
+        """Seconds to wait before retrying, when the service says a retry can succeed (``google.rpc.RetryInfo``)."""
+        info = self.detail(error_details_pb2.RetryInfo)
+        return info.retry_delay.ToTimedelta().total_seconds() if info is not None else None
+
+    @property
     def field(self) -> Optional[str]:
         """For INVALID_ARGUMENT: the request field that was wrong (``session_id``, ``event``...)."""
         value = self.facts.get("field")
         return value if isinstance(value, str) else None
 
 
-def _status_class() -> type:
-    """google.rpc.Status: from googleapis-common-protos when installed, else built here (3 fields)."""
-    try:
-        from google.rpc import status_pb2  # type: ignore[import-not-found]
-
-        return status_pb2.Status
-    except ImportError:
-        pass
-    # A private pool, so that a later import of googleapis' status_pb2 does not clash with this one.
-    pool = descriptor_pool.DescriptorPool()
-    pool.Add(descriptor_pb2.FileDescriptorProto.FromString(any_pb2.DESCRIPTOR.serialized_pb))
-    file = descriptor_pb2.FileDescriptorProto(name="berth_client/google/rpc/status.proto", package="google.rpc", syntax="proto3")
-    file.dependency.append("google/protobuf/any.proto")
-    status = file.message_type.add(name="Status")
-    fd = descriptor_pb2.FieldDescriptorProto
-    status.field.add(name="code", number=1, type=fd.TYPE_INT32, label=fd.LABEL_OPTIONAL)
-    status.field.add(name="message", number=2, type=fd.TYPE_STRING, label=fd.LABEL_OPTIONAL)
-    status.field.add(name="details", number=3, type=fd.TYPE_MESSAGE, label=fd.LABEL_REPEATED, type_name=".google.protobuf.Any")
-    pool.Add(file)
-    descriptor = pool.FindMessageTypeByName("google.rpc.Status")
-    get_class = getattr(message_factory, "GetMessageClass", None)
-    return get_class(descriptor) if get_class else message_factory.MessageFactory(pool).GetPrototype(descriptor)
-
-
-_Status = _status_class()
-
 # The detail types berth sends, by their full proto name.
 _DETAIL_TYPES: dict = {
     cls.DESCRIPTOR.full_name: cls
     for cls in (
         struct_pb2.Struct,
+        error_details_pb2.ErrorInfo,
+        error_details_pb2.RetryInfo,
+        error_details_pb2.BadRequest,
         lock_service_pb2.LockHeld,
         session_service_pb2.SeqConflict,
         session_service_pb2.FenceRejected,
@@ -182,7 +174,7 @@ def error_from_rpc(error: grpc.RpcError) -> BerthError:
     details: list = []
     raw = _trailer(error, STATUS_DETAILS_TRAILER)
     if isinstance(raw, bytes):
-        status = _Status.FromString(raw)
+        status = status_pb2.Status.FromString(raw)
         for packed in status.details:
             name = packed.type_url.rsplit("/", 1)[-1]
             cls = _DETAIL_TYPES.get(name)

@@ -63,7 +63,7 @@ def token_steps(berth: Berth) -> None:
     finally:
         os.environ["BERTH_TOKEN"] = token
     has = berth.sessions.HasSession(session_service_pb2.HasSessionRequest(session_id=SESSION), timeout=10)  # a raw stub call carries it too
-    emit("token", without=missing.code.name, message=missing.message, health_without=health, with_token=berth.health(), raw_stub_has_session=has.exists)
+    emit("token", without=missing.code.name, without_reason=missing.reason, message=missing.message, health_without=health, with_token=berth.health(), raw_stub_has_session=has.exists)
 
 
 def append_steps(berth: Berth) -> None:
@@ -177,6 +177,8 @@ def invalid_argument_steps(berth: Berth) -> None:
         code=bad_id.code.name,
         message=bad_id.message,
         field=bad_id.field,
+        reason=bad_id.reason,
+        violations=[v.field for d in bad_id.details if type(d).__name__ == "BadRequest" for v in d.field_violations],
         rule=bad_id.facts.get("rule"),
         struct_detail=struct,
         budget_field=bad_size.field,

@@ -3,8 +3,9 @@
 #
 #   examples/python/generate.sh [OUT_DIR]
 #
-# OUT_DIR then holds `berth/sessions/v1/*_pb2.py`, `berth/budget/v1/*_pb2.py` (messages, with .pyi
-# type hints), their `*_pb2_grpc.py` service stubs, and `health_pb2*.py` for grpc.health.v1. Put
+# OUT_DIR then holds `berth/{sessions,locks,budget}/v1/*_pb2.py` (messages, with .pyi type hints),
+# their `*_pb2_grpc.py` service stubs, `health_pb2*.py` for grpc.health.v1, and `status_pb2.py` and
+# `error_details_pb2.py` for google.rpc (what berth's errors carry). Put
 # OUT_DIR on sys.path (berth_client.py does it for the default folder). Nothing generated is kept
 # in git: proto/ is the source.
 #
@@ -70,5 +71,10 @@ fi
 # `grpc/` folder that hides the grpcio module. The wire names (package grpc.health.v1) are the same.
 "$protoc" -I "$proto/grpc/health/v1" --python_out="$out" --pyi_out="$out" health.proto
 "$python" -m grpc_tools.protoc -I "$proto/grpc/health/v1" --grpc_python_out="$out" health.proto
+
+# google.rpc's Status and error details (ErrorInfo, RetryInfo, BadRequest), which berth's errors
+# carry in grpc-status-details-bin; compiled as top-level `status.proto` and `error_details.proto`
+# for the same reason (a `google/` folder would hide the protobuf runtime's own `google` package).
+"$protoc" -I "$proto/google/rpc" "${includes[@]}" --python_out="$out" --pyi_out="$out" status.proto error_details.proto
 
 echo "generated Python stubs in $out"
