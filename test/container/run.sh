@@ -7,14 +7,22 @@
 # when no engine answers (and stops that engine at the end), makes the node:20-bookworm-slim
 # stand-in with ../shared/container/base-image.sh when the image is absent, then: validates the
 # compose file, builds the image, brings the stack up on free loopback ports under its own project
-# name, waits for both healthchecks, appends an event, admits a need (Check, Reserve, Release),
-# registers a host process in the running tally and sees it end with that process (the host pid
-# namespace), checks the journal survives `down` and `up`, checks `docker stop` takes < 3 s, and
-# tears everything down (containers, volume, the image it built).
+# name, run from a scratch project (mounted at its own path, its live directory served in place),
+# checks the compose limits reached the containers, waits for both healthchecks, appends an event
+# (its journal lands in the project), admits a need (Check, Reserve, Release), registers a host
+# process in the running tally and sees it end with that process (the host pid namespace), takes a
+# source lock on the host with the seed's lock-file protocol and sees the containerised service
+# honour it (Inspect names the host holder, Acquire waits for it) and the reverse (a host process
+# using the seed's protocol waits for a lock the container holds), checks the journal and the
+# fencing tokens survive `down` and `up`, checks `docker stop` takes < 3 s, and tears everything
+# down (containers, volume, the image it built, the scratch project).
 #
-# Typical duration, measured on a 2-core machine: 45-85 s with the base image and the build cache in
-# place (the TypeScript stage rebuilds when sources changed); about 5 min 15 s without them (base
-# image ~1 min 45 s, cold build ~3 min), plus the one-time apt install of docker.io (~1 min). Every
+# The host side of the lock checks runs the seed's protocol from services/sessions/dist: build the
+# repository first (`npm ci` does; `npm run build` after a change).
+#
+# Typical duration, measured on a 2-core machine: about 75 s with the base image and the build cache
+# in place (the TypeScript stage rebuilds when sources changed); about 5 min 45 s without them (base
+# image ~1 min 50 s, cold build ~3 min), plus the one-time apt install of docker.io (~1 min). Every
 # step prints its elapsed time.
 #
 # Environment:
@@ -46,10 +54,14 @@ cache_deps="berth-test-cache:deps"
 engine_pid=""
 engine_log=""
 sleeper_pid=""
+seed_pids=()
 stack_up=0
 work=$(mktemp -d)
+# The user's project, made below. Not under /tmp, which is a tmpfs inside the containers.
+project_dir=""
 
-compose() { docker-compose -p "$project" -f "$repo/docker-compose.yml" "$@"; }
+# Run from the project, as a user would: the compose file mounts $PWD at the same path.
+compose() { (cd "${project_dir:-$repo}" && docker-compose -p "$project" -f "$repo/docker-compose.yml" "$@"); }
 
 cleanup() {
   local status=$?
@@ -60,6 +72,7 @@ cleanup() {
     compose logs --no-color --tail=30 >&2 2>&1
   fi
   [ -n "$sleeper_pid" ] && kill "$sleeper_pid" 2>/dev/null
+  for pid in "${seed_pids[@]}"; do kill "$pid" 2>/dev/null; done
   if [ "$stack_up" -eq 1 ]; then
     step "teardown: down -v (containers, network, state volume)"
     compose down -v --remove-orphans -t 5 >/dev/null 2>&1 || echo "  (down -v failed)" >&2
@@ -85,6 +98,7 @@ cleanup() {
     wait "$engine_pid" 2>/dev/null
     done_step
   fi
+  [ -n "$project_dir" ] && rm -rf "$project_dir"
   rm -rf "$work"
   if [ "$status" -eq 0 ]; then
     printf '[container %6ss] passed\n' "$(elapsed "$started_at")"
@@ -153,6 +167,59 @@ wait_healthy() {
   done
 }
 
+now_ms() { date +%s%3N; }
+
+# ms_of RFC3339: milliseconds since the epoch (host and containers share one kernel clock).
+ms_of() { node -e 'const t = Date.parse(process.argv[1]); if (Number.isNaN(t)) process.exit(3); console.log(t)' "$1"; }
+
+# seed_start NAME WAIT_MS [UMASK]: a host process that takes $lock_file's lock with the seed's
+# lock-file protocol (services/sessions/dist/locks/testing/seed-holder-child.js, the seed's
+# withSourceLockSync step by step), waiting up to WAIT_MS, and holds it until seed_release NAME.
+# It prints JSON lines to $work/NAME.out: started {at} as it begins trying, then acquired
+# {lockPath, pid, at} and released {at}, or locked {at} (exit 3) when the wait ran out. Sets
+# NAME_pid and NAME_fd. It runs as this script's user (root in CI) with the usual umask, 022, unless
+# UMASK says otherwise: the seed creates its lock file with open(..., "wx"), so the umask decides
+# whether the containers' uid can read it.
+seed_start() {
+  local name=$1 wait_ms=$2 mask=${3:-022} pid fd
+  mkfifo "$work/$name.in"
+  (
+    umask "$mask"
+    exec node "$seed_child" "{\"liveDir\":\"$live_dir\",\"cwd\":\"$project_dir\",\"file\":\"$lock_file\",\"owner\":\"host-seed-$name\",\"waitMs\":$wait_ms}" \
+      <"$work/$name.in" >"$work/$name.out" 2>"$work/$name.err"
+  ) &
+  pid=$!
+  seed_pids+=("$pid")
+  # Hold the write end open: the child blocks reading stdin (holding the lock) until a line comes.
+  exec {fd}>"$work/$name.in"
+  printf -v "${name}_pid" '%s' "$pid"
+  printf -v "${name}_fd" '%s' "$fd"
+}
+
+seed_release() {
+  local fd_var="${1}_fd" fd
+  fd=${!fd_var}
+  printf 'release\n' >&"$fd"
+  eval "exec $fd>&-"
+}
+
+# seed_event NAME EVENT [SECONDS]: waits (bounded) for the child's EVENT line; prints it.
+seed_event() {
+  local deadline=$(($(date +%s) + ${3:-30})) line pid_var="${1}_pid"
+  while :; do
+    line=$(grep -m1 "\"event\":\"$2\"" "$work/$1.out" 2>/dev/null || true)
+    [ -n "$line" ] && { printf '%s' "$line"; return 0; }
+    if ! kill -0 "${!pid_var}" 2>/dev/null; then
+      sleep 0.05
+      line=$(grep -m1 "\"event\":\"$2\"" "$work/$1.out" 2>/dev/null || true)
+      [ -n "$line" ] && { printf '%s' "$line"; return 0; }
+      fail "the seed process $1 exited without '$2': $(cat "$work/$1.out" "$work/$1.err" 2>/dev/null | tail -5)"
+    fi
+    [ "$(date +%s)" -lt "$deadline" ] || fail "the seed process $1 did not report '$2' within ${3:-30} s: $(cat "$work/$1.out" 2>/dev/null)"
+    sleep 0.05
+  done
+}
+
 # --- 1. tools ---------------------------------------------------------------------------------------
 step "tools: docker, dockerd, docker-compose, debootstrap, curl, node"
 missing=()
@@ -162,6 +229,8 @@ command -v docker-compose >/dev/null || missing+=(docker-compose)
 command -v debootstrap >/dev/null || missing+=(debootstrap)
 command -v curl >/dev/null || missing+=(curl)
 command -v node >/dev/null || fail "node is not on PATH (the test uses it to find free ports and read JSON)"
+seed_child="$repo/services/sessions/dist/locks/testing/seed-holder-child.js"
+[ -f "$seed_child" ] || fail "$seed_child is missing: build the repository first (npm run build)"
 if [ "${#missing[@]}" -gt 0 ]; then
   [ "$(id -u)" -eq 0 ] || fail "missing ${missing[*]}: install them (apt-get install docker.io docker-compose debootstrap curl) or run as root"
   mapfile -t missing < <(printf '%s\n' "${missing[@]}" | sort -u)
@@ -241,16 +310,43 @@ sessions_port=$(free_port)
 budget_port=$(free_port)
 while [ "$budget_port" = "$sessions_port" ]; do budget_port=$(free_port); done
 token="ct-$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')"
-# The token and a policy setting come from an env file, as a user's deploy/berth.env would give them.
+# The user's project: a directory of the uid the containers run as (BERTH_UID, default 1000, the
+# image's node user), with a source file to lock. Its real path, as the compose file asks.
+project_dir=$(mktemp -d /var/tmp/berth-container-project.XXXXXX)
+project_dir=$(realpath "$project_dir")
+mkdir "$project_dir/src"
+printf 'body { color: teal; }\n' >"$project_dir/src/app.css"
+chown -R 1000:1000 "$project_dir"
+live_dir="$project_dir/.impeccable/live"
+lock_file="$project_dir/src/app.css"
+# The token, a policy setting and the live directory come from an env file, as a user's
+# deploy/berth.env would give them.
 cat >"$work/berth.env" <<EOF
 BERTH_TOKEN=$token
 BERTH_BUDGET_CPU_PRESSURE=100
+BERTH_LIVE_DIR=.impeccable/live
 EOF
 chmod 0600 "$work/berth.env"
 export BERTH_IMAGE="$image" BERTH_SESSIONS_PORT="$sessions_port" BERTH_BUDGET_PORT="$budget_port" BERTH_ENV_FILE="$work/berth.env"
 stack_up=1
 compose up -d --no-build >"$work/up.log" 2>&1 || { cat "$work/up.log" >&2; fail "docker-compose up failed"; }
-done_step "sessions on 127.0.0.1:$sessions_port, budget on 127.0.0.1:$budget_port"
+done_step "sessions on 127.0.0.1:$sessions_port, budget on 127.0.0.1:$budget_port, project $project_dir"
+
+step "the compose file's limits and hardening reached the containers"
+# No `version:` key: the Compose specification must still apply mem_limit, cpus and pids_limit.
+check_container() {
+  local service=$1 want=$2 got
+  got=$(docker inspect --format '{{.HostConfig.Memory}} {{.HostConfig.NanoCpus}} {{.HostConfig.PidsLimit}} {{.HostConfig.ReadonlyRootfs}} {{.HostConfig.CapDrop}} {{.Config.User}} {{.HostConfig.NetworkMode}} {{.HostConfig.PidMode}}' "$3")
+  [ "$got" = "$want" ] || fail "$service: memory, cpus, pids, read-only, cap_drop, user, network, pid are '$got', expected '$want'"
+}
+sessions_id=$(container_of sessions)
+check_container sessions "536870912 1000000000 256 true [ALL] 1000:1000 host host" "$sessions_id"
+check_container budget "268435456 500000000 128 true [ALL] 1000:1000 host host" "$(container_of budget)"
+mount=$(docker inspect --format '{{range .Mounts}}{{if eq .Type "bind"}}{{.Source}} -> {{.Destination}} rw={{.RW}}{{end}}{{end}}' "$sessions_id")
+[ "$mount" = "$project_dir -> $project_dir rw=true" ] || fail "sessions: the project is not mounted at its own path: $mount"
+workdir=$(docker inspect --format '{{.Config.WorkingDir}}' "$sessions_id")
+[ "$workdir" = "$project_dir" ] || fail "sessions: working directory '$workdir', expected the project $project_dir"
+done_step "512 MiB / 1 cpu / 256 pids and 256 MiB / 0.5 cpu / 128 pids; project at its own path"
 
 step "waiting for both healthchecks (grpc.health.v1 through healthcheck.mjs)"
 wait_healthy 90
@@ -272,7 +368,11 @@ rpc_ok "$sessions_port" berth.sessions.v1.SessionService/AppendEvent \
   "{\"sessionId\":\"$session\",\"event\":{\"generate\":{\"pageUrl\":\"http://localhost:3000\",\"count\":3}}}"
 [ "$(json .seq <<<"$body")" = 1 ] || fail "AppendEvent: $body"
 [ "$(json .snapshot.phase <<<"$body")" = generate_requested ] || fail "AppendEvent snapshot: $body"
-done_step "seq 1, phase generate_requested"
+# BERTH_LIVE_DIR=.impeccable/live, relative to the service's working directory: the project.
+journal="$live_dir/sessions/$session.jsonl"
+[ -f "$journal" ] || fail "the journal is not in the project's live directory on the host ($journal): $(ls -la "$live_dir/sessions" 2>&1)"
+[ "$(stat -c %u "$journal")" = 1000 ] || fail "the journal belongs to uid $(stat -c %u "$journal"), expected the containers' 1000"
+done_step "seq 1, phase generate_requested; journal at $journal on the host"
 
 step "admit a need (budget: Check, Reserve, Release)"
 need='{"items":[{"kind":"NEED_ITEM_KIND_START","name":"container-test","cost":{"memoryBytes":"67108864","cpu":0.1}}]}'
@@ -307,6 +407,114 @@ lock_pid=$(compose exec -T sessions cat /var/lib/berth/sessions.lock | json .pid
 [ "$lock_pid" = "$sessions_pid" ] || fail "the election lock names pid $lock_pid, the service's host pid is $sessions_pid"
 done_step "entry gone after the pid exited; sessions.lock names host pid $sessions_pid"
 
+# --- 7b. source locks across the container boundary -------------------------------------------------
+# The seed's lock file of a path is <live>/locks/<sha256(path)[0:24]>.lock: with the project at the
+# same path inside and out, the host process and the service name the same file for the same path.
+step "a lock taken on the host with the seed's protocol: the containerised service sees its holder"
+seed_start seed_holder 0
+acquired=$(seed_event seed_holder acquired)
+lock_path=$(json .lockPath <<<"$acquired")
+# Created by root (this script's user in CI) under umask 022: the containers' uid can read it.
+[ "$(stat -c '%a' "$lock_path")" = 644 ] || fail "the seed's lock file is mode $(stat -c '%a' "$lock_path"), expected 644"
+rpc_ok "$sessions_port" berth.sessions.v1.LockService/Inspect "{\"file\":\"$lock_file\"}"
+[ "$(json .file <<<"$body")" = "$lock_file" ] || fail "Inspect: the service names the file differently: $body"
+[ "$(json .lockPath <<<"$body")" = "$lock_path" ] || fail "Inspect: the service's lock file is not the one the host process took ($lock_path): $body"
+[ "$(json .holder.kind <<<"$body")" = HOLDER_KIND_SEED_LOCK_FILE ] || fail "Inspect: no seed lock-file holder: $body"
+[ "$(json .holder.pid <<<"$body")" = "$seed_holder_pid" ] || fail "Inspect: the holder is not host pid $seed_holder_pid: $body"
+[ "$(json .holder.owner <<<"$body")" = host-seed-seed_holder ] || fail "Inspect: the holder's owner: $body"
+rpc "$sessions_port" berth.sessions.v1.LockService/Acquire "{\"file\":\"$lock_file\",\"owner\":\"container-test\",\"wait\":\"0s\",\"ttl\":\"60s\"}" "$token"
+[ "$http_status" = 409 ] && [ "$(json .code <<<"$body")" = aborted ] || fail "Acquire with wait 0 while the host holds it: expected 409 aborted, got HTTP $http_status $body"
+grep -q "pid $seed_holder_pid" <<<"$body" || fail "Acquire's refusal does not name the host holder (pid $seed_holder_pid): $body"
+done_step "Inspect names host pid $seed_holder_pid and $lock_path; Acquire without waiting is ABORTED"
+
+step "Acquire in the container waits for the host's seed-protocol lock, and gets it once released"
+(
+  curl -sS --max-time 90 -o "$work/acquire.json" -w '%{http_code}' -X POST \
+    -H 'content-type: application/json' -H 'connect-protocol-version: 1' -H "authorization: Bearer $token" \
+    -d "{\"file\":\"$lock_file\",\"owner\":\"container-test\",\"wait\":\"60s\",\"ttl\":\"120s\"}" \
+    "http://127.0.0.1:$sessions_port/berth.sessions.v1.LockService/Acquire" >"$work/acquire.status" 2>"$work/acquire.err"
+) &
+acquire_pid=$!
+deadline=$(($(date +%s) + 30))
+while rpc_ok "$sessions_port" berth.sessions.v1.LockService/Inspect "{\"file\":\"$lock_file\"}" && [ "$(json .waiters.0.owner <<<"$body")" != container-test ]; do
+  kill -0 "$acquire_pid" 2>/dev/null || fail "Acquire returned while the host process held the lock: HTTP $(cat "$work/acquire.status") $(cat "$work/acquire.json")"
+  [ "$(date +%s)" -lt "$deadline" ] || fail "the Acquire never queued behind the host's lock: $body"
+  sleep 0.05
+done
+[ "$(json .holder.pid <<<"$body")" = "$seed_holder_pid" ] || fail "Inspect while waiting: the holder is not host pid $seed_holder_pid: $body"
+kill -0 "$acquire_pid" 2>/dev/null || fail "Acquire returned while the host process held the lock: $(cat "$work/acquire.json")"
+seed_release seed_holder
+released=$(seed_event seed_holder released)
+acquire_status=0
+wait "$acquire_pid" || acquire_status=$?
+[ "$acquire_status" = 0 ] && [ "$(cat "$work/acquire.status")" = 200 ] || fail "Acquire after the host released: curl $acquire_status, HTTP $(cat "$work/acquire.status") $(cat "$work/acquire.json" "$work/acquire.err")"
+lease=$(cat "$work/acquire.json")
+lease_token=$(json .lease.leaseToken <<<"$lease")
+fencing_before=$(json .lease.fencingToken <<<"$lease")
+[ -n "$lease_token" ] && [ -n "$fencing_before" ] || fail "Acquire: no lease: $lease"
+released_ms=$(json .at <<<"$released")
+granted_ms=$(ms_of "$(json .lease.acquiredAt <<<"$lease")")
+# Never two holders: the service granted only after the host process had removed its file.
+[ "$granted_ms" -ge "$released_ms" ] || fail "the service granted the lock at $granted_ms, before the host process released it at $released_ms"
+seed_status=0
+wait "$seed_holder_pid" || seed_status=$?
+[ "$seed_status" = 0 ] || fail "the seed process exited $seed_status: $(cat "$work/seed_holder.err")"
+done_step "granted $((granted_ms - released_ms)) ms after the host process released (fencing token $fencing_before)"
+
+step "a lock held in the container: a host process using the seed's protocol sees a live holder and waits"
+[ -f "$lock_path" ] || fail "the service holds $lock_file but its lock file $lock_path is not on the host"
+[ "$(json .pid <"$lock_path")" = "$sessions_pid" ] || fail "the lock file names pid $(json .pid <"$lock_path"), the service's host pid is $sessions_pid"
+# Written by the containers' uid, readable by any host user's seed process.
+[ "$(stat -c '%a %u' "$lock_path")" = "644 1000" ] || fail "the service's lock file is mode/uid $(stat -c '%a %u' "$lock_path"), expected 644 1000"
+berth_file_token=$(json .token <"$lock_path")
+seed_start seed_blocked 1000
+blocked_from=$(json .at <<<"$(seed_event seed_blocked started)")
+locked=$(seed_event seed_blocked locked)
+blocked_status=0
+wait "$seed_blocked_pid" || blocked_status=$?
+[ "$blocked_status" = 3 ] || fail "the seed process that found the lock held exited $blocked_status, expected 3 (SOURCE_LOCKED)"
+eval "exec $seed_blocked_fd>&-"
+blocked_ms=$(($(json .at <<<"$locked") - blocked_from))
+[ "$blocked_ms" -ge 1000 ] || fail "the seed process gave up after $blocked_ms ms, before its 1000 ms wait: it did not wait for the holder"
+[ "$(json .token <"$lock_path")" = "$berth_file_token" ] || fail "the seed process replaced the service's live lock file"
+seed_start seed_waiter 60000
+seed_event seed_waiter started >/dev/null
+grep -q '"acquired"' "$work/seed_waiter.out" && fail "a host process took the lock the service holds"
+release_from=$(now_ms)
+rpc_ok "$sessions_port" berth.sessions.v1.LockService/Release "{\"leaseToken\":\"$lease_token\"}"
+[ "$(json .released <<<"$body")" = true ] || fail "Release: $body"
+waiter_acquired=$(seed_event seed_waiter acquired)
+waiter_ms=$(($(json .at <<<"$waiter_acquired") - release_from))
+[ "$waiter_ms" -ge 0 ] || fail "the host process took the lock before the service released it"
+rpc_ok "$sessions_port" berth.sessions.v1.LockService/Inspect "{\"file\":\"$lock_file\"}"
+[ "$(json .holder.pid <<<"$body")" = "$seed_waiter_pid" ] || fail "Inspect after the hand-back: the holder is not host pid $seed_waiter_pid: $body"
+seed_release seed_waiter
+seed_event seed_waiter released >/dev/null
+waiter_status=0
+wait "$seed_waiter_pid" || waiter_status=$?
+[ "$waiter_status" = 0 ] || fail "the seed process exited $waiter_status: $(cat "$work/seed_waiter.err")"
+[ ! -e "$lock_path" ] || fail "the lock file outlived both holders: $(cat "$lock_path")"
+done_step "a seed process waiting 1000 ms gave up after $blocked_ms ms; a waiting one got the lock $waiter_ms ms after Release was sent"
+
+step "a lock file the service may not read (root's, umask 077) still holds the lock"
+seed_start seed_private 0 077
+seed_event seed_private acquired >/dev/null
+[ "$(stat -c '%a %u' "$lock_path")" = "600 0" ] || fail "the private seed lock file is mode/uid $(stat -c '%a %u' "$lock_path"), expected 600 0"
+rpc_ok "$sessions_port" berth.sessions.v1.LockService/Inspect "{\"file\":\"$lock_file\"}"
+[ "$(json .holder.kind <<<"$body")" = HOLDER_KIND_SEED_LOCK_FILE ] || fail "Inspect: an unreadable lock file is not shown as a holder: $body"
+[ -z "$(json .holder.pid <<<"$body")" ] || fail "Inspect: the service read a pid from a file it may not read: $body"
+rpc "$sessions_port" berth.sessions.v1.LockService/Acquire "{\"file\":\"$lock_file\",\"owner\":\"container-test\",\"wait\":\"1s\",\"ttl\":\"60s\"}" "$token"
+[ "$http_status" = 409 ] && [ "$(json .code <<<"$body")" = aborted ] || fail "Acquire (1 s) while an unreadable lock file is there: expected 409 aborted, got HTTP $http_status $body"
+[ "$(stat -c '%a %u' "$lock_path" 2>/dev/null)" = "600 0" ] || fail "the unreadable lock file was removed or replaced while its holder lived"
+seed_release seed_private
+seed_event seed_private released >/dev/null
+private_status=0
+wait "$seed_private_pid" || private_status=$?
+[ "$private_status" = 0 ] || fail "the seed process exited $private_status: $(cat "$work/seed_private.err")"
+rpc_ok "$sessions_port" berth.sessions.v1.LockService/Acquire "{\"file\":\"$lock_file\",\"owner\":\"container-test\",\"wait\":\"0s\",\"ttl\":\"60s\"}"
+rpc_ok "$sessions_port" berth.sessions.v1.LockService/Release "{\"leaseToken\":\"$(json .lease.leaseToken <<<"$body")\"}"
+done_step "held by an unnamed holder (Inspect, Acquire ABORTED after its 1 s wait); free once removed"
+
 step "the berth command inside the containers (docker-compose exec, with the token from the env file)"
 out=$(compose exec -T sessions berth sessions get "$session" --json 2>&1) || fail "berth sessions get in the container: $out"
 grep -q '"pageUrl":"http://localhost:3000"' <<<"$out" || fail "berth sessions get in the container: $out"
@@ -327,6 +535,13 @@ rpc_ok "$sessions_port" berth.sessions.v1.SessionService/GetSnapshot "{\"session
 [ "$(json .exists <<<"$body")" = true ] && [ "$(json .lastSeq <<<"$body")" = 1 ] || fail "GetSnapshot after down/up: $body"
 [ "$(json .snapshot.pageUrl <<<"$body")" = http://localhost:3000 ] || fail "GetSnapshot after down/up: $body"
 done_step "lastSeq 1, pageUrl http://localhost:3000"
+
+step "the fencing tokens survived (the state volume)"
+rpc_ok "$sessions_port" berth.sessions.v1.LockService/Acquire "{\"file\":\"$lock_file\",\"owner\":\"container-test\",\"wait\":\"10s\",\"ttl\":\"60s\"}"
+fencing_after=$(json .lease.fencingToken <<<"$body")
+[ -n "$fencing_after" ] && [ "$fencing_after" -gt "$fencing_before" ] || fail "fencing token after down/up is '$fencing_after', not above $fencing_before: $body"
+rpc_ok "$sessions_port" berth.sessions.v1.LockService/Release "{\"leaseToken\":\"$(json .lease.leaseToken <<<"$body")\"}"
+done_step "$fencing_before before, $fencing_after after"
 
 # --- 9. stop ----------------------------------------------------------------------------------------
 for service in sessions budget; do

@@ -68,7 +68,9 @@ export interface LockFileRecord {
 export type LockFileState =
   | { state: "absent" }
   | { state: "readable"; record: Partial<LockFileRecord>; raw: string; mtimeMs: number; identity: FileIdentity }
-  | { state: "unreadable"; raw: string; mtimeMs: number; identity: FileIdentity };
+  | { state: "unreadable"; raw: string; mtimeMs: number; identity: FileIdentity }
+  /** There, but this process may not open it: another user's file, made under a umask that keeps others out. */
+  | { state: "forbidden"; mtimeMs: number; identity: FileIdentity };
 
 /**
  * Which file a path named when it was read: the same path may name another file later. The inode
@@ -91,8 +93,13 @@ export function readLockFile(lockPath: string): LockFileState {
   try {
     fd = fs.openSync(lockPath, "r");
   } catch (error) {
-    if ((error as NodeJS.ErrnoException).code === "ENOENT") return { state: "absent" };
-    throw error;
+    const code = (error as NodeJS.ErrnoException).code;
+    if (code === "ENOENT") return { state: "absent" };
+    if (code !== "EACCES" && code !== "EPERM") throw error;
+    // Reading needs permission on the file; its times need only the directory's.
+    const stat = fs.lstatSync(lockPath, { bigint: true, throwIfNoEntry: false });
+    if (stat === undefined) return { state: "absent" };
+    return { state: "forbidden", mtimeMs: Number(stat.mtimeMs), identity: { dev: stat.dev, ino: stat.ino, ctimeNs: stat.ctimeNs } };
   }
   try {
     // stat and read through one descriptor: both describe the same file even if the path changes.
@@ -129,6 +136,10 @@ export type LockFileVerdict = "held" | "stale";
 /** Judges an existing lock file by the seed's staleness rules. */
 export function judgeLockFile(seen: Exclude<LockFileState, { state: "absent" }>, judge: LockFileJudge = {}): LockFileVerdict {
   const now = judge.now ?? Date.now;
+  // Who holds it cannot be read, so neither can it be known that they are gone: held for as long as
+  // it is there. (The seed, which cannot tell this from a half-written file, sweeps it after 60 s:
+  // from a live holder, when that holder is another user's process.)
+  if (seen.state === "forbidden") return "held";
   if (seen.state === "unreadable") return now() - seen.mtimeMs > UNREADABLE_LOCK_STALE_MS ? "stale" : "held";
   const { pid, startTime, bootId, hostname } = seen.record;
   if (typeof pid !== "number") return "stale";
@@ -214,14 +225,17 @@ export interface ForeignLockHolder {
   pid?: number;
   /** When the holder took it (the record's `at`, else the file's mtime). */
   since: number;
-  /** False while the file cannot be parsed (a seed writer between create and write, or a wreck). */
+  /**
+   * False while the file cannot be parsed (a seed writer between create and write, or a wreck), or
+   * cannot be read at all (another user's file this service's uid may not open).
+   */
   readable: boolean;
   /** The record's token, when readable. */
   token?: string;
 }
 
 function holderOf(lockPath: string, seen: Exclude<LockFileState, { state: "absent" }>): ForeignLockHolder {
-  if (seen.state === "unreadable") return { lockFile: lockPath, since: seen.mtimeMs, readable: false };
+  if (seen.state === "unreadable" || seen.state === "forbidden") return { lockFile: lockPath, since: seen.mtimeMs, readable: false };
   const { owner, pid, at, token } = seen.record;
   const holder: ForeignLockHolder = { lockFile: lockPath, since: typeof at === "number" ? at : seen.mtimeMs, readable: true };
   if (typeof owner === "string") holder.owner = owner;
