@@ -88,9 +88,11 @@ export const SESSIONS_SETTINGS = defineConfig({
   projectRoot: {
     flag: "project-root",
     env: "BERTH_PROJECT_ROOT",
-    default: ".",
     parse: parseNonEmpty,
-    doc: "the project whose source files are locked: relative lock paths resolve against it (default: the current directory)",
+    doc:
+      "only for the seed's lock files: the project as its seed processes spell their working directory, when that is not its real path " +
+      "(a cwd given through a symlink); files under it get the lock files those processes name. Unset: lock files are named after " +
+      "canonical paths, as a seed process working in the project names them. Lock paths themselves are always absolute",
   },
 });
 
@@ -157,7 +159,7 @@ export function sessionServiceRegistration(store: SessionStore, context: ServerC
  * in `<state-dir>/locks/`.
  */
 export function openLocks(values: SessionsValues, logger: Logger): LockDomain {
-  const projectRoot = path.resolve(values.projectRoot);
+  const projectRoot = values.projectRoot === undefined ? undefined : path.resolve(values.projectRoot);
   const liveDir = path.resolve(values.liveDir ?? values.stateDir);
   // In the state directory the lock files are as private as the rest of it; in a project's live
   // directory they are readable like the seed's, for the project's seed processes.
