@@ -29,6 +29,7 @@ import { parseFlags, stringFlag, usageError, type FlagSpec } from "../args.js";
 import { createTransport, resolveEndpoint, UsageError, type Endpoint } from "../client/connect.js";
 import { describeFailure, reportFailure } from "../client/errors.js";
 import { createHttp2Transport } from "../client/http2-transport.js";
+import { absoluteLockPath } from "../client/lock-path.js";
 import { progressFor, type Progress } from "../client/progress.js";
 import { relaySignals, signalExit } from "../client/wrapped-command.js";
 import { EXIT, type Command, type SubcommandHelp } from "../command.js";
@@ -175,8 +176,8 @@ function parse(action: "hold" | "inspect", argv: string[]): Invocation {
   const endpoint = resolveEndpoint({ url: stringFlag(values, "sessions-url"), urlEnv: "BERTH_SESSIONS_URL", defaultUrl: DEFAULT_SESSIONS_URL, tokenFile: stringFlag(values, "token-file") });
   return {
     action,
-    // The lock's key is the absolute path: resolve here, where "the current directory" means the user's.
-    file: path.resolve(file),
+    // Resolved here, where "the current directory" means the user's; the service refuses relative paths.
+    file: absoluteLockPath(file),
     owner: stringFlag(values, "owner") ?? defaultOwner(),
     waitMs,
     json: values.json === true,
