@@ -89,10 +89,8 @@ export const SESSIONS_SETTINGS = defineConfig({
     flag: "project-root",
     env: "BERTH_PROJECT_ROOT",
     parse: parseNonEmpty,
-    doc:
-      "only for the seed's lock files: the project as its seed processes spell their working directory, when that is not its real path " +
-      "(a cwd given through a symlink); files under it get the lock files those processes name. Unset: lock files are named after " +
-      "canonical paths, as a seed process working in the project names them. Lock paths themselves are always absolute",
+    // Lock paths arrive absolute and are made canonical; only the seed's lock file names depend on a spelling.
+    doc: "a project whose seed processes work in it through a symlink, spelled as they spell it: the seed's lock files of its files get the names those processes use (unset: names from canonical paths, as from the project's real directory)",
   },
 });
 
