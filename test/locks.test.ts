@@ -115,7 +115,7 @@ describe("LockService over the network", () => {
       if (!isGrpcError(e)) throw e;
       expect(e.code).toBe(GrpcStatus.ABORTED);
       const details = JSON.parse(String(e.metadata.get("berth-error-details")[0])) as Record<string, unknown>;
-      expect(details).toMatchObject({ reason: "SOURCE_LOCKED", owner: "alice", fencingToken: Number(lease.fencingToken), kind: "lease" });
+      expect(details).toMatchObject({ reason: "SOURCE_LOCKED", file, owner: "alice", fencingToken: Number(lease.fencingToken), kind: "lease" });
     }
     await holder.release({ leaseToken: lease.leaseToken });
   });
