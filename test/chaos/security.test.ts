@@ -488,7 +488,7 @@ describe("security", () => {
     for (const sessionId of ["refused", "refused-batch"]) {
       findings.check(!(await sessions.hasSession({ sessionId })).exists, `a refused append created session ${sessionId}`);
     }
-    for (const file of ["refused.css", "refused-hold.css"]) {
+    for (const file of ["/refused.css", "/refused-hold.css"]) {
       const inspected = await locks.inspect({ file });
       findings.check(inspected.holder === undefined && inspected.waiters.length === 0, `a refused lock call left a holder or waiter on ${file}`);
     }
