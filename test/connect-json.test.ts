@@ -35,7 +35,7 @@ let budget: BudgetUnderTest;
 beforeAll(async () => {
   projectRoot = path.join(makeTempDir("berth-connect-json-"), "project");
   mkdirSync(projectRoot, { recursive: true });
-  const [sessions, started] = await Promise.all([startService("sessions", { args: ["--project-root", projectRoot] }), startBudget()]);
+  const [sessions, started] = await Promise.all([startService("sessions"), startBudget()]);
   sessionsUrl = sessions.url("sessions");
   budget = started;
 });
@@ -128,14 +128,14 @@ describe("every unary RPC answers JSON over HTTP/1.1 (curl)", () => {
 
   it("LockService: Acquire, Inspect, CheckToken, Release", async () => {
     const L = LockService;
-    const file = "src/json.ts";
+    const file = path.join(projectRoot, "src/json.ts");
     const { lease } = (await ok(sessionsUrl, L, "Acquire", { file, owner: "curl", ttl: "20s" })) as { lease: Json };
-    expect(lease).toMatchObject({ file: path.join(projectRoot, file), owner: "curl", fencingToken: "1", ttl: "20s" });
+    expect(lease).toMatchObject({ file, owner: "curl", fencingToken: "1", ttl: "20s" });
     expect(Date.parse(String(lease["expiresAt"]))).toBeGreaterThan(Date.parse(String(lease["acquiredAt"])));
 
     const inspected = await ok(sessionsUrl, L, "Inspect", { file });
     // Enums by name.
-    expect(inspected).toMatchObject({ file: path.join(projectRoot, file), lastFencingToken: "1", holder: { owner: "curl", kind: "HOLDER_KIND_LEASE", fencingToken: "1" } });
+    expect(inspected).toMatchObject({ file, lastFencingToken: "1", holder: { owner: "curl", kind: "HOLDER_KIND_LEASE", fencingToken: "1" } });
     expect(await ok(sessionsUrl, L, "CheckToken", { file, fencingToken: "1" })).toEqual({ current: true, currentToken: "1" });
     expect(await ok(sessionsUrl, L, "Release", { leaseToken: lease["leaseToken"] })).toEqual({ released: true });
     expect(await ok(sessionsUrl, L, "CheckToken", { file, fencingToken: "1" })).toEqual({});
@@ -186,7 +186,7 @@ describe("errors as Connect's error JSON", () => {
     await expectInvalidArgument(sessionsUrl, SessionService, "AppendEvent", { sessionId: "json-bad" }, "event");
     await expectInvalidArgument(sessionsUrl, SessionService, "GetSnapshot", { sessionId: "" }, "session_id");
     await expectInvalidArgument(sessionsUrl, LockService, "Acquire", { file: "", owner: "curl" }, "file");
-    await expectInvalidArgument(sessionsUrl, LockService, "Acquire", { file: "src/a.ts", owner: "" }, "owner");
+    await expectInvalidArgument(sessionsUrl, LockService, "Acquire", { file: "/src/a.ts", owner: "" }, "owner");
     await expectInvalidArgument(sessionsUrl, LockService, "Release", { leaseToken: "" }, "lease_token");
     await expectInvalidArgument(budget.url, BudgetService, "Check", { need: { items: [{ kind: "NEED_ITEM_KIND_START", name: "x", spec: { memory: "12Q" } }] } }, "need.items[0].spec.memory");
     await expectInvalidArgument(budget.url, BudgetService, "Reserve", { label: "", need: { items: [startItem("x", 1)] } }, "label");
@@ -200,7 +200,7 @@ describe("errors as Connect's error JSON", () => {
     expect(missing.status).toBe(404);
     expect(connectError(missing).code).toBe("not_found");
 
-    const file = "src/held.ts";
+    const file = path.join(projectRoot, "src/held.ts");
     const held = (await curlJson(sessionsUrl, "/berth.sessions.v1.LockService/Acquire", { file, owner: "first" })).json as { lease: Json };
     const refused = await curlJson(sessionsUrl, "/berth.sessions.v1.LockService/Acquire", { file, owner: "second" });
     expect(refused.status).toBe(409);
@@ -215,6 +215,20 @@ describe("errors as Connect's error JSON", () => {
     const precondition = connectError(impossible);
     expect(precondition.code).toBe("failed_precondition");
     expect(detail(precondition.details, RefusalSchema).kind).toBe(RefusalKind.IMPOSSIBLE);
+  });
+
+  it("a relative lock path is 400 invalid_argument naming file and saying what to send, in every lock RPC and a fence", async () => {
+    const relative = "../project/src/app.css";
+    const rule = `must be an absolute path; resolve it against your working directory before sending, got ${JSON.stringify(relative)}`;
+    expect(await expectInvalidArgument(sessionsUrl, LockService, "Acquire", { file: relative, owner: "curl" }, "file")).toBe(`file: ${rule}`);
+    expect(await expectInvalidArgument(sessionsUrl, LockService, "Inspect", { file: relative }, "file")).toBe(`file: ${rule}`);
+    expect(await expectInvalidArgument(sessionsUrl, LockService, "CheckToken", { file: relative, fencingToken: "1" }, "file")).toBe(`file: ${rule}`);
+    const fenced = { sessionId: "json-fence", event: { agentPhase: { phase: "x" } }, fence: { file: relative, fencingToken: "1" } };
+    expect(await expectInvalidArgument(sessionsUrl, SessionService, "AppendEvent", fenced, "fence.file")).toBe(`fence.file: ${rule}`);
+    // The same facts in the trailer-like header every error carries for JSON clients.
+    const response = await curlJson(sessionsUrl, "/berth.sessions.v1.LockService/Acquire", { file: "src/app.css", owner: "curl" });
+    expect(JSON.parse(response.headers["berth-error-details"] ?? "{}")).toMatchObject({ field: "file" });
+    expect((await curlJson(sessionsUrl, "/berth.sessions.v1.SessionService/HasSession", { sessionId: "json-fence" })).json).toEqual({});
   });
 
   it("a body that is not JSON, or not the message, is 400 invalid_argument", async () => {

@@ -199,7 +199,7 @@ let budgetRpc: GrpcJsClient;
 beforeAll(async () => {
   projectRoot = path.join(makeTempDir("berth-grpc-js-"), "project");
   mkdirSync(projectRoot, { recursive: true });
-  [sessions, budget] = await Promise.all([startService("sessions", { args: ["--project-root", projectRoot] }), startBudget()]);
+  [sessions, budget] = await Promise.all([startService("sessions"), startBudget()]);
   sessionsUrl = sessions.url("sessions");
   rpc = recording(grpcJsClient(sessionsUrl));
   budgetRpc = recording(grpcJsClient(budget.url));
@@ -348,9 +348,9 @@ describe("SessionService over grpc-js", () => {
 
 describe("LockService over grpc-js", () => {
   it("Acquire, Inspect, CheckToken, KeepAlive on a bidi stream (one answer per request, in order), Release", async () => {
-    const file = "src/surface.ts";
+    const file = path.join(projectRoot, "src/surface.ts");
     const { lease } = await rpc.unary(LockService.method.acquire, { file, owner: "alice", ttl: seconds(5) });
-    expect(lease?.file).toBe(path.join(projectRoot, file));
+    expect(lease?.file).toBe(file);
     expect(lease?.ttl?.seconds).toBe(5n);
     const token = lease!.leaseToken;
     const fencing = lease!.fencingToken;
@@ -382,7 +382,7 @@ describe("LockService over grpc-js", () => {
   });
 
   it("Hold: waiting (position, holder) while held, acquired on release, then held until the client cancels; a cancelled waiter leaves the queue", async () => {
-    const file = "src/hold.ts";
+    const file = path.join(projectRoot, "src/hold.ts");
     const first = (await rpc.unary(LockService.method.acquire, { file, owner: "lease-holder" })).lease!;
 
     const holdCall = rpc.serverStream(LockService.method.hold, { file, owner: "streamer", wait: seconds(30) });
@@ -560,7 +560,7 @@ describe("BudgetService over grpc-js", () => {
 
 describe("deadlines the server cannot meet", () => {
   it("Acquire and Hold waiting on a held lock end by their deadline (SOURCE_LOCKED just before it, or DEADLINE_EXCEEDED) and leave no waiter", async () => {
-    const file = "src/deadline.ts";
+    const file = path.join(projectRoot, "src/deadline.ts");
     const holder = (await rpc.unary(LockService.method.acquire, { file, owner: "keeper", ttl: seconds(30) })).lease!;
 
     const began = Date.now();
@@ -725,7 +725,7 @@ describe("keepalive", () => {
       const pinging = recording(
         grpcJsClient(proxy.url, {}, { "grpc.keepalive_time_ms": 100, "grpc.keepalive_timeout_ms": 5_000, "grpc.use_local_subchannel_pool": 1 }),
       );
-      const file = "src/keepalive.ts";
+      const file = path.join(projectRoot, "src/keepalive.ts");
       const holdCall = pinging.serverStream(LockService.method.hold, { file, owner: "idle-holder" });
       const hold = reader(holdCall);
       const acquired = await expectKind(hold, "acquired");

@@ -4,7 +4,7 @@
  * in a pseudo-terminal (the live status line, colours, Ctrl-C from the keyboard).
  */
 import { spawn, type ChildProcess } from "node:child_process";
-import { mkdirSync, readFileSync } from "node:fs";
+import { mkdirSync, readFileSync, realpathSync, symlinkSync } from "node:fs";
 import * as path from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { LockService } from "@berth/api/berth/sessions/v1/lock_service_pb";
@@ -21,9 +21,9 @@ const spawned: ChildProcess[] = [];
 const strayPids: number[] = [];
 
 beforeAll(async () => {
-  project = path.join(makeTempDir("berth-lock-cli-"), "project");
+  project = path.join(realpathSync(makeTempDir("berth-lock-cli-")), "project");
   mkdirSync(project, { recursive: true });
-  service = await startService("sessions", { args: ["--project-root", project] });
+  service = await startService("sessions");
   url = service.url("sessions");
   locks = connectClient(LockService, url, { protocol: "grpc", defaultTimeoutMs: 30_000 });
 });
@@ -41,9 +41,9 @@ afterEach(() => {
 });
 afterAll(stopAll);
 
-/** Runs `berth ARGS` to completion in the project directory. */
-function berth(args: string[], env: Record<string, string | undefined> = {}): Promise<CommandResult> {
-  return runCommand(process.execPath, [BERTH, ...args], { cwd: project, env: { BERTH_SESSIONS_URL: url, ...env }, timeoutMs: 30_000 });
+/** Runs `berth ARGS` to completion in the project directory (or `cwd`). */
+function berth(args: string[], env: Record<string, string | undefined> = {}, cwd = project): Promise<CommandResult> {
+  return runCommand(process.execPath, [BERTH, ...args], { cwd, env: { BERTH_SESSIONS_URL: url, ...env }, timeoutMs: 30_000 });
 }
 
 /** Starts `berth ARGS` and collects its output as it comes. */
@@ -163,6 +163,38 @@ describe("berth lock", () => {
     expect(forced.code).toBe(75);
     expect(JSON.parse(forced.output.trim().split("\r\n").at(-1)!)).toMatchObject({ event: "timeout", exit: 75, holder: { owner: "bob" } });
     expect(hasEscapes(forced.output)).toBe(false);
+    await locks.release({ leaseToken: lease!.leaseToken });
+  });
+
+  it("one file is one lock however the path is spelled: from the project, from elsewhere with '..', through a symlinked directory, over Connect", async () => {
+    mkdirSync(path.join(project, "spelled", "x"), { recursive: true });
+    const beside = path.join(path.dirname(project), "beside");
+    mkdirSync(beside, { recursive: true });
+    const link = path.join(path.dirname(project), "project-link");
+    symlinkSync(project, link);
+    const canonical = path.join(project, "spelled", "app.css");
+    // While holding it, CMD tries the other spellings with --wait 0 and a fenced append, then exits.
+    const cli = `"${process.execPath}" "${BERTH}"`;
+    const script = [
+      'echo "file=$BERTH_LOCK_FILE"',
+      `cd "${beside}"`,
+      `${cli} lock hold ../project/spelled/x/../app.css --wait 0 -- true 2>/dev/null; echo "dotdot=$?"`,
+      `${cli} lock hold ../project-link/spelled/app.css --wait 0 -- true 2>/dev/null; echo "symlink=$?"`,
+      `${cli} sessions append lock-spellings steer --field pageUrl=/ --fence-file ../project-link/spelled/x/../app.css --fence-token "$BERTH_FENCING_TOKEN" >/dev/null; echo "fenced=$?"`,
+    ].join("\n");
+    const held = await berth(["lock", "hold", "spelled/app.css", "--owner", "from-project", "--", "sh", "-c", script]);
+    expect(held.code, held.stderr).toBe(0);
+    expect(held.stdout).toBe(`file=${canonical}\ndotdot=75\nsymlink=75\nfenced=0\n`);
+
+    // A Connect client through the symlink: the same lock, named by its canonical path; the CLI
+    // is refused while it holds.
+    const { lease } = await locks.acquire({ file: `${link}/spelled/app.css`, owner: "connect" });
+    expect(lease!.file).toBe(canonical);
+    const refused = await berth(["lock", "hold", "spelled/app.css", "--wait", "0", "--", "true"]);
+    expect(refused.code).toBe(75);
+    expect(JSON.parse(refused.stderr.trim().split("\n").at(-1)!)).toMatchObject({ event: "timeout", file: canonical, holder: { owner: "connect" } });
+    const inspected = await berth(["lock", "inspect", "../project-link/spelled/app.css", "--json"], {}, beside);
+    expect(JSON.parse(inspected.stdout)).toMatchObject({ file: canonical, holder: { owner: "connect" } });
     await locks.release({ leaseToken: lease!.leaseToken });
   });
 

@@ -17,12 +17,12 @@ import { closeClient, connectClient, grpcJsClient, GrpcStatus, isGrpcError, make
 
 afterAll(stopAll);
 
-/** A project directory and a sessions service serving it (lock paths resolve against the project). */
+/** A project directory and a sessions service (lock paths are absolute: clients send them so). */
 async function lockService(options: { stateDir?: string; liveDir?: string; projectRoot?: string } = {}) {
   const root = makeTempDir("berth-locks-e2e-");
   const projectRoot = options.projectRoot ?? path.join(root, "project");
   mkdirSync(projectRoot, { recursive: true });
-  const args = ["--project-root", projectRoot];
+  const args: string[] = [];
   if (options.liveDir !== undefined) args.push("--live-dir", options.liveDir);
   const service = await startService("sessions", { args, ...(options.stateDir === undefined ? {} : { stateDir: options.stateDir }) });
   return { service, projectRoot, url: service.url("sessions") };
@@ -63,7 +63,7 @@ describe("LockService over the network", () => {
   afterAll(() => service.stop());
 
   it("serves waiters on separate connections in arrival order", async () => {
-    const file = "src/fifo.ts";
+    const file = path.join(projectRoot, "src/fifo.ts");
     const holder = locksOf(url);
     const first = (await holder.acquire({ file, owner: "holder" })).lease!;
     const order: string[] = [];
@@ -94,7 +94,7 @@ describe("LockService over the network", () => {
   });
 
   it("answers a wait that runs out with ABORTED SOURCE_LOCKED, the holder in the LockHeld detail and the error header", async () => {
-    const file = "src/timeout.ts";
+    const file = path.join(projectRoot, "src/timeout.ts");
     const holder = locksOf(url);
     const lease = (await holder.acquire({ file, owner: "alice" })).lease!;
     const started = Date.now();
@@ -103,7 +103,7 @@ describe("LockService over the network", () => {
     expect(error.code).toBe(Code.Aborted);
     expect(error.rawMessage).toMatch(/^source locked: .*timeout\.ts is held by alice since .* \(fencing token \d+\); it stayed locked for the whole wait of 300ms/);
     const [held] = error.findDetails(LockHeldSchema);
-    expect(held).toMatchObject({ reason: "SOURCE_LOCKED", file: path.join(projectRoot, file), owner: "alice", fencingToken: lease.fencingToken, kind: HolderKind.LEASE, pid: service.pid });
+    expect(held).toMatchObject({ reason: "SOURCE_LOCKED", file, owner: "alice", fencingToken: lease.fencingToken, kind: HolderKind.LEASE, pid: service.pid });
     expect(timestampMs(held!.since!)).toBe(timestampMs(lease.acquiredAt!));
 
     // A grpc-js client (another implementation) sees the status and the JSON details header.
@@ -115,13 +115,13 @@ describe("LockService over the network", () => {
       if (!isGrpcError(e)) throw e;
       expect(e.code).toBe(GrpcStatus.ABORTED);
       const details = JSON.parse(String(e.metadata.get("berth-error-details")[0])) as Record<string, unknown>;
-      expect(details).toMatchObject({ reason: "SOURCE_LOCKED", owner: "alice", fencingToken: Number(lease.fencingToken), kind: "lease" });
+      expect(details).toMatchObject({ reason: "SOURCE_LOCKED", file, owner: "alice", fencingToken: Number(lease.fencingToken), kind: "lease" });
     }
     await holder.release({ leaseToken: lease.leaseToken });
   });
 
   it("keeps a renewed lease past its ttl; unrenewed, it expires and the next waiter gets it", async () => {
-    const file = "src/lease.ts";
+    const file = path.join(projectRoot, "src/lease.ts");
     const holder = locksOf(url);
     const lease = (await holder.acquire({ file, owner: "renewer", ttl: { seconds: 2n } })).lease!;
     const waiter = locksOf(url);
@@ -163,10 +163,10 @@ describe("LockService over the network", () => {
   it("refuses bad paths with INVALID_ARGUMENT naming the field and rule", async () => {
     const client = locksOf(url);
     const cases: Array<[string, RegExp]> = [
-      ["src/../../etc/passwd", /^file: must not contain '\.\.' segments/],
-      ["src/a\0.ts", /^file: must not contain a NUL byte/],
-      [`src/${"x".repeat(4100)}`, /^file: must be at most 4096 bytes/],
-      [`src/${"x".repeat(300)}.ts`, /^file: must have names of at most 255 bytes between slashes/],
+      ["src/../../etc/passwd", /^file: must be an absolute path; resolve it against your working directory before sending/],
+      ["/src/a\0.ts", /^file: must not contain a NUL byte/],
+      [`/src/${"x".repeat(4100)}`, /^file: must be at most 4096 bytes/],
+      [`/src/${"x".repeat(300)}.ts`, /^file: must have names of at most 255 bytes between slashes/],
       ["", /^file: is required/],
     ];
     for (const [file, message] of cases) {
@@ -182,7 +182,7 @@ describe("LockService over the network", () => {
       );
       expect(error.code).toBe(Code.InvalidArgument);
     }
-    const negative = await failure(client.acquire({ file: "ok.ts", owner: "x", wait: { seconds: -1n } }));
+    const negative = await failure(client.acquire({ file: "/ok.ts", owner: "x", wait: { seconds: -1n } }));
     expect(negative.rawMessage).toMatch(/^wait: must not be negative/);
   });
 });
@@ -220,8 +220,8 @@ describe("Hold and the client process", () => {
   }
 
   it("frees the lock the moment the holding process is SIGKILLed; the next waiter gets it", async () => {
-    const { service, url } = await lockService();
-    const file = "src/killed.ts";
+    const { service, url, projectRoot } = await lockService();
+    const file = path.join(projectRoot, "src/killed.ts");
     const { child, token } = await holdingProcess(url, file, "doomed");
     const client = locksOf(url);
     expect((await client.inspect({ file })).holder).toMatchObject({ owner: "doomed", kind: HolderKind.STREAM, fencingToken: token });
@@ -250,7 +250,7 @@ describe("shutdown", () => {
     mkdirSync(liveDir, { recursive: true });
     const { service, url } = await lockService({ liveDir, projectRoot });
     const client = locksOf(url);
-    const file = "src/shutdown.ts";
+    const file = path.join(projectRoot, "src/shutdown.ts");
     let acquired = false;
     const holding = (async () => {
       try {
@@ -285,7 +285,7 @@ describe("fencing across restarts and fenced appends", () => {
       const { service, url } = await lockService({ stateDir, projectRoot: project });
       const client = locksOf(url);
       for (let i = 0; i < 3; i++) {
-        const { lease } = await client.acquire({ file: "src/fenced.ts", owner: `run-${tokens.length}` });
+        const { lease } = await client.acquire({ file: path.join(project, "src/fenced.ts"), owner: `run-${tokens.length}` });
         tokens.push(lease!.fencingToken);
         await client.release({ leaseToken: lease!.leaseToken });
       }
@@ -300,7 +300,7 @@ describe("fencing across restarts and fenced appends", () => {
     const { service, url, projectRoot } = await lockService();
     const locks = locksOf(url);
     const sessions = connectClient(SessionService, url, { protocol: "grpc" });
-    const file = "src/journal.ts";
+    const file = path.join(projectRoot, "src/journal.ts");
     const stale = (await locks.acquire({ file, owner: "paused-writer", ttl: { seconds: 0n, nanos: 200_000_000 } })).lease!;
     // The writer pauses past its lease; another takes the lock.
     const current = (await locks.acquire({ file, owner: "new-writer", wait: { seconds: 10n } })).lease!;
@@ -309,7 +309,7 @@ describe("fencing across restarts and fenced appends", () => {
     const event = { kind: { case: "agentPhase" as const, value: { phase: "planning" } } };
     const refused = await failure(sessions.appendEvent({ sessionId: "fenced-1", event, fence: { file, fencingToken: stale.fencingToken } }));
     expect(refused.code).toBe(Code.Aborted);
-    expect(refused.findDetails(FenceRejectedSchema)[0]).toMatchObject({ file: path.join(projectRoot, file), fencingToken: stale.fencingToken, currentToken: current.fencingToken });
+    expect(refused.findDetails(FenceRejectedSchema)[0]).toMatchObject({ file, fencingToken: stale.fencingToken, currentToken: current.fencingToken });
     expect((await sessions.hasSession({ sessionId: "fenced-1" })).exists).toBe(false);
 
     const ok = await sessions.appendEvent({ sessionId: "fenced-1", event, fence: { file, fencingToken: current.fencingToken } });
@@ -352,11 +352,13 @@ describe("interop with processes using the seed's lock-file protocol", () => {
     mkdirSync(liveDir, { recursive: true });
     const { service, url } = await lockService({ liveDir, projectRoot });
     const client = locksOf(url);
-    const file = "src/shared.ts";
+    // A seed process working in the project names the file relative to it; berth's clients send it absolute.
+    const relative = "src/shared.ts";
+    const file = path.join(projectRoot, relative);
 
     // 1. A seed process holds it: berth refuses a try-once, names the process, and queues a waiter
     //    that is granted once the seed process lets go.
-    const seed = await seedHolder(liveDir, projectRoot, file, "seed-tool", 0);
+    const seed = await seedHolder(liveDir, projectRoot, relative, "seed-tool", 0);
     await seed.next("acquired");
     const refused = await failure(client.acquire({ file, owner: "berth-client" }));
     expect(refused.code).toBe(Code.Aborted);
@@ -370,10 +372,10 @@ describe("interop with processes using the seed's lock-file protocol", () => {
     expect(lease.owner).toBe("berth-client");
 
     // 2. berth holds it: a seed process trying once is refused; one that waits gets it after release.
-    const once = await seedHolder(liveDir, projectRoot, file, "seed-once", 0);
+    const once = await seedHolder(liveDir, projectRoot, relative, "seed-once", 0);
     await once.next("locked");
     expect(await once.exited).toBe(3);
-    const patient = await seedHolder(liveDir, projectRoot, file, "seed-patient", 20_000);
+    const patient = await seedHolder(liveDir, projectRoot, relative, "seed-patient", 20_000);
     await new Promise((resolve) => setTimeout(resolve, 200));
     expect(await client.release({ leaseToken: lease.leaseToken })).toMatchObject({ released: true });
     await patient.next("acquired");

@@ -10,16 +10,16 @@
  * that makes the Python admission queue.
  */
 import { spawn, spawnSync, type ChildProcessWithoutNullStreams } from "node:child_process";
-import { mkdirSync, writeFileSync } from "node:fs";
+import { mkdirSync, realpathSync, symlinkSync, writeFileSync } from "node:fs";
 import * as path from "node:path";
 import { createInterface } from "node:readline";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { NeedItemKind } from "@berth/api/berth/budget/v1/budget_pb";
 import { BudgetService } from "@berth/api/berth/budget/v1/budget_service_pb";
-import { HolderKind, LockService } from "@berth/api/berth/sessions/v1/lock_service_pb";
+import { HolderKind, LockHeldSchema, LockService } from "@berth/api/berth/sessions/v1/lock_service_pb";
 import { SessionService } from "@berth/api/berth/sessions/v1/session_service_pb";
-import type { Client } from "@connectrpc/connect";
-import { G, startBudget, until, type BudgetUnderTest } from "./budget-e2e.js";
+import { Code, ConnectError, type Client } from "@connectrpc/connect";
+import { CLI, G, startBudget, until, type BudgetUnderTest } from "./budget-e2e.js";
 import { connectClient, makeTempDir, onStopAll, repoPath, runCommand, startService, stopAll, type CommandResult, type StartedService } from "./harness.js";
 
 /** The interpreter with Debian's python3-grpcio, python3-protobuf and python3-grpc-tools. */
@@ -51,7 +51,7 @@ interface PythonRun {
   output(): string;
 }
 
-function runPython(args: readonly string[], env: Record<string, string>): PythonRun {
+function runPython(args: readonly string[], env: Record<string, string>, cwd: string = EXAMPLES): PythonRun {
   // Only what the script needs: no BERTH_* of the developer, and no PYTHONHOME/PYTHONPATH of
   // another interpreter (pyenv) that would break /usr/bin/python3's own modules.
   const base: NodeJS.ProcessEnv = {};
@@ -59,7 +59,7 @@ function runPython(args: readonly string[], env: Record<string, string>): Python
     if (!/^(BERTH_|BACKLOT_|PYTHON)/.test(name)) base[name] = value;
   }
   const child: ChildProcessWithoutNullStreams = spawn(PYTHON, [path.join(EXAMPLES, "e2e.py"), ...args], {
-    cwd: EXAMPLES,
+    cwd,
     env: { ...base, PYTHONUNBUFFERED: "1", PYTHONDONTWRITEBYTECODE: "1", ...env },
     stdio: ["pipe", "pipe", "pipe"],
   });
@@ -140,7 +140,7 @@ describe.skipIf(missing !== undefined)("Python client (grpcio 1.51 + stubs from 
     // As a user would: the stubs are generated from proto/ for this run, never taken from git.
     generated = await runCommand("bash", [path.join(EXAMPLES, "generate.sh"), stubs], { timeoutMs: 60_000, env: { PYTHON } });
     [sessions, budget] = await Promise.all([
-      startService("sessions", { args: ["--token-file", tokenFile, "--project-root", projectRoot] }),
+      startService("sessions", { args: ["--token-file", tokenFile] }),
       startBudget(),
     ]);
     const url = sessions.url("sessions");
@@ -164,13 +164,18 @@ describe.skipIf(missing !== undefined)("Python client (grpcio 1.51 + stubs from 
 
   it("drives sessions, locks and the budget from Python, checked from TypeScript", { timeout: 120_000 }, async () => {
     expect(generated.code, generated.stderr).toBe(0);
-    const python = runPython([], {
-      BERTH_SESSIONS_URL: sessions.url("sessions"),
-      BERTH_BUDGET_URL: budget.url,
-      BERTH_TOKEN: token,
-      BERTH_PYTHON_STUBS: stubs,
-      BERTH_E2E_LOCK_FILE: "src/app.css",
-    });
+    // Run in the project: the client resolves the relative lock path against its own directory.
+    const python = runPython(
+      [],
+      {
+        BERTH_SESSIONS_URL: sessions.url("sessions"),
+        BERTH_BUDGET_URL: budget.url,
+        BERTH_TOKEN: token,
+        BERTH_PYTHON_STUBS: stubs,
+        BERTH_E2E_LOCK_FILE: "src/app.css",
+      },
+      projectRoot,
+    );
     try {
       // The token: refused without it (or with a wrong one), health open, raw stubs carry it too.
       const tokenStep = await python.step("token");
@@ -217,16 +222,16 @@ describe.skipIf(missing !== undefined)("Python client (grpcio 1.51 + stubs from 
       const file = path.join(projectRoot, "src/app.css");
       expect(held).toMatchObject({ file, owner: "python", busy_reason: "SOURCE_LOCKED", busy_owner: "python", busy_kind: "HOLDER_KIND_STREAM" });
       expect(held.busy_fencing_token).toBe(held.fencing_token);
-      const inspected = await lockClient.inspect({ file: "src/app.css" });
+      const inspected = await lockClient.inspect({ file });
       expect(inspected.holder).toMatchObject({ owner: "python", kind: HolderKind.STREAM, fencingToken: BigInt(held.fencing_token as number) });
-      const waiter = lockClient.acquire({ file: "src/app.css", owner: "ts-waiter", wait: { seconds: 20n } });
-      expect(await until(async () => (await lockClient.inspect({ file: "src/app.css" })).waiters.some((w) => w.owner === "ts-waiter"))).toBe(true);
+      const waiter = lockClient.acquire({ file, owner: "ts-waiter", wait: { seconds: 20n } });
+      expect(await until(async () => (await lockClient.inspect({ file })).waiters.some((w) => w.owner === "ts-waiter"))).toBe(true);
       python.go("release_lock");
       const granted = await waiter;
       await python.step("lock_released");
       expect(granted.lease).toMatchObject({ owner: "ts-waiter", file });
       expect(granted.lease!.fencingToken).toBeGreaterThan(BigInt(held.fencing_token as number));
-      expect((await lockClient.inspect({ file: "src/app.css" })).holder?.owner).toBe("ts-waiter");
+      expect((await lockClient.inspect({ file })).holder?.owner).toBe("ts-waiter");
       await lockClient.release({ leaseToken: granted.lease!.leaseToken });
 
       // An impossible need: FAILED_PRECONDITION with a typed Refusal naming the setting.
@@ -274,6 +279,96 @@ describe.skipIf(missing !== undefined)("Python client (grpcio 1.51 + stubs from 
       expect(invalid.struct_detail).toMatchObject({ field: "session_id", rule: invalid.rule });
       expect(String(invalid.message)).toMatch(/^session_id: /);
 
+      await python.step("done");
+      expect(await python.exited, python.output()).toEqual({ code: 0, signal: null });
+    } catch (error) {
+      throw new Error(`${error instanceof Error ? error.message : String(error)}\n${python.output()}`, { cause: error });
+    }
+  });
+
+  it("one file is one lock from Python, the CLI and a Connect client, however each spells it", { timeout: 90_000 }, async () => {
+    expect(generated.code, generated.stderr).toBe(0);
+    // proj/src/x/ (for a '..' spelling), a directory beside it, and a symlink to the project.
+    const root = realpathSync(makeTempDir("berth-python-spellings-"));
+    const project = path.join(root, "proj");
+    mkdirSync(path.join(project, "src", "x"), { recursive: true });
+    const elsewhere = path.join(root, "elsewhere");
+    mkdirSync(elsewhere);
+    const link = path.join(root, "link");
+    symlinkSync(project, link);
+    const canonical = path.join(project, "src", "app.css");
+    const url = sessions.url("sessions");
+    // A Connect client speaking JSON, spelling the file through the symlinked directory.
+    const connect = connectClient(LockService, url, { protocol: "connect", useBinaryFormat: false, token, defaultTimeoutMs: 30_000 });
+    const connectSessions = connectClient(SessionService, url, { protocol: "connect", useBinaryFormat: false, token });
+    const viaLink = `${link}/src/app.css`;
+    const failure = async (promise: Promise<unknown>) => promise.then(() => Promise.reject(new Error("expected the call to fail")), (error: unknown) => ConnectError.from(error));
+    const cliEnv = { BERTH_SESSIONS_URL: url, BERTH_TOKEN: token, BERTH_TOKEN_FILE: undefined };
+    /** `berth lock hold src/app.css --wait 0 -- true` from the project: its exit code and last progress event. */
+    const cliTry = async () => {
+      const run = await runCommand(process.execPath, [CLI, "lock", "hold", "src/app.css", "--wait", "0", "--owner", "cli-try", "--", "true"], { cwd: project, env: cliEnv, timeoutMs: 30_000 });
+      return { code: run.code, last: JSON.parse(run.stderr.trim().split("\n").at(-1)!) as Record<string, unknown> };
+    };
+
+    // Python runs beside the project and spells the file with a '..' past a real directory.
+    const python = runPython(["spellings"], { BERTH_SESSIONS_URL: url, BERTH_TOKEN: token, BERTH_PYTHON_STUBS: stubs, BERTH_E2E_LOCK_FILE: "../proj/src/x/../app.css" }, elsewhere);
+    try {
+      expect(await python.step("spellings_ready")).toMatchObject({ cwd: elsewhere, sent: `${elsewhere}/../proj/src/x/../app.css` });
+
+      // 1. The CLI holds it, run in the project with `src/app.css`: Python and Connect are refused.
+      const holder = spawn(process.execPath, [CLI, "lock", "hold", "src/app.css", "--owner", "cli", "--", "sh", "-c", 'echo "held $BERTH_LOCK_FILE"; read _'], {
+        cwd: project,
+        env: { ...process.env, ...cliEnv, BERTH_TOKEN_FILE: "" },
+        stdio: ["pipe", "pipe", "pipe"],
+      });
+      const holderExit = new Promise<number | null>((resolve) => holder.once("exit", resolve));
+      const held = await new Promise<string>((resolve, reject) => {
+        let out = "";
+        holder.stdout.setEncoding("utf8").on("data", (chunk: string) => {
+          out += chunk;
+          if (out.includes("\n")) resolve(out.trim());
+        });
+        void holderExit.then((code) => reject(new Error(`berth lock hold exited (${code}) before holding`)));
+      });
+      expect(held).toBe(`held ${canonical}`);
+      python.go("try cli");
+      expect(await python.step("tried cli")).toEqual({ step: "tried cli", acquired: false, code: "ABORTED", file: canonical, holder: "cli" });
+      const refusedByCli = await failure(connect.acquire({ file: viaLink, owner: "connect-try" }));
+      expect(refusedByCli.code).toBe(Code.Aborted);
+      expect(refusedByCli.findDetails(LockHeldSchema)[0]).toMatchObject({ file: canonical, owner: "cli" });
+      holder.stdin.end("\n");
+      expect(await holderExit).toBe(0);
+
+      // 2. Python holds it: the CLI and Connect are refused; a fence spelled through the symlink
+      //    and '..' with Python's token matches its lock.
+      python.go("hold");
+      const pythonHeld = await python.step("held");
+      expect(pythonHeld.file).toBe(canonical);
+      expect(await cliTry()).toMatchObject({ code: 75, last: { event: "timeout", file: canonical, holder: { owner: "python" } } });
+      const refusedByPython = await failure(connect.acquire({ file: viaLink, owner: "connect-try" }));
+      expect(refusedByPython.findDetails(LockHeldSchema)[0]).toMatchObject({ file: canonical, owner: "python" });
+      const fence = { file: `${link}/src/x/../app.css`, fencingToken: BigInt(pythonHeld.fencing_token as number) };
+      const fenced = await connectSessions.appendEvent({ sessionId: "py-spellings", event: { kind: { case: "agentPhase", value: { phase: "fenced" } } }, fence });
+      expect(fenced.seq).toBe(1n);
+      python.go("release");
+      await python.step("released");
+
+      // 3. Connect holds it through the symlink (waiting for Python's stream end to reach the
+      //    service): Python and the CLI are refused.
+      const { lease } = await connect.acquire({ file: viaLink, owner: "connect", wait: { seconds: 10n } });
+      expect(lease!.file).toBe(canonical);
+      python.go("try connect");
+      expect(await python.step("tried connect")).toEqual({ step: "tried connect", acquired: false, code: "ABORTED", file: canonical, holder: "connect" });
+      expect(await cliTry()).toMatchObject({ code: 75, last: { event: "timeout", file: canonical, holder: { owner: "connect" } } });
+      await connect.release({ leaseToken: lease!.leaseToken });
+      python.go("try free");
+      expect(await python.step("tried free")).toEqual({ step: "tried free", acquired: true, file: canonical });
+
+      // A relative path over Connect JSON is refused, naming the field and what to send.
+      const relative = await failure(connect.acquire({ file: "src/app.css", owner: "connect" }));
+      expect(relative.code).toBe(Code.InvalidArgument);
+      expect(relative.rawMessage).toBe('file: must be an absolute path; resolve it against your working directory before sending, got "src/app.css"');
+      python.go("done");
       await python.step("done");
       expect(await python.exited, python.output()).toEqual({ code: 0, signal: null });
     } catch (error) {

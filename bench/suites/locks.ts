@@ -21,8 +21,11 @@
  * Every client is a separate HTTP/2 connection. Times are taken in this process (one clock).
  */
 import { spawn } from "node:child_process";
+import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import * as http2 from "node:http2";
 import * as net from "node:net";
+import { tmpdir } from "node:os";
+import * as path from "node:path";
 import { fileURLToPath } from "node:url";
 import * as grpc from "@grpc/grpc-js";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
@@ -46,6 +49,13 @@ interface Settings {
   waiters: number;
 }
 
+/**
+ * The directory the locked files live in during a run: real directories, as a client's files
+ * usually are, since the service makes every path canonical.
+ */
+let project = "";
+const lockPath = (name: string) => path.join(project, name);
+
 const DEFAULTS: Settings = { uncontendedConcurrency: 32, durationMs: 4_000, clients: 8, sectionsPerClient: 300, killRounds: 1_000, sigkillRounds: 20, waiters: 4 };
 
 /**
@@ -63,6 +73,8 @@ export async function run(args: string[] = []): Promise<void> {
     else if (name === "duration") settings.durationMs = n;
     else if (name === "only") only = new Set((value ?? "").split(","));
   }
+  project = mkdtempSync(path.join(tmpdir(), "berth-bench-project-"));
+  mkdirSync(lockPath("bench/uncontended"), { recursive: true });
   const server = await startBenchServer("sessions");
   try {
     const wanted = (figure: string) => only === undefined || only.has(figure);
@@ -75,6 +87,7 @@ export async function run(args: string[] = []): Promise<void> {
     inspector?.close();
     inspector = undefined;
     await server.stop();
+    rmSync(project, { recursive: true, force: true });
   }
 }
 
@@ -96,12 +109,12 @@ async function uncontended(server: BenchServer, settings: Settings): Promise<voi
   try {
     // Warm both paths (connections, JIT) before measuring either.
     await emptyRpcReference(server.url, concurrency, 500);
-    await closedLoop(concurrency, 500, (worker) => cycle(client, `bench/uncontended/${worker}.ts`));
+    await closedLoop(concurrency, 500, (worker) => cycle(client, lockPath(`bench/uncontended/${worker}.ts`)));
     const cpuBeforeReference = server.cpuMs();
     const reference = await emptyRpcReference(server.url, concurrency, settings.durationMs);
     const referenceCpuMs = server.cpuMs() - cpuBeforeReference;
     const cpuBefore = server.cpuMs();
-    const cycles = await closedLoop(concurrency, settings.durationMs, (worker) => cycle(client, `bench/uncontended/${worker}.ts`));
+    const cycles = await closedLoop(concurrency, settings.durationMs, (worker) => cycle(client, lockPath(`bench/uncontended/${worker}.ts`)));
     const serverCpuMs = server.cpuMs() - cpuBefore;
     emit({
       suite: "locks",
@@ -177,7 +190,7 @@ function holdSection(client: grpc.Client, file: string, owner: string): Promise<
 }
 
 async function contended(server: BenchServer, settings: Settings, mode: SectionMode): Promise<void> {
-  const file = `bench/contended-${mode}.ts`;
+  const file = lockPath(`bench/contended-${mode}.ts`);
   const clients = Array.from({ length: settings.clients }, () => lockClient(server.url));
   try {
     // The reference for the handoff (one Release on the wire, one grant back: an RPC's round trip):
@@ -381,7 +394,7 @@ async function emptyRpcLatency(server: BenchServer): Promise<Record<string, numb
 
 async function holderKilled(server: BenchServer, settings: Settings): Promise<void> {
   const reference = await emptyRpcLatency(server);
-  const file = "bench/killed.ts";
+  const file = lockPath("bench/killed.ts");
   const watch = new HolderWatch();
   let serial = 0;
   const open = () => {
@@ -432,7 +445,7 @@ async function holderKilled(server: BenchServer, settings: Settings): Promise<vo
 
 async function holderSigkilled(server: BenchServer, settings: Settings): Promise<void> {
   const reference = await emptyRpcLatency(server);
-  const file = "bench/sigkilled.ts";
+  const file = lockPath("bench/sigkilled.ts");
   const watch = new HolderWatch();
   const killToGrant: number[] = [];
   let roundsWithTwo = 0;

@@ -6,7 +6,8 @@ the few patterns that take care to get right by hand:
 - append events and read them back; watch a session (backlog, the caught-up marker, live
   entries), resuming by itself when the service ends a watcher that fell behind;
 - hold a source lock for the length of a ``with`` block (the Hold stream: the lock is freed the
-  instant the stream ends, even if this process is killed);
+  instant the stream ends, even if this process is killed), a relative path resolved against this
+  process's working directory, as the service wants absolute paths;
 - admit work with the Admit stream (queued updates to a callback, then admitted; report started
   services; release), or with a lease (Reserve, KeepAlive, Release) where a stream cannot be held;
 - the bearer token on every call, and errors with their structured details decoded.
@@ -287,6 +288,18 @@ def _channel(url: str, token: Optional[str], options: Sequence[tuple] = ()) -> g
 
 
 # --- request helpers -------------------------------------------------------------------------
+
+
+def lock_path(file: Union[str, "os.PathLike[str]"]) -> str:
+    """A lock path made absolute against this process's working directory, as every lock call sends it.
+
+    The service refuses a relative path (INVALID_ARGUMENT naming ``file``): only the client knows
+    the directory it is relative to. Joined, not normalised: the service resolves ``..`` as the
+    kernel does (after a symlinked directory it is the target's parent) and answers with the
+    canonical path, which is the same for every spelling of one file.
+    """
+    file = os.fspath(file)
+    return file if os.path.isabs(file) else os.path.join(os.getcwd(), file)
 
 
 def _duration(seconds: Optional[Seconds]) -> Optional[duration_pb2.Duration]:
@@ -804,14 +817,15 @@ class Berth:
 
         ``expected_seq``: fail with FAILED_PRECONDITION (detail ``SeqConflict``) unless it is the
         session's last seq. ``idempotency_key``: a retry writes nothing and answers the first result.
-        ``fence=(file, fencing_token)``: refused (ABORTED, ``FenceRejected``) once that lock moved on.
+        ``fence=(file, fencing_token)``: refused (ABORTED, ``FenceRejected``) once that lock moved on;
+        ``file`` in any spelling (relative to this process's working directory, or the lease's ``file``).
         """
         ev = type_or_event if isinstance(type_or_event, events_pb2.Event) else event(type_or_event, fields, extra=extra)
         request = session_service_pb2.AppendEventRequest(session_id=session_id, event=ev, idempotency_key=idempotency_key)
         if expected_seq is not None:
             request.expected_seq = expected_seq
         if fence is not None:
-            request.fence.file, request.fence.fencing_token = fence[0], int(fence[1])
+            request.fence.file, request.fence.fencing_token = lock_path(fence[0]), int(fence[1])
         return _rpc(lambda: self.sessions.AppendEvent(request, timeout=self.timeout))
 
     def append_many(self, session_id: str, events: Iterable[events_pb2.Event], *, expected_seq: Optional[int] = None, idempotency_key: str = "") -> session_service_pb2.AppendEventsResponse:
@@ -846,16 +860,17 @@ class Berth:
 
         Waits up to ``wait`` seconds in the queue (unset: try once), calling ``on_waiting`` with the
         position and the holder; a wait that runs out raises BerthError ABORTED with a ``LockHeld``
-        detail naming the holder. A relative path is resolved against the service's project root.
+        detail naming the holder. A relative path is resolved against this process's working
+        directory (see :func:`lock_path`); the lease's ``file`` is the canonical path.
         """
-        request = lock_service_pb2.HoldRequest(file=file, owner=owner)
+        request = lock_service_pb2.HoldRequest(file=lock_path(file), owner=owner)
         if wait is not None:
             request.wait.CopyFrom(_duration(wait))
         return HeldLock(self.locks, request, on_waiting)
 
     def acquire(self, file: str, owner: str, *, wait: Optional[Seconds] = None, ttl: Optional[Seconds] = None) -> LockLease:
-        """Takes the lock on ``file`` as a lease (renew with KeepAlive, free with Release)."""
-        request = lock_service_pb2.AcquireRequest(file=file, owner=owner)
+        """Takes the lock on ``file`` as a lease (renew with KeepAlive, free with Release); ``file`` as in :meth:`lock`."""
+        request = lock_service_pb2.AcquireRequest(file=lock_path(file), owner=owner)
         if wait is not None:
             request.wait.CopyFrom(_duration(wait))
         if ttl is not None:
@@ -864,8 +879,8 @@ class Berth:
         return LockLease(self.locks, _rpc(lambda: self.locks.Acquire(request, timeout=timeout)).lease, self.timeout)
 
     def inspect(self, file: str) -> lock_service_pb2.InspectResponse:
-        """The lock's holder, fencing token and waiters."""
-        return _rpc(lambda: self.locks.Inspect(lock_service_pb2.InspectRequest(file=file), timeout=self.timeout))
+        """The lock's holder, fencing token and waiters; ``file`` as in :meth:`lock`."""
+        return _rpc(lambda: self.locks.Inspect(lock_service_pb2.InspectRequest(file=lock_path(file)), timeout=self.timeout))
 
     # budget
 

@@ -6,8 +6,9 @@
 
 It uses the defaults (sessions on 127.0.0.1:7301, budget on 127.0.0.1:7302); BERTH_SESSIONS_URL,
 BERTH_BUDGET_URL and BERTH_TOKEN (or BERTH_TOKEN_FILE) point it elsewhere. It writes one session
-(`demo-<time>`), takes and frees one lock on `src/app.css` under the service's project root (only
-the lock, the file is not touched), and admits and releases a small need.
+(`demo-<time>`), takes and frees one lock on `src/app.css` under the directory it is run from (only
+the lock, the file is not touched: the client sends the path made absolute, and the lease names
+its canonical path), and admits and releases a small need.
 """
 
 from __future__ import annotations

@@ -8,6 +8,8 @@ prints ``{"step": "failed", "error": ...}`` and exits 1.
 Environment: BERTH_SESSIONS_URL, BERTH_BUDGET_URL, BERTH_TOKEN (the sessions service's token),
 BERTH_PYTHON_STUBS (the generated stubs), BERTH_E2E_LOCK_FILE (the file to lock).
 `e2e.py lag` runs only the lag-and-resume scenario (against a service with a small --watch-buffer).
+`e2e.py spellings` locks BERTH_E2E_LOCK_FILE (relative to its working directory) when told, while
+the other side takes the same file through other spellings.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import traceback
 
 import grpc
 
-from berth_client import Berth, BerthError, event, start, to_dict
+from berth_client import Berth, BerthError, event, lock_path, start, to_dict
 from berth.budget.v1 import budget_pb2
 from berth.sessions.v1 import lock_service_pb2, session_service_pb2
 
@@ -214,6 +216,33 @@ def lag_steps() -> None:
         emit("lag", resumed=resumed, contiguous=seqs == list(range(1, total + 1)), received=len(seqs), total=total)
 
 
+def spellings_steps() -> None:
+    """Tries (`{"go": "try LABEL"}` → step `tried LABEL`), holds (`hold` → `held`) and releases
+    (`release` → `released`) the lock of BERTH_E2E_LOCK_FILE until told `done`."""
+    file = os.environ["BERTH_E2E_LOCK_FILE"]
+    with Berth(timeout=15) as berth:
+        emit("spellings_ready", cwd=os.getcwd(), sent=lock_path(file))
+        held = None
+        for line in sys.stdin:
+            go = json.loads(line).get("go", "")
+            if go.startswith("try "):
+                try:
+                    with berth.acquire(file, owner="python-try") as lease:
+                        emit(f"tried {go[4:]}", acquired=True, file=lease.lease.file)
+                except BerthError as error:
+                    lock_held = error.detail(lock_service_pb2.LockHeld)
+                    emit(f"tried {go[4:]}", acquired=False, code=error.code.name, file=lock_held.file if lock_held else None, holder=lock_held.owner if lock_held else None)
+            elif go == "hold":
+                held = berth.lock(file, owner="python", wait=10)
+                lease = held.__enter__()
+                emit("held", file=lease.file, fencing_token=lease.fencing_token)
+            elif go == "release" and held is not None:
+                held.__exit__(None, None, None)
+                emit("released")
+            elif go == "done":
+                return
+
+
 def tour() -> None:
     with Berth(timeout=15) as berth:
         token_steps(berth)
@@ -227,7 +256,12 @@ def tour() -> None:
 
 def main() -> int:
     try:
-        lag_steps() if sys.argv[1:] == ["lag"] else tour()
+        if sys.argv[1:] == ["lag"]:
+            lag_steps()
+        elif sys.argv[1:] == ["spellings"]:
+            spellings_steps()
+        else:
+            tour()
         emit("done")
         return 0
     except Exception as error:  # report, then fail: the test shows this line

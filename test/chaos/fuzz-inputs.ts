@@ -282,7 +282,8 @@ function hinted(field: DescField, settings: InputSettings, sane: boolean): fc.Ar
       case "session_id":
         return mix(fc.constantFrom(...settings.sessionIds), 6, nasty, 4);
       case "file":
-        return mix(fc.constantFrom("src/a.ts", "src/b.ts", "c.ts", `${settings.marker}.ts`), 5, nasty, 5);
+        // Absolute, as clients send them (a relative one is among the nasty strings), some spelled with '..'.
+        return mix(fc.constantFrom("/berth-fuzz/src/a.ts", "/berth-fuzz/src/b.ts", "/berth-fuzz/src/x/../a.ts", `/tmp/${settings.marker}.ts`), 5, nasty, 5);
       case "owner":
       case "label":
       case "name":

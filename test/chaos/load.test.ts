@@ -33,12 +33,13 @@
  *
  * Run: `npx tsc -b && npx vitest run --config vitest.chaos.config.ts test/chaos/load.test.ts`.
  */
+import * as path from "node:path";
 import { afterAll, expect, it } from "vitest";
 import { BudgetService } from "@berth/api/berth/budget/v1/budget_service_pb";
 import { LockService } from "@berth/api/berth/sessions/v1/lock_service_pb";
 import { SessionService } from "@berth/api/berth/sessions/v1/session_service_pb";
 import { fixtureArgs } from "../budget-e2e.js";
-import { closeClient, connectClient, grpcJsClient, grpcJsHealthClient, startService, stopAll } from "../harness.js";
+import { closeClient, connectClient, grpcJsClient, grpcJsHealthClient, makeTempDir, startService, stopAll } from "../harness.js";
 import { Lanes } from "./load-lanes.js";
 import { HELD_BY_CLIENTS, readMetrics } from "./load-metrics.js";
 import { readCpuSeconds, RssSampler, toMb } from "./load-rss.js";
@@ -99,6 +100,8 @@ it(`${STREAMS} streams and unary traffic for ${SECONDS} s in ${ROUNDS} round(s):
   const sessionsUrl = up.url("sessions");
   const budgetUrl = up.url("budget");
 
+  // Lock paths are absolute, as clients send them.
+  const project = makeTempDir("berth-load-project-");
   const tally = new LoadTally();
   const sessions = Array.from({ length: SESSION_COUNT }, (_, i) => `load-${String(i).padStart(2, "0")}`);
   const newLanes = () => ({
@@ -115,7 +118,7 @@ it(`${STREAMS} streams and unary traffic for ${SECONDS} s in ${ROUNDS} round(s):
     sessions,
     acked: new Map(),
     final: undefined,
-    files: Array.from({ length: FILE_COUNT }, (_, i) => `src/load/file-${i}.css`),
+    files: Array.from({ length: FILE_COUNT }, (_, i) => path.join(project, `src/load/file-${i}.css`)),
     holders: new Map(),
     lastToken: new Map(),
     open: new Set(),

@@ -194,12 +194,12 @@ describe("lock chaos", () => {
     const logDir = path.join(root, "logs");
     mkdirSync(projectRoot, { recursive: true });
     mkdirSync(logDir, { recursive: true });
-    const service = await startService("sessions", { args: ["--project-root", projectRoot] });
+    const service = await startService("sessions");
     const url = service.url("sessions");
     const locks: Client<typeof LockService> = connectClient(LockService, url, { protocol: "grpc", defaultTimeoutMs: 10_000 });
     const sessions: Client<typeof SessionService> = connectClient(SessionService, url, { protocol: "grpc", defaultTimeoutMs: 30_000 });
 
-    const files = Array.from({ length: FILES }, (_, i) => `src/chaos-${String.fromCharCode(97 + i)}.ts`);
+    const files = Array.from({ length: FILES }, (_, i) => path.join(projectRoot, `src/chaos-${String.fromCharCode(97 + i)}.ts`));
     const sessionIds = files.map((_, i) => `lock-chaos-${i}`);
     const configOf = (client: number): LockClientConfig => ({
       url,

@@ -384,7 +384,7 @@ describe("security", () => {
     writeFileSync(tokenFile, `${TOKEN}\n`, { mode: 0o600 });
     stateDir = path.join(dir, "state");
     projectRoot = path.join(dir, "project");
-    up = await startService("up", { stateDir, umask: 0o000, args: [...fixtureArgs(), "--token-file", tokenFile, "--project-root", projectRoot] });
+    up = await startService("up", { stateDir, umask: 0o000, args: [...fixtureArgs(), "--token-file", tokenFile] });
     served = { sessions: await servedServices(up.url("sessions")), budget: await servedServices(up.url("budget")) };
   });
 
@@ -461,9 +461,9 @@ describe("security", () => {
     const attempts: Record<string, Promise<unknown>> = {
       AppendEvent: anonymous.sessions.appendEvent({ sessionId: "refused", event: { kind: { case: "agentPhase", value: { phase: "x" } } } }),
       AppendEvents: anonymous.sessions.appendEvents({ sessionId: "refused-batch", events: [{ kind: { case: "agentPhase", value: { phase: "x" } } }] }),
-      Acquire: anonymous.locks.acquire({ file: "refused.css", owner: "intruder", ttl: { seconds: 60n } }),
+      Acquire: anonymous.locks.acquire({ file: "/refused.css", owner: "intruder", ttl: { seconds: 60n } }),
       Hold: (async () => {
-        for await (const _ of anonymous.locks.hold({ file: "refused-hold.css", owner: "intruder" }));
+        for await (const _ of anonymous.locks.hold({ file: "/refused-hold.css", owner: "intruder" }));
       })(),
       Reserve: anonymous.budget.reserve({ label: "intruder", need: { items: needItems }, ttl: { seconds: 60n } }),
       RegisterRunning: anonymous.budget.registerRunning({ name: "intruder", costSource: { case: "cost", value: { memoryBytes: 1n << 30n, cpu: 1 } }, pid: process.pid }),
@@ -488,7 +488,7 @@ describe("security", () => {
     for (const sessionId of ["refused", "refused-batch"]) {
       findings.check(!(await sessions.hasSession({ sessionId })).exists, `a refused append created session ${sessionId}`);
     }
-    for (const file of ["refused.css", "refused-hold.css"]) {
+    for (const file of ["/refused.css", "/refused-hold.css"]) {
       const inspected = await locks.inspect({ file });
       findings.check(inspected.holder === undefined && inspected.waiters.length === 0, `a refused lock call left a holder or waiter on ${file}`);
     }
@@ -558,12 +558,12 @@ describe("security", () => {
     await sessions.appendEvent({ sessionId: "gamma", event: { kind: { case: "complete", value: {} } } });
 
     // locks: a lease (Acquire, then a fenced append), a Hold stream, and a released lease.
-    const lease = await locks.acquire({ file: "src/app.css", owner: "security-suite", ttl: { seconds: 120n } });
-    await sessions.appendEvent({ sessionId: "alpha", event: phase("fenced"), fence: { file: "src/app.css", fencingToken: lease.lease!.fencingToken } });
-    const released = await locks.acquire({ file: "src/other.css", owner: "security-suite", ttl: { seconds: 120n } });
+    const lease = await locks.acquire({ file: path.join(projectRoot, "src/app.css"), owner: "security-suite", ttl: { seconds: 120n } });
+    await sessions.appendEvent({ sessionId: "alpha", event: phase("fenced"), fence: { file: path.join(projectRoot, "src/app.css"), fencingToken: lease.lease!.fencingToken } });
+    const released = await locks.acquire({ file: path.join(projectRoot, "src/other.css"), owner: "security-suite", ttl: { seconds: 120n } });
     await locks.release({ leaseToken: released.lease!.leaseToken });
     const holdAbort = new AbortController();
-    const holdStream = locks.hold({ file: "src/held.css", owner: "security-suite", wait: { seconds: 10n } }, { signal: holdAbort.signal, timeoutMs: 120_000 })[Symbol.asyncIterator]();
+    const holdStream = locks.hold({ file: path.join(projectRoot, "src/held.css"), owner: "security-suite", wait: { seconds: 10n } }, { signal: holdAbort.signal, timeoutMs: 120_000 })[Symbol.asyncIterator]();
     const first = await holdStream.next();
     findings.check(!first.done && first.value.kind.case === "acquired", `Hold did not acquire src/held.css: ${JSON.stringify(first.value?.kind.case)}`);
 

@@ -29,6 +29,7 @@ import { parseFlags, stringFlag, usageError, type FlagSpec } from "../args.js";
 import { createTransport, resolveEndpoint, UsageError, type Endpoint } from "../client/connect.js";
 import { describeFailure, reportFailure } from "../client/errors.js";
 import { createHttp2Transport } from "../client/http2-transport.js";
+import { absoluteLockPath } from "../client/lock-path.js";
 import { progressFor, type Progress } from "../client/progress.js";
 import { relaySignals, signalExit } from "../client/wrapped-command.js";
 import { EXIT, type Command, type SubcommandHelp } from "../command.js";
@@ -44,8 +45,9 @@ const HOLD_HELP = renderHelp({
     "Like flock(1): waits for FILE's lock, runs CMD while holding it (stdin, stdout and stderr inherited) and releases " +
     "it when CMD exits, whatever ends this command (exit, Ctrl-C, kill -9: the service frees the lock the moment the " +
     "connection goes). These are the same locks as every berth client's and every process still using the seed's " +
-    "source-lock library on the same project. FILE is resolved against the current directory, as flock(1) and the seed do.\n\n" +
-    "CMD gets BERTH_FENCING_TOKEN (the grant's fencing token) and BERTH_LOCK_FILE (the locked path) in its environment, " +
+    "source-lock library on the same project. FILE is resolved against the current directory, as flock(1) and the seed do, " +
+    "and every spelling of one file is one lock: through a symlinked directory, with '..', from another directory.\n\n" +
+    "CMD gets BERTH_FENCING_TOKEN (the grant's fencing token) and BERTH_LOCK_FILE (the locked file's canonical path) in its environment, " +
     "for fenced writes: berth sessions append … --fence-file \"$BERTH_LOCK_FILE\" --fence-token \"$BERTH_FENCING_TOKEN\".",
   flags: [
     ["--wait DURATION", `how long to wait for the lock: 0 tries once; 30s, 5m, at most 10m (default ${DEFAULT_WAIT})`],
@@ -81,7 +83,8 @@ const INSPECT_HELP = renderHelp({
   usage: ["berth lock inspect FILE [flags]"],
   about:
     "Who holds FILE's lock (owner, kind, fencing token, since when, expiry), who waits for it, in order, and the last " +
-    "fencing token granted. FILE is resolved against the current directory.",
+    "fencing token granted. FILE is resolved against the current directory; the answer names its canonical path (symlinked " +
+    "directories and '..' resolved), the same for every spelling of the file.",
   flags: [["--json", "print the answer as one JSON line: {file, holder, waiters, lastFencingToken, lockPath}"], ...SESSIONS_ENDPOINT_FLAGS],
   exitCodes: [[String(EXIT.ok), "done (held or free)"], ...callExitRows("sessions")],
   examples: ["berth lock inspect src/app.ts", "berth lock inspect src/app.ts --json | jq .holder"],
@@ -175,8 +178,8 @@ function parse(action: "hold" | "inspect", argv: string[]): Invocation {
   const endpoint = resolveEndpoint({ url: stringFlag(values, "sessions-url"), urlEnv: "BERTH_SESSIONS_URL", defaultUrl: DEFAULT_SESSIONS_URL, tokenFile: stringFlag(values, "token-file") });
   return {
     action,
-    // The lock's key is the absolute path: resolve here, where "the current directory" means the user's.
-    file: path.resolve(file),
+    // Resolved here, where "the current directory" means the user's; the service refuses relative paths.
+    file: absoluteLockPath(file),
     owner: stringFlag(values, "owner") ?? defaultOwner(),
     waitMs,
     json: values.json === true,

@@ -19,6 +19,7 @@ import { SESSION_ID_RULE, isSessionId } from "@berth/shared/safe-id";
 import { parseFlags, stringFlag, usageError, type FlagSpec, type ParsedArgs } from "../args.js";
 import { createTransport, resolveEndpoint, UsageError, type Endpoint } from "../client/connect.js";
 import { describeFailure, reportFailure } from "../client/errors.js";
+import { absoluteLockPath } from "../client/lock-path.js";
 import { EXIT, type Command, type SubcommandHelp } from "../command.js";
 import { DEFAULT_SESSIONS_URL, SESSIONS_ENDPOINT_FLAGS, callExitRows } from "../common-help.js";
 import { renderHelp, type HelpRow } from "../help.js";
@@ -79,7 +80,7 @@ const SUBCOMMANDS: readonly Subcommand[] = [
         ["--json ['{…}']", "with a JSON object: the event to append; alone or with it: print the answer as one JSON line ({seq, duplicate, snapshot})"],
         ["--expected-seq N", "refuse unless the session's last seq is N (0: a new session)"],
         ["--idempotency-key KEY", "a retry with the same key writes nothing and answers what the first append did"],
-        ["--fence-file FILE", "with --fence-token: refuse unless N is still the fencing token of FILE's lock"],
+        ["--fence-file FILE", "with --fence-token: refuse unless N is still the fencing token of FILE's lock (FILE resolved against the current directory)"],
         ["--fence-token N", "the fencing token a lock grant gave (BERTH_FENCING_TOKEN under berth lock hold)"],
         ...SESSIONS_ENDPOINT_FLAGS,
       ],
@@ -368,7 +369,7 @@ function fenceOf(values: Invocation["values"]): { fence?: { file: string; fencin
   const token = values["fence-token"] as string | undefined;
   if (file === undefined && token === undefined) return {};
   if (file === undefined || token === undefined) throw new UsageError("--fence-file and --fence-token go together");
-  return { fence: { file, fencingToken: wholeNumber(token, "--fence-token") } };
+  return { fence: { file: absoluteLockPath(file), fencingToken: wholeNumber(token, "--fence-token") } };
 }
 
 /** One event (a JSON object), several (a JSON array), or JSON lines. */

@@ -22,6 +22,7 @@ export {
   type WaitingUpdate,
 } from "./lock-table.js";
 export { DEFAULT_LOCK_LIMITS, checkFencingToken, type LockLimits } from "./lock-input.js";
+export { canonicalLockPath } from "./lock-path.js";
 export { fencingFilePath, openFencingStore, type FencingStore, type FencingTokenSource } from "./fencing-store.js";
 export {
   lockFilePath,

@@ -1,10 +1,9 @@
 /**
  * Validation of what a caller asks of the lock service. Every refusal is `invalid_argument` with a
  * message that names the field and the rule, so a client can fix its request without reading code.
+ * Paths are checked and made canonical in lock-path.ts.
  */
-import * as path from "node:path";
 import { invalidArgument } from "@berth/shared/errors";
-import { checkPathInput } from "@berth/shared/safe-id";
 
 /** Limits and defaults of lock requests; every field has a default (see {@link DEFAULT_LOCK_LIMITS}). */
 export interface LockLimits {
@@ -28,19 +27,6 @@ export const DEFAULT_LOCK_LIMITS: Readonly<LockLimits> = Object.freeze({
   maxOwnerLength: 256,
   maxWaitersPerFile: 10_000,
 });
-
-/**
- * Checks a lock path and returns the lock's key: the path resolved against the project root, as the
- * seed's `sourceLockPath` does, so `src/a.ts` and `/project/src/a.ts` name the same lock.
- *
- * `..` segments are refused rather than resolved: a lock request names a source file of the
- * project, and a path that climbs out of where it starts is a mistake or a probe, never a need.
- */
-export function resolveLockFile(projectRoot: string, file: unknown, field = "file"): string {
-  const input = checkPathInput(file, field);
-  if (input.split(/[/\\]/).includes("..")) throw invalidArgument(field, `must not contain '..' segments, got ${JSON.stringify(input.slice(0, 200))}`);
-  return path.resolve(projectRoot, input);
-}
 
 /** Checks the owner label (who holds the lock, shown to everyone who waits for it). */
 export function checkOwner(owner: unknown, limits: LockLimits = DEFAULT_LOCK_LIMITS, field = "owner"): string {

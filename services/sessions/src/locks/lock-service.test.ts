@@ -35,18 +35,19 @@ afterEach(async () => {
   fs.rmSync(root, { recursive: true, force: true });
 });
 
-function service(clock = new ManualClock()): { clock: ManualClock; locks: LockService } {
-  const locks = createLockService({ projectRoot, stateDir, liveDir, clock });
+function service(clock = new ManualClock(), options: { projectRoot?: string } = {}): { clock: ManualClock; locks: LockService } {
+  const locks = createLockService({ ...options, stateDir, liveDir, clock });
   services.push(locks);
   return { clock, locks };
 }
 
+/** The file as a seed process working in the project names it; berth's clients send key(). */
 const FILE = "src/app.ts";
 const key = () => path.join(projectRoot, FILE);
 const lockPath = () => lockFilePath(path.join(liveDir, "locks"), key());
 
-async function seedHolder(waitMs = 0, owner = "seed-tool"): Promise<Child> {
-  const child = spawnChild(await scripts.script("seed-holder-child.ts"), { liveDir, cwd: projectRoot, file: FILE, owner, waitMs });
+async function seedHolder(waitMs = 0, owner = "seed-tool", cwd = projectRoot): Promise<Child> {
+  const child = spawnChild(await scripts.script("seed-holder-child.ts"), { liveDir, cwd, file: FILE, owner, waitMs });
   children.push(child);
   return child;
 }
@@ -64,18 +65,18 @@ async function rejection(promise: Promise<unknown>): Promise<BerthError> {
 describe("lock files of berth's holders", () => {
   it("a grant writes the seed's lock file with the service's pid; release removes it", async () => {
     const { locks } = service();
-    const lease = await locks.acquire({ file: FILE, owner: "alice" });
+    const lease = await locks.acquire({ file: key(), owner: "alice" });
     const seen = readLockFile(lockPath());
     expect(seen).toMatchObject({ state: "readable", record: { owner: "alice", pid: process.pid, file: key(), at: lease.acquiredAt } });
-    expect(locks.inspect(FILE)).toMatchObject({ lockPath: lockPath(), holder: { kind: "lease", owner: "alice", pid: process.pid } });
+    expect(locks.inspect(key())).toMatchObject({ lockPath: lockPath(), holder: { kind: "lease", owner: "alice", pid: process.pid } });
     locks.release(lease.leaseToken);
     expect(fs.existsSync(lockPath())).toBe(false);
   });
 
   it("a handover between berth holders rewrites the file for the new holder", async () => {
     const { locks } = service();
-    const first = await locks.acquire({ file: FILE, owner: "alice" });
-    const second = locks.acquire({ file: FILE, owner: "bob", waitMs: 5000 });
+    const first = await locks.acquire({ file: key(), owner: "alice" });
+    const second = locks.acquire({ file: key(), owner: "bob", waitMs: 5000 });
     locks.release(first.leaseToken);
     await second;
     expect(readLockFile(lockPath())).toMatchObject({ state: "readable", record: { owner: "bob" } });
@@ -83,9 +84,9 @@ describe("lock files of berth's holders", () => {
 
   it("close() releases everything and removes berth's lock files", async () => {
     const { locks } = service();
-    await locks.acquire({ file: FILE, owner: "alice" });
-    await locks.acquire({ file: "src/other.ts", owner: "alice" });
-    const waiting = rejection(locks.acquire({ file: FILE, owner: "bob", waitMs: 5000 }));
+    await locks.acquire({ file: key(), owner: "alice" });
+    await locks.acquire({ file: path.join(projectRoot, "src/other.ts"), owner: "alice" });
+    const waiting = rejection(locks.acquire({ file: key(), owner: "bob", waitMs: 5000 }));
     locks.close();
     expect((await waiting).code).toBe("unavailable");
     expect(fs.readdirSync(path.join(liveDir, "locks")).filter((n) => n.endsWith(".lock"))).toEqual([]);
@@ -94,10 +95,10 @@ describe("lock files of berth's holders", () => {
   it("a second service on the same live directory waits for the first one's holder", async () => {
     const { locks: first } = service();
     const { locks: second, clock } = service();
-    const lease = await first.acquire({ file: FILE, owner: "alice" });
-    const error = await rejection(second.acquire({ file: FILE, owner: "bob" }));
+    const lease = await first.acquire({ file: key(), owner: "alice" });
+    const error = await rejection(second.acquire({ file: key(), owner: "bob" }));
     expect(error.details).toMatchObject({ reason: "SOURCE_LOCKED", kind: "seed-file", owner: "alice", pid: process.pid, fencingToken: 0, lockPath: lockPath() });
-    const waiting = second.acquire({ file: FILE, owner: "bob", waitMs: 60_000 });
+    const waiting = second.acquire({ file: key(), owner: "bob", waitMs: 60_000 });
     first.release(lease.leaseToken);
     expect((await waiting).owner).toBe("bob");
     expect(clock.now()).toBe(new ManualClock().now()); // no clock tick was needed: the file event did it
@@ -109,7 +110,7 @@ describe("fencing tokens across restarts", () => {
     const tokens: number[] = [];
     const run = async (locks: LockService) => {
       for (let i = 0; i < 3; i++) {
-        const lease = await locks.acquire({ file: FILE, owner: "o" });
+        const lease = await locks.acquire({ file: key(), owner: "o" });
         tokens.push(lease.fencingToken);
         locks.release(lease.leaseToken);
       }
@@ -134,14 +135,14 @@ describe("interop with processes using the seed's lock files", () => {
     const { locks, clock } = service();
     const seed = await seedHolder();
     const acquired = await seed.next("acquired");
-    expect(locks.inspect(FILE).holder).toMatchObject({ kind: "seed-file", owner: "seed-tool", pid: seed.pid, readable: true });
-    const refused = await rejection(locks.acquire({ file: FILE, owner: "berth-client" }));
+    expect(locks.inspect(key()).holder).toMatchObject({ kind: "seed-file", owner: "seed-tool", pid: seed.pid, readable: true });
+    const refused = await rejection(locks.acquire({ file: key(), owner: "berth-client" }));
     expect(refused.details).toMatchObject({ reason: "SOURCE_LOCKED", kind: "seed-file", owner: "seed-tool", pid: seed.pid });
     expect(refused.details!.since).toBeLessThanOrEqual(acquired.at as number);
     expect(refused.message).toContain(`held by seed-tool (pid ${seed.pid}) through its lock file`);
 
-    const waiting = locks.acquire({ file: FILE, owner: "berth-client", waitMs: 60_000 });
-    const second = locks.acquire({ file: FILE, owner: "berth-second", waitMs: 60_000 });
+    const waiting = locks.acquire({ file: key(), owner: "berth-client", waitMs: 60_000 });
+    const second = locks.acquire({ file: key(), owner: "berth-second", waitMs: 60_000 });
     expect(locks.stats()).toEqual({ held: 0, waiting: 2, blockedByLockFiles: 1 });
     seed.send("release");
     const released = await seed.next("released");
@@ -160,7 +161,7 @@ describe("interop with processes using the seed's lock files", () => {
 
   it("a berth holder makes a seed process wait: its create fails and its sweep sees a live pid", async () => {
     const { locks } = service();
-    const lease = await locks.acquire({ file: FILE, owner: "berth-client" });
+    const lease = await locks.acquire({ file: key(), owner: "berth-client" });
     const impatient = await seedHolder(300, "impatient");
     await impatient.next("locked");
     expect(await impatient.exited).toBe(3);
@@ -168,10 +169,10 @@ describe("interop with processes using the seed's lock files", () => {
 
     const patient = await seedHolder(30_000, "patient");
     await new Promise((resolve) => setTimeout(resolve, 100));
-    expect(locks.inspect(FILE).holder).toMatchObject({ kind: "lease", owner: "berth-client" });
+    expect(locks.inspect(key()).holder).toMatchObject({ kind: "lease", owner: "berth-client" });
     locks.release(lease.leaseToken);
     await patient.next("acquired");
-    expect(locks.inspect(FILE).holder).toMatchObject({ kind: "seed-file", owner: "patient", pid: patient.pid });
+    expect(locks.inspect(key()).holder).toMatchObject({ kind: "seed-file", owner: "patient", pid: patient.pid });
     patient.send("release");
     await patient.next("released");
   });
@@ -180,8 +181,8 @@ describe("interop with processes using the seed's lock files", () => {
     const { locks } = service();
     fs.mkdirSync(path.dirname(lockPath()), { recursive: true });
     fs.writeFileSync(lockPath(), `${JSON.stringify({ owner: "crashed", token: "t", pid: await deadPid(), at: 1, file: key() })}\n`);
-    expect(locks.inspect(FILE).holder).toBeNull();
-    const lease = await locks.acquire({ file: FILE, owner: "berth-client" });
+    expect(locks.inspect(key()).holder).toBeNull();
+    const lease = await locks.acquire({ file: key(), owner: "berth-client" });
     expect(readLockFile(lockPath())).toMatchObject({ record: { owner: "berth-client", pid: process.pid } });
     locks.release(lease.leaseToken);
   });
@@ -191,7 +192,7 @@ describe("interop with processes using the seed's lock files", () => {
     const seed = await seedHolder();
     await seed.next("acquired");
     let granted = false;
-    const waiting = locks.acquire({ file: FILE, owner: "berth-client", waitMs: 60_000 }).then((lease) => {
+    const waiting = locks.acquire({ file: key(), owner: "berth-client", waitMs: 60_000 }).then((lease) => {
       granted = true;
       return lease;
     });
@@ -209,7 +210,7 @@ describe("interop with processes using the seed's lock files", () => {
     const { locks, clock } = service();
     const seed = await seedHolder();
     await seed.next("acquired");
-    const waiting = rejection(locks.acquire({ file: FILE, owner: "berth-client", waitMs: 2000 }));
+    const waiting = rejection(locks.acquire({ file: key(), owner: "berth-client", waitMs: 2000 }));
     clock.advance(2000);
     const error = await waiting;
     expect(error.code).toBe("aborted");
@@ -223,8 +224,34 @@ describe("interop with processes using the seed's lock files", () => {
     const { locks } = service();
     fs.mkdirSync(path.dirname(lockPath()), { recursive: true });
     fs.writeFileSync(lockPath(), "");
-    const error = await rejection(locks.acquire({ file: FILE, owner: "berth-client" }));
+    const error = await rejection(locks.acquire({ file: key(), owner: "berth-client" }));
     expect(error.details).toMatchObject({ kind: "seed-file", owner: "" });
     expect(fs.existsSync(lockPath())).toBe(true);
+  });
+
+  it("a project its seed processes reach through a symlink: berth told that spelling names their lock files, both ways", async () => {
+    fs.mkdirSync(path.join(projectRoot, "src"), { recursive: true });
+    const spelled = path.join(root, "via-link");
+    fs.symlinkSync(projectRoot, spelled);
+    // The seed names the lock file after path.resolve(cwd, file): the symlinked spelling.
+    const seedLockFile = lockFilePath(path.join(liveDir, "locks"), path.join(spelled, FILE));
+    expect(seedLockFile).not.toBe(lockPath());
+    const { locks } = service(new ManualClock(), { projectRoot: spelled });
+    expect(locks.inspect(key()).lockPath).toBe(seedLockFile);
+
+    const seed = await seedHolder(0, "seed-tool", spelled);
+    await seed.next("acquired");
+    // Any spelling of the file reaches the seed's lock file.
+    const refused = await rejection(locks.acquire({ file: path.join(spelled, "src", "x", "..", "app.ts"), owner: "berth-client" }));
+    expect(refused.details).toMatchObject({ reason: "SOURCE_LOCKED", file: key(), kind: "seed-file", owner: "seed-tool", lockPath: seedLockFile });
+    seed.send("release");
+    await seed.next("released");
+
+    const lease = await locks.acquire({ file: key(), owner: "berth-client" });
+    expect(readLockFile(seedLockFile)).toMatchObject({ record: { owner: "berth-client", file: path.join(spelled, FILE) } });
+    const impatient = await seedHolder(200, "impatient", spelled);
+    await impatient.next("locked");
+    locks.release(lease.leaseToken);
+    expect(fs.existsSync(seedLockFile)).toBe(false);
   });
 });

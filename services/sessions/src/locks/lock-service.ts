@@ -12,8 +12,8 @@ import { SeedLockFiles } from "./seed-lock-files.js";
 
 /** What {@link createLockService} needs. */
 export interface LockServiceOptions {
-  /** Relative lock paths resolve against it (the seed's `cwd`). */
-  projectRoot: string;
+  /** The project as its seed processes spell it, when not by its real path (see SeedLockFilesOptions.projectRoot). */
+  projectRoot?: string | undefined;
   /** berth's own state: fencing tokens go to `<stateDir>/locks/fencing.json`. */
   stateDir: string;
   /**
@@ -54,13 +54,13 @@ export function createLockService(options: LockServiceOptions): LockService {
       : new SeedLockFiles({
           locksDir,
           clock,
+          ...(options.projectRoot === undefined ? {} : { projectRoot: options.projectRoot }),
           ...(options.pid === undefined ? {} : { pid: options.pid }),
           ...(options.logger === undefined ? {} : { logger: options.logger }),
           ...(options.lockFileRecheckMs === undefined ? {} : { recheckMs: options.lockFileRecheckMs }),
           ...(options.lockFileMode === undefined ? {} : { fileMode: options.lockFileMode }),
         });
   const table = new LockTable({
-    projectRoot: options.projectRoot,
     clock,
     fencing,
     ...(files === undefined ? {} : { external: files }),

@@ -9,7 +9,7 @@ function counter() {
 }
 
 function table(clock = new ManualClock()) {
-  return { clock, locks: new LockTable({ projectRoot: "/project", clock, fencing: counter() }) };
+  return { clock, locks: new LockTable({ clock, fencing: counter() }) };
 }
 
 async function rejection(promise: Promise<unknown>): Promise<BerthError> {
@@ -23,13 +23,13 @@ async function rejection(promise: Promise<unknown>): Promise<BerthError> {
 }
 
 describe("acquire and release", () => {
-  it("grants a free lock at once, keyed by the resolved path", async () => {
+  it("grants a free lock at once, keyed by the canonical path", async () => {
     const { clock, locks } = table();
-    const lease = await locks.acquire({ file: "src/a.ts", owner: "alice" });
+    const lease = await locks.acquire({ file: "/project/src/a.ts", owner: "alice" });
     expect(lease).toMatchObject({ file: "/project/src/a.ts", owner: "alice", fencingToken: 1, acquiredAt: clock.now(), expiresAt: clock.now() + 30_000, ttlMs: 30_000 });
     expect(lease.leaseToken).toMatch(/^[0-9a-f-]{36}$/);
     // The same file by another spelling is the same lock.
-    const error = await rejection(locks.acquire({ file: "/project/./src/a.ts", owner: "bob" }));
+    const error = await rejection(locks.acquire({ file: "/project/./src/x/../a.ts/", owner: "bob" }));
     expect(error.code).toBe("aborted");
     expect(locks.release(lease.leaseToken)).toBe(true);
     expect(locks.release(lease.leaseToken)).toBe(false);
@@ -38,20 +38,20 @@ describe("acquire and release", () => {
 
   it("serves 5 waiters in arrival order, each the moment the previous one releases", async () => {
     const { clock, locks } = table();
-    const first = await locks.acquire({ file: "a", owner: "w0" });
+    const first = await locks.acquire({ file: "/project/a", owner: "w0" });
     const order: string[] = [];
     const waiting = [1, 2, 3, 4, 5].map((i) =>
-      locks.acquire({ file: "a", owner: `w${i}`, waitMs: 60_000 }).then((lease) => {
+      locks.acquire({ file: "/project/a", owner: `w${i}`, waitMs: 60_000 }).then((lease) => {
         order.push(lease.owner);
         return lease;
       }),
     );
-    expect(locks.inspect("a").waiters.map((w) => w.owner)).toEqual(["w1", "w2", "w3", "w4", "w5"]);
+    expect(locks.inspect("/project/a").waiters.map((w) => w.owner)).toEqual(["w1", "w2", "w3", "w4", "w5"]);
     let current: Lease = first;
     for (let i = 1; i <= 5; i++) {
       locks.release(current.leaseToken);
       // Handed over in the same turn: inspect sees the next holder before any timer or tick.
-      expect(locks.inspect("a").holder).toMatchObject({ kind: "lease", owner: `w${i}` });
+      expect(locks.inspect("/project/a").holder).toMatchObject({ kind: "lease", owner: `w${i}` });
       current = await waiting[i - 1]!;
       expect(current.fencingToken).toBe(i + 1);
     }
@@ -62,10 +62,10 @@ describe("acquire and release", () => {
 
   it("does not let a newcomer jump the queue", async () => {
     const { locks } = table();
-    const holder = await locks.acquire({ file: "a", owner: "h" });
-    const queued = locks.acquire({ file: "a", owner: "q", waitMs: 1000 });
+    const holder = await locks.acquire({ file: "/project/a", owner: "h" });
+    const queued = locks.acquire({ file: "/project/a", owner: "q", waitMs: 1000 });
     locks.release(holder.leaseToken);
-    await expect(locks.acquire({ file: "a", owner: "late" })).rejects.toMatchObject({ code: "aborted" });
+    await expect(locks.acquire({ file: "/project/a", owner: "late" })).rejects.toMatchObject({ code: "aborted" });
     expect((await queued).owner).toBe("q");
   });
 });
@@ -73,11 +73,11 @@ describe("acquire and release", () => {
 describe("waiting runs out", () => {
   it("answers aborted / SOURCE_LOCKED naming the holder, after exactly the wait", async () => {
     const { clock, locks } = table();
-    const holder = await locks.acquire({ file: "src/a.ts", owner: "alice" });
+    const holder = await locks.acquire({ file: "/project/src/a.ts", owner: "alice" });
     clock.advance(5000);
-    const waiting = rejection(locks.acquire({ file: "src/a.ts", owner: "bob", waitMs: 2000 }));
+    const waiting = rejection(locks.acquire({ file: "/project/src/a.ts", owner: "bob", waitMs: 2000 }));
     clock.advance(1999);
-    expect(locks.inspect("src/a.ts").waiters).toHaveLength(1);
+    expect(locks.inspect("/project/src/a.ts").waiters).toHaveLength(1);
     clock.advance(1);
     const error = await waiting;
     expect(error.code).toBe("aborted");
@@ -85,58 +85,58 @@ describe("waiting runs out", () => {
       `source locked: /project/src/a.ts is held by alice since ${new Date(holder.acquiredAt).toISOString()} (fencing token 1); it stayed locked for the whole wait of 2s; wait longer, or ask the holder to release it`,
     );
     expect(error.details).toEqual({ reason: "SOURCE_LOCKED", file: "/project/src/a.ts", owner: "alice", since: holder.acquiredAt, fencingToken: 1, kind: "lease", lockPath: null, waiting: 0 });
-    expect(locks.inspect("src/a.ts").waiters).toHaveLength(0);
+    expect(locks.inspect("/project/src/a.ts").waiters).toHaveLength(0);
   });
 
   it("tries once when wait is 0", async () => {
     const { locks } = table();
-    await locks.acquire({ file: "a", owner: "alice" });
-    const error = await rejection(locks.acquire({ file: "a", owner: "bob", waitMs: 0 }));
+    await locks.acquire({ file: "/project/a", owner: "alice" });
+    const error = await rejection(locks.acquire({ file: "/project/a", owner: "bob", waitMs: 0 }));
     expect(error.message).toContain("wait was 0: try once");
-    expect(locks.inspect("a").waiters).toEqual([]);
+    expect(locks.inspect("/project/a").waiters).toEqual([]);
   });
 });
 
 describe("leases", () => {
   it("an expired lease frees the lock and the next waiter gets it", async () => {
     const { clock, locks } = table();
-    const first = await locks.acquire({ file: "a", owner: "alice", ttlMs: 1000 });
-    const next = locks.acquire({ file: "a", owner: "bob", waitMs: 10_000 });
+    const first = await locks.acquire({ file: "/project/a", owner: "alice", ttlMs: 1000 });
+    const next = locks.acquire({ file: "/project/a", owner: "bob", waitMs: 10_000 });
     clock.advance(999);
-    expect(locks.inspect("a").holder).toMatchObject({ owner: "alice" });
+    expect(locks.inspect("/project/a").holder).toMatchObject({ owner: "alice" });
     clock.advance(1);
     const lease = await next;
     expect(lease).toMatchObject({ owner: "bob", acquiredAt: first.acquiredAt + 1000, fencingToken: 2 });
-    expect(locks.checkToken("a", first.fencingToken)).toEqual({ file: "/project/a", current: false, currentToken: 2 });
+    expect(locks.checkToken("/project/a", first.fencingToken)).toEqual({ file: "/project/a", current: false, currentToken: 2 });
     // The late holder's release is a no-op and does not free bob's lock.
     expect(locks.release(first.leaseToken)).toBe(false);
-    expect(locks.inspect("a").holder).toMatchObject({ owner: "bob" });
+    expect(locks.inspect("/project/a").holder).toMatchObject({ owner: "bob" });
     await expect(Promise.resolve().then(() => locks.renew(first.leaseToken))).rejects.toMatchObject({ code: "failed_precondition" });
   });
 
   it("renewing keeps the lease past its first expiry", async () => {
     const { clock, locks } = table();
-    const lease = await locks.acquire({ file: "a", owner: "alice", ttlMs: 1000 });
+    const lease = await locks.acquire({ file: "/project/a", owner: "alice", ttlMs: 1000 });
     clock.advance(900);
     expect(locks.renew(lease.leaseToken).expiresAt).toBe(clock.now() + 1000);
     clock.advance(900);
     expect(locks.renew(lease.leaseToken, 5000).expiresAt).toBe(clock.now() + 5000);
     clock.advance(4999);
-    expect(locks.checkToken("a", lease.fencingToken).current).toBe(true);
+    expect(locks.checkToken("/project/a", lease.fencingToken).current).toBe(true);
     clock.advance(1);
-    expect(locks.checkToken("a", lease.fencingToken).current).toBe(false);
+    expect(locks.checkToken("/project/a", lease.fencingToken).current).toBe(false);
     expect(() => locks.renew(lease.leaseToken)).toThrow(/expired at/);
   });
 
   it("takes ttl 0 (an unset Duration) as the default", async () => {
     const { locks } = table();
-    expect((await locks.acquire({ file: "a", owner: "o", ttlMs: 0 })).ttlMs).toBe(30_000);
+    expect((await locks.acquire({ file: "/project/a", owner: "o", ttlMs: 0 })).ttlMs).toBe(30_000);
   });
 
   it("tells an unknown lease from an ended one", async () => {
     const { locks } = table();
     expect(() => locks.renew("00000000-0000-0000-0000-000000000000")).toThrow(expect.objectContaining({ code: "not_found" }));
-    const lease = await locks.acquire({ file: "a", owner: "alice" });
+    const lease = await locks.acquire({ file: "/project/a", owner: "alice" });
     locks.release(lease.leaseToken);
     expect(() => locks.renew(lease.leaseToken)).toThrow(expect.objectContaining({ code: "failed_precondition", message: expect.stringContaining("was released") }));
     expect(() => locks.renew("")).toThrow(expect.objectContaining({ code: "invalid_argument" }));
@@ -144,12 +144,12 @@ describe("leases", () => {
 
   it("a stale release never frees a newer holder", async () => {
     const { locks } = table();
-    const old = await locks.acquire({ file: "a", owner: "alice" });
+    const old = await locks.acquire({ file: "/project/a", owner: "alice" });
     expect(locks.release(old.leaseToken)).toBe(true);
-    const current = await locks.acquire({ file: "a", owner: "bob" });
+    const current = await locks.acquire({ file: "/project/a", owner: "bob" });
     expect(locks.release(old.leaseToken)).toBe(false);
     expect(locks.release("not-a-lease-of-ours")).toBe(false);
-    expect(locks.checkToken("a", current.fencingToken).current).toBe(true);
+    expect(locks.checkToken("/project/a", current.fencingToken).current).toBe(true);
   });
 
   it("serves an overdue expiry even before its timer fires", async () => {
@@ -157,11 +157,11 @@ describe("leases", () => {
     let now = 1_000_000;
     const timers: Array<() => void> = [];
     const lazyClock = { now: () => now, setTimeout: (fn: () => void) => (timers.push(fn), {}), clearTimeout: () => {} };
-    const locks = new LockTable({ projectRoot: "/p", clock: lazyClock, fencing: counter() });
-    const first = await locks.acquire({ file: "a", owner: "alice", ttlMs: 100 });
-    const next = locks.acquire({ file: "a", owner: "bob", waitMs: 10_000 });
+    const locks = new LockTable({ clock: lazyClock, fencing: counter() });
+    const first = await locks.acquire({ file: "/project/a", owner: "alice", ttlMs: 100 });
+    const next = locks.acquire({ file: "/project/a", owner: "bob", waitMs: 10_000 });
     now += 100;
-    expect(locks.checkToken("a", first.fencingToken)).toMatchObject({ current: false, currentToken: 2 });
+    expect(locks.checkToken("/project/a", first.fencingToken)).toMatchObject({ current: false, currentToken: 2 });
     expect((await next).owner).toBe("bob");
   });
 });
@@ -169,14 +169,14 @@ describe("leases", () => {
 describe("waiters that go away", () => {
   it("a waiter whose signal aborts is never granted; the one behind it is", async () => {
     const { clock, locks } = table();
-    const holder = await locks.acquire({ file: "a", owner: "h" });
+    const holder = await locks.acquire({ file: "/project/a", owner: "h" });
     const gone = new AbortController();
-    const goneWaiter = rejection(locks.acquire({ file: "a", owner: "gone", waitMs: 10_000, signal: gone.signal }));
-    const next = locks.acquire({ file: "a", owner: "next", waitMs: 10_000 });
+    const goneWaiter = rejection(locks.acquire({ file: "/project/a", owner: "gone", waitMs: 10_000, signal: gone.signal }));
+    const next = locks.acquire({ file: "/project/a", owner: "next", waitMs: 10_000 });
     gone.abort();
     const error = await goneWaiter;
     expect(error.code).toBe("cancelled");
-    expect(locks.inspect("a").waiters.map((w) => w.owner)).toEqual(["next"]);
+    expect(locks.inspect("/project/a").waiters.map((w) => w.owner)).toEqual(["next"]);
     locks.release(holder.leaseToken);
     expect((await next).owner).toBe("next");
     expect(clock.pendingTimers()).toBe(1); // next's lease, nothing of the waiter that left
@@ -184,22 +184,22 @@ describe("waiters that go away", () => {
 
   it("refuses a request whose signal is already aborted", async () => {
     const { locks } = table();
-    const error = await rejection(locks.acquire({ file: "a", owner: "x", signal: AbortSignal.abort() }));
+    const error = await rejection(locks.acquire({ file: "/project/a", owner: "x", signal: AbortSignal.abort() }));
     expect(error.code).toBe("cancelled");
-    expect(locks.inspect("a").holder).toBeNull();
+    expect(locks.inspect("/project/a").holder).toBeNull();
   });
 });
 
 describe("onWaiting", () => {
   it("reports the place in the queue when queued and whenever it or the holder changes", async () => {
     const { locks } = table();
-    const first = await locks.acquire({ file: "a", owner: "alice" });
+    const first = await locks.acquire({ file: "/project/a", owner: "alice" });
     const seen: Record<string, Array<[number, string | undefined]>> = { b: [], c: [] };
     const record = (name: string) => (u: { position: number; holder: { owner?: string } | null }) => seen[name]!.push([u.position, u.holder?.owner]);
     const gone = new AbortController();
-    void locks.acquire({ file: "a", owner: "gone", waitMs: 9000, signal: gone.signal }).catch(() => {});
-    const b = locks.acquire({ file: "a", owner: "bob", waitMs: 9000, onWaiting: record("b") });
-    const c = locks.acquire({ file: "a", owner: "carol", waitMs: 9000, onWaiting: record("c") });
+    void locks.acquire({ file: "/project/a", owner: "gone", waitMs: 9000, signal: gone.signal }).catch(() => {});
+    const b = locks.acquire({ file: "/project/a", owner: "bob", waitMs: 9000, onWaiting: record("b") });
+    const c = locks.acquire({ file: "/project/a", owner: "carol", waitMs: 9000, onWaiting: record("c") });
     expect(seen).toEqual({ b: [[2, "alice"]], c: [[3, "alice"]] });
     gone.abort();
     expect(seen).toEqual({ b: [[2, "alice"], [1, "alice"]], c: [[3, "alice"], [2, "alice"]] });
@@ -217,7 +217,7 @@ describe("whenLeaseEnds", () => {
   it("tells once, however the lease ends, and at once for a lease that is not held", async () => {
     const { clock, locks } = table();
     const ends: string[] = [];
-    const leased = await locks.acquire({ file: "a", owner: "leased", ttlMs: 1000 });
+    const leased = await locks.acquire({ file: "/project/a", owner: "leased", ttlMs: 1000 });
     locks.whenLeaseEnds(leased.leaseToken, () => ends.push("expired"));
     const unsubscribed = locks.whenLeaseEnds(leased.leaseToken, () => ends.push("unsubscribed"));
     unsubscribed();
@@ -225,7 +225,7 @@ describe("whenLeaseEnds", () => {
     expect(ends).toEqual(["expired"]);
 
     const stream = new AbortController();
-    const held = await locks.holdAsLongAs({ file: "b", owner: "hold", signal: stream.signal });
+    const held = await locks.holdAsLongAs({ file: "/project/b", owner: "hold", signal: stream.signal });
     locks.whenLeaseEnds(held.leaseToken, () => ends.push("released"));
     expect(locks.release(held.leaseToken)).toBe(true);
     stream.abort();
@@ -238,38 +238,38 @@ describe("holdAsLongAs", () => {
   it("holds without a lease timer and releases the moment the signal aborts", async () => {
     const { clock, locks } = table();
     const stream = new AbortController();
-    const lease = await locks.holdAsLongAs({ file: "a", owner: "hold", signal: stream.signal });
+    const lease = await locks.holdAsLongAs({ file: "/project/a", owner: "hold", signal: stream.signal });
     expect(lease.expiresAt).toBeNull();
-    const next = locks.acquire({ file: "a", owner: "next", waitMs: 100_000 });
+    const next = locks.acquire({ file: "/project/a", owner: "next", waitMs: 100_000 });
     clock.advance(99_000);
-    expect(locks.inspect("a").holder).toMatchObject({ kind: "stream", owner: "hold", expiresAt: null });
+    expect(locks.inspect("/project/a").holder).toMatchObject({ kind: "stream", owner: "hold", expiresAt: null });
     stream.abort();
     expect((await next).owner).toBe("next");
   });
 
   it("a queued hold whose stream ends is dropped", async () => {
     const { locks } = table();
-    const holder = await locks.acquire({ file: "a", owner: "h" });
+    const holder = await locks.acquire({ file: "/project/a", owner: "h" });
     const stream = new AbortController();
-    const hold = rejection(locks.holdAsLongAs({ file: "a", owner: "hold", waitMs: 1000, signal: stream.signal }));
+    const hold = rejection(locks.holdAsLongAs({ file: "/project/a", owner: "hold", waitMs: 1000, signal: stream.signal }));
     stream.abort();
     expect((await hold).code).toBe("cancelled");
     locks.release(holder.leaseToken);
-    expect(locks.inspect("a").holder).toBeNull();
+    expect(locks.inspect("/project/a").holder).toBeNull();
   });
 });
 
 describe("inspect", () => {
   it("shows the holder, the waiters in order and the last fencing token", async () => {
     const { clock, locks } = table();
-    expect(locks.inspect("src/a.ts")).toEqual({ file: "/project/src/a.ts", lockPath: null, holder: null, waiters: [], lastFencingToken: null });
-    const lease = await locks.acquire({ file: "src/a.ts", owner: "alice", ttlMs: 10_000 });
+    expect(locks.inspect("/project/src/a.ts")).toEqual({ file: "/project/src/a.ts", lockPath: null, holder: null, waiters: [], lastFencingToken: null });
+    const lease = await locks.acquire({ file: "/project/src/a.ts", owner: "alice", ttlMs: 10_000 });
     const t0 = clock.now();
     clock.advance(10);
-    const bob = locks.acquire({ file: "src/a.ts", owner: "bob", waitMs: 5000 });
+    const bob = locks.acquire({ file: "/project/src/a.ts", owner: "bob", waitMs: 5000 });
     clock.advance(10);
-    const carol = locks.holdAsLongAs({ file: "src/a.ts", owner: "carol", waitMs: 1000, signal: new AbortController().signal });
-    expect(locks.inspect("src/a.ts")).toEqual({
+    const carol = locks.holdAsLongAs({ file: "/project/src/a.ts", owner: "carol", waitMs: 1000, signal: new AbortController().signal });
+    expect(locks.inspect("/project/src/a.ts")).toEqual({
       file: "/project/src/a.ts",
       lockPath: null,
       holder: { kind: "lease", owner: "alice", fencingToken: 1, since: t0, expiresAt: t0 + 10_000 },
@@ -292,16 +292,16 @@ describe("input", () => {
     [{ file: "", owner: "o" }, /^file: is required/],
     [{ file: "a\0b", owner: "o" }, /^file: must not contain a NUL/],
     [{ file: "x".repeat(4097), owner: "o" }, /^file: must be at most 4096 bytes/],
-    [{ file: "../etc/passwd", owner: "o" }, /^file: must not contain '\.\.' segments/],
-    [{ file: "src/../../x", owner: "o" }, /^file: must not contain '\.\.'/],
-    [{ file: "a", owner: "" }, /^owner: is required/],
-    [{ file: "a", owner: "o".repeat(257) }, /^owner: must be at most 256/],
-    [{ file: "a", owner: "o", ttlMs: -1 }, /^ttl: must be at least 1 ms/],
-    [{ file: "a", owner: "o", ttlMs: Number.NaN }, /^ttl: must be a finite number/],
-    [{ file: "a", owner: "o", ttlMs: 3_600_001 }, /^ttl: must be at most 3600000 ms/],
-    [{ file: "a", owner: "o", waitMs: -5 }, /^wait: must not be negative/],
-    [{ file: "a", owner: "o", waitMs: Number.NaN }, /^wait: must be a finite number/],
-    [{ file: "a", owner: "o", waitMs: 600_001 }, /^wait: must be at most 600000 ms/],
+    [{ file: "src/a.ts", owner: "o" }, /^file: must be an absolute path; resolve it against your working directory before sending, got "src\/a\.ts"$/],
+    [{ file: "./a", owner: "o" }, /^file: must be an absolute path/],
+    [{ file: "/project/a", owner: "" }, /^owner: is required/],
+    [{ file: "/project/a", owner: "o".repeat(257) }, /^owner: must be at most 256/],
+    [{ file: "/project/a", owner: "o", ttlMs: -1 }, /^ttl: must be at least 1 ms/],
+    [{ file: "/project/a", owner: "o", ttlMs: Number.NaN }, /^ttl: must be a finite number/],
+    [{ file: "/project/a", owner: "o", ttlMs: 3_600_001 }, /^ttl: must be at most 3600000 ms/],
+    [{ file: "/project/a", owner: "o", waitMs: -5 }, /^wait: must not be negative/],
+    [{ file: "/project/a", owner: "o", waitMs: Number.NaN }, /^wait: must be a finite number/],
+    [{ file: "/project/a", owner: "o", waitMs: 600_001 }, /^wait: must be at most 600000 ms/],
   ])("refuses %#", async (request, message) => {
     const { locks } = table();
     const error = await rejection(locks.acquire(request));
@@ -313,21 +313,21 @@ describe("input", () => {
   it("refuses bad paths and tokens in inspect and checkToken too", () => {
     const { locks } = table();
     expect(() => locks.inspect("a\0")).toThrow(/^file: /);
-    expect(() => locks.checkToken("a", 0)).toThrow(/^fencing_token: /);
-    expect(() => locks.checkToken("a", 1.5)).toThrow(/^fencing_token: /);
-    expect(locks.checkToken("a", 7n)).toEqual({ file: "/project/a", current: false, currentToken: null });
+    expect(() => locks.checkToken("/project/a", 0)).toThrow(/^fencing_token: /);
+    expect(() => locks.checkToken("/project/a", 1.5)).toThrow(/^fencing_token: /);
+    expect(locks.checkToken("/project/a", 7n)).toEqual({ file: "/project/a", current: false, currentToken: null });
   });
 });
 
 describe("close", () => {
   it("rejects waiters with unavailable, frees leases and refuses new requests", async () => {
     const { clock, locks } = table();
-    await locks.acquire({ file: "a", owner: "h", ttlMs: 1000 });
-    const waiting = rejection(locks.acquire({ file: "a", owner: "w", waitMs: 5000 }));
+    await locks.acquire({ file: "/project/a", owner: "h", ttlMs: 1000 });
+    const waiting = rejection(locks.acquire({ file: "/project/a", owner: "w", waitMs: 5000 }));
     locks.close();
     expect((await waiting).code).toBe("unavailable");
     expect(clock.pendingTimers()).toBe(0);
-    expect((await rejection(locks.acquire({ file: "a", owner: "x" }))).code).toBe("unavailable");
+    expect((await rejection(locks.acquire({ file: "/project/a", owner: "x" }))).code).toBe("unavailable");
   });
 });
 
@@ -349,23 +349,23 @@ describe("an outside lock that cannot be taken", () => {
         return () => (recheck = undefined);
       },
     };
-    const locks = new LockTable({ projectRoot: "/p", clock, fencing: counter(), external });
-    const error = await rejection(locks.acquire({ file: "a", owner: "o", waitMs: 1000 }));
+    const locks = new LockTable({ clock, fencing: counter(), external });
+    const error = await rejection(locks.acquire({ file: "/project/a", owner: "o", waitMs: 1000 }));
     expect(error.code).toBe("unavailable");
-    expect(error.message).toBe("cannot take the lock file /locks/p/a for /p/a: EACCES: permission denied");
+    expect(error.message).toBe("cannot take the lock file /locks/project/a for /project/a: EACCES: permission denied");
     expect(locks.stats()).toEqual({ held: 0, waiting: 0, blockedByLockFiles: 0 });
 
-    const held = await locks.acquire({ file: "b", owner: "first" }).catch(() => undefined);
+    const held = await locks.acquire({ file: "/project/b", owner: "first" }).catch(() => undefined);
     expect(held).toBeUndefined();
     failing = false;
-    const first = await locks.acquire({ file: "b", owner: "first" });
+    const first = await locks.acquire({ file: "/project/b", owner: "first" });
     failing = true;
-    const queued = locks.acquire({ file: "b", owner: "second", waitMs: 5000 });
+    const queued = locks.acquire({ file: "/project/b", owner: "second", waitMs: 5000 });
     locks.release(first.leaseToken);
     expect(locks.stats()).toEqual({ held: 0, waiting: 1, blockedByLockFiles: 1 });
     failing = false;
     recheck!();
     expect(await queued).toMatchObject({ owner: "second" });
-    expect(locks.inspect("b").holder).toMatchObject({ kind: "lease", owner: "second", pid: 42 });
+    expect(locks.inspect("/project/b").holder).toMatchObject({ kind: "lease", owner: "second", pid: 42 });
   });
 });

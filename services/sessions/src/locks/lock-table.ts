@@ -7,17 +7,18 @@
  * its queue in the same turn of the event loop. The only timers are one per lease and one per
  * waiter, on the injected Clock, so tests drive time with `ManualClock.advance()`.
  *
- * Locks are keyed by the resolved path of the file, as the seed's lock files are. When the table is
- * given `external` locks (the seed's lock files), a grant also takes the file's lock file, and a
- * lock file held by another process blocks the queue until it goes away.
+ * Locks are keyed by the canonical path of the file (see lock-path.ts), so every spelling of one
+ * file is one lock. When the table is given `external` locks (the seed's lock files), a grant also
+ * takes the file's lock file, and a lock file held by another process blocks the queue until it
+ * goes away.
  */
 import { randomUUID } from "node:crypto";
-import * as path from "node:path";
 import { BerthError, invalidArgument } from "@berth/shared/errors";
 import type { Clock, TimerHandle } from "@berth/shared/clock";
 import { formatDuration } from "@berth/shared/units";
 import type { FencingTokenSource } from "./fencing-store.js";
-import { checkFencingToken, checkOwner, checkTtl, checkWait, DEFAULT_LOCK_LIMITS, resolveLockFile, type LockLimits } from "./lock-input.js";
+import { checkFencingToken, checkOwner, checkTtl, checkWait, DEFAULT_LOCK_LIMITS, type LockLimits } from "./lock-input.js";
+import { canonicalLockPath } from "./lock-path.js";
 import type { ForeignLockHolder } from "./seed-lock-files.js";
 
 /** The pino-compatible logger domain code takes (pino's `(object, message)` form). */
@@ -36,7 +37,7 @@ export interface Lease {
   leaseToken: string;
   /** Strictly greater than every earlier fencing token of the same file, across restarts. */
   fencingToken: number;
-  /** The resolved path of the locked file (the lock's key). */
+  /** The canonical path of the locked file (the lock's key). */
   file: string;
   owner: string;
   /** When the lock was granted (ms since the epoch, on the table's clock). */
@@ -57,7 +58,7 @@ export interface WaitingUpdate {
 
 /** A request for a lock. */
 export interface AcquireRequest {
-  /** The file to lock, absolute or relative to the project root. */
+  /** The file to lock: an absolute path, any spelling (made canonical, see lock-path.ts). */
   file: string;
   /** Who holds it: shown to everyone who waits. */
   owner: string;
@@ -168,8 +169,6 @@ export interface ExternalLocks {
 
 /** What the table is built from. */
 export interface LockTableOptions {
-  /** Relative lock paths are resolved against it. */
-  projectRoot: string;
   clock: Clock;
   fencing: FencingTokenSource;
   /** The seed's lock files; absent, berth's table is the only lock. */
@@ -238,7 +237,6 @@ const iso = (ms: number) => new Date(ms).toISOString();
 
 /** The in-memory lock table. See the module comment. */
 export class LockTable {
-  private readonly projectRoot: string;
   private readonly clock: Clock;
   private readonly fencing: FencingTokenSource;
   private readonly external: ExternalLocks | undefined;
@@ -251,7 +249,6 @@ export class LockTable {
   private closed = false;
 
   constructor(options: LockTableOptions) {
-    this.projectRoot = path.resolve(options.projectRoot);
     this.clock = options.clock;
     this.fencing = options.fencing;
     this.external = options.external;
@@ -259,9 +256,9 @@ export class LockTable {
     this.limits = { ...DEFAULT_LOCK_LIMITS, ...options.limits };
   }
 
-  /** The lock key of `file`: checked, then resolved against the project root. */
+  /** The lock key of `file`: its canonical path (see lock-path.ts); `field` names it in refusals. */
   resolveFile(file: unknown, field = "file"): string {
-    return resolveLockFile(this.projectRoot, file, field);
+    return canonicalLockPath(file, field);
   }
 
   /**

@@ -15,6 +15,8 @@ import {
   removeDeadTempFiles,
   removeOwnLockFile,
   SeedLockFiles,
+  seedProject,
+  seedSpelling,
   SHARED_LOCK_FILE_MODE,
   SWEEP_GUARD_NAME,
   tryCreateLockFile,
@@ -53,6 +55,32 @@ describe("lock file names and content", () => {
   it("is the seed's path: <liveDir>/locks/<sha256(resolved path)[0:24]>.lock", () => {
     expect(lockFilePath(locksDir, KEY)).toBe(seedLockPath(path.join(root, "live"), "src/app.ts", "/project"));
     expect(path.basename(lockFilePath(locksDir, KEY))).toMatch(/^[0-9a-f]{24}\.lock$/);
+  });
+
+  it("names a file under a project its seed processes reach through a symlink as they do, and any other by its canonical path", () => {
+    const real = path.join(fs.realpathSync(root), "proj");
+    fs.mkdirSync(real);
+    const spelled = path.join(root, "via-link");
+    fs.symlinkSync(real, spelled);
+    const project = seedProject(spelled);
+    expect(project).toEqual({ spelled, canonical: real });
+    expect(seedSpelling(`${real}/src/app.ts`, project)).toBe(`${spelled}/src/app.ts`);
+    expect(seedSpelling(`${real}/..hidden/a`, project)).toBe(`${spelled}/..hidden/a`);
+    expect(seedSpelling(real, project)).toBe(spelled);
+    // Beside or above the project: the canonical path, as a seed process anywhere else names it.
+    expect(seedSpelling(`${real}-other/a`, project)).toBe(`${real}-other/a`);
+    expect(seedSpelling("/etc/hosts", project)).toBe("/etc/hosts");
+    // No project, or one spelled by its real path: always the canonical path.
+    expect(seedSpelling(`${real}/src/app.ts`, undefined)).toBe(`${real}/src/app.ts`);
+    expect(seedSpelling(`${real}/src/app.ts`, seedProject(real))).toBe(`${real}/src/app.ts`);
+
+    const files = new SeedLockFiles({ locksDir, clock: new ManualClock(), projectRoot: spelled });
+    expect(files.pathFor(`${real}/src/app.ts`)).toBe(seedLockPath(path.join(root, "live"), "src/app.ts", spelled));
+    const claim = files.claim(`${real}/src/app.ts`, { owner: "o", at: 1 });
+    expect(claim.ok).toBe(true);
+    expect(readLockFile(files.pathFor(`${real}/src/app.ts`))).toMatchObject({ record: { file: `${spelled}/src/app.ts` } });
+    if (claim.ok) files.release(claim.handle);
+    files.close();
   });
 
   it("creates the file whole with the seed's fields and a newline, then reports it held", () => {

@@ -3,7 +3,12 @@
  * and berth's clients exclude each other.
  *
  * The seed's protocol: a lock is the file `<liveDir>/locks/<first 24 hex of sha256(resolved path)>.lock`
- * holding `{owner, token, pid, at, file}` and a newline. A taker creates it exclusively; a holder
+ * holding `{owner, token, pid, at, file}` and a newline. The seed resolves a path with
+ * `path.resolve(cwd, file)`, its process's working directory by default: a real path (getcwd(3)),
+ * so for a file under it the seed's resolved path is berth's canonical one (see lock-path.ts). A
+ * project whose seed processes are given their directory through a symlink is named by
+ * {@link SeedLockFilesOptions.projectRoot}, and files under it are named as those processes name
+ * them (see {@link seedSpelling}). A taker creates it exclusively; a holder
  * deletes it only while it still holds its own token; a file is *stale* when its pid is dead, or
  * when it cannot be read and is older than 60 s (younger, a writer may be between create and write).
  *
@@ -28,6 +33,7 @@ import { flockSync } from "fs-ext";
 import type { Clock, TimerHandle } from "@berth/shared/clock";
 import { ensurePrivateDir } from "@berth/shared/files";
 import { identityIsLive, isPidAlive, sameProcess, selfIdentity } from "@berth/shared/process-identity";
+import { canonicalLockPath } from "./lock-path.js";
 import type { ExternalClaim, ExternalLockHandle, ExternalLocks, LockLogger } from "./lock-table.js";
 
 /** The seed's age after which an unreadable lock file counts as a crashed writer's leftover. */
@@ -36,9 +42,34 @@ export const UNREADABLE_LOCK_STALE_MS = 60_000;
 /** The name of the file berth's sweepers take an exclusive flock(2) on (never a `<hex>.lock` name). */
 export const SWEEP_GUARD_NAME = ".berth-sweep.guard";
 
-/** The lock file of `key` (a resolved path) in `locksDir`: the seed's `sourceLockPath`. */
+/** The lock file of `key` (a resolved path, as the seed spells it) in `locksDir`: the seed's `sourceLockPath`. */
 export function lockFilePath(locksDir: string, key: string): string {
   return path.join(locksDir, `${lockFileDigest(key)}.lock`);
+}
+
+/** A project directory as the seed's processes spell it, and its canonical path. */
+export interface SeedProject {
+  readonly spelled: string;
+  readonly canonical: string;
+}
+
+/** The {@link SeedProject} of a directory spelled `spelled` (made absolute against this process's cwd). */
+export function seedProject(spelled: string): SeedProject {
+  const absolute = path.resolve(spelled);
+  // The trailing "." makes the directory's own last name resolved too (lock-path.ts keeps a file's).
+  return { spelled: absolute, canonical: canonicalLockPath(`${absolute}/.`, "project_root") };
+}
+
+/**
+ * How a seed process whose working directory is `project.spelled` spells the file whose canonical
+ * path is `key`: the spelled project and the path below it, for a file under the project; the
+ * canonical path itself otherwise, or without a project.
+ */
+export function seedSpelling(key: string, project: SeedProject | undefined): string {
+  if (project === undefined || project.spelled === project.canonical) return key;
+  const below = path.posix.relative(project.canonical, key);
+  if (below === ".." || below.startsWith("../") || path.posix.isAbsolute(below)) return key;
+  return path.posix.join(project.spelled, below);
 }
 
 /** The first 24 hex digits of sha256(key): the seed's lock file name without `.lock`. */
@@ -54,7 +85,7 @@ export interface LockFileRecord {
   pid: number;
   /** When the lock was taken (ms since the epoch). */
   at: number;
-  /** The resolved path of the locked file. */
+  /** The resolved path of the locked file, as the seed spells it (its digest names the file). */
   file: string;
   /** berth only: the writer's process start time (/proc/PID/stat field 22), against pid reuse. */
   startTime?: number;
@@ -389,6 +420,13 @@ export function newLockFileRecord(fields: { owner: string; file: string; at: num
 export interface SeedLockFilesOptions {
   /** `<liveDir>/locks`: created (0700) when missing. */
   locksDir: string;
+  /**
+   * The project directory as its seed processes spell their working directory, when that is not
+   * its real path (they were given a `cwd` through a symlink): a file under it gets the lock file a
+   * seed process there names, from this spelling and the path below the project. Absent, lock
+   * files are named after canonical paths, as a seed process working in the project names them.
+   */
+  projectRoot?: string;
   /** The pid written into berth's lock files; default this process's. */
   pid?: number;
   /** Drives the fallback re-check timer. */
@@ -447,6 +485,7 @@ export class SeedLockFiles implements ExternalLocks {
   private readonly recheckMs: number;
   private readonly judge: LockFileJudge;
   private readonly fileMode: number;
+  private readonly project: SeedProject | undefined;
   /** Lock file name → callbacks of the keys watched under it. */
   private readonly watched = new Map<string, Set<() => void>>();
   private watcher: fs.FSWatcher | undefined;
@@ -466,6 +505,7 @@ export class SeedLockFiles implements ExternalLocks {
     this.recheckMs = options.recheckMs ?? 250;
     this.judge = options.judge ?? {};
     this.fileMode = options.fileMode ?? PRIVATE_LOCK_FILE_MODE;
+    this.project = options.projectRoot === undefined ? undefined : seedProject(options.projectRoot);
     // The start time only describes this process; a pid given for another process goes bare.
     const self = selfIdentity();
     this.identity = this.pid === self.pid ? { startTime: self.startTime, bootId: self.bootId, hostname: self.hostname } : {};
@@ -474,13 +514,13 @@ export class SeedLockFiles implements ExternalLocks {
     removeDeadTempFiles(this.locksDir);
   }
 
-  /** The lock file of `key`. */
+  /** The lock file of `key` (a canonical path): the one a seed process of the project names. */
   pathFor(key: string): string {
-    return lockFilePath(this.locksDir, key);
+    return lockFilePath(this.locksDir, seedSpelling(key, this.project));
   }
 
   claim(key: string, holder: { owner: string; at: number }): ExternalClaim {
-    const record = newLockFileRecord({ owner: holder.owner, file: key, at: holder.at, pid: this.pid, ...this.identity });
+    const record = newLockFileRecord({ owner: holder.owner, file: seedSpelling(key, this.project), at: holder.at, pid: this.pid, ...this.identity });
     let slot: Slot | undefined;
     const source: LockFileSource = {
       prepare: (content) => {

@@ -18,13 +18,15 @@ let clock: ManualClock;
 let locks: LockService;
 let client: Client<typeof LockServiceDesc>;
 
-const FILE = "src/app.ts";
-const key = () => path.join(projectRoot, FILE);
+/** The locked file: absolute, as every client sends it. */
+let FILE: string;
+const key = () => FILE;
 const HEARTBEAT_MS = 1_000;
 
 beforeEach(() => {
   root = fs.mkdtempSync(path.join(tmpdir(), "berth-lockrpc-"));
   projectRoot = path.join(root, "project");
+  FILE = path.join(projectRoot, "src/app.ts");
   liveDir = path.join(root, "live");
   clock = new ManualClock();
   locks = createLockService({ projectRoot, stateDir: path.join(root, "state"), liveDir, clock });
@@ -173,7 +175,7 @@ describe("Acquire and Release", () => {
 describe("KeepAlive", () => {
   it("renews each lease for its ttl and answers alive = false for one that is gone", async () => {
     const a = (await client.acquire({ file: FILE, owner: "alice", ttl: ms(5_000) })).lease!;
-    const b = (await client.acquire({ file: "src/other.ts", owner: "bob", ttl: ms(5_000) })).lease!;
+    const b = (await client.acquire({ file: path.join(projectRoot, "src/other.ts"), owner: "bob", ttl: ms(5_000) })).lease!;
     await client.release({ leaseToken: b.leaseToken });
     clock.advance(4_000);
     async function* requests() {
@@ -321,9 +323,9 @@ describe("Inspect and CheckToken", () => {
 
 describe("input validation", () => {
   const cases: Array<[string, () => Promise<unknown>, RegExp]> = [
-    ["a path with '..'", () => client.acquire({ file: "src/../../etc/passwd", owner: "x" }), /^file: must not contain '\.\.'/],
-    ["a path with NUL", () => client.acquire({ file: "src/a\0b.ts", owner: "x" }), /^file: must not contain a NUL/],
-    ["an over-long path", () => client.acquire({ file: `src/${"a".repeat(5000)}`, owner: "x" }), /^file: must be at most 4096 bytes/],
+    ["a relative path", () => client.acquire({ file: "src/app.ts", owner: "x" }), /^file: must be an absolute path; resolve it against your working directory before sending, got "src\/app\.ts"$/],
+    ["a path with NUL", () => client.acquire({ file: "/src/a\0b.ts", owner: "x" }), /^file: must not contain a NUL/],
+    ["an over-long path", () => client.acquire({ file: `/src/${"a".repeat(5000)}`, owner: "x" }), /^file: must be at most 4096 bytes/],
     ["an empty path", () => client.acquire({ file: "", owner: "x" }), /^file: is required/],
     ["an empty owner", () => client.acquire({ file: FILE, owner: "" }), /^owner: is required/],
     ["a negative wait", () => client.acquire({ file: FILE, owner: "x", wait: { seconds: -1n, nanos: 0 } }), /^wait: must not be negative/],
@@ -331,15 +333,16 @@ describe("input validation", () => {
     ["a ttl over the maximum", () => client.acquire({ file: FILE, owner: "x", ttl: ms(2 * 3_600_000) }), /^ttl: must be at most/],
     ["a wait over the maximum", () => client.acquire({ file: FILE, owner: "x", wait: ms(3_600_000) }), /^wait: must be at most/],
     ["an empty release token", () => client.release({ leaseToken: "" }), /^lease_token: is required/],
-    ["Inspect with '..'", () => client.inspect({ file: "../x" }), /^file: must not contain '\.\.'/],
+    ["Inspect with a relative path", () => client.inspect({ file: "../x" }), /^file: must be an absolute path/],
+    ["CheckToken with a relative path", () => client.checkToken({ file: "x", fencingToken: 1n }), /^file: must be an absolute path/],
     ["CheckToken with token 0", () => client.checkToken({ file: FILE, fencingToken: 0n }), /^fencing_token: must be a positive integer/],
-    ["CheckToken with NUL", () => client.checkToken({ file: "a\0", fencingToken: 1n }), /^file: must not contain a NUL/],
+    ["CheckToken with NUL", () => client.checkToken({ file: "/a\0", fencingToken: 1n }), /^file: must not contain a NUL/],
     [
-      "Hold with '..'",
+      "Hold with a relative path",
       async () => {
         for await (const _ of client.hold({ file: "a/../b", owner: "x" }));
       },
-      /^file: must not contain '\.\.'/,
+      /^file: must be an absolute path/,
     ],
     [
       "Hold with a negative wait",
@@ -368,18 +371,28 @@ describe("makeFenceCheck", () => {
   it("passes the current token and refuses a stale one with aborted and the FenceRejected facts", async () => {
     const check = makeFenceCheck(locks);
     const first = (await client.acquire({ file: FILE, owner: "alice" })).lease!;
-    expect(() => check(FILE, first.fencingToken)).not.toThrow();
+    expect(() => check(FILE, first.fencingToken)()).not.toThrow();
     await client.release({ leaseToken: first.leaseToken });
     const second = (await client.acquire({ file: FILE, owner: "bob" })).lease!;
     let refused: unknown;
     try {
-      check(key(), first.fencingToken);
+      check(key(), first.fencingToken)();
     } catch (error) {
       refused = error;
     }
     expect(refused).toBeInstanceOf(BerthError);
     expect(refused).toMatchObject({ code: "aborted", details: { file: key(), fencingToken: Number(first.fencingToken), currentToken: Number(second.fencingToken) } });
-    expect(() => check("a/../b", 1n)).toThrow(/^fence\.file: /);
+    // Refused when prepared, with the request: before the append is ever sequenced.
+    expect(() => check("a/../b", 1n)).toThrow(/^fence\.file: must be an absolute path/);
     expect(() => check(FILE, 0n)).toThrow(/^fence\.fencing_token: /);
+  });
+
+  it("matches a fence given with another spelling of the locked file (a symlinked directory, '..')", async () => {
+    fs.mkdirSync(path.join(projectRoot, "src", "x"), { recursive: true });
+    fs.symlinkSync(projectRoot, path.join(root, "link"));
+    const check = makeFenceCheck(locks);
+    const lease = (await client.acquire({ file: FILE, owner: "alice" })).lease!;
+    expect(() => check(path.join(root, "link") + "/src/x/../app.ts", lease.fencingToken)()).not.toThrow();
+    expect(() => check(`${projectRoot}/./src//app.ts`, lease.fencingToken)()).not.toThrow();
   });
 });

@@ -147,23 +147,27 @@ export function makeLockHandlers(options: LockHandlerOptions): ServiceImpl<typeo
 }
 
 /**
- * The fence AppendEvent checks before writing: throws `aborted` (details: file, fencingToken,
- * currentToken — the FenceRejected detail's fields) unless `token` is the current fencing token of
- * `file`'s lock, and `invalid_argument` naming `fence.file` / `fence.fencing_token` for bad input.
+ * The fence AppendEvent checks before writing (see FenceCheck). Given the fence, it refuses bad
+ * input with `invalid_argument` naming `fence.file` / `fence.fencing_token` and makes the path
+ * canonical, as Acquire does, so a fence given with another spelling of the locked file matches.
+ * The check it returns throws `aborted` (details: file, fencingToken, currentToken — the
+ * FenceRejected detail's fields) unless `token` is the current fencing token of the file's lock.
  */
-export function makeFenceCheck(locks: Pick<LockService, "resolveFile" | "checkToken">): (file: string, token: bigint) => void {
+export function makeFenceCheck(locks: Pick<LockService, "resolveFile" | "checkToken">): (file: string, token: bigint) => () => void {
   return (file, token) => {
     const key = locks.resolveFile(file, "fence.file");
     const value = checkFencingToken(token, "fence.fencing_token");
-    const check = locks.checkToken(key, value);
-    if (check.current) return;
-    const current = check.currentToken === null ? "nobody holds the lock now" : `the current token is ${check.currentToken}`;
-    throw new BerthError("aborted", `fence rejected: fencing token ${value} of ${key} is no longer current (${current}); nothing was written — acquire the lock again and retry`, {
-      reason: "FENCE_REJECTED",
-      file: key,
-      fencingToken: value,
-      currentToken: check.currentToken ?? 0,
-    });
+    return () => {
+      const check = locks.checkToken(key, value);
+      if (check.current) return;
+      const current = check.currentToken === null ? "nobody holds the lock now" : `the current token is ${check.currentToken}`;
+      throw new BerthError("aborted", `fence rejected: fencing token ${value} of ${key} is no longer current (${current}); nothing was written — acquire the lock again and retry`, {
+        reason: "FENCE_REJECTED",
+        file: key,
+        fencingToken: value,
+        currentToken: check.currentToken ?? 0,
+      });
+    };
   };
 }
 

@@ -88,9 +88,9 @@ export const SESSIONS_SETTINGS = defineConfig({
   projectRoot: {
     flag: "project-root",
     env: "BERTH_PROJECT_ROOT",
-    default: ".",
     parse: parseNonEmpty,
-    doc: "the project whose source files are locked: relative lock paths resolve against it (default: the current directory)",
+    // Lock paths arrive absolute and are made canonical; only the seed's lock file names depend on a spelling.
+    doc: "a project whose seed processes work in it through a symlink, spelled as they spell it: the seed's lock files of its files get the names those processes use (unset: names from canonical paths, as from the project's real directory)",
   },
 });
 
@@ -157,7 +157,7 @@ export function sessionServiceRegistration(store: SessionStore, context: ServerC
  * in `<state-dir>/locks/`.
  */
 export function openLocks(values: SessionsValues, logger: Logger): LockDomain {
-  const projectRoot = path.resolve(values.projectRoot);
+  const projectRoot = values.projectRoot === undefined ? undefined : path.resolve(values.projectRoot);
   const liveDir = path.resolve(values.liveDir ?? values.stateDir);
   // In the state directory the lock files are as private as the rest of it; in a project's live
   // directory they are readable like the seed's, for the project's seed processes.

@@ -258,26 +258,27 @@ describe("AppendEvent", () => {
     const store = openStore();
     const calls: Array<[string, bigint]> = [];
     let current = 7n;
-    // Shaped as the lock service's check (lock-handlers.ts makeFenceCheck).
-    const fenceCheck: FenceCheck = (file, token) => {
+    // Shaped as the lock service's check (lock-handlers.ts makeFenceCheck): prepared with the
+    // request, run right before sequencing.
+    const fenceCheck: FenceCheck = (file, token) => () => {
       calls.push([file, token]);
       if (token === current) return;
-      throw new BerthError("aborted", `fence rejected: token ${token} is stale`, { reason: "FENCE_REJECTED", file: `/abs/${file}`, fencingToken: Number(token), currentToken: Number(current) });
+      throw new BerthError("aborted", `fence rejected: token ${token} is stale`, { reason: "FENCE_REJECTED", file: `/abs${file}`, fencingToken: Number(token), currentToken: Number(current) });
     };
     const client = clientFor(store, { fenceCheck });
-    const ok = await client.appendEvent({ sessionId: "s", event: generate(), fence: { file: "src/a.css", fencingToken: 7n } });
+    const ok = await client.appendEvent({ sessionId: "s", event: generate(), fence: { file: "/p/src/a.css", fencingToken: 7n } });
     expect(ok.seq).toBe(1n);
     current = 8n;
-    const error = await failure(client.appendEvent({ sessionId: "s", event: phase("x"), fence: { file: "src/a.css", fencingToken: 7n } }));
+    const error = await failure(client.appendEvent({ sessionId: "s", event: phase("x"), fence: { file: "/p/src/a.css", fencingToken: 7n } }));
     expect(error.code).toBe(Code.Aborted);
-    expect(error.findDetails(FenceRejectedSchema)[0]).toMatchObject({ file: "/abs/src/a.css", fencingToken: 7n, currentToken: 8n });
+    expect(error.findDetails(FenceRejectedSchema)[0]).toMatchObject({ file: "/abs/p/src/a.css", fencingToken: 7n, currentToken: 8n });
     expect(calls).toEqual([
-      ["src/a.css", 7n],
-      ["src/a.css", 7n],
+      ["/p/src/a.css", 7n],
+      ["/p/src/a.css", 7n],
     ]);
     expect(journalLines("s")).toHaveLength(1);
     // A batch is fenced once, as a whole.
-    const batch = await failure(client.appendEvents({ sessionId: "s", events: [phase("x"), phase("y")], fence: { file: "src/a.css", fencingToken: 7n } }));
+    const batch = await failure(client.appendEvents({ sessionId: "s", events: [phase("x"), phase("y")], fence: { file: "/p/src/a.css", fencingToken: 7n } }));
     expect(batch.code).toBe(Code.Aborted);
     expect(journalLines("s")).toHaveLength(1);
   });
@@ -287,7 +288,7 @@ describe("AppendEvent", () => {
     const unchecked = clientFor(store);
     const error = await failure(unchecked.appendEvent({ sessionId: "s", event: generate(), fence: { file: "a", fencingToken: 1n } }));
     expect(error.code).toBe(Code.Unavailable);
-    const client = clientFor(store, { fenceCheck: () => {} });
+    const client = clientFor(store, { fenceCheck: () => () => {} });
     const noToken = await failure(client.appendEvent({ sessionId: "s", event: generate(), fence: { file: "a", fencingToken: 0n } }));
     expect(noToken.code).toBe(Code.InvalidArgument);
     expect(noToken.rawMessage).toMatch(/^fence\.fencing_token: /);
@@ -298,16 +299,28 @@ describe("AppendEvent", () => {
     expect(store.has("s")).toBe(false);
   });
 
-  it("passes a fence check's other errors through unchanged", async () => {
+  it("passes a fence check's other errors through unchanged, and refuses its input before anything is written", async () => {
     const store = openStore();
+    let checked = 0;
     const client = clientFor(store, {
       fenceCheck: () => {
-        throw new BerthError("invalid_argument", "fence.file: resolves outside the project", { field: "fence.file" });
+        throw new BerthError("invalid_argument", "fence.file: must be an absolute path", { field: "fence.file" });
       },
     });
     const error = await failure(client.appendEvent({ sessionId: "s", event: generate(), fence: { file: "../x", fencingToken: 1n } }));
     expect(error.code).toBe(Code.InvalidArgument);
+    expect(error.rawMessage).toBe("fence.file: must be an absolute path");
     expect(error.findDetails(FenceRejectedSchema)).toEqual([]);
+    expect(store.has("s")).toBe(false);
+    const failing = clientFor(store, {
+      fenceCheck: () => () => {
+        checked++;
+        throw new BerthError("unavailable", "lock service is shutting down");
+      },
+    });
+    expect((await failure(failing.appendEvent({ sessionId: "s", event: generate(), fence: { file: "/x", fencingToken: 1n } }))).code).toBe(Code.Unavailable);
+    expect(checked).toBe(1);
+    expect(store.has("s")).toBe(false);
   });
 
   it("validates every field, naming it and the rule, and writes nothing on a refusal", async () => {

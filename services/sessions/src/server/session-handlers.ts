@@ -39,11 +39,14 @@ import { eventToJournal, isoToTimestamp, journalEntryToProto, type JournalEntryF
 import { encodedEntryField, encodedSnapshotField, entryMessage, isJsonCall, snapshotMessage } from "./wire-cache.js";
 
 /**
- * Checks that `token` is still the current fencing token of the source lock on `file`, and throws
- * a BerthError `aborted` when it is not (details: `file` — the resolved path —, `currentToken`,
- * null or 0 when nobody holds it). Supplied by the lock service.
+ * A fence's check, in two steps, supplied by the lock service. Called with the request's fence, it
+ * checks the input (invalid_argument naming `fence.file` or `fence.fencing_token`) and makes the
+ * path canonical, as every lock RPC does, so a fence matches its lock however the path is spelled.
+ * The function it returns runs right before the append is sequenced and throws a BerthError
+ * `aborted` unless `token` is still the current fencing token of the file's lock (details: `file`
+ * — the canonical path —, `currentToken`, null or 0 when nobody holds it).
  */
-export type FenceCheck = (file: string, token: bigint) => void;
+export type FenceCheck = (file: string, token: bigint) => () => void;
 
 /** Options of {@link createSessionHandlers}. */
 export interface SessionHandlerOptions {
@@ -280,9 +283,10 @@ function fenceChecker(fence: Fence, fenceCheck: FenceCheck | undefined): () => v
   if (fenceCheck === undefined) {
     throw new BerthError("unavailable", "fence: this service cannot check fencing tokens (its lock service is not running); nothing was written");
   }
+  const check = fenceCheck(file, token);
   return () => {
     try {
-      fenceCheck(file, token);
+      check();
     } catch (error) {
       if (!isBerthError(error) || error.code !== "aborted") throw error;
       const details = error.details ?? {};

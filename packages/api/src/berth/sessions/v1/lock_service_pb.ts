@@ -47,7 +47,7 @@ export type Lease = Message<"berth.sessions.v1.Lease"> & {
   expiresAt?: Timestamp | undefined;
 
   /**
-   * The locked file, resolved (the lock's key).
+   * The locked file's canonical path (the lock's key).
    *
    * @generated from field: string file = 4;
    */
@@ -89,7 +89,7 @@ export const LeaseSchema: GenMessage<Lease> = /*@__PURE__*/
  */
 export type AcquireRequest = Message<"berth.sessions.v1.AcquireRequest"> & {
   /**
-   * The file to lock.
+   * The file to lock: an absolute path, in any spelling.
    *
    * @generated from field: string file = 1;
    */
@@ -257,7 +257,7 @@ export const ReleaseResponseSchema: GenMessage<ReleaseResponse> = /*@__PURE__*/
  */
 export type HoldRequest = Message<"berth.sessions.v1.HoldRequest"> & {
   /**
-   * The file to lock.
+   * The file to lock: an absolute path, in any spelling.
    *
    * @generated from field: string file = 1;
    */
@@ -489,7 +489,7 @@ export const WaiterSchema: GenMessage<Waiter> = /*@__PURE__*/
  */
 export type InspectRequest = Message<"berth.sessions.v1.InspectRequest"> & {
   /**
-   * The file.
+   * The file: an absolute path, in any spelling.
    *
    * @generated from field: string file = 1;
    */
@@ -510,7 +510,7 @@ export const InspectRequestSchema: GenMessage<InspectRequest> = /*@__PURE__*/
  */
 export type InspectResponse = Message<"berth.sessions.v1.InspectResponse"> & {
   /**
-   * The file, resolved (the lock's key).
+   * The file's canonical path (the lock's key).
    *
    * @generated from field: string file = 1;
    */
@@ -559,7 +559,7 @@ export const InspectResponseSchema: GenMessage<InspectResponse> = /*@__PURE__*/
  */
 export type CheckTokenRequest = Message<"berth.sessions.v1.CheckTokenRequest"> & {
   /**
-   * The file.
+   * The file: an absolute path, in any spelling.
    *
    * @generated from field: string file = 1;
    */
@@ -624,7 +624,7 @@ export type LockHeld = Message<"berth.sessions.v1.LockHeld"> & {
   reason: string;
 
   /**
-   * The file, resolved.
+   * The file's canonical path.
    *
    * @generated from field: string file = 2;
    */
@@ -725,17 +725,26 @@ export const HolderKindSchema: GenEnum<HolderKind> = /*@__PURE__*/
 /**
  * Per-file source locks that a crashed holder can never keep forever.
  *
- * A lock is keyed by the resolved path of its file: an absolute path is
- * normalized, a relative one is resolved against the project directory the
- * service serves (as the seed's `path.resolve(cwd, file)`). Paths are
- * non-empty, at most 4096 bytes, without NUL (INVALID_ARGUMENT otherwise).
+ * A lock is keyed by the canonical path of its file, so every spelling of one
+ * file is one lock. Clients send absolute paths: a relative `file` is
+ * INVALID_ARGUMENT naming the field (only the client knows what it is
+ * relative to: resolve it against your working directory before sending).
+ * The service makes the path canonical: the real path of the deepest
+ * directory that exists (symlinks followed, `..` taken as the kernel does),
+ * then the names below it with `.` and `..` resolved; the file itself need
+ * not exist, and its own name is never followed. Every answer naming the file
+ * (Lease, InspectResponse, LockHeld, FenceRejected, the berth-error-details
+ * trailer) carries the canonical path. Paths are at most 4096 bytes, names
+ * at most 255, without NUL, and must not loop through symlinks
+ * (INVALID_ARGUMENT otherwise).
  *
  * Every grant carries a fencing token, strictly increasing per file across
  * restarts of the service, that a protected resource checks (CheckToken,
  * AppendEvent's fence) to refuse a holder that lost its lock. Waiters are
  * served in arrival order and handed the lock the moment it is free. While
  * berth holds a lock it keeps the seed's lock file for it
- * (`locks/<sha256(path)[0:24]>.lock`, with the service's pid), so processes
+ * (`locks/<sha256(path)[0:24]>.lock`, with the service's pid; `path` spelled
+ * as the project's seed processes spell it), so processes
  * still using the seed's library wait for berth's holders; and berth honours
  * the seed's lock files by the seed's staleness rules.
  *

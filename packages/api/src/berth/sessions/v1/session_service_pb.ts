@@ -30,7 +30,8 @@ export const file_berth_sessions_v1_session_service: GenFile = /*@__PURE__*/
  */
 export type Fence = Message<"berth.sessions.v1.Fence"> & {
   /**
-   * The locked file, as given to LockService.Acquire.
+   * The locked file: an absolute path, in any spelling (made canonical as
+   * LockService does, so it matches the lock however Acquire spelled it).
    *
    * @generated from field: string file = 1;
    */
@@ -945,7 +946,7 @@ export const SeqConflictSchema: GenMessage<SeqConflict> = /*@__PURE__*/
  */
 export type FenceRejected = Message<"berth.sessions.v1.FenceRejected"> & {
   /**
-   * The fenced file (the resolved path).
+   * The fenced file's canonical path.
    *
    * @generated from field: string file = 1;
    */

@@ -1,0 +1,14 @@
+/**
+ * Lock paths as the user types them. The service refuses a relative path: only the client knows
+ * the directory it is relative to, so every command that takes a lock path sends it through here.
+ */
+
+/**
+ * `file` made absolute against this process's working directory. Joined, not normalised: the
+ * service resolves `..` as the kernel does (after a symlinked directory it is the target's parent),
+ * which a lexical normalisation here would undo. The service answers with the canonical path.
+ */
+export function absoluteLockPath(file: string, cwd: string = process.cwd()): string {
+  if (file.startsWith("/")) return file;
+  return cwd.endsWith("/") ? `${cwd}${file}` : `${cwd}/${file}`;
+}
