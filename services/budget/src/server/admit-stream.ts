@@ -167,7 +167,7 @@ export async function* admitStream(requests: AsyncIterable<AdmitRequest>, contex
                 if (reservation === undefined) throw invalidArgument("started", "sent before admitted: wait for the admitted message");
                 const started = request.value;
                 const name = checkLabel(started.name, "started.name");
-                const cost = runCostFromProto(started.costSource, budget.policy(), "started");
+                const cost = runCostFromProto(started.costSource, budget.runCostOf(name, reservation.id), "started");
                 const pid = pidFromProto(started.pid, "started.pid");
                 const ttlMs = durationMs(started.ttl, "started.ttl", { positive: true });
                 let entry = await budget.consume(reservation.id, name, cost, pid);

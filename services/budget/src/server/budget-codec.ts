@@ -207,12 +207,13 @@ export function needItemsFromProto(need: NeedMessage | undefined, field = "need"
 }
 
 /**
- * A running service's cost: `cost` as sent, the run part of `spec` costed with the policy's
- * defaults, or the policy's default run cost when neither is set.
+ * A running service's cost: `cost` as sent, the run part of `spec` with `undeclared` for what it
+ * leaves out, or `undeclared` when neither is set (the domain's `runCostOf`: what its reservation
+ * was admitted with for it, else the policy's default).
  */
 export function runCostFromProto(
   source: { case: "cost"; value: ResourcesMessage } | { case: "spec"; value: ResourceSpecMessage } | { case: undefined; value?: undefined },
-  policy: Pick<Policy, "defaultRun">,
+  undeclared: Resources,
   field = "",
 ): Resources {
   const at = (name: string) => (field === "" ? name : `${field}.${name}`);
@@ -221,10 +222,10 @@ export function runCostFromProto(
       return resourcesFromProto(source.value, at("cost"));
     case "spec": {
       const run = specAmount(source.value, at("spec"), false);
-      return { memoryBytes: run.memory ?? policy.defaultRun.memoryBytes, cpu: run.cpu ?? policy.defaultRun.cpu };
+      return { memoryBytes: run.memory ?? undeclared.memoryBytes, cpu: run.cpu ?? undeclared.cpu };
     }
     default:
-      return { ...policy.defaultRun };
+      return { ...undeclared };
   }
 }
 
