@@ -142,6 +142,28 @@ describe("berth admit", () => {
     expect(JSON.parse(admit.stdout()).reservation.build).toEqual({});
   });
 
+  it("shows the ETA the service sent, the one 'berth budget state' shows, however long the line stays up", async () => {
+    const budget = await startBudget();
+    // Quick admissions pull the moving hold time under a second: every wait's ETA is then the floor, 1s.
+    for (let i = 0; i < 12; i++) {
+      const { reservation } = await hold(budget, 1);
+      await budget.client.release({ reservationId: reservation!.id });
+    }
+    const { reservation } = await hold(budget, 3);
+    const terminal = startInTerminal(["admit", "--memory", "2G", "--label", "eta", "--", "true"], { env: { BERTH_BUDGET_URL: budget.url }, timeoutMs: 15_000 });
+    await terminal.waitFor(/waiting: #1 in queue/);
+    const state = JSON.parse((await berth(budget.url, ["budget", "state", "--json"])).stdout) as { queue: Array<{ label: string; eta: string }> };
+    expect(state.queue).toMatchObject([{ label: "eta", eta: "1s" }]);
+    // The line is drawn again every second; a second later it still says what the service said.
+    await terminal.waitFor(/waited [1-9]s/);
+    await budget.client.release({ reservationId: reservation!.id });
+    const result = await terminal.exited;
+    expect(result.code).toBe(0);
+    const etas = [...result.output.matchAll(/ETA ~([^,]*), waited/g)].map((m) => m[1]);
+    expect(etas.length).toBeGreaterThan(1);
+    expect(new Set(etas)).toEqual(new Set(["1s"]));
+  });
+
   it("shows the live status line in place on a terminal", async () => {
     const budget = await service();
     const { reservation } = await hold(budget, 3);

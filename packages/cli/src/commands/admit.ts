@@ -215,12 +215,8 @@ async function admit(values: Record<string, unknown>, command: string[], endpoin
             ahead: queued.ahead.map((a) => ({ label: a.label, position: a.position })),
             deadline: queued.deadline === undefined ? undefined : new Date(timestampMs(queued.deadline)).toISOString(),
           },
-          // Rendered again every second: the ETA counts down and the wait up between updates.
-          () => {
-            const elapsed = Date.now() - at;
-            const etaMs = queued.eta === undefined ? 0 : Math.max(0, durationMs(queued.eta) - elapsed);
-            return formatQueued(queued, at - started + elapsed, etaMs);
-          },
+          // Rendered again every second: the wait counts up; the ETA stays the service's until its next update.
+          () => formatQueued(queued, Date.now() - started),
         );
       }
       else if (kind.case === "admitted") {
