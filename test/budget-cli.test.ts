@@ -6,7 +6,9 @@
 import { execFileSync } from "node:child_process";
 import { afterAll, describe, expect, it } from "vitest";
 import { NeedItemKind } from "@berth/api/berth/budget/v1/budget_pb";
+import { BudgetService, type AdmitRequest } from "@berth/api/berth/budget/v1/budget_service_pb";
 import { EXIT } from "@berth/cli/command";
+import { implement, startServer } from "@berth/shared/server/index";
 import { CLI, G, berth, spawnBerth, startBudget, until, type BudgetUnderTest } from "./budget-e2e.js";
 import { stopAll } from "./harness.js";
 import { screen, startInTerminal } from "./pty.js";
@@ -37,6 +39,56 @@ describe("berth admit", () => {
     const state = await budget.client.getState({});
     expect(state.reservations).toHaveLength(0);
     expect(state.running).toHaveLength(0);
+  });
+
+  it("tells admitted, started, exited, released in that order, run after run, even when the service answers started after the command is gone", async () => {
+    // A budget service whose answer to `started` comes only once the command has exited and been
+    // reaped by berth: what a slow or busy service does to a short command.
+    const gone = (pid: number) => {
+      try {
+        process.kill(pid, 0);
+        return false;
+      } catch {
+        return true;
+      }
+    };
+    const slow = await startServer({
+      name: "slow-budget",
+      logger: { debug() {}, info() {}, warn() {}, error() {} },
+      services: [
+        implement(BudgetService, {
+          async *admit(requests: AsyncIterable<AdmitRequest>) {
+            for await (const request of requests) {
+              const kind = request.kind;
+              if (kind.case === "start") yield { kind: { case: "admitted", value: { reservation: { id: "r-1", label: kind.value.label } } } };
+              if (kind.case === "started") {
+                expect(await until(() => gone(kind.value.pid!), 10_000)).toBe(true);
+                yield { kind: { case: "updated", value: { reservation: { id: "r-1" }, running: { id: "run-1", name: kind.value.name, pid: kind.value.pid } } } };
+              }
+              if (kind.case === "release") return yield { kind: { case: "released", value: { reservationId: "r-1" } } };
+            }
+          },
+          stopRunning: () => ({ stopped: true }),
+        }),
+      ],
+    });
+    try {
+      for (let run = 0; run < 5; run++) {
+        const result = await berth(slow.url, ["admit", "--json", "--memory", "256M", "--", "true"]);
+        expect(result.code).toBe(0);
+        const events = result.stderr.trim().split("\n").map((l) => JSON.parse(l) as Record<string, unknown>);
+        expect(events.map((e) => e["event"]), `run ${run}`).toEqual(["admitted", "started", "exited", "released"]);
+        expect(events[1]).toMatchObject({ running_id: "run-1" });
+      }
+    } finally {
+      await slow.close(false);
+    }
+    // And against the real service, with a command as short as it gets.
+    const budget = await service();
+    for (let run = 0; run < 5; run++) {
+      const result = await berth(budget.url, ["admit", "--json", "--memory", "256M", "--cpu", "0.25", "--", "true"]);
+      expect(result.stderr.trim().split("\n").map((l) => (JSON.parse(l) as { event: string }).event), `run ${run}`).toEqual(["admitted", "started", "exited", "released"]);
+    }
   });
 
   it("waits in the queue with JSON-line updates, then runs when the holder lets go", async () => {
