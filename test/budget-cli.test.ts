@@ -6,7 +6,9 @@
 import { execFileSync } from "node:child_process";
 import { afterAll, describe, expect, it } from "vitest";
 import { NeedItemKind } from "@berth/api/berth/budget/v1/budget_pb";
+import { BudgetService, type AdmitRequest } from "@berth/api/berth/budget/v1/budget_service_pb";
 import { EXIT } from "@berth/cli/command";
+import { implement, startServer } from "@berth/shared/server/index";
 import { CLI, G, berth, spawnBerth, startBudget, until, type BudgetUnderTest } from "./budget-e2e.js";
 import { stopAll } from "./harness.js";
 import { screen, startInTerminal } from "./pty.js";
@@ -37,6 +39,56 @@ describe("berth admit", () => {
     const state = await budget.client.getState({});
     expect(state.reservations).toHaveLength(0);
     expect(state.running).toHaveLength(0);
+  });
+
+  it("tells admitted, started, exited, released in that order, run after run, even when the service answers started after the command is gone", async () => {
+    // A budget service whose answer to `started` comes only once the command has exited and been
+    // reaped by berth: what a slow or busy service does to a short command.
+    const gone = (pid: number) => {
+      try {
+        process.kill(pid, 0);
+        return false;
+      } catch {
+        return true;
+      }
+    };
+    const slow = await startServer({
+      name: "slow-budget",
+      logger: { debug() {}, info() {}, warn() {}, error() {} },
+      services: [
+        implement(BudgetService, {
+          async *admit(requests: AsyncIterable<AdmitRequest>) {
+            for await (const request of requests) {
+              const kind = request.kind;
+              if (kind.case === "start") yield { kind: { case: "admitted", value: { reservation: { id: "r-1", label: kind.value.label } } } };
+              if (kind.case === "started") {
+                expect(await until(() => gone(kind.value.pid!), 10_000)).toBe(true);
+                yield { kind: { case: "updated", value: { reservation: { id: "r-1" }, running: { id: "run-1", name: kind.value.name, pid: kind.value.pid } } } };
+              }
+              if (kind.case === "release") return yield { kind: { case: "released", value: { reservationId: "r-1" } } };
+            }
+          },
+          stopRunning: () => ({ stopped: true }),
+        }),
+      ],
+    });
+    try {
+      for (let run = 0; run < 5; run++) {
+        const result = await berth(slow.url, ["admit", "--json", "--memory", "256M", "--", "true"]);
+        expect(result.code).toBe(0);
+        const events = result.stderr.trim().split("\n").map((l) => JSON.parse(l) as Record<string, unknown>);
+        expect(events.map((e) => e["event"]), `run ${run}`).toEqual(["admitted", "started", "exited", "released"]);
+        expect(events[1]).toMatchObject({ running_id: "run-1" });
+      }
+    } finally {
+      await slow.close(false);
+    }
+    // And against the real service, with a command as short as it gets.
+    const budget = await service();
+    for (let run = 0; run < 5; run++) {
+      const result = await berth(budget.url, ["admit", "--json", "--memory", "256M", "--cpu", "0.25", "--", "true"]);
+      expect(result.stderr.trim().split("\n").map((l) => (JSON.parse(l) as { event: string }).event), `run ${run}`).toEqual(["admitted", "started", "exited", "released"]);
+    }
   });
 
   it("waits in the queue with JSON-line updates, then runs when the holder lets go", async () => {
@@ -140,6 +192,28 @@ describe("berth admit", () => {
     expect(await until(async () => (await budget.client.getState({})).committed?.memoryBytes === BigInt(G))).toBe(true);
     expect(await admit.exited).toEqual({ code: 0, signal: null });
     expect(JSON.parse(admit.stdout()).reservation.build).toEqual({});
+  });
+
+  it("shows the ETA the service sent, the one 'berth budget state' shows, however long the line stays up", async () => {
+    const budget = await startBudget();
+    // Quick admissions pull the moving hold time under a second: every wait's ETA is then the floor, 1s.
+    for (let i = 0; i < 12; i++) {
+      const { reservation } = await hold(budget, 1);
+      await budget.client.release({ reservationId: reservation!.id });
+    }
+    const { reservation } = await hold(budget, 3);
+    const terminal = startInTerminal(["admit", "--memory", "2G", "--label", "eta", "--", "true"], { env: { BERTH_BUDGET_URL: budget.url }, timeoutMs: 15_000 });
+    await terminal.waitFor(/waiting: #1 in queue/);
+    const state = JSON.parse((await berth(budget.url, ["budget", "state", "--json"])).stdout) as { queue: Array<{ label: string; eta: string }> };
+    expect(state.queue).toMatchObject([{ label: "eta", eta: "1s" }]);
+    // The line is drawn again every second; a second later it still says what the service said.
+    await terminal.waitFor(/waited [1-9]s/);
+    await budget.client.release({ reservationId: reservation!.id });
+    const result = await terminal.exited;
+    expect(result.code).toBe(0);
+    const etas = [...result.output.matchAll(/ETA ~([^,]*), waited/g)].map((m) => m[1]);
+    expect(etas.length).toBeGreaterThan(1);
+    expect(new Set(etas)).toEqual(new Set(["1s"]));
   });
 
   it("shows the live status line in place on a terminal", async () => {

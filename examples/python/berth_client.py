@@ -643,7 +643,9 @@ class Admission:
 
     def started(self, name: str, *, pid: Optional[int] = None, memory: Optional[str] = None, cpu: Optional[float] = None, ttl: Optional[Seconds] = None) -> budget_service_pb2.ReservationUpdated:
         """A service of this admission now runs: its cost moves to the running tally, which keeps it
-        after this stream ends, until ``pid`` exits (or its ``ttl`` lease or StopRunning ends it)."""
+        after this stream ends, until ``pid`` exits (or its ``ttl`` lease or StopRunning ends it).
+        Its cost is ``memory``/``cpu`` where given, else what the need's item of the same name was
+        admitted with."""
         started = budget_service_pb2.Started(name=name)
         if memory is not None or cpu is not None:
             if memory is not None:

@@ -110,6 +110,24 @@ describe("budget", () => {
     expect(budget.state().committed.memoryBytes).toBe(G);
   });
 
+  it("the run cost of what a reservation starts is the cost its item was admitted with; the default for anything else", async () => {
+    const { budget } = await setup();
+    const r = await budget.admit(
+      budget.needOf([
+        { kind: "build", name: "web", spec: { memory: "2G", cpu: 2 } },
+        { kind: "start", name: "web", spec: { memory: "256M", cpu: 0.25 } },
+        { kind: "appliance", name: "db", spec: { memory: "1G" } },
+      ]),
+      "up",
+    );
+    expect(budget.runCostOf("web", r.id)).toEqual({ memoryBytes: 256 * M, cpu: 0.25 });
+    // An item that declared part of its cost was admitted with the default for the rest.
+    expect(budget.runCostOf("db", r.id)).toEqual({ memoryBytes: G, cpu: 0.5 });
+    expect(budget.runCostOf("cache", r.id)).toEqual({ memoryBytes: 512 * M, cpu: 0.5 });
+    expect(budget.runCostOf("web")).toEqual({ memoryBytes: 512 * M, cpu: 0.5 });
+    expect(budget.runCostOf("web", "gone")).toEqual({ memoryBytes: 512 * M, cpu: 0.5 });
+  });
+
   it("a lease that is not renewed releases the reservation", async () => {
     const { budget, clock } = await setup();
     const leased = await budget.reserve(need(6, 1), "unary client", { ttlMs: 10_000 });

@@ -102,6 +102,12 @@ export interface Budget {
   release(reservationId: string): boolean;
   /** The reservation's build phase is over: its build share goes back. */
   releaseBuild(reservationId: string): Reservation;
+  /**
+   * What `name` costs running when whoever reports it running declares nothing: the cost of the
+   * item of that name the reservation `reservationId` was admitted with (so that what moves to the
+   * running tally is what was admitted), else the policy's default run cost.
+   */
+  runCostOf(name: string, reservationId?: string): Resources;
   /** Something the reservation starts now runs: its share moves to the running tally. Resolves once the tally is on disk. */
   consume(reservationId: string, name: string, cost: Resources, pid?: number): Promise<RunningEntry>;
   /** Counts running work started outside a reservation. Resolves once the tally is on disk. */
@@ -259,6 +265,11 @@ export async function createBudget(options: BudgetOptions): Promise<Budget> {
       const found = reservation(reservationId);
       found.releaseBuild();
       return found;
+    },
+
+    runCostOf(name, reservationId) {
+      const admitted = reservationId === undefined ? undefined : book.get(reservationId)?.runCostOf(name);
+      return admitted ?? { ...policy.defaultRun };
     },
 
     async consume(reservationId, name, cost, pid) {

@@ -10,7 +10,7 @@
 import { randomUUID } from "node:crypto";
 import type { Clock, TimerHandle } from "@berth/shared/clock";
 import { BerthError } from "@berth/shared/errors";
-import type { Need, Resources } from "./costs.js";
+import type { Need, NeedItem, Resources } from "./costs.js";
 import { checkResources } from "./costs.js";
 import type { Logger } from "./logger.js";
 import type { RunningEntry, RunningTally } from "./running-tally.js";
@@ -18,6 +18,9 @@ import type { CommittedItem } from "./verdict.js";
 
 /** The hold time the ETA starts from before any reservation was released: one minute, as in the seed. */
 export const INITIAL_HOLD_MS = 60_000;
+
+/** What a reservation is made of: its shares and (when known) the items they were added up from. */
+export type ReservedNeed = Pick<Need, "start" | "build"> & { readonly items?: readonly NeedItem[] | undefined };
 
 /** What changed in a reservation, for the queue to re-check its head. */
 export type ReservationChange = "admitted" | "build_released" | "consumed" | "released" | "renewed";
@@ -34,19 +37,28 @@ export class Reservation {
   /** How long the lease lasts when renewed without a ttl. */
   leaseTtlMs: number | undefined;
   private leaseTimer: TimerHandle | undefined;
+  /** The items it starts (starts and appliances), each with the cost it was admitted with. */
+  private readonly started: readonly NeedItem[];
 
   /** @internal Reservations are made by a {@link ReservationBook}. */
   constructor(
     /** An unguessable id: it is the capability to release or renew. */
     readonly id: string,
     readonly label: string,
-    need: Pick<Need, "start" | "build">,
+    need: ReservedNeed,
     /** When it was admitted (clock ms). */
     readonly admittedAt: number,
     private readonly book: ReservationBook,
   ) {
     this.start = { ...need.start };
     this.build = { ...need.build };
+    this.started = (need.items ?? []).filter((item) => item.kind !== "build");
+  }
+
+  /** The running cost it was admitted with for the thing it starts named `name`; undefined when it starts nothing by that name. */
+  runCostOf(name: string): Resources | undefined {
+    const item = this.started.find((candidate) => candidate.name === name);
+    return item === undefined ? undefined : { memoryBytes: item.cost.memoryBytes, cpu: item.cost.cpu };
   }
 
   /** What it holds now: start share plus build share. */
@@ -128,7 +140,7 @@ export class ReservationBook {
   }
 
   /** Admits `need` as a new reservation labelled `label`; with `ttlMs`, it is leased. */
-  create(need: Pick<Need, "start" | "build">, label: string, options: { ttlMs?: number | undefined } = {}): Reservation {
+  create(need: ReservedNeed, label: string, options: { ttlMs?: number | undefined } = {}): Reservation {
     const reservation = new Reservation(randomUUID(), label, need, this.clock.now(), this);
     this.reservations.set(reservation.id, reservation);
     if (options.ttlMs !== undefined) this.lease(reservation, options.ttlMs);

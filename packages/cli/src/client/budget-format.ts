@@ -181,7 +181,7 @@ export function formatState(state: GetStateResponse, now = Date.now(), style: St
     out.push(
       table(
         ["#", "LABEL", "NEEDS", "ETA", "WAITED", "WAITING FOR"],
-        state.queue.map((q) => [String(q.position), q.label, resources(q.need?.total), duration(q.eta), ago(q.queuedAt, now).replace(" ago", ""), q.waitForText]),
+        state.queue.map((q) => [String(q.position), q.label, resources(q.need?.total), eta(q.eta), ago(q.queuedAt, now).replace(" ago", ""), q.waitForText]),
         style,
       ),
     );
@@ -209,7 +209,15 @@ export function formatState(state: GetStateResponse, now = Date.now(), style: St
   return out.join("\n");
 }
 
-/** One status line for a waiting request: position, ETA, time waited, and what it waits for. */
-export function formatQueued(queued: Queued, waitedMs: number, etaLeftMs: number): string {
-  return `waiting: #${queued.position} in queue, ETA ~${roughly(etaLeftMs)}, waited ${roughly(waitedMs)} — ${queued.waitForText}`;
+/**
+ * A queue ETA for people. It is the service's figure as it last sent it, never recomputed here:
+ * the service has the one rule (and its floor), so the waiting line and `berth budget state` agree.
+ */
+export function eta(d: Duration | undefined): string {
+  return d === undefined ? "-" : roughly(durationMs(d));
+}
+
+/** One status line for a waiting request: position, ETA (the service's), time waited, and what it waits for. */
+export function formatQueued(queued: Queued, waitedMs: number): string {
+  return `waiting: #${queued.position} in queue, ETA ~${eta(queued.eta)}, waited ${roughly(waitedMs)} — ${queued.waitForText}`;
 }

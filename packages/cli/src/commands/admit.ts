@@ -13,7 +13,7 @@ import * as path from "node:path";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { durationMs, timestampMs } from "@bufbuild/protobuf/wkt";
 import { ConnectError, createClient } from "@connectrpc/connect";
-import { RefusalKind, RefusalSchema } from "@berth/api/berth/budget/v1/budget_pb";
+import { RefusalKind, RefusalSchema, type RunningEntry } from "@berth/api/berth/budget/v1/budget_pb";
 import type { AdmitRequestSchema, AdmitResponse } from "@berth/api/berth/budget/v1/budget_service_pb";
 import { BudgetService } from "@berth/api/berth/budget/v1/budget_service_pb";
 import { parseFlags, stringFlag, usageError, type FlagSpec } from "../args.js";
@@ -215,12 +215,8 @@ async function admit(values: Record<string, unknown>, command: string[], endpoin
             ahead: queued.ahead.map((a) => ({ label: a.label, position: a.position })),
             deadline: queued.deadline === undefined ? undefined : new Date(timestampMs(queued.deadline)).toISOString(),
           },
-          // Rendered again every second: the ETA counts down and the wait up between updates.
-          () => {
-            const elapsed = Date.now() - at;
-            const etaMs = queued.eta === undefined ? 0 : Math.max(0, durationMs(queued.eta) - elapsed);
-            return formatQueued(queued, at - started + elapsed, etaMs);
-          },
+          // Rendered again every second: the wait counts up; the ETA stays the service's until its next update.
+          () => formatQueued(queued, Date.now() - started),
         );
       }
       else if (kind.case === "admitted") {
@@ -232,63 +228,59 @@ async function admit(values: Record<string, unknown>, command: string[], endpoin
     const waitedMs = admitted.value.waited === undefined ? 0 : durationMs(admitted.value.waited);
     progress.event("admitted", { reservation_id: reservation?.id, waited_ms: waitedMs }, waitedMs > 0 ? `admitted after ${roughly(waitedMs)}` : undefined);
 
-    // 2. Run CMD; report it started; keep reading the stream (its answers, or its loss).
+    // 2. Run CMD. From here every event is printed by this function alone, in order: the stream
+    // is read in the background (`readAnswers`), which only hands the answers over.
+    const answers = readAnswers(responses, call.signal);
     const spawned = spawn(command[0]!, command.slice(1), { stdio: "inherit", env: { ...process.env, BERTH_RESERVATION_ID: reservation?.id ?? "" } });
     relay.child = spawned;
     const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null; error?: NodeJS.ErrnoException }>((resolve) => {
       spawned.once("error", (error: NodeJS.ErrnoException) => resolve({ code: null, signal: null, error }));
       spawned.once("exit", (code, signal) => resolve({ code, signal }));
     });
-    let runningId: string | undefined;
-    let lost = false;
-    // Resolves once the service answered `started` (or the stream ended): CMD may exit before that.
-    let acknowledged: () => void = () => {};
-    const startedAck = new Promise<void>((resolve) => (acknowledged = resolve));
-    const reading = (async () => {
-      try {
-        for (;;) {
-          const result = await responses.next();
-          if (result.done) return acknowledged();
-          const kind = result.value.kind;
-          if (kind.case === "updated" && kind.value.running !== undefined) {
-            runningId = kind.value.running.id;
-            progress.event("started", { pid: kind.value.running.pid, running_id: runningId });
-            acknowledged();
-          } else if (kind.case === "released") {
-            progress.event("released", { reservation_id: kind.value.reservationId });
-            return;
-          }
-        }
-      } catch (error) {
-        if (call.signal.aborted) return;
-        lost = true;
-        acknowledged();
-        const message = `lost the budget service (${ConnectError.from(error).rawMessage}); ${name} keeps running`;
-        progress.event("lost", { message }, message, "warn");
-      }
-    })();
     await new Promise<void>((resolve) => {
       spawned.once("spawn", resolve);
       spawned.once("error", () => resolve());
     });
+
+    let running: RunningEntry | undefined;
     if (spawned.pid !== undefined) {
       requests.push({ kind: { case: "started", value: { name: name.slice(0, 256), costSource: { case: "spec", value: run }, pid: spawned.pid } } });
+      // `started` once the service counts CMD (or cannot: the stream is gone). CMD may exit first:
+      // the answer is still awaited (a little), and `exited` comes after it whatever the timing.
+      running = await Promise.race([answers.running, exited.then(() => Promise.race([answers.running, delay(STARTED_ANSWER_MS)]))]);
+      progress.event("started", { pid: spawned.pid, running_id: running?.id });
     }
 
-    const outcome = await exited;
+    // 3. Wait for CMD; say so at once if the service goes away meanwhile (CMD keeps running).
+    const first = await Promise.race([exited.then((outcome) => ({ outcome })), answers.lost.then((message) => ({ message }))]);
+    let lost = false;
+    if ("message" in first) {
+      lost = true;
+      const message = `lost the budget service (${first.message}); ${name} keeps running`;
+      progress.event("lost", { message }, message, "warn");
+    }
+    const outcome = "outcome" in first ? first.outcome : await exited;
+    let code: number;
     if (outcome.error !== undefined) {
-      const code = outcome.error.code === "ENOENT" ? EXIT.commandNotFound : EXIT.cannotRun;
+      code = outcome.error.code === "ENOENT" ? EXIT.commandNotFound : EXIT.cannotRun;
       const message = `cannot run ${command[0]}: ${outcome.error.message}`;
       progress.event("error", { code: outcome.error.code, exit: code, message }, message, "error");
-      await release(client, requests, reading, call, undefined, lost);
-      return code;
+    } else {
+      code = outcome.code ?? signalExit(outcome.signal ?? "SIGKILL");
+      progress.event("exited", { code: outcome.code, signal: outcome.signal });
     }
-    const code = outcome.code ?? signalExit(outcome.signal ?? "SIGKILL");
-    progress.event("exited", { code: outcome.code, signal: outcome.signal });
 
-    // 3. Release: the running entry first (CMD is gone), then the reservation.
-    if (spawned.pid !== undefined) await Promise.race([startedAck, new Promise((resolve) => setTimeout(resolve, 2000).unref())]);
-    await release(client, requests, reading, call, runningId, lost);
+    // 4. Release: the running entry first (CMD is gone), then the reservation.
+    if (!lost) {
+      if (running !== undefined) {
+        // The tally would drop it at its next sample anyway (the pid is gone); this makes it immediate.
+        await Promise.race([client.stopRunning({ id: running.id }, { signal: call.signal }).catch(() => undefined), delay(2000)]);
+      }
+      requests.push({ kind: { case: "release", value: {} } });
+      requests.end();
+      const released = await Promise.race([answers.released, delay(3000)]);
+      if (released !== undefined) progress.event("released", { reservation_id: released });
+    }
     return code;
   } finally {
     relay.dispose();
@@ -298,24 +290,51 @@ async function admit(values: Record<string, unknown>, command: string[], endpoin
   }
 }
 
-/** Stops counting CMD and releases the reservation, waiting a little for the service's answer. */
-async function release(
-  client: ReturnType<typeof createClient<typeof BudgetService>>,
-  requests: RequestStream,
-  reading: Promise<void>,
-  call: AbortController,
-  runningId: string | undefined,
-  lost: boolean,
-): Promise<void> {
-  if (lost) return;
-  const timeout = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms).unref());
-  if (runningId !== undefined) {
-    // The tally would drop it at its next sample anyway (the pid is gone); this makes it immediate.
-    await Promise.race([client.stopRunning({ id: runningId }, { signal: call.signal }).catch(() => undefined), timeout(2000)]);
-  }
-  requests.push({ kind: { case: "release", value: {} } });
-  requests.end();
-  await Promise.race([reading, timeout(3000)]);
+/** How long, once CMD has exited, the service's answer to `started` is still awaited. */
+const STARTED_ANSWER_MS = 2000;
+
+/** Resolves with undefined after `ms` (without keeping the process alive). */
+function delay(ms: number): Promise<undefined> {
+  return new Promise((resolve) => setTimeout(() => resolve(undefined), ms).unref());
+}
+
+/** The service's answers once admitted, as promises; reading them prints nothing. */
+interface Answers {
+  /** The running entry the service made for `started`; undefined if the stream ended without one. */
+  running: Promise<RunningEntry | undefined>;
+  /** The id in `released`; undefined if the stream ended without it. */
+  released: Promise<string | undefined>;
+  /** Settles with the error's text if the stream fails (not when this command ended it); else never. */
+  lost: Promise<string>;
+}
+
+/** Reads the rest of the Admit stream in the background. */
+function readAnswers(responses: AsyncIterator<AdmitResponse>, signal: AbortSignal): Answers {
+  let running: (entry: RunningEntry | undefined) => void = () => {};
+  let released: (id: string | undefined) => void = () => {};
+  let lost: (message: string) => void = () => {};
+  const answers: Answers = {
+    running: new Promise((resolve) => (running = resolve)),
+    released: new Promise((resolve) => (released = resolve)),
+    lost: new Promise((resolve) => (lost = resolve)),
+  };
+  void (async () => {
+    try {
+      for (;;) {
+        const result = await responses.next();
+        if (result.done) return;
+        const kind = result.value.kind;
+        if (kind.case === "updated" && kind.value.running !== undefined) running(kind.value.running);
+        else if (kind.case === "released") return released(kind.value.reservationId);
+      }
+    } catch (error) {
+      if (!signal.aborted) lost(ConnectError.from(error).rawMessage);
+    } finally {
+      running(undefined);
+      released(undefined);
+    }
+  })();
+  return answers;
 }
 
 /** `berth admit`. */

@@ -12,6 +12,7 @@ import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { Health } from "@berth/api/grpc/health/v1/health_pb";
 import * as reflectionV1 from "@berth/api/grpc/reflection/v1/reflection_pb";
 import * as reflectionV1alpha from "@berth/api/grpc/reflection/v1alpha/reflection_pb";
+import { closeWhenAnswered } from "./answered-streams.js";
 import { bearerTokenMatches, createAuthInterceptor, UNAUTHENTICATED_MESSAGE } from "./auth.js";
 import { createErrorInterceptor } from "./connect-errors.js";
 import { mapDecodeErrors } from "./decode-errors.js";
@@ -215,7 +216,10 @@ export async function startServer(options: StartServerOptions): Promise<RunningS
         typeof grpcStatus === "string" ? grpcStatus : undefined,
       );
     });
-    if (req.httpVersionMajor === 2 && isGrpcContentType(req.headers["content-type"])) useGrpcMessageEncoding(res);
+    if (req.httpVersionMajor === 2) {
+      closeWhenAnswered(res as http2.Http2ServerResponse);
+      if (isGrpcContentType(req.headers["content-type"])) useGrpcMessageEncoding(res);
+    }
     adapter(req, res);
   };
 

@@ -12,6 +12,7 @@ import type { HandlerContext } from "@connectrpc/connect";
 import type { AdmitRequest, AdmitResponseSchema } from "@berth/api/berth/budget/v1/budget_service_pb";
 import { invalidArgument } from "@berth/shared/errors";
 import { abortError } from "@berth/shared/server/index";
+import { sendsBinary } from "@berth/shared/server/pre-encoded";
 import type { QueuedUpdate, Reservation } from "../index.js";
 import type { BudgetHandlerDeps } from "./budget-handlers.js";
 import { QueuedEncoder, checkLabel, durationMs, durationOf, needItemsFromProto, pidFromProto, reservationToProto, runCostFromProto, runningEntryToProto } from "./budget-codec.js";
@@ -106,7 +107,8 @@ export async function* admitStream(requests: AsyncIterable<AdmitRequest>, contex
     // Longer than the policy's wait is capped to it.
     const maxWaitMs = Math.min(asked ?? policy.maxWaitMs, policy.maxWaitMs);
     const startedAt = clock.now();
-    const deadlineBytes = QueuedEncoder.deadlineBytes(startedAt + maxWaitMs);
+    const deadline = QueuedEncoder.deadline(startedAt + maxWaitMs);
+    const binary = sendsBinary(context);
     let queued = false;
 
     outcome = budget.admit(need, label, {
@@ -135,7 +137,7 @@ export async function* admitStream(requests: AsyncIterable<AdmitRequest>, contex
         case "queued":
           if (reservation === undefined) {
             deps.stats.queuedMessages++;
-            yield deps.encoder.encodeResponse(event.update, deadlineBytes);
+            yield deps.encoder.response(event.update, deadline, binary);
           }
           break;
         case "admitted":
@@ -165,7 +167,7 @@ export async function* admitStream(requests: AsyncIterable<AdmitRequest>, contex
                 if (reservation === undefined) throw invalidArgument("started", "sent before admitted: wait for the admitted message");
                 const started = request.value;
                 const name = checkLabel(started.name, "started.name");
-                const cost = runCostFromProto(started.costSource, budget.policy(), "started");
+                const cost = runCostFromProto(started.costSource, budget.runCostOf(name, reservation.id), "started");
                 const pid = pidFromProto(started.pid, "started.pid");
                 const ttlMs = durationMs(started.ttl, "started.ttl", { positive: true });
                 let entry = await budget.consume(reservation.id, name, cost, pid);

@@ -1,4 +1,4 @@
-import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
+import { create, fromBinary, toBinary, toJson } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
 import { Gate, NeedItemKind, NeedSchema, SampleSource } from "@berth/api/berth/budget/v1/budget_pb";
 import { AdmitResponseSchema } from "@berth/api/berth/budget/v1/budget_service_pb";
@@ -98,11 +98,20 @@ describe("QueuedEncoder", () => {
   it.each(updates.map((u, i) => [i, u] as const))("encodes update %i to the same bytes as the reflective writer", (_i, update) => {
     const encoder = new QueuedEncoder(() => ({ committed }));
     const deadline = Date.UTC(2026, 0, 1, 12, 0, 0, 250);
-    const fast = toBinary(AdmitResponseSchema, encoder.encodeResponse(update, QueuedEncoder.deadlineBytes(deadline)));
+    const fast = toBinary(AdmitResponseSchema, encoder.response(update, QueuedEncoder.deadline(deadline), true));
     const reference = toBinary(AdmitResponseSchema, create(AdmitResponseSchema, { kind: { case: "queued", value: encoder.encode(update, deadline) } }));
     expect(Buffer.from(fast).toString("hex")).toBe(Buffer.from(reference).toString("hex"));
     const decoded = fromBinary(AdmitResponseSchema, fast);
     expect(decoded.kind.case).toBe("queued");
     if (decoded.kind.case === "queued") expect(decoded.kind.value.position).toBe(update.position);
+  });
+
+  it("gives a call that is not binary the real message (JSON serialization skips a pre-encoded field)", () => {
+    const encoder = new QueuedEncoder(() => ({ committed }));
+    const deadline = QueuedEncoder.deadline(Date.UTC(2026, 0, 1, 12));
+    const response = encoder.response(updates[2]!, deadline, false);
+    expect(response.$unknown).toBeUndefined();
+    expect(response.kind).toEqual({ case: "queued", value: encoder.encode(updates[2]!, deadline.ms) });
+    expect(toJson(AdmitResponseSchema, response)).toMatchObject({ queued: { position: 5000, eta: "300059.957s", waitForText: "4999 request(s) ahead in the queue; é" } });
   });
 });

@@ -11,6 +11,7 @@ import { create, toBinary } from "@bufbuild/protobuf";
 import { BinaryWriter, WireType } from "@bufbuild/protobuf/wire";
 import type { Duration, Timestamp } from "@bufbuild/protobuf/wkt";
 import { DurationSchema, TimestampSchema } from "@bufbuild/protobuf/wkt";
+import { preEncodedField } from "@berth/shared/server/pre-encoded";
 import {
   CgroupLimitsSchema,
   CommittedItemSchema,
@@ -206,12 +207,13 @@ export function needItemsFromProto(need: NeedMessage | undefined, field = "need"
 }
 
 /**
- * A running service's cost: `cost` as sent, the run part of `spec` costed with the policy's
- * defaults, or the policy's default run cost when neither is set.
+ * A running service's cost: `cost` as sent, the run part of `spec` with `undeclared` for what it
+ * leaves out, or `undeclared` when neither is set (the domain's `runCostOf`: what its reservation
+ * was admitted with for it, else the policy's default).
  */
 export function runCostFromProto(
   source: { case: "cost"; value: ResourcesMessage } | { case: "spec"; value: ResourceSpecMessage } | { case: undefined; value?: undefined },
-  policy: Pick<Policy, "defaultRun">,
+  undeclared: Resources,
   field = "",
 ): Resources {
   const at = (name: string) => (field === "" ? name : `${field}.${name}`);
@@ -220,10 +222,10 @@ export function runCostFromProto(
       return resourcesFromProto(source.value, at("cost"));
     case "spec": {
       const run = specAmount(source.value, at("spec"), false);
-      return { memoryBytes: run.memory ?? policy.defaultRun.memoryBytes, cpu: run.cpu ?? policy.defaultRun.cpu };
+      return { memoryBytes: run.memory ?? undeclared.memoryBytes, cpu: run.cpu ?? undeclared.cpu };
     }
     default:
-      return { ...policy.defaultRun };
+      return { ...undeclared };
   }
 }
 
@@ -535,16 +537,25 @@ export function queueWaitReason(ahead: number): WaitReason {
   return create(WaitReasonSchema, { gate: Gate.QUEUE, message: `${ahead} request(s) ahead in the queue`, observed: ahead });
 }
 
+/** A stream's deadline: clock ms, and its Timestamp encoded. */
+export interface QueuedDeadline {
+  readonly ms: number;
+  readonly bytes: Uint8Array;
+}
+
 /**
  * Builds `Queued` messages for a stream of updates. Heartbeats repeat the same head reasons and the
  * same requests ahead to every waiter, so their messages are converted once (by identity: the
  * queue hands every waiter the same objects until they change) and shared.
  *
- * {@link encodeResponse} is the hot path: the AdmitResponse of a heartbeat, its `queued` field
- * already in wire form. With 10,000 waiters every beat is 10,000 messages; encoding each through
- * the reflective writer cost a dozen nested messages and half a dozen growing buffers apiece,
- * while here the parts shared by every waiter are encoded once and each message is one pass of a
- * reused writer. The bytes are the same as `toBinary` of {@link encode}'s message (tested).
+ * {@link response} picks the form: for a call whose messages are protobuf binary, the hot path
+ * {@link encodeResponse}, the AdmitResponse of a heartbeat with its `queued` field already in wire
+ * form; for any other call (JSON) the real message, since JSON serialization skips a pre-encoded
+ * field (see the server's pre-encoded.ts). With 10,000 waiters every beat is 10,000 messages;
+ * encoding each through the reflective writer cost a dozen nested messages and half a dozen growing
+ * buffers apiece, while here the parts shared by every waiter are encoded once and each message is
+ * one pass of a reused writer. The bytes are the same as `toBinary` of {@link encode}'s message
+ * (tested).
  */
 export class QueuedEncoder {
   private readonly reasons = new WeakMap<Reason, WaitReason>();
@@ -555,6 +566,17 @@ export class QueuedEncoder {
   private readonly writer = new BinaryWriter();
 
   constructor(private readonly context: () => ReasonContext) {}
+
+  /** A stream's deadline (clock ms) in both forms the responses need: it never changes. */
+  static deadline(ms: number): QueuedDeadline {
+    return { ms, bytes: toBinary(TimestampSchema, timestampOf(ms)) };
+  }
+
+  /** `AdmitResponse{queued}` for `update`: pre-encoded when `binary` (the call's messages are protobuf binary), else a real message. */
+  response(update: QueuedUpdate, deadline: QueuedDeadline, binary: boolean): AdmitResponse {
+    if (binary) return this.encodeResponse(update, deadline.bytes);
+    return create(AdmitResponseSchema, { kind: { case: "queued", value: this.encode(update, deadline.ms) } });
+  }
 
   /** The Queued message for `update`, for a request whose wait runs out at `deadline` (clock ms). */
   encode(update: QueuedUpdate, deadline: number): Queued {
@@ -572,11 +594,6 @@ export class QueuedEncoder {
       ahead,
       deadline: timestampOf(deadline),
     });
-  }
-
-  /** The encoded Timestamp of a deadline, for {@link encodeResponse} (a stream's deadline never changes). */
-  static deadlineBytes(deadline: number): Uint8Array {
-    return toBinary(TimestampSchema, timestampOf(deadline));
   }
 
   /** `AdmitResponse{queued: encode(update, deadline)}`, with the queued field already encoded (see the class comment). */
@@ -606,7 +623,7 @@ export class QueuedEncoder {
     w.tag(6, WireType.LengthDelimited).bytes(deadlineBytes);
     w.join();
     const response = create(AdmitResponseSchema);
-    response.$unknown = [{ no: 1, wireType: WireType.LengthDelimited, data: w.finish() }];
+    response.$unknown = [preEncodedField(1, w.finish())];
     return response;
   }
 

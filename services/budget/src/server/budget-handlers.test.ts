@@ -268,6 +268,33 @@ describe("Admit", () => {
     expect(server.budget.state().reservations).toHaveLength(0);
   });
 
+  it("started without a cost takes what its item was admitted with; the policy's default only for a name the need lacks", async () => {
+    const server = await serve();
+    const stream = openAdmit(server, "up web", [startItem("web", 0.25, 0.25), startItem("db", 1, 1)]);
+    await stream.until(() => stream.received.length === 1);
+    const running = async (value: AdmitRequestInit["kind"] & { case: "started" }) => {
+      const before = stream.received.length;
+      stream.send({ kind: value });
+      expect(await stream.until(() => stream.received.length === before + 1)).toBe(true);
+      const updated = stream.last()!.kind;
+      if (updated.case !== "updated") throw new Error(`got ${updated.case}`);
+      return updated.value;
+    };
+
+    const web = await running({ case: "started", value: { name: "web", pid: process.pid } });
+    expect(web.running?.cost).toMatchObject({ memoryBytes: BigInt(256 * M), cpu: 0.25 });
+    expect(web.reservation?.start).toMatchObject({ memoryBytes: BigInt(G), cpu: 1 });
+    expect(server.budget.state().committed).toMatchObject({ memoryBytes: 1.25 * G, cpu: 1.25 });
+    // A spec that gives only the memory takes the rest from the item too.
+    const db = await running({ case: "started", value: { name: "db", pid: process.pid, costSource: { case: "spec", value: { memory: "512M" } } } });
+    expect(db.running?.cost).toMatchObject({ memoryBytes: BigInt(512 * M), cpu: 1 });
+    // A name the need does not have: the policy's default run cost (512M, 0.5 cpu).
+    const other = await running({ case: "started", value: { name: "other", pid: process.pid } });
+    expect(other.running?.cost).toMatchObject({ memoryBytes: BigInt(512 * M), cpu: 0.5 });
+    stream.send({ kind: { case: "release", value: {} } });
+    await stream.done;
+  });
+
   it("refuses an impossible need with FAILED_PRECONDITION and a Refusal naming the setting", async () => {
     const server = await serve();
     const stream = openAdmit(server, "huge", startNeed("x", 9, 1));
@@ -551,6 +578,16 @@ describe("RegisterRunning, StopRunning", () => {
     expect(result.running?.pidStartTime).toBeDefined();
     const error = await server.client.registerRunning({ name: "web", reservationId: "gone" }).catch((e: unknown) => ConnectError.from(e));
     expect((error as ConnectError).code).toBe(Code.NotFound);
+  });
+
+  it("registers running work without a cost at what its reservation's item was admitted with, else the policy's default", async () => {
+    const server = await serve();
+    const { reservation } = await server.client.reserve({ label: "up", need: { items: startNeed("web", 0.25, 0.25) } });
+    const inside = await server.client.registerRunning({ name: "web", reservationId: reservation!.id, pid: process.pid });
+    expect(inside.running?.cost).toMatchObject({ memoryBytes: BigInt(256 * M), cpu: 0.25 });
+    expect(inside.reservation?.start).toMatchObject({ memoryBytes: 0n, cpu: 0 });
+    const outside = await server.client.registerRunning({ name: "web", pid: process.pid });
+    expect(outside.running?.cost).toMatchObject({ memoryBytes: BigInt(512 * M), cpu: 0.5 });
   });
 });
 

@@ -207,10 +207,10 @@ export function createBudgetHandlers(options: BudgetHandlerOptions): ServiceImpl
 
     async registerRunning(request) {
       const name = checkLabel(request.name, "name");
-      const cost = runCostFromProto(request.costSource, budget.policy());
+      const reservationId = request.reservationId === undefined ? undefined : checkId(request.reservationId, "reservation_id");
+      const cost = runCostFromProto(request.costSource, budget.runCostOf(name, reservationId));
       const pid = pidFromProto(request.pid, "pid");
       const ttlMs = durationMs(request.ttl, "ttl", { positive: true });
-      const reservationId = request.reservationId === undefined ? undefined : checkId(request.reservationId, "reservation_id");
       if (reservationId === undefined) {
         const entry = await budget.registerRunning(name, cost, { pid, ttlMs });
         return { running: runningEntryToProto(entry) };

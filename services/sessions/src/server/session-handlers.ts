@@ -30,13 +30,14 @@ import {
 import { BerthError, invalidArgument, isBerthError } from "@berth/shared/errors";
 import { checkPathInput, checkSessionId } from "@berth/shared/safe-id";
 import { abortError, berthErrorToConnect } from "@berth/shared/server/index";
+import { sendsBinary } from "@berth/shared/server/pre-encoded";
 import type { EntryIntegrity } from "../journal-file.js";
 import type { JournalEntry, SessionSnapshot } from "../reducer.js";
 import type { AppendOptions, AppendResult, SessionStore } from "../session-store.js";
 import { isCompletedPhase } from "../vocabulary.js";
 import type { SessionChange, WatchEntry, WatchEvent } from "../watch-hub.js";
 import { eventToJournal, isoToTimestamp, journalEntryToProto, type JournalEntryFacts } from "./event-codec.js";
-import { encodedEntryField, encodedSnapshotField, entryMessage, isJsonCall, snapshotMessage } from "./wire-cache.js";
+import { encodedEntryField, encodedSnapshotField, entryMessage, snapshotMessage } from "./wire-cache.js";
 
 /**
  * A fence's check, in two steps, supplied by the lock service. Called with the request's fence, it
@@ -187,7 +188,7 @@ export function createSessionHandlers(options: SessionHandlerOptions): ServiceIm
     async *watchSession(req, context) {
       const sessionId = checkSessionId(req.sessionId);
       const fromSeq = Math.max(1, safeSeq(req.fromSeq, "from_seq"));
-      const json = isJsonCall(context.requestHeader.get("content-type"));
+      const binary = sendsBinary(context);
       const maxBatch = Math.min(req.maxBatch, MAX_WATCH_BATCH);
       const watcher = store.watch(sessionId, fromSeq, { includeSnapshot: req.includeSnapshot });
       const stop = endOnAbort(watcher, context.signal);
@@ -195,7 +196,7 @@ export function createSessionHandlers(options: SessionHandlerOptions): ServiceIm
         for await (const event of watcher) {
           // Entries that piled up while this message was on its way go together in the next one.
           const more = maxBatch > 1 && event.kind === "entry" ? watcher.takeBuffered(maxBatch - 1) : [];
-          yield more.length === 0 ? watchSessionResponse(event, json) : watchBatchResponse([event, ...more] as WatchEntry[], json);
+          yield more.length === 0 ? watchSessionResponse(event, binary) : watchBatchResponse([event, ...more] as WatchEntry[], binary);
         }
         if (context.signal.aborted) throw abortError(context.signal);
       } catch (error) {
@@ -302,15 +303,15 @@ function fenceChecker(fence: Fence, fenceCheck: FenceCheck | undefined): () => v
   };
 }
 
-/** Puts the snapshot in a response: pre-encoded for binary calls, as a message for JSON ones. */
+/** Puts the snapshot in a response: pre-encoded for binary calls, as a message for the others. */
 function attachSnapshot(
   response: AppendEventResponse | AppendEventsResponse,
   field: number,
   snapshot: SessionSnapshot,
   context: HandlerContext,
 ): void {
-  if (isJsonCall(context.requestHeader.get("content-type"))) response.snapshot = snapshotMessage(snapshot);
-  else response.$unknown = [encodedSnapshotField(field, snapshot)];
+  if (sendsBinary(context)) response.$unknown = [encodedSnapshotField(field, snapshot)];
+  else response.snapshot = snapshotMessage(snapshot);
 }
 
 // --------------------------------------------------------------------------- entries
@@ -331,7 +332,7 @@ function entryFacts(stored: { idempotencyKey: string | undefined; integrity: Ent
 
 // --------------------------------------------------------------------------- watches
 
-function watchSessionResponse(event: WatchEvent, json: boolean): WatchSessionResponse {
+function watchSessionResponse(event: WatchEvent, binary: boolean): WatchSessionResponse {
   if (event.kind === "caught_up") {
     const caughtUp: WatchSessionResponse["kind"] & { case: "caughtUp" } = {
       case: "caughtUp",
@@ -341,7 +342,7 @@ function watchSessionResponse(event: WatchEvent, json: boolean): WatchSessionRes
     return { $typeName: WATCH_SESSION_RESPONSE, kind: caughtUp };
   }
   const facts = entryFacts(event);
-  if (json) {
+  if (!binary) {
     const response: WatchSessionResponse = { $typeName: WATCH_SESSION_RESPONSE, kind: { case: "entry", value: entryMessage(event.entry, facts) } };
     if (event.snapshot !== undefined) response.snapshot = snapshotMessage(event.snapshot);
     return response;
@@ -353,10 +354,10 @@ function watchSessionResponse(event: WatchEvent, json: boolean): WatchSessionRes
 }
 
 /** Several live entries in one WatchSession message, each with its snapshot (pre-encoded like one). */
-function watchBatchResponse(events: readonly WatchEntry[], json: boolean): WatchSessionResponse {
+function watchBatchResponse(events: readonly WatchEntry[], binary: boolean): WatchSessionResponse {
   const entries = events.map((event): WatchedEntry => {
     const facts = entryFacts(event);
-    if (json) {
+    if (!binary) {
       const watched: WatchedEntry = { $typeName: WATCHED_ENTRY, entry: entryMessage(event.entry, facts) };
       if (event.snapshot !== undefined) watched.snapshot = snapshotMessage(event.snapshot);
       return watched;

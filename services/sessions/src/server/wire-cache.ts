@@ -4,19 +4,19 @@
  * One appended entry reaches the appender's response and every watcher of its session, each with
  * the snapshot it produced. Serializing that snapshot is the costly step (a `toBinary` of a typical
  * snapshot is several times its conversion from the reducer's object), and it would be repeated
- * per watcher. So, for the binary protocols (gRPC, gRPC-Web, Connect with protobuf), the field is
- * encoded once, cached by the (immutable, shared) reducer object, and placed in each response as
- * an already-encoded field: protobuf-es writes a message's `$unknown` fields verbatim, and a client
- * decodes them as the declared field (the bytes on the wire are those of a set field). The JSON
- * protocols ignore `$unknown`, so a JSON client gets the converted message (also cached).
+ * per watcher. So, for the calls whose messages are protobuf binary, the field is encoded once,
+ * cached by the (immutable, shared) reducer object, and placed in each response as an already
+ * encoded field (see the server's pre-encoded.ts, which also says when a call is binary); every
+ * other call gets the converted message (also cached).
  *
  * The caches are WeakMaps keyed by the reducer's objects: an entry lives as long as the store or a
  * watcher's buffer holds the object, and costs nothing afterwards.
  */
 import { toBinary, type UnknownField } from "@bufbuild/protobuf";
-import { BinaryWriter, WireType } from "@bufbuild/protobuf/wire";
+import { BinaryWriter } from "@bufbuild/protobuf/wire";
 import { JournalEntrySchema, type JournalEntry as JournalEntryMessage } from "@berth/api/berth/sessions/v1/session_service_pb";
 import { SnapshotSchema, type Snapshot } from "@berth/api/berth/sessions/v1/snapshot_pb";
+import { preEncodedField } from "@berth/shared/server/pre-encoded";
 import type { JournalEntry, SessionSnapshot } from "../reducer.js";
 import { journalEntryToProto, type JournalEntryFacts } from "./event-codec.js";
 import { snapshotToProto } from "./snapshot-codec.js";
@@ -59,7 +59,7 @@ export function encodedSnapshotField(no: number, snapshot: SessionSnapshot): Unk
     payload = lengthDelimited(toBinary(SnapshotSchema, snapshotMessage(snapshot)));
     snapshotPayloads.set(snapshot, payload);
   }
-  return { no, wireType: WireType.LengthDelimited, data: payload };
+  return preEncodedField(no, payload);
 }
 
 /** `entry` as field `no` of a response, encoded once per entry object. */
@@ -69,15 +69,7 @@ export function encodedEntryField(no: number, entry: JournalEntry, facts: Journa
     payload = lengthDelimited(toBinary(JournalEntrySchema, entryMessage(entry, facts)));
     entryPayloads.set(entry, payload);
   }
-  return { no, wireType: WireType.LengthDelimited, data: payload };
-}
-
-/**
- * True when the call's messages are JSON (Connect or gRPC-Web with a `+json`/`/json` content
- * type): those responses must carry real fields, since JSON serialization skips `$unknown`.
- */
-export function isJsonCall(contentType: string | null): boolean {
-  return contentType !== null && contentType.includes("json");
+  return preEncodedField(no, payload);
 }
 
 function lengthDelimited(bytes: Uint8Array): FieldPayload {

@@ -197,7 +197,9 @@ export type Started = Message<"berth.budget.v1.Started"> & {
   name: string;
 
   /**
-   * What it costs running. Neither set: the policy's default run cost.
+   * What it costs running. Neither set: the cost of the need's start (or
+   * appliance) item of the same name, as admitted; the policy's default run
+   * cost only when the need has no item by that name.
    *
    * @generated from oneof berth.budget.v1.Started.cost_source
    */
@@ -211,7 +213,8 @@ export type Started = Message<"berth.budget.v1.Started"> & {
     case: "cost";
   } | {
     /**
-     * The declared spec, costed by the service (its run part).
+     * The declared spec, costed by the service (its run part; what it leaves
+     * out is taken as when neither is set).
      *
      * @generated from field: berth.budget.v1.ResourceSpec spec = 3;
      */
@@ -736,7 +739,10 @@ export type RegisterRunningRequest = Message<"berth.budget.v1.RegisterRunningReq
   name: string;
 
   /**
-   * What it costs running. Neither set: the policy's default run cost.
+   * What it costs running. Neither set: with `reservation_id`, the cost of
+   * that reservation's start (or appliance) item of the same name, as
+   * admitted; else (or when it has no item by that name) the policy's
+   * default run cost.
    *
    * @generated from oneof berth.budget.v1.RegisterRunningRequest.cost_source
    */
@@ -750,7 +756,8 @@ export type RegisterRunningRequest = Message<"berth.budget.v1.RegisterRunningReq
     case: "cost";
   } | {
     /**
-     * The declared spec, costed by the service (its run part).
+     * The declared spec, costed by the service (its run part; what it leaves
+     * out is taken as when neither is set).
      *
      * @generated from field: berth.budget.v1.ResourceSpec spec = 3;
      */
