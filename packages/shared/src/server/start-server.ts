@@ -13,6 +13,7 @@ import { Health } from "@berth/api/grpc/health/v1/health_pb";
 import * as reflectionV1 from "@berth/api/grpc/reflection/v1/reflection_pb";
 import * as reflectionV1alpha from "@berth/api/grpc/reflection/v1alpha/reflection_pb";
 import { bearerTokenMatches, createAuthInterceptor, UNAUTHENTICATED_MESSAGE } from "./auth.js";
+import { failWaitingWrite } from "./closed-response.js";
 import { createErrorInterceptor } from "./connect-errors.js";
 import { mapDecodeErrors } from "./decode-errors.js";
 import { createHealthService, HealthStatus, OVERALL_HEALTH, ServingStatus } from "./health.js";
@@ -204,6 +205,8 @@ export async function startServer(options: StartServerOptions): Promise<RunningS
     const state: CallState = { peer: peerOf(req), started: performance.now(), observed: false };
     states.set(req, state);
     res.once("close", () => {
+      // A client gone while a message of its stream waits to be written: end that wait (see closed-response.ts).
+      failWaitingWrite(res);
       if (state.observed) return;
       const trailers = (res as http2.Http2ServerResponse).stream?.sentTrailers;
       const headers = (res as http2.Http2ServerResponse).stream?.sentHeaders;
