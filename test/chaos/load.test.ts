@@ -18,8 +18,9 @@
  * repeating or misplacing an entry, or not reaching the last entry once appends stop; a journal
  * that is not exactly what was acknowledged; fencing tokens not rising, or two clients holding one
  * file; committed over the budget; anything left held after a round (streams, watchers, locks,
- * reservations, queue: the servers' gauges, GetState and Inspect); RSS not back near its start
- * (see rssBound).
+ * reservations, queue: the servers' gauges, GetState and Inspect; a stream left open is named from
+ * the servers' `/debug/streams`: its RPC, peer, age, turn and holdings); RSS not back near its
+ * start (see rssBound).
  *
  * Memory: RSS of the service, read once a second from /proc/PID/status. Three levels are reported:
  * the cold start (before any load), the warm start (settled after round 1) and the end (settled
@@ -41,7 +42,7 @@ import { SessionService } from "@berth/api/berth/sessions/v1/session_service_pb"
 import { fixtureArgs } from "../budget-e2e.js";
 import { closeClient, connectClient, grpcJsClient, grpcJsHealthClient, makeTempDir, startService, stopAll } from "../harness.js";
 import { Lanes } from "./load-lanes.js";
-import { HELD_BY_CLIENTS, readMetrics } from "./load-metrics.js";
+import { describeOpenStreams, HELD_BY_CLIENTS, readMetrics } from "./load-metrics.js";
 import { readCpuSeconds, RssSampler, toMb } from "./load-rss.js";
 import { admitSlot, holdSlot, sessionsWatcherSlot, sessionWatcherSlot, streamKind } from "./load-streams.js";
 import { LoadTally } from "./load-tally.js";
@@ -263,7 +264,10 @@ it(`${STREAMS} streams and unary traffic for ${SECONDS} s in ${ROUNDS} round(s):
     }
     for (const name of HELD_BY_CLIENTS) {
       const value = gauges.get(name);
-      if (value !== 0) tally.violation(`round ${round}: after the clients left, ${name} is ${value ?? "missing from /metrics"}`);
+      if (value === 0) continue;
+      // A stream left open is named: which RPC, whose, for how long, waiting on what, holding what.
+      const open = name === "berth_streams_open" ? (await Promise.all([describeOpenStreams(sessionsUrl), describeOpenStreams(budgetUrl)])).flat() : [];
+      tally.violation(`round ${round}: after the clients left, ${name} is ${value ?? "missing from /metrics"}${open.length > 0 ? `: ${open.join(" | ")}` : ""}`);
     }
     for (const [code, count] of Object.entries(serverCodes)) {
       if (!SERVER_CODES_PLANNED.has(code)) tally.violation(`round ${round}: the servers counted ${count} RPCs ending ${code} so far`);

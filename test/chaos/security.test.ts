@@ -672,11 +672,15 @@ describe("security", () => {
     }
     const tcp = listeningSockets(service.pid);
     findings.check(tcp.length === 0, `with sockets only, berth up still listens on TCP ${tcp.map((s) => `${s.address}:${s.port}`).join(", ")}`);
-    // Not an RPC, but it tells what the services do: /metrics needs the token as well.
-    figures.metricsStatusWithoutToken = (await curl(service.url("sessions"), "/metrics")).status;
-    findings.check(figures.metricsStatusWithoutToken === 401, `/metrics without the token answered ${String(figures.metricsStatusWithoutToken)}, not 401`);
-    const withToken = (await curl(service.url("sessions"), "/metrics", { headers: { authorization: `Bearer ${TOKEN}` } })).status;
-    findings.check(withToken === 200, `/metrics with the token answered ${withToken}, not 200`);
+    // Not RPCs, but they tell what the services do and who their clients are: /metrics and
+    // /debug/streams need the token as well.
+    for (const page of ["/metrics", "/debug/streams"]) {
+      const withoutToken = (await curl(service.url("sessions"), page)).status;
+      if (page === "/metrics") figures.metricsStatusWithoutToken = withoutToken;
+      findings.check(withoutToken === 401, `${page} without the token answered ${withoutToken}, not 401`);
+      const withToken = (await curl(service.url("sessions"), page, { headers: { authorization: `Bearer ${TOKEN}` } })).status;
+      findings.check(withToken === 200, `${page} with the token answered ${withToken}, not 200`);
+    }
     findings.check(!service.output().includes(TOKEN), "the token (BERTH_TOKEN) appears in the service's output");
     const status = await service.stop();
     findings.check(status.code === 0, `berth up (sockets) did not exit 0 on SIGTERM: ${JSON.stringify(status)}`);

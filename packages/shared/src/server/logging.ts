@@ -7,6 +7,7 @@ import { Code, ConnectError, createContextKey, type Interceptor, type StreamResp
 import { codeToString } from "@connectrpc/connect/protocol-connect";
 import type { ServerLogger } from "./logger.js";
 import type { ServerMetrics } from "./metrics.js";
+import { openStreamKey, type OpenStream } from "./open-streams.js";
 
 /** The health service: polled by supervisors every few seconds, so its calls are logged at debug. */
 const HEALTH_SERVICE = "grpc.health.v1.Health";
@@ -65,14 +66,15 @@ export function createObserverInterceptor({ logger, metrics }: ObserverOptions):
     const state = req.contextValues.get(callStateKey);
     if (state !== undefined) state.observed = true;
     const started = state?.started ?? performance.now();
+    const method = `/${req.service.typeName}/${req.method.name}`;
+    const peer = state?.peer ?? "unknown";
     const finish = (error: unknown) => {
       const durationMs = performance.now() - started;
-      const method = `/${req.service.typeName}/${req.method.name}`;
       const code = codeName(error);
       metrics?.recordRpc(method, code, durationMs / 1000);
       // Health checks come every few seconds from supervisors and say nothing new: debug level.
       const log = req.service.typeName === HEALTH_SERVICE ? logger.debug : logger.info;
-      log.call(logger, { method, code, ms: roundMs(durationMs), peer: state?.peer ?? "unknown", protocol: protocolOf(req.header.get("content-type")) }, "rpc");
+      log.call(logger, { method, code, ms: roundMs(durationMs), peer, protocol: protocolOf(req.header.get("content-type")) }, "rpc");
     };
 
     if (!req.stream) {
@@ -89,9 +91,11 @@ export function createObserverInterceptor({ logger, metrics }: ObserverOptions):
       }
     }
 
-    if (metrics) metrics.streamsOpen++;
+    // Its record, where the handler says what it holds (`streamHolds`) and `GET /debug/streams` finds it.
+    const open = metrics?.streams.open(method, peer, protocolOf(req.header.get("content-type")), started, req.signal);
+    if (open !== undefined) req.contextValues.set(openStreamKey, open);
     const end = (error: unknown) => {
-      if (metrics) metrics.streamsOpen--;
+      if (open !== undefined) metrics?.streams.close(open);
       finish(error);
     };
     let res: StreamResponse;
@@ -101,7 +105,7 @@ export function createObserverInterceptor({ logger, metrics }: ObserverOptions):
       end(error);
       throw error;
     }
-    return { ...res, message: onStreamEnd(res.message, end) };
+    return { ...res, message: onStreamEnd(res.message, end, open) };
   };
 }
 
@@ -110,13 +114,14 @@ const CLIENT_WENT_AWAY = new ConnectError("the client stopped reading the stream
 /**
  * Passes `source` through and calls `end` exactly once: with undefined when it completes, with
  * the error it throws, or with CANCELED when the consumer stops early (`return()`) or throws in a
- * failure to deliver (`throw()` with anything but a ConnectError). Each item
- * costs one `then` on the source's promise with handlers bound once per stream: this wraps every
- * message of every stream.
+ * failure to deliver (`throw()` with anything but a ConnectError). With `open`, also records on it
+ * whose turn it is: the handler's (a message was asked for) or the client's (one is being
+ * written). Each item costs one `then` on the source's promise with handlers bound once per
+ * stream: this wraps every message of every stream.
  */
-export function onStreamEnd<T>(source: AsyncIterable<T>, end: (error: unknown) => void): AsyncIterable<T> {
+export function onStreamEnd<T>(source: AsyncIterable<T>, end: (error: unknown) => void, open?: OpenStream): AsyncIterable<T> {
   return {
-    [Symbol.asyncIterator]: () => new StreamEndObserver<T>(source[Symbol.asyncIterator](), end),
+    [Symbol.asyncIterator]: () => new StreamEndObserver<T>(source[Symbol.asyncIterator](), end, open),
   };
 }
 
@@ -126,9 +131,11 @@ class StreamEndObserver<T> implements AsyncIterator<T> {
   constructor(
     private readonly it: AsyncIterator<T>,
     private readonly end: (error: unknown) => void,
+    private readonly open: OpenStream | undefined,
   ) {}
 
   next(): Promise<IteratorResult<T>> {
+    this.open?.pulled();
     let pull: Promise<IteratorResult<T>>;
     try {
       pull = this.it.next();
@@ -154,6 +161,7 @@ class StreamEndObserver<T> implements AsyncIterator<T> {
 
   private readonly onItem = (result: IteratorResult<T>): IteratorResult<T> => {
     if (result.done === true) this.settle(undefined);
+    else this.open?.produced();
     return result;
   };
 

@@ -3,6 +3,7 @@
  * 0.0.4) by hand: the format is small and stable, and a client library would be the heaviest
  * dependency of the server for a few counters.
  */
+import { OpenStreams } from "./open-streams.js";
 
 /** One labelled value of a gauge that has several (e.g. one per session, one per gate). */
 export interface GaugeSample {
@@ -41,8 +42,8 @@ interface Gauge {
 export class ServerMetrics {
   /** Unary calls currently running. */
   inFlight = 0;
-  /** Streaming calls currently open. */
-  streamsOpen = 0;
+  /** Streaming calls open now, each with its method, peer and age (`berth_streams_open{method}`, `GET /debug/streams`). */
+  readonly streams = new OpenStreams();
 
   private readonly requests = new Map<string, Map<string, number>>();
   private readonly durations = new Map<string, Histogram>();
@@ -127,7 +128,9 @@ export class ServerMetrics {
     }
 
     gauge(out, "berth_rpc_in_flight", "Unary RPCs being handled now.", this.inFlight);
-    gauge(out, "berth_streams_open", "Streaming RPCs open now.", this.streamsOpen);
+    out.push("# HELP berth_streams_open Streaming RPCs open now, by method (GET /debug/streams lists them).");
+    out.push("# TYPE berth_streams_open gauge");
+    for (const [method, count] of this.streams.counts()) out.push(`berth_streams_open{method="${escapeLabel(method)}"} ${count}`);
 
     const memory = process.memoryUsage();
     gauge(out, "process_resident_memory_bytes", "Resident memory size in bytes.", memory.rss);

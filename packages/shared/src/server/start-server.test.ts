@@ -19,6 +19,7 @@ import { BerthError } from "../errors.js";
 import { ERROR_DETAILS_HEADER, INTERNAL_ERROR_MESSAGE } from "./connect-errors.js";
 import { installSignalHandlers } from "./signal-handlers.js";
 import { ErrorInfoSchema } from "@berth/api/google/rpc/error_details_pb";
+import { streamHolds } from "./open-streams.js";
 import { implement, startServer, type RunningServer, type StartServerOptions } from "./start-server.js";
 
 const run = promisify(execFile);
@@ -255,11 +256,14 @@ describe("bearer token", () => {
     await expect(test.echo({}, { headers: { authorization: "Bearer wrong" } })).rejects.toMatchObject({ code: Code.Unauthenticated });
     await expect(test.echo({}, { headers: { authorization: "Bearer s3cret" } })).resolves.toBeDefined();
 
-    // /metrics is not an RPC, but it tells what the services do: it needs the token too.
-    const status = (headers: string[]) => curl(["-o", "/dev/null", "-w", "%{http_code}", ...headers, `${server.url}/metrics`]);
-    expect(await status([])).toBe("401");
-    expect(await status(["-H", "authorization: Bearer wrong"])).toBe("401");
-    expect(await status(["-H", "authorization: Bearer s3cret"])).toBe("200");
+    // /metrics and /debug/streams are not RPCs, but they tell what the services do and who their
+    // clients are: they need the token too.
+    for (const page of ["/metrics", "/debug/streams"]) {
+      const status = (headers: string[]) => curl(["-o", "/dev/null", "-w", "%{http_code}", ...headers, `${server.url}${page}`]);
+      expect(await status([])).toBe("401");
+      expect(await status(["-H", "authorization: Bearer wrong"])).toBe("401");
+      expect(await status(["-H", "authorization: Bearer s3cret"])).toBe("200");
+    }
   });
 });
 
@@ -372,6 +376,52 @@ describe("metrics and logs", () => {
     expect(text).toContain("berth_test_sessions 4");
     expect(text).toContain('berth_test_by_gate{gate="memory"} 1');
     expect(await curl(["-o", "/dev/null", "-w", "%{http_code}", `${server.url}/nowhere`])).toBe("404");
+  });
+
+  it("counts open streams per method, and lists them at /debug/streams with their peer, age, turn and holdings", async () => {
+    const server = await start({
+      services: [
+        implement(TestService, {
+          ...testImplementation,
+          async *stall(request: Struct, context: HandlerContext): AsyncGenerator<Struct> {
+            streamHolds(context, "the lock on src/a.css, fencing token 7");
+            yield request;
+            await new Promise((resolve) => context.signal.addEventListener("abort", resolve));
+          },
+        } as never),
+      ],
+    });
+    const openGauge = async () => (await curl([`${server.url}/metrics`])).split("\n").filter((line) => line.startsWith("berth_streams_open"));
+    // Every streaming method shows from the start, at 0.
+    expect(await openGauge()).toEqual(
+      expect.arrayContaining(['berth_streams_open{method="/berth.test.v1.TestService/Stall"} 0', 'berth_streams_open{method="/grpc.health.v1.Health/Watch"} 0']),
+    );
+    expect(JSON.parse(await curl([`${server.url}/debug/streams`]))).toEqual({ streams: [] });
+
+    const client = createClient(TestService, createGrpcTransport({ baseUrl: server.url })) as unknown as {
+      stall(request: object, options: { signal: AbortSignal }): AsyncIterable<Struct>;
+    };
+    const abort = new AbortController();
+    const stream = client.stall({}, { signal: abort.signal })[Symbol.asyncIterator]();
+    await stream.next();
+    expect(await openGauge()).toContain('berth_streams_open{method="/berth.test.v1.TestService/Stall"} 1');
+    const listed = JSON.parse(await curl([`${server.url}/debug/streams`])) as { streams: unknown[] };
+    expect(listed.streams).toEqual([
+      {
+        method: "/berth.test.v1.TestService/Stall",
+        peer: expect.stringMatching(/^127\.0\.0\.1:\d+$/),
+        protocol: "grpc",
+        openSeconds: expect.any(Number),
+        messages: 1,
+        // The message went out and the handler was asked for the next: its turn.
+        waitingOn: "handler",
+        waitingSeconds: expect.any(Number),
+        holds: "the lock on src/a.css, fencing token 7",
+      },
+    ]);
+    abort.abort();
+    await expect.poll(() => server.metrics.streams.size).toBe(0);
+    expect(await openGauge()).toContain('berth_streams_open{method="/berth.test.v1.TestService/Stall"} 0');
   });
 
   it("logs one line per RPC (health at debug), a stream's at its end", async () => {

@@ -14,6 +14,7 @@ import * as reflectionV1 from "@berth/api/grpc/reflection/v1/reflection_pb";
 import * as reflectionV1alpha from "@berth/api/grpc/reflection/v1alpha/reflection_pb";
 import { closeWhenAnswered } from "./answered-streams.js";
 import { bearerTokenMatches, createAuthInterceptor, UNAUTHENTICATED_MESSAGE } from "./auth.js";
+import { failWaitingWrite } from "./closed-response.js";
 import { createErrorInterceptor } from "./connect-errors.js";
 import { mapDecodeErrors } from "./decode-errors.js";
 import { createHealthService, HealthStatus, OVERALL_HEALTH, ServingStatus } from "./health.js";
@@ -176,6 +177,8 @@ export async function startServer(options: StartServerOptions): Promise<RunningS
       router.service(Health, createHealthService(health));
       router.service(reflectionV1.ServerReflection, createReflectionV1Service(index));
       router.service(reflectionV1alpha.ServerReflection, createReflectionV1alphaService(index));
+      // Every streaming method shows in berth_streams_open from the start, at 0 until one opens.
+      for (const { method } of router.handlers) if (method.methodKind !== "unary") metrics.streams.declare(`/${method.parent.typeName}/${method.name}`);
       // A unary request that does not decode fails before any interceptor: correct its status on the way out.
       router.handlers.splice(0, router.handlers.length, ...router.handlers.map(mapDecodeErrors));
     },
@@ -203,6 +206,8 @@ export async function startServer(options: StartServerOptions): Promise<RunningS
     const state: CallState = { peer: peerOf(req), started: performance.now(), observed: false };
     states.set(req, state);
     res.once("close", () => {
+      // A client gone while a message of its stream waits to be written: end that wait (see closed-response.ts).
+      failWaitingWrite(res);
       if (state.observed) return;
       const trailers = (res as http2.Http2ServerResponse).stream?.sentTrailers;
       const headers = (res as http2.Http2ServerResponse).stream?.sentHeaders;
@@ -294,25 +299,36 @@ function peerOf(req: http.IncomingMessage | http2.Http2ServerRequest): string {
   return `${address}:${socket.remotePort}`;
 }
 
-/** `/metrics` (GET or HEAD); anything else that is not an RPC path gets a 404 that says what exists. */
+/**
+ * `/metrics` (GET or HEAD) and `/debug/streams` (the open streams as JSON, the longest open first);
+ * anything else that is not an RPC path gets a 404 that says what exists.
+ */
 function serveNonRpc(req: http.IncomingMessage | http2.Http2ServerRequest, res: unknown, metrics: ServerMetrics, token: string | undefined): void {
   const response = res as http.ServerResponse;
   const path = (req.url ?? "").split("?", 1)[0];
-  if (path === "/metrics" && (req.method === "GET" || req.method === "HEAD")) {
-    // The counters name sessions' activity and the machine's load: behind the token like any RPC
-    // (Prometheus sends it with `authorization: {credentials: …}` in the scrape config).
+  const page = req.method === "GET" || req.method === "HEAD" ? PAGES.get(path ?? "") : undefined;
+  if (page !== undefined) {
+    // The counters name sessions' activity and the machine's load, the stream list its clients:
+    // behind the token like any RPC (Prometheus sends it with `authorization: {credentials: …}`
+    // in the scrape config).
     if (token !== undefined && !bearerTokenMatches(req.headers.authorization ?? null, token)) {
       const body = `${UNAUTHENTICATED_MESSAGE}\n`;
       response.writeHead(401, { "content-type": "text/plain; charset=utf-8", "content-length": Buffer.byteLength(body), "www-authenticate": "Bearer" });
       response.end(req.method === "HEAD" ? undefined : body);
       return;
     }
-    const body = metrics.render();
-    response.writeHead(200, { "content-type": METRICS_CONTENT_TYPE, "content-length": Buffer.byteLength(body) });
+    const { contentType, body } = page(metrics);
+    response.writeHead(200, { "content-type": contentType, "content-length": Buffer.byteLength(body) });
     response.end(req.method === "HEAD" ? undefined : body);
     return;
   }
-  const body = `no route for ${req.method} ${path}: RPCs are POST /<package>.<Service>/<Method>; metrics are GET /metrics\n`;
+  const body = `no route for ${req.method} ${path}: RPCs are POST /<package>.<Service>/<Method>; metrics are GET /metrics, the open streams GET /debug/streams\n`;
   response.writeHead(404, { "content-type": "text/plain; charset=utf-8", "content-length": Buffer.byteLength(body) });
   response.end(body);
 }
+
+/** The pages served besides the RPCs. */
+const PAGES: ReadonlyMap<string, (metrics: ServerMetrics) => { contentType: string; body: string }> = new Map([
+  ["/metrics", (metrics: ServerMetrics) => ({ contentType: METRICS_CONTENT_TYPE, body: metrics.render() })],
+  ["/debug/streams", (metrics: ServerMetrics) => ({ contentType: "application/json", body: `${JSON.stringify({ streams: metrics.streams.list() }, null, 1)}\n` })],
+]);

@@ -11,7 +11,7 @@ import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { HandlerContext } from "@connectrpc/connect";
 import type { AdmitRequest, AdmitResponseSchema } from "@berth/api/berth/budget/v1/budget_service_pb";
 import { invalidArgument } from "@berth/shared/errors";
-import { abortError } from "@berth/shared/server/index";
+import { abortError, streamHolds } from "@berth/shared/server/index";
 import { sendsBinary } from "@berth/shared/server/pre-encoded";
 import type { QueuedUpdate, Reservation } from "../index.js";
 import type { BudgetHandlerDeps } from "./budget-handlers.js";
@@ -111,6 +111,7 @@ export async function* admitStream(requests: AsyncIterable<AdmitRequest>, contex
     const binary = sendsBinary(context);
     let queued = false;
 
+    streamHolds(context, `a place in the admission queue for ${JSON.stringify(label)}`);
     outcome = budget.admit(need, label, {
       maxWaitMs,
       skipLoadGate: start.value.skipLoadGate,
@@ -142,6 +143,7 @@ export async function* admitStream(requests: AsyncIterable<AdmitRequest>, contex
           break;
         case "admitted":
           reservation = event.reservation;
+          streamHolds(context, `reservation ${reservation.id} for ${JSON.stringify(label)}`);
           yield {
             kind: {
               case: "admitted",

@@ -1,6 +1,6 @@
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { afterEach, describe, expect, it } from "vitest";
+import { afterEach, describe, expect, it, vi } from "vitest";
 import { Gate, NeedItemKind, RefusalKind, RefusalSchema } from "@berth/api/berth/budget/v1/budget_pb";
 import type { NeedItemSchema } from "@berth/api/berth/budget/v1/budget_pb";
 import type { AdmitRequestSchema, AdmitResponse } from "@berth/api/berth/budget/v1/budget_service_pb";
@@ -221,6 +221,24 @@ describe("Admit", () => {
     expect(third.last()?.kind).toMatchObject({ case: "queued", value: { position: 1 } });
     second.cancel();
     third.cancel();
+  });
+
+  it("says what it holds, for /debug/streams: its place in the queue, then its reservation", async () => {
+    const server = await serve();
+    const first = openAdmit(server, "first", startNeed("a", 6, 1));
+    await first.until(() => first.received.length === 1);
+    const second = openAdmit(server, "second", startNeed("b", 4, 1));
+    await second.until(() => second.received.length === 1);
+    const holds = () => server.metrics.streams.list().map((s) => s.holds);
+    const firstId = server.budget.state().reservations[0]?.id;
+    expect(holds()).toEqual([`reservation ${firstId} for "first"`, 'a place in the admission queue for "second"']);
+    first.cancel();
+    expect(await second.until(() => second.last()?.kind.case === "admitted")).toBe(true);
+    const secondId = server.budget.state().reservations[0]?.id;
+    expect(holds()).toEqual([`reservation ${secondId} for "second"`]);
+    second.cancel();
+    await second.done;
+    await vi.waitFor(() => expect(server.metrics.streams.size).toBe(0));
   });
 
   it("a queued waiter hears a heartbeat when nothing changes", async () => {

@@ -1,7 +1,7 @@
 /**
  * For the server's tests: the handlers over a budget with a manual clock and sampler, served in
- * memory (no sockets) through `createRouterTransport` with the server's error mapping, and a
- * request stream the test feeds by hand.
+ * memory (no sockets) through `createRouterTransport` with the server's observer and error
+ * mapping, and a request stream the test feeds by hand.
  */
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -13,7 +13,7 @@ import { BudgetService } from "@berth/api/berth/budget/v1/budget_service_pb";
 import type { NeedItemSchema } from "@berth/api/berth/budget/v1/budget_pb";
 import { NeedItemKind } from "@berth/api/berth/budget/v1/budget_pb";
 import { ManualClock } from "@berth/shared/clock";
-import { createErrorInterceptor } from "@berth/shared/server/index";
+import { createErrorInterceptor, createObserverInterceptor, ServerMetrics } from "@berth/shared/server/index";
 import type { Budget, MachineSample, Policy } from "../index.js";
 import { ManualSampler, createBudget, defaultPolicy } from "../index.js";
 import { createBudgetHandlers } from "./budget-handlers.js";
@@ -28,6 +28,8 @@ export interface InMemoryBudget {
   clock: ManualClock;
   sampler: ManualSampler;
   stateDir: string;
+  /** The server's metrics, with its open streams. */
+  metrics: ServerMetrics;
   close(): Promise<void>;
 }
 
@@ -49,9 +51,12 @@ export async function serveInMemory(options: InMemoryOptions = {}): Promise<InMe
   const policy: Policy = { ...defaultPolicy({ totalBytes: 64 * G, cpus: 8 }), memoryBytes: 8 * G, cpu: 4, reserveBytes: G, heartbeatMs: 5000, ...options.policy };
   const budget = await createBudget({ policy, sampler, clock, stateDir });
   const leaseTtlMs = options.leaseTtlMs ?? 30_000;
+  const metrics = new ServerMetrics("budget");
+  const quiet = { debug() {}, info() {}, warn() {}, error() {} };
   const transport = createRouterTransport(
     (router) => router.service(BudgetService, createBudgetHandlers({ budget, clock, defaultLeaseTtlMs: () => leaseTtlMs, sampleIntervalMs: 1000 })),
-    { router: { interceptors: [createErrorInterceptor()] } },
+    // As the server has them: the observer (which keeps the open streams) outermost.
+    { router: { interceptors: [createObserverInterceptor({ logger: quiet, metrics }), createErrorInterceptor()] } },
   );
   return {
     client: createClient(BudgetService, transport),
@@ -59,6 +64,7 @@ export async function serveInMemory(options: InMemoryOptions = {}): Promise<InMe
     clock,
     sampler,
     stateDir,
+    metrics,
     async close() {
       await budget.close();
       if (ownDir !== undefined) rmSync(ownDir, { recursive: true, force: true });

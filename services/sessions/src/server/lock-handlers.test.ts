@@ -7,7 +7,7 @@ import { Code, ConnectError, createClient, createRouterTransport, type Client } 
 import { HolderKind, LockHeldSchema, LockService as LockServiceDesc, type HoldResponse } from "@berth/api/berth/sessions/v1/lock_service_pb";
 import { ManualClock } from "@berth/shared/clock";
 import { BerthError } from "@berth/shared/errors";
-import { createErrorInterceptor } from "@berth/shared/server/index";
+import { createErrorInterceptor, createObserverInterceptor, ServerMetrics } from "@berth/shared/server/index";
 import { createLockService, lockFilePath, type LockService } from "../locks/index.js";
 import { durationInput, makeFenceCheck, makeLockHandlers } from "./lock-handlers.js";
 
@@ -17,6 +17,7 @@ let liveDir: string;
 let clock: ManualClock;
 let locks: LockService;
 let client: Client<typeof LockServiceDesc>;
+let metrics: ServerMetrics;
 
 /** The locked file: absolute, as every client sends it. */
 let FILE: string;
@@ -30,8 +31,11 @@ beforeEach(() => {
   liveDir = path.join(root, "live");
   clock = new ManualClock();
   locks = createLockService({ projectRoot, stateDir: path.join(root, "state"), liveDir, clock });
+  metrics = new ServerMetrics("sessions");
+  const quiet = { debug() {}, info() {}, warn() {}, error() {} };
   const transport = createRouterTransport((router) => router.service(LockServiceDesc, makeLockHandlers({ locks, clock, heartbeatMs: HEARTBEAT_MS })), {
-    router: { interceptors: [createErrorInterceptor()] },
+    // As the server has them: the observer (which keeps the open streams) outermost.
+    router: { interceptors: [createObserverInterceptor({ logger: quiet, metrics }), createErrorInterceptor()] },
   });
   client = createClient(LockServiceDesc, transport);
 });
@@ -257,6 +261,21 @@ describe("Hold", () => {
     expect((await next).lease?.owner).toBe("next");
     await hold.done;
     expect(hold.ended).toBeInstanceOf(ConnectError);
+  });
+
+  it("says what it holds, for /debug/streams: its place in the queue, then the lock with its fencing token", async () => {
+    const alice = (await client.acquire({ file: FILE, owner: "alice" })).lease!;
+    const hold = openHold({ owner: "holder", wait: ms(60_000) });
+    await vi.waitFor(() => expect(hold.kinds()).toEqual(["waiting"]));
+    expect(metrics.streams.list()).toMatchObject([{ method: "/berth.sessions.v1.LockService/Hold", holds: `a place in the queue of ${FILE} as "holder"` }]);
+    await client.release({ leaseToken: alice.leaseToken });
+    await vi.waitFor(() => expect(hold.kinds()).toEqual(["waiting", "acquired"]));
+    const acquired = hold.messages[1]!.kind;
+    const token = acquired.case === "acquired" ? acquired.value.fencingToken : undefined;
+    expect(metrics.streams.list()[0]?.holds).toBe(`the lock on ${key()} as "holder", fencing token ${token}`);
+    hold.cancel();
+    await hold.done;
+    await vi.waitFor(() => expect(metrics.streams.size).toBe(0));
   });
 
   it("ends with ABORTED SOURCE_LOCKED when the wait runs out, and with try-once by default", async () => {

@@ -29,7 +29,7 @@ import {
 import type { Clock } from "@berth/shared/clock";
 import { systemClock } from "@berth/shared/clock";
 import { BerthError, invalidArgument, isBerthError } from "@berth/shared/errors";
-import { abortable, abortError, berthErrorToConnect } from "@berth/shared/server/index";
+import { abortable, abortError, berthErrorToConnect, streamHolds } from "@berth/shared/server/index";
 import { checkFencingToken, type Lease, type LockHolderInfo, type LockService, type WaitingUpdate } from "../locks/index.js";
 
 /** How often an open Hold stream carries a heartbeat once the lock is granted. */
@@ -100,6 +100,7 @@ export function makeLockHandlers(options: LockHandlerOptions): ServiceImpl<typeo
         const lease = yield* holdStream(locks, { file: request.file, owner: request.owner, waitMs, signal: held.signal }, context);
         // Granted: heartbeats until the stream ends, or at once when the lease ends otherwise
         // (released through its lease token): the stream must not go on looking held.
+        streamHolds(context, `the lock on ${lease.file} as ${JSON.stringify(lease.owner)}, fencing token ${lease.fencingToken}`);
         const leaseEnded = new AbortController();
         stopWatchingLease = locks.whenLeaseEnds(lease.leaseToken, () => leaseEnded.abort());
         const wakeUp = AbortSignal.any([held.signal, leaseEnded.signal]);
@@ -182,6 +183,7 @@ async function* holdStream(
   let wake: () => void = () => {};
   const woken = () => new Promise<void>((resolve) => (wake = resolve));
   let next = woken();
+  streamHolds(context, `a place in the queue of ${request.file} as ${JSON.stringify(request.owner)}`);
   const granted = locks.holdAsLongAs({
     ...request,
     onWaiting(update) {

@@ -29,7 +29,7 @@ import {
 } from "@berth/api/berth/sessions/v1/session_service_pb";
 import { BerthError, invalidArgument, isBerthError } from "@berth/shared/errors";
 import { checkPathInput, checkSessionId } from "@berth/shared/safe-id";
-import { abortError, berthErrorToConnect } from "@berth/shared/server/index";
+import { abortError, berthErrorToConnect, streamHolds } from "@berth/shared/server/index";
 import { sendsBinary } from "@berth/shared/server/pre-encoded";
 import type { EntryIntegrity } from "../journal-file.js";
 import type { JournalEntry, SessionSnapshot } from "../reducer.js";
@@ -191,6 +191,7 @@ export function createSessionHandlers(options: SessionHandlerOptions): ServiceIm
       const binary = sendsBinary(context);
       const maxBatch = Math.min(req.maxBatch, MAX_WATCH_BATCH);
       const watcher = store.watch(sessionId, fromSeq, { includeSnapshot: req.includeSnapshot });
+      streamHolds(context, `a watcher of ${sessionId} from seq ${fromSeq}`);
       const stop = endOnAbort(watcher, context.signal);
       try {
         for await (const event of watcher) {
@@ -211,6 +212,7 @@ export function createSessionHandlers(options: SessionHandlerOptions): ServiceIm
       // Subscribed before the current state is read, so no change falls between the two; changes
       // already described by the current state are skipped below.
       const watcher = store.watchAll({ includeSnapshot: req.includeSnapshot });
+      streamHolds(context, "a watcher of every session");
       const stop = endOnAbort(watcher, context.signal);
       const described = new Map<string, number>();
       try {
