@@ -36,11 +36,11 @@ function countingIo(base: CommitIo = nodeCommitIo) {
   let failWrites: NodeJS.ErrnoException | undefined;
   let partial = false;
   const io: CommitIo = {
-    async write(fd, data, offset, length) {
+    write(fd, data, offset, length) {
       counts.writes++;
       if (failWrites) {
         // Half the bytes reach the file before the error: the store must cut them back.
-        if (partial) await base.write(fd, data, offset, Math.max(1, Math.floor(length / 2)));
+        if (partial) base.write(fd, data, offset, Math.max(1, Math.floor(length / 2)));
         throw failWrites;
       }
       return base.write(fd, data, offset, length);
@@ -523,6 +523,73 @@ describe("beside another process appending in the seed's format", () => {
       if (seen.length === 2) break;
     }
     expect(seen).toEqual([2, 3]);
+  });
+
+  /**
+   * An io whose next write lets another process's append land right before it and/or right after
+   * it: the one span no check can close, between two adjacent system calls of ours.
+   */
+  function racingIo(onWrite: { before?: () => void; after?: () => void }) {
+    let armed = false;
+    const io: CommitIo = {
+      write(fd, data, offset, length) {
+        if (!armed) return nodeCommitIo.write(fd, data, offset, length);
+        armed = false;
+        onWrite.before?.();
+        const written = nodeCommitIo.write(fd, data, offset, length);
+        onWrite.after?.();
+        return written;
+      },
+      fdatasync: (fd) => nodeCommitIo.fdatasync(fd),
+    };
+    return { io, arm: () => (armed = true) };
+  }
+
+  it("refuses an append another process's line got in front of between the check and the write, leaving no line of it", async () => {
+    const racing = racingIo({ before: () => seedAppend(live, "s1", { type: "variant_mounted", variant: 1 }) });
+    const store = open({ dir: live.dir, io: racing.io });
+    await store.append("s1", [{ type: "generate", count: 2 }]);
+    racing.arm();
+    await expect(store.append("s1", [{ type: "steer" }, { type: "agent_done" }])).rejects.toMatchObject({ code: "aborted", details: { sessionId: "s1" } });
+    // The other process's seq 2 stands; ours (2 and 3) are blank lines now, which every reader skips.
+    expect(journalSeqs("s1", live.dir)).toEqual([1, 2]);
+    const text = fs.readFileSync(journal("s1", live.dir), "utf8");
+    expect(text).not.toMatch(/steer|agent_done/);
+    expect(text.split("\n").filter((line) => line !== "" && line.trim() === "")).toHaveLength(2);
+    expect(seedReadState(live, "s1").nextSeq).toBe(3);
+    const retried = await store.append("s1", [{ type: "steer" }]);
+    expect(retried).toMatchObject({ firstSeq: 3, snapshot: { renderState: "mounted", phase: "steer_requested" } });
+    expect(journalSeqs("s1", live.dir)).toEqual([1, 2, 3]);
+    const reopened = open({ dir: live.dir });
+    await store.close();
+    expect(reopened.getSnapshot("s1")).toMatchObject({ lastSeq: 3, snapshot: { phase: "steer_requested", diagnostics: [] } });
+  });
+
+  it("undoes its bytes in place, never cutting the file: the other process's line written after them stays", async () => {
+    const racing = racingIo({
+      before: () => seedAppend(live, "s1", { type: "variant_mounted", variant: 1 }),
+      after: () => seedAppend(live, "s1", { type: "variant_mounted", variant: 2 }),
+    });
+    const store = open({ dir: live.dir, io: racing.io });
+    await store.append("s1", [{ type: "generate", count: 2 }]);
+    racing.arm();
+    await expect(store.append("s1", [{ type: "steer" }])).rejects.toMatchObject({ code: "aborted" });
+    // The line after ours read the journal with our line in it, so took seq 3.
+    expect(journalSeqs("s1", live.dir)).toEqual([1, 2, 3]);
+    expect(fs.readFileSync(journal("s1", live.dir), "utf8")).not.toMatch(/steer/);
+    expect((await store.append("s1", [{ type: "steer" }])).firstSeq).toBe(4);
+    expect(store.getSnapshot("s1")!.snapshot.mountedVariants).toEqual([1, 2]);
+  });
+
+  it("keeps an append another process's line followed rather than overtook", async () => {
+    const racing = racingIo({ after: () => seedAppend(live, "s1", { type: "variant_mounted", variant: 1 }) });
+    const store = open({ dir: live.dir, io: racing.io });
+    await store.append("s1", [{ type: "generate", count: 2 }]);
+    racing.arm();
+    expect(await store.append("s1", [{ type: "agent_done" }])).toMatchObject({ firstSeq: 2, lastSeq: 2 });
+    expect(journalSeqs("s1", live.dir)).toEqual([1, 2, 3]);
+    expect(store.getSnapshot("s1")).toMatchObject({ lastSeq: 3, snapshot: { renderState: "mounted" } });
+    expect((await store.append("s1", [{ type: "steer" }])).firstSeq).toBe(4);
   });
 
   it("hands watchers what another process appends as it lands, with no call touching the session", async () => {

@@ -123,6 +123,8 @@ export interface SeedSessionStoreModule {
 /** A loaded copy of the seed's store and a project directory for it. */
 export interface SeedStoreHarness {
   module: SeedSessionStoreModule;
+  /** The module's file URL, for a child process to import. */
+  moduleUrl: string;
   /** A fresh project directory (the seed's `cwd`). */
   project: string;
   /** `<project>/.impeccable/live` — what berth is pointed at with `--live-dir`. */
@@ -156,6 +158,7 @@ export async function loadSeedStore(): Promise<SeedStoreHarness> {
   const liveDir = path.join(project, ".impeccable", "live");
   return {
     module,
+    moduleUrl: url,
     project,
     liveDir,
     sessionsDir: path.join(liveDir, "sessions"),
