@@ -592,6 +592,47 @@ describe("beside another process appending in the seed's format", () => {
     expect((await store.append("s1", [{ type: "steer" }])).firstSeq).toBe(4);
   });
 
+  /** The session's snapshot as a fresh replay of its journal gives it (no snapshot file). */
+  async function replayed(id: string, root: string): Promise<SessionSnapshot> {
+    const copy = fs.mkdtempSync(path.join(dir, "replay-"));
+    fs.copyFileSync(journal(id, root), journal(id, copy));
+    const store = new SessionStore({ dir: copy, clock, fsync: "none" });
+    const snapshot = store.getSnapshot(id, { includeCompleted: true })!.snapshot;
+    await store.close();
+    return snapshot;
+  }
+
+  it("counts every diagnostic after a hand-off: a diagnosticsTotal another process carried past entries of its own is recounted", async () => {
+    const store = open({ dir: live.dir });
+    await store.append("s1", Array.from({ length: 120 }, (_, n) => ({ type: "mystery", n })));
+    await store.close(); // berth's snapshot file: 100 diagnostics kept, 120 counted
+    // A seed process hydrates from it, appends 10 more and writes its own snapshot file: 110
+    // diagnostics, and the count of 120 it read, untouched.
+    for (let n = 120; n < 130; n++) seedAppend(live, "s1", { type: "mystery", n }, { snapshotFile: true });
+    expect(JSON.parse(fs.readFileSync(path.join(live.dir, "s1.snapshot.json"), "utf8"))).toMatchObject({ diagnosticsTotal: 120 });
+
+    const restarted = open({ dir: live.dir });
+    const view = restarted.getSnapshot("s1")!;
+    expect(view.snapshot.diagnosticsTotal).toBe(130);
+    expect(view.snapshot.diagnostics).toHaveLength(100);
+    expect(view.snapshot).toEqual(await replayed("s1", live.dir));
+    const next = await restarted.append("s1", [{ type: "mystery", n: 130 }]);
+    expect(next.snapshot.diagnosticsTotal).toBe(131);
+    expect(next.snapshot).toEqual(await replayed("s1", live.dir));
+  });
+
+  it("serves the newest 100 diagnostics of a snapshot file another process wrote with more", async () => {
+    for (let n = 0; n < 147; n++) seedAppend(live, "s1", { type: "mystery", n }, { snapshotFile: n === 146 });
+    expect(JSON.parse(fs.readFileSync(path.join(live.dir, "s1.snapshot.json"), "utf8")).diagnostics).toHaveLength(147);
+    const store = open({ dir: live.dir });
+    const view = store.getSnapshot("s1")!;
+    expect(store.stats().hydrations).toBe(1);
+    expect(view.snapshot.diagnostics).toHaveLength(100);
+    expect(view.snapshot.diagnostics[0]).toMatchObject({ error: "unknown_event_type" });
+    expect(view.snapshot.diagnosticsTotal).toBe(147);
+    expect(view.snapshot).toEqual(await replayed("s1", live.dir));
+  });
+
   it("hands watchers what another process appends as it lands, with no call touching the session", async () => {
     const store = open({ dir: live.dir });
     await store.append("s1", [{ type: "generate", count: 2 }]);
@@ -774,6 +815,26 @@ describe("the session cache", () => {
     expect(store.getSnapshot("a")).toMatchObject({ lastSeq: 1, snapshot: { phase: "generate_requested" } });
     expect(store.stats()).toMatchObject({ openSessions: 2, hydrations: 1, replays: 0 });
     expect((await store.append("a", [{ type: "agent_done" }])).firstSeq).toBe(2);
+  });
+});
+
+describe("a session's snapshot does not change with unrelated traffic", () => {
+  it("a NaN visibleVariant (the seed's Number of a non-numeric variantId) stays NaN when the session is evicted and re-opened, and after a restart", async () => {
+    const store = open({ cacheSize: 1 });
+    await store.append("s1", [{ type: "accept", variantId: "x" }]);
+    expect(store.getSnapshot("s1")!.snapshot.visibleVariant).toBeNaN();
+    await store.append("other", [{ type: "generate" }]); // evicts s1, which writes its snapshot file
+    await store.settled();
+    expect(store.getSnapshot("s1")!.snapshot.visibleVariant).toBeNaN();
+    expect(store.stats().hydrations).toBe(1);
+    // An accept without a variant keeps the number it finds: NaN stays NaN, where null became 0.
+    expect((await store.append("s1", [{ type: "accept" }])).snapshot.visibleVariant).toBeNaN();
+    await store.close();
+    const restarted = open();
+    expect(restarted.getSnapshot("s1")!.snapshot.visibleVariant).toBeNaN();
+    expect(restarted.stats().hydrations).toBe(1);
+    // The seed's own reader takes the file's null, as the seed does after a restart of its own.
+    expect(JSON.parse(fs.readFileSync(path.join(dir, "sessions", "s1.snapshot.json"), "utf8")).visibleVariant).toBeNull();
   });
 });
 
