@@ -382,7 +382,7 @@ async function staleCheckpoints(): Promise<void> {
             ref_seed_growth: ratio(seedLast, seedFirst),
           }
         : {}),
-      note: "in-process store.append with fsync=none, the seed's appendEvent on the same events",
+      note: seed ? "in-process store.append with fsync=none, the seed's appendEvent on the same events" : "in-process store.append with fsync=none",
     });
   } finally {
     seed?.remove();

@@ -68,7 +68,12 @@ export function missingSeedsNotice(what = "the comparisons against the seed's ow
  */
 export function seedsAvailable(): boolean {
   if (seedFilePath() !== undefined) return true;
-  if (seedsRequired()) throw new Error(`BERTH_REQUIRE_SEEDS is set but ${missingSeedsNotice()}`);
+  if (seedsRequired()) {
+    throw new Error(
+      `BERTH_REQUIRE_SEEDS is set but the seeds are not at ${seedsDir()}, so the comparisons against the seed's own session store cannot run; ` +
+        "point BERTH_SEEDS_DIR at the directory holding the seed files",
+    );
+  }
   return false;
 }
 
