@@ -82,6 +82,24 @@ describe("the checks around a write of berth's", () => {
   });
 });
 
+describe("bytes of berth's that cannot be found whole", () => {
+  it("are left as they are, never cut, and said so", () => {
+    const file = path.join(dir, "j.jsonl");
+    fs.writeFileSync(file, "a\n");
+    const fd = appendFd(file);
+    try {
+      // As if a short write's two pieces had another writer's line between them.
+      fs.writeSync(fd, "our");
+      fs.appendFileSync(file, "theirs\n");
+      fs.writeSync(fd, "s\n");
+      expect(foreignError(() => checkOwnWrite(fd, file, 2, Buffer.from("ours\n")))).toMatchObject({ outcome: "left" });
+      expect(fs.readFileSync(file, "utf8")).toBe("a\nourtheirs\ns\n");
+    } finally {
+      fs.closeSync(fd);
+    }
+  });
+});
+
 /**
  * Berth appending back to back while another process appends to the same session every 2 ms, as a
  * seed process sharing a live directory does (25 appends a run), `RUNS` times (BERTH_SEED_RACE_RUNS; 20 by default).

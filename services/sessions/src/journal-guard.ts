@@ -74,9 +74,14 @@ export function checkOwnWrite(fd: number, path: string, expected: number, data: 
     if (at < 0) throw new ForeignAppendError(expected, size, "left");
     const blank = Buffer.from(data);
     for (let i = 0; i < blank.length; i++) if (blank[i] !== 0x0a) blank[i] = 0x20;
-    let written = 0;
-    while (written < blank.length) written += fs.writeSync(rw, blank, written, blank.length - written, expected + at + written);
-    fs.fdatasyncSync(rw);
+    try {
+      let written = 0;
+      while (written < blank.length) written += fs.writeSync(rw, blank, written, blank.length - written, expected + at + written);
+      fs.fdatasyncSync(rw);
+    } catch {
+      // Cutting the file back instead (what a failed write gets) would cut the other writer's lines.
+      throw new ForeignAppendError(expected, size, "left");
+    }
     throw new ForeignAppendError(expected, expected + at, "blanked");
   } finally {
     fs.closeSync(rw);
