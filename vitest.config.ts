@@ -46,5 +46,7 @@ export default defineConfig({
     hookTimeout: 30_000,
     env: { BERTH_FC_SEED: propertySeed() },
     setupFiles: ["test/harness/fast-check-seed.ts"],
+    // One line per run when the seeds are absent (their comparisons skipped), or a failure when required.
+    globalSetup: ["test/harness/seeds-notice.ts"],
   },
 });

@@ -1,9 +1,9 @@
 /**
- * SessionService against a started sessions service (issue 3, "Tests"): expected_seq conflicts,
+ * SessionService against a started sessions service: expected_seq conflicts,
  * an idempotent retry across a crash and restart of the service process, AppendEvents atomicity,
  * watchers (catch-up + live without a gap under concurrent appends; a slow watcher ended and
  * resumed without loss; shutdown), 32 concurrent appenders, refused ids and sizes with nothing
- * written, and journals moving both ways between the seed's store and the service.
+ * written, and journals shared with a seed process (the seed's own store, when the seeds are there).
  */
 import { existsSync, readdirSync, readFileSync } from "node:fs";
 import * as path from "node:path";
@@ -18,7 +18,8 @@ import {
   type WatchSessionResponse,
 } from "@berth/api/berth/sessions/v1/session_service_pb";
 import { SnapshotSchema } from "@berth/api/berth/sessions/v1/snapshot_pb";
-import { loadSeedStore } from "@berth/sessions/testing/seed-store";
+import { loadSeedStore, seedsAvailable } from "@berth/sessions/testing/seed-store";
+import { seedAppend, seedDirsOf, seedReadState } from "@berth/sessions/testing/seed-writer";
 import { closeClient, connectClient, curl, curlJson, launchService, makeTempDir, startService, stopAll, type ServiceProcess } from "./harness.js";
 
 afterAll(stopAll);
@@ -315,8 +316,32 @@ describe("idempotent retries across a restart", () => {
   });
 });
 
-describe("journals shared with the seed's store", () => {
-  it("serves a journal the seed wrote, and the seed reads what the service appended", async () => {
+describe("journals shared with a seed process", () => {
+  it("serves a journal a seed process wrote in a live directory, and appends after it in the seed's format", async () => {
+    const project = makeTempDir("berth-live-project-");
+    const live = seedDirsOf(project);
+    seedAppend(live, "shared", { type: "generate", pageUrl: "http://localhost:3000/", count: 2, token: "t-1" }, { snapshotFile: true });
+    const written = seedAppend(live, "shared", { type: "agent_phase", phase: "planning", durationMs: 5 }, { snapshotFile: true }).snapshot;
+
+    const service = await startService("sessions", { args: ["--live-dir", live.liveDir, "--project-root", project] });
+    const client = sessionsOf(service.url("sessions"), "connect");
+    const served = await client.getSnapshot({ sessionId: "shared" });
+    expect(served).toMatchObject({ exists: true, lastSeq: 2n });
+    const view = toJson(SnapshotSchema, served.snapshot!) as JsonObject;
+    for (const key of ["phase", "pageUrl", "expectedVariants", "generationPhase", "pendingEvent"]) expect(view[key], key).toEqual(written[key] as JsonObject);
+
+    await client.appendEvent({ sessionId: "shared", event: event({ case: "variantsReady", value: { arrivedVariants: 2 } }), expectedSeq: 2n });
+    closeClient(client);
+    await service.stop();
+
+    // A seed process reads berth's line and appends after it.
+    expect(seedReadState(live, "shared")).toMatchObject({ nextSeq: 4, snapshot: { arrivedVariants: 2 } });
+    const lines = readFileSync(path.join(live.dir, "shared.jsonl"), "utf8").trim().split("\n").map((line) => JSON.parse(line) as JsonObject);
+    expect(lines.map((line) => line.seq)).toEqual([1, 2, 3]);
+    expect(lines[2]).toMatchObject({ id: "shared", type: "variants_ready", event: { type: "variants_ready", id: "shared", arrivedVariants: 2 } });
+  });
+
+  it.skipIf(!seedsAvailable())("the seed's own store reads what the service appended to its journal", async () => {
     const seed = await loadSeedStore();
     try {
       const seedStore = seed.store("shared");
@@ -326,20 +351,17 @@ describe("journals shared with the seed's store", () => {
 
       const service = await startService("sessions", { args: ["--live-dir", seed.liveDir, "--project-root", seed.project] });
       const client = sessionsOf(service.url("sessions"), "connect");
-      const served = await client.getSnapshot({ sessionId: "shared" });
-      expect(served).toMatchObject({ exists: true, lastSeq: 2n });
-      const view = toJson(SnapshotSchema, served.snapshot!) as JsonObject;
+      const view = toJson(SnapshotSchema, (await client.getSnapshot({ sessionId: "shared" })).snapshot!) as JsonObject;
       for (const key of ["phase", "pageUrl", "expectedVariants", "generationPhase", "pendingEvent"]) expect(view[key], key).toEqual(seedView[key]);
-
       await client.appendEvent({ sessionId: "shared", event: event({ case: "variantsReady", value: { arrivedVariants: 2 } }), expectedSeq: 2n });
       closeClient(client);
       await service.stop();
 
       const after = seed.store("shared").getSnapshot("shared") as JsonObject;
       expect(after.arrivedVariants).toBe(2);
+      seed.store("shared").appendEvent({ id: "shared", type: "steer" });
       const lines = readFileSync(path.join(seed.sessionsDir, "shared.jsonl"), "utf8").trim().split("\n").map((line) => JSON.parse(line) as JsonObject);
-      expect(lines.map((line) => line.seq)).toEqual([1, 2, 3]);
-      expect(lines[2]).toMatchObject({ id: "shared", type: "variants_ready", event: { type: "variants_ready", id: "shared", arrivedVariants: 2 } });
+      expect(lines.map((line) => line.seq)).toEqual([1, 2, 3, 4]);
     } finally {
       seed.remove();
     }

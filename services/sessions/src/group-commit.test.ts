@@ -9,7 +9,7 @@ interface Item {
   name: string;
 }
 
-/** An io whose writes and syncs finish only when the test says so (or at once with `auto`). */
+/** An io whose syncs finish only when the test says so (or at once with `auto`); writes are synchronous. */
 function controlledIo(auto = false) {
   const log: string[] = [];
   const gates: Array<() => void> = [];
@@ -17,10 +17,9 @@ function controlledIo(auto = false) {
   let shortWrites = false;
   const gate = () => (auto ? Promise.resolve() : new Promise<void>((resolve) => gates.push(resolve)));
   const io: CommitIo = {
-    async write(_fd, data, offset, length) {
+    write(_fd, data, offset, length) {
       const n = shortWrites ? Math.min(length, 3) : length;
       log.push(`write:${Buffer.from(data.subarray(offset, offset + n)).toString()}`);
-      await gate();
       if (failNextWrite) {
         const error = failNextWrite;
         failNextWrite = undefined;
@@ -61,22 +60,19 @@ function committer(io: CommitIo, fsync: FsyncMode) {
 const tick = () => new Promise((resolve) => setImmediate(resolve));
 
 describe("group commit", () => {
-  it("batches appends that arrive while a write + sync is in flight", async () => {
+  it("batches appends that arrive while a sync is in flight", async () => {
     const ctl = controlledIo();
     const { commit, durable, item } = committer(ctl.io, "batch");
     commit.submit(item("a"));
     await tick();
-    expect(ctl.log).toEqual(["write:a"]);
+    expect(ctl.log).toEqual(["write:a", "sync"]);
     commit.submit(item("b"));
     commit.submit(item("c"));
-    ctl.release(); // write a
     await tick();
     commit.submit(item("d"));
     ctl.release(); // sync a
     await tick();
     expect(durable).toEqual([["a"]]);
-    ctl.release(); // write bcd
-    await tick();
     ctl.release(); // sync bcd
     await commit.idle();
     expect(durable).toEqual([["a"], ["b", "c", "d"]]);
@@ -125,20 +121,21 @@ describe("group commit", () => {
   it("fails the batch and everything queued behind it, then goes on", async () => {
     const ctl = controlledIo();
     const { commit, durable, failed, item } = committer(ctl.io, "batch");
-    ctl.failNext(new Error("EIO"));
     commit.submit(item("a"));
     await tick();
+    ctl.failNext(new Error("EIO"));
     commit.submit(item("b"));
-    ctl.release(); // the write of a fails
     await tick();
-    expect(failed).toEqual([{ error: "EIO", items: ["a", "b"] }]);
     commit.submit(item("c"));
+    ctl.release(); // sync a; then the write of b (and c, queued behind it) fails
     await tick();
-    ctl.release();
+    expect(durable).toEqual([["a"]]);
+    expect(failed).toEqual([{ error: "EIO", items: ["b", "c"] }]);
+    commit.submit(item("d"));
     await tick();
     ctl.release();
     await commit.idle();
-    expect(durable).toEqual([["c"]]);
+    expect(durable).toEqual([["a"], ["d"]]);
   });
 });
 
@@ -169,6 +166,41 @@ describe("group commit", () => {
     await commit.idle();
     expect(durable).toEqual([["c"]]);
     expect(ctl.log).toEqual(["write:c", "sync"]);
+  });
+
+  it("checks, writes and checks again in one step, with no turn of the event loop between; a failed check after the write fails the batch", async () => {
+    const ctl = controlledIo(true);
+    let refuse = true;
+    const failed: Array<{ error: string; items: string[] }> = [];
+    const durable: string[][] = [];
+    const commit = new GroupCommit<Item>({
+      fd: -1,
+      fsync: "batch",
+      io: ctl.io,
+      handlers: {
+        durable: (items) => durable.push(items.map((i) => i.name)),
+        failed: (error, items) => failed.push({ error: error.message, items: items.map((i) => i.name) }),
+      },
+      beforeWrite: () => {
+        ctl.log.push("before");
+        // Anything else the process does (another append, a catch-up) runs only after the step.
+        queueMicrotask(() => ctl.log.push("microtask"));
+      },
+      afterWrite: (data) => {
+        ctl.log.push(`after:${Buffer.from(data).toString()}`);
+        if (refuse) throw new Error("another writer got in");
+      },
+    });
+    commit.submit({ name: "a", bytes: Buffer.from("a") });
+    commit.submit({ name: "b", bytes: Buffer.from("b") });
+    await commit.idle();
+    expect(failed).toEqual([{ error: "another writer got in", items: ["a", "b"] }]);
+    expect(ctl.log).toEqual(["before", "write:ab", "after:ab", "microtask"]);
+    refuse = false;
+    commit.submit({ name: "c", bytes: Buffer.from("c") });
+    await commit.idle();
+    expect(durable).toEqual([["c"]]);
+    expect(ctl.log.slice(4)).toEqual(["before", "write:c", "after:c", "sync", "microtask"]);
   });
 
 describe("nodeCommitIo", () => {

@@ -3,6 +3,13 @@
  * flight wait, then go to disk together in the next single write and single fdatasync. Under
  * load the cost of an fsync is shared by every append that queued behind it, so durable appends
  * get cheaper the more of them there are, instead of queueing one fsync each.
+ *
+ * The write itself is synchronous, in one step with the owner's checks around it: `beforeWrite`,
+ * write(2), `afterWrite`, with nothing between them that could let the event loop run. Another
+ * process appending to the same file (a seed process sharing a live directory takes no lock) can
+ * then only land between two adjacent system calls, and the check after the write sees it. A
+ * write into the page cache takes microseconds; the fdatasync, the slow part, stays on the libuv
+ * thread pool, so the event loop keeps queueing appends meanwhile.
  */
 import * as fs from "node:fs";
 
@@ -15,18 +22,15 @@ export type FsyncMode = "batch" | "always" | "none";
 
 /** The file operations group commit needs; injectable so tests can count syncs and fail writes. */
 export interface CommitIo {
-  /** write(2) at the end of an O_APPEND file; resolves with the bytes written (may be fewer than asked). */
-  write(fd: number, data: Uint8Array, offset: number, length: number): Promise<number>;
+  /** write(2) at the end of an O_APPEND file, synchronously; returns the bytes written (may be fewer than asked). */
+  write(fd: number, data: Uint8Array, offset: number, length: number): number;
   /** fdatasync(2). */
   fdatasync(fd: number): Promise<void>;
 }
 
-/** The real thing, on the libuv thread pool (so the event loop keeps queueing appends meanwhile). */
+/** The real thing: the write on this thread (see the module comment), the sync on the libuv thread pool. */
 export const nodeCommitIo: CommitIo = {
-  write: (fd, data, offset, length) =>
-    new Promise((resolve, reject) => {
-      fs.write(fd, data, offset, length, null, (error, written) => (error ? reject(error) : resolve(written)));
-    }),
+  write: (fd, data, offset, length) => fs.writeSync(fd, data, offset, length, null),
   fdatasync: (fd) =>
     new Promise((resolve, reject) => {
       fs.fdatasync(fd, (error) => (error ? reject(error) : resolve()));
@@ -58,10 +62,16 @@ export interface GroupCommitOptions<T extends CommitItem> {
   io?: CommitIo;
   handlers: CommitHandlers<T>;
   /**
-   * Called right before each write. Throwing fails the batch and everything queued behind it,
-   * through `failed` with that error, with nothing written.
+   * Called right before each write, in the same synchronous step. Throwing fails the batch and
+   * everything queued behind it, through `failed` with that error, with nothing written.
    */
   beforeWrite?: () => void;
+  /**
+   * Called right after each write with the bytes written, in the same synchronous step. Throwing
+   * fails the batch and everything queued behind it, through `failed` with that error; the bytes
+   * are on disk then, and undoing them is the thrower's business (done before it throws).
+   */
+  afterWrite?: (data: Uint8Array) => void;
 }
 
 /** The group committer of one open file; see the module comment. */
@@ -71,6 +81,7 @@ export class GroupCommit<T extends CommitItem> {
   private readonly io: CommitIo;
   private readonly handlers: CommitHandlers<T>;
   private readonly beforeWrite: (() => void) | undefined;
+  private readonly afterWrite: ((data: Uint8Array) => void) | undefined;
   private queue: T[] = [];
   private running = false;
   private idleWaiters: Array<() => void> = [];
@@ -81,6 +92,7 @@ export class GroupCommit<T extends CommitItem> {
     this.io = options.io ?? nodeCommitIo;
     this.handlers = options.handlers;
     this.beforeWrite = options.beforeWrite;
+    this.afterWrite = options.afterWrite;
   }
 
   /** True while something is queued or being written: the file may hold bytes not yet acknowledged. */
@@ -109,8 +121,11 @@ export class GroupCommit<T extends CommitItem> {
       // `always` promises one sync per append, so it takes them one at a time.
       const batch = this.fsync === "always" ? this.queue.splice(0, 1) : this.queue.splice(0);
       try {
+        const data = batch.length === 1 ? batch[0]!.bytes : Buffer.concat(batch.map((item) => item.bytes));
+        // One synchronous step: no await between the check, the write and the check after it.
         this.beforeWrite?.();
-        await this.writeAll(batch);
+        this.writeAll(data);
+        this.afterWrite?.(data);
         if (this.fsync !== "none") await this.io.fdatasync(this.fd);
       } catch (error) {
         const dropped = this.queue.splice(0);
@@ -124,13 +139,12 @@ export class GroupCommit<T extends CommitItem> {
     for (const wake of waiters) wake();
   }
 
-  private async writeAll(batch: T[]): Promise<void> {
-    const data = batch.length === 1 ? batch[0]!.bytes : Buffer.concat(batch.map((item) => item.bytes));
+  private writeAll(data: Uint8Array): void {
     let offset = 0;
     // write(2) may write less than asked (quota, signal): the rest goes in further writes, still
     // before the one fdatasync.
     while (offset < data.length) {
-      const written = await this.io.write(this.fd, data, offset, data.length - offset);
+      const written = this.io.write(this.fd, data, offset, data.length - offset);
       if (written <= 0) throw new Error(`write returned ${written}`);
       offset += written;
     }

@@ -109,12 +109,25 @@ export function crc32Hex(data: string | Uint8Array): string {
   return (crc32(data) >>> 0).toString(16).padStart(8, "0");
 }
 
+/** The seed's fields of `entry`, in the seed's order. */
+function seedFields(entry: JournalLineEntry): Record<string, unknown> {
+  return { seq: entry.seq, id: entry.id, type: entry.type, ts: entry.ts, event: entry.event };
+}
+
+/**
+ * The line the seed's store writes for `entry`, newline included: its five fields and nothing
+ * else. berth never writes one; tests play another process sharing a journal with it.
+ */
+export function encodeSeedLine(entry: JournalLineEntry): string {
+  return `${JSON.stringify(seedFields(entry))}\n`;
+}
+
 /**
  * One journal line, newline included. `entry`'s fields are written in the seed's order; the
  * marks follow, then the checksum of everything before it.
  */
 export function encodeJournalLine(entry: JournalLineEntry, marks?: AppendMarks): string {
-  const line: Record<string, unknown> = { seq: entry.seq, id: entry.id, type: entry.type, ts: entry.ts, event: entry.event };
+  const line = seedFields(entry);
   if (marks?.ikey !== undefined) line[IDEMPOTENCY_KEY_FIELD] = marks.ikey;
   if (marks?.n !== undefined) line[BATCH_SIZE_FIELD] = marks.n;
   const canonical = JSON.stringify(line);

@@ -1,4 +1,4 @@
-import { existsSync, mkdtempSync, readFileSync, rmSync, unlinkSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, unlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import fc from "fast-check";
@@ -6,7 +6,7 @@ import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { applyEvent, baseSnapshot, createReplay, MAX_DIAGNOSTICS, parseEntryTime, type SessionSnapshot } from "./reducer.js";
 import { eventSequence, journalEntries, journalEntriesOf, journalText, noisyEvent } from "./fixtures/event-arbitraries.js";
 import { boundedLikeBerth, foldJournalText, replayJournalText } from "./fixtures/journal-text.js";
-import { loadSeedStore, seedFilePath, type SeedSessionStoreModule } from "./testing/seed-store.js";
+import { loadSeedStore, seedsAvailable, type SeedSessionStoreModule } from "./testing/seed-store.js";
 
 /** A clock that ticks on every read, so both paths must read it at the same points. */
 function tickingClock(): () => number {
@@ -138,10 +138,8 @@ describe("parseEntryTime", () => {
 });
 
 // The seed's own store, run: berth must give the snapshot it gives, event for event.
-const seedPresent = existsSync(seedFilePath()) ? (await loadSeedStore()).module : null;
-if (!seedPresent) {
-  console.warn(`skipping the differential tests against the seed: ${seedFilePath()} is absent`);
-}
+// Without the seeds these are skipped, and the run says so once (test/harness/seeds-notice.ts).
+const seedPresent = seedsAvailable() ? (await loadSeedStore()).module : null;
 
 describe.skipIf(!seedPresent)("differential: berth's reducer against the seed's session store", () => {
   const seed = seedPresent as SeedSessionStoreModule;

@@ -5,10 +5,11 @@ import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { ManualClock } from "@berth/shared/clock";
 import { isBerthError, type BerthError } from "@berth/shared/errors";
 import { nodeCommitIo, type CommitIo, type FsyncMode } from "./group-commit.js";
-import { encodeJournalLine } from "./journal-format.js";
+import { encodeJournalLine, encodeSeedLine } from "./journal-format.js";
 import { applyEvent, baseSnapshot, type JournalEntry, type SessionSnapshot } from "./reducer.js";
 import { SessionStore, type SessionStoreOptions } from "./session-store.js";
-import { loadSeedStore, type SeedStoreHarness } from "./testing/seed-store.js";
+import { loadSeedStore, seedsAvailable, type SeedStoreHarness } from "./testing/seed-store.js";
+import { seedAppend, seedDirsOf, seedReadState } from "./testing/seed-writer.js";
 
 let dir: string;
 let clock: ManualClock;
@@ -35,11 +36,11 @@ function countingIo(base: CommitIo = nodeCommitIo) {
   let failWrites: NodeJS.ErrnoException | undefined;
   let partial = false;
   const io: CommitIo = {
-    async write(fd, data, offset, length) {
+    write(fd, data, offset, length) {
       counts.writes++;
       if (failWrites) {
         // Half the bytes reach the file before the error: the store must cut them back.
-        if (partial) await base.write(fd, data, offset, Math.max(1, Math.floor(length / 2)));
+        if (partial) base.write(fd, data, offset, Math.max(1, Math.floor(length / 2)));
         throw failWrites;
       }
       return base.write(fd, data, offset, length);
@@ -90,10 +91,31 @@ async function expectBerthError(promise: Promise<unknown> | (() => unknown), cod
   throw new Error(`expected a BerthError ${code}`);
 }
 
-/** A seed-format line (no checksum), as the seed's store writes it. */
+/** A seed-format line (no checksum) with a seq of the test's choosing, as the seed's store writes one. */
 function seedLine(seq: number, id: string, event: Record<string, unknown>, ts = "2026-01-01T00:00:00.000Z"): string {
-  return JSON.stringify({ seq, id, type: event.type, ts, event: { ...event, id } }) + "\n";
+  return encodeSeedLine({ seq, id, type: String(event.type), ts, event: { ...event, id } });
 }
+
+/** The seqs of the journal's non-blank lines, in file order. */
+function journalSeqs(id: string, root = path.join(dir, "sessions")): number[] {
+  return fs
+    .readFileSync(journal(id, root), "utf8")
+    .split("\n")
+    .filter((line) => line.trim() !== "")
+    .map((line) => (JSON.parse(line) as { seq: number }).seq);
+}
+
+/** A session's life, for the comparisons with the seed. */
+const script: Array<Record<string, unknown>> = [
+  { type: "generate", count: 2, pageUrl: "http://localhost/", token: "t" },
+  { type: "agent_phase", phase: "plan", at: 5, durationMs: 3 },
+  { type: "checkpoint", revision: 1, phase: "generating", owner: "tab", paramValues: { a: 1 } },
+  { type: "variants_ready", arrivedVariants: 2, at: 1000 },
+  { type: "variant_mounted", variant: 2 },
+  { type: "checkpoint", revision: 0, phase: "old" },
+  { type: "discard", at: 2000 },
+  { type: "agent_done", at: 3000 },
+];
 
 function fold(id: string, entries: JournalEntry[]): SessionSnapshot {
   return entries.reduce((snapshot, entry) => applyEvent(snapshot, entry), baseSnapshot(id));
@@ -356,7 +378,7 @@ describe("opening journals", () => {
   });
 });
 
-describe("the seed's store and berth read each other's journals", () => {
+describe.skipIf(!seedsAvailable())("the seed's own store and berth read each other's journals", () => {
   let seed: SeedStoreHarness;
   beforeEach(async () => {
     seed = await loadSeedStore();
@@ -368,17 +390,6 @@ describe("the seed's store and berth read each other's journals", () => {
     const { updatedAt: _u, generationCompletedAt: _g, generationCanceledAt: _c, ...rest } = snapshot ?? {};
     return JSON.parse(JSON.stringify(rest));
   };
-
-  const script: Array<Record<string, unknown>> = [
-    { type: "generate", count: 2, pageUrl: "http://localhost/", token: "t" },
-    { type: "agent_phase", phase: "plan", at: 5, durationMs: 3 },
-    { type: "checkpoint", revision: 1, phase: "generating", owner: "tab", paramValues: { a: 1 } },
-    { type: "variants_ready", arrivedVariants: 2, at: 1000 },
-    { type: "variant_mounted", variant: 2 },
-    { type: "checkpoint", revision: 0, phase: "old" },
-    { type: "discard", at: 2000 },
-    { type: "agent_done", at: 3000 },
-  ];
 
   it("berth serves a journal the seed wrote", () => {
     const seedStore = seed.store("s1");
@@ -419,35 +430,63 @@ describe("the seed's store and berth read each other's journals", () => {
     expect(lines.at(-1)).toMatchObject({ seq: script.length + 1, type: "steer" });
   });
 
-  it("reads the legacy root and copies it over on the first append, as the seed does", async () => {
-    const legacyStore = seed.store("old");
-    legacyStore.appendEvent({ type: "generate", count: 1 });
-    legacyStore.appendEvent({ type: "agent_done" });
-    // Move the seed's journal to the legacy root, as an older version of it left it.
-    fs.mkdirSync(seed.legacySessionsDir, { recursive: true });
-    fs.renameSync(journal("old", seed.sessionsDir), journal("old", seed.legacySessionsDir));
-    fs.rmSync(path.join(seed.sessionsDir, "old.snapshot.json"));
-    const legacyBytes = fs.readFileSync(journal("old", seed.legacySessionsDir), "utf8");
+  it("the stand-in for a seed process in the tests below writes what the seed's store writes", () => {
+    const project = fs.mkdtempSync(path.join(dir, "stand-in-"));
+    const standIn = seedDirsOf(project);
+    const ts = "2026-01-01T00:00:00.000Z";
+    const events = [...script, ...Array.from({ length: 105 }, (_, i) => ({ type: "mystery", n: i }))];
+    let expected: Record<string, unknown> | null = null;
+    let written: Record<string, unknown> = {};
+    for (const event of events) {
+      expected = seed.store("s1").appendEvent({ ...event, id: "s1" });
+      written = seedAppend(standIn, "s1", event, { snapshotFile: true, ts }).snapshot;
+    }
+    const lines = (file: string) => fs.readFileSync(file, "utf8").trim().split("\n").map((l) => ({ ...JSON.parse(l), ts }));
+    expect(lines(journal("s1", standIn.dir))).toEqual(lines(journal("s1", seed.sessionsDir)));
+    expect(timeless(written)).toEqual(timeless(expected));
+    const file = (d: string) => timeless(JSON.parse(fs.readFileSync(path.join(d, "s1.snapshot.json"), "utf8")));
+    expect(file(standIn.dir)).toEqual(file(seed.sessionsDir));
+    // Its replay (no snapshot file) and its seq rule too.
+    for (const d of [standIn.dir, seed.sessionsDir]) fs.rmSync(path.join(d, "s1.snapshot.json"));
+    expect(timeless(seedReadState(standIn, "s1").snapshot)).toEqual(timeless(seed.store("s1").getSnapshot("s1", { includeCompleted: true })));
+    expect(seedAppend(standIn, "s1", { type: "steer" }).seq).toBe((seed.store("s1").appendEvent({ type: "steer", id: "s1" }) as { pendingEventSeq: number }).pendingEventSeq);
+  });
+});
 
-    const store = open({ dir: seed.sessionsDir, legacyDir: seed.legacySessionsDir });
+describe("beside another process appending in the seed's format", () => {
+  let live: ReturnType<typeof seedDirsOf>;
+  beforeEach(() => {
+    live = seedDirsOf(path.join(dir, "project"));
+  });
+
+  it("reads the legacy root and copies it over on the first append, as the seed does", async () => {
+    seedAppend(live, "old", { type: "generate", count: 1 });
+    seedAppend(live, "old", { type: "agent_done" });
+    // Move the journal to the legacy root, as an older version of the seed left it.
+    fs.mkdirSync(live.legacyDir, { recursive: true });
+    fs.renameSync(journal("old", live.dir), journal("old", live.legacyDir));
+    const legacyBytes = fs.readFileSync(journal("old", live.legacyDir), "utf8");
+
+    const store = open({ dir: live.dir, legacyDir: live.legacyDir });
     expect(store.has("old")).toBe(true);
     expect(store.getSnapshot("old")).toMatchObject({ lastSeq: 2, snapshot: { phase: "variants_ready" } });
     expect(store.list().map((v) => v.sessionId)).toEqual(["old"]);
-    expect(fs.existsSync(journal("old", seed.sessionsDir))).toBe(false);
+    expect(fs.existsSync(journal("old", live.dir))).toBe(false);
     const appended = await store.append("old", [{ type: "steer" }]);
     expect(appended.firstSeq).toBe(3);
-    const primary = fs.readFileSync(journal("old", seed.sessionsDir), "utf8");
+    const primary = fs.readFileSync(journal("old", live.dir), "utf8");
     expect(primary.startsWith(legacyBytes)).toBe(true);
-    expect(fs.readFileSync(journal("old", seed.legacySessionsDir), "utf8")).toBe(legacyBytes);
-    expect(seed.store().getSnapshot("old")).toMatchObject({ phase: "steer_requested" });
+    expect(fs.readFileSync(journal("old", live.legacyDir), "utf8")).toBe(legacyBytes);
+    // A seed process now reads the primary, where berth's line is.
+    expect(seedReadState(live, "old")).toMatchObject({ nextSeq: 4, snapshot: { phase: "steer_requested" } });
   });
 
   it("picks up an append made by another process with one catch-up", async () => {
-    const store = open({ dir: seed.sessionsDir });
+    const store = open({ dir: live.dir });
     await store.append("s1", [{ type: "generate", count: 2 }]);
     const watcher = store.watch("s1", 2);
-    seed.store("s1").appendEvent({ type: "agent_done" });
-    fs.appendFileSync(journal("s1", seed.sessionsDir), seedLine(3, "s1", { type: "variant_mounted", variant: 1 }));
+    seedAppend(live, "s1", { type: "agent_done" });
+    seedAppend(live, "s1", { type: "variant_mounted", variant: 1 });
     const view = store.getSnapshot("s1")!;
     expect(view.lastSeq).toBe(3);
     expect(view.snapshot.renderState).toBe("mounted");
@@ -463,26 +502,21 @@ describe("the seed's store and berth read each other's journals", () => {
   });
 
   it("refuses, retryably and writing nothing, appends that another process's line overtook before they were written", async () => {
-    const store = open({ dir: seed.sessionsDir });
+    const store = open({ dir: live.dir });
     await store.append("s1", [{ type: "generate", count: 2 }]);
     const watcher = store.watch("s1", 2);
     expect((await watcher.next()).value).toMatchObject({ kind: "caught_up", lastSeq: 1 });
-    // Our append has taken seq 2 and waits for the group commit (a microtask away) when the seed's
-    // store, reading the file, appends its own seq 2.
+    // Our append has taken seq 2 and waits for the group commit (a microtask away) when the other
+    // process, reading the file, appends its own seq 2.
     const ours = store.append("s1", [{ type: "steer" }]);
     const behind = store.append("s1", [{ type: "agent_done" }]);
-    seed.store("s1").appendEvent({ type: "variant_mounted", variant: 1 });
+    expect(seedAppend(live, "s1", { type: "variant_mounted", variant: 1 }).seq).toBe(2);
     const refusal = { code: "aborted", details: { sessionId: "s1" } };
     await expect(ours).rejects.toMatchObject(refusal);
     await expect(behind).rejects.toMatchObject(refusal);
     const retried = await store.append("s1", [{ type: "steer" }]);
     expect(retried.firstSeq).toBe(3);
-    const seqs = fs
-      .readFileSync(journal("s1", seed.sessionsDir), "utf8")
-      .trim()
-      .split("\n")
-      .map((line) => (JSON.parse(line) as { seq: number }).seq);
-    expect(seqs).toEqual([1, 2, 3]);
+    expect(journalSeqs("s1", live.dir)).toEqual([1, 2, 3]);
     const seen: number[] = [];
     for await (const item of watcher) {
       if (item.kind === "entry") seen.push(item.entry.seq);
@@ -491,26 +525,134 @@ describe("the seed's store and berth read each other's journals", () => {
     expect(seen).toEqual([2, 3]);
   });
 
+  /**
+   * An io whose next write lets another process's append land right before it and/or right after
+   * it: the one span no check can close, between two adjacent system calls of ours.
+   */
+  function racingIo(onWrite: { before?: () => void; after?: () => void }) {
+    let armed = false;
+    const io: CommitIo = {
+      write(fd, data, offset, length) {
+        if (!armed) return nodeCommitIo.write(fd, data, offset, length);
+        armed = false;
+        onWrite.before?.();
+        const written = nodeCommitIo.write(fd, data, offset, length);
+        onWrite.after?.();
+        return written;
+      },
+      fdatasync: (fd) => nodeCommitIo.fdatasync(fd),
+    };
+    return { io, arm: () => (armed = true) };
+  }
+
+  it("refuses an append another process's line got in front of between the check and the write, leaving no line of it", async () => {
+    const racing = racingIo({ before: () => seedAppend(live, "s1", { type: "variant_mounted", variant: 1 }) });
+    const store = open({ dir: live.dir, io: racing.io });
+    await store.append("s1", [{ type: "generate", count: 2 }]);
+    racing.arm();
+    await expect(store.append("s1", [{ type: "steer" }, { type: "agent_done" }])).rejects.toMatchObject({ code: "aborted", details: { sessionId: "s1" } });
+    // The other process's seq 2 stands; ours (2 and 3) are blank lines now, which every reader skips.
+    expect(journalSeqs("s1", live.dir)).toEqual([1, 2]);
+    const text = fs.readFileSync(journal("s1", live.dir), "utf8");
+    expect(text).not.toMatch(/steer|agent_done/);
+    expect(text.split("\n").filter((line) => line !== "" && line.trim() === "")).toHaveLength(2);
+    expect(seedReadState(live, "s1").nextSeq).toBe(3);
+    const retried = await store.append("s1", [{ type: "steer" }]);
+    expect(retried).toMatchObject({ firstSeq: 3, snapshot: { renderState: "mounted", phase: "steer_requested" } });
+    expect(journalSeqs("s1", live.dir)).toEqual([1, 2, 3]);
+    const reopened = open({ dir: live.dir });
+    await store.close();
+    expect(reopened.getSnapshot("s1")).toMatchObject({ lastSeq: 3, snapshot: { phase: "steer_requested", diagnostics: [] } });
+  });
+
+  it("undoes its bytes in place, never cutting the file: the other process's line written after them stays", async () => {
+    const racing = racingIo({
+      before: () => seedAppend(live, "s1", { type: "variant_mounted", variant: 1 }),
+      after: () => seedAppend(live, "s1", { type: "variant_mounted", variant: 2 }),
+    });
+    const store = open({ dir: live.dir, io: racing.io });
+    await store.append("s1", [{ type: "generate", count: 2 }]);
+    racing.arm();
+    await expect(store.append("s1", [{ type: "steer" }])).rejects.toMatchObject({ code: "aborted" });
+    // The line after ours read the journal with our line in it, so took seq 3.
+    expect(journalSeqs("s1", live.dir)).toEqual([1, 2, 3]);
+    expect(fs.readFileSync(journal("s1", live.dir), "utf8")).not.toMatch(/steer/);
+    expect((await store.append("s1", [{ type: "steer" }])).firstSeq).toBe(4);
+    expect(store.getSnapshot("s1")!.snapshot.mountedVariants).toEqual([1, 2]);
+  });
+
+  it("keeps an append another process's line followed rather than overtook", async () => {
+    const racing = racingIo({ after: () => seedAppend(live, "s1", { type: "variant_mounted", variant: 1 }) });
+    const store = open({ dir: live.dir, io: racing.io });
+    await store.append("s1", [{ type: "generate", count: 2 }]);
+    racing.arm();
+    expect(await store.append("s1", [{ type: "agent_done" }])).toMatchObject({ firstSeq: 2, lastSeq: 2 });
+    expect(journalSeqs("s1", live.dir)).toEqual([1, 2, 3]);
+    expect(store.getSnapshot("s1")).toMatchObject({ lastSeq: 3, snapshot: { renderState: "mounted" } });
+    expect((await store.append("s1", [{ type: "steer" }])).firstSeq).toBe(4);
+  });
+
+  /** The session's snapshot as a fresh replay of its journal gives it (no snapshot file). */
+  async function replayed(id: string, root: string): Promise<SessionSnapshot> {
+    const copy = fs.mkdtempSync(path.join(dir, "replay-"));
+    fs.copyFileSync(journal(id, root), journal(id, copy));
+    const store = new SessionStore({ dir: copy, clock, fsync: "none" });
+    const snapshot = store.getSnapshot(id, { includeCompleted: true })!.snapshot;
+    await store.close();
+    return snapshot;
+  }
+
+  it("counts every diagnostic after a hand-off: a diagnosticsTotal another process carried past entries of its own is recounted", async () => {
+    const store = open({ dir: live.dir });
+    await store.append("s1", Array.from({ length: 120 }, (_, n) => ({ type: "mystery", n })));
+    await store.close(); // berth's snapshot file: 100 diagnostics kept, 120 counted
+    // A seed process hydrates from it, appends 10 more and writes its own snapshot file: 110
+    // diagnostics, and the count of 120 it read, untouched.
+    for (let n = 120; n < 130; n++) seedAppend(live, "s1", { type: "mystery", n }, { snapshotFile: true });
+    expect(JSON.parse(fs.readFileSync(path.join(live.dir, "s1.snapshot.json"), "utf8"))).toMatchObject({ diagnosticsTotal: 120 });
+
+    const restarted = open({ dir: live.dir });
+    const view = restarted.getSnapshot("s1")!;
+    expect(view.snapshot.diagnosticsTotal).toBe(130);
+    expect(view.snapshot.diagnostics).toHaveLength(100);
+    expect(view.snapshot).toEqual(await replayed("s1", live.dir));
+    const next = await restarted.append("s1", [{ type: "mystery", n: 130 }]);
+    expect(next.snapshot.diagnosticsTotal).toBe(131);
+    expect(next.snapshot).toEqual(await replayed("s1", live.dir));
+  });
+
+  it("serves the newest 100 diagnostics of a snapshot file another process wrote with more", async () => {
+    for (let n = 0; n < 147; n++) seedAppend(live, "s1", { type: "mystery", n }, { snapshotFile: n === 146 });
+    expect(JSON.parse(fs.readFileSync(path.join(live.dir, "s1.snapshot.json"), "utf8")).diagnostics).toHaveLength(147);
+    const store = open({ dir: live.dir });
+    const view = store.getSnapshot("s1")!;
+    expect(store.stats().hydrations).toBe(1);
+    expect(view.snapshot.diagnostics).toHaveLength(100);
+    expect(view.snapshot.diagnostics[0]).toMatchObject({ error: "unknown_event_type" });
+    expect(view.snapshot.diagnosticsTotal).toBe(147);
+    expect(view.snapshot).toEqual(await replayed("s1", live.dir));
+  });
+
   it("hands watchers what another process appends as it lands, with no call touching the session", async () => {
-    const store = open({ dir: seed.sessionsDir });
+    const store = open({ dir: live.dir });
     await store.append("s1", [{ type: "generate", count: 2 }]);
     const watcher = store.watch("s1", 2, { includeSnapshot: true });
     const everySession = store.watchAll();
     expect((await watcher.next()).value).toMatchObject({ kind: "caught_up", lastSeq: 1 });
-    // The seed's store appending on its own, as a process sharing the live directory does.
-    seed.store("s1").appendEvent({ type: "agent_done" });
+    // Another process appending on its own, as a seed process sharing the live directory does.
+    seedAppend(live, "s1", { type: "agent_done" }, { snapshotFile: true });
     expect((await watcher.next()).value).toMatchObject({ kind: "entry", entry: { seq: 2, type: "agent_done" }, snapshot: { phase: "variants_ready" } });
     expect((await everySession.next()).value).toMatchObject({ sessionId: "s1", firstSeq: 2, lastSeq: 2 });
     // A session another process creates while it is watched: its watcher reads it from the journal.
     const fresh = store.watch("s2", 1);
     expect((await fresh.next()).value).toMatchObject({ kind: "caught_up", lastSeq: 0 });
-    seed.store("s2").appendEvent({ type: "generate", count: 1 });
+    seedAppend(live, "s2", { type: "generate", count: 1 }, { snapshotFile: true });
     await expect(fresh.next()).rejects.toMatchObject({ code: "resource_exhausted", details: { sessionId: "s2", lastSeq: 0 } });
     expect(store.getSnapshot("s2")!.lastSeq).toBe(1);
   });
 
   it("ends the watchers, resumably, when another process's change needs a full replay: none misses an entry", async () => {
-    const store = open({ dir: seed.sessionsDir });
+    const store = open({ dir: live.dir });
     await store.append("s1", [{ type: "generate", count: 2 }]);
     const watcher = store.watch("s1", 1);
     const everySession = store.watchAll();
@@ -518,7 +660,7 @@ describe("the seed's store and berth read each other's journals", () => {
     expect(first.value).toMatchObject({ kind: "entry", entry: { seq: 1 } });
     expect((await watcher.next()).value).toMatchObject({ kind: "caught_up", lastSeq: 1 });
     // A line that does not parse, then a good one: only a full replay applies them the seed's way.
-    fs.appendFileSync(journal("s1", seed.sessionsDir), `{"seq":2,"torn\n${seedLine(3, "s1", { type: "agent_done" })}`);
+    fs.appendFileSync(journal("s1", live.dir), `{"seq":2,"torn\n${seedLine(3, "s1", { type: "agent_done" })}`);
     expect(store.getSnapshot("s1")!.lastSeq).toBe(3);
     expect(store.stats().replays).toBe(1);
     const lagged = { code: "resource_exhausted", details: { sessionId: "s1", lastSeq: 1 } };
@@ -673,6 +815,26 @@ describe("the session cache", () => {
     expect(store.getSnapshot("a")).toMatchObject({ lastSeq: 1, snapshot: { phase: "generate_requested" } });
     expect(store.stats()).toMatchObject({ openSessions: 2, hydrations: 1, replays: 0 });
     expect((await store.append("a", [{ type: "agent_done" }])).firstSeq).toBe(2);
+  });
+});
+
+describe("a session's snapshot does not change with unrelated traffic", () => {
+  it("a NaN visibleVariant (the seed's Number of a non-numeric variantId) stays NaN when the session is evicted and re-opened, and after a restart", async () => {
+    const store = open({ cacheSize: 1 });
+    await store.append("s1", [{ type: "accept", variantId: "x" }]);
+    expect(store.getSnapshot("s1")!.snapshot.visibleVariant).toBeNaN();
+    await store.append("other", [{ type: "generate" }]); // evicts s1, which writes its snapshot file
+    await store.settled();
+    expect(store.getSnapshot("s1")!.snapshot.visibleVariant).toBeNaN();
+    expect(store.stats().hydrations).toBe(1);
+    // An accept without a variant keeps the number it finds: NaN stays NaN, where null became 0.
+    expect((await store.append("s1", [{ type: "accept" }])).snapshot.visibleVariant).toBeNaN();
+    await store.close();
+    const restarted = open();
+    expect(restarted.getSnapshot("s1")!.snapshot.visibleVariant).toBeNaN();
+    expect(restarted.stats().hydrations).toBe(1);
+    // The seed's own reader takes the file's null, as the seed does after a restart of its own.
+    expect(JSON.parse(fs.readFileSync(path.join(dir, "sessions", "s1.snapshot.json"), "utf8")).visibleVariant).toBeNull();
   });
 });
 

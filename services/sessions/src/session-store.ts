@@ -10,7 +10,9 @@
  *   seq. Its lines then go through group commit; only once they are durable does the session's
  *   *durable* state (what readers and watchers see) move, and the append resolve.
  * - A failed write fails its batch and everything queued behind it, cuts the file back to the
- *   last durable byte and rolls the head back to the durable state.
+ *   last durable byte and rolls the head back to the durable state. A write that another
+ *   process's append got in front of (a seed process sharing a live directory) fails the same
+ *   way, retryably, without cutting anything: see journal-guard.ts.
  * - A session is opened from its snapshot file when that file provably describes the journal
  *   (the seed's `__journalBytes` fence); from berth's own snapshot file of a prefix of the journal
  *   plus the tail after it, when its sidecar proves the prefix unchanged; else by one replay of
@@ -28,6 +30,7 @@ import { BerthError, invalidArgument } from "@berth/shared/errors";
 import { ensurePrivateDir, fsyncDirectory, statOrNull } from "@berth/shared/files";
 import { checkSessionId } from "@berth/shared/safe-id";
 import { GroupCommit, type CommitIo, type FsyncMode } from "./group-commit.js";
+import { checkJournalEnd, checkOwnWrite, ForeignAppendError } from "./journal-guard.js";
 import { scanWorker } from "./journal-scan.js";
 import { decodeJournalLine, encodeJournalLine, forEachLine, isBlankLine, type DecodedEntry } from "./journal-format.js";
 import {
@@ -380,10 +383,8 @@ export class SessionStore {
         durable: (items) => this.onDurable(session, items),
         failed: (error, items) => this.onWriteFailed(session, error, items),
       },
-      beforeWrite: () => {
-        const size = fs.fstatSync(fd).size;
-        if (size !== session.fileSize) throw new ForeignAppendError(session.fileSize, size);
-      },
+      beforeWrite: () => checkJournalEnd(fd, session.fileSize),
+      afterWrite: (data) => checkOwnWrite(fd, primary, session.fileSize, data),
     });
   }
 
@@ -457,17 +458,23 @@ export class SessionStore {
   private onWriteFailed(session: OpenSession, error: Error, items: PendingAppend[]): void {
     if (error instanceof ForeignAppendError) {
       // Another process (a seed process sharing the live directory) appended after these appends
-      // took their seqs: written now, they would repeat its seqs, as two seed processes do. Nothing
-      // of them was written; they are refused, retryably, and the next access reads its entries
-      // first. The check runs right before each write, so only a line landing within that one
-      // system call's span can still collide: the seed takes no lock berth could wait for.
-      this.logger?.warn(
-        { sessionId: session.id, expectedBytes: error.expected, fileBytes: error.found, appends: items.length },
-        "another process appended to the journal while appends waited to be written; they were refused, nothing written",
-      );
+      // took their seqs: kept, they would repeat its seqs. They are refused, retryably, with
+      // nothing of them left to read (journal-guard.ts), and the next access reads the other
+      // process's entries first.
+      const left = error.outcome === "left";
+      const fields = { sessionId: session.id, expectedBytes: error.expected, fileBytes: error.found, appends: items.length, outcome: error.outcome };
+      if (left) {
+        this.logger?.error(fields, "another process appended to the journal while a short write of ours was split; our lines could not be undone and stay in the journal");
+        // The journal holds lines of ours that no append returned: re-read it from disk.
+        this.forget(session);
+      } else {
+        this.logger?.warn(fields, "another process appended to the journal while appends waited to be written; they were refused, nothing of them kept");
+      }
       const failure = new BerthError(
         "aborted",
-        `another process appended to session ${session.id} while this append waited to be written; nothing of it was written (its seq would have repeated one of theirs) — retry it`,
+        left
+          ? `another process appended to session ${session.id} while this append was written; it is refused, but its lines could not be undone (see the service log) — read the session before retrying`
+          : `another process appended to session ${session.id} while this append waited to be written; nothing of it was kept (its seq would have repeated one of theirs) — retry it`,
         { sessionId: session.id },
       );
       this.rejectAppends(session, items, failure);
@@ -1184,14 +1191,4 @@ function emptyIterator<T>(): AsyncIterableIterator<T> {
 /** Creates a session store; see {@link SessionStoreOptions}. */
 export function createSessionStore(options: SessionStoreOptions): SessionStore {
   return new SessionStore(options);
-}
-
-/** The journal grew past our last durable byte before a write of ours: someone else appended. */
-class ForeignAppendError extends Error {
-  constructor(
-    readonly expected: number,
-    readonly found: number,
-  ) {
-    super(`the journal is ${found} bytes where ${expected} were expected`);
-  }
 }

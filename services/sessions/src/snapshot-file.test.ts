@@ -36,7 +36,7 @@ describe("snapshot files", () => {
     const file = path.join(dir, "s1.snapshot.json");
     await writeSnapshotFile(file, snapshot, { journalBytes: 10, nextSeq: 2 });
     await writeSnapshotFile(file, { ...snapshot, phase: "completed" }, { journalBytes: 20, nextSeq: 3 });
-    expect(fs.readdirSync(dir)).toEqual(["s1.snapshot.json"]);
+    expect(fs.readdirSync(dir).sort()).toEqual(["s1.snapshot.json", "s1.snapshot.meta.json"]);
     expect(readSnapshotFile(file, "s1", 20)?.snapshot.phase).toBe("completed");
     expect(readSnapshotFile(file, "s1", 10)).toBeNull();
     expect(readSnapshotFile(path.join(dir, "none.json"), "s1", 10)).toBeNull();
@@ -56,10 +56,41 @@ describe("snapshot files", () => {
     // The seed rewrote the snapshot file (same size fence or not): the sidecar no longer names it.
     fs.writeFileSync(file, JSON.stringify({ ...snapshot, __journalBytes: 100, __nextSeq: 5 }, null, 2));
     expect(readPrefixSnapshot(file, "s1", 150)).toBeNull();
-    // Without a last-line checksum no sidecar is written: nothing to vouch for the prefix.
-    fs.rmSync(sidecarPath(file));
+    // Without a last-line checksum the sidecar vouches for no prefix (only for the file itself).
     await writeSnapshotFile(file, snapshot, { journalBytes: 100, nextSeq: 5 });
-    expect(fs.existsSync(sidecarPath(file))).toBe(false);
+    expect(JSON.parse(fs.readFileSync(sidecarPath(file), "utf8"))).toMatchObject({ journalBytes: 100, lastLineCrc: null });
     expect(readPrefixSnapshot(file, "s1", 150)).toBeNull();
+    expect(readSnapshotFile(file, "s1", 100)).toEqual({ snapshot, nextSeq: 5 });
+  });
+
+  it("give back what berth wrote exactly, numbers JSON cannot hold included", async () => {
+    dir = fs.mkdtempSync(path.join(os.tmpdir(), "berth-snap-"));
+    const file = path.join(dir, "s1.snapshot.json");
+    const odd = { ...snapshot, visibleVariant: NaN, arrivedVariants: -0, paramValues: { a: [1, Infinity], b: -Infinity, c: null } };
+    await writeSnapshotFile(file, odd, { journalBytes: 100, nextSeq: 5, lastLineCrc: 7 });
+    expect(JSON.parse(fs.readFileSync(file, "utf8"))).toMatchObject({ visibleVariant: null, arrivedVariants: 0, paramValues: { a: [1, null], b: null, c: null } });
+    const read = readSnapshotFile(file, "s1", 100)!.snapshot;
+    expect(read.visibleVariant).toBeNaN();
+    expect(Object.is(read.arrivedVariants, -0)).toBe(true);
+    expect(read.paramValues).toEqual({ a: [1, Infinity], b: -Infinity, c: null });
+    expect(readPrefixSnapshot(file, "s1", 150)!.snapshot.visibleVariant).toBeNaN();
+    // The seed rewrote the file since: what it holds is what it gets.
+    fs.writeFileSync(file, JSON.stringify({ ...odd, __journalBytes: 100, __nextSeq: 5 }, null, 2));
+    expect(readSnapshotFile(file, "s1", 100)!.snapshot.visibleVariant).toBeNull();
+  });
+
+  it("written by the seed's store are read with berth's bound on diagnostics, and not at all when they carry berth's count past entries of the seed's", () => {
+    dir = fs.mkdtempSync(path.join(os.tmpdir(), "berth-snap-"));
+    const file = path.join(dir, "s1.snapshot.json");
+    const diagnostics = Array.from({ length: 147 }, (_, n) => ({ error: "unknown_event_type", type: `t${n}` }));
+    fs.writeFileSync(file, JSON.stringify({ ...snapshot, diagnostics, __journalBytes: 100, __nextSeq: 148 }, null, 2));
+    const read = readSnapshotFile(file, "s1", 100)!.snapshot;
+    expect(read.diagnostics).toEqual(diagnostics.slice(-100));
+    expect(read.diagnosticsTotal).toBe(147);
+    fs.writeFileSync(file, JSON.stringify({ ...snapshot, diagnostics: diagnostics.slice(-110), diagnosticsTotal: 120, __journalBytes: 100, __nextSeq: 131 }, null, 2));
+    expect(readSnapshotFile(file, "s1", 100)).toBeNull();
+    // Under the bound and without a count: the seed's snapshot is berth's, as it is.
+    fs.writeFileSync(file, JSON.stringify({ ...snapshot, diagnostics: diagnostics.slice(0, 3), __journalBytes: 100, __nextSeq: 4 }, null, 2));
+    expect(readSnapshotFile(file, "s1", 100)).toEqual({ snapshot: { ...snapshot, diagnostics: diagnostics.slice(0, 3) }, nextSeq: 4 });
   });
 });

@@ -44,6 +44,18 @@ function openStore(options: Partial<SessionStoreOptions> = {}): SessionStore {
 
 type SessionClient = Client<typeof SessionService>;
 
+/**
+ * Resolves once the store has `count` watchers: the server has subscribed the streams a test
+ * opened. An append is durable within the same turn under fsync=none, so one made before the
+ * server subscribed a watcher is, rightly, not live news to it.
+ */
+async function watchersAt(store: SessionStore, count: number): Promise<void> {
+  for (let turn = 0; store.stats().watchers < count; turn++) {
+    if (turn > 100_000) throw new Error(`the store never had ${count} watchers`);
+    await new Promise((resolve) => setImmediate(resolve));
+  }
+}
+
 /** A client over an in-memory transport; `json` switches the Connect protocol to JSON messages. */
 function clientFor(store: SessionStore, options: Partial<SessionHandlerOptions> = {}, json = false): SessionClient {
   const transport = createRouterTransport((router) => router.service(SessionService, createSessionHandlers({ store, ...options })), {
@@ -478,6 +490,7 @@ describe("WatchSession", () => {
         if (!controller.signal.aborted) throw error;
       }
     })();
+    await watchersAt(store, 1);
     const appends = Array.from({ length: 50 }, (_, i) => client.appendEvent({ sessionId: "race", event: phase(`l${i}`) }));
     await Promise.all(appends);
     await watching;
@@ -595,6 +608,7 @@ describe("WatchSessions", () => {
     const it = client.watchSessions({}, { signal: controller.signal })[Symbol.asyncIterator]();
     // One change of our own first: once it is here, the watch is live.
     const ours = it.next();
+    await watchersAt(store, 1);
     await client.appendEvent({ sessionId: "odd", event: phase("ours") });
     expect((await ours).value!.kind.value).toMatchObject({ sessionId: "odd", lastSeq: 2n, type: "agent_phase" });
     const line = { seq: 3, id: "odd", type: { toString: 0 }, ts: "2026-01-01T00:00:01.000Z", event: { type: "agent_phase", phase: { toString: 0 } } };
@@ -609,6 +623,7 @@ describe("WatchSessions", () => {
     await client.appendEvent({ sessionId: "old", event: generate() });
     const it = client.watchSessions({})[Symbol.asyncIterator]();
     const first = it.next();
+    await watchersAt(store, 1);
     await client.appendEvent({ sessionId: "new", event: generate() });
     expect((await first).value!.kind.value).toMatchObject({ sessionId: "new", lastSeq: 1n });
     for (let i = 0; i < 5; i++) await client.appendEvent({ sessionId: "new", event: phase(`p${i}`) });

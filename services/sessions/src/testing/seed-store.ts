@@ -1,44 +1,93 @@
 /**
  * The seed's own session store, runnable from tests: berth promises that journals move both ways
- * between it and the seed's `session-store.mjs` with the same snapshot, so differential tests run
- * the real thing rather than a re-implementation of it.
+ * between it and the seed's `session-store.mjs` with the same snapshot, so the comparisons with
+ * the seed run the real thing rather than a re-implementation of it. Tests of berth's own
+ * behaviour beside another writer use `seed-writer.ts` instead and need no seed.
  *
- * The seed file is a diff; this takes the `session-store.mjs` section out of it, strips the
- * leading `+`, and writes it into a temp dir as `scripts/live/session-store.mjs`, with the two
- * small modules it imports and the seed does not include (their public versions, as DESIGN.md
- * describes them): `scripts/lib/impeccable-paths.mjs` and `scripts/live/vocabulary.mjs`.
+ * The seeds are not part of the repository. They are looked for in `BERTH_SEEDS_DIR`, else in
+ * `shared/seeds` beside the repository; without them the comparisons are skipped (one notice per
+ * run, from test/harness/seeds-notice.ts), unless `BERTH_REQUIRE_SEEDS=1` (CI) makes that a
+ * failure. The seed file holding the store is the one whose diff adds `session-store.mjs`; this
+ * takes that section out of it, strips the leading `+`, and writes it into a temp dir as
+ * `scripts/live/session-store.mjs`, with the two small modules it imports and the seed does not
+ * include (their public versions): `scripts/lib/impeccable-paths.mjs` and
+ * `scripts/live/vocabulary.mjs`.
  */
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import * as path from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { COMPLETED_SESSION_PHASES, GENERATION_FENCED_SESSION_PHASES } from "../vocabulary.js";
 
 const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../../../..");
+const STORE_SECTION = "scripts/live/session-store.mjs";
 
-/** The seed file holding the session store; `BERTH_SEEDS_DIR` overrides where the seeds are. */
-export function seedFilePath(): string {
-  const seeds = process.env.BERTH_SEEDS_DIR ?? path.resolve(repoRoot, "../shared/seeds");
-  return path.join(seeds, "000_ab834bdb9637be2c.txt");
+/** Where the seeds are looked for: `BERTH_SEEDS_DIR`, else `shared/seeds` beside the repository. */
+export function seedsDir(): string {
+  return path.resolve(process.env.BERTH_SEEDS_DIR ?? path.resolve(repoRoot, "../shared/seeds"));
+}
+
+/** True when `BERTH_REQUIRE_SEEDS` asks for the comparisons with the seed to run (CI sets it). */
+export function seedsRequired(): boolean {
+  const value = process.env.BERTH_REQUIRE_SEEDS;
+  return value !== undefined && value !== "" && value !== "0" && value !== "false";
+}
+
+let found: { file: string | undefined } | undefined;
+
+/** The seed file holding the session store, or undefined when the seeds are not there. */
+export function seedFilePath(): string | undefined {
+  if (found) return found.file;
+  let file: string | undefined;
+  try {
+    const dir = seedsDir();
+    for (const name of readdirSync(dir).sort()) {
+      const candidate = path.join(dir, name);
+      if (!name.endsWith(".txt")) continue;
+      if (readFileSync(candidate, "utf8").split("\n", 20).some((line) => line.trim().endsWith(STORE_SECTION))) {
+        file = candidate;
+        break;
+      }
+    }
+  } catch {
+    file = undefined;
+  }
+  found = { file };
+  return file;
+}
+
+/** The one line that says what is skipped without the seeds and how to run it. */
+export function missingSeedsNotice(what = "the comparisons against the seed's own session store (differential reducer and store properties, journals moving both ways)"): string {
+  return `the seeds are not at ${seedsDir()}: skipped ${what}; run them with BERTH_SEEDS_DIR=<the directory holding the seed files>`;
+}
+
+/**
+ * True when the seed's store can be loaded. False when the seeds are absent — unless they are
+ * required (`BERTH_REQUIRE_SEEDS=1`): then it throws, so that a run meant to include the
+ * comparisons cannot pass without them.
+ */
+export function seedsAvailable(): boolean {
+  if (seedFilePath() !== undefined) return true;
+  if (seedsRequired()) {
+    throw new Error(
+      `BERTH_REQUIRE_SEEDS is set but the seeds are not at ${seedsDir()}, so the comparisons against the seed's own session store cannot run; ` +
+        "point BERTH_SEEDS_DIR at the directory holding the seed files",
+    );
+  }
+  return false;
 }
 
 /** The seed file's text, or an error that says where it was looked for and how to point at it. */
 function readSeedFile(): string {
   const file = seedFilePath();
-  try {
-    return readFileSync(file, "utf8");
-  } catch (error) {
-    throw new Error(
-      `the seeds are not at ${file} (${(error as NodeJS.ErrnoException).code}): these tests run the seed's own store; ` +
-        "keep the shared/ folder beside the repository (as CI does) or set BERTH_SEEDS_DIR",
-    );
-  }
+  if (file === undefined) throw new Error(missingSeedsNotice());
+  return readFileSync(file, "utf8");
 }
 
 /** The text of the seed's `session-store.mjs`, taken out of the seed's diff. */
 export function extractSeedSessionStoreSource(seedText = readSeedFile()): string {
   const lines = seedText.split("\n");
-  const header = lines.findIndex((line) => line.trim().endsWith("scripts/live/session-store.mjs"));
+  const header = lines.findIndex((line) => line.trim().endsWith(STORE_SECTION));
   if (header < 0) throw new Error("the seed file has no session-store.mjs section");
   const hunk = lines.findIndex((line, i) => i > header && line.startsWith("@@"));
   if (hunk < 0) throw new Error("the session-store.mjs section of the seed has no hunk");
@@ -79,6 +128,8 @@ export interface SeedSessionStoreModule {
 /** A loaded copy of the seed's store and a project directory for it. */
 export interface SeedStoreHarness {
   module: SeedSessionStoreModule;
+  /** The module's file URL, for a child process to import. */
+  moduleUrl: string;
   /** A fresh project directory (the seed's `cwd`). */
   project: string;
   /** `<project>/.impeccable/live` — what berth is pointed at with `--live-dir`. */
@@ -112,6 +163,7 @@ export async function loadSeedStore(): Promise<SeedStoreHarness> {
   const liveDir = path.join(project, ".impeccable", "live");
   return {
     module,
+    moduleUrl: url,
     project,
     liveDir,
     sessionsDir: path.join(liveDir, "sessions"),

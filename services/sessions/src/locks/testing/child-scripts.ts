@@ -17,7 +17,7 @@ const sharedSources = path.join(repoRoot, "packages/shared/src");
 
 /** A directory of prepared child scripts; `dispose()` removes it. */
 export interface ChildScripts {
-  /** The path of the runnable script for `entry` (a file name in this directory, e.g. "seed-holder-child.ts"). */
+  /** The path of the runnable script for `entry` (a file name in this directory, e.g. "seed-holder-child.ts", or an absolute path). */
   script(entry: string): Promise<string>;
   dispose(): void;
 }
@@ -54,7 +54,7 @@ export function childScripts(): ChildScripts {
   };
 
   return {
-    script: async (entry) => transpile(path.join(here, entry)),
+    script: async (entry) => transpile(path.isAbsolute(entry) ? entry : path.join(here, entry)),
     dispose() {
       rmSync(outDir, { recursive: true, force: true });
     },

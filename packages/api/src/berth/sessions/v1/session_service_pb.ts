@@ -1076,7 +1076,10 @@ export const SessionService: GenService<{
    * event size limit, or a request over the message size limit);
    * FAILED_PRECONDITION when `expected_seq` is not the session's last seq
    * (details: SeqConflict); ABORTED when the fence's token is no longer
-   * current (details: FenceRejected). Nothing is written on any error.
+   * current (details: FenceRejected), or when another process (a seed
+   * process sharing the live directory) appended to the session while this
+   * append waited to be written: retry it. Nothing of the append is kept on
+   * any error.
    *
    * @generated from rpc berth.sessions.v1.SessionService.AppendEvent
    */
