@@ -5,7 +5,7 @@
 #
 # Installs docker.io, docker-compose and debootstrap with apt when they are missing, starts dockerd
 # when no engine answers (and stops that engine at the end), makes the node:20-bookworm-slim
-# stand-in with ../shared/container/base-image.sh when the image is absent, then: validates the
+# stand-in with $BERTH_BASE_IMAGE_SCRIPT when the image is absent, then: validates the
 # compose file, builds the image, brings the stack up on free loopback ports under its own project
 # name, run from a scratch project (mounted at its own path, its live directory served in place),
 # checks the compose limits reached the containers, waits for both healthchecks, appends an event
@@ -28,7 +28,7 @@
 # Environment:
 #   BERTH_CONTAINER_TEST_KEEP_CACHE=0   also remove the build-stage cache images (kept by default:
 #                                       they make the next run's build take seconds, not minutes)
-#   BERTH_BASE_IMAGE_SCRIPT=PATH        the base image script (default ../shared/container/base-image.sh)
+#   BERTH_BASE_IMAGE_SCRIPT=PATH        a script that makes node:20-bookworm-slim (.ci/run finds CI's)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 repo=$(pwd)
@@ -268,8 +268,8 @@ step "base image node:20-bookworm-slim"
 if docker image inspect node:20-bookworm-slim >/dev/null 2>&1; then
   done_step "present"
 else
-  script=${BERTH_BASE_IMAGE_SCRIPT:-$repo/../shared/container/base-image.sh}
-  [ -f "$script" ] || fail "node:20-bookworm-slim is absent and $script (which makes a stand-in) is missing"
+  script=${BERTH_BASE_IMAGE_SCRIPT:-}
+  [ -n "$script" ] && [ -f "$script" ] || fail "node:20-bookworm-slim is absent: pull it, or set BERTH_BASE_IMAGE_SCRIPT to a script that makes a stand-in"
   echo "  making it with $script (about a minute)"
   mkdir -p "$work/base"
   bash "$script" "$work/base" >"$work/base-image.log" 2>&1 || { tail -20 "$work/base-image.log" >&2; fail "base-image.sh failed"; }

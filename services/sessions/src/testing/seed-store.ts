@@ -4,8 +4,8 @@
  * the seed run the real thing rather than a re-implementation of it. Tests of berth's own
  * behaviour beside another writer use `seed-writer.ts` instead and need no seed.
  *
- * The seeds are not part of the repository. They are looked for in `BERTH_SEEDS_DIR`, else in
- * `shared/seeds` beside the repository; without them the comparisons are skipped (one notice per
+ * The seeds are not part of the repository: `BERTH_SEEDS_DIR` names their directory (CI sets it);
+ * without them the comparisons are skipped (one notice per
  * run, from test/harness/seeds-notice.ts), unless `BERTH_REQUIRE_SEEDS=1` (CI) makes that a
  * failure. The seed file holding the store is the one whose diff adds `session-store.mjs`; this
  * takes that section out of it, strips the leading `+`, and writes it into a temp dir as
@@ -16,15 +16,15 @@
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import * as path from "node:path";
-import { fileURLToPath, pathToFileURL } from "node:url";
+import { pathToFileURL } from "node:url";
 import { COMPLETED_SESSION_PHASES, GENERATION_FENCED_SESSION_PHASES } from "../vocabulary.js";
 
-const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../../../..");
 const STORE_SECTION = "scripts/live/session-store.mjs";
 
-/** Where the seeds are looked for: `BERTH_SEEDS_DIR`, else `shared/seeds` beside the repository. */
-export function seedsDir(): string {
-  return path.resolve(process.env.BERTH_SEEDS_DIR ?? path.resolve(repoRoot, "../shared/seeds"));
+/** Where the seeds are: `BERTH_SEEDS_DIR` (a clone has no seeds of its own; CI points at its copy). */
+export function seedsDir(): string | undefined {
+  const dir = process.env.BERTH_SEEDS_DIR;
+  return dir === undefined || dir === "" ? undefined : path.resolve(dir);
 }
 
 /** True when `BERTH_REQUIRE_SEEDS` asks for the comparisons with the seed to run (CI sets it). */
@@ -41,6 +41,7 @@ export function seedFilePath(): string | undefined {
   let file: string | undefined;
   try {
     const dir = seedsDir();
+    if (dir === undefined) throw new Error("BERTH_SEEDS_DIR is not set");
     for (const name of readdirSync(dir).sort()) {
       const candidate = path.join(dir, name);
       if (!name.endsWith(".txt")) continue;
@@ -58,7 +59,8 @@ export function seedFilePath(): string | undefined {
 
 /** The one line that says what is skipped without the seeds and how to run it. */
 export function missingSeedsNotice(what = "the comparisons against the seed's own session store (differential reducer and store properties, journals moving both ways)"): string {
-  return `the seeds are not at ${seedsDir()}: skipped ${what}; run them with BERTH_SEEDS_DIR=<the directory holding the seed files>`;
+  const where = seedsDir() === undefined ? "BERTH_SEEDS_DIR is not set" : `the seeds are not at ${seedsDir()}`;
+  return `${where}: skipped ${what}; run them with BERTH_SEEDS_DIR=<the directory holding the seed files>`;
 }
 
 /**
@@ -70,7 +72,7 @@ export function seedsAvailable(): boolean {
   if (seedFilePath() !== undefined) return true;
   if (seedsRequired()) {
     throw new Error(
-      `BERTH_REQUIRE_SEEDS is set but the seeds are not at ${seedsDir()}, so the comparisons against the seed's own session store cannot run; ` +
+      `BERTH_REQUIRE_SEEDS is set but the seeds are not at ${seedsDir() ?? "(BERTH_SEEDS_DIR is not set)"}, so the comparisons against the seed's own session store cannot run; ` +
         "point BERTH_SEEDS_DIR at the directory holding the seed files",
     );
   }
