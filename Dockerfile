@@ -76,6 +76,7 @@ COPY --from=build /src/packages/shared/package.json packages/shared/
 COPY --from=build /src/packages/shared/dist packages/shared/dist
 COPY --from=build /src/packages/cli/package.json packages/cli/
 COPY --from=build /src/packages/cli/dist packages/cli/dist
+COPY --from=build /src/packages/cli/bin packages/cli/bin
 COPY --from=build /src/services/sessions/package.json services/sessions/
 COPY --from=build /src/services/sessions/dist services/sessions/dist
 COPY --from=build /src/services/budget/package.json services/budget/
@@ -86,8 +87,7 @@ COPY deploy/entrypoint.sh deploy/healthcheck.mjs deploy/
 RUN mkdir -p /var/lib/berth \
  && chown node:node /var/lib/berth \
  && chmod 0700 /var/lib/berth \
- && ln -s /app/packages/cli/dist/main.js /usr/local/bin/berth \
- && chmod 0755 /app/packages/cli/dist/main.js
+ && ln -s /app/packages/cli/bin/berth.js /usr/local/bin/berth
 VOLUME ["/var/lib/berth"]
 USER node
 EXPOSE 7301 7302
