@@ -9,6 +9,7 @@ const here = (p: string) => fileURLToPath(new URL(p, import.meta.url));
 const workspaces: Record<string, string> = {
   api: "packages/api/src",
   shared: "packages/shared/src",
+  etcd: "packages/etcd/src",
   sessions: "services/sessions/src",
   budget: "services/budget/src",
   cli: "packages/cli/src",
