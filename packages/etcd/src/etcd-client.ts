@@ -66,6 +66,8 @@ export interface EtcdClient {
   txn(request: TxnRequestInit): Promise<TxnResult>;
   /** Grants a lease of `ttlSeconds` (etcd may raise it to its minimum) and keeps it alive until revoked or lost. */
   grantLease(ttlSeconds: number): Promise<EtcdLease>;
+  /** Revokes a lease by id, whoever holds it: its keys are deleted at once. A lease already gone is no error. */
+  revokeLease(id: bigint): Promise<void>;
   /** Changes of a key or range from a revision, as they happen; ends when `signal` aborts. */
   watch(options: WatchOptions): AsyncIterable<WatchBatch>;
   /** Drops the history before `revision` (reads and watches of older revisions fail as compacted). */
@@ -180,7 +182,7 @@ class Client implements EtcdClient {
     this.connections.close();
   }
 
-  private async revokeLease(id: bigint): Promise<void> {
+  async revokeLease(id: bigint): Promise<void> {
     try {
       await this.call("lease revoke", "safe", (e, o) => e.lease.leaseRevoke({ ID: id }, o), { write: true });
     } catch (error) {
