@@ -8,6 +8,7 @@ const SUITES: Record<string, () => Promise<{ run(args: string[]): Promise<void> 
   sessions: () => import("./suites/sessions.js"),
   locks: () => import("./suites/locks.js"),
   budget: () => import("./suites/budget.js"),
+  etcd: () => import("./suites/etcd.js"),
 };
 
 const [first, ...rest] = process.argv.slice(2);

@@ -1,0 +1,243 @@
+/**
+ * etcd's own write rate on this machine: the ceiling berth's etcd store is compared with. Real etcd
+ * members (Debian's etcd-server) on loopback with data directories under the system temp dir,
+ * one member and then three, each measured through berth's client (@berth/etcd):
+ *
+ * - `put`: single-key puts of `--value-bytes` (256) to distinct keys, by 1, 16 and 64 concurrent
+ *   callers (over up to 16 HTTP/2 connections, as berth instances would hold).
+ * - `txn_batch`: transactions of 100 puts each (what one AppendEvents ×100 could be at most), by 1
+ *   and 16 callers; `puts_per_s` counts the puts.
+ * - `etcdctl_check_perf`: etcd's own check (`etcdctl check perf --load=xl`: 1,000 Go clients aiming
+ *   at 15,000 puts/s for 60 s), whose achieved rate is the ceiling with etcd's own client.
+ *
+ * - `client_cpu`: what one put costs this process's CPU, through berth's client (connect-node's gRPC
+ *   transport) and through @grpc/grpc-js sending the same generated messages, one call at a time.
+ *
+ * The client talks to the leader first (on three members a follower would add a hop). Each
+ * figure's `p50_ms`/`p99_ms` are per call; `client_cpu_ms_per_s` is this process's CPU while it
+ * ran (near 1000: the client, not etcd, set the pace).
+ *
+ * `npm run bench -- etcd [--seconds=4] [--members=1,3] [--value-bytes=256] [--check-perf=xl|l|m|s|off]
+ * [--only=put,txn_batch,client_cpu,check_perf]`
+ */
+import { spawn } from "node:child_process";
+import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
+import * as grpc from "@grpc/grpc-js";
+import { compare, createEtcdClient, op, type EtcdClient } from "@berth/etcd";
+import { PutRequestSchema, PutResponseSchema, type PutRequest, type PutResponse } from "@berth/etcd/api";
+import { startEtcd, type EtcdCluster } from "@berth/etcd/testing";
+import { closedLoop } from "../lib/load.js";
+import { unary } from "../lib/grpc-clients.js";
+import { emit, percentiles, ratio } from "../lib/report.js";
+
+const PARTS = ["put", "txn_batch", "client_cpu", "check_perf"] as const;
+type Part = (typeof PARTS)[number];
+
+interface Settings {
+  seconds: number;
+  members: number[];
+  valueBytes: number;
+  checkPerf: string;
+  only: Set<Part> | undefined;
+}
+
+const DEFAULTS: Settings = { seconds: 4, members: [1, 3], valueBytes: 256, checkPerf: "xl", only: undefined };
+const MAX_CONNECTIONS = 16;
+const BATCH = 100;
+
+export async function run(args: string[] = []): Promise<void> {
+  const settings = parse(args);
+  const wants = (part: Part) => settings.only === undefined || settings.only.has(part);
+  for (const members of settings.members) {
+    const etcd = await startEtcd({ members });
+    try {
+      const leader = await etcd.leader();
+      const endpoints = [leader.clientUrl, ...etcd.clientUrls.filter((url) => url !== leader.clientUrl)];
+      const clients = Array.from({ length: MAX_CONNECTIONS }, () => createEtcdClient({ endpoints, prefix: "bench/" }));
+      try {
+        // One round trip first on every connection, so no figure pays for connecting.
+        await Promise.all(clients.map((c) => c.status()));
+        if (wants("put")) for (const concurrency of [1, 16, 64]) await putRate(clients, members, concurrency, settings);
+        if (wants("txn_batch")) for (const concurrency of [1, 16]) await batchRate(clients, members, concurrency, settings);
+        if (wants("client_cpu")) await clientCpu(clients[0]!, leader.clientUrl, members, settings);
+      } finally {
+        for (const c of clients) c.close();
+      }
+      if (wants("check_perf") && settings.checkPerf !== "off") await checkPerf(etcd, members, settings.checkPerf);
+    } finally {
+      await etcd.stop();
+    }
+  }
+}
+
+async function putRate(clients: EtcdClient[], members: number, concurrency: number, settings: Settings): Promise<void> {
+  const value = new Uint8Array(settings.valueBytes).fill(0x61);
+  const cpu = process.cpuUsage();
+  const result = await closedLoop(concurrency, settings.seconds * 1000, (worker, i) => clients[worker % clients.length]!.put(`put/${concurrency}/${worker}/${i}`, value));
+  emit({
+    suite: "etcd",
+    figure: "put",
+    members,
+    concurrency,
+    connections: Math.min(concurrency, clients.length),
+    value_bytes: settings.valueBytes,
+    puts_per_s: result.perSecond,
+    ...percentiles(result.latenciesMs),
+    client_cpu_ms_per_s: cpuPerSecond(cpu, settings.seconds),
+    errors: result.errors,
+    ...(result.firstError ? { first_error: String(result.firstError) } : {}),
+  });
+}
+
+async function batchRate(clients: EtcdClient[], members: number, concurrency: number, settings: Settings): Promise<void> {
+  const value = new Uint8Array(settings.valueBytes).fill(0x62);
+  const cpu = process.cpuUsage();
+  const result = await closedLoop(concurrency, settings.seconds * 1000, (worker, i) => {
+    const base = `txn/${concurrency}/${worker}/${i}`;
+    // As an append would: one compare (the batch's first key absent) guarding the puts.
+    return clients[worker % clients.length]!.txn({
+      compare: [compare.absent(`${base}/0`)],
+      success: Array.from({ length: BATCH }, (_, k) => op.put(`${base}/${k}`, value)),
+    });
+  });
+  emit({
+    suite: "etcd",
+    figure: "txn_batch",
+    members,
+    concurrency,
+    connections: Math.min(concurrency, clients.length),
+    batch: BATCH,
+    value_bytes: settings.valueBytes,
+    txns_per_s: result.perSecond,
+    puts_per_s: result.perSecond * BATCH,
+    ...percentiles(result.latenciesMs),
+    client_cpu_ms_per_s: cpuPerSecond(cpu, settings.seconds),
+    errors: result.errors,
+    ...(result.firstError ? { first_error: String(result.firstError) } : {}),
+  });
+}
+
+/** CPU and wall time per sequential put, berth's client against grpc-js carrying the same messages. */
+async function clientCpu(client: EtcdClient, leaderUrl: string, members: number, settings: Settings): Promise<void> {
+  const value = new Uint8Array(settings.valueBytes).fill(0x63);
+  const Kv = grpc.makeGenericClientConstructor(
+    {
+      put: {
+        path: "/etcdserverpb.KV/Put",
+        requestStream: false,
+        responseStream: false,
+        requestSerialize: (m: PutRequest) => Buffer.from(toBinary(PutRequestSchema, m)),
+        requestDeserialize: (b: Buffer) => fromBinary(PutRequestSchema, b),
+        responseSerialize: (m: PutResponse) => Buffer.from(toBinary(PutResponseSchema, m)),
+        responseDeserialize: (b: Buffer) => fromBinary(PutResponseSchema, b),
+      },
+    },
+    "etcdserverpb.KV",
+  );
+  const grpcJs = new Kv(leaderUrl.replace(/^http:\/\//, ""), grpc.credentials.createInsecure());
+  const encoder = new TextEncoder();
+  const grpcPut = (key: string) => unary<PutResponse>(grpcJs, "put", create(PutRequestSchema, { key: encoder.encode(`bench/${key}`), value }));
+  try {
+    const calls = Math.max(500, settings.seconds * 250);
+    const measure = async (put: (i: number) => Promise<unknown>) => {
+      for (let i = 0; i < 50; i++) await put(-i - 1);
+      const cpu = process.cpuUsage();
+      const start = performance.now();
+      for (let i = 0; i < calls; i++) await put(i);
+      const used = process.cpuUsage(cpu);
+      return { cpu_us: Math.round((used.user + used.system) / calls), wall_us: Math.round(((performance.now() - start) * 1000) / calls) };
+    };
+    // Alternated twice, so that a change of the machine's load falls on both alike.
+    const berth1 = await measure((i) => client.put(`cpu/berth/a/${i}`, value));
+    const grpc1 = await measure((i) => grpcPut(`cpu/grpc/a/${i}`));
+    const berth2 = await measure((i) => client.put(`cpu/berth/b/${i}`, value));
+    const grpc2 = await measure((i) => grpcPut(`cpu/grpc/b/${i}`));
+    const berthCpu = (berth1.cpu_us + berth2.cpu_us) / 2;
+    const grpcCpu = (grpc1.cpu_us + grpc2.cpu_us) / 2;
+    emit({
+      suite: "etcd",
+      figure: "client_cpu",
+      members,
+      calls: 2 * calls,
+      berth_client_cpu_us_per_put: Math.round(berthCpu),
+      berth_client_wall_us_per_put: Math.round((berth1.wall_us + berth2.wall_us) / 2),
+      grpc_js_cpu_us_per_put: Math.round(grpcCpu),
+      grpc_js_wall_us_per_put: Math.round((grpc1.wall_us + grpc2.wall_us) / 2),
+      cpu_ratio: ratio(berthCpu, grpcCpu),
+    });
+  } finally {
+    grpcJs.close();
+  }
+}
+
+/** `etcdctl check perf`: it exits non-zero when the load's target is missed, and still says the rate. */
+async function checkPerf(etcd: EtcdCluster, members: number, load: string): Promise<void> {
+  const output = await new Promise<{ code: number | null; text: string }>((resolve, reject) => {
+    const child = spawn("etcdctl", [`--endpoints=${etcd.clientUrls.join(",")}`, "check", "perf", `--load=${load}`, "--auto-compact", "--auto-defrag"], {
+      env: { ...process.env, ETCDCTL_API: "3" },
+      stdio: ["ignore", "pipe", "pipe"],
+      timeout: 180_000,
+      killSignal: "SIGKILL",
+    });
+    let text = "";
+    child.stdout.on("data", (chunk: Buffer) => (text += chunk.toString("utf8")));
+    child.stderr.on("data", (chunk: Buffer) => (text += chunk.toString("utf8")));
+    child.once("error", reject);
+    child.once("close", (code) => resolve({ code, text }));
+  });
+  const rate = /Throughput (?:is|too low:) (\d+) writes\/s/.exec(output.text);
+  const slowest = /Slowest request took(?: too long:)? ([\d.]+)s/.exec(output.text);
+  const stddev = /Stddev (?:is|too high:) ([\d.]+)s/.exec(output.text);
+  emit({
+    suite: "etcd",
+    figure: "etcdctl_check_perf",
+    members,
+    load,
+    writes_per_s: rate ? Number(rate[1]) : null,
+    slowest_s: slowest ? Number(slowest[1]) : null,
+    stddev_s: stddev ? Number(stddev[1]) : null,
+    pass: output.code === 0,
+    ...(rate ? {} : { output: output.text.slice(-2000) }),
+  });
+}
+
+/** This process's CPU (the client's encoding, HTTP/2, the loop) per second since `since`: near 1000 means the client, not etcd, set the pace. */
+function cpuPerSecond(since: NodeJS.CpuUsage, seconds: number): number {
+  const used = process.cpuUsage(since);
+  return Math.round((used.user + used.system) / 1000 / seconds);
+}
+
+function parse(args: string[]): Settings {
+  const settings = { ...DEFAULTS };
+  for (const arg of args) {
+    const [name, value = ""] = arg.replace(/^--/, "").split("=", 2) as [string, string | undefined];
+    switch (name) {
+      case "seconds":
+        settings.seconds = positive(name, value);
+        break;
+      case "value-bytes":
+        settings.valueBytes = positive(name, value);
+        break;
+      case "members":
+        settings.members = value.split(",").map((m) => positive(name, m));
+        break;
+      case "check-perf":
+        if (!["xl", "l", "m", "s", "off"].includes(value)) throw new Error(`--check-perf: one of xl, l, m, s, off`);
+        settings.checkPerf = value;
+        break;
+      case "only":
+        settings.only = new Set(value.split(",").filter(Boolean) as Part[]);
+        for (const part of settings.only) if (!PARTS.includes(part)) throw new Error(`--only: unknown part ${part}; parts: ${PARTS.join(", ")}`);
+        break;
+      default:
+        throw new Error(`unknown flag ${arg}; flags: --seconds=N --members=1,3 --value-bytes=N --check-perf=xl|l|m|s|off --only=${PARTS.join(",")}`);
+    }
+  }
+  return settings;
+}
+
+function positive(name: string, value: string): number {
+  const n = Number(value);
+  if (!(n > 0) || !Number.isInteger(n)) throw new Error(`--${name} needs a positive whole number, got ${value}`);
+  return n;
+}
