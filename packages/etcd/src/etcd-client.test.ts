@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { BerthError, ManualClock } from "@berth/shared";
+import { ManualClock } from "@berth/shared/clock";
+import { BerthError } from "@berth/shared/errors";
 import { compare, createEtcdClient, EtcdCompactedError, EtcdLeaseLostError, EtcdReason, op, type EtcdClient, type WatchBatch } from "./index.js";
 import { startEtcd, type EtcdCluster } from "./testing/index.js";
 

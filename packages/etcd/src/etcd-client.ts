@@ -7,7 +7,8 @@
  */
 import { create, toBinary } from "@bufbuild/protobuf";
 import type { CallOptions } from "@connectrpc/connect";
-import { systemClock, type BerthError, type Clock } from "@berth/shared";
+import { systemClock, type Clock } from "@berth/shared/clock";
+import type { BerthError } from "@berth/shared/errors";
 import {
   DeleteRangeRequestSchema,
   PutRequestSchema,

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { BerthError } from "@berth/shared";
+import { BerthError } from "@berth/shared/errors";
 import { createEtcdClient, EtcdCompactedError, EtcdReason, op, toBerthError, type EtcdClient } from "./index.js";
 import { startEtcd, type EtcdCluster } from "./testing/index.js";
 

@@ -4,7 +4,7 @@
  * cases apart (request too large and too many txn ops are both INVALID_ARGUMENT).
  */
 import { Code, ConnectError } from "@connectrpc/connect";
-import { BerthError } from "@berth/shared";
+import { BerthError } from "@berth/shared/errors";
 
 /** The reasons (`ErrorInfo.reason`) of the errors this package throws. */
 export const EtcdReason = {

@@ -6,7 +6,7 @@
  * the lease is lost: its signal aborts and whoever holds something under it must stop using it.
  */
 import { create } from "@bufbuild/protobuf";
-import type { Clock, TimerHandle } from "@berth/shared";
+import type { Clock, TimerHandle } from "@berth/shared/clock";
 import { LeaseKeepAliveRequestSchema, type LeaseKeepAliveRequest } from "./gen/etcd/etcdserver/etcdserverpb/rpc_pb.js";
 import type { Connections, Endpoint } from "./connections.js";
 import { EtcdLeaseLostError, EtcdReason, toBerthError } from "./etcd-errors.js";

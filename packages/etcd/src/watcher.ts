@@ -13,7 +13,7 @@
  */
 import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
-import type { Clock } from "@berth/shared";
+import type { Clock } from "@berth/shared/clock";
 import { WatchCreateRequest_FilterType, WatchRequestSchema, type WatchRequest } from "./gen/etcd/etcdserver/etcdserverpb/rpc_pb.js";
 import { Event_EventType } from "./gen/etcd/mvcc/mvccpb/kv_pb.js";
 import type { Connections } from "./connections.js";
