@@ -117,7 +117,8 @@ export function toBerthError(error: unknown, call: EtcdCallContext): BerthError 
           { reason: EtcdReason.TOO_MANY_OPS },
         );
       }
-      if (message.includes("authentication failed")) return auth(where, message);
+      // Wrong credentials; and no credentials at all once etcd has auth enabled ("user name is empty").
+      if (message.includes("authentication failed") || message.includes("user name is empty")) return auth(where, message);
       return etcdError(where, connect);
     case Code.Unauthenticated:
     case Code.PermissionDenied:
