@@ -115,8 +115,8 @@ export async function* watchChanges(connections: Connections, keys: KeySpace, cl
           yield { revision, events: [] };
         }
       }
-      // The member ended the stream (it is shutting down): reopen elsewhere.
-      connections.failed(endpoint);
+      // The member ended the stream (it is shutting down): reopen elsewhere, as after a failure.
+      throw new ConnectError("etcd ended the watch stream", Code.Unavailable);
     } catch (error) {
       if (signal?.aborted) return;
       const mapped = toBerthError(error, { op: "watch", endpoint: endpoint.url, write: false, revision: next });
