@@ -128,6 +128,14 @@ export type AcquireRequest = Message<"berth.locks.v1.AcquireRequest"> & {
    * ended the id is forgotten. Empty: none. At most 128 characters of
    * `[A-Za-z0-9._-]`; a UUID is a good choice.
    *
+   * A repeat is a call with the same `file` (in any spelling), `owner` and
+   * `request_id`; another owner or file with the same id is another request.
+   * A repeat waits up to its own `max_wait` (zero: it answers at once) and
+   * is answered the first call's lease, ttl included; the queue place stays
+   * while any of the calls waits for it. A lease granted as its call ended is
+   * kept for a repeat (it ends at its ttl unless renewed), where a call
+   * without an id would have it released.
+   *
    * @generated from field: string request_id = 5;
    */
   requestId: string;
@@ -916,11 +924,15 @@ export const HolderKindSchema: GenEnum<HolderKind> = /*@__PURE__*/
  * | code                | reason          | what to do                                     |
  * |---------------------|-----------------|------------------------------------------------|
  * | INVALID_ARGUMENT    | INVALID_FIELD   | fix the field the message names (BadRequest)   |
- * | RESOURCE_EXHAUSTED  | WAIT_EXHAUSTED  | the lock stayed held for the whole wait (LockHeld); retry later |
- * | RESOURCE_EXHAUSTED  | TOO_MANY_WAITERS| the file's queue is full; retry later          |
+ * | RESOURCE_EXHAUSTED  | WAIT_EXHAUSTED  | the lock stayed held for the whole wait (LockHeld); retry later (RetryInfo) |
+ * | RESOURCE_EXHAUSTED  | TOO_MANY_WAITERS| the file's queue is full; retry later (RetryInfo) |
+ * | RESOURCE_EXHAUSTED  | MESSAGE_TOO_LARGE | the request exceeds the message size limit   |
  * | FAILED_PRECONDITION | LEASE_RELEASED  | a Hold's lease was released through Release    |
- * | UNAVAILABLE         | SHUTTING_DOWN   | retry on the restarted service                 |
+ * | UNAVAILABLE         | STORAGE_UNAVAILABLE | the file system refused (a lock file, the fencing state, resolving the path; the message says which): retry (RetryInfo) |
+ * | UNAVAILABLE         | SHUTTING_DOWN   | retry on the restarted service (RetryInfo)     |
  * | UNAUTHENTICATED     | TOKEN_MISSING, TOKEN_INVALID | send `authorization: Bearer <token>` |
+ * | CANCELLED, DEADLINE_EXCEEDED | CANCELLED, DEADLINE_EXCEEDED | the caller's own cancel/deadline |
+ * | INTERNAL            | INTERNAL        | a bug: see the service's log                   |
  *
  * @generated from service berth.locks.v1.LockService
  */
@@ -933,7 +945,7 @@ export const LockService: GenService<{
    * granted. Not re-entrant: an owner that already holds the lock queues like
    * anyone else. A repeat with the same `request_id` while its grant lives
    * (or while the first call still waits) answers the same lease instead of
-   * queueing behind it.
+   * queueing behind it (see AcquireRequest.request_id).
    *
    * @generated from rpc berth.locks.v1.LockService.Acquire
    */
