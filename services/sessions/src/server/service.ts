@@ -4,7 +4,7 @@
  */
 import * as path from "node:path";
 import type { Logger } from "pino";
-import { LockService } from "@berth/api/berth/sessions/v1/lock_service_pb";
+import { LockService } from "@berth/api/berth/locks/v1/lock_service_pb";
 import { SessionService } from "@berth/api/berth/sessions/v1/session_service_pb";
 import { defineConfig, integerParser, oneOf, parseNonEmpty, parsePort, type ConfigValues } from "@berth/shared/config";
 import { acquireElection, type ElectionLock } from "@berth/shared/election";
