@@ -424,10 +424,11 @@ describe("LockService over grpc-js", () => {
     const file = path.join(projectRoot, "src/retried.ts");
     const holder = (await rpc.unary(LockService.method.acquire, { file, owner: "holder" })).lease!;
     const requestId = "6b0e3c2a-0f9d-4a51-9d6e-2b7c1f0e8a44";
-    const first = rpc.unary(LockService.method.acquire, { file, owner: "retrier", maxWait: seconds(30), requestId });
+    // Deadlines longer than the waits: a call's deadline bounds its wait too.
+    const first = rpc.unary(LockService.method.acquire, { file, owner: "retrier", maxWait: seconds(30), requestId }, { deadlineMs: 60_000 });
     await eventually("the first call queued", () => rpc.unary(LockService.method.inspect, { file }), (s) => s.waiters.length === 1);
     // The retry of a call whose answer the client lost (here: still waiting) waits on the same place.
-    const repeat = rpc.unary(LockService.method.acquire, { file, owner: "retrier", maxWait: seconds(60), requestId });
+    const repeat = rpc.unary(LockService.method.acquire, { file, owner: "retrier", maxWait: seconds(60), requestId }, { deadlineMs: 120_000 });
     const joined = await eventually(
       "the repeat joined the first call's place",
       () => rpc.unary(LockService.method.inspect, { file }),
