@@ -259,6 +259,25 @@ describe("Acquire's request_id", () => {
     expect((await repeat).lease?.owner).toBe("alice");
   });
 
+  it("a grant made in the turn its caller goes away is released without a request_id, and kept for the repeat with one", async () => {
+    for (const requestId of ["", "r-3"]) {
+      const holder = (await client.acquire({ file: FILE, owner: "holder" })).lease!;
+      const controller = new AbortController();
+      const gone = failure(client.acquire({ file: FILE, owner: "alice", maxWait: ms(60_000), requestId }, { signal: controller.signal }));
+      await vi.waitFor(() => expect(locks.inspect(FILE).waiters).toHaveLength(1));
+      // Granted, and the caller gone, before the handler runs again.
+      locks.release(holder.leaseToken);
+      controller.abort();
+      expect((await gone).code).toBe(Code.Canceled);
+      await vi.waitFor(() => expect(locks.stats().held).toBe(requestId === "" ? 0 : 1));
+      if (requestId === "") continue;
+      // The retry (the client's answer was lost) finds its lease.
+      const retried = (await client.acquire({ file: FILE, owner: "alice", maxWait: ms(0), requestId })).lease!;
+      expect(locks.inspect(FILE).holder).toMatchObject({ owner: "alice", fencingToken: Number(retried.fencingToken) });
+      await client.release({ leaseToken: retried.leaseToken });
+    }
+  });
+
   it("refuses a malformed request_id with INVALID_ARGUMENT INVALID_FIELD naming request_id (BadRequest)", async () => {
     const error = await failure(client.acquire({ file: FILE, owner: "alice", requestId: "has spaces" }));
     expect(error.code).toBe(Code.InvalidArgument);
