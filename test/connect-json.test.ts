@@ -16,10 +16,12 @@ import { StructSchema } from "@bufbuild/protobuf/wkt";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { RefusalKind, RefusalSchema } from "@berth/api/berth/budget/v1/budget_pb";
 import { BudgetService } from "@berth/api/berth/budget/v1/budget_service_pb";
-import { HolderKind, LockHeldSchema, LockService } from "@berth/api/berth/sessions/v1/lock_service_pb";
+import { HolderKind, LockHeldSchema, LockService } from "@berth/api/berth/locks/v1/lock_service_pb";
+import { BadRequestSchema, ErrorInfoSchema, RetryInfoSchema } from "@berth/api/google/rpc/error_details_pb";
+import { Code, ConnectError } from "@connectrpc/connect";
 import { SessionService } from "@berth/api/berth/sessions/v1/session_service_pb";
 import { G, startBudget, type BudgetUnderTest } from "./budget-e2e.js";
-import { curl, curlJson, makeTempDir, startService, stopAll, type CurlJsonResponse } from "./harness.js";
+import { connectClient, curl, curlJson, makeTempDir, startService, stopAll, type CurlJsonResponse } from "./harness.js";
 
 afterAll(stopAll);
 
@@ -126,19 +128,29 @@ describe("every unary RPC answers JSON over HTTP/1.1 (curl)", () => {
     expect(await ok(sessionsUrl, S, "FlushSnapshot", { sessionId: id })).toMatchObject({ lastSeq: "3", snapshot: { phase: "variants_ready" } });
   });
 
-  it("LockService: Acquire, Inspect, CheckToken, Release", async () => {
+  it("LockService: Acquire (with a request_id), KeepAlive, GetLimits, Inspect, CheckToken, Release", async () => {
     const L = LockService;
     const file = path.join(projectRoot, "src/json.ts");
-    const { lease } = (await ok(sessionsUrl, L, "Acquire", { file, owner: "curl", ttl: "20s" })) as { lease: Json };
+    const { lease } = (await ok(sessionsUrl, L, "Acquire", { file, owner: "curl", ttl: "20s", requestId: "curl-1" })) as { lease: Json };
     expect(lease).toMatchObject({ file, owner: "curl", fencingToken: "1", ttl: "20s" });
-    expect(Date.parse(String(lease["expiresAt"]))).toBeGreaterThan(Date.parse(String(lease["acquiredAt"])));
+    const expires = Date.parse(String(lease["expireTime"]));
+    expect(expires).toBeGreaterThan(Date.parse(String(lease["acquireTime"])));
+    // A retried Acquire (its answer lost) answers the same lease, in the proto's field names too.
+    expect(await ok(sessionsUrl, L, "Acquire", { file, owner: "curl", max_wait: "0s", request_id: "curl-1" })).toEqual({ lease });
 
+    // Renewing a lease needs no HTTP/2: unary KeepAlive, one answer per token in order.
+    const renewed = (await ok(sessionsUrl, L, "KeepAlive", { leaseTokens: [lease["leaseToken"], "gone"] })) as { renewals: Json[] };
+    expect(renewed.renewals).toEqual([{ leaseToken: lease["leaseToken"], alive: true, expireTime: expect.any(String) }, { leaseToken: "gone" }]);
+    expect(Date.parse(String(renewed.renewals[0]!["expireTime"]))).toBeGreaterThanOrEqual(expires);
+
+    expect(await ok(sessionsUrl, L, "GetLimits", {})).toEqual({ defaultTtl: "30s", maxTtl: "3600s", maxWait: "600s", heartbeatInterval: "5s", maxWaitersPerFile: 10000, maxOwnerLength: 256 });
     const inspected = await ok(sessionsUrl, L, "Inspect", { file });
     // Enums by name.
     expect(inspected).toMatchObject({ file, lastFencingToken: "1", holder: { owner: "curl", kind: "HOLDER_KIND_LEASE", fencingToken: "1" } });
-    expect(await ok(sessionsUrl, L, "CheckToken", { file, fencingToken: "1" })).toEqual({ current: true, currentToken: "1" });
+    expect(await ok(sessionsUrl, L, "CheckToken", { file, fencingToken: "1" })).toEqual({ current: true, currentToken: "1", file });
     expect(await ok(sessionsUrl, L, "Release", { leaseToken: lease["leaseToken"] })).toEqual({ released: true });
-    expect(await ok(sessionsUrl, L, "CheckToken", { file, fencingToken: "1" })).toEqual({});
+    expect(await ok(sessionsUrl, L, "CheckToken", { file, fencingToken: "1" })).toEqual({ file });
+    expect(await ok(sessionsUrl, L, "KeepAlive", { leaseTokens: [lease["leaseToken"]] })).toEqual({ renewals: [{ leaseToken: lease["leaseToken"] }] });
   });
 
   it("BudgetService: Check, Costs, GetMachine, Reserve, KeepAlive, ReleaseBuild, RegisterRunning, GetState, StopRunning, Release", async () => {
@@ -188,6 +200,9 @@ describe("errors as Connect's error JSON", () => {
     await expectInvalidArgument(sessionsUrl, LockService, "Acquire", { file: "", owner: "curl" }, "file");
     await expectInvalidArgument(sessionsUrl, LockService, "Acquire", { file: "/src/a.ts", owner: "" }, "owner");
     await expectInvalidArgument(sessionsUrl, LockService, "Release", { leaseToken: "" }, "lease_token");
+    await expectInvalidArgument(sessionsUrl, LockService, "Acquire", { file: "/src/a.ts", owner: "curl", requestId: "not/an/id" }, "request_id");
+    await expectInvalidArgument(sessionsUrl, LockService, "KeepAlive", { leaseTokens: [] }, "lease_tokens");
+    await expectInvalidArgument(sessionsUrl, LockService, "KeepAlive", { leaseTokens: ["ok", ""] }, "lease_tokens[1]");
     await expectInvalidArgument(budget.url, BudgetService, "Check", { need: { items: [{ kind: "NEED_ITEM_KIND_START", name: "x", spec: { memory: "12Q" } }] } }, "need.items[0].spec.memory");
     await expectInvalidArgument(budget.url, BudgetService, "Reserve", { label: "", need: { items: [startItem("x", 1)] } }, "label");
     await expectInvalidArgument(budget.url, BudgetService, "Release", { reservationId: "" }, "reservation_id");
@@ -195,26 +210,75 @@ describe("errors as Connect's error JSON", () => {
     expect((await curlJson(sessionsUrl, "/berth.sessions.v1.SessionService/HasSession", { sessionId: "json-bad" })).json).toEqual({});
   });
 
-  it("other codes carry Connect's HTTP status and their typed details: not_found 404, aborted 409 (LockHeld), failed_precondition 400 (Refusal)", async () => {
+  it("other codes carry Connect's HTTP status and their typed details: not_found 404, resource_exhausted 429 (LockHeld), failed_precondition 400 (Refusal)", async () => {
     const missing = await curlJson(sessionsUrl, "/berth.sessions.v1.SessionService/FlushSnapshot", { sessionId: "json-never" });
     expect(missing.status).toBe(404);
     expect(connectError(missing).code).toBe("not_found");
 
     const file = path.join(projectRoot, "src/held.ts");
-    const held = (await curlJson(sessionsUrl, "/berth.sessions.v1.LockService/Acquire", { file, owner: "first" })).json as { lease: Json };
-    const refused = await curlJson(sessionsUrl, "/berth.sessions.v1.LockService/Acquire", { file, owner: "second" });
-    expect(refused.status).toBe(409);
-    const aborted = connectError(refused);
-    expect(aborted.code).toBe("aborted");
-    expect(aborted.message).toMatch(/^source locked: .*held\.ts is held by first/);
-    expect(detail(aborted.details, LockHeldSchema)).toMatchObject({ reason: "SOURCE_LOCKED", owner: "first", fencingToken: BigInt(String(held.lease["fencingToken"])), kind: HolderKind.LEASE });
-    await curlJson(sessionsUrl, "/berth.sessions.v1.LockService/Release", { leaseToken: held.lease["leaseToken"] });
+    const held = (await curlJson(sessionsUrl, "/berth.locks.v1.LockService/Acquire", { file, owner: "first" })).json as { lease: Json };
+    const refused = await curlJson(sessionsUrl, "/berth.locks.v1.LockService/Acquire", { file, owner: "second", maxWait: "0.2s" });
+    expect(refused.status).toBe(429);
+    const exhausted = connectError(refused);
+    expect(exhausted.code).toBe("resource_exhausted");
+    expect(exhausted.message).toMatch(/^source locked: .*held\.ts is held by first .*; it stayed locked for the whole wait of 200ms/);
+    expect(detail(exhausted.details, ErrorInfoSchema)).toMatchObject({ reason: "WAIT_EXHAUSTED", domain: "berth.locks" });
+    expect(detail(exhausted.details, RetryInfoSchema).retryDelay).toMatchObject({ seconds: 1n, nanos: 0 });
+    expect(detail(exhausted.details, LockHeldSchema)).toMatchObject({ owner: "first", fencingToken: BigInt(String(held.lease["fencingToken"])), kind: HolderKind.LEASE, waited: { seconds: 0n, nanos: 200_000_000 } });
+    expect(JSON.parse(refused.headers["berth-error-details"] ?? "{}")).toMatchObject({ reason: "WAIT_EXHAUSTED", owner: "first", waitedMs: 200 });
+    await curlJson(sessionsUrl, "/berth.locks.v1.LockService/Release", { leaseToken: held.lease["leaseToken"] });
 
     const impossible = await curlJson(budget.url, "/berth.budget.v1.BudgetService/Reserve", { label: "huge", need: { items: [startItem("huge", 5)] } });
     expect(impossible.status).toBe(400);
     const precondition = connectError(impossible);
     expect(precondition.code).toBe("failed_precondition");
     expect(detail(precondition.details, RefusalSchema).kind).toBe(RefusalKind.IMPOSSIBLE);
+  });
+
+  it("a full lock queue is resource_exhausted 429 TOO_MANY_WAITERS with a RetryInfo", async () => {
+    const small = await startService("sessions", { args: ["--lock-max-waiters", "1"] });
+    try {
+      const url = small.url("sessions");
+      const file = path.join(projectRoot, "src/crowded.ts");
+      const held = (await curlJson(url, "/berth.locks.v1.LockService/Acquire", { file, owner: "first" })).json as { lease: Json };
+      // One waiter fills the queue (a Connect client: curl would block on it).
+      const locks = connectClient(LockService, url, { protocol: "connect", useBinaryFormat: false, defaultTimeoutMs: 30_000 });
+      const queued = locks.acquire({ file, owner: "waiter", maxWait: { seconds: 20n } });
+      for (const deadline = Date.now() + 10_000; ((await curlJson(url, "/berth.locks.v1.LockService/Inspect", { file })).json as { waiters?: unknown[] }).waiters === undefined; ) {
+        if (Date.now() > deadline) throw new Error("the waiter never queued");
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      }
+      const refused = await curlJson(url, "/berth.locks.v1.LockService/Acquire", { file, owner: "third", maxWait: "20s" });
+      expect(refused.status).toBe(429);
+      const error = connectError(refused);
+      expect(error.code).toBe("resource_exhausted");
+      expect(detail(error.details, ErrorInfoSchema)).toMatchObject({ reason: "TOO_MANY_WAITERS", domain: "berth.locks" });
+      expect(detail(error.details, RetryInfoSchema).retryDelay).toMatchObject({ seconds: 1n });
+      expect(error.details.map((d) => d.type)).not.toContain(LockHeldSchema.typeName);
+      await curlJson(url, "/berth.locks.v1.LockService/Release", { leaseToken: held.lease["leaseToken"] });
+      await locks.release({ leaseToken: (await queued).lease!.leaseToken });
+    } finally {
+      await small.stop();
+    }
+  });
+
+  it("a Hold released through Release ends failed_precondition LEASE_RELEASED (a Connect JSON stream over HTTP/1.1)", async () => {
+    const locks = connectClient(LockService, sessionsUrl, { protocol: "connect", useBinaryFormat: false, httpVersion: "1.1", defaultTimeoutMs: 30_000 });
+    const file = path.join(projectRoot, "src/released.ts");
+    let ended: ConnectError | undefined;
+    try {
+      for await (const message of locks.hold({ file, owner: "json-stream" })) {
+        if (message.kind.case !== "acquired") continue;
+        const released = await curlJson(sessionsUrl, "/berth.locks.v1.LockService/Release", { leaseToken: message.kind.value.leaseToken });
+        expect(released.json).toEqual({ released: true });
+      }
+    } catch (error) {
+      ended = ConnectError.from(error);
+    }
+    expect(ended?.rawMessage).toMatch(/lease was released through Release/);
+    expect(ended?.code).toBe(Code.FailedPrecondition);
+    expect(ended?.findDetails(ErrorInfoSchema)[0]).toMatchObject({ reason: "LEASE_RELEASED", domain: "berth.locks" });
+    expect(ended?.findDetails(BadRequestSchema)).toEqual([]);
   });
 
   it("a relative lock path is 400 invalid_argument naming file and saying what to send, in every lock RPC and a fence", async () => {
@@ -226,7 +290,7 @@ describe("errors as Connect's error JSON", () => {
     const fenced = { sessionId: "json-fence", event: { agentPhase: { phase: "x" } }, fence: { file: relative, fencingToken: "1" } };
     expect(await expectInvalidArgument(sessionsUrl, SessionService, "AppendEvent", fenced, "fence.file")).toBe(`fence.file: ${rule}`);
     // The same facts in the trailer-like header every error carries for JSON clients.
-    const response = await curlJson(sessionsUrl, "/berth.sessions.v1.LockService/Acquire", { file: "src/app.css", owner: "curl" });
+    const response = await curlJson(sessionsUrl, "/berth.locks.v1.LockService/Acquire", { file: "src/app.css", owner: "curl" });
     expect(JSON.parse(response.headers["berth-error-details"] ?? "{}")).toMatchObject({ field: "file" });
     expect((await curlJson(sessionsUrl, "/berth.sessions.v1.SessionService/HasSession", { sessionId: "json-fence" })).json).toEqual({});
   });
@@ -239,7 +303,7 @@ describe("errors as Connect's error JSON", () => {
       expect(error.code).toBe("invalid_argument");
       expect(error.message).toMatch(/^cannot decode (message|field) berth\.sessions\.v1\.HasSessionRequest/);
     }
-    const badInt = await curlJson(sessionsUrl, "/berth.sessions.v1.LockService/CheckToken", { file: "a", fencingToken: "twelve" });
+    const badInt = await curlJson(sessionsUrl, "/berth.locks.v1.LockService/CheckToken", { file: "a", fencingToken: "twelve" });
     expect([badInt.status, connectError(badInt).code]).toEqual([400, "invalid_argument"]);
     const badEnum = await curlJson(budget.url, "/berth.budget.v1.BudgetService/Check", { need: { items: [{ kind: "NEED_ITEM_KIND_NOPE", name: "x" }] } });
     expect([badEnum.status, connectError(badEnum).code]).toEqual([400, "invalid_argument"]);

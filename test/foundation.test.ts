@@ -31,7 +31,7 @@ import {
 
 afterAll(stopAll);
 
-const SESSIONS_SERVICES = ["berth.sessions.v1.SessionService", "berth.sessions.v1.LockService"];
+const SESSIONS_SERVICES = ["berth.locks.v1.LockService", "berth.sessions.v1.SessionService"];
 const BUDGET_SERVICES = ["berth.budget.v1.BudgetService"];
 const BUILT_IN_SERVICES = ["grpc.health.v1.Health", "grpc.reflection.v1.ServerReflection", "grpc.reflection.v1alpha.ServerReflection"];
 const REFLECT_PROTOCOLS = ["grpc-v1", "grpc-v1alpha"] as const;
@@ -185,6 +185,10 @@ describe("berth up", () => {
         `${up.url("budget")}/berth.budget.v1.BudgetService/Costs`,
       ]);
       expect(REACHED.map(grpcCodeName), `Costs: exit ${costs.code}\n${costs.stdout}${costs.stderr}`).toContain(grpcCodeName(costs.grpcCode ?? -1));
+      // The locks' own package, on the sessions port: the answer decoded from the reflected descriptors too.
+      const limits = await bufCurl([...flags, "-d", "{}", `${up.url("sessions")}/berth.locks.v1.LockService/GetLimits`]);
+      expect(limits.code, limits.stderr).toBe(0);
+      expect(limits.json).toMatchObject({ defaultTtl: "30s", maxWait: "600s" });
     });
   }
 

@@ -1,5 +1,5 @@
 /**
- * `berth lock hold|inspect` as a user runs them: the built binary (`node packages/cli/dist/main.js`)
+ * `berth lock hold|inspect|limits` as a user runs them: the built binary (`node packages/cli/dist/main.js`)
  * against a started sessions service, in a pipe (JSON-line progress, plain output, no escapes) and
  * in a pseudo-terminal (the live status line, colours, Ctrl-C from the keyboard).
  */
@@ -7,7 +7,7 @@ import { spawn, type ChildProcess } from "node:child_process";
 import { mkdirSync, readFileSync, realpathSync, symlinkSync } from "node:fs";
 import * as path from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { LockService } from "@berth/api/berth/sessions/v1/lock_service_pb";
+import { LockService } from "@berth/api/berth/locks/v1/lock_service_pb";
 import { connectClient, makeTempDir, repoPath, runCommand, startService, stopAll, type CommandResult, type ServiceProcess } from "./harness.js";
 import { hasColour, hasEscapes, runInTerminal, screen, startInTerminal } from "./pty.js";
 
@@ -88,11 +88,11 @@ describe("berth lock", () => {
   });
 
   it("refuses wrong usage with exit 2", async () => {
-    for (const args of [["lock"], ["lock", "grab", "a.ts"], ["lock", "hold", "a.ts"], ["lock", "hold", "a.ts", "--wait", "soon", "--", "true"], ["lock", "inspect"]]) {
+    for (const args of [["lock"], ["lock", "grab", "a.ts"], ["lock", "hold", "a.ts"], ["lock", "hold", "a.ts", "--max-wait", "soon", "--", "true"], ["lock", "inspect"], ["lock", "limits", "a.ts"]]) {
       const result = await berth(args);
       expect(result.code, args.join(" ")).toBe(2);
-      expect(result.stderr).toMatch(/^berth lock( hold| inspect)?: /);
-      expect(result.stderr).toMatch(/^Run 'berth lock( hold| inspect)? --help' for usage and examples\.$/m);
+      expect(result.stderr).toMatch(/^berth lock( hold| inspect| limits)?: /);
+      expect(result.stderr).toMatch(/^Run 'berth lock( hold| inspect| limits)? --help' for usage and examples\.$/m);
     }
     // A path the service refuses is a usage error too, with the service's reason.
     const long = await berth(["lock", "inspect", "x".repeat(5000)]);
@@ -113,7 +113,7 @@ describe("berth lock", () => {
   it("in a pipe: JSON-line progress on stderr (who holds the file while it waits), CMD's output alone on stdout", async () => {
     const file = "src/queued.ts";
     const { lease } = await locks.acquire({ file: path.join(project, file), owner: "alice" });
-    const run = startBerth(["lock", "hold", file, "--wait", "20s", "--", "sh", "-c", "echo got $BERTH_FENCING_TOKEN"]);
+    const run = startBerth(["lock", "hold", file, "--max-wait", "20s", "--", "sh", "-c", "echo got $BERTH_FENCING_TOKEN"]);
     await run.waitFor(/"event":"waiting"/, "stderr");
     expect(run.out()).toBe("");
     await locks.release({ leaseToken: lease!.leaseToken });
@@ -130,7 +130,7 @@ describe("berth lock", () => {
   it("on a terminal: a live status line naming the holder, rewritten in place and gone once granted; CMD gets the terminal", async () => {
     const file = "src/tty.ts";
     const { lease } = await locks.acquire({ file: path.join(project, file), owner: "alice" });
-    const run = startInTerminal(["lock", "hold", file, "--wait", "20s", "--", "sh", "-c", '[ -t 0 ] && [ -t 1 ] && echo "CMD on a terminal"; exit 3'], {
+    const run = startInTerminal(["lock", "hold", file, "--max-wait", "20s", "--", "sh", "-c", '[ -t 0 ] && [ -t 1 ] && echo "CMD on a terminal"; exit 3'], {
       cwd: project,
       env: { BERTH_SESSIONS_URL: url },
     });
@@ -150,16 +150,16 @@ describe("berth lock", () => {
   it("exits 75 naming the holder when the wait runs out (a JSON line in a pipe, a red sentence on a terminal)", async () => {
     const file = "src/busy.ts";
     const { lease } = await locks.acquire({ file: path.join(project, file), owner: "bob" });
-    const json = await berth(["lock", "hold", file, "--wait", "300ms", "--", "true"]);
+    const json = await berth(["lock", "hold", file, "--max-wait", "300ms", "--", "true"]);
     expect(json.code).toBe(75);
     const events = json.stderr.trim().split("\n").map((line) => JSON.parse(line) as Record<string, unknown>);
     expect(events.at(0)).toMatchObject({ event: "waiting", position: 1, holder: { owner: "bob", kind: "lease" } });
     expect(events.at(-1)).toMatchObject({ event: "timeout", waited_ms: 300, exit: 75, holder: { owner: "bob", kind: "lease", fencing_token: Number(lease!.fencingToken) } });
-    const tty = await runInTerminal(["lock", "hold", file, "--wait", "0", "--", "true"], { cwd: project, env: { BERTH_SESSIONS_URL: url } });
+    const tty = await runInTerminal(["lock", "hold", file, "--max-wait", "0", "--", "true"], { cwd: project, env: { BERTH_SESSIONS_URL: url } });
     expect(tty.code).toBe(75);
-    expect(tty.output).toMatch(/berth lock: \x1b\[31mtimed out: .*busy\.ts is held by bob \(lease, fencing token \d+\) since .*; it was not free \(--wait 0\)\x1b\[39m/);
+    expect(tty.output).toMatch(/berth lock: \x1b\[31mtimed out: .*busy\.ts is held by bob \(lease, fencing token \d+\) since .*; it was not free \(--max-wait 0\)\x1b\[39m/);
     // --json asks for the JSON lines on a terminal too.
-    const forced = await runInTerminal(["lock", "hold", file, "--wait", "0", "--json", "--", "true"], { cwd: project, env: { BERTH_SESSIONS_URL: url } });
+    const forced = await runInTerminal(["lock", "hold", file, "--max-wait", "0", "--json", "--", "true"], { cwd: project, env: { BERTH_SESSIONS_URL: url } });
     expect(forced.code).toBe(75);
     expect(JSON.parse(forced.output.trim().split("\r\n").at(-1)!)).toMatchObject({ event: "timeout", exit: 75, holder: { owner: "bob" } });
     expect(hasEscapes(forced.output)).toBe(false);
@@ -178,8 +178,8 @@ describe("berth lock", () => {
     const script = [
       'echo "file=$BERTH_LOCK_FILE"',
       `cd "${beside}"`,
-      `${cli} lock hold ../project/spelled/x/../app.css --wait 0 -- true 2>/dev/null; echo "dotdot=$?"`,
-      `${cli} lock hold ../project-link/spelled/app.css --wait 0 -- true 2>/dev/null; echo "symlink=$?"`,
+      `${cli} lock hold ../project/spelled/x/../app.css --max-wait 0 -- true 2>/dev/null; echo "dotdot=$?"`,
+      `${cli} lock hold ../project-link/spelled/app.css --max-wait 0 -- true 2>/dev/null; echo "symlink=$?"`,
       `${cli} sessions append lock-spellings steer --field pageUrl=/ --fence-file ../project-link/spelled/x/../app.css --fence-token "$BERTH_FENCING_TOKEN" >/dev/null; echo "fenced=$?"`,
     ].join("\n");
     const held = await berth(["lock", "hold", "spelled/app.css", "--owner", "from-project", "--", "sh", "-c", script]);
@@ -190,7 +190,7 @@ describe("berth lock", () => {
     // is refused while it holds.
     const { lease } = await locks.acquire({ file: `${link}/spelled/app.css`, owner: "connect" });
     expect(lease!.file).toBe(canonical);
-    const refused = await berth(["lock", "hold", "spelled/app.css", "--wait", "0", "--", "true"]);
+    const refused = await berth(["lock", "hold", "spelled/app.css", "--max-wait", "0", "--", "true"]);
     expect(refused.code).toBe(75);
     expect(JSON.parse(refused.stderr.trim().split("\n").at(-1)!)).toMatchObject({ event: "timeout", file: canonical, holder: { owner: "connect" } });
     const inspected = await berth(["lock", "inspect", "../project-link/spelled/app.css", "--json"], {}, beside);
@@ -212,7 +212,7 @@ describe("berth lock", () => {
     await run.waitFor(/running/, "stdout");
     strayPids.push(Number(readFileSync(pidFile, "utf8")));
     let grantedAt = 0;
-    const next = locks.acquire({ file: path.join(project, file), owner: "next", wait: { seconds: 20n } }).then((r) => ((grantedAt = Date.now()), r.lease!));
+    const next = locks.acquire({ file: path.join(project, file), owner: "next", maxWait: { seconds: 20n } }).then((r) => ((grantedAt = Date.now()), r.lease!));
     await untilWaiting(file, 1);
     const killedAt = Date.now();
     run.child.kill("SIGKILL");
@@ -236,7 +236,7 @@ describe("berth lock", () => {
   it("withdraws a waiting request on SIGINT and exits 130", async () => {
     const file = "src/interrupted.ts";
     const { lease } = await locks.acquire({ file: path.join(project, file), owner: "carol" });
-    const run = startBerth(["lock", "hold", file, "--wait", "20s", "--", "true"]);
+    const run = startBerth(["lock", "hold", file, "--max-wait", "20s", "--", "true"]);
     await run.waitFor(/"event":"waiting"/, "stderr");
     run.child.kill("SIGINT");
     expect((await run.exited).code).toBe(130);
@@ -244,7 +244,7 @@ describe("berth lock", () => {
     expect(JSON.parse(run.err().trim().split("\n").at(-1)!)).toMatchObject({ event: "interrupted", signal: "SIGINT", exit: 130 });
 
     // The same from the keyboard: Ctrl-C on the terminal.
-    const tty = startInTerminal(["lock", "hold", file, "--wait", "20s", "--", "true"], { cwd: project, env: { BERTH_SESSIONS_URL: url } });
+    const tty = startInTerminal(["lock", "hold", file, "--max-wait", "20s", "--", "true"], { cwd: project, env: { BERTH_SESSIONS_URL: url } });
     await tty.waitFor(/waiting for src\/interrupted\.ts/);
     tty.type("\x03");
     const { code, output } = await tty.exited;
@@ -278,16 +278,62 @@ describe("berth lock", () => {
     expect(hasColour(plainTty.output)).toBe(false);
     expect(screen(plainTty.output)).toMatch(/inspected\.ts\n {2}free\n/);
     const { lease } = await locks.acquire({ file: path.join(project, file), owner: "dave", ttl: { seconds: 60n } });
-    const waiting = locks.acquire({ file: path.join(project, file), owner: "erin", wait: { seconds: 20n } });
+    const waiting = locks.acquire({ file: path.join(project, file), owner: "erin", maxWait: { seconds: 20n } });
     await untilWaiting(file, 1);
     const human = await berth(["lock", "inspect", file]);
     expect(human.stdout).toMatch(/held by dave \(lease, fencing token \d+\) since .*; expires .* unless renewed/);
     expect(human.stdout).toMatch(/1 waiting:\n {4}1\. erin \(lease\) since /);
     expect(human.stdout).toMatch(new RegExp(`last fencing token: ${lease!.fencingToken}`));
     const json = await berth(["lock", "inspect", file, "--json"]);
-    expect(JSON.parse(json.stdout)).toMatchObject({ file: path.join(project, file), holder: { owner: "dave", kind: "HOLDER_KIND_LEASE" }, waiters: [{ owner: "erin" }] });
+    const inspected = JSON.parse(json.stdout) as { waiters: Array<Record<string, string>> };
+    expect(inspected).toMatchObject({ file: path.join(project, file), holder: { owner: "dave", kind: "HOLDER_KIND_LEASE" }, waiters: [{ owner: "erin" }] });
+    expect(Date.parse(inspected.waiters[0]!["waitExpireTime"]!) - Date.parse(inspected.waiters[0]!["waitStartTime"]!)).toBe(20_000);
     await locks.release({ leaseToken: lease!.leaseToken });
     const next = (await waiting).lease!;
     await locks.release({ leaseToken: next.leaseToken });
+  });
+
+  it("shows the limits the service enforces (human and --json)", async () => {
+    const human = await berth(["lock", "limits"]);
+    expect(human.code, human.stderr).toBe(0);
+    expect(human.stdout).toBe(
+      [
+        "lease ttl         30s unless Acquire asks another, at most 1h",
+        "longest wait      10m (an unset --max-wait; longer ones are capped to it)",
+        "hold heartbeat    every 5s",
+        "waiters per file  10000",
+        "owner             at most 256 characters",
+        "",
+      ].join("\n"),
+    );
+    const json = await berth(["lock", "limits", "--json"]);
+    expect(JSON.parse(json.stdout)).toEqual({ defaultTtl: "30s", maxTtl: "3600s", maxWait: "600s", heartbeatInterval: "5s", maxWaitersPerFile: 10000, maxOwnerLength: 256 });
+  });
+
+  it("exits 75 when too many wait for the file (TOO_MANY_WAITERS), and waits the service's longest wait without --max-wait", async () => {
+    const small = await startService("sessions", { args: ["--lock-max-waiters", "1", "--lock-max-wait", "1s"] });
+    const smallUrl = small.url("sessions");
+    const client = connectClient(LockService, smallUrl, { protocol: "grpc", defaultTimeoutMs: 30_000 });
+    const file = path.join(project, "src/crowded.ts");
+    const { lease } = await client.acquire({ file, owner: "holder" });
+    const queued = client.acquire({ file, owner: "first-waiter", maxWait: { seconds: 20n } });
+    const deadline = Date.now() + 10_000;
+    while ((await client.inspect({ file })).waiters.length === 0) {
+      if (Date.now() > deadline) throw new Error("the first waiter never queued");
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+    const crowded = await berth(["lock", "hold", "src/crowded.ts", "--", "true"], { BERTH_SESSIONS_URL: smallUrl });
+    expect(crowded.code).toBe(75);
+    expect(JSON.parse(crowded.stderr.trim().split("\n").at(-1)!)).toMatchObject({ event: "timeout", exit: 75, message: expect.stringMatching(/1 requests already wait for .*crowded\.ts/) });
+    await client.release({ leaseToken: lease!.leaseToken });
+    const next = (await queued).lease!;
+    // No --max-wait: the service's longest wait (1s here), then 75 naming the holder.
+    const started = Date.now();
+    const waited = await berth(["lock", "hold", "src/crowded.ts", "--", "true"], { BERTH_SESSIONS_URL: smallUrl });
+    expect(waited.code).toBe(75);
+    expect(Date.now() - started).toBeGreaterThanOrEqual(1_000);
+    expect(JSON.parse(waited.stderr.trim().split("\n").at(-1)!)).toMatchObject({ event: "timeout", waited_ms: 1_000, holder: { owner: "first-waiter" } });
+    await client.release({ leaseToken: next.leaseToken });
+    await small.stop();
   });
 });

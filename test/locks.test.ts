@@ -9,8 +9,9 @@ import { mkdirSync, readdirSync } from "node:fs";
 import * as path from "node:path";
 import { timestampMs } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError, type Client } from "@connectrpc/connect";
+import { ErrorInfoSchema } from "@berth/api/google/rpc/error_details_pb";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { HolderKind, LockHeldSchema, LockService } from "@berth/api/berth/sessions/v1/lock_service_pb";
+import { HolderKind, LockHeldSchema, LockService } from "@berth/api/berth/locks/v1/lock_service_pb";
 import { FenceRejectedSchema, SessionService } from "@berth/api/berth/sessions/v1/session_service_pb";
 import { childScripts, spawnChild, type Child, type ChildScripts } from "@berth/sessions/locks/testing/child-scripts";
 import { closeClient, connectClient, grpcJsClient, GrpcStatus, isGrpcError, makeTempDir, REPO_ROOT, startService, stopAll, type ServiceProcess } from "./harness.js";
@@ -72,7 +73,7 @@ describe("LockService over the network", () => {
       const client = locksOf(url);
       const owner = `waiter-${i}`;
       leases.push(
-        client.acquire({ file, owner, wait: { seconds: 30n } }).then(({ lease }) => {
+        client.acquire({ file, owner, maxWait: { seconds: 30n } }).then(({ lease }) => {
           order.push(owner);
           return { owner, token: lease!.fencingToken, leaseToken: lease!.leaseToken, client };
         }),
@@ -93,29 +94,30 @@ describe("LockService over the network", () => {
     expect(order).toEqual(["waiter-0", "waiter-1", "waiter-2", "waiter-3", "waiter-4"]);
   });
 
-  it("answers a wait that runs out with ABORTED SOURCE_LOCKED, the holder in the LockHeld detail and the error header", async () => {
+  it("answers a wait that runs out with RESOURCE_EXHAUSTED WAIT_EXHAUSTED, the holder in the LockHeld detail and the error header", async () => {
     const file = path.join(projectRoot, "src/timeout.ts");
     const holder = locksOf(url);
     const lease = (await holder.acquire({ file, owner: "alice" })).lease!;
     const started = Date.now();
-    const error = await failure(locksOf(url).acquire({ file, owner: "bob", wait: { seconds: 0n, nanos: 300_000_000 } }));
+    const error = await failure(locksOf(url).acquire({ file, owner: "bob", maxWait: { seconds: 0n, nanos: 300_000_000 } }));
     expect(Date.now() - started).toBeGreaterThanOrEqual(250);
-    expect(error.code).toBe(Code.Aborted);
+    expect(error.code).toBe(Code.ResourceExhausted);
+    expect(error.findDetails(ErrorInfoSchema)[0]).toMatchObject({ reason: "WAIT_EXHAUSTED", domain: "berth.locks" });
     expect(error.rawMessage).toMatch(/^source locked: .*timeout\.ts is held by alice since .* \(fencing token \d+\); it stayed locked for the whole wait of 300ms/);
     const [held] = error.findDetails(LockHeldSchema);
-    expect(held).toMatchObject({ reason: "SOURCE_LOCKED", file, owner: "alice", fencingToken: lease.fencingToken, kind: HolderKind.LEASE, pid: service.pid });
-    expect(timestampMs(held!.since!)).toBe(timestampMs(lease.acquiredAt!));
+    expect(held).toMatchObject({ file, owner: "alice", fencingToken: lease.fencingToken, kind: HolderKind.LEASE, pid: service.pid, waited: { seconds: 0n, nanos: 300_000_000 } });
+    expect(timestampMs(held!.acquireTime!)).toBe(timestampMs(lease.acquireTime!));
 
     // A grpc-js client (another implementation) sees the status and the JSON details header.
     const grpcJs = grpcJsClient(url);
     try {
-      await grpcJs.unary(LockService.method.acquire, { file, owner: "carol" });
-      throw new Error("expected ABORTED");
+      await grpcJs.unary(LockService.method.acquire, { file, owner: "carol", maxWait: { seconds: 0n } });
+      throw new Error("expected RESOURCE_EXHAUSTED");
     } catch (e) {
       if (!isGrpcError(e)) throw e;
-      expect(e.code).toBe(GrpcStatus.ABORTED);
+      expect(e.code).toBe(GrpcStatus.RESOURCE_EXHAUSTED);
       const details = JSON.parse(String(e.metadata.get("berth-error-details")[0])) as Record<string, unknown>;
-      expect(details).toMatchObject({ reason: "SOURCE_LOCKED", file, owner: "alice", fencingToken: Number(lease.fencingToken), kind: "lease" });
+      expect(details).toMatchObject({ reason: "WAIT_EXHAUSTED", file, owner: "alice", fencingToken: Number(lease.fencingToken), kind: "lease", waitedMs: 0 });
     }
     await holder.release({ leaseToken: lease.leaseToken });
   });
@@ -126,19 +128,23 @@ describe("LockService over the network", () => {
     const lease = (await holder.acquire({ file, owner: "renewer", ttl: { seconds: 2n } })).lease!;
     const waiter = locksOf(url);
     let grantedAt = 0;
-    const next = waiter.acquire({ file, owner: "next", wait: { seconds: 20n } }).then((r) => ((grantedAt = Date.now()), r.lease!));
+    const next = waiter.acquire({ file, owner: "next", maxWait: { seconds: 20n } }).then((r) => ((grantedAt = Date.now()), r.lease!));
 
-    // Renew every 200 ms for 5 s: 2.5 ttls, each renewal with 1.8 s to spare for a stalled process.
+    // Renew every 200 ms for 5 s: 2.5 ttls, each renewal with 1.8 s to spare for a stalled process;
+    // on one stream for the first half, then with unary calls.
     const renewals: boolean[] = [];
     const stop = new AbortController();
     async function* requests() {
-      const end = Date.now() + 5_000;
+      const end = Date.now() + 2_500;
       while (Date.now() < end) {
         yield { leaseToken: lease.leaseToken };
         await new Promise((resolve) => setTimeout(resolve, 200));
       }
     }
-    for await (const answer of holder.keepAlive(requests(), { signal: stop.signal })) renewals.push(answer.alive);
+    for await (const answer of holder.keepAliveStream(requests(), { signal: stop.signal })) renewals.push(answer.renewal!.alive);
+    for (const end = Date.now() + 2_500; Date.now() < end; await new Promise((resolve) => setTimeout(resolve, 200))) {
+      renewals.push(...(await holder.keepAlive({ leaseTokens: [lease.leaseToken] })).renewals.map((r) => r.alive));
+    }
     expect(renewals.length).toBeGreaterThanOrEqual(10);
     expect(renewals.every(Boolean)).toBe(true);
     expect(grantedAt).toBe(0);
@@ -154,7 +160,8 @@ describe("LockService over the network", () => {
     async function* late() {
       yield { leaseToken: lease.leaseToken };
     }
-    for await (const answer of holder.keepAlive(late())) expect(answer.alive).toBe(false);
+    for await (const answer of holder.keepAliveStream(late())) expect(answer.renewal?.alive).toBe(false);
+    expect((await holder.keepAlive({ leaseTokens: [lease.leaseToken] })).renewals).toMatchObject([{ leaseToken: lease.leaseToken, alive: false }]);
     expect((await holder.release({ leaseToken: lease.leaseToken })).released).toBe(false);
     expect((await holder.inspect({ file })).holder?.owner).toBe("next");
     await waiter.release({ leaseToken: granted.leaseToken });
@@ -170,20 +177,20 @@ describe("LockService over the network", () => {
       ["", /^file: is required/],
     ];
     for (const [file, message] of cases) {
-      for (const call of [() => client.acquire({ file, owner: "x" }), () => client.inspect({ file }), () => client.checkToken({ file, fencingToken: 1n })]) {
+      for (const call of [() => client.acquire({ file, owner: "x", maxWait: { seconds: 0n } }), () => client.inspect({ file }), () => client.checkToken({ file, fencingToken: 1n })]) {
         const error = await failure(call());
         expect(error.code).toBe(Code.InvalidArgument);
         expect(error.rawMessage).toMatch(message);
       }
       const error = await failure(
         (async () => {
-          for await (const _ of client.hold({ file, owner: "x" }));
+          for await (const _ of client.hold({ file, owner: "x", maxWait: { seconds: 0n } }));
         })(),
       );
       expect(error.code).toBe(Code.InvalidArgument);
     }
-    const negative = await failure(client.acquire({ file: "/ok.ts", owner: "x", wait: { seconds: -1n } }));
-    expect(negative.rawMessage).toMatch(/^wait: must not be negative/);
+    const negative = await failure(client.acquire({ file: "/ok.ts", owner: "x", maxWait: { seconds: -1n } }));
+    expect(negative.rawMessage).toMatch(/^max_wait: must not be negative/);
   });
 });
 
@@ -199,10 +206,10 @@ describe("Hold and the client process", () => {
     const script = `
       import { createClient } from "@connectrpc/connect";
       import { createGrpcTransport } from "@connectrpc/connect-node";
-      import { LockService } from "@berth/api/berth/sessions/v1/lock_service_pb";
+      import { LockService } from "@berth/api/berth/locks/v1/lock_service_pb";
       const [url, file, owner] = process.argv.slice(1);
       const client = createClient(LockService, createGrpcTransport({ baseUrl: url }));
-      for await (const message of client.hold({ file, owner, wait: { seconds: 30n } })) {
+      for await (const message of client.hold({ file, owner, maxWait: { seconds: 30n } })) {
         if (message.kind.case === "acquired") process.stdout.write("acquired " + message.kind.value.fencingToken + "\\n");
       }`;
     const child = spawn(process.execPath, ["--input-type=module", "-e", script, url, file, owner], { cwd: REPO_ROOT, stdio: ["ignore", "pipe", "inherit"] });
@@ -226,7 +233,7 @@ describe("Hold and the client process", () => {
     const client = locksOf(url);
     expect((await client.inspect({ file })).holder).toMatchObject({ owner: "doomed", kind: HolderKind.STREAM, fencingToken: token });
     let grantedAt = 0;
-    const next = client.acquire({ file, owner: "next", wait: { seconds: 20n } }).then((r) => ((grantedAt = Date.now()), r.lease!));
+    const next = client.acquire({ file, owner: "next", maxWait: { seconds: 20n } }).then((r) => ((grantedAt = Date.now()), r.lease!));
     await until(client, file, (s) => s.waiters.length === 1);
     const exited = new Promise((resolve) => child.once("exit", resolve));
     const killedAt = Date.now();
@@ -261,7 +268,7 @@ describe("shutdown", () => {
       }
     })();
     await until(client, file, (s) => s.holder !== undefined);
-    const waiting = failure(locksOf(url).acquire({ file, owner: "waiter", wait: { seconds: 60n } }));
+    const waiting = failure(locksOf(url).acquire({ file, owner: "waiter", maxWait: { seconds: 60n } }));
     await until(client, file, (s) => s.waiters.length === 1);
     const lockPath = (await client.inspect({ file })).lockPath;
     expect(readdirSync(path.dirname(lockPath))).toContain(path.basename(lockPath));
@@ -303,7 +310,7 @@ describe("fencing across restarts and fenced appends", () => {
     const file = path.join(projectRoot, "src/journal.ts");
     const stale = (await locks.acquire({ file, owner: "paused-writer", ttl: { seconds: 0n, nanos: 200_000_000 } })).lease!;
     // The writer pauses past its lease; another takes the lock.
-    const current = (await locks.acquire({ file, owner: "new-writer", wait: { seconds: 10n } })).lease!;
+    const current = (await locks.acquire({ file, owner: "new-writer", maxWait: { seconds: 10n } })).lease!;
     expect(current.fencingToken).toBeGreaterThan(stale.fencingToken);
 
     const event = { kind: { case: "agentPhase" as const, value: { phase: "planning" } } };
@@ -360,11 +367,11 @@ describe("interop with processes using the seed's lock-file protocol", () => {
     //    that is granted once the seed process lets go.
     const seed = await seedHolder(liveDir, projectRoot, relative, "seed-tool", 0);
     await seed.next("acquired");
-    const refused = await failure(client.acquire({ file, owner: "berth-client" }));
-    expect(refused.code).toBe(Code.Aborted);
+    const refused = await failure(client.acquire({ file, owner: "berth-client", maxWait: { seconds: 0n } }));
+    expect(refused.code).toBe(Code.ResourceExhausted);
     expect(refused.findDetails(LockHeldSchema)[0]).toMatchObject({ owner: "seed-tool", kind: HolderKind.SEED_LOCK_FILE, pid: seed.pid, fencingToken: 0n });
     expect((await client.inspect({ file })).holder).toMatchObject({ owner: "seed-tool", kind: HolderKind.SEED_LOCK_FILE, pid: seed.pid });
-    const waiting = client.acquire({ file, owner: "berth-client", wait: { seconds: 20n } });
+    const waiting = client.acquire({ file, owner: "berth-client", maxWait: { seconds: 20n } });
     await until(client, file, (s) => s.waiters.length === 1);
     seed.send("release");
     await seed.next("released");

@@ -16,7 +16,7 @@ import { createInterface } from "node:readline";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { NeedItemKind } from "@berth/api/berth/budget/v1/budget_pb";
 import { BudgetService } from "@berth/api/berth/budget/v1/budget_service_pb";
-import { HolderKind, LockHeldSchema, LockService } from "@berth/api/berth/sessions/v1/lock_service_pb";
+import { HolderKind, LockHeldSchema, LockService } from "@berth/api/berth/locks/v1/lock_service_pb";
 import { SessionService } from "@berth/api/berth/sessions/v1/session_service_pb";
 import { Code, ConnectError, type Client } from "@connectrpc/connect";
 import { CLI, G, startBudget, until, type BudgetUnderTest } from "./budget-e2e.js";
@@ -140,7 +140,8 @@ describe.skipIf(missing !== undefined)("Python client (grpcio 1.51 + stubs from 
     // As a user would: the stubs are generated from proto/ for this run, never taken from git.
     generated = await runCommand("bash", [path.join(EXAMPLES, "generate.sh"), stubs], { timeoutMs: 60_000, env: { PYTHON } });
     [sessions, budget] = await Promise.all([
-      startService("sessions", { args: ["--token-file", tokenFile] }),
+      // Room for one waiter per lock: the Python side meets TOO_MANY_WAITERS once this side queues one.
+      startService("sessions", { args: ["--token-file", tokenFile, "--lock-max-waiters", "1"] }),
       startBudget(),
     ]);
     const url = sessions.url("sessions");
@@ -154,7 +155,7 @@ describe.skipIf(missing !== undefined)("Python client (grpcio 1.51 + stubs from 
     expect(generated.code, `${generated.stdout}\n${generated.stderr}`).toBe(0);
     const imports = await runCommand(
       PYTHON,
-      ["-c", "import grpc, health_pb2_grpc; from berth.sessions.v1 import session_service_pb2_grpc, lock_service_pb2_grpc, events_pb2; from berth.budget.v1 import budget_service_pb2_grpc; print(grpc.__file__, events_pb2.GenerateEvent().HasField('page_url'))"],
+      ["-c", "import grpc, health_pb2_grpc; from berth.sessions.v1 import session_service_pb2_grpc, events_pb2; from berth.locks.v1 import lock_service_pb2_grpc; from berth.budget.v1 import budget_service_pb2_grpc; print(grpc.__file__, events_pb2.GenerateEvent().HasField('page_url'))"],
       { cwd: stubs, env: { PYTHONPATH: stubs, PYTHONHOME: undefined, PYTHONDONTWRITEBYTECODE: "1" } },
     );
     expect(imports.code, imports.stderr).toBe(0);
@@ -216,23 +217,47 @@ describe.skipIf(missing !== undefined)("Python client (grpcio 1.51 + stubs from 
         event: { variantsReady: { sourceFile: "src/app.css", arrivedVariants: 3 } },
       });
 
-      // A lock held in a `with` block: held as Inspect sees it, a typed LockHeld for a second
-      // taker, and a waiter from this side granted once the block exits.
+      // The locks' limits, as GetLimits answers them to Python.
+      expect(await python.step("lock_limits")).toMatchObject({ default_ttl_ms: 30_000, max_ttl_ms: 3_600_000, max_wait_ms: 600_000, heartbeat_ms: 5_000, max_waiters_per_file: 1, max_owner_length: 256 });
+
+      // A lock held in a `with` block: held as Inspect sees it, WAIT_EXHAUSTED with a typed
+      // LockHeld and a retry delay for a second taker, TOO_MANY_WAITERS once a waiter from this
+      // side fills the file's queue, and that waiter granted once the block exits.
       const held = await python.step("lock_held");
       const file = path.join(projectRoot, "src/app.css");
-      expect(held).toMatchObject({ file, owner: "python", busy_reason: "SOURCE_LOCKED", busy_owner: "python", busy_kind: "HOLDER_KIND_STREAM" });
+      expect(held).toMatchObject({ file, owner: "python", busy_reason: "WAIT_EXHAUSTED", busy_retry_after: 1, busy_owner: "python", busy_kind: "HOLDER_KIND_STREAM", busy_waited_ms: 200 });
       expect(held.busy_fencing_token).toBe(held.fencing_token);
       const inspected = await lockClient.inspect({ file });
       expect(inspected.holder).toMatchObject({ owner: "python", kind: HolderKind.STREAM, fencingToken: BigInt(held.fencing_token as number) });
-      const waiter = lockClient.acquire({ file, owner: "ts-waiter", wait: { seconds: 20n } });
+      const waiter = lockClient.acquire({ file, owner: "ts-waiter", maxWait: { seconds: 20n } });
       expect(await until(async () => (await lockClient.inspect({ file })).waiters.some((w) => w.owner === "ts-waiter"))).toBe(true);
       python.go("release_lock");
+      expect(await python.step("lock_crowded")).toMatchObject({ reason: "TOO_MANY_WAITERS", retry_after: 1, lock_held: false, message: expect.stringMatching(/1 requests already wait for .*app\.css/) });
       const granted = await waiter;
       await python.step("lock_released");
       expect(granted.lease).toMatchObject({ owner: "ts-waiter", file });
       expect(granted.lease!.fencingToken).toBeGreaterThan(BigInt(held.fencing_token as number));
       expect((await lockClient.inspect({ file })).holder?.owner).toBe("ts-waiter");
       await lockClient.release({ leaseToken: granted.lease!.leaseToken });
+
+      // A lease: one request_id twice is one lease; renewed by unary KeepAlive (several tokens in a
+      // call too), released; a malformed request_id is refused naming the field; and a Hold whose
+      // lease is released through Release ends FAILED_PRECONDITION LEASE_RELEASED.
+      expect(await python.step("lease")).toEqual({
+        step: "lease",
+        file: path.join(projectRoot, "src/lease.css"),
+        same_lease: true,
+        alive: true,
+        renewed_later: true,
+        several: [true, false],
+        bad_code: "INVALID_ARGUMENT",
+        bad_reason: "INVALID_FIELD",
+        bad_field: "request_id",
+        bad_violations: ["request_id"],
+        released: true,
+        alive_after_release: false,
+      });
+      expect(await python.step("hold_released")).toMatchObject({ released: true, lost: true, code: "FAILED_PRECONDITION", reason: "LEASE_RELEASED", message: expect.stringMatching(/lease was released through Release/) });
 
       // An impossible need: FAILED_PRECONDITION with a typed Refusal naming the setting.
       expect(await python.step("refused")).toMatchObject({
@@ -304,9 +329,9 @@ describe.skipIf(missing !== undefined)("Python client (grpcio 1.51 + stubs from 
     const viaLink = `${link}/src/app.css`;
     const failure = async (promise: Promise<unknown>) => promise.then(() => Promise.reject(new Error("expected the call to fail")), (error: unknown) => ConnectError.from(error));
     const cliEnv = { BERTH_SESSIONS_URL: url, BERTH_TOKEN: token, BERTH_TOKEN_FILE: undefined };
-    /** `berth lock hold src/app.css --wait 0 -- true` from the project: its exit code and last progress event. */
+    /** `berth lock hold src/app.css --max-wait 0 -- true` from the project: its exit code and last progress event. */
     const cliTry = async () => {
-      const run = await runCommand(process.execPath, [CLI, "lock", "hold", "src/app.css", "--wait", "0", "--owner", "cli-try", "--", "true"], { cwd: project, env: cliEnv, timeoutMs: 30_000 });
+      const run = await runCommand(process.execPath, [CLI, "lock", "hold", "src/app.css", "--max-wait", "0", "--owner", "cli-try", "--", "true"], { cwd: project, env: cliEnv, timeoutMs: 30_000 });
       return { code: run.code, last: JSON.parse(run.stderr.trim().split("\n").at(-1)!) as Record<string, unknown> };
     };
 
@@ -332,9 +357,9 @@ describe.skipIf(missing !== undefined)("Python client (grpcio 1.51 + stubs from 
       });
       expect(held).toBe(`held ${canonical}`);
       python.go("try cli");
-      expect(await python.step("tried cli")).toEqual({ step: "tried cli", acquired: false, code: "ABORTED", file: canonical, holder: "cli" });
-      const refusedByCli = await failure(connect.acquire({ file: viaLink, owner: "connect-try" }));
-      expect(refusedByCli.code).toBe(Code.Aborted);
+      expect(await python.step("tried cli")).toEqual({ step: "tried cli", acquired: false, code: "RESOURCE_EXHAUSTED", file: canonical, holder: "cli" });
+      const refusedByCli = await failure(connect.acquire({ file: viaLink, owner: "connect-try", maxWait: { seconds: 0n } }));
+      expect(refusedByCli.code).toBe(Code.ResourceExhausted);
       expect(refusedByCli.findDetails(LockHeldSchema)[0]).toMatchObject({ file: canonical, owner: "cli" });
       holder.stdin.end("\n");
       expect(await holderExit).toBe(0);
@@ -345,7 +370,7 @@ describe.skipIf(missing !== undefined)("Python client (grpcio 1.51 + stubs from 
       const pythonHeld = await python.step("held");
       expect(pythonHeld.file).toBe(canonical);
       expect(await cliTry()).toMatchObject({ code: 75, last: { event: "timeout", file: canonical, holder: { owner: "python" } } });
-      const refusedByPython = await failure(connect.acquire({ file: viaLink, owner: "connect-try" }));
+      const refusedByPython = await failure(connect.acquire({ file: viaLink, owner: "connect-try", maxWait: { seconds: 0n } }));
       expect(refusedByPython.findDetails(LockHeldSchema)[0]).toMatchObject({ file: canonical, owner: "python" });
       const fence = { file: `${link}/src/x/../app.css`, fencingToken: BigInt(pythonHeld.fencing_token as number) };
       const fenced = await connectSessions.appendEvent({ sessionId: "py-spellings", event: { kind: { case: "agentPhase", value: { phase: "fenced" } } }, fence });
@@ -355,10 +380,10 @@ describe.skipIf(missing !== undefined)("Python client (grpcio 1.51 + stubs from 
 
       // 3. Connect holds it through the symlink (waiting for Python's stream end to reach the
       //    service): Python and the CLI are refused.
-      const { lease } = await connect.acquire({ file: viaLink, owner: "connect", wait: { seconds: 10n } });
+      const { lease } = await connect.acquire({ file: viaLink, owner: "connect", maxWait: { seconds: 10n } });
       expect(lease!.file).toBe(canonical);
       python.go("try connect");
-      expect(await python.step("tried connect")).toEqual({ step: "tried connect", acquired: false, code: "ABORTED", file: canonical, holder: "connect" });
+      expect(await python.step("tried connect")).toEqual({ step: "tried connect", acquired: false, code: "RESOURCE_EXHAUSTED", file: canonical, holder: "connect" });
       expect(await cliTry()).toMatchObject({ code: 75, last: { event: "timeout", file: canonical, holder: { owner: "connect" } } });
       await connect.release({ leaseToken: lease!.leaseToken });
       python.go("try free");

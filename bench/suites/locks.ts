@@ -30,14 +30,14 @@ import { fileURLToPath } from "node:url";
 import * as grpc from "@grpc/grpc-js";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
-import { HoldRequestSchema, HoldResponseSchema, type HoldResponse } from "@berth/api/berth/sessions/v1/lock_service_pb";
+import { HoldRequestSchema, HoldResponseSchema, type HoldResponse } from "@berth/api/berth/locks/v1/lock_service_pb";
 import { emptyRpcReference, grpcServiceClient, target, unary } from "../lib/grpc-clients.js";
 import { closedLoop } from "../lib/load.js";
 import { emit, percentiles, ratio } from "../lib/report.js";
 import { startBenchServer, type BenchServer } from "../lib/server.js";
 
-const LOCK_PROTO = "berth/sessions/v1/lock_service.proto";
-const LOCK_SERVICE = "berth.sessions.v1.LockService";
+const LOCK_PROTO = "berth/locks/v1/lock_service.proto";
+const LOCK_SERVICE = "berth.locks.v1.LockService";
 
 interface Settings {
   uncontendedConcurrency: number;
@@ -164,13 +164,13 @@ interface HeldSection {
 }
 
 async function leaseSection(client: grpc.Client, file: string, owner: string): Promise<HeldSection> {
-  const { lease } = await unary<{ lease: GrpcLease }>(client, "acquire", { file, owner, wait: { seconds: 60 }, ttl: { seconds: 30 } });
+  const { lease } = await unary<{ lease: GrpcLease }>(client, "acquire", { file, owner, maxWait: { seconds: 60 }, ttl: { seconds: 30 } });
   return { fencingToken: lease.fencingToken, release: () => unary(client, "release", { leaseToken: lease.leaseToken }).then(() => {}) };
 }
 
 function holdSection(client: grpc.Client, file: string, owner: string): Promise<HeldSection> {
   return new Promise((resolve, reject) => {
-    const call = (client as unknown as Record<string, Function>)["hold"]!({ file, owner, wait: { seconds: 60 } }) as grpc.ClientReadableStream<{ kind: string; acquired?: GrpcLease }>;
+    const call = (client as unknown as Record<string, Function>)["hold"]!({ file, owner, maxWait: { seconds: 60 } }) as grpc.ClientReadableStream<{ kind: string; acquired?: GrpcLease }>;
     let granted = false;
     call.on("data", (message) => {
       if (message.kind !== "acquired" || granted) return;
@@ -333,9 +333,9 @@ function openRawHold(url: string, file: string, owner: string, waitMs: number): 
   socket.setNoDelay(true);
   const session = http2.connect(url, { createConnection: () => socket });
   session.on("error", () => {});
-  const stream = session.request({ ":method": "POST", ":path": "/berth.sessions.v1.LockService/Hold", "content-type": "application/grpc", te: "trailers" });
+  const stream = session.request({ ":method": "POST", ":path": "/berth.locks.v1.LockService/Hold", "content-type": "application/grpc", te: "trailers" });
   stream.on("error", () => {});
-  const body = toBinary(HoldRequestSchema, create(HoldRequestSchema, { file, owner, wait: durationFromMs(waitMs) }));
+  const body = toBinary(HoldRequestSchema, create(HoldRequestSchema, { file, owner, maxWait: durationFromMs(waitMs) }));
   const frame = Buffer.alloc(5 + body.length);
   frame.writeUInt32BE(body.length, 1);
   frame.set(body, 5);

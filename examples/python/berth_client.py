@@ -6,8 +6,9 @@ the few patterns that take care to get right by hand:
 - append events and read them back; watch a session (backlog, the caught-up marker, live
   entries), resuming by itself when the service ends a watcher that fell behind;
 - hold a source lock for the length of a ``with`` block (the Hold stream: the lock is freed the
-  instant the stream ends, even if this process is killed), a relative path resolved against this
-  process's working directory, as the service wants absolute paths;
+  instant the stream ends, even if this process is killed), or take one as a lease (Acquire, with a
+  request id that makes a retry safe; unary KeepAlive; Release), a relative path resolved against
+  this process's working directory, as the service wants absolute paths;
 - admit work with the Admit stream (queued updates to a callback, then admitted; report started
   services; release), or with a lease (Reserve, KeepAlive, Release) where a stream cannot be held;
 - the bearer token on every call, and errors with their structured details decoded.
@@ -19,7 +20,7 @@ Everything else is reachable through the raw stubs: ``client.sessions``, ``clien
 
     with Berth() as berth:                              # BERTH_SESSIONS_URL, BERTH_BUDGET_URL, BERTH_TOKEN
         berth.append("demo", "generate", {"pageUrl": "/", "count": 3})
-        with berth.lock("src/app.css", owner="me") as lease:
+        with berth.lock("src/app.css", owner="me", max_wait=30) as lease:
             print("holding, fencing token", lease.fencing_token)
         with berth.admit([start("web", memory="1G")], label="up web") as admission:
             admission.started("web", pid=os.getpid())
@@ -57,7 +58,8 @@ from google.protobuf import duration_pb2  # noqa: E402
 from google.protobuf.message import Message  # noqa: E402
 
 from berth.budget.v1 import budget_pb2, budget_service_pb2, budget_service_pb2_grpc  # noqa: E402
-from berth.sessions.v1 import events_pb2, lock_service_pb2, lock_service_pb2_grpc  # noqa: E402
+from berth.locks.v1 import lock_service_pb2, lock_service_pb2_grpc  # noqa: E402
+from berth.sessions.v1 import events_pb2  # noqa: E402
 from berth.sessions.v1 import session_service_pb2, session_service_pb2_grpc, snapshot_pb2  # noqa: E402
 import error_details_pb2  # noqa: E402
 import health_pb2  # noqa: E402
@@ -528,6 +530,14 @@ class HeldLock:
                 self.lost = True
                 self.lost_error = error_from_rpc(error)
 
+    def wait_lost(self, timeout: Optional[Seconds] = None) -> bool:
+        """Blocks until the lock is lost (the stream ended by itself: ``lost_error`` says why, e.g.
+        reason ``LEASE_RELEASED`` when its lease was released through Release) or ``timeout`` passes;
+        True when it was lost."""
+        if self._thread is not None:
+            self._thread.join(timeout)
+        return self.lost
+
     def release(self) -> None:
         """Ends the stream: the service frees the lock (and hands it to the next waiter)."""
         if self._released or self._call is None:
@@ -542,32 +552,48 @@ class HeldLock:
 
 
 class LockLease:
-    """A lease from Acquire: renew it with :meth:`keep_alive`, free it with :meth:`release` (or a ``with`` block)."""
+    """A lease from Acquire: renew it with :meth:`keep_alive` (or :meth:`start_keep_alive`), free it
+    with :meth:`release` (or a ``with`` block)."""
 
     def __init__(self, stub: lock_service_pb2_grpc.LockServiceStub, lease: lock_service_pb2.Lease, timeout: Seconds):
         self._stub = stub
         self.lease = lease
         self._timeout = timeout
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
 
     @property
     def fencing_token(self) -> int:
         return self.lease.fencing_token
 
-    def keep_alive(self) -> lock_service_pb2.KeepAliveResponse:
-        """Renews the lease once (KeepAlive is a stream of renewals; a long-lived holder keeps one open)."""
-        requests = _Requests(lock_service_pb2.KeepAliveRequest(lease_token=self.lease.lease_token))
-        call = self._stub.KeepAlive(iter(requests), timeout=self._timeout)
-        try:
-            response = next(call)
-        except grpc.RpcError as error:
-            raise error_from_rpc(error) from None
-        finally:
-            requests.close()
-            call.cancel()
-        return response
+    def keep_alive(self) -> lock_service_pb2.Renewal:
+        """Renews the lease once for its ttl (unary KeepAlive); ``alive`` is False when it is gone."""
+        request = lock_service_pb2.KeepAliveRequest(lease_tokens=[self.lease.lease_token])
+        return _rpc(lambda: self._stub.KeepAlive(request, timeout=self._timeout)).renewals[0]
+
+    def start_keep_alive(self, every: Optional[Seconds] = None) -> None:
+        """Renews from a background thread (every third of the ttl by default) until released or gone."""
+        if self._thread is not None:
+            return
+        ttl = self.lease.ttl.ToMilliseconds() / 1000 if self.lease.HasField("ttl") else 30
+        interval = every if every is not None else max(ttl / 3, 0.1)
+
+        def run() -> None:
+            while not self._stop.wait(interval):
+                try:
+                    if not self.keep_alive().alive:
+                        return
+                except BerthError:
+                    pass  # transient: the next tick tries again before the lease runs out
+
+        self._thread = threading.Thread(target=run, name="berth-lock-keepalive", daemon=True)
+        self._thread.start()
 
     def release(self) -> bool:
         """Frees the lease; False when it was already gone."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
         return _rpc(lambda: self._stub.Release(lock_service_pb2.ReleaseRequest(lease_token=self.lease.lease_token), timeout=self._timeout)).released
 
     def __enter__(self) -> "LockLease":
@@ -857,28 +883,58 @@ class Berth:
 
     # locks
 
-    def lock(self, file: str, owner: str, *, wait: Optional[Seconds] = None, on_waiting: Optional[Callable[[lock_service_pb2.Waiting], None]] = None) -> HeldLock:
+    def lock(self, file: str, owner: str, *, max_wait: Optional[Seconds] = None, on_waiting: Optional[Callable[[lock_service_pb2.Waiting], None]] = None) -> HeldLock:
         """Holds the source lock on ``file`` for a ``with`` block (``with berth.lock("src/app.css", owner="me") as lease:``).
 
-        Waits up to ``wait`` seconds in the queue (unset: try once), calling ``on_waiting`` with the
-        position and the holder; a wait that runs out raises BerthError ABORTED with a ``LockHeld``
-        detail naming the holder. A relative path is resolved against this process's working
-        directory (see :func:`lock_path`); the lease's ``file`` is the canonical path.
+        Waits up to ``max_wait`` seconds in the queue (unset: the service's longest wait, 10 minutes
+        unless configured; 0: try once), calling ``on_waiting`` with the position and the holder; a
+        wait that runs out raises BerthError RESOURCE_EXHAUSTED (reason ``WAIT_EXHAUSTED``, a
+        ``LockHeld`` detail naming the holder, ``retry_after``). A relative path is resolved against
+        this process's working directory (see :func:`lock_path`); the lease's ``file`` is the
+        canonical path.
         """
         request = lock_service_pb2.HoldRequest(file=lock_path(file), owner=owner)
-        if wait is not None:
-            request.wait.CopyFrom(_duration(wait))
+        if max_wait is not None:
+            request.max_wait.CopyFrom(_duration(max_wait))
         return HeldLock(self.locks, request, on_waiting)
 
-    def acquire(self, file: str, owner: str, *, wait: Optional[Seconds] = None, ttl: Optional[Seconds] = None) -> LockLease:
-        """Takes the lock on ``file`` as a lease (renew with KeepAlive, free with Release); ``file`` as in :meth:`lock`."""
-        request = lock_service_pb2.AcquireRequest(file=lock_path(file), owner=owner)
-        if wait is not None:
-            request.wait.CopyFrom(_duration(wait))
+    def acquire(
+        self,
+        file: str,
+        owner: str,
+        *,
+        max_wait: Optional[Seconds] = None,
+        ttl: Optional[Seconds] = None,
+        request_id: str = "",
+        auto_keep_alive: bool = False,
+    ) -> LockLease:
+        """Takes the lock on ``file`` as a lease (renew with KeepAlive, free with Release); ``file`` and
+        ``max_wait`` as in :meth:`lock`.
+
+        ``request_id`` (e.g. ``str(uuid.uuid4())``) makes a retry safe: calling again with the same
+        file, owner and id while the first call's lease lives answers that lease (while the first
+        call still waits, it waits with it) instead of queueing a second request.
+        """
+        request = lock_service_pb2.AcquireRequest(file=lock_path(file), owner=owner, request_id=request_id)
+        if max_wait is not None:
+            request.max_wait.CopyFrom(_duration(max_wait))
         if ttl is not None:
             request.ttl.CopyFrom(_duration(ttl))
-        timeout = self.timeout + (wait or 0)
-        return LockLease(self.locks, _rpc(lambda: self.locks.Acquire(request, timeout=timeout)).lease, self.timeout)
+        # Unset, the service bounds the wait by its own longest one: no deadline of ours to cut it short.
+        timeout = None if max_wait is None else self.timeout + max_wait
+        lease = LockLease(self.locks, _rpc(lambda: self.locks.Acquire(request, timeout=timeout)).lease, self.timeout)
+        if auto_keep_alive:
+            lease.start_keep_alive()
+        return lease
+
+    def keep_alive(self, *lease_tokens: str) -> list:
+        """Renews several leases in one call (unary KeepAlive): one ``Renewal`` per token, in order."""
+        request = lock_service_pb2.KeepAliveRequest(lease_tokens=list(lease_tokens))
+        return list(_rpc(lambda: self.locks.KeepAlive(request, timeout=self.timeout)).renewals)
+
+    def lock_limits(self) -> lock_service_pb2.GetLimitsResponse:
+        """The limits the locks enforce: default and longest ttl, longest wait, Hold heartbeat, waiters per file, owner length."""
+        return _rpc(lambda: self.locks.GetLimits(lock_service_pb2.GetLimitsRequest(), timeout=self.timeout))
 
     def inspect(self, file: str) -> lock_service_pb2.InspectResponse:
         """The lock's holder, fencing token and waiters; ``file`` as in :meth:`lock`."""

@@ -24,7 +24,7 @@ import grpc  # noqa: E402
 
 from berth_client import Berth, BerthError, start, to_dict  # noqa: E402
 from berth.budget.v1 import budget_pb2  # noqa: E402
-from berth.sessions.v1 import lock_service_pb2  # noqa: E402
+from berth.locks.v1 import lock_service_pb2  # noqa: E402
 
 
 def title(text: str) -> None:
@@ -83,14 +83,16 @@ def main() -> int:
     print("the snapshot now:", {k: v for k, v in to_dict(snapshot).items() if k in ("phase", "sourceFile", "arrivedVariants", "mountedVariants", "renderState")})
 
     title("a source lock, held for a with block")
-    with berth.lock("src/app.css", owner="demo.py", wait=30, on_waiting=lambda w: print(f"  waiting: position {w.position}, held by {w.holder.owner}")) as lease:
+    limits = berth.lock_limits()
+    print(f"leases last {limits.default_ttl.seconds}s unless renewed; a request waits at most {limits.max_wait.seconds}s")
+    with berth.lock("src/app.css", owner="demo.py", max_wait=30, on_waiting=lambda w: print(f"  waiting: position {w.position}, held by {w.holder.owner}")) as lease:
         print(f"holding {lease.file} with fencing token {lease.fencing_token}")
         print("Inspect says the holder is", berth.inspect("src/app.css").holder.owner)
         try:
-            berth.acquire("src/app.css", owner="someone else")
+            berth.acquire("src/app.css", owner="someone else", max_wait=0)
         except BerthError as error:
             held = error.detail(lock_service_pb2.LockHeld)
-            print(f"a second taker gets {error.code.name} {held.reason}: held by {held.owner!r} since {held.since.ToDatetime():%H:%M:%S} UTC")
+            print(f"a second taker, trying once, gets {error.code.name} {error.reason}: held by {held.owner!r} since {held.acquire_time.ToDatetime():%H:%M:%S} UTC; retry in {error.retry_after:g}s")
         # A write fenced by the lock: refused once the lock moves on (not here: we still hold it).
         berth.append(session, "steer", {"pageUrl": "/pricing"}, extra={"instructions": "less red"}, fence=(lease.file, lease.fencing_token))
         print("a fenced append went through")

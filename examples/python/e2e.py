@@ -6,7 +6,8 @@ entry, inspect a lock, hold or free the budget) it waits for ``{"go": NAME}`` on
 prints ``{"step": "failed", "error": ...}`` and exits 1.
 
 Environment: BERTH_SESSIONS_URL, BERTH_BUDGET_URL, BERTH_TOKEN (the sessions service's token),
-BERTH_PYTHON_STUBS (the generated stubs), BERTH_E2E_LOCK_FILE (the file to lock).
+BERTH_PYTHON_STUBS (the generated stubs), BERTH_E2E_LOCK_FILE (the file to lock; the service lets one
+request wait per file).
 `e2e.py lag` runs only the lag-and-resume scenario (against a service with a small --watch-buffer).
 `e2e.py spellings` locks BERTH_E2E_LOCK_FILE (relative to its working directory) when told, while
 the other side takes the same file through other spellings.
@@ -19,12 +20,14 @@ import os
 import sys
 import time
 import traceback
+import uuid
 
 import grpc
 
 from berth_client import Berth, BerthError, event, lock_path, start, to_dict
 from berth.budget.v1 import budget_pb2
-from berth.sessions.v1 import lock_service_pb2, session_service_pb2
+from berth.locks.v1 import lock_service_pb2
+from berth.sessions.v1 import session_service_pb2
 
 SESSION = "py-e2e"
 
@@ -109,22 +112,66 @@ def watch_steps(berth: Berth) -> None:
 
 def lock_steps(berth: Berth) -> None:
     file = os.environ["BERTH_E2E_LOCK_FILE"]
-    with berth.lock(file, owner="python", wait=10) as lease:
-        busy = expect_error(lambda: berth.acquire(file, owner="python-probe"), grpc.StatusCode.ABORTED)
+    limits = berth.lock_limits()
+    emit("lock_limits", default_ttl_ms=limits.default_ttl.ToMilliseconds(), max_ttl_ms=limits.max_ttl.ToMilliseconds(), max_wait_ms=limits.max_wait.ToMilliseconds(), heartbeat_ms=limits.heartbeat_interval.ToMilliseconds(), max_waiters_per_file=limits.max_waiters_per_file, max_owner_length=limits.max_owner_length)
+    with berth.lock(file, owner="python", max_wait=10) as lease:
+        busy = expect_error(lambda: berth.acquire(file, owner="python-probe", max_wait=0.2), grpc.StatusCode.RESOURCE_EXHAUSTED)
         held = busy.detail(lock_service_pb2.LockHeld)
         emit(
             "lock_held",
             file=lease.file,
             owner=lease.owner,
             fencing_token=lease.fencing_token,
-            busy_reason=held.reason if held else None,
+            busy_reason=busy.reason,
+            busy_retry_after=busy.retry_after,
             busy_owner=held.owner if held else None,
             busy_kind=lock_service_pb2.HolderKind.Name(held.kind) if held else None,
             busy_fencing_token=held.fencing_token if held else None,
+            busy_waited_ms=held.waited.ToMilliseconds() if held else None,
         )
-        # The other side inspects the lock and queues a waiter of its own, then says go.
+        # The other side inspects the lock and queues a waiter of its own, then says go: the
+        # file's queue (room for one here) is full, so one more is refused at once.
         wait_for("release_lock")
+        crowded = expect_error(lambda: berth.acquire(file, owner="python-crowd", max_wait=5), grpc.StatusCode.RESOURCE_EXHAUSTED)
+        emit("lock_crowded", reason=crowded.reason, retry_after=crowded.retry_after, lock_held=crowded.detail(lock_service_pb2.LockHeld) is not None, message=crowded.message)
     emit("lock_released")
+
+
+def lease_steps(berth: Berth) -> None:
+    file = "src/lease.css"
+    request_id = str(uuid.uuid4())
+    lease = berth.acquire(file, owner="python-lease", ttl=5, request_id=request_id)
+    # The retry of a call whose answer was lost: the same lease, not a second place in the queue.
+    again = berth.acquire(file, owner="python-lease", max_wait=0, request_id=request_id)
+    time.sleep(0.05)  # so that the renewed expiry is visibly later
+    renewal = lease.keep_alive()
+    both = berth.keep_alive(lease.lease.lease_token, "never-granted")
+    bad_id = expect_error(lambda: berth.acquire(file, owner="python-lease", request_id="not a valid id"), grpc.StatusCode.INVALID_ARGUMENT)
+    released = lease.release()
+    after = lease.keep_alive()
+    emit(
+        "lease",
+        file=lease.lease.file,
+        same_lease=again.lease.lease_token == lease.lease.lease_token and again.fencing_token == lease.fencing_token,
+        alive=renewal.alive,
+        renewed_later=renewal.expire_time.ToMilliseconds() > lease.lease.expire_time.ToMilliseconds(),
+        several=[r.alive for r in both],
+        bad_code=bad_id.code.name,
+        bad_reason=bad_id.reason,
+        bad_field=bad_id.field,
+        bad_violations=[v.field for d in bad_id.details if type(d).__name__ == "BadRequest" for v in d.field_violations],
+        released=released,
+        alive_after_release=after.alive,
+    )
+
+    # A Hold's lease released through Release ends the Hold: FAILED_PRECONDITION LEASE_RELEASED.
+    held = berth.lock(file, owner="python-hold", max_wait=10)
+    hold_lease = held.__enter__()
+    released_hold = berth.locks.Release(lock_service_pb2.ReleaseRequest(lease_token=hold_lease.lease_token), timeout=10).released
+    lost = held.wait_lost(10)
+    error = held.lost_error
+    held.release()
+    emit("hold_released", released=released_hold, lost=lost, code=error.code.name if error else None, reason=error.reason if error else None, message=error.message if error else None)
 
 
 def admit_steps(berth: Berth) -> None:
@@ -227,13 +274,13 @@ def spellings_steps() -> None:
             go = json.loads(line).get("go", "")
             if go.startswith("try "):
                 try:
-                    with berth.acquire(file, owner="python-try") as lease:
+                    with berth.acquire(file, owner="python-try", max_wait=0) as lease:
                         emit(f"tried {go[4:]}", acquired=True, file=lease.lease.file)
                 except BerthError as error:
                     lock_held = error.detail(lock_service_pb2.LockHeld)
                     emit(f"tried {go[4:]}", acquired=False, code=error.code.name, file=lock_held.file if lock_held else None, holder=lock_held.owner if lock_held else None)
             elif go == "hold":
-                held = berth.lock(file, owner="python", wait=10)
+                held = berth.lock(file, owner="python", max_wait=10)
                 lease = held.__enter__()
                 emit("held", file=lease.file, fencing_token=lease.fencing_token)
             elif go == "release" and held is not None:
@@ -249,6 +296,7 @@ def tour() -> None:
         append_steps(berth)
         watch_steps(berth)
         lock_steps(berth)
+        lease_steps(berth)
         admit_steps(berth)
         reserve_steps(berth)
         invalid_argument_steps(berth)

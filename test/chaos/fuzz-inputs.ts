@@ -292,6 +292,9 @@ function hinted(field: DescField, settings: InputSettings, sane: boolean): fc.Ar
         return mix(fc.oneof(fc.constant(""), fc.integer({ min: 0, max: 30 }).map((n) => `k-${n}`)), 8, nasty, 2);
       case "lease_token":
         return mix(fc.constant(PLACEHOLDER.lease), 6, nasty, 4);
+      case "request_id":
+        // A few ids, so that repeats meet (a repeat answers the first call's lease, or waits with it).
+        return mix(fc.oneof(fc.constant(""), fc.integer({ min: 0, max: 5 }).map((n) => `req-${n}`)), 8, nasty, 2);
       case "reservation_id":
         return mix(fc.constant(PLACEHOLDER.reservation), 6, nasty, 4);
       case "id":
@@ -305,7 +308,7 @@ function hinted(field: DescField, settings: InputSettings, sane: boolean): fc.Ar
           7,
         );
       case "service":
-        return mix(fc.constantFrom("", "berth.sessions.v1.SessionService", "berth.budget.v1.BudgetService", "berth.sessions.v1.LockService"), 5, nasty, 5);
+        return mix(fc.constantFrom("", "berth.sessions.v1.SessionService", "berth.budget.v1.BudgetService", "berth.locks.v1.LockService"), 5, nasty, 5);
       default:
         return sane ? saneScalar(ScalarType.STRING) : undefined;
     }
@@ -313,6 +316,9 @@ function hinted(field: DescField, settings: InputSettings, sane: boolean): fc.Ar
   if (field.fieldKind === "message" && field.message.typeName === "berth.sessions.v1.Fence" && sane) return fc.constant(undefined);
   if (field.fieldKind === "list" && field.listKind === "scalar" && field.scalar === ScalarType.STRING && name === "ids") {
     return fc.array(mix(fc.constantFrom(PLACEHOLDER.reservation, PLACEHOLDER.running), 1, nasty, 1), { maxLength: 5 });
+  }
+  if (field.fieldKind === "list" && field.listKind === "scalar" && field.scalar === ScalarType.STRING && name === "lease_tokens") {
+    return fc.array(mix(fc.constant(PLACEHOLDER.lease), 1, nasty, 1), { minLength: sane ? 1 : 0, maxLength: 5 });
   }
   if (field.fieldKind === "scalar" && (field.scalar === ScalarType.UINT64 || field.scalar === ScalarType.INT64)) {
     if (name === "expected_seq" && sane) {

@@ -43,7 +43,7 @@ import * as path from "node:path";
 import type { DescService } from "@bufbuild/protobuf";
 import { afterAll, expect, it } from "vitest";
 import { BudgetService } from "@berth/api/berth/budget/v1/budget_service_pb";
-import { LockService } from "@berth/api/berth/sessions/v1/lock_service_pb";
+import { LockService } from "@berth/api/berth/locks/v1/lock_service_pb";
 import { SessionService } from "@berth/api/berth/sessions/v1/session_service_pb";
 import { Health } from "@berth/api/grpc/health/v1/health_pb";
 import { ServerReflection as ReflectionV1 } from "@berth/api/grpc/reflection/v1/reflection_pb";

@@ -22,7 +22,7 @@ import type { MessageInitShape } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { NeedItemKind, RefusalKind, RefusalSchema, type NeedItemSchema } from "@berth/api/berth/budget/v1/budget_pb";
 import type { AdmitRequestSchema } from "@berth/api/berth/budget/v1/budget_service_pb";
-import { LockService, type HoldResponse } from "@berth/api/berth/sessions/v1/lock_service_pb";
+import { LockService, type HoldResponse } from "@berth/api/berth/locks/v1/lock_service_pb";
 import { SessionService, type WatchSessionResponse, type WatchSessionsResponse } from "@berth/api/berth/sessions/v1/session_service_pb";
 import { pushable } from "@berth/budget/server/testing";
 import { grpcCodeName } from "../harness.js";
@@ -312,7 +312,7 @@ async function holdOnce(world: LoadWorld, owner: string): Promise<void> {
   const letGo = () => {
     if (world.holders.get(file) === owner) world.holders.delete(file);
   };
-  const call = lane.client.serverStream(LockService.method.hold, { file, owner, wait: { seconds: 300n } }) as unknown as ServerStreamCall<HoldResponse>;
+  const call = lane.client.serverStream(LockService.method.hold, { file, owner, maxWait: { seconds: 300n } }) as unknown as ServerStreamCall<HoldResponse>;
   const stream = follow(
     world,
     "hold",

@@ -11,7 +11,7 @@
  *   a small one never is) and GetState (never more committed than the budget) over connect-node gRPC.
  */
 import { NeedItemKind } from "@berth/api/berth/budget/v1/budget_pb";
-import { LockService } from "@berth/api/berth/sessions/v1/lock_service_pb";
+import { LockService } from "@berth/api/berth/locks/v1/lock_service_pb";
 import { SessionService } from "@berth/api/berth/sessions/v1/session_service_pb";
 import { ConnectError } from "@connectrpc/connect";
 import { grpcCodeName, isGrpcError } from "../harness.js";

@@ -37,7 +37,7 @@
 import * as path from "node:path";
 import { afterAll, expect, it } from "vitest";
 import { BudgetService } from "@berth/api/berth/budget/v1/budget_service_pb";
-import { LockService } from "@berth/api/berth/sessions/v1/lock_service_pb";
+import { LockService } from "@berth/api/berth/locks/v1/lock_service_pb";
 import { SessionService } from "@berth/api/berth/sessions/v1/session_service_pb";
 import { fixtureArgs } from "../budget-e2e.js";
 import { closeClient, connectClient, grpcJsClient, grpcJsHealthClient, makeTempDir, startService, stopAll } from "../harness.js";

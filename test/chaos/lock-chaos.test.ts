@@ -26,7 +26,7 @@ import * as path from "node:path";
 import { createInterface } from "node:readline";
 import { Code, ConnectError, type Client } from "@connectrpc/connect";
 import { afterAll, describe, expect, it } from "vitest";
-import { LockService } from "@berth/api/berth/sessions/v1/lock_service_pb";
+import { LockService } from "@berth/api/berth/locks/v1/lock_service_pb";
 import { SessionService } from "@berth/api/berth/sessions/v1/session_service_pb";
 import { connectClient, makeTempDir, onStopAll, repoPath, startService, stopAll } from "../harness.js";
 import { judgeLockRun, quantile, type JournalWrite, type LockRunEvidence, type PauseRecord } from "./lock-checks.js";

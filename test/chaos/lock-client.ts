@@ -3,7 +3,8 @@
  * `node test/dist/chaos/lock-client.js '<LockClientConfig JSON>'`.
  *
  * Forever, until killed or until its stdin closes (the suite went away): pick one of the files,
- * take its lock — with a Hold stream or with Acquire + KeepAlive + Release — and, while holding
+ * take its lock — with a Hold stream or with Acquire + KeepAlive (unary calls, or a KeepAliveStream)
+ * + Release — and, while holding
  * it, make a few protected writes: `AppendEvent`s to the file's session fenced with the grant's
  * fencing token. Everything it does goes to its log (see `lock-records.ts`) before and after it
  * happens, so the suite can tell what was attempted, what was acknowledged and what was refused.
@@ -11,11 +12,12 @@
  * The client is deliberately naive about losing its lock: it does not look at KeepAlive answers
  * before writing. A holder that was paused past its lease must be stopped by the fence alone.
  */
+import { randomUUID } from "node:crypto";
 import { openSync, writeSync } from "node:fs";
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
-import { LockService } from "@berth/api/berth/sessions/v1/lock_service_pb";
+import { LockService } from "@berth/api/berth/locks/v1/lock_service_pb";
 import { FenceRejectedSchema, SessionService } from "@berth/api/berth/sessions/v1/session_service_pb";
 import { sessionOfFile, WRITE_EVENT_TYPE, type LockClientConfig, type LockMode, type LockRecord } from "./lock-records.js";
 
@@ -121,7 +123,7 @@ async function protectedWrites(file: string, fencingToken: number, mode: LockMod
 async function holdTurn(file: string): Promise<void> {
   const end = new AbortController();
   record("asked", { file, mode: "hold" }, true);
-  const stream = locks.hold({ file, owner, wait: durationFromMs(WAIT_MS) }, { signal: end.signal })[Symbol.asyncIterator]();
+  const stream = locks.hold({ file, owner, maxWait: durationFromMs(WAIT_MS) }, { signal: end.signal })[Symbol.asyncIterator]();
   let fencingToken: number | undefined;
   try {
     while (fencingToken === undefined) {
@@ -149,11 +151,44 @@ async function holdTurn(file: string): Promise<void> {
   record("released", { file, fencingToken, lost: !kept, released: null }, true);
 }
 
+/**
+ * Renews `leaseToken` every quarter of its ttl until stopped: on one KeepAliveStream, or with unary
+ * KeepAlive calls (each bounded; a lost answer is just a renewal that did not happen).
+ */
+function keepRenewing(leaseToken: string, overStream: boolean): () => Promise<void> {
+  const every = Math.max(1, Math.floor(config.leaseTtlMs / 4));
+  if (!overStream) {
+    const renew = () => void locks.keepAlive({ leaseTokens: [leaseToken] }, { timeoutMs: CALL_TIMEOUT_MS }).catch(() => {});
+    renew();
+    const timer = setInterval(renew, every);
+    return async () => clearInterval(timer);
+  }
+  const renewals = requestQueue<{ leaseToken: string }>();
+  const stopRenewing = new AbortController();
+  const answers = (async () => {
+    try {
+      for await (const _ of locks.keepAliveStream(renewals.requests, { signal: stopRenewing.signal }));
+    } catch {
+      // Ended by our abort below; a lease that was lost shows in the writes' fences.
+    }
+  })();
+  const renew = () => renewals.push({ leaseToken });
+  renew();
+  const timer = setInterval(renew, every);
+  return async () => {
+    clearInterval(timer);
+    renewals.end();
+    stopRenewing.abort();
+    await answers;
+  };
+}
+
 /** One turn with Acquire + KeepAlive + Release on a short lease. */
 async function leaseTurn(file: string): Promise<void> {
   record("asked", { file, mode: "lease" }, true);
+  // Every Acquire carries a request id: a retry of it would answer the same lease, never a second one.
   const { lease } = await locks.acquire(
-    { file, owner, wait: durationFromMs(WAIT_MS), ttl: durationFromMs(config.leaseTtlMs) },
+    { file, owner, maxWait: durationFromMs(WAIT_MS), ttl: durationFromMs(config.leaseTtlMs), requestId: randomUUID() },
     { timeoutMs: WAIT_MS + CALL_TIMEOUT_MS },
   );
   if (lease === undefined) throw new Error("Acquire answered without a lease");
@@ -161,26 +196,12 @@ async function leaseTurn(file: string): Promise<void> {
   const leaseToken = lease.leaseToken;
   record("granted", { file, mode: "lease", fencingToken, ttlMs: config.leaseTtlMs }, true);
 
-  const renewals = requestQueue<{ leaseToken: string }>();
-  const stopRenewing = new AbortController();
-  const answers = (async () => {
-    try {
-      for await (const _ of locks.keepAlive(renewals.requests, { signal: stopRenewing.signal }));
-    } catch {
-      // Ended by our abort below; a lease that was lost shows in the writes' fences.
-    }
-  })();
-  const renew = () => renewals.push({ leaseToken });
-  renew();
-  const timer = setInterval(renew, Math.max(1, Math.floor(config.leaseTtlMs / 4)));
+  const stopRenewing = keepRenewing(leaseToken, Math.random() < 0.5);
   let kept: boolean;
   try {
     kept = await protectedWrites(file, fencingToken, "lease");
   } finally {
-    clearInterval(timer);
-    renewals.end();
-    stopRenewing.abort();
-    await answers;
+    await stopRenewing();
   }
   record("releasing", { file, fencingToken });
   const { released } = await locks.release({ leaseToken }, { timeoutMs: CALL_TIMEOUT_MS });

@@ -41,7 +41,7 @@ import { ConnectError, createClient, type Client } from "@connectrpc/connect";
 import { afterAll, describe, expect, it } from "vitest";
 import { NeedItemKind } from "@berth/api/berth/budget/v1/budget_pb";
 import { BudgetService } from "@berth/api/berth/budget/v1/budget_service_pb";
-import { LockService } from "@berth/api/berth/sessions/v1/lock_service_pb";
+import { LockService } from "@berth/api/berth/locks/v1/lock_service_pb";
 import { SessionService } from "@berth/api/berth/sessions/v1/session_service_pb";
 import { ServerReflection } from "@berth/api/grpc/reflection/v1/reflection_pb";
 import { Health } from "@berth/api/grpc/health/v1/health_pb";
@@ -563,7 +563,7 @@ describe("security", () => {
     const released = await locks.acquire({ file: path.join(projectRoot, "src/other.css"), owner: "security-suite", ttl: { seconds: 120n } });
     await locks.release({ leaseToken: released.lease!.leaseToken });
     const holdAbort = new AbortController();
-    const holdStream = locks.hold({ file: path.join(projectRoot, "src/held.css"), owner: "security-suite", wait: { seconds: 10n } }, { signal: holdAbort.signal, timeoutMs: 120_000 })[Symbol.asyncIterator]();
+    const holdStream = locks.hold({ file: path.join(projectRoot, "src/held.css"), owner: "security-suite", maxWait: { seconds: 10n } }, { signal: holdAbort.signal, timeoutMs: 120_000 })[Symbol.asyncIterator]();
     const first = await holdStream.next();
     findings.check(!first.done && first.value.kind.case === "acquired", `Hold did not acquire src/held.css: ${JSON.stringify(first.value?.kind.case)}`);
 

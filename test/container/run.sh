@@ -416,27 +416,27 @@ acquired=$(seed_event seed_holder acquired)
 lock_path=$(json .lockPath <<<"$acquired")
 # Created by root (this script's user in CI) under umask 022: the containers' uid can read it.
 [ "$(stat -c '%a' "$lock_path")" = 644 ] || fail "the seed's lock file is mode $(stat -c '%a' "$lock_path"), expected 644"
-rpc_ok "$sessions_port" berth.sessions.v1.LockService/Inspect "{\"file\":\"$lock_file\"}"
+rpc_ok "$sessions_port" berth.locks.v1.LockService/Inspect "{\"file\":\"$lock_file\"}"
 [ "$(json .file <<<"$body")" = "$lock_file" ] || fail "Inspect: the service names the file differently: $body"
 [ "$(json .lockPath <<<"$body")" = "$lock_path" ] || fail "Inspect: the service's lock file is not the one the host process took ($lock_path): $body"
 [ "$(json .holder.kind <<<"$body")" = HOLDER_KIND_SEED_LOCK_FILE ] || fail "Inspect: no seed lock-file holder: $body"
 [ "$(json .holder.pid <<<"$body")" = "$seed_holder_pid" ] || fail "Inspect: the holder is not host pid $seed_holder_pid: $body"
 [ "$(json .holder.owner <<<"$body")" = host-seed-seed_holder ] || fail "Inspect: the holder's owner: $body"
-rpc "$sessions_port" berth.sessions.v1.LockService/Acquire "{\"file\":\"$lock_file\",\"owner\":\"container-test\",\"wait\":\"0s\",\"ttl\":\"60s\"}" "$token"
-[ "$http_status" = 409 ] && [ "$(json .code <<<"$body")" = aborted ] || fail "Acquire with wait 0 while the host holds it: expected 409 aborted, got HTTP $http_status $body"
+rpc "$sessions_port" berth.locks.v1.LockService/Acquire "{\"file\":\"$lock_file\",\"owner\":\"container-test\",\"maxWait\":\"0s\",\"ttl\":\"60s\"}" "$token"
+[ "$http_status" = 429 ] && [ "$(json .code <<<"$body")" = resource_exhausted ] || fail "Acquire with max_wait 0 while the host holds it: expected 429 resource_exhausted (WAIT_EXHAUSTED), got HTTP $http_status $body"
 grep -q "pid $seed_holder_pid" <<<"$body" || fail "Acquire's refusal does not name the host holder (pid $seed_holder_pid): $body"
-done_step "Inspect names host pid $seed_holder_pid and $lock_path; Acquire without waiting is ABORTED"
+done_step "Inspect names host pid $seed_holder_pid and $lock_path; Acquire without waiting is RESOURCE_EXHAUSTED"
 
 step "Acquire in the container waits for the host's seed-protocol lock, and gets it once released"
 (
   curl -sS --max-time 90 -o "$work/acquire.json" -w '%{http_code}' -X POST \
     -H 'content-type: application/json' -H 'connect-protocol-version: 1' -H "authorization: Bearer $token" \
-    -d "{\"file\":\"$lock_file\",\"owner\":\"container-test\",\"wait\":\"60s\",\"ttl\":\"120s\"}" \
-    "http://127.0.0.1:$sessions_port/berth.sessions.v1.LockService/Acquire" >"$work/acquire.status" 2>"$work/acquire.err"
+    -d "{\"file\":\"$lock_file\",\"owner\":\"container-test\",\"maxWait\":\"60s\",\"ttl\":\"120s\"}" \
+    "http://127.0.0.1:$sessions_port/berth.locks.v1.LockService/Acquire" >"$work/acquire.status" 2>"$work/acquire.err"
 ) &
 acquire_pid=$!
 deadline=$(($(date +%s) + 30))
-while rpc_ok "$sessions_port" berth.sessions.v1.LockService/Inspect "{\"file\":\"$lock_file\"}" && [ "$(json .waiters.0.owner <<<"$body")" != container-test ]; do
+while rpc_ok "$sessions_port" berth.locks.v1.LockService/Inspect "{\"file\":\"$lock_file\"}" && [ "$(json .waiters.0.owner <<<"$body")" != container-test ]; do
   kill -0 "$acquire_pid" 2>/dev/null || fail "Acquire returned while the host process held the lock: HTTP $(cat "$work/acquire.status") $(cat "$work/acquire.json")"
   [ "$(date +%s)" -lt "$deadline" ] || fail "the Acquire never queued behind the host's lock: $body"
   sleep 0.05
@@ -453,7 +453,7 @@ lease_token=$(json .lease.leaseToken <<<"$lease")
 fencing_before=$(json .lease.fencingToken <<<"$lease")
 [ -n "$lease_token" ] && [ -n "$fencing_before" ] || fail "Acquire: no lease: $lease"
 released_ms=$(json .at <<<"$released")
-granted_ms=$(ms_of "$(json .lease.acquiredAt <<<"$lease")")
+granted_ms=$(ms_of "$(json .lease.acquireTime <<<"$lease")")
 # Never two holders: the service granted only after the host process had removed its file.
 [ "$granted_ms" -ge "$released_ms" ] || fail "the service granted the lock at $granted_ms, before the host process released it at $released_ms"
 seed_status=0
@@ -477,16 +477,19 @@ eval "exec $seed_blocked_fd>&-"
 blocked_ms=$(($(json .at <<<"$locked") - blocked_from))
 [ "$blocked_ms" -ge 1000 ] || fail "the seed process gave up after $blocked_ms ms, before its 1000 ms wait: it did not wait for the holder"
 [ "$(json .token <"$lock_path")" = "$berth_file_token" ] || fail "the seed process replaced the service's live lock file"
+# The lease renewed over plain HTTP/1.1 (unary KeepAlive): what a client that cannot hold a stream does.
+rpc_ok "$sessions_port" berth.locks.v1.LockService/KeepAlive "{\"leaseTokens\":[\"$lease_token\"]}"
+[ "$(json .renewals.0.alive <<<"$body")" = true ] || fail "KeepAlive of the held lease: $body"
 seed_start seed_waiter 60000
 seed_event seed_waiter started >/dev/null
 grep -q '"acquired"' "$work/seed_waiter.out" && fail "a host process took the lock the service holds"
 release_from=$(now_ms)
-rpc_ok "$sessions_port" berth.sessions.v1.LockService/Release "{\"leaseToken\":\"$lease_token\"}"
+rpc_ok "$sessions_port" berth.locks.v1.LockService/Release "{\"leaseToken\":\"$lease_token\"}"
 [ "$(json .released <<<"$body")" = true ] || fail "Release: $body"
 waiter_acquired=$(seed_event seed_waiter acquired)
 waiter_ms=$(($(json .at <<<"$waiter_acquired") - release_from))
 [ "$waiter_ms" -ge 0 ] || fail "the host process took the lock before the service released it"
-rpc_ok "$sessions_port" berth.sessions.v1.LockService/Inspect "{\"file\":\"$lock_file\"}"
+rpc_ok "$sessions_port" berth.locks.v1.LockService/Inspect "{\"file\":\"$lock_file\"}"
 [ "$(json .holder.pid <<<"$body")" = "$seed_waiter_pid" ] || fail "Inspect after the hand-back: the holder is not host pid $seed_waiter_pid: $body"
 seed_release seed_waiter
 seed_event seed_waiter released >/dev/null
@@ -500,20 +503,20 @@ step "a lock file the service may not read (root's, umask 077) still holds the l
 seed_start seed_private 0 077
 seed_event seed_private acquired >/dev/null
 [ "$(stat -c '%a %u' "$lock_path")" = "600 0" ] || fail "the private seed lock file is mode/uid $(stat -c '%a %u' "$lock_path"), expected 600 0"
-rpc_ok "$sessions_port" berth.sessions.v1.LockService/Inspect "{\"file\":\"$lock_file\"}"
+rpc_ok "$sessions_port" berth.locks.v1.LockService/Inspect "{\"file\":\"$lock_file\"}"
 [ "$(json .holder.kind <<<"$body")" = HOLDER_KIND_SEED_LOCK_FILE ] || fail "Inspect: an unreadable lock file is not shown as a holder: $body"
 [ -z "$(json .holder.pid <<<"$body")" ] || fail "Inspect: the service read a pid from a file it may not read: $body"
-rpc "$sessions_port" berth.sessions.v1.LockService/Acquire "{\"file\":\"$lock_file\",\"owner\":\"container-test\",\"wait\":\"1s\",\"ttl\":\"60s\"}" "$token"
-[ "$http_status" = 409 ] && [ "$(json .code <<<"$body")" = aborted ] || fail "Acquire (1 s) while an unreadable lock file is there: expected 409 aborted, got HTTP $http_status $body"
+rpc "$sessions_port" berth.locks.v1.LockService/Acquire "{\"file\":\"$lock_file\",\"owner\":\"container-test\",\"maxWait\":\"1s\",\"ttl\":\"60s\"}" "$token"
+[ "$http_status" = 429 ] && [ "$(json .code <<<"$body")" = resource_exhausted ] || fail "Acquire (1 s) while an unreadable lock file is there: expected 429 resource_exhausted, got HTTP $http_status $body"
 [ "$(stat -c '%a %u' "$lock_path" 2>/dev/null)" = "600 0" ] || fail "the unreadable lock file was removed or replaced while its holder lived"
 seed_release seed_private
 seed_event seed_private released >/dev/null
 private_status=0
 wait "$seed_private_pid" || private_status=$?
 [ "$private_status" = 0 ] || fail "the seed process exited $private_status: $(cat "$work/seed_private.err")"
-rpc_ok "$sessions_port" berth.sessions.v1.LockService/Acquire "{\"file\":\"$lock_file\",\"owner\":\"container-test\",\"wait\":\"0s\",\"ttl\":\"60s\"}"
-rpc_ok "$sessions_port" berth.sessions.v1.LockService/Release "{\"leaseToken\":\"$(json .lease.leaseToken <<<"$body")\"}"
-done_step "held by an unnamed holder (Inspect, Acquire ABORTED after its 1 s wait); free once removed"
+rpc_ok "$sessions_port" berth.locks.v1.LockService/Acquire "{\"file\":\"$lock_file\",\"owner\":\"container-test\",\"maxWait\":\"0s\",\"ttl\":\"60s\"}"
+rpc_ok "$sessions_port" berth.locks.v1.LockService/Release "{\"leaseToken\":\"$(json .lease.leaseToken <<<"$body")\"}"
+done_step "held by an unnamed holder (Inspect, Acquire RESOURCE_EXHAUSTED after its 1 s wait); free once removed"
 
 step "the berth command inside the containers (docker-compose exec, with the token from the env file)"
 out=$(compose exec -T sessions berth sessions get "$session" --json 2>&1) || fail "berth sessions get in the container: $out"
@@ -537,10 +540,10 @@ rpc_ok "$sessions_port" berth.sessions.v1.SessionService/GetSnapshot "{\"session
 done_step "lastSeq 1, pageUrl http://localhost:3000"
 
 step "the fencing tokens survived (the state volume)"
-rpc_ok "$sessions_port" berth.sessions.v1.LockService/Acquire "{\"file\":\"$lock_file\",\"owner\":\"container-test\",\"wait\":\"10s\",\"ttl\":\"60s\"}"
+rpc_ok "$sessions_port" berth.locks.v1.LockService/Acquire "{\"file\":\"$lock_file\",\"owner\":\"container-test\",\"maxWait\":\"10s\",\"ttl\":\"60s\"}"
 fencing_after=$(json .lease.fencingToken <<<"$body")
 [ -n "$fencing_after" ] && [ "$fencing_after" -gt "$fencing_before" ] || fail "fencing token after down/up is '$fencing_after', not above $fencing_before: $body"
-rpc_ok "$sessions_port" berth.sessions.v1.LockService/Release "{\"leaseToken\":\"$(json .lease.leaseToken <<<"$body")\"}"
+rpc_ok "$sessions_port" berth.locks.v1.LockService/Release "{\"leaseToken\":\"$(json .lease.leaseToken <<<"$body")\"}"
 done_step "$fencing_before before, $fencing_after after"
 
 # --- 9. stop ----------------------------------------------------------------------------------------

@@ -46,7 +46,7 @@ export const EXIT = {
   /** The service could not be reached, is shutting down, or did not answer in time (EX_UNAVAILABLE). */
   unreachable: 69,
   /**
-   * The wait ran out (EX_TEMPFAIL: retry later): `lock hold` (FILE stayed locked past --wait) and
+   * The wait ran out (EX_TEMPFAIL: retry later): `lock hold` (FILE stayed locked past --max-wait) and
    * `admit` (the need did not fit within --max-wait).
    */
   timedOut: 75,

@@ -18,7 +18,7 @@ export interface CommandEntry {
 export const COMMANDS: readonly CommandEntry[] = [
   { name: "up", summary: "run the sessions and budget services in the foreground (Ctrl-C stops both)", load: async () => (await import("./commands/up.js")).upCommand },
   { name: "sessions", summary: "append to, read and watch session journals (append, get, list, watch, journal)", load: async () => (await import("./commands/sessions.js")).sessionsCommand },
-  { name: "lock", summary: "run a command while holding a source lock (like flock), or inspect a lock (hold, inspect)", load: async () => (await import("./commands/lock.js")).lockCommand },
+  { name: "lock", summary: "run a command while holding a source lock (like flock), inspect a lock, or show the limits (hold, inspect, limits)", load: async () => (await import("./commands/lock.js")).lockCommand },
   { name: "admit", summary: "wait for room in the load budget, run a command, release when it exits", load: async () => (await import("./commands/admit.js")).admitCommand },
   { name: "budget", summary: "look at the load budget: check a need, the state, the machine (check, state, machine, watch, build-done)", load: async () => (await import("./commands/budget.js")).budgetCommand },
 ];
@@ -36,7 +36,7 @@ export const COMMON_EXIT_ROWS: readonly HelpRow[] = [
   [String(EXIT.conflict), "conflict: the state moved on (an expected seq, a fence no longer current)"],
   [String(EXIT.notFound), "not found: the session, or the reservation, does not exist"],
   [String(EXIT.unreachable), "the service cannot be reached, is shutting down or did not answer"],
-  [String(EXIT.timedOut), "timed out: the wait ran out (lock hold --wait, admit --max-wait)"],
+  [String(EXIT.timedOut), "timed out: the wait ran out (lock hold --max-wait, admit --max-wait)"],
   [String(EXIT.denied), "the service wants a bearer token (BERTH_TOKEN, BERTH_TOKEN_FILE, --token-file)"],
   [String(EXIT.impossible), "refused: the need can never fit the budget (admit, budget check)"],
   [String(EXIT.queueFull), "refused: the budget's queue is full; retry later (admit)"],

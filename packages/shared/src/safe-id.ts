@@ -30,6 +30,25 @@ export function checkSessionId(id: unknown, field = "session_id"): string {
   return id;
 }
 
+/** The rule a request id (what makes a retried create safe) must follow, as shown in error messages. */
+export const REQUEST_ID_RULE = "[A-Za-z0-9._-]{1,128}";
+
+/** {@link REQUEST_ID_RULE} as an anchored pattern. */
+const REQUEST_ID_PATTERN = /^[A-Za-z0-9._-]{1,128}$/;
+
+/**
+ * A request id as a request carries it: "" (no id) is undefined; anything else must follow
+ * {@link REQUEST_ID_RULE} (a UUID does), or is refused with `invalidArgument(field, …)`.
+ */
+export function checkRequestId(id: unknown, field = "request_id"): string | undefined {
+  if (id === undefined || id === "") return undefined;
+  if (typeof id !== "string" || !REQUEST_ID_PATTERN.test(id)) {
+    const shown = typeof id === "string" ? JSON.stringify(id.slice(0, 140)) : String(id);
+    throw invalidArgument(field, `must match ${REQUEST_ID_RULE} (letters, digits, '.', '_' and '-', at most 128; a UUID is a good choice), got ${shown}`);
+  }
+  return id;
+}
+
 /**
  * Returns `input` when it can be used as a lock file path: non-empty, no NUL byte (the kernel would
  * cut the path there), at most {@link MAX_PATH_BYTES} bytes and {@link MAX_NAME_BYTES} per name

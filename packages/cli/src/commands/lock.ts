@@ -1,5 +1,6 @@
 /**
- * `berth lock hold FILE -- CMD` and `berth lock inspect FILE`: source locks from a shell.
+ * `berth lock hold FILE -- CMD`, `berth lock inspect FILE` and `berth lock limits`: source locks
+ * from a shell.
  *
  * `hold` is flock(1) over the sessions service: one Hold stream carries the whole hold. While it
  * waits, the service's `waiting` messages say who holds the file; once granted, CMD runs with the
@@ -11,21 +12,25 @@ import { spawn } from "node:child_process";
 import { hostname, userInfo } from "node:os";
 import * as path from "node:path";
 import { toJson } from "@bufbuild/protobuf";
-import { durationFromMs, timestampMs, type Timestamp } from "@bufbuild/protobuf/wkt";
+import { durationFromMs, durationMs, timestampMs, type Duration, type Timestamp } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
+import { ErrorInfoSchema } from "@berth/api/google/rpc/error_details_pb";
 import {
+  GetLimitsResponseSchema,
   HolderKind,
   InspectResponseSchema,
   LockHeldSchema,
   LockService,
+  type GetLimitsResponse,
   type Holder,
   type HoldResponse,
   type InspectResponse,
   type Lease,
   type LockHeld,
-} from "@berth/api/berth/sessions/v1/lock_service_pb";
-import { formatDuration, parseDuration } from "@berth/shared/units";
+} from "@berth/api/berth/locks/v1/lock_service_pb";
+import { formatDuration } from "@berth/shared/units";
 import { parseFlags, stringFlag, usageError, type FlagSpec } from "../args.js";
+import { durationFlag } from "../client/budget-need.js";
 import { createTransport, resolveEndpoint, UsageError, type Endpoint } from "../client/connect.js";
 import { describeFailure, reportFailure } from "../client/errors.js";
 import { createHttp2Transport } from "../client/http2-transport.js";
@@ -36,8 +41,6 @@ import { EXIT, type Command, type SubcommandHelp } from "../command.js";
 import { DEFAULT_SESSIONS_URL, SESSIONS_ENDPOINT_FLAGS, callExitRows } from "../common-help.js";
 import { renderHelp } from "../help.js";
 import { styleFor } from "../terminal.js";
-
-const DEFAULT_WAIT = "30s";
 
 const HOLD_HELP = renderHelp({
   usage: ["berth lock hold FILE [flags] -- CMD [ARGS…]"],
@@ -50,7 +53,7 @@ const HOLD_HELP = renderHelp({
     "CMD gets BERTH_FENCING_TOKEN (the grant's fencing token) and BERTH_LOCK_FILE (the locked file's canonical path) in its environment, " +
     "for fenced writes: berth sessions append … --fence-file \"$BERTH_LOCK_FILE\" --fence-token \"$BERTH_FENCING_TOKEN\".",
   flags: [
-    ["--wait DURATION", `how long to wait for the lock: 0 tries once; 30s, 5m, at most 10m (default ${DEFAULT_WAIT})`],
+    ["--max-wait DURATION", "give up after waiting this long: 0 tries once; 30s, 5m (default and cap: the service's longest wait, 10m; berth lock limits)"],
     ["--owner TEXT", "who holds the lock, shown to everyone who waits (default: user@host pid N)"],
     ["--json", "progress as JSON lines on stderr even on a terminal"],
     ...SESSIONS_ENDPOINT_FLAGS,
@@ -65,7 +68,7 @@ const HOLD_HELP = renderHelp({
     "is gone: a warning says so and CMD keeps running (fenced writes with its token are then refused).",
   exitCodes: [
     ["CMD's", "once CMD ran: its own exit code (128+N when signal N killed it)"],
-    [String(EXIT.timedOut), "timed out: FILE stayed locked for the whole --wait (the message names the holder)"],
+    [String(EXIT.timedOut), "timed out: FILE stayed locked for the whole --max-wait (the message names the holder), or too many wait for it; retry later"],
     [String(EXIT.commandNotFound), "CMD was not found"],
     [String(EXIT.cannotRun), "CMD could not be run (not executable)"],
     ["130/143", "interrupted (SIGINT/SIGTERM) while waiting; the request was withdrawn"],
@@ -73,8 +76,8 @@ const HOLD_HELP = renderHelp({
   ],
   examples: [
     "berth lock hold src/app.ts -- npm run codegen",
-    'berth lock hold src/app.ts --wait 5m --owner "codegen bot" -- ./regen.sh',
-    'berth lock hold src/app.ts --wait 0 -- true || echo "busy"',
+    'berth lock hold src/app.ts --max-wait 5m --owner "codegen bot" -- ./regen.sh',
+    'berth lock hold src/app.ts --max-wait 0 -- true || echo "busy"',
     "berth lock hold src/app.ts --json -- make 2>lock-events.jsonl",
   ],
 });
@@ -90,46 +93,60 @@ const INSPECT_HELP = renderHelp({
   examples: ["berth lock inspect src/app.ts", "berth lock inspect src/app.ts --json | jq .holder"],
 });
 
+const LIMITS_HELP = renderHelp({
+  usage: ["berth lock limits [flags]"],
+  about:
+    "The limits the sessions service's locks enforce: a lease's default and longest ttl, the longest wait (what an " +
+    "unset --max-wait means, and the cap of a longer one), how often a held lock's stream gets a heartbeat, how many may " +
+    "wait for one file, and the longest owner.",
+  flags: [["--json", "print the answer as one JSON line: {defaultTtl, maxTtl, maxWait, heartbeatInterval, maxWaitersPerFile, maxOwnerLength}"], ...SESSIONS_ENDPOINT_FLAGS],
+  exitCodes: [[String(EXIT.ok), "done"], ...callExitRows("sessions")],
+  examples: ["berth lock limits", "berth lock limits --json | jq -r .maxWait"],
+});
+
 const HELP = renderHelp({
-  usage: ["berth lock hold FILE [flags] -- CMD [ARGS…]", "berth lock inspect FILE [flags]"],
+  usage: ["berth lock hold FILE [flags] -- CMD [ARGS…]", "berth lock inspect FILE [flags]", "berth lock limits [flags]"],
   about:
     "Source locks of the sessions service: the same locks as every berth client and every process still using the " +
     "seed's source-lock library on the same project.",
   commands: [
     ["hold FILE -- CMD", "like flock(1): wait for FILE's lock, run CMD while holding it, release when CMD exits"],
     ["inspect FILE", "who holds FILE's lock, who waits, and the last fencing token"],
+    ["limits", "the lease ttls, the longest wait and the other limits the locks enforce"],
   ],
   flags: [
-    ["--wait DURATION", `hold: how long to wait: 0 tries once; 30s, 5m, at most 10m (default ${DEFAULT_WAIT})`],
+    ["--max-wait DURATION", "hold: give up after waiting this long: 0 tries once; 30s, 5m (default and cap: the service's longest wait, 10m)"],
     ["--owner TEXT", "hold: who holds the lock, shown to everyone who waits (default: user@host pid N)"],
-    ["--json", "inspect: one JSON line; hold: progress as JSON lines on stderr (the default when stderr is not a terminal)"],
+    ["--json", "inspect, limits: one JSON line; hold: progress as JSON lines on stderr (the default when stderr is not a terminal)"],
     ...SESSIONS_ENDPOINT_FLAGS,
   ],
   exitCodes: [
     ["CMD's", "hold, once CMD ran: its own exit code (128+N when signal N killed it)"],
-    [String(EXIT.timedOut), "hold timed out: FILE stayed locked (the message names the holder)"],
+    [String(EXIT.timedOut), "hold timed out: FILE stayed locked (the message names the holder), or too many wait for it"],
     ["126/127", "hold: CMD could not be run / was not found"],
     ["130/143", "hold: interrupted (SIGINT/SIGTERM) while waiting"],
     ...callExitRows("sessions"),
   ],
   examples: [
     "berth lock hold src/app.ts -- npm run codegen",
-    'berth lock hold src/app.ts --wait 5m --owner "codegen bot" -- ./regen.sh',
-    'berth lock hold src/app.ts --wait 0 -- true || echo "busy"',
+    'berth lock hold src/app.ts --max-wait 5m --owner "codegen bot" -- ./regen.sh',
+    'berth lock hold src/app.ts --max-wait 0 -- true || echo "busy"',
     "berth lock inspect src/app.ts",
     "berth lock inspect src/app.ts --json | jq .holder",
+    "berth lock limits",
   ],
-  footer: "Run 'berth lock hold --help' or 'berth lock inspect --help' for more.",
+  footer: "Run 'berth lock hold --help', 'berth lock inspect --help' or 'berth lock limits --help' for more.",
 });
 
 const SUBCOMMANDS: readonly SubcommandHelp[] = [
   { name: "hold", summary: "wait for FILE's lock, run CMD while holding it, release when CMD exits", help: HOLD_HELP },
   { name: "inspect", summary: "who holds FILE's lock, who waits, and the last fencing token", help: INSPECT_HELP },
+  { name: "limits", summary: "the lease ttls, the longest wait and the other limits the locks enforce", help: LIMITS_HELP },
 ];
 
 const FLAGS: Readonly<Record<string, FlagSpec>> = {
   owner: { type: "string" },
-  wait: { type: "string" },
+  "max-wait": { type: "string" },
   json: { type: "boolean" },
   "sessions-url": { type: "string" },
   "token-file": { type: "string" },
@@ -147,7 +164,8 @@ interface Invocation {
   readonly action: "hold" | "inspect";
   readonly file: string;
   readonly owner: string;
-  readonly waitMs: number;
+  /** Unset: the service's longest wait. */
+  readonly maxWaitMs: number | undefined;
   readonly json: boolean;
   readonly command: string[];
   readonly endpoint: Endpoint;
@@ -168,20 +186,14 @@ function parse(action: "hold" | "inspect", argv: string[]): Invocation {
     throw new UsageError(extra.length > 0 ? `unexpected argument '${extra[0]}': inspect takes one FILE` : "inspect takes one FILE and no command");
   }
   const values = parsed.values;
-  let waitMs: number;
-  const wait = stringFlag(values, "wait");
-  try {
-    waitMs = parseDuration(wait ?? DEFAULT_WAIT, "--wait");
-  } catch {
-    throw new UsageError(`--wait: ${JSON.stringify(wait)} is not a duration like 0, 30s, 5m`);
-  }
+  const maxWaitMs = durationFlag(values["max-wait"], "--max-wait");
   const endpoint = resolveEndpoint({ url: stringFlag(values, "sessions-url"), urlEnv: "BERTH_SESSIONS_URL", defaultUrl: DEFAULT_SESSIONS_URL, tokenFile: stringFlag(values, "token-file") });
   return {
     action,
     // Resolved here, where "the current directory" means the user's; the service refuses relative paths.
     file: absoluteLockPath(file),
     owner: stringFlag(values, "owner") ?? defaultOwner(),
-    waitMs,
+    maxWaitMs,
     json: values.json === true,
     command,
     endpoint,
@@ -214,12 +226,12 @@ function kindName(kind: HolderKind): string {
 }
 
 /** "alice (lease, fencing token 7) since 2026-… (12s ago)" */
-function describeHolder(holder: { owner: string; kind: HolderKind; fencingToken: bigint; since?: Timestamp | undefined; pid?: number | undefined }): string {
+function describeHolder(holder: { owner: string; kind: HolderKind; fencingToken: bigint; acquireTime?: Timestamp | undefined; pid?: number | undefined }): string {
   const who = holder.owner === "" ? "an unknown owner" : holder.owner;
   const facts = [kindName(holder.kind)];
   if (holder.fencingToken > 0n) facts.push(`fencing token ${holder.fencingToken}`);
   if (holder.kind === HolderKind.SEED_LOCK_FILE && holder.pid !== undefined) facts.push(`pid ${holder.pid}`);
-  const since = holder.since === undefined ? "" : ` since ${iso(holder.since)} (${formatDuration(Math.max(0, Date.now() - timestampMs(holder.since)))} ago)`;
+  const since = holder.acquireTime === undefined ? "" : ` since ${iso(holder.acquireTime)} (${formatDuration(Math.max(0, Date.now() - timestampMs(holder.acquireTime)))} ago)`;
   return `${who} (${facts.join(", ")})${since}`;
 }
 
@@ -229,7 +241,7 @@ function holderJson(holder: Holder | LockHeld | undefined): Record<string, unkno
     owner: holder.owner,
     kind: kindName(holder.kind),
     fencing_token: Number(holder.fencingToken),
-    since: iso(holder.since),
+    since: iso(holder.acquireTime),
     ...(holder.pid === undefined ? {} : { pid: holder.pid }),
   };
 }
@@ -237,11 +249,11 @@ function holderJson(holder: Holder | LockHeld | undefined): Record<string, unkno
 
 /** Runs `berth lock hold`; resolves with the exit code. */
 async function hold(invocation: Invocation): Promise<number> {
-  const { file, owner, waitMs, command, endpoint } = invocation;
+  const { file, owner, maxWaitMs, command, endpoint } = invocation;
   const progress = progressFor("berth lock", invocation.json);
   const client = createClient(LockService, createHttp2Transport(endpoint));
   const call = new AbortController();
-  const responses = client.hold({ file, owner, wait: durationFromMs(waitMs) }, { signal: call.signal })[Symbol.asyncIterator]();
+  const responses = client.hold({ file, owner, maxWait: maxWaitMs === undefined ? undefined : durationFromMs(maxWaitMs) }, { signal: call.signal })[Symbol.asyncIterator]();
 
   const relay = relaySignals(() => call.abort());
   const started = Date.now();
@@ -352,7 +364,7 @@ function describeHolderBriefly(holder: Holder | LockHeld): string {
   const who = holder.owner === "" ? "an unknown owner" : holder.owner;
   const facts = [kindName(holder.kind)];
   if (holder.fencingToken > 0n) facts.push(`fencing token ${holder.fencingToken}`);
-  const since = holder.since === undefined ? "" : ` for ${formatDuration(roundSeconds(Date.now() - timestampMs(holder.since)))}`;
+  const since = holder.acquireTime === undefined ? "" : ` for ${formatDuration(roundSeconds(Date.now() - timestampMs(holder.acquireTime)))}`;
   return `${who} (${facts.join(", ")})${since}`;
 }
 
@@ -374,16 +386,22 @@ function refused(error: unknown, invocation: Invocation, progress: Progress, int
     return signalExit(interrupted);
   }
   const e = ConnectError.from(error);
-  const [held] = e.code === Code.Aborted ? e.findDetails(LockHeldSchema) : [];
+  const reason = e.code === Code.ResourceExhausted ? e.findDetails(ErrorInfoSchema)[0]?.reason : undefined;
+  const [held] = reason === "WAIT_EXHAUSTED" ? e.findDetails(LockHeldSchema) : [];
   if (held !== undefined) {
-    const waited = invocation.waitMs === 0 ? "it was not free (--wait 0)" : `it stayed locked for ${formatDuration(invocation.waitMs)}`;
+    const waitedMs = held.waited === undefined ? 0 : durationMs(held.waited);
+    const waited = waitedMs === 0 ? "it was not free (--max-wait 0)" : `it stayed locked for ${formatDuration(waitedMs)}`;
     const holder = held.owner === "" && held.kind === HolderKind.UNSPECIFIED ? "others queued ahead" : describeHolder(held);
     progress.event(
       "timeout",
-      { file: held.file, waited_ms: invocation.waitMs, holder: holderJson(held), exit: EXIT.timedOut, message: e.rawMessage },
+      { file: held.file, waited_ms: waitedMs, holder: holderJson(held), exit: EXIT.timedOut, message: e.rawMessage },
       `timed out: ${held.file} is held by ${holder}; ${waited}`,
       "error",
     );
+    return EXIT.timedOut;
+  }
+  if (reason === "TOO_MANY_WAITERS") {
+    progress.event("timeout", { file: invocation.file, waited_ms: 0, exit: EXIT.timedOut, message: e.rawMessage }, `too many wait: ${e.rawMessage}`, "error");
     return EXIT.timedOut;
   }
   const failure = describeFailure(e, "sessions", invocation.endpoint.url);
@@ -409,18 +427,55 @@ async function inspect(invocation: Invocation): Promise<number> {
   const holder = response.holder;
   if (holder === undefined) lines.push(`  ${out.green("free")}`);
   else {
-    const expiry = holder.expiresAt === undefined ? "" : `; expires ${iso(holder.expiresAt)} unless renewed`;
+    const expiry = holder.expireTime === undefined ? "" : `; expires ${iso(holder.expireTime)} unless renewed`;
     lines.push(`  ${out.yellow("held")} by ${describeHolder(holder)}${expiry}`);
   }
   if (response.waiters.length > 0) {
     lines.push(`  ${response.waiters.length} waiting:`);
     response.waiters.forEach((w, i) => {
-      lines.push(`    ${i + 1}. ${w.owner} (${kindName(w.kind)}) since ${iso(w.since)}, gives up at ${iso(w.deadline)}`);
+      lines.push(`    ${i + 1}. ${w.owner} (${kindName(w.kind)}) since ${iso(w.waitStartTime)}, gives up at ${iso(w.waitExpireTime)}`);
     });
   }
   lines.push(`  last fencing token: ${response.lastFencingToken === 0n ? "none granted by this service run" : String(response.lastFencingToken)}`);
   if (response.lockPath !== "") lines.push(`  lock file: ${out.dim(response.lockPath)}`);
   process.stdout.write(`${lines.join("\n")}\n`);
+  return EXIT.ok;
+}
+
+/** Runs `berth lock limits [flags]`; resolves with the exit code. */
+async function limits(argv: string[]): Promise<number> {
+  let endpoint: Endpoint;
+  let json: boolean;
+  try {
+    const parsed = parseFlags(argv, INSPECT_FLAGS, true);
+    if (parsed.positionals.length > 0) throw new UsageError(`unexpected argument '${parsed.positionals[0]}': limits takes no arguments`);
+    json = parsed.values.json === true;
+    endpoint = resolveEndpoint({ url: stringFlag(parsed.values, "sessions-url"), urlEnv: "BERTH_SESSIONS_URL", defaultUrl: DEFAULT_SESSIONS_URL, tokenFile: stringFlag(parsed.values, "token-file") });
+  } catch (error) {
+    if (!(error instanceof UsageError)) throw error;
+    return usageError("berth lock limits", error.message);
+  }
+  const client = createClient(LockService, createTransport(endpoint));
+  let response: GetLimitsResponse;
+  try {
+    response = await client.getLimits({}, { timeoutMs: 10_000 });
+  } catch (error) {
+    return reportFailure("berth lock limits", describeFailure(error, "sessions", endpoint.url), json);
+  }
+  if (json) {
+    process.stdout.write(`${JSON.stringify(toJson(GetLimitsResponseSchema, response, { alwaysEmitImplicit: true }))}\n`);
+    return EXIT.ok;
+  }
+  const take = (d: Duration | undefined) => formatDuration(d === undefined ? 0 : durationMs(d));
+  const rows: Array<[string, string]> = [
+    ["lease ttl", `${take(response.defaultTtl)} unless Acquire asks another, at most ${take(response.maxTtl)}`],
+    ["longest wait", `${take(response.maxWait)} (an unset --max-wait; longer ones are capped to it)`],
+    ["hold heartbeat", `every ${take(response.heartbeatInterval)}`],
+    ["waiters per file", String(response.maxWaitersPerFile)],
+    ["owner", `at most ${response.maxOwnerLength} characters`],
+  ];
+  const width = Math.max(...rows.map(([name]) => name.length));
+  process.stdout.write(rows.map(([name, value]) => `${name.padEnd(width)}  ${value}\n`).join(""));
   return EXIT.ok;
 }
 
@@ -431,7 +486,8 @@ export const lockCommand: Command = {
   subcommands: SUBCOMMANDS,
   async run(argv) {
     const [action, ...rest] = argv;
-    if (action !== "hold" && action !== "inspect") return usageError("berth lock", `unknown command '${action ?? ""}': hold or inspect`);
+    if (action === "limits") return limits(rest);
+    if (action !== "hold" && action !== "inspect") return usageError("berth lock", `unknown command '${action ?? ""}': hold, inspect or limits`);
     let invocation: Invocation;
     try {
       invocation = parse(action, rest);

@@ -19,6 +19,7 @@ import { readFileSync } from "node:fs";
 import * as path from "node:path";
 import { BerthError } from "@berth/shared/errors";
 import { ensurePrivateDir, writeFileAtomicSync } from "@berth/shared/files";
+import { LOCK_RETRY_AFTER_MS } from "./lock-input.js";
 
 /** Hands out fencing tokens. */
 export interface FencingTokenSource {
@@ -98,7 +99,7 @@ export function openFencingStore(stateDir: string, options: FencingStoreOptions 
         try {
           persist(ceiling);
         } catch (error) {
-          throw new BerthError("unavailable", `cannot reserve fencing tokens in ${file}: ${(error as Error).message}`, { file });
+          throw new BerthError("unavailable", `cannot reserve fencing tokens in ${file}: ${(error as Error).message}`, { file }, { reason: "STORAGE_UNAVAILABLE", retryAfterMs: LOCK_RETRY_AFTER_MS });
         }
         reservedUntil = ceiling;
       }

@@ -21,7 +21,7 @@ export {
   type TokenCheck,
   type WaitingUpdate,
 } from "./lock-table.js";
-export { DEFAULT_LOCK_LIMITS, checkFencingToken, type LockLimits } from "./lock-input.js";
+export { DEFAULT_LOCK_LIMITS, LOCK_RETRY_AFTER_MS, checkFencingToken, type LockLimits } from "./lock-input.js";
 export { canonicalLockPath } from "./lock-path.js";
 export { fencingFilePath, openFencingStore, type FencingStore, type FencingTokenSource } from "./fencing-store.js";
 export {

@@ -11,7 +11,7 @@ export interface LockLimits {
   defaultTtlMs: number;
   /** The longest lease a request may ask for: a crashed client's lock lives at most this long. */
   maxTtlMs: number;
-  /** The longest a request may wait in the queue. */
+  /** The longest a request may wait in the queue: what an unset wait means, and the cap of a longer one. */
   maxWaitMs: number;
   /** The longest owner label, in characters. */
   maxOwnerLength: number;
@@ -27,6 +27,12 @@ export const DEFAULT_LOCK_LIMITS: Readonly<LockLimits> = Object.freeze({
   maxOwnerLength: 256,
   maxWaitersPerFile: 10_000,
 });
+
+/**
+ * The retry delay a refusal that a later try can get past suggests (a wait that ran out, a full
+ * queue, a file system that refused): soon enough for a try-once poller, not a spin.
+ */
+export const LOCK_RETRY_AFTER_MS = 1_000;
 
 /** Checks the owner label (who holds the lock, shown to everyone who waits for it). */
 export function checkOwner(owner: unknown, limits: LockLimits = DEFAULT_LOCK_LIMITS, field = "owner"): string {
@@ -51,10 +57,14 @@ export function checkTtl(ttlMs: unknown, limits: LockLimits = DEFAULT_LOCK_LIMIT
   return checkMs(ttlMs, field, limits.maxTtlMs, 1);
 }
 
-/** How long to wait: `undefined` or 0 means try once (the seed's default); at most `maxWaitMs`. */
-export function checkWait(waitMs: unknown, limits: LockLimits = DEFAULT_LOCK_LIMITS, field = "wait"): number {
-  if (waitMs === undefined) return 0;
-  return checkMs(waitMs, field, limits.maxWaitMs, 0);
+/**
+ * How long to wait, as the budget's waits: `undefined` (unset) is the longest wait, 0 tries once, a
+ * longer wait is capped to the longest (a caller asking for "as long as it takes" gets the most the
+ * service gives, not a refusal); negative is refused.
+ */
+export function checkWait(waitMs: unknown, limits: LockLimits = DEFAULT_LOCK_LIMITS, field = "max_wait"): number {
+  if (waitMs === undefined) return limits.maxWaitMs;
+  return Math.min(checkMs(waitMs, field, Number.MAX_SAFE_INTEGER, 0), limits.maxWaitMs);
 }
 
 /** A fencing token as a client presents it: a positive safe integer. */

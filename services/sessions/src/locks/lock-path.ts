@@ -14,6 +14,7 @@ import * as fs from "node:fs";
 import * as path from "node:path";
 import { BerthError, invalidArgument } from "@berth/shared/errors";
 import { checkPathInput, MAX_PATH_BYTES } from "@berth/shared/safe-id";
+import { LOCK_RETRY_AFTER_MS } from "./lock-input.js";
 
 /** What a client is told to do with a relative path. */
 const SEND_ABSOLUTE = "must be an absolute path; resolve it against your working directory before sending";
@@ -104,5 +105,5 @@ function missingOrThrow(error: unknown, input: string, field: string): undefined
   const shown = JSON.stringify(input.slice(0, 200));
   if (code === "ELOOP") throw invalidArgument(field, `passes through a loop of symbolic links, got ${shown}`);
   if (code === "ENAMETOOLONG") throw invalidArgument(field, `resolves through symbolic links to a path longer than ${MAX_PATH_BYTES} bytes, got ${shown}`);
-  throw new BerthError("unavailable", `${field}: cannot resolve ${shown}: ${(error as Error).message}; try again`, { field });
+  throw new BerthError("unavailable", `${field}: cannot resolve ${shown}: ${(error as Error).message}; try again`, { field }, { reason: "STORAGE_UNAVAILABLE", retryAfterMs: LOCK_RETRY_AFTER_MS });
 }

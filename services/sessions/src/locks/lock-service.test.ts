@@ -96,8 +96,9 @@ describe("lock files of berth's holders", () => {
     const { locks: first } = service();
     const { locks: second, clock } = service();
     const lease = await first.acquire({ file: key(), owner: "alice" });
-    const error = await rejection(second.acquire({ file: key(), owner: "bob" }));
-    expect(error.details).toMatchObject({ reason: "SOURCE_LOCKED", kind: "seed-file", owner: "alice", pid: process.pid, fencingToken: 0, lockPath: lockPath() });
+    const error = await rejection(second.acquire({ file: key(), owner: "bob", waitMs: 0 }));
+    expect(error.reason).toBe("WAIT_EXHAUSTED");
+    expect(error.details).toMatchObject({ kind: "seed-file", owner: "alice", pid: process.pid, fencingToken: 0, lockPath: lockPath() });
     const waiting = second.acquire({ file: key(), owner: "bob", waitMs: 60_000 });
     first.release(lease.leaseToken);
     expect((await waiting).owner).toBe("bob");
@@ -136,9 +137,10 @@ describe("interop with processes using the seed's lock files", () => {
     const seed = await seedHolder();
     const acquired = await seed.next("acquired");
     expect(locks.inspect(key()).holder).toMatchObject({ kind: "seed-file", owner: "seed-tool", pid: seed.pid, readable: true });
-    const refused = await rejection(locks.acquire({ file: key(), owner: "berth-client" }));
-    expect(refused.details).toMatchObject({ reason: "SOURCE_LOCKED", kind: "seed-file", owner: "seed-tool", pid: seed.pid });
-    expect(refused.details!.since).toBeLessThanOrEqual(acquired.at as number);
+    const refused = await rejection(locks.acquire({ file: key(), owner: "berth-client", waitMs: 0 }));
+    expect(refused.reason).toBe("WAIT_EXHAUSTED");
+    expect(refused.details).toMatchObject({ kind: "seed-file", owner: "seed-tool", pid: seed.pid });
+    expect(refused.details!.acquireTime).toBeLessThanOrEqual(acquired.at as number);
     expect(refused.message).toContain(`held by seed-tool (pid ${seed.pid}) through its lock file`);
 
     const waiting = locks.acquire({ file: key(), owner: "berth-client", waitMs: 60_000 });
@@ -213,8 +215,8 @@ describe("interop with processes using the seed's lock files", () => {
     const waiting = rejection(locks.acquire({ file: key(), owner: "berth-client", waitMs: 2000 }));
     clock.advance(2000);
     const error = await waiting;
-    expect(error.code).toBe("aborted");
-    expect(error.details).toMatchObject({ reason: "SOURCE_LOCKED", kind: "seed-file", owner: "seed-tool", pid: seed.pid, fencingToken: 0 });
+    expect([error.code, error.reason]).toEqual(["resource_exhausted", "WAIT_EXHAUSTED"]);
+    expect(error.details).toMatchObject({ kind: "seed-file", owner: "seed-tool", pid: seed.pid, fencingToken: 0 });
     expect(clock.pendingTimers()).toBe(0); // the re-check stopped with the last waiter
     seed.send("release");
     await seed.next("released");
@@ -224,7 +226,7 @@ describe("interop with processes using the seed's lock files", () => {
     const { locks } = service();
     fs.mkdirSync(path.dirname(lockPath()), { recursive: true });
     fs.writeFileSync(lockPath(), "");
-    const error = await rejection(locks.acquire({ file: key(), owner: "berth-client" }));
+    const error = await rejection(locks.acquire({ file: key(), owner: "berth-client", waitMs: 0 }));
     expect(error.details).toMatchObject({ kind: "seed-file", owner: "" });
     expect(fs.existsSync(lockPath())).toBe(true);
   });
@@ -242,8 +244,9 @@ describe("interop with processes using the seed's lock files", () => {
     const seed = await seedHolder(0, "seed-tool", spelled);
     await seed.next("acquired");
     // Any spelling of the file reaches the seed's lock file.
-    const refused = await rejection(locks.acquire({ file: path.join(spelled, "src", "x", "..", "app.ts"), owner: "berth-client" }));
-    expect(refused.details).toMatchObject({ reason: "SOURCE_LOCKED", file: key(), kind: "seed-file", owner: "seed-tool", lockPath: seedLockFile });
+    const refused = await rejection(locks.acquire({ file: path.join(spelled, "src", "x", "..", "app.ts"), owner: "berth-client", waitMs: 0 }));
+    expect(refused.reason).toBe("WAIT_EXHAUSTED");
+    expect(refused.details).toMatchObject({ file: key(), kind: "seed-file", owner: "seed-tool", lockPath: seedLockFile });
     seed.send("release");
     await seed.next("released");
 

@@ -36,7 +36,7 @@ export interface LockServiceOptions {
 
 /** The lock table with its persistence; `close()` releases everything and persists the fencing state. */
 export interface LockService
-  extends Pick<LockTable, "acquire" | "holdAsLongAs" | "renew" | "release" | "whenLeaseEnds" | "inspect" | "checkToken" | "resolveFile" | "stats"> {
+  extends Pick<LockTable, "acquire" | "holdAsLongAs" | "renew" | "release" | "whenLeaseEnds" | "inspect" | "checkToken" | "resolveFile" | "stats" | "limits"> {
   /** The directory of the seed's lock files, or null when they are off. */
   readonly locksDir: string | null;
   /** Rejects waiters, releases every lease (removing berth's lock files), stops watching, persists the fencing state. Idempotent. */
@@ -70,6 +70,7 @@ export function createLockService(options: LockServiceOptions): LockService {
   let closed = false;
   return {
     locksDir,
+    limits: table.limits,
     acquire: (request) => table.acquire(request),
     holdAsLongAs: (request) => table.holdAsLongAs(request),
     renew: (leaseToken, ttlMs) => table.renew(leaseToken, ttlMs),

@@ -1,6 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { ManualClock } from "@berth/shared/clock";
 import { BerthError } from "@berth/shared/errors";
+import { LOCK_RETRY_AFTER_MS } from "./lock-input.js";
 import { LockTable, type ExternalLocks, type Lease } from "./lock-table.js";
 
 function counter() {
@@ -29,8 +30,8 @@ describe("acquire and release", () => {
     expect(lease).toMatchObject({ file: "/project/src/a.ts", owner: "alice", fencingToken: 1, acquiredAt: clock.now(), expiresAt: clock.now() + 30_000, ttlMs: 30_000 });
     expect(lease.leaseToken).toMatch(/^[0-9a-f-]{36}$/);
     // The same file by another spelling is the same lock.
-    const error = await rejection(locks.acquire({ file: "/project/./src/x/../a.ts/", owner: "bob" }));
-    expect(error.code).toBe("aborted");
+    const error = await rejection(locks.acquire({ file: "/project/./src/x/../a.ts/", owner: "bob", waitMs: 0 }));
+    expect([error.code, error.reason]).toEqual(["resource_exhausted", "WAIT_EXHAUSTED"]);
     expect(locks.release(lease.leaseToken)).toBe(true);
     expect(locks.release(lease.leaseToken)).toBe(false);
     expect(clock.pendingTimers()).toBe(0);
@@ -65,13 +66,13 @@ describe("acquire and release", () => {
     const holder = await locks.acquire({ file: "/project/a", owner: "h" });
     const queued = locks.acquire({ file: "/project/a", owner: "q", waitMs: 1000 });
     locks.release(holder.leaseToken);
-    await expect(locks.acquire({ file: "/project/a", owner: "late" })).rejects.toMatchObject({ code: "aborted" });
+    await expect(locks.acquire({ file: "/project/a", owner: "late", waitMs: 0 })).rejects.toMatchObject({ code: "resource_exhausted", reason: "WAIT_EXHAUSTED" });
     expect((await queued).owner).toBe("q");
   });
 });
 
 describe("waiting runs out", () => {
-  it("answers aborted / SOURCE_LOCKED naming the holder, after exactly the wait", async () => {
+  it("answers resource_exhausted / WAIT_EXHAUSTED naming the holder, after exactly the wait, with a retry delay", async () => {
     const { clock, locks } = table();
     const holder = await locks.acquire({ file: "/project/src/a.ts", owner: "alice" });
     clock.advance(5000);
@@ -80,11 +81,11 @@ describe("waiting runs out", () => {
     expect(locks.inspect("/project/src/a.ts").waiters).toHaveLength(1);
     clock.advance(1);
     const error = await waiting;
-    expect(error.code).toBe("aborted");
+    expect([error.code, error.reason, error.options.retryAfterMs]).toEqual(["resource_exhausted", "WAIT_EXHAUSTED", LOCK_RETRY_AFTER_MS]);
     expect(error.message).toBe(
       `source locked: /project/src/a.ts is held by alice since ${new Date(holder.acquiredAt).toISOString()} (fencing token 1); it stayed locked for the whole wait of 2s; wait longer, or ask the holder to release it`,
     );
-    expect(error.details).toEqual({ reason: "SOURCE_LOCKED", file: "/project/src/a.ts", owner: "alice", since: holder.acquiredAt, fencingToken: 1, kind: "lease", lockPath: null, waiting: 0 });
+    expect(error.details).toEqual({ file: "/project/src/a.ts", owner: "alice", acquireTime: holder.acquiredAt, fencingToken: 1, kind: "lease", lockPath: null, waitedMs: 2000, waiting: 0 });
     expect(locks.inspect("/project/src/a.ts").waiters).toHaveLength(0);
   });
 
@@ -92,8 +93,124 @@ describe("waiting runs out", () => {
     const { locks } = table();
     await locks.acquire({ file: "/project/a", owner: "alice" });
     const error = await rejection(locks.acquire({ file: "/project/a", owner: "bob", waitMs: 0 }));
-    expect(error.message).toContain("wait was 0: try once");
+    expect(error.message).toContain("max_wait was 0: try once");
+    expect(error.details).toMatchObject({ waitedMs: 0, waiting: 0 });
     expect(locks.inspect("/project/a").waiters).toEqual([]);
+  });
+
+  it("waits up to the longest wait when none is given, and caps a longer one to it", async () => {
+    const clock = new ManualClock();
+    const locks = new LockTable({ clock, fencing: counter(), limits: { maxWaitMs: 5_000 } });
+    const holder = await locks.acquire({ file: "/project/a", owner: "alice" });
+    const unset = rejection(locks.acquire({ file: "/project/a", owner: "bob" }));
+    const longer = rejection(locks.acquire({ file: "/project/a", owner: "carol", waitMs: 3_600_000 }));
+    expect(locks.inspect("/project/a").waiters.map((w) => w.deadline - clock.now())).toEqual([5_000, 5_000]);
+    clock.advance(4_999);
+    expect(locks.inspect("/project/a").waiters).toHaveLength(2);
+    clock.advance(1);
+    expect((await unset).details).toMatchObject({ waitedMs: 5_000 });
+    expect((await longer).details).toMatchObject({ waitedMs: 5_000 });
+    expect(locks.release(holder.leaseToken)).toBe(true);
+  });
+
+  it("refuses a newcomer when the file's queue is full: resource_exhausted / TOO_MANY_WAITERS with a retry delay", async () => {
+    const clock = new ManualClock();
+    const locks = new LockTable({ clock, fencing: counter(), limits: { maxWaitersPerFile: 2 } });
+    await locks.acquire({ file: "/project/a", owner: "alice" });
+    const queued = [locks.acquire({ file: "/project/a", owner: "w1" }), locks.acquire({ file: "/project/a", owner: "w2" })];
+    const error = await rejection(locks.acquire({ file: "/project/a", owner: "w3" }));
+    expect([error.code, error.reason, error.options.retryAfterMs]).toEqual(["resource_exhausted", "TOO_MANY_WAITERS", LOCK_RETRY_AFTER_MS]);
+    expect(error.details).toEqual({ file: "/project/a", waiting: 2, maxWaiters: 2 });
+    expect(locks.inspect("/project/a").waiters.map((w) => w.owner)).toEqual(["w1", "w2"]);
+    locks.close();
+    await Promise.allSettled(queued);
+  });
+});
+
+describe("request ids", () => {
+  it("a repeat while the grant lives answers the same lease, without renewing it; once it ends the id is forgotten", async () => {
+    const { clock, locks } = table();
+    const first = await locks.acquire({ file: "/project/a", owner: "alice", ttlMs: 1000, requestId: "r-1" });
+    clock.advance(400);
+    // Another spelling of the file is the same request.
+    const repeat = await locks.acquire({ file: "/project/./a", owner: "alice", waitMs: 0, requestId: "r-1" });
+    expect(repeat).toEqual(first);
+    expect(locks.stats()).toEqual({ held: 1, waiting: 0, blockedByLockFiles: 0 });
+    // Another owner, or another id, is another request: it queues like anyone.
+    await expect(locks.acquire({ file: "/project/a", owner: "bob", waitMs: 0, requestId: "r-1" })).rejects.toMatchObject({ reason: "WAIT_EXHAUSTED" });
+    await expect(locks.acquire({ file: "/project/a", owner: "alice", waitMs: 0, requestId: "r-2" })).rejects.toMatchObject({ reason: "WAIT_EXHAUSTED" });
+
+    expect(locks.release(first.leaseToken)).toBe(true);
+    const again = await locks.acquire({ file: "/project/a", owner: "alice", requestId: "r-1" });
+    expect(again.fencingToken).toBeGreaterThan(first.fencingToken);
+    // An expiry ends the grant too.
+    clock.advance(30_000);
+    const third = await locks.acquire({ file: "/project/a", owner: "alice", waitMs: 0, requestId: "r-1" });
+    expect(third.fencingToken).toBeGreaterThan(again.fencingToken);
+  });
+
+  it("a repeat while the first call waits joins it: one place in the queue, one lease for both", async () => {
+    const { clock, locks } = table();
+    const holder = await locks.acquire({ file: "/project/a", owner: "h" });
+    const first = locks.acquire({ file: "/project/a", owner: "alice", waitMs: 10_000, requestId: "r-1" });
+    const behind = locks.acquire({ file: "/project/a", owner: "bob", waitMs: 10_000 });
+    clock.advance(100);
+    const repeat = locks.acquire({ file: "/project/a", owner: "alice", waitMs: 20_000, requestId: "r-1" });
+    expect(locks.inspect("/project/a").waiters.map((w) => [w.owner, w.deadline - clock.now()])).toEqual([
+      ["alice", 20_000],
+      ["bob", 9_900],
+    ]);
+    // A repeat that will not wait answers at once, and leaves the first one's place alone.
+    const once = await rejection(locks.acquire({ file: "/project/a", owner: "alice", waitMs: 0, requestId: "r-1" }));
+    expect([once.reason, once.details?.waiting]).toEqual(["WAIT_EXHAUSTED", 0]);
+    locks.release(holder.leaseToken);
+    const [a, b] = await Promise.all([first, repeat]);
+    expect(b).toEqual(a);
+    expect(a.owner).toBe("alice");
+    expect(locks.stats()).toEqual({ held: 1, waiting: 1, blockedByLockFiles: 0 });
+    locks.release(a.leaseToken);
+    expect((await behind).owner).toBe("bob");
+  });
+
+  it("the place stays while any call waits on it: each call gives up on its own wait or signal", async () => {
+    const { clock, locks } = table();
+    const holder = await locks.acquire({ file: "/project/a", owner: "h" });
+    const gone = new AbortController();
+    const first = rejection(locks.acquire({ file: "/project/a", owner: "alice", waitMs: 1_000, signal: gone.signal, requestId: "r-1" }));
+    const short = rejection(locks.acquire({ file: "/project/a", owner: "alice", waitMs: 500, requestId: "r-1" }));
+    const patient = locks.acquire({ file: "/project/a", owner: "alice", waitMs: 5_000, requestId: "r-1" });
+    gone.abort();
+    expect((await first).code).toBe("cancelled");
+    clock.advance(500);
+    expect((await short).reason).toBe("WAIT_EXHAUSTED");
+    expect(locks.inspect("/project/a").waiters.map((w) => w.owner)).toEqual(["alice"]);
+    locks.release(holder.leaseToken);
+    expect((await patient).owner).toBe("alice");
+  });
+
+  it("a place whose every call went is dropped, and its id forgotten", async () => {
+    const { clock, locks } = table();
+    const holder = await locks.acquire({ file: "/project/a", owner: "h" });
+    const first = rejection(locks.acquire({ file: "/project/a", owner: "alice", waitMs: 1_000, requestId: "r-1" }));
+    clock.advance(1_000);
+    expect((await first).reason).toBe("WAIT_EXHAUSTED");
+    expect(locks.inspect("/project/a").waiters).toEqual([]);
+    // A later call with the id is a new request, at the back of the queue.
+    const bob = locks.acquire({ file: "/project/a", owner: "bob", waitMs: 5_000 });
+    const later = locks.acquire({ file: "/project/a", owner: "alice", waitMs: 5_000, requestId: "r-1" });
+    expect(locks.inspect("/project/a").waiters.map((w) => w.owner)).toEqual(["bob", "alice"]);
+    locks.release(holder.leaseToken);
+    locks.release((await bob).leaseToken);
+    expect((await later).owner).toBe("alice");
+    expect(clock.pendingTimers()).toBe(1); // alice's lease only
+  });
+
+  it("refuses a malformed id with invalid_argument naming request_id, and queues nothing", async () => {
+    const { locks } = table();
+    const error = await rejection(locks.acquire({ file: "/project/a", owner: "o", requestId: "not an id" }));
+    expect(error.code).toBe("invalid_argument");
+    expect(error.message).toMatch(/^request_id: must match \[A-Za-z0-9._-\]\{1,128\}/);
+    expect(locks.stats()).toEqual({ held: 0, waiting: 0, blockedByLockFiles: 0 });
   });
 });
 
@@ -280,7 +397,7 @@ describe("inspect", () => {
       lastFencingToken: 1,
     });
     clock.advance(1000);
-    await expect(carol).rejects.toMatchObject({ code: "aborted" });
+    await expect(carol).rejects.toMatchObject({ code: "resource_exhausted", reason: "WAIT_EXHAUSTED" });
     locks.release(lease.leaseToken);
     await bob;
     expect(locks.stats()).toEqual({ held: 1, waiting: 0, blockedByLockFiles: 0 });
@@ -299,9 +416,8 @@ describe("input", () => {
     [{ file: "/project/a", owner: "o", ttlMs: -1 }, /^ttl: must be at least 1 ms/],
     [{ file: "/project/a", owner: "o", ttlMs: Number.NaN }, /^ttl: must be a finite number/],
     [{ file: "/project/a", owner: "o", ttlMs: 3_600_001 }, /^ttl: must be at most 3600000 ms/],
-    [{ file: "/project/a", owner: "o", waitMs: -5 }, /^wait: must not be negative/],
-    [{ file: "/project/a", owner: "o", waitMs: Number.NaN }, /^wait: must be a finite number/],
-    [{ file: "/project/a", owner: "o", waitMs: 600_001 }, /^wait: must be at most 600000 ms/],
+    [{ file: "/project/a", owner: "o", waitMs: -5 }, /^max_wait: must not be negative/],
+    [{ file: "/project/a", owner: "o", waitMs: Number.NaN }, /^max_wait: must be a finite number/],
   ])("refuses %#", async (request, message) => {
     const { locks } = table();
     const error = await rejection(locks.acquire(request));
@@ -351,11 +467,11 @@ describe("an outside lock that cannot be taken", () => {
     };
     const locks = new LockTable({ clock, fencing: counter(), external });
     const error = await rejection(locks.acquire({ file: "/project/a", owner: "o", waitMs: 1000 }));
-    expect(error.code).toBe("unavailable");
+    expect([error.code, error.reason, error.options.retryAfterMs]).toEqual(["unavailable", "STORAGE_UNAVAILABLE", LOCK_RETRY_AFTER_MS]);
     expect(error.message).toBe("cannot take the lock file /locks/project/a for /project/a: EACCES: permission denied");
     expect(locks.stats()).toEqual({ held: 0, waiting: 0, blockedByLockFiles: 0 });
 
-    const held = await locks.acquire({ file: "/project/b", owner: "first" }).catch(() => undefined);
+    const held = await locks.acquire({ file: "/project/b", owner: "first", waitMs: 0 }).catch(() => undefined);
     expect(held).toBeUndefined();
     failing = false;
     const first = await locks.acquire({ file: "/project/b", owner: "first" });

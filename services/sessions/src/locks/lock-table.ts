@@ -14,10 +14,11 @@
  */
 import { randomUUID } from "node:crypto";
 import { BerthError, invalidArgument } from "@berth/shared/errors";
+import { checkRequestId } from "@berth/shared/safe-id";
 import type { Clock, TimerHandle } from "@berth/shared/clock";
 import { formatDuration } from "@berth/shared/units";
 import type { FencingTokenSource } from "./fencing-store.js";
-import { checkFencingToken, checkOwner, checkTtl, checkWait, DEFAULT_LOCK_LIMITS, type LockLimits } from "./lock-input.js";
+import { checkFencingToken, checkOwner, checkTtl, checkWait, DEFAULT_LOCK_LIMITS, LOCK_RETRY_AFTER_MS, type LockLimits } from "./lock-input.js";
 import { canonicalLockPath } from "./lock-path.js";
 import type { ForeignLockHolder } from "./seed-lock-files.js";
 
@@ -62,10 +63,16 @@ export interface AcquireRequest {
   file: string;
   /** Who holds it: shown to everyone who waits. */
   owner: string;
-  /** How long to wait in the queue; 0 or absent: try once. */
+  /** How long to wait in the queue: absent, the longest wait (10 min); 0, try once; longer is capped to the longest. */
   waitMs?: number;
   /** The lease length; absent or 0: the default (30 s). */
   ttlMs?: number;
+  /**
+   * Makes a retry safe: a request with the same file, owner and id while the first one's grant
+   * lives answers that lease, and while the first one still waits, waits with it (one place in the
+   * queue, one lease for both). Forgotten once the grant ends. Absent or "": none.
+   */
+  requestId?: string;
   /** Aborted when the caller goes away: a waiter is dropped from the queue and never granted. */
   signal?: AbortSignal;
   /**
@@ -79,6 +86,7 @@ export interface AcquireRequest {
 export interface HoldRequest {
   file: string;
   owner: string;
+  /** As in {@link AcquireRequest.waitMs}. */
   waitMs?: number;
   /** Aborting it drops the request while it waits and releases the lock once held. */
   signal: AbortSignal;
@@ -187,26 +195,41 @@ export interface LockTableStats {
   blockedByLockFiles: number;
 }
 
-interface Waiter {
-  owner: string;
-  /** null: a hold, tied to `signal` instead of a lease timer. */
-  ttlMs: number | null;
-  since: number;
-  deadline: number;
+/** One call waiting for a queued request: its own wait, its own signal, its own answer. */
+interface WaitingCall {
   waitMs: number;
+  deadline: number;
   signal: AbortSignal | undefined;
-  onWaiting: ((update: WaitingUpdate) => void) | undefined;
-  /** What `onWaiting` was last told, to call it only on a change. */
-  toldPosition: number;
-  toldHolder: string | undefined;
   resolve(lease: Lease): void;
   reject(error: BerthError): void;
   timer?: TimerHandle;
   onAbort?: () => void;
 }
 
+/** A place in a file's queue, and the calls waiting on it: one, or several repeats of one request id. */
+interface Waiter {
+  owner: string;
+  /** null: a hold, tied to `holdSignal` instead of a lease timer. */
+  ttlMs: number | null;
+  holdSignal: AbortSignal | undefined;
+  since: number;
+  /** Never empty while the waiter is queued: the place goes when its last call does. */
+  calls: Set<WaitingCall>;
+  /** The key of its request id in {@link LockTable.requests}, when it has one. */
+  requestKey?: string;
+  onWaiting: ((update: WaitingUpdate) => void) | undefined;
+  /** What `onWaiting` was last told, to call it only on a change. */
+  toldPosition: number;
+  toldHolder: string | undefined;
+}
+
+/** What a request id names while it lives: the place it waits in, or the lease it was granted. */
+type KnownRequest = { waiter: Waiter; held?: undefined } | { held: Held; waiter?: undefined };
+
 interface Held {
   lease: Lease;
+  /** The key of the request id it was granted to, forgotten when it ends. */
+  requestKey?: string;
   /** The lease length renewals default to; null for a hold. */
   ttlMs: number | null;
   timer?: TimerHandle;
@@ -241,11 +264,14 @@ export class LockTable {
   private readonly fencing: FencingTokenSource;
   private readonly external: ExternalLocks | undefined;
   private readonly logger: LockLogger;
-  private readonly limits: LockLimits;
+  /** The limits this table enforces (defaults filled in). */
+  readonly limits: Readonly<LockLimits>;
   private readonly entries = new Map<string, Entry>();
   private readonly leases = new Map<string, Held>();
   private readonly lastTokens = new Map<string, number>();
   private readonly ended = new Map<string, { file: string; reason: EndReason; at: number }>();
+  /** Request ids (keyed by file, owner and id) whose request waits or whose grant lives. */
+  private readonly requests = new Map<string, KnownRequest>();
   private closed = false;
 
   constructor(options: LockTableOptions) {
@@ -253,7 +279,7 @@ export class LockTable {
     this.fencing = options.fencing;
     this.external = options.external;
     this.logger = options.logger ?? silentLogger;
-    this.limits = { ...DEFAULT_LOCK_LIMITS, ...options.limits };
+    this.limits = Object.freeze({ ...DEFAULT_LOCK_LIMITS, ...options.limits });
   }
 
   /** The lock key of `file`: its canonical path (see lock-path.ts); `field` names it in refusals. */
@@ -263,12 +289,15 @@ export class LockTable {
 
   /**
    * Takes the lock of `request.file`, waiting up to `waitMs` behind earlier requests. Rejects with
-   * `aborted` (details.reason "SOURCE_LOCKED", the holder's owner, since, fencing token or pid) when
-   * the wait runs out, `cancelled` when `signal` aborts first, `invalid_argument` on bad input.
+   * `resource_exhausted` WAIT_EXHAUSTED (details: the holder's owner, acquire time, fencing token
+   * or pid, as LockHeld) when the wait runs out, TOO_MANY_WAITERS when the file's queue is full,
+   * `cancelled` when `signal` aborts first, `invalid_argument` on bad input. A repeat of a
+   * `requestId` still alive answers the first request's lease (see {@link AcquireRequest.requestId}).
    */
   async acquire(request: AcquireRequest): Promise<Lease> {
     const ttlMs = checkTtl(request.ttlMs, this.limits);
-    return this.enter(request, ttlMs, undefined);
+    const requestId = checkRequestId(request.requestId);
+    return this.enter(request, ttlMs, undefined, requestId);
   }
 
   /**
@@ -277,7 +306,7 @@ export class LockTable {
    */
   async holdAsLongAs(request: HoldRequest): Promise<Lease> {
     if (!(request.signal instanceof AbortSignal)) throw invalidArgument("signal", "a hold needs an AbortSignal that ends it");
-    return this.enter(request, null, request.signal);
+    return this.enter(request, null, request.signal, undefined);
   }
 
   /**
@@ -337,7 +366,9 @@ export class LockTable {
       const foreign = this.external?.peek(key);
       if (foreign) holder = seedFileHolder(foreign);
     }
-    const waiters: LockWaiterInfo[] = entry ? [...entry.waiters].map((w) => ({ kind: w.ttlMs === null ? "stream" : "lease", owner: w.owner, since: w.since, deadline: w.deadline })) : [];
+    const waiters: LockWaiterInfo[] = entry
+      ? [...entry.waiters].map((w) => ({ kind: w.ttlMs === null ? "stream" : "lease", owner: w.owner, since: w.since, deadline: Math.max(...[...w.calls].map((c) => c.deadline)) }))
+      : [];
     return { file: key, lockPath: this.external?.pathFor(key) ?? null, holder, waiters, lastFencingToken: this.lastTokens.get(key) ?? null };
   }
 
@@ -370,8 +401,9 @@ export class LockTable {
     this.closed = true;
     for (const entry of this.entries.values()) {
       for (const waiter of [...entry.waiters]) {
+        const calls = [...waiter.calls];
         this.dropWaiter(entry, waiter);
-        waiter.reject(new BerthError("unavailable", `lock service is shutting down; ${entry.key} was not granted`, { file: entry.key }));
+        for (const call of calls) call.reject(new BerthError("unavailable", `lock service is shutting down; ${entry.key} was not granted`, { file: entry.key }));
       }
       if (entry.holder) this.free(entry, entry.holder, "closed");
       entry.unwatch?.();
@@ -380,7 +412,7 @@ export class LockTable {
     this.entries.clear();
   }
 
-  private enter(request: AcquireRequest | HoldRequest, ttlMs: number | null, holdSignal: AbortSignal | undefined): Promise<Lease> {
+  private enter(request: AcquireRequest | HoldRequest, ttlMs: number | null, holdSignal: AbortSignal | undefined, requestId: string | undefined): Promise<Lease> {
     if (this.closed) throw new BerthError("unavailable", "lock service is shutting down");
     const key = this.resolveFile(request.file);
     const owner = checkOwner(request.owner, this.limits);
@@ -389,7 +421,18 @@ export class LockTable {
     if (signal?.aborted) throw new BerthError("cancelled", `the request for ${key} was cancelled before it was queued`, { file: key });
 
     this.refresh(key);
+    // NUL separates: no path, owner or id contains one.
+    const requestKey = requestId === undefined ? undefined : `${key}\0${owner}\0${requestId}`;
+    const known = requestKey === undefined ? undefined : this.requests.get(requestKey);
+    if (known?.held) return Promise.resolve({ ...known.held.lease });
     const entry = this.entryFor(key);
+    if (known?.waiter) {
+      // A repeat of a request that still waits: its own wait, the first one's place.
+      if (waitMs === 0) throw this.lockedError(entry, 0, this.placeOf(entry, known.waiter));
+      const waiter = known.waiter;
+      return new Promise<Lease>((resolve, reject) => this.addCall(entry, waiter, { waitMs, signal, resolve, reject }));
+    }
+
     // FIFO: a free lock goes to the newcomer only when nobody queued before it.
     if (!entry.holder && entry.waiters.size === 0) {
       const now = this.clock.now();
@@ -397,6 +440,7 @@ export class LockTable {
       if (claim) {
         try {
           const held = this.grant(entry, owner, ttlMs, claim === true ? undefined : claim, holdSignal);
+          if (requestKey !== undefined) this.remember(requestKey, held);
           return Promise.resolve({ ...held.lease });
         } finally {
           this.settle(entry);
@@ -404,30 +448,64 @@ export class LockTable {
       }
     }
     if (waitMs === 0) {
-      const error = this.lockedError(entry, 0);
+      const error = this.lockedError(entry, 0, entry.waiters.size);
       this.settle(entry);
       throw error;
     }
     if (entry.waiters.size >= this.limits.maxWaitersPerFile) {
-      throw new BerthError("resource_exhausted", `${entry.waiters.size} requests already wait for ${key}; try again later`, { file: key, waiting: entry.waiters.size });
+      throw new BerthError(
+        "resource_exhausted",
+        `${entry.waiters.size} requests already wait for ${key}, the most one file's queue holds; try again later`,
+        { file: key, waiting: entry.waiters.size, maxWaiters: this.limits.maxWaitersPerFile },
+        { reason: "TOO_MANY_WAITERS", retryAfterMs: LOCK_RETRY_AFTER_MS },
+      );
     }
 
     return new Promise<Lease>((resolve, reject) => {
-      const now = this.clock.now();
-      const waiter: Waiter = { owner, ttlMs, since: now, deadline: now + waitMs, waitMs, signal, onWaiting: request.onWaiting, toldPosition: 0, toldHolder: undefined, resolve, reject };
-      entry.waiters.add(waiter);
-      this.scheduleDeadline(entry, waiter);
-      if (signal) {
-        waiter.onAbort = () => {
-          if (!entry.waiters.has(waiter)) return;
-          this.dropWaiter(entry, waiter);
-          waiter.reject(new BerthError("cancelled", `gave up waiting for ${key}: the caller went away`, { file: key }));
-          this.pump(entry);
-        };
-        signal.addEventListener("abort", waiter.onAbort, { once: true });
+      const waiter: Waiter = { owner, ttlMs, holdSignal, since: this.clock.now(), calls: new Set(), onWaiting: request.onWaiting, toldPosition: 0, toldHolder: undefined };
+      if (requestKey !== undefined) {
+        waiter.requestKey = requestKey;
+        this.requests.set(requestKey, { waiter });
       }
+      entry.waiters.add(waiter);
+      this.addCall(entry, waiter, { waitMs, signal, resolve, reject });
       this.settle(entry);
     });
+  }
+
+  /** Adds a call to a queued request: it gives up on its own deadline or signal; the place goes with the last call. */
+  private addCall(entry: Entry, waiter: Waiter, request: Pick<WaitingCall, "waitMs" | "signal" | "resolve" | "reject">): void {
+    const call: WaitingCall = { ...request, deadline: this.clock.now() + request.waitMs };
+    waiter.calls.add(call);
+    this.scheduleDeadline(entry, waiter, call);
+    const signal = call.signal;
+    if (signal) {
+      call.onAbort = () => {
+        if (!waiter.calls.has(call)) return;
+        this.dropCall(waiter, call);
+        call.reject(new BerthError("cancelled", `gave up waiting for ${entry.key}: the caller went away`, { file: entry.key }));
+        if (waiter.calls.size > 0) return;
+        this.dropWaiter(entry, waiter);
+        this.pump(entry);
+      };
+      signal.addEventListener("abort", call.onAbort, { once: true });
+    }
+  }
+
+  /** The number of requests queued before `waiter`. */
+  private placeOf(entry: Entry, waiter: Waiter): number {
+    let ahead = 0;
+    for (const queued of entry.waiters) {
+      if (queued === waiter) break;
+      ahead++;
+    }
+    return ahead;
+  }
+
+  /** Notes that the request id of `requestKey` was granted `held`, until the grant ends. */
+  private remember(requestKey: string, held: Held): void {
+    held.requestKey = requestKey;
+    this.requests.set(requestKey, { held });
   }
 
   /**
@@ -445,10 +523,12 @@ export class LockTable {
       this.logger.error({ file: entry.key, err: error }, "cannot take the lock file");
       if (failLoudly) {
         this.settle(entry);
-        throw new BerthError("unavailable", `cannot take the lock file ${this.external.pathFor(entry.key)} for ${entry.key}: ${(error as Error).message}`, {
-          file: entry.key,
-          lockPath: this.external.pathFor(entry.key),
-        });
+        throw new BerthError(
+          "unavailable",
+          `cannot take the lock file ${this.external.pathFor(entry.key)} for ${entry.key}: ${(error as Error).message}`,
+          { file: entry.key, lockPath: this.external.pathFor(entry.key) },
+          { reason: "STORAGE_UNAVAILABLE", retryAfterMs: LOCK_RETRY_AFTER_MS },
+        );
       }
       entry.blocked = true;
       return undefined;
@@ -497,15 +577,18 @@ export class LockTable {
       if (!head) break;
       const claim = this.claimExternal(entry, head.owner, this.clock.now());
       if (!claim) break;
+      const calls = [...head.calls];
       this.dropWaiter(entry, head);
       let held: Held;
       try {
-        held = this.grant(entry, head.owner, head.ttlMs, claim === true ? undefined : claim, head.ttlMs === null ? head.signal : undefined);
+        held = this.grant(entry, head.owner, head.ttlMs, claim === true ? undefined : claim, head.holdSignal);
       } catch (error) {
-        head.reject(error instanceof BerthError ? error : new BerthError("internal", `granting ${entry.key} failed: ${(error as Error).message}`, { file: entry.key }));
+        const refusal = error instanceof BerthError ? error : new BerthError("internal", `granting ${entry.key} failed: ${(error as Error).message}`, { file: entry.key });
+        for (const call of calls) call.reject(refusal);
         continue;
       }
-      head.resolve({ ...held.lease });
+      if (head.requestKey !== undefined) this.remember(head.requestKey, held);
+      for (const call of calls) call.resolve({ ...held.lease });
     }
     this.settle(entry);
   }
@@ -551,6 +634,7 @@ export class LockTable {
     if (held.holdSignal && held.onHoldAbort) held.holdSignal.removeEventListener("abort", held.onHoldAbort);
     if (entry.holder === held) delete entry.holder;
     this.leases.delete(held.lease.leaseToken);
+    if (held.requestKey !== undefined && this.requests.get(held.requestKey)?.held === held) this.requests.delete(held.requestKey);
     this.ended.set(held.lease.leaseToken, { file: entry.key, reason, at: this.clock.now() });
     if (this.ended.size > ENDED_MEMORY) this.ended.delete(this.ended.keys().next().value!);
     if (held.external) {
@@ -603,25 +687,35 @@ export class LockTable {
     }, expiresAt - this.clock.now());
   }
 
-  private scheduleDeadline(entry: Entry, waiter: Waiter): void {
-    waiter.timer = this.clock.setTimeout(() => {
-      delete waiter.timer;
-      if (!entry.waiters.has(waiter)) return;
-      if (this.clock.now() < waiter.deadline) return this.scheduleDeadline(entry, waiter);
+  private scheduleDeadline(entry: Entry, waiter: Waiter, call: WaitingCall): void {
+    call.timer = this.clock.setTimeout(() => {
+      delete call.timer;
+      if (!waiter.calls.has(call)) return;
+      if (this.clock.now() < call.deadline) return this.scheduleDeadline(entry, waiter, call);
       // The head's turn may have come without an event (a lock file we could not watch): look once more.
       this.pump(entry);
-      if (!entry.waiters.has(waiter)) return;
-      this.dropWaiter(entry, waiter);
-      waiter.reject(this.lockedError(entry, waiter.waitMs));
-      this.pump(entry);
-    }, waiter.deadline - this.clock.now());
+      if (!waiter.calls.has(call)) return;
+      const ahead = this.placeOf(entry, waiter);
+      this.dropCall(waiter, call);
+      const last = waiter.calls.size === 0;
+      if (last) this.dropWaiter(entry, waiter);
+      call.reject(this.lockedError(entry, call.waitMs, ahead));
+      if (last) this.pump(entry);
+    }, call.deadline - this.clock.now());
   }
 
+  private dropCall(waiter: Waiter, call: WaitingCall): void {
+    waiter.calls.delete(call);
+    if (call.timer !== undefined) this.clock.clearTimeout(call.timer);
+    delete call.timer;
+    if (call.signal && call.onAbort) call.signal.removeEventListener("abort", call.onAbort);
+  }
+
+  /** Takes a request out of the queue with every call on it (their answers are the caller's to give). */
   private dropWaiter(entry: Entry, waiter: Waiter): void {
     entry.waiters.delete(waiter);
-    if (waiter.timer !== undefined) this.clock.clearTimeout(waiter.timer);
-    delete waiter.timer;
-    if (waiter.signal && waiter.onAbort) waiter.signal.removeEventListener("abort", waiter.onAbort);
+    for (const call of [...waiter.calls]) this.dropCall(waiter, call);
+    if (waiter.requestKey !== undefined && this.requests.get(waiter.requestKey)?.waiter === waiter) this.requests.delete(waiter.requestKey);
   }
 
   private entryFor(key: string): Entry {
@@ -661,37 +755,38 @@ export class LockTable {
   }
 
   /**
-   * The SOURCE_LOCKED refusal. Its details mirror the API's LockHeld: reason, file, owner, since,
-   * fencingToken (0 for a seed lock file, which has none), pid, kind, lockPath; plus `waiting`.
+   * The refusal of a wait that ran out (or a try-once that found the lock taken): RESOURCE_EXHAUSTED
+   * WAIT_EXHAUSTED with a retry delay. Its details mirror the API's LockHeld: file, owner,
+   * acquireTime, fencingToken (0 for a seed lock file, which has none), pid, kind, lockPath,
+   * waitedMs; plus `waiting`, the requests queued ahead of the caller.
    */
-  private lockedError(entry: Entry, waitedMs: number): BerthError {
+  private lockedError(entry: Entry, waitedMs: number, ahead: number): BerthError {
     const key = entry.key;
-    const waited = waitedMs === 0 ? "it was not free (wait was 0: try once)" : `it stayed locked for the whole wait of ${formatDuration(waitedMs)}`;
+    const waited = waitedMs === 0 ? "it was not free (max_wait was 0: try once)" : `it stayed locked for the whole wait of ${formatDuration(waitedMs)}`;
     const hint = "wait longer, or ask the holder to release it";
-    const base = { reason: "SOURCE_LOCKED", file: key, lockPath: this.external?.pathFor(key) ?? null, waiting: entry.waiters.size };
+    const base = { file: key, lockPath: this.external?.pathFor(key) ?? null, waitedMs, waiting: ahead };
+    const options = { reason: "WAIT_EXHAUSTED", retryAfterMs: LOCK_RETRY_AFTER_MS };
     const held = entry.holder;
     if (held) {
       const info = berthHolder(held);
-      const details: Record<string, unknown> = { ...base, owner: info.owner, since: info.since, fencingToken: held.lease.fencingToken, kind: info.kind };
+      const details: Record<string, unknown> = { ...base, owner: info.owner, acquireTime: info.since, fencingToken: held.lease.fencingToken, kind: info.kind };
       if (info.pid !== undefined) details.pid = info.pid;
-      return new BerthError("aborted", `source locked: ${key} is held by ${info.owner} since ${iso(info.since)} (fencing token ${held.lease.fencingToken}); ${waited}; ${hint}`, details);
+      return new BerthError("resource_exhausted", `source locked: ${key} is held by ${info.owner} since ${iso(info.since)} (fencing token ${held.lease.fencingToken}); ${waited}; ${hint}`, details, options);
     }
     const foreign = this.external?.peek(key) ?? entry.blockedBy;
     if (foreign) {
       const who = `${foreign.owner ?? "an unknown owner"}${foreign.pid !== undefined ? ` (pid ${foreign.pid})` : ""}`;
-      const details: Record<string, unknown> = { ...base, owner: foreign.owner ?? "", since: foreign.since, fencingToken: 0, kind: "seed-file" };
+      const details: Record<string, unknown> = { ...base, owner: foreign.owner ?? "", acquireTime: foreign.since, fencingToken: 0, kind: "seed-file" };
       if (foreign.pid !== undefined) details.pid = foreign.pid;
-      return new BerthError("aborted", `source locked: ${key} is held by ${who} through its lock file ${foreign.lockFile} since ${iso(foreign.since)}; ${waited}; ${hint}`, details);
+      return new BerthError("resource_exhausted", `source locked: ${key} is held by ${who} through its lock file ${foreign.lockFile} since ${iso(foreign.since)}; ${waited}; ${hint}`, details, options);
     }
     // Nobody identifiable holds it: requests queued ahead wait for a lock file being taken over.
-    const ahead = entry.waiters.size;
-    return new BerthError("aborted", `source locked: ${key} was not free: ${ahead} request${ahead === 1 ? "" : "s"} queued ahead; ${waited}; ${hint}`, {
-      ...base,
-      owner: "",
-      since: null,
-      fencingToken: 0,
-      kind: "unknown",
-    });
+    return new BerthError(
+      "resource_exhausted",
+      `source locked: ${key} was not free: ${ahead} request${ahead === 1 ? "" : "s"} queued ahead; ${waited}; ${hint}`,
+      { ...base, owner: "", acquireTime: null, fencingToken: 0, kind: "unknown" },
+      options,
+    );
   }
 }
 

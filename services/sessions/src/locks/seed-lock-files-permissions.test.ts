@@ -95,7 +95,7 @@ describe("a lock file this service may not read", () => {
     services.push(locks);
 
     expect(locks.inspect(key())).toMatchObject({ lockPath, holder: { kind: "seed-file", readable: false } });
-    await expect(locks.acquire({ file: key(), owner: "berth", waitMs: 0, ttlMs: 10_000 })).rejects.toMatchObject({ code: "aborted" });
+    await expect(locks.acquire({ file: key(), owner: "berth", waitMs: 0, ttlMs: 10_000 })).rejects.toMatchObject({ code: "resource_exhausted", reason: "WAIT_EXHAUSTED" });
 
     const waiting = locks.acquire({ file: key(), owner: "berth", waitMs: 1_000, ttlMs: 10_000 });
     const settled = waiting.then(
@@ -105,7 +105,7 @@ describe("a lock file this service may not read", () => {
     clock.advance(1_000);
     const error = await settled;
     expect(error).toBeInstanceOf(BerthError);
-    expect(error).toMatchObject({ code: "aborted" });
+    expect(error).toMatchObject({ code: "resource_exhausted", reason: "WAIT_EXHAUSTED" });
     expect((error as BerthError).message).toContain(lockPath);
     expect(fs.existsSync(lockPath)).toBe(true);
   });

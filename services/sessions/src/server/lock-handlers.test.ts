@@ -4,12 +4,13 @@ import * as path from "node:path";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { durationFromMs, timestampMs, type Duration } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError, createClient, createRouterTransport, type Client } from "@connectrpc/connect";
-import { HolderKind, LockHeldSchema, LockService as LockServiceDesc, type HoldResponse } from "@berth/api/berth/sessions/v1/lock_service_pb";
+import { BadRequestSchema, ErrorInfoSchema, RetryInfoSchema } from "@berth/api/google/rpc/error_details_pb";
+import { HolderKind, LockHeldSchema, LockService as LockServiceDesc, type HoldResponse } from "@berth/api/berth/locks/v1/lock_service_pb";
 import { ManualClock } from "@berth/shared/clock";
 import { BerthError } from "@berth/shared/errors";
 import { createErrorInterceptor, createObserverInterceptor, ServerMetrics } from "@berth/shared/server/index";
-import { createLockService, lockFilePath, type LockService } from "../locks/index.js";
-import { durationInput, makeFenceCheck, makeLockHandlers } from "./lock-handlers.js";
+import { createLockService, DEFAULT_LOCK_LIMITS, LOCK_RETRY_AFTER_MS, lockFilePath, type LockLimits, type LockService } from "../locks/index.js";
+import { durationInput, makeFenceCheck, makeLockHandlers, MAX_KEEPALIVE_TOKENS } from "./lock-handlers.js";
 
 let root: string;
 let projectRoot: string;
@@ -24,20 +25,26 @@ let FILE: string;
 const key = () => FILE;
 const HEARTBEAT_MS = 1_000;
 
-beforeEach(() => {
-  root = fs.mkdtempSync(path.join(tmpdir(), "berth-lockrpc-"));
-  projectRoot = path.join(root, "project");
-  FILE = path.join(projectRoot, "src/app.ts");
-  liveDir = path.join(root, "live");
-  clock = new ManualClock();
-  locks = createLockService({ projectRoot, stateDir: path.join(root, "state"), liveDir, clock });
-  metrics = new ServerMetrics("sessions");
+/** A lock service with `limits` and a client of its handlers, replacing the ones of beforeEach. */
+function serve(limits?: Partial<LockLimits>): void {
+  locks?.close();
+  locks = createLockService({ projectRoot, stateDir: path.join(root, "state"), liveDir, clock, ...(limits === undefined ? {} : { limits }) });
   const quiet = { debug() {}, info() {}, warn() {}, error() {} };
   const transport = createRouterTransport((router) => router.service(LockServiceDesc, makeLockHandlers({ locks, clock, heartbeatMs: HEARTBEAT_MS })), {
     // As the server has them: the observer (which keeps the open streams) outermost.
     router: { interceptors: [createObserverInterceptor({ logger: quiet, metrics }), createErrorInterceptor()] },
   });
   client = createClient(LockServiceDesc, transport);
+}
+
+beforeEach(() => {
+  root = fs.mkdtempSync(path.join(tmpdir(), "berth-lockrpc-"));
+  projectRoot = path.join(root, "project");
+  FILE = path.join(projectRoot, "src/app.ts");
+  liveDir = path.join(root, "live");
+  clock = new ManualClock();
+  metrics = new ServerMetrics("sessions");
+  serve();
 });
 afterEach(() => {
   locks.close();
@@ -55,14 +62,21 @@ async function failure(promise: Promise<unknown>): Promise<ConnectError> {
   throw new Error("expected the call to fail");
 }
 
+/** The ErrorInfo reason and domain, and the RetryInfo delay (ms) of a refusal. */
+function errorInfo(error: ConnectError) {
+  const [info] = error.findDetails(ErrorInfoSchema);
+  const [retry] = error.findDetails(RetryInfoSchema);
+  return { reason: info?.reason, domain: info?.domain, retryAfterMs: retry?.retryDelay === undefined ? undefined : Number(retry.retryDelay.seconds) * 1000 + retry.retryDelay.nanos / 1e6 };
+}
+
 /** Collects a Hold stream's messages as they arrive, and how it ended. */
-function openHold(request: { file?: string; owner: string; wait?: Duration }) {
+function openHold(request: { file?: string; owner: string; maxWait?: Duration }) {
   const controller = new AbortController();
   const messages: HoldResponse[] = [];
   let ended: ConnectError | "ok" | undefined;
   const done = (async () => {
     try {
-      for await (const message of client.hold({ file: request.file ?? FILE, owner: request.owner, wait: request.wait }, { signal: controller.signal })) messages.push(message);
+      for await (const message of client.hold({ file: request.file ?? FILE, owner: request.owner, maxWait: request.maxWait }, { signal: controller.signal })) messages.push(message);
       ended = "ok";
     } catch (error) {
       ended = ConnectError.from(error);
@@ -85,8 +99,8 @@ describe("Acquire and Release", () => {
     expect(lease?.file).toBe(key());
     expect(lease?.owner).toBe("alice");
     expect(lease?.fencingToken).toBeGreaterThan(0n);
-    expect(timestampMs(lease!.expiresAt!)).toBe(clock.now() + 10_000);
-    expect(timestampMs(lease!.acquiredAt!)).toBe(clock.now());
+    expect(timestampMs(lease!.expireTime!)).toBe(clock.now() + 10_000);
+    expect(timestampMs(lease!.acquireTime!)).toBe(clock.now());
     expect(lease?.ttl?.seconds).toBe(10n);
 
     expect((await client.release({ leaseToken: lease!.leaseToken })).released).toBe(true);
@@ -97,14 +111,16 @@ describe("Acquire and Release", () => {
     expect((await client.inspect({ file: FILE })).holder?.owner).toBe("bob");
   });
 
-  it("refuses a busy lock with ABORTED SOURCE_LOCKED and the LockHeld detail", async () => {
+  it("refuses a busy lock tried once with RESOURCE_EXHAUSTED WAIT_EXHAUSTED (domain berth.locks, RetryInfo) and the LockHeld detail", async () => {
     const { lease } = await client.acquire({ file: FILE, owner: "alice" });
-    const error = await failure(client.acquire({ file: FILE, owner: "bob" }));
-    expect(error.code).toBe(Code.Aborted);
-    expect(error.rawMessage).toMatch(/held by alice since .* \(fencing token \d+\)/);
+    const error = await failure(client.acquire({ file: FILE, owner: "bob", maxWait: ms(0) }));
+    expect(error.code).toBe(Code.ResourceExhausted);
+    expect(errorInfo(error)).toEqual({ reason: "WAIT_EXHAUSTED", domain: "berth.locks", retryAfterMs: LOCK_RETRY_AFTER_MS });
+    expect(error.rawMessage).toMatch(/held by alice since .* \(fencing token \d+\); it was not free \(max_wait was 0: try once\)/);
+    // The JSON mirror names the reason once, from ErrorInfo, and the same facts.
+    expect(JSON.parse(error.metadata.get("berth-error-details")!)).toMatchObject({ reason: "WAIT_EXHAUSTED", file: key(), owner: "alice", waitedMs: 0 });
     const [held] = error.findDetails(LockHeldSchema);
     expect(held).toMatchObject({
-      reason: "SOURCE_LOCKED",
       file: key(),
       owner: "alice",
       fencingToken: lease!.fencingToken,
@@ -112,13 +128,14 @@ describe("Acquire and Release", () => {
       lockPath: lockFilePath(path.join(liveDir, "locks"), key()),
       pid: process.pid,
     });
-    expect(timestampMs(held!.since!)).toBe(timestampMs(lease!.acquiredAt!));
+    expect(timestampMs(held!.acquireTime!)).toBe(timestampMs(lease!.acquireTime!));
+    expect(held!.waited).toMatchObject({ seconds: 0n, nanos: 0 });
   });
 
   it("serves waiters in arrival order, each the moment the lock is released", async () => {
     const first = (await client.acquire({ file: FILE, owner: "w0" })).lease!;
     const order: string[] = [];
-    const waiters = ["w1", "w2", "w3"].map((owner) => client.acquire({ file: FILE, owner, wait: ms(60_000) }).then((r) => (order.push(owner), r.lease!)));
+    const waiters = ["w1", "w2", "w3"].map((owner) => client.acquire({ file: FILE, owner, maxWait: ms(60_000) }).then((r) => (order.push(owner), r.lease!)));
     await vi.waitFor(() => expect(locks.inspect(FILE).waiters.map((w) => w.owner)).toEqual(["w1", "w2", "w3"]));
     let token = first.leaseToken;
     let fencing = first.fencingToken;
@@ -132,22 +149,49 @@ describe("Acquire and Release", () => {
     expect(order).toEqual(["w1", "w2", "w3"]);
   });
 
-  it("answers a wait that runs out with SOURCE_LOCKED naming the holder", async () => {
+  it("answers a wait that runs out with WAIT_EXHAUSTED naming the holder and how long it waited", async () => {
     await client.acquire({ file: FILE, owner: "alice" });
-    const pending = failure(client.acquire({ file: FILE, owner: "bob", wait: ms(2_000) }));
+    const pending = failure(client.acquire({ file: FILE, owner: "bob", maxWait: ms(2_000) }));
     await vi.waitFor(() => expect(locks.inspect(FILE).waiters).toHaveLength(1));
     clock.advance(2_000);
     const error = await pending;
-    expect(error.code).toBe(Code.Aborted);
+    expect(error.code).toBe(Code.ResourceExhausted);
+    expect(errorInfo(error).reason).toBe("WAIT_EXHAUSTED");
     expect(error.rawMessage).toMatch(/whole wait of 2s/);
-    expect(error.findDetails(LockHeldSchema)[0]?.owner).toBe("alice");
+    expect(error.findDetails(LockHeldSchema)[0]).toMatchObject({ owner: "alice", waited: { seconds: 2n, nanos: 0 } });
     expect(locks.inspect(FILE).waiters).toHaveLength(0);
+  });
+
+  it("waits up to the longest wait when max_wait is unset, and caps a longer one to it", async () => {
+    serve({ maxWaitMs: 5_000 });
+    await client.acquire({ file: FILE, owner: "alice" });
+    const unset = failure(client.acquire({ file: FILE, owner: "bob" }));
+    const longer = failure(client.acquire({ file: FILE, owner: "carol", maxWait: ms(24 * 3_600_000) }));
+    await vi.waitFor(() => expect(locks.inspect(FILE).waiters.map((w) => w.deadline - w.since)).toEqual([5_000, 5_000]));
+    clock.advance(5_000);
+    for (const error of [await unset, await longer]) {
+      expect(errorInfo(error).reason).toBe("WAIT_EXHAUSTED");
+      expect(error.findDetails(LockHeldSchema)[0]?.waited).toMatchObject({ seconds: 5n });
+    }
+  });
+
+  it("refuses a waiter beyond the file's queue with RESOURCE_EXHAUSTED TOO_MANY_WAITERS and a RetryInfo", async () => {
+    serve({ maxWaitersPerFile: 1 });
+    await client.acquire({ file: FILE, owner: "alice" });
+    const queued = failure(client.acquire({ file: FILE, owner: "bob" }));
+    await vi.waitFor(() => expect(locks.inspect(FILE).waiters).toHaveLength(1));
+    const error = await failure(client.acquire({ file: FILE, owner: "carol" }));
+    expect(error.code).toBe(Code.ResourceExhausted);
+    expect(errorInfo(error)).toEqual({ reason: "TOO_MANY_WAITERS", domain: "berth.locks", retryAfterMs: LOCK_RETRY_AFTER_MS });
+    expect(error.rawMessage).toMatch(/1 requests already wait for .*app\.ts, the most one file's queue holds/);
+    locks.close();
+    expect((await queued).code).toBe(Code.Unavailable);
   });
 
   it("drops a waiter whose caller went away; it is never granted", async () => {
     const { lease } = await client.acquire({ file: FILE, owner: "alice" });
     const controller = new AbortController();
-    const pending = failure(client.acquire({ file: FILE, owner: "gone", wait: ms(60_000) }, { signal: controller.signal }));
+    const pending = failure(client.acquire({ file: FILE, owner: "gone", maxWait: ms(60_000) }, { signal: controller.signal }));
     await vi.waitFor(() => expect(locks.inspect(FILE).waiters).toHaveLength(1));
     controller.abort();
     expect((await pending).code).toBe(Code.Canceled);
@@ -156,7 +200,7 @@ describe("Acquire and Release", () => {
     expect(locks.inspect(FILE).holder).toBeNull();
   });
 
-  it("bounds the wait by the call's deadline, answering SOURCE_LOCKED before it", async () => {
+  it("bounds the wait by the call's deadline, answering WAIT_EXHAUSTED before it", async () => {
     // Real time here: the deadline is the client's, not the service clock's.
     const real = createLockService({ projectRoot, stateDir: path.join(root, "state-real"), liveDir: null });
     try {
@@ -166,8 +210,8 @@ describe("Acquire and Release", () => {
       );
       await realClient.acquire({ file: FILE, owner: "alice" });
       const started = Date.now();
-      const error = await failure(realClient.acquire({ file: FILE, owner: "bob", wait: ms(60_000) }, { timeoutMs: 400 }));
-      expect(error.code).toBe(Code.Aborted);
+      const error = await failure(realClient.acquire({ file: FILE, owner: "bob" }, { timeoutMs: 400 }));
+      expect(error.code).toBe(Code.ResourceExhausted);
       expect(error.findDetails(LockHeldSchema)[0]?.owner).toBe("alice");
       expect(Date.now() - started).toBeLessThan(2_000);
     } finally {
@@ -176,7 +220,131 @@ describe("Acquire and Release", () => {
   });
 });
 
-describe("KeepAlive", () => {
+describe("Acquire's request_id", () => {
+  it("a repeat while the grant lives answers the same lease", async () => {
+    const { lease } = await client.acquire({ file: FILE, owner: "alice", requestId: "3f1c0d9e-retry" });
+    const repeat = await client.acquire({ file: FILE, owner: "alice", maxWait: ms(0), requestId: "3f1c0d9e-retry" });
+    expect(repeat.lease).toEqual(lease);
+    await client.release({ leaseToken: lease!.leaseToken });
+    // Forgotten once the grant ended: the same id is a new request.
+    const next = await client.acquire({ file: FILE, owner: "alice", requestId: "3f1c0d9e-retry" });
+    expect(next.lease!.fencingToken).toBeGreaterThan(lease!.fencingToken);
+  });
+
+  it("a repeat while the first call waits joins it: one place in the queue, the same lease for both", async () => {
+    const holder = (await client.acquire({ file: FILE, owner: "holder" })).lease!;
+    const first = client.acquire({ file: FILE, owner: "alice", maxWait: ms(60_000), requestId: "r-1" });
+    await vi.waitFor(() => expect(locks.inspect(FILE).waiters).toHaveLength(1));
+    const repeat = client.acquire({ file: FILE, owner: "alice", maxWait: ms(120_000), requestId: "r-1" });
+    // Joined: the one place now waits as long as its longest call.
+    await vi.waitFor(() => expect(locks.inspect(FILE).waiters.map((w) => [w.owner, w.deadline - w.since])).toEqual([["alice", 120_000]]));
+    await client.release({ leaseToken: holder.leaseToken });
+    const [a, b] = await Promise.all([first, repeat]);
+    expect(b.lease).toEqual(a.lease);
+    expect(a.lease?.owner).toBe("alice");
+    expect(locks.stats()).toMatchObject({ held: 1, waiting: 0 });
+  });
+
+  it("keeps the place for the repeat when the first call goes away", async () => {
+    const holder = (await client.acquire({ file: FILE, owner: "holder" })).lease!;
+    const controller = new AbortController();
+    const first = failure(client.acquire({ file: FILE, owner: "alice", maxWait: ms(60_000), requestId: "r-2" }, { signal: controller.signal }));
+    await vi.waitFor(() => expect(locks.inspect(FILE).waiters).toHaveLength(1));
+    const repeat = client.acquire({ file: FILE, owner: "alice", maxWait: ms(120_000), requestId: "r-2" });
+    await vi.waitFor(() => expect(locks.inspect(FILE).waiters.map((w) => [w.owner, w.deadline - w.since])).toEqual([["alice", 120_000]]));
+    controller.abort();
+    expect((await first).code).toBe(Code.Canceled);
+    expect(locks.inspect(FILE).waiters.map((w) => [w.owner, w.deadline - w.since])).toEqual([["alice", 120_000]]);
+    await client.release({ leaseToken: holder.leaseToken });
+    expect((await repeat).lease?.owner).toBe("alice");
+  });
+
+  it("a grant made in the turn its caller goes away is released without a request_id, and kept for the repeat with one", async () => {
+    for (const requestId of ["", "r-3"]) {
+      const holder = (await client.acquire({ file: FILE, owner: "holder" })).lease!;
+      const controller = new AbortController();
+      const gone = failure(client.acquire({ file: FILE, owner: "alice", maxWait: ms(60_000), requestId }, { signal: controller.signal }));
+      await vi.waitFor(() => expect(locks.inspect(FILE).waiters).toHaveLength(1));
+      // Granted, and the caller gone, before the handler runs again.
+      locks.release(holder.leaseToken);
+      controller.abort();
+      expect((await gone).code).toBe(Code.Canceled);
+      await vi.waitFor(() => expect(locks.stats().held).toBe(requestId === "" ? 0 : 1));
+      if (requestId === "") continue;
+      // The retry (the client's answer was lost) finds its lease.
+      const retried = (await client.acquire({ file: FILE, owner: "alice", maxWait: ms(0), requestId })).lease!;
+      expect(locks.inspect(FILE).holder).toMatchObject({ owner: "alice", fencingToken: Number(retried.fencingToken) });
+      await client.release({ leaseToken: retried.leaseToken });
+    }
+  });
+
+  it("refuses a malformed request_id with INVALID_ARGUMENT INVALID_FIELD naming request_id (BadRequest)", async () => {
+    const error = await failure(client.acquire({ file: FILE, owner: "alice", requestId: "has spaces" }));
+    expect(error.code).toBe(Code.InvalidArgument);
+    expect(errorInfo(error)).toMatchObject({ reason: "INVALID_FIELD", domain: "berth.locks" });
+    expect(error.rawMessage).toMatch(/^request_id: must match \[A-Za-z0-9._-\]\{1,128\}/);
+    expect(error.findDetails(BadRequestSchema)[0]?.fieldViolations.map((v) => v.field)).toEqual(["request_id"]);
+    expect(locks.stats()).toEqual({ held: 0, waiting: 0, blockedByLockFiles: 0 });
+  });
+});
+
+describe("GetLimits", () => {
+  it("answers the limits the service enforces and the Hold heartbeat", async () => {
+    expect(await client.getLimits({})).toMatchObject({
+      defaultTtl: { seconds: 30n, nanos: 0 },
+      maxTtl: { seconds: 3600n, nanos: 0 },
+      maxWait: { seconds: 600n, nanos: 0 },
+      heartbeatInterval: { seconds: BigInt(HEARTBEAT_MS / 1000), nanos: 0 },
+      maxWaitersPerFile: DEFAULT_LOCK_LIMITS.maxWaitersPerFile,
+      maxOwnerLength: DEFAULT_LOCK_LIMITS.maxOwnerLength,
+    });
+    serve({ maxWaitMs: 1_500, defaultTtlMs: 2_000 });
+    expect(await client.getLimits({})).toMatchObject({ maxWait: { seconds: 1n, nanos: 500_000_000 }, defaultTtl: { seconds: 2n } });
+  });
+});
+
+describe("KeepAlive (unary)", () => {
+  it("renews each lease for its ttl, answering in request order, alive = false for one that is gone", async () => {
+    const a = (await client.acquire({ file: FILE, owner: "alice", ttl: ms(5_000) })).lease!;
+    const b = (await client.acquire({ file: path.join(projectRoot, "src/other.ts"), owner: "bob", ttl: ms(5_000) })).lease!;
+    const c = (await client.acquire({ file: path.join(projectRoot, "src/third.ts"), owner: "carol", ttl: ms(2_000) })).lease!;
+    await client.release({ leaseToken: b.leaseToken });
+    clock.advance(1_000);
+    const { renewals } = await client.keepAlive({ leaseTokens: [a.leaseToken, b.leaseToken, "never-granted", c.leaseToken] });
+    expect(renewals.map((r) => [r.leaseToken, r.alive, r.expireTime === undefined ? undefined : timestampMs(r.expireTime) - clock.now()])).toEqual([
+      [a.leaseToken, true, 5_000],
+      [b.leaseToken, false, undefined],
+      ["never-granted", false, undefined],
+      [c.leaseToken, true, 2_000],
+    ]);
+    clock.advance(4_999);
+    expect(locks.inspect(FILE).holder?.owner).toBe("alice");
+    clock.advance(1);
+    expect(locks.inspect(FILE).holder).toBeNull();
+  });
+
+  it.each([
+    ["no token", [], /^lease_tokens: is required/],
+    ["an empty token", ["x", ""], /^lease_tokens\[1\]: is required/],
+    ["a token over 128 characters", ["t".repeat(129)], /^lease_tokens\[0\]: must be at most 128/],
+    [`more than ${MAX_KEEPALIVE_TOKENS} tokens`, Array.from({ length: MAX_KEEPALIVE_TOKENS + 1 }, (_, i) => `t${i}`), /^lease_tokens: must hold at most 1000 tokens, got 1001/],
+  ])("refuses %s with INVALID_ARGUMENT naming the field", async (_name, leaseTokens, message) => {
+    const error = await failure(client.keepAlive({ leaseTokens }));
+    expect(error.code).toBe(Code.InvalidArgument);
+    expect(errorInfo(error).reason).toBe("INVALID_FIELD");
+    expect(error.rawMessage).toMatch(message);
+  });
+
+  it("leaves a refused request's valid tokens unrenewed", async () => {
+    const lease = (await client.acquire({ file: FILE, owner: "alice", ttl: ms(1_000) })).lease!;
+    clock.advance(900);
+    expect((await failure(client.keepAlive({ leaseTokens: [lease.leaseToken, ""] }))).code).toBe(Code.InvalidArgument);
+    clock.advance(100);
+    expect(locks.inspect(FILE).holder).toBeNull();
+  });
+});
+
+describe("KeepAliveStream", () => {
   it("renews each lease for its ttl and answers alive = false for one that is gone", async () => {
     const a = (await client.acquire({ file: FILE, owner: "alice", ttl: ms(5_000) })).lease!;
     const b = (await client.acquire({ file: path.join(projectRoot, "src/other.ts"), owner: "bob", ttl: ms(5_000) })).lease!;
@@ -188,14 +356,14 @@ describe("KeepAlive", () => {
       yield { leaseToken: "never-granted" };
     }
     const answers = [];
-    for await (const answer of client.keepAlive(requests())) answers.push(answer);
+    for await (const answer of client.keepAliveStream(requests())) answers.push(answer.renewal!);
     expect(answers.map((r) => [r.leaseToken, r.alive])).toEqual([
       [a.leaseToken, true],
       [b.leaseToken, false],
       ["never-granted", false],
     ]);
-    expect(timestampMs(answers[0]!.expiresAt!)).toBe(clock.now() + 5_000);
-    expect(answers[1]!.expiresAt).toBeUndefined();
+    expect(timestampMs(answers[0]!.expireTime!)).toBe(clock.now() + 5_000);
+    expect(answers[1]!.expireTime).toBeUndefined();
     // Renewed at 4 s for 5 s: still held at 8 s, gone at 9 s.
     clock.advance(4_000);
     expect(locks.inspect(FILE).holder?.owner).toBe("alice");
@@ -208,7 +376,7 @@ describe("KeepAlive", () => {
       yield { leaseToken: "" };
     }
     const error = await failure((async () => {
-      for await (const _ of client.keepAlive(requests()));
+      for await (const _ of client.keepAliveStream(requests()));
     })());
     expect(error.code).toBe(Code.InvalidArgument);
     expect(error.rawMessage).toMatch(/^lease_token: /);
@@ -216,7 +384,7 @@ describe("KeepAlive", () => {
 
   it("lets an unrenewed lease expire and hands the lock to the next waiter", async () => {
     await client.acquire({ file: FILE, owner: "alice", ttl: ms(1_000) });
-    const next = client.acquire({ file: FILE, owner: "bob", wait: ms(60_000) });
+    const next = client.acquire({ file: FILE, owner: "bob", maxWait: ms(60_000) });
     await vi.waitFor(() => expect(locks.inspect(FILE).waiters).toHaveLength(1));
     clock.advance(1_000);
     expect((await next).lease?.owner).toBe("bob");
@@ -226,8 +394,8 @@ describe("KeepAlive", () => {
 describe("Hold", () => {
   it("sends waiting updates, then the lease, then heartbeats; ending the stream frees the lock at once", async () => {
     const alice = (await client.acquire({ file: FILE, owner: "alice" })).lease!;
-    const early = openHold({ owner: "early", wait: ms(60_000) });
-    const hold = openHold({ owner: "holder", wait: ms(60_000) });
+    const early = openHold({ owner: "early", maxWait: ms(60_000) });
+    const hold = openHold({ owner: "holder", maxWait: ms(60_000) });
     await vi.waitFor(() => expect(hold.kinds()).toEqual(["waiting"]));
     const first = hold.messages[0]!.kind;
     expect(first.case === "waiting" && first.value.position).toBe(2);
@@ -245,7 +413,7 @@ describe("Hold", () => {
     await vi.waitFor(() => expect(hold.kinds()).toEqual(["waiting", "waiting", "acquired"]));
     const acquired = hold.messages[2]!.kind;
     expect(acquired.case === "acquired" && acquired.value.owner).toBe("holder");
-    expect(acquired.case === "acquired" && acquired.value.expiresAt).toBeUndefined();
+    expect(acquired.case === "acquired" && acquired.value.expireTime).toBeUndefined();
     expect(acquired.case === "acquired" && acquired.value.ttl).toBeUndefined();
     expect(acquired.case === "acquired" && acquired.value.fencingToken).toBeGreaterThan(alice.fencingToken);
     expect(locks.inspect(FILE).holder).toMatchObject({ kind: "stream", owner: "holder" });
@@ -253,9 +421,9 @@ describe("Hold", () => {
     clock.advance(HEARTBEAT_MS);
     await vi.waitFor(() => expect(hold.kinds()).toEqual(["waiting", "waiting", "acquired", "heartbeat"]));
     const beat = hold.messages[3]!.kind;
-    expect(beat.case === "heartbeat" && timestampMs(beat.value.at!)).toBe(clock.now());
+    expect(beat.case === "heartbeat" && timestampMs(beat.value.sendTime!)).toBe(clock.now());
 
-    const next = client.acquire({ file: FILE, owner: "next", wait: ms(60_000) });
+    const next = client.acquire({ file: FILE, owner: "next", maxWait: ms(60_000) });
     await vi.waitFor(() => expect(locks.inspect(FILE).waiters).toHaveLength(1));
     hold.cancel();
     expect((await next).lease?.owner).toBe("next");
@@ -265,9 +433,9 @@ describe("Hold", () => {
 
   it("says what it holds, for /debug/streams: its place in the queue, then the lock with its fencing token", async () => {
     const alice = (await client.acquire({ file: FILE, owner: "alice" })).lease!;
-    const hold = openHold({ owner: "holder", wait: ms(60_000) });
+    const hold = openHold({ owner: "holder", maxWait: ms(60_000) });
     await vi.waitFor(() => expect(hold.kinds()).toEqual(["waiting"]));
-    expect(metrics.streams.list()).toMatchObject([{ method: "/berth.sessions.v1.LockService/Hold", holds: `a place in the queue of ${FILE} as "holder"` }]);
+    expect(metrics.streams.list()).toMatchObject([{ method: "/berth.locks.v1.LockService/Hold", holds: `a place in the queue of ${FILE} as "holder"` }]);
     await client.release({ leaseToken: alice.leaseToken });
     await vi.waitFor(() => expect(hold.kinds()).toEqual(["waiting", "acquired"]));
     const acquired = hold.messages[1]!.kind;
@@ -278,18 +446,25 @@ describe("Hold", () => {
     await vi.waitFor(() => expect(metrics.streams.size).toBe(0));
   });
 
-  it("ends with ABORTED SOURCE_LOCKED when the wait runs out, and with try-once by default", async () => {
+  it("ends with RESOURCE_EXHAUSTED WAIT_EXHAUSTED when the wait runs out, at once with max_wait 0, after the longest wait with none", async () => {
+    serve({ maxWaitMs: 10_000 });
     await client.acquire({ file: FILE, owner: "alice" });
-    const once = openHold({ owner: "bob" });
+    const once = openHold({ owner: "bob", maxWait: ms(0) });
     await once.done;
-    expect(once.ended).toMatchObject({ code: Code.Aborted });
+    expect(once.ended).toMatchObject({ code: Code.ResourceExhausted });
+    expect(errorInfo(once.ended as ConnectError)).toEqual({ reason: "WAIT_EXHAUSTED", domain: "berth.locks", retryAfterMs: LOCK_RETRY_AFTER_MS });
     expect((once.ended as ConnectError).findDetails(LockHeldSchema)[0]?.owner).toBe("alice");
 
-    const waiting = openHold({ owner: "carol", wait: ms(3_000) });
-    await vi.waitFor(() => expect(waiting.kinds()).toEqual(["waiting"]));
+    const waiting = openHold({ owner: "carol", maxWait: ms(3_000) });
+    const unset = openHold({ owner: "dave" });
+    await vi.waitFor(() => expect([waiting.kinds(), unset.kinds()]).toEqual([["waiting"], ["waiting"]]));
     clock.advance(3_000);
     await waiting.done;
-    expect(waiting.ended).toMatchObject({ code: Code.Aborted });
+    expect(waiting.ended).toMatchObject({ code: Code.ResourceExhausted });
+    expect(locks.inspect(FILE).waiters.map((w) => w.owner)).toEqual(["dave"]);
+    clock.advance(7_000);
+    await unset.done;
+    expect((unset.ended as ConnectError).findDetails(LockHeldSchema)[0]?.waited).toMatchObject({ seconds: 10n });
     expect(locks.inspect(FILE).waiters).toHaveLength(0);
   });
 
@@ -302,8 +477,9 @@ describe("Hold", () => {
     // The clock does not move: the next holder may already have the lock, so this one must know now.
     await hold.done;
     expect(hold.kinds()).toEqual(["acquired"]);
-    expect(hold.ended).toMatchObject({ code: Code.Aborted });
-    expect((hold.ended as ConnectError).rawMessage).toMatch(/lease was released/);
+    expect(hold.ended).toMatchObject({ code: Code.FailedPrecondition });
+    expect(errorInfo(hold.ended as ConnectError)).toEqual({ reason: "LEASE_RELEASED", domain: "berth.locks", retryAfterMs: undefined });
+    expect((hold.ended as ConnectError).rawMessage).toMatch(/lease was released through Release/);
   });
 });
 
@@ -313,13 +489,14 @@ describe("Inspect and CheckToken", () => {
     expect(free).toMatchObject({ file: key(), waiters: [], lastFencingToken: 0n });
     expect(free.holder).toBeUndefined();
     const lease = (await client.acquire({ file: FILE, owner: "alice", ttl: ms(30_000) })).lease!;
-    const w1 = failure(client.acquire({ file: FILE, owner: "w1", wait: ms(10_000) }));
-    const w2 = openHold({ owner: "w2", wait: ms(20_000) });
+    const w1 = failure(client.acquire({ file: FILE, owner: "w1", maxWait: ms(10_000) }));
+    const w2 = openHold({ owner: "w2", maxWait: ms(20_000) });
     await vi.waitFor(() => expect(locks.inspect(FILE).waiters).toHaveLength(2));
     const inspection = await client.inspect({ file: key() });
     expect(inspection.holder).toMatchObject({ owner: "alice", fencingToken: lease.fencingToken, kind: HolderKind.LEASE, pid: process.pid });
-    expect(timestampMs(inspection.holder!.expiresAt!)).toBe(clock.now() + 30_000);
-    expect(inspection.waiters.map((w) => [w.owner, w.kind, timestampMs(w.deadline!) - timestampMs(w.since!)])).toEqual([
+    expect(timestampMs(inspection.holder!.expireTime!)).toBe(clock.now() + 30_000);
+    expect(timestampMs(inspection.holder!.acquireTime!)).toBe(timestampMs(lease.acquireTime!));
+    expect(inspection.waiters.map((w) => [w.owner, w.kind, timestampMs(w.waitExpireTime!) - timestampMs(w.waitStartTime!)])).toEqual([
       ["w1", HolderKind.LEASE, 10_000],
       ["w2", HolderKind.STREAM, 20_000],
     ]);
@@ -330,9 +507,10 @@ describe("Inspect and CheckToken", () => {
     await w2.done;
   });
 
-  it("tells whether a fencing token is the current one", async () => {
+  it("tells whether a fencing token is the current one, naming the file canonical", async () => {
     const first = (await client.acquire({ file: FILE, owner: "alice" })).lease!;
-    expect(await client.checkToken({ file: FILE, fencingToken: first.fencingToken })).toMatchObject({ current: true, currentToken: first.fencingToken });
+    expect(await client.checkToken({ file: FILE, fencingToken: first.fencingToken })).toMatchObject({ current: true, currentToken: first.fencingToken, file: key() });
+    expect((await client.checkToken({ file: `${projectRoot}/./src/x/../app.ts`, fencingToken: first.fencingToken })).file).toBe(key());
     await client.release({ leaseToken: first.leaseToken });
     expect(await client.checkToken({ file: FILE, fencingToken: first.fencingToken })).toMatchObject({ current: false, currentToken: 0n });
     const second = (await client.acquire({ file: FILE, owner: "bob" })).lease!;
@@ -347,10 +525,11 @@ describe("input validation", () => {
     ["an over-long path", () => client.acquire({ file: `/src/${"a".repeat(5000)}`, owner: "x" }), /^file: must be at most 4096 bytes/],
     ["an empty path", () => client.acquire({ file: "", owner: "x" }), /^file: is required/],
     ["an empty owner", () => client.acquire({ file: FILE, owner: "" }), /^owner: is required/],
-    ["a negative wait", () => client.acquire({ file: FILE, owner: "x", wait: { seconds: -1n, nanos: 0 } }), /^wait: must not be negative/],
+    ["a negative wait", () => client.acquire({ file: FILE, owner: "x", maxWait: { seconds: -1n, nanos: 0 } }), /^max_wait: must not be negative/],
     ["a negative ttl", () => client.acquire({ file: FILE, owner: "x", ttl: { seconds: 0n, nanos: -5 } }), /^ttl: must not be negative/],
     ["a ttl over the maximum", () => client.acquire({ file: FILE, owner: "x", ttl: ms(2 * 3_600_000) }), /^ttl: must be at most/],
-    ["a wait over the maximum", () => client.acquire({ file: FILE, owner: "x", wait: ms(3_600_000) }), /^wait: must be at most/],
+    ["a malformed request id", () => client.acquire({ file: FILE, owner: "x", requestId: "x".repeat(129) }), /^request_id: must match/],
+    ["KeepAlive with no token", () => client.keepAlive({ leaseTokens: [] }), /^lease_tokens: is required/],
     ["an empty release token", () => client.release({ leaseToken: "" }), /^lease_token: is required/],
     ["Inspect with a relative path", () => client.inspect({ file: "../x" }), /^file: must be an absolute path/],
     ["CheckToken with a relative path", () => client.checkToken({ file: "x", fencingToken: 1n }), /^file: must be an absolute path/],
@@ -366,9 +545,9 @@ describe("input validation", () => {
     [
       "Hold with a negative wait",
       async () => {
-        for await (const _ of client.hold({ file: FILE, owner: "x", wait: { seconds: -3n, nanos: 0 } }));
+        for await (const _ of client.hold({ file: FILE, owner: "x", maxWait: { seconds: -3n, nanos: 0 } }));
       },
-      /^wait: must not be negative/,
+      /^max_wait: must not be negative/,
     ],
   ];
   it.each(cases)("refuses %s with INVALID_ARGUMENT naming the field", async (_name, call, message) => {

@@ -3,29 +3,32 @@
  * call, protobuf out. The domain validates paths, owners and limits and throws BerthErrors, which
  * the server maps to ConnectErrors; this layer adds what only the RPC knows about — the call's
  * signal (a caller that goes away is never granted, a Hold ends with its stream), the call's
- * deadline as a bound on the wait, and the typed `LockHeld` detail of a SOURCE_LOCKED refusal.
+ * deadline as a bound on the wait, and the typed `LockHeld` detail of a WAIT_EXHAUSTED refusal.
  */
 import { create } from "@bufbuild/protobuf";
 import { durationFromMs, timestampFromMs, type Duration } from "@bufbuild/protobuf/wkt";
 import type { ConnectError, HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import {
+  AcquireResponseSchema,
   CheckTokenResponseSchema,
+  GetLimitsResponseSchema,
   HolderKind,
   HolderSchema,
   HoldResponseSchema,
   InspectResponseSchema,
   KeepAliveResponseSchema,
+  KeepAliveStreamResponseSchema,
   LeaseSchema,
   LockHeldSchema,
   ReleaseResponseSchema,
-  AcquireResponseSchema,
+  RenewalSchema,
   WaiterSchema,
   type Holder,
   type HoldResponse,
-  type KeepAliveResponse,
   type Lease as LeaseMessage,
   type LockService as LockServiceDesc,
-} from "@berth/api/berth/sessions/v1/lock_service_pb";
+  type Renewal,
+} from "@berth/api/berth/locks/v1/lock_service_pb";
 import type { Clock } from "@berth/shared/clock";
 import { systemClock } from "@berth/shared/clock";
 import { BerthError, invalidArgument, isBerthError } from "@berth/shared/errors";
@@ -34,6 +37,12 @@ import { checkFencingToken, type Lease, type LockHolderInfo, type LockService, t
 
 /** How often an open Hold stream carries a heartbeat once the lock is granted. */
 export const HOLD_HEARTBEAT_MS = 5_000;
+
+/** The most lease tokens one unary KeepAlive renews. */
+export const MAX_KEEPALIVE_TOKENS = 1_000;
+
+/** The ErrorInfo domain of LockService's errors (as the error interceptor names it from the service). */
+const ERROR_DOMAIN = "berth.locks";
 
 /**
  * How much of a call's remaining deadline is kept back from the lock wait, so that the refusal
@@ -56,38 +65,53 @@ export function makeLockHandlers(options: LockHandlerOptions): ServiceImpl<typeo
   const { locks } = options;
   const clock = options.clock ?? systemClock;
   const heartbeatMs = options.heartbeatMs ?? HOLD_HEARTBEAT_MS;
+  /** The wait a request asks for (unset: the longest), ending a little before the call's deadline. */
+  const waitOf = (maxWait: Duration | undefined, context: HandlerContext) =>
+    boundedByDeadline(maxWait === undefined ? locks.limits.maxWaitMs : durationInput(maxWait, "max_wait"), context);
 
   return {
     async acquire(request, context) {
-      const waitMs = boundedByDeadline(durationInput(request.wait, "wait"), context);
+      const waitMs = waitOf(request.maxWait, context);
       const ttlMs = durationInput(request.ttl, "ttl");
       const lease = await locks
-        .acquire({ file: request.file, owner: request.owner, waitMs, ttlMs, signal: context.signal })
+        .acquire({ file: request.file, owner: request.owner, waitMs, ttlMs, requestId: request.requestId, signal: context.signal })
         .catch((error: unknown) => {
           throw lockError(error, context);
         });
-      // Granted in the same turn the caller went away: nobody would ever renew or release it.
+      // Granted in the same turn the caller went away: nobody would ever renew or release it —
+      // unless it has a request id, whose retry is answered this very lease (and may be another
+      // call, answered the same lease, that is still there).
       if (context.signal.aborted) {
-        locks.release(lease.leaseToken);
+        if (request.requestId === "") locks.release(lease.leaseToken);
         throw abortError(context.signal);
       }
       return create(AcquireResponseSchema, { lease: leaseMessage(lease) });
     },
 
-    async *keepAlive(requests, context) {
+    async keepAlive(request) {
+      if (request.leaseTokens.length === 0) throw invalidArgument("lease_tokens", "is required: at least one lease token Acquire (or Hold) returned");
+      if (request.leaseTokens.length > MAX_KEEPALIVE_TOKENS) {
+        throw invalidArgument("lease_tokens", `must hold at most ${MAX_KEEPALIVE_TOKENS} tokens, got ${request.leaseTokens.length}: renew them in several calls`);
+      }
+      // Every token is checked before any is renewed: a refused request renews nothing.
+      const tokens = request.leaseTokens.map((token, i) => leaseTokenInput(token, `lease_tokens[${i}]`));
+      return create(KeepAliveResponseSchema, { renewals: tokens.map((token) => renewal(locks, token)) });
+    },
+
+    async *keepAliveStream(requests, context) {
       for await (const request of abortable(requests, context.signal)) {
-        const token = leaseTokenInput(request.leaseToken);
-        yield renewal(locks, token);
+        const token = leaseTokenInput(request.leaseToken, "lease_token");
+        yield create(KeepAliveStreamResponseSchema, { renewal: renewal(locks, token) });
       }
     },
 
     async release(request) {
-      const token = leaseTokenInput(request.leaseToken);
+      const token = leaseTokenInput(request.leaseToken, "lease_token");
       return create(ReleaseResponseSchema, { released: locks.release(token) });
     },
 
     async *hold(request, context) {
-      const waitMs = boundedByDeadline(durationInput(request.wait, "wait"), context);
+      const waitMs = waitOf(request.maxWait, context);
       // The hold lives exactly as long as this call: the client going away aborts `context.signal`
       // (whether or not this generator is running), and the generator ending for any other reason
       // (an error, shutdown, a write that failed) aborts `held` in `finally`.
@@ -108,12 +132,14 @@ export function makeLockHandlers(options: LockHandlerOptions): ServiceImpl<typeo
           await delay(clock, heartbeatMs, wakeUp);
           if (held.signal.aborted) throw abortError(context.signal);
           if (leaseEnded.signal.aborted) {
-            throw new BerthError("aborted", `the hold on ${lease.file} (fencing token ${lease.fencingToken}) ended: its lease was released; hold the lock again`, {
-              file: lease.file,
-              fencingToken: lease.fencingToken,
-            });
+            throw new BerthError(
+              "failed_precondition",
+              `the hold on ${lease.file} (fencing token ${lease.fencingToken}) ended: its lease was released through Release; hold the lock again`,
+              { file: lease.file, fencingToken: lease.fencingToken },
+              { reason: "LEASE_RELEASED" },
+            );
           }
-          yield create(HoldResponseSchema, { kind: { case: "heartbeat", value: { at: timestampFromMs(clock.now()) } } });
+          yield create(HoldResponseSchema, { kind: { case: "heartbeat", value: { sendTime: timestampFromMs(clock.now()) } } });
         }
       } finally {
         stopWatchingLease();
@@ -130,8 +156,8 @@ export function makeLockHandlers(options: LockHandlerOptions): ServiceImpl<typeo
         waiters: inspection.waiters.map((w) =>
           create(WaiterSchema, {
             owner: w.owner,
-            since: timestampFromMs(w.since),
-            deadline: timestampFromMs(w.deadline),
+            waitStartTime: timestampFromMs(w.since),
+            waitExpireTime: timestampFromMs(w.deadline),
             kind: w.kind === "lease" ? HolderKind.LEASE : HolderKind.STREAM,
           }),
         ),
@@ -142,7 +168,19 @@ export function makeLockHandlers(options: LockHandlerOptions): ServiceImpl<typeo
 
     async checkToken(request) {
       const check = locks.checkToken(request.file, request.fencingToken);
-      return create(CheckTokenResponseSchema, { current: check.current, currentToken: BigInt(check.currentToken ?? 0) });
+      return create(CheckTokenResponseSchema, { current: check.current, currentToken: BigInt(check.currentToken ?? 0), file: check.file });
+    },
+
+    async getLimits() {
+      const { limits } = locks;
+      return create(GetLimitsResponseSchema, {
+        defaultTtl: durationFromMs(limits.defaultTtlMs),
+        maxTtl: durationFromMs(limits.maxTtlMs),
+        maxWait: durationFromMs(limits.maxWaitMs),
+        heartbeatInterval: durationFromMs(heartbeatMs),
+        maxWaitersPerFile: limits.maxWaitersPerFile,
+        maxOwnerLength: limits.maxOwnerLength,
+      });
     },
   };
 }
@@ -220,44 +258,44 @@ async function* holdStream(
   }
 }
 
-/** One KeepAlive answer: the renewed expiry, or `alive = false` for a lease that is gone. */
-function renewal(locks: LockService, token: string): KeepAliveResponse {
+/** One renewal: the renewed expiry, or `alive = false` for a lease that is gone. */
+function renewal(locks: LockService, token: string): Renewal {
   try {
     const lease = locks.renew(token);
-    return create(KeepAliveResponseSchema, {
+    return create(RenewalSchema, {
       leaseToken: token,
       alive: true,
-      expiresAt: lease.expiresAt === null ? undefined : timestampFromMs(lease.expiresAt),
+      expireTime: lease.expiresAt === null ? undefined : timestampFromMs(lease.expiresAt),
     });
   } catch (error) {
     // Expired, released or unknown: the proto's answer is "not alive", not an error that would
-    // end the stream and the renewal of every other lease on it.
+    // end the call and the renewal of every other lease in it.
     if (isBerthError(error) && (error.code === "not_found" || error.code === "failed_precondition")) {
-      return create(KeepAliveResponseSchema, { leaseToken: token, alive: false });
+      return create(RenewalSchema, { leaseToken: token, alive: false });
     }
     throw error;
   }
 }
 
 /**
- * A domain refusal as the client should see it: SOURCE_LOCKED gets the typed `LockHeld` detail
- * besides the common Struct; a waiter dropped because its call ended answers with why the call
- * ended (the client's cancel or deadline, or the server shutting down).
+ * A domain refusal as the client should see it: WAIT_EXHAUSTED gets the typed `LockHeld` detail
+ * besides the common ones; a waiter dropped because its call ended answers with why the call ended
+ * (the client's cancel or deadline, or the server shutting down).
  */
 function lockError(error: unknown, context: HandlerContext): unknown {
   if (!isBerthError(error)) return error;
   if (error.code === "cancelled" && context.signal.aborted) return abortError(context.signal);
-  if (error.code !== "aborted" || error.details?.reason !== "SOURCE_LOCKED") return error;
-  const connectError: ConnectError = berthErrorToConnect(error);
+  if (error.reason !== "WAIT_EXHAUSTED" || error.details === undefined) return error;
+  const connectError: ConnectError = berthErrorToConnect(error, ERROR_DOMAIN);
   const d = error.details;
   const held = create(LockHeldSchema, {
-    reason: "SOURCE_LOCKED",
     file: typeof d.file === "string" ? d.file : "",
     owner: typeof d.owner === "string" ? d.owner : "",
-    since: typeof d.since === "number" ? timestampFromMs(d.since) : undefined,
+    acquireTime: typeof d.acquireTime === "number" ? timestampFromMs(d.acquireTime) : undefined,
     fencingToken: typeof d.fencingToken === "number" ? BigInt(d.fencingToken) : 0n,
     kind: holderKind(d.kind),
     lockPath: typeof d.lockPath === "string" ? d.lockPath : "",
+    waited: typeof d.waitedMs === "number" ? durationFromMs(d.waitedMs) : undefined,
   });
   if (typeof d.pid === "number") held.pid = d.pid;
   connectError.details.push({ desc: LockHeldSchema, value: held });
@@ -282,25 +320,25 @@ function leaseMessage(lease: Lease): LeaseMessage {
   return create(LeaseSchema, {
     leaseToken: lease.leaseToken,
     fencingToken: BigInt(lease.fencingToken),
-    expiresAt: lease.expiresAt === null ? undefined : timestampFromMs(lease.expiresAt),
+    expireTime: lease.expiresAt === null ? undefined : timestampFromMs(lease.expiresAt),
     file: lease.file,
     owner: lease.owner,
-    acquiredAt: timestampFromMs(lease.acquiredAt),
+    acquireTime: timestampFromMs(lease.acquiredAt),
     ttl: lease.ttlMs === null ? undefined : durationFromMs(lease.ttlMs),
   });
 }
 
 function holderMessage(holder: LockHolderInfo): Holder {
   if (holder.kind === "seed-file") {
-    const message = create(HolderSchema, { owner: holder.owner ?? "", fencingToken: 0n, since: timestampFromMs(holder.since), kind: HolderKind.SEED_LOCK_FILE });
+    const message = create(HolderSchema, { owner: holder.owner ?? "", fencingToken: 0n, acquireTime: timestampFromMs(holder.since), kind: HolderKind.SEED_LOCK_FILE });
     if (holder.pid !== undefined) message.pid = holder.pid;
     return message;
   }
   const message = create(HolderSchema, {
     owner: holder.owner,
     fencingToken: BigInt(holder.fencingToken),
-    since: timestampFromMs(holder.since),
-    expiresAt: holder.expiresAt === null ? undefined : timestampFromMs(holder.expiresAt),
+    acquireTime: timestampFromMs(holder.since),
+    expireTime: holder.expiresAt === null ? undefined : timestampFromMs(holder.expiresAt),
     kind: holder.kind === "lease" ? HolderKind.LEASE : HolderKind.STREAM,
   });
   if (holder.pid !== undefined) message.pid = holder.pid;
@@ -309,8 +347,9 @@ function holderMessage(holder: LockHolderInfo): Holder {
 
 /**
  * A protobuf Duration as milliseconds (sub-millisecond remainders round up, so a positive duration
- * never reads as zero). Unset is 0. Negative or malformed durations are refused naming `field`;
- * the upper bounds are the domain's.
+ * never reads as zero). Unset is 0 (a ttl's "the default"; an unset wait is the caller's to read
+ * first). Negative or malformed durations are refused naming `field`; the upper bounds are the
+ * domain's.
  */
 export function durationInput(duration: Duration | undefined, field: string): number {
   if (duration === undefined) return 0;
@@ -330,10 +369,10 @@ function boundedByDeadline(waitMs: number, context: HandlerContext): number {
   return Math.min(waitMs, bound);
 }
 
-/** A lease token as a request carries it: non-empty and short (they are UUIDs). */
-function leaseTokenInput(token: string): string {
-  if (token.length === 0) throw invalidArgument("lease_token", "is required: the lease token Acquire (or Hold) returned");
-  if (token.length > 128) throw invalidArgument("lease_token", `must be at most 128 characters, got ${token.length}`);
+/** A lease token as a request carries it: non-empty and short (they are UUIDs); `field` names it in a refusal. */
+function leaseTokenInput(token: string, field: string): string {
+  if (token.length === 0) throw invalidArgument(field, "is required: the lease token Acquire (or Hold) returned");
+  if (token.length > 128) throw invalidArgument(field, `must be at most 128 characters, got ${token.length}`);
   return token;
 }
 

@@ -4,22 +4,36 @@
  */
 import * as path from "node:path";
 import type { Logger } from "pino";
-import { LockService } from "@berth/api/berth/sessions/v1/lock_service_pb";
+import { LockService } from "@berth/api/berth/locks/v1/lock_service_pb";
 import { SessionService } from "@berth/api/berth/sessions/v1/session_service_pb";
 import { defineConfig, integerParser, oneOf, parseNonEmpty, parsePort, type ConfigValues } from "@berth/shared/config";
 import { acquireElection, type ElectionLock } from "@berth/shared/election";
 import { invalidArgument } from "@berth/shared/errors";
 import { implement, serveElected, type CommonValues, type ServerContext, type ServiceDefinition } from "@berth/shared/server/index";
-import { formatSize, parseSize } from "@berth/shared/units";
+import { formatDuration, formatSize, parseDuration, parseSize } from "@berth/shared/units";
 import { createSessionStore, DEFAULT_CACHE_SIZE, DEFAULT_MAX_EVENT_BYTES, DEFAULT_MAX_EVENTS_PER_APPEND, type SessionStore } from "../session-store.js";
 import { resolveSessionDirs } from "../session-paths.js";
 import { DEFAULT_MAX_BUFFERED } from "../watch-hub.js";
 import { createSessionHandlers, type FenceCheck } from "./session-handlers.js";
-import { createLockService, PRIVATE_LOCK_FILE_MODE, SHARED_LOCK_FILE_MODE, type LockService as LockDomain } from "../locks/index.js";
+import { createLockService, DEFAULT_LOCK_LIMITS, PRIVATE_LOCK_FILE_MODE, SHARED_LOCK_FILE_MODE, type LockService as LockDomain } from "../locks/index.js";
 import { makeFenceCheck, makeLockHandlers } from "./lock-handlers.js";
 
 /** The default port of the sessions service. */
 export const SESSIONS_DEFAULT_PORT = 7301;
+
+/** The longest `--lock-max-wait`: a day. */
+const MAX_LOCK_WAIT_MS = 86_400_000;
+
+function lockWaitParser(raw: string, field: string): number {
+  let ms: number;
+  try {
+    ms = parseDuration(raw.trim(), field);
+  } catch {
+    throw invalidArgument(field, `must be a duration like 10m or 30s; got ${JSON.stringify(raw)}`);
+  }
+  if (ms > MAX_LOCK_WAIT_MS) throw invalidArgument(field, `must be at most 24h; got ${JSON.stringify(raw)}`);
+  return ms;
+}
 
 /** How appends reach the disk (`--fsync`). */
 export const FSYNC_MODES = ["batch", "always", "none"] as const;
@@ -92,6 +106,21 @@ export const SESSIONS_SETTINGS = defineConfig({
     // Lock paths arrive absolute and are made canonical; only the seed's lock file names depend on a spelling.
     doc: "a project whose seed processes work in it through a symlink, spelled as they spell it: the seed's lock files of its files get the names those processes use (unset: names from canonical paths, as from the project's real directory)",
   },
+  lockMaxWait: {
+    flag: "lock-max-wait",
+    env: "BERTH_LOCK_MAX_WAIT",
+    default: DEFAULT_LOCK_LIMITS.maxWaitMs,
+    parse: lockWaitParser,
+    doc: "the longest a lock request waits: what an unset max_wait means, and the cap of a longer one (0: every request tries once)",
+    show: formatDuration,
+  },
+  lockMaxWaiters: {
+    flag: "lock-max-waiters",
+    env: "BERTH_LOCK_MAX_WAITERS",
+    default: DEFAULT_LOCK_LIMITS.maxWaitersPerFile,
+    parse: integerParser(1, 1_000_000),
+    doc: "most requests that may wait for one file's lock; more are refused (RESOURCE_EXHAUSTED TOO_MANY_WAITERS)",
+  },
 });
 
 /** The loaded settings of the sessions service. */
@@ -162,7 +191,14 @@ export function openLocks(values: SessionsValues, logger: Logger): LockDomain {
   // In the state directory the lock files are as private as the rest of it; in a project's live
   // directory they are readable like the seed's, for the project's seed processes.
   const lockFileMode = values.liveDir === undefined ? PRIVATE_LOCK_FILE_MODE : SHARED_LOCK_FILE_MODE;
-  const locks = createLockService({ projectRoot, stateDir: path.resolve(values.stateDir), liveDir, lockFileMode, logger: logger.child({ component: "locks" }) });
+  const locks = createLockService({
+    projectRoot,
+    stateDir: path.resolve(values.stateDir),
+    liveDir,
+    lockFileMode,
+    logger: logger.child({ component: "locks" }),
+    limits: { maxWaitMs: values.lockMaxWait, maxWaitersPerFile: values.lockMaxWaiters },
+  });
   logger.info({ projectRoot, lockFiles: locks.locksDir }, "source locks");
   return locks;
 }

@@ -15,7 +15,7 @@ import { create, toJson, type DescMessage, type MessageInitShape, type MessageSh
 import { createClient, type Client } from "@connectrpc/connect";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { EventSchema, type Event } from "@berth/api/berth/sessions/v1/events_pb";
-import { HoldResponseSchema, KeepAliveResponseSchema, LockService } from "@berth/api/berth/sessions/v1/lock_service_pb";
+import { HoldResponseSchema, KeepAliveStreamResponseSchema, LockService } from "@berth/api/berth/locks/v1/lock_service_pb";
 import {
   AppendEventResponseSchema,
   AppendEventsResponseSchema,
@@ -162,8 +162,8 @@ describe.each(WIRE_PROTOCOLS.slice(1))("SessionService and LockService over $nam
     expect(await read(tested.sessions)).toEqual(journal);
   });
 
-  it("Hold (waiting, acquired, heartbeat) and KeepAlive", async () => {
-    covered.add("LockService.Hold").add("LockService.KeepAlive");
+  it("Hold (waiting, acquired, heartbeat) and KeepAliveStream", async () => {
+    covered.add("LockService.Hold").add("LockService.KeepAliveStream");
     const fileOf = (name: string) => path.join(root, "project", "src", `${name}.ts`);
     // Both holds step by step together, so that their times are the same; fencing tokens are
     // global, so they are compared by role.
@@ -171,7 +171,7 @@ describe.each(WIRE_PROTOCOLS.slice(1))("SessionService and LockService over $nam
       [reference, tested].map(async (client, i) => {
         const file = fileOf(`hold-${i}`);
         const blocker = await locks.acquire({ file, owner: "blocker" });
-        const stream = open((o) => client.locks.hold({ file, owner: "holder", wait: { seconds: 60n } }, o));
+        const stream = open((o) => client.locks.hold({ file, owner: "holder", maxWait: { seconds: 60n } }, o));
         return { file, blocker, stream, messages: await take(stream, 1) };
       }),
     );
@@ -193,7 +193,7 @@ describe.each(WIRE_PROTOCOLS.slice(1))("SessionService and LockService over $nam
     expect(expected).toMatchObject([
       { waiting: { position: 1, holder: { owner: "blocker", fencingToken: "blocker" } } },
       { acquired: { owner: "holder", file: "file", fencingToken: "holder" } },
-      { heartbeat: { at: expect.any(String) } },
+      { heartbeat: { sendTime: expect.any(String) } },
     ]);
     expect(actual).toEqual(expected);
 
@@ -204,12 +204,12 @@ describe.each(WIRE_PROTOCOLS.slice(1))("SessionService and LockService over $nam
         yield { leaseToken: lease.leaseToken };
         yield { leaseToken: "gone" };
       };
-      for await (const response of client.keepAlive(requests())) responses.push(response);
+      for await (const response of client.keepAliveStream(requests())) responses.push(response);
       locks.release(lease.leaseToken);
-      return comparable(KeepAliveResponseSchema, responses, [[lease.leaseToken, "lease"]]);
+      return comparable(KeepAliveStreamResponseSchema, responses, [[lease.leaseToken, "lease"]]);
     };
     const renewed = await keepAlive(reference.locks, "reference");
-    expect(renewed).toMatchObject([{ leaseToken: "lease", alive: true, expiresAt: expect.any(String) }, { leaseToken: "gone" }]);
+    expect(renewed).toMatchObject([{ renewal: { leaseToken: "lease", alive: true, expireTime: expect.any(String) } }, { renewal: { leaseToken: "gone" } }]);
     expect(await keepAlive(tested.locks, "tested")).toEqual(renewed);
   });
 });
