@@ -715,8 +715,8 @@ export type Policy = Message<"berth.budget.v1.Policy"> & {
   sampleInterval?: Duration | undefined;
 
   /**
-   * The lease of a Reserve or RegisterRunning that gives no ttl
-   * (BERTH_BUDGET_LEASE_TTL).
+   * The lease of a Reserve that gives no ttl, and of a RegisterRunning that
+   * gives zero (BERTH_BUDGET_LEASE_TTL).
    *
    * @generated from field: google.protobuf.Duration default_lease_ttl = 14;
    */

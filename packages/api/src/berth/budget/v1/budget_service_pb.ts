@@ -233,7 +233,8 @@ export type Started = Message<"berth.budget.v1.Started"> & {
 
   /**
    * A lease for the entry, renewed by KeepAlive; unset: none (the entry then
-   * ends with its pid or StopRunning).
+   * ends with its pid or StopRunning); zero: the default ttl; longer than the
+   * maximum is INVALID_ARGUMENT.
    *
    * @generated from field: google.protobuf.Duration ttl = 5;
    */
@@ -531,8 +532,11 @@ export type ReserveRequest = Message<"berth.budget.v1.ReserveRequest"> & {
   /**
    * Makes a retry safe: a repeat with the same id while the first call's
    * reservation lives answers that reservation (or, while the first call
-   * still waits, waits with it). Once the reservation has ended the id is
-   * forgotten. Empty: none. At most 128 characters of `[A-Za-z0-9._-]`.
+   * still waits, waits with it: one place in the queue, the first call's
+   * wait, dropped only once every call waiting on it has ended). A repeat
+   * must ask for the same need and owner (INVALID_ARGUMENT otherwise). Once
+   * the reservation has ended the id is forgotten. Empty: none. At most 128
+   * characters of `[A-Za-z0-9._-]`; a UUID is a good choice.
    *
    * @generated from field: string request_id = 6;
    */
@@ -786,8 +790,9 @@ export type RegisterRunningRequest = Message<"berth.budget.v1.RegisterRunningReq
 
   /**
    * A lease for the entry, renewed by KeepAlive; unset: none (the entry then
-   * ends with its pid or StopRunning). An entry with neither pid nor ttl
-   * stays until StopRunning.
+   * ends with its pid or StopRunning); zero: the default ttl; longer than the
+   * maximum is INVALID_ARGUMENT. An entry with neither pid nor ttl stays
+   * until StopRunning.
    *
    * @generated from field: google.protobuf.Duration ttl = 5;
    */
@@ -804,7 +809,10 @@ export type RegisterRunningRequest = Message<"berth.budget.v1.RegisterRunningReq
 
   /**
    * Makes a retry safe (as in ReserveRequest): a repeat with the same id
-   * while the entry lives answers that entry.
+   * while the entry lives answers that entry (with the reservation, when it
+   * still lives) and counts nothing again; it must name the same service and
+   * reservation (INVALID_ARGUMENT otherwise). The id is kept with the entry,
+   * across restarts of the service, and forgotten when the entry ends.
    *
    * @generated from field: string request_id = 7;
    */
@@ -1019,6 +1027,7 @@ export const GetStateResponseSchema: GenMessage<GetStateResponse> = /*@__PURE__*
 export type ListQueueRequest = Message<"berth.budget.v1.ListQueueRequest"> & {
   /**
    * The most entries to return; 0: 100. Above 1000 is treated as 1000.
+   * Negative is INVALID_ARGUMENT.
    *
    * @generated from field: int32 page_size = 1;
    */
@@ -1026,7 +1035,9 @@ export type ListQueueRequest = Message<"berth.budget.v1.ListQueueRequest"> & {
 
   /**
    * `next_page_token` of the previous page (or GetState's
-   * `queue_next_page_token`); empty: the first page.
+   * `queue_next_page_token`); empty: the first page. A token from before a
+   * restart of the service is INVALID_ARGUMENT: list again from the first
+   * page.
    *
    * @generated from field: string page_token = 2;
    */
@@ -1076,6 +1087,7 @@ export const ListQueueResponseSchema: GenMessage<ListQueueResponse> = /*@__PURE_
 export type ListReservationsRequest = Message<"berth.budget.v1.ListReservationsRequest"> & {
   /**
    * The most entries to return; 0: 100. Above 1000 is treated as 1000.
+   * Negative is INVALID_ARGUMENT.
    *
    * @generated from field: int32 page_size = 1;
    */
@@ -1083,7 +1095,9 @@ export type ListReservationsRequest = Message<"berth.budget.v1.ListReservationsR
 
   /**
    * `next_page_token` of the previous page (or GetState's
-   * `reservations_next_page_token`); empty: the first page.
+   * `reservations_next_page_token`); empty: the first page. A token from before a
+   * restart of the service is INVALID_ARGUMENT: list again from the first
+   * page.
    *
    * @generated from field: string page_token = 2;
    */
@@ -1133,6 +1147,7 @@ export const ListReservationsResponseSchema: GenMessage<ListReservationsResponse
 export type ListRunningRequest = Message<"berth.budget.v1.ListRunningRequest"> & {
   /**
    * The most entries to return; 0: 100. Above 1000 is treated as 1000.
+   * Negative is INVALID_ARGUMENT.
    *
    * @generated from field: int32 page_size = 1;
    */
@@ -1140,7 +1155,9 @@ export type ListRunningRequest = Message<"berth.budget.v1.ListRunningRequest"> &
 
   /**
    * `next_page_token` of the previous page (or GetState's
-   * `running_next_page_token`); empty: the first page.
+   * `running_next_page_token`); empty: the first page. A token from before a
+   * restart of the service is INVALID_ARGUMENT: list again from the first
+   * page.
    *
    * @generated from field: string page_token = 2;
    */
@@ -1326,14 +1343,16 @@ export const GetLimitsRequestSchema: GenMessage<GetLimitsRequest> = /*@__PURE__*
  */
 export type GetLimitsResponse = Message<"berth.budget.v1.GetLimitsResponse"> & {
   /**
-   * A lease's ttl when Reserve or RegisterRunning sets none.
+   * A lease's ttl when Reserve sets none (or zero), and when RegisterRunning
+   * or Admit's `started` sets zero.
    *
    * @generated from field: google.protobuf.Duration default_ttl = 1;
    */
   defaultTtl?: Duration | undefined;
 
   /**
-   * The longest ttl a lease may ask.
+   * The longest ttl a lease may ask (BERTH_BUDGET_MAX_LEASE_TTL, 1 h by
+   * default).
    *
    * @generated from field: google.protobuf.Duration max_ttl = 2;
    */
@@ -1404,13 +1423,13 @@ export const GetLimitsResponseSchema: GenMessage<GetLimitsResponse> = /*@__PURE_
  * | RESOURCE_EXHAUSTED  | QUEUE_FULL            | the queue is full; retry after RetryInfo     |
  * | RESOURCE_EXHAUSTED  | WAIT_EXHAUSTED        | waited the whole wait; retry after RetryInfo |
  * | NOT_FOUND           | RESERVATION_NOT_FOUND | the reservation is gone (released, expired)  |
- * | NOT_FOUND           | RUNNING_NOT_FOUND     | the running entry is gone                    |
  * | UNAVAILABLE         | SHUTTING_DOWN         | retry on the restarted service               |
  * | UNAUTHENTICATED     | TOKEN_MISSING, TOKEN_INVALID | send `authorization: Bearer <token>`  |
  *
  * WAIT_EXHAUSTED is not DEADLINE_EXCEEDED, which clients read as their own
- * call deadline. A client that goes away mid-call leaves nothing behind: no
- * reservation, no queued request.
+ * call deadline. A running entry that is gone is no error: KeepAlive answers
+ * `alive = false` and StopRunning `stopped = false`. A client that goes away
+ * mid-call leaves nothing behind: no reservation, no queued request.
  *
  * @generated from service berth.budget.v1.BudgetService
  */
