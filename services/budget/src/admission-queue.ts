@@ -795,7 +795,7 @@ function waitExhaustedError(owner: string, waitedMs: number, position: number, r
   return new BerthError(
     "resource_exhausted",
     `${waited} — ${text}. Stop what you do not need ('berth budget state' shows what holds the budget), or raise the budget (BERTH_BUDGET_MEMORY, BERTH_BUDGET_CPU)`,
-    { kind: "wait_exhausted", position, reasons, retryAfterMs },
+    { kind: "wait_exhausted", position, reasons, retryAfterMs, waitedMs },
     { reason: "WAIT_EXHAUSTED", retryAfterMs },
   );
 }

@@ -143,8 +143,8 @@ export interface Budget {
   getReservation(reservationId: string): Reservation | undefined;
   /** Everything, with the first `pageSize` entries of each list (all of them by default). */
   state(pageSize?: number): BudgetState;
-  /** Up to `limit` waiters that arrived after the one numbered `after` (the head first when undefined). */
-  listQueue(after: number | undefined, limit: number): Page<QueueEntryInfo>;
+  /** Up to `limit` waiters that arrived after the one numbered `after` (the head first when undefined), and what the head waits for. */
+  listQueue(after: number | undefined, limit: number): Page<QueueEntryInfo> & { waitFor: Reason[] };
   /** Up to `limit` reservations admitted after the one numbered `after`, oldest first. */
   listReservations(after: number | undefined, limit: number): Page<ReservationInfo>;
   /** Up to `limit` running entries counted after the one numbered `after`, oldest first. */
@@ -474,7 +474,7 @@ export async function createBudget(options: BudgetOptions): Promise<Budget> {
       };
     },
 
-    listQueue: (after, limit) => queue.page(after, limit),
+    listQueue: (after, limit) => ({ ...queue.page(after, limit), waitFor: queue.headReasons() }),
 
     listReservations(after, limit) {
       const page = book.page(after, limit);
