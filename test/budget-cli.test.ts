@@ -16,7 +16,7 @@ import { screen, startInTerminal } from "./pty.js";
 afterAll(stopAll);
 
 const hold = (budget: BudgetUnderTest, memoryGb: number) =>
-  budget.client.reserve({ label: "holder", need: { items: [{ kind: NeedItemKind.START, name: "h", costSource: { case: "cost", value: { memoryBytes: BigInt(memoryGb * G), cpu: 1 } } }] } });
+  budget.client.reserve({ owner: "holder", need: { items: [{ kind: NeedItemKind.START, name: "h", costSource: { case: "cost", value: { memoryBytes: BigInt(memoryGb * G), cpu: 1 } } }] } });
 
 const node = process.execPath;
 
@@ -60,7 +60,7 @@ describe("berth admit", () => {
           async *admit(requests: AsyncIterable<AdmitRequest>) {
             for await (const request of requests) {
               const kind = request.kind;
-              if (kind.case === "start") yield { kind: { case: "admitted", value: { reservation: { id: "r-1", label: kind.value.label } } } };
+              if (kind.case === "start") yield { kind: { case: "admitted", value: { reservation: { id: "r-1", owner: kind.value.owner } } } };
               if (kind.case === "started") {
                 expect(await until(() => gone(kind.value.pid!), 10_000)).toBe(true);
                 yield { kind: { case: "updated", value: { reservation: { id: "r-1" }, running: { id: "run-1", name: kind.value.name, pid: kind.value.pid } } } };
@@ -94,11 +94,12 @@ describe("berth admit", () => {
   it("waits in the queue with JSON-line updates, then runs when the holder lets go", async () => {
     const budget = await service();
     const { reservation } = await hold(budget, 3);
-    const admit = spawnBerth(budget.url, ["admit", "--memory", "2G", "--label", "second", "--", node, "-e", ""]);
+    const admit = spawnBerth(budget.url, ["admit", "--memory", "2G", "--owner", "second", "--", node, "-e", ""]);
     const queued = await admit.event("queued");
     expect(queued).toMatchObject({ position: 1, gates: ["memory_budget"] });
     expect(String(queued["wait_for"])).toContain("memory: needs 2G");
-    expect((await budget.client.getState({})).queue.map((q) => q.label)).toEqual(["second"]);
+    expect(Date.parse(String(queued["wait_expire_time"]))).toBeGreaterThan(Date.now());
+    expect((await budget.client.getState({})).queue.map((q) => q.owner)).toEqual(["second"]);
     await budget.client.release({ reservationId: reservation!.id });
     expect(await admit.exited).toEqual({ code: 0, signal: null });
     expect(Number((await admit.event("admitted"))["waited_ms"])).toBeGreaterThan(0);
@@ -157,6 +158,13 @@ describe("berth admit", () => {
     expect(await shortWait.event("refused")).toMatchObject({ kind: "wait_exhausted" });
     expect((await shortWait.exited).code).toBe(EXIT.timedOut);
 
+    // --max-wait 0: refused at once, never queued (no queued event).
+    const noWait = await berth(budget.url, ["admit", "--memory", "2G", "--max-wait", "0", "--", "true"]);
+    expect(noWait.code).toBe(EXIT.timedOut);
+    expect(noWait.stderr.trim().split("\n").map((l) => JSON.parse(l) as Record<string, unknown>)).toEqual([
+      expect.objectContaining({ event: "refused", kind: "wait_exhausted", waited_ms: 0, retry_after_ms: expect.any(Number) }),
+    ]);
+
     const unreachable = await berth("http://127.0.0.1:1", ["admit", "--memory", "1G", "--", "true"]);
     expect(unreachable.code).toBe(EXIT.unreachable);
     expect(unreachable.stderr).toContain("cannot reach the budget service");
@@ -202,10 +210,10 @@ describe("berth admit", () => {
       await budget.client.release({ reservationId: reservation!.id });
     }
     const { reservation } = await hold(budget, 3);
-    const terminal = startInTerminal(["admit", "--memory", "2G", "--label", "eta", "--", "true"], { env: { BERTH_BUDGET_URL: budget.url }, timeoutMs: 15_000 });
+    const terminal = startInTerminal(["admit", "--memory", "2G", "--owner", "eta", "--", "true"], { env: { BERTH_BUDGET_URL: budget.url }, timeoutMs: 15_000 });
     await terminal.waitFor(/waiting: #1 in queue/);
-    const state = JSON.parse((await berth(budget.url, ["budget", "state", "--json"])).stdout) as { queue: Array<{ label: string; eta: string }> };
-    expect(state.queue).toMatchObject([{ label: "eta", eta: "1s" }]);
+    const state = JSON.parse((await berth(budget.url, ["budget", "state", "--json"])).stdout) as { queue: Array<{ owner: string; eta: string }> };
+    expect(state.queue).toMatchObject([{ owner: "eta", eta: "1s" }]);
     // The line is drawn again every second; a second later it still says what the service said.
     await terminal.waitFor(/waited [1-9]s/);
     await budget.client.release({ reservationId: reservation!.id });
@@ -219,7 +227,7 @@ describe("berth admit", () => {
   it("shows the live status line in place on a terminal", async () => {
     const budget = await service();
     const { reservation } = await hold(budget, 3);
-    const terminal = startInTerminal(["admit", "--memory", "2G", "--label", "tty", "--", "true"], { env: { BERTH_BUDGET_URL: budget.url }, timeoutMs: 15_000 });
+    const terminal = startInTerminal(["admit", "--memory", "2G", "--owner", "tty", "--", "true"], { env: { BERTH_BUDGET_URL: budget.url }, timeoutMs: 15_000 });
     // Released once the terminal shows the queued line, however long the CLI took to start.
     await terminal.waitFor(/waiting: #1 in queue/);
     await budget.client.release({ reservationId: reservation!.id });
@@ -258,6 +266,7 @@ describe("berth budget", () => {
   it("state shows the budget, the machine and tables of what is committed, queued, reserved and running", async () => {
     const budget = await service();
     const { reservation } = await hold(budget, 3);
+    // --label is the flag's former name, kept as the same flag.
     const admit = spawnBerth(budget.url, ["admit", "--memory", "2G", "--label", "queued one", "--", "true"]);
     await admit.event("queued");
     const running = await budget.client.registerRunning({ name: "db", pid: process.pid });
@@ -271,14 +280,62 @@ describe("berth budget", () => {
     expect(state.stdout).toMatch(/in flight: holder\s+3G/);
     expect(state.stdout).toMatch(/db\s+512M, 0\.5 cpu\s+\d+/);
 
+    expect(state.stdout).not.toContain("more (--all lists them)");
+
     const json = JSON.parse((await berth(budget.url, ["budget", "state", "--json"])).stdout);
-    expect(json.queue[0].label).toBe("queued one");
+    expect(json.queue[0].owner).toBe("queued one");
+    expect([json.queueSize, json.reservationCount, json.runningCount]).toEqual([1, 1, 1]);
     expect(json.running[0].name).toBe("db");
 
     admit.child.kill("SIGINT");
     await admit.exited;
     await budget.client.stopRunning({ id: running.running!.id });
     await budget.client.release({ reservationId: reservation!.id });
+  });
+
+  it("state shows how many there are and a first page; --all fetches every page", async () => {
+    const budget = await startBudget({ args: ["--memory=64G", "--cpu=64"] });
+    for (let i = 0; i < 5; i++) await budget.client.reserve({ owner: `r${i}`, need: { items: [{ kind: NeedItemKind.START, name: "a", costSource: { case: "cost", value: { memoryBytes: BigInt(G), cpu: 0 } } }] } });
+    for (let i = 0; i < 3; i++) await budget.client.registerRunning({ name: `s${i}`, costSource: { case: "cost", value: { memoryBytes: BigInt(G), cpu: 0 } } });
+
+    const page = await berth(budget.url, ["budget", "state", "--page-size", "2"]);
+    expect(page.code).toBe(0);
+    expect(page.stdout).toContain("reservations (5)");
+    expect(page.stdout).toContain("  … and 3 more (--all lists them)");
+    expect(page.stdout).toContain("running (3)");
+    expect(page.stdout).toContain("  … and 1 more (--all lists them)");
+    expect(page.stdout).toContain("committed (8)");
+    expect(page.stdout).toContain("  … and 6 smaller (reservations and running work)");
+
+    const all = await berth(budget.url, ["budget", "state", "--all", "--page-size", "2", "--json"]);
+    const json = JSON.parse(all.stdout);
+    expect(json.reservations.map((r: { owner: string }) => r.owner)).toEqual(["r0", "r1", "r2", "r3", "r4"]);
+    expect(json.running.map((r: { name: string }) => r.name)).toEqual(["s0", "s1", "s2"]);
+    expect([json.reservationsNextPageToken, json.runningNextPageToken]).toEqual([undefined, undefined]);
+    const human = await berth(budget.url, ["budget", "state", "--all", "--page-size", "2"]);
+    expect(human.stdout).toMatch(/^\s+r4\s/m);
+    expect(human.stdout).not.toContain("more (--all lists them)");
+    expect(human.stdout).toContain("  … and 6 smaller (reservations and running work)");
+
+    expect((await berth(budget.url, ["budget", "state", "--page-size", "0"])).code).toBe(EXIT.usage);
+    expect((await berth(budget.url, ["budget", "state", "--page-size", "1001"])).code).toBe(EXIT.usage);
+  });
+
+  it("limits says the leases, the longest wait and the queue's size", async () => {
+    const budget = await startBudget({ args: ["--lease-ttl=45s", "--max-lease-ttl=2h", "--wait=5m", "--max-queue=7"] });
+    const limits = await berth(budget.url, ["budget", "limits"]);
+    expect(limits.code).toBe(0);
+    expect(limits.stdout).toMatch(/^lease\s+45s unless asked, at most 2h$/m);
+    expect(limits.stdout).toMatch(/^wait\s+at most 5m in the queue/m);
+    expect(limits.stdout).toMatch(/^queue\s+at most 7 requests$/m);
+    expect(JSON.parse((await berth(budget.url, ["budget", "limits", "--json"])).stdout)).toEqual({
+      defaultTtl: "45s",
+      maxTtl: "7200s",
+      maxWait: "300s",
+      heartbeatInterval: "5s",
+      maxQueue: 7,
+      maxOwnerLength: 256,
+    });
   });
 
   it("machine and watch show the samples", async () => {

@@ -30,13 +30,13 @@ const start = (name: string, memoryGb: number, cpu: number): NeedItemInit => ({
 });
 
 /** An Admit stream over the service's gRPC port, read continuously. */
-function admit(budget: BudgetUnderTest, label: string, items: NeedItemInit[], maxWaitMs?: number) {
+function admit(budget: BudgetUnderTest, owner: string, items: NeedItemInit[], maxWaitMs?: number) {
   const requests = pushable<AdmitRequestInit>();
   const controller = new AbortController();
   requests.push({
     kind: {
       case: "start",
-      value: { label, need: { items }, maxWait: maxWaitMs === undefined ? undefined : { seconds: BigInt(Math.floor(maxWaitMs / 1000)), nanos: (maxWaitMs % 1000) * 1e6 } },
+      value: { owner, need: { items }, maxWait: maxWaitMs === undefined ? undefined : { seconds: BigInt(Math.floor(maxWaitMs / 1000)), nanos: (maxWaitMs % 1000) * 1e6 } },
     },
   });
   const received: Array<AdmitResponse & { at: number }> = [];
@@ -83,7 +83,7 @@ describe("budget service: RPCs", () => {
     const { machine } = await client.getMachine({});
     expect(machine?.availableBytes).toBe(BigInt(16_000_000 * 1024));
 
-    const { reservation } = await client.reserve({ label: "ci", need: { items: [start("a", 1, 1), { kind: NeedItemKind.BUILD, name: "a" }] }, ttl: { seconds: 60n, nanos: 0 } });
+    const { reservation } = await client.reserve({ owner: "ci", need: { items: [start("a", 1, 1), { kind: NeedItemKind.BUILD, name: "a" }] }, ttl: { seconds: 60n, nanos: 0 } });
     expect((await client.keepAlive({ ids: [reservation!.id] })).renewals[0]?.alive).toBe(true);
     expect((await client.releaseBuild({ reservationId: reservation!.id })).reservation?.build?.memoryBytes).toBe(0n);
     const { running } = await client.registerRunning({ name: "a", reservationId: reservation!.id, pid: process.pid });
@@ -121,7 +121,7 @@ describe("budget service: RPCs", () => {
 
   it("exports its gauges on /metrics", async () => {
     const budget = await startBudget();
-    await budget.client.reserve({ label: "held", need: { items: [start("a", 1, 1)] } });
+    await budget.client.reserve({ owner: "held", need: { items: [start("a", 1, 1)] } });
     const metrics = await curl(budget.url, "/metrics");
     expect(metrics.body).toMatch(/berth_budget_reservations 1/);
     expect(metrics.body).toMatch(new RegExp(`berth_budget_committed_memory_bytes ${G}`));
@@ -202,7 +202,7 @@ describe("budget service: Admit", () => {
 
   it("a client killed with SIGKILL while queued leaves nothing queued", async () => {
     const budget = await startBudget();
-    const { reservation } = await budget.client.reserve({ label: "holder", need: { items: [start("a", 3, 1)] } });
+    const { reservation } = await budget.client.reserve({ owner: "holder", need: { items: [start("a", 3, 1)] } });
     const client = spawnBerth(budget.url, ["admit", "--memory", "2G", "--json", "--", "true"]);
     await client.event("queued");
     expect(await queueLength(budget)).toBe(1);
@@ -229,7 +229,7 @@ describe("budget service: Admit", () => {
 
   it("a leased reservation that is not renewed is released", async () => {
     const budget = await startBudget();
-    await budget.client.reserve({ label: "short", need: { items: [start("a", 1, 1)] }, ttl: { seconds: 0n, nanos: 300_000_000 } });
+    await budget.client.reserve({ owner: "short", need: { items: [start("a", 1, 1)] }, ttl: { seconds: 0n, nanos: 300_000_000 } });
     expect(await reservations(budget)).toBe(1);
     expect(await until(async () => (await reservations(budget)) === 0, 3000)).toBe(true);
   });
@@ -301,4 +301,151 @@ describe("budget service: state across restarts and reloads", () => {
     await Promise.all([holder.done, waiting.done]);
     expect(await budget.service.stop()).toEqual({ code: 0, signal: null });
   });
+});
+
+describe("budget service: pages under load", () => {
+  /** A start of `cpu` cores and no memory: thousands of them fit the fixture's memory, the cpu budget decides. */
+  const cores = (cpu: number): NeedItemInit => ({ kind: NeedItemKind.START, name: "w", costSource: { case: "cost", value: { memoryBytes: 0n, cpu } } });
+
+  /**
+   * Pages through a list with `list` while `churn` admits, drops and adds entries at the same time,
+   * then checks: no entry appears twice, and every entry there from before the first page to after
+   * the last (`stayed`) appears exactly once.
+   */
+  async function pageWhileChurning(list: (token: string) => Promise<{ names: string[]; next: string }>, churn: () => Promise<void>, present: () => Promise<Set<string>>) {
+    const before = await present();
+    let stop = false;
+    const churning = (async () => {
+      while (!stop) await churn();
+    })();
+    const seen: string[] = [];
+    let pages = 0;
+    let token = "";
+    do {
+      const page = await list(token);
+      seen.push(...page.names);
+      token = page.next;
+      pages++;
+    } while (token !== "");
+    stop = true;
+    await churning;
+    const after = await present();
+    const stayed = [...before].filter((name) => after.has(name));
+    const counts = new Map<string, number>();
+    for (const name of seen) counts.set(name, (counts.get(name) ?? 0) + 1);
+    expect([...counts].filter(([, n]) => n > 1), "entries repeated").toEqual([]);
+    expect(stayed.filter((name) => !counts.has(name)), "entries lost").toEqual([]);
+    expect(pages).toBeGreaterThan(10);
+    return { seen, stayed };
+  }
+
+  it("ListReservations, ListRunning and ListQueue page through hundreds of entries while others are admitted, released and queued: none lost or repeated", async () => {
+    /** Which entry the churn picks: spread over the list, the same in every run. */
+    let picks = 0;
+    const pick = (length: number) => (picks++ * 7919) % length;
+    const budget = await startBudget({ args: ["--cpu=1000", "--max-queue=2000", "--lease-ttl=10m"] });
+    const { client } = budget;
+    let n = 0;
+
+    // Reservations: 400, released and reserved afresh while paging 7 at a time.
+    const reserved: string[] = [];
+    for (let i = 0; i < 400; i++) reserved.push((await client.reserve({ owner: `r${n++}`, need: { items: [cores(1)] } })).reservation!.id);
+    const names = async () => {
+      const owners = new Set<string>();
+      for (let token = "", first = true; first || token !== ""; first = false) {
+        const page = await client.listReservations({ pageToken: token, pageSize: 1000 });
+        for (const r of page.reservations) owners.add(r.owner);
+        token = page.nextPageToken;
+      }
+      return owners;
+    };
+    const reservations = await pageWhileChurning(
+      async (token) => {
+        const page = await client.listReservations({ pageToken: token, pageSize: 7 });
+        return { names: page.reservations.map((r) => r.owner), next: page.nextPageToken };
+      },
+      async () => {
+        const gone = reserved.splice(pick(reserved.length), 1)[0]!;
+        await client.release({ reservationId: gone });
+        reserved.push((await client.reserve({ owner: `r${n++}`, need: { items: [cores(1)] } })).reservation!.id);
+      },
+      names,
+    );
+    expect(reservations.stayed.length).toBeGreaterThan(100);
+
+    // The running tally: 400 entries, stopped and registered afresh while paging.
+    const running: string[] = [];
+    for (let i = 0; i < 400; i++) running.push((await client.registerRunning({ name: `s${n++}`, costSource: { case: "cost", value: { memoryBytes: 0n, cpu: 0 } } })).running!.id);
+    const runningNames = async () => new Set((await client.listRunning({ pageSize: 1000 })).running.map((r) => r.name));
+    await pageWhileChurning(
+      async (token) => {
+        const page = await client.listRunning({ pageToken: token, pageSize: 9 });
+        return { names: page.running.map((r) => r.name), next: page.nextPageToken };
+      },
+      async () => {
+        const gone = running.splice(pick(running.length), 1)[0]!;
+        await client.stopRunning({ id: gone });
+        running.push((await client.registerRunning({ name: `s${n++}`, costSource: { case: "cost", value: { memoryBytes: 0n, cpu: 0 } } })).running!.id);
+      },
+      runningNames,
+    );
+
+    // The queue: the cpu budget held but for what small holders release, 300 waiters; while paging,
+    // a release admits the head, a waiter's call ends, a newcomer joins.
+    for (const id of reserved.splice(0)) await client.release({ reservationId: id });
+    const small: string[] = [];
+    await client.reserve({ owner: "holder", need: { items: [cores(1000 - 200)] } });
+    for (let i = 0; i < 200; i++) small.push((await client.reserve({ owner: `small${i}`, need: { items: [cores(1)] } })).reservation!.id);
+    const waiters = new Map<string, AbortController>();
+    const waits: Array<Promise<unknown>> = [];
+    const wait = (owner: string) => {
+      const controller = new AbortController();
+      waiters.set(owner, controller);
+      waits.push(client.reserve({ owner, need: { items: [cores(1)] }, maxWait: { seconds: 600n, nanos: 0 } }, { signal: controller.signal }).catch(() => undefined));
+    };
+    for (let i = 0; i < 300; i++) wait(`q${n++}`);
+    expect(await until(async () => (await client.getState({ pageSize: 1 })).queueSize === 300, 30_000)).toBe(true);
+    const queued = async () => {
+      const owners = new Set<string>();
+      for (let token = "", first = true; first || token !== ""; first = false) {
+        const page = await client.listQueue({ pageToken: token, pageSize: 1000 });
+        for (const q of page.queue) owners.add(q.owner);
+        token = page.nextPageToken;
+      }
+      return owners;
+    };
+    let turn = 0;
+    const queue = await pageWhileChurning(
+      async (token) => {
+        const page = await client.listQueue({ pageToken: token, pageSize: 5 });
+        // Positions count from the head as it is now: increasing within a page.
+        const positions = page.queue.map((q) => q.position);
+        expect(positions).toEqual([...positions].sort((a, b) => a - b));
+        return { names: page.queue.map((q) => q.owner), next: page.nextPageToken };
+      },
+      async () => {
+        switch (turn++ % 3) {
+          case 0: {
+            const id = small.pop();
+            if (id !== undefined) await client.release({ reservationId: id });
+            break;
+          }
+          case 1: {
+            const [owner, controller] = [...waiters][pick(waiters.size)]!;
+            waiters.delete(owner);
+            controller.abort();
+            break;
+          }
+          default:
+            wait(`q${n++}`);
+        }
+        // Let the service see the change before the next one.
+        await client.getState({ pageSize: 1 });
+      },
+      queued,
+    );
+    expect(queue.stayed.length).toBeGreaterThan(100);
+    for (const controller of waiters.values()) controller.abort();
+    await Promise.all(waits);
+  }, 120_000);
 });

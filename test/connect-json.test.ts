@@ -153,7 +153,7 @@ describe("every unary RPC answers JSON over HTTP/1.1 (curl)", () => {
     expect(await ok(sessionsUrl, L, "KeepAlive", { leaseTokens: [lease["leaseToken"]] })).toEqual({ renewals: [{ leaseToken: lease["leaseToken"] }] });
   });
 
-  it("BudgetService: Check, Costs, GetMachine, Reserve, KeepAlive, ReleaseBuild, RegisterRunning, GetState, StopRunning, Release", async () => {
+  it("BudgetService: Check, Costs, GetMachine, GetLimits, Reserve (and its repeat), KeepAlive, ReleaseBuild, RegisterRunning, GetState, the List RPCs, StopRunning, Release", async () => {
     const B = BudgetService;
     const url = budget.url;
     const check = await ok(url, B, "Check", { need: { items: [startItem("web", 1)] } });
@@ -164,14 +164,20 @@ describe("every unary RPC answers JSON over HTTP/1.1 (curl)", () => {
       build: { memoryBytes: String(2 * G) },
     });
     expect(await ok(url, B, "GetMachine", {})).toMatchObject({ machine: { totalBytes: String(16 * G), source: "SAMPLE_SOURCE_HOST" } });
+    expect(await ok(url, B, "GetLimits", {})).toEqual({ defaultTtl: "30s", maxTtl: "3600s", maxWait: "600s", heartbeatInterval: "5s", maxQueue: 1000, maxOwnerLength: 256 });
 
-    const { reservation } = (await ok(url, B, "Reserve", {
-      label: "curl",
+    const asked = {
+      owner: "curl",
       need: { items: [startItem("api", 1), { kind: "NEED_ITEM_KIND_BUILD", name: "api", spec: { build: { memory: "1G" } } }] },
       ttl: "60s",
-    })) as { reservation: Json };
+      requestId: "curl-tour-1",
+    };
+    const { reservation } = (await ok(url, B, "Reserve", asked)) as { reservation: Json };
     const id = String(reservation["id"]);
-    expect(reservation).toMatchObject({ label: "curl", start: { memoryBytes: String(G) }, build: { memoryBytes: String(G) } });
+    expect(reservation).toMatchObject({ owner: "curl", start: { memoryBytes: String(G) }, build: { memoryBytes: String(G) } });
+    expect(Date.parse(String(reservation["expireTime"]))).toBeGreaterThan(Date.now());
+    // A retry with the same request id answers the same reservation.
+    expect(((await ok(url, B, "Reserve", asked)) as { reservation: Json }).reservation["id"]).toBe(id);
 
     const renewed = (await ok(url, B, "KeepAlive", { ids: [id] })) as { renewals: Json[] };
     expect(renewed.renewals).toMatchObject([{ id, alive: true }]);
@@ -179,8 +185,12 @@ describe("every unary RPC answers JSON over HTTP/1.1 (curl)", () => {
 
     const registered = (await ok(url, B, "RegisterRunning", { name: "api", reservationId: id, pid: process.pid, cost: { memoryBytes: String(G), cpu: 1 } })) as { running: Json };
     expect(registered.running).toMatchObject({ name: "api", pid: process.pid, reservationId: id });
-    const state = await ok(url, B, "GetState", {});
-    expect(state).toMatchObject({ running: [{ name: "api" }], reservations: [{ id }], policy: { queueMode: "QUEUE_MODE_FIFO" } });
+    const state = await ok(url, B, "GetState", { pageSize: 1 });
+    expect(state).toMatchObject({ running: [{ name: "api" }], reservations: [{ id }], policy: { queueMode: "QUEUE_MODE_FIFO" }, reservationCount: 1, runningCount: 1 });
+    expect(state).not.toHaveProperty("reservationsNextPageToken");
+    expect(await ok(url, B, "ListReservations", { pageSize: 10 })).toMatchObject({ reservations: [{ id, owner: "curl" }] });
+    expect(await ok(url, B, "ListRunning", {})).toMatchObject({ running: [{ name: "api", reservationId: id }] });
+    expect(await ok(url, B, "ListQueue", {})).toEqual({});
     expect(await ok(url, B, "StopRunning", { id: registered.running["id"] })).toEqual({ stopped: true });
     expect(await ok(url, B, "Release", { reservationId: id })).toEqual({ released: true });
     expect(await ok(url, B, "GetState", {})).not.toHaveProperty("reservations");
@@ -204,7 +214,7 @@ describe("errors as Connect's error JSON", () => {
     await expectInvalidArgument(sessionsUrl, LockService, "KeepAlive", { leaseTokens: [] }, "lease_tokens");
     await expectInvalidArgument(sessionsUrl, LockService, "KeepAlive", { leaseTokens: ["ok", ""] }, "lease_tokens[1]");
     await expectInvalidArgument(budget.url, BudgetService, "Check", { need: { items: [{ kind: "NEED_ITEM_KIND_START", name: "x", spec: { memory: "12Q" } }] } }, "need.items[0].spec.memory");
-    await expectInvalidArgument(budget.url, BudgetService, "Reserve", { label: "", need: { items: [startItem("x", 1)] } }, "label");
+    await expectInvalidArgument(budget.url, BudgetService, "Reserve", { owner: "", need: { items: [startItem("x", 1)] } }, "owner");
     await expectInvalidArgument(budget.url, BudgetService, "Release", { reservationId: "" }, "reservation_id");
     // Nothing was written by any of them.
     expect((await curlJson(sessionsUrl, "/berth.sessions.v1.SessionService/HasSession", { sessionId: "json-bad" })).json).toEqual({});
@@ -228,7 +238,7 @@ describe("errors as Connect's error JSON", () => {
     expect(JSON.parse(refused.headers["berth-error-details"] ?? "{}")).toMatchObject({ reason: "WAIT_EXHAUSTED", owner: "first", waitedMs: 200 });
     await curlJson(sessionsUrl, "/berth.locks.v1.LockService/Release", { leaseToken: held.lease["leaseToken"] });
 
-    const impossible = await curlJson(budget.url, "/berth.budget.v1.BudgetService/Reserve", { label: "huge", need: { items: [startItem("huge", 5)] } });
+    const impossible = await curlJson(budget.url, "/berth.budget.v1.BudgetService/Reserve", { owner: "huge", need: { items: [startItem("huge", 5)] } });
     expect(impossible.status).toBe(400);
     const precondition = connectError(impossible);
     expect(precondition.code).toBe("failed_precondition");
@@ -279,6 +289,52 @@ describe("errors as Connect's error JSON", () => {
     expect(ended?.code).toBe(Code.FailedPrecondition);
     expect(ended?.findDetails(ErrorInfoSchema)[0]).toMatchObject({ reason: "LEASE_RELEASED", domain: "berth.locks" });
     expect(ended?.findDetails(BadRequestSchema)).toEqual([]);
+  });
+
+  it("the budget's errors carry an ErrorInfo naming the case, and a RetryInfo where a retry can succeed", async () => {
+    const full = await startBudget({ args: ["--max-queue=0", "--max-lease-ttl=10m"] });
+    const post = (method: string, body: unknown) => curlJson(full.url, `/berth.budget.v1.BudgetService/${method}`, body);
+    /** The error's code, its ErrorInfo reason and domain, its RetryInfo delay (ms), and the berth-error-details header's reason. */
+    const errorOf = async (response: CurlJsonResponse) => {
+      const error = connectError(response);
+      const info = detail(error.details, ErrorInfoSchema);
+      const retry = error.details.some((d) => d.type === RetryInfoSchema.typeName) ? detail(error.details, RetryInfoSchema).retryDelay : undefined;
+      const header = JSON.parse(response.headers["berth-error-details"] ?? "{}") as Json;
+      return { code: error.code, reason: info.reason, domain: info.domain, retryMs: retry === undefined ? undefined : Number(retry.seconds) * 1000 + retry.nanos / 1e6, header: header["reason"], details: error.details };
+    };
+
+    expect(await errorOf(await post("Reserve", { owner: "huge", need: { items: [startItem("huge", 5)] } }))).toMatchObject({
+      code: "failed_precondition",
+      reason: "IMPOSSIBLE",
+      domain: "berth.budget",
+      retryMs: undefined,
+      header: "IMPOSSIBLE",
+    });
+    const held = ((await post("Reserve", { owner: "holder", need: { items: [startItem("a", 3)] } })).json as { reservation: Json }).reservation;
+    const queueFull = await errorOf(await post("Reserve", { owner: "late", need: { items: [startItem("b", 2)] } }));
+    expect(queueFull).toMatchObject({ code: "resource_exhausted", reason: "QUEUE_FULL", domain: "berth.budget", header: "QUEUE_FULL" });
+    expect(queueFull.retryMs).toBeGreaterThan(0);
+    expect(detail(queueFull.details, RefusalSchema).kind).toBe(RefusalKind.QUEUE_FULL);
+    const noWait = await errorOf(await post("Reserve", { owner: "now", need: { items: [startItem("b", 2)] }, maxWait: "0s" }));
+    expect(noWait).toMatchObject({ code: "resource_exhausted", reason: "WAIT_EXHAUSTED", domain: "berth.budget", header: "WAIT_EXHAUSTED" });
+    expect(noWait.retryMs).toBeGreaterThan(0);
+    expect(detail(noWait.details, RefusalSchema).kind).toBe(RefusalKind.WAIT_EXHAUSTED);
+
+    await post("Release", { reservationId: held["id"] });
+    const gone = await post("ReleaseBuild", { reservationId: held["id"] });
+    expect(gone.status).toBe(404);
+    expect(await errorOf(gone)).toMatchObject({ code: "not_found", reason: "RESERVATION_NOT_FOUND", domain: "berth.budget", header: "RESERVATION_NOT_FOUND" });
+    expect(await errorOf(await post("RegisterRunning", { name: "web", reservationId: held["id"] }))).toMatchObject({ code: "not_found", reason: "RESERVATION_NOT_FOUND" });
+    for (const [method, body, field] of [
+      ["Reserve", { owner: "x", ttl: "601s" }, "ttl"],
+      ["Reserve", { owner: "x", requestId: "not/ok" }, "request_id"],
+      ["GetState", { pageSize: -1 }, "page_size"],
+      ["ListQueue", { pageToken: "bm9wZQ" }, "page_token"],
+    ] as const) {
+      expect(await errorOf(await post(method, body)), `${method} ${field}`).toMatchObject({ code: "invalid_argument", reason: "INVALID_FIELD", domain: "berth.budget" });
+      await expectInvalidArgument(full.url, BudgetService, method, body, field);
+    }
+    await full.service.stop();
   });
 
   it("a relative lock path is 400 invalid_argument naming file and saying what to send, in every lock RPC and a fence", async () => {

@@ -20,14 +20,14 @@ import { anyUnpack, durationMs, timestampMs } from "@bufbuild/protobuf/wkt";
 import { createRegistry, fromBinary, type MessageInitShape } from "@bufbuild/protobuf";
 import type * as grpc from "@grpc/grpc-js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { NeedItemKind, type NeedItemSchema } from "@berth/api/berth/budget/v1/budget_pb";
+import { NeedItemKind, RefusalKind, RefusalSchema, type NeedItemSchema } from "@berth/api/berth/budget/v1/budget_pb";
 import { BudgetService } from "@berth/api/berth/budget/v1/budget_service_pb";
 import { HolderKind, LockHeldSchema, LockService } from "@berth/api/berth/locks/v1/lock_service_pb";
 import { BadRequestSchema, ErrorInfoSchema, RetryInfoSchema } from "@berth/api/google/rpc/error_details_pb";
 import { StatusSchema } from "@berth/api/google/rpc/status_pb";
 import { SessionService } from "@berth/api/berth/sessions/v1/session_service_pb";
 import { G, startBudget, type BudgetUnderTest } from "./budget-e2e.js";
-import { curl, grpcCodeName, grpcJsClient, isGrpcError, makeTempDir, startService, stopAll, type GrpcJsClient, type StartedService } from "./harness.js";
+import { curl, grpcCodeName, grpcJsClient, grpcStatusDetails, isGrpcError, makeTempDir, startService, stopAll, type GrpcJsClient, type StartedService } from "./harness.js";
 
 afterAll(stopAll);
 
@@ -553,12 +553,12 @@ describe("BudgetService over grpc-js", () => {
     expect([machine?.totalBytes, machine?.availableBytes]).toEqual([BigInt(16 * G), BigInt(16_000_000 * 1024)]);
 
     const { reservation } = await budgetRpc.unary(BudgetService.method.reserve, {
-      label: "surface",
+      owner: "surface",
       need: { items: [start("api", 1), { kind: NeedItemKind.BUILD, name: "api", costSource: { case: "cost", value: { memoryBytes: BigInt(G), cpu: 1 } } }] },
       ttl: seconds(60),
     });
     const id = reservation!.id;
-    expect(reservation?.leaseExpiresAt).toBeDefined();
+    expect(reservation?.expireTime).toBeDefined();
     expect((await state()).reservations.map((r) => r.id)).toEqual([id]);
 
     const { renewals } = await budgetRpc.unary(BudgetService.method.keepAlive, { ids: [id, "gone"] });
@@ -581,6 +581,90 @@ describe("BudgetService over grpc-js", () => {
     expect([after.reservations, after.running, after.queue, after.committed?.memoryBytes]).toEqual([[], [], [], 0n]);
   });
 
+  it("GetLimits, a Reserve repeated with its request id, and GetState's first pages continued by ListQueue, ListReservations and ListRunning", async () => {
+    const limits = await budgetRpc.unary(BudgetService.method.getLimits, {});
+    expect([limits.defaultTtl?.seconds, limits.maxTtl?.seconds, limits.maxWait?.seconds, limits.maxQueue, limits.maxOwnerLength]).toEqual([30n, 3600n, 600n, 1000, 256]);
+
+    const nothing = { case: "cost" as const, value: { memoryBytes: 0n, cpu: 0 } };
+    const ask = { owner: "paged", need: { items: [start("p", 0.25, 0.25)] }, requestId: "surface-paged-0" };
+    const first = (await budgetRpc.unary(BudgetService.method.reserve, ask)).reservation!;
+    expect((await budgetRpc.unary(BudgetService.method.reserve, ask)).reservation?.id).toBe(first.id);
+    const ids = [first.id];
+    for (let i = 1; i < 5; i++) ids.push((await budgetRpc.unary(BudgetService.method.reserve, { ...ask, owner: `paged-${i}`, requestId: `surface-paged-${i}` })).reservation!.id);
+    const registered = [];
+    for (let i = 0; i < 3; i++) registered.push((await budgetRpc.unary(BudgetService.method.registerRunning, { name: `svc-${i}`, requestId: `surface-svc-${i}`, costSource: nothing })).running!.id);
+    expect((await budgetRpc.unary(BudgetService.method.registerRunning, { name: "svc-0", requestId: "surface-svc-0", costSource: nothing })).running?.id).toBe(registered[0]);
+    // The queue: one waiter behind a holder of the rest of the memory.
+    const holder = (await budgetRpc.unary(BudgetService.method.reserve, { owner: "queue-holder", need: { items: [start("h", 2)] } })).reservation!;
+    const waiting = budgetRpc.unary(BudgetService.method.reserve, { owner: "queued", need: { items: [start("w", 1)] } });
+    await eventually("a waiter queued", state, (s) => s.queueSize === 1);
+
+    const page = await budgetRpc.unary(BudgetService.method.getState, { pageSize: 2 });
+    expect([page.queueSize, page.reservationCount, page.runningCount]).toEqual([1, 6, 3]);
+    expect(page.reservations.map((r) => r.id)).toEqual(ids.slice(0, 2));
+    expect(page.queueNextPageToken).toBe("");
+    expect((await budgetRpc.unary(BudgetService.method.listQueue, {})).queue.map((q) => [q.owner, q.position])).toEqual([["queued", 1]]);
+    const rest = await budgetRpc.unary(BudgetService.method.listReservations, { pageToken: page.reservationsNextPageToken, pageSize: 10 });
+    expect(rest.reservations.map((r) => r.id)).toEqual([...ids.slice(2), holder.id]);
+    const running = await budgetRpc.unary(BudgetService.method.listRunning, { pageToken: page.runningNextPageToken });
+    expect([running.running.map((r) => r.id), running.nextPageToken]).toEqual([[registered[2]], ""]);
+
+    await budgetRpc.unary(BudgetService.method.release, { reservationId: holder.id });
+    await budgetRpc.unary(BudgetService.method.release, { reservationId: (await waiting).reservation!.id });
+    for (const id of ids) await budgetRpc.unary(BudgetService.method.release, { reservationId: id });
+    for (const id of registered) await budgetRpc.unary(BudgetService.method.stopRunning, { id });
+  });
+
+  it("each error code with its ErrorInfo reason (domain berth.budget) in grpc-status-details-bin, and RetryInfo where a retry can succeed", async () => {
+    const full = await startBudget({ args: ["--max-queue=0"] });
+    const client = grpcJsClient(full.url);
+    try {
+      const details = async (call: Promise<unknown>) => {
+        const { name, metadata } = await failure(call);
+        const status = grpcStatusDetails(metadata);
+        return { code: name, reason: status?.reason, domain: status?.domain, retry: status?.retryDelayMs !== undefined, refusal: status?.find(RefusalSchema)?.kind };
+      };
+      expect(await details(client.unary(BudgetService.method.reserve, { owner: "huge", need: { items: [start("x", 5)] } }))).toEqual({
+        code: "FAILED_PRECONDITION",
+        reason: "IMPOSSIBLE",
+        domain: "berth.budget",
+        retry: false,
+        refusal: RefusalKind.IMPOSSIBLE,
+      });
+      const held = (await client.unary(BudgetService.method.reserve, { owner: "holder", need: { items: [start("a", 3)] } })).reservation!;
+      expect(await details(client.unary(BudgetService.method.reserve, { owner: "late", need: { items: [start("b", 2)] } }))).toEqual({
+        code: "RESOURCE_EXHAUSTED",
+        reason: "QUEUE_FULL",
+        domain: "berth.budget",
+        retry: true,
+        refusal: RefusalKind.QUEUE_FULL,
+      });
+      expect(await details(client.unary(BudgetService.method.reserve, { owner: "now", need: { items: [start("b", 2)] }, maxWait: seconds(0) }))).toEqual({
+        code: "RESOURCE_EXHAUSTED",
+        reason: "WAIT_EXHAUSTED",
+        domain: "berth.budget",
+        retry: true,
+        refusal: RefusalKind.WAIT_EXHAUSTED,
+      });
+      await client.unary(BudgetService.method.release, { reservationId: held.id });
+      expect(await details(client.unary(BudgetService.method.releaseBuild, { reservationId: held.id }))).toMatchObject({ code: "NOT_FOUND", reason: "RESERVATION_NOT_FOUND", domain: "berth.budget" });
+      expect(await details(client.unary(BudgetService.method.registerRunning, { name: "w", reservationId: held.id }))).toMatchObject({ code: "NOT_FOUND", reason: "RESERVATION_NOT_FOUND" });
+      expect(await details(client.unary(BudgetService.method.reserve, { owner: "x", ttl: seconds(3601) }))).toMatchObject({ code: "INVALID_ARGUMENT", reason: "INVALID_FIELD", domain: "berth.budget" });
+      expect(await details(client.unary(BudgetService.method.listRunning, { pageToken: "x" }))).toMatchObject({ code: "INVALID_ARGUMENT", reason: "INVALID_FIELD" });
+
+      // Out of turn on the Admit stream: build_done before admitted.
+      const call = client.bidi(BudgetService.method.admit);
+      const stream = reader(call);
+      call.write({ kind: { case: "buildDone", value: {} } });
+      const end = await stream.ended;
+      const status = grpcStatusDetails(end.metadata);
+      expect([end.name, status?.reason, status?.domain]).toEqual(["INVALID_ARGUMENT", "OUT_OF_TURN", "berth.budget"]);
+    } finally {
+      client.close();
+      await full.service.stop();
+    }
+  });
+
   it("WatchMachine: the current sample at once, then newer ones, until the client cancels", async () => {
     const call = budgetRpc.serverStream(BudgetService.method.watchMachine, {});
     const watch = reader(call);
@@ -588,7 +672,7 @@ describe("BudgetService over grpc-js", () => {
     expect(first.machine?.totalBytes).toBe(BigInt(16 * G));
     // The fixture is sampled every 200 ms.
     const second = await watch.next("a newer sample");
-    expect(timestampMs(second.machine!.sampledAt!)).toBeGreaterThan(timestampMs(first.machine!.sampledAt!));
+    expect(timestampMs(second.machine!.sampleTime!)).toBeGreaterThan(timestampMs(first.machine!.sampleTime!));
     call.cancel();
     expect((await watch.ended).name).toBe("CANCELLED");
   });
@@ -596,24 +680,24 @@ describe("BudgetService over grpc-js", () => {
   it("Admit: admitted; a second one queued (position, reason) → admitted when the first releases; build_done, started, release → released and OK", async () => {
     const firstCall = budgetRpc.bidi(BudgetService.method.admit);
     const first = reader(firstCall);
-    firstCall.write({ kind: { case: "start", value: { label: "first", need: { items: [start("a", 3)] } } } });
+    firstCall.write({ kind: { case: "start", value: { owner: "first", need: { items: [start("a", 3)] } } } });
     const admittedFirst = await expectKind(first, "admitted");
-    expect(admittedFirst.reservation?.label).toBe("first");
+    expect(admittedFirst.reservation?.owner).toBe("first");
 
     const secondCall = budgetRpc.bidi(BudgetService.method.admit);
     const second = reader(secondCall);
     secondCall.write({
       kind: {
         case: "start",
-        value: { label: "second", need: { items: [start("web", 1), { kind: NeedItemKind.BUILD, name: "web", costSource: { case: "cost", value: { memoryBytes: BigInt(2 * G), cpu: 1 } } }] } },
+        value: { owner: "second", need: { items: [start("web", 1), { kind: NeedItemKind.BUILD, name: "web", costSource: { case: "cost", value: { memoryBytes: BigInt(2 * G), cpu: 1 } } }] } },
       },
     });
     const queued = await expectKind(second, "queued");
     expect(queued.position).toBe(1);
     expect(queued.waitFor.length).toBeGreaterThan(0);
     expect(queued.waitForText).not.toBe("");
-    expect(queued.deadline).toBeDefined();
-    expect((await state()).queue.map((q) => [q.label, q.position])).toEqual([["second", 1]]);
+    expect(queued.waitExpireTime).toBeDefined();
+    expect((await state()).queue.map((q) => [q.owner, q.position])).toEqual([["second", 1]]);
 
     firstCall.write({ kind: { case: "release", value: {} } });
     expect((await expectKind(first, "released")).reservationId).toBe(admittedFirst.reservation!.id);
@@ -645,19 +729,19 @@ describe("BudgetService over grpc-js", () => {
   it("Admit cancelled mid-stream: an admitted stream's reservation is released, a queued one is dropped", async () => {
     const holderCall = budgetRpc.bidi(BudgetService.method.admit);
     const holder = reader(holderCall);
-    holderCall.write({ kind: { case: "start", value: { label: "holder", need: { items: [start("a", 3)] } } } });
+    holderCall.write({ kind: { case: "start", value: { owner: "holder", need: { items: [start("a", 3)] } } } });
     await expectKind(holder, "admitted");
     const waiterCall = budgetRpc.bidi(BudgetService.method.admit);
     const waiter = reader(waiterCall);
-    waiterCall.write({ kind: { case: "start", value: { label: "waiter", need: { items: [start("b", 2)] } } } });
+    waiterCall.write({ kind: { case: "start", value: { owner: "waiter", need: { items: [start("b", 2)] } } } });
     await expectKind(waiter, "queued");
     const before = await state();
-    expect([before.reservations.map((r) => r.label), before.queue.map((q) => q.label)]).toEqual([["holder"], ["waiter"]]);
+    expect([before.reservations.map((r) => r.owner), before.queue.map((q) => q.owner)]).toEqual([["holder"], ["waiter"]]);
 
     waiterCall.cancel();
     expect((await waiter.ended).name).toBe("CANCELLED");
     await eventually("the cancelled request dropped from the queue", state, (s) => s.queue.length === 0);
-    expect((await state()).reservations.map((r) => r.label)).toEqual(["holder"]);
+    expect((await state()).reservations.map((r) => r.owner)).toEqual(["holder"]);
 
     holderCall.cancel();
     expect((await holder.ended).name).toBe("CANCELLED");
@@ -704,19 +788,19 @@ describe("deadlines the server cannot meet", () => {
     const state = () => budgetRpc.unary(BudgetService.method.getState, {});
     const holderCall = budgetRpc.bidi(BudgetService.method.admit);
     const holder = reader(holderCall);
-    holderCall.write({ kind: { case: "start", value: { label: "holder", need: { items: [start("a", 3)] } } } });
+    holderCall.write({ kind: { case: "start", value: { owner: "holder", need: { items: [start("a", 3)] } } } });
     await expectKind(holder, "admitted");
 
     const admitCall = budgetRpc.bidi(BudgetService.method.admit, { deadlineMs: 2_000 });
     const admit = reader(admitCall);
-    admitCall.write({ kind: { case: "start", value: { label: "late-admit", need: { items: [start("b", 2)] }, maxWait: seconds(60) } } });
+    admitCall.write({ kind: { case: "start", value: { owner: "late-admit", need: { items: [start("b", 2)] }, maxWait: seconds(60) } } });
     await expectKind(admit, "queued");
-    const reserve = failure(budgetRpc.unary(BudgetService.method.reserve, { label: "late-reserve", need: { items: [start("c", 2)] }, maxWait: seconds(60) }, { deadlineMs: 2_000 }));
+    const reserve = failure(budgetRpc.unary(BudgetService.method.reserve, { owner: "late-reserve", need: { items: [start("c", 2)] }, maxWait: seconds(60) }, { deadlineMs: 2_000 }));
 
     expect((await admit.ended).name).toBe("DEADLINE_EXCEEDED");
     expect((await reserve).name).toBe("DEADLINE_EXCEEDED");
     const after = await eventually("both late requests dropped", state, (s) => s.queue.length === 0);
-    expect(after.reservations.map((r) => r.label)).toEqual(["holder"]);
+    expect(after.reservations.map((r) => r.owner)).toEqual(["holder"]);
 
     holderCall.write({ kind: { case: "release", value: {} } });
     await expectKind(holder, "released");

@@ -264,23 +264,25 @@ describe.skipIf(missing !== undefined)("Python client (grpcio 1.51 + stubs from 
         kind: "REFUSAL_KIND_IMPOSSIBLE",
         settings: ["BERTH_BUDGET_MEMORY"],
         gates: ["GATE_MEMORY_BUDGET"],
-        facts: { kind: "impossible" },
+        facts: { kind: "impossible", reason: "IMPOSSIBLE" },
+        reason: "IMPOSSIBLE",
       });
 
       // Admit: queued behind a 3G reservation of this side (the budget is 4G, Python needs 2G),
       // admitted once it is released; started moves the cost to the running tally; release.
       await python.step("ready_to_admit");
-      const blocker = await budget.client.reserve({ label: "ts blocker", need: { items: [{ kind: NeedItemKind.START, name: "blocker", costSource: { case: "spec", value: { memory: "3G", cpu: 1 } } }] }, ttl: { seconds: 60n } });
+      const blocker = await budget.client.reserve({ owner: "ts blocker", need: { items: [{ kind: NeedItemKind.START, name: "blocker", costSource: { case: "spec", value: { memory: "3G", cpu: 1 } } }] }, ttl: { seconds: 60n } });
       python.go("budget_held");
       const queued = await python.step("admit_queued");
       expect(queued).toMatchObject({ position: 1 });
       expect(queued.gates).toContain("GATE_MEMORY_BUDGET");
       expect(String(queued.wait_for_text)).toMatch(/memory/);
+      expect(queued.wait_expire_ms).toBeGreaterThan(Date.now());
       const state = await budget.client.getState({});
-      expect(state.queue.map((q) => q.label)).toEqual(["python admit"]);
+      expect(state.queue.map((q) => q.owner)).toEqual(["python admit"]);
       await budget.client.release({ reservationId: blocker.reservation!.id });
       const admitted = await python.step("admitted");
-      expect(admitted).toMatchObject({ label: "python admit", start_memory: 2 * G });
+      expect(admitted).toMatchObject({ owner: "python admit", start_memory: 2 * G });
       expect(admitted.queued_updates).toBeGreaterThanOrEqual(1);
       const started = await python.step("admit_started");
       expect(started).toMatchObject({ running_name: "web", running_memory: G, start_memory_left: G });
@@ -292,9 +294,9 @@ describe.skipIf(missing !== undefined)("Python client (grpcio 1.51 + stubs from 
 
       // Reserve with a lease: seen from here, renewed, released once (a second release is a no-op).
       const reserved = await python.step("reserved");
-      expect(reserved).toMatchObject({ label: "python reserve", memory: G });
+      expect(reserved).toMatchObject({ owner: "python reserve", memory: G });
       const withLease = (await budget.client.getState({})).reservations.find((r) => r.id === reserved.id);
-      expect(withLease?.leaseExpiresAt).toBeDefined();
+      expect(withLease?.expireTime).toBeDefined();
       python.go("reservation_seen");
       expect(await python.step("reserve_done")).toEqual({ step: "reserve_done", alive: true, renewed_later: true, released: true, released_again: false, alive_after_release: false });
 
@@ -308,6 +310,38 @@ describe.skipIf(missing !== undefined)("Python client (grpcio 1.51 + stubs from 
       expect(await python.exited, python.output()).toEqual({ code: 0, signal: null });
     } catch (error) {
       throw new Error(`${error instanceof Error ? error.message : String(error)}\n${python.output()}`, { cause: error });
+    }
+  });
+
+  it("the budget from Python: each error code with its ErrorInfo reason, request ids, pages and limits", { timeout: 60_000 }, async () => {
+    expect(generated.code, generated.stderr).toBe(0);
+    const full = await startBudget({ args: ["--max-queue=0"] });
+    const python = runPython(["budget"], { BERTH_BUDGET_URL: full.url, BERTH_PYTHON_STUBS: stubs });
+    try {
+      expect(await python.step("limits")).toMatchObject({ default_ttl_s: 30, max_ttl_s: 3600, max_wait_s: 600, max_queue: 0, max_owner_length: 256 });
+      expect(await python.step("request_ids")).toMatchObject({ same_reservation: true, same_entry: true, running_count: 1, start_left: 3 * G - 256 * 1024 ** 2 });
+      expect(await python.step("pages")).toMatchObject({ running: ["py-svc"], reservations: ["py holder"], queue: [], reservation_count: 1, all_reservations: 1 });
+      const errors = await python.step("budget_errors");
+      const refused = (reason: string, refusal: string | null, retry: boolean, code = "RESOURCE_EXHAUSTED") => ({ code, reason, domain: "berth.budget", retry, refusal });
+      expect(errors).toMatchObject({
+        impossible: refused("IMPOSSIBLE", "REFUSAL_KIND_IMPOSSIBLE", false, "FAILED_PRECONDITION"),
+        queue_full: refused("QUEUE_FULL", "REFUSAL_KIND_QUEUE_FULL", true),
+        wait_exhausted: refused("WAIT_EXHAUSTED", "REFUSAL_KIND_WAIT_EXHAUSTED", true),
+        invalid_field: { code: "INVALID_ARGUMENT", reason: "INVALID_FIELD", domain: "berth.budget", field: "ttl" },
+        bad_request_id: { code: "INVALID_ARGUMENT", reason: "INVALID_FIELD", field: "request_id" },
+        reservation_not_found: { code: "NOT_FOUND", reason: "RESERVATION_NOT_FOUND", domain: "berth.budget", retry: false },
+        release_build_gone: { code: "NOT_FOUND", reason: "RESERVATION_NOT_FOUND" },
+        out_of_turn: { code: "INVALID_ARGUMENT", reason: "OUT_OF_TURN", domain: "berth.budget" },
+      });
+      await python.step("done");
+      expect(await python.exited, python.output()).toEqual({ code: 0, signal: null });
+      // Nothing left behind.
+      const state = await full.client.getState({});
+      expect([state.reservationCount, state.runningCount, state.queueSize]).toEqual([0, 0, 0]);
+    } catch (error) {
+      throw new Error(`${error instanceof Error ? error.message : String(error)}\n${python.output()}`, { cause: error });
+    } finally {
+      await full.service.stop();
     }
   });
 

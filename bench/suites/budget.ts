@@ -9,7 +9,9 @@
  *   unchanging machine (a fixture `--proc-root`), heartbeats included (target ≤ 50 ms/s; the seed:
  *   467 ms/s for 1,000 waiters). References: the same process idle, before the waiters came; and
  *   the same waiters once SIGHUP has reloaded the heartbeat to one an hour (what waiting costs
- *   without messages), which also gives the cost of one Queued message. The measured window is
+ *   without messages), which also gives the cost of one Queued message. With the waiters queued, it
+ *   also times GetState (its first page of 100 and the counts) and a walk of the whole queue with
+ *   ListQueue, 1,000 entries a page, against an empty RPC on the same server. The measured window is
  *   three whole heartbeat periods (10,000 waiters at 100 heartbeats a second: 300 s), so that every
  *   waiter is heard from three times in it and the full garbage collections come at their own rate.
  * - `check`: Check RPCs per second against the health Check rate at the same concurrency (target
@@ -175,7 +177,7 @@ interface AdmitResponse {
 }
 
 /** An Admit stream: `first(kind)` resolves on the first response of that kind after the call. */
-function openAdmit(client: grpc.Client, label: string, memoryGb: number) {
+function openAdmit(client: grpc.Client, owner: string, memoryGb: number) {
   const call = (client as unknown as { admit(): grpc.ClientDuplexStream<unknown, AdmitResponse> }).admit();
   const waiting = new Map<string, Array<(at: number) => void>>();
   let errored: Error | undefined;
@@ -189,7 +191,7 @@ function openAdmit(client: grpc.Client, label: string, memoryGb: number) {
     }
   });
   call.on("error", (error) => (errored = error));
-  call.write({ start: { label, need: need(memoryGb) } });
+  call.write({ start: { owner, need: need(memoryGb) } });
   return {
     call,
     /** Resolves with the time (performance.now) the next response of `kind` arrives. */
@@ -326,7 +328,7 @@ async function waiters(settings: Settings): Promise<void> {
       await sleep(1000);
       const idleCpu = await cpuOver(server, REFERENCE_WINDOW_S * 1000);
 
-      await unary(control, "reserve", { label: "holder", need: need(3) });
+      await unary(control, "reserve", { owner: "holder", need: need(3) });
       let queued = 0;
       let messages = 0;
       let failures = 0;
@@ -343,7 +345,7 @@ async function waiters(settings: Settings): Promise<void> {
           }
         });
         call.on("error", () => failures++);
-        call.write({ start: { label: `waiter ${i}`, need: need(2) } });
+        call.write({ start: { owner: `waiter ${i}`, need: need(2) } });
         calls.push(call);
         // Open in batches, so the server is never flooded with 10,000 stream starts at once.
         if (i % 500 === 499) await until(() => queued + failures >= i + 1 - 250, 60_000);
@@ -353,6 +355,7 @@ async function waiters(settings: Settings): Promise<void> {
       if (failures > 0) throw new Error(`${failures} Admit streams failed while opening`);
       const queuedInService = await queueLength(server.url);
       const rss = server.rssBytes();
+      const reads = await readsOfTheQueue(control, server.url, settings.waiters);
 
       // Let the opening burst settle, then measure over whole heartbeats.
       await sleep(2000);
@@ -398,6 +401,7 @@ async function waiters(settings: Settings): Promise<void> {
         queued_messages_sent_without_heartbeats: quietMessages,
         open_all_ms: Math.round(openMs),
         rss_mb: Math.round(rss / 2 ** 20),
+        ...reads,
         queue_empty_after_cancel: drained,
         cancel_all_to_empty_queue_ms: drainMs,
       });
@@ -409,6 +413,50 @@ async function waiters(settings: Settings): Promise<void> {
   }).finally(() => rmSync(configDir, { recursive: true, force: true }));
 }
 
+/**
+ * GetState (the first page and the counts) and a walk of the whole queue with ListQueue, while the
+ * waiters wait: p50 of 20 GetStates and the time of one full walk, beside an empty RPC's p50.
+ */
+async function readsOfTheQueue(control: grpc.Client, url: string, waiters: number) {
+  const time = async (call: () => Promise<unknown>) => {
+    const t0 = performance.now();
+    await call();
+    return performance.now() - t0;
+  };
+  const states: number[] = [];
+  let size = 0;
+  for (let i = 0; i < 20; i++) {
+    states.push(
+      await time(async () => {
+        size = ((await unary(control, "getState", {})) as { queueSize?: number }).queueSize ?? 0;
+      }),
+    );
+  }
+  let listed = 0;
+  let pages = 0;
+  const walkMs = await time(async () => {
+    let token = "";
+    do {
+      const page = (await unary(control, "listQueue", { pageSize: 1000, pageToken: token })) as { queue?: unknown[]; nextPageToken?: string };
+      listed += page.queue?.length ?? 0;
+      pages++;
+      token = page.nextPageToken ?? "";
+    } while (token !== "");
+  });
+  if (size !== waiters || listed !== waiters) throw new Error(`GetState counted ${size} and ListQueue listed ${listed} of ${waiters} waiters`);
+  // One empty RPC in flight, as the reads above were.
+  const reference = await emptyRpcReference(url, 1, 2000);
+  const emptyP50 = percentiles(reference.latenciesMs)["p50_ms"]!;
+  const stateP50 = percentiles(states)["p50_ms"]!;
+  return {
+    get_state_p50_ms: stateP50,
+    get_state_p50_vs_empty_rpc: ratio(stateP50, emptyP50),
+    list_queue_walk_ms: Math.round(walkMs),
+    list_queue_pages: pages,
+    empty_rpc_p50_ms: emptyP50,
+  };
+}
+
 /** A gauge of the service's /metrics. */
 async function gauge(url: string, name: string): Promise<number> {
   const text = await (await fetch(`${url}/metrics`)).text();
@@ -417,7 +465,7 @@ async function gauge(url: string, name: string): Promise<number> {
   return Number(match[1]);
 }
 
-/** The queue's length from the service's gauge (GetState of a 10,000-long queue is a 4 MB message). */
+/** The queue's length from the service's gauge. */
 function queueLength(url: string): Promise<number> {
   return gauge(url, "berth_budget_queue_length");
 }

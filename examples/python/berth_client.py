@@ -10,7 +10,9 @@ the few patterns that take care to get right by hand:
   request id that makes a retry safe; unary KeepAlive; Release), a relative path resolved against
   this process's working directory, as the service wants absolute paths;
 - admit work with the Admit stream (queued updates to a callback, then admitted; report started
-  services; release), or with a lease (Reserve, KeepAlive, Release) where a stream cannot be held;
+  services; release), or with a lease (Reserve, KeepAlive, Release) where a stream cannot be held,
+  a ``request_id`` making a retried Reserve or RegisterRunning safe; read the budget's lists page
+  by page;
 - the bearer token on every call, and errors with their structured details decoded.
 
 Everything else is reachable through the raw stubs: ``client.sessions``, ``client.locks`` and
@@ -22,7 +24,7 @@ Everything else is reachable through the raw stubs: ``client.sessions``, ``clien
         berth.append("demo", "generate", {"pageUrl": "/", "count": 3})
         with berth.lock("src/app.css", owner="me", max_wait=30) as lease:
             print("holding, fencing token", lease.fencing_token)
-        with berth.admit([start("web", memory="1G")], label="up web") as admission:
+        with berth.admit([start("web", memory="1G")], owner="my-tool up web") as admission:
             admission.started("web", pid=os.getpid())
 
 The stubs are imported from the folder named by ``BERTH_PYTHON_STUBS``, else from ``berth_api``
@@ -747,8 +749,8 @@ class Reservation:
         """Renews from a background thread (every third of the ttl by default) until released."""
         if self._thread is not None:
             return
-        expires = self.reservation.lease_expires_at.ToMilliseconds() if self.reservation.HasField("lease_expires_at") else 0
-        admitted = self.reservation.admitted_at.ToMilliseconds() if self.reservation.HasField("admitted_at") else 0
+        expires = self.reservation.expire_time.ToMilliseconds() if self.reservation.HasField("expire_time") else 0
+        admitted = self.reservation.admit_time.ToMilliseconds() if self.reservation.HasField("admit_time") else 0
         interval = every if every is not None else max(((self._ttl or (expires - admitted) / 1000) or 30) / 3, 0.1)
 
         def run() -> None:
@@ -949,15 +951,16 @@ class Berth:
     def admit(
         self,
         need: Union[budget_pb2.Need, Iterable[budget_pb2.NeedItem]],
-        label: str,
+        owner: str,
         *,
         max_wait: Optional[Seconds] = None,
         skip_load_gate: bool = False,
         on_queued: Optional[Callable[[budget_service_pb2.Queued], None]] = None,
         timeout: Optional[Seconds] = None,
     ) -> Admission:
-        """Admission on an Admit stream, for a ``with`` block (see :class:`Admission`)."""
-        request = budget_service_pb2.AdmitStart(need=_need(need), label=label, skip_load_gate=skip_load_gate)
+        """Admission on an Admit stream, for a ``with`` block (see :class:`Admission`). ``owner`` says
+        who asks and for what; ``max_wait`` of 0 does not queue (admitted at once or refused)."""
+        request = budget_service_pb2.AdmitStart(need=_need(need), owner=owner, skip_load_gate=skip_load_gate)
         if max_wait is not None:
             request.max_wait.CopyFrom(_duration(max_wait))
         return Admission(self.budget, request, on_queued, timeout)
@@ -965,15 +968,18 @@ class Berth:
     def reserve(
         self,
         need: Union[budget_pb2.Need, Iterable[budget_pb2.NeedItem]],
-        label: str,
+        owner: str,
         *,
         ttl: Optional[Seconds] = None,
         max_wait: Optional[Seconds] = None,
         skip_load_gate: bool = False,
+        request_id: str = "",
         auto_keep_alive: bool = False,
     ) -> Reservation:
-        """Admission with a lease (waits in the queue up to ``max_wait`` first); see :class:`Reservation`."""
-        request = budget_service_pb2.ReserveRequest(need=_need(need), label=label, skip_load_gate=skip_load_gate)
+        """Admission with a lease (waits in the queue up to ``max_wait`` first; 0: not at all); see
+        :class:`Reservation`. With ``request_id`` (a UUID, say) a retry of this call, while the first
+        waits or its reservation lives, answers the same reservation instead of queueing again."""
+        request = budget_service_pb2.ReserveRequest(need=_need(need), owner=owner, skip_load_gate=skip_load_gate, request_id=request_id)
         if ttl is not None:
             request.ttl.CopyFrom(_duration(ttl))
         if max_wait is not None:
@@ -984,9 +990,74 @@ class Berth:
             reservation.start_keep_alive()
         return reservation
 
-    def state(self) -> budget_service_pb2.GetStateResponse:
-        """Everything the budget holds: committed, queue, reservations, running, policy, machine."""
-        return _rpc(lambda: self.budget.GetState(budget_service_pb2.GetStateRequest(), timeout=self.timeout))
+    def register_running(
+        self,
+        name: str,
+        *,
+        memory: Optional[str] = None,
+        cpu: Optional[float] = None,
+        pid: Optional[int] = None,
+        ttl: Optional[Seconds] = None,
+        reservation_id: Optional[str] = None,
+        request_id: str = "",
+    ) -> budget_service_pb2.RegisterRunningResponse:
+        """Counts a running service until :meth:`stop_running`, until ``pid`` exits, or until its
+        ``ttl`` lease runs out; with ``reservation_id`` its cost leaves that reservation's start share.
+        With ``request_id``, a retry while the entry lives answers the same entry (counted once)."""
+        request = budget_service_pb2.RegisterRunningRequest(name=name, request_id=request_id)
+        if memory is not None:
+            request.spec.memory = str(memory)
+        if cpu is not None:
+            request.spec.cpu = float(cpu)
+        if pid is not None:
+            request.pid = pid
+        if ttl is not None:
+            request.ttl.CopyFrom(_duration(ttl))
+        if reservation_id is not None:
+            request.reservation_id = reservation_id
+        return _rpc(lambda: self.budget.RegisterRunning(request, timeout=self.timeout))
+
+    def stop_running(self, running_id: str) -> bool:
+        """Stops counting a running entry; False when it was already gone."""
+        return _rpc(lambda: self.budget.StopRunning(budget_service_pb2.StopRunningRequest(id=running_id), timeout=self.timeout)).stopped
+
+    def state(self, *, page_size: int = 0, all_pages: bool = False) -> budget_service_pb2.GetStateResponse:
+        """Everything the budget holds: committed, the queue, reservations and running (the first
+        ``page_size`` of each, 100 by default, with ``queue_size``, ``reservation_count`` and
+        ``running_count``), the policy, the machine. ``all_pages`` fetches the rest of each list."""
+        state = _rpc(lambda: self.budget.GetState(budget_service_pb2.GetStateRequest(page_size=page_size), timeout=self.timeout))
+        if all_pages:
+            state.queue.extend(self._pages(self.budget.ListQueue, budget_service_pb2.ListQueueRequest, "queue", page_size, state.queue_next_page_token))
+            state.reservations.extend(self._pages(self.budget.ListReservations, budget_service_pb2.ListReservationsRequest, "reservations", page_size, state.reservations_next_page_token))
+            state.running.extend(self._pages(self.budget.ListRunning, budget_service_pb2.ListRunningRequest, "running", page_size, state.running_next_page_token))
+            state.queue_next_page_token = state.reservations_next_page_token = state.running_next_page_token = ""
+        return state
+
+    def list_queue(self, *, page_size: int = 0) -> Iterator[budget_pb2.QueueEntry]:
+        """The queue, head first, fetched a page at a time as the iteration goes."""
+        return self._pages(self.budget.ListQueue, budget_service_pb2.ListQueueRequest, "queue", page_size)
+
+    def list_reservations(self, *, page_size: int = 0) -> Iterator[budget_pb2.Reservation]:
+        """The reservations in flight, oldest first, a page at a time."""
+        return self._pages(self.budget.ListReservations, budget_service_pb2.ListReservationsRequest, "reservations", page_size)
+
+    def list_running(self, *, page_size: int = 0) -> Iterator[budget_pb2.RunningEntry]:
+        """The running tally, oldest first, a page at a time."""
+        return self._pages(self.budget.ListRunning, budget_service_pb2.ListRunningRequest, "running", page_size)
+
+    def _pages(self, method: Callable[..., Any], request_class: type, field: str, page_size: int, token: Optional[str] = None) -> Iterator[Any]:
+        """Every entry of a paged list, from ``token`` (None: the first page; "": nothing left)."""
+        first = token is None
+        token = token or ""
+        while first or token:
+            first = False
+            page = _rpc(lambda: method(request_class(page_size=page_size, page_token=token), timeout=self.timeout))
+            yield from getattr(page, field)
+            token = page.next_page_token
+
+    def limits(self) -> budget_service_pb2.GetLimitsResponse:
+        """The limits the budget enforces: lease ttls, the longest wait, the queue's size, the longest owner."""
+        return _rpc(lambda: self.budget.GetLimits(budget_service_pb2.GetLimitsRequest(), timeout=self.timeout))
 
 
 def to_dict(message: Message) -> dict:

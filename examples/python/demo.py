@@ -17,6 +17,7 @@ import os
 import sys
 import threading
 import time
+import uuid
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -101,7 +102,9 @@ def main() -> int:
     title("the budget")
     state = berth.state()
     policy = state.policy
-    print(f"budget {size(policy.memory_bytes)} memory / {policy.cpu:g} cpu, committed {size(state.committed.memory_bytes)} / {state.committed.cpu:g}, {len(state.queue)} waiting")
+    print(f"budget {size(policy.memory_bytes)} memory / {policy.cpu:g} cpu, committed {size(state.committed.memory_bytes)} / {state.committed.cpu:g}, {state.queue_size} waiting, {state.reservation_count} reserved, {state.running_count} running")
+    limits = berth.limits()
+    print(f"leases {limits.default_ttl.seconds}s unless asked (at most {limits.max_ttl.seconds}s), waits up to {limits.max_wait.seconds}s, at most {limits.max_queue} waiting")
     verdict = berth.check([start("web", memory="512M", cpu=0.5)])
     print("would 512M / 0.5 cpu fit now?", "yes" if verdict.fits else f"no: {verdict.wait_for_text}")
     try:
@@ -109,11 +112,11 @@ def main() -> int:
     except BerthError as error:
         print(f"a malformed need: {error.code.name} naming {error.field!r}: {error.facts.get('rule')}")
     try:
-        with berth.admit([start("huge", memory="64T")], label="demo impossible"):
+        with berth.admit([start("huge", memory="64T")], owner="demo impossible"):
             pass
     except BerthError as error:
         refusal = error.detail(budget_pb2.Refusal)
-        print(f"an impossible need: {error.code.name} {budget_pb2.RefusalKind.Name(refusal.kind)}; change {', '.join(refusal.settings)}")
+        print(f"an impossible need: {error.code.name} {error.reason}; change {', '.join(refusal.settings)}")
 
     title("admit on a stream: queued updates, admitted, started, released")
 
@@ -122,7 +125,7 @@ def main() -> int:
         print(f"  queued at {update.position}, eta {eta:.0f}s: {update.wait_for_text}")
 
     try:
-        with berth.admit([start("web", memory="512M", cpu=0.5)], label="demo web", max_wait=60, on_queued=queued) as admission:
+        with berth.admit([start("web", memory="512M", cpu=0.5)], owner="demo web", max_wait=60, on_queued=queued) as admission:
             print(f"admitted {admission.reservation.id} after {admission.admitted.waited.ToMilliseconds()} ms")
             updated = admission.started("web", pid=os.getpid(), memory="512M", cpu=0.5)
             print(f"'web' counted as running (entry {updated.running.id}) until this process exits")
@@ -132,10 +135,13 @@ def main() -> int:
 
     title("reserve with a lease (for clients that cannot hold a stream)")
     try:
-        with berth.reserve([start("worker", memory="256M", cpu=0.25)], label="demo lease", ttl=10, max_wait=60, auto_keep_alive=True) as reservation:
-            print(f"reserved {reservation.id}, lease until {reservation.reservation.lease_expires_at.ToDatetime():%H:%M:%S} UTC (renewed in the background)")
+        request_id = f"demo-{uuid.uuid4()}"
+        with berth.reserve([start("worker", memory="256M", cpu=0.25)], owner="demo lease", ttl=10, max_wait=60, request_id=request_id, auto_keep_alive=True) as reservation:
+            print(f"reserved {reservation.id}, lease until {reservation.reservation.expire_time.ToDatetime():%H:%M:%S} UTC (renewed in the background)")
+            retried = berth.reserve([start("worker", memory="256M", cpu=0.25)], owner="demo lease", ttl=10, request_id=request_id)
+            print(f"the same request id again (a retry) answers the same reservation: {retried.id == reservation.id}")
             renewal = reservation.keep_alive()
-            print(f"renewed by hand: alive={renewal.alive}, until {renewal.expires_at.ToDatetime():%H:%M:%S} UTC")
+            print(f"renewed by hand: alive={renewal.alive}, until {renewal.expire_time.ToDatetime():%H:%M:%S} UTC")
         print("released")
     except BerthError as error:
         print(f"not reserved: {error}")

@@ -11,6 +11,8 @@ request wait per file).
 `e2e.py lag` runs only the lag-and-resume scenario (against a service with a small --watch-buffer).
 `e2e.py spellings` locks BERTH_E2E_LOCK_FILE (relative to its working directory) when told, while
 the other side takes the same file through other spellings.
+`e2e.py budget` runs the budget's errors (each code with its ErrorInfo reason), request ids, pages
+and limits, against a budget service whose queue holds nobody (--max-queue=0).
 """
 
 from __future__ import annotations
@@ -24,10 +26,11 @@ import uuid
 
 import grpc
 
-from berth_client import Berth, BerthError, event, lock_path, start, to_dict
-from berth.budget.v1 import budget_pb2
+from berth_client import Berth, BerthError, error_from_rpc, event, lock_path, start, to_dict
+from berth.budget.v1 import budget_pb2, budget_service_pb2
 from berth.locks.v1 import lock_service_pb2
 from berth.sessions.v1 import session_service_pb2
+import error_details_pb2  # google.rpc's, generated beside berth's stubs (on sys.path once berth_client is imported)
 
 SESSION = "py-e2e"
 
@@ -175,7 +178,7 @@ def lease_steps(berth: Berth) -> None:
 
 
 def admit_steps(berth: Berth) -> None:
-    impossible = expect_error(lambda: berth.admit([start("huge", memory="100G")], label="python impossible").__enter__(), grpc.StatusCode.FAILED_PRECONDITION)
+    impossible = expect_error(lambda: berth.admit([start("huge", memory="100G")], owner="python impossible").__enter__(), grpc.StatusCode.FAILED_PRECONDITION)
     refusal = impossible.detail(budget_pb2.Refusal)
     emit(
         "refused",
@@ -183,6 +186,7 @@ def admit_steps(berth: Berth) -> None:
         settings=list(refusal.settings) if refusal else [],
         gates=[budget_pb2.Gate.Name(r.gate) for r in refusal.reasons] if refusal else [],
         facts=impossible.facts,
+        reason=impossible.reason,
     )
 
     emit("ready_to_admit")
@@ -192,11 +196,11 @@ def admit_steps(berth: Berth) -> None:
     def on_queued(queued) -> None:
         updates.append(queued)
         if len(updates) == 1:
-            emit("admit_queued", position=queued.position, gates=[budget_pb2.Gate.Name(r.gate) for r in queued.wait_for], wait_for_text=queued.wait_for_text, deadline_ms=ms(queued.deadline))
+            emit("admit_queued", position=queued.position, gates=[budget_pb2.Gate.Name(r.gate) for r in queued.wait_for], wait_for_text=queued.wait_for_text, wait_expire_ms=ms(queued.wait_expire_time))
 
-    with berth.admit([start("web", memory="2G", cpu=1)], label="python admit", max_wait=30, on_queued=on_queued, timeout=60) as admission:
+    with berth.admit([start("web", memory="2G", cpu=1)], owner="python admit", max_wait=30, on_queued=on_queued, timeout=60) as admission:
         reservation = admission.reservation
-        emit("admitted", id=reservation.id, label=reservation.label, start_memory=reservation.start.memory_bytes, queued_updates=len(updates), waited_ms=admission.admitted.waited.ToMilliseconds())
+        emit("admitted", id=reservation.id, owner=reservation.owner, start_memory=reservation.start.memory_bytes, queued_updates=len(updates), waited_ms=admission.admitted.waited.ToMilliseconds())
         updated = admission.started("web", pid=os.getpid(), memory="1G", cpu=0.5)
         emit("admit_started", running_id=updated.running.id, running_name=updated.running.name, running_pid=updated.running.pid, running_memory=updated.running.cost.memory_bytes, start_memory_left=updated.reservation.start.memory_bytes)
         wait_for("running_seen")
@@ -204,16 +208,16 @@ def admit_steps(berth: Berth) -> None:
 
 
 def reserve_steps(berth: Berth) -> None:
-    reservation = berth.reserve([start("api", memory="1G", cpu=0.5)], label="python reserve", ttl=5, max_wait=10)
-    first_expiry = ms(reservation.reservation.lease_expires_at)
-    emit("reserved", id=reservation.id, label=reservation.reservation.label, memory=reservation.reservation.start.memory_bytes, expires_ms=first_expiry)
+    reservation = berth.reserve([start("api", memory="1G", cpu=0.5)], owner="python reserve", ttl=5, max_wait=10)
+    first_expiry = ms(reservation.reservation.expire_time)
+    emit("reserved", id=reservation.id, owner=reservation.reservation.owner, memory=reservation.reservation.start.memory_bytes, expires_ms=first_expiry)
     wait_for("reservation_seen")
     time.sleep(0.05)  # so that the renewed expiry is visibly later
     renewal = reservation.keep_alive()
     released = reservation.release()
     released_again = reservation.release()
     after = reservation.keep_alive()
-    emit("reserve_done", alive=renewal.alive, renewed_later=ms(renewal.expires_at) > first_expiry, released=released, released_again=released_again, alive_after_release=after.alive)
+    emit("reserve_done", alive=renewal.alive, renewed_later=ms(renewal.expire_time) > first_expiry, released=released, released_again=released_again, alive_after_release=after.alive)
 
 
 def invalid_argument_steps(berth: Berth) -> None:
@@ -233,6 +237,73 @@ def invalid_argument_steps(berth: Berth) -> None:
         budget_field=bad_size.field,
         event_field=bad_event.field,
     )
+
+
+def budget_steps() -> None:
+    """The budget's errors, each with its code and ErrorInfo reason (and RetryInfo where a retry can
+    succeed), request ids on Reserve and RegisterRunning, the lists page by page, and the limits."""
+
+    def error(e: BerthError) -> dict:
+        refusal = e.detail(budget_pb2.Refusal)
+        info = e.detail(error_details_pb2.ErrorInfo)
+        return {
+            "code": e.code.name,
+            "reason": e.reason,
+            "domain": info.domain if info else None,
+            "retry": e.retry_after is not None and e.retry_after > 0,
+            "refusal": budget_pb2.RefusalKind.Name(refusal.kind) if refusal else None,
+            "field": e.field,
+        }
+
+    with Berth(timeout=15) as berth:
+        limits = berth.limits()
+        emit("limits", default_ttl_s=limits.default_ttl.seconds, max_ttl_s=limits.max_ttl.seconds, max_wait_s=limits.max_wait.seconds, max_queue=limits.max_queue, max_owner_length=limits.max_owner_length)
+
+        errors = {}
+        errors["impossible"] = error(expect_error(lambda: berth.reserve([start("huge", memory="100G")], "py huge"), grpc.StatusCode.FAILED_PRECONDITION))
+        holder = berth.reserve([start("holder", memory="3G", cpu=1)], "py holder", request_id="py-holder")
+        again = berth.reserve([start("holder", memory="3G", cpu=1)], "py holder", request_id="py-holder")
+        errors["queue_full"] = error(expect_error(lambda: berth.reserve([start("late", memory="2G")], "py late"), grpc.StatusCode.RESOURCE_EXHAUSTED))
+        errors["wait_exhausted"] = error(expect_error(lambda: berth.reserve([start("now", memory="2G")], "py now", max_wait=0), grpc.StatusCode.RESOURCE_EXHAUSTED))
+        errors["invalid_field"] = error(expect_error(lambda: berth.reserve([start("x", memory="1G")], "py x", ttl=7200), grpc.StatusCode.INVALID_ARGUMENT))
+        errors["bad_request_id"] = error(expect_error(lambda: berth.reserve([start("x", memory="1G")], "py x", request_id="no spaces"), grpc.StatusCode.INVALID_ARGUMENT))
+
+        # RegisterRunning with a request id: the repeat answers the same entry, counted once.
+        first = berth.register_running("py-svc", memory="256M", cpu=0, reservation_id=holder.id, request_id="py-svc-1")
+        repeat = berth.register_running("py-svc", memory="256M", cpu=0, reservation_id=holder.id, request_id="py-svc-1")
+        running = list(berth.list_running(page_size=1))
+        state = berth.state(page_size=1)
+        emit(
+            "request_ids",
+            same_reservation=again.id == holder.id,
+            same_entry=first.running.id == repeat.running.id,
+            running_count=state.running_count,
+            start_left=repeat.reservation.start.memory_bytes,
+        )
+        emit("pages", running=[r.name for r in running], reservations=[r.owner for r in berth.list_reservations(page_size=1)], queue=[q.owner for q in berth.list_queue()], reservation_count=state.reservation_count, all_reservations=len(berth.state(page_size=1, all_pages=True).reservations))
+
+        berth.stop_running(first.running.id)
+        holder.release()
+        errors["reservation_not_found"] = error(expect_error(lambda: berth.register_running("py-svc", reservation_id=holder.id), grpc.StatusCode.NOT_FOUND))
+        errors["release_build_gone"] = error(expect_error(lambda: _rpc_release_build(berth, holder.id), grpc.StatusCode.NOT_FOUND))
+
+        # An Admit message out of turn (build_done before admitted), on the raw stub.
+        def out_of_turn() -> None:
+            try:
+                for _ in berth.budget.Admit(iter([budget_service_pb2.AdmitRequest(build_done=budget_service_pb2.BuildDone())]), timeout=15):
+                    pass
+            except grpc.RpcError as e:
+                raise error_from_rpc(e) from None
+
+        errors["out_of_turn"] = error(expect_error(out_of_turn, grpc.StatusCode.INVALID_ARGUMENT))
+        emit("budget_errors", **errors)
+
+
+def _rpc_release_build(berth: Berth, reservation_id: str) -> None:
+    try:
+        berth.budget.ReleaseBuild(budget_service_pb2.ReleaseBuildRequest(reservation_id=reservation_id), timeout=15)
+    except grpc.RpcError as e:
+        raise error_from_rpc(e) from None
 
 
 def lag_steps() -> None:
@@ -308,6 +379,8 @@ def main() -> int:
             lag_steps()
         elif sys.argv[1:] == ["spellings"]:
             spellings_steps()
+        elif sys.argv[1:] == ["budget"]:
+            budget_steps()
         else:
             tour()
         emit("done")

@@ -9,7 +9,9 @@
  *   holds at most 30, so full queues and exhausted waits are refused (clients back off by the
  *   refusal's retry_after);
  * - leased reservations (unary Reserve / KeepAlive / ReleaseBuild / RegisterRunning / Release) with
- *   short ttls, some released, some left to expire, running entries with and without leases;
+ *   short ttls, some released, some left to expire, running entries with and without leases; some
+ *   Reserves and RegisterRunnings carry a request id and are sent twice at once (a retry), some
+ *   Admits ask not to wait at all (max_wait 0);
  * - child processes holding an Admit stream (reported as running under their own pid) killed with
  *   SIGKILL while queued, admitted or started;
  * - the `sleep` children are killed or stopped (StopRunning) at random; a few are kept to the end.
@@ -17,7 +19,10 @@
  * Meanwhile GetState is sampled continuously; a sample must never show more committed than the
  * budget (memory or cpu), committed must equal what the reservations and running entries add up
  * to, queue positions must run 1..n, and every acknowledged, unleased entry of a process that still
- * runs and was never stopped must be in the tally. At the end (every client gone, every lease
+ * runs and was never stopped must be in the tally. A pager walks ListQueue, ListReservations and
+ * ListRunning a few entries at a time: no entry may appear twice, and every one there before the
+ * first page and after the last must appear. A request id repeated must answer the same
+ * reservation or entry, never a second one. At the end (every client gone, every lease
  * expired) the queue and the reservations are empty and the tally holds exactly the survivors;
  * once they are killed it is empty and nothing is committed. Violations are counted, not thrown,
  * so the summary says everything that went wrong.
@@ -270,6 +275,10 @@ it(`budget chaos: ${CLIENTS} clients for ${SECONDS} s against a 4G / 4 cpu budge
     killedClients: 0,
     killedAt: {} as Record<string, number>,
     stateSamples: 0,
+    /** Reserves and RegisterRunnings sent twice with one request id, both answered with the same grant. */
+    repeatedRequests: 0,
+    zeroWaits: 0,
+    pagedWalks: 0,
     maxCommittedMemory: 0,
     maxCommittedCpu: 0,
     maxQueue: 0,
@@ -335,8 +344,9 @@ it(`budget chaos: ${CLIENTS} clients for ${SECONDS} s against a 4G / 4 cpu budge
   async function admitSession(client: BudgetClient, label: string): Promise<void> {
     stats.sessions++;
     const need = randomNeed(label);
-    const maxWaitMs = rng() < 0.2 ? undefined : Math.round(between(500, POLICY_WAIT_MS));
-    const call = new AdmitCall(client, { label, need: { items: need.items }, maxWait: maxWaitMs === undefined ? undefined : durationOf(maxWaitMs) });
+    const maxWaitMs = rng() < 0.2 ? undefined : rng() < 0.1 ? 0 : Math.round(between(500, POLICY_WAIT_MS));
+    if (maxWaitMs === 0) stats.zeroWaits++;
+    const call = new AdmitCall(client, { owner: label, need: { items: need.items }, maxWait: maxWaitMs === undefined ? undefined : durationOf(maxWaitMs) });
     op();
     let cancelled = false;
     const cancel = () => {
@@ -471,13 +481,18 @@ it(`budget chaos: ${CLIENTS} clients for ${SECONDS} s against a 4G / 4 cpu budge
     stop.signal.addEventListener("abort", cancel);
     op();
     let reservationId: string;
+    // A retried Reserve: the same request id sent twice at once; both must get the one reservation.
+    const retried = rng() < 0.25;
+    const request = { owner: label, need: { items: need.items }, ttl: durationOf(ttlMs), maxWait: durationOf(maxWaitMs), requestId: retried ? `${label}-reserve` : "" };
     try {
-      const answer = await client.reserve(
-        { label, need: { items: need.items }, ttl: durationOf(ttlMs), maxWait: durationOf(maxWaitMs) },
-        { signal: controller.signal, timeoutMs: maxWaitMs + ANSWER_MS },
-      );
+      const reserve = () => client.reserve(request, { signal: controller.signal, timeoutMs: maxWaitMs + ANSWER_MS });
+      const [answer, again] = await Promise.all([reserve(), retried ? (op(), reserve()) : undefined]);
       if (answer.reservation === undefined) return violation(`${label}: Reserve answered without a reservation`);
       reservationId = answer.reservation.id;
+      if (again !== undefined) {
+        stats.repeatedRequests++;
+        if (again.reservation?.id !== reservationId) violation(`${label}: a Reserve repeated with its request id got reservation ${again.reservation?.id}, the first ${reservationId}`);
+      }
       if ((answer.waited?.seconds ?? 0n) > 0n || (answer.waited?.nanos ?? 0) > 0) stats.queued++;
     } catch (error) {
       const failure = ConnectError.from(error);
@@ -531,7 +546,13 @@ it(`budget chaos: ${CLIENTS} clients for ${SECONDS} s against a 4G / 4 cpu budge
         sleeper.registration = "pending";
         op();
         try {
-          const answer = await client.registerRunning({ name: part.name, costSource: costOf(part), pid: sleeper.pid, reservationId, ttl: leased ? durationOf(between(500, 1000)) : undefined });
+          const repeated = rng() < 0.25;
+          const registration = { name: part.name, costSource: costOf(part), pid: sleeper.pid, reservationId, ttl: leased ? durationOf(between(500, 1000)) : undefined, requestId: repeated ? `${label}-running` : "" };
+          const [answer, again] = await Promise.all([client.registerRunning(registration), repeated ? (op(), client.registerRunning(registration)) : undefined]);
+          if (again !== undefined) {
+            stats.repeatedRequests++;
+            if (again.running?.id !== answer.running?.id) violation(`${label}: a RegisterRunning repeated with its request id made entry ${again.running?.id} beside ${answer.running?.id}`);
+          }
           sleepers.confirm(sleeper, answer.running!.id, leased);
           entryLeased = leased;
           stats.runningRegistered++;
@@ -560,6 +581,47 @@ it(`budget chaos: ${CLIENTS} clients for ${SECONDS} s against a 4G / 4 cpu budge
     if (after.renewals[0]?.alive !== false) violation(`${label}: KeepAlive still finds reservation ${reservationId} alive after its release`);
   }
 
+  /**
+   * Walks one of the lists a few entries a page while everything else goes on: no entry twice, and
+   * every entry there before the first page and still there after the last is listed.
+   */
+  async function pagerSession(client: BudgetClient, label: string): Promise<void> {
+    const lists = {
+      queue: async (token: string, pageSize: number) => {
+        const page = await client.listQueue({ pageToken: token, pageSize });
+        return { keys: page.queue.map((q) => q.owner), next: page.nextPageToken };
+      },
+      reservations: async (token: string, pageSize: number) => {
+        const page = await client.listReservations({ pageToken: token, pageSize });
+        return { keys: page.reservations.map((r) => r.id), next: page.nextPageToken };
+      },
+      running: async (token: string, pageSize: number) => {
+        const page = await client.listRunning({ pageToken: token, pageSize });
+        return { keys: page.running.map((e) => e.id), next: page.nextPageToken };
+      },
+    };
+    const name = (["queue", "reservations", "running"] as const)[Math.floor(rng() * 3)]!;
+    const list = lists[name];
+    const whole = async () => {
+      op();
+      return new Set((await list("", 1000)).keys);
+    };
+    const before = await whole();
+    const seen = new Map<string, number>();
+    let token = "";
+    do {
+      op();
+      const page = await list(token, upTo(4));
+      for (const key of page.keys) seen.set(key, (seen.get(key) ?? 0) + 1);
+      token = page.next;
+      await delay(between(0, 50));
+    } while (token !== "");
+    const after = await whole();
+    stats.pagedWalks++;
+    for (const [key, times] of seen) if (times > 1) violation(`${label}: ${name} entry ${key} listed ${times} times in one walk of the pages`);
+    for (const key of before) if (after.has(key) && !seen.has(key)) violation(`${label}: ${name} entry ${key}, there before and after the walk, was not on any page`);
+  }
+
   /** The unary reads: a verdict and the machine. */
   async function lookSession(client: BudgetClient, label: string): Promise<void> {
     const need = randomNeed(label);
@@ -579,7 +641,8 @@ it(`budget chaos: ${CLIENTS} clients for ${SECONDS} s against a 4G / 4 cpu budge
       try {
         const choice = rng();
         if (choice < 0.65) await admitSession(client, label);
-        else if (choice < 0.93) await leaseSession(client, label);
+        else if (choice < 0.91) await leaseSession(client, label);
+        else if (choice < 0.95) await pagerSession(client, label);
         else await lookSession(client, label);
       } catch (error) {
         violation(`${label}: ${error instanceof Error ? error.message : String(error)}`);
@@ -631,7 +694,12 @@ it(`budget chaos: ${CLIENTS} clients for ${SECONDS} s against a 4G / 4 cpu budge
     const cpu = state.committed?.cpu ?? 0;
     stats.maxCommittedMemory = Math.max(stats.maxCommittedMemory, memory);
     stats.maxCommittedCpu = Math.max(stats.maxCommittedCpu, cpu);
-    stats.maxQueue = Math.max(stats.maxQueue, state.queue.length);
+    stats.maxQueue = Math.max(stats.maxQueue, state.queueSize);
+    // The sample asks for pages of 1000: the whole of every list, which the checks below need.
+    if (state.queue.length !== state.queueSize || state.reservations.length !== state.reservationCount || state.running.length !== state.runningCount) {
+      violation(`counts ${stats.stateSamples}`, `GetState's counts ${state.queueSize}/${state.reservationCount}/${state.runningCount} differ from its lists ${state.queue.length}/${state.reservations.length}/${state.running.length}`);
+    }
+    if ((state.committed?.itemCount ?? 0) !== (state.committed?.items.length ?? 0)) violation(`item count ${stats.stateSamples}`, `committed item_count ${state.committed?.itemCount} for ${state.committed?.items.length} items`);
     const holders = () => (state.committed?.items ?? []).map((i) => `${i.what} ${formatSize(Number(i.memoryBytes))}/${i.cpu}`).join(", ");
     if (memory > BUDGET_MEMORY) violation(`over budget (memory) ${stats.stateSamples}`, `committed memory ${formatSize(memory)} over the ${formatSize(BUDGET_MEMORY)} budget: ${holders()}`);
     if (cpu > BUDGET_CPU + 1e-9) violation(`over budget (cpu) ${stats.stateSamples}`, `committed cpu ${cpu} over the ${BUDGET_CPU} cpu budget: ${holders()}`);
@@ -650,7 +718,7 @@ it(`budget chaos: ${CLIENTS} clients for ${SECONDS} s against a 4G / 4 cpu budge
       violation(`inconsistent committed ${stats.stateSamples}`, `committed ${memory}/${cpu} but reservations + running add up to ${sumMemory}/${sumCpu} and the items to ${itemsMemory}`);
     }
     state.queue.forEach((entry, index) => {
-      if (entry.position !== index + 1) violation(`queue positions ${stats.stateSamples}`, `queue entry ${entry.label} at index ${index} has position ${entry.position}`);
+      if (entry.position !== index + 1) violation(`queue positions ${stats.stateSamples}`, `queue entry ${entry.owner} at index ${index} has position ${entry.position}`);
     });
     const counted = new Set(state.running.map((e) => e.id));
     for (const sleeper of sleepers.mustBeCounted(sentAt)) {
@@ -662,7 +730,7 @@ it(`budget chaos: ${CLIENTS} clients for ${SECONDS} s against a 4G / 4 cpu budge
       const sentAt = performance.now();
       op();
       try {
-        const state = await stateClient.getState({});
+        const state = await stateClient.getState({ pageSize: 1000 });
         stateLatencies.push(performance.now() - sentAt);
         stats.stateSamples++;
         checkState(state, sentAt);
@@ -691,12 +759,12 @@ it(`budget chaos: ${CLIENTS} clients for ${SECONDS} s against a 4G / 4 cpu budge
   const expected = new Map([...survivors].map((s) => [s.entryId!, s]));
   let final: GetStateResponse | undefined;
   const settled = await until(async () => {
-    final = await stateClient.getState({});
+    final = await stateClient.getState({ pageSize: 1000 });
     return final.queue.length === 0 && final.reservations.length === 0 && final.running.length === expected.size && final.running.every((e) => expected.has(e.id));
   }, 20_000);
   if (!settled && final !== undefined) {
-    for (const q of final.queue) violation(`at the end: ${q.label} is still queued`);
-    for (const r of final.reservations) violation(`at the end: reservation ${r.label} (${r.id}) is still held: ${formatSize(Number(r.start?.memoryBytes ?? 0n))} start, ${formatSize(Number(r.build?.memoryBytes ?? 0n))} build`);
+    for (const q of final.queue) violation(`at the end: ${q.owner} is still queued`);
+    for (const r of final.reservations) violation(`at the end: reservation ${r.owner} (${r.id}) is still held: ${formatSize(Number(r.start?.memoryBytes ?? 0n))} start, ${formatSize(Number(r.build?.memoryBytes ?? 0n))} build`);
     for (const e of final.running) {
       if (expected.has(e.id)) continue;
       const known = e.pid === undefined ? undefined : sleepers.all.find((s) => s.pid === e.pid);
@@ -715,7 +783,7 @@ it(`budget chaos: ${CLIENTS} clients for ${SECONDS} s against a 4G / 4 cpu budge
   for (const sleeper of survivors) await sleepers.kill(sleeper);
   let last: GetStateResponse | undefined;
   const empty = await until(async () => {
-    last = await stateClient.getState({});
+    last = await stateClient.getState({ pageSize: 1000 });
     return last.running.length === 0 && last.reservations.length === 0 && (last.committed?.memoryBytes ?? 1n) === 0n && (last.committed?.cpu ?? 1) === 0;
   }, 10_000);
   if (!empty) {
@@ -766,6 +834,9 @@ it(`budget chaos: ${CLIENTS} clients for ${SECONDS} s against a 4G / 4 cpu budge
     killedClients: stats.killedClients,
     killedAt: stats.killedAt,
     stateSamples: stats.stateSamples,
+    repeatedRequests: stats.repeatedRequests,
+    zeroWaits: stats.zeroWaits,
+    pagedWalks: stats.pagedWalks,
     getStateMs: percentiles(stateLatencies),
     maxCommitted: `${formatSize(stats.maxCommittedMemory)} / ${stats.maxCommittedCpu} cpu`,
     maxQueue: stats.maxQueue,

@@ -285,7 +285,6 @@ function hinted(field: DescField, settings: InputSettings, sane: boolean): fc.Ar
         // Absolute, as clients send them (a relative one is among the nasty strings), some spelled with '..'.
         return mix(fc.constantFrom("/berth-fuzz/src/a.ts", "/berth-fuzz/src/b.ts", "/berth-fuzz/src/x/../a.ts", `/tmp/${settings.marker}.ts`), 5, nasty, 5);
       case "owner":
-      case "label":
       case "name":
         return mix(fc.constantFrom("fuzz", "fuzz-2", "web"), 5, nasty, 5);
       case "idempotency_key":
@@ -297,6 +296,11 @@ function hinted(field: DescField, settings: InputSettings, sane: boolean): fc.Ar
         return mix(fc.oneof(fc.constant(""), fc.integer({ min: 0, max: 5 }).map((n) => `req-${n}`)), 8, nasty, 2);
       case "reservation_id":
         return mix(fc.constant(PLACEHOLDER.reservation), 6, nasty, 4);
+      case "request_id":
+        // A few ids, so that repeats (of the same request, or of another with the same id) happen.
+        return mix(fc.oneof(fc.constant(""), fc.integer({ min: 0, max: 5 }).map((n) => `fuzz-${n}`)), 7, nasty, 3);
+      case "page_token":
+        return mix(fc.constant(""), 3, nasty, 7);
       case "id":
         if (field.parent.typeName.startsWith("berth.budget")) return mix(fc.constantFrom(PLACEHOLDER.running, PLACEHOLDER.reservation), 6, nasty, 4);
         return undefined;
@@ -330,6 +334,7 @@ function hinted(field: DescField, settings: InputSettings, sane: boolean): fc.Ar
     }
   }
   if (field.fieldKind === "scalar" && field.scalar === ScalarType.UINT32 && name === "limit") return mix(fc.integer({ min: 0, max: 50 }), 1, uint32, 1);
+  if (field.fieldKind === "scalar" && field.scalar === ScalarType.INT32 && name === "page_size") return mix(fc.integer({ min: 0, max: 20 }), 1, int32, 1);
   if (field.fieldKind === "scalar" && field.scalar === ScalarType.INT32 && name === "pid") {
     return mix(fc.constantFrom(1, process.pid), 1, fc.oneof(fc.constantFrom(0, -1, 2 ** 31 - 1, 4_194_304), int32), 2);
   }

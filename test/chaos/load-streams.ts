@@ -399,7 +399,7 @@ async function admitOnce(world: LoadWorld, label: string): Promise<void> {
     : [item(NeedItemKind.START, "api", 512n * M, 0.5)];
   const requests = pushable<AdmitRequestInit>();
   requests.push({
-    kind: { case: "start", value: { label, need: { items }, maxWait: shortWait ? { nanos: 300_000_000 } : { seconds: 120n } } },
+    kind: { case: "start", value: { owner: label, need: { items }, maxWait: shortWait ? { nanos: 300_000_000 } : { seconds: 120n } } },
   });
   const controller = new AbortController();
   let cancelledByUs = false;

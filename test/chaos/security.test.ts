@@ -465,7 +465,7 @@ describe("security", () => {
       Hold: (async () => {
         for await (const _ of anonymous.locks.hold({ file: "/refused-hold.css", owner: "intruder" }));
       })(),
-      Reserve: anonymous.budget.reserve({ label: "intruder", need: { items: needItems }, ttl: { seconds: 60n } }),
+      Reserve: anonymous.budget.reserve({ owner: "intruder", need: { items: needItems }, ttl: { seconds: 60n } }),
       RegisterRunning: anonymous.budget.registerRunning({ name: "intruder", costSource: { case: "cost", value: { memoryBytes: 1n << 30n, cpu: 1 } }, pid: process.pid }),
       Admit: (async () => {
         async function* start() {
@@ -495,8 +495,8 @@ describe("security", () => {
     // The positive controls above may have left empty reservations of their own: look for the intruder's.
     const state = await budget.getState({});
     const left = [
-      ...state.reservations.filter((r) => r.label === "intruder").map((r) => `reservation ${r.id}`),
-      ...state.queue.filter((q) => q.label === "intruder").map((q) => `queued at ${q.position}`),
+      ...state.reservations.filter((r) => r.owner === "intruder").map((r) => `reservation ${r.id}`),
+      ...state.queue.filter((q) => q.owner === "intruder").map((q) => `queued at ${q.position}`),
       ...state.running.filter((r) => r.name === "intruder").map((r) => `running ${r.id}`),
     ];
     findings.check(left.length === 0, `a refused budget call left state behind: ${left.join(", ")}`);
@@ -570,10 +570,10 @@ describe("security", () => {
     // budget: a leased reservation, a running entry with a pid (the tally on disk), an Admit stream
     // that reports a start.
     const need = { items: [{ kind: NeedItemKind.START, name: "web", costSource: { case: "cost" as const, value: { memoryBytes: 1n << 29n, cpu: 0.5 } } }] };
-    await budget.reserve({ label: "security lease", need, ttl: { seconds: 120n } });
+    await budget.reserve({ owner: "security lease", need, ttl: { seconds: 120n } });
     await budget.registerRunning({ name: "security-running", costSource: { case: "cost", value: { memoryBytes: 1n << 28n, cpu: 0.25 } }, pid: process.pid });
     const admitRequests = pushable<Parameters<typeof budget.admit>[0] extends AsyncIterable<infer R> ? R : never>();
-    admitRequests.push({ kind: { case: "start", value: { label: "security admit", need } } });
+    admitRequests.push({ kind: { case: "start", value: { owner: "security admit", need } } });
     const admitted = budget.admit(admitRequests, { timeoutMs: 60_000 })[Symbol.asyncIterator]();
     const seen: string[] = [];
     for (;;) {

@@ -9,7 +9,7 @@
 # compose file, builds the image, brings the stack up on free loopback ports under its own project
 # name, run from a scratch project (mounted at its own path, its live directory served in place),
 # checks the compose limits reached the containers, waits for both healthchecks, appends an event
-# (its journal lands in the project), admits a need (Check, Reserve, Release), registers a host
+# (its journal lands in the project), admits a need (Check, Reserve and its retry, Release), registers a host
 # process in the running tally and sees it end with that process (the host pid namespace), takes a
 # source lock on the host with the seed's lock-file protocol and sees the containerised service
 # honour it (Inspect names the host holder, Acquire waits for it) and the reverse (a host process
@@ -380,9 +380,13 @@ rpc_ok "$budget_port" berth.budget.v1.BudgetService/Check "{\"need\":$need}"
 [ "$(json .verdict.fits <<<"$body")" = true ] || fail "Check: does not fit: $body"
 [ "$(json .verdict.policy.cpuPressure <<<"$body")" = 100 ] || fail "the env file's BERTH_BUDGET_CPU_PRESSURE did not reach the budget: $body"
 [ "$(json .verdict.machine.source <<<"$body")" = SAMPLE_SOURCE_HOST ] || fail "the budget does not sample the host: $body"
-rpc_ok "$budget_port" berth.budget.v1.BudgetService/Reserve "{\"need\":$need,\"label\":\"container-test\",\"maxWait\":\"10s\"}"
+reserve="{\"need\":$need,\"owner\":\"container-test\",\"maxWait\":\"10s\",\"requestId\":\"container-test-$$\"}"
+rpc_ok "$budget_port" berth.budget.v1.BudgetService/Reserve "$reserve"
 reservation=$(json .reservation.id <<<"$body")
 [ -n "$reservation" ] || fail "Reserve: $body"
+# A retry with the same request id answers the same reservation.
+rpc_ok "$budget_port" berth.budget.v1.BudgetService/Reserve "$reserve"
+[ "$(json .reservation.id <<<"$body")" = "$reservation" ] || fail "Reserve repeated with its request id: $body"
 rpc_ok "$budget_port" berth.budget.v1.BudgetService/Release "{\"reservationId\":\"$reservation\"}"
 [ "$(json .released <<<"$body")" = true ] || fail "Release: $body"
 done_step "fits; reserved and released $reservation"
@@ -398,7 +402,7 @@ kill "$sleeper_pid"
 wait "$sleeper_pid" 2>/dev/null || true
 sleeper_pid=""
 deadline=$(($(date +%s) + 20))
-while rpc_ok "$budget_port" berth.budget.v1.BudgetService/GetState '{}' && grep -q "\"$running_id\"" <<<"$body"; do
+while rpc_ok "$budget_port" berth.budget.v1.BudgetService/GetState '{"pageSize":1000}' && grep -q "\"$running_id\"" <<<"$body"; do
   [ "$(date +%s)" -lt "$deadline" ] || fail "the running entry of a dead host pid was still counted after 20 s"
   sleep 0.5
 done

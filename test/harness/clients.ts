@@ -14,6 +14,8 @@ import { createClient, type Client, type Interceptor, type Transport } from "@co
 import { createConnectTransport, createGrpcTransport, createGrpcWebTransport, Http2SessionManager } from "@connectrpc/connect-node";
 import * as grpc from "@grpc/grpc-js";
 import * as protoLoader from "@grpc/proto-loader";
+import { ErrorInfoSchema, RetryInfoSchema } from "@berth/api/google/rpc/error_details_pb";
+import { StatusSchema } from "@berth/api/google/rpc/status_pb";
 import { onStopAll } from "./processes.js";
 import { repoPath } from "./repo.js";
 
@@ -31,6 +33,41 @@ export type GrpcError = grpc.ServiceError;
 /** True when `error` is a grpc-js call error (it carries a numeric `code`). */
 export function isGrpcError(error: unknown): error is GrpcError {
   return error instanceof Error && typeof (error as Partial<GrpcError>).code === "number";
+}
+
+/** What a gRPC error's `grpc-status-details-bin` says: the google.rpc.Status's ErrorInfo and RetryInfo, and every detail's type. */
+export interface GrpcStatusDetails {
+  reason?: string | undefined;
+  domain?: string | undefined;
+  metadata: Record<string, string>;
+  /** RetryInfo's delay in ms; undefined without a RetryInfo. */
+  retryDelayMs?: number | undefined;
+  /** The full type names of all the details, in order. */
+  types: string[];
+  /** The detail of `schema`'s type, decoded; undefined when there is none. */
+  find<S extends DescMessage>(schema: S): MessageShape<S> | undefined;
+}
+
+/** Decodes the `grpc-status-details-bin` trailer of a failed grpc-js call (undefined when it has none). */
+export function grpcStatusDetails(metadata: grpc.Metadata): GrpcStatusDetails | undefined {
+  const [raw] = metadata.get("grpc-status-details-bin");
+  if (raw === undefined) return undefined;
+  const status = fromBinary(StatusSchema, typeof raw === "string" ? Buffer.from(raw, "base64") : raw);
+  const typeOf = (url: string) => url.slice(url.lastIndexOf("/") + 1);
+  const find = <S extends DescMessage>(schema: S): MessageShape<S> | undefined => {
+    const any = status.details.find((d) => typeOf(d.typeUrl) === schema.typeName);
+    return any === undefined ? undefined : fromBinary(schema, any.value);
+  };
+  const info = find(ErrorInfoSchema);
+  const retry = find(RetryInfoSchema)?.retryDelay;
+  return {
+    reason: info?.reason,
+    domain: info?.domain,
+    metadata: info?.metadata ?? {},
+    retryDelayMs: retry === undefined ? undefined : Number(retry.seconds) * 1000 + retry.nanos / 1e6,
+    types: status.details.map((d) => typeOf(d.typeUrl)),
+    find,
+  };
 }
 
 /**

@@ -46,7 +46,7 @@ function setup(policyChanges: Partial<Policy> = {}, sampleChanges: Partial<Machi
       hooks.onGrant?.(label);
       held.set(label, total(need));
       granted.push(label);
-      return { id: label, label } as unknown as Reservation;
+      return { id: label, owner: label } as unknown as Reservation;
     },
     holdMs: () => hold,
     defer: (fn) => deferred.push(fn),
@@ -108,7 +108,7 @@ describe("AdmissionQueue (FIFO)", () => {
     await settle();
     expect(big.admitted).toBeDefined();
     expect(t.granted).toEqual(["big"]);
-    expect(t.queue.entries().map((e) => [e.label, e.position])).toEqual([
+    expect(t.queue.entries().map((e) => [e.owner, e.position])).toEqual([
       ["a", 1],
       ["b", 2],
       ["c", 3],
@@ -121,8 +121,8 @@ describe("AdmissionQueue (FIFO)", () => {
     expect(b.updates[0]!.waitFor.map((r) => r.gate)).toEqual(["queue", "memory_budget"]);
     expect(c.updates[0]).toMatchObject({ position: 3, aheadCount: 2, etaMs: 180_000 });
     expect(c.updates[0]!.ahead).toEqual([
-      { label: "a", needs: { memoryBytes: 4 * G, cpu: 1 } },
-      { label: "b", needs: { memoryBytes: G, cpu: 1 } },
+      { owner: "a", needs: { memoryBytes: 4 * G, cpu: 1 } },
+      { owner: "b", needs: { memoryBytes: G, cpu: 1 } },
     ]);
   });
 
@@ -135,7 +135,7 @@ describe("AdmissionQueue (FIFO)", () => {
     t.release("big");
     // No await: the admission happened inside the release.
     expect(t.granted).toEqual(["big", "a", "b"]);
-    expect(t.queue.entries().map((e) => e.label)).toEqual(["c"]);
+    expect(t.queue.entries().map((e) => e.owner)).toEqual(["c"]);
     t.flush();
     expect(c.updates.at(-1)).toMatchObject({ position: 1, aheadCount: 0 });
     expect(a.updates).toHaveLength(1);
@@ -271,6 +271,66 @@ describe("AdmissionQueue (FIFO)", () => {
     expect(c.error!.code).toBe("resource_exhausted");
     expect(c.error!.message).toBe("the load budget's queue is full (2 waiting, BERTH_BUDGET_MAX_QUEUE) — 'c' was not queued; retry later");
     expect(c.error!.details).toMatchObject({ kind: "queue_full", retryAfterMs: 60_000 });
+    expect([c.error!.reason, c.error!.options.retryAfterMs]).toEqual(["QUEUE_FULL", 60_000]);
+  });
+
+  it("a wait of zero never queues: admitted at once when it fits and it is its turn, else refused at once", async () => {
+    const t = setup();
+    const fits = admit(t, 2, 1, "fits", { maxWaitMs: 0 });
+    await settle();
+    expect(fits.admitted).toBeDefined();
+    // Does not fit now, nobody waiting: refused with what it would wait for, never queued.
+    const alone = admit(t, 7, 1, "alone", { maxWaitMs: 0 });
+    await settle();
+    expect(alone.updates).toEqual([]);
+    expect(t.queue.length).toBe(0);
+    expect([alone.error!.code, alone.error!.reason, alone.error!.options.retryAfterMs]).toEqual(["resource_exhausted", "WAIT_EXHAUSTED", 60_000]);
+    expect(alone.error!.message).toMatch(/^'alone' does not fit now and asked not to wait — memory: needs 7G, the budget has 6G of 8G free/);
+    expect(alone.error!.details).toMatchObject({ kind: "wait_exhausted", position: 1 });
+    // Fits, but someone waits ahead (FIFO): its turn would come later, so it is refused too.
+    admit(t, 7, 1, "head");
+    const behind = admit(t, 1, 1, "behind", { maxWaitMs: 0 });
+    await settle();
+    expect(t.queue.entries().map((e) => e.owner)).toEqual(["head"]);
+    expect(behind.error!.details).toMatchObject({ kind: "wait_exhausted", position: 2 });
+    expect(behind.error!.message).toMatch(/^'behind' does not fit now and asked not to wait — 1 request\(s\) ahead in the queue; memory: needs 7G/);
+    expect(t.clock.pendingTimers()).toBeGreaterThan(0); // the head's deadline only
+  });
+
+  it("pages through the queue in arrival order: nobody repeated or lost while others are admitted, dropped or queued between pages", async () => {
+    const t = setup({ maxQueue: 10_000, maxWaitMs: 600_000 });
+    admit(t, 7, 1, "big");
+    const controllers = new Map<string, AbortController>();
+    const join = (name: string) => {
+      const controller = new AbortController();
+      controllers.set(name, controller);
+      admit(t, 5, 1, name, { signal: controller.signal });
+    };
+    for (let i = 0; i < 25; i++) join(`w${i}`);
+    const seen: string[] = [];
+    let page = t.queue.page(undefined, 10);
+    expect(page.items.map((e) => [e.owner, e.position])).toEqual(Array.from({ length: 10 }, (_, i) => [`w${i}`, i + 1]));
+    seen.push(...page.items.map((e) => e.owner));
+    // Between pages: the head is admitted, a waiter of this page and one of the next leave, two join.
+    t.release("big");
+    controllers.get("w12")!.abort();
+    controllers.get("w3")!.abort();
+    join("late1");
+    join("late2");
+    await settle();
+    page = t.queue.page(page.next, 10);
+    // Positions are where they stand now: w0 went in and w3 left, so w10 is 9th.
+    expect(page.items[0]).toMatchObject({ owner: "w10", position: 9 });
+    seen.push(...page.items.map((e) => e.owner));
+    page = t.queue.page(page.next, 10);
+    seen.push(...page.items.map((e) => e.owner));
+    expect(page.next).toBeUndefined();
+    const expected = [...Array.from({ length: 25 }, (_, i) => `w${i}`).filter((n) => n !== "w12"), "late1", "late2"];
+    expect(seen).toEqual(expected);
+    // A page that ends exactly at the end of the queue says there is no next page.
+    const all = t.queue.length;
+    expect(t.queue.page(undefined, all).next).toBeUndefined();
+    expect(t.queue.page(undefined, all - 1).next).toBeDefined();
   });
 
   it("refuses an impossible need at once, with the seed's words", async () => {
@@ -282,6 +342,7 @@ describe("AdmissionQueue (FIFO)", () => {
       "the load budget can never admit 'huge': it needs 9G of memory and the whole budget is 8G (BERTH_BUDGET_MEMORY). Declare smaller resources or raise the budget",
     );
     expect(x.error!.details).toMatchObject({ kind: "impossible", gate: "memory_budget" });
+    expect(x.error!.reason).toBe("IMPOSSIBLE");
   });
 
   it("a need of nothing never queues, even behind others", async () => {
@@ -301,12 +362,13 @@ describe("AdmissionQueue (FIFO)", () => {
     const b = admit(t, 4, 1, "b", { maxWaitMs: 10_000 });
     t.clock.advance(10_000);
     await settle();
-    expect(b.error!.code).toBe("deadline_exceeded");
+    expect(b.error!.code).toBe("resource_exhausted");
     expect(b.error!.message).toBe(
       "waited 10s for the load budget and 'b' still does not fit — 1 request(s) ahead in the queue; memory: needs 4G, the budget has 2G of 8G free (berth has committed 6G). " +
         "Stop what you do not need ('berth budget state' shows what holds the budget), or raise the budget (BERTH_BUDGET_MEMORY, BERTH_BUDGET_CPU)",
     );
     expect(b.error!.details).toMatchObject({ kind: "wait_exhausted", position: 2, retryAfterMs: 110_000 });
+    expect([b.error!.reason, b.error!.options.retryAfterMs]).toEqual(["WAIT_EXHAUSTED", 110_000]);
     expect(a.error).toBeUndefined();
     t.clock.advance(20_000);
     await settle();
@@ -322,7 +384,7 @@ describe("AdmissionQueue (FIFO)", () => {
     t.clock.advance(1000);
     t.flush();
     await settle();
-    expect(waiters.every((w) => w.error?.code === "deadline_exceeded")).toBe(true);
+    expect(waiters.every((w) => w.error?.code === "resource_exhausted")).toBe(true);
     expect(t.queue.length).toBe(0);
   });
 
@@ -338,7 +400,7 @@ describe("AdmissionQueue (FIFO)", () => {
     expect(a.error!.code).toBe("cancelled");
     expect(a.error!.message).toBe("'a' was dropped from the load budget's queue: its caller disconnected");
     expect(b.updates.at(-1)).toMatchObject({ position: 1, aheadCount: 0 });
-    expect(t.queue.entries().map((e) => e.label)).toEqual(["b"]);
+    expect(t.queue.entries().map((e) => e.owner)).toEqual(["b"]);
   });
 
   it("a dropped head lets the next one in at once when it fits", async () => {
@@ -404,7 +466,7 @@ describe("AdmissionQueue (FIFO property)", () => {
         const zero = new Set<string>();
         t.hooks.onGrant = (label) => {
           if (zero.has(label)) return;
-          for (const e of t.queue.entries()) expect(seqOf.get(e.label)!).toBeGreaterThan(seqOf.get(label)!);
+          for (const e of t.queue.entries()) expect(seqOf.get(e.owner)!).toBeGreaterThan(seqOf.get(label)!);
         };
         let n = 0;
         for (const o of ops) {
@@ -439,7 +501,7 @@ describe("AdmissionQueue (backfill)", () => {
     await settle();
     expect(t.granted).toEqual(["x", "memory-only"]);
     expect(memoryOnly.admitted).toBeDefined();
-    expect(t.queue.entries().map((e) => e.label)).toEqual(["head", "takes-cpu"]);
+    expect(t.queue.entries().map((e) => e.owner)).toEqual(["head", "takes-cpu"]);
     t.release("x");
     // The head goes the moment its cpu is back, then the one behind it.
     expect(t.granted).toEqual(["x", "memory-only", "head", "takes-cpu"]);
@@ -458,7 +520,7 @@ describe("AdmissionQueue (backfill)", () => {
     expect(t.granted).toEqual(["x", "small"]);
     t.release("x");
     expect(t.granted).toEqual(["x", "small", "head"]);
-    expect(t.queue.entries().map((e) => e.label)).toEqual(["too-big"]);
+    expect(t.queue.entries().map((e) => e.owner)).toEqual(["too-big"]);
   });
 
   it("FIFO keeps the same request waiting", async () => {
@@ -501,7 +563,7 @@ describe("AdmissionQueue (backfill)", () => {
         let freeGb = startGb;
         t.hooks.onGrant = (label) => {
           const head = t.queue.entries()[0];
-          if (head && seqOf.get(head.label)! < seqOf.get(label)!) passed.set(label, { head: head.label, freeGb });
+          if (head && seqOf.get(head.owner)! < seqOf.get(label)!) passed.set(label, { head: head.owner, freeGb });
         };
         let n = 0;
         for (const o of ops) {
@@ -518,7 +580,7 @@ describe("AdmissionQueue (backfill)", () => {
           }
           const head = t.queue.entries()[0];
           if (!head) continue;
-          const blockers = [...passed].filter(([b, p]) => p.head === head.label && t.held.has(b) && freeGb >= p.freeGb).map(([b]) => b);
+          const blockers = [...passed].filter(([b, p]) => p.head === head.owner && t.held.has(b) && freeGb >= p.freeGb).map(([b]) => b);
           if (blockers.length === 0) continue;
           // Take the requests that passed this head away: if that made the head fit, they delayed it.
           const context = t.context();

@@ -71,8 +71,15 @@ export const AHEAD_LIMIT = 10;
 
 /** A request ahead of a waiter, and what it asks for. */
 export interface AheadEntry {
-  label: string;
+  owner: string;
   needs: Resources;
+}
+
+/** One page of a list kept in arrival order (the queue, the reservations, the running tally). */
+export interface Page<T> {
+  items: T[];
+  /** The number of the page's last item when more follow (where the next page starts); undefined on the last page. */
+  next?: number | undefined;
 }
 
 /** What a waiter hears while it waits. */
@@ -93,7 +100,7 @@ export interface QueuedUpdate {
 
 /** Options of one admission. */
 export interface AdmitOptions {
-  /** Give up after waiting this long (default: the policy's maxWaitMs). */
+  /** Give up after waiting this long (default: the policy's maxWaitMs); 0: never queue (admitted at once or refused). */
   maxWaitMs?: number | undefined;
   /** A wake of work that ran recently: the CPU gate is skipped, the memory gates still apply. */
   skipLoadGate?: boolean | undefined;
@@ -106,7 +113,9 @@ export interface AdmitOptions {
 /** One waiter as `state()` shows it. */
 export interface QueueEntryInfo {
   id: string;
-  label: string;
+  /** Its place in arrival order, for paging: it never changes, whatever leaves the queue ahead of it. */
+  seq: number;
+  owner: string;
   position: number;
   needs: Resources;
   skipLoadGate: boolean;
@@ -124,8 +133,8 @@ export interface QueueHost {
   policy(): Policy;
   /** What a verdict is judged against right now (committed, latest sample, unseen memory). */
   context(): VerdictContext;
-  /** Admits `need`: makes the reservation. */
-  grant(need: Need, label: string): Reservation;
+  /** Admits `need`: makes the reservation (`waitedMs`: how long it waited in the queue, 0 when it never queued). */
+  grant(need: Need, owner: string, waitedMs: number): Reservation;
   /** The moving estimate of how long a reservation is held. */
   holdMs(): number;
   /** Runs `fn` soon, after the current event (batches position updates). Default: setImmediate. */
@@ -134,7 +143,8 @@ export interface QueueHost {
 
 interface Waiter {
   id: string;
-  label: string;
+  seq: number;
+  owner: string;
   need: Need;
   want: Resources;
   skipLoadGate: boolean;
@@ -160,11 +170,12 @@ interface HeadState {
 }
 
 /** The seed's refusal when a need can never fit. */
-export function impossibleError(label: string, reasons: Reason[]): BerthError {
+export function impossibleError(owner: string, reasons: Reason[]): BerthError {
   return new BerthError(
     "failed_precondition",
-    `the load budget can never admit '${label}': ${reasons[0]?.message ?? "it is bigger than the whole budget"}. Declare smaller resources or raise the budget`,
+    `the load budget can never admit '${owner}': ${reasons[0]?.message ?? "it is bigger than the whole budget"}. Declare smaller resources or raise the budget`,
     { kind: "impossible", gate: reasons[0]?.gate, reasons },
+    { reason: "IMPOSSIBLE" },
   );
 }
 
@@ -208,42 +219,52 @@ export class AdmissionQueue {
   /**
    * Waits until `need` fits and it is this request's turn, and returns its reservation (which the
    * caller must release). A need of nothing never waits. Refusals, as BerthError:
-   * failed_precondition `impossible` (bigger than the whole budget), resource_exhausted
-   * `queue_full`, deadline_exceeded `wait_exhausted` (with `retryAfterMs`), cancelled (the signal
-   * fired), unavailable (the budget closed).
+   * failed_precondition IMPOSSIBLE (bigger than the whole budget), resource_exhausted QUEUE_FULL
+   * and WAIT_EXHAUSTED (with a retry delay; at once when `maxWaitMs` is 0 and it does not fit now),
+   * cancelled (the signal fired), unavailable (the budget closed).
    */
-  admit(need: Need, label: string, options: AdmitOptions = {}): Promise<Reservation> {
-    if (this.closed) return Promise.reject(closedError(label));
-    if (options.signal?.aborted) return Promise.reject(cancelledError(label));
+  admit(need: Need, owner: string, options: AdmitOptions = {}): Promise<Reservation> {
+    if (this.closed) return Promise.reject(closedError(owner));
+    if (options.signal?.aborted) return Promise.reject(cancelledError(owner));
     const want = total(need);
     // Nothing to build or start costs nothing: it never waits behind anyone.
-    if (isZero(want)) return Promise.resolve(this.host.grant(need, label));
+    if (isZero(want)) return Promise.resolve(this.host.grant(need, owner, 0));
     const policy = this.host.policy();
     const context = this.host.context();
     const gates = refusingGates(want, context, { skipLoadGate: options.skipLoadGate });
-    if (gates & IMPOSSIBLE) return Promise.reject(impossibleError(label, reasonsFor(gates, want, context)));
-    if (this.live === 0 && gates === 0) return Promise.resolve(this.host.grant(need, label));
+    if (gates & IMPOSSIBLE) return Promise.reject(impossibleError(owner, reasonsFor(gates, want, context)));
+    if (this.live === 0 && gates === 0) return Promise.resolve(this.host.grant(need, owner, 0));
     if (this.live > 0 && gates === 0 && policy.queueMode === "backfill" && this.canBackfill(want, context)) {
-      return Promise.resolve(this.host.grant(need, label));
-    }
-    if (this.live >= policy.maxQueue) {
-      return Promise.reject(
-        new BerthError(
-          "resource_exhausted",
-          `the load budget's queue is full (${this.live} waiting, BERTH_BUDGET_MAX_QUEUE) — '${label}' was not queued; retry later`,
-          { kind: "queue_full", waiting: this.live, setting: "BERTH_BUDGET_MAX_QUEUE", retryAfterMs: this.headEtaMs() },
-        ),
-      );
+      return Promise.resolve(this.host.grant(need, owner, 0));
     }
     const maxWaitMs = options.maxWaitMs ?? policy.maxWaitMs;
     if (!Number.isFinite(maxWaitMs) || maxWaitMs < 0) {
       return Promise.reject(new BerthError("invalid_argument", `max_wait: must be a non-negative duration; got ${maxWaitMs}`, { field: "max_wait" }));
     }
+    // A wait of zero never queues: what does not fit now (or must wait its turn) is refused at once.
+    if (maxWaitMs === 0) {
+      const position = this.live + 1;
+      const own = this.live === 0 ? reasonsFor(gates, want, context) : [];
+      const reasons = this.live === 0 ? own : [queueReason(this.live), ...this.headReasonsFor(context).reasons];
+      return Promise.reject(waitExhaustedError(owner, 0, position, reasons, etaOf(position, this.host.holdMs(), 0)));
+    }
+    if (this.live >= policy.maxQueue) {
+      return Promise.reject(
+        new BerthError(
+          "resource_exhausted",
+          `the load budget's queue is full (${this.live} waiting, BERTH_BUDGET_MAX_QUEUE) — '${owner}' was not queued; retry later`,
+          { kind: "queue_full", waiting: this.live, setting: "BERTH_BUDGET_MAX_QUEUE", retryAfterMs: this.headEtaMs() },
+          { reason: "QUEUE_FULL", retryAfterMs: this.headEtaMs() },
+        ),
+      );
+    }
     return new Promise<Reservation>((resolve, reject) => {
       const now = this.host.clock.now();
+      const seq = ++this.seq;
       const waiter: Waiter = {
-        id: `q${++this.seq}`,
-        label,
+        id: `q${seq}`,
+        seq,
+        owner,
         need,
         want,
         skipLoadGate: options.skipLoadGate ?? false,
@@ -261,7 +282,7 @@ export class AdmissionQueue {
         lastNotifiedAt: now,
       };
       if (options.signal) {
-        waiter.onAbort = () => this.drop(waiter, cancelledError(label));
+        waiter.onAbort = () => this.drop(waiter, cancelledError(owner));
         options.signal.addEventListener("abort", waiter.onAbort, { once: true });
       }
       this.line.push(waiter);
@@ -302,7 +323,7 @@ export class AdmissionQueue {
           const gates = refusingGates(waiter.want, context, { skipLoadGate: waiter.skipLoadGate });
           if (gates & IMPOSSIBLE) {
             // The policy shrank under it: it will never fit now.
-            this.drop(waiter, impossibleError(waiter.label, reasonsFor(gates, waiter.want, context)));
+            this.drop(waiter, impossibleError(waiter.owner, reasonsFor(gates, waiter.want, context)));
             continue;
           }
           if (gates === 0) {
@@ -334,15 +355,34 @@ export class AdmissionQueue {
 
   /** Every waiter with its position and ETA, head first. */
   entries(): QueueEntryInfo[] {
+    return this.page(undefined, Number.POSITIVE_INFINITY).items;
+  }
+
+  /**
+   * Up to `limit` waiters that arrived after the one numbered `after` (from the head when
+   * undefined), head first, with positions and ETAs; `next` is the last one's number when more
+   * remain. Numbers follow arrival, so a page picks up where the last ended whoever left the queue
+   * meanwhile: nobody is repeated, and a newcomer appears on a later page.
+   */
+  page(after: number | undefined, limit: number): Page<QueueEntryInfo> {
     const now = this.host.clock.now();
     const holdMs = this.host.holdMs();
-    const result: QueueEntryInfo[] = [];
-    for (const w of this.line) {
+    const items: QueueEntryInfo[] = [];
+    let position = 0;
+    let more = false;
+    for (let i = this.headIndex; i < this.line.length; i++) {
+      const w = this.line[i]!;
       if (w.removed) continue;
-      const position = result.length + 1;
-      result.push({
+      position++;
+      if (after !== undefined && w.seq <= after) continue;
+      if (items.length >= limit) {
+        more = true;
+        break;
+      }
+      items.push({
         id: w.id,
-        label: w.label,
+        seq: w.seq,
+        owner: w.owner,
         position,
         needs: { ...w.want },
         skipLoadGate: w.skipLoadGate,
@@ -352,7 +392,7 @@ export class AdmissionQueue {
         deadline: w.deadline,
       });
     }
-    return result;
+    return { items, next: more ? items[items.length - 1]?.seq : undefined };
   }
 
   /** The head's current reasons (what everyone waits for), or [] when the queue is empty. */
@@ -365,7 +405,7 @@ export class AdmissionQueue {
     if (this.closed) return;
     // Closed first, so that dropping the head does not admit the next one on the way out.
     this.closed = true;
-    for (const w of this.line) if (!w.removed) this.drop(w, closedError(w.label));
+    for (const w of this.line) if (!w.removed) this.drop(w, closedError(w.owner));
     if (this.deadlineTimer !== undefined) this.host.clock.clearTimeout(this.deadlineTimer);
     if (this.heartbeatTimer !== undefined) this.host.clock.clearTimeout(this.heartbeatTimer);
     this.deadlineTimer = undefined;
@@ -406,9 +446,9 @@ export class AdmissionQueue {
     this.remove(waiter);
     let reservation: Reservation;
     try {
-      reservation = this.host.grant(waiter.need, waiter.label);
+      reservation = this.host.grant(waiter.need, waiter.owner, this.host.clock.now() - waiter.queuedAt);
     } catch (error) {
-      waiter.reject(error instanceof BerthError ? error : new BerthError("internal", `admitting '${waiter.label}' failed: ${(error as Error).message}`));
+      waiter.reject(error instanceof BerthError ? error : new BerthError("internal", `admitting '${waiter.owner}' failed: ${(error as Error).message}`));
       return;
     }
     waiter.resolve(reservation);
@@ -495,17 +535,8 @@ export class AdmissionQueue {
       for (const w of expired) {
         const at = positions.get(w) ?? 1;
         const reasons = at === 1 && head?.waiter === w ? headReasons : [queueReason(at - 1), ...headReasons];
-        const text = reasonsText(reasons) ?? "its turn";
         w.heapIndex = -1;
-        this.drop(
-          w,
-          new BerthError(
-            "deadline_exceeded",
-            `waited ${formatDuration(now - w.queuedAt)} for the load budget and '${w.label}' still does not fit — ${text}. ` +
-              `Stop what you do not need ('berth budget state' shows what holds the budget), or raise the budget (BERTH_BUDGET_MEMORY, BERTH_BUDGET_CPU)`,
-            { kind: "wait_exhausted", position: at, reasons, retryAfterMs: etaOf(at, holdMs, now - w.queuedAt) },
-          ),
-        );
+        this.drop(w, waitExhaustedError(w.owner, now - w.queuedAt, at, reasons, etaOf(at, holdMs, now - w.queuedAt)));
       }
     }
     this.armDeadlineTimer();
@@ -633,7 +664,7 @@ export class AdmissionQueue {
     const head = this.head && !this.head.waiter.removed ? this.head : undefined;
     this.headKey = head ? gatesKeyOf(head.gates) : "";
     const { reasons: headReasons, text: headText } = this.headReasonsFor(context);
-    const ahead = this.line.slice(0, AHEAD_LIMIT).map((w) => ({ label: w.label, needs: w.want }));
+    const ahead = this.line.slice(0, AHEAD_LIMIT).map((w) => ({ owner: w.owner, needs: w.want }));
     const now = this.host.clock.now();
     const holdMs = this.host.holdMs();
     for (let i = 0; i < this.line.length; i++) {
@@ -653,7 +684,7 @@ export class AdmissionQueue {
       position,
       headReasons,
       headText,
-      ahead.slice(0, AHEAD_LIMIT).map((w) => ({ label: w.label, needs: w.want })),
+      ahead.slice(0, AHEAD_LIMIT).map((w) => ({ owner: w.owner, needs: w.want })),
       this.host.clock.now(),
       this.host.holdMs(),
     );
@@ -678,7 +709,7 @@ export class AdmissionQueue {
         aheadCount,
       });
     } catch (error) {
-      this.host.logger.warn({ err: error, label: w.label }, "budget: a queued request's listener failed");
+      this.host.logger.warn({ err: error, owner: w.owner }, "budget: a queued request's listener failed");
     }
   }
 
@@ -726,7 +757,7 @@ export class AdmissionQueue {
     this.heartbeatCredit -= visits;
     if (visits > 0) {
       const { reasons: headReasons, text: headText } = this.headReasonsFor(this.host.context());
-      const ahead = this.line.slice(0, AHEAD_LIMIT).map((w) => ({ label: w.label, needs: w.want }));
+      const ahead = this.line.slice(0, AHEAD_LIMIT).map((w) => ({ owner: w.owner, needs: w.want }));
       const holdMs = this.host.holdMs();
       const quiet = period / 2;
       for (let v = 0; v < visits; v++) {
@@ -758,10 +789,21 @@ function gatesKeyOf(gates: number): string {
   return String(gates);
 }
 
-function cancelledError(label: string): BerthError {
-  return new BerthError("cancelled", `'${label}' was dropped from the load budget's queue: its caller disconnected`, { kind: "cancelled" });
+/** The refusal of a request whose wait ran out (or, with a wait of zero, that could not be admitted at once). */
+function waitExhaustedError(owner: string, waitedMs: number, position: number, reasons: Reason[], retryAfterMs: number, text = reasonsText(reasons) ?? "its turn"): BerthError {
+  const waited = waitedMs === 0 ? `'${owner}' does not fit now and asked not to wait` : `waited ${formatDuration(waitedMs)} for the load budget and '${owner}' still does not fit`;
+  return new BerthError(
+    "resource_exhausted",
+    `${waited} — ${text}. Stop what you do not need ('berth budget state' shows what holds the budget), or raise the budget (BERTH_BUDGET_MEMORY, BERTH_BUDGET_CPU)`,
+    { kind: "wait_exhausted", position, reasons, retryAfterMs, waitedMs },
+    { reason: "WAIT_EXHAUSTED", retryAfterMs },
+  );
 }
 
-function closedError(label: string): BerthError {
-  return new BerthError("unavailable", `the budget service is shutting down; '${label}' was not admitted — retry once it is back`, { kind: "closed" });
+function cancelledError(owner: string): BerthError {
+  return new BerthError("cancelled", `'${owner}' was dropped from the load budget's queue: its caller disconnected`, { kind: "cancelled" });
+}
+
+function closedError(owner: string): BerthError {
+  return new BerthError("unavailable", `the budget service is shutting down; '${owner}' was not admitted — retry once it is back`, { kind: "closed" });
 }

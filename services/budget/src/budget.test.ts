@@ -70,12 +70,12 @@ describe("budget", () => {
     const { budget } = await setup();
     const first = await budget.admit(need(6, 1), "first");
     const head = admit(budget, need(4, 1), "head");
-    expect(budget.state().queue.map((q) => q.label)).toEqual(["head"]);
+    expect(budget.state().queue.map((q) => q.owner)).toEqual(["head"]);
     expect(budget.release(first.id)).toBe(true);
     expect(budget.state().queue).toEqual([]);
-    expect(budget.state().reservations.map((r) => r.label)).toEqual(["head"]);
+    expect(budget.state().reservations.map((r) => r.owner)).toEqual(["head"]);
     await settle();
-    expect(head.reservation?.label).toBe("head");
+    expect(head.reservation?.owner).toBe("head");
     expect(budget.release(first.id)).toBe(false);
   });
 
@@ -93,14 +93,15 @@ describe("budget", () => {
   it("consume moves the share from the reservation to the running tally, on disk before it resolves", async () => {
     const { budget, stateDir } = await setup();
     const r = await budget.admit(need(3, 2), "up");
-    const entry = await budget.consume(r.id, "web", { memoryBytes: G, cpu: 1 }, process.pid);
+    const entry = await budget.consume(r.id, "web", { memoryBytes: G, cpu: 1 }, { pid: process.pid });
     expect(r.start).toEqual({ memoryBytes: 2 * G, cpu: 1 });
     expect(entry).toMatchObject({ name: "web", cost: { memoryBytes: G, cpu: 1 }, pid: process.pid, reservationId: r.id });
     const state = budget.state();
     expect(state.committed.memoryBytes).toBe(3 * G);
+    // Largest first.
     expect(state.committed.items.map((i) => [i.kind, i.label, i.memoryBytes])).toEqual([
-      ["running", "web", G],
       ["reservation", "up", 2 * G],
+      ["running", "web", G],
     ]);
     const onDisk = JSON.parse(readFileSync(runningFilePath(stateDir), "utf8"));
     expect(onDisk.entries.map((e: { name: string }) => e.name)).toEqual(["web"]);
@@ -140,7 +141,7 @@ describe("budget", () => {
     clock.advance(2000);
     await settle();
     expect(budget.getReservation(leased.id)).toBeUndefined();
-    expect(head.reservation?.label).toBe("head");
+    expect(head.reservation?.owner).toBe("head");
     expect(() => budget.renew(leased.id)).toThrow(/no reservation/);
   });
 
@@ -156,6 +157,130 @@ describe("budget", () => {
     await settle();
     expect(head.reservation).toBeDefined();
     expect(budget.state().running).toEqual([]);
+  });
+
+  it("a Reserve repeated with its request id answers the live reservation; a repeat while the first waits joins its one place in the queue", async () => {
+    const { budget, clock } = await setup();
+    const first = await budget.reserve(need(1, 1), "client", { ttlMs: 10_000, requestId: "r-1" });
+    clock.advance(3000);
+    const again = await budget.reserve(need(1, 1), "client", { ttlMs: 10_000, requestId: "r-1" });
+    expect(again).toBe(first);
+    expect(budget.state().reservationCount).toBe(1);
+    // The same id for another need or owner is refused, naming the field.
+    await expect(budget.reserve(need(2, 1), "client", { ttlMs: 10_000, requestId: "r-1" })).rejects.toMatchObject({ code: "invalid_argument", details: { field: "request_id" } });
+    await expect(budget.reserve(need(1, 1), "someone else", { ttlMs: 10_000, requestId: "r-1" })).rejects.toMatchObject({ code: "invalid_argument" });
+
+    // Waiting: three calls with one id hold one place; the first two leaving keeps it for the third.
+    const holder = await budget.admit(need(6, 1), "holder");
+    const calls = [new AbortController(), new AbortController(), new AbortController()];
+    const waits = calls.map((c) => track(budget.reserve(need(4, 1), "waiter", { ttlMs: 10_000, requestId: "r-2", signal: c.signal })));
+    await settle();
+    expect(budget.state().queue.map((q) => q.owner)).toEqual(["waiter"]);
+    calls[0]!.abort();
+    calls[1]!.abort();
+    await settle();
+    expect([waits[0]!.error?.code, waits[1]!.error?.code]).toEqual(["cancelled", "cancelled"]);
+    expect(budget.state().queueSize).toBe(1);
+    clock.advance(2000);
+    budget.release(holder.id);
+    budget.release(first.id);
+    await settle();
+    const granted = waits[2]!.reservation!;
+    expect(granted.owner).toBe("waiter");
+    expect(granted.waitedMs).toBe(2000);
+    expect(granted.leaseExpiresAt).toBe(clock.now() + 10_000);
+    expect(await budget.reserve(need(4, 1), "waiter", { ttlMs: 10_000, requestId: "r-2" })).toBe(granted);
+
+    // Every caller gone: the request leaves the queue, and the id is free for a new request.
+    await budget.admit(need(4, 1), "filler");
+    const lone = new AbortController();
+    const dropped = track(budget.reserve(need(4, 1), "lone", { ttlMs: 10_000, requestId: "r-3", signal: lone.signal }));
+    await settle();
+    expect(budget.state().queueSize).toBe(1);
+    lone.abort();
+    await settle();
+    expect([dropped.error?.code, budget.state().queueSize]).toEqual(["cancelled", 0]);
+
+    // Forgotten when the reservation ends (released here; a lease running out is the same path).
+    budget.release(granted.id);
+    const fresh = await budget.reserve(need(2, 1), "another", { ttlMs: 10_000, requestId: "r-2" });
+    expect(fresh.id).not.toBe(granted.id);
+    expect(budget.state().reservations.map((r) => r.owner)).toEqual(["filler", "another"]);
+    clock.advance(10_000);
+    await settle();
+    expect(budget.getReservation(fresh.id)).toBeUndefined();
+    expect((await budget.reserve(need(2, 1), "after expiry", { ttlMs: 10_000, requestId: "r-2" })).owner).toBe("after expiry");
+  });
+
+  it("a refused Reserve refuses every call waiting with its request id, and forgets the id", async () => {
+    const { budget, clock } = await setup();
+    await budget.admit(need(6, 1), "holder");
+    const a = track(budget.reserve(need(4, 1), "w", { ttlMs: 10_000, requestId: "r", maxWaitMs: 5000 }));
+    await settle();
+    const b = track(budget.reserve(need(4, 1), "w", { ttlMs: 10_000, requestId: "r", maxWaitMs: 60_000 }));
+    clock.advance(5000);
+    await settle();
+    // The repeat joined the first call's wait, deadline included.
+    expect([a.error?.reason, b.error?.reason]).toEqual(["WAIT_EXHAUSTED", "WAIT_EXHAUSTED"]);
+    const c = track(budget.reserve(need(4, 1), "w", { ttlMs: 10_000, requestId: "r", maxWaitMs: 60_000 }));
+    await settle();
+    expect(budget.state().queueSize).toBe(1);
+    expect(c.error).toBeUndefined();
+  });
+
+  it("RegisterRunning and consume repeated with a request id answer the live entry and never count twice; the id is forgotten when the entry ends, and kept across a restart", async () => {
+    const first = await setup();
+    const { budget } = first;
+    const entry = await budget.registerRunning("daemon", { memoryBytes: G, cpu: 1 }, { requestId: "run-1" });
+    const [again, concurrent] = await Promise.all([
+      budget.registerRunning("daemon", { memoryBytes: G, cpu: 1 }, { requestId: "run-1" }),
+      budget.registerRunning("daemon", { memoryBytes: G, cpu: 1 }, { requestId: "run-1" }),
+    ]);
+    expect([again.id, concurrent.id]).toEqual([entry.id, entry.id]);
+    expect([budget.state().runningCount, budget.state().committed.memoryBytes]).toEqual([1, G]);
+    await expect(budget.registerRunning("other", { memoryBytes: G, cpu: 1 }, { requestId: "run-1" })).rejects.toMatchObject({ code: "invalid_argument", details: { field: "request_id" } });
+
+    const r = await budget.admit(need(3, 2), "up");
+    const consumed = await budget.consume(r.id, "web", { memoryBytes: G, cpu: 1 }, { requestId: "run-2" });
+    const repeated = await budget.consume(r.id, "web", { memoryBytes: G, cpu: 1 }, { requestId: "run-2" });
+    expect(repeated.id).toBe(consumed.id);
+    expect(r.start).toEqual({ memoryBytes: 2 * G, cpu: 1 });
+    // The repeat is answered even once the reservation is gone: the entry lives.
+    budget.release(r.id);
+    expect((await budget.consume(r.id, "web", { memoryBytes: G, cpu: 1 }, { requestId: "run-2" })).id).toBe(consumed.id);
+    await expect(budget.consume(r.id, "web", { memoryBytes: G, cpu: 1 }, { requestId: "run-3" })).rejects.toMatchObject({ code: "not_found", reason: "RESERVATION_NOT_FOUND" });
+
+    // Kept with the entry on disk: a repeat after a restart does not count it twice.
+    await budget.close();
+    const second = await setup({ stateDir: first.stateDir, clock: first.clock });
+    expect((await second.budget.registerRunning("daemon", { memoryBytes: G, cpu: 1 }, { requestId: "run-1" })).id).toBe(entry.id);
+    expect(second.budget.state().runningCount).toBe(2);
+    expect(await second.budget.stopRunning(entry.id)).toBe(true);
+    const fresh = await second.budget.registerRunning("daemon", { memoryBytes: G, cpu: 1 }, { requestId: "run-1" });
+    expect(fresh.id).not.toBe(entry.id);
+  });
+
+  it("state gives the first page of each list with the counts; the lists page on in arrival order", async () => {
+    const { budget } = await setup({ policy: { memoryBytes: 64 * G, cpu: 64, maxQueue: 100 } });
+    const reservations: Reservation[] = [];
+    for (let i = 0; i < 5; i++) reservations.push(await budget.admit(need(1, 0.5), `r${i}`));
+    for (let i = 0; i < 4; i++) await budget.registerRunning(`s${i}`, { memoryBytes: (i + 1) * G, cpu: 0 });
+    const state = budget.state(2);
+    expect(state.reservations.map((r) => r.owner)).toEqual(["r0", "r1"]);
+    expect([state.reservationCount, state.runningCount, state.queueSize]).toEqual([5, 4, 0]);
+    expect(state.running.map((e) => e.name)).toEqual(["s0", "s1"]);
+    expect(state.queueNext).toBeUndefined();
+    // Committed items stay whole here (the RPC layer pages them), largest first.
+    expect(state.committed.items.slice(0, 2).map((i) => i.label)).toEqual(["s3", "s2"]);
+
+    budget.release(reservations[2]!.id);
+    await budget.admit(need(1, 0.5), "r5");
+    const rest = budget.listReservations(state.reservationsNext, 10);
+    expect([rest.items.map((r) => r.owner), rest.next]).toEqual([["r3", "r4", "r5"], undefined]);
+    const running = budget.listRunning(state.runningNext, 1);
+    expect(running.items.map((e) => e.name)).toEqual(["s2"]);
+    const last = budget.listRunning(running.next, 1);
+    expect([last.items.map((e) => e.name), last.next]).toEqual([["s3"], undefined]);
   });
 
   it("the tally drops work whose process died, at the next sample", async () => {
@@ -239,11 +364,11 @@ describe("budget", () => {
     flush();
     const state = budget.state();
     expect(state.queue).toEqual([
-      expect.objectContaining({ label: "a", position: 1, waitedMs: 2000, etaMs: 58_000, needs: { memoryBytes: 4 * G, cpu: 1 } }),
-      expect.objectContaining({ label: "b", position: 2, waitedMs: 2000, etaMs: 118_000 }),
+      expect.objectContaining({ owner: "a", position: 1, waitedMs: 2000, etaMs: 58_000, needs: { memoryBytes: 4 * G, cpu: 1 } }),
+      expect.objectContaining({ owner: "b", position: 2, waitedMs: 2000, etaMs: 118_000 }),
     ]);
     expect(state.waitFor.map((w) => w.gate)).toEqual(["memory_budget"]);
-    expect(state.reservations).toEqual([expect.objectContaining({ id: r.id, label: "first", start: { memoryBytes: 6 * G, cpu: 1 } })]);
+    expect(state.reservations).toEqual([expect.objectContaining({ id: r.id, owner: "first", start: { memoryBytes: 6 * G, cpu: 1 } })]);
     expect(state.committed.items).toEqual([expect.objectContaining({ kind: "reservation", label: "first" })]);
     expect(state.policy.memoryBytes).toBe(8 * G);
     expect(state.sample?.availableBytes).toBe(64 * G);
@@ -289,7 +414,7 @@ describe("budget", () => {
 
   it("refuses malformed input naming the field", async () => {
     const { budget } = await setup();
-    await expect(budget.admit(need(1, 1), "")).rejects.toMatchObject({ code: "invalid_argument", message: expect.stringMatching(/^label: /) });
+    await expect(budget.admit(need(1, 1), "")).rejects.toMatchObject({ code: "invalid_argument", message: expect.stringMatching(/^owner: /) });
     await expect(budget.admit({ items: [], start: { memoryBytes: -1, cpu: 0 }, build: { memoryBytes: 0, cpu: 0 } }, "x")).rejects.toMatchObject({
       code: "invalid_argument",
       message: expect.stringMatching(/^need.start.memoryBytes: /),

@@ -16,7 +16,7 @@
 import type { Clock } from "@berth/shared/clock";
 import { systemClock } from "@berth/shared/clock";
 import { BerthError, invalidArgument } from "@berth/shared/errors";
-import type { AdmitOptions, QueueEntryInfo } from "./admission-queue.js";
+import type { AdmitOptions, Page, QueueEntryInfo } from "./admission-queue.js";
 import { AdmissionQueue } from "./admission-queue.js";
 import type { Cost, Need, NeedItemInput, Resources, ResourceSpec } from "./costs.js";
 import { checkResources, costsOf, needFromItems, total } from "./costs.js";
@@ -24,8 +24,8 @@ import type { Logger } from "./logger.js";
 import { silentLogger } from "./logger.js";
 import type { Policy } from "./policy.js";
 import { validatePolicy } from "./policy.js";
-import type { Reservation } from "./reservations.js";
-import { ReservationBook } from "./reservations.js";
+import type { ConsumeOptions, Reservation } from "./reservations.js";
+import { ReservationBook, reservationNotFound } from "./reservations.js";
 import type { RunningEntry } from "./running-tally.js";
 import { RunningTally } from "./running-tally.js";
 import type { MachineSample, Sampler } from "./sampler.js";
@@ -51,12 +51,20 @@ export interface BudgetOptions {
 export interface ReserveOptions extends AdmitOptions {
   /** The lease: released unless renewed within this many ms. */
   ttlMs: number;
+  /**
+   * The caller's id for the request: a repeat while the reservation lives answers it, and a repeat
+   * while the first still waits joins that wait (one place in the queue, dropped only once every
+   * caller has gone). Forgotten when the reservation ends.
+   */
+  requestId?: string | undefined;
 }
 
 /** A reservation as `state()` shows it. */
 export interface ReservationInfo {
   id: string;
-  label: string;
+  /** Its place in admission order (for paging). */
+  seq: number;
+  owner: string;
   start: Resources;
   build: Resources;
   admittedAt: number;
@@ -72,12 +80,22 @@ export interface BudgetState {
   committed: Committed;
   /** Free memory as the gate sees it: the sample's, less what was admitted since. */
   freeMemoryBytes?: number | undefined;
-  /** The waiters, head first, with positions and ETAs. */
+  /** The waiters, head first, with positions and ETAs: the first `pageSize` of them. */
   queue: QueueEntryInfo[];
+  /** How many wait in all. */
+  queueSize: number;
+  /** Where the queue's next page starts (see {@link Budget.listQueue}); undefined when `queue` is all of it. */
+  queueNext?: number | undefined;
   /** Why the head waits (empty when nobody waits). */
   waitFor: Reason[];
+  /** The reservations, oldest first: the first `pageSize` of them. */
   reservations: ReservationInfo[];
-  running: RunningEntry[];
+  reservationCount: number;
+  reservationsNext?: number | undefined;
+  /** The running tally, oldest first: the first `pageSize` entries. */
+  running: Array<RunningEntry & { seq: number }>;
+  runningCount: number;
+  runningNext?: number | undefined;
   /** The moving estimate of how long a reservation is held. */
   holdMs: number;
 }
@@ -86,6 +104,8 @@ export interface BudgetState {
 export interface RunningOptions {
   pid?: number | undefined;
   ttlMs?: number | undefined;
+  /** The caller's id for the request: a repeat while the entry lives answers that entry instead of counting it twice. */
+  requestId?: string | undefined;
 }
 
 /** The budget's API. */
@@ -93,9 +113,9 @@ export interface Budget {
   /** Would `need` be admitted right now, ignoring the queue? Reads the cached sample, never /proc. */
   check(need: Pick<Need, "start" | "build">, options?: CheckOptions): Verdict;
   /** Waits for room and its turn; resolves with the reservation, which the caller must release (see {@link AdmissionQueue.admit} for refusals). */
-  admit(need: Need, label: string, options?: AdmitOptions): Promise<Reservation>;
-  /** `admit`, then hold the reservation on a lease of `ttlMs` (for clients that cannot hold a stream). */
-  reserve(need: Need, label: string, options: ReserveOptions): Promise<Reservation>;
+  admit(need: Need, owner: string, options?: AdmitOptions): Promise<Reservation>;
+  /** `admit`, then hold the reservation on a lease of `ttlMs` (for clients that cannot hold a stream); see {@link ReserveOptions.requestId} for repeats. */
+  reserve(need: Need, owner: string, options: ReserveOptions): Promise<Reservation>;
   /** Renews a leased reservation. not_found when it was released or its lease ran out. */
   renew(reservationId: string, ttlMs?: number): Reservation;
   /** Releases a reservation. Idempotent: false when there was none by that id. */
@@ -108,8 +128,12 @@ export interface Budget {
    * running tally is what was admitted), else the policy's default run cost.
    */
   runCostOf(name: string, reservationId?: string): Resources;
-  /** Something the reservation starts now runs: its share moves to the running tally. Resolves once the tally is on disk. */
-  consume(reservationId: string, name: string, cost: Resources, pid?: number): Promise<RunningEntry>;
+  /**
+   * Something the reservation starts now runs: its share moves to the running tally. Resolves once
+   * the tally is on disk. A repeat of `options.requestId` while its entry lives answers that entry
+   * (and moves nothing), even once the reservation is gone.
+   */
+  consume(reservationId: string, name: string, cost: Resources, options?: ConsumeOptions): Promise<RunningEntry>;
   /** Counts running work started outside a reservation. Resolves once the tally is on disk. */
   registerRunning(name: string, cost: Resources, options?: RunningOptions): Promise<RunningEntry>;
   /** Renews a running entry's lease. */
@@ -117,7 +141,14 @@ export interface Budget {
   /** Stops counting running work. False when there was none by that id. Resolves once the tally is on disk. */
   stopRunning(id: string): Promise<boolean>;
   getReservation(reservationId: string): Reservation | undefined;
-  state(): BudgetState;
+  /** Everything, with the first `pageSize` entries of each list (all of them by default). */
+  state(pageSize?: number): BudgetState;
+  /** Up to `limit` waiters that arrived after the one numbered `after` (the head first when undefined), and what the head waits for. */
+  listQueue(after: number | undefined, limit: number): Page<QueueEntryInfo> & { waitFor: Reason[] };
+  /** Up to `limit` reservations admitted after the one numbered `after`, oldest first. */
+  listReservations(after: number | undefined, limit: number): Page<ReservationInfo>;
+  /** Up to `limit` running entries counted after the one numbered `after`, oldest first. */
+  listRunning(after: number | undefined, limit: number): Page<RunningEntry & { seq: number }>;
   /** The latest machine sample. */
   machine(): MachineSample | undefined;
   /** The latest sample, then every new one; a slow reader gets the newest, not a backlog. Ends when `signal` fires or the budget closes. */
@@ -133,9 +164,27 @@ export interface Budget {
   close(): Promise<void>;
 }
 
-function checkLabel(label: unknown): string {
-  if (typeof label !== "string" || label.trim() === "" || label.length > 256) throw invalidArgument("label", "must be 1 to 256 characters");
-  return label;
+function checkOwner(owner: unknown): string {
+  if (typeof owner !== "string" || owner.trim() === "" || owner.length > 256) throw invalidArgument("owner", "must be 1 to 256 characters");
+  return owner;
+}
+
+/** What a repeat of a request id must ask for again: the same owner and the same shares. */
+function requestKey(need: Pick<Need, "start" | "build">, owner: string): string {
+  return JSON.stringify([owner, need.start.memoryBytes, need.start.cpu, need.build.memoryBytes, need.build.cpu]);
+}
+
+function requestIdReused(what: string): BerthError {
+  return invalidArgument("request_id", `already names ${what}; use a new id for a new request`);
+}
+
+/** A Reserve still waiting, shared by every call that carries its request id. */
+interface PendingReserve {
+  key: string;
+  promise: Promise<Reservation>;
+  /** The calls waiting on it: the queued request is dropped when the last one goes. */
+  callers: number;
+  drop: AbortController;
 }
 
 function checkNeed(need: Pick<Need, "start" | "build">): void {
@@ -145,7 +194,7 @@ function checkNeed(need: Pick<Need, "start" | "build">): void {
 }
 
 function reservationInfo(r: Reservation): ReservationInfo {
-  return { id: r.id, label: r.label, start: { ...r.start }, build: { ...r.build }, admittedAt: r.admittedAt, leaseExpiresAt: r.leaseExpiresAt };
+  return { id: r.id, seq: r.seq, owner: r.owner, start: { ...r.start }, build: { ...r.build }, admittedAt: r.admittedAt, leaseExpiresAt: r.leaseExpiresAt };
 }
 
 /** Creates the budget: opens the running tally (dropping what ended while the service was down) and subscribes to the sampler. */
@@ -159,19 +208,31 @@ export async function createBudget(options: BudgetOptions): Promise<Budget> {
   let queueRef: AdmissionQueue | undefined;
   let cachedCommitted: { book: number; tally: number; value: Committed } | undefined;
   const recheck = () => queueRef?.recheck();
+  /** Live reservations by the request id that made them, and Reserves still waiting by theirs. */
+  const reserved = new Map<string, { reservation: Reservation; key: string }>();
+  const reserving = new Map<string, PendingReserve>();
 
   const tally = await RunningTally.open({ clock, stateDir: options.stateDir, logger, onChange: recheck, isAlive: options.isAlive });
-  const book = new ReservationBook({ clock, tally, logger, onChange: recheck });
+  const book = new ReservationBook({
+    clock,
+    tally,
+    logger,
+    onChange: (reservation, change) => {
+      // A request id is forgotten with its reservation: a later request may use it again.
+      if (change === "released" && reservation.requestId !== undefined && reserved.get(reservation.requestId)?.reservation === reservation) {
+        reserved.delete(reservation.requestId);
+      }
+      recheck();
+    },
+  });
 
   const committed = (): Committed => {
     if (cachedCommitted && cachedCommitted.book === book.version && cachedCommitted.tally === tally.version) return cachedCommitted.value;
     const running = tally.totals();
-    const reserved = book.totals();
-    const value: Committed = {
-      memoryBytes: running.memoryBytes + reserved.memoryBytes,
-      cpu: running.cpu + reserved.cpu,
-      items: [...tally.committedItems(), ...book.committedItems()],
-    };
+    const held = book.totals();
+    // Largest first (memory, then cpu): the first items are the ones worth reading.
+    const items = [...tally.committedItems(), ...book.committedItems()].sort((a, b) => b.memoryBytes - a.memoryBytes || b.cpu - a.cpu);
+    const value: Committed = { memoryBytes: running.memoryBytes + held.memoryBytes, cpu: running.cpu + held.cpu, items };
     cachedCommitted = { book: book.version, tally: tally.version, value };
     return value;
   };
@@ -191,7 +252,7 @@ export async function createBudget(options: BudgetOptions): Promise<Budget> {
     logger,
     policy: () => policy,
     context,
-    grant: (need, label) => book.create(need, label),
+    grant: (need, owner, waitedMs) => book.create(need, owner, { waitedMs }),
     holdMs: () => book.holdMs,
     defer: options.defer,
   });
@@ -214,8 +275,56 @@ export async function createBudget(options: BudgetOptions): Promise<Budget> {
 
   const reservation = (id: string): Reservation => {
     const found = book.get(id);
-    if (!found) throw new BerthError("not_found", `no reservation ${id}: it was released, its lease ran out, or the service restarted`, { reservationId: id });
+    if (!found) throw reservationNotFound(id);
     return found;
+  };
+
+  /** The live entry a repeat of `requestId` answers (checked to be the same request), or undefined. */
+  const repeatedRunning = (requestId: string | undefined, name: string, reservationId: string | undefined): RunningEntry | undefined => {
+    if (requestId === undefined) return undefined;
+    const entry = tally.byRequestId(requestId);
+    if (entry === undefined) return undefined;
+    if (entry.name !== name || entry.reservationId !== reservationId) throw requestIdReused(`the running entry '${entry.name}' (${entry.id})`);
+    return entry;
+  };
+
+  /** One more call waiting on `pending`; its own signal withdraws only itself. */
+  const joinReserve = (requestId: string, pending: PendingReserve, signal: AbortSignal | undefined): Promise<Reservation> => {
+    pending.callers++;
+    return new Promise<Reservation>((resolve, reject) => {
+      let left = false;
+      const leave = () => {
+        if (left) return;
+        left = true;
+        signal?.removeEventListener("abort", onAbort);
+        pending.callers--;
+        if (pending.callers === 0) {
+          // Nobody waits any more: a later repeat starts afresh rather than joining a dropped request.
+          if (reserving.get(requestId) === pending) reserving.delete(requestId);
+          pending.drop.abort();
+        }
+      };
+      const onAbort = () => {
+        leave();
+        reject(new BerthError("cancelled", `the Reserve with request id ${requestId} was withdrawn: its caller disconnected`, { kind: "cancelled" }));
+      };
+      if (signal?.aborted) return onAbort();
+      signal?.addEventListener("abort", onAbort, { once: true });
+      pending.promise.then(
+        (admitted) => {
+          if (left) return;
+          left = true;
+          signal?.removeEventListener("abort", onAbort);
+          resolve(admitted);
+        },
+        (error: unknown) => {
+          if (left) return;
+          left = true;
+          signal?.removeEventListener("abort", onAbort);
+          reject(error);
+        },
+      );
+    });
   };
 
   const ensureOpen = () => {
@@ -228,24 +337,64 @@ export async function createBudget(options: BudgetOptions): Promise<Budget> {
       return check(total(need), context(), checkOptions);
     },
 
-    admit(need, label, admitOptions = {}) {
+    admit(need, owner, admitOptions = {}) {
       try {
         ensureOpen();
         checkNeed(need);
-        checkLabel(label);
+        checkOwner(owner);
       } catch (error) {
         return Promise.reject(error);
       }
-      return queue.admit(need, label, admitOptions);
+      return queue.admit(need, owner, admitOptions);
     },
 
-    async reserve(need, label, reserveOptions) {
-      const { ttlMs, ...admitOptions } = reserveOptions;
+    async reserve(need, owner, reserveOptions) {
+      const { ttlMs, requestId, ...admitOptions } = reserveOptions;
       if (!Number.isFinite(ttlMs) || ttlMs <= 0) throw invalidArgument("ttl", `must be a positive duration; got ${ttlMs}`);
-      const admitted = await budget.admit(need, label, admitOptions);
-      // No timer can fire between the admission and this line: the lease starts with the reservation.
-      book.lease(admitted, ttlMs);
-      return admitted;
+      if (requestId === undefined) {
+        const admitted = await budget.admit(need, owner, admitOptions);
+        // No timer can fire between the admission and this line: the lease starts with the reservation.
+        book.lease(admitted, ttlMs);
+        return admitted;
+      }
+      ensureOpen();
+      checkNeed(need);
+      const key = requestKey(need, owner);
+      const live = reserved.get(requestId);
+      if (live !== undefined) {
+        if (live.key !== key) throw requestIdReused(`the reservation of '${live.reservation.owner}'`);
+        return live.reservation;
+      }
+      let pending = reserving.get(requestId);
+      if (pending !== undefined && pending.key !== key) throw requestIdReused("a waiting Reserve of another need or owner");
+      if (pending === undefined) {
+        const drop = new AbortController();
+        const admission = budget.admit(need, owner, { ...admitOptions, signal: drop.signal });
+        const created: PendingReserve = {
+          key,
+          callers: 0,
+          drop,
+          promise: admission.then(
+            (admitted) => {
+              if (reserving.get(requestId) === created) reserving.delete(requestId);
+              // In the admission's own microtask, before any timer: the lease starts with the reservation.
+              book.lease(admitted, ttlMs);
+              admitted.requestId = requestId;
+              reserved.set(requestId, { reservation: admitted, key });
+              return admitted;
+            },
+            (error: unknown) => {
+              if (reserving.get(requestId) === created) reserving.delete(requestId);
+              throw error;
+            },
+          ),
+        };
+        // Rejections reach every caller through joinReserve; this one only keeps Node from reporting them unhandled.
+        created.promise.catch(() => undefined);
+        pending = created;
+        reserving.set(requestId, pending);
+      }
+      return joinReserve(requestId, pending, admitOptions.signal);
     },
 
     renew(reservationId, ttlMs) {
@@ -272,16 +421,16 @@ export async function createBudget(options: BudgetOptions): Promise<Budget> {
       return admitted ?? { ...policy.defaultRun };
     },
 
-    async consume(reservationId, name, cost, pid) {
+    async consume(reservationId, name, cost, consumeOptions = {}) {
       ensureOpen();
-      const entry = reservation(reservationId).consume(name, cost, pid);
+      const entry = repeatedRunning(consumeOptions.requestId, name, reservationId) ?? reservation(reservationId).consume(name, cost, consumeOptions);
       await tally.whenDurable();
       return entry;
     },
 
     async registerRunning(name, cost, runningOptions = {}) {
       ensureOpen();
-      const entry = tally.register(name, cost, runningOptions);
+      const entry = repeatedRunning(runningOptions.requestId, name, undefined) ?? tally.register(name, cost, runningOptions);
       await tally.whenDurable();
       return entry;
     },
@@ -301,20 +450,38 @@ export async function createBudget(options: BudgetOptions): Promise<Budget> {
 
     getReservation: (id) => book.get(id),
 
-    state() {
+    state(pageSize = Number.POSITIVE_INFINITY) {
       const ctx = context();
+      const waiting = queue.page(undefined, pageSize);
+      const reservations = book.page(undefined, pageSize);
+      const running = tally.page(undefined, pageSize);
       return {
         policy,
         sample: ctx.sample,
         committed: ctx.committed,
         freeMemoryBytes: freeMemory(ctx),
-        queue: queue.entries(),
+        queue: waiting.items,
+        queueSize: queue.length,
+        queueNext: waiting.next,
         waitFor: queue.headReasons(),
-        reservations: book.all().map(reservationInfo),
-        running: tally.entries(),
+        reservations: reservations.items.map(reservationInfo),
+        reservationCount: book.size,
+        reservationsNext: reservations.next,
+        running: running.items,
+        runningCount: tally.size,
+        runningNext: running.next,
         holdMs: book.holdMs,
       };
     },
+
+    listQueue: (after, limit) => ({ ...queue.page(after, limit), waitFor: queue.headReasons() }),
+
+    listReservations(after, limit) {
+      const page = book.page(after, limit);
+      return { items: page.items.map(reservationInfo), next: page.next };
+    },
+
+    listRunning: (after, limit) => tally.page(after, limit),
 
     machine: () => options.sampler.latest(),
 

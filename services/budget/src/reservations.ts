@@ -12,6 +12,7 @@ import type { Clock, TimerHandle } from "@berth/shared/clock";
 import { BerthError } from "@berth/shared/errors";
 import type { Need, NeedItem, Resources } from "./costs.js";
 import { checkResources } from "./costs.js";
+import type { Page } from "./admission-queue.js";
 import type { Logger } from "./logger.js";
 import type { RunningEntry, RunningTally } from "./running-tally.js";
 import type { CommittedItem } from "./verdict.js";
@@ -36,6 +37,8 @@ export class Reservation {
   leaseExpiresAt: number | undefined;
   /** How long the lease lasts when renewed without a ttl. */
   leaseTtlMs: number | undefined;
+  /** The caller's id for the request that made it (Reserve's `request_id`): a repeat answers this reservation. */
+  requestId: string | undefined;
   private leaseTimer: TimerHandle | undefined;
   /** The items it starts (starts and appliances), each with the cost it was admitted with. */
   private readonly started: readonly NeedItem[];
@@ -44,10 +47,14 @@ export class Reservation {
   constructor(
     /** An unguessable id: it is the capability to release or renew. */
     readonly id: string,
-    readonly label: string,
+    /** Its place in admission order, for paging. */
+    readonly seq: number,
+    readonly owner: string,
     need: ReservedNeed,
     /** When it was admitted (clock ms). */
     readonly admittedAt: number,
+    /** How long it waited in the queue before (0 when admitted at once). */
+    readonly waitedMs: number,
     private readonly book: ReservationBook,
   ) {
     this.start = { ...need.start };
@@ -76,16 +83,16 @@ export class Reservation {
   /**
    * One of the things this reservation starts is now running: `cost` leaves the reservation's start
    * share (never below zero) and is counted in the running tally as `name` (with its pid, so the
-   * tally drops it when the process is gone). Returns the tally entry.
+   * tally drops it when the process is gone; with `ttlMs`, a lease). Returns the tally entry.
    */
-  consume(name: string, cost: Resources, pid?: number): RunningEntry {
-    if (this.released) throw new BerthError("failed_precondition", `reservation '${this.label}' was already released: start its work under a new admission`, { reservationId: this.id });
+  consume(name: string, cost: Resources, options: ConsumeOptions = {}): RunningEntry {
+    if (this.released) throw reservationNotFound(this.id, `reservation '${this.owner}' was already released: start its work under a new admission`);
     checkResources(cost, "cost");
     this.start = {
       memoryBytes: Math.max(0, this.start.memoryBytes - cost.memoryBytes),
       cpu: Math.max(0, this.start.cpu - cost.cpu),
     };
-    return this.book.consumed(this, name, cost, pid);
+    return this.book.consumed(this, name, cost, options);
   }
 
   /** Lets go of everything it holds. Idempotent. */
@@ -98,9 +105,9 @@ export class Reservation {
 
   /** Extends the lease by `ttlMs` (default: its own ttl) from now. Only for leased reservations. */
   renew(ttlMs?: number): void {
-    if (this.released) throw new BerthError("not_found", `reservation '${this.label}' was already released (or its lease ran out)`, { reservationId: this.id });
+    if (this.released) throw reservationNotFound(this.id, `reservation '${this.owner}' was already released (or its lease ran out)`);
     const ttl = ttlMs ?? this.leaseTtlMs;
-    if (ttl === undefined) throw new BerthError("failed_precondition", `reservation '${this.label}' is held by its stream and has no lease to renew`, { reservationId: this.id });
+    if (ttl === undefined) throw new BerthError("failed_precondition", `reservation '${this.owner}' is held by its stream and has no lease to renew`, { reservationId: this.id });
     this.book.lease(this, ttl);
     this.book.changed(this, "renewed");
   }
@@ -115,6 +122,20 @@ export class Reservation {
     if (this.leaseTimer !== undefined) this.book.clock.clearTimeout(this.leaseTimer);
     this.leaseTimer = undefined;
   }
+}
+
+/** How a consumed share is counted in the running tally. */
+export interface ConsumeOptions {
+  pid?: number | undefined;
+  /** A lease for the running entry. */
+  ttlMs?: number | undefined;
+  /** The caller's id for the request (RegisterRunning's `request_id`). */
+  requestId?: string | undefined;
+}
+
+/** NOT_FOUND RESERVATION_NOT_FOUND: the reservation `id` is gone. */
+export function reservationNotFound(id: string, message = `no reservation ${id}: it was released, its lease ran out, or the service restarted`): BerthError {
+  return new BerthError("not_found", message, { reservationId: id }, { reason: "RESERVATION_NOT_FOUND" });
 }
 
 /** Options of {@link ReservationBook}. */
@@ -134,14 +155,16 @@ export class ReservationBook {
   holdMs = INITIAL_HOLD_MS;
   /** Bumped on every change of what reservations hold: cached totals compare it. */
   version = 0;
+  /** The last reservation's number (admission order). */
+  private seq = 0;
 
   constructor(private readonly options: ReservationBookOptions) {
     this.clock = options.clock;
   }
 
-  /** Admits `need` as a new reservation labelled `label`; with `ttlMs`, it is leased. */
-  create(need: ReservedNeed, label: string, options: { ttlMs?: number | undefined } = {}): Reservation {
-    const reservation = new Reservation(randomUUID(), label, need, this.clock.now(), this);
+  /** Admits `need` as a new reservation owned by `owner` (after waiting `waitedMs`); with `ttlMs`, it is leased. */
+  create(need: ReservedNeed, owner: string, options: { ttlMs?: number | undefined; waitedMs?: number | undefined } = {}): Reservation {
+    const reservation = new Reservation(randomUUID(), ++this.seq, owner, need, this.clock.now(), options.waitedMs ?? 0, this);
     this.reservations.set(reservation.id, reservation);
     if (options.ttlMs !== undefined) this.lease(reservation, options.ttlMs);
     this.changed(reservation, "admitted");
@@ -158,6 +181,18 @@ export class ReservationBook {
 
   get size(): number {
     return this.reservations.size;
+  }
+
+  /** Up to `limit` reservations admitted after the one numbered `after` (from the oldest when undefined), oldest first. */
+  page(after: number | undefined, limit: number): Page<Reservation> {
+    const items: Reservation[] = [];
+    // A Map iterates in insertion order, which is admission order.
+    for (const r of this.reservations.values()) {
+      if (after !== undefined && r.seq <= after) continue;
+      if (items.length >= limit) return { items, next: items[items.length - 1]?.seq };
+      items.push(r);
+    }
+    return { items };
   }
 
   /** What every reservation holds, in total. */
@@ -177,7 +212,7 @@ export class ReservationBook {
     for (const r of this.reservations.values()) {
       const held = r.held();
       if (held.memoryBytes === 0 && held.cpu === 0) continue;
-      items.push({ kind: "reservation", id: r.id, label: r.label, memoryBytes: held.memoryBytes, cpu: held.cpu });
+      items.push({ kind: "reservation", id: r.id, label: r.owner, memoryBytes: held.memoryBytes, cpu: held.cpu });
     }
     return items;
   }
@@ -202,7 +237,7 @@ export class ReservationBook {
     reservation.setLeaseTimer(
       this.clock.setTimeout(() => {
         if (reservation.released) return;
-        this.options.logger.info({ reservation: reservation.id, label: reservation.label }, "budget: a reservation's lease ran out; releasing it");
+        this.options.logger.info({ reservation: reservation.id, owner: reservation.owner }, "budget: a reservation's lease ran out; releasing it");
         reservation.release();
       }, ttlMs),
     );
@@ -215,8 +250,8 @@ export class ReservationBook {
   }
 
   /** @internal */
-  consumed(reservation: Reservation, name: string, cost: Resources, pid: number | undefined): RunningEntry {
-    const entry = this.options.tally.register(name, cost, { pid, reservationId: reservation.id }, { quiet: true });
+  consumed(reservation: Reservation, name: string, cost: Resources, options: ConsumeOptions): RunningEntry {
+    const entry = this.options.tally.register(name, cost, { ...options, reservationId: reservation.id }, { quiet: true });
     this.changed(reservation, "consumed");
     return entry;
   }

@@ -19,6 +19,7 @@ import { ensurePrivateDir, writeFileAtomic } from "@berth/shared/files";
 import { bootId, processStartTime, sameProcess } from "@berth/shared/process-identity";
 import type { Resources } from "./costs.js";
 import { checkResources } from "./costs.js";
+import type { Page } from "./admission-queue.js";
 import type { Logger } from "./logger.js";
 import type { CommittedItem } from "./verdict.js";
 
@@ -40,6 +41,8 @@ export interface RunningEntry {
   startedAt: number;
   /** The reservation it was consumed from, if any. */
   reservationId?: string | undefined;
+  /** The caller's id for the request that counted it (RegisterRunning's `request_id`): a repeat answers this entry. */
+  requestId?: string | undefined;
 }
 
 /** How to register running work. */
@@ -48,6 +51,8 @@ export interface RegisterOptions {
   /** Counted only while renewed within this many ms. */
   ttlMs?: number | undefined;
   reservationId?: string | undefined;
+  /** The caller's id for the request: registering it again while the entry lives answers the entry (see {@link RunningTally.byRequestId}). */
+  requestId?: string | undefined;
 }
 
 /** Options of {@link RunningTally.open}. */
@@ -84,13 +89,19 @@ function isEntry(value: unknown): value is RunningEntry {
     e.cost !== undefined &&
     typeof e.cost.memoryBytes === "number" &&
     typeof e.cost.cpu === "number" &&
-    (e.pid === undefined || typeof e.pid === "number")
+    (e.pid === undefined || typeof e.pid === "number") &&
+    (e.requestId === undefined || typeof e.requestId === "string")
   );
 }
 
 /** The running tally. Create it with {@link RunningTally.open}. */
 export class RunningTally {
   private readonly entriesById = new Map<string, RunningEntry>();
+  /** Each entry's place in the order it was counted (for paging); in memory only, numbered afresh at open. */
+  private readonly seqs = new Map<string, number>();
+  private seq = 0;
+  /** The live entries by the request id they were registered with. */
+  private readonly requestIds = new Map<string, RunningEntry>();
   private readonly leaseTimers = new Map<string, TimerHandle>();
   private readonly file: string | undefined;
   private readonly isAlive: (pid: number, startTime: number | undefined) => boolean;
@@ -128,7 +139,7 @@ export class RunningTally {
           options.logger.info({ entry: entry.id, name: entry.name, pid: entry.pid }, "budget: running work from before the restart is gone; no longer counted");
           continue;
         }
-        tally.entriesById.set(entry.id, entry);
+        tally.add(entry);
         if (entry.leaseExpiresAt !== undefined) tally.armLease(entry, entry.leaseExpiresAt - now);
       }
       if (dropped > 0) {
@@ -168,6 +179,9 @@ export class RunningTally {
     if (typeof name !== "string" || name.length === 0 || name.length > 256) throw invalidArgument("name", "must be 1 to 256 characters");
     const checked = checkResources(cost, "cost");
     if (options.pid !== undefined && (!Number.isInteger(options.pid) || options.pid <= 0)) throw invalidArgument("pid", `must be a positive whole number; got ${options.pid}`);
+    if (options.requestId !== undefined && this.requestIds.has(options.requestId)) {
+      throw invalidArgument("request_id", "already counts a running entry: answer the repeat with byRequestId");
+    }
     if (options.ttlMs !== undefined && (!Number.isFinite(options.ttlMs) || options.ttlMs <= 0)) throw invalidArgument("ttl", `must be a positive duration; got ${options.ttlMs}`);
     const now = this.options.clock.now();
     const entry: RunningEntry = { id: randomUUID(), name, cost: checked, startedAt: now };
@@ -177,20 +191,39 @@ export class RunningTally {
       entry.bootId = bootId();
     }
     if (options.reservationId !== undefined) entry.reservationId = options.reservationId;
+    if (options.requestId !== undefined) entry.requestId = options.requestId;
     if (options.ttlMs !== undefined) {
       entry.leaseTtlMs = options.ttlMs;
       entry.leaseExpiresAt = now + options.ttlMs;
       this.armLease(entry, options.ttlMs);
     }
-    this.entriesById.set(entry.id, entry);
+    this.add(entry);
     this.changed(quiet);
     return entry;
+  }
+
+  /** The live entry registered with `requestId`, if any. */
+  byRequestId(requestId: string): RunningEntry | undefined {
+    return this.requestIds.get(requestId);
+  }
+
+  /** Up to `limit` entries counted after the one numbered `after` (from the oldest when undefined), oldest first, each with its number. */
+  page(after: number | undefined, limit: number): Page<RunningEntry & { seq: number }> {
+    const items: Array<RunningEntry & { seq: number }> = [];
+    // A Map iterates in insertion order, which is the order the entries were counted.
+    for (const entry of this.entriesById.values()) {
+      const seq = this.seqs.get(entry.id)!;
+      if (after !== undefined && seq <= after) continue;
+      if (items.length >= limit) return { items, next: items[items.length - 1]?.seq };
+      items.push({ ...entry, seq });
+    }
+    return { items };
   }
 
   /** Extends an entry's lease by `ttlMs` (default: its own ttl) from now. */
   renew(id: string, ttlMs?: number): RunningEntry {
     const entry = this.entriesById.get(id);
-    if (!entry) throw new BerthError("not_found", `no running entry ${id}: it was stopped, its process ended or its lease ran out`, { id });
+    if (!entry) throw new BerthError("not_found", `no running entry ${id}: it was stopped, its process ended or its lease ran out`, { id }, { reason: "RUNNING_NOT_FOUND" });
     const ttl = ttlMs ?? entry.leaseTtlMs;
     if (ttl === undefined || !Number.isFinite(ttl) || ttl <= 0) throw invalidArgument("ttl", `must be a positive duration; got ${ttl}`);
     entry.leaseTtlMs = ttl;
@@ -324,8 +357,19 @@ export class RunningTally {
     );
   }
 
+  private add(entry: RunningEntry): void {
+    this.entriesById.set(entry.id, entry);
+    this.seqs.set(entry.id, ++this.seq);
+    if (entry.requestId !== undefined) this.requestIds.set(entry.requestId, entry);
+  }
+
   private remove(id: string): boolean {
-    if (!this.entriesById.delete(id)) return false;
+    const entry = this.entriesById.get(id);
+    if (entry === undefined) return false;
+    this.entriesById.delete(id);
+    this.seqs.delete(id);
+    // Forgotten with the entry: a later request may use the id again.
+    if (entry.requestId !== undefined && this.requestIds.get(entry.requestId) === entry) this.requestIds.delete(entry.requestId);
     const timer = this.leaseTimers.get(id);
     if (timer !== undefined) this.options.clock.clearTimeout(timer);
     this.leaseTimers.delete(id);

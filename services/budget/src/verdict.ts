@@ -46,7 +46,7 @@ export interface CommittedItem {
   kind: "reservation" | "running";
   /** The reservation's or running entry's id. */
   id: string;
-  /** The reservation's label, or the running entry's name. */
+  /** For people: the reservation's owner, or the running entry's name. */
   label: string;
   memoryBytes: number;
   cpu: number;

@@ -7,7 +7,7 @@ import type { Duration, Timestamp } from "@bufbuild/protobuf/wkt";
 import { durationMs, timestampMs } from "@bufbuild/protobuf/wkt";
 import type { CommittedItem, Machine, PressureAverages, Resources, Verdict, WaitReason } from "@berth/api/berth/budget/v1/budget_pb";
 import { Gate, QueueMode, SampleSource } from "@berth/api/berth/budget/v1/budget_pb";
-import type { GetStateResponse, Queued } from "@berth/api/berth/budget/v1/budget_service_pb";
+import type { GetLimitsResponse, GetStateResponse, Queued } from "@berth/api/berth/budget/v1/budget_service_pb";
 import { formatDuration, formatSize } from "@berth/shared/units";
 import { styleFor, type Style } from "../terminal.js";
 
@@ -106,14 +106,14 @@ export function formatMachine(machine: Machine | undefined, now = Date.now()): s
     ].filter((p) => p !== undefined);
     lines.push(`${"cgroup".padEnd(11)}${cg.path}: ${parts.join(", ")}`);
   }
-  lines.push(`${"sampled".padEnd(11)}${ago(machine.sampledAt, now)}`);
+  lines.push(`${"sampled".padEnd(11)}${ago(machine.sampleTime, now)}`);
   return lines.filter((l) => l !== undefined).join("\n");
 }
 
 /** One line per sample, for `budget watch`. */
 export function formatMachineLine(machine: Machine | undefined): string {
   if (machine === undefined) return "no sample";
-  const at = machine.sampledAt === undefined ? "" : new Date(timestampMs(machine.sampledAt)).toISOString().slice(11, 19);
+  const at = machine.sampleTime === undefined ? "" : new Date(timestampMs(machine.sampleTime)).toISOString().slice(11, 19);
   const cpu = machine.cpuPressure?.some;
   return [
     at,
@@ -148,9 +148,15 @@ export function formatVerdict(verdict: Verdict | undefined): string {
   return [`would wait: ${need} does not fit now${budget}`, ...reasonLines(verdict.waitFor)].join("\n");
 }
 
+/** The line under a table that shows `shown` of `total` entries, or nothing when it shows them all. */
+function more(shown: number, total: number): string[] {
+  return total > shown ? [`  … and ${total - shown} more (--all lists them)`] : [];
+}
+
 /**
  * The whole state: budget and machine in two lines, then committed, queue, reservations and
- * running as tables (titles and headers in bold when `style` is a terminal's).
+ * running as tables, each titled with how many there are in all (a table may show only the first
+ * page; titles and headers in bold when `style` is a terminal's).
  */
 export function formatState(state: GetStateResponse, now = Date.now(), style: Style = PLAIN): string {
   const policy = state.policy;
@@ -168,45 +174,66 @@ export function formatState(state: GetStateResponse, now = Date.now(), style: St
     const cpu = m.cpuPressure?.some;
     out.push(
       `${style.bold("machine")}  ${size(m.availableBytes)} available of ${size(m.totalBytes)}, load ${m.load1?.toFixed(2) ?? "?"} on ${m.cores} cores` +
-        `${cpu === undefined ? "" : `, cpu pressure ${cpu.avg10.toFixed(1)}%/${cpu.avg60.toFixed(1)}%`} (sampled ${ago(m.sampledAt, now)})`,
+        `${cpu === undefined ? "" : `, cpu pressure ${cpu.avg10.toFixed(1)}%/${cpu.avg60.toFixed(1)}%`} (sampled ${ago(m.sampleTime, now)})`,
     );
   }
   out.push("");
-  out.push(style.bold(`committed (${committed?.items.length ?? 0})`));
-  if (committed !== undefined && committed.items.length > 0) {
-    out.push(table(["WHAT", "MEMORY", "CPU", "ID"], committed.items.map((i) => [i.what, size(i.memoryBytes), cpus(i.cpu), i.id]), style));
+  const items = committed?.items ?? [];
+  out.push(style.bold(`committed (${Math.max(committed?.itemCount ?? 0, items.length)})`));
+  if (items.length > 0) {
+    out.push(table(["WHAT", "MEMORY", "CPU", "ID"], items.map((i) => [i.what, size(i.memoryBytes), cpus(i.cpu), i.id]), style));
+    // The rest are reservations and running entries: the tables below list them (all of them with --all).
+    const left = (committed?.itemCount ?? 0) - items.length;
+    if (left > 0) out.push(`  … and ${left} smaller (reservations and running work)`);
   }
-  out.push(style.bold(`queue (${state.queue.length} waiting)`));
+  const queueSize = Math.max(state.queueSize, state.queue.length);
+  out.push(style.bold(`queue (${queueSize} waiting)`));
   if (state.queue.length > 0) {
     out.push(
       table(
-        ["#", "LABEL", "NEEDS", "ETA", "WAITED", "WAITING FOR"],
-        state.queue.map((q) => [String(q.position), q.label, resources(q.need?.total), eta(q.eta), ago(q.queuedAt, now).replace(" ago", ""), q.waitForText]),
+        ["#", "OWNER", "NEEDS", "ETA", "WAITED", "WAITING FOR"],
+        state.queue.map((q) => [String(q.position), q.owner, resources(q.need?.total), eta(q.eta), ago(q.enqueueTime, now).replace(" ago", ""), q.waitForText]),
         style,
       ),
     );
+    out.push(...more(state.queue.length, queueSize));
   }
-  out.push(style.bold(`reservations (${state.reservations.length})`));
+  const reservationCount = Math.max(state.reservationCount, state.reservations.length);
+  out.push(style.bold(`reservations (${reservationCount})`));
   if (state.reservations.length > 0) {
     out.push(
       table(
-        ["LABEL", "START", "BUILD", "ADMITTED", "LEASE", "ID"],
-        state.reservations.map((r) => [r.label, resources(r.start), resources(r.build), ago(r.admittedAt, now), r.leaseExpiresAt === undefined ? "stream" : until(r.leaseExpiresAt, now), r.id]),
+        ["OWNER", "START", "BUILD", "ADMITTED", "LEASE", "ID"],
+        state.reservations.map((r) => [r.owner, resources(r.start), resources(r.build), ago(r.admitTime, now), r.expireTime === undefined ? "stream" : until(r.expireTime, now), r.id]),
         style,
       ),
     );
+    out.push(...more(state.reservations.length, reservationCount));
   }
-  out.push(style.bold(`running (${state.running.length})`));
+  const runningCount = Math.max(state.runningCount, state.running.length);
+  out.push(style.bold(`running (${runningCount})`));
   if (state.running.length > 0) {
     out.push(
       table(
         ["NAME", "COST", "PID", "STARTED", "LEASE", "ID"],
-        state.running.map((r) => [r.name, resources(r.cost), r.pid === undefined ? "-" : String(r.pid), ago(r.startedAt, now), r.leaseExpiresAt === undefined ? "-" : until(r.leaseExpiresAt, now), r.id]),
+        state.running.map((r) => [r.name, resources(r.cost), r.pid === undefined ? "-" : String(r.pid), ago(r.startTime, now), r.expireTime === undefined ? "-" : until(r.expireTime, now), r.id]),
         style,
       ),
     );
+    out.push(...more(state.running.length, runningCount));
   }
   return out.join("\n");
+}
+
+/** The service's limits, one per line. */
+export function formatLimits(limits: GetLimitsResponse): string {
+  return [
+    `${"lease".padEnd(13)}${duration(limits.defaultTtl)} unless asked, at most ${duration(limits.maxTtl)}`,
+    `${"wait".padEnd(13)}at most ${duration(limits.maxWait)} in the queue (the default and the cap of --max-wait)`,
+    `${"heartbeat".padEnd(13)}every ${duration(limits.heartbeatInterval)} while waiting (stretched in a long queue)`,
+    `${"queue".padEnd(13)}at most ${limits.maxQueue} requests`,
+    `${"owner".padEnd(13)}at most ${limits.maxOwnerLength} characters`,
+  ].join("\n");
 }
 
 /**

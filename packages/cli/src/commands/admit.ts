@@ -36,9 +36,9 @@ const HELP = renderHelp({
     "this command dies instead, the service releases the reservation by itself.",
   flags: [
     ...NEED_HELP_ROWS,
-    ["--label TEXT", "what this is, in the queue and in 'berth budget state' (default: the command line)"],
+    ["--owner TEXT", "who asks and for what, in the queue and in 'berth budget state' (default: the command line; --label is the same)"],
     ["--name NAME", "the name CMD is counted under while it runs (default: CMD's file name)"],
-    ["--max-wait DURATION", "give up after waiting this long: 30s, 10m (default and cap: the service's BERTH_BUDGET_WAIT)"],
+    ["--max-wait DURATION", "give up after waiting this long: 30s, 10m; 0: do not wait (default and cap: the service's BERTH_BUDGET_WAIT)"],
     ["--json", "progress as JSON lines on stderr even on a terminal"],
     ...BUDGET_ENDPOINT_FLAGS,
   ],
@@ -54,7 +54,7 @@ const HELP = renderHelp({
     ["CMD's", "once CMD ran: its own exit code (128+N when signal N killed it)"],
     [String(EXIT.impossible), "refused: the need is bigger than the whole budget (it can never be admitted)"],
     [String(EXIT.queueFull), "refused: the queue was full (BERTH_BUDGET_MAX_QUEUE); retry later"],
-    [String(EXIT.timedOut), "timed out: the wait ran out (--max-wait, BERTH_BUDGET_WAIT) before the need fit"],
+    [String(EXIT.timedOut), "timed out: the wait ran out (--max-wait, BERTH_BUDGET_WAIT) before the need fit (at once with --max-wait 0)"],
     [String(EXIT.commandNotFound), "CMD was not found"],
     [String(EXIT.cannotRun), "CMD could not be run (not executable)"],
     ["130/143", "interrupted (SIGINT/SIGTERM) while waiting; the request was withdrawn"],
@@ -62,7 +62,8 @@ const HELP = renderHelp({
   ],
   examples: [
     "berth admit --memory 2G --cpu 2 -- make -j2",
-    'berth admit --memory 1G --build-memory 4G --build-cpu 4 --label "up web" -- ./start-web.sh',
+    'berth admit --memory 1G --build-memory 4G --build-cpu 4 --owner "my-tool up web" -- ./start-web.sh',
+    "berth admit --memory 2G --max-wait 0 -- make    # now or not at all",
     "berth admit --memory 512M --max-wait 5m --json -- npm test 2>events.jsonl",
     "berth admit --memory 1G --build-memory 3G -- sh -c 'npm run build && berth budget build-done && npm start'",
   ],
@@ -103,6 +104,8 @@ class RequestStream implements AsyncIterable<AdmitRequestInit> {
 
 const FLAGS: Readonly<Record<string, FlagSpec>> = {
   ...NEED_FLAGS,
+  owner: { type: "string" },
+  // Its name before v1 of the API; kept as the same flag.
   label: { type: "string" },
   name: { type: "string" },
   "max-wait": { type: "string" },
@@ -139,10 +142,11 @@ function refusal(error: ConnectError) {
 
 /** Runs the admission; resolves with the exit code. */
 async function admit(values: Record<string, unknown>, command: string[], endpoint: Endpoint): Promise<number> {
-  // The service refuses control characters in labels and names: a command line may hold newlines.
+  // The service refuses control characters in owners and names: a command line may hold newlines.
   const printable = (text: string) => text.replace(/[\u0000-\u001f\u007f\s]+/g, " ").trim().slice(0, 256);
   const name = typeof values["name"] === "string" ? values["name"] : printable(path.basename(command[0]!)) || "command";
-  const label = typeof values["label"] === "string" ? values["label"] : printable(command.join(" ")) || name;
+  const given = values["owner"] ?? values["label"];
+  const owner = typeof given === "string" ? given : printable(command.join(" ")) || name;
   const { need, run } = needFromFlags(values, name.slice(0, 256));
   const maxWaitMs = durationFlag(values["max-wait"], "--max-wait");
   const progress = progressFor("berth admit", values["json"] === true);
@@ -155,7 +159,7 @@ async function admit(values: Record<string, unknown>, command: string[], endpoin
       case: "start",
       value: {
         need,
-        label,
+        owner,
         skipLoadGate: values["skip-load-gate"] === true,
         maxWait: maxWaitMs === undefined ? undefined : { seconds: BigInt(Math.floor(maxWaitMs / 1000)), nanos: (maxWaitMs % 1000) * 1_000_000 },
       },
@@ -212,8 +216,8 @@ async function admit(values: Record<string, unknown>, command: string[], endpoin
             waited_ms: at - started,
             wait_for: queued.waitForText,
             gates: queued.waitFor.map((r) => gateName(r.gate)),
-            ahead: queued.ahead.map((a) => ({ label: a.label, position: a.position })),
-            deadline: queued.deadline === undefined ? undefined : new Date(timestampMs(queued.deadline)).toISOString(),
+            ahead: queued.ahead.map((a) => ({ owner: a.owner, position: a.position })),
+            wait_expire_time: queued.waitExpireTime === undefined ? undefined : new Date(timestampMs(queued.waitExpireTime)).toISOString(),
           },
           // Rendered again every second: the wait counts up; the ETA stays the service's until its next update.
           () => formatQueued(queued, Date.now() - started),

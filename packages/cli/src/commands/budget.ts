@@ -1,16 +1,25 @@
 /**
- * `berth budget check|state|machine|watch|build-done`: look at the load budget without admitting
- * anything (and end a build phase from inside `berth admit`). Human output by default (tables, in
- * bold on a terminal; `watch` rewrites its line in place there), `--json` for scripts: the
- * messages in proto JSON form, one per line.
+ * `berth budget check|state|limits|machine|watch|build-done`: look at the load budget without
+ * admitting anything (and end a build phase from inside `berth admit`). Human output by default
+ * (tables, in bold on a terminal; `watch` rewrites its line in place there), `--json` for scripts:
+ * the messages in proto JSON form, one per line.
  */
 import type { DescMessage, MessageShape } from "@bufbuild/protobuf";
 import { toJson } from "@bufbuild/protobuf";
 import type { Client } from "@connectrpc/connect";
 import { createClient } from "@connectrpc/connect";
-import { BudgetService, CheckResponseSchema, GetMachineResponseSchema, GetStateResponseSchema, ReleaseBuildResponseSchema, WatchMachineResponseSchema } from "@berth/api/berth/budget/v1/budget_service_pb";
+import type { GetStateResponse } from "@berth/api/berth/budget/v1/budget_service_pb";
+import {
+  BudgetService,
+  CheckResponseSchema,
+  GetLimitsResponseSchema,
+  GetMachineResponseSchema,
+  GetStateResponseSchema,
+  ReleaseBuildResponseSchema,
+  WatchMachineResponseSchema,
+} from "@berth/api/berth/budget/v1/budget_service_pb";
 import { parseFlags, stringFlag, usageError, type FlagSpec, type ParsedArgs } from "../args.js";
-import { formatMachine, formatMachineLine, formatState, formatVerdict, resources } from "../client/budget-format.js";
+import { formatLimits, formatMachine, formatMachineLine, formatState, formatVerdict, resources } from "../client/budget-format.js";
 import { NEED_FLAGS, NEED_HELP_ROWS, needFromFlags } from "../client/budget-need.js";
 import { UsageError, createTransport, resolveEndpoint, type Endpoint } from "../client/connect.js";
 import { describeFailure, reportFailure } from "../client/errors.js";
@@ -34,6 +43,40 @@ interface Subcommand extends SubcommandHelp {
 
 function printJson<D extends DescMessage>(schema: D, message: MessageShape<D>): void {
   process.stdout.write(`${JSON.stringify(toJson(schema, message))}\n`);
+}
+
+/** The largest page the service gives (a larger --page-size is treated as this by the service). */
+const MAX_PAGE_SIZE = 1000;
+
+/** `--page-size N`: 1 to 1000, or undefined for the service's default. */
+function pageSizeFlag(value: unknown): number | undefined {
+  if (value === undefined) return undefined;
+  const text = String(value).trim();
+  const n = /^\d+$/.test(text) ? Number(text) : Number.NaN;
+  if (!Number.isInteger(n) || n < 1 || n > MAX_PAGE_SIZE) throw new UsageError(`--page-size must be a whole number from 1 to ${MAX_PAGE_SIZE}, got ${JSON.stringify(value)}`);
+  return n;
+}
+
+/** The rest of GetState's three lists, page by page (ListQueue, ListReservations, ListRunning), into `state`; its tokens are spent. */
+async function fetchAllPages(client: BudgetClient, state: GetStateResponse, pageSize: number | undefined): Promise<void> {
+  for (let token = state.queueNextPageToken; token !== ""; ) {
+    const page = await client.listQueue({ pageToken: token, pageSize });
+    state.queue.push(...page.queue);
+    token = page.nextPageToken;
+  }
+  for (let token = state.reservationsNextPageToken; token !== ""; ) {
+    const page = await client.listReservations({ pageToken: token, pageSize });
+    state.reservations.push(...page.reservations);
+    token = page.nextPageToken;
+  }
+  for (let token = state.runningNextPageToken; token !== ""; ) {
+    const page = await client.listRunning({ pageToken: token, pageSize });
+    state.running.push(...page.running);
+    token = page.nextPageToken;
+  }
+  state.queueNextPageToken = "";
+  state.reservationsNextPageToken = "";
+  state.runningNextPageToken = "";
 }
 
 const SUBCOMMANDS: readonly Subcommand[] = [
@@ -73,20 +116,49 @@ const SUBCOMMANDS: readonly Subcommand[] = [
     name: "state",
     summary: "what is committed, the queue, reservations, running work, the policy and the machine",
     help: renderHelp({
-      usage: ["berth budget state [flags]"],
+      usage: ["berth budget state [--all] [--page-size N] [flags]"],
       about:
         "Prints the budget (committed of the policy's memory and cpu), the machine (available memory, load, pressure), " +
         "and tables of what is committed, the queue (position, need, ETA, what it waits for), the reservations and " +
-        "the running work.",
-      flags: [JSON_ROW("the whole state"), ...BUDGET_ENDPOINT_FLAGS],
+        "the running work, each with how many there are in all. A long list shows its first page (100 entries, " +
+        "--page-size) and how many more there are; --all fetches the rest, page by page.",
+      flags: [
+        ["--all", "every entry of the queue, the reservations and the running work, not only the first page"],
+        ["--page-size N", "entries per page, 1 to 1000 (default: the service's, 100)"],
+        JSON_ROW("the whole state"),
+        ...BUDGET_ENDPOINT_FLAGS,
+      ],
       exitCodes: [OK_ROW, ...callExitRows("budget")],
-      examples: ["berth budget state", "berth budget state --json | jq -r '.queue[].label'"],
+      examples: ["berth budget state", "berth budget state --all --json | jq -r '.queue[].owner'", "berth budget state --json | jq .queueSize"],
+    }),
+    flags: { all: { type: "boolean" }, "page-size": { type: "string" } },
+    async run(client, values, _positionals, json) {
+      const pageSize = pageSizeFlag(values["page-size"]);
+      const response = await client.getState({ pageSize });
+      if (values["all"] === true) await fetchAllPages(client, response, pageSize);
+      if (json) printJson(GetStateResponseSchema, response);
+      else process.stdout.write(`${formatState(response, Date.now(), styleFor(process.stdout))}\n`);
+      return EXIT.ok;
+    },
+  },
+  {
+    name: "limits",
+    summary: "the limits the service enforces: lease ttls, the longest wait, the queue's size",
+    help: renderHelp({
+      usage: ["berth budget limits [flags]"],
+      about:
+        "Prints the limits the budget service enforces: the lease a Reserve gets when it asks for none and the longest it may ask, " +
+        "the longest wait in the queue (what --max-wait defaults to, and its cap), how often a waiter hears its place, " +
+        "how many requests the queue holds, and the longest owner.",
+      flags: [JSON_ROW("the limits"), ...BUDGET_ENDPOINT_FLAGS],
+      exitCodes: [OK_ROW, ...callExitRows("budget")],
+      examples: ["berth budget limits", "berth budget limits --json | jq -r .maxWait"],
     }),
     flags: {},
     async run(client, _values, _positionals, json) {
-      const response = await client.getState({});
-      if (json) printJson(GetStateResponseSchema, response);
-      else process.stdout.write(`${formatState(response, Date.now(), styleFor(process.stdout))}\n`);
+      const response = await client.getLimits({});
+      if (json) printJson(GetLimitsResponseSchema, response);
+      else process.stdout.write(`${formatLimits(response)}\n`);
       return EXIT.ok;
     },
   },
@@ -169,7 +241,7 @@ const SUBCOMMANDS: readonly Subcommand[] = [
       if (id === undefined || id === "") throw new UsageError("give the reservation id, or run it from a command started by 'berth admit' (BERTH_RESERVATION_ID)");
       const response = await client.releaseBuild({ reservationId: id });
       if (json) printJson(ReleaseBuildResponseSchema, response);
-      else process.stdout.write(`build phase over: '${response.reservation?.label}' now holds ${resources(response.reservation?.start)}\n`);
+      else process.stdout.write(`build phase over: '${response.reservation?.owner}' now holds ${resources(response.reservation?.start)}\n`);
       return EXIT.ok;
     },
   },
@@ -179,7 +251,13 @@ const HELP = renderHelp({
   usage: ["berth budget <command> [flags]"],
   about: "Looks at the load budget without admitting anything ('berth admit' admits).",
   commands: SUBCOMMANDS.map((s) => [s.name, s.summary]),
-  flags: [...NEED_HELP_ROWS.map(([flag, text]): HelpRow => [flag, `check: ${text}`]), ["--json", "the answer as JSON (proto JSON form), one object per line"], ...BUDGET_ENDPOINT_FLAGS],
+  flags: [
+    ...NEED_HELP_ROWS.map(([flag, text]): HelpRow => [flag, `check: ${text}`]),
+    ["--all", "state: every entry of each list, not only the first page"],
+    ["--page-size N", "state: entries per page (default 100)"],
+    ["--json", "the answer as JSON (proto JSON form), one object per line"],
+    ...BUDGET_ENDPOINT_FLAGS,
+  ],
   exitCodes: [
     [String(EXIT.ok), "done (check: the need fits now)"],
     [String(EXIT.wouldWait), "check: the need would wait"],
@@ -190,7 +268,8 @@ const HELP = renderHelp({
   examples: [
     "berth budget check --memory 2G --cpu 2",
     "berth budget state",
-    "berth budget state --json | jq -r '.queue[].label'",
+    "berth budget state --all --json | jq -r '.queue[].owner'",
+    "berth budget limits",
     "berth budget machine",
     "berth budget watch --json",
     "berth budget build-done        # from a command run by 'berth admit'",

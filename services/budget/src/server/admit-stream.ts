@@ -10,15 +10,20 @@
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { HandlerContext } from "@connectrpc/connect";
 import type { AdmitRequest, AdmitResponseSchema } from "@berth/api/berth/budget/v1/budget_service_pb";
-import { invalidArgument } from "@berth/shared/errors";
+import { BerthError, invalidArgument } from "@berth/shared/errors";
 import { abortError, streamHolds } from "@berth/shared/server/index";
 import { sendsBinary } from "@berth/shared/server/pre-encoded";
 import type { QueuedUpdate, Reservation } from "../index.js";
 import type { BudgetHandlerDeps } from "./budget-handlers.js";
-import { QueuedEncoder, checkLabel, durationMs, durationOf, needItemsFromProto, pidFromProto, reservationToProto, runCostFromProto, runningEntryToProto } from "./budget-codec.js";
+import { QueuedEncoder, checkName, durationOf, leaseTtlMs, maxWaitMs, needItemsFromProto, pidFromProto, reservationToProto, runCostFromProto, runningEntryToProto } from "./budget-codec.js";
 import { refusalError } from "./refusals.js";
 
 type AdmitResponseInit = MessageInitShape<typeof AdmitResponseSchema>;
+
+/** INVALID_ARGUMENT OUT_OF_TURN: a message the conversation does not allow now (see the proto). */
+function outOfTurn(field: string, rule: string): BerthError {
+  return new BerthError("invalid_argument", `${field}: ${rule}`, { field, rule }, { reason: "OUT_OF_TURN" });
+}
 
 type AdmitEvent =
   | { type: "request"; request: AdmitRequest; taken: () => void }
@@ -98,28 +103,21 @@ export async function* admitStream(requests: AsyncIterable<AdmitRequest>, contex
     if (first.type !== "request") throw new Error(`admit: unexpected first event ${first.type}`);
     first.taken();
     const start = first.request.kind;
-    if (start.case !== "start") throw invalidArgument("kind", `the first message must be start (the need); got ${start.case ?? "nothing"}`);
+    if (start.case !== "start") throw outOfTurn("kind", `the first message must be start (the need); got ${start.case ?? "nothing"}`);
 
     const policy = budget.policy();
     const need = budget.needOf(needItemsFromProto(start.value.need, "start.need"));
-    const label = checkLabel(start.value.label, "start.label");
-    const asked = durationMs(start.value.maxWait, "start.max_wait");
-    // Longer than the policy's wait is capped to it.
-    const maxWaitMs = Math.min(asked ?? policy.maxWaitMs, policy.maxWaitMs);
-    const startedAt = clock.now();
-    const deadline = QueuedEncoder.deadline(startedAt + maxWaitMs);
+    const owner = checkName(start.value.owner, "start.owner");
+    const wait = maxWaitMs(start.value.maxWait, "start.max_wait", policy.maxWaitMs);
+    const deadline = QueuedEncoder.deadline(clock.now() + wait);
     const binary = sendsBinary(context);
-    let queued = false;
 
-    streamHolds(context, `a place in the admission queue for ${JSON.stringify(label)}`);
-    outcome = budget.admit(need, label, {
-      maxWaitMs,
+    streamHolds(context, `a place in the admission queue for ${JSON.stringify(owner)}`);
+    outcome = budget.admit(need, owner, {
+      maxWaitMs: wait,
       skipLoadGate: start.value.skipLoadGate,
       signal: dropQueued.signal,
-      onQueued: (update) => {
-        queued = true;
-        channel.push({ type: "queued", update });
-      },
+      onQueued: (update) => channel.push({ type: "queued", update }),
     });
     outcome.then(
       (admitted) => channel.push({ type: "admitted", reservation: admitted }),
@@ -143,38 +141,36 @@ export async function* admitStream(requests: AsyncIterable<AdmitRequest>, contex
           break;
         case "admitted":
           reservation = event.reservation;
-          streamHolds(context, `reservation ${reservation.id} for ${JSON.stringify(label)}`);
+          streamHolds(context, `reservation ${reservation.id} for ${JSON.stringify(owner)}`);
           yield {
             kind: {
               case: "admitted",
-              value: { reservation: reservationToProto(reservation, deps.runningIds(reservation)), waited: durationOf(queued ? clock.now() - startedAt : 0) },
+              value: { reservation: reservationToProto(reservation, deps.runningIds(reservation)), waited: durationOf(reservation.waitedMs) },
             },
           };
           break;
         case "refused":
-          throw refusalError(event.error, { waitedMs: queued ? clock.now() - startedAt : 0, reasons: deps.reasonContext });
+          throw refusalError(event.error, { reasons: deps.reasonContext });
         case "request": {
           try {
             const request = event.request.kind;
             switch (request.case) {
               case "start":
-                throw invalidArgument("start", "sent twice: one Admit stream admits one need");
+                throw outOfTurn("start", "sent twice: one Admit stream admits one need");
               case "buildDone": {
-                if (reservation === undefined) throw invalidArgument("build_done", "sent before admitted: wait for the admitted message");
+                if (reservation === undefined) throw outOfTurn("build_done", "sent before admitted: wait for the admitted message");
                 budget.releaseBuild(reservation.id);
                 yield { kind: { case: "updated", value: { reservation: reservationToProto(reservation, deps.runningIds(reservation)) } } };
                 break;
               }
               case "started": {
-                if (reservation === undefined) throw invalidArgument("started", "sent before admitted: wait for the admitted message");
+                if (reservation === undefined) throw outOfTurn("started", "sent before admitted: wait for the admitted message");
                 const started = request.value;
-                const name = checkLabel(started.name, "started.name");
+                const name = checkName(started.name, "started.name");
                 const cost = runCostFromProto(started.costSource, budget.runCostOf(name, reservation.id), "started");
                 const pid = pidFromProto(started.pid, "started.pid");
-                const ttlMs = durationMs(started.ttl, "started.ttl", { positive: true });
-                let entry = await budget.consume(reservation.id, name, cost, pid);
-                // The domain's consume takes no lease; renewing with a ttl gives the entry one.
-                if (ttlMs !== undefined) entry = await budget.renewRunning(entry.id, ttlMs);
+                const ttlMs = leaseTtlMs(started.ttl, "started.ttl", deps.leaseLimits(), { unsetIsNone: true });
+                const entry = await budget.consume(reservation.id, name, cost, { pid, ttlMs });
                 deps.addRunning(reservation, entry.id);
                 yield {
                   kind: {

@@ -62,7 +62,7 @@ describe("outbound", () => {
   });
 
   it("lists holders on the head's queue entry only", () => {
-    const entries = [1, 2].map((position) => ({ id: `q${position}`, label: `w${position}`, position, needs: { memoryBytes: G, cpu: 1 }, skipLoadGate: false, queuedAt: 0, waitedMs: 0, etaMs: 1000, deadline: 60_000 }));
+    const entries = [1, 2].map((position) => ({ id: `q${position}`, seq: position, owner: `w${position}`, position, needs: { memoryBytes: G, cpu: 1 }, skipLoadGate: false, queuedAt: 0, waitedMs: 0, etaMs: 1000, deadline: 60_000 }));
     const [head, second] = queueToProto(entries, [memoryReason], { committed });
     expect(head!.waitFor[0]!.holders).toHaveLength(2);
     expect(second!.waitFor.map((r) => [r.gate, r.holders.length])).toEqual([
@@ -86,7 +86,7 @@ describe("outbound", () => {
 });
 
 describe("QueuedEncoder", () => {
-  const ahead = Array.from({ length: 10 }, (_, i) => ({ label: i === 3 ? "café ☕" : `waiter ${i}`, needs: { memoryBytes: (i + 1) * G, cpu: i / 2 } }));
+  const ahead = Array.from({ length: 10 }, (_, i) => ({ owner: i === 3 ? "café ☕" : `waiter ${i}`, needs: { memoryBytes: (i + 1) * G, cpu: i / 2 } }));
   const updates: QueuedUpdate[] = [
     { position: 1, etaMs: 60_000, waitFor: [memoryReason], waitForText: memoryReason.message, ahead: [], aheadCount: 0 },
     { position: 2, etaMs: 1_234, waitFor: [queueReason(1), memoryReason], waitForText: `1 request(s) ahead in the queue; ${memoryReason.message}`, ahead: ahead.slice(0, 1), aheadCount: 1 },

@@ -5,7 +5,7 @@
  * INVALID_ARGUMENT naming it by its proto path (`need.items[2].spec.memory`, `max_wait`,
  * `started.pid`): the domain then only ever receives plain numbers it accepts. Outbound, domain
  * values become messages, with the figures the proto promises and the domain leaves implicit (a
- * gate's `observed`, the `holders` of a budget gate, `in flight: <label>`).
+ * gate's `observed`, the `holders` of a budget gate, `in flight: <owner>`).
  */
 import { create, toBinary } from "@bufbuild/protobuf";
 import { BinaryWriter, WireType } from "@bufbuild/protobuf/wire";
@@ -54,6 +54,7 @@ import type {
 import type { AdmitResponse, AheadEntry as AheadEntryMessage, Queued } from "@berth/api/berth/budget/v1/budget_service_pb";
 import { AdmitResponseSchema, AheadEntrySchema, QueuedSchema } from "@berth/api/berth/budget/v1/budget_service_pb";
 import { invalidArgument } from "@berth/shared/errors";
+import { formatDuration } from "@berth/shared/units";
 import type {
   AheadEntry,
   Committed,
@@ -82,8 +83,10 @@ import { parseCpu, parseMemory } from "../index.js";
 export const MAX_DURATION_MS = 2 ** 31 - 1;
 /** The longest id accepted (reservation and running entry ids are UUIDs). */
 export const MAX_ID_LENGTH = 128;
-/** The longest label or name accepted. */
-export const MAX_LABEL_LENGTH = 256;
+/** The longest owner or name accepted, in characters (GetLimits' `max_owner_length`). */
+export const MAX_OWNER_LENGTH = 256;
+/** The longest request id accepted. */
+export const MAX_REQUEST_ID_LENGTH = 128;
 /** How many ids one KeepAlive may renew. */
 export const MAX_KEEPALIVE_IDS = 10_000;
 /** How many holders a budget gate's reason lists (the largest). */
@@ -91,9 +94,9 @@ export const MAX_HOLDERS = 10;
 
 // --- inbound: checks -----------------------------------------------------------------------------
 
-/** A label or name: 1 to 256 characters, not only blanks, no control characters. */
-export function checkLabel(value: string, field: string): string {
-  if (value.trim() === "" || value.length > MAX_LABEL_LENGTH) throw invalidArgument(field, `must be 1 to ${MAX_LABEL_LENGTH} characters, not only blanks`);
+/** An owner or name: 1 to 256 characters, not only blanks, no control characters. */
+export function checkName(value: string, field: string): string {
+  if (value.trim() === "" || value.length > MAX_OWNER_LENGTH) throw invalidArgument(field, `must be 1 to ${MAX_OWNER_LENGTH} characters, not only blanks`);
   // eslint-disable-next-line no-control-regex
   if (/[\u0000-\u001f\u007f]/.test(value)) throw invalidArgument(field, "must not contain control characters");
   return value;
@@ -106,6 +109,39 @@ export function checkId(value: string, field: string): string {
     throw invalidArgument(field, `must be an id as the service returned it (at most ${MAX_ID_LENGTH} printable characters)`);
   }
   return value;
+}
+
+/** A request id: undefined when empty (none), else 1 to 128 characters of `[A-Za-z0-9._-]`. */
+export function checkRequestId(value: string, field = "request_id"): string | undefined {
+  if (value === "") return undefined;
+  if (value.length > MAX_REQUEST_ID_LENGTH || !/^[A-Za-z0-9._-]+$/.test(value)) {
+    throw invalidArgument(field, `must be at most ${MAX_REQUEST_ID_LENGTH} characters of A-Z, a-z, 0-9, '.', '_' and '-' (a UUID is a good choice)`);
+  }
+  return value;
+}
+
+/** The lease ttls a request may give: the default for unset (or zero, see {@link leaseTtlMs}), the most it may ask. */
+export interface LeaseLimits {
+  defaultTtlMs: number;
+  maxTtlMs: number;
+}
+
+/**
+ * A lease's ttl as milliseconds: zero is the default ttl, and so is unset unless `unsetIsNone`
+ * (RegisterRunning: no lease); longer than the maximum is refused naming `field`.
+ */
+export function leaseTtlMs(duration: Duration | undefined, field: string, limits: LeaseLimits, options: { unsetIsNone?: boolean } = {}): number | undefined {
+  if (duration === undefined && options.unsetIsNone) return undefined;
+  const ms = durationMs(duration, field);
+  if (ms === undefined || ms === 0) return limits.defaultTtlMs;
+  if (ms > limits.maxTtlMs) throw invalidArgument(field, `must be at most ${formatDuration(limits.maxTtlMs)} (the longest lease, BERTH_BUDGET_MAX_LEASE_TTL); got ${formatDuration(ms)}`);
+  return ms;
+}
+
+/** A request's `max_wait` as milliseconds: unset is the policy's longest wait, zero does not queue, longer is capped to the longest wait. */
+export function maxWaitMs(duration: Duration | undefined, field: string, longestMs: number): number {
+  const asked = durationMs(duration, field);
+  return Math.min(asked ?? longestMs, longestMs);
 }
 
 /**
@@ -183,7 +219,7 @@ export function needItemsFromProto(need: NeedMessage | undefined, field = "need"
   return need.items.map((item, index) => {
     const at = `${field}.items[${index}]`;
     const kind = needKind(item.kind, `${at}.kind`);
-    const input: NeedItemInput = { kind, name: checkLabel(item.name, `${at}.name`) };
+    const input: NeedItemInput = { kind, name: checkName(item.name, `${at}.name`) };
     switch (item.costSource.case) {
       case "cost": {
         const cost = resourcesFromProto(item.costSource.value, `${at}.cost`);
@@ -274,7 +310,7 @@ export function needTotalsToProto(need: Pick<Need, "start" | "build">): NeedTota
   });
 }
 
-/** What a committed item is, for people: "in flight: <label>" or "running: <name>". */
+/** What a committed item is, for people: "in flight: <owner>" or "running: <name>". */
 export function committedWhat(item: CommittedItem): string {
   return item.kind === "reservation" ? `in flight: ${item.label}` : `running: ${item.label}`;
 }
@@ -284,12 +320,18 @@ export function committedItemToProto(item: CommittedItem): CommittedItemMessage 
   return create(CommittedItemSchema, { what: committedWhat(item), memoryBytes: bytes(item.memoryBytes), cpu: item.cpu, id: item.id });
 }
 
-/** What is committed, as a message (reservations holding nothing are already left out by the domain). */
-export function committedToProto(committed: Committed): CommittedMessage {
+/**
+ * What is committed, as a message (reservations holding nothing are already left out by the domain;
+ * the items come largest first): with `limit`, only the first `limit` items, `item_count` saying how
+ * many there are.
+ */
+export function committedToProto(committed: Committed, limit = Number.POSITIVE_INFINITY): CommittedMessage {
+  const items = committed.items.length > limit ? committed.items.slice(0, limit) : committed.items;
   return create(CommittedSchema, {
     memoryBytes: bytes(committed.memoryBytes),
     cpu: committed.cpu,
-    items: committed.items.map(committedItemToProto),
+    items: items.map(committedItemToProto),
+    itemCount: committed.items.length,
   });
 }
 
@@ -315,7 +357,7 @@ export function machineToProto(sample: MachineSample | undefined): Machine | und
   if (sample === undefined) return undefined;
   const cgroup = sample.cgroup;
   return create(MachineSchema, {
-    sampledAt: timestampOf(sample.at),
+    sampleTime: timestampOf(sample.at),
     totalBytes: optionalBytes(sample.totalBytes),
     availableBytes: optionalBytes(sample.availableBytes),
     load1: sample.load1,
@@ -475,16 +517,15 @@ export function verdictToProto(verdict: Verdict, need: Pick<Need, "start" | "bui
 }
 
 
-/** A reservation as a message, with the running entries started from it. */
 /** A reservation as the proto shows it (the domain's Reservation or a `state()` copy, `ReservationInfo`). */
 export function reservationToProto(reservation: ReservationInfo, runningIds: readonly string[] = []): ReservationMessage {
   return create(ReservationSchema, {
     id: reservation.id,
-    label: reservation.label,
+    owner: reservation.owner,
     start: resourcesToProto(reservation.start),
     build: resourcesToProto(reservation.build),
-    admittedAt: timestampOf(reservation.admittedAt),
-    leaseExpiresAt: reservation.leaseExpiresAt === undefined ? undefined : timestampOf(reservation.leaseExpiresAt),
+    admitTime: timestampOf(reservation.admittedAt),
+    expireTime: reservation.leaseExpiresAt === undefined ? undefined : timestampOf(reservation.leaseExpiresAt),
     runningIds: [...runningIds],
   });
 }
@@ -497,8 +538,8 @@ export function runningEntryToProto(entry: RunningEntry): RunningEntryMessage {
     cost: resourcesToProto(entry.cost),
     pid: entry.pid,
     pidStartTime: entry.pidStartTime === undefined ? undefined : BigInt(entry.pidStartTime),
-    leaseExpiresAt: entry.leaseExpiresAt === undefined ? undefined : timestampOf(entry.leaseExpiresAt),
-    startedAt: timestampOf(entry.startedAt),
+    expireTime: entry.leaseExpiresAt === undefined ? undefined : timestampOf(entry.leaseExpiresAt),
+    startTime: timestampOf(entry.startedAt),
     reservationId: entry.reservationId,
   });
 }
@@ -519,15 +560,15 @@ export function queueToProto(entries: readonly QueueEntryInfo[], headReasons: re
     const waitFor = ahead === 0 ? atHead : [queueWaitReason(ahead), ...head];
     const text = ahead === 0 ? headText : `${ahead} request(s) ahead in the queue${headText ? `; ${headText}` : ""}`;
     return create(QueueEntrySchema, {
-      label: entry.label,
+      owner: entry.owner,
       position: entry.position,
       eta: durationOf(entry.etaMs),
       waitFor,
       waitForText: text,
       // The queue keeps a waiter's whole need only: its start and build parts are not reported.
       need: create(NeedTotalsSchema, { total: resourcesToProto(entry.needs) }),
-      queuedAt: timestampOf(entry.queuedAt),
-      deadline: timestampOf(entry.deadline),
+      enqueueTime: timestampOf(entry.queuedAt),
+      waitExpireTime: timestampOf(entry.deadline),
     });
   });
 }
@@ -583,7 +624,7 @@ export class QueuedEncoder {
     const waitFor = update.waitFor.map((reason) => (reason.gate === "queue" ? queueWaitReason(update.aheadCount) : this.reason(reason)));
     let ahead = this.aheadLists.get(update.ahead);
     if (ahead === undefined) {
-      ahead = update.ahead.map((entry, index) => create(AheadEntrySchema, { label: entry.label, position: index + 1, need: resourcesToProto(entry.needs) }));
+      ahead = update.ahead.map((entry, index) => create(AheadEntrySchema, { owner: entry.owner, position: index + 1, need: resourcesToProto(entry.needs) }));
       this.aheadLists.set(update.ahead, ahead);
     }
     return create(QueuedSchema, {
@@ -592,7 +633,7 @@ export class QueuedEncoder {
       waitFor,
       waitForText: update.waitForText,
       ahead,
-      deadline: timestampOf(deadline),
+      waitExpireTime: timestampOf(deadline),
     });
   }
 
@@ -651,7 +692,7 @@ export class QueuedEncoder {
     if (bytes === undefined) {
       const w = new BinaryWriter();
       ahead.forEach((entry, index) => {
-        const message = create(AheadEntrySchema, { label: entry.label, position: index + 1, need: resourcesToProto(entry.needs) });
+        const message = create(AheadEntrySchema, { owner: entry.owner, position: index + 1, need: resourcesToProto(entry.needs) });
         w.tag(5, WireType.LengthDelimited).bytes(toBinary(AheadEntrySchema, message));
       });
       bytes = w.finish();

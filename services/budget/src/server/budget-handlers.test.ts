@@ -5,6 +5,8 @@ import { Gate, NeedItemKind, RefusalKind, RefusalSchema } from "@berth/api/berth
 import type { NeedItemSchema } from "@berth/api/berth/budget/v1/budget_pb";
 import type { AdmitRequestSchema, AdmitResponse } from "@berth/api/berth/budget/v1/budget_service_pb";
 import type { InMemoryBudget, InMemoryOptions } from "./testing.js";
+import { ErrorInfoSchema, RetryInfoSchema } from "@berth/api/google/rpc/error_details_pb";
+import { durationMs } from "@bufbuild/protobuf/wkt";
 import { G, M, buildItem, pushable, serveInMemory, settle, startItem } from "./testing.js";
 
 type AdmitRequestInit = MessageInitShape<typeof AdmitRequestSchema>;
@@ -22,7 +24,7 @@ async function serve(options: InMemoryOptions = {}) {
 }
 
 /** An Admit stream driven by the test: `send` a message, `next` the answer. */
-function openAdmit(server: InMemoryBudget, label: string, items: NeedItemInit[] = [], options: { maxWaitMs?: number; start?: boolean } = {}) {
+function openAdmit(server: InMemoryBudget, owner: string, items: NeedItemInit[] = [], options: { maxWaitMs?: number; start?: boolean } = {}) {
   const requests = pushable<AdmitRequestInit>();
   const controller = new AbortController();
   if (options.start !== false) {
@@ -30,7 +32,7 @@ function openAdmit(server: InMemoryBudget, label: string, items: NeedItemInit[] 
       kind: {
         case: "start",
         value: {
-          label,
+          owner,
           need: { items },
           maxWait: options.maxWaitMs === undefined ? undefined : { seconds: BigInt(Math.floor(options.maxWaitMs / 1000)), nanos: (options.maxWaitMs % 1000) * 1e6 },
         },
@@ -78,6 +80,13 @@ function openAdmit(server: InMemoryBudget, label: string, items: NeedItemInit[] 
 }
 
 const startNeed = (name: string, memoryGb: number, cpu: number) => [startItem(name, memoryGb, cpu)];
+
+/** The error's ErrorInfo (reason, domain) and RetryInfo delay in ms (undefined without one). */
+function errorInfo(error: ConnectError | undefined) {
+  const [info] = error?.findDetails(ErrorInfoSchema) ?? [];
+  const [retry] = error?.findDetails(RetryInfoSchema) ?? [];
+  return { reason: info?.reason, domain: info?.domain, retryAfterMs: retry?.retryDelay === undefined ? undefined : durationMs(retry.retryDelay) };
+}
 
 describe("Check", () => {
   it("says a need fits, with its parts, the committed list, the machine and the policy", async () => {
@@ -175,9 +184,9 @@ describe("Admit", () => {
     const admitted = stream.received[0]!.kind;
     expect(admitted.case).toBe("admitted");
     if (admitted.case !== "admitted") return;
-    expect(admitted.value.reservation?.label).toBe("up web");
+    expect(admitted.value.reservation?.owner).toBe("up web");
     expect(admitted.value.reservation?.start?.memoryBytes).toBe(BigInt(2 * G));
-    expect(admitted.value.reservation?.leaseExpiresAt).toBeUndefined();
+    expect(admitted.value.reservation?.expireTime).toBeUndefined();
     expect(server.budget.state().reservations).toHaveLength(1);
 
     stream.send({ kind: { case: "release", value: {} } });
@@ -209,9 +218,9 @@ describe("Admit", () => {
       [Gate.QUEUE, 1],
       [Gate.MEMORY_BUDGET, 6 * G],
     ]);
-    expect(q3.value.ahead.map((a) => [a.label, a.position])).toEqual([["second", 1]]);
+    expect(q3.value.ahead.map((a) => [a.owner, a.position])).toEqual([["second", 1]]);
     expect(q3.value.waitForText).toBe("1 request(s) ahead in the queue; " + q2.value.waitForText);
-    expect(q3.value.deadline).toBeDefined();
+    expect(q3.value.waitExpireTime).toBeDefined();
     expect(q3.value.eta?.seconds).toBeGreaterThan(0n);
 
     first.send({ kind: { case: "release", value: {} } });
@@ -272,7 +281,7 @@ describe("Admit", () => {
     if (updated.case !== "updated") return;
     expect(updated.value.running?.name).toBe("web");
     expect(updated.value.running?.pid).toBe(process.pid);
-    expect(updated.value.running?.leaseExpiresAt).toBeDefined();
+    expect(updated.value.running?.expireTime).toBeDefined();
     expect(updated.value.reservation?.start?.memoryBytes).toBe(0n);
     expect(updated.value.reservation?.runningIds).toEqual([updated.value.running?.id]);
     const state = await server.client.getState({});
@@ -325,6 +334,7 @@ describe("Admit", () => {
     expect(refusal?.message).toContain("can never admit 'huge'");
     expect(refusal?.waited?.seconds ?? 0n).toBe(0n);
     expect(refusal?.retryAfter).toBeUndefined();
+    expect(errorInfo(stream.failure)).toEqual({ reason: "IMPOSSIBLE", domain: "berth.budget", retryAfterMs: undefined });
   });
 
   it("refuses when the queue is full with RESOURCE_EXHAUSTED, QUEUE_FULL and a retry_after", async () => {
@@ -340,6 +350,7 @@ describe("Admit", () => {
     expect(refusal?.kind).toBe(RefusalKind.QUEUE_FULL);
     expect(refusal?.settings).toEqual(["BERTH_BUDGET_MAX_QUEUE"]);
     expect(refusal?.retryAfter?.seconds).toBeGreaterThan(0n);
+    expect(errorInfo(third.failure)).toEqual({ reason: "QUEUE_FULL", domain: "berth.budget", retryAfterMs: durationMs(refusal!.retryAfter!) });
     first.cancel();
     second.cancel();
   });
@@ -359,8 +370,48 @@ describe("Admit", () => {
     expect(refusal?.reasons.map((r) => r.gate)).toEqual([Gate.MEMORY_BUDGET]);
     expect(refusal?.settings).toContain("BERTH_BUDGET_WAIT");
     expect(refusal?.retryAfter).toBeDefined();
+    expect(errorInfo(second.failure)).toEqual({ reason: "WAIT_EXHAUSTED", domain: "berth.budget", retryAfterMs: durationMs(refusal!.retryAfter!) });
     expect(server.budget.state().queue).toHaveLength(0);
     first.cancel();
+  });
+
+  it("a max_wait of zero is admitted at once or refused at once with WAIT_EXHAUSTED, never queued", async () => {
+    const server = await serve();
+    const fits = openAdmit(server, "fits", startNeed("a", 6, 1), { maxWaitMs: 0 });
+    await fits.until(() => fits.received.length === 1);
+    expect(fits.last()?.kind.case).toBe("admitted");
+    const refused = openAdmit(server, "no-wait", startNeed("b", 4, 1), { maxWaitMs: 0 });
+    await refused.done;
+    expect(refused.received).toEqual([]);
+    expect(refused.failure?.code).toBe(Code.ResourceExhausted);
+    expect(errorInfo(refused.failure).reason).toBe("WAIT_EXHAUSTED");
+    const [refusal] = refused.failure!.findDetails(RefusalSchema);
+    expect([refusal?.kind, refusal?.waited?.seconds ?? 0n, refusal?.reasons.map((r) => r.gate)]).toEqual([RefusalKind.WAIT_EXHAUSTED, 0n, [Gate.MEMORY_BUDGET]]);
+    expect(server.budget.state().queueSize).toBe(0);
+    fits.cancel();
+  });
+
+  it("messages out of turn are INVALID_ARGUMENT OUT_OF_TURN; a malformed start is INVALID_FIELD", async () => {
+    const server = await serve();
+    const early = openAdmit(server, "early", [], { start: false });
+    early.send({ kind: { case: "buildDone", value: {} } });
+    await early.done;
+    expect([early.failure?.code, errorInfo(early.failure).reason, errorInfo(early.failure).domain]).toEqual([Code.InvalidArgument, "OUT_OF_TURN", "berth.budget"]);
+
+    const holder = openAdmit(server, "holder", startNeed("a", 6, 1));
+    await holder.until(() => holder.received.length === 1);
+    const queued = openAdmit(server, "queued", startNeed("b", 4, 1));
+    await queued.until(() => queued.received.length === 1);
+    queued.send({ kind: { case: "started", value: { name: "b" } } });
+    await queued.done;
+    expect([queued.failure?.rawMessage, errorInfo(queued.failure).reason]).toEqual(["started: sent before admitted: wait for the admitted message", "OUT_OF_TURN"]);
+    holder.send({ kind: { case: "start", value: { owner: "again" } } });
+    await holder.done;
+    expect(errorInfo(holder.failure).reason).toBe("OUT_OF_TURN");
+
+    const noOwner = openAdmit(server, "", startNeed("a", 1, 1));
+    await noOwner.done;
+    expect([noOwner.failure?.rawMessage.startsWith("start.owner:"), errorInfo(noOwner.failure).reason]).toEqual([true, "INVALID_FIELD"]);
   });
 
   it("caps a max_wait longer than the policy's", async () => {
@@ -442,7 +493,7 @@ describe("Admit", () => {
     expect(queued.failure?.code).toBe(Code.InvalidArgument);
     expect(queued.failure?.rawMessage).toMatch(/^started: sent before admitted/);
 
-    first.send({ kind: { case: "start", value: { label: "again" } } });
+    first.send({ kind: { case: "start", value: { owner: "again" } } });
     await first.done;
     expect(first.failure?.code).toBe(Code.InvalidArgument);
     await settle();
@@ -451,11 +502,11 @@ describe("Admit", () => {
   });
 
   it.each([
-    [{ label: "" }, "start.label"],
-    [{ label: "x", maxWait: { seconds: -1n, nanos: 0 } }, "start.max_wait"],
-    [{ label: "x", maxWait: { seconds: 1n, nanos: 2_000_000_000 } }, "start.max_wait"],
-    [{ label: "x", maxWait: { seconds: 10n ** 12n, nanos: 0 } }, "start.max_wait"],
-    [{ label: "x", need: { items: [{ kind: NeedItemKind.START, name: "a", costSource: { case: "spec", value: { memory: "2 gigs" } } }] } }, "start.need.items[0].spec.memory"],
+    [{ owner: "" }, "start.owner"],
+    [{ owner: "x", maxWait: { seconds: -1n, nanos: 0 } }, "start.max_wait"],
+    [{ owner: "x", maxWait: { seconds: 1n, nanos: 2_000_000_000 } }, "start.max_wait"],
+    [{ owner: "x", maxWait: { seconds: 10n ** 12n, nanos: 0 } }, "start.max_wait"],
+    [{ owner: "x", need: { items: [{ kind: NeedItemKind.START, name: "a", costSource: { case: "spec", value: { memory: "2 gigs" } } }] } }, "start.need.items[0].spec.memory"],
   ] as const)("refuses a malformed start %# naming %s", async (start, field) => {
     const server = await serve();
     const stream = openAdmit(server, "x", [], { start: false });
@@ -480,8 +531,8 @@ describe("Admit", () => {
 describe("Reserve, KeepAlive, Release", () => {
   it("reserves with a lease that runs out unless renewed", async () => {
     const server = await serve({ leaseTtlMs: 10_000 });
-    const { reservation } = await server.client.reserve({ label: "ci", need: { items: startNeed("a", 1, 1) }, ttl: { seconds: 5n, nanos: 0 } });
-    expect(reservation?.leaseExpiresAt).toBeDefined();
+    const { reservation } = await server.client.reserve({ owner: "ci", need: { items: startNeed("a", 1, 1) }, ttl: { seconds: 5n, nanos: 0 } });
+    expect(reservation?.expireTime).toBeDefined();
     server.clock.advance(4000);
     const { renewals } = await server.client.keepAlive({ ids: [reservation!.id, "unknown-id"] });
     expect(renewals.map((r) => [r.id, r.alive])).toEqual([
@@ -498,21 +549,21 @@ describe("Reserve, KeepAlive, Release", () => {
 
   it("uses the default lease without a ttl, and waits in the queue until there is room", async () => {
     const server = await serve({ leaseTtlMs: 10_000 });
-    const big = await server.client.reserve({ label: "big", need: { items: startNeed("a", 6, 1) } });
-    expect(big.reservation?.leaseExpiresAt?.seconds).toBe(BigInt(Math.floor((server.clock.now() + 10_000) / 1000)));
-    const waiting = server.client.reserve({ label: "next", need: { items: startNeed("b", 4, 1) } });
+    const big = await server.client.reserve({ owner: "big", need: { items: startNeed("a", 6, 1) } });
+    expect(big.reservation?.expireTime?.seconds).toBe(BigInt(Math.floor((server.clock.now() + 10_000) / 1000)));
+    const waiting = server.client.reserve({ owner: "next", need: { items: startNeed("b", 4, 1) } });
     await settle();
-    expect(server.budget.state().queue.map((q) => q.label)).toEqual(["next"]);
+    expect(server.budget.state().queue.map((q) => q.owner)).toEqual(["next"]);
     expect((await server.client.release({ reservationId: big.reservation!.id })).released).toBe(true);
     const next = await waiting;
-    expect(next.reservation?.label).toBe("next");
+    expect(next.reservation?.owner).toBe("next");
   });
 
   it("a Reserve whose caller goes away leaves nothing queued", async () => {
     const server = await serve();
-    await server.client.reserve({ label: "big", need: { items: startNeed("a", 6, 1) } });
+    await server.client.reserve({ owner: "big", need: { items: startNeed("a", 6, 1) } });
     const controller = new AbortController();
-    const waiting = server.client.reserve({ label: "next", need: { items: startNeed("b", 4, 1) } }, { signal: controller.signal }).catch((e: unknown) => ConnectError.from(e));
+    const waiting = server.client.reserve({ owner: "next", need: { items: startNeed("b", 4, 1) } }, { signal: controller.signal }).catch((e: unknown) => ConnectError.from(e));
     await settle();
     expect(server.budget.state().queue).toHaveLength(1);
     controller.abort();
@@ -523,8 +574,8 @@ describe("Reserve, KeepAlive, Release", () => {
 
   it("refuses a wait that runs out with the Refusal detail", async () => {
     const server = await serve();
-    await server.client.reserve({ label: "big", need: { items: startNeed("a", 6, 1) } });
-    const waiting = server.client.reserve({ label: "next", need: { items: startNeed("b", 4, 1) }, maxWait: { seconds: 1n, nanos: 0 } }).catch((e: unknown) => ConnectError.from(e));
+    await server.client.reserve({ owner: "big", need: { items: startNeed("a", 6, 1) } });
+    const waiting = server.client.reserve({ owner: "next", need: { items: startNeed("b", 4, 1) }, maxWait: { seconds: 1n, nanos: 0 } }).catch((e: unknown) => ConnectError.from(e));
     await settle();
     server.clock.advance(1000);
     const error = (await waiting) as ConnectError;
@@ -534,7 +585,7 @@ describe("Reserve, KeepAlive, Release", () => {
 
   it("release_build gives the build share back; NOT_FOUND once released", async () => {
     const server = await serve();
-    const { reservation } = await server.client.reserve({ label: "b", need: { items: [buildItem("a", 2, 1), startItem("a", 1, 1)] } });
+    const { reservation } = await server.client.reserve({ owner: "b", need: { items: [buildItem("a", 2, 1), startItem("a", 1, 1)] } });
     const after = await server.client.releaseBuild({ reservationId: reservation!.id });
     expect(after.reservation?.build?.memoryBytes).toBe(0n);
     expect(after.reservation?.start?.memoryBytes).toBe(BigInt(G));
@@ -544,8 +595,16 @@ describe("Reserve, KeepAlive, Release", () => {
   });
 
   it.each([
-    ["reserve without a label", (s: InMemoryBudget) => s.client.reserve({ label: "" }), "label"],
-    ["reserve with a zero ttl", (s: InMemoryBudget) => s.client.reserve({ label: "x", ttl: { seconds: 0n, nanos: 0 } }), "ttl"],
+    ["reserve without an owner", (s: InMemoryBudget) => s.client.reserve({ owner: "" }), "owner"],
+    ["reserve with a ttl over the maximum", (s: InMemoryBudget) => s.client.reserve({ owner: "x", ttl: { seconds: 3601n, nanos: 0 } }), "ttl"],
+    ["reserve with a malformed request id", (s: InMemoryBudget) => s.client.reserve({ owner: "x", requestId: "a b" }), "request_id"],
+    ["reserve with a request id too long", (s: InMemoryBudget) => s.client.reserve({ owner: "x", requestId: "a".repeat(129) }), "request_id"],
+    ["register_running with a malformed request id", (s: InMemoryBudget) => s.client.registerRunning({ name: "x", requestId: "é" }), "request_id"],
+    ["register_running with a ttl over the maximum", (s: InMemoryBudget) => s.client.registerRunning({ name: "x", ttl: { seconds: 7200n, nanos: 0 } }), "ttl"],
+    ["get_state with a negative page size", (s: InMemoryBudget) => s.client.getState({ pageSize: -1 }), "page_size"],
+    ["list_queue with a token it never issued", (s: InMemoryBudget) => s.client.listQueue({ pageToken: "eyJsIjoicXVldWUiLCJhIjoxLCJpIjoieCJ9" }), "page_token"],
+    ["list_reservations with a malformed token", (s: InMemoryBudget) => s.client.listReservations({ pageToken: "not a token" }), "page_token"],
+    ["list_running with a negative page size", (s: InMemoryBudget) => s.client.listRunning({ pageSize: -5 }), "page_size"],
     ["release without an id", (s: InMemoryBudget) => s.client.release({ reservationId: "" }), "reservation_id"],
     ["release_build with a bad id", (s: InMemoryBudget) => s.client.releaseBuild({ reservationId: "a b" }), "reservation_id"],
     ["keep_alive with an empty id", (s: InMemoryBudget) => s.client.keepAlive({ ids: ["ok", ""] }), "ids[1]"],
@@ -563,12 +622,111 @@ describe("Reserve, KeepAlive, Release", () => {
   });
 });
 
+describe("request ids, lease limits and GetLimits", () => {
+  it("GetLimits says the leases, the longest wait, the heartbeat, the queue's size and the longest owner", async () => {
+    const server = await serve({ leaseTtlMs: 20_000, maxLeaseTtlMs: 600_000, policy: { maxWaitMs: 120_000, maxQueue: 42, heartbeatMs: 3000 } });
+    const limits = await server.client.getLimits({});
+    expect([limits.defaultTtl, limits.maxTtl, limits.maxWait, limits.heartbeatInterval].map((d) => durationMs(d!))).toEqual([20_000, 600_000, 120_000, 3000]);
+    expect([limits.maxQueue, limits.maxOwnerLength]).toEqual([42, 256]);
+  });
+
+  it("a Reserve's ttl: unset or zero is the default, up to the maximum is kept, beyond is INVALID_FIELD", async () => {
+    const server = await serve({ leaseTtlMs: 20_000, maxLeaseTtlMs: 600_000 });
+    const expiry = (r: { reservation?: { expireTime?: { seconds: bigint; nanos: number } } }) => durationMs({ seconds: r.reservation!.expireTime!.seconds, nanos: r.reservation!.expireTime!.nanos } as never) - server.clock.now();
+    expect(expiry(await server.client.reserve({ owner: "a" }))).toBe(20_000);
+    expect(expiry(await server.client.reserve({ owner: "a", ttl: { seconds: 0n, nanos: 0 } }))).toBe(20_000);
+    expect(expiry(await server.client.reserve({ owner: "a", ttl: { seconds: 600n, nanos: 0 } }))).toBe(600_000);
+    const error = await server.client.reserve({ owner: "a", ttl: { seconds: 600n, nanos: 1_000_000 } }).catch((e: unknown) => ConnectError.from(e));
+    expect([(error as ConnectError).code, errorInfo(error as ConnectError).reason, (error as ConnectError).rawMessage]).toEqual([
+      Code.InvalidArgument,
+      "INVALID_FIELD",
+      "ttl: must be at most 10m (the longest lease, BERTH_BUDGET_MAX_LEASE_TTL); got 10m 0.001s",
+    ]);
+  });
+
+  it("Reserve with a request id: a repeat answers the reservation; repeats while it waits hold one place and get the same reservation", async () => {
+    const server = await serve();
+    const first = await server.client.reserve({ owner: "ci", need: { items: startNeed("a", 6, 1) }, requestId: "job-1" });
+    const again = await server.client.reserve({ owner: "ci", need: { items: startNeed("a", 6, 1) }, requestId: "job-1" });
+    expect(again.reservation?.id).toBe(first.reservation?.id);
+    const reused = await server.client.reserve({ owner: "ci", need: { items: startNeed("b", 1, 1) }, requestId: "job-1" }).catch((e: unknown) => ConnectError.from(e));
+    expect([(reused as ConnectError).code, (reused as ConnectError).rawMessage.startsWith("request_id:")]).toEqual([Code.InvalidArgument, true]);
+
+    const waits = [1, 2, 3].map(() => server.client.reserve({ owner: "next", need: { items: startNeed("b", 4, 1) }, requestId: "job-2" }));
+    await settle();
+    const state = await server.client.getState({});
+    expect([state.queueSize, state.queue.map((q) => q.owner)]).toEqual([1, ["next"]]);
+    server.clock.advance(1500);
+    await server.client.release({ reservationId: first.reservation!.id });
+    const answers = await Promise.all(waits);
+    expect(new Set(answers.map((a) => a.reservation!.id)).size).toBe(1);
+    expect(answers.map((a) => durationMs(a.waited!))).toEqual([1500, 1500, 1500]);
+    expect((await server.client.getState({})).reservationCount).toBe(1);
+  });
+
+  it("RegisterRunning with a request id counts once, however often it is repeated", async () => {
+    const server = await serve();
+    const { reservation } = await server.client.reserve({ owner: "up", need: { items: startNeed("web", 2, 1) } });
+    const register = () => server.client.registerRunning({ name: "web", reservationId: reservation!.id, pid: process.pid, requestId: "web-started" });
+    const answers = await Promise.all([register(), register(), register()]);
+    expect(new Set(answers.map((a) => a.running!.id)).size).toBe(1);
+    expect(answers.every((a) => a.reservation?.runningIds.length === 1)).toBe(true);
+    const state = await server.client.getState({});
+    expect([state.runningCount, state.committed?.memoryBytes, state.reservations[0]?.start?.memoryBytes]).toEqual([1, BigInt(2 * G), 0n]);
+    // Answered still once the reservation is gone, without one to show.
+    await server.client.release({ reservationId: reservation!.id });
+    const late = await register();
+    expect([late.running?.id, late.reservation]).toEqual([answers[0]!.running!.id, undefined]);
+    const unknown = await server.client.registerRunning({ name: "web", reservationId: reservation!.id, requestId: "another" }).catch((e: unknown) => ConnectError.from(e));
+    expect([(unknown as ConnectError).code, errorInfo(unknown as ConnectError).reason]).toEqual([Code.NotFound, "RESERVATION_NOT_FOUND"]);
+  });
+});
+
+describe("GetState and the lists", () => {
+  it("GetState gives the first page_size of each list with counts and tokens; the List RPCs continue them", async () => {
+    const server = await serve({ policy: { memoryBytes: 64 * G, cpu: 64 } });
+    for (let i = 0; i < 5; i++) await server.client.reserve({ owner: `r${i}`, need: { items: startNeed("a", 1, 0.1) } });
+    for (let i = 0; i < 3; i++) await server.client.registerRunning({ name: `s${i}`, costSource: { case: "cost", value: { memoryBytes: BigInt((i + 2) * G), cpu: 0 } } });
+    await server.client.reserve({ owner: "big", need: { items: startNeed("a", 49, 1) } });
+    const queued = [0, 1, 2].map((i) => server.client.reserve({ owner: `q${i}`, need: { items: startNeed("a", 2, 1) } }).catch(() => undefined));
+    await settle();
+
+    const state = await server.client.getState({ pageSize: 2 });
+    expect([state.queueSize, state.reservationCount, state.runningCount]).toEqual([3, 6, 3]);
+    expect(state.queue.map((q) => [q.owner, q.position])).toEqual([["q0", 1], ["q1", 2]]);
+    expect(state.reservations.map((r) => r.owner)).toEqual(["r0", "r1"]);
+    expect(state.running.map((r) => r.name)).toEqual(["s0", "s1"]);
+    // Committed: the largest first, with how many there are.
+    expect(state.committed?.items.map((i) => i.what)).toEqual(["in flight: big", "running: s2"]);
+    expect(state.committed?.itemCount).toBe(9);
+
+    const queue = await server.client.listQueue({ pageToken: state.queueNextPageToken });
+    expect([queue.queue.map((q) => [q.owner, q.position]), queue.nextPageToken]).toEqual([[["q2", 3]], ""]);
+    const reservations = await server.client.listReservations({ pageToken: state.reservationsNextPageToken, pageSize: 3 });
+    expect(reservations.reservations.map((r) => r.owner)).toEqual(["r2", "r3", "r4"]);
+    const last = await server.client.listReservations({ pageToken: reservations.nextPageToken, pageSize: 3 });
+    expect([last.reservations.map((r) => r.owner), last.nextPageToken]).toEqual([["big"], ""]);
+    const running = await server.client.listRunning({ pageToken: state.runningNextPageToken });
+    expect([running.running.map((r) => r.name), running.nextPageToken]).toEqual([["s2"], ""]);
+    // All of it on one page: no tokens.
+    const whole = await server.client.getState({});
+    expect([whole.queueNextPageToken, whole.reservationsNextPageToken, whole.runningNextPageToken]).toEqual(["", "", ""]);
+    // A token of one list is refused by another.
+    const crossed = await server.client.listRunning({ pageToken: state.queueNextPageToken }).catch((e: unknown) => ConnectError.from(e));
+    expect([(crossed as ConnectError).code, (crossed as ConnectError).rawMessage]).toEqual([Code.InvalidArgument, "page_token: is a token of another list (queue), not of running"]);
+    // The page size is capped, not refused.
+    expect((await server.client.listReservations({ pageSize: 5000 })).reservations).toHaveLength(6);
+    for (const r of (await server.client.listReservations({})).reservations) await server.client.release({ reservationId: r.id });
+    await Promise.all(queued);
+  });
+});
+
 describe("RegisterRunning, StopRunning", () => {
   it("counts running work until stopped, and renews its lease", async () => {
     const server = await serve();
     const { running } = await server.client.registerRunning({ name: "db", costSource: { case: "spec", value: { memory: "1G" } }, ttl: { seconds: 10n, nanos: 0 } });
     expect(running?.cost).toMatchObject({ memoryBytes: BigInt(G), cpu: 0.5 });
-    expect(running?.leaseExpiresAt).toBeDefined();
+    expect(running?.expireTime).toBeDefined();
     server.clock.advance(9000);
     const { renewals } = await server.client.keepAlive({ ids: [running!.id] });
     expect(renewals[0]?.alive).toBe(true);
@@ -583,12 +741,12 @@ describe("RegisterRunning, StopRunning", () => {
     const { running } = await server.client.registerRunning({ name: "db" });
     const { renewals } = await server.client.keepAlive({ ids: [running!.id] });
     expect(renewals[0]).toMatchObject({ alive: true });
-    expect(renewals[0]?.expiresAt).toBeUndefined();
+    expect(renewals[0]?.expireTime).toBeUndefined();
   });
 
   it("moves a reservation's share to the tally (consume), NOT_FOUND for a gone reservation", async () => {
     const server = await serve();
-    const { reservation } = await server.client.reserve({ label: "up", need: { items: startNeed("web", 2, 1) } });
+    const { reservation } = await server.client.reserve({ owner: "up", need: { items: startNeed("web", 2, 1) } });
     const result = await server.client.registerRunning({ name: "web", reservationId: reservation!.id, pid: process.pid, costSource: { case: "cost", value: { memoryBytes: BigInt(G), cpu: 1 } } });
     expect(result.reservation?.start?.memoryBytes).toBe(BigInt(G));
     expect(result.reservation?.runningIds).toEqual([result.running?.id]);
@@ -600,7 +758,7 @@ describe("RegisterRunning, StopRunning", () => {
 
   it("registers running work without a cost at what its reservation's item was admitted with, else the policy's default", async () => {
     const server = await serve();
-    const { reservation } = await server.client.reserve({ label: "up", need: { items: startNeed("web", 0.25, 0.25) } });
+    const { reservation } = await server.client.reserve({ owner: "up", need: { items: startNeed("web", 0.25, 0.25) } });
     const inside = await server.client.registerRunning({ name: "web", reservationId: reservation!.id, pid: process.pid });
     expect(inside.running?.cost).toMatchObject({ memoryBytes: BigInt(256 * M), cpu: 0.25 });
     expect(inside.reservation?.start).toMatchObject({ memoryBytes: 0n, cpu: 0 });
@@ -621,13 +779,13 @@ describe("GetState, GetMachine, WatchMachine, Costs", () => {
     await server.client.registerRunning({ name: "db", costSource: { case: "cost", value: { memoryBytes: BigInt(M), cpu: 0 } } });
 
     const state = await server.client.getState({});
-    expect(state.queue.map((q) => [q.label, q.position])).toEqual([
+    expect(state.queue.map((q) => [q.owner, q.position])).toEqual([
       ["second", 1],
       ["third", 2],
     ]);
     expect(state.queue[1]?.waitFor.map((r) => r.gate)).toEqual([Gate.QUEUE, Gate.MEMORY_BUDGET]);
     expect(state.queue[1]?.need?.total?.memoryBytes).toBe(BigInt(3 * G));
-    expect(state.reservations.map((r) => r.label)).toEqual(["first"]);
+    expect(state.reservations.map((r) => r.owner)).toEqual(["first"]);
     expect(state.running.map((r) => r.name)).toEqual(["db"]);
     expect(state.committed?.items.map((i) => i.what).sort()).toEqual(["in flight: first", "running: db"]);
     expect(state.policy?.maxQueue).toBe(1000);

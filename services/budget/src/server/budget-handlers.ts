@@ -3,27 +3,30 @@
  * one method of the domain, and converts the answer. Domain refusals are BerthErrors, mapped by
  * the server in one place; refused admissions carry their `Refusal` detail (refusals.ts).
  */
-import type { ServiceImpl } from "@connectrpc/connect";
+import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import type { Message } from "@bufbuild/protobuf";
 import type { BudgetService } from "@berth/api/berth/budget/v1/budget_service_pb";
 import { RenewalSchema } from "@berth/api/berth/budget/v1/budget_service_pb";
 import { create } from "@bufbuild/protobuf";
 import type { Clock } from "@berth/shared/clock";
 import { systemClock } from "@berth/shared/clock";
-import { BerthError, invalidArgument, isBerthError } from "@berth/shared/errors";
+import { invalidArgument, isBerthError } from "@berth/shared/errors";
 import { abortable, abortError } from "@berth/shared/server/index";
-import type { Budget, Committed, MachineSample, Policy, Reservation } from "../index.js";
+import type { Budget, Committed, MachineSample, Policy, Reservation, ReservationInfo, RunningEntry } from "../index.js";
 import { admitStream } from "./admit-stream.js";
-import type { PolicyExtras, ReasonContext } from "./budget-codec.js";
+import type { LeaseLimits, PolicyExtras, ReasonContext } from "./budget-codec.js";
 import {
   MAX_KEEPALIVE_IDS,
+  MAX_OWNER_LENGTH,
   QueuedEncoder,
   checkId,
-  checkLabel,
+  checkName,
+  checkRequestId,
   committedToProto,
   costToProto,
-  durationMs,
   durationOf,
+  leaseTtlMs,
+  maxWaitMs,
   machineToProto,
   needItemsFromProto,
   pidFromProto,
@@ -36,6 +39,7 @@ import {
   timestampOf,
   verdictToProto,
 } from "./budget-codec.js";
+import { PageTokens, pageSizeOf } from "./page-tokens.js";
 import { refusalError } from "./refusals.js";
 
 /** What the handlers need besides the budget. */
@@ -45,6 +49,8 @@ export interface BudgetHandlerOptions {
   clock?: Clock | undefined;
   /** The lease of a Reserve that gives no ttl; read per call, so a reload applies at once. */
   defaultLeaseTtlMs: () => number;
+  /** The longest lease a request may ask (read per call, like the default). */
+  maxLeaseTtlMs: () => number;
   /** How often the machine is sampled (reported in Policy). */
   sampleIntervalMs: number;
   /** Counters the handlers keep up to date (for the server's gauges). */
@@ -67,6 +73,8 @@ export interface BudgetHandlerDeps {
   /** The running entries started from a reservation. */
   runningIds(reservation: Reservation): string[];
   addRunning(reservation: Reservation, runningId: string): void;
+  /** The lease ttls in force now. */
+  leaseLimits(): LeaseLimits;
   stats: BudgetHandlerStats;
 }
 
@@ -122,10 +130,14 @@ export function createBudgetHandlers(options: BudgetHandlerOptions): ServiceImpl
     runningIds: (reservation) => running.get(reservation) ?? [],
     addRunning(reservation, runningId) {
       const ids = running.get(reservation);
-      if (ids) ids.push(runningId);
-      else running.set(reservation, [runningId]);
+      if (ids === undefined) running.set(reservation, [runningId]);
+      // A repeated request answers the entry it made: listed once.
+      else if (!ids.includes(runningId)) ids.push(runningId);
     },
+    leaseLimits: () => ({ defaultTtlMs: options.defaultLeaseTtlMs(), maxTtlMs: options.maxLeaseTtlMs() }),
   };
+  const tokens = new PageTokens();
+  const reservationMessage = (r: ReservationInfo) => reservationToProto(r, runningIdsOf(r.id));
   const runningIdsOf = (id: string) => {
     const reservation = budget.getReservation(id);
     return reservation === undefined ? [] : deps.runningIds(reservation);
@@ -145,27 +157,25 @@ export function createBudgetHandlers(options: BudgetHandlerOptions): ServiceImpl
     async reserve(request, context) {
       const policy = budget.policy();
       const need = budget.needOf(needItemsFromProto(request.need));
-      const label = checkLabel(request.label, "label");
-      const asked = durationMs(request.maxWait, "max_wait");
-      const ttlMs = durationMs(request.ttl, "ttl", { positive: true }) ?? options.defaultLeaseTtlMs();
-      const maxWaitMs = Math.min(asked ?? policy.maxWaitMs, policy.maxWaitMs);
-      const startedAt = clock.now();
-      let queued = false;
+      const owner = checkName(request.owner, "owner");
+      const requestId = checkRequestId(request.requestId);
+      const wait = maxWaitMs(request.maxWait, "max_wait", policy.maxWaitMs);
+      const ttlMs = leaseTtlMs(request.ttl, "ttl", deps.leaseLimits())!;
       let reservation: Reservation;
       try {
-        reservation = await budget.reserve(need, label, {
+        reservation = await budget.reserve(need, owner, {
           ttlMs,
-          maxWaitMs,
+          requestId,
+          maxWaitMs: wait,
           skipLoadGate: request.skipLoadGate,
           // The call ending (client gone, its deadline, shutdown) drops the queued request.
           signal: context.signal,
-          onQueued: () => (queued = true),
         });
       } catch (error) {
         if (context.signal.aborted) throw abortError(context.signal);
-        throw refusalError(error, { waitedMs: queued ? clock.now() - startedAt : 0, reasons: reasonContext });
+        throw refusalError(error, { reasons: reasonContext });
       }
-      return { reservation: reservationToProto(reservation), waited: durationOf(queued ? clock.now() - startedAt : 0) };
+      return { reservation: reservationToProto(reservation, deps.runningIds(reservation)), waited: durationOf(reservation.waitedMs) };
     },
 
     async keepAlive(request) {
@@ -177,12 +187,12 @@ export function createBudgetHandlers(options: BudgetHandlerOptions): ServiceImpl
         if (reservation !== undefined) {
           // A reservation held by its stream has no lease: it is alive, with no expiry to report.
           if (reservation.leaseExpiresAt !== undefined) budget.renew(id);
-          renewals.push(create(RenewalSchema, { id, alive: true, expiresAt: reservation.leaseExpiresAt === undefined ? undefined : timestampOf(reservation.leaseExpiresAt) }));
+          renewals.push(create(RenewalSchema, { id, alive: true, expireTime: reservation.leaseExpiresAt === undefined ? undefined : timestampOf(reservation.leaseExpiresAt) }));
           continue;
         }
         try {
           const entry = await budget.renewRunning(id);
-          renewals.push(create(RenewalSchema, { id, alive: true, expiresAt: entry.leaseExpiresAt === undefined ? undefined : timestampOf(entry.leaseExpiresAt) }));
+          renewals.push(create(RenewalSchema, { id, alive: true, expireTime: entry.leaseExpiresAt === undefined ? undefined : timestampOf(entry.leaseExpiresAt) }));
         } catch (error) {
           if (!isBerthError(error)) throw error;
           // No lease to renew (the entry ends with its pid or StopRunning): alive, no expiry.
@@ -206,21 +216,20 @@ export function createBudgetHandlers(options: BudgetHandlerOptions): ServiceImpl
     },
 
     async registerRunning(request) {
-      const name = checkLabel(request.name, "name");
+      const name = checkName(request.name, "name");
       const reservationId = request.reservationId === undefined ? undefined : checkId(request.reservationId, "reservation_id");
+      const requestId = checkRequestId(request.requestId);
       const cost = runCostFromProto(request.costSource, budget.runCostOf(name, reservationId));
       const pid = pidFromProto(request.pid, "pid");
-      const ttlMs = durationMs(request.ttl, "ttl", { positive: true });
+      const ttlMs = leaseTtlMs(request.ttl, "ttl", deps.leaseLimits(), { unsetIsNone: true });
       if (reservationId === undefined) {
-        const entry = await budget.registerRunning(name, cost, { pid, ttlMs });
+        const entry = await budget.registerRunning(name, cost, { pid, ttlMs, requestId });
         return { running: runningEntryToProto(entry) };
       }
+      const entry: RunningEntry = await budget.consume(reservationId, name, cost, { pid, ttlMs, requestId });
+      // A repeat answered after the reservation ended has the entry but no reservation to show.
       const reservation = budget.getReservation(reservationId);
-      if (reservation === undefined) {
-        throw new BerthError("not_found", `no reservation ${reservationId}: it was released, its lease ran out, or the service restarted`, { reservationId });
-      }
-      let entry = await budget.consume(reservationId, name, cost, pid);
-      if (ttlMs !== undefined) entry = await budget.renewRunning(entry.id, ttlMs);
+      if (reservation === undefined) return { running: runningEntryToProto(entry) };
       deps.addRunning(reservation, entry.id);
       return { running: runningEntryToProto(entry), reservation: reservationToProto(reservation, deps.runningIds(reservation)) };
     },
@@ -230,17 +239,42 @@ export function createBudgetHandlers(options: BudgetHandlerOptions): ServiceImpl
       return { stopped: await budget.stopRunning(id) };
     },
 
-    getState() {
-      const state = budget.state();
+    getState(request) {
+      const pageSize = pageSizeOf(request.pageSize);
+      const state = budget.state(pageSize);
       const context = { committed: state.committed, sample: state.sample };
       return {
-        committed: committedMessages.get(state.committed),
+        committed: committedToProto(state.committed, pageSize),
         queue: queueToProto(state.queue, state.waitFor, context),
-        reservations: state.reservations.map((r) => reservationToProto(r, runningIdsOf(r.id))),
+        reservations: state.reservations.map(reservationMessage),
         running: state.running.map(runningEntryToProto),
         policy: policyMessage(),
         machine: machineMessage(state.sample),
+        queueSize: state.queueSize,
+        reservationCount: state.reservationCount,
+        runningCount: state.runningCount,
+        queueNextPageToken: tokens.encode("queue", state.queueNext),
+        reservationsNextPageToken: tokens.encode("reservations", state.reservationsNext),
+        runningNextPageToken: tokens.encode("running", state.runningNext),
       };
+    },
+
+    listQueue(request) {
+      const pageSize = pageSizeOf(request.pageSize);
+      const page = budget.listQueue(tokens.decode("queue", request.pageToken), pageSize);
+      return { queue: queueToProto(page.items, page.waitFor, reasonContext()), nextPageToken: tokens.encode("queue", page.next) };
+    },
+
+    listReservations(request) {
+      const pageSize = pageSizeOf(request.pageSize);
+      const page = budget.listReservations(tokens.decode("reservations", request.pageToken), pageSize);
+      return { reservations: page.items.map(reservationMessage), nextPageToken: tokens.encode("reservations", page.next) };
+    },
+
+    listRunning(request) {
+      const pageSize = pageSizeOf(request.pageSize);
+      const page = budget.listRunning(tokens.decode("running", request.pageToken), pageSize);
+      return { running: page.items.map(runningEntryToProto), nextPageToken: tokens.encode("running", page.next) };
     },
 
     getMachine() {
@@ -259,6 +293,18 @@ export function createBudgetHandlers(options: BudgetHandlerOptions): ServiceImpl
       const spec = resourceSpecFromProto(request.spec);
       const costs = budget.costs(spec);
       return { run: costToProto(costs.run), build: costToProto(costs.build) };
+    },
+
+    getLimits() {
+      const policy = budget.policy();
+      return {
+        defaultTtl: durationOf(options.defaultLeaseTtlMs()),
+        maxTtl: durationOf(options.maxLeaseTtlMs()),
+        maxWait: durationOf(policy.maxWaitMs),
+        heartbeatInterval: durationOf(policy.heartbeatMs),
+        maxQueue: policy.maxQueue,
+        maxOwnerLength: MAX_OWNER_LENGTH,
+      };
     },
   };
 }

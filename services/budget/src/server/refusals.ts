@@ -1,34 +1,36 @@
 /**
  * Refused admissions as the proto defines them: a ConnectError whose code is the refusal kind's
- * (IMPOSSIBLE: FAILED_PRECONDITION; QUEUE_FULL and WAIT_EXHAUSTED: RESOURCE_EXHAUSTED) carrying a
- * `Refusal` detail, plus the same facts as JSON in the `berth-error-details` metadata for clients
- * that do not decode error details (curl).
+ * (IMPOSSIBLE: FAILED_PRECONDITION; QUEUE_FULL and WAIT_EXHAUSTED: RESOURCE_EXHAUSTED), with the
+ * `google.rpc.ErrorInfo` every error carries (reason: the kind), a `RetryInfo` where a retry can
+ * succeed (QUEUE_FULL, WAIT_EXHAUSTED), and the `Refusal` detail; the same facts as JSON in the
+ * `berth-error-details` metadata for clients that do not decode error details (curl).
  *
- * The domain refuses with BerthErrors whose `details.kind` names the refusal; its wait-exhausted
- * error is `deadline_exceeded`, which the API deliberately does not use (clients read that code as
- * their own deadline): the kind decides the code here.
+ * The domain refuses with BerthErrors whose `details.kind` names the refusal and whose reason and
+ * retry delay are already the wire's; this adds what only the RPC layer knows (the settings to
+ * change, how long the call waited, the reasons' figures).
  */
 import { create } from "@bufbuild/protobuf";
-import { Code, ConnectError } from "@connectrpc/connect";
+import type { ConnectError } from "@connectrpc/connect";
 import type { Refusal } from "@berth/api/berth/budget/v1/budget_pb";
 import { RefusalKind, RefusalSchema } from "@berth/api/berth/budget/v1/budget_pb";
-import { isBerthError } from "@berth/shared/errors";
-import { ERROR_DETAILS_HEADER } from "@berth/shared/server/index";
+import { BerthError, isBerthError } from "@berth/shared/errors";
+import { berthErrorToConnect } from "@berth/shared/server/index";
 import type { Reason } from "../index.js";
 import type { ReasonContext } from "./budget-codec.js";
 import { durationOf, waitReasonToProto } from "./budget-codec.js";
 
+/** The ErrorInfo domain of the budget's errors. */
+export const BUDGET_ERROR_DOMAIN = "berth.budget";
+
 /** The domain's refusal kinds and what each becomes. */
 const KINDS = {
-  impossible: { kind: RefusalKind.IMPOSSIBLE, code: Code.FailedPrecondition, name: "impossible" },
-  queue_full: { kind: RefusalKind.QUEUE_FULL, code: Code.ResourceExhausted, name: "queue_full" },
-  wait_exhausted: { kind: RefusalKind.WAIT_EXHAUSTED, code: Code.ResourceExhausted, name: "wait_exhausted" },
+  impossible: { kind: RefusalKind.IMPOSSIBLE, code: "failed_precondition", name: "impossible", reason: "IMPOSSIBLE" },
+  queue_full: { kind: RefusalKind.QUEUE_FULL, code: "resource_exhausted", name: "queue_full", reason: "QUEUE_FULL" },
+  wait_exhausted: { kind: RefusalKind.WAIT_EXHAUSTED, code: "resource_exhausted", name: "wait_exhausted", reason: "WAIT_EXHAUSTED" },
 } as const;
 
 /** What a refusal is judged against besides the error itself. */
 export interface RefusalContext {
-  /** How long the request waited in the queue (0 when it never queued). */
-  waitedMs: number;
   /** The committed items and sample, for the reasons' figures (read only when there are reasons). */
   reasons: () => ReasonContext;
 }
@@ -52,7 +54,9 @@ export function refusalError(error: unknown, context: RefusalContext): unknown {
   const position = typeof details["position"] === "number" ? details["position"] : 1;
   const reasonContext = domainReasons.length > 0 ? context.reasons() : undefined;
   const reasons = domainReasons.map((reason) => waitReasonToProto(reason, reasonContext!, position - 1));
-  const retryAfterMs = typeof details["retryAfterMs"] === "number" ? details["retryAfterMs"] : undefined;
+  const retryAfterMs = error.options.retryAfterMs ?? (typeof details["retryAfterMs"] === "number" ? details["retryAfterMs"] : undefined);
+  // Only a wait that ran out waited; the other refusals come before the request queues.
+  const waitedMs = typeof details["waitedMs"] === "number" ? details["waitedMs"] : 0;
 
   let settings: string[];
   switch (spec.name) {
@@ -70,20 +74,22 @@ export function refusalError(error: unknown, context: RefusalContext): unknown {
       break;
   }
 
+  const retryAfter = spec.name === "impossible" ? undefined : retryAfterMs;
   const refusal: Refusal = create(RefusalSchema, {
     kind: spec.kind,
     message: error.message,
     reasons,
-    retryAfter: retryAfterMs === undefined || spec.name === "impossible" ? undefined : durationOf(retryAfterMs),
+    retryAfter: retryAfter === undefined ? undefined : durationOf(retryAfter),
     settings,
-    waited: durationOf(context.waitedMs),
+    waited: durationOf(waitedMs),
   });
-  const header = JSON.stringify({ kind: spec.name, settings, retryAfterMs: spec.name === "impossible" ? undefined : retryAfterMs, waitedMs: context.waitedMs });
-  return new ConnectError(
-    error.message,
+  const wire = new BerthError(
     spec.code,
-    { [ERROR_DETAILS_HEADER]: header.replace(/[\u007f-\uffff]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`) },
-    [{ desc: RefusalSchema, value: refusal }],
-    error,
+    error.message,
+    { kind: spec.name, settings, retryAfterMs: retryAfter, waitedMs: waitedMs },
+    { reason: spec.reason, retryAfterMs: retryAfter },
   );
+  const connectError: ConnectError = berthErrorToConnect(wire, BUDGET_ERROR_DOMAIN);
+  connectError.details.push({ desc: RefusalSchema, value: refusal });
+  return connectError;
 }

@@ -66,10 +66,10 @@ describe("the budget service", () => {
 
   it("SIGHUP reloads the policy and re-checks the queue; a bad reload keeps the policy in force", async () => {
     const { client, lines, rewrite } = await start({ config: { memory: "3G", cpu: 4 } });
-    await client.reserve({ label: "held", need: { items: [startItem("a", 2, 1)] } });
+    await client.reserve({ owner: "held", need: { items: [startItem("a", 2, 1)] } });
     const controller = new AbortController();
     const requests = (async function* () {
-      yield { kind: { case: "start" as const, value: { label: "waiting", need: { items: [startItem("b", 2, 1)] } } } };
+      yield { kind: { case: "start" as const, value: { owner: "waiting", need: { items: [startItem("b", 2, 1)] } } } };
       await new Promise((resolve) => controller.signal.addEventListener("abort", resolve));
     })();
     const seen: string[] = [];
@@ -93,6 +93,24 @@ describe("the budget service", () => {
     expect((await client.getState({})).policy?.memoryBytes).toBe(BigInt(4 * G));
     controller.abort();
     await reading;
+  });
+
+  it("the longest lease is a setting (1h by default), reloaded on SIGHUP; a default lease above it is refused", async () => {
+    const { client, lines, rewrite } = await start();
+    expect((await client.getLimits({})).maxTtl?.seconds).toBe(3600n);
+    const over = await client.reserve({ owner: "a", ttl: { seconds: 3601n, nanos: 0 } }).catch((e: unknown) => e as Error);
+    expect((over as Error).message).toMatch(/ttl: must be at most 1h/);
+
+    rewrite({ "max-lease-ttl": "2h" });
+    process.emit("SIGHUP", "SIGHUP");
+    expect((await client.getLimits({})).maxTtl?.seconds).toBe(7200n);
+    expect((await client.reserve({ owner: "a", ttl: { seconds: 3601n, nanos: 0 } })).reservation?.id).toBeDefined();
+
+    rewrite({ "max-lease-ttl": "10s" });
+    process.emit("SIGHUP", "SIGHUP");
+    expect(lines.some((l) => l.includes("the policy was not reloaded") && l.includes("lease-ttl: must be at most max-lease-ttl (10s)"))).toBe(true);
+    expect((await client.getLimits({})).maxTtl?.seconds).toBe(7200n);
+    await expect(start({ config: { "lease-ttl": "2h" } })).rejects.toThrow(/lease-ttl: must be at most max-lease-ttl \(1h\); got 2h/);
   });
 
   it("exports its gauges and removes its SIGHUP handler when it stops", async () => {

@@ -25,6 +25,8 @@ export const BUDGET_DEFAULT_PORT = 7302;
 
 /** The default lease of a Reserve that gives no ttl. */
 export const DEFAULT_LEASE_TTL_MS = 30_000;
+/** The default longest lease a request may ask: longer is INVALID_ARGUMENT. */
+export const DEFAULT_MAX_LEASE_TTL_MS = 3_600_000;
 
 function leaseParser(raw: string, field: string): number {
   let ms: number;
@@ -37,7 +39,7 @@ function leaseParser(raw: string, field: string): number {
   return ms;
 }
 
-/** The settings SIGHUP re-reads: the policy and the default lease. */
+/** The settings SIGHUP re-reads: the policy and the leases. */
 export const RELOADABLE_SETTINGS = defineConfig({
   ...POLICY_SETTINGS,
   leaseTtl: {
@@ -48,7 +50,23 @@ export const RELOADABLE_SETTINGS = defineConfig({
     doc: "lease of a Reserve that gives no ttl (renewed by KeepAlive)",
     show: formatDuration,
   },
+  maxLeaseTtl: {
+    flag: "max-lease-ttl",
+    env: "BERTH_BUDGET_MAX_LEASE_TTL",
+    default: DEFAULT_MAX_LEASE_TTL_MS,
+    parse: leaseParser,
+    doc: "longest lease a Reserve or RegisterRunning may ask (longer is refused)",
+    show: formatDuration,
+  },
 });
+
+/** The lease settings, checked together: the default lease must be one a request could ask for. */
+export function leaseSettings(values: { leaseTtl: number; maxLeaseTtl: number }): { leaseTtlMs: number; maxLeaseTtlMs: number } {
+  if (values.leaseTtl > values.maxLeaseTtl) {
+    throw invalidArgument("lease-ttl", `must be at most max-lease-ttl (${formatDuration(values.maxLeaseTtl)}); got ${formatDuration(values.leaseTtl)}`);
+  }
+  return { leaseTtlMs: values.leaseTtl, maxLeaseTtlMs: values.maxLeaseTtl };
+}
 
 /** Settings of the budget service (besides the common ones): where it listens, its policy, its sampler. */
 export const BUDGET_SETTINGS = defineConfig({
@@ -81,13 +99,14 @@ function registerGauges(metrics: ServerMetrics, budget: Budget, stats: BudgetHan
   let memo: { at: number; state: BudgetState } | undefined;
   const state = () => {
     const now = performance.now();
-    if (memo === undefined || now - memo.at > STATE_MEMO_MS) memo = { at: now, state: budget.state() };
+    // One entry of each list is enough: the gauges read the counts and totals.
+    if (memo === undefined || now - memo.at > STATE_MEMO_MS) memo = { at: now, state: budget.state(1) };
     return memo.state;
   };
   return [
-    metrics.registerGauge("berth_budget_queue_length", "Requests waiting in the admission queue.", () => state().queue.length),
-    metrics.registerGauge("berth_budget_reservations", "Admitted reservations in flight.", () => state().reservations.length),
-    metrics.registerGauge("berth_budget_running", "Running entries counted in the tally.", () => state().running.length),
+    metrics.registerGauge("berth_budget_queue_length", "Requests waiting in the admission queue.", () => state().queueSize),
+    metrics.registerGauge("berth_budget_reservations", "Admitted reservations in flight.", () => state().reservationCount),
+    metrics.registerGauge("berth_budget_running", "Running entries counted in the tally.", () => state().runningCount),
     metrics.registerGauge("berth_budget_committed_memory_bytes", "Memory committed (running plus reservations), in bytes.", () => state().committed.memoryBytes),
     metrics.registerGauge("berth_budget_committed_cpu", "Cpu committed (running plus reservations), in cores.", () => state().committed.cpu),
     metrics.registerGauge("berth_budget_memory_budget_bytes", "The memory budget in force, in bytes.", () => budget.policy().memoryBytes),
@@ -111,6 +130,7 @@ export function createBudgetService(options: BudgetServiceOptions = {}): Service
         socket: values.budgetSocket,
         logger,
         open: async () => {
+          let leases = leaseSettings(values);
           const sampler = createSampler({ ...samplerOptionsFromConfig(values), logger });
           let budget: Budget;
           try {
@@ -122,14 +142,14 @@ export function createBudgetService(options: BudgetServiceOptions = {}): Service
             sampler.close();
             throw error;
           }
-          let leaseTtlMs = values.leaseTtl;
 
           const reload = () => {
             try {
               const reloaded = reloadSettings(RELOADABLE_SETTINGS, sources());
+              const reloadedLeases = leaseSettings(reloaded);
               const policy = budget.reloadPolicy(policyFromConfig(reloaded, machineFactsOf(sampler.latest())));
-              leaseTtlMs = reloaded.leaseTtl;
-              logger.info({ policy, leaseTtlMs }, "SIGHUP: policy reloaded");
+              leases = reloadedLeases;
+              logger.info({ policy, ...leases }, "SIGHUP: policy reloaded");
             } catch (error) {
               logger.error({ err: error }, `SIGHUP: the policy was not reloaded (${(error as Error).message}); the one in force stays`);
             }
@@ -142,7 +162,13 @@ export function createBudgetService(options: BudgetServiceOptions = {}): Service
               process.on("SIGHUP", onHangup);
               const stats: BudgetHandlerStats = { queuedMessages: 0 };
               removeGauges = registerGauges(context.metrics, budget, stats);
-              return [implement(BudgetService, createBudgetHandlers({ budget, defaultLeaseTtlMs: () => leaseTtlMs, sampleIntervalMs: sampler.intervalMs, stats }))];
+              return [implement(BudgetService, createBudgetHandlers({
+                  budget,
+                  defaultLeaseTtlMs: () => leases.leaseTtlMs,
+                  maxLeaseTtlMs: () => leases.maxLeaseTtlMs,
+                  sampleIntervalMs: sampler.intervalMs,
+                  stats,
+                }),)];
             },
             async close() {
               process.off("SIGHUP", onHangup);

@@ -33,7 +33,7 @@ it.each(WIRE_PROTOCOLS.filter((p) => p.name === "gRPC" || p.name === "Connect JS
     const server = await startServer({
       name: "budget",
       logger: { debug: log, info: log, warn: log, error: log },
-      services: [implement(BudgetService, createBudgetHandlers({ budget, defaultLeaseTtlMs: () => 30_000, sampleIntervalMs: 1000 }))],
+      services: [implement(BudgetService, createBudgetHandlers({ budget, defaultLeaseTtlMs: () => 30_000, maxLeaseTtlMs: () => 3_600_000, sampleIntervalMs: 1000 }))],
       onShutdown: [() => budget.close()],
       streamGraceMs: TEN_MINUTES,
       drainTimeoutMs: TEN_MINUTES,
@@ -43,7 +43,7 @@ it.each(WIRE_PROTOCOLS.filter((p) => p.name === "gRPC" || p.name === "Connect JS
     cleanups.push(connection.close);
 
     const requests = pushable<MessageInitShape<typeof AdmitRequestSchema>>();
-    requests.push({ kind: { case: "start", value: { label: "web", need: { items: [startItem("web", 1, 1)] } } } });
+    requests.push({ kind: { case: "start", value: { owner: "web", need: { items: [startItem("web", 1, 1)] } } } });
     // Never ended: the client is still "running its command".
     const stream = createClient(BudgetService, connection.transport).admit(requests)[Symbol.asyncIterator]();
     expect((await stream.next()).value?.kind.case).toBe("admitted");

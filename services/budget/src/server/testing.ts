@@ -38,6 +38,7 @@ export interface InMemoryOptions {
   policy?: Partial<Policy>;
   sample?: Partial<MachineSample>;
   leaseTtlMs?: number;
+  maxLeaseTtlMs?: number;
   stateDir?: string;
   clock?: ManualClock;
 }
@@ -54,7 +55,7 @@ export async function serveInMemory(options: InMemoryOptions = {}): Promise<InMe
   const metrics = new ServerMetrics("budget");
   const quiet = { debug() {}, info() {}, warn() {}, error() {} };
   const transport = createRouterTransport(
-    (router) => router.service(BudgetService, createBudgetHandlers({ budget, clock, defaultLeaseTtlMs: () => leaseTtlMs, sampleIntervalMs: 1000 })),
+    (router) => router.service(BudgetService, createBudgetHandlers({ budget, clock, defaultLeaseTtlMs: () => leaseTtlMs, maxLeaseTtlMs: () => options.maxLeaseTtlMs ?? 3_600_000, sampleIntervalMs: 1000 })),
     // As the server has them: the observer (which keeps the open streams) outermost.
     { router: { interceptors: [createObserverInterceptor({ logger: quiet, metrics }), createErrorInterceptor()] } },
   );

@@ -43,7 +43,7 @@ async function serve(protocol: WireProtocol): Promise<Run> {
   const policy = { ...defaultPolicy({ totalBytes: 64 * G, cpus: 8 }), memoryBytes: 8 * G, cpu: 4, reserveBytes: G };
   const budget = await createBudget({ policy, sampler, clock });
   cleanups.push(() => budget.close());
-  const handlers = createBudgetHandlers({ budget, clock, defaultLeaseTtlMs: () => 30_000, sampleIntervalMs: 1000 });
+  const handlers = createBudgetHandlers({ budget, clock, defaultLeaseTtlMs: () => 30_000, maxLeaseTtlMs: () => 3_600_000, sampleIntervalMs: 1000 });
   const server: RunningServer = await startServer({ name: "budget", logger: silentLogger, services: [implement(BudgetService, handlers)] });
   cleanups.push(() => server.close(false));
   const connection = connectOver(protocol, server.url);
@@ -74,7 +74,7 @@ async function admitConversation(protocol: WireProtocol): Promise<unknown[]> {
   requests.push({
     kind: {
       case: "start",
-      value: { label: "web", need: { items: [{ kind: NeedItemKind.BUILD, name: "web", costSource: { case: "cost", value: { memoryBytes: BigInt(G), cpu: 1 } } }, startItem("web", 1, 0.5)] } },
+      value: { owner: "web", need: { items: [{ kind: NeedItemKind.BUILD, name: "web", costSource: { case: "cost", value: { memoryBytes: BigInt(G), cpu: 1 } } }, startItem("web", 1, 0.5)] } },
     },
   });
   const messages: AdmitResponse[] = [];
@@ -115,11 +115,11 @@ async function watchMachineConversation(protocol: WireProtocol): Promise<unknown
 }
 
 describe.each(WIRE_PROTOCOLS.slice(1))("BudgetService streams over $name equal gRPC's", (protocol) => {
-  it("Admit: queued (position, ETA, reasons, the request ahead, deadline), admitted, updated, released", async () => {
+  it("Admit: queued (position, ETA, reasons, the request ahead, when its wait expires), admitted, updated, released", async () => {
     const reference = await admitConversation(WIRE_PROTOCOLS[0]!);
     // The reference itself has every field the test is about.
     expect(reference[0]).toMatchObject({
-      queued: { position: 2, eta: expect.any(String), waitForText: expect.stringContaining("1 request(s) ahead"), ahead: [{ label: "first", position: 1 }], deadline: expect.any(String) },
+      queued: { position: 2, eta: expect.any(String), waitForText: expect.stringContaining("1 request(s) ahead"), ahead: [{ owner: "first", position: 1 }], waitExpireTime: expect.any(String) },
     });
     expect((reference[0] as { queued: { waitFor: unknown[] } }).queued.waitFor).toHaveLength(2);
     expect(await admitConversation(protocol)).toEqual(reference);

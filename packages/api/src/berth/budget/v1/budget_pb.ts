@@ -5,7 +5,7 @@
 // The budget's messages: costs and needs, the machine sample, the policy,
 // verdicts, reservations and the running tally.
 //
-// Sizes in bytes are uint64; cpu is in cores (1.5 = one and a half cores) as
+// Sizes in bytes are int64 (never negative); cpu is in cores (1.5 = one and a half cores) as
 // a double. Where callers write sizes by hand (ResourceSpec) they are strings
 // such as "512M", "2G" or "1.5GiB", parsed by the service; a malformed one is
 // INVALID_ARGUMENT naming the item and the value. Negative, NaN or infinite
@@ -21,7 +21,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file berth/budget/v1/budget.proto.
  */
 export const file_berth_budget_v1_budget: GenFile = /*@__PURE__*/
-  fileDesc("ChxiZXJ0aC9idWRnZXQvdjEvYnVkZ2V0LnByb3RvEg9iZXJ0aC5idWRnZXQudjEiLgoJUmVzb3VyY2VzEhQKDG1lbW9yeV9ieXRlcxgBIAEoBBILCgNjcHUYAiABKAEicwoMUmVzb3VyY2VTcGVjEhMKBm1lbW9yeRgBIAEoCUgAiAEBEhAKA2NwdRgCIAEoAUgBiAEBEikKBWJ1aWxkGAMgASgLMhouYmVydGguYnVkZ2V0LnYxLkJ1aWxkU3BlY0IJCgdfbWVtb3J5QgYKBF9jcHUiRQoJQnVpbGRTcGVjEhMKBm1lbW9yeRgBIAEoCUgAiAEBEhAKA2NwdRgCIAEoAUgBiAEBQgkKB19tZW1vcnlCBgoEX2NwdSI7CgRDb3N0EhQKDG1lbW9yeV9ieXRlcxgBIAEoBBILCgNjcHUYAiABKAESEAoIZGVjbGFyZWQYAyABKAgi6AEKCE5lZWRJdGVtEisKBGtpbmQYASABKA4yHS5iZXJ0aC5idWRnZXQudjEuTmVlZEl0ZW1LaW5kEgwKBG5hbWUYAiABKAkSJQoEY29zdBgDIAEoCzIVLmJlcnRoLmJ1ZGdldC52MS5Db3N0SAASLQoEc3BlYxgEIAEoCzIdLmJlcnRoLmJ1ZGdldC52MS5SZXNvdXJjZVNwZWNIABIUCgdza2lwcGVkGAUgASgJSAGIAQESEQoEd2F2ZRgGIAEoDUgCiAEBQg0KC2Nvc3Rfc291cmNlQgoKCF9za2lwcGVkQgcKBV93YXZlIjAKBE5lZWQSKAoFaXRlbXMYASADKAsyGS5iZXJ0aC5idWRnZXQudjEuTmVlZEl0ZW0ijQEKCk5lZWRUb3RhbHMSKQoFc3RhcnQYASABKAsyGi5iZXJ0aC5idWRnZXQudjEuUmVzb3VyY2VzEikKBWJ1aWxkGAIgASgLMhouYmVydGguYnVkZ2V0LnYxLlJlc291cmNlcxIpCgV0b3RhbBgDIAEoCzIaLmJlcnRoLmJ1ZGdldC52MS5SZXNvdXJjZXMiTAoNQ29tbWl0dGVkSXRlbRIMCgR3aGF0GAEgASgJEhQKDG1lbW9yeV9ieXRlcxgCIAEoBBILCgNjcHUYAyABKAESCgoCaWQYBCABKAkiXQoJQ29tbWl0dGVkEhQKDG1lbW9yeV9ieXRlcxgBIAEoBBILCgNjcHUYAiABKAESLQoFaXRlbXMYAyADKAsyHi5iZXJ0aC5idWRnZXQudjEuQ29tbWl0dGVkSXRlbSJqChBQcmVzc3VyZUF2ZXJhZ2VzEg0KBWF2ZzEwGAEgASgBEg0KBWF2ZzYwGAIgASgBEg4KBmF2ZzMwMBgDIAEoARIoCgV0b3RhbBgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiJsCghQcmVzc3VyZRIvCgRzb21lGAEgASgLMiEuYmVydGguYnVkZ2V0LnYxLlByZXNzdXJlQXZlcmFnZXMSLwoEZnVsbBgCIAEoCzIhLmJlcnRoLmJ1ZGdldC52MS5QcmVzc3VyZUF2ZXJhZ2VzIrQCCgxDZ3JvdXBMaW1pdHMSDAoEcGF0aBgBIAEoCRIXCgptZW1vcnlfbWF4GAIgASgESACIAQESGwoObWVtb3J5X2N1cnJlbnQYAyABKARIAYgBARIhChRtZW1vcnlfaW5hY3RpdmVfZmlsZRgEIAEoBEgCiAEBEh0KEG1lbW9yeV9hdmFpbGFibGUYBSABKARIA4gBARIWCgljcHVfcXVvdGEYBiABKAFIBIgBARIYCgtjcHVzZXRfY3B1cxgHIAEoDUgFiAEBQg0KC19tZW1vcnlfbWF4QhEKD19tZW1vcnlfY3VycmVudEIXChVfbWVtb3J5X2luYWN0aXZlX2ZpbGVCEwoRX21lbW9yeV9hdmFpbGFibGVCDAoKX2NwdV9xdW90YUIOCgxfY3B1c2V0X2NwdXMi8wMKB01hY2hpbmUSLgoKc2FtcGxlZF9hdBgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASGAoLdG90YWxfYnl0ZXMYAiABKARIAIgBARIcCg9hdmFpbGFibGVfYnl0ZXMYAyABKARIAYgBARISCgVsb2FkMRgEIAEoAUgCiAEBEhIKBWxvYWQ1GAUgASgBSAOIAQESEwoGbG9hZDE1GAYgASgBSASIAQESDQoFY29yZXMYByABKA0SLwoMY3B1X3ByZXNzdXJlGAggASgLMhkuYmVydGguYnVkZ2V0LnYxLlByZXNzdXJlEjIKD21lbW9yeV9wcmVzc3VyZRgJIAEoCzIZLmJlcnRoLmJ1ZGdldC52MS5QcmVzc3VyZRIuCgtpb19wcmVzc3VyZRgKIAEoCzIZLmJlcnRoLmJ1ZGdldC52MS5QcmVzc3VyZRItCgZjZ3JvdXAYCyABKAsyHS5iZXJ0aC5idWRnZXQudjEuQ2dyb3VwTGltaXRzEi0KBnNvdXJjZRgMIAEoDjIdLmJlcnRoLmJ1ZGdldC52MS5TYW1wbGVTb3VyY2VCDgoMX3RvdGFsX2J5dGVzQhIKEF9hdmFpbGFibGVfYnl0ZXNCCAoGX2xvYWQxQggKBl9sb2FkNUIJCgdfbG9hZDE1IuwDCgZQb2xpY3kSDwoHZW5hYmxlZBgBIAEoCBIUCgxtZW1vcnlfYnl0ZXMYAiABKAQSCwoDY3B1GAMgASgBEhUKDXJlc2VydmVfYnl0ZXMYBCABKAQSFAoMY3B1X3ByZXNzdXJlGAUgASgBEhUKDWxvYWRfcGVyX2NvcmUYBiABKAESKwoIbWF4X3dhaXQYByABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SEQoJbWF4X3F1ZXVlGAggASgNEi8KC2RlZmF1bHRfcnVuGAkgASgLMhouYmVydGguYnVkZ2V0LnYxLlJlc291cmNlcxIxCg1kZWZhdWx0X2J1aWxkGAogASgLMhouYmVydGguYnVkZ2V0LnYxLlJlc291cmNlcxIuCgpxdWV1ZV9tb2RlGAsgASgOMhouYmVydGguYnVkZ2V0LnYxLlF1ZXVlTW9kZRIsCgloZWFydGJlYXQYDCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SMgoPc2FtcGxlX2ludGVydmFsGA0gASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEjQKEWRlZmF1bHRfbGVhc2VfdHRsGA4gASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIsgBCgpXYWl0UmVhc29uEiMKBGdhdGUYASABKA4yFS5iZXJ0aC5idWRnZXQudjEuR2F0ZRIPCgdtZXNzYWdlGAIgASgJEg4KBm5lZWRlZBgDIAEoARIRCglhdmFpbGFibGUYBCABKAESDQoFbGltaXQYBSABKAESDwoHc2V0dGluZxgGIAEoCRIvCgdob2xkZXJzGAcgAygLMh4uYmVydGguYnVkZ2V0LnYxLkNvbW1pdHRlZEl0ZW0SEAoIb2JzZXJ2ZWQYCCABKAEikAMKB1ZlcmRpY3QSDAoEZml0cxgBIAEoCBIXCgppbXBvc3NpYmxlGAIgASgJSACIAQESNgoRaW1wb3NzaWJsZV9yZWFzb24YAyABKAsyGy5iZXJ0aC5idWRnZXQudjEuV2FpdFJlYXNvbhItCgh3YWl0X2ZvchgEIAMoCzIbLmJlcnRoLmJ1ZGdldC52MS5XYWl0UmVhc29uEhUKDXdhaXRfZm9yX3RleHQYBSABKAkSKQoEbmVlZBgGIAEoCzIbLmJlcnRoLmJ1ZGdldC52MS5OZWVkVG90YWxzEi0KCWNvbW1pdHRlZBgHIAEoCzIaLmJlcnRoLmJ1ZGdldC52MS5Db21taXR0ZWQSKQoHbWFjaGluZRgIIAEoCzIYLmJlcnRoLmJ1ZGdldC52MS5NYWNoaW5lEicKBnBvbGljeRgJIAEoCzIXLmJlcnRoLmJ1ZGdldC52MS5Qb2xpY3kSIwobYWRtaXR0ZWRfc2luY2Vfc2FtcGxlX2J5dGVzGAogASgEQg0KC19pbXBvc3NpYmxlIvoBCgtSZXNlcnZhdGlvbhIKCgJpZBgBIAEoCRINCgVsYWJlbBgCIAEoCRIpCgVzdGFydBgDIAEoCzIaLmJlcnRoLmJ1ZGdldC52MS5SZXNvdXJjZXMSKQoFYnVpbGQYBCABKAsyGi5iZXJ0aC5idWRnZXQudjEuUmVzb3VyY2VzEi8KC2FkbWl0dGVkX2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBI0ChBsZWFzZV9leHBpcmVzX2F0GAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBITCgtydW5uaW5nX2lkcxgHIAMoCSKyAgoMUnVubmluZ0VudHJ5EgoKAmlkGAEgASgJEgwKBG5hbWUYAiABKAkSKAoEY29zdBgDIAEoCzIaLmJlcnRoLmJ1ZGdldC52MS5SZXNvdXJjZXMSEAoDcGlkGAQgASgFSACIAQESGwoOcGlkX3N0YXJ0X3RpbWUYBSABKARIAYgBARI0ChBsZWFzZV9leHBpcmVzX2F0GAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpzdGFydGVkX2F0GAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIbCg5yZXNlcnZhdGlvbl9pZBgIIAEoCUgCiAEBQgYKBF9waWRCEQoPX3BpZF9zdGFydF90aW1lQhEKD19yZXNlcnZhdGlvbl9pZCKjAgoKUXVldWVFbnRyeRINCgVsYWJlbBgBIAEoCRIQCghwb3NpdGlvbhgCIAEoDRImCgNldGEYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SLQoId2FpdF9mb3IYBCADKAsyGy5iZXJ0aC5idWRnZXQudjEuV2FpdFJlYXNvbhIVCg13YWl0X2Zvcl90ZXh0GAUgASgJEikKBG5lZWQYBiABKAsyGy5iZXJ0aC5idWRnZXQudjEuTmVlZFRvdGFscxItCglxdWV1ZWRfYXQYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiwKCGRlYWRsaW5lGAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCLhAQoHUmVmdXNhbBIqCgRraW5kGAEgASgOMhwuYmVydGguYnVkZ2V0LnYxLlJlZnVzYWxLaW5kEg8KB21lc3NhZ2UYAiABKAkSLAoHcmVhc29ucxgDIAMoCzIbLmJlcnRoLmJ1ZGdldC52MS5XYWl0UmVhc29uEi4KC3JldHJ5X2FmdGVyGAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhAKCHNldHRpbmdzGAUgAygJEikKBndhaXRlZBgGIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiqAAQoMTmVlZEl0ZW1LaW5kEh4KGk5FRURfSVRFTV9LSU5EX1VOU1BFQ0lGSUVEEAASGAoUTkVFRF9JVEVNX0tJTkRfQlVJTEQQARIYChRORUVEX0lURU1fS0lORF9TVEFSVBACEhwKGE5FRURfSVRFTV9LSU5EX0FQUExJQU5DRRADKl8KDFNhbXBsZVNvdXJjZRIdChlTQU1QTEVfU09VUkNFX1VOU1BFQ0lGSUVEEAASFgoSU0FNUExFX1NPVVJDRV9IT1NUEAESGAoUU0FNUExFX1NPVVJDRV9DR1JPVVAQAipVCglRdWV1ZU1vZGUSGgoWUVVFVUVfTU9ERV9VTlNQRUNJRklFRBAAEhMKD1FVRVVFX01PREVfRklGTxABEhcKE1FVRVVFX01PREVfQkFDS0ZJTEwQAiqVAQoER2F0ZRIUChBHQVRFX1VOU1BFQ0lGSUVEEAASFgoSR0FURV9NRU1PUllfQlVER0VUEAESEwoPR0FURV9DUFVfQlVER0VUEAISFAoQR0FURV9GUkVFX01FTU9SWRADEhUKEUdBVEVfQ1BVX1BSRVNTVVJFEAQSDQoJR0FURV9MT0FEEAUSDgoKR0FURV9RVUVVRRAGKoYBCgtSZWZ1c2FsS2luZBIcChhSRUZVU0FMX0tJTkRfVU5TUEVDSUZJRUQQABIbChdSRUZVU0FMX0tJTkRfSU1QT1NTSUJMRRABEhsKF1JFRlVTQUxfS0lORF9RVUVVRV9GVUxMEAISHwobUkVGVVNBTF9LSU5EX1dBSVRfRVhIQVVTVEVEEANiBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("ChxiZXJ0aC9idWRnZXQvdjEvYnVkZ2V0LnByb3RvEg9iZXJ0aC5idWRnZXQudjEiLgoJUmVzb3VyY2VzEhQKDG1lbW9yeV9ieXRlcxgBIAEoAxILCgNjcHUYAiABKAEicwoMUmVzb3VyY2VTcGVjEhMKBm1lbW9yeRgBIAEoCUgAiAEBEhAKA2NwdRgCIAEoAUgBiAEBEikKBWJ1aWxkGAMgASgLMhouYmVydGguYnVkZ2V0LnYxLkJ1aWxkU3BlY0IJCgdfbWVtb3J5QgYKBF9jcHUiRQoJQnVpbGRTcGVjEhMKBm1lbW9yeRgBIAEoCUgAiAEBEhAKA2NwdRgCIAEoAUgBiAEBQgkKB19tZW1vcnlCBgoEX2NwdSI7CgRDb3N0EhQKDG1lbW9yeV9ieXRlcxgBIAEoAxILCgNjcHUYAiABKAESEAoIZGVjbGFyZWQYAyABKAgi6AEKCE5lZWRJdGVtEisKBGtpbmQYASABKA4yHS5iZXJ0aC5idWRnZXQudjEuTmVlZEl0ZW1LaW5kEgwKBG5hbWUYAiABKAkSJQoEY29zdBgDIAEoCzIVLmJlcnRoLmJ1ZGdldC52MS5Db3N0SAASLQoEc3BlYxgEIAEoCzIdLmJlcnRoLmJ1ZGdldC52MS5SZXNvdXJjZVNwZWNIABIUCgdza2lwcGVkGAUgASgJSAGIAQESEQoEd2F2ZRgGIAEoBUgCiAEBQg0KC2Nvc3Rfc291cmNlQgoKCF9za2lwcGVkQgcKBV93YXZlIjAKBE5lZWQSKAoFaXRlbXMYASADKAsyGS5iZXJ0aC5idWRnZXQudjEuTmVlZEl0ZW0ijQEKCk5lZWRUb3RhbHMSKQoFc3RhcnQYASABKAsyGi5iZXJ0aC5idWRnZXQudjEuUmVzb3VyY2VzEikKBWJ1aWxkGAIgASgLMhouYmVydGguYnVkZ2V0LnYxLlJlc291cmNlcxIpCgV0b3RhbBgDIAEoCzIaLmJlcnRoLmJ1ZGdldC52MS5SZXNvdXJjZXMiTAoNQ29tbWl0dGVkSXRlbRIMCgR3aGF0GAEgASgJEhQKDG1lbW9yeV9ieXRlcxgCIAEoAxILCgNjcHUYAyABKAESCgoCaWQYBCABKAkicQoJQ29tbWl0dGVkEhQKDG1lbW9yeV9ieXRlcxgBIAEoAxILCgNjcHUYAiABKAESLQoFaXRlbXMYAyADKAsyHi5iZXJ0aC5idWRnZXQudjEuQ29tbWl0dGVkSXRlbRISCgppdGVtX2NvdW50GAQgASgFImoKEFByZXNzdXJlQXZlcmFnZXMSDQoFYXZnMTAYASABKAESDQoFYXZnNjAYAiABKAESDgoGYXZnMzAwGAMgASgBEigKBXRvdGFsGAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uImwKCFByZXNzdXJlEi8KBHNvbWUYASABKAsyIS5iZXJ0aC5idWRnZXQudjEuUHJlc3N1cmVBdmVyYWdlcxIvCgRmdWxsGAIgASgLMiEuYmVydGguYnVkZ2V0LnYxLlByZXNzdXJlQXZlcmFnZXMitAIKDENncm91cExpbWl0cxIMCgRwYXRoGAEgASgJEhcKCm1lbW9yeV9tYXgYAiABKANIAIgBARIbCg5tZW1vcnlfY3VycmVudBgDIAEoA0gBiAEBEiEKFG1lbW9yeV9pbmFjdGl2ZV9maWxlGAQgASgDSAKIAQESHQoQbWVtb3J5X2F2YWlsYWJsZRgFIAEoA0gDiAEBEhYKCWNwdV9xdW90YRgGIAEoAUgEiAEBEhgKC2NwdXNldF9jcHVzGAcgASgFSAWIAQFCDQoLX21lbW9yeV9tYXhCEQoPX21lbW9yeV9jdXJyZW50QhcKFV9tZW1vcnlfaW5hY3RpdmVfZmlsZUITChFfbWVtb3J5X2F2YWlsYWJsZUIMCgpfY3B1X3F1b3RhQg4KDF9jcHVzZXRfY3B1cyL0AwoHTWFjaGluZRIvCgtzYW1wbGVfdGltZRgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASGAoLdG90YWxfYnl0ZXMYAiABKANIAIgBARIcCg9hdmFpbGFibGVfYnl0ZXMYAyABKANIAYgBARISCgVsb2FkMRgEIAEoAUgCiAEBEhIKBWxvYWQ1GAUgASgBSAOIAQESEwoGbG9hZDE1GAYgASgBSASIAQESDQoFY29yZXMYByABKAUSLwoMY3B1X3ByZXNzdXJlGAggASgLMhkuYmVydGguYnVkZ2V0LnYxLlByZXNzdXJlEjIKD21lbW9yeV9wcmVzc3VyZRgJIAEoCzIZLmJlcnRoLmJ1ZGdldC52MS5QcmVzc3VyZRIuCgtpb19wcmVzc3VyZRgKIAEoCzIZLmJlcnRoLmJ1ZGdldC52MS5QcmVzc3VyZRItCgZjZ3JvdXAYCyABKAsyHS5iZXJ0aC5idWRnZXQudjEuQ2dyb3VwTGltaXRzEi0KBnNvdXJjZRgMIAEoDjIdLmJlcnRoLmJ1ZGdldC52MS5TYW1wbGVTb3VyY2VCDgoMX3RvdGFsX2J5dGVzQhIKEF9hdmFpbGFibGVfYnl0ZXNCCAoGX2xvYWQxQggKBl9sb2FkNUIJCgdfbG9hZDE1IuwDCgZQb2xpY3kSDwoHZW5hYmxlZBgBIAEoCBIUCgxtZW1vcnlfYnl0ZXMYAiABKAMSCwoDY3B1GAMgASgBEhUKDXJlc2VydmVfYnl0ZXMYBCABKAMSFAoMY3B1X3ByZXNzdXJlGAUgASgBEhUKDWxvYWRfcGVyX2NvcmUYBiABKAESKwoIbWF4X3dhaXQYByABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SEQoJbWF4X3F1ZXVlGAggASgFEi8KC2RlZmF1bHRfcnVuGAkgASgLMhouYmVydGguYnVkZ2V0LnYxLlJlc291cmNlcxIxCg1kZWZhdWx0X2J1aWxkGAogASgLMhouYmVydGguYnVkZ2V0LnYxLlJlc291cmNlcxIuCgpxdWV1ZV9tb2RlGAsgASgOMhouYmVydGguYnVkZ2V0LnYxLlF1ZXVlTW9kZRIsCgloZWFydGJlYXQYDCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SMgoPc2FtcGxlX2ludGVydmFsGA0gASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEjQKEWRlZmF1bHRfbGVhc2VfdHRsGA4gASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIsgBCgpXYWl0UmVhc29uEiMKBGdhdGUYASABKA4yFS5iZXJ0aC5idWRnZXQudjEuR2F0ZRIPCgdtZXNzYWdlGAIgASgJEg4KBm5lZWRlZBgDIAEoARIRCglhdmFpbGFibGUYBCABKAESDQoFbGltaXQYBSABKAESDwoHc2V0dGluZxgGIAEoCRIvCgdob2xkZXJzGAcgAygLMh4uYmVydGguYnVkZ2V0LnYxLkNvbW1pdHRlZEl0ZW0SEAoIb2JzZXJ2ZWQYCCABKAEikAMKB1ZlcmRpY3QSDAoEZml0cxgBIAEoCBIXCgppbXBvc3NpYmxlGAIgASgJSACIAQESNgoRaW1wb3NzaWJsZV9yZWFzb24YAyABKAsyGy5iZXJ0aC5idWRnZXQudjEuV2FpdFJlYXNvbhItCgh3YWl0X2ZvchgEIAMoCzIbLmJlcnRoLmJ1ZGdldC52MS5XYWl0UmVhc29uEhUKDXdhaXRfZm9yX3RleHQYBSABKAkSKQoEbmVlZBgGIAEoCzIbLmJlcnRoLmJ1ZGdldC52MS5OZWVkVG90YWxzEi0KCWNvbW1pdHRlZBgHIAEoCzIaLmJlcnRoLmJ1ZGdldC52MS5Db21taXR0ZWQSKQoHbWFjaGluZRgIIAEoCzIYLmJlcnRoLmJ1ZGdldC52MS5NYWNoaW5lEicKBnBvbGljeRgJIAEoCzIXLmJlcnRoLmJ1ZGdldC52MS5Qb2xpY3kSIwobYWRtaXR0ZWRfc2luY2Vfc2FtcGxlX2J5dGVzGAogASgDQg0KC19pbXBvc3NpYmxlIvQBCgtSZXNlcnZhdGlvbhIKCgJpZBgBIAEoCRINCgVvd25lchgCIAEoCRIpCgVzdGFydBgDIAEoCzIaLmJlcnRoLmJ1ZGdldC52MS5SZXNvdXJjZXMSKQoFYnVpbGQYBCABKAsyGi5iZXJ0aC5idWRnZXQudjEuUmVzb3VyY2VzEi4KCmFkbWl0X3RpbWUYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi8KC2V4cGlyZV90aW1lGAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBITCgtydW5uaW5nX2lkcxgHIAMoCSKtAgoMUnVubmluZ0VudHJ5EgoKAmlkGAEgASgJEgwKBG5hbWUYAiABKAkSKAoEY29zdBgDIAEoCzIaLmJlcnRoLmJ1ZGdldC52MS5SZXNvdXJjZXMSEAoDcGlkGAQgASgFSACIAQESGwoOcGlkX3N0YXJ0X3RpbWUYBSABKANIAYgBARIvCgtleHBpcmVfdGltZRgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKc3RhcnRfdGltZRgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASGwoOcmVzZXJ2YXRpb25faWQYCCABKAlIAogBAUIGCgRfcGlkQhEKD19waWRfc3RhcnRfdGltZUIRCg9fcmVzZXJ2YXRpb25faWQirgIKClF1ZXVlRW50cnkSDQoFb3duZXIYASABKAkSEAoIcG9zaXRpb24YAiABKAUSJgoDZXRhGAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEi0KCHdhaXRfZm9yGAQgAygLMhsuYmVydGguYnVkZ2V0LnYxLldhaXRSZWFzb24SFQoNd2FpdF9mb3JfdGV4dBgFIAEoCRIpCgRuZWVkGAYgASgLMhsuYmVydGguYnVkZ2V0LnYxLk5lZWRUb3RhbHMSMAoMZW5xdWV1ZV90aW1lGAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBI0ChB3YWl0X2V4cGlyZV90aW1lGAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCLhAQoHUmVmdXNhbBIqCgRraW5kGAEgASgOMhwuYmVydGguYnVkZ2V0LnYxLlJlZnVzYWxLaW5kEg8KB21lc3NhZ2UYAiABKAkSLAoHcmVhc29ucxgDIAMoCzIbLmJlcnRoLmJ1ZGdldC52MS5XYWl0UmVhc29uEi4KC3JldHJ5X2FmdGVyGAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhAKCHNldHRpbmdzGAUgAygJEikKBndhaXRlZBgGIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiqAAQoMTmVlZEl0ZW1LaW5kEh4KGk5FRURfSVRFTV9LSU5EX1VOU1BFQ0lGSUVEEAASGAoUTkVFRF9JVEVNX0tJTkRfQlVJTEQQARIYChRORUVEX0lURU1fS0lORF9TVEFSVBACEhwKGE5FRURfSVRFTV9LSU5EX0FQUExJQU5DRRADKl8KDFNhbXBsZVNvdXJjZRIdChlTQU1QTEVfU09VUkNFX1VOU1BFQ0lGSUVEEAASFgoSU0FNUExFX1NPVVJDRV9IT1NUEAESGAoUU0FNUExFX1NPVVJDRV9DR1JPVVAQAipVCglRdWV1ZU1vZGUSGgoWUVVFVUVfTU9ERV9VTlNQRUNJRklFRBAAEhMKD1FVRVVFX01PREVfRklGTxABEhcKE1FVRVVFX01PREVfQkFDS0ZJTEwQAiqVAQoER2F0ZRIUChBHQVRFX1VOU1BFQ0lGSUVEEAASFgoSR0FURV9NRU1PUllfQlVER0VUEAESEwoPR0FURV9DUFVfQlVER0VUEAISFAoQR0FURV9GUkVFX01FTU9SWRADEhUKEUdBVEVfQ1BVX1BSRVNTVVJFEAQSDQoJR0FURV9MT0FEEAUSDgoKR0FURV9RVUVVRRAGKoYBCgtSZWZ1c2FsS2luZBIcChhSRUZVU0FMX0tJTkRfVU5TUEVDSUZJRUQQABIbChdSRUZVU0FMX0tJTkRfSU1QT1NTSUJMRRABEhsKF1JFRlVTQUxfS0lORF9RVUVVRV9GVUxMEAISHwobUkVGVVNBTF9LSU5EX1dBSVRfRVhIQVVTVEVEEANiBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * An amount of memory and cpu.
@@ -32,7 +32,7 @@ export type Resources = Message<"berth.budget.v1.Resources"> & {
   /**
    * Memory, in bytes.
    *
-   * @generated from field: uint64 memory_bytes = 1;
+   * @generated from field: int64 memory_bytes = 1;
    */
   memoryBytes: bigint;
 
@@ -124,7 +124,7 @@ export type Cost = Message<"berth.budget.v1.Cost"> & {
   /**
    * Memory, in bytes.
    *
-   * @generated from field: uint64 memory_bytes = 1;
+   * @generated from field: int64 memory_bytes = 1;
    */
   memoryBytes: bigint;
 
@@ -208,7 +208,7 @@ export type NeedItem = Message<"berth.budget.v1.NeedItem"> & {
    * The build's dependency wave: builds of one wave run at once and their
    * costs add up. Unset: the build runs alone. Ignored for starts.
    *
-   * @generated from field: optional uint32 wave = 6;
+   * @generated from field: optional int32 wave = 6;
    */
   wave?: number | undefined;
 };
@@ -283,7 +283,7 @@ export const NeedTotalsSchema: GenMessage<NeedTotals> = /*@__PURE__*/
  */
 export type CommittedItem = Message<"berth.budget.v1.CommittedItem"> & {
   /**
-   * What it is, for people: "in flight: <label>" for a reservation,
+   * What it is, for people: "in flight: <owner>" for a reservation,
    * "running: <name>" for a running entry.
    *
    * @generated from field: string what = 1;
@@ -293,7 +293,7 @@ export type CommittedItem = Message<"berth.budget.v1.CommittedItem"> & {
   /**
    * Its memory, in bytes.
    *
-   * @generated from field: uint64 memory_bytes = 2;
+   * @generated from field: int64 memory_bytes = 2;
    */
   memoryBytes: bigint;
 
@@ -329,7 +329,7 @@ export type Committed = Message<"berth.budget.v1.Committed"> & {
   /**
    * Total memory, in bytes.
    *
-   * @generated from field: uint64 memory_bytes = 1;
+   * @generated from field: int64 memory_bytes = 1;
    */
   memoryBytes: bigint;
 
@@ -341,11 +341,21 @@ export type Committed = Message<"berth.budget.v1.Committed"> & {
   cpu: number;
 
   /**
-   * One item per contributor (reservations with nothing left are omitted).
+   * One item per contributor (reservations with nothing left are omitted),
+   * largest first. In GetState: the first `page_size` of them
+   * (`item_count` says how many there are); the rest are the reservations
+   * and running entries that ListReservations and ListRunning page through.
    *
    * @generated from field: repeated berth.budget.v1.CommittedItem items = 3;
    */
   items: CommittedItem[];
+
+  /**
+   * How many contributors there are in all.
+   *
+   * @generated from field: int32 item_count = 4;
+   */
+  itemCount: number;
 };
 
 /**
@@ -443,14 +453,14 @@ export type CgroupLimits = Message<"berth.budget.v1.CgroupLimits"> & {
    * The smallest `memory.max` over the cgroup and its ancestors, in bytes;
    * unset when every level says "max" or the file is missing.
    *
-   * @generated from field: optional uint64 memory_max = 2;
+   * @generated from field: optional int64 memory_max = 2;
    */
   memoryMax?: bigint | undefined;
 
   /**
    * `memory.current`, in bytes.
    *
-   * @generated from field: optional uint64 memory_current = 3;
+   * @generated from field: optional int64 memory_current = 3;
    */
   memoryCurrent?: bigint | undefined;
 
@@ -458,7 +468,7 @@ export type CgroupLimits = Message<"berth.budget.v1.CgroupLimits"> & {
    * `inactive_file` of `memory.stat`, in bytes (reclaimable, so not counted
    * as used).
    *
-   * @generated from field: optional uint64 memory_inactive_file = 4;
+   * @generated from field: optional int64 memory_inactive_file = 4;
    */
   memoryInactiveFile?: bigint | undefined;
 
@@ -466,7 +476,7 @@ export type CgroupLimits = Message<"berth.budget.v1.CgroupLimits"> & {
    * What the cgroup can still take: min(memory_max - (memory_current -
    * memory_inactive_file), the host's MemAvailable), in bytes.
    *
-   * @generated from field: optional uint64 memory_available = 5;
+   * @generated from field: optional int64 memory_available = 5;
    */
   memoryAvailable?: bigint | undefined;
 
@@ -482,7 +492,7 @@ export type CgroupLimits = Message<"berth.budget.v1.CgroupLimits"> & {
    * How many cpus `cpuset.cpus.effective` allows; unset when the file is
    * missing.
    *
-   * @generated from field: optional uint32 cpuset_cpus = 7;
+   * @generated from field: optional int32 cpuset_cpus = 7;
    */
   cpusetCpus?: number | undefined;
 };
@@ -505,14 +515,14 @@ export type Machine = Message<"berth.budget.v1.Machine"> & {
   /**
    * When the sample was taken.
    *
-   * @generated from field: google.protobuf.Timestamp sampled_at = 1;
+   * @generated from field: google.protobuf.Timestamp sample_time = 1;
    */
-  sampledAt?: Timestamp | undefined;
+  sampleTime?: Timestamp | undefined;
 
   /**
    * Total memory (`MemTotal`, or the cgroup limit when lower), in bytes.
    *
-   * @generated from field: optional uint64 total_bytes = 2;
+   * @generated from field: optional int64 total_bytes = 2;
    */
   totalBytes?: bigint | undefined;
 
@@ -520,7 +530,7 @@ export type Machine = Message<"berth.budget.v1.Machine"> & {
    * Memory available for new work (`MemAvailable`, or the cgroup's
    * `memory_available` when in one), in bytes.
    *
-   * @generated from field: optional uint64 available_bytes = 3;
+   * @generated from field: optional int64 available_bytes = 3;
    */
   availableBytes?: bigint | undefined;
 
@@ -549,7 +559,7 @@ export type Machine = Message<"berth.budget.v1.Machine"> & {
    * Cores the service may use (online cpus, capped by the cgroup's cpuset
    * and quota, at least 1).
    *
-   * @generated from field: uint32 cores = 7;
+   * @generated from field: int32 cores = 7;
    */
   cores: number;
 
@@ -614,7 +624,7 @@ export type Policy = Message<"berth.budget.v1.Policy"> & {
   /**
    * The memory budget, in bytes (BERTH_BUDGET_MEMORY).
    *
-   * @generated from field: uint64 memory_bytes = 2;
+   * @generated from field: int64 memory_bytes = 2;
    */
   memoryBytes: bigint;
 
@@ -629,7 +639,7 @@ export type Policy = Message<"berth.budget.v1.Policy"> & {
    * Free memory always kept for work that is not the budget's, in bytes
    * (BERTH_BUDGET_RESERVE).
    *
-   * @generated from field: uint64 reserve_bytes = 4;
+   * @generated from field: int64 reserve_bytes = 4;
    */
   reserveBytes: bigint;
 
@@ -660,7 +670,7 @@ export type Policy = Message<"berth.budget.v1.Policy"> & {
   /**
    * The most requests the queue holds (BERTH_BUDGET_MAX_QUEUE).
    *
-   * @generated from field: uint32 max_queue = 8;
+   * @generated from field: int32 max_queue = 8;
    */
   maxQueue: number;
 
@@ -705,8 +715,8 @@ export type Policy = Message<"berth.budget.v1.Policy"> & {
   sampleInterval?: Duration | undefined;
 
   /**
-   * The lease of a Reserve or RegisterRunning that gives no ttl
-   * (BERTH_BUDGET_LEASE_TTL).
+   * The lease of a Reserve that gives no ttl, and of a RegisterRunning that
+   * gives zero (BERTH_BUDGET_LEASE_TTL).
    *
    * @generated from field: google.protobuf.Duration default_lease_ttl = 14;
    */
@@ -868,7 +878,7 @@ export type Verdict = Message<"berth.budget.v1.Verdict"> & {
    * bytes: subtracted from the sampled free memory so that two admissions
    * within one sample interval cannot both spend the same free memory.
    *
-   * @generated from field: uint64 admitted_since_sample_bytes = 10;
+   * @generated from field: int64 admitted_since_sample_bytes = 10;
    */
   admittedSinceSampleBytes: bigint;
 };
@@ -896,11 +906,11 @@ export type Reservation = Message<"berth.budget.v1.Reservation"> & {
   id: string;
 
   /**
-   * The label the request gave (e.g. "up web").
+   * Who asked and for what, as the request gave it (e.g. "my-tool up web").
    *
-   * @generated from field: string label = 2;
+   * @generated from field: string owner = 2;
    */
-  label: string;
+  owner: string;
 
   /**
    * The start share still held.
@@ -919,17 +929,17 @@ export type Reservation = Message<"berth.budget.v1.Reservation"> & {
   /**
    * When it was admitted.
    *
-   * @generated from field: google.protobuf.Timestamp admitted_at = 5;
+   * @generated from field: google.protobuf.Timestamp admit_time = 5;
    */
-  admittedAt?: Timestamp | undefined;
+  admitTime?: Timestamp | undefined;
 
   /**
    * When its lease ends unless renewed; unset for a reservation held by an
    * Admit stream (it lasts as long as the stream).
    *
-   * @generated from field: google.protobuf.Timestamp lease_expires_at = 6;
+   * @generated from field: google.protobuf.Timestamp expire_time = 6;
    */
-  leaseExpiresAt?: Timestamp | undefined;
+  expireTime?: Timestamp | undefined;
 
   /**
    * The running entries started from it (their shares moved to the tally).
@@ -985,23 +995,23 @@ export type RunningEntry = Message<"berth.budget.v1.RunningEntry"> & {
    * The pid's start time (`/proc/<pid>/stat` field 22, clock ticks since
    * boot), recorded when the entry was made.
    *
-   * @generated from field: optional uint64 pid_start_time = 5;
+   * @generated from field: optional int64 pid_start_time = 5;
    */
   pidStartTime?: bigint | undefined;
 
   /**
    * When its lease ends unless renewed; unset when it has none.
    *
-   * @generated from field: google.protobuf.Timestamp lease_expires_at = 6;
+   * @generated from field: google.protobuf.Timestamp expire_time = 6;
    */
-  leaseExpiresAt?: Timestamp | undefined;
+  expireTime?: Timestamp | undefined;
 
   /**
    * When it was registered.
    *
-   * @generated from field: google.protobuf.Timestamp started_at = 7;
+   * @generated from field: google.protobuf.Timestamp start_time = 7;
    */
-  startedAt?: Timestamp | undefined;
+  startTime?: Timestamp | undefined;
 
   /**
    * The reservation it was started from; unset for RegisterRunning without
@@ -1026,16 +1036,16 @@ export const RunningEntrySchema: GenMessage<RunningEntry> = /*@__PURE__*/
  */
 export type QueueEntry = Message<"berth.budget.v1.QueueEntry"> & {
   /**
-   * The request's label.
+   * Who asked, as the request gave it.
    *
-   * @generated from field: string label = 1;
+   * @generated from field: string owner = 1;
    */
-  label: string;
+  owner: string;
 
   /**
    * 1-based place in the queue: 1 is the head.
    *
-   * @generated from field: uint32 position = 2;
+   * @generated from field: int32 position = 2;
    */
   position: number;
 
@@ -1070,16 +1080,16 @@ export type QueueEntry = Message<"berth.budget.v1.QueueEntry"> & {
   /**
    * When it was queued.
    *
-   * @generated from field: google.protobuf.Timestamp queued_at = 7;
+   * @generated from field: google.protobuf.Timestamp enqueue_time = 7;
    */
-  queuedAt?: Timestamp | undefined;
+  enqueueTime?: Timestamp | undefined;
 
   /**
    * When its wait runs out.
    *
-   * @generated from field: google.protobuf.Timestamp deadline = 8;
+   * @generated from field: google.protobuf.Timestamp wait_expire_time = 8;
    */
-  deadline?: Timestamp | undefined;
+  waitExpireTime?: Timestamp | undefined;
 };
 
 /**

@@ -16,7 +16,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file berth/budget/v1/budget_service.proto.
  */
 export const file_berth_budget_v1_budget_service: GenFile = /*@__PURE__*/
-  fileDesc("CiRiZXJ0aC9idWRnZXQvdjEvYnVkZ2V0X3NlcnZpY2UucHJvdG8SD2JlcnRoLmJ1ZGdldC52MSJLCgxDaGVja1JlcXVlc3QSIwoEbmVlZBgBIAEoCzIVLmJlcnRoLmJ1ZGdldC52MS5OZWVkEhYKDnNraXBfbG9hZF9nYXRlGAIgASgIIjoKDUNoZWNrUmVzcG9uc2USKQoHdmVyZGljdBgBIAEoCzIYLmJlcnRoLmJ1ZGdldC52MS5WZXJkaWN0ItsBCgxBZG1pdFJlcXVlc3QSLAoFc3RhcnQYASABKAsyGy5iZXJ0aC5idWRnZXQudjEuQWRtaXRTdGFydEgAEjAKCmJ1aWxkX2RvbmUYAiABKAsyGi5iZXJ0aC5idWRnZXQudjEuQnVpbGREb25lSAASKwoHc3RhcnRlZBgDIAEoCzIYLmJlcnRoLmJ1ZGdldC52MS5TdGFydGVkSAASNgoHcmVsZWFzZRgEIAEoCzIjLmJlcnRoLmJ1ZGdldC52MS5SZWxlYXNlUmVzZXJ2YXRpb25IAEIGCgRraW5kIoUBCgpBZG1pdFN0YXJ0EiMKBG5lZWQYASABKAsyFS5iZXJ0aC5idWRnZXQudjEuTmVlZBINCgVsYWJlbBgCIAEoCRIrCghtYXhfd2FpdBgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIWCg5za2lwX2xvYWRfZ2F0ZRgEIAEoCCILCglCdWlsZERvbmUiwwEKB1N0YXJ0ZWQSDAoEbmFtZRgBIAEoCRIqCgRjb3N0GAIgASgLMhouYmVydGguYnVkZ2V0LnYxLlJlc291cmNlc0gAEi0KBHNwZWMYAyABKAsyHS5iZXJ0aC5idWRnZXQudjEuUmVzb3VyY2VTcGVjSAASEAoDcGlkGAQgASgFSAGIAQESJgoDdHRsGAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uQg0KC2Nvc3Rfc291cmNlQgYKBF9waWQiFAoSUmVsZWFzZVJlc2VydmF0aW9uItgBCg1BZG1pdFJlc3BvbnNlEikKBnF1ZXVlZBgBIAEoCzIXLmJlcnRoLmJ1ZGdldC52MS5RdWV1ZWRIABItCghhZG1pdHRlZBgCIAEoCzIZLmJlcnRoLmJ1ZGdldC52MS5BZG1pdHRlZEgAEjYKB3VwZGF0ZWQYAyABKAsyIy5iZXJ0aC5idWRnZXQudjEuUmVzZXJ2YXRpb25VcGRhdGVkSAASLQoIcmVsZWFzZWQYBCABKAsyGS5iZXJ0aC5idWRnZXQudjEuUmVsZWFzZWRIAEIGCgRraW5kIuIBCgZRdWV1ZWQSEAoIcG9zaXRpb24YASABKA0SJgoDZXRhGAIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEi0KCHdhaXRfZm9yGAMgAygLMhsuYmVydGguYnVkZ2V0LnYxLldhaXRSZWFzb24SFQoNd2FpdF9mb3JfdGV4dBgEIAEoCRIqCgVhaGVhZBgFIAMoCzIbLmJlcnRoLmJ1ZGdldC52MS5BaGVhZEVudHJ5EiwKCGRlYWRsaW5lGAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJXCgpBaGVhZEVudHJ5Eg0KBWxhYmVsGAEgASgJEhAKCHBvc2l0aW9uGAIgASgNEigKBG5lZWQYAyABKAsyGi5iZXJ0aC5idWRnZXQudjEuUmVzb3VyY2VzImgKCEFkbWl0dGVkEjEKC3Jlc2VydmF0aW9uGAEgASgLMhwuYmVydGguYnVkZ2V0LnYxLlJlc2VydmF0aW9uEikKBndhaXRlZBgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiJ3ChJSZXNlcnZhdGlvblVwZGF0ZWQSMQoLcmVzZXJ2YXRpb24YASABKAsyHC5iZXJ0aC5idWRnZXQudjEuUmVzZXJ2YXRpb24SLgoHcnVubmluZxgCIAEoCzIdLmJlcnRoLmJ1ZGdldC52MS5SdW5uaW5nRW50cnkiIgoIUmVsZWFzZWQSFgoOcmVzZXJ2YXRpb25faWQYASABKAkisQEKDlJlc2VydmVSZXF1ZXN0EiMKBG5lZWQYASABKAsyFS5iZXJ0aC5idWRnZXQudjEuTmVlZBINCgVsYWJlbBgCIAEoCRIrCghtYXhfd2FpdBgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIWCg5za2lwX2xvYWRfZ2F0ZRgEIAEoCBImCgN0dGwYBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24ibwoPUmVzZXJ2ZVJlc3BvbnNlEjEKC3Jlc2VydmF0aW9uGAEgASgLMhwuYmVydGguYnVkZ2V0LnYxLlJlc2VydmF0aW9uEikKBndhaXRlZBgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiIfChBLZWVwQWxpdmVSZXF1ZXN0EgsKA2lkcxgBIAMoCSI/ChFLZWVwQWxpdmVSZXNwb25zZRIqCghyZW5ld2FscxgBIAMoCzIYLmJlcnRoLmJ1ZGdldC52MS5SZW5ld2FsIlQKB1JlbmV3YWwSCgoCaWQYASABKAkSDQoFYWxpdmUYAiABKAgSLgoKZXhwaXJlc19hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiKAoOUmVsZWFzZVJlcXVlc3QSFgoOcmVzZXJ2YXRpb25faWQYASABKAkiIwoPUmVsZWFzZVJlc3BvbnNlEhAKCHJlbGVhc2VkGAEgASgIIi0KE1JlbGVhc2VCdWlsZFJlcXVlc3QSFgoOcmVzZXJ2YXRpb25faWQYASABKAkiSQoUUmVsZWFzZUJ1aWxkUmVzcG9uc2USMQoLcmVzZXJ2YXRpb24YASABKAsyHC5iZXJ0aC5idWRnZXQudjEuUmVzZXJ2YXRpb24iggIKFlJlZ2lzdGVyUnVubmluZ1JlcXVlc3QSDAoEbmFtZRgBIAEoCRIqCgRjb3N0GAIgASgLMhouYmVydGguYnVkZ2V0LnYxLlJlc291cmNlc0gAEi0KBHNwZWMYAyABKAsyHS5iZXJ0aC5idWRnZXQudjEuUmVzb3VyY2VTcGVjSAASEAoDcGlkGAQgASgFSAGIAQESJgoDdHRsGAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhsKDnJlc2VydmF0aW9uX2lkGAYgASgJSAKIAQFCDQoLY29zdF9zb3VyY2VCBgoEX3BpZEIRCg9fcmVzZXJ2YXRpb25faWQifAoXUmVnaXN0ZXJSdW5uaW5nUmVzcG9uc2USLgoHcnVubmluZxgBIAEoCzIdLmJlcnRoLmJ1ZGdldC52MS5SdW5uaW5nRW50cnkSMQoLcmVzZXJ2YXRpb24YAiABKAsyHC5iZXJ0aC5idWRnZXQudjEuUmVzZXJ2YXRpb24iIAoSU3RvcFJ1bm5pbmdSZXF1ZXN0EgoKAmlkGAEgASgJIiYKE1N0b3BSdW5uaW5nUmVzcG9uc2USDwoHc3RvcHBlZBgBIAEoCCIRCg9HZXRTdGF0ZVJlcXVlc3QipQIKEEdldFN0YXRlUmVzcG9uc2USLQoJY29tbWl0dGVkGAEgASgLMhouYmVydGguYnVkZ2V0LnYxLkNvbW1pdHRlZBIqCgVxdWV1ZRgCIAMoCzIbLmJlcnRoLmJ1ZGdldC52MS5RdWV1ZUVudHJ5EjIKDHJlc2VydmF0aW9ucxgDIAMoCzIcLmJlcnRoLmJ1ZGdldC52MS5SZXNlcnZhdGlvbhIuCgdydW5uaW5nGAQgAygLMh0uYmVydGguYnVkZ2V0LnYxLlJ1bm5pbmdFbnRyeRInCgZwb2xpY3kYBSABKAsyFy5iZXJ0aC5idWRnZXQudjEuUG9saWN5EikKB21hY2hpbmUYBiABKAsyGC5iZXJ0aC5idWRnZXQudjEuTWFjaGluZSITChFHZXRNYWNoaW5lUmVxdWVzdCI/ChJHZXRNYWNoaW5lUmVzcG9uc2USKQoHbWFjaGluZRgBIAEoCzIYLmJlcnRoLmJ1ZGdldC52MS5NYWNoaW5lIhUKE1dhdGNoTWFjaGluZVJlcXVlc3QiQQoUV2F0Y2hNYWNoaW5lUmVzcG9uc2USKQoHbWFjaGluZRgBIAEoCzIYLmJlcnRoLmJ1ZGdldC52MS5NYWNoaW5lIjsKDENvc3RzUmVxdWVzdBIrCgRzcGVjGAEgASgLMh0uYmVydGguYnVkZ2V0LnYxLlJlc291cmNlU3BlYyJZCg1Db3N0c1Jlc3BvbnNlEiIKA3J1bhgBIAEoCzIVLmJlcnRoLmJ1ZGdldC52MS5Db3N0EiQKBWJ1aWxkGAIgASgLMhUuYmVydGguYnVkZ2V0LnYxLkNvc3Qy/wcKDUJ1ZGdldFNlcnZpY2USRgoFQ2hlY2sSHS5iZXJ0aC5idWRnZXQudjEuQ2hlY2tSZXF1ZXN0Gh4uYmVydGguYnVkZ2V0LnYxLkNoZWNrUmVzcG9uc2USSgoFQWRtaXQSHS5iZXJ0aC5idWRnZXQudjEuQWRtaXRSZXF1ZXN0Gh4uYmVydGguYnVkZ2V0LnYxLkFkbWl0UmVzcG9uc2UoATABEkwKB1Jlc2VydmUSHy5iZXJ0aC5idWRnZXQudjEuUmVzZXJ2ZVJlcXVlc3QaIC5iZXJ0aC5idWRnZXQudjEuUmVzZXJ2ZVJlc3BvbnNlElIKCUtlZXBBbGl2ZRIhLmJlcnRoLmJ1ZGdldC52MS5LZWVwQWxpdmVSZXF1ZXN0GiIuYmVydGguYnVkZ2V0LnYxLktlZXBBbGl2ZVJlc3BvbnNlEkwKB1JlbGVhc2USHy5iZXJ0aC5idWRnZXQudjEuUmVsZWFzZVJlcXVlc3QaIC5iZXJ0aC5idWRnZXQudjEuUmVsZWFzZVJlc3BvbnNlElsKDFJlbGVhc2VCdWlsZBIkLmJlcnRoLmJ1ZGdldC52MS5SZWxlYXNlQnVpbGRSZXF1ZXN0GiUuYmVydGguYnVkZ2V0LnYxLlJlbGVhc2VCdWlsZFJlc3BvbnNlEmQKD1JlZ2lzdGVyUnVubmluZxInLmJlcnRoLmJ1ZGdldC52MS5SZWdpc3RlclJ1bm5pbmdSZXF1ZXN0GiguYmVydGguYnVkZ2V0LnYxLlJlZ2lzdGVyUnVubmluZ1Jlc3BvbnNlElgKC1N0b3BSdW5uaW5nEiMuYmVydGguYnVkZ2V0LnYxLlN0b3BSdW5uaW5nUmVxdWVzdBokLmJlcnRoLmJ1ZGdldC52MS5TdG9wUnVubmluZ1Jlc3BvbnNlEk8KCEdldFN0YXRlEiAuYmVydGguYnVkZ2V0LnYxLkdldFN0YXRlUmVxdWVzdBohLmJlcnRoLmJ1ZGdldC52MS5HZXRTdGF0ZVJlc3BvbnNlElUKCkdldE1hY2hpbmUSIi5iZXJ0aC5idWRnZXQudjEuR2V0TWFjaGluZVJlcXVlc3QaIy5iZXJ0aC5idWRnZXQudjEuR2V0TWFjaGluZVJlc3BvbnNlEl0KDFdhdGNoTWFjaGluZRIkLmJlcnRoLmJ1ZGdldC52MS5XYXRjaE1hY2hpbmVSZXF1ZXN0GiUuYmVydGguYnVkZ2V0LnYxLldhdGNoTWFjaGluZVJlc3BvbnNlMAESRgoFQ29zdHMSHS5iZXJ0aC5idWRnZXQudjEuQ29zdHNSZXF1ZXN0Gh4uYmVydGguYnVkZ2V0LnYxLkNvc3RzUmVzcG9uc2ViBnByb3RvMw", [file_berth_budget_v1_budget, file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("CiRiZXJ0aC9idWRnZXQvdjEvYnVkZ2V0X3NlcnZpY2UucHJvdG8SD2JlcnRoLmJ1ZGdldC52MSJLCgxDaGVja1JlcXVlc3QSIwoEbmVlZBgBIAEoCzIVLmJlcnRoLmJ1ZGdldC52MS5OZWVkEhYKDnNraXBfbG9hZF9nYXRlGAIgASgIIjoKDUNoZWNrUmVzcG9uc2USKQoHdmVyZGljdBgBIAEoCzIYLmJlcnRoLmJ1ZGdldC52MS5WZXJkaWN0ItsBCgxBZG1pdFJlcXVlc3QSLAoFc3RhcnQYASABKAsyGy5iZXJ0aC5idWRnZXQudjEuQWRtaXRTdGFydEgAEjAKCmJ1aWxkX2RvbmUYAiABKAsyGi5iZXJ0aC5idWRnZXQudjEuQnVpbGREb25lSAASKwoHc3RhcnRlZBgDIAEoCzIYLmJlcnRoLmJ1ZGdldC52MS5TdGFydGVkSAASNgoHcmVsZWFzZRgEIAEoCzIjLmJlcnRoLmJ1ZGdldC52MS5SZWxlYXNlUmVzZXJ2YXRpb25IAEIGCgRraW5kIoUBCgpBZG1pdFN0YXJ0EiMKBG5lZWQYASABKAsyFS5iZXJ0aC5idWRnZXQudjEuTmVlZBINCgVvd25lchgCIAEoCRIrCghtYXhfd2FpdBgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIWCg5za2lwX2xvYWRfZ2F0ZRgEIAEoCCILCglCdWlsZERvbmUiwwEKB1N0YXJ0ZWQSDAoEbmFtZRgBIAEoCRIqCgRjb3N0GAIgASgLMhouYmVydGguYnVkZ2V0LnYxLlJlc291cmNlc0gAEi0KBHNwZWMYAyABKAsyHS5iZXJ0aC5idWRnZXQudjEuUmVzb3VyY2VTcGVjSAASEAoDcGlkGAQgASgFSAGIAQESJgoDdHRsGAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uQg0KC2Nvc3Rfc291cmNlQgYKBF9waWQiFAoSUmVsZWFzZVJlc2VydmF0aW9uItgBCg1BZG1pdFJlc3BvbnNlEikKBnF1ZXVlZBgBIAEoCzIXLmJlcnRoLmJ1ZGdldC52MS5RdWV1ZWRIABItCghhZG1pdHRlZBgCIAEoCzIZLmJlcnRoLmJ1ZGdldC52MS5BZG1pdHRlZEgAEjYKB3VwZGF0ZWQYAyABKAsyIy5iZXJ0aC5idWRnZXQudjEuUmVzZXJ2YXRpb25VcGRhdGVkSAASLQoIcmVsZWFzZWQYBCABKAsyGS5iZXJ0aC5idWRnZXQudjEuUmVsZWFzZWRIAEIGCgRraW5kIuoBCgZRdWV1ZWQSEAoIcG9zaXRpb24YASABKAUSJgoDZXRhGAIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEi0KCHdhaXRfZm9yGAMgAygLMhsuYmVydGguYnVkZ2V0LnYxLldhaXRSZWFzb24SFQoNd2FpdF9mb3JfdGV4dBgEIAEoCRIqCgVhaGVhZBgFIAMoCzIbLmJlcnRoLmJ1ZGdldC52MS5BaGVhZEVudHJ5EjQKEHdhaXRfZXhwaXJlX3RpbWUYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIlcKCkFoZWFkRW50cnkSDQoFb3duZXIYASABKAkSEAoIcG9zaXRpb24YAiABKAUSKAoEbmVlZBgDIAEoCzIaLmJlcnRoLmJ1ZGdldC52MS5SZXNvdXJjZXMiaAoIQWRtaXR0ZWQSMQoLcmVzZXJ2YXRpb24YASABKAsyHC5iZXJ0aC5idWRnZXQudjEuUmVzZXJ2YXRpb24SKQoGd2FpdGVkGAIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIncKElJlc2VydmF0aW9uVXBkYXRlZBIxCgtyZXNlcnZhdGlvbhgBIAEoCzIcLmJlcnRoLmJ1ZGdldC52MS5SZXNlcnZhdGlvbhIuCgdydW5uaW5nGAIgASgLMh0uYmVydGguYnVkZ2V0LnYxLlJ1bm5pbmdFbnRyeSIiCghSZWxlYXNlZBIWCg5yZXNlcnZhdGlvbl9pZBgBIAEoCSLFAQoOUmVzZXJ2ZVJlcXVlc3QSIwoEbmVlZBgBIAEoCzIVLmJlcnRoLmJ1ZGdldC52MS5OZWVkEg0KBW93bmVyGAIgASgJEisKCG1heF93YWl0GAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhYKDnNraXBfbG9hZF9nYXRlGAQgASgIEiYKA3R0bBgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhISCgpyZXF1ZXN0X2lkGAYgASgJIm8KD1Jlc2VydmVSZXNwb25zZRIxCgtyZXNlcnZhdGlvbhgBIAEoCzIcLmJlcnRoLmJ1ZGdldC52MS5SZXNlcnZhdGlvbhIpCgZ3YWl0ZWQYAiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24iHwoQS2VlcEFsaXZlUmVxdWVzdBILCgNpZHMYASADKAkiPwoRS2VlcEFsaXZlUmVzcG9uc2USKgoIcmVuZXdhbHMYASADKAsyGC5iZXJ0aC5idWRnZXQudjEuUmVuZXdhbCJVCgdSZW5ld2FsEgoKAmlkGAEgASgJEg0KBWFsaXZlGAIgASgIEi8KC2V4cGlyZV90aW1lGAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCIoCg5SZWxlYXNlUmVxdWVzdBIWCg5yZXNlcnZhdGlvbl9pZBgBIAEoCSIjCg9SZWxlYXNlUmVzcG9uc2USEAoIcmVsZWFzZWQYASABKAgiLQoTUmVsZWFzZUJ1aWxkUmVxdWVzdBIWCg5yZXNlcnZhdGlvbl9pZBgBIAEoCSJJChRSZWxlYXNlQnVpbGRSZXNwb25zZRIxCgtyZXNlcnZhdGlvbhgBIAEoCzIcLmJlcnRoLmJ1ZGdldC52MS5SZXNlcnZhdGlvbiKWAgoWUmVnaXN0ZXJSdW5uaW5nUmVxdWVzdBIMCgRuYW1lGAEgASgJEioKBGNvc3QYAiABKAsyGi5iZXJ0aC5idWRnZXQudjEuUmVzb3VyY2VzSAASLQoEc3BlYxgDIAEoCzIdLmJlcnRoLmJ1ZGdldC52MS5SZXNvdXJjZVNwZWNIABIQCgNwaWQYBCABKAVIAYgBARImCgN0dGwYBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SGwoOcmVzZXJ2YXRpb25faWQYBiABKAlIAogBARISCgpyZXF1ZXN0X2lkGAcgASgJQg0KC2Nvc3Rfc291cmNlQgYKBF9waWRCEQoPX3Jlc2VydmF0aW9uX2lkInwKF1JlZ2lzdGVyUnVubmluZ1Jlc3BvbnNlEi4KB3J1bm5pbmcYASABKAsyHS5iZXJ0aC5idWRnZXQudjEuUnVubmluZ0VudHJ5EjEKC3Jlc2VydmF0aW9uGAIgASgLMhwuYmVydGguYnVkZ2V0LnYxLlJlc2VydmF0aW9uIiAKElN0b3BSdW5uaW5nUmVxdWVzdBIKCgJpZBgBIAEoCSImChNTdG9wUnVubmluZ1Jlc3BvbnNlEg8KB3N0b3BwZWQYASABKAgiJAoPR2V0U3RhdGVSZXF1ZXN0EhEKCXBhZ2Vfc2l6ZRgBIAEoBSLRAwoQR2V0U3RhdGVSZXNwb25zZRItCgljb21taXR0ZWQYASABKAsyGi5iZXJ0aC5idWRnZXQudjEuQ29tbWl0dGVkEioKBXF1ZXVlGAIgAygLMhsuYmVydGguYnVkZ2V0LnYxLlF1ZXVlRW50cnkSMgoMcmVzZXJ2YXRpb25zGAMgAygLMhwuYmVydGguYnVkZ2V0LnYxLlJlc2VydmF0aW9uEi4KB3J1bm5pbmcYBCADKAsyHS5iZXJ0aC5idWRnZXQudjEuUnVubmluZ0VudHJ5EicKBnBvbGljeRgFIAEoCzIXLmJlcnRoLmJ1ZGdldC52MS5Qb2xpY3kSKQoHbWFjaGluZRgGIAEoCzIYLmJlcnRoLmJ1ZGdldC52MS5NYWNoaW5lEhIKCnF1ZXVlX3NpemUYByABKAUSGQoRcmVzZXJ2YXRpb25fY291bnQYCCABKAUSFQoNcnVubmluZ19jb3VudBgJIAEoBRIdChVxdWV1ZV9uZXh0X3BhZ2VfdG9rZW4YCiABKAkSJAoccmVzZXJ2YXRpb25zX25leHRfcGFnZV90b2tlbhgLIAEoCRIfChdydW5uaW5nX25leHRfcGFnZV90b2tlbhgMIAEoCSI5ChBMaXN0UXVldWVSZXF1ZXN0EhEKCXBhZ2Vfc2l6ZRgBIAEoBRISCgpwYWdlX3Rva2VuGAIgASgJIlgKEUxpc3RRdWV1ZVJlc3BvbnNlEioKBXF1ZXVlGAEgAygLMhsuYmVydGguYnVkZ2V0LnYxLlF1ZXVlRW50cnkSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIkAKF0xpc3RSZXNlcnZhdGlvbnNSZXF1ZXN0EhEKCXBhZ2Vfc2l6ZRgBIAEoBRISCgpwYWdlX3Rva2VuGAIgASgJImcKGExpc3RSZXNlcnZhdGlvbnNSZXNwb25zZRIyCgxyZXNlcnZhdGlvbnMYASADKAsyHC5iZXJ0aC5idWRnZXQudjEuUmVzZXJ2YXRpb24SFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIjsKEkxpc3RSdW5uaW5nUmVxdWVzdBIRCglwYWdlX3NpemUYASABKAUSEgoKcGFnZV90b2tlbhgCIAEoCSJeChNMaXN0UnVubmluZ1Jlc3BvbnNlEi4KB3J1bm5pbmcYASADKAsyHS5iZXJ0aC5idWRnZXQudjEuUnVubmluZ0VudHJ5EhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSITChFHZXRNYWNoaW5lUmVxdWVzdCI/ChJHZXRNYWNoaW5lUmVzcG9uc2USKQoHbWFjaGluZRgBIAEoCzIYLmJlcnRoLmJ1ZGdldC52MS5NYWNoaW5lIhUKE1dhdGNoTWFjaGluZVJlcXVlc3QiQQoUV2F0Y2hNYWNoaW5lUmVzcG9uc2USKQoHbWFjaGluZRgBIAEoCzIYLmJlcnRoLmJ1ZGdldC52MS5NYWNoaW5lIjsKDENvc3RzUmVxdWVzdBIrCgRzcGVjGAEgASgLMh0uYmVydGguYnVkZ2V0LnYxLlJlc291cmNlU3BlYyJZCg1Db3N0c1Jlc3BvbnNlEiIKA3J1bhgBIAEoCzIVLmJlcnRoLmJ1ZGdldC52MS5Db3N0EiQKBWJ1aWxkGAIgASgLMhUuYmVydGguYnVkZ2V0LnYxLkNvc3QiEgoQR2V0TGltaXRzUmVxdWVzdCKAAgoRR2V0TGltaXRzUmVzcG9uc2USLgoLZGVmYXVsdF90dGwYASABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SKgoHbWF4X3R0bBgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIrCghtYXhfd2FpdBgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhI1ChJoZWFydGJlYXRfaW50ZXJ2YWwYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SEQoJbWF4X3F1ZXVlGAUgASgFEhgKEG1heF9vd25lcl9sZW5ndGgYBiABKAUy6goKDUJ1ZGdldFNlcnZpY2USRgoFQ2hlY2sSHS5iZXJ0aC5idWRnZXQudjEuQ2hlY2tSZXF1ZXN0Gh4uYmVydGguYnVkZ2V0LnYxLkNoZWNrUmVzcG9uc2USSgoFQWRtaXQSHS5iZXJ0aC5idWRnZXQudjEuQWRtaXRSZXF1ZXN0Gh4uYmVydGguYnVkZ2V0LnYxLkFkbWl0UmVzcG9uc2UoATABEkwKB1Jlc2VydmUSHy5iZXJ0aC5idWRnZXQudjEuUmVzZXJ2ZVJlcXVlc3QaIC5iZXJ0aC5idWRnZXQudjEuUmVzZXJ2ZVJlc3BvbnNlElIKCUtlZXBBbGl2ZRIhLmJlcnRoLmJ1ZGdldC52MS5LZWVwQWxpdmVSZXF1ZXN0GiIuYmVydGguYnVkZ2V0LnYxLktlZXBBbGl2ZVJlc3BvbnNlEkwKB1JlbGVhc2USHy5iZXJ0aC5idWRnZXQudjEuUmVsZWFzZVJlcXVlc3QaIC5iZXJ0aC5idWRnZXQudjEuUmVsZWFzZVJlc3BvbnNlElsKDFJlbGVhc2VCdWlsZBIkLmJlcnRoLmJ1ZGdldC52MS5SZWxlYXNlQnVpbGRSZXF1ZXN0GiUuYmVydGguYnVkZ2V0LnYxLlJlbGVhc2VCdWlsZFJlc3BvbnNlEmQKD1JlZ2lzdGVyUnVubmluZxInLmJlcnRoLmJ1ZGdldC52MS5SZWdpc3RlclJ1bm5pbmdSZXF1ZXN0GiguYmVydGguYnVkZ2V0LnYxLlJlZ2lzdGVyUnVubmluZ1Jlc3BvbnNlElgKC1N0b3BSdW5uaW5nEiMuYmVydGguYnVkZ2V0LnYxLlN0b3BSdW5uaW5nUmVxdWVzdBokLmJlcnRoLmJ1ZGdldC52MS5TdG9wUnVubmluZ1Jlc3BvbnNlEk8KCEdldFN0YXRlEiAuYmVydGguYnVkZ2V0LnYxLkdldFN0YXRlUmVxdWVzdBohLmJlcnRoLmJ1ZGdldC52MS5HZXRTdGF0ZVJlc3BvbnNlElIKCUxpc3RRdWV1ZRIhLmJlcnRoLmJ1ZGdldC52MS5MaXN0UXVldWVSZXF1ZXN0GiIuYmVydGguYnVkZ2V0LnYxLkxpc3RRdWV1ZVJlc3BvbnNlEmcKEExpc3RSZXNlcnZhdGlvbnMSKC5iZXJ0aC5idWRnZXQudjEuTGlzdFJlc2VydmF0aW9uc1JlcXVlc3QaKS5iZXJ0aC5idWRnZXQudjEuTGlzdFJlc2VydmF0aW9uc1Jlc3BvbnNlElgKC0xpc3RSdW5uaW5nEiMuYmVydGguYnVkZ2V0LnYxLkxpc3RSdW5uaW5nUmVxdWVzdBokLmJlcnRoLmJ1ZGdldC52MS5MaXN0UnVubmluZ1Jlc3BvbnNlElUKCkdldE1hY2hpbmUSIi5iZXJ0aC5idWRnZXQudjEuR2V0TWFjaGluZVJlcXVlc3QaIy5iZXJ0aC5idWRnZXQudjEuR2V0TWFjaGluZVJlc3BvbnNlEl0KDFdhdGNoTWFjaGluZRIkLmJlcnRoLmJ1ZGdldC52MS5XYXRjaE1hY2hpbmVSZXF1ZXN0GiUuYmVydGguYnVkZ2V0LnYxLldhdGNoTWFjaGluZVJlc3BvbnNlMAESRgoFQ29zdHMSHS5iZXJ0aC5idWRnZXQudjEuQ29zdHNSZXF1ZXN0Gh4uYmVydGguYnVkZ2V0LnYxLkNvc3RzUmVzcG9uc2USUgoJR2V0TGltaXRzEiEuYmVydGguYnVkZ2V0LnYxLkdldExpbWl0c1JlcXVlc3QaIi5iZXJ0aC5idWRnZXQudjEuR2V0TGltaXRzUmVzcG9uc2ViBnByb3RvMw", [file_berth_budget_v1_budget, file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * Check's request.
@@ -136,16 +136,17 @@ export type AdmitStart = Message<"berth.budget.v1.AdmitStart"> & {
   need?: Need | undefined;
 
   /**
-   * What the operation is, for people (e.g. "up web"): shown in the queue,
-   * the committed list and messages. Non-empty, at most 256 characters.
+   * Who asks and for what, for people (e.g. "my-tool up web"): shown in the
+   * queue, the committed list and messages. Non-empty, at most 256
+   * characters.
    *
-   * @generated from field: string label = 2;
+   * @generated from field: string owner = 2;
    */
-  label: string;
+  owner: string;
 
   /**
-   * The longest to wait in the queue; unset: the policy's `max_wait`.
-   * Longer than it is capped to it.
+   * The longest to wait in the queue. Unset: the policy's longest wait;
+   * zero: do not queue; longer: capped to the longest wait.
    *
    * @generated from field: google.protobuf.Duration max_wait = 3;
    */
@@ -232,7 +233,8 @@ export type Started = Message<"berth.budget.v1.Started"> & {
 
   /**
    * A lease for the entry, renewed by KeepAlive; unset: none (the entry then
-   * ends with its pid or StopRunning).
+   * ends with its pid or StopRunning); zero: the default ttl; longer than the
+   * maximum is INVALID_ARGUMENT.
    *
    * @generated from field: google.protobuf.Duration ttl = 5;
    */
@@ -324,12 +326,12 @@ export type Queued = Message<"berth.budget.v1.Queued"> & {
   /**
    * 1-based place in the queue: 1 is the head.
    *
-   * @generated from field: uint32 position = 1;
+   * @generated from field: int32 position = 1;
    */
   position: number;
 
   /**
-   * The estimated wait left.
+   * The estimated wait left (the same estimate GetState's queue shows).
    *
    * @generated from field: google.protobuf.Duration eta = 2;
    */
@@ -360,9 +362,9 @@ export type Queued = Message<"berth.budget.v1.Queued"> & {
   /**
    * When its wait runs out.
    *
-   * @generated from field: google.protobuf.Timestamp deadline = 6;
+   * @generated from field: google.protobuf.Timestamp wait_expire_time = 6;
    */
-  deadline?: Timestamp | undefined;
+  waitExpireTime?: Timestamp | undefined;
 };
 
 /**
@@ -379,16 +381,16 @@ export const QueuedSchema: GenMessage<Queued> = /*@__PURE__*/
  */
 export type AheadEntry = Message<"berth.budget.v1.AheadEntry"> & {
   /**
-   * Its label.
+   * Who asked.
    *
-   * @generated from field: string label = 1;
+   * @generated from field: string owner = 1;
    */
-  label: string;
+  owner: string;
 
   /**
    * Its place in the queue.
    *
-   * @generated from field: uint32 position = 2;
+   * @generated from field: int32 position = 2;
    */
   position: number;
 
@@ -498,11 +500,11 @@ export type ReserveRequest = Message<"berth.budget.v1.ReserveRequest"> & {
   need?: Need | undefined;
 
   /**
-   * What the operation is, for people (as in AdmitStart).
+   * Who asks and for what (as in AdmitStart).
    *
-   * @generated from field: string label = 2;
+   * @generated from field: string owner = 2;
    */
-  label: string;
+  owner: string;
 
   /**
    * The longest to wait in the queue (as in AdmitStart). The call's deadline
@@ -520,12 +522,25 @@ export type ReserveRequest = Message<"berth.budget.v1.ReserveRequest"> & {
   skipLoadGate: boolean;
 
   /**
-   * The reservation's lease, renewed by KeepAlive; unset: the policy's
-   * `default_lease_ttl`.
+   * The reservation's lease, renewed by KeepAlive; unset or zero: the
+   * policy's default ttl; longer than the maximum is INVALID_ARGUMENT.
    *
    * @generated from field: google.protobuf.Duration ttl = 5;
    */
   ttl?: Duration | undefined;
+
+  /**
+   * Makes a retry safe: a repeat with the same id while the first call's
+   * reservation lives answers that reservation (or, while the first call
+   * still waits, waits with it: one place in the queue, the first call's
+   * wait, dropped only once every call waiting on it has ended). A repeat
+   * must ask for the same need and owner (INVALID_ARGUMENT otherwise). Once
+   * the reservation has ended the id is forgotten. Empty: none. At most 128
+   * characters of `[A-Za-z0-9._-]`; a UUID is a good choice.
+   *
+   * @generated from field: string request_id = 6;
+   */
+  requestId: string;
 };
 
 /**
@@ -542,7 +557,7 @@ export const ReserveRequestSchema: GenMessage<ReserveRequest> = /*@__PURE__*/
  */
 export type ReserveResponse = Message<"berth.budget.v1.ReserveResponse"> & {
   /**
-   * The reservation, with its `lease_expires_at`.
+   * The reservation, with its `expire_time`.
    *
    * @generated from field: berth.budget.v1.Reservation reservation = 1;
    */
@@ -629,9 +644,9 @@ export type Renewal = Message<"berth.budget.v1.Renewal"> & {
   /**
    * Its new expiry; unset when not alive or when it has no lease.
    *
-   * @generated from field: google.protobuf.Timestamp expires_at = 3;
+   * @generated from field: google.protobuf.Timestamp expire_time = 3;
    */
-  expiresAt?: Timestamp | undefined;
+  expireTime?: Timestamp | undefined;
 };
 
 /**
@@ -775,8 +790,9 @@ export type RegisterRunningRequest = Message<"berth.budget.v1.RegisterRunningReq
 
   /**
    * A lease for the entry, renewed by KeepAlive; unset: none (the entry then
-   * ends with its pid or StopRunning). An entry with neither pid nor ttl
-   * stays until StopRunning.
+   * ends with its pid or StopRunning); zero: the default ttl; longer than the
+   * maximum is INVALID_ARGUMENT. An entry with neither pid nor ttl stays
+   * until StopRunning.
    *
    * @generated from field: google.protobuf.Duration ttl = 5;
    */
@@ -785,11 +801,22 @@ export type RegisterRunningRequest = Message<"berth.budget.v1.RegisterRunningReq
   /**
    * The reservation the service was started from: its cost leaves that
    * reservation's start share (the seed's `consume`). Unset: counted on its
-   * own. NOT_FOUND when the reservation is gone.
+   * own. NOT_FOUND RESERVATION_NOT_FOUND when the reservation is gone.
    *
    * @generated from field: optional string reservation_id = 6;
    */
   reservationId?: string | undefined;
+
+  /**
+   * Makes a retry safe (as in ReserveRequest): a repeat with the same id
+   * while the entry lives answers that entry (with the reservation, when it
+   * still lives) and counts nothing again; it must name the same service and
+   * reservation (INVALID_ARGUMENT otherwise). The id is kept with the entry,
+   * across restarts of the service, and forgotten when the entry ends.
+   *
+   * @generated from field: string request_id = 7;
+   */
+  requestId: string;
 };
 
 /**
@@ -875,6 +902,14 @@ export const StopRunningResponseSchema: GenMessage<StopRunningResponse> = /*@__P
  * @generated from message berth.budget.v1.GetStateRequest
  */
 export type GetStateRequest = Message<"berth.budget.v1.GetStateRequest"> & {
+  /**
+   * The most entries of each list (queue, reservations, running, committed
+   * items) to return; 0: 100. Above 1000 is treated as 1000. Negative is
+   * INVALID_ARGUMENT.
+   *
+   * @generated from field: int32 page_size = 1;
+   */
+  pageSize: number;
 };
 
 /**
@@ -891,28 +926,29 @@ export const GetStateRequestSchema: GenMessage<GetStateRequest> = /*@__PURE__*/
  */
 export type GetStateResponse = Message<"berth.budget.v1.GetStateResponse"> & {
   /**
-   * What is committed now.
+   * What is committed now: the totals, and the first `page_size` items,
+   * largest first.
    *
    * @generated from field: berth.budget.v1.Committed committed = 1;
    */
   committed?: Committed | undefined;
 
   /**
-   * The queue, head first.
+   * The queue's first page, head first.
    *
    * @generated from field: repeated berth.budget.v1.QueueEntry queue = 2;
    */
   queue: QueueEntry[];
 
   /**
-   * The reservations in flight.
+   * The first page of the reservations in flight, oldest first.
    *
    * @generated from field: repeated berth.budget.v1.Reservation reservations = 3;
    */
   reservations: Reservation[];
 
   /**
-   * The running tally.
+   * The first page of the running tally, oldest first.
    *
    * @generated from field: repeated berth.budget.v1.RunningEntry running = 4;
    */
@@ -931,6 +967,49 @@ export type GetStateResponse = Message<"berth.budget.v1.GetStateResponse"> & {
    * @generated from field: berth.budget.v1.Machine machine = 6;
    */
   machine?: Machine | undefined;
+
+  /**
+   * How many requests are queued in all.
+   *
+   * @generated from field: int32 queue_size = 7;
+   */
+  queueSize: number;
+
+  /**
+   * How many reservations are in flight in all.
+   *
+   * @generated from field: int32 reservation_count = 8;
+   */
+  reservationCount: number;
+
+  /**
+   * How many running entries are counted in all.
+   *
+   * @generated from field: int32 running_count = 9;
+   */
+  runningCount: number;
+
+  /**
+   * ListQueue's token for the rest of the queue; empty when `queue` is all
+   * of it.
+   *
+   * @generated from field: string queue_next_page_token = 10;
+   */
+  queueNextPageToken: string;
+
+  /**
+   * ListReservations' token for the rest; empty when none remain.
+   *
+   * @generated from field: string reservations_next_page_token = 11;
+   */
+  reservationsNextPageToken: string;
+
+  /**
+   * ListRunning's token for the rest; empty when none remain.
+   *
+   * @generated from field: string running_next_page_token = 12;
+   */
+  runningNextPageToken: string;
 };
 
 /**
@@ -939,6 +1018,186 @@ export type GetStateResponse = Message<"berth.budget.v1.GetStateResponse"> & {
  */
 export const GetStateResponseSchema: GenMessage<GetStateResponse> = /*@__PURE__*/
   messageDesc(file_berth_budget_v1_budget_service, 27);
+
+/**
+ * ListQueue's request.
+ *
+ * @generated from message berth.budget.v1.ListQueueRequest
+ */
+export type ListQueueRequest = Message<"berth.budget.v1.ListQueueRequest"> & {
+  /**
+   * The most entries to return; 0: 100. Above 1000 is treated as 1000.
+   * Negative is INVALID_ARGUMENT.
+   *
+   * @generated from field: int32 page_size = 1;
+   */
+  pageSize: number;
+
+  /**
+   * `next_page_token` of the previous page (or GetState's
+   * `queue_next_page_token`); empty: the first page. A token from before a
+   * restart of the service is INVALID_ARGUMENT: list again from the first
+   * page.
+   *
+   * @generated from field: string page_token = 2;
+   */
+  pageToken: string;
+};
+
+/**
+ * Describes the message berth.budget.v1.ListQueueRequest.
+ * Use `create(ListQueueRequestSchema)` to create a new message.
+ */
+export const ListQueueRequestSchema: GenMessage<ListQueueRequest> = /*@__PURE__*/
+  messageDesc(file_berth_budget_v1_budget_service, 28);
+
+/**
+ * ListQueue's response.
+ *
+ * @generated from message berth.budget.v1.ListQueueResponse
+ */
+export type ListQueueResponse = Message<"berth.budget.v1.ListQueueResponse"> & {
+  /**
+   * The entries, head first.
+   *
+   * @generated from field: repeated berth.budget.v1.QueueEntry queue = 1;
+   */
+  queue: QueueEntry[];
+
+  /**
+   * The token of the next page; empty on the last page.
+   *
+   * @generated from field: string next_page_token = 2;
+   */
+  nextPageToken: string;
+};
+
+/**
+ * Describes the message berth.budget.v1.ListQueueResponse.
+ * Use `create(ListQueueResponseSchema)` to create a new message.
+ */
+export const ListQueueResponseSchema: GenMessage<ListQueueResponse> = /*@__PURE__*/
+  messageDesc(file_berth_budget_v1_budget_service, 29);
+
+/**
+ * ListReservations' request.
+ *
+ * @generated from message berth.budget.v1.ListReservationsRequest
+ */
+export type ListReservationsRequest = Message<"berth.budget.v1.ListReservationsRequest"> & {
+  /**
+   * The most entries to return; 0: 100. Above 1000 is treated as 1000.
+   * Negative is INVALID_ARGUMENT.
+   *
+   * @generated from field: int32 page_size = 1;
+   */
+  pageSize: number;
+
+  /**
+   * `next_page_token` of the previous page (or GetState's
+   * `reservations_next_page_token`); empty: the first page. A token from before a
+   * restart of the service is INVALID_ARGUMENT: list again from the first
+   * page.
+   *
+   * @generated from field: string page_token = 2;
+   */
+  pageToken: string;
+};
+
+/**
+ * Describes the message berth.budget.v1.ListReservationsRequest.
+ * Use `create(ListReservationsRequestSchema)` to create a new message.
+ */
+export const ListReservationsRequestSchema: GenMessage<ListReservationsRequest> = /*@__PURE__*/
+  messageDesc(file_berth_budget_v1_budget_service, 30);
+
+/**
+ * ListReservations' response.
+ *
+ * @generated from message berth.budget.v1.ListReservationsResponse
+ */
+export type ListReservationsResponse = Message<"berth.budget.v1.ListReservationsResponse"> & {
+  /**
+   * The reservations, oldest first.
+   *
+   * @generated from field: repeated berth.budget.v1.Reservation reservations = 1;
+   */
+  reservations: Reservation[];
+
+  /**
+   * The token of the next page; empty on the last page.
+   *
+   * @generated from field: string next_page_token = 2;
+   */
+  nextPageToken: string;
+};
+
+/**
+ * Describes the message berth.budget.v1.ListReservationsResponse.
+ * Use `create(ListReservationsResponseSchema)` to create a new message.
+ */
+export const ListReservationsResponseSchema: GenMessage<ListReservationsResponse> = /*@__PURE__*/
+  messageDesc(file_berth_budget_v1_budget_service, 31);
+
+/**
+ * ListRunning's request.
+ *
+ * @generated from message berth.budget.v1.ListRunningRequest
+ */
+export type ListRunningRequest = Message<"berth.budget.v1.ListRunningRequest"> & {
+  /**
+   * The most entries to return; 0: 100. Above 1000 is treated as 1000.
+   * Negative is INVALID_ARGUMENT.
+   *
+   * @generated from field: int32 page_size = 1;
+   */
+  pageSize: number;
+
+  /**
+   * `next_page_token` of the previous page (or GetState's
+   * `running_next_page_token`); empty: the first page. A token from before a
+   * restart of the service is INVALID_ARGUMENT: list again from the first
+   * page.
+   *
+   * @generated from field: string page_token = 2;
+   */
+  pageToken: string;
+};
+
+/**
+ * Describes the message berth.budget.v1.ListRunningRequest.
+ * Use `create(ListRunningRequestSchema)` to create a new message.
+ */
+export const ListRunningRequestSchema: GenMessage<ListRunningRequest> = /*@__PURE__*/
+  messageDesc(file_berth_budget_v1_budget_service, 32);
+
+/**
+ * ListRunning's response.
+ *
+ * @generated from message berth.budget.v1.ListRunningResponse
+ */
+export type ListRunningResponse = Message<"berth.budget.v1.ListRunningResponse"> & {
+  /**
+   * The running entries, oldest first.
+   *
+   * @generated from field: repeated berth.budget.v1.RunningEntry running = 1;
+   */
+  running: RunningEntry[];
+
+  /**
+   * The token of the next page; empty on the last page.
+   *
+   * @generated from field: string next_page_token = 2;
+   */
+  nextPageToken: string;
+};
+
+/**
+ * Describes the message berth.budget.v1.ListRunningResponse.
+ * Use `create(ListRunningResponseSchema)` to create a new message.
+ */
+export const ListRunningResponseSchema: GenMessage<ListRunningResponse> = /*@__PURE__*/
+  messageDesc(file_berth_budget_v1_budget_service, 33);
 
 /**
  * GetMachine's request.
@@ -953,7 +1212,7 @@ export type GetMachineRequest = Message<"berth.budget.v1.GetMachineRequest"> & {
  * Use `create(GetMachineRequestSchema)` to create a new message.
  */
 export const GetMachineRequestSchema: GenMessage<GetMachineRequest> = /*@__PURE__*/
-  messageDesc(file_berth_budget_v1_budget_service, 28);
+  messageDesc(file_berth_budget_v1_budget_service, 34);
 
 /**
  * GetMachine's response.
@@ -974,7 +1233,7 @@ export type GetMachineResponse = Message<"berth.budget.v1.GetMachineResponse"> &
  * Use `create(GetMachineResponseSchema)` to create a new message.
  */
 export const GetMachineResponseSchema: GenMessage<GetMachineResponse> = /*@__PURE__*/
-  messageDesc(file_berth_budget_v1_budget_service, 29);
+  messageDesc(file_berth_budget_v1_budget_service, 35);
 
 /**
  * WatchMachine's request.
@@ -989,7 +1248,7 @@ export type WatchMachineRequest = Message<"berth.budget.v1.WatchMachineRequest">
  * Use `create(WatchMachineRequestSchema)` to create a new message.
  */
 export const WatchMachineRequestSchema: GenMessage<WatchMachineRequest> = /*@__PURE__*/
-  messageDesc(file_berth_budget_v1_budget_service, 30);
+  messageDesc(file_berth_budget_v1_budget_service, 36);
 
 /**
  * WatchMachine's response: one sample.
@@ -1010,7 +1269,7 @@ export type WatchMachineResponse = Message<"berth.budget.v1.WatchMachineResponse
  * Use `create(WatchMachineResponseSchema)` to create a new message.
  */
 export const WatchMachineResponseSchema: GenMessage<WatchMachineResponse> = /*@__PURE__*/
-  messageDesc(file_berth_budget_v1_budget_service, 31);
+  messageDesc(file_berth_budget_v1_budget_service, 37);
 
 /**
  * Costs' request.
@@ -1031,7 +1290,7 @@ export type CostsRequest = Message<"berth.budget.v1.CostsRequest"> & {
  * Use `create(CostsRequestSchema)` to create a new message.
  */
 export const CostsRequestSchema: GenMessage<CostsRequest> = /*@__PURE__*/
-  messageDesc(file_berth_budget_v1_budget_service, 32);
+  messageDesc(file_berth_budget_v1_budget_service, 38);
 
 /**
  * Costs' response.
@@ -1059,26 +1318,117 @@ export type CostsResponse = Message<"berth.budget.v1.CostsResponse"> & {
  * Use `create(CostsResponseSchema)` to create a new message.
  */
 export const CostsResponseSchema: GenMessage<CostsResponse> = /*@__PURE__*/
-  messageDesc(file_berth_budget_v1_budget_service, 33);
+  messageDesc(file_berth_budget_v1_budget_service, 39);
+
+/**
+ * GetLimits' request.
+ *
+ * @generated from message berth.budget.v1.GetLimitsRequest
+ */
+export type GetLimitsRequest = Message<"berth.budget.v1.GetLimitsRequest"> & {
+};
+
+/**
+ * Describes the message berth.budget.v1.GetLimitsRequest.
+ * Use `create(GetLimitsRequestSchema)` to create a new message.
+ */
+export const GetLimitsRequestSchema: GenMessage<GetLimitsRequest> = /*@__PURE__*/
+  messageDesc(file_berth_budget_v1_budget_service, 40);
+
+/**
+ * GetLimits' response: the limits this service enforces (the same names as
+ * the lock service's).
+ *
+ * @generated from message berth.budget.v1.GetLimitsResponse
+ */
+export type GetLimitsResponse = Message<"berth.budget.v1.GetLimitsResponse"> & {
+  /**
+   * A lease's ttl when Reserve sets none (or zero), and when RegisterRunning
+   * or Admit's `started` sets zero.
+   *
+   * @generated from field: google.protobuf.Duration default_ttl = 1;
+   */
+  defaultTtl?: Duration | undefined;
+
+  /**
+   * The longest ttl a lease may ask (BERTH_BUDGET_MAX_LEASE_TTL, 1 h by
+   * default).
+   *
+   * @generated from field: google.protobuf.Duration max_ttl = 2;
+   */
+  maxTtl?: Duration | undefined;
+
+  /**
+   * The longest wait: what an unset `max_wait` means, and the cap of any
+   * longer one.
+   *
+   * @generated from field: google.protobuf.Duration max_wait = 3;
+   */
+  maxWait?: Duration | undefined;
+
+  /**
+   * How often a waiting Admit stream gets a `queued` heartbeat (stretched in
+   * a long queue: see Admit).
+   *
+   * @generated from field: google.protobuf.Duration heartbeat_interval = 4;
+   */
+  heartbeatInterval?: Duration | undefined;
+
+  /**
+   * The most requests the queue holds (RESOURCE_EXHAUSTED QUEUE_FULL
+   * beyond).
+   *
+   * @generated from field: int32 max_queue = 5;
+   */
+  maxQueue: number;
+
+  /**
+   * The longest `owner`, in characters.
+   *
+   * @generated from field: int32 max_owner_length = 6;
+   */
+  maxOwnerLength: number;
+};
+
+/**
+ * Describes the message berth.budget.v1.GetLimitsResponse.
+ * Use `create(GetLimitsResponseSchema)` to create a new message.
+ */
+export const GetLimitsResponseSchema: GenMessage<GetLimitsResponse> = /*@__PURE__*/
+  messageDesc(file_berth_budget_v1_budget_service, 41);
 
 /**
  * Admission control for the machine's memory and cpu.
  *
  * A caller declares what it is about to build and start; the service admits
  * it, queues it (with its position, an estimate and the reason it waits) or
- * refuses it with a reason that names the setting to change. Refusals are
- * errors carrying a Refusal detail:
+ * refuses it with a reason that names the setting to change.
  *
- * - IMPOSSIBLE (the need exceeds the whole budget): FAILED_PRECONDITION;
- *   nothing the caller waits for can change it, only the need or the policy.
- * - QUEUE_FULL: RESOURCE_EXHAUSTED, with `retry_after`.
- * - WAIT_EXHAUSTED (waited the whole wait, still does not fit):
- *   RESOURCE_EXHAUSTED, with `retry_after`. Not DEADLINE_EXCEEDED, which
- *   clients read as their own call deadline; the Refusal kind tells the two
- *   RESOURCE_EXHAUSTED cases apart.
+ * Waits and leases, the same as in `berth.locks.v1.LockService`: `max_wait`
+ * unset waits up to the policy's longest wait (GetLimits; 10 minutes by
+ * default); zero does not queue (admitted now or refused at once); longer is
+ * capped to the longest wait. A lease's `ttl` unset or zero is the policy's
+ * default (30 s); longer than the maximum (1 h) is INVALID_ARGUMENT. Leases
+ * are renewed by KeepAlive, each for its own ttl from then.
  *
- * A malformed need (unknown kind, bad size, negative or NaN cpu) is
- * INVALID_ARGUMENT naming the item and the value. A client that goes away
+ * Errors carry a `google.rpc.ErrorInfo` (domain "berth.budget") whose reason
+ * names the case, and a `google.rpc.RetryInfo` where a retry can succeed;
+ * refusals also carry a Refusal detail:
+ *
+ * | code                | reason                | what to do                                   |
+ * |---------------------|-----------------------|----------------------------------------------|
+ * | INVALID_ARGUMENT    | INVALID_FIELD         | fix the field or item the message names      |
+ * | INVALID_ARGUMENT    | OUT_OF_TURN           | an Admit message sent out of turn            |
+ * | FAILED_PRECONDITION | IMPOSSIBLE            | the need exceeds the whole budget: declare less or raise the budget |
+ * | RESOURCE_EXHAUSTED  | QUEUE_FULL            | the queue is full; retry after RetryInfo     |
+ * | RESOURCE_EXHAUSTED  | WAIT_EXHAUSTED        | waited the whole wait; retry after RetryInfo |
+ * | NOT_FOUND           | RESERVATION_NOT_FOUND | the reservation is gone (released, expired)  |
+ * | UNAVAILABLE         | SHUTTING_DOWN         | retry on the restarted service               |
+ * | UNAUTHENTICATED     | TOKEN_MISSING, TOKEN_INVALID | send `authorization: Bearer <token>`  |
+ *
+ * WAIT_EXHAUSTED is not DEADLINE_EXCEEDED, which clients read as their own
+ * call deadline. A running entry that is gone is no error: KeepAlive answers
+ * `alive = false` and StopRunning `stopped = false`. A client that goes away
  * mid-call leaves nothing behind: no reservation, no queued request.
  *
  * @generated from service berth.budget.v1.BudgetService
@@ -1125,7 +1475,9 @@ export const BudgetService: GenService<{
    * Admission with a lease, for clients that cannot hold a stream: waits in
    * the queue (up to `max_wait`) like Admit, then returns a reservation that
    * lives until Release or until its lease runs out without KeepAlive. The
-   * call ending while queued drops the request.
+   * call ending while queued drops the request. A repeat with the same
+   * `request_id` while its reservation lives (or while the first call still
+   * waits) answers the same reservation instead of queueing again.
    *
    * @generated from rpc berth.budget.v1.BudgetService.Reserve
    */
@@ -1135,7 +1487,9 @@ export const BudgetService: GenService<{
     output: typeof ReserveResponseSchema;
   },
   /**
-   * Renews the leases of reservations and running entries.
+   * Renews the leases of reservations and running entries, each for its own
+   * ttl from now: one answer per id, in request order, `alive = false` for
+   * one that is gone.
    *
    * @generated from rpc berth.budget.v1.BudgetService.KeepAlive
    */
@@ -1169,7 +1523,9 @@ export const BudgetService: GenService<{
    * Counts a running service in the tally until StopRunning, until its pid is
    * gone, or until its lease ends. With a reservation, its cost moves from
    * the reservation's start share to the tally (the seed's `consume`;
-   * Admit's `started`). The tally survives a restart of the service.
+   * Admit's `started`). The tally survives a restart of the service. A
+   * repeat with the same `request_id` while its entry lives answers that
+   * entry instead of counting the service twice.
    *
    * @generated from rpc berth.budget.v1.BudgetService.RegisterRunning
    */
@@ -1189,9 +1545,11 @@ export const BudgetService: GenService<{
     output: typeof StopRunningResponseSchema;
   },
   /**
-   * Everything the budget holds: committed items, the queue with positions
-   * and ETAs, reservations, running entries, the policy and the last sample
-   * (what `berth budget state` shows).
+   * Everything the budget holds: what is committed, the first page of the
+   * queue (with positions and ETAs), of the reservations and of the running
+   * entries, the policy and the last sample (what `berth budget state`
+   * shows). ListQueue, ListReservations and ListRunning continue the lists
+   * from their `next_page_token`s.
    *
    * @generated from rpc berth.budget.v1.BudgetService.GetState
    */
@@ -1199,6 +1557,38 @@ export const BudgetService: GenService<{
     methodKind: "unary";
     input: typeof GetStateRequestSchema;
     output: typeof GetStateResponseSchema;
+  },
+  /**
+   * The queue, head first, a page at a time. A request admitted or dropped
+   * while paging is not repeated; one queued while paging appears on a later
+   * page.
+   *
+   * @generated from rpc berth.budget.v1.BudgetService.ListQueue
+   */
+  listQueue: {
+    methodKind: "unary";
+    input: typeof ListQueueRequestSchema;
+    output: typeof ListQueueResponseSchema;
+  },
+  /**
+   * The reservations in flight, oldest first, a page at a time.
+   *
+   * @generated from rpc berth.budget.v1.BudgetService.ListReservations
+   */
+  listReservations: {
+    methodKind: "unary";
+    input: typeof ListReservationsRequestSchema;
+    output: typeof ListReservationsResponseSchema;
+  },
+  /**
+   * The running tally, oldest first, a page at a time.
+   *
+   * @generated from rpc berth.budget.v1.BudgetService.ListRunning
+   */
+  listRunning: {
+    methodKind: "unary";
+    input: typeof ListRunningRequestSchema;
+    output: typeof ListRunningResponseSchema;
   },
   /**
    * The last machine sample.
@@ -1231,6 +1621,17 @@ export const BudgetService: GenService<{
     methodKind: "unary";
     input: typeof CostsRequestSchema;
     output: typeof CostsResponseSchema;
+  },
+  /**
+   * The limits this service enforces: lease ttls, the longest wait, the
+   * queue's size.
+   *
+   * @generated from rpc berth.budget.v1.BudgetService.GetLimits
+   */
+  getLimits: {
+    methodKind: "unary";
+    input: typeof GetLimitsRequestSchema;
+    output: typeof GetLimitsResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_berth_budget_v1_budget_service, 0);
