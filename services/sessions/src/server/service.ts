@@ -10,7 +10,7 @@ import { defineConfig, integerParser, oneOf, parseNonEmpty, parsePort, type Conf
 import { acquireElection, type ElectionLock } from "@berth/shared/election";
 import { invalidArgument } from "@berth/shared/errors";
 import { implement, serveElected, type CommonValues, type ServerContext, type ServiceDefinition } from "@berth/shared/server/index";
-import { formatSize, parseSize } from "@berth/shared/units";
+import { formatDuration, formatSize, parseDuration, parseSize } from "@berth/shared/units";
 import { createSessionStore, DEFAULT_CACHE_SIZE, DEFAULT_MAX_EVENT_BYTES, DEFAULT_MAX_EVENTS_PER_APPEND, type SessionStore } from "../session-store.js";
 import { resolveSessionDirs } from "../session-paths.js";
 import { DEFAULT_MAX_BUFFERED } from "../watch-hub.js";
@@ -61,7 +61,7 @@ export const SESSIONS_SETTINGS = defineConfig({
       if (bytes < 1024) throw invalidArgument(field, "must be at least 1K");
       return bytes;
     },
-    doc: "largest event (its journal JSON) an append may carry, e.g. 1M; larger ones are RESOURCE_EXHAUSTED",
+    doc: "largest event (its journal JSON) an append may carry, e.g. 1M; larger ones are INVALID_ARGUMENT (EVENT_TOO_LARGE)",
     show: formatSize,
   },
   maxEventsPerAppend: {
@@ -84,6 +84,17 @@ export const SESSIONS_SETTINGS = defineConfig({
     default: DEFAULT_MAX_BUFFERED,
     parse: integerParser(1, 1_000_000),
     doc: "entries a watcher may fall behind before it is ended (RESOURCE_EXHAUSTED, resumable)",
+  },
+  completedRetention: {
+    flag: "completed-retention",
+    env: "BERTH_COMPLETED_RETENTION",
+    parse: (raw: string, field: string) => {
+      const ms = parseDuration(raw, field);
+      if (ms < 1000) throw invalidArgument(field, "must be at least 1s");
+      return ms;
+    },
+    show: formatDuration,
+    doc: "delete completed and discarded sessions (journal and snapshot files) this long after their completing entry, e.g. 7d; swept at start and then as they fall due (unset: kept forever)",
   },
   projectRoot: {
     flag: "project-root",
@@ -123,8 +134,9 @@ export function openSessions(values: SessionsValues, logger: Logger): OpenedSess
       maxEventsPerAppend: values.maxEventsPerAppend,
       cacheSize: values.sessionCache,
       maxBuffered: values.watchBuffer,
+      ...(values.completedRetention !== undefined ? { completedRetentionMs: values.completedRetention } : {}),
     });
-    logger.info({ dir: dirs.dir, legacyDir: dirs.legacyDir, fsync: values.fsync }, "session journals");
+    logger.info({ dir: dirs.dir, legacyDir: dirs.legacyDir, fsync: values.fsync, completedRetentionMs: values.completedRetention }, "session journals");
     return {
       store,
       async close() {
@@ -145,10 +157,10 @@ export function openSessions(values: SessionsValues, logger: Logger): OpenedSess
  * The SessionService registration over `store`, with its gauges on the server's metrics.
  * `fenceCheck` (from the lock service) verifies the fences of appends.
  */
-export function sessionServiceRegistration(store: SessionStore, context: ServerContext, fenceCheck?: FenceCheck) {
+export function sessionServiceRegistration(store: SessionStore, context: ServerContext, fenceCheck?: FenceCheck, maxMessageBytes?: number) {
   context.metrics.registerGauge("berth_sessions_open_sessions", "Sessions open in memory (the bounded LRU).", () => store.stats().openSessions);
   context.metrics.registerGauge("berth_sessions_watchers", "Open watchers (WatchSession and WatchSessions streams).", () => store.stats().watchers);
-  return implement(SessionService, createSessionHandlers({ store, fenceCheck }));
+  return implement(SessionService, createSessionHandlers({ store, fenceCheck, ...(maxMessageBytes !== undefined ? { maxMessageBytes } : {}) }));
 }
 
 /**
@@ -196,7 +208,7 @@ export const sessionsService: ServiceDefinition<typeof SESSIONS_SETTINGS> = {
           throw error;
         }
         return {
-          services: (context: ServerContext) => [sessionServiceRegistration(sessions.store, context, makeFenceCheck(locks)), lockServiceRegistration(locks, context)],
+          services: (context: ServerContext) => [sessionServiceRegistration(sessions.store, context, makeFenceCheck(locks), values.maxMessageBytes), lockServiceRegistration(locks, context)],
           async close() {
             // Locks first: their lock files go and the fencing state is persisted even if the store's close fails.
             try {
