@@ -308,16 +308,16 @@ describe("fencing across restarts and fenced appends", () => {
 
     const event = { kind: { case: "agentPhase" as const, value: { phase: "planning" } } };
     const refused = await failure(sessions.appendEvent({ sessionId: "fenced-1", event, fence: { file, fencingToken: stale.fencingToken } }));
-    expect(refused.code).toBe(Code.Aborted);
+    expect(refused.code).toBe(Code.FailedPrecondition);
     expect(refused.findDetails(FenceRejectedSchema)[0]).toMatchObject({ file, fencingToken: stale.fencingToken, currentToken: current.fencingToken });
-    expect((await sessions.hasSession({ sessionId: "fenced-1" })).exists).toBe(false);
+    expect((await failure(sessions.getSnapshot({ sessionId: "fenced-1" }))).code).toBe(Code.NotFound);
 
     const ok = await sessions.appendEvent({ sessionId: "fenced-1", event, fence: { file, fencingToken: current.fencingToken } });
     expect(ok.seq).toBe(1n);
     // Released: the token is no longer current either.
     await locks.release({ leaseToken: current.leaseToken });
     const afterRelease = await failure(sessions.appendEvent({ sessionId: "fenced-1", event, fence: { file, fencingToken: current.fencingToken } }));
-    expect(afterRelease.code).toBe(Code.Aborted);
+    expect(afterRelease.code).toBe(Code.FailedPrecondition);
     expect(afterRelease.findDetails(FenceRejectedSchema)[0]?.currentToken).toBe(0n);
     const journal = [];
     for await (const entry of sessions.readJournal({ sessionId: "fenced-1" })) journal.push(entry);

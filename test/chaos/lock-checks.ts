@@ -207,7 +207,7 @@ export function judgeLockRun(evidence: LockRunEvidence): LockRunVerdict {
       const where = `${record.file}: resumed holder pid ${record.pid} (token ${record.fencingToken}) write ${record.n}`;
       if (outcome === undefined) violation(`${where} has no outcome`);
       else if (outcome.event === "write-ok") violation(`${where} was accepted with a stale fence (seq ${outcome.seq})`);
-      else if (outcome.event !== "write-refused" || outcome.code !== "Aborted" || outcome.detail === null) violation(`${where} failed without the fence refusal: ${JSON.stringify(outcome)}`);
+      else if (outcome.event !== "write-refused" || outcome.code !== "FailedPrecondition" || outcome.detail === null) violation(`${where} failed without the fence refusal: ${JSON.stringify(outcome)}`);
       else if (outcome.detail.fencingToken !== pause.fencingToken || outcome.detail.currentToken === pause.fencingToken) violation(`${where}: the refusal's detail is wrong: ${JSON.stringify(outcome.detail)}`);
       else staleFencesRefused++;
       if (inJournal.has(key)) violation(`${where} is in the journal`);

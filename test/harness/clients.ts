@@ -12,7 +12,10 @@ import * as net from "node:net";
 import { create, fromBinary, toBinary, type DescMessage, type DescMethodBiDiStreaming, type DescMethodServerStreaming, type DescMethodUnary, type DescService, type MessageInitShape, type MessageShape } from "@bufbuild/protobuf";
 import { createClient, type Client, type Interceptor, type Transport } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport, createGrpcWebTransport, Http2SessionManager } from "@connectrpc/connect-node";
+import { anyUnpack, type Any } from "@bufbuild/protobuf/wkt";
 import * as grpc from "@grpc/grpc-js";
+import { ErrorInfoSchema, type ErrorInfo } from "@berth/api/google/rpc/error_details_pb";
+import { StatusSchema } from "@berth/api/google/rpc/status_pb";
 import * as protoLoader from "@grpc/proto-loader";
 import { onStopAll } from "./processes.js";
 import { repoPath } from "./repo.js";
@@ -31,6 +34,25 @@ export type GrpcError = grpc.ServiceError;
 /** True when `error` is a grpc-js call error (it carries a numeric `code`). */
 export function isGrpcError(error: unknown): error is GrpcError {
   return error instanceof Error && typeof (error as Partial<GrpcError>).code === "number";
+}
+
+/**
+ * The `google.rpc.Status` details a grpc-js call's status carried (`grpc-status-details-bin`):
+ * the ErrorInfo, RetryInfo and typed details a gRPC client decodes; empty when there were none.
+ */
+export function grpcStatusDetails(metadata: grpc.Metadata): Any[] {
+  const raw = metadata.get("grpc-status-details-bin")[0];
+  if (raw === undefined) return [];
+  return fromBinary(StatusSchema, typeof raw === "string" ? Buffer.from(raw, "base64") : raw).details;
+}
+
+/** The ErrorInfo of a grpc-js call's status (its `reason` names the case), if it had one. */
+export function grpcErrorInfo(metadata: grpc.Metadata): ErrorInfo | undefined {
+  for (const detail of grpcStatusDetails(metadata)) {
+    const info = anyUnpack(detail, ErrorInfoSchema);
+    if (info !== undefined) return info;
+  }
+  return undefined;
 }
 
 /**
