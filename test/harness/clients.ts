@@ -245,7 +245,7 @@ const closers = new WeakMap<object, () => void>();
  *
  * ```ts
  * const client = connectClient(SessionService, service.url("sessions"), { protocol: "grpc", token });
- * await client.hasSession({ sessionId: "s1" });
+ * await client.getSnapshot({ sessionId: "s1" });
  * ```
  */
 export function connectClient<S extends DescService>(service: S, url: string, options: ConnectClientOptions): Client<S> {
