@@ -107,7 +107,9 @@ export type AppendEventRequest = Message<"berth.sessions.v1.AppendEventRequest">
    * result with `duplicate` set. Keys are recorded in the journal, so this
    * holds across restarts, with no time window. The key names one request:
    * the same key with a different event is refused (ALREADY_EXISTS
-   * IDEMPOTENCY_KEY_REUSED). Empty: no key. At most 128 characters.
+   * IDEMPOTENCY_KEY_REUSED); events are compared as the journal holds them,
+   * so the order of keys inside an event is no difference. Empty: no key. At
+   * most 128 characters.
    *
    * @generated from field: string idempotency_key = 4;
    */
@@ -897,8 +899,9 @@ export type WatchSessionsRequest = Message<"berth.sessions.v1.WatchSessionsReque
 
   /**
    * With `include_current` or `resume_from`: also describe completed and
-   * discarded sessions. Live changes of every session are always sent (a
-   * change may complete a session).
+   * discarded sessions (a session listed in `resume_from` that moved is
+   * described whatever its phase). Live changes of every session are always
+   * sent (a change may complete a session).
    *
    * @generated from field: bool include_completed = 3;
    */
@@ -907,9 +910,11 @@ export type WatchSessionsRequest = Message<"berth.sessions.v1.WatchSessionsReque
   /**
    * Resume after a lag: the last seq the watcher saw of each session it
    * knows. Before `caught_up`, the service describes only the sessions whose
-   * last seq differs from the one given here (and sessions not listed),
-   * and names in `deleted` the listed sessions that no longer exist. Implies
-   * `include_current`.
+   * last seq differs from the one given here (whatever their phase) and the
+   * sessions not listed (as `include_completed` says), and names in
+   * `deleted` the listed sessions that no longer exist. Implies
+   * `include_current`. A session deleted and created again up to the same
+   * seq while the watcher was away is not told apart.
    *
    * @generated from field: map<string, int64> resume_from = 4;
    */
@@ -1578,9 +1583,9 @@ export const SessionService: GenService<{
     output: typeof WatchSessionResponseSchema;
   },
   /**
-   * Follows every session: one `change` per append call of any session,
-   * optionally preceded by the current state of the sessions and a
-   * `caught_up` marker, and `progress` messages when idle. A watcher too slow
+   * Follows every session: one `change` per append call of any session (and
+   * one per deletion), optionally preceded by the current state of the
+   * sessions and a `caught_up` marker, and `progress` messages when idle. A watcher too slow
    * to keep up is ended with RESOURCE_EXHAUSTED WATCHER_LAGGED (details:
    * WatcherLagged), and so is every one when another process changes a
    * journal in a way only a full replay follows; it resumes by watching
