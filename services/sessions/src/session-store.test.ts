@@ -301,6 +301,19 @@ describe("idempotency keys", () => {
     expect(fs.statSync(journal("s1")).size).toBe(size);
   });
 
+  it("a key's digest read back from the journal is kept, though the session was evicted and opened again meanwhile", async () => {
+    const first = open();
+    for (const id of ["a", "b", "c"]) await first.append(id, [{ type: "steer", pageUrl: `/${id}` }], { idempotencyKey: `k-${id}` });
+    await first.close();
+    // One open session at a time: each retry's read of its key's entries lets another session in.
+    const store = open({ cacheSize: 1 });
+    const retries = await Promise.all(
+      ["a", "b", "c", "a", "b", "c"].map((id) => store.append(id, [{ type: "steer", pageUrl: `/${id}` }], { idempotencyKey: `k-${id}` })),
+    );
+    expect(retries.map((r) => [r.firstSeq, r.duplicate])).toEqual(Array.from({ length: 6 }, () => [1, true]));
+    await expectBerthError(store.append("a", [{ type: "steer", pageUrl: "/b" }], { idempotencyKey: "k-a" }), "already_exists", "IDEMPOTENCY_KEY_REUSED");
+  });
+
   it("a key in a journal written before digests existed is compared by the events its lines hold", async () => {
     // What an earlier version wrote: the key on the append's first line, nothing else.
     const ts = "2026-01-01T00:00:00.000Z";
@@ -724,6 +737,29 @@ describe("beside another process appending in the seed's format", () => {
     expect(fs.readFileSync(journal("s1", live.dir), "utf8")).not.toMatch(/steer/);
     expect((await store.append("s1", [{ type: "steer" }])).firstSeq).toBe(4);
     expect(store.getSnapshot("s1")!.snapshot.mountedVariants).toEqual([1, 2]);
+  });
+
+  it("refuses as a seq conflict (look before writing again) an append whose split write it could not undo", async () => {
+    let armed = false;
+    // A short write: half the bytes, another process's line, then the rest.
+    const io: CommitIo = {
+      write(fd, data, offset, length) {
+        if (!armed) return nodeCommitIo.write(fd, data, offset, length);
+        armed = false;
+        const half = Math.floor(length / 2);
+        const first = nodeCommitIo.write(fd, data, offset, half);
+        seedAppend(live, "s1", { type: "variant_mounted", variant: 1 });
+        return first + nodeCommitIo.write(fd, data, offset + first, length - first);
+      },
+      fdatasync: (fd) => nodeCommitIo.fdatasync(fd),
+    };
+    const store = open({ dir: live.dir, io });
+    await store.append("s1", [{ type: "generate", count: 2 }]);
+    armed = true;
+    const refused = await expectBerthError(store.append("s1", [{ type: "steer" }]), "aborted", "SEQ_CONFLICT");
+    // The journal as it is now: the two halves are no lines a reader can take.
+    expect(refused.details).toMatchObject({ sessionId: "s1", currentSeq: 1 });
+    expect(refused.options.retryAfterMs).toBeUndefined();
   });
 
   it("keeps an append another process's line followed rather than overtook", async () => {

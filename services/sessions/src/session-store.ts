@@ -310,18 +310,26 @@ export class SessionStore {
             continue;
           }
         }
-        const known = this.findKey(session, ikey);
-        if (known) {
-          if (known.digest === undefined) {
-            // A key read back from the journal: its digest comes from its entries, once.
-            const recovered = await this.recoverDigest(session, ikey, known);
-            if (this.sessions.get(sessionId) !== session || this.deletions.has(sessionId)) continue;
-            // Entries that can no longer be read (a damaged line) leave nothing to compare: the
-            // key is taken at its word, as before digests.
-            known.digest = recovered ?? digest;
-          }
+        let known = this.findKey(session, ikey);
+        let holder = session;
+        if (known?.digest === undefined && known !== undefined) {
+          // A key read back from the journal: its digest comes from its entries, once.
+          const recovered = await this.recoverDigest(session, ikey, known);
+          if (this.deletions.has(sessionId)) continue;
+          // Evicted and opened again meanwhile (its keys read again), the session is still the
+          // same journal if it still has the key where it was; deleted, it does not.
+          const current = this.sessionIfExists(sessionId);
+          const record = current === undefined ? undefined : this.findKey(current, ikey);
+          if (current === undefined || record === undefined || record.firstSeq !== known.firstSeq) continue;
+          // Entries that can no longer be read (a damaged line) leave nothing to compare: the
+          // key is taken at its word, as before digests.
+          record.digest ??= recovered ?? digest;
+          known = record;
+          holder = current;
+        }
+        if (known !== undefined) {
           if (known.digest !== digest) throw keyReused(sessionId, ikey, known);
-          return this.duplicateResult(session, ikey, known);
+          return this.duplicateResult(holder, ikey, known);
         }
       }
       options.fenceCheck?.();
