@@ -510,6 +510,14 @@ describe("settings", () => {
     const outcome = await wrong.outcome;
     expect(outcome).toMatchObject({ state: "exited", status: { code: 2 } });
     expect(wrong.stderr()).toMatch(/--fsync: must be one of batch, always, none/);
+    for (const [value, rule] of [
+      ["10ms", /--completed-retention: must be at least 1s/],
+      ["soon", /--completed-retention: must be a duration/],
+    ] as const) {
+      const retention = launchService("sessions", { args: ["--completed-retention", value] });
+      expect(await retention.outcome).toMatchObject({ state: "exited", status: { code: 2 } });
+      expect(retention.stderr()).toMatch(rule);
+    }
 
     const service = await startService("sessions", { args: ["--fsync", "always"] });
     const client = sessionsOf(service.url("sessions"));

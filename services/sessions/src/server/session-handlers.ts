@@ -334,12 +334,17 @@ export function createSessionHandlers(options: SessionHandlerOptions): ServiceIm
           let count = 0;
           for (const view of views) {
             if (context.signal.aborted) throw abortError(context.signal);
-            described.set(view.sessionId, view.lastSeq);
             const known = resumeFrom.get(view.sessionId);
             // A session the watcher knows is described when it moved, whatever its phase (a live
             // change that completed it would have reached the watcher); one it does not know, as
-            // `include_completed` says.
-            if (known !== undefined ? known === view.lastSeq : !req.includeCompleted && isCompletedPhase(view.snapshot.phase)) continue;
+            // `include_completed` says. Changes up to what the watcher has (told now, or known)
+            // are not sent again; those of a session left out here are (one may complete it).
+            if (known !== undefined && known === view.lastSeq) {
+              described.set(view.sessionId, view.lastSeq);
+              continue;
+            }
+            if (known === undefined && !req.includeCompleted && isCompletedPhase(view.snapshot.phase)) continue;
+            described.set(view.sessionId, view.lastSeq);
             const last = await lastEntry(store, view.sessionId, view.lastSeq);
             const change: SessionChangeMessage = {
               $typeName: SESSION_CHANGE,
