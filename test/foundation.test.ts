@@ -191,7 +191,7 @@ describe("berth up", () => {
   it("buf curl refuses, before sending, a request that does not fit the reflected schema", async () => {
     // The control for the test above: buf curl really encodes from the schema, so a field the
     // schema lacks fails on the client side (exit code below 8), not on the server.
-    const result = await bufCurl([...BUF_GRPC, "-d", '{"noSuchField":"x"}', `${up.url("sessions")}/berth.sessions.v1.SessionService/HasSession`]);
+    const result = await bufCurl([...BUF_GRPC, "-d", '{"noSuchField":"x"}', `${up.url("sessions")}/berth.sessions.v1.SessionService/ListSessions`]);
     expect(result.grpcCode, `${result.stdout}${result.stderr}`).toBeUndefined();
     expect(result.code).not.toBe(0);
     expect(result.stderr).toMatch(/noSuchField/);
