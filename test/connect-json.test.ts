@@ -4,8 +4,10 @@
  * proto3 JSON (the set of RPCs called is checked against the generated descriptors, so a unary
  * RPC added later without a call here fails this file); errors come back as Connect's error JSON,
  * `{"code", "message", "details": [{"type", "value", "debug"}]}`, with the HTTP status Connect maps
- * the code to; and the protocol's own refusals (an unknown method, a body that is not JSON or not
- * the message, a streaming RPC posted as unary, another content type) are answered, not hung.
+ * the code to, and a `google.rpc.ErrorInfo` naming the case (every SessionService refusal, unary
+ * or at the end of a server stream posted as Connect's enveloped JSON); and the protocol's own
+ * refusals (an unknown method, a body that is not JSON or not the message, a streaming RPC posted
+ * as unary, another content type) are answered, not hung.
  *
  * The budget runs on the fixture machine of budget-e2e.ts, so no verdict depends on this machine.
  */
@@ -17,11 +19,11 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { RefusalKind, RefusalSchema } from "@berth/api/berth/budget/v1/budget_pb";
 import { BudgetService } from "@berth/api/berth/budget/v1/budget_service_pb";
 import { HolderKind, LockHeldSchema, LockService } from "@berth/api/berth/locks/v1/lock_service_pb";
+import { FenceRejectedSchema, IdempotencyKeyReusedSchema, SeqConflictSchema, SessionService } from "@berth/api/berth/sessions/v1/session_service_pb";
 import { BadRequestSchema, ErrorInfoSchema, RetryInfoSchema } from "@berth/api/google/rpc/error_details_pb";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { SessionService } from "@berth/api/berth/sessions/v1/session_service_pb";
 import { G, startBudget, type BudgetUnderTest } from "./budget-e2e.js";
-import { connectClient, curl, curlJson, makeTempDir, startService, stopAll, type CurlJsonResponse } from "./harness.js";
+import { closeClient, connectClient, curl, curlJson, makeTempDir, startService, stopAll, type CurlJsonResponse, type CurlResponse } from "./harness.js";
 
 afterAll(stopAll);
 
@@ -88,6 +90,73 @@ function detail<S extends DescMessage>(details: ErrorDetail[], schema: S) {
   return fromBinary(schema, Buffer.from(found.value, "base64"));
 }
 
+/** A unary refusal's HTTP status, code and ErrorInfo reason (the ErrorInfo decoded from its base64 value, its domain checked). */
+function refusalOf(response: CurlJsonResponse, domain = "berth.sessions"): [number, string, string] {
+  const error = connectError(response);
+  const info = detail(error.details, ErrorInfoSchema);
+  expect(info.domain).toBe(domain);
+  return [response.status, error.code, info.reason];
+}
+
+/**
+ * A server-streaming call as Connect's streaming JSON over HTTP/1.1 with curl: the request in one
+ * envelope (flags, 4-byte length, JSON), the answer as its envelopes (the last one, flagged
+ * end-stream, holds `error` when the stream failed). Requests are kept under 128 bytes, so their
+ * length prefix is plain ASCII on the way in.
+ */
+async function curlServerStream(url: string, service: { typeName: string }, method: string, body: unknown): Promise<{ messages: Json[]; end: Json }> {
+  const json = JSON.stringify(body);
+  expect(json.length).toBeLessThan(128);
+  const response = await curl(url, `/${service.typeName}/${method}`, {
+    method: "POST",
+    headers: { "content-type": "application/connect+json" },
+    body: `\u0000\u0000\u0000\u0000${String.fromCharCode(json.length)}${json}`,
+  });
+  expect(response.status, response.body).toBe(200);
+  expect(response.headers["content-type"]).toMatch(/^application\/connect\+json/);
+  return streamFrames(response);
+}
+
+/**
+ * The envelopes of a streamed answer. curl's output arrives as text: each 5-byte prefix stays 5
+ * characters (a byte that is not UTF-8 becomes one U+FFFD), and each message is one JSON object,
+ * whose end is found by matching its braces outside strings.
+ */
+function streamFrames(response: CurlResponse): { messages: Json[]; end: Json } {
+  const text = response.body;
+  const messages: Json[] = [];
+  let at = 0;
+  while (at < text.length) {
+    const flags = text.charCodeAt(at);
+    const start = at + 5;
+    let depth = 0;
+    let inString = false;
+    let stop = start;
+    for (; stop < text.length; stop++) {
+      const c = text[stop];
+      if (inString) {
+        if (c === "\\") stop++;
+        else if (c === '"') inString = false;
+      } else if (c === '"') inString = true;
+      else if (c === "{") depth++;
+      else if (c === "}" && --depth === 0) break;
+    }
+    const message = JSON.parse(text.slice(start, stop + 1)) as Json;
+    if ((flags & 0x02) !== 0) return { messages, end: message };
+    messages.push(message);
+    at = stop + 1;
+  }
+  throw new Error(`no end-stream message in ${JSON.stringify(text)}`);
+}
+
+/** The code and ErrorInfo reason a streamed answer ended with. */
+function streamRefusal(end: Json): [string, string] {
+  const error = end["error"] as { code: string; details?: ErrorDetail[] };
+  const info = detail(error.details ?? [], ErrorInfoSchema);
+  expect(info.domain).toBe("berth.sessions");
+  return [error.code, info.reason];
+}
+
 /** A refusal of a malformed request: HTTP 400, `invalid_argument`, the message naming the field, `{field, rule}` as a Struct detail. */
 async function expectInvalidArgument(url: string, service: { typeName: string }, method: string, body: unknown, field: string): Promise<string> {
   const response = await curlJson(url, `/${service.typeName}/${method}`, body);
@@ -104,28 +173,34 @@ async function expectInvalidArgument(url: string, service: { typeName: string },
 const startItem = (name: string, memoryGb: number) => ({ kind: "NEED_ITEM_KIND_START", name, cost: { memoryBytes: String(memoryGb * G), cpu: 1 } });
 
 describe("every unary RPC answers JSON over HTTP/1.1 (curl)", () => {
-  it("SessionService: HasSession, AppendEvent, AppendEvents, GetSnapshot, ListSessions, FlushSnapshot", async () => {
+  it("SessionService: AppendEvent, AppendEvents, GetSnapshot, ListSessions (paged), FlushSnapshot, DeleteSession, GetLimits", async () => {
     const S = SessionService;
     const id = "json-tour";
-    expect(await ok(sessionsUrl, S, "HasSession", { sessionId: id })).toEqual({});
 
-    const appended = await ok(sessionsUrl, S, "AppendEvent", { sessionId: id, expectedSeq: "0", idempotencyKey: "first", event: { generate: { pageUrl: "http://localhost:3000/", count: 2 } } });
+    const appended = await ok(sessionsUrl, S, "AppendEvent", { sessionId: id, expectedState: "EXPECTED_STATE_NO_SESSION", idempotencyKey: "first", event: { generate: { pageUrl: "http://localhost:3000/", count: 2 } } });
     // int64 as a JSON string, the snapshot in the journal's own key names.
     expect(appended).toMatchObject({ seq: "1", snapshot: { id, phase: "generate_requested", pageUrl: "http://localhost:3000/", expectedVariants: 2 } });
     // proto3 JSON takes the field's proto name as well as its JSON name.
     const retried = await ok(sessionsUrl, S, "AppendEvent", { session_id: id, idempotency_key: "first", event: { generate: { page_url: "http://localhost:3000/", count: 2 } } });
     expect(retried).toMatchObject({ seq: "1", duplicate: true });
 
-    const batch = await ok(sessionsUrl, S, "AppendEvents", { sessionId: id, events: [{ agentPhase: { phase: "planning" } }, { variantsReady: { sourceFile: "src/App.tsx", extra: { note: "from curl" } } }] });
+    const batch = await ok(sessionsUrl, S, "AppendEvents", { sessionId: id, expectedSeq: "1", events: [{ agentPhase: { phase: "planning" } }, { variantsReady: { sourceFile: "src/App.tsx", extra: { note: "from curl" } } }] });
     expect(batch).toMatchObject({ firstSeq: "2", lastSeq: "3", snapshot: { phase: "variants_ready", sourceFile: "src/App.tsx" } });
 
     const snapshot = await ok(sessionsUrl, S, "GetSnapshot", { sessionId: id });
-    expect(snapshot).toMatchObject({ exists: true, lastSeq: "3", snapshot: { id, phase: "variants_ready" } });
+    expect(snapshot).toMatchObject({ lastSeq: "3", snapshot: { id, phase: "variants_ready" } });
     expect(Date.parse(String((snapshot["snapshot"] as Json)["updatedAt"]))).toBeGreaterThan(0);
+    await ok(sessionsUrl, S, "AppendEvent", { sessionId: `${id}-2`, event: { steer: {} } });
     const listed = await ok(sessionsUrl, S, "ListSessions", {});
-    expect((listed["sessions"] as Json[]).map((s) => s["id"])).toContain(id);
-    expect(await ok(sessionsUrl, S, "HasSession", { sessionId: id })).toEqual({ exists: true });
+    expect((listed["sessions"] as Json[]).map((s) => s["id"])).toEqual(expect.arrayContaining([id, `${id}-2`]));
+    expect(listed).not.toHaveProperty("nextPageToken");
+    const first = await ok(sessionsUrl, S, "ListSessions", { pageSize: 1 });
+    expect(first["nextPageToken"]).toMatch(/^[A-Za-z0-9_-]+$/);
+    const rest = await ok(sessionsUrl, S, "ListSessions", { pageSize: 1000, pageToken: first["nextPageToken"] });
+    expect([...(first["sessions"] as Json[]), ...(rest["sessions"] as Json[])].map((s) => s["id"])).toEqual((listed["sessions"] as Json[]).map((s) => s["id"]));
     expect(await ok(sessionsUrl, S, "FlushSnapshot", { sessionId: id })).toMatchObject({ lastSeq: "3", snapshot: { phase: "variants_ready" } });
+    expect(await ok(sessionsUrl, S, "GetLimits", {})).toMatchObject({ maxEventBytes: String(1024 * 1024), maxEventsPerAppend: 10000, watchBuffer: 1000, maxPageSize: 1000, maxIdempotencyKeyLength: 128 });
+    expect(await ok(sessionsUrl, S, "DeleteSession", { sessionId: `${id}-2`, expectedSeq: "1" })).toEqual({ lastSeq: "1" });
   });
 
   it("LockService: Acquire (with a request_id), KeepAlive, GetLimits, Inspect, CheckToken, Release", async () => {
@@ -217,7 +292,95 @@ describe("errors as Connect's error JSON", () => {
     await expectInvalidArgument(budget.url, BudgetService, "Reserve", { owner: "", need: { items: [startItem("x", 1)] } }, "owner");
     await expectInvalidArgument(budget.url, BudgetService, "Release", { reservationId: "" }, "reservation_id");
     // Nothing was written by any of them.
-    expect((await curlJson(sessionsUrl, "/berth.sessions.v1.SessionService/HasSession", { sessionId: "json-bad" })).json).toEqual({});
+    expect((await curlJson(sessionsUrl, "/berth.sessions.v1.SessionService/GetSnapshot", { sessionId: "json-bad" })).status).toBe(404);
+  });
+
+  it("every SessionService refusal carries its HTTP status, code and ErrorInfo reason, with its typed detail", async () => {
+    const id = "json-refusals";
+    const post = (method: string, body: unknown) => curlJson(sessionsUrl, `/berth.sessions.v1.SessionService/${method}`, body);
+    await post("AppendEvent", { sessionId: id, idempotencyKey: "k", event: { generate: { count: 1 } } });
+
+    // AppendEvent
+    expect(refusalOf(await post("AppendEvent", { sessionId: "a b", event: { steer: {} } }))).toEqual([400, "invalid_argument", "INVALID_FIELD"]);
+    expect(refusalOf(await post("AppendEvent", { sessionId: id, event: { steer: { pageUrl: "x".repeat(1024 * 1024) } } }))).toEqual([400, "invalid_argument", "EVENT_TOO_LARGE"]);
+    const stale = await post("AppendEvent", { sessionId: id, expectedSeq: "4", event: { steer: {} } });
+    expect(refusalOf(stale)).toEqual([409, "aborted", "SEQ_CONFLICT"]);
+    expect(detail(connectError(stale).details, SeqConflictSchema)).toMatchObject({ sessionId: id, expectedSeq: 4n, currentSeq: 1n });
+    expect(JSON.parse(stale.headers["berth-error-details"] ?? "{}")).toMatchObject({ reason: "SEQ_CONFLICT", currentSeq: 1 });
+    expect(refusalOf(await post("AppendEvent", { sessionId: id, expectedState: "EXPECTED_STATE_NO_SESSION", event: { steer: {} } }))).toEqual([409, "aborted", "SEQ_CONFLICT"]);
+    const reused = await post("AppendEvent", { sessionId: id, idempotencyKey: "k", event: { generate: { count: 2 } } });
+    expect(refusalOf(reused)).toEqual([409, "already_exists", "IDEMPOTENCY_KEY_REUSED"]);
+    expect(detail(connectError(reused).details, IdempotencyKeyReusedSchema)).toMatchObject({ idempotencyKey: "k", firstSeq: 1n, lastSeq: 1n });
+    const file = path.join(projectRoot, "src/json-fenced.ts");
+    const { lease } = (await curlJson(sessionsUrl, "/berth.sessions.v1.LockService/Acquire", { file, owner: "curl" })).json as { lease: Json };
+    await curlJson(sessionsUrl, "/berth.sessions.v1.LockService/Release", { leaseToken: lease["leaseToken"] });
+    const fenced = await post("AppendEvent", { sessionId: id, event: { steer: {} }, fence: { file, fencingToken: lease["fencingToken"] } });
+    expect(refusalOf(fenced)).toEqual([400, "failed_precondition", "FENCE_REJECTED"]);
+    expect(detail(connectError(fenced).details, FenceRejectedSchema)).toMatchObject({ file, currentToken: 0n });
+    expect(connectError(fenced).details.map((d) => d.type)).not.toContain(RetryInfoSchema.typeName);
+
+    // AppendEvents
+    const tooMany = JSON.stringify({ sessionId: id, events: Array.from({ length: 10_001 }, () => ({ steer: {} })) });
+    expect(refusalOf(await post("AppendEvents", tooMany))).toEqual([400, "invalid_argument", "TOO_MANY_EVENTS"]);
+    expect(refusalOf(await post("AppendEvents", { sessionId: id, expectedSeq: "9", events: [{ steer: {} }] }))).toEqual([409, "aborted", "SEQ_CONFLICT"]);
+    expect(refusalOf(await post("AppendEvents", { sessionId: id, idempotencyKey: "k", events: [{ steer: {} }] }))).toEqual([409, "already_exists", "IDEMPOTENCY_KEY_REUSED"]);
+
+    // GetSnapshot, ListSessions, FlushSnapshot, DeleteSession
+    expect(refusalOf(await post("GetSnapshot", { sessionId: "json-never" }))).toEqual([404, "not_found", "SESSION_NOT_FOUND"]);
+    expect(refusalOf(await post("ListSessions", { pageToken: "not-one" }))).toEqual([400, "invalid_argument", "INVALID_FIELD"]);
+    expect(refusalOf(await post("ListSessions", { pageSize: -1 }))).toEqual([400, "invalid_argument", "INVALID_FIELD"]);
+    expect(refusalOf(await post("FlushSnapshot", { sessionId: "json-never" }))).toEqual([404, "not_found", "SESSION_NOT_FOUND"]);
+    expect(refusalOf(await post("DeleteSession", { sessionId: id, expectedSeq: "3" }))).toEqual([409, "aborted", "SEQ_CONFLICT"]);
+    expect(refusalOf(await post("DeleteSession", { sessionId: "json-never" }))).toEqual([404, "not_found", "SESSION_NOT_FOUND"]);
+    // Nothing of it was written.
+    expect((await post("GetSnapshot", { sessionId: id })).json).toMatchObject({ lastSeq: "1" });
+  });
+
+  it("server streams over Connect's streaming JSON: ReadJournal's end, its NOT_FOUND and OUT_OF_RANGE, a watch ended by a deletion", async () => {
+    const S = SessionService;
+    const id = "json-stream";
+    await curlJson(sessionsUrl, "/berth.sessions.v1.SessionService/AppendEvents", { sessionId: id, events: [{ generate: {} }, { steer: {} }, { steer: {} }] });
+    const read = await curlServerStream(sessionsUrl, S, "ReadJournal", { sessionId: id, fromSeq: "2", limit: 1 });
+    expect(read.messages).toMatchObject([{ entries: [{ seq: "2", type: "steer" }], end: { lastSeq: "3", nextSeq: "3", more: true } }]);
+    expect(read.end).toEqual({});
+    expect((await curlServerStream(sessionsUrl, S, "ReadJournal", { sessionId: id, fromSeq: "4" })).messages).toEqual([{ end: { lastSeq: "3", nextSeq: "4" } }]);
+    expect(streamRefusal((await curlServerStream(sessionsUrl, S, "ReadJournal", { sessionId: id, fromSeq: "5" })).end)).toEqual(["out_of_range", "SEQ_OUT_OF_RANGE"]);
+    expect(streamRefusal((await curlServerStream(sessionsUrl, S, "ReadJournal", { sessionId: "json-none" })).end)).toEqual(["not_found", "SESSION_NOT_FOUND"]);
+    expect(streamRefusal((await curlServerStream(sessionsUrl, S, "WatchSession", { sessionId: id, maxBatch: -1 })).end)).toEqual(["invalid_argument", "INVALID_FIELD"]);
+    expect(streamRefusal((await curlServerStream(sessionsUrl, S, "WatchSessions", { resumeFrom: { "a b": "1" } })).end)).toEqual(["invalid_argument", "INVALID_FIELD"]);
+
+    // A watch that a deletion ends: the backlog, caught_up, then NOT_FOUND SESSION_DELETED.
+    const watchers = () => curl(sessionsUrl, "/metrics").then((r) => Number(/^berth_sessions_watchers (\d+)$/m.exec(r.body)?.[1]));
+    const before = await watchers();
+    const watching = curlServerStream(sessionsUrl, S, "WatchSession", { sessionId: id });
+    for (let turn = 0; (await watchers()) <= before; turn++) if (turn > 500) throw new Error("the watch never started");
+    await curlJson(sessionsUrl, "/berth.sessions.v1.SessionService/DeleteSession", { sessionId: id });
+    const watched = await watching;
+    expect(watched.messages).toMatchObject([{ entries: { entries: [{ entry: { seq: "1" } }, { entry: { seq: "2" } }, { entry: { seq: "3" } }] } }, { caughtUp: { lastSeq: "3" } }]);
+    expect(streamRefusal(watched.end)).toEqual(["not_found", "SESSION_DELETED"]);
+  });
+
+  it("an idle watch hears progress over Connect JSON, and WatchSessions its deletions", async () => {
+    const client = connectClient(SessionService, sessionsUrl, { protocol: "connect", useBinaryFormat: false, defaultTimeoutMs: 30_000 });
+    const controller = new AbortController();
+    const one = client.watchSession({ sessionId: "json-idle", progressInterval: { seconds: 0n, nanos: 100_000_000 } }, { signal: controller.signal })[Symbol.asyncIterator]();
+    expect((await one.next()).value!.kind).toMatchObject({ case: "caughtUp", value: { lastSeq: 0n } });
+    expect((await one.next()).value!.kind).toMatchObject({ case: "progress", value: { lastSeq: 0n } });
+    const all = client.watchSessions({ progressInterval: { seconds: 0n, nanos: 100_000_000 } }, { signal: controller.signal })[Symbol.asyncIterator]();
+    expect((await all.next()).value!.kind.case).toBe("progress");
+    await client.appendEvent({ sessionId: "json-idle", event: { kind: { case: "steer", value: {} } } });
+    await client.deleteSession({ sessionId: "json-idle" });
+    const seen: Array<[string | undefined, boolean | undefined]> = [];
+    while (seen.length < 2) {
+      const kind = (await all.next()).value!.kind;
+      if (kind.case === "change") seen.push([kind.value.sessionId, kind.value.deleted]);
+    }
+    expect(seen).toEqual([
+      ["json-idle", false],
+      ["json-idle", true],
+    ]);
+    controller.abort();
+    closeClient(client);
   });
 
   it("other codes carry Connect's HTTP status and their typed details: not_found 404, resource_exhausted 429 (LockHeld), failed_precondition 400 (Refusal)", async () => {
@@ -348,16 +511,16 @@ describe("errors as Connect's error JSON", () => {
     // The same facts in the trailer-like header every error carries for JSON clients.
     const response = await curlJson(sessionsUrl, "/berth.locks.v1.LockService/Acquire", { file: "src/app.css", owner: "curl" });
     expect(JSON.parse(response.headers["berth-error-details"] ?? "{}")).toMatchObject({ field: "file" });
-    expect((await curlJson(sessionsUrl, "/berth.sessions.v1.SessionService/HasSession", { sessionId: "json-fence" })).json).toEqual({});
+    expect((await curlJson(sessionsUrl, "/berth.sessions.v1.SessionService/GetSnapshot", { sessionId: "json-fence" })).status).toBe(404);
   });
 
   it("a body that is not JSON, or not the message, is 400 invalid_argument", async () => {
     for (const body of ['{"sessionId":', "[]", '{"sessionId": 5}', "not json at all"]) {
-      const response = await curlJson(sessionsUrl, "/berth.sessions.v1.SessionService/HasSession", body);
+      const response = await curlJson(sessionsUrl, "/berth.sessions.v1.SessionService/GetSnapshot", body);
       expect(response.status, body).toBe(400);
       const error = connectError(response);
       expect(error.code).toBe("invalid_argument");
-      expect(error.message).toMatch(/^cannot decode (message|field) berth\.sessions\.v1\.HasSessionRequest/);
+      expect(error.message).toMatch(/^cannot decode (message|field) berth\.sessions\.v1\.GetSnapshotRequest/);
     }
     const badInt = await curlJson(sessionsUrl, "/berth.locks.v1.LockService/CheckToken", { file: "a", fencingToken: "twelve" });
     expect([badInt.status, connectError(badInt).code]).toEqual([400, "invalid_argument"]);
@@ -376,12 +539,12 @@ describe("errors as Connect's error JSON", () => {
     const error = connectError(response);
     expect(error.code).toBe("invalid_argument");
     expect(error.message).toContain('"expectedSequence" is unknown');
-    const has = await curlJson(sessionsUrl, "/berth.sessions.v1.SessionService/HasSession", { sessionId: session });
-    expect(has.json).toEqual({});
+    const has = await curlJson(sessionsUrl, "/berth.sessions.v1.SessionService/GetSnapshot", { sessionId: session });
+    expect(has.status).toBe(404);
   });
 
   it("an unknown method or service is 404; a server stream posted as unary JSON, or another content type, is 415; a bidi stream over HTTP/1.1 is 505", async () => {
-    for (const route of ["/berth.sessions.v1.SessionService/NoSuchMethod", "/berth.sessions.v1.NoSuchService/HasSession", "/berth.budget.v1.BudgetService/Admitt"]) {
+    for (const route of ["/berth.sessions.v1.SessionService/NoSuchMethod", "/berth.sessions.v1.NoSuchService/GetSnapshot", "/berth.budget.v1.BudgetService/Admitt"]) {
       const url = route.includes("budget") ? budget.url : sessionsUrl;
       expect((await curlJson(url, route, {})).status, route).toBe(404);
     }
@@ -389,9 +552,9 @@ describe("errors as Connect's error JSON", () => {
     expect((await curlJson(sessionsUrl, "/berth.sessions.v1.SessionService/WatchSession", { sessionId: "x" })).status).toBe(415);
     // A bidi stream needs HTTP/2 whatever the content type: 505 over HTTP/1.1.
     expect((await curlJson(budget.url, "/berth.budget.v1.BudgetService/Admit", {})).status).toBe(505);
-    const textPlain = await curl(sessionsUrl, "/berth.sessions.v1.SessionService/HasSession", { method: "POST", headers: { "content-type": "text/plain" }, body: '{"sessionId":"x"}' });
+    const textPlain = await curl(sessionsUrl, "/berth.sessions.v1.SessionService/GetSnapshot", { method: "POST", headers: { "content-type": "text/plain" }, body: '{"sessionId":"x"}' });
     expect(textPlain.status).toBe(415);
     // And the service still answers.
-    expect((await curlJson(sessionsUrl, "/berth.sessions.v1.SessionService/HasSession", { sessionId: "json-tour" })).json).toEqual({ exists: true });
+    expect((await curlJson(sessionsUrl, "/berth.sessions.v1.SessionService/GetSnapshot", { sessionId: "json-tour" })).json).toMatchObject({ lastSeq: "3" });
   });
 });

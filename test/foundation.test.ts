@@ -174,9 +174,9 @@ describe("berth up", () => {
 
       // buf curl encodes these requests from the reflected descriptors (a nested message from
       // another file for Costs); the server's answer, OK or UNIMPLEMENTED, proves the request reached it.
-      const hasSession = await bufCurl([...flags, "-d", '{"sessionId":"x"}', `${up.url("sessions")}/berth.sessions.v1.SessionService/HasSession`]);
-      expect(REACHED.map(grpcCodeName), `HasSession: exit ${hasSession.code}\n${hasSession.stdout}${hasSession.stderr}`).toContain(
-        grpcCodeName(hasSession.grpcCode ?? -1),
+      const listSessions = await bufCurl([...flags, "-d", '{"pageSize":1}', `${up.url("sessions")}/berth.sessions.v1.SessionService/ListSessions`]);
+      expect(REACHED.map(grpcCodeName), `ListSessions: exit ${listSessions.code}\n${listSessions.stdout}${listSessions.stderr}`).toContain(
+        grpcCodeName(listSessions.grpcCode ?? -1),
       );
       const costs = await bufCurl([
         ...flags,
@@ -195,7 +195,7 @@ describe("berth up", () => {
   it("buf curl refuses, before sending, a request that does not fit the reflected schema", async () => {
     // The control for the test above: buf curl really encodes from the schema, so a field the
     // schema lacks fails on the client side (exit code below 8), not on the server.
-    const result = await bufCurl([...BUF_GRPC, "-d", '{"noSuchField":"x"}', `${up.url("sessions")}/berth.sessions.v1.SessionService/HasSession`]);
+    const result = await bufCurl([...BUF_GRPC, "-d", '{"noSuchField":"x"}', `${up.url("sessions")}/berth.sessions.v1.SessionService/ListSessions`]);
     expect(result.grpcCode, `${result.stdout}${result.stderr}`).toBeUndefined();
     expect(result.code).not.toBe(0);
     expect(result.stderr).toMatch(/noSuchField/);
@@ -224,35 +224,35 @@ describe("with a bearer token", () => {
 
   it("refuses a call without the token, or with a wrong one, with UNAUTHENTICATED (grpc-js, curl, connect-node)", async () => {
     const client = grpcJsClient(url);
-    expect(grpcCodeName(await grpcJsCode(client.unary(SessionService.method.hasSession, { sessionId: "x" })))).toBe("UNAUTHENTICATED");
-    expect(grpcCodeName(await grpcJsCode(client.unary(SessionService.method.hasSession, { sessionId: "x" }, { token: "wrong" })))).toBe(
+    expect(grpcCodeName(await grpcJsCode(client.unary(SessionService.method.getLimits, {})))).toBe("UNAUTHENTICATED");
+    expect(grpcCodeName(await grpcJsCode(client.unary(SessionService.method.getLimits, {}, { token: "wrong" })))).toBe(
       "UNAUTHENTICATED",
     );
 
-    const viaCurl = await curlJson(url, "/berth.sessions.v1.SessionService/HasSession", { sessionId: "x" });
+    const viaCurl = await curlJson(url, "/berth.sessions.v1.SessionService/GetLimits", {});
     expect(viaCurl.status).toBe(401);
     expect(viaCurl.json).toMatchObject({ code: "unauthenticated" });
-    const wrongViaCurl = await curlJson(url, "/berth.sessions.v1.SessionService/HasSession", { sessionId: "x" }, { authorization: "Bearer wrong" });
+    const wrongViaCurl = await curlJson(url, "/berth.sessions.v1.SessionService/GetLimits", {}, { authorization: "Bearer wrong" });
     expect(wrongViaCurl.status).toBe(401);
 
     for (const protocol of ["grpc", "connect", "grpc-web"] as ConnectProtocol[]) {
       const anonymous = connectClient(SessionService, url, { protocol });
-      expect(await connectCode(anonymous.hasSession({ sessionId: "x" })), protocol).toBe(Code.Unauthenticated);
+      expect(await connectCode(anonymous.getLimits({})), protocol).toBe(Code.Unauthenticated);
     }
   });
 
   it("lets a call with the token through (grpc-js, curl, connect-node over every protocol)", async () => {
     const client = grpcJsClient(url, { token });
-    expect(REACHED.map(grpcCodeName)).toContain(grpcCodeName(await grpcJsCode(client.unary(SessionService.method.hasSession, { sessionId: "x" }))));
+    expect(REACHED.map(grpcCodeName)).toContain(grpcCodeName(await grpcJsCode(client.unary(SessionService.method.getLimits, {}))));
 
-    const viaCurl = await curlJson(url, "/berth.sessions.v1.SessionService/HasSession", { sessionId: "x" }, { authorization: `Bearer ${token}` });
+    const viaCurl = await curlJson(url, "/berth.sessions.v1.SessionService/GetLimits", {}, { authorization: `Bearer ${token}` });
     expect([200, 501], JSON.stringify(viaCurl.json)).toContain(viaCurl.status);
     if (viaCurl.status === 501) expect(viaCurl.json).toMatchObject({ code: "unimplemented" });
 
     for (const protocol of ["grpc", "connect", "grpc-web"] as ConnectProtocol[]) {
       for (const httpVersion of protocol === "grpc" ? (["2"] as const) : (["1.1", "2"] as const)) {
         const authorized = connectClient(SessionService, url, { protocol, httpVersion, token });
-        const code = await connectCode(authorized.hasSession({ sessionId: "x" }));
+        const code = await connectCode(authorized.getLimits({}));
         expect([0, Code.Unimplemented], `${protocol} over HTTP/${httpVersion}: ${Code[code] ?? "OK"}`).toContain(code);
       }
     }

@@ -23,11 +23,23 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { NeedItemKind, RefusalKind, RefusalSchema, type NeedItemSchema } from "@berth/api/berth/budget/v1/budget_pb";
 import { BudgetService } from "@berth/api/berth/budget/v1/budget_service_pb";
 import { HolderKind, LockHeldSchema, LockService } from "@berth/api/berth/locks/v1/lock_service_pb";
+import { ExpectedState, FenceRejectedSchema, IdempotencyKeyReusedSchema, SeqConflictSchema, SessionService } from "@berth/api/berth/sessions/v1/session_service_pb";
 import { BadRequestSchema, ErrorInfoSchema, RetryInfoSchema } from "@berth/api/google/rpc/error_details_pb";
 import { StatusSchema } from "@berth/api/google/rpc/status_pb";
-import { SessionService } from "@berth/api/berth/sessions/v1/session_service_pb";
 import { G, startBudget, type BudgetUnderTest } from "./budget-e2e.js";
-import { curl, grpcCodeName, grpcJsClient, grpcStatusDetails, isGrpcError, makeTempDir, startService, stopAll, type GrpcJsClient, type StartedService } from "./harness.js";
+import {
+  curl,
+  grpcCodeName,
+  grpcErrorInfo,
+  grpcJsClient,
+  grpcStatusDetails,
+  isGrpcError,
+  makeTempDir,
+  startService,
+  stopAll,
+  type GrpcJsClient,
+  type StartedService,
+} from "./harness.js";
 
 afterAll(stopAll);
 
@@ -209,6 +221,8 @@ const start = (name: string, memoryGb: number, cpu = 1): NeedItemInit => ({
 
 const generate = { kind: { case: "generate" as const, value: { pageUrl: "http://localhost:3000/", count: 3 } } };
 const phase = (name: string) => ({ kind: { case: "agentPhase" as const, value: { phase: name } } });
+const atSeq = (seq: bigint) => ({ case: "expectedSeq" as const, value: seq });
+const noSession = { case: "expectedState" as const, value: ExpectedState.NO_SESSION };
 const seconds = (s: number) => ({ seconds: BigInt(s), nanos: 0 });
 
 let sessions: StartedService;
@@ -231,13 +245,21 @@ beforeAll(async () => {
 // ---------------------------------------------------------------------------------------------
 
 describe("SessionService over grpc-js", () => {
-  it("unary RPCs: append one and a batch (with expected_seq and an idempotency key), snapshot, list, has, flush", async () => {
-    const id = "surface-unary";
-    expect((await rpc.unary(SessionService.method.hasSession, { sessionId: id })).exists).toBe(false);
-    const missing = await rpc.unary(SessionService.method.getSnapshot, { sessionId: id });
-    expect([missing.exists, missing.lastSeq, missing.snapshot]).toEqual([false, 0n, undefined]);
+  /** The gRPC status name and ErrorInfo reason a unary call failed with. */
+  const refusal = async (call: Promise<unknown>) => {
+    const { name, details, metadata } = await failure(call);
+    const info = grpcErrorInfo(metadata);
+    expect(info?.domain, `${name}: ${details}`).toBe("berth.sessions");
+    return { name, reason: info?.reason, details, metadata, typed: grpcStatusDetails(metadata) };
+  };
 
-    const first = await rpc.unary(SessionService.method.appendEvent, { sessionId: id, event: generate, expectedSeq: 0n, idempotencyKey: "k1" });
+  it("unary RPCs: append one and a batch (expected seq and state, an idempotency key), snapshot, list (paged), flush, delete, limits", async () => {
+    const id = "surface-unary";
+    const missing = await refusal(rpc.unary(SessionService.method.getSnapshot, { sessionId: id }));
+    expect([missing.name, missing.reason]).toEqual(["NOT_FOUND", "SESSION_NOT_FOUND"]);
+    expect(missing.details).toMatch(/^session surface-unary has no journal/);
+
+    const first = await rpc.unary(SessionService.method.appendEvent, { sessionId: id, event: generate, expected: noSession, idempotencyKey: "k1" });
     expect(first.seq).toBe(1n);
     expect(first.duplicate).toBe(false);
     expect(first.snapshot?.phase).toBe("generate_requested");
@@ -247,51 +269,114 @@ describe("SessionService over grpc-js", () => {
 
     const batch = await rpc.unary(SessionService.method.appendEvents, {
       sessionId: id,
-      expectedSeq: 1n,
+      expected: atSeq(1n),
       events: [phase("planning"), { kind: { case: "variantsReady", value: { sourceFile: "src/App.tsx" } } }],
     });
     expect([batch.firstSeq, batch.lastSeq, batch.duplicate]).toEqual([2n, 3n, false]);
     expect(batch.snapshot?.phase).toBe("variants_ready");
 
-    // A stale expected_seq: FAILED_PRECONDITION, the current seq in the details trailer, nothing written.
-    const stale = await failure(rpc.unary(SessionService.method.appendEvent, { sessionId: id, event: phase("late"), expectedSeq: 1n }));
-    expect(stale.name).toBe("FAILED_PRECONDITION");
-    // The status text reads as the service wrote it (grpc-message decoded by grpc-js, not "%3A").
-    expect(stale.details).toMatch(/^session surface-unary: expected seq 1\b/);
-    expect(JSON.parse(String(stale.metadata.get("berth-error-details")[0]))).toMatchObject({ currentSeq: 3 });
-
-    expect((await rpc.unary(SessionService.method.hasSession, { sessionId: id })).exists).toBe(true);
     const snapshot = await rpc.unary(SessionService.method.getSnapshot, { sessionId: id });
-    expect([snapshot.exists, snapshot.lastSeq, snapshot.snapshot?.phase, snapshot.snapshot?.sourceFile]).toEqual([true, 3n, "variants_ready", "src/App.tsx"]);
+    expect([snapshot.lastSeq, snapshot.snapshot?.phase, snapshot.snapshot?.sourceFile]).toEqual([3n, "variants_ready", "src/App.tsx"]);
+    await rpc.unary(SessionService.method.appendEvent, { sessionId: `${id}-2`, event: generate });
     const listed = await rpc.unary(SessionService.method.listSessions, {});
-    expect(listed.sessions.map((s) => s.id)).toContain(id);
+    expect(listed.sessions.map((s) => s.id)).toEqual(expect.arrayContaining([id, `${id}-2`]));
+    expect(listed.nextPageToken).toBe("");
+    const page = await rpc.unary(SessionService.method.listSessions, { pageSize: 1 });
+    expect(page.sessions).toHaveLength(1);
+    expect(page.nextPageToken).not.toBe("");
+    const rest = await rpc.unary(SessionService.method.listSessions, { pageSize: 1000, pageToken: page.nextPageToken });
+    expect(rest.nextPageToken).toBe("");
+    expect([...page.sessions, ...rest.sessions].map((s) => s.id)).toEqual(listed.sessions.map((s) => s.id));
 
     const flushed = await rpc.unary(SessionService.method.flushSnapshot, { sessionId: id });
     expect([flushed.lastSeq, flushed.snapshot?.phase]).toEqual([3n, "variants_ready"]);
-    expect((await failure(rpc.unary(SessionService.method.flushSnapshot, { sessionId: "surface-never" }))).name).toBe("NOT_FOUND");
+
+    const limits = await rpc.unary(SessionService.method.getLimits, {});
+    expect(limits).toMatchObject({ maxEventBytes: 1024n * 1024n, maxEventsPerAppend: 10_000, maxMessageBytes: 4n * 1024n * 1024n, watchBuffer: 1000, maxIdempotencyKeyLength: 128, maxPageSize: 1000 });
+    expect(limits.completedRetention).toBeUndefined();
+
+    expect(await rpc.unary(SessionService.method.deleteSession, { sessionId: id, expectedSeq: 3n })).toMatchObject({ lastSeq: 3n });
+    expect((await refusal(rpc.unary(SessionService.method.getSnapshot, { sessionId: id }))).reason).toBe("SESSION_NOT_FOUND");
   });
 
-  it("ReadJournal streams entries from a seq up to a limit, then ends OK", async () => {
+  it("each unary refusal carries its code and ErrorInfo reason (and its typed detail)", async () => {
+    const id = "surface-refusals";
+    await rpc.unary(SessionService.method.appendEvent, { sessionId: id, event: generate, idempotencyKey: "k" });
+
+    // AppendEvent
+    const badId = await refusal(rpc.unary(SessionService.method.appendEvent, { sessionId: "../x", event: generate }));
+    expect([badId.name, badId.reason]).toEqual(["INVALID_ARGUMENT", "INVALID_FIELD"]);
+    expect(badId.typed?.find(BadRequestSchema)?.fieldViolations[0]?.field).toBe("session_id");
+    const tooLarge = await refusal(rpc.unary(SessionService.method.appendEvent, { sessionId: id, event: { kind: { case: "steer", value: { pageUrl: "x".repeat(1024 * 1024 + 10) } } } }));
+    expect([tooLarge.name, tooLarge.reason]).toEqual(["INVALID_ARGUMENT", "EVENT_TOO_LARGE"]);
+    const stale = await refusal(rpc.unary(SessionService.method.appendEvent, { sessionId: id, event: phase("late"), expected: atSeq(7n) }));
+    expect([stale.name, stale.reason]).toEqual(["ABORTED", "SEQ_CONFLICT"]);
+    // The status text reads as the service wrote it (grpc-message decoded by grpc-js, not "%3A").
+    expect(stale.details).toMatch(/^session surface-refusals: expected seq 7\b/);
+    expect(stale.typed?.find(SeqConflictSchema)).toMatchObject({ expectedSeq: 7n, currentSeq: 1n });
+    expect(JSON.parse(String(stale.metadata.get("berth-error-details")[0]))).toMatchObject({ reason: "SEQ_CONFLICT", currentSeq: 1 });
+    const exists = await refusal(rpc.unary(SessionService.method.appendEvent, { sessionId: id, event: phase("x"), expected: noSession }));
+    expect([exists.name, exists.reason]).toEqual(["ABORTED", "SEQ_CONFLICT"]);
+    const reused = await refusal(rpc.unary(SessionService.method.appendEvent, { sessionId: id, event: phase("other"), idempotencyKey: "k" }));
+    expect([reused.name, reused.reason]).toEqual(["ALREADY_EXISTS", "IDEMPOTENCY_KEY_REUSED"]);
+    expect(reused.typed?.find(IdempotencyKeyReusedSchema)).toMatchObject({ idempotencyKey: "k", firstSeq: 1n, lastSeq: 1n });
+    const file = path.join(projectRoot, "src/fenced.ts");
+    const { lease } = await rpc.unary(LockService.method.acquire, { file, owner: "writer" });
+    await rpc.unary(LockService.method.release, { leaseToken: lease!.leaseToken });
+    const fenced = await refusal(rpc.unary(SessionService.method.appendEvent, { sessionId: id, event: phase("fenced"), fence: { file, fencingToken: lease!.fencingToken } }));
+    expect([fenced.name, fenced.reason]).toEqual(["FAILED_PRECONDITION", "FENCE_REJECTED"]);
+    expect(fenced.typed?.find(FenceRejectedSchema)).toMatchObject({ file, fencingToken: lease!.fencingToken, currentToken: 0n });
+
+    // AppendEvents
+    const tooMany = await refusal(rpc.unary(SessionService.method.appendEvents, { sessionId: id, events: Array.from({ length: 10_001 }, () => phase("p")) }));
+    expect([tooMany.name, tooMany.reason]).toEqual(["INVALID_ARGUMENT", "TOO_MANY_EVENTS"]);
+    const batchStale = await refusal(rpc.unary(SessionService.method.appendEvents, { sessionId: id, events: [phase("a")], expected: { case: "expectedState", value: ExpectedState.NO_SESSION } }));
+    expect([batchStale.name, batchStale.reason]).toEqual(["ABORTED", "SEQ_CONFLICT"]);
+    const batchReused = await refusal(rpc.unary(SessionService.method.appendEvents, { sessionId: id, events: [generate, phase("b")], idempotencyKey: "k" }));
+    expect([batchReused.name, batchReused.reason]).toEqual(["ALREADY_EXISTS", "IDEMPOTENCY_KEY_REUSED"]);
+
+    // GetSnapshot, ListSessions, FlushSnapshot, DeleteSession
+    expect((await refusal(rpc.unary(SessionService.method.getSnapshot, { sessionId: "a b" }))).reason).toBe("INVALID_FIELD");
+    const token = await refusal(rpc.unary(SessionService.method.listSessions, { pageToken: "nonsense!" }));
+    expect([token.name, token.reason]).toEqual(["INVALID_ARGUMENT", "INVALID_FIELD"]);
+    const unflushed = await refusal(rpc.unary(SessionService.method.flushSnapshot, { sessionId: "surface-never" }));
+    expect([unflushed.name, unflushed.reason]).toEqual(["NOT_FOUND", "SESSION_NOT_FOUND"]);
+    const deleteStale = await refusal(rpc.unary(SessionService.method.deleteSession, { sessionId: id, expectedSeq: 9n }));
+    expect([deleteStale.name, deleteStale.reason]).toEqual(["ABORTED", "SEQ_CONFLICT"]);
+    const deleteMissing = await refusal(rpc.unary(SessionService.method.deleteSession, { sessionId: "surface-never" }));
+    expect([deleteMissing.name, deleteMissing.reason]).toEqual(["NOT_FOUND", "SESSION_NOT_FOUND"]);
+  });
+
+  it("ReadJournal streams entries from a seq up to a limit, its last message says where it ended; NOT_FOUND and OUT_OF_RANGE", async () => {
     const id = "surface-read";
     await rpc.unary(SessionService.method.appendEvents, { sessionId: id, events: [generate, phase("a"), phase("b"), phase("c")] });
     const readAll = async (request: { fromSeq?: bigint; limit?: number }) => {
       const stream = reader(rpc.serverStream(SessionService.method.readJournal, { sessionId: id, ...request }, { deadlineMs: 10_000 }));
       const end = await stream.ended;
       expect(end.name).toBe("OK");
-      return stream.received.flatMap((batch) => batch.entries);
+      return { entries: stream.received.flatMap((batch) => batch.entries), end: stream.received.at(-1)?.end };
     };
     const all = await readAll({});
-    expect(all.map((e) => [e.seq, e.type])).toEqual([
+    expect(all.entries.map((e) => [e.seq, e.type])).toEqual([
       [1n, "generate"],
       [2n, "agent_phase"],
       [3n, "agent_phase"],
       [4n, "agent_phase"],
     ]);
-    expect(all[1]?.event?.kind).toEqual({ case: "agentPhase", value: expect.objectContaining({ phase: "a" }) });
-    expect((await readAll({ fromSeq: 2n, limit: 2 })).map((e) => e.seq)).toEqual([2n, 3n]);
+    expect(all.entries[1]?.event?.kind).toEqual({ case: "agentPhase", value: expect.objectContaining({ phase: "a" }) });
+    expect(all.end).toMatchObject({ lastSeq: 4n, nextSeq: 5n, more: false });
+    const part = await readAll({ fromSeq: 2n, limit: 2 });
+    expect(part.entries.map((e) => e.seq)).toEqual([2n, 3n]);
+    expect(part.end).toMatchObject({ lastSeq: 4n, nextSeq: 4n, more: true });
+    expect(await readAll({ fromSeq: 5n })).toMatchObject({ entries: [], end: { lastSeq: 4n, nextSeq: 5n, more: false } });
 
-    const missing = reader(rpc.serverStream(SessionService.method.readJournal, { sessionId: "surface-none" }, { deadlineMs: 10_000 }));
-    expect((await missing.ended).name).toBe("NOT_FOUND");
+    const ending = async (request: { sessionId: string; fromSeq?: bigint; limit?: number }) => {
+      const end = await reader(rpc.serverStream(SessionService.method.readJournal, request, { deadlineMs: 10_000 })).ended;
+      return [end.name, grpcErrorInfo(end.metadata)?.reason];
+    };
+    expect(await ending({ sessionId: "surface-none" })).toEqual(["NOT_FOUND", "SESSION_NOT_FOUND"]);
+    expect(await ending({ sessionId: id, fromSeq: 6n })).toEqual(["OUT_OF_RANGE", "SEQ_OUT_OF_RANGE"]);
+    expect(await ending({ sessionId: id, limit: -1 })).toEqual(["INVALID_ARGUMENT", "INVALID_FIELD"]);
   });
 
   it("WatchSession: the backlog, caught_up with the snapshot, then live entries each with its snapshot; a cancelled watcher is dropped", async () => {
@@ -300,10 +385,10 @@ describe("SessionService over grpc-js", () => {
     const call = rpc.serverStream(SessionService.method.watchSession, { sessionId: id, fromSeq: 2n, includeSnapshot: true });
     const watch = reader(call);
 
-    const backlog = [await expectKind(watch, "entry"), await expectKind(watch, "entry")];
-    expect(backlog.map((e) => e.seq)).toEqual([2n, 3n]);
+    const backlog = await expectKind(watch, "entries");
+    expect(backlog.entries.map((e) => e.entry?.seq)).toEqual([2n, 3n]);
     // Backlog entries never carry a snapshot.
-    expect(watch.received.map((m) => m.snapshot)).toEqual([undefined, undefined]);
+    expect(backlog.entries.map((e) => e.snapshot)).toEqual([undefined, undefined]);
     const caughtUp = await expectKind(watch, "caughtUp");
     expect(caughtUp.lastSeq).toBe(3n);
     expect(caughtUp.snapshot?.generationPhase).toBe("b");
@@ -311,10 +396,9 @@ describe("SessionService over grpc-js", () => {
     await rpc.unary(SessionService.method.appendEvent, { sessionId: id, event: phase("live-1") });
     await rpc.unary(SessionService.method.appendEvents, { sessionId: id, events: [phase("live-2"), phase("live-3")] });
     for (const [seq, name] of [[4n, "live-1"], [5n, "live-2"], [6n, "live-3"]] as const) {
-      const message = await watch.next(`live entry ${seq}`);
-      expect(message.kind.case).toBe("entry");
-      expect(message.kind.case === "entry" && message.kind.value.seq).toBe(seq);
-      expect(message.snapshot?.generationPhase).toBe(name);
+      const [live] = (await expectKind(watch, "entries")).entries;
+      expect(live?.entry?.seq).toBe(seq);
+      expect(live?.snapshot?.generationPhase).toBe(name);
     }
 
     // A session without a journal is watched from its first append.
@@ -322,7 +406,7 @@ describe("SessionService over grpc-js", () => {
     const fresh = reader(freshCall);
     expect((await expectKind(fresh, "caughtUp")).lastSeq).toBe(0n);
     await rpc.unary(SessionService.method.appendEvent, { sessionId: "surface-watch-new", event: generate });
-    expect((await expectKind(fresh, "entry")).seq).toBe(1n);
+    expect((await expectKind(fresh, "entries")).entries[0]?.entry?.seq).toBe(1n);
 
     expect(await gauge(sessionsUrl, "berth_sessions_watchers")).toBe(2);
     call.cancel();
@@ -330,12 +414,21 @@ describe("SessionService over grpc-js", () => {
     await eventually("one watcher left after the cancel", () => gauge(sessionsUrl, "berth_sessions_watchers"), (n) => n === 1);
     // The other watcher is untouched by its neighbour's cancel.
     await rpc.unary(SessionService.method.appendEvent, { sessionId: "surface-watch-new", event: phase("after") });
-    expect((await expectKind(fresh, "entry")).seq).toBe(2n);
-    freshCall.cancel();
-    expect((await fresh.ended).name).toBe("CANCELLED");
+    expect((await expectKind(fresh, "entries")).entries[0]?.entry?.seq).toBe(2n);
+    // Deleting the session ends its watcher: NOT_FOUND SESSION_DELETED.
+    await rpc.unary(SessionService.method.deleteSession, { sessionId: "surface-watch-new" });
+    const deleted = await fresh.ended;
+    expect([deleted.name, grpcErrorInfo(deleted.metadata)?.reason]).toEqual(["NOT_FOUND", "SESSION_DELETED"]);
+
+    // An idle watch with a progress interval hears progress, with the last seq it was sent.
+    const idle = reader(rpc.serverStream(SessionService.method.watchSession, { sessionId: id, fromSeq: 7n, progressInterval: { seconds: 0n, nanos: 100_000_000 } }));
+    expect((await expectKind(idle, "caughtUp")).lastSeq).toBe(6n);
+    expect(await expectKind(idle, "progress")).toMatchObject({ lastSeq: 6n });
+    const tooOften = await reader(rpc.serverStream(SessionService.method.watchSession, { sessionId: id, progressInterval: { seconds: 0n, nanos: 50_000_000 } })).ended;
+    expect([tooOften.name, grpcErrorInfo(tooOften.metadata)?.reason]).toEqual(["INVALID_ARGUMENT", "INVALID_FIELD"]);
   });
 
-  it("WatchSessions: the current state of each session, caught_up, then live changes (a batch is one change)", async () => {
+  it("WatchSessions: the current state of each session, caught_up, then live changes (a batch is one change), deletions; resumed, only what changed", async () => {
     await rpc.unary(SessionService.method.appendEvent, { sessionId: "surface-all-a", event: generate });
     await rpc.unary(SessionService.method.appendEvent, { sessionId: "surface-all-b", event: { kind: { case: "complete", value: {} } } });
     const current = (await rpc.unary(SessionService.method.listSessions, { includeCompleted: true })).sessions.length;
@@ -359,11 +452,28 @@ describe("SessionService over grpc-js", () => {
 
     await rpc.unary(SessionService.method.appendEvents, { sessionId: "surface-all-a", events: [phase("x"), phase("y")] });
     const change = await expectKind(watch, "change");
-    expect([change.sessionId, change.firstSeq, change.lastSeq, change.type, change.snapshot?.generationPhase]).toEqual(["surface-all-a", 2n, 3n, "agent_phase", "y"]);
-    expect(change.ts === undefined ? 0 : timestampMs(change.ts)).toBeGreaterThan(0);
-
+    expect([change.sessionId, change.firstSeq, change.lastSeq, change.type, change.snapshot?.generationPhase, change.deleted]).toEqual(["surface-all-a", 2n, 3n, "agent_phase", "y", false]);
+    expect(change.appendTime === undefined ? 0 : timestampMs(change.appendTime)).toBeGreaterThan(0);
+    await rpc.unary(SessionService.method.deleteSession, { sessionId: "surface-all-b" });
+    expect(await expectKind(watch, "change")).toMatchObject({ sessionId: "surface-all-b", lastSeq: 1n, deleted: true });
     call.cancel();
     expect((await watch.ended).name).toBe("CANCELLED");
+
+    // Resumed with the last seqs it saw: only "surface-all-a" moved, "surface-all-b" is gone.
+    const resumed = reader(rpc.serverStream(SessionService.method.watchSessions, { resumeFrom: Object.fromEntries(described), progressInterval: { seconds: 0n, nanos: 100_000_000 } }));
+    const again: string[] = [];
+    for (;;) {
+      const message = await resumed.next("a changed session or caught_up");
+      if (message.kind.case === "change") again.push(message.kind.value.sessionId);
+      if (message.kind.case === "caughtUp") {
+        expect(message.kind.value.deleted).toEqual(["surface-all-b"]);
+        break;
+      }
+    }
+    expect(again).toContain("surface-all-a");
+    expect(again).not.toContain("surface-all-b");
+    expect(again.filter((sessionId) => described.has(sessionId) && sessionId !== "surface-all-a")).toEqual([]);
+    expect(await expectKind(resumed, "progress")).toMatchObject({ lastSeq: 0n });
   });
 });
 
@@ -902,7 +1012,7 @@ describe("keepalive", () => {
       await eventually("three server pings answered", async () => ({ ...proxy.counts }), (c) => c.serverPings >= 3 && c.clientPingAcks >= 3);
       expect(proxy.counts.clientPings).toBe(0);
       await grpcJsClient(pinged.url("sessions")).unary(SessionService.method.appendEvent, { sessionId: id, event: generate });
-      expect((await expectKind(watch, "entry")).seq).toBe(1n);
+      expect((await expectKind(watch, "entries")).entries[0]?.entry?.seq).toBe(1n);
       watchCall.cancel();
       quiet.close();
     } finally {
@@ -940,9 +1050,9 @@ describe("keepalive", () => {
 
       // A live entry, appended through another connection, reaches the idle watcher.
       await rpc.unary(SessionService.method.appendEvent, { sessionId: id, event: generate });
-      const entry = await expectKind(watch, "entry");
-      expect(entry.seq).toBe(1n);
-      expect(watch.received.at(-1)?.snapshot?.phase).toBe("generate_requested");
+      const [entry] = (await expectKind(watch, "entries")).entries;
+      expect(entry?.entry?.seq).toBe(1n);
+      expect(entry?.snapshot?.phase).toBe("generate_requested");
 
       // The Hold's first heartbeat comes after its 5 s of silence, the lock still held by the stream.
       const heartbeat = await expectKind(hold, "heartbeat", 20_000);

@@ -20,7 +20,7 @@
  * Clients (`harness/clients.ts`, `harness/commands.ts`):
  * - `grpcJsHealthClient(url)`: health Check/Watch on @grpc/grpc-js + proto-loader (proto/ only).
  * - `grpcJsClient(url, { token })`: any berth RPC on grpc-js (unary, server stream, bidi), messages
- *   from the generated descriptors (`SessionService.method.hasSession`).
+ *   from the generated descriptors (`SessionService.method.getSnapshot`).
  * - `connectClient(Service, url, { protocol: "grpc" | "connect" | "grpc-web", token, httpVersion })`.
  * - `curlJson(url, "/pkg.Service/Method", body, headers?)` → `{status, json}` (real curl, HTTP/1.1);
  *   `curl(url, path, options)` for anything else (`/metrics`).

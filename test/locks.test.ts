@@ -303,7 +303,7 @@ describe("fencing across restarts and fenced appends", () => {
     for (let i = 1; i < tokens.length; i++) expect(tokens[i]).toBeGreaterThan(tokens[i - 1]!);
   });
 
-  it("refuses an AppendEvent whose fence is no longer current (ABORTED, FenceRejected) and writes nothing", async () => {
+  it("refuses an AppendEvent whose fence is no longer current (FAILED_PRECONDITION FENCE_REJECTED, FenceRejected) and writes nothing", async () => {
     const { service, url, projectRoot } = await lockService();
     const locks = locksOf(url);
     const sessions = connectClient(SessionService, url, { protocol: "grpc" });
@@ -315,16 +315,16 @@ describe("fencing across restarts and fenced appends", () => {
 
     const event = { kind: { case: "agentPhase" as const, value: { phase: "planning" } } };
     const refused = await failure(sessions.appendEvent({ sessionId: "fenced-1", event, fence: { file, fencingToken: stale.fencingToken } }));
-    expect(refused.code).toBe(Code.Aborted);
+    expect(refused.code).toBe(Code.FailedPrecondition);
     expect(refused.findDetails(FenceRejectedSchema)[0]).toMatchObject({ file, fencingToken: stale.fencingToken, currentToken: current.fencingToken });
-    expect((await sessions.hasSession({ sessionId: "fenced-1" })).exists).toBe(false);
+    expect((await failure(sessions.getSnapshot({ sessionId: "fenced-1" }))).code).toBe(Code.NotFound);
 
     const ok = await sessions.appendEvent({ sessionId: "fenced-1", event, fence: { file, fencingToken: current.fencingToken } });
     expect(ok.seq).toBe(1n);
     // Released: the token is no longer current either.
     await locks.release({ leaseToken: current.leaseToken });
     const afterRelease = await failure(sessions.appendEvent({ sessionId: "fenced-1", event, fence: { file, fencingToken: current.fencingToken } }));
-    expect(afterRelease.code).toBe(Code.Aborted);
+    expect(afterRelease.code).toBe(Code.FailedPrecondition);
     expect(afterRelease.findDetails(FenceRejectedSchema)[0]?.currentToken).toBe(0n);
     const journal = [];
     for await (const entry of sessions.readJournal({ sessionId: "fenced-1" })) journal.push(entry);

@@ -180,17 +180,21 @@ describe.skipIf(missing !== undefined)("Python client (grpcio 1.51 + stubs from 
     try {
       // The token: refused without it (or with a wrong one), health open, raw stubs carry it too.
       const tokenStep = await python.step("token");
-      expect(tokenStep).toMatchObject({ without: "UNAUTHENTICATED", without_reason: "TOKEN_MISSING", health_without: "SERVING", with_token: "SERVING", raw_stub_has_session: false });
+      expect(tokenStep).toMatchObject({ without: "UNAUTHENTICATED", without_reason: "TOKEN_MISSING", health_without: "SERVING", with_token: "SERVING", raw_stub_max_page_size: 1000 });
       expect(tokenStep.message).toMatch(/bearer token/i);
 
-      // Append and read back: typed events with extra keys, an idempotent retry, a seq conflict.
+      // Append and read back: typed events with extra keys, an idempotent retry, the key reused
+      // with another event refused, a seq conflict.
       const appended = await python.step("appended");
       expect(appended).toMatchObject({
         seqs: [1, 2],
         duplicate: true,
         duplicate_seq: 1,
+        reused_reason: "IDEMPOTENCY_KEY_REUSED",
+        reused_seqs: [1, 1],
         conflict_current_seq: 2,
-        conflict_facts: { sessionId: "py-e2e", expectedSeq: 1, currentSeq: 2 },
+        conflict_reason: "SEQ_CONFLICT",
+        conflict_facts: { reason: "SEQ_CONFLICT", sessionId: "py-e2e", expectedSeq: 1, currentSeq: 2 },
         phase: "generate_requested",
         page_url: "/pricing",
         expected_variants: 3,
@@ -205,8 +209,9 @@ describe.skipIf(missing !== undefined)("Python client (grpcio 1.51 + stubs from 
       const fromTs = await sessionClient.getSnapshot({ sessionId: "py-e2e" });
       expect(fromTs.snapshot).toMatchObject({ phase: "generate_requested", pageUrl: "/pricing", expectedVariants: 3 });
 
-      // Watch: the backlog, the caught-up marker, then a live entry appended from this side.
+      // Watch: the backlog, the caught-up marker, progress while idle, then a live entry appended from this side.
       expect(await python.step("watch_caught_up")).toMatchObject({ backlog: [1, 2], last_seq: 2, snapshot_phase: "generate_requested" });
+      expect(await python.step("watch_progress")).toMatchObject({ last_seq: 2 });
       const live = await sessionClient.appendEvent({ sessionId: "py-e2e", event: { kind: { case: "variantsReady", value: { sourceFile: "src/app.css", arrivedVariants: 3 } } } });
       expect(live.seq).toBe(3n);
       expect(await python.step("watch_live")).toMatchObject({
@@ -215,6 +220,43 @@ describe.skipIf(missing !== undefined)("Python client (grpcio 1.51 + stubs from 
         live: true,
         snapshot_phase: "variants_ready",
         event: { variantsReady: { sourceFile: "src/app.css", arrivedVariants: 3 } },
+      });
+
+      // Every page of the list, a read that says where it ended, a deletion.
+      expect(await python.step("sessions")).toMatchObject({
+        read: [1],
+        read_end: { last_seq: 3, next_seq: 2, more: true },
+        empty_read: { entries: 0, next_seq: 4, more: false },
+        deleted_at: 1,
+        after_delete: ["py-page-1", "py-page-2", "py-page-3", "py-page-4"],
+        snapshot_after_delete: true,
+        limits: { max_page_size: 1000, max_events_per_append: 10000 },
+      });
+      const listedIds = (await python.step("sessions")).listed as string[];
+      expect(listedIds).toEqual([...listedIds].sort());
+      expect(listedIds).toEqual(expect.arrayContaining(["py-e2e", "py-page-0", "py-page-4"]));
+      expect(new Set(listedIds).size).toBe(listedIds.length);
+
+      // Each SessionService refusal as Python sees it: the code and the ErrorInfo reason.
+      expect((await python.step("session_refusals")).seen).toEqual({
+        "append bad id": ["INVALID_ARGUMENT", "INVALID_FIELD"],
+        "append too large": ["INVALID_ARGUMENT", "EVENT_TOO_LARGE"],
+        "append stale seq": ["ABORTED", "SEQ_CONFLICT"],
+        "append exists": ["ABORTED", "SEQ_CONFLICT"],
+        "append missing": ["ABORTED", "SEQ_CONFLICT"],
+        "append key reused": ["ALREADY_EXISTS", "IDEMPOTENCY_KEY_REUSED"],
+        "append fence": ["FAILED_PRECONDITION", "FENCE_REJECTED"],
+        "appends too many": ["INVALID_ARGUMENT", "TOO_MANY_EVENTS"],
+        "get missing": ["NOT_FOUND", "SESSION_NOT_FOUND"],
+        "list bad token": ["INVALID_ARGUMENT", "INVALID_FIELD"],
+        "flush missing": ["NOT_FOUND", "SESSION_NOT_FOUND"],
+        "delete missing": ["NOT_FOUND", "SESSION_NOT_FOUND"],
+        "delete stale seq": ["ABORTED", "SEQ_CONFLICT"],
+        "read missing": ["NOT_FOUND", "SESSION_NOT_FOUND"],
+        "read past the end": ["OUT_OF_RANGE", "SEQ_OUT_OF_RANGE"],
+        "watch progress too often": ["INVALID_ARGUMENT", "INVALID_FIELD"],
+        "watch all bad resume": ["INVALID_ARGUMENT", "INVALID_FIELD"],
+        "watch deleted": ["NOT_FOUND", "SESSION_DELETED"],
       });
 
       // The locks' limits, as GetLimits answers them to Python.
@@ -435,7 +477,7 @@ describe.skipIf(missing !== undefined)("Python client (grpcio 1.51 + stubs from 
     }
   });
 
-  it("resumes a watch the service ended for falling behind (WatcherLagged), missing no entry", { timeout: 60_000 }, async () => {
+  it("resumes a watch the service ended for falling behind (WatcherLagged), missing no entry; a watch of every session describes only what moved", { timeout: 90_000 }, async () => {
     expect(generated.code, generated.stderr).toBe(0);
     const slow = await startService("sessions", { args: ["--watch-buffer", "4"] });
     const python = runPython(["lag"], { BERTH_SESSIONS_URL: slow.url("sessions"), BERTH_PYTHON_STUBS: stubs });
@@ -444,6 +486,13 @@ describe.skipIf(missing !== undefined)("Python client (grpcio 1.51 + stubs from 
       expect(lag).toMatchObject({ contiguous: true, total: 801, received: 801 });
       // 800 entries against a buffer of 4 with nobody reading: the service must have ended it.
       expect(lag.resumed).toBeGreaterThanOrEqual(1);
+      const all = await python.step("lag_all", 60_000);
+      expect(all.resumes).toBeGreaterThanOrEqual(1);
+      expect(all.knew_idle).toBe(1);
+      expect(all.last_seqs).toEqual(all.expected);
+      // Resumed from the seqs it had seen: the idle session was not described again.
+      expect((all.described_again as string[]).some((id) => id.includes("-idle-"))).toBe(false);
+      expect((all.described_again as string[]).some((id) => id.includes("-busy-"))).toBe(true);
       await python.step("done");
       expect(await python.exited).toEqual({ code: 0, signal: null });
     } catch (error) {

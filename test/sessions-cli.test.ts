@@ -1,5 +1,5 @@
 /**
- * `berth sessions append|get|list|watch|journal` as a user runs them: the built binary
+ * `berth sessions append|get|list|watch|journal|delete` as a user runs them: the built binary
  * (`node packages/cli/dist/main.js`) against a started sessions service — output, `--json`, stdin,
  * exit codes, Ctrl-C on watch, the bearer token — in a pipe (plain text or JSON lines, never an
  * escape sequence) and in a pseudo-terminal (tables and entries in colour, Ctrl-C from the keyboard).
@@ -8,7 +8,8 @@ import { spawn, type ChildProcess } from "node:child_process";
 import { writeFileSync } from "node:fs";
 import * as path from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { makeTempDir, repoPath, runCommand, startService, stopAll, type CommandResult, type ServiceProcess } from "./harness.js";
+import { SessionService } from "@berth/api/berth/sessions/v1/session_service_pb";
+import { closeClient, connectClient, makeTempDir, repoPath, runCommand, startService, stopAll, type CommandResult, type ServiceProcess } from "./harness.js";
 import { hasColour, hasEscapes, runInTerminal, screen, startInTerminal } from "./pty.js";
 
 const BERTH = repoPath("packages/cli/dist/main.js");
@@ -63,7 +64,7 @@ describe("berth sessions", () => {
     expect(get.stdout).toMatch(/^last seq\s+4$/m);
     expect(get.stdout).toMatch(/^generationPhase\s+b$/m);
     const getJson = JSON.parse((await sessions(["get", "cli1", "--json"])).stdout) as Record<string, unknown>;
-    expect(getJson).toMatchObject({ exists: true, lastSeq: "4", snapshot: { id: "cli1", pageUrl: "http://localhost:3000/" } });
+    expect(getJson).toMatchObject({ lastSeq: "4", snapshot: { id: "cli1", pageUrl: "http://localhost:3000/" } });
 
     const list = await sessions(["list"]);
     expect(list.code).toBe(0);
@@ -77,20 +78,72 @@ describe("berth sessions", () => {
     expect(entries[0]).toMatchObject({ id: "cli1", type: "generate", event: { type: "generate", id: "cli1", pageUrl: "http://localhost:3000/", count: 3, token: "007" } });
     const part = await sessions(["journal", "cli1", "--from-seq", "2", "--limit", "2"]);
     expect(part.stdout.trim().split("\n").map((line) => line.split(" ")[0])).toEqual(["#2", "#3"]);
+    expect(part.stderr).toBe("-- more from seq 4 (last seq 4): --from-seq 4\n");
+    expect((await sessions(["journal", "cli1", "--from-seq", "3", "--limit", "2"])).stderr).toBe("");
+  });
+
+  it("lists every page by default, one page with --page-size, and deletes a session", async () => {
+    // More sessions than the service's default page (100): the list needs several pages.
+    const ids = Array.from({ length: 150 }, (_, i) => `pg-${String(i).padStart(3, "0")}`);
+    const client = connectClient(SessionService, url, { protocol: "grpc" });
+    await Promise.all(ids.map((sessionId) => client.appendEvent({ sessionId, event: { kind: { case: "generate", value: {} } } })));
+    closeClient(client);
+    const all = JSON.parse((await sessions(["list", "--json"])).stdout) as { sessions: Array<{ id: string }>; nextPageToken?: string };
+    expect(all.sessions.map((snapshot) => snapshot.id).filter((id) => id.startsWith("pg-"))).toEqual(ids);
+    expect(all).not.toHaveProperty("nextPageToken");
+    const first = JSON.parse((await sessions(["list", "--page-size", "2", "--json"])).stdout) as { sessions: unknown[]; nextPageToken: string };
+    expect(first.sessions).toHaveLength(2);
+    expect(first.nextPageToken).not.toBe("");
+    const next = await sessions(["list", "--page-size", "2", "--page-token", first.nextPageToken]);
+    expect(next.code).toBe(0);
+    expect(next.stderr).toMatch(/^-- more: --page-token [A-Za-z0-9_-]+\n$/);
+    expect((await sessions(["list", "--page-token", first.nextPageToken])).code).toBe(2);
+
+    expect(await sessions(["delete", "pg-000", "--expected-seq", "1"])).toMatchObject({ code: 0, stdout: "pg-000: deleted (its last seq was 1)\n" });
+    expect(JSON.parse((await sessions(["delete", "pg-001", "--json"])).stdout)).toEqual({ lastSeq: "1" });
+    const stale = await sessions(["delete", "pg-002", "--expected-seq", "5"]);
+    expect(stale.code).toBe(3);
+    expect(stale.stderr).toMatch(/expected seq 5 but the session is at seq 1/);
+    expect((await sessions(["delete", "pg-000"])).code).toBe(4);
+    expect((await sessions(["get", "pg-000"])).code).toBe(4);
+    const after = JSON.parse((await sessions(["list", "--json"])).stdout) as { sessions: Array<{ id: string }> };
+    expect(after.sessions.map((snapshot) => snapshot.id).filter((id) => id.startsWith("pg-"))).toEqual(ids.slice(2));
   });
 
   it("exits 3 on a conflict, 4 for a session without a journal, 2 for bad arguments", async () => {
     await sessions(["append", "cli2", "generate"]);
     const conflict = await sessions(["append", "cli2", "agent_phase", "--field", "phase=x", "--expected-seq", "0"]);
     expect(conflict.code).toBe(3);
-    expect(conflict.stderr).toMatch(/expected seq 0 but the session is at 1/);
+    expect(conflict.stderr).toMatch(/expected no session yet but the session is at seq 1/);
+    expect((await sessions(["append", "cli2", "agent_phase", "--field", "phase=x", "--expected-seq", "3"])).code).toBe(3);
+    expect((await sessions(["append", "cli2", "steer", "--idempotency-key", "k"])).code).toBe(0);
+    expect(await sessions(["append", "cli2", "steer", "--idempotency-key", "k"])).toMatchObject({ code: 0, stdout: "cli2: already appended with this idempotency key: seq 2; nothing written\n" });
+    const reused = await sessions(["append", "cli2", "steer", "--field", "pageUrl=/other", "--idempotency-key", "k"]);
+    expect(reused.code).toBe(3);
+    expect(reused.stderr).toMatch(/idempotency key "k" was used for a different append/);
 
     const missing = await sessions(["get", "nobody"]);
     expect(missing).toMatchObject({ code: 4, stdout: "" });
     expect(missing.stderr).toMatch(/nobody has no journal/);
     expect((await sessions(["journal", "nobody"])).code).toBe(4);
+    // Past the journal's end: the service refuses the argument.
+    const past = await sessions(["journal", "cli2", "--from-seq", "9"]);
+    expect(past.code).toBe(2);
+    expect(past.stderr).toMatch(/from_seq: 9 is past the end of session cli2/);
 
-    for (const args of [["append", "bad/id", "generate"], ["append", "cli2"], ["get"], ["watch", "cli2", "--from-seq", "-1"], ["frobnicate"], ["get", "cli2", "--bogus"]]) {
+    for (const args of [
+      ["append", "bad/id", "generate"],
+      ["append", "cli2"],
+      ["get"],
+      ["get", "cli2", "--include-completed"],
+      ["watch", "cli2", "--from-seq", "-1"],
+      ["watch", "cli2", "--progress", "50ms"],
+      ["watch", "cli2", "--progress", "soon"],
+      ["list", "--page-size", "0"],
+      ["delete"],
+      ["frobnicate"],
+      ["get", "cli2", "--bogus"],
+    ]) {
       const result = await sessions(args, { input: "" });
       expect(result.code, args.join(" ")).toBe(2);
     }
@@ -126,6 +179,29 @@ describe("berth sessions", () => {
     expect(lines[0]).toMatchObject({ seq: 1, type: "generate" });
     expect(lines[1]).toMatchObject({ caughtUp: { lastSeq: "1", snapshot: { phase: "generate_requested" } } });
     expect(lines[2]).toMatchObject({ seq: 2, type: "agent_phase", event: { phase: "live" }, snapshot: { generationPhase: "live" } });
+  });
+
+  it("watch --progress prints the service's progress while idle, and a deletion ends the watch with 4", async () => {
+    await sessions(["append", "cli4", "generate"]);
+    const child = spawn(process.execPath, [BERTH, "sessions", "watch", "cli4", "--json", "--progress", "100ms"], {
+      env: { ...process.env, BERTH_SESSIONS_URL: url },
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    spawned.push(child);
+    let stdout = "";
+    let stderr = "";
+    child.stdout!.setEncoding("utf8").on("data", (chunk: string) => (stdout += chunk));
+    child.stderr!.setEncoding("utf8").on("data", (chunk: string) => (stderr += chunk));
+    const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
+    const deadline = Date.now() + 15_000;
+    while (!jsonLines(stdout).some((line) => "progress" in line)) {
+      if (Date.now() > deadline) throw new Error(`watch printed no progress: ${stdout}`);
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+    expect(jsonLines(stdout).find((line) => "progress" in line)).toMatchObject({ progress: { lastSeq: "1", sendTime: expect.stringMatching(/Z$/) } });
+    expect((await sessions(["delete", "cli4"])).code).toBe(0);
+    expect(await exited).toBe(4);
+    expect(JSON.parse(stderr.trim().split("\n").at(-1)!)).toMatchObject({ event: "error", code: "not_found", exit: 4, message: expect.stringContaining("cli4 was deleted") });
   });
 
   it("exits 69 when the service cannot be reached (with a JSON error line under --json)", async () => {
@@ -213,7 +289,7 @@ describe("berth sessions", () => {
   it("documents its subcommands, flags, exit codes and examples", async () => {
     const help = await sessions(["--help"]);
     expect(help.code).toBe(0);
-    for (const text of ["append SESSION TYPE", "watch SESSION", "journal SESSION", "Exit codes:", "Examples:", "--sessions-url"]) expect(help.stdout).toContain(text);
+    for (const text of ["append SESSION TYPE", "watch SESSION", "journal SESSION", "delete SESSION", "Exit codes:", "Examples:", "--sessions-url"]) expect(help.stdout).toContain(text);
     const sub = await sessions(["watch", "--help"]);
     expect(sub).toMatchObject({ code: 0 });
     expect(sub.stdout).toMatch(/^usage: berth sessions watch SESSION/);

@@ -1,22 +1,26 @@
 /**
  * SessionService against a started sessions service: expected_seq conflicts,
- * an idempotent retry across a crash and restart of the service process, AppendEvents atomicity,
- * watchers (catch-up + live without a gap under concurrent appends; a slow watcher ended and
- * resumed without loss; shutdown), 32 concurrent appenders, refused ids and sizes with nothing
- * written, and journals shared with a seed process (the seed's own store, when the seeds are there).
+ * an idempotent retry across a crash and restart of the service process (and a reused key refused
+ * there too), AppendEvents atomicity, watchers (catch-up + live without a gap under concurrent
+ * appends; a slow watcher ended and resumed without loss; shutdown; a deleted session), 32
+ * concurrent appenders, ListSessions paged across 1,000 sessions while others append, the
+ * retention of completed sessions, refused ids and sizes with nothing written, and journals shared
+ * with a seed process (the seed's own store, when the seeds are there).
  */
-import { existsSync, readdirSync, readFileSync } from "node:fs";
+import { existsSync, mkdirSync, readdirSync, readFileSync } from "node:fs";
 import * as path from "node:path";
 import { create, toJson, type JsonObject, type MessageInitShape } from "@bufbuild/protobuf";
 import { Code, ConnectError, type Client } from "@connectrpc/connect";
 import { afterAll, describe, expect, it } from "vitest";
 import { EventSchema, type Event } from "@berth/api/berth/sessions/v1/events_pb";
 import {
+  ExpectedState,
   SeqConflictSchema,
   SessionService,
   WatcherLaggedSchema,
   type WatchSessionResponse,
 } from "@berth/api/berth/sessions/v1/session_service_pb";
+import { ErrorInfoSchema } from "@berth/api/google/rpc/error_details_pb";
 import { SnapshotSchema } from "@berth/api/berth/sessions/v1/snapshot_pb";
 import { loadSeedStore, seedsAvailable } from "@berth/sessions/testing/seed-store";
 import { seedAppend, seedDirsOf, seedReadState } from "@berth/sessions/testing/seed-writer";
@@ -46,6 +50,19 @@ async function failure(promise: Promise<unknown>): Promise<ConnectError> {
   throw new Error("expected the call to fail");
 }
 
+/** The code and ErrorInfo reason of a refusal. */
+function codeAndReason(error: ConnectError): [Code, string | undefined] {
+  return [error.code, error.findDetails(ErrorInfoSchema)[0]?.reason];
+}
+
+/** The seqs of the entries a WatchSession message carries. */
+function seqsOf(message: WatchSessionResponse): number[] {
+  return message.kind.case === "entries" ? message.kind.value.entries.map((item) => Number(item.entry!.seq)) : [];
+}
+
+const atSeq = (seq: bigint) => ({ case: "expectedSeq" as const, value: seq });
+const noSession = { case: "expectedState" as const, value: ExpectedState.NO_SESSION };
+
 async function readSeqs(client: Sessions, sessionId: string): Promise<number[]> {
   const seqs: number[] = [];
   for await (const batch of client.readJournal({ sessionId })) for (const entry of batch.entries) seqs.push(Number(entry.seq));
@@ -73,20 +90,23 @@ describe("SessionService end to end", () => {
     await service.stop();
   });
 
-  it("refuses a stale expected_seq with FAILED_PRECONDITION and SeqConflict, over gRPC and Connect JSON", async () => {
+  it("refuses a stale expected_seq with ABORTED SEQ_CONFLICT and SeqConflict, over gRPC and Connect JSON", async () => {
     await started;
     const client = sessionsOf(url);
-    await client.appendEvent({ sessionId: "conflict", event: generate(), expectedSeq: 0n });
-    await client.appendEvent({ sessionId: "conflict", event: phase("a"), expectedSeq: 1n });
-    const error = await failure(client.appendEvent({ sessionId: "conflict", event: phase("b"), expectedSeq: 1n }));
-    expect(error.code).toBe(Code.FailedPrecondition);
+    await client.appendEvent({ sessionId: "conflict", event: generate(), expected: noSession });
+    await client.appendEvent({ sessionId: "conflict", event: phase("a"), expected: atSeq(1n) });
+    const error = await failure(client.appendEvent({ sessionId: "conflict", event: phase("b"), expected: atSeq(1n) }));
+    expect(codeAndReason(error)).toEqual([Code.Aborted, "SEQ_CONFLICT"]);
     expect(error.findDetails(SeqConflictSchema)[0]).toMatchObject({ sessionId: "conflict", expectedSeq: 1n, currentSeq: 2n });
 
     // curl speaks Connect JSON: the typed detail arrives with its debug form.
     const res = await curlJson(url, "/berth.sessions.v1.SessionService/AppendEvent", { sessionId: "conflict", event: { agentPhase: { phase: "c" } }, expectedSeq: "5" });
     expect(res.json).toMatchObject({
-      code: "failed_precondition",
-      details: expect.arrayContaining([expect.objectContaining({ type: "berth.sessions.v1.SeqConflict", debug: { sessionId: "conflict", expectedSeq: "5", currentSeq: "2" } })]),
+      code: "aborted",
+      details: expect.arrayContaining([
+        expect.objectContaining({ type: "berth.sessions.v1.SeqConflict", debug: { sessionId: "conflict", expectedSeq: "5", currentSeq: "2" } }),
+        expect.objectContaining({ type: "google.rpc.ErrorInfo", debug: expect.objectContaining({ reason: "SEQ_CONFLICT", domain: "berth.sessions" }) }),
+      ]),
     });
     expect(await readSeqs(client, "conflict")).toEqual([1, 2]);
     closeClient(client);
@@ -114,9 +134,10 @@ describe("SessionService end to end", () => {
       expect(marker.kind.case === "caughtUp" && marker.kind.value.snapshot?.expectedVariants, label).toBe(4);
       const second = await client.appendEvent({ sessionId, event: phase("live") });
       const live = (await it.next()).value as WatchSessionResponse;
-      expect(live.kind.case === "entry" && live.kind.value.seq, label).toBe(2n);
-      expect(live.snapshot, label).toEqual(second.snapshot);
-      expect(live.snapshot?.generationPhase, label).toBe("live");
+      const [watched] = live.kind.case === "entries" ? live.kind.value.entries : [];
+      expect(watched?.entry?.seq, label).toBe(2n);
+      expect(watched?.snapshot, label).toEqual(second.snapshot);
+      expect(watched?.snapshot?.generationPhase, label).toBe("live");
       controller.abort();
       closeClient(client);
     }
@@ -129,12 +150,12 @@ describe("SessionService end to end", () => {
     const bad = await failure(client.appendEvents({ sessionId: "atomic", events: [phase("a"), phase("b"), event({ case: "other", value: { type: "" } })] }));
     expect(bad.code).toBe(Code.InvalidArgument);
     expect(bad.rawMessage).toMatch(/^events\[2\]/);
-    const stale = await failure(client.appendEvents({ sessionId: "atomic", events: [phase("a"), phase("b")], expectedSeq: 0n }));
-    expect(stale.code).toBe(Code.FailedPrecondition);
+    const stale = await failure(client.appendEvents({ sessionId: "atomic", events: [phase("a"), phase("b")], expected: noSession }));
+    expect(codeAndReason(stale)).toEqual([Code.Aborted, "SEQ_CONFLICT"]);
     const tooMany = await failure(client.appendEvents({ sessionId: "atomic", events: Array.from({ length: 51 }, (_, i) => phase(`p${i}`)) }));
-    expect(tooMany.code).toBe(Code.ResourceExhausted);
+    expect(codeAndReason(tooMany)).toEqual([Code.InvalidArgument, "TOO_MANY_EVENTS"]);
     expect(await readSeqs(client, "atomic")).toEqual([1]);
-    const ok = await client.appendEvents({ sessionId: "atomic", events: [phase("a"), phase("b"), phase("c")], expectedSeq: 1n });
+    const ok = await client.appendEvents({ sessionId: "atomic", events: [phase("a"), phase("b"), phase("c")], expected: atSeq(1n) });
     expect(ok).toMatchObject({ firstSeq: 2n, lastSeq: 4n });
     expect(await readSeqs(client, "atomic")).toEqual([1, 2, 3, 4]);
     closeClient(client);
@@ -148,9 +169,9 @@ describe("SessionService end to end", () => {
       expect(error.code, JSON.stringify(sessionId)).toBe(Code.InvalidArgument);
       expect(error.rawMessage).toMatch(/^session_id: /);
     }
-    for (const method of ["getSnapshot", "hasSession", "flushSnapshot"] as const) {
+    for (const method of ["getSnapshot", "flushSnapshot", "deleteSession"] as const) {
       const error = await failure(client[method]({ sessionId: "../x" }));
-      expect(error.code, method).toBe(Code.InvalidArgument);
+      expect(codeAndReason(error), method).toEqual([Code.InvalidArgument, "INVALID_FIELD"]);
     }
     const watchError = await failure((async () => {
       for await (const _ of client.watchSession({ sessionId: "a/b" })) break;
@@ -159,11 +180,12 @@ describe("SessionService end to end", () => {
 
     const big = event({ case: "steer", value: { pageUrl: "x".repeat(4000) } });
     const tooBig = await failure(client.appendEvent({ sessionId: "sizes", event: big }));
-    expect(tooBig.code).toBe(Code.ResourceExhausted);
+    expect(codeAndReason(tooBig)).toEqual([Code.InvalidArgument, "EVENT_TOO_LARGE"]);
     expect(tooBig.rawMessage).toMatch(/over the limit of 2048 bytes/);
     const hugeRequest = await failure(client.appendEvent({ sessionId: "sizes", event: event({ case: "steer", value: { pageUrl: "x".repeat(100_000) } }) }));
+    // Refused by the server's read limit before any handler or interceptor sees it.
     expect(hugeRequest.code).toBe(Code.ResourceExhausted);
-    expect((await client.hasSession({ sessionId: "sizes" })).exists).toBe(false);
+    expect(codeAndReason(await failure(client.getSnapshot({ sessionId: "sizes" })))).toEqual([Code.NotFound, "SESSION_NOT_FOUND"]);
     // Only the sessions of the tests before this one have journals (tests of a file run in order).
     expect(journalFiles(service.stateDir).filter((name) => !name.startsWith("formats-")).sort()).toEqual(["atomic.jsonl", "conflict.jsonl"]);
     closeClient(client);
@@ -203,9 +225,11 @@ describe("SessionService end to end", () => {
       try {
         for await (const message of watcher.watchSession({ sessionId: "watch", fromSeq: 5n, includeSnapshot: true }, { signal: controller.signal, timeoutMs: 60_000 })) {
           if (message.kind.case === "caughtUp") caughtUpAt = Number(message.kind.value.lastSeq);
-          if (message.kind.case === "entry") {
-            seqs.push(Number(message.kind.value.seq));
-            if (message.snapshot !== undefined) snapshots++;
+          if (message.kind.case === "entries") {
+            for (const item of message.kind.value.entries) {
+              seqs.push(Number(item.entry!.seq));
+              if (item.snapshot !== undefined) snapshots++;
+            }
             if (seqs.length === total - 4) return;
           }
         }
@@ -235,8 +259,7 @@ describe("SessionService end to end", () => {
     const reader = sessionsOf(slowUrl);
     const it = reader.watchSession({ sessionId: "slow", includeSnapshot: true }, { timeoutMs: 60_000 })[Symbol.asyncIterator]();
     const received: number[] = [];
-    const first = (await it.next()).value as WatchSessionResponse;
-    if (first.kind.case === "entry") received.push(Number(first.kind.value.seq));
+    received.push(...seqsOf((await it.next()).value as WatchSessionResponse));
     expect(((await it.next()).value as WatchSessionResponse).kind.case).toBe("caughtUp");
     // Stop reading: once the stream's flow-control window is full the service cannot hand the
     // watcher more entries, its buffer of 4 overflows and the watch is ended.
@@ -249,13 +272,12 @@ describe("SessionService end to end", () => {
       for (;;) {
         const step = await it.next();
         if (step.done) break;
-        const message = step.value as WatchSessionResponse;
-        if (message.kind.case === "entry") received.push(Number(message.kind.value.seq));
+        received.push(...seqsOf(step.value as WatchSessionResponse));
       }
     } catch (error) {
       lag = ConnectError.from(error);
     }
-    expect(lag?.code).toBe(Code.ResourceExhausted);
+    expect(codeAndReason(lag!)).toEqual([Code.ResourceExhausted, "WATCHER_LAGGED"]);
     const last = received[received.length - 1]!;
     expect(received).toEqual(range(1, last));
     expect(last).toBeLessThan(total + 1);
@@ -264,7 +286,7 @@ describe("SessionService end to end", () => {
     // Resume where the service said: the rest, in order, none missing.
     const controller = new AbortController();
     for await (const message of writer.watchSession({ sessionId: "slow", fromSeq: detail!.resumeFromSeq }, { signal: controller.signal })) {
-      if (message.kind.case === "entry") received.push(Number(message.kind.value.seq));
+      received.push(...seqsOf(message));
       if (message.kind.case === "caughtUp") break;
     }
     controller.abort();
@@ -283,7 +305,7 @@ describe("SessionService end to end", () => {
     const next = it.next();
     const stopped = own.stop();
     const error = await failure(next);
-    expect(error.code).toBe(Code.Unavailable);
+    expect(codeAndReason(error)).toEqual([Code.Unavailable, "SHUTTING_DOWN"]);
     expect(await stopped).toEqual({ code: 0, signal: null });
     closeClient(client);
   });
@@ -310,9 +332,111 @@ describe("idempotent retries across a restart", () => {
     expect(toJson(SnapshotSchema, retry.snapshot!)).toEqual(toJson(SnapshotSchema, original.snapshot!));
     const batchRetry = await again.appendEvents({ sessionId: "retry", events: [phase("x"), phase("y")], idempotencyKey: "batch-7" });
     expect(batchRetry).toMatchObject({ duplicate: true, firstSeq: batch.firstSeq, lastSeq: batch.lastSeq });
+    // The keys' digests come back from the journal: a key with other events is refused.
+    const reused = await failure(again.appendEvents({ sessionId: "retry", events: [phase("x"), phase("z")], idempotencyKey: "batch-7" }));
+    expect(codeAndReason(reused)).toEqual([Code.AlreadyExists, "IDEMPOTENCY_KEY_REUSED"]);
     expect(await readSeqs(again, "retry")).toEqual([1, 2, 3, 4, 5]);
     closeClient(again);
     await second.stop();
+  });
+});
+
+describe("sessions that come and go", () => {
+  it("pages ListSessions across 1,000 sessions while others append, create and complete sessions: none lost, none twice", { timeout: 120_000 }, async () => {
+    const service = await startService("sessions", { args: ["--fsync", "none"] });
+    const client = sessionsOf(service.url("sessions"));
+    const ids = range(0, 999).map((i) => `page-${String(i).padStart(4, "0")}`);
+    for (let i = 0; i < ids.length; i += 100) {
+      await Promise.all(ids.slice(i, i + 100).map((sessionId) => client.appendEvent({ sessionId, event: generate() })));
+    }
+    // Appends to the listed sessions and new sessions (sorting before and after the pages being
+    // read) run all through the paging.
+    let paging = true;
+    const created: string[] = [];
+    const writers = Array.from({ length: 4 }, (_, w) =>
+      (async () => {
+        for (let n = 0; paging; n++) {
+          await client.appendEvent({ sessionId: ids[(n * 37 + w * 251) % ids.length]!, event: phase(`w${w}-${n}`) });
+          const fresh = `${n % 2 === 0 ? "a" : "z"}-${w}-${n}`;
+          await client.appendEvent({ sessionId: fresh, event: generate() });
+          created.push(fresh);
+        }
+      })(),
+    );
+    const listed: string[] = [];
+    let pages = 0;
+    let token = "";
+    do {
+      const page = await client.listSessions({ pageSize: 37, pageToken: token });
+      listed.push(...page.sessions.map((snapshot) => snapshot.id));
+      token = page.nextPageToken;
+      pages++;
+    } while (token !== "");
+    paging = false;
+    await Promise.all(writers);
+    expect(new Set(listed).size).toBe(listed.length);
+    expect([...listed].sort()).toEqual(listed);
+    const listedSet = new Set(listed);
+    expect(ids.filter((id) => !listedSet.has(id))).toEqual([]);
+    expect(created.length).toBeGreaterThan(0);
+    expect(pages).toBeGreaterThanOrEqual(Math.ceil(ids.length / 37));
+    closeClient(client);
+    await service.stop();
+  });
+
+  it("DeleteSession ends the session's watchers with NOT_FOUND SESSION_DELETED and tells WatchSessions", async () => {
+    const service = await startService("sessions");
+    const client = sessionsOf(service.url("sessions"));
+    await client.appendEvents({ sessionId: "doomed", events: [generate(), phase("a")] });
+    const one = client.watchSession({ sessionId: "doomed" }, { timeoutMs: 30_000 })[Symbol.asyncIterator]();
+    expect(seqsOf((await one.next()).value as WatchSessionResponse)).toEqual([1, 2]);
+    expect(((await one.next()).value as WatchSessionResponse).kind.case).toBe("caughtUp");
+    const controller = new AbortController();
+    const all = client.watchSessions({ includeCurrent: true }, { signal: controller.signal })[Symbol.asyncIterator]();
+    expect((await all.next()).value!.kind).toMatchObject({ case: "change", value: { sessionId: "doomed", lastSeq: 2n } });
+    expect((await all.next()).value!.kind.case).toBe("caughtUp");
+    const ended = failure(one.next());
+    const conflict = await failure(client.deleteSession({ sessionId: "doomed", expectedSeq: 1n }));
+    expect(codeAndReason(conflict)).toEqual([Code.Aborted, "SEQ_CONFLICT"]);
+    expect(await client.deleteSession({ sessionId: "doomed", expectedSeq: 2n })).toMatchObject({ lastSeq: 2n });
+    expect(codeAndReason(await ended)).toEqual([Code.NotFound, "SESSION_DELETED"]);
+    expect((await all.next()).value!.kind).toMatchObject({ case: "change", value: { sessionId: "doomed", lastSeq: 2n, deleted: true } });
+    expect(journalFiles(service.stateDir)).toEqual([]);
+    expect(readdirSync(path.join(service.stateDir, "sessions")).filter((name) => name.startsWith("doomed"))).toEqual([]);
+    expect(codeAndReason(await failure(client.deleteSession({ sessionId: "doomed" })))).toEqual([Code.NotFound, "SESSION_NOT_FOUND"]);
+    controller.abort();
+    closeClient(client);
+    await service.stop();
+  });
+
+  it("deletes completed sessions past --completed-retention: at start, then when they fall due", { timeout: 60_000 }, async () => {
+    const stateDir = path.join(makeTempDir("berth-retention-"), "state");
+    // Journals a seed process wrote long ago: one completed (far past the retention), one active.
+    const dirs = { dir: path.join(stateDir, "sessions") };
+    mkdirSync(dirs.dir, { recursive: true, mode: 0o700 });
+    const longAgo = "2020-01-01T00:00:00.000Z";
+    for (const type of ["generate", "complete"]) seedAppend(dirs, "old", { type }, { ts: longAgo });
+    seedAppend(dirs, "active", { type: "generate" }, { ts: longAgo });
+    const service = await startService("sessions", { stateDir, args: ["--completed-retention", "2s"] });
+    await service.waitForLog((entry) => entry.msg === "deleted a completed session past its retention" && entry.sessionId === "old", 15_000);
+    const client = sessionsOf(service.url("sessions"));
+    const limits = await client.getLimits({});
+    expect(limits.completedRetention).toMatchObject({ seconds: 2n });
+    // Completed now: deleted about 2 s later by the sweep's timer (the watcher waits for it).
+    const controller = new AbortController();
+    const all = client.watchSessions({}, { signal: controller.signal, timeoutMs: 30_000 })[Symbol.asyncIterator]();
+    const completed = await client.appendEvents({ sessionId: "young", events: [generate(), event({ case: "discarded", value: {} })] });
+    for (;;) {
+      const change = (await all.next()).value!.kind;
+      if (change.case === "change" && change.value.deleted) {
+        expect(change.value).toMatchObject({ sessionId: "young", lastSeq: completed.lastSeq });
+        break;
+      }
+    }
+    controller.abort();
+    expect((await client.listSessions({ includeCompleted: true })).sessions.map((snapshot) => snapshot.id)).toEqual(["active"]);
+    closeClient(client);
+    await service.stop();
   });
 });
 
@@ -326,11 +450,11 @@ describe("journals shared with a seed process", () => {
     const service = await startService("sessions", { args: ["--live-dir", live.liveDir, "--project-root", project] });
     const client = sessionsOf(service.url("sessions"), "connect");
     const served = await client.getSnapshot({ sessionId: "shared" });
-    expect(served).toMatchObject({ exists: true, lastSeq: 2n });
+    expect(served).toMatchObject({ lastSeq: 2n });
     const view = toJson(SnapshotSchema, served.snapshot!) as JsonObject;
     for (const key of ["phase", "pageUrl", "expectedVariants", "generationPhase", "pendingEvent"]) expect(view[key], key).toEqual(written[key] as JsonObject);
 
-    await client.appendEvent({ sessionId: "shared", event: event({ case: "variantsReady", value: { arrivedVariants: 2 } }), expectedSeq: 2n });
+    await client.appendEvent({ sessionId: "shared", event: event({ case: "variantsReady", value: { arrivedVariants: 2 } }), expected: atSeq(2n) });
     closeClient(client);
     await service.stop();
 
@@ -353,7 +477,7 @@ describe("journals shared with a seed process", () => {
       const client = sessionsOf(service.url("sessions"), "connect");
       const view = toJson(SnapshotSchema, (await client.getSnapshot({ sessionId: "shared" })).snapshot!) as JsonObject;
       for (const key of ["phase", "pageUrl", "expectedVariants", "generationPhase", "pendingEvent"]) expect(view[key], key).toEqual(seedView[key]);
-      await client.appendEvent({ sessionId: "shared", event: event({ case: "variantsReady", value: { arrivedVariants: 2 } }), expectedSeq: 2n });
+      await client.appendEvent({ sessionId: "shared", event: event({ case: "variantsReady", value: { arrivedVariants: 2 } }), expected: atSeq(2n) });
       closeClient(client);
       await service.stop();
 
@@ -386,6 +510,14 @@ describe("settings", () => {
     const outcome = await wrong.outcome;
     expect(outcome).toMatchObject({ state: "exited", status: { code: 2 } });
     expect(wrong.stderr()).toMatch(/--fsync: must be one of batch, always, none/);
+    for (const [value, rule] of [
+      ["10ms", /--completed-retention: must be at least 1s/],
+      ["soon", /--completed-retention: must be a duration/],
+    ] as const) {
+      const retention = launchService("sessions", { args: ["--completed-retention", value] });
+      expect(await retention.outcome).toMatchObject({ state: "exited", status: { code: 2 } });
+      expect(retention.stderr()).toMatch(rule);
+    }
 
     const service = await startService("sessions", { args: ["--fsync", "always"] });
     const client = sessionsOf(service.url("sessions"));

@@ -539,10 +539,8 @@ async function seedAppendRate(durationMs: number): Promise<number | undefined> {
 // --------------------------------------------------------------------------- watchers
 
 interface WatchMessage {
-  kind: "entry" | "caughtUp";
-  entry?: { seq: number; event?: { agentPhase?: { at?: number } } };
+  kind: "entries" | "caughtUp" | "progress";
   caughtUp?: { lastSeq: number };
-  snapshot?: unknown;
 }
 
 /** What the lean watcher client reads of a WatchSessionResponse. */
@@ -607,13 +605,12 @@ function rawWatch(
   return watch;
 }
 
-/** One WatchSession message as the entries (or marker) it carries: several for a `batch`. */
+/** One WatchSession message as the entries (or marker) it carries; progress messages carry none. */
 function decodeWatchMessage(buffer: Buffer): LeanWatchMessage[] {
-  const out: LeanWatchMessage = { kind: undefined, seq: 0, at: undefined, snapshotBytes: 0 };
   const reader = new BinaryReader(buffer);
   while (reader.pos < reader.len) {
     const [no, wireType] = reader.tag();
-    if (no === 4 && wireType === WireType.LengthDelimited) {
+    if (no === 1 && wireType === WireType.LengthDelimited) {
       // WatchedEntries: repeated WatchedEntry (entry = 1, snapshot = 2) in field 1.
       const batch = new BinaryReader(reader.bytes());
       const entries: LeanWatchMessage[] = [];
@@ -634,22 +631,18 @@ function decodeWatchMessage(buffer: Buffer): LeanWatchMessage[] {
         entries.push(one);
       }
       return entries;
-    } else if (no === 1 && wireType === WireType.LengthDelimited) {
-      out.kind = "entry";
-      readEntry(reader.bytes(), out);
     } else if (no === 2 && wireType === WireType.LengthDelimited) {
-      out.kind = "caughtUp";
+      const out: LeanWatchMessage = { kind: "caughtUp", seq: 0, at: undefined, snapshotBytes: 0 };
       const marker = new BinaryReader(reader.bytes());
       while (marker.pos < marker.len) {
         const [n, w] = marker.tag();
         if (n === 1 && w === WireType.Varint) out.seq = Number(marker.uint64());
         else marker.skip(w, n);
       }
-    } else if (no === 3 && wireType === WireType.LengthDelimited) {
-      out.snapshotBytes = reader.bytes().length;
+      return [out];
     } else reader.skip(wireType, no);
   }
-  return [out];
+  return [];
 }
 
 /** JournalEntry: seq = 1, event = 5 → Event.agent_phase = 4 → AgentPhaseEvent.at = 2. */

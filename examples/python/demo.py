@@ -51,13 +51,19 @@ def main() -> int:
 
     session = f"demo-{int(time.time())}"
     title(f"a session journal: {session}")
-    first = berth.append(session, "generate", {"pageUrl": "/pricing", "count": 3}, extra={"prompt": "a calmer hero"})
+    first = berth.append(session, "generate", {"pageUrl": "/pricing", "count": 3}, extra={"prompt": "a calmer hero"}, expected_state="no_session", idempotency_key="demo-generate")
     print(f"appended seq {first.seq}: phase {first.snapshot.phase!r}, {first.snapshot.expected_variants} variants expected")
+    again = berth.append(session, "generate", {"pageUrl": "/pricing", "count": 3}, extra={"prompt": "a calmer hero"}, idempotency_key="demo-generate")
+    print(f"the same append retried with its key: duplicate={again.duplicate}, seq {again.seq}, nothing written")
+    try:
+        berth.append(session, "generate", {"pageUrl": "/about"}, idempotency_key="demo-generate")
+    except BerthError as error:
+        print(f"the key with another event is refused: {error.code.name} {error.reason}")
     berth.append(session, "agent_phase", {"phase": "planning"}, expected_seq=first.seq)
     try:
         berth.append(session, "agent_phase", {"phase": "writing"}, expected_seq=first.seq)
     except BerthError as error:
-        print(f"a stale expected_seq is refused: {error.code.name}, the session is at {error.facts.get('currentSeq')}")
+        print(f"a stale expected_seq is refused: {error.code.name} {error.reason}, the session is at {error.facts.get('currentSeq')}")
 
     title("watch it: the backlog, caught up, then live entries")
     watch = berth.watch(session, include_snapshot=True)
@@ -82,6 +88,14 @@ def main() -> int:
     follower.join(5)
     snapshot = berth.snapshot(session)
     print("the snapshot now:", {k: v for k, v in to_dict(snapshot).items() if k in ("phase", "sourceFile", "arrivedVariants", "mountedVariants", "renderState")})
+    print("active sessions (every page):", sum(1 for _ in berth.list_sessions()))
+    read = berth.read_journal(session, limit=2)
+    print(f"the journal's first {len(read)} entries; more from seq {read.next_seq}: {read.more} (last seq {read.last_seq})")
+
+    title("a session deleted")
+    scratch = f"{session}-scratch"
+    berth.append(scratch, "generate", {"pageUrl": "/tmp"})
+    print(f"deleted {scratch} at seq {berth.delete(scratch, expected_seq=1)}; its snapshot now: {berth.snapshot(scratch)}")
 
     title("a source lock, held for a with block")
     limits = berth.lock_limits()

@@ -629,7 +629,7 @@ export function caseArbitrary(methods: readonly DescMethod[], settings: InputSet
       fc.uint8Array({ maxLength: 64 }).map((b) => [...Buffer.from("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", "latin1"), ...b]),
       fc.constantFrom(
         "GET / HTTP/1.1\r\n\r\n",
-        "POST /berth.sessions.v1.SessionService/HasSession HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999\r\nContent-Type: application/json\r\n\r\n{",
+        "POST /berth.sessions.v1.SessionService/GetSnapshot HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999\r\nContent-Type: application/json\r\n\r\n{",
         "POST /grpc.health.v1.Health/Check HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Type: application/json\r\n\r\nzz\r\n",
         "PRI * HTTP/2.0\r\n",
         "P",

@@ -176,6 +176,8 @@ export async function runCampaign(options: CampaignOptions): Promise<CampaignRes
   let running = runningIds(target.stateDir);
   // Appends answered with a lost answer may land after their batch: their sessions stay "maybe" one batch longer.
   let carriedMaybe = new Set<string>();
+  // Sessions a DeleteSession whose answer was lost may have deleted, in this batch or the next.
+  let carriedMaybeDeleted = new Set<string>();
   let carriedRunningLost = false;
   let batches = 0;
   let seenErrorLogs = 0;
@@ -189,6 +191,9 @@ export async function runCampaign(options: CampaignOptions): Promise<CampaignRes
     const planned = planBatch(options, batch, remaining, arbitraries).filter((c) => options.only === undefined || c.id === options.only);
     const ackedSeqs = new Map<string, Set<number>>();
     const lostSessions = new Set<string>();
+    // Sessions deleted during the batch (an acknowledged DeleteSession), and those maybe deleted.
+    const deletedSessions = new Set<string>();
+    const maybeDeleted = new Set<string>();
     const ackedRunning = new Set<string>();
     let runningLost = false;
 
@@ -217,6 +222,7 @@ export async function runCampaign(options: CampaignOptions): Promise<CampaignRes
         const method = item.method;
         const isAppend = method.parent.typeName === "berth.sessions.v1.SessionService" && (method.name === "AppendEvent" || method.name === "AppendEvents");
         const isRegister = method.parent.typeName === "berth.budget.v1.BudgetService" && method.name === "RegisterRunning";
+        const isDelete = method.parent.typeName === "berth.sessions.v1.SessionService" && method.name === "DeleteSession";
 
         // The answer itself.
         if (answer.code === "internal" && built.internalBySpec && /compress/i.test(answer.message)) {
@@ -255,6 +261,15 @@ export async function runCampaign(options: CampaignOptions): Promise<CampaignRes
           } else if (LOST_ANSWERS.has(answer.code)) {
             const sessionId = parsedRequest(method, built)?.sessionId;
             lostSessions.add(typeof sessionId === "string" ? sessionId : "*");
+          }
+        }
+        if (isDelete) {
+          const sessionId = parsedRequest(method, built)?.sessionId;
+          if (answer.code === "ok") {
+            if (typeof sessionId === "string") deletedSessions.add(sessionId);
+            else violate({ kind: "unattributable-delete", caseId: item.id, detail: "an acknowledged deletion whose session cannot be read from its request", label: built.label });
+          } else if (LOST_ANSWERS.has(answer.code)) {
+            maybeDeleted.add(typeof sessionId === "string" ? sessionId : "*");
           }
         }
         if (isRegister) {
@@ -304,6 +319,22 @@ export async function runCampaign(options: CampaignOptions): Promise<CampaignRes
       const before: JournalDigest | undefined = journals.get(sessionId);
       const after = nextJournals.get(sessionId);
       const acked = ackedSeqs.get(sessionId) ?? new Set<number>();
+      if ([maybeDeleted, carriedMaybeDeleted].some((set) => set.has(sessionId) || set.has("*"))) continue;
+      if (deletedSessions.has(sessionId)) {
+        // Deleted during the batch: what its journal holds now (if anything) was appended after
+        // that, in this batch; acknowledged appends from before the deletion are gone with it.
+        if (after === undefined) continue;
+        const change = journalChange(target.stateDir, sessionId, undefined);
+        if (change.badLines > 0) violate({ kind: "journal-bad-line", caseId: `batch ${batch}`, detail: `${sessionId}: ${change.badLines} lines without a seq after a deletion` });
+        const maybe = [lostSessions, carriedMaybe].some((set) => set.has(sessionId) || set.has("*"));
+        for (const seq of change.newSeqs) {
+          journalLinesChecked++;
+          if (acked.has(seq)) continue;
+          if (maybe) unacknowledgedLines++;
+          else violate({ kind: "journal-changed-without-ack", caseId: `batch ${batch}`, detail: `${sessionId}: seq ${seq} written after a deletion, but no call of this batch was acknowledged with it` });
+        }
+        continue;
+      }
       if (after === undefined) {
         if (before !== undefined) violate({ kind: "journal-removed", caseId: `batch ${batch}`, detail: sessionId });
         if (acked.size > 0) violate({ kind: "acknowledged-append-missing", caseId: `batch ${batch}`, detail: `${sessionId}: seqs ${[...acked].join(",")} acknowledged, no journal` });
@@ -327,6 +358,7 @@ export async function runCampaign(options: CampaignOptions): Promise<CampaignRes
     }
     journals = nextJournals;
     carriedMaybe = lostSessions;
+    carriedMaybeDeleted = maybeDeleted;
 
     // The running tally: a new entry comes from an acknowledged registration.
     const nextRunning = runningIds(target.stateDir);

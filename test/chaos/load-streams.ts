@@ -143,15 +143,17 @@ async function watchSession(world: LoadWorld, session: string, from: number, inc
     (message) => {
       if (broken) return;
       switch (message.kind.case) {
-        case "entry": {
-          const entry = message.kind.value;
-          const seq = Number(entry.seq);
-          if (seq !== next) return fail(`got seq ${seq} where ${next} was due (${seq < next ? "a repeat" : "a gap"})`);
-          const event = entry.event?.kind;
-          const phase = event?.case === "agentPhase" ? event.value.phase : undefined;
-          if (phase !== phaseOf(seq)) return fail(`seq ${seq} carries ${event?.case ?? "no event"} ${JSON.stringify(phase)}, expected agent_phase ${phaseOf(seq)}`);
-          if (caughtUp && includeSnapshot && message.snapshot === undefined) return fail(`live entry ${seq} came without its snapshot`);
-          next++;
+        case "entries": {
+          for (const { entry, snapshot } of message.kind.value.entries) {
+            const seq = Number(entry?.seq);
+            if (seq !== next) return fail(`got seq ${seq} where ${next} was due (${seq < next ? "a repeat" : "a gap"})`);
+            const event = entry?.event?.kind;
+            const phase = event?.case === "agentPhase" ? event.value.phase : undefined;
+            if (phase !== phaseOf(seq)) return fail(`seq ${seq} carries ${event?.case ?? "no event"} ${JSON.stringify(phase)}, expected agent_phase ${phaseOf(seq)}`);
+            if (caughtUp && includeSnapshot && snapshot === undefined) return fail(`live entry ${seq} came without its snapshot`);
+            if (!caughtUp && snapshot !== undefined) return fail(`backlog entry ${seq} came with a snapshot`);
+            next++;
+          }
           return finishIfDone();
         }
         case "caughtUp": {

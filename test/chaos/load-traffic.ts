@@ -12,7 +12,7 @@
  */
 import { NeedItemKind } from "@berth/api/berth/budget/v1/budget_pb";
 import { LockService } from "@berth/api/berth/locks/v1/lock_service_pb";
-import { SessionService } from "@berth/api/berth/sessions/v1/session_service_pb";
+import { ExpectedState, SessionService } from "@berth/api/berth/sessions/v1/session_service_pb";
 import { ConnectError } from "@connectrpc/connect";
 import { grpcCodeName, isGrpcError } from "../harness.js";
 import { between, phaseOf, pick, sleep, type LoadWorld } from "./load-world.js";
@@ -58,6 +58,11 @@ export async function appender(world: LoadWorld, session: string, appending: () 
   }
 }
 
+/** The expectation of an append after seq `last`: that seq, or no session yet. */
+function expectedAt(last: number) {
+  return last === 0 ? { case: "expectedState" as const, value: ExpectedState.NO_SESSION } : { case: "expectedSeq" as const, value: BigInt(last) };
+}
+
 /** Appends entries last+1..last+count; true once acknowledged at exactly those seqs. */
 async function appendOnce(world: LoadWorld, session: string, last: number, count: number): Promise<boolean> {
   const key = `${session}-${last + 1}`;
@@ -67,10 +72,10 @@ async function appendOnce(world: LoadWorld, session: string, last: number, count
     const what = `${count === 1 ? "AppendEvent" : "AppendEvents"} of ${session} ${last + 1}..${last + count} (attempt ${attempt})`;
     const range = await unary(world, what, async () => {
       if (count === 1) {
-        const answer = await lane.client.unary(SessionService.method.appendEvent, { sessionId: session, event: events[0], expectedSeq: BigInt(last), idempotencyKey: key }, { deadlineMs: UNARY_DEADLINE_MS });
+        const answer = await lane.client.unary(SessionService.method.appendEvent, { sessionId: session, event: events[0], expected: expectedAt(last), idempotencyKey: key }, { deadlineMs: UNARY_DEADLINE_MS });
         return { first: Number(answer.seq), last: Number(answer.seq) };
       }
-      const answer = await lane.client.unary(SessionService.method.appendEvents, { sessionId: session, events, expectedSeq: BigInt(last), idempotencyKey: key }, { deadlineMs: UNARY_DEADLINE_MS });
+      const answer = await lane.client.unary(SessionService.method.appendEvents, { sessionId: session, events, expected: expectedAt(last), idempotencyKey: key }, { deadlineMs: UNARY_DEADLINE_MS });
       return { first: Number(answer.firstSeq), last: Number(answer.lastSeq) };
     }).finally(() => lane.release());
     if (range === undefined) {
@@ -111,7 +116,7 @@ async function getSnapshot(world: LoadWorld): Promise<void> {
   const acked = world.acked.get(session) ?? 0;
   const viaJson = world.random() < 0.5;
   const what = `GetSnapshot(${session}) over ${viaJson ? "Connect JSON" : "grpc-js"}`;
-  let answer: { exists: boolean; lastSeq: bigint } | undefined;
+  let answer: { lastSeq: bigint } | undefined;
   if (viaJson) {
     const lane = world.sessionsJson.borrow();
     answer = await unary(world, what, () => lane.client.getSnapshot({ sessionId: session }, { timeoutMs: UNARY_DEADLINE_MS })).finally(() => lane.release());
@@ -120,7 +125,7 @@ async function getSnapshot(world: LoadWorld): Promise<void> {
     answer = await unary(world, what, () => lane.client.unary(SessionService.method.getSnapshot, { sessionId: session }, { deadlineMs: UNARY_DEADLINE_MS })).finally(() => lane.release());
   }
   if (answer === undefined) return;
-  if (!answer.exists || Number(answer.lastSeq) < acked) world.tally.violation(`${what}: last seq ${answer.lastSeq} (exists: ${answer.exists}) behind the acknowledged ${acked}`);
+  if (Number(answer.lastSeq) < acked) world.tally.violation(`${what}: last seq ${answer.lastSeq} behind the acknowledged ${acked}`);
 }
 
 async function listSessions(world: LoadWorld): Promise<void> {

@@ -38,7 +38,7 @@ import * as path from "node:path";
 import { afterAll, expect, it } from "vitest";
 import { BudgetService } from "@berth/api/berth/budget/v1/budget_service_pb";
 import { LockService } from "@berth/api/berth/locks/v1/lock_service_pb";
-import { SessionService } from "@berth/api/berth/sessions/v1/session_service_pb";
+import { ExpectedState, SessionService } from "@berth/api/berth/sessions/v1/session_service_pb";
 import { fixtureArgs } from "../budget-e2e.js";
 import { closeClient, connectClient, grpcJsClient, grpcJsHealthClient, makeTempDir, startService, stopAll } from "../harness.js";
 import { Lanes } from "./load-lanes.js";
@@ -131,7 +131,7 @@ it(`${STREAMS} streams and unary traffic for ${SECONDS} s in ${ROUNDS} round(s):
   {
     const lane = world.sessionsGrpc.borrow();
     for (const session of sessions) {
-      const answer = await lane.client.unary(SessionService.method.appendEvent, { sessionId: session, event: { kind: { case: "agentPhase", value: { phase: phaseOf(1) } } }, expectedSeq: 0n });
+      const answer = await lane.client.unary(SessionService.method.appendEvent, { sessionId: session, event: { kind: { case: "agentPhase", value: { phase: phaseOf(1) } } }, expected: { case: "expectedState", value: ExpectedState.NO_SESSION } });
       expect(Number(answer.seq)).toBe(1);
       world.acked.set(session, 1);
     }

@@ -175,7 +175,7 @@ describe("the lock chaos checks", () => {
       evidence({
         extra0: [
           { ...base, event: "write-attempt", fencingToken: 1, n: 3 },
-          { ...base, event: "write-refused", fencingToken: 1, n: 3, code: "Aborted", detail: { file: "/p/f", fencingToken: 1, currentToken: 2 } },
+          { ...base, event: "write-refused", fencingToken: 1, n: 3, code: "FailedPrecondition", detail: { file: "/p/f", fencingToken: 1, currentToken: 2 } },
         ],
         pauses: [{ client: 0, pid: 100, file, fencingToken: 1, logOffset: 6 }],
       }),

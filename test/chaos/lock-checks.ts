@@ -45,7 +45,7 @@ export interface LockRunVerdict {
   readonly requests: number;
   /** Attempts by resumed holders with the fence they held before the pause. */
   readonly staleAttempts: number;
-  /** Of those, refused with ABORTED and a FenceRejected detail naming the stale token. */
+  /** Of those, refused with FAILED_PRECONDITION FENCE_REJECTED and a FenceRejected detail naming the stale token. */
   readonly staleFencesRefused: number;
   /** Pauses that landed before the holder's last write (so it tried to write with a stale fence). */
   readonly pausesMidHold: number;
@@ -207,7 +207,7 @@ export function judgeLockRun(evidence: LockRunEvidence): LockRunVerdict {
       const where = `${record.file}: resumed holder pid ${record.pid} (token ${record.fencingToken}) write ${record.n}`;
       if (outcome === undefined) violation(`${where} has no outcome`);
       else if (outcome.event === "write-ok") violation(`${where} was accepted with a stale fence (seq ${outcome.seq})`);
-      else if (outcome.event !== "write-refused" || outcome.code !== "Aborted" || outcome.detail === null) violation(`${where} failed without the fence refusal: ${JSON.stringify(outcome)}`);
+      else if (outcome.event !== "write-refused" || outcome.code !== "FailedPrecondition" || outcome.detail === null) violation(`${where} failed without the fence refusal: ${JSON.stringify(outcome)}`);
       else if (outcome.detail.fencingToken !== pause.fencingToken || outcome.detail.currentToken === pause.fencingToken) violation(`${where}: the refusal's detail is wrong: ${JSON.stringify(outcome.detail)}`);
       else staleFencesRefused++;
       if (inJournal.has(key)) violation(`${where} is in the journal`);

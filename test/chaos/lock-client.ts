@@ -107,7 +107,7 @@ async function protectedWrites(file: string, fencingToken: number, mode: LockMod
     } catch (error) {
       const failure = ConnectError.from(error);
       const detail = failure.findDetails(FenceRejectedSchema)[0];
-      if (failure.code === Code.Aborted && detail !== undefined) {
+      if (failure.code === Code.FailedPrecondition && detail !== undefined) {
         const refusal = { file: detail.file, fencingToken: Number(detail.fencingToken), currentToken: Number(detail.currentToken) };
         record("write-refused", { file, fencingToken, n, code: Code[failure.code], detail: refusal });
       } else {

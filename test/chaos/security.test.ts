@@ -37,7 +37,7 @@ import {
   createFileRegistry,
 } from "@bufbuild/protobuf";
 import { FileDescriptorProtoSchema, type FileDescriptorProto } from "@bufbuild/protobuf/wkt";
-import { ConnectError, createClient, type Client } from "@connectrpc/connect";
+import { Code, ConnectError, createClient, type Client } from "@connectrpc/connect";
 import { afterAll, describe, expect, it } from "vitest";
 import { NeedItemKind } from "@berth/api/berth/budget/v1/budget_pb";
 import { BudgetService } from "@berth/api/berth/budget/v1/budget_service_pb";
@@ -486,7 +486,11 @@ describe("security", () => {
     const locks = connectClient(LockService, sessionsUrl, { protocol: "grpc", token: TOKEN });
     const budget = connectClient(BudgetService, budgetUrl, { protocol: "grpc", token: TOKEN });
     for (const sessionId of ["refused", "refused-batch"]) {
-      findings.check(!(await sessions.hasSession({ sessionId })).exists, `a refused append created session ${sessionId}`);
+      const created = await sessions.getSnapshot({ sessionId }).then(
+        () => true,
+        (error: unknown) => (ConnectError.from(error).code === Code.NotFound ? false : Promise.reject(error)),
+      );
+      findings.check(!created, `a refused append created session ${sessionId}`);
     }
     for (const file of ["/refused.css", "/refused-hold.css"]) {
       const inspected = await locks.inspect({ file });
@@ -552,7 +556,7 @@ describe("security", () => {
     // sessions: journals (with idempotency keys), batches, snapshots written on demand.
     for (const sessionId of ["alpha", "beta", "gamma"]) {
       await sessions.appendEvent({ sessionId, event: { kind: { case: "generate", value: { pageUrl: "http://localhost:3000/", count: 2 } } }, idempotencyKey: `${sessionId}-1` });
-      await sessions.appendEvents({ sessionId, events: [phase("a"), phase("b")], expectedSeq: 1n });
+      await sessions.appendEvents({ sessionId, events: [phase("a"), phase("b")], expected: { case: "expectedSeq", value: 1n } });
       await sessions.flushSnapshot({ sessionId });
     }
     await sessions.appendEvent({ sessionId: "gamma", event: { kind: { case: "complete", value: {} } } });
@@ -660,12 +664,12 @@ describe("security", () => {
       findings.check(status === "SERVING", `${server} health over its socket without a token: ${status}`);
       health.close();
       const callers = new Callers(url);
-      const method = server === "sessions" ? SessionService.method.hasSession : BudgetService.method.getState;
+      const method = server === "sessions" ? SessionService.method.getSnapshot : BudgetService.method.getState;
       for (const wire of WIRES) {
         const refused = await callers.call(wire, method, {}, false);
         findings.check(refused.code === "UNAUTHENTICATED", `${server} ${method.name} over its socket (${wire}) without a token: ${refused.code}`);
         const answered = await callers.call(wire, method, RIGHT_CREDENTIALS, false);
-        // HasSession({}) is INVALID_ARGUMENT (no id): either way the handler answered.
+        // GetSnapshot({}) is INVALID_ARGUMENT (no id): either way the handler answered.
         findings.check(answered.code !== "UNAUTHENTICATED" && answered.code !== "UNAVAILABLE", `${server} ${method.name} over its socket (${wire}) with the token: ${answered.code}`);
       }
       callers.close();

@@ -14,7 +14,7 @@ import { createClient, type Client, type Interceptor, type Transport } from "@co
 import { createConnectTransport, createGrpcTransport, createGrpcWebTransport, Http2SessionManager } from "@connectrpc/connect-node";
 import * as grpc from "@grpc/grpc-js";
 import * as protoLoader from "@grpc/proto-loader";
-import { ErrorInfoSchema, RetryInfoSchema } from "@berth/api/google/rpc/error_details_pb";
+import { ErrorInfoSchema, RetryInfoSchema, type ErrorInfo } from "@berth/api/google/rpc/error_details_pb";
 import { StatusSchema } from "@berth/api/google/rpc/status_pb";
 import { onStopAll } from "./processes.js";
 import { repoPath } from "./repo.js";
@@ -68,6 +68,11 @@ export function grpcStatusDetails(metadata: grpc.Metadata): GrpcStatusDetails | 
     types: status.details.map((d) => typeOf(d.typeUrl)),
     find,
   };
+}
+
+/** The ErrorInfo of a grpc-js call's status (its `reason` names the case), if it had one. */
+export function grpcErrorInfo(metadata: grpc.Metadata): ErrorInfo | undefined {
+  return grpcStatusDetails(metadata)?.find(ErrorInfoSchema);
 }
 
 /**
@@ -260,7 +265,7 @@ const closers = new WeakMap<object, () => void>();
  *
  * ```ts
  * const client = connectClient(SessionService, service.url("sessions"), { protocol: "grpc", token });
- * await client.hasSession({ sessionId: "s1" });
+ * await client.getSnapshot({ sessionId: "s1" });
  * ```
  */
 export function connectClient<S extends DescService>(service: S, url: string, options: ConnectClientOptions): Client<S> {

@@ -39,7 +39,7 @@ export const EXIT = {
   failed: 1,
   /** Wrong command, flags or arguments (also when the service refuses an argument: INVALID_ARGUMENT). */
   usage: 2,
-  /** The service refused because the state moved on: a stale expected seq, a fence no longer current. */
+  /** The service refused because the state moved on: a stale expected seq, a fence no longer current, an idempotency key used for other events. */
   conflict: 3,
   /** What the command names does not exist (a session without a journal, a reservation). */
   notFound: 4,

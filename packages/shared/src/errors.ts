@@ -10,6 +10,7 @@ export type BerthCode =
   | "already_exists"
   | "failed_precondition"
   | "aborted"
+  | "out_of_range"
   | "resource_exhausted"
   | "unavailable"
   | "unauthenticated"

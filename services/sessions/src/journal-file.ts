@@ -53,6 +53,11 @@ export interface StoredEntry {
 export interface KeyRecord {
   firstSeq: number;
   lastSeq: number;
+  /**
+   * The digest of the append's events (event-digest.ts): set by the store when it made the
+   * append, or when the key is first used again after being read back from the journal.
+   */
+  digest?: string;
 }
 
 /**

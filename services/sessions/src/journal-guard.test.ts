@@ -108,7 +108,7 @@ describe("bytes of berth's that cannot be found whole", () => {
  * berth's before them already had (the other process read the journal before berth's line landed
  * and wrote after it: the seed's own read-then-write, which no check of berth's can see; counted,
  * not judged). Every append berth acknowledged is in the journal exactly once, under the seq it
- * was acknowledged with; a refused one (ABORTED, retried) never.
+ * was acknowledged with; a refused one (UNAVAILABLE APPEND_OVERTAKEN, retried) never.
  */
 describe("berth and a process appending in the seed's way, at once", () => {
   const RUNS = Number(process.env.BERTH_SEED_RACE_RUNS ?? 20);
@@ -124,7 +124,7 @@ describe("berth and a process appending in the seed's way, at once", () => {
   interface Tally {
     runs: number;
     berthAppends: number;
-    aborted: number;
+    refused: number;
     seedLines: number;
     berthOvertaken: number;
     seedRepeated: number;
@@ -142,7 +142,7 @@ describe("berth and a process appending in the seed's way, at once", () => {
       ...(writer === "stand-in" ? {} : { seedStore: { module: writer.moduleUrl, project: writer.project } }),
     });
     const store = new SessionStore({ dir: live.dir, fsync: "batch" });
-    const tally: Tally = { runs: 0, berthAppends: 0, aborted: 0, seedLines: 0, berthOvertaken: 0, seedRepeated: 0, missingOrRepeated: [] };
+    const tally: Tally = { runs: 0, berthAppends: 0, refused: 0, seedLines: 0, berthOvertaken: 0, seedRepeated: 0, missingOrRepeated: [] };
     try {
       await child.next("ready");
       for (let run = 0; run < RUNS; run++) {
@@ -166,8 +166,8 @@ describe("berth and a process appending in the seed's way, at once", () => {
                   acknowledged.set(revision, result.firstSeq);
                   break;
                 } catch (error) {
-                  if (!isBerthError(error) || error.code !== "aborted") throw error;
-                  tally.aborted++;
+                  if (!isBerthError(error) || error.reason !== "APPEND_OVERTAKEN") throw error;
+                  tally.refused++;
                 }
               }
             }

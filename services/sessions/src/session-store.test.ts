@@ -7,7 +7,7 @@ import { isBerthError, type BerthError } from "@berth/shared/errors";
 import { nodeCommitIo, type CommitIo, type FsyncMode } from "./group-commit.js";
 import { encodeJournalLine, encodeSeedLine } from "./journal-format.js";
 import { applyEvent, baseSnapshot, type JournalEntry, type SessionSnapshot } from "./reducer.js";
-import { SessionStore, type SessionStoreOptions } from "./session-store.js";
+import { APPEND_OVERTAKEN_RETRY_MS, SessionStore, type SessionStoreOptions } from "./session-store.js";
 import { loadSeedStore, seedsAvailable, type SeedStoreHarness } from "./testing/seed-store.js";
 import { seedAppend, seedDirsOf, seedReadState } from "./testing/seed-writer.js";
 
@@ -79,13 +79,14 @@ async function collect<T>(iterable: AsyncIterable<T>): Promise<T[]> {
   return out;
 }
 
-async function expectBerthError(promise: Promise<unknown> | (() => unknown), code: string): Promise<BerthError> {
+async function expectBerthError(promise: Promise<unknown> | (() => unknown), code: string, reason?: string): Promise<BerthError> {
   try {
     if (typeof promise === "function") await promise();
     else await promise;
   } catch (error) {
     expect(isBerthError(error), String(error)).toBe(true);
     expect((error as BerthError).code).toBe(code);
+    if (reason !== undefined) expect((error as BerthError).reason).toBe(reason);
     return error as BerthError;
   }
   throw new Error(`expected a BerthError ${code}`);
@@ -148,7 +149,8 @@ describe("appends", () => {
     await expectBerthError(store.append("s1", [{ type: "ok" }, { notype: 1 }]), "invalid_argument");
     await expectBerthError(store.append("s1", [{ type: "ok" }, null]), "invalid_argument");
     await expectBerthError(store.append("s1", [{ type: "x", id: "other" }]), "invalid_argument");
-    const big = await expectBerthError(store.append("s1", [{ type: "ok" }, { type: "x", blob: "y".repeat(300) }]), "resource_exhausted");
+    const big = await expectBerthError(store.append("s1", [{ type: "ok" }, { type: "x", blob: "y".repeat(300) }]), "invalid_argument", "EVENT_TOO_LARGE");
+    expect(big.details).toMatchObject({ field: "events[1]", limit: 200 });
     expect(big.message).toMatch(/events\[1\].*over the limit of 200 bytes/);
     await expectBerthError(store.append("s1", [{ type: "x" }], { idempotencyKey: "k".repeat(129) }), "invalid_argument");
     expect(fs.readdirSync(path.join(dir, "sessions"))).toEqual([]);
@@ -161,12 +163,24 @@ describe("appends", () => {
     const store = open();
     await store.append("s1", [{ type: "generate" }], { expectedSeq: 0 });
     await store.append("s1", [{ type: "agent_phase", phase: "plan" }], { expectedSeq: 1 });
-    const conflict = await expectBerthError(store.append("s1", [{ type: "steer" }], { expectedSeq: 1 }), "failed_precondition");
-    expect(conflict.message).toContain("expected seq 1 but the session is at 2");
+    const conflict = await expectBerthError(store.append("s1", [{ type: "steer" }], { expectedSeq: 1 }), "aborted", "SEQ_CONFLICT");
+    expect(conflict.message).toContain("expected seq 1 but the session is at seq 2");
     expect(conflict.details).toMatchObject({ currentSeq: 2 });
     expect(store.getSnapshot("s1")!.lastSeq).toBe(2);
-    const fresh = await expectBerthError(store.append("s2", [{ type: "steer" }], { expectedSeq: 4 }), "failed_precondition");
+    const fresh = await expectBerthError(store.append("s2", [{ type: "steer" }], { expectedSeq: 4 }), "aborted", "SEQ_CONFLICT");
     expect(fresh.details).toMatchObject({ currentSeq: 0 });
+  });
+
+  it("refuses an append whose expected state does not hold: no session yet, or an existing one", async () => {
+    const store = open();
+    const missing = await expectBerthError(store.append("s1", [{ type: "steer" }], { expectedState: "exists" }), "aborted", "SEQ_CONFLICT");
+    expect(missing.details).toMatchObject({ currentSeq: 0, expectedState: "exists" });
+    expect(store.has("s1")).toBe(false);
+    expect(await store.append("s1", [{ type: "generate" }], { expectedState: "no_session" })).toMatchObject({ firstSeq: 1 });
+    const taken = await expectBerthError(store.append("s1", [{ type: "steer" }], { expectedState: "no_session" }), "aborted", "SEQ_CONFLICT");
+    expect(taken.details).toMatchObject({ currentSeq: 1, expectedState: "no_session" });
+    expect(await store.append("s1", [{ type: "steer" }], { expectedState: "exists" })).toMatchObject({ firstSeq: 2 });
+    expect(await store.append("s1", [{ type: "steer" }], { expectedState: "any" })).toMatchObject({ firstSeq: 3 });
   });
 
   it("refuses an append whose fence check throws, with nothing written", async () => {
@@ -225,7 +239,7 @@ describe("idempotency keys", () => {
     // Restart without a current snapshot file: the key comes back from the journal line.
     fs.rmSync(path.join(dir, "sessions", "s1.snapshot.json"), { force: true });
     const replayed = open();
-    const again = await replayed.append("s1", [{ type: "generate" }], { idempotencyKey: "req-1" });
+    const again = await replayed.append("s1", [{ type: "generate", count: 2 }, { type: "agent_done" }], { idempotencyKey: "req-1" });
     expect(again).toMatchObject({ firstSeq: 1, lastSeq: 2, duplicate: true });
     expect(again.snapshot).toEqual(original.snapshot);
     await replayed.close();
@@ -233,7 +247,7 @@ describe("idempotency keys", () => {
     // Restart hydrating from the snapshot file: the key is found by the lazy scan.
     const hydrated = open();
     expect(fs.existsSync(path.join(dir, "sessions", "s1.snapshot.json"))).toBe(true);
-    const third = await hydrated.append("s1", [{ type: "generate" }], { idempotencyKey: "req-1" });
+    const third = await hydrated.append("s1", [{ type: "generate", count: 2 }, { type: "agent_done" }], { idempotencyKey: "req-1" });
     expect(third).toMatchObject({ firstSeq: 1, lastSeq: 2, duplicate: true });
     expect(third.snapshot).toEqual(original.snapshot);
     expect(hydrated.stats().hydrations).toBe(1);
@@ -251,6 +265,134 @@ describe("idempotency keys", () => {
     expect(a.duplicate).toBe(false);
     expect(b).toEqual({ ...a, duplicate: true });
     expect(store.getSnapshot("s1")!.lastSeq).toBe(1);
+  });
+
+  it("a key reused with other events is refused (IDEMPOTENCY_KEY_REUSED), also while the first is in flight and after a restart", async () => {
+    const store = open();
+    const first = store.append("s1", [{ type: "generate", count: 2 }], { idempotencyKey: "k" });
+    // In flight: the same events wait for it, other events are refused at once.
+    const other = expectBerthError(store.append("s1", [{ type: "generate", count: 3 }], { idempotencyKey: "k" }), "already_exists", "IDEMPOTENCY_KEY_REUSED");
+    const same = store.append("s1", [{ type: "generate", count: 2 }], { idempotencyKey: "k" });
+    expect((await other).details).toEqual({ sessionId: "s1", idempotencyKey: "k", firstSeq: 1, lastSeq: 1 });
+    expect(await same).toEqual({ ...(await first), duplicate: true });
+    // Durable: key order inside an event is not a difference, any other change is.
+    expect(await store.append("s1", [{ count: 2, type: "generate" }], { idempotencyKey: "k" })).toMatchObject({ firstSeq: 1, duplicate: true });
+    for (const events of [[{ type: "generate", count: 2, pageUrl: "/x" }], [{ type: "generate" }], [{ type: "generate", count: 2 }, { type: "steer" }]]) {
+      await expectBerthError(store.append("s1", events, { idempotencyKey: "k" }), "already_exists", "IDEMPOTENCY_KEY_REUSED");
+    }
+    await store.append("s1", [{ type: "steer" }, { type: "agent_done" }], { idempotencyKey: "batch" });
+    await expectBerthError(store.append("s1", [{ type: "steer" }, { type: "agent_done", extra: 1 }], { idempotencyKey: "batch" }), "already_exists", "IDEMPOTENCY_KEY_REUSED");
+    const size = fs.statSync(journal("s1")).size;
+    await store.close();
+
+    // After a restart (a full replay, then a hydration from the snapshot file) the digest comes
+    // from the key's entries in the journal.
+    fs.rmSync(path.join(dir, "sessions", "s1.snapshot.json"), { force: true });
+    for (const round of ["replayed", "hydrated"]) {
+      const reopened = open();
+      const refused = await expectBerthError(reopened.append("s1", [{ type: "steer" }, { type: "agent_done", n: 2 }], { idempotencyKey: "batch" }), "already_exists", "IDEMPOTENCY_KEY_REUSED");
+      expect(refused.details, round).toMatchObject({ firstSeq: 2, lastSeq: 3 });
+      expect(await reopened.append("s1", [{ type: "steer" }, { type: "agent_done" }], { idempotencyKey: "batch" }), round).toMatchObject({ firstSeq: 2, lastSeq: 3, duplicate: true });
+      await expectBerthError(reopened.append("s1", [{ type: "generate", count: 9 }], { idempotencyKey: "k" }), "already_exists", "IDEMPOTENCY_KEY_REUSED");
+      expect(await reopened.append("s1", [{ type: "generate", count: 2 }], { idempotencyKey: "k" }), round).toMatchObject({ firstSeq: 1, duplicate: true });
+      expect(reopened.stats().hydrations, round).toBe(round === "hydrated" ? 1 : 0);
+      await reopened.close();
+    }
+    expect(fs.statSync(journal("s1")).size).toBe(size);
+  });
+
+  it("a key's digest read back from the journal is kept, though the session was evicted and opened again meanwhile", async () => {
+    const first = open();
+    for (const id of ["a", "b", "c"]) await first.append(id, [{ type: "steer", pageUrl: `/${id}` }], { idempotencyKey: `k-${id}` });
+    await first.close();
+    // One open session at a time: each retry's read of its key's entries lets another session in.
+    const store = open({ cacheSize: 1 });
+    const retries = await Promise.all(
+      ["a", "b", "c", "a", "b", "c"].map((id) => store.append(id, [{ type: "steer", pageUrl: `/${id}` }], { idempotencyKey: `k-${id}` })),
+    );
+    expect(retries.map((r) => [r.firstSeq, r.duplicate])).toEqual(Array.from({ length: 6 }, () => [1, true]));
+    await expectBerthError(store.append("a", [{ type: "steer", pageUrl: "/b" }], { idempotencyKey: "k-a" }), "already_exists", "IDEMPOTENCY_KEY_REUSED");
+  });
+
+  it("a key in a journal written before digests existed is compared by the events its lines hold", async () => {
+    // What an earlier version wrote: the key on the append's first line, nothing else.
+    const ts = "2026-01-01T00:00:00.000Z";
+    fs.mkdirSync(path.join(dir, "sessions"), { recursive: true });
+    fs.writeFileSync(
+      journal("s1"),
+      encodeJournalLine({ seq: 1, id: "s1", type: "generate", ts, event: { type: "generate", count: 2, id: "s1" } }, { ikey: "old", n: 2 }) +
+        encodeJournalLine({ seq: 2, id: "s1", type: "steer", ts, event: { type: "steer", id: "s1" } }),
+    );
+    const store = open();
+    await expectBerthError(store.append("s1", [{ type: "generate", count: 2 }], { idempotencyKey: "old" }), "already_exists", "IDEMPOTENCY_KEY_REUSED");
+    expect(await store.append("s1", [{ type: "generate", count: 2 }, { type: "steer" }], { idempotencyKey: "old" })).toMatchObject({ firstSeq: 1, lastSeq: 2, duplicate: true });
+  });
+});
+
+describe("deleting a session", () => {
+  it("removes its journal and snapshot files, ends its watchers and tells the watchers of every session", async () => {
+    const store = open();
+    await store.append("s1", [{ type: "generate" }, { type: "steer" }], { idempotencyKey: "k" });
+    await store.append("other", [{ type: "generate" }]);
+    await store.flush("s1");
+    expect(fs.readdirSync(path.join(dir, "sessions")).filter((name) => name.startsWith("s1."))).toHaveLength(3);
+    const watcher = store.watch("s1", 1);
+    const all = store.watchAll();
+    expect((await watcher.next()).value).toMatchObject({ kind: "entry" });
+    expect(await store.delete("s1")).toEqual({ lastSeq: 2 });
+    expect(fs.readdirSync(path.join(dir, "sessions")).filter((name) => name.startsWith("s1."))).toEqual([]);
+    expect(store.has("s1")).toBe(false);
+    expect(store.getSnapshot("s1", { includeCompleted: true })).toMatchObject({ exists: false, lastSeq: 0 });
+    expect(store.list().map((view) => view.sessionId)).toEqual(["other"]);
+    await expect(watcher.next()).rejects.toMatchObject({ code: "not_found", reason: "SESSION_DELETED", details: { sessionId: "s1", lastSeq: 2 } });
+    expect((await all.next()).value).toEqual({ sessionId: "s1", firstSeq: 2, lastSeq: 2, entry: undefined, deleted: true });
+    // A new session under the id starts from seq 1; the old key is gone with it.
+    expect(await store.append("s1", [{ type: "generate" }, { type: "steer" }], { idempotencyKey: "k" })).toMatchObject({ firstSeq: 1, lastSeq: 2, duplicate: false });
+    expect((await all.next()).value).toMatchObject({ sessionId: "s1", firstSeq: 1, lastSeq: 2, deleted: false });
+    await all.return!();
+    await store.close();
+    expect(open().getSnapshot("s1")).toMatchObject({ exists: true, lastSeq: 2 });
+  });
+
+  it("with an expected seq only when it is still the last; a missing session is SESSION_NOT_FOUND", async () => {
+    const store = open();
+    await store.append("s1", [{ type: "generate" }]);
+    const conflict = await expectBerthError(store.delete("s1", { expectedSeq: 2 }), "aborted", "SEQ_CONFLICT");
+    expect(conflict.details).toMatchObject({ sessionId: "s1", expectedSeq: 2, currentSeq: 1 });
+    expect(store.has("s1")).toBe(true);
+    expect(await store.delete("s1", { expectedSeq: 1 })).toEqual({ lastSeq: 1 });
+    await expectBerthError(store.delete("s1"), "not_found", "SESSION_NOT_FOUND");
+    await expectBerthError(store.delete("never"), "not_found", "SESSION_NOT_FOUND");
+    await expectBerthError(() => store.delete("../x"), "invalid_argument");
+  });
+
+  it("lands the appends sequenced before it; appends made while it runs go to a new session", async () => {
+    const store = open();
+    await store.append("s1", [{ type: "generate" }]);
+    const before = store.append("s1", [{ type: "steer" }]);
+    const deletion = store.delete("s1", { expectedSeq: 2 });
+    const after = store.append("s1", [{ type: "agent_done" }]);
+    expect(await before).toMatchObject({ firstSeq: 2 });
+    expect(await deletion).toEqual({ lastSeq: 2 });
+    expect(await after).toMatchObject({ firstSeq: 1, snapshot: { phase: "variants_ready" } });
+    expect(store.read("s1") && (await collect(store.read("s1"))).map((stored) => stored.entry.type)).toEqual(["agent_done"]);
+  });
+
+  it("also removes a legacy journal (the seed would read it again), and its snapshot file", async () => {
+    const legacyDir = path.join(dir, "legacy");
+    fs.mkdirSync(legacyDir);
+    const ts = "2026-01-01T00:00:00.000Z";
+    fs.writeFileSync(journal("old", legacyDir), encodeSeedLine({ seq: 1, id: "old", type: "generate", ts, event: { type: "generate", id: "old" } }));
+    fs.writeFileSync(path.join(legacyDir, "old.snapshot.json"), "{}");
+    fs.copyFileSync(journal("old", legacyDir), journal("both", legacyDir));
+    const store = open({ legacyDir });
+    // "both" was migrated: the primary holds it, the legacy copy stays behind (as the seed leaves it).
+    await store.append("both", [{ type: "steer" }]);
+    expect(fs.existsSync(journal("both", legacyDir))).toBe(true);
+    expect(await store.delete("old")).toEqual({ lastSeq: 1 });
+    expect(await store.delete("both")).toEqual({ lastSeq: 2 });
+    expect(fs.readdirSync(legacyDir)).toEqual([]);
+    expect(store.list({ includeCompleted: true })).toEqual([]);
   });
 });
 
@@ -271,7 +413,7 @@ describe("atomicity and write failures", () => {
     const retried = await store.append("s1", [{ type: "agent_done" }], { idempotencyKey: "k1" });
     expect(retried).toMatchObject({ firstSeq: 2, duplicate: false });
     counter.fail("ENOSPC");
-    await expectBerthError(store.append("s1", [{ type: "steer" }]), "resource_exhausted");
+    await expectBerthError(store.append("s1", [{ type: "steer" }]), "resource_exhausted", "DISK_FULL");
     counter.fail(undefined);
     await store.close();
     const reopened = open();
@@ -430,6 +572,22 @@ describe.skipIf(!seedsAvailable())("the seed's own store and berth read each oth
     expect(lines.at(-1)).toMatchObject({ seq: script.length + 1, type: "steer" });
   });
 
+  it("a session berth deleted is gone for the seed's store too, legacy copy included", async () => {
+    const seedStore = seed.store("s1");
+    for (const event of script) seedStore.appendEvent(event);
+    fs.mkdirSync(seed.legacySessionsDir, { recursive: true });
+    fs.copyFileSync(journal("s1", seed.sessionsDir), journal("s1", seed.legacySessionsDir));
+    const store = open({ dir: seed.sessionsDir, legacyDir: seed.legacySessionsDir });
+    await store.append("s1", [{ type: "steer" }]);
+    await store.flush("s1");
+    expect(seed.store("s1").has("s1")).toBe(true);
+    expect(await store.delete("s1")).toEqual({ lastSeq: script.length + 1 });
+    const after = seed.store("s1");
+    expect(after.has("s1")).toBe(false);
+    expect(after.listActiveSessions()).toEqual([]);
+    expect(after.getSnapshot("s1", { includeCompleted: true })).toMatchObject({ id: "s1", phase: "new" });
+  });
+
   it("the stand-in for a seed process in the tests below writes what the seed's store writes", () => {
     const project = fs.mkdtempSync(path.join(dir, "stand-in-"));
     const standIn = seedDirsOf(project);
@@ -511,7 +669,7 @@ describe("beside another process appending in the seed's format", () => {
     const ours = store.append("s1", [{ type: "steer" }]);
     const behind = store.append("s1", [{ type: "agent_done" }]);
     expect(seedAppend(live, "s1", { type: "variant_mounted", variant: 1 }).seq).toBe(2);
-    const refusal = { code: "aborted", details: { sessionId: "s1" } };
+    const refusal = { code: "unavailable", reason: "APPEND_OVERTAKEN", options: { retryAfterMs: APPEND_OVERTAKEN_RETRY_MS }, details: { sessionId: "s1" } };
     await expect(ours).rejects.toMatchObject(refusal);
     await expect(behind).rejects.toMatchObject(refusal);
     const retried = await store.append("s1", [{ type: "steer" }]);
@@ -550,7 +708,7 @@ describe("beside another process appending in the seed's format", () => {
     const store = open({ dir: live.dir, io: racing.io });
     await store.append("s1", [{ type: "generate", count: 2 }]);
     racing.arm();
-    await expect(store.append("s1", [{ type: "steer" }, { type: "agent_done" }])).rejects.toMatchObject({ code: "aborted", details: { sessionId: "s1" } });
+    await expect(store.append("s1", [{ type: "steer" }, { type: "agent_done" }])).rejects.toMatchObject({ code: "unavailable", reason: "APPEND_OVERTAKEN", details: { sessionId: "s1" } });
     // The other process's seq 2 stands; ours (2 and 3) are blank lines now, which every reader skips.
     expect(journalSeqs("s1", live.dir)).toEqual([1, 2]);
     const text = fs.readFileSync(journal("s1", live.dir), "utf8");
@@ -573,12 +731,35 @@ describe("beside another process appending in the seed's format", () => {
     const store = open({ dir: live.dir, io: racing.io });
     await store.append("s1", [{ type: "generate", count: 2 }]);
     racing.arm();
-    await expect(store.append("s1", [{ type: "steer" }])).rejects.toMatchObject({ code: "aborted" });
+    await expect(store.append("s1", [{ type: "steer" }])).rejects.toMatchObject({ code: "unavailable", reason: "APPEND_OVERTAKEN" });
     // The line after ours read the journal with our line in it, so took seq 3.
     expect(journalSeqs("s1", live.dir)).toEqual([1, 2, 3]);
     expect(fs.readFileSync(journal("s1", live.dir), "utf8")).not.toMatch(/steer/);
     expect((await store.append("s1", [{ type: "steer" }])).firstSeq).toBe(4);
     expect(store.getSnapshot("s1")!.snapshot.mountedVariants).toEqual([1, 2]);
+  });
+
+  it("refuses as a seq conflict (look before writing again) an append whose split write it could not undo", async () => {
+    let armed = false;
+    // A short write: half the bytes, another process's line, then the rest.
+    const io: CommitIo = {
+      write(fd, data, offset, length) {
+        if (!armed) return nodeCommitIo.write(fd, data, offset, length);
+        armed = false;
+        const half = Math.floor(length / 2);
+        const first = nodeCommitIo.write(fd, data, offset, half);
+        seedAppend(live, "s1", { type: "variant_mounted", variant: 1 });
+        return first + nodeCommitIo.write(fd, data, offset + first, length - first);
+      },
+      fdatasync: (fd) => nodeCommitIo.fdatasync(fd),
+    };
+    const store = open({ dir: live.dir, io });
+    await store.append("s1", [{ type: "generate", count: 2 }]);
+    armed = true;
+    const refused = await expectBerthError(store.append("s1", [{ type: "steer" }]), "aborted", "SEQ_CONFLICT");
+    // The journal as it is now: the two halves are no lines a reader can take.
+    expect(refused.details).toMatchObject({ sessionId: "s1", currentSeq: 1 });
+    expect(refused.options.retryAfterMs).toBeUndefined();
   });
 
   it("keeps an append another process's line followed rather than overtook", async () => {
@@ -756,8 +937,10 @@ describe("snapshot files", () => {
       expect(view.lastSeq).toBe(60);
       expect(view.snapshot).toEqual(expected);
       // Keys on both sides of the fence are known, with the seqs of their whole batch.
-      expect(await reopened.append("s1", [{ type: "x" }], { idempotencyKey: "before-2" })).toMatchObject({ duplicate: true, firstSeq: 21, lastSeq: 30 });
-      expect(await reopened.append("s1", [{ type: "x" }], { idempotencyKey: "after" })).toMatchObject({ duplicate: true, firstSeq: 41, lastSeq: 50 });
+      const before2 = Array.from({ length: 10 }, (_, j) => ({ type: "checkpoint", revision: 20 + j }));
+      expect(await reopened.append("s1", before2, { idempotencyKey: "before-2" })).toMatchObject({ duplicate: true, firstSeq: 21, lastSeq: 30 });
+      const after = Array.from({ length: 10 }, (_, j) => ({ type: "agent_phase", phase: `p${j}` }));
+      expect(await reopened.append("s1", after, { idempotencyKey: "after" })).toMatchObject({ duplicate: true, firstSeq: 41, lastSeq: 50 });
       const read = await collect(reopened.read("s1", 35, 20));
       expect(read.map((e) => e.entry.seq)).toEqual(Array.from({ length: 20 }, (_, i) => 35 + i));
       expect(read.map((e) => e.idempotencyKey)).toEqual([...Array<string>(6).fill("before-3"), ...Array<string>(10).fill("after"), ...Array<undefined>(4).fill(undefined)]);

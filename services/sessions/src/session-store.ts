@@ -47,9 +47,11 @@ import {
 } from "./journal-file.js";
 import { applyEvent, baseSnapshot, type JournalEntry, type SessionSnapshot } from "./reducer.js";
 import { journalPath, sessionIdFromFileName, snapshotPath } from "./session-paths.js";
-import { readPrefixSnapshot, readSnapshotFile, writeSnapshotFile } from "./snapshot-file.js";
+import { readPrefixSnapshot, readSnapshotFile, sidecarPath, writeSnapshotFile } from "./snapshot-file.js";
 import { isCompletedPhase } from "./vocabulary.js";
-import { WatchHub, type EventWatcher, type SessionChange, type WatchBacklog, type WatchEvent, type WatchOptions } from "./watch-hub.js";
+import { CompletedRetention, type RetentionHost } from "./retention.js";
+import { eventsDigest } from "./event-digest.js";
+import { DEFAULT_MAX_BUFFERED, WatchHub, type EventWatcher, type SessionChange, type WatchBacklog, type WatchEvent, type WatchOptions } from "./watch-hub.js";
 
 /** The largest event (its JSON, in bytes) accepted by default. */
 export const DEFAULT_MAX_EVENT_BYTES = 1024 * 1024;
@@ -63,6 +65,10 @@ export const DEFAULT_SNAPSHOT_EVERY_ENTRIES = 1000;
 export const DEFAULT_SNAPSHOT_IDLE_MS = 5000;
 /** The longest idempotency key, in characters. */
 export const MAX_IDEMPOTENCY_KEY_LENGTH = 128;
+/** How soon an append another process's line overtook may be retried (at once: nothing of it was kept). */
+export const APPEND_OVERTAKEN_RETRY_MS = 10;
+/** How soon a call refused because the store cannot write, or is stopping, is worth retrying. */
+export const UNAVAILABLE_RETRY_AFTER_MS = 1000;
 
 /** Options of {@link SessionStore}. */
 export interface SessionStoreOptions {
@@ -84,12 +90,22 @@ export interface SessionStoreOptions {
   maxBuffered?: number;
   /** The write/fdatasync calls of appends (tests inject one to count syncs or fail writes). */
   io?: CommitIo;
+  /**
+   * Delete completed and discarded sessions this long (ms) after their completing entry: swept
+   * at start, then when the next one is due (see retention.ts). Unset: kept forever.
+   */
+  completedRetentionMs?: number;
 }
+
+/** What an append may expect of the session beside an exact seq. */
+export type ExpectedState = "any" | "no_session" | "exists";
 
 /** Options of {@link SessionStore.append}. */
 export interface AppendOptions {
-  /** The last seq the caller saw (0 for a new session); anything else is failed_precondition. */
+  /** The last seq the caller saw (0: no entry yet); anything else is aborted SEQ_CONFLICT. */
   expectedSeq?: number;
+  /** A state the session must be in: no entry yet (`no_session`) or at least one (`exists`). */
+  expectedState?: ExpectedState;
   /** A retry with the same key returns the first append's result and writes nothing ("" = none). */
   idempotencyKey?: string;
   /** Called just before the append is sequenced; throwing (e.g. a stale lock fence) refuses it with nothing written. */
@@ -137,6 +153,8 @@ interface PendingAppend {
   entries: JournalEntry[];
   snapshots: SessionSnapshot[];
   ikey: string | undefined;
+  /** The digest of the append's events, with a key (see event-digest.ts). */
+  digest: string | undefined;
   resolve(result: AppendResult): void;
   reject(error: unknown): void;
 }
@@ -173,7 +191,7 @@ interface OpenSession {
   keysComplete: boolean;
   scanPrefix: number;
   index: SeqIndex;
-  inflightKeys: Map<string, Promise<AppendResult>>;
+  inflightKeys: Map<string, InflightKey>;
   /** The results of the newest keyed appends, so that a prompt retry costs no replay. */
   recentResults: Map<string, AppendResult>;
 
@@ -183,6 +201,14 @@ interface OpenSession {
   lastAppendAt: number;
   idleTimer: TimerHandle | undefined;
   snapshotWrite: Promise<void> | undefined;
+}
+
+/** A keyed append on its way to disk: what a retry with its key waits for, or is refused by. */
+interface InflightKey {
+  result: Promise<AppendResult>;
+  digest: string;
+  firstSeq: number;
+  lastSeq: number;
 }
 
 // Per open session; older keys rebuild their snapshot by a replay up to the append's last seq.
@@ -205,6 +231,8 @@ export class SessionStore {
   private readonly snapshotEveryEntries: number;
   private readonly snapshotIdleMs: number;
   private readonly io: CommitIo | undefined;
+  private readonly maxBuffered: number;
+  private readonly completedRetentionMs: number | undefined;
   private readonly hub: WatchHub;
   private readonly sessions = new Map<string, OpenSession>();
   private readonly background = new Set<Promise<void>>();
@@ -215,6 +243,9 @@ export class SessionStore {
   private directoryWatch: fs.FSWatcher | undefined;
   /** Sessions whose journal changed since the follower last looked (looked at once per turn). */
   private readonly changedJournals = new Set<string>();
+  /** Deletions in progress, per session: appends to the session wait for them. */
+  private readonly deletions = new Map<string, Promise<unknown>>();
+  private readonly retention: CompletedRetention | undefined;
 
   constructor(options: SessionStoreOptions) {
     this.dir = path.resolve(options.dir);
@@ -228,9 +259,16 @@ export class SessionStore {
     this.snapshotEveryEntries = Math.max(1, options.snapshotEveryEntries ?? DEFAULT_SNAPSHOT_EVERY_ENTRIES);
     this.snapshotIdleMs = options.snapshotIdleMs ?? DEFAULT_SNAPSHOT_IDLE_MS;
     this.io = options.io;
-    this.hub = new WatchHub(options.maxBuffered);
+    this.maxBuffered = options.maxBuffered ?? DEFAULT_MAX_BUFFERED;
+    this.completedRetentionMs = options.completedRetentionMs;
+    this.hub = new WatchHub(this.maxBuffered);
     this.now = () => this.clock.now();
     ensurePrivateDir(this.dir);
+    this.retention =
+      options.completedRetentionMs === undefined
+        ? undefined
+        : new CompletedRetention(this.retentionHost(), { retentionMs: options.completedRetentionMs, clock: this.clock, logger: this.logger });
+    if (this.retention !== undefined) this.track(this.retention.start());
     // Started now so that the first open of a large journal does not pay for its start-up.
     scanWorker().warm();
   }
@@ -246,46 +284,102 @@ export class SessionStore {
     checkSessionId(sessionId);
     const prepared = this.prepareEvents(sessionId, events);
     const ikey = checkIdempotencyKey(options.idempotencyKey);
-    const expectedSeq = options.expectedSeq;
+    const digest = ikey === undefined ? undefined : eventsDigest(prepared.map((p) => p.event));
+    const { expectedSeq, expectedState } = options;
     if (expectedSeq !== undefined && (!Number.isInteger(expectedSeq) || expectedSeq < 0)) {
       throw invalidArgument("expected_seq", "must be a whole number ≥ 0 (the last seq you saw; 0 for a new session)");
     }
     for (;;) {
+      // A deletion of the session in progress: this append comes after it, to a new session.
+      const deleting = this.deletions.get(sessionId);
+      if (deleting !== undefined) {
+        await deleting.catch(() => undefined);
+        this.assertOpen();
+        continue;
+      }
       const session = this.sessionForWrite(sessionId);
-      if (ikey !== undefined) {
+      if (ikey !== undefined && digest !== undefined) {
         const inflight = session.inflightKeys.get(ikey);
         if (inflight) {
+          if (inflight.digest !== digest) throw keyReused(sessionId, ikey, inflight);
           // The first attempt is still on its way to disk: answer with its outcome. If it fails,
           // this retry is a fresh attempt.
           try {
-            return { ...(await inflight), duplicate: true };
+            return { ...(await inflight.result), duplicate: true };
           } catch {
             continue;
           }
         }
-        const known = this.findKey(session, ikey);
-        if (known) return this.duplicateResult(session, ikey, known);
+        let known = this.findKey(session, ikey);
+        let holder = session;
+        if (known?.digest === undefined && known !== undefined) {
+          // A key read back from the journal: its digest comes from its entries, once.
+          const recovered = await this.recoverDigest(session, ikey, known);
+          if (this.deletions.has(sessionId)) continue;
+          // Evicted and opened again meanwhile (its keys read again), the session is still the
+          // same journal if it still has the key where it was; deleted, it does not.
+          const current = this.sessionIfExists(sessionId);
+          const record = current === undefined ? undefined : this.findKey(current, ikey);
+          if (current === undefined || record === undefined || record.firstSeq !== known.firstSeq) continue;
+          // Entries that can no longer be read (a damaged line) leave nothing to compare: the
+          // key is taken at its word, as before digests.
+          record.digest ??= recovered ?? digest;
+          known = record;
+          holder = current;
+        }
+        if (known !== undefined) {
+          if (known.digest !== digest) throw keyReused(sessionId, ikey, known);
+          return this.duplicateResult(holder, ikey, known);
+        }
       }
       options.fenceCheck?.();
       const currentSeq = session.headNextSeq - 1;
-      if (expectedSeq !== undefined && expectedSeq !== currentSeq) {
-        throw new BerthError(
-          "failed_precondition",
-          `session ${sessionId}: expected seq ${expectedSeq} but the session is at ${currentSeq}; read it again and retry with expected_seq=${currentSeq}`,
-          { sessionId, expectedSeq, currentSeq },
-        );
-      }
-      return this.enqueue(session, prepared, ikey);
+      const holds =
+        expectedSeq !== undefined
+          ? expectedSeq === currentSeq
+          : expectedState === "no_session"
+            ? currentSeq === 0
+            : expectedState === "exists"
+              ? currentSeq > 0
+              : true;
+      if (!holds) throw seqConflict(sessionId, currentSeq, expectedSeq, expectedState);
+      return this.enqueue(session, prepared, ikey, digest);
     }
+  }
+
+  /**
+   * The digest of the events a key's append wrote, read from the journal (the key's entries are
+   * the lines from its first, where the key is recorded, through its last seq); undefined when
+   * they cannot all be read.
+   */
+  private async recoverDigest(session: OpenSession, ikey: string, record: KeyRecord): Promise<string | undefined> {
+    this.completeScan(session);
+    const events: unknown[] = [];
+    const entries = readJournalEntries(session.path, { fromSeq: record.firstSeq, start: session.index.startFor(record.firstSeq), end: session.size });
+    try {
+      for await (const stored of entries) {
+        if (stored.idempotencyKey !== ikey) continue;
+        if (stored.entry.seq > record.lastSeq) break;
+        events.push(stored.entry.event);
+        if (stored.entry.seq === record.lastSeq) break;
+      }
+    } catch (error) {
+      this.logger?.warn({ sessionId: session.id, err: error }, "could not read an idempotency key's entries back");
+      return undefined;
+    } finally {
+      await entries.return?.();
+    }
+    return events.length === record.lastSeq - record.firstSeq + 1 ? eventsDigest(events) : undefined;
   }
 
   private prepareEvents(sessionId: string, events: readonly unknown[]): Array<{ type: string; event: Record<string, unknown> }> {
     if (!Array.isArray(events) || events.length === 0) throw invalidArgument("events", "must hold at least one event");
     if (events.length > this.maxEventsPerAppend) {
       throw new BerthError(
-        "resource_exhausted",
+        "invalid_argument",
         `events: ${events.length} events in one append, over the limit of ${this.maxEventsPerAppend}; split the append`,
-        { field: "events", limit: this.maxEventsPerAppend, count: events.length },
+        { field: "events", rule: `at most ${this.maxEventsPerAppend} events (max_events_per_append)`, limit: this.maxEventsPerAppend, count: events.length },
+        { reason: "TOO_MANY_EVENTS" },
       );
     }
     return events.map((raw, i) => {
@@ -307,9 +401,10 @@ export class SessionStore {
       const bytes = Buffer.byteLength(json);
       if (bytes > this.maxEventBytes) {
         throw new BerthError(
-          "resource_exhausted",
+          "invalid_argument",
           `${field}: is ${bytes} bytes, over the limit of ${this.maxEventBytes} bytes per event (max_event_bytes)`,
-          { field, limit: this.maxEventBytes, size: bytes },
+          { field, rule: `at most ${this.maxEventBytes} bytes (max_event_bytes)`, limit: this.maxEventBytes, size: bytes },
+          { reason: "EVENT_TOO_LARGE" },
         );
       }
       // The event as the journal will hold it (undefined fields gone, NaN as null…): the state
@@ -318,7 +413,12 @@ export class SessionStore {
     });
   }
 
-  private enqueue(session: OpenSession, prepared: Array<{ type: string; event: Record<string, unknown> }>, ikey: string | undefined): Promise<AppendResult> {
+  private enqueue(
+    session: OpenSession,
+    prepared: Array<{ type: string; event: Record<string, unknown> }>,
+    ikey: string | undefined,
+    digest: string | undefined,
+  ): Promise<AppendResult> {
     this.ensureWritable(session);
     const ts = new Date(this.clock.now()).toISOString();
     const count = prepared.length;
@@ -340,15 +440,16 @@ export class SessionStore {
       entries.push(entry);
       snapshots.push(snapshot);
     }
+    const firstSeq = session.headNextSeq;
     session.headSnapshot = snapshot;
     session.headNextSeq += count;
     session.headNeedsNewline = false;
     let item!: PendingAppend;
     const promise = new Promise<AppendResult>((resolve, reject) => {
-      item = { bytes: Buffer.from(parts.join("")), lead, lineBytes, entries, snapshots, ikey, resolve, reject };
+      item = { bytes: Buffer.from(parts.join("")), lead, lineBytes, entries, snapshots, ikey, digest, resolve, reject };
     });
-    if (ikey !== undefined) {
-      session.inflightKeys.set(ikey, promise);
+    if (ikey !== undefined && digest !== undefined) {
+      session.inflightKeys.set(ikey, { result: promise, digest, firstSeq, lastSeq: firstSeq + count - 1 });
       promise.catch(() => undefined);
     }
     session.committer!.submit(item);
@@ -432,12 +533,13 @@ export class SessionStore {
       const firstSeq = item.entries[0]!.seq;
       const lastSeq = item.entries[item.entries.length - 1]!.seq;
       const snapshot = item.snapshots[item.snapshots.length - 1]!;
+      this.retention?.appended(session.id, session.snapshot, item.entries, item.snapshots);
       session.snapshot = snapshot;
       session.nextSeq = lastSeq + 1;
       session.needsNewline = false;
       const result: AppendResult = { firstSeq, lastSeq, snapshot, duplicate: false };
       if (item.ikey !== undefined) {
-        session.keys.set(item.ikey, { firstSeq, lastSeq });
+        session.keys.set(item.ikey, { firstSeq, lastSeq, ...(item.digest !== undefined ? { digest: item.digest } : {}) });
         session.inflightKeys.delete(item.ikey);
         rememberResult(session, item.ikey, result);
       }
@@ -470,13 +572,21 @@ export class SessionStore {
       } else {
         this.logger?.warn(fields, "another process appended to the journal while appends waited to be written; they were refused, nothing of them kept");
       }
-      const failure = new BerthError(
-        "aborted",
-        left
-          ? `another process appended to session ${session.id} while this append was written; it is refused, but its lines could not be undone (see the service log) — read the session before retrying`
-          : `another process appended to session ${session.id} while this append waited to be written; nothing of it was kept (its seq would have repeated one of theirs) — retry it`,
-        { sessionId: session.id },
-      );
+      // Blanked, the append left nothing: the same call can simply be made again. Left in place,
+      // its lines are in the journal: the caller must look before writing again.
+      const failure = left
+        ? new BerthError(
+            "aborted",
+            `another process appended to session ${session.id} while this append was written; it is refused, but its lines could not be undone (see the service log) — read the session before retrying`,
+            { sessionId: session.id, expectedSeq: 0, currentSeq: this.currentSeqOnDisk(session.id) },
+            { reason: "SEQ_CONFLICT" },
+          )
+        : new BerthError(
+            "unavailable",
+            `another process appended to session ${session.id} while this append waited to be written; nothing of it was kept (its seq would have repeated one of theirs) — retry it`,
+            { sessionId: session.id },
+            { reason: "APPEND_OVERTAKEN", retryAfterMs: APPEND_OVERTAKEN_RETRY_MS },
+          );
       this.rejectAppends(session, items, failure);
       return;
     }
@@ -492,11 +602,12 @@ export class SessionStore {
       this.logger?.error({ sessionId: session.id, err: truncateError }, "could not cut the journal back after a failed write");
     }
     session.mtimeMs = NaN;
-    const code = errnoCode(error) === "ENOSPC" || errnoCode(error) === "EDQUOT" ? "resource_exhausted" : "unavailable";
+    const diskFull = errnoCode(error) === "ENOSPC" || errnoCode(error) === "EDQUOT";
     const failure = new BerthError(
-      code,
+      diskFull ? "resource_exhausted" : "unavailable",
       `could not write the journal of session ${session.id} (${error.message}); nothing of this append was kept — retry it`,
       { sessionId: session.id, ...(errnoCode(error) ? { errno: errnoCode(error) } : {}) },
+      diskFull ? { reason: "DISK_FULL" } : { reason: "STATE_READ_ONLY", retryAfterMs: UNAVAILABLE_RETRY_AFTER_MS },
     );
     this.logger?.error({ sessionId: session.id, err: error, appends: items.length }, "journal write failed; appends rejected and state rolled back");
     if (!cutBack) {
@@ -510,6 +621,16 @@ export class SessionStore {
       fs.rmSync(journalPath(this.dir, session.id), { force: true });
     }
     this.rejectAppends(session, items, failure);
+  }
+
+  /** The session's last seq as its journal says now (0 when it has none, or it cannot be read). */
+  private currentSeqOnDisk(id: string): number {
+    try {
+      const session = this.sessionIfExists(id);
+      return session === undefined ? 0 : session.nextSeq - 1;
+    } catch {
+      return 0;
+    }
   }
 
   /** Rolls the session's head back to its durable state and refuses `items`, none of which is on disk. */
@@ -584,10 +705,26 @@ export class SessionStore {
 
   /**
    * The sessions with a journal in either root, sorted by id; completed and discarded ones only
-   * with `includeCompleted` (the seed's `listActiveSessions`). A session whose journal has not
-   * moved costs a stat.
+   * with `includeCompleted` (the seed's `listActiveSessions`). With `after`, only the sessions
+   * whose id sorts after it; with `limit`, at most that many: a page of the list, which sessions
+   * created or deleted meanwhile cannot shift (a page starts after an id, not at a position). A
+   * session whose journal has not moved costs a stat.
    */
-  list(options: { includeCompleted?: boolean } = {}): SessionView[] {
+  list(options: { includeCompleted?: boolean; after?: string; limit?: number } = {}): SessionView[] {
+    this.assertOpen();
+    const limit = options.limit ?? Infinity;
+    const views: SessionView[] = [];
+    for (const id of this.sessionIds()) {
+      if (views.length >= limit) break;
+      if (options.after !== undefined && id <= options.after) continue;
+      const view = this.getSnapshot(id, options);
+      if (view && view.exists) views.push(view);
+    }
+    return views;
+  }
+
+  /** The ids of the sessions with a journal in either root, sorted (code unit order, as `<` compares). */
+  sessionIds(): string[] {
     this.assertOpen();
     const ids = new Set<string>();
     for (const dir of [this.legacyDir, this.dir]) {
@@ -604,12 +741,7 @@ export class SessionStore {
         if (id !== undefined) ids.add(id);
       }
     }
-    const views: SessionView[] = [];
-    for (const id of [...ids].sort()) {
-      const view = this.getSnapshot(id, options);
-      if (view && view.exists) views.push(view);
-    }
-    return views;
+    return [...ids].sort();
   }
 
   /**
@@ -624,6 +756,89 @@ export class SessionStore {
     const view: SessionView = { sessionId, snapshot: session.snapshot, lastSeq: session.nextSeq - 1, exists: true };
     await this.writeSnapshot(session, true);
     return view;
+  }
+
+  /**
+   * Deletes a session: its snapshot files, then its journal, in the primary root and in the legacy
+   * one (the seed's store reads a legacy journal when the primary has none: left there, the session
+   * would come back with its old entries), and with them its idempotency keys and cached state.
+   * Appends already sequenced land first; appends made meanwhile wait, then start a new session
+   * from seq 1. Watchers of the session end with not_found SESSION_DELETED; watchers of every
+   * session get a deletion change. With `expectedSeq`, only when that is still the session's last
+   * seq (aborted SEQ_CONFLICT). not_found SESSION_NOT_FOUND when the session has no journal.
+   */
+  delete(sessionId: string, options: { expectedSeq?: number } = {}): Promise<{ lastSeq: number }> {
+    this.assertOpen();
+    checkSessionId(sessionId);
+    // Registered before anything is awaited, so an append called after this waits for it.
+    const previous = this.deletions.get(sessionId) ?? Promise.resolve();
+    const deletion = previous.catch(() => undefined).then(() => this.deleteNow(sessionId, options));
+    this.deletions.set(sessionId, deletion);
+    void deletion
+      .finally(() => {
+        if (this.deletions.get(sessionId) === deletion) this.deletions.delete(sessionId);
+      })
+      .catch(() => undefined);
+    return deletion;
+  }
+
+  private async deleteNow(sessionId: string, options: { expectedSeq?: number }): Promise<{ lastSeq: number }> {
+    for (;;) {
+      this.assertOpen();
+      const session = this.sessionIfExists(sessionId);
+      if (!session || !session.onDisk) throw sessionNotFound(sessionId);
+      // Appends sequenced before the deletion land (or fail) first; a snapshot file being written
+      // must not be written again after the deletion.
+      if (session.committer?.busy) {
+        await session.committer.idle();
+        continue;
+      }
+      if (session.snapshotWrite !== undefined) {
+        await session.snapshotWrite.catch(() => undefined);
+        continue;
+      }
+      const lastSeq = session.nextSeq - 1;
+      if (options.expectedSeq !== undefined && options.expectedSeq !== lastSeq) throw seqConflict(sessionId, lastSeq, options.expectedSeq, undefined);
+      this.forget(session);
+      this.removeSessionFiles(sessionId);
+      this.logger?.info({ sessionId, lastSeq }, "session deleted");
+      this.retention?.forget(sessionId);
+      this.hub.sessionDeleted(sessionId, lastSeq);
+      return { lastSeq };
+    }
+  }
+
+  /**
+   * Removes a session's files, the journal last: a crash in between leaves a session that still
+   * exists (its journal is the truth) rather than a snapshot file that could pass for the state of
+   * a new journal of the same size under the same id.
+   */
+  private removeSessionFiles(sessionId: string): void {
+    const snapshotFile = snapshotPath(this.dir, sessionId);
+    const files = [snapshotFile, sidecarPath(snapshotFile)];
+    if (this.legacyDir !== undefined) files.push(snapshotPath(this.legacyDir, sessionId), journalPath(this.legacyDir, sessionId));
+    files.push(journalPath(this.dir, sessionId));
+    for (const file of files) {
+      try {
+        fs.rmSync(file, { force: true });
+      } catch (error) {
+        throw new BerthError(
+          "unavailable",
+          `could not delete session ${sessionId}: ${file} cannot be removed (${errnoCode(error) ?? (error as Error).message}); the session still exists`,
+          { sessionId, ...(errnoCode(error) ? { errno: errnoCode(error) } : {}) },
+          { reason: "STATE_READ_ONLY", retryAfterMs: UNAVAILABLE_RETRY_AFTER_MS },
+        );
+      }
+    }
+    if (this.fsync === "none") return;
+    for (const dir of [this.legacyDir, this.dir]) {
+      if (dir === undefined) continue;
+      try {
+        fsyncDirectory(dir);
+      } catch (error) {
+        if (errnoCode(error) !== "ENOENT") this.logger?.warn({ dir, err: error }, "could not sync the directory of a deleted session");
+      }
+    }
   }
 
   /**
@@ -748,18 +963,46 @@ export class SessionStore {
     }
   }
 
+  /** What retention reads and does through the store (see retention.ts). */
+  private retentionHost(): RetentionHost {
+    return {
+      sessionIds: () => this.sessionIds(),
+      view: (id) => {
+        const view = this.getSnapshot(id, { includeCompleted: true });
+        return view !== null && view.exists ? view : undefined;
+      },
+      entries: (id) => this.read(id, 1, 0),
+      delete: (id, lastSeq) => this.delete(id, { expectedSeq: lastSeq }),
+    };
+  }
+
+  /** Runs the sweep of completed sessions now (tests; the store sweeps by itself). */
+  sweepCompleted(): Promise<void> {
+    return this.retention?.sweep() ?? Promise.resolve();
+  }
+
+  /** The limits the store enforces (what GetLimits reports). */
+  limits(): { maxEventBytes: number; maxEventsPerAppend: number; maxBuffered: number; maxIdempotencyKeyLength: number; completedRetentionMs: number | undefined } {
+    return {
+      maxEventBytes: this.maxEventBytes,
+      maxEventsPerAppend: this.maxEventsPerAppend,
+      maxBuffered: this.maxBuffered,
+      maxIdempotencyKeyLength: MAX_IDEMPOTENCY_KEY_LENGTH,
+      completedRetentionMs: this.completedRetentionMs,
+    };
+  }
+
   /** Counters for metrics. */
   stats(): SessionStoreStats {
     return { openSessions: this.sessions.size, watchers: this.hub.watcherCount, ...this.counters };
   }
 
-  /** Resolves once no append is in flight and no background snapshot write is running. */
+  /** Resolves once no append is in flight and no background snapshot write or retention sweep is running. */
   async settled(): Promise<void> {
     for (;;) {
-      const pending = [...[...this.sessions.values()].map((s) => s.committer?.idle()), ...this.background].filter(Boolean);
-      if (pending.length === 0) return;
+      const pending = [...[...this.sessions.values()].map((s) => s.committer?.idle()), ...this.background, this.retention?.idle()].filter(Boolean);
       await Promise.all(pending);
-      if ([...this.sessions.values()].every((s) => !s.committer?.busy) && this.background.size === 0) return;
+      if ([...this.sessions.values()].every((s) => !s.committer?.busy) && this.background.size === 0 && !this.retention?.sweeping) return;
     }
   }
 
@@ -771,7 +1014,8 @@ export class SessionStore {
     if (this.closed) return;
     this.closed = true;
     this.stopFollowing();
-    this.hub.close();
+    this.hub.close(new BerthError("unavailable", "the session store is shutting down; watch again when it is back", undefined, { reason: "SHUTTING_DOWN", retryAfterMs: UNAVAILABLE_RETRY_AFTER_MS }));
+    await this.retention?.stop();
     await this.settled();
     for (const session of [...this.sessions.values()]) {
       if (session.idleTimer !== undefined) this.clock.clearTimeout(session.idleTimer);
@@ -1112,7 +1356,7 @@ export class SessionStore {
   }
 
   private assertOpen(): void {
-    if (this.closed) throw new BerthError("unavailable", "the session store is closed");
+    if (this.closed) throw new BerthError("unavailable", "the session store is closed", undefined, { reason: "SHUTTING_DOWN", retryAfterMs: UNAVAILABLE_RETRY_AFTER_MS });
   }
 }
 
@@ -1172,6 +1416,35 @@ function checkIdempotencyKey(key: unknown): string | undefined {
     throw invalidArgument("idempotency_key", `must be a string of at most ${MAX_IDEMPOTENCY_KEY_LENGTH} characters`);
   }
   return key;
+}
+
+/** The refusal of a call naming a session that has no journal. */
+export function sessionNotFound(sessionId: string): BerthError {
+  return new BerthError("not_found", `session ${sessionId} has no journal (nothing was ever appended to it, or it was deleted)`, { sessionId }, { reason: "SESSION_NOT_FOUND" });
+}
+
+/** The refusal of an append (or deletion) whose expectation of the session does not hold. */
+function seqConflict(sessionId: string, currentSeq: number, expectedSeq: number | undefined, expectedState: ExpectedState | undefined): BerthError {
+  const expected =
+    expectedSeq !== undefined ? `expected seq ${expectedSeq}` : expectedState === "no_session" ? "expected no session yet" : "expected an existing session";
+  const retry = currentSeq > 0 ? `retry with expected_seq=${currentSeq}` : "it has no entry yet";
+  return new BerthError(
+    "aborted",
+    `session ${sessionId}: ${expected} but the session is at seq ${currentSeq}; read it again, redo the change and ${retry}`,
+    { sessionId, expectedSeq: expectedSeq ?? 0, currentSeq, ...(expectedState !== undefined ? { expectedState } : {}) },
+    { reason: "SEQ_CONFLICT" },
+  );
+}
+
+/** The refusal of an append whose idempotency key named another request. */
+function keyReused(sessionId: string, idempotencyKey: string, original: { firstSeq: number; lastSeq: number }): BerthError {
+  const seqs = original.firstSeq === original.lastSeq ? `seq ${original.firstSeq}` : `seqs ${original.firstSeq}–${original.lastSeq}`;
+  return new BerthError(
+    "already_exists",
+    `session ${sessionId}: idempotency key ${JSON.stringify(idempotencyKey)} was used for a different append (${seqs}); nothing was written — use a new key for a new request`,
+    { sessionId, idempotencyKey, firstSeq: original.firstSeq, lastSeq: original.lastSeq },
+    { reason: "IDEMPOTENCY_KEY_REUSED" },
+  );
 }
 
 function checkFromSeq(fromSeq: number): void {

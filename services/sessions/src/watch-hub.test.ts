@@ -59,7 +59,7 @@ describe("WatchHub", () => {
     const other = hub.watchSession("s2", 1, {}, backlog(0, 1));
     const all = hub.watchAll();
     hub.publish("s1", [{ ...stored(1), snapshot: baseSnapshot("s1") }]);
-    expect((await all.next()).value).toEqual({ sessionId: "s1", firstSeq: 1, lastSeq: 1, entry: journalEntry(1) });
+    expect((await all.next()).value).toEqual({ sessionId: "s1", firstSeq: 1, lastSeq: 1, entry: journalEntry(1), deleted: false });
     expect((await other.next()).value).toMatchObject({ kind: "caught_up" });
     const pending = other.next();
     hub.close();
@@ -76,8 +76,8 @@ describe("WatchHub", () => {
     const after = (seq: number) => ({ ...baseSnapshot("s1"), phase: `after-${seq}` });
     hub.publish("s1", [3, 4].map((seq) => ({ ...stored(seq), snapshot: after(seq) })));
     hub.publish("s1", [{ ...stored(5), snapshot: after(5) }]);
-    expect(await all.next()).toEqual({ done: false, value: { sessionId: "s1", firstSeq: 3, lastSeq: 4, entry: journalEntry(4), snapshot: after(4) } });
-    expect(await all.next()).toEqual({ done: false, value: { sessionId: "s1", firstSeq: 5, lastSeq: 5, entry: journalEntry(5), snapshot: after(5) } });
+    expect(await all.next()).toEqual({ done: false, value: { sessionId: "s1", firstSeq: 3, lastSeq: 4, entry: journalEntry(4), snapshot: after(4), deleted: false } });
+    expect(await all.next()).toEqual({ done: false, value: { sessionId: "s1", firstSeq: 5, lastSeq: 5, entry: journalEntry(5), snapshot: after(5), deleted: false } });
     // Three entries overflow a buffer of two for the session's watcher; two changes do not for `all`.
     await expect(one.next()).rejects.toMatchObject({ code: "resource_exhausted" });
     expect(hub.watcherCount).toBe(1);

@@ -3,8 +3,10 @@
  * order, with the snapshot each produced. Each watcher has its own bounded buffer. A watcher of one session first gets the backlog read from the journal,
  * then a caught-up marker, then the live entries — it subscribes *before* the backlog is read and
  * drops live entries it already got from the backlog, so nothing is skipped or repeated across
- * the switch. A watcher whose buffer overflows is ended with resource_exhausted naming the seq to
- * resume from: it may be told to come back, but it never silently misses an entry.
+ * the switch. A watcher whose buffer overflows is ended with resource_exhausted WATCHER_LAGGED
+ * naming the seq to resume from: it may be told to come back, but it never silently misses an
+ * entry. A deleted session ends its watchers with not_found SESSION_DELETED, and is one change
+ * (a deletion) to the watchers of every session.
  */
 import { BerthError } from "@berth/shared/errors";
 import type { EntryIntegrity, StoredEntry } from "./journal-file.js";
@@ -44,22 +46,27 @@ export interface EventWatcher<T> extends AsyncIterableIterator<T> {
 
 /**
  * A change of any session, as `watchAll` yields it: one per append call, however many events it
- * appended (an AppendEvents of N events is one change covering `firstSeq`..`lastSeq`). A
- * watcher of every session wants to know which sessions moved and where they are now, not each
- * step; one change per call also keeps its buffer (and its lag bound) counting calls, so a single
- * large batch cannot overflow it.
+ * appended (an AppendEvents of N events is one change covering `firstSeq`..`lastSeq`), or the
+ * session's deletion. A watcher of every session wants to know which sessions moved and where
+ * they are now, not each step; one change per call also keeps its buffer (and its lag bound)
+ * counting calls, so a single large batch cannot overflow it.
  */
 export interface SessionChange {
   sessionId: string;
-  /** The seq of the append's first entry. */
+  /** The seq of the append's first entry (`lastSeq` for a deletion). */
   firstSeq: number;
-  /** The seq of its last entry: the session's last seq after the change. */
+  /** The seq of its last entry: the session's last seq after the change (before it, for a deletion). */
   lastSeq: number;
-  /** The append's last entry. */
-  entry: JournalEntry;
+  /** The append's last entry; undefined for a deletion. */
+  entry: JournalEntry | undefined;
   /** The snapshot after the whole append (for a watcher that asked for snapshots). */
   snapshot?: SessionSnapshot;
+  /** The session was deleted. */
+  deleted: boolean;
 }
+
+/** What the watchers of every session are handed: an append's entries, or a deletion. */
+type SessionsInput = { items: readonly PublishedEntry[] } | { deletedAt: number };
 
 /** Options of a watcher. */
 export interface WatchOptions {
@@ -327,7 +334,12 @@ class SessionWatcher extends Watcher<WatchEvent, PublishedEntry> {
   /** Its client resumes from the journal after the last entry it got. */
   cutOff(why: string): BerthError {
     const lastSeq = this.lastDelivered;
-    return new BerthError("resource_exhausted", `${why} at seq ${lastSeq}; resume with from_seq=${lastSeq + 1}`, { sessionId: this.sessionId, lastSeq });
+    return new BerthError(
+      "resource_exhausted",
+      `${why} at seq ${lastSeq}; resume with from_seq=${lastSeq + 1}`,
+      { sessionId: this.sessionId, lastSeq },
+      { reason: "WATCHER_LAGGED" },
+    );
   }
 
   protected override async nextBeforeLive(): Promise<IteratorResult<WatchEvent> | undefined> {
@@ -361,18 +373,20 @@ class SessionWatcher extends Watcher<WatchEvent, PublishedEntry> {
   }
 }
 
-class AllSessionsWatcher extends Watcher<SessionChange, readonly PublishedEntry[]> {
+class AllSessionsWatcher extends Watcher<SessionChange, SessionsInput> {
   private delivered = 0;
 
   protected override get liveOpen(): boolean {
     return true;
   }
 
-  protected override accept(sessionId: string, items: readonly PublishedEntry[]): SessionChange | undefined {
+  protected override accept(sessionId: string, input: SessionsInput): SessionChange | undefined {
+    if ("deletedAt" in input) return { sessionId, firstSeq: input.deletedAt, lastSeq: input.deletedAt, entry: undefined, deleted: true };
+    const { items } = input;
     const first = items[0];
     const last = items[items.length - 1];
     if (first === undefined || last === undefined) return undefined;
-    const change: SessionChange = { sessionId, firstSeq: first.entry.seq, lastSeq: last.entry.seq, entry: last.entry };
+    const change: SessionChange = { sessionId, firstSeq: first.entry.seq, lastSeq: last.entry.seq, entry: last.entry, deleted: false };
     if (this.includeSnapshot && last.snapshot) change.snapshot = last.snapshot;
     return change;
   }
@@ -387,9 +401,12 @@ class AllSessionsWatcher extends Watcher<SessionChange, readonly PublishedEntry[
 
   /** Its client watches again and re-reads. */
   cutOff(why: string): BerthError {
-    return new BerthError("resource_exhausted", `${why} after ${this.delivered} changes; watch again and re-read the sessions you follow`, {
-      delivered: this.delivered,
-    });
+    return new BerthError(
+      "resource_exhausted",
+      `${why} after ${this.delivered} changes; watch again with resume_from set to the last seq you saw of each session`,
+      { delivered: this.delivered },
+      { reason: "WATCHER_LAGGED" },
+    );
   }
 
   protected override nextBeforeLive(): Promise<undefined> {
@@ -400,7 +417,7 @@ class AllSessionsWatcher extends Watcher<SessionChange, readonly PublishedEntry[
 /** The registry of watchers of one session store. */
 export class WatchHub {
   private readonly bySession = new Map<string, Set<Subscriber<PublishedEntry>>>();
-  private readonly everySession = new Set<Subscriber<readonly PublishedEntry[]>>();
+  private readonly everySession = new Set<Subscriber<SessionsInput>>();
   private closedWith: BerthError | undefined;
 
   constructor(private readonly defaultMaxBuffered = DEFAULT_MAX_BUFFERED) {}
@@ -415,7 +432,21 @@ export class WatchHub {
     if (watchers) {
       for (const item of items) for (const watcher of [...watchers]) watcher.deliver(sessionId, item);
     }
-    for (const watcher of [...this.everySession]) watcher.deliver(sessionId, items);
+    for (const watcher of [...this.everySession]) watcher.deliver(sessionId, { items });
+  }
+
+  /**
+   * The session was deleted at `lastSeq`: its watchers end with not_found SESSION_DELETED (a
+   * later append starts a new session under the id, which they would otherwise take for more of
+   * the old one), and the watchers of every session get a deletion change.
+   */
+  sessionDeleted(sessionId: string, lastSeq: number): void {
+    for (const watcher of [...(this.bySession.get(sessionId) ?? [])]) {
+      watcher.fail(
+        new BerthError("not_found", `session ${sessionId} was deleted (at seq ${lastSeq}); a new session under this id starts at seq 1`, { sessionId, lastSeq }, { reason: "SESSION_DELETED" }),
+      );
+    }
+    for (const watcher of [...this.everySession]) watcher.deliver(sessionId, { deletedAt: lastSeq });
   }
 
   /**
@@ -483,7 +514,7 @@ export class WatchHub {
   }
 
   /** Ends every watcher with `error` (delivered at its next pull) and refuses new ones. */
-  close(error = new BerthError("unavailable", "the session store is shutting down; watch again when it is back")): void {
+  close(error = new BerthError("unavailable", "the session store is shutting down; watch again when it is back", undefined, { reason: "SHUTTING_DOWN" })): void {
     this.closedWith = error;
     for (const set of [...this.bySession.values()]) for (const watcher of [...set]) watcher.fail(error);
     for (const watcher of [...this.everySession]) watcher.fail(error);

@@ -33,14 +33,17 @@ export function describeFailure(error: unknown, service: string, url: string): F
     // The call's own deadline ran out: the service is there but does not answer.
     case Code.DeadlineExceeded:
       return { exit: EXIT.unreachable, code, message: `the ${service} service at ${url} did not answer in time: ${message}` };
-    // The service refused an argument: the same call will fail again.
+    // The service refused an argument (or a position past the end): the same call will fail again.
     case Code.InvalidArgument:
+    case Code.OutOfRange:
       return { exit: EXIT.usage, code, message };
     case Code.NotFound:
       return { exit: EXIT.notFound, code, message };
-    // The state moved on (an expected seq, a lost fence): re-read and retry.
+    // The state moved on (an expected seq, a lost fence, an idempotency key used for other
+    // events): look again before retrying.
     case Code.FailedPrecondition:
     case Code.Aborted:
+    case Code.AlreadyExists:
       return { exit: EXIT.conflict, code, message };
     case Code.Unauthenticated:
     case Code.PermissionDenied:

@@ -1,18 +1,20 @@
 /**
- * `berth sessions append|get|list|watch|journal`: the session journals from a shell. Human output
+ * `berth sessions append|get|list|watch|journal|delete`: the session journals from a shell. Human output
  * by default (a table, key/value lines, one line per entry; colours on a terminal), `--json` for
  * scripts (JSON lines); the exit code says what happened (see each subcommand's help).
  */
 import { toJson, type JsonObject, type JsonValue } from "@bufbuild/protobuf";
-import { timestampDate, type Timestamp } from "@bufbuild/protobuf/wkt";
+import { durationFromMs, durationMs, timestampDate, type Timestamp } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError, createClient, type Client } from "@connectrpc/connect";
 import type { Event } from "@berth/api/berth/sessions/v1/events_pb";
 import {
-  GetSnapshotResponseSchema,
+  ExpectedState,
   SessionService,
   WatcherLaggedSchema,
   type JournalEntry,
 } from "@berth/api/berth/sessions/v1/session_service_pb";
+import { ErrorInfoSchema, RetryInfoSchema } from "@berth/api/google/rpc/error_details_pb";
+import { parseDuration } from "@berth/shared/units";
 import { SnapshotSchema, type Snapshot } from "@berth/api/berth/sessions/v1/snapshot_pb";
 import { eventToJournal, journalToEvent } from "@berth/sessions/server/event-codec";
 import { SESSION_ID_RULE, isSessionId } from "@berth/shared/safe-id";
@@ -39,6 +41,9 @@ const EVENTS_NOTE =
   'A --field VALUE is read as JSON when it is JSON (3, true, null, "quoted", {…}, […]) and as a string otherwise.';
 
 const NOT_FOUND_ROW: HelpRow = [String(EXIT.notFound), "not found: SESSION has no journal"];
+
+/** How many times `append` makes an append again that another process's line overtook (nothing of it was kept). */
+const OVERTAKEN_ATTEMPTS = 5;
 
 type SessionClient = Client<typeof SessionService>;
 
@@ -78,15 +83,15 @@ const SUBCOMMANDS: readonly Subcommand[] = [
       flags: [
         ["--field KEY=VALUE", "a key of the event (repeat for more)"],
         ["--json ['{…}']", "with a JSON object: the event to append; alone or with it: print the answer as one JSON line ({seq, duplicate, snapshot})"],
-        ["--expected-seq N", "refuse unless the session's last seq is N (0: a new session)"],
-        ["--idempotency-key KEY", "a retry with the same key writes nothing and answers what the first append did"],
+        ["--expected-seq N", "refuse unless the session's last seq is N (0: unless SESSION has no entry yet)"],
+        ["--idempotency-key KEY", "a retry with the same key and events writes nothing and answers what the first append did; the key with other events is refused"],
         ["--fence-file FILE", "with --fence-token: refuse unless N is still the fencing token of FILE's lock (FILE resolved against the current directory)"],
         ["--fence-token N", "the fencing token a lock grant gave (BERTH_FENCING_TOKEN under berth lock hold)"],
         ...SESSIONS_ENDPOINT_FLAGS,
       ],
       exitCodes: [
         [String(EXIT.ok), "appended (or already appended with this idempotency key: nothing written)"],
-        [String(EXIT.conflict), "conflict: --expected-seq is not the last seq, or the fence is no longer current"],
+        [String(EXIT.conflict), "conflict: --expected-seq is not the last seq, the fence is no longer current, or --idempotency-key was used for other events"],
         ...callExitRows("sessions"),
       ],
       examples: [
@@ -112,20 +117,15 @@ const SUBCOMMANDS: readonly Subcommand[] = [
     name: "get",
     summary: "the session's snapshot (phase, variants, …) and its last seq",
     help: renderHelp({
-      usage: ["berth sessions get SESSION [--include-completed] [flags]"],
+      usage: ["berth sessions get SESSION [flags]"],
       about:
         "Prints SESSION's snapshot, the state derived from its journal (phase, page, variants expected and arrived, …), " +
-        "one key per line, with its last seq. A completed or discarded session shows only its last seq unless " +
-        "--include-completed.",
-      flags: [
-        ["--include-completed", "show the snapshot of a completed or discarded session too"],
-        ["--json", "print the answer as one JSON line: {exists, lastSeq, snapshot} (exists false for a session without a journal)"],
-        ...SESSIONS_ENDPOINT_FLAGS,
-      ],
+        "one key per line, with its last seq; completed and discarded sessions too (their phase says so).",
+      flags: [["--json", "print the answer as one JSON line: {lastSeq, snapshot}"], ...SESSIONS_ENDPOINT_FLAGS],
       exitCodes: [[String(EXIT.ok), "done"], NOT_FOUND_ROW, ...callExitRows("sessions")],
-      examples: ["berth sessions get s1", "berth sessions get s1 --include-completed", "berth sessions get s1 --json | jq .snapshot.phase"],
+      examples: ["berth sessions get s1", "berth sessions get s1 --json | jq .snapshot.phase"],
     }),
-    flags: { "include-completed": { type: "boolean" } },
+    flags: {},
     arity: [1, 1],
     run: get,
   },
@@ -133,43 +133,83 @@ const SUBCOMMANDS: readonly Subcommand[] = [
     name: "list",
     summary: "the active sessions as a table (all with --include-completed)",
     help: renderHelp({
-      usage: ["berth sessions list [--include-completed] [flags]"],
-      about: "Prints the active sessions as a table: session, phase, variants arrived of expected, last update. With --include-completed, the completed and discarded ones too.",
+      usage: ["berth sessions list [--include-completed] [--page-size N [--page-token TOKEN]] [flags]"],
+      about:
+        "Prints the active sessions as a table: session, phase, variants arrived of expected, last update. With --include-completed, " +
+        "the completed and discarded ones too. Every session is listed (the service's pages are fetched one after another); with " +
+        "--page-size, one page only, and the token of the next one (on stderr, or as nextPageToken with --json). Sessions are sorted " +
+        "by id and pages follow ids, so paging misses no session and shows none twice, whatever is created meanwhile.",
       flags: [
         ["--include-completed", "list completed and discarded sessions too"],
-        ["--json", 'print one JSON line: {"sessions": [snapshot, …]}'],
+        ["--page-size N", "one page of at most N sessions (the service's largest page is 1000)"],
+        ["--page-token TOKEN", "with --page-size: the page after the one that gave TOKEN"],
+        ["--json", 'print one JSON line: {"sessions": [snapshot, …]} (and "nextPageToken" with --page-size)'],
         ...SESSIONS_ENDPOINT_FLAGS,
       ],
       exitCodes: [[String(EXIT.ok), "done (also when there are no sessions)"], ...callExitRows("sessions")],
-      examples: ["berth sessions list", "berth sessions list --include-completed", "berth sessions list --json | jq -r '.sessions[].id'"],
+      examples: [
+        "berth sessions list",
+        "berth sessions list --include-completed",
+        "berth sessions list --json | jq -r '.sessions[].id'",
+        "berth sessions list --page-size 50 --json | jq -r .nextPageToken",
+      ],
     }),
-    flags: { "include-completed": { type: "boolean" } },
+    flags: { "include-completed": { type: "boolean" }, "page-size": { type: "string" }, "page-token": { type: "string" } },
     arity: [0, 0],
     run: list,
+  },
+  {
+    name: "delete",
+    summary: "delete a session: its journal and snapshot files; its watchers are ended",
+    help: renderHelp({
+      usage: ["berth sessions delete SESSION [--expected-seq N] [flags]"],
+      about:
+        "Deletes SESSION: its journal and snapshot files (the seed's library no longer sees it either) and its idempotency keys. " +
+        "Its watchers are ended (NOT_FOUND, the session was deleted); a later append starts a new session from seq 1. " +
+        "Prints the last seq it had.",
+      flags: [
+        ["--expected-seq N", "refuse unless the session's last seq is still N"],
+        ["--json", "print the answer as one JSON line: {lastSeq}"],
+        ...SESSIONS_ENDPOINT_FLAGS,
+      ],
+      exitCodes: [
+        [String(EXIT.ok), "deleted"],
+        [String(EXIT.conflict), "conflict: --expected-seq is not the last seq"],
+        NOT_FOUND_ROW,
+        ...callExitRows("sessions"),
+      ],
+      examples: ["berth sessions delete s1", "berth sessions delete s1 --expected-seq 42"],
+    }),
+    flags: { "expected-seq": { type: "string" } },
+    arity: [1, 1],
+    run: deleteSession,
   },
   {
     name: "watch",
     summary: "the journal from a seq, then every new entry as it is appended, until Ctrl-C",
     help: renderHelp({
-      usage: ["berth sessions watch SESSION [--from-seq N] [--snapshots] [flags]"],
+      usage: ["berth sessions watch SESSION [--from-seq N] [--snapshots] [--progress DURATION] [flags]"],
       about:
         "Prints SESSION's journal from seq N (default: from the start), then a caught-up marker, then every new entry as it " +
         "is appended, until Ctrl-C or SIGTERM. A watcher that falls behind resumes where it stopped: nothing is missed. " +
-        "Human output has one line per entry (and the snapshot after it with --snapshots); the caught-up marker goes to stderr.",
+        "Human output has one line per entry (and the snapshot after it with --snapshots); the caught-up marker goes to stderr. " +
+        "A deleted session ends the watch (exit 4).",
       flags: [
         ["--from-seq N", "start at seq N (entries before it are not printed)"],
         ["--snapshots", "print the session's snapshot after each entry"],
+        ["--progress DURATION", "ask the service for a progress message whenever DURATION (100ms or more) passes without an entry: a line on stderr, or {\"progress\": {lastSeq, sendTime}} with --json"],
         ["--json", 'one JSON line per entry, in the journal\'s format ({seq, id, type, ts, event}, plus "snapshot"), and {"caughtUp": {lastSeq}} once the backlog is printed'],
         ...SESSIONS_ENDPOINT_FLAGS,
       ],
-      exitCodes: [[String(EXIT.ok), "stopped with Ctrl-C or SIGTERM"], ...callExitRows("sessions")],
+      exitCodes: [[String(EXIT.ok), "stopped with Ctrl-C or SIGTERM"], [String(EXIT.notFound), "the session was deleted"], ...callExitRows("sessions")],
       examples: [
         "berth sessions watch s1",
         "berth sessions watch s1 --from-seq 10 --snapshots",
+        "berth sessions watch s1 --progress 30s --json",
         "berth sessions watch s1 --json | jq -c 'select(.type == \"agent_phase\")'",
       ],
     }),
-    flags: { "from-seq": { type: "string" }, snapshots: { type: "boolean" } },
+    flags: { "from-seq": { type: "string" }, snapshots: { type: "boolean" }, progress: { type: "string" } },
     arity: [1, 1],
     run: watch,
   },
@@ -178,7 +218,10 @@ const SUBCOMMANDS: readonly Subcommand[] = [
     summary: "the journal's entries (from a seq, at most a limit)",
     help: renderHelp({
       usage: ["berth sessions journal SESSION [--from-seq N] [--limit N] [flags]"],
-      about: "Prints SESSION's journal entries from seq N, at most --limit of them: one line per entry (#seq, time, type, the event's keys).",
+      about:
+        "Prints SESSION's journal entries from seq N, at most --limit of them: one line per entry (#seq, time, type, the event's keys). " +
+        "When --limit stopped the read before the journal's end, a note on stderr says where the rest starts. N may be one past the last " +
+        "seq (nothing to print); beyond is an error.",
       flags: [
         ["--from-seq N", "start at seq N"],
         ["--limit N", "print at most N entries (0: all)"],
@@ -205,21 +248,22 @@ const HELP = renderHelp({
     ["append SESSION < events.jsonl", "append the events on stdin (JSON lines or a JSON array) atomically, in one call"],
     ["get SESSION", "the session's snapshot (phase, variants, …) and its last seq"],
     ["list", "the active sessions (all with --include-completed)"],
+    ["delete SESSION", "delete the session (journal and snapshot files); its watchers are ended"],
     ["watch SESSION [--from-seq N]", "the journal from seq N, then every new entry as it is appended, until Ctrl-C"],
     ["journal SESSION [--from-seq N] [--limit N]", "the journal's entries"],
   ],
   flags: [
-    ["--json", "JSON lines: one object (append, get, list) or one line per entry (watch, journal)"],
-    ["--expected-seq N", "append: refuse unless the session's last seq is N (0: a new session)"],
-    ["--idempotency-key KEY", "append: a retry with the same key writes nothing and answers the first"],
+    ["--json", "JSON lines: one object (append, get, list, delete) or one line per entry (watch, journal)"],
+    ["--expected-seq N", "append, delete: refuse unless the session's last seq is N (append 0: unless it has no entry yet)"],
+    ["--idempotency-key KEY", "append: a retry with the same key and events writes nothing and answers the first"],
     ["--fence-file FILE --fence-token N", "append: refuse unless N is still the fencing token of FILE's lock"],
     ...SESSIONS_ENDPOINT_FLAGS,
   ],
   notes: EVENTS_NOTE,
   exitCodes: [
     [String(EXIT.ok), "done (watch: stopped with Ctrl-C)"],
-    [String(EXIT.conflict), "conflict: --expected-seq is not the last seq, or the fence is no longer current"],
-    [String(EXIT.notFound), "not found: the session has no journal (get, journal)"],
+    [String(EXIT.conflict), "conflict: --expected-seq is not the last seq, the fence is no longer current, or the idempotency key was used for other events"],
+    [String(EXIT.notFound), "not found: the session has no journal (get, journal, delete), or was deleted (watch)"],
     ...callExitRows("sessions"),
   ],
   examples: [
@@ -229,6 +273,7 @@ const HELP = renderHelp({
     "berth sessions list --json | jq -r '.sessions[].id'",
     "berth sessions watch s1 --from-seq 1 --snapshots",
     "berth sessions journal s1 --from-seq 10 --limit 5 --json",
+    "berth sessions delete s1",
   ],
   footer: "Run 'berth sessions <command> --help' for a command's own flags, exit codes and examples.",
 });
@@ -336,10 +381,17 @@ async function append({ values, positionals, client, json }: Invocation): Promis
     return journalToEvent(event);
   });
 
+  const expectedSeq = values["expected-seq"] === undefined ? undefined : wholeNumber(values["expected-seq"] as string, "--expected-seq");
   const request = {
     sessionId,
     idempotencyKey: (values["idempotency-key"] as string | undefined) ?? "",
-    ...(values["expected-seq"] !== undefined ? { expectedSeq: wholeNumber(values["expected-seq"] as string, "--expected-seq") } : {}),
+    // The service's expected_seq is a seq; "no entry yet" is an expected state.
+    expected:
+      expectedSeq === undefined
+        ? { case: undefined }
+        : expectedSeq === 0n
+          ? { case: "expectedState" as const, value: ExpectedState.NO_SESSION }
+          : { case: "expectedSeq" as const, value: expectedSeq },
     ...fenceOf(values),
   };
   let firstSeq: bigint;
@@ -347,12 +399,12 @@ async function append({ values, positionals, client, json }: Invocation): Promis
   let duplicate: boolean;
   let snapshot: Snapshot | undefined;
   if (typed.length === 1) {
-    const res = await client.appendEvent({ ...request, event: typed[0]! });
+    const res = await retryOvertaken(() => client.appendEvent({ ...request, event: typed[0]! }));
     ({ seq: lastSeq, duplicate, snapshot } = res);
     firstSeq = lastSeq;
     if (json) printJson({ seq: String(res.seq), duplicate, snapshot: snapshot ? snapshotJson(snapshot) : null });
   } else {
-    const res = await client.appendEvents({ ...request, events: typed });
+    const res = await retryOvertaken(() => client.appendEvents({ ...request, events: typed }));
     ({ firstSeq, lastSeq, duplicate, snapshot } = res);
     if (json) printJson({ firstSeq: String(firstSeq), lastSeq: String(lastSeq), duplicate, snapshot: snapshot ? snapshotJson(snapshot) : null });
   }
@@ -362,6 +414,25 @@ async function append({ values, positionals, client, json }: Invocation): Promis
     process.stdout.write(duplicate ? `${sessionId}: already appended with this idempotency key: ${seqs}; nothing written\n` : `${sessionId}: appended ${seqs}${phase}\n`);
   }
   return EXIT.ok;
+}
+
+/**
+ * `call`, made again when the service refused it as overtaken (UNAVAILABLE APPEND_OVERTAKEN: a seed
+ * process's line got in front of it, and nothing of it was kept), after the delay its RetryInfo
+ * asks, up to {@link OVERTAKEN_ATTEMPTS} times in all.
+ */
+async function retryOvertaken<T>(call: () => Promise<T>): Promise<T> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await call();
+    } catch (error) {
+      const connectError = ConnectError.from(error);
+      const overtaken = connectError.code === Code.Unavailable && connectError.findDetails(ErrorInfoSchema)[0]?.reason === "APPEND_OVERTAKEN";
+      if (!overtaken || attempt >= OVERTAKEN_ATTEMPTS) throw error;
+      const delay = connectError.findDetails(RetryInfoSchema)[0]?.retryDelay;
+      await new Promise((resolve) => setTimeout(resolve, Math.min(1000, delay === undefined ? 10 : durationMs(delay))));
+    }
+  }
 }
 
 function fenceOf(values: Invocation["values"]): { fence?: { file: string; fencingToken: bigint } } {
@@ -423,20 +494,14 @@ async function readStdin(): Promise<string> {
 
 // --------------------------------------------------------------------------- reads
 
-async function get({ values, positionals, client, json, out }: Invocation): Promise<number> {
+async function get({ positionals, client, json, out }: Invocation): Promise<number> {
   const sessionId = positionals[0]!;
-  const res = await client.getSnapshot({ sessionId, includeCompleted: values["include-completed"] === true });
-  if (json) printJson(toJson(GetSnapshotResponseSchema, res) as JsonObject);
-  if (!res.exists) {
-    if (!json) process.stderr.write(`berth sessions get: session ${sessionId} has no journal\n`);
-    return EXIT.notFound;
-  }
-  if (json) return EXIT.ok;
-  if (res.snapshot === undefined) {
-    process.stdout.write(`${sessionId}: completed or discarded at seq ${res.lastSeq} (add --include-completed to see it)\n`);
+  const res = await client.getSnapshot({ sessionId });
+  if (json) {
+    printJson({ lastSeq: String(res.lastSeq), snapshot: res.snapshot ? snapshotJson(res.snapshot) : null });
     return EXIT.ok;
   }
-  const view = snapshotJson(res.snapshot);
+  const view = res.snapshot ? snapshotJson(res.snapshot) : {};
   const rows: Array<[string, string]> = [
     ["session", sessionId],
     ["last seq", String(res.lastSeq)],
@@ -451,17 +516,30 @@ async function get({ values, positionals, client, json, out }: Invocation): Prom
 }
 
 async function list({ values, client, json, out }: Invocation): Promise<number> {
-  const res = await client.listSessions({ includeCompleted: values["include-completed"] === true });
+  const includeCompleted = values["include-completed"] === true;
+  const onePage = values["page-size"] !== undefined;
+  if (values["page-token"] !== undefined && !onePage) throw new UsageError("--page-token goes with --page-size");
+  const pageSize = onePage ? Number(wholeNumber(values["page-size"] as string, "--page-size", 1_000_000n)) : 0;
+  if (onePage && pageSize === 0) throw new UsageError("--page-size must be at least 1");
+  let pageToken = (values["page-token"] as string | undefined) ?? "";
+  const sessions: Snapshot[] = [];
+  for (;;) {
+    const page = await client.listSessions({ includeCompleted, pageSize, pageToken });
+    sessions.push(...page.sessions);
+    pageToken = page.nextPageToken;
+    if (onePage || pageToken === "") break;
+  }
   if (json) {
-    printJson({ sessions: res.sessions.map(snapshotJson) });
+    printJson({ sessions: sessions.map(snapshotJson), ...(onePage ? { nextPageToken: pageToken } : {}) });
     return EXIT.ok;
   }
-  if (res.sessions.length === 0) {
-    process.stdout.write(values["include-completed"] ? "no sessions\n" : "no active sessions\n");
+  if (onePage && pageToken !== "") process.stderr.write(`${styleFor(process.stderr).dim(`-- more: --page-token ${pageToken}`)}\n`);
+  if (sessions.length === 0) {
+    process.stdout.write(includeCompleted ? "no sessions\n" : "no active sessions\n");
     return EXIT.ok;
   }
   const rows = [["SESSION", "PHASE", "VARIANTS", "UPDATED"]];
-  for (const s of res.sessions) {
+  for (const s of sessions) {
     rows.push([s.id, s.phase, `${s.arrivedVariants}/${s.expectedVariants}`, s.updatedAt ? timestampDate(s.updatedAt).toISOString() : "-"]);
   }
   const widths = rows[0]!.map((_, col) => Math.max(...rows.map((row) => row[col]!.length)));
@@ -473,10 +551,20 @@ async function list({ values, client, json, out }: Invocation): Promise<number> 
 async function journal({ values, positionals, client, json, out }: Invocation): Promise<number> {
   const sessionId = positionals[0]!;
   const fromSeq = values["from-seq"] === undefined ? 0n : wholeNumber(values["from-seq"] as string, "--from-seq");
-  const limit = values.limit === undefined ? 0 : Number(wholeNumber(values.limit as string, "--limit", 0xffffffffn));
+  const limit = values.limit === undefined ? 0 : Number(wholeNumber(values.limit as string, "--limit", 0x7fffffffn));
   for await (const batch of client.readJournal({ sessionId, fromSeq, limit })) {
     for (const entry of batch.entries) printEntry(entry, json, out);
+    if (batch.end?.more && !json) process.stderr.write(`${styleFor(process.stderr).dim(`-- more from seq ${batch.end.nextSeq} (last seq ${batch.end.lastSeq}): --from-seq ${batch.end.nextSeq}`)}\n`);
   }
+  return EXIT.ok;
+}
+
+async function deleteSession({ values, positionals, client, json }: Invocation): Promise<number> {
+  const sessionId = positionals[0]!;
+  const expectedSeq = values["expected-seq"] === undefined ? undefined : wholeNumber(values["expected-seq"] as string, "--expected-seq");
+  const res = await client.deleteSession({ sessionId, ...(expectedSeq !== undefined ? { expectedSeq } : {}) });
+  if (json) printJson({ lastSeq: String(res.lastSeq) });
+  else process.stdout.write(`${sessionId}: deleted (its last seq was ${res.lastSeq})\n`);
   return EXIT.ok;
 }
 
@@ -489,6 +577,9 @@ async function watch({ values, positionals, client, json, out }: Invocation): Pr
   const sessionId = positionals[0]!;
   let fromSeq = values["from-seq"] === undefined ? 0n : wholeNumber(values["from-seq"] as string, "--from-seq");
   const includeSnapshot = values.snapshots === true;
+  const progressMs = values.progress === undefined ? undefined : durationOf(values.progress as string, "--progress");
+  if (progressMs !== undefined && progressMs < 100) throw new UsageError("--progress must be at least 100ms");
+  const progressInterval = progressMs === undefined ? undefined : durationFromMs(progressMs);
   const stop = new AbortController();
   const onSignal = () => stop.abort();
   process.once("SIGINT", onSignal);
@@ -496,10 +587,17 @@ async function watch({ values, positionals, client, json, out }: Invocation): Pr
   try {
     for (;;) {
       try {
-        for await (const message of client.watchSession({ sessionId, fromSeq, includeSnapshot }, { signal: stop.signal })) {
-          if (message.kind.case === "entry") {
-            printEntry(message.kind.value, json, out, message.snapshot);
-            fromSeq = message.kind.value.seq + 1n;
+        for await (const message of client.watchSession({ sessionId, fromSeq, includeSnapshot, progressInterval }, { signal: stop.signal })) {
+          if (message.kind.case === "entries") {
+            for (const { entry, snapshot } of message.kind.value.entries) {
+              if (entry === undefined) continue;
+              printEntry(entry, json, out, snapshot);
+              fromSeq = entry.seq + 1n;
+            }
+          } else if (message.kind.case === "progress") {
+            const { lastSeq, sendTime } = message.kind.value;
+            if (json) printJson({ progress: { lastSeq: String(lastSeq), ...(sendTime ? { sendTime: timestampIso(sendTime) } : {}) } });
+            else process.stderr.write(`${err.dim(`-- still following at seq ${lastSeq}`)}\n`);
           } else if (message.kind.case === "caughtUp") {
             const { lastSeq, snapshot } = message.kind.value;
             if (json) printJson({ caughtUp: { lastSeq: String(lastSeq), ...(snapshot ? { snapshot: snapshotJson(snapshot) } : {}) } });
@@ -536,7 +634,7 @@ async function watch({ values, positionals, client, json, out }: Invocation): Pr
  */
 function printEntry(entry: JournalEntry, json: boolean, out: Style, snapshot?: Snapshot): void {
   const event = entry.event ? eventToJournal(entry.event) : {};
-  const ts = entry.ts ? timestampIso(entry.ts) : undefined;
+  const ts = entry.appendTime ? timestampIso(entry.appendTime) : undefined;
   if (json) {
     const line: Record<string, unknown> = { seq: Number(entry.seq), id: entry.sessionId, type: entry.type, ts, event: { ...event, id: entry.sessionId } };
     if (snapshot) line.snapshot = snapshotJson(snapshot);
@@ -579,6 +677,14 @@ function truncate(text: string, max: number): string {
 function timestampIso(ts: Timestamp): string | undefined {
   const date = timestampDate(ts);
   return Number.isNaN(date.getTime()) ? undefined : date.toISOString();
+}
+
+function durationOf(raw: string, flag: string): number {
+  try {
+    return parseDuration(raw, flag);
+  } catch {
+    throw new UsageError(`${flag}: ${JSON.stringify(raw)} is not a duration like 500ms, 30s or 5m`);
+  }
 }
 
 function wholeNumber(raw: string, flag: string, max = BigInt(Number.MAX_SAFE_INTEGER)): bigint {

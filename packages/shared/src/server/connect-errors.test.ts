@@ -18,6 +18,7 @@ describe("toConnectError", () => {
       already_exists: Code.AlreadyExists,
       failed_precondition: Code.FailedPrecondition,
       aborted: Code.Aborted,
+      out_of_range: Code.OutOfRange,
       resource_exhausted: Code.ResourceExhausted,
       unavailable: Code.Unavailable,
       unauthenticated: Code.Unauthenticated,

@@ -34,13 +34,17 @@ export function connectCodeOf(code: BerthCode): Code {
     // Creating something that is already there (an id taken by another caller).
     case "already_exists":
       return Code.AlreadyExists;
-    // The system is not in the state the call expects (an `expected_seq` that moved on).
+    // The system is not in the state the call needs, and retrying will not change that until the
+    // caller does something else first (a fence whose lock was lost: re-acquire it).
     case "failed_precondition":
       return Code.FailedPrecondition;
-    // A concurrency conflict the client may retry at a higher level (a lock wait ran out,
-    // a fencing token that is no longer current).
+    // A concurrency conflict the client resolves by re-reading and redoing its change (an
+    // `expected_seq` that moved on).
     case "aborted":
       return Code.Aborted;
+    // A position past the end of what exists (a journal read from beyond its last seq).
+    case "out_of_range":
+      return Code.OutOfRange;
     // A limit was hit: queue full, message too large, watcher too slow.
     case "resource_exhausted":
       return Code.ResourceExhausted;

@@ -454,11 +454,11 @@ describe("journalEntryToProto", () => {
     expect(message.seq).toBe(4n);
     expect(message.sessionId).toBe("s-1");
     expect(message.type).toBe("generate");
-    expect(message.ts).toMatchObject({ seconds: BigInt(Date.parse(entry.ts) / 1000 | 0), nanos: 678_000_000 });
+    expect(message.appendTime).toMatchObject({ seconds: BigInt(Date.parse(entry.ts) / 1000 | 0), nanos: 678_000_000 });
     expect(message.integrity).toBe(EntryIntegrity.VERIFIED);
     expect(message.idempotencyKey).toBe("k-1");
     expect(eventToJournal(message.event!)).toStrictEqual({ type: "generate", count: 2 });
-    expect(toJsonString(JournalEntrySchema, message)).toContain('"ts":"2026-01-02T03:04:05.678Z"');
+    expect(toJsonString(JournalEntrySchema, message)).toContain('"appendTime":"2026-01-02T03:04:05.678Z"');
     expect(fromBinary(JournalEntrySchema, toBinary(JournalEntrySchema, message))).toEqual(message);
   });
 
@@ -472,7 +472,7 @@ describe("journalEntryToProto", () => {
   it("tolerates a foreign line: junk seq and ts, no event object (the seed then applies the entry itself)", () => {
     const message = journalEntryToProto({ seq: "7", id: "a", type: "steer", ts: "not a date", pageUrl: "/p" });
     expect(message.seq).toBe(0n);
-    expect(message.ts).toBeUndefined();
+    expect(message.appendTime).toBeUndefined();
     expect(message.type).toBe("steer");
     expect(eventToJournal(message.event!)).toStrictEqual({ type: "steer", seq: "7", ts: "not a date", pageUrl: "/p" });
     const untyped = journalEntryToProto({ seq: 2, event: { type: "resume" } });

@@ -496,7 +496,7 @@ export function journalEntryToProto(entry: Record<string, unknown>, facts: Journ
     integrity: facts.integrity ? INTEGRITY[facts.integrity] : EntryIntegrity.UNSPECIFIED,
   };
   const ts = isoToTimestamp(entry.ts);
-  if (ts !== undefined) message.ts = ts;
+  if (ts !== undefined) message.appendTime = ts;
   return message;
 }
 

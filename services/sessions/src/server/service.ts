@@ -75,7 +75,7 @@ export const SESSIONS_SETTINGS = defineConfig({
       if (bytes < 1024) throw invalidArgument(field, "must be at least 1K");
       return bytes;
     },
-    doc: "largest event (its journal JSON) an append may carry, e.g. 1M; larger ones are RESOURCE_EXHAUSTED",
+    doc: "largest event (its journal JSON) an append may carry, e.g. 1M; larger ones are INVALID_ARGUMENT (EVENT_TOO_LARGE)",
     show: formatSize,
   },
   maxEventsPerAppend: {
@@ -98,6 +98,17 @@ export const SESSIONS_SETTINGS = defineConfig({
     default: DEFAULT_MAX_BUFFERED,
     parse: integerParser(1, 1_000_000),
     doc: "entries a watcher may fall behind before it is ended (RESOURCE_EXHAUSTED, resumable)",
+  },
+  completedRetention: {
+    flag: "completed-retention",
+    env: "BERTH_COMPLETED_RETENTION",
+    parse: (raw: string, field: string) => {
+      const ms = parseDuration(raw, field);
+      if (ms < 1000) throw invalidArgument(field, "must be at least 1s");
+      return ms;
+    },
+    show: formatDuration,
+    doc: "delete completed and discarded sessions (journal and snapshot files) this long after their completing entry, e.g. 7d; swept at start and then as they fall due (unset: kept forever)",
   },
   projectRoot: {
     flag: "project-root",
@@ -152,8 +163,9 @@ export function openSessions(values: SessionsValues, logger: Logger): OpenedSess
       maxEventsPerAppend: values.maxEventsPerAppend,
       cacheSize: values.sessionCache,
       maxBuffered: values.watchBuffer,
+      ...(values.completedRetention !== undefined ? { completedRetentionMs: values.completedRetention } : {}),
     });
-    logger.info({ dir: dirs.dir, legacyDir: dirs.legacyDir, fsync: values.fsync }, "session journals");
+    logger.info({ dir: dirs.dir, legacyDir: dirs.legacyDir, fsync: values.fsync, completedRetentionMs: values.completedRetention }, "session journals");
     return {
       store,
       async close() {
@@ -174,10 +186,10 @@ export function openSessions(values: SessionsValues, logger: Logger): OpenedSess
  * The SessionService registration over `store`, with its gauges on the server's metrics.
  * `fenceCheck` (from the lock service) verifies the fences of appends.
  */
-export function sessionServiceRegistration(store: SessionStore, context: ServerContext, fenceCheck?: FenceCheck) {
+export function sessionServiceRegistration(store: SessionStore, context: ServerContext, fenceCheck?: FenceCheck, maxMessageBytes?: number) {
   context.metrics.registerGauge("berth_sessions_open_sessions", "Sessions open in memory (the bounded LRU).", () => store.stats().openSessions);
   context.metrics.registerGauge("berth_sessions_watchers", "Open watchers (WatchSession and WatchSessions streams).", () => store.stats().watchers);
-  return implement(SessionService, createSessionHandlers({ store, fenceCheck }));
+  return implement(SessionService, createSessionHandlers({ store, fenceCheck, ...(maxMessageBytes !== undefined ? { maxMessageBytes } : {}) }));
 }
 
 /**
@@ -232,7 +244,7 @@ export const sessionsService: ServiceDefinition<typeof SESSIONS_SETTINGS> = {
           throw error;
         }
         return {
-          services: (context: ServerContext) => [sessionServiceRegistration(sessions.store, context, makeFenceCheck(locks)), lockServiceRegistration(locks, context)],
+          services: (context: ServerContext) => [sessionServiceRegistration(sessions.store, context, makeFenceCheck(locks), values.maxMessageBytes), lockServiceRegistration(locks, context)],
           async close() {
             // Locks first: their lock files go and the fencing state is persisted even if the store's close fails.
             try {

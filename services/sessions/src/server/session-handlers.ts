@@ -1,42 +1,49 @@
 /**
  * The RPC layer of `berth.sessions.v1.SessionService`: each RPC checks its request, delegates to
  * the session store, and maps the result onto the proto (session_service.proto's comments are the
- * contract). Domain refusals are the store's BerthErrors; where the proto defines a typed error
- * detail (SeqConflict, FenceRejected, WatcherLagged) the error is turned into a ConnectError
- * carrying it here, beside the Struct detail and header every BerthError gets.
+ * contract). Domain refusals are the store's BerthErrors, each naming its reason (the proto's
+ * error table); where the proto defines a typed error detail (SeqConflict, FenceRejected,
+ * IdempotencyKeyReused, WatcherLagged) the error is turned into a ConnectError carrying it here,
+ * beside the ErrorInfo, Struct detail and header every BerthError gets.
  *
  * Per-append work is kept small (the journal should hide behind the RPC's own cost): one codec
  * pass over the event, the store's append, and a snapshot encoded once however many watchers
  * receive it (see wire-cache.ts).
  */
 import type { DescMessage, MessageShape } from "@bufbuild/protobuf";
-import type { Timestamp } from "@bufbuild/protobuf/wkt";
+import { durationMs, timestampFromMs, type Duration } from "@bufbuild/protobuf/wkt";
 import { ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
 import type { Event } from "@berth/api/berth/sessions/v1/events_pb";
 import {
+  ExpectedState,
   FenceRejectedSchema,
+  IdempotencyKeyReusedSchema,
   SeqConflictSchema,
   WatcherLaggedSchema,
   type AppendEventResponse,
   type AppendEventsResponse,
   type Fence,
   type JournalEntry as JournalEntryMessage,
+  type ReadJournalResponse,
   type SessionChange as SessionChangeMessage,
   type SessionService,
   type WatchedEntry,
   type WatchSessionResponse,
   type WatchSessionsResponse,
+  type WatchProgress,
 } from "@berth/api/berth/sessions/v1/session_service_pb";
+import { systemClock, type Clock } from "@berth/shared/clock";
 import { BerthError, invalidArgument, isBerthError } from "@berth/shared/errors";
 import { checkPathInput, checkSessionId } from "@berth/shared/safe-id";
-import { abortError, berthErrorToConnect, streamHolds } from "@berth/shared/server/index";
+import { abortError, berthErrorToConnect, DEFAULT_MAX_MESSAGE_BYTES, streamHolds } from "@berth/shared/server/index";
 import { sendsBinary } from "@berth/shared/server/pre-encoded";
 import type { EntryIntegrity } from "../journal-file.js";
 import type { JournalEntry, SessionSnapshot } from "../reducer.js";
-import type { AppendOptions, AppendResult, SessionStore } from "../session-store.js";
+import { sessionNotFound, type AppendOptions, type AppendResult, type ExpectedState as StoreExpectedState, type SessionStore } from "../session-store.js";
 import { isCompletedPhase } from "../vocabulary.js";
 import type { SessionChange, WatchEntry, WatchEvent } from "../watch-hub.js";
 import { eventToJournal, isoToTimestamp, journalEntryToProto, type JournalEntryFacts } from "./event-codec.js";
+import { PROGRESS, ProgressPuller } from "./progress-puller.js";
 import { encodedEntryField, encodedSnapshotField, entryMessage, snapshotMessage } from "./wire-cache.js";
 
 /**
@@ -44,8 +51,8 @@ import { encodedEntryField, encodedSnapshotField, entryMessage, snapshotMessage 
  * checks the input (invalid_argument naming `fence.file` or `fence.fencing_token`) and makes the
  * path canonical, as every lock RPC does, so a fence matches its lock however the path is spelled.
  * The function it returns runs right before the append is sequenced and throws a BerthError
- * `aborted` unless `token` is still the current fencing token of the file's lock (details: `file`
- * — the canonical path —, `currentToken`, null or 0 when nobody holds it).
+ * (reason FENCE_REJECTED) unless `token` is still the current fencing token of the file's lock
+ * (details: `file` — the canonical path —, `currentToken`, null or 0 when nobody holds it).
  */
 export type FenceCheck = (file: string, token: bigint) => () => void;
 
@@ -58,15 +65,31 @@ export interface SessionHandlerOptions {
   readonly readBatchEntries?: number;
   /** Approximate bytes per ReadJournal message at most (default {@link READ_BATCH_MAX_BYTES}). */
   readonly readBatchBytes?: number;
+  /** The clock of progress messages (default: the system's). */
+  readonly clock?: Clock;
+  /** The server's message size limit, as GetLimits reports it (default: the server's default). */
+  readonly maxMessageBytes?: number;
 }
+
+/** The ErrorInfo domain of this service's errors. */
+export const SESSIONS_ERROR_DOMAIN = "berth.sessions";
 
 /** Entries per ReadJournal message at most. */
 export const READ_BATCH_MAX_ENTRIES = 256;
 /**
- * A ReadJournal message is closed once its entries' journal JSON reaches this many bytes: well
- * under the default 4 MiB message limit even with one maximal (1 MiB) event on top.
+ * A ReadJournal (or watch backlog) message is closed once its entries' journal JSON reaches this
+ * many bytes: well under the default 4 MiB message limit even with one maximal (1 MiB) event on top.
  */
 export const READ_BATCH_MAX_BYTES = 256 * 1024;
+/** Backlog entries in one WatchSession message at most. */
+export const WATCH_BACKLOG_BATCH = 100;
+/** Most live entries one WatchSession message carries, whatever `max_batch` asks. */
+export const MAX_WATCH_BATCH = 1000;
+/** The shortest `progress_interval`. */
+export const MIN_PROGRESS_INTERVAL_MS = 100;
+/** ListSessions' page when `page_size` is 0, and its largest. */
+export const DEFAULT_PAGE_SIZE = 100;
+export const MAX_PAGE_SIZE = 1000;
 
 const APPEND_EVENT_RESPONSE = "berth.sessions.v1.AppendEventResponse";
 const APPEND_EVENTS_RESPONSE = "berth.sessions.v1.AppendEventsResponse";
@@ -74,32 +97,42 @@ const WATCH_SESSION_RESPONSE = "berth.sessions.v1.WatchSessionResponse";
 const WATCH_SESSIONS_RESPONSE = "berth.sessions.v1.WatchSessionsResponse";
 const WATCHED_ENTRIES = "berth.sessions.v1.WatchedEntries";
 const WATCHED_ENTRY = "berth.sessions.v1.WatchedEntry";
+const WATCH_PROGRESS = "berth.sessions.v1.WatchProgress";
 const CAUGHT_UP = "berth.sessions.v1.CaughtUp";
 const SESSION_CHANGE = "berth.sessions.v1.SessionChange";
 const SESSIONS_CAUGHT_UP = "berth.sessions.v1.SessionsCaughtUp";
 const READ_JOURNAL_RESPONSE = "berth.sessions.v1.ReadJournalResponse";
+const READ_END = "berth.sessions.v1.ReadEnd";
 
-// Field numbers of the responses whose fields are sent pre-encoded (session_service.proto).
+// Field numbers of the messages whose fields are sent pre-encoded (session_service.proto).
 const APPEND_EVENT_SNAPSHOT_FIELD = 2;
 const APPEND_EVENTS_SNAPSHOT_FIELD = 3;
-const WATCH_ENTRY_FIELD = 1;
-const WATCH_SNAPSHOT_FIELD = 3;
 const WATCHED_ENTRY_FIELD = 1;
 const WATCHED_SNAPSHOT_FIELD = 2;
-
-/** Most live entries one WatchSession message carries, whatever `max_batch` asks. */
-export const MAX_WATCH_BATCH = 1000;
 
 /** The SessionService implementation over `options.store`. */
 export function createSessionHandlers(options: SessionHandlerOptions): ServiceImpl<typeof SessionService> {
   const { store, fenceCheck } = options;
+  const clock = options.clock ?? systemClock;
   const batchEntries = options.readBatchEntries ?? READ_BATCH_MAX_ENTRIES;
   const batchBytes = options.readBatchBytes ?? READ_BATCH_MAX_BYTES;
 
   /** The store's append options for a request's concurrency fields, every one checked. */
-  function appendOptions(req: { expectedSeq?: bigint | undefined; idempotencyKey: string; fence?: Fence | undefined }): AppendOptions {
+  function appendOptions(req: {
+    expected: { case: "expectedSeq"; value: bigint } | { case: "expectedState"; value: ExpectedState } | { case: undefined; value?: undefined };
+    idempotencyKey: string;
+    fence?: Fence | undefined;
+  }): AppendOptions {
     const out: AppendOptions = {};
-    if (req.expectedSeq !== undefined) out.expectedSeq = safeSeq(req.expectedSeq, "expected_seq");
+    if (req.expected.case === "expectedSeq") {
+      if (req.expected.value <= 0n) {
+        throw invalidArgument("expected_seq", "must be positive (the session's last seq you saw); for a session with no entry yet set expected_state = NO_SESSION");
+      }
+      out.expectedSeq = safeSeq(req.expected.value, "expected_seq");
+    } else if (req.expected.case === "expectedState") {
+      const state = storeExpectedState(req.expected.value);
+      if (state !== "any") out.expectedState = state;
+    }
     if (req.idempotencyKey !== "") out.idempotencyKey = req.idempotencyKey;
     if (req.fence !== undefined) out.fenceCheck = fenceChecker(req.fence, fenceCheck);
     return out;
@@ -137,42 +170,71 @@ export function createSessionHandlers(options: SessionHandlerOptions): ServiceIm
 
     getSnapshot(req) {
       const sessionId = checkSessionId(req.sessionId);
-      // Asked with completed sessions included so that `exists` and `last_seq` are known even when
-      // the snapshot itself is hidden.
       const view = store.getSnapshot(sessionId, { includeCompleted: true });
-      if (view === null || !view.exists) return { exists: false, lastSeq: 0n };
-      const hidden = !req.includeCompleted && isCompletedPhase(view.snapshot.phase);
-      return { exists: true, lastSeq: BigInt(view.lastSeq), ...(hidden ? {} : { snapshot: snapshotMessage(view.snapshot) }) };
+      if (view === null || !view.exists) throw sessionNotFound(sessionId);
+      return { snapshot: snapshotMessage(view.snapshot), lastSeq: BigInt(view.lastSeq) };
     },
 
     listSessions(req) {
-      const views = store.list({ includeCompleted: req.includeCompleted });
-      return { sessions: views.map((view) => snapshotMessage(view.snapshot)) };
-    },
-
-    hasSession(req) {
-      return { exists: store.has(checkSessionId(req.sessionId)) };
+      if (req.pageSize < 0) throw invalidArgument("page_size", `must be 0 (the default, ${DEFAULT_PAGE_SIZE}) or positive`);
+      const pageSize = req.pageSize === 0 ? DEFAULT_PAGE_SIZE : Math.min(req.pageSize, MAX_PAGE_SIZE);
+      const after = req.pageToken === "" ? undefined : decodePageToken(req.pageToken, req.includeCompleted);
+      // One more than the page: whether another page follows, without an empty last page.
+      const views = store.list({ includeCompleted: req.includeCompleted, limit: pageSize + 1, ...(after !== undefined ? { after } : {}) });
+      const page = views.slice(0, pageSize);
+      const last = page[page.length - 1];
+      return {
+        sessions: page.map((view) => snapshotMessage(view.snapshot)),
+        nextPageToken: views.length > pageSize && last !== undefined ? encodePageToken(last.sessionId, req.includeCompleted) : "",
+      };
     },
 
     async flushSnapshot(req) {
       const sessionId = checkSessionId(req.sessionId);
       const view = await store.flush(sessionId);
-      if (!view.exists) throw noJournal(sessionId);
+      if (!view.exists) throw sessionNotFound(sessionId);
       return { snapshot: snapshotMessage(view.snapshot), lastSeq: BigInt(view.lastSeq) };
+    },
+
+    async deleteSession(req) {
+      const sessionId = checkSessionId(req.sessionId);
+      const expectedSeq = req.expectedSeq === undefined ? undefined : nonNegativeSeq(req.expectedSeq, "expected_seq");
+      try {
+        const { lastSeq } = await store.delete(sessionId, expectedSeq === undefined ? {} : { expectedSeq });
+        return { lastSeq: BigInt(lastSeq) };
+      } catch (error) {
+        throw explainSeqConflict(error, sessionId, expectedSeq, undefined);
+      }
     },
 
     async *readJournal(req, context) {
       const sessionId = checkSessionId(req.sessionId);
-      const fromSeq = Math.max(1, safeSeq(req.fromSeq, "from_seq"));
-      if (!store.has(sessionId)) throw noJournal(sessionId);
+      const fromSeq = Math.max(1, nonNegativeSeq(req.fromSeq, "from_seq"));
+      if (req.limit < 0) throw invalidArgument("limit", "must be 0 (no limit) or positive");
+      const view = store.getSnapshot(sessionId, { includeCompleted: true });
+      if (view === null || !view.exists) throw sessionNotFound(sessionId);
+      const lastSeq = view.lastSeq;
+      if (fromSeq > lastSeq + 1) {
+        throw new BerthError(
+          "out_of_range",
+          `from_seq: ${fromSeq} is past the end of session ${sessionId}, whose last seq is ${lastSeq}; read from at most ${lastSeq + 1}`,
+          { sessionId, fromSeq, lastSeq },
+          { reason: "SEQ_OUT_OF_RANGE" },
+        );
+      }
+      // In the same turn as the view: the read ends where the view's last seq is.
       const entries = store.read(sessionId, fromSeq, req.limit);
       let batch: JournalEntryMessage[] = [];
       let bytes = 0;
+      let sent = 0;
+      let nextSeq = fromSeq;
       try {
         for await (const stored of entries) {
           if (context.signal.aborted) throw abortError(context.signal);
           batch.push(journalEntryToProto(stored.entry as unknown as Record<string, unknown>, entryFacts(stored)));
           bytes += approximateBytes(stored.entry);
+          sent++;
+          nextSeq = Math.max(nextSeq, stored.entry.seq + 1);
           if (batch.length >= batchEntries || bytes >= batchBytes) {
             yield { $typeName: READ_JOURNAL_RESPONSE, entries: batch };
             batch = [];
@@ -182,25 +244,70 @@ export function createSessionHandlers(options: SessionHandlerOptions): ServiceIm
       } finally {
         await entries.return?.();
       }
-      if (batch.length > 0) yield { $typeName: READ_JOURNAL_RESPONSE, entries: batch };
+      const more = req.limit > 0 && sent >= req.limit && nextSeq <= lastSeq;
+      const last: ReadJournalResponse = {
+        $typeName: READ_JOURNAL_RESPONSE,
+        entries: batch,
+        end: { $typeName: READ_END, lastSeq: BigInt(lastSeq), nextSeq: BigInt(nextSeq), more },
+      };
+      yield last;
     },
 
     async *watchSession(req, context) {
       const sessionId = checkSessionId(req.sessionId);
-      const fromSeq = Math.max(1, safeSeq(req.fromSeq, "from_seq"));
-      const binary = sendsBinary(context);
+      const fromSeq = Math.max(1, nonNegativeSeq(req.fromSeq, "from_seq"));
+      if (req.maxBatch < 0) throw invalidArgument("max_batch", "must be 0 or positive");
       const maxBatch = Math.min(req.maxBatch, MAX_WATCH_BATCH);
+      const progressMs = progressInterval(req.progressInterval);
+      const binary = sendsBinary(context);
       const watcher = store.watch(sessionId, fromSeq, { includeSnapshot: req.includeSnapshot });
       streamHolds(context, `a watcher of ${sessionId} from seq ${fromSeq}`);
       const stop = endOnAbort(watcher, context.signal);
+      const puller = new ProgressPuller(watcher, clock);
+      // Backlog entries handed over by the store but not sent yet: sent before any error, since
+      // the error's resume point counts them as delivered.
+      let backlog: WatchEntry[] = [];
+      let backlogBytes = 0;
+      let live = false;
+      let lastSeq = fromSeq - 1;
       try {
-        for await (const event of watcher) {
-          // Entries that piled up while this message was on its way go together in the next one.
-          const more = maxBatch > 1 && event.kind === "entry" ? watcher.takeBuffered(maxBatch - 1) : [];
-          yield more.length === 0 ? watchSessionResponse(event, binary) : watchBatchResponse([event, ...more] as WatchEntry[], binary);
+        for (;;) {
+          const step = await puller.next(live ? progressMs : undefined);
+          if (step === PROGRESS) {
+            yield { $typeName: WATCH_SESSION_RESPONSE, kind: { case: "progress", value: progressOf(lastSeq, clock) } } satisfies WatchSessionResponse;
+            continue;
+          }
+          if (step.done) break;
+          const event = step.value;
+          if (!live && event.kind === "entry") {
+            backlog.push(event);
+            backlogBytes += approximateBytes(event.entry);
+            if (backlog.length >= WATCH_BACKLOG_BATCH || backlogBytes >= batchBytes) {
+              yield watchEntries(backlog, binary);
+              backlog = [];
+              backlogBytes = 0;
+            }
+            continue;
+          }
+          if (backlog.length > 0) {
+            yield watchEntries(backlog, binary);
+            backlog = [];
+          }
+          if (event.kind === "caught_up") {
+            live = true;
+            lastSeq = Math.max(lastSeq, event.lastSeq);
+            yield caughtUpResponse(event.lastSeq, event.snapshot);
+            continue;
+          }
+          // Entries that piled up while the previous message was on its way go together in this one.
+          const more = maxBatch > 1 ? (watcher.takeBuffered(maxBatch - 1) as WatchEntry[]) : [];
+          const sending = [event, ...more];
+          lastSeq = Math.max(lastSeq, sending[sending.length - 1]!.entry.seq);
+          yield watchEntries(sending, binary);
         }
         if (context.signal.aborted) throw abortError(context.signal);
       } catch (error) {
+        if (backlog.length > 0 && !context.signal.aborted) yield watchEntries(backlog, binary);
         throw lagged(error, sessionId);
       } finally {
         stop();
@@ -209,6 +316,12 @@ export function createSessionHandlers(options: SessionHandlerOptions): ServiceIm
     },
 
     async *watchSessions(req, context) {
+      const progressMs = progressInterval(req.progressInterval);
+      const resumeFrom = new Map<string, number>();
+      for (const [id, seq] of Object.entries(req.resumeFrom)) {
+        resumeFrom.set(checkSessionId(id, "resume_from"), nonNegativeSeq(seq, `resume_from[${id}]`));
+      }
+      const describeCurrent = req.includeCurrent || resumeFrom.size > 0;
       // Subscribed before the current state is read, so no change falls between the two; changes
       // already described by the current state are skipped below.
       const watcher = store.watchAll({ includeSnapshot: req.includeSnapshot });
@@ -216,33 +329,57 @@ export function createSessionHandlers(options: SessionHandlerOptions): ServiceIm
       const stop = endOnAbort(watcher, context.signal);
       const described = new Map<string, number>();
       try {
-        if (req.includeCurrent) {
-          const views = store.list({ includeCompleted: req.includeCompleted });
+        if (describeCurrent) {
+          const views = store.list({ includeCompleted: true });
+          let count = 0;
           for (const view of views) {
             if (context.signal.aborted) throw abortError(context.signal);
-            const last = await lastEntry(store, view.sessionId, view.lastSeq);
+            const known = resumeFrom.get(view.sessionId);
+            // A session the watcher knows is described when it moved, whatever its phase (a live
+            // change that completed it would have reached the watcher); one it does not know, as
+            // `include_completed` says. Changes up to what the watcher has (told now, or known)
+            // are not sent again; those of a session left out here are (one may complete it).
+            if (known !== undefined && known === view.lastSeq) {
+              described.set(view.sessionId, view.lastSeq);
+              continue;
+            }
+            if (known === undefined && !req.includeCompleted && isCompletedPhase(view.snapshot.phase)) continue;
             described.set(view.sessionId, view.lastSeq);
+            const last = await lastEntry(store, view.sessionId, view.lastSeq);
             const change: SessionChangeMessage = {
               $typeName: SESSION_CHANGE,
               sessionId: view.sessionId,
               lastSeq: BigInt(view.lastSeq),
               firstSeq: BigInt(view.lastSeq),
               type: typeof last?.type === "string" ? last.type : "",
+              deleted: false,
             };
-            const ts = isoToTimestamp(last?.ts ?? view.snapshot.updatedAt);
-            if (ts !== undefined) change.ts = ts;
+            const appendTime = isoToTimestamp(last?.ts ?? view.snapshot.updatedAt);
+            if (appendTime !== undefined) change.appendTime = appendTime;
             if (req.includeSnapshot) change.snapshot = snapshotMessage(view.snapshot);
+            count++;
             yield watchSessionsChange(change);
           }
+          const existing = new Set(views.map((view) => view.sessionId));
+          const deleted = [...resumeFrom.keys()].filter((id) => !existing.has(id)).sort();
           yield {
             $typeName: WATCH_SESSIONS_RESPONSE,
-            kind: { case: "caughtUp", value: { $typeName: SESSIONS_CAUGHT_UP, sessions: views.length } },
+            kind: { case: "caughtUp", value: { $typeName: SESSIONS_CAUGHT_UP, sessions: count, deleted } },
           };
         }
-        for await (const change of watcher) {
+        const puller = new ProgressPuller(watcher, clock);
+        for (;;) {
+          const step = await puller.next(progressMs);
+          if (step === PROGRESS) {
+            yield { $typeName: WATCH_SESSIONS_RESPONSE, kind: { case: "progress", value: progressOf(0, clock) } } satisfies WatchSessionsResponse;
+            continue;
+          }
+          if (step.done) break;
+          const change = step.value;
           const seen = described.get(change.sessionId);
           if (seen !== undefined) {
-            if (change.lastSeq <= seen) continue;
+            // A deletion (or, after one, a new session under the id) is news whatever its seq.
+            if (!change.deleted && change.lastSeq <= seen) continue;
             described.delete(change.sessionId);
           }
           yield watchSessionsChange(sessionChange(change));
@@ -255,6 +392,19 @@ export function createSessionHandlers(options: SessionHandlerOptions): ServiceIm
         await watcher.return?.();
       }
     },
+
+    getLimits() {
+      const limits = store.limits();
+      return {
+        maxEventBytes: BigInt(limits.maxEventBytes),
+        maxEventsPerAppend: limits.maxEventsPerAppend,
+        maxMessageBytes: BigInt(options.maxMessageBytes ?? DEFAULT_MAX_MESSAGE_BYTES),
+        watchBuffer: limits.maxBuffered,
+        maxIdempotencyKeyLength: limits.maxIdempotencyKeyLength,
+        maxPageSize: MAX_PAGE_SIZE,
+        ...(limits.completedRetentionMs !== undefined ? { completedRetention: durationFromMilliseconds(limits.completedRetentionMs) } : {}),
+      };
+    },
   };
 }
 
@@ -264,45 +414,92 @@ async function appendOrExplain(store: SessionStore, sessionId: string, events: R
   try {
     return await store.append(sessionId, events, options);
   } catch (error) {
-    if (isBerthError(error) && error.code === "failed_precondition" && error.details?.currentSeq !== undefined) {
+    if (isBerthError(error) && error.reason === "IDEMPOTENCY_KEY_REUSED") {
+      const details = error.details ?? {};
       throw withTypedDetail(error, {
-        desc: SeqConflictSchema,
+        desc: IdempotencyKeyReusedSchema,
         value: {
           sessionId,
-          expectedSeq: BigInt(options.expectedSeq ?? 0),
-          currentSeq: BigInt(numberOr(error.details.currentSeq, 0)),
+          idempotencyKey: options.idempotencyKey ?? "",
+          firstSeq: BigInt(numberOr(details.firstSeq, 0)),
+          lastSeq: BigInt(numberOr(details.lastSeq, 0)),
         },
       });
     }
-    throw error;
+    throw explainSeqConflict(error, sessionId, options.expectedSeq, options.expectedState);
   }
 }
 
-/** The store's fence hook for a request's fence: checked input, the lock service's verdict as FenceRejected. */
+/** An aborted SEQ_CONFLICT → the same error with its SeqConflict detail; anything else as it is. */
+function explainSeqConflict(error: unknown, sessionId: string, expectedSeq: number | undefined, expectedState: StoreExpectedState | undefined): unknown {
+  if (!isBerthError(error) || error.reason !== "SEQ_CONFLICT") return error;
+  return withTypedDetail(error, {
+    desc: SeqConflictSchema,
+    value: {
+      sessionId,
+      expectedSeq: BigInt(expectedSeq ?? 0),
+      currentSeq: BigInt(numberOr(error.details?.currentSeq, 0)),
+      expectedState: expectedState === "no_session" ? ExpectedState.NO_SESSION : expectedState === "exists" ? ExpectedState.EXISTS : ExpectedState.UNSPECIFIED,
+    },
+  });
+}
+
+/** The store's expectation for a request's `expected_state`. */
+function storeExpectedState(state: ExpectedState): StoreExpectedState {
+  switch (state) {
+    case ExpectedState.UNSPECIFIED:
+    case ExpectedState.ANY:
+      return "any";
+    case ExpectedState.NO_SESSION:
+      return "no_session";
+    case ExpectedState.EXISTS:
+      return "exists";
+    default:
+      throw invalidArgument("expected_state", `must be ANY, NO_SESSION or EXISTS, got ${state as number}`);
+  }
+}
+
+/**
+ * The store's fence hook for a request's fence: checked input, and the lock service's verdict as
+ * FAILED_PRECONDITION FENCE_REJECTED with its FenceRejected detail (the writer lost its lock; a
+ * retry cannot succeed until it holds the lock again).
+ */
 function fenceChecker(fence: Fence, fenceCheck: FenceCheck | undefined): () => void {
   const file = checkPathInput(fence.file, "fence.file");
   const token = fence.fencingToken;
-  if (token === 0n) throw invalidArgument("fence.fencing_token", "must be a positive integer (the fencing token of your lease)");
+  if (token <= 0n) throw invalidArgument("fence.fencing_token", "must be a positive integer (the fencing token of your lease)");
   if (fenceCheck === undefined) {
-    throw new BerthError("unavailable", "fence: this service cannot check fencing tokens (its lock service is not running); nothing was written");
+    const error = new BerthError(
+      "failed_precondition",
+      "fence: this service cannot check fencing tokens (its lock service is not running), so the fence is rejected; nothing was written",
+      { file, fencingToken: token, currentToken: 0 },
+      { reason: "FENCE_REJECTED" },
+    );
+    throw fenceRejected(error, file, token);
   }
   const check = fenceCheck(file, token);
   return () => {
     try {
       check();
     } catch (error) {
-      if (!isBerthError(error) || error.code !== "aborted") throw error;
-      const details = error.details ?? {};
-      throw withTypedDetail(error, {
-        desc: FenceRejectedSchema,
-        value: {
-          file: typeof details.file === "string" ? details.file : file,
-          fencingToken: token,
-          currentToken: BigInt(numberOr(details.currentToken, 0)),
-        },
-      });
+      if (!isBerthError(error) || (error.code !== "aborted" && error.reason !== "FENCE_REJECTED")) throw error;
+      throw fenceRejected(error, file, token);
     }
   };
+}
+
+function fenceRejected(error: BerthError, file: string, token: bigint): ConnectError {
+  const details = error.details ?? {};
+  const { reason: _reason, ...facts } = details;
+  const rejected = new BerthError("failed_precondition", error.message, facts, { reason: "FENCE_REJECTED" });
+  return withTypedDetail(rejected, {
+    desc: FenceRejectedSchema,
+    value: {
+      file: typeof details.file === "string" ? details.file : file,
+      fencingToken: token,
+      currentToken: BigInt(numberOr(details.currentToken, 0)),
+    },
+  });
 }
 
 /** Puts the snapshot in a response: pre-encoded for binary calls, as a message for the others. */
@@ -314,6 +511,27 @@ function attachSnapshot(
 ): void {
   if (sendsBinary(context)) response.$unknown = [encodedSnapshotField(field, snapshot)];
   else response.snapshot = snapshotMessage(snapshot);
+}
+
+// --------------------------------------------------------------------------- pages
+
+/**
+ * ListSessions' page token: the last id of the page and the `include_completed` it was asked with,
+ * base64url. Opaque to clients; positions never enter it, so sessions created or deleted while a
+ * client pages cannot shift a page.
+ */
+function encodePageToken(lastId: string, includeCompleted: boolean): string {
+  return Buffer.from(`${includeCompleted ? "c" : "a"}:${lastId}`, "utf8").toString("base64url");
+}
+
+function decodePageToken(token: string, includeCompleted: boolean): string {
+  const text = /^[A-Za-z0-9_-]+$/.test(token) ? Buffer.from(token, "base64url").toString("utf8") : "";
+  const match = /^([ac]):([A-Za-z0-9_-]{1,128})$/.exec(text);
+  if (match === null) throw invalidArgument("page_token", "is not a token this service gave: pass next_page_token as it was returned, or nothing for the first page");
+  if ((match[1] === "c") !== includeCompleted) {
+    throw invalidArgument("page_token", `was given for include_completed=${!includeCompleted}: page with the same include_completed, or start again`);
+  }
+  return match[2]!;
 }
 
 // --------------------------------------------------------------------------- entries
@@ -334,29 +552,21 @@ function entryFacts(stored: { idempotencyKey: string | undefined; integrity: Ent
 
 // --------------------------------------------------------------------------- watches
 
-function watchSessionResponse(event: WatchEvent, binary: boolean): WatchSessionResponse {
-  if (event.kind === "caught_up") {
-    const caughtUp: WatchSessionResponse["kind"] & { case: "caughtUp" } = {
-      case: "caughtUp",
-      value: { $typeName: CAUGHT_UP, lastSeq: BigInt(event.lastSeq) },
-    };
-    if (event.snapshot !== undefined && event.lastSeq > 0) caughtUp.value.snapshot = snapshotMessage(event.snapshot);
-    return { $typeName: WATCH_SESSION_RESPONSE, kind: caughtUp };
-  }
-  const facts = entryFacts(event);
-  if (!binary) {
-    const response: WatchSessionResponse = { $typeName: WATCH_SESSION_RESPONSE, kind: { case: "entry", value: entryMessage(event.entry, facts) } };
-    if (event.snapshot !== undefined) response.snapshot = snapshotMessage(event.snapshot);
-    return response;
-  }
-  // Live entries (and their snapshots) are shared by every watcher: sent pre-encoded.
-  const fields = [encodedEntryField(WATCH_ENTRY_FIELD, event.entry, facts)];
-  if (event.snapshot !== undefined) fields.push(encodedSnapshotField(WATCH_SNAPSHOT_FIELD, event.snapshot));
-  return { $typeName: WATCH_SESSION_RESPONSE, kind: { case: undefined }, $unknown: fields };
+function caughtUpResponse(lastSeq: number, snapshot: SessionSnapshot | undefined): WatchSessionResponse {
+  const caughtUp: WatchSessionResponse["kind"] & { case: "caughtUp" } = {
+    case: "caughtUp",
+    value: { $typeName: CAUGHT_UP, lastSeq: BigInt(lastSeq) },
+  };
+  if (snapshot !== undefined && lastSeq > 0) caughtUp.value.snapshot = snapshotMessage(snapshot);
+  return { $typeName: WATCH_SESSION_RESPONSE, kind: caughtUp };
 }
 
-/** Several live entries in one WatchSession message, each with its snapshot (pre-encoded like one). */
-function watchBatchResponse(events: readonly WatchEntry[], binary: boolean): WatchSessionResponse {
+/**
+ * Consecutive entries in one WatchSession message, each with its snapshot when it carries one.
+ * Live entries (and their snapshots) are shared by every watcher: binary calls get them
+ * pre-encoded, encoded once.
+ */
+function watchEntries(events: readonly WatchEntry[], binary: boolean): WatchSessionResponse {
   const entries = events.map((event): WatchedEntry => {
     const facts = entryFacts(event);
     if (!binary) {
@@ -368,10 +578,14 @@ function watchBatchResponse(events: readonly WatchEntry[], binary: boolean): Wat
     if (event.snapshot !== undefined) fields.push(encodedSnapshotField(WATCHED_SNAPSHOT_FIELD, event.snapshot));
     return { $typeName: WATCHED_ENTRY, $unknown: fields };
   });
-  return { $typeName: WATCH_SESSION_RESPONSE, kind: { case: "batch", value: { $typeName: WATCHED_ENTRIES, entries } } };
+  return { $typeName: WATCH_SESSION_RESPONSE, kind: { case: "entries", value: { $typeName: WATCHED_ENTRIES, entries } } };
 }
 
-/** One append call's change (first..last seq, the last entry's type and time, the snapshot after it). */
+function progressOf(lastSeq: number, clock: Clock): WatchProgress {
+  return { $typeName: WATCH_PROGRESS, lastSeq: BigInt(lastSeq), sendTime: timestampFromMs(clock.now()) };
+}
+
+/** One append call's change (first..last seq, the last entry's type and time, the snapshot after it), or a deletion. */
 function sessionChange(change: SessionChange): SessionChangeMessage {
   const message: SessionChangeMessage = {
     $typeName: SESSION_CHANGE,
@@ -379,10 +593,11 @@ function sessionChange(change: SessionChange): SessionChangeMessage {
     lastSeq: BigInt(change.lastSeq),
     firstSeq: BigInt(change.firstSeq),
     // A line another process wrote may hold anything there.
-    type: typeof change.entry.type === "string" ? change.entry.type : "",
+    type: typeof change.entry?.type === "string" ? change.entry.type : "",
+    deleted: change.deleted,
   };
-  const ts: Timestamp | undefined = isoToTimestamp(change.entry.ts);
-  if (ts !== undefined) message.ts = ts;
+  const appendTime = isoToTimestamp(change.entry?.ts);
+  if (appendTime !== undefined) message.appendTime = appendTime;
   if (change.snapshot !== undefined) message.snapshot = snapshotMessage(change.snapshot);
   return message;
 }
@@ -403,6 +618,15 @@ async function lastEntry(store: SessionStore, sessionId: string, seq: number): P
   }
 }
 
+/** A watch's `progress_interval` in ms (undefined: no progress messages), checked. */
+function progressInterval(interval: Duration | undefined): number | undefined {
+  if (interval === undefined) return undefined;
+  const ms = durationMs(interval);
+  if (ms === 0) return undefined;
+  if (!(ms >= MIN_PROGRESS_INTERVAL_MS)) throw invalidArgument("progress_interval", `must be unset, zero or at least ${MIN_PROGRESS_INTERVAL_MS}ms`);
+  return ms;
+}
+
 /**
  * Ends `watcher` (its pending `next()` resolves done) when `signal` aborts: the client went away,
  * its deadline ran out, or the server is shutting down. One listener for the whole stream, rather
@@ -419,9 +643,9 @@ function endOnAbort(watcher: AsyncIterator<unknown>, signal: AbortSignal): () =>
   return () => signal.removeEventListener("abort", end);
 }
 
-/** A watcher that fell behind (the store's resource_exhausted) → RESOURCE_EXHAUSTED with WatcherLagged. */
+/** A watcher that fell behind (the store's WATCHER_LAGGED) → the same error with its WatcherLagged detail. */
 function lagged(error: unknown, sessionId: string): unknown {
-  if (!isBerthError(error) || error.code !== "resource_exhausted") return error;
+  if (!isBerthError(error) || error.reason !== "WATCHER_LAGGED") return error;
   const lastSeq = error.details?.lastSeq;
   const resumeFromSeq = sessionId !== "" && typeof lastSeq === "number" ? BigInt(lastSeq + 1) : 0n;
   return withTypedDetail(error, { desc: WatcherLaggedSchema, value: { sessionId, resumeFromSeq } });
@@ -429,28 +653,29 @@ function lagged(error: unknown, sessionId: string): unknown {
 
 // --------------------------------------------------------------------------- helpers
 
-/** The error of a call naming a session that has no journal. */
-function noJournal(sessionId: string): BerthError {
-  return new BerthError("not_found", `session ${sessionId} has no journal (nothing was ever appended to it)`, { sessionId });
-}
-
-/**
- * A BerthError as the ConnectError the server would send (code, message, Struct detail, details
- * header) with a typed detail first, so clients that decode the proto's own message find it.
- */
 /** A detail as `new ConnectError` takes it (the type is not exported by connect). */
 type OutgoingDetail = NonNullable<ConstructorParameters<typeof ConnectError>[3]>[number];
 
+/**
+ * A BerthError as the ConnectError the server would send (code, message, ErrorInfo, Struct detail,
+ * details header) with a typed detail first, so clients that decode the proto's own message find it.
+ */
 function withTypedDetail<D extends DescMessage>(error: BerthError, detail: { desc: D; value: Omit<MessageShape<D>, "$typeName"> }): ConnectError {
-  const base = berthErrorToConnect(error);
+  const base = berthErrorToConnect(error, SESSIONS_ERROR_DOMAIN);
   const details: OutgoingDetail[] = [detail as unknown as OutgoingDetail, ...(base.details as OutgoingDetail[])];
   return new ConnectError(base.rawMessage, base.code, base.metadata, details, error);
 }
 
-/** A uint64 request field as a number, refusing values no seq can reach. */
+/** An int64 request field as a number, refusing values no seq can reach. */
 function safeSeq(value: bigint, field: string): number {
   if (value > BigInt(Number.MAX_SAFE_INTEGER)) throw invalidArgument(field, `must be at most ${Number.MAX_SAFE_INTEGER}`);
   return Number(value);
+}
+
+/** An int64 seq field that may be 0 but not negative. */
+function nonNegativeSeq(value: bigint, field: string): number {
+  if (value < 0n) throw invalidArgument(field, "must not be negative");
+  return safeSeq(value, field);
 }
 
 function numberOr(value: unknown, fallback: number): number | bigint {
@@ -459,7 +684,11 @@ function numberOr(value: unknown, fallback: number): number | bigint {
   return fallback;
 }
 
-/** The size a journal entry adds to a ReadJournal message, roughly: its event's JSON size. */
+function durationFromMilliseconds(ms: number): Duration {
+  return { $typeName: "google.protobuf.Duration", seconds: BigInt(Math.floor(ms / 1000)), nanos: (ms % 1000) * 1_000_000 };
+}
+
+/** The size a journal entry adds to a message, roughly: its event's JSON size. */
 function approximateBytes(entry: JournalEntry): number {
   try {
     return JSON.stringify(entry.event).length + 64;

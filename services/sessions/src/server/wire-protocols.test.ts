@@ -119,7 +119,7 @@ describe.each(WIRE_PROTOCOLS.slice(1))("SessionService and LockService over $nam
     expect(await run(tested.sessions, "tested")).toEqual(expected);
   });
 
-  it("WatchSession (one entry a message, and batches), WatchSessions and ReadJournal", async () => {
+  it("WatchSession (a backlog message, one live entry a message, and batches), WatchSessions and ReadJournal", async () => {
     covered.add("SessionService.WatchSession").add("SessionService.WatchSessions").add("SessionService.ReadJournal");
     await reference.sessions.appendEvents({ sessionId: "s", events: [generate(3), phase("planning")] });
     const watchers = [reference, tested].map(({ sessions }) => ({
@@ -127,8 +127,8 @@ describe.each(WIRE_PROTOCOLS.slice(1))("SessionService and LockService over $nam
       batched: open((o) => sessions.watchSession({ sessionId: "s", fromSeq: 1n, includeSnapshot: true, maxBatch: 8 }, o)),
       all: open((o) => sessions.watchSessions({ includeCurrent: true, includeSnapshot: true }, o)),
     }));
-    // Backlog (2 entries), caught up; the current sessions, caught up.
-    const before = await Promise.all(watchers.map(async (w) => ({ single: await take(w.single, 3), batched: await take(w.batched, 3), all: await take(w.all, 2) })));
+    // Backlog (2 entries, one message), caught up; the current sessions, caught up.
+    const before = await Promise.all(watchers.map(async (w) => ({ single: await take(w.single, 2), batched: await take(w.batched, 2), all: await take(w.all, 2) })));
     // Three entries in one append (a batch for the batched watcher), then one more, then another session.
     await reference.sessions.appendEvents({ sessionId: "s", events: [phase("a"), phase("b"), phase("c")] });
     await reference.sessions.appendEvent({ sessionId: "s", event: phase("d") });
@@ -146,9 +146,9 @@ describe.each(WIRE_PROTOCOLS.slice(1))("SessionService and LockService over $nam
       }),
     );
     const [expected, actual] = results;
-    expect(expected!.single[0]).toMatchObject({ entry: { seq: "1", type: "generate" } });
-    expect(expected!.single[3]).toMatchObject({ entry: { seq: "3", type: "agent_phase" }, snapshot: { generationPhase: "a" } });
-    expect(expected!.batched[3]).toMatchObject({ batch: { entries: [{ entry: { seq: "3" }, snapshot: {} }, { entry: { seq: "4" } }, { entry: { seq: "5" } }] } });
+    expect(expected!.single[0]).toMatchObject({ entries: { entries: [{ entry: { seq: "1", type: "generate" } }, { entry: { seq: "2" } }] } });
+    expect(expected!.single[2]).toMatchObject({ entries: { entries: [{ entry: { seq: "3", type: "agent_phase" }, snapshot: { generationPhase: "a" } }] } });
+    expect(expected!.batched[2]).toMatchObject({ entries: { entries: [{ entry: { seq: "3" }, snapshot: {} }, { entry: { seq: "4" } }, { entry: { seq: "5" } }] } });
     expect(expected!.all[4]).toMatchObject({ change: { sessionId: "t", lastSeq: "1", snapshot: { id: "t" } } });
     expect(actual).toEqual(expected);
 
@@ -158,7 +158,7 @@ describe.each(WIRE_PROTOCOLS.slice(1))("SessionService and LockService over $nam
       return comparable(ReadJournalResponseSchema, messages);
     };
     const journal = await read(reference.sessions);
-    expect(journal).toMatchObject([{ entries: Array.from({ length: 6 }, (_, i) => ({ seq: String(i + 1) })) }]);
+    expect(journal).toMatchObject([{ entries: Array.from({ length: 6 }, (_, i) => ({ seq: String(i + 1) })), end: { lastSeq: "6", nextSeq: "7" } }]);
     expect(await read(tested.sessions)).toEqual(journal);
   });
 

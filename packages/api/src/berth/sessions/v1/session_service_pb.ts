@@ -10,21 +10,22 @@ import type { Event } from "./events_pb.js";
 import { file_berth_sessions_v1_events } from "./events_pb.js";
 import type { Snapshot } from "./snapshot_pb.js";
 import { file_berth_sessions_v1_snapshot } from "./snapshot_pb.js";
-import type { Timestamp } from "@bufbuild/protobuf/wkt";
-import { file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
+import type { Duration, Timestamp } from "@bufbuild/protobuf/wkt";
+import { file_google_protobuf_duration, file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
 import type { Message } from "@bufbuild/protobuf";
 
 /**
  * Describes the file berth/sessions/v1/session_service.proto.
  */
 export const file_berth_sessions_v1_session_service: GenFile = /*@__PURE__*/
-  fileDesc("CidiZXJ0aC9zZXNzaW9ucy92MS9zZXNzaW9uX3NlcnZpY2UucHJvdG8SEWJlcnRoLnNlc3Npb25zLnYxIiwKBUZlbmNlEgwKBGZpbGUYASABKAkSFQoNZmVuY2luZ190b2tlbhgCIAEoBCK/AQoSQXBwZW5kRXZlbnRSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSJwoFZXZlbnQYAiABKAsyGC5iZXJ0aC5zZXNzaW9ucy52MS5FdmVudBIZCgxleHBlY3RlZF9zZXEYAyABKARIAIgBARIXCg9pZGVtcG90ZW5jeV9rZXkYBCABKAkSJwoFZmVuY2UYBSABKAsyGC5iZXJ0aC5zZXNzaW9ucy52MS5GZW5jZUIPCg1fZXhwZWN0ZWRfc2VxImQKE0FwcGVuZEV2ZW50UmVzcG9uc2USCwoDc2VxGAEgASgEEi0KCHNuYXBzaG90GAIgASgLMhsuYmVydGguc2Vzc2lvbnMudjEuU25hcHNob3QSEQoJZHVwbGljYXRlGAMgASgIIsEBChNBcHBlbmRFdmVudHNSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSKAoGZXZlbnRzGAIgAygLMhguYmVydGguc2Vzc2lvbnMudjEuRXZlbnQSGQoMZXhwZWN0ZWRfc2VxGAMgASgESACIAQESFwoPaWRlbXBvdGVuY3lfa2V5GAQgASgJEicKBWZlbmNlGAUgASgLMhguYmVydGguc2Vzc2lvbnMudjEuRmVuY2VCDwoNX2V4cGVjdGVkX3NlcSJ9ChRBcHBlbmRFdmVudHNSZXNwb25zZRIRCglmaXJzdF9zZXEYASABKAQSEAoIbGFzdF9zZXEYAiABKAQSLQoIc25hcHNob3QYAyABKAsyGy5iZXJ0aC5zZXNzaW9ucy52MS5TbmFwc2hvdBIRCglkdXBsaWNhdGUYBCABKAgiQwoSR2V0U25hcHNob3RSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSGQoRaW5jbHVkZV9jb21wbGV0ZWQYAiABKAgiZgoTR2V0U25hcHNob3RSZXNwb25zZRItCghzbmFwc2hvdBgBIAEoCzIbLmJlcnRoLnNlc3Npb25zLnYxLlNuYXBzaG90Eg4KBmV4aXN0cxgCIAEoCBIQCghsYXN0X3NlcRgDIAEoBCIwChNMaXN0U2Vzc2lvbnNSZXF1ZXN0EhkKEWluY2x1ZGVfY29tcGxldGVkGAEgASgIIkUKFExpc3RTZXNzaW9uc1Jlc3BvbnNlEi0KCHNlc3Npb25zGAEgAygLMhsuYmVydGguc2Vzc2lvbnMudjEuU25hcHNob3QiJwoRSGFzU2Vzc2lvblJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCSIkChJIYXNTZXNzaW9uUmVzcG9uc2USDgoGZXhpc3RzGAEgASgIIioKFEZsdXNoU25hcHNob3RSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkiWAoVRmx1c2hTbmFwc2hvdFJlc3BvbnNlEi0KCHNuYXBzaG90GAEgASgLMhsuYmVydGguc2Vzc2lvbnMudjEuU25hcHNob3QSEAoIbGFzdF9zZXEYAiABKAQi3QEKDEpvdXJuYWxFbnRyeRILCgNzZXEYASABKAQSEgoKc2Vzc2lvbl9pZBgCIAEoCRIMCgR0eXBlGAMgASgJEiYKAnRzGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBInCgVldmVudBgFIAEoCzIYLmJlcnRoLnNlc3Npb25zLnYxLkV2ZW50EhcKD2lkZW1wb3RlbmN5X2tleRgGIAEoCRI0CglpbnRlZ3JpdHkYByABKA4yIS5iZXJ0aC5zZXNzaW9ucy52MS5FbnRyeUludGVncml0eSJJChJSZWFkSm91cm5hbFJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIQCghmcm9tX3NlcRgCIAEoBBINCgVsaW1pdBgDIAEoDSJHChNSZWFkSm91cm5hbFJlc3BvbnNlEjAKB2VudHJpZXMYASADKAsyHy5iZXJ0aC5zZXNzaW9ucy52MS5Kb3VybmFsRW50cnkiaAoTV2F0Y2hTZXNzaW9uUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEhAKCGZyb21fc2VxGAIgASgEEhgKEGluY2x1ZGVfc25hcHNob3QYAyABKAgSEQoJbWF4X2JhdGNoGAQgASgNIuUBChRXYXRjaFNlc3Npb25SZXNwb25zZRIwCgVlbnRyeRgBIAEoCzIfLmJlcnRoLnNlc3Npb25zLnYxLkpvdXJuYWxFbnRyeUgAEjAKCWNhdWdodF91cBgCIAEoCzIbLmJlcnRoLnNlc3Npb25zLnYxLkNhdWdodFVwSAASMgoFYmF0Y2gYBCABKAsyIS5iZXJ0aC5zZXNzaW9ucy52MS5XYXRjaGVkRW50cmllc0gAEi0KCHNuYXBzaG90GAMgASgLMhsuYmVydGguc2Vzc2lvbnMudjEuU25hcHNob3RCBgoEa2luZCJCCg5XYXRjaGVkRW50cmllcxIwCgdlbnRyaWVzGAEgAygLMh8uYmVydGguc2Vzc2lvbnMudjEuV2F0Y2hlZEVudHJ5Im0KDFdhdGNoZWRFbnRyeRIuCgVlbnRyeRgBIAEoCzIfLmJlcnRoLnNlc3Npb25zLnYxLkpvdXJuYWxFbnRyeRItCghzbmFwc2hvdBgCIAEoCzIbLmJlcnRoLnNlc3Npb25zLnYxLlNuYXBzaG90IksKCENhdWdodFVwEhAKCGxhc3Rfc2VxGAEgASgEEi0KCHNuYXBzaG90GAIgASgLMhsuYmVydGguc2Vzc2lvbnMudjEuU25hcHNob3QiZAoUV2F0Y2hTZXNzaW9uc1JlcXVlc3QSGAoQaW5jbHVkZV9zbmFwc2hvdBgBIAEoCBIXCg9pbmNsdWRlX2N1cnJlbnQYAiABKAgSGQoRaW5jbHVkZV9jb21wbGV0ZWQYAyABKAgijQEKFVdhdGNoU2Vzc2lvbnNSZXNwb25zZRIyCgZjaGFuZ2UYASABKAsyIC5iZXJ0aC5zZXNzaW9ucy52MS5TZXNzaW9uQ2hhbmdlSAASOAoJY2F1Z2h0X3VwGAIgASgLMiMuYmVydGguc2Vzc2lvbnMudjEuU2Vzc2lvbnNDYXVnaHRVcEgAQgYKBGtpbmQirQEKDVNlc3Npb25DaGFuZ2USEgoKc2Vzc2lvbl9pZBgBIAEoCRIQCghsYXN0X3NlcRgCIAEoBBIRCglmaXJzdF9zZXEYAyABKAQSDAoEdHlwZRgEIAEoCRImCgJ0cxgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLQoIc25hcHNob3QYBiABKAsyGy5iZXJ0aC5zZXNzaW9ucy52MS5TbmFwc2hvdCIkChBTZXNzaW9uc0NhdWdodFVwEhAKCHNlc3Npb25zGAEgASgNIkwKC1NlcUNvbmZsaWN0EhIKCnNlc3Npb25faWQYASABKAkSFAoMZXhwZWN0ZWRfc2VxGAIgASgEEhMKC2N1cnJlbnRfc2VxGAMgASgEIksKDUZlbmNlUmVqZWN0ZWQSDAoEZmlsZRgBIAEoCRIVCg1mZW5jaW5nX3Rva2VuGAIgASgEEhUKDWN1cnJlbnRfdG9rZW4YAyABKAQiPAoNV2F0Y2hlckxhZ2dlZBISCgpzZXNzaW9uX2lkGAEgASgJEhcKD3Jlc3VtZV9mcm9tX3NlcRgCIAEoBCqMAQoORW50cnlJbnRlZ3JpdHkSHwobRU5UUllfSU5URUdSSVRZX1VOU1BFQ0lGSUVEEAASHAoYRU5UUllfSU5URUdSSVRZX1ZFUklGSUVEEAESHQoZRU5UUllfSU5URUdSSVRZX1VOQ0hFQ0tFRBACEhwKGEVOVFJZX0lOVEVHUklUWV9NSVNNQVRDSBADMvYGCg5TZXNzaW9uU2VydmljZRJcCgtBcHBlbmRFdmVudBIlLmJlcnRoLnNlc3Npb25zLnYxLkFwcGVuZEV2ZW50UmVxdWVzdBomLmJlcnRoLnNlc3Npb25zLnYxLkFwcGVuZEV2ZW50UmVzcG9uc2USXwoMQXBwZW5kRXZlbnRzEiYuYmVydGguc2Vzc2lvbnMudjEuQXBwZW5kRXZlbnRzUmVxdWVzdBonLmJlcnRoLnNlc3Npb25zLnYxLkFwcGVuZEV2ZW50c1Jlc3BvbnNlElwKC0dldFNuYXBzaG90EiUuYmVydGguc2Vzc2lvbnMudjEuR2V0U25hcHNob3RSZXF1ZXN0GiYuYmVydGguc2Vzc2lvbnMudjEuR2V0U25hcHNob3RSZXNwb25zZRJfCgxMaXN0U2Vzc2lvbnMSJi5iZXJ0aC5zZXNzaW9ucy52MS5MaXN0U2Vzc2lvbnNSZXF1ZXN0GicuYmVydGguc2Vzc2lvbnMudjEuTGlzdFNlc3Npb25zUmVzcG9uc2USWQoKSGFzU2Vzc2lvbhIkLmJlcnRoLnNlc3Npb25zLnYxLkhhc1Nlc3Npb25SZXF1ZXN0GiUuYmVydGguc2Vzc2lvbnMudjEuSGFzU2Vzc2lvblJlc3BvbnNlEmIKDUZsdXNoU25hcHNob3QSJy5iZXJ0aC5zZXNzaW9ucy52MS5GbHVzaFNuYXBzaG90UmVxdWVzdBooLmJlcnRoLnNlc3Npb25zLnYxLkZsdXNoU25hcHNob3RSZXNwb25zZRJeCgtSZWFkSm91cm5hbBIlLmJlcnRoLnNlc3Npb25zLnYxLlJlYWRKb3VybmFsUmVxdWVzdBomLmJlcnRoLnNlc3Npb25zLnYxLlJlYWRKb3VybmFsUmVzcG9uc2UwARJhCgxXYXRjaFNlc3Npb24SJi5iZXJ0aC5zZXNzaW9ucy52MS5XYXRjaFNlc3Npb25SZXF1ZXN0GicuYmVydGguc2Vzc2lvbnMudjEuV2F0Y2hTZXNzaW9uUmVzcG9uc2UwARJkCg1XYXRjaFNlc3Npb25zEicuYmVydGguc2Vzc2lvbnMudjEuV2F0Y2hTZXNzaW9uc1JlcXVlc3QaKC5iZXJ0aC5zZXNzaW9ucy52MS5XYXRjaFNlc3Npb25zUmVzcG9uc2UwAWIGcHJvdG8z", [file_berth_sessions_v1_events, file_berth_sessions_v1_snapshot, file_google_protobuf_timestamp]);
+  fileDesc("CidiZXJ0aC9zZXNzaW9ucy92MS9zZXNzaW9uX3NlcnZpY2UucHJvdG8SEWJlcnRoLnNlc3Npb25zLnYxIiwKBUZlbmNlEgwKBGZpbGUYASABKAkSFQoNZmVuY2luZ190b2tlbhgCIAEoAyLzAQoSQXBwZW5kRXZlbnRSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSJwoFZXZlbnQYAiABKAsyGC5iZXJ0aC5zZXNzaW9ucy52MS5FdmVudBIWCgxleHBlY3RlZF9zZXEYAyABKANIABI6Cg5leHBlY3RlZF9zdGF0ZRgGIAEoDjIgLmJlcnRoLnNlc3Npb25zLnYxLkV4cGVjdGVkU3RhdGVIABIXCg9pZGVtcG90ZW5jeV9rZXkYBCABKAkSJwoFZmVuY2UYBSABKAsyGC5iZXJ0aC5zZXNzaW9ucy52MS5GZW5jZUIKCghleHBlY3RlZCJkChNBcHBlbmRFdmVudFJlc3BvbnNlEgsKA3NlcRgBIAEoAxItCghzbmFwc2hvdBgCIAEoCzIbLmJlcnRoLnNlc3Npb25zLnYxLlNuYXBzaG90EhEKCWR1cGxpY2F0ZRgDIAEoCCL1AQoTQXBwZW5kRXZlbnRzUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEigKBmV2ZW50cxgCIAMoCzIYLmJlcnRoLnNlc3Npb25zLnYxLkV2ZW50EhYKDGV4cGVjdGVkX3NlcRgDIAEoA0gAEjoKDmV4cGVjdGVkX3N0YXRlGAYgASgOMiAuYmVydGguc2Vzc2lvbnMudjEuRXhwZWN0ZWRTdGF0ZUgAEhcKD2lkZW1wb3RlbmN5X2tleRgEIAEoCRInCgVmZW5jZRgFIAEoCzIYLmJlcnRoLnNlc3Npb25zLnYxLkZlbmNlQgoKCGV4cGVjdGVkIn0KFEFwcGVuZEV2ZW50c1Jlc3BvbnNlEhEKCWZpcnN0X3NlcRgBIAEoAxIQCghsYXN0X3NlcRgCIAEoAxItCghzbmFwc2hvdBgDIAEoCzIbLmJlcnRoLnNlc3Npb25zLnYxLlNuYXBzaG90EhEKCWR1cGxpY2F0ZRgEIAEoCCIoChJHZXRTbmFwc2hvdFJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCSJWChNHZXRTbmFwc2hvdFJlc3BvbnNlEi0KCHNuYXBzaG90GAEgASgLMhsuYmVydGguc2Vzc2lvbnMudjEuU25hcHNob3QSEAoIbGFzdF9zZXEYAiABKAMiVwoTTGlzdFNlc3Npb25zUmVxdWVzdBIZChFpbmNsdWRlX2NvbXBsZXRlZBgBIAEoCBIRCglwYWdlX3NpemUYAiABKAUSEgoKcGFnZV90b2tlbhgDIAEoCSJeChRMaXN0U2Vzc2lvbnNSZXNwb25zZRItCghzZXNzaW9ucxgBIAMoCzIbLmJlcnRoLnNlc3Npb25zLnYxLlNuYXBzaG90EhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSIqChRGbHVzaFNuYXBzaG90UmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJIlgKFUZsdXNoU25hcHNob3RSZXNwb25zZRItCghzbmFwc2hvdBgBIAEoCzIbLmJlcnRoLnNlc3Npb25zLnYxLlNuYXBzaG90EhAKCGxhc3Rfc2VxGAIgASgDIlYKFERlbGV0ZVNlc3Npb25SZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSGQoMZXhwZWN0ZWRfc2VxGAIgASgDSACIAQFCDwoNX2V4cGVjdGVkX3NlcSIpChVEZWxldGVTZXNzaW9uUmVzcG9uc2USEAoIbGFzdF9zZXEYASABKAMi5gEKDEpvdXJuYWxFbnRyeRILCgNzZXEYASABKAMSEgoKc2Vzc2lvbl9pZBgCIAEoCRIMCgR0eXBlGAMgASgJEi8KC2FwcGVuZF90aW1lGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBInCgVldmVudBgFIAEoCzIYLmJlcnRoLnNlc3Npb25zLnYxLkV2ZW50EhcKD2lkZW1wb3RlbmN5X2tleRgGIAEoCRI0CglpbnRlZ3JpdHkYByABKA4yIS5iZXJ0aC5zZXNzaW9ucy52MS5FbnRyeUludGVncml0eSJJChJSZWFkSm91cm5hbFJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIQCghmcm9tX3NlcRgCIAEoAxINCgVsaW1pdBgDIAEoBSJwChNSZWFkSm91cm5hbFJlc3BvbnNlEjAKB2VudHJpZXMYASADKAsyHy5iZXJ0aC5zZXNzaW9ucy52MS5Kb3VybmFsRW50cnkSJwoDZW5kGAIgASgLMhouYmVydGguc2Vzc2lvbnMudjEuUmVhZEVuZCI7CgdSZWFkRW5kEhAKCGxhc3Rfc2VxGAEgASgDEhAKCG5leHRfc2VxGAIgASgDEgwKBG1vcmUYAyABKAgingEKE1dhdGNoU2Vzc2lvblJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIQCghmcm9tX3NlcRgCIAEoAxIYChBpbmNsdWRlX3NuYXBzaG90GAMgASgIEhEKCW1heF9iYXRjaBgEIAEoBRI0ChFwcm9ncmVzc19pbnRlcnZhbBgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiK8AQoUV2F0Y2hTZXNzaW9uUmVzcG9uc2USNAoHZW50cmllcxgBIAEoCzIhLmJlcnRoLnNlc3Npb25zLnYxLldhdGNoZWRFbnRyaWVzSAASMAoJY2F1Z2h0X3VwGAIgASgLMhsuYmVydGguc2Vzc2lvbnMudjEuQ2F1Z2h0VXBIABI0Cghwcm9ncmVzcxgDIAEoCzIgLmJlcnRoLnNlc3Npb25zLnYxLldhdGNoUHJvZ3Jlc3NIAEIGCgRraW5kIkIKDldhdGNoZWRFbnRyaWVzEjAKB2VudHJpZXMYASADKAsyHy5iZXJ0aC5zZXNzaW9ucy52MS5XYXRjaGVkRW50cnkibQoMV2F0Y2hlZEVudHJ5Ei4KBWVudHJ5GAEgASgLMh8uYmVydGguc2Vzc2lvbnMudjEuSm91cm5hbEVudHJ5Ei0KCHNuYXBzaG90GAIgASgLMhsuYmVydGguc2Vzc2lvbnMudjEuU25hcHNob3QiSwoIQ2F1Z2h0VXASEAoIbGFzdF9zZXEYASABKAMSLQoIc25hcHNob3QYAiABKAsyGy5iZXJ0aC5zZXNzaW9ucy52MS5TbmFwc2hvdCJQCg1XYXRjaFByb2dyZXNzEhAKCGxhc3Rfc2VxGAEgASgDEi0KCXNlbmRfdGltZRgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAimwIKFFdhdGNoU2Vzc2lvbnNSZXF1ZXN0EhgKEGluY2x1ZGVfc25hcHNob3QYASABKAgSFwoPaW5jbHVkZV9jdXJyZW50GAIgASgIEhkKEWluY2x1ZGVfY29tcGxldGVkGAMgASgIEkwKC3Jlc3VtZV9mcm9tGAQgAygLMjcuYmVydGguc2Vzc2lvbnMudjEuV2F0Y2hTZXNzaW9uc1JlcXVlc3QuUmVzdW1lRnJvbUVudHJ5EjQKEXByb2dyZXNzX2ludGVydmFsGAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uGjEKD1Jlc3VtZUZyb21FbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAM6AjgBIsMBChVXYXRjaFNlc3Npb25zUmVzcG9uc2USMgoGY2hhbmdlGAEgASgLMiAuYmVydGguc2Vzc2lvbnMudjEuU2Vzc2lvbkNoYW5nZUgAEjgKCWNhdWdodF91cBgCIAEoCzIjLmJlcnRoLnNlc3Npb25zLnYxLlNlc3Npb25zQ2F1Z2h0VXBIABI0Cghwcm9ncmVzcxgDIAEoCzIgLmJlcnRoLnNlc3Npb25zLnYxLldhdGNoUHJvZ3Jlc3NIAEIGCgRraW5kIscBCg1TZXNzaW9uQ2hhbmdlEhIKCnNlc3Npb25faWQYASABKAkSEAoIbGFzdF9zZXEYAiABKAMSEQoJZmlyc3Rfc2VxGAMgASgDEgwKBHR5cGUYBCABKAkSLwoLYXBwZW5kX3RpbWUYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi0KCHNuYXBzaG90GAYgASgLMhsuYmVydGguc2Vzc2lvbnMudjEuU25hcHNob3QSDwoHZGVsZXRlZBgHIAEoCCI1ChBTZXNzaW9uc0NhdWdodFVwEhAKCHNlc3Npb25zGAEgASgFEg8KB2RlbGV0ZWQYAiADKAkiEgoQR2V0TGltaXRzUmVxdWVzdCLvAQoRR2V0TGltaXRzUmVzcG9uc2USFwoPbWF4X2V2ZW50X2J5dGVzGAEgASgDEh0KFW1heF9ldmVudHNfcGVyX2FwcGVuZBgCIAEoBRIZChFtYXhfbWVzc2FnZV9ieXRlcxgDIAEoAxIUCgx3YXRjaF9idWZmZXIYBCABKAUSIgoabWF4X2lkZW1wb3RlbmN5X2tleV9sZW5ndGgYBSABKAUSFQoNbWF4X3BhZ2Vfc2l6ZRgGIAEoBRI2ChNjb21wbGV0ZWRfcmV0ZW50aW9uGAcgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIoYBCgtTZXFDb25mbGljdBISCgpzZXNzaW9uX2lkGAEgASgJEhQKDGV4cGVjdGVkX3NlcRgCIAEoAxITCgtjdXJyZW50X3NlcRgDIAEoAxI4Cg5leHBlY3RlZF9zdGF0ZRgEIAEoDjIgLmJlcnRoLnNlc3Npb25zLnYxLkV4cGVjdGVkU3RhdGUiSwoNRmVuY2VSZWplY3RlZBIMCgRmaWxlGAEgASgJEhUKDWZlbmNpbmdfdG9rZW4YAiABKAMSFQoNY3VycmVudF90b2tlbhgDIAEoAyJoChRJZGVtcG90ZW5jeUtleVJldXNlZBISCgpzZXNzaW9uX2lkGAEgASgJEhcKD2lkZW1wb3RlbmN5X2tleRgCIAEoCRIRCglmaXJzdF9zZXEYAyABKAMSEAoIbGFzdF9zZXEYBCABKAMiPAoNV2F0Y2hlckxhZ2dlZBISCgpzZXNzaW9uX2lkGAEgASgJEhcKD3Jlc3VtZV9mcm9tX3NlcRgCIAEoAyqBAQoNRXhwZWN0ZWRTdGF0ZRIeChpFWFBFQ1RFRF9TVEFURV9VTlNQRUNJRklFRBAAEhYKEkVYUEVDVEVEX1NUQVRFX0FOWRABEh0KGUVYUEVDVEVEX1NUQVRFX05PX1NFU1NJT04QAhIZChVFWFBFQ1RFRF9TVEFURV9FWElTVFMQAyqMAQoORW50cnlJbnRlZ3JpdHkSHwobRU5UUllfSU5URUdSSVRZX1VOU1BFQ0lGSUVEEAASHAoYRU5UUllfSU5URUdSSVRZX1ZFUklGSUVEEAESHQoZRU5UUllfSU5URUdSSVRZX1VOQ0hFQ0tFRBACEhwKGEVOVFJZX0lOVEVHUklUWV9NSVNNQVRDSBADMtcHCg5TZXNzaW9uU2VydmljZRJcCgtBcHBlbmRFdmVudBIlLmJlcnRoLnNlc3Npb25zLnYxLkFwcGVuZEV2ZW50UmVxdWVzdBomLmJlcnRoLnNlc3Npb25zLnYxLkFwcGVuZEV2ZW50UmVzcG9uc2USXwoMQXBwZW5kRXZlbnRzEiYuYmVydGguc2Vzc2lvbnMudjEuQXBwZW5kRXZlbnRzUmVxdWVzdBonLmJlcnRoLnNlc3Npb25zLnYxLkFwcGVuZEV2ZW50c1Jlc3BvbnNlElwKC0dldFNuYXBzaG90EiUuYmVydGguc2Vzc2lvbnMudjEuR2V0U25hcHNob3RSZXF1ZXN0GiYuYmVydGguc2Vzc2lvbnMudjEuR2V0U25hcHNob3RSZXNwb25zZRJfCgxMaXN0U2Vzc2lvbnMSJi5iZXJ0aC5zZXNzaW9ucy52MS5MaXN0U2Vzc2lvbnNSZXF1ZXN0GicuYmVydGguc2Vzc2lvbnMudjEuTGlzdFNlc3Npb25zUmVzcG9uc2USYgoNRmx1c2hTbmFwc2hvdBInLmJlcnRoLnNlc3Npb25zLnYxLkZsdXNoU25hcHNob3RSZXF1ZXN0GiguYmVydGguc2Vzc2lvbnMudjEuRmx1c2hTbmFwc2hvdFJlc3BvbnNlEmIKDURlbGV0ZVNlc3Npb24SJy5iZXJ0aC5zZXNzaW9ucy52MS5EZWxldGVTZXNzaW9uUmVxdWVzdBooLmJlcnRoLnNlc3Npb25zLnYxLkRlbGV0ZVNlc3Npb25SZXNwb25zZRJeCgtSZWFkSm91cm5hbBIlLmJlcnRoLnNlc3Npb25zLnYxLlJlYWRKb3VybmFsUmVxdWVzdBomLmJlcnRoLnNlc3Npb25zLnYxLlJlYWRKb3VybmFsUmVzcG9uc2UwARJhCgxXYXRjaFNlc3Npb24SJi5iZXJ0aC5zZXNzaW9ucy52MS5XYXRjaFNlc3Npb25SZXF1ZXN0GicuYmVydGguc2Vzc2lvbnMudjEuV2F0Y2hTZXNzaW9uUmVzcG9uc2UwARJkCg1XYXRjaFNlc3Npb25zEicuYmVydGguc2Vzc2lvbnMudjEuV2F0Y2hTZXNzaW9uc1JlcXVlc3QaKC5iZXJ0aC5zZXNzaW9ucy52MS5XYXRjaFNlc3Npb25zUmVzcG9uc2UwARJWCglHZXRMaW1pdHMSIy5iZXJ0aC5zZXNzaW9ucy52MS5HZXRMaW1pdHNSZXF1ZXN0GiQuYmVydGguc2Vzc2lvbnMudjEuR2V0TGltaXRzUmVzcG9uc2ViBnByb3RvMw", [file_berth_sessions_v1_events, file_berth_sessions_v1_snapshot, file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
- * A fence: the source lock the writer believes it holds. The append is
- * refused (ABORTED, details: FenceRejected) unless `fencing_token` is the
- * current token of the lock on `file` (see LockService.CheckToken), so a
- * writer that lost its lock (paused past its lease) cannot write.
+ * A fence: the source lock the writer believes it holds
+ * (`berth.locks.v1.LockService`). The append is refused (FAILED_PRECONDITION
+ * FENCE_REJECTED, details: FenceRejected) unless `fencing_token` is the
+ * current token of the lock on `file`, so a writer that lost its lock
+ * (paused past its lease) cannot write.
  *
  * @generated from message berth.sessions.v1.Fence
  */
@@ -38,9 +39,9 @@ export type Fence = Message<"berth.sessions.v1.Fence"> & {
   file: string;
 
   /**
-   * The fencing token the writer's lease carries.
+   * The fencing token the writer's lease carries; positive.
    *
-   * @generated from field: uint64 fencing_token = 2;
+   * @generated from field: int64 fencing_token = 2;
    */
   fencingToken: bigint;
 };
@@ -73,23 +74,42 @@ export type AppendEventRequest = Message<"berth.sessions.v1.AppendEventRequest">
   event?: Event | undefined;
 
   /**
-   * Optimistic concurrency: the seq the caller believes is the session's
-   * last (0: the caller believes the session has no entry yet). When set and
-   * different, nothing is written and the call fails with
-   * FAILED_PRECONDITION carrying the current seq (SeqConflict). Unset: append
-   * whatever the last seq is.
+   * Optimistic concurrency: what the caller believes of the session. Unset:
+   * append whatever the session's state.
    *
-   * @generated from field: optional uint64 expected_seq = 3;
+   * @generated from oneof berth.sessions.v1.AppendEventRequest.expected
    */
-  expectedSeq?: bigint | undefined;
+  expected: {
+    /**
+     * The seq the caller believes is the session's last (positive; for "no
+     * entry yet" use `expected_state = NO_SESSION`). When different, nothing
+     * is written and the call fails with ABORTED SEQ_CONFLICT carrying the
+     * current seq.
+     *
+     * @generated from field: int64 expected_seq = 3;
+     */
+    value: bigint;
+    case: "expectedSeq";
+  } | {
+    /**
+     * A state the session must be in; when it is not, nothing is written and
+     * the call fails with ABORTED SEQ_CONFLICT carrying the current seq.
+     *
+     * @generated from field: berth.sessions.v1.ExpectedState expected_state = 6;
+     */
+    value: ExpectedState;
+    case: "expectedState";
+  } | { case: undefined; value?: undefined };
 
   /**
    * Makes a retry safe: a second append to the same session with the same
    * key (keys are per session) writes nothing and answers the first append's
-   * result with `duplicate` set. Keys are recorded in the journal, so this holds across
-   * restarts, with no time window. The key names one request: a retry must
-   * send the same event (the service does not compare them). Empty: no key.
-   * At most 128 characters.
+   * result with `duplicate` set. Keys are recorded in the journal, so this
+   * holds across restarts, with no time window. The key names one request:
+   * the same key with a different event is refused (ALREADY_EXISTS
+   * IDEMPOTENCY_KEY_REUSED); events are compared as the journal holds them,
+   * so the order of keys inside an event is no difference. Empty: no key. At
+   * most 128 characters.
    *
    * @generated from field: string idempotency_key = 4;
    */
@@ -120,7 +140,7 @@ export type AppendEventResponse = Message<"berth.sessions.v1.AppendEventResponse
   /**
    * The seq of the entry (for a duplicate: of the original entry).
    *
-   * @generated from field: uint64 seq = 1;
+   * @generated from field: int64 seq = 1;
    */
   seq: bigint;
 
@@ -169,15 +189,31 @@ export type AppendEventsRequest = Message<"berth.sessions.v1.AppendEventsRequest
   events: Event[];
 
   /**
-   * As in AppendEventRequest: the seq the caller believes is the session's
-   * last before this batch (0: no entry yet). Unset: no check.
+   * As in AppendEventRequest, checked once before the batch.
    *
-   * @generated from field: optional uint64 expected_seq = 3;
+   * @generated from oneof berth.sessions.v1.AppendEventsRequest.expected
    */
-  expectedSeq?: bigint | undefined;
+  expected: {
+    /**
+     * The seq the caller believes is the session's last before this batch.
+     *
+     * @generated from field: int64 expected_seq = 3;
+     */
+    value: bigint;
+    case: "expectedSeq";
+  } | {
+    /**
+     * A state the session must be in before this batch.
+     *
+     * @generated from field: berth.sessions.v1.ExpectedState expected_state = 6;
+     */
+    value: ExpectedState;
+    case: "expectedState";
+  } | { case: undefined; value?: undefined };
 
   /**
-   * As in AppendEventRequest; the key covers the whole batch.
+   * As in AppendEventRequest; the key covers the whole batch (the same key
+   * with different events is refused).
    *
    * @generated from field: string idempotency_key = 4;
    */
@@ -207,14 +243,14 @@ export type AppendEventsResponse = Message<"berth.sessions.v1.AppendEventsRespon
   /**
    * The seq of the batch's first entry.
    *
-   * @generated from field: uint64 first_seq = 1;
+   * @generated from field: int64 first_seq = 1;
    */
   firstSeq: bigint;
 
   /**
    * The seq of the batch's last entry.
    *
-   * @generated from field: uint64 last_seq = 2;
+   * @generated from field: int64 last_seq = 2;
    */
   lastSeq: bigint;
 
@@ -253,13 +289,6 @@ export type GetSnapshotRequest = Message<"berth.sessions.v1.GetSnapshotRequest">
    * @generated from field: string session_id = 1;
    */
   sessionId: string;
-
-  /**
-   * Also return a completed or discarded session's snapshot.
-   *
-   * @generated from field: bool include_completed = 2;
-   */
-  includeCompleted: boolean;
 };
 
 /**
@@ -276,26 +305,16 @@ export const GetSnapshotRequestSchema: GenMessage<GetSnapshotRequest> = /*@__PUR
  */
 export type GetSnapshotResponse = Message<"berth.sessions.v1.GetSnapshotResponse"> & {
   /**
-   * The snapshot. Unset when the session has no journal (the seed answers a
-   * fresh "new" snapshot there; berth says `exists = false` instead, so a
-   * mistyped id is not taken for a new session) or when it is completed or
-   * discarded and `include_completed` was not asked.
+   * The snapshot.
    *
    * @generated from field: berth.sessions.v1.Snapshot snapshot = 1;
    */
   snapshot?: Snapshot | undefined;
 
   /**
-   * Whether the session has a journal.
+   * The seq of the session's last entry.
    *
-   * @generated from field: bool exists = 2;
-   */
-  exists: boolean;
-
-  /**
-   * The seq of the session's last entry; 0 when it has none.
-   *
-   * @generated from field: uint64 last_seq = 3;
+   * @generated from field: int64 last_seq = 2;
    */
   lastSeq: bigint;
 };
@@ -319,6 +338,22 @@ export type ListSessionsRequest = Message<"berth.sessions.v1.ListSessionsRequest
    * @generated from field: bool include_completed = 1;
    */
   includeCompleted: boolean;
+
+  /**
+   * The most sessions to return; 0: 100. Above 1000 is treated as 1000.
+   * Negative is INVALID_ARGUMENT.
+   *
+   * @generated from field: int32 page_size = 2;
+   */
+  pageSize: number;
+
+  /**
+   * `next_page_token` of the previous page; empty: the first page. A token
+   * from a call with another `include_completed` is INVALID_ARGUMENT.
+   *
+   * @generated from field: string page_token = 3;
+   */
+  pageToken: string;
 };
 
 /**
@@ -341,6 +376,13 @@ export type ListSessionsResponse = Message<"berth.sessions.v1.ListSessionsRespon
    * @generated from field: repeated berth.sessions.v1.Snapshot sessions = 1;
    */
   sessions: Snapshot[];
+
+  /**
+   * The token of the next page; empty on the last page.
+   *
+   * @generated from field: string next_page_token = 2;
+   */
+  nextPageToken: string;
 };
 
 /**
@@ -349,49 +391,6 @@ export type ListSessionsResponse = Message<"berth.sessions.v1.ListSessionsRespon
  */
 export const ListSessionsResponseSchema: GenMessage<ListSessionsResponse> = /*@__PURE__*/
   messageDesc(file_berth_sessions_v1_session_service, 8);
-
-/**
- * HasSession's request.
- *
- * @generated from message berth.sessions.v1.HasSessionRequest
- */
-export type HasSessionRequest = Message<"berth.sessions.v1.HasSessionRequest"> & {
-  /**
-   * The session.
-   *
-   * @generated from field: string session_id = 1;
-   */
-  sessionId: string;
-};
-
-/**
- * Describes the message berth.sessions.v1.HasSessionRequest.
- * Use `create(HasSessionRequestSchema)` to create a new message.
- */
-export const HasSessionRequestSchema: GenMessage<HasSessionRequest> = /*@__PURE__*/
-  messageDesc(file_berth_sessions_v1_session_service, 9);
-
-/**
- * HasSession's response.
- *
- * @generated from message berth.sessions.v1.HasSessionResponse
- */
-export type HasSessionResponse = Message<"berth.sessions.v1.HasSessionResponse"> & {
-  /**
-   * Whether a journal exists for the session (in the live or the legacy
-   * directory).
-   *
-   * @generated from field: bool exists = 1;
-   */
-  exists: boolean;
-};
-
-/**
- * Describes the message berth.sessions.v1.HasSessionResponse.
- * Use `create(HasSessionResponseSchema)` to create a new message.
- */
-export const HasSessionResponseSchema: GenMessage<HasSessionResponse> = /*@__PURE__*/
-  messageDesc(file_berth_sessions_v1_session_service, 10);
 
 /**
  * FlushSnapshot's request.
@@ -412,7 +411,7 @@ export type FlushSnapshotRequest = Message<"berth.sessions.v1.FlushSnapshotReque
  * Use `create(FlushSnapshotRequestSchema)` to create a new message.
  */
 export const FlushSnapshotRequestSchema: GenMessage<FlushSnapshotRequest> = /*@__PURE__*/
-  messageDesc(file_berth_sessions_v1_session_service, 11);
+  messageDesc(file_berth_sessions_v1_session_service, 9);
 
 /**
  * FlushSnapshot's response.
@@ -430,7 +429,7 @@ export type FlushSnapshotResponse = Message<"berth.sessions.v1.FlushSnapshotResp
   /**
    * The seq of the session's last entry.
    *
-   * @generated from field: uint64 last_seq = 2;
+   * @generated from field: int64 last_seq = 2;
    */
   lastSeq: bigint;
 };
@@ -440,6 +439,56 @@ export type FlushSnapshotResponse = Message<"berth.sessions.v1.FlushSnapshotResp
  * Use `create(FlushSnapshotResponseSchema)` to create a new message.
  */
 export const FlushSnapshotResponseSchema: GenMessage<FlushSnapshotResponse> = /*@__PURE__*/
+  messageDesc(file_berth_sessions_v1_session_service, 10);
+
+/**
+ * DeleteSession's request.
+ *
+ * @generated from message berth.sessions.v1.DeleteSessionRequest
+ */
+export type DeleteSessionRequest = Message<"berth.sessions.v1.DeleteSessionRequest"> & {
+  /**
+   * The session.
+   *
+   * @generated from field: string session_id = 1;
+   */
+  sessionId: string;
+
+  /**
+   * Delete only when this is still the session's last seq; unset: whatever
+   * it is.
+   *
+   * @generated from field: optional int64 expected_seq = 2;
+   */
+  expectedSeq?: bigint | undefined;
+};
+
+/**
+ * Describes the message berth.sessions.v1.DeleteSessionRequest.
+ * Use `create(DeleteSessionRequestSchema)` to create a new message.
+ */
+export const DeleteSessionRequestSchema: GenMessage<DeleteSessionRequest> = /*@__PURE__*/
+  messageDesc(file_berth_sessions_v1_session_service, 11);
+
+/**
+ * DeleteSession's response.
+ *
+ * @generated from message berth.sessions.v1.DeleteSessionResponse
+ */
+export type DeleteSessionResponse = Message<"berth.sessions.v1.DeleteSessionResponse"> & {
+  /**
+   * The seq of the session's last entry when it was deleted.
+   *
+   * @generated from field: int64 last_seq = 1;
+   */
+  lastSeq: bigint;
+};
+
+/**
+ * Describes the message berth.sessions.v1.DeleteSessionResponse.
+ * Use `create(DeleteSessionResponseSchema)` to create a new message.
+ */
+export const DeleteSessionResponseSchema: GenMessage<DeleteSessionResponse> = /*@__PURE__*/
   messageDesc(file_berth_sessions_v1_session_service, 12);
 
 /**
@@ -451,7 +500,7 @@ export type JournalEntry = Message<"berth.sessions.v1.JournalEntry"> & {
   /**
    * The entry's seq (`seq`).
    *
-   * @generated from field: uint64 seq = 1;
+   * @generated from field: int64 seq = 1;
    */
   seq: bigint;
 
@@ -464,18 +513,19 @@ export type JournalEntry = Message<"berth.sessions.v1.JournalEntry"> & {
 
   /**
    * The event type (`type`), the same as the set field of `event` (or
-   * `event.other.type`).
+   * `event.other.type`); empty when the journal line's `type` is not a
+   * string (a line another program wrote).
    *
    * @generated from field: string type = 3;
    */
   type: string;
 
   /**
-   * When the entry was appended (`ts`).
+   * When the entry was appended (the journal line's `ts`).
    *
-   * @generated from field: google.protobuf.Timestamp ts = 4;
+   * @generated from field: google.protobuf.Timestamp append_time = 4;
    */
-  ts?: Timestamp | undefined;
+  appendTime?: Timestamp | undefined;
 
   /**
    * The event (`event`), typed; keys its typed fields cannot hold are in its
@@ -521,16 +571,17 @@ export type ReadJournalRequest = Message<"berth.sessions.v1.ReadJournalRequest">
   sessionId: string;
 
   /**
-   * The first seq to return; 0 or 1 read from the start.
+   * The first seq to return; 0 or 1 read from the start. At most
+   * `last_seq + 1` (an empty read); beyond is OUT_OF_RANGE.
    *
-   * @generated from field: uint64 from_seq = 2;
+   * @generated from field: int64 from_seq = 2;
    */
   fromSeq: bigint;
 
   /**
-   * The most entries to return; 0: no limit.
+   * The most entries to return; 0: no limit. Negative is INVALID_ARGUMENT.
    *
-   * @generated from field: uint32 limit = 3;
+   * @generated from field: int32 limit = 3;
    */
   limit: number;
 };
@@ -545,7 +596,8 @@ export const ReadJournalRequestSchema: GenMessage<ReadJournalRequest> = /*@__PUR
 /**
  * ReadJournal's response: a run of consecutive entries. The service groups
  * entries into messages of bounded size; lines that do not parse are skipped
- * (they are `journal_parse_failed` diagnostics of the snapshot).
+ * (they are `journal_parse_failed` diagnostics of the snapshot). The last
+ * message of the stream has `end` set (and may have no entries).
  *
  * @generated from message berth.sessions.v1.ReadJournalResponse
  */
@@ -556,6 +608,13 @@ export type ReadJournalResponse = Message<"berth.sessions.v1.ReadJournalResponse
    * @generated from field: repeated berth.sessions.v1.JournalEntry entries = 1;
    */
   entries: JournalEntry[];
+
+  /**
+   * Set on the stream's last message only: where the read ended.
+   *
+   * @generated from field: berth.sessions.v1.ReadEnd end = 2;
+   */
+  end?: ReadEnd | undefined;
 };
 
 /**
@@ -564,6 +623,43 @@ export type ReadJournalResponse = Message<"berth.sessions.v1.ReadJournalResponse
  */
 export const ReadJournalResponseSchema: GenMessage<ReadJournalResponse> = /*@__PURE__*/
   messageDesc(file_berth_sessions_v1_session_service, 15);
+
+/**
+ * Where a ReadJournal stream ended.
+ *
+ * @generated from message berth.sessions.v1.ReadEnd
+ */
+export type ReadEnd = Message<"berth.sessions.v1.ReadEnd"> & {
+  /**
+   * The seq of the session's last entry when the read ended.
+   *
+   * @generated from field: int64 last_seq = 1;
+   */
+  lastSeq: bigint;
+
+  /**
+   * The `from_seq` that continues this read: one past the last entry sent
+   * (or `from_seq` when none was sent).
+   *
+   * @generated from field: int64 next_seq = 2;
+   */
+  nextSeq: bigint;
+
+  /**
+   * True when `limit` ended the read before the journal's end: more entries
+   * remain from `next_seq`.
+   *
+   * @generated from field: bool more = 3;
+   */
+  more: boolean;
+};
+
+/**
+ * Describes the message berth.sessions.v1.ReadEnd.
+ * Use `create(ReadEndSchema)` to create a new message.
+ */
+export const ReadEndSchema: GenMessage<ReadEnd> = /*@__PURE__*/
+  messageDesc(file_berth_sessions_v1_session_service, 16);
 
 /**
  * WatchSession's request.
@@ -582,7 +678,7 @@ export type WatchSessionRequest = Message<"berth.sessions.v1.WatchSessionRequest
    * The first seq to send; 0 or 1 start from the beginning. To resume after
    * the last entry seen, pass its seq + 1 (WatcherLagged says which).
    *
-   * @generated from field: uint64 from_seq = 2;
+   * @generated from field: int64 from_seq = 2;
    */
   fromSeq: bigint;
 
@@ -595,15 +691,24 @@ export type WatchSessionRequest = Message<"berth.sessions.v1.WatchSessionRequest
   includeSnapshot: boolean;
 
   /**
-   * Up to this many live entries in one message (`batch`), when more than
-   * one is waiting to be sent: a watcher that cannot keep up with a busy
-   * session then pays one message's overhead for several entries. 0 or 1:
-   * every entry in its own message (`entry`). Order and completeness are
-   * the same either way.
+   * Up to this many live entries in one message, when more than one is
+   * waiting to be sent: a watcher that cannot keep up with a busy session
+   * then pays one message's overhead for several entries. 0 or 1: every live
+   * entry in its own message. Backlog messages hold up to 100 entries
+   * whatever this says. Order and completeness are the same either way.
    *
-   * @generated from field: uint32 max_batch = 4;
+   * @generated from field: int32 max_batch = 4;
    */
   maxBatch: number;
+
+  /**
+   * Send `progress` whenever this long passed without another message
+   * (etcd's progress notifications): an idle watcher then knows the stream
+   * is alive and up to date. Unset or zero: never. At least 100 ms.
+   *
+   * @generated from field: google.protobuf.Duration progress_interval = 5;
+   */
+  progressInterval?: Duration | undefined;
 };
 
 /**
@@ -611,11 +716,11 @@ export type WatchSessionRequest = Message<"berth.sessions.v1.WatchSessionRequest
  * Use `create(WatchSessionRequestSchema)` to create a new message.
  */
 export const WatchSessionRequestSchema: GenMessage<WatchSessionRequest> = /*@__PURE__*/
-  messageDesc(file_berth_sessions_v1_session_service, 16);
+  messageDesc(file_berth_sessions_v1_session_service, 17);
 
 /**
- * WatchSession's response: one entry, several live entries, or the marker
- * that the backlog is done.
+ * WatchSession's response: entries, the marker that the backlog is done, or
+ * progress.
  *
  * @generated from message berth.sessions.v1.WatchSessionResponse
  */
@@ -627,12 +732,13 @@ export type WatchSessionResponse = Message<"berth.sessions.v1.WatchSessionRespon
    */
   kind: {
     /**
-     * A journal entry: from the backlog before `caught_up`, live after it.
+     * Consecutive journal entries: from the backlog before `caught_up`, live
+     * after it.
      *
-     * @generated from field: berth.sessions.v1.JournalEntry entry = 1;
+     * @generated from field: berth.sessions.v1.WatchedEntries entries = 1;
      */
-    value: JournalEntry;
-    case: "entry";
+    value: WatchedEntries;
+    case: "entries";
   } | {
     /**
      * The backlog has been sent; live entries follow.
@@ -643,21 +749,13 @@ export type WatchSessionResponse = Message<"berth.sessions.v1.WatchSessionRespon
     case: "caughtUp";
   } | {
     /**
-     * Several consecutive live entries (only with `max_batch` above 1).
+     * Nothing new for `progress_interval`.
      *
-     * @generated from field: berth.sessions.v1.WatchedEntries batch = 4;
+     * @generated from field: berth.sessions.v1.WatchProgress progress = 3;
      */
-    value: WatchedEntries;
-    case: "batch";
+    value: WatchProgress;
+    case: "progress";
   } | { case: undefined; value?: undefined };
-
-  /**
-   * With a live `entry` and `include_snapshot`: the snapshot that entry
-   * produced. Unset otherwise (a `batch` carries one per entry).
-   *
-   * @generated from field: berth.sessions.v1.Snapshot snapshot = 3;
-   */
-  snapshot?: Snapshot | undefined;
 };
 
 /**
@@ -665,16 +763,17 @@ export type WatchSessionResponse = Message<"berth.sessions.v1.WatchSessionRespon
  * Use `create(WatchSessionResponseSchema)` to create a new message.
  */
 export const WatchSessionResponseSchema: GenMessage<WatchSessionResponse> = /*@__PURE__*/
-  messageDesc(file_berth_sessions_v1_session_service, 17);
+  messageDesc(file_berth_sessions_v1_session_service, 18);
 
 /**
- * Consecutive live entries of a watched session, in seq order.
+ * Consecutive entries of a watched session, in seq order.
  *
  * @generated from message berth.sessions.v1.WatchedEntries
  */
 export type WatchedEntries = Message<"berth.sessions.v1.WatchedEntries"> & {
   /**
-   * The entries, each with the snapshot it produced.
+   * The entries, each with the snapshot it produced (live entries, with
+   * `include_snapshot`).
    *
    * @generated from field: repeated berth.sessions.v1.WatchedEntry entries = 1;
    */
@@ -686,10 +785,10 @@ export type WatchedEntries = Message<"berth.sessions.v1.WatchedEntries"> & {
  * Use `create(WatchedEntriesSchema)` to create a new message.
  */
 export const WatchedEntriesSchema: GenMessage<WatchedEntries> = /*@__PURE__*/
-  messageDesc(file_berth_sessions_v1_session_service, 18);
+  messageDesc(file_berth_sessions_v1_session_service, 19);
 
 /**
- * One live entry of a batch.
+ * One entry of a watch.
  *
  * @generated from message berth.sessions.v1.WatchedEntry
  */
@@ -702,7 +801,8 @@ export type WatchedEntry = Message<"berth.sessions.v1.WatchedEntry"> & {
   entry?: JournalEntry | undefined;
 
   /**
-   * With `include_snapshot`: the snapshot this entry produced.
+   * With `include_snapshot`, for a live entry: the snapshot this entry
+   * produced. Unset for backlog entries.
    *
    * @generated from field: berth.sessions.v1.Snapshot snapshot = 2;
    */
@@ -714,7 +814,7 @@ export type WatchedEntry = Message<"berth.sessions.v1.WatchedEntry"> & {
  * Use `create(WatchedEntrySchema)` to create a new message.
  */
 export const WatchedEntrySchema: GenMessage<WatchedEntry> = /*@__PURE__*/
-  messageDesc(file_berth_sessions_v1_session_service, 19);
+  messageDesc(file_berth_sessions_v1_session_service, 20);
 
 /**
  * The end of a watch's backlog.
@@ -726,7 +826,7 @@ export type CaughtUp = Message<"berth.sessions.v1.CaughtUp"> & {
    * The seq of the session's last entry when the backlog ended; 0 when the
    * session has none yet.
    *
-   * @generated from field: uint64 last_seq = 1;
+   * @generated from field: int64 last_seq = 1;
    */
   lastSeq: bigint;
 
@@ -744,7 +844,36 @@ export type CaughtUp = Message<"berth.sessions.v1.CaughtUp"> & {
  * Use `create(CaughtUpSchema)` to create a new message.
  */
 export const CaughtUpSchema: GenMessage<CaughtUp> = /*@__PURE__*/
-  messageDesc(file_berth_sessions_v1_session_service, 20);
+  messageDesc(file_berth_sessions_v1_session_service, 21);
+
+/**
+ * A watch's progress: nothing was sent for `progress_interval`.
+ *
+ * @generated from message berth.sessions.v1.WatchProgress
+ */
+export type WatchProgress = Message<"berth.sessions.v1.WatchProgress"> & {
+  /**
+   * WatchSession: the seq of the session's last entry, all of which the
+   * watcher has been sent (0 when the session has none). WatchSessions: 0.
+   *
+   * @generated from field: int64 last_seq = 1;
+   */
+  lastSeq: bigint;
+
+  /**
+   * The service's time when sent.
+   *
+   * @generated from field: google.protobuf.Timestamp send_time = 2;
+   */
+  sendTime?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message berth.sessions.v1.WatchProgress.
+ * Use `create(WatchProgressSchema)` to create a new message.
+ */
+export const WatchProgressSchema: GenMessage<WatchProgress> = /*@__PURE__*/
+  messageDesc(file_berth_sessions_v1_session_service, 22);
 
 /**
  * WatchSessions' request.
@@ -761,21 +890,42 @@ export type WatchSessionsRequest = Message<"berth.sessions.v1.WatchSessionsReque
 
   /**
    * First send one `change` per existing session describing its current
-   * state (its last entry), then `caught_up`; without it only new changes
-   * are sent.
+   * state (its last entry), then `caught_up`; without it (and without
+   * `resume_from`) only new changes are sent.
    *
    * @generated from field: bool include_current = 2;
    */
   includeCurrent: boolean;
 
   /**
-   * With `include_current`: also describe completed and discarded sessions.
-   * Live changes of every session are always sent (a change may complete
-   * a session).
+   * With `include_current` or `resume_from`: also describe completed and
+   * discarded sessions (a session listed in `resume_from` that moved is
+   * described whatever its phase). Live changes of every session are always
+   * sent (a change may complete a session).
    *
    * @generated from field: bool include_completed = 3;
    */
   includeCompleted: boolean;
+
+  /**
+   * Resume after a lag: the last seq the watcher saw of each session it
+   * knows. Before `caught_up`, the service describes only the sessions whose
+   * last seq differs from the one given here (whatever their phase) and the
+   * sessions not listed (as `include_completed` says), and names in
+   * `deleted` the listed sessions that no longer exist. Implies
+   * `include_current`. A session deleted and created again up to the same
+   * seq while the watcher was away is not told apart.
+   *
+   * @generated from field: map<string, int64> resume_from = 4;
+   */
+  resumeFrom: { [key: string]: bigint };
+
+  /**
+   * As in WatchSessionRequest.
+   *
+   * @generated from field: google.protobuf.Duration progress_interval = 5;
+   */
+  progressInterval?: Duration | undefined;
 };
 
 /**
@@ -783,7 +933,7 @@ export type WatchSessionsRequest = Message<"berth.sessions.v1.WatchSessionsReque
  * Use `create(WatchSessionsRequestSchema)` to create a new message.
  */
 export const WatchSessionsRequestSchema: GenMessage<WatchSessionsRequest> = /*@__PURE__*/
-  messageDesc(file_berth_sessions_v1_session_service, 21);
+  messageDesc(file_berth_sessions_v1_session_service, 23);
 
 /**
  * WatchSessions' response.
@@ -806,12 +956,20 @@ export type WatchSessionsResponse = Message<"berth.sessions.v1.WatchSessionsResp
     case: "change";
   } | {
     /**
-     * Every existing session has been described; live changes follow.
+     * The current state has been described; live changes follow.
      *
      * @generated from field: berth.sessions.v1.SessionsCaughtUp caught_up = 2;
      */
     value: SessionsCaughtUp;
     case: "caughtUp";
+  } | {
+    /**
+     * Nothing new for `progress_interval`.
+     *
+     * @generated from field: berth.sessions.v1.WatchProgress progress = 3;
+     */
+    value: WatchProgress;
+    case: "progress";
   } | { case: undefined; value?: undefined };
 };
 
@@ -820,10 +978,11 @@ export type WatchSessionsResponse = Message<"berth.sessions.v1.WatchSessionsResp
  * Use `create(WatchSessionsResponseSchema)` to create a new message.
  */
 export const WatchSessionsResponseSchema: GenMessage<WatchSessionsResponse> = /*@__PURE__*/
-  messageDesc(file_berth_sessions_v1_session_service, 22);
+  messageDesc(file_berth_sessions_v1_session_service, 24);
 
 /**
- * A change of one session: one or more entries appended by one call.
+ * A change of one session: the entries one append call wrote, or (before
+ * `caught_up`) its current state, or its deletion.
  *
  * @generated from message berth.sessions.v1.SessionChange
  */
@@ -836,40 +995,51 @@ export type SessionChange = Message<"berth.sessions.v1.SessionChange"> & {
   sessionId: string;
 
   /**
-   * The seq of the session's last entry after the change.
+   * The seq of the session's last entry after the change (its last seq
+   * before deletion, for a deletion).
    *
-   * @generated from field: uint64 last_seq = 2;
+   * @generated from field: int64 last_seq = 2;
    */
   lastSeq: bigint;
 
   /**
    * The seq of the change's first entry (equal to `last_seq` for a single
-   * event; for the current state sent before `caught_up`, also `last_seq`).
+   * event, for the current state sent before `caught_up`, and for a
+   * deletion).
    *
-   * @generated from field: uint64 first_seq = 3;
+   * @generated from field: int64 first_seq = 3;
    */
   firstSeq: bigint;
 
   /**
-   * The type of the last entry (for example "generate").
+   * The type of the last entry (for example "generate"); empty when it is
+   * not a string (a line another program wrote) and for a deletion.
    *
    * @generated from field: string type = 4;
    */
   type: string;
 
   /**
-   * When the last entry was appended.
+   * When the last entry was appended; unset for a deletion.
    *
-   * @generated from field: google.protobuf.Timestamp ts = 5;
+   * @generated from field: google.protobuf.Timestamp append_time = 5;
    */
-  ts?: Timestamp | undefined;
+  appendTime?: Timestamp | undefined;
 
   /**
-   * With `include_snapshot`: the session's snapshot after the change.
+   * With `include_snapshot`: the session's snapshot after the change; unset
+   * for a deletion.
    *
    * @generated from field: berth.sessions.v1.Snapshot snapshot = 6;
    */
   snapshot?: Snapshot | undefined;
+
+  /**
+   * True when the session was deleted (DeleteSession or retention).
+   *
+   * @generated from field: bool deleted = 7;
+   */
+  deleted: boolean;
 };
 
 /**
@@ -877,7 +1047,7 @@ export type SessionChange = Message<"berth.sessions.v1.SessionChange"> & {
  * Use `create(SessionChangeSchema)` to create a new message.
  */
 export const SessionChangeSchema: GenMessage<SessionChange> = /*@__PURE__*/
-  messageDesc(file_berth_sessions_v1_session_service, 23);
+  messageDesc(file_berth_sessions_v1_session_service, 25);
 
 /**
  * The end of WatchSessions' description of the current sessions.
@@ -888,9 +1058,16 @@ export type SessionsCaughtUp = Message<"berth.sessions.v1.SessionsCaughtUp"> & {
   /**
    * How many sessions were described.
    *
-   * @generated from field: uint32 sessions = 1;
+   * @generated from field: int32 sessions = 1;
    */
   sessions: number;
+
+  /**
+   * With `resume_from`: the listed sessions that no longer exist.
+   *
+   * @generated from field: repeated string deleted = 2;
+   */
+  deleted: string[];
 };
 
 /**
@@ -898,12 +1075,95 @@ export type SessionsCaughtUp = Message<"berth.sessions.v1.SessionsCaughtUp"> & {
  * Use `create(SessionsCaughtUpSchema)` to create a new message.
  */
 export const SessionsCaughtUpSchema: GenMessage<SessionsCaughtUp> = /*@__PURE__*/
-  messageDesc(file_berth_sessions_v1_session_service, 24);
+  messageDesc(file_berth_sessions_v1_session_service, 26);
 
 /**
- * Error detail of FAILED_PRECONDITION from AppendEvent(s): `expected_seq` was
- * not the session's last seq. Re-read (GetSnapshot or WatchSession) and
- * retry with `expected_seq = current_seq`.
+ * GetLimits' request.
+ *
+ * @generated from message berth.sessions.v1.GetLimitsRequest
+ */
+export type GetLimitsRequest = Message<"berth.sessions.v1.GetLimitsRequest"> & {
+};
+
+/**
+ * Describes the message berth.sessions.v1.GetLimitsRequest.
+ * Use `create(GetLimitsRequestSchema)` to create a new message.
+ */
+export const GetLimitsRequestSchema: GenMessage<GetLimitsRequest> = /*@__PURE__*/
+  messageDesc(file_berth_sessions_v1_session_service, 27);
+
+/**
+ * GetLimits' response: the limits this service enforces.
+ *
+ * @generated from message berth.sessions.v1.GetLimitsResponse
+ */
+export type GetLimitsResponse = Message<"berth.sessions.v1.GetLimitsResponse"> & {
+  /**
+   * The longest journal line one event may make, in bytes
+   * (INVALID_ARGUMENT EVENT_TOO_LARGE beyond).
+   *
+   * @generated from field: int64 max_event_bytes = 1;
+   */
+  maxEventBytes: bigint;
+
+  /**
+   * The most events one AppendEvents call may carry (INVALID_ARGUMENT
+   * TOO_MANY_EVENTS beyond).
+   *
+   * @generated from field: int32 max_events_per_append = 2;
+   */
+  maxEventsPerAppend: number;
+
+  /**
+   * The largest request or response message, in bytes (RESOURCE_EXHAUSTED
+   * MESSAGE_TOO_LARGE beyond).
+   *
+   * @generated from field: int64 max_message_bytes = 3;
+   */
+  maxMessageBytes: bigint;
+
+  /**
+   * How many entries a watcher may fall behind before it is ended with
+   * WATCHER_LAGGED.
+   *
+   * @generated from field: int32 watch_buffer = 4;
+   */
+  watchBuffer: number;
+
+  /**
+   * The longest idempotency key, in characters.
+   *
+   * @generated from field: int32 max_idempotency_key_length = 5;
+   */
+  maxIdempotencyKeyLength: number;
+
+  /**
+   * The largest ListSessions page.
+   *
+   * @generated from field: int32 max_page_size = 6;
+   */
+  maxPageSize: number;
+
+  /**
+   * How long a completed or discarded session is kept before retention
+   * deletes it; unset: kept forever.
+   *
+   * @generated from field: google.protobuf.Duration completed_retention = 7;
+   */
+  completedRetention?: Duration | undefined;
+};
+
+/**
+ * Describes the message berth.sessions.v1.GetLimitsResponse.
+ * Use `create(GetLimitsResponseSchema)` to create a new message.
+ */
+export const GetLimitsResponseSchema: GenMessage<GetLimitsResponse> = /*@__PURE__*/
+  messageDesc(file_berth_sessions_v1_session_service, 28);
+
+/**
+ * Error detail of ABORTED SEQ_CONFLICT from AppendEvent(s) and
+ * DeleteSession: the session was not as expected. Re-read (GetSnapshot or WatchSession), redo the
+ * change and retry with `expected_seq = current_seq`.
  *
  * @generated from message berth.sessions.v1.SeqConflict
  */
@@ -916,18 +1176,25 @@ export type SeqConflict = Message<"berth.sessions.v1.SeqConflict"> & {
   sessionId: string;
 
   /**
-   * The seq the caller expected to be the last.
+   * The seq the caller expected to be the last (0 with `expected_state`).
    *
-   * @generated from field: uint64 expected_seq = 2;
+   * @generated from field: int64 expected_seq = 2;
    */
   expectedSeq: bigint;
 
   /**
    * The seq that is actually the last; 0 when the session has no entry.
    *
-   * @generated from field: uint64 current_seq = 3;
+   * @generated from field: int64 current_seq = 3;
    */
   currentSeq: bigint;
+
+  /**
+   * The state the caller expected, with `expected_state`.
+   *
+   * @generated from field: berth.sessions.v1.ExpectedState expected_state = 4;
+   */
+  expectedState: ExpectedState;
 };
 
 /**
@@ -935,12 +1202,12 @@ export type SeqConflict = Message<"berth.sessions.v1.SeqConflict"> & {
  * Use `create(SeqConflictSchema)` to create a new message.
  */
 export const SeqConflictSchema: GenMessage<SeqConflict> = /*@__PURE__*/
-  messageDesc(file_berth_sessions_v1_session_service, 25);
+  messageDesc(file_berth_sessions_v1_session_service, 29);
 
 /**
- * Error detail of ABORTED from AppendEvent(s): the fence's token is no longer
- * the current token of its lock; the caller lost its lock and must not
- * write.
+ * Error detail of FAILED_PRECONDITION FENCE_REJECTED from AppendEvent(s):
+ * the fence's token is no longer the current token of its lock; the caller
+ * lost its lock and must re-acquire it before writing again.
  *
  * @generated from message berth.sessions.v1.FenceRejected
  */
@@ -955,14 +1222,14 @@ export type FenceRejected = Message<"berth.sessions.v1.FenceRejected"> & {
   /**
    * The token the caller presented.
    *
-   * @generated from field: uint64 fencing_token = 2;
+   * @generated from field: int64 fencing_token = 2;
    */
   fencingToken: bigint;
 
   /**
    * The lock's current token; 0 when nobody holds it.
    *
-   * @generated from field: uint64 current_token = 3;
+   * @generated from field: int64 current_token = 3;
    */
   currentToken: bigint;
 };
@@ -972,11 +1239,55 @@ export type FenceRejected = Message<"berth.sessions.v1.FenceRejected"> & {
  * Use `create(FenceRejectedSchema)` to create a new message.
  */
 export const FenceRejectedSchema: GenMessage<FenceRejected> = /*@__PURE__*/
-  messageDesc(file_berth_sessions_v1_session_service, 26);
+  messageDesc(file_berth_sessions_v1_session_service, 30);
 
 /**
- * Error detail of RESOURCE_EXHAUSTED ending a watch whose client did not keep
- * up: everything before `resume_from_seq` was delivered.
+ * Error detail of ALREADY_EXISTS IDEMPOTENCY_KEY_REUSED from AppendEvent(s):
+ * the key was used before for a different request.
+ *
+ * @generated from message berth.sessions.v1.IdempotencyKeyReused
+ */
+export type IdempotencyKeyReused = Message<"berth.sessions.v1.IdempotencyKeyReused"> & {
+  /**
+   * The session.
+   *
+   * @generated from field: string session_id = 1;
+   */
+  sessionId: string;
+
+  /**
+   * The key.
+   *
+   * @generated from field: string idempotency_key = 2;
+   */
+  idempotencyKey: string;
+
+  /**
+   * The seqs the key's original append wrote.
+   *
+   * @generated from field: int64 first_seq = 3;
+   */
+  firstSeq: bigint;
+
+  /**
+   * The last of them.
+   *
+   * @generated from field: int64 last_seq = 4;
+   */
+  lastSeq: bigint;
+};
+
+/**
+ * Describes the message berth.sessions.v1.IdempotencyKeyReused.
+ * Use `create(IdempotencyKeyReusedSchema)` to create a new message.
+ */
+export const IdempotencyKeyReusedSchema: GenMessage<IdempotencyKeyReused> = /*@__PURE__*/
+  messageDesc(file_berth_sessions_v1_session_service, 31);
+
+/**
+ * Error detail of RESOURCE_EXHAUSTED WATCHER_LAGGED ending a watch whose
+ * client did not keep up (or whose journal another process rewrote):
+ * everything before `resume_from_seq` was delivered.
  *
  * @generated from message berth.sessions.v1.WatcherLagged
  */
@@ -990,9 +1301,9 @@ export type WatcherLagged = Message<"berth.sessions.v1.WatcherLagged"> & {
 
   /**
    * The `from_seq` to watch again with to miss nothing; 0 for
-   * WatchSessions.
+   * WatchSessions (resume with `resume_from`).
    *
-   * @generated from field: uint64 resume_from_seq = 2;
+   * @generated from field: int64 resume_from_seq = 2;
    */
   resumeFromSeq: bigint;
 };
@@ -1002,7 +1313,49 @@ export type WatcherLagged = Message<"berth.sessions.v1.WatcherLagged"> & {
  * Use `create(WatcherLaggedSchema)` to create a new message.
  */
 export const WatcherLaggedSchema: GenMessage<WatcherLagged> = /*@__PURE__*/
-  messageDesc(file_berth_sessions_v1_session_service, 27);
+  messageDesc(file_berth_sessions_v1_session_service, 32);
+
+/**
+ * What an append expects of the session, beside an exact seq.
+ *
+ * @generated from enum berth.sessions.v1.ExpectedState
+ */
+export enum ExpectedState {
+  /**
+   * No expectation: append whatever the session's state (the same as ANY).
+   *
+   * @generated from enum value: EXPECTED_STATE_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * No expectation.
+   *
+   * @generated from enum value: EXPECTED_STATE_ANY = 1;
+   */
+  ANY = 1,
+
+  /**
+   * The session must not exist yet (its journal has no entry): the append
+   * creates it.
+   *
+   * @generated from enum value: EXPECTED_STATE_NO_SESSION = 2;
+   */
+  NO_SESSION = 2,
+
+  /**
+   * The session must exist already.
+   *
+   * @generated from enum value: EXPECTED_STATE_EXISTS = 3;
+   */
+  EXISTS = 3,
+}
+
+/**
+ * Describes the enum berth.sessions.v1.ExpectedState.
+ */
+export const ExpectedStateSchema: GenEnum<ExpectedState> = /*@__PURE__*/
+  enumDesc(file_berth_sessions_v1_session_service, 0);
 
 /**
  * What the journal reader could verify about an entry's line.
@@ -1047,7 +1400,7 @@ export enum EntryIntegrity {
  * Describes the enum berth.sessions.v1.EntryIntegrity.
  */
 export const EntryIntegritySchema: GenEnum<EntryIntegrity> = /*@__PURE__*/
-  enumDesc(file_berth_sessions_v1_session_service, 0);
+  enumDesc(file_berth_sessions_v1_session_service, 1);
 
 /**
  * Durable, append-only event journals, one per session, with the snapshot
@@ -1055,8 +1408,41 @@ export const EntryIntegritySchema: GenEnum<EntryIntegrity> = /*@__PURE__*/
  *
  * A session id matches `[A-Za-z0-9_-]{1,128}`; any other id is refused with
  * INVALID_ARGUMENT (never rewritten). A session exists once its journal has
- * an entry; only appends create one. Sequence numbers start at 1 and grow by
- * one per entry, without gaps.
+ * an entry; only appends create one, DeleteSession (or the retention of
+ * completed sessions) ends one. Sequence numbers start at 1 and grow by one
+ * per entry, without gaps.
+ *
+ * Errors. Every error carries a `google.rpc.ErrorInfo` detail whose `reason`
+ * names the case (domain "berth.sessions"; `metadata` holds its facts as
+ * strings) and, where a retry can succeed, a `google.rpc.RetryInfo`. Typed
+ * details (SeqConflict, FenceRejected, ...) carry the same facts typed, and
+ * the `berth-error-details` response metadata carries them as JSON for
+ * clients that do not decode `grpc-status-details-bin`. The codes follow
+ * `google/rpc/code.proto`; each has one meaning:
+ *
+ * | code                | reason                  | what to do                                   |
+ * |---------------------|-------------------------|----------------------------------------------|
+ * | INVALID_ARGUMENT    | INVALID_FIELD           | fix the field the message names (BadRequest) |
+ * | INVALID_ARGUMENT    | EVENT_TOO_LARGE         | send a smaller event (GetLimits)             |
+ * | INVALID_ARGUMENT    | TOO_MANY_EVENTS         | send fewer events a call (GetLimits)         |
+ * | NOT_FOUND           | SESSION_NOT_FOUND       | the session has no journal                   |
+ * | NOT_FOUND           | SESSION_DELETED         | a watched session was deleted                |
+ * | ALREADY_EXISTS      | IDEMPOTENCY_KEY_REUSED  | the key named another request: use a new key |
+ * | FAILED_PRECONDITION | FENCE_REJECTED          | you lost the lock: re-acquire before writing |
+ * | ABORTED             | SEQ_CONFLICT            | re-read, redo the change, append again       |
+ * | OUT_OF_RANGE        | SEQ_OUT_OF_RANGE        | `from_seq` is past the journal's end         |
+ * | RESOURCE_EXHAUSTED  | MESSAGE_TOO_LARGE       | the request exceeds the message size limit   |
+ * | RESOURCE_EXHAUSTED  | WATCHER_LAGGED          | resume the watch where WatcherLagged says    |
+ * | RESOURCE_EXHAUSTED  | DISK_FULL               | free space in the state directory, retry     |
+ * | UNAVAILABLE         | APPEND_OVERTAKEN        | retry the same call as is (RetryInfo)        |
+ * | UNAVAILABLE         | STATE_READ_ONLY         | the state directory is not writable          |
+ * | UNAVAILABLE         | SHUTTING_DOWN           | retry on the restarted service (RetryInfo)   |
+ * | UNAUTHENTICATED     | TOKEN_MISSING, TOKEN_INVALID | send `authorization: Bearer <token>`    |
+ * | CANCELLED, DEADLINE_EXCEEDED | CANCELLED, DEADLINE_EXCEEDED | the caller's own cancel/deadline |
+ * | INTERNAL            | INTERNAL                | a bug: see the service's log                 |
+ *
+ * A wrong request is refused before anything is written; a refused append
+ * writes nothing.
  *
  * @generated from service berth.sessions.v1.SessionService
  */
@@ -1070,16 +1456,18 @@ export const SessionService: GenService<{
    * Appending to a completed or discarded session is allowed, as in the
    * seed (a later event may revive it).
    *
-   * Errors: INVALID_ARGUMENT (bad id, no event, a bad `extra` key or
-   * OtherEvent type: the message names the field and the rule);
-   * RESOURCE_EXHAUSTED (an event whose journal line exceeds the service's
-   * event size limit, or a request over the message size limit);
-   * FAILED_PRECONDITION when `expected_seq` is not the session's last seq
-   * (details: SeqConflict); ABORTED when the fence's token is no longer
-   * current (details: FenceRejected), or when another process (a seed
-   * process sharing the live directory) appended to the session while this
-   * append waited to be written: retry it. Nothing of the append is kept on
-   * any error.
+   * Errors: INVALID_ARGUMENT (INVALID_FIELD: bad id, no event, a bad `extra`
+   * key or OtherEvent type; EVENT_TOO_LARGE: the event's journal line exceeds
+   * `max_event_bytes`); ABORTED SEQ_CONFLICT when `expected_seq` is not the
+   * session's last seq or `expected_state` does not hold (details:
+   * SeqConflict); FAILED_PRECONDITION FENCE_REJECTED when the fence's token
+   * is no longer current (details: FenceRejected); ALREADY_EXISTS
+   * IDEMPOTENCY_KEY_REUSED when the key named a different request (details:
+   * IdempotencyKeyReused); UNAVAILABLE APPEND_OVERTAKEN when another process
+   * (a seed process sharing the live directory) appended to the journal
+   * between berth's check and its write: retry as is, nothing of the append
+   * is kept (its bytes are blanked); RESOURCE_EXHAUSTED DISK_FULL,
+   * UNAVAILABLE STATE_READ_ONLY. Nothing of the append is kept on any error.
    *
    * @generated from rpc berth.sessions.v1.SessionService.AppendEvent
    */
@@ -1091,8 +1479,8 @@ export const SessionService: GenService<{
   /**
    * Appends several events to one session atomically: all of them, with
    * consecutive seqs, or none. Same errors as AppendEvent; more events than
-   * the service's batch limit is RESOURCE_EXHAUSTED. A watcher sees the
-   * batch's entries one by one, in order.
+   * `max_events_per_append` is INVALID_ARGUMENT TOO_MANY_EVENTS. A watcher
+   * sees the batch's entries in order, in one message or several.
    *
    * @generated from rpc berth.sessions.v1.SessionService.AppendEvents
    */
@@ -1102,8 +1490,10 @@ export const SessionService: GenService<{
     output: typeof AppendEventsResponseSchema;
   },
   /**
-   * The current snapshot of a session (the seed's `getSnapshot`). Completed
-   * and discarded sessions are hidden unless `include_completed`.
+   * The current snapshot of one session, whatever its phase (a completed or
+   * discarded session is returned too; its `phase` says so). NOT_FOUND
+   * SESSION_NOT_FOUND when the session has no journal: a mistyped id is not
+   * taken for a new session.
    *
    * @generated from rpc berth.sessions.v1.SessionService.GetSnapshot
    */
@@ -1113,8 +1503,10 @@ export const SessionService: GenService<{
     output: typeof GetSnapshotResponseSchema;
   },
   /**
-   * The snapshots of every session, sorted by id (the seed's
-   * `listActiveSessions`): active ones only unless `include_completed`.
+   * The snapshots of the sessions, sorted by id, a page at a time (the
+   * seed's `listActiveSessions`): active ones only unless
+   * `include_completed`. Sessions created while paging appear on a later page
+   * when their id sorts after the page token's, and never twice.
    *
    * @generated from rpc berth.sessions.v1.SessionService.ListSessions
    */
@@ -1124,20 +1516,10 @@ export const SessionService: GenService<{
     output: typeof ListSessionsResponseSchema;
   },
   /**
-   * Whether a session has a journal (the seed's `has`). Never creates one.
-   *
-   * @generated from rpc berth.sessions.v1.SessionService.HasSession
-   */
-  hasSession: {
-    methodKind: "unary";
-    input: typeof HasSessionRequestSchema;
-    output: typeof HasSessionResponseSchema;
-  },
-  /**
    * Writes the session's snapshot file now, from a fresh replay of its
    * journal (the seed's `flush`), and returns that snapshot. Snapshot files
-   * are otherwise written lazily; the journal is the truth. NOT_FOUND for a
-   * session without a journal.
+   * are otherwise written lazily; the journal is the truth. NOT_FOUND
+   * SESSION_NOT_FOUND for a session without a journal.
    *
    * @generated from rpc berth.sessions.v1.SessionService.FlushSnapshot
    */
@@ -1147,9 +1529,27 @@ export const SessionService: GenService<{
     output: typeof FlushSnapshotResponseSchema;
   },
   /**
+   * Removes a session: its journal and snapshot files (in the seed's layout,
+   * so the seed's library no longer sees it either) and its idempotency
+   * keys. Its watchers end with NOT_FOUND SESSION_DELETED. With
+   * `expected_seq`, only when that is still the session's last seq (ABORTED
+   * SEQ_CONFLICT otherwise). NOT_FOUND SESSION_NOT_FOUND when it has no
+   * journal. A later append creates a new session under the same id, from
+   * seq 1.
+   *
+   * @generated from rpc berth.sessions.v1.SessionService.DeleteSession
+   */
+  deleteSession: {
+    methodKind: "unary";
+    input: typeof DeleteSessionRequestSchema;
+    output: typeof DeleteSessionResponseSchema;
+  },
+  /**
    * The journal's entries from a seq, in seq order, up to a limit; the stream
-   * ends at the current end of the journal. NOT_FOUND for a session without
-   * a journal.
+   * ends at the current end of the journal, and its last message says where
+   * the read ended (`end`). NOT_FOUND SESSION_NOT_FOUND for a session
+   * without a journal; OUT_OF_RANGE SEQ_OUT_OF_RANGE for a `from_seq` beyond
+   * `last_seq + 1` (`last_seq + 1` itself is an empty read that ends at once).
    *
    * @generated from rpc berth.sessions.v1.SessionService.ReadJournal
    */
@@ -1162,16 +1562,18 @@ export const SessionService: GenService<{
    * Follows one session: first the entries from `from_seq` up to the current
    * end (the backlog), then one `caught_up` marker, then every new entry as
    * it is appended, in order, none skipped, until the client ends the call.
-   * A session without a journal yet is watched from its first append.
-   * Snapshots in this stream are never hidden (a watcher sees the entry that
-   * completes a session).
+   * With `progress_interval`, a `progress` message whenever that long passed
+   * without another message. A session without a journal yet is watched from
+   * its first append. Snapshots in this stream are never hidden (a watcher
+   * sees the entry that completes a session).
    *
-   * A watcher too slow to keep up is ended with RESOURCE_EXHAUSTED (details:
-   * WatcherLagged, with the seq to resume from); it never silently misses an
-   * entry. So is a watcher whose session's journal another process changed in
-   * a way only a full replay follows (a damaged line, a rewrite): resuming
-   * reads what changed from the journal. The service ending (shutdown) ends
-   * the stream with UNAVAILABLE.
+   * A watcher too slow to keep up is ended with RESOURCE_EXHAUSTED
+   * WATCHER_LAGGED (details: WatcherLagged, with the seq to resume from); it
+   * never silently misses an entry. So is a watcher whose session's journal
+   * another process changed in a way only a full replay follows (a damaged
+   * line, a rewrite): resuming reads what changed from the journal. A deleted
+   * session ends its watchers with NOT_FOUND SESSION_DELETED. The service
+   * ending (shutdown) ends the stream with UNAVAILABLE SHUTTING_DOWN.
    *
    * @generated from rpc berth.sessions.v1.SessionService.WatchSession
    */
@@ -1181,13 +1583,14 @@ export const SessionService: GenService<{
     output: typeof WatchSessionResponseSchema;
   },
   /**
-   * Follows every session: one message per appended entry of any session (or
-   * per append call for AppendEvents), optionally preceded by the current
-   * state of every session and a `caught_up` marker. A watcher too slow to
-   * keep up is ended with RESOURCE_EXHAUSTED (details: WatcherLagged without
-   * a session), and so is every one when another process changes a journal
-   * in a way only a full replay follows; it resumes by watching again with
-   * `include_current`.
+   * Follows every session: one `change` per append call of any session (and
+   * one per deletion), optionally preceded by the current state of the
+   * sessions and a `caught_up` marker, and `progress` messages when idle. A watcher too slow
+   * to keep up is ended with RESOURCE_EXHAUSTED WATCHER_LAGGED (details:
+   * WatcherLagged), and so is every one when another process changes a
+   * journal in a way only a full replay follows; it resumes by watching
+   * again with `resume_from` set to the last seq it saw of each session:
+   * only the sessions that changed since are described again.
    *
    * @generated from rpc berth.sessions.v1.SessionService.WatchSessions
    */
@@ -1195,6 +1598,16 @@ export const SessionService: GenService<{
     methodKind: "server_streaming";
     input: typeof WatchSessionsRequestSchema;
     output: typeof WatchSessionsResponseSchema;
+  },
+  /**
+   * The limits this service enforces, so a client can size its requests.
+   *
+   * @generated from rpc berth.sessions.v1.SessionService.GetLimits
+   */
+  getLimits: {
+    methodKind: "unary";
+    input: typeof GetLimitsRequestSchema;
+    output: typeof GetLimitsResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_berth_sessions_v1_session_service, 0);

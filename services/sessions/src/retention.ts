@@ -1,0 +1,245 @@
+/**
+ * Retention of completed sessions: a completed or discarded session is deleted (as DeleteSession
+ * does, so its watchers hear of it) once the retention period has passed since its completing
+ * entry — the entry that last moved it into a completed phase, at that entry's `ts`; entries
+ * appended after it that leave it completed (a late event the reducer ignores) do not push it back.
+ *
+ * The sessions on disk are swept at start and then by a timer: when the next known session falls
+ * due, and at least every {@link MAX_SWEEP_PERIOD_MS}, which finds sessions another process (a
+ * seed process sharing a live directory) completed. Requests never look at the disk for it.
+ * Between sweeps the completion times are kept in memory: learned from this process's own appends
+ * as they complete a session, and otherwise worked out once per session by reading its journal.
+ * A session revived before it is deleted (a later event moved it out of its completed phase) is
+ * kept; a deletion that finds the session moved on since the sweep looked (its last seq) leaves it.
+ */
+import type { Clock, TimerHandle } from "@berth/shared/clock";
+import { isBerthError } from "@berth/shared/errors";
+import type { JournalLogger, StoredEntry } from "./journal-file.js";
+import { applyEvent, baseSnapshot, type JournalEntry, type SessionSnapshot } from "./reducer.js";
+import { isCompletedPhase } from "./vocabulary.js";
+
+/** The longest time between two sweeps. */
+export const MAX_SWEEP_PERIOD_MS = 60 * 60 * 1000;
+/** The shortest time between two sweeps, however many sessions fall due one after the other. */
+export const MIN_SWEEP_GAP_MS = 1000;
+
+/** What retention needs of the session store. */
+export interface RetentionHost {
+  /** The ids of every session on disk. */
+  sessionIds(): string[];
+  /** The session's durable last seq and snapshot; undefined when it has no journal. */
+  view(id: string): { lastSeq: number; snapshot: SessionSnapshot } | undefined;
+  /** The session's entries from its first to its durable end (as of this call). */
+  entries(id: string): AsyncIterator<StoredEntry>;
+  /** Deletes the session if its last seq is still `lastSeq`. */
+  delete(id: string, lastSeq: number): Promise<unknown>;
+}
+
+/** Options of {@link CompletedRetention}. */
+export interface RetentionOptions {
+  /** How long a completed session is kept after its completing entry. */
+  retentionMs: number;
+  clock: Clock;
+  logger?: JournalLogger | undefined;
+}
+
+interface Completion {
+  /** The session's last seq when the completion time was worked out (or last updated). */
+  lastSeq: number;
+  /** When its completing entry was appended (epoch ms). */
+  completedAt: number;
+}
+
+/** The retention of one session store; see the module comment. */
+export class CompletedRetention {
+  private readonly known = new Map<string, Completion>();
+  private timer: TimerHandle | undefined;
+  private dueAt = Infinity;
+  private running: Promise<void> | undefined;
+  private again = false;
+  private stopped = false;
+
+  constructor(
+    private readonly host: RetentionHost,
+    private readonly options: RetentionOptions,
+  ) {}
+
+  /** The first sweep (on the next turn: the store is still being built when this is called). */
+  start(): Promise<void> {
+    return Promise.resolve().then(() => this.sweep());
+  }
+
+  /** Stops the timer; resolves once a sweep in progress has ended. */
+  stop(): Promise<void> {
+    this.stopped = true;
+    this.disarm();
+    return this.running ?? Promise.resolve();
+  }
+
+  /** True while a sweep runs. */
+  get sweeping(): boolean {
+    return this.running !== undefined;
+  }
+
+  /** Resolves once no sweep is running. */
+  idle(): Promise<void> {
+    return this.running ?? Promise.resolve();
+  }
+
+  /** Sweeps now (or right after the sweep in progress). Never rejects. */
+  sweep(): Promise<void> {
+    if (this.stopped) return Promise.resolve();
+    if (this.running !== undefined) {
+      this.again = true;
+      return this.running;
+    }
+    const run = (async () => {
+      do {
+        this.again = false;
+        try {
+          await this.sweepOnce();
+        } catch (error) {
+          if (!this.stopped) this.options.logger?.warn({ err: error }, "the sweep of completed sessions failed; it runs again later");
+          this.arm(this.options.clock.now() + MAX_SWEEP_PERIOD_MS);
+        }
+      } while (this.again && !this.stopped);
+    })();
+    this.running = run;
+    void run.finally(() => {
+      if (this.running === run) this.running = undefined;
+    });
+    return run;
+  }
+
+  /**
+   * An append of this process became durable: its entries and the snapshot after each, and the
+   * snapshot before them. A completion it brings is known at once (and scheduled); a revival
+   * forgets the session.
+   */
+  appended(id: string, before: SessionSnapshot, entries: readonly JournalEntry[], snapshots: readonly SessionSnapshot[]): void {
+    let completed = isCompletedPhase(before.phase);
+    let record = this.known.get(id);
+    for (let i = 0; i < entries.length; i++) {
+      const entry = entries[i]!;
+      const now = isCompletedPhase(snapshots[i]!.phase);
+      if (now && !completed) record = { lastSeq: entry.seq, completedAt: this.entryTime(entry.ts) };
+      else if (!now) record = undefined;
+      else if (record !== undefined) record = { lastSeq: entry.seq, completedAt: record.completedAt };
+      completed = now;
+    }
+    if (record === undefined) {
+      this.known.delete(id);
+      return;
+    }
+    this.known.set(id, record);
+    this.due(record.completedAt + this.options.retentionMs);
+  }
+
+  /** The session was deleted. */
+  forget(id: string): void {
+    this.known.delete(id);
+  }
+
+  /** The earliest time a sweep is scheduled for (Infinity: none); for tests. */
+  get nextSweepAt(): number {
+    return this.dueAt;
+  }
+
+  private async sweepOnce(): Promise<void> {
+    const { clock, retentionMs, logger } = this.options;
+    for (const id of this.host.sessionIds()) {
+      if (this.stopped) return;
+      let view: { lastSeq: number; snapshot: SessionSnapshot } | undefined;
+      try {
+        view = this.host.view(id);
+      } catch (error) {
+        logger?.warn({ sessionId: id, err: error }, "retention could not read a session");
+        continue;
+      }
+      if (view === undefined || !isCompletedPhase(view.snapshot.phase)) {
+        this.known.delete(id);
+        continue;
+      }
+      let record = this.known.get(id);
+      if (record === undefined || record.lastSeq !== view.lastSeq) {
+        const completedAt = await this.completedSince(id, view);
+        if (this.stopped) return;
+        record = { lastSeq: view.lastSeq, completedAt };
+        this.known.set(id, record);
+      }
+      if (record.completedAt + retentionMs > clock.now()) continue;
+      try {
+        await this.host.delete(id, record.lastSeq);
+        logger?.info({ sessionId: id, lastSeq: record.lastSeq, completedAt: new Date(record.completedAt).toISOString() }, "deleted a completed session past its retention");
+      } catch (error) {
+        // Moved on since it was looked at (revived, or deleted by someone else): the next sweep sees it as it is.
+        const expected = isBerthError(error) && (error.reason === "SEQ_CONFLICT" || error.reason === "SESSION_NOT_FOUND");
+        if (!expected && !this.stopped) logger?.warn({ sessionId: id, err: error }, "could not delete a completed session past its retention");
+      }
+      this.known.delete(id);
+    }
+    // Every completed session is known now, including any an append completed during the sweep.
+    let next = Infinity;
+    for (const record of this.known.values()) next = Math.min(next, record.completedAt + retentionMs);
+    this.disarm();
+    this.arm(next);
+  }
+
+  /**
+   * When the session's completing entry was appended: the journal replayed up to the durable end
+   * `view` describes, noting where the phase last became completed. When the reader's entries do
+   * not end completed (lines only the full replay applies, such as ones without a seq), the time
+   * of the last entry stands in: the session is kept at least as long as it should be.
+   */
+  private async completedSince(id: string, view: { lastSeq: number; snapshot: SessionSnapshot }): Promise<number> {
+    const fallback = this.entryTime(view.snapshot.updatedAt);
+    const entries = this.host.entries(id);
+    let snapshot = baseSnapshot(id);
+    let since: number | undefined;
+    try {
+      for (let step = await entries.next(); !step.done; step = await entries.next()) {
+        const entry = step.value.entry;
+        const was = isCompletedPhase(snapshot.phase);
+        snapshot = applyEvent(snapshot, entry, { now: () => this.options.clock.now() });
+        const is = isCompletedPhase(snapshot.phase);
+        if (is && !was) since = this.entryTime(entry.ts);
+        else if (!is) since = undefined;
+      }
+    } finally {
+      await entries.return?.();
+    }
+    return since ?? fallback;
+  }
+
+  /** An entry's `ts` in epoch ms; now when it does not parse (the session is then kept longer, never shorter). */
+  private entryTime(ts: unknown): number {
+    const ms = typeof ts === "string" ? Date.parse(ts) : NaN;
+    return Number.isFinite(ms) ? ms : this.options.clock.now();
+  }
+
+  /** Makes sure a sweep runs by `at`. */
+  private due(at: number): void {
+    if (this.stopped || at >= this.dueAt) return;
+    this.disarm();
+    this.arm(at);
+  }
+
+  private arm(at: number): void {
+    if (this.stopped || this.timer !== undefined) return;
+    const { clock } = this.options;
+    const now = clock.now();
+    const delay = Math.max(MIN_SWEEP_GAP_MS, Math.min(at, now + MAX_SWEEP_PERIOD_MS) - now);
+    this.dueAt = now + delay;
+    this.timer = clock.setTimeout(() => {
+      this.timer = undefined;
+      this.dueAt = Infinity;
+      void this.sweep();
+    }, delay);
+  }
+
+  private disarm(): void {
+    if (this.timer !== undefined) this.options.clock.clearTimeout(this.timer);
+    this.timer = undefined;
+    this.dueAt = Infinity;
+  }
+}
