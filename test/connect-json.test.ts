@@ -312,8 +312,8 @@ describe("errors as Connect's error JSON", () => {
     expect(refusalOf(reused)).toEqual([409, "already_exists", "IDEMPOTENCY_KEY_REUSED"]);
     expect(detail(connectError(reused).details, IdempotencyKeyReusedSchema)).toMatchObject({ idempotencyKey: "k", firstSeq: 1n, lastSeq: 1n });
     const file = path.join(projectRoot, "src/json-fenced.ts");
-    const { lease } = (await curlJson(sessionsUrl, "/berth.sessions.v1.LockService/Acquire", { file, owner: "curl" })).json as { lease: Json };
-    await curlJson(sessionsUrl, "/berth.sessions.v1.LockService/Release", { leaseToken: lease["leaseToken"] });
+    const { lease } = (await curlJson(sessionsUrl, "/berth.locks.v1.LockService/Acquire", { file, owner: "curl" })).json as { lease: Json };
+    await curlJson(sessionsUrl, "/berth.locks.v1.LockService/Release", { leaseToken: lease["leaseToken"] });
     const fenced = await post("AppendEvent", { sessionId: id, event: { steer: {} }, fence: { file, fencingToken: lease["fencingToken"] } });
     expect(refusalOf(fenced)).toEqual([400, "failed_precondition", "FENCE_REJECTED"]);
     expect(detail(connectError(fenced).details, FenceRejectedSchema)).toMatchObject({ file, currentToken: 0n });

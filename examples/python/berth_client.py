@@ -1097,7 +1097,7 @@ class Berth:
             request.expected_seq = expected_seq
         return _rpc(lambda: self.sessions.DeleteSession(request, timeout=self.timeout)).last_seq
 
-    def limits(self) -> session_service_pb2.GetLimitsResponse:
+    def session_limits(self) -> session_service_pb2.GetLimitsResponse:
         """The limits the sessions service enforces (event size, events per append, page size, retention...)."""
         return _rpc(lambda: self.sessions.GetLimits(session_service_pb2.GetLimitsRequest(), timeout=self.timeout))
 
@@ -1327,7 +1327,7 @@ class Berth:
             yield from getattr(page, field)
             token = page.next_page_token
 
-    def limits(self) -> budget_service_pb2.GetLimitsResponse:
+    def budget_limits(self) -> budget_service_pb2.GetLimitsResponse:
         """The limits the budget enforces: lease ttls, the longest wait, the queue's size, the longest owner."""
         return _rpc(lambda: self.budget.GetLimits(budget_service_pb2.GetLimitsRequest(), timeout=self.timeout))
 

@@ -117,7 +117,7 @@ def main() -> int:
     state = berth.state()
     policy = state.policy
     print(f"budget {size(policy.memory_bytes)} memory / {policy.cpu:g} cpu, committed {size(state.committed.memory_bytes)} / {state.committed.cpu:g}, {state.queue_size} waiting, {state.reservation_count} reserved, {state.running_count} running")
-    limits = berth.limits()
+    limits = berth.budget_limits()
     print(f"leases {limits.default_ttl.seconds}s unless asked (at most {limits.max_ttl.seconds}s), waits up to {limits.max_wait.seconds}s, at most {limits.max_queue} waiting")
     verdict = berth.check([start("web", memory="512M", cpu=0.5)])
     print("would 512M / 0.5 cpu fit now?", "yes" if verdict.fits else f"no: {verdict.wait_for_text}")

@@ -140,7 +140,7 @@ def sessions_steps(berth: Berth) -> None:
         deleted_at=deleted_at,
         after_delete=[snapshot.id for snapshot in berth.list_sessions() if snapshot.id.startswith("py-page-")],
         snapshot_after_delete=berth.snapshot("py-page-0") is None,
-        limits={"max_page_size": berth.limits().max_page_size, "max_events_per_append": berth.limits().max_events_per_append},
+        limits={"max_page_size": berth.session_limits().max_page_size, "max_events_per_append": berth.session_limits().max_events_per_append},
     )
 
 
@@ -334,7 +334,7 @@ def budget_steps() -> None:
         }
 
     with Berth(timeout=15) as berth:
-        limits = berth.limits()
+        limits = berth.budget_limits()
         emit("limits", default_ttl_s=limits.default_ttl.seconds, max_ttl_s=limits.max_ttl.seconds, max_wait_s=limits.max_wait.seconds, max_queue=limits.max_queue, max_owner_length=limits.max_owner_length)
 
         errors = {}
