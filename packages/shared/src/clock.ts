@@ -1,22 +1,51 @@
 /**
  * Time as domain code sees it. Everything that waits (leases, queue deadlines, heartbeats) takes a
  * Clock, so tests drive time with `ManualClock.advance()` instead of sleeping.
+ *
+ * A Clock has two readings. The wall clock (`now()`) is what people read: it stamps journal
+ * entries and the times shown to clients, and it jumps whenever NTP or a person sets it. The
+ * monotonic clock (`monotonicNow()`) never jumps: every lease, deadline, heartbeat, TTL and age is
+ * measured on it, so a step of the wall clock neither keeps a dead holder's lease nor ends a live
+ * one. A deadline kept on the monotonic clock is shown as wall time at the moment of answering
+ * ({@link wallTimeOf}).
  */
 
 /** An opaque handle to a scheduled callback. */
 export type TimerHandle = { readonly __timer: unique symbol } | object;
 
 export interface Clock {
-  /** Milliseconds since the epoch. */
+  /** The wall clock: milliseconds since the epoch. Stamps what people read; may jump either way. */
   now(): number;
+  /**
+   * Milliseconds on a clock that never jumps (only differences mean anything). Every lease,
+   * deadline, heartbeat and age is measured on it.
+   */
+  monotonicNow(): number;
+  /** Calls `callback` once `ms` milliseconds of monotonic time have passed. */
   setTimeout(callback: () => void, ms: number): TimerHandle;
   clearTimeout(handle: TimerHandle): void;
+}
+
+/** The wall-clock time (whole ms since the epoch) a monotonic reading of `clock` stands for, as of now. */
+export function wallTimeOf(clock: Pick<Clock, "now" | "monotonicNow">, monotonicMs: number): number {
+  return Math.round(clock.now() + (monotonicMs - clock.monotonicNow()));
+}
+
+/**
+ * CLOCK_MONOTONIC in milliseconds (`process.hrtime`): system-wide, so a reading another process of
+ * the same boot took means the same. It does not advance while the machine is suspended: a laptop
+ * that sleeps sleeps with every holder and waiter on it, and none of their leases runs out meanwhile.
+ */
+export function systemMonotonicNow(): number {
+  return Number(process.hrtime.bigint()) / 1e6;
 }
 
 /** The real clock. Timers are unref'd: a pending lease or heartbeat never keeps a process alive. */
 export const systemClock: Clock = {
   now: () => Date.now(),
+  monotonicNow: systemMonotonicNow,
   setTimeout(callback, ms) {
+    // Node's timers run on libuv's monotonic clock already: a wall-clock step does not move them.
     const timer = setTimeout(callback, Math.max(0, ms));
     timer.unref();
     return timer;
@@ -32,22 +61,33 @@ interface ManualTimer {
   callback: () => void;
 }
 
-/** A clock that moves only when told to; due timers fire in time order (ties in scheduling order). */
+/**
+ * A clock that moves only when told to; due timers fire in time order (ties in scheduling order).
+ * Its two readings move together under `advance()`; `stepWall()` moves the wall clock alone (NTP,
+ * a person setting the date), and `stall()` moves time without running anything (a process
+ * stopped with SIGSTOP: its timers are all overdue when it resumes).
+ */
 export class ManualClock implements Clock {
-  private current: number;
+  private wall: number;
+  private monotonic: number;
   private order = 0;
   private readonly timers = new Set<ManualTimer>();
 
-  constructor(start = Date.UTC(2026, 0, 1)) {
-    this.current = start;
+  constructor(start = Date.UTC(2026, 0, 1), monotonicStart = 1_000_000) {
+    this.wall = start;
+    this.monotonic = monotonicStart;
   }
 
   now(): number {
-    return this.current;
+    return this.wall;
+  }
+
+  monotonicNow(): number {
+    return this.monotonic;
   }
 
   setTimeout(callback: () => void, ms: number): TimerHandle {
-    const timer: ManualTimer = { due: this.current + Math.max(0, ms), order: this.order++, callback };
+    const timer: ManualTimer = { due: this.monotonic + Math.max(0, ms), order: this.order++, callback };
     this.timers.add(timer);
     return timer;
   }
@@ -58,7 +98,7 @@ export class ManualClock implements Clock {
 
   /** Moves time forward by `ms`, firing every timer that falls due on the way (including ones they schedule). */
   advance(ms: number): void {
-    const target = this.current + ms;
+    const target = this.monotonic + ms;
     for (;;) {
       let next: ManualTimer | undefined;
       for (const timer of this.timers) {
@@ -68,14 +108,32 @@ export class ManualClock implements Clock {
       }
       if (!next) break;
       this.timers.delete(next);
-      this.current = Math.max(this.current, next.due);
+      this.moveTo(Math.max(this.monotonic, next.due));
       next.callback();
     }
-    this.current = target;
+    this.moveTo(target);
+  }
+
+  /** Steps the wall clock alone by `ms` (negative: back); the monotonic clock and the timers do not move. */
+  stepWall(ms: number): void {
+    this.wall += ms;
+  }
+
+  /**
+   * Moves both readings by `ms` without firing anything, as a stopped process sees time when it
+   * resumes. The next `advance()` (`advance(0)` for none more) fires what fell due, in time order.
+   */
+  stall(ms: number): void {
+    this.moveTo(this.monotonic + ms);
   }
 
   /** How many timers are still scheduled (tests use it to prove nothing is left behind). */
   pendingTimers(): number {
     return this.timers.size;
+  }
+
+  private moveTo(monotonic: number): void {
+    this.wall += monotonic - this.monotonic;
+    this.monotonic = monotonic;
   }
 }

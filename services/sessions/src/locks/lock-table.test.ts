@@ -154,15 +154,63 @@ describe("leases", () => {
 
   it("serves an overdue expiry even before its timer fires", async () => {
     // A real clock's timer can be late (busy event loop); the lease must still end on time.
-    let now = 1_000_000;
-    const timers: Array<() => void> = [];
-    const lazyClock = { now: () => now, setTimeout: (fn: () => void) => (timers.push(fn), {}), clearTimeout: () => {} };
-    const locks = new LockTable({ clock: lazyClock, fencing: counter() });
+    const { clock, locks } = table();
     const first = await locks.acquire({ file: "/project/a", owner: "alice", ttlMs: 100 });
     const next = locks.acquire({ file: "/project/a", owner: "bob", waitMs: 10_000 });
-    now += 100;
+    clock.stall(100);
     expect(locks.checkToken("/project/a", first.fencingToken)).toMatchObject({ current: false, currentToken: 2 });
     expect((await next).owner).toBe("bob");
+  });
+});
+
+describe("the wall clock steps (NTP, a person setting the date)", () => {
+  const HOUR = 3_600_000;
+
+  it("a step back does not keep a dead holder's lease: it ends after its ttl, and the waiter gets the lock", async () => {
+    const { clock, locks } = table();
+    const dead = await locks.acquire({ file: "/project/a", owner: "dead", ttlMs: 1000 });
+    const next = locks.acquire({ file: "/project/a", owner: "next", waitMs: 10_000 });
+    clock.stepWall(-HOUR);
+    clock.advance(999);
+    expect(locks.checkToken("/project/a", dead.fencingToken).current).toBe(true);
+    clock.advance(1);
+    expect(await next).toMatchObject({ owner: "next", fencingToken: 2 });
+    expect(() => locks.renew(dead.leaseToken)).toThrow(/expired at/);
+  });
+
+  it("a step forward does not cut a live holder's lease short, read or timer", async () => {
+    const { clock, locks } = table();
+    const live = await locks.acquire({ file: "/project/a", owner: "live", ttlMs: 1000 });
+    const behind = locks.acquire({ file: "/project/a", owner: "behind", waitMs: 5000 });
+    clock.stepWall(HOUR);
+    expect(locks.checkToken("/project/a", live.fencingToken).current).toBe(true);
+    clock.advance(500);
+    // Renewed from now on the monotonic clock; shown in the wall time of this answer.
+    expect(locks.renew(live.leaseToken).expiresAt).toBe(clock.now() + 1000);
+    clock.advance(999);
+    expect(locks.inspect("/project/a").holder).toMatchObject({ owner: "live", expiresAt: clock.now() + 1 });
+    expect(locks.inspect("/project/a").waiters.map((w) => w.owner)).toEqual(["behind"]);
+    locks.release(live.leaseToken);
+    expect(await behind).toMatchObject({ owner: "behind", fencingToken: 2 });
+  });
+
+  it("a waiter's wait runs for its length whichever way the wall clock steps", async () => {
+    for (const step of [-HOUR, HOUR]) {
+      const { clock, locks } = table();
+      const holder = await locks.acquire({ file: "/project/a", owner: "holder", ttlMs: 60_000 });
+      let settled = false;
+      const waiter = rejection(locks.acquire({ file: "/project/a", owner: "waiter", waitMs: 5000 })).finally(() => (settled = true));
+      const queuedAt = clock.now();
+      clock.stepWall(step);
+      expect(locks.inspect("/project/a").waiters).toEqual([{ kind: "lease", owner: "waiter", since: queuedAt, deadline: clock.now() + 5000 }]);
+      clock.advance(4999);
+      await Promise.resolve();
+      expect(settled).toBe(false);
+      clock.advance(1);
+      expect((await waiter).message).toContain("for the whole wait of 5s");
+      locks.release(holder.leaseToken);
+      expect(clock.pendingTimers()).toBe(0);
+    }
   });
 });
 

@@ -5,7 +5,10 @@
  * Everything happens in reaction to an event — a release, a lease timer, a waiter's deadline or
  * signal, a change of a seed lock file — never by polling: a released lock is handed to the head of
  * its queue in the same turn of the event loop. The only timers are one per lease and one per
- * waiter, on the injected Clock, so tests drive time with `ManualClock.advance()`.
+ * waiter, on the injected Clock, so tests drive time with `ManualClock.advance()`. Leases and waits
+ * are measured on the clock's monotonic reading: a step of the wall clock neither keeps a dead
+ * holder's lease nor cuts a live one short. The wall clock only stamps what people read (when a
+ * lock was taken); a lease's or a wait's end is shown as wall time at the moment of answering.
  *
  * Locks are keyed by the canonical path of the file (see lock-path.ts), so every spelling of one
  * file is one lock. When the table is given `external` locks (the seed's lock files), a grant also
@@ -14,7 +17,7 @@
  */
 import { randomUUID } from "node:crypto";
 import { BerthError, invalidArgument } from "@berth/shared/errors";
-import type { Clock, TimerHandle } from "@berth/shared/clock";
+import { wallTimeOf, type Clock, type TimerHandle } from "@berth/shared/clock";
 import { formatDuration } from "@berth/shared/units";
 import type { FencingTokenSource } from "./fencing-store.js";
 import { checkFencingToken, checkOwner, checkTtl, checkWait, DEFAULT_LOCK_LIMITS, type LockLimits } from "./lock-input.js";
@@ -42,7 +45,10 @@ export interface Lease {
   owner: string;
   /** When the lock was granted (ms since the epoch, on the table's clock). */
   acquiredAt: number;
-  /** When the lease runs out unless renewed; null for a hold, which lasts as long as its signal. */
+  /**
+   * When the lease runs out unless renewed (wall-clock ms, as of the answer that carries it); null
+   * for a hold, which lasts as long as its signal.
+   */
   expiresAt: number | null;
   /** The lease length each renewal extends it by; null for a hold. */
   ttlMs: number | null;
@@ -114,9 +120,9 @@ export interface LockWaiterInfo {
   /** How it asked: "lease" (acquire) or "stream" (holdAsLongAs). */
   kind: "lease" | "stream";
   owner: string;
-  /** When it started waiting. */
+  /** When it started waiting (wall clock). */
   since: number;
-  /** When it gives up. */
+  /** When it gives up (wall clock, as of this answer). */
   deadline: number;
 }
 
@@ -191,7 +197,9 @@ interface Waiter {
   owner: string;
   /** null: a hold, tied to `signal` instead of a lease timer. */
   ttlMs: number | null;
+  /** When it started waiting (wall clock: only shown). */
   since: number;
+  /** When it gives up (monotonic clock). */
   deadline: number;
   waitMs: number;
   signal: AbortSignal | undefined;
@@ -206,7 +214,10 @@ interface Waiter {
 }
 
 interface Held {
+  /** Its `expiresAt` is filled in when the lease is shown ({@link LockTable.leaseOf}). */
   lease: Lease;
+  /** When the lease runs out (monotonic clock); null for a hold. */
+  deadline: number | null;
   /** The lease length renewals default to; null for a hold. */
   ttlMs: number | null;
   timer?: TimerHandle;
@@ -286,13 +297,13 @@ export class LockTable {
    */
   renew(leaseToken: string, ttlMs?: number): Lease {
     const held = this.heldLease(leaseToken);
-    if (held.ttlMs === null) return { ...held.lease };
+    if (held.ttlMs === null) return this.leaseOf(held);
     const ttl = ttlMs === undefined ? held.ttlMs : checkTtl(ttlMs, this.limits);
     held.ttlMs = ttl;
     held.lease.ttlMs = ttl;
-    held.lease.expiresAt = this.clock.now() + ttl;
+    held.deadline = this.clock.monotonicNow() + ttl;
     this.scheduleExpiry(held);
-    return { ...held.lease };
+    return this.leaseOf(held);
   }
 
   /**
@@ -332,12 +343,14 @@ export class LockTable {
     const entry = this.refresh(key);
     let holder: LockHolderInfo | null = null;
     if (entry?.holder) {
-      holder = berthHolder(entry.holder);
+      holder = this.berthHolder(entry.holder);
     } else {
       const foreign = this.external?.peek(key);
       if (foreign) holder = seedFileHolder(foreign);
     }
-    const waiters: LockWaiterInfo[] = entry ? [...entry.waiters].map((w) => ({ kind: w.ttlMs === null ? "stream" : "lease", owner: w.owner, since: w.since, deadline: w.deadline })) : [];
+    const waiters: LockWaiterInfo[] = entry
+      ? [...entry.waiters].map((w) => ({ kind: w.ttlMs === null ? "stream" : "lease", owner: w.owner, since: w.since, deadline: wallTimeOf(this.clock, w.deadline) }))
+      : [];
     return { file: key, lockPath: this.external?.pathFor(key) ?? null, holder, waiters, lastFencingToken: this.lastTokens.get(key) ?? null };
   }
 
@@ -397,7 +410,7 @@ export class LockTable {
       if (claim) {
         try {
           const held = this.grant(entry, owner, ttlMs, claim === true ? undefined : claim, holdSignal);
-          return Promise.resolve({ ...held.lease });
+          return Promise.resolve(this.leaseOf(held));
         } finally {
           this.settle(entry);
         }
@@ -413,8 +426,7 @@ export class LockTable {
     }
 
     return new Promise<Lease>((resolve, reject) => {
-      const now = this.clock.now();
-      const waiter: Waiter = { owner, ttlMs, since: now, deadline: now + waitMs, waitMs, signal, onWaiting: request.onWaiting, toldPosition: 0, toldHolder: undefined, resolve, reject };
+      const waiter: Waiter = { owner, ttlMs, since: this.clock.now(), deadline: this.clock.monotonicNow() + waitMs, waitMs, signal, onWaiting: request.onWaiting, toldPosition: 0, toldHolder: undefined, resolve, reject };
       entry.waiters.add(waiter);
       this.scheduleDeadline(entry, waiter);
       if (signal) {
@@ -471,9 +483,8 @@ export class LockTable {
       if (external) this.external?.release(external);
       throw error;
     }
-    const now = this.clock.now();
-    const lease: Lease = { leaseToken: randomUUID(), fencingToken, file: entry.key, owner, acquiredAt: now, expiresAt: ttlMs === null ? null : now + ttlMs, ttlMs };
-    const held: Held = { lease, ttlMs };
+    const lease: Lease = { leaseToken: randomUUID(), fencingToken, file: entry.key, owner, acquiredAt: this.clock.now(), expiresAt: null, ttlMs };
+    const held: Held = { lease, deadline: ttlMs === null ? null : this.clock.monotonicNow() + ttlMs, ttlMs };
     if (external) held.external = external;
     entry.holder = held;
     this.leases.set(lease.leaseToken, held);
@@ -505,7 +516,7 @@ export class LockTable {
         head.reject(error instanceof BerthError ? error : new BerthError("internal", `granting ${entry.key} failed: ${(error as Error).message}`, { file: entry.key }));
         continue;
       }
-      head.resolve({ ...held.lease });
+      head.resolve(this.leaseOf(held));
     }
     this.settle(entry);
   }
@@ -532,7 +543,7 @@ export class LockTable {
       position++;
       if (!waiter.onWaiting) continue;
       if (holder === undefined) {
-        holder = entry.holder ? berthHolder(entry.holder) : entry.blockedBy ? seedFileHolder(entry.blockedBy) : null;
+        holder = entry.holder ? this.berthHolder(entry.holder) : entry.blockedBy ? seedFileHolder(entry.blockedBy) : null;
         holderId = entry.holder ? entry.holder.lease.leaseToken : entry.blockedBy ? `${entry.blockedBy.pid}:${entry.blockedBy.token}:${entry.blockedBy.since}` : undefined;
       }
       if (waiter.toldPosition === position && waiter.toldHolder === holderId) continue;
@@ -576,7 +587,7 @@ export class LockTable {
   /** Frees a lease whose time is up even if its timer has not fired yet (a busy event loop). */
   private expireIfDue(entry: Entry): boolean {
     const held = entry.holder;
-    if (!held || held.lease.expiresAt === null || this.clock.now() < held.lease.expiresAt) return false;
+    if (!held || held.deadline === null || this.clock.monotonicNow() < held.deadline) return false;
     this.free(entry, held, "expired");
     return true;
   }
@@ -590,31 +601,31 @@ export class LockTable {
 
   private scheduleExpiry(held: Held): void {
     if (held.timer !== undefined) this.clock.clearTimeout(held.timer);
-    const expiresAt = held.lease.expiresAt;
-    if (expiresAt === null) return;
+    const deadline = held.deadline;
+    if (deadline === null) return;
     held.timer = this.clock.setTimeout(() => {
       delete held.timer;
       const entry = this.entries.get(held.lease.file);
       if (!entry || entry.holder !== held) return;
       // A real timer may fire a hair early; never cut a lease short.
-      if (this.clock.now() < expiresAt) return this.scheduleExpiry(held);
+      if (this.clock.monotonicNow() < deadline) return this.scheduleExpiry(held);
       this.free(entry, held, "expired");
       this.pump(entry);
-    }, expiresAt - this.clock.now());
+    }, deadline - this.clock.monotonicNow());
   }
 
   private scheduleDeadline(entry: Entry, waiter: Waiter): void {
     waiter.timer = this.clock.setTimeout(() => {
       delete waiter.timer;
       if (!entry.waiters.has(waiter)) return;
-      if (this.clock.now() < waiter.deadline) return this.scheduleDeadline(entry, waiter);
+      if (this.clock.monotonicNow() < waiter.deadline) return this.scheduleDeadline(entry, waiter);
       // The head's turn may have come without an event (a lock file we could not watch): look once more.
       this.pump(entry);
       if (!entry.waiters.has(waiter)) return;
       this.dropWaiter(entry, waiter);
       waiter.reject(this.lockedError(entry, waiter.waitMs));
       this.pump(entry);
-    }, waiter.deadline - this.clock.now());
+    }, waiter.deadline - this.clock.monotonicNow());
   }
 
   private dropWaiter(entry: Entry, waiter: Waiter): void {
@@ -622,6 +633,18 @@ export class LockTable {
     if (waiter.timer !== undefined) this.clock.clearTimeout(waiter.timer);
     delete waiter.timer;
     if (waiter.signal && waiter.onAbort) waiter.signal.removeEventListener("abort", waiter.onAbort);
+  }
+
+  /** The lease as shown to its holder: a copy, its end in wall-clock time as of now. */
+  private leaseOf(held: Held): Lease {
+    return { ...held.lease, expiresAt: held.deadline === null ? null : wallTimeOf(this.clock, held.deadline) };
+  }
+
+  private berthHolder(held: Held): LockHolderInfo {
+    const lease = this.leaseOf(held);
+    const holder: LockHolderInfo = { kind: lease.ttlMs === null ? "stream" : "lease", owner: lease.owner, fencingToken: lease.fencingToken, since: lease.acquiredAt, expiresAt: lease.expiresAt };
+    if (held.external) holder.pid = held.external.pid;
+    return holder;
   }
 
   private entryFor(key: string): Entry {
@@ -671,7 +694,7 @@ export class LockTable {
     const base = { reason: "SOURCE_LOCKED", file: key, lockPath: this.external?.pathFor(key) ?? null, waiting: entry.waiters.size };
     const held = entry.holder;
     if (held) {
-      const info = berthHolder(held);
+      const info = this.berthHolder(held);
       const details: Record<string, unknown> = { ...base, owner: info.owner, since: info.since, fencingToken: held.lease.fencingToken, kind: info.kind };
       if (info.pid !== undefined) details.pid = info.pid;
       return new BerthError("aborted", `source locked: ${key} is held by ${info.owner} since ${iso(info.since)} (fencing token ${held.lease.fencingToken}); ${waited}; ${hint}`, details);
@@ -693,13 +716,6 @@ export class LockTable {
       kind: "unknown",
     });
   }
-}
-
-function berthHolder(held: Held): LockHolderInfo {
-  const { lease } = held;
-  const holder: LockHolderInfo = { kind: lease.ttlMs === null ? "stream" : "lease", owner: lease.owner, fencingToken: lease.fencingToken, since: lease.acquiredAt, expiresAt: lease.expiresAt };
-  if (held.external) holder.pid = held.external.pid;
-  return holder;
 }
 
 function seedFileHolder(foreign: ForeignLockHolder): LockHolderInfo {
