@@ -32,8 +32,11 @@
  * then; HTTP/2 keepalive pings hold the connection meanwhile). One shared timer drives a rolling
  * cursor over the line, a few waiters per tick, so the heartbeats are spread over the period rather
  * than sent in a burst. Only heartbeats are capped: a changed position or reason still goes at once.
+ *
+ * Every wait, deadline and heartbeat is measured on the clock's monotonic reading: a step of the
+ * wall clock neither ends a wait early nor stretches it. Times shown (`entries()`) are wall time.
  */
-import type { Clock, TimerHandle } from "@berth/shared/clock";
+import { wallTimeOf, type Clock, type TimerHandle } from "@berth/shared/clock";
 import { BerthError } from "@berth/shared/errors";
 import { formatDuration } from "@berth/shared/units";
 import type { Need, Resources } from "./costs.js";
@@ -110,10 +113,11 @@ export interface QueueEntryInfo {
   position: number;
   needs: Resources;
   skipLoadGate: boolean;
+  /** When it was queued (wall clock). */
   queuedAt: number;
   waitedMs: number;
   etaMs: number;
-  /** When its wait runs out (clock ms). */
+  /** When its wait runs out (wall-clock ms, as of this answer). */
   deadline: number;
 }
 
@@ -138,8 +142,10 @@ interface Waiter {
   need: Need;
   want: Resources;
   skipLoadGate: boolean;
+  /** When it was queued and when its wait runs out (monotonic clock), and when it was queued by the wall clock (shown). */
   queuedAt: number;
   deadline: number;
+  queuedAtWall: number;
   onQueued: ((update: QueuedUpdate) => void) | undefined;
   resolve: (reservation: Reservation) => void;
   reject: (error: BerthError) => void;
@@ -240,7 +246,7 @@ export class AdmissionQueue {
       return Promise.reject(new BerthError("invalid_argument", `max_wait: must be a non-negative duration; got ${maxWaitMs}`, { field: "max_wait" }));
     }
     return new Promise<Reservation>((resolve, reject) => {
-      const now = this.host.clock.now();
+      const now = this.host.clock.monotonicNow();
       const waiter: Waiter = {
         id: `q${++this.seq}`,
         label,
@@ -249,6 +255,7 @@ export class AdmissionQueue {
         skipLoadGate: options.skipLoadGate ?? false,
         queuedAt: now,
         deadline: now + maxWaitMs,
+        queuedAtWall: this.host.clock.now(),
         onQueued: options.onQueued,
         resolve,
         reject,
@@ -334,7 +341,7 @@ export class AdmissionQueue {
 
   /** Every waiter with its position and ETA, head first. */
   entries(): QueueEntryInfo[] {
-    const now = this.host.clock.now();
+    const now = this.host.clock.monotonicNow();
     const holdMs = this.host.holdMs();
     const result: QueueEntryInfo[] = [];
     for (const w of this.line) {
@@ -346,10 +353,10 @@ export class AdmissionQueue {
         position,
         needs: { ...w.want },
         skipLoadGate: w.skipLoadGate,
-        queuedAt: w.queuedAt,
+        queuedAt: w.queuedAtWall,
         waitedMs: now - w.queuedAt,
         etaMs: etaOf(position, holdMs, now - w.queuedAt),
-        deadline: w.deadline,
+        deadline: wallTimeOf(this.host.clock, w.deadline),
       });
     }
     return result;
@@ -481,7 +488,7 @@ export class AdmissionQueue {
   private expire(): void {
     this.deadlineTimer = undefined;
     this.deadlineAt = Number.POSITIVE_INFINITY;
-    const now = this.host.clock.now();
+    const now = this.host.clock.monotonicNow();
     const expired: Waiter[] = [];
     while (this.deadlines.length > 0 && this.deadlines[0]!.deadline <= now) expired.push(this.popDeadline()!);
     if (expired.length > 0) {
@@ -518,7 +525,7 @@ export class AdmissionQueue {
     if (this.deadlineTimer !== undefined) this.host.clock.clearTimeout(this.deadlineTimer);
     this.deadlineTimer = undefined;
     this.deadlineAt = next;
-    if (next !== Number.POSITIVE_INFINITY) this.deadlineTimer = this.host.clock.setTimeout(() => this.expire(), next - this.host.clock.now());
+    if (next !== Number.POSITIVE_INFINITY) this.deadlineTimer = this.host.clock.setTimeout(() => this.expire(), next - this.host.clock.monotonicNow());
   }
 
   // A binary min-heap of waiters by deadline: one timer serves every waiter, and a batch of expiries is handled in one go.
@@ -591,7 +598,7 @@ export class AdmissionQueue {
 
   private headEtaMs(): number {
     const head = this.firstLive();
-    return etaOf(1, this.host.holdMs(), head ? this.host.clock.now() - head.queuedAt : 0);
+    return etaOf(1, this.host.holdMs(), head ? this.host.clock.monotonicNow() - head.queuedAt : 0);
   }
 
   // --- what waiters hear -------------------------------------------------------------------------
@@ -634,7 +641,7 @@ export class AdmissionQueue {
     this.headKey = head ? gatesKeyOf(head.gates) : "";
     const { reasons: headReasons, text: headText } = this.headReasonsFor(context);
     const ahead = this.line.slice(0, AHEAD_LIMIT).map((w) => ({ label: w.label, needs: w.want }));
-    const now = this.host.clock.now();
+    const now = this.host.clock.monotonicNow();
     const holdMs = this.host.holdMs();
     for (let i = 0; i < this.line.length; i++) {
       const w = this.line[i]!;
@@ -654,7 +661,7 @@ export class AdmissionQueue {
       headReasons,
       headText,
       ahead.slice(0, AHEAD_LIMIT).map((w) => ({ label: w.label, needs: w.want })),
-      this.host.clock.now(),
+      this.host.clock.monotonicNow(),
       this.host.holdMs(),
     );
   }
@@ -685,7 +692,7 @@ export class AdmissionQueue {
   /** The first waiter joined: the heartbeat starts its sweep from the head. */
   private startHeartbeat(): void {
     if (this.heartbeatTimer !== undefined || this.closed || this.live === 0) return;
-    const now = this.host.clock.now();
+    const now = this.host.clock.monotonicNow();
     this.heartbeatCursor = 0;
     this.heartbeatCredit = 0;
     this.lastHeartbeatTickAt = now;
@@ -709,7 +716,7 @@ export class AdmissionQueue {
   private heartbeatTick(): void {
     this.heartbeatTimer = undefined;
     if (this.live === 0 || this.closed) return;
-    const now = this.host.clock.now();
+    const now = this.host.clock.monotonicNow();
     const heartbeatMs = this.host.policy().heartbeatMs;
     if (now - this.lastHeartbeatRecheckAt >= heartbeatMs) {
       // The head's verdict is refreshed (it reads the cached sample, not /proc) and shared by every waiter.

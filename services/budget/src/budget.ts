@@ -182,7 +182,7 @@ export async function createBudget(options: BudgetOptions): Promise<Budget> {
       policy,
       committed: committed(),
       sample,
-      unseenMemoryBytes: sample ? book.unseenSince(sample.at) + tally.unseenSince(sample.at) : 0,
+      unseenMemoryBytes: sample ? book.unseenSince(sample.monotonicAt) + tally.unseenSince(sample.monotonicAt) : 0,
     };
   };
 
@@ -380,7 +380,7 @@ export async function createBudget(options: BudgetOptions): Promise<Budget> {
       unsubscribe();
       for (const watcher of [...watchers]) watcher(undefined);
       queue.close();
-      for (const r of book.all()) r.setLeaseTimer(undefined);
+      for (const r of book.all()) r.stopLeaseTimer();
       await tally.close();
     },
   };

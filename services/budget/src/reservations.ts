@@ -5,10 +5,11 @@
  * (`consume`), so nothing is counted twice.
  *
  * A reservation made for a client that cannot hold a stream has a lease: it must be renewed within
- * its ttl, or it is released on its own.
+ * its ttl, or it is released on its own. Leases and hold times are measured on the clock's
+ * monotonic reading, so a step of the wall clock neither ends a lease early nor keeps it longer.
  */
 import { randomUUID } from "node:crypto";
-import type { Clock, TimerHandle } from "@berth/shared/clock";
+import { wallTimeOf, type Clock, type TimerHandle } from "@berth/shared/clock";
 import { BerthError } from "@berth/shared/errors";
 import type { Need, NeedItem, Resources } from "./costs.js";
 import { checkResources } from "./costs.js";
@@ -32,11 +33,13 @@ export class Reservation {
   /** The costliest build wave, held until `releaseBuild()`. */
   build: Resources;
   released = false;
-  /** When a lease runs out (clock ms); undefined for a reservation held by a stream. */
-  leaseExpiresAt: number | undefined;
   /** How long the lease lasts when renewed without a ttl. */
   leaseTtlMs: number | undefined;
+  /** When the lease runs out (monotonic clock); undefined for a reservation held by a stream. */
+  private leaseDeadline: number | undefined;
   private leaseTimer: TimerHandle | undefined;
+  /** When it was admitted on the monotonic clock: what its hold time and a sample's age are measured from. */
+  readonly admittedAtMonotonic: number;
   /** The items it starts (starts and appliances), each with the cost it was admitted with. */
   private readonly started: readonly NeedItem[];
 
@@ -46,10 +49,11 @@ export class Reservation {
     readonly id: string,
     readonly label: string,
     need: ReservedNeed,
-    /** When it was admitted (clock ms). */
+    /** When it was admitted (wall clock: shown, never measured from). */
     readonly admittedAt: number,
     private readonly book: ReservationBook,
   ) {
+    this.admittedAtMonotonic = book.clock.monotonicNow();
     this.start = { ...need.start };
     this.build = { ...need.build };
     this.started = (need.items ?? []).filter((item) => item.kind !== "build");
@@ -105,10 +109,21 @@ export class Reservation {
     this.book.changed(this, "renewed");
   }
 
+  /** When the lease runs out (wall-clock ms as of now); undefined for a reservation held by a stream. */
+  get leaseExpiresAt(): number | undefined {
+    return this.leaseDeadline === undefined ? undefined : wallTimeOf(this.book.clock, this.leaseDeadline);
+  }
+
   /** @internal */
-  setLeaseTimer(timer: TimerHandle | undefined): void {
+  setLease(deadline: number, timer: TimerHandle): void {
     this.clearLease();
+    this.leaseDeadline = deadline;
     this.leaseTimer = timer;
+  }
+
+  /** @internal Stops the lease timer (the service is closing); the lease is not ended. */
+  stopLeaseTimer(): void {
+    this.clearLease();
   }
 
   private clearLease(): void {
@@ -182,10 +197,13 @@ export class ReservationBook {
     return items;
   }
 
-  /** Memory held by reservations admitted at or after `at`: a sample taken at `at` cannot show it yet. */
+  /**
+   * Memory held by reservations admitted at or after `at` (monotonic clock): a sample whose read
+   * began at `at` cannot show it yet.
+   */
   unseenSince(at: number): number {
     let bytes = 0;
-    for (const r of this.reservations.values()) if (r.admittedAt >= at) bytes += r.start.memoryBytes + r.build.memoryBytes;
+    for (const r of this.reservations.values()) if (r.admittedAtMonotonic >= at) bytes += r.start.memoryBytes + r.build.memoryBytes;
     return bytes;
   }
 
@@ -198,8 +216,8 @@ export class ReservationBook {
   lease(reservation: Reservation, ttlMs: number): void {
     if (!Number.isFinite(ttlMs) || ttlMs <= 0) throw new BerthError("invalid_argument", `ttl: must be a positive duration; got ${ttlMs}`, { field: "ttl" });
     reservation.leaseTtlMs = ttlMs;
-    reservation.leaseExpiresAt = this.clock.now() + ttlMs;
-    reservation.setLeaseTimer(
+    reservation.setLease(
+      this.clock.monotonicNow() + ttlMs,
       this.clock.setTimeout(() => {
         if (reservation.released) return;
         this.options.logger.info({ reservation: reservation.id, label: reservation.label }, "budget: a reservation's lease ran out; releasing it");
@@ -224,7 +242,7 @@ export class ReservationBook {
   /** @internal */
   removed(reservation: Reservation): void {
     if (!this.reservations.delete(reservation.id)) return;
-    const heldMs = this.clock.now() - reservation.admittedAt;
+    const heldMs = this.clock.monotonicNow() - reservation.admittedAtMonotonic;
     this.holdMs = Math.round(this.holdMs * 0.7 + heldMs * 0.3);
     this.changed(reservation, "released");
   }

@@ -9,11 +9,16 @@
  * the dead ones dropped. Durability: writes are grouped (one write carries every change made while
  * the previous one was in flight) and `whenDurable()` resolves once the file holds every change made
  * before the call, so the RPC layer awaits it before it acknowledges.
+ *
+ * Leases and ages are measured on the clock's monotonic reading. The file records the monotonic
+ * readings beside the wall-clock ones, with the boot they belong to: a restart within the same boot
+ * carries a lease over exactly, whatever the wall clock did meanwhile (CLOCK_MONOTONIC is
+ * system-wide); after a reboot only the wall-clock expiry is left to go by.
  */
 import { randomUUID } from "node:crypto";
 import { readFileSync } from "node:fs";
 import * as path from "node:path";
-import type { Clock, TimerHandle } from "@berth/shared/clock";
+import { wallTimeOf, type Clock, type TimerHandle } from "@berth/shared/clock";
 import { BerthError, invalidArgument } from "@berth/shared/errors";
 import { ensurePrivateDir, writeFileAtomic } from "@berth/shared/files";
 import { bootId, processStartTime, sameProcess } from "@berth/shared/process-identity";
@@ -33,10 +38,10 @@ export interface RunningEntry {
   pidStartTime?: number | undefined;
   /** The boot the pid belongs to: after a reboot a pid means nothing. */
   bootId?: string | undefined;
-  /** When its lease runs out (clock ms), for entries registered with a ttl. */
+  /** When its lease runs out (wall-clock ms, as of the answer that carries it), for entries registered with a ttl. */
   leaseExpiresAt?: number | undefined;
   leaseTtlMs?: number | undefined;
-  /** When it was counted (clock ms). */
+  /** When it was counted (wall clock: shown, never measured from). */
   startedAt: number;
   /** The reservation it was consumed from, if any. */
   reservationId?: string | undefined;
@@ -64,9 +69,26 @@ export interface RunningTallyOptions {
 
 const FILE_VERSION = 1;
 
+/** An entry's monotonic readings, as the file keeps them (meaningful within `TallyFile.bootId` only). */
+interface MonotonicReadings {
+  startedAt: number;
+  leaseDeadline?: number | undefined;
+}
+
 interface TallyFile {
   version: number;
-  entries: RunningEntry[];
+  /** The boot the entries' monotonic readings belong to (absent in files of older versions of berth). */
+  bootId?: string | undefined;
+  entries: Array<RunningEntry & { monotonic?: MonotonicReadings | undefined }>;
+}
+
+/** An entry and its times on the monotonic clock. */
+interface Tracked {
+  /** Its `leaseExpiresAt` is filled in when the entry is shown. */
+  entry: RunningEntry;
+  startedAtMonotonic: number;
+  /** When the lease runs out (monotonic clock); undefined without a lease. */
+  leaseDeadline: number | undefined;
 }
 
 /** The path of the tally file under a state directory. */
@@ -90,7 +112,7 @@ function isEntry(value: unknown): value is RunningEntry {
 
 /** The running tally. Create it with {@link RunningTally.open}. */
 export class RunningTally {
-  private readonly entriesById = new Map<string, RunningEntry>();
+  private readonly entriesById = new Map<string, Tracked>();
   private readonly leaseTimers = new Map<string, TimerHandle>();
   private readonly file: string | undefined;
   private readonly isAlive: (pid: number, startTime: number | undefined) => boolean;
@@ -115,12 +137,20 @@ export class RunningTally {
     if (tally.file !== undefined) {
       ensurePrivateDir(path.dirname(tally.file));
       const loaded = tally.readFile();
-      const now = options.clock.now();
+      const clock = options.clock;
+      const monotonicNow = clock.monotonicNow();
       const boot = bootId();
+      // The monotonic readings of this boot are exact; after a reboot only the wall clock is left.
+      const sameBoot = boot !== undefined && loaded.bootId === boot;
       let dropped = 0;
-      for (const entry of loaded) {
+      for (const { monotonic, ...entry } of loaded.entries) {
+        let leaseDeadline: number | undefined;
+        if (entry.leaseExpiresAt !== undefined) {
+          leaseDeadline =
+            sameBoot && typeof monotonic?.leaseDeadline === "number" ? monotonic.leaseDeadline : monotonicNow + (entry.leaseExpiresAt - clock.now());
+        }
         const gone =
-          (entry.leaseExpiresAt !== undefined && entry.leaseExpiresAt <= now) ||
+          (leaseDeadline !== undefined && leaseDeadline <= monotonicNow) ||
           (entry.pid !== undefined && entry.bootId !== undefined && boot !== undefined && entry.bootId !== boot) ||
           (entry.pid !== undefined && !tally.isAlive(entry.pid, entry.pidStartTime));
         if (gone) {
@@ -128,8 +158,11 @@ export class RunningTally {
           options.logger.info({ entry: entry.id, name: entry.name, pid: entry.pid }, "budget: running work from before the restart is gone; no longer counted");
           continue;
         }
-        tally.entriesById.set(entry.id, entry);
-        if (entry.leaseExpiresAt !== undefined) tally.armLease(entry, entry.leaseExpiresAt - now);
+        // Counted before any sample this run takes: not "unseen" by them.
+        const startedAtMonotonic = sameBoot && typeof monotonic?.startedAt === "number" ? monotonic.startedAt : Number.NEGATIVE_INFINITY;
+        const tracked: Tracked = { entry, startedAtMonotonic, leaseDeadline };
+        tally.entriesById.set(entry.id, tracked);
+        if (leaseDeadline !== undefined) tally.armLease(tracked);
       }
       if (dropped > 0) {
         tally.version++;
@@ -139,12 +172,12 @@ export class RunningTally {
     return tally;
   }
 
-  private readFile(): RunningEntry[] {
+  private readFile(): TallyFile {
     let text: string;
     try {
       text = readFileSync(this.file!, "utf8");
     } catch (error) {
-      if ((error as NodeJS.ErrnoException).code === "ENOENT") return [];
+      if ((error as NodeJS.ErrnoException).code === "ENOENT") return { version: FILE_VERSION, entries: [] };
       throw error;
     }
     try {
@@ -152,7 +185,7 @@ export class RunningTally {
       const entries = Array.isArray(parsed.entries) ? parsed.entries : [];
       const valid = entries.filter(isEntry);
       if (valid.length !== entries.length) this.options.logger.warn({ file: this.file, skipped: entries.length - valid.length }, "budget: skipped malformed running-tally entries");
-      return valid;
+      return { version: FILE_VERSION, bootId: typeof parsed.bootId === "string" ? parsed.bootId : undefined, entries: valid };
     } catch (error) {
       // The file is written atomically, so a bad one was edited by hand: refuse to guess what runs.
       throw new BerthError("failed_precondition", `${this.file}: the running tally is not valid JSON (${(error as Error).message}); fix or remove it`, { file: this.file });
@@ -169,35 +202,36 @@ export class RunningTally {
     const checked = checkResources(cost, "cost");
     if (options.pid !== undefined && (!Number.isInteger(options.pid) || options.pid <= 0)) throw invalidArgument("pid", `must be a positive whole number; got ${options.pid}`);
     if (options.ttlMs !== undefined && (!Number.isFinite(options.ttlMs) || options.ttlMs <= 0)) throw invalidArgument("ttl", `must be a positive duration; got ${options.ttlMs}`);
-    const now = this.options.clock.now();
-    const entry: RunningEntry = { id: randomUUID(), name, cost: checked, startedAt: now };
+    const entry: RunningEntry = { id: randomUUID(), name, cost: checked, startedAt: this.options.clock.now() };
     if (options.pid !== undefined) {
       entry.pid = options.pid;
       entry.pidStartTime = processStartTime(options.pid);
       entry.bootId = bootId();
     }
     if (options.reservationId !== undefined) entry.reservationId = options.reservationId;
+    const monotonicNow = this.options.clock.monotonicNow();
+    const tracked: Tracked = { entry, startedAtMonotonic: monotonicNow, leaseDeadline: undefined };
     if (options.ttlMs !== undefined) {
       entry.leaseTtlMs = options.ttlMs;
-      entry.leaseExpiresAt = now + options.ttlMs;
-      this.armLease(entry, options.ttlMs);
+      tracked.leaseDeadline = monotonicNow + options.ttlMs;
+      this.armLease(tracked);
     }
-    this.entriesById.set(entry.id, entry);
+    this.entriesById.set(entry.id, tracked);
     this.changed(quiet);
-    return entry;
+    return this.view(tracked);
   }
 
   /** Extends an entry's lease by `ttlMs` (default: its own ttl) from now. */
   renew(id: string, ttlMs?: number): RunningEntry {
-    const entry = this.entriesById.get(id);
-    if (!entry) throw new BerthError("not_found", `no running entry ${id}: it was stopped, its process ended or its lease ran out`, { id });
-    const ttl = ttlMs ?? entry.leaseTtlMs;
+    const tracked = this.entriesById.get(id);
+    if (!tracked) throw new BerthError("not_found", `no running entry ${id}: it was stopped, its process ended or its lease ran out`, { id });
+    const ttl = ttlMs ?? tracked.entry.leaseTtlMs;
     if (ttl === undefined || !Number.isFinite(ttl) || ttl <= 0) throw invalidArgument("ttl", `must be a positive duration; got ${ttl}`);
-    entry.leaseTtlMs = ttl;
-    entry.leaseExpiresAt = this.options.clock.now() + ttl;
-    this.armLease(entry, ttl);
+    tracked.entry.leaseTtlMs = ttl;
+    tracked.leaseDeadline = this.options.clock.monotonicNow() + ttl;
+    this.armLease(tracked);
     this.changed(false);
-    return entry;
+    return this.view(tracked);
   }
 
   /** Stops counting an entry. False when there was none by that id. */
@@ -210,7 +244,7 @@ export class RunningTally {
   /** Drops every entry whose process is gone. Called on each sample tick: one signal and one small read per entry with a pid. */
   sweep(): RunningEntry[] {
     const gone: RunningEntry[] = [];
-    for (const entry of this.entriesById.values()) {
+    for (const { entry } of this.entriesById.values()) {
       if (entry.pid !== undefined && !this.isAlive(entry.pid, entry.pidStartTime)) gone.push(entry);
     }
     for (const entry of gone) {
@@ -222,11 +256,12 @@ export class RunningTally {
   }
 
   get(id: string): RunningEntry | undefined {
-    return this.entriesById.get(id);
+    const tracked = this.entriesById.get(id);
+    return tracked === undefined ? undefined : this.view(tracked);
   }
 
   entries(): RunningEntry[] {
-    return [...this.entriesById.values()];
+    return [...this.entriesById.values()].map((tracked) => this.view(tracked));
   }
 
   get size(): number {
@@ -237,9 +272,9 @@ export class RunningTally {
   totals(): Resources {
     let memoryBytes = 0;
     let cpu = 0;
-    for (const e of this.entriesById.values()) {
-      memoryBytes += e.cost.memoryBytes;
-      cpu += e.cost.cpu;
+    for (const { entry } of this.entriesById.values()) {
+      memoryBytes += entry.cost.memoryBytes;
+      cpu += entry.cost.cpu;
     }
     return { memoryBytes, cpu };
   }
@@ -249,10 +284,10 @@ export class RunningTally {
     return this.entries().map((e) => ({ kind: "running" as const, id: e.id, label: e.name, memoryBytes: e.cost.memoryBytes, cpu: e.cost.cpu }));
   }
 
-  /** Memory of entries counted at or after `at`: a sample taken at `at` cannot show it yet. */
+  /** Memory of entries counted at or after `at` (monotonic clock): a sample whose read began at `at` cannot show it yet. */
   unseenSince(at: number): number {
     let bytes = 0;
-    for (const e of this.entriesById.values()) if (e.startedAt >= at) bytes += e.cost.memoryBytes;
+    for (const tracked of this.entriesById.values()) if (tracked.startedAtMonotonic >= at) bytes += tracked.entry.cost.memoryBytes;
     return bytes;
   }
 
@@ -283,7 +318,14 @@ export class RunningTally {
     try {
       while (this.durableVersion < this.version) {
         const version = this.version;
-        const body: TallyFile = { version: FILE_VERSION, entries: this.entries() };
+        const body: TallyFile = {
+          version: FILE_VERSION,
+          bootId: bootId(),
+          entries: [...this.entriesById.values()].map((tracked) => ({
+            ...this.view(tracked),
+            monotonic: { startedAt: tracked.startedAtMonotonic, leaseDeadline: tracked.leaseDeadline },
+          })),
+        };
         try {
           await writeFileAtomic(this.file!, `${JSON.stringify(body, null, 1)}\n`);
           this.durableVersion = version;
@@ -310,17 +352,26 @@ export class RunningTally {
     }
   }
 
-  private armLease(entry: RunningEntry, ms: number): void {
+  /** The entry as shown: a copy, its lease's end in wall-clock time as of now. */
+  private view(tracked: Tracked): RunningEntry {
+    const shown: RunningEntry = { ...tracked.entry, cost: { ...tracked.entry.cost } };
+    if (tracked.leaseDeadline !== undefined) shown.leaseExpiresAt = wallTimeOf(this.options.clock, tracked.leaseDeadline);
+    return shown;
+  }
+
+  private armLease(tracked: Tracked): void {
+    const { entry } = tracked;
     const previous = this.leaseTimers.get(entry.id);
     if (previous !== undefined) this.options.clock.clearTimeout(previous);
+    if (tracked.leaseDeadline === undefined) return;
     this.leaseTimers.set(
       entry.id,
       this.options.clock.setTimeout(() => {
         this.leaseTimers.delete(entry.id);
-        if (!this.entriesById.has(entry.id)) return;
+        if (this.entriesById.get(entry.id) !== tracked) return;
         this.options.logger.info({ entry: entry.id, name: entry.name }, "budget: a running entry's lease ran out; no longer counted");
         this.stop(entry.id);
-      }, Math.max(0, ms)),
+      }, Math.max(0, tracked.leaseDeadline - this.options.clock.monotonicNow())),
     );
   }
 

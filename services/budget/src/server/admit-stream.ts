@@ -9,6 +9,7 @@
  */
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { HandlerContext } from "@connectrpc/connect";
+import { wallTimeOf } from "@berth/shared/clock";
 import type { AdmitRequest, AdmitResponseSchema } from "@berth/api/berth/budget/v1/budget_service_pb";
 import { invalidArgument } from "@berth/shared/errors";
 import { abortError, streamHolds } from "@berth/shared/server/index";
@@ -17,6 +18,9 @@ import type { QueuedUpdate, Reservation } from "../index.js";
 import type { BudgetHandlerDeps } from "./budget-handlers.js";
 import { QueuedEncoder, checkLabel, durationMs, durationOf, needItemsFromProto, pidFromProto, reservationToProto, runCostFromProto, runningEntryToProto } from "./budget-codec.js";
 import { refusalError } from "./refusals.js";
+
+/** How far the shown deadline may drift from the wall clock before it is encoded again: a step, not jitter. */
+const WALL_STEP_MS = 1000;
 
 type AdmitResponseInit = MessageInitShape<typeof AdmitResponseSchema>;
 
@@ -106,8 +110,10 @@ export async function* admitStream(requests: AsyncIterable<AdmitRequest>, contex
     const asked = durationMs(start.value.maxWait, "start.max_wait");
     // Longer than the policy's wait is capped to it.
     const maxWaitMs = Math.min(asked ?? policy.maxWaitMs, policy.maxWaitMs);
-    const startedAt = clock.now();
-    const deadline = QueuedEncoder.deadline(startedAt + maxWaitMs);
+    const startedAt = clock.monotonicNow();
+    // Measured on the monotonic clock, shown as wall time: encoded again only if the wall clock steps.
+    const deadlineAt = startedAt + maxWaitMs;
+    let deadline = QueuedEncoder.deadline(wallTimeOf(clock, deadlineAt));
     const binary = sendsBinary(context);
     let queued = false;
 
@@ -138,6 +144,8 @@ export async function* admitStream(requests: AsyncIterable<AdmitRequest>, contex
         case "queued":
           if (reservation === undefined) {
             deps.stats.queuedMessages++;
+            const shown = wallTimeOf(clock, deadlineAt);
+            if (Math.abs(shown - deadline.ms) > WALL_STEP_MS) deadline = QueuedEncoder.deadline(shown);
             yield deps.encoder.response(event.update, deadline, binary);
           }
           break;
@@ -147,12 +155,12 @@ export async function* admitStream(requests: AsyncIterable<AdmitRequest>, contex
           yield {
             kind: {
               case: "admitted",
-              value: { reservation: reservationToProto(reservation, deps.runningIds(reservation)), waited: durationOf(queued ? clock.now() - startedAt : 0) },
+              value: { reservation: reservationToProto(reservation, deps.runningIds(reservation)), waited: durationOf(queued ? clock.monotonicNow() - startedAt : 0) },
             },
           };
           break;
         case "refused":
-          throw refusalError(event.error, { waitedMs: queued ? clock.now() - startedAt : 0, reasons: deps.reasonContext });
+          throw refusalError(event.error, { waitedMs: queued ? clock.monotonicNow() - startedAt : 0, reasons: deps.reasonContext });
         case "request": {
           try {
             const request = event.request.kind;

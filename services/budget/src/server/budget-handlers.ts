@@ -149,7 +149,7 @@ export function createBudgetHandlers(options: BudgetHandlerOptions): ServiceImpl
       const asked = durationMs(request.maxWait, "max_wait");
       const ttlMs = durationMs(request.ttl, "ttl", { positive: true }) ?? options.defaultLeaseTtlMs();
       const maxWaitMs = Math.min(asked ?? policy.maxWaitMs, policy.maxWaitMs);
-      const startedAt = clock.now();
+      const startedAt = clock.monotonicNow();
       let queued = false;
       let reservation: Reservation;
       try {
@@ -163,9 +163,9 @@ export function createBudgetHandlers(options: BudgetHandlerOptions): ServiceImpl
         });
       } catch (error) {
         if (context.signal.aborted) throw abortError(context.signal);
-        throw refusalError(error, { waitedMs: queued ? clock.now() - startedAt : 0, reasons: reasonContext });
+        throw refusalError(error, { waitedMs: queued ? clock.monotonicNow() - startedAt : 0, reasons: reasonContext });
       }
-      return { reservation: reservationToProto(reservation), waited: durationOf(queued ? clock.now() - startedAt : 0) };
+      return { reservation: reservationToProto(reservation), waited: durationOf(queued ? clock.monotonicNow() - startedAt : 0) };
     },
 
     async keepAlive(request) {
