@@ -708,6 +708,25 @@ describe("snapshot files", () => {
     expect(clock.pendingTimers()).toBe(0);
   });
 
+  it("the idle write waits for quiet on the monotonic clock; entries are stamped with the wall clock", async () => {
+    const store = open({ snapshotEveryEntries: 1000, snapshotIdleMs: 1000 });
+    await store.append("s1", [{ type: "checkpoint", revision: 1 }]);
+    clock.stepWall(3_600_000);
+    const stamped = new Date(clock.now()).toISOString();
+    await store.append("s1", [{ type: "checkpoint", revision: 2 }]);
+    // Stepped back right after the last append: still 1 s of quiet, not 1 h and 1 s.
+    clock.stepWall(-7_200_000);
+    clock.advance(999);
+    await flushed(store);
+    expect(fs.existsSync(snapshotFile("s1"))).toBe(false);
+    clock.advance(1);
+    await flushed(store);
+    expect(JSON.parse(fs.readFileSync(snapshotFile("s1"), "utf8")).__nextSeq).toBe(3);
+    const entries: unknown[] = [];
+    for await (const { entry } of store.read("s1", 2)) entries.push(entry.ts);
+    expect(entries).toEqual([stamped]);
+  });
+
   it("a stale snapshot file without berth's sidecar (as the seed writes them) is ignored and the journal replayed", async () => {
     const store = open();
     await store.append("s1", [{ type: "generate" }]);

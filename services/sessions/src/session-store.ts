@@ -180,6 +180,7 @@ interface OpenSession {
   entriesSinceSnapshot: number;
   /** The journal size the snapshot file describes (-1 when unknown or none). */
   snapshotFileBytes: number;
+  /** When the last append became durable (monotonic clock): the idle snapshot waits for quiet. */
   lastAppendAt: number;
   idleTimer: TimerHandle | undefined;
   snapshotWrite: Promise<void> | undefined;
@@ -451,7 +452,7 @@ export class SessionStore {
     }
     session.mtimeMs = NaN;
     session.entriesSinceSnapshot += entriesAdded;
-    session.lastAppendAt = this.clock.now();
+    session.lastAppendAt = this.clock.monotonicNow();
     this.scheduleSnapshot(session);
   }
 
@@ -1065,7 +1066,7 @@ export class SessionStore {
       session.idleTimer = this.clock.setTimeout(() => {
         session.idleTimer = undefined;
         if (this.closed || this.sessions.get(session.id) !== session) return;
-        const quietFor = this.clock.now() - session.lastAppendAt;
+        const quietFor = this.clock.monotonicNow() - session.lastAppendAt;
         if (quietFor < this.snapshotIdleMs) {
           arm(this.snapshotIdleMs - quietFor);
           return;
