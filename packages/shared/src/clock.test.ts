@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { ManualClock, systemClock, wallTimeOf } from "./clock.js";
+import { ManualClock, reportTimerErrorsTo, systemClock, wallTimeOf } from "./clock.js";
 
 describe("ManualClock", () => {
   it("moves both readings together and fires timers by monotonic time", () => {
@@ -52,5 +52,31 @@ describe("systemClock", () => {
     expect(b).toBeGreaterThanOrEqual(a);
     expect(Number.isInteger(wallTimeOf(systemClock, a + 0.4))).toBe(true);
     expect(Math.abs(wallTimeOf(systemClock, systemClock.monotonicNow()) - Date.now())).toBeLessThan(50);
+  });
+});
+
+describe("reportTimerErrorsTo", () => {
+  it("hands a timer callback's throw to the reporter instead of ending the process, and is undone", async () => {
+    const reported: unknown[] = [];
+    const undo = reportTimerErrorsTo((error) => reported.push(error));
+    try {
+      await new Promise<void>((resolve) => {
+        systemClock.setTimeout(() => {
+          setImmediate(resolve);
+          throw new Error("EMFILE: too many open files");
+        }, 0);
+      });
+      expect(reported).toEqual([new Error("EMFILE: too many open files")]);
+    } finally {
+      undo();
+    }
+    // Undone: a throw goes to Node again (caught here by the test's own handler).
+    const uncaught = new Promise<unknown>((resolve) => process.once("uncaughtException", resolve));
+    const listeners = process.listeners("uncaughtException");
+    systemClock.setTimeout(() => {
+      throw new Error("thrown");
+    }, 0);
+    expect(await uncaught).toEqual(new Error("thrown"));
+    expect(process.listeners("uncaughtException").length).toBe(listeners.length - 1);
   });
 });

@@ -40,13 +40,41 @@ export function systemMonotonicNow(): number {
   return Number(process.hrtime.bigint()) / 1e6;
 }
 
+/** Where a timer callback's throw goes; undefined: it is thrown, as Node does. */
+let timerErrorReporter: ((error: unknown) => void) | undefined;
+
+/**
+ * Reports the errors thrown by callbacks of {@link systemClock}'s timers to `reporter` (the
+ * service's log) instead of letting them end the process: a throw in a lease's or a queue's timer
+ * (a file that cannot be opened with every descriptor taken, say) would otherwise take every lock,
+ * lease and queue place the process keeps down with it. Returns the function that undoes it.
+ */
+export function reportTimerErrorsTo(reporter: (error: unknown) => void): () => void {
+  const previous = timerErrorReporter;
+  timerErrorReporter = reporter;
+  return () => {
+    if (timerErrorReporter === reporter) timerErrorReporter = previous;
+  };
+}
+
+function guarded(callback: () => void): () => void {
+  return () => {
+    try {
+      callback();
+    } catch (error) {
+      if (timerErrorReporter === undefined) throw error;
+      timerErrorReporter(error);
+    }
+  };
+}
+
 /** The real clock. Timers are unref'd: a pending lease or heartbeat never keeps a process alive. */
 export const systemClock: Clock = {
   now: () => Date.now(),
   monotonicNow: systemMonotonicNow,
   setTimeout(callback, ms) {
     // Node's timers run on libuv's monotonic clock already: a wall-clock step does not move them.
-    const timer = setTimeout(callback, Math.max(0, ms));
+    const timer = setTimeout(guarded(callback), Math.max(0, ms));
     timer.unref();
     return timer;
   },

@@ -4,6 +4,11 @@
  * Node's `http2.createServer({ allowHTTP1 })` only falls back to HTTP/1.1 under TLS, so in
  * cleartext a plain `net.Server` peeks at each connection's first bytes: the HTTP/2 client preface
  * goes to an `http2` server, anything else to an `http` server, both running the same handler.
+ *
+ * Descriptors: the connections of every listener in the process together take at most
+ * {@link CONNECTION_SHARE} of the process's descriptor limit; a connection over that is closed as
+ * soon as it is accepted. The rest is kept for the service's own files, so a flood of clients (a
+ * runaway script, `ulimit -n` set low) cannot leave it unable to open a journal or a lock file.
  */
 import * as fs from "node:fs";
 import * as http from "node:http";
@@ -39,6 +44,8 @@ export interface ListenOptions {
   readonly socket?: string;
   readonly keepalive?: KeepaliveOptions;
   readonly logger?: ServerLogger;
+  /** The most connections the process's listeners keep open together; default {@link connectionLimit}. */
+  readonly maxConnections?: number;
 }
 
 /** A listening server and the controls for shutting it down in steps. */
@@ -71,6 +78,31 @@ const FIRST_BYTES_TIMEOUT_MS = 30_000;
 
 /** How long an HTTP/2 client has, after its preface, to complete its first SETTINGS frame. */
 export const HANDSHAKE_TIMEOUT_MS = 3_000;
+
+/** The share of the process's descriptor limit that client connections may take, all listeners together. */
+export const CONNECTION_SHARE = 0.75;
+
+/** The process's limit on open descriptors (the soft RLIMIT_NOFILE, which Node raises to the hard one at start), from /proc. */
+export function descriptorLimit(limitsFile = "/proc/self/limits"): number | undefined {
+  try {
+    const line = fs.readFileSync(limitsFile, "utf8").split("\n").find((l) => l.startsWith("Max open files"));
+    const soft = line?.slice("Max open files".length).trim().split(/\s+/)[0];
+    return soft !== undefined && /^\d+$/.test(soft) ? Number(soft) : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** The most connections the process's listeners keep open together: a share of the descriptor limit (unlimited where it cannot be read). */
+export function connectionLimit(limit: number | undefined): number {
+  return limit === undefined ? Number.POSITIVE_INFINITY : Math.max(8, Math.floor(limit * CONNECTION_SHARE));
+}
+
+/** Open connections of every listener in this process (what {@link connectionLimit} bounds). */
+let processConnections = 0;
+
+/** How often, at most, a refusal for want of descriptors is logged (with how many since the last line). */
+const REFUSAL_LOG_INTERVAL_MS = 1000;
 
 /** Starts listening; rejects with a clear message when the port or socket is taken. */
 export async function listen(options: ListenOptions): Promise<Listener> {
@@ -171,14 +203,35 @@ export async function listen(options: ListenOptions): Promise<Listener> {
     }
   });
 
+  const maxConnections = options.maxConnections ?? connectionLimit(descriptorLimit());
+  let refused = 0;
+  let refusalLoggedAt = Number.NEGATIVE_INFINITY;
+  const refuse = (why: string, error?: Error) => {
+    refused++;
+    const now = performance.now();
+    if (now - refusalLoggedAt < REFUSAL_LOG_INTERVAL_MS) return;
+    refusalLoggedAt = now;
+    logger?.warn({ refused, connections: processConnections, maxConnections, ...(error ? { err: error } : {}) }, `refused connections: ${why}`);
+    refused = 0;
+  };
+
   const server = net.createServer({ noDelay: true }, (socket) => {
     if (stopping) {
       socket.destroy();
       return;
     }
+    if (processConnections >= maxConnections) {
+      socket.destroy();
+      refuse("too many open connections; the rest of the descriptor limit is kept for the service's own files");
+      return;
+    }
+    processConnections++;
     sockets.add(socket);
     unclassified.add(socket);
-    socket.once("close", () => socketClosed(socket));
+    socket.once("close", () => {
+      processConnections--;
+      socketClosed(socket);
+    });
     // Errors before the hand-off (a reset while we peek) must not crash the process; after it,
     // the HTTP servers handle them.
     const onEarlyError = (error: Error) => logger?.debug({ err: error }, "connection error before the first request");
@@ -212,6 +265,9 @@ export async function listen(options: ListenOptions): Promise<Listener> {
   });
 
   const address = await bind(server, options);
+  // From now on an error of the listening socket is an accept(2) that failed (every descriptor
+  // taken: EMFILE, ENFILE). Node would throw it, ending the process; the connection is lost either way.
+  server.on("error", (error) => refuse("accept failed", error));
 
   return {
     address,

@@ -416,4 +416,25 @@ describe("an outside lock that cannot be taken", () => {
     expect(await queued).toMatchObject({ owner: "second" });
     expect(locks.inspect("/project/b").holder).toMatchObject({ kind: "lease", owner: "second", pid: 42 });
   });
+
+  it("a wait that runs out while the lock file cannot be read (no descriptor left) is still refused, naming what is known", async () => {
+    const clock = new ManualClock();
+    const holder = { lockFile: "/locks/project/a", owner: "seed", pid: 7, since: clock.now(), readable: true };
+    const external: ExternalLocks = {
+      claim: () => ({ ok: false, holder }),
+      release() {},
+      peek() {
+        throw Object.assign(new Error("EMFILE: too many open files, open '/locks/project/a'"), { code: "EMFILE" });
+      },
+      pathFor: (key) => `/locks${key}`,
+      watch: () => () => {},
+    };
+    const locks = new LockTable({ clock, fencing: counter(), external });
+    const waiter = rejection(locks.acquire({ file: "/project/a", owner: "o", waitMs: 1000 }));
+    clock.advance(1000);
+    const error = await waiter;
+    expect(error.code).toBe("aborted");
+    expect(error.message).toMatch(/^source locked: \/project\/a is held by seed \(pid 7\) through its lock file/);
+    expect(locks.stats().waiting).toBe(0);
+  });
 });

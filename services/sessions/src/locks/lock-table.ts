@@ -699,7 +699,15 @@ export class LockTable {
       if (info.pid !== undefined) details.pid = info.pid;
       return new BerthError("aborted", `source locked: ${key} is held by ${info.owner} since ${iso(info.since)} (fencing token ${held.lease.fencingToken}); ${waited}; ${hint}`, details);
     }
-    const foreign = this.external?.peek(key) ?? entry.blockedBy;
+    let foreign: ForeignLockHolder | undefined;
+    try {
+      foreign = this.external?.peek(key);
+    } catch (error) {
+      // (No descriptor left to read the lock file with, say.) The refusal must still go out: the
+      // waiter is already out of the queue.
+      this.logger.warn({ file: key, err: error }, "cannot read the lock file to name its holder");
+    }
+    foreign ??= entry.blockedBy;
     if (foreign) {
       const who = `${foreign.owner ?? "an unknown owner"}${foreign.pid !== undefined ? ` (pid ${foreign.pid})` : ""}`;
       const details: Record<string, unknown> = { ...base, owner: foreign.owner ?? "", since: foreign.since, fencingToken: 0, kind: "seed-file" };
