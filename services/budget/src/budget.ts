@@ -274,16 +274,24 @@ export async function createBudget(options: BudgetOptions): Promise<Budget> {
 
     async consume(reservationId, name, cost, pid) {
       ensureOpen();
-      const entry = reservation(reservationId).consume(name, cost, pid);
-      await tally.whenDurable();
+      const found = reservation(reservationId);
+      const before = { ...found.start };
+      const entry = found.consume(name, cost, pid);
+      try {
+        await tally.whenDurable();
+      } catch (error) {
+        // Not saved (a full disk): undone, so a refused start moves nothing and its retry counts once.
+        tally.stop(entry.id);
+        if (!found.released) found.start = before;
+        book.changed(found, "consumed");
+        throw error;
+      }
       return entry;
     },
 
     async registerRunning(name, cost, runningOptions = {}) {
       ensureOpen();
-      const entry = tally.register(name, cost, runningOptions);
-      await tally.whenDurable();
-      return entry;
+      return tally.registerDurably(name, cost, runningOptions);
     },
 
     async renewRunning(id, ttlMs) {
@@ -294,9 +302,7 @@ export async function createBudget(options: BudgetOptions): Promise<Budget> {
     },
 
     async stopRunning(id) {
-      const stopped = tally.stop(id);
-      if (stopped) await tally.whenDurable();
-      return stopped;
+      return tally.stopDurably(id);
     },
 
     getReservation: (id) => book.get(id),

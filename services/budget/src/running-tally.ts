@@ -21,6 +21,7 @@ import * as path from "node:path";
 import { wallTimeOf, type Clock, type TimerHandle } from "@berth/shared/clock";
 import { BerthError, invalidArgument } from "@berth/shared/errors";
 import { ensurePrivateDir, writeFileAtomic } from "@berth/shared/files";
+import { stateWriteError } from "@berth/shared/state-errors";
 import { bootId, processStartTime, sameProcess } from "@berth/shared/process-identity";
 import type { Resources } from "./costs.js";
 import { checkResources } from "./costs.js";
@@ -241,6 +242,42 @@ export class RunningTally {
     return true;
   }
 
+  /**
+   * {@link register}, resolved once the file holds it. When it cannot be saved (a full disk) the
+   * entry is dropped again, as the file never had it, and the refusal thrown: a refused
+   * registration counts nothing, and its retry cannot count the work twice.
+   */
+  async registerDurably(name: string, cost: Resources, options: RegisterOptions = {}): Promise<RunningEntry> {
+    const entry = this.register(name, cost, options);
+    try {
+      await this.whenDurable();
+    } catch (error) {
+      this.stop(entry.id);
+      throw error;
+    }
+    return entry;
+  }
+
+  /**
+   * {@link stop}, resolved once the file no longer holds the entry. When that cannot be saved the
+   * entry is counted again, as the file still has it, and the refusal thrown.
+   */
+  async stopDurably(id: string): Promise<boolean> {
+    const tracked = this.entriesById.get(id);
+    if (tracked === undefined || !this.stop(id)) return false;
+    try {
+      await this.whenDurable();
+    } catch (error) {
+      if (!this.entriesById.has(id) && !this.closed) {
+        this.entriesById.set(id, tracked);
+        if (tracked.leaseDeadline !== undefined) this.armLease(tracked);
+        this.changed(false);
+      }
+      throw error;
+    }
+    return true;
+  }
+
   /** Drops every entry whose process is gone. Called on each sample tick: one signal and one small read per entry with a pid. */
   sweep(): RunningEntry[] {
     const gone: RunningEntry[] = [];
@@ -348,7 +385,11 @@ export class RunningTally {
     for (const waiter of waiting) {
       if (waiter.version > version) this.durableWaiters.push(waiter);
       else if (error === undefined) waiter.resolve();
-      else waiter.reject(new BerthError("unavailable", `the running tally could not be saved (${(error as Error).message}); retry`, { file: this.file }));
+      else {
+        const what = `the running tally was not saved to ${this.file}`;
+        const stateDir = this.options.stateDir ?? path.dirname(this.file!);
+        waiter.reject(stateWriteError(error, what, stateDir, { file: this.file }) ?? new BerthError("unavailable", `the running tally could not be saved (${(error as Error).message}); retry`, { file: this.file }));
+      }
     }
   }
 

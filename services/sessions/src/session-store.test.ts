@@ -271,7 +271,11 @@ describe("atomicity and write failures", () => {
     const retried = await store.append("s1", [{ type: "agent_done" }], { idempotencyKey: "k1" });
     expect(retried).toMatchObject({ firstSeq: 2, duplicate: false });
     counter.fail("ENOSPC");
-    await expectBerthError(store.append("s1", [{ type: "steer" }]), "resource_exhausted");
+    const full = await expectBerthError(store.append("s1", [{ type: "steer" }]), "resource_exhausted");
+    expect(full.reason).toBe("DISK_FULL");
+    expect(full.message).toBe(
+      `session s1: the append was not written, nothing of it kept: the file system of the state directory ${path.join(dir, "sessions")} is full (ENOSPC); free space on it and retry (nothing is lost: reads go on, and writes resume once there is room, without a restart)`,
+    );
     counter.fail(undefined);
     await store.close();
     const reopened = open();

@@ -28,6 +28,7 @@ import * as path from "node:path";
 import { systemClock, type Clock, type TimerHandle } from "@berth/shared/clock";
 import { BerthError, invalidArgument } from "@berth/shared/errors";
 import { ensurePrivateDir, fsyncDirectory, statOrNull } from "@berth/shared/files";
+import { errnoCode, stateWriteError } from "@berth/shared/state-errors";
 import { checkSessionId } from "@berth/shared/safe-id";
 import { GroupCommit, type CommitIo, type FsyncMode } from "./group-commit.js";
 import { checkJournalEnd, checkOwnWrite, ForeignAppendError } from "./journal-guard.js";
@@ -189,10 +190,6 @@ interface OpenSession {
 // Per open session; older keys rebuild their snapshot by a replay up to the append's last seq.
 const RECENT_RESULTS = 8;
 
-function errnoCode(error: unknown): string | undefined {
-  return (error as NodeJS.ErrnoException | undefined)?.code;
-}
-
 /** The store; see the module comment. Create one per state directory. */
 export class SessionStore {
   readonly dir: string;
@@ -320,7 +317,11 @@ export class SessionStore {
   }
 
   private enqueue(session: OpenSession, prepared: Array<{ type: string; event: Record<string, unknown> }>, ikey: string | undefined): Promise<AppendResult> {
-    this.ensureWritable(session);
+    try {
+      this.ensureWritable(session);
+    } catch (error) {
+      throw stateWriteError(error, `session ${session.id}: the append was not written, nothing of it kept`, this.dir, { sessionId: session.id }) ?? error;
+    }
     const ts = new Date(this.clock.now()).toISOString();
     const count = prepared.length;
     const parts: string[] = [];
@@ -363,7 +364,7 @@ export class SessionStore {
     const primary = journalPath(this.dir, session.id);
     if (session.legacy) this.migrateLegacy(session, primary);
     const existed = statOrNull(primary) !== null;
-    const fd = fs.openSync(primary, fs.constants.O_WRONLY | fs.constants.O_APPEND | fs.constants.O_CREAT, 0o600);
+    const fd = this.openJournal(primary);
     if (!existed && this.fsync !== "none") {
       // The new file's directory entry must be durable too, or an acknowledged first append can
       // vanish with its whole file after a power loss.
@@ -371,6 +372,8 @@ export class SessionStore {
         fsyncDirectory(this.dir);
       } catch (error) {
         fs.closeSync(fd);
+        // No empty journal is left behind: `has` would report a session that never got an entry.
+        fs.rmSync(primary, { force: true });
         throw error;
       }
     }
@@ -390,6 +393,29 @@ export class SessionStore {
   }
 
   /**
+   * Opens a journal for appending. With no descriptor left (too many clients, a low `ulimit -n`),
+   * the journals of the sessions not being written to are closed (they reopen on their next append)
+   * and the open is tried once more.
+   */
+  private openJournal(file: string): number {
+    const open = () => fs.openSync(file, fs.constants.O_WRONLY | fs.constants.O_APPEND | fs.constants.O_CREAT, 0o600);
+    try {
+      return open();
+    } catch (error) {
+      const code = errnoCode(error);
+      if (code !== "EMFILE" && code !== "ENFILE") throw error;
+      let closed = 0;
+      for (const session of this.sessions.values()) {
+        if (session.fd === undefined || session.committer?.busy) continue;
+        this.closeFile(session);
+        closed++;
+      }
+      this.logger?.warn({ closed, errno: code }, "no descriptor left to open a journal: closed the journals of idle sessions");
+      return open();
+    }
+  }
+
+  /**
    * The seed's migration: the first append to a session that only has a legacy journal copies it
    * to the primary root (the legacy file stays, read-only). berth copies the whole entries only
    * (not a torn tail), via a temp file and a rename, so a crash leaves no half copy.
@@ -401,15 +427,21 @@ export class SessionStore {
       if (!session.legacy) return;
     }
     const temp = path.join(this.dir, `.${session.id}.jsonl.${process.pid}.migrate`);
-    fs.copyFileSync(session.path, temp);
-    const fd = fs.openSync(temp, "r+");
     try {
-      fs.ftruncateSync(fd, session.size);
-      fs.fsyncSync(fd);
-    } finally {
-      fs.closeSync(fd);
+      fs.copyFileSync(session.path, temp);
+      const fd = fs.openSync(temp, "r+");
+      try {
+        fs.ftruncateSync(fd, session.size);
+        fs.fsyncSync(fd);
+      } finally {
+        fs.closeSync(fd);
+      }
+      fs.renameSync(temp, primary);
+    } catch (error) {
+      // A full disk mid-copy leaves no half copy behind.
+      fs.rmSync(temp, { force: true });
+      throw error;
     }
-    fs.renameSync(temp, primary);
     fsyncDirectory(this.dir);
     this.logger?.info({ sessionId: session.id, from: session.path, to: primary }, "copied the legacy journal to the sessions directory");
     session.path = primary;
@@ -493,12 +525,13 @@ export class SessionStore {
       this.logger?.error({ sessionId: session.id, err: truncateError }, "could not cut the journal back after a failed write");
     }
     session.mtimeMs = NaN;
-    const code = errnoCode(error) === "ENOSPC" || errnoCode(error) === "EDQUOT" ? "resource_exhausted" : "unavailable";
-    const failure = new BerthError(
-      code,
-      `could not write the journal of session ${session.id} (${error.message}); nothing of this append was kept — retry it`,
-      { sessionId: session.id, ...(errnoCode(error) ? { errno: errnoCode(error) } : {}) },
-    );
+    const failure =
+      stateWriteError(error, `session ${session.id}: the append was not written, nothing of it kept`, this.dir, { sessionId: session.id }) ??
+      new BerthError(
+        "unavailable",
+        `could not write the journal of session ${session.id} (${error.message}); nothing of this append was kept — retry it`,
+        { sessionId: session.id, ...(errnoCode(error) ? { errno: errnoCode(error) } : {}) },
+      );
     this.logger?.error({ sessionId: session.id, err: error, appends: items.length }, "journal write failed; appends rejected and state rolled back");
     if (!cutBack) {
       // The file's end is unknown now: forget the session; the next access re-opens it from disk,
@@ -508,7 +541,11 @@ export class SessionStore {
       // The failed append was the session's first: leave no empty journal behind (`has` would
       // report a session that never got an entry).
       this.forget(session);
-      fs.rmSync(journalPath(this.dir, session.id), { force: true });
+      try {
+        fs.rmSync(journalPath(this.dir, session.id), { force: true });
+      } catch (removeError) {
+        this.logger?.warn({ sessionId: session.id, err: removeError }, "could not remove the empty journal of a failed first append");
+      }
     }
     this.rejectAppends(session, items, failure);
   }
@@ -623,7 +660,12 @@ export class SessionStore {
     const session = this.sessionIfExists(sessionId);
     if (!session || !session.onDisk) return { sessionId, snapshot: baseSnapshot(sessionId), lastSeq: 0, exists: false };
     const view: SessionView = { sessionId, snapshot: session.snapshot, lastSeq: session.nextSeq - 1, exists: true };
-    await this.writeSnapshot(session, true);
+    try {
+      await this.writeSnapshot(session, true);
+    } catch (error) {
+      // The snapshot file is written atomically: the one there, if any, is still whole.
+      throw stateWriteError(error, `session ${sessionId}: its snapshot file was not written`, this.dir, { sessionId }) ?? error;
+    }
     return view;
   }
 

@@ -400,7 +400,10 @@ describe("an outside lock that cannot be taken", () => {
     const locks = new LockTable({ clock, fencing: counter(), external });
     const error = await rejection(locks.acquire({ file: "/project/a", owner: "o", waitMs: 1000 }));
     expect(error.code).toBe("unavailable");
-    expect(error.message).toBe("cannot take the lock file /locks/project/a for /project/a: EACCES: permission denied");
+    expect(error.reason).toBe("STATE_READ_ONLY");
+    expect(error.message).toBe(
+      "no lock was granted: cannot take the lock file /locks/project/a for /project/a: the state directory /locks/project is not writable (EACCES); make it writable again (remount it read-write, fix its owner or mode) and retry",
+    );
     expect(locks.stats()).toEqual({ held: 0, waiting: 0, blockedByLockFiles: 0 });
 
     const held = await locks.acquire({ file: "/project/b", owner: "first" }).catch(() => undefined);
@@ -436,5 +439,31 @@ describe("an outside lock that cannot be taken", () => {
     expect(error.code).toBe("aborted");
     expect(error.message).toMatch(/^source locked: \/project\/a is held by seed \(pid 7\) through its lock file/);
     expect(locks.stats().waiting).toBe(0);
+  });
+
+  it("a queued request whose lock frees while its lock file cannot be made is refused with why, not as locked", async () => {
+    const clock = new ManualClock();
+    let full = false;
+    const external: ExternalLocks = {
+      claim(key) {
+        if (full) throw Object.assign(new Error("ENOSPC: no space left on device, write"), { code: "ENOSPC" });
+        return { ok: true, handle: { key, lockFile: `/state/locks${key}`, token: "t", pid: 42 } };
+      },
+      release() {},
+      peek: () => undefined,
+      pathFor: (key) => `/state/locks${key}`,
+      watch: () => () => {},
+    };
+    const locks = new LockTable({ clock, fencing: counter(), external });
+    const first = await locks.acquire({ file: "/a", owner: "first" });
+    const queued = rejection(locks.acquire({ file: "/a", owner: "second", waitMs: 5000 }));
+    full = true;
+    locks.release(first.leaseToken);
+    clock.advance(5000);
+    const error = await queued;
+    expect(error).toMatchObject({ code: "resource_exhausted", reason: "DISK_FULL" });
+    expect(error.message).toMatch(/^no lock was granted: cannot take the lock file \/state\/locks\/a for \/a: the file system of the state directory \/state\/locks is full \(ENOSPC\)/);
+    full = false;
+    expect(await locks.acquire({ file: "/a", owner: "third" })).toMatchObject({ owner: "third" });
   });
 });

@@ -16,7 +16,9 @@
  * goes away.
  */
 import { randomUUID } from "node:crypto";
+import * as path from "node:path";
 import { BerthError, invalidArgument } from "@berth/shared/errors";
+import { stateWriteError } from "@berth/shared/state-errors";
 import { wallTimeOf, type Clock, type TimerHandle } from "@berth/shared/clock";
 import { formatDuration } from "@berth/shared/units";
 import type { FencingTokenSource } from "./fencing-store.js";
@@ -235,6 +237,8 @@ interface Entry {
   waiters: Set<Waiter>;
   /** The outside holder that kept the head of the queue from being granted, when there was one. */
   blockedBy?: ForeignLockHolder;
+  /** Why the outside lock could not be taken at all the last time (a full disk, say), until it can. */
+  claimError?: BerthError;
   blocked: boolean;
   unwatch?: () => void;
 }
@@ -455,16 +459,20 @@ export class LockTable {
       claim = this.external.claim(entry.key, { owner, at });
     } catch (error) {
       this.logger.error({ file: entry.key, err: error }, "cannot take the lock file");
+      const lockPath = this.external.pathFor(entry.key);
+      const what = `no lock was granted: cannot take the lock file ${lockPath} for ${entry.key}`;
+      entry.claimError =
+        stateWriteError(error, what, path.dirname(lockPath), { file: entry.key, lockPath }) ??
+        new BerthError("unavailable", `cannot take the lock file ${lockPath} for ${entry.key}: ${(error as Error).message}`, { file: entry.key, lockPath });
       if (failLoudly) {
+        const refusal = entry.claimError;
         this.settle(entry);
-        throw new BerthError("unavailable", `cannot take the lock file ${this.external.pathFor(entry.key)} for ${entry.key}: ${(error as Error).message}`, {
-          file: entry.key,
-          lockPath: this.external.pathFor(entry.key),
-        });
+        throw refusal;
       }
       entry.blocked = true;
       return undefined;
     }
+    delete entry.claimError;
     if (claim.ok) {
       entry.blocked = false;
       delete entry.blockedBy;
@@ -623,7 +631,8 @@ export class LockTable {
       this.pump(entry);
       if (!entry.waiters.has(waiter)) return;
       this.dropWaiter(entry, waiter);
-      waiter.reject(this.lockedError(entry, waiter.waitMs));
+      // Free but for a lock file that could not be made (a full disk): that is the reason to give.
+      waiter.reject(!entry.holder && entry.claimError ? entry.claimError : this.lockedError(entry, waiter.waitMs));
       this.pump(entry);
     }, waiter.deadline - this.clock.monotonicNow());
   }
