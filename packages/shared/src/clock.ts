@@ -8,6 +8,12 @@
  * measured on it, so a step of the wall clock neither keeps a dead holder's lease nor ends a live
  * one. A deadline kept on the monotonic clock is shown as wall time at the moment of answering
  * ({@link wallTimeOf}).
+ *
+ * A process that resumes after a pause (SIGSTOP, a suspended VM, a loop blocked for seconds) finds
+ * its timers overdue and its sockets full of what happened meanwhile: clients that left, releases,
+ * renewals. Which of the two it handles first is up to the event loop. `whenAwake()` is how domain
+ * code hands something out (a lock, an admission) only once that backlog has been read, so that
+ * nothing is handed to a client that left during the pause.
  */
 
 /** An opaque handle to a scheduled callback. */
@@ -24,6 +30,11 @@ export interface Clock {
   /** Calls `callback` once `ms` milliseconds of monotonic time have passed. */
   setTimeout(callback: () => void, ms: number): TimerHandle;
   clearTimeout(handle: TimerHandle): void;
+  /**
+   * Calls `fn` now; or, when the process has just resumed after a pause, once the I/O that piled up
+   * meanwhile has been read (calls deferred so run in call order).
+   */
+  whenAwake(fn: () => void): void;
 }
 
 /** The wall-clock time (whole ms since the epoch) a monotonic reading of `clock` stands for, as of now. */
@@ -68,6 +79,50 @@ function guarded(callback: () => void): () => void {
   };
 }
 
+/** No tick of the loop for this long: the process was paused (or its loop blocked) and has just resumed. */
+export const STALL_MS = 1000;
+/** How often the loop notes that it is alive, while anything asks whether it just woke. */
+const TICK_MS = 250;
+
+/** What {@link systemClock} knows of the loop's pauses. */
+const wake = {
+  lastTick: 0,
+  ticker: undefined as ReturnType<typeof setInterval> | undefined,
+  /** A pause was seen and the I/O it left has not been read yet: these wait for it. */
+  deferred: undefined as Array<() => void> | undefined,
+};
+
+/** A pause was seen: everything handed to `whenAwake` waits for the next check phase, right after the loop's poll for I/O. */
+function pauseSeen(): void {
+  if (wake.deferred !== undefined) return;
+  const deferred: Array<() => void> = [];
+  wake.deferred = deferred;
+  setImmediate(() => {
+    wake.deferred = undefined;
+    wake.lastTick = systemMonotonicNow();
+    for (const fn of deferred) guarded(fn)();
+  });
+}
+
+function systemWhenAwake(fn: () => void): void {
+  const now = systemMonotonicNow();
+  if (wake.ticker === undefined) {
+    wake.lastTick = now;
+    // The tick notices a pause by its own gap: when the loop runs its overdue timers before its I/O,
+    // the first of them is this tick (it was due soonest), and the rest wait.
+    wake.ticker = setInterval(() => {
+      const tick = systemMonotonicNow();
+      if (tick - wake.lastTick > STALL_MS) pauseSeen();
+      wake.lastTick = tick;
+    }, TICK_MS);
+    wake.ticker.unref();
+  }
+  // When the loop reads its I/O first, the tick has not run yet: its age says the loop was away.
+  if (now - wake.lastTick > STALL_MS) pauseSeen();
+  if (wake.deferred === undefined) fn();
+  else wake.deferred.push(fn);
+}
+
 /** The real clock. Timers are unref'd: a pending lease or heartbeat never keeps a process alive. */
 export const systemClock: Clock = {
   now: () => Date.now(),
@@ -81,6 +136,7 @@ export const systemClock: Clock = {
   clearTimeout(handle) {
     clearTimeout(handle as ReturnType<typeof setTimeout>);
   },
+  whenAwake: systemWhenAwake,
 };
 
 interface ManualTimer {
@@ -93,13 +149,15 @@ interface ManualTimer {
  * A clock that moves only when told to; due timers fire in time order (ties in scheduling order).
  * Its two readings move together under `advance()`; `stepWall()` moves the wall clock alone (NTP,
  * a person setting the date), and `stall()` moves time without running anything (a process
- * stopped with SIGSTOP: its timers are all overdue when it resumes).
+ * stopped with SIGSTOP: its timers are all overdue when it resumes). After a stall, `whenAwake()`
+ * holds its calls until `ioRead()` says the I/O the pause left has been read.
  */
 export class ManualClock implements Clock {
   private wall: number;
   private monotonic: number;
   private order = 0;
   private readonly timers = new Set<ManualTimer>();
+  private awaitingIo: Array<() => void> | undefined;
 
   constructor(start = Date.UTC(2026, 0, 1), monotonicStart = 1_000_000) {
     this.wall = start;
@@ -153,6 +211,19 @@ export class ManualClock implements Clock {
    */
   stall(ms: number): void {
     this.moveTo(this.monotonic + ms);
+    this.awaitingIo ??= [];
+  }
+
+  whenAwake(fn: () => void): void {
+    if (this.awaitingIo === undefined) fn();
+    else this.awaitingIo.push(fn);
+  }
+
+  /** The I/O a stall left has been read: runs what `whenAwake()` held, in call order. */
+  ioRead(): void {
+    const held = this.awaitingIo ?? [];
+    this.awaitingIo = undefined;
+    for (const fn of held) fn();
   }
 
   /** How many timers are still scheduled (tests use it to prove nothing is left behind). */

@@ -290,6 +290,13 @@ export class AdmissionQueue {
    */
   recheck(): void {
     if (this.closed) return;
+    // Right after a pause (the service was stopped) the I/O that piled up is read first: a waiter
+    // whose client left during the pause is dropped before anything is admitted.
+    this.host.clock.whenAwake(() => this.recheckNow());
+  }
+
+  private recheckNow(): void {
+    if (this.closed) return;
     if (this.rechecking) {
       this.recheckAgain = true;
       return;

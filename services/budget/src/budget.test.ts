@@ -219,6 +219,24 @@ describe("budget", () => {
     expect(b.reservation).toBeDefined();
   });
 
+  it("after a pause: a lease that ran out ends, and the queue admits in order none whose client left meanwhile", async () => {
+    const { budget, clock, flush } = await setup();
+    const leased = await budget.reserve(need(6, 1), "leased", { ttlMs: 5000 });
+    const left = new AbortController();
+    const gone = admit(budget, need(4, 1), "gone", { signal: left.signal });
+    const next = admit(budget, need(4, 1), "next");
+    clock.stall(30_000);
+    clock.advance(0);
+    expect(budget.getReservation(leased.id)).toBeUndefined();
+    left.abort();
+    clock.ioRead();
+    flush();
+    await settle();
+    expect(gone.error?.code).toBe("cancelled");
+    expect(gone.reservation).toBeUndefined();
+    expect(next.reservation?.label).toBe("next");
+  });
+
   describe("the wall clock steps (NTP, a person setting the date)", () => {
     const HOUR = 3_600_000;
 

@@ -15,6 +15,7 @@ import * as http from "node:http";
 import * as http2 from "node:http2";
 import * as net from "node:net";
 import type { connectNodeAdapter } from "@connectrpc/connect-node";
+import { systemClock } from "../clock.js";
 import type { ServerLogger } from "./logger.js";
 
 /** Where a listener accepts connections. */
@@ -155,7 +156,10 @@ export async function listen(options: ListenOptions): Promise<Listener> {
     // and then bytes that never complete one (a frame header announcing megabytes, then its end
     // of input, which the session does not see in the middle of a frame) would otherwise hold the
     // connection until the keepalive gave up on it.
-    const handshake = setTimeout(() => session.destroy(), HANDSHAKE_TIMEOUT_MS);
+    let settled = false;
+    session.once("remoteSettings", () => (settled = true));
+    // Judged once the I/O is read: after a pause of the service, the SETTINGS may be waiting in the socket.
+    const handshake = setTimeout(() => systemClock.whenAwake(() => session.destroyed || settled || session.destroy()), HANDSHAKE_TIMEOUT_MS);
     handshake.unref();
     session.once("remoteSettings", () => clearTimeout(handshake));
     session.once("close", () => clearTimeout(handshake));
@@ -236,7 +240,7 @@ export async function listen(options: ListenOptions): Promise<Listener> {
     // the HTTP servers handle them.
     const onEarlyError = (error: Error) => logger?.debug({ err: error }, "connection error before the first request");
     socket.on("error", onEarlyError);
-    socket.setTimeout(FIRST_BYTES_TIMEOUT_MS, () => socket.destroy());
+    socket.setTimeout(FIRST_BYTES_TIMEOUT_MS, () => systemClock.whenAwake(() => unclassified.has(socket) && socket.destroy()));
 
     let buffered: Buffer = Buffer.alloc(0);
     const onData = (chunk: Buffer) => {
@@ -320,10 +324,15 @@ function startKeepalive(session: http2.ServerHttp2Session, options: KeepaliveOpt
   let overdue: NodeJS.Timeout | undefined;
   const interval = setInterval(() => {
     if (session.destroyed || session.closed || overdue !== undefined) return;
-    overdue = setTimeout(() => {
-      logger?.warn({ timeoutMs: options.pingTimeoutMs }, "http2 keepalive ping not acknowledged: dropping the connection");
-      session.destroy();
+    const timer = setTimeout(() => {
+      // After a pause of the service the ACK may be in the socket, unread: judge once it is read.
+      systemClock.whenAwake(() => {
+        if (overdue !== timer || session.destroyed) return;
+        logger?.warn({ timeoutMs: options.pingTimeoutMs }, "http2 keepalive ping not acknowledged: dropping the connection");
+        session.destroy();
+      });
     }, options.pingTimeoutMs);
+    overdue = timer;
     overdue.unref();
     const sent = session.ping(() => {
       // An error here means the session is going away; either way this ping is settled.

@@ -158,8 +158,36 @@ describe("leases", () => {
     const first = await locks.acquire({ file: "/project/a", owner: "alice", ttlMs: 100 });
     const next = locks.acquire({ file: "/project/a", owner: "bob", waitMs: 10_000 });
     clock.stall(100);
+    // The expiry is served at once; the hand-off waits until the I/O the stall left has been read.
+    expect(locks.checkToken("/project/a", first.fencingToken)).toMatchObject({ current: false, currentToken: null });
+    clock.ioRead();
     expect(locks.checkToken("/project/a", first.fencingToken)).toMatchObject({ current: false, currentToken: 2 });
     expect((await next).owner).toBe("bob");
+  });
+
+  it("after a pause: leases that ran out expire once, in order; a waiter whose client left meanwhile is never granted", async () => {
+    const clock = new ManualClock();
+    const ended: string[] = [];
+    const logger = { debug() {}, info: (fields: object, message?: string) => void ended.push(`${(fields as { owner: string }).owner} ${message}`), warn() {}, error() {} };
+    const locks = new LockTable({ clock, fencing: counter(), logger });
+    await locks.acquire({ file: "/a", owner: "holder-a", ttlMs: 1000 });
+    await locks.acquire({ file: "/b", owner: "holder-b", ttlMs: 2000 });
+    const left = new AbortController();
+    const gone = rejection(locks.acquire({ file: "/a", owner: "gone", waitMs: 120_000, signal: left.signal }));
+    const nextA = locks.acquire({ file: "/a", owner: "next-a", waitMs: 120_000 });
+    const nextB = locks.acquire({ file: "/b", owner: "next-b", waitMs: 120_000 });
+    // Stopped for 30 s; on resuming, the overdue timers run before the sockets are read.
+    clock.stall(30_000);
+    clock.advance(0);
+    expect(ended).toEqual(["holder-a lock expired", "holder-b lock expired"]);
+    expect(locks.inspect("/a").holder).toBeNull();
+    // Then the I/O: the first waiter's client had gone.
+    left.abort();
+    clock.ioRead();
+    expect((await gone).code).toBe("cancelled");
+    expect(await nextA).toMatchObject({ owner: "next-a", fencingToken: 3 });
+    expect(await nextB).toMatchObject({ owner: "next-b", fencingToken: 4 });
+    expect(ended).toHaveLength(2);
   });
 });
 

@@ -507,9 +507,19 @@ export class LockTable {
     return held;
   }
 
-  /** Hands the lock to waiters in order for as long as it is free. */
+  /**
+   * Hands the lock to waiters in order for as long as it is free — once the clock is awake: right
+   * after a pause (the service was stopped) the I/O that piled up is read first, so that a waiter
+   * whose client left during the pause is dropped before its turn comes.
+   */
   private pump(entry: Entry): void {
     if (this.entries.get(entry.key) !== entry) return;
+    this.expireIfDue(entry);
+    this.clock.whenAwake(() => this.handOn(entry));
+  }
+
+  private handOn(entry: Entry): void {
+    if (this.closed || this.entries.get(entry.key) !== entry) return;
     this.expireIfDue(entry);
     while (!entry.holder) {
       const head = entry.waiters.values().next().value;
