@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { ManualClock, reportTimerErrorsTo, systemClock, wallTimeOf } from "./clock.js";
+import { ManualClock, reportTimerErrorsTo, STALL_MS, systemClock, wallTimeOf } from "./clock.js";
 
 describe("ManualClock", () => {
   it("moves both readings together and fires timers by monotonic time", () => {
@@ -78,5 +78,23 @@ describe("reportTimerErrorsTo", () => {
     }, 0);
     expect(await uncaught).toEqual(new Error("thrown"));
     expect(process.listeners("uncaughtException").length).toBe(listeners.length - 1);
+  });
+});
+
+describe("systemClock.whenAwake", () => {
+  it("runs at once while the loop ticks, and after the pending I/O when the loop was away for over STALL_MS", async () => {
+    let ran = false;
+    systemClock.whenAwake(() => (ran = true));
+    expect(ran).toBe(true);
+    // The loop is away (as a stopped process is): nothing runs for longer than STALL_MS.
+    Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, STALL_MS + 300);
+    const order: string[] = [];
+    systemClock.whenAwake(() => order.push("first"));
+    systemClock.whenAwake(() => order.push("second"));
+    expect(order).toEqual([]);
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(order).toEqual(["first", "second"]);
+    systemClock.whenAwake(() => order.push("awake"));
+    expect(order).toEqual(["first", "second", "awake"]);
   });
 });
