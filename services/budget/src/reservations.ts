@@ -9,7 +9,7 @@
  * monotonic reading, so a step of the wall clock neither ends a lease early nor keeps it longer.
  */
 import { randomUUID } from "node:crypto";
-import { wallTimeOf, type Clock, type TimerHandle } from "@berth/shared/clock";
+import { STALL_MS, wallTimeOf, type Clock, type TimerHandle } from "@berth/shared/clock";
 import { BerthError } from "@berth/shared/errors";
 import type { Need, NeedItem, Resources } from "./costs.js";
 import { checkResources } from "./costs.js";
@@ -35,8 +35,8 @@ export class Reservation {
   released = false;
   /** How long the lease lasts when renewed without a ttl. */
   leaseTtlMs: number | undefined;
-  /** When the lease runs out (monotonic clock); undefined for a reservation held by a stream. */
-  private leaseDeadline: number | undefined;
+  /** @internal When the lease runs out (monotonic clock); undefined for a reservation held by a stream. */
+  leaseDeadline: number | undefined;
   private leaseTimer: TimerHandle | undefined;
   /** When it was admitted on the monotonic clock: what its hold time and a sample's age are measured from. */
   readonly admittedAtMonotonic: number;
@@ -102,6 +102,8 @@ export class Reservation {
 
   /** Extends the lease by `ttlMs` (default: its own ttl) from now. Only for leased reservations. */
   renew(ttlMs?: number): void {
+    // A renewal read after the lease ran out (the service was paused) comes too late.
+    if (!this.released && this.leaseDeadline !== undefined && this.leaseDeadline <= this.book.clock.monotonicNow()) this.book.expireOverdue();
     if (this.released) throw new BerthError("not_found", `reservation '${this.label}' was already released (or its lease ran out)`, { reservationId: this.id });
     const ttl = ttlMs ?? this.leaseTtlMs;
     if (ttl === undefined) throw new BerthError("failed_precondition", `reservation '${this.label}' is held by its stream and has no lease to renew`, { reservationId: this.id });
@@ -159,12 +161,37 @@ export class ReservationBook {
     const reservation = new Reservation(randomUUID(), label, need, this.clock.now(), this);
     this.reservations.set(reservation.id, reservation);
     if (options.ttlMs !== undefined) this.lease(reservation, options.ttlMs);
+    this.options.logger.debug({ reservation: reservation.id, label }, "budget: admitted");
     this.changed(reservation, "admitted");
     return reservation;
   }
 
+  /** The reservation `id`; undefined when it is gone, or its lease has run out (its timer may not have run yet, after a pause). */
   get(id: string): Reservation | undefined {
-    return this.reservations.get(id);
+    const found = this.reservations.get(id);
+    if (found?.leaseDeadline !== undefined && found.leaseDeadline <= this.clock.monotonicNow()) {
+      this.expireOverdue();
+      return undefined;
+    }
+    return found;
+  }
+
+  /**
+   * Releases every leased reservation whose lease has run out, in the order they ran out: after a
+   * pause of the service several are overdue at once, and the first looked at (a renewal read
+   * before the timers ran) need not be the first that ran out.
+   */
+  expireOverdue(): void {
+    const now = this.clock.monotonicNow();
+    const due = [...this.reservations.values()].filter((r) => r.leaseDeadline !== undefined && r.leaseDeadline <= now);
+    due.sort((a, b) => a.leaseDeadline! - b.leaseDeadline!);
+    for (const reservation of due) this.leaseRanOut(reservation);
+  }
+
+  private leaseRanOut(reservation: Reservation): void {
+    if (reservation.released) return;
+    this.options.logger.info({ reservation: reservation.id, label: reservation.label }, "budget: a reservation's lease ran out; releasing it");
+    reservation.release();
   }
 
   all(): Reservation[] {
@@ -216,12 +243,13 @@ export class ReservationBook {
   lease(reservation: Reservation, ttlMs: number): void {
     if (!Number.isFinite(ttlMs) || ttlMs <= 0) throw new BerthError("invalid_argument", `ttl: must be a positive duration; got ${ttlMs}`, { field: "ttl" });
     reservation.leaseTtlMs = ttlMs;
+    const deadline = this.clock.monotonicNow() + ttlMs;
     reservation.setLease(
-      this.clock.monotonicNow() + ttlMs,
+      deadline,
       this.clock.setTimeout(() => {
-        if (reservation.released) return;
-        this.options.logger.info({ reservation: reservation.id, label: reservation.label }, "budget: a reservation's lease ran out; releasing it");
-        reservation.release();
+        // Late by more than a moment (the process was paused): others may be overdue too, and earlier.
+        if (this.clock.monotonicNow() - deadline > STALL_MS) this.expireOverdue();
+        else this.leaseRanOut(reservation);
       }, ttlMs),
     );
   }

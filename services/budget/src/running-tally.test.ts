@@ -83,3 +83,29 @@ describe("the running tally on a full or read-only disk", () => {
     await budget.close();
   });
 });
+
+describe("after a pause", () => {
+  it("leases that ran out end once, in the order they ran out, even when a late renewal is read before the timers run", async () => {
+    const clock = new ManualClock();
+    const ended: string[] = [];
+    const logger = { ...quiet, info: (fields: object, message?: string) => void (message?.includes("lease ran out") && ended.push((fields as { label?: string; name?: string }).label ?? (fields as { name: string }).name)) };
+    const sampler = new ManualSampler({ availableBytes: 64 * G, cores: 8, load1: 0 }, clock);
+    const policy = { ...defaultPolicy({ totalBytes: 64 * G, cpus: 8 }), memoryBytes: 8 * G, cpu: 4, reserveBytes: G };
+    const budget = await createBudget({ policy, sampler, clock, stateDir, logger });
+    const need = { items: [], start: { memoryBytes: G, cpu: 0 }, build: { memoryBytes: 0, cpu: 0 } };
+    await budget.reserve(need, "first", { ttlMs: 1000 });
+    const second = await budget.reserve(need, "second", { ttlMs: 2000 });
+    const daemon = await budget.registerRunning("daemon", { memoryBytes: G, cpu: 0 }, { ttlMs: 1500 });
+    await budget.registerRunning("later", { memoryBytes: G, cpu: 0 }, { ttlMs: 500 });
+    clock.stall(30_000);
+    expect(() => budget.renew(second.id)).toThrow(/no reservation/);
+    expect(ended).toEqual(["first", "second"]);
+    await expect(budget.renewRunning(daemon.id)).rejects.toMatchObject({ code: "not_found" });
+    expect(ended).toEqual(["first", "second", "later", "daemon"]);
+    clock.ioRead();
+    clock.advance(0);
+    expect(ended).toHaveLength(4);
+    expect(budget.state().committed.memoryBytes).toBe(0);
+    await budget.close();
+  });
+});

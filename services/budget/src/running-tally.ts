@@ -18,7 +18,7 @@
 import { randomUUID } from "node:crypto";
 import { readFileSync } from "node:fs";
 import * as path from "node:path";
-import { wallTimeOf, type Clock, type TimerHandle } from "@berth/shared/clock";
+import { STALL_MS, wallTimeOf, type Clock, type TimerHandle } from "@berth/shared/clock";
 import { BerthError, invalidArgument } from "@berth/shared/errors";
 import { ensurePrivateDir, writeFileAtomic } from "@berth/shared/files";
 import { stateWriteError } from "@berth/shared/state-errors";
@@ -224,6 +224,9 @@ export class RunningTally {
 
   /** Extends an entry's lease by `ttlMs` (default: its own ttl) from now. */
   renew(id: string, ttlMs?: number): RunningEntry {
+    // A renewal read after the lease ran out (the service was paused) comes too late.
+    const overdue = this.entriesById.get(id)?.leaseDeadline;
+    if (overdue !== undefined && overdue <= this.options.clock.monotonicNow()) this.expireOverdue();
     const tracked = this.entriesById.get(id);
     if (!tracked) throw new BerthError("not_found", `no running entry ${id}: it was stopped, its process ended or its lease ran out`, { id });
     const ttl = ttlMs ?? tracked.entry.leaseTtlMs;
@@ -393,6 +396,20 @@ export class RunningTally {
     }
   }
 
+  /** Stops counting every entry whose lease has run out, in the order they ran out (after a pause, several at once). */
+  private expireOverdue(): void {
+    const now = this.options.clock.monotonicNow();
+    const due = [...this.entriesById.values()].filter((t) => t.leaseDeadline !== undefined && t.leaseDeadline <= now);
+    due.sort((a, b) => a.leaseDeadline! - b.leaseDeadline!);
+    for (const tracked of due) this.leaseRanOut(tracked);
+  }
+
+  private leaseRanOut(tracked: Tracked): void {
+    if (this.entriesById.get(tracked.entry.id) !== tracked) return;
+    this.options.logger.info({ entry: tracked.entry.id, name: tracked.entry.name }, "budget: a running entry's lease ran out; no longer counted");
+    this.stop(tracked.entry.id);
+  }
+
   /** The entry as shown: a copy, its lease's end in wall-clock time as of now. */
   private view(tracked: Tracked): RunningEntry {
     const shown: RunningEntry = { ...tracked.entry, cost: { ...tracked.entry.cost } };
@@ -409,9 +426,9 @@ export class RunningTally {
       entry.id,
       this.options.clock.setTimeout(() => {
         this.leaseTimers.delete(entry.id);
-        if (this.entriesById.get(entry.id) !== tracked) return;
-        this.options.logger.info({ entry: entry.id, name: entry.name }, "budget: a running entry's lease ran out; no longer counted");
-        this.stop(entry.id);
+        // Late by more than a moment (the process was paused): others may be overdue too, and earlier.
+        if (tracked.leaseDeadline !== undefined && this.options.clock.monotonicNow() - tracked.leaseDeadline > STALL_MS) this.expireOverdue();
+        else this.leaseRanOut(tracked);
       }, Math.max(0, tracked.leaseDeadline - this.options.clock.monotonicNow())),
     );
   }

@@ -189,6 +189,23 @@ describe("leases", () => {
     expect(await nextB).toMatchObject({ owner: "next-b", fencingToken: 4 });
     expect(ended).toHaveLength(2);
   });
+
+  it("after a pause whose I/O is read before the timers run, the overdue leases still expire in the order their times came", async () => {
+    const clock = new ManualClock();
+    const ended: string[] = [];
+    const logger = { debug() {}, info: (fields: object, message?: string) => void ended.push(`${(fields as { owner: string }).owner} ${message}`), warn() {}, error() {} };
+    const locks = new LockTable({ clock, fencing: counter(), logger });
+    await locks.acquire({ file: "/a", owner: "holder-a", ttlMs: 1000 });
+    const b = await locks.acquire({ file: "/b", owner: "holder-b", ttlMs: 2000 });
+    clock.stall(30_000);
+    // holder-b's renewal is the first thing read: too late, and holder-a's lease ran out before it.
+    expect(() => locks.renew(b.leaseToken)).toThrow(/expired at/);
+    expect(ended).toEqual(["holder-a lock expired", "holder-b lock expired"]);
+    clock.ioRead();
+    clock.advance(0);
+    expect(ended).toHaveLength(2);
+    expect(clock.pendingTimers()).toBe(0);
+  });
 });
 
 describe("the wall clock steps (NTP, a person setting the date)", () => {

@@ -19,7 +19,7 @@ import { randomUUID } from "node:crypto";
 import * as path from "node:path";
 import { BerthError, invalidArgument } from "@berth/shared/errors";
 import { stateWriteError } from "@berth/shared/state-errors";
-import { wallTimeOf, type Clock, type TimerHandle } from "@berth/shared/clock";
+import { STALL_MS, wallTimeOf, type Clock, type TimerHandle } from "@berth/shared/clock";
 import { formatDuration } from "@berth/shared/units";
 import type { FencingTokenSource } from "./fencing-store.js";
 import { checkFencingToken, checkOwner, checkTtl, checkWait, DEFAULT_LOCK_LIMITS, type LockLimits } from "./lock-input.js";
@@ -602,12 +602,35 @@ export class LockTable {
     }
   }
 
-  /** Frees a lease whose time is up even if its timer has not fired yet (a busy event loop). */
+  /**
+   * Frees a lease whose time is up even if its timer has not fired yet (a busy event loop, a pause),
+   * with every other lease whose time is up, earliest first (see {@link expireOverdue}).
+   */
   private expireIfDue(entry: Entry): boolean {
     const held = entry.holder;
     if (!held || held.deadline === null || this.clock.monotonicNow() < held.deadline) return false;
-    this.free(entry, held, "expired");
+    this.expireOverdue(entry);
     return true;
+  }
+
+  /**
+   * Ends every lease whose time is up, in the order their times came, and hands on each freed lock
+   * but `except`'s (its caller does). After a pause several leases are overdue at once, and the
+   * first to be looked at (a renewal read before the timers ran) need not be the first that ran out.
+   */
+  private expireOverdue(except?: Entry): void {
+    const now = this.clock.monotonicNow();
+    const due: Held[] = [];
+    for (const held of this.leases.values()) if (held.deadline !== null && held.deadline <= now) due.push(held);
+    due.sort((a, b) => a.deadline! - b.deadline!);
+    const freed: Entry[] = [];
+    for (const held of due) {
+      const entry = this.entries.get(held.lease.file);
+      if (!entry || entry.holder !== held) continue;
+      this.free(entry, held, "expired");
+      if (entry !== except) freed.push(entry);
+    }
+    for (const entry of freed) this.pump(entry);
   }
 
   /** The entry of `key` after serving an overdue expiry (to the next waiter, if any). */
@@ -626,7 +649,10 @@ export class LockTable {
       const entry = this.entries.get(held.lease.file);
       if (!entry || entry.holder !== held) return;
       // A real timer may fire a hair early; never cut a lease short.
-      if (this.clock.monotonicNow() < deadline) return this.scheduleExpiry(held);
+      const now = this.clock.monotonicNow();
+      if (now < deadline) return this.scheduleExpiry(held);
+      // Late by more than a moment (the process was paused): others may be overdue too, and earlier.
+      if (now - deadline > STALL_MS) return this.expireOverdue();
       this.free(entry, held, "expired");
       this.pump(entry);
     }, deadline - this.clock.monotonicNow());
