@@ -104,21 +104,27 @@ function pauseSeen(): void {
   });
 }
 
+/**
+ * Starts noting the loop's ticks, from the first timer or `whenAwake` on: from then on there is
+ * timed state (a lease, a deadline) that a pause can overtake.
+ */
+function watchForPauses(): void {
+  if (wake.ticker !== undefined) return;
+  wake.lastTick = systemMonotonicNow();
+  // The tick notices a pause by its own gap: when the loop runs its overdue timers before its I/O,
+  // the first of them is this tick (it was due soonest), and the rest wait.
+  wake.ticker = setInterval(() => {
+    const tick = systemMonotonicNow();
+    if (tick - wake.lastTick > STALL_MS) pauseSeen();
+    wake.lastTick = tick;
+  }, TICK_MS);
+  wake.ticker.unref();
+}
+
 function systemWhenAwake(fn: () => void): void {
-  const now = systemMonotonicNow();
-  if (wake.ticker === undefined) {
-    wake.lastTick = now;
-    // The tick notices a pause by its own gap: when the loop runs its overdue timers before its I/O,
-    // the first of them is this tick (it was due soonest), and the rest wait.
-    wake.ticker = setInterval(() => {
-      const tick = systemMonotonicNow();
-      if (tick - wake.lastTick > STALL_MS) pauseSeen();
-      wake.lastTick = tick;
-    }, TICK_MS);
-    wake.ticker.unref();
-  }
+  watchForPauses();
   // When the loop reads its I/O first, the tick has not run yet: its age says the loop was away.
-  if (now - wake.lastTick > STALL_MS) pauseSeen();
+  if (systemMonotonicNow() - wake.lastTick > STALL_MS) pauseSeen();
   if (wake.deferred === undefined) fn();
   else wake.deferred.push(fn);
 }
@@ -128,6 +134,7 @@ export const systemClock: Clock = {
   now: () => Date.now(),
   monotonicNow: systemMonotonicNow,
   setTimeout(callback, ms) {
+    watchForPauses();
     // Node's timers run on libuv's monotonic clock already: a wall-clock step does not move them.
     const timer = setTimeout(guarded(callback), Math.max(0, ms));
     timer.unref();
