@@ -1,5 +1,6 @@
 import { afterAll, describe, expect, it } from "vitest";
 import { stopAll } from "../harness.js";
+import { libfaketime, steppedBudget, steppedClock, steppedSessions } from "./machine-clock.js";
 import { Findings } from "./machine-world.js";
 import { pausedBudget, pausedSessions } from "./machine-wake.js";
 import { chaosSetting, reportSuite } from "./summary.js";
@@ -8,15 +9,25 @@ afterAll(stopAll);
 const findings = new Findings();
 const PAUSE_MS = chaosSetting("MACHINE_PAUSE_MS", 30_000);
 
-describe("sleep and wake", () => {
-  it("sessions", async () => {
-    await pausedSessions(findings, PAUSE_MS);
-    expect(findings.violations).toEqual([]);
+/** Runs a scenario and fails the test on the violations it added. */
+async function scenario(run: () => Promise<void>): Promise<void> {
+  const before = findings.violations.length;
+  await run();
+  expect(findings.violations.slice(before)).toEqual([]);
+}
+
+describe("the wall clock steps an hour back and two forward (libfaketime)", () => {
+  const library = libfaketime();
+  it("libfaketime is installed (Debian's faketime)", () => {
+    expect(library, "install Debian's faketime package (libfaketime)").toBeDefined();
   });
-  it("budget", async () => {
-    await pausedBudget(findings, PAUSE_MS);
-    expect(findings.violations).toEqual([]);
-  });
+  it("sessions", () => scenario(() => steppedSessions(findings, steppedClock(library!))));
+  it("budget", () => scenario(() => steppedBudget(findings, steppedClock(library!))));
+});
+
+describe("sleep and wake: SIGSTOP past every lease, then SIGCONT", () => {
+  it("sessions", () => scenario(() => pausedSessions(findings, PAUSE_MS)));
+  it("budget", () => scenario(() => pausedBudget(findings, PAUSE_MS)));
 });
 
 afterAll(() => reportSuite({ suite: "machine", rounds: findings.rounds, operations: findings.operations, violations: findings.violations.length, ...findings.figures }));
