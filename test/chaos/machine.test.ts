@@ -1,6 +1,7 @@
 import { afterAll, describe, expect, it } from "vitest";
 import { stopAll } from "../harness.js";
 import { libfaketime, steppedBudget, steppedClock, steppedSessions } from "./machine-clock.js";
+import { fullDisk, mountFailingFs, mountSmallFs, readOnlyDisk, whyNot } from "./machine-disk.js";
 import { Findings } from "./machine-world.js";
 import { pausedBudget, pausedSessions } from "./machine-wake.js";
 import { chaosSetting, reportSuite } from "./summary.js";
@@ -28,6 +29,15 @@ describe("the wall clock steps an hour back and two forward (libfaketime)", () =
 describe("sleep and wake: SIGSTOP past every lease, then SIGCONT", () => {
   it("sessions", () => scenario(() => pausedSessions(findings, PAUSE_MS)));
   it("budget", () => scenario(() => pausedBudget(findings, PAUSE_MS)));
+});
+
+describe("a full disk (a small tmpfs), then a read-only one (an ext4 image the kernel remounts read-only)", () => {
+  const noTmpfs = whyNot(() => mountSmallFs(1024 * 1024).unmount());
+  if (noTmpfs !== undefined) process.stdout.write(`machine: skipped the full-disk case: cannot mount a tmpfs here (${noTmpfs}); it needs root\n`);
+  it.skipIf(noTmpfs !== undefined)("full: both services", () => scenario(() => fullDisk(findings)));
+  const noLoop = whyNot(() => mountFailingFs().unmount());
+  if (noLoop !== undefined) process.stdout.write(`machine: skipped the read-only case: cannot mount an ext4 image on a loop device here (${noLoop}); it needs root, losetup and mkfs.ext4\n`);
+  it.skipIf(noLoop !== undefined)("read-only: both services", () => scenario(() => readOnlyDisk(findings)));
 });
 
 afterAll(() => reportSuite({ suite: "machine", rounds: findings.rounds, operations: findings.operations, violations: findings.violations.length, ...findings.figures }));

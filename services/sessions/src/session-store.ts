@@ -385,7 +385,7 @@ export class SessionStore {
       ...(this.io ? { io: this.io } : {}),
       handlers: {
         durable: (items) => this.onDurable(session, items),
-        failed: (error, items) => this.onWriteFailed(session, error, items),
+        failed: (error, items, attempted) => this.onWriteFailed(session, error, items, attempted),
       },
       beforeWrite: () => checkJournalEnd(fd, session.fileSize),
       afterWrite: (data) => checkOwnWrite(fd, primary, session.fileSize, data),
@@ -488,7 +488,7 @@ export class SessionStore {
     this.scheduleSnapshot(session);
   }
 
-  private onWriteFailed(session: OpenSession, error: Error, items: PendingAppend[]): void {
+  private onWriteFailed(session: OpenSession, error: Error, items: PendingAppend[], attempted: number): void {
     if (error instanceof ForeignAppendError) {
       // Another process (a seed process sharing the live directory) appended after these appends
       // took their seqs: kept, they would repeat its seqs. They are refused, retryably, with
@@ -525,14 +525,29 @@ export class SessionStore {
       this.logger?.error({ sessionId: session.id, err: truncateError }, "could not cut the journal back after a failed write");
     }
     session.mtimeMs = NaN;
-    const failure =
-      stateWriteError(error, `session ${session.id}: the append was not written, nothing of it kept`, this.dir, { sessionId: session.id }) ??
+    const refusal = (what: string, nothingKept: boolean) =>
+      stateWriteError(error, `session ${session.id}: ${what}`, this.dir, { sessionId: session.id, ...(nothingKept ? {} : { outcome: "unknown" }) }) ??
       new BerthError(
         "unavailable",
-        `could not write the journal of session ${session.id} (${error.message}); nothing of this append was kept — retry it`,
-        { sessionId: session.id, ...(errnoCode(error) ? { errno: errnoCode(error) } : {}) },
+        `could not write the journal of session ${session.id} (${error.message}); ${nothingKept ? "nothing of this append was kept — retry it" : what}`,
+        { sessionId: session.id, ...(errnoCode(error) ? { errno: errnoCode(error) } : {}), ...(nothingKept ? {} : { outcome: "unknown" }) },
       );
-    this.logger?.error({ sessionId: session.id, err: error, appends: items.length }, "journal write failed; appends rejected and state rolled back");
+    const failure = refusal("the append was not written, nothing of it kept", true);
+    this.logger?.error({ sessionId: session.id, err: error, appends: items.length, cutBack }, "journal write failed; appends rejected and state rolled back");
+    if (!cutBack && attempted > 0) {
+      // Its bytes could not be cut back (the file system went read-only under the write): whether
+      // they stay is not known, so the appends being written are not told "nothing kept". Their
+      // idempotency keys find them if they stayed; the appends queued behind them never reached the file.
+      const unknown = refusal(
+        "the append may have been written, in whole (never in part), or not at all — its bytes could not be cut back; read the session, or retry with the same idempotency key, which answers with it if it was kept",
+        false,
+      );
+      for (const item of items.slice(0, attempted)) {
+        if (item.ikey !== undefined) session.inflightKeys.delete(item.ikey);
+        item.reject(unknown);
+      }
+      items = items.slice(attempted);
+    }
     if (!cutBack) {
       // The file's end is unknown now: forget the session; the next access re-opens it from disk,
       // where the torn-tail repair cuts an incomplete append back.
