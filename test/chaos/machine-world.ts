@@ -3,7 +3,7 @@
  * waits, the state of a process, and clients each on a connection of its own, so that one of them
  * can leave (its connection closed, as a killed process's is) without the others.
  */
-import { readdirSync, readFileSync } from "node:fs";
+import { readdirSync, readFileSync, readlinkSync } from "node:fs";
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
 import type { Client } from "@connectrpc/connect";
 import { LockService } from "@berth/api/berth/sessions/v1/lock_service_pb";
@@ -69,9 +69,19 @@ export function processState(pid: number): string | undefined {
   }
 }
 
-/** How many descriptors process `pid` has open (/proc/PID/fd). */
-export function openDescriptors(pid: number): number {
-  return readdirSync(`/proc/${pid}/fd`).length;
+/** How many descriptors process `pid` has open (/proc/PID/fd), leaving out those `except` says of their target. */
+export function openDescriptors(pid: number, except: (target: string) => boolean = () => false): number {
+  let count = 0;
+  for (const fd of readdirSync(`/proc/${pid}/fd`)) {
+    let target: string;
+    try {
+      target = readlinkSync(`/proc/${pid}/fd/${fd}`);
+    } catch {
+      continue; // closed while we looked
+    }
+    if (!except(target)) count++;
+  }
+  return count;
 }
 
 /** Stops `pid` with SIGSTOP and waits until the kernel says it is stopped. */

@@ -1,6 +1,7 @@
 import { afterAll, describe, expect, it } from "vitest";
 import { stopAll } from "../harness.js";
 import { libfaketime, steppedBudget, steppedClock, steppedSessions } from "./machine-clock.js";
+import { floodedBudget, floodedSessions, FD_LIMIT, FLOOD_CLIENTS } from "./machine-fds.js";
 import { fullDisk, mountFailingFs, mountSmallFs, readOnlyDisk, whyNot } from "./machine-disk.js";
 import { Findings } from "./machine-world.js";
 import { pausedBudget, pausedSessions } from "./machine-wake.js";
@@ -38,6 +39,11 @@ describe("a full disk (a small tmpfs), then a read-only one (an ext4 image the k
   const noLoop = whyNot(() => mountFailingFs().unmount());
   if (noLoop !== undefined) process.stdout.write(`machine: skipped the read-only case: cannot mount an ext4 image on a loop device here (${noLoop}); it needs root, losetup and mkfs.ext4\n`);
   it.skipIf(noLoop !== undefined)("read-only: both services", () => scenario(() => readOnlyDisk(findings)));
+});
+
+describe(`too many clients: ${FLOOD_CLIENTS} at once against ulimit -n ${FD_LIMIT}`, () => {
+  it("sessions", () => scenario(() => floodedSessions(findings)));
+  it("budget", () => scenario(() => floodedBudget(findings)));
 });
 
 afterAll(() => reportSuite({ suite: "machine", rounds: findings.rounds, operations: findings.operations, violations: findings.violations.length, ...findings.figures }));
