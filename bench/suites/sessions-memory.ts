@@ -6,8 +6,8 @@
  * - 10,000 sessions touched in turn with the default cache (1,000 open sessions): one append each,
  *   then a read of each; the cache, not the number of sessions, bounds what is kept;
  * - one session with 1,000,000 idempotency keys (a journal written in berth's format, opened by the
- *   service, then a keyed append and a retry): every key is kept (~110 bytes of heap a key), and the
- *   open reads the whole journal at once, so the peak is about twice the journal's size on top;
+ *   service, then a keyed append and a retry): every key is kept, and the open reads the whole
+ *   journal at once, so the peak is about twice the journal's size on top;
  * - 10,000 seed lock files in the live directory (held by a live process, a tenth of them
  *   unreadable), each refused to a try-once Acquire, plus 1,000 grants of other files.
  */
