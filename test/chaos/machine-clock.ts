@@ -113,7 +113,7 @@ export async function steppedSessions(findings: Findings, clock: SteppedClock): 
 
   // A step back of an hour while a dead holder's lease runs and a waiter waits.
   const dead = sessionsClient(url);
-  const deadLease = (await dead.locks.acquire({ file: file("a"), owner: "dead", ttl: ms(10_000) })).lease!;
+  await dead.locks.acquire({ file: file("a"), owner: "dead", ttl: ms(10_000) });
   const waiterA = sessionsClient(url);
   const granted = timed(waiterA.locks.acquire({ file: file("a"), owner: "waiter-a", wait: ms(60_000), ttl: ms(60_000) }));
   const held = sessionsClient(url);
@@ -160,7 +160,6 @@ export async function steppedSessions(findings: Findings, clock: SteppedClock): 
   for (const problem of judgeLockEvents(lockEvents(service.entries()))) findings.violation(scenario, problem);
   findings.operations += lockEvents(service.entries()).length + renewals.state.renewals;
   findings.rounds++;
-  void deadLease;
   await service.stop();
 }
 

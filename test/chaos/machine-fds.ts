@@ -192,8 +192,7 @@ export async function floodedBudget(findings: Findings): Promise<void> {
   const client = budgetClient(url).budget;
   await client.registerRunning({ name: "warm", costSource: { case: "cost", value: { memoryBytes: 1n, cpu: 0 } } });
   const before = await settledDescriptors(service);
-  const leased = await client.reserve({ need: { items: [] }, label: "short lease", ttl: ms(1500) });
-  void leased;
+  await client.reserve({ need: { items: [] }, label: "short lease", ttl: ms(1500) });
   const crowd = await flood(url, FLOOD_CLIENTS, "/berth.budget.v1.BudgetService/WatchMachine", () => ({}));
   findings.check(crowd.refused > 0, scenario, `all ${FLOOD_CLIENTS} clients were taken with ${FD_LIMIT} descriptors: nothing was refused`);
   let answered = 0;

@@ -212,8 +212,6 @@ export async function pausedSessions(findings: Findings, pauseMs: number): Promi
   findings.check(JSON.stringify(expired) === JSON.stringify(["dead", "renewer"]), scenario, `leases expired ${JSON.stringify(expired)}, not dead then renewer, once each`);
   findings.operations += events.length;
   findings.rounds++;
-  void dead;
-  void liveB;
   await service.stop();
 }
 

@@ -1,3 +1,16 @@
+/**
+ * The machine suite: berth's promises through what
+ * a developer's machine does on its own, on the real service processes and real file systems.
+ *
+ * - The wall clock steps an hour back and two forward under libfaketime (machine-clock.ts).
+ * - Each service is stopped with SIGSTOP past every lease, under load, and resumed (machine-wake.ts).
+ * - Its state sits on a full tmpfs, then on an ext4 image the kernel remounts read-only
+ *   (machine-disk.ts); skipped, saying why, only where the suite cannot mount them (not root).
+ * - 1,000 clients connect at once to a service started with `ulimit -n 256` (machine-fds.ts).
+ *
+ * Each scenario adds what it finds to one tally; the suite ends with one summary line and fails on
+ * any violation. Knob (env `BERTH_CHAOS_<NAME>`): MACHINE_PAUSE_MS (how long a service is stopped, 30000).
+ */
 import { afterAll, describe, expect, it } from "vitest";
 import { stopAll } from "../harness.js";
 import { libfaketime, steppedBudget, steppedClock, steppedSessions } from "./machine-clock.js";
