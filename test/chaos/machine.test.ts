@@ -1,6 +1,6 @@
 /**
- * The machine suite: berth's promises through what
- * a developer's machine does on its own, on the real service processes and real file systems.
+ * The machine suite: berth's promises through what a developer's machine does on its own, on the
+ * real service processes and real file systems.
  *
  * - The wall clock steps an hour back and two forward under libfaketime (machine-clock.ts).
  * - Each service is stopped with SIGSTOP past every lease, under load, and resumed (machine-wake.ts).
