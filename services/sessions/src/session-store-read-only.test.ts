@@ -11,7 +11,7 @@ import { SessionStore } from "./session-store.js";
  * The file system goes read-only under a write (ext4 remounts itself read-only on a disk error):
  * the write landed, its sync fails, and the journal can be neither cut back nor opened for writing.
  */
-const disk = vi.hoisted(() => ({ readOnly: false }));
+const disk = vi.hoisted(() => ({ readOnly: false, descriptorsLeft: Infinity }));
 const erofs = (call: string) => Object.assign(new Error(`EROFS: read-only file system, ${call}`), { code: "EROFS" });
 vi.mock("node:fs", async (real) => {
   const actual = await real<typeof import("node:fs")>();
@@ -23,7 +23,12 @@ vi.mock("node:fs", async (real) => {
     openSync: (...args: Parameters<typeof actual.openSync>) => {
       const flags = args[1];
       if (disk.readOnly && flags !== undefined && flags !== "r") throw erofs("open");
+      if (disk.descriptorsLeft <= 0) throw Object.assign(new Error("EMFILE: too many open files, open"), { code: "EMFILE" });
       return actual.openSync(...args);
+    },
+    closeSync: (...args: Parameters<typeof actual.closeSync>) => {
+      disk.descriptorsLeft++;
+      return actual.closeSync(...args);
     },
   };
   return { ...actual, ...guarded, default: { ...actual, ...guarded } };
@@ -35,6 +40,7 @@ beforeEach(() => {
 });
 afterEach(() => {
   disk.readOnly = false;
+  disk.descriptorsLeft = Infinity;
   fs.rmSync(dir, { recursive: true, force: true });
 });
 
@@ -75,6 +81,23 @@ describe("a state directory that goes read-only under a write", () => {
       duplicate: true,
     });
     disk.readOnly = false;
+    await store.close();
+  });
+});
+
+describe("no descriptor left to open a journal", () => {
+  it("closes the journals of idle sessions and opens it; they reopen on their next append", async () => {
+    const warnings: string[] = [];
+    const logger = { debug() {}, info() {}, warn: (fields: object, msg?: string) => void warnings.push(`${msg} ${JSON.stringify(fields)}`), error() {} };
+    const store = new SessionStore({ dir: path.join(dir, "sessions"), clock: new ManualClock(), logger });
+    await store.append("s1", [{ type: "generate" }]);
+    await store.append("s2", [{ type: "generate" }]);
+    // Every descriptor taken: the next open fails until one is closed.
+    disk.descriptorsLeft = 0;
+    expect((await store.append("s3", [{ type: "generate" }])).lastSeq).toBe(1);
+    expect(warnings).toEqual([expect.stringMatching(/^no descriptor left to open a journal: closed the journals of idle sessions \{"closed":2,"errno":"EMFILE"\}/)]);
+    disk.descriptorsLeft = Infinity;
+    expect((await store.append("s1", [{ type: "agent_done" }])).lastSeq).toBe(2);
     await store.close();
   });
 });
