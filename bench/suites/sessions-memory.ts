@@ -22,7 +22,7 @@ import { emit } from "../lib/report.js";
 import { startBenchServer, type BenchServer } from "../lib/server.js";
 
 const SessionService = grpcServiceClient("berth/sessions/v1/session_service.proto", "berth.sessions.v1.SessionService");
-const LockService = grpcServiceClient("berth/sessions/v1/lock_service.proto", "berth.sessions.v1.LockService");
+const LockService = grpcServiceClient("berth/locks/v1/lock_service.proto", "berth.locks.v1.LockService");
 
 const MB = 1024 * 1024;
 const mb = (bytes: number) => Math.round((bytes / MB) * 10) / 10;
@@ -153,7 +153,8 @@ async function manyLockFiles(): Promise<void> {
       let refused = 0;
       await inTurn(count, 16, async (i) => {
         try {
-          await unary(client, "acquire", { file: file(i), owner: "bench" });
+          // max_wait zero: try once (unset would wait the longest wait).
+          await unary(client, "acquire", { file: file(i), owner: "bench", maxWait: { seconds: 0 } });
         } catch {
           refused++;
         }
