@@ -1,6 +1,6 @@
 /**
- * Python as a real polyglot client (issue 6, item 1): stubs generated from proto/ with Debian's
- * protoc and grpc_tools, and `examples/python/berth_client.py` on Debian's grpcio, against a started
+ * Python as a real polyglot client: stubs generated from proto/ with Debian's protoc and gRPC's
+ * Python plugin, and `examples/python/berth_client.py` on Debian's grpcio, against a started
  * sessions service (with a bearer token) and a budget service (a fixture machine with a 4G budget,
  * so admission queues deterministically).
  *
@@ -10,7 +10,7 @@
  * that makes the Python admission queue.
  */
 import { spawn, spawnSync, type ChildProcessWithoutNullStreams } from "node:child_process";
-import { mkdirSync, realpathSync, symlinkSync, writeFileSync } from "node:fs";
+import { mkdirSync, readFileSync, realpathSync, symlinkSync, writeFileSync } from "node:fs";
 import * as path from "node:path";
 import { createInterface } from "node:readline";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -22,18 +22,18 @@ import { Code, ConnectError, type Client } from "@connectrpc/connect";
 import { CLI, G, startBudget, until, type BudgetUnderTest } from "./budget-e2e.js";
 import { connectClient, makeTempDir, onStopAll, repoPath, runCommand, startService, stopAll, type CommandResult, type StartedService } from "./harness.js";
 
-/** The interpreter with Debian's python3-grpcio, python3-protobuf and python3-grpc-tools. */
+/** The interpreter with Debian's python3-grpcio and python3-protobuf. */
 const PYTHON = "/usr/bin/python3";
 const EXAMPLES = repoPath("examples/python");
 
 /** Why the Python tests cannot run here, or undefined when they can. */
 function pythonMissing(): string | undefined {
-  const probe = spawnSync(PYTHON, ["-c", "import grpc, google.protobuf, grpc_tools.protoc"], { encoding: "utf8" });
+  const probe = spawnSync(PYTHON, ["-c", "import grpc, google.protobuf"], { encoding: "utf8" });
   if (probe.error !== undefined || probe.status !== 0) {
-    return `${PYTHON} lacks grpcio/protobuf/grpc_tools (apt-get install python3-grpcio python3-protobuf protobuf-compiler python3-grpc-tools): ${probe.error?.message ?? probe.stderr.trim().split("\n").pop()}`;
+    return `${PYTHON} lacks grpcio/protobuf (apt-get install python3-grpcio python3-protobuf): ${probe.error?.message ?? probe.stderr.trim().split("\n").pop()}`;
   }
-  const protoc = spawnSync("protoc", ["--version"], { encoding: "utf8" });
-  if (protoc.error !== undefined || protoc.status !== 0) return "protoc is missing (apt-get install protobuf-compiler)";
+  const plugin = spawnSync("grpc_python_plugin", ["--version"], { encoding: "utf8" });
+  if (plugin.error !== undefined) return "grpc_python_plugin is missing (apt-get install protobuf-compiler-grpc)";
   return undefined;
 }
 
@@ -126,6 +126,7 @@ describe.skipIf(missing !== undefined)("Python client (grpcio 1.51 + stubs from 
   let budget: BudgetUnderTest;
   let stubs: string;
   let generated: CommandResult;
+  let pluginRequests: string;
   let projectRoot: string;
   let sessionClient: Client<typeof SessionService>;
   let lockClient: Client<typeof LockService>;
@@ -137,8 +138,12 @@ describe.skipIf(missing !== undefined)("Python client (grpcio 1.51 + stubs from 
     projectRoot = path.join(root, "project");
     mkdirSync(projectRoot);
     stubs = path.join(root, "stubs");
-    // As a user would: the stubs are generated from proto/ for this run, never taken from git.
-    generated = await runCommand("bash", [path.join(EXAMPLES, "generate.sh"), stubs], { timeoutMs: 60_000, env: { PYTHON } });
+    // As a user would: the stubs are generated from proto/ for this run, never taken from git. The
+    // plugin is Debian's, through a wrapper that keeps the requests protoc hands it.
+    pluginRequests = path.join(root, "plugin-requests");
+    const plugin = path.join(root, "grpc_python_plugin");
+    writeFileSync(plugin, `#!/bin/sh\ntee -a "${pluginRequests}" | exec grpc_python_plugin "$@"\n`, { mode: 0o755 });
+    generated = await runCommand("bash", [path.join(EXAMPLES, "generate.sh"), stubs], { timeoutMs: 60_000, env: { GRPC_PYTHON_PLUGIN: plugin } });
     [sessions, budget] = await Promise.all([
       // Room for one waiter per lock: the Python side meets TOO_MANY_WAITERS once this side queues one.
       startService("sessions", { args: ["--token-file", tokenFile, "--lock-max-waiters", "1"] }),
@@ -151,7 +156,7 @@ describe.skipIf(missing !== undefined)("Python client (grpcio 1.51 + stubs from 
   }, 90_000);
   afterAll(stopAll);
 
-  it("generates the stubs from proto/ with protoc and grpc_tools", async () => {
+  it("generates the stubs from proto/ with protoc and grpc_python_plugin", async () => {
     expect(generated.code, `${generated.stdout}\n${generated.stderr}`).toBe(0);
     const imports = await runCommand(
       PYTHON,
@@ -161,6 +166,14 @@ describe.skipIf(missing !== undefined)("Python client (grpcio 1.51 + stubs from 
     expect(imports.code, imports.stderr).toBe(0);
     // grpcio is still the real module (nothing generated shadows it), and `optional` has presence.
     expect(imports.stdout).toMatch(/^\/usr\/lib\/python3\/dist-packages\/grpc\/__init__\.py False$/m);
+    // The service stubs come from gRPC's plugin run by protoc on the real protos (proto3 `optional`
+    // included), not from another compiler or an edited copy.
+    const requests = readFileSync(pluginRequests, "latin1");
+    for (const file of ["berth/sessions/v1/session_service.proto", "berth/locks/v1/lock_service.proto", "berth/budget/v1/budget_service.proto", "health.proto"]) {
+      expect(requests).toContain(file);
+    }
+    // proto3 `optional` page_url's synthetic oneof: the descriptors handed to the plugin kept it.
+    expect(requests).toContain("_page_url");
   });
 
   it("drives sessions, locks and the budget from Python, checked from TypeScript", { timeout: 120_000 }, async () => {
