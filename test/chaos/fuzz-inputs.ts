@@ -916,7 +916,9 @@ export function buildRequest(fuzzCase: FuzzCase, method: DescMethod, pools: Toke
   const mutationLabel = fuzzCase.mutations.map((m) => m.op).join("+") || "intact";
   return {
     wire,
-    messageBytes: framing === "normal" || framing === "gzip" ? mutated : new Uint8Array(0),
+    // Flag bits other than "compressed" mean nothing to the server, so an odd-flags message is parsed
+    // as it stands, and an acknowledged call of it must be attributable like a plain one.
+    messageBytes: framing === "normal" || framing === "gzip" || framing === "odd-flags" ? mutated : new Uint8Array(0),
     oversized,
     internalBySpec: compressedWithoutEncoding(contentType, headers, chunks),
     label: `${fuzzCase.transport} ${method.parent.name}.${method.name} ${labelBody} ${mutationLabel} ${framing} ct=${contentType ?? "(none)"} settle=${fuzzCase.settle}`,
