@@ -62,8 +62,12 @@ export class HeldLock implements AsyncDisposable {
     private readonly callerSignal: AbortSignal | undefined,
     private readonly detach: () => void,
   ) {
+    // The call's signal aborting frees the lock: no longer held from that moment.
+    callerSignal?.addEventListener("abort", this.#onCallerAbort, { once: true });
     void this.follow();
   }
+
+  readonly #onCallerAbort = (): void => this.end(this.callerSignal?.reason);
 
   /** The locked file's canonical path (every spelling of it is this one lock). */
   get file(): string {
@@ -125,6 +129,7 @@ export class HeldLock implements AsyncDisposable {
   }
 
   private end(reason: unknown): void {
+    this.callerSignal?.removeEventListener("abort", this.#onCallerAbort);
     this.detach();
     this.call.abort();
     if (!this.#controller.signal.aborted) this.#controller.abort(reason);
