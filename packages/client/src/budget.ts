@@ -29,7 +29,7 @@ import {
 } from "@berth/api/berth/budget/v1/budget_service_pb";
 import type { Endpoint } from "./endpoint.js";
 import { BerthClientError, withBerthErrors } from "./errors.js";
-import { callOptions, durationOfMs, serviceTransports, type CallOptions, type ServiceClientOptions } from "./options.js";
+import { callOptions, durationOfMs, linkedCall, serviceTransports, type CallOptions, type ServiceClientOptions } from "./options.js";
 import { defaultOwner } from "./owner.js";
 
 /** The typed details the budget service sends with its errors. */
@@ -272,15 +272,12 @@ export class BudgetClient {
   /**
    * Waits for room for `need` (queued, with `onQueued` told the place, the ETA and why), then runs
    * `work` with the admission, and releases the reservation when `work` settles, answering (or
-   * throwing) what `work` did. A refusal is a BerthClientError with `refusal` (FAILED_PRECONDITION
+   * throwing) what `work` did. `timeoutMs` bounds the wait (DEADLINE_EXCEEDED); the signal
+   * aborting withdraws the request, or, once admitted, ends the admission (`admission.signal`). A refusal is a BerthClientError with `refusal` (FAILED_PRECONDITION
    * IMPOSSIBLE, RESOURCE_EXHAUSTED QUEUE_FULL or WAIT_EXHAUSTED, with `retryAfterMs`).
    */
   async admit<T>(need: NeedInput, work: (admission: Admission) => Promise<T> | T, options: AdmitOptions = {}): Promise<T> {
-    const call = new AbortController();
-    const signal = options.signal;
-    const onAbort = () => call.abort(signal?.reason);
-    if (signal?.aborted) onAbort();
-    else signal?.addEventListener("abort", onAbort, { once: true });
+    const call = linkedCall(options);
     const requests = new RequestStream();
     requests.push({
       kind: {
@@ -288,11 +285,11 @@ export class BudgetClient {
         value: { need: needOf(need), owner: options.owner ?? defaultOwner(), maxWait: durationOfMs(options.maxWaitMs), skipLoadGate: options.skipLoadGate ?? false },
       },
     });
-    const responses = this.#streams().admit(requests, { signal: call.signal, ...(options.timeoutMs === undefined ? {} : { timeoutMs: options.timeoutMs }) })[Symbol.asyncIterator]();
+    const responses = this.#streams().admit(requests, { signal: call.controller.signal })[Symbol.asyncIterator]();
     const done = () => {
-      signal?.removeEventListener("abort", onAbort);
+      call.dispose();
       requests.end();
-      call.abort();
+      call.controller.abort();
     };
     let admission: Admission | undefined;
     try {
@@ -304,6 +301,8 @@ export class BudgetClient {
         else if (kind.case === "admitted") {
           const { reservation, waited } = kind.value;
           if (reservation === undefined) throw new ConnectError("the service admitted without a reservation", Code.Internal);
+          // The deadline was the wait's: the admission is held until the work settles.
+          call.clearDeadline();
           admission = new Admission(reservation, waited === undefined ? 0 : durationMs(waited), requests, responses);
         }
       }

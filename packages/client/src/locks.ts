@@ -19,7 +19,7 @@ import type { Endpoint } from "./endpoint.js";
 import { BerthClientError, withBerthErrors } from "./errors.js";
 import { absoluteLockPath } from "./lock-path.js";
 import { defaultOwner } from "./owner.js";
-import { callOptions, durationOfMs, serviceTransports, type CallOptions, type ServiceClientOptions } from "./options.js";
+import { callOptions, durationOfMs, linkedCall, serviceTransports, type CallOptions, type ServiceClientOptions } from "./options.js";
 
 /** The typed details the lock service sends with its errors. */
 export const LOCK_ERROR_DETAILS = [LockHeldSchema] as const;
@@ -156,32 +156,29 @@ export class LocksClient {
   /**
    * Waits for the lock on `file` (queued in arrival order behind the holder) and holds it until
    * released: `await using lease = await locks.lock("src/app.css")`. A wait that runs out is
-   * RESOURCE_EXHAUSTED WAIT_EXHAUSTED (`lockHeld` names the holder); the signal aborting, while
-   * waiting or holding, withdraws or frees it.
+   * RESOURCE_EXHAUSTED WAIT_EXHAUSTED (`lockHeld` names the holder); `timeoutMs` bounds the wait
+   * (DEADLINE_EXCEEDED); the signal aborting, while waiting or holding, withdraws or frees it.
    */
   async lock(file: string, options: LockOptions = {}): Promise<HeldLock> {
-    const call = new AbortController();
-    const signal = options.signal;
-    const onAbort = () => call.abort(signal?.reason);
-    if (signal?.aborted) onAbort();
-    else signal?.addEventListener("abort", onAbort, { once: true });
-    const detach = () => signal?.removeEventListener("abort", onAbort);
+    const call = linkedCall(options);
     const request = { file: absoluteLockPath(file, options.cwd), owner: options.owner ?? defaultOwner(), maxWait: durationOfMs(options.maxWaitMs) };
-    const responses = this.#streams().hold(request, { signal: call.signal, ...(options.timeoutMs === undefined ? {} : { timeoutMs: options.timeoutMs }) })[Symbol.asyncIterator]();
+    const responses = this.#streams().hold(request, { signal: call.controller.signal })[Symbol.asyncIterator]();
     try {
       for (;;) {
         const next = await responses.next();
-        if (next.done) throw BerthClientError.from(new ConnectError("the service ended the stream before granting the lock", Code.Unknown));
+        if (next.done) throw new ConnectError("the service ended the stream before granting the lock", Code.Unknown);
         const kind = next.value.kind;
         if (kind.case === "waiting") options.onWaiting?.(kind.value);
         else if (kind.case === "acquired") {
+          // The deadline was the wait's: the lock is held until released.
+          call.clearDeadline();
           const release = (leaseToken: string) => this.rpc.release({ leaseToken }, { timeoutMs: RELEASE_TIMEOUT_MS }).then((r) => r.released);
-          return new HeldLock(kind.value, responses, call, release, signal, detach);
+          return new HeldLock(kind.value, responses, call.controller, release, options.signal, () => call.dispose());
         }
       }
     } catch (error) {
-      detach();
-      call.abort();
+      call.dispose();
+      call.controller.abort();
       throw BerthClientError.from(error, LOCK_ERROR_DETAILS);
     }
   }

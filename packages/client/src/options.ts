@@ -1,13 +1,14 @@
 /** Options every service client and every call share. */
 import { durationFromMs, type Duration } from "@bufbuild/protobuf/wkt";
-import type { Transport } from "@connectrpc/connect";
+import { Code, ConnectError, type Transport } from "@connectrpc/connect";
 import { resolveEndpoint, type Endpoint, type EndpointOptions, type ServiceName } from "./endpoint.js";
 import { createTransport } from "./transport.js";
 
 /**
  * Deadlines and cancellation, on every call: `signal` cancels (the call fails with CANCELED; a
  * stream held for a lock or an admission ends, which frees what it held), `timeoutMs` is the
- * call's deadline (DEADLINE_EXCEEDED). `AbortSignal.timeout(ms)` works as a signal too.
+ * call's deadline (DEADLINE_EXCEEDED; for a lock or an admission, the deadline of the wait).
+ * `AbortSignal.timeout(ms)` works as a signal too.
  */
 export interface CallOptions {
   readonly signal?: AbortSignal | undefined;
@@ -77,4 +78,41 @@ export function durationOfMs(ms: number | undefined): Duration | undefined {
   if (ms === undefined) return undefined;
   if (!Number.isFinite(ms) || ms < 0) throw new RangeError(`a duration must be a finite number of milliseconds ≥ 0, got ${ms}`);
   return durationFromMs(ms);
+}
+
+/** A stream call's own abort controller, linked to the caller's signal and deadline. */
+export interface LinkedCall {
+  /** Aborts with the caller's reason when its signal aborts, with DEADLINE_EXCEEDED when the deadline passes. */
+  readonly controller: AbortController;
+  /** Stops the deadline (a lock or an admission, once granted). */
+  clearDeadline(): void;
+  /** Stops listening to the caller's signal and clears the deadline. */
+  dispose(): void;
+}
+
+/**
+ * The controller of a stream call, which this package aborts itself when it is done with the
+ * stream (a loop broken, a lock released) so that nothing of the call outlives it, and whose
+ * deadline timer never keeps the process alive.
+ */
+export function linkedCall(options: CallOptions | undefined): LinkedCall {
+  const controller = new AbortController();
+  const signal = options?.signal;
+  const onAbort = () => controller.abort(signal?.reason);
+  if (signal?.aborted) onAbort();
+  else signal?.addEventListener("abort", onAbort, { once: true });
+  const timeoutMs = options?.timeoutMs;
+  let timer: NodeJS.Timeout | undefined;
+  if (timeoutMs !== undefined) {
+    timer = setTimeout(() => controller.abort(new ConnectError(`the deadline (${timeoutMs} ms) passed`, Code.DeadlineExceeded)), timeoutMs);
+    timer.unref();
+  }
+  return {
+    controller,
+    clearDeadline: () => clearTimeout(timer),
+    dispose() {
+      clearTimeout(timer);
+      signal?.removeEventListener("abort", onAbort);
+    },
+  };
 }

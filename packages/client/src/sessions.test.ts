@@ -174,6 +174,25 @@ describe("watch", () => {
   });
 });
 
+describe("watch, left early", () => {
+  it("ends the service's stream as soon as the loop breaks, deadline or not (nothing of it outlives the loop)", async () => {
+    let ended: (() => void) | undefined;
+    const streamEnded = new Promise<void>((resolve) => (ended = resolve));
+    const sessions = client({
+      async *watchSession(_request, context) {
+        context.signal.addEventListener("abort", () => ended!());
+        yield caughtUp(0);
+        await new Promise(() => {});
+      },
+    });
+    for await (const event of sessions.watch("s", { timeoutMs: 60_000 })) {
+      expect(event.kind).toBe("caughtUp");
+      break;
+    }
+    await streamEnded;
+  });
+});
+
 describe("list", () => {
   it("fetches every page", async () => {
     const sessions = client({

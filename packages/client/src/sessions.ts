@@ -27,7 +27,7 @@ import type { Endpoint } from "./endpoint.js";
 import { BerthClientError, withBerthErrors } from "./errors.js";
 import { journalToEvent } from "./journal-events.js";
 import { absoluteLockPath } from "./lock-path.js";
-import { callOptions, delay, durationOfMs, serviceTransports, type CallOptions, type ServiceClientOptions } from "./options.js";
+import { callOptions, delay, durationOfMs, linkedCall, serviceTransports, type CallOptions, type ServiceClientOptions } from "./options.js";
 
 export { ExpectedState };
 
@@ -148,36 +148,40 @@ export class SessionsClient {
   async *watch(sessionId: string, options: WatchOptions = {}): AsyncGenerator<SessionWatchEvent> {
     let fromSeq = BigInt(options.fromSeq ?? 0);
     const progressInterval = durationOfMs(options.progressIntervalMs);
-    // One deadline for the whole watch, however often it resumes.
-    const deadline = options.timeoutMs === undefined ? undefined : Date.now() + options.timeoutMs;
-    for (;;) {
-      const call = { signal: options.signal, timeoutMs: deadline === undefined ? undefined : Math.max(1, deadline - Date.now()) };
-      const request = { sessionId, fromSeq, includeSnapshot: options.includeSnapshot ?? false, maxBatch: options.maxBatch ?? 0, progressInterval };
-      let live = false;
-      try {
-        for await (const message of this.rpc.watchSession(request, callOptions(call))) {
-          const kind = message.kind;
-          if (kind.case === "entries") {
-            for (const { entry, snapshot } of kind.value.entries) {
-              if (entry === undefined) continue;
-              fromSeq = entry.seq + 1n;
-              yield { kind: "entry", entry, snapshot, live };
+    // One deadline for the whole watch, however often it resumes; the stream ends with the loop.
+    const call = linkedCall(options);
+    try {
+      for (;;) {
+        const request = { sessionId, fromSeq, includeSnapshot: options.includeSnapshot ?? false, maxBatch: options.maxBatch ?? 0, progressInterval };
+        let live = false;
+        try {
+          for await (const message of this.rpc.watchSession(request, { signal: call.controller.signal })) {
+            const kind = message.kind;
+            if (kind.case === "entries") {
+              for (const { entry, snapshot } of kind.value.entries) {
+                if (entry === undefined) continue;
+                fromSeq = entry.seq + 1n;
+                yield { kind: "entry", entry, snapshot, live };
+              }
+            } else if (kind.case === "caughtUp") {
+              live = true;
+              if (kind.value.lastSeq + 1n > fromSeq) fromSeq = kind.value.lastSeq + 1n;
+              yield { kind: "caughtUp", lastSeq: kind.value.lastSeq, snapshot: kind.value.snapshot };
+            } else if (kind.case === "progress") {
+              yield { kind: "progress", lastSeq: kind.value.lastSeq, sendTime: kind.value.sendTime };
             }
-          } else if (kind.case === "caughtUp") {
-            live = true;
-            if (kind.value.lastSeq + 1n > fromSeq) fromSeq = kind.value.lastSeq + 1n;
-            yield { kind: "caughtUp", lastSeq: kind.value.lastSeq, snapshot: kind.value.snapshot };
-          } else if (kind.case === "progress") {
-            yield { kind: "progress", lastSeq: kind.value.lastSeq, sendTime: kind.value.sendTime };
           }
+          return;
+        } catch (error) {
+          const lagged = error instanceof BerthClientError && error.code === Code.ResourceExhausted ? error.watcherLagged : undefined;
+          if (lagged === undefined || options.resume === false || call.controller.signal.aborted) throw error;
+          fromSeq = lagged.resumeFromSeq;
+          yield { kind: "resumed", fromSeq, error: error as BerthClientError };
         }
-        return;
-      } catch (error) {
-        const lagged = error instanceof BerthClientError && error.code === Code.ResourceExhausted ? error.watcherLagged : undefined;
-        if (lagged === undefined || options.resume === false || options.signal?.aborted) throw error;
-        fromSeq = lagged.resumeFromSeq;
-        yield { kind: "resumed", fromSeq, error: error as BerthClientError };
       }
+    } finally {
+      call.dispose();
+      call.controller.abort();
     }
   }
 
