@@ -162,3 +162,21 @@ function label(event: SessionWatchEvent): string {
       return `resumed ${event.fromSeq}`;
   }
 }
+
+describe("finding the services: the berth command, through the same table", () => {
+  it("by the services' own host and port variables and a token file; a malformed URL variable is a usage error naming it", async () => {
+    const { runCommand, repoPath } = await import("./harness.js");
+    const port = new URL(sessions.url("sessions")).port;
+    const cli = (env: Record<string, string | undefined>) =>
+      runCommand(process.execPath, [repoPath("packages/cli/bin/berth.js"), "sessions", "get", "found-by-port"], {
+        env: { BERTH_SESSIONS_URL: undefined, BERTH_SESSIONS_SOCKET: undefined, BERTH_HOST: undefined, BERTH_SESSIONS_PORT: undefined, BERTH_TOKEN: undefined, BERTH_TOKEN_FILE: undefined, ...env },
+      });
+    const found = await cli({ BERTH_HOST: "::", BERTH_SESSIONS_PORT: port, BERTH_TOKEN_FILE: tokenFile });
+    expect(found.code, found.stderr).toBe(0);
+    expect(found.stdout).toMatch(/^session\s+found-by-port$/m);
+    expect((await cli({ BERTH_SESSIONS_PORT: port })).code).toBe(77);
+    const malformed = await cli({ BERTH_SESSIONS_URL: "127.0.0.1:7301" });
+    expect(malformed.code).toBe(2);
+    expect(malformed.stderr).toMatch(/BERTH_SESSIONS_URL must look like http:\/\/127\.0\.0\.1:7301 or unix:/);
+  });
+});
