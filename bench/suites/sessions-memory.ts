@@ -16,7 +16,7 @@ import { tmpdir } from "node:os";
 import * as path from "node:path";
 import * as grpc from "@grpc/grpc-js";
 import { encodeJournalLine } from "@berth/sessions/journal-format";
-import { lockFilePath } from "@berth/sessions/locks/seed-lock-files";
+import { lockFilePath } from "@berth/sessions/locks/lock-file-protocol";
 import { grpcServiceClient, target, unary } from "../lib/grpc-clients.js";
 import { emit } from "../lib/report.js";
 import { startBenchServer, type BenchServer } from "../lib/server.js";

@@ -15,7 +15,7 @@ import { createSessionStore, DEFAULT_CACHE_SIZE, DEFAULT_MAX_EVENT_BYTES, DEFAUL
 import { resolveSessionDirs } from "../session-paths.js";
 import { DEFAULT_MAX_BUFFERED } from "../watch-hub.js";
 import { createSessionHandlers, type FenceCheck } from "./session-handlers.js";
-import { createLockService, DEFAULT_LOCK_LIMITS, PRIVATE_LOCK_FILE_MODE, SHARED_LOCK_FILE_MODE, type LockService as LockDomain } from "../locks/index.js";
+import { createSourceLocks, DEFAULT_LOCK_LIMITS, PRIVATE_LOCK_FILE_MODE, SHARED_LOCK_FILE_MODE, type SourceLocks } from "../locks/index.js";
 import { makeFenceCheck, makeLockHandlers } from "./lock-handlers.js";
 
 /** The default port of the sessions service. */
@@ -197,13 +197,13 @@ export function sessionServiceRegistration(store: SessionStore, context: ServerC
  * `<live-dir>/locks/` (beside the seed's processes of that project) or, without a live directory,
  * in `<state-dir>/locks/`.
  */
-export function openLocks(values: SessionsValues, logger: Logger): LockDomain {
+export function openLocks(values: SessionsValues, logger: Logger): SourceLocks {
   const projectRoot = values.projectRoot === undefined ? undefined : path.resolve(values.projectRoot);
   const liveDir = path.resolve(values.liveDir ?? values.stateDir);
   // In the state directory the lock files are as private as the rest of it; in a project's live
   // directory they are readable like the seed's, for the project's seed processes.
   const lockFileMode = values.liveDir === undefined ? PRIVATE_LOCK_FILE_MODE : SHARED_LOCK_FILE_MODE;
-  const locks = createLockService({
+  const locks = createSourceLocks({
     projectRoot,
     stateDir: path.resolve(values.stateDir),
     liveDir,
@@ -216,7 +216,7 @@ export function openLocks(values: SessionsValues, logger: Logger): LockDomain {
 }
 
 /** The LockService registration over `locks`, with its gauges on the server's metrics. */
-export function lockServiceRegistration(locks: LockDomain, context: ServerContext) {
+export function lockServiceRegistration(locks: SourceLocks, context: ServerContext) {
   context.metrics.registerGauge("berth_locks_held", "Source locks held through berth (leases and Hold streams).", () => locks.stats().held);
   context.metrics.registerGauge("berth_locks_waiting", "Requests waiting for a source lock.", () => locks.stats().waiting);
   context.metrics.registerGauge("berth_locks_blocked_by_lock_files", "Locks whose queue waits for a lock file held by a process using the seed's library.", () => locks.stats().blockedByLockFiles);
@@ -236,7 +236,7 @@ export const sessionsService: ServiceDefinition<typeof SESSIONS_SETTINGS> = {
       logger,
       open: async () => {
         const sessions = openSessions(values, logger);
-        let locks: LockDomain;
+        let locks: SourceLocks;
         try {
           locks = openLocks(values, logger);
         } catch (error) {
