@@ -8,7 +8,7 @@
 import { writeFileSync } from "node:fs";
 import * as path from "node:path";
 import { expect } from "vitest";
-import { resolveEndpoint } from "@berth/client/endpoint";
+import { endpointFromFlags } from "@berth/cli/client/endpoint-flags";
 
 /** What a client resolved: both URLs and the token (null without one), or the error it gave. */
 export type Resolution = { sessions: string; budget: string; token: string | null } | { error: string };
@@ -75,12 +75,24 @@ export function discoveryCases(dir: string): DiscoveryCase[] {
 /** What the berth command resolves for a case (its flags: `--sessions-url`, `--budget-url`, `--token-file`). */
 export function cliResolution(c: DiscoveryCase): Resolution {
   try {
-    const resolve = (url: string | undefined, service: "sessions" | "budget") => resolveEndpoint(service, { url, tokenFile: c.token_file, env: { ...c.env } });
-    const sessions = resolve(c.sessions_url, "sessions");
-    const budget = resolve(c.budget_url, "budget");
+    const flags = { "sessions-url": c.sessions_url, "budget-url": c.budget_url, "token-file": c.token_file };
+    const [sessions, budget] = withEnvironment(c.env, () => [endpointFromFlags("sessions", flags), endpointFromFlags("budget", flags)]);
     return { sessions: sessions.url, budget: budget.url, token: sessions.token ?? null };
   } catch (error) {
     return { error: (error as Error).message };
+  }
+}
+
+/** Runs `f` with process.env as `env` alone (the berth command reads the process's environment). */
+function withEnvironment<T>(env: Readonly<Record<string, string>>, f: () => T): T {
+  const saved = { ...process.env };
+  for (const name of Object.keys(process.env)) if (name.startsWith("BERTH_")) delete process.env[name];
+  Object.assign(process.env, env);
+  try {
+    return f();
+  } finally {
+    for (const name of Object.keys(process.env)) if (!(name in saved)) delete process.env[name];
+    Object.assign(process.env, saved);
   }
 }
 
