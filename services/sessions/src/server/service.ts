@@ -7,7 +7,8 @@ import type { Logger } from "pino";
 import { LockService } from "@berth/api/berth/locks/v1/lock_service_pb";
 import { SessionService } from "@berth/api/berth/sessions/v1/session_service_pb";
 import { defineConfig, integerParser, oneOf, parseNonEmpty, parsePort, type ConfigValues } from "@berth/shared/config";
-import { acquireElection, type ElectionLock } from "@berth/shared/election";
+import { fileElector } from "@berth/shared/election";
+import type { ElectionLock, Elector } from "@berth/shared/elector";
 import { invalidArgument } from "@berth/shared/errors";
 import { implement, serveElected, type CommonValues, type ServerContext, type ServiceDefinition } from "@berth/shared/server/index";
 import { formatDuration, formatSize, parseDuration, parseSize } from "@berth/shared/units";
@@ -149,10 +150,10 @@ export interface OpenedSessions {
  * (`<live>/sessions/berth-sessions.lock`), so two berth services with different state directories
  * cannot both write one project's journals.
  */
-export function openSessions(values: SessionsValues, logger: Logger): OpenedSessions {
+export async function openSessions(values: SessionsValues, logger: Logger, elector: Elector = fileElector): Promise<OpenedSessions> {
   const dirs = resolveSessionDirs(values.liveDir === undefined ? { stateDir: values.stateDir } : { liveDir: values.liveDir });
   let liveElection: ElectionLock | undefined;
-  if (values.liveDir !== undefined) liveElection = acquireElection(dirs.dir, "berth-sessions", { service: "sessions" });
+  if (values.liveDir !== undefined) liveElection = await elector.acquire(dirs.dir, "berth-sessions", { service: "sessions" });
   try {
     const store = createSessionStore({
       dir: dirs.dir,
@@ -235,7 +236,7 @@ export const sessionsService: ServiceDefinition<typeof SESSIONS_SETTINGS> = {
       socket: values.sessionsSocket,
       logger,
       open: async () => {
-        const sessions = openSessions(values, logger);
+        const sessions = await openSessions(values, logger);
         let locks: SourceLocks;
         try {
           locks = openLocks(values, logger);
