@@ -8,7 +8,7 @@ import type { Event } from "@berth/api/berth/sessions/v1/events_pb";
 import { EntryIntegrity, JournalEntrySchema, type JournalEntry } from "@berth/api/berth/sessions/v1/session_service_pb";
 import { eventToJournal as encodeEvent, InvalidEventError, journalToEvent } from "@berth/client/journal-events";
 import { invalidArgument } from "@berth/shared/errors";
-import { IDEMPOTENCY_KEY_FIELD } from "../journal-format.js";
+import { IDEMPOTENCY_KEY_FIELD } from "../journal/journal-format.js";
 import { isoToTimestamp } from "./timestamps.js";
 
 
