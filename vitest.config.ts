@@ -8,6 +8,7 @@ const here = (p: string) => fileURLToPath(new URL(p, import.meta.url));
 // never depends on a stale build. End-to-end tests that spawn services use dist/ (npm test builds).
 const workspaces: Record<string, string> = {
   api: "packages/api/src",
+  client: "packages/client/src",
   shared: "packages/shared/src",
   etcd: "packages/etcd/src",
   sessions: "services/sessions/src",

@@ -9,6 +9,7 @@ const SUITES: Record<string, () => Promise<{ run(args: string[]): Promise<void> 
   locks: () => import("./suites/locks.js"),
   budget: () => import("./suites/budget.js"),
   etcd: () => import("./suites/etcd.js"),
+  cli: () => import("./suites/cli.js"),
 };
 
 const [first, ...rest] = process.argv.slice(2);

@@ -55,7 +55,7 @@ export async function until(predicate: () => boolean | Promise<boolean>, timeout
 }
 
 /** The built CLI. */
-export const CLI = repoPath("packages/cli/dist/main.js");
+export const CLI = repoPath("packages/cli/bin/berth.js");
 
 /** Runs `berth ARGS…` to completion against `url`. */
 export function berth(url: string, args: readonly string[], options: CommandOptions = {}): Promise<CommandResult> {

@@ -8,7 +8,7 @@
 import { writeFileSync } from "node:fs";
 import * as path from "node:path";
 import { expect } from "vitest";
-import { resolveEndpoint } from "@berth/cli/client/connect";
+import { endpointFromFlags } from "@berth/cli/client/endpoint-flags";
 
 /** What a client resolved: both URLs and the token (null without one), or the error it gave. */
 export type Resolution = { sessions: string; budget: string; token: string | null } | { error: string };
@@ -62,7 +62,7 @@ export function discoveryCases(dir: string): DiscoveryCase[] {
     { name: "an IPv6 BERTH_HOST is bracketed", env: { BERTH_HOST: "::1" }, expected: { sessions: "http://[::1]:7301", budget: "http://[::1]:7302", token: null } },
     { name: "a blank variable counts as unset", env: { BERTH_SESSIONS_URL: "  ", BERTH_SESSIONS_SOCKET: "", BERTH_HOST: " ", BERTH_TOKEN: " " }, expected: { ...DEFAULTS, token: null } },
     { name: "trailing slashes are dropped", env: { BERTH_SESSIONS_URL: "http://127.0.0.1:9003//" }, budget_url: "http://127.0.0.1:9004/", expected: { sessions: "http://127.0.0.1:9003", budget: "http://127.0.0.1:9004", token: null } },
-    { name: "a URL that is neither http(s):// nor unix: is refused", env: { BERTH_BUDGET_URL: "127.0.0.1:7302" }, expected: { error: /BERTH_BUDGET_URL must look like http:\/\/127\.0\.0\.1:7301 or unix:\/path\/to\/socket, got "127\.0\.0\.1:7302"/ } },
+    { name: "a URL that is neither http(s):// nor unix: is refused", env: { BERTH_BUDGET_URL: "127.0.0.1:7302" }, expected: { error: /BERTH_BUDGET_URL must look like http:\/\/127\.0\.0\.1:730[12] or unix:\/path\/to\/socket, got "127\.0\.0\.1:7302"/ } },
     { name: "an explicit token wins over token files and BERTH_TOKEN", env: { BERTH_TOKEN_FILE: fromEnv, BERTH_TOKEN: "from-env" }, token: "explicit", token_file: fromFlag, expected: { ...DEFAULTS, token: "explicit" } },
     { name: "an explicit token file wins over BERTH_TOKEN_FILE and BERTH_TOKEN", env: { BERTH_TOKEN_FILE: fromEnv, BERTH_TOKEN: "from-env" }, token_file: fromFlag, expected: { ...DEFAULTS, token: "from-flag" } },
     { name: "BERTH_TOKEN_FILE (trimmed) wins over BERTH_TOKEN", env: { BERTH_TOKEN_FILE: fromEnv, BERTH_TOKEN: "from-env" }, expected: { ...DEFAULTS, token: "from-env-file" } },
@@ -75,13 +75,24 @@ export function discoveryCases(dir: string): DiscoveryCase[] {
 /** What the berth command resolves for a case (its flags: `--sessions-url`, `--budget-url`, `--token-file`). */
 export function cliResolution(c: DiscoveryCase): Resolution {
   try {
-    const resolve = (url: string | undefined, service: "SESSIONS" | "BUDGET", defaultUrl: string) =>
-      resolveEndpoint({ url, urlEnv: `BERTH_${service}_URL`, defaultUrl, tokenFile: c.token_file, env: { ...c.env } });
-    const sessions = resolve(c.sessions_url, "SESSIONS", DEFAULTS.sessions);
-    const budget = resolve(c.budget_url, "BUDGET", DEFAULTS.budget);
+    const flags = { "sessions-url": c.sessions_url, "budget-url": c.budget_url, "token-file": c.token_file };
+    const [sessions, budget] = withEnvironment(c.env, () => [endpointFromFlags("sessions", flags), endpointFromFlags("budget", flags)]);
     return { sessions: sessions.url, budget: budget.url, token: sessions.token ?? null };
   } catch (error) {
     return { error: (error as Error).message };
+  }
+}
+
+/** Runs `f` with process.env as `env` alone (the berth command reads the process's environment). */
+function withEnvironment<T>(env: Readonly<Record<string, string>>, f: () => T): T {
+  const saved = { ...process.env };
+  for (const name of Object.keys(process.env)) if (name.startsWith("BERTH_")) delete process.env[name];
+  Object.assign(process.env, env);
+  try {
+    return f();
+  } finally {
+    for (const name of Object.keys(process.env)) if (!(name in saved)) delete process.env[name];
+    Object.assign(process.env, saved);
   }
 }
 

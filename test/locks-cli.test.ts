@@ -1,5 +1,5 @@
 /**
- * `berth lock hold|inspect|limits` as a user runs them: the built binary (`node packages/cli/dist/main.js`)
+ * `berth lock hold|inspect|limits` as a user runs them: the built command (`node packages/cli/bin/berth.js`, the bundle the build makes)
  * against a started sessions service, in a pipe (JSON-line progress, plain output, no escapes) and
  * in a pseudo-terminal (the live status line, colours, Ctrl-C from the keyboard).
  */
@@ -11,7 +11,7 @@ import { LockService } from "@berth/api/berth/locks/v1/lock_service_pb";
 import { connectClient, makeTempDir, repoPath, runCommand, startService, stopAll, type CommandResult, type ServiceProcess } from "./harness.js";
 import { hasColour, hasEscapes, runInTerminal, screen, startInTerminal } from "./pty.js";
 
-const BERTH = repoPath("packages/cli/dist/main.js");
+const BERTH = repoPath("packages/cli/bin/berth.js");
 
 let service: ServiceProcess;
 let url: string;

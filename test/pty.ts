@@ -13,7 +13,7 @@ import { spawn } from "node:child_process";
 import { onStopAll, repoPath } from "./harness.js";
 
 /** The built CLI. */
-export const BERTH_CLI = repoPath("packages/cli/dist/main.js");
+export const BERTH_CLI = repoPath("packages/cli/bin/berth.js");
 
 /** Options of {@link runInTerminal} and {@link startInTerminal}. */
 export interface TerminalOptions {

@@ -1,6 +1,6 @@
 /**
  * `berth sessions append|get|list|watch|journal|delete` as a user runs them: the built binary
- * (`node packages/cli/dist/main.js`) against a started sessions service — output, `--json`, stdin,
+ * (`node packages/cli/bin/berth.js`) against a started sessions service — output, `--json`, stdin,
  * exit codes, Ctrl-C on watch, the bearer token — in a pipe (plain text or JSON lines, never an
  * escape sequence) and in a pseudo-terminal (tables and entries in colour, Ctrl-C from the keyboard).
  */
@@ -12,7 +12,7 @@ import { SessionService } from "@berth/api/berth/sessions/v1/session_service_pb"
 import { closeClient, connectClient, makeTempDir, repoPath, runCommand, startService, stopAll, type CommandResult, type ServiceProcess } from "./harness.js";
 import { hasColour, hasEscapes, runInTerminal, screen, startInTerminal } from "./pty.js";
 
-const BERTH = repoPath("packages/cli/dist/main.js");
+const BERTH = repoPath("packages/cli/bin/berth.js");
 
 let service: ServiceProcess;
 let url: string;

@@ -46,7 +46,7 @@ export function repoPath(...parts: string[]): string {
 const ENTRY_POINTS: Readonly<Record<ServiceKind, { script: string; args: readonly string[] }>> = {
   sessions: { script: "services/sessions/dist/main.js", args: [] },
   budget: { script: "services/budget/dist/main.js", args: [] },
-  up: { script: "packages/cli/dist/main.js", args: ["up"] },
+  up: { script: "packages/cli/bin/berth.js", args: ["up"] },
 };
 
 /**

@@ -1,9 +1,15 @@
 #!/usr/bin/env node
 // The `berth` command. npm links a workspace's bin when it installs, before `prepare` compiles
-// dist/, so the link must point at a file in git: this one, which runs the compiled command.
+// dist/, so the link must point at a file in git: this one, which runs the compiled command, as the
+// build bundles it (dist/berth.js: a few files to load instead of some 150 modules; scripts/bundle.mjs).
+import module from "node:module";
 import { fileURLToPath } from "node:url";
 
-const main = new URL("../dist/main.js", import.meta.url);
+// Node 22.1+ keeps V8's compiled code of the modules below on disk (in the temp directory, or
+// NODE_COMPILE_CACHE), so later runs skip compiling them; Node 20 has no such cache.
+module.enableCompileCache?.();
+
+const main = new URL("../dist/berth.js", import.meta.url);
 try {
   await import(main.href);
 } catch (error) {

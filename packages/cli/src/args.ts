@@ -4,10 +4,12 @@
  * the usage error every command prints the same way.
  */
 import { parseArgs, type ParseArgsConfig } from "node:util";
-import { UsageError } from "./client/connect.js";
 import { EXIT } from "./command.js";
 
-export { UsageError };
+/** A command-line mistake: the command prints the message and exits with the usage code. */
+export class UsageError extends Error {
+  override name = "UsageError";
+}
 
 /** A flag's declaration (parseArgs's option config). */
 export interface FlagSpec {

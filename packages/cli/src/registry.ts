@@ -58,9 +58,11 @@ export function overview(): string {
       ["--version", "the version of berth"],
     ],
     notes:
-      "Every client command finds the sessions service at BERTH_SESSIONS_URL (default http://127.0.0.1:7301) and the " +
-      "budget service at BERTH_BUDGET_URL (default http://127.0.0.1:7302), or unix:/path/to/socket; the bearer token " +
-      "comes from BERTH_TOKEN_FILE or BERTH_TOKEN. NO_COLOR turns colours off.",
+      "Every client command finds the sessions and the budget service by --sessions-url/--budget-url, else " +
+      "BERTH_SESSIONS_URL/BERTH_BUDGET_URL (http://HOST:PORT or unix:/path/to/socket), else the services' own " +
+      "BERTH_SESSIONS_SOCKET/BERTH_BUDGET_SOCKET, else BERTH_HOST with BERTH_SESSIONS_PORT/BERTH_BUDGET_PORT, else " +
+      "http://127.0.0.1:7301 and :7302; the bearer token from --token-file, else BERTH_TOKEN_FILE, else BERTH_TOKEN " +
+      "(the README's \"Finding the services\"). NO_COLOR turns colours off.",
     exitCodes: COMMON_EXIT_ROWS,
     examples: [
       "berth up                                          # both services, state in ./.berth",

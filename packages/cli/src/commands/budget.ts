@@ -3,80 +3,38 @@
  * admitting anything (and end a build phase from inside `berth admit`). Human output by default
  * (tables, in bold on a terminal; `watch` rewrites its line in place there), `--json` for scripts:
  * the messages in proto JSON form, one per line.
+ *
+ * This module is the command's help and command line; the calls are in budget-run.ts, loaded once
+ * the command line is known to be right.
  */
-import type { DescMessage, MessageShape } from "@bufbuild/protobuf";
-import { toJson } from "@bufbuild/protobuf";
-import type { Client } from "@connectrpc/connect";
-import { createClient } from "@connectrpc/connect";
-import type { GetStateResponse } from "@berth/api/berth/budget/v1/budget_service_pb";
-import {
-  BudgetService,
-  CheckResponseSchema,
-  GetLimitsResponseSchema,
-  GetMachineResponseSchema,
-  GetStateResponseSchema,
-  ReleaseBuildResponseSchema,
-  WatchMachineResponseSchema,
-} from "@berth/api/berth/budget/v1/budget_service_pb";
-import { parseFlags, stringFlag, usageError, type FlagSpec, type ParsedArgs } from "../args.js";
-import { formatLimits, formatMachine, formatMachineLine, formatState, formatVerdict, resources } from "../client/budget-format.js";
-import { NEED_FLAGS, NEED_HELP_ROWS, needFromFlags } from "../client/budget-need.js";
-import { UsageError, createTransport, resolveEndpoint, type Endpoint } from "../client/connect.js";
-import { describeFailure, reportFailure } from "../client/errors.js";
+import { parseFlags, usageError, UsageError, type FlagSpec, type ParsedArgs } from "../args.js";
+import { endpointFromFlags, type Endpoint } from "../client/endpoint-flags.js";
+import { NEED_FLAGS, NEED_HELP_ROWS } from "../client/need-flags.js";
 import { EXIT, type Command, type SubcommandHelp } from "../command.js";
-import { BUDGET_ENDPOINT_FLAGS, DEFAULT_BUDGET_URL, callExitRows } from "../common-help.js";
+import { BUDGET_ENDPOINT_FLAGS, callExitRows } from "../common-help.js";
 import { renderHelp, type HelpRow } from "../help.js";
-import { LiveLine, isTerminal, styleFor } from "../terminal.js";
 
-type BudgetClient = Client<typeof BudgetService>;
+type SubcommandName = "check" | "state" | "limits" | "machine" | "watch" | "build-done";
+
+/** What a subcommand gets: its parsed flags and positionals, and where the service is. */
+export interface BudgetInvocation {
+  readonly subcommand: SubcommandName;
+  readonly values: ParsedArgs["values"];
+  readonly positionals: string[];
+  readonly endpoint: Endpoint;
+  readonly json: boolean;
+}
+
 
 const JSON_ROW = (what: string): HelpRow => ["--json", `print ${what} as JSON (proto JSON form), one object per line`];
 const OK_ROW: HelpRow = [String(EXIT.ok), "done"];
 
 interface Subcommand extends SubcommandHelp {
+  readonly name: SubcommandName;
   /** Flags of its own (besides --json and the endpoint's). */
   readonly flags: Readonly<Record<string, FlagSpec>>;
   /** At most this many positionals (default none). */
   readonly maxPositionals?: number;
-  run(client: BudgetClient, values: ParsedArgs["values"], positionals: string[], json: boolean): Promise<number>;
-}
-
-function printJson<D extends DescMessage>(schema: D, message: MessageShape<D>): void {
-  process.stdout.write(`${JSON.stringify(toJson(schema, message))}\n`);
-}
-
-/** The largest page the service gives (a larger --page-size is treated as this by the service). */
-const MAX_PAGE_SIZE = 1000;
-
-/** `--page-size N`: 1 to 1000, or undefined for the service's default. */
-function pageSizeFlag(value: unknown): number | undefined {
-  if (value === undefined) return undefined;
-  const text = String(value).trim();
-  const n = /^\d+$/.test(text) ? Number(text) : Number.NaN;
-  if (!Number.isInteger(n) || n < 1 || n > MAX_PAGE_SIZE) throw new UsageError(`--page-size must be a whole number from 1 to ${MAX_PAGE_SIZE}, got ${JSON.stringify(value)}`);
-  return n;
-}
-
-/** The rest of GetState's three lists, page by page (ListQueue, ListReservations, ListRunning), into `state`; its tokens are spent. */
-async function fetchAllPages(client: BudgetClient, state: GetStateResponse, pageSize: number | undefined): Promise<void> {
-  for (let token = state.queueNextPageToken; token !== ""; ) {
-    const page = await client.listQueue({ pageToken: token, pageSize });
-    state.queue.push(...page.queue);
-    token = page.nextPageToken;
-  }
-  for (let token = state.reservationsNextPageToken; token !== ""; ) {
-    const page = await client.listReservations({ pageToken: token, pageSize });
-    state.reservations.push(...page.reservations);
-    token = page.nextPageToken;
-  }
-  for (let token = state.runningNextPageToken; token !== ""; ) {
-    const page = await client.listRunning({ pageToken: token, pageSize });
-    state.running.push(...page.running);
-    token = page.nextPageToken;
-  }
-  state.queueNextPageToken = "";
-  state.reservationsNextPageToken = "";
-  state.runningNextPageToken = "";
 }
 
 const SUBCOMMANDS: readonly Subcommand[] = [
@@ -102,15 +60,6 @@ const SUBCOMMANDS: readonly Subcommand[] = [
       ],
     }),
     flags: NEED_FLAGS,
-    async run(client, values, _positionals, json) {
-      const { need } = needFromFlags(values, "check");
-      const response = await client.check({ need, skipLoadGate: values["skip-load-gate"] === true });
-      if (json) printJson(CheckResponseSchema, response);
-      else process.stdout.write(`${formatVerdict(response.verdict)}\n`);
-      const verdict = response.verdict;
-      if (verdict?.impossible !== undefined) return EXIT.impossible;
-      return verdict?.fits ? EXIT.ok : EXIT.wouldWait;
-    },
   },
   {
     name: "state",
@@ -132,14 +81,6 @@ const SUBCOMMANDS: readonly Subcommand[] = [
       examples: ["berth budget state", "berth budget state --all --json | jq -r '.queue[].owner'", "berth budget state --json | jq .queueSize"],
     }),
     flags: { all: { type: "boolean" }, "page-size": { type: "string" } },
-    async run(client, values, _positionals, json) {
-      const pageSize = pageSizeFlag(values["page-size"]);
-      const response = await client.getState({ pageSize });
-      if (values["all"] === true) await fetchAllPages(client, response, pageSize);
-      if (json) printJson(GetStateResponseSchema, response);
-      else process.stdout.write(`${formatState(response, Date.now(), styleFor(process.stdout))}\n`);
-      return EXIT.ok;
-    },
   },
   {
     name: "limits",
@@ -155,12 +96,6 @@ const SUBCOMMANDS: readonly Subcommand[] = [
       examples: ["berth budget limits", "berth budget limits --json | jq -r .maxWait"],
     }),
     flags: {},
-    async run(client, _values, _positionals, json) {
-      const response = await client.getLimits({});
-      if (json) printJson(GetLimitsResponseSchema, response);
-      else process.stdout.write(`${formatLimits(response)}\n`);
-      return EXIT.ok;
-    },
   },
   {
     name: "machine",
@@ -173,12 +108,6 @@ const SUBCOMMANDS: readonly Subcommand[] = [
       examples: ["berth budget machine", "berth budget machine --json | jq .machine.availableBytes"],
     }),
     flags: {},
-    async run(client, _values, _positionals, json) {
-      const response = await client.getMachine({});
-      if (json) printJson(GetMachineResponseSchema, response);
-      else process.stdout.write(`${formatMachine(response.machine)}\n`);
-      return EXIT.ok;
-    },
   },
   {
     name: "watch",
@@ -193,30 +122,6 @@ const SUBCOMMANDS: readonly Subcommand[] = [
       examples: ["berth budget watch", "berth budget watch --json | jq -c '.machine.availableBytes'"],
     }),
     flags: {},
-    async run(client, _values, _positionals, json) {
-      const call = new AbortController();
-      const stop = () => call.abort();
-      process.once("SIGINT", stop);
-      process.once("SIGTERM", stop);
-      const live = !json && isTerminal(process.stdout) ? new LiveLine(process.stdout) : undefined;
-      try {
-        for await (const response of client.watchMachine({}, { signal: call.signal })) {
-          if (json) printJson(WatchMachineResponseSchema, response);
-          else if (live !== undefined) live.show(formatMachineLine(response.machine));
-          else process.stdout.write(`${formatMachineLine(response.machine)}\n`);
-        }
-      } catch (error) {
-        // Interrupted by the user: the normal way to stop watching.
-        if (call.signal.aborted) return EXIT.ok;
-        throw error;
-      } finally {
-        // The last sample stays on the screen.
-        if (live !== undefined) process.stdout.write("\n");
-        process.off("SIGINT", stop);
-        process.off("SIGTERM", stop);
-      }
-      return EXIT.ok;
-    },
   },
   {
     name: "build-done",
@@ -236,14 +141,6 @@ const SUBCOMMANDS: readonly Subcommand[] = [
     }),
     flags: {},
     maxPositionals: 1,
-    async run(client, _values, positionals, json) {
-      const id = positionals[0] ?? process.env["BERTH_RESERVATION_ID"];
-      if (id === undefined || id === "") throw new UsageError("give the reservation id, or run it from a command started by 'berth admit' (BERTH_RESERVATION_ID)");
-      const response = await client.releaseBuild({ reservationId: id });
-      if (json) printJson(ReleaseBuildResponseSchema, response);
-      else process.stdout.write(`build phase over: '${response.reservation?.owner}' now holds ${resources(response.reservation?.start)}\n`);
-      return EXIT.ok;
-    },
   },
 ];
 
@@ -288,33 +185,28 @@ export const budgetCommand: Command = {
     // main checks the subcommand first; this is for a caller that did not.
     if (sub === undefined) return usageError("berth budget", `unknown command '${name ?? ""}'`);
     const where = `berth budget ${sub.name}`;
-    let endpoint: Endpoint;
-    let parsed: ParsedArgs;
+    let invocation: BudgetInvocation;
     try {
-      parsed = parseFlags(
+      const parsed = parseFlags(
         rest,
         { ...sub.flags, json: { type: "boolean" }, "budget-url": { type: "string" }, "token-file": { type: "string" }, help: { type: "boolean", short: "h" } },
         true,
       );
       const max = sub.maxPositionals ?? 0;
       if (parsed.positionals.length > max) throw new UsageError(`unexpected argument '${parsed.positionals[max]}'`);
-      endpoint = resolveEndpoint({
-        url: stringFlag(parsed.values, "budget-url"),
-        urlEnv: "BERTH_BUDGET_URL",
-        defaultUrl: DEFAULT_BUDGET_URL,
-        tokenFile: stringFlag(parsed.values, "token-file"),
-      });
+      invocation = {
+        subcommand: sub.name,
+        values: parsed.values,
+        positionals: parsed.positionals,
+        endpoint: endpointFromFlags("budget", parsed.values),
+        json: parsed.values["json"] === true,
+      };
     } catch (error) {
       if (!(error instanceof UsageError)) throw error;
       return usageError(where, error.message);
     }
-    const json = parsed.values["json"] === true;
-    const client = createClient(BudgetService, createTransport(endpoint));
-    try {
-      return await sub.run(client, parsed.values, parsed.positionals, json);
-    } catch (error) {
-      if (error instanceof UsageError) return usageError(where, error.message);
-      return reportFailure(where, describeFailure(error, "budget", endpoint.url), json);
-    }
+    // The calls, and the generated code they need, load only now: help and usage errors are quick.
+    const { runBudget } = await import("./budget-run.js");
+    return runBudget(invocation, where);
   },
 };

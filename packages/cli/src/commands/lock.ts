@@ -7,40 +7,17 @@
  * terminal inherited and the fencing token in its environment. CMD's exit releases the lock. If
  * this process dies instead (killed, crashed), its connection closes, the stream ends and the
  * service frees the lock at once.
+ *
+ * This module is the command's help and command line; the calls are in lock-run.ts, loaded once
+ * the command line is known to be right.
  */
-import { spawn } from "node:child_process";
-import { hostname, userInfo } from "node:os";
-import * as path from "node:path";
-import { toJson } from "@bufbuild/protobuf";
-import { durationFromMs, durationMs, timestampMs, type Duration, type Timestamp } from "@bufbuild/protobuf/wkt";
-import { Code, ConnectError, createClient } from "@connectrpc/connect";
-import { ErrorInfoSchema } from "@berth/api/google/rpc/error_details_pb";
-import {
-  GetLimitsResponseSchema,
-  HolderKind,
-  InspectResponseSchema,
-  LockHeldSchema,
-  LockService,
-  type GetLimitsResponse,
-  type Holder,
-  type HoldResponse,
-  type InspectResponse,
-  type Lease,
-  type LockHeld,
-} from "@berth/api/berth/locks/v1/lock_service_pb";
-import { formatDuration } from "@berth/shared/units";
-import { parseFlags, stringFlag, usageError, type FlagSpec } from "../args.js";
-import { durationFlag } from "../client/budget-need.js";
-import { createTransport, resolveEndpoint, UsageError, type Endpoint } from "../client/connect.js";
-import { describeFailure, reportFailure } from "../client/errors.js";
-import { createHttp2Transport } from "../client/http2-transport.js";
-import { absoluteLockPath } from "../client/lock-path.js";
-import { progressFor, type Progress } from "../client/progress.js";
-import { relaySignals, signalExit } from "../client/wrapped-command.js";
+import { absoluteLockPath } from "@berth/client/lock-path";
+import { parseFlags, stringFlag, usageError, UsageError, type FlagSpec } from "../args.js";
+import { durationFlag } from "../client/need-flags.js";
+import { endpointFromFlags, type Endpoint } from "../client/endpoint-flags.js";
 import { EXIT, type Command, type SubcommandHelp } from "../command.js";
-import { DEFAULT_SESSIONS_URL, SESSIONS_ENDPOINT_FLAGS, callExitRows } from "../common-help.js";
+import { SESSIONS_ENDPOINT_FLAGS, callExitRows } from "../common-help.js";
 import { renderHelp } from "../help.js";
-import { styleFor } from "../terminal.js";
 
 const HOLD_HELP = renderHelp({
   usage: ["berth lock hold FILE [flags] -- CMD [ARGS…]"],
@@ -160,10 +137,12 @@ const INSPECT_FLAGS: Readonly<Record<string, FlagSpec>> = {
   help: { type: "boolean", short: "h" },
 };
 
-interface Invocation {
+/** A `hold` or `inspect` command line, parsed. */
+export interface LockInvocation {
   readonly action: "hold" | "inspect";
   readonly file: string;
-  readonly owner: string;
+  /** Unset: the client's default, user@host pid N. */
+  readonly owner: string | undefined;
   /** Unset: the service's longest wait. */
   readonly maxWaitMs: number | undefined;
   readonly json: boolean;
@@ -172,7 +151,7 @@ interface Invocation {
 }
 
 /** Splits `hold|inspect FILE [flags] [-- CMD ARGS…]`. */
-function parse(action: "hold" | "inspect", argv: string[]): Invocation {
+function parse(action: "hold" | "inspect", argv: string[]): LockInvocation {
   const separator = argv.indexOf("--");
   const own = separator < 0 ? argv : argv.slice(0, separator);
   const parsed = parseFlags(own, action === "hold" ? FLAGS : INSPECT_FLAGS, true);
@@ -187,12 +166,12 @@ function parse(action: "hold" | "inspect", argv: string[]): Invocation {
   }
   const values = parsed.values;
   const maxWaitMs = durationFlag(values["max-wait"], "--max-wait");
-  const endpoint = resolveEndpoint({ url: stringFlag(values, "sessions-url"), urlEnv: "BERTH_SESSIONS_URL", defaultUrl: DEFAULT_SESSIONS_URL, tokenFile: stringFlag(values, "token-file") });
+  const endpoint = endpointFromFlags("sessions", values);
   return {
     action,
     // Resolved here, where "the current directory" means the user's; the service refuses relative paths.
     file: absoluteLockPath(file),
-    owner: stringFlag(values, "owner") ?? defaultOwner(),
+    owner: stringFlag(values, "owner"),
     maxWaitMs,
     json: values.json === true,
     command,
@@ -200,301 +179,36 @@ function parse(action: "hold" | "inspect", argv: string[]): Invocation {
   };
 }
 
-function defaultOwner(): string {
-  let user = process.env.USER ?? "";
-  try {
-    user = userInfo().username;
-  } catch {
-    // no passwd entry (a container's arbitrary uid): keep $USER
-  }
-  return `${user || "someone"}@${hostname()} pid ${process.pid}`;
+/** A `limits` command line, parsed. */
+export interface LimitsInvocation {
+  readonly action: "limits";
+  readonly json: boolean;
+  readonly endpoint: Endpoint;
 }
 
-const iso = (ts: Timestamp | undefined) => (ts === undefined ? undefined : new Date(timestampMs(ts)).toISOString());
-
-function kindName(kind: HolderKind): string {
-  switch (kind) {
-    case HolderKind.LEASE:
-      return "lease";
-    case HolderKind.STREAM:
-      return "hold";
-    case HolderKind.SEED_LOCK_FILE:
-      return "seed lock file";
-    default:
-      return "unknown";
-  }
+/** Parses `limits [flags]`. */
+function parseLimits(argv: string[]): LimitsInvocation {
+  const parsed = parseFlags(argv, INSPECT_FLAGS, true);
+  if (parsed.positionals.length > 0) throw new UsageError(`unexpected argument '${parsed.positionals[0]}': limits takes no arguments`);
+  return { action: "limits", json: parsed.values.json === true, endpoint: endpointFromFlags("sessions", parsed.values) };
 }
 
-/** "alice (lease, fencing token 7) since 2026-… (12s ago)" */
-function describeHolder(holder: { owner: string; kind: HolderKind; fencingToken: bigint; acquireTime?: Timestamp | undefined; pid?: number | undefined }): string {
-  const who = holder.owner === "" ? "an unknown owner" : holder.owner;
-  const facts = [kindName(holder.kind)];
-  if (holder.fencingToken > 0n) facts.push(`fencing token ${holder.fencingToken}`);
-  if (holder.kind === HolderKind.SEED_LOCK_FILE && holder.pid !== undefined) facts.push(`pid ${holder.pid}`);
-  const since = holder.acquireTime === undefined ? "" : ` since ${iso(holder.acquireTime)} (${formatDuration(Math.max(0, Date.now() - timestampMs(holder.acquireTime)))} ago)`;
-  return `${who} (${facts.join(", ")})${since}`;
-}
-
-function holderJson(holder: Holder | LockHeld | undefined): Record<string, unknown> | undefined {
-  if (holder === undefined) return undefined;
-  return {
-    owner: holder.owner,
-    kind: kindName(holder.kind),
-    fencing_token: Number(holder.fencingToken),
-    since: iso(holder.acquireTime),
-    ...(holder.pid === undefined ? {} : { pid: holder.pid }),
-  };
-}
-
-
-/** Runs `berth lock hold`; resolves with the exit code. */
-async function hold(invocation: Invocation): Promise<number> {
-  const { file, owner, maxWaitMs, command, endpoint } = invocation;
-  const progress = progressFor("berth lock", invocation.json);
-  const client = createClient(LockService, createHttp2Transport(endpoint));
-  const call = new AbortController();
-  const responses = client.hold({ file, owner, maxWait: maxWaitMs === undefined ? undefined : durationFromMs(maxWaitMs) }, { signal: call.signal })[Symbol.asyncIterator]();
-
-  const relay = relaySignals(() => call.abort());
-  const started = Date.now();
-
-  try {
-    // 1. Wait for the grant.
-    let lease: Lease;
-    let waited = false;
-    for (;;) {
-      let result: IteratorResult<HoldResponse>;
-      try {
-        result = await responses.next();
-      } catch (error) {
-        progress.done();
-        return refused(error, invocation, progress, relay.interrupted);
-      }
-      if (result.done) {
-        const message = "the service ended the stream before granting the lock";
-        progress.event("error", { code: "unknown", exit: EXIT.failed, message }, message, "error");
-        return EXIT.failed;
-      }
-      const kind = result.value.kind;
-      if (kind.case === "waiting") {
-        const { position, holder } = kind.value;
-        waited = true;
-        progress.waiting("waiting", { file, position, holder: holderJson(holder) }, () => {
-          const by = holder === undefined ? "" : `, held by ${describeHolderBriefly(holder)}`;
-          return `waiting for ${shortPath(file)}${by}; #${position} in line, waited ${formatDuration(roundSeconds(Date.now() - started))}`;
-        });
-      } else if (kind.case === "acquired") {
-        lease = kind.value;
-        break;
-      }
-    }
-    const waitedMs = Date.now() - started;
-    progress.event(
-      "acquired",
-      { file: lease.file, fencing_token: Number(lease.fencingToken), owner: lease.owner, waited_ms: waitedMs },
-      waited ? `acquired ${lease.file} after ${formatDuration(roundSeconds(waitedMs))} (fencing token ${lease.fencingToken})` : undefined,
-    );
-    progress.done();
-
-    // 2. Run CMD; keep reading the stream (heartbeats, or its loss).
-    const spawned = spawn(command[0]!, command.slice(1), {
-      stdio: "inherit",
-      env: { ...process.env, BERTH_FENCING_TOKEN: String(lease.fencingToken), BERTH_LOCK_FILE: lease.file },
-    });
-    relay.child = spawned;
-    const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null; error?: NodeJS.ErrnoException }>((resolve) => {
-      spawned.once("error", (error: NodeJS.ErrnoException) => resolve({ code: null, signal: null, error }));
-      spawned.once("exit", (code, signal) => resolve({ code, signal }));
-    });
-    let lost = false;
-    // Once CMD has exited the hold is ours to end (our Release ends the stream at once): not a loss.
-    let commandDone = false;
-    void (async () => {
-      try {
-        for (;;) {
-          const result = await responses.next();
-          if (result.done) break;
-        }
-        if (call.signal.aborted || commandDone) return;
-        lost = true;
-        const message = `lost the lock on ${file}: the service ended the hold; ${command[0]} keeps running without it`;
-        progress.event("lost", { message }, message, "warn");
-      } catch (error) {
-        if (call.signal.aborted || commandDone) return;
-        lost = true;
-        const message = `lost the lock on ${file} (${ConnectError.from(error).rawMessage}); ${command[0]} keeps running without it`;
-        progress.event("lost", { message }, message, "warn");
-      }
-    })();
-
-    const outcome = await exited;
-    commandDone = true;
-    let code: number;
-    if (outcome.error !== undefined) {
-      code = outcome.error.code === "ENOENT" ? EXIT.commandNotFound : EXIT.cannotRun;
-      const message = `cannot run ${command[0]}: ${outcome.error.message}`;
-      progress.event("error", { code: outcome.error.code, exit: code, message }, message, "error");
-    } else {
-      code = outcome.code ?? signalExit(outcome.signal ?? "SIGKILL");
-      progress.event("exited", { code: outcome.code, signal: outcome.signal });
-    }
-
-    // 3. Release before exiting, so the next holder never races this process's exit; ending the
-    // stream (below) would free it too, a moment later.
-    if (!lost) {
-      const released = await Promise.race([
-        client.release({ leaseToken: lease.leaseToken }, { timeoutMs: 2_000 }).then(
-          (r) => r.released,
-          () => false,
-        ),
-        new Promise<false>((resolve) => setTimeout(() => resolve(false), 2_500).unref()),
-      ]);
-      progress.event("released", { file: lease.file, fencing_token: Number(lease.fencingToken), by: released ? "release" : "stream end" });
-    }
-    return code;
-  } finally {
-    progress.done();
-    relay.dispose();
-    call.abort();
-  }
-}
-
-/** "alice (lease, fencing token 7) for 12s": the live line's short form of {@link describeHolder}. */
-function describeHolderBriefly(holder: Holder | LockHeld): string {
-  const who = holder.owner === "" ? "an unknown owner" : holder.owner;
-  const facts = [kindName(holder.kind)];
-  if (holder.fencingToken > 0n) facts.push(`fencing token ${holder.fencingToken}`);
-  const since = holder.acquireTime === undefined ? "" : ` for ${formatDuration(roundSeconds(Date.now() - timestampMs(holder.acquireTime)))}`;
-  return `${who} (${facts.join(", ")})${since}`;
-}
-
-/** FILE relative to the current directory when it is inside it (as the user typed it, most often). */
-function shortPath(file: string): string {
-  const relative = path.relative(process.cwd(), file);
-  return relative !== "" && !relative.startsWith("..") && !path.isAbsolute(relative) ? relative : file;
-}
-
-/** Whole seconds above one second, so a live line does not flicker through milliseconds. */
-function roundSeconds(ms: number): number {
-  return ms < 1000 ? Math.max(0, Math.round(ms)) : Math.floor(ms / 1000) * 1000;
-}
-
-/** The exit code and message for a Hold that ended before the grant. */
-function refused(error: unknown, invocation: Invocation, progress: Progress, interrupted: NodeJS.Signals | undefined): number {
-  if (interrupted !== undefined) {
-    progress.event("interrupted", { signal: interrupted, exit: signalExit(interrupted) }, `interrupted (${interrupted}) while waiting; the request was withdrawn`, "warn");
-    return signalExit(interrupted);
-  }
-  const e = ConnectError.from(error);
-  const reason = e.code === Code.ResourceExhausted ? e.findDetails(ErrorInfoSchema)[0]?.reason : undefined;
-  const [held] = reason === "WAIT_EXHAUSTED" ? e.findDetails(LockHeldSchema) : [];
-  if (held !== undefined) {
-    const waitedMs = held.waited === undefined ? 0 : durationMs(held.waited);
-    const waited = waitedMs === 0 ? "it was not free (--max-wait 0)" : `it stayed locked for ${formatDuration(waitedMs)}`;
-    const holder = held.owner === "" && held.kind === HolderKind.UNSPECIFIED ? "others queued ahead" : describeHolder(held);
-    progress.event(
-      "timeout",
-      { file: held.file, waited_ms: waitedMs, holder: holderJson(held), exit: EXIT.timedOut, message: e.rawMessage },
-      `timed out: ${held.file} is held by ${holder}; ${waited}`,
-      "error",
-    );
-    return EXIT.timedOut;
-  }
-  if (reason === "TOO_MANY_WAITERS") {
-    progress.event("timeout", { file: invocation.file, waited_ms: 0, exit: EXIT.timedOut, message: e.rawMessage }, `too many wait: ${e.rawMessage}`, "error");
-    return EXIT.timedOut;
-  }
-  const failure = describeFailure(e, "sessions", invocation.endpoint.url);
-  progress.event("error", { code: failure.code, exit: failure.exit, message: failure.message }, failure.message, "error");
-  return failure.exit;
-}
-
-/** Runs `berth lock inspect`; resolves with the exit code. */
-async function inspect(invocation: Invocation): Promise<number> {
-  const client = createClient(LockService, createTransport(invocation.endpoint));
-  let response: InspectResponse;
-  try {
-    response = await client.inspect({ file: invocation.file }, { timeoutMs: 10_000 });
-  } catch (error) {
-    return reportFailure("berth lock inspect", describeFailure(error, "sessions", invocation.endpoint.url), invocation.json);
-  }
-  if (invocation.json) {
-    process.stdout.write(`${JSON.stringify(toJson(InspectResponseSchema, response, { alwaysEmitImplicit: true }))}\n`);
-    return EXIT.ok;
-  }
-  const out = styleFor(process.stdout);
-  const lines = [out.bold(response.file)];
-  const holder = response.holder;
-  if (holder === undefined) lines.push(`  ${out.green("free")}`);
-  else {
-    const expiry = holder.expireTime === undefined ? "" : `; expires ${iso(holder.expireTime)} unless renewed`;
-    lines.push(`  ${out.yellow("held")} by ${describeHolder(holder)}${expiry}`);
-  }
-  if (response.waiters.length > 0) {
-    lines.push(`  ${response.waiters.length} waiting:`);
-    response.waiters.forEach((w, i) => {
-      lines.push(`    ${i + 1}. ${w.owner} (${kindName(w.kind)}) since ${iso(w.waitStartTime)}, gives up at ${iso(w.waitExpireTime)}`);
-    });
-  }
-  lines.push(`  last fencing token: ${response.lastFencingToken === 0n ? "none granted by this service run" : String(response.lastFencingToken)}`);
-  if (response.lockPath !== "") lines.push(`  lock file: ${out.dim(response.lockPath)}`);
-  process.stdout.write(`${lines.join("\n")}\n`);
-  return EXIT.ok;
-}
-
-/** Runs `berth lock limits [flags]`; resolves with the exit code. */
-async function limits(argv: string[]): Promise<number> {
-  let endpoint: Endpoint;
-  let json: boolean;
-  try {
-    const parsed = parseFlags(argv, INSPECT_FLAGS, true);
-    if (parsed.positionals.length > 0) throw new UsageError(`unexpected argument '${parsed.positionals[0]}': limits takes no arguments`);
-    json = parsed.values.json === true;
-    endpoint = resolveEndpoint({ url: stringFlag(parsed.values, "sessions-url"), urlEnv: "BERTH_SESSIONS_URL", defaultUrl: DEFAULT_SESSIONS_URL, tokenFile: stringFlag(parsed.values, "token-file") });
-  } catch (error) {
-    if (!(error instanceof UsageError)) throw error;
-    return usageError("berth lock limits", error.message);
-  }
-  const client = createClient(LockService, createTransport(endpoint));
-  let response: GetLimitsResponse;
-  try {
-    response = await client.getLimits({}, { timeoutMs: 10_000 });
-  } catch (error) {
-    return reportFailure("berth lock limits", describeFailure(error, "sessions", endpoint.url), json);
-  }
-  if (json) {
-    process.stdout.write(`${JSON.stringify(toJson(GetLimitsResponseSchema, response, { alwaysEmitImplicit: true }))}\n`);
-    return EXIT.ok;
-  }
-  const take = (d: Duration | undefined) => formatDuration(d === undefined ? 0 : durationMs(d));
-  const rows: Array<[string, string]> = [
-    ["lease ttl", `${take(response.defaultTtl)} unless Acquire asks another, at most ${take(response.maxTtl)}`],
-    ["longest wait", `${take(response.maxWait)} (an unset --max-wait; longer ones are capped to it)`],
-    ["hold heartbeat", `every ${take(response.heartbeatInterval)}`],
-    ["waiters per file", String(response.maxWaitersPerFile)],
-    ["owner", `at most ${response.maxOwnerLength} characters`],
-  ];
-  const width = Math.max(...rows.map(([name]) => name.length));
-  process.stdout.write(rows.map(([name, value]) => `${name.padEnd(width)}  ${value}\n`).join(""));
-  return EXIT.ok;
-}
-
-/** `berth lock …`. */
 export const lockCommand: Command = {
   name: "lock",
   help: HELP,
   subcommands: SUBCOMMANDS,
   async run(argv) {
     const [action, ...rest] = argv;
-    if (action === "limits") return limits(rest);
-    if (action !== "hold" && action !== "inspect") return usageError("berth lock", `unknown command '${action ?? ""}': hold, inspect or limits`);
-    let invocation: Invocation;
+    if (action !== "hold" && action !== "inspect" && action !== "limits") return usageError("berth lock", `unknown command '${action ?? ""}': hold, inspect or limits`);
+    let invocation: LockInvocation | LimitsInvocation;
     try {
-      invocation = parse(action, rest);
+      invocation = action === "limits" ? parseLimits(rest) : parse(action, rest);
     } catch (error) {
       if (!(error instanceof UsageError)) throw error;
       return usageError(`berth lock ${action}`, error.message);
     }
-    return action === "hold" ? hold(invocation) : inspect(invocation);
+    // The calls, and the generated code they need, load only now: help and usage errors are quick.
+    const run = await import("./lock-run.js");
+    return invocation.action === "limits" ? run.limits(invocation) : invocation.action === "hold" ? run.hold(invocation) : run.inspect(invocation);
   },
 };

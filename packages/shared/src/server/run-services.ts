@@ -6,7 +6,8 @@
 import { pino, type Logger } from "pino";
 import { commonServerConfig, describeConfig, formatHelp, loadConfig, resolveToken, type ConfigDefinition, type ConfigValues } from "../config.js";
 import { reportTimerErrorsTo } from "../clock.js";
-import { acquireElection } from "../election.js";
+import { fileElector } from "../election.js";
+import type { Elector } from "../elector.js";
 import { isBerthError } from "../errors.js";
 import { DEFAULT_KEEPALIVE } from "./listener.js";
 import { installSignalHandlers } from "./signal-handlers.js";
@@ -137,9 +138,11 @@ export async function serveElected(options: {
   readonly socket?: string | undefined;
   readonly logger: Logger;
   readonly open: () => OpenedService | Promise<OpenedService>;
+  /** Who takes the state directory's election. Default: the file backend (flock). */
+  readonly elector?: Elector;
 }): Promise<RunningServer> {
   const { name, values, logger } = options;
-  const election = acquireElection(values.stateDir, name);
+  const election = await (options.elector ?? fileElector).acquire(values.stateDir, name);
   let opened: OpenedService | undefined;
   try {
     opened = await options.open();

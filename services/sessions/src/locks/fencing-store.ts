@@ -26,14 +26,9 @@ import { BerthError } from "@berth/shared/errors";
 import { ensurePrivateDir, writeFileAtomicSync } from "@berth/shared/files";
 import { isDiskFull, stateWriteError } from "@berth/shared/state-errors";
 import { LOCK_RETRY_AFTER_MS } from "./lock-input.js";
+import type { LockPersistence } from "./lock-persistence.js";
 
-/** Hands out fencing tokens. */
-export interface FencingTokenSource {
-  /** The next token: greater than every token this source (or an earlier run on its state) issued. */
-  next(): number;
-}
-
-/** Options of {@link openFencingStore}. */
+/** Options of {@link createFencingStore}. */
 export interface FencingStoreOptions {
   /** How many tokens one durable write reserves. Default 1000. */
   blockSize?: number;
@@ -44,14 +39,10 @@ export function fencingFilePath(stateDir: string): string {
   return path.join(stateDir, "locks", "fencing.json");
 }
 
-/** A {@link FencingTokenSource} backed by a file; see the module comment for the scheme. */
-export interface FencingStore extends FencingTokenSource {
+/** The lock table's persistence backed by a file; see the module comment for the scheme. */
+export interface FencingStore extends LockPersistence {
   /** The file the ceiling is kept in. */
   readonly file: string;
-  /** The token the next call to `next()` returns. */
-  peek(): number;
-  /** Records the exact next token, so the next run continues without a gap. Idempotent. */
-  close(): void;
 }
 
 const FORMAT_VERSION = 1;
@@ -105,7 +96,7 @@ function readCeiling(file: string): number {
 }
 
 /** Opens (or creates) the fencing state of `stateDir`. Throws when the file exists but is damaged. */
-export function openFencingStore(stateDir: string, options: FencingStoreOptions = {}): FencingStore {
+export function createFencingStore(stateDir: string, options: FencingStoreOptions = {}): FencingStore {
   const blockSize = options.blockSize ?? 1000;
   if (!Number.isSafeInteger(blockSize) || blockSize < 1) throw new RangeError(`blockSize must be a positive integer, got ${blockSize}`);
   const file = fencingFilePath(stateDir);

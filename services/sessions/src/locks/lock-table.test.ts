@@ -3,11 +3,13 @@ import { ManualClock } from "@berth/shared/clock";
 import { DriftingClock } from "@berth/shared/testing/drifting-clock";
 import { BerthError } from "@berth/shared/errors";
 import { LOCK_RETRY_AFTER_MS } from "./lock-input.js";
-import { LockTable, type ExternalLocks, type Lease } from "./lock-table.js";
+import type { ExternalLocks } from "./external-locks.js";
+import { LockTable, type Lease } from "./lock-table.js";
+import { createMemoryExternalLocks } from "./testing/memory-external-locks.js";
+import { createMemoryLockPersistence } from "./testing/memory-lock-persistence.js";
 
 function counter() {
-  let next = 1;
-  return { next: () => next++ };
+  return createMemoryLockPersistence();
 }
 
 function table(clock = new ManualClock()) {
@@ -549,6 +551,27 @@ describe("close", () => {
     expect((await waiting).code).toBe("unavailable");
     expect(clock.pendingTimers()).toBe(0);
     expect((await rejection(locks.acquire({ file: "/project/a", owner: "x" }))).code).toBe("unavailable");
+  });
+});
+
+describe("a lock an outside process holds", () => {
+  it("queues berth's requests behind it and hands the lock to the first the moment it is freed", async () => {
+    const clock = new ManualClock();
+    const external = createMemoryExternalLocks();
+    const locks = new LockTable({ clock, fencing: counter(), external });
+    expect(external.holdOutside("/project/a", { owner: "seed", pid: 7, since: clock.now() })).toBe(true);
+    const first = locks.acquire({ file: "/project/a", owner: "first", waitMs: 10_000 });
+    const second = locks.acquire({ file: "/project/a", owner: "second", waitMs: 10_000 });
+    expect(locks.inspect("/project/a").holder).toMatchObject({ kind: "seed-file", owner: "seed", pid: 7, lockFile: "memory:/project/a" });
+    expect(locks.stats()).toEqual({ held: 0, waiting: 2, blockedByLockFiles: 1 });
+    external.freeOutside("/project/a");
+    const lease = await first;
+    expect(lease).toMatchObject({ owner: "first", fencingToken: 1 });
+    expect(external.claimedByBerth()).toEqual(["/project/a"]);
+    // A handoff between berth's own holders: the next one takes the outside lock in turn.
+    locks.release(lease.leaseToken);
+    expect(await second).toMatchObject({ owner: "second", fencingToken: 2 });
+    expect(external.holdOutside("/project/a", { owner: "seed", pid: 7, since: clock.now() })).toBe(false);
   });
 });
 

@@ -22,10 +22,10 @@ import { checkRequestId } from "@berth/shared/safe-id";
 import { stateWriteError } from "@berth/shared/state-errors";
 import { STALL_MS, wallTimeOf, wallTimesOf, type Clock, type TimerHandle } from "@berth/shared/clock";
 import { formatDuration } from "@berth/shared/units";
-import type { FencingTokenSource } from "./fencing-store.js";
+import type { FencingTokenSource } from "./lock-persistence.js";
 import { checkFencingToken, checkOwner, checkTtl, checkWait, DEFAULT_LOCK_LIMITS, LOCK_RETRY_AFTER_MS, type LockLimits } from "./lock-input.js";
 import { canonicalLockPath } from "./lock-path.js";
-import type { ForeignLockHolder } from "./seed-lock-files.js";
+import type { ExternalClaim, ExternalLockHandle, ExternalLocks, ForeignLockHolder } from "./external-locks.js";
 
 /** The pino-compatible logger domain code takes (pino's `(object, message)` form). */
 export interface LockLogger {
@@ -158,32 +158,6 @@ export interface TokenCheck {
   current: boolean;
   /** The fencing token of the current berth holder, null when berth holds no lease on it. */
   currentToken: number | null;
-}
-
-/** A claim on an outside lock that the table must give back on release. */
-export interface ExternalLockHandle {
-  readonly key: string;
-  readonly lockFile: string;
-  readonly token: string;
-  /** The pid written into the lock file. */
-  readonly pid: number;
-}
-
-/** The outcome of trying to take an outside lock. */
-export type ExternalClaim = { ok: true; handle: ExternalLockHandle } | { ok: false; holder?: ForeignLockHolder };
-
-/** A second lock every grant must also take: the seed's lock files (see seed-lock-files.ts). */
-export interface ExternalLocks {
-  /** Tries once, synchronously, to take the outside lock of `key`. */
-  claim(key: string, holder: { owner: string; at: number }): ExternalClaim;
-  /** Gives a claim back. */
-  release(handle: ExternalLockHandle): void;
-  /** The live outside holder of `key`, if any. */
-  peek(key: string): ForeignLockHolder | undefined;
-  /** Where the outside lock of `key` lives (shown by Inspect and in errors). */
-  pathFor(key: string): string;
-  /** Calls `onMaybeFree` whenever the outside lock of `key` may have been freed; returns the unsubscribe. */
-  watch(key: string, onMaybeFree: () => void): () => void;
 }
 
 /** What the table is built from. */

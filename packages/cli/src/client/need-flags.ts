@@ -1,15 +1,12 @@
 /**
- * The need a budget command sends, from its flags: `--memory`/`--cpu` for what runs (one start
+ * The need a budget command declares, from its flags: `--memory`/`--cpu` for what runs (one start
  * item), `--build-memory`/`--build-cpu` for a build before it (one build item). Sizes and cpu are
- * checked here, so a typo is a usage error before any call; what is left unset takes the budget's
- * defaults on the service side.
+ * checked here, so a typo is a usage error before anything is loaded or called; what is left unset
+ * takes the budget's defaults on the service side.
  */
-import type { MessageInitShape } from "@bufbuild/protobuf";
-import type { NeedSchema, ResourceSpecSchema } from "@berth/api/berth/budget/v1/budget_pb";
-import { NeedItemKind } from "@berth/api/berth/budget/v1/budget_pb";
 import { parseDuration, parseSize } from "@berth/shared/units";
+import { UsageError } from "../args.js";
 import type { HelpRow } from "../help.js";
-import { UsageError } from "./connect.js";
 
 /** The need flags, for `parseArgs`. */
 export const NEED_FLAGS = {
@@ -29,8 +26,17 @@ export const NEED_HELP_ROWS: readonly HelpRow[] = [
   ["--skip-load-gate", "skip the cpu gate (pressure/load); the memory gates still apply"],
 ];
 
-type NeedInit = MessageInitShape<typeof NeedSchema>;
-type SpecInit = MessageInitShape<typeof ResourceSpecSchema>;
+/** What one part of a need declares (the client's `ItemCost`): a size as typed, cores. */
+export interface DeclaredCost {
+  readonly memory?: string | undefined;
+  readonly cpu?: number | undefined;
+}
+
+/** The need of the flags: what runs, and the build before it when a build flag is given. */
+export interface DeclaredNeed {
+  readonly run: DeclaredCost;
+  readonly build: DeclaredCost | undefined;
+}
 
 function size(value: unknown, flag: string): string | undefined {
   if (typeof value !== "string") return undefined;
@@ -59,15 +65,12 @@ export function durationFlag(value: unknown, flag: string): number | undefined {
   }
 }
 
-/** The need of the flags in `values`, for a thing called `name`; and its run spec (what `Started` reports). */
-export function needFromFlags(values: Record<string, unknown>, name: string): { need: NeedInit; run: SpecInit } {
-  const run: SpecInit = { memory: size(values["memory"], "--memory"), cpu: cpu(values["cpu"], "--cpu") };
+/** The need of the flags in `values`; throws UsageError for a size or cpu that is not one. */
+export function needFromFlags(values: Record<string, unknown>): DeclaredNeed {
+  const run = { memory: size(values["memory"], "--memory"), cpu: cpu(values["cpu"], "--cpu") };
   const buildMemory = size(values["build-memory"], "--build-memory");
   const buildCpu = cpu(values["build-cpu"], "--build-cpu");
-  const items: NonNullable<NeedInit["items"]> = [{ kind: NeedItemKind.START, name, costSource: { case: "spec", value: run } }];
-  if (buildMemory !== undefined || buildCpu !== undefined) {
-    // Only the build part of a build's spec counts; what it leaves out takes the default build cost.
-    items.unshift({ kind: NeedItemKind.BUILD, name, costSource: { case: "spec", value: { build: { memory: buildMemory, cpu: buildCpu } } } });
-  }
-  return { need: { items }, run };
+  // Only the build part of a build's spec counts; what it leaves out takes the default build cost.
+  const build = buildMemory !== undefined || buildCpu !== undefined ? { memory: buildMemory, cpu: buildCpu } : undefined;
+  return { run, build };
 }

@@ -1,6 +1,7 @@
 /**
- * Lock paths as the user types them. The service refuses a relative path: only the client knows
- * the directory it is relative to, so every command that takes a lock path sends it through here.
+ * Lock paths as the caller spells them. The service refuses a relative path: only the client knows
+ * the directory it is relative to, so every call that names a lock file (a lock, an inspection, an
+ * append's fence) sends it through here, resolved against the caller's working directory.
  */
 
 /**

@@ -1,0 +1,128 @@
+/**
+ * How fast the `berth` command starts: each command's wall time, from spawn to exit, beside a bare
+ * `node -e 0` measured in the same rounds (the machine is shared: only the ratio means anything).
+ *
+ * - `--version` and `--help` load no RPC code (target ≤ 1.5 × `node -e 0`);
+ * - `sessions list`, `lock inspect FILE` and `budget state` each call their service, running here
+ *   as child processes (target ≤ 2 ×).
+ *
+ * Every round runs each command once, in turn, so that a noisy moment hits all of them alike; the
+ * first round warms the file cache and is not counted. One JSON line per command: the median, the
+ * reference's median, their ratio and the target.
+ *
+ * `npm run bench -- cli [--runs=10] [--node=PATH]` (`--node` runs the command, and the reference,
+ * on another Node binary; the services stay on this one).
+ */
+import { spawn } from "node:child_process";
+import { fileURLToPath } from "node:url";
+import { emit, ratio } from "../lib/report.js";
+import { startBenchServer, type BenchServer } from "../lib/server.js";
+
+const BERTH = fileURLToPath(new URL("../../../packages/cli/bin/berth.js", import.meta.url));
+
+interface Settings {
+  runs: number;
+  node: string;
+}
+
+/** A command measured, with its target as a multiple of `node -e 0`. */
+interface Case {
+  readonly name: string;
+  readonly args: readonly string[];
+  readonly target: number | undefined;
+}
+
+/** Runs the suite. */
+export async function run(args: string[] = []): Promise<void> {
+  const settings: Settings = { runs: 10, node: process.execPath };
+  for (const arg of args) {
+    const [name, value] = arg.replace(/^--/, "").split("=", 2) as [string, string | undefined];
+    if (name === "runs" && Number(value) > 0) settings.runs = Math.floor(Number(value));
+    else if (name === "node" && value) settings.node = value;
+    else throw new Error(`unknown flag ${arg}; flags: --runs=N --node=PATH`);
+  }
+  const servers: BenchServer[] = [];
+  try {
+    const sessions = await startBenchServer("sessions", [], {}, { logLevel: "warn" });
+    servers.push(sessions);
+    const budget = await startBenchServer("budget", [], {}, { logLevel: "warn" });
+    servers.push(budget);
+    const env = { ...withoutBerthVariables(process.env), BERTH_SESSIONS_URL: sessions.url, BERTH_BUDGET_URL: budget.url };
+    // A few sessions, so that the list is not empty.
+    for (const id of ["bench-a", "bench-b", "bench-c"]) await exec(settings.node, [BERTH, "sessions", "append", id, "generate", "--field", "count=3"], env);
+
+    const cases: Case[] = [
+      { name: "node -e 0", args: ["-e", "0"], target: undefined },
+      { name: "berth --version", args: [BERTH, "--version"], target: 1.5 },
+      { name: "berth --help", args: [BERTH, "--help"], target: 1.5 },
+      { name: "berth sessions list", args: [BERTH, "sessions", "list"], target: 2 },
+      { name: "berth lock inspect", args: [BERTH, "lock", "inspect", "src/app.css"], target: 2 },
+      { name: "berth budget state", args: [BERTH, "budget", "state"], target: 2 },
+    ];
+    const samples = new Map<string, number[]>(cases.map((c) => [c.name, []]));
+    for (let round = 0; round <= settings.runs; round++) {
+      for (const c of cases) {
+        const ms = await exec(settings.node, c.args, env);
+        if (round > 0) samples.get(c.name)!.push(ms);
+      }
+    }
+    const reference = median(samples.get("node -e 0")!);
+    const version = (await output(settings.node, ["--version"])).trim();
+    for (const c of cases) {
+      const ms = median(samples.get(c.name)!);
+      emit({
+        suite: "cli",
+        command: c.name,
+        node: version,
+        runs: settings.runs,
+        median_ms: round3(ms),
+        node_e_0_median_ms: round3(reference),
+        ratio: ratio(ms, reference),
+        ...(c.target === undefined ? {} : { target: c.target, met: ms <= c.target * reference }),
+      });
+    }
+  } finally {
+    for (const server of servers) await server.stop();
+  }
+}
+
+/** Runs `node args` to its exit; resolves with the wall time in ms. Fails on a non-zero exit. */
+function exec(node: string, args: readonly string[], env: NodeJS.ProcessEnv): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const started = performance.now();
+    const child = spawn(node, args, { env, stdio: ["ignore", "ignore", "pipe"] });
+    let stderr = "";
+    child.stderr.setEncoding("utf8").on("data", (chunk: string) => (stderr += chunk));
+    child.once("error", reject);
+    child.once("exit", (code, signal) => {
+      const ms = performance.now() - started;
+      if (code === 0) resolve(ms);
+      else reject(new Error(`${node} ${args.join(" ")} exited with ${code ?? signal}: ${stderr.trim()}`));
+    });
+  });
+}
+
+function output(node: string, args: readonly string[]): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(node, args, { stdio: ["ignore", "pipe", "inherit"] });
+    let out = "";
+    child.stdout.setEncoding("utf8").on("data", (chunk: string) => (out += chunk));
+    child.once("error", reject);
+    child.once("exit", () => resolve(out));
+  });
+}
+
+/** The environment without the developer's own berth settings. */
+function withoutBerthVariables(env: NodeJS.ProcessEnv): NodeJS.ProcessEnv {
+  return Object.fromEntries(Object.entries(env).filter(([name]) => !name.startsWith("BERTH_")));
+}
+
+function median(values: readonly number[]): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  const mid = Math.floor(sorted.length / 2);
+  return sorted.length % 2 === 1 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2;
+}
+
+function round3(ms: number): number {
+  return Math.round(ms * 1000) / 1000;
+}

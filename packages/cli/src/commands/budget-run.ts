@@ -1,0 +1,127 @@
+/**
+ * The calls of `berth budget …` (its help and command line are in budget.ts), through
+ * `@berth/client`'s budget client: only the budget service's generated code loads.
+ */
+import { toJson, type DescMessage, type MessageShape } from "@bufbuild/protobuf";
+import {
+  CheckResponseSchema,
+  GetLimitsResponseSchema,
+  GetMachineResponseSchema,
+  GetStateResponseSchema,
+  ReleaseBuildResponseSchema,
+  WatchMachineResponseSchema,
+} from "@berth/api/berth/budget/v1/budget_service_pb";
+import { BudgetClient } from "@berth/client/budget";
+import { usageError, UsageError } from "../args.js";
+import { formatLimits, formatMachine, formatMachineLine, formatState, formatVerdict, resources } from "../client/budget-format.js";
+import { describeFailure, reportFailure } from "../client/errors.js";
+import { needFromFlags } from "../client/need-flags.js";
+import { needItems } from "../client/need-items.js";
+import { EXIT } from "../command.js";
+import { LiveLine, isTerminal, styleFor } from "../terminal.js";
+import type { BudgetInvocation } from "./budget.js";
+
+/** A subcommand's invocation, with the client. */
+interface Invocation extends BudgetInvocation {
+  readonly client: BudgetClient;
+}
+
+const RUN: Record<BudgetInvocation["subcommand"], (invocation: Invocation) => Promise<number>> = {
+  check,
+  state,
+  limits,
+  machine,
+  watch,
+  "build-done": buildDone,
+};
+
+/** Runs the subcommand; resolves with the exit code. */
+export async function runBudget(invocation: BudgetInvocation, where: string): Promise<number> {
+  const client = new BudgetClient({ endpoint: invocation.endpoint });
+  try {
+    return await RUN[invocation.subcommand]({ ...invocation, client });
+  } catch (error) {
+    if (error instanceof UsageError) return usageError(where, error.message);
+    return reportFailure(where, describeFailure(error, "budget", invocation.endpoint.url), invocation.json);
+  }
+}
+
+function printJson<D extends DescMessage>(schema: D, message: MessageShape<D>): void {
+  process.stdout.write(`${JSON.stringify(toJson(schema, message))}\n`);
+}
+
+/** The largest page the service gives (a larger --page-size is treated as this by the service). */
+const MAX_PAGE_SIZE = 1000;
+
+/** `--page-size N`: 1 to 1000, or undefined for the service's default. */
+function pageSizeFlag(value: unknown): number | undefined {
+  if (value === undefined) return undefined;
+  const text = String(value).trim();
+  const n = /^\d+$/.test(text) ? Number(text) : Number.NaN;
+  if (!Number.isInteger(n) || n < 1 || n > MAX_PAGE_SIZE) throw new UsageError(`--page-size must be a whole number from 1 to ${MAX_PAGE_SIZE}, got ${JSON.stringify(value)}`);
+  return n;
+}
+
+async function check({ client, values, json }: Invocation): Promise<number> {
+  const response = await client.check(needItems(needFromFlags(values), "check"), { skipLoadGate: values["skip-load-gate"] === true });
+  if (json) printJson(CheckResponseSchema, response);
+  else process.stdout.write(`${formatVerdict(response.verdict)}\n`);
+  const verdict = response.verdict;
+  if (verdict?.impossible !== undefined) return EXIT.impossible;
+  return verdict?.fits ? EXIT.ok : EXIT.wouldWait;
+}
+
+async function state({ client, values, json }: Invocation): Promise<number> {
+  const response = await client.state({ pageSize: pageSizeFlag(values["page-size"]), all: values["all"] === true });
+  if (json) printJson(GetStateResponseSchema, response);
+  else process.stdout.write(`${formatState(response, Date.now(), styleFor(process.stdout))}\n`);
+  return EXIT.ok;
+}
+
+async function limits({ client, json }: Invocation): Promise<number> {
+  const response = await client.limits();
+  if (json) printJson(GetLimitsResponseSchema, response);
+  else process.stdout.write(`${formatLimits(response)}\n`);
+  return EXIT.ok;
+}
+
+async function machine({ client, json }: Invocation): Promise<number> {
+  const response = await client.rpc.getMachine({});
+  if (json) printJson(GetMachineResponseSchema, response);
+  else process.stdout.write(`${formatMachine(response.machine)}\n`);
+  return EXIT.ok;
+}
+
+async function watch({ client, json }: Invocation): Promise<number> {
+  const call = new AbortController();
+  const stop = () => call.abort();
+  process.once("SIGINT", stop);
+  process.once("SIGTERM", stop);
+  const live = !json && isTerminal(process.stdout) ? new LiveLine(process.stdout) : undefined;
+  try {
+    for await (const response of client.rpc.watchMachine({}, { signal: call.signal })) {
+      if (json) printJson(WatchMachineResponseSchema, response);
+      else if (live !== undefined) live.show(formatMachineLine(response.machine));
+      else process.stdout.write(`${formatMachineLine(response.machine)}\n`);
+    }
+  } catch (error) {
+    // Interrupted by the user: the normal way to stop watching.
+    if (call.signal.aborted) return EXIT.ok;
+    throw error;
+  } finally {
+    // The last sample stays on the screen.
+    if (live !== undefined) process.stdout.write("\n");
+    process.off("SIGINT", stop);
+    process.off("SIGTERM", stop);
+  }
+  return EXIT.ok;
+}
+
+async function buildDone({ client, positionals, json }: Invocation): Promise<number> {
+  const id = positionals[0] ?? process.env["BERTH_RESERVATION_ID"];
+  if (id === undefined || id === "") throw new UsageError("give the reservation id, or run it from a command started by 'berth admit' (BERTH_RESERVATION_ID)");
+  const response = await client.rpc.releaseBuild({ reservationId: id });
+  if (json) printJson(ReleaseBuildResponseSchema, response);
+  else process.stdout.write(`build phase over: '${response.reservation?.owner}' now holds ${resources(response.reservation?.start)}\n`);
+  return EXIT.ok;
+}

@@ -1,0 +1,138 @@
+/** The budget client against an in-memory budget service (Connect's router transport). */
+import { Code, ConnectError, createRouterTransport, type ServiceImpl } from "@connectrpc/connect";
+import { NeedItemKind, RefusalKind, RefusalSchema } from "@berth/api/berth/budget/v1/budget_pb";
+import { BudgetService, type AdmitRequest } from "@berth/api/berth/budget/v1/budget_service_pb";
+import { ErrorInfoSchema, RetryInfoSchema } from "@berth/api/google/rpc/error_details_pb";
+import { describe, expect, it } from "vitest";
+import { BudgetClient, build, start } from "./budget.js";
+import { BerthClientError } from "./errors.js";
+
+function client(impl: Partial<ServiceImpl<typeof BudgetService>>): BudgetClient {
+  return new BudgetClient({ transport: createRouterTransport((router) => router.service(BudgetService, impl)) });
+}
+
+/** An Admit stream that queues once, admits, answers `started` and `build_done`, and `release`; the kinds it received, in order. */
+function admittingService() {
+  const received: AdmitRequest["kind"]["case"][] = [];
+  let first: AdmitRequest | undefined;
+  const impl: Partial<ServiceImpl<typeof BudgetService>> = {
+    async *admit(requests) {
+      for await (const request of requests) {
+        received.push(request.kind.case);
+        switch (request.kind.case) {
+          case "start":
+            first = request;
+            yield { kind: { case: "queued", value: { position: 1, waitForText: "memory" } } };
+            yield { kind: { case: "admitted", value: { reservation: { id: "r-1", owner: request.kind.value.owner }, waited: { nanos: 5_000_000 } } } };
+            break;
+          case "started":
+            yield { kind: { case: "updated", value: { reservation: { id: "r-1" }, running: { id: "run-1", name: request.kind.value.name, pid: request.kind.value.pid } } } };
+            break;
+          case "buildDone":
+            yield { kind: { case: "updated", value: { reservation: { id: "r-1", owner: "after build" } } } };
+            break;
+          case "release":
+            yield { kind: { case: "released", value: { reservationId: "r-1" } } };
+            return;
+        }
+      }
+    },
+  };
+  return { impl, received, start: () => first };
+}
+
+describe("admit", () => {
+  it("tells onQueued, runs the work once admitted, answers its exchanges, and releases when it settles", async () => {
+    const service = admittingService();
+    const queued: number[] = [];
+    let held: { releasedId: string | undefined; signal: AbortSignal } | undefined;
+    const result = await client(service.impl).admit(
+      [build("web", { memory: "2G", cpu: 2 }), start("web", { memory: "1G" })],
+      async (admission) => {
+        held = admission;
+        expect(admission.reservation.id).toBe("r-1");
+        expect(admission.waitedMs).toBe(5);
+        const built = await admission.buildDone();
+        expect(built?.owner).toBe("after build");
+        const updated = await admission.started("web", { pid: 4242, spec: { memory: "1G" } });
+        expect(updated.running).toMatchObject({ id: "run-1", name: "web", pid: 4242 });
+        expect(service.received).toEqual(["start", "buildDone", "started"]);
+        return "done";
+      },
+      { owner: "my-tool web", maxWaitMs: 30_000, onQueued: (q) => queued.push(q.position) },
+    );
+    expect(result).toBe("done");
+    expect(service.received).toEqual(["start", "buildDone", "started", "release"]);
+    expect(queued).toEqual([1]);
+    expect(held?.releasedId).toBe("r-1");
+    expect(held?.signal.aborted).toBe(true);
+    const start0 = service.start()!.kind;
+    expect(start0.case === "start" && start0.value).toMatchObject({ owner: "my-tool web", maxWait: { seconds: 30n } });
+    expect(start0.case === "start" && start0.value.need?.items.map((i) => [i.kind, i.name])).toEqual([
+      [NeedItemKind.BUILD, "web"],
+      [NeedItemKind.START, "web"],
+    ]);
+  });
+
+  it("releases when the work throws, and throws the work's own error as it is", async () => {
+    const service = admittingService();
+    const mistake = new Error("the build failed");
+    await expect(
+      client(service.impl).admit([start("job")], async () => {
+        throw mistake;
+      }),
+    ).rejects.toBe(mistake);
+    expect(service.received).toEqual(["start", "release"]);
+  });
+
+  it("a refusal throws with its Refusal and RetryInfo, before any work", async () => {
+    const budget = client({
+      async *admit(requests) {
+        for await (const _ of requests) {
+          throw new ConnectError("the queue is full", Code.ResourceExhausted, undefined, [
+            { desc: ErrorInfoSchema, value: { reason: "QUEUE_FULL" } },
+            { desc: RetryInfoSchema, value: { retryDelay: { seconds: 2n } } },
+            { desc: RefusalSchema, value: { kind: RefusalKind.QUEUE_FULL, message: "the queue is full (1000)" } },
+          ]);
+        }
+      },
+    });
+    let ran = false;
+    const error = (await budget.admit([start("job")], () => (ran = true)).catch((e: unknown) => e)) as BerthClientError;
+    expect(ran).toBe(false);
+    expect(error).toBeInstanceOf(BerthClientError);
+    expect(error.reason).toBe("QUEUE_FULL");
+    expect(error.retryAfterMs).toBe(2000);
+    expect(error.refusal).toMatchObject({ kind: RefusalKind.QUEUE_FULL, message: "the queue is full (1000)" });
+  });
+
+  it("is lost when the stream breaks while the work runs: its signal aborts, a pending exchange fails", async () => {
+    const budget = client({
+      async *admit(requests) {
+        for await (const request of requests) {
+          if (request.kind.case === "start") yield { kind: { case: "admitted", value: { reservation: { id: "r-2" } } } };
+          else throw new ConnectError("shutting down", Code.Unavailable);
+        }
+      },
+    });
+    await budget.admit([start("job")], async (admission) => {
+      await expect(admission.started("job")).rejects.toMatchObject({ code: Code.Unavailable });
+      expect(admission.signal.aborted).toBe(true);
+      expect(admission.lost).toMatchObject({ code: Code.Unavailable, rawMessage: "shutting down" });
+    });
+  });
+});
+
+describe("state", () => {
+  it("with all, fetches the rest of each list and empties the tokens", async () => {
+    const budget = client({
+      getState: () => ({ queue: [{ owner: "q1" }], queueNextPageToken: "q", reservations: [{ id: "r1" }], reservationsNextPageToken: "", running: [], runningNextPageToken: "n" }),
+      listQueue: (request) => (request.pageToken === "q" ? { queue: [{ owner: "q2" }], nextPageToken: "q2" } : { queue: [{ owner: "q3" }], nextPageToken: "" }),
+      listRunning: () => ({ running: [{ id: "run" }], nextPageToken: "" }),
+    });
+    const state = await budget.state({ all: true, pageSize: 1 });
+    expect(state.queue.map((q) => q.owner)).toEqual(["q1", "q2", "q3"]);
+    expect(state.running.map((r) => r.id)).toEqual(["run"]);
+    expect([state.queueNextPageToken, state.runningNextPageToken]).toEqual(["", ""]);
+  });
+});

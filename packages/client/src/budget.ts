@@ -1,0 +1,374 @@
+/**
+ * The budget service: admit work for as long as a callback runs (`await budget.admit(need, async
+ * (admission) => …)`), on one Admit stream, so that the reservation is released when the callback
+ * settles, and by the service the moment the stream ends for any other reason (this process
+ * dying). Needs are built from `start`, `build` and `appliance` items. Everything else is on `rpc`
+ * (Reserve/KeepAlive/Release leases, RegisterRunning, …).
+ */
+import type { MessageInitShape } from "@bufbuild/protobuf";
+import { durationMs } from "@bufbuild/protobuf/wkt";
+import { Code, ConnectError, createClient, type Client } from "@connectrpc/connect";
+import {
+  NeedItemKind,
+  RefusalSchema,
+  type Machine,
+  type NeedItemSchema,
+  type NeedSchema,
+  type Reservation,
+  type ResourcesSchema,
+} from "@berth/api/berth/budget/v1/budget_pb";
+import {
+  BudgetService,
+  type AdmitRequestSchema,
+  type AdmitResponse,
+  type CheckResponse,
+  type GetLimitsResponse,
+  type GetStateResponse,
+  type Queued,
+  type ReservationUpdated,
+} from "@berth/api/berth/budget/v1/budget_service_pb";
+import type { Endpoint } from "./endpoint.js";
+import { BerthClientError, withBerthErrors } from "./errors.js";
+import { callOptions, durationOfMs, linkedCall, serviceTransports, type CallOptions, type ServiceClientOptions } from "./options.js";
+import { defaultOwner } from "./owner.js";
+
+/** The typed details the budget service sends with its errors. */
+export const BUDGET_ERROR_DETAILS = [RefusalSchema] as const;
+
+/** How long a release waits for the service's `released` before ending the stream, which releases too. */
+const RELEASE_TIMEOUT_MS = 3_000;
+
+export type NeedInit = MessageInitShape<typeof NeedSchema>;
+export type NeedItemInit = MessageInitShape<typeof NeedItemSchema>;
+type AdmitRequestInit = MessageInitShape<typeof AdmitRequestSchema>;
+
+/** What a need item declares: memory like `512M` or `2G`, cpu in cores. Unset parts take the policy's defaults. */
+export interface ItemCost {
+  readonly memory?: string | undefined;
+  readonly cpu?: number | undefined;
+}
+
+/** A service start: its run cost, held until it is reported started or the reservation released. */
+export function start(name: string, cost: ItemCost = {}): NeedItemInit {
+  return { kind: NeedItemKind.START, name, costSource: { case: "spec", value: spec(cost) } };
+}
+
+/** An appliance (a container, a database) that runs beside the services started. */
+export function appliance(name: string, cost: ItemCost = {}): NeedItemInit {
+  return { kind: NeedItemKind.APPLIANCE, name, costSource: { case: "spec", value: spec(cost) } };
+}
+
+/** A build before the start: its build cost, held until `buildDone`. */
+export function build(name: string, cost: ItemCost & { readonly wave?: number; readonly skipped?: string } = {}): NeedItemInit {
+  // The service costs a build by its spec's build part.
+  const item: NeedItemInit = { kind: NeedItemKind.BUILD, name, costSource: { case: "spec", value: { build: spec(cost) } } };
+  return { ...item, ...(cost.wave === undefined ? {} : { wave: cost.wave }), ...(cost.skipped === undefined ? {} : { skipped: cost.skipped }) };
+}
+
+function spec(cost: ItemCost): { memory?: string; cpu?: number } {
+  return { ...(cost.memory === undefined ? {} : { memory: cost.memory }), ...(cost.cpu === undefined ? {} : { cpu: cost.cpu }) };
+}
+
+/** A need: the message (or its init), or its items. */
+export type NeedInput = NeedInit | readonly NeedItemInit[];
+
+function needOf(need: NeedInput): NeedInit {
+  return Array.isArray(need) ? { items: [...(need as readonly NeedItemInit[])] } : (need as NeedInit);
+}
+
+/** Options of {@link BudgetClient.admit}. */
+export interface AdmitOptions extends CallOptions {
+  /** Who asks and for what, shown in the queue and the committed list. Default: `user@host pid N`. */
+  readonly owner?: string | undefined;
+  /**
+   * How long to wait in the queue: 0 does not queue (admitted now or refused at once); unset, the
+   * policy's longest wait. When it runs out: RESOURCE_EXHAUSTED WAIT_EXHAUSTED, with `refusal`.
+   */
+  readonly maxWaitMs?: number | undefined;
+  /** Skip the cpu gate (pressure, load); the memory gates still apply. */
+  readonly skipLoadGate?: boolean | undefined;
+  /** Called while queued: at once, whenever the place or the reason changes, and as a heartbeat. */
+  readonly onQueued?: ((queued: Queued) => void) | undefined;
+}
+
+/** How a started service is counted: its run cost (bytes and cores) or a spec the service costs. */
+export interface StartedOptions {
+  readonly pid?: number | undefined;
+  readonly cost?: MessageInitShape<typeof ResourcesSchema> | undefined;
+  readonly spec?: ItemCost | undefined;
+  /** A lease for the running entry, renewed by KeepAlive; unset: none (it ends with its pid or StopRunning). */
+  readonly ttlMs?: number | undefined;
+}
+
+/** An exchange on the stream waiting for its answer (`updated` answers `build_done` and `started`, in order). */
+interface Pending {
+  resolve(value: ReservationUpdated): void;
+  reject(error: unknown): void;
+}
+
+/**
+ * An admission, held while the callback of {@link BudgetClient.admit} runs. `signal` aborts the
+ * moment it is no longer held (released, or lost: the stream broke, and the service released it).
+ */
+export class Admission {
+  readonly #controller = new AbortController();
+  readonly #pending: Pending[] = [];
+  #lost: BerthClientError | undefined;
+  #released: ((id: string | undefined) => void) | undefined;
+  readonly #releasedAnswer: Promise<string | undefined>;
+  #releasedId: string | undefined;
+
+  /** @internal Made by {@link BudgetClient.admit}. */
+  constructor(
+    /** The reservation now held. */
+    readonly reservation: Reservation,
+    /** How long the request waited in the queue. */
+    readonly waitedMs: number,
+    private readonly requests: RequestStream,
+    responses: AsyncIterator<AdmitResponse>,
+  ) {
+    this.#releasedAnswer = new Promise((resolve) => (this.#released = resolve));
+    void this.follow(responses);
+  }
+
+  /** Aborted once the admission is no longer held. */
+  get signal(): AbortSignal {
+    return this.#controller.signal;
+  }
+
+  /** Why the admission was lost, if it was (the stream failed); undefined while held and after the release. */
+  get lost(): BerthClientError | undefined {
+    return this.#lost;
+  }
+
+  /** The reservation id the service named when it confirmed the release; undefined before, or when the stream ended without it. */
+  get releasedId(): string | undefined {
+    return this.#releasedId;
+  }
+
+  /** The build phase is over: its share goes back. Answers the reservation as it stands now. */
+  async buildDone(): Promise<Reservation | undefined> {
+    return (await this.exchange({ kind: { case: "buildDone", value: {} } })).reservation;
+  }
+
+  /**
+   * One of the services the reservation starts now runs: its cost leaves the reservation and is
+   * counted in the running tally, which keeps it after the admission ends (until its pid is gone,
+   * its lease ends, or StopRunning). Answers the reservation and the running entry made.
+   */
+  started(name: string, options: StartedOptions = {}): Promise<ReservationUpdated> {
+    const costSource =
+      options.cost !== undefined
+        ? { case: "cost" as const, value: options.cost }
+        : options.spec !== undefined
+          ? { case: "spec" as const, value: spec(options.spec) }
+          : { case: undefined };
+    return this.exchange({
+      kind: { case: "started", value: { name, costSource, ...(options.pid === undefined ? {} : { pid: options.pid }), ttl: durationOfMs(options.ttlMs) } },
+    });
+  }
+
+  private exchange(request: AdmitRequestInit): Promise<ReservationUpdated> {
+    if (this.#controller.signal.aborted) return Promise.reject(this.#lost ?? BerthClientError.from(new ConnectError("the admission was released", Code.FailedPrecondition)));
+    return new Promise((resolve, reject) => {
+      this.#pending.push({ resolve, reject });
+      this.requests.push(request);
+    });
+  }
+
+  /** @internal Releases the reservation and ends the stream; resolves with the released id, if the service said so in time. */
+  async release(): Promise<string | undefined> {
+    if (this.#controller.signal.aborted) return undefined;
+    this.requests.push({ kind: { case: "release", value: {} } });
+    this.requests.end();
+    let timer: NodeJS.Timeout | undefined;
+    const timeout = new Promise<undefined>((resolve) => (timer = setTimeout(resolve, RELEASE_TIMEOUT_MS, undefined)));
+    try {
+      return await Promise.race([this.#releasedAnswer, timeout]);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  /** Reads the stream's answers after `admitted`; its end or failure, unless released, is the loss of the admission. */
+  private async follow(responses: AsyncIterator<AdmitResponse>): Promise<void> {
+    let failure: unknown;
+    try {
+      for (;;) {
+        const next = await responses.next();
+        if (next.done) break;
+        const kind = next.value.kind;
+        if (kind.case === "updated") this.#pending.shift()?.resolve(kind.value);
+        else if (kind.case === "released") {
+          this.#releasedId = kind.value.reservationId;
+          this.#released?.(kind.value.reservationId);
+          return this.end(new DOMException("the admission was released", "AbortError"));
+        }
+      }
+    } catch (error) {
+      failure = error;
+    }
+    this.#released?.(undefined);
+    if (this.#controller.signal.aborted) return;
+    this.#lost = BerthClientError.from(failure ?? new ConnectError("the service ended the admission", Code.Unavailable), BUDGET_ERROR_DETAILS);
+    this.end(this.#lost);
+  }
+
+  private end(reason: unknown): void {
+    for (const pending of this.#pending.splice(0)) pending.reject(this.#lost ?? reason);
+    if (!this.#controller.signal.aborted) this.#controller.abort(reason);
+  }
+}
+
+/** The client's messages on an Admit stream, written as the admission goes. */
+class RequestStream implements AsyncIterable<AdmitRequestInit> {
+  private readonly items: AdmitRequestInit[] = [];
+  private ended = false;
+  private wake: (() => void) | undefined;
+
+  push(item: AdmitRequestInit): void {
+    if (this.ended) return;
+    this.items.push(item);
+    this.poke();
+  }
+
+  end(): void {
+    this.ended = true;
+    this.poke();
+  }
+
+  private poke(): void {
+    const wake = this.wake;
+    this.wake = undefined;
+    wake?.();
+  }
+
+  async *[Symbol.asyncIterator](): AsyncGenerator<AdmitRequestInit> {
+    for (;;) {
+      while (this.items.length === 0 && !this.ended) await new Promise<void>((resolve) => (this.wake = resolve));
+      if (this.items.length === 0) return;
+      yield this.items.shift()!;
+    }
+  }
+}
+
+/** A client of the budget service. */
+export class BudgetClient {
+  /** The plain Connect client (Connect over HTTP/1.1), for every RPC but Admit; its errors are BerthClientErrors. */
+  readonly rpc: Client<typeof BudgetService>;
+  /** Where it connects; undefined when it was given a transport. */
+  readonly endpoint: Endpoint | undefined;
+  readonly #streams: () => Client<typeof BudgetService>;
+
+  /** Throws EndpointError when the options or the environment name no reachable service. */
+  constructor(options: ServiceClientOptions = {}) {
+    const transports = serviceTransports("budget", options);
+    this.endpoint = transports.endpoint;
+    this.rpc = withBerthErrors(BudgetService, createClient(BudgetService, transports.unary), BUDGET_ERROR_DETAILS);
+    let streams: Client<typeof BudgetService> | undefined;
+    this.#streams = () => (streams ??= withBerthErrors(BudgetService, createClient(BudgetService, transports.streams()), BUDGET_ERROR_DETAILS));
+  }
+
+  /**
+   * Waits for room for `need` (queued, with `onQueued` told the place, the ETA and why), then runs
+   * `work` with the admission, and releases the reservation when `work` settles, answering (or
+   * throwing) what `work` did. `timeoutMs` bounds the wait (DEADLINE_EXCEEDED); the signal
+   * aborting withdraws the request, or, once admitted, ends the admission (`admission.signal`). A refusal is a BerthClientError with `refusal` (FAILED_PRECONDITION
+   * IMPOSSIBLE, RESOURCE_EXHAUSTED QUEUE_FULL or WAIT_EXHAUSTED, with `retryAfterMs`).
+   */
+  async admit<T>(need: NeedInput, work: (admission: Admission) => Promise<T> | T, options: AdmitOptions = {}): Promise<T> {
+    const call = linkedCall(options);
+    const requests = new RequestStream();
+    requests.push({
+      kind: {
+        case: "start",
+        value: { need: needOf(need), owner: options.owner ?? defaultOwner(), maxWait: durationOfMs(options.maxWaitMs), skipLoadGate: options.skipLoadGate ?? false },
+      },
+    });
+    const responses = this.#streams().admit(requests, { signal: call.controller.signal })[Symbol.asyncIterator]();
+    const done = () => {
+      call.dispose();
+      requests.end();
+      call.controller.abort();
+    };
+    let admission: Admission | undefined;
+    try {
+      while (admission === undefined) {
+        const next = await responses.next();
+        if (next.done) throw new ConnectError("the service ended the stream before admitting", Code.Unknown);
+        const kind = next.value.kind;
+        if (kind.case === "queued") options.onQueued?.(kind.value);
+        else if (kind.case === "admitted") {
+          const { reservation, waited } = kind.value;
+          if (reservation === undefined) throw new ConnectError("the service admitted without a reservation", Code.Internal);
+          // The deadline was the wait's: the admission is held until the work settles.
+          call.clearDeadline();
+          admission = new Admission(reservation, waited === undefined ? 0 : durationMs(waited), requests, responses);
+        }
+      }
+    } catch (error) {
+      done();
+      throw BerthClientError.from(error, BUDGET_ERROR_DETAILS);
+    }
+    // What `work` throws is its own: it passes through as it is.
+    try {
+      return await work(admission);
+    } finally {
+      await admission.release();
+      done();
+    }
+  }
+
+  /** The verdict for `need` now, without admitting it: fits, impossible, or what it would wait for. */
+  check(need: NeedInput, options: CallOptions & { readonly skipLoadGate?: boolean } = {}): Promise<CheckResponse> {
+    return this.rpc.check({ need: needOf(need), skipLoadGate: options.skipLoadGate ?? false }, callOptions(options));
+  }
+
+  /**
+   * Everything the budget holds: committed, the queue, the reservations, the running entries, the
+   * policy and the machine. With `all`, each list in full (the rest fetched page by page; the page
+   * tokens then come back empty); else the first page of each.
+   */
+  async state(options: CallOptions & { readonly pageSize?: number; readonly all?: boolean } = {}): Promise<GetStateResponse> {
+    const call = callOptions(options);
+    const pageSize = options.pageSize;
+    const state = await this.rpc.getState({ pageSize }, call);
+    if (options.all !== true) return state;
+    for (let pageToken = state.queueNextPageToken; pageToken !== ""; ) {
+      const page = await this.rpc.listQueue({ pageToken, pageSize }, call);
+      state.queue.push(...page.queue);
+      pageToken = page.nextPageToken;
+    }
+    for (let pageToken = state.reservationsNextPageToken; pageToken !== ""; ) {
+      const page = await this.rpc.listReservations({ pageToken, pageSize }, call);
+      state.reservations.push(...page.reservations);
+      pageToken = page.nextPageToken;
+    }
+    for (let pageToken = state.runningNextPageToken; pageToken !== ""; ) {
+      const page = await this.rpc.listRunning({ pageToken, pageSize }, call);
+      state.running.push(...page.running);
+      pageToken = page.nextPageToken;
+    }
+    state.queueNextPageToken = "";
+    state.reservationsNextPageToken = "";
+    state.runningNextPageToken = "";
+    return state;
+  }
+
+  /** The last machine sample. */
+  async machine(options?: CallOptions): Promise<Machine | undefined> {
+    return (await this.rpc.getMachine({}, callOptions(options))).machine;
+  }
+
+  /** The machine sample now, then every new one, until the loop breaks or the signal aborts. */
+  async *watchMachine(options?: CallOptions): AsyncGenerator<Machine> {
+    for await (const response of this.rpc.watchMachine({}, callOptions(options))) {
+      if (response.machine !== undefined) yield response.machine;
+    }
+  }
+
+  /** The limits the budget enforces: lease ttls, the longest wait, the queue's size. */
+  limits(options?: CallOptions): Promise<GetLimitsResponse> {
+    return this.rpc.getLimits({}, callOptions(options));
+  }
+}

@@ -1,0 +1,202 @@
+/**
+ * Source locks: hold a lock for as long as a block runs (`await using lease = await locks.lock(file)`),
+ * on one Hold stream, so that the lock is freed the instant the stream ends, whatever ends it (the
+ * block, a release, this process dying). Lock paths are resolved against the caller's working
+ * directory. Everything else is on `rpc` (Acquire/KeepAlive/Release leases, CheckToken, …).
+ */
+import { Code, ConnectError, createClient, type Client } from "@connectrpc/connect";
+import {
+  LockHeldSchema,
+  LockService,
+  type CheckTokenResponse,
+  type GetLimitsResponse,
+  type HoldResponse,
+  type InspectResponse,
+  type Lease,
+  type Waiting,
+} from "@berth/api/berth/locks/v1/lock_service_pb";
+import type { Endpoint } from "./endpoint.js";
+import { BerthClientError, withBerthErrors } from "./errors.js";
+import { absoluteLockPath } from "./lock-path.js";
+import { defaultOwner } from "./owner.js";
+import { callOptions, durationOfMs, linkedCall, serviceTransports, type CallOptions, type ServiceClientOptions } from "./options.js";
+
+/** The typed details the lock service sends with its errors. */
+export const LOCK_ERROR_DETAILS = [LockHeldSchema] as const;
+
+/** How long a release waits for the service's answer before leaving it to the stream's end. */
+const RELEASE_TIMEOUT_MS = 2_000;
+
+/** Options of {@link LocksClient.lock}. */
+export interface LockOptions extends CallOptions {
+  /** Who holds the lock, shown to everyone who waits. Default: `user@host pid N`. */
+  readonly owner?: string | undefined;
+  /**
+   * How long to wait for the lock: 0 tries once; unset, the service's longest wait (10 minutes by
+   * default). When it runs out: RESOURCE_EXHAUSTED WAIT_EXHAUSTED, with the holder in `lockHeld`.
+   */
+  readonly maxWaitMs?: number | undefined;
+  /** What a relative `file` is relative to. Default: this process's working directory at the call. */
+  readonly cwd?: string | undefined;
+  /** Called while queued: at once, and whenever the place in line or the holder changes. */
+  readonly onWaiting?: ((waiting: Waiting) => void) | undefined;
+}
+
+/**
+ * A lock held on an open Hold stream, until {@link release} (or `await using` leaving its block).
+ * `signal` aborts the moment the lock is no longer held, for whatever reason: pass it to the work
+ * the lock protects. Fenced writes carry {@link fencingToken}.
+ */
+export class HeldLock implements AsyncDisposable {
+  readonly #controller = new AbortController();
+  #lost: BerthClientError | undefined;
+  #released: Promise<boolean> | undefined;
+
+  /** @internal Made by {@link LocksClient.lock}. */
+  constructor(
+    /** The grant: canonical file, fencing token, owner, when. */
+    readonly lease: Lease,
+    private readonly responses: AsyncIterator<HoldResponse>,
+    private readonly call: AbortController,
+    private readonly releaseLease: (leaseToken: string) => Promise<boolean>,
+    private readonly callerSignal: AbortSignal | undefined,
+    private readonly detach: () => void,
+  ) {
+    // The call's signal aborting frees the lock: no longer held from that moment.
+    callerSignal?.addEventListener("abort", this.#onCallerAbort, { once: true });
+    void this.follow();
+  }
+
+  readonly #onCallerAbort = (): void => this.end(this.callerSignal?.reason);
+
+  /** The locked file's canonical path (every spelling of it is this one lock). */
+  get file(): string {
+    return this.lease.file;
+  }
+
+  /** The grant's fencing token: greater than every token granted before on this file. */
+  get fencingToken(): bigint {
+    return this.lease.fencingToken;
+  }
+
+  /** Aborted once the lock is no longer held: released, lost (its reason is then {@link lost}), or the call's signal aborted. */
+  get signal(): AbortSignal {
+    return this.#controller.signal;
+  }
+
+  /** Why the lock was lost (the service ended the hold, or the connection broke), if it was; undefined while held and after a release. */
+  get lost(): BerthClientError | undefined {
+    return this.#lost;
+  }
+
+  /**
+   * Releases the lock: asks the service to release it (so the next holder is served before this
+   * process goes on), then ends the stream, which would free it anyway. Resolves true when the
+   * service released it on this call; false when it was gone already or did not answer in time.
+   * Calling it again answers the first call's outcome.
+   */
+  release(): Promise<boolean> {
+    this.#released ??= (async () => {
+      try {
+        if (this.#controller.signal.aborted) return false;
+        return await this.releaseLease(this.lease.leaseToken).catch(() => false);
+      } finally {
+        this.end(new DOMException("the lock was released", "AbortError"));
+      }
+    })();
+    return this.#released;
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.release();
+  }
+
+  /** Reads the rest of the stream (heartbeats); its end, unless asked for, is the loss of the lock. */
+  private async follow(): Promise<void> {
+    let error: unknown;
+    try {
+      for (;;) {
+        const next = await this.responses.next();
+        if (next.done) break;
+      }
+    } catch (caught) {
+      error = caught;
+    }
+    if (this.#controller.signal.aborted || this.#released !== undefined) return;
+    if (this.callerSignal?.aborted) return this.end(this.callerSignal.reason);
+    this.#lost = BerthClientError.from(error ?? new ConnectError("the service ended the hold", Code.Unavailable), LOCK_ERROR_DETAILS);
+    this.end(this.#lost);
+  }
+
+  private end(reason: unknown): void {
+    this.callerSignal?.removeEventListener("abort", this.#onCallerAbort);
+    this.detach();
+    this.call.abort();
+    if (!this.#controller.signal.aborted) this.#controller.abort(reason);
+  }
+}
+
+/** A client of the sessions service's source locks. */
+export class LocksClient {
+  /** The plain Connect client (Connect over HTTP/1.1), for every RPC; its errors are BerthClientErrors. */
+  readonly rpc: Client<typeof LockService>;
+  /** Where it connects; undefined when it was given a transport. */
+  readonly endpoint: Endpoint | undefined;
+  readonly #streams: () => Client<typeof LockService>;
+
+  /** Throws EndpointError when the options or the environment name no reachable service. */
+  constructor(options: ServiceClientOptions = {}) {
+    const transports = serviceTransports("sessions", options);
+    this.endpoint = transports.endpoint;
+    this.rpc = withBerthErrors(LockService, createClient(LockService, transports.unary), LOCK_ERROR_DETAILS);
+    let streams: Client<typeof LockService> | undefined;
+    this.#streams = () => (streams ??= withBerthErrors(LockService, createClient(LockService, transports.streams()), LOCK_ERROR_DETAILS));
+  }
+
+  /**
+   * Waits for the lock on `file` (queued in arrival order behind the holder) and holds it until
+   * released: `await using lease = await locks.lock("src/app.css")`. A wait that runs out is
+   * RESOURCE_EXHAUSTED WAIT_EXHAUSTED (`lockHeld` names the holder); `timeoutMs` bounds the wait
+   * (DEADLINE_EXCEEDED); the signal aborting, while waiting or holding, withdraws or frees it.
+   */
+  async lock(file: string, options: LockOptions = {}): Promise<HeldLock> {
+    const call = linkedCall(options);
+    const request = { file: absoluteLockPath(file, options.cwd), owner: options.owner ?? defaultOwner(), maxWait: durationOfMs(options.maxWaitMs) };
+    const responses = this.#streams().hold(request, { signal: call.controller.signal })[Symbol.asyncIterator]();
+    try {
+      for (;;) {
+        const next = await responses.next();
+        if (next.done) throw new ConnectError("the service ended the stream before granting the lock", Code.Unknown);
+        const kind = next.value.kind;
+        if (kind.case === "waiting") options.onWaiting?.(kind.value);
+        else if (kind.case === "acquired") {
+          // The deadline was the wait's: the lock is held until released.
+          call.clearDeadline();
+          const release = (leaseToken: string) => this.rpc.release({ leaseToken }, { timeoutMs: RELEASE_TIMEOUT_MS }).then((r) => r.released);
+          return new HeldLock(kind.value, responses, call.controller, release, options.signal, () => call.dispose());
+        }
+      }
+    } catch (error) {
+      call.dispose();
+      call.controller.abort();
+      throw BerthClientError.from(error, LOCK_ERROR_DETAILS);
+    }
+  }
+
+  /** Who holds the lock on `file`, who waits, the last fencing token. */
+  inspect(file: string, options: CallOptions & { readonly cwd?: string } = {}): Promise<InspectResponse> {
+    return this.rpc.inspect({ file: absoluteLockPath(file, options.cwd) }, callOptions(options));
+  }
+
+  /** Whether `fencingToken` is still the current token of the lock on `file`. */
+  checkToken(file: string, fencingToken: bigint | number, options: CallOptions & { readonly cwd?: string } = {}): Promise<CheckTokenResponse> {
+    return this.rpc.checkToken({ file: absoluteLockPath(file, options.cwd), fencingToken: BigInt(fencingToken) }, callOptions(options));
+  }
+
+  /** The limits the locks enforce: ttls, the longest wait, waiters per file, the longest owner. */
+  limits(options?: CallOptions): Promise<GetLimitsResponse> {
+    return this.rpc.getLimits({}, callOptions(options));
+  }
+}
+
+export { defaultOwner };

@@ -1,0 +1,118 @@
+/** Options every service client and every call share. */
+import { durationFromMs, type Duration } from "@bufbuild/protobuf/wkt";
+import { Code, ConnectError, type Transport } from "@connectrpc/connect";
+import { resolveEndpoint, type Endpoint, type EndpointOptions, type ServiceName } from "./endpoint.js";
+import { createTransport } from "./transport.js";
+
+/**
+ * Deadlines and cancellation, on every call: `signal` cancels (the call fails with CANCELED; a
+ * stream held for a lock or an admission ends, which frees what it held), `timeoutMs` is the
+ * call's deadline (DEADLINE_EXCEEDED; for a lock or an admission, the deadline of the wait).
+ * `AbortSignal.timeout(ms)` works as a signal too.
+ */
+export interface CallOptions {
+  readonly signal?: AbortSignal | undefined;
+  readonly timeoutMs?: number | undefined;
+}
+
+/**
+ * How a service client reaches its service: the endpoint options (URL, token, token file,
+ * environment; see `resolveEndpoint`), or an endpoint already resolved, or a transport of one's own
+ * (an in-memory one in tests, one with other interceptors).
+ */
+export interface ServiceClientOptions extends EndpointOptions {
+  /** The endpoint, already resolved; wins over the endpoint options. */
+  readonly endpoint?: Endpoint | undefined;
+  /** The transport for every call; wins over the endpoint. */
+  readonly transport?: Transport | undefined;
+}
+
+/** The two transports of a service client: Connect over HTTP/1.1, and gRPC over HTTP/2 for what needs it. */
+export interface ServiceTransports {
+  /** The endpoint, unless the caller gave a transport. */
+  readonly endpoint: Endpoint | undefined;
+  readonly unary: Transport;
+  /** Made on first use. */
+  streams(): Transport;
+}
+
+/** The transports of `service` from `options`. Throws EndpointError for a configuration no service can be reached with. */
+export function serviceTransports(service: ServiceName, options: ServiceClientOptions): ServiceTransports {
+  const given = options.transport;
+  if (given !== undefined) return { endpoint: undefined, unary: given, streams: () => given };
+  const endpoint = options.endpoint ?? resolveEndpoint(service, options);
+  let streams: Transport | undefined;
+  return {
+    endpoint,
+    unary: createTransport(endpoint),
+    streams: () => (streams ??= createTransport(endpoint, { protocol: "grpc" })),
+  };
+}
+
+/** Connect's call options from ours. */
+export function callOptions(options: CallOptions | undefined): { signal?: AbortSignal; timeoutMs?: number } {
+  const out: { signal?: AbortSignal; timeoutMs?: number } = {};
+  if (options?.signal !== undefined) out.signal = options.signal;
+  if (options?.timeoutMs !== undefined) out.timeoutMs = options.timeoutMs;
+  return out;
+}
+
+/** Resolves after `ms`, or rejects with the signal's reason once it aborts. */
+export function delay(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (signal?.aborted) return reject(signal.reason);
+    const onAbort = () => {
+      clearTimeout(timer);
+      reject(signal!.reason);
+    };
+    const timer = setTimeout(() => {
+      signal?.removeEventListener("abort", onAbort);
+      resolve();
+    }, ms);
+    signal?.addEventListener("abort", onAbort, { once: true });
+  });
+}
+
+/** A Duration of `ms` milliseconds (undefined stays undefined); a negative or non-finite `ms` is a RangeError. */
+export function durationOfMs(ms: number | undefined): Duration | undefined {
+  if (ms === undefined) return undefined;
+  if (!Number.isFinite(ms) || ms < 0) throw new RangeError(`a duration must be a finite number of milliseconds ≥ 0, got ${ms}`);
+  return durationFromMs(ms);
+}
+
+/** A stream call's own abort controller, linked to the caller's signal and deadline. */
+export interface LinkedCall {
+  /** Aborts with the caller's reason when its signal aborts, with DEADLINE_EXCEEDED when the deadline passes. */
+  readonly controller: AbortController;
+  /** Stops the deadline (a lock or an admission, once granted). */
+  clearDeadline(): void;
+  /** Stops listening to the caller's signal and clears the deadline. */
+  dispose(): void;
+}
+
+/**
+ * The controller of a stream call, which this package aborts itself when it is done with the
+ * stream (a loop broken, a lock released) so that nothing of the call outlives it, and whose
+ * deadline timer never keeps the process alive.
+ */
+export function linkedCall(options: CallOptions | undefined): LinkedCall {
+  const controller = new AbortController();
+  const signal = options?.signal;
+  const onAbort = () => controller.abort(signal?.reason);
+  if (signal?.aborted) onAbort();
+  else signal?.addEventListener("abort", onAbort, { once: true });
+  const timeoutMs = options?.timeoutMs;
+  let timer: NodeJS.Timeout | undefined;
+  if (timeoutMs !== undefined) {
+    timer = setTimeout(() => controller.abort(new ConnectError(`the deadline (${timeoutMs} ms) passed`, Code.DeadlineExceeded)), timeoutMs);
+    timer.unref();
+  }
+  return {
+    controller,
+    clearDeadline: () => clearTimeout(timer),
+    dispose() {
+      clearTimeout(timer);
+      signal?.removeEventListener("abort", onAbort);
+    },
+  };
+}
