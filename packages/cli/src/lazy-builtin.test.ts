@@ -13,7 +13,8 @@ describe("lazyBuiltin", () => {
 
   it("loads the module only when a member is first read", () => {
     // A built-in nothing else here loads.
-    const loaded = () => process.moduleLoadList.includes("NativeModule trace_events");
+    // process.moduleLoadList: Node's own list of the built-ins loaded so far (not in @types/node).
+    const loaded = () => (process as unknown as { moduleLoadList: string[] }).moduleLoadList.includes("NativeModule trace_events");
     expect(loaded()).toBe(false);
     const lazy = lazyBuiltin<typeof import("node:trace_events")>("node:trace_events");
     expect(loaded()).toBe(false);

@@ -2,15 +2,16 @@
  * The calls of `berth sessions …` (its help and command line are in sessions.ts), through
  * `@berth/client`'s sessions client: only the sessions service's generated code loads.
  */
-import { toJson, type JsonObject, type JsonValue } from "@bufbuild/protobuf";
+import type { JsonObject, JsonValue } from "@bufbuild/protobuf";
 import { timestampDate, type Timestamp } from "@bufbuild/protobuf/wkt";
 import type { JournalEntry } from "@berth/api/berth/sessions/v1/session_service_pb";
 import { SnapshotSchema, type Snapshot } from "@berth/api/berth/sessions/v1/snapshot_pb";
-import { eventToJournal } from "@berth/client/journal-events";
+import { eventToJournal, InvalidEventError } from "@berth/client/journal-events";
 import { SessionsClient, type JournalEvent } from "@berth/client/sessions";
 import { parseDuration } from "@berth/shared/units";
 import { usageError, UsageError } from "../args.js";
 import { describeFailure, reportFailure } from "../client/errors.js";
+import { jsonInteger, messageJson } from "../client/json.js";
 import { EXIT } from "../command.js";
 import { styleFor, type Style } from "../terminal.js";
 import type { SessionsInvocation } from "./sessions.js";
@@ -37,7 +38,8 @@ export async function runSessions(invocation: SessionsInvocation, where: string)
   try {
     return await RUN[invocation.subcommand]({ ...invocation, client, out: styleFor(process.stdout) });
   } catch (error) {
-    if (error instanceof UsageError) return usageError(where, error.message);
+    // An event the API would refuse (`--field count=abc`), refused before it is sent, naming the field.
+    if (error instanceof UsageError || error instanceof InvalidEventError) return usageError(where, error.message);
     return reportFailure(where, describeFailure(error, "sessions", invocation.endpoint.url), invocation.json);
   }
 }
@@ -84,11 +86,11 @@ async function append({ values, positionals, client, json }: Invocation): Promis
     const res = await client.append(sessionId, checked[0]!, options);
     ({ seq: lastSeq, duplicate, snapshot } = res);
     firstSeq = lastSeq;
-    if (json) printJson({ seq: String(res.seq), duplicate, snapshot: snapshot ? snapshotJson(snapshot) : null });
+    if (json) printJson({ seq: jsonInteger(res.seq), duplicate, snapshot: snapshot ? snapshotJson(snapshot) : null });
   } else {
     const res = await client.appendMany(sessionId, checked, options);
     ({ firstSeq, lastSeq, duplicate, snapshot } = res);
-    if (json) printJson({ firstSeq: String(firstSeq), lastSeq: String(lastSeq), duplicate, snapshot: snapshot ? snapshotJson(snapshot) : null });
+    if (json) printJson({ firstSeq: jsonInteger(firstSeq), lastSeq: jsonInteger(lastSeq), duplicate, snapshot: snapshot ? snapshotJson(snapshot) : null });
   }
   if (!json) {
     const seqs = firstSeq === lastSeq ? `seq ${lastSeq}` : `seqs ${firstSeq}-${lastSeq}`;
@@ -162,7 +164,7 @@ async function get({ positionals, client, json, out }: Invocation): Promise<numb
   const sessionId = positionals[0]!;
   const res = await client.snapshot(sessionId);
   if (json) {
-    printJson({ lastSeq: String(res.lastSeq), snapshot: res.snapshot ? snapshotJson(res.snapshot) : null });
+    printJson({ lastSeq: jsonInteger(res.lastSeq), snapshot: res.snapshot ? snapshotJson(res.snapshot) : null });
     return EXIT.ok;
   }
   const view = res.snapshot ? snapshotJson(res.snapshot) : {};
@@ -227,7 +229,7 @@ async function deleteSession({ values, positionals, client, json }: Invocation):
   const sessionId = positionals[0]!;
   const expectedSeq = values["expected-seq"] === undefined ? undefined : wholeNumber(values["expected-seq"] as string, "--expected-seq");
   const res = await client.delete(sessionId, expectedSeq === undefined ? {} : { expectedSeq });
-  if (json) printJson({ lastSeq: String(res.lastSeq) });
+  if (json) printJson({ lastSeq: jsonInteger(res.lastSeq) });
   else process.stdout.write(`${sessionId}: deleted (its last seq was ${res.lastSeq})\n`);
   return EXIT.ok;
 }
@@ -255,13 +257,13 @@ async function watch({ values, positionals, client, json, out }: Invocation): Pr
           break;
         case "progress": {
           const { lastSeq, sendTime } = event;
-          if (json) printJson({ progress: { lastSeq: String(lastSeq), ...(sendTime ? { sendTime: timestampIso(sendTime) } : {}) } });
+          if (json) printJson({ progress: { lastSeq: jsonInteger(lastSeq), ...(sendTime ? { sendTime: timestampIso(sendTime) } : {}) } });
           else process.stderr.write(`${err.dim(`-- still following at seq ${lastSeq}`)}\n`);
           break;
         }
         case "caughtUp": {
           const { lastSeq, snapshot } = event;
-          if (json) printJson({ caughtUp: { lastSeq: String(lastSeq), ...(snapshot ? { snapshot: snapshotJson(snapshot) } : {}) } });
+          if (json) printJson({ caughtUp: { lastSeq: jsonInteger(lastSeq), ...(snapshot ? { snapshot: snapshotJson(snapshot) } : {}) } });
           else {
             process.stderr.write(`${err.dim(`-- caught up at seq ${lastSeq}; following new entries (Ctrl-C to stop)`)}\n`);
             // The backlog's entries come without snapshots: the one as of the marker stands for them.
@@ -270,7 +272,7 @@ async function watch({ values, positionals, client, json, out }: Invocation): Pr
           break;
         }
         case "resumed":
-          if (json) process.stderr.write(`${JSON.stringify({ event: "resumed", from_seq: Number(event.fromSeq), reason: "fell behind the service" })}\n`);
+          if (json) process.stderr.write(`${JSON.stringify({ event: "resumed", from_seq: jsonInteger(event.fromSeq), reason: "fell behind the service" })}\n`);
           else process.stderr.write(`${err.yellow(`-- fell behind the service; resuming from seq ${event.fromSeq}`)}\n`);
           break;
       }
@@ -295,7 +297,7 @@ function printEntry(entry: JournalEntry, json: boolean, out: Style, snapshot?: S
   const event: Record<string, unknown> = entry.event ? eventToJournal(entry.event) : {};
   const ts = entry.appendTime ? timestampIso(entry.appendTime) : undefined;
   if (json) {
-    const line: Record<string, unknown> = { seq: Number(entry.seq), id: entry.sessionId, type: entry.type, ts, event: { ...event, id: entry.sessionId } };
+    const line: Record<string, unknown> = { seq: jsonInteger(entry.seq), id: entry.sessionId, type: entry.type, ts, event: { ...event, id: entry.sessionId } };
     if (snapshot) line.snapshot = snapshotJson(snapshot);
     process.stdout.write(`${JSON.stringify(line)}\n`);
     return;
@@ -316,9 +318,9 @@ function printSnapshotSummary(snapshot: Snapshot, out: Style): void {
   process.stdout.write(`    ${out.dim("snapshot:")} ${summary}\n`);
 }
 
-/** The snapshot in its proto JSON form, whose keys are the seed's snapshot keys. */
+/** The snapshot in its proto JSON form, whose keys are the seed's snapshot keys (integers as numbers). */
 function snapshotJson(snapshot: Snapshot): JsonObject {
-  return toJson(SnapshotSchema, snapshot) as JsonObject;
+  return messageJson(SnapshotSchema, snapshot) as JsonObject;
 }
 
 function printJson(value: JsonValue | Record<string, unknown>): void {

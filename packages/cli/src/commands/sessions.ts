@@ -24,7 +24,9 @@ const COMMON_FLAGS: Readonly<Record<string, FlagSpec>> = {
 
 const EVENTS_NOTE =
   'Events are the seed\'s journal events: a JSON object with a "type" and the event\'s own keys ("pageUrl", "count", …). ' +
-  'A --field VALUE is read as JSON when it is JSON (3, true, null, "quoted", {…}, […]) and as a string otherwise.';
+  'A --field VALUE is read as JSON when it is JSON (3, true, null, "quoted", {…}, […]) and as a string otherwise. ' +
+  'A key the event type has a typed field for (a generate event\'s "count", "pageUrl", …) must hold that field\'s type, ' +
+  "as the API checks it (--field count=abc is refused, exit 2); other keys are kept as given.";
 
 const NOT_FOUND_ROW: HelpRow = [String(EXIT.notFound), "not found: SESSION has no journal"];
 
