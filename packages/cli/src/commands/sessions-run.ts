@@ -8,10 +8,10 @@ import type { JournalEntry } from "@berth/api/berth/sessions/v1/session_service_
 import { SnapshotSchema, type Snapshot } from "@berth/api/berth/sessions/v1/snapshot_pb";
 import { eventToJournal, InvalidEventError } from "@berth/client/journal-events";
 import { SessionsClient, type JournalEvent } from "@berth/client/sessions";
-import { parseDuration } from "@berth/shared/units";
 import { usageError, UsageError } from "../args.js";
 import { describeFailure, reportFailure } from "../client/errors.js";
 import { jsonInteger, messageJson } from "../client/json.js";
+import { durationFlag, durationLike } from "../client/need-flags.js";
 import { EXIT } from "../command.js";
 import { styleFor, type Style } from "../terminal.js";
 import type { SessionsInvocation } from "./sessions.js";
@@ -243,8 +243,8 @@ async function watch({ values, positionals, client, json, out }: Invocation): Pr
   const sessionId = positionals[0]!;
   const fromSeq = values["from-seq"] === undefined ? 0n : wholeNumber(values["from-seq"] as string, "--from-seq");
   const includeSnapshot = values.snapshots === true;
-  const progressIntervalMs = values.progress === undefined ? undefined : durationOf(values.progress as string, "--progress");
-  if (progressIntervalMs !== undefined && progressIntervalMs < 100) throw new UsageError("--progress must be at least 100ms");
+  const progressIntervalMs = durationFlag(values.progress, "--progress");
+  if (progressIntervalMs !== undefined && progressIntervalMs < 100) throw new UsageError(`--progress must be at least ${durationLike(100, values.progress as string)}`);
   const stop = new AbortController();
   const onSignal = () => stop.abort();
   process.once("SIGINT", onSignal);
@@ -340,13 +340,6 @@ function timestampIso(ts: Timestamp): string | undefined {
   return Number.isNaN(date.getTime()) ? undefined : date.toISOString();
 }
 
-function durationOf(raw: string, flag: string): number {
-  try {
-    return parseDuration(raw, flag);
-  } catch {
-    throw new UsageError(`${flag}: ${JSON.stringify(raw)} is not a duration like 500ms, 30s or 5m`);
-  }
-}
 
 function wholeNumber(raw: string, flag: string, max = BigInt(Number.MAX_SAFE_INTEGER)): bigint {
   if (!/^\d+$/.test(raw.trim())) throw new UsageError(`${flag} must be a whole number ≥ 0, got ${JSON.stringify(raw)}`);
