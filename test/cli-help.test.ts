@@ -167,11 +167,18 @@ describe("mistakes", () => {
   }, 180_000);
 
   it("a near miss gets a suggestion", async () => {
-    const [command, sub, flag] = await Promise.all([berth(["sesions", "list"]), berth(["budget", "stat"]), berth(["sessions", "get", "s1", "--jsn"])]);
+    const [command, sub, flag, up] = await Promise.all([
+      berth(["sesions", "list"]),
+      berth(["budget", "stat"]),
+      berth(["sessions", "get", "s1", "--jsn"]),
+      // up's flags are the services' settings: the same suggestion, before anything starts.
+      berth(["up", "--sessions-prot", "0"]),
+    ]);
     expect(command.stderr).toContain("berth: unknown command 'sesions' (did you mean 'sessions'?)");
     expect(sub.stderr).toContain("berth budget: unknown command 'stat' (did you mean 'state'?)");
     expect(flag.stderr).toContain("berth sessions get: unknown flag '--jsn' (did you mean --json?)");
-    for (const result of [command, sub, flag]) expect(result.code).toBe(EXIT.usage);
+    expect(up.stderr).toContain("berth up: --sessions-prot: unknown flag (did you mean --sessions-port?)");
+    for (const result of [command, sub, flag, up]) expect(result.code).toBe(EXIT.usage);
   });
 });
 

@@ -189,6 +189,37 @@ describe("berth sessions", () => {
     expect(lines[2]).toMatchObject({ seq: 2, type: "agent_phase", event: { phase: "live" }, snapshot: { generationPhase: "live" } });
   });
 
+  it("watch of a session that does not exist exits 4 saying so, unless --wait-for-session, which follows it from its first entry", async () => {
+    const missing = await sessions(["watch", "cli-nobody"]);
+    expect(missing).toMatchObject({ code: 4, stdout: "" });
+    expect(missing.stderr).toContain("berth sessions watch: session cli-nobody does not exist (nothing was ever appended to it, or it was deleted); --wait-for-session waits for its first entry");
+    const json = await sessions(["watch", "cli-nobody", "--json"]);
+    expect(json.code).toBe(4);
+    expect(jsonLines(json.stderr)).toEqual([expect.objectContaining({ event: "error", code: "not_found", exit: 4 })]);
+
+    const child = spawn(process.execPath, [BERTH, "sessions", "watch", "cli-later", "--json", "--wait-for-session"], {
+      env: { ...process.env, BERTH_SESSIONS_URL: url },
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    spawned.push(child);
+    let stdout = "";
+    child.stdout!.setEncoding("utf8").on("data", (chunk: string) => (stdout += chunk));
+    const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
+    const waitFor = async (count: number) => {
+      const deadline = Date.now() + 15_000;
+      while (jsonLines(stdout).length < count) {
+        if (Date.now() > deadline) throw new Error(`watch printed only: ${stdout}`);
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      }
+    };
+    await waitFor(1);
+    await sessions(["append", "cli-later", "steer"]);
+    await waitFor(2);
+    child.kill("SIGINT");
+    expect(await exited).toBe(0);
+    expect(jsonLines(stdout)).toMatchObject([{ caughtUp: { lastSeq: 0 } }, { seq: 1, type: "steer" }]);
+  });
+
   it("watch --progress prints the service's progress while idle, and a deletion ends the watch with 4", async () => {
     await sessions(["append", "cli4", "generate"]);
     const child = spawn(process.execPath, [BERTH, "sessions", "watch", "cli4", "--json", "--progress", "100ms"], {

@@ -46,7 +46,7 @@ const lazyBuiltins = {
 
 const COMMON = [
   "cli/dist/args.js", "cli/dist/command.js", "cli/dist/help.js", "cli/dist/common-help.js", "cli/dist/client/need-flags.js", "cli/dist/client/endpoint-flags.js",
-  "client/dist/endpoint.js", "client/dist/lock-path.js", "client/dist/owner.js", "shared/dist/units.js",
+  "client/dist/endpoint.js", "client/dist/lock-path.js", "client/dist/owner.js", "shared/dist/units.js", "shared/dist/closest.js",
 ].map((name) => name.split("/").join(sep));
 
 const bundle = await rolldown({

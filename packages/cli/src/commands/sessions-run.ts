@@ -3,6 +3,7 @@
  * `@berth/client`'s sessions client: only the sessions service's generated code loads.
  */
 import type { JsonObject, JsonValue } from "@bufbuild/protobuf";
+import { Code, ConnectError } from "@connectrpc/connect";
 import { timestampDate, type Timestamp } from "@bufbuild/protobuf/wkt";
 import type { JournalEntry } from "@berth/api/berth/sessions/v1/session_service_pb";
 import { SnapshotSchema, type Snapshot } from "@berth/api/berth/sessions/v1/snapshot_pb";
@@ -243,6 +244,7 @@ async function watch({ values, positionals, client, json, out }: Invocation): Pr
   const sessionId = positionals[0]!;
   const fromSeq = values["from-seq"] === undefined ? 0n : wholeNumber(values["from-seq"] as string, "--from-seq");
   const includeSnapshot = values.snapshots === true;
+  const waitForSession = values["wait-for-session"] === true;
   const progressIntervalMs = durationFlag(values.progress, "--progress");
   if (progressIntervalMs !== undefined && progressIntervalMs < 100) throw new UsageError(`--progress must be at least ${durationLike(100, values.progress as string)}`);
   const stop = new AbortController();
@@ -263,6 +265,14 @@ async function watch({ values, positionals, client, json, out }: Invocation): Pr
         }
         case "caughtUp": {
           const { lastSeq, snapshot } = event;
+          // A session exists once its journal has an entry: caught up at seq 0, there is none. The
+          // service would wait for it; a mistyped id should not look like a quiet session.
+          if (lastSeq === 0n && !waitForSession) {
+            throw new ConnectError(
+              `session ${sessionId} does not exist (nothing was ever appended to it, or it was deleted); --wait-for-session waits for its first entry`,
+              Code.NotFound,
+            );
+          }
           if (json) printJson({ caughtUp: { lastSeq: jsonInteger(lastSeq), ...(snapshot ? { snapshot: snapshotJson(snapshot) } : {}) } });
           else {
             process.stderr.write(`${err.dim(`-- caught up at seq ${lastSeq}; following new entries (Ctrl-C to stop)`)}\n`);

@@ -167,28 +167,31 @@ const SUBCOMMANDS: readonly Subcommand[] = [
     name: "watch",
     summary: "the journal from a seq, then every new entry as it is appended, until Ctrl-C",
     help: renderHelp({
-      usage: ["berth sessions watch SESSION [--from-seq N] [--snapshots] [--progress DURATION] [flags]"],
+      usage: ["berth sessions watch SESSION [--from-seq N] [--snapshots] [--progress DURATION] [--wait-for-session] [flags]"],
       about:
         "Prints SESSION's journal from seq N (default: from the start), then a caught-up marker, then every new entry as it " +
         "is appended, until Ctrl-C or SIGTERM. A watcher that falls behind resumes where it stopped: nothing is missed. " +
         "Human output has one line per entry (and the snapshot after it with --snapshots); the caught-up marker goes to stderr. " +
-        "A deleted session ends the watch (exit 4).",
+        "A session that does not exist (no journal: a mistyped id, or deleted) is an error (exit 4) unless --wait-for-session " +
+        "asks to wait for its first entry; a deleted session ends the watch (exit 4).",
       flags: [
         ["--from-seq N", "start at seq N (entries before it are not printed)"],
         ["--snapshots", "print the session's snapshot after each entry"],
         ["--progress DURATION", "ask the service for a progress message whenever DURATION (100ms or more) passes without an entry: a line on stderr, or {\"progress\": {lastSeq, sendTime}} with --json"],
+        ["--wait-for-session", "SESSION need not exist yet: follow it from its first entry"],
         ["--json", 'one JSON line per entry, in the journal\'s format ({seq, id, type, ts, event}, plus "snapshot"), and {"caughtUp": {lastSeq}} once the backlog is printed'],
         ...SESSIONS_ENDPOINT_FLAGS,
       ],
-      exitCodes: [[String(EXIT.ok), "stopped with Ctrl-C or SIGTERM"], [String(EXIT.notFound), "the session was deleted"], ...callExitRows("sessions")],
+      exitCodes: [[String(EXIT.ok), "stopped with Ctrl-C or SIGTERM"], [String(EXIT.notFound), "SESSION does not exist (without --wait-for-session), or was deleted"], ...callExitRows("sessions")],
       examples: [
         "berth sessions watch s1",
         "berth sessions watch s1 --from-seq 10 --snapshots",
         "berth sessions watch s1 --progress 30s --json",
+        "berth sessions watch next-run --wait-for-session   # before anything appends to it",
         "berth sessions watch s1 --json | jq -c 'select(.type == \"agent_phase\")'",
       ],
     }),
-    flags: { "from-seq": { type: "string" }, snapshots: { type: "boolean" }, progress: { type: "string" } },
+    flags: { "from-seq": { type: "string" }, snapshots: { type: "boolean" }, progress: { type: "string" }, "wait-for-session": { type: "boolean" } },
     arity: [1, 1],
   },
   {
