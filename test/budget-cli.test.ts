@@ -344,7 +344,7 @@ describe("berth budget", () => {
     expect(machine.code).toBe(0);
     expect(machine.stdout).toMatch(/^memory\s+15\.3G available of 16G \(host\)/m);
     expect(machine.stdout).toMatch(/^cpu psi\s+not available/m);
-    expect(JSON.parse((await berth(budget.url, ["budget", "machine", "--json"])).stdout).machine.totalBytes).toBe(String(16 * G));
+    expect(JSON.parse((await berth(budget.url, ["budget", "machine", "--json"])).stdout).machine.totalBytes).toBe(16 * G);
 
     const watch = spawnBerth(budget.url, ["budget", "watch", "--json"]);
     expect(await until(() => watch.stdout().split("\n").filter((l) => l.startsWith("{")).length >= 2, 5000)).toBe(true);

@@ -166,12 +166,37 @@ describe("mistakes", () => {
     });
   }, 180_000);
 
+  it("a command's help lists every flag of its subcommands, each on its own row", async () => {
+    /** The flags a help's "Flags:" section names, and its rows' name columns. */
+    const flagsOf = (help: string) => {
+      const section = help.split("\n\n").find((block) => block.startsWith("Flags:")) ?? "";
+      const names = section.split("\n").slice(1).map((line) => /^ {2}(-\S.*?)(?: {2,}|$)/.exec(line)?.[1]).filter((n): n is string => n !== undefined);
+      return { names, flags: new Set(names.flatMap((n) => n.match(/--[a-z][\w-]*/g) ?? [])) };
+    };
+    for (const entry of COMMANDS) {
+      const command = await entry.load();
+      if (command.subcommands === undefined) continue;
+      const listed = flagsOf(command.help);
+      for (const row of listed.names) expect(row.match(/--[a-z][\w-]*/g)?.length ?? 0, `berth ${command.name} --help: '${row}' is two flags in one row`).toBeLessThanOrEqual(1);
+      for (const sub of command.subcommands) {
+        for (const flag of flagsOf(sub.help).flags) expect(listed.flags.has(flag), `berth ${command.name} --help does not list ${flag} (of ${sub.name})`).toBe(true);
+      }
+    }
+  });
+
   it("a near miss gets a suggestion", async () => {
-    const [command, sub, flag] = await Promise.all([berth(["sesions", "list"]), berth(["budget", "stat"]), berth(["sessions", "get", "s1", "--jsn"])]);
+    const [command, sub, flag, up] = await Promise.all([
+      berth(["sesions", "list"]),
+      berth(["budget", "stat"]),
+      berth(["sessions", "get", "s1", "--jsn"]),
+      // up's flags are the services' settings: the same suggestion, before anything starts.
+      berth(["up", "--sessions-prot", "0"]),
+    ]);
     expect(command.stderr).toContain("berth: unknown command 'sesions' (did you mean 'sessions'?)");
     expect(sub.stderr).toContain("berth budget: unknown command 'stat' (did you mean 'state'?)");
     expect(flag.stderr).toContain("berth sessions get: unknown flag '--jsn' (did you mean --json?)");
-    for (const result of [command, sub, flag]) expect(result.code).toBe(EXIT.usage);
+    expect(up.stderr).toContain("berth up: --sessions-prot: unknown flag (did you mean --sessions-port?)");
+    for (const result of [command, sub, flag, up]) expect(result.code).toBe(EXIT.usage);
   });
 });
 

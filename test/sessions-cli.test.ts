@@ -52,8 +52,8 @@ describe("berth sessions", () => {
 
     const json = await sessions(["append", "cli1", "--json", '{"type":"agent_phase","phase":"planning","durationMs":12}', "--expected-seq", "1"]);
     expect(json.code).toBe(0);
-    const appended = JSON.parse(json.stdout) as { seq: string; duplicate: boolean; snapshot: Record<string, unknown> };
-    expect(appended).toMatchObject({ seq: "2", duplicate: false, snapshot: { id: "cli1", generationPhase: "planning", expectedVariants: 3 } });
+    const appended = JSON.parse(json.stdout) as { seq: number; duplicate: boolean; snapshot: Record<string, unknown> };
+    expect(appended).toMatchObject({ seq: 2, duplicate: false, snapshot: { id: "cli1", generationPhase: "planning", expectedVariants: 3 } });
 
     const stdin = await sessions(["append", "cli1"], { input: '{"type":"agent_phase","phase":"a"}\n{"type":"agent_phase","phase":"b"}\n' });
     expect(stdin).toMatchObject({ code: 0, stdout: "cli1: appended seqs 3-4 (phase generate_requested)\n" });
@@ -64,7 +64,7 @@ describe("berth sessions", () => {
     expect(get.stdout).toMatch(/^last seq\s+4$/m);
     expect(get.stdout).toMatch(/^generationPhase\s+b$/m);
     const getJson = JSON.parse((await sessions(["get", "cli1", "--json"])).stdout) as Record<string, unknown>;
-    expect(getJson).toMatchObject({ lastSeq: "4", snapshot: { id: "cli1", pageUrl: "http://localhost:3000/" } });
+    expect(getJson).toMatchObject({ lastSeq: 4, snapshot: { id: "cli1", pageUrl: "http://localhost:3000/" } });
 
     const list = await sessions(["list"]);
     expect(list.code).toBe(0);
@@ -100,7 +100,7 @@ describe("berth sessions", () => {
     expect((await sessions(["list", "--page-token", first.nextPageToken])).code).toBe(2);
 
     expect(await sessions(["delete", "pg-000", "--expected-seq", "1"])).toMatchObject({ code: 0, stdout: "pg-000: deleted (its last seq was 1)\n" });
-    expect(JSON.parse((await sessions(["delete", "pg-001", "--json"])).stdout)).toEqual({ lastSeq: "1" });
+    expect(JSON.parse((await sessions(["delete", "pg-001", "--json"])).stdout)).toEqual({ lastSeq: 1 });
     const stale = await sessions(["delete", "pg-002", "--expected-seq", "5"]);
     expect(stale.code).toBe(3);
     expect(stale.stderr).toMatch(/expected seq 5 but the session is at seq 1/);
@@ -151,6 +151,14 @@ describe("berth sessions", () => {
     // from the CLI, but an empty type is not).
     const refused = await sessions(["append", "cli2", "--json", '{"type":""}']);
     expect(refused.code).toBe(2);
+    // A typed key of another type is refused as the API refuses its curl, and nothing is appended.
+    const typed = await sessions(["append", "cli2", "generate", "--field", "count=abc"]);
+    expect(typed).toMatchObject({ code: 2, stdout: "" });
+    expect(typed.stderr).toMatch(/^berth sessions append: event\.generate\.count: the event's "count" must be a whole number from 0 to 4294967295, got "abc"$/m);
+    const batch = await sessions(["append", "cli2"], { input: '{"type":"steer"}\n{"type":"generate","pageUrl":5}\n' });
+    expect(batch.code).toBe(2);
+    expect(batch.stderr).toMatch(/events\[1\]\.generate\.page_url: the event's "pageUrl" must be a string, got 5/);
+    expect(JSON.parse((await sessions(["get", "cli2", "--json"])).stdout)).toMatchObject({ lastSeq: 2 });
   });
 
   it("watch prints the backlog, the caught-up marker, then live entries, and exits 0 on Ctrl-C", async () => {
@@ -177,8 +185,39 @@ describe("berth sessions", () => {
     expect(await exited).toBe(0);
     const lines = jsonLines(stdout);
     expect(lines[0]).toMatchObject({ seq: 1, type: "generate" });
-    expect(lines[1]).toMatchObject({ caughtUp: { lastSeq: "1", snapshot: { phase: "generate_requested" } } });
+    expect(lines[1]).toMatchObject({ caughtUp: { lastSeq: 1, snapshot: { phase: "generate_requested" } } });
     expect(lines[2]).toMatchObject({ seq: 2, type: "agent_phase", event: { phase: "live" }, snapshot: { generationPhase: "live" } });
+  });
+
+  it("watch of a session that does not exist exits 4 saying so, unless --wait-for-session, which follows it from its first entry", async () => {
+    const missing = await sessions(["watch", "cli-nobody"]);
+    expect(missing).toMatchObject({ code: 4, stdout: "" });
+    expect(missing.stderr).toContain("berth sessions watch: session cli-nobody does not exist (nothing was ever appended to it, or it was deleted); --wait-for-session waits for its first entry");
+    const json = await sessions(["watch", "cli-nobody", "--json"]);
+    expect(json.code).toBe(4);
+    expect(jsonLines(json.stderr)).toEqual([expect.objectContaining({ event: "error", code: "not_found", exit: 4 })]);
+
+    const child = spawn(process.execPath, [BERTH, "sessions", "watch", "cli-later", "--json", "--wait-for-session"], {
+      env: { ...process.env, BERTH_SESSIONS_URL: url },
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    spawned.push(child);
+    let stdout = "";
+    child.stdout!.setEncoding("utf8").on("data", (chunk: string) => (stdout += chunk));
+    const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
+    const waitFor = async (count: number) => {
+      const deadline = Date.now() + 15_000;
+      while (jsonLines(stdout).length < count) {
+        if (Date.now() > deadline) throw new Error(`watch printed only: ${stdout}`);
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      }
+    };
+    await waitFor(1);
+    await sessions(["append", "cli-later", "steer"]);
+    await waitFor(2);
+    child.kill("SIGINT");
+    expect(await exited).toBe(0);
+    expect(jsonLines(stdout)).toMatchObject([{ caughtUp: { lastSeq: 0 } }, { seq: 1, type: "steer" }]);
   });
 
   it("watch --progress prints the service's progress while idle, and a deletion ends the watch with 4", async () => {
@@ -198,7 +237,7 @@ describe("berth sessions", () => {
       if (Date.now() > deadline) throw new Error(`watch printed no progress: ${stdout}`);
       await new Promise((resolve) => setTimeout(resolve, 20));
     }
-    expect(jsonLines(stdout).find((line) => "progress" in line)).toMatchObject({ progress: { lastSeq: "1", sendTime: expect.stringMatching(/Z$/) } });
+    expect(jsonLines(stdout).find((line) => "progress" in line)).toMatchObject({ progress: { lastSeq: 1, sendTime: expect.stringMatching(/Z$/) } });
     expect((await sessions(["delete", "cli4"])).code).toBe(0);
     expect(await exited).toBe(4);
     expect(JSON.parse(stderr.trim().split("\n").at(-1)!)).toMatchObject({ event: "error", code: "not_found", exit: 4, message: expect.stringContaining("cli4 was deleted") });

@@ -7,17 +7,47 @@
  * and protobuf runtimes are some 140 small modules. Loaded as they are, they cost a client command
  * about three times a bare `node -e 0`; bundled, a command loads a handful of files. The commands'
  * dynamic imports stay chunk boundaries, so `berth --help` still loads no RPC code and each command
- * only its own service's generated code (`npm run bench -- cli` measures it).
+ * only its own service's generated code (`npm run bench -- cli` measures it). Two more things a
+ * one-RPC command paid for without using: the global `Headers` (all of undici behind it; the
+ * bundle uses src/headers.ts instead) and `node:http2`/`node:https` (loaded on first use, by
+ * src/lazy-builtin.ts). Minified without renaming: less to parse, names kept for stack traces.
  *
  * `berth up` runs the services themselves: they stay outside the bundle, loaded from their
  * packages when `up` runs.
  */
 import { rmSync } from "node:fs";
+import { sep } from "node:path";
 import { fileURLToPath } from "node:url";
 import { rolldown } from "rolldown";
 
 const dist = fileURLToPath(new URL("../dist/", import.meta.url));
 rmSync(`${dist}chunks`, { recursive: true, force: true });
+
+// Connect's Node transports import these at the top and use them only inside functions.
+const LAZY_BUILTINS = ["node:http2", "node:https"];
+const madeLazy = new Set();
+/** @type {import("rolldown").Plugin} */
+const lazyBuiltins = {
+  name: "berth-lazy-builtins",
+  transform(code, id) {
+    if (!/[\\/]@connectrpc[\\/]connect-node[\\/]/.test(id)) return null;
+    let changed = false;
+    // In place, on the import's own line, so that the source map's lines stay right.
+    const out = code.replace(/^import \* as (\w+) from "(node:[\w/]+)";$/gm, (line, local, name) => {
+      if (!LAZY_BUILTINS.includes(name)) return line;
+      changed = true;
+      madeLazy.add(name);
+      return `import { lazyBuiltin as __lazyBuiltin } from ${JSON.stringify(`${dist}lazy-builtin.js`)}; const ${local} = __lazyBuiltin(${JSON.stringify(name)});`;
+    });
+    // `map: null`: the lines stay where they were, so the source map of the file still holds.
+    return changed ? { code: out, map: null } : null;
+  },
+};
+
+const COMMON = [
+  "cli/dist/args.js", "cli/dist/command.js", "cli/dist/help.js", "cli/dist/common-help.js", "cli/dist/client/need-flags.js", "cli/dist/client/endpoint-flags.js",
+  "client/dist/endpoint.js", "client/dist/lock-path.js", "client/dist/owner.js", "shared/dist/units.js", "shared/dist/closest.js",
+].map((name) => name.split("/").join(sep));
 
 const bundle = await rolldown({
   input: `${dist}main.js`,
@@ -25,6 +55,8 @@ const bundle = await rolldown({
   // The services, and the server side of @berth/shared, are `berth up`'s alone: loaded from their
   // own packages (with their native addon) when it runs.
   external: [/^@berth\/(sessions|budget)(\/|$)/, /^@berth\/shared\/server\//],
+  transform: { inject: { Headers: [`${dist}headers.js`, "Headers"] } },
+  plugins: [lazyBuiltins],
   logLevel: "warn",
 });
 await bundle.write({
@@ -33,5 +65,13 @@ await bundle.write({
   entryFileNames: "berth.js",
   chunkFileNames: "chunks/[name]-[hash].js",
   sourcemap: true,
+  minify: { mangle: false },
+  // The small modules most commands share (flags, help, units, finding the services), in one
+  // chunk beside the entry rather than a file each: every file is one more resolve, read and link.
+  codeSplitting: { groups: [{ name: "common", test: (id) => COMMON.some((name) => id.endsWith(name)) }] },
 });
 await bundle.close();
+
+// A Connect release that imports them otherwise would silently bring the cost back: say so.
+const missed = LAZY_BUILTINS.filter((name) => !madeLazy.has(name));
+if (missed.length > 0) throw new Error(`bundle: no 'import * as … from "${missed.join('" / "')}"' found in @connectrpc/connect-node to load lazily; see scripts/bundle.mjs`);

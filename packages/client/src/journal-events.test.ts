@@ -2,7 +2,7 @@
 import { create } from "@bufbuild/protobuf";
 import { EventSchema } from "@berth/api/berth/sessions/v1/events_pb";
 import { describe, expect, it } from "vitest";
-import { eventToJournal, InvalidEventError, journalToEvent } from "./journal-events.js";
+import { appendableEvent, eventToJournal, InvalidEventError, journalToEvent } from "./journal-events.js";
 
 describe("journal events", () => {
   it("round-trips a journal event through the typed event, keys the typed fields cannot hold in extra", () => {
@@ -22,5 +22,23 @@ describe("journal events", () => {
     }
     expect(error).toBeInstanceOf(InvalidEventError);
     expect(error).toMatchObject({ field: "events[1].generate.extra.count", message: expect.stringMatching(/^events\[1\]\.generate\.extra\.count: collides with the typed field count/) });
+  });
+
+  it("appendableEvent: a typed key must hold its type (refused naming the field and the key), other keys go to extra", () => {
+    expect(appendableEvent({ type: "generate", pageUrl: "/p", count: 3, prompt: "bolder" }).kind).toMatchObject({
+      case: "generate",
+      value: { pageUrl: "/p", count: 3, extra: { prompt: "bolder" } },
+    });
+    expect(appendableEvent({ type: "resume", anything: "goes" }).kind).toMatchObject({ case: "other", value: { type: "resume", fields: { anything: "goes" } } });
+    for (const [event, field, rule] of [
+      [{ type: "generate", count: "abc" }, "event.generate.count", 'the event\'s "count" must be a whole number from 0 to 4294967295, got "abc"'],
+      [{ type: "generate", count: -1 }, "event.generate.count", 'the event\'s "count" must be a whole number from 0 to 4294967295, got -1'],
+      [{ type: "generate", pageUrl: null }, "event.generate.page_url", 'the event\'s "pageUrl" must be a string, got null'],
+    ] as const) {
+      expect(() => appendableEvent(event)).toThrow(InvalidEventError);
+      expect(() => appendableEvent(event)).toThrow(`${field}: ${rule}`);
+    }
+    // What the seed's processes wrote still reads back as it was.
+    expect(journalToEvent({ type: "generate", count: "abc" }).kind).toMatchObject({ case: "generate", value: { extra: { count: "abc" } } });
   });
 });

@@ -364,6 +364,45 @@ export function journalToEvent(json: Record<string, unknown>): Event {
   return { $typeName: EVENT_TYPE, kind: { case: type.oneofCase, value: message } } as unknown as Event;
 }
 
+/**
+ * The typed event for a journal event a client appends: as {@link journalToEvent}, but a key of a
+ * typed field must hold a value of the field's type, as the API's own JSON decoding requires
+ * (`{"generate": {"count": "abc"}}` is refused); only keys without a typed field go to `extra`.
+ * So `berth sessions append s1 generate --field count=abc` is refused like its curl, while
+ * journalToEvent keeps reading back whatever the seed's processes wrote. Throws InvalidEventError
+ * naming the field (`event.generate.count`; `field` is the event's path in the request).
+ */
+export function appendableEvent(json: Record<string, unknown>, field = "event"): Event {
+  const type = typeof json.type === "string" ? EVENT_TYPES.get(json.type) : undefined;
+  if (type !== undefined) {
+    for (const key of Object.keys(json)) {
+      const typed = type.byJsonKey.get(key);
+      const value = json[key];
+      if (typed === undefined || value === undefined || decodeField(typed.kind, value) !== DOES_NOT_FIT) continue;
+      throw new InvalidEventError(`${field}.${type.type}.${typed.protoName}`, `the event's "${key}" must be ${KIND_RULES[typed.kind]}, got ${describeJson(value)}`);
+    }
+  }
+  return journalToEvent(json);
+}
+
+/** What a value of each kind of typed field must be, for messages. */
+const KIND_RULES: Readonly<Record<FieldKind, string>> = {
+  string: "a string",
+  bool: "true or false",
+  double: "a number",
+  uint32: "a whole number from 0 to 4294967295",
+  int64: `a whole number from -${Number.MAX_SAFE_INTEGER} to ${Number.MAX_SAFE_INTEGER}`,
+  value: "a JSON value (finite numbers)",
+  list: "a JSON array",
+  struct: "a JSON object",
+};
+
+function describeJson(value: unknown): string {
+  if (typeof value === "number" && !Number.isFinite(value)) return String(value);
+  const text = JSON.stringify(value) ?? String(value);
+  return text.length > 60 ? `${text.slice(0, 59)}…` : text;
+}
+
 function otherFromJournal(json: Record<string, unknown>, hasStringType: boolean): Event {
   let fields: JsonObject | undefined;
   for (const key of Object.keys(json)) {

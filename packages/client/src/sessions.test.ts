@@ -56,6 +56,21 @@ describe("append", () => {
     expect(seen[2]!.expected).toEqual({ case: "expectedState", value: ExpectedState.EXISTS });
   });
 
+  it("refuses a journal event whose typed key holds another type, as the API does, before sending anything", async () => {
+    let calls = 0;
+    const sessions = client({
+      appendEvent: () => (calls++, { seq: 1n }),
+      appendEvents: () => (calls++, { firstSeq: 1n, lastSeq: 2n }),
+    });
+    await expect(sessions.append("s", { type: "generate", count: "abc" })).rejects.toMatchObject({
+      name: "InvalidEventError",
+      field: "event.generate.count",
+      message: 'event.generate.count: the event\'s "count" must be a whole number from 0 to 4294967295, got "abc"',
+    });
+    await expect(sessions.appendMany("s", [{ type: "steer" }, { type: "generate", pageUrl: 5 }])).rejects.toMatchObject({ field: "events[1].generate.page_url" });
+    expect(calls).toBe(0);
+  });
+
   it("makes an overtaken append again after the delay its RetryInfo asks, and answers the attempt that landed", async () => {
     const attempts: number[] = [];
     const sessions = client({

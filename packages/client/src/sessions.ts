@@ -25,7 +25,7 @@ import {
 import type { Snapshot } from "@berth/api/berth/sessions/v1/snapshot_pb";
 import type { Endpoint } from "./endpoint.js";
 import { BerthClientError, withBerthErrors } from "./errors.js";
-import { journalToEvent } from "./journal-events.js";
+import { appendableEvent } from "./journal-events.js";
 import { absoluteLockPath } from "./lock-path.js";
 import { callOptions, delay, durationOfMs, linkedCall, serviceTransports, type CallOptions, type ServiceClientOptions } from "./options.js";
 
@@ -98,15 +98,20 @@ export class SessionsClient {
     this.rpc = withBerthErrors(SessionService, createClient(SessionService, transports.unary), SESSION_ERROR_DETAILS);
   }
 
-  /** Appends one event and answers its seq and the snapshot after it (or, for a repeated idempotency key, the first append's). */
-  append(sessionId: string, event: EventInput, options: AppendOptions = {}): Promise<AppendEventResponse> {
-    const request = { sessionId, event: toEvent(event), ...appendConditions(options) };
+  /**
+   * Appends one event and answers its seq and the snapshot after it (or, for a repeated idempotency
+   * key, the first append's). An event as the journal holds it is checked as the API checks typed
+   * JSON: a key of a typed field with a value of another type (`count: "abc"`) is refused with
+   * InvalidEventError naming the field, before anything is sent.
+   */
+  async append(sessionId: string, event: EventInput, options: AppendOptions = {}): Promise<AppendEventResponse> {
+    const request = { sessionId, event: toEvent(event, "event"), ...appendConditions(options) };
     return retryOvertaken(() => this.rpc.appendEvent(request, callOptions(options)), options.signal);
   }
 
-  /** Appends events atomically, with consecutive seqs: all of them or none. */
-  appendMany(sessionId: string, events: readonly EventInput[], options: AppendOptions = {}): Promise<AppendEventsResponse> {
-    const request = { sessionId, events: events.map(toEvent), ...appendConditions(options) };
+  /** Appends events atomically, with consecutive seqs: all of them or none. Each event is checked as {@link append} checks it. */
+  async appendMany(sessionId: string, events: readonly EventInput[], options: AppendOptions = {}): Promise<AppendEventsResponse> {
+    const request = { sessionId, events: events.map((event, i) => toEvent(event, `events[${i}]`)), ...appendConditions(options) };
     return retryOvertaken(() => this.rpc.appendEvents(request, callOptions(options)), options.signal);
   }
 
@@ -192,9 +197,9 @@ export class SessionsClient {
 }
 
 /** An event to send: a journal event through the journal codec, a typed one as it is. */
-function toEvent(event: EventInput): MessageInitShape<typeof EventSchema> {
+function toEvent(event: EventInput, field: string): MessageInitShape<typeof EventSchema> {
   const type = (event as { type?: unknown }).type;
-  return typeof type === "string" ? journalToEvent(event as Record<string, unknown>) : (event as MessageInitShape<typeof EventSchema>);
+  return typeof type === "string" ? appendableEvent(event as Record<string, unknown>, field) : (event as MessageInitShape<typeof EventSchema>);
 }
 
 function appendConditions(options: AppendOptions) {

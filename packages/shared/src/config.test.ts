@@ -140,7 +140,9 @@ describe("loadConfig precedence", () => {
 
 describe("loadConfig refusals", () => {
   it("names an unknown flag", () => {
-    expect(refusal(() => loadConfig(budget, { argv: ["--prot=1"] }))).toMatch(/^--prot: unknown flag; known flags: --state-dir, /);
+    expect(refusal(() => loadConfig(budget, { argv: ["--frob=1"] }))).toMatch(/^--frob: unknown flag; known flags: --state-dir, /);
+    // A near one is suggested, as every berth command suggests its own flags.
+    expect(refusal(() => loadConfig(budget, { argv: ["--prot=1"] }))).toBe("--prot: unknown flag (did you mean --port?)");
   });
 
   it("names a flag without its value", () => {

@@ -7,6 +7,7 @@
 import { readFileSync } from "node:fs";
 import { parseArgs } from "node:util";
 import { invalidArgument } from "./errors.js";
+import { closest } from "./closest.js";
 import { formatDuration, formatSize, parseDuration, parseSize } from "./units.js";
 
 /** One setting: where it is read from, how it is parsed, what it means. */
@@ -168,8 +169,9 @@ function readFlags(
     if (token.kind !== "option") continue;
     const option = parseOptions[token.name];
     if (option === undefined) {
-      const known = [...byFlag.keys(), CONFIG_FLAG, "help"].map((flag) => `--${flag}`).join(", ");
-      throw invalidArgument(token.rawName, `unknown flag; known flags: ${known}`);
+      const known = [...byFlag.keys(), CONFIG_FLAG, "help"].map((flag) => `--${flag}`);
+      const near = closest(`--${token.name}`, known);
+      throw invalidArgument(token.rawName, near === undefined ? `unknown flag; known flags: ${known.join(", ")}` : `unknown flag (did you mean ${near}?)`);
     }
     if (token.name === "help") {
       help = true;

@@ -75,11 +75,17 @@ describe("parseDuration", () => {
     ["1m30s", 90_000],
     ["1m 30s", 90_000],
     ["1.5s", 1500],
-    ["1500", 1500],
+    ["0", 0],
+    ["0.0", 0],
     ["1d", 86_400_000],
     [" 10s ", 10_000],
   ])("%s is %d ms", (input, ms) => {
     expect(parseDuration(input)).toBe(ms);
+  });
+
+  it.each(["5", "1500", " 30 ", "0.5"])("refuses the bare number %j naming the field and the units", (input) => {
+    const text = input.trim();
+    expect(() => parseDuration(input, "--wait")).toThrow(`--wait: "${text}" has no unit: write ${text}s, ${text}m or ${text}ms (units: ms, s, m, h, d; only 0 needs none)`);
   });
 
   it("takes a number of milliseconds", () => {

@@ -79,12 +79,15 @@ const DURATION_UNITS: Record<string, number> = {
   d: 86_400_000,
 };
 
-const DURATION_RULE = "must be a duration such as 250ms, 5s, 2m, 1h, 1m30s or a number of milliseconds";
+const DURATION_RULE = "must be a duration such as 250ms, 5s, 2m, 1h or 1m30s";
 
 /**
- * Parses a duration into milliseconds: a number (milliseconds), or a string like `250ms`, `5s`, `2m`,
- * `1h`, `1d`, `1m30s`, `1m 30s` (what {@link formatDuration} prints) or `1500` (milliseconds). Rounded
- * to whole milliseconds. Malformed, negative, NaN or infinite input throws `invalidArgument(field, …)`.
+ * Parses a duration into milliseconds: a number (milliseconds, from code), or a string like `250ms`,
+ * `5s`, `2m`, `1h`, `1d`, `1m30s`, `1m 30s` (what {@link formatDuration} prints), or `0`. Rounded to
+ * whole milliseconds. Malformed, negative, NaN or infinite input throws `invalidArgument(field, …)`.
+ *
+ * A string that is a bare number other than zero is refused, naming the units: `--wait 5` once meant
+ * 5 ms to berth and 5 s to the person who typed it. Zero needs no unit.
  */
 export function parseDuration(input: string | number, field = "duration"): number {
   if (typeof input === "number") {
@@ -92,7 +95,10 @@ export function parseDuration(input: string | number, field = "duration"): numbe
     return Math.round(input);
   }
   const text = typeof input === "string" ? input.trim() : "";
-  if (/^\d+(?:\.\d+)?$/.test(text)) return Math.round(Number(text));
+  if (/^\d+(?:\.\d+)?$/.test(text)) {
+    if (Number(text) === 0) return 0;
+    throw invalidArgument(field, `${JSON.stringify(text)} has no unit: write ${text}s, ${text}m or ${text}ms (units: ms, s, m, h, d; only 0 needs none)`);
+  }
   const part = /(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)\s*/gy;
   let total = 0;
   let consumed = 0;

@@ -4,7 +4,7 @@
  * checked here, so a typo is a usage error before anything is loaded or called; what is left unset
  * takes the budget's defaults on the service side.
  */
-import { parseDuration, parseSize } from "@berth/shared/units";
+import { formatDuration, parseDuration, parseSize } from "@berth/shared/units";
 import { UsageError } from "../args.js";
 import type { HelpRow } from "../help.js";
 
@@ -55,13 +55,38 @@ function cpu(value: unknown, flag: string): number | undefined {
   return n;
 }
 
-/** A duration flag's value in ms (`30s`, `10m`), or undefined when not given. */
+/**
+ * A duration flag's value in ms (`30s`, `10m`), or undefined when not given. A bare number other
+ * than 0 is refused naming the flag and the units (`--max-wait 5` is not 5 ms nor 5 s: say which).
+ */
 export function durationFlag(value: unknown, flag: string): number | undefined {
   if (typeof value !== "string") return undefined;
+  if (/^\s*\d+(\.\d+)?\s*$/.test(value)) return parseDurationFlag(value, flag);
   try {
     return parseDuration(value, flag);
   } catch {
     throw new UsageError(`${flag}: ${JSON.stringify(value)} is not a duration like 30s, 10m or 1h`);
+  }
+}
+
+/**
+ * `ms` in the unit `typed` ends with (`0.05s` → `0.1s` for 100 ms), so that a limit is quoted as the
+ * user wrote the value that broke it; `typed` without a unit (0): as formatDuration prints it.
+ */
+export function durationLike(ms: number, typed: string): string {
+  const unit = /(ms|s|m|h|d)\s*$/.exec(typed.trim())?.[1];
+  if (unit === undefined) return formatDuration(ms);
+  return `${Math.round((ms / DURATION_UNIT_MS[unit]!) * 1000) / 1000}${unit}`;
+}
+
+const DURATION_UNIT_MS: Readonly<Record<string, number>> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 };
+
+function parseDurationFlag(value: string, flag: string): number {
+  try {
+    return parseDuration(value, flag);
+  } catch (error) {
+    // parseDuration's own message: it names the units, and the number with each.
+    throw new UsageError((error as Error).message);
   }
 }
 

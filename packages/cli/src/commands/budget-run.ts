@@ -2,7 +2,7 @@
  * The calls of `berth budget …` (its help and command line are in budget.ts), through
  * `@berth/client`'s budget client: only the budget service's generated code loads.
  */
-import { toJson, type DescMessage, type MessageShape } from "@bufbuild/protobuf";
+import type { DescMessage, MessageShape } from "@bufbuild/protobuf";
 import {
   CheckResponseSchema,
   GetLimitsResponseSchema,
@@ -15,6 +15,7 @@ import { BudgetClient } from "@berth/client/budget";
 import { usageError, UsageError } from "../args.js";
 import { formatLimits, formatMachine, formatMachineLine, formatState, formatVerdict, resources } from "../client/budget-format.js";
 import { describeFailure, reportFailure } from "../client/errors.js";
+import { messageJson } from "../client/json.js";
 import { needFromFlags } from "../client/need-flags.js";
 import { needItems } from "../client/need-items.js";
 import { EXIT } from "../command.js";
@@ -47,7 +48,7 @@ export async function runBudget(invocation: BudgetInvocation, where: string): Pr
 }
 
 function printJson<D extends DescMessage>(schema: D, message: MessageShape<D>): void {
-  process.stdout.write(`${JSON.stringify(toJson(schema, message))}\n`);
+  process.stdout.write(`${JSON.stringify(messageJson(schema, message))}\n`);
 }
 
 /** The largest page the service gives (a larger --page-size is treated as this by the service). */

@@ -4,7 +4,6 @@
  */
 import { spawn } from "node:child_process";
 import * as path from "node:path";
-import { toJson } from "@bufbuild/protobuf";
 import { durationMs, timestampMs, type Duration, type Timestamp } from "@bufbuild/protobuf/wkt";
 import { Code } from "@connectrpc/connect";
 import {
@@ -20,6 +19,7 @@ import { BerthClientError } from "@berth/client/errors";
 import { LocksClient, type HeldLock } from "@berth/client/locks";
 import { formatDuration } from "@berth/shared/units";
 import { describeFailure, reportFailure } from "../client/errors.js";
+import { jsonInteger, messageJson } from "../client/json.js";
 import { progressFor, type Progress } from "../client/progress.js";
 import { relaySignals, signalExit } from "../client/wrapped-command.js";
 import { EXIT } from "../command.js";
@@ -58,7 +58,7 @@ function holderJson(holder: Holder | LockHeld | undefined): Record<string, unkno
   return {
     owner: holder.owner,
     kind: kindName(holder.kind),
-    fencing_token: Number(holder.fencingToken),
+    fencing_token: jsonInteger(holder.fencingToken),
     since: iso(holder.acquireTime),
     ...(holder.pid === undefined ? {} : { pid: holder.pid }),
   };
@@ -99,7 +99,7 @@ export async function hold(invocation: Invocation): Promise<number> {
     const waitedMs = Date.now() - started;
     progress.event(
       "acquired",
-      { file: lease.file, fencing_token: Number(lease.fencingToken), owner: lease.owner, waited_ms: waitedMs },
+      { file: lease.file, fencing_token: jsonInteger(lease.fencingToken), owner: lease.owner, waited_ms: waitedMs },
       waited ? `acquired ${lease.file} after ${formatDuration(roundSeconds(waitedMs))} (fencing token ${lease.fencingToken})` : undefined,
     );
     progress.done();
@@ -139,7 +139,7 @@ export async function hold(invocation: Invocation): Promise<number> {
     // stream (which the release does too) would free it a moment later.
     if (held.lost === undefined) {
       const released = await held.release();
-      progress.event("released", { file: lease.file, fencing_token: Number(lease.fencingToken), by: released ? "release" : "stream end" });
+      progress.event("released", { file: lease.file, fencing_token: jsonInteger(lease.fencingToken), by: released ? "release" : "stream end" });
     }
     return code;
   } finally {
@@ -209,7 +209,7 @@ export async function inspect(invocation: Invocation): Promise<number> {
     return reportFailure("berth lock inspect", describeFailure(error, "sessions", invocation.endpoint.url), invocation.json);
   }
   if (invocation.json) {
-    process.stdout.write(`${JSON.stringify(toJson(InspectResponseSchema, response, { alwaysEmitImplicit: true }))}\n`);
+    process.stdout.write(`${JSON.stringify(messageJson(InspectResponseSchema, response, { alwaysEmitImplicit: true }))}\n`);
     return EXIT.ok;
   }
   const out = styleFor(process.stdout);
@@ -242,7 +242,7 @@ export async function limits({ endpoint, json }: LimitsInvocation): Promise<numb
     return reportFailure("berth lock limits", describeFailure(error, "sessions", endpoint.url), json);
   }
   if (json) {
-    process.stdout.write(`${JSON.stringify(toJson(GetLimitsResponseSchema, response, { alwaysEmitImplicit: true }))}\n`);
+    process.stdout.write(`${JSON.stringify(messageJson(GetLimitsResponseSchema, response, { alwaysEmitImplicit: true }))}\n`);
     return EXIT.ok;
   }
   const take = (d: Duration | undefined) => formatDuration(d === undefined ? 0 : durationMs(d));

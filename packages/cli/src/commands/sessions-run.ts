@@ -2,15 +2,17 @@
  * The calls of `berth sessions …` (its help and command line are in sessions.ts), through
  * `@berth/client`'s sessions client: only the sessions service's generated code loads.
  */
-import { toJson, type JsonObject, type JsonValue } from "@bufbuild/protobuf";
+import type { JsonObject, JsonValue } from "@bufbuild/protobuf";
+import { Code, ConnectError } from "@connectrpc/connect";
 import { timestampDate, type Timestamp } from "@bufbuild/protobuf/wkt";
 import type { JournalEntry } from "@berth/api/berth/sessions/v1/session_service_pb";
 import { SnapshotSchema, type Snapshot } from "@berth/api/berth/sessions/v1/snapshot_pb";
-import { eventToJournal } from "@berth/client/journal-events";
+import { eventToJournal, InvalidEventError } from "@berth/client/journal-events";
 import { SessionsClient, type JournalEvent } from "@berth/client/sessions";
-import { parseDuration } from "@berth/shared/units";
 import { usageError, UsageError } from "../args.js";
 import { describeFailure, reportFailure } from "../client/errors.js";
+import { jsonInteger, messageJson } from "../client/json.js";
+import { durationFlag, durationLike } from "../client/need-flags.js";
 import { EXIT } from "../command.js";
 import { styleFor, type Style } from "../terminal.js";
 import type { SessionsInvocation } from "./sessions.js";
@@ -37,7 +39,8 @@ export async function runSessions(invocation: SessionsInvocation, where: string)
   try {
     return await RUN[invocation.subcommand]({ ...invocation, client, out: styleFor(process.stdout) });
   } catch (error) {
-    if (error instanceof UsageError) return usageError(where, error.message);
+    // An event the API would refuse (`--field count=abc`), refused before it is sent, naming the field.
+    if (error instanceof UsageError || error instanceof InvalidEventError) return usageError(where, error.message);
     return reportFailure(where, describeFailure(error, "sessions", invocation.endpoint.url), invocation.json);
   }
 }
@@ -84,11 +87,11 @@ async function append({ values, positionals, client, json }: Invocation): Promis
     const res = await client.append(sessionId, checked[0]!, options);
     ({ seq: lastSeq, duplicate, snapshot } = res);
     firstSeq = lastSeq;
-    if (json) printJson({ seq: String(res.seq), duplicate, snapshot: snapshot ? snapshotJson(snapshot) : null });
+    if (json) printJson({ seq: jsonInteger(res.seq), duplicate, snapshot: snapshot ? snapshotJson(snapshot) : null });
   } else {
     const res = await client.appendMany(sessionId, checked, options);
     ({ firstSeq, lastSeq, duplicate, snapshot } = res);
-    if (json) printJson({ firstSeq: String(firstSeq), lastSeq: String(lastSeq), duplicate, snapshot: snapshot ? snapshotJson(snapshot) : null });
+    if (json) printJson({ firstSeq: jsonInteger(firstSeq), lastSeq: jsonInteger(lastSeq), duplicate, snapshot: snapshot ? snapshotJson(snapshot) : null });
   }
   if (!json) {
     const seqs = firstSeq === lastSeq ? `seq ${lastSeq}` : `seqs ${firstSeq}-${lastSeq}`;
@@ -162,7 +165,7 @@ async function get({ positionals, client, json, out }: Invocation): Promise<numb
   const sessionId = positionals[0]!;
   const res = await client.snapshot(sessionId);
   if (json) {
-    printJson({ lastSeq: String(res.lastSeq), snapshot: res.snapshot ? snapshotJson(res.snapshot) : null });
+    printJson({ lastSeq: jsonInteger(res.lastSeq), snapshot: res.snapshot ? snapshotJson(res.snapshot) : null });
     return EXIT.ok;
   }
   const view = res.snapshot ? snapshotJson(res.snapshot) : {};
@@ -227,7 +230,7 @@ async function deleteSession({ values, positionals, client, json }: Invocation):
   const sessionId = positionals[0]!;
   const expectedSeq = values["expected-seq"] === undefined ? undefined : wholeNumber(values["expected-seq"] as string, "--expected-seq");
   const res = await client.delete(sessionId, expectedSeq === undefined ? {} : { expectedSeq });
-  if (json) printJson({ lastSeq: String(res.lastSeq) });
+  if (json) printJson({ lastSeq: jsonInteger(res.lastSeq) });
   else process.stdout.write(`${sessionId}: deleted (its last seq was ${res.lastSeq})\n`);
   return EXIT.ok;
 }
@@ -241,8 +244,9 @@ async function watch({ values, positionals, client, json, out }: Invocation): Pr
   const sessionId = positionals[0]!;
   const fromSeq = values["from-seq"] === undefined ? 0n : wholeNumber(values["from-seq"] as string, "--from-seq");
   const includeSnapshot = values.snapshots === true;
-  const progressIntervalMs = values.progress === undefined ? undefined : durationOf(values.progress as string, "--progress");
-  if (progressIntervalMs !== undefined && progressIntervalMs < 100) throw new UsageError("--progress must be at least 100ms");
+  const waitForSession = values["wait-for-session"] === true;
+  const progressIntervalMs = durationFlag(values.progress, "--progress");
+  if (progressIntervalMs !== undefined && progressIntervalMs < 100) throw new UsageError(`--progress must be at least ${durationLike(100, values.progress as string)}`);
   const stop = new AbortController();
   const onSignal = () => stop.abort();
   process.once("SIGINT", onSignal);
@@ -255,13 +259,21 @@ async function watch({ values, positionals, client, json, out }: Invocation): Pr
           break;
         case "progress": {
           const { lastSeq, sendTime } = event;
-          if (json) printJson({ progress: { lastSeq: String(lastSeq), ...(sendTime ? { sendTime: timestampIso(sendTime) } : {}) } });
+          if (json) printJson({ progress: { lastSeq: jsonInteger(lastSeq), ...(sendTime ? { sendTime: timestampIso(sendTime) } : {}) } });
           else process.stderr.write(`${err.dim(`-- still following at seq ${lastSeq}`)}\n`);
           break;
         }
         case "caughtUp": {
           const { lastSeq, snapshot } = event;
-          if (json) printJson({ caughtUp: { lastSeq: String(lastSeq), ...(snapshot ? { snapshot: snapshotJson(snapshot) } : {}) } });
+          // A session exists once its journal has an entry: caught up at seq 0, there is none. The
+          // service would wait for it; a mistyped id should not look like a quiet session.
+          if (lastSeq === 0n && !waitForSession) {
+            throw new ConnectError(
+              `session ${sessionId} does not exist (nothing was ever appended to it, or it was deleted); --wait-for-session waits for its first entry`,
+              Code.NotFound,
+            );
+          }
+          if (json) printJson({ caughtUp: { lastSeq: jsonInteger(lastSeq), ...(snapshot ? { snapshot: snapshotJson(snapshot) } : {}) } });
           else {
             process.stderr.write(`${err.dim(`-- caught up at seq ${lastSeq}; following new entries (Ctrl-C to stop)`)}\n`);
             // The backlog's entries come without snapshots: the one as of the marker stands for them.
@@ -270,7 +282,7 @@ async function watch({ values, positionals, client, json, out }: Invocation): Pr
           break;
         }
         case "resumed":
-          if (json) process.stderr.write(`${JSON.stringify({ event: "resumed", from_seq: Number(event.fromSeq), reason: "fell behind the service" })}\n`);
+          if (json) process.stderr.write(`${JSON.stringify({ event: "resumed", from_seq: jsonInteger(event.fromSeq), reason: "fell behind the service" })}\n`);
           else process.stderr.write(`${err.yellow(`-- fell behind the service; resuming from seq ${event.fromSeq}`)}\n`);
           break;
       }
@@ -295,7 +307,7 @@ function printEntry(entry: JournalEntry, json: boolean, out: Style, snapshot?: S
   const event: Record<string, unknown> = entry.event ? eventToJournal(entry.event) : {};
   const ts = entry.appendTime ? timestampIso(entry.appendTime) : undefined;
   if (json) {
-    const line: Record<string, unknown> = { seq: Number(entry.seq), id: entry.sessionId, type: entry.type, ts, event: { ...event, id: entry.sessionId } };
+    const line: Record<string, unknown> = { seq: jsonInteger(entry.seq), id: entry.sessionId, type: entry.type, ts, event: { ...event, id: entry.sessionId } };
     if (snapshot) line.snapshot = snapshotJson(snapshot);
     process.stdout.write(`${JSON.stringify(line)}\n`);
     return;
@@ -316,9 +328,9 @@ function printSnapshotSummary(snapshot: Snapshot, out: Style): void {
   process.stdout.write(`    ${out.dim("snapshot:")} ${summary}\n`);
 }
 
-/** The snapshot in its proto JSON form, whose keys are the seed's snapshot keys. */
+/** The snapshot in its proto JSON form, whose keys are the seed's snapshot keys (integers as numbers). */
 function snapshotJson(snapshot: Snapshot): JsonObject {
-  return toJson(SnapshotSchema, snapshot) as JsonObject;
+  return messageJson(SnapshotSchema, snapshot) as JsonObject;
 }
 
 function printJson(value: JsonValue | Record<string, unknown>): void {
@@ -338,13 +350,6 @@ function timestampIso(ts: Timestamp): string | undefined {
   return Number.isNaN(date.getTime()) ? undefined : date.toISOString();
 }
 
-function durationOf(raw: string, flag: string): number {
-  try {
-    return parseDuration(raw, flag);
-  } catch {
-    throw new UsageError(`${flag}: ${JSON.stringify(raw)} is not a duration like 500ms, 30s or 5m`);
-  }
-}
 
 function wholeNumber(raw: string, flag: string, max = BigInt(Number.MAX_SAFE_INTEGER)): bigint {
   if (!/^\d+$/.test(raw.trim())) throw new UsageError(`${flag} must be a whole number ≥ 0, got ${JSON.stringify(raw)}`);

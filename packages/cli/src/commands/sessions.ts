@@ -24,7 +24,9 @@ const COMMON_FLAGS: Readonly<Record<string, FlagSpec>> = {
 
 const EVENTS_NOTE =
   'Events are the seed\'s journal events: a JSON object with a "type" and the event\'s own keys ("pageUrl", "count", …). ' +
-  'A --field VALUE is read as JSON when it is JSON (3, true, null, "quoted", {…}, […]) and as a string otherwise.';
+  'A --field VALUE is read as JSON when it is JSON (3, true, null, "quoted", {…}, […]) and as a string otherwise. ' +
+  'A key the event type has a typed field for (a generate event\'s "count", "pageUrl", …) must hold that field\'s type, ' +
+  "as the API checks it (--field count=abc is refused, exit 2); other keys are kept as given.";
 
 const NOT_FOUND_ROW: HelpRow = [String(EXIT.notFound), "not found: SESSION has no journal"];
 
@@ -165,28 +167,31 @@ const SUBCOMMANDS: readonly Subcommand[] = [
     name: "watch",
     summary: "the journal from a seq, then every new entry as it is appended, until Ctrl-C",
     help: renderHelp({
-      usage: ["berth sessions watch SESSION [--from-seq N] [--snapshots] [--progress DURATION] [flags]"],
+      usage: ["berth sessions watch SESSION [--from-seq N] [--snapshots] [--progress DURATION] [--wait-for-session] [flags]"],
       about:
         "Prints SESSION's journal from seq N (default: from the start), then a caught-up marker, then every new entry as it " +
         "is appended, until Ctrl-C or SIGTERM. A watcher that falls behind resumes where it stopped: nothing is missed. " +
         "Human output has one line per entry (and the snapshot after it with --snapshots); the caught-up marker goes to stderr. " +
-        "A deleted session ends the watch (exit 4).",
+        "A session that does not exist (no journal: a mistyped id, or deleted) is an error (exit 4) unless --wait-for-session " +
+        "asks to wait for its first entry; a deleted session ends the watch (exit 4).",
       flags: [
         ["--from-seq N", "start at seq N (entries before it are not printed)"],
         ["--snapshots", "print the session's snapshot after each entry"],
         ["--progress DURATION", "ask the service for a progress message whenever DURATION (100ms or more) passes without an entry: a line on stderr, or {\"progress\": {lastSeq, sendTime}} with --json"],
+        ["--wait-for-session", "SESSION need not exist yet: follow it from its first entry"],
         ["--json", 'one JSON line per entry, in the journal\'s format ({seq, id, type, ts, event}, plus "snapshot"), and {"caughtUp": {lastSeq}} once the backlog is printed'],
         ...SESSIONS_ENDPOINT_FLAGS,
       ],
-      exitCodes: [[String(EXIT.ok), "stopped with Ctrl-C or SIGTERM"], [String(EXIT.notFound), "the session was deleted"], ...callExitRows("sessions")],
+      exitCodes: [[String(EXIT.ok), "stopped with Ctrl-C or SIGTERM"], [String(EXIT.notFound), "SESSION does not exist (without --wait-for-session), or was deleted"], ...callExitRows("sessions")],
       examples: [
         "berth sessions watch s1",
         "berth sessions watch s1 --from-seq 10 --snapshots",
         "berth sessions watch s1 --progress 30s --json",
+        "berth sessions watch next-run --wait-for-session   # before anything appends to it",
         "berth sessions watch s1 --json | jq -c 'select(.type == \"agent_phase\")'",
       ],
     }),
-    flags: { "from-seq": { type: "string" }, snapshots: { type: "boolean" }, progress: { type: "string" } },
+    flags: { "from-seq": { type: "string" }, snapshots: { type: "boolean" }, progress: { type: "string" }, "wait-for-session": { type: "boolean" } },
     arity: [1, 1],
   },
   {
@@ -228,10 +233,20 @@ const HELP = renderHelp({
     ["journal SESSION [--from-seq N] [--limit N]", "the journal's entries"],
   ],
   flags: [
-    ["--json", "JSON lines: one object (append, get, list, delete) or one line per entry (watch, journal)"],
+    ["--field KEY=VALUE", "append: a key of the event (repeat for more)"],
+    ["--json", "JSON lines: one object (append, get, list, delete) or one line per entry (watch, journal); append: with '{…}', the event"],
     ["--expected-seq N", "append, delete: refuse unless the session's last seq is N (append 0: unless it has no entry yet)"],
     ["--idempotency-key KEY", "append: a retry with the same key and events writes nothing and answers the first"],
-    ["--fence-file FILE --fence-token N", "append: refuse unless N is still the fencing token of FILE's lock"],
+    ["--fence-file FILE", "append, with --fence-token: refuse unless N is still the fencing token of FILE's lock"],
+    ["--fence-token N", "append: the fencing token a lock grant gave (BERTH_FENCING_TOKEN under berth lock hold)"],
+    ["--include-completed", "list: completed and discarded sessions too"],
+    ["--page-size N", "list: one page of at most N sessions"],
+    ["--page-token TOKEN", "list, with --page-size: the page after the one that gave TOKEN"],
+    ["--from-seq N", "watch, journal: start at seq N"],
+    ["--limit N", "journal: at most N entries (0: all)"],
+    ["--snapshots", "watch: the session's snapshot after each entry"],
+    ["--progress DURATION", "watch: a progress line whenever DURATION passes without an entry"],
+    ["--wait-for-session", "watch: SESSION need not exist yet: follow it from its first entry"],
     ...SESSIONS_ENDPOINT_FLAGS,
   ],
   notes: EVENTS_NOTE,

@@ -1,0 +1,29 @@
+import { describe, expect, it } from "vitest";
+import { UsageError } from "../args.js";
+import { durationFlag, durationLike } from "./need-flags.js";
+
+describe("duration flags", () => {
+  it("take a unit: 500ms, 30s, 5m, 1h, 1m30s; 0 alone needs none; unset is undefined", () => {
+    expect(durationFlag("500ms", "--max-wait")).toBe(500);
+    expect(durationFlag("30s", "--max-wait")).toBe(30_000);
+    expect(durationFlag("1m30s", "--max-wait")).toBe(90_000);
+    expect(durationFlag("0", "--max-wait")).toBe(0);
+    expect(durationFlag(undefined, "--max-wait")).toBeUndefined();
+  });
+
+  it("refuse a bare number, naming the flag and the units", () => {
+    for (const value of ["5", "30", "1.5"]) {
+      expect(() => durationFlag(value, "--max-wait")).toThrow(UsageError);
+      expect(() => durationFlag(value, "--max-wait")).toThrow(`--max-wait: "${value}" has no unit: write ${value}s, ${value}m or ${value}ms (units: ms, s, m, h, d; only 0 needs none)`);
+    }
+    expect(() => durationFlag("soon", "--progress")).toThrow('--progress: "soon" is not a duration like 30s, 10m or 1h');
+  });
+
+  it("quote a limit in the unit the user typed", () => {
+    expect(durationLike(100, "0.05s")).toBe("0.1s");
+    expect(durationLike(100, "50ms")).toBe("100ms");
+    expect(durationLike(600_000, "2h")).toBe("0.167h");
+    expect(durationLike(600_000, "30m")).toBe("10m");
+    expect(durationLike(100, "0")).toBe("100ms");
+  });
+});
