@@ -130,11 +130,11 @@ const CLAIM_WAIT_MS = 2_000;
  * changes who holds the lock; it only lets the refusal name the holder.
  */
 function awaitHolderClaim(lockPath: string): ElectionClaim | undefined {
-  const deadline = Date.now() + CLAIM_WAIT_MS;
+  const deadline = performance.now() + CLAIM_WAIT_MS;
   const pause = new Int32Array(new SharedArrayBuffer(4));
   for (;;) {
     const claim = readClaim(lockPath);
-    if ((claim && claimIsLive(claim)) || Date.now() >= deadline) return claim;
+    if ((claim && claimIsLive(claim)) || performance.now() >= deadline) return claim;
     Atomics.wait(pause, 0, 0, 10);
   }
 }

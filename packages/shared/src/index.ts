@@ -7,3 +7,4 @@ export * from "./units.js";
 export * from "./election.js";
 export * from "./config.js";
 export * from "./server/index.js";
+export * from "./state-errors.js";

@@ -5,6 +5,7 @@
  */
 import { pino, type Logger } from "pino";
 import { commonServerConfig, describeConfig, formatHelp, loadConfig, resolveToken, type ConfigDefinition, type ConfigValues } from "../config.js";
+import { reportTimerErrorsTo } from "../clock.js";
 import { acquireElection } from "../election.js";
 import { isBerthError } from "../errors.js";
 import { DEFAULT_KEEPALIVE } from "./listener.js";
@@ -78,6 +79,9 @@ export async function runServices(definitions: readonly ServiceDefinition[], opt
     destination.destroy();
   });
   logger.info({ settings: describeConfig(definition, loaded) }, "settings");
+  // A lease's or a queue's timer that throws (no descriptor left for a file, say) is logged: ending
+  // the process would drop every lock, lease and queue place it keeps.
+  reportTimerErrorsTo((error) => logger.error({ err: error }, "a timer's work failed; the service goes on"));
 
   // The handlers go in before the first server starts: a signal during start-up closes what has
   // started so far (the list is read when the signal comes) instead of killing the process outright.

@@ -1,8 +1,25 @@
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import * as path from "node:path";
-import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { fencingFilePath, openFencingStore } from "./fencing-store.js";
+import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
+import { fencingFilePath, fencingRecord, openFencingStore } from "./fencing-store.js";
+
+/** The atomic writer fails as on a file system with no space left while `full.on` (the rest of the module is real). */
+const full = vi.hoisted(() => ({ on: false, code: "ENOSPC" }));
+vi.mock("@berth/shared/files", async (real) => {
+  const files = await real<typeof import("@berth/shared/files")>();
+  return {
+    ...files,
+    writeFileAtomicSync: (...args: Parameters<typeof files.writeFileAtomicSync>) => {
+      if (full.on) throw Object.assign(new Error(`${full.code}: no space left on device, open '${args[0]}.tmp'`), { code: full.code });
+      return files.writeFileAtomicSync(...args);
+    },
+  };
+});
+afterEach(() => {
+  full.on = false;
+  full.code = "ENOSPC";
+});
 
 let stateDir: string;
 beforeEach(() => {
@@ -62,5 +79,30 @@ describe("fencing store", () => {
     expect(() => openFencingStore(stateDir)).toThrow(expect.objectContaining({ code: "internal", message: expect.stringContaining("is damaged") }));
     writeFileSync(fencingFilePath(stateDir), JSON.stringify({ version: 1, ceiling: -3 }));
     expect(() => openFencingStore(stateDir)).toThrow(/is damaged/);
+  });
+
+  it("on a full disk overwrites its fixed-length record in place, so locks go on being granted", () => {
+    const store = openFencingStore(stateDir, { blockSize: 2 });
+    expect([store.next(), store.next()]).toEqual([1, 2]);
+    expect(readFileSync(fencingFilePath(stateDir), "utf8")).toBe(fencingRecord(3));
+    expect(fencingRecord(3)).toHaveLength(64);
+    full.on = true;
+    expect([store.next(), store.next(), store.next()]).toEqual([3, 4, 5]);
+    expect(readFileSync(fencingFilePath(stateDir), "utf8")).toBe(fencingRecord(7));
+    full.on = false;
+    store.next();
+    expect(ceiling()).toBe(7);
+  });
+
+  it("says DISK_FULL or STATE_READ_ONLY, naming the state directory, when the record cannot be written at all", () => {
+    full.on = true;
+    const fresh = openFencingStore(stateDir);
+    expect(() => fresh.next()).toThrow(
+      expect.objectContaining({ code: "resource_exhausted", reason: "DISK_FULL", message: expect.stringContaining(`the file system of the state directory ${stateDir} is full (ENOSPC)`) }),
+    );
+    full.code = "EROFS";
+    expect(() => fresh.next()).toThrow(expect.objectContaining({ code: "unavailable", reason: "STATE_READ_ONLY", message: expect.stringContaining("mounted read-only") }));
+    full.on = false;
+    expect(fresh.next()).toBe(1);
   });
 });

@@ -13,12 +13,18 @@
  * still rise, at the cost of a gap. A clean `close()` records the exact next token instead, so an
  * orderly restart leaves no gap. One fsync per `blockSize` grants.
  *
- * File: `<stateDir>/locks/fencing.json` = `{"version":1,"ceiling":N}`, written atomically.
+ * File: `<stateDir>/locks/fencing.json` = `{"version":1,"ceiling":N}`, written atomically (temp file,
+ * fsync, rename). The record is padded with spaces to a fixed length, so that on a full disk, where
+ * a temp file cannot be written, it is overwritten in place instead — in the block the file already
+ * has, one write and one fdatasync — and locks go on being granted. (A power cut in the middle of
+ * that one-block write could leave a record that does not parse: the service then refuses to start
+ * and says what to do, rather than guess a ceiling.)
  */
-import { readFileSync } from "node:fs";
+import * as fs from "node:fs";
 import * as path from "node:path";
 import { BerthError } from "@berth/shared/errors";
 import { ensurePrivateDir, writeFileAtomicSync } from "@berth/shared/files";
+import { isDiskFull, stateWriteError } from "@berth/shared/state-errors";
 import { LOCK_RETRY_AFTER_MS } from "./lock-input.js";
 
 /** Hands out fencing tokens. */
@@ -50,10 +56,32 @@ export interface FencingStore extends FencingTokenSource {
 
 const FORMAT_VERSION = 1;
 
+/** The length of the record, newline included: room for any safe integer, padded with spaces. */
+const RECORD_BYTES = 64;
+
+/** The record for `ceiling`, padded to {@link RECORD_BYTES} (JSON allows the trailing spaces). */
+export function fencingRecord(ceiling: number): string {
+  const json = JSON.stringify({ version: FORMAT_VERSION, ceiling });
+  return `${json.padEnd(RECORD_BYTES - 1, " ")}\n`;
+}
+
+/** Overwrites the start of the existing `file` with `record` and fdatasyncs it: no new block needed. */
+function overwriteInPlace(file: string, record: string): void {
+  const fd = fs.openSync(file, "r+");
+  try {
+    const bytes = Buffer.from(record, "utf8");
+    let offset = 0;
+    while (offset < bytes.length) offset += fs.writeSync(fd, bytes, offset, bytes.length - offset, offset);
+    fs.fdatasyncSync(fd);
+  } finally {
+    fs.closeSync(fd);
+  }
+}
+
 function readCeiling(file: string): number {
   let text: string;
   try {
-    text = readFileSync(file, "utf8");
+    text = fs.readFileSync(file, "utf8");
   } catch (error) {
     if ((error as NodeJS.ErrnoException).code === "ENOENT") return 1;
     throw error;
@@ -88,7 +116,14 @@ export function openFencingStore(stateDir: string, options: FencingStoreOptions 
   let reservedUntil = nextToken;
 
   const persist = (ceiling: number) => {
-    writeFileAtomicSync(file, `${JSON.stringify({ version: FORMAT_VERSION, ceiling })}\n`);
+    const record = fencingRecord(ceiling);
+    try {
+      writeFileAtomicSync(file, record);
+    } catch (error) {
+      // No room for a temp file: the record's fixed length lets it take the old one's place.
+      if (!isDiskFull(error) || !fs.existsSync(file)) throw error;
+      overwriteInPlace(file, record);
+    }
   };
 
   return {
@@ -99,7 +134,10 @@ export function openFencingStore(stateDir: string, options: FencingStoreOptions 
         try {
           persist(ceiling);
         } catch (error) {
-          throw new BerthError("unavailable", `cannot reserve fencing tokens in ${file}: ${(error as Error).message}`, { file }, { reason: "STORAGE_UNAVAILABLE", retryAfterMs: LOCK_RETRY_AFTER_MS });
+          throw (
+            stateWriteError(error, `no lock was granted: cannot reserve fencing tokens in ${file}`, stateDir, { file }) ??
+            new BerthError("unavailable", `cannot reserve fencing tokens in ${file}: ${(error as Error).message}`, { file }, { reason: "STORAGE_UNAVAILABLE", retryAfterMs: LOCK_RETRY_AFTER_MS })
+          );
         }
         reservedUntil = ceiling;
       }

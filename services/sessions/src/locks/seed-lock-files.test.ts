@@ -20,6 +20,7 @@ import {
   SHARED_LOCK_FILE_MODE,
   SWEEP_GUARD_NAME,
   tryCreateLockFile,
+  UnreadableAges,
   type LockFileRecord,
 } from "./seed-lock-files.js";
 import { childScripts, deadPid, spawnChild, type Child, type ChildScripts } from "./testing/child-scripts.js";
@@ -149,6 +150,58 @@ describe("staleness, by the seed's rules", () => {
     const seen = readLockFile(lockFilePath(locksDir, KEY));
     expect(seen.state === "readable" && judgeLockFile(seen)).toBe("stale");
     expect(tryCreateLockFile(lockFilePath(locksDir, KEY), record())).toMatchObject({ created: true });
+  });
+});
+
+describe("the age of an unreadable file, whatever the wall clock does", () => {
+  const HOUR = 3_600_000;
+  const claim = (files: SeedLockFiles) => files.claim(KEY, { owner: "berth", at: Date.now() });
+
+  it("a fresh file stays held through a step forward, and turns stale 60 s after berth first saw it", () => {
+    const clock = new ManualClock(Date.now());
+    const files = new SeedLockFiles({ locksDir, clock });
+    writeForeign("");
+    expect(claim(files)).toMatchObject({ ok: false, holder: { readable: false } });
+    clock.stepWall(HOUR);
+    expect(claim(files)).toMatchObject({ ok: false });
+    // (File times are coarser than the clock: the age at first sight may be a few ms.)
+    clock.advance(59_000);
+    expect(files.peek(KEY)).toMatchObject({ readable: false });
+    clock.advance(1_001);
+    expect(files.peek(KEY)).toBeUndefined();
+    expect(claim(files)).toMatchObject({ ok: true });
+    files.close();
+  });
+
+  it("a wreck is not kept for the length of a step back: stale 60 s after berth first saw it", () => {
+    // Written an hour "in the future": the wall clock was set back an hour since.
+    const clock = new ManualClock(Date.now() - HOUR);
+    const files = new SeedLockFiles({ locksDir, clock });
+    writeForeign('{"owner":"half');
+    expect(claim(files)).toMatchObject({ ok: false });
+    clock.advance(60_001);
+    expect(claim(files)).toMatchObject({ ok: true });
+    files.close();
+  });
+
+  it("a file already older than 60 s by the seed's measure when first seen is stale at once", () => {
+    const files = new SeedLockFiles({ locksDir, clock: new ManualClock(Date.now()) });
+    writeForeign('{"owner":"half', 61_000);
+    expect(claim(files)).toMatchObject({ ok: true });
+    files.close();
+  });
+
+  it("a rewritten file is a new sighting; the memory of sightings is bounded", () => {
+    const clock = new ManualClock(Date.now());
+    const ages = new UnreadableAges(clock, 2);
+    const identity = (ino: bigint) => ({ dev: 1n, ino, ctimeNs: 5n });
+    expect(ages.ageOf({ identity: identity(1n), mtimeMs: clock.now() - 10_000 })).toBe(10_000);
+    clock.stepWall(HOUR);
+    clock.advance(5000);
+    expect(ages.ageOf({ identity: identity(1n), mtimeMs: 0 })).toBe(15_000);
+    expect(ages.ageOf({ identity: { ...identity(1n), ctimeNs: 6n }, mtimeMs: clock.now() })).toBe(0);
+    ages.ageOf({ identity: identity(3n), mtimeMs: clock.now() });
+    expect(ages.size).toBe(2);
   });
 });
 

@@ -25,12 +25,19 @@
  * Files berth writes also carry the writer's process start time and boot id: the seed ignores them,
  * and berth uses them so a recycled pid (a service restarted as pid 1 in a container, say) never
  * keeps a dead run's lock alive.
+ *
+ * Time: the seed's only rule on time is the 60 s age of an unreadable file, measured as the wall
+ * clock minus the file's mtime (file times are wall-clock by nature), and the record's `at` is the
+ * wall-clock time of the grant, shown and never judged. berth writes `at` as the seed does and judges
+ * by the seed's rule, but measures the age on its monotonic clock from the moment it first saw the
+ * file ({@link UnreadableAges}), so a wall-clock step after that neither sweeps a fresh file nor
+ * keeps a crashed writer's wreck for the length of the step.
  */
 import { createHash, randomBytes, randomUUID } from "node:crypto";
 import * as fs from "node:fs";
 import * as path from "node:path";
 import { flockSync } from "fs-ext";
-import type { Clock, TimerHandle } from "@berth/shared/clock";
+import { systemClock, type Clock, type TimerHandle } from "@berth/shared/clock";
 import { ensurePrivateDir } from "@berth/shared/files";
 import { identityIsLive, isPidAlive, sameProcess, selfIdentity } from "@berth/shared/process-identity";
 import { canonicalLockPath } from "./lock-path.js";
@@ -157,8 +164,47 @@ export function readLockFile(lockPath: string): LockFileState {
 export interface LockFileJudge {
   /** Liveness of a recorded pid. Default: signal 0, EPERM alive (the seed's rule). */
   isPidAlive?: (pid: number) => boolean;
-  /** Wall-clock now, for the age of an unreadable file (file times are wall-clock by nature). */
-  now?: () => number;
+  /**
+   * The age of an unreadable file. Default: the seed's measure, the wall clock's now minus the
+   * file's mtime; a {@link SeedLockFiles} measures it with {@link UnreadableAges}.
+   */
+  unreadableAgeMs?: (seen: { identity: FileIdentity; mtimeMs: number }) => number;
+}
+
+/**
+ * The ages of unreadable lock files, measured so that the wall clock cannot jump them: the seed's
+ * measure (wall-clock now minus mtime, never below 0: an mtime in the future means the clock was
+ * set back since) at the first sight of a file, plus the time since on the monotonic clock. A file
+ * is known by its dev, inode and change time, so a rewritten or replaced file is a new sighting.
+ * A fresh file that a forward step had already aged before berth first saw it is judged as the
+ * seed's processes judge it; no reading taken afterwards can tell how old it really is.
+ */
+export class UnreadableAges {
+  private readonly sightings = new Map<string, { ageAtSight: number; sightedAt: number }>();
+
+  constructor(
+    private readonly clock: Pick<Clock, "now" | "monotonicNow">,
+    /** How many files are remembered (the oldest sighting is forgotten first). */
+    private readonly capacity = 4096,
+  ) {}
+
+  /** The age of the unreadable file `seen` (ms). */
+  ageOf(seen: { identity: FileIdentity; mtimeMs: number }): number {
+    const key = `${seen.identity.dev}:${seen.identity.ino}:${seen.identity.ctimeNs}`;
+    const monotonicNow = this.clock.monotonicNow();
+    let sighting = this.sightings.get(key);
+    if (sighting === undefined) {
+      sighting = { ageAtSight: Math.max(0, this.clock.now() - seen.mtimeMs), sightedAt: monotonicNow };
+      this.sightings.set(key, sighting);
+      if (this.sightings.size > this.capacity) this.sightings.delete(this.sightings.keys().next().value!);
+    }
+    return sighting.ageAtSight + (monotonicNow - sighting.sightedAt);
+  }
+
+  /** How many files are remembered (tests). */
+  get size(): number {
+    return this.sightings.size;
+  }
 }
 
 /** The verdict on an existing lock file. */
@@ -166,12 +212,12 @@ export type LockFileVerdict = "held" | "stale";
 
 /** Judges an existing lock file by the seed's staleness rules. */
 export function judgeLockFile(seen: Exclude<LockFileState, { state: "absent" }>, judge: LockFileJudge = {}): LockFileVerdict {
-  const now = judge.now ?? Date.now;
+  const ageOf = judge.unreadableAgeMs ?? ((file: { mtimeMs: number }) => systemClock.now() - file.mtimeMs);
   // Who holds it cannot be read, so neither can it be known that they are gone: held for as long as
   // it is there. (The seed, which cannot tell this from a half-written file, sweeps it after 60 s:
   // from a live holder, when that holder is another user's process.)
   if (seen.state === "forbidden") return "held";
-  if (seen.state === "unreadable") return now() - seen.mtimeMs > UNREADABLE_LOCK_STALE_MS ? "stale" : "held";
+  if (seen.state === "unreadable") return ageOf(seen) > UNREADABLE_LOCK_STALE_MS ? "stale" : "held";
   const { pid, startTime, bootId, hostname } = seen.record;
   if (typeof pid !== "number") return "stale";
   if (judge.isPidAlive) return judge.isPidAlive(pid) ? "held" : "stale";
@@ -434,7 +480,7 @@ export interface SeedLockFilesOptions {
   logger?: LockLogger;
   /** The period of the fallback re-check while a seed-held file has berth waiters. Default 250 ms. */
   recheckMs?: number;
-  /** Overrides of the staleness judge (tests). */
+  /** Overrides of the staleness judge (tests); unreadable files' ages are measured on `clock` unless it says otherwise. */
   judge?: LockFileJudge;
   /**
    * The mode of the lock files (and slots) berth creates: {@link PRIVATE_LOCK_FILE_MODE} (the
@@ -503,7 +549,8 @@ export class SeedLockFiles implements ExternalLocks {
     this.clock = options.clock;
     this.logger = options.logger;
     this.recheckMs = options.recheckMs ?? 250;
-    this.judge = options.judge ?? {};
+    const ages = new UnreadableAges(options.clock);
+    this.judge = { unreadableAgeMs: (seen) => ages.ageOf(seen), ...options.judge };
     this.fileMode = options.fileMode ?? PRIVATE_LOCK_FILE_MODE;
     this.project = options.projectRoot === undefined ? undefined : seedProject(options.projectRoot);
     // The start time only describes this process; a pid given for another process goes bare.
