@@ -6,5 +6,6 @@ export * from "./process-identity.js";
 export * from "./units.js";
 export * from "./election.js";
 export * from "./config.js";
+export * from "./logger.js";
 export * from "./server/index.js";
 export * from "./state-errors.js";

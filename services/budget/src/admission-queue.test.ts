@@ -7,7 +7,7 @@ import type { QueuedUpdate } from "./admission-queue.js";
 import { AdmissionQueue, HEARTBEAT_RATE_CAP, heartbeatPeriodMs } from "./admission-queue.js";
 import type { Need, Resources } from "./costs.js";
 import { total } from "./costs.js";
-import { silentLogger } from "./logger.js";
+import { silentLogger } from "@berth/shared/logger";
 import type { Policy } from "./policy.js";
 import { defaultPolicy } from "./policy.js";
 import type { Reservation } from "./reservations.js";

@@ -10,4 +10,3 @@ export * from "./reservations.js";
 export * from "./running-tally.js";
 export * from "./admission-queue.js";
 export * from "./budget.js";
-export * from "./logger.js";

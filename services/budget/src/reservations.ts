@@ -14,7 +14,7 @@ import { BerthError } from "@berth/shared/errors";
 import type { Need, NeedItem, Resources } from "./costs.js";
 import { checkResources } from "./costs.js";
 import type { Page } from "./admission-queue.js";
-import type { Logger } from "./logger.js";
+import type { Logger } from "@berth/shared/logger";
 import type { RunningEntry, RunningTally } from "./running-tally.js";
 import type { CommittedItem } from "./verdict.js";
 
