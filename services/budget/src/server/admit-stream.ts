@@ -16,7 +16,9 @@ import { abortError, streamHolds } from "@berth/shared/server/index";
 import { sendsBinary } from "@berth/shared/server/pre-encoded";
 import type { QueuedUpdate, Reservation } from "../index.js";
 import type { BudgetHandlerDeps } from "./budget-handlers.js";
-import { QueuedEncoder, checkName, durationOf, leaseTtlMs, maxWaitMs, needItemsFromProto, pidFromProto, reservationToProto, runCostFromProto, runningEntryToProto } from "./budget-codec.js";
+import { checkName, leaseTtlMs, maxWaitMs, needItemsFromProto, pidFromProto, runCostFromProto } from "./budget-decode.js";
+import { durationOf, reservationToProto, runningEntryToProto } from "./budget-encode.js";
+import { QueuedEncoder } from "./queued-encoder.js";
 import { refusalError } from "./refusals.js";
 
 /** How far the shown deadline may drift from the wall clock before it is encoded again: a step, not jitter. */

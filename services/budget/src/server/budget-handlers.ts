@@ -1,7 +1,8 @@
 /**
- * `berth.budget.v1.BudgetService` over the budget: each RPC checks its input (budget-codec), calls
- * one method of the domain, and converts the answer. Domain refusals are BerthErrors, mapped by
- * the server in one place; refused admissions carry their `Refusal` detail (refusals.ts).
+ * `berth.budget.v1.BudgetService` over the budget: each RPC checks its input (budget-decode),
+ * calls one method of the domain, and converts the answer (budget-encode). Domain refusals are
+ * BerthErrors, mapped by the server in one place; refused admissions carry their `Refusal` detail
+ * (refusals.ts).
  */
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import type { Message } from "@bufbuild/protobuf";
@@ -14,31 +15,11 @@ import { invalidArgument, isBerthError } from "@berth/shared/errors";
 import { abortable, abortError } from "@berth/shared/server/index";
 import type { Budget, Committed, MachineSample, Policy, Reservation, ReservationInfo, RunningEntry } from "../index.js";
 import { admitStream } from "./admit-stream.js";
-import type { LeaseLimits, PolicyExtras, ReasonContext } from "./budget-codec.js";
-import {
-  MAX_KEEPALIVE_IDS,
-  MAX_OWNER_LENGTH,
-  QueuedEncoder,
-  checkId,
-  checkName,
-  checkRequestId,
-  committedToProto,
-  costToProto,
-  durationOf,
-  leaseTtlMs,
-  maxWaitMs,
-  machineToProto,
-  needItemsFromProto,
-  pidFromProto,
-  policyToProto,
-  queueToProto,
-  reservationToProto,
-  resourceSpecFromProto,
-  runCostFromProto,
-  runningEntryToProto,
-  timestampOf,
-  verdictToProto,
-} from "./budget-codec.js";
+import { MAX_KEEPALIVE_IDS, MAX_OWNER_LENGTH, checkId, checkName, checkRequestId, leaseTtlMs, maxWaitMs, needItemsFromProto, pidFromProto, resourceSpecFromProto, runCostFromProto } from "./budget-decode.js";
+import type { LeaseLimits } from "./budget-decode.js";
+import { committedToProto, costToProto, durationOf, machineToProto, policyToProto, queueToProto, reservationToProto, runningEntryToProto, timestampOf, verdictToProto } from "./budget-encode.js";
+import type { PolicyExtras, ReasonContext } from "./budget-encode.js";
+import { QueuedEncoder } from "./queued-encoder.js";
 import { PageTokens, pageSizeOf } from "./page-tokens.js";
 import { refusalError } from "./refusals.js";
 

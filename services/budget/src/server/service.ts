@@ -17,7 +17,7 @@ import type { Budget, BudgetState } from "../index.js";
 import { POLICY_SETTINGS, SAMPLER_SETTINGS, createBudget, createSampler, machineFactsOf, policyFromConfig, samplerOptionsFromConfig } from "../index.js";
 import type { BudgetHandlerStats } from "./budget-handlers.js";
 import { createBudgetHandlers } from "./budget-handlers.js";
-import { MAX_DURATION_MS } from "./budget-codec.js";
+import { MAX_DURATION_MS } from "./budget-decode.js";
 import type { ReloadSources } from "./reload-settings.js";
 import { reloadSettings } from "./reload-settings.js";
 
