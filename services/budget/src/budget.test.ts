@@ -245,6 +245,8 @@ describe("budget", () => {
     const repeated = await budget.consume(r.id, "web", { memoryBytes: G, cpu: 1 }, { requestId: "run-2" });
     expect(repeated.id).toBe(consumed.id);
     expect(r.start).toEqual({ memoryBytes: 2 * G, cpu: 1 });
+    // The reservation lists the entry it started once, however often the start is repeated.
+    expect(r.runningIds).toEqual([consumed.id]);
     // The repeat is answered even once the reservation is gone: the entry lives.
     budget.release(r.id);
     expect((await budget.consume(r.id, "web", { memoryBytes: G, cpu: 1 }, { requestId: "run-2" })).id).toBe(consumed.id);

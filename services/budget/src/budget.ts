@@ -425,6 +425,7 @@ export async function createBudget(options: BudgetOptions): Promise<Budget> {
       const repeated = repeatedRunning(consumeOptions.requestId, name, reservationId);
       if (repeated !== undefined) {
         await tally.whenDurable();
+        book.get(reservationId)?.recordRunning(repeated.id);
         return repeated;
       }
       const found = reservation(reservationId);
@@ -439,6 +440,7 @@ export async function createBudget(options: BudgetOptions): Promise<Budget> {
         book.changed(found, "consumed");
         throw error;
       }
+      book.get(reservationId)?.recordRunning(entry.id);
       return entry;
     },
 

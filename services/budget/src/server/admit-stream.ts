@@ -155,7 +155,7 @@ export async function* admitStream(requests: AsyncIterable<AdmitRequest>, contex
           yield {
             kind: {
               case: "admitted",
-              value: { reservation: reservationToProto(reservation, deps.runningIds(reservation)), waited: durationOf(reservation.waitedMs) },
+              value: { reservation: reservationToProto(reservation, reservation.runningIds), waited: durationOf(reservation.waitedMs) },
             },
           };
           break;
@@ -170,7 +170,7 @@ export async function* admitStream(requests: AsyncIterable<AdmitRequest>, contex
               case "buildDone": {
                 if (reservation === undefined) throw outOfTurn("build_done", "sent before admitted: wait for the admitted message");
                 budget.releaseBuild(reservation.id);
-                yield { kind: { case: "updated", value: { reservation: reservationToProto(reservation, deps.runningIds(reservation)) } } };
+                yield { kind: { case: "updated", value: { reservation: reservationToProto(reservation, reservation.runningIds) } } };
                 break;
               }
               case "started": {
@@ -181,11 +181,10 @@ export async function* admitStream(requests: AsyncIterable<AdmitRequest>, contex
                 const pid = pidFromProto(started.pid, "started.pid");
                 const ttlMs = leaseTtlMs(started.ttl, "started.ttl", deps.leaseLimits(), { unsetIsNone: true });
                 const entry = await budget.consume(reservation.id, name, cost, { pid, ttlMs });
-                deps.addRunning(reservation, entry.id);
                 yield {
                   kind: {
                     case: "updated",
-                    value: { reservation: reservationToProto(reservation, deps.runningIds(reservation)), running: runningEntryToProto(entry) },
+                    value: { reservation: reservationToProto(reservation, reservation.runningIds), running: runningEntryToProto(entry) },
                   },
                 };
                 break;
