@@ -26,7 +26,7 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import * as path from "node:path";
 import * as grpc from "@grpc/grpc-js";
-import { heartbeatPeriodMs } from "@berth/budget/queue-notifier";
+import { heartbeatPeriodMs } from "@berth/budget";
 import { emptyRpcReference, grpcServiceClient, target, unary } from "../lib/grpc-clients.js";
 import { closedLoop } from "../lib/load.js";
 import { emit, percentiles, ratio } from "../lib/report.js";

@@ -41,10 +41,6 @@ import type { Reservation } from "./reservations.js";
 import type { Reason, VerdictContext } from "./verdict.js";
 import { CPU_GATES, IMPOSSIBLE, freeMemory, reasonsFor, reasonsText, refusingGates } from "./verdict.js";
 
-export type { AheadEntry, QueuedUpdate } from "./queue-line.js";
-export { AHEAD_LIMIT, HEARTBEAT_RATE_CAP, HEARTBEAT_TICK_MS, heartbeatPeriodMs } from "./queue-notifier.js";
-export { etaOf, impossibleError } from "./queue-refusals.js";
-
 /** One page of a list kept in arrival order (the queue, the reservations, the running tally). */
 export interface Page<T> {
   items: T[];

@@ -5,7 +5,7 @@ import * as path from "node:path";
 import { afterAll, afterEach, describe, expect, it } from "vitest";
 import { ManualClock } from "@berth/shared/clock";
 import type { BerthError } from "@berth/shared/errors";
-import type { QueuedUpdate } from "./admission-queue.js";
+import type { QueuedUpdate } from "./queue-line.js";
 import type { Budget } from "./budget.js";
 import { createBudget } from "./budget.js";
 import type { Need } from "./costs.js";
