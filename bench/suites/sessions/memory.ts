@@ -17,9 +17,9 @@ import * as path from "node:path";
 import * as grpc from "@grpc/grpc-js";
 import { encodeJournalLine } from "@berth/sessions/journal-format";
 import { lockFilePath } from "@berth/sessions/locks/seed-lock-files";
-import { grpcServiceClient, target, unary } from "../lib/grpc-clients.js";
-import { emit } from "../lib/report.js";
-import { startBenchServer, type BenchServer } from "../lib/server.js";
+import { grpcServiceClient, target, unary } from "../../lib/grpc-clients.js";
+import { emit } from "../../lib/report.js";
+import { startBenchServer, type BenchServer } from "../../lib/server.js";
 
 const SessionService = grpcServiceClient("berth/sessions/v1/session_service.proto", "berth.sessions.v1.SessionService");
 const LockService = grpcServiceClient("berth/locks/v1/lock_service.proto", "berth.locks.v1.LockService");
