@@ -44,11 +44,11 @@ import { BudgetService } from "@berth/api/berth/budget/v1/budget_service_pb";
 import type { AdmitRequestSchema, AdmitResponse, AdmitStartSchema, GetStateResponse } from "@berth/api/berth/budget/v1/budget_service_pb";
 import { pushable } from "@berth/budget/server/testing";
 import { formatSize } from "@berth/shared/units";
-import { startBudget, until } from "../budget-e2e.js";
-import { connectClient, onStopAll, repoPath, stopAll, type LogEntry } from "../harness.js";
+import { startBudget, until } from "../../budget-e2e.js";
+import { connectClient, onStopAll, repoPath, stopAll, type LogEntry } from "../../harness.js";
 import { Sleepers, type Sleeper } from "./budget-sleepers.js";
-import { seededRandom } from "./seeded-random.js";
-import { chaosSetting, reportSuite } from "./summary.js";
+import { seededRandom } from "../common/seeded-random.js";
+import { chaosSetting, reportSuite } from "../common/summary.js";
 
 afterAll(stopAll);
 
@@ -72,7 +72,7 @@ const CLIENTS = chaosSetting("BUDGET_CLIENTS", 200);
 const SECONDS = chaosSetting("BUDGET_SECONDS", 60);
 const KILLED_SLOTS = chaosSetting("BUDGET_KILLED", 3);
 const SEED = chaosSetting("SEED", Math.floor(Math.random() * 2 ** 31));
-const KILLED_CLIENT = repoPath("test/dist/chaos/budget-killed-client.js");
+const KILLED_CLIENT = repoPath("test/dist/chaos/budget/budget-killed-client.js");
 
 const rng = seededRandom(SEED);
 const between = (low: number, high: number) => low + rng() * (high - low);

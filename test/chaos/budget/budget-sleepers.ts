@@ -6,7 +6,7 @@
  * stopped it, and must be gone once its process is.
  */
 import { spawn, type ChildProcess } from "node:child_process";
-import { onStopAll } from "../harness.js";
+import { onStopAll } from "../../harness.js";
 
 /** What the suite knows about a sleeper's running entry. */
 export type Registration =

@@ -34,10 +34,10 @@ import { SnapshotSchema, type Snapshot } from "@berth/api/berth/sessions/v1/snap
 import { createReplay } from "@berth/sessions/reducer";
 import { encodeJournalLine } from "@berth/sessions/journal-format";
 import { snapshotToProto } from "@berth/sessions/server/snapshot-codec";
-import { closeClient, connectClient, grpcJsClient, makeTempDir, startService, stopAll, type GrpcJsClient, type ServiceProcess } from "../harness.js";
+import { closeClient, connectClient, grpcJsClient, makeTempDir, startService, stopAll, type GrpcJsClient, type ServiceProcess } from "../../harness.js";
 import { entryOf, readJournalFile, type JournalFile } from "./journal-files.js";
-import { seededRandom } from "./seeded-random.js";
-import { chaosSetting, reportSuite } from "./summary.js";
+import { seededRandom } from "../common/seeded-random.js";
+import { chaosSetting, reportSuite } from "../common/summary.js";
 
 afterAll(stopAll);
 

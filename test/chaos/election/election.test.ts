@@ -14,8 +14,8 @@
 import { readFileSync } from "node:fs";
 import * as path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { launchService, makeTempDir, SERVERS_OF, stopAll, type ServiceKind, type ServiceProcess } from "../harness.js";
-import { chaosSetting, reportSuite } from "./summary.js";
+import { launchService, makeTempDir, SERVERS_OF, stopAll, type ServiceKind, type ServiceProcess } from "../../harness.js";
+import { chaosSetting, reportSuite } from "../common/summary.js";
 
 afterAll(stopAll);
 

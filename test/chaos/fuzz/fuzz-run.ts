@@ -12,7 +12,7 @@ import { toBinary, create } from "@bufbuild/protobuf";
 import { buildRequest, caseArbitrary, type BuiltRequest, type FuzzCase, type InputSettings, type TokenPools } from "./fuzz-inputs.js";
 import { journalChange, journalDigests, runningIds, diffTrees, snapshotTree, type FuzzTarget, type JournalDigest } from "./fuzz-target.js";
 import { envelope, Http1Client, Http2Lane, rawSocketCall, requestBytes, type Answer } from "./fuzz-wire.js";
-import { healthCheckOnce } from "../harness/processes.js";
+import { healthCheckOnce } from "../../harness/processes.js";
 
 /** A broken promise, with what it takes to send the same request again. */
 export interface Violation {

@@ -15,8 +15,8 @@ import { createHash } from "node:crypto";
 import { closeSync, existsSync, lstatSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, readSync, rmSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import * as path from "node:path";
-import { healthCheckOnce } from "../harness/processes.js";
-import { entryPoint } from "../harness/repo.js";
+import { healthCheckOnce } from "../../harness/processes.js";
+import { entryPoint } from "../../harness/repo.js";
 
 /** How a process ended. */
 export interface ExitStatus {

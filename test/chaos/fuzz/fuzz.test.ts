@@ -50,7 +50,7 @@ import { ServerReflection as ReflectionV1 } from "@berth/api/grpc/reflection/v1/
 import { ServerReflection as ReflectionV1alpha } from "@berth/api/grpc/reflection/v1alpha/reflection_pb";
 import { runCampaign, isLockFileAllowed, type CampaignResult, type ServicePlan, type Violation } from "./fuzz-run.js";
 import { listing, lockFilesUnder, startTarget, writtenPaths, type FuzzTarget } from "./fuzz-target.js";
-import { chaosSetting, reportSuite } from "./summary.js";
+import { chaosSetting, reportSuite } from "../common/summary.js";
 
 const CASES = chaosSetting("FUZZ_CASES", 10_000);
 const SEED = chaosSetting("FUZZ_SEED", 1 + Math.floor(Math.random() * 2 ** 30));

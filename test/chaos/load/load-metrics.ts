@@ -3,7 +3,7 @@
  * back at zero once every client has gone (open streams, watchers, locks, reservations, queue), and
  * the RPCs it finished by status code.
  */
-import { curl } from "../harness.js";
+import { curl } from "../../harness.js";
 
 /** One server's metrics: gauges by name (a labelled one summed over its labels), and finished RPCs by code. */
 export interface ServerMetrics {

@@ -25,7 +25,7 @@ import type { AdmitRequestSchema } from "@berth/api/berth/budget/v1/budget_servi
 import { LockService, type HoldResponse } from "@berth/api/berth/locks/v1/lock_service_pb";
 import { SessionService, type WatchSessionResponse, type WatchSessionsResponse } from "@berth/api/berth/sessions/v1/session_service_pb";
 import { pushable } from "@berth/budget/server/testing";
-import { grpcCodeName } from "../harness.js";
+import { grpcCodeName } from "../../harness.js";
 import { between, phaseOf, pick, type LoadWorld, type OpenStream } from "./load-world.js";
 
 const G = 1024n ** 3n;

@@ -14,7 +14,7 @@ import { NeedItemKind } from "@berth/api/berth/budget/v1/budget_pb";
 import { LockService } from "@berth/api/berth/locks/v1/lock_service_pb";
 import { ExpectedState, SessionService } from "@berth/api/berth/sessions/v1/session_service_pb";
 import { ConnectError } from "@connectrpc/connect";
-import { grpcCodeName, isGrpcError } from "../harness.js";
+import { grpcCodeName, isGrpcError } from "../../harness.js";
 import { between, phaseOf, pick, sleep, type LoadWorld } from "./load-world.js";
 
 const G = 1024n ** 3n;

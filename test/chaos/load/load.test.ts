@@ -39,8 +39,8 @@ import { afterAll, expect, it } from "vitest";
 import { BudgetService } from "@berth/api/berth/budget/v1/budget_service_pb";
 import { LockService } from "@berth/api/berth/locks/v1/lock_service_pb";
 import { ExpectedState, SessionService } from "@berth/api/berth/sessions/v1/session_service_pb";
-import { fixtureArgs } from "../budget-e2e.js";
-import { closeClient, connectClient, grpcJsClient, grpcJsHealthClient, makeTempDir, startService, stopAll } from "../harness.js";
+import { fixtureArgs } from "../../budget-e2e.js";
+import { closeClient, connectClient, grpcJsClient, grpcJsHealthClient, makeTempDir, startService, stopAll } from "../../harness.js";
 import { Lanes } from "./load-lanes.js";
 import { describeOpenStreams, HELD_BY_CLIENTS, readMetrics } from "./load-metrics.js";
 import { readCpuSeconds, RssSampler, toMb } from "./load-rss.js";
@@ -48,8 +48,8 @@ import { admitSlot, holdSlot, sessionsWatcherSlot, sessionWatcherSlot, streamKin
 import { LoadTally } from "./load-tally.js";
 import { appender, reader } from "./load-traffic.js";
 import { phaseOf, sleep, type LoadWorld } from "./load-world.js";
-import { seededRandom } from "./seeded-random.js";
-import { chaosSetting, reportSuite } from "./summary.js";
+import { seededRandom } from "../common/seeded-random.js";
+import { chaosSetting, reportSuite } from "../common/summary.js";
 
 afterAll(stopAll);
 

@@ -28,10 +28,10 @@ import { Code, ConnectError, type Client } from "@connectrpc/connect";
 import { afterAll, describe, expect, it } from "vitest";
 import { LockService } from "@berth/api/berth/locks/v1/lock_service_pb";
 import { SessionService } from "@berth/api/berth/sessions/v1/session_service_pb";
-import { connectClient, makeTempDir, onStopAll, repoPath, startService, stopAll } from "../harness.js";
+import { connectClient, makeTempDir, onStopAll, repoPath, startService, stopAll } from "../../harness.js";
 import { judgeLockRun, quantile, type JournalWrite, type LockRunEvidence, type PauseRecord } from "./lock-checks.js";
 import { parseLog, WRITE_EVENT_TYPE, type LockClientConfig, type LockRecord, type LoggedRecord } from "./lock-records.js";
-import { chaosSetting, reportSuite } from "./summary.js";
+import { chaosSetting, reportSuite } from "../common/summary.js";
 
 afterAll(stopAll);
 
@@ -46,7 +46,7 @@ const HOLD_SHARE = 0.5;
 /** A run with no new grant for this long is stuck: fail rather than wait for the test timeout. */
 const STALL_MS = 60_000;
 
-const CLIENT_SCRIPT = repoPath("test/dist/chaos/lock-client.js");
+const CLIENT_SCRIPT = repoPath("test/dist/chaos/lock/lock-client.js");
 
 function sleep(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms));

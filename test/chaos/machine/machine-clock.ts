@@ -18,7 +18,7 @@ import { timestampMs } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { NeedItemKind, type NeedSchema } from "@berth/api/berth/budget/v1/budget_pb";
 import type { MessageInitShape } from "@bufbuild/protobuf";
-import { makeTempDir, startService, type ServiceProcess } from "../harness.js";
+import { makeTempDir, startService, type ServiceProcess } from "../../harness.js";
 import { budgetClient, Findings, judgeLockEvents, lockEvents, ms, sessionsClient, show, sleep, until, within, type SessionsClient } from "./machine-world.js";
 
 const HOUR = 3_600_000;

@@ -9,7 +9,7 @@ import type { Client } from "@connectrpc/connect";
 import { LockService } from "@berth/api/berth/locks/v1/lock_service_pb";
 import { SessionService } from "@berth/api/berth/sessions/v1/session_service_pb";
 import { BudgetService } from "@berth/api/berth/budget/v1/budget_service_pb";
-import { closeClient, connectClient, type LogEntry } from "../harness.js";
+import { closeClient, connectClient, type LogEntry } from "../../harness.js";
 
 /** What the scenarios found: broken promises, and what they did. */
 export class Findings {

@@ -12,13 +12,13 @@
  * any violation. Knob (env `BERTH_CHAOS_<NAME>`): MACHINE_PAUSE_MS (how long a service is stopped, 30000).
  */
 import { afterAll, describe, expect, it } from "vitest";
-import { stopAll } from "../harness.js";
+import { stopAll } from "../../harness.js";
 import { libfaketime, steppedBudget, steppedClock, steppedSessions } from "./machine-clock.js";
 import { floodedBudget, floodedSessions, FD_LIMIT, FLOOD_CLIENTS } from "./machine-fds.js";
 import { fullDisk, mountFailingFs, mountSmallFs, readOnlyDisk, whyNot } from "./machine-disk.js";
 import { Findings } from "./machine-world.js";
 import { pausedBudget, pausedSessions } from "./machine-wake.js";
-import { chaosSetting, reportSuite } from "./summary.js";
+import { chaosSetting, reportSuite } from "../common/summary.js";
 
 afterAll(stopAll);
 const findings = new Findings();

@@ -46,7 +46,7 @@ import { SessionService } from "@berth/api/berth/sessions/v1/session_service_pb"
 import { ServerReflection } from "@berth/api/grpc/reflection/v1/reflection_pb";
 import { Health } from "@berth/api/grpc/health/v1/health_pb";
 import { pushable } from "@berth/budget/server/testing";
-import { fixtureArgs } from "../budget-e2e.js";
+import { fixtureArgs } from "../../budget-e2e.js";
 import {
   closeClient,
   connectClient,
@@ -61,8 +61,8 @@ import {
   stopAll,
   type ConnectClientOptions,
   type ServiceProcess,
-} from "../harness.js";
-import { reportSuite } from "./summary.js";
+} from "../../harness.js";
+import { reportSuite } from "../common/summary.js";
 
 afterAll(stopAll);
 
