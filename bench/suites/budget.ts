@@ -1,5 +1,5 @@
 /**
- * The budget benchmarks (issue 5), each figure beside a reference measured in the same run:
+ * The budget benchmarks, each figure beside a reference measured in the same run:
  *
  * - `handoff`: release → next admission over gRPC. A holder's Admit stream sends `release`; the
  *   head of the queue, on its own Admit stream, receives `admitted`. p50/p99 against the p50 of an

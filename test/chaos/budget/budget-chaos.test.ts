@@ -1,5 +1,5 @@
 /**
- * Budget chaos (issue 7, item 3): a budget service as a real process on a fixture machine (a quiet
+ * Budget chaos (docs/architecture.md, "Tests and benchmarks"): a budget service as a real process on a fixture machine (a quiet
  * 16G box behind `--proc-root`, so no verdict depends on this machine's load) with a 4G / 4 cpu
  * budget, and many clients doing everything a client can, at random, for a bounded time:
  *

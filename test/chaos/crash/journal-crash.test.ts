@@ -1,5 +1,5 @@
 /**
- * Journal crash suite (issue 7, item 1): "nothing acknowledged is ever lost", proved against the
+ * Journal crash suite (docs/architecture.md, "Tests and benchmarks"): "nothing acknowledged is ever lost", proved against the
  * real sessions service killed with SIGKILL at random moments.
  *
  * 16 in-process clients (half connect-node gRPC, half @grpc/grpc-js) append keyed events — single
@@ -20,7 +20,8 @@
  * exactly once.
  *
  * Two fixed cases follow: a journal with a torn last line (and one with half an append of several
- * events) and journals with a damaged middle line, opened as DESIGN.md says.
+ * events) and journals with a damaged middle line, opened as the reader promises: a torn tail cut
+ * back to the last whole entry, a damaged line in the middle skipped and reported.
  */
 import { appendFileSync, existsSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import * as path from "node:path";
@@ -438,7 +439,7 @@ describe("journal crash (SIGKILL under load, restart, check)", () => {
   });
 });
 
-describe("journals damaged on the disk open as DESIGN.md says", () => {
+describe("journals damaged on the disk open as the reader promises", () => {
   const sessionsOf = (url: string): Sessions => connectClient(SessionService, url, { protocol: "grpc", defaultTimeoutMs: CALL_DEADLINE_MS });
   const phase = (name: string): Event => event({ case: "agentPhase", value: { phase: name } });
   const generate = (count: number): Event => event({ case: "generate", value: { pageUrl: "http://localhost:3000/", count } });

@@ -1,9 +1,10 @@
 /**
  * Reading a session's journal file straight from the disk, independently of the service's reader,
- * so a suite can hold the file itself to DESIGN.md's promises: every line is JSON, every berth line
- * carries a matching CRC-32 (`"crc"`, last field, of the line's bytes without it), an append of
- * several events (`"n": k` on its first line) is whole, and what a crash left unfinished at the
- * end is recognised as a torn tail rather than taken for an entry.
+ * so a suite can hold the file itself to the journal's promises (docs/architecture.md, "Glossary":
+ * journal): every line is JSON, every berth line carries a matching CRC-32 (`"crc"`, last
+ * field, of the line's bytes without it), an append of several events (`"n": k` on its first line)
+ * is whole, and what a crash left unfinished at the end is recognised as a torn tail rather than
+ * taken for an entry.
  */
 import { readFileSync } from "node:fs";
 import { crc32Hex } from "@berth/sessions/journal-format";

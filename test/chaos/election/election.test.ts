@@ -1,5 +1,5 @@
 /**
- * Election suite (issue 7, item 4): "one daemon per state directory", proved against real
+ * Election suite (docs/architecture.md, "Tests and benchmarks"): "one daemon per state directory", proved against real
  * processes. Each round launches two instances of one kind at the same moment on that kind's state
  * directory: exactly one must serve (listening, health SERVING, its pid in every lock file it
  * takes) and the other must exit non-zero with a message naming the winner's pid. The winner then

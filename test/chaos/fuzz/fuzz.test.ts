@@ -1,14 +1,14 @@
 /**
- * Reliability suite 5 (issue 7), bad input: for every RPC of every service — SessionService and
- * LockService on a sessions process, BudgetService on a budget process, health and reflection on
- * both, all enumerated from the generated descriptors — a seeded fast-check fuzzer sends random and
- * mutated requests: protobuf built from the descriptors with random field values and then mutated
- * byte by byte, random JSON of right and wrong types, huge strings and numbers, NaN and Infinity,
- * negative and out-of-range durations, ids with `..`, `/`, NUL and unicode, messages over the size
- * limit, gzip bombs, truncated and mislabelled envelopes, wrong content types and headers, bidi
- * calls over HTTP/1.1, and bytes that are not HTTP at all; through gRPC (raw HTTP/2 frames from
- * node:http2) and Connect (HTTP/1.1 and HTTP/2). Streaming calls get a first message and are then
- * cancelled, half-closed or left to their deadline.
+ * Reliability suite: bad input (docs/architecture.md, "Tests and benchmarks"). For every RPC of
+ * every service — SessionService and LockService on a sessions process, BudgetService on a budget
+ * process, health and reflection on both, all enumerated from the generated descriptors — a seeded
+ * fast-check fuzzer sends random and mutated requests: protobuf built from the descriptors with
+ * random field values and then mutated byte by byte, random JSON of right and wrong types, huge
+ * strings and numbers, NaN and Infinity, negative and out-of-range durations, ids with `..`, `/`,
+ * NUL and unicode, messages over the size limit, gzip bombs, truncated and mislabelled envelopes,
+ * wrong content types and headers, bidi calls over HTTP/1.1, and bytes that are not HTTP at all;
+ * through gRPC (raw HTTP/2 frames from node:http2) and Connect (HTTP/1.1 and HTTP/2). Streaming
+ * calls get a first message and are then cancelled, half-closed or left to their deadline.
  *
  * Promises checked (a broken one is a violation; the suite needs 0):
  * - every answer is a proper status (a gRPC status, a Connect error code, or an HTTP refusal such

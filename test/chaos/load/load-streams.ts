@@ -209,7 +209,7 @@ export async function sessionsWatcherSlot(world: LoadWorld): Promise<void> {
     const includeCurrent = resumeWithCurrent || world.random() < 0.5;
     resumeWithCurrent = false;
     const lagged = await watchSessions(world, includeCurrent, world.random() < 0.1, between(world.random, 3000, 10000));
-    // DESIGN.md: a lagged WatchSessions watcher resumes by watching again with include_current.
+    // A lagged WatchSessions watcher resumes by watching again: here with include_current.
     if (lagged) resumeWithCurrent = true;
   }
 }

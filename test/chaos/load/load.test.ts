@@ -1,5 +1,5 @@
 /**
- * Load (issue 7, item 6): 500 concurrent streams plus unary traffic for 60 s against `berth up`
+ * Load (docs/architecture.md, "Tests and benchmarks"): 500 concurrent streams plus unary traffic for 60 s against `berth up`
  * (both services in one process, so one RSS covers both), in two rounds of 30 s; after each, every
  * client leaves, nothing may stay held, and the process must give its memory back.
  *

@@ -1,5 +1,5 @@
 /**
- * Lock chaos (issue 7, item 2): one holder per lock, whatever happens to the clients.
+ * Lock chaos (docs/architecture.md, "Tests and benchmarks"): one holder per lock, whatever happens to the clients.
  *
  * One sessions service (the LockService lives in it) runs as a real process. Eight client
  * processes (`lock-client.ts`) take turns on three files, some with Hold, some with Acquire +

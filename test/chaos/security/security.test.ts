@@ -1,5 +1,5 @@
 /**
- * Security (issue 7, item 7): what a bearer token, the file modes and the listen addresses promise,
+ * Security (docs/architecture.md, "Tests and benchmarks"): what a bearer token, the file modes and the listen addresses promise,
  * checked exhaustively against `berth up` processes.
  *
  * - With a token set, every RPC of every service but health refuses with UNAUTHENTICATED when the
@@ -11,7 +11,7 @@
  *   answered with anything but UNAUTHENTICATED (so the refusals are not vacuous), and a refused
  *   mutating call leaves nothing behind.
  * - Health answers (Check and Watch) without a token and with a wrong one; reflection needs it
- *   (DESIGN.md: "every RPC but health needs authorization").
+ *   (the README's promise: every RPC but health needs the token).
  * - The token never appears in the service's output.
  * - Under umask 0, after every service has written what it writes (journals, snapshots, lock files,
  *   election files, fencing records, leases, the budget's running tally), every file of the state
@@ -67,7 +67,7 @@ import { reportSuite } from "../common/summary.js";
 afterAll(stopAll);
 
 const TOKEN = "chaos-security-token-4f1d9a";
-/** The only service DESIGN.md lets through without the token. */
+/** The only service let through without the token. */
 const OPEN_SERVICES = new Set([Health.typeName]);
 /** How long any one refused call may take: a refusal is immediate, this only catches hangs. */
 const CALL_DEADLINE_MS = 20_000;
@@ -538,7 +538,7 @@ describe("security", () => {
       }
       health.close();
       // Reflection with the token answers (servedServices used it); without, it is refused (covered
-      // above, method by method); say so here too, as DESIGN.md's one exception is health alone.
+      // above, method by method); say so here too, as the one exception is health alone.
       findings.check(served[server].some((s) => s.typeName === ServerReflection.typeName), `${server} does not publish ${ServerReflection.typeName}`);
     }
     expect(findings.violations).toEqual([]);
