@@ -1,5 +1,5 @@
 /**
- * The budget service as a process (issue 5): every RPC through real clients (Connect gRPC, grpc-js,
+ * The budget service as a process: every RPC through real clients (Connect gRPC, grpc-js,
  * curl), the Admit stream's queue and refusals, a client killed with SIGKILL while queued and while
  * admitted, lease expiry, the running tally across a restart, SIGHUP reload and shutdown. The
  * service runs on a fixture machine (`--proc-root`), so nothing here depends on this box's load.

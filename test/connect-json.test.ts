@@ -1,5 +1,5 @@
 /**
- * The Connect protocol with JSON over HTTP/1.1, spoken by the real `curl` (issue 6, item 2): every
+ * The Connect protocol with JSON over HTTP/1.1, spoken by the real `curl`: every
  * unary RPC of SessionService, LockService and BudgetService answers a representative request in
  * proto3 JSON (the set of RPCs called is checked against the generated descriptors, so a unary
  * RPC added later without a call here fails this file); errors come back as Connect's error JSON,

@@ -1,10 +1,10 @@
 /**
- * The foundation against real processes (issue 2, "Tests"): health through independent clients,
+ * The foundation against real processes: health through independent clients,
  * reflection for a real reflection client (`buf curl`), the bearer token, graceful shutdown that
  * releases the election lock, `/metrics`, file modes of the state directory, and the default host.
  *
- * RPCs that later issues implement may still answer UNIMPLEMENTED: assertions about berth RPCs
- * accept OK or UNIMPLEMENTED, so they hold before and after.
+ * Assertions about berth RPCs accept OK or UNIMPLEMENTED: they are about the foundation (auth,
+ * shutdown, files), whatever a service implements.
  */
 import { readdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import * as path from "node:path";

@@ -1,6 +1,6 @@
 /**
  * The whole RPC surface of berth through @grpc/grpc-js, a gRPC implementation that shares nothing
- * with the server's connect-node (issue 6, item 2). Every RPC of SessionService, LockService and
+ * with the server's connect-node. Every RPC of SessionService, LockService and
  * BudgetService is called here, each stream carried through to its meaningful messages; then what
  * only a real gRPC client exercises: a client cancelling mid-stream (the server must free what the
  * stream held), call deadlines the server cannot meet (nothing may be left behind), and HTTP/2

@@ -1,5 +1,5 @@
 /**
- * Source locks against a started sessions service (issue 4, "Tests"): FIFO over the network, the
+ * Source locks against a started sessions service: FIFO over the network, the
  * wait timeout and its details, a Hold freed when its client process is SIGKILLed, KeepAlive,
  * lease expiry, fencing tokens across restarts of the service process, fenced appends, interop
  * with processes following the seed's lock-file protocol, and bad paths.

@@ -1,5 +1,5 @@
 /**
- * The budget benchmarks (issue 5), each figure beside a reference measured in the same run:
+ * The budget benchmarks, each figure beside a reference measured in the same run:
  *
  * - `handoff`: release → next admission over gRPC. A holder's Admit stream sends `release`; the
  *   head of the queue, on its own Admit stream, receives `admitted`. p50/p99 against the p50 of an
@@ -26,7 +26,7 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import * as path from "node:path";
 import * as grpc from "@grpc/grpc-js";
-import { heartbeatPeriodMs } from "@berth/budget/admission-queue";
+import { heartbeatPeriodMs } from "@berth/budget";
 import { emptyRpcReference, grpcServiceClient, target, unary } from "../lib/grpc-clients.js";
 import { closedLoop } from "../lib/load.js";
 import { emit, percentiles, ratio } from "../lib/report.js";

@@ -1,5 +1,5 @@
 /**
- * The source-lock benchmarks (issue 4), each figure beside the same run's empty-RPC reference:
+ * The source-lock benchmarks, each figure beside the same run's empty-RPC reference:
  *
  * - `uncontended`: Acquire+Release cycles per second, every worker on its own file, against the
  *   health Check rate at the same concurrency (two RPCs a cycle: 50 % is the ceiling; target ≥ 40 %).

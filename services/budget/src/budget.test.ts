@@ -5,7 +5,7 @@ import * as path from "node:path";
 import { afterAll, afterEach, describe, expect, it } from "vitest";
 import { ManualClock } from "@berth/shared/clock";
 import type { BerthError } from "@berth/shared/errors";
-import type { QueuedUpdate } from "./admission-queue.js";
+import type { QueuedUpdate } from "./queue-line.js";
 import type { Budget } from "./budget.js";
 import { createBudget } from "./budget.js";
 import type { Need } from "./costs.js";
@@ -245,6 +245,8 @@ describe("budget", () => {
     const repeated = await budget.consume(r.id, "web", { memoryBytes: G, cpu: 1 }, { requestId: "run-2" });
     expect(repeated.id).toBe(consumed.id);
     expect(r.start).toEqual({ memoryBytes: 2 * G, cpu: 1 });
+    // The reservation lists the entry it started once, however often the start is repeated.
+    expect(r.runningIds).toEqual([consumed.id]);
     // The repeat is answered even once the reservation is gone: the entry lives.
     budget.release(r.id);
     expect((await budget.consume(r.id, "web", { memoryBytes: G, cpu: 1 }, { requestId: "run-2" })).id).toBe(consumed.id);

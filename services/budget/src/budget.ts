@@ -20,8 +20,7 @@ import type { AdmitOptions, Page, QueueEntryInfo } from "./admission-queue.js";
 import { AdmissionQueue } from "./admission-queue.js";
 import type { Cost, Need, NeedItemInput, Resources, ResourceSpec } from "./costs.js";
 import { checkResources, costsOf, needFromItems, total } from "./costs.js";
-import type { Logger } from "./logger.js";
-import { silentLogger } from "./logger.js";
+import { silentLogger, type Logger } from "@berth/shared/logger";
 import type { Policy } from "./policy.js";
 import { validatePolicy } from "./policy.js";
 import type { ConsumeOptions, Reservation } from "./reservations.js";
@@ -426,6 +425,7 @@ export async function createBudget(options: BudgetOptions): Promise<Budget> {
       const repeated = repeatedRunning(consumeOptions.requestId, name, reservationId);
       if (repeated !== undefined) {
         await tally.whenDurable();
+        book.get(reservationId)?.recordRunning(repeated.id);
         return repeated;
       }
       const found = reservation(reservationId);
@@ -440,6 +440,7 @@ export async function createBudget(options: BudgetOptions): Promise<Budget> {
         book.changed(found, "consumed");
         throw error;
       }
+      book.get(reservationId)?.recordRunning(entry.id);
       return entry;
     },
 

@@ -9,5 +9,6 @@ export * from "./verdict.js";
 export * from "./reservations.js";
 export * from "./running-tally.js";
 export * from "./admission-queue.js";
+export type { AheadEntry, QueuedUpdate } from "./queue-line.js";
+export { AHEAD_LIMIT, HEARTBEAT_RATE_CAP, heartbeatPeriodMs } from "./queue-notifier.js";
 export * from "./budget.js";
-export * from "./logger.js";

@@ -14,7 +14,7 @@ import { BerthError } from "@berth/shared/errors";
 import type { Need, NeedItem, Resources } from "./costs.js";
 import { checkResources } from "./costs.js";
 import type { Page } from "./admission-queue.js";
-import type { Logger } from "./logger.js";
+import type { Logger } from "@berth/shared/logger";
 import type { RunningEntry, RunningTally } from "./running-tally.js";
 import type { CommittedItem } from "./verdict.js";
 
@@ -45,6 +45,8 @@ export class Reservation {
   readonly admittedAtMonotonic: number;
   /** The items it starts (starts and appliances), each with the cost it was admitted with. */
   private readonly started: readonly NeedItem[];
+  /** The running entries started from it, in the order they started. */
+  private readonly running: string[] = [];
 
   /** @internal Reservations are made by a {@link ReservationBook}. */
   constructor(
@@ -70,6 +72,16 @@ export class Reservation {
   runCostOf(name: string): Resources | undefined {
     const item = this.started.find((candidate) => candidate.name === name);
     return item === undefined ? undefined : { memoryBytes: item.cost.memoryBytes, cpu: item.cost.cpu };
+  }
+
+  /** The ids of the running entries started from it (`consume`), oldest first. */
+  get runningIds(): readonly string[] {
+    return this.running;
+  }
+
+  /** @internal A running entry started from it is on disk: listed once, however often its start is repeated. */
+  recordRunning(entryId: string): void {
+    if (!this.running.includes(entryId)) this.running.push(entryId);
   }
 
   /** What it holds now: start share plus build share. */

@@ -98,11 +98,13 @@ describe("the running tally on a full or read-only disk", () => {
     await expect(budget.consume(r.id, "web", { memoryBytes: G, cpu: 1 }, { pid: process.pid })).rejects.toMatchObject({ reason: "DISK_FULL" });
     expect(r.start).toEqual({ memoryBytes: 2 * G, cpu: 1 });
     expect(budget.state().running).toEqual([]);
+    expect(r.runningIds).toEqual([]);
     expect(budget.state().committed.memoryBytes).toBe(2 * G);
     expect((await budget.admit(need, "more")).owner).toBe("more");
     disk.failing = undefined;
-    await budget.consume(r.id, "web", { memoryBytes: G, cpu: 1 }, { pid: process.pid });
+    const entry = await budget.consume(r.id, "web", { memoryBytes: G, cpu: 1 }, { pid: process.pid });
     expect(onDisk()).toEqual(["web"]);
+    expect(r.runningIds).toEqual([entry.id]);
     await budget.close();
   });
 });

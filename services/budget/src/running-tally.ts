@@ -26,7 +26,7 @@ import { bootId, processStartTime, sameProcess } from "@berth/shared/process-ide
 import type { Resources } from "./costs.js";
 import { checkResources } from "./costs.js";
 import type { Page } from "./admission-queue.js";
-import type { Logger } from "./logger.js";
+import type { Logger } from "@berth/shared/logger";
 import type { CommittedItem } from "./verdict.js";
 
 /** One piece of running work the budget counts. */

@@ -18,7 +18,7 @@ import type { ConfigDefinition, ConfigValues } from "@berth/shared/config";
 import { defineConfig, oneOf, parseNonEmpty } from "@berth/shared/config";
 import { invalidArgument } from "@berth/shared/errors";
 import { formatDuration, parseDuration } from "@berth/shared/units";
-import type { Logger } from "./logger.js";
+import type { Logger } from "@berth/shared/logger";
 
 /** PSI "some" figures of one resource: percent of time some runnable task stalled, and the total stall in µs. */
 export interface PressureFigures {

@@ -1,7 +1,8 @@
 /**
  * The session phases that carry meaning beyond the reducer itself. They are the values of the
- * public impeccable `vocabulary.mjs` the seed's session store imports (DESIGN.md, "What the seeds
- * leave out"), so that berth and processes still using the seed agree on the same journal.
+ * public impeccable `vocabulary.mjs` the seed's session store imports but the seed does not include
+ * (docs/architecture.md, "Glossary": the seed), so that berth and processes still using the seed
+ * agree on the same journal.
  */
 
 /** Phases that retire a session from the active list (`ListSessions` hides them unless asked). */

@@ -117,7 +117,7 @@ describe("createErrorInterceptor", () => {
   });
 });
 
-// Found by the fuzzer (test/chaos/fuzz.test.ts). A rule quoting a 1 MB input made a 1 MB gRPC
+// Found by the fuzzer (test/chaos/fuzz/fuzz.test.ts). A rule quoting a 1 MB input made a 1 MB gRPC
 // trailer, which HTTP/2 cannot carry: the client saw the stream reset (FRAME_SIZE_ERROR) instead of
 // INVALID_ARGUMENT. And a client that reset its stream while a handler read it was logged as
 // "handler failed unexpectedly" and counted INTERNAL.

@@ -11,7 +11,7 @@ import { durationFromMs, StructSchema } from "@bufbuild/protobuf/wkt";
 import { BadRequestSchema, ErrorInfoSchema, RetryInfoSchema } from "@berth/api/google/rpc/error_details_pb";
 import { isBerthError, type BerthCode, type BerthError } from "../errors.js";
 import { asInvalidArgumentIfDecodeError } from "./decode-errors.js";
-import type { ServerLogger } from "./logger.js";
+import type { Logger } from "../logger.js";
 
 /**
  * Response metadata (a gRPC trailer, or a Connect header) carrying a BerthError's details as JSON,
@@ -194,11 +194,11 @@ function boundedConnectError(error: ConnectError): ConnectError {
  * mid-call; anything else is a bug: INTERNAL with a generic message, the real error logged (never
  * sent: it may hold paths or data).
  */
-export function toConnectError(error: unknown, logger?: ServerLogger, method?: string): ConnectError {
+export function toConnectError(error: unknown, logger?: Logger, method?: string): ConnectError {
   return withErrorInfo(toConnectErrorAsThrown(error, logger, method), errorDomainOf(method));
 }
 
-function toConnectErrorAsThrown(error: unknown, logger?: ServerLogger, method?: string): ConnectError {
+function toConnectErrorAsThrown(error: unknown, logger?: Logger, method?: string): ConnectError {
   if (error instanceof ConnectError) return boundedConnectError(asInvalidArgumentIfDecodeError(error));
   if (isBerthError(error)) return berthErrorToConnect(error, errorDomainOf(method));
   if (isPeerGone(error)) return new ConnectError("the client went away", Code.Canceled, undefined, undefined, error);
@@ -216,7 +216,7 @@ function toConnectErrorAsThrown(error: unknown, logger?: ServerLogger, method?: 
  * An interceptor applying `toConnectError` to every error a handler raises, whether before a
  * response (unary, or a stream that fails at once) or in the middle of a response stream.
  */
-export function createErrorInterceptor(logger?: ServerLogger): Interceptor {
+export function createErrorInterceptor(logger?: Logger): Interceptor {
   return (next) => async (req) => {
     let res;
     try {

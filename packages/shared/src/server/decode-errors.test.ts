@@ -8,7 +8,7 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import { asInvalidArgumentIfDecodeError } from "./decode-errors.js";
 import { implement, startServer, type RunningServer } from "./start-server.js";
 
-// Found by the fuzzer (test/chaos/fuzz.test.ts): bytes that are not a protobuf message were
+// Found by the fuzzer (test/chaos/fuzz/fuzz.test.ts): bytes that are not a protobuf message were
 // answered INTERNAL ("parse binary: premature EOF"), the code berth keeps for its own bugs.
 
 const servers: RunningServer[] = [];

@@ -15,6 +15,5 @@ export type { OpenStream, OpenStreamView } from "./open-streams.js";
 export { abortable, abortError, shuttingDownError, createStreamShutdownInterceptor } from "./streams.js";
 export { listen, urlOf, DEFAULT_KEEPALIVE } from "./listener.js";
 export type { Listener, ListenAddress, ListenOptions, KeepaliveOptions } from "./listener.js";
-export type { ServerLogger, LogMethod } from "./logger.js";
 export { runServices, serveElected } from "./run-services.js";
 export type { ServiceDefinition, RunOptions, CommonValues, OpenedService } from "./run-services.js";

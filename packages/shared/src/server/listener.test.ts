@@ -4,7 +4,7 @@ import pino from "pino";
 import { connectionLimit, descriptorLimit, HANDSHAKE_TIMEOUT_MS, listen, urlOf, type Listener } from "./listener.js";
 import { startServer, type RunningServer } from "./start-server.js";
 
-// Found by the fuzzer (test/chaos/fuzz.test.ts): over HTTP/1.1, a Connect stream whose first
+// Found by the fuzzer (test/chaos/fuzz/fuzz.test.ts): over HTTP/1.1, a Connect stream whose first
 // message announced more than the size limit was refused at once (RESOURCE_EXHAUSTED), but the
 // rest of its body stayed unread and the socket paused, so the next request on that keep-alive
 // connection got no answer until the server's request timeout.

@@ -16,7 +16,7 @@ import * as http2 from "node:http2";
 import * as net from "node:net";
 import type { connectNodeAdapter } from "@connectrpc/connect-node";
 import { systemClock } from "../clock.js";
-import type { ServerLogger } from "./logger.js";
+import type { Logger } from "../logger.js";
 
 /** Where a listener accepts connections. */
 export type ListenAddress = { readonly host: string; readonly port: number } | { readonly socket: string };
@@ -44,7 +44,7 @@ export interface ListenOptions {
   /** A unix socket path to listen on instead of host/port; created with mode 0600. */
   readonly socket?: string;
   readonly keepalive?: KeepaliveOptions;
-  readonly logger?: ServerLogger;
+  readonly logger?: Logger;
   /** The most connections the process's listeners keep open together; default {@link connectionLimit}. */
   readonly maxConnections?: number;
 }
@@ -320,7 +320,7 @@ export async function listen(options: ListenOptions): Promise<Listener> {
 }
 
 /** Pings the peer every interval; destroys the session when an ACK is overdue. Returns the stopper. */
-function startKeepalive(session: http2.ServerHttp2Session, options: KeepaliveOptions, logger: ServerLogger | undefined): () => void {
+function startKeepalive(session: http2.ServerHttp2Session, options: KeepaliveOptions, logger: Logger | undefined): () => void {
   let overdue: NodeJS.Timeout | undefined;
   const interval = setInterval(() => {
     if (session.destroyed || session.closed || overdue !== undefined) return;

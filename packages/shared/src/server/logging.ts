@@ -5,7 +5,7 @@
  */
 import { Code, ConnectError, createContextKey, type Interceptor, type StreamResponse } from "@connectrpc/connect";
 import { codeToString } from "@connectrpc/connect/protocol-connect";
-import type { ServerLogger } from "./logger.js";
+import type { Logger } from "../logger.js";
 import type { ServerMetrics } from "./metrics.js";
 import { openStreamKey, type OpenStream } from "./open-streams.js";
 
@@ -53,7 +53,7 @@ export function protocolOf(contentType: string | null): string {
 
 /** Options of `createObserverInterceptor`. */
 export interface ObserverOptions {
-  readonly logger: ServerLogger;
+  readonly logger: Logger;
   readonly metrics?: ServerMetrics;
 }
 

@@ -2,7 +2,7 @@
  * SIGTERM/SIGINT handling for a process running berth servers: the first signal shuts every
  * server down gracefully and exits 0 (1 if shutdown failed); a second signal exits at once.
  */
-import type { ServerLogger } from "./logger.js";
+import type { Logger } from "../logger.js";
 import type { RunningServer } from "./start-server.js";
 
 /** Options of `installSignalHandlers`. */
@@ -19,7 +19,7 @@ export const FORCED_EXIT_CODE = 130;
 /** Installs the handlers; returns a function that removes them. */
 export function installSignalHandlers(
   servers: RunningServer | readonly RunningServer[],
-  logger: ServerLogger,
+  logger: Logger,
   options: SignalHandlerOptions = {},
 ): () => void {
   const list: readonly RunningServer[] = Array.isArray(servers) ? servers : [servers as RunningServer];

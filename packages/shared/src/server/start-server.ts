@@ -20,7 +20,7 @@ import { mapDecodeErrors } from "./decode-errors.js";
 import { createHealthService, HealthStatus, OVERALL_HEALTH, ServingStatus } from "./health.js";
 import { isGrpcContentType, useGrpcMessageEncoding } from "./grpc-message.js";
 import { listen, urlOf, type KeepaliveOptions, type ListenAddress, type NodeRequestHandler } from "./listener.js";
-import type { ServerLogger } from "./logger.js";
+import type { Logger } from "../logger.js";
 import { callStateKey, createObserverInterceptor, recordRefusedCall, type CallState, type ObserverOptions } from "./logging.js";
 import { METRICS_CONTENT_TYPE, ServerMetrics } from "./metrics.js";
 import { createReflectionV1alphaService, createReflectionV1Service, ReflectionIndex } from "./reflection.js";
@@ -64,7 +64,7 @@ export interface ServerContext {
   readonly health: HealthStatus;
   /** Register gauges here (`metrics.registerGauge`). */
   readonly metrics: ServerMetrics;
-  readonly logger: ServerLogger;
+  readonly logger: Logger;
   /** Adds a hook run after the connections are closed (in registration order, after `options.onShutdown`). */
   onShutdown(hook: ShutdownHook): void;
 }
@@ -92,7 +92,7 @@ export interface StartServerOptions {
   readonly socket?: string;
   /** When set, every RPC but health needs `authorization: Bearer <token>`. */
   readonly token?: string;
-  readonly logger: ServerLogger;
+  readonly logger: Logger;
   /** The largest message read or written; larger ones fail with RESOURCE_EXHAUSTED. Default 4 MiB. */
   readonly maxMessageBytes?: number;
   readonly keepalive?: KeepaliveOptions;

@@ -16,7 +16,9 @@ import { abortError, streamHolds } from "@berth/shared/server/index";
 import { sendsBinary } from "@berth/shared/server/pre-encoded";
 import type { QueuedUpdate, Reservation } from "../index.js";
 import type { BudgetHandlerDeps } from "./budget-handlers.js";
-import { QueuedEncoder, checkName, durationOf, leaseTtlMs, maxWaitMs, needItemsFromProto, pidFromProto, reservationToProto, runCostFromProto, runningEntryToProto } from "./budget-codec.js";
+import { checkName, leaseTtlMs, maxWaitMs, needItemsFromProto, pidFromProto, runCostFromProto } from "./budget-decode.js";
+import { durationOf, reservationToProto, runningEntryToProto } from "./budget-encode.js";
+import { QueuedEncoder } from "./queued-encoder.js";
 import { refusalError } from "./refusals.js";
 
 /** How far the shown deadline may drift from the wall clock before it is encoded again: a step, not jitter. */
@@ -153,7 +155,7 @@ export async function* admitStream(requests: AsyncIterable<AdmitRequest>, contex
           yield {
             kind: {
               case: "admitted",
-              value: { reservation: reservationToProto(reservation, deps.runningIds(reservation)), waited: durationOf(reservation.waitedMs) },
+              value: { reservation: reservationToProto(reservation, reservation.runningIds), waited: durationOf(reservation.waitedMs) },
             },
           };
           break;
@@ -168,7 +170,7 @@ export async function* admitStream(requests: AsyncIterable<AdmitRequest>, contex
               case "buildDone": {
                 if (reservation === undefined) throw outOfTurn("build_done", "sent before admitted: wait for the admitted message");
                 budget.releaseBuild(reservation.id);
-                yield { kind: { case: "updated", value: { reservation: reservationToProto(reservation, deps.runningIds(reservation)) } } };
+                yield { kind: { case: "updated", value: { reservation: reservationToProto(reservation, reservation.runningIds) } } };
                 break;
               }
               case "started": {
@@ -179,11 +181,10 @@ export async function* admitStream(requests: AsyncIterable<AdmitRequest>, contex
                 const pid = pidFromProto(started.pid, "started.pid");
                 const ttlMs = leaseTtlMs(started.ttl, "started.ttl", deps.leaseLimits(), { unsetIsNone: true });
                 const entry = await budget.consume(reservation.id, name, cost, { pid, ttlMs });
-                deps.addRunning(reservation, entry.id);
                 yield {
                   kind: {
                     case: "updated",
-                    value: { reservation: reservationToProto(reservation, deps.runningIds(reservation)), running: runningEntryToProto(entry) },
+                    value: { reservation: reservationToProto(reservation, reservation.runningIds), running: runningEntryToProto(entry) },
                   },
                 };
                 break;

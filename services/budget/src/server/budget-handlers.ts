@@ -1,7 +1,8 @@
 /**
- * `berth.budget.v1.BudgetService` over the budget: each RPC checks its input (budget-codec), calls
- * one method of the domain, and converts the answer. Domain refusals are BerthErrors, mapped by
- * the server in one place; refused admissions carry their `Refusal` detail (refusals.ts).
+ * `berth.budget.v1.BudgetService` over the budget: each RPC checks its input (budget-decode),
+ * calls one method of the domain, and converts the answer (budget-encode). Domain refusals are
+ * BerthErrors, mapped by the server in one place; refused admissions carry their `Refusal` detail
+ * (refusals.ts).
  */
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import type { Message } from "@bufbuild/protobuf";
@@ -14,31 +15,11 @@ import { invalidArgument, isBerthError } from "@berth/shared/errors";
 import { abortable, abortError } from "@berth/shared/server/index";
 import type { Budget, Committed, MachineSample, Policy, Reservation, ReservationInfo, RunningEntry } from "../index.js";
 import { admitStream } from "./admit-stream.js";
-import type { LeaseLimits, PolicyExtras, ReasonContext } from "./budget-codec.js";
-import {
-  MAX_KEEPALIVE_IDS,
-  MAX_OWNER_LENGTH,
-  QueuedEncoder,
-  checkId,
-  checkName,
-  checkRequestId,
-  committedToProto,
-  costToProto,
-  durationOf,
-  leaseTtlMs,
-  maxWaitMs,
-  machineToProto,
-  needItemsFromProto,
-  pidFromProto,
-  policyToProto,
-  queueToProto,
-  reservationToProto,
-  resourceSpecFromProto,
-  runCostFromProto,
-  runningEntryToProto,
-  timestampOf,
-  verdictToProto,
-} from "./budget-codec.js";
+import { MAX_KEEPALIVE_IDS, MAX_OWNER_LENGTH, checkId, checkName, checkRequestId, leaseTtlMs, maxWaitMs, needItemsFromProto, pidFromProto, resourceSpecFromProto, runCostFromProto } from "./budget-decode.js";
+import type { LeaseLimits } from "./budget-decode.js";
+import { committedToProto, costToProto, durationOf, machineToProto, policyToProto, queueToProto, reservationToProto, runningEntryToProto, timestampOf, verdictToProto } from "./budget-encode.js";
+import type { PolicyExtras, ReasonContext } from "./budget-encode.js";
+import { QueuedEncoder } from "./queued-encoder.js";
 import { PageTokens, pageSizeOf } from "./page-tokens.js";
 import { refusalError } from "./refusals.js";
 
@@ -70,9 +51,6 @@ export interface BudgetHandlerDeps {
   encoder: QueuedEncoder;
   /** The committed items and latest sample, for the figures of wait reasons. */
   reasonContext: () => ReasonContext;
-  /** The running entries started from a reservation. */
-  runningIds(reservation: Reservation): string[];
-  addRunning(reservation: Reservation, runningId: string): void;
   /** The lease ttls in force now. */
   leaseLimits(): LeaseLimits;
   stats: BudgetHandlerStats;
@@ -115,7 +93,6 @@ export function createBudgetHandlers(options: BudgetHandlerOptions): ServiceImpl
   const machineMessage = (sample: MachineSample | undefined) => (sample === undefined ? undefined : machineMessages.get(sample));
   const committedMessages = new MessageCache((committed: Committed) => committedToProto(committed));
 
-  const running = new WeakMap<Reservation, string[]>();
   const reasonContext = (): ReasonContext => {
     // A check of nothing never builds a reason: it is the cheap way to read what is committed now.
     const verdict = budget.check({ start: { memoryBytes: 0, cpu: 0 }, build: { memoryBytes: 0, cpu: 0 } });
@@ -127,21 +104,11 @@ export function createBudgetHandlers(options: BudgetHandlerOptions): ServiceImpl
     stats: options.stats ?? { queuedMessages: 0 },
     encoder: new QueuedEncoder(reasonContext),
     reasonContext,
-    runningIds: (reservation) => running.get(reservation) ?? [],
-    addRunning(reservation, runningId) {
-      const ids = running.get(reservation);
-      if (ids === undefined) running.set(reservation, [runningId]);
-      // A repeated request answers the entry it made: listed once.
-      else if (!ids.includes(runningId)) ids.push(runningId);
-    },
     leaseLimits: () => ({ defaultTtlMs: options.defaultLeaseTtlMs(), maxTtlMs: options.maxLeaseTtlMs() }),
   };
   const tokens = new PageTokens();
   const reservationMessage = (r: ReservationInfo) => reservationToProto(r, runningIdsOf(r.id));
-  const runningIdsOf = (id: string) => {
-    const reservation = budget.getReservation(id);
-    return reservation === undefined ? [] : deps.runningIds(reservation);
-  };
+  const runningIdsOf = (id: string) => budget.getReservation(id)?.runningIds ?? [];
 
   return {
     check(request) {
@@ -175,7 +142,7 @@ export function createBudgetHandlers(options: BudgetHandlerOptions): ServiceImpl
         if (context.signal.aborted) throw abortError(context.signal);
         throw refusalError(error, { reasons: reasonContext });
       }
-      return { reservation: reservationToProto(reservation, deps.runningIds(reservation)), waited: durationOf(reservation.waitedMs) };
+      return { reservation: reservationToProto(reservation, reservation.runningIds), waited: durationOf(reservation.waitedMs) };
     },
 
     async keepAlive(request) {
@@ -212,7 +179,7 @@ export function createBudgetHandlers(options: BudgetHandlerOptions): ServiceImpl
     releaseBuild(request) {
       const id = checkId(request.reservationId, "reservation_id");
       const reservation = budget.releaseBuild(id);
-      return { reservation: reservationToProto(reservation, deps.runningIds(reservation)) };
+      return { reservation: reservationToProto(reservation, reservation.runningIds) };
     },
 
     async registerRunning(request) {
@@ -230,8 +197,7 @@ export function createBudgetHandlers(options: BudgetHandlerOptions): ServiceImpl
       // A repeat answered after the reservation ended has the entry but no reservation to show.
       const reservation = budget.getReservation(reservationId);
       if (reservation === undefined) return { running: runningEntryToProto(entry) };
-      deps.addRunning(reservation, entry.id);
-      return { running: runningEntryToProto(entry), reservation: reservationToProto(reservation, deps.runningIds(reservation)) };
+      return { running: runningEntryToProto(entry), reservation: reservationToProto(reservation, reservation.runningIds) };
     },
 
     async stopRunning(request) {

@@ -16,8 +16,8 @@ import { RefusalKind, RefusalSchema } from "@berth/api/berth/budget/v1/budget_pb
 import { BerthError, isBerthError } from "@berth/shared/errors";
 import { berthErrorToConnect } from "@berth/shared/server/index";
 import type { Reason } from "../index.js";
-import type { ReasonContext } from "./budget-codec.js";
-import { durationOf, waitReasonToProto } from "./budget-codec.js";
+import { durationOf, waitReasonToProto } from "./budget-encode.js";
+import type { ReasonContext } from "./budget-encode.js";
 
 /** The ErrorInfo domain of the budget's errors. */
 export const BUDGET_ERROR_DOMAIN = "berth.budget";

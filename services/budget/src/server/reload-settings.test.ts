@@ -3,7 +3,7 @@ import { tmpdir } from "node:os";
 import * as path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { reloadSettings } from "./reload-settings.js";
-import { RELOADABLE_SETTINGS } from "./service.js";
+import { RELOADABLE_SETTINGS } from "./settings.js";
 
 const dir = mkdtempSync(path.join(tmpdir(), "berth-reload-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));

@@ -9,7 +9,8 @@ import { createGrpcTransport } from "@connectrpc/connect-node";
 import { BudgetService } from "@berth/api/berth/budget/v1/budget_service_pb";
 import { commonServerConfig, loadConfig } from "@berth/shared/config";
 import type { RunningServer } from "@berth/shared/server/index";
-import { BUDGET_SETTINGS, createBudgetService } from "./service.js";
+import { createBudgetService } from "./service.js";
+import { BUDGET_SETTINGS } from "./settings.js";
 import { startItem } from "./testing.js";
 
 const G = 1024 ** 3;

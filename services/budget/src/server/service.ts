@@ -1,91 +1,23 @@
 /**
- * The budget service as a process runs it: its settings, and how it starts (the sampler, the
- * admission queue and the running tally over the state directory, and the RPC layer over them).
+ * The budget service as a process runs it: how it starts (the sampler, the admission queue and the
+ * running tally over the state directory, and the RPC layer over them) from its settings
+ * (settings.ts).
  *
  * SIGHUP re-reads the policy from the process's command line, environment and config file: a
  * policy that does not parse or validate is logged and the one in force is kept; a good one takes
  * effect at once and re-checks the queue.
  */
 import { BudgetService } from "@berth/api/berth/budget/v1/budget_service_pb";
-import { defineConfig, parseNonEmpty, parsePort } from "@berth/shared/config";
-import { invalidArgument } from "@berth/shared/errors";
 import { implement, serveElected, type ServerContext, type ServiceDefinition } from "@berth/shared/server/index";
 import type { ServerMetrics } from "@berth/shared/server/index";
-import { formatDuration, parseDuration } from "@berth/shared/units";
-import type { Budget, BudgetState, Logger } from "../index.js";
-import { POLICY_SETTINGS, SAMPLER_SETTINGS, createBudget, createSampler, machineFactsOf, policyFromConfig, samplerOptionsFromConfig } from "../index.js";
+import type { Logger } from "@berth/shared/logger";
+import type { Budget, BudgetState } from "../index.js";
+import { createBudget, createSampler, machineFactsOf, policyFromConfig, samplerOptionsFromConfig } from "../index.js";
 import type { BudgetHandlerStats } from "./budget-handlers.js";
 import { createBudgetHandlers } from "./budget-handlers.js";
-import { MAX_DURATION_MS } from "./budget-codec.js";
 import type { ReloadSources } from "./reload-settings.js";
 import { reloadSettings } from "./reload-settings.js";
-
-/** The default port of the budget service. */
-export const BUDGET_DEFAULT_PORT = 7302;
-
-/** The default lease of a Reserve that gives no ttl. */
-export const DEFAULT_LEASE_TTL_MS = 30_000;
-/** The default longest lease a request may ask: longer is INVALID_ARGUMENT. */
-export const DEFAULT_MAX_LEASE_TTL_MS = 3_600_000;
-
-function leaseParser(raw: string, field: string): number {
-  let ms: number;
-  try {
-    ms = parseDuration(raw.trim(), field);
-  } catch {
-    throw invalidArgument(field, `must be a duration like 30s or 2m; got ${JSON.stringify(raw)}`);
-  }
-  if (ms <= 0 || ms > MAX_DURATION_MS) throw invalidArgument(field, `must be a positive duration of at most 24d; got ${JSON.stringify(raw)}`);
-  return ms;
-}
-
-/** The settings SIGHUP re-reads: the policy and the leases. */
-export const RELOADABLE_SETTINGS = defineConfig({
-  ...POLICY_SETTINGS,
-  leaseTtl: {
-    flag: "lease-ttl",
-    env: "BERTH_BUDGET_LEASE_TTL",
-    default: DEFAULT_LEASE_TTL_MS,
-    parse: leaseParser,
-    doc: "lease of a Reserve that gives no ttl (renewed by KeepAlive)",
-    show: formatDuration,
-  },
-  maxLeaseTtl: {
-    flag: "max-lease-ttl",
-    env: "BERTH_BUDGET_MAX_LEASE_TTL",
-    default: DEFAULT_MAX_LEASE_TTL_MS,
-    parse: leaseParser,
-    doc: "longest lease a Reserve or RegisterRunning may ask (longer is refused)",
-    show: formatDuration,
-  },
-});
-
-/** The lease settings, checked together: the default lease must be one a request could ask for. */
-export function leaseSettings(values: { leaseTtl: number; maxLeaseTtl: number }): { leaseTtlMs: number; maxLeaseTtlMs: number } {
-  if (values.leaseTtl > values.maxLeaseTtl) {
-    throw invalidArgument("lease-ttl", `must be at most max-lease-ttl (${formatDuration(values.maxLeaseTtl)}); got ${formatDuration(values.leaseTtl)}`);
-  }
-  return { leaseTtlMs: values.leaseTtl, maxLeaseTtlMs: values.maxLeaseTtl };
-}
-
-/** Settings of the budget service (besides the common ones): where it listens, its policy, its sampler. */
-export const BUDGET_SETTINGS = defineConfig({
-  budgetPort: {
-    flag: "budget-port",
-    env: "BERTH_BUDGET_PORT",
-    default: BUDGET_DEFAULT_PORT,
-    parse: parsePort,
-    doc: "TCP port of the budget service (0 picks a free one)",
-  },
-  budgetSocket: {
-    flag: "budget-socket",
-    env: "BERTH_BUDGET_SOCKET",
-    parse: parseNonEmpty,
-    doc: "serve the budget service on this unix socket (mode 0600) instead of the TCP port",
-  },
-  ...RELOADABLE_SETTINGS,
-  ...SAMPLER_SETTINGS,
-});
+import { BUDGET_SETTINGS, RELOADABLE_SETTINGS, leaseSettings } from "./settings.js";
 
 /** Where a budget service re-reads its policy on SIGHUP; the process's own by default. */
 export interface BudgetServiceOptions {

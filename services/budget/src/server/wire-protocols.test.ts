@@ -18,7 +18,7 @@ import { implement, startServer, type RunningServer } from "@berth/shared/server
 import { WIRE_PROTOCOLS, connectOver, type WireProtocol } from "@berth/shared/testing/wire-protocols";
 import type { Budget } from "../index.js";
 import { ManualSampler, createBudget, defaultPolicy } from "../index.js";
-import { silentLogger } from "../logger.js";
+import { silentLogger } from "@berth/shared/logger";
 import { createBudgetHandlers } from "./budget-handlers.js";
 import { G, pushable, startItem } from "./testing.js";
 

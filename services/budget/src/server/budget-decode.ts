@@ -1,0 +1,202 @@
+/**
+ * From `berth.budget.v1` requests to the budget's domain values. Every field is checked here before
+ * the domain sees it, and a wrong one is refused with INVALID_ARGUMENT naming it by its proto path
+ * (`need.items[2].spec.memory`, `max_wait`, `started.pid`): the domain then only ever receives plain
+ * numbers it accepts.
+ */
+import type { Duration } from "@bufbuild/protobuf/wkt";
+import { NeedItemKind } from "@berth/api/berth/budget/v1/budget_pb";
+import type { Cost as CostMessage, Need as NeedMessage, ResourceSpec as ResourceSpecMessage, Resources as ResourcesMessage } from "@berth/api/berth/budget/v1/budget_pb";
+import { invalidArgument } from "@berth/shared/errors";
+import { formatDuration } from "@berth/shared/units";
+import type { NeedItemInput, NeedKind, Resources, ResourceSpec } from "../index.js";
+import { parseCpu, parseMemory } from "../index.js";
+
+/** The longest duration a request may give: Node's timers cannot wait longer (about 24.8 days). */
+export const MAX_DURATION_MS = 2 ** 31 - 1;
+/** The longest id accepted (reservation and running entry ids are UUIDs). */
+export const MAX_ID_LENGTH = 128;
+/** The longest owner or name accepted, in characters (GetLimits' `max_owner_length`). */
+export const MAX_OWNER_LENGTH = 256;
+/** The longest request id accepted. */
+export const MAX_REQUEST_ID_LENGTH = 128;
+/** How many ids one KeepAlive may renew. */
+export const MAX_KEEPALIVE_IDS = 10_000;
+
+/** An owner or name: 1 to 256 characters, not only blanks, no control characters. */
+export function checkName(value: string, field: string): string {
+  if (value.trim() === "" || value.length > MAX_OWNER_LENGTH) throw invalidArgument(field, `must be 1 to ${MAX_OWNER_LENGTH} characters, not only blanks`);
+  // eslint-disable-next-line no-control-regex
+  if (/[\u0000-\u001f\u007f]/.test(value)) throw invalidArgument(field, "must not contain control characters");
+  return value;
+}
+
+/** A reservation or running entry id: non-empty, at most 128 printable ASCII characters. */
+export function checkId(value: string, field: string): string {
+  if (value === "") throw invalidArgument(field, "is required");
+  if (value.length > MAX_ID_LENGTH || !/^[\x21-\x7e]+$/.test(value)) {
+    throw invalidArgument(field, `must be an id as the service returned it (at most ${MAX_ID_LENGTH} printable characters)`);
+  }
+  return value;
+}
+
+/** A request id: undefined when empty (none), else 1 to 128 characters of `[A-Za-z0-9._-]`. */
+export function checkRequestId(value: string, field = "request_id"): string | undefined {
+  if (value === "") return undefined;
+  if (value.length > MAX_REQUEST_ID_LENGTH || !/^[A-Za-z0-9._-]+$/.test(value)) {
+    throw invalidArgument(field, `must be at most ${MAX_REQUEST_ID_LENGTH} characters of A-Z, a-z, 0-9, '.', '_' and '-' (a UUID is a good choice)`);
+  }
+  return value;
+}
+
+/** The lease ttls a request may give: the default for unset (or zero, see {@link leaseTtlMs}), the most it may ask. */
+export interface LeaseLimits {
+  defaultTtlMs: number;
+  maxTtlMs: number;
+}
+
+/**
+ * A lease's ttl as milliseconds: zero is the default ttl, and so is unset unless `unsetIsNone`
+ * (RegisterRunning: no lease); longer than the maximum is refused naming `field`.
+ */
+export function leaseTtlMs(duration: Duration | undefined, field: string, limits: LeaseLimits, options: { unsetIsNone?: boolean } = {}): number | undefined {
+  if (duration === undefined && options.unsetIsNone) return undefined;
+  const ms = durationMs(duration, field);
+  if (ms === undefined || ms === 0) return limits.defaultTtlMs;
+  if (ms > limits.maxTtlMs) throw invalidArgument(field, `must be at most ${formatDuration(limits.maxTtlMs)} (the longest lease, BERTH_BUDGET_MAX_LEASE_TTL); got ${formatDuration(ms)}`);
+  return ms;
+}
+
+/** A request's `max_wait` as milliseconds: unset is the policy's longest wait, zero does not queue, longer is capped to the longest wait. */
+export function maxWaitMs(duration: Duration | undefined, field: string, longestMs: number): number {
+  const asked = durationMs(duration, field);
+  return Math.min(asked ?? longestMs, longestMs);
+}
+
+/**
+ * A Duration as milliseconds, or undefined when unset. Negative, malformed (nanos out of range)
+ * or longer than {@link MAX_DURATION_MS} is refused naming `field`; `positive` refuses zero too.
+ */
+export function durationMs(duration: Duration | undefined, field: string, options: { positive?: boolean } = {}): number | undefined {
+  if (duration === undefined) return undefined;
+  const { seconds, nanos } = duration;
+  if (!Number.isInteger(nanos) || nanos < 0 || nanos > 999_999_999) throw invalidArgument(field, `nanos must be 0 to 999999999 for a non-negative duration; got ${nanos}`);
+  if (seconds < 0n) throw invalidArgument(field, `must not be negative; got ${seconds}s`);
+  if (seconds > BigInt(Math.ceil(MAX_DURATION_MS / 1000))) throw invalidArgument(field, `must be at most ${Math.floor(MAX_DURATION_MS / 86_400_000)} days`);
+  const ms = Number(seconds) * 1000 + Math.round(nanos / 1e6);
+  if (ms > MAX_DURATION_MS) throw invalidArgument(field, `must be at most ${Math.floor(MAX_DURATION_MS / 86_400_000)} days`);
+  if (options.positive && ms <= 0) throw invalidArgument(field, "must be a positive duration (at least 1ms)");
+  return ms;
+}
+
+function bytesOf(value: bigint, field: string): number {
+  if (value < 0n || value > BigInt(Number.MAX_SAFE_INTEGER)) throw invalidArgument(field, `must be 0 to ${Number.MAX_SAFE_INTEGER} bytes; got ${value}`);
+  return Number(value);
+}
+
+function cpuOf(value: number, field: string): number {
+  if (!Number.isFinite(value) || value < 0) throw invalidArgument(field, `must be a finite, non-negative number of cpus; got ${value}`);
+  return value;
+}
+
+/** Resources sent in bytes and cores, checked. */
+export function resourcesFromProto(message: ResourcesMessage | CostMessage | undefined, field: string): Resources {
+  if (message === undefined) return { memoryBytes: 0, cpu: 0 };
+  return { memoryBytes: bytesOf(message.memoryBytes, `${field}.memory_bytes`), cpu: cpuOf(message.cpu, `${field}.cpu`) };
+}
+
+/** A spec's run part (or, with `build`, its build part), parsed: memory in bytes, cpu in cores; undefined parts stay undefined. */
+function specAmount(spec: ResourceSpecMessage, field: string, build: boolean): { memory?: number | undefined; cpu?: number | undefined } {
+  if (build) {
+    const part = spec.build;
+    if (part === undefined) return {};
+    return { memory: parseMemory(part.memory, `${field}.build.memory`), cpu: parseCpu(part.cpu, `${field}.build.cpu`) };
+  }
+  // The build part is checked too: a malformed value is refused wherever it is.
+  if (spec.build !== undefined) specAmount(spec, field, true);
+  return { memory: parseMemory(spec.memory, `${field}.memory`), cpu: parseCpu(spec.cpu, `${field}.cpu`) };
+}
+
+/** A ResourceSpec as the domain takes it (sizes parsed to bytes), checked field by field. */
+export function resourceSpecFromProto(spec: ResourceSpecMessage | undefined, field = "spec"): ResourceSpec | undefined {
+  if (spec === undefined) return undefined;
+  const run = specAmount(spec, field, false);
+  const result: ResourceSpec = { memory: run.memory, cpu: run.cpu };
+  if (spec.build !== undefined) result.build = specAmount(spec, field, true);
+  return result;
+}
+
+function needKind(kind: NeedItemKind, field: string): NeedKind {
+  switch (kind) {
+    case NeedItemKind.BUILD:
+      return "build";
+    case NeedItemKind.START:
+      return "start";
+    case NeedItemKind.APPLIANCE:
+      return "appliance";
+    default:
+      throw invalidArgument(field, `must be NEED_ITEM_KIND_BUILD, NEED_ITEM_KIND_START or NEED_ITEM_KIND_APPLIANCE; got ${kind}`);
+  }
+}
+
+/**
+ * A Need's items as the domain takes them: each checked (kind, name, sizes, cpu), costs in bytes and
+ * cores; items without a cost keep none, for the policy's default. An unset need is empty.
+ */
+export function needItemsFromProto(need: NeedMessage | undefined, field = "need"): NeedItemInput[] {
+  if (need === undefined) return [];
+  return need.items.map((item, index) => {
+    const at = `${field}.items[${index}]`;
+    const kind = needKind(item.kind, `${at}.kind`);
+    const input: NeedItemInput = { kind, name: checkName(item.name, `${at}.name`) };
+    switch (item.costSource.case) {
+      case "cost": {
+        const cost = resourcesFromProto(item.costSource.value, `${at}.cost`);
+        input.spec = { memory: cost.memoryBytes, cpu: cost.cpu };
+        break;
+      }
+      case "spec":
+        input.spec = specAmount(item.costSource.value, `${at}.spec`, kind === "build");
+        break;
+      default:
+        break;
+    }
+    if (item.skipped !== undefined) {
+      if (item.skipped.length > 1024) throw invalidArgument(`${at}.skipped`, "must be at most 1024 characters");
+      // An empty reason still means "skipped": the domain reads truthiness, so give it one.
+      input.skipped = item.skipped === "" ? "skipped" : item.skipped;
+    }
+    if (item.wave !== undefined) input.wave = item.wave;
+    return input;
+  });
+}
+
+/**
+ * A running service's cost: `cost` as sent, the run part of `spec` with `undeclared` for what it
+ * leaves out, or `undeclared` when neither is set (the domain's `runCostOf`: what its reservation
+ * was admitted with for it, else the policy's default).
+ */
+export function runCostFromProto(
+  source: { case: "cost"; value: ResourcesMessage } | { case: "spec"; value: ResourceSpecMessage } | { case: undefined; value?: undefined },
+  undeclared: Resources,
+  field = "",
+): Resources {
+  const at = (name: string) => (field === "" ? name : `${field}.${name}`);
+  switch (source.case) {
+    case "cost":
+      return resourcesFromProto(source.value, at("cost"));
+    case "spec": {
+      const run = specAmount(source.value, at("spec"), false);
+      return { memoryBytes: run.memory ?? undeclared.memoryBytes, cpu: run.cpu ?? undeclared.cpu };
+    }
+    default:
+      return { ...undeclared };
+  }
+}
+
+/** A pid as sent: a positive int32, or undefined when unset. */
+export function pidFromProto(pid: number | undefined, field: string): number | undefined {
+  if (pid === undefined) return undefined;
+  if (!Number.isInteger(pid) || pid <= 0) throw invalidArgument(field, `must be a positive process id; got ${pid}`);
+  return pid;
+}
