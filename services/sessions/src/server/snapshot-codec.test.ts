@@ -6,6 +6,7 @@ import { describe, expect, it } from "vitest";
 import { applyEvent, baseSnapshot, MAX_DIAGNOSTICS, type SessionSnapshot } from "../reducer.js";
 import { journalEvent, typedKeys } from "./codec-fixtures/journal-events.js";
 import { journalToEvent } from "@berth/client/journal-events";
+import { toNumber } from "../seed-coercions.js";
 import { snapshotToProto } from "./snapshot-codec.js";
 
 const T0 = Date.parse("2026-03-01T10:00:00.000Z");
@@ -253,7 +254,7 @@ describe("snapshotToProto", () => {
       const extra = (journalToEvent(e).kind.value as { extra?: JsonObject }).extra ?? {};
       const keys = typedKeys(String(e.type));
       // The reducer's Number(variant) of a huge number is a mounted variant a uint32 cannot hold.
-      const variant = Number(e.variant);
+      const variant = toNumber(e.variant);
       return !Object.keys(extra).some((k) => keys.includes(k)) && !(Number.isInteger(variant) && variant > 0xffffffff);
     });
     fc.assert(
