@@ -33,6 +33,8 @@ COPY package.json package-lock.json ./
 COPY packages/api/package.json packages/api/
 COPY packages/shared/package.json packages/shared/
 COPY packages/cli/package.json packages/cli/
+COPY packages/client/package.json packages/client/
+COPY packages/etcd/package.json packages/etcd/
 COPY services/sessions/package.json services/sessions/
 COPY services/budget/package.json services/budget/
 COPY test/package.json test/
@@ -46,9 +48,10 @@ RUN npm ci --ignore-scripts
 COPY tsconfig.base.json tsconfig.json ./
 COPY packages packages
 COPY services services
-# The cli references api, shared, sessions and budget: this builds exactly what the image runs
-# (test/ and bench/ are not part of it).
-RUN npx tsc -b packages/cli
+# The cli references api, shared, client, sessions and budget: this builds exactly what the image
+# runs (test/ and bench/ are not part of it), then bundles the command as `npm run build` does.
+RUN npx tsc -b packages/cli \
+ && node packages/cli/scripts/bundle.mjs
 
 # --- deps: production dependencies of the services and the cli only -----------------------------
 FROM toolchain AS deps
@@ -74,6 +77,8 @@ COPY --from=build /src/packages/api/package.json packages/api/
 COPY --from=build /src/packages/api/dist packages/api/dist
 COPY --from=build /src/packages/shared/package.json packages/shared/
 COPY --from=build /src/packages/shared/dist packages/shared/dist
+COPY --from=build /src/packages/client/package.json packages/client/
+COPY --from=build /src/packages/client/dist packages/client/dist
 COPY --from=build /src/packages/cli/package.json packages/cli/
 COPY --from=build /src/packages/cli/dist packages/cli/dist
 COPY --from=build /src/packages/cli/bin packages/cli/bin
