@@ -89,12 +89,18 @@ async function run(c: Case): Promise<{ code: number | null; lines: unknown[]; te
   const child = spawn(process.execPath, [CLI, ...c.args], { cwd, env: { ...process.env, ...defined(env()) }, stdio: ["ignore", "pipe", "pipe"] });
   const lines: unknown[] = [];
   let text = "";
+  let interrupted = false;
   const timer = setTimeout(() => child.kill("SIGKILL"), 30_000);
   for (const stream of [child.stdout, child.stderr]) {
     createInterface({ input: stream }).on("line", (line) => {
       text += `${line}\n`;
       lines.push(parse(line, c));
-      if (until(lines)) child.kill("SIGINT");
+      // Once: a second SIGINT while the command winds down is a user's "stop now", and the command
+      // rightly dies of it (a sample printed between the two made this flaky).
+      if (!interrupted && until(lines)) {
+        interrupted = true;
+        child.kill("SIGINT");
+      }
     });
   }
   const code = await new Promise<number | null>((resolve) => child.once("close", (exit) => resolve(exit)));
