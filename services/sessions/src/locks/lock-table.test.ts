@@ -520,11 +520,11 @@ describe("input", () => {
     [{ file: "./a", owner: "o" }, /^file: must be an absolute path/],
     [{ file: "/project/a", owner: "" }, /^owner: is required/],
     [{ file: "/project/a", owner: "o".repeat(257) }, /^owner: must be at most 256/],
-    [{ file: "/project/a", owner: "o", ttlMs: -1 }, /^ttl: must be at least 1 ms/],
-    [{ file: "/project/a", owner: "o", ttlMs: Number.NaN }, /^ttl: must be a finite number/],
-    [{ file: "/project/a", owner: "o", ttlMs: 3_600_001 }, /^ttl: must be at most 3600000 ms/],
+    [{ file: "/project/a", owner: "o", ttlMs: -1 }, /^ttl: must be at least 1ms, got -1ms$/],
+    [{ file: "/project/a", owner: "o", ttlMs: Number.NaN }, /^ttl: must be a finite duration/],
+    [{ file: "/project/a", owner: "o", ttlMs: 3_600_001 }, /^ttl: must be at most 1h \(the longest lease\), got 1h 0\.001s$/],
     [{ file: "/project/a", owner: "o", waitMs: -5 }, /^max_wait: must not be negative/],
-    [{ file: "/project/a", owner: "o", waitMs: Number.NaN }, /^max_wait: must be a finite number/],
+    [{ file: "/project/a", owner: "o", waitMs: Number.NaN }, /^max_wait: must be a finite duration/],
   ])("refuses %#", async (request, message) => {
     const { locks } = table();
     const error = await rejection(locks.acquire(request));
