@@ -172,6 +172,10 @@ describe("berth admit", () => {
     const usage = await berth(budget.url, ["admit", "--memory", "2 gigs", "--", "true"]);
     expect(usage.code).toBe(EXIT.usage);
     expect(usage.stderr).toContain("--memory");
+    // Longer than the service takes: refused before it is asked, in the unit typed.
+    const tooLong = await berth(budget.url, ["admit", "--memory", "1G", "--max-wait", "1000h", "--", "true"]);
+    expect(tooLong.code).toBe(EXIT.usage);
+    expect(tooLong.stderr).toContain("--max-wait: must be at most 576h, got 1000h");
     expect((await berth(budget.url, ["admit", "--memory", "1G"])).code).toBe(EXIT.usage);
 
     const missing = await startBudget();

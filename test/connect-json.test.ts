@@ -15,7 +15,7 @@ import { mkdirSync } from "node:fs";
 import * as path from "node:path";
 import { fromBinary, toJson, type DescMessage } from "@bufbuild/protobuf";
 import { StructSchema } from "@bufbuild/protobuf/wkt";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { RefusalKind, RefusalSchema } from "@berth/api/berth/budget/v1/budget_pb";
 import { BudgetService } from "@berth/api/berth/budget/v1/budget_service_pb";
 import { HolderKind, LockHeldSchema, LockService } from "@berth/api/berth/locks/v1/lock_service_pb";
@@ -435,23 +435,25 @@ describe("errors as Connect's error JSON", () => {
     }
   });
 
-  it("a Hold released through Release ends failed_precondition LEASE_RELEASED (a Connect JSON stream over HTTP/1.1)", async () => {
+  it("a Hold released through Release by its owner ends OK, and /metrics counts it ok (a Connect JSON stream over HTTP/1.1)", async () => {
     const locks = connectClient(LockService, sessionsUrl, { protocol: "connect", useBinaryFormat: false, httpVersion: "1.1", defaultTimeoutMs: 30_000 });
     const file = path.join(projectRoot, "src/released.ts");
-    let ended: ConnectError | undefined;
-    try {
-      for await (const message of locks.hold({ file, owner: "json-stream" })) {
-        if (message.kind.case !== "acquired") continue;
-        const released = await curlJson(sessionsUrl, "/berth.locks.v1.LockService/Release", { leaseToken: message.kind.value.leaseToken });
-        expect(released.json).toEqual({ released: true });
-      }
-    } catch (error) {
-      ended = ConnectError.from(error);
+    const holds = async (code: string) => {
+      const line = new RegExp(`^berth_rpc_requests_total\\{method="/berth\\.locks\\.v1\\.LockService/Hold",code="${code}"\\} (\\d+)$`, "m");
+      return Number(line.exec((await curl(sessionsUrl, "/metrics")).body)?.[1] ?? 0);
+    };
+    const [okBefore, failedBefore] = [await holds("ok"), await holds("failed_precondition")];
+    const kinds: string[] = [];
+    for await (const message of locks.hold({ file, owner: "json-stream" })) {
+      kinds.push(message.kind.case ?? "");
+      if (message.kind.case !== "acquired") continue;
+      const released = await curlJson(sessionsUrl, "/berth.locks.v1.LockService/Release", { leaseToken: message.kind.value.leaseToken });
+      expect(released.json).toEqual({ released: true });
     }
-    expect(ended?.rawMessage).toMatch(/lease was released through Release/);
-    expect(ended?.code).toBe(Code.FailedPrecondition);
-    expect(ended?.findDetails(ErrorInfoSchema)[0]).toMatchObject({ reason: "LEASE_RELEASED", domain: "berth.locks" });
-    expect(ended?.findDetails(BadRequestSchema)).toEqual([]);
+    // The loop ended without an error: the stream ended OK, right after the Release.
+    expect(kinds).toEqual(["acquired"]);
+    await vi.waitFor(async () => expect(await holds("ok")).toBe(okBefore + 1));
+    expect(await holds("failed_precondition")).toBe(failedBefore);
   });
 
   it("the budget's errors carry an ErrorInfo naming the case, and a RetryInfo where a retry can succeed", async () => {

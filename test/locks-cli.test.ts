@@ -6,9 +6,9 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { mkdirSync, readFileSync, realpathSync, symlinkSync } from "node:fs";
 import * as path from "node:path";
-import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from "vitest";
 import { LockService } from "@berth/api/berth/locks/v1/lock_service_pb";
-import { connectClient, makeTempDir, repoPath, runCommand, startService, stopAll, type CommandResult, type ServiceProcess } from "./harness.js";
+import { connectClient, curl, makeTempDir, repoPath, runCommand, startService, stopAll, type CommandResult, type ServiceProcess } from "./harness.js";
 import { hasColour, hasEscapes, runInTerminal, screen, startInTerminal } from "./pty.js";
 
 const BERTH = repoPath("packages/cli/bin/berth.js");
@@ -85,6 +85,17 @@ describe("berth lock", () => {
     expect(help.stdout).toMatch(/^ {2}75 +timed out: FILE stayed locked/m);
     expect(help.stdout).toMatch(/BERTH_FENCING_TOKEN/);
     expect((await berth(["--help"])).stdout).toMatch(/^ {2}lock +run a command while holding a source lock/m);
+  });
+
+  it("a hold released when its command exits ends OK: /metrics counts it ok, not a failure", async () => {
+    // A service of its own, so that its counters hold this test's holds alone.
+    const own = await startService("sessions");
+    const ownUrl = own.url("sessions");
+    for (let i = 0; i < 3; i++) expect((await berth(["lock", "hold", "metrics.ts", "--", "true"], { BERTH_SESSIONS_URL: ownUrl })).code).toBe(0);
+    // Counted as each stream's end is written, which may be a moment after the command exits.
+    const holds = async () => (await curl(ownUrl, "/metrics")).body.split("\n").filter((line) => line.startsWith('berth_rpc_requests_total{method="/berth.locks.v1.LockService/Hold"'));
+    await vi.waitFor(async () => expect(await holds()).toEqual(['berth_rpc_requests_total{method="/berth.locks.v1.LockService/Hold",code="ok"} 3']));
+    await own.stop();
   });
 
   it("refuses wrong usage with exit 2", async () => {

@@ -769,9 +769,10 @@ class HeldLock:
                 self.lost_error = error_from_rpc(error)
 
     def wait_lost(self, timeout: Optional[Seconds] = None) -> bool:
-        """Blocks until the lock is lost (the stream ended by itself: ``lost_error`` says why, e.g.
-        reason ``LEASE_RELEASED`` when its lease was released through Release) or ``timeout`` passes;
-        True when it was lost."""
+        """Blocks until the lock is lost (the stream ended by itself: ``lost_error`` says why when the
+        service ended it with an error, e.g. reason ``SHUTTING_DOWN``; it is None when the stream ended
+        OK, its lease released through Release with its token) or ``timeout`` passes; True when it was
+        lost."""
         if self._thread is not None:
             self._thread.join(timeout)
         return self.lost

@@ -248,7 +248,8 @@ def lease_steps(berth: Berth) -> None:
         alive_after_release=after.alive,
     )
 
-    # A Hold's lease released through Release ends the Hold: FAILED_PRECONDITION LEASE_RELEASED.
+    # A Hold's lease released through Release by its owner (the token went only to it) ends the
+    # Hold OK: the hold object sees the lock lost, with no error.
     held = berth.lock(file, owner="python-hold", max_wait=10)
     hold_lease = held.__enter__()
     released_hold = berth.locks.Release(lock_service_pb2.ReleaseRequest(lease_token=hold_lease.lease_token), timeout=10).released

@@ -67,15 +67,50 @@ describe("lock", () => {
     const locks = client({
       async *hold(request) {
         yield { kind: { case: "acquired", value: { leaseToken: "lt", fencingToken: 1n, file: request.file } } };
-        throw new ConnectError("the lease was released", Code.FailedPrecondition, undefined, [{ desc: ErrorInfoSchema, value: { reason: "LEASE_RELEASED" } }]);
+        throw new ConnectError("the lock service is shutting down", Code.Unavailable, undefined, [{ desc: ErrorInfoSchema, value: { reason: "SHUTTING_DOWN" } }]);
       },
     });
     const lease = await locks.lock("/x");
     await new Promise((resolve) => lease.signal.addEventListener("abort", resolve));
     expect(lease.lost).toBeInstanceOf(BerthClientError);
-    expect(lease.lost).toMatchObject({ code: Code.FailedPrecondition, reason: "LEASE_RELEASED" });
+    expect(lease.lost).toMatchObject({ code: Code.Unavailable, reason: "SHUTTING_DOWN" });
     expect(lease.signal.reason).toBe(lease.lost);
     expect(await lease.release()).toBe(false);
+  });
+
+  it("is lost when the hold ends OK without its release(): its lease was released through Release from elsewhere", async () => {
+    const locks = client({
+      async *hold(request) {
+        // What the service does when a Release with the lease token lands: the stream ends OK.
+        yield { kind: { case: "acquired", value: { leaseToken: "lt", fencingToken: 1n, file: request.file } } };
+      },
+    });
+    const lease = await locks.lock("/x");
+    await new Promise((resolve) => lease.signal.addEventListener("abort", resolve));
+    expect(lease.lost).toMatchObject({ code: Code.FailedPrecondition });
+    expect(lease.lost?.rawMessage).toMatch(/^the lock on \/x was released through Release with its lease token, not by this lock's release\(\)$/);
+    expect(await lease.release()).toBe(false);
+  });
+
+  it("is not lost when its own release() ends the hold, whichever comes first: the answer or the stream's OK end", async () => {
+    let end!: () => void;
+    const ended = new Promise<void>((resolve) => (end = resolve));
+    const locks = client({
+      async *hold(request) {
+        yield { kind: { case: "acquired", value: { leaseToken: "lt", fencingToken: 1n, file: request.file } } };
+        await ended;
+      },
+      async release() {
+        // The service ends the hold OK before Release's answer is back.
+        end();
+        await new Promise((resolve) => setImmediate(resolve));
+        return { released: true };
+      },
+    });
+    const lease = await locks.lock("/x");
+    expect(await lease.release()).toBe(true);
+    expect(lease.lost).toBeUndefined();
+    expect(lease.signal.aborted).toBe(true);
   });
 
   it("a wait that runs out throws with the holder in lockHeld", async () => {

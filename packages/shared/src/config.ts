@@ -307,6 +307,11 @@ export const LOG_LEVELS = ["fatal", "error", "warn", "info", "debug", "trace", "
 /** A pino level name. */
 export type LogLevel = (typeof LOG_LEVELS)[number];
 
+/** What `--log-format` takes: JSON lines, or readable ones. */
+export const LOG_FORMATS = ["json", "pretty"] as const;
+/** A log format. */
+export type LogFormat = (typeof LOG_FORMATS)[number];
+
 /** The default largest message a server accepts or sends: 4 MiB, gRPC's usual limit. */
 const DEFAULT_MESSAGE_LIMIT = 4 * 1024 * 1024;
 
@@ -350,6 +355,12 @@ export function commonServerConfig() {
       default: "info" as LogLevel,
       parse: oneOf(LOG_LEVELS),
       doc: `log level: ${LOG_LEVELS.join(", ")}`,
+    },
+    logFormat: {
+      flag: "log-format",
+      env: "BERTH_LOG_FORMAT",
+      parse: oneOf(LOG_FORMATS),
+      doc: "log lines as json (pino's) or pretty (readable; pino-pretty) (unset: pretty on a terminal, json otherwise)",
     },
     maxMessageBytes: {
       flag: "max-message-bytes",

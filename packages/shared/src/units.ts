@@ -79,6 +79,13 @@ const DURATION_UNITS: Record<string, number> = {
   d: 86_400_000,
 };
 
+/**
+ * The longest duration the budget takes in a request (a wait, a lease) and the longest a duration
+ * flag of the command may send it: Node's timers cannot wait past 2^31-1 ms (about 24.8 days), and
+ * 24 days is the round figure under that, so a refusal can quote it as the user writes it.
+ */
+export const LONGEST_TIMER_MS = 24 * 86_400_000;
+
 const DURATION_RULE = "must be a duration such as 250ms, 5s, 2m, 1h or 1m30s";
 
 /**

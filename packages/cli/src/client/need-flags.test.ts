@@ -19,6 +19,16 @@ describe("duration flags", () => {
     expect(() => durationFlag("soon", "--progress")).toThrow('--progress: "soon" is not a duration like 30s, 10m or 1h');
   });
 
+  it("refuse a value over the limit before anything is sent, quoting the limit in the unit typed", () => {
+    const day = 86_400_000;
+    expect(durationFlag("24d", "--max-wait", 24 * day)).toBe(24 * day);
+    expect(() => durationFlag("30d", "--max-wait", 24 * day)).toThrow(UsageError);
+    expect(() => durationFlag("30d", "--max-wait", 24 * day)).toThrow("--max-wait: must be at most 24d, got 30d");
+    expect(() => durationFlag("1000h", "--max-wait", 24 * day)).toThrow("--max-wait: must be at most 576h, got 1000h");
+    expect(() => durationFlag(" 20m ", "--max-wait", 600_000)).toThrow("--max-wait: must be at most 10m, got 20m");
+    expect(() => durationFlag("3000000s", "--max-wait", 24 * day)).toThrow("--max-wait: must be at most 2073600s, got 3000000s");
+  });
+
   it("quote a limit in the unit the user typed", () => {
     expect(durationLike(100, "0.05s")).toBe("0.1s");
     expect(durationLike(100, "50ms")).toBe("100ms");

@@ -58,15 +58,22 @@ function cpu(value: unknown, flag: string): number | undefined {
 /**
  * A duration flag's value in ms (`30s`, `10m`), or undefined when not given. A bare number other
  * than 0 is refused naming the flag and the units (`--max-wait 5` is not 5 ms nor 5 s: say which).
+ * Longer than `maxMs` (what the service would refuse) is refused here, before anything is sent,
+ * quoting the limit in the unit typed (`--max-wait 1000h`: at most 576h).
  */
-export function durationFlag(value: unknown, flag: string): number | undefined {
+export function durationFlag(value: unknown, flag: string, maxMs?: number): number | undefined {
   if (typeof value !== "string") return undefined;
-  if (/^\s*\d+(\.\d+)?\s*$/.test(value)) return parseDurationFlag(value, flag);
-  try {
-    return parseDuration(value, flag);
-  } catch {
-    throw new UsageError(`${flag}: ${JSON.stringify(value)} is not a duration like 30s, 10m or 1h`);
+  let ms: number;
+  if (/^\s*\d+(\.\d+)?\s*$/.test(value)) ms = parseDurationFlag(value, flag);
+  else {
+    try {
+      ms = parseDuration(value, flag);
+    } catch {
+      throw new UsageError(`${flag}: ${JSON.stringify(value)} is not a duration like 30s, 10m or 1h`);
+    }
   }
+  if (maxMs !== undefined && ms > maxMs) throw new UsageError(`${flag}: must be at most ${durationLike(maxMs, value)}, got ${value.trim()}`);
+  return ms;
 }
 
 /**

@@ -17,6 +17,7 @@ import { NEED_FLAGS, NEED_HELP_ROWS, durationFlag, needFromFlags, type DeclaredN
 import { EXIT, type Command } from "../command.js";
 import { BUDGET_ENDPOINT_FLAGS, callExitRows } from "../common-help.js";
 import { renderHelp } from "../help.js";
+import { LONGEST_TIMER_MS } from "@berth/shared/units";
 
 const HELP = renderHelp({
   usage: ["berth admit [flags] -- CMD [ARGS…]"],
@@ -111,7 +112,7 @@ export const admitCommand: Command = {
         command,
         endpoint: endpointFromFlags("budget", values as Record<string, string>),
         need: needFromFlags(values),
-        maxWaitMs: durationFlag(values["max-wait"], "--max-wait"),
+        maxWaitMs: durationFlag(values["max-wait"], "--max-wait", LONGEST_TIMER_MS),
       };
     } catch (error) {
       if (!(error instanceof UsageError)) throw error;

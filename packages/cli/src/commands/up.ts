@@ -7,7 +7,8 @@ const HELP = renderHelp({
   about:
     "Starts both services in this process, with their state in --state-dir (default ./.berth): sessions on " +
     "127.0.0.1:7301, budget on 127.0.0.1:7302. Every flag has a BERTH_* variable (listed below with its default); " +
-    "a JSON file of settings may give the rest (--config). The log is JSON lines on stdout (pino), one line per RPC.",
+    "a JSON file of settings may give the rest (--config). The log is on stdout, one line per RPC: readable on a terminal, " +
+    "JSON lines (pino) otherwise (--log-format chooses).",
   notes:
     "SIGINT (Ctrl-C) or SIGTERM stops both services gracefully: new calls are refused, open streams end, the " +
     "journals are flushed. A second signal exits at once.",

@@ -3,13 +3,14 @@
  * config file > defaults), make the logger, start each service, shut down on SIGTERM/SIGINT.
  * `services/<name>/src/main.ts` runs one service with it and `berth up` runs both.
  */
-import { pino, type Logger } from "pino";
+import type { Logger } from "pino";
 import { commonServerConfig, describeConfig, formatHelp, loadConfig, resolveToken, type ConfigDefinition, type ConfigValues } from "../config.js";
 import { reportTimerErrorsTo } from "../clock.js";
 import { fileElector } from "../election.js";
 import type { Elector } from "../elector.js";
 import { isBerthError } from "../errors.js";
 import { DEFAULT_KEEPALIVE } from "./listener.js";
+import { createServiceLogger } from "./service-logger.js";
 import { installSignalHandlers } from "./signal-handlers.js";
 import { startServer, type RunningServer, type StartServerOptions } from "./start-server.js";
 
@@ -67,18 +68,7 @@ export async function runServices(definitions: readonly ServiceDefinition[], opt
   }
 
   const values = loaded.values as CommonValues & Record<string, unknown>;
-  // Asynchronous destination: a log line costs the request path a buffer copy, not a write(2).
-  // Shutdown flushes it (pino's final flush on exit).
-  const destination = pino.destination({ dest: 1, sync: false });
-  const logger = pino({ level: values.logLevel, base: { pid: process.pid } }, destination);
-  // A reader that went away (`berth up | head`, a supervisor that closed the pipe) must not wedge
-  // the process: the writer would retry EPIPE forever, even through shutdown. Logs stop; serving
-  // goes on.
-  destination.on("error", (error: NodeJS.ErrnoException) => {
-    if (error.code !== "EPIPE") return;
-    logger.level = "silent";
-    destination.destroy();
-  });
+  const { logger } = await createServiceLogger({ level: values.logLevel, format: values.logFormat, env: options.env ?? process.env });
   logger.info({ settings: describeConfig(definition, loaded) }, "settings");
   // A lease's or a queue's timer that throws (no descriptor left for a file, say) is logged: ending
   // the process would drop every lock, lease and queue place it keeps.

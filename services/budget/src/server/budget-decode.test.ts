@@ -19,7 +19,10 @@ describe("inbound checks", () => {
     const d = (seconds: bigint, nanos: number) => create(DurationSchema, { seconds, nanos });
     expect(() => durationMs(d(-1n, 0), "ttl")).toThrow(/^ttl: must not be negative/);
     expect(() => durationMs(d(0n, -5), "ttl")).toThrow(/^ttl: nanos/);
-    expect(() => durationMs(d(30n * 86_400n, 0), "ttl")).toThrow(/^ttl: must be at most 24 days/);
+    expect(() => durationMs(d(30n * 86_400n, 0), "ttl")).toThrow(/^ttl: must be at most 24d; got 30d$/);
+    // The limit quoted is the limit checked: a day more than it is refused, the limit itself is not.
+    expect(() => durationMs(d(24n * 86_400n + 1n, 0), "max_wait")).toThrow(/^max_wait: must be at most 24d; got 24d 1s$/);
+    expect(durationMs(d(24n * 86_400n, 0), "max_wait")).toBe(24 * 86_400_000);
     expect(() => durationMs(d(0n, 0), "ttl", { positive: true })).toThrow(/^ttl: must be a positive duration/);
   });
 

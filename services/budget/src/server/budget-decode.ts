@@ -8,12 +8,12 @@ import type { Duration } from "@bufbuild/protobuf/wkt";
 import { NeedItemKind } from "@berth/api/berth/budget/v1/budget_pb";
 import type { Cost as CostMessage, Need as NeedMessage, ResourceSpec as ResourceSpecMessage, Resources as ResourcesMessage } from "@berth/api/berth/budget/v1/budget_pb";
 import { invalidArgument } from "@berth/shared/errors";
-import { formatDuration } from "@berth/shared/units";
+import { formatDuration, LONGEST_TIMER_MS } from "@berth/shared/units";
 import type { NeedItemInput, NeedKind, Resources, ResourceSpec } from "../index.js";
 import { parseCpu, parseMemory } from "../index.js";
 
-/** The longest duration a request may give: Node's timers cannot wait longer (about 24.8 days). */
-export const MAX_DURATION_MS = 2 ** 31 - 1;
+/** The longest duration a request may give: 24 days, what Node's timers can wait rounded down. */
+export const MAX_DURATION_MS = LONGEST_TIMER_MS;
 /** The longest id accepted (reservation and running entry ids are UUIDs). */
 export const MAX_ID_LENGTH = 128;
 /** The longest owner or name accepted, in characters (GetLimits' `max_owner_length`). */
@@ -82,9 +82,10 @@ export function durationMs(duration: Duration | undefined, field: string, option
   const { seconds, nanos } = duration;
   if (!Number.isInteger(nanos) || nanos < 0 || nanos > 999_999_999) throw invalidArgument(field, `nanos must be 0 to 999999999 for a non-negative duration; got ${nanos}`);
   if (seconds < 0n) throw invalidArgument(field, `must not be negative; got ${seconds}s`);
-  if (seconds > BigInt(Math.ceil(MAX_DURATION_MS / 1000))) throw invalidArgument(field, `must be at most ${Math.floor(MAX_DURATION_MS / 86_400_000)} days`);
+  const tooLong = () => invalidArgument(field, `must be at most ${formatDuration(MAX_DURATION_MS)}; got ${formatDuration(Number(seconds) * 1000 + nanos / 1e6)}`);
+  if (seconds > BigInt(Math.ceil(MAX_DURATION_MS / 1000))) throw tooLong();
   const ms = Number(seconds) * 1000 + Math.round(nanos / 1e6);
-  if (ms > MAX_DURATION_MS) throw invalidArgument(field, `must be at most ${Math.floor(MAX_DURATION_MS / 86_400_000)} days`);
+  if (ms > MAX_DURATION_MS) throw tooLong();
   if (options.positive && ms <= 0) throw invalidArgument(field, "must be a positive duration (at least 1ms)");
   return ms;
 }

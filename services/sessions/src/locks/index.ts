@@ -9,6 +9,7 @@ export {
   type AcquireRequest,
   type HoldRequest,
   type Lease,
+  type LeaseEndReason,
   type LockHolderInfo,
   type LockInspection,
   type LockLogger,

@@ -4,6 +4,7 @@
  * Paths are checked and made canonical in lock-path.ts.
  */
 import { invalidArgument } from "@berth/shared/errors";
+import { formatDuration } from "@berth/shared/units";
 
 /** Limits and defaults of lock requests; every field has a default (see {@link DEFAULT_LOCK_LIMITS}). */
 export interface LockLimits {
@@ -44,17 +45,21 @@ export function checkOwner(owner: unknown, limits: LockLimits = DEFAULT_LOCK_LIM
   return owner;
 }
 
-function checkMs(value: unknown, field: string, max: number, min: number): number {
-  if (typeof value !== "number" || !Number.isFinite(value)) throw invalidArgument(field, `must be a finite number of milliseconds, got ${String(value)}`);
-  if (value < min) throw invalidArgument(field, min === 0 ? `must not be negative, got ${value}` : `must be at least ${min} ms, got ${value}`);
-  if (value > max) throw invalidArgument(field, `must be at most ${max} ms, got ${value}`);
+/**
+ * A duration in ms, within `min` … `max`. A refusal quotes the limit and the value as durations
+ * (`1h`, `2h`): a request gives them as protobuf Durations (`"7200s"` in JSON), never in ms.
+ */
+function checkMs(value: unknown, field: string, max: number, min: number, what?: string): number {
+  if (typeof value !== "number" || !Number.isFinite(value)) throw invalidArgument(field, `must be a finite duration, got ${String(value)}`);
+  if (value < min) throw invalidArgument(field, min === 0 ? `must not be negative, got ${formatDuration(value)}` : `must be at least ${formatDuration(min)}, got ${formatDuration(value)}`);
+  if (value > max) throw invalidArgument(field, `must be at most ${formatDuration(max)}${what === undefined ? "" : ` (${what})`}, got ${formatDuration(value)}`);
   return Math.round(value);
 }
 
 /** The lease length: `undefined` or 0 (an unset protobuf Duration) means the default; else 1 ms … `maxTtlMs`. */
 export function checkTtl(ttlMs: unknown, limits: LockLimits = DEFAULT_LOCK_LIMITS, field = "ttl"): number {
   if (ttlMs === undefined || ttlMs === 0) return limits.defaultTtlMs;
-  return checkMs(ttlMs, field, limits.maxTtlMs, 1);
+  return checkMs(ttlMs, field, limits.maxTtlMs, 1, "the longest lease");
 }
 
 /**

@@ -427,23 +427,28 @@ describe("onWaiting", () => {
 });
 
 describe("whenLeaseEnds", () => {
-  it("tells once, however the lease ends, and at once for a lease that is not held", async () => {
+  it("tells once, however the lease ends, how it ended, and at once for a lease that is not held", async () => {
     const { clock, locks } = table();
     const ends: string[] = [];
     const leased = await locks.acquire({ file: "/project/a", owner: "leased", ttlMs: 1000 });
-    locks.whenLeaseEnds(leased.leaseToken, () => ends.push("expired"));
+    locks.whenLeaseEnds(leased.leaseToken, (how) => ends.push(`leased ${how}`));
     const unsubscribed = locks.whenLeaseEnds(leased.leaseToken, () => ends.push("unsubscribed"));
     unsubscribed();
     clock.advance(1000);
-    expect(ends).toEqual(["expired"]);
+    expect(ends).toEqual(["leased expired"]);
 
     const stream = new AbortController();
     const held = await locks.holdAsLongAs({ file: "/project/b", owner: "hold", signal: stream.signal });
-    locks.whenLeaseEnds(held.leaseToken, () => ends.push("released"));
+    locks.whenLeaseEnds(held.leaseToken, (how) => ends.push(`held ${how}`));
     expect(locks.release(held.leaseToken)).toBe(true);
     stream.abort();
-    locks.whenLeaseEnds(held.leaseToken, () => ends.push("already over"));
-    expect(ends).toEqual(["expired", "released", "already over"]);
+    locks.whenLeaseEnds(held.leaseToken, (how) => ends.push(`already ${how}`));
+    expect(ends).toEqual(["leased expired", "held released", "already released"]);
+
+    const closing = await locks.holdAsLongAs({ file: "/project/c", owner: "hold", signal: new AbortController().signal });
+    locks.whenLeaseEnds(closing.leaseToken, (how) => ends.push(`closing ${how}`));
+    locks.close();
+    expect(ends.at(-1)).toBe("closing closed");
   });
 });
 
@@ -520,11 +525,11 @@ describe("input", () => {
     [{ file: "./a", owner: "o" }, /^file: must be an absolute path/],
     [{ file: "/project/a", owner: "" }, /^owner: is required/],
     [{ file: "/project/a", owner: "o".repeat(257) }, /^owner: must be at most 256/],
-    [{ file: "/project/a", owner: "o", ttlMs: -1 }, /^ttl: must be at least 1 ms/],
-    [{ file: "/project/a", owner: "o", ttlMs: Number.NaN }, /^ttl: must be a finite number/],
-    [{ file: "/project/a", owner: "o", ttlMs: 3_600_001 }, /^ttl: must be at most 3600000 ms/],
+    [{ file: "/project/a", owner: "o", ttlMs: -1 }, /^ttl: must be at least 1ms, got -1ms$/],
+    [{ file: "/project/a", owner: "o", ttlMs: Number.NaN }, /^ttl: must be a finite duration/],
+    [{ file: "/project/a", owner: "o", ttlMs: 3_600_001 }, /^ttl: must be at most 1h \(the longest lease\), got 1h 0\.001s$/],
     [{ file: "/project/a", owner: "o", waitMs: -5 }, /^max_wait: must not be negative/],
-    [{ file: "/project/a", owner: "o", waitMs: Number.NaN }, /^max_wait: must be a finite number/],
+    [{ file: "/project/a", owner: "o", waitMs: Number.NaN }, /^max_wait: must be a finite duration/],
   ])("refuses %#", async (request, message) => {
     const { locks } = table();
     const error = await rejection(locks.acquire(request));

@@ -227,7 +227,7 @@ interface Held {
   holdSignal?: AbortSignal;
   onHoldAbort?: () => void;
   /** Told when the lease ends (see {@link LockTable.whenLeaseEnds}). */
-  onEnd?: Set<() => void>;
+  onEnd?: Set<(reason: LeaseEndReason) => void>;
 }
 
 interface Entry {
@@ -243,7 +243,9 @@ interface Entry {
   unwatch?: () => void;
 }
 
-type EndReason = "released" | "expired" | "closed";
+/** How a lease ended: released (through its token, or its hold's stream ending), expired, or the table closed. */
+export type LeaseEndReason = "released" | "expired" | "closed";
+type EndReason = LeaseEndReason;
 
 /** How many ended leases are remembered, to tell "expired" from "never existed" on a late renew. */
 const ENDED_MEMORY = 1024;
@@ -334,13 +336,14 @@ export class LockTable {
 
   /**
    * Calls `onEnd` once when the lease `leaseToken` ends, however it ends (released, expired, its
-   * hold's signal aborted, the table closed); at once when it does not hold a lock now. Returns the
-   * unsubscribe. A Hold stream uses it to end the moment its lease is released through Release.
+   * hold's signal aborted, the table closed), with how; at once when it does not hold a lock now
+   * (how it ended; "expired" when that is no longer remembered). Returns the unsubscribe. A Hold
+   * stream uses it to end the moment its lease is released through Release.
    */
-  whenLeaseEnds(leaseToken: string, onEnd: () => void): () => void {
+  whenLeaseEnds(leaseToken: string, onEnd: (reason: LeaseEndReason) => void): () => void {
     const held = this.leases.get(leaseToken);
     if (!held) {
-      onEnd();
+      onEnd(this.ended.get(leaseToken)?.reason ?? "expired");
       return () => {};
     }
     (held.onEnd ??= new Set()).add(onEnd);
@@ -660,7 +663,7 @@ export class LockTable {
     delete held.onEnd;
     for (const onEnd of listeners ?? []) {
       try {
-        onEnd();
+        onEnd(reason);
       } catch (error) {
         this.logger.error({ file: entry.key, err: error }, "lease-end callback failed");
       }

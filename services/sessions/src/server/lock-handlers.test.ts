@@ -470,7 +470,7 @@ describe("Hold", () => {
     expect(locks.inspect(FILE).waiters).toHaveLength(0);
   });
 
-  it("ends the stream the moment its lease is released through Release, without waiting for a heartbeat", async () => {
+  it("ends the stream OK the moment its owner releases its lease through Release, without waiting for a heartbeat", async () => {
     const hold = openHold({ owner: "holder" });
     await vi.waitFor(() => expect(hold.kinds()).toEqual(["acquired"]));
     const acquired = hold.messages[0]!.kind;
@@ -479,9 +479,22 @@ describe("Hold", () => {
     // The clock does not move: the next holder may already have the lock, so this one must know now.
     await hold.done;
     expect(hold.kinds()).toEqual(["acquired"]);
-    expect(hold.ended).toMatchObject({ code: Code.FailedPrecondition });
-    expect(errorInfo(hold.ended as ConnectError)).toEqual({ reason: "LEASE_RELEASED", domain: "berth.locks", retryAfterMs: undefined });
-    expect((hold.ended as ConnectError).rawMessage).toMatch(/lease was released through Release/);
+    // The lease token went only to this stream's caller: a Release with it is the owner letting go,
+    // the end it asked for, so the stream ends OK and /metrics counts it so, not as a failure.
+    expect(hold.ended).toBe("ok");
+    await vi.waitFor(() => expect(metrics.requestCount("/berth.locks.v1.LockService/Hold", "ok")).toBe(1));
+    expect(metrics.requestCount("/berth.locks.v1.LockService/Hold", "failed_precondition")).toBe(0);
+    expect(locks.inspect(FILE).holder).toBeNull();
+  });
+
+  it("ends the stream UNAVAILABLE SHUTTING_DOWN when its lease ends because the locks close under it", async () => {
+    const hold = openHold({ owner: "holder" });
+    await vi.waitFor(() => expect(hold.kinds()).toEqual(["acquired"]));
+    locks.close();
+    await hold.done;
+    expect(hold.ended).toMatchObject({ code: Code.Unavailable });
+    expect(errorInfo(hold.ended as ConnectError)).toEqual({ reason: "SHUTTING_DOWN", domain: "berth.locks", retryAfterMs: LOCK_RETRY_AFTER_MS });
+    expect((hold.ended as ConnectError).rawMessage).toMatch(/the lock service is shutting down/);
   });
 });
 
@@ -529,7 +542,7 @@ describe("input validation", () => {
     ["an empty owner", () => client.acquire({ file: FILE, owner: "" }), /^owner: is required/],
     ["a negative wait", () => client.acquire({ file: FILE, owner: "x", maxWait: { seconds: -1n, nanos: 0 } }), /^max_wait: must not be negative/],
     ["a negative ttl", () => client.acquire({ file: FILE, owner: "x", ttl: { seconds: 0n, nanos: -5 } }), /^ttl: must not be negative/],
-    ["a ttl over the maximum", () => client.acquire({ file: FILE, owner: "x", ttl: ms(2 * 3_600_000) }), /^ttl: must be at most/],
+    ["a ttl over the maximum", () => client.acquire({ file: FILE, owner: "x", ttl: ms(2 * 3_600_000) }), /^ttl: must be at most 1h \(the longest lease\), got 2h$/],
     ["a malformed request id", () => client.acquire({ file: FILE, owner: "x", requestId: "x".repeat(129) }), /^request_id: must match/],
     ["KeepAlive with no token", () => client.keepAlive({ leaseTokens: [] }), /^lease_tokens: is required/],
     ["an empty release token", () => client.release({ leaseToken: "" }), /^lease_token: is required/],

@@ -33,7 +33,7 @@ import type { Clock } from "@berth/shared/clock";
 import { systemClock } from "@berth/shared/clock";
 import { BerthError, invalidArgument, isBerthError } from "@berth/shared/errors";
 import { abortable, abortError, berthErrorToConnect, streamHolds } from "@berth/shared/server/index";
-import { checkFencingToken, type Lease, type LockHolderInfo, type SourceLocks, type WaitingUpdate } from "../locks/index.js";
+import { checkFencingToken, LOCK_RETRY_AFTER_MS, type Lease, type LeaseEndReason, type LockHolderInfo, type SourceLocks, type WaitingUpdate } from "../locks/index.js";
 
 /** How often an open Hold stream carries a heartbeat once the lock is granted. */
 export const HOLD_HEARTBEAT_MS = 5_000;
@@ -126,19 +126,19 @@ export function makeLockHandlers(options: LockHandlerOptions): ServiceImpl<typeo
         // (released through its lease token): the stream must not go on looking held.
         streamHolds(context, `the lock on ${lease.file} as ${JSON.stringify(lease.owner)}, fencing token ${lease.fencingToken}`);
         const leaseEnded = new AbortController();
-        stopWatchingLease = locks.whenLeaseEnds(lease.leaseToken, () => leaseEnded.abort());
+        let endedHow: LeaseEndReason | undefined;
+        stopWatchingLease = locks.whenLeaseEnds(lease.leaseToken, (how) => {
+          endedHow = how;
+          leaseEnded.abort();
+        });
         const wakeUp = AbortSignal.any([held.signal, leaseEnded.signal]);
         for (;;) {
           await delay(clock, heartbeatMs, wakeUp);
           if (held.signal.aborted) throw abortError(context.signal);
-          if (leaseEnded.signal.aborted) {
-            throw new BerthError(
-              "failed_precondition",
-              `the hold on ${lease.file} (fencing token ${lease.fencingToken}) ended: its lease was released through Release; hold the lock again`,
-              { file: lease.file, fencingToken: lease.fencingToken },
-              { reason: "LEASE_RELEASED" },
-            );
-          }
+          // Released through Release with its lease token, which only this stream's caller was
+          // given: its owner let go, as asked, and the hold ends OK (not a failure in /metrics).
+          if (endedHow === "released") return;
+          if (endedHow !== undefined) throw holdEnded(lease, endedHow);
           yield create(HoldResponseSchema, { kind: { case: "heartbeat", value: { sendTime: timestampFromMs(clock.now()) } } });
         }
       } finally {
@@ -343,6 +343,13 @@ function holderMessage(holder: LockHolderInfo): Holder {
   });
   if (holder.pid !== undefined) message.pid = holder.pid;
   return message;
+}
+
+/** Why a hold's lease ended other than by its owner's Release: the service closing its locks, or (never for a hold, whose lease has no ttl) an expiry. */
+function holdEnded(lease: Lease, how: Exclude<LeaseEndReason, "released">): BerthError {
+  const what = `the hold on ${lease.file} (fencing token ${lease.fencingToken}) ended`;
+  if (how === "closed") return new BerthError("unavailable", `${what}: the lock service is shutting down; hold the lock again when it is back`, { file: lease.file }, { reason: "SHUTTING_DOWN", retryAfterMs: LOCK_RETRY_AFTER_MS });
+  return new BerthError("failed_precondition", `${what}: its lease expired; hold the lock again`, { file: lease.file, fencingToken: lease.fencingToken });
 }
 
 /**

@@ -929,7 +929,6 @@ export const HolderKindSchema: GenEnum<HolderKind> = /*@__PURE__*/
  * | RESOURCE_EXHAUSTED  | MESSAGE_TOO_LARGE | the request exceeds the message size limit   |
  * | RESOURCE_EXHAUSTED  | DISK_FULL       | the state directory's file system is full (a lock file or the fencing state could not be written): free space, retry |
  * | RESOURCE_EXHAUSTED  | TOO_MANY_OPEN_FILES | the service has no file descriptor left for a lock file: retry (RetryInfo), or raise its `ulimit -n` |
- * | FAILED_PRECONDITION | LEASE_RELEASED  | a Hold's lease was released through Release    |
  * | UNAVAILABLE         | STATE_READ_ONLY | the state directory (or the lock files' directory) is not writable: make it writable, retry (RetryInfo) |
  * | UNAVAILABLE         | STORAGE_UNAVAILABLE | the file system refused otherwise (a lock file, the fencing state, resolving the path; the message says which): retry (RetryInfo) |
  * | UNAVAILABLE         | SHUTTING_DOWN   | retry on the restarted service (RetryInfo)     |
@@ -1006,8 +1005,9 @@ export const LockService: GenService<{
    * connection cut). Sends `waiting` while queued, `acquired` once granted,
    * then `heartbeat`s. A wait that runs out ends the stream with
    * RESOURCE_EXHAUSTED WAIT_EXHAUSTED (details: LockHeld). Releasing the
-   * hold's lease through Release ends the stream at once, with
-   * FAILED_PRECONDITION LEASE_RELEASED.
+   * hold's lease through Release (with its lease token, which only this
+   * stream's caller is given) ends the stream at once, with OK: its owner
+   * let go. A shutdown ends it UNAVAILABLE SHUTTING_DOWN.
    *
    * @generated from rpc berth.locks.v1.LockService.Hold
    */
