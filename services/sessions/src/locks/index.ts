@@ -11,7 +11,6 @@ export {
   type Lease,
   type LockHolderInfo,
   type LockInspection,
-  type LockLogger,
   type LockTableOptions,
   type LockTableStats,
   type LockWaiterInfo,
