@@ -9,10 +9,11 @@
  */
 import type { Clock } from "@berth/shared/clock";
 import { invalidArgument } from "@berth/shared/errors";
+import type { Logger } from "@berth/shared/logger";
 import { checkSessionId } from "@berth/shared/safe-id";
 import { checkIdempotencyKey, prepareEvents, type PreparedEvent } from "./append-input.js";
 import { eventsDigest } from "./event-digest.js";
-import type { JournalLogger, JournalStore, KeyRecord, SessionJournal } from "./journal/journal-store.js";
+import type { JournalStore, KeyRecord, SessionJournal } from "./journal/journal-store.js";
 import { applyEvent, type JournalEntry, type SessionSnapshot } from "./reducer.js";
 import type { CompletedRetention } from "./retention.js";
 import { keyReused, seqConflict, type ExpectedState } from "./session-refusals.js";
@@ -67,7 +68,7 @@ export interface AppendPipelineHost {
   readonly hub: WatchHub;
   readonly retention: CompletedRetention | undefined;
   readonly clock: Clock;
-  readonly logger: JournalLogger | undefined;
+  readonly logger: Logger | undefined;
   readonly limits: { maxEventBytes: number; maxEventsPerAppend: number };
   /** Deletions in progress, per session: appends to the session wait for them. */
   readonly deletions: ReadonlyMap<string, Promise<unknown>>;

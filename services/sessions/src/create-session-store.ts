@@ -3,9 +3,9 @@
  * seam (journal/file-journal-store.ts), as the service runs it.
  */
 import type { Clock } from "@berth/shared/clock";
+import type { Logger } from "@berth/shared/logger";
 import { FileJournalStore } from "./journal/file-journal-store.js";
 import type { CommitIo, FsyncMode } from "./journal/group-commit.js";
-import type { JournalLogger } from "./journal/journal-store.js";
 import { SessionStore } from "./session-store.js";
 
 export { APPEND_OVERTAKEN_RETRY_MS } from "./journal/file-appends.js";
@@ -20,7 +20,7 @@ export interface SessionStoreOptions {
   clock?: Clock;
   /** Default "batch" (group commit); see {@link FsyncMode}. */
   fsync?: FsyncMode;
-  logger?: JournalLogger;
+  logger?: Logger;
   maxEventBytes?: number;
   maxEventsPerAppend?: number;
   /** Open sessions kept in the LRU. */

@@ -20,7 +20,8 @@
  */
 import type { Clock, TimerHandle } from "@berth/shared/clock";
 import { isBerthError } from "@berth/shared/errors";
-import type { JournalLogger, StoredEntry } from "./journal/journal-store.js";
+import type { Logger } from "@berth/shared/logger";
+import type { StoredEntry } from "./journal/journal-store.js";
 import { applyEvent, baseSnapshot, type JournalEntry, type SessionSnapshot } from "./reducer.js";
 import { isCompletedPhase } from "./vocabulary.js";
 
@@ -46,7 +47,7 @@ export interface RetentionOptions {
   /** How long a completed session is kept after its completing entry. */
   retentionMs: number;
   clock: Clock;
-  logger?: JournalLogger | undefined;
+  logger?: Logger | undefined;
 }
 
 interface Completion {

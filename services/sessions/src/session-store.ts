@@ -11,10 +11,11 @@
  */
 import { systemClock, type Clock } from "@berth/shared/clock";
 import { BerthError, invalidArgument } from "@berth/shared/errors";
+import type { Logger } from "@berth/shared/logger";
 import { checkSessionId } from "@berth/shared/safe-id";
 import { checkFromSeq, MAX_IDEMPOTENCY_KEY_LENGTH } from "./append-input.js";
 import { AppendPipeline, type AppendOptions, type AppendResult } from "./append-pipeline.js";
-import type { JournalLogger, JournalStore, StoredEntry } from "./journal/journal-store.js";
+import type { JournalStore, StoredEntry } from "./journal/journal-store.js";
 import { baseSnapshot, type SessionSnapshot } from "./reducer.js";
 import { CompletedRetention, type RetentionHost } from "./retention.js";
 import { seqConflict, sessionNotFound, UNAVAILABLE_RETRY_AFTER_MS } from "./session-refusals.js";
@@ -35,7 +36,7 @@ export interface SessionStoreCoreOptions {
   /** Where the journals are kept (the seam a backend implements). */
   journals: JournalStore;
   clock?: Clock | undefined;
-  logger?: JournalLogger | undefined;
+  logger?: Logger | undefined;
   maxEventBytes?: number | undefined;
   maxEventsPerAppend?: number | undefined;
   /** Default buffer bound of a watcher. */
@@ -74,7 +75,7 @@ export interface SessionStoreStats {
 export class SessionStore {
   private readonly journals: JournalStore;
   private readonly clock: Clock;
-  private readonly logger: JournalLogger | undefined;
+  private readonly logger: Logger | undefined;
   private readonly maxEventBytes: number;
   private readonly maxEventsPerAppend: number;
   private readonly maxBuffered: number;

@@ -5,13 +5,13 @@
  * (refusals.ts).
  */
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
-import type { Message } from "@bufbuild/protobuf";
 import type { BudgetService } from "@berth/api/berth/budget/v1/budget_service_pb";
 import { RenewalSchema } from "@berth/api/berth/budget/v1/budget_service_pb";
 import { create } from "@bufbuild/protobuf";
 import type { Clock } from "@berth/shared/clock";
 import { systemClock } from "@berth/shared/clock";
 import { invalidArgument, isBerthError } from "@berth/shared/errors";
+import { createIdentityCache } from "@berth/shared/server/identity-cache";
 import { abortable, abortError } from "@berth/shared/server/index";
 import type { Budget, Committed, MachineSample, Policy, Reservation, ReservationInfo, RunningEntry } from "../index.js";
 import { admitStream } from "./admit-stream.js";
@@ -56,42 +56,26 @@ export interface BudgetHandlerDeps {
   stats: BudgetHandlerStats;
 }
 
-/**
- * Messages converted once per domain object: the policy, the latest sample and the committed list
- * change rarely but are part of every Check and GetState answer. Keyed by identity (the domain
- * hands out a new object on every change), so a stale message is never served.
- */
-class MessageCache<K extends object, M extends Message> {
-  private readonly cache = new WeakMap<K, M>();
-  constructor(private readonly convert: (key: K) => M) {}
-  get(key: K): M {
-    let message = this.cache.get(key);
-    if (message === undefined) {
-      message = this.convert(key);
-      this.cache.set(key, message);
-    }
-    return message;
-  }
-}
-
 /** Creates the BudgetService implementation over `budget`. */
 export function createBudgetHandlers(options: BudgetHandlerOptions): ServiceImpl<typeof BudgetService> {
   const { budget } = options;
   const clock = options.clock ?? systemClock;
   const extras = (): PolicyExtras => ({ sampleIntervalMs: options.sampleIntervalMs, defaultLeaseTtlMs: options.defaultLeaseTtlMs() });
 
-  // The lease ttl is part of the policy message and may change on reload: key by both.
+  // Messages converted once per domain object: the policy, the latest sample and the committed
+  // list change rarely but are part of every Check and GetState answer. The lease ttl is part of
+  // the policy message and may change on reload: key by both.
   let policyKey: { policy: Policy; ttl: number } | undefined;
-  const policyMessages = new MessageCache((key: { policy: Policy; ttl: number }) => policyToProto(key.policy, extras()));
+  const policyMessages = createIdentityCache((key: { policy: Policy; ttl: number }) => policyToProto(key.policy, extras()));
   const policyMessage = () => {
     const policy = budget.policy();
     const ttl = options.defaultLeaseTtlMs();
     if (policyKey?.policy !== policy || policyKey.ttl !== ttl) policyKey = { policy, ttl };
     return policyMessages.get(policyKey);
   };
-  const machineMessages = new MessageCache((sample: MachineSample) => machineToProto(sample)!);
+  const machineMessages = createIdentityCache((sample: MachineSample) => machineToProto(sample)!);
   const machineMessage = (sample: MachineSample | undefined) => (sample === undefined ? undefined : machineMessages.get(sample));
-  const committedMessages = new MessageCache((committed: Committed) => committedToProto(committed));
+  const committedMessages = createIdentityCache((committed: Committed) => committedToProto(committed));
 
   const reasonContext = (): ReasonContext => {
     // A check of nothing never builds a reason: it is the cheap way to read what is committed now.

@@ -5,6 +5,7 @@
 import { create, toBinary } from "@bufbuild/protobuf";
 import { BinaryWriter, WireType } from "@bufbuild/protobuf/wire";
 import { DurationSchema, TimestampSchema } from "@bufbuild/protobuf/wkt";
+import { createIdentityCache } from "@berth/shared/server/identity-cache";
 import { preEncodedField } from "@berth/shared/server/pre-encoded";
 import { Gate, WaitReasonSchema } from "@berth/api/berth/budget/v1/budget_pb";
 import type { WaitReason } from "@berth/api/berth/budget/v1/budget_pb";
@@ -51,10 +52,20 @@ export interface QueuedDeadline {
  * (tested).
  */
 export class QueuedEncoder {
-  private readonly reasons = new WeakMap<Reason, WaitReason>();
-  private readonly reasonBytes = new WeakMap<Reason, Uint8Array>();
-  private readonly aheadLists = new WeakMap<readonly AheadEntry[], AheadEntryMessage[]>();
-  private readonly aheadBytes = new WeakMap<readonly AheadEntry[], Uint8Array>();
+  private readonly reasons = createIdentityCache((reason: Reason): WaitReason => waitReasonToProto(reason, this.context()));
+  private readonly reasonBytes = createIdentityCache((reason: Reason) => toBinary(WaitReasonSchema, this.reasons.get(reason)));
+  private readonly aheadLists = createIdentityCache((ahead: readonly AheadEntry[]): AheadEntryMessage[] =>
+    ahead.map((entry, index) => create(AheadEntrySchema, { owner: entry.owner, position: index + 1, need: resourcesToProto(entry.needs) })),
+  );
+  /** Every entry of a list as Queued's `ahead` field (tag, length, AheadEntry), in one block. */
+  private readonly aheadBytes = createIdentityCache((ahead: readonly AheadEntry[]) => {
+    const w = new BinaryWriter();
+    ahead.forEach((entry, index) => {
+      const message = create(AheadEntrySchema, { owner: entry.owner, position: index + 1, need: resourcesToProto(entry.needs) });
+      w.tag(FIELD.ahead, WireType.LengthDelimited).bytes(toBinary(AheadEntrySchema, message));
+    });
+    return w.finish();
+  });
   /** Reused for every message: `finish()` hands out a copy and keeps the grown buffer. */
   private readonly writer = new BinaryWriter();
 
@@ -73,12 +84,8 @@ export class QueuedEncoder {
 
   /** The Queued message for `update`, for a request whose wait runs out at `deadline` (clock ms). */
   encode(update: QueuedUpdate, deadline: number): Queued {
-    const waitFor = update.waitFor.map((reason) => (reason.gate === "queue" ? queueWaitReason(update.aheadCount) : this.reason(reason)));
-    let ahead = this.aheadLists.get(update.ahead);
-    if (ahead === undefined) {
-      ahead = update.ahead.map((entry, index) => create(AheadEntrySchema, { owner: entry.owner, position: index + 1, need: resourcesToProto(entry.needs) }));
-      this.aheadLists.set(update.ahead, ahead);
-    }
+    const waitFor = update.waitFor.map((reason) => (reason.gate === "queue" ? queueWaitReason(update.aheadCount) : this.reasons.get(reason)));
+    const ahead = this.aheadLists.get(update.ahead);
     return create(QueuedSchema, {
       position: update.position,
       eta: durationOf(update.etaMs),
@@ -108,48 +115,15 @@ export class QueuedEncoder {
         if (update.aheadCount !== 0) w.tag(FIELD.observed, WireType.Bit64).double(update.aheadCount);
         w.join();
       } else {
-        w.tag(FIELD.waitFor, WireType.LengthDelimited).bytes(this.reasonBytesOf(reason));
+        w.tag(FIELD.waitFor, WireType.LengthDelimited).bytes(this.reasonBytes.get(reason));
       }
     }
     if (update.waitForText !== "") w.tag(FIELD.waitForText, WireType.LengthDelimited).string(update.waitForText);
-    w.raw(this.aheadBytesOf(update.ahead));
+    w.raw(this.aheadBytes.get(update.ahead));
     w.tag(FIELD.waitExpireTime, WireType.LengthDelimited).bytes(deadlineBytes);
     w.join();
     const response = create(AdmitResponseSchema);
     response.$unknown = [preEncodedField(FIELD.queued, w.finish())];
     return response;
-  }
-
-  private reason(reason: Reason): WaitReason {
-    let converted = this.reasons.get(reason);
-    if (converted === undefined) {
-      converted = waitReasonToProto(reason, this.context());
-      this.reasons.set(reason, converted);
-    }
-    return converted;
-  }
-
-  private reasonBytesOf(reason: Reason): Uint8Array {
-    let bytes = this.reasonBytes.get(reason);
-    if (bytes === undefined) {
-      bytes = toBinary(WaitReasonSchema, this.reason(reason));
-      this.reasonBytes.set(reason, bytes);
-    }
-    return bytes;
-  }
-
-  /** Every entry of `ahead` as Queued's `ahead` field (tag, length, AheadEntry), in one block. */
-  private aheadBytesOf(ahead: readonly AheadEntry[]): Uint8Array {
-    let bytes = this.aheadBytes.get(ahead);
-    if (bytes === undefined) {
-      const w = new BinaryWriter();
-      ahead.forEach((entry, index) => {
-        const message = create(AheadEntrySchema, { owner: entry.owner, position: index + 1, need: resourcesToProto(entry.needs) });
-        w.tag(FIELD.ahead, WireType.LengthDelimited).bytes(toBinary(AheadEntrySchema, message));
-      });
-      bytes = w.finish();
-      this.aheadBytes.set(ahead, bytes);
-    }
-    return bytes;
   }
 }

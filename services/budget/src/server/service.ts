@@ -10,7 +10,6 @@
 import { BudgetService } from "@berth/api/berth/budget/v1/budget_service_pb";
 import { implement, serveElected, type ServerContext, type ServiceDefinition } from "@berth/shared/server/index";
 import type { ServerMetrics } from "@berth/shared/server/index";
-import type { Logger } from "@berth/shared/logger";
 import type { Budget, BudgetState } from "../index.js";
 import { createBudget, createSampler, machineFactsOf, policyFromConfig, samplerOptionsFromConfig } from "../index.js";
 import type { BudgetHandlerStats } from "./budget-handlers.js";
@@ -69,7 +68,7 @@ export function createBudgetService(options: BudgetServiceOptions = {}): Service
             // The first sample comes before the policy: its defaults (75 % of the memory) are the machine's.
             await sampler.start();
             const policy = policyFromConfig(values, machineFactsOf(sampler.latest()));
-            budget = await createBudget({ policy, sampler, stateDir: values.stateDir, logger: logger as Logger });
+            budget = await createBudget({ policy, sampler, stateDir: values.stateDir, logger });
           } catch (error) {
             sampler.close();
             throw error;

@@ -19,6 +19,7 @@ import * as path from "node:path";
 import { systemClock, type Clock } from "@berth/shared/clock";
 import { BerthError } from "@berth/shared/errors";
 import { ensurePrivateDir, fsyncDirectory, statOrNull } from "@berth/shared/files";
+import type { Logger } from "@berth/shared/logger";
 import { errnoCode, stateWriteError } from "@berth/shared/state-errors";
 import { applyEvent, baseSnapshot, type SessionSnapshot } from "../reducer.js";
 import { UNAVAILABLE_RETRY_AFTER_MS } from "../session-refusals.js";
@@ -29,7 +30,7 @@ import type { CommitIo, FsyncMode } from "./group-commit.js";
 import { AppendTracker, lastLineCrc, readJournalEntries, replayJournalFile, scanJournalPrefix, storedEntry } from "./journal-file.js";
 import { decodeJournalLine, forEachLine, isBlankLine, type DecodedEntry } from "./journal-format.js";
 import { scanWorker } from "./journal-scan.js";
-import type { JournalListener, JournalLogger, JournalStore, JournalStoreStats, KeyRecord, StoredEntry } from "./journal-store.js";
+import type { JournalListener, JournalStore, JournalStoreStats, KeyRecord, StoredEntry } from "./journal-store.js";
 import { journalPath, sessionIdFromFileName, snapshotPath } from "./session-paths.js";
 import { readPrefixSnapshot, readSnapshotFile, sidecarPath } from "./snapshot-file.js";
 import { SnapshotScheduler } from "./snapshot-scheduler.js";
@@ -50,7 +51,7 @@ export interface FileJournalStoreOptions {
   clock?: Clock | undefined;
   /** Default "batch" (group commit); see {@link FsyncMode}. */
   fsync?: FsyncMode | undefined;
-  logger?: JournalLogger | undefined;
+  logger?: Logger | undefined;
   /** Open sessions kept in the LRU. */
   cacheSize?: number | undefined;
   snapshotEveryEntries?: number | undefined;
@@ -68,7 +69,7 @@ export class FileJournalStore implements JournalStore {
   readonly clock: Clock;
   readonly fsync: FsyncMode;
   readonly io: CommitIo | undefined;
-  readonly logger: JournalLogger | undefined;
+  readonly logger: Logger | undefined;
   readonly snapshots: SnapshotScheduler;
   private readonly cacheSize: number;
   private readonly appends: FileAppends;

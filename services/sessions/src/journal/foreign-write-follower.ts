@@ -6,7 +6,7 @@
  * change seen with nobody watching.
  */
 import * as fs from "node:fs";
-import type { JournalLogger } from "./journal-store.js";
+import type { Logger } from "@berth/shared/logger";
 import { sessionIdFromFileName } from "./session-paths.js";
 
 export interface ForeignWriteHost {
@@ -28,7 +28,7 @@ export class ForeignWriteFollower {
   constructor(
     private readonly dir: string,
     private readonly host: ForeignWriteHost,
-    private readonly logger: JournalLogger | undefined,
+    private readonly logger: Logger | undefined,
   ) {}
 
   /** Starts following (idempotent). */

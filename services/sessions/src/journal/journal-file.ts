@@ -7,6 +7,7 @@
 import { isAscii } from "node:buffer";
 import * as fs from "node:fs";
 import * as fsp from "node:fs/promises";
+import type { Logger } from "@berth/shared/logger";
 import {
   BATCH_SIZE_FIELD,
   CHECKSUM_FIELD,
@@ -20,7 +21,7 @@ import {
 } from "./journal-format.js";
 import { PARALLEL_SCAN_MIN_BYTES, scanWorker, type ScanResults, type ScanWorker } from "./journal-scan.js";
 import { createReplay, MAX_DIAGNOSTICS, type Diagnostic, type JournalEntry, type SessionSnapshot } from "../reducer.js";
-import type { EntryIntegrity, JournalLogger, KeyRecord, StoredEntry } from "./journal-store.js";
+import type { EntryIntegrity, KeyRecord, StoredEntry } from "./journal-store.js";
 
 /**
  * Seek points of a journal: about every `stride`-th line, the line's seq and byte offset, kept
@@ -95,7 +96,7 @@ export interface ReplayOptions {
   repair: boolean;
   /** Stop after the entry with this seq was applied (used to rebuild an old append's result). */
   stopAfterSeq?: number;
-  logger?: JournalLogger;
+  logger?: Logger;
   /** The reducer's clock, for entries without a usable `ts`. */
   now?: () => number;
   sessionId?: string;

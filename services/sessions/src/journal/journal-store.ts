@@ -15,14 +15,6 @@
  */
 import type { JournalEntry, SessionSnapshot } from "../reducer.js";
 
-/** The pino-compatible logger domain code takes (only the levels it uses). */
-export interface JournalLogger {
-  debug(obj: object, msg?: string): void;
-  info(obj: object, msg?: string): void;
-  warn(obj: object, msg?: string): void;
-  error(obj: object, msg?: string): void;
-}
-
 /**
  * What the reader could verify about an entry's line: `verified` — the line carries berth's
  * checksum and it matches; `unchecked` — the line carries none (the seed's library or another

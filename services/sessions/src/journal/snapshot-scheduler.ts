@@ -5,16 +5,16 @@
  * that makes the next open cheap (see snapshot-file.ts).
  */
 import type { Clock } from "@berth/shared/clock";
+import type { Logger } from "@berth/shared/logger";
 import type { FileSessionJournal } from "./file-session-journal.js";
 import { lastLineCrc } from "./journal-file.js";
-import type { JournalLogger } from "./journal-store.js";
 import { snapshotPath } from "./session-paths.js";
 import { writeSnapshotFile } from "./snapshot-file.js";
 
 export interface SnapshotSchedulerOptions {
   dir: string;
   clock: Clock;
-  logger: JournalLogger | undefined;
+  logger: Logger | undefined;
   everyEntries: number;
   idleMs: number;
   /** False once the store is closing: nothing new is scheduled. */

@@ -12,7 +12,6 @@ export {
   type LeaseEndReason,
   type LockHolderInfo,
   type LockInspection,
-  type LockLogger,
   type LockTableOptions,
   type LockTableStats,
   type LockWaiterInfo,

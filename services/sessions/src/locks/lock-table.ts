@@ -18,6 +18,7 @@
 import { randomUUID } from "node:crypto";
 import * as path from "node:path";
 import { BerthError, invalidArgument } from "@berth/shared/errors";
+import { silentLogger, type Logger } from "@berth/shared/logger";
 import { checkRequestId } from "@berth/shared/safe-id";
 import { stateWriteError } from "@berth/shared/state-errors";
 import { STALL_MS, wallTimeOf, wallTimesOf, type Clock, type TimerHandle } from "@berth/shared/clock";
@@ -26,16 +27,6 @@ import type { FencingTokenSource } from "./lock-persistence.js";
 import { checkFencingToken, checkOwner, checkTtl, checkWait, DEFAULT_LOCK_LIMITS, LOCK_RETRY_AFTER_MS, type LockLimits } from "./lock-input.js";
 import { canonicalLockPath } from "./lock-path.js";
 import type { ExternalClaim, ExternalLockHandle, ExternalLocks, ForeignLockHolder } from "./external-locks.js";
-
-/** The pino-compatible logger domain code takes (pino's `(object, message)` form). */
-export interface LockLogger {
-  debug(object: object, message?: string): void;
-  info(object: object, message?: string): void;
-  warn(object: object, message?: string): void;
-  error(object: object, message?: string): void;
-}
-
-const silentLogger: LockLogger = { debug() {}, info() {}, warn() {}, error() {} };
 
 /** A granted lock. */
 export interface Lease {
@@ -166,7 +157,7 @@ export interface LockTableOptions {
   fencing: FencingTokenSource;
   /** The seed's lock files; absent, berth's table is the only lock. */
   external?: ExternalLocks;
-  logger?: LockLogger;
+  logger?: Logger;
   limits?: Partial<LockLimits>;
 }
 
@@ -257,7 +248,7 @@ export class LockTable {
   private readonly clock: Clock;
   private readonly fencing: FencingTokenSource;
   private readonly external: ExternalLocks | undefined;
-  private readonly logger: LockLogger;
+  private readonly logger: Logger;
   /** The limits this table enforces (defaults filled in). */
   readonly limits: Readonly<LockLimits>;
   private readonly entries = new Map<string, Entry>();

@@ -9,9 +9,9 @@ import * as fs from "node:fs";
 import * as path from "node:path";
 import { systemClock, type Clock, type TimerHandle } from "@berth/shared/clock";
 import { ensurePrivateDir } from "@berth/shared/files";
+import type { Logger } from "@berth/shared/logger";
 import { selfIdentity } from "@berth/shared/process-identity";
 import type { ExternalClaim, ExternalLockHandle, ExternalLocks, ForeignLockHolder } from "./external-locks.js";
-import type { LockLogger } from "./lock-table.js";
 import {
   holderOf,
   judgeLockFile,
@@ -46,7 +46,7 @@ export interface SeedLockFilesOptions {
   pid?: number;
   /** Drives the fallback re-check timer. */
   clock: Clock;
-  logger?: LockLogger;
+  logger?: Logger;
   /** The period of the fallback re-check while a seed-held file has berth waiters. Default 250 ms. */
   recheckMs?: number;
   /** Overrides of the staleness judge (tests); unreadable files' ages are measured on `clock` unless it says otherwise. */
@@ -96,7 +96,7 @@ export class SeedLockFiles implements ExternalLocks {
   private readonly pid: number;
   private readonly identity: { startTime?: number | undefined; bootId?: string | undefined; hostname?: string | undefined };
   private readonly clock: Clock;
-  private readonly logger: LockLogger | undefined;
+  private readonly logger: Logger | undefined;
   private readonly recheckMs: number;
   private readonly judge: LockFileJudge;
   private readonly fileMode: number;

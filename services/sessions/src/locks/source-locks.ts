@@ -5,9 +5,10 @@
 import * as path from "node:path";
 import type { Clock } from "@berth/shared/clock";
 import { systemClock } from "@berth/shared/clock";
+import type { Logger } from "@berth/shared/logger";
 import { createFencingStore, type FencingStore } from "./fencing-store.js";
 import type { LockLimits } from "./lock-input.js";
-import { LockTable, type LockLogger } from "./lock-table.js";
+import { LockTable } from "./lock-table.js";
 import { SeedLockFiles } from "./seed-lock-files.js";
 
 /** What {@link createSourceLocks} needs. */
@@ -22,7 +23,7 @@ export interface SourceLocksOptions {
    */
   liveDir: string | null;
   clock?: Clock;
-  logger?: LockLogger;
+  logger?: Logger;
   /** The pid written into lock files; default this process's. */
   pid?: number;
   limits?: Partial<LockLimits>;

@@ -10,7 +10,7 @@ import { ManualClock } from "@berth/shared/clock";
 import { BerthError } from "@berth/shared/errors";
 import { createErrorInterceptor, createObserverInterceptor, ServerMetrics } from "@berth/shared/server/index";
 import { createSourceLocks, DEFAULT_LOCK_LIMITS, LOCK_RETRY_AFTER_MS, lockFilePath, type LockLimits, type SourceLocks } from "../locks/index.js";
-import { durationInput, makeFenceCheck, makeLockHandlers, MAX_KEEPALIVE_TOKENS } from "./lock-handlers.js";
+import { durationInput, createFenceCheck, createLockHandlers, MAX_KEEPALIVE_TOKENS } from "./lock-handlers.js";
 
 let root: string;
 let projectRoot: string;
@@ -30,7 +30,7 @@ function serve(limits?: Partial<LockLimits>): void {
   locks?.close();
   locks = createSourceLocks({ projectRoot, stateDir: path.join(root, "state"), liveDir, clock, ...(limits === undefined ? {} : { limits }) });
   const quiet = { debug() {}, info() {}, warn() {}, error() {} };
-  const transport = createRouterTransport((router) => router.service(LockServiceDesc, makeLockHandlers({ locks, clock, heartbeatMs: HEARTBEAT_MS })), {
+  const transport = createRouterTransport((router) => router.service(LockServiceDesc, createLockHandlers({ locks, clock, heartbeatMs: HEARTBEAT_MS })), {
     // As the server has them: the observer (which keeps the open streams) outermost.
     router: { interceptors: [createObserverInterceptor({ logger: quiet, metrics }), createErrorInterceptor()] },
   });
@@ -206,7 +206,7 @@ describe("Acquire and Release", () => {
     try {
       const realClient = createClient(
         LockServiceDesc,
-        createRouterTransport((router) => router.service(LockServiceDesc, makeLockHandlers({ locks: real })), { router: { interceptors: [createErrorInterceptor()] } }),
+        createRouterTransport((router) => router.service(LockServiceDesc, createLockHandlers({ locks: real })), { router: { interceptors: [createErrorInterceptor()] } }),
       );
       await realClient.acquire({ file: FILE, owner: "alice" });
       const started = Date.now();
@@ -580,9 +580,9 @@ describe("input validation", () => {
   });
 });
 
-describe("makeFenceCheck", () => {
+describe("createFenceCheck", () => {
   it("passes the current token and refuses a stale one with aborted and the FenceRejected facts", async () => {
-    const check = makeFenceCheck(locks);
+    const check = createFenceCheck(locks);
     const first = (await client.acquire({ file: FILE, owner: "alice" })).lease!;
     expect(() => check(FILE, first.fencingToken)()).not.toThrow();
     await client.release({ leaseToken: first.leaseToken });
@@ -603,7 +603,7 @@ describe("makeFenceCheck", () => {
   it("matches a fence given with another spelling of the locked file (a symlinked directory, '..')", async () => {
     fs.mkdirSync(path.join(projectRoot, "src", "x"), { recursive: true });
     fs.symlinkSync(projectRoot, path.join(root, "link"));
-    const check = makeFenceCheck(locks);
+    const check = createFenceCheck(locks);
     const lease = (await client.acquire({ file: FILE, owner: "alice" })).lease!;
     expect(() => check(path.join(root, "link") + "/src/x/../app.ts", lease.fencingToken)()).not.toThrow();
     expect(() => check(`${projectRoot}/./src//app.ts`, lease.fencingToken)()).not.toThrow();

@@ -61,7 +61,7 @@ export interface LockHandlerOptions {
 }
 
 /** The LockService implementation over the source locks. */
-export function makeLockHandlers(options: LockHandlerOptions): ServiceImpl<typeof LockServiceDesc> {
+export function createLockHandlers(options: LockHandlerOptions): ServiceImpl<typeof LockServiceDesc> {
   const { locks } = options;
   const clock = options.clock ?? systemClock;
   const heartbeatMs = options.heartbeatMs ?? HOLD_HEARTBEAT_MS;
@@ -192,7 +192,7 @@ export function makeLockHandlers(options: LockHandlerOptions): ServiceImpl<typeo
  * The check it returns throws `aborted` (details: file, fencingToken, currentToken — the
  * FenceRejected detail's fields) unless `token` is the current fencing token of the file's lock.
  */
-export function makeFenceCheck(locks: Pick<SourceLocks, "resolveFile" | "checkToken">): (file: string, token: bigint) => () => void {
+export function createFenceCheck(locks: Pick<SourceLocks, "resolveFile" | "checkToken">): (file: string, token: bigint) => () => void {
   return (file, token) => {
     const key = locks.resolveFile(file, "fence.file");
     const value = checkFencingToken(token, "fence.fencing_token");

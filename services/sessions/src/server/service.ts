@@ -14,7 +14,7 @@ import type { SessionStore } from "../session-store.js";
 import { resolveSessionDirs } from "../journal/session-paths.js";
 import { createSessionHandlers, type FenceCheck } from "./session-handlers.js";
 import { createSourceLocks, PRIVATE_LOCK_FILE_MODE, SHARED_LOCK_FILE_MODE, type SourceLocks } from "../locks/index.js";
-import { makeFenceCheck, makeLockHandlers } from "./lock-handlers.js";
+import { createFenceCheck, createLockHandlers } from "./lock-handlers.js";
 import { SESSIONS_SETTINGS, type SessionsValues } from "./settings.js";
 
 /** The journal store as the service opened it, and how to close it. */
@@ -29,7 +29,7 @@ export interface OpenedSessions {
  * (`<live>/sessions/berth-sessions.lock`), so two berth services with different state directories
  * cannot both write one project's journals.
  */
-export async function openSessions(values: SessionsValues, logger: Logger, elector: Elector = fileElector): Promise<OpenedSessions> {
+export async function createSessions(values: SessionsValues, logger: Logger, elector: Elector = fileElector): Promise<OpenedSessions> {
   const dirs = resolveSessionDirs(values.liveDir === undefined ? { stateDir: values.stateDir } : { liveDir: values.liveDir });
   let liveElection: ElectionLock | undefined;
   if (values.liveDir !== undefined) liveElection = await elector.acquire(dirs.dir, "berth-sessions", { service: "sessions" });
@@ -77,7 +77,7 @@ export function sessionServiceRegistration(store: SessionStore, context: ServerC
  * `<live-dir>/locks/` (beside the seed's processes of that project) or, without a live directory,
  * in `<state-dir>/locks/`.
  */
-export function openLocks(values: SessionsValues, logger: Logger): SourceLocks {
+export function createLocks(values: SessionsValues, logger: Logger): SourceLocks {
   const projectRoot = values.projectRoot === undefined ? undefined : path.resolve(values.projectRoot);
   const liveDir = path.resolve(values.liveDir ?? values.stateDir);
   // In the state directory the lock files are as private as the rest of it; in a project's live
@@ -100,7 +100,7 @@ export function lockServiceRegistration(locks: SourceLocks, context: ServerConte
   context.metrics.registerGauge("berth_locks_held", "Source locks held through berth (leases and Hold streams).", () => locks.stats().held);
   context.metrics.registerGauge("berth_locks_waiting", "Requests waiting for a source lock.", () => locks.stats().waiting);
   context.metrics.registerGauge("berth_locks_blocked_by_lock_files", "Locks whose queue waits for a lock file held by a process using the seed's library.", () => locks.stats().blockedByLockFiles);
-  return implement(LockService, makeLockHandlers({ locks }));
+  return implement(LockService, createLockHandlers({ locks }));
 }
 
 /** The sessions service: SessionService and LockService on one port. */
@@ -115,16 +115,16 @@ export const sessionsService: ServiceDefinition<typeof SESSIONS_SETTINGS> = {
       socket: values.sessionsSocket,
       logger,
       open: async () => {
-        const sessions = await openSessions(values, logger);
+        const sessions = await createSessions(values, logger);
         let locks: SourceLocks;
         try {
-          locks = openLocks(values, logger);
+          locks = createLocks(values, logger);
         } catch (error) {
           await sessions.close();
           throw error;
         }
         return {
-          services: (context: ServerContext) => [sessionServiceRegistration(sessions.store, context, makeFenceCheck(locks), values.maxMessageBytes), lockServiceRegistration(locks, context)],
+          services: (context: ServerContext) => [sessionServiceRegistration(sessions.store, context, createFenceCheck(locks), values.maxMessageBytes), lockServiceRegistration(locks, context)],
           async close() {
             // Locks first: their lock files go and the fencing state is persisted even if the store's close fails.
             try {

@@ -314,7 +314,7 @@ describe("AppendEvent", () => {
     const store = openStore();
     const calls: Array<[string, bigint]> = [];
     let current = 7n;
-    // Shaped as the lock service's check (lock-handlers.ts makeFenceCheck): prepared with the
+    // Shaped as the lock service's check (lock-handlers.ts createFenceCheck): prepared with the
     // request, run right before sequencing.
     const fenceCheck: FenceCheck = (file, token) => () => {
       calls.push([file, token]);

@@ -30,7 +30,7 @@ import { WIRE_PROTOCOLS, connectOver, type WireProtocol } from "@berth/shared/te
 import { createSourceLocks, type SourceLocks } from "../locks/index.js";
 import { createSessionStore } from "../create-session-store.js";
 import { type SessionStore } from "../session-store.js";
-import { makeLockHandlers } from "./lock-handlers.js";
+import { createLockHandlers } from "./lock-handlers.js";
 import { createSessionHandlers } from "./session-handlers.js";
 
 const HEARTBEAT_MS = 1_000;
@@ -55,7 +55,7 @@ beforeEach(async () => {
   server = await startServer({
     name: "sessions",
     logger: silent,
-    services: [implement(SessionService, createSessionHandlers({ store })), implement(LockService, makeLockHandlers({ locks, clock, heartbeatMs: HEARTBEAT_MS }))],
+    services: [implement(SessionService, createSessionHandlers({ store })), implement(LockService, createLockHandlers({ locks, clock, heartbeatMs: HEARTBEAT_MS }))],
   });
 });
 
