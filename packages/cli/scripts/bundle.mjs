@@ -57,6 +57,9 @@ const bundle = await rolldown({
   external: [/^@berth\/(sessions|budget)(\/|$)/, /^@berth\/shared\/server\//],
   transform: { inject: { Headers: [`${dist}headers.js`, "Headers"] } },
   plugins: [lazyBuiltins],
+  // The input is tsc's output: nothing to read from a tsconfig, and the image's build context has
+  // the packages' tsconfigs but not every project the root one references.
+  tsconfig: false,
   logLevel: "warn",
 });
 await bundle.write({
