@@ -20,8 +20,7 @@ import { RefusalKind, RefusalSchema } from "@berth/api/berth/budget/v1/budget_pb
 import { BudgetService } from "@berth/api/berth/budget/v1/budget_service_pb";
 import { HolderKind, LockHeldSchema, LockService } from "@berth/api/berth/locks/v1/lock_service_pb";
 import { FenceRejectedSchema, IdempotencyKeyReusedSchema, SeqConflictSchema, SessionService } from "@berth/api/berth/sessions/v1/session_service_pb";
-import { BadRequestSchema, ErrorInfoSchema, RetryInfoSchema } from "@berth/api/google/rpc/error_details_pb";
-import { Code, ConnectError } from "@connectrpc/connect";
+import { ErrorInfoSchema, RetryInfoSchema } from "@berth/api/google/rpc/error_details_pb";
 import { G, startBudget, type BudgetUnderTest } from "./budget-e2e.js";
 import { closeClient, connectClient, curl, curlJson, makeTempDir, startService, stopAll, type CurlJsonResponse, type CurlResponse } from "./harness.js";
 

@@ -170,7 +170,7 @@ async function leaseSection(client: grpc.Client, file: string, owner: string): P
 
 function holdSection(client: grpc.Client, file: string, owner: string): Promise<HeldSection> {
   return new Promise((resolve, reject) => {
-    const call = (client as unknown as Record<string, Function>)["hold"]!({ file, owner, maxWait: { seconds: 60 } }) as grpc.ClientReadableStream<{ kind: string; acquired?: GrpcLease }>;
+    const call = (client as unknown as Record<string, (...args: unknown[]) => unknown>)["hold"]!({ file, owner, maxWait: { seconds: 60 } }) as grpc.ClientReadableStream<{ kind: string; acquired?: GrpcLease }>;
     let granted = false;
     call.on("data", (message) => {
       if (message.kind !== "acquired" || granted) return;

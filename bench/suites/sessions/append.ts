@@ -1,9 +1,9 @@
-import * as grpc from "@grpc/grpc-js";
+import type * as grpc from "@grpc/grpc-js";
 import { emptyRpcReference, unary } from "../../lib/grpc-clients.js";
 import { closedLoop } from "../../lib/load.js";
 import { emit, percentiles, ratio } from "../../lib/report.js";
 import { type BenchServer, startBenchServer } from "../../lib/server.js";
-import { type Options, phaseEvent, round, sessionClient, withServerCpu } from "./common.js";
+import { type Options, phaseEvent, sessionClient, withServerCpu } from "./common.js";
 
 /** Warms a fresh server's code paths (JIT) so the first measured cell is not the slow one. */
 export async function warmUp(server: BenchServer, client: grpc.Client): Promise<void> {

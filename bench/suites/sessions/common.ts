@@ -3,7 +3,7 @@ import * as path from "node:path";
 import { tmpdir } from "node:os";
 import * as grpc from "@grpc/grpc-js";
 import { grpcServiceClient, target } from "../../lib/grpc-clients.js";
-import { type BenchServer } from "../../lib/server.js";
+import type { BenchServer } from "../../lib/server.js";
 
 /** The suite's options: the flags of `npm run bench -- sessions` (parsed in sessions.ts). */
 export interface Options {

@@ -1,10 +1,10 @@
-import * as grpc from "@grpc/grpc-js";
+import type * as grpc from "@grpc/grpc-js";
 import { unary } from "../../lib/grpc-clients.js";
 import { emit } from "../../lib/report.js";
 import { type BenchServer, startBenchServer } from "../../lib/server.js";
 import { warmUp } from "./append.js";
 import { type Options, median, phaseEvent, round, sessionClient } from "./common.js";
-import { type WatchMessage } from "./watchers.js";
+import type { WatchMessage } from "./watchers.js";
 
 /** The service's memory per idle watcher: RSS before and after opening `idleWatchers` of them. */
 export async function idleWatchers(options: Options): Promise<void> {

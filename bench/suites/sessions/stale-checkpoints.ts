@@ -1,6 +1,6 @@
 import * as fs from "node:fs";
 import { createSessionStore } from "@berth/sessions/create-session-store";
-import { type SeedStoreHarness } from "@berth/sessions/testing/seed-store";
+import type { SeedStoreHarness } from "@berth/sessions/testing/seed-store";
 import { emit, ratio } from "../../lib/report.js";
 import { seedStoreForReference } from "./cold-open.js";
 import { median, round, tempDir } from "./common.js";

@@ -36,6 +36,7 @@ export interface Setting<T> {
 }
 
 /** A set of settings by key (the name code uses, e.g. `stateDir`). */
+// biome-ignore lint/suspicious/noExplicitAny: each setting has its own value type; the record only holds them
 export type ConfigDefinition = Record<string, Setting<any>>;
 
 /** The loaded values: a setting with a default is always present, one without may be undefined. */

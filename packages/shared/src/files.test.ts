@@ -92,7 +92,7 @@ describe("the small helpers", () => {
     try {
       expect(appendDurably(fd, "one\n", "data")).toBe(4);
       expect(appendDurably(fd, Buffer.from("two\n"), "none")).toBe(4);
-      const big = "x".repeat(3 * 1024 * 1024) + "\n";
+      const big = `${"x".repeat(3 * 1024 * 1024)}\n`;
       appendDurably(fd, big, "data");
       expect(readFileSync(file, "utf8")).toBe(`one\ntwo\n${big}`);
     } finally {

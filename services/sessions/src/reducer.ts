@@ -284,6 +284,7 @@ export function createReplay(id: string, options: ReducerOptions = {}): Replay {
 // The seed's rules are JavaScript over untrusted JSON. The working copy is typed loosely on
 // purpose so that `??`, `||`, `>=` and property writes keep exactly their JavaScript meaning on
 // whatever values a journal holds; the public types above describe well-formed sessions.
+// biome-ignore lint/suspicious/noExplicitAny: the seed reads event fields of any JSON type, and so do its rules
 type Loose = Record<string, any>;
 
 interface ReduceContext {

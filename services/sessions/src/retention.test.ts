@@ -7,7 +7,7 @@ import { BerthError } from "@berth/shared/errors";
 import { baseSnapshot } from "./reducer.js";
 import { CompletedRetention, type RetentionHost } from "./retention.js";
 import { type SessionStoreOptions, createSessionStore } from "./create-session-store.js";
-import { type SessionStore } from "./session-store.js";
+import type { SessionStore } from "./session-store.js";
 import type { SessionChange } from "./watch-hub.js";
 
 const HOUR = 3_600_000;

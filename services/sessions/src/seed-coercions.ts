@@ -43,7 +43,7 @@ export function toNumber(value: unknown): number {
 }
 
 /** `value` for a JavaScript comparison: NaN (never greater or equal) when it has no primitive form. */
-// `any`: a snapshot field may hold any JSON value, and the seed compares whatever it holds.
+// biome-ignore lint/suspicious/noExplicitAny: a snapshot field may hold any JSON value, and the seed compares whatever it holds
 export function comparable(value: any): any {
   return isUnconvertible(value) ? NaN : value;
 }

@@ -8,7 +8,7 @@ import { nodeCommitIo, type CommitIo, type FsyncMode } from "./journal/group-com
 import { encodeJournalLine, encodeSeedLine } from "./journal/journal-format.js";
 import { applyEvent, baseSnapshot, type JournalEntry, type SessionSnapshot } from "./reducer.js";
 import { APPEND_OVERTAKEN_RETRY_MS, type SessionStoreOptions, createSessionStore } from "./create-session-store.js";
-import { type SessionStore } from "./session-store.js";
+import type { SessionStore } from "./session-store.js";
 import { loadSeedStore, seedsAvailable, type SeedStoreHarness } from "./testing/seed-store.js";
 import { seedAppend, seedDirsOf, seedReadState } from "./testing/seed-writer.js";
 
@@ -450,7 +450,7 @@ describe("opening journals", () => {
     await store.close();
     // Keep the first two of the three lines of the second append, as a crash could.
     const lines = fs.readFileSync(journal("s1"), "utf8").split("\n");
-    fs.writeFileSync(journal("s1"), lines.slice(0, 3).join("\n") + "\n");
+    fs.writeFileSync(journal("s1"), `${lines.slice(0, 3).join("\n")}\n`);
     fs.rmSync(path.join(dir, "sessions", "s1.snapshot.json"));
     const reopened = open();
     const view = reopened.getSnapshot("s1")!;
@@ -464,7 +464,7 @@ describe("opening journals", () => {
     fs.mkdirSync(path.join(dir, "sessions"), { recursive: true });
     fs.writeFileSync(
       journal("s1"),
-      seedLine(1, "s1", { type: "generate", count: 2 }) + '{"seq":2,"id":"s1","ty\n' + seedLine(3, "s1", { type: "agent_done" }),
+      `${seedLine(1, "s1", { type: "generate", count: 2 })}{"seq":2,"id":"s1","ty\n${seedLine(3, "s1", { type: "agent_done" })}`,
     );
     const store = open();
     const view = store.getSnapshot("s1")!;
@@ -505,7 +505,7 @@ describe("opening journals", () => {
       { type: "mystery" },
     ];
     const entries = events.map((event, i) => ({ seq: i + 1, id: "fx", type: event.type, ts: `2026-01-01T00:00:0${i}.000Z`, event: { ...event, id: "fx" } }));
-    fs.writeFileSync(journal("fx"), entries.map((e) => JSON.stringify(e) + "\n").join(""));
+    fs.writeFileSync(journal("fx"), entries.map((e) => `${JSON.stringify(e)}\n`).join(""));
     const store = open();
     const view = store.getSnapshot("fx")!;
     expect(view.lastSeq).toBe(9);

@@ -170,7 +170,7 @@ export class SessionStore {
       if (views.length >= limit) break;
       if (options.after !== undefined && id <= options.after) continue;
       const view = this.getSnapshot(id, options);
-      if (view && view.exists) views.push(view);
+      if (view?.exists) views.push(view);
     }
     return views;
   }
@@ -189,7 +189,7 @@ export class SessionStore {
     this.assertOpen();
     checkSessionId(sessionId);
     const journal = this.journals.open(sessionId);
-    if (!journal || !journal.exists) return { sessionId, snapshot: baseSnapshot(sessionId), lastSeq: 0, exists: false };
+    if (!journal?.exists) return { sessionId, snapshot: baseSnapshot(sessionId), lastSeq: 0, exists: false };
     const view: SessionView = { sessionId, snapshot: journal.snapshot, lastSeq: journal.nextSeq - 1, exists: true };
     await journal.flush();
     return view;
@@ -222,7 +222,7 @@ export class SessionStore {
     for (;;) {
       this.assertOpen();
       const journal = this.journals.open(sessionId);
-      if (!journal || !journal.exists) throw sessionNotFound(sessionId);
+      if (!journal?.exists) throw sessionNotFound(sessionId);
       // Appends sequenced before the deletion land (or fail) first; a snapshot being written
       // must not be written again after the deletion.
       if (journal.writing) {
@@ -250,7 +250,7 @@ export class SessionStore {
     checkFromSeq(fromSeq);
     if (!Number.isInteger(limit) || limit < 0) throw invalidArgument("limit", "must be a whole number ≥ 0 (0: no limit)");
     const journal = this.journals.open(sessionId);
-    if (!journal || !journal.exists) return emptyIterator();
+    if (!journal?.exists) return emptyIterator();
     return journal.reader(fromSeq, limit)();
   }
 
@@ -267,7 +267,7 @@ export class SessionStore {
     this.journals.follow();
     return this.hub.watchSession(sessionId, fromSeq, options, (): WatchBacklog => {
       const journal = this.journals.open(sessionId);
-      if (!journal || !journal.exists) return { lastSeq: 0, snapshot: baseSnapshot(sessionId), entries: () => emptyIterator() };
+      if (!journal?.exists) return { lastSeq: 0, snapshot: baseSnapshot(sessionId), entries: () => emptyIterator() };
       return { lastSeq: journal.nextSeq - 1, snapshot: journal.snapshot, entries: journal.reader(fromSeq) };
     });
   }
@@ -288,7 +288,7 @@ export class SessionStore {
       sessionIds: () => this.sessionIds(),
       view: (id) => {
         const view = this.getSnapshot(id, { includeCompleted: true });
-        return view !== null && view.exists ? view : undefined;
+        return view?.exists ? view : undefined;
       },
       entries: (id) => this.read(id, 1, 0),
       delete: (id, lastSeq) => this.delete(id, { expectedSeq: lastSeq }),

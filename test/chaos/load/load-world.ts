@@ -4,8 +4,8 @@
  * tally, and a seeded random source.
  */
 import type { Client } from "@connectrpc/connect";
-import { BudgetService } from "@berth/api/berth/budget/v1/budget_service_pb";
-import { SessionService } from "@berth/api/berth/sessions/v1/session_service_pb";
+import type { BudgetService } from "@berth/api/berth/budget/v1/budget_service_pb";
+import type { SessionService } from "@berth/api/berth/sessions/v1/session_service_pb";
 import type { GrpcJsClient } from "../../harness.js";
 import type { Lanes } from "./load-lanes.js";
 import type { LoadTally } from "./load-tally.js";

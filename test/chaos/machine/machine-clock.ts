@@ -19,7 +19,7 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import { NeedItemKind, type NeedSchema } from "@berth/api/berth/budget/v1/budget_pb";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { makeTempDir, startService, type ServiceProcess } from "../../harness.js";
-import { budgetClient, Findings, judgeLockEvents, lockEvents, ms, sessionsClient, show, sleep, until, within, type SessionsClient } from "./machine-world.js";
+import { budgetClient, type Findings, judgeLockEvents, lockEvents, ms, sessionsClient, show, sleep, until, within, type SessionsClient } from "./machine-world.js";
 
 const HOUR = 3_600_000;
 /** How late a timed event may come on a loaded 2-core machine and still count as on time. */

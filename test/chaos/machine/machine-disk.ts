@@ -26,7 +26,7 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import { NeedItemKind } from "@berth/api/berth/budget/v1/budget_pb";
 import { ErrorInfoSchema } from "@berth/api/google/rpc/error_details_pb";
 import { makeTempDir, startService, type ServiceProcess } from "../../harness.js";
-import { budgetClient, Findings, ms, sessionsClient, show, sleep, until, within, type SessionsClient } from "./machine-world.js";
+import { budgetClient, type Findings, ms, sessionsClient, show, sleep, until, within, type SessionsClient } from "./machine-world.js";
 
 /** A small file system of the suite's own. */
 export interface SmallFs {

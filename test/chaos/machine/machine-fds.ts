@@ -14,7 +14,7 @@ import * as http2 from "node:http2";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { ErrorInfoSchema } from "@berth/api/google/rpc/error_details_pb";
 import { makeTempDir, startService, type ServiceProcess } from "../../harness.js";
-import { budgetClient, Findings, ms, openDescriptors, sessionsClient, show, sleep, until, within } from "./machine-world.js";
+import { budgetClient, type Findings, ms, openDescriptors, sessionsClient, show, sleep, until, within } from "./machine-world.js";
 
 export const FD_LIMIT = 256;
 export const FLOOD_CLIENTS = 1000;

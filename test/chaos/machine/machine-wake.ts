@@ -20,7 +20,7 @@ import { NeedItemKind, type NeedSchema } from "@berth/api/berth/budget/v1/budget
 import type { AdmitRequestSchema } from "@berth/api/berth/budget/v1/budget_service_pb";
 import type { KeepAliveStreamRequestSchema } from "@berth/api/berth/locks/v1/lock_service_pb";
 import { makeTempDir, startService } from "../../harness.js";
-import { budgetClient, Findings, show, judgeLockEvents, lockEvents, ms, pause, resume, sessionsClient, sleep, until, within, type SessionsClient } from "./machine-world.js";
+import { budgetClient, type Findings, show, judgeLockEvents, lockEvents, ms, pause, resume, sessionsClient, sleep, until, within, type SessionsClient } from "./machine-world.js";
 
 /** A request stream fed by `push`, ended by `end`. */
 function requestStream<T>() {

@@ -178,7 +178,7 @@ async function get({ positionals, client, json, out }: Invocation): Promise<numb
     rows.push([key, human(value)]);
   }
   const width = Math.max(...rows.map(([key]) => key.length));
-  process.stdout.write(rows.map(([key, value]) => `${out.bold(key.padEnd(width))}  ${value}`).join("\n") + "\n");
+  process.stdout.write(`${rows.map(([key, value]) => `${out.bold(key.padEnd(width))}  ${value}`).join("\n")}\n`);
   return EXIT.ok;
 }
 
@@ -211,7 +211,7 @@ async function list({ values, client, json, out }: Invocation): Promise<number> 
   }
   const widths = rows[0]!.map((_, col) => Math.max(...rows.map((row) => row[col]!.length)));
   const lines = rows.map((row) => row.map((cell, col) => (col === row.length - 1 ? cell : cell.padEnd(widths[col]!))).join("  "));
-  process.stdout.write([out.bold(lines[0]!), ...lines.slice(1)].join("\n") + "\n");
+  process.stdout.write(`${[out.bold(lines[0]!), ...lines.slice(1)].join("\n")}\n`);
   return EXIT.ok;
 }
 

@@ -219,7 +219,7 @@ describe("Admit", () => {
       [Gate.MEMORY_BUDGET, 6 * G],
     ]);
     expect(q3.value.ahead.map((a) => [a.owner, a.position])).toEqual([["second", 1]]);
-    expect(q3.value.waitForText).toBe("1 request(s) ahead in the queue; " + q2.value.waitForText);
+    expect(q3.value.waitForText).toBe(`1 request(s) ahead in the queue; ${q2.value.waitForText}`);
     expect(q3.value.waitExpireTime).toBeDefined();
     expect(q3.value.eta?.seconds).toBeGreaterThan(0n);
 

@@ -4,7 +4,7 @@
  * BerthErrors, mapped by the server in one place; refused admissions carry their `Refusal` detail
  * (refusals.ts).
  */
-import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
+import type { ServiceImpl } from "@connectrpc/connect";
 import type { BudgetService } from "@berth/api/berth/budget/v1/budget_service_pb";
 import { RenewalSchema } from "@berth/api/berth/budget/v1/budget_service_pb";
 import { create } from "@bufbuild/protobuf";

@@ -25,7 +25,7 @@ async function collect<T>(iterable: AsyncIterable<T>): Promise<T[]> {
 
 describe("replayJournalFile", () => {
   it("replays entries, takes max(seq)+1 and collects keys and seek points", () => {
-    fs.writeFileSync(file, line(1, "generate", {}, { ikey: "a" }) + line(2, "agent_done", {}, { ikey: "b", n: 2 }) + line(3, "steer") + "\n" + line(9, "steer"));
+    fs.writeFileSync(file, `${line(1, "generate", {}, { ikey: "a" }) + line(2, "agent_done", {}, { ikey: "b", n: 2 }) + line(3, "steer")}\n${line(9, "steer")}`);
     const replayed = replayJournalFile(file, "s1", { repair: true });
     expect(replayed.nextSeq).toBe(10);
     expect(replayed.snapshot.phase).toBe("steer_requested");
@@ -45,7 +45,7 @@ describe("replayJournalFile", () => {
 
   it("cuts a torn tail back only when asked to repair", () => {
     const whole = line(1, "generate");
-    fs.writeFileSync(file, whole + '{"seq":2,"id"');
+    fs.writeFileSync(file, `${whole}{"seq":2,"id"`);
     const readOnly = replayJournalFile(file, "s1", { repair: false });
     expect(readOnly).toMatchObject({ nextSeq: 2, size: whole.length, fileSize: whole.length + 13, needsNewline: true });
     expect(readOnly.snapshot.diagnostics).toEqual([]);
@@ -139,7 +139,7 @@ describe("lastLineCrc", () => {
   it("is the CRC of the whole line ending at the offset, however long, and only at a line's end", () => {
     const long = line(2, "steer", { pad: "x".repeat(200_000) });
     const lines = [line(1, "generate"), long, "\n", line(3, "steer")];
-    fs.writeFileSync(file, lines.join("") + '{"seq":4');
+    fs.writeFileSync(file, `${lines.join("")}{"seq":4`);
     let end = 0;
     for (const text of lines) {
       end += Buffer.byteLength(text);

@@ -21,7 +21,7 @@ import {
 } from "./journal-format.js";
 import { PARALLEL_SCAN_MIN_BYTES, scanWorker, type ScanResults, type ScanWorker } from "./journal-scan.js";
 import { createReplay, MAX_DIAGNOSTICS, type Diagnostic, type JournalEntry, type SessionSnapshot } from "../reducer.js";
-import type { EntryIntegrity, KeyRecord, StoredEntry } from "./journal-store.js";
+import type { KeyRecord, StoredEntry } from "./journal-store.js";
 
 /**
  * Seek points of a journal: about every `stride`-th line, the line's seq and byte offset, kept
@@ -207,7 +207,7 @@ export function replayJournalFile(path: string, id: string, options: ReplayOptio
       for (let i = 0; i < members.length && !stopped; i++) apply(members[i]!.entry, members[i]!.offset, i === 0);
       batch = undefined;
     };
-    const onLine = (start: number, end: number, decoded: DecodedLine): void => {
+    const onLine = (start: number, _end: number, decoded: DecodedLine): void => {
       if (decoded.kind === "parse_failed") replay.parseFailure(lineNumber, decoded.message);
       else if (decoded.kind === "checksum_mismatch") {
         extraDiagnostics.push({ error: "journal_checksum_mismatch", line: lineNumber, message: decoded.message });

@@ -25,7 +25,7 @@ describe("snapshot files", () => {
 
   it("reads the seed's pretty-printed files and lays them over the base snapshot", () => {
     const { pageUrl: _dropped, ...older } = snapshot;
-    const seedText = JSON.stringify({ ...older, __journalBytes: 7, __nextSeq: 2 }, null, 2) + "\n";
+    const seedText = `${JSON.stringify({ ...older, __journalBytes: 7, __nextSeq: 2 }, null, 2)}\n`;
     const decoded = decodeSnapshotFile(seedText, "s1", 7)!;
     expect(decoded.snapshot.pageUrl).toBeNull();
     expect(Object.keys(decoded.snapshot)).toEqual(Object.keys(baseSnapshot("s1")));

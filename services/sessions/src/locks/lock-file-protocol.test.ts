@@ -114,7 +114,7 @@ describe("lock file names and content", () => {
 describe("staleness, by the seed's rules", () => {
   it("a dead pid is stale and is taken over", async () => {
     const pid = await deadPid();
-    writeForeign(JSON.stringify({ owner: "crashed", token: "t", pid, at: 1, file: KEY }) + "\n");
+    writeForeign(`${JSON.stringify({ owner: "crashed", token: "t", pid, at: 1, file: KEY })}\n`);
     const mine = record();
     expect(tryCreateLockFile(lockFilePath(locksDir, KEY), mine)).toMatchObject({ created: true });
     expect(readLockFile(lockFilePath(locksDir, KEY))).toMatchObject({ state: "readable", record: { token: mine.token } });

@@ -38,9 +38,8 @@ import { createHash, randomBytes, randomUUID } from "node:crypto";
 import * as fs from "node:fs";
 import * as path from "node:path";
 import { flockSync } from "fs-ext";
-import { systemClock, type Clock, type TimerHandle } from "@berth/shared/clock";
-import { ensurePrivateDir } from "@berth/shared/files";
-import { identityIsLive, isPidAlive, sameProcess, selfIdentity } from "@berth/shared/process-identity";
+import { systemClock, type Clock, } from "@berth/shared/clock";
+import { identityIsLive, isPidAlive, sameProcess, } from "@berth/shared/process-identity";
 import { canonicalLockPath } from "./lock-path.js";
 import type { ForeignLockHolder } from "./external-locks.js";
 

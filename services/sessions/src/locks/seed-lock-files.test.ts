@@ -18,7 +18,6 @@ import {
 import { SeedLockFiles } from "./seed-lock-files.js";
 import { childScripts, deadPid, spawnChild, type Child, type ChildScripts } from "./testing/child-scripts.js";
 
-import { seedLockPath } from "./testing/seed-lock-protocol.js";
 
 let root: string;
 let locksDir: string;

@@ -7,7 +7,7 @@
 import { randomBytes } from "node:crypto";
 import * as fs from "node:fs";
 import * as path from "node:path";
-import { systemClock, type Clock, type TimerHandle } from "@berth/shared/clock";
+import type { Clock, TimerHandle } from "@berth/shared/clock";
 import { ensurePrivateDir } from "@berth/shared/files";
 import type { Logger } from "@berth/shared/logger";
 import { selfIdentity } from "@berth/shared/process-identity";

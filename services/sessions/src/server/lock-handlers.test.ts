@@ -605,7 +605,7 @@ describe("createFenceCheck", () => {
     fs.symlinkSync(projectRoot, path.join(root, "link"));
     const check = createFenceCheck(locks);
     const lease = (await client.acquire({ file: FILE, owner: "alice" })).lease!;
-    expect(() => check(path.join(root, "link") + "/src/x/../app.ts", lease.fencingToken)()).not.toThrow();
+    expect(() => check(`${path.join(root, "link")}/src/x/../app.ts`, lease.fencingToken)()).not.toThrow();
     expect(() => check(`${projectRoot}/./src//app.ts`, lease.fencingToken)()).not.toThrow();
   });
 });

@@ -25,7 +25,7 @@ import { BerthError } from "@berth/shared/errors";
 import { createErrorInterceptor, ERROR_DETAILS_HEADER } from "@berth/shared/server/index";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { type SessionStoreOptions, createSessionStore } from "../create-session-store.js";
-import { type SessionStore } from "../session-store.js";
+import type { SessionStore } from "../session-store.js";
 import { createSessionHandlers, type FenceCheck, type SessionHandlerOptions } from "./session-handlers.js";
 import { snapshotToProto } from "./snapshot-codec.js";
 

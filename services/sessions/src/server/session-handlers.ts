@@ -53,7 +53,7 @@ import type { EntryIntegrity } from "../journal/journal-store.js";
 import type { JournalEntry, SessionSnapshot } from "../reducer.js";
 import { sessionNotFound, type AppendOptions, type AppendResult, type ExpectedState as StoreExpectedState, type SessionStore } from "../session-store.js";
 import { isCompletedPhase } from "../vocabulary.js";
-import type { SessionChange, WatchEntry, WatchEvent } from "../watch-hub.js";
+import type { SessionChange, WatchEntry, } from "../watch-hub.js";
 import { eventToJournal, journalEntryToProto, type JournalEntryFacts } from "./event-codec.js";
 import { isoToTimestamp } from "./timestamps.js";
 import { PROGRESS, ProgressPuller } from "./progress-puller.js";

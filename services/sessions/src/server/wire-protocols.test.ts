@@ -29,7 +29,7 @@ import { implement, startServer, type RunningServer } from "@berth/shared/server
 import { WIRE_PROTOCOLS, connectOver, type WireProtocol } from "@berth/shared/testing/wire-protocols";
 import { createSourceLocks, type SourceLocks } from "../locks/index.js";
 import { createSessionStore } from "../create-session-store.js";
-import { type SessionStore } from "../session-store.js";
+import type { SessionStore } from "../session-store.js";
 import { createLockHandlers } from "./lock-handlers.js";
 import { createSessionHandlers } from "./session-handlers.js";
 

@@ -95,7 +95,7 @@ export function extractSeedSessionStoreSource(seedText = readSeedFile()): string
   if (hunk < 0) throw new Error("the session-store.mjs section of the seed has no hunk");
   const body: string[] = [];
   for (let i = hunk + 1; i < lines.length && lines[i]!.startsWith("+"); i++) body.push(lines[i]!.slice(1));
-  return body.join("\n") + "\n";
+  return `${body.join("\n")}\n`;
 }
 
 const PATHS_STUB = `import path from 'node:path';

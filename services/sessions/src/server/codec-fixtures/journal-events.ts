@@ -53,7 +53,7 @@ const JUNK = fc.oneof(
 /** The codec's kind of a typed field, read from the descriptor. */
 function kindOf(jsonKey: string, type: string): string | undefined {
   const member = EventSchema.oneofs[0]!.fields.find((f) => f.name === type);
-  if (!member || member.fieldKind !== "message") return undefined;
+  if (member?.fieldKind !== "message") return undefined;
   const field = member.message.fields.find((f) => f.jsonName === jsonKey && f.name !== "extra");
   if (!field) return undefined;
   if (field.fieldKind === "message") return { "google.protobuf.Value": "value", "google.protobuf.ListValue": "list", "google.protobuf.Struct": "struct" }[field.message.typeName];
@@ -73,7 +73,7 @@ function kindOf(jsonKey: string, type: string): string | undefined {
 /** The journal keys of an event type's typed fields. */
 export function typedKeys(type: string): string[] {
   const member = EventSchema.oneofs[0]!.fields.find((f) => f.name === type);
-  if (!member || member.fieldKind !== "message") return [];
+  if (member?.fieldKind !== "message") return [];
   return member.message.fields.filter((f) => f.name !== "extra").map((f) => f.jsonName);
 }
 
