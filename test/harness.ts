@@ -27,6 +27,8 @@
  * - `bufCurl([...flags, url])`: `buf curl`, a client whose schema comes from reflection alone;
  *   `grpcCode` is the call's gRPC status (buf exits with it shifted left by 3).
  * - `runCommand(cmd, args, { input, timeoutMs, env })` for any other command (the `berth` CLI).
+ * - `runSteps(cmd, args, { env, cwd, label })`: a client in another language that reports JSON-line
+ *   steps and waits for go-aheads on stdin (`harness/steps.ts`).
  *
  * The tests spawn what `npm test` built (`pretest` runs `tsc -b`); they never build by themselves.
  * If `dist/` is missing the harness says "run npm run build".
@@ -47,4 +49,5 @@
 export * from "./harness/processes.js";
 export * from "./harness/clients.js";
 export * from "./harness/commands.js";
+export * from "./harness/steps.js";
 export { bufBinary, entryPoint, REPO_ROOT, repoPath, SERVERS_OF, type ServiceKind } from "./harness/repo.js";

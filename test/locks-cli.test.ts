@@ -279,18 +279,23 @@ describe("berth lock", () => {
     expect(screen(plainTty.output)).toMatch(/inspected\.ts\n {2}free\n/);
     const { lease } = await locks.acquire({ file: path.join(project, file), owner: "dave", ttl: { seconds: 60n } });
     const waiting = locks.acquire({ file: path.join(project, file), owner: "erin", maxWait: { seconds: 20n } });
-    await untilWaiting(file, 1);
-    const human = await berth(["lock", "inspect", file]);
-    expect(human.stdout).toMatch(/held by dave \(lease, fencing token \d+\) since .*; expires .* unless renewed/);
-    expect(human.stdout).toMatch(/1 waiting:\n {4}1\. erin \(lease\) since /);
-    expect(human.stdout).toMatch(new RegExp(`last fencing token: ${lease!.fencingToken}`));
-    const json = await berth(["lock", "inspect", file, "--json"]);
-    const inspected = JSON.parse(json.stdout) as { waiters: Array<Record<string, string>> };
-    expect(inspected).toMatchObject({ file: path.join(project, file), holder: { owner: "dave", kind: "HOLDER_KIND_LEASE" }, waiters: [{ owner: "erin" }] });
-    expect(Date.parse(inspected.waiters[0]!["waitExpireTime"]!) - Date.parse(inspected.waiters[0]!["waitStartTime"]!)).toBe(20_000);
-    await locks.release({ leaseToken: lease!.leaseToken });
-    const next = (await waiting).lease!;
-    await locks.release({ leaseToken: next.leaseToken });
+    try {
+      await untilWaiting(file, 1);
+      const human = await berth(["lock", "inspect", file]);
+      expect(human.stdout).toMatch(/held by dave \(lease, fencing token \d+\) since .*; expires .* unless renewed/);
+      expect(human.stdout).toMatch(/1 waiting:\n {4}1\. erin \(lease\) since /);
+      expect(human.stdout).toMatch(new RegExp(`last fencing token: ${lease!.fencingToken}`));
+      const json = await berth(["lock", "inspect", file, "--json"]);
+      const inspected = JSON.parse(json.stdout) as { waiters: Array<Record<string, string>> };
+      expect(inspected).toMatchObject({ file: path.join(project, file), holder: { owner: "dave", kind: "HOLDER_KIND_LEASE" }, waiters: [{ owner: "erin" }] });
+      expect(Date.parse(inspected.waiters[0]!["waitExpireTime"]!) - Date.parse(inspected.waiters[0]!["waitStartTime"]!)).toBe(20_000);
+    } finally {
+      // Whatever failed above, the waiter is answered and its lease given back: nothing is left pending.
+      await locks.release({ leaseToken: lease!.leaseToken });
+      const next = await waiting.catch(() => undefined);
+      if (next?.lease) await locks.release({ leaseToken: next.lease.leaseToken });
+    }
+    expect((await waiting).lease?.owner).toBe("erin");
   });
 
   it("shows the limits the service enforces (human and --json)", async () => {

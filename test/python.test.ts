@@ -1,6 +1,6 @@
 /**
- * Python as a real polyglot client (issue 6, item 1): stubs generated from proto/ with Debian's
- * protoc and grpc_tools, and `examples/python/berth_client.py` on Debian's grpcio, against a started
+ * Python as a real polyglot client: stubs generated from proto/ with Debian's protoc and gRPC's
+ * Python plugin, and `examples/python/berth_client.py` on Debian's grpcio, against a started
  * sessions service (with a bearer token) and a budget service (a fixture machine with a 4G budget,
  * so admission queues deterministically).
  *
@@ -9,10 +9,9 @@
  * needs a second party: a live entry for the watcher, a second waiter for the lock, a reservation
  * that makes the Python admission queue.
  */
-import { spawn, spawnSync, type ChildProcessWithoutNullStreams } from "node:child_process";
-import { mkdirSync, realpathSync, symlinkSync, writeFileSync } from "node:fs";
+import { spawn, spawnSync } from "node:child_process";
+import { mkdirSync, readFileSync, realpathSync, symlinkSync, writeFileSync } from "node:fs";
 import * as path from "node:path";
-import { createInterface } from "node:readline";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { NeedItemKind } from "@berth/api/berth/budget/v1/budget_pb";
 import { BudgetService } from "@berth/api/berth/budget/v1/budget_service_pb";
@@ -20,104 +19,39 @@ import { HolderKind, LockHeldSchema, LockService } from "@berth/api/berth/locks/
 import { SessionService } from "@berth/api/berth/sessions/v1/session_service_pb";
 import { Code, ConnectError, type Client } from "@connectrpc/connect";
 import { CLI, G, startBudget, until, type BudgetUnderTest } from "./budget-e2e.js";
-import { connectClient, makeTempDir, onStopAll, repoPath, runCommand, startService, stopAll, type CommandResult, type StartedService } from "./harness.js";
+import { discoveryCases, expectResolutions, type Resolution } from "./discovery.js";
+import { connectClient, makeTempDir, repoPath, runCommand, runSteps, startService, stopAll, type CommandResult, type StartedService, type StepRun } from "./harness.js";
 
-/** The interpreter with Debian's python3-grpcio, python3-protobuf and python3-grpc-tools. */
+/** The interpreter with Debian's python3-grpcio and python3-protobuf. */
 const PYTHON = "/usr/bin/python3";
 const EXAMPLES = repoPath("examples/python");
 
 /** Why the Python tests cannot run here, or undefined when they can. */
 function pythonMissing(): string | undefined {
-  const probe = spawnSync(PYTHON, ["-c", "import grpc, google.protobuf, grpc_tools.protoc"], { encoding: "utf8" });
+  const probe = spawnSync(PYTHON, ["-c", "import grpc, google.protobuf"], { encoding: "utf8" });
   if (probe.error !== undefined || probe.status !== 0) {
-    return `${PYTHON} lacks grpcio/protobuf/grpc_tools (apt-get install python3-grpcio python3-protobuf protobuf-compiler python3-grpc-tools): ${probe.error?.message ?? probe.stderr.trim().split("\n").pop()}`;
+    return `${PYTHON} lacks grpcio/protobuf (apt-get install python3-grpcio python3-protobuf): ${probe.error?.message ?? probe.stderr.trim().split("\n").pop()}`;
   }
-  const protoc = spawnSync("protoc", ["--version"], { encoding: "utf8" });
-  if (protoc.error !== undefined || protoc.status !== 0) return "protoc is missing (apt-get install protobuf-compiler)";
+  const plugin = spawnSync("grpc_python_plugin", ["--version"], { encoding: "utf8" });
+  if (plugin.error !== undefined) return "grpc_python_plugin is missing (apt-get install protobuf-compiler-grpc)";
   return undefined;
 }
 
 const missing = pythonMissing();
 if (missing !== undefined) console.warn(`python.test.ts skipped: ${missing}`);
 
-/** One JSON line of e2e.py. */
-type Step = Record<string, unknown> & { step: string };
-
-/** The running e2e.py: its reports, awaited by name, and the go-aheads it waits for. */
-interface PythonRun {
-  step(name: string, timeoutMs?: number): Promise<Step>;
-  go(name: string): void;
-  exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
-  output(): string;
-}
-
-function runPython(args: readonly string[], env: Record<string, string>, cwd: string = EXAMPLES): PythonRun {
+function runPython(args: readonly string[], env: Record<string, string>, cwd: string = EXAMPLES): StepRun {
   // Only what the script needs: no BERTH_* of the developer, and no PYTHONHOME/PYTHONPATH of
   // another interpreter (pyenv) that would break /usr/bin/python3's own modules.
   const base: NodeJS.ProcessEnv = {};
   for (const [name, value] of Object.entries(process.env)) {
     if (!/^(BERTH_|BACKLOT_|PYTHON)/.test(name)) base[name] = value;
   }
-  const child: ChildProcessWithoutNullStreams = spawn(PYTHON, [path.join(EXAMPLES, "e2e.py"), ...args], {
+  return runSteps(PYTHON, [path.join(EXAMPLES, "e2e.py"), ...args], {
     cwd,
     env: { ...base, PYTHONUNBUFFERED: "1", PYTHONDONTWRITEBYTECODE: "1", ...env },
-    stdio: ["pipe", "pipe", "pipe"],
+    label: "e2e.py",
   });
-  let running = true;
-  const stopKill = onStopAll(() => {
-    if (running) child.kill("SIGKILL");
-  });
-  const steps: Step[] = [];
-  const waiters = new Set<() => void>();
-  let stdout = "";
-  let stderr = "";
-  child.stdout.setEncoding("utf8").on("data", (chunk: string) => (stdout += chunk));
-  createInterface({ input: child.stdout }).on("line", (line) => {
-    try {
-      steps.push(JSON.parse(line) as Step);
-    } catch {
-      // not a report: kept in the output for the failure message
-    }
-    for (const wake of waiters) wake();
-  });
-  child.stderr.setEncoding("utf8").on("data", (chunk: string) => (stderr += chunk));
-  child.stdin.on("error", () => {});
-  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => {
-    child.once("close", (code, signal) => {
-      running = false;
-      stopKill();
-      for (const wake of waiters) wake();
-      resolve({ code, signal });
-    });
-  });
-  const output = () => `--- e2e.py stdout\n${stdout}--- e2e.py stderr\n${stderr}`;
-  return {
-    step(name, timeoutMs = 20_000) {
-      return new Promise((resolve, reject) => {
-        const timer = setTimeout(() => finish(new Error(`no "${name}" step from e2e.py within ${timeoutMs} ms`)), timeoutMs);
-        const check = () => {
-          const found = steps.find((s) => s.step === name);
-          if (found) return finish(undefined, found);
-          const failed = steps.find((s) => s.step === "failed");
-          if (failed) return finish(new Error(`e2e.py failed before "${name}": ${String(failed.error)}`));
-          if (!running) finish(new Error(`e2e.py exited before "${name}"`));
-        };
-        const finish = (error: Error | undefined, step?: Step) => {
-          clearTimeout(timer);
-          waiters.delete(check);
-          if (error) reject(error);
-          else resolve(step!);
-        };
-        waiters.add(check);
-        check();
-      });
-    },
-    go(name) {
-      child.stdin.write(`${JSON.stringify({ go: name })}\n`);
-    },
-    exited,
-    output,
-  };
 }
 
 describe.skipIf(missing !== undefined)("Python client (grpcio 1.51 + stubs from Debian's protoc)", () => {
@@ -126,6 +60,7 @@ describe.skipIf(missing !== undefined)("Python client (grpcio 1.51 + stubs from 
   let budget: BudgetUnderTest;
   let stubs: string;
   let generated: CommandResult;
+  let pluginRequests: string;
   let projectRoot: string;
   let sessionClient: Client<typeof SessionService>;
   let lockClient: Client<typeof LockService>;
@@ -137,8 +72,12 @@ describe.skipIf(missing !== undefined)("Python client (grpcio 1.51 + stubs from 
     projectRoot = path.join(root, "project");
     mkdirSync(projectRoot);
     stubs = path.join(root, "stubs");
-    // As a user would: the stubs are generated from proto/ for this run, never taken from git.
-    generated = await runCommand("bash", [path.join(EXAMPLES, "generate.sh"), stubs], { timeoutMs: 60_000, env: { PYTHON } });
+    // As a user would: the stubs are generated from proto/ for this run, never taken from git. The
+    // plugin is Debian's, through a wrapper that keeps the requests protoc hands it.
+    pluginRequests = path.join(root, "plugin-requests");
+    const plugin = path.join(root, "grpc_python_plugin");
+    writeFileSync(plugin, `#!/bin/sh\ntee -a "${pluginRequests}" | exec grpc_python_plugin "$@"\n`, { mode: 0o755 });
+    generated = await runCommand("bash", [path.join(EXAMPLES, "generate.sh"), stubs], { timeoutMs: 60_000, env: { GRPC_PYTHON_PLUGIN: plugin } });
     [sessions, budget] = await Promise.all([
       // Room for one waiter per lock: the Python side meets TOO_MANY_WAITERS once this side queues one.
       startService("sessions", { args: ["--token-file", tokenFile, "--lock-max-waiters", "1"] }),
@@ -151,7 +90,7 @@ describe.skipIf(missing !== undefined)("Python client (grpcio 1.51 + stubs from 
   }, 90_000);
   afterAll(stopAll);
 
-  it("generates the stubs from proto/ with protoc and grpc_tools", async () => {
+  it("generates the stubs from proto/ with protoc and grpc_python_plugin", async () => {
     expect(generated.code, `${generated.stdout}\n${generated.stderr}`).toBe(0);
     const imports = await runCommand(
       PYTHON,
@@ -161,6 +100,26 @@ describe.skipIf(missing !== undefined)("Python client (grpcio 1.51 + stubs from 
     expect(imports.code, imports.stderr).toBe(0);
     // grpcio is still the real module (nothing generated shadows it), and `optional` has presence.
     expect(imports.stdout).toMatch(/^\/usr\/lib\/python3\/dist-packages\/grpc\/__init__\.py False$/m);
+    // The service stubs come from gRPC's plugin run by protoc on the real protos (proto3 `optional`
+    // included), not from another compiler or an edited copy.
+    const requests = readFileSync(pluginRequests, "latin1");
+    for (const file of ["berth/sessions/v1/session_service.proto", "berth/locks/v1/lock_service.proto", "berth/budget/v1/budget_service.proto", "health.proto"]) {
+      expect(requests).toContain(file);
+    }
+    // proto3 `optional` page_url's synthetic oneof: the descriptors handed to the plugin kept it.
+    expect(requests).toContain("_page_url");
+  });
+
+  it("finds the services and its token as the berth command does (every row of the discovery table)", async () => {
+    expect(generated.code, generated.stderr).toBe(0);
+    const cases = discoveryCases(makeTempDir("berth-python-discovery-"));
+    const run = await runCommand(PYTHON, [path.join(EXAMPLES, "e2e.py"), "resolve"], {
+      cwd: EXAMPLES,
+      input: JSON.stringify(cases.map(({ expected: _, ...c }) => c)),
+      env: { BERTH_PYTHON_STUBS: stubs, PYTHONHOME: undefined, PYTHONPATH: undefined, PYTHONDONTWRITEBYTECODE: "1" },
+    });
+    expect(run.code, run.stderr).toBe(0);
+    expectResolutions(cases, run.stdout.trim().split("\n").map((line) => JSON.parse(line) as Resolution));
   });
 
   it("drives sessions, locks and the budget from Python, checked from TypeScript", { timeout: 120_000 }, async () => {

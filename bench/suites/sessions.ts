@@ -7,7 +7,8 @@
  * Parts (names for `--only`): cold-open (replay, prefix snapshot + tail, hydration), stale-checkpoints (in-process: the store alone, against
  * the seed's store), append (AppendEvent × fsync × clients), append-events (AppendEvents and
  * GetSnapshot at 1k/100k events), watchers (100 watchers at 100 events/s, one entry a message and with max_batch), idle-watchers (memory
- * per watcher), logging (the per-RPC log line's cost).
+ * per watcher), logging (the per-RPC log line's cost), memory (resident memory under 10,000 sessions,
+ * 1,000,000 idempotency keys and 10,000 seed lock files, against the bounds the README states).
  */
 import { spawn, type ChildProcess } from "node:child_process";
 import * as fs from "node:fs";
@@ -24,6 +25,7 @@ import { emptyRpcReference, grpcServiceClient, target, unary } from "../lib/grpc
 import { closedLoop } from "../lib/load.js";
 import { emit, percentiles, ratio } from "../lib/report.js";
 import { startBenchServer, type BenchServer } from "../lib/server.js";
+import { memoryBounds } from "./sessions-memory.js";
 
 interface Options {
   /** Length of each closed-loop measurement. */
@@ -38,7 +40,7 @@ interface Options {
   only: Set<string> | undefined;
 }
 
-const PARTS = ["cold-open", "stale-checkpoints", "append", "append-events", "watchers", "idle-watchers", "logging"] as const;
+const PARTS = ["cold-open", "stale-checkpoints", "append", "append-events", "watchers", "idle-watchers", "logging", "memory"] as const;
 
 function parseOptions(args: string[]): Options {
   const options: Options = { seconds: 3, watchSeconds: 30, watchers: 100, eventsPerSecond: 100, lowEventsPerSecond: 25, idleWatchers: 1000, only: undefined };
@@ -87,6 +89,7 @@ export async function run(args: string[] = []): Promise<void> {
   if (wants("watchers")) await watchers(options);
   if (wants("idle-watchers")) await idleWatchers(options);
   if (wants("logging")) await loggingCost(options);
+  if (wants("memory")) await memoryBounds();
 }
 
 // --------------------------------------------------------------------------- shared pieces

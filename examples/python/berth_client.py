@@ -23,7 +23,7 @@ Everything else is reachable through the raw stubs: ``client.sessions``, ``clien
 
     from berth_client import Berth, start
 
-    with Berth() as berth:                              # BERTH_SESSIONS_URL, BERTH_BUDGET_URL, BERTH_TOKEN
+    with Berth() as berth:                              # found as the berth command finds them (docs/clients.md)
         berth.append("demo", "generate", {"pageUrl": "/", "count": 3})
         with berth.lock("src/app.css", owner="me", max_wait=30) as lease:
             print("holding, fencing token", lease.fencing_token)
@@ -39,6 +39,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import re
 import sys
 import threading
 import time
@@ -87,6 +88,8 @@ __all__ = [
     "build",
     "error_from_rpc",
     "event",
+    "resolve_token",
+    "resolve_url",
     "start",
     "to_dict",
 ]
@@ -306,30 +309,76 @@ class _CallDetails(grpc.ClientCallDetails):
     compression: Optional[grpc.Compression]
 
 
-def _read_token(token: Optional[str], token_file: Optional[str]) -> Optional[str]:
-    # The same order as the berth command: an explicit token, a token file, BERTH_TOKEN_FILE, BERTH_TOKEN.
-    if token:
+# --- finding the services: the same table as the berth command (docs/clients.md) ---------------
+
+
+def _given(value: Optional[str]) -> Optional[str]:
+    """A setting counts when it has more than blanks, as the berth command reads it."""
+    return value if value is not None and value.strip() != "" else None
+
+
+def _server_settings_url(service: str, default_url: str, env: Mapping[str, str]) -> Optional[str]:
+    """The URL the service itself would listen on, from the variables that configure it:
+    ``BERTH_<SERVICE>_SOCKET``, else ``BERTH_HOST`` and ``BERTH_<SERVICE>_PORT``. An environment set
+    up for ``berth up`` (a shell, a compose file, an env file) then works for clients too."""
+    socket = _given(env.get(f"BERTH_{service}_SOCKET"))
+    if socket is not None:
+        return f"unix:{socket}"
+    port = _given(env.get(f"BERTH_{service}_PORT"))
+    host = _given(env.get("BERTH_HOST"))
+    if port is None and host is None:
+        return None
+    # A service listening on every address is reached on loopback.
+    if host is None or host in ("0.0.0.0", "::"):
+        host = "127.0.0.1"
+    elif ":" in host:
+        host = f"[{host}]"
+    return f"http://{host}:{port if port is not None else default_url.rsplit(':', 1)[1]}"
+
+
+def resolve_url(service: str, url: Optional[str] = None, env: Optional[Mapping[str, str]] = None) -> str:
+    """Where ``service`` (``"sessions"`` or ``"budget"``) is: ``url`` if given, else
+    ``BERTH_<SERVICE>_URL``, else ``unix:$BERTH_<SERVICE>_SOCKET``, else ``BERTH_HOST`` (0.0.0.0 and
+    :: meaning 127.0.0.1) with ``BERTH_<SERVICE>_PORT`` (either alone takes the other's default),
+    else ``http://127.0.0.1:7301`` / ``:7302``. ValueError for anything but ``http(s)://HOST…`` or
+    ``unix:PATH``."""
+    env = os.environ if env is None else env
+    name = service.upper()
+    default_url = {"SESSIONS": DEFAULT_SESSIONS_URL, "BUDGET": DEFAULT_BUDGET_URL}[name]
+    url_env = f"BERTH_{name}_URL"
+    resolved = _given(url) or _given(env.get(url_env)) or _server_settings_url(name, default_url, env) or default_url
+    if not re.match(r"^https?://[^/]+", resolved) and not re.match(r"^unix:.+", resolved):
+        raise ValueError(f"{'the URL' if url is not None else url_env} must look like http://127.0.0.1:7301 or unix:/path/to/socket, got {json.dumps(resolved)}")
+    return re.sub(r"/+$", "", resolved)
+
+
+def resolve_token(token: Optional[str] = None, token_file: Optional[str] = None, env: Optional[Mapping[str, str]] = None) -> Optional[str]:
+    """The bearer token: ``token`` if given, else the contents of ``token_file``, else of
+    ``BERTH_TOKEN_FILE``, else ``BERTH_TOKEN``; None without one. ValueError for a token file that
+    cannot be read or is empty."""
+    env = os.environ if env is None else env
+    if _given(token) is not None:
         return token
-    path = token_file or os.environ.get("BERTH_TOKEN_FILE")
-    if path:
-        with open(path, encoding="utf-8") as f:
-            value = f.read().strip()
+    path = _given(token_file) or _given(env.get("BERTH_TOKEN_FILE"))
+    if path is not None:
+        try:
+            with open(path, encoding="utf-8") as f:
+                value = f.read().strip()
+        except OSError as error:
+            raise ValueError(f"cannot read the token file {path}: {error.strerror or error}") from error
         if not value:
             raise ValueError(f"the token file {path} is empty")
         return value
-    return os.environ.get("BERTH_TOKEN") or None
+    return _given(env.get("BERTH_TOKEN"))
 
 
 def _target(url: str) -> str:
-    """``http://127.0.0.1:7301`` or ``127.0.0.1:7301`` → grpcio's target; ``unix:/path`` as is."""
+    """A resolved URL (``http://127.0.0.1:7301``, ``unix:/path``) → grpcio's target."""
     if url.startswith("unix:"):
         return url
-    for prefix in ("http://", "grpc://"):
-        if url.startswith(prefix):
-            url = url[len(prefix) :]
     if url.startswith("https://"):
         raise ValueError("berth serves plaintext on loopback: use http://HOST:PORT (or put TLS in a proxy and adapt _channel)")
-    return url.rstrip("/")
+    return url[len("http://") :]
 
 
 def _channel(url: str, token: Optional[str], options: Sequence[tuple] = ()) -> grpc.Channel:
@@ -971,9 +1020,11 @@ class Reservation:
 class Berth:
     """Clients of both berth services.
 
-    ``sessions_url`` and ``budget_url`` default to ``BERTH_SESSIONS_URL`` / ``BERTH_BUDGET_URL``, else
-    ``http://127.0.0.1:7301`` / ``:7302`` (``unix:/path`` works too). The token defaults to the
-    contents of ``BERTH_TOKEN_FILE``, else ``BERTH_TOKEN``. ``timeout`` bounds unary calls (seconds);
+    The services are found as the berth command finds them (docs/clients.md): ``sessions_url`` and
+    ``budget_url`` if given, else ``BERTH_SESSIONS_URL`` / ``BERTH_BUDGET_URL``, else the
+    ``BERTH_*_SOCKET``, ``BERTH_HOST`` and ``BERTH_*_PORT`` a service was started with, else
+    ``http://127.0.0.1:7301`` / ``:7302`` (see :func:`resolve_url`); the token is ``token``, else the
+    contents of ``token_file`` or ``BERTH_TOKEN_FILE``, else ``BERTH_TOKEN`` (:func:`resolve_token`). ``timeout`` bounds unary calls (seconds);
     streams have no deadline unless given one. ``channel_options`` go to grpcio's channels as they are
     (e.g. ``[("grpc.keepalive_time_ms", 20000)]``).
     """
@@ -988,12 +1039,12 @@ class Berth:
         timeout: Seconds = 10,
         channel_options: Sequence[tuple] = (),
     ):
-        self.sessions_url = sessions_url or os.environ.get("BERTH_SESSIONS_URL") or DEFAULT_SESSIONS_URL
-        self.budget_url = budget_url or os.environ.get("BERTH_BUDGET_URL") or DEFAULT_BUDGET_URL
-        token = _read_token(token, token_file)
+        self.sessions_url = resolve_url("sessions", sessions_url)
+        self.budget_url = resolve_url("budget", budget_url)
+        self.token = resolve_token(token, token_file)  # the bearer token sent on every call (None: none)
         self.timeout = timeout
-        self._sessions_channel = _channel(self.sessions_url, token, channel_options)
-        self._budget_channel = _channel(self.budget_url, token, channel_options)
+        self._sessions_channel = _channel(self.sessions_url, self.token, channel_options)
+        self._budget_channel = _channel(self.budget_url, self.token, channel_options)
         self.sessions = session_service_pb2_grpc.SessionServiceStub(self._sessions_channel)
         self.locks = lock_service_pb2_grpc.LockServiceStub(self._sessions_channel)
         self.budget = budget_service_pb2_grpc.BudgetServiceStub(self._budget_channel)

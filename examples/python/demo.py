@@ -4,8 +4,9 @@
     examples/python/generate.sh                 # once: the stubs, into examples/python/berth_api
     /usr/bin/python3 examples/python/demo.py    # in another terminal
 
-It uses the defaults (sessions on 127.0.0.1:7301, budget on 127.0.0.1:7302); BERTH_SESSIONS_URL,
-BERTH_BUDGET_URL and BERTH_TOKEN (or BERTH_TOKEN_FILE) point it elsewhere. It writes one session
+It uses the defaults (sessions on 127.0.0.1:7301, budget on 127.0.0.1:7302); the settings every
+berth client reads (BERTH_SESSIONS_URL, BERTH_HOST and BERTH_*_PORT, the sockets, BERTH_TOKEN_FILE
+or BERTH_TOKEN: docs/clients.md) point it elsewhere. It writes one session
 (`demo-<time>`), takes and frees one lock on `src/app.css` under the directory it is run from (only
 the lock, the file is not touched: the client sends the path made absolute, and the lease names
 its canonical path), and admits and releases a small need.

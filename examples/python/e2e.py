@@ -12,6 +12,9 @@ request wait per file).
 session (against a service with a small --watch-buffer).
 `e2e.py spellings` locks BERTH_E2E_LOCK_FILE (relative to its working directory) when told, while
 the other side takes the same file through other spellings.
+`e2e.py resolve` reads a JSON array of cases on stdin (``{"env": {...}, "sessions_url", "budget_url",
+"token", "token_file"}``) and prints, for each, where ``Berth(...)`` finds the services and its
+token in that environment, or the error: the client side of the discovery table's test.
 `e2e.py budget` runs the budget's errors (each code with its ErrorInfo reason), request ids, pages
 and limits, against a budget service whose queue holds nobody (--max-queue=0).
 """
@@ -498,7 +501,27 @@ def tour() -> None:
         invalid_argument_steps(berth)
 
 
+def resolve_cases() -> None:
+    cases = json.load(sys.stdin)
+    saved = dict(os.environ)
+    for case in cases:
+        os.environ.clear()
+        os.environ.update(case.get("env", {}))
+        try:
+            with Berth(case.get("sessions_url"), case.get("budget_url"), token=case.get("token"), token_file=case.get("token_file")) as berth:
+                answer = {"sessions": berth.sessions_url, "budget": berth.budget_url, "token": berth.token}
+        except ValueError as error:
+            answer = {"error": str(error)}
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+        print(json.dumps(answer), flush=True)
+
+
 def main() -> int:
+    if sys.argv[1:] == ["resolve"]:
+        resolve_cases()
+        return 0
     try:
         if sys.argv[1:] == ["lag"]:
             lag_steps()

@@ -47,6 +47,8 @@ export interface ServiceOptions {
   env?: Readonly<Record<string, string | undefined>>;
   /** Run the service under this umask (e.g. `0o000` to check it sets its own modes). Default: inherited. */
   umask?: number;
+  /** Run the service with this limit on open descriptors (`ulimit -n`, soft and hard). Default: inherited. */
+  fdLimit?: number;
   /** Pass `--sessions-port 0` / `--budget-port 0` (default true). */
   ephemeralPorts?: boolean;
   /** How long {@link startService} waits for every "listening" line and a SERVING health answer. Default 15 s. */
@@ -165,10 +167,12 @@ export function launchService(kind: ServiceKind, options: ServiceOptions = {}): 
 
   let file = process.execPath;
   let args = nodeArgs;
-  if (options.umask !== undefined) {
+  if (options.umask !== undefined || options.fdLimit !== undefined) {
     // `exec` keeps the pid: the shell becomes node, so `pid` still names the service.
+    const umask = options.umask === undefined ? "" : `umask ${options.umask.toString(8).padStart(3, "0")} && `;
+    const limit = options.fdLimit === undefined ? "" : `ulimit -n ${options.fdLimit} && `;
     file = "/bin/sh";
-    args = ["-c", 'umask "$0" && exec "$@"', options.umask.toString(8).padStart(3, "0"), process.execPath, ...nodeArgs];
+    args = ["-c", `${umask}${limit}exec "$@"`, "sh", process.execPath, ...nodeArgs];
   }
 
   const child = spawn(file, args, { cwd: REPO_ROOT, env: childEnv(options.env), stdio: ["ignore", "pipe", "pipe"] });

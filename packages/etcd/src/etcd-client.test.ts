@@ -187,6 +187,21 @@ describe("leases", () => {
     expect(lease.signal.aborted).toBe(true);
   });
 
+  it("count their deadline on the monotonic clock: a wall-clock step back keeps no lease past its TTL", async () => {
+    const clock = new ManualClock();
+    const c = isolated({ clock });
+    const lease = await c.grantLease(3);
+    const ttlMs = lease.ttlSeconds * 1000;
+    clock.stepWall(-3_600_000);
+    clock.advance(ttlMs / 3); // a keepalive goes out, sent an hour before the grant by the wall clock
+    // Answered: the lease runs for its TTL from that send, shown in the stepped wall clock.
+    await expect.poll(() => lease.deadline()).toBe(clock.now() + ttlMs);
+    // No answer comes in time for the next TTL: lost then, not an hour later.
+    clock.advance(ttlMs);
+    expect(lease.signal.aborted).toBe(true);
+    expect((await lease.lost).message).toMatch(/no keepalive was answered within its TTL/);
+  });
+
   it("are lost when etcd says they are gone (revoked elsewhere)", async () => {
     const clock = new ManualClock();
     const c = isolated({ clock });

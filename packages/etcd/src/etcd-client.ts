@@ -146,7 +146,7 @@ class Client implements EtcdClient {
 
   async grantLease(ttlSeconds: number): Promise<EtcdLease> {
     if (!Number.isInteger(ttlSeconds) || ttlSeconds < 1) throw new Error(`lease TTL: must be a whole number of seconds ≥ 1, got ${ttlSeconds}`);
-    const sentAt = this.clock.now();
+    const sentAt = this.clock.monotonicNow();
     // A grant whose answer was lost leaves a lease nobody keeps alive: it expires by itself, so a
     // retry on another member is harmless.
     const response = await this.call("lease grant", "safe", (e, o) => e.lease.leaseGrant({ TTL: BigInt(ttlSeconds) }, o), { write: true });

@@ -4,9 +4,11 @@
  * (the send time of the last answered keepalive plus the TTL etcd answered, which is never later
  * than etcd's own deadline). When that moment passes unanswered, or etcd says the lease is gone,
  * the lease is lost: its signal aborts and whoever holds something under it must stop using it.
+ * Send times and deadlines are read on the clock's monotonic reading: a step of the wall clock
+ * must not keep a lease this client believes alive after etcd has expired it.
  */
 import { create } from "@bufbuild/protobuf";
-import type { Clock, TimerHandle } from "@berth/shared/clock";
+import { wallTimeOf, type Clock, type TimerHandle } from "@berth/shared/clock";
 import { LeaseKeepAliveRequestSchema, type LeaseKeepAliveRequest } from "./gen/etcd/etcdserver/etcdserverpb/rpc_pb.js";
 import type { Connections, Endpoint } from "./connections.js";
 import { EtcdLeaseLostError, EtcdReason, toBerthError } from "./etcd-errors.js";
@@ -21,7 +23,7 @@ export interface EtcdLease {
   readonly signal: AbortSignal;
   /** Resolves with the loss (never rejects). */
   readonly lost: Promise<EtcdLeaseLostError>;
-  /** The latest time (clock ms) etcd may expire the lease unless a keepalive gets through first. */
+  /** The latest time (wall-clock ms, as of the call) etcd may expire the lease unless a keepalive gets through first. */
   deadline(): number;
   /**
    * Stops the keepalives and revokes the lease: etcd deletes every key under it at once. If etcd
@@ -46,7 +48,7 @@ export class LeaseKeeper {
     private readonly revokeLease: (id: bigint) => Promise<void>,
   ) {}
 
-  /** Keeps `id` alive from now; `grantSentAt` is when the grant was sent (the TTL counts from then at the latest). */
+  /** Keeps `id` alive from now; `grantSentAt` is when the grant was sent (monotonic clock: the TTL counts from then at the latest). */
   keep(id: bigint, ttlSeconds: number, grantSentAt: number): EtcdLease {
     const lease = new KeptLease(this, this.clock, id, ttlSeconds, grantSentAt);
     this.leases.set(id, lease);
@@ -116,8 +118,9 @@ class KeptLease implements EtcdLease {
   readonly lost: Promise<EtcdLeaseLostError>;
   private readonly controller = new AbortController();
   private resolveLost!: (loss: EtcdLeaseLostError) => void;
-  /** Send times of the keepalives not answered yet, oldest first (etcd answers in order). */
+  /** Send times (monotonic clock) of the keepalives not answered yet, oldest first (etcd answers in order). */
   private unanswered: number[] = [];
+  /** Monotonic clock. */
   private deadlineAt: number;
   private tickTimer: TimerHandle | undefined;
   private deadlineTimer: TimerHandle | undefined;
@@ -138,7 +141,7 @@ class KeptLease implements EtcdLease {
   }
 
   deadline(): number {
-    return this.deadlineAt;
+    return wallTimeOf(this.clock, this.deadlineAt);
   }
 
   async revoke(): Promise<void> {
@@ -149,7 +152,7 @@ class KeptLease implements EtcdLease {
 
   answered(ttl: bigint): void {
     if (this.ended) return;
-    const sentAt = this.unanswered.shift() ?? this.clock.now();
+    const sentAt = this.unanswered.shift() ?? this.clock.monotonicNow();
     if (ttl <= 0n) {
       this.lose("etcd says it has expired");
       return;
@@ -177,7 +180,7 @@ class KeptLease implements EtcdLease {
     // A third of the TTL, as etcd's own client: two keepalives may be lost before the lease is.
     this.tickTimer = this.clock.setTimeout(() => {
       if (this.ended) return;
-      this.unanswered.push(this.clock.now());
+      this.unanswered.push(this.clock.monotonicNow());
       this.keeper.send(this);
       this.scheduleTick();
     }, (this.ttlSeconds * 1000) / 3);
@@ -187,7 +190,7 @@ class KeptLease implements EtcdLease {
     if (this.deadlineTimer) this.clock.clearTimeout(this.deadlineTimer);
     this.deadlineTimer = this.clock.setTimeout(
       () => this.lose(`no keepalive was answered within its TTL of ${this.ttlSeconds} s`),
-      this.deadlineAt - this.clock.now(),
+      this.deadlineAt - this.clock.monotonicNow(),
     );
   }
 }

@@ -123,8 +123,8 @@ export async function* watchChanges(connections: Connections, keys: KeySpace, cl
       if (mapped.reason === EtcdReason.COMPACTED) throw new EtcdCompactedError(next, mapped instanceof EtcdCompactedError ? mapped.compactRevision : undefined);
       if (mapped.reason !== EtcdReason.UNAVAILABLE) throw mapped;
       connections.failed(endpoint);
-      failingSince ??= clock.now();
-      if (clock.now() - failingSince >= reconnectWithinMs) throw mapped;
+      failingSince ??= clock.monotonicNow();
+      if (clock.monotonicNow() - failingSince >= reconnectWithinMs) throw mapped;
       await pause(clock, backoff, signal);
       backoff = Math.min(backoff * 2, MAX_BACKOFF_MS);
     } finally {

@@ -5,7 +5,8 @@ import * as path from "node:path";
 import { createInterface } from "node:readline";
 import type { Readable, Writable } from "node:stream";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { acquireElection, claimIsLive, ElectionHeldError, electionLockPath, readClaim, type ElectionClaim } from "./election.js";
+import { acquireElection, electionLockPath, readClaim } from "./election.js";
+import { claimIsLive, ElectionHeldError, type ElectionClaim } from "./elector.js";
 import { selfIdentity } from "./process-identity.js";
 import { transpileForChild, type ChildModules } from "./testing/child-modules.js";
 
@@ -105,7 +106,7 @@ let base: string;
 let racers: Worker[];
 
 beforeAll(async () => {
-  child = transpileForChild(["errors", "files", "process-identity", "election"]);
+  child = transpileForChild(["errors", "files", "process-identity", "elector", "election"]);
   script = child.script("elector.mjs", WORKER(child.url("election")));
   base = mkdtempSync(path.join(tmpdir(), "berth-election-"));
   racers = Array.from({ length: RACERS }, () => new Worker(script));

@@ -1,5 +1,6 @@
 /**
- * The election lock of a state directory: at most one berth process serves a state directory.
+ * The election of a state directory on the local file system (the file backend of elector.ts): at
+ * most one berth process serves a state directory.
  *
  * Exclusion comes from flock(2) on `<stateDir>/<name>.lock`, not from the claim written inside it.
  * The kernel drops a flock when the last descriptor of its holder closes — including when the
@@ -14,47 +15,10 @@
 import * as fs from "node:fs";
 import * as path from "node:path";
 import fsExt from "fs-ext";
-import { BerthError, invalidArgument } from "./errors.js";
+import { invalidArgument } from "./errors.js";
+import { claimIsLive, ElectionHeldError, type ElectionClaim, type ElectionLock, type Elector } from "./elector.js";
 import { ensurePrivateDir } from "./files.js";
-import { identityIsLive, selfIdentity, type ProcessIdentity } from "./process-identity.js";
-
-/** What the holder of an election lock writes into the lock file. */
-export interface ElectionClaim extends ProcessIdentity {
-  /** When the holder took the lock (ISO 8601). */
-  at: string;
-  /** Which service holds it ("sessions", "budget", …). */
-  service: string;
-}
-
-/** A held election lock. Keep it for the life of the process; the kernel releases it at exit. */
-export interface ElectionLock {
-  /** The claim this process wrote. */
-  readonly claim: ElectionClaim;
-  /** The lock file. */
-  readonly path: string;
-  /** Releases the lock if this object still holds it; safe to call more than once. */
-  release(): void;
-}
-
-/** Another live process holds the election lock; `holder` is its claim when it could be read. */
-export class ElectionHeldError extends BerthError {
-  override name = "ElectionHeldError";
-  constructor(
-    readonly stateDir: string,
-    readonly lockPath: string,
-    readonly holder: ElectionClaim | undefined,
-  ) {
-    super("unavailable", heldMessage(stateDir, holder), { stateDir, lockPath, holder });
-  }
-}
-
-function heldMessage(stateDir: string, holder: ElectionClaim | undefined): string {
-  const advice = "stop it first or choose another --state-dir";
-  // The lock is held but the file does not name a live holder: the winner has the lock and has not
-  // written its claim yet (the file is empty, half-written, or still names the previous, dead holder).
-  if (!holder || !claimIsLive(holder)) return `${stateDir} is already served by a process that is still starting; ${advice}`;
-  return `${stateDir} is already served by pid ${holder.pid} (${holder.service}, started ${holder.at}, host ${holder.hostname}); ${advice}`;
-}
+import { selfIdentity } from "./process-identity.js";
 
 const NAME_PATTERN = /^[A-Za-z0-9_-]{1,64}$/;
 
@@ -130,11 +94,11 @@ const CLAIM_WAIT_MS = 2_000;
  * changes who holds the lock; it only lets the refusal name the holder.
  */
 function awaitHolderClaim(lockPath: string): ElectionClaim | undefined {
-  const deadline = Date.now() + CLAIM_WAIT_MS;
+  const deadline = performance.now() + CLAIM_WAIT_MS;
   const pause = new Int32Array(new SharedArrayBuffer(4));
   for (;;) {
     const claim = readClaim(lockPath);
-    if ((claim && claimIsLive(claim)) || Date.now() >= deadline) return claim;
+    if ((claim && claimIsLive(claim)) || performance.now() >= deadline) return claim;
     Atomics.wait(pause, 0, 0, 10);
   }
 }
@@ -172,10 +136,7 @@ export function readClaim(lockPath: string): ElectionClaim | undefined {
   };
 }
 
-/**
- * True when the claim names a process running now: same pid and start time, same boot, same host.
- * For reports only — a claim can outlive its holder, and the lock itself is the authority.
- */
-export function claimIsLive(claim: ElectionClaim): boolean {
-  return identityIsLive(claim);
-}
+/** The election on the local file system: {@link acquireElection} behind the {@link Elector} seam. */
+export const fileElector: Elector = {
+  acquire: (scope, name, options) => Promise.resolve().then(() => acquireElection(scope, name, options)),
+};

@@ -5,5 +5,7 @@ export * from "./safe-id.js";
 export * from "./process-identity.js";
 export * from "./units.js";
 export * from "./election.js";
+export * from "./elector.js";
 export * from "./config.js";
 export * from "./server/index.js";
+export * from "./state-errors.js";

@@ -104,7 +104,10 @@ export function bootId(): string | undefined {
   if (cachedBootId === null) {
     try {
       cachedBootId = readFileSync("/proc/sys/kernel/random/boot_id", "utf8").trim() || undefined;
-    } catch {
+    } catch (error) {
+      // Out of descriptors this once: ask again next time rather than forget the boot for good.
+      const code = (error as NodeJS.ErrnoException).code;
+      if (code === "EMFILE" || code === "ENFILE") return undefined;
       cachedBootId = undefined;
     }
   }

@@ -1,6 +1,7 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { ManualClock } from "@berth/shared/clock";
+import { DriftingClock } from "@berth/shared/testing/drifting-clock";
 import { BerthError } from "@berth/shared/errors";
 import type { QueuedUpdate } from "./admission-queue.js";
 import { AdmissionQueue, HEARTBEAT_RATE_CAP, heartbeatPeriodMs } from "./admission-queue.js";
@@ -17,10 +18,9 @@ import { refusingGates } from "./verdict.js";
 const G = 1024 ** 3;
 
 /** A queue over a fake host: the test holds "reservations" as a map of label → resources and says when to re-check. */
-function setup(policyChanges: Partial<Policy> = {}, sampleChanges: Partial<MachineSample> = {}) {
-  const clock = new ManualClock();
+function setup(policyChanges: Partial<Policy> = {}, sampleChanges: Partial<MachineSample> = {}, clock = new ManualClock()) {
   let policy: Policy = { ...defaultPolicy({ totalBytes: 64 * G, cpus: 8 }), memoryBytes: 8 * G, cpu: 4, reserveBytes: 0, maxWaitMs: 60_000, ...policyChanges };
-  let sample: MachineSample = { at: clock.now(), source: "host", availableBytes: 64 * G, cores: 8, load1: 0, pressure: {}, ...sampleChanges };
+  let sample: MachineSample = { at: clock.now(), monotonicAt: clock.monotonicNow(), source: "host", availableBytes: 64 * G, cores: 8, load1: 0, pressure: {}, ...sampleChanges };
   const held = new Map<string, Resources>();
   const granted: string[] = [];
   const deferred: Array<() => void> = [];
@@ -375,6 +375,42 @@ describe("AdmissionQueue (FIFO)", () => {
     expect(a.error!.message).toMatch(/^waited 30s for the load budget and 'a' still does not fit — memory: needs 4G/);
     expect(t.queue.length).toBe(0);
     expect(t.clock.pendingTimers()).toBe(0);
+  });
+
+  it("shows a waiter's queued time and deadline exactly its wait apart, however the clocks move between readings", async () => {
+    const t = setup({ maxWaitMs: 30_000 }, {}, new DriftingClock());
+    admit(t, 6, 1, "big");
+    admit(t, 4, 1, "a", { maxWaitMs: 7_777 });
+    admit(t, 4, 1, "b");
+    await settle();
+    for (let i = 0; i < 5; i++) expect(t.queue.entries().map((e) => e.deadline - e.queuedAt)).toEqual([7_777, 30_000]);
+    t.queue.close();
+  });
+
+  it("waits, heartbeats and ETAs run on the monotonic clock: a wall-clock step moves none of them", async () => {
+    const HOUR = 3_600_000;
+    for (const step of [-HOUR, HOUR]) {
+      const t = setup({ maxWaitMs: 30_000, heartbeatMs: 5000 });
+      admit(t, 6, 1, "big");
+      const a = admit(t, 4, 1, "a");
+      t.clock.advance(1000);
+      t.clock.stepWall(step);
+      // Shown in the stepped wall clock, as of this answer: queued a second ago, 29 s to go.
+      expect(t.queue.entries()[0]).toMatchObject({ queuedAt: t.clock.now() - 1000, waitedMs: 1000, deadline: t.clock.now() + 29_000, etaMs: 59_000 });
+      const heard = a.updates.length;
+      t.clock.advance(5000);
+      expect(a.updates.length).toBe(heard + 1);
+      // 60 s of hold time less the 1 to 6 s waited when it was told.
+      expect(a.updates.at(-1)!.etaMs).toBeGreaterThanOrEqual(54_000);
+      expect(a.updates.at(-1)!.etaMs).toBeLessThanOrEqual(59_000);
+      t.clock.advance(23_999);
+      await settle();
+      expect(a.error).toBeUndefined();
+      t.clock.advance(1);
+      await settle();
+      expect(a.error!.message).toMatch(/^waited 30s for the load budget/);
+      expect(t.clock.pendingTimers()).toBe(0);
+    }
   });
 
   it("expires many waiters at once in one pass", async () => {

@@ -32,8 +32,11 @@
  * then; HTTP/2 keepalive pings hold the connection meanwhile). One shared timer drives a rolling
  * cursor over the line, a few waiters per tick, so the heartbeats are spread over the period rather
  * than sent in a burst. Only heartbeats are capped: a changed position or reason still goes at once.
+ *
+ * Every wait, deadline and heartbeat is measured on the clock's monotonic reading: a step of the
+ * wall clock neither ends a wait early nor stretches it. Times shown (`entries()`) are wall time.
  */
-import type { Clock, TimerHandle } from "@berth/shared/clock";
+import { wallTimesOf, type Clock, type TimerHandle } from "@berth/shared/clock";
 import { BerthError } from "@berth/shared/errors";
 import { formatDuration } from "@berth/shared/units";
 import type { Need, Resources } from "./costs.js";
@@ -119,10 +122,14 @@ export interface QueueEntryInfo {
   position: number;
   needs: Resources;
   skipLoadGate: boolean;
+  /**
+   * When it was queued, and when its wait runs out: wall-clock ms as of this answer, from one
+   * reading, so they are exactly its wait apart (after a wall-clock step, `queuedAt` is now less
+   * `waitedMs`, not the time the clock read then).
+   */
   queuedAt: number;
   waitedMs: number;
   etaMs: number;
-  /** When its wait runs out (clock ms). */
   deadline: number;
 }
 
@@ -148,6 +155,7 @@ interface Waiter {
   need: Need;
   want: Resources;
   skipLoadGate: boolean;
+  /** When it was queued and when its wait runs out (monotonic clock). */
   queuedAt: number;
   deadline: number;
   onQueued: ((update: QueuedUpdate) => void) | undefined;
@@ -259,7 +267,7 @@ export class AdmissionQueue {
       );
     }
     return new Promise<Reservation>((resolve, reject) => {
-      const now = this.host.clock.now();
+      const now = this.host.clock.monotonicNow();
       const seq = ++this.seq;
       const waiter: Waiter = {
         id: `q${seq}`,
@@ -303,6 +311,13 @@ export class AdmissionQueue {
    * the reservations, which asks for a re-check) fold into the running one.
    */
   recheck(): void {
+    if (this.closed) return;
+    // Right after a pause (the service was stopped) the I/O that piled up is read first: a waiter
+    // whose client left during the pause is dropped before anything is admitted.
+    this.host.clock.whenAwake(() => this.recheckNow());
+  }
+
+  private recheckNow(): void {
     if (this.closed) return;
     if (this.rechecking) {
       this.recheckAgain = true;
@@ -365,7 +380,8 @@ export class AdmissionQueue {
    * meanwhile: nobody is repeated, and a newcomer appears on a later page.
    */
   page(after: number | undefined, limit: number): Page<QueueEntryInfo> {
-    const now = this.host.clock.now();
+    const now = this.host.clock.monotonicNow();
+    const wallTime = wallTimesOf(this.host.clock);
     const holdMs = this.host.holdMs();
     const items: QueueEntryInfo[] = [];
     let position = 0;
@@ -379,6 +395,8 @@ export class AdmissionQueue {
         more = true;
         break;
       }
+      // Both ends from one reading of the clocks: shown together, they are exactly the wait apart.
+      const queuedAt = wallTime(w.queuedAt);
       items.push({
         id: w.id,
         seq: w.seq,
@@ -386,10 +404,10 @@ export class AdmissionQueue {
         position,
         needs: { ...w.want },
         skipLoadGate: w.skipLoadGate,
-        queuedAt: w.queuedAt,
+        queuedAt,
         waitedMs: now - w.queuedAt,
         etaMs: etaOf(position, holdMs, now - w.queuedAt),
-        deadline: w.deadline,
+        deadline: queuedAt + Math.round(w.deadline - w.queuedAt),
       });
     }
     return { items, next: more ? items[items.length - 1]?.seq : undefined };
@@ -446,7 +464,7 @@ export class AdmissionQueue {
     this.remove(waiter);
     let reservation: Reservation;
     try {
-      reservation = this.host.grant(waiter.need, waiter.owner, this.host.clock.now() - waiter.queuedAt);
+      reservation = this.host.grant(waiter.need, waiter.owner, this.host.clock.monotonicNow() - waiter.queuedAt);
     } catch (error) {
       waiter.reject(error instanceof BerthError ? error : new BerthError("internal", `admitting '${waiter.owner}' failed: ${(error as Error).message}`));
       return;
@@ -521,7 +539,7 @@ export class AdmissionQueue {
   private expire(): void {
     this.deadlineTimer = undefined;
     this.deadlineAt = Number.POSITIVE_INFINITY;
-    const now = this.host.clock.now();
+    const now = this.host.clock.monotonicNow();
     const expired: Waiter[] = [];
     while (this.deadlines.length > 0 && this.deadlines[0]!.deadline <= now) expired.push(this.popDeadline()!);
     if (expired.length > 0) {
@@ -549,7 +567,7 @@ export class AdmissionQueue {
     if (this.deadlineTimer !== undefined) this.host.clock.clearTimeout(this.deadlineTimer);
     this.deadlineTimer = undefined;
     this.deadlineAt = next;
-    if (next !== Number.POSITIVE_INFINITY) this.deadlineTimer = this.host.clock.setTimeout(() => this.expire(), next - this.host.clock.now());
+    if (next !== Number.POSITIVE_INFINITY) this.deadlineTimer = this.host.clock.setTimeout(() => this.expire(), next - this.host.clock.monotonicNow());
   }
 
   // A binary min-heap of waiters by deadline: one timer serves every waiter, and a batch of expiries is handled in one go.
@@ -622,7 +640,7 @@ export class AdmissionQueue {
 
   private headEtaMs(): number {
     const head = this.firstLive();
-    return etaOf(1, this.host.holdMs(), head ? this.host.clock.now() - head.queuedAt : 0);
+    return etaOf(1, this.host.holdMs(), head ? this.host.clock.monotonicNow() - head.queuedAt : 0);
   }
 
   // --- what waiters hear -------------------------------------------------------------------------
@@ -665,7 +683,7 @@ export class AdmissionQueue {
     this.headKey = head ? gatesKeyOf(head.gates) : "";
     const { reasons: headReasons, text: headText } = this.headReasonsFor(context);
     const ahead = this.line.slice(0, AHEAD_LIMIT).map((w) => ({ owner: w.owner, needs: w.want }));
-    const now = this.host.clock.now();
+    const now = this.host.clock.monotonicNow();
     const holdMs = this.host.holdMs();
     for (let i = 0; i < this.line.length; i++) {
       const w = this.line[i]!;
@@ -685,7 +703,7 @@ export class AdmissionQueue {
       headReasons,
       headText,
       ahead.slice(0, AHEAD_LIMIT).map((w) => ({ owner: w.owner, needs: w.want })),
-      this.host.clock.now(),
+      this.host.clock.monotonicNow(),
       this.host.holdMs(),
     );
   }
@@ -716,7 +734,7 @@ export class AdmissionQueue {
   /** The first waiter joined: the heartbeat starts its sweep from the head. */
   private startHeartbeat(): void {
     if (this.heartbeatTimer !== undefined || this.closed || this.live === 0) return;
-    const now = this.host.clock.now();
+    const now = this.host.clock.monotonicNow();
     this.heartbeatCursor = 0;
     this.heartbeatCredit = 0;
     this.lastHeartbeatTickAt = now;
@@ -740,7 +758,7 @@ export class AdmissionQueue {
   private heartbeatTick(): void {
     this.heartbeatTimer = undefined;
     if (this.live === 0 || this.closed) return;
-    const now = this.host.clock.now();
+    const now = this.host.clock.monotonicNow();
     const heartbeatMs = this.host.policy().heartbeatMs;
     if (now - this.lastHeartbeatRecheckAt >= heartbeatMs) {
       // The head's verdict is refreshed (it reads the cached sample, not /proc) and shared by every waiter.

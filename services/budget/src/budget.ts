@@ -243,7 +243,7 @@ export async function createBudget(options: BudgetOptions): Promise<Budget> {
       policy,
       committed: committed(),
       sample,
-      unseenMemoryBytes: sample ? book.unseenSince(sample.at) + tally.unseenSince(sample.at) : 0,
+      unseenMemoryBytes: sample ? book.unseenSince(sample.monotonicAt) + tally.unseenSince(sample.monotonicAt) : 0,
     };
   };
 
@@ -423,16 +423,32 @@ export async function createBudget(options: BudgetOptions): Promise<Budget> {
 
     async consume(reservationId, name, cost, consumeOptions = {}) {
       ensureOpen();
-      const entry = repeatedRunning(consumeOptions.requestId, name, reservationId) ?? reservation(reservationId).consume(name, cost, consumeOptions);
-      await tally.whenDurable();
+      const repeated = repeatedRunning(consumeOptions.requestId, name, reservationId);
+      if (repeated !== undefined) {
+        await tally.whenDurable();
+        return repeated;
+      }
+      const found = reservation(reservationId);
+      const before = { ...found.start };
+      const entry = found.consume(name, cost, consumeOptions);
+      try {
+        await tally.whenDurable();
+      } catch (error) {
+        // Not saved (a full disk): undone, so a refused start moves nothing and its retry counts once.
+        tally.stop(entry.id);
+        if (!found.released) found.start = before;
+        book.changed(found, "consumed");
+        throw error;
+      }
       return entry;
     },
 
     async registerRunning(name, cost, runningOptions = {}) {
       ensureOpen();
-      const entry = repeatedRunning(runningOptions.requestId, name, undefined) ?? tally.register(name, cost, runningOptions);
+      const repeated = repeatedRunning(runningOptions.requestId, name, undefined);
+      if (repeated === undefined) return tally.registerDurably(name, cost, runningOptions);
       await tally.whenDurable();
-      return entry;
+      return repeated;
     },
 
     async renewRunning(id, ttlMs) {
@@ -443,9 +459,7 @@ export async function createBudget(options: BudgetOptions): Promise<Budget> {
     },
 
     async stopRunning(id) {
-      const stopped = tally.stop(id);
-      if (stopped) await tally.whenDurable();
-      return stopped;
+      return tally.stopDurably(id);
     },
 
     getReservation: (id) => book.get(id),
@@ -547,7 +561,7 @@ export async function createBudget(options: BudgetOptions): Promise<Budget> {
       unsubscribe();
       for (const watcher of [...watchers]) watcher(undefined);
       queue.close();
-      for (const r of book.all()) r.setLeaseTimer(undefined);
+      for (const r of book.all()) r.stopLeaseTimer();
       await tally.close();
     },
   };

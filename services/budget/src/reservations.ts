@@ -5,10 +5,11 @@
  * (`consume`), so nothing is counted twice.
  *
  * A reservation made for a client that cannot hold a stream has a lease: it must be renewed within
- * its ttl, or it is released on its own.
+ * its ttl, or it is released on its own. Leases and hold times are measured on the clock's
+ * monotonic reading, so a step of the wall clock neither ends a lease early nor keeps it longer.
  */
 import { randomUUID } from "node:crypto";
-import type { Clock, TimerHandle } from "@berth/shared/clock";
+import { STALL_MS, wallTimeOf, type Clock, type TimerHandle } from "@berth/shared/clock";
 import { BerthError } from "@berth/shared/errors";
 import type { Need, NeedItem, Resources } from "./costs.js";
 import { checkResources } from "./costs.js";
@@ -33,13 +34,15 @@ export class Reservation {
   /** The costliest build wave, held until `releaseBuild()`. */
   build: Resources;
   released = false;
-  /** When a lease runs out (clock ms); undefined for a reservation held by a stream. */
-  leaseExpiresAt: number | undefined;
   /** How long the lease lasts when renewed without a ttl. */
   leaseTtlMs: number | undefined;
   /** The caller's id for the request that made it (Reserve's `request_id`): a repeat answers this reservation. */
   requestId: string | undefined;
+  /** @internal When the lease runs out (monotonic clock); undefined for a reservation held by a stream. */
+  leaseDeadline: number | undefined;
   private leaseTimer: TimerHandle | undefined;
+  /** When it was admitted on the monotonic clock: what its hold time and a sample's age are measured from. */
+  readonly admittedAtMonotonic: number;
   /** The items it starts (starts and appliances), each with the cost it was admitted with. */
   private readonly started: readonly NeedItem[];
 
@@ -51,12 +54,13 @@ export class Reservation {
     readonly seq: number,
     readonly owner: string,
     need: ReservedNeed,
-    /** When it was admitted (clock ms). */
+    /** When it was admitted (wall clock: shown, never measured from). */
     readonly admittedAt: number,
     /** How long it waited in the queue before (0 when admitted at once). */
     readonly waitedMs: number,
     private readonly book: ReservationBook,
   ) {
+    this.admittedAtMonotonic = book.clock.monotonicNow();
     this.start = { ...need.start };
     this.build = { ...need.build };
     this.started = (need.items ?? []).filter((item) => item.kind !== "build");
@@ -105,6 +109,8 @@ export class Reservation {
 
   /** Extends the lease by `ttlMs` (default: its own ttl) from now. Only for leased reservations. */
   renew(ttlMs?: number): void {
+    // A renewal read after the lease ran out (the service was paused) comes too late.
+    if (!this.released && this.leaseDeadline !== undefined && this.leaseDeadline <= this.book.clock.monotonicNow()) this.book.expireOverdue();
     if (this.released) throw reservationNotFound(this.id, `reservation '${this.owner}' was already released (or its lease ran out)`);
     const ttl = ttlMs ?? this.leaseTtlMs;
     if (ttl === undefined) throw new BerthError("failed_precondition", `reservation '${this.owner}' is held by its stream and has no lease to renew`, { reservationId: this.id });
@@ -112,10 +118,21 @@ export class Reservation {
     this.book.changed(this, "renewed");
   }
 
+  /** When the lease runs out (wall-clock ms as of now); undefined for a reservation held by a stream. */
+  get leaseExpiresAt(): number | undefined {
+    return this.leaseDeadline === undefined ? undefined : wallTimeOf(this.book.clock, this.leaseDeadline);
+  }
+
   /** @internal */
-  setLeaseTimer(timer: TimerHandle | undefined): void {
+  setLease(deadline: number, timer: TimerHandle): void {
     this.clearLease();
+    this.leaseDeadline = deadline;
     this.leaseTimer = timer;
+  }
+
+  /** @internal Stops the lease timer (the service is closing); the lease is not ended. */
+  stopLeaseTimer(): void {
+    this.clearLease();
   }
 
   private clearLease(): void {
@@ -167,12 +184,37 @@ export class ReservationBook {
     const reservation = new Reservation(randomUUID(), ++this.seq, owner, need, this.clock.now(), options.waitedMs ?? 0, this);
     this.reservations.set(reservation.id, reservation);
     if (options.ttlMs !== undefined) this.lease(reservation, options.ttlMs);
+    this.options.logger.debug({ reservation: reservation.id, owner }, "budget: admitted");
     this.changed(reservation, "admitted");
     return reservation;
   }
 
+  /** The reservation `id`; undefined when it is gone, or its lease has run out (its timer may not have run yet, after a pause). */
   get(id: string): Reservation | undefined {
-    return this.reservations.get(id);
+    const found = this.reservations.get(id);
+    if (found?.leaseDeadline !== undefined && found.leaseDeadline <= this.clock.monotonicNow()) {
+      this.expireOverdue();
+      return undefined;
+    }
+    return found;
+  }
+
+  /**
+   * Releases every leased reservation whose lease has run out, in the order they ran out: after a
+   * pause of the service several are overdue at once, and the first looked at (a renewal read
+   * before the timers ran) need not be the first that ran out.
+   */
+  expireOverdue(): void {
+    const now = this.clock.monotonicNow();
+    const due = [...this.reservations.values()].filter((r) => r.leaseDeadline !== undefined && r.leaseDeadline <= now);
+    due.sort((a, b) => a.leaseDeadline! - b.leaseDeadline!);
+    for (const reservation of due) this.leaseRanOut(reservation);
+  }
+
+  private leaseRanOut(reservation: Reservation): void {
+    if (reservation.released) return;
+    this.options.logger.info({ reservation: reservation.id, owner: reservation.owner }, "budget: a reservation's lease ran out; releasing it");
+    reservation.release();
   }
 
   all(): Reservation[] {
@@ -217,10 +259,13 @@ export class ReservationBook {
     return items;
   }
 
-  /** Memory held by reservations admitted at or after `at`: a sample taken at `at` cannot show it yet. */
+  /**
+   * Memory held by reservations admitted at or after `at` (monotonic clock): a sample whose read
+   * began at `at` cannot show it yet.
+   */
   unseenSince(at: number): number {
     let bytes = 0;
-    for (const r of this.reservations.values()) if (r.admittedAt >= at) bytes += r.start.memoryBytes + r.build.memoryBytes;
+    for (const r of this.reservations.values()) if (r.admittedAtMonotonic >= at) bytes += r.start.memoryBytes + r.build.memoryBytes;
     return bytes;
   }
 
@@ -233,12 +278,13 @@ export class ReservationBook {
   lease(reservation: Reservation, ttlMs: number): void {
     if (!Number.isFinite(ttlMs) || ttlMs <= 0) throw new BerthError("invalid_argument", `ttl: must be a positive duration; got ${ttlMs}`, { field: "ttl" });
     reservation.leaseTtlMs = ttlMs;
-    reservation.leaseExpiresAt = this.clock.now() + ttlMs;
-    reservation.setLeaseTimer(
+    const deadline = this.clock.monotonicNow() + ttlMs;
+    reservation.setLease(
+      deadline,
       this.clock.setTimeout(() => {
-        if (reservation.released) return;
-        this.options.logger.info({ reservation: reservation.id, owner: reservation.owner }, "budget: a reservation's lease ran out; releasing it");
-        reservation.release();
+        // Late by more than a moment (the process was paused): others may be overdue too, and earlier.
+        if (this.clock.monotonicNow() - deadline > STALL_MS) this.expireOverdue();
+        else this.leaseRanOut(reservation);
       }, ttlMs),
     );
   }
@@ -259,7 +305,7 @@ export class ReservationBook {
   /** @internal */
   removed(reservation: Reservation): void {
     if (!this.reservations.delete(reservation.id)) return;
-    const heldMs = this.clock.now() - reservation.admittedAt;
+    const heldMs = this.clock.monotonicNow() - reservation.admittedAtMonotonic;
     this.holdMs = Math.round(this.holdMs * 0.7 + heldMs * 0.3);
     this.changed(reservation, "released");
   }

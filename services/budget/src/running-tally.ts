@@ -9,13 +9,19 @@
  * the dead ones dropped. Durability: writes are grouped (one write carries every change made while
  * the previous one was in flight) and `whenDurable()` resolves once the file holds every change made
  * before the call, so the RPC layer awaits it before it acknowledges.
+ *
+ * Leases and ages are measured on the clock's monotonic reading. The file records the monotonic
+ * readings beside the wall-clock ones, with the boot they belong to: a restart within the same boot
+ * carries a lease over exactly, whatever the wall clock did meanwhile (CLOCK_MONOTONIC is
+ * system-wide); after a reboot only the wall-clock expiry is left to go by.
  */
 import { randomUUID } from "node:crypto";
 import { readFileSync } from "node:fs";
 import * as path from "node:path";
-import type { Clock, TimerHandle } from "@berth/shared/clock";
+import { STALL_MS, wallTimeOf, type Clock, type TimerHandle } from "@berth/shared/clock";
 import { BerthError, invalidArgument } from "@berth/shared/errors";
 import { ensurePrivateDir, writeFileAtomic } from "@berth/shared/files";
+import { stateWriteError } from "@berth/shared/state-errors";
 import { bootId, processStartTime, sameProcess } from "@berth/shared/process-identity";
 import type { Resources } from "./costs.js";
 import { checkResources } from "./costs.js";
@@ -34,10 +40,10 @@ export interface RunningEntry {
   pidStartTime?: number | undefined;
   /** The boot the pid belongs to: after a reboot a pid means nothing. */
   bootId?: string | undefined;
-  /** When its lease runs out (clock ms), for entries registered with a ttl. */
+  /** When its lease runs out (wall-clock ms, as of the answer that carries it), for entries registered with a ttl. */
   leaseExpiresAt?: number | undefined;
   leaseTtlMs?: number | undefined;
-  /** When it was counted (clock ms). */
+  /** When it was counted (wall clock: shown, never measured from). */
   startedAt: number;
   /** The reservation it was consumed from, if any. */
   reservationId?: string | undefined;
@@ -69,9 +75,26 @@ export interface RunningTallyOptions {
 
 const FILE_VERSION = 1;
 
+/** An entry's monotonic readings, as the file keeps them (meaningful within `TallyFile.bootId` only). */
+interface MonotonicReadings {
+  startedAt: number;
+  leaseDeadline?: number | undefined;
+}
+
 interface TallyFile {
   version: number;
-  entries: RunningEntry[];
+  /** The boot the entries' monotonic readings belong to (absent in files of older versions of berth). */
+  bootId?: string | undefined;
+  entries: Array<RunningEntry & { monotonic?: MonotonicReadings | undefined }>;
+}
+
+/** An entry and its times on the monotonic clock. */
+interface Tracked {
+  /** Its `leaseExpiresAt` is filled in when the entry is shown. */
+  entry: RunningEntry;
+  startedAtMonotonic: number;
+  /** When the lease runs out (monotonic clock); undefined without a lease. */
+  leaseDeadline: number | undefined;
 }
 
 /** The path of the tally file under a state directory. */
@@ -96,12 +119,12 @@ function isEntry(value: unknown): value is RunningEntry {
 
 /** The running tally. Create it with {@link RunningTally.open}. */
 export class RunningTally {
-  private readonly entriesById = new Map<string, RunningEntry>();
+  private readonly entriesById = new Map<string, Tracked>();
   /** Each entry's place in the order it was counted (for paging); in memory only, numbered afresh at open. */
   private readonly seqs = new Map<string, number>();
   private seq = 0;
   /** The live entries by the request id they were registered with. */
-  private readonly requestIds = new Map<string, RunningEntry>();
+  private readonly requestIds = new Map<string, Tracked>();
   private readonly leaseTimers = new Map<string, TimerHandle>();
   private readonly file: string | undefined;
   private readonly isAlive: (pid: number, startTime: number | undefined) => boolean;
@@ -126,12 +149,20 @@ export class RunningTally {
     if (tally.file !== undefined) {
       ensurePrivateDir(path.dirname(tally.file));
       const loaded = tally.readFile();
-      const now = options.clock.now();
+      const clock = options.clock;
+      const monotonicNow = clock.monotonicNow();
       const boot = bootId();
+      // The monotonic readings of this boot are exact; after a reboot only the wall clock is left.
+      const sameBoot = boot !== undefined && loaded.bootId === boot;
       let dropped = 0;
-      for (const entry of loaded) {
+      for (const { monotonic, ...entry } of loaded.entries) {
+        let leaseDeadline: number | undefined;
+        if (entry.leaseExpiresAt !== undefined) {
+          leaseDeadline =
+            sameBoot && typeof monotonic?.leaseDeadline === "number" ? monotonic.leaseDeadline : monotonicNow + (entry.leaseExpiresAt - clock.now());
+        }
         const gone =
-          (entry.leaseExpiresAt !== undefined && entry.leaseExpiresAt <= now) ||
+          (leaseDeadline !== undefined && leaseDeadline <= monotonicNow) ||
           (entry.pid !== undefined && entry.bootId !== undefined && boot !== undefined && entry.bootId !== boot) ||
           (entry.pid !== undefined && !tally.isAlive(entry.pid, entry.pidStartTime));
         if (gone) {
@@ -139,8 +170,11 @@ export class RunningTally {
           options.logger.info({ entry: entry.id, name: entry.name, pid: entry.pid }, "budget: running work from before the restart is gone; no longer counted");
           continue;
         }
-        tally.add(entry);
-        if (entry.leaseExpiresAt !== undefined) tally.armLease(entry, entry.leaseExpiresAt - now);
+        // Counted before any sample this run takes: not "unseen" by them.
+        const startedAtMonotonic = sameBoot && typeof monotonic?.startedAt === "number" ? monotonic.startedAt : Number.NEGATIVE_INFINITY;
+        const tracked: Tracked = { entry, startedAtMonotonic, leaseDeadline };
+        tally.add(tracked);
+        if (leaseDeadline !== undefined) tally.armLease(tracked);
       }
       if (dropped > 0) {
         tally.version++;
@@ -150,12 +184,12 @@ export class RunningTally {
     return tally;
   }
 
-  private readFile(): RunningEntry[] {
+  private readFile(): TallyFile {
     let text: string;
     try {
       text = readFileSync(this.file!, "utf8");
     } catch (error) {
-      if ((error as NodeJS.ErrnoException).code === "ENOENT") return [];
+      if ((error as NodeJS.ErrnoException).code === "ENOENT") return { version: FILE_VERSION, entries: [] };
       throw error;
     }
     try {
@@ -163,7 +197,7 @@ export class RunningTally {
       const entries = Array.isArray(parsed.entries) ? parsed.entries : [];
       const valid = entries.filter(isEntry);
       if (valid.length !== entries.length) this.options.logger.warn({ file: this.file, skipped: entries.length - valid.length }, "budget: skipped malformed running-tally entries");
-      return valid;
+      return { version: FILE_VERSION, bootId: typeof parsed.bootId === "string" ? parsed.bootId : undefined, entries: valid };
     } catch (error) {
       // The file is written atomically, so a bad one was edited by hand: refuse to guess what runs.
       throw new BerthError("failed_precondition", `${this.file}: the running tally is not valid JSON (${(error as Error).message}); fix or remove it`, { file: this.file });
@@ -183,8 +217,7 @@ export class RunningTally {
       throw invalidArgument("request_id", "already counts a running entry: answer the repeat with byRequestId");
     }
     if (options.ttlMs !== undefined && (!Number.isFinite(options.ttlMs) || options.ttlMs <= 0)) throw invalidArgument("ttl", `must be a positive duration; got ${options.ttlMs}`);
-    const now = this.options.clock.now();
-    const entry: RunningEntry = { id: randomUUID(), name, cost: checked, startedAt: now };
+    const entry: RunningEntry = { id: randomUUID(), name, cost: checked, startedAt: this.options.clock.now() };
     if (options.pid !== undefined) {
       entry.pid = options.pid;
       entry.pidStartTime = processStartTime(options.pid);
@@ -192,45 +225,51 @@ export class RunningTally {
     }
     if (options.reservationId !== undefined) entry.reservationId = options.reservationId;
     if (options.requestId !== undefined) entry.requestId = options.requestId;
+    const monotonicNow = this.options.clock.monotonicNow();
+    const tracked: Tracked = { entry, startedAtMonotonic: monotonicNow, leaseDeadline: undefined };
     if (options.ttlMs !== undefined) {
       entry.leaseTtlMs = options.ttlMs;
-      entry.leaseExpiresAt = now + options.ttlMs;
-      this.armLease(entry, options.ttlMs);
+      tracked.leaseDeadline = monotonicNow + options.ttlMs;
+      this.armLease(tracked);
     }
-    this.add(entry);
+    this.add(tracked);
     this.changed(quiet);
-    return entry;
+    return this.view(tracked);
   }
 
   /** The live entry registered with `requestId`, if any. */
   byRequestId(requestId: string): RunningEntry | undefined {
-    return this.requestIds.get(requestId);
+    const tracked = this.requestIds.get(requestId);
+    return tracked === undefined ? undefined : this.view(tracked);
   }
 
   /** Up to `limit` entries counted after the one numbered `after` (from the oldest when undefined), oldest first, each with its number. */
   page(after: number | undefined, limit: number): Page<RunningEntry & { seq: number }> {
     const items: Array<RunningEntry & { seq: number }> = [];
     // A Map iterates in insertion order, which is the order the entries were counted.
-    for (const entry of this.entriesById.values()) {
-      const seq = this.seqs.get(entry.id)!;
+    for (const tracked of this.entriesById.values()) {
+      const seq = this.seqs.get(tracked.entry.id)!;
       if (after !== undefined && seq <= after) continue;
       if (items.length >= limit) return { items, next: items[items.length - 1]?.seq };
-      items.push({ ...entry, seq });
+      items.push({ ...this.view(tracked), seq });
     }
     return { items };
   }
 
   /** Extends an entry's lease by `ttlMs` (default: its own ttl) from now. */
   renew(id: string, ttlMs?: number): RunningEntry {
-    const entry = this.entriesById.get(id);
-    if (!entry) throw new BerthError("not_found", `no running entry ${id}: it was stopped, its process ended or its lease ran out`, { id }, { reason: "RUNNING_NOT_FOUND" });
-    const ttl = ttlMs ?? entry.leaseTtlMs;
+    // A renewal read after the lease ran out (the service was paused) comes too late.
+    const overdue = this.entriesById.get(id)?.leaseDeadline;
+    if (overdue !== undefined && overdue <= this.options.clock.monotonicNow()) this.expireOverdue();
+    const tracked = this.entriesById.get(id);
+    if (!tracked) throw new BerthError("not_found", `no running entry ${id}: it was stopped, its process ended or its lease ran out`, { id }, { reason: "RUNNING_NOT_FOUND" });
+    const ttl = ttlMs ?? tracked.entry.leaseTtlMs;
     if (ttl === undefined || !Number.isFinite(ttl) || ttl <= 0) throw invalidArgument("ttl", `must be a positive duration; got ${ttl}`);
-    entry.leaseTtlMs = ttl;
-    entry.leaseExpiresAt = this.options.clock.now() + ttl;
-    this.armLease(entry, ttl);
+    tracked.entry.leaseTtlMs = ttl;
+    tracked.leaseDeadline = this.options.clock.monotonicNow() + ttl;
+    this.armLease(tracked);
     this.changed(false);
-    return entry;
+    return this.view(tracked);
   }
 
   /** Stops counting an entry. False when there was none by that id. */
@@ -240,10 +279,46 @@ export class RunningTally {
     return true;
   }
 
+  /**
+   * {@link register}, resolved once the file holds it. When it cannot be saved (a full disk) the
+   * entry is dropped again, as the file never had it, and the refusal thrown: a refused
+   * registration counts nothing, and its retry cannot count the work twice.
+   */
+  async registerDurably(name: string, cost: Resources, options: RegisterOptions = {}): Promise<RunningEntry> {
+    const entry = this.register(name, cost, options);
+    try {
+      await this.whenDurable();
+    } catch (error) {
+      this.stop(entry.id);
+      throw error;
+    }
+    return entry;
+  }
+
+  /**
+   * {@link stop}, resolved once the file no longer holds the entry. When that cannot be saved the
+   * entry is counted again, as the file still has it, and the refusal thrown.
+   */
+  async stopDurably(id: string): Promise<boolean> {
+    const tracked = this.entriesById.get(id);
+    if (tracked === undefined || !this.stop(id)) return false;
+    try {
+      await this.whenDurable();
+    } catch (error) {
+      if (!this.entriesById.has(id) && !this.closed) {
+        this.add(tracked);
+        if (tracked.leaseDeadline !== undefined) this.armLease(tracked);
+        this.changed(false);
+      }
+      throw error;
+    }
+    return true;
+  }
+
   /** Drops every entry whose process is gone. Called on each sample tick: one signal and one small read per entry with a pid. */
   sweep(): RunningEntry[] {
     const gone: RunningEntry[] = [];
-    for (const entry of this.entriesById.values()) {
+    for (const { entry } of this.entriesById.values()) {
       if (entry.pid !== undefined && !this.isAlive(entry.pid, entry.pidStartTime)) gone.push(entry);
     }
     for (const entry of gone) {
@@ -255,11 +330,12 @@ export class RunningTally {
   }
 
   get(id: string): RunningEntry | undefined {
-    return this.entriesById.get(id);
+    const tracked = this.entriesById.get(id);
+    return tracked === undefined ? undefined : this.view(tracked);
   }
 
   entries(): RunningEntry[] {
-    return [...this.entriesById.values()];
+    return [...this.entriesById.values()].map((tracked) => this.view(tracked));
   }
 
   get size(): number {
@@ -270,9 +346,9 @@ export class RunningTally {
   totals(): Resources {
     let memoryBytes = 0;
     let cpu = 0;
-    for (const e of this.entriesById.values()) {
-      memoryBytes += e.cost.memoryBytes;
-      cpu += e.cost.cpu;
+    for (const { entry } of this.entriesById.values()) {
+      memoryBytes += entry.cost.memoryBytes;
+      cpu += entry.cost.cpu;
     }
     return { memoryBytes, cpu };
   }
@@ -282,10 +358,10 @@ export class RunningTally {
     return this.entries().map((e) => ({ kind: "running" as const, id: e.id, label: e.name, memoryBytes: e.cost.memoryBytes, cpu: e.cost.cpu }));
   }
 
-  /** Memory of entries counted at or after `at`: a sample taken at `at` cannot show it yet. */
+  /** Memory of entries counted at or after `at` (monotonic clock): a sample whose read began at `at` cannot show it yet. */
   unseenSince(at: number): number {
     let bytes = 0;
-    for (const e of this.entriesById.values()) if (e.startedAt >= at) bytes += e.cost.memoryBytes;
+    for (const tracked of this.entriesById.values()) if (tracked.startedAtMonotonic >= at) bytes += tracked.entry.cost.memoryBytes;
     return bytes;
   }
 
@@ -316,7 +392,14 @@ export class RunningTally {
     try {
       while (this.durableVersion < this.version) {
         const version = this.version;
-        const body: TallyFile = { version: FILE_VERSION, entries: this.entries() };
+        const body: TallyFile = {
+          version: FILE_VERSION,
+          bootId: bootId(),
+          entries: [...this.entriesById.values()].map((tracked) => ({
+            ...this.view(tracked),
+            monotonic: { startedAt: tracked.startedAtMonotonic, leaseDeadline: tracked.leaseDeadline },
+          })),
+        };
         try {
           await writeFileAtomic(this.file!, `${JSON.stringify(body, null, 1)}\n`);
           this.durableVersion = version;
@@ -339,37 +422,66 @@ export class RunningTally {
     for (const waiter of waiting) {
       if (waiter.version > version) this.durableWaiters.push(waiter);
       else if (error === undefined) waiter.resolve();
-      else waiter.reject(new BerthError("unavailable", `the running tally could not be saved (${(error as Error).message}); retry`, { file: this.file }));
+      else {
+        const what = `the running tally was not saved to ${this.file}`;
+        const stateDir = this.options.stateDir ?? path.dirname(this.file!);
+        waiter.reject(stateWriteError(error, what, stateDir, { file: this.file }) ?? new BerthError("unavailable", `the running tally could not be saved (${(error as Error).message}); retry`, { file: this.file }, { reason: "STATE_READ_ONLY" }));
+      }
     }
   }
 
-  private armLease(entry: RunningEntry, ms: number): void {
+  /** Stops counting every entry whose lease has run out, in the order they ran out (after a pause, several at once). */
+  private expireOverdue(): void {
+    const now = this.options.clock.monotonicNow();
+    const due = [...this.entriesById.values()].filter((t) => t.leaseDeadline !== undefined && t.leaseDeadline <= now);
+    due.sort((a, b) => a.leaseDeadline! - b.leaseDeadline!);
+    for (const tracked of due) this.leaseRanOut(tracked);
+  }
+
+  private leaseRanOut(tracked: Tracked): void {
+    if (this.entriesById.get(tracked.entry.id) !== tracked) return;
+    this.options.logger.info({ entry: tracked.entry.id, name: tracked.entry.name }, "budget: a running entry's lease ran out; no longer counted");
+    this.stop(tracked.entry.id);
+  }
+
+  /** The entry as shown: a copy, its lease's end in wall-clock time as of now. */
+  private view(tracked: Tracked): RunningEntry {
+    const shown: RunningEntry = { ...tracked.entry, cost: { ...tracked.entry.cost } };
+    if (tracked.leaseDeadline !== undefined) shown.leaseExpiresAt = wallTimeOf(this.options.clock, tracked.leaseDeadline);
+    return shown;
+  }
+
+  private armLease(tracked: Tracked): void {
+    const { entry } = tracked;
     const previous = this.leaseTimers.get(entry.id);
     if (previous !== undefined) this.options.clock.clearTimeout(previous);
+    if (tracked.leaseDeadline === undefined) return;
     this.leaseTimers.set(
       entry.id,
       this.options.clock.setTimeout(() => {
         this.leaseTimers.delete(entry.id);
-        if (!this.entriesById.has(entry.id)) return;
-        this.options.logger.info({ entry: entry.id, name: entry.name }, "budget: a running entry's lease ran out; no longer counted");
-        this.stop(entry.id);
-      }, Math.max(0, ms)),
+        // Late by more than a moment (the process was paused): others may be overdue too, and earlier.
+        if (tracked.leaseDeadline !== undefined && this.options.clock.monotonicNow() - tracked.leaseDeadline > STALL_MS) this.expireOverdue();
+        else this.leaseRanOut(tracked);
+      }, Math.max(0, tracked.leaseDeadline - this.options.clock.monotonicNow())),
     );
   }
 
-  private add(entry: RunningEntry): void {
-    this.entriesById.set(entry.id, entry);
+  private add(tracked: Tracked): void {
+    const { entry } = tracked;
+    this.entriesById.set(entry.id, tracked);
     this.seqs.set(entry.id, ++this.seq);
-    if (entry.requestId !== undefined) this.requestIds.set(entry.requestId, entry);
+    if (entry.requestId !== undefined) this.requestIds.set(entry.requestId, tracked);
   }
 
   private remove(id: string): boolean {
-    const entry = this.entriesById.get(id);
-    if (entry === undefined) return false;
+    const tracked = this.entriesById.get(id);
+    if (tracked === undefined) return false;
+    const { entry } = tracked;
     this.entriesById.delete(id);
     this.seqs.delete(id);
     // Forgotten with the entry: a later request may use the id again.
-    if (entry.requestId !== undefined && this.requestIds.get(entry.requestId) === entry) this.requestIds.delete(entry.requestId);
+    if (entry.requestId !== undefined && this.requestIds.get(entry.requestId) === tracked) this.requestIds.delete(entry.requestId);
     const timer = this.leaseTimers.get(id);
     if (timer !== undefined) this.options.clock.clearTimeout(timer);
     this.leaseTimers.delete(id);

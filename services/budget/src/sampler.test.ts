@@ -41,9 +41,10 @@ const host = {
 
 describe("readMachineSample", () => {
   it("host only: meminfo, loadavg and /proc/pressure", async () => {
-    const sample = await readMachineSample({ ...fixture(host), cores }, 42);
+    const sample = await readMachineSample({ ...fixture(host), cores }, new ManualClock(42, 7));
     expect(sample).toEqual<MachineSample>({
       at: 42,
+      monotonicAt: 7,
       source: "host",
       memTotalBytes: 16 * G,
       memAvailableBytes: 10 * G,
@@ -167,6 +168,7 @@ describe("readMachineSample", () => {
     const sample = await readMachineSample({ ...fixture({ "proc/self/cgroup": "0::/box\n", "sys/box/memory.max": `${2 * G}\n` }), cores });
     expect(sample).toEqual<MachineSample>({
       at: sample.at,
+      monotonicAt: sample.monotonicAt,
       source: "cgroup",
       memTotalBytes: undefined,
       memAvailableBytes: undefined,
@@ -237,8 +239,8 @@ describe("sampler settings", () => {
   });
 
   it("derives the default policy's machine from a sample: the cgroup's limits when tighter", () => {
-    expect(machineFactsOf({ at: 0, source: "cgroup", totalBytes: 2 * G, cores: 8, cpuLimit: 2, pressure: {} })).toEqual({ totalBytes: 2 * G, cpus: 2 });
-    expect(machineFactsOf({ at: 0, source: "host", totalBytes: 16 * G, cores: 8, pressure: {} })).toEqual({ totalBytes: 16 * G, cpus: 8 });
+    expect(machineFactsOf({ at: 0, monotonicAt: 0, source: "cgroup", totalBytes: 2 * G, cores: 8, cpuLimit: 2, pressure: {} })).toEqual({ totalBytes: 2 * G, cpus: 2 });
+    expect(machineFactsOf({ at: 0, monotonicAt: 0, source: "host", totalBytes: 16 * G, cores: 8, pressure: {} })).toEqual({ totalBytes: 16 * G, cpus: 8 });
     expect(machineFactsOf(undefined)).toEqual({});
   });
 });

@@ -48,8 +48,13 @@ export interface CgroupFigures {
 
 /** One reading of the machine. */
 export interface MachineSample {
-  /** When the read began (clock ms): anything admitted from then on is not yet visible in it. */
+  /** When the read began (wall clock): shown to clients. */
   at: number;
+  /**
+   * When the read began on the monotonic clock: anything admitted from then on is not yet visible
+   * in it (what the sample's age is measured by; a wall-clock step does not change it).
+   */
+  monotonicAt: number;
   /** Whose figures the effective fields are: the host's, or the service's cgroup's. */
   source: "host" | "cgroup";
   /** `MemTotal` of the (host) meminfo. */
@@ -234,7 +239,9 @@ function minDefined(...values: Array<number | undefined>): number | undefined {
  * `*.pressure` files, or the host's where the cgroup has none. Outside (or with `source: "host"`):
  * MemAvailable, `/proc/pressure/*`. Load average and cores are the host's either way.
  */
-export async function readMachineSample(options: ReadOptions = {}, at = Date.now()): Promise<MachineSample> {
+export async function readMachineSample(options: ReadOptions = {}, clock: Pick<Clock, "now" | "monotonicNow"> = systemClock): Promise<MachineSample> {
+  const at = clock.now();
+  const monotonicAt = clock.monotonicNow();
   const procRoot = options.procRoot ?? "/proc";
   const sysRoot = options.sysRoot ?? "/sys/fs/cgroup";
   const source = options.source ?? "auto";
@@ -252,6 +259,7 @@ export async function readMachineSample(options: ReadOptions = {}, at = Date.now
 
   const sample: MachineSample = {
     at,
+    monotonicAt,
     source: "host",
     memTotalBytes,
     memAvailableBytes,
@@ -344,7 +352,7 @@ export function createSampler(options: SamplerOptions = {}): MachineSampler {
   };
 
   const sampleNow = async () => {
-    const sample = await readMachineSample(options, clock.now());
+    const sample = await readMachineSample(options, clock);
     if (!closed) publish(sample);
     return sample;
   };
@@ -394,9 +402,9 @@ export class ManualSampler implements Sampler {
 
   constructor(
     initial?: Partial<MachineSample>,
-    private readonly clock: Pick<Clock, "now"> = systemClock,
+    private readonly clock: Pick<Clock, "now" | "monotonicNow"> = systemClock,
   ) {
-    if (initial) this.current = { at: clock.now(), source: "host", cores: 4, pressure: {}, ...initial };
+    if (initial) this.current = { at: clock.now(), monotonicAt: clock.monotonicNow(), source: "host", cores: 4, pressure: {}, ...initial };
   }
 
   latest(): MachineSample | undefined {
@@ -410,7 +418,15 @@ export class ManualSampler implements Sampler {
 
   /** Publishes the current sample with `changes` applied, stamped now. */
   set(changes: Partial<MachineSample> = {}): MachineSample {
-    return this.emit({ source: "host", cores: 4, pressure: {}, ...this.current, ...changes, at: changes.at ?? this.clock.now() });
+    return this.emit({
+      source: "host",
+      cores: 4,
+      pressure: {},
+      ...this.current,
+      ...changes,
+      at: changes.at ?? this.clock.now(),
+      monotonicAt: changes.monotonicAt ?? this.clock.monotonicNow(),
+    });
   }
 
   /** Publishes `sample` as it is. */

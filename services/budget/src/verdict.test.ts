@@ -19,6 +19,7 @@ const policy: Policy = {
 
 const sample = (changes: Partial<MachineSample> = {}): MachineSample => ({
   at: 1000,
+  monotonicAt: 1000,
   source: "host",
   availableBytes: 12 * G,
   cores: 4,

@@ -47,12 +47,13 @@ export interface CommitHandlers<T extends CommitItem> {
   /** The items are on disk (durable as the mode promises), in submission order. */
   durable(items: T[]): void;
   /**
-   * A write or sync failed. `items` is the failed batch followed by everything still queued
-   * behind it (those were built on top of the failed ones, so they cannot be written either).
-   * Bytes of the failed batch may be partly on disk: the owner must cut the file back before it
-   * submits anything new (synchronously, inside this call).
+   * A write or sync failed. `items` is the failed batch (its first `attempted` items) followed by
+   * everything still queued behind it (those were built on top of the failed ones, so they cannot
+   * be written either, and none of their bytes is in the file). Bytes of the failed batch may be
+   * partly on disk: the owner must cut the file back before it submits anything new
+   * (synchronously, inside this call).
    */
-  failed(error: Error, items: T[]): void;
+  failed(error: Error, items: T[], attempted: number): void;
 }
 
 /** Options of {@link GroupCommit}. */
@@ -129,7 +130,7 @@ export class GroupCommit<T extends CommitItem> {
         if (this.fsync !== "none") await this.io.fdatasync(this.fd);
       } catch (error) {
         const dropped = this.queue.splice(0);
-        this.handlers.failed(error instanceof Error ? error : new Error(String(error)), [...batch, ...dropped]);
+        this.handlers.failed(error instanceof Error ? error : new Error(String(error)), [...batch, ...dropped], batch.length);
         continue;
       }
       this.handlers.durable(batch);

@@ -201,7 +201,17 @@ function batchSizeOf(entry: Record<string, unknown>): number {
  *   end — is cut back with `repair` (logged, and a `journal_torn_tail_repaired` diagnostic).
  */
 export function replayJournalFile(path: string, id: string, options: ReplayOptions): ReplayedJournal {
-  const fd = fs.openSync(path, options.repair ? "r+" : "r");
+  let repair = options.repair;
+  let fd: number;
+  try {
+    fd = fs.openSync(path, repair ? "r+" : "r");
+  } catch (error) {
+    // A read-only state directory (remounted after a disk error, say) is still read: a torn tail
+    // is then left in place, unapplied, as for a file berth may not repair.
+    if (!repair || !cannotWrite(error)) throw error;
+    repair = false;
+    fd = fs.openSync(path, "r");
+  }
   let scan: ScanResults | undefined;
   try {
     const scanner = options.scanner === null ? undefined : (options.scanner ?? scanWorker());
@@ -292,9 +302,11 @@ export function replayJournalFile(path: string, id: string, options: ReplayOptio
     let repaired: ReplayedJournal["repaired"];
     if (cut < buf.length && !stopped) {
       const bytesDropped = buf.length - cut;
-      if (options.repair) {
-        fs.ftruncateSync(fd, cut);
-        fs.fsyncSync(fd);
+      if (repair && !cutBack(fd, cut)) {
+        repair = false;
+        options.logger?.warn({ sessionId: options.sessionId ?? id, path }, "journal ends in a torn write, but the state directory is not writable: left as it is, unapplied");
+      }
+      if (repair) {
         fileSize = cut;
         needsNewline = false;
         repaired = { bytesDropped, entriesDropped, line: tornLine ?? lineNumber };
@@ -574,5 +586,23 @@ export async function* readJournalEntries(path: string, range: ReadRange): Async
     }
   } finally {
     await handle.close();
+  }
+}
+
+/** True for the errors of a file that may be read but not written (a read-only file system, permissions). */
+function cannotWrite(error: unknown): boolean {
+  const code = (error as NodeJS.ErrnoException).code;
+  return code === "EROFS" || code === "EACCES" || code === "EPERM";
+}
+
+/** Cuts the file open at `fd` back to `size` and syncs it; false when the file system does not allow it. */
+function cutBack(fd: number, size: number): boolean {
+  try {
+    fs.ftruncateSync(fd, size);
+    fs.fsyncSync(fd);
+    return true;
+  } catch (error) {
+    if (cannotWrite(error)) return false;
+    throw error;
   }
 }

@@ -105,6 +105,23 @@ describe("retention of completed sessions", () => {
     await all.return!();
   });
 
+  it("goes by the wall clock its entries were stamped with: a step back keeps a session until the clock reads its due time again", async () => {
+    const store = open({ completedRetentionMs: HOUR });
+    await store.sweepCompleted();
+    const all = store.watchAll();
+    await store.append("s1", [{ type: "complete" }]); // stamped T0, due T0 + 1h
+    clock.stepWall(-2 * HOUR);
+    clock.advance(HOUR); // an hour has passed, but the clock reads T0 - 1h: not yet an hour after the entry
+    await store.settled();
+    expect(ids(store)).toEqual(["s1"]);
+    clock.advance(2 * HOUR - 1);
+    await store.settled();
+    expect(ids(store)).toEqual(["s1"]);
+    clock.advance(1); // the clock reads T0 + 1h
+    expect(await nextDeletion(all)).toBe("s1");
+    await all.return!();
+  });
+
   it("deletes with the last seq it looked at, and leaves a session that moved on since", async () => {
     const completed = { ...baseSnapshot("s1"), phase: "completed", updatedAt: new Date(T0).toISOString() };
     const deletions: Array<[string, number]> = [];

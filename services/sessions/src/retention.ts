@@ -11,6 +11,12 @@
  * as they complete a session, and otherwise worked out once per session by reading its journal.
  * A session revived before it is deleted (a later event moved it out of its completed phase) is
  * kept; a deletion that finds the session moved on since the sweep looked (its last seq) leaves it.
+ *
+ * The rule is on the wall clock, unlike leases and waits: the period runs from an entry's `ts`, a
+ * wall-clock stamp kept in the journal, over days, across restarts and reboots, where no monotonic
+ * reading survives. A step of the wall clock moves the due times with it (a step back keeps the
+ * sessions longer, never shorter than the clock says). The timer only decides when to look again:
+ * its delays are measured on the monotonic clock, and each sweep compares with the wall clock anew.
  */
 import type { Clock, TimerHandle } from "@berth/shared/clock";
 import { isBerthError } from "@berth/shared/errors";

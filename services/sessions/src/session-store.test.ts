@@ -413,7 +413,10 @@ describe("atomicity and write failures", () => {
     const retried = await store.append("s1", [{ type: "agent_done" }], { idempotencyKey: "k1" });
     expect(retried).toMatchObject({ firstSeq: 2, duplicate: false });
     counter.fail("ENOSPC");
-    await expectBerthError(store.append("s1", [{ type: "steer" }]), "resource_exhausted", "DISK_FULL");
+    const full = await expectBerthError(store.append("s1", [{ type: "steer" }]), "resource_exhausted", "DISK_FULL");
+    expect(full.message).toBe(
+      `session s1: the append was not written, nothing of it kept: the file system of the state directory ${path.join(dir, "sessions")} is full (ENOSPC); free space on it and retry (nothing is lost: reads go on, and writes resume once there is room, without a restart)`,
+    );
     counter.fail(undefined);
     await store.close();
     const reopened = open();
@@ -887,6 +890,25 @@ describe("snapshot files", () => {
     // Atomic: written by rename, no temp file left behind.
     expect(fs.readdirSync(path.join(dir, "sessions")).sort()).toEqual(["s1.jsonl", "s1.snapshot.json", "s1.snapshot.meta.json"]);
     expect(clock.pendingTimers()).toBe(0);
+  });
+
+  it("the idle write waits for quiet on the monotonic clock; entries are stamped with the wall clock", async () => {
+    const store = open({ snapshotEveryEntries: 1000, snapshotIdleMs: 1000 });
+    await store.append("s1", [{ type: "checkpoint", revision: 1 }]);
+    clock.stepWall(3_600_000);
+    const stamped = new Date(clock.now()).toISOString();
+    await store.append("s1", [{ type: "checkpoint", revision: 2 }]);
+    // Stepped back right after the last append: still 1 s of quiet, not 1 h and 1 s.
+    clock.stepWall(-7_200_000);
+    clock.advance(999);
+    await flushed(store);
+    expect(fs.existsSync(snapshotFile("s1"))).toBe(false);
+    clock.advance(1);
+    await flushed(store);
+    expect(JSON.parse(fs.readFileSync(snapshotFile("s1"), "utf8")).__nextSeq).toBe(3);
+    const entries: unknown[] = [];
+    for await (const { entry } of store.read("s1", 2)) entries.push(entry.ts);
+    expect(entries).toEqual([stamped]);
   });
 
   it("a stale snapshot file without berth's sidecar (as the seed writes them) is ignored and the journal replayed", async () => {

@@ -28,6 +28,7 @@ import * as path from "node:path";
 import { systemClock, type Clock, type TimerHandle } from "@berth/shared/clock";
 import { BerthError, invalidArgument } from "@berth/shared/errors";
 import { ensurePrivateDir, fsyncDirectory, statOrNull } from "@berth/shared/files";
+import { errnoCode, stateWriteError } from "@berth/shared/state-errors";
 import { checkSessionId } from "@berth/shared/safe-id";
 import { GroupCommit, type CommitIo, type FsyncMode } from "./group-commit.js";
 import { checkJournalEnd, checkOwnWrite, ForeignAppendError } from "./journal-guard.js";
@@ -198,6 +199,7 @@ interface OpenSession {
   entriesSinceSnapshot: number;
   /** The journal size the snapshot file describes (-1 when unknown or none). */
   snapshotFileBytes: number;
+  /** When the last append became durable (monotonic clock): the idle snapshot waits for quiet. */
   lastAppendAt: number;
   idleTimer: TimerHandle | undefined;
   snapshotWrite: Promise<void> | undefined;
@@ -213,10 +215,6 @@ interface InflightKey {
 
 // Per open session; older keys rebuild their snapshot by a replay up to the append's last seq.
 const RECENT_RESULTS = 8;
-
-function errnoCode(error: unknown): string | undefined {
-  return (error as NodeJS.ErrnoException | undefined)?.code;
-}
 
 /** The store; see the module comment. Create one per state directory. */
 export class SessionStore {
@@ -419,7 +417,11 @@ export class SessionStore {
     ikey: string | undefined,
     digest: string | undefined,
   ): Promise<AppendResult> {
-    this.ensureWritable(session);
+    try {
+      this.ensureWritable(session);
+    } catch (error) {
+      throw stateWriteError(error, `session ${session.id}: the append was not written, nothing of it kept`, this.dir, { sessionId: session.id }) ?? error;
+    }
     const ts = new Date(this.clock.now()).toISOString();
     const count = prepared.length;
     const parts: string[] = [];
@@ -463,7 +465,7 @@ export class SessionStore {
     const primary = journalPath(this.dir, session.id);
     if (session.legacy) this.migrateLegacy(session, primary);
     const existed = statOrNull(primary) !== null;
-    const fd = fs.openSync(primary, fs.constants.O_WRONLY | fs.constants.O_APPEND | fs.constants.O_CREAT, 0o600);
+    const fd = this.openJournal(primary);
     if (!existed && this.fsync !== "none") {
       // The new file's directory entry must be durable too, or an acknowledged first append can
       // vanish with its whole file after a power loss.
@@ -471,6 +473,8 @@ export class SessionStore {
         fsyncDirectory(this.dir);
       } catch (error) {
         fs.closeSync(fd);
+        // No empty journal is left behind: `has` would report a session that never got an entry.
+        fs.rmSync(primary, { force: true });
         throw error;
       }
     }
@@ -482,11 +486,34 @@ export class SessionStore {
       ...(this.io ? { io: this.io } : {}),
       handlers: {
         durable: (items) => this.onDurable(session, items),
-        failed: (error, items) => this.onWriteFailed(session, error, items),
+        failed: (error, items, attempted) => this.onWriteFailed(session, error, items, attempted),
       },
       beforeWrite: () => checkJournalEnd(fd, session.fileSize),
       afterWrite: (data) => checkOwnWrite(fd, primary, session.fileSize, data),
     });
+  }
+
+  /**
+   * Opens a journal for appending. With no descriptor left (too many clients, a low `ulimit -n`),
+   * the journals of the sessions not being written to are closed (they reopen on their next append)
+   * and the open is tried once more.
+   */
+  private openJournal(file: string): number {
+    const open = () => fs.openSync(file, fs.constants.O_WRONLY | fs.constants.O_APPEND | fs.constants.O_CREAT, 0o600);
+    try {
+      return open();
+    } catch (error) {
+      const code = errnoCode(error);
+      if (code !== "EMFILE" && code !== "ENFILE") throw error;
+      let closed = 0;
+      for (const session of this.sessions.values()) {
+        if (session.fd === undefined || session.committer?.busy) continue;
+        this.closeFile(session);
+        closed++;
+      }
+      this.logger?.warn({ closed, errno: code }, "no descriptor left to open a journal: closed the journals of idle sessions");
+      return open();
+    }
   }
 
   /**
@@ -501,15 +528,21 @@ export class SessionStore {
       if (!session.legacy) return;
     }
     const temp = path.join(this.dir, `.${session.id}.jsonl.${process.pid}.migrate`);
-    fs.copyFileSync(session.path, temp);
-    const fd = fs.openSync(temp, "r+");
     try {
-      fs.ftruncateSync(fd, session.size);
-      fs.fsyncSync(fd);
-    } finally {
-      fs.closeSync(fd);
+      fs.copyFileSync(session.path, temp);
+      const fd = fs.openSync(temp, "r+");
+      try {
+        fs.ftruncateSync(fd, session.size);
+        fs.fsyncSync(fd);
+      } finally {
+        fs.closeSync(fd);
+      }
+      fs.renameSync(temp, primary);
+    } catch (error) {
+      // A full disk mid-copy leaves no half copy behind.
+      fs.rmSync(temp, { force: true });
+      throw error;
     }
-    fs.renameSync(temp, primary);
     fsyncDirectory(this.dir);
     this.logger?.info({ sessionId: session.id, from: session.path, to: primary }, "copied the legacy journal to the sessions directory");
     session.path = primary;
@@ -553,11 +586,11 @@ export class SessionStore {
     }
     session.mtimeMs = NaN;
     session.entriesSinceSnapshot += entriesAdded;
-    session.lastAppendAt = this.clock.now();
+    session.lastAppendAt = this.clock.monotonicNow();
     this.scheduleSnapshot(session);
   }
 
-  private onWriteFailed(session: OpenSession, error: Error, items: PendingAppend[]): void {
+  private onWriteFailed(session: OpenSession, error: Error, items: PendingAppend[], attempted: number): void {
     if (error instanceof ForeignAppendError) {
       // Another process (a seed process sharing the live directory) appended after these appends
       // took their seqs: kept, they would repeat its seqs. They are refused, retryably, with
@@ -602,14 +635,30 @@ export class SessionStore {
       this.logger?.error({ sessionId: session.id, err: truncateError }, "could not cut the journal back after a failed write");
     }
     session.mtimeMs = NaN;
-    const diskFull = errnoCode(error) === "ENOSPC" || errnoCode(error) === "EDQUOT";
-    const failure = new BerthError(
-      diskFull ? "resource_exhausted" : "unavailable",
-      `could not write the journal of session ${session.id} (${error.message}); nothing of this append was kept — retry it`,
-      { sessionId: session.id, ...(errnoCode(error) ? { errno: errnoCode(error) } : {}) },
-      diskFull ? { reason: "DISK_FULL" } : { reason: "STATE_READ_ONLY", retryAfterMs: UNAVAILABLE_RETRY_AFTER_MS },
-    );
-    this.logger?.error({ sessionId: session.id, err: error, appends: items.length }, "journal write failed; appends rejected and state rolled back");
+    const refusal = (what: string, nothingKept: boolean) =>
+      stateWriteError(error, `session ${session.id}: ${what}`, this.dir, { sessionId: session.id, ...(nothingKept ? {} : { outcome: "unknown" }) }) ??
+      new BerthError(
+        "unavailable",
+        `could not write the journal of session ${session.id} (${error.message}); ${nothingKept ? "nothing of this append was kept — retry it" : what}`,
+        { sessionId: session.id, ...(errnoCode(error) ? { errno: errnoCode(error) } : {}), ...(nothingKept ? {} : { outcome: "unknown" }) },
+        { reason: "STATE_READ_ONLY", retryAfterMs: UNAVAILABLE_RETRY_AFTER_MS },
+      );
+    const failure = refusal("the append was not written, nothing of it kept", true);
+    this.logger?.error({ sessionId: session.id, err: error, appends: items.length, cutBack }, "journal write failed; appends rejected and state rolled back");
+    if (!cutBack && attempted > 0) {
+      // Its bytes could not be cut back (the file system went read-only under the write): whether
+      // they stay is not known, so the appends being written are not told "nothing kept". Their
+      // idempotency keys find them if they stayed; the appends queued behind them never reached the file.
+      const unknown = refusal(
+        "the append may have been written, in whole (never in part), or not at all — its bytes could not be cut back; read the session, or retry with the same idempotency key, which answers with it if it was kept",
+        false,
+      );
+      for (const item of items.slice(0, attempted)) {
+        if (item.ikey !== undefined) session.inflightKeys.delete(item.ikey);
+        item.reject(unknown);
+      }
+      items = items.slice(attempted);
+    }
     if (!cutBack) {
       // The file's end is unknown now: forget the session; the next access re-opens it from disk,
       // where the torn-tail repair cuts an incomplete append back.
@@ -618,7 +667,11 @@ export class SessionStore {
       // The failed append was the session's first: leave no empty journal behind (`has` would
       // report a session that never got an entry).
       this.forget(session);
-      fs.rmSync(journalPath(this.dir, session.id), { force: true });
+      try {
+        fs.rmSync(journalPath(this.dir, session.id), { force: true });
+      } catch (removeError) {
+        this.logger?.warn({ sessionId: session.id, err: removeError }, "could not remove the empty journal of a failed first append");
+      }
     }
     this.rejectAppends(session, items, failure);
   }
@@ -754,7 +807,12 @@ export class SessionStore {
     const session = this.sessionIfExists(sessionId);
     if (!session || !session.onDisk) return { sessionId, snapshot: baseSnapshot(sessionId), lastSeq: 0, exists: false };
     const view: SessionView = { sessionId, snapshot: session.snapshot, lastSeq: session.nextSeq - 1, exists: true };
-    await this.writeSnapshot(session, true);
+    try {
+      await this.writeSnapshot(session, true);
+    } catch (error) {
+      // The snapshot file is written atomically: the one there, if any, is still whole.
+      throw stateWriteError(error, `session ${sessionId}: its snapshot file was not written`, this.dir, { sessionId }) ?? error;
+    }
     return view;
   }
 
@@ -1309,7 +1367,7 @@ export class SessionStore {
       session.idleTimer = this.clock.setTimeout(() => {
         session.idleTimer = undefined;
         if (this.closed || this.sessions.get(session.id) !== session) return;
-        const quietFor = this.clock.now() - session.lastAppendAt;
+        const quietFor = this.clock.monotonicNow() - session.lastAppendAt;
         if (quietFor < this.snapshotIdleMs) {
           arm(this.snapshotIdleMs - quietFor);
           return;

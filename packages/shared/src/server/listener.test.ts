@@ -1,7 +1,7 @@
 import * as net from "node:net";
-import { afterEach, describe, expect, it } from "vitest";
+import { afterEach, describe, expect, it, vi } from "vitest";
 import pino from "pino";
-import { HANDSHAKE_TIMEOUT_MS } from "./listener.js";
+import { connectionLimit, descriptorLimit, HANDSHAKE_TIMEOUT_MS, listen, urlOf, type Listener } from "./listener.js";
 import { startServer, type RunningServer } from "./start-server.js";
 
 // Found by the fuzzer (test/chaos/fuzz.test.ts): over HTTP/1.1, a Connect stream whose first
@@ -81,4 +81,58 @@ describe("HTTP/2 handshake", () => {
     expect(closed).toBe(true);
     expect(Date.now() - started).toBeLessThan(HANDSHAKE_TIMEOUT_MS + 5_000);
   }, 20_000);
+});
+
+describe("descriptors", () => {
+  const listeners: Listener[] = [];
+  afterEach(async () => {
+    await Promise.all(listeners.splice(0).map((l) => l.destroy()));
+  });
+
+  it("reads the soft descriptor limit and leaves a quarter of it to the service's own files", async () => {
+    const { mkdtempSync, writeFileSync, rmSync } = await import("node:fs");
+    const { tmpdir } = await import("node:os");
+    const dir = mkdtempSync(`${tmpdir()}/berth-limits-`);
+    writeFileSync(`${dir}/limits`, "Limit                     Soft Limit           Hard Limit           Units\nMax open files            256                  4096                 files\n");
+    expect(descriptorLimit(`${dir}/limits`)).toBe(256);
+    expect(descriptorLimit(`${dir}/missing`)).toBeUndefined();
+    rmSync(dir, { recursive: true });
+    expect(connectionLimit(256)).toBe(192);
+    expect(connectionLimit(undefined)).toBe(Number.POSITIVE_INFINITY);
+    expect(descriptorLimit()).toBeGreaterThan(0);
+  });
+
+  it("closes a connection over the limit at once, keeps serving the others, and takes new ones once they leave", async () => {
+    const warnings: string[] = [];
+    const logger = { debug() {}, info() {}, warn: (_f: unknown, m?: string) => void warnings.push(m ?? ""), error() {} };
+    const listener = await listen({ handler: ((_req: unknown, res: { end(body: string): void }) => res.end("ok")) as never, maxConnections: 2, logger });
+    listeners.push(listener);
+    const { hostname, port } = new URL(urlOf(listener.address));
+    const open = () =>
+      new Promise<net.Socket>((resolve) => {
+        const socket = net.connect({ host: hostname, port: Number(port) }, () => resolve(socket));
+        socket.on("error", () => {});
+      });
+    const ask = (socket: net.Socket) =>
+      new Promise<string>((resolve) => {
+        let received = "";
+        socket.on("data", (chunk: Buffer) => {
+          received += chunk.toString("latin1");
+          if (received.endsWith("ok")) resolve(received);
+        });
+        socket.on("close", () => resolve(received || "closed"));
+        socket.write("GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+      });
+    const a = await open();
+    const b = await open();
+    await vi.waitFor(() => expect(listener.connections).toBe(2));
+    const c = await open();
+    expect(await ask(c)).toBe("closed");
+    expect(warnings[0]).toMatch(/^refused connections: too many open connections/);
+    expect(await ask(a)).toMatch(/ok$/);
+    b.destroy();
+    await vi.waitFor(() => expect(listener.connections).toBe(1));
+    expect(await ask(await open())).toMatch(/ok$/);
+    a.destroy();
+  });
 });

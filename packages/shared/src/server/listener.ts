@@ -4,12 +4,18 @@
  * Node's `http2.createServer({ allowHTTP1 })` only falls back to HTTP/1.1 under TLS, so in
  * cleartext a plain `net.Server` peeks at each connection's first bytes: the HTTP/2 client preface
  * goes to an `http2` server, anything else to an `http` server, both running the same handler.
+ *
+ * Descriptors: the connections of every listener in the process together take at most
+ * {@link CONNECTION_SHARE} of the process's descriptor limit; a connection over that is closed as
+ * soon as it is accepted. The rest is kept for the service's own files, so a flood of clients (a
+ * runaway script, `ulimit -n` set low) cannot leave it unable to open a journal or a lock file.
  */
 import * as fs from "node:fs";
 import * as http from "node:http";
 import * as http2 from "node:http2";
 import * as net from "node:net";
 import type { connectNodeAdapter } from "@connectrpc/connect-node";
+import { systemClock } from "../clock.js";
 import type { ServerLogger } from "./logger.js";
 
 /** Where a listener accepts connections. */
@@ -39,6 +45,8 @@ export interface ListenOptions {
   readonly socket?: string;
   readonly keepalive?: KeepaliveOptions;
   readonly logger?: ServerLogger;
+  /** The most connections the process's listeners keep open together; default {@link connectionLimit}. */
+  readonly maxConnections?: number;
 }
 
 /** A listening server and the controls for shutting it down in steps. */
@@ -71,6 +79,31 @@ const FIRST_BYTES_TIMEOUT_MS = 30_000;
 
 /** How long an HTTP/2 client has, after its preface, to complete its first SETTINGS frame. */
 export const HANDSHAKE_TIMEOUT_MS = 3_000;
+
+/** The share of the process's descriptor limit that client connections may take, all listeners together. */
+export const CONNECTION_SHARE = 0.75;
+
+/** The process's limit on open descriptors (the soft RLIMIT_NOFILE, which Node raises to the hard one at start), from /proc. */
+export function descriptorLimit(limitsFile = "/proc/self/limits"): number | undefined {
+  try {
+    const line = fs.readFileSync(limitsFile, "utf8").split("\n").find((l) => l.startsWith("Max open files"));
+    const soft = line?.slice("Max open files".length).trim().split(/\s+/)[0];
+    return soft !== undefined && /^\d+$/.test(soft) ? Number(soft) : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** The most connections the process's listeners keep open together: a share of the descriptor limit (unlimited where it cannot be read). */
+export function connectionLimit(limit: number | undefined): number {
+  return limit === undefined ? Number.POSITIVE_INFINITY : Math.max(8, Math.floor(limit * CONNECTION_SHARE));
+}
+
+/** Open connections of every listener in this process (what {@link connectionLimit} bounds). */
+let processConnections = 0;
+
+/** How often, at most, a refusal for want of descriptors is logged (with how many since the last line). */
+const REFUSAL_LOG_INTERVAL_MS = 1000;
 
 /** Starts listening; rejects with a clear message when the port or socket is taken. */
 export async function listen(options: ListenOptions): Promise<Listener> {
@@ -123,7 +156,10 @@ export async function listen(options: ListenOptions): Promise<Listener> {
     // and then bytes that never complete one (a frame header announcing megabytes, then its end
     // of input, which the session does not see in the middle of a frame) would otherwise hold the
     // connection until the keepalive gave up on it.
-    const handshake = setTimeout(() => session.destroy(), HANDSHAKE_TIMEOUT_MS);
+    let settled = false;
+    session.once("remoteSettings", () => (settled = true));
+    // Judged once the I/O is read: after a pause of the service, the SETTINGS may be waiting in the socket.
+    const handshake = setTimeout(() => systemClock.whenAwake(() => session.destroyed || settled || session.destroy()), HANDSHAKE_TIMEOUT_MS);
     handshake.unref();
     session.once("remoteSettings", () => clearTimeout(handshake));
     session.once("close", () => clearTimeout(handshake));
@@ -171,19 +207,40 @@ export async function listen(options: ListenOptions): Promise<Listener> {
     }
   });
 
+  const maxConnections = options.maxConnections ?? connectionLimit(descriptorLimit());
+  let refused = 0;
+  let refusalLoggedAt = Number.NEGATIVE_INFINITY;
+  const refuse = (why: string, error?: Error) => {
+    refused++;
+    const now = performance.now();
+    if (now - refusalLoggedAt < REFUSAL_LOG_INTERVAL_MS) return;
+    refusalLoggedAt = now;
+    logger?.warn({ refused, connections: processConnections, maxConnections, ...(error ? { err: error } : {}) }, `refused connections: ${why}`);
+    refused = 0;
+  };
+
   const server = net.createServer({ noDelay: true }, (socket) => {
     if (stopping) {
       socket.destroy();
       return;
     }
+    if (processConnections >= maxConnections) {
+      socket.destroy();
+      refuse("too many open connections; the rest of the descriptor limit is kept for the service's own files");
+      return;
+    }
+    processConnections++;
     sockets.add(socket);
     unclassified.add(socket);
-    socket.once("close", () => socketClosed(socket));
+    socket.once("close", () => {
+      processConnections--;
+      socketClosed(socket);
+    });
     // Errors before the hand-off (a reset while we peek) must not crash the process; after it,
     // the HTTP servers handle them.
     const onEarlyError = (error: Error) => logger?.debug({ err: error }, "connection error before the first request");
     socket.on("error", onEarlyError);
-    socket.setTimeout(FIRST_BYTES_TIMEOUT_MS, () => socket.destroy());
+    socket.setTimeout(FIRST_BYTES_TIMEOUT_MS, () => systemClock.whenAwake(() => unclassified.has(socket) && socket.destroy()));
 
     let buffered: Buffer = Buffer.alloc(0);
     const onData = (chunk: Buffer) => {
@@ -212,6 +269,9 @@ export async function listen(options: ListenOptions): Promise<Listener> {
   });
 
   const address = await bind(server, options);
+  // From now on an error of the listening socket is an accept(2) that failed (every descriptor
+  // taken: EMFILE, ENFILE). Node would throw it, ending the process; the connection is lost either way.
+  server.on("error", (error) => refuse("accept failed", error));
 
   return {
     address,
@@ -264,10 +324,15 @@ function startKeepalive(session: http2.ServerHttp2Session, options: KeepaliveOpt
   let overdue: NodeJS.Timeout | undefined;
   const interval = setInterval(() => {
     if (session.destroyed || session.closed || overdue !== undefined) return;
-    overdue = setTimeout(() => {
-      logger?.warn({ timeoutMs: options.pingTimeoutMs }, "http2 keepalive ping not acknowledged: dropping the connection");
-      session.destroy();
+    const timer = setTimeout(() => {
+      // After a pause of the service the ACK may be in the socket, unread: judge once it is read.
+      systemClock.whenAwake(() => {
+        if (overdue !== timer || session.destroyed) return;
+        logger?.warn({ timeoutMs: options.pingTimeoutMs }, "http2 keepalive ping not acknowledged: dropping the connection");
+        session.destroy();
+      });
     }, options.pingTimeoutMs);
+    overdue = timer;
     overdue.unref();
     const sent = session.ping(() => {
       // An error here means the session is going away; either way this ping is settled.

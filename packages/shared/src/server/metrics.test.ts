@@ -1,14 +1,17 @@
 import { describe, expect, it } from "vitest";
+import { ManualClock } from "../clock.js";
 import { ServerMetrics, type GaugeSample } from "./metrics.js";
 
 describe("ServerMetrics", () => {
   it("renders counters and a cumulative histogram per method", () => {
-    let now = 1_000_000;
-    const metrics = new ServerMetrics("sessions", () => now);
+    const clock = new ManualClock(1_000_000);
+    const metrics = new ServerMetrics("sessions", clock);
     metrics.recordRpc("/a.B/C", "ok", 0.0005);
     metrics.recordRpc("/a.B/C", "ok", 0.02);
     metrics.recordRpc("/a.B/C", "not_found", 100);
-    now += 2_500;
+    clock.advance(2_500);
+    // A step of the wall clock is no time spent serving.
+    clock.stepWall(-3_600_000);
     const text = metrics.render();
     expect(text).toContain('berth_rpc_requests_total{method="/a.B/C",code="ok"} 2');
     expect(text).toContain('berth_rpc_requests_total{method="/a.B/C",code="not_found"} 1');

@@ -3,6 +3,7 @@
  * 0.0.4) by hand: the format is small and stable, and a client library would be the heaviest
  * dependency of the server for a few counters.
  */
+import { systemClock, type Clock } from "../clock.js";
 import { OpenStreams } from "./open-streams.js";
 
 /** One labelled value of a gauge that has several (e.g. one per session, one per gate). */
@@ -48,14 +49,17 @@ export class ServerMetrics {
   private readonly requests = new Map<string, Map<string, number>>();
   private readonly durations = new Map<string, Histogram>();
   private readonly gauges = new Map<string, Gauge>();
+  /** When the server started: on the wall clock (shown), and on the monotonic clock (its uptime). */
   private readonly startedAtMs: number;
+  private readonly startedAtMonotonic: number;
 
   constructor(
     /** The server's name (`sessions`, `budget`), exported as `berth_server_info{name}`. */
     readonly serverName: string,
-    private readonly now: () => number = Date.now,
+    private readonly clock: Pick<Clock, "now" | "monotonicNow"> = systemClock,
   ) {
-    this.startedAtMs = now();
+    this.startedAtMs = clock.now();
+    this.startedAtMonotonic = clock.monotonicNow();
   }
 
   /** Counts one finished RPC: `method` is `/pkg.Service/Method`, `code` is `ok` or a code name. */
@@ -137,7 +141,7 @@ export class ServerMetrics {
     gauge(out, "nodejs_heap_size_used_bytes", "V8 heap in use, in bytes.", memory.heapUsed);
     gauge(out, "nodejs_heap_size_total_bytes", "V8 heap allocated, in bytes.", memory.heapTotal);
     gauge(out, "process_start_time_seconds", "When the server started, in seconds since the epoch.", this.startedAtMs / 1000);
-    gauge(out, "berth_uptime_seconds", "Seconds since the server started.", (this.now() - this.startedAtMs) / 1000);
+    gauge(out, "berth_uptime_seconds", "Seconds since the server started.", (this.clock.monotonicNow() - this.startedAtMonotonic) / 1000);
     out.push("# HELP berth_server_info Which berth server this is.");
     out.push("# TYPE berth_server_info gauge");
     out.push(`berth_server_info{name="${escapeLabel(this.serverName)}"} 1`);

@@ -5,7 +5,9 @@
  */
 import { pino, type Logger } from "pino";
 import { commonServerConfig, describeConfig, formatHelp, loadConfig, resolveToken, type ConfigDefinition, type ConfigValues } from "../config.js";
-import { acquireElection } from "../election.js";
+import { reportTimerErrorsTo } from "../clock.js";
+import { fileElector } from "../election.js";
+import type { Elector } from "../elector.js";
 import { isBerthError } from "../errors.js";
 import { DEFAULT_KEEPALIVE } from "./listener.js";
 import { installSignalHandlers } from "./signal-handlers.js";
@@ -78,6 +80,9 @@ export async function runServices(definitions: readonly ServiceDefinition[], opt
     destination.destroy();
   });
   logger.info({ settings: describeConfig(definition, loaded) }, "settings");
+  // A lease's or a queue's timer that throws (no descriptor left for a file, say) is logged: ending
+  // the process would drop every lock, lease and queue place it keeps.
+  reportTimerErrorsTo((error) => logger.error({ err: error }, "a timer's work failed; the service goes on"));
 
   // The handlers go in before the first server starts: a signal during start-up closes what has
   // started so far (the list is read when the signal comes) instead of killing the process outright.
@@ -133,9 +138,11 @@ export async function serveElected(options: {
   readonly socket?: string | undefined;
   readonly logger: Logger;
   readonly open: () => OpenedService | Promise<OpenedService>;
+  /** Who takes the state directory's election. Default: the file backend (flock). */
+  readonly elector?: Elector;
 }): Promise<RunningServer> {
   const { name, values, logger } = options;
-  const election = acquireElection(values.stateDir, name);
+  const election = await (options.elector ?? fileElector).acquire(values.stateDir, name);
   let opened: OpenedService | undefined;
   try {
     opened = await options.open();

@@ -9,6 +9,7 @@
  */
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { HandlerContext } from "@connectrpc/connect";
+import { wallTimeOf } from "@berth/shared/clock";
 import type { AdmitRequest, AdmitResponseSchema } from "@berth/api/berth/budget/v1/budget_service_pb";
 import { BerthError, invalidArgument } from "@berth/shared/errors";
 import { abortError, streamHolds } from "@berth/shared/server/index";
@@ -17,6 +18,9 @@ import type { QueuedUpdate, Reservation } from "../index.js";
 import type { BudgetHandlerDeps } from "./budget-handlers.js";
 import { QueuedEncoder, checkName, durationOf, leaseTtlMs, maxWaitMs, needItemsFromProto, pidFromProto, reservationToProto, runCostFromProto, runningEntryToProto } from "./budget-codec.js";
 import { refusalError } from "./refusals.js";
+
+/** How far the shown deadline may drift from the wall clock before it is encoded again: a step, not jitter. */
+const WALL_STEP_MS = 1000;
 
 type AdmitResponseInit = MessageInitShape<typeof AdmitResponseSchema>;
 
@@ -109,7 +113,9 @@ export async function* admitStream(requests: AsyncIterable<AdmitRequest>, contex
     const need = budget.needOf(needItemsFromProto(start.value.need, "start.need"));
     const owner = checkName(start.value.owner, "start.owner");
     const wait = maxWaitMs(start.value.maxWait, "start.max_wait", policy.maxWaitMs);
-    const deadline = QueuedEncoder.deadline(clock.now() + wait);
+    // Measured on the monotonic clock, shown as wall time: encoded again only if the wall clock steps.
+    const deadlineAt = clock.monotonicNow() + wait;
+    let deadline = QueuedEncoder.deadline(wallTimeOf(clock, deadlineAt));
     const binary = sendsBinary(context);
 
     streamHolds(context, `a place in the admission queue for ${JSON.stringify(owner)}`);
@@ -136,6 +142,8 @@ export async function* admitStream(requests: AsyncIterable<AdmitRequest>, contex
         case "queued":
           if (reservation === undefined) {
             deps.stats.queuedMessages++;
+            const shown = wallTimeOf(clock, deadlineAt);
+            if (Math.abs(shown - deadline.ms) > WALL_STEP_MS) deadline = QueuedEncoder.deadline(shown);
             yield deps.encoder.response(event.update, deadline, binary);
           }
           break;

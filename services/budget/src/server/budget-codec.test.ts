@@ -72,7 +72,7 @@ describe("outbound", () => {
   });
 
   it("leaves unsampled figures unset and caps cores by the cgroup's quota", () => {
-    const sample: MachineSample = { at: 1_000, source: "cgroup", cores: 8, cpuLimit: 1.5, pressure: {}, availableBytes: G, cgroup: { path: "/box", memoryLimitBytes: 2 * G } };
+    const sample: MachineSample = { at: 1_000, monotonicAt: 1_000, source: "cgroup", cores: 8, cpuLimit: 1.5, pressure: {}, availableBytes: G, cgroup: { path: "/box", memoryLimitBytes: 2 * G } };
     const machine = machineToProto(sample)!;
     expect(machine.source).toBe(SampleSource.CGROUP);
     expect(machine.load1).toBeUndefined();

@@ -263,6 +263,25 @@ describe("Admit", () => {
     second.cancel();
   });
 
+  it("a queued waiter's deadline is shown in the wall time of each message, across a wall-clock step", async () => {
+    const server = await serve({ policy: { maxWaitMs: 600_000 } });
+    const first = openAdmit(server, "first", startNeed("a", 6, 1));
+    await first.until(() => first.received.length === 1);
+    const second = openAdmit(server, "second", startNeed("b", 4, 1));
+    await second.until(() => second.received.length === 1);
+    const deadlineOf = (message: AdmitResponse | undefined) => {
+      const kind = message?.kind;
+      return kind?.case === "queued" ? Number(kind.value.waitExpireTime!.seconds) * 1000 + kind.value.waitExpireTime!.nanos / 1e6 : NaN;
+    };
+    expect(deadlineOf(second.last())).toBe(server.clock.now() + 600_000);
+    server.clock.stepWall(-3_600_000);
+    server.clock.advance(5000);
+    expect(await second.until(() => second.received.length === 2)).toBe(true);
+    expect(deadlineOf(second.last())).toBe(server.clock.now() + 595_000);
+    first.cancel();
+    second.cancel();
+  });
+
   it("build_done gives the build share back and started moves the start share to the tally", async () => {
     const server = await serve();
     const stream = openAdmit(server, "up web", [startItem("web", 2, 1), buildItem("web", 3, 2)]);

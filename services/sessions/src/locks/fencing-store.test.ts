@@ -1,8 +1,25 @@
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import * as path from "node:path";
-import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { fencingFilePath, openFencingStore } from "./fencing-store.js";
+import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
+import { fencingFilePath, fencingRecord, createFencingStore } from "./fencing-store.js";
+
+/** The atomic writer fails as on a file system with no space left while `full.on` (the rest of the module is real). */
+const full = vi.hoisted(() => ({ on: false, code: "ENOSPC" }));
+vi.mock("@berth/shared/files", async (real) => {
+  const files = await real<typeof import("@berth/shared/files")>();
+  return {
+    ...files,
+    writeFileAtomicSync: (...args: Parameters<typeof files.writeFileAtomicSync>) => {
+      if (full.on) throw Object.assign(new Error(`${full.code}: no space left on device, open '${args[0]}.tmp'`), { code: full.code });
+      return files.writeFileAtomicSync(...args);
+    },
+  };
+});
+afterEach(() => {
+  full.on = false;
+  full.code = "ENOSPC";
+});
 
 let stateDir: string;
 beforeEach(() => {
@@ -14,7 +31,7 @@ const ceiling = () => JSON.parse(readFileSync(fencingFilePath(stateDir), "utf8")
 
 describe("fencing store", () => {
   it("hands out strictly increasing tokens from 1, writing once per block", () => {
-    const store = openFencingStore(stateDir, { blockSize: 10 });
+    const store = createFencingStore(stateDir, { blockSize: 10 });
     const tokens = Array.from({ length: 25 }, () => store.next());
     expect(tokens).toEqual(Array.from({ length: 25 }, (_, i) => i + 1));
     // Tokens 21..25 came from the third block: the durable ceiling covers all of it.
@@ -22,10 +39,10 @@ describe("fencing store", () => {
   });
 
   it("after a crash restarts above every token handed out (skipping the rest of the block)", () => {
-    const crashed = openFencingStore(stateDir, { blockSize: 1000 });
+    const crashed = createFencingStore(stateDir, { blockSize: 1000 });
     const before = Array.from({ length: 1500 }, () => crashed.next());
     // No close(): the process died here. A new run on the same state directory:
-    const restarted = openFencingStore(stateDir, { blockSize: 1000 });
+    const restarted = createFencingStore(stateDir, { blockSize: 1000 });
     const after = Array.from({ length: 5 }, () => restarted.next());
     expect(after[0]!).toBeGreaterThan(Math.max(...before));
     expect(after[0]).toBe(2001);
@@ -33,12 +50,12 @@ describe("fencing store", () => {
   });
 
   it("after a clean close continues without a gap", () => {
-    const first = openFencingStore(stateDir);
+    const first = createFencingStore(stateDir);
     for (let i = 0; i < 7; i++) first.next();
     first.close();
     first.close();
     expect(ceiling()).toBe(8);
-    const second = openFencingStore(stateDir);
+    const second = createFencingStore(stateDir);
     expect(second.peek()).toBe(8);
     expect(second.next()).toBe(8);
   });
@@ -46,7 +63,7 @@ describe("fencing store", () => {
   it("survives many crash/restart cycles still rising", () => {
     let last = 0;
     for (let run = 0; run < 20; run++) {
-      const store = openFencingStore(stateDir, { blockSize: 3 });
+      const store = createFencingStore(stateDir, { blockSize: 3 });
       for (let i = 0; i < run % 5; i++) {
         const token = store.next();
         expect(token).toBeGreaterThan(last);
@@ -57,10 +74,35 @@ describe("fencing store", () => {
   });
 
   it("refuses to start on a damaged file instead of guessing", () => {
-    openFencingStore(stateDir).next();
+    createFencingStore(stateDir).next();
     writeFileSync(fencingFilePath(stateDir), "{not json");
-    expect(() => openFencingStore(stateDir)).toThrow(expect.objectContaining({ code: "internal", message: expect.stringContaining("is damaged") }));
+    expect(() => createFencingStore(stateDir)).toThrow(expect.objectContaining({ code: "internal", message: expect.stringContaining("is damaged") }));
     writeFileSync(fencingFilePath(stateDir), JSON.stringify({ version: 1, ceiling: -3 }));
-    expect(() => openFencingStore(stateDir)).toThrow(/is damaged/);
+    expect(() => createFencingStore(stateDir)).toThrow(/is damaged/);
+  });
+
+  it("on a full disk overwrites its fixed-length record in place, so locks go on being granted", () => {
+    const store = createFencingStore(stateDir, { blockSize: 2 });
+    expect([store.next(), store.next()]).toEqual([1, 2]);
+    expect(readFileSync(fencingFilePath(stateDir), "utf8")).toBe(fencingRecord(3));
+    expect(fencingRecord(3)).toHaveLength(64);
+    full.on = true;
+    expect([store.next(), store.next(), store.next()]).toEqual([3, 4, 5]);
+    expect(readFileSync(fencingFilePath(stateDir), "utf8")).toBe(fencingRecord(7));
+    full.on = false;
+    store.next();
+    expect(ceiling()).toBe(7);
+  });
+
+  it("says DISK_FULL or STATE_READ_ONLY, naming the state directory, when the record cannot be written at all", () => {
+    full.on = true;
+    const fresh = createFencingStore(stateDir);
+    expect(() => fresh.next()).toThrow(
+      expect.objectContaining({ code: "resource_exhausted", reason: "DISK_FULL", message: expect.stringContaining(`the file system of the state directory ${stateDir} is full (ENOSPC)`) }),
+    );
+    full.code = "EROFS";
+    expect(() => fresh.next()).toThrow(expect.objectContaining({ code: "unavailable", reason: "STATE_READ_ONLY", message: expect.stringContaining("mounted read-only") }));
+    full.on = false;
+    expect(fresh.next()).toBe(1);
   });
 });

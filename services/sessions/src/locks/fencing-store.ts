@@ -13,21 +13,22 @@
  * still rise, at the cost of a gap. A clean `close()` records the exact next token instead, so an
  * orderly restart leaves no gap. One fsync per `blockSize` grants.
  *
- * File: `<stateDir>/locks/fencing.json` = `{"version":1,"ceiling":N}`, written atomically.
+ * File: `<stateDir>/locks/fencing.json` = `{"version":1,"ceiling":N}`, written atomically (temp file,
+ * fsync, rename). The record is padded with spaces to a fixed length, so that on a full disk, where
+ * a temp file cannot be written, it is overwritten in place instead — in the block the file already
+ * has, one write and one fdatasync — and locks go on being granted. (A power cut in the middle of
+ * that one-block write could leave a record that does not parse: the service then refuses to start
+ * and says what to do, rather than guess a ceiling.)
  */
-import { readFileSync } from "node:fs";
+import * as fs from "node:fs";
 import * as path from "node:path";
 import { BerthError } from "@berth/shared/errors";
 import { ensurePrivateDir, writeFileAtomicSync } from "@berth/shared/files";
+import { isDiskFull, stateWriteError } from "@berth/shared/state-errors";
 import { LOCK_RETRY_AFTER_MS } from "./lock-input.js";
+import type { LockPersistence } from "./lock-persistence.js";
 
-/** Hands out fencing tokens. */
-export interface FencingTokenSource {
-  /** The next token: greater than every token this source (or an earlier run on its state) issued. */
-  next(): number;
-}
-
-/** Options of {@link openFencingStore}. */
+/** Options of {@link createFencingStore}. */
 export interface FencingStoreOptions {
   /** How many tokens one durable write reserves. Default 1000. */
   blockSize?: number;
@@ -38,22 +39,40 @@ export function fencingFilePath(stateDir: string): string {
   return path.join(stateDir, "locks", "fencing.json");
 }
 
-/** A {@link FencingTokenSource} backed by a file; see the module comment for the scheme. */
-export interface FencingStore extends FencingTokenSource {
+/** The lock table's persistence backed by a file; see the module comment for the scheme. */
+export interface FencingStore extends LockPersistence {
   /** The file the ceiling is kept in. */
   readonly file: string;
-  /** The token the next call to `next()` returns. */
-  peek(): number;
-  /** Records the exact next token, so the next run continues without a gap. Idempotent. */
-  close(): void;
 }
 
 const FORMAT_VERSION = 1;
 
+/** The length of the record, newline included: room for any safe integer, padded with spaces. */
+const RECORD_BYTES = 64;
+
+/** The record for `ceiling`, padded to {@link RECORD_BYTES} (JSON allows the trailing spaces). */
+export function fencingRecord(ceiling: number): string {
+  const json = JSON.stringify({ version: FORMAT_VERSION, ceiling });
+  return `${json.padEnd(RECORD_BYTES - 1, " ")}\n`;
+}
+
+/** Overwrites the start of the existing `file` with `record` and fdatasyncs it: no new block needed. */
+function overwriteInPlace(file: string, record: string): void {
+  const fd = fs.openSync(file, "r+");
+  try {
+    const bytes = Buffer.from(record, "utf8");
+    let offset = 0;
+    while (offset < bytes.length) offset += fs.writeSync(fd, bytes, offset, bytes.length - offset, offset);
+    fs.fdatasyncSync(fd);
+  } finally {
+    fs.closeSync(fd);
+  }
+}
+
 function readCeiling(file: string): number {
   let text: string;
   try {
-    text = readFileSync(file, "utf8");
+    text = fs.readFileSync(file, "utf8");
   } catch (error) {
     if ((error as NodeJS.ErrnoException).code === "ENOENT") return 1;
     throw error;
@@ -77,7 +96,7 @@ function readCeiling(file: string): number {
 }
 
 /** Opens (or creates) the fencing state of `stateDir`. Throws when the file exists but is damaged. */
-export function openFencingStore(stateDir: string, options: FencingStoreOptions = {}): FencingStore {
+export function createFencingStore(stateDir: string, options: FencingStoreOptions = {}): FencingStore {
   const blockSize = options.blockSize ?? 1000;
   if (!Number.isSafeInteger(blockSize) || blockSize < 1) throw new RangeError(`blockSize must be a positive integer, got ${blockSize}`);
   const file = fencingFilePath(stateDir);
@@ -88,7 +107,14 @@ export function openFencingStore(stateDir: string, options: FencingStoreOptions 
   let reservedUntil = nextToken;
 
   const persist = (ceiling: number) => {
-    writeFileAtomicSync(file, `${JSON.stringify({ version: FORMAT_VERSION, ceiling })}\n`);
+    const record = fencingRecord(ceiling);
+    try {
+      writeFileAtomicSync(file, record);
+    } catch (error) {
+      // No room for a temp file: the record's fixed length lets it take the old one's place.
+      if (!isDiskFull(error) || !fs.existsSync(file)) throw error;
+      overwriteInPlace(file, record);
+    }
   };
 
   return {
@@ -99,7 +125,10 @@ export function openFencingStore(stateDir: string, options: FencingStoreOptions 
         try {
           persist(ceiling);
         } catch (error) {
-          throw new BerthError("unavailable", `cannot reserve fencing tokens in ${file}: ${(error as Error).message}`, { file }, { reason: "STORAGE_UNAVAILABLE", retryAfterMs: LOCK_RETRY_AFTER_MS });
+          throw (
+            stateWriteError(error, `no lock was granted: cannot reserve fencing tokens in ${file}`, stateDir, { file }) ??
+            new BerthError("unavailable", `cannot reserve fencing tokens in ${file}: ${(error as Error).message}`, { file }, { reason: "STORAGE_UNAVAILABLE", retryAfterMs: LOCK_RETRY_AFTER_MS })
+          );
         }
         reservedUntil = ceiling;
       }

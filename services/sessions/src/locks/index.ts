@@ -3,13 +3,10 @@
  * and the seed's lock files kept so processes still using the seed's library and berth's clients
  * exclude each other. Domain code only: the RPC layer maps these calls and their BerthErrors.
  */
-export { createLockService, type LockService, type LockServiceOptions } from "./lock-service.js";
+export { createSourceLocks, type SourceLocks, type SourceLocksOptions } from "./source-locks.js";
 export {
   LockTable,
   type AcquireRequest,
-  type ExternalClaim,
-  type ExternalLockHandle,
-  type ExternalLocks,
   type HoldRequest,
   type Lease,
   type LockHolderInfo,
@@ -23,13 +20,8 @@ export {
 } from "./lock-table.js";
 export { DEFAULT_LOCK_LIMITS, LOCK_RETRY_AFTER_MS, checkFencingToken, type LockLimits } from "./lock-input.js";
 export { canonicalLockPath } from "./lock-path.js";
-export { fencingFilePath, openFencingStore, type FencingStore, type FencingTokenSource } from "./fencing-store.js";
-export {
-  lockFilePath,
-  PRIVATE_LOCK_FILE_MODE,
-  SeedLockFiles,
-  SHARED_LOCK_FILE_MODE,
-  UNREADABLE_LOCK_STALE_MS,
-  type ForeignLockHolder,
-  type LockFileRecord,
-} from "./seed-lock-files.js";
+export { fencingFilePath, createFencingStore, type FencingStore } from "./fencing-store.js";
+export type { FencingTokenSource, LockPersistence } from "./lock-persistence.js";
+export type { ExternalClaim, ExternalLockHandle, ExternalLocks, ForeignLockHolder } from "./external-locks.js";
+export { lockFilePath, PRIVATE_LOCK_FILE_MODE, SHARED_LOCK_FILE_MODE, UNREADABLE_LOCK_STALE_MS, type LockFileRecord } from "./lock-file-protocol.js";
+export { SeedLockFiles } from "./seed-lock-files.js";

@@ -1,12 +1,15 @@
 import { describe, expect, it } from "vitest";
 import { ManualClock } from "@berth/shared/clock";
+import { DriftingClock } from "@berth/shared/testing/drifting-clock";
 import { BerthError } from "@berth/shared/errors";
 import { LOCK_RETRY_AFTER_MS } from "./lock-input.js";
-import { LockTable, type ExternalLocks, type Lease } from "./lock-table.js";
+import type { ExternalLocks } from "./external-locks.js";
+import { LockTable, type Lease } from "./lock-table.js";
+import { createMemoryExternalLocks } from "./testing/memory-external-locks.js";
+import { createMemoryLockPersistence } from "./testing/memory-lock-persistence.js";
 
 function counter() {
-  let next = 1;
-  return { next: () => next++ };
+  return createMemoryLockPersistence();
 }
 
 function table(clock = new ManualClock()) {
@@ -271,15 +274,108 @@ describe("leases", () => {
 
   it("serves an overdue expiry even before its timer fires", async () => {
     // A real clock's timer can be late (busy event loop); the lease must still end on time.
-    let now = 1_000_000;
-    const timers: Array<() => void> = [];
-    const lazyClock = { now: () => now, setTimeout: (fn: () => void) => (timers.push(fn), {}), clearTimeout: () => {} };
-    const locks = new LockTable({ clock: lazyClock, fencing: counter() });
+    const { clock, locks } = table();
     const first = await locks.acquire({ file: "/project/a", owner: "alice", ttlMs: 100 });
     const next = locks.acquire({ file: "/project/a", owner: "bob", waitMs: 10_000 });
-    now += 100;
+    clock.stall(100);
+    // The expiry is served at once; the hand-off waits until the I/O the stall left has been read.
+    expect(locks.checkToken("/project/a", first.fencingToken)).toMatchObject({ current: false, currentToken: null });
+    clock.ioRead();
     expect(locks.checkToken("/project/a", first.fencingToken)).toMatchObject({ current: false, currentToken: 2 });
     expect((await next).owner).toBe("bob");
+  });
+
+  it("after a pause: leases that ran out expire once, in order; a waiter whose client left meanwhile is never granted", async () => {
+    const clock = new ManualClock();
+    const ended: string[] = [];
+    const logger = { debug() {}, info: (fields: object, message?: string) => void ended.push(`${(fields as { owner: string }).owner} ${message}`), warn() {}, error() {} };
+    const locks = new LockTable({ clock, fencing: counter(), logger });
+    await locks.acquire({ file: "/a", owner: "holder-a", ttlMs: 1000 });
+    await locks.acquire({ file: "/b", owner: "holder-b", ttlMs: 2000 });
+    const left = new AbortController();
+    const gone = rejection(locks.acquire({ file: "/a", owner: "gone", waitMs: 120_000, signal: left.signal }));
+    const nextA = locks.acquire({ file: "/a", owner: "next-a", waitMs: 120_000 });
+    const nextB = locks.acquire({ file: "/b", owner: "next-b", waitMs: 120_000 });
+    // Stopped for 30 s; on resuming, the overdue timers run before the sockets are read.
+    clock.stall(30_000);
+    clock.advance(0);
+    expect(ended).toEqual(["holder-a lock expired", "holder-b lock expired"]);
+    expect(locks.inspect("/a").holder).toBeNull();
+    // Then the I/O: the first waiter's client had gone.
+    left.abort();
+    clock.ioRead();
+    expect((await gone).code).toBe("cancelled");
+    expect(await nextA).toMatchObject({ owner: "next-a", fencingToken: 3 });
+    expect(await nextB).toMatchObject({ owner: "next-b", fencingToken: 4 });
+    expect(ended).toHaveLength(2);
+  });
+
+  it("after a pause whose I/O is read before the timers run, the overdue leases still expire in the order their times came", async () => {
+    const clock = new ManualClock();
+    const ended: string[] = [];
+    const logger = { debug() {}, info: (fields: object, message?: string) => void ended.push(`${(fields as { owner: string }).owner} ${message}`), warn() {}, error() {} };
+    const locks = new LockTable({ clock, fencing: counter(), logger });
+    await locks.acquire({ file: "/a", owner: "holder-a", ttlMs: 1000 });
+    const b = await locks.acquire({ file: "/b", owner: "holder-b", ttlMs: 2000 });
+    clock.stall(30_000);
+    // holder-b's renewal is the first thing read: too late, and holder-a's lease ran out before it.
+    expect(() => locks.renew(b.leaseToken)).toThrow(/expired at/);
+    expect(ended).toEqual(["holder-a lock expired", "holder-b lock expired"]);
+    clock.ioRead();
+    clock.advance(0);
+    expect(ended).toHaveLength(2);
+    expect(clock.pendingTimers()).toBe(0);
+  });
+});
+
+describe("the wall clock steps (NTP, a person setting the date)", () => {
+  const HOUR = 3_600_000;
+
+  it("a step back does not keep a dead holder's lease: it ends after its ttl, and the waiter gets the lock", async () => {
+    const { clock, locks } = table();
+    const dead = await locks.acquire({ file: "/project/a", owner: "dead", ttlMs: 1000 });
+    const next = locks.acquire({ file: "/project/a", owner: "next", waitMs: 10_000 });
+    clock.stepWall(-HOUR);
+    clock.advance(999);
+    expect(locks.checkToken("/project/a", dead.fencingToken).current).toBe(true);
+    clock.advance(1);
+    expect(await next).toMatchObject({ owner: "next", fencingToken: 2 });
+    expect(() => locks.renew(dead.leaseToken)).toThrow(/expired at/);
+  });
+
+  it("a step forward does not cut a live holder's lease short, read or timer", async () => {
+    const { clock, locks } = table();
+    const live = await locks.acquire({ file: "/project/a", owner: "live", ttlMs: 1000 });
+    const behind = locks.acquire({ file: "/project/a", owner: "behind", waitMs: 5000 });
+    clock.stepWall(HOUR);
+    expect(locks.checkToken("/project/a", live.fencingToken).current).toBe(true);
+    clock.advance(500);
+    // Renewed from now on the monotonic clock; shown in the wall time of this answer.
+    expect(locks.renew(live.leaseToken).expiresAt).toBe(clock.now() + 1000);
+    clock.advance(999);
+    expect(locks.inspect("/project/a").holder).toMatchObject({ owner: "live", expiresAt: clock.now() + 1 });
+    expect(locks.inspect("/project/a").waiters.map((w) => w.owner)).toEqual(["behind"]);
+    locks.release(live.leaseToken);
+    expect(await behind).toMatchObject({ owner: "behind", fencingToken: 2 });
+  });
+
+  it("a waiter's wait runs for its length whichever way the wall clock steps", async () => {
+    for (const step of [-HOUR, HOUR]) {
+      const { clock, locks } = table();
+      const holder = await locks.acquire({ file: "/project/a", owner: "holder", ttlMs: 60_000 });
+      let settled = false;
+      const waiter = rejection(locks.acquire({ file: "/project/a", owner: "waiter", waitMs: 5000 })).finally(() => (settled = true));
+      clock.stepWall(step);
+      // Both shown in the stepped wall clock, as of the answer: it has waited nothing yet, 5 s to go.
+      expect(locks.inspect("/project/a").waiters).toEqual([{ kind: "lease", owner: "waiter", since: clock.now(), deadline: clock.now() + 5000 }]);
+      clock.advance(4999);
+      await Promise.resolve();
+      expect(settled).toBe(false);
+      clock.advance(1);
+      expect((await waiter).message).toContain("for the whole wait of 5s");
+      locks.release(holder.leaseToken);
+      expect(clock.pendingTimers()).toBe(0);
+    }
   });
 });
 
@@ -402,6 +498,17 @@ describe("inspect", () => {
     await bob;
     expect(locks.stats()).toEqual({ held: 1, waiting: 0, blockedByLockFiles: 0 });
   });
+
+  it("shows a waiter's start and end exactly its wait apart, however the clocks move between readings", async () => {
+    const { locks } = table(new DriftingClock());
+    await locks.acquire({ file: "/project/a", owner: "holder" });
+    const waiting = [20_000, 7_777].map((waitMs) => locks.acquire({ file: "/project/a", owner: `w${waitMs}`, waitMs }).catch(() => undefined));
+    for (let i = 0; i < 5; i++) {
+      expect(locks.inspect("/project/a").waiters.map((w) => w.deadline - w.since)).toEqual([20_000, 7_777]);
+    }
+    locks.close();
+    await Promise.all(waiting);
+  });
 });
 
 describe("input", () => {
@@ -447,14 +554,36 @@ describe("close", () => {
   });
 });
 
+describe("a lock an outside process holds", () => {
+  it("queues berth's requests behind it and hands the lock to the first the moment it is freed", async () => {
+    const clock = new ManualClock();
+    const external = createMemoryExternalLocks();
+    const locks = new LockTable({ clock, fencing: counter(), external });
+    expect(external.holdOutside("/project/a", { owner: "seed", pid: 7, since: clock.now() })).toBe(true);
+    const first = locks.acquire({ file: "/project/a", owner: "first", waitMs: 10_000 });
+    const second = locks.acquire({ file: "/project/a", owner: "second", waitMs: 10_000 });
+    expect(locks.inspect("/project/a").holder).toMatchObject({ kind: "seed-file", owner: "seed", pid: 7, lockFile: "memory:/project/a" });
+    expect(locks.stats()).toEqual({ held: 0, waiting: 2, blockedByLockFiles: 1 });
+    external.freeOutside("/project/a");
+    const lease = await first;
+    expect(lease).toMatchObject({ owner: "first", fencingToken: 1 });
+    expect(external.claimedByBerth()).toEqual(["/project/a"]);
+    // Berth's own handoff: the outside lock moves with the lease, never freed in between.
+    locks.release(lease.leaseToken);
+    expect(await second).toMatchObject({ owner: "second", fencingToken: 2 });
+    expect(external.holdOutside("/project/a", { owner: "seed", pid: 7, since: clock.now() })).toBe(false);
+  });
+});
+
 describe("an outside lock that cannot be taken", () => {
   it("refuses a direct request with unavailable; a queued one is retried on the next re-check", async () => {
     const clock = new ManualClock();
     let failing = true;
+    let failure: Error = Object.assign(new Error("EACCES: permission denied"), { code: "EACCES" });
     let recheck: (() => void) | undefined;
     const external: ExternalLocks = {
       claim(key) {
-        if (failing) throw Object.assign(new Error("EACCES: permission denied"), { code: "EACCES" });
+        if (failing) throw failure;
         return { ok: true, handle: { key, lockFile: `/locks/${key}`, token: "t", pid: 42 } };
       },
       release() {},
@@ -467,8 +596,16 @@ describe("an outside lock that cannot be taken", () => {
     };
     const locks = new LockTable({ clock, fencing: counter(), external });
     const error = await rejection(locks.acquire({ file: "/project/a", owner: "o", waitMs: 1000 }));
-    expect([error.code, error.reason, error.options.retryAfterMs]).toEqual(["unavailable", "STORAGE_UNAVAILABLE", LOCK_RETRY_AFTER_MS]);
-    expect(error.message).toBe("cannot take the lock file /locks/project/a for /project/a: EACCES: permission denied");
+    expect(error.code).toBe("unavailable");
+    expect(error.reason).toBe("STATE_READ_ONLY");
+    expect(error.message).toBe(
+      "no lock was granted: cannot take the lock file /locks/project/a for /project/a: the state directory /locks/project is not writable (EACCES); make it writable again (remount it read-write, fix its owner or mode) and retry",
+    );
+    // A failure that is none of the machine's known faults: unavailable, to be retried.
+    failure = Object.assign(new Error("EIO: i/o error"), { code: "EIO" });
+    const other = await rejection(locks.acquire({ file: "/project/a", owner: "o", waitMs: 1000 }));
+    expect([other.code, other.reason, other.options.retryAfterMs]).toEqual(["unavailable", "STORAGE_UNAVAILABLE", LOCK_RETRY_AFTER_MS]);
+    expect(other.message).toBe("cannot take the lock file /locks/project/a for /project/a: EIO: i/o error");
     expect(locks.stats()).toEqual({ held: 0, waiting: 0, blockedByLockFiles: 0 });
 
     const held = await locks.acquire({ file: "/project/b", owner: "first", waitMs: 0 }).catch(() => undefined);
@@ -483,5 +620,52 @@ describe("an outside lock that cannot be taken", () => {
     recheck!();
     expect(await queued).toMatchObject({ owner: "second" });
     expect(locks.inspect("/project/b").holder).toMatchObject({ kind: "lease", owner: "second", pid: 42 });
+  });
+
+  it("a wait that runs out while the lock file cannot be read (no descriptor left) is still refused, naming what is known", async () => {
+    const clock = new ManualClock();
+    const holder = { lockFile: "/locks/project/a", owner: "seed", pid: 7, since: clock.now(), readable: true };
+    const external: ExternalLocks = {
+      claim: () => ({ ok: false, holder }),
+      release() {},
+      peek() {
+        throw Object.assign(new Error("EMFILE: too many open files, open '/locks/project/a'"), { code: "EMFILE" });
+      },
+      pathFor: (key) => `/locks${key}`,
+      watch: () => () => {},
+    };
+    const locks = new LockTable({ clock, fencing: counter(), external });
+    const waiter = rejection(locks.acquire({ file: "/project/a", owner: "o", waitMs: 1000 }));
+    clock.advance(1000);
+    const error = await waiter;
+    expect([error.code, error.reason]).toEqual(["resource_exhausted", "WAIT_EXHAUSTED"]);
+    expect(error.message).toMatch(/^source locked: \/project\/a is held by seed \(pid 7\) through its lock file/);
+    expect(locks.stats().waiting).toBe(0);
+  });
+
+  it("a queued request whose lock frees while its lock file cannot be made is refused with why, not as locked", async () => {
+    const clock = new ManualClock();
+    let full = false;
+    const external: ExternalLocks = {
+      claim(key) {
+        if (full) throw Object.assign(new Error("ENOSPC: no space left on device, write"), { code: "ENOSPC" });
+        return { ok: true, handle: { key, lockFile: `/state/locks${key}`, token: "t", pid: 42 } };
+      },
+      release() {},
+      peek: () => undefined,
+      pathFor: (key) => `/state/locks${key}`,
+      watch: () => () => {},
+    };
+    const locks = new LockTable({ clock, fencing: counter(), external });
+    const first = await locks.acquire({ file: "/a", owner: "first" });
+    const queued = rejection(locks.acquire({ file: "/a", owner: "second", waitMs: 5000 }));
+    full = true;
+    locks.release(first.leaseToken);
+    clock.advance(5000);
+    const error = await queued;
+    expect(error).toMatchObject({ code: "resource_exhausted", reason: "DISK_FULL" });
+    expect(error.message).toMatch(/^no lock was granted: cannot take the lock file \/state\/locks\/a for \/a: the file system of the state directory \/state\/locks is full \(ENOSPC\)/);
+    full = false;
+    expect(await locks.acquire({ file: "/a", owner: "third" })).toMatchObject({ owner: "third" });
   });
 });

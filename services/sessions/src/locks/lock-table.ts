@@ -5,7 +5,10 @@
  * Everything happens in reaction to an event — a release, a lease timer, a waiter's deadline or
  * signal, a change of a seed lock file — never by polling: a released lock is handed to the head of
  * its queue in the same turn of the event loop. The only timers are one per lease and one per
- * waiter, on the injected Clock, so tests drive time with `ManualClock.advance()`.
+ * waiter, on the injected Clock, so tests drive time with `ManualClock.advance()`. Leases and waits
+ * are measured on the clock's monotonic reading: a step of the wall clock neither keeps a dead
+ * holder's lease nor cuts a live one short. The wall clock only stamps what people read (when a
+ * lock was taken); a lease's or a wait's end is shown as wall time at the moment of answering.
  *
  * Locks are keyed by the canonical path of the file (see lock-path.ts), so every spelling of one
  * file is one lock. When the table is given `external` locks (the seed's lock files), a grant also
@@ -13,14 +16,16 @@
  * goes away.
  */
 import { randomUUID } from "node:crypto";
+import * as path from "node:path";
 import { BerthError, invalidArgument } from "@berth/shared/errors";
 import { checkRequestId } from "@berth/shared/safe-id";
-import type { Clock, TimerHandle } from "@berth/shared/clock";
+import { stateWriteError } from "@berth/shared/state-errors";
+import { STALL_MS, wallTimeOf, wallTimesOf, type Clock, type TimerHandle } from "@berth/shared/clock";
 import { formatDuration } from "@berth/shared/units";
-import type { FencingTokenSource } from "./fencing-store.js";
+import type { FencingTokenSource } from "./lock-persistence.js";
 import { checkFencingToken, checkOwner, checkTtl, checkWait, DEFAULT_LOCK_LIMITS, LOCK_RETRY_AFTER_MS, type LockLimits } from "./lock-input.js";
 import { canonicalLockPath } from "./lock-path.js";
-import type { ForeignLockHolder } from "./seed-lock-files.js";
+import type { ExternalClaim, ExternalLockHandle, ExternalLocks, ForeignLockHolder } from "./external-locks.js";
 
 /** The pino-compatible logger domain code takes (pino's `(object, message)` form). */
 export interface LockLogger {
@@ -43,7 +48,10 @@ export interface Lease {
   owner: string;
   /** When the lock was granted (ms since the epoch, on the table's clock). */
   acquiredAt: number;
-  /** When the lease runs out unless renewed; null for a hold, which lasts as long as its signal. */
+  /**
+   * When the lease runs out unless renewed (wall-clock ms, as of the answer that carries it); null
+   * for a hold, which lasts as long as its signal.
+   */
   expiresAt: number | null;
   /** The lease length each renewal extends it by; null for a hold. */
   ttlMs: number | null;
@@ -122,9 +130,12 @@ export interface LockWaiterInfo {
   /** How it asked: "lease" (acquire) or "stream" (holdAsLongAs). */
   kind: "lease" | "stream";
   owner: string;
-  /** When it started waiting. */
+  /**
+   * When it started waiting, and when it gives up: wall clock as of this answer, both from one
+   * reading, so they are exactly its wait apart (after a wall-clock step, `since` is now less the
+   * time waited, not the time the clock read then).
+   */
   since: number;
-  /** When it gives up. */
   deadline: number;
 }
 
@@ -147,32 +158,6 @@ export interface TokenCheck {
   current: boolean;
   /** The fencing token of the current berth holder, null when berth holds no lease on it. */
   currentToken: number | null;
-}
-
-/** A claim on an outside lock that the table must give back on release. */
-export interface ExternalLockHandle {
-  readonly key: string;
-  readonly lockFile: string;
-  readonly token: string;
-  /** The pid written into the lock file. */
-  readonly pid: number;
-}
-
-/** The outcome of trying to take an outside lock. */
-export type ExternalClaim = { ok: true; handle: ExternalLockHandle } | { ok: false; holder?: ForeignLockHolder };
-
-/** A second lock every grant must also take: the seed's lock files (see seed-lock-files.ts). */
-export interface ExternalLocks {
-  /** Tries once, synchronously, to take the outside lock of `key`. */
-  claim(key: string, holder: { owner: string; at: number }): ExternalClaim;
-  /** Gives a claim back. */
-  release(handle: ExternalLockHandle): void;
-  /** The live outside holder of `key`, if any. */
-  peek(key: string): ForeignLockHolder | undefined;
-  /** Where the outside lock of `key` lives (shown by Inspect and in errors). */
-  pathFor(key: string): string;
-  /** Calls `onMaybeFree` whenever the outside lock of `key` may have been freed; returns the unsubscribe. */
-  watch(key: string, onMaybeFree: () => void): () => void;
 }
 
 /** What the table is built from. */
@@ -198,6 +183,7 @@ export interface LockTableStats {
 /** One call waiting for a queued request: its own wait, its own signal, its own answer. */
 interface WaitingCall {
   waitMs: number;
+  /** When it gives up (monotonic clock). */
   deadline: number;
   signal: AbortSignal | undefined;
   resolve(lease: Lease): void;
@@ -212,7 +198,8 @@ interface Waiter {
   /** null: a hold, tied to `holdSignal` instead of a lease timer. */
   ttlMs: number | null;
   holdSignal: AbortSignal | undefined;
-  since: number;
+  /** When it started waiting (monotonic clock; shown as wall time as of the answer). */
+  startedAt: number;
   /** Never empty while the waiter is queued: the place goes when its last call does. */
   calls: Set<WaitingCall>;
   /** The key of its request id in {@link LockTable.requests}, when it has one. */
@@ -227,9 +214,12 @@ interface Waiter {
 type KnownRequest = { waiter: Waiter; held?: undefined } | { held: Held; waiter?: undefined };
 
 interface Held {
+  /** Its `expiresAt` is filled in when the lease is shown ({@link LockTable.leaseOf}). */
   lease: Lease;
   /** The key of the request id it was granted to, forgotten when it ends. */
   requestKey?: string;
+  /** When the lease runs out (monotonic clock); null for a hold. */
+  deadline: number | null;
   /** The lease length renewals default to; null for a hold. */
   ttlMs: number | null;
   timer?: TimerHandle;
@@ -247,6 +237,8 @@ interface Entry {
   waiters: Set<Waiter>;
   /** The outside holder that kept the head of the queue from being granted, when there was one. */
   blockedBy?: ForeignLockHolder;
+  /** Why the outside lock could not be taken at all the last time (a full disk, say), until it can. */
+  claimError?: BerthError;
   blocked: boolean;
   unwatch?: () => void;
 }
@@ -315,13 +307,13 @@ export class LockTable {
    */
   renew(leaseToken: string, ttlMs?: number): Lease {
     const held = this.heldLease(leaseToken);
-    if (held.ttlMs === null) return { ...held.lease };
+    if (held.ttlMs === null) return this.leaseOf(held);
     const ttl = ttlMs === undefined ? held.ttlMs : checkTtl(ttlMs, this.limits);
     held.ttlMs = ttl;
     held.lease.ttlMs = ttl;
-    held.lease.expiresAt = this.clock.now() + ttl;
+    held.deadline = this.clock.monotonicNow() + ttl;
     this.scheduleExpiry(held);
-    return { ...held.lease };
+    return this.leaseOf(held);
   }
 
   /**
@@ -361,13 +353,19 @@ export class LockTable {
     const entry = this.refresh(key);
     let holder: LockHolderInfo | null = null;
     if (entry?.holder) {
-      holder = berthHolder(entry.holder);
+      holder = this.berthHolder(entry.holder);
     } else {
       const foreign = this.external?.peek(key);
       if (foreign) holder = seedFileHolder(foreign);
     }
+    const wallTime = wallTimesOf(this.clock);
     const waiters: LockWaiterInfo[] = entry
-      ? [...entry.waiters].map((w) => ({ kind: w.ttlMs === null ? "stream" : "lease", owner: w.owner, since: w.since, deadline: Math.max(...[...w.calls].map((c) => c.deadline)) }))
+      ? [...entry.waiters].map((w): LockWaiterInfo => {
+          // Both ends from one reading of the clocks: shown together, they are exactly the wait apart.
+          const since = wallTime(w.startedAt);
+          const deadline = since + Math.round(Math.max(...[...w.calls].map((c) => c.deadline)) - w.startedAt);
+          return { kind: w.ttlMs === null ? "stream" : "lease", owner: w.owner, since, deadline };
+        })
       : [];
     return { file: key, lockPath: this.external?.pathFor(key) ?? null, holder, waiters, lastFencingToken: this.lastTokens.get(key) ?? null };
   }
@@ -424,7 +422,7 @@ export class LockTable {
     // NUL separates: no path, owner or id contains one.
     const requestKey = requestId === undefined ? undefined : `${key}\0${owner}\0${requestId}`;
     const known = requestKey === undefined ? undefined : this.requests.get(requestKey);
-    if (known?.held) return Promise.resolve({ ...known.held.lease });
+    if (known?.held) return Promise.resolve(this.leaseOf(known.held));
     const entry = this.entryFor(key);
     if (known?.waiter) {
       // A repeat of a request that still waits: its own wait, the first one's place.
@@ -441,7 +439,7 @@ export class LockTable {
         try {
           const held = this.grant(entry, owner, ttlMs, claim === true ? undefined : claim, holdSignal);
           if (requestKey !== undefined) this.remember(requestKey, held);
-          return Promise.resolve({ ...held.lease });
+          return Promise.resolve(this.leaseOf(held));
         } finally {
           this.settle(entry);
         }
@@ -462,20 +460,21 @@ export class LockTable {
     }
 
     return new Promise<Lease>((resolve, reject) => {
-      const waiter: Waiter = { owner, ttlMs, holdSignal, since: this.clock.now(), calls: new Set(), onWaiting: request.onWaiting, toldPosition: 0, toldHolder: undefined };
+      const startedAt = this.clock.monotonicNow();
+      const waiter: Waiter = { owner, ttlMs, holdSignal, startedAt, calls: new Set(), onWaiting: request.onWaiting, toldPosition: 0, toldHolder: undefined };
       if (requestKey !== undefined) {
         waiter.requestKey = requestKey;
         this.requests.set(requestKey, { waiter });
       }
       entry.waiters.add(waiter);
-      this.addCall(entry, waiter, { waitMs, signal, resolve, reject });
+      this.addCall(entry, waiter, { waitMs, signal, resolve, reject }, startedAt);
       this.settle(entry);
     });
   }
 
   /** Adds a call to a queued request: it gives up on its own deadline or signal; the place goes with the last call. */
-  private addCall(entry: Entry, waiter: Waiter, request: Pick<WaitingCall, "waitMs" | "signal" | "resolve" | "reject">): void {
-    const call: WaitingCall = { ...request, deadline: this.clock.now() + request.waitMs };
+  private addCall(entry: Entry, waiter: Waiter, request: Pick<WaitingCall, "waitMs" | "signal" | "resolve" | "reject">, now = this.clock.monotonicNow()): void {
+    const call: WaitingCall = { ...request, deadline: now + request.waitMs };
     waiter.calls.add(call);
     this.scheduleDeadline(entry, waiter, call);
     const signal = call.signal;
@@ -512,7 +511,7 @@ export class LockTable {
    * Takes the outside lock for a grant. Returns the handle, `true` when there is no outside lock,
    * or undefined when another process holds it (recorded in `entry.blockedBy`). When the outside
    * lock cannot be taken at all (permissions, disk full), a direct request (`failLoudly`) is refused
-   * with `unavailable` saying why; for the queue it counts as busy, and the re-check tries again.
+   * saying why (DISK_FULL, STATE_READ_ONLY, TOO_MANY_OPEN_FILES, else STORAGE_UNAVAILABLE); for the queue it counts as busy, and the re-check tries again.
    */
   private claimExternal(entry: Entry, owner: string, at: number, failLoudly = false): ExternalLockHandle | true | undefined {
     if (!this.external) return true;
@@ -521,18 +520,20 @@ export class LockTable {
       claim = this.external.claim(entry.key, { owner, at });
     } catch (error) {
       this.logger.error({ file: entry.key, err: error }, "cannot take the lock file");
+      const lockPath = this.external.pathFor(entry.key);
+      const what = `no lock was granted: cannot take the lock file ${lockPath} for ${entry.key}`;
+      entry.claimError =
+        stateWriteError(error, what, path.dirname(lockPath), { file: entry.key, lockPath }) ??
+        new BerthError("unavailable", `cannot take the lock file ${lockPath} for ${entry.key}: ${(error as Error).message}`, { file: entry.key, lockPath }, { reason: "STORAGE_UNAVAILABLE", retryAfterMs: LOCK_RETRY_AFTER_MS });
       if (failLoudly) {
+        const refusal = entry.claimError;
         this.settle(entry);
-        throw new BerthError(
-          "unavailable",
-          `cannot take the lock file ${this.external.pathFor(entry.key)} for ${entry.key}: ${(error as Error).message}`,
-          { file: entry.key, lockPath: this.external.pathFor(entry.key) },
-          { reason: "STORAGE_UNAVAILABLE", retryAfterMs: LOCK_RETRY_AFTER_MS },
-        );
+        throw refusal;
       }
       entry.blocked = true;
       return undefined;
     }
+    delete entry.claimError;
     if (claim.ok) {
       entry.blocked = false;
       delete entry.blockedBy;
@@ -551,9 +552,8 @@ export class LockTable {
       if (external) this.external?.release(external);
       throw error;
     }
-    const now = this.clock.now();
-    const lease: Lease = { leaseToken: randomUUID(), fencingToken, file: entry.key, owner, acquiredAt: now, expiresAt: ttlMs === null ? null : now + ttlMs, ttlMs };
-    const held: Held = { lease, ttlMs };
+    const lease: Lease = { leaseToken: randomUUID(), fencingToken, file: entry.key, owner, acquiredAt: this.clock.now(), expiresAt: null, ttlMs };
+    const held: Held = { lease, deadline: ttlMs === null ? null : this.clock.monotonicNow() + ttlMs, ttlMs };
     if (external) held.external = external;
     entry.holder = held;
     this.leases.set(lease.leaseToken, held);
@@ -568,9 +568,19 @@ export class LockTable {
     return held;
   }
 
-  /** Hands the lock to waiters in order for as long as it is free. */
+  /**
+   * Hands the lock to waiters in order for as long as it is free — once the clock is awake: right
+   * after a pause (the service was stopped) the I/O that piled up is read first, so that a waiter
+   * whose client left during the pause is dropped before its turn comes.
+   */
   private pump(entry: Entry): void {
     if (this.entries.get(entry.key) !== entry) return;
+    this.expireIfDue(entry);
+    this.clock.whenAwake(() => this.handOn(entry));
+  }
+
+  private handOn(entry: Entry): void {
+    if (this.closed || this.entries.get(entry.key) !== entry) return;
     this.expireIfDue(entry);
     while (!entry.holder) {
       const head = entry.waiters.values().next().value;
@@ -588,7 +598,7 @@ export class LockTable {
         continue;
       }
       if (head.requestKey !== undefined) this.remember(head.requestKey, held);
-      for (const call of calls) call.resolve({ ...held.lease });
+      for (const call of calls) call.resolve(this.leaseOf(held));
     }
     this.settle(entry);
   }
@@ -615,7 +625,7 @@ export class LockTable {
       position++;
       if (!waiter.onWaiting) continue;
       if (holder === undefined) {
-        holder = entry.holder ? berthHolder(entry.holder) : entry.blockedBy ? seedFileHolder(entry.blockedBy) : null;
+        holder = entry.holder ? this.berthHolder(entry.holder) : entry.blockedBy ? seedFileHolder(entry.blockedBy) : null;
         holderId = entry.holder ? entry.holder.lease.leaseToken : entry.blockedBy ? `${entry.blockedBy.pid}:${entry.blockedBy.token}:${entry.blockedBy.since}` : undefined;
       }
       if (waiter.toldPosition === position && waiter.toldHolder === holderId) continue;
@@ -657,12 +667,35 @@ export class LockTable {
     }
   }
 
-  /** Frees a lease whose time is up even if its timer has not fired yet (a busy event loop). */
+  /**
+   * Frees a lease whose time is up even if its timer has not fired yet (a busy event loop, a pause),
+   * with every other lease whose time is up, earliest first (see {@link expireOverdue}).
+   */
   private expireIfDue(entry: Entry): boolean {
     const held = entry.holder;
-    if (!held || held.lease.expiresAt === null || this.clock.now() < held.lease.expiresAt) return false;
-    this.free(entry, held, "expired");
+    if (!held || held.deadline === null || this.clock.monotonicNow() < held.deadline) return false;
+    this.expireOverdue(entry);
     return true;
+  }
+
+  /**
+   * Ends every lease whose time is up, in the order their times came, and hands on each freed lock
+   * but `except`'s (its caller does). After a pause several leases are overdue at once, and the
+   * first to be looked at (a renewal read before the timers ran) need not be the first that ran out.
+   */
+  private expireOverdue(except?: Entry): void {
+    const now = this.clock.monotonicNow();
+    const due: Held[] = [];
+    for (const held of this.leases.values()) if (held.deadline !== null && held.deadline <= now) due.push(held);
+    due.sort((a, b) => a.deadline! - b.deadline!);
+    const freed: Entry[] = [];
+    for (const held of due) {
+      const entry = this.entries.get(held.lease.file);
+      if (!entry || entry.holder !== held) continue;
+      this.free(entry, held, "expired");
+      if (entry !== except) freed.push(entry);
+    }
+    for (const entry of freed) this.pump(entry);
   }
 
   /** The entry of `key` after serving an overdue expiry (to the next waiter, if any). */
@@ -674,24 +707,27 @@ export class LockTable {
 
   private scheduleExpiry(held: Held): void {
     if (held.timer !== undefined) this.clock.clearTimeout(held.timer);
-    const expiresAt = held.lease.expiresAt;
-    if (expiresAt === null) return;
+    const deadline = held.deadline;
+    if (deadline === null) return;
     held.timer = this.clock.setTimeout(() => {
       delete held.timer;
       const entry = this.entries.get(held.lease.file);
       if (!entry || entry.holder !== held) return;
       // A real timer may fire a hair early; never cut a lease short.
-      if (this.clock.now() < expiresAt) return this.scheduleExpiry(held);
+      const now = this.clock.monotonicNow();
+      if (now < deadline) return this.scheduleExpiry(held);
+      // Late by more than a moment (the process was paused): others may be overdue too, and earlier.
+      if (now - deadline > STALL_MS) return this.expireOverdue();
       this.free(entry, held, "expired");
       this.pump(entry);
-    }, expiresAt - this.clock.now());
+    }, deadline - this.clock.monotonicNow());
   }
 
   private scheduleDeadline(entry: Entry, waiter: Waiter, call: WaitingCall): void {
     call.timer = this.clock.setTimeout(() => {
       delete call.timer;
       if (!waiter.calls.has(call)) return;
-      if (this.clock.now() < call.deadline) return this.scheduleDeadline(entry, waiter, call);
+      if (this.clock.monotonicNow() < call.deadline) return this.scheduleDeadline(entry, waiter, call);
       // The head's turn may have come without an event (a lock file we could not watch): look once more.
       this.pump(entry);
       if (!waiter.calls.has(call)) return;
@@ -699,9 +735,10 @@ export class LockTable {
       this.dropCall(waiter, call);
       const last = waiter.calls.size === 0;
       if (last) this.dropWaiter(entry, waiter);
-      call.reject(this.lockedError(entry, call.waitMs, ahead));
+      // Free but for a lock file that could not be made (a full disk): that is the reason to give.
+      call.reject(!entry.holder && entry.claimError ? entry.claimError : this.lockedError(entry, call.waitMs, ahead));
       if (last) this.pump(entry);
-    }, call.deadline - this.clock.now());
+    }, call.deadline - this.clock.monotonicNow());
   }
 
   private dropCall(waiter: Waiter, call: WaitingCall): void {
@@ -716,6 +753,18 @@ export class LockTable {
     entry.waiters.delete(waiter);
     for (const call of [...waiter.calls]) this.dropCall(waiter, call);
     if (waiter.requestKey !== undefined && this.requests.get(waiter.requestKey)?.waiter === waiter) this.requests.delete(waiter.requestKey);
+  }
+
+  /** The lease as shown to its holder: a copy, its end in wall-clock time as of now. */
+  private leaseOf(held: Held): Lease {
+    return { ...held.lease, expiresAt: held.deadline === null ? null : wallTimeOf(this.clock, held.deadline) };
+  }
+
+  private berthHolder(held: Held): LockHolderInfo {
+    const lease = this.leaseOf(held);
+    const holder: LockHolderInfo = { kind: lease.ttlMs === null ? "stream" : "lease", owner: lease.owner, fencingToken: lease.fencingToken, since: lease.acquiredAt, expiresAt: lease.expiresAt };
+    if (held.external) holder.pid = held.external.pid;
+    return holder;
   }
 
   private entryFor(key: string): Entry {
@@ -768,12 +817,20 @@ export class LockTable {
     const options = { reason: "WAIT_EXHAUSTED", retryAfterMs: LOCK_RETRY_AFTER_MS };
     const held = entry.holder;
     if (held) {
-      const info = berthHolder(held);
+      const info = this.berthHolder(held);
       const details: Record<string, unknown> = { ...base, owner: info.owner, acquireTime: info.since, fencingToken: held.lease.fencingToken, kind: info.kind };
       if (info.pid !== undefined) details.pid = info.pid;
       return new BerthError("resource_exhausted", `source locked: ${key} is held by ${info.owner} since ${iso(info.since)} (fencing token ${held.lease.fencingToken}); ${waited}; ${hint}`, details, options);
     }
-    const foreign = this.external?.peek(key) ?? entry.blockedBy;
+    let foreign: ForeignLockHolder | undefined;
+    try {
+      foreign = this.external?.peek(key);
+    } catch (error) {
+      // (No descriptor left to read the lock file with, say.) The refusal must still go out: the
+      // waiter is already out of the queue.
+      this.logger.warn({ file: key, err: error }, "cannot read the lock file to name its holder");
+    }
+    foreign ??= entry.blockedBy;
     if (foreign) {
       const who = `${foreign.owner ?? "an unknown owner"}${foreign.pid !== undefined ? ` (pid ${foreign.pid})` : ""}`;
       const details: Record<string, unknown> = { ...base, owner: foreign.owner ?? "", acquireTime: foreign.since, fencingToken: 0, kind: "seed-file" };
@@ -788,13 +845,6 @@ export class LockTable {
       options,
     );
   }
-}
-
-function berthHolder(held: Held): LockHolderInfo {
-  const { lease } = held;
-  const holder: LockHolderInfo = { kind: lease.ttlMs === null ? "stream" : "lease", owner: lease.owner, fencingToken: lease.fencingToken, since: lease.acquiredAt, expiresAt: lease.expiresAt };
-  if (held.external) holder.pid = held.external.pid;
-  return holder;
 }
 
 function seedFileHolder(foreign: ForeignLockHolder): LockHolderInfo {

@@ -12,8 +12,9 @@ import * as path from "node:path";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { ManualClock } from "@berth/shared/clock";
 import { BerthError } from "@berth/shared/errors";
-import { createLockService, type LockService } from "./lock-service.js";
-import { clearStaleLockFile, judgeLockFile, lockFilePath, newLockFileRecord, readLockFile, SeedLockFiles, tryCreateLockFile } from "./seed-lock-files.js";
+import { createSourceLocks, type SourceLocks } from "./source-locks.js";
+import { clearStaleLockFile, judgeLockFile, lockFilePath, newLockFileRecord, readLockFile, tryCreateLockFile } from "./lock-file-protocol.js";
+import { SeedLockFiles } from "./seed-lock-files.js";
 
 const forbidden = vi.hoisted(() => new Set<string>());
 
@@ -32,7 +33,7 @@ let root: string;
 let projectRoot: string;
 let liveDir: string;
 let locksDir: string;
-let services: LockService[];
+let services: SourceLocks[];
 
 beforeEach(() => {
   root = fs.mkdtempSync(path.join(tmpdir(), "berth-lockperm-"));
@@ -91,7 +92,7 @@ describe("a lock file this service may not read", () => {
   it("makes the lock service answer: Inspect names it, Acquire is refused as locked, a waiter gives up at its deadline", async () => {
     const lockPath = foreignUnreadable(90_000);
     const clock = new ManualClock();
-    const locks = createLockService({ projectRoot, stateDir: path.join(root, "state"), liveDir, clock });
+    const locks = createSourceLocks({ projectRoot, stateDir: path.join(root, "state"), liveDir, clock });
     services.push(locks);
 
     expect(locks.inspect(key())).toMatchObject({ lockPath, holder: { kind: "seed-file", readable: false } });

@@ -9,14 +9,14 @@ import { HolderKind, LockHeldSchema, LockService as LockServiceDesc, type HoldRe
 import { ManualClock } from "@berth/shared/clock";
 import { BerthError } from "@berth/shared/errors";
 import { createErrorInterceptor, createObserverInterceptor, ServerMetrics } from "@berth/shared/server/index";
-import { createLockService, DEFAULT_LOCK_LIMITS, LOCK_RETRY_AFTER_MS, lockFilePath, type LockLimits, type LockService } from "../locks/index.js";
+import { createSourceLocks, DEFAULT_LOCK_LIMITS, LOCK_RETRY_AFTER_MS, lockFilePath, type LockLimits, type SourceLocks } from "../locks/index.js";
 import { durationInput, makeFenceCheck, makeLockHandlers, MAX_KEEPALIVE_TOKENS } from "./lock-handlers.js";
 
 let root: string;
 let projectRoot: string;
 let liveDir: string;
 let clock: ManualClock;
-let locks: LockService;
+let locks: SourceLocks;
 let client: Client<typeof LockServiceDesc>;
 let metrics: ServerMetrics;
 
@@ -28,7 +28,7 @@ const HEARTBEAT_MS = 1_000;
 /** A lock service with `limits` and a client of its handlers, replacing the ones of beforeEach. */
 function serve(limits?: Partial<LockLimits>): void {
   locks?.close();
-  locks = createLockService({ projectRoot, stateDir: path.join(root, "state"), liveDir, clock, ...(limits === undefined ? {} : { limits }) });
+  locks = createSourceLocks({ projectRoot, stateDir: path.join(root, "state"), liveDir, clock, ...(limits === undefined ? {} : { limits }) });
   const quiet = { debug() {}, info() {}, warn() {}, error() {} };
   const transport = createRouterTransport((router) => router.service(LockServiceDesc, makeLockHandlers({ locks, clock, heartbeatMs: HEARTBEAT_MS })), {
     // As the server has them: the observer (which keeps the open streams) outermost.
@@ -202,7 +202,7 @@ describe("Acquire and Release", () => {
 
   it("bounds the wait by the call's deadline, answering WAIT_EXHAUSTED before it", async () => {
     // Real time here: the deadline is the client's, not the service clock's.
-    const real = createLockService({ projectRoot, stateDir: path.join(root, "state-real"), liveDir: null });
+    const real = createSourceLocks({ projectRoot, stateDir: path.join(root, "state-real"), liveDir: null });
     try {
       const realClient = createClient(
         LockServiceDesc,
@@ -418,6 +418,8 @@ describe("Hold", () => {
     expect(acquired.case === "acquired" && acquired.value.fencingToken).toBeGreaterThan(alice.fencingToken);
     expect(locks.inspect(FILE).holder).toMatchObject({ kind: "stream", owner: "holder" });
 
+    // Heartbeats keep their period whichever way the wall clock steps, and say the wall time.
+    clock.stepWall(-3_600_000);
     clock.advance(HEARTBEAT_MS);
     await vi.waitFor(() => expect(hold.kinds()).toEqual(["waiting", "waiting", "acquired", "heartbeat"]));
     const beat = hold.messages[3]!.kind;

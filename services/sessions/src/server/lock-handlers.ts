@@ -33,7 +33,7 @@ import type { Clock } from "@berth/shared/clock";
 import { systemClock } from "@berth/shared/clock";
 import { BerthError, invalidArgument, isBerthError } from "@berth/shared/errors";
 import { abortable, abortError, berthErrorToConnect, streamHolds } from "@berth/shared/server/index";
-import { checkFencingToken, type Lease, type LockHolderInfo, type LockService, type WaitingUpdate } from "../locks/index.js";
+import { checkFencingToken, type Lease, type LockHolderInfo, type SourceLocks, type WaitingUpdate } from "../locks/index.js";
 
 /** How often an open Hold stream carries a heartbeat once the lock is granted. */
 export const HOLD_HEARTBEAT_MS = 5_000;
@@ -53,14 +53,14 @@ const DEADLINE_MARGIN_MS = 100;
 
 /** What the lock handlers are built from. */
 export interface LockHandlerOptions {
-  readonly locks: LockService;
+  readonly locks: SourceLocks;
   /** Heartbeat interval of Hold streams; default {@link HOLD_HEARTBEAT_MS}. */
   readonly heartbeatMs?: number;
   /** Times heartbeats; default the system clock (tests pass a ManualClock). */
   readonly clock?: Clock;
 }
 
-/** The LockService implementation over a lock service. */
+/** The LockService implementation over the source locks. */
 export function makeLockHandlers(options: LockHandlerOptions): ServiceImpl<typeof LockServiceDesc> {
   const { locks } = options;
   const clock = options.clock ?? systemClock;
@@ -192,7 +192,7 @@ export function makeLockHandlers(options: LockHandlerOptions): ServiceImpl<typeo
  * The check it returns throws `aborted` (details: file, fencingToken, currentToken — the
  * FenceRejected detail's fields) unless `token` is the current fencing token of the file's lock.
  */
-export function makeFenceCheck(locks: Pick<LockService, "resolveFile" | "checkToken">): (file: string, token: bigint) => () => void {
+export function makeFenceCheck(locks: Pick<SourceLocks, "resolveFile" | "checkToken">): (file: string, token: bigint) => () => void {
   return (file, token) => {
     const key = locks.resolveFile(file, "fence.file");
     const value = checkFencingToken(token, "fence.fencing_token");
@@ -212,7 +212,7 @@ export function makeFenceCheck(locks: Pick<LockService, "resolveFile" | "checkTo
 
 /** Waiting updates while queued (the latest one only, if several came between two sends), then the grant. */
 async function* holdStream(
-  locks: LockService,
+  locks: SourceLocks,
   request: { file: string; owner: string; waitMs: number; signal: AbortSignal },
   context: HandlerContext,
 ): AsyncGenerator<HoldResponse, Lease> {
@@ -259,7 +259,7 @@ async function* holdStream(
 }
 
 /** One renewal: the renewed expiry, or `alive = false` for a lease that is gone. */
-function renewal(locks: LockService, token: string): Renewal {
+function renewal(locks: SourceLocks, token: string): Renewal {
   try {
     const lease = locks.renew(token);
     return create(RenewalSchema, {

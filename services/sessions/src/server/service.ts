@@ -7,7 +7,8 @@ import type { Logger } from "pino";
 import { LockService } from "@berth/api/berth/locks/v1/lock_service_pb";
 import { SessionService } from "@berth/api/berth/sessions/v1/session_service_pb";
 import { defineConfig, integerParser, oneOf, parseNonEmpty, parsePort, type ConfigValues } from "@berth/shared/config";
-import { acquireElection, type ElectionLock } from "@berth/shared/election";
+import { fileElector } from "@berth/shared/election";
+import type { ElectionLock, Elector } from "@berth/shared/elector";
 import { invalidArgument } from "@berth/shared/errors";
 import { implement, serveElected, type CommonValues, type ServerContext, type ServiceDefinition } from "@berth/shared/server/index";
 import { formatDuration, formatSize, parseDuration, parseSize } from "@berth/shared/units";
@@ -15,7 +16,7 @@ import { createSessionStore, DEFAULT_CACHE_SIZE, DEFAULT_MAX_EVENT_BYTES, DEFAUL
 import { resolveSessionDirs } from "../session-paths.js";
 import { DEFAULT_MAX_BUFFERED } from "../watch-hub.js";
 import { createSessionHandlers, type FenceCheck } from "./session-handlers.js";
-import { createLockService, DEFAULT_LOCK_LIMITS, PRIVATE_LOCK_FILE_MODE, SHARED_LOCK_FILE_MODE, type LockService as LockDomain } from "../locks/index.js";
+import { createSourceLocks, DEFAULT_LOCK_LIMITS, PRIVATE_LOCK_FILE_MODE, SHARED_LOCK_FILE_MODE, type SourceLocks } from "../locks/index.js";
 import { makeFenceCheck, makeLockHandlers } from "./lock-handlers.js";
 
 /** The default port of the sessions service. */
@@ -149,10 +150,10 @@ export interface OpenedSessions {
  * (`<live>/sessions/berth-sessions.lock`), so two berth services with different state directories
  * cannot both write one project's journals.
  */
-export function openSessions(values: SessionsValues, logger: Logger): OpenedSessions {
+export async function openSessions(values: SessionsValues, logger: Logger, elector: Elector = fileElector): Promise<OpenedSessions> {
   const dirs = resolveSessionDirs(values.liveDir === undefined ? { stateDir: values.stateDir } : { liveDir: values.liveDir });
   let liveElection: ElectionLock | undefined;
-  if (values.liveDir !== undefined) liveElection = acquireElection(dirs.dir, "berth-sessions", { service: "sessions" });
+  if (values.liveDir !== undefined) liveElection = await elector.acquire(dirs.dir, "berth-sessions", { service: "sessions" });
   try {
     const store = createSessionStore({
       dir: dirs.dir,
@@ -197,13 +198,13 @@ export function sessionServiceRegistration(store: SessionStore, context: ServerC
  * `<live-dir>/locks/` (beside the seed's processes of that project) or, without a live directory,
  * in `<state-dir>/locks/`.
  */
-export function openLocks(values: SessionsValues, logger: Logger): LockDomain {
+export function openLocks(values: SessionsValues, logger: Logger): SourceLocks {
   const projectRoot = values.projectRoot === undefined ? undefined : path.resolve(values.projectRoot);
   const liveDir = path.resolve(values.liveDir ?? values.stateDir);
   // In the state directory the lock files are as private as the rest of it; in a project's live
   // directory they are readable like the seed's, for the project's seed processes.
   const lockFileMode = values.liveDir === undefined ? PRIVATE_LOCK_FILE_MODE : SHARED_LOCK_FILE_MODE;
-  const locks = createLockService({
+  const locks = createSourceLocks({
     projectRoot,
     stateDir: path.resolve(values.stateDir),
     liveDir,
@@ -216,7 +217,7 @@ export function openLocks(values: SessionsValues, logger: Logger): LockDomain {
 }
 
 /** The LockService registration over `locks`, with its gauges on the server's metrics. */
-export function lockServiceRegistration(locks: LockDomain, context: ServerContext) {
+export function lockServiceRegistration(locks: SourceLocks, context: ServerContext) {
   context.metrics.registerGauge("berth_locks_held", "Source locks held through berth (leases and Hold streams).", () => locks.stats().held);
   context.metrics.registerGauge("berth_locks_waiting", "Requests waiting for a source lock.", () => locks.stats().waiting);
   context.metrics.registerGauge("berth_locks_blocked_by_lock_files", "Locks whose queue waits for a lock file held by a process using the seed's library.", () => locks.stats().blockedByLockFiles);
@@ -235,8 +236,8 @@ export const sessionsService: ServiceDefinition<typeof SESSIONS_SETTINGS> = {
       socket: values.sessionsSocket,
       logger,
       open: async () => {
-        const sessions = openSessions(values, logger);
-        let locks: LockDomain;
+        const sessions = await openSessions(values, logger);
+        let locks: SourceLocks;
         try {
           locks = openLocks(values, logger);
         } catch (error) {

@@ -27,7 +27,7 @@ import {
 import { ManualClock } from "@berth/shared/clock";
 import { implement, startServer, type RunningServer } from "@berth/shared/server/index";
 import { WIRE_PROTOCOLS, connectOver, type WireProtocol } from "@berth/shared/testing/wire-protocols";
-import { createLockService, type LockService as LockDomain } from "../locks/index.js";
+import { createSourceLocks, type SourceLocks } from "../locks/index.js";
 import { SessionStore } from "../session-store.js";
 import { makeLockHandlers } from "./lock-handlers.js";
 import { createSessionHandlers } from "./session-handlers.js";
@@ -41,7 +41,7 @@ const silent = { debug() {}, info() {}, warn() {}, error() {} };
 let root: string;
 let clock: ManualClock;
 let store: SessionStore;
-let locks: LockDomain;
+let locks: SourceLocks;
 let server: RunningServer;
 const closers: Array<() => void> = [];
 
@@ -50,7 +50,7 @@ beforeEach(async () => {
   fs.mkdirSync(path.join(root, "project", "src"), { recursive: true });
   clock = new ManualClock(Date.UTC(2026, 0, 1, 12));
   store = new SessionStore({ dir: path.join(root, "sessions"), clock, fsync: "none" });
-  locks = createLockService({ projectRoot: path.join(root, "project"), stateDir: path.join(root, "state"), liveDir: null, clock });
+  locks = createSourceLocks({ projectRoot: path.join(root, "project"), stateDir: path.join(root, "state"), liveDir: null, clock });
   server = await startServer({
     name: "sessions",
     logger: silent,

@@ -1422,12 +1422,20 @@ export const GetLimitsResponseSchema: GenMessage<GetLimitsResponse> = /*@__PURE_
  * | FAILED_PRECONDITION | IMPOSSIBLE            | the need exceeds the whole budget: declare less or raise the budget |
  * | RESOURCE_EXHAUSTED  | QUEUE_FULL            | the queue is full; retry after RetryInfo     |
  * | RESOURCE_EXHAUSTED  | WAIT_EXHAUSTED        | waited the whole wait; retry after RetryInfo |
+ * | RESOURCE_EXHAUSTED  | DISK_FULL             | the running tally could not be saved: free space in the state directory, retry |
+ * | RESOURCE_EXHAUSTED  | TOO_MANY_OPEN_FILES   | no file descriptor left to save the tally: retry after RetryInfo, or raise `ulimit -n` |
  * | NOT_FOUND           | RESERVATION_NOT_FOUND | the reservation is gone (released, expired)  |
+ * | UNAVAILABLE         | STATE_READ_ONLY       | the state directory is not writable: make it writable, retry |
  * | UNAVAILABLE         | SHUTTING_DOWN         | retry on the restarted service               |
  * | UNAUTHENTICATED     | TOKEN_MISSING, TOKEN_INVALID | send `authorization: Bearer <token>`  |
  *
  * WAIT_EXHAUSTED is not DEADLINE_EXCEEDED, which clients read as their own
- * call deadline. A running entry that is gone is no error: KeepAlive answers
+ * call deadline. DISK_FULL, STATE_READ_ONLY and TOO_MANY_OPEN_FILES refuse
+ * the changes of the running tally (RegisterRunning, StopRunning, Admit's
+ * `started`, a running entry's KeepAlive) when its file cannot be written,
+ * naming the state directory. A refused RegisterRunning or `started` counts
+ * nothing and a refused StopRunning keeps the entry counted, as the file has
+ * them, so a retry counts once. Admission, reservations and reads go on. A running entry that is gone is no error: KeepAlive answers
  * `alive = false` and StopRunning `stopped = false`. A client that goes away
  * mid-call leaves nothing behind: no reservation, no queued request.
  *

@@ -927,12 +927,23 @@ export const HolderKindSchema: GenEnum<HolderKind> = /*@__PURE__*/
  * | RESOURCE_EXHAUSTED  | WAIT_EXHAUSTED  | the lock stayed held for the whole wait (LockHeld); retry later (RetryInfo) |
  * | RESOURCE_EXHAUSTED  | TOO_MANY_WAITERS| the file's queue is full; retry later (RetryInfo) |
  * | RESOURCE_EXHAUSTED  | MESSAGE_TOO_LARGE | the request exceeds the message size limit   |
+ * | RESOURCE_EXHAUSTED  | DISK_FULL       | the state directory's file system is full (a lock file or the fencing state could not be written): free space, retry |
+ * | RESOURCE_EXHAUSTED  | TOO_MANY_OPEN_FILES | the service has no file descriptor left for a lock file: retry (RetryInfo), or raise its `ulimit -n` |
  * | FAILED_PRECONDITION | LEASE_RELEASED  | a Hold's lease was released through Release    |
- * | UNAVAILABLE         | STORAGE_UNAVAILABLE | the file system refused (a lock file, the fencing state, resolving the path; the message says which): retry (RetryInfo) |
+ * | UNAVAILABLE         | STATE_READ_ONLY | the state directory (or the lock files' directory) is not writable: make it writable, retry (RetryInfo) |
+ * | UNAVAILABLE         | STORAGE_UNAVAILABLE | the file system refused otherwise (a lock file, the fencing state, resolving the path; the message says which): retry (RetryInfo) |
  * | UNAVAILABLE         | SHUTTING_DOWN   | retry on the restarted service (RetryInfo)     |
  * | UNAUTHENTICATED     | TOKEN_MISSING, TOKEN_INVALID | send `authorization: Bearer <token>` |
  * | CANCELLED, DEADLINE_EXCEEDED | CANCELLED, DEADLINE_EXCEEDED | the caller's own cancel/deadline |
  * | INTERNAL            | INTERNAL        | a bug: see the service's log                   |
+ *
+ * DISK_FULL, STATE_READ_ONLY and TOO_MANY_OPEN_FILES name the directory and
+ * what to do, and refuse only the grant that needed the write: held leases,
+ * renewals, releases, Inspect and CheckToken go on. The fencing state is one
+ * fixed-size record, overwritten in place when no new file fits: a full disk
+ * stops only the grants that need a new lock file.
+ * A waiter whose lock came free while its lock file could not be made is
+ * refused with that reason when its wait runs out, not WAIT_EXHAUSTED.
  *
  * @generated from service berth.locks.v1.LockService
  */

@@ -1434,6 +1434,7 @@ export const EntryIntegritySchema: GenEnum<EntryIntegrity> = /*@__PURE__*/
  * | RESOURCE_EXHAUSTED  | MESSAGE_TOO_LARGE       | the request exceeds the message size limit   |
  * | RESOURCE_EXHAUSTED  | WATCHER_LAGGED          | resume the watch where WatcherLagged says    |
  * | RESOURCE_EXHAUSTED  | DISK_FULL               | free space in the state directory, retry     |
+ * | RESOURCE_EXHAUSTED  | TOO_MANY_OPEN_FILES     | no file descriptor left: retry (RetryInfo), or raise the service's `ulimit -n` |
  * | UNAVAILABLE         | APPEND_OVERTAKEN        | retry the same call as is (RetryInfo)        |
  * | UNAVAILABLE         | STATE_READ_ONLY         | the state directory is not writable          |
  * | UNAVAILABLE         | SHUTTING_DOWN           | retry on the restarted service (RetryInfo)   |
@@ -1442,7 +1443,12 @@ export const EntryIntegritySchema: GenEnum<EntryIntegrity> = /*@__PURE__*/
  * | INTERNAL            | INTERNAL                | a bug: see the service's log                 |
  *
  * A wrong request is refused before anything is written; a refused append
- * writes nothing.
+ * writes nothing, but for one case: an append whose error's ErrorInfo
+ * metadata has `outcome` = `unknown` (DISK_FULL or STATE_READ_ONLY: the file
+ * system failed under its write and its bytes could not be cut back) may have
+ * been written, whole (never in part), or not at all. Read the session, or
+ * retry with the same idempotency key, which answers the append if it was
+ * kept.
  *
  * @generated from service berth.sessions.v1.SessionService
  */
@@ -1466,8 +1472,12 @@ export const SessionService: GenService<{
    * IdempotencyKeyReused); UNAVAILABLE APPEND_OVERTAKEN when another process
    * (a seed process sharing the live directory) appended to the journal
    * between berth's check and its write: retry as is, nothing of the append
-   * is kept (its bytes are blanked); RESOURCE_EXHAUSTED DISK_FULL,
-   * UNAVAILABLE STATE_READ_ONLY. Nothing of the append is kept on any error.
+   * is kept (its bytes are blanked); RESOURCE_EXHAUSTED DISK_FULL (the
+   * state directory's file system is full), RESOURCE_EXHAUSTED
+   * TOO_MANY_OPEN_FILES (no descriptor left to open the journal with),
+   * UNAVAILABLE STATE_READ_ONLY (it is not writable), each naming the
+   * directory. Nothing of the append is kept on any error but one whose
+   * metadata says `outcome` = `unknown` (see above).
    *
    * @generated from rpc berth.sessions.v1.SessionService.AppendEvent
    */
@@ -1519,7 +1529,9 @@ export const SessionService: GenService<{
    * Writes the session's snapshot file now, from a fresh replay of its
    * journal (the seed's `flush`), and returns that snapshot. Snapshot files
    * are otherwise written lazily; the journal is the truth. NOT_FOUND
-   * SESSION_NOT_FOUND for a session without a journal.
+   * SESSION_NOT_FOUND for a session without a journal; RESOURCE_EXHAUSTED
+   * DISK_FULL or TOO_MANY_OPEN_FILES, UNAVAILABLE STATE_READ_ONLY when the
+   * file cannot be written (the one already there, if any, stays whole).
    *
    * @generated from rpc berth.sessions.v1.SessionService.FlushSnapshot
    */

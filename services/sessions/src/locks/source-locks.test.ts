@@ -4,15 +4,15 @@ import * as path from "node:path";
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { ManualClock } from "@berth/shared/clock";
 import { BerthError } from "@berth/shared/errors";
-import { createLockService, type LockService } from "./lock-service.js";
-import { lockFilePath, readLockFile } from "./seed-lock-files.js";
+import { createSourceLocks, type SourceLocks } from "./source-locks.js";
+import { lockFilePath, readLockFile } from "./lock-file-protocol.js";
 import { childScripts, deadPid, spawnChild, type Child, type ChildScripts } from "./testing/child-scripts.js";
 
 let root: string;
 let projectRoot: string;
 let stateDir: string;
 let liveDir: string;
-let services: LockService[];
+let services: SourceLocks[];
 let children: Child[];
 let scripts: ChildScripts;
 
@@ -35,8 +35,8 @@ afterEach(async () => {
   fs.rmSync(root, { recursive: true, force: true });
 });
 
-function service(clock = new ManualClock(), options: { projectRoot?: string } = {}): { clock: ManualClock; locks: LockService } {
-  const locks = createLockService({ ...options, stateDir, liveDir, clock });
+function service(clock = new ManualClock(), options: { projectRoot?: string } = {}): { clock: ManualClock; locks: SourceLocks } {
+  const locks = createSourceLocks({ ...options, stateDir, liveDir, clock });
   services.push(locks);
   return { clock, locks };
 }
@@ -109,20 +109,20 @@ describe("lock files of berth's holders", () => {
 describe("fencing tokens across restarts", () => {
   it("rise after a clean restart and after a crash", async () => {
     const tokens: number[] = [];
-    const run = async (locks: LockService) => {
+    const run = async (locks: SourceLocks) => {
       for (let i = 0; i < 3; i++) {
         const lease = await locks.acquire({ file: key(), owner: "o" });
         tokens.push(lease.fencingToken);
         locks.release(lease.leaseToken);
       }
     };
-    const first = createLockService({ projectRoot, stateDir, liveDir, clock: new ManualClock() });
+    const first = createSourceLocks({ projectRoot, stateDir, liveDir, clock: new ManualClock() });
     await run(first);
     first.close();
-    const second = createLockService({ projectRoot, stateDir, liveDir, clock: new ManualClock() });
+    const second = createSourceLocks({ projectRoot, stateDir, liveDir, clock: new ManualClock() });
     await run(second);
     // second crashes: no close(); its lock files are gone (released), its fencing block is not returned.
-    const third = createLockService({ projectRoot, stateDir, liveDir, clock: new ManualClock() });
+    const third = createSourceLocks({ projectRoot, stateDir, liveDir, clock: new ManualClock() });
     services.push(third);
     await run(third);
     for (let i = 1; i < tokens.length; i++) expect(tokens[i]!).toBeGreaterThan(tokens[i - 1]!);

@@ -1,17 +1,17 @@
 /**
- * The source-lock service as one object: the lock table, its fencing tokens persisted under the
+ * Source locks as one object: the lock table, its fencing tokens persisted under the
  * state directory, and the seed's lock files in the live directory, wired together.
  */
 import * as path from "node:path";
 import type { Clock } from "@berth/shared/clock";
 import { systemClock } from "@berth/shared/clock";
-import { openFencingStore, type FencingStore } from "./fencing-store.js";
+import { createFencingStore, type FencingStore } from "./fencing-store.js";
 import type { LockLimits } from "./lock-input.js";
 import { LockTable, type LockLogger } from "./lock-table.js";
 import { SeedLockFiles } from "./seed-lock-files.js";
 
-/** What {@link createLockService} needs. */
-export interface LockServiceOptions {
+/** What {@link createSourceLocks} needs. */
+export interface SourceLocksOptions {
   /** The project as its seed processes spell it, when not by its real path (see SeedLockFilesOptions.projectRoot). */
   projectRoot?: string | undefined;
   /** berth's own state: fencing tokens go to `<stateDir>/locks/fencing.json`. */
@@ -35,7 +35,7 @@ export interface LockServiceOptions {
 }
 
 /** The lock table with its persistence; `close()` releases everything and persists the fencing state. */
-export interface LockService
+export interface SourceLocks
   extends Pick<LockTable, "acquire" | "holdAsLongAs" | "renew" | "release" | "whenLeaseEnds" | "inspect" | "checkToken" | "resolveFile" | "stats" | "limits"> {
   /** The directory of the seed's lock files, or null when they are off. */
   readonly locksDir: string | null;
@@ -44,9 +44,9 @@ export interface LockService
 }
 
 /** Builds the lock service. Throws when the fencing state exists but is damaged (see fencing-store.ts). */
-export function createLockService(options: LockServiceOptions): LockService {
+export function createSourceLocks(options: SourceLocksOptions): SourceLocks {
   const clock = options.clock ?? systemClock;
-  const fencing: FencingStore = openFencingStore(options.stateDir, options.fencingBlockSize === undefined ? {} : { blockSize: options.fencingBlockSize });
+  const fencing: FencingStore = createFencingStore(options.stateDir, options.fencingBlockSize === undefined ? {} : { blockSize: options.fencingBlockSize });
   const locksDir = options.liveDir === null ? null : path.join(options.liveDir, "locks");
   const files =
     locksDir === null
