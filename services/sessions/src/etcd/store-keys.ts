@@ -11,6 +11,7 @@
  * | `i/<session>/<idempotency key>` | first and last seq of the append that used it, its digest |
  * | `s/<session>` | a cached snapshot and the seq it is at |
  * | `l/<file>/w/<lease id, hex>` | a waiter for, or the holder of, a source lock; under its lease |
+ * | `el/<scope>/<name>` | the claim of an election's winner; under its lease |
  */
 
 /** Digits of a seq in an entry key: zero-padded so that key order is seq order. */
@@ -44,3 +45,6 @@ export function firstSeqOfEntryKey(key: string): number {
 export const lockWaitersPrefix = (file: string): string => `l/${encodeURIComponent(file)}/w/`;
 /** The waiter key of an Acquire or Hold of `file` under etcd lease `leaseId`. */
 export const lockWaiterKey = (file: string, leaseId: bigint): string => `${lockWaitersPrefix(file)}${leaseId.toString(16).padStart(16, "0")}`;
+
+/** The key of election `name` of `scope` (any string, percent-encoded). */
+export const electionKey = (scope: string, name: string): string => `el/${encodeURIComponent(scope)}/${name}`;
