@@ -10,6 +10,11 @@
  * - `etcdctl_check_perf`: etcd's own check (`etcdctl check perf --load=xl`: 1,000 Go clients aiming
  *   at 15,000 puts/s for 60 s), whose achieved rate is the ceiling with etcd's own client.
  *
+ * - `store_append`: berth's etcd journal (services/sessions/src/etcd) under the same load: appends of
+ *   one event by 16 and 64 callers, and appends of 100 events (AppendEvents ×100) by 16 callers,
+ *   each caller on a session of its own; `of_txn_batch` compares the batched appends' events/s with
+ *   `txn_batch`'s puts/s at 16 callers in the same run (the target is ≥ 0.5).
+ *
  * - `client_cpu`: what one put costs this process's CPU, through berth's client (connect-node's gRPC
  *   transport) and through @grpc/grpc-js sending the same generated messages, one call at a time.
  *
@@ -18,7 +23,7 @@
  * ran (near 1000: the client, not etcd, set the pace).
  *
  * `npm run bench -- etcd [--seconds=4] [--members=1,3] [--value-bytes=256] [--check-perf=xl|l|m|s|off]
- * [--only=put,txn_batch,client_cpu,check_perf]`
+ * [--only=put,txn_batch,store_append,client_cpu,check_perf]`
  */
 import { spawn } from "node:child_process";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
@@ -26,11 +31,12 @@ import * as grpc from "@grpc/grpc-js";
 import { compare, createEtcdClient, op, type EtcdClient } from "@berth/etcd";
 import { PutRequestSchema, PutResponseSchema, type PutRequest, type PutResponse } from "@berth/etcd/api";
 import { startEtcd, type EtcdCluster } from "@berth/etcd/testing";
+import { EtcdJournal, type PreparedEvent } from "@berth/sessions/etcd/index";
 import { closedLoop } from "../lib/load.js";
 import { unary } from "../lib/grpc-clients.js";
 import { emit, percentiles, ratio } from "../lib/report.js";
 
-const PARTS = ["put", "txn_batch", "client_cpu", "check_perf"] as const;
+const PARTS = ["put", "txn_batch", "store_append", "client_cpu", "check_perf"] as const;
 type Part = (typeof PARTS)[number];
 
 interface Settings {
@@ -58,7 +64,12 @@ export async function run(args: string[] = []): Promise<void> {
         // One round trip first on every connection, so no figure pays for connecting.
         await Promise.all(clients.map((c) => c.status()));
         if (wants("put")) for (const concurrency of [1, 16, 64]) await putRate(clients, members, concurrency, settings);
-        if (wants("txn_batch")) for (const concurrency of [1, 16]) await batchRate(clients, members, concurrency, settings);
+        let batchedPuts: number | undefined;
+        if (wants("txn_batch")) for (const concurrency of [1, 16]) batchedPuts = await batchRate(clients, members, concurrency, settings);
+        if (wants("store_append")) {
+          for (const concurrency of [16, 64]) await storeRate(clients, members, concurrency, 1, settings, undefined);
+          await storeRate(clients, members, 16, BATCH, settings, batchedPuts);
+        }
         if (wants("client_cpu")) await clientCpu(clients[0]!, leader.clientUrl, members, settings);
       } finally {
         for (const c of clients) c.close();
@@ -89,7 +100,7 @@ async function putRate(clients: EtcdClient[], members: number, concurrency: numb
   });
 }
 
-async function batchRate(clients: EtcdClient[], members: number, concurrency: number, settings: Settings): Promise<void> {
+async function batchRate(clients: EtcdClient[], members: number, concurrency: number, settings: Settings): Promise<number> {
   const value = new Uint8Array(settings.valueBytes).fill(0x62);
   const cpu = process.cpuUsage();
   const result = await closedLoop(concurrency, settings.seconds * 1000, (worker, i) => {
@@ -110,6 +121,34 @@ async function batchRate(clients: EtcdClient[], members: number, concurrency: nu
     value_bytes: settings.valueBytes,
     txns_per_s: result.perSecond,
     puts_per_s: result.perSecond * BATCH,
+    ...percentiles(result.latenciesMs),
+    client_cpu_ms_per_s: cpuPerSecond(cpu, settings.seconds),
+    errors: result.errors,
+    ...(result.firstError ? { first_error: String(result.firstError) } : {}),
+  });
+  return result.perSecond * BATCH;
+}
+
+/** Appends of `events` events through berth's etcd journal, one journal (instance) per connection. */
+async function storeRate(clients: EtcdClient[], members: number, concurrency: number, events: number, settings: Settings, batchedPuts: number | undefined): Promise<void> {
+  const journals = clients.map((client) => new EtcdJournal({ client }));
+  // Each event's journal line is about `--value-bytes` long, as txn_batch's values are.
+  const padding = "x".repeat(Math.max(0, settings.valueBytes - 150));
+  const batch: PreparedEvent[] = Array.from({ length: events }, (_, i) => ({ type: "bench", event: { type: "bench", i, padding } }));
+  const run = `${members}-${concurrency}-${events}-${Date.now()}`;
+  const cpu = process.cpuUsage();
+  const result = await closedLoop(concurrency, settings.seconds * 1000, (worker) => journals[worker % journals.length]!.append(`bench-${run}-${worker}`, batch));
+  const eventsPerSecond = result.perSecond * events;
+  emit({
+    suite: "etcd",
+    figure: "store_append",
+    members,
+    concurrency,
+    connections: Math.min(concurrency, clients.length),
+    events_per_append: events,
+    appends_per_s: result.perSecond,
+    events_per_s: eventsPerSecond,
+    ...(batchedPuts !== undefined && events === BATCH ? { of_txn_batch: ratio(eventsPerSecond, batchedPuts) } : {}),
     ...percentiles(result.latenciesMs),
     client_cpu_ms_per_s: cpuPerSecond(cpu, settings.seconds),
     errors: result.errors,
