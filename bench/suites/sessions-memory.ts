@@ -15,7 +15,7 @@ import * as fs from "node:fs";
 import { tmpdir } from "node:os";
 import * as path from "node:path";
 import * as grpc from "@grpc/grpc-js";
-import { encodeJournalLine } from "@berth/sessions/journal-format";
+import { encodeJournalLine } from "@berth/sessions/journal/journal-format";
 import { lockFilePath } from "@berth/sessions/locks/lock-file-protocol";
 import { grpcServiceClient, target, unary } from "../lib/grpc-clients.js";
 import { emit } from "../lib/report.js";

@@ -32,7 +32,7 @@ import { EventSchema, type Event } from "@berth/api/berth/sessions/v1/events_pb"
 import { EntryIntegrity, SessionService, type JournalEntry } from "@berth/api/berth/sessions/v1/session_service_pb";
 import { SnapshotSchema, type Snapshot } from "@berth/api/berth/sessions/v1/snapshot_pb";
 import { createReplay } from "@berth/sessions/reducer";
-import { encodeJournalLine } from "@berth/sessions/journal-format";
+import { encodeJournalLine } from "@berth/sessions/journal/journal-format";
 import { snapshotToProto } from "@berth/sessions/server/snapshot-codec";
 import { closeClient, connectClient, grpcJsClient, makeTempDir, startService, stopAll, type GrpcJsClient, type ServiceProcess } from "../harness.js";
 import { entryOf, readJournalFile, type JournalFile } from "./journal-files.js";

@@ -6,7 +6,7 @@
  * end is recognised as a torn tail rather than taken for an entry.
  */
 import { readFileSync } from "node:fs";
-import { crc32Hex } from "@berth/sessions/journal-format";
+import { crc32Hex } from "@berth/sessions/journal/journal-format";
 
 /** One whole line of a journal that parsed as a JSON object. */
 export interface JournalFileLine {

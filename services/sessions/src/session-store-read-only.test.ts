@@ -4,7 +4,7 @@ import * as path from "node:path";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { ManualClock } from "@berth/shared/clock";
 import type { BerthError } from "@berth/shared/errors";
-import { nodeCommitIo, type CommitIo } from "./group-commit.js";
+import { nodeCommitIo, type CommitIo } from "./journal/group-commit.js";
 import { SessionStore } from "./session-store.js";
 
 /**

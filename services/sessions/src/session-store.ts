@@ -30,10 +30,10 @@ import { BerthError, invalidArgument } from "@berth/shared/errors";
 import { ensurePrivateDir, fsyncDirectory, statOrNull } from "@berth/shared/files";
 import { errnoCode, stateWriteError } from "@berth/shared/state-errors";
 import { checkSessionId } from "@berth/shared/safe-id";
-import { GroupCommit, type CommitIo, type FsyncMode } from "./group-commit.js";
-import { checkJournalEnd, checkOwnWrite, ForeignAppendError } from "./journal-guard.js";
-import { scanWorker } from "./journal-scan.js";
-import { decodeJournalLine, encodeJournalLine, forEachLine, isBlankLine, type DecodedEntry } from "./journal-format.js";
+import { GroupCommit, type CommitIo, type FsyncMode } from "./journal/group-commit.js";
+import { checkJournalEnd, checkOwnWrite, ForeignAppendError } from "./journal/journal-guard.js";
+import { scanWorker } from "./journal/journal-scan.js";
+import { decodeJournalLine, encodeJournalLine, forEachLine, isBlankLine, type DecodedEntry } from "./journal/journal-format.js";
 import {
   AppendTracker,
   lastLineCrc,
@@ -45,10 +45,10 @@ import {
   type JournalLogger,
   type KeyRecord,
   type StoredEntry,
-} from "./journal-file.js";
+} from "./journal/journal-file.js";
 import { applyEvent, baseSnapshot, type JournalEntry, type SessionSnapshot } from "./reducer.js";
-import { journalPath, sessionIdFromFileName, snapshotPath } from "./session-paths.js";
-import { readPrefixSnapshot, readSnapshotFile, sidecarPath, writeSnapshotFile } from "./snapshot-file.js";
+import { journalPath, sessionIdFromFileName, snapshotPath } from "./journal/session-paths.js";
+import { readPrefixSnapshot, readSnapshotFile, sidecarPath, writeSnapshotFile } from "./journal/snapshot-file.js";
 import { isCompletedPhase } from "./vocabulary.js";
 import { CompletedRetention, type RetentionHost } from "./retention.js";
 import { eventsDigest } from "./event-digest.js";

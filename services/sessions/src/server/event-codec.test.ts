@@ -17,14 +17,8 @@ import { isBerthError } from "@berth/shared/errors";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { journalEvent, SEED_TYPES } from "./codec-fixtures/journal-events.js";
-import {
-  eventToJournal,
-  isTypedEventType,
-  journalEntryToProto,
-  journalToEvent,
-  MAX_OTHER_TYPE_LENGTH,
-  TYPED_EVENT_TYPES,
-} from "./event-codec.js";
+import { isTypedEventType, journalToEvent, MAX_OTHER_TYPE_LENGTH, TYPED_EVENT_TYPES } from "@berth/client/journal-events";
+import { eventToJournal, journalEntryToProto } from "./event-codec.js";
 
 type EventInit = MessageInitShape<typeof EventSchema>;
 

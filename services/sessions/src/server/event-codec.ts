@@ -4,27 +4,13 @@
  * exactly the journal's; here its refusals become INVALID_ARGUMENT naming the field, and journal
  * entries as the journal reader hands them over become `JournalEntry` messages.
  */
-import type { Timestamp } from "@bufbuild/protobuf/wkt";
 import type { Event } from "@berth/api/berth/sessions/v1/events_pb";
-import { EntryIntegrity, type JournalEntry } from "@berth/api/berth/sessions/v1/session_service_pb";
+import { EntryIntegrity, JournalEntrySchema, type JournalEntry } from "@berth/api/berth/sessions/v1/session_service_pb";
 import { eventToJournal as encodeEvent, InvalidEventError, journalToEvent } from "@berth/client/journal-events";
 import { invalidArgument } from "@berth/shared/errors";
-import { IDEMPOTENCY_KEY_FIELD } from "../journal-format.js";
+import { IDEMPOTENCY_KEY_FIELD } from "../journal/journal-format.js";
+import { isoToTimestamp } from "./timestamps.js";
 
-export {
-  fromProtoListValue,
-  fromProtoValue,
-  isTypedEventType,
-  journalToEvent,
-  MAX_OTHER_TYPE_LENGTH,
-  setOwn,
-  toProtoListValue,
-  toProtoValue,
-  TYPED_EVENT_TYPES,
-} from "@berth/client/journal-events";
-
-const JOURNAL_ENTRY_TYPE = "berth.sessions.v1.JournalEntry";
-const TIMESTAMP_TYPE = "google.protobuf.Timestamp";
 
 /**
  * The journal event for a typed event (see the client's `eventToJournal`); an event that breaks a
@@ -78,7 +64,7 @@ export function journalEntryToProto(entry: Record<string, unknown>, facts: Journ
   const ikey = facts.idempotencyKey ?? entry[IDEMPOTENCY_KEY_FIELD];
   const type = typeof entry.type === "string" ? entry.type : typeof eventJson.type === "string" ? eventJson.type : "";
   const message: JournalEntry = {
-    $typeName: JOURNAL_ENTRY_TYPE,
+    $typeName: JournalEntrySchema.typeName,
     seq: typeof seq === "number" && Number.isSafeInteger(seq) && seq >= 0 ? BigInt(seq) : 0n,
     sessionId: typeof entry.id === "string" ? entry.id : "",
     type,
@@ -89,21 +75,4 @@ export function journalEntryToProto(entry: Record<string, unknown>, facts: Journ
   const ts = isoToTimestamp(entry.ts);
   if (ts !== undefined) message.appendTime = ts;
   return message;
-}
-
-// The earliest and latest instants a Timestamp can hold (0001-01-01T00:00:00Z and
-// 9999-12-31T23:59:59.999Z); outside them protobuf's JSON form is undefined.
-const MIN_TIMESTAMP_MS = -62_135_596_800_000;
-const MAX_TIMESTAMP_MS = 253_402_300_799_999;
-
-/**
- * The Timestamp for an ISO 8601 time (as the journal's `ts` and the snapshot's `updatedAt` hold
- * it), to the millisecond; undefined for anything else, or a time a Timestamp cannot hold.
- */
-export function isoToTimestamp(iso: unknown): Timestamp | undefined {
-  if (typeof iso !== "string") return undefined;
-  const ms = Date.parse(iso);
-  if (!(ms >= MIN_TIMESTAMP_MS && ms <= MAX_TIMESTAMP_MS)) return undefined;
-  const seconds = Math.floor(ms / 1000);
-  return { $typeName: TIMESTAMP_TYPE, seconds: BigInt(seconds), nanos: (ms - seconds * 1000) * 1_000_000 };
 }

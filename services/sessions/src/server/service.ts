@@ -13,7 +13,7 @@ import { invalidArgument } from "@berth/shared/errors";
 import { implement, serveElected, type CommonValues, type ServerContext, type ServiceDefinition } from "@berth/shared/server/index";
 import { formatDuration, formatSize, parseDuration, parseSize } from "@berth/shared/units";
 import { createSessionStore, DEFAULT_CACHE_SIZE, DEFAULT_MAX_EVENT_BYTES, DEFAULT_MAX_EVENTS_PER_APPEND, type SessionStore } from "../session-store.js";
-import { resolveSessionDirs } from "../session-paths.js";
+import { resolveSessionDirs } from "../journal/session-paths.js";
 import { DEFAULT_MAX_BUFFERED } from "../watch-hub.js";
 import { createSessionHandlers, type FenceCheck } from "./session-handlers.js";
 import { createSourceLocks, DEFAULT_LOCK_LIMITS, PRIVATE_LOCK_FILE_MODE, SHARED_LOCK_FILE_MODE, type SourceLocks } from "../locks/index.js";

@@ -11,12 +11,24 @@
  * receive it (see wire-cache.ts).
  */
 import type { DescMessage, MessageShape } from "@bufbuild/protobuf";
-import { durationMs, timestampFromMs, type Duration } from "@bufbuild/protobuf/wkt";
+import { DurationSchema, durationMs, timestampFromMs, type Duration } from "@bufbuild/protobuf/wkt";
 import { ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
 import type { Event } from "@berth/api/berth/sessions/v1/events_pb";
 import {
+  AppendEventResponseSchema,
+  AppendEventsResponseSchema,
+  CaughtUpSchema,
   ExpectedState,
   FenceRejectedSchema,
+  ReadEndSchema,
+  ReadJournalResponseSchema,
+  SessionChangeSchema,
+  SessionsCaughtUpSchema,
+  WatchedEntriesSchema,
+  WatchedEntrySchema,
+  WatchProgressSchema,
+  WatchSessionResponseSchema,
+  WatchSessionsResponseSchema,
   IdempotencyKeyReusedSchema,
   SeqConflictSchema,
   WatcherLaggedSchema,
@@ -37,12 +49,13 @@ import { BerthError, invalidArgument, isBerthError } from "@berth/shared/errors"
 import { checkPathInput, checkSessionId } from "@berth/shared/safe-id";
 import { abortError, berthErrorToConnect, DEFAULT_MAX_MESSAGE_BYTES, streamHolds } from "@berth/shared/server/index";
 import { sendsBinary } from "@berth/shared/server/pre-encoded";
-import type { EntryIntegrity } from "../journal-file.js";
+import type { EntryIntegrity } from "../journal/journal-file.js";
 import type { JournalEntry, SessionSnapshot } from "../reducer.js";
 import { sessionNotFound, type AppendOptions, type AppendResult, type ExpectedState as StoreExpectedState, type SessionStore } from "../session-store.js";
 import { isCompletedPhase } from "../vocabulary.js";
 import type { SessionChange, WatchEntry, WatchEvent } from "../watch-hub.js";
-import { eventToJournal, isoToTimestamp, journalEntryToProto, type JournalEntryFacts } from "./event-codec.js";
+import { eventToJournal, journalEntryToProto, type JournalEntryFacts } from "./event-codec.js";
+import { isoToTimestamp } from "./timestamps.js";
 import { PROGRESS, ProgressPuller } from "./progress-puller.js";
 import { encodedEntryField, encodedSnapshotField, entryMessage, snapshotMessage } from "./wire-cache.js";
 
@@ -91,24 +104,25 @@ export const MIN_PROGRESS_INTERVAL_MS = 100;
 export const DEFAULT_PAGE_SIZE = 100;
 export const MAX_PAGE_SIZE = 1000;
 
-const APPEND_EVENT_RESPONSE = "berth.sessions.v1.AppendEventResponse";
-const APPEND_EVENTS_RESPONSE = "berth.sessions.v1.AppendEventsResponse";
-const WATCH_SESSION_RESPONSE = "berth.sessions.v1.WatchSessionResponse";
-const WATCH_SESSIONS_RESPONSE = "berth.sessions.v1.WatchSessionsResponse";
-const WATCHED_ENTRIES = "berth.sessions.v1.WatchedEntries";
-const WATCHED_ENTRY = "berth.sessions.v1.WatchedEntry";
-const WATCH_PROGRESS = "berth.sessions.v1.WatchProgress";
-const CAUGHT_UP = "berth.sessions.v1.CaughtUp";
-const SESSION_CHANGE = "berth.sessions.v1.SessionChange";
-const SESSIONS_CAUGHT_UP = "berth.sessions.v1.SessionsCaughtUp";
-const READ_JOURNAL_RESPONSE = "berth.sessions.v1.ReadJournalResponse";
-const READ_END = "berth.sessions.v1.ReadEnd";
+// The type names and field numbers the handlers write by hand, from the generated descriptors.
+const APPEND_EVENT_RESPONSE = AppendEventResponseSchema.typeName;
+const APPEND_EVENTS_RESPONSE = AppendEventsResponseSchema.typeName;
+const WATCH_SESSION_RESPONSE = WatchSessionResponseSchema.typeName;
+const WATCH_SESSIONS_RESPONSE = WatchSessionsResponseSchema.typeName;
+const WATCHED_ENTRIES = WatchedEntriesSchema.typeName;
+const WATCHED_ENTRY = WatchedEntrySchema.typeName;
+const WATCH_PROGRESS = WatchProgressSchema.typeName;
+const CAUGHT_UP = CaughtUpSchema.typeName;
+const SESSION_CHANGE = SessionChangeSchema.typeName;
+const SESSIONS_CAUGHT_UP = SessionsCaughtUpSchema.typeName;
+const READ_JOURNAL_RESPONSE = ReadJournalResponseSchema.typeName;
+const READ_END = ReadEndSchema.typeName;
 
-// Field numbers of the messages whose fields are sent pre-encoded (session_service.proto).
-const APPEND_EVENT_SNAPSHOT_FIELD = 2;
-const APPEND_EVENTS_SNAPSHOT_FIELD = 3;
-const WATCHED_ENTRY_FIELD = 1;
-const WATCHED_SNAPSHOT_FIELD = 2;
+// The fields sent pre-encoded (see wire-cache.ts).
+const APPEND_EVENT_SNAPSHOT_FIELD = AppendEventResponseSchema.field.snapshot.number;
+const APPEND_EVENTS_SNAPSHOT_FIELD = AppendEventsResponseSchema.field.snapshot.number;
+const WATCHED_ENTRY_FIELD = WatchedEntrySchema.field.entry.number;
+const WATCHED_SNAPSHOT_FIELD = WatchedEntrySchema.field.snapshot.number;
 
 /** The SessionService implementation over `options.store`. */
 export function createSessionHandlers(options: SessionHandlerOptions): ServiceImpl<typeof SessionService> {
@@ -685,7 +699,7 @@ function numberOr(value: unknown, fallback: number): number | bigint {
 }
 
 function durationFromMilliseconds(ms: number): Duration {
-  return { $typeName: "google.protobuf.Duration", seconds: BigInt(Math.floor(ms / 1000)), nanos: (ms % 1000) * 1_000_000 };
+  return { $typeName: DurationSchema.typeName, seconds: BigInt(Math.floor(ms / 1000)), nanos: (ms % 1000) * 1_000_000 };
 }
 
 /** The size a journal entry adds to a message, roughly: its event's JSON size. */

@@ -5,7 +5,7 @@ import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { applyEvent, baseSnapshot, MAX_DIAGNOSTICS, type SessionSnapshot } from "../reducer.js";
 import { journalEvent, typedKeys } from "./codec-fixtures/journal-events.js";
-import { journalToEvent } from "./event-codec.js";
+import { journalToEvent } from "@berth/client/journal-events";
 import { snapshotToProto } from "./snapshot-codec.js";
 
 const T0 = Date.parse("2026-03-01T10:00:00.000Z");

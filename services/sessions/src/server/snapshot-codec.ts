@@ -18,21 +18,27 @@
  */
 import type { JsonObject, JsonValue } from "@bufbuild/protobuf";
 import type { Timestamp } from "@bufbuild/protobuf/wkt";
-import type {
-  AnnotationArtifact,
-  Diagnostic,
-  GenerationTiming,
-  MountFailure,
-  Snapshot,
+import {
+  AnnotationArtifactSchema,
+  DiagnosticSchema,
+  GenerationTimingSchema,
+  MountFailureSchema,
+  SnapshotSchema,
+  type AnnotationArtifact,
+  type Diagnostic,
+  type GenerationTiming,
+  type MountFailure,
+  type Snapshot,
 } from "@berth/api/berth/sessions/v1/snapshot_pb";
 import type { SessionSnapshot } from "../reducer.js";
-import { isoToTimestamp, setOwn, toProtoListValue, toProtoValue } from "./event-codec.js";
+import { setOwn, toProtoListValue, toProtoValue } from "@berth/client/journal-events";
+import { isoToTimestamp } from "./timestamps.js";
 
-const SNAPSHOT_TYPE = "berth.sessions.v1.Snapshot";
-const TIMING_TYPE = "berth.sessions.v1.GenerationTiming";
-const ARTIFACT_TYPE = "berth.sessions.v1.AnnotationArtifact";
-const MOUNT_FAILURE_TYPE = "berth.sessions.v1.MountFailure";
-const DIAGNOSTIC_TYPE = "berth.sessions.v1.Diagnostic";
+const SNAPSHOT_TYPE = SnapshotSchema.typeName;
+const TIMING_TYPE = GenerationTimingSchema.typeName;
+const ARTIFACT_TYPE = AnnotationArtifactSchema.typeName;
+const MOUNT_FAILURE_TYPE = MountFailureSchema.typeName;
+const DIAGNOSTIC_TYPE = DiagnosticSchema.typeName;
 
 /**
  * The snapshot message for a reducer snapshot. Every field of the seed's snapshot is mapped;

@@ -18,10 +18,10 @@
  */
 import * as fs from "node:fs";
 import * as path from "node:path";
-import { encodeSeedLine } from "../journal-format.js";
+import { encodeSeedLine } from "../journal/journal-format.js";
 import { applyEvent, baseSnapshot, type Diagnostic, type SessionSnapshot } from "../reducer.js";
-import { journalPath, snapshotPath } from "../session-paths.js";
-import { META_JOURNAL_BYTES, META_NEXT_SEQ } from "../snapshot-file.js";
+import { journalPath, snapshotPath } from "../journal/session-paths.js";
+import { META_JOURNAL_BYTES, META_NEXT_SEQ } from "../journal/snapshot-file.js";
 
 /** Where a seed process keeps journals. */
 export interface SeedDirs {

@@ -5,10 +5,10 @@ import { fileURLToPath } from "node:url";
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { isBerthError } from "@berth/shared/errors";
 import { checkJournalEnd, checkOwnWrite, ForeignAppendError } from "./journal-guard.js";
-import { childScripts, spawnChild, type Child, type ChildScripts } from "./locks/testing/child-scripts.js";
-import { SessionStore } from "./session-store.js";
-import { loadSeedStore, seedsAvailable, type SeedStoreHarness } from "./testing/seed-store.js";
-import { seedDirsOf } from "./testing/seed-writer.js";
+import { childScripts, spawnChild, type Child, type ChildScripts } from "./../locks/testing/child-scripts.js";
+import { SessionStore } from "./../session-store.js";
+import { loadSeedStore, seedsAvailable, type SeedStoreHarness } from "./../testing/seed-store.js";
+import { seedDirsOf } from "./../testing/seed-writer.js";
 
 let dir: string;
 beforeEach(() => {
@@ -134,7 +134,7 @@ describe("berth and a process appending in the seed's way, at once", () => {
   async function race(writer: "stand-in" | SeedStoreHarness): Promise<Tally> {
     const live = writer === "stand-in" ? seedDirsOf(path.join(dir, "project")) : { dir: writer.sessionsDir };
     fs.mkdirSync(live.dir, { recursive: true });
-    const script = await scripts.script(path.join(path.dirname(fileURLToPath(import.meta.url)), "testing", "seed-writer-child.ts"));
+    const script = await scripts.script(path.join(path.dirname(fileURLToPath(import.meta.url)), "..", "testing", "seed-writer-child.ts"));
     const child: Child = spawnChild(script, {
       dir: live.dir,
       appends: SEED_APPENDS,

@@ -19,7 +19,7 @@ import {
   type DecodedLine,
 } from "./journal-format.js";
 import { PARALLEL_SCAN_MIN_BYTES, scanWorker, type ScanResults, type ScanWorker } from "./journal-scan.js";
-import { createReplay, MAX_DIAGNOSTICS, type Diagnostic, type JournalEntry, type SessionSnapshot } from "./reducer.js";
+import { createReplay, MAX_DIAGNOSTICS, type Diagnostic, type JournalEntry, type SessionSnapshot } from "./../reducer.js";
 
 /** The pino-compatible logger domain code takes (only the levels it uses). */
 export interface JournalLogger {

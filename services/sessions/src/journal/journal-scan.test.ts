@@ -9,7 +9,7 @@ import { createScanWorker, PARALLEL_SCAN_MIN_BYTES, runScanJob, ScanResults, typ
 
 // The compiled worker (npm test builds first): the tests run the TypeScript sources, which a
 // worker thread cannot load.
-const COMPILED_WORKER = fileURLToPath(new URL("../dist/journal-scan-worker.js", import.meta.url));
+const COMPILED_WORKER = fileURLToPath(new URL("../../dist/journal/journal-scan-worker.js", import.meta.url));
 
 let dir: string;
 beforeAll(() => {
