@@ -7,4 +7,6 @@ export * from "./journal/snapshot-file.js";
 export * from "./journal/session-paths.js";
 export * from "./watch-hub.js";
 export * from "./session-store.js";
+export * from "./create-session-store.js";
+export * from "./journal/journal-store.js";
 export * from "./locks/index.js";

@@ -6,7 +6,8 @@ import { ManualClock } from "@berth/shared/clock";
 import { BerthError } from "@berth/shared/errors";
 import { baseSnapshot } from "./reducer.js";
 import { CompletedRetention, type RetentionHost } from "./retention.js";
-import { SessionStore, type SessionStoreOptions } from "./session-store.js";
+import { type SessionStoreOptions, createSessionStore } from "./create-session-store.js";
+import { type SessionStore } from "./session-store.js";
 import type { SessionChange } from "./watch-hub.js";
 
 const HOUR = 3_600_000;
@@ -27,7 +28,7 @@ afterEach(async () => {
 });
 
 function open(options: Partial<SessionStoreOptions> = {}): SessionStore {
-  const store = new SessionStore({ dir: path.join(dir, "sessions"), clock, fsync: "none", ...options });
+  const store = createSessionStore({ dir: path.join(dir, "sessions"), clock, fsync: "none", ...options });
   stores.push(store);
   return store;
 }

@@ -20,7 +20,7 @@
  */
 import type { Clock, TimerHandle } from "@berth/shared/clock";
 import { isBerthError } from "@berth/shared/errors";
-import type { JournalLogger, StoredEntry } from "./journal/journal-file.js";
+import type { JournalLogger, StoredEntry } from "./journal/journal-store.js";
 import { applyEvent, baseSnapshot, type JournalEntry, type SessionSnapshot } from "./reducer.js";
 import { isCompletedPhase } from "./vocabulary.js";
 

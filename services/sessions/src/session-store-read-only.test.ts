@@ -5,7 +5,7 @@ import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { ManualClock } from "@berth/shared/clock";
 import type { BerthError } from "@berth/shared/errors";
 import { nodeCommitIo, type CommitIo } from "./journal/group-commit.js";
-import { SessionStore } from "./session-store.js";
+import { createSessionStore } from "./create-session-store.js";
 
 /**
  * The file system goes read-only under a write (ext4 remounts itself read-only on a disk error):
@@ -55,7 +55,7 @@ const io: CommitIo = {
 
 describe("a state directory that goes read-only under a write", () => {
   it("tells the append being written that its outcome is unknown (it may stay, whole), the ones queued behind it that nothing was kept, and reads go on", async () => {
-    const store = new SessionStore({ dir: path.join(dir, "sessions"), clock: new ManualClock(), io });
+    const store = createSessionStore({ dir: path.join(dir, "sessions"), clock: new ManualClock(), io });
     await store.append("s1", [{ type: "generate" }]);
     disk.readOnly = true;
     const inFlight = store.append("s1", [{ type: "checkpoint", revision: 1 }, { type: "checkpoint", revision: 2 }], { idempotencyKey: "in-flight" });
@@ -89,7 +89,7 @@ describe("no descriptor left to open a journal", () => {
   it("closes the journals of idle sessions and opens it; they reopen on their next append", async () => {
     const warnings: string[] = [];
     const logger = { debug() {}, info() {}, warn: (fields: object, msg?: string) => void warnings.push(`${msg} ${JSON.stringify(fields)}`), error() {} };
-    const store = new SessionStore({ dir: path.join(dir, "sessions"), clock: new ManualClock(), logger });
+    const store = createSessionStore({ dir: path.join(dir, "sessions"), clock: new ManualClock(), logger });
     await store.append("s1", [{ type: "generate" }]);
     await store.append("s2", [{ type: "generate" }]);
     // Every descriptor taken: the next open fails until one is closed.

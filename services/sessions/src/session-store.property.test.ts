@@ -12,7 +12,7 @@ import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ManualClock } from "@berth/shared/clock";
 import { applyEvent, baseSnapshot, type SessionSnapshot } from "./reducer.js";
-import { SessionStore } from "./session-store.js";
+import { createSessionStore } from "./create-session-store.js";
 import { loadSeedStore, seedsAvailable, type SeedStoreHarness } from "./testing/seed-store.js";
 
 const phase = fc.constantFrom("generating", "variants_ready", "idle", "accept_requested");
@@ -61,7 +61,7 @@ describe("replay == incremental == after restart == after hydration == the seed"
         const id = `p${run++}`;
         const dir = path.join(root, id);
         const clock = new ManualClock(Date.UTC(2026, 0, 1));
-        const store = new SessionStore({ dir, clock, fsync: "none", snapshotIdleMs: 0 });
+        const store = createSessionStore({ dir, clock, fsync: "none", snapshotIdleMs: 0 });
         for (const events of appends) {
           await store.append(id, events);
           clock.advance(1000);
@@ -72,13 +72,13 @@ describe("replay == incremental == after restart == after hydration == the seed"
         const folded = entries.reduce<SessionSnapshot>((snapshot, entry) => applyEvent(snapshot, entry), baseSnapshot(id));
         await store.close();
 
-        const hydrating = new SessionStore({ dir, clock, fsync: "none" });
+        const hydrating = createSessionStore({ dir, clock, fsync: "none" });
         const hydrated = hydrating.getSnapshot(id, { includeCompleted: true })!.snapshot;
         expect(hydrating.stats().hydrations).toBe(1);
         await hydrating.close();
 
         fs.rmSync(path.join(dir, `${id}.snapshot.json`));
-        const replaying = new SessionStore({ dir, clock, fsync: "none" });
+        const replaying = createSessionStore({ dir, clock, fsync: "none" });
         const replayed = replaying.getSnapshot(id, { includeCompleted: true })!.snapshot;
         await replaying.close();
         fs.rmSync(path.join(dir, `${id}.snapshot.json`));

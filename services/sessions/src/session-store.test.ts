@@ -7,7 +7,8 @@ import { isBerthError, type BerthError } from "@berth/shared/errors";
 import { nodeCommitIo, type CommitIo, type FsyncMode } from "./journal/group-commit.js";
 import { encodeJournalLine, encodeSeedLine } from "./journal/journal-format.js";
 import { applyEvent, baseSnapshot, type JournalEntry, type SessionSnapshot } from "./reducer.js";
-import { APPEND_OVERTAKEN_RETRY_MS, SessionStore, type SessionStoreOptions } from "./session-store.js";
+import { APPEND_OVERTAKEN_RETRY_MS, type SessionStoreOptions, createSessionStore } from "./create-session-store.js";
+import { type SessionStore } from "./session-store.js";
 import { loadSeedStore, seedsAvailable, type SeedStoreHarness } from "./testing/seed-store.js";
 import { seedAppend, seedDirsOf, seedReadState } from "./testing/seed-writer.js";
 
@@ -64,7 +65,7 @@ function countingIo(base: CommitIo = nodeCommitIo) {
 }
 
 function open(options: Partial<SessionStoreOptions> = {}): SessionStore {
-  const store = new SessionStore({ dir: path.join(dir, "sessions"), clock, fsync: "batch", ...options });
+  const store = createSessionStore({ dir: path.join(dir, "sessions"), clock, fsync: "batch", ...options });
   stores.push(store);
   return store;
 }
@@ -780,7 +781,7 @@ describe("beside another process appending in the seed's format", () => {
   async function replayed(id: string, root: string): Promise<SessionSnapshot> {
     const copy = fs.mkdtempSync(path.join(dir, "replay-"));
     fs.copyFileSync(journal(id, root), journal(id, copy));
-    const store = new SessionStore({ dir: copy, clock, fsync: "none" });
+    const store = createSessionStore({ dir: copy, clock, fsync: "none" });
     const snapshot = store.getSnapshot(id, { includeCompleted: true })!.snapshot;
     await store.close();
     return snapshot;
@@ -943,7 +944,7 @@ describe("snapshot files", () => {
       await store.close();
       fs.appendFileSync(journal("s1"), seedLine(60, "s1", { type: "steer" }));
       for (const [name, bytes] of saved) fs.writeFileSync(path.join(dir, "sessions", name), bytes);
-      const replaying = new SessionStore({ dir: path.join(dir, "replay-only"), clock, fsync: "none" });
+      const replaying = createSessionStore({ dir: path.join(dir, "replay-only"), clock, fsync: "none" });
       fs.mkdirSync(path.join(dir, "replay-only"), { recursive: true });
       fs.copyFileSync(journal("s1"), path.join(dir, "replay-only", "s1.jsonl"));
       const expected = replaying.getSnapshot("s1", { includeCompleted: true })!.snapshot;

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { isBerthError, type BerthError } from "@berth/shared/errors";
-import type { StoredEntry } from "./journal/journal-file.js";
+import type { StoredEntry } from "./journal/journal-store.js";
 import { baseSnapshot, type JournalEntry } from "./reducer.js";
 import { WatchHub, type WatchBacklog } from "./watch-hub.js";
 

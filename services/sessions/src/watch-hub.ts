@@ -9,7 +9,7 @@
  * (a deletion) to the watchers of every session.
  */
 import { BerthError } from "@berth/shared/errors";
-import type { EntryIntegrity, StoredEntry } from "./journal/journal-file.js";
+import type { EntryIntegrity, StoredEntry } from "./journal/journal-store.js";
 import type { JournalEntry, SessionSnapshot } from "./reducer.js";
 
 /** How many undelivered entries a watcher may have before it is ended. */

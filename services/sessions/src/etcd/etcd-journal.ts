@@ -20,10 +20,11 @@ import { randomUUID } from "node:crypto";
 import { systemClock, type Clock } from "@berth/shared/clock";
 import { BerthError, invalidArgument } from "@berth/shared/errors";
 import { compare, isEtcdCompacted, op, type EtcdClient, type KeyValue, type RangeResult, type TxnCompare, type TxnOp } from "@berth/etcd";
-import { AppendTracker, storedEntry, type StoredEntry } from "../journal/journal-file.js";
+import { AppendTracker, storedEntry } from "../journal/journal-file.js";
+import type { StoredEntry } from "../journal/journal-store.js";
 import { decodeJournalLine, encodeJournalLine, forEachLine, isBlankLine } from "../journal/journal-format.js";
 import { applyEvent, baseSnapshot, type JournalEntry, type SessionSnapshot } from "../reducer.js";
-import type { ExpectedState } from "../session-store.js";
+import { keyReused, seqConflict, sessionNotFound, type ExpectedState } from "../session-refusals.js";
 import type { SessionChange, WatchEvent } from "../watch-hub.js";
 import { entriesPrefix, entryKey, firstSeqOfEntryKey, headKey, HEADS, idempotencyKey, idempotencyPrefix, lockWaitersPrefix, sessionOfHead, snapshotKey } from "./store-keys.js";
 
@@ -384,7 +385,7 @@ export class EtcdJournal {
     for (;;) {
       const head = await this.readHead(sessionId);
       if (head.mod === 0n) {
-        throw new BerthError("not_found", `session ${sessionId} has no journal (nothing was ever appended to it, or it was deleted)`, { sessionId }, { reason: "SESSION_NOT_FOUND" });
+        throw sessionNotFound(sessionId);
       }
       if (options.expectedSeq !== undefined && options.expectedSeq !== head.seq) throw seqConflict(sessionId, head.seq, options.expectedSeq, undefined);
       const result = await this.client.txn({
@@ -492,30 +493,11 @@ function duplicate(sessionId: string, ikey: string, kv: KeyValue, digest: string
   const record = json(kv)!;
   const firstSeq = Number(record.firstSeq);
   const lastSeq = Number(record.lastSeq);
-  if (digest !== undefined && typeof record.digest === "string" && record.digest !== digest) {
-    const seqs = firstSeq === lastSeq ? `seq ${firstSeq}` : `seqs ${firstSeq}–${lastSeq}`;
-    throw new BerthError(
-      "already_exists",
-      `session ${sessionId}: idempotency key ${JSON.stringify(ikey)} was used for a different append (${seqs}); nothing was written — use a new key for a new request`,
-      { sessionId, idempotencyKey: ikey, firstSeq, lastSeq },
-      { reason: "IDEMPOTENCY_KEY_REUSED" },
-    );
-  }
+  if (digest !== undefined && typeof record.digest === "string" && record.digest !== digest) throw keyReused(sessionId, ikey, { firstSeq, lastSeq });
   return { firstSeq, lastSeq, entries: [], revision, duplicate: true };
 }
 
-// ---------------------------------------------------------------- refusals (as the file store words them)
-
-function seqConflict(sessionId: string, currentSeq: number, expectedSeq: number | undefined, expectedState: ExpectedState | undefined): BerthError {
-  const expected = expectedSeq !== undefined ? `expected seq ${expectedSeq}` : expectedState === "no_session" ? "expected no session yet" : "expected an existing session";
-  const retry = currentSeq > 0 ? `retry with expected_seq=${currentSeq}` : "it has no entry yet";
-  return new BerthError(
-    "aborted",
-    `session ${sessionId}: ${expected} but the session is at seq ${currentSeq}; read it again, redo the change and ${retry}`,
-    { sessionId, expectedSeq: expectedSeq ?? 0, currentSeq, ...(expectedState !== undefined ? { expectedState } : {}) },
-    { reason: "SEQ_CONFLICT" },
-  );
-}
+// ---------------------------------------------------------------- refusals the file store has no need of
 
 /** A fence whose token no longer holds the lock: etcd refused the write with it. */
 export function fenceRejected(fence: Pick<EtcdFence, "file" | "token">, currentToken: bigint): BerthError {

@@ -4,7 +4,7 @@ import * as path from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { crc32, encodeJournalLine } from "./journal-format.js";
 import { appendDiagnostics, lastLineCrc, readJournalEntries, replayJournalFile, scanJournalPrefix, SeqIndex } from "./journal-file.js";
-import { baseSnapshot, MAX_DIAGNOSTICS } from "./../reducer.js";
+import { baseSnapshot, MAX_DIAGNOSTICS } from "../reducer.js";
 
 let dir: string;
 let file: string;

@@ -19,46 +19,8 @@ import {
   type DecodedLine,
 } from "./journal-format.js";
 import { PARALLEL_SCAN_MIN_BYTES, scanWorker, type ScanResults, type ScanWorker } from "./journal-scan.js";
-import { createReplay, MAX_DIAGNOSTICS, type Diagnostic, type JournalEntry, type SessionSnapshot } from "./../reducer.js";
-
-/** The pino-compatible logger domain code takes (only the levels it uses). */
-export interface JournalLogger {
-  debug(obj: object, msg?: string): void;
-  info(obj: object, msg?: string): void;
-  warn(obj: object, msg?: string): void;
-  error(obj: object, msg?: string): void;
-}
-
-/**
- * What the reader could verify about an entry's line: `verified` — the line carries berth's
- * checksum and it matches; `unchecked` — the line carries none (the seed's library or another
- * program wrote it), it parsed and nothing more is known. A damaged line is never an entry a
- * reader gets: it is skipped, and the snapshot records it as `journal_checksum_mismatch`.
- */
-export type EntryIntegrity = "verified" | "unchecked";
-
-/** A journal entry as readers get it: the seed's fields, and the facts berth's line told about it. */
-export interface StoredEntry {
-  /** The entry as the seed wrote it (and any foreign extras), without berth's bookkeeping fields. */
-  entry: JournalEntry;
-  /**
-   * The idempotency key of the append that wrote the entry — on every entry of a keyed append of
-   * several events, though the journal records it on the append's first line only.
-   */
-  idempotencyKey: string | undefined;
-  integrity: EntryIntegrity;
-}
-
-/** Where the entries of one keyed append sit. */
-export interface KeyRecord {
-  firstSeq: number;
-  lastSeq: number;
-  /**
-   * The digest of the append's events (event-digest.ts): set by the store when it made the
-   * append, or when the key is first used again after being read back from the journal.
-   */
-  digest?: string;
-}
+import { createReplay, MAX_DIAGNOSTICS, type Diagnostic, type JournalEntry, type SessionSnapshot } from "../reducer.js";
+import type { EntryIntegrity, JournalLogger, KeyRecord, StoredEntry } from "./journal-store.js";
 
 /**
  * Seek points of a journal: about every `stride`-th line, the line's seq and byte offset, kept

@@ -5,10 +5,10 @@ import { fileURLToPath } from "node:url";
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { isBerthError } from "@berth/shared/errors";
 import { checkJournalEnd, checkOwnWrite, ForeignAppendError } from "./journal-guard.js";
-import { childScripts, spawnChild, type Child, type ChildScripts } from "./../locks/testing/child-scripts.js";
-import { SessionStore } from "./../session-store.js";
-import { loadSeedStore, seedsAvailable, type SeedStoreHarness } from "./../testing/seed-store.js";
-import { seedDirsOf } from "./../testing/seed-writer.js";
+import { childScripts, spawnChild, type Child, type ChildScripts } from "../locks/testing/child-scripts.js";
+import { createSessionStore } from "../create-session-store.js";
+import { loadSeedStore, seedsAvailable, type SeedStoreHarness } from "../testing/seed-store.js";
+import { seedDirsOf } from "../testing/seed-writer.js";
 
 let dir: string;
 beforeEach(() => {
@@ -141,7 +141,7 @@ describe("berth and a process appending in the seed's way, at once", () => {
       intervalMs: 2,
       ...(writer === "stand-in" ? {} : { seedStore: { module: writer.moduleUrl, project: writer.project } }),
     });
-    const store = new SessionStore({ dir: live.dir, fsync: "batch" });
+    const store = createSessionStore({ dir: live.dir, fsync: "batch" });
     const tally: Tally = { runs: 0, berthAppends: 0, refused: 0, seedLines: 0, berthOvertaken: 0, seedRepeated: 0, missingOrRepeated: [] };
     try {
       await child.next("ready");

@@ -2,7 +2,7 @@ import * as fs from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
-import { baseSnapshot } from "./../reducer.js";
+import { baseSnapshot } from "../reducer.js";
 import { decodeSnapshotFile, encodeSnapshotFile, readPrefixSnapshot, readSnapshotFile, sidecarPath, writeSnapshotFile } from "./snapshot-file.js";
 
 let dir: string | undefined;

@@ -24,7 +24,7 @@
 import * as fs from "node:fs";
 import { writeFileAtomic } from "@berth/shared/files";
 import { crc32 } from "./journal-format.js";
-import { baseSnapshot, MAX_DIAGNOSTICS, type SessionSnapshot } from "./../reducer.js";
+import { baseSnapshot, MAX_DIAGNOSTICS, type SessionSnapshot } from "../reducer.js";
 
 /** The journal size the snapshot describes. */
 export const META_JOURNAL_BYTES = "__journalBytes";

@@ -24,7 +24,8 @@ import { ManualClock } from "@berth/shared/clock";
 import { BerthError } from "@berth/shared/errors";
 import { createErrorInterceptor, ERROR_DETAILS_HEADER } from "@berth/shared/server/index";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { SessionStore, type SessionStoreOptions } from "../session-store.js";
+import { type SessionStoreOptions, createSessionStore } from "../create-session-store.js";
+import { type SessionStore } from "../session-store.js";
 import { createSessionHandlers, type FenceCheck, type SessionHandlerOptions } from "./session-handlers.js";
 import { snapshotToProto } from "./snapshot-codec.js";
 
@@ -43,7 +44,7 @@ afterEach(async () => {
 });
 
 function openStore(options: Partial<SessionStoreOptions> = {}): SessionStore {
-  const store = new SessionStore({ dir: path.join(dir, "sessions"), clock, fsync: "none", ...options });
+  const store = createSessionStore({ dir: path.join(dir, "sessions"), clock, fsync: "none", ...options });
   stores.push(store);
   return store;
 }

@@ -49,7 +49,7 @@ import { BerthError, invalidArgument, isBerthError } from "@berth/shared/errors"
 import { checkPathInput, checkSessionId } from "@berth/shared/safe-id";
 import { abortError, berthErrorToConnect, DEFAULT_MAX_MESSAGE_BYTES, streamHolds } from "@berth/shared/server/index";
 import { sendsBinary } from "@berth/shared/server/pre-encoded";
-import type { EntryIntegrity } from "../journal/journal-file.js";
+import type { EntryIntegrity } from "../journal/journal-store.js";
 import type { JournalEntry, SessionSnapshot } from "../reducer.js";
 import { sessionNotFound, type AppendOptions, type AppendResult, type ExpectedState as StoreExpectedState, type SessionStore } from "../session-store.js";
 import { isCompletedPhase } from "../vocabulary.js";

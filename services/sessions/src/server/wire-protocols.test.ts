@@ -28,7 +28,8 @@ import { ManualClock } from "@berth/shared/clock";
 import { implement, startServer, type RunningServer } from "@berth/shared/server/index";
 import { WIRE_PROTOCOLS, connectOver, type WireProtocol } from "@berth/shared/testing/wire-protocols";
 import { createSourceLocks, type SourceLocks } from "../locks/index.js";
-import { SessionStore } from "../session-store.js";
+import { createSessionStore } from "../create-session-store.js";
+import { type SessionStore } from "../session-store.js";
 import { makeLockHandlers } from "./lock-handlers.js";
 import { createSessionHandlers } from "./session-handlers.js";
 
@@ -49,7 +50,7 @@ beforeEach(async () => {
   root = fs.mkdtempSync(path.join(os.tmpdir(), "berth-protocols-"));
   fs.mkdirSync(path.join(root, "project", "src"), { recursive: true });
   clock = new ManualClock(Date.UTC(2026, 0, 1, 12));
-  store = new SessionStore({ dir: path.join(root, "sessions"), clock, fsync: "none" });
+  store = createSessionStore({ dir: path.join(root, "sessions"), clock, fsync: "none" });
   locks = createSourceLocks({ projectRoot: path.join(root, "project"), stateDir: path.join(root, "state"), liveDir: null, clock });
   server = await startServer({
     name: "sessions",
