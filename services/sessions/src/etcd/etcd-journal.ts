@@ -73,6 +73,8 @@ export interface EtcdAppendResult {
   /** The revision of the transaction that wrote them (for a duplicate: the one that found the key). */
   readonly revision: bigint;
   readonly duplicate: boolean;
+  /** The head's create revision the append was written after (the session's incarnation); 0n for a duplicate. */
+  readonly incarnation: bigint;
 }
 
 /** A session's head as etcd has it. */
@@ -185,7 +187,7 @@ export class EtcdJournal {
       if (result.succeeded) {
         // The head key was written by this transaction: its mod revision is the transaction's.
         this.remember(sessionId, { seq: lastSeq, mod: result.revision, create: head.create === 0n ? result.revision : head.create });
-        return { firstSeq, lastSeq, entries, revision: result.revision, duplicate: false };
+        return { firstSeq, lastSeq, entries, revision: result.revision, duplicate: false, incarnation: head.create === 0n ? result.revision : head.create };
       }
       const got = (i: number): RangeResult => {
         const r = result.results[i];
@@ -207,6 +209,12 @@ export class EtcdJournal {
       }
       // The head moved (another instance appended): sequence again after it.
     }
+  }
+
+  /** The session's last seq and incarnation (the head's create revision; 0n: no session), read now. */
+  async head(sessionId: string): Promise<{ seq: number; incarnation: bigint }> {
+    const head = await this.readHead(sessionId);
+    return { seq: head.seq, incarnation: head.create };
   }
 
   /** The session's head, read now. */
@@ -358,9 +366,9 @@ export class EtcdJournal {
    * The sessions with a head (at least one entry), sorted by id, with their last seq: a page after
    * `after`, of at most `limit` (0: all), read at one revision.
    */
-  async list(options: { readonly after?: string; readonly limit?: number } = {}): Promise<{ sessions: Array<{ sessionId: string; lastSeq: number }>; revision: bigint }> {
+  async list(options: { readonly after?: string; readonly limit?: number } = {}): Promise<{ sessions: Array<{ sessionId: string; lastSeq: number; incarnation: bigint }>; revision: bigint }> {
     const end = `${HEADS.slice(0, -1)}0`;
-    const sessions: Array<{ sessionId: string; lastSeq: number }> = [];
+    const sessions: Array<{ sessionId: string; lastSeq: number; incarnation: bigint }> = [];
     let key = options.after === undefined ? HEADS : `${headKey(options.after)}\0`;
     let revision: bigint | undefined;
     const limit = options.limit ?? 0;
@@ -368,7 +376,7 @@ export class EtcdJournal {
       const want = limit > 0 ? Math.min(this.pageAppends, limit - sessions.length) : this.pageAppends;
       const page = await this.client.range({ key, end, limit: want, ...(revision !== undefined ? { revision } : {}) });
       revision ??= page.revision;
-      for (const kv of page.kvs) sessions.push({ sessionId: sessionOfHead(kv.key), lastSeq: headOf(kv).seq });
+      for (const kv of page.kvs) sessions.push({ sessionId: sessionOfHead(kv.key), lastSeq: headOf(kv).seq, incarnation: kv.createRevision });
       const last = page.kvs.at(-1);
       if (!page.more || last === undefined || (limit > 0 && sessions.length >= limit)) return { sessions, revision };
       key = `${last.key}\0`;
@@ -408,9 +416,15 @@ export class EtcdJournal {
 
   /**
    * The session's state: its cached snapshot (when there is one) with the entries after it applied.
-   * A session with no head gets the base snapshot and `exists: false`.
+   * A session with no head gets the base snapshot and `exists: false`. With `untilSeq`, the state
+   * right after that seq (an earlier append's result).
    */
-  async state(sessionId: string, options: { readonly now?: () => number } = {}): Promise<SessionState> {
+  async state(sessionId: string, options: { readonly now?: () => number; readonly untilSeq?: number } = {}): Promise<SessionState> {
+    const until = options.untilSeq;
+    if (until !== undefined) {
+      if (!Number.isInteger(until) || until < 1) throw new RangeError(`untilSeq must be a positive seq, got ${until}`);
+      return this.rebuild(sessionId, options, until);
+    }
     const cachedKv = await this.client.get(snapshotKey(sessionId));
     const cached = json(cachedKv);
     let snapshot = baseSnapshot(sessionId);
@@ -428,12 +442,14 @@ export class EtcdJournal {
     return { sessionId, snapshot, lastSeq: read.lastSeq, exists: read.lastSeq > 0, revision: read.revision, incarnation: read.incarnation };
   }
 
-  private async rebuild(sessionId: string, options: { readonly now?: () => number }): Promise<SessionState> {
-    const read = await this.read(sessionId, 1);
+  /** The state from the first entry, up to `untilSeq` when given. */
+  private async rebuild(sessionId: string, options: { readonly now?: () => number }, untilSeq?: number): Promise<SessionState> {
+    const read = await this.read(sessionId, 1, untilSeq ?? 0);
     const now = options.now ?? (() => this.clock.now());
     let snapshot = baseSnapshot(sessionId);
     for await (const stored of read.entries()) snapshot = applyEvent(snapshot, stored.entry, { now });
-    return { sessionId, snapshot, lastSeq: read.lastSeq, exists: read.lastSeq > 0, revision: read.revision, incarnation: read.incarnation };
+    const lastSeq = untilSeq === undefined ? read.lastSeq : Math.min(untilSeq, read.lastSeq);
+    return { sessionId, snapshot, lastSeq, exists: lastSeq > 0, revision: read.revision, incarnation: read.incarnation };
   }
 
   /**
@@ -494,7 +510,7 @@ function duplicate(sessionId: string, ikey: string, kv: KeyValue, digest: string
   const firstSeq = Number(record.firstSeq);
   const lastSeq = Number(record.lastSeq);
   if (digest !== undefined && typeof record.digest === "string" && record.digest !== digest) throw keyReused(sessionId, ikey, { firstSeq, lastSeq });
-  return { firstSeq, lastSeq, entries: [], revision, duplicate: true };
+  return { firstSeq, lastSeq, entries: [], revision, duplicate: true, incarnation: 0n };
 }
 
 // ---------------------------------------------------------------- refusals the file store has no need of

@@ -34,6 +34,8 @@ export interface EtcdLockParty {
   readonly instance: string;
   /** When it started waiting (ms since the epoch). */
   readonly since: number;
+  /** When it gives up waiting (ms since the epoch). */
+  readonly until: number;
   /** Its create revision: the fencing token once it holds the lock. */
   readonly token: bigint;
   readonly key: string;
@@ -117,7 +119,7 @@ export class EtcdLocks {
     const lease = await this.client.grantLease(request.ttlSeconds);
     const key = lockWaiterKey(request.file, lease.id);
     const prefix = lockWaitersPrefix(request.file);
-    const value = JSON.stringify({ owner: request.owner, kind: request.kind, pid: process.pid, instance: this.instance, since });
+    const value = JSON.stringify({ owner: request.owner, kind: request.kind, pid: process.pid, instance: this.instance, since, until: since + request.waitMs });
     const stop = new AbortController();
     const end = (reason: unknown) => stop.abort(reason);
     const deadline = request.waitMs > 0 ? this.clock.setTimeout(() => end("deadline"), request.waitMs) : undefined;
@@ -260,6 +262,7 @@ function party(kv: KeyValue): EtcdLockParty {
     pid: typeof value.pid === "number" ? value.pid : 0,
     instance: typeof value.instance === "string" ? value.instance : "",
     since: typeof value.since === "number" ? value.since : 0,
+    until: typeof value.until === "number" ? value.until : typeof value.since === "number" ? value.since : 0,
     token: kv.createRevision,
     key: kv.key,
   };

@@ -7,3 +7,5 @@ export * from "./etcd-elector.js";
 export * from "./etcd-journal.js";
 export * from "./etcd-locks.js";
 export * from "./store-keys.js";
+export * from "./etcd-session-store.js";
+export * from "./etcd-source-locks.js";
