@@ -80,6 +80,8 @@ export class EtcdSessionStore implements SessionStoreApi {
   /** Watchers of every session not yet sure of their start revision: a list waits for them. */
   private readonly watchStarts = new Set<Promise<void>>();
   private readonly inflight = new Set<Promise<unknown>>();
+  /** Per session, the end of this instance's last append to it (see inTurn). */
+  private readonly turns = new Map<string, Promise<void>>();
   private readonly now: () => number;
   private closed = false;
 
@@ -118,14 +120,35 @@ export class EtcdSessionStore implements SessionStoreApi {
       if (this.fences === undefined) throw fenceRejected({ file: options.fence.file, token: options.fence.token }, 0n);
       fence = await this.fences(options.fence.file, options.fence.token);
     }
-    const result = await this.journal.append(sessionId, prepared, {
-      ...(expectedSeq !== undefined ? { expectedSeq } : {}),
-      ...(expectedState !== undefined ? { expectedState } : {}),
-      ...(ikey !== undefined ? { idempotencyKey: ikey, digest } : {}),
-      ...(fence !== undefined ? { fence } : {}),
-    });
+    const result = await this.inTurn(sessionId, () =>
+      this.journal.append(sessionId, prepared, {
+        ...(expectedSeq !== undefined ? { expectedSeq } : {}),
+        ...(expectedState !== undefined ? { expectedState } : {}),
+        ...(ikey !== undefined ? { idempotencyKey: ikey, digest } : {}),
+        ...(fence !== undefined ? { fence } : {}),
+      }),
+    );
     const snapshot = result.duplicate ? (await this.stateAt(sessionId, result.lastSeq)).snapshot : await this.afterAppend(sessionId, result);
     return { firstSeq: result.firstSeq, lastSeq: result.lastSeq, snapshot, duplicate: result.duplicate };
+  }
+
+  /**
+   * Runs this instance's appends to one session one after the other: concurrent ones would race
+   * on the head's compare in etcd and all but one retry, each retry a round trip; in turn, each
+   * costs one. Instances still race each other, and etcd decides.
+   */
+  private async inTurn<T>(sessionId: string, append: () => Promise<T>): Promise<T> {
+    const before = this.turns.get(sessionId);
+    const mine = (before ?? Promise.resolve()).then(append);
+    const done = mine.then(
+      () => undefined,
+      () => undefined,
+    );
+    this.turns.set(sessionId, done);
+    void done.then(() => {
+      if (this.turns.get(sessionId) === done) this.turns.delete(sessionId);
+    });
+    return mine;
   }
 
   /** The snapshot after an append this instance wrote: from the one before it when known, else rebuilt. */
