@@ -300,7 +300,7 @@ describe("listing and snapshots", () => {
     for (const id of ["c", "a", "e", "b", "d"]) await a!.journal.append(id, [ev("one")]);
     await a!.journal.append("b", [ev("two")]);
     const all = await a!.journal.list();
-    expect(all.sessions).toEqual([
+    expect(all.sessions.map(({ sessionId, lastSeq }) => ({ sessionId, lastSeq }))).toEqual([
       { sessionId: "a", lastSeq: 1 },
       { sessionId: "b", lastSeq: 2 },
       { sessionId: "c", lastSeq: 1 },
@@ -308,6 +308,13 @@ describe("listing and snapshots", () => {
       { sessionId: "e", lastSeq: 1 },
     ]);
     expect((await a!.journal.list({ after: "b", limit: 2 })).sessions.map((s) => s.sessionId)).toEqual(["c", "d"]);
+    // Each with its incarnation: the head's create revision, which a deletion and a new first append change.
+    const before = all.sessions.find((s) => s.sessionId === "a")!.incarnation;
+    await a!.journal.delete("a");
+    await a!.journal.append("a", [ev("again")]);
+    const after = (await a!.journal.list({ limit: 1 })).sessions[0]!;
+    expect(after).toMatchObject({ sessionId: "a", lastSeq: 1 });
+    expect(after.incarnation).toBeGreaterThan(before);
   });
 
   it("rebuilds a session's state from its cached snapshot and the tail, and never uses a deleted session's", async () => {

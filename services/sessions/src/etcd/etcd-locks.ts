@@ -32,7 +32,7 @@ export interface EtcdLockParty {
   readonly pid: number;
   /** The berth instance that granted it (its host and pid, or what it was configured with). */
   readonly instance: string;
-  /** When it started waiting (ms since the epoch). */
+  /** When it started waiting, or for a holder, since when it holds (ms since the epoch). */
   readonly since: number;
   /** When it gives up waiting (ms since the epoch). */
   readonly until: number;
@@ -119,7 +119,8 @@ export class EtcdLocks {
     const lease = await this.client.grantLease(request.ttlSeconds);
     const key = lockWaiterKey(request.file, lease.id);
     const prefix = lockWaitersPrefix(request.file);
-    const value = JSON.stringify({ owner: request.owner, kind: request.kind, pid: process.pid, instance: this.instance, since, until: since + request.waitMs });
+    const record = { owner: request.owner, kind: request.kind, pid: process.pid, instance: this.instance, since, until: since + request.waitMs };
+    const value = JSON.stringify(record);
     const stop = new AbortController();
     const end = (reason: unknown) => stop.abort(reason);
     const deadline = request.waitMs > 0 ? this.clock.setTimeout(() => end("deadline"), request.waitMs) : undefined;
@@ -153,6 +154,12 @@ export class EtcdLocks {
         // Our own key is gone: the lease expired or was revoked while we waited.
         if (!queue.kvs.some((kv) => kv.key === key)) throw new EtcdLeaseLostError(lease.id, "the waiter's key was deleted while it waited");
       }
+      let acquiredAt = since;
+      if (told !== "") {
+        // Granted after a wait: the key says since when it holds (a put keeps its create revision, the token).
+        acquiredAt = this.clock.now();
+        await this.client.put(key, JSON.stringify({ ...record, since: acquiredAt }), { lease: lease.id });
+      }
       const fence: EtcdFence = { file: request.file, key, token };
       this.rememberFence(fence);
       // A fence cached elsewhere is still refused by the append's compare; here it is not even offered.
@@ -162,7 +169,7 @@ export class EtcdLocks {
         key,
         token,
         owner: request.owner,
-        acquiredAt: this.clock.now(),
+        acquiredAt,
         lease,
         signal: lease.signal,
         fence,

@@ -171,7 +171,8 @@ export function createEtcdSourceLocks(options: EtcdSourceLocksOptions): EtcdSour
       kind: party.kind,
       owner: party.owner,
       fencingToken: Number(party.token),
-      since: party.since,
+      // Granted here: since the grant; elsewhere, since its request (the waiter key records no more).
+      since: local?.lease.acquiredAt ?? party.since,
       expiresAt: local?.lease.expiresAt ?? null,
       ...(party.pid > 0 ? { pid: party.pid } : {}),
     };
