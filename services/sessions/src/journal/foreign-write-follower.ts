@@ -15,7 +15,7 @@ export interface ForeignWriteHost {
   /** Whether anyone watches anything, and the session `id`. */
   watching(): boolean;
   watched(id: string): boolean;
-  /** The session's journal changed: read what was appended (false when our own bytes are landing: look again later). */
+  /** The session's journal changed: read what was appended; a promise when our own bytes are landing (look again once it settles). */
   changed(id: string): Promise<void> | undefined;
 }
 

@@ -1,7 +1,7 @@
 /**
  * Reading one session's journal file: the replay at open (with the repair of a torn tail), the
  * light scan that recovers idempotency keys and seek points when the state came from a snapshot
- * file instead, and streaming reads from a sequence number. Writing is the session store's and
+ * file instead, and streaming reads from a sequence number. Writing is the write path's (file-appends.ts) and
  * group commit's business; this module only ever cuts a torn tail back.
  */
 import { isAscii } from "node:buffer";

@@ -568,7 +568,7 @@ describe("a lock an outside process holds", () => {
     const lease = await first;
     expect(lease).toMatchObject({ owner: "first", fencingToken: 1 });
     expect(external.claimedByBerth()).toEqual(["/project/a"]);
-    // Berth's own handoff: the outside lock moves with the lease, never freed in between.
+    // A handoff between berth's own holders: the next one takes the outside lock in turn.
     locks.release(lease.leaseToken);
     expect(await second).toMatchObject({ owner: "second", fencingToken: 2 });
     expect(external.holdOutside("/project/a", { owner: "seed", pid: 7, since: clock.now() })).toBe(false);
