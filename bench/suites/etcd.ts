@@ -15,6 +15,11 @@
  *   each caller on a session of its own; `of_txn_batch` compares the batched appends' events/s with
  *   `txn_batch`'s puts/s at 16 callers in the same run (the target is ≥ 0.5).
  *
+ * - `service_append`: berth's RPC, a sessions service process on the file store (`--fsync=batch`)
+ *   and one on this etcd (`--store etcd`), beside the empty RPC (health Check) on the same process:
+ *   AppendEvent by 16 and 64 clients (on one session, as the sessions suite measures it, and on a
+ *   session per client), and AppendEvents ×100 by 16 clients (a session each).
+ *
  * - `client_cpu`: what one put costs this process's CPU, through berth's client (connect-node's gRPC
  *   transport) and through @grpc/grpc-js sending the same generated messages, one call at a time.
  *
@@ -23,7 +28,7 @@
  * ran (near 1000: the client, not etcd, set the pace).
  *
  * `npm run bench -- etcd [--seconds=4] [--members=1,3] [--value-bytes=256] [--check-perf=xl|l|m|s|off]
- * [--only=put,txn_batch,store_append,client_cpu,check_perf]`
+ * [--only=put,txn_batch,store_append,service_append,client_cpu,check_perf]`
  */
 import { spawn } from "node:child_process";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
@@ -33,10 +38,11 @@ import { PutRequestSchema, PutResponseSchema, type PutRequest, type PutResponse 
 import { startEtcd, type EtcdCluster } from "@berth/etcd/testing";
 import { EtcdJournal, type PreparedEvent } from "@berth/sessions/etcd/index";
 import { closedLoop } from "../lib/load.js";
-import { unary } from "../lib/grpc-clients.js";
+import { emptyRpcReference, grpcServiceClient, target, unary } from "../lib/grpc-clients.js";
+import { startBenchServer } from "../lib/server.js";
 import { emit, percentiles, ratio } from "../lib/report.js";
 
-const PARTS = ["put", "txn_batch", "store_append", "client_cpu", "check_perf"] as const;
+const PARTS = ["put", "txn_batch", "store_append", "service_append", "client_cpu", "check_perf"] as const;
 type Part = (typeof PARTS)[number];
 
 interface Settings {
@@ -70,6 +76,7 @@ export async function run(args: string[] = []): Promise<void> {
           for (const concurrency of [16, 64]) await storeRate(clients, members, concurrency, 1, settings, undefined);
           await storeRate(clients, members, 16, BATCH, settings, batchedPuts);
         }
+        if (wants("service_append")) await serviceAppend(endpoints, members, settings, batchedPuts);
         if (wants("client_cpu")) await clientCpu(clients[0]!, leader.clientUrl, members, settings);
       } finally {
         for (const c of clients) c.close();
@@ -154,6 +161,66 @@ async function storeRate(clients: EtcdClient[], members: number, concurrency: nu
     errors: result.errors,
     ...(result.firstError ? { first_error: String(result.firstError) } : {}),
   });
+}
+
+const SessionServiceClient = grpcServiceClient("berth/sessions/v1/session_service.proto", "berth.sessions.v1.SessionService");
+
+/** AppendEvent and AppendEvents ×100 through a sessions service process on each store, beside the empty RPC. */
+async function serviceAppend(endpoints: string[], members: number, settings: Settings, batchedPuts: number | undefined): Promise<void> {
+  const ms = settings.seconds * 1000;
+  const event = (phase: string) => ({ agentPhase: { phase, durationMs: 12 } });
+  const stores: Array<["file" | "etcd", string[]]> = [
+    ["file", ["--fsync=batch"]],
+    ["etcd", ["--store=etcd", `--etcd-endpoints=${endpoints.join(",")}`, `--etcd-prefix=bench-service-${Date.now()}/`]],
+  ];
+  for (const [store, args] of stores) {
+    // Only the file store's figures on three members: the same process, whatever etcd does.
+    if (store === "file" && members !== 1) continue;
+    const server = await startBenchServer("sessions", args, {}, { logLevel: "warn" });
+    const client = new SessionServiceClient(target(server.url), grpc.credentials.createInsecure());
+    try {
+      await closedLoop(16, 1000, (worker) => unary(client, "appendEvent", { sessionId: `warm-${worker}`, event: event("warm") }));
+      const reference = await emptyRpcReference(server.url, 16, ms);
+      for (const [clients, sessions] of [[16, "one"], [64, "one"], [16, "per_client"], [64, "per_client"]] as const) {
+        const run = `${clients}-${sessions}-${Date.now()}`;
+        const result = await closedLoop(clients, ms, (worker) => unary(client, "appendEvent", { sessionId: sessions === "one" ? `one-${run}` : `c-${run}-${worker}`, event: event("writing") }));
+        emit({
+          suite: "etcd",
+          figure: "service_append_event",
+          store,
+          members: store === "etcd" ? members : 0,
+          clients,
+          sessions,
+          appends_per_s: result.perSecond,
+          ...percentiles(result.latenciesMs),
+          ref_empty_rpc_per_s: reference.perSecond,
+          ref_empty_rpc_p50_ms: percentiles(reference.latenciesMs).p50_ms,
+          errors: result.errors,
+          ...(result.firstError ? { first_error: String(result.firstError) } : {}),
+        });
+      }
+      const batch = Array.from({ length: BATCH }, (_, i) => event(`p${i % 5}`));
+      const run = `batch-${Date.now()}`;
+      const calls = await closedLoop(16, ms, (worker) => unary(client, "appendEvents", { sessionId: `${run}-${worker}`, events: batch }));
+      emit({
+        suite: "etcd",
+        figure: "service_append_events_batch",
+        store,
+        members: store === "etcd" ? members : 0,
+        clients: 16,
+        events_per_call: BATCH,
+        calls_per_s: calls.perSecond,
+        events_per_s: calls.perSecond * BATCH,
+        ...(store === "etcd" && batchedPuts !== undefined ? { of_txn_batch: ratio(calls.perSecond * BATCH, batchedPuts) } : {}),
+        ...percentiles(calls.latenciesMs),
+        errors: calls.errors,
+        ...(calls.firstError ? { first_error: String(calls.firstError) } : {}),
+      });
+    } finally {
+      client.close();
+      await server.stop();
+    }
+  }
 }
 
 /** CPU and wall time per sequential put, berth's client against grpc-js carrying the same messages. */
