@@ -63,6 +63,30 @@ describe("the etcd session store", () => {
     }
   });
 
+  it("writes the plain appends that queued behind each other on one session together, in order, in one transaction", async () => {
+    const [a, b] = instances(2);
+    const watcher = b!.watchAll();
+    await b!.list(); // resolves once the watcher has its start
+    const client = clients.at(-1)!;
+    const results = await Promise.all(Array.from({ length: 20 }, (_, i) => a!.append("grouped", [{ type: "generate", pageUrl: `/p${i + 1}`, count: i + 1 }])));
+    // The first went alone; the 19 that queued behind it, in one transaction: two revisions.
+    const written = await client.range({ key: "e/grouped/", prefix: true });
+    expect(written.kvs).toHaveLength(20);
+    expect(new Set(written.kvs.map((kv) => kv.modRevision)).size).toBe(2);
+    expect(results.map((r) => r.lastSeq)).toEqual(Array.from({ length: 20 }, (_, i) => i + 1));
+    // Each snapshot built on the one before it: the new session's state was read back once, at its first append.
+    expect(a!.stats().rebuilds).toBe(1);
+    for (const result of results) expect(comparable(result.snapshot)).toEqual(comparable(await replayed(a!, "grouped", result.lastSeq)));
+    // Still one change per append for a watcher of every session, in order.
+    const changes: SessionChange[] = [];
+    while (changes.length < 20) changes.push((await watcher.next()).value as SessionChange);
+    await watcher.return?.();
+    expect(changes.map((c) => [c.firstSeq, c.lastSeq])).toEqual(results.map((r) => [r.firstSeq, r.lastSeq]));
+    // An append with an expectation goes alone, after those before it.
+    const [grouped, expected] = await Promise.all([a!.append("grouped", [{ type: "steer" }]), a!.append("grouped", [{ type: "steer" }], { expectedSeq: 21 })]);
+    expect([grouped.lastSeq, expected.lastSeq]).toEqual([21, 22]);
+  });
+
   it("gives a watcher with snapshots the state after each live entry, whoever appended it", async () => {
     const [a, b] = instances(2);
     await a!.append("watched", [{ type: "generate", pageUrl: "/one", count: 1 }]);

@@ -26,7 +26,7 @@ import { UNAVAILABLE_RETRY_AFTER_MS } from "../session-refusals.js";
 import type { SessionStoreApi, SessionStoreLimits, SessionView } from "../session-store-api.js";
 import { isCompletedPhase } from "../vocabulary.js";
 import { DEFAULT_MAX_BUFFERED, type EventWatcher, type SessionChange, type WatchEvent, type WatchOptions } from "../watch-hub.js";
-import { fenceRejected, type EtcdAppendResult, type EtcdFence, type EtcdJournal, type SessionState } from "./etcd-journal.js";
+import { fenceRejected, type EtcdAppendOptions, type EtcdAppendResult, type EtcdFence, type EtcdJournal, type PreparedEvent, type SessionState } from "./etcd-journal.js";
 import { PumpedWatcher } from "./pumped-watcher.js";
 import { HEADS } from "./store-keys.js";
 
@@ -54,6 +54,23 @@ export interface EtcdSessionStoreOptions {
   readonly snapshotEvery?: number;
 }
 
+/** Plain appends written together at most (one operation each, and the head's, of etcd's 128 per transaction). */
+const MAX_GROUP_APPENDS = 64;
+/** Their events' JSON at most, well within etcd's request size (1.5 MiB by default). */
+const MAX_GROUP_BYTES = 512 * 1024;
+
+/** An append waiting for its turn on a session; `options` undefined for a plain one. */
+interface QueuedAppend {
+  readonly events: PreparedEvent[];
+  readonly options: EtcdAppendOptions | undefined;
+  readonly bytes: number;
+  resolve(result: Appended): void;
+  reject(error: unknown): void;
+}
+
+/** An append's result with the snapshot right after it. */
+type Appended = EtcdAppendResult & { readonly snapshot: SessionSnapshot };
+
 /** A session's state this instance knows: the snapshot at `seq` of incarnation `incarnation`. */
 interface Known {
   readonly incarnation: bigint;
@@ -80,10 +97,11 @@ export class EtcdSessionStore implements SessionStoreApi {
   /** Watchers of every session not yet sure of their start revision: a list waits for them. */
   private readonly watchStarts = new Set<Promise<void>>();
   private readonly inflight = new Set<Promise<unknown>>();
-  /** Per session, the end of this instance's last append to it (see inTurn). */
-  private readonly turns = new Map<string, Promise<void>>();
+  /** Per session, this instance's appends waiting for their turn (see inTurn). */
+  private readonly turns = new Map<string, QueuedAppend[]>();
   private readonly now: () => number;
   private closed = false;
+  private rebuilds = 0;
 
   constructor(options: EtcdSessionStoreOptions) {
     this.journal = options.journal;
@@ -120,35 +138,71 @@ export class EtcdSessionStore implements SessionStoreApi {
       if (this.fences === undefined) throw fenceRejected({ file: options.fence.file, token: options.fence.token }, 0n);
       fence = await this.fences(options.fence.file, options.fence.token);
     }
-    const result = await this.inTurn(sessionId, () =>
-      this.journal.append(sessionId, prepared, {
-        ...(expectedSeq !== undefined ? { expectedSeq } : {}),
-        ...(expectedState !== undefined ? { expectedState } : {}),
-        ...(ikey !== undefined ? { idempotencyKey: ikey, digest } : {}),
-        ...(fence !== undefined ? { fence } : {}),
-      }),
-    );
-    const snapshot = result.duplicate ? (await this.stateAt(sessionId, result.lastSeq)).snapshot : await this.afterAppend(sessionId, result);
-    return { firstSeq: result.firstSeq, lastSeq: result.lastSeq, snapshot, duplicate: result.duplicate };
+    const plain = expectedSeq === undefined && expectedState === undefined && ikey === undefined && fence === undefined;
+    const result = await this.inTurn(sessionId, {
+      events: prepared,
+      options: plain
+        ? undefined
+        : {
+            ...(expectedSeq !== undefined ? { expectedSeq } : {}),
+            ...(expectedState !== undefined ? { expectedState } : {}),
+            ...(ikey !== undefined ? { idempotencyKey: ikey, digest } : {}),
+            ...(fence !== undefined ? { fence } : {}),
+          },
+      bytes: prepared.reduce((sum, p) => sum + JSON.stringify(p.event).length + 128, 0),
+    });
+    return { firstSeq: result.firstSeq, lastSeq: result.lastSeq, snapshot: result.snapshot, duplicate: result.duplicate };
   }
 
   /**
    * Runs this instance's appends to one session one after the other: concurrent ones would race
-   * on the head's compare in etcd and all but one retry, each retry a round trip; in turn, each
-   * costs one. Instances still race each other, and etcd decides.
+   * on the head's compare in etcd and all but one retry, each retry a round trip. Plain appends
+   * (no expectation, key or fence) that queued meanwhile go together, in order, in one
+   * transaction (the file store's group commit, on etcd). Instances still race each other, and
+   * etcd decides.
    */
-  private async inTurn<T>(sessionId: string, append: () => Promise<T>): Promise<T> {
-    const before = this.turns.get(sessionId);
-    const mine = (before ?? Promise.resolve()).then(append);
-    const done = mine.then(
-      () => undefined,
-      () => undefined,
-    );
-    this.turns.set(sessionId, done);
-    void done.then(() => {
-      if (this.turns.get(sessionId) === done) this.turns.delete(sessionId);
+  private inTurn(sessionId: string, job: Omit<QueuedAppend, "resolve" | "reject">): Promise<Appended> {
+    return new Promise<Appended>((resolve, reject) => {
+      const queue = this.turns.get(sessionId);
+      if (queue !== undefined) return void queue.push({ ...job, resolve, reject });
+      this.turns.set(sessionId, [{ ...job, resolve, reject }]);
+      void this.drain(sessionId);
     });
-    return mine;
+  }
+
+  private async drain(sessionId: string): Promise<void> {
+    const queue = this.turns.get(sessionId)!;
+    for (let first = queue.shift(); first !== undefined; first = queue.shift()) {
+      if (first.options !== undefined) {
+        await this.journal
+          .append(sessionId, first.events, first.options)
+          .then((result) => this.withSnapshot(sessionId, result))
+          .then(first.resolve, first.reject);
+        continue;
+      }
+      const group = [first];
+      let bytes = first.bytes;
+      for (let next = queue[0]; next !== undefined && next.options === undefined && group.length < MAX_GROUP_APPENDS && bytes + next.bytes <= MAX_GROUP_BYTES; next = queue[0]) {
+        group.push(queue.shift()!);
+        bytes += next.bytes;
+      }
+      let results: EtcdAppendResult[];
+      try {
+        results = await this.journal.appendGroup(sessionId, group.map((job) => job.events));
+      } catch (error) {
+        for (const job of group) job.reject(error);
+        continue;
+      }
+      // One after the other: each snapshot is built on the one before it.
+      for (const [i, job] of group.entries()) await this.withSnapshot(sessionId, results[i]!).then(job.resolve, job.reject);
+    }
+    this.turns.delete(sessionId);
+  }
+
+  /** `result` with the snapshot right after it (run in the session's turn, so that each builds on the last). */
+  private async withSnapshot(sessionId: string, result: EtcdAppendResult): Promise<Appended> {
+    const snapshot = result.duplicate ? (await this.stateAt(sessionId, result.lastSeq)).snapshot : await this.afterAppend(sessionId, result);
+    return { ...result, snapshot };
   }
 
   /** The snapshot after an append this instance wrote: from the one before it when known, else rebuilt. */
@@ -170,6 +224,7 @@ export class EtcdSessionStore implements SessionStoreApi {
 
   /** The state right after `seq`: the cached snapshot plus the tail when that is where the session is, else a replay up to it. */
   private async stateAt(sessionId: string, seq: number): Promise<SessionState> {
+    this.rebuilds++;
     const state = await this.journal.state(sessionId, { now: this.now });
     if (state.lastSeq === seq) return state;
     return this.journal.state(sessionId, { now: this.now, untilSeq: seq });
@@ -207,6 +262,7 @@ export class EtcdSessionStore implements SessionStoreApi {
     if (incarnation === 0n) return { sessionId, snapshot: baseSnapshot(sessionId), lastSeq: 0, exists: false };
     const known = this.known.get(sessionId);
     if (known !== undefined && known.incarnation === incarnation && known.seq === seq) return { sessionId, snapshot: known.snapshot, lastSeq: seq, exists: true };
+    this.rebuilds++;
     const state = await this.journal.state(sessionId, { now: this.now });
     if (state.exists) this.remember(sessionId, { incarnation: state.incarnation, seq: state.lastSeq, snapshot: state.snapshot, savedSeq: known?.incarnation === state.incarnation ? known.savedSeq : 0 });
     return { sessionId, snapshot: state.snapshot, lastSeq: state.lastSeq, exists: state.exists };
@@ -378,8 +434,9 @@ export class EtcdSessionStore implements SessionStoreApi {
     };
   }
 
-  stats(): { openSessions: number; watchers: number } {
-    return { openSessions: this.known.size, watchers: this.watchers.size };
+  /** Gauges; `rebuilds`: states read back from etcd because this instance's memory did not have them. */
+  stats(): { openSessions: number; watchers: number; rebuilds: number } {
+    return { openSessions: this.known.size, watchers: this.watchers.size, rebuilds: this.rebuilds };
   }
 
   /** Resolves once no append, deletion or snapshot write of this instance is in flight. */
