@@ -48,7 +48,7 @@ RUN npm ci --ignore-scripts
 COPY tsconfig.base.json tsconfig.json ./
 COPY packages packages
 COPY services services
-# The cli references api, shared, client, sessions and budget: this builds exactly what the image
+# The cli references api, shared, client, sessions (and through it etcd) and budget: this builds exactly what the image
 # runs (test/ and bench/ are not part of it), then bundles the command as `npm run build` does.
 RUN npx tsc -b packages/cli \
  && node packages/cli/scripts/bundle.mjs
@@ -77,6 +77,8 @@ COPY --from=build /src/packages/api/package.json packages/api/
 COPY --from=build /src/packages/api/dist packages/api/dist
 COPY --from=build /src/packages/shared/package.json packages/shared/
 COPY --from=build /src/packages/shared/dist packages/shared/dist
+COPY --from=build /src/packages/etcd/package.json packages/etcd/
+COPY --from=build /src/packages/etcd/dist packages/etcd/dist
 COPY --from=build /src/packages/client/package.json packages/client/
 COPY --from=build /src/packages/client/dist packages/client/dist
 COPY --from=build /src/packages/cli/package.json packages/cli/

@@ -50,4 +50,5 @@ export * from "./harness/processes.js";
 export * from "./harness/clients.js";
 export * from "./harness/commands.js";
 export * from "./harness/steps.js";
+export * from "./harness/stores.js";
 export { bufBinary, entryPoint, REPO_ROOT, repoPath, SERVERS_OF, type ServiceKind } from "./harness/repo.js";

@@ -1,5 +1,6 @@
 /**
- * Source locks against a started sessions service: FIFO over the network, the
+ * Source locks against a started sessions service, on each store (`file`, and `etcd` on one real
+ * member) where the store serves it: FIFO over the network, the
  * wait timeout and its details, a Hold freed when its client process is SIGKILLed, KeepAlive,
  * lease expiry, fencing tokens across restarts of the service process, fenced appends, interop
  * with processes following the seed's lock-file protocol, and bad paths.
@@ -14,18 +15,18 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { HolderKind, LockHeldSchema, LockService } from "@berth/api/berth/locks/v1/lock_service_pb";
 import { FenceRejectedSchema, SessionService } from "@berth/api/berth/sessions/v1/session_service_pb";
 import { childScripts, spawnChild, type Child, type ChildScripts } from "@berth/sessions/locks/testing/child-scripts";
-import { closeClient, connectClient, grpcJsClient, GrpcStatus, isGrpcError, makeTempDir, REPO_ROOT, startService, stopAll, type ServiceProcess } from "./harness.js";
+import { closeClient, connectClient, grpcJsClient, GrpcStatus, isGrpcError, makeTempDir, onStore, REPO_ROOT, startService, stopAll, STORES, type ServiceProcess, type StoreKind } from "./harness.js";
 
 afterAll(stopAll);
 
 /** A project directory and a sessions service (lock paths are absolute: clients send them so). */
-async function lockService(options: { stateDir?: string; liveDir?: string; projectRoot?: string } = {}) {
+async function lockService(options: { stateDir?: string; liveDir?: string; projectRoot?: string; store?: StoreKind } = {}) {
   const root = makeTempDir("berth-locks-e2e-");
   const projectRoot = options.projectRoot ?? path.join(root, "project");
   mkdirSync(projectRoot, { recursive: true });
   const args: string[] = [];
   if (options.liveDir !== undefined) args.push("--live-dir", options.liveDir);
-  const service = await startService("sessions", { args, ...(options.stateDir === undefined ? {} : { stateDir: options.stateDir }) });
+  const service = await startService("sessions", await onStore(options.store ?? "file", { args, ...(options.stateDir === undefined ? {} : { stateDir: options.stateDir }) }));
   return { service, projectRoot, url: service.url("sessions") };
 }
 
@@ -54,12 +55,12 @@ async function until(client: Client<typeof LockService>, file: string, predicate
   }
 }
 
-describe("LockService over the network", () => {
+describe.each(STORES)("LockService over the network (%s store)", (store) => {
   let service: ServiceProcess;
   let url: string;
   let projectRoot: string;
   beforeAll(async () => {
-    ({ service, url, projectRoot } = await lockService());
+    ({ service, url, projectRoot } = await lockService({ store }));
   });
   afterAll(() => service.stop());
 
@@ -194,7 +195,7 @@ describe("LockService over the network", () => {
   });
 });
 
-describe("Hold and the client process", () => {
+describe.each(STORES)("Hold and the client process (%s store)", (store) => {
   const children: ChildProcess[] = [];
   afterEach(() => {
     for (const child of children) child.kill("SIGKILL");
@@ -227,7 +228,7 @@ describe("Hold and the client process", () => {
   }
 
   it("frees the lock the moment the holding process is SIGKILLed; the next waiter gets it", async () => {
-    const { service, url, projectRoot } = await lockService();
+    const { service, url, projectRoot } = await lockService({ store });
     const file = path.join(projectRoot, "src/killed.ts");
     const { child, token } = await holdingProcess(url, file, "doomed");
     const client = locksOf(url);
@@ -249,6 +250,7 @@ describe("Hold and the client process", () => {
   });
 });
 
+// The file store only: the seed's lock files are kept in a live directory, which the etcd store does not serve.
 describe("shutdown", () => {
   it("ends open Hold streams and waiting Acquires with UNAVAILABLE, exits 0 and removes berth's lock files", async () => {
     const root = makeTempDir("berth-locks-shutdown-");
@@ -283,13 +285,13 @@ describe("shutdown", () => {
   });
 });
 
-describe("fencing across restarts and fenced appends", () => {
+describe.each(STORES)("fencing across restarts and fenced appends (%s store)", (store) => {
   it("keeps fencing tokens rising across a clean restart and a crash of the service process", async () => {
     const stateDir = path.join(makeTempDir("berth-locks-state-"), "state");
     const project = makeTempDir("berth-locks-project-");
     const tokens: bigint[] = [];
     for (const ending of ["stop", "kill", "stop"] as const) {
-      const { service, url } = await lockService({ stateDir, projectRoot: project });
+      const { service, url } = await lockService({ stateDir, projectRoot: project, store });
       const client = locksOf(url);
       for (let i = 0; i < 3; i++) {
         const { lease } = await client.acquire({ file: path.join(project, "src/fenced.ts"), owner: `run-${tokens.length}` });
@@ -304,7 +306,7 @@ describe("fencing across restarts and fenced appends", () => {
   });
 
   it("refuses an AppendEvent whose fence is no longer current (FAILED_PRECONDITION FENCE_REJECTED, FenceRejected) and writes nothing", async () => {
-    const { service, url, projectRoot } = await lockService();
+    const { service, url, projectRoot } = await lockService({ store });
     const locks = locksOf(url);
     const sessions = connectClient(SessionService, url, { protocol: "grpc" });
     const file = path.join(projectRoot, "src/journal.ts");

@@ -1,5 +1,6 @@
 /**
- * SessionService against a started sessions service: expected_seq conflicts,
+ * SessionService against a started sessions service, on each store (`file`, and `etcd` on one real
+ * member) where the store serves it: expected_seq conflicts,
  * an idempotent retry across a crash and restart of the service process (and a reused key refused
  * there too), AppendEvents atomicity, watchers (catch-up + live without a gap under concurrent
  * appends; a slow watcher ended and resumed without loss; shutdown; a deleted session), 32
@@ -24,7 +25,7 @@ import { ErrorInfoSchema } from "@berth/api/google/rpc/error_details_pb";
 import { SnapshotSchema } from "@berth/api/berth/sessions/v1/snapshot_pb";
 import { loadSeedStore, seedsAvailable } from "@berth/sessions/testing/seed-store";
 import { seedAppend, seedDirsOf, seedReadState } from "@berth/sessions/testing/seed-writer";
-import { closeClient, connectClient, curl, curlJson, launchService, makeTempDir, startService, stopAll, type ServiceProcess } from "./harness.js";
+import { closeClient, connectClient, curl, curlJson, launchService, makeTempDir, onStore, startService, stopAll, STORES, type ServiceProcess } from "./harness.js";
 
 afterAll(stopAll);
 
@@ -78,10 +79,11 @@ function journalFiles(stateDir: string): string[] {
   return existsSync(dir) ? readdirSync(dir).filter((name) => name.endsWith(".jsonl")) : [];
 }
 
-describe("SessionService end to end", () => {
+describe.each(STORES)("SessionService end to end (%s store)", (store) => {
   let service: ServiceProcess;
   let url: string;
-  const started = startService("sessions", { args: ["--max-event-bytes", "2K", "--max-message-bytes", "64K", "--max-events-per-append", "50"] }).then((s) => {
+  const started = onStore(store, { args: ["--max-event-bytes", "2K", "--max-message-bytes", "64K", "--max-events-per-append", "50"] }).then(async (options) => {
+    const s = await startService("sessions", options);
     service = s;
     url = s.url("sessions");
   });
@@ -187,7 +189,9 @@ describe("SessionService end to end", () => {
     expect(hugeRequest.code).toBe(Code.ResourceExhausted);
     expect(codeAndReason(await failure(client.getSnapshot({ sessionId: "sizes" })))).toEqual([Code.NotFound, "SESSION_NOT_FOUND"]);
     // Only the sessions of the tests before this one have journals (tests of a file run in order).
-    expect(journalFiles(service.stateDir).filter((name) => !name.startsWith("formats-")).sort()).toEqual(["atomic.jsonl", "conflict.jsonl"]);
+    const sessions = await client.listSessions({ includeCompleted: true, pageSize: 1000 });
+    expect(sessions.sessions.map((s) => s.id).filter((id) => !id.startsWith("formats-")).sort()).toEqual(["atomic", "conflict"]);
+    if (store === "file") expect(journalFiles(service.stateDir).filter((name) => !name.startsWith("formats-")).sort()).toEqual(["atomic.jsonl", "conflict.jsonl"]);
     closeClient(client);
   });
 
@@ -252,7 +256,7 @@ describe("SessionService end to end", () => {
 
   it("ends a watcher that stops reading with RESOURCE_EXHAUSTED and WatcherLagged; resuming misses nothing", async () => {
     await started;
-    const slow = await startService("sessions", { args: ["--watch-buffer", "4"] });
+    const slow = await startService("sessions", await onStore(store, { args: ["--watch-buffer", "4"] }));
     const slowUrl = slow.url("sessions");
     const writer = sessionsOf(slowUrl);
     await writer.appendEvent({ sessionId: "slow", event: generate() });
@@ -298,7 +302,7 @@ describe("SessionService end to end", () => {
 
   it("ends watchers with UNAVAILABLE when the service shuts down", async () => {
     await started;
-    const own = await startService("sessions");
+    const own = await startService("sessions", await onStore(store));
     const client = sessionsOf(own.url("sessions"));
     const it = client.watchSession({ sessionId: "bye" }, { timeoutMs: 30_000 })[Symbol.asyncIterator]();
     expect(((await it.next()).value as WatchSessionResponse).kind.case).toBe("caughtUp");
@@ -311,10 +315,10 @@ describe("SessionService end to end", () => {
   });
 });
 
-describe("idempotent retries across a restart", () => {
+describe.each(STORES)("idempotent retries across a restart (%s store)", (store) => {
   it("answers a retried key with the first result after the service was SIGKILLed and started again", async () => {
     const stateDir = path.join(makeTempDir("berth-sessions-e2e-"), "state");
-    const first = await startService("sessions", { stateDir });
+    const first = await startService("sessions", await onStore(store, { stateDir }));
     const client = sessionsOf(first.url("sessions"));
     await client.appendEvent({ sessionId: "retry", event: generate() });
     const original = await client.appendEvent({ sessionId: "retry", event: phase("keyed"), idempotencyKey: "request-42" });
@@ -324,7 +328,7 @@ describe("idempotent retries across a restart", () => {
     // A crash: no shutdown, no snapshot file written; the keys are in the journal.
     await first.kill();
 
-    const second = await startService("sessions", { stateDir });
+    const second = await startService("sessions", await onStore(store, { stateDir }));
     const again = sessionsOf(second.url("sessions"));
     const retry = await again.appendEvent({ sessionId: "retry", event: phase("keyed"), idempotencyKey: "request-42" });
     expect(retry.duplicate).toBe(true);
@@ -341,9 +345,9 @@ describe("idempotent retries across a restart", () => {
   });
 });
 
-describe("sessions that come and go", () => {
+describe.each(STORES)("sessions that come and go (%s store)", (store) => {
   it("pages ListSessions across 1,000 sessions while others append, create and complete sessions: none lost, none twice", { timeout: 120_000 }, async () => {
-    const service = await startService("sessions", { args: ["--fsync", "none"] });
+    const service = await startService("sessions", await onStore(store, { args: store === "file" ? ["--fsync", "none"] : [] }));
     const client = sessionsOf(service.url("sessions"));
     const ids = range(0, 999).map((i) => `page-${String(i).padStart(4, "0")}`);
     for (let i = 0; i < ids.length; i += 100) {
@@ -387,7 +391,7 @@ describe("sessions that come and go", () => {
   });
 
   it("DeleteSession ends the session's watchers with NOT_FOUND SESSION_DELETED and tells WatchSessions", async () => {
-    const service = await startService("sessions");
+    const service = await startService("sessions", await onStore(store));
     const client = sessionsOf(service.url("sessions"));
     await client.appendEvents({ sessionId: "doomed", events: [generate(), phase("a")] });
     const one = client.watchSession({ sessionId: "doomed" }, { timeoutMs: 30_000 })[Symbol.asyncIterator]();
@@ -403,14 +407,19 @@ describe("sessions that come and go", () => {
     expect(await client.deleteSession({ sessionId: "doomed", expectedSeq: 2n })).toMatchObject({ lastSeq: 2n });
     expect(codeAndReason(await ended)).toEqual([Code.NotFound, "SESSION_DELETED"]);
     expect((await all.next()).value!.kind).toMatchObject({ case: "change", value: { sessionId: "doomed", lastSeq: 2n, deleted: true } });
-    expect(journalFiles(service.stateDir)).toEqual([]);
-    expect(readdirSync(path.join(service.stateDir, "sessions")).filter((name) => name.startsWith("doomed"))).toEqual([]);
+    if (store === "file") {
+      expect(journalFiles(service.stateDir)).toEqual([]);
+      expect(readdirSync(path.join(service.stateDir, "sessions")).filter((name) => name.startsWith("doomed"))).toEqual([]);
+    }
     expect(codeAndReason(await failure(client.deleteSession({ sessionId: "doomed" })))).toEqual([Code.NotFound, "SESSION_NOT_FOUND"]);
     controller.abort();
     closeClient(client);
     await service.stop();
   });
+});
 
+// The file store only: the etcd store refuses --completed-retention at start.
+describe("retention of completed sessions", () => {
   it("deletes completed sessions past --completed-retention: at start, then when they fall due", { timeout: 60_000 }, async () => {
     const stateDir = path.join(makeTempDir("berth-retention-"), "state");
     // Journals a seed process wrote long ago: one completed (far past the retention), one active.

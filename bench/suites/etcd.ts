@@ -10,6 +10,16 @@
  * - `etcdctl_check_perf`: etcd's own check (`etcdctl check perf --load=xl`: 1,000 Go clients aiming
  *   at 15,000 puts/s for 60 s), whose achieved rate is the ceiling with etcd's own client.
  *
+ * - `store_append`: berth's etcd journal (services/sessions/src/etcd) under the same load: appends of
+ *   one event by 16 and 64 callers, and appends of 100 events (AppendEvents ×100) by 16 callers,
+ *   each caller on a session of its own; `of_txn_batch` compares the batched appends' events/s with
+ *   `txn_batch`'s puts/s at 16 callers in the same run (the target is ≥ 0.5).
+ *
+ * - `service_append`: berth's RPC, a sessions service process on the file store (`--fsync=batch`)
+ *   and one on this etcd (`--store etcd`), beside the empty RPC (health Check) on the same process:
+ *   AppendEvent by 16 and 64 clients (on one session, as the sessions suite measures it, and on a
+ *   session per client), and AppendEvents ×100 by 16 clients (a session each).
+ *
  * - `client_cpu`: what one put costs this process's CPU, through berth's client (connect-node's gRPC
  *   transport) and through @grpc/grpc-js sending the same generated messages, one call at a time.
  *
@@ -18,7 +28,7 @@
  * ran (near 1000: the client, not etcd, set the pace).
  *
  * `npm run bench -- etcd [--seconds=4] [--members=1,3] [--value-bytes=256] [--check-perf=xl|l|m|s|off]
- * [--only=put,txn_batch,client_cpu,check_perf]`
+ * [--only=put,txn_batch,store_append,service_append,client_cpu,check_perf]`
  */
 import { spawn } from "node:child_process";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
@@ -26,11 +36,13 @@ import * as grpc from "@grpc/grpc-js";
 import { compare, createEtcdClient, op, type EtcdClient } from "@berth/etcd";
 import { PutRequestSchema, PutResponseSchema, type PutRequest, type PutResponse } from "@berth/etcd/api";
 import { startEtcd, type EtcdCluster } from "@berth/etcd/testing";
+import { EtcdJournal, type PreparedEvent } from "@berth/sessions/etcd/index";
 import { closedLoop } from "../lib/load.js";
-import { unary } from "../lib/grpc-clients.js";
+import { emptyRpcReference, grpcServiceClient, target, unary } from "../lib/grpc-clients.js";
+import { startBenchServer } from "../lib/server.js";
 import { emit, percentiles, ratio } from "../lib/report.js";
 
-const PARTS = ["put", "txn_batch", "client_cpu", "check_perf"] as const;
+const PARTS = ["put", "txn_batch", "store_append", "service_append", "client_cpu", "check_perf"] as const;
 type Part = (typeof PARTS)[number];
 
 interface Settings {
@@ -58,7 +70,13 @@ export async function run(args: string[] = []): Promise<void> {
         // One round trip first on every connection, so no figure pays for connecting.
         await Promise.all(clients.map((c) => c.status()));
         if (wants("put")) for (const concurrency of [1, 16, 64]) await putRate(clients, members, concurrency, settings);
-        if (wants("txn_batch")) for (const concurrency of [1, 16]) await batchRate(clients, members, concurrency, settings);
+        let batchedPuts: number | undefined;
+        if (wants("txn_batch")) for (const concurrency of [1, 16]) batchedPuts = await batchRate(clients, members, concurrency, settings);
+        if (wants("store_append")) {
+          for (const concurrency of [16, 64]) await storeRate(clients, members, concurrency, 1, settings, undefined);
+          await storeRate(clients, members, 16, BATCH, settings, batchedPuts);
+        }
+        if (wants("service_append")) await serviceAppend(endpoints, members, settings, batchedPuts);
         if (wants("client_cpu")) await clientCpu(clients[0]!, leader.clientUrl, members, settings);
       } finally {
         for (const c of clients) c.close();
@@ -89,7 +107,7 @@ async function putRate(clients: EtcdClient[], members: number, concurrency: numb
   });
 }
 
-async function batchRate(clients: EtcdClient[], members: number, concurrency: number, settings: Settings): Promise<void> {
+async function batchRate(clients: EtcdClient[], members: number, concurrency: number, settings: Settings): Promise<number> {
   const value = new Uint8Array(settings.valueBytes).fill(0x62);
   const cpu = process.cpuUsage();
   const result = await closedLoop(concurrency, settings.seconds * 1000, (worker, i) => {
@@ -115,6 +133,94 @@ async function batchRate(clients: EtcdClient[], members: number, concurrency: nu
     errors: result.errors,
     ...(result.firstError ? { first_error: String(result.firstError) } : {}),
   });
+  return result.perSecond * BATCH;
+}
+
+/** Appends of `events` events through berth's etcd journal, one journal (instance) per connection. */
+async function storeRate(clients: EtcdClient[], members: number, concurrency: number, events: number, settings: Settings, batchedPuts: number | undefined): Promise<void> {
+  const journals = clients.map((client) => new EtcdJournal({ client }));
+  // Each event's journal line is about `--value-bytes` long, as txn_batch's values are.
+  const padding = "x".repeat(Math.max(0, settings.valueBytes - 150));
+  const batch: PreparedEvent[] = Array.from({ length: events }, (_, i) => ({ type: "bench", event: { type: "bench", i, padding } }));
+  const run = `${members}-${concurrency}-${events}-${Date.now()}`;
+  const cpu = process.cpuUsage();
+  const result = await closedLoop(concurrency, settings.seconds * 1000, (worker) => journals[worker % journals.length]!.append(`bench-${run}-${worker}`, batch));
+  const eventsPerSecond = result.perSecond * events;
+  emit({
+    suite: "etcd",
+    figure: "store_append",
+    members,
+    concurrency,
+    connections: Math.min(concurrency, clients.length),
+    events_per_append: events,
+    appends_per_s: result.perSecond,
+    events_per_s: eventsPerSecond,
+    ...(batchedPuts !== undefined && events === BATCH ? { of_txn_batch: ratio(eventsPerSecond, batchedPuts) } : {}),
+    ...percentiles(result.latenciesMs),
+    client_cpu_ms_per_s: cpuPerSecond(cpu, settings.seconds),
+    errors: result.errors,
+    ...(result.firstError ? { first_error: String(result.firstError) } : {}),
+  });
+}
+
+const SessionServiceClient = grpcServiceClient("berth/sessions/v1/session_service.proto", "berth.sessions.v1.SessionService");
+
+/** AppendEvent and AppendEvents ×100 through a sessions service process on each store, beside the empty RPC. */
+async function serviceAppend(endpoints: string[], members: number, settings: Settings, batchedPuts: number | undefined): Promise<void> {
+  const ms = settings.seconds * 1000;
+  const event = (phase: string) => ({ agentPhase: { phase, durationMs: 12 } });
+  const stores: Array<["file" | "etcd", string[]]> = [
+    ["file", ["--fsync=batch"]],
+    ["etcd", ["--store=etcd", `--etcd-endpoints=${endpoints.join(",")}`, `--etcd-prefix=bench-service-${Date.now()}/`]],
+  ];
+  for (const [store, args] of stores) {
+    // Only the file store's figures on three members: the same process, whatever etcd does.
+    if (store === "file" && members !== 1) continue;
+    const server = await startBenchServer("sessions", args, {}, { logLevel: "warn" });
+    const client = new SessionServiceClient(target(server.url), grpc.credentials.createInsecure());
+    try {
+      await closedLoop(16, 1000, (worker) => unary(client, "appendEvent", { sessionId: `warm-${worker}`, event: event("warm") }));
+      const reference = await emptyRpcReference(server.url, 16, ms);
+      for (const [clients, sessions] of [[16, "one"], [64, "one"], [16, "per_client"], [64, "per_client"]] as const) {
+        const run = `${clients}-${sessions}-${Date.now()}`;
+        const result = await closedLoop(clients, ms, (worker) => unary(client, "appendEvent", { sessionId: sessions === "one" ? `one-${run}` : `c-${run}-${worker}`, event: event("writing") }));
+        emit({
+          suite: "etcd",
+          figure: "service_append_event",
+          store,
+          members: store === "etcd" ? members : 0,
+          clients,
+          sessions,
+          appends_per_s: result.perSecond,
+          ...percentiles(result.latenciesMs),
+          ref_empty_rpc_per_s: reference.perSecond,
+          ref_empty_rpc_p50_ms: percentiles(reference.latenciesMs).p50_ms,
+          errors: result.errors,
+          ...(result.firstError ? { first_error: String(result.firstError) } : {}),
+        });
+      }
+      const batch = Array.from({ length: BATCH }, (_, i) => event(`p${i % 5}`));
+      const run = `batch-${Date.now()}`;
+      const calls = await closedLoop(16, ms, (worker) => unary(client, "appendEvents", { sessionId: `${run}-${worker}`, events: batch }));
+      emit({
+        suite: "etcd",
+        figure: "service_append_events_batch",
+        store,
+        members: store === "etcd" ? members : 0,
+        clients: 16,
+        events_per_call: BATCH,
+        calls_per_s: calls.perSecond,
+        events_per_s: calls.perSecond * BATCH,
+        ...(store === "etcd" && batchedPuts !== undefined ? { of_txn_batch: ratio(calls.perSecond * BATCH, batchedPuts) } : {}),
+        ...percentiles(calls.latenciesMs),
+        errors: calls.errors,
+        ...(calls.firstError ? { first_error: String(calls.firstError) } : {}),
+      });
+    } finally {
+      client.close();
+      await server.stop();
+    }
+  }
 }
 
 /** CPU and wall time per sequential put, berth's client against grpc-js carrying the same messages. */

@@ -29,6 +29,12 @@ export interface AppendOptions {
   idempotencyKey?: string;
   /** Called just before the append is sequenced; throwing (e.g. a stale lock fence) refuses it with nothing written. */
   fenceCheck?: () => void;
+  /**
+   * The append's fence as the request gave it (input checked): the lock's file, any spelling, and
+   * the fencing token. A store that checks fences inside its own write (etcd's transaction) takes
+   * it from here; the file store has `fenceCheck` run at sequencing instead.
+   */
+  fence?: { readonly file: string; readonly token: bigint };
 }
 
 /** What an append returns. */

@@ -16,14 +16,16 @@ import { checkSessionId } from "@berth/shared/safe-id";
 import { checkFromSeq, MAX_IDEMPOTENCY_KEY_LENGTH } from "./append-input.js";
 import { AppendPipeline, type AppendOptions, type AppendResult } from "./append-pipeline.js";
 import type { JournalStore, StoredEntry } from "./journal/journal-store.js";
-import { baseSnapshot, type SessionSnapshot } from "./reducer.js";
+import { baseSnapshot, } from "./reducer.js";
 import { CompletedRetention, type RetentionHost } from "./retention.js";
 import { seqConflict, sessionNotFound, UNAVAILABLE_RETRY_AFTER_MS } from "./session-refusals.js";
+import type { SessionStoreApi, SessionStoreLimits, SessionView } from "./session-store-api.js";
 import { isCompletedPhase } from "./vocabulary.js";
 import { DEFAULT_MAX_BUFFERED, WatchHub, type EventWatcher, type SessionChange, type WatchBacklog, type WatchEvent, type WatchOptions } from "./watch-hub.js";
 
 export { MAX_IDEMPOTENCY_KEY_LENGTH } from "./append-input.js";
 export type { AppendOptions, AppendResult } from "./append-pipeline.js";
+export type { SessionStoreApi, SessionStoreLimits, SessionView } from "./session-store-api.js";
 export { sessionNotFound, UNAVAILABLE_RETRY_AFTER_MS, type ExpectedState } from "./session-refusals.js";
 
 /** The largest event (its JSON, in bytes) accepted by default. */
@@ -48,15 +50,6 @@ export interface SessionStoreCoreOptions {
   completedRetentionMs?: number | undefined;
 }
 
-/** A session's durable state as readers see it. Treat the snapshot as read-only: it is shared. */
-export interface SessionView {
-  sessionId: string;
-  snapshot: SessionSnapshot;
-  /** The last durable seq (0 when the session has no entries). */
-  lastSeq: number;
-  /** False for a session with no journal (the seed answers those with a base snapshot too). */
-  exists: boolean;
-}
 
 /** Counters for metrics and tests. */
 export interface SessionStoreStats {
@@ -72,7 +65,7 @@ export interface SessionStoreStats {
 }
 
 /** The store; see the module comment. Create one per journal store (createSessionStore for files). */
-export class SessionStore {
+export class SessionStore implements SessionStoreApi {
   private readonly journals: JournalStore;
   private readonly clock: Clock;
   private readonly logger: Logger | undefined;
@@ -301,7 +294,7 @@ export class SessionStore {
   }
 
   /** The limits the store enforces (what GetLimits reports). */
-  limits(): { maxEventBytes: number; maxEventsPerAppend: number; maxBuffered: number; maxIdempotencyKeyLength: number; completedRetentionMs: number | undefined } {
+  limits(): SessionStoreLimits {
     return {
       maxEventBytes: this.maxEventBytes,
       maxEventsPerAppend: this.maxEventsPerAppend,

@@ -4,6 +4,7 @@
  * exclude each other. Domain code only: the RPC layer maps these calls and their BerthErrors.
  */
 export { createSourceLocks, type SourceLocks, type SourceLocksOptions } from "./source-locks.js";
+export type { SourceLocksApi } from "./source-locks-api.js";
 export {
   LockTable,
   type AcquireRequest,

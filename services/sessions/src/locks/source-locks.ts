@@ -10,6 +10,7 @@ import { createFencingStore, type FencingStore } from "./fencing-store.js";
 import type { LockLimits } from "./lock-input.js";
 import { LockTable } from "./lock-table.js";
 import { SeedLockFiles } from "./seed-lock-files.js";
+import type { SourceLocksApi } from "./source-locks-api.js";
 
 /** What {@link createSourceLocks} needs. */
 export interface SourceLocksOptions {
@@ -35,7 +36,10 @@ export interface SourceLocksOptions {
   lockFileMode?: number;
 }
 
-/** The lock table with its persistence; `close()` releases everything and persists the fencing state. */
+/**
+ * The lock table with its persistence; `close()` releases everything and persists the fencing
+ * state. It answers from memory, synchronously: a {@link SourceLocksApi} whose answers are at hand.
+ */
 export interface SourceLocks
   extends Pick<LockTable, "acquire" | "holdAsLongAs" | "renew" | "release" | "whenLeaseEnds" | "inspect" | "checkToken" | "resolveFile" | "stats" | "limits"> {
   /** The directory of the seed's lock files, or null when they are off. */
@@ -69,7 +73,7 @@ export function createSourceLocks(options: SourceLocksOptions): SourceLocks {
     ...(options.limits === undefined ? {} : { limits: options.limits }),
   });
   let closed = false;
-  return {
+  return implementsApi<SourceLocks>({
     locksDir,
     limits: table.limits,
     acquire: (request) => table.acquire(request),
@@ -88,5 +92,8 @@ export function createSourceLocks(options: SourceLocksOptions): SourceLocks {
       files?.close();
       fencing.close();
     },
-  };
+  });
 }
+
+/** The file backend is one of the lock service's backends: checked here, where it is built. */
+const implementsApi = <T extends SourceLocksApi>(locks: T): T => locks;

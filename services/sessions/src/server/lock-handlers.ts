@@ -33,7 +33,7 @@ import type { Clock } from "@berth/shared/clock";
 import { systemClock } from "@berth/shared/clock";
 import { BerthError, invalidArgument, isBerthError } from "@berth/shared/errors";
 import { abortable, abortError, berthErrorToConnect, streamHolds } from "@berth/shared/server/index";
-import { checkFencingToken, LOCK_RETRY_AFTER_MS, type Lease, type LeaseEndReason, type LockHolderInfo, type SourceLocks, type WaitingUpdate } from "../locks/index.js";
+import { checkFencingToken, LOCK_RETRY_AFTER_MS, type Lease, type LeaseEndReason, type LockHolderInfo, type SourceLocks, type SourceLocksApi, type WaitingUpdate } from "../locks/index.js";
 
 /** How often an open Hold stream carries a heartbeat once the lock is granted. */
 export const HOLD_HEARTBEAT_MS = 5_000;
@@ -53,7 +53,7 @@ const DEADLINE_MARGIN_MS = 100;
 
 /** What the lock handlers are built from. */
 export interface LockHandlerOptions {
-  readonly locks: SourceLocks;
+  readonly locks: SourceLocksApi;
   /** Heartbeat interval of Hold streams; default {@link HOLD_HEARTBEAT_MS}. */
   readonly heartbeatMs?: number;
   /** Times heartbeats; default the system clock (tests pass a ManualClock). */
@@ -82,7 +82,7 @@ export function createLockHandlers(options: LockHandlerOptions): ServiceImpl<typ
       // unless it has a request id, whose retry is answered this very lease (and may be another
       // call, answered the same lease, that is still there).
       if (context.signal.aborted) {
-        if (request.requestId === "") locks.release(lease.leaseToken);
+        if (request.requestId === "") await locks.release(lease.leaseToken);
         throw abortError(context.signal);
       }
       return create(AcquireResponseSchema, { lease: leaseMessage(lease) });
@@ -95,19 +95,19 @@ export function createLockHandlers(options: LockHandlerOptions): ServiceImpl<typ
       }
       // Every token is checked before any is renewed: a refused request renews nothing.
       const tokens = request.leaseTokens.map((token, i) => leaseTokenInput(token, `lease_tokens[${i}]`));
-      return create(KeepAliveResponseSchema, { renewals: tokens.map((token) => renewal(locks, token)) });
+      return create(KeepAliveResponseSchema, { renewals: await Promise.all(tokens.map((token) => renewal(locks, token))) });
     },
 
     async *keepAliveStream(requests, context) {
       for await (const request of abortable(requests, context.signal)) {
         const token = leaseTokenInput(request.leaseToken, "lease_token");
-        yield create(KeepAliveStreamResponseSchema, { renewal: renewal(locks, token) });
+        yield create(KeepAliveStreamResponseSchema, { renewal: await renewal(locks, token) });
       }
     },
 
     async release(request) {
       const token = leaseTokenInput(request.leaseToken, "lease_token");
-      return create(ReleaseResponseSchema, { released: locks.release(token) });
+      return create(ReleaseResponseSchema, { released: await locks.release(token) });
     },
 
     async *hold(request, context) {
@@ -149,7 +149,7 @@ export function createLockHandlers(options: LockHandlerOptions): ServiceImpl<typ
     },
 
     async inspect(request) {
-      const inspection = locks.inspect(request.file);
+      const inspection = await locks.inspect(request.file);
       return create(InspectResponseSchema, {
         file: inspection.file,
         holder: inspection.holder ? holderMessage(inspection.holder) : undefined,
@@ -167,7 +167,7 @@ export function createLockHandlers(options: LockHandlerOptions): ServiceImpl<typ
     },
 
     async checkToken(request) {
-      const check = locks.checkToken(request.file, request.fencingToken);
+      const check = await locks.checkToken(request.file, request.fencingToken);
       return create(CheckTokenResponseSchema, { current: check.current, currentToken: BigInt(check.currentToken ?? 0), file: check.file });
     },
 
@@ -212,7 +212,7 @@ export function createFenceCheck(locks: Pick<SourceLocks, "resolveFile" | "check
 
 /** Waiting updates while queued (the latest one only, if several came between two sends), then the grant. */
 async function* holdStream(
-  locks: SourceLocks,
+  locks: SourceLocksApi,
   request: { file: string; owner: string; waitMs: number; signal: AbortSignal },
   context: HandlerContext,
 ): AsyncGenerator<HoldResponse, Lease> {
@@ -259,9 +259,9 @@ async function* holdStream(
 }
 
 /** One renewal: the renewed expiry, or `alive = false` for a lease that is gone. */
-function renewal(locks: SourceLocks, token: string): Renewal {
+async function renewal(locks: SourceLocksApi, token: string): Promise<Renewal> {
   try {
-    const lease = locks.renew(token);
+    const lease = await locks.renew(token);
     return create(RenewalSchema, {
       leaseToken: token,
       alive: true,

@@ -10,16 +10,17 @@ import { fileElector } from "@berth/shared/election";
 import type { ElectionLock, Elector } from "@berth/shared/elector";
 import { implement, serveElected, type ServerContext, type ServiceDefinition } from "@berth/shared/server/index";
 import { createSessionStore } from "../create-session-store.js";
-import type { SessionStore } from "../session-store.js";
+import type { SessionStoreApi } from "../session-store-api.js";
+import { checkStoreSettings, openEtcdStore, peerElector } from "./open-etcd-store.js";
 import { resolveSessionDirs } from "../journal/session-paths.js";
 import { createSessionHandlers, type FenceCheck } from "./session-handlers.js";
-import { createSourceLocks, PRIVATE_LOCK_FILE_MODE, SHARED_LOCK_FILE_MODE, type SourceLocks } from "../locks/index.js";
+import { createSourceLocks, PRIVATE_LOCK_FILE_MODE, SHARED_LOCK_FILE_MODE, type SourceLocks, type SourceLocksApi } from "../locks/index.js";
 import { createFenceCheck, createLockHandlers } from "./lock-handlers.js";
 import { SESSIONS_SETTINGS, type SessionsValues } from "./settings.js";
 
 /** The journal store as the service opened it, and how to close it. */
 export interface OpenedSessions {
-  readonly store: SessionStore;
+  readonly store: SessionStoreApi;
   close(): Promise<void>;
 }
 
@@ -66,7 +67,7 @@ export async function createSessions(values: SessionsValues, logger: Logger, ele
  * The SessionService registration over `store`, with its gauges on the server's metrics.
  * `fenceCheck` (from the lock service) verifies the fences of appends.
  */
-export function sessionServiceRegistration(store: SessionStore, context: ServerContext, fenceCheck?: FenceCheck, maxMessageBytes?: number) {
+export function sessionServiceRegistration(store: SessionStoreApi, context: ServerContext, fenceCheck?: FenceCheck, maxMessageBytes?: number) {
   context.metrics.registerGauge("berth_sessions_open_sessions", "Sessions open in memory (the bounded LRU).", () => store.stats().openSessions);
   context.metrics.registerGauge("berth_sessions_watchers", "Open watchers (WatchSession and WatchSessions streams).", () => store.stats().watchers);
   return implement(SessionService, createSessionHandlers({ store, fenceCheck, ...(maxMessageBytes !== undefined ? { maxMessageBytes } : {}) }));
@@ -96,7 +97,7 @@ export function createLocks(values: SessionsValues, logger: Logger): SourceLocks
 }
 
 /** The LockService registration over `locks`, with its gauges on the server's metrics. */
-export function lockServiceRegistration(locks: SourceLocks, context: ServerContext) {
+export function lockServiceRegistration(locks: SourceLocksApi, context: ServerContext) {
   context.metrics.registerGauge("berth_locks_held", "Source locks held through berth (leases and Hold streams).", () => locks.stats().held);
   context.metrics.registerGauge("berth_locks_waiting", "Requests waiting for a source lock.", () => locks.stats().waiting);
   context.metrics.registerGauge("berth_locks_blocked_by_lock_files", "Locks whose queue waits for a lock file held by a process using the seed's library.", () => locks.stats().blockedByLockFiles);
@@ -107,8 +108,30 @@ export function lockServiceRegistration(locks: SourceLocks, context: ServerConte
 export const sessionsService: ServiceDefinition<typeof SESSIONS_SETTINGS> = {
   name: "sessions",
   settings: SESSIONS_SETTINGS,
-  start: (values, logger) =>
-    serveElected({
+  start: (values, logger) => {
+    checkStoreSettings(values);
+    if (values.store === "etcd") {
+      // Instances on one etcd are peers: etcd serialises their writes, so nothing is elected.
+      return serveElected({
+        name: "sessions",
+        values,
+        port: values.sessionsPort,
+        socket: values.sessionsSocket,
+        logger,
+        elector: peerElector,
+        open: async () => {
+          const opened = await openEtcdStore(values, logger);
+          return {
+            services: (context: ServerContext) => [
+              sessionServiceRegistration(opened.store, context, opened.fenceCheck, values.maxMessageBytes),
+              lockServiceRegistration(opened.locks, context),
+            ],
+            close: () => opened.close(),
+          };
+        },
+      });
+    }
+    return serveElected({
       name: "sessions",
       values,
       port: values.sessionsPort,
@@ -135,5 +158,6 @@ export const sessionsService: ServiceDefinition<typeof SESSIONS_SETTINGS> = {
           },
         };
       },
-    }),
+    });
+  },
 };

@@ -51,7 +51,8 @@ import { abortError, berthErrorToConnect, DEFAULT_MAX_MESSAGE_BYTES, streamHolds
 import { sendsBinary } from "@berth/shared/server/pre-encoded";
 import type { EntryIntegrity } from "../journal/journal-store.js";
 import type { JournalEntry, SessionSnapshot } from "../reducer.js";
-import { sessionNotFound, type AppendOptions, type AppendResult, type ExpectedState as StoreExpectedState, type SessionStore } from "../session-store.js";
+import { sessionNotFound, type AppendOptions, type AppendResult, type ExpectedState as StoreExpectedState } from "../session-store.js";
+import type { SessionStoreApi } from "../session-store-api.js";
 import { isCompletedPhase } from "../vocabulary.js";
 import type { SessionChange, WatchEntry, } from "../watch-hub.js";
 import { eventToJournal, journalEntryToProto, type JournalEntryFacts } from "./event-codec.js";
@@ -71,7 +72,7 @@ export type FenceCheck = (file: string, token: bigint) => () => void;
 
 /** Options of {@link createSessionHandlers}. */
 export interface SessionHandlerOptions {
-  readonly store: SessionStore;
+  readonly store: SessionStoreApi;
   /** Checks an append's fence; without one, a fenced append is refused (it cannot be verified). */
   readonly fenceCheck?: FenceCheck | undefined;
   /** Entries per ReadJournal message at most (default {@link READ_BATCH_MAX_ENTRIES}). */
@@ -148,7 +149,10 @@ export function createSessionHandlers(options: SessionHandlerOptions): ServiceIm
       if (state !== "any") out.expectedState = state;
     }
     if (req.idempotencyKey !== "") out.idempotencyKey = req.idempotencyKey;
-    if (req.fence !== undefined) out.fenceCheck = fenceChecker(req.fence, fenceCheck);
+    if (req.fence !== undefined) {
+      out.fenceCheck = fenceChecker(req.fence, fenceCheck);
+      out.fence = { file: req.fence.file, token: req.fence.fencingToken };
+    }
     return out;
   }
 
@@ -182,19 +186,19 @@ export function createSessionHandlers(options: SessionHandlerOptions): ServiceIm
       return response;
     },
 
-    getSnapshot(req) {
+    async getSnapshot(req) {
       const sessionId = checkSessionId(req.sessionId);
-      const view = store.getSnapshot(sessionId, { includeCompleted: true });
+      const view = await store.getSnapshot(sessionId, { includeCompleted: true });
       if (view === null || !view.exists) throw sessionNotFound(sessionId);
       return { snapshot: snapshotMessage(view.snapshot), lastSeq: BigInt(view.lastSeq) };
     },
 
-    listSessions(req) {
+    async listSessions(req) {
       if (req.pageSize < 0) throw invalidArgument("page_size", `must be 0 (the default, ${DEFAULT_PAGE_SIZE}) or positive`);
       const pageSize = req.pageSize === 0 ? DEFAULT_PAGE_SIZE : Math.min(req.pageSize, MAX_PAGE_SIZE);
       const after = req.pageToken === "" ? undefined : decodePageToken(req.pageToken, req.includeCompleted);
       // One more than the page: whether another page follows, without an empty last page.
-      const views = store.list({ includeCompleted: req.includeCompleted, limit: pageSize + 1, ...(after !== undefined ? { after } : {}) });
+      const views = await store.list({ includeCompleted: req.includeCompleted, limit: pageSize + 1, ...(after !== undefined ? { after } : {}) });
       const page = views.slice(0, pageSize);
       const last = page[page.length - 1];
       return {
@@ -225,7 +229,9 @@ export function createSessionHandlers(options: SessionHandlerOptions): ServiceIm
       const sessionId = checkSessionId(req.sessionId);
       const fromSeq = Math.max(1, nonNegativeSeq(req.fromSeq, "from_seq"));
       if (req.limit < 0) throw invalidArgument("limit", "must be 0 (no limit) or positive");
-      const view = store.getSnapshot(sessionId, { includeCompleted: true });
+      // The file store answers at once: the read below then starts in the same turn as the view.
+      const answer = store.getSnapshot(sessionId, { includeCompleted: true });
+      const view = answer instanceof Promise ? await answer : answer;
       if (view === null || !view.exists) throw sessionNotFound(sessionId);
       const lastSeq = view.lastSeq;
       if (fromSeq > lastSeq + 1) {
@@ -344,7 +350,7 @@ export function createSessionHandlers(options: SessionHandlerOptions): ServiceIm
       const described = new Map<string, number>();
       try {
         if (describeCurrent) {
-          const views = store.list({ includeCompleted: true });
+          const views = await store.list({ includeCompleted: true });
           let count = 0;
           for (const view of views) {
             if (context.signal.aborted) throw abortError(context.signal);
@@ -424,7 +430,7 @@ export function createSessionHandlers(options: SessionHandlerOptions): ServiceIm
 
 // --------------------------------------------------------------------------- appends
 
-async function appendOrExplain(store: SessionStore, sessionId: string, events: Record<string, unknown>[], options: AppendOptions): Promise<AppendResult> {
+async function appendOrExplain(store: SessionStoreApi, sessionId: string, events: Record<string, unknown>[], options: AppendOptions): Promise<AppendResult> {
   try {
     return await store.append(sessionId, events, options);
   } catch (error) {
@@ -440,6 +446,8 @@ async function appendOrExplain(store: SessionStore, sessionId: string, events: R
         },
       });
     }
+    // A store that checks the fence in its own write (etcd) refuses it from there.
+    if (isBerthError(error) && error.reason === "FENCE_REJECTED" && options.fence !== undefined) throw fenceRejected(error, options.fence.file, options.fence.token);
     throw explainSeqConflict(error, sessionId, options.expectedSeq, options.expectedState);
   }
 }
@@ -621,7 +629,7 @@ function watchSessionsChange(change: SessionChangeMessage): WatchSessionsRespons
 }
 
 /** The session's entry at `seq` (its last), read from the journal; undefined when it has none. */
-async function lastEntry(store: SessionStore, sessionId: string, seq: number): Promise<JournalEntry | undefined> {
+async function lastEntry(store: SessionStoreApi, sessionId: string, seq: number): Promise<JournalEntry | undefined> {
   if (seq < 1) return undefined;
   const entries = store.read(sessionId, seq, 1);
   try {

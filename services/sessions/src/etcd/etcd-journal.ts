@@ -1,0 +1,580 @@
+/**
+ * Session journals in etcd: several berth instances on one cluster append to, read and watch the
+ * same sessions, and etcd serialises them (no election, no in-memory authority).
+ *
+ * - An append is one transaction. It compares the session's head (the `h/` key's mod revision as
+ *   this instance last saw it), the idempotency key's absence and, with a fence, that the lock's
+ *   holder key still has the token as its create revision; it puts the append's entries (one key,
+ *   the journal's lines), the new head and the idempotency key. When a compare fails, the failure
+ *   branch reads back the head, the key's record and the lock's holder in the same round trip, so
+ *   a retry on a moved head, a duplicate and a lost fence cost nothing more. A stale fence is
+ *   refused by etcd itself, atomically with the write: a paused ex-holder can never write.
+ * - A read takes the append holding the seq asked for and those after it at one revision R (one
+ *   transaction, then pages at R); a watch follows the entry keys from R + 1, so nothing falls
+ *   between the read and the watch. A revision etcd has compacted ends the watch as
+ *   WATCHER_LAGGED, resumable by seq, as the file store's watchers end when they fall behind.
+ * - Snapshots are a cache under `s/`, written only while the head is the incarnation they were
+ *   built from, and rebuilt from the journal's tail.
+ */
+import { randomUUID } from "node:crypto";
+import { systemClock, type Clock } from "@berth/shared/clock";
+import { BerthError, invalidArgument } from "@berth/shared/errors";
+import { compare, isEtcdCompacted, op, type EtcdClient, type KeyValue, type RangeResult, type TxnCompare, type TxnOp } from "@berth/etcd";
+import { AppendTracker, storedEntry } from "../journal/journal-file.js";
+import type { StoredEntry } from "../journal/journal-store.js";
+import { decodeJournalLine, encodeJournalLine, forEachLine, isBlankLine } from "../journal/journal-format.js";
+import { applyEvent, baseSnapshot, type JournalEntry, type SessionSnapshot } from "../reducer.js";
+import { keyReused, seqConflict, sessionNotFound, type ExpectedState } from "../session-refusals.js";
+import type { SessionChange, WatchEvent } from "../watch-hub.js";
+import { entriesPrefix, entryKey, headKey, HEADS, idempotencyKey, idempotencyPrefix, lockWaitersPrefix, sessionOfHead, snapshotKey } from "./store-keys.js";
+
+/** etcd's default `--max-request-bytes` (1.5 MiB). */
+export const ETCD_DEFAULT_MAX_REQUEST_BYTES = 1.5 * 1024 * 1024;
+/** Room left in a request for everything but the entries' lines (keys, head, idempotency record, compares). */
+const REQUEST_OVERHEAD_BYTES = 4 * 1024;
+/** Appends (entry keys) per page of a read. */
+const DEFAULT_PAGE_APPENDS = 256;
+/** Heads remembered, so that an append usually costs one round trip. */
+const HEAD_CACHE_SIZE = 10_000;
+
+/** An event as the store hands it to a journal: checked, and in the form the journal keeps. */
+export interface PreparedEvent {
+  readonly type: string;
+  readonly event: Record<string, unknown>;
+}
+
+/**
+ * A fence resolved against etcd: `key` is the lock's holder key whose create revision is `token`
+ * (see etcd-locks.ts, {@link EtcdLocks.fence}). The append compares it; nothing else is trusted.
+ */
+export interface EtcdFence {
+  /** The canonical path of the locked file. */
+  readonly file: string;
+  readonly key: string;
+  readonly token: bigint;
+}
+
+export interface EtcdAppendOptions {
+  /** The last seq the caller saw (0: no entry yet); anything else is aborted SEQ_CONFLICT. */
+  readonly expectedSeq?: number;
+  readonly expectedState?: ExpectedState;
+  /** A retry with the same key answers the first append (nothing is written). */
+  readonly idempotencyKey?: string;
+  /** The digest of the events (event-digest.ts), kept with the key to tell a retry from a reuse. */
+  readonly digest?: string;
+  readonly fence?: EtcdFence;
+}
+
+export interface EtcdAppendResult {
+  readonly firstSeq: number;
+  readonly lastSeq: number;
+  /** The entries written; empty for a duplicate. */
+  readonly entries: JournalEntry[];
+  /** The revision of the transaction that wrote them (for a duplicate: the one that found the key). */
+  readonly revision: bigint;
+  readonly duplicate: boolean;
+  /** The head's create revision the append was written after (the session's incarnation); 0n for a duplicate. */
+  readonly incarnation: bigint;
+}
+
+/** A session's head as etcd has it. */
+interface Head {
+  readonly seq: number;
+  /** The mod revision of `h/<session>` (0n: no head, no session). */
+  readonly mod: bigint;
+  /** The create revision of `h/<session>`: the session's incarnation (a deleted and re-created session has a new one). */
+  readonly create: bigint;
+}
+
+const NO_HEAD: Head = { seq: 0, mod: 0n, create: 0n };
+
+/** A session's entries from a seq, read at one revision. */
+export interface JournalRead {
+  /** The store's revision the read saw: follow from `revision + 1n`. */
+  readonly revision: bigint;
+  /** The session's last seq at `revision` (0: no session). */
+  readonly lastSeq: number;
+  /** The head's create revision at `revision` (0n: no session). */
+  readonly incarnation: bigint;
+  /** The entries with seq ≥ the one asked for, in order (pages read at `revision`). */
+  entries(): AsyncGenerator<StoredEntry, void, undefined>;
+}
+
+/** A session's state rebuilt from etcd: the cached snapshot plus the journal after it. */
+export interface SessionState {
+  readonly sessionId: string;
+  readonly snapshot: SessionSnapshot;
+  readonly lastSeq: number;
+  readonly exists: boolean;
+  readonly revision: bigint;
+  readonly incarnation: bigint;
+}
+
+export interface EtcdJournalOptions {
+  readonly client: EtcdClient;
+  readonly clock?: Clock;
+  /** etcd's `--max-request-bytes` as its operator set it: a larger append is refused before it is sent. */
+  readonly maxRequestBytes?: number;
+  /** Appends per page of a read (default 256). */
+  readonly pageAppends?: number;
+}
+
+const decoder = new TextDecoder();
+const json = (kv: KeyValue | undefined): Record<string, unknown> | undefined => (kv === undefined ? undefined : (JSON.parse(decoder.decode(kv.value)) as Record<string, unknown>));
+
+/** Session journals in etcd; see the module comment. One per berth instance; any number per cluster. */
+export class EtcdJournal {
+  private readonly client: EtcdClient;
+  private readonly clock: Clock;
+  private readonly maxRequestBytes: number;
+  private readonly pageAppends: number;
+  /** The last head this instance saw per session: what the next append compares (a miss costs one retry). */
+  private readonly heads = new Map<string, Head>();
+
+  constructor(options: EtcdJournalOptions) {
+    this.client = options.client;
+    this.clock = options.clock ?? systemClock;
+    this.maxRequestBytes = options.maxRequestBytes ?? ETCD_DEFAULT_MAX_REQUEST_BYTES;
+    this.pageAppends = options.pageAppends ?? DEFAULT_PAGE_APPENDS;
+  }
+
+  // ---------------------------------------------------------------- appends
+
+  /** Appends `events` to the session in one transaction; see the module comment. */
+  async append(sessionId: string, events: readonly PreparedEvent[], options: EtcdAppendOptions = {}): Promise<EtcdAppendResult> {
+    if (events.length === 0) throw invalidArgument("events", "must hold at least one event");
+    const ikey = options.idempotencyKey === "" ? undefined : options.idempotencyKey;
+    let head = this.heads.get(sessionId) ?? NO_HEAD;
+    let fresh = false;
+    for (;;) {
+      if (!meetsExpectation(head.seq, options)) {
+        // A cached head may be behind: only a head read now refutes the caller.
+        if (!fresh) {
+          head = await this.readHead(sessionId);
+          fresh = true;
+          continue;
+        }
+        // A retry of an append that landed answers its first result before anything else.
+        if (ikey !== undefined) {
+          const known = await this.client.get(idempotencyKey(sessionId, ikey));
+          if (known) return duplicate(sessionId, ikey, known, options.digest);
+        }
+        throw seqConflict(sessionId, head.seq, options.expectedSeq, options.expectedState);
+      }
+      const firstSeq = head.seq + 1;
+      const ts = new Date(this.clock.now()).toISOString();
+      const entries: JournalEntry[] = events.map((e, i) => ({ seq: firstSeq + i, id: sessionId, type: e.type, ts, event: e.event }));
+      const lastSeq = firstSeq + entries.length - 1;
+      const marks = { ...(ikey !== undefined ? { ikey } : {}), ...(entries.length > 1 ? { n: entries.length } : {}) };
+      const lines = entries.map((entry, i) => encodeJournalLine(entry, i === 0 ? marks : undefined)).join("");
+      const bytes = Buffer.byteLength(lines);
+      if (bytes + REQUEST_OVERHEAD_BYTES > this.maxRequestBytes) throw appendTooLarge(sessionId, bytes, this.maxRequestBytes);
+
+      const compares: TxnCompare[] = [compare.mod(headKey(sessionId), "==", head.mod)];
+      const success: TxnOp[] = [op.put(entryKey(sessionId, firstSeq), lines), op.put(headKey(sessionId), JSON.stringify({ seq: lastSeq, n: entries.length, w: randomUUID() }))];
+      const failure: TxnOp[] = [op.get({ key: headKey(sessionId) })];
+      if (ikey !== undefined) {
+        compares.push(compare.absent(idempotencyKey(sessionId, ikey)));
+        success.push(op.put(idempotencyKey(sessionId, ikey), JSON.stringify({ firstSeq, lastSeq, ...(options.digest !== undefined ? { digest: options.digest } : {}) })));
+        failure.push(op.get({ key: idempotencyKey(sessionId, ikey) }));
+      }
+      if (options.fence !== undefined) {
+        compares.push(compare.create(options.fence.key, "==", options.fence.token));
+        // The oldest waiter is the holder: its create revision is the current token.
+        failure.push(op.get({ key: lockWaitersPrefix(options.fence.file), prefix: true, sort: { by: "create", order: "ascend" }, limit: 1, keysOnly: true }));
+      }
+      const result = await this.client.txn({ compare: compares, success, failure });
+      if (result.succeeded) {
+        // The head key was written by this transaction: its mod revision is the transaction's.
+        this.remember(sessionId, { seq: lastSeq, mod: result.revision, create: head.create === 0n ? result.revision : head.create });
+        return { firstSeq, lastSeq, entries, revision: result.revision, duplicate: false, incarnation: head.create === 0n ? result.revision : head.create };
+      }
+      const got = (i: number): RangeResult => {
+        const r = result.results[i];
+        if (r === undefined || !("get" in r)) throw new Error("etcd answered a failed append without its reads");
+        return r.get;
+      };
+      head = headOf(got(0).kvs[0]);
+      fresh = true;
+      this.remember(sessionId, head);
+      let next = 1;
+      if (ikey !== undefined) {
+        const known = got(next++).kvs[0];
+        if (known) return duplicate(sessionId, ikey, known, options.digest, result.revision);
+      }
+      if (options.fence !== undefined) {
+        const holder = got(next++).kvs[0];
+        const current = holder?.createRevision ?? 0n;
+        if (current !== options.fence.token) throw fenceRejected(options.fence, current);
+      }
+      // The head moved (another instance appended): sequence again after it.
+    }
+  }
+
+  /**
+   * Appends several plain appends (no expectation, idempotency key or fence) to the session in one
+   * transaction, in order: each its own entry key (so each is still one change to watchers), one
+   * head after the last. What an instance's appends queued behind each other on one session cost
+   * together: one round trip, not one each.
+   */
+  async appendGroup(sessionId: string, groups: ReadonlyArray<readonly PreparedEvent[]>): Promise<EtcdAppendResult[]> {
+    if (groups.length === 0 || groups.some((events) => events.length === 0)) throw invalidArgument("events", "must hold at least one event");
+    let head = this.heads.get(sessionId) ?? NO_HEAD;
+    for (;;) {
+      const ts = new Date(this.clock.now()).toISOString();
+      const written: Array<{ firstSeq: number; lastSeq: number; entries: JournalEntry[] }> = [];
+      const success: TxnOp[] = [];
+      let seq = head.seq;
+      let bytes = 0;
+      for (const events of groups) {
+        const firstSeq = seq + 1;
+        const entries: JournalEntry[] = events.map((e, i) => ({ seq: firstSeq + i, id: sessionId, type: e.type, ts, event: e.event }));
+        seq = firstSeq + entries.length - 1;
+        const marks = entries.length > 1 ? { n: entries.length } : {};
+        const lines = entries.map((entry, i) => encodeJournalLine(entry, i === 0 ? marks : undefined)).join("");
+        bytes += Buffer.byteLength(lines);
+        success.push(op.put(entryKey(sessionId, firstSeq), lines));
+        written.push({ firstSeq, lastSeq: seq, entries });
+      }
+      if (bytes + REQUEST_OVERHEAD_BYTES > this.maxRequestBytes) throw appendTooLarge(sessionId, bytes, this.maxRequestBytes);
+      success.push(op.put(headKey(sessionId), JSON.stringify({ seq, n: written.at(-1)!.entries.length, w: randomUUID() })));
+      const result = await this.client.txn({ compare: [compare.mod(headKey(sessionId), "==", head.mod)], success, failure: [op.get({ key: headKey(sessionId) })] });
+      if (result.succeeded) {
+        const incarnation = head.create === 0n ? result.revision : head.create;
+        this.remember(sessionId, { seq, mod: result.revision, create: incarnation });
+        return written.map((w) => ({ ...w, revision: result.revision, duplicate: false, incarnation }));
+      }
+      const got = result.results[0];
+      if (got === undefined || !("get" in got)) throw new Error("etcd answered a failed append without its reads");
+      head = headOf(got.get.kvs[0]);
+      this.remember(sessionId, head);
+    }
+  }
+
+  /** The session's last seq and incarnation (the head's create revision; 0n: no session), read now. */
+  async head(sessionId: string): Promise<{ seq: number; incarnation: bigint }> {
+    const head = await this.readHead(sessionId);
+    return { seq: head.seq, incarnation: head.create };
+  }
+
+  /** The session's head, read now. */
+  private async readHead(sessionId: string): Promise<Head> {
+    const head = headOf(await this.client.get(headKey(sessionId)));
+    this.remember(sessionId, head);
+    return head;
+  }
+
+  private remember(sessionId: string, head: Head): void {
+    this.heads.delete(sessionId);
+    this.heads.set(sessionId, head);
+    if (this.heads.size > HEAD_CACHE_SIZE) this.heads.delete(this.heads.keys().next().value!);
+  }
+
+  // ---------------------------------------------------------------- reads
+
+  /**
+   * The entries with seq ≥ `fromSeq`, read at one revision: the append holding `fromSeq` and every
+   * later one, in pages. The first page is read before this resolves (so `revision` is known).
+   */
+  async read(sessionId: string, fromSeq = 1, limit = 0): Promise<JournalRead> {
+    const prefix = entriesPrefix(sessionId);
+    const prefixEnd = `${prefix.slice(0, -1)}0`; // `/` + 1: the end of the session's entry keys
+    const from = Math.max(1, fromSeq);
+    const first = await this.client.txn({
+      compare: [],
+      success: [
+        op.get({ key: headKey(sessionId) }),
+        // The append that starts before `from` and may hold it…
+        op.get({ key: prefix, end: entryKey(sessionId, from), sort: { by: "key", order: "descend" }, limit: 1 }),
+        // …and the appends that start at or after it.
+        op.get({ key: entryKey(sessionId, from), end: prefixEnd, sort: { by: "key", order: "ascend" }, limit: this.pageAppends }),
+      ],
+    });
+    const [headResult, before, after] = first.results.map((r) => ("get" in r ? r.get : undefined));
+    const revision = first.revision;
+    const head = headOf(headResult?.kvs[0]);
+    const client = this.client;
+    const pageAppends = this.pageAppends;
+    async function* entries(): AsyncGenerator<StoredEntry, void, undefined> {
+      let given = 0;
+      const take = function* (kvs: KeyValue[]): Generator<StoredEntry, boolean> {
+        for (const kv of kvs) {
+          for (const stored of decodeAppend(kv.value)) {
+            if (stored.entry.seq < from) continue;
+            if (stored.entry.seq > head.seq) return false;
+            yield stored;
+            if (limit > 0 && ++given >= limit) return false;
+          }
+        }
+        return true;
+      };
+      if (!(yield* take(before?.kvs ?? []))) return;
+      let page = after;
+      while (page !== undefined) {
+        if (!(yield* take(page.kvs))) return;
+        const last = page.kvs.at(-1);
+        if (!page.more || last === undefined) return;
+        page = await client.range({ key: `${last.key}\0`, end: prefixEnd, sort: { by: "key", order: "ascend" }, limit: pageAppends, revision });
+      }
+    }
+    return { revision, lastSeq: head.seq, incarnation: head.create, entries };
+  }
+
+  /**
+   * Watches a session from `fromSeq`: the entries already there, a caught-up marker, then every new
+   * entry as it commits, in order, whichever instance appended it. Ends (returns) when
+   * `signal` aborts; a deleted session ends it with not_found SESSION_DELETED, and a revision etcd
+   * compacted away with resource_exhausted WATCHER_LAGGED naming the seq to resume from.
+   */
+  async *watch(sessionId: string, fromSeq = 1, options: { readonly signal?: AbortSignal } = {}): AsyncGenerator<WatchEvent, void, undefined> {
+    let lastDelivered = Math.max(0, fromSeq - 1);
+    try {
+      const backlog = await this.read(sessionId, fromSeq);
+      for await (const stored of backlog.entries()) {
+        lastDelivered = stored.entry.seq;
+        yield { kind: "entry", ...stored };
+      }
+      lastDelivered = Math.max(lastDelivered, backlog.lastSeq);
+      yield { kind: "caught_up", lastSeq: backlog.lastSeq };
+      for await (const batch of this.client.watch({ key: entriesPrefix(sessionId), prefix: true, startRevision: backlog.revision + 1n, ...(options.signal ? { signal: options.signal } : {}) })) {
+        for (const event of batch.events) {
+          if (event.type === "delete") {
+            throw new BerthError(
+              "not_found",
+              `session ${sessionId} was deleted (at seq ${lastDelivered}); a new session under this id starts at seq 1`,
+              { sessionId, lastSeq: lastDelivered },
+              { reason: "SESSION_DELETED" },
+            );
+          }
+          for (const stored of decodeAppend(event.kv.value)) {
+            if (stored.entry.seq <= lastDelivered) continue;
+            lastDelivered = stored.entry.seq;
+            yield { kind: "entry", ...stored };
+          }
+        }
+      }
+    } catch (error) {
+      if (isEtcdCompacted(error)) throw watcherLagged(`watcher of session ${sessionId} fell behind etcd's compaction`, sessionId, lastDelivered);
+      throw error;
+    }
+  }
+
+  /**
+   * Watches every session: one change per append (first..last seq, its last entry), or a session's
+   * deletion (at its last seq), from `startRevision` (default: from now).
+   */
+  async *watchAll(options: { readonly signal?: AbortSignal; readonly startRevision?: bigint } = {}): AsyncGenerator<SessionChange & { revision: bigint }, void, undefined> {
+    try {
+      for await (const batch of this.client.watch({
+        key: "e/",
+        prefix: true,
+        // A deletion's events carry what was deleted: the session's last seq. Entry keys are
+        // written once, so their puts have no previous value to carry.
+        prevKv: true,
+        ...(options.startRevision !== undefined ? { startRevision: options.startRevision } : {}),
+        ...(options.signal ? { signal: options.signal } : {}),
+      })) {
+        const deletions = new Map<string, number>();
+        for (const event of batch.events) {
+          const sessionId = event.kv.key.slice(2, event.kv.key.lastIndexOf("/"));
+          if (event.type === "put") {
+            const entries = decodeAppend(event.kv.value).map((s) => s.entry);
+            const last = entries.at(-1);
+            if (last === undefined) continue;
+            yield { sessionId, firstSeq: entries[0]!.seq, lastSeq: last.seq, entry: last, deleted: false, revision: event.kv.modRevision };
+          } else {
+            const last = event.prevKv ? decodeAppend(event.prevKv.value).at(-1)?.entry.seq : undefined;
+            deletions.set(sessionId, Math.max(deletions.get(sessionId) ?? 0, last ?? 0));
+          }
+        }
+        for (const [sessionId, lastSeq] of deletions) yield { sessionId, firstSeq: lastSeq, lastSeq, entry: undefined, deleted: true, revision: batch.revision };
+      }
+    } catch (error) {
+      if (isEtcdCompacted(error)) {
+        throw new BerthError(
+          "resource_exhausted",
+          "watcher of all sessions fell behind etcd's compaction; watch again with resume_from set to the last seq you saw of each session",
+          {},
+          { reason: "WATCHER_LAGGED" },
+        );
+      }
+      throw error;
+    }
+  }
+
+  /**
+   * The sessions with a head (at least one entry), sorted by id, with their last seq: a page after
+   * `after`, of at most `limit` (0: all), read at one revision.
+   */
+  async list(options: { readonly after?: string; readonly limit?: number } = {}): Promise<{ sessions: Array<{ sessionId: string; lastSeq: number; incarnation: bigint }>; revision: bigint }> {
+    const end = `${HEADS.slice(0, -1)}0`;
+    const sessions: Array<{ sessionId: string; lastSeq: number; incarnation: bigint }> = [];
+    let key = options.after === undefined ? HEADS : `${headKey(options.after)}\0`;
+    let revision: bigint | undefined;
+    const limit = options.limit ?? 0;
+    for (;;) {
+      const want = limit > 0 ? Math.min(this.pageAppends, limit - sessions.length) : this.pageAppends;
+      const page = await this.client.range({ key, end, limit: want, ...(revision !== undefined ? { revision } : {}) });
+      revision ??= page.revision;
+      for (const kv of page.kvs) sessions.push({ sessionId: sessionOfHead(kv.key), lastSeq: headOf(kv).seq, incarnation: kv.createRevision });
+      const last = page.kvs.at(-1);
+      if (!page.more || last === undefined || (limit > 0 && sessions.length >= limit)) return { sessions, revision };
+      key = `${last.key}\0`;
+    }
+  }
+
+  /**
+   * Deletes a session: its entries, idempotency keys, snapshot and head, in one transaction that
+   * compares the head read (so an append that lands first is not lost silently: the deletion
+   * retries and takes it too, unless `expectedSeq` no longer holds). not_found SESSION_NOT_FOUND
+   * for a session with no head.
+   */
+  async delete(sessionId: string, options: { readonly expectedSeq?: number } = {}): Promise<{ lastSeq: number; revision: bigint }> {
+    for (;;) {
+      const head = await this.readHead(sessionId);
+      if (head.mod === 0n) {
+        throw sessionNotFound(sessionId);
+      }
+      if (options.expectedSeq !== undefined && options.expectedSeq !== head.seq) throw seqConflict(sessionId, head.seq, options.expectedSeq, undefined);
+      const result = await this.client.txn({
+        compare: [compare.mod(headKey(sessionId), "==", head.mod)],
+        success: [
+          op.delete({ key: entriesPrefix(sessionId), prefix: true }),
+          op.delete({ key: idempotencyPrefix(sessionId), prefix: true }),
+          op.delete({ key: snapshotKey(sessionId) }),
+          op.delete({ key: headKey(sessionId) }),
+        ],
+      });
+      if (result.succeeded) {
+        this.heads.delete(sessionId);
+        return { lastSeq: head.seq, revision: result.revision };
+      }
+    }
+  }
+
+  // ---------------------------------------------------------------- snapshots
+
+  /**
+   * The session's state: its cached snapshot (when there is one) with the entries after it applied.
+   * A session with no head gets the base snapshot and `exists: false`. With `untilSeq`, the state
+   * right after that seq (an earlier append's result).
+   */
+  async state(sessionId: string, options: { readonly now?: () => number; readonly untilSeq?: number } = {}): Promise<SessionState> {
+    const until = options.untilSeq;
+    if (until !== undefined) {
+      if (!Number.isInteger(until) || until < 1) throw new RangeError(`untilSeq must be a positive seq, got ${until}`);
+      return this.rebuild(sessionId, options, until);
+    }
+    const cachedKv = await this.client.get(snapshotKey(sessionId));
+    const cached = json(cachedKv);
+    let snapshot = baseSnapshot(sessionId);
+    let seq = 0;
+    if (cached !== undefined && typeof cached.seq === "number" && cached.snapshot !== null && typeof cached.snapshot === "object") {
+      snapshot = { ...snapshot, ...(cached.snapshot as SessionSnapshot) };
+      seq = cached.seq;
+    }
+    const read = await this.read(sessionId, seq + 1);
+    // The cache is only written while its incarnation's head lives (see saveSnapshot); a session
+    // deleted and re-created since (or a cache ahead of the head) is rebuilt from its first entry.
+    if (seq > 0 && (read.incarnation !== BigInt(String(cached?.incarnation ?? -1)) || seq > read.lastSeq)) return this.rebuild(sessionId, options);
+    const now = options.now ?? (() => this.clock.now());
+    for await (const stored of read.entries()) snapshot = applyEvent(snapshot, stored.entry, { now });
+    return { sessionId, snapshot, lastSeq: read.lastSeq, exists: read.lastSeq > 0, revision: read.revision, incarnation: read.incarnation };
+  }
+
+  /** The state from the first entry, up to `untilSeq` when given. */
+  private async rebuild(sessionId: string, options: { readonly now?: () => number }, untilSeq?: number): Promise<SessionState> {
+    const read = await this.read(sessionId, 1, untilSeq ?? 0);
+    const now = options.now ?? (() => this.clock.now());
+    let snapshot = baseSnapshot(sessionId);
+    for await (const stored of read.entries()) snapshot = applyEvent(snapshot, stored.entry, { now });
+    const lastSeq = untilSeq === undefined ? read.lastSeq : Math.min(untilSeq, read.lastSeq);
+    return { sessionId, snapshot, lastSeq, exists: lastSeq > 0, revision: read.revision, incarnation: read.incarnation };
+  }
+
+  /**
+   * Caches `snapshot` (the state at `seq` of incarnation `incarnation`) under `s/`, only while that
+   * incarnation's head still exists: a deleted session's snapshot never outlives it. A snapshot
+   * holding numbers JSON cannot write (NaN, ±Infinity) is not cached: it is rebuilt when needed.
+   * Resolves false when nothing was written.
+   */
+  async saveSnapshot(sessionId: string, state: { readonly seq: number; readonly incarnation: bigint; readonly snapshot: SessionSnapshot }): Promise<boolean> {
+    if (state.seq <= 0 || state.incarnation <= 0n) return false;
+    let exact = true;
+    const text = JSON.stringify({ seq: state.seq, incarnation: String(state.incarnation), snapshot: state.snapshot }, (_key, value: unknown) => {
+      if (typeof value === "number" && (!Number.isFinite(value) || Object.is(value, -0))) exact = false;
+      return value;
+    });
+    if (!exact) return false;
+    const result = await this.client.txn({ compare: [compare.create(headKey(sessionId), "==", state.incarnation)], success: [op.put(snapshotKey(sessionId), text)] });
+    return result.succeeded;
+  }
+}
+
+// ---------------------------------------------------------------- decoding
+
+/** The entries of one append's value (its journal lines), with the append's idempotency key on each. */
+export function decodeAppend(value: Uint8Array): StoredEntry[] {
+  const buf = Buffer.from(value.buffer, value.byteOffset, value.byteLength);
+  const tracker = new AppendTracker();
+  const out: StoredEntry[] = [];
+  forEachLine(buf, 0, (start, end) => {
+    if (isBlankLine(buf, start, end)) return;
+    const line = decodeJournalLine(buf, start, end);
+    // etcd checks every write's bytes (its own CRCs): a line that does not decode was never berth's.
+    if (line.kind !== "entry") throw new BerthError("internal", `an entry in etcd does not decode (${line.message})`, {}, { reason: "JOURNAL_DAMAGED" });
+    tracker.line(line.entry);
+    out.push(storedEntry(line, tracker.key));
+  });
+  return out;
+}
+
+function headOf(kv: KeyValue | undefined): Head {
+  if (kv === undefined) return NO_HEAD;
+  const value = json(kv);
+  const seq = value?.seq;
+  if (typeof seq !== "number" || !Number.isInteger(seq) || seq < 0) throw new BerthError("internal", `the head of ${kv.key} in etcd does not decode`, {}, { reason: "JOURNAL_DAMAGED" });
+  return { seq, mod: kv.modRevision, create: kv.createRevision };
+}
+
+function meetsExpectation(currentSeq: number, options: EtcdAppendOptions): boolean {
+  if (options.expectedSeq !== undefined) return options.expectedSeq === currentSeq;
+  if (options.expectedState === "no_session") return currentSeq === 0;
+  if (options.expectedState === "exists") return currentSeq > 0;
+  return true;
+}
+
+/** The answer to a retry whose idempotency key is already in etcd. */
+function duplicate(sessionId: string, ikey: string, kv: KeyValue, digest: string | undefined, revision = kv.modRevision): EtcdAppendResult {
+  const record = json(kv)!;
+  const firstSeq = Number(record.firstSeq);
+  const lastSeq = Number(record.lastSeq);
+  if (digest !== undefined && typeof record.digest === "string" && record.digest !== digest) throw keyReused(sessionId, ikey, { firstSeq, lastSeq });
+  return { firstSeq, lastSeq, entries: [], revision, duplicate: true, incarnation: 0n };
+}
+
+// ---------------------------------------------------------------- refusals the file store has no need of
+
+/** A fence whose token no longer holds the lock: etcd refused the write with it. */
+export function fenceRejected(fence: Pick<EtcdFence, "file" | "token">, currentToken: bigint): BerthError {
+  const now = currentToken === 0n ? "nobody holds it now" : `it is held with fencing token ${currentToken} now`;
+  return new BerthError(
+    "failed_precondition",
+    `fence: fencing token ${fence.token} no longer holds the lock of ${fence.file} (${now}); nothing was written`,
+    { file: fence.file, fencingToken: String(fence.token), currentToken: Number(currentToken) },
+    { reason: "FENCE_REJECTED" },
+  );
+}
+
+function appendTooLarge(sessionId: string, bytes: number, limit: number): BerthError {
+  return new BerthError(
+    "invalid_argument",
+    `events: the append to session ${sessionId} is ${bytes} bytes as journal lines, over what one etcd request carries (--max-request-bytes, ${limit} bytes, less room for the head): split the append`,
+    { field: "events", rule: `at most ${limit - REQUEST_OVERHEAD_BYTES} bytes per append (etcd's --max-request-bytes)`, limit: limit - REQUEST_OVERHEAD_BYTES, size: bytes },
+    { reason: "REQUEST_TOO_LARGE" },
+  );
+}
+
+function watcherLagged(why: string, sessionId: string, lastSeq: number): BerthError {
+  return new BerthError("resource_exhausted", `${why} at seq ${lastSeq}; resume with from_seq=${lastSeq + 1}`, { sessionId, lastSeq }, { reason: "WATCHER_LAGGED" });
+}

@@ -1,0 +1,164 @@
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { BerthError } from "@berth/shared/errors";
+import { createEtcdClient, type EtcdClient } from "@berth/etcd";
+import { startEtcd, type EtcdCluster } from "@berth/etcd/testing";
+import { EtcdLocks, type EtcdLockGrant, type EtcdLockRequest } from "./etcd-locks.js";
+import { lockWaitersPrefix } from "./store-keys.js";
+
+// One real etcd member with a 500 ms election timeout, so that its shortest lease is 1 s.
+let etcd: EtcdCluster;
+const clients: EtcdClient[] = [];
+let prefixes = 0;
+
+beforeAll(async () => {
+  etcd = await startEtcd({ electionTimeoutMs: 500 });
+});
+afterAll(async () => {
+  for (const c of clients) c.close();
+  await etcd?.stop();
+});
+
+/** `count` berth instances (a client and lock service each) on one fresh prefix. */
+function instances(count: number) {
+  const prefix = `l${++prefixes}/`;
+  return Array.from({ length: count }, (_, i) => {
+    const client = createEtcdClient({ endpoints: etcd.clientUrls, prefix });
+    clients.push(client);
+    return { client, locks: new EtcdLocks({ client, instance: `berth-${i}` }) };
+  });
+}
+
+const FILE = "/work/src/main.ts";
+const request = (owner: string, extra: Partial<EtcdLockRequest> = {}): EtcdLockRequest => ({ file: FILE, owner, kind: "stream", ttlSeconds: 5, waitMs: 30_000, ...extra });
+
+async function rejection(promise: Promise<unknown>): Promise<BerthError> {
+  try {
+    await promise;
+  } catch (error) {
+    if (error instanceof BerthError) return error;
+    throw error;
+  }
+  throw new Error("expected a refusal");
+}
+
+/** Resolves with the queue position once `request` is waiting (its onWaiting was called). */
+function queued(base: EtcdLockRequest): { request: EtcdLockRequest; waiting: Promise<number> } {
+  let told!: (position: number) => void;
+  const waiting = new Promise<number>((resolve) => (told = resolve));
+  return { request: { ...base, onWaiting: (update) => told(update.position) }, waiting };
+}
+
+describe("one lock across instances", () => {
+  it("blocks an Acquire through another instance while held, naming the holder, and hands over on release", async () => {
+    const [a, b] = instances(2);
+    const held = await a!.locks.acquire(request("agent-a"));
+    const tried = await rejection(b!.locks.acquire(request("agent-b", { waitMs: 0 })));
+    expect(tried).toMatchObject({ code: "resource_exhausted", reason: "WAIT_EXHAUSTED", details: { owner: "agent-a", fencingToken: Number(held.token), kind: "stream" } });
+    // The refused try left no key behind.
+    expect((await b!.locks.inspect(FILE)).waiters).toEqual([]);
+
+    const wait = queued(request("agent-b"));
+    const next = b!.locks.acquire(wait.request);
+    expect(await wait.waiting).toBe(1);
+    const seen = await a!.locks.inspect(FILE);
+    expect(seen.holder).toMatchObject({ owner: "agent-a", token: held.token, instance: "berth-0" });
+    expect(seen.waiters.map((w) => [w.owner, w.instance])).toEqual([["agent-b", "berth-1"]]);
+    await held.release();
+    const granted = await next;
+    expect(granted.token).toBeGreaterThan(held.token);
+    expect(await a!.locks.checkToken(FILE, granted.token)).toEqual({ current: true, currentToken: granted.token });
+    expect(await a!.locks.checkToken(FILE, held.token)).toEqual({ current: false, currentToken: granted.token });
+    await granted.release();
+    expect(await a!.locks.inspect(FILE)).toMatchObject({ holder: null, waiters: [] });
+  });
+
+  it("serves waiters from both instances in the order they queued, with tokens that only rise", async () => {
+    const [a, b] = instances(2);
+    const first = await a!.locks.acquire(request("w0"));
+    const order: string[] = [];
+    const pending: Array<Promise<EtcdLockGrant>> = [];
+    for (let i = 1; i <= 4; i++) {
+      const wait = queued(request(`w${i}`));
+      const grant = (i % 2 ? b! : a!).locks.acquire(wait.request);
+      pending.push(
+        grant.then(async (g) => {
+          order.push(g.owner);
+          return g;
+        }),
+      );
+      // Queued before the next one asks: its place is fixed by its key's create revision.
+      expect(await wait.waiting).toBe(i);
+    }
+    const tokens = [first.token];
+    await first.release();
+    for (const grant of pending) {
+      const g = await grant;
+      tokens.push(g.token);
+      await g.release();
+    }
+    expect(order).toEqual(["w1", "w2", "w3", "w4"]);
+    expect([...tokens].sort((x, y) => (x < y ? -1 : 1))).toEqual(tokens);
+    expect(new Set(tokens).size).toBe(tokens.length);
+  });
+
+  it("lets a waiter that gives up out of the queue without disturbing the others", async () => {
+    const [a, b] = instances(2);
+    const held = await a!.locks.acquire(request("holder"));
+    const quitter = new AbortController();
+    const middle = queued(request("quitter", { signal: quitter.signal }));
+    const quitting = b!.locks.acquire(middle.request);
+    await middle.waiting;
+    const last = queued(request("last"));
+    const lastGrant = a!.locks.acquire(last.request);
+    expect(await last.waiting).toBe(2);
+    quitter.abort();
+    expect(await rejection(quitting)).toMatchObject({ code: "cancelled" });
+    // The last waiter now watches the holder (its predecessor left) and is served on release.
+    expect((await a!.locks.inspect(FILE)).waiters.map((w) => w.owner)).toEqual(["last"]);
+    await held.release();
+    const granted = await lastGrant;
+    expect(granted.owner).toBe("last");
+    await granted.release();
+  });
+
+  it("gives up a wait that runs out, leaving no key", async () => {
+    const [a, b] = instances(2);
+    const held = await a!.locks.acquire(request("holder"));
+    const error = await rejection(b!.locks.acquire(request("impatient", { waitMs: 200 })));
+    expect(error).toMatchObject({ reason: "WAIT_EXHAUSTED", details: { owner: "holder", waitedMs: 200 } });
+    expect((await a!.client.range({ key: lockWaitersPrefix(FILE), prefix: true, keysOnly: true })).count).toBe(1);
+    await held.release();
+  });
+});
+
+describe("leases", () => {
+  it("frees the lock of an instance that died when its lease expires, and the next waiter gets it", async () => {
+    const [a, b] = instances(2);
+    const held = await a!.locks.acquire(request("doomed", { ttlSeconds: 1 }));
+    const wait = queued(request("survivor"));
+    const next = b!.locks.acquire(wait.request);
+    await wait.waiting;
+    // The instance's client goes away without releasing: nobody renews the lease any more.
+    a!.client.close();
+    const granted = await next;
+    expect(granted.owner).toBe("survivor");
+    expect(granted.token).toBeGreaterThan(held.token);
+    // etcd itself says the dead holder's lease is gone.
+    expect((await b!.locks.inspect(FILE)).holder).toMatchObject({ owner: "survivor" });
+    await granted.release();
+  });
+
+  it("tells the holder when its lease is lost, and the lock is free at once", async () => {
+    const [a, b] = instances(2);
+    const held = await a!.locks.acquire(request("long", { ttlSeconds: 1 }));
+    expect(await rejection(b!.locks.acquire(request("other", { waitMs: 0 })))).toMatchObject({ reason: "WAIT_EXHAUSTED" });
+    // Revoked from elsewhere (an operator, or etcd expiring it): the holder's signal says so.
+    await b!.client.revokeLease(held.lease.id);
+    const loss = await held.lease.lost;
+    expect(loss).toMatchObject({ reason: "ETCD_LEASE_LOST" });
+    expect(held.signal.aborted).toBe(true);
+    const granted = await b!.locks.acquire(request("other", { waitMs: 0 }));
+    expect(granted.token).toBeGreaterThan(held.token);
+    await granted.release();
+  });
+});

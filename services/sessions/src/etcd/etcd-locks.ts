@@ -1,0 +1,291 @@
+/**
+ * Source locks in etcd, as etcd's own `concurrency.Mutex` takes them, so that several berth
+ * instances on one cluster are one lock service:
+ *
+ * - Each Acquire or Hold puts a waiter key `l/<file>/w/<lease id>` under an etcd lease of its own.
+ *   The holder is the waiter with the lowest create revision; the others queue in create-revision
+ *   order (FIFO), each watching the deletion of the one just before it: no polling, and a release
+ *   wakes one waiter, not the herd.
+ * - The fencing token is the holder's create revision: revisions are global and only grow, so
+ *   tokens rise across the whole cluster and across restarts, whichever instance granted them.
+ * - The lease is kept alive by the instance that granted it while the grant lives; releasing
+ *   revokes it (its key goes at once, and the next waiter's watch fires). An instance that dies or
+ *   is cut off stops renewing, and etcd frees the lock when the lease's TTL runs out.
+ * - A write fenced by a token compares `create_revision(holder key) == token` inside its own
+ *   transaction (etcd-journal.ts): once the holder's key is gone (released, expired, revoked) no
+ *   write with its token can land, whatever the timing.
+ */
+import { systemClock, type Clock } from "@berth/shared/clock";
+import { BerthError } from "@berth/shared/errors";
+import { formatDuration } from "@berth/shared/units";
+import { EtcdLeaseLostError, op, type EtcdClient, type EtcdLease, type KeyValue, type RangeResult, type TxnOpResult } from "@berth/etcd";
+import { LOCK_RETRY_AFTER_MS } from "../locks/lock-input.js";
+import { fenceRejected, type EtcdFence } from "./etcd-journal.js";
+import { lockWaiterKey, lockWaitersPrefix } from "./store-keys.js";
+
+/** Who holds or waits for a lock, as its waiter key records it. */
+export interface EtcdLockParty {
+  readonly owner: string;
+  /** "lease": Acquire (renewed by KeepAlive); "stream": Hold (held while the stream lives). */
+  readonly kind: "lease" | "stream";
+  /** The pid of the berth instance that granted it. */
+  readonly pid: number;
+  /** The berth instance that granted it (its host and pid, or what it was configured with). */
+  readonly instance: string;
+  /** When it started waiting, or for a holder, since when it holds (ms since the epoch). */
+  readonly since: number;
+  /** When it gives up waiting (ms since the epoch). */
+  readonly until: number;
+  /** Its create revision: the fencing token once it holds the lock. */
+  readonly token: bigint;
+  readonly key: string;
+}
+
+/** A request for a lock. `file` is the canonical path (lock-path.ts). */
+export interface EtcdLockRequest {
+  readonly file: string;
+  readonly owner: string;
+  readonly kind: "lease" | "stream";
+  /** The etcd lease's TTL: how long after this instance stops renewing the lock frees. */
+  readonly ttlSeconds: number;
+  /** How long to wait in the queue (0: try once). */
+  readonly waitMs: number;
+  /** Aborting it gives up a wait (cancelled); once granted, the caller releases. */
+  readonly signal?: AbortSignal;
+  /** Called with the place in the queue (1: next) and the holder, whenever the wait starts or moves. */
+  readonly onWaiting?: (update: { position: number; holder: EtcdLockParty | null }) => void;
+}
+
+/** A granted lock. */
+export interface EtcdLockGrant {
+  readonly file: string;
+  readonly key: string;
+  /** The fencing token: the waiter key's create revision. */
+  readonly token: bigint;
+  readonly owner: string;
+  /** When it was granted (ms since the epoch, this instance's clock). */
+  readonly acquiredAt: number;
+  readonly lease: EtcdLease;
+  /** Aborted once the lock is lost or released (the lease's signal). */
+  readonly signal: AbortSignal;
+  /** The fence an append compares to write under this lock. */
+  readonly fence: EtcdFence;
+  /** Frees the lock: revokes the lease (the next waiter is woken by etcd). */
+  release(): Promise<void>;
+}
+
+/** A lock as Inspect shows it. */
+export interface EtcdLockInspection {
+  readonly file: string;
+  readonly holder: EtcdLockParty | null;
+  /** In the order they will be served. */
+  readonly waiters: EtcdLockParty[];
+  readonly revision: bigint;
+}
+
+export interface EtcdLocksOptions {
+  readonly client: EtcdClient;
+  readonly clock?: Clock;
+  /** Names this berth instance in the waiter keys it writes (default `<hostname>:<pid>`). */
+  readonly instance?: string;
+}
+
+/** How many resolved fences are remembered (a token's holder key never changes: only its existence does). */
+const FENCE_CACHE_SIZE = 4096;
+
+const decoder = new TextDecoder();
+
+/** Source locks in etcd; see the module comment. */
+export class EtcdLocks {
+  private readonly client: EtcdClient;
+  private readonly clock: Clock;
+  private readonly instance: string;
+  private readonly fences = new Map<string, EtcdFence>();
+
+  constructor(options: EtcdLocksOptions) {
+    this.client = options.client;
+    this.clock = options.clock ?? systemClock;
+    this.instance = options.instance ?? `${process.env.HOSTNAME ?? "localhost"}:${process.pid}`;
+  }
+
+  /**
+   * Takes the lock of `request.file`, waiting behind earlier requests up to `waitMs`. Rejects with
+   * resource_exhausted WAIT_EXHAUSTED (details: the holder, as LockHeld) when the wait runs out,
+   * cancelled when `signal` aborts first, aborted ETCD_LEASE_LOST when the waiter's lease is lost.
+   * Whatever happens, a request that is not granted leaves no key behind.
+   */
+  async acquire(request: EtcdLockRequest): Promise<EtcdLockGrant> {
+    const since = this.clock.now();
+    const lease = await this.client.grantLease(request.ttlSeconds);
+    const key = lockWaiterKey(request.file, lease.id);
+    const prefix = lockWaitersPrefix(request.file);
+    const record = { owner: request.owner, kind: request.kind, pid: process.pid, instance: this.instance, since, until: since + request.waitMs };
+    const value = JSON.stringify(record);
+    const stop = new AbortController();
+    const end = (reason: unknown) => stop.abort(reason);
+    const deadline = request.waitMs > 0 ? this.clock.setTimeout(() => end("deadline"), request.waitMs) : undefined;
+    const onCallerAbort = () => end("cancelled");
+    request.signal?.addEventListener("abort", onCallerAbort, { once: true });
+    const onLeaseLost = () => end(lease.signal.reason);
+    lease.signal.addEventListener("abort", onLeaseLost, { once: true });
+    try {
+      if (request.signal?.aborted) throw cancelled(request.file);
+      // The key and the queue at its revision, in one round trip.
+      const put = await this.client.txn({ compare: [], success: [op.put(key, value, lease.id), op.get({ key: prefix, prefix: true, sort: { by: "create", order: "ascend" } })] });
+      const token = put.revision;
+      let queue = getResult(put.results[1]);
+      let told = "";
+      for (;;) {
+        const ahead = queue.kvs.filter((kv) => kv.createRevision < token);
+        if (ahead.length === 0) break;
+        const holder = party(ahead[0]!);
+        if (request.waitMs === 0 || stop.signal.aborted) throw this.whyStopped(request, stop.signal, holder, ahead.length);
+        const place = `${ahead.length}:${holder.token}`;
+        if (place !== told) {
+          told = place;
+          request.onWaiting?.({ position: ahead.length, holder });
+        }
+        // The predecessor's deletion, from just after the revision the queue was read at: a
+        // deletion in between is delivered too.
+        const predecessor = ahead.at(-1)!;
+        await this.deletion(predecessor.key, queue.revision + 1n, stop.signal);
+        if (stop.signal.aborted) throw this.whyStopped(request, stop.signal, holder, ahead.length);
+        queue = await this.client.range({ key: prefix, prefix: true, sort: { by: "create", order: "ascend" } });
+        // Our own key is gone: the lease expired or was revoked while we waited.
+        if (!queue.kvs.some((kv) => kv.key === key)) throw new EtcdLeaseLostError(lease.id, "the waiter's key was deleted while it waited");
+      }
+      let acquiredAt = since;
+      if (told !== "") {
+        // Granted after a wait: the key says since when it holds (a put keeps its create revision, the token).
+        acquiredAt = this.clock.now();
+        await this.client.put(key, JSON.stringify({ ...record, since: acquiredAt }), { lease: lease.id });
+      }
+      const fence: EtcdFence = { file: request.file, key, token };
+      this.rememberFence(fence);
+      // A fence cached elsewhere is still refused by the append's compare; here it is not even offered.
+      lease.signal.addEventListener("abort", () => this.forgetFence(fence), { once: true });
+      return {
+        file: request.file,
+        key,
+        token,
+        owner: request.owner,
+        acquiredAt,
+        lease,
+        signal: lease.signal,
+        fence,
+        release: () => lease.revoke(),
+      };
+    } catch (error) {
+      await lease.revoke().catch(() => undefined);
+      throw error;
+    } finally {
+      if (deadline !== undefined) this.clock.clearTimeout(deadline);
+      request.signal?.removeEventListener("abort", onCallerAbort);
+      lease.signal.removeEventListener("abort", onLeaseLost);
+    }
+  }
+
+  /** Resolves once `key` is deleted at or after `fromRevision`, or `signal` aborts. */
+  private async deletion(key: string, fromRevision: bigint, signal: AbortSignal): Promise<void> {
+    if (signal.aborted) return;
+    const watching = new AbortController();
+    const stop = () => watching.abort();
+    signal.addEventListener("abort", stop, { once: true });
+    try {
+      for await (const batch of this.client.watch({ key, startRevision: fromRevision, only: "delete", signal: watching.signal })) {
+        if (batch.events.some((e) => e.type === "delete")) return;
+      }
+    } finally {
+      signal.removeEventListener("abort", stop);
+      watching.abort();
+    }
+  }
+
+  private whyStopped(request: EtcdLockRequest, signal: AbortSignal, holder: EtcdLockParty, ahead: number): BerthError {
+    if (signal.reason instanceof BerthError) return signal.reason;
+    if (signal.reason === "cancelled") return cancelled(request.file);
+    return waitExhausted(request.file, holder, request.waitMs, ahead);
+  }
+
+  /** The holder and the waiters of `file`, in order. */
+  async inspect(file: string): Promise<EtcdLockInspection> {
+    const queue = await this.client.range({ key: lockWaitersPrefix(file), prefix: true, sort: { by: "create", order: "ascend" } });
+    const parties = queue.kvs.map(party);
+    return { file, holder: parties[0] ?? null, waiters: parties.slice(1), revision: queue.revision };
+  }
+
+  /**
+   * The fence of `token` on `file` for an append to compare: the holder key whose create revision
+   * is `token`. Refused failed_precondition FENCE_REJECTED when `token` does not hold the lock now
+   * (the append's own compare decides later moments).
+   */
+  async fence(file: string, token: bigint): Promise<EtcdFence> {
+    const known = this.fences.get(`${file}\0${token}`);
+    if (known) return known;
+    const holder = await this.currentHolder(file);
+    if (holder?.createRevision !== token) throw fenceRejected({ file, token }, holder?.createRevision ?? 0n);
+    const fence: EtcdFence = { file, key: holder.key, token };
+    this.rememberFence(fence);
+    return fence;
+  }
+
+  /** Whether `token` is the fencing token of the holder of `file` now. */
+  async checkToken(file: string, token: bigint): Promise<{ current: boolean; currentToken: bigint | null }> {
+    const holder = await this.currentHolder(file);
+    const currentToken = holder?.createRevision ?? null;
+    return { current: currentToken === token, currentToken };
+  }
+
+  private async currentHolder(file: string): Promise<KeyValue | undefined> {
+    const oldest = await this.client.range({ key: lockWaitersPrefix(file), prefix: true, sort: { by: "create", order: "ascend" }, limit: 1, keysOnly: true });
+    return oldest.kvs[0];
+  }
+
+  private forgetFence(fence: EtcdFence): void {
+    this.fences.delete(`${fence.file}\0${fence.token}`);
+  }
+
+  private rememberFence(fence: EtcdFence): void {
+    this.fences.set(`${fence.file}\0${fence.token}`, fence);
+    if (this.fences.size > FENCE_CACHE_SIZE) this.fences.delete(this.fences.keys().next().value!);
+  }
+}
+
+function getResult(result: TxnOpResult | undefined): RangeResult {
+  if (result === undefined || !("get" in result)) throw new Error("etcd answered a lock's transaction without its read");
+  return result.get;
+}
+
+function party(kv: KeyValue): EtcdLockParty {
+  let value: Record<string, unknown> = {};
+  try {
+    if (kv.value.length > 0) value = JSON.parse(decoder.decode(kv.value)) as Record<string, unknown>;
+  } catch {
+    // A key written by something else than berth: shown with what is known.
+  }
+  return {
+    owner: typeof value.owner === "string" ? value.owner : "",
+    kind: value.kind === "stream" ? "stream" : "lease",
+    pid: typeof value.pid === "number" ? value.pid : 0,
+    instance: typeof value.instance === "string" ? value.instance : "",
+    since: typeof value.since === "number" ? value.since : 0,
+    until: typeof value.until === "number" ? value.until : typeof value.since === "number" ? value.since : 0,
+    token: kv.createRevision,
+    key: kv.key,
+  };
+}
+
+function cancelled(file: string): BerthError {
+  return new BerthError("cancelled", `the request for ${file} was cancelled while it waited; it was not granted`, { file });
+}
+
+/** As the file store's lock table words it (LockHeld's fields in the details). */
+function waitExhausted(file: string, holder: EtcdLockParty, waitedMs: number, ahead: number): BerthError {
+  const waited = waitedMs === 0 ? "it was not free (max_wait was 0: try once)" : `it stayed locked for the whole wait of ${formatDuration(waitedMs)}`;
+  return new BerthError(
+    "resource_exhausted",
+    `source locked: ${file} is held by ${holder.owner} since ${new Date(holder.since).toISOString()} (fencing token ${holder.token}); ${waited}; wait longer, or ask the holder to release it`,
+    { file, lockPath: null, waitedMs, waiting: ahead, owner: holder.owner, acquireTime: holder.since, fencingToken: Number(holder.token), kind: holder.kind, pid: holder.pid },
+    { reason: "WAIT_EXHAUSTED", retryAfterMs: LOCK_RETRY_AFTER_MS },
+  );
+}

@@ -1,0 +1,150 @@
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { createEtcdClient, type EtcdClient, type RangeOptions } from "@berth/etcd";
+import { startEtcd, type EtcdCluster } from "@berth/etcd/testing";
+import { applyEvent, baseSnapshot, type SessionSnapshot } from "../reducer.js";
+import type { SessionChange, WatchEvent } from "../watch-hub.js";
+import { EtcdJournal } from "./etcd-journal.js";
+import { EtcdSessionStore } from "./etcd-session-store.js";
+import { HEADS } from "./store-keys.js";
+
+// One real etcd member; each test's "instances" are stores with clients of their own on one prefix.
+let etcd: EtcdCluster;
+const clients: EtcdClient[] = [];
+const stores: EtcdSessionStore[] = [];
+let prefixes = 0;
+
+beforeAll(async () => {
+  etcd = await startEtcd();
+});
+afterAll(async () => {
+  for (const store of stores) await store.close();
+  for (const c of clients) c.close();
+  await etcd?.stop();
+});
+
+const LIMITS = { maxEventBytes: 1024 * 1024, maxEventsPerAppend: 1000 };
+
+/** `count` store instances on one fresh prefix; `storeClient` wraps the client a store reads its watch start with. */
+function instances(count: number, storeClient: (c: EtcdClient, index: number) => EtcdClient = (c) => c): EtcdSessionStore[] {
+  const prefix = `s${++prefixes}/`;
+  return Array.from({ length: count }, (_, index) => {
+    const client = createEtcdClient({ endpoints: etcd.clientUrls, prefix });
+    clients.push(client);
+    const store = new EtcdSessionStore({ journal: new EtcdJournal({ client }), client: storeClient(client, index), ...LIMITS, snapshotEvery: 3 });
+    stores.push(store);
+    return store;
+  });
+}
+
+/** The snapshot a replay of the session's journal builds up to `seq`. */
+async function replayed(store: EtcdSessionStore, sessionId: string, seq: number): Promise<SessionSnapshot> {
+  let snapshot = baseSnapshot(sessionId);
+  for await (const stored of store.read(sessionId, 1, seq)) snapshot = applyEvent(snapshot, stored.entry);
+  return snapshot;
+}
+
+const comparable = (snapshot: SessionSnapshot) => JSON.parse(JSON.stringify({ ...snapshot, updatedAt: undefined })) as unknown;
+
+describe("the etcd session store", () => {
+  it("answers each append, through either instance, with the snapshot a replay of the journal builds", async () => {
+    const [a, b, fresh] = instances(3);
+    const results = [];
+    for (let i = 1; i <= 12; i++) {
+      const through = i % 3 === 0 ? b! : a!;
+      results.push(await through.append("mixed", [{ type: "generate", pageUrl: `/p${i}`, count: i }]));
+    }
+    expect(results.map((r) => r.lastSeq)).toEqual(Array.from({ length: 12 }, (_, i) => i + 1));
+    for (const result of results) expect(comparable(result.snapshot)).toEqual(comparable(await replayed(a!, "mixed", result.lastSeq)));
+    // `fresh` has appended nothing: it rebuilds the state from etcd's snapshot cache and the tail.
+    for (const store of [a!, b!, fresh!]) {
+      const view = await store.getSnapshot("mixed");
+      expect(view).toMatchObject({ lastSeq: 12, exists: true });
+      expect(comparable(view!.snapshot)).toEqual(comparable(await replayed(a!, "mixed", 12)));
+    }
+  });
+
+  it("writes the plain appends that queued behind each other on one session together, in order, in one transaction", async () => {
+    const [a, b] = instances(2);
+    const watcher = b!.watchAll();
+    await b!.list(); // resolves once the watcher has its start
+    const client = clients.at(-1)!;
+    const results = await Promise.all(Array.from({ length: 20 }, (_, i) => a!.append("grouped", [{ type: "generate", pageUrl: `/p${i + 1}`, count: i + 1 }])));
+    // The first went alone; the 19 that queued behind it, in one transaction: two revisions.
+    const written = await client.range({ key: "e/grouped/", prefix: true });
+    expect(written.kvs).toHaveLength(20);
+    expect(new Set(written.kvs.map((kv) => kv.modRevision)).size).toBe(2);
+    expect(results.map((r) => r.lastSeq)).toEqual(Array.from({ length: 20 }, (_, i) => i + 1));
+    // Each snapshot built on the one before it: the new session's state was read back once, at its first append.
+    expect(a!.stats().rebuilds).toBe(1);
+    for (const result of results) expect(comparable(result.snapshot)).toEqual(comparable(await replayed(a!, "grouped", result.lastSeq)));
+    // Still one change per append for a watcher of every session, in order.
+    const changes: SessionChange[] = [];
+    while (changes.length < 20) changes.push((await watcher.next()).value as SessionChange);
+    await watcher.return?.();
+    expect(changes.map((c) => [c.firstSeq, c.lastSeq])).toEqual(results.map((r) => [r.firstSeq, r.lastSeq]));
+    // An append with an expectation goes alone, after those before it.
+    const [grouped, expected] = await Promise.all([a!.append("grouped", [{ type: "steer" }]), a!.append("grouped", [{ type: "steer" }], { expectedSeq: 21 })]);
+    expect([grouped.lastSeq, expected.lastSeq]).toEqual([21, 22]);
+  });
+
+  it("gives a watcher with snapshots the state after each live entry, whoever appended it", async () => {
+    const [a, b] = instances(2);
+    await a!.append("watched", [{ type: "generate", pageUrl: "/one", count: 1 }]);
+    const watcher = b!.watch("watched", 1, { includeSnapshot: true });
+    const events: WatchEvent[] = [];
+    for (;;) {
+      const step = await watcher.next();
+      events.push(step.value as WatchEvent);
+      if ((step.value as WatchEvent).kind === "caught_up") break;
+    }
+    await a!.append("watched", [{ type: "steer", pageUrl: "/two" }]);
+    const live = (await watcher.next()).value as WatchEvent;
+    await watcher.return?.();
+    expect(events.map((e) => e.kind)).toEqual(["entry", "caught_up"]);
+    expect(live.kind === "entry" && live.entry.seq).toBe(2);
+    expect(comparable((live as { snapshot: SessionSnapshot }).snapshot)).toEqual(comparable(await replayed(a!, "watched", 2)));
+  });
+
+  it("lists after a watch of every session has started: a session created between the two is in the list or reaches the watcher", async () => {
+    // The watcher's start is held back until the test lets it go: a list must wait for it.
+    let release!: () => void;
+    const held = new Promise<void>((resolve) => (release = resolve));
+    let started!: () => void;
+    const watchStarted = new Promise<void>((resolve) => (started = resolve));
+    const gated = (client: EtcdClient): EtcdClient =>
+      new Proxy(client, {
+        get(target, property, receiver) {
+          if (property === "range") {
+            return async (options: RangeOptions) => {
+              if (options.key !== HEADS || options.limit !== 1) return target.range(options);
+              await held;
+              const result = await target.range(options);
+              started();
+              return result;
+            };
+          }
+          const value: unknown = Reflect.get(target, property, receiver);
+          return typeof value === "function" ? (value as (...args: unknown[]) => unknown).bind(target) : value;
+        },
+      });
+    const [watching, writer] = instances(2, (client, index) => (index === 0 ? gated(client) : client));
+    const watcher = watching!.watchAll();
+    const order: string[] = [];
+    void watchStarted.then(() => order.push("watch started"));
+    const listing = watching!.list().then((views) => (order.push("listed"), views));
+    // Created while the watcher is not yet watching and the list has not read.
+    await writer!.append("between", [{ type: "generate" }]);
+    release();
+    const listed = (await listing).map((view) => view.sessionId);
+    // Once the watcher has its start, a later session reaches it: the end of what it will bring.
+    await watchStarted;
+    
+    await writer!.append("after", [{ type: "generate" }]);
+    const changes: SessionChange[] = [];
+    while (!changes.some((c) => c.sessionId === "after")) changes.push((await watcher.next()).value as SessionChange);
+    await watcher.return?.();
+    const seen = new Set([...listed, ...changes.map((c) => c.sessionId)]);
+    expect(seen.has("between")).toBe(true);
+    expect(order).toEqual(["watch started", "listed"]);
+  });
+});

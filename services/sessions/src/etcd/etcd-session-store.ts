@@ -1,0 +1,469 @@
+/**
+ * The session store on etcd (`--store etcd`): the surface the RPC layer calls (SessionStoreApi)
+ * over EtcdJournal, so that several berth instances on one cluster serve the same sessions.
+ *
+ * etcd is the one authority: an append is the journal's transaction (head, idempotency key and
+ * fence compared there), a read or a watch asks etcd, and nothing an instance keeps in memory
+ * decides anything. What it keeps is a cache of snapshots (the reducer's state at a seq of an
+ * incarnation of a session), so that an append through the instance that saw the previous one,
+ * or a GetSnapshot of an unchanged session, costs one round trip; a miss rebuilds the state from
+ * the snapshot cached in etcd plus the entries after it. Every few appends an instance writes the
+ * snapshot it has to etcd's cache (`s/<session>`), so that rebuilding never replays much.
+ *
+ * Not here (refused at start, see service.ts): the retention of completed sessions, the seed's
+ * live directories.
+ */
+import { systemClock, type Clock } from "@berth/shared/clock";
+import { BerthError, invalidArgument } from "@berth/shared/errors";
+import { checkSessionId } from "@berth/shared/safe-id";
+import type { EtcdClient } from "@berth/etcd";
+import { checkFromSeq, checkIdempotencyKey, MAX_IDEMPOTENCY_KEY_LENGTH, prepareEvents } from "../append-input.js";
+import type { AppendOptions, AppendResult } from "../append-pipeline.js";
+import { eventsDigest } from "../event-digest.js";
+import type { Logger } from "@berth/shared/logger";
+import type { StoredEntry } from "../journal/journal-store.js";
+import { applyEvent, baseSnapshot, type SessionSnapshot } from "../reducer.js";
+import { UNAVAILABLE_RETRY_AFTER_MS } from "../session-refusals.js";
+import type { SessionStoreApi, SessionStoreLimits, SessionView } from "../session-store-api.js";
+import { isCompletedPhase } from "../vocabulary.js";
+import { DEFAULT_MAX_BUFFERED, type EventWatcher, type SessionChange, type WatchEvent, type WatchOptions } from "../watch-hub.js";
+import { fenceRejected, type EtcdAppendOptions, type EtcdAppendResult, type EtcdFence, type EtcdJournal, type PreparedEvent, type SessionState } from "./etcd-journal.js";
+import { PumpedWatcher } from "./pumped-watcher.js";
+import { HEADS } from "./store-keys.js";
+
+/** Sessions whose snapshot an instance keeps by default. */
+export const DEFAULT_ETCD_SNAPSHOT_CACHE = 10_000;
+/** Entries appended through an instance after which it writes the session's snapshot to etcd. */
+export const DEFAULT_SNAPSHOT_EVERY = 100;
+/** Sessions whose state ListSessions rebuilds at once. */
+const LIST_CONCURRENCY = 32;
+
+export interface EtcdSessionStoreOptions {
+  readonly journal: EtcdJournal;
+  /** The journal's client: the revision a watcher of every session starts after. */
+  readonly client: EtcdClient;
+  /** Resolves an append's fence to what its transaction compares (the etcd source locks'). */
+  readonly fences?: (file: string, token: bigint) => Promise<EtcdFence>;
+  readonly clock?: Clock;
+  readonly logger?: Logger;
+  readonly maxEventBytes: number;
+  readonly maxEventsPerAppend: number;
+  readonly maxBuffered?: number;
+  /** Sessions whose snapshot this instance keeps (default {@link DEFAULT_ETCD_SNAPSHOT_CACHE}). */
+  readonly cacheSize?: number;
+  /** Entries after which a snapshot is written to etcd (default {@link DEFAULT_SNAPSHOT_EVERY}). */
+  readonly snapshotEvery?: number;
+}
+
+/** Plain appends written together at most (one operation each, and the head's, of etcd's 128 per transaction). */
+const MAX_GROUP_APPENDS = 64;
+/** Their events' JSON at most, well within etcd's request size (1.5 MiB by default). */
+const MAX_GROUP_BYTES = 512 * 1024;
+
+/** An append waiting for its turn on a session; `options` undefined for a plain one. */
+interface QueuedAppend {
+  readonly events: PreparedEvent[];
+  readonly options: EtcdAppendOptions | undefined;
+  readonly bytes: number;
+  resolve(result: Appended): void;
+  reject(error: unknown): void;
+}
+
+/** An append's result with the snapshot right after it. */
+type Appended = EtcdAppendResult & { readonly snapshot: SessionSnapshot };
+
+/** A session's state this instance knows: the snapshot at `seq` of incarnation `incarnation`. */
+interface Known {
+  readonly incarnation: bigint;
+  readonly seq: number;
+  readonly snapshot: SessionSnapshot;
+  /** The seq of the snapshot last written to etcd (as far as this instance knows). */
+  readonly savedSeq: number;
+}
+
+/** The session store on etcd; see the module comment. */
+export class EtcdSessionStore implements SessionStoreApi {
+  private readonly journal: EtcdJournal;
+  private readonly client: EtcdClient;
+  private readonly fences: ((file: string, token: bigint) => Promise<EtcdFence>) | undefined;
+  private readonly clock: Clock;
+  private readonly logger: Logger | undefined;
+  private readonly maxEventBytes: number;
+  private readonly maxEventsPerAppend: number;
+  private readonly maxBuffered: number;
+  private readonly cacheSize: number;
+  private readonly snapshotEvery: number;
+  private readonly known = new Map<string, Known>();
+  private readonly watchers = new Set<PumpedWatcher<unknown>>();
+  /** Watchers of every session not yet sure of their start revision: a list waits for them. */
+  private readonly watchStarts = new Set<Promise<void>>();
+  private readonly inflight = new Set<Promise<unknown>>();
+  /** Per session, this instance's appends waiting for their turn (see inTurn). */
+  private readonly turns = new Map<string, QueuedAppend[]>();
+  private readonly now: () => number;
+  private closed = false;
+  private rebuilds = 0;
+
+  constructor(options: EtcdSessionStoreOptions) {
+    this.journal = options.journal;
+    this.client = options.client;
+    this.fences = options.fences;
+    this.clock = options.clock ?? systemClock;
+    this.logger = options.logger;
+    this.maxEventBytes = options.maxEventBytes;
+    this.maxEventsPerAppend = options.maxEventsPerAppend;
+    this.maxBuffered = options.maxBuffered ?? DEFAULT_MAX_BUFFERED;
+    this.cacheSize = options.cacheSize ?? DEFAULT_ETCD_SNAPSHOT_CACHE;
+    this.snapshotEvery = options.snapshotEvery ?? DEFAULT_SNAPSHOT_EVERY;
+    this.now = () => this.clock.now();
+  }
+
+  // ---------------------------------------------------------------- appends
+
+  append(sessionId: string, events: readonly unknown[], options: AppendOptions = {}): Promise<AppendResult> {
+    return this.track(this.appendNow(sessionId, events, options));
+  }
+
+  private async appendNow(sessionId: string, events: readonly unknown[], options: AppendOptions): Promise<AppendResult> {
+    this.assertOpen();
+    checkSessionId(sessionId);
+    const prepared = prepareEvents(sessionId, events, { maxEventBytes: this.maxEventBytes, maxEventsPerAppend: this.maxEventsPerAppend });
+    const ikey = checkIdempotencyKey(options.idempotencyKey);
+    const digest = ikey === undefined ? undefined : eventsDigest(prepared.map((p) => p.event));
+    const { expectedSeq, expectedState } = options;
+    if (expectedSeq !== undefined && (!Number.isInteger(expectedSeq) || expectedSeq < 0)) {
+      throw invalidArgument("expected_seq", "must be a whole number ≥ 0 (the last seq you saw; 0 for a new session)");
+    }
+    let fence: EtcdFence | undefined;
+    if (options.fence !== undefined) {
+      if (this.fences === undefined) throw fenceRejected({ file: options.fence.file, token: options.fence.token }, 0n);
+      fence = await this.fences(options.fence.file, options.fence.token);
+    }
+    const plain = expectedSeq === undefined && expectedState === undefined && ikey === undefined && fence === undefined;
+    const result = await this.inTurn(sessionId, {
+      events: prepared,
+      options: plain
+        ? undefined
+        : {
+            ...(expectedSeq !== undefined ? { expectedSeq } : {}),
+            ...(expectedState !== undefined ? { expectedState } : {}),
+            ...(ikey !== undefined ? { idempotencyKey: ikey, digest } : {}),
+            ...(fence !== undefined ? { fence } : {}),
+          },
+      bytes: prepared.reduce((sum, p) => sum + JSON.stringify(p.event).length + 128, 0),
+    });
+    return { firstSeq: result.firstSeq, lastSeq: result.lastSeq, snapshot: result.snapshot, duplicate: result.duplicate };
+  }
+
+  /**
+   * Runs this instance's appends to one session one after the other: concurrent ones would race
+   * on the head's compare in etcd and all but one retry, each retry a round trip. Plain appends
+   * (no expectation, key or fence) that queued meanwhile go together, in order, in one
+   * transaction (the file store's group commit, on etcd). Instances still race each other, and
+   * etcd decides.
+   */
+  private inTurn(sessionId: string, job: Omit<QueuedAppend, "resolve" | "reject">): Promise<Appended> {
+    return new Promise<Appended>((resolve, reject) => {
+      const queue = this.turns.get(sessionId);
+      if (queue !== undefined) return void queue.push({ ...job, resolve, reject });
+      this.turns.set(sessionId, [{ ...job, resolve, reject }]);
+      void this.drain(sessionId);
+    });
+  }
+
+  private async drain(sessionId: string): Promise<void> {
+    const queue = this.turns.get(sessionId)!;
+    for (let first = queue.shift(); first !== undefined; first = queue.shift()) {
+      if (first.options !== undefined) {
+        await this.journal
+          .append(sessionId, first.events, first.options)
+          .then((result) => this.withSnapshot(sessionId, result))
+          .then(first.resolve, first.reject);
+        continue;
+      }
+      const group = [first];
+      let bytes = first.bytes;
+      for (let next = queue[0]; next !== undefined && next.options === undefined && group.length < MAX_GROUP_APPENDS && bytes + next.bytes <= MAX_GROUP_BYTES; next = queue[0]) {
+        group.push(queue.shift()!);
+        bytes += next.bytes;
+      }
+      let results: EtcdAppendResult[];
+      try {
+        results = await this.journal.appendGroup(sessionId, group.map((job) => job.events));
+      } catch (error) {
+        for (const job of group) job.reject(error);
+        continue;
+      }
+      // One after the other: each snapshot is built on the one before it.
+      for (const [i, job] of group.entries()) await this.withSnapshot(sessionId, results[i]!).then(job.resolve, job.reject);
+    }
+    this.turns.delete(sessionId);
+  }
+
+  /** `result` with the snapshot right after it (run in the session's turn, so that each builds on the last). */
+  private async withSnapshot(sessionId: string, result: EtcdAppendResult): Promise<Appended> {
+    const snapshot = result.duplicate ? (await this.stateAt(sessionId, result.lastSeq)).snapshot : await this.afterAppend(sessionId, result);
+    return { ...result, snapshot };
+  }
+
+  /** The snapshot after an append this instance wrote: from the one before it when known, else rebuilt. */
+  private async afterAppend(sessionId: string, result: EtcdAppendResult): Promise<SessionSnapshot> {
+    const before = this.known.get(sessionId);
+    let known: Known;
+    if (before !== undefined && before.incarnation === result.incarnation && before.seq === result.firstSeq - 1) {
+      let snapshot = before.snapshot;
+      for (const entry of result.entries) snapshot = applyEvent(snapshot, entry, { now: this.now });
+      known = { incarnation: result.incarnation, seq: result.lastSeq, snapshot, savedSeq: before.savedSeq };
+    } else {
+      const state = await this.stateAt(sessionId, result.lastSeq);
+      known = { incarnation: state.incarnation, seq: state.lastSeq, snapshot: state.snapshot, savedSeq: before?.incarnation === state.incarnation ? before.savedSeq : 0 };
+    }
+    this.remember(sessionId, known);
+    if (known.seq - known.savedSeq >= this.snapshotEvery) this.save(sessionId, known);
+    return known.snapshot;
+  }
+
+  /** The state right after `seq`: the cached snapshot plus the tail when that is where the session is, else a replay up to it. */
+  private async stateAt(sessionId: string, seq: number): Promise<SessionState> {
+    this.rebuilds++;
+    const state = await this.journal.state(sessionId, { now: this.now });
+    if (state.lastSeq === seq) return state;
+    return this.journal.state(sessionId, { now: this.now, untilSeq: seq });
+  }
+
+  /** Writes `known` to etcd's snapshot cache, in the background (a failure only costs a longer rebuild). */
+  private save(sessionId: string, known: Known): void {
+    this.remember(sessionId, { ...known, savedSeq: known.seq });
+    void this.track(
+      this.journal.saveSnapshot(sessionId, { seq: known.seq, incarnation: known.incarnation, snapshot: known.snapshot }).catch((error: unknown) => {
+        this.logger?.warn({ sessionId, err: error }, "snapshot not cached in etcd");
+      }),
+    );
+  }
+
+  private remember(sessionId: string, known: Known): void {
+    this.known.delete(sessionId);
+    this.known.set(sessionId, known);
+    if (this.known.size > this.cacheSize) this.known.delete(this.known.keys().next().value!);
+  }
+
+  // ---------------------------------------------------------------- reads
+
+  async getSnapshot(sessionId: string, options: { includeCompleted?: boolean } = {}): Promise<SessionView | null> {
+    this.assertOpen();
+    checkSessionId(sessionId);
+    const head = await this.journal.head(sessionId);
+    const view = await this.viewOf(sessionId, head.seq, head.incarnation);
+    if (!options.includeCompleted && isCompletedPhase(view.snapshot.phase)) return null;
+    return view;
+  }
+
+  /** The view of a session whose head is `seq` of `incarnation`: from memory when known, else rebuilt. */
+  private async viewOf(sessionId: string, seq: number, incarnation: bigint): Promise<SessionView> {
+    if (incarnation === 0n) return { sessionId, snapshot: baseSnapshot(sessionId), lastSeq: 0, exists: false };
+    const known = this.known.get(sessionId);
+    if (known !== undefined && known.incarnation === incarnation && known.seq === seq) return { sessionId, snapshot: known.snapshot, lastSeq: seq, exists: true };
+    this.rebuilds++;
+    const state = await this.journal.state(sessionId, { now: this.now });
+    if (state.exists) this.remember(sessionId, { incarnation: state.incarnation, seq: state.lastSeq, snapshot: state.snapshot, savedSeq: known?.incarnation === state.incarnation ? known.savedSeq : 0 });
+    return { sessionId, snapshot: state.snapshot, lastSeq: state.lastSeq, exists: state.exists };
+  }
+
+  async list(options: { includeCompleted?: boolean; after?: string; limit?: number } = {}): Promise<SessionView[]> {
+    this.assertOpen();
+    // A watcher of every session opened before this list starts watching at or before what it reads.
+    await Promise.all([...this.watchStarts]);
+    const limit = options.limit ?? Infinity;
+    const views: SessionView[] = [];
+    let after = options.after;
+    for (;;) {
+      const page = await this.journal.list({ ...(after !== undefined ? { after } : {}), limit: LIST_CONCURRENCY });
+      const found = await Promise.all(page.sessions.map((s) => this.viewOf(s.sessionId, s.lastSeq, s.incarnation)));
+      for (const view of found) {
+        if (views.length >= limit) return views;
+        if (!view.exists || (!options.includeCompleted && isCompletedPhase(view.snapshot.phase))) continue;
+        views.push(view);
+      }
+      const last = page.sessions.at(-1);
+      if (last === undefined || page.sessions.length < LIST_CONCURRENCY || views.length >= limit) return views;
+      after = last.sessionId;
+    }
+  }
+
+  async flush(sessionId: string): Promise<SessionView> {
+    this.assertOpen();
+    checkSessionId(sessionId);
+    const state = await this.journal.state(sessionId, { now: this.now });
+    if (!state.exists) return { sessionId, snapshot: baseSnapshot(sessionId), lastSeq: 0, exists: false };
+    await this.journal.saveSnapshot(sessionId, { seq: state.lastSeq, incarnation: state.incarnation, snapshot: state.snapshot });
+    this.remember(sessionId, { incarnation: state.incarnation, seq: state.lastSeq, snapshot: state.snapshot, savedSeq: state.lastSeq });
+    return { sessionId, snapshot: state.snapshot, lastSeq: state.lastSeq, exists: true };
+  }
+
+  async delete(sessionId: string, options: { expectedSeq?: number } = {}): Promise<{ lastSeq: number }> {
+    this.assertOpen();
+    checkSessionId(sessionId);
+    const { lastSeq } = await this.track(this.journal.delete(sessionId, options));
+    this.known.delete(sessionId);
+    this.logger?.info({ sessionId, lastSeq }, "session deleted");
+    return { lastSeq };
+  }
+
+  read(sessionId: string, fromSeq = 1, limit = 0): AsyncIterableIterator<StoredEntry> {
+    this.assertOpen();
+    checkSessionId(sessionId);
+    checkFromSeq(fromSeq);
+    if (!Number.isInteger(limit) || limit < 0) throw invalidArgument("limit", "must be a whole number ≥ 0 (0: no limit)");
+    const journal = this.journal;
+    return (async function* () {
+      const read = await journal.read(sessionId, fromSeq, limit);
+      yield* read.entries();
+    })();
+  }
+
+  // ---------------------------------------------------------------- watches
+
+  watch(sessionId: string, fromSeq = 1, options: WatchOptions = {}): EventWatcher<WatchEvent> {
+    this.assertOpen();
+    checkSessionId(sessionId);
+    checkFromSeq(fromSeq);
+    let lastDelivered = Math.max(0, fromSeq - 1);
+    let live = false;
+    const watcher: PumpedWatcher<WatchEvent> = new PumpedWatcher<WatchEvent>({
+      source: (signal) => (options.includeSnapshot ? this.withSnapshots(sessionId, fromSeq, signal) : this.journal.watch(sessionId, fromSeq, { signal })),
+      maxBuffered: options.maxBuffered ?? this.maxBuffered,
+      isLive: (event) => {
+        if (event.kind === "caught_up") {
+          live = true;
+          return false;
+        }
+        return live;
+      },
+      delivered: (event) => {
+        lastDelivered = Math.max(lastDelivered, event.kind === "entry" ? event.entry.seq : event.lastSeq);
+      },
+      lagged: () =>
+        new BerthError(
+          "resource_exhausted",
+          `watcher of session ${sessionId} fell behind at seq ${lastDelivered}; resume with from_seq=${lastDelivered + 1}`,
+          { sessionId, lastSeq: lastDelivered },
+          { reason: "WATCHER_LAGGED" },
+        ),
+      ended: () => this.watchers.delete(watcher as PumpedWatcher<unknown>),
+    });
+    this.watchers.add(watcher as PumpedWatcher<unknown>);
+    return watcher;
+  }
+
+  /**
+   * A session's watch with the snapshot each live entry produced (and the current one on the
+   * caught-up marker): the state read first, and every entry after it applied to it, backlog
+   * included, whatever `fromSeq` the watcher asked for.
+   */
+  private async *withSnapshots(sessionId: string, fromSeq: number, signal: AbortSignal): AsyncGenerator<WatchEvent, void, undefined> {
+    const base = await this.journal.state(sessionId, { now: this.now });
+    let snapshot = base.snapshot;
+    let seq = base.lastSeq;
+    let live = false;
+    for await (const event of this.journal.watch(sessionId, Math.min(fromSeq, seq + 1), { signal })) {
+      if (event.kind === "caught_up") {
+        live = true;
+        yield { ...event, snapshot };
+        continue;
+      }
+      if (event.entry.seq > seq) {
+        snapshot = applyEvent(snapshot, event.entry, { now: this.now });
+        seq = event.entry.seq;
+      }
+      if (event.entry.seq < fromSeq) continue;
+      yield live ? { ...event, snapshot } : event;
+    }
+  }
+
+  watchAll(options: WatchOptions = {}): AsyncIterableIterator<SessionChange> {
+    this.assertOpen();
+    let delivered = 0;
+    let started!: () => void;
+    const start = new Promise<void>((resolve) => (started = resolve));
+    this.watchStarts.add(start);
+    void start.then(() => this.watchStarts.delete(start));
+    const store = this;
+    const watcher: PumpedWatcher<SessionChange> = new PumpedWatcher<SessionChange>({
+      async *source(signal) {
+        let revision: bigint;
+        try {
+          revision = (await store.client.range({ key: HEADS, prefix: true, limit: 1, keysOnly: true })).revision;
+        } finally {
+          started();
+        }
+        for await (const { revision: _at, ...change } of store.journal.watchAll({ signal, startRevision: revision + 1n })) {
+          if (options.includeSnapshot && !change.deleted) {
+            const snapshot = await store.stateAt(change.sessionId, change.lastSeq).then(
+              (state) => state.snapshot,
+              () => undefined,
+            );
+            if (snapshot !== undefined) (change as SessionChange).snapshot = snapshot;
+          }
+          yield change;
+        }
+      },
+      maxBuffered: options.maxBuffered ?? this.maxBuffered,
+      isLive: () => true,
+      delivered: () => delivered++,
+      lagged: () =>
+        new BerthError(
+          "resource_exhausted",
+          `watcher of all sessions fell behind after ${delivered} changes; watch again with resume_from set to the last seq you saw of each session`,
+          { delivered },
+          { reason: "WATCHER_LAGGED" },
+        ),
+      ended: () => this.watchers.delete(watcher as PumpedWatcher<unknown>),
+    });
+    this.watchers.add(watcher as PumpedWatcher<unknown>);
+    return watcher;
+  }
+
+  // ---------------------------------------------------------------- the rest
+
+  limits(): SessionStoreLimits {
+    return {
+      maxEventBytes: this.maxEventBytes,
+      maxEventsPerAppend: this.maxEventsPerAppend,
+      maxBuffered: this.maxBuffered,
+      maxIdempotencyKeyLength: MAX_IDEMPOTENCY_KEY_LENGTH,
+      completedRetentionMs: undefined,
+    };
+  }
+
+  /** Gauges; `rebuilds`: states read back from etcd because this instance's memory did not have them. */
+  stats(): { openSessions: number; watchers: number; rebuilds: number } {
+    return { openSessions: this.known.size, watchers: this.watchers.size, rebuilds: this.rebuilds };
+  }
+
+  /** Resolves once no append, deletion or snapshot write of this instance is in flight. */
+  async settled(): Promise<void> {
+    while (this.inflight.size > 0) await Promise.allSettled([...this.inflight]);
+  }
+
+  /** Refuses new calls, ends watchers (unavailable SHUTTING_DOWN), waits for appends in flight. */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    const shutdown = new BerthError("unavailable", "the session store is shutting down; watch again when it is back", undefined, { reason: "SHUTTING_DOWN", retryAfterMs: UNAVAILABLE_RETRY_AFTER_MS });
+    for (const watcher of this.watchers) watcher.fail(shutdown);
+    await this.settled();
+  }
+
+  private track<T>(promise: Promise<T>): Promise<T> {
+    this.inflight.add(promise);
+    void promise.then(
+      () => this.inflight.delete(promise),
+      () => this.inflight.delete(promise),
+    );
+    return promise;
+  }
+
+  private assertOpen(): void {
+    if (this.closed) throw new BerthError("unavailable", "the session store is closed", undefined, { reason: "SHUTTING_DOWN", retryAfterMs: UNAVAILABLE_RETRY_AFTER_MS });
+  }
+}

@@ -1,0 +1,61 @@
+/**
+ * What the RPC layer asks of a session store: the surface the SessionService handlers call. The
+ * file store (SessionStore, over the journal seam) and the etcd store (etcd/etcd-session-store.ts)
+ * both implement it; the handlers take whichever the settings chose.
+ *
+ * A method whose answer the file store has in memory may answer synchronously (the file store
+ * does); a store that has to ask a server answers with a promise. Callers await either.
+ */
+import type { AppendOptions, AppendResult } from "./append-pipeline.js";
+import type { StoredEntry } from "./journal/journal-store.js";
+import type { EventWatcher, SessionChange, WatchEvent, WatchOptions } from "./watch-hub.js";
+import type { SessionSnapshot } from "./reducer.js";
+
+/** A value now, or later. */
+export type MaybePromise<T> = T | Promise<T>;
+
+/** A session's durable state as readers see it. Treat the snapshot as read-only: it is shared. */
+export interface SessionView {
+  sessionId: string;
+  snapshot: SessionSnapshot;
+  /** The last durable seq (0 when the session has no entries). */
+  lastSeq: number;
+  /** False for a session with no journal (the seed answers those with a base snapshot too). */
+  exists: boolean;
+}
+
+/** The limits a store enforces (what GetLimits reports). */
+export interface SessionStoreLimits {
+  maxEventBytes: number;
+  maxEventsPerAppend: number;
+  maxBuffered: number;
+  maxIdempotencyKeyLength: number;
+  completedRetentionMs: number | undefined;
+}
+
+/** The session store as the RPC layer uses it; see the module comment. */
+export interface SessionStoreApi {
+  /** Appends `events` atomically; resolves once they are durable as the store promises. */
+  append(sessionId: string, events: readonly unknown[], options?: AppendOptions): Promise<AppendResult>;
+  /** The session's snapshot and last seq; null for a completed one unless `includeCompleted`; `exists: false` for none. */
+  getSnapshot(sessionId: string, options?: { includeCompleted?: boolean }): MaybePromise<SessionView | null>;
+  /** A page of the sessions that exist, sorted by id (after `after`, at most `limit`). */
+  list(options?: { includeCompleted?: boolean; after?: string; limit?: number }): MaybePromise<SessionView[]>;
+  /** Writes the session's snapshot where the store caches snapshots; the journal stays the truth. */
+  flush(sessionId: string): Promise<SessionView>;
+  /** Deletes a session (only at `expectedSeq` when given); not_found SESSION_NOT_FOUND when it has none. */
+  delete(sessionId: string, options?: { expectedSeq?: number }): Promise<{ lastSeq: number }>;
+  /** The entries with seq ≥ `fromSeq`, at most `limit` (0: all), in order. */
+  read(sessionId: string, fromSeq?: number, limit?: number): AsyncIterableIterator<StoredEntry>;
+  /** The entries from `fromSeq`, a caught-up marker, then every new entry; ended WATCHER_LAGGED when it falls behind. */
+  watch(sessionId: string, fromSeq?: number, options?: WatchOptions): EventWatcher<WatchEvent>;
+  /**
+   * One change per append (or deletion) of any session, from the call on: a `list` called after
+   * this sees no change this watcher misses (it may see changes the watcher also brings).
+   */
+  watchAll(options?: WatchOptions): AsyncIterableIterator<SessionChange>;
+  limits(): SessionStoreLimits;
+  /** Gauges: sessions kept in memory, open watchers. */
+  stats(): { openSessions: number; watchers: number };
+  close(): Promise<void>;
+}
