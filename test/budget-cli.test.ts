@@ -16,7 +16,10 @@ import { screen, startInTerminal } from "./pty.js";
 afterAll(stopAll);
 
 const hold = (budget: BudgetUnderTest, memoryGb: number) =>
-  budget.client.reserve({ owner: "holder", need: { items: [{ kind: NeedItemKind.START, name: "h", costSource: { case: "cost", value: { memoryBytes: BigInt(memoryGb * G), cpu: 1 } } }] } });
+  budget.client.reserve({
+    owner: "holder",
+    need: { items: [{ kind: NeedItemKind.START, name: "h", costSource: { case: "cost", value: { memoryBytes: BigInt(memoryGb * G), cpu: 1 } } }] },
+  });
 
 const node = process.execPath;
 
@@ -30,9 +33,22 @@ async function service(): Promise<BudgetUnderTest> {
 describe("berth admit", () => {
   it("runs the command once admitted, passes its output and exit code through, and releases", async () => {
     const budget = await service();
-    const result = await berth(budget.url, ["admit", "--memory", "1G", "--cpu", "1", "--", node, "-e", "console.log('out:' + process.env.BERTH_RESERVATION_ID); process.exit(3)"]);
+    const result = await berth(budget.url, [
+      "admit",
+      "--memory",
+      "1G",
+      "--cpu",
+      "1",
+      "--",
+      node,
+      "-e",
+      "console.log('out:' + process.env.BERTH_RESERVATION_ID); process.exit(3)",
+    ]);
     expect(result.code).toBe(3);
-    const events = result.stderr.trim().split("\n").map((l) => JSON.parse(l) as Record<string, unknown>);
+    const events = result.stderr
+      .trim()
+      .split("\n")
+      .map((l) => JSON.parse(l) as Record<string, unknown>);
     expect(events.map((e) => e["event"])).toEqual(["admitted", "started", "exited", "released"]);
     expect(result.stdout).toBe(`out:${events[0]!["reservation_id"]}\n`);
     expect(events[2]).toMatchObject({ code: 3, signal: null });
@@ -63,7 +79,9 @@ describe("berth admit", () => {
               if (kind.case === "start") yield { kind: { case: "admitted", value: { reservation: { id: "r-1", owner: kind.value.owner } } } };
               if (kind.case === "started") {
                 expect(await until(() => gone(kind.value.pid!), 10_000)).toBe(true);
-                yield { kind: { case: "updated", value: { reservation: { id: "r-1" }, running: { id: "run-1", name: kind.value.name, pid: kind.value.pid } } } };
+                yield {
+                  kind: { case: "updated", value: { reservation: { id: "r-1" }, running: { id: "run-1", name: kind.value.name, pid: kind.value.pid } } },
+                };
               }
               if (kind.case === "release") return yield { kind: { case: "released", value: { reservationId: "r-1" } } };
             }
@@ -76,8 +94,14 @@ describe("berth admit", () => {
       for (let run = 0; run < 5; run++) {
         const result = await berth(slow.url, ["admit", "--json", "--memory", "256M", "--", "true"]);
         expect(result.code).toBe(0);
-        const events = result.stderr.trim().split("\n").map((l) => JSON.parse(l) as Record<string, unknown>);
-        expect(events.map((e) => e["event"]), `run ${run}`).toEqual(["admitted", "started", "exited", "released"]);
+        const events = result.stderr
+          .trim()
+          .split("\n")
+          .map((l) => JSON.parse(l) as Record<string, unknown>);
+        expect(
+          events.map((e) => e["event"]),
+          `run ${run}`,
+        ).toEqual(["admitted", "started", "exited", "released"]);
         expect(events[1]).toMatchObject({ running_id: "run-1" });
       }
     } finally {
@@ -87,7 +111,13 @@ describe("berth admit", () => {
     const budget = await service();
     for (let run = 0; run < 5; run++) {
       const result = await berth(budget.url, ["admit", "--json", "--memory", "256M", "--cpu", "0.25", "--", "true"]);
-      expect(result.stderr.trim().split("\n").map((l) => (JSON.parse(l) as { event: string }).event), `run ${run}`).toEqual(["admitted", "started", "exited", "released"]);
+      expect(
+        result.stderr
+          .trim()
+          .split("\n")
+          .map((l) => (JSON.parse(l) as { event: string }).event),
+        `run ${run}`,
+      ).toEqual(["admitted", "started", "exited", "released"]);
     }
   });
 
@@ -118,7 +148,15 @@ describe("berth admit", () => {
 
   it("passes SIGTERM on to the command and exits with the command's code", async () => {
     const budget = await service();
-    const admit = spawnBerth(budget.url, ["admit", "--memory", "1G", "--", node, "-e", "process.on('SIGTERM', () => process.exit(42)); console.log('ready'); setInterval(() => {}, 1000)"]);
+    const admit = spawnBerth(budget.url, [
+      "admit",
+      "--memory",
+      "1G",
+      "--",
+      node,
+      "-e",
+      "process.on('SIGTERM', () => process.exit(42)); console.log('ready'); setInterval(() => {}, 1000)",
+    ]);
     await admit.event("started");
     // Until the command has set its handler, SIGTERM would simply kill it.
     expect(await until(() => admit.stdout().includes("ready"))).toBe(true);
@@ -161,9 +199,12 @@ describe("berth admit", () => {
     // --max-wait 0: refused at once, never queued (no queued event).
     const noWait = await berth(budget.url, ["admit", "--memory", "2G", "--max-wait", "0", "--", "true"]);
     expect(noWait.code).toBe(EXIT.timedOut);
-    expect(noWait.stderr.trim().split("\n").map((l) => JSON.parse(l) as Record<string, unknown>)).toEqual([
-      expect.objectContaining({ event: "refused", kind: "wait_exhausted", waited_ms: 0, retry_after_ms: expect.any(Number) }),
-    ]);
+    expect(
+      noWait.stderr
+        .trim()
+        .split("\n")
+        .map((l) => JSON.parse(l) as Record<string, unknown>),
+    ).toEqual([expect.objectContaining({ event: "refused", kind: "wait_exhausted", waited_ms: 0, retry_after_ms: expect.any(Number) })]);
 
     const unreachable = await berth("http://127.0.0.1:1", ["admit", "--memory", "1G", "--", "true"]);
     expect(unreachable.code).toBe(EXIT.unreachable);
@@ -299,7 +340,11 @@ describe("berth budget", () => {
 
   it("state shows how many there are and a first page; --all fetches every page", async () => {
     const budget = await startBudget({ args: ["--memory=64G", "--cpu=64"] });
-    for (let i = 0; i < 5; i++) await budget.client.reserve({ owner: `r${i}`, need: { items: [{ kind: NeedItemKind.START, name: "a", costSource: { case: "cost", value: { memoryBytes: BigInt(G), cpu: 0 } } }] } });
+    for (let i = 0; i < 5; i++)
+      await budget.client.reserve({
+        owner: `r${i}`,
+        need: { items: [{ kind: NeedItemKind.START, name: "a", costSource: { case: "cost", value: { memoryBytes: BigInt(G), cpu: 0 } } }] },
+      });
     for (let i = 0; i < 3; i++) await budget.client.registerRunning({ name: `s${i}`, costSource: { case: "cost", value: { memoryBytes: BigInt(G), cpu: 0 } } });
 
     const page = await berth(budget.url, ["budget", "state", "--page-size", "2"]);
@@ -351,7 +396,16 @@ describe("berth budget", () => {
     expect(JSON.parse((await berth(budget.url, ["budget", "machine", "--json"])).stdout).machine.totalBytes).toBe(16 * G);
 
     const watch = spawnBerth(budget.url, ["budget", "watch", "--json"]);
-    expect(await until(() => watch.stdout().split("\n").filter((l) => l.startsWith("{")).length >= 2, 5000)).toBe(true);
+    expect(
+      await until(
+        () =>
+          watch
+            .stdout()
+            .split("\n")
+            .filter((l) => l.startsWith("{")).length >= 2,
+        5000,
+      ),
+    ).toBe(true);
     watch.child.kill("SIGINT");
     expect(await watch.exited).toEqual({ code: 0, signal: null });
     expect(JSON.parse(watch.stdout().split("\n")[0]!).machine.cores).toBeGreaterThan(0);
@@ -359,7 +413,10 @@ describe("berth budget", () => {
 
   it("has help with examples, and refuses unknown subcommands and flags", async () => {
     const budget = await service();
-    for (const args of [["admit", "--help"], ["budget", "--help"]]) {
+    for (const args of [
+      ["admit", "--help"],
+      ["budget", "--help"],
+    ]) {
       const help = await berth(budget.url, args);
       expect(help.code).toBe(0);
       expect(help.stdout).toContain("Examples:");

@@ -10,7 +10,17 @@ import * as path from "node:path";
 import { createInterface } from "node:readline";
 import { BudgetService } from "@berth/api/berth/budget/v1/budget_service_pb";
 import type { Client } from "@connectrpc/connect";
-import { connectClient, makeTempDir, onStopAll, repoPath, runCommand, startService, type CommandOptions, type CommandResult, type StartedService } from "./harness.js";
+import {
+  connectClient,
+  makeTempDir,
+  onStopAll,
+  repoPath,
+  runCommand,
+  startService,
+  type CommandOptions,
+  type CommandResult,
+  type StartedService,
+} from "./harness.js";
 
 export const G = 1024 ** 3;
 
@@ -36,8 +46,14 @@ export interface BudgetUnderTest {
 }
 
 /** Starts a budget service on the fixture machine (`args` come after the fixture's: they win). */
-export async function startBudget(options: { args?: readonly string[]; stateDir?: string; env?: Record<string, string>; budgetFlags?: boolean } = {}): Promise<BudgetUnderTest> {
-  const service = await startService("budget", { args: [...fixtureArgs(options.budgetFlags), ...(options.args ?? [])], stateDir: options.stateDir, env: options.env });
+export async function startBudget(
+  options: { args?: readonly string[]; stateDir?: string; env?: Record<string, string>; budgetFlags?: boolean } = {},
+): Promise<BudgetUnderTest> {
+  const service = await startService("budget", {
+    args: [...fixtureArgs(options.budgetFlags), ...(options.args ?? [])],
+    stateDir: options.stateDir,
+    env: options.env,
+  });
   const url = service.url("budget");
   // Streams here live as long as a test needs them: no default deadline.
   const client = connectClient(BudgetService, url, { protocol: "grpc", defaultTimeoutMs: 60_000 });
@@ -59,7 +75,10 @@ export const CLI = repoPath("packages/cli/bin/berth.js");
 
 /** Runs `berth ARGS…` to completion against `url`. */
 export function berth(url: string, args: readonly string[], options: CommandOptions = {}): Promise<CommandResult> {
-  return runCommand(process.execPath, [CLI, ...args], { ...options, env: { BERTH_BUDGET_URL: url, BERTH_TOKEN: undefined, BERTH_TOKEN_FILE: undefined, ...options.env } });
+  return runCommand(process.execPath, [CLI, ...args], {
+    ...options,
+    env: { BERTH_BUDGET_URL: url, BERTH_TOKEN: undefined, BERTH_TOKEN_FILE: undefined, ...options.env },
+  });
 }
 
 /** A JSON-line event of `berth admit`. */

@@ -36,14 +36,19 @@ function admit(budget: BudgetUnderTest, owner: string, items: NeedItemInit[], ma
   requests.push({
     kind: {
       case: "start",
-      value: { owner, need: { items }, maxWait: maxWaitMs === undefined ? undefined : { seconds: BigInt(Math.floor(maxWaitMs / 1000)), nanos: (maxWaitMs % 1000) * 1e6 } },
+      value: {
+        owner,
+        need: { items },
+        maxWait: maxWaitMs === undefined ? undefined : { seconds: BigInt(Math.floor(maxWaitMs / 1000)), nanos: (maxWaitMs % 1000) * 1e6 },
+      },
     },
   });
   const received: Array<AdmitResponse & { at: number }> = [];
   let failure: ConnectError | undefined;
   const done = (async () => {
     try {
-      for await (const response of budget.client.admit(requests, { signal: controller.signal })) received.push(Object.assign(response, { at: performance.now() }));
+      for await (const response of budget.client.admit(requests, { signal: controller.signal }))
+        received.push(Object.assign(response, { at: performance.now() }));
     } catch (error) {
       failure = ConnectError.from(error);
     } finally {
@@ -83,7 +88,11 @@ describe("budget service: RPCs", () => {
     const { machine } = await client.getMachine({});
     expect(machine?.availableBytes).toBe(BigInt(16_000_000 * 1024));
 
-    const { reservation } = await client.reserve({ owner: "ci", need: { items: [start("a", 1, 1), { kind: NeedItemKind.BUILD, name: "a" }] }, ttl: { seconds: 60n, nanos: 0 } });
+    const { reservation } = await client.reserve({
+      owner: "ci",
+      need: { items: [start("a", 1, 1), { kind: NeedItemKind.BUILD, name: "a" }] },
+      ttl: { seconds: 60n, nanos: 0 },
+    });
     expect((await client.keepAlive({ ids: [reservation!.id] })).renewals[0]?.alive).toBe(true);
     expect((await client.releaseBuild({ reservationId: reservation!.id })).reservation?.build?.memoryBytes).toBe(0n);
     const { running } = await client.registerRunning({ name: "a", reservationId: reservation!.id, pid: process.pid });
@@ -106,7 +115,9 @@ describe("budget service: RPCs", () => {
     expect((error as ConnectError).code).toBe(Code.InvalidArgument);
     expect((error as ConnectError).rawMessage).toMatch(/^need\.items\[0\]\.spec\.memory: "12Q"/);
 
-    const viaCurl = await curlJson(budget.url, "/berth.budget.v1.BudgetService/Check", { need: { items: [{ kind: "NEED_ITEM_KIND_START", name: "x", spec: { cpu: -2 } }] } });
+    const viaCurl = await curlJson(budget.url, "/berth.budget.v1.BudgetService/Check", {
+      need: { items: [{ kind: "NEED_ITEM_KIND_START", name: "x", spec: { cpu: -2 } }] },
+    });
     expect(viaCurl.status).toBe(400);
     expect(String((viaCurl.json as { message?: string }).message)).toMatch(/^need\.items\[0\]\.spec\.cpu:/);
 
@@ -183,7 +194,10 @@ describe("budget service: Admit", () => {
 
   it("build_done and started move the shares; the stream's end releases the rest", async () => {
     const budget = await startBudget();
-    const stream = admit(budget, "up web", [start("web", 1, 1), { kind: NeedItemKind.BUILD, name: "web", costSource: { case: "cost", value: { memoryBytes: BigInt(2 * G), cpu: 2 } } }]);
+    const stream = admit(budget, "up web", [
+      start("web", 1, 1),
+      { kind: NeedItemKind.BUILD, name: "web", costSource: { case: "cost", value: { memoryBytes: BigInt(2 * G), cpu: 2 } } },
+    ]);
     expect(await until(() => stream.has("admitted"))).toBe(true);
     expect((await budget.client.getState({})).committed?.memoryBytes).toBe(BigInt(3 * G));
     stream.send({ kind: { case: "buildDone", value: {} } });
@@ -312,7 +326,11 @@ describe("budget service: pages under load", () => {
    * then checks: no entry appears twice, and every entry there from before the first page to after
    * the last (`stayed`) appears exactly once.
    */
-  async function pageWhileChurning(list: (token: string) => Promise<{ names: string[]; next: string }>, churn: () => Promise<void>, present: () => Promise<Set<string>>) {
+  async function pageWhileChurning(
+    list: (token: string) => Promise<{ names: string[]; next: string }>,
+    churn: () => Promise<void>,
+    present: () => Promise<Set<string>>,
+  ) {
     const before = await present();
     let stop = false;
     const churning = (async () => {
@@ -333,8 +351,14 @@ describe("budget service: pages under load", () => {
     const stayed = [...before].filter((name) => after.has(name));
     const counts = new Map<string, number>();
     for (const name of seen) counts.set(name, (counts.get(name) ?? 0) + 1);
-    expect([...counts].filter(([, n]) => n > 1), "entries repeated").toEqual([]);
-    expect(stayed.filter((name) => !counts.has(name)), "entries lost").toEqual([]);
+    expect(
+      [...counts].filter(([, n]) => n > 1),
+      "entries repeated",
+    ).toEqual([]);
+    expect(
+      stayed.filter((name) => !counts.has(name)),
+      "entries lost",
+    ).toEqual([]);
     expect(pages).toBeGreaterThan(10);
     return { seen, stayed };
   }
@@ -375,7 +399,8 @@ describe("budget service: pages under load", () => {
 
     // The running tally: 400 entries, stopped and registered afresh while paging.
     const running: string[] = [];
-    for (let i = 0; i < 400; i++) running.push((await client.registerRunning({ name: `s${n++}`, costSource: { case: "cost", value: { memoryBytes: 0n, cpu: 0 } } })).running!.id);
+    for (let i = 0; i < 400; i++)
+      running.push((await client.registerRunning({ name: `s${n++}`, costSource: { case: "cost", value: { memoryBytes: 0n, cpu: 0 } } })).running!.id);
     const runningNames = async () => new Set((await client.listRunning({ pageSize: 1000 })).running.map((r) => r.name));
     await pageWhileChurning(
       async (token) => {
@@ -401,7 +426,9 @@ describe("budget service: pages under load", () => {
     const wait = (owner: string) => {
       const controller = new AbortController();
       waiters.set(owner, controller);
-      waits.push(client.reserve({ owner, need: { items: [cores(1)] }, maxWait: { seconds: 600n, nanos: 0 } }, { signal: controller.signal }).catch(() => undefined));
+      waits.push(
+        client.reserve({ owner, need: { items: [cores(1)] }, maxWait: { seconds: 600n, nanos: 0 } }, { signal: controller.signal }).catch(() => undefined),
+      );
     };
     for (let i = 0; i < 300; i++) wait(`q${n++}`);
     expect(await until(async () => (await client.getState({ pageSize: 1 })).queueSize === 300, 30_000)).toBe(true);

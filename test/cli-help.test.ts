@@ -104,7 +104,11 @@ describe("help on every command and subcommand", () => {
       expect(help, `berth help ${topic.words.join(" ")}`).toMatchObject({ code: 0, stdout: flag.stdout });
     }
     // -h, and help asked for after other arguments.
-    const [short, late, afterSeparator] = await Promise.all([berth(["lock", "hold", "-h"]), berth(["sessions", "get", "s1", "--json", "--help"]), berth(["lock", "help", "hold"])]);
+    const [short, late, afterSeparator] = await Promise.all([
+      berth(["lock", "hold", "-h"]),
+      berth(["sessions", "get", "s1", "--json", "--help"]),
+      berth(["lock", "help", "hold"]),
+    ]);
     expect(short.stdout).toBe(runs.find((r) => r.topic.words.join(" ") === "lock hold")!.flag.stdout);
     expect(late.stdout).toMatch(/^usage: berth sessions get SESSION/);
     expect(afterSeparator.stdout).toBe(short.stdout);
@@ -146,10 +150,13 @@ describe("help on every command and subcommand", () => {
 
 describe("mistakes", () => {
   it("an unknown command, subcommand or flag is named, with a pointer to --help, and exits 2", async () => {
-    const cases: Array<{ args: string[]; names: string; help: string }> = [{ args: ["frobnicate"], names: "unknown command 'frobnicate'", help: "Run 'berth --help'" }];
+    const cases: Array<{ args: string[]; names: string; help: string }> = [
+      { args: ["frobnicate"], names: "unknown command 'frobnicate'", help: "Run 'berth --help'" },
+    ];
     for (const entry of COMMANDS) {
       const command = await entry.load();
-      if (command.subcommands !== undefined) cases.push({ args: [entry.name, "frobnicate"], names: "unknown command 'frobnicate'", help: `Run 'berth ${entry.name} --help'` });
+      if (command.subcommands !== undefined)
+        cases.push({ args: [entry.name, "frobnicate"], names: "unknown command 'frobnicate'", help: `Run 'berth ${entry.name} --help'` });
     }
     for (const topic of topics) {
       if (topic.words.length === 1 && topics.some((t) => t.words.length === 2 && t.words[0] === topic.words[0])) continue;
@@ -170,16 +177,22 @@ describe("mistakes", () => {
     /** The flags a help's "Flags:" section names, and its rows' name columns. */
     const flagsOf = (help: string) => {
       const section = help.split("\n\n").find((block) => block.startsWith("Flags:")) ?? "";
-      const names = section.split("\n").slice(1).map((line) => /^ {2}(-\S.*?)(?: {2,}|$)/.exec(line)?.[1]).filter((n): n is string => n !== undefined);
+      const names = section
+        .split("\n")
+        .slice(1)
+        .map((line) => /^ {2}(-\S.*?)(?: {2,}|$)/.exec(line)?.[1])
+        .filter((n): n is string => n !== undefined);
       return { names, flags: new Set(names.flatMap((n) => n.match(/--[a-z][\w-]*/g) ?? [])) };
     };
     for (const entry of COMMANDS) {
       const command = await entry.load();
       if (command.subcommands === undefined) continue;
       const listed = flagsOf(command.help);
-      for (const row of listed.names) expect(row.match(/--[a-z][\w-]*/g)?.length ?? 0, `berth ${command.name} --help: '${row}' is two flags in one row`).toBeLessThanOrEqual(1);
+      for (const row of listed.names)
+        expect(row.match(/--[a-z][\w-]*/g)?.length ?? 0, `berth ${command.name} --help: '${row}' is two flags in one row`).toBeLessThanOrEqual(1);
       for (const sub of command.subcommands) {
-        for (const flag of flagsOf(sub.help).flags) expect(listed.flags.has(flag), `berth ${command.name} --help does not list ${flag} (of ${sub.name})`).toBe(true);
+        for (const flag of flagsOf(sub.help).flags)
+          expect(listed.flags.has(flag), `berth ${command.name} --help does not list ${flag} (of ${sub.name})`).toBe(true);
       }
     }
   });

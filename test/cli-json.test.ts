@@ -35,7 +35,9 @@ interface Case {
 
 const SESSION = "json-s";
 // `admit` runs `berth budget build-done --json` as its command: one run covers both.
-const BUILD_DONE: Case = { args: ["admit", "--memory", "64M", "--build-memory", "64M", "--json", "--", process.execPath, CLI, "budget", "build-done", "--json"] };
+const BUILD_DONE: Case = {
+  args: ["admit", "--memory", "64M", "--build-memory", "64M", "--json", "--", process.execPath, CLI, "budget", "build-done", "--json"],
+};
 
 /** Every `--json` command, with the invocations that exercise it. */
 const CASES: Readonly<Record<string, readonly Case[]>> = {
@@ -81,9 +83,21 @@ async function jsonCommands(): Promise<string[]> {
 /** Runs a case; its stdout and stderr as parsed JSON lines (every non-empty line must be JSON). */
 async function run(c: Case): Promise<{ code: number | null; lines: unknown[]; text: string }> {
   if (c.until === undefined) {
-    const result = await runCommand(process.execPath, [CLI, ...c.args], { env: env(), cwd, timeoutMs: 30_000, ...(c.input === undefined ? {} : { input: c.input }) });
+    const result = await runCommand(process.execPath, [CLI, ...c.args], {
+      env: env(),
+      cwd,
+      timeoutMs: 30_000,
+      ...(c.input === undefined ? {} : { input: c.input }),
+    });
     const text = `${result.stdout}${result.stderr}`;
-    return { code: result.code, lines: text.split("\n").filter((l) => l.trim() !== "").map((l) => parse(l, c)), text };
+    return {
+      code: result.code,
+      lines: text
+        .split("\n")
+        .filter((l) => l.trim() !== "")
+        .map((l) => parse(l, c)),
+      text,
+    };
   }
   const until = c.until;
   const child = spawn(process.execPath, [CLI, ...c.args], { cwd, env: { ...process.env, ...defined(env()) }, stdio: ["ignore", "pipe", "pipe"] });
@@ -143,7 +157,10 @@ describe("berth … --json", () => {
         const what = `${name}: berth ${c.args.join(" ")}`;
         expect(code, `${what} exited ${code}:\n${text}`).toBe(0);
         expect(lines.length, what).toBeGreaterThan(0);
-        expect(lines.flatMap((line) => quotedIntegers(line)), what).toEqual([]);
+        expect(
+          lines.flatMap((line) => quotedIntegers(line)),
+          what,
+        ).toEqual([]);
       }
     }
     // The fields proto3 JSON quotes, as numbers.

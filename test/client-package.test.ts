@@ -51,8 +51,16 @@ describe.each(["packages/client", "packages/api"])("%s, packed", (workspace) => 
     const targets = Object.values(manifest.exports).flatMap((t) => (typeof t === "string" ? [t] : Object.values(t)));
     expect(targets.length).toBeGreaterThan(0);
     for (const target of targets) {
-      const pattern = new RegExp(`^${target.replace(/^\.\//, "").replace(/[.+?^${}()|[\]\\]/g, "\\$&").replace(/\*/g, ".+")}$`);
-      expect(files.some((f) => pattern.test(f)), `${manifest.name}: nothing packed for exports target ${target}`).toBe(true);
+      const pattern = new RegExp(
+        `^${target
+          .replace(/^\.\//, "")
+          .replace(/[.+?^${}()|[\]\\]/g, "\\$&")
+          .replace(/\*/g, ".+")}$`,
+      );
+      expect(
+        files.some((f) => pattern.test(f)),
+        `${manifest.name}: nothing packed for exports target ${target}`,
+      ).toBe(true);
     }
     const js = files.filter((f) => f.endsWith(".js"));
     expect(js.length).toBeGreaterThan(0);

@@ -64,7 +64,11 @@ describe("sessions", () => {
     expect(label((await watch.next()).value as SessionWatchEvent)).toBe("entry 1 steer");
     expect(label((await watch.next()).value as SessionWatchEvent)).toBe("caughtUp 1");
     // 800 entries while nobody reads, against a buffer of 4: the service must end this watcher.
-    for (let batch = 0; batch < 8; batch++) await client.sessions.appendMany(id, Array.from({ length: 100 }, (_, i) => ({ type: "steer", n: batch * 100 + i })));
+    for (let batch = 0; batch < 8; batch++)
+      await client.sessions.appendMany(
+        id,
+        Array.from({ length: 100 }, (_, i) => ({ type: "steer", n: batch * 100 + i })),
+      );
     const seqs: bigint[] = [];
     let resumed = 0;
     while (seqs.at(-1) !== 801n) {
@@ -108,8 +112,14 @@ describe("locks", () => {
     expect((await berth.locks.inspect("src/app.css", { cwd: project })).holder).toBeUndefined();
     await using again = await other.lock("src/app.css", { cwd: project, owner: "other" });
     expect(again.fencingToken).toBeGreaterThan(token);
-    const stale = await berth.append("client-fenced", { type: "steer" }, { fence: { file: "src/app.css", fencingToken: token }, cwd: project }).catch((e: unknown) => e);
-    expect(stale).toMatchObject({ code: Code.FailedPrecondition, reason: "FENCE_REJECTED", fenceRejected: { fencingToken: token, currentToken: again.fencingToken } });
+    const stale = await berth
+      .append("client-fenced", { type: "steer" }, { fence: { file: "src/app.css", fencingToken: token }, cwd: project })
+      .catch((e: unknown) => e);
+    expect(stale).toMatchObject({
+      code: Code.FailedPrecondition,
+      reason: "FENCE_REJECTED",
+      fenceRejected: { fencingToken: token, currentToken: again.fencingToken },
+    });
   });
 
   it("a wait ends at its deadline (DEADLINE_EXCEEDED) or its signal (CANCELED), and leaves no waiter behind", async () => {
@@ -169,7 +179,15 @@ describe("finding the services: the berth command, through the same table", () =
     const port = new URL(sessions.url("sessions")).port;
     const cli = (env: Record<string, string | undefined>) =>
       runCommand(process.execPath, [repoPath("packages/cli/bin/berth.js"), "sessions", "get", "found-by-port"], {
-        env: { BERTH_SESSIONS_URL: undefined, BERTH_SESSIONS_SOCKET: undefined, BERTH_HOST: undefined, BERTH_SESSIONS_PORT: undefined, BERTH_TOKEN: undefined, BERTH_TOKEN_FILE: undefined, ...env },
+        env: {
+          BERTH_SESSIONS_URL: undefined,
+          BERTH_SESSIONS_SOCKET: undefined,
+          BERTH_HOST: undefined,
+          BERTH_SESSIONS_PORT: undefined,
+          BERTH_TOKEN: undefined,
+          BERTH_TOKEN_FILE: undefined,
+          ...env,
+        },
       });
     const found = await cli({ BERTH_HOST: "::", BERTH_SESSIONS_PORT: port, BERTH_TOKEN_FILE: tokenFile });
     expect(found.code, found.stderr).toBe(0);

@@ -71,7 +71,10 @@ function connectError(response: CurlJsonResponse): { code: string; message: stri
   const json = response.json as { code?: unknown; message?: unknown; details?: unknown };
   expect(typeof json.code, response.body).toBe("string");
   expect(typeof json.message).toBe("string");
-  expect(Object.keys(json).every((key) => ["code", "message", "details"].includes(key)), `unexpected keys in ${response.body}`).toBe(true);
+  expect(
+    Object.keys(json).every((key) => ["code", "message", "details"].includes(key)),
+    `unexpected keys in ${response.body}`,
+  ).toBe(true);
   const details = (json.details ?? []) as ErrorDetail[];
   expect(Array.isArray(details)).toBe(true);
   for (const detail of details) {
@@ -176,14 +179,27 @@ describe("every unary RPC answers JSON over HTTP/1.1 (curl)", () => {
     const S = SessionService;
     const id = "json-tour";
 
-    const appended = await ok(sessionsUrl, S, "AppendEvent", { sessionId: id, expectedState: "EXPECTED_STATE_NO_SESSION", idempotencyKey: "first", event: { generate: { pageUrl: "http://localhost:3000/", count: 2 } } });
+    const appended = await ok(sessionsUrl, S, "AppendEvent", {
+      sessionId: id,
+      expectedState: "EXPECTED_STATE_NO_SESSION",
+      idempotencyKey: "first",
+      event: { generate: { pageUrl: "http://localhost:3000/", count: 2 } },
+    });
     // int64 as a JSON string, the snapshot in the journal's own key names.
     expect(appended).toMatchObject({ seq: "1", snapshot: { id, phase: "generate_requested", pageUrl: "http://localhost:3000/", expectedVariants: 2 } });
     // proto3 JSON takes the field's proto name as well as its JSON name.
-    const retried = await ok(sessionsUrl, S, "AppendEvent", { session_id: id, idempotency_key: "first", event: { generate: { page_url: "http://localhost:3000/", count: 2 } } });
+    const retried = await ok(sessionsUrl, S, "AppendEvent", {
+      session_id: id,
+      idempotency_key: "first",
+      event: { generate: { page_url: "http://localhost:3000/", count: 2 } },
+    });
     expect(retried).toMatchObject({ seq: "1", duplicate: true });
 
-    const batch = await ok(sessionsUrl, S, "AppendEvents", { sessionId: id, expectedSeq: "1", events: [{ agentPhase: { phase: "planning" } }, { variantsReady: { sourceFile: "src/App.tsx", extra: { note: "from curl" } } }] });
+    const batch = await ok(sessionsUrl, S, "AppendEvents", {
+      sessionId: id,
+      expectedSeq: "1",
+      events: [{ agentPhase: { phase: "planning" } }, { variantsReady: { sourceFile: "src/App.tsx", extra: { note: "from curl" } } }],
+    });
     expect(batch).toMatchObject({ firstSeq: "2", lastSeq: "3", snapshot: { phase: "variants_ready", sourceFile: "src/App.tsx" } });
 
     const snapshot = await ok(sessionsUrl, S, "GetSnapshot", { sessionId: id });
@@ -198,7 +214,13 @@ describe("every unary RPC answers JSON over HTTP/1.1 (curl)", () => {
     const rest = await ok(sessionsUrl, S, "ListSessions", { pageSize: 1000, pageToken: first["nextPageToken"] });
     expect([...(first["sessions"] as Json[]), ...(rest["sessions"] as Json[])].map((s) => s["id"])).toEqual((listed["sessions"] as Json[]).map((s) => s["id"]));
     expect(await ok(sessionsUrl, S, "FlushSnapshot", { sessionId: id })).toMatchObject({ lastSeq: "3", snapshot: { phase: "variants_ready" } });
-    expect(await ok(sessionsUrl, S, "GetLimits", {})).toMatchObject({ maxEventBytes: String(1024 * 1024), maxEventsPerAppend: 10000, watchBuffer: 1000, maxPageSize: 1000, maxIdempotencyKeyLength: 128 });
+    expect(await ok(sessionsUrl, S, "GetLimits", {})).toMatchObject({
+      maxEventBytes: String(1024 * 1024),
+      maxEventsPerAppend: 10000,
+      watchBuffer: 1000,
+      maxPageSize: 1000,
+      maxIdempotencyKeyLength: 128,
+    });
     expect(await ok(sessionsUrl, S, "DeleteSession", { sessionId: `${id}-2`, expectedSeq: "1" })).toEqual({ lastSeq: "1" });
   });
 
@@ -217,7 +239,14 @@ describe("every unary RPC answers JSON over HTTP/1.1 (curl)", () => {
     expect(renewed.renewals).toEqual([{ leaseToken: lease["leaseToken"], alive: true, expireTime: expect.any(String) }, { leaseToken: "gone" }]);
     expect(Date.parse(String(renewed.renewals[0]!["expireTime"]))).toBeGreaterThanOrEqual(expires);
 
-    expect(await ok(sessionsUrl, L, "GetLimits", {})).toEqual({ defaultTtl: "30s", maxTtl: "3600s", maxWait: "600s", heartbeatInterval: "5s", maxWaitersPerFile: 10000, maxOwnerLength: 256 });
+    expect(await ok(sessionsUrl, L, "GetLimits", {})).toEqual({
+      defaultTtl: "30s",
+      maxTtl: "3600s",
+      maxWait: "600s",
+      heartbeatInterval: "5s",
+      maxWaitersPerFile: 10000,
+      maxOwnerLength: 256,
+    });
     const inspected = await ok(sessionsUrl, L, "Inspect", { file });
     // Enums by name.
     expect(inspected).toMatchObject({ file, lastFencingToken: "1", holder: { owner: "curl", kind: "HOLDER_KIND_LEASE", fencingToken: "1" } });
@@ -238,7 +267,14 @@ describe("every unary RPC answers JSON over HTTP/1.1 (curl)", () => {
       build: { memoryBytes: String(2 * G) },
     });
     expect(await ok(url, B, "GetMachine", {})).toMatchObject({ machine: { totalBytes: String(16 * G), source: "SAMPLE_SOURCE_HOST" } });
-    expect(await ok(url, B, "GetLimits", {})).toEqual({ defaultTtl: "30s", maxTtl: "3600s", maxWait: "600s", heartbeatInterval: "5s", maxQueue: 1000, maxOwnerLength: 256 });
+    expect(await ok(url, B, "GetLimits", {})).toEqual({
+      defaultTtl: "30s",
+      maxTtl: "3600s",
+      maxWait: "600s",
+      heartbeatInterval: "5s",
+      maxQueue: 1000,
+      maxOwnerLength: 256,
+    });
 
     const asked = {
       owner: "curl",
@@ -257,10 +293,21 @@ describe("every unary RPC answers JSON over HTTP/1.1 (curl)", () => {
     expect(renewed.renewals).toMatchObject([{ id, alive: true }]);
     expect(await ok(url, B, "ReleaseBuild", { reservationId: id })).toMatchObject({ reservation: { id, start: { memoryBytes: String(G) } } });
 
-    const registered = (await ok(url, B, "RegisterRunning", { name: "api", reservationId: id, pid: process.pid, cost: { memoryBytes: String(G), cpu: 1 } })) as { running: Json };
+    const registered = (await ok(url, B, "RegisterRunning", {
+      name: "api",
+      reservationId: id,
+      pid: process.pid,
+      cost: { memoryBytes: String(G), cpu: 1 },
+    })) as { running: Json };
     expect(registered.running).toMatchObject({ name: "api", pid: process.pid, reservationId: id });
     const state = await ok(url, B, "GetState", { pageSize: 1 });
-    expect(state).toMatchObject({ running: [{ name: "api" }], reservations: [{ id }], policy: { queueMode: "QUEUE_MODE_FIFO" }, reservationCount: 1, runningCount: 1 });
+    expect(state).toMatchObject({
+      running: [{ name: "api" }],
+      reservations: [{ id }],
+      policy: { queueMode: "QUEUE_MODE_FIFO" },
+      reservationCount: 1,
+      runningCount: 1,
+    });
     expect(state).not.toHaveProperty("reservationsNextPageToken");
     expect(await ok(url, B, "ListReservations", { pageSize: 10 })).toMatchObject({ reservations: [{ id, owner: "curl" }] });
     expect(await ok(url, B, "ListRunning", {})).toMatchObject({ running: [{ name: "api", reservationId: id }] });
@@ -278,7 +325,9 @@ describe("every unary RPC answers JSON over HTTP/1.1 (curl)", () => {
 
 describe("errors as Connect's error JSON", () => {
   it("a bad request is HTTP 400 invalid_argument naming the field, with {field, rule} as a decodable detail (several RPCs)", async () => {
-    expect(await expectInvalidArgument(sessionsUrl, SessionService, "AppendEvent", { sessionId: "no spaces allowed", event: { agentPhase: {} } }, "session_id")).toMatch(/no spaces allowed/);
+    expect(
+      await expectInvalidArgument(sessionsUrl, SessionService, "AppendEvent", { sessionId: "no spaces allowed", event: { agentPhase: {} } }, "session_id"),
+    ).toMatch(/no spaces allowed/);
     await expectInvalidArgument(sessionsUrl, SessionService, "AppendEvent", { sessionId: "json-bad" }, "event");
     await expectInvalidArgument(sessionsUrl, SessionService, "GetSnapshot", { sessionId: "" }, "session_id");
     await expectInvalidArgument(sessionsUrl, LockService, "Acquire", { file: "", owner: "curl" }, "file");
@@ -287,7 +336,13 @@ describe("errors as Connect's error JSON", () => {
     await expectInvalidArgument(sessionsUrl, LockService, "Acquire", { file: "/src/a.ts", owner: "curl", requestId: "not/an/id" }, "request_id");
     await expectInvalidArgument(sessionsUrl, LockService, "KeepAlive", { leaseTokens: [] }, "lease_tokens");
     await expectInvalidArgument(sessionsUrl, LockService, "KeepAlive", { leaseTokens: ["ok", ""] }, "lease_tokens[1]");
-    await expectInvalidArgument(budget.url, BudgetService, "Check", { need: { items: [{ kind: "NEED_ITEM_KIND_START", name: "x", spec: { memory: "12Q" } }] } }, "need.items[0].spec.memory");
+    await expectInvalidArgument(
+      budget.url,
+      BudgetService,
+      "Check",
+      { need: { items: [{ kind: "NEED_ITEM_KIND_START", name: "x", spec: { memory: "12Q" } }] } },
+      "need.items[0].spec.memory",
+    );
     await expectInvalidArgument(budget.url, BudgetService, "Reserve", { owner: "", need: { items: [startItem("x", 1)] } }, "owner");
     await expectInvalidArgument(budget.url, BudgetService, "Release", { reservationId: "" }, "reservation_id");
     // Nothing was written by any of them.
@@ -301,12 +356,20 @@ describe("errors as Connect's error JSON", () => {
 
     // AppendEvent
     expect(refusalOf(await post("AppendEvent", { sessionId: "a b", event: { steer: {} } }))).toEqual([400, "invalid_argument", "INVALID_FIELD"]);
-    expect(refusalOf(await post("AppendEvent", { sessionId: id, event: { steer: { pageUrl: "x".repeat(1024 * 1024) } } }))).toEqual([400, "invalid_argument", "EVENT_TOO_LARGE"]);
+    expect(refusalOf(await post("AppendEvent", { sessionId: id, event: { steer: { pageUrl: "x".repeat(1024 * 1024) } } }))).toEqual([
+      400,
+      "invalid_argument",
+      "EVENT_TOO_LARGE",
+    ]);
     const stale = await post("AppendEvent", { sessionId: id, expectedSeq: "4", event: { steer: {} } });
     expect(refusalOf(stale)).toEqual([409, "aborted", "SEQ_CONFLICT"]);
     expect(detail(connectError(stale).details, SeqConflictSchema)).toMatchObject({ sessionId: id, expectedSeq: 4n, currentSeq: 1n });
     expect(JSON.parse(stale.headers["berth-error-details"] ?? "{}")).toMatchObject({ reason: "SEQ_CONFLICT", currentSeq: 1 });
-    expect(refusalOf(await post("AppendEvent", { sessionId: id, expectedState: "EXPECTED_STATE_NO_SESSION", event: { steer: {} } }))).toEqual([409, "aborted", "SEQ_CONFLICT"]);
+    expect(refusalOf(await post("AppendEvent", { sessionId: id, expectedState: "EXPECTED_STATE_NO_SESSION", event: { steer: {} } }))).toEqual([
+      409,
+      "aborted",
+      "SEQ_CONFLICT",
+    ]);
     const reused = await post("AppendEvent", { sessionId: id, idempotencyKey: "k", event: { generate: { count: 2 } } });
     expect(refusalOf(reused)).toEqual([409, "already_exists", "IDEMPOTENCY_KEY_REUSED"]);
     expect(detail(connectError(reused).details, IdempotencyKeyReusedSchema)).toMatchObject({ idempotencyKey: "k", firstSeq: 1n, lastSeq: 1n });
@@ -322,7 +385,11 @@ describe("errors as Connect's error JSON", () => {
     const tooMany = JSON.stringify({ sessionId: id, events: Array.from({ length: 10_001 }, () => ({ steer: {} })) });
     expect(refusalOf(await post("AppendEvents", tooMany))).toEqual([400, "invalid_argument", "TOO_MANY_EVENTS"]);
     expect(refusalOf(await post("AppendEvents", { sessionId: id, expectedSeq: "9", events: [{ steer: {} }] }))).toEqual([409, "aborted", "SEQ_CONFLICT"]);
-    expect(refusalOf(await post("AppendEvents", { sessionId: id, idempotencyKey: "k", events: [{ steer: {} }] }))).toEqual([409, "already_exists", "IDEMPOTENCY_KEY_REUSED"]);
+    expect(refusalOf(await post("AppendEvents", { sessionId: id, idempotencyKey: "k", events: [{ steer: {} }] }))).toEqual([
+      409,
+      "already_exists",
+      "IDEMPOTENCY_KEY_REUSED",
+    ]);
 
     // GetSnapshot, ListSessions, FlushSnapshot, DeleteSession
     expect(refusalOf(await post("GetSnapshot", { sessionId: "json-never" }))).toEqual([404, "not_found", "SESSION_NOT_FOUND"]);
@@ -342,11 +409,22 @@ describe("errors as Connect's error JSON", () => {
     const read = await curlServerStream(sessionsUrl, S, "ReadJournal", { sessionId: id, fromSeq: "2", limit: 1 });
     expect(read.messages).toMatchObject([{ entries: [{ seq: "2", type: "steer" }], end: { lastSeq: "3", nextSeq: "3", more: true } }]);
     expect(read.end).toEqual({});
-    expect((await curlServerStream(sessionsUrl, S, "ReadJournal", { sessionId: id, fromSeq: "4" })).messages).toEqual([{ end: { lastSeq: "3", nextSeq: "4" } }]);
-    expect(streamRefusal((await curlServerStream(sessionsUrl, S, "ReadJournal", { sessionId: id, fromSeq: "5" })).end)).toEqual(["out_of_range", "SEQ_OUT_OF_RANGE"]);
+    expect((await curlServerStream(sessionsUrl, S, "ReadJournal", { sessionId: id, fromSeq: "4" })).messages).toEqual([
+      { end: { lastSeq: "3", nextSeq: "4" } },
+    ]);
+    expect(streamRefusal((await curlServerStream(sessionsUrl, S, "ReadJournal", { sessionId: id, fromSeq: "5" })).end)).toEqual([
+      "out_of_range",
+      "SEQ_OUT_OF_RANGE",
+    ]);
     expect(streamRefusal((await curlServerStream(sessionsUrl, S, "ReadJournal", { sessionId: "json-none" })).end)).toEqual(["not_found", "SESSION_NOT_FOUND"]);
-    expect(streamRefusal((await curlServerStream(sessionsUrl, S, "WatchSession", { sessionId: id, maxBatch: -1 })).end)).toEqual(["invalid_argument", "INVALID_FIELD"]);
-    expect(streamRefusal((await curlServerStream(sessionsUrl, S, "WatchSessions", { resumeFrom: { "a b": "1" } })).end)).toEqual(["invalid_argument", "INVALID_FIELD"]);
+    expect(streamRefusal((await curlServerStream(sessionsUrl, S, "WatchSession", { sessionId: id, maxBatch: -1 })).end)).toEqual([
+      "invalid_argument",
+      "INVALID_FIELD",
+    ]);
+    expect(streamRefusal((await curlServerStream(sessionsUrl, S, "WatchSessions", { resumeFrom: { "a b": "1" } })).end)).toEqual([
+      "invalid_argument",
+      "INVALID_FIELD",
+    ]);
 
     // A watch that a deletion ends: the backlog, caught_up, then NOT_FOUND SESSION_DELETED.
     const watchers = () => curl(sessionsUrl, "/metrics").then((r) => Number(/^berth_sessions_watchers (\d+)$/m.exec(r.body)?.[1]));
@@ -355,14 +433,19 @@ describe("errors as Connect's error JSON", () => {
     for (let turn = 0; (await watchers()) <= before; turn++) if (turn > 500) throw new Error("the watch never started");
     await curlJson(sessionsUrl, "/berth.sessions.v1.SessionService/DeleteSession", { sessionId: id });
     const watched = await watching;
-    expect(watched.messages).toMatchObject([{ entries: { entries: [{ entry: { seq: "1" } }, { entry: { seq: "2" } }, { entry: { seq: "3" } }] } }, { caughtUp: { lastSeq: "3" } }]);
+    expect(watched.messages).toMatchObject([
+      { entries: { entries: [{ entry: { seq: "1" } }, { entry: { seq: "2" } }, { entry: { seq: "3" } }] } },
+      { caughtUp: { lastSeq: "3" } },
+    ]);
     expect(streamRefusal(watched.end)).toEqual(["not_found", "SESSION_DELETED"]);
   });
 
   it("an idle watch hears progress over Connect JSON, and WatchSessions its deletions", async () => {
     const client = connectClient(SessionService, sessionsUrl, { protocol: "connect", useBinaryFormat: false, defaultTimeoutMs: 30_000 });
     const controller = new AbortController();
-    const one = client.watchSession({ sessionId: "json-idle", progressInterval: { seconds: 0n, nanos: 100_000_000 } }, { signal: controller.signal })[Symbol.asyncIterator]();
+    const one = client
+      .watchSession({ sessionId: "json-idle", progressInterval: { seconds: 0n, nanos: 100_000_000 } }, { signal: controller.signal })
+      [Symbol.asyncIterator]();
     expect((await one.next()).value!.kind).toMatchObject({ case: "caughtUp", value: { lastSeq: 0n } });
     expect((await one.next()).value!.kind).toMatchObject({ case: "progress", value: { lastSeq: 0n } });
     const all = client.watchSessions({ progressInterval: { seconds: 0n, nanos: 100_000_000 } }, { signal: controller.signal })[Symbol.asyncIterator]();
@@ -396,7 +479,12 @@ describe("errors as Connect's error JSON", () => {
     expect(exhausted.message).toMatch(/^source locked: .*held\.ts is held by first .*; it stayed locked for the whole wait of 200ms/);
     expect(detail(exhausted.details, ErrorInfoSchema)).toMatchObject({ reason: "WAIT_EXHAUSTED", domain: "berth.locks" });
     expect(detail(exhausted.details, RetryInfoSchema).retryDelay).toMatchObject({ seconds: 1n, nanos: 0 });
-    expect(detail(exhausted.details, LockHeldSchema)).toMatchObject({ owner: "first", fencingToken: BigInt(String(held.lease["fencingToken"])), kind: HolderKind.LEASE, waited: { seconds: 0n, nanos: 200_000_000 } });
+    expect(detail(exhausted.details, LockHeldSchema)).toMatchObject({
+      owner: "first",
+      fencingToken: BigInt(String(held.lease["fencingToken"])),
+      kind: HolderKind.LEASE,
+      waited: { seconds: 0n, nanos: 200_000_000 },
+    });
     expect(JSON.parse(refused.headers["berth-error-details"] ?? "{}")).toMatchObject({ reason: "WAIT_EXHAUSTED", owner: "first", waitedMs: 200 });
     await curlJson(sessionsUrl, "/berth.locks.v1.LockService/Release", { leaseToken: held.lease["leaseToken"] });
 
@@ -416,7 +504,10 @@ describe("errors as Connect's error JSON", () => {
       // One waiter fills the queue (a Connect client: curl would block on it).
       const locks = connectClient(LockService, url, { protocol: "connect", useBinaryFormat: false, defaultTimeoutMs: 30_000 });
       const queued = locks.acquire({ file, owner: "waiter", maxWait: { seconds: 20n } });
-      for (const deadline = Date.now() + 10_000; ((await curlJson(url, "/berth.locks.v1.LockService/Inspect", { file })).json as { waiters?: unknown[] }).waiters === undefined; ) {
+      for (
+        const deadline = Date.now() + 10_000;
+        ((await curlJson(url, "/berth.locks.v1.LockService/Inspect", { file })).json as { waiters?: unknown[] }).waiters === undefined;
+      ) {
         if (Date.now() > deadline) throw new Error("the waiter never queued");
         await new Promise((resolve) => setTimeout(resolve, 20));
       }
@@ -464,7 +555,14 @@ describe("errors as Connect's error JSON", () => {
       const info = detail(error.details, ErrorInfoSchema);
       const retry = error.details.some((d) => d.type === RetryInfoSchema.typeName) ? detail(error.details, RetryInfoSchema).retryDelay : undefined;
       const header = JSON.parse(response.headers["berth-error-details"] ?? "{}") as Json;
-      return { code: error.code, reason: info.reason, domain: info.domain, retryMs: retry === undefined ? undefined : Number(retry.seconds) * 1000 + retry.nanos / 1e6, header: header["reason"], details: error.details };
+      return {
+        code: error.code,
+        reason: info.reason,
+        domain: info.domain,
+        retryMs: retry === undefined ? undefined : Number(retry.seconds) * 1000 + retry.nanos / 1e6,
+        header: header["reason"],
+        details: error.details,
+      };
     };
 
     expect(await errorOf(await post("Reserve", { owner: "huge", need: { items: [startItem("huge", 5)] } }))).toMatchObject({
@@ -488,14 +586,21 @@ describe("errors as Connect's error JSON", () => {
     const gone = await post("ReleaseBuild", { reservationId: held["id"] });
     expect(gone.status).toBe(404);
     expect(await errorOf(gone)).toMatchObject({ code: "not_found", reason: "RESERVATION_NOT_FOUND", domain: "berth.budget", header: "RESERVATION_NOT_FOUND" });
-    expect(await errorOf(await post("RegisterRunning", { name: "web", reservationId: held["id"] }))).toMatchObject({ code: "not_found", reason: "RESERVATION_NOT_FOUND" });
+    expect(await errorOf(await post("RegisterRunning", { name: "web", reservationId: held["id"] }))).toMatchObject({
+      code: "not_found",
+      reason: "RESERVATION_NOT_FOUND",
+    });
     for (const [method, body, field] of [
       ["Reserve", { owner: "x", ttl: "601s" }, "ttl"],
       ["Reserve", { owner: "x", requestId: "not/ok" }, "request_id"],
       ["GetState", { pageSize: -1 }, "page_size"],
       ["ListQueue", { pageToken: "bm9wZQ" }, "page_token"],
     ] as const) {
-      expect(await errorOf(await post(method, body)), `${method} ${field}`).toMatchObject({ code: "invalid_argument", reason: "INVALID_FIELD", domain: "berth.budget" });
+      expect(await errorOf(await post(method, body)), `${method} ${field}`).toMatchObject({
+        code: "invalid_argument",
+        reason: "INVALID_FIELD",
+        domain: "berth.budget",
+      });
       await expectInvalidArgument(full.url, BudgetService, method, body, field);
     }
     await full.service.stop();
@@ -545,7 +650,11 @@ describe("errors as Connect's error JSON", () => {
   });
 
   it("an unknown method or service is 404; a server stream posted as unary JSON, or another content type, is 415; a bidi stream over HTTP/1.1 is 505", async () => {
-    for (const route of ["/berth.sessions.v1.SessionService/NoSuchMethod", "/berth.sessions.v1.NoSuchService/GetSnapshot", "/berth.budget.v1.BudgetService/Admitt"]) {
+    for (const route of [
+      "/berth.sessions.v1.SessionService/NoSuchMethod",
+      "/berth.sessions.v1.NoSuchService/GetSnapshot",
+      "/berth.budget.v1.BudgetService/Admitt",
+    ]) {
       const url = route.includes("budget") ? budget.url : sessionsUrl;
       expect((await curlJson(url, route, {})).status, route).toBe(404);
     }
@@ -553,7 +662,11 @@ describe("errors as Connect's error JSON", () => {
     expect((await curlJson(sessionsUrl, "/berth.sessions.v1.SessionService/WatchSession", { sessionId: "x" })).status).toBe(415);
     // A bidi stream needs HTTP/2 whatever the content type: 505 over HTTP/1.1.
     expect((await curlJson(budget.url, "/berth.budget.v1.BudgetService/Admit", {})).status).toBe(505);
-    const textPlain = await curl(sessionsUrl, "/berth.sessions.v1.SessionService/GetSnapshot", { method: "POST", headers: { "content-type": "text/plain" }, body: '{"sessionId":"x"}' });
+    const textPlain = await curl(sessionsUrl, "/berth.sessions.v1.SessionService/GetSnapshot", {
+      method: "POST",
+      headers: { "content-type": "text/plain" },
+      body: '{"sessionId":"x"}',
+    });
     expect(textPlain.status).toBe(415);
     // And the service still answers.
     expect((await curlJson(sessionsUrl, "/berth.sessions.v1.SessionService/GetSnapshot", { sessionId: "json-tour" })).json).toMatchObject({ lastSeq: "3" });

@@ -51,24 +51,95 @@ export function discoveryCases(dir: string): DiscoveryCase[] {
   };
   return [
     { name: "nothing set: the defaults, no token", env: {}, expected: { ...DEFAULTS, token: null } },
-    { name: "an explicit URL wins over every variable", env: all, sessions_url: "http://127.0.0.1:9001", budget_url: "unix:/tmp/budget.sock", expected: { sessions: "http://127.0.0.1:9001", budget: "unix:/tmp/budget.sock", token: null } },
+    {
+      name: "an explicit URL wins over every variable",
+      env: all,
+      sessions_url: "http://127.0.0.1:9001",
+      budget_url: "unix:/tmp/budget.sock",
+      expected: { sessions: "http://127.0.0.1:9001", budget: "unix:/tmp/budget.sock", token: null },
+    },
     { name: "BERTH_*_URL wins over sockets, host and ports", env: all, expected: { sessions: "http://10.0.0.1:1", budget: "http://10.0.0.1:2", token: null } },
-    { name: "BERTH_*_SOCKET wins over host and ports", env: { ...all, BERTH_SESSIONS_URL: "", BERTH_BUDGET_URL: "" }, expected: { sessions: "unix:/run/s.sock", budget: "unix:/run/b.sock", token: null } },
-    { name: "BERTH_HOST with BERTH_*_PORT", env: { BERTH_HOST: "10.0.0.2", BERTH_SESSIONS_PORT: "3", BERTH_BUDGET_PORT: "4" }, expected: { sessions: "http://10.0.0.2:3", budget: "http://10.0.0.2:4", token: null } },
-    { name: "BERTH_HOST alone: the default ports", env: { BERTH_HOST: "localhost" }, expected: { sessions: "http://localhost:7301", budget: "http://localhost:7302", token: null } },
-    { name: "a port alone: on 127.0.0.1, the other service on its default", env: { BERTH_SESSIONS_PORT: "8001" }, expected: { sessions: "http://127.0.0.1:8001", budget: DEFAULTS.budget, token: null } },
-    { name: "BERTH_HOST=0.0.0.0 is reached on 127.0.0.1", env: { BERTH_HOST: "0.0.0.0", BERTH_BUDGET_PORT: "8002" }, expected: { sessions: DEFAULTS.sessions, budget: "http://127.0.0.1:8002", token: null } },
-    { name: "BERTH_HOST=:: is reached on 127.0.0.1", env: { BERTH_HOST: "::", BERTH_SESSIONS_PORT: "8003" }, expected: { sessions: "http://127.0.0.1:8003", budget: DEFAULTS.budget, token: null } },
-    { name: "an IPv6 BERTH_HOST is bracketed", env: { BERTH_HOST: "::1" }, expected: { sessions: "http://[::1]:7301", budget: "http://[::1]:7302", token: null } },
-    { name: "a blank variable counts as unset", env: { BERTH_SESSIONS_URL: "  ", BERTH_SESSIONS_SOCKET: "", BERTH_HOST: " ", BERTH_TOKEN: " " }, expected: { ...DEFAULTS, token: null } },
-    { name: "trailing slashes are dropped", env: { BERTH_SESSIONS_URL: "http://127.0.0.1:9003//" }, budget_url: "http://127.0.0.1:9004/", expected: { sessions: "http://127.0.0.1:9003", budget: "http://127.0.0.1:9004", token: null } },
-    { name: "a URL that is neither http(s):// nor unix: is refused", env: { BERTH_BUDGET_URL: "127.0.0.1:7302" }, expected: { error: /BERTH_BUDGET_URL must look like http:\/\/127\.0\.0\.1:730[12] or unix:\/path\/to\/socket, got "127\.0\.0\.1:7302"/ } },
-    { name: "an explicit token wins over token files and BERTH_TOKEN", env: { BERTH_TOKEN_FILE: fromEnv, BERTH_TOKEN: "from-env" }, token: "explicit", token_file: fromFlag, expected: { ...DEFAULTS, token: "explicit" } },
-    { name: "an explicit token file wins over BERTH_TOKEN_FILE and BERTH_TOKEN", env: { BERTH_TOKEN_FILE: fromEnv, BERTH_TOKEN: "from-env" }, token_file: fromFlag, expected: { ...DEFAULTS, token: "from-flag" } },
-    { name: "BERTH_TOKEN_FILE (trimmed) wins over BERTH_TOKEN", env: { BERTH_TOKEN_FILE: fromEnv, BERTH_TOKEN: "from-env" }, expected: { ...DEFAULTS, token: "from-env-file" } },
+    {
+      name: "BERTH_*_SOCKET wins over host and ports",
+      env: { ...all, BERTH_SESSIONS_URL: "", BERTH_BUDGET_URL: "" },
+      expected: { sessions: "unix:/run/s.sock", budget: "unix:/run/b.sock", token: null },
+    },
+    {
+      name: "BERTH_HOST with BERTH_*_PORT",
+      env: { BERTH_HOST: "10.0.0.2", BERTH_SESSIONS_PORT: "3", BERTH_BUDGET_PORT: "4" },
+      expected: { sessions: "http://10.0.0.2:3", budget: "http://10.0.0.2:4", token: null },
+    },
+    {
+      name: "BERTH_HOST alone: the default ports",
+      env: { BERTH_HOST: "localhost" },
+      expected: { sessions: "http://localhost:7301", budget: "http://localhost:7302", token: null },
+    },
+    {
+      name: "a port alone: on 127.0.0.1, the other service on its default",
+      env: { BERTH_SESSIONS_PORT: "8001" },
+      expected: { sessions: "http://127.0.0.1:8001", budget: DEFAULTS.budget, token: null },
+    },
+    {
+      name: "BERTH_HOST=0.0.0.0 is reached on 127.0.0.1",
+      env: { BERTH_HOST: "0.0.0.0", BERTH_BUDGET_PORT: "8002" },
+      expected: { sessions: DEFAULTS.sessions, budget: "http://127.0.0.1:8002", token: null },
+    },
+    {
+      name: "BERTH_HOST=:: is reached on 127.0.0.1",
+      env: { BERTH_HOST: "::", BERTH_SESSIONS_PORT: "8003" },
+      expected: { sessions: "http://127.0.0.1:8003", budget: DEFAULTS.budget, token: null },
+    },
+    {
+      name: "an IPv6 BERTH_HOST is bracketed",
+      env: { BERTH_HOST: "::1" },
+      expected: { sessions: "http://[::1]:7301", budget: "http://[::1]:7302", token: null },
+    },
+    {
+      name: "a blank variable counts as unset",
+      env: { BERTH_SESSIONS_URL: "  ", BERTH_SESSIONS_SOCKET: "", BERTH_HOST: " ", BERTH_TOKEN: " " },
+      expected: { ...DEFAULTS, token: null },
+    },
+    {
+      name: "trailing slashes are dropped",
+      env: { BERTH_SESSIONS_URL: "http://127.0.0.1:9003//" },
+      budget_url: "http://127.0.0.1:9004/",
+      expected: { sessions: "http://127.0.0.1:9003", budget: "http://127.0.0.1:9004", token: null },
+    },
+    {
+      name: "a URL that is neither http(s):// nor unix: is refused",
+      env: { BERTH_BUDGET_URL: "127.0.0.1:7302" },
+      expected: { error: /BERTH_BUDGET_URL must look like http:\/\/127\.0\.0\.1:730[12] or unix:\/path\/to\/socket, got "127\.0\.0\.1:7302"/ },
+    },
+    {
+      name: "an explicit token wins over token files and BERTH_TOKEN",
+      env: { BERTH_TOKEN_FILE: fromEnv, BERTH_TOKEN: "from-env" },
+      token: "explicit",
+      token_file: fromFlag,
+      expected: { ...DEFAULTS, token: "explicit" },
+    },
+    {
+      name: "an explicit token file wins over BERTH_TOKEN_FILE and BERTH_TOKEN",
+      env: { BERTH_TOKEN_FILE: fromEnv, BERTH_TOKEN: "from-env" },
+      token_file: fromFlag,
+      expected: { ...DEFAULTS, token: "from-flag" },
+    },
+    {
+      name: "BERTH_TOKEN_FILE (trimmed) wins over BERTH_TOKEN",
+      env: { BERTH_TOKEN_FILE: fromEnv, BERTH_TOKEN: "from-env" },
+      expected: { ...DEFAULTS, token: "from-env-file" },
+    },
     { name: "BERTH_TOKEN alone", env: { BERTH_TOKEN: "from-env" }, expected: { ...DEFAULTS, token: "from-env" } },
-    { name: "an empty token file is refused", env: { BERTH_TOKEN_FILE: empty, BERTH_TOKEN: "from-env" }, expected: { error: /the token file .*empty-token is empty/ } },
-    { name: "a token file that cannot be read is refused", env: { BERTH_TOKEN: "from-env" }, token_file: missing, expected: { error: /cannot read the token file .*no-such-token/ } },
+    {
+      name: "an empty token file is refused",
+      env: { BERTH_TOKEN_FILE: empty, BERTH_TOKEN: "from-env" },
+      expected: { error: /the token file .*empty-token is empty/ },
+    },
+    {
+      name: "a token file that cannot be read is refused",
+      env: { BERTH_TOKEN: "from-env" },
+      token_file: missing,
+      expected: { error: /cannot read the token file .*no-such-token/ },
+    },
   ];
 }
 

@@ -71,7 +71,6 @@ describe.each(KINDS)("%s", (kind) => {
   });
 });
 
-
 it("two instances started at the same moment on one state directory: exactly one serves, the other exits naming it (10 rounds)", async () => {
   const stateDir = path.join(makeTempDir(), "state");
   for (let round = 0; round < 10; round++) {

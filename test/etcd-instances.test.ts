@@ -30,8 +30,10 @@ function etcdService(prefix: string, more: string[] = []): Promise<ServiceProces
   return startService("sessions", { args: ["--store", "etcd", "--etcd-endpoints", etcd.clientUrls.join(","), "--etcd-prefix", prefix, ...more] });
 }
 
-const sessionsOf = (service: ServiceProcess): Client<typeof SessionService> => connectClient(SessionService, service.url("sessions"), { protocol: "grpc", defaultTimeoutMs: 30_000 });
-const locksOf = (service: ServiceProcess): Client<typeof LockService> => connectClient(LockService, service.url("sessions"), { protocol: "grpc", defaultTimeoutMs: 30_000 });
+const sessionsOf = (service: ServiceProcess): Client<typeof SessionService> =>
+  connectClient(SessionService, service.url("sessions"), { protocol: "grpc", defaultTimeoutMs: 30_000 });
+const locksOf = (service: ServiceProcess): Client<typeof LockService> =>
+  connectClient(LockService, service.url("sessions"), { protocol: "grpc", defaultTimeoutMs: 30_000 });
 const step = (n: number): Event => create(EventSchema, { kind: { case: "generate", value: { pageUrl: `http://localhost:3000/${n}`, count: n } } });
 
 async function failure(promise: Promise<unknown>): Promise<ConnectError> {

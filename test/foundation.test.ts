@@ -90,7 +90,12 @@ async function expectListedByReflection(url: string, services: readonly string[]
 
 /** The "listening" log entries of a process, by server. */
 function listeningUrls(service: ServiceProcess): Record<string, unknown> {
-  return Object.fromEntries(service.entries().filter((e) => e.msg === "listening").map((e) => [e.server, e.url]));
+  return Object.fromEntries(
+    service
+      .entries()
+      .filter((e) => e.msg === "listening")
+      .map((e) => [e.server, e.url]),
+  );
 }
 
 function modeOf(file: string): string {
@@ -206,7 +211,11 @@ describe("berth up", () => {
     expect(Object.keys(urls).sort()).toEqual(["budget", "sessions"]);
     for (const url of Object.values(urls)) expect(url).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
     const sockets = listeningSockets(up.pid);
-    expect(sockets.map((s) => s.port).sort()).toEqual(Object.values(urls).map((u) => Number(new URL(String(u)).port)).sort());
+    expect(sockets.map((s) => s.port).sort()).toEqual(
+      Object.values(urls)
+        .map((u) => Number(new URL(String(u)).port))
+        .sort(),
+    );
     for (const socket of sockets) expect(socket.address).toBe("127.0.0.1");
   });
 });
@@ -225,9 +234,7 @@ describe("with a bearer token", () => {
   it("refuses a call without the token, or with a wrong one, with UNAUTHENTICATED (grpc-js, curl, connect-node)", async () => {
     const client = grpcJsClient(url);
     expect(grpcCodeName(await grpcJsCode(client.unary(SessionService.method.getLimits, {})))).toBe("UNAUTHENTICATED");
-    expect(grpcCodeName(await grpcJsCode(client.unary(SessionService.method.getLimits, {}, { token: "wrong" })))).toBe(
-      "UNAUTHENTICATED",
-    );
+    expect(grpcCodeName(await grpcJsCode(client.unary(SessionService.method.getLimits, {}, { token: "wrong" })))).toBe("UNAUTHENTICATED");
 
     const viaCurl = await curlJson(url, "/berth.sessions.v1.SessionService/GetLimits", {});
     expect(viaCurl.status).toBe(401);
@@ -299,7 +306,10 @@ describe("graceful shutdown", () => {
       expect(elapsedMs).toBeLessThan(5_000);
       for (const stream of streams) expect(await stream.ended).toBe("UNAVAILABLE");
       for (const server of servers) {
-        expect(first.entries().some((e) => e.msg === "stopped" && e.server === server), `"stopped" logged for ${server}`).toBe(true);
+        expect(
+          first.entries().some((e) => e.msg === "stopped" && e.server === server),
+          `"stopped" logged for ${server}`,
+        ).toBe(true);
       }
 
       // The lock is free the moment the process is gone: a new instance starts on the first try.
@@ -313,7 +323,13 @@ describe("graceful shutdown", () => {
 it("berth up: Ctrl-C (SIGINT) stops both services and exits 0", async () => {
   const up = await startService("up");
   expect(await up.stop("SIGINT"), up.output()).toEqual({ code: 0, signal: null });
-  expect(up.entries().filter((e) => e.msg === "stopped").map((e) => e.server).sort()).toEqual(["budget", "sessions"]);
+  expect(
+    up
+      .entries()
+      .filter((e) => e.msg === "stopped")
+      .map((e) => e.server)
+      .sort(),
+  ).toEqual(["budget", "sessions"]);
 });
 
 describe("the state directory", () => {

@@ -19,7 +19,18 @@ import { SessionService } from "@berth/api/berth/sessions/v1/session_service_pb"
 import type { Client } from "@connectrpc/connect";
 import { G, startBudget, until, type BudgetUnderTest } from "./budget-e2e.js";
 import { discoveryCases, expectResolutions, type Resolution } from "./discovery.js";
-import { connectClient, makeTempDir, repoPath, runCommand, runSteps, startService, stopAll, type CommandResult, type StartedService, type StepRun } from "./harness.js";
+import {
+  connectClient,
+  makeTempDir,
+  repoPath,
+  runCommand,
+  runSteps,
+  startService,
+  stopAll,
+  type CommandResult,
+  type StartedService,
+  type StepRun,
+} from "./harness.js";
 
 const EXAMPLE = repoPath("examples/go");
 
@@ -89,7 +100,13 @@ describe.skipIf(missing !== undefined)("Go client (grpc-go and stubs from Debian
     const cases = discoveryCases(makeTempDir("berth-go-discovery-"));
     const run = await runCommand(binary, ["resolve"], { input: JSON.stringify(cases.map(({ expected: _, ...c }) => c)), env: goEnv({}) });
     expect(run.code, run.stderr).toBe(0);
-    expectResolutions(cases, run.stdout.trim().split("\n").map((line) => JSON.parse(line) as Resolution));
+    expectResolutions(
+      cases,
+      run.stdout
+        .trim()
+        .split("\n")
+        .map((line) => JSON.parse(line) as Resolution),
+    );
   });
 
   it("appends, watches, holds a lock and admits from Go, checked from TypeScript", { timeout: 120_000 }, async () => {
@@ -124,7 +141,10 @@ describe.skipIf(missing !== undefined)("Go client (grpc-go and stubs from Debian
 
       // Watch: the backlog, the caught-up marker, then a live entry appended from this side.
       expect(await go.step("watch_caught_up")).toMatchObject({ backlog: [1, 2], last_seq: 2, snapshot_phase: "generate_requested" });
-      const live = await sessionClient.appendEvent({ sessionId: "go-e2e", event: { kind: { case: "variantsReady", value: { sourceFile: "src/app.css", arrivedVariants: 3 } } } });
+      const live = await sessionClient.appendEvent({
+        sessionId: "go-e2e",
+        event: { kind: { case: "variantsReady", value: { sourceFile: "src/app.css", arrivedVariants: 3 } } },
+      });
       expect(await go.step("watch_live")).toMatchObject({
         seq: Number(live.seq),
         type: "variants_ready",
@@ -135,7 +155,14 @@ describe.skipIf(missing !== undefined)("Go client (grpc-go and stubs from Debian
       // A lock on a Hold stream: held as Inspect sees it; a second taker refused with a typed LockHeld.
       const file = path.join(projectRoot, "src/app.css");
       const held = await go.step("lock_held");
-      expect(held).toMatchObject({ file, owner: "go-demo", busy_code: "ResourceExhausted", busy_reason: "WAIT_EXHAUSTED", busy_owner: "go-demo", busy_kind: "HOLDER_KIND_STREAM" });
+      expect(held).toMatchObject({
+        file,
+        owner: "go-demo",
+        busy_code: "ResourceExhausted",
+        busy_reason: "WAIT_EXHAUSTED",
+        busy_owner: "go-demo",
+        busy_kind: "HOLDER_KIND_STREAM",
+      });
       expect(held.busy_fencing_token).toBe(held.fencing_token);
       expect(held.busy_retry_after_ms).toBeGreaterThan(0);
       const inspected = await lockClient.inspect({ file });
@@ -147,7 +174,11 @@ describe.skipIf(missing !== undefined)("Go client (grpc-go and stubs from Debian
 
       // Admit: queued behind a 3G reservation of this side (the budget is 4G, Go needs 2G),
       // admitted once it is released, then released on the stream.
-      const blocker = await budget.client.reserve({ owner: "ts blocker", need: { items: [{ kind: NeedItemKind.START, name: "blocker", costSource: { case: "spec", value: { memory: "3G", cpu: 1 } } }] }, ttl: { seconds: 60n } });
+      const blocker = await budget.client.reserve({
+        owner: "ts blocker",
+        need: { items: [{ kind: NeedItemKind.START, name: "blocker", costSource: { case: "spec", value: { memory: "3G", cpu: 1 } } }] },
+        ttl: { seconds: 60n },
+      });
       go.go("budget_held");
       const queued = await go.step("admit_queued");
       expect(queued.position).toBe(1);
@@ -163,7 +194,12 @@ describe.skipIf(missing !== undefined)("Go client (grpc-go and stubs from Debian
       expect((await budget.client.getState({})).reservations.some((r) => r.id === admitted.id)).toBe(false);
 
       // A malformed request: the code, the ErrorInfo reason, the field in the facts and a BadRequest.
-      expect(await go.step("invalid_argument")).toMatchObject({ code: "InvalidArgument", reason: "INVALID_FIELD", field: "session_id", violations: ["session_id"] });
+      expect(await go.step("invalid_argument")).toMatchObject({
+        code: "InvalidArgument",
+        reason: "INVALID_FIELD",
+        field: "session_id",
+        violations: ["session_id"],
+      });
 
       await go.step("done");
       expect(await go.exited).toEqual({ code: 0, signal: null });

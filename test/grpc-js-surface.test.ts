@@ -23,7 +23,13 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { NeedItemKind, RefusalKind, RefusalSchema, type NeedItemSchema } from "@berth/api/berth/budget/v1/budget_pb";
 import { BudgetService } from "@berth/api/berth/budget/v1/budget_service_pb";
 import { HolderKind, LockHeldSchema, LockService } from "@berth/api/berth/locks/v1/lock_service_pb";
-import { ExpectedState, FenceRejectedSchema, IdempotencyKeyReusedSchema, SeqConflictSchema, SessionService } from "@berth/api/berth/sessions/v1/session_service_pb";
+import {
+  ExpectedState,
+  FenceRejectedSchema,
+  IdempotencyKeyReusedSchema,
+  SeqConflictSchema,
+  SessionService,
+} from "@berth/api/berth/sessions/v1/session_service_pb";
 import { BadRequestSchema, ErrorInfoSchema, RetryInfoSchema } from "@berth/api/google/rpc/error_details_pb";
 import { StatusSchema } from "@berth/api/google/rpc/status_pb";
 import { G, startBudget, type BudgetUnderTest } from "./budget-e2e.js";
@@ -193,7 +199,10 @@ async function eventually<T>(what: string, read: () => Promise<T>, predicate: (v
   for (;;) {
     const value = await read();
     if (predicate(value)) return value;
-    if (Date.now() > deadline) throw new Error(`${what} never held within ${timeoutMs} ms; last: ${JSON.stringify(value, (_, v: unknown) => (typeof v === "bigint" ? v.toString() : v))}`);
+    if (Date.now() > deadline)
+      throw new Error(
+        `${what} never held within ${timeoutMs} ms; last: ${JSON.stringify(value, (_, v: unknown) => (typeof v === "bigint" ? v.toString() : v))}`,
+      );
     await new Promise((resolve) => setTimeout(resolve, 20));
   }
 }
@@ -292,7 +301,14 @@ describe("SessionService over grpc-js", () => {
     expect([flushed.lastSeq, flushed.snapshot?.phase]).toEqual([3n, "variants_ready"]);
 
     const limits = await rpc.unary(SessionService.method.getLimits, {});
-    expect(limits).toMatchObject({ maxEventBytes: 1024n * 1024n, maxEventsPerAppend: 10_000, maxMessageBytes: 4n * 1024n * 1024n, watchBuffer: 1000, maxIdempotencyKeyLength: 128, maxPageSize: 1000 });
+    expect(limits).toMatchObject({
+      maxEventBytes: 1024n * 1024n,
+      maxEventsPerAppend: 10_000,
+      maxMessageBytes: 4n * 1024n * 1024n,
+      watchBuffer: 1000,
+      maxIdempotencyKeyLength: 128,
+      maxPageSize: 1000,
+    });
     expect(limits.completedRetention).toBeUndefined();
 
     expect(await rpc.unary(SessionService.method.deleteSession, { sessionId: id, expectedSeq: 3n })).toMatchObject({ lastSeq: 3n });
@@ -307,7 +323,9 @@ describe("SessionService over grpc-js", () => {
     const badId = await refusal(rpc.unary(SessionService.method.appendEvent, { sessionId: "../x", event: generate }));
     expect([badId.name, badId.reason]).toEqual(["INVALID_ARGUMENT", "INVALID_FIELD"]);
     expect(badId.typed?.find(BadRequestSchema)?.fieldViolations[0]?.field).toBe("session_id");
-    const tooLarge = await refusal(rpc.unary(SessionService.method.appendEvent, { sessionId: id, event: { kind: { case: "steer", value: { pageUrl: "x".repeat(1024 * 1024 + 10) } } } }));
+    const tooLarge = await refusal(
+      rpc.unary(SessionService.method.appendEvent, { sessionId: id, event: { kind: { case: "steer", value: { pageUrl: "x".repeat(1024 * 1024 + 10) } } } }),
+    );
     expect([tooLarge.name, tooLarge.reason]).toEqual(["INVALID_ARGUMENT", "EVENT_TOO_LARGE"]);
     const stale = await refusal(rpc.unary(SessionService.method.appendEvent, { sessionId: id, event: phase("late"), expected: atSeq(7n) }));
     expect([stale.name, stale.reason]).toEqual(["ABORTED", "SEQ_CONFLICT"]);
@@ -323,14 +341,22 @@ describe("SessionService over grpc-js", () => {
     const file = path.join(projectRoot, "src/fenced.ts");
     const { lease } = await rpc.unary(LockService.method.acquire, { file, owner: "writer" });
     await rpc.unary(LockService.method.release, { leaseToken: lease!.leaseToken });
-    const fenced = await refusal(rpc.unary(SessionService.method.appendEvent, { sessionId: id, event: phase("fenced"), fence: { file, fencingToken: lease!.fencingToken } }));
+    const fenced = await refusal(
+      rpc.unary(SessionService.method.appendEvent, { sessionId: id, event: phase("fenced"), fence: { file, fencingToken: lease!.fencingToken } }),
+    );
     expect([fenced.name, fenced.reason]).toEqual(["FAILED_PRECONDITION", "FENCE_REJECTED"]);
     expect(fenced.typed?.find(FenceRejectedSchema)).toMatchObject({ file, fencingToken: lease!.fencingToken, currentToken: 0n });
 
     // AppendEvents
     const tooMany = await refusal(rpc.unary(SessionService.method.appendEvents, { sessionId: id, events: Array.from({ length: 10_001 }, () => phase("p")) }));
     expect([tooMany.name, tooMany.reason]).toEqual(["INVALID_ARGUMENT", "TOO_MANY_EVENTS"]);
-    const batchStale = await refusal(rpc.unary(SessionService.method.appendEvents, { sessionId: id, events: [phase("a")], expected: { case: "expectedState", value: ExpectedState.NO_SESSION } }));
+    const batchStale = await refusal(
+      rpc.unary(SessionService.method.appendEvents, {
+        sessionId: id,
+        events: [phase("a")],
+        expected: { case: "expectedState", value: ExpectedState.NO_SESSION },
+      }),
+    );
     expect([batchStale.name, batchStale.reason]).toEqual(["ABORTED", "SEQ_CONFLICT"]);
     const batchReused = await refusal(rpc.unary(SessionService.method.appendEvents, { sessionId: id, events: [generate, phase("b")], idempotencyKey: "k" }));
     expect([batchReused.name, batchReused.reason]).toEqual(["ALREADY_EXISTS", "IDEMPOTENCY_KEY_REUSED"]);
@@ -395,7 +421,11 @@ describe("SessionService over grpc-js", () => {
 
     await rpc.unary(SessionService.method.appendEvent, { sessionId: id, event: phase("live-1") });
     await rpc.unary(SessionService.method.appendEvents, { sessionId: id, events: [phase("live-2"), phase("live-3")] });
-    for (const [seq, name] of [[4n, "live-1"], [5n, "live-2"], [6n, "live-3"]] as const) {
+    for (const [seq, name] of [
+      [4n, "live-1"],
+      [5n, "live-2"],
+      [6n, "live-3"],
+    ] as const) {
       const [live] = (await expectKind(watch, "entries")).entries;
       expect(live?.entry?.seq).toBe(seq);
       expect(live?.snapshot?.generationPhase).toBe(name);
@@ -411,7 +441,11 @@ describe("SessionService over grpc-js", () => {
     expect(await gauge(sessionsUrl, "berth_sessions_watchers")).toBe(2);
     call.cancel();
     expect((await watch.ended).name).toBe("CANCELLED");
-    await eventually("one watcher left after the cancel", () => gauge(sessionsUrl, "berth_sessions_watchers"), (n) => n === 1);
+    await eventually(
+      "one watcher left after the cancel",
+      () => gauge(sessionsUrl, "berth_sessions_watchers"),
+      (n) => n === 1,
+    );
     // The other watcher is untouched by its neighbour's cancel.
     await rpc.unary(SessionService.method.appendEvent, { sessionId: "surface-watch-new", event: phase("after") });
     expect((await expectKind(fresh, "entries")).entries[0]?.entry?.seq).toBe(2n);
@@ -421,10 +455,13 @@ describe("SessionService over grpc-js", () => {
     expect([deleted.name, grpcErrorInfo(deleted.metadata)?.reason]).toEqual(["NOT_FOUND", "SESSION_DELETED"]);
 
     // An idle watch with a progress interval hears progress, with the last seq it was sent.
-    const idle = reader(rpc.serverStream(SessionService.method.watchSession, { sessionId: id, fromSeq: 7n, progressInterval: { seconds: 0n, nanos: 100_000_000 } }));
+    const idle = reader(
+      rpc.serverStream(SessionService.method.watchSession, { sessionId: id, fromSeq: 7n, progressInterval: { seconds: 0n, nanos: 100_000_000 } }),
+    );
     expect((await expectKind(idle, "caughtUp")).lastSeq).toBe(6n);
     expect(await expectKind(idle, "progress")).toMatchObject({ lastSeq: 6n });
-    const tooOften = await reader(rpc.serverStream(SessionService.method.watchSession, { sessionId: id, progressInterval: { seconds: 0n, nanos: 50_000_000 } })).ended;
+    const tooOften = await reader(rpc.serverStream(SessionService.method.watchSession, { sessionId: id, progressInterval: { seconds: 0n, nanos: 50_000_000 } }))
+      .ended;
     expect([tooOften.name, grpcErrorInfo(tooOften.metadata)?.reason]).toEqual(["INVALID_ARGUMENT", "INVALID_FIELD"]);
   });
 
@@ -452,7 +489,14 @@ describe("SessionService over grpc-js", () => {
 
     await rpc.unary(SessionService.method.appendEvents, { sessionId: "surface-all-a", events: [phase("x"), phase("y")] });
     const change = await expectKind(watch, "change");
-    expect([change.sessionId, change.firstSeq, change.lastSeq, change.type, change.snapshot?.generationPhase, change.deleted]).toEqual(["surface-all-a", 2n, 3n, "agent_phase", "y", false]);
+    expect([change.sessionId, change.firstSeq, change.lastSeq, change.type, change.snapshot?.generationPhase, change.deleted]).toEqual([
+      "surface-all-a",
+      2n,
+      3n,
+      "agent_phase",
+      "y",
+      false,
+    ]);
     expect(change.appendTime === undefined ? 0 : timestampMs(change.appendTime)).toBeGreaterThan(0);
     await rpc.unary(SessionService.method.deleteSession, { sessionId: "surface-all-b" });
     expect(await expectKind(watch, "change")).toMatchObject({ sessionId: "surface-all-b", lastSeq: 1n, deleted: true });
@@ -460,7 +504,12 @@ describe("SessionService over grpc-js", () => {
     expect((await watch.ended).name).toBe("CANCELLED");
 
     // Resumed with the last seqs it saw: only "surface-all-a" moved, "surface-all-b" is gone.
-    const resumed = reader(rpc.serverStream(SessionService.method.watchSessions, { resumeFrom: Object.fromEntries(described), progressInterval: { seconds: 0n, nanos: 100_000_000 } }));
+    const resumed = reader(
+      rpc.serverStream(SessionService.method.watchSessions, {
+        resumeFrom: Object.fromEntries(described),
+        progressInterval: { seconds: 0n, nanos: 100_000_000 },
+      }),
+    );
     const again: string[] = [];
     for (;;) {
       const message = await resumed.next("a changed session or caught_up");
@@ -489,9 +538,25 @@ describe("LockService over grpc-js", () => {
     const fencing = lease!.fencingToken;
 
     const held = await rpc.unary(LockService.method.inspect, { file });
-    expect([held.holder?.owner, held.holder?.kind, held.holder?.fencingToken, held.lastFencingToken, held.waiters]).toEqual(["alice", HolderKind.LEASE, fencing, fencing, []]);
-    expect(await rpc.unary(LockService.method.checkToken, { file: `${projectRoot}/src/../src/surface.ts`, fencingToken: fencing })).toMatchObject({ current: true, file });
-    expect(await rpc.unary(LockService.method.getLimits, {})).toMatchObject({ defaultTtl: seconds(30), maxTtl: seconds(3600), maxWait: seconds(600), heartbeatInterval: seconds(5), maxWaitersPerFile: 10_000, maxOwnerLength: 256 });
+    expect([held.holder?.owner, held.holder?.kind, held.holder?.fencingToken, held.lastFencingToken, held.waiters]).toEqual([
+      "alice",
+      HolderKind.LEASE,
+      fencing,
+      fencing,
+      [],
+    ]);
+    expect(await rpc.unary(LockService.method.checkToken, { file: `${projectRoot}/src/../src/surface.ts`, fencingToken: fencing })).toMatchObject({
+      current: true,
+      file,
+    });
+    expect(await rpc.unary(LockService.method.getLimits, {})).toMatchObject({
+      defaultTtl: seconds(30),
+      maxTtl: seconds(3600),
+      maxWait: seconds(600),
+      heartbeatInterval: seconds(5),
+      maxWaitersPerFile: 10_000,
+      maxOwnerLength: 256,
+    });
 
     const { renewals } = await rpc.unary(LockService.method.keepAlive, { leaseTokens: [token, "not-a-lease"] });
     expect(renewals.map((r) => [r.leaseToken, r.alive])).toEqual([
@@ -536,7 +601,11 @@ describe("LockService over grpc-js", () => {
     const requestId = "6b0e3c2a-0f9d-4a51-9d6e-2b7c1f0e8a44";
     // Deadlines longer than the waits: a call's deadline bounds its wait too.
     const first = rpc.unary(LockService.method.acquire, { file, owner: "retrier", maxWait: seconds(30), requestId }, { deadlineMs: 60_000 });
-    await eventually("the first call queued", () => rpc.unary(LockService.method.inspect, { file }), (s) => s.waiters.length === 1);
+    await eventually(
+      "the first call queued",
+      () => rpc.unary(LockService.method.inspect, { file }),
+      (s) => s.waiters.length === 1,
+    );
     // The retry of a call whose answer the client lost (here: still waiting) waits on the same place.
     const repeat = rpc.unary(LockService.method.acquire, { file, owner: "retrier", maxWait: seconds(60), requestId }, { deadlineMs: 120_000 });
     const joined = await eventually(
@@ -586,7 +655,11 @@ describe("LockService over grpc-js", () => {
     try {
       const first = (await smallRpc.unary(LockService.method.acquire, { file, owner: "holder" })).lease!;
       const queued = smallRpc.unary(LockService.method.acquire, { file, owner: "waiter", maxWait: seconds(30) });
-      await eventually("the waiter queued", () => smallRpc.unary(LockService.method.inspect, { file }), (s) => s.waiters.length === 1);
+      await eventually(
+        "the waiter queued",
+        () => smallRpc.unary(LockService.method.inspect, { file }),
+        (s) => s.waiters.length === 1,
+      );
       const crowded = await failure(smallRpc.unary(LockService.method.acquire, { file, owner: "one-too-many", maxWait: seconds(30) }));
       expect(crowded.name).toBe("RESOURCE_EXHAUSTED");
       expect(statusDetails(crowded.metadata)).toMatchObject({ reason: "TOO_MANY_WAITERS", domain: "berth.locks", retryAfterMs: 1_000, lockHeld: undefined });
@@ -619,7 +692,11 @@ describe("LockService over grpc-js", () => {
     ]);
     quitterCall.cancel();
     expect((await quitter.ended).name).toBe("CANCELLED");
-    await eventually("the cancelled waiter gone", () => rpc.unary(LockService.method.inspect, { file }), (s) => s.waiters.length === 1);
+    await eventually(
+      "the cancelled waiter gone",
+      () => rpc.unary(LockService.method.inspect, { file }),
+      (s) => s.waiters.length === 1,
+    );
 
     await rpc.unary(LockService.method.release, { leaseToken: first.leaseToken });
     const acquired = await expectKind(hold, "acquired");
@@ -633,7 +710,10 @@ describe("LockService over grpc-js", () => {
     expect((await hold.ended).name).toBe("CANCELLED");
     const next = await eventually(
       "an Acquire granted after the Hold was cancelled",
-      () => rpc.unary(LockService.method.acquire, { file, owner: "next", maxWait: seconds(0) }).catch((error: unknown) => (isGrpcError(error) ? undefined : Promise.reject(error))),
+      () =>
+        rpc
+          .unary(LockService.method.acquire, { file, owner: "next", maxWait: seconds(0) })
+          .catch((error: unknown) => (isGrpcError(error) ? undefined : Promise.reject(error))),
       (granted) => granted !== undefined,
     );
     expect(next!.lease!.fencingToken).toBeGreaterThan(acquired.fencingToken);
@@ -691,17 +771,29 @@ describe("BudgetService over grpc-js", () => {
 
   it("GetLimits, a Reserve repeated with its request id, and GetState's first pages continued by ListQueue, ListReservations and ListRunning", async () => {
     const limits = await budgetRpc.unary(BudgetService.method.getLimits, {});
-    expect([limits.defaultTtl?.seconds, limits.maxTtl?.seconds, limits.maxWait?.seconds, limits.maxQueue, limits.maxOwnerLength]).toEqual([30n, 3600n, 600n, 1000, 256]);
+    expect([limits.defaultTtl?.seconds, limits.maxTtl?.seconds, limits.maxWait?.seconds, limits.maxQueue, limits.maxOwnerLength]).toEqual([
+      30n,
+      3600n,
+      600n,
+      1000,
+      256,
+    ]);
 
     const nothing = { case: "cost" as const, value: { memoryBytes: 0n, cpu: 0 } };
     const ask = { owner: "paged", need: { items: [start("p", 0.25, 0.25)] }, requestId: "surface-paged-0" };
     const first = (await budgetRpc.unary(BudgetService.method.reserve, ask)).reservation!;
     expect((await budgetRpc.unary(BudgetService.method.reserve, ask)).reservation?.id).toBe(first.id);
     const ids = [first.id];
-    for (let i = 1; i < 5; i++) ids.push((await budgetRpc.unary(BudgetService.method.reserve, { ...ask, owner: `paged-${i}`, requestId: `surface-paged-${i}` })).reservation!.id);
+    for (let i = 1; i < 5; i++)
+      ids.push((await budgetRpc.unary(BudgetService.method.reserve, { ...ask, owner: `paged-${i}`, requestId: `surface-paged-${i}` })).reservation!.id);
     const registered = [];
-    for (let i = 0; i < 3; i++) registered.push((await budgetRpc.unary(BudgetService.method.registerRunning, { name: `svc-${i}`, requestId: `surface-svc-${i}`, costSource: nothing })).running!.id);
-    expect((await budgetRpc.unary(BudgetService.method.registerRunning, { name: "svc-0", requestId: "surface-svc-0", costSource: nothing })).running?.id).toBe(registered[0]);
+    for (let i = 0; i < 3; i++)
+      registered.push(
+        (await budgetRpc.unary(BudgetService.method.registerRunning, { name: `svc-${i}`, requestId: `surface-svc-${i}`, costSource: nothing })).running!.id,
+      );
+    expect((await budgetRpc.unary(BudgetService.method.registerRunning, { name: "svc-0", requestId: "surface-svc-0", costSource: nothing })).running?.id).toBe(
+      registered[0],
+    );
     // The queue: one waiter behind a holder of the rest of the memory.
     const holder = (await budgetRpc.unary(BudgetService.method.reserve, { owner: "queue-holder", need: { items: [start("h", 2)] } })).reservation!;
     const waiting = budgetRpc.unary(BudgetService.method.reserve, { owner: "queued", need: { items: [start("w", 1)] } });
@@ -730,7 +822,13 @@ describe("BudgetService over grpc-js", () => {
       const details = async (call: Promise<unknown>) => {
         const { name, metadata } = await failure(call);
         const status = grpcStatusDetails(metadata);
-        return { code: name, reason: status?.reason, domain: status?.domain, retry: status?.retryDelayMs !== undefined, refusal: status?.find(RefusalSchema)?.kind };
+        return {
+          code: name,
+          reason: status?.reason,
+          domain: status?.domain,
+          retry: status?.retryDelayMs !== undefined,
+          refusal: status?.find(RefusalSchema)?.kind,
+        };
       };
       expect(await details(client.unary(BudgetService.method.reserve, { owner: "huge", need: { items: [start("x", 5)] } }))).toEqual({
         code: "FAILED_PRECONDITION",
@@ -755,10 +853,24 @@ describe("BudgetService over grpc-js", () => {
         refusal: RefusalKind.WAIT_EXHAUSTED,
       });
       await client.unary(BudgetService.method.release, { reservationId: held.id });
-      expect(await details(client.unary(BudgetService.method.releaseBuild, { reservationId: held.id }))).toMatchObject({ code: "NOT_FOUND", reason: "RESERVATION_NOT_FOUND", domain: "berth.budget" });
-      expect(await details(client.unary(BudgetService.method.registerRunning, { name: "w", reservationId: held.id }))).toMatchObject({ code: "NOT_FOUND", reason: "RESERVATION_NOT_FOUND" });
-      expect(await details(client.unary(BudgetService.method.reserve, { owner: "x", ttl: seconds(3601) }))).toMatchObject({ code: "INVALID_ARGUMENT", reason: "INVALID_FIELD", domain: "berth.budget" });
-      expect(await details(client.unary(BudgetService.method.listRunning, { pageToken: "x" }))).toMatchObject({ code: "INVALID_ARGUMENT", reason: "INVALID_FIELD" });
+      expect(await details(client.unary(BudgetService.method.releaseBuild, { reservationId: held.id }))).toMatchObject({
+        code: "NOT_FOUND",
+        reason: "RESERVATION_NOT_FOUND",
+        domain: "berth.budget",
+      });
+      expect(await details(client.unary(BudgetService.method.registerRunning, { name: "w", reservationId: held.id }))).toMatchObject({
+        code: "NOT_FOUND",
+        reason: "RESERVATION_NOT_FOUND",
+      });
+      expect(await details(client.unary(BudgetService.method.reserve, { owner: "x", ttl: seconds(3601) }))).toMatchObject({
+        code: "INVALID_ARGUMENT",
+        reason: "INVALID_FIELD",
+        domain: "berth.budget",
+      });
+      expect(await details(client.unary(BudgetService.method.listRunning, { pageToken: "x" }))).toMatchObject({
+        code: "INVALID_ARGUMENT",
+        reason: "INVALID_FIELD",
+      });
 
       // Out of turn on the Admit stream: build_done before admitted.
       const call = client.bidi(BudgetService.method.admit);
@@ -797,7 +909,12 @@ describe("BudgetService over grpc-js", () => {
     secondCall.write({
       kind: {
         case: "start",
-        value: { owner: "second", need: { items: [start("web", 1), { kind: NeedItemKind.BUILD, name: "web", costSource: { case: "cost", value: { memoryBytes: BigInt(2 * G), cpu: 1 } } }] } },
+        value: {
+          owner: "second",
+          need: {
+            items: [start("web", 1), { kind: NeedItemKind.BUILD, name: "web", costSource: { case: "cost", value: { memoryBytes: BigInt(2 * G), cpu: 1 } } }],
+          },
+        },
       },
     });
     const queued = await expectKind(second, "queued");
@@ -821,7 +938,9 @@ describe("BudgetService over grpc-js", () => {
     secondCall.write({ kind: { case: "buildDone", value: {} } });
     expect((await expectKind(second, "updated")).reservation?.build?.memoryBytes).toBe(0n);
     expect((await state()).committed?.memoryBytes).toBe(BigInt(G));
-    secondCall.write({ kind: { case: "started", value: { name: "web", pid: process.pid, costSource: { case: "cost", value: { memoryBytes: BigInt(G), cpu: 1 } } } } });
+    secondCall.write({
+      kind: { case: "started", value: { name: "web", pid: process.pid, costSource: { case: "cost", value: { memoryBytes: BigInt(G), cpu: 1 } } } },
+    });
     const started = await expectKind(second, "updated");
     expect([started.running?.name, started.running?.pid, started.running?.reservationId]).toEqual(["web", process.pid, reservation!.id]);
     secondCall.write({ kind: { case: "release", value: {} } });
@@ -878,7 +997,11 @@ describe("deadlines the server cannot meet", () => {
     expect((await expectKind(hold, "waiting")).holder?.owner).toBe("keeper");
     expect(["RESOURCE_EXHAUSTED", "DEADLINE_EXCEEDED"]).toContain((await hold.ended).name);
 
-    const left = await eventually("no waiter left behind", () => rpc.unary(LockService.method.inspect, { file }), (s) => s.waiters.length === 0);
+    const left = await eventually(
+      "no waiter left behind",
+      () => rpc.unary(LockService.method.inspect, { file }),
+      (s) => s.waiters.length === 0,
+    );
     expect(left.holder?.owner).toBe("keeper");
     expect(await gauge(sessionsUrl, "berth_locks_waiting")).toBe(0);
     await rpc.unary(LockService.method.release, { leaseToken: holder.leaseToken });
@@ -889,7 +1012,11 @@ describe("deadlines the server cannot meet", () => {
     const watch = reader(rpc.serverStream(SessionService.method.watchSession, { sessionId: "surface-deadline" }, { deadlineMs: 2_000 }));
     await expectKind(watch, "caughtUp");
     expect((await watch.ended).name).toBe("DEADLINE_EXCEEDED");
-    await eventually("the watcher dropped", () => gauge(sessionsUrl, "berth_sessions_watchers"), (n) => n === watchers);
+    await eventually(
+      "the watcher dropped",
+      () => gauge(sessionsUrl, "berth_sessions_watchers"),
+      (n) => n === watchers,
+    );
   });
 
   it("an Admit and a Reserve that stay queued past their deadline end DEADLINE_EXCEEDED, dropped from the queue", async () => {
@@ -903,7 +1030,9 @@ describe("deadlines the server cannot meet", () => {
     const admit = reader(admitCall);
     admitCall.write({ kind: { case: "start", value: { owner: "late-admit", need: { items: [start("b", 2)] }, maxWait: seconds(60) } } });
     await expectKind(admit, "queued");
-    const reserve = failure(budgetRpc.unary(BudgetService.method.reserve, { owner: "late-reserve", need: { items: [start("c", 2)] }, maxWait: seconds(60) }, { deadlineMs: 2_000 }));
+    const reserve = failure(
+      budgetRpc.unary(BudgetService.method.reserve, { owner: "late-reserve", need: { items: [start("c", 2)] }, maxWait: seconds(60) }, { deadlineMs: 2_000 }),
+    );
 
     expect((await admit.ended).name).toBe("DEADLINE_EXCEEDED");
     expect((await reserve).name).toBe("DEADLINE_EXCEEDED");
@@ -1007,7 +1136,11 @@ describe("keepalive", () => {
       const watchCall = quiet.serverStream(SessionService.method.watchSession, { sessionId: id });
       const watch = reader(watchCall);
       await expectKind(watch, "caughtUp");
-      await eventually("three server pings answered", async () => ({ ...proxy.counts }), (c) => c.serverPings >= 3 && c.clientPingAcks >= 3);
+      await eventually(
+        "three server pings answered",
+        async () => ({ ...proxy.counts }),
+        (c) => c.serverPings >= 3 && c.clientPingAcks >= 3,
+      );
       expect(proxy.counts.clientPings).toBe(0);
       await grpcJsClient(pinged.url("sessions")).unary(SessionService.method.appendEvent, { sessionId: id, event: generate });
       expect((await expectKind(watch, "entries")).entries[0]?.entry?.seq).toBe(1n);
@@ -1063,7 +1196,11 @@ describe("keepalive", () => {
       watchCall.cancel();
       expect((await hold.ended).name).toBe("CANCELLED");
       expect((await watch.ended).name).toBe("CANCELLED");
-      await eventually("the lock free after the cancel", () => rpc.unary(LockService.method.inspect, { file }), (s) => s.holder === undefined);
+      await eventually(
+        "the lock free after the cancel",
+        () => rpc.unary(LockService.method.inspect, { file }),
+        (s) => s.holder === undefined,
+      );
       pinging.close();
     } finally {
       proxy.close();

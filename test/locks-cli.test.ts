@@ -48,17 +48,24 @@ function berth(args: string[], env: Record<string, string | undefined> = {}, cwd
 
 /** Starts `berth ARGS` and collects its output as it comes. */
 function startBerth(args: string[]) {
-  const child = spawn(process.execPath, [BERTH, ...args], { cwd: project, env: { ...process.env, BERTH_SESSIONS_URL: url }, stdio: ["ignore", "pipe", "pipe"] });
+  const child = spawn(process.execPath, [BERTH, ...args], {
+    cwd: project,
+    env: { ...process.env, BERTH_SESSIONS_URL: url },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
   spawned.push(child);
   let stdout = "";
   let stderr = "";
   child.stdout!.setEncoding("utf8").on("data", (chunk: string) => (stdout += chunk));
   child.stderr!.setEncoding("utf8").on("data", (chunk: string) => (stderr += chunk));
-  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => child.once("exit", (code, signal) => resolve({ code, signal })));
+  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
+    child.once("exit", (code, signal) => resolve({ code, signal })),
+  );
   const waitFor = async (pattern: RegExp, where: "stdout" | "stderr", timeoutMs = 10_000) => {
     const deadline = Date.now() + timeoutMs;
     while (!pattern.test(where === "stdout" ? stdout : stderr)) {
-      if (Date.now() > deadline) throw new Error(`berth ${args.join(" ")}: no ${pattern} on ${where} within ${timeoutMs} ms\nstdout: ${stdout}\nstderr: ${stderr}`);
+      if (Date.now() > deadline)
+        throw new Error(`berth ${args.join(" ")}: no ${pattern} on ${where} within ${timeoutMs} ms\nstdout: ${stdout}\nstderr: ${stderr}`);
       await new Promise((resolve) => setTimeout(resolve, 20));
     }
   };
@@ -93,13 +100,21 @@ describe("berth lock", () => {
     const ownUrl = own.url("sessions");
     for (let i = 0; i < 3; i++) expect((await berth(["lock", "hold", "metrics.ts", "--", "true"], { BERTH_SESSIONS_URL: ownUrl })).code).toBe(0);
     // Counted as each stream's end is written, which may be a moment after the command exits.
-    const holds = async () => (await curl(ownUrl, "/metrics")).body.split("\n").filter((line) => line.startsWith('berth_rpc_requests_total{method="/berth.locks.v1.LockService/Hold"'));
+    const holds = async () =>
+      (await curl(ownUrl, "/metrics")).body.split("\n").filter((line) => line.startsWith('berth_rpc_requests_total{method="/berth.locks.v1.LockService/Hold"'));
     await vi.waitFor(async () => expect(await holds()).toEqual(['berth_rpc_requests_total{method="/berth.locks.v1.LockService/Hold",code="ok"} 3']));
     await own.stop();
   });
 
   it("refuses wrong usage with exit 2", async () => {
-    for (const args of [["lock"], ["lock", "grab", "a.ts"], ["lock", "hold", "a.ts"], ["lock", "hold", "a.ts", "--max-wait", "soon", "--", "true"], ["lock", "inspect"], ["lock", "limits", "a.ts"]]) {
+    for (const args of [
+      ["lock"],
+      ["lock", "grab", "a.ts"],
+      ["lock", "hold", "a.ts"],
+      ["lock", "hold", "a.ts", "--max-wait", "soon", "--", "true"],
+      ["lock", "inspect"],
+      ["lock", "limits", "a.ts"],
+    ]) {
       const result = await berth(args);
       expect(result.code, args.join(" ")).toBe(2);
       expect(result.stderr).toMatch(/^berth lock( hold| inspect| limits)?: /);
@@ -112,7 +127,17 @@ describe("berth lock", () => {
   });
 
   it("runs CMD with the fencing token, exits with CMD's code and releases the lock", async () => {
-    const result = await berth(["lock", "hold", "src/a.ts", "--owner", "cli-test", "--", "sh", "-c", 'echo "token=$BERTH_FENCING_TOKEN file=$BERTH_LOCK_FILE"; exit 7']);
+    const result = await berth([
+      "lock",
+      "hold",
+      "src/a.ts",
+      "--owner",
+      "cli-test",
+      "--",
+      "sh",
+      "-c",
+      'echo "token=$BERTH_FENCING_TOKEN file=$BERTH_LOCK_FILE"; exit 7',
+    ]);
     expect(result.code).toBe(7);
     const match = /token=(\d+) file=(.*)/.exec(result.stdout);
     expect(match?.[2]).toBe(path.join(project, "src/a.ts"));
@@ -131,9 +156,17 @@ describe("berth lock", () => {
     expect((await run.exited).code).toBe(0);
     expect(BigInt(/got (\d+)/.exec(run.out())![1]!)).toBeGreaterThan(lease!.fencingToken);
     expect(hasEscapes(run.err()) || hasEscapes(run.out())).toBe(false);
-    const events = run.err().trim().split("\n").map((line) => JSON.parse(line) as Record<string, unknown>);
+    const events = run
+      .err()
+      .trim()
+      .split("\n")
+      .map((line) => JSON.parse(line) as Record<string, unknown>);
     expect(events.map((e) => e.event)).toEqual(["waiting", "acquired", "exited", "released"]);
-    expect(events[0]).toMatchObject({ file: path.join(project, file), position: 1, holder: { owner: "alice", kind: "lease", fencing_token: Number(lease!.fencingToken) } });
+    expect(events[0]).toMatchObject({
+      file: path.join(project, file),
+      position: 1,
+      holder: { owner: "alice", kind: "lease", fencing_token: Number(lease!.fencingToken) },
+    });
     expect(events[1]).toMatchObject({ file: path.join(project, file), fencing_token: Number(/got (\d+)/.exec(run.out())![1]) });
     expect(events[2]).toMatchObject({ code: 0, signal: null });
   });
@@ -163,12 +196,22 @@ describe("berth lock", () => {
     const { lease } = await locks.acquire({ file: path.join(project, file), owner: "bob" });
     const json = await berth(["lock", "hold", file, "--max-wait", "300ms", "--", "true"]);
     expect(json.code).toBe(75);
-    const events = json.stderr.trim().split("\n").map((line) => JSON.parse(line) as Record<string, unknown>);
+    const events = json.stderr
+      .trim()
+      .split("\n")
+      .map((line) => JSON.parse(line) as Record<string, unknown>);
     expect(events.at(0)).toMatchObject({ event: "waiting", position: 1, holder: { owner: "bob", kind: "lease" } });
-    expect(events.at(-1)).toMatchObject({ event: "timeout", waited_ms: 300, exit: 75, holder: { owner: "bob", kind: "lease", fencing_token: Number(lease!.fencingToken) } });
+    expect(events.at(-1)).toMatchObject({
+      event: "timeout",
+      waited_ms: 300,
+      exit: 75,
+      holder: { owner: "bob", kind: "lease", fencing_token: Number(lease!.fencingToken) },
+    });
     const tty = await runInTerminal(["lock", "hold", file, "--max-wait", "0", "--", "true"], { cwd: project, env: { BERTH_SESSIONS_URL: url } });
     expect(tty.code).toBe(75);
-    expect(tty.output).toMatch(/berth lock: \x1b\[31mtimed out: .*busy\.ts is held by bob \(lease, fencing token \d+\) since .*; it was not free \(--max-wait 0\)\x1b\[39m/);
+    expect(tty.output).toMatch(
+      /berth lock: \x1b\[31mtimed out: .*busy\.ts is held by bob \(lease, fencing token \d+\) since .*; it was not free \(--max-wait 0\)\x1b\[39m/,
+    );
     // --json asks for the JSON lines on a terminal too.
     const forced = await runInTerminal(["lock", "hold", file, "--max-wait", "0", "--json", "--", "true"], { cwd: project, env: { BERTH_SESSIONS_URL: url } });
     expect(forced.code).toBe(75);
@@ -323,7 +366,14 @@ describe("berth lock", () => {
       ].join("\n"),
     );
     const json = await berth(["lock", "limits", "--json"]);
-    expect(JSON.parse(json.stdout)).toEqual({ defaultTtl: "30s", maxTtl: "3600s", maxWait: "600s", heartbeatInterval: "5s", maxWaitersPerFile: 10000, maxOwnerLength: 256 });
+    expect(JSON.parse(json.stdout)).toEqual({
+      defaultTtl: "30s",
+      maxTtl: "3600s",
+      maxWait: "600s",
+      heartbeatInterval: "5s",
+      maxWaitersPerFile: 10000,
+      maxOwnerLength: 256,
+    });
   });
 
   it("exits 75 when too many wait for the file (TOO_MANY_WAITERS), and waits the service's longest wait without --max-wait", async () => {
@@ -340,7 +390,11 @@ describe("berth lock", () => {
     }
     const crowded = await berth(["lock", "hold", "src/crowded.ts", "--", "true"], { BERTH_SESSIONS_URL: smallUrl });
     expect(crowded.code).toBe(75);
-    expect(JSON.parse(crowded.stderr.trim().split("\n").at(-1)!)).toMatchObject({ event: "timeout", exit: 75, message: expect.stringMatching(/1 requests already wait for .*crowded\.ts/) });
+    expect(JSON.parse(crowded.stderr.trim().split("\n").at(-1)!)).toMatchObject({
+      event: "timeout",
+      exit: 75,
+      message: expect.stringMatching(/1 requests already wait for .*crowded\.ts/),
+    });
     await client.release({ leaseToken: lease!.leaseToken });
     const next = (await queued).lease!;
     // No --max-wait: the service's longest wait (1s here), then 75 naming the holder.

@@ -15,7 +15,21 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { HolderKind, LockHeldSchema, LockService } from "@berth/api/berth/locks/v1/lock_service_pb";
 import { FenceRejectedSchema, SessionService } from "@berth/api/berth/sessions/v1/session_service_pb";
 import { childScripts, spawnChild, type Child, type ChildScripts } from "@berth/sessions/locks/testing/child-scripts";
-import { closeClient, connectClient, grpcJsClient, GrpcStatus, isGrpcError, makeTempDir, onStore, REPO_ROOT, startService, stopAll, STORES, type ServiceProcess, type StoreKind } from "./harness.js";
+import {
+  closeClient,
+  connectClient,
+  grpcJsClient,
+  GrpcStatus,
+  isGrpcError,
+  makeTempDir,
+  onStore,
+  REPO_ROOT,
+  startService,
+  stopAll,
+  STORES,
+  type ServiceProcess,
+  type StoreKind,
+} from "./harness.js";
 
 afterAll(stopAll);
 
@@ -26,7 +40,10 @@ async function lockService(options: { stateDir?: string; liveDir?: string; proje
   mkdirSync(projectRoot, { recursive: true });
   const args: string[] = [];
   if (options.liveDir !== undefined) args.push("--live-dir", options.liveDir);
-  const service = await startService("sessions", await onStore(options.store ?? "file", { args, ...(options.stateDir === undefined ? {} : { stateDir: options.stateDir }) }));
+  const service = await startService(
+    "sessions",
+    await onStore(options.store ?? "file", { args, ...(options.stateDir === undefined ? {} : { stateDir: options.stateDir }) }),
+  );
   return { service, projectRoot, url: service.url("sessions") };
 }
 
@@ -45,12 +62,18 @@ async function failure(promise: Promise<unknown>): Promise<ConnectError> {
 }
 
 /** Polls Inspect until `predicate` holds (the service is in another process: no hooks to wait on). */
-async function until(client: Client<typeof LockService>, file: string, predicate: (state: Awaited<ReturnType<Client<typeof LockService>["inspect"]>>) => boolean, timeoutMs = 10_000) {
+async function until(
+  client: Client<typeof LockService>,
+  file: string,
+  predicate: (state: Awaited<ReturnType<Client<typeof LockService>["inspect"]>>) => boolean,
+  timeoutMs = 10_000,
+) {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const state = await client.inspect({ file });
     if (predicate(state)) return state;
-    if (Date.now() > deadline) throw new Error(`inspect of ${file} never matched: ${JSON.stringify({ holder: state.holder?.owner, waiters: state.waiters.map((w) => w.owner) })}`);
+    if (Date.now() > deadline)
+      throw new Error(`inspect of ${file} never matched: ${JSON.stringify({ holder: state.holder?.owner, waiters: state.waiters.map((w) => w.owner) })}`);
     await new Promise((resolve) => setTimeout(resolve, 10));
   }
 }
@@ -104,9 +127,18 @@ describe.each(STORES)("LockService over the network (%s store)", (store) => {
     expect(Date.now() - started).toBeGreaterThanOrEqual(250);
     expect(error.code).toBe(Code.ResourceExhausted);
     expect(error.findDetails(ErrorInfoSchema)[0]).toMatchObject({ reason: "WAIT_EXHAUSTED", domain: "berth.locks" });
-    expect(error.rawMessage).toMatch(/^source locked: .*timeout\.ts is held by alice since .* \(fencing token \d+\); it stayed locked for the whole wait of 300ms/);
+    expect(error.rawMessage).toMatch(
+      /^source locked: .*timeout\.ts is held by alice since .* \(fencing token \d+\); it stayed locked for the whole wait of 300ms/,
+    );
     const [held] = error.findDetails(LockHeldSchema);
-    expect(held).toMatchObject({ file, owner: "alice", fencingToken: lease.fencingToken, kind: HolderKind.LEASE, pid: service.pid, waited: { seconds: 0n, nanos: 300_000_000 } });
+    expect(held).toMatchObject({
+      file,
+      owner: "alice",
+      fencingToken: lease.fencingToken,
+      kind: HolderKind.LEASE,
+      pid: service.pid,
+      waited: { seconds: 0n, nanos: 300_000_000 },
+    });
     expect(timestampMs(held!.acquireTime!)).toBe(timestampMs(lease.acquireTime!));
 
     // A grpc-js client (another implementation) sees the status and the JSON details header.
@@ -178,7 +210,11 @@ describe.each(STORES)("LockService over the network (%s store)", (store) => {
       ["", /^file: is required/],
     ];
     for (const [file, message] of cases) {
-      for (const call of [() => client.acquire({ file, owner: "x", maxWait: { seconds: 0n } }), () => client.inspect({ file }), () => client.checkToken({ file, fencingToken: 1n })]) {
+      for (const call of [
+        () => client.acquire({ file, owner: "x", maxWait: { seconds: 0n } }),
+        () => client.inspect({ file }),
+        () => client.checkToken({ file, fencingToken: 1n }),
+      ]) {
         const error = await failure(call());
         expect(error.code).toBe(Code.InvalidArgument);
         expect(error.rawMessage).toMatch(message);

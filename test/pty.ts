@@ -99,7 +99,9 @@ export function startInTerminal(args: readonly string[], options: TerminalOption
       const deadline = Date.now() + waitMs;
       while (!pattern.test(output)) {
         if (done || Date.now() > deadline) {
-          throw new Error(`berth ${args.join(" ")}: ${done ? "ended" : `nothing like ${pattern} within ${waitMs} ms`}; the terminal showed:\n${JSON.stringify(output)}`);
+          throw new Error(
+            `berth ${args.join(" ")}: ${done ? "ended" : `nothing like ${pattern} within ${waitMs} ms`}; the terminal showed:\n${JSON.stringify(output)}`,
+          );
         }
         await new Promise((resolve) => setTimeout(resolve, 20));
       }
@@ -147,7 +149,11 @@ export function screen(output: string): string {
     }
   }
   return lines
-    .map((line) => Array.from(line, (c) => c ?? " ").join("").trimEnd())
+    .map((line) =>
+      Array.from(line, (c) => c ?? " ")
+        .join("")
+        .trimEnd(),
+    )
     .join("\n")
     .replace(/\n+$/, "");
 }

@@ -19,7 +19,18 @@ import { SessionService } from "@berth/api/berth/sessions/v1/session_service_pb"
 import { Code, ConnectError, type Client } from "@connectrpc/connect";
 import { CLI, G, startBudget, until, type BudgetUnderTest } from "./budget-e2e.js";
 import { discoveryCases, expectResolutions, type Resolution } from "./discovery.js";
-import { connectClient, makeTempDir, repoPath, runCommand, runSteps, startService, stopAll, type CommandResult, type StartedService, type StepRun } from "./harness.js";
+import {
+  connectClient,
+  makeTempDir,
+  repoPath,
+  runCommand,
+  runSteps,
+  startService,
+  stopAll,
+  type CommandResult,
+  type StartedService,
+  type StepRun,
+} from "./harness.js";
 
 /** The interpreter with Debian's python3-grpcio and python3-protobuf. */
 const PYTHON = "/usr/bin/python3";
@@ -93,7 +104,10 @@ describe.skipIf(missing !== undefined)("Python client (grpcio 1.51 + stubs from 
     expect(generated.code, `${generated.stdout}\n${generated.stderr}`).toBe(0);
     const imports = await runCommand(
       PYTHON,
-      ["-c", "import grpc, health_pb2_grpc; from berth.sessions.v1 import session_service_pb2_grpc, events_pb2; from berth.locks.v1 import lock_service_pb2_grpc; from berth.budget.v1 import budget_service_pb2_grpc; print(grpc.__file__, events_pb2.GenerateEvent().HasField('page_url'))"],
+      [
+        "-c",
+        "import grpc, health_pb2_grpc; from berth.sessions.v1 import session_service_pb2_grpc, events_pb2; from berth.locks.v1 import lock_service_pb2_grpc; from berth.budget.v1 import budget_service_pb2_grpc; print(grpc.__file__, events_pb2.GenerateEvent().HasField('page_url'))",
+      ],
       { cwd: stubs, env: { PYTHONPATH: stubs, PYTHONHOME: undefined, PYTHONDONTWRITEBYTECODE: "1" } },
     );
     expect(imports.code, imports.stderr).toBe(0);
@@ -102,7 +116,12 @@ describe.skipIf(missing !== undefined)("Python client (grpcio 1.51 + stubs from 
     // The service stubs come from gRPC's plugin run by protoc on the real protos (proto3 `optional`
     // included), not from another compiler or an edited copy.
     const requests = readFileSync(pluginRequests, "latin1");
-    for (const file of ["berth/sessions/v1/session_service.proto", "berth/locks/v1/lock_service.proto", "berth/budget/v1/budget_service.proto", "health.proto"]) {
+    for (const file of [
+      "berth/sessions/v1/session_service.proto",
+      "berth/locks/v1/lock_service.proto",
+      "berth/budget/v1/budget_service.proto",
+      "health.proto",
+    ]) {
       expect(requests).toContain(file);
     }
     // proto3 `optional` page_url's synthetic oneof: the descriptors handed to the plugin kept it.
@@ -118,7 +137,13 @@ describe.skipIf(missing !== undefined)("Python client (grpcio 1.51 + stubs from 
       env: { BERTH_PYTHON_STUBS: stubs, PYTHONHOME: undefined, PYTHONPATH: undefined, PYTHONDONTWRITEBYTECODE: "1" },
     });
     expect(run.code, run.stderr).toBe(0);
-    expectResolutions(cases, run.stdout.trim().split("\n").map((line) => JSON.parse(line) as Resolution));
+    expectResolutions(
+      cases,
+      run.stdout
+        .trim()
+        .split("\n")
+        .map((line) => JSON.parse(line) as Resolution),
+    );
   });
 
   it("drives sessions, locks and the budget from Python, checked from TypeScript", { timeout: 120_000 }, async () => {
@@ -138,7 +163,13 @@ describe.skipIf(missing !== undefined)("Python client (grpcio 1.51 + stubs from 
     try {
       // The token: refused without it (or with a wrong one), health open, raw stubs carry it too.
       const tokenStep = await python.step("token");
-      expect(tokenStep).toMatchObject({ without: "UNAUTHENTICATED", without_reason: "TOKEN_MISSING", health_without: "SERVING", with_token: "SERVING", raw_stub_max_page_size: 1000 });
+      expect(tokenStep).toMatchObject({
+        without: "UNAUTHENTICATED",
+        without_reason: "TOKEN_MISSING",
+        health_without: "SERVING",
+        with_token: "SERVING",
+        raw_stub_max_page_size: 1000,
+      });
       expect(tokenStep.message).toMatch(/bearer token/i);
 
       // Append and read back: typed events with extra keys, an idempotent retry, the key reused
@@ -160,8 +191,20 @@ describe.skipIf(missing !== undefined)("Python client (grpcio 1.51 + stubs from 
         pending_event: { id: "py-e2e", type: "generate", pageUrl: "/pricing", count: 3, prompt: "make it pop" },
       });
       expect(appended.journal).toEqual([
-        { seq: 1, type: "generate", idempotency_key: "gen-1", integrity: "ENTRY_INTEGRITY_VERIFIED", event: { generate: { pageUrl: "/pricing", count: 3, extra: { prompt: "make it pop" } } } },
-        { seq: 2, type: "agent_phase", idempotency_key: "", integrity: "ENTRY_INTEGRITY_VERIFIED", event: { agentPhase: { phase: "planning", at: 1700000000000 } } },
+        {
+          seq: 1,
+          type: "generate",
+          idempotency_key: "gen-1",
+          integrity: "ENTRY_INTEGRITY_VERIFIED",
+          event: { generate: { pageUrl: "/pricing", count: 3, extra: { prompt: "make it pop" } } },
+        },
+        {
+          seq: 2,
+          type: "agent_phase",
+          idempotency_key: "",
+          integrity: "ENTRY_INTEGRITY_VERIFIED",
+          event: { agentPhase: { phase: "planning", at: 1700000000000 } },
+        },
       ]);
       // What Python wrote is what TypeScript reads.
       const fromTs = await sessionClient.getSnapshot({ sessionId: "py-e2e" });
@@ -170,7 +213,10 @@ describe.skipIf(missing !== undefined)("Python client (grpcio 1.51 + stubs from 
       // Watch: the backlog, the caught-up marker, progress while idle, then a live entry appended from this side.
       expect(await python.step("watch_caught_up")).toMatchObject({ backlog: [1, 2], last_seq: 2, snapshot_phase: "generate_requested" });
       expect(await python.step("watch_progress")).toMatchObject({ last_seq: 2 });
-      const live = await sessionClient.appendEvent({ sessionId: "py-e2e", event: { kind: { case: "variantsReady", value: { sourceFile: "src/app.css", arrivedVariants: 3 } } } });
+      const live = await sessionClient.appendEvent({
+        sessionId: "py-e2e",
+        event: { kind: { case: "variantsReady", value: { sourceFile: "src/app.css", arrivedVariants: 3 } } },
+      });
       expect(live.seq).toBe(3n);
       expect(await python.step("watch_live")).toMatchObject({
         seq: 3,
@@ -218,21 +264,41 @@ describe.skipIf(missing !== undefined)("Python client (grpcio 1.51 + stubs from 
       });
 
       // The locks' limits, as GetLimits answers them to Python.
-      expect(await python.step("lock_limits")).toMatchObject({ default_ttl_ms: 30_000, max_ttl_ms: 3_600_000, max_wait_ms: 600_000, heartbeat_ms: 5_000, max_waiters_per_file: 1, max_owner_length: 256 });
+      expect(await python.step("lock_limits")).toMatchObject({
+        default_ttl_ms: 30_000,
+        max_ttl_ms: 3_600_000,
+        max_wait_ms: 600_000,
+        heartbeat_ms: 5_000,
+        max_waiters_per_file: 1,
+        max_owner_length: 256,
+      });
 
       // A lock held in a `with` block: held as Inspect sees it, WAIT_EXHAUSTED with a typed
       // LockHeld and a retry delay for a second taker, TOO_MANY_WAITERS once a waiter from this
       // side fills the file's queue, and that waiter granted once the block exits.
       const held = await python.step("lock_held");
       const file = path.join(projectRoot, "src/app.css");
-      expect(held).toMatchObject({ file, owner: "python", busy_reason: "WAIT_EXHAUSTED", busy_retry_after: 1, busy_owner: "python", busy_kind: "HOLDER_KIND_STREAM", busy_waited_ms: 200 });
+      expect(held).toMatchObject({
+        file,
+        owner: "python",
+        busy_reason: "WAIT_EXHAUSTED",
+        busy_retry_after: 1,
+        busy_owner: "python",
+        busy_kind: "HOLDER_KIND_STREAM",
+        busy_waited_ms: 200,
+      });
       expect(held.busy_fencing_token).toBe(held.fencing_token);
       const inspected = await lockClient.inspect({ file });
       expect(inspected.holder).toMatchObject({ owner: "python", kind: HolderKind.STREAM, fencingToken: BigInt(held.fencing_token as number) });
       const waiter = lockClient.acquire({ file, owner: "ts-waiter", maxWait: { seconds: 20n } });
       expect(await until(async () => (await lockClient.inspect({ file })).waiters.some((w) => w.owner === "ts-waiter"))).toBe(true);
       python.go("release_lock");
-      expect(await python.step("lock_crowded")).toMatchObject({ reason: "TOO_MANY_WAITERS", retry_after: 1, lock_held: false, message: expect.stringMatching(/1 requests already wait for .*app\.css/) });
+      expect(await python.step("lock_crowded")).toMatchObject({
+        reason: "TOO_MANY_WAITERS",
+        retry_after: 1,
+        lock_held: false,
+        message: expect.stringMatching(/1 requests already wait for .*app\.css/),
+      });
       const granted = await waiter;
       await python.step("lock_released");
       expect(granted.lease).toMatchObject({ owner: "ts-waiter", file });
@@ -271,7 +337,11 @@ describe.skipIf(missing !== undefined)("Python client (grpcio 1.51 + stubs from 
       // Admit: queued behind a 3G reservation of this side (the budget is 4G, Python needs 2G),
       // admitted once it is released; started moves the cost to the running tally; release.
       await python.step("ready_to_admit");
-      const blocker = await budget.client.reserve({ owner: "ts blocker", need: { items: [{ kind: NeedItemKind.START, name: "blocker", costSource: { case: "spec", value: { memory: "3G", cpu: 1 } } }] }, ttl: { seconds: 60n } });
+      const blocker = await budget.client.reserve({
+        owner: "ts blocker",
+        need: { items: [{ kind: NeedItemKind.START, name: "blocker", costSource: { case: "spec", value: { memory: "3G", cpu: 1 } } }] },
+        ttl: { seconds: 60n },
+      });
       python.go("budget_held");
       const queued = await python.step("admit_queued");
       expect(queued).toMatchObject({ position: 1 });
@@ -298,11 +368,25 @@ describe.skipIf(missing !== undefined)("Python client (grpcio 1.51 + stubs from 
       const withLease = (await budget.client.getState({})).reservations.find((r) => r.id === reserved.id);
       expect(withLease?.expireTime).toBeDefined();
       python.go("reservation_seen");
-      expect(await python.step("reserve_done")).toEqual({ step: "reserve_done", alive: true, renewed_later: true, released: true, released_again: false, alive_after_release: false });
+      expect(await python.step("reserve_done")).toEqual({
+        step: "reserve_done",
+        alive: true,
+        renewed_later: true,
+        released: true,
+        released_again: false,
+        alive_after_release: false,
+      });
 
       // INVALID_ARGUMENT names the field, in the Struct detail and the berth-error-details trailer.
       const invalid = await python.step("invalid_argument");
-      expect(invalid).toMatchObject({ code: "INVALID_ARGUMENT", field: "session_id", reason: "INVALID_FIELD", violations: ["session_id"], budget_field: "need.items[0].spec.memory", event_field: "event.generate.extra.pageUrl" });
+      expect(invalid).toMatchObject({
+        code: "INVALID_ARGUMENT",
+        field: "session_id",
+        reason: "INVALID_FIELD",
+        violations: ["session_id"],
+        budget_field: "need.items[0].spec.memory",
+        event_field: "event.generate.extra.pageUrl",
+      });
       expect(invalid.struct_detail).toMatchObject({ field: "session_id", rule: invalid.rule });
       expect(String(invalid.message)).toMatch(/^session_id: /);
 
@@ -319,10 +403,27 @@ describe.skipIf(missing !== undefined)("Python client (grpcio 1.51 + stubs from 
     const python = runPython(["budget"], { BERTH_BUDGET_URL: full.url, BERTH_PYTHON_STUBS: stubs });
     try {
       expect(await python.step("limits")).toMatchObject({ default_ttl_s: 30, max_ttl_s: 3600, max_wait_s: 600, max_queue: 0, max_owner_length: 256 });
-      expect(await python.step("request_ids")).toMatchObject({ same_reservation: true, same_entry: true, running_count: 1, start_left: 3 * G - 256 * 1024 ** 2 });
-      expect(await python.step("pages")).toMatchObject({ running: ["py-svc"], reservations: ["py holder"], queue: [], reservation_count: 1, all_reservations: 1 });
+      expect(await python.step("request_ids")).toMatchObject({
+        same_reservation: true,
+        same_entry: true,
+        running_count: 1,
+        start_left: 3 * G - 256 * 1024 ** 2,
+      });
+      expect(await python.step("pages")).toMatchObject({
+        running: ["py-svc"],
+        reservations: ["py holder"],
+        queue: [],
+        reservation_count: 1,
+        all_reservations: 1,
+      });
       const errors = await python.step("budget_errors");
-      const refused = (reason: string, refusal: string | null, retry: boolean, code = "RESOURCE_EXHAUSTED") => ({ code, reason, domain: "berth.budget", retry, refusal });
+      const refused = (reason: string, refusal: string | null, retry: boolean, code = "RESOURCE_EXHAUSTED") => ({
+        code,
+        reason,
+        domain: "berth.budget",
+        retry,
+        refusal,
+      });
       expect(errors).toMatchObject({
         impossible: refused("IMPOSSIBLE", "REFUSAL_KIND_IMPOSSIBLE", false, "FAILED_PRECONDITION"),
         queue_full: refused("QUEUE_FULL", "REFUSAL_KIND_QUEUE_FULL", true),
@@ -361,16 +462,28 @@ describe.skipIf(missing !== undefined)("Python client (grpcio 1.51 + stubs from 
     const connect = connectClient(LockService, url, { protocol: "connect", useBinaryFormat: false, token, defaultTimeoutMs: 30_000 });
     const connectSessions = connectClient(SessionService, url, { protocol: "connect", useBinaryFormat: false, token });
     const viaLink = `${link}/src/app.css`;
-    const failure = async (promise: Promise<unknown>) => promise.then(() => Promise.reject(new Error("expected the call to fail")), (error: unknown) => ConnectError.from(error));
+    const failure = async (promise: Promise<unknown>) =>
+      promise.then(
+        () => Promise.reject(new Error("expected the call to fail")),
+        (error: unknown) => ConnectError.from(error),
+      );
     const cliEnv = { BERTH_SESSIONS_URL: url, BERTH_TOKEN: token, BERTH_TOKEN_FILE: undefined };
     /** `berth lock hold src/app.css --max-wait 0 -- true` from the project: its exit code and last progress event. */
     const cliTry = async () => {
-      const run = await runCommand(process.execPath, [CLI, "lock", "hold", "src/app.css", "--max-wait", "0", "--owner", "cli-try", "--", "true"], { cwd: project, env: cliEnv, timeoutMs: 30_000 });
+      const run = await runCommand(process.execPath, [CLI, "lock", "hold", "src/app.css", "--max-wait", "0", "--owner", "cli-try", "--", "true"], {
+        cwd: project,
+        env: cliEnv,
+        timeoutMs: 30_000,
+      });
       return { code: run.code, last: JSON.parse(run.stderr.trim().split("\n").at(-1)!) as Record<string, unknown> };
     };
 
     // Python runs beside the project and spells the file with a '..' past a real directory.
-    const python = runPython(["spellings"], { BERTH_SESSIONS_URL: url, BERTH_TOKEN: token, BERTH_PYTHON_STUBS: stubs, BERTH_E2E_LOCK_FILE: "../proj/src/x/../app.css" }, elsewhere);
+    const python = runPython(
+      ["spellings"],
+      { BERTH_SESSIONS_URL: url, BERTH_TOKEN: token, BERTH_PYTHON_STUBS: stubs, BERTH_E2E_LOCK_FILE: "../proj/src/x/../app.css" },
+      elsewhere,
+    );
     try {
       expect(await python.step("spellings_ready")).toMatchObject({ cwd: elsewhere, sent: `${elsewhere}/../proj/src/x/../app.css` });
 
@@ -407,7 +520,11 @@ describe.skipIf(missing !== undefined)("Python client (grpcio 1.51 + stubs from 
       const refusedByPython = await failure(connect.acquire({ file: viaLink, owner: "connect-try", maxWait: { seconds: 0n } }));
       expect(refusedByPython.findDetails(LockHeldSchema)[0]).toMatchObject({ file: canonical, owner: "python" });
       const fence = { file: `${link}/src/x/../app.css`, fencingToken: BigInt(pythonHeld.fencing_token as number) };
-      const fenced = await connectSessions.appendEvent({ sessionId: "py-spellings", event: { kind: { case: "agentPhase", value: { phase: "fenced" } } }, fence });
+      const fenced = await connectSessions.appendEvent({
+        sessionId: "py-spellings",
+        event: { kind: { case: "agentPhase", value: { phase: "fenced" } } },
+        fence,
+      });
       expect(fenced.seq).toBe(1n);
       python.go("release");
       await python.step("released");
@@ -417,7 +534,13 @@ describe.skipIf(missing !== undefined)("Python client (grpcio 1.51 + stubs from 
       const { lease } = await connect.acquire({ file: viaLink, owner: "connect", maxWait: { seconds: 10n } });
       expect(lease!.file).toBe(canonical);
       python.go("try connect");
-      expect(await python.step("tried connect")).toEqual({ step: "tried connect", acquired: false, code: "RESOURCE_EXHAUSTED", file: canonical, holder: "connect" });
+      expect(await python.step("tried connect")).toEqual({
+        step: "tried connect",
+        acquired: false,
+        code: "RESOURCE_EXHAUSTED",
+        file: canonical,
+        holder: "connect",
+      });
       expect(await cliTry()).toMatchObject({ code: 75, last: { event: "timeout", file: canonical, holder: { owner: "connect" } } });
       await connect.release({ leaseToken: lease!.leaseToken });
       python.go("try free");
@@ -435,7 +558,9 @@ describe.skipIf(missing !== undefined)("Python client (grpcio 1.51 + stubs from 
     }
   });
 
-  it("resumes a watch the service ended for falling behind (WatcherLagged), missing no entry; a watch of every session describes only what moved", { timeout: 90_000 }, async () => {
+  it("resumes a watch the service ended for falling behind (WatcherLagged), missing no entry; a watch of every session describes only what moved", {
+    timeout: 90_000,
+  }, async () => {
     expect(generated.code, generated.stderr).toBe(0);
     const slow = await startService("sessions", { args: ["--watch-buffer", "4"] });
     const python = runPython(["lag"], { BERTH_SESSIONS_URL: slow.url("sessions"), BERTH_PYTHON_STUBS: stubs });

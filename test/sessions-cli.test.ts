@@ -75,9 +75,18 @@ describe("berth sessions", () => {
     const entries = jsonLines(journal.stdout);
     expect(entries.map((e) => e.seq)).toEqual([1, 2, 3, 4]);
     // The journal's own format: the token the field gave as a JSON string stays a string.
-    expect(entries[0]).toMatchObject({ id: "cli1", type: "generate", event: { type: "generate", id: "cli1", pageUrl: "http://localhost:3000/", count: 3, token: "007" } });
+    expect(entries[0]).toMatchObject({
+      id: "cli1",
+      type: "generate",
+      event: { type: "generate", id: "cli1", pageUrl: "http://localhost:3000/", count: 3, token: "007" },
+    });
     const part = await sessions(["journal", "cli1", "--from-seq", "2", "--limit", "2"]);
-    expect(part.stdout.trim().split("\n").map((line) => line.split(" ")[0])).toEqual(["#2", "#3"]);
+    expect(
+      part.stdout
+        .trim()
+        .split("\n")
+        .map((line) => line.split(" ")[0]),
+    ).toEqual(["#2", "#3"]);
     expect(part.stderr).toBe("-- more from seq 4 (last seq 4): --from-seq 4\n");
     expect((await sessions(["journal", "cli1", "--from-seq", "3", "--limit", "2"])).stderr).toBe("");
   });
@@ -117,7 +126,10 @@ describe("berth sessions", () => {
     expect(conflict.stderr).toMatch(/expected no session yet but the session is at seq 1/);
     expect((await sessions(["append", "cli2", "agent_phase", "--field", "phase=x", "--expected-seq", "3"])).code).toBe(3);
     expect((await sessions(["append", "cli2", "steer", "--idempotency-key", "k"])).code).toBe(0);
-    expect(await sessions(["append", "cli2", "steer", "--idempotency-key", "k"])).toMatchObject({ code: 0, stdout: "cli2: already appended with this idempotency key: seq 2; nothing written\n" });
+    expect(await sessions(["append", "cli2", "steer", "--idempotency-key", "k"])).toMatchObject({
+      code: 0,
+      stdout: "cli2: already appended with this idempotency key: seq 2; nothing written\n",
+    });
     const reused = await sessions(["append", "cli2", "steer", "--field", "pageUrl=/other", "--idempotency-key", "k"]);
     expect(reused.code).toBe(3);
     expect(reused.stderr).toMatch(/idempotency key "k" was used for a different append/);
@@ -154,7 +166,9 @@ describe("berth sessions", () => {
     // A typed key of another type is refused as the API refuses its curl, and nothing is appended.
     const typed = await sessions(["append", "cli2", "generate", "--field", "count=abc"]);
     expect(typed).toMatchObject({ code: 2, stdout: "" });
-    expect(typed.stderr).toMatch(/^berth sessions append: event\.generate\.count: the event's "count" must be a whole number from 0 to 4294967295, got "abc"$/m);
+    expect(typed.stderr).toMatch(
+      /^berth sessions append: event\.generate\.count: the event's "count" must be a whole number from 0 to 4294967295, got "abc"$/m,
+    );
     const batch = await sessions(["append", "cli2"], { input: '{"type":"steer"}\n{"type":"generate","pageUrl":5}\n' });
     expect(batch.code).toBe(2);
     expect(batch.stderr).toMatch(/events\[1\]\.generate\.page_url: the event's "pageUrl" must be a string, got 5/);
@@ -192,7 +206,9 @@ describe("berth sessions", () => {
   it("watch of a session that does not exist exits 4 saying so, unless --wait-for-session, which follows it from its first entry", async () => {
     const missing = await sessions(["watch", "cli-nobody"]);
     expect(missing).toMatchObject({ code: 4, stdout: "" });
-    expect(missing.stderr).toContain("berth sessions watch: session cli-nobody does not exist (nothing was ever appended to it, or it was deleted); --wait-for-session waits for its first entry");
+    expect(missing.stderr).toContain(
+      "berth sessions watch: session cli-nobody does not exist (nothing was ever appended to it, or it was deleted); --wait-for-session waits for its first entry",
+    );
     const json = await sessions(["watch", "cli-nobody", "--json"]);
     expect(json.code).toBe(4);
     expect(jsonLines(json.stderr)).toEqual([expect.objectContaining({ event: "error", code: "not_found", exit: 4 })]);
@@ -240,7 +256,12 @@ describe("berth sessions", () => {
     expect(jsonLines(stdout).find((line) => "progress" in line)).toMatchObject({ progress: { lastSeq: 1, sendTime: expect.stringMatching(/Z$/) } });
     expect((await sessions(["delete", "cli4"])).code).toBe(0);
     expect(await exited).toBe(4);
-    expect(JSON.parse(stderr.trim().split("\n").at(-1)!)).toMatchObject({ event: "error", code: "not_found", exit: 4, message: expect.stringContaining("cli4 was deleted") });
+    expect(JSON.parse(stderr.trim().split("\n").at(-1)!)).toMatchObject({
+      event: "error",
+      code: "not_found",
+      exit: 4,
+      message: expect.stringContaining("cli4 was deleted"),
+    });
   });
 
   it("exits 69 when the service cannot be reached (with a JSON error line under --json)", async () => {
@@ -255,7 +276,11 @@ describe("berth sessions", () => {
   it("in a pipe: plain text and JSON lines without a single escape sequence; a reader that stops early ends it quietly", async () => {
     const events = Array.from({ length: 2000 }, (_, i) => JSON.stringify({ type: "agent_phase", phase: `p${i}` })).join("\n");
     expect((await sessions(["append", "pipe1"], { input: events })).code).toBe(0);
-    const outputs = await Promise.all([["get", "pipe1"], ["list"], ["journal", "pipe1", "--limit", "3"], ["journal", "pipe1", "--limit", "3", "--json"], ["get", "nobody"]].map((args) => sessions(args)));
+    const outputs = await Promise.all(
+      [["get", "pipe1"], ["list"], ["journal", "pipe1", "--limit", "3"], ["journal", "pipe1", "--limit", "3", "--json"], ["get", "nobody"]].map((args) =>
+        sessions(args),
+      ),
+    );
     for (const result of outputs) expect(hasEscapes(result.stdout + result.stderr)).toBe(false);
     const [get, list, journal, journalJson, missing] = outputs;
     expect(get!.stdout).toMatch(/^generationPhase\s+p1999$/m);
@@ -328,7 +353,8 @@ describe("berth sessions", () => {
   it("documents its subcommands, flags, exit codes and examples", async () => {
     const help = await sessions(["--help"]);
     expect(help.code).toBe(0);
-    for (const text of ["append SESSION TYPE", "watch SESSION", "journal SESSION", "delete SESSION", "Exit codes:", "Examples:", "--sessions-url"]) expect(help.stdout).toContain(text);
+    for (const text of ["append SESSION TYPE", "watch SESSION", "journal SESSION", "delete SESSION", "Exit codes:", "Examples:", "--sessions-url"])
+      expect(help.stdout).toContain(text);
     const sub = await sessions(["watch", "--help"]);
     expect(sub).toMatchObject({ code: 0 });
     expect(sub.stdout).toMatch(/^usage: berth sessions watch SESSION/);

@@ -25,7 +25,19 @@ import { ErrorInfoSchema } from "@berth/api/google/rpc/error_details_pb";
 import { SnapshotSchema } from "@berth/api/berth/sessions/v1/snapshot_pb";
 import { loadSeedStore, seedsAvailable } from "@berth/sessions/testing/seed-store";
 import { seedAppend, seedDirsOf, seedReadState } from "@berth/sessions/testing/seed-writer";
-import { closeClient, connectClient, curl, curlJson, launchService, makeTempDir, onStore, startService, stopAll, STORES, type ServiceProcess } from "./harness.js";
+import {
+  closeClient,
+  connectClient,
+  curl,
+  curlJson,
+  launchService,
+  makeTempDir,
+  onStore,
+  startService,
+  stopAll,
+  STORES,
+  type ServiceProcess,
+} from "./harness.js";
 
 afterAll(stopAll);
 
@@ -102,7 +114,11 @@ describe.each(STORES)("SessionService end to end (%s store)", (store) => {
     expect(error.findDetails(SeqConflictSchema)[0]).toMatchObject({ sessionId: "conflict", expectedSeq: 1n, currentSeq: 2n });
 
     // curl speaks Connect JSON: the typed detail arrives with its debug form.
-    const res = await curlJson(url, "/berth.sessions.v1.SessionService/AppendEvent", { sessionId: "conflict", event: { agentPhase: { phase: "c" } }, expectedSeq: "5" });
+    const res = await curlJson(url, "/berth.sessions.v1.SessionService/AppendEvent", {
+      sessionId: "conflict",
+      event: { agentPhase: { phase: "c" } },
+      expectedSeq: "5",
+    });
     expect(res.json).toMatchObject({
       code: "aborted",
       details: expect.arrayContaining([
@@ -175,9 +191,11 @@ describe.each(STORES)("SessionService end to end (%s store)", (store) => {
       const error = await failure(client[method]({ sessionId: "../x" }));
       expect(codeAndReason(error), method).toEqual([Code.InvalidArgument, "INVALID_FIELD"]);
     }
-    const watchError = await failure((async () => {
-      for await (const _ of client.watchSession({ sessionId: "a/b" })) break;
-    })());
+    const watchError = await failure(
+      (async () => {
+        for await (const _ of client.watchSession({ sessionId: "a/b" })) break;
+      })(),
+    );
     expect(watchError.code).toBe(Code.InvalidArgument);
 
     const big = event({ case: "steer", value: { pageUrl: "x".repeat(4000) } });
@@ -190,8 +208,18 @@ describe.each(STORES)("SessionService end to end (%s store)", (store) => {
     expect(codeAndReason(await failure(client.getSnapshot({ sessionId: "sizes" })))).toEqual([Code.NotFound, "SESSION_NOT_FOUND"]);
     // Only the sessions of the tests before this one have journals (tests of a file run in order).
     const sessions = await client.listSessions({ includeCompleted: true, pageSize: 1000 });
-    expect(sessions.sessions.map((s) => s.id).filter((id) => !id.startsWith("formats-")).sort()).toEqual(["atomic", "conflict"]);
-    if (store === "file") expect(journalFiles(service.stateDir).filter((name) => !name.startsWith("formats-")).sort()).toEqual(["atomic.jsonl", "conflict.jsonl"]);
+    expect(
+      sessions.sessions
+        .map((s) => s.id)
+        .filter((id) => !id.startsWith("formats-"))
+        .sort(),
+    ).toEqual(["atomic", "conflict"]);
+    if (store === "file")
+      expect(
+        journalFiles(service.stateDir)
+          .filter((name) => !name.startsWith("formats-"))
+          .sort(),
+      ).toEqual(["atomic.jsonl", "conflict.jsonl"]);
     closeClient(client);
   });
 
@@ -227,7 +255,10 @@ describe.each(STORES)("SessionService end to end (%s store)", (store) => {
     const total = 20 + 4 * 25;
     const watching = (async () => {
       try {
-        for await (const message of watcher.watchSession({ sessionId: "watch", fromSeq: 5n, includeSnapshot: true }, { signal: controller.signal, timeoutMs: 60_000 })) {
+        for await (const message of watcher.watchSession(
+          { sessionId: "watch", fromSeq: 5n, includeSnapshot: true },
+          { signal: controller.signal, timeoutMs: 60_000 },
+        )) {
           if (message.kind.case === "caughtUp") caughtUpAt = Number(message.kind.value.lastSeq);
           if (message.kind.case === "entries") {
             for (const item of message.kind.value.entries) {
@@ -242,9 +273,13 @@ describe.each(STORES)("SessionService end to end (%s store)", (store) => {
       }
     })();
     // The appends race the watcher's switch from the backlog to live entries.
-    await Promise.all(appenders.map((client, a) => (async () => {
-      for (let i = 0; i < 25; i++) await client.appendEvent({ sessionId: "watch", event: phase(`a${a}-${i}`) });
-    })()));
+    await Promise.all(
+      appenders.map((client, a) =>
+        (async () => {
+          for (let i = 0; i < 25; i++) await client.appendEvent({ sessionId: "watch", event: phase(`a${a}-${i}`) });
+        })(),
+      ),
+    );
     await watching;
     controller.abort();
     expect(seqs).toEqual(range(5, total));
@@ -269,7 +304,10 @@ describe.each(STORES)("SessionService end to end (%s store)", (store) => {
     // watcher more entries, its buffer of 4 overflows and the watch is ended.
     const total = 400;
     for (let i = 0; i < total / 50; i++) {
-      await writer.appendEvents({ sessionId: "slow", events: range(1, 50).map((n) => event({ case: "steer", value: { pageUrl: `/p${i}-${n}-`.padEnd(300, "x") } })) });
+      await writer.appendEvents({
+        sessionId: "slow",
+        events: range(1, 50).map((n) => event({ case: "steer", value: { pageUrl: `/p${i}-${n}-`.padEnd(300, "x") } })),
+      });
     }
     let lag: ConnectError | undefined;
     try {
@@ -471,7 +509,10 @@ describe("journals shared with a seed process", () => {
 
     // A seed process reads berth's line and appends after it.
     expect(seedReadState(live, "shared")).toMatchObject({ nextSeq: 4, snapshot: { arrivedVariants: 2 } });
-    const lines = readFileSync(path.join(live.dir, "shared.jsonl"), "utf8").trim().split("\n").map((line) => JSON.parse(line) as JsonObject);
+    const lines = readFileSync(path.join(live.dir, "shared.jsonl"), "utf8")
+      .trim()
+      .split("\n")
+      .map((line) => JSON.parse(line) as JsonObject);
     expect(lines.map((line) => line.seq)).toEqual([1, 2, 3]);
     expect(lines[2]).toMatchObject({ id: "shared", type: "variants_ready", event: { type: "variants_ready", id: "shared", arrivedVariants: 2 } });
   });
@@ -495,7 +536,10 @@ describe("journals shared with a seed process", () => {
       const after = seed.store("shared").getSnapshot("shared") as JsonObject;
       expect(after.arrivedVariants).toBe(2);
       seed.store("shared").appendEvent({ id: "shared", type: "steer" });
-      const lines = readFileSync(path.join(seed.sessionsDir, "shared.jsonl"), "utf8").trim().split("\n").map((line) => JSON.parse(line) as JsonObject);
+      const lines = readFileSync(path.join(seed.sessionsDir, "shared.jsonl"), "utf8")
+        .trim()
+        .split("\n")
+        .map((line) => JSON.parse(line) as JsonObject);
       expect(lines.map((line) => line.seq)).toEqual([1, 2, 3, 4]);
     } finally {
       seed.remove();

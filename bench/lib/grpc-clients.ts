@@ -26,7 +26,9 @@ export function target(url: string): string {
 /** A promise for one unary call. */
 export function unary<T>(client: grpc.Client, method: string, request: unknown): Promise<T> {
   return new Promise((resolve, reject) => {
-    (client as unknown as Record<string, (...args: unknown[]) => unknown>)[method]!(request, (error: grpc.ServiceError | null, response: T) => (error ? reject(error) : resolve(response)));
+    (client as unknown as Record<string, (...args: unknown[]) => unknown>)[method]!(request, (error: grpc.ServiceError | null, response: T) =>
+      error ? reject(error) : resolve(response),
+    );
   });
 }
 

@@ -48,7 +48,16 @@ interface Settings {
   only: Set<Part> | undefined;
 }
 
-const DEFAULTS: Settings = { seconds: 4, concurrency: 32, handoffs: 300, waiters: 10_000, windowSeconds: undefined, connections: 10, profileDir: undefined, only: undefined };
+const DEFAULTS: Settings = {
+  seconds: 4,
+  concurrency: 32,
+  handoffs: 300,
+  waiters: 10_000,
+  windowSeconds: undefined,
+  connections: 10,
+  profileDir: undefined,
+  only: undefined,
+};
 
 const G = 1024 ** 3;
 
@@ -90,7 +99,9 @@ export async function run(args: string[] = []): Promise<void> {
         for (const part of settings.only) if (!PARTS.includes(part)) throw new Error(`--only: unknown part ${part}; parts: ${PARTS.join(", ")}`);
         continue;
       default:
-        throw new Error(`unknown flag ${arg}; flags: --seconds=N --concurrency=N --handoffs=N --waiters=N --window=N --connections=N --only=${PARTS.join(",")}`);
+        throw new Error(
+          `unknown flag ${arg}; flags: --seconds=N --concurrency=N --handoffs=N --waiters=N --window=N --connections=N --only=${PARTS.join(",")}`,
+        );
     }
     if (!(n > 0)) throw new Error(`--${name} needs a positive number`);
   }

@@ -91,7 +91,9 @@ export async function run(args: string[] = []): Promise<void> {
 async function putRate(clients: EtcdClient[], members: number, concurrency: number, settings: Settings): Promise<void> {
   const value = new Uint8Array(settings.valueBytes).fill(0x61);
   const cpu = process.cpuUsage();
-  const result = await closedLoop(concurrency, settings.seconds * 1000, (worker, i) => clients[worker % clients.length]!.put(`put/${concurrency}/${worker}/${i}`, value));
+  const result = await closedLoop(concurrency, settings.seconds * 1000, (worker, i) =>
+    clients[worker % clients.length]!.put(`put/${concurrency}/${worker}/${i}`, value),
+  );
   emit({
     suite: "etcd",
     figure: "put",
@@ -137,14 +139,23 @@ async function batchRate(clients: EtcdClient[], members: number, concurrency: nu
 }
 
 /** Appends of `events` events through berth's etcd journal, one journal (instance) per connection. */
-async function storeRate(clients: EtcdClient[], members: number, concurrency: number, events: number, settings: Settings, batchedPuts: number | undefined): Promise<void> {
+async function storeRate(
+  clients: EtcdClient[],
+  members: number,
+  concurrency: number,
+  events: number,
+  settings: Settings,
+  batchedPuts: number | undefined,
+): Promise<void> {
   const journals = clients.map((client) => new EtcdJournal({ client }));
   // Each event's journal line is about `--value-bytes` long, as txn_batch's values are.
   const padding = "x".repeat(Math.max(0, settings.valueBytes - 150));
   const batch: PreparedEvent[] = Array.from({ length: events }, (_, i) => ({ type: "bench", event: { type: "bench", i, padding } }));
   const run = `${members}-${concurrency}-${events}-${Date.now()}`;
   const cpu = process.cpuUsage();
-  const result = await closedLoop(concurrency, settings.seconds * 1000, (worker) => journals[worker % journals.length]!.append(`bench-${run}-${worker}`, batch));
+  const result = await closedLoop(concurrency, settings.seconds * 1000, (worker) =>
+    journals[worker % journals.length]!.append(`bench-${run}-${worker}`, batch),
+  );
   const eventsPerSecond = result.perSecond * events;
   emit({
     suite: "etcd",
@@ -181,9 +192,16 @@ async function serviceAppend(endpoints: string[], members: number, settings: Set
     try {
       await closedLoop(16, 1000, (worker) => unary(client, "appendEvent", { sessionId: `warm-${worker}`, event: event("warm") }));
       const reference = await emptyRpcReference(server.url, 16, ms);
-      for (const [clients, sessions] of [[16, "one"], [64, "one"], [16, "per_client"], [64, "per_client"]] as const) {
+      for (const [clients, sessions] of [
+        [16, "one"],
+        [64, "one"],
+        [16, "per_client"],
+        [64, "per_client"],
+      ] as const) {
         const run = `${clients}-${sessions}-${Date.now()}`;
-        const result = await closedLoop(clients, ms, (worker) => unary(client, "appendEvent", { sessionId: sessions === "one" ? `one-${run}` : `c-${run}-${worker}`, event: event("writing") }));
+        const result = await closedLoop(clients, ms, (worker) =>
+          unary(client, "appendEvent", { sessionId: sessions === "one" ? `one-${run}` : `c-${run}-${worker}`, event: event("writing") }),
+        );
         emit({
           suite: "etcd",
           figure: "service_append_event",

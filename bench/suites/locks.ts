@@ -56,7 +56,15 @@ interface Settings {
 let project = "";
 const lockPath = (name: string) => path.join(project, name);
 
-const DEFAULTS: Settings = { uncontendedConcurrency: 32, durationMs: 4_000, clients: 8, sectionsPerClient: 300, killRounds: 1_000, sigkillRounds: 20, waiters: 4 };
+const DEFAULTS: Settings = {
+  uncontendedConcurrency: 32,
+  durationMs: 4_000,
+  clients: 8,
+  sectionsPerClient: 300,
+  killRounds: 1_000,
+  sigkillRounds: 20,
+  waiters: 4,
+};
 
 /**
  * Runs the suite: `npm run bench -- locks [--kill-rounds=N] [--sigkill-rounds=N] [--duration=MS]
@@ -170,7 +178,11 @@ async function leaseSection(client: grpc.Client, file: string, owner: string): P
 
 function holdSection(client: grpc.Client, file: string, owner: string): Promise<HeldSection> {
   return new Promise((resolve, reject) => {
-    const call = (client as unknown as Record<string, (...args: unknown[]) => unknown>)["hold"]!({ file, owner, maxWait: { seconds: 60 } }) as grpc.ClientReadableStream<{ kind: string; acquired?: GrpcLease }>;
+    const call = (client as unknown as Record<string, (...args: unknown[]) => unknown>)["hold"]!({
+      file,
+      owner,
+      maxWait: { seconds: 60 },
+    }) as grpc.ClientReadableStream<{ kind: string; acquired?: GrpcLease }>;
     let granted = false;
     call.on("data", (message) => {
       if (message.kind !== "acquired" || granted) return;
@@ -272,7 +284,9 @@ async function contended(server: BenchServer, settings: Settings, mode: SectionM
       if (current.acquireSentAt < previous.releaseSentAt) handoffs.push(current.grantedAt - previous.releaseSentAt);
       if (current.client === previous.client) {
         // Counts as a repeat only while someone else was waiting for the lock.
-        const othersWaiting = sections.some((s) => s.client !== current.client && s.acquireSentAt < previous.releaseSentAt && s.grantedAt > previous.releaseSentAt);
+        const othersWaiting = sections.some(
+          (s) => s.client !== current.client && s.acquireSentAt < previous.releaseSentAt && s.grantedAt > previous.releaseSentAt,
+        );
         run = othersWaiting ? run + 1 : 1;
       } else {
         run = 1;
@@ -353,7 +367,9 @@ function openRawHold(url: string, file: string, owner: string, waitMs: number): 
         if (message.kind.case === "acquired") resolve({ token: Number(message.kind.value.fencingToken), at: performance.now() });
       }
     });
-    stream.on("trailers", (trailers) => reject(new Error(`hold of ${owner} ended: grpc-status ${String(trailers["grpc-status"])} ${String(trailers["grpc-message"] ?? "")}`)));
+    stream.on("trailers", (trailers) =>
+      reject(new Error(`hold of ${owner} ended: grpc-status ${String(trailers["grpc-status"])} ${String(trailers["grpc-message"] ?? "")}`)),
+    );
     stream.on("close", () => reject(new Error(`hold of ${owner} closed`)));
   });
   granted.catch(() => {});
@@ -400,7 +416,10 @@ async function holderKilled(server: BenchServer, settings: Settings): Promise<vo
   const open = () => {
     const owner = `hold-${serial++}`;
     const hold = openRawHold(server.url, file, owner, 600_000);
-    void hold.granted.then(({ token }) => watch.granted(owner, token), () => {});
+    void hold.granted.then(
+      ({ token }) => watch.granted(owner, token),
+      () => {},
+    );
     return hold;
   };
   // The queue: the holder first, then the waiters; each round kills the head, the next inherits.
@@ -450,7 +469,9 @@ async function holderSigkilled(server: BenchServer, settings: Settings): Promise
   const killToGrant: number[] = [];
   let roundsWithTwo = 0;
   for (let round = 0; round < settings.sigkillRounds; round++) {
-    const child = spawn(process.execPath, [fileURLToPath(import.meta.url), "--hold-child", server.url, file, `child-${round}`], { stdio: ["ignore", "pipe", "inherit"] });
+    const child = spawn(process.execPath, [fileURLToPath(import.meta.url), "--hold-child", server.url, file, `child-${round}`], {
+      stdio: ["ignore", "pipe", "inherit"],
+    });
     const exited = new Promise((resolve) => child.once("exit", resolve));
     const token = await new Promise<number>((resolve, reject) => {
       let out = "";
@@ -465,7 +486,10 @@ async function holderSigkilled(server: BenchServer, settings: Settings): Promise
     const waiters = Array.from({ length: settings.waiters }, (_, i) => {
       const owner = `waiter-${round}-${i}`;
       const hold = openRawHold(server.url, file, owner, 60_000);
-      void hold.granted.then(({ token: t }) => watch.granted(owner, t), () => {});
+      void hold.granted.then(
+        ({ token: t }) => watch.granted(owner, t),
+        () => {},
+      );
       return hold;
     });
     await waitForWaiters(server.url, file, settings.waiters);

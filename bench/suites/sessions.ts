@@ -48,10 +48,13 @@ function parseOptions(args: string[]): Options {
         break;
       case "--only":
         options.only = new Set((value ?? "").split(",").filter(Boolean));
-        for (const part of options.only) if (!(PARTS as readonly string[]).includes(part)) throw new Error(`--only: unknown part ${part}; parts: ${PARTS.join(", ")}`);
+        for (const part of options.only)
+          if (!(PARTS as readonly string[]).includes(part)) throw new Error(`--only: unknown part ${part}; parts: ${PARTS.join(", ")}`);
         break;
       default:
-        throw new Error(`unknown flag ${arg}; flags: --seconds=N --watch-seconds=N --watchers=N --events-per-second=N --low-events-per-second=N --idle-watchers=N --only=${PARTS.join(",")}`);
+        throw new Error(
+          `unknown flag ${arg}; flags: --seconds=N --watch-seconds=N --watchers=N --events-per-second=N --low-events-per-second=N --idle-watchers=N --only=${PARTS.join(",")}`,
+        );
     }
     if (flag !== "--only" && !(number > 0)) throw new Error(`${flag} needs a positive number`);
   }

@@ -9,7 +9,18 @@
  */
 import * as http from "node:http";
 import * as net from "node:net";
-import { create, fromBinary, toBinary, type DescMessage, type DescMethodBiDiStreaming, type DescMethodServerStreaming, type DescMethodUnary, type DescService, type MessageInitShape, type MessageShape } from "@bufbuild/protobuf";
+import {
+  create,
+  fromBinary,
+  toBinary,
+  type DescMessage,
+  type DescMethodBiDiStreaming,
+  type DescMethodServerStreaming,
+  type DescMethodUnary,
+  type DescService,
+  type MessageInitShape,
+  type MessageShape,
+} from "@bufbuild/protobuf";
 import { createClient, type Client, type Interceptor, type Transport } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport, createGrpcWebTransport, Http2SessionManager } from "@connectrpc/connect-node";
 import * as grpc from "@grpc/grpc-js";
@@ -176,11 +187,22 @@ export function grpcJsHealthClient(url: string, defaults: GrpcJsCallOptions = {}
  */
 export interface GrpcJsClient {
   /** A unary call; rejects with a {@link GrpcError} carrying the gRPC status. */
-  unary<I extends DescMessage, O extends DescMessage>(method: DescMethodUnary<I, O>, request: MessageInitShape<I>, options?: GrpcJsCallOptions): Promise<MessageShape<O>>;
+  unary<I extends DescMessage, O extends DescMessage>(
+    method: DescMethodUnary<I, O>,
+    request: MessageInitShape<I>,
+    options?: GrpcJsCallOptions,
+  ): Promise<MessageShape<O>>;
   /** A server-streaming call (no deadline unless given). */
-  serverStream<I extends DescMessage, O extends DescMessage>(method: DescMethodServerStreaming<I, O>, request: MessageInitShape<I>, options?: GrpcJsCallOptions): grpc.ClientReadableStream<MessageShape<O>>;
+  serverStream<I extends DescMessage, O extends DescMessage>(
+    method: DescMethodServerStreaming<I, O>,
+    request: MessageInitShape<I>,
+    options?: GrpcJsCallOptions,
+  ): grpc.ClientReadableStream<MessageShape<O>>;
   /** A bidirectional call (no deadline unless given): write `MessageInitShape<I>` objects, read `MessageShape<O>`. */
-  bidi<I extends DescMessage, O extends DescMessage>(method: DescMethodBiDiStreaming<I, O>, options?: GrpcJsCallOptions): grpc.ClientDuplexStream<MessageInitShape<I>, MessageShape<O>>;
+  bidi<I extends DescMessage, O extends DescMessage>(
+    method: DescMethodBiDiStreaming<I, O>,
+    options?: GrpcJsCallOptions,
+  ): grpc.ClientDuplexStream<MessageInitShape<I>, MessageShape<O>>;
   close(): void;
 }
 
@@ -289,11 +311,7 @@ export function connectClient<S extends DescService>(service: S, url: string, op
   if (httpVersion === "2") {
     // An explicit session manager, so the connection can be closed when the test is done rather
     // than idling until the server's shutdown has to drop it.
-    const sessionManager = new Http2SessionManager(
-      baseUrl,
-      {},
-      socketPath === undefined ? {} : { createConnection: () => net.connect(socketPath) },
-    );
+    const sessionManager = new Http2SessionManager(baseUrl, {}, socketPath === undefined ? {} : { createConnection: () => net.connect(socketPath) });
     close = () => sessionManager.abort();
     if (options.protocol === "grpc") transport = createGrpcTransport({ ...common, sessionManager });
     else if (options.protocol === "grpc-web") transport = createGrpcWebTransport({ ...common, httpVersion: "2", sessionManager });

@@ -56,9 +56,7 @@ export interface ServiceOptions {
 }
 
 /** What became of a launched process first: it listened on every port, or it exited. */
-export type LaunchOutcome =
-  | { readonly state: "listening"; readonly urls: ServiceUrls }
-  | { readonly state: "exited"; readonly status: ExitStatus };
+export type LaunchOutcome = { readonly state: "listening"; readonly urls: ServiceUrls } | { readonly state: "exited"; readonly status: ExitStatus };
 
 /** A launched service process (maybe not listening yet: see `ready` and `outcome`). */
 export interface ServiceProcess {

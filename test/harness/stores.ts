@@ -34,8 +34,6 @@ export async function onStore(store: StoreKind, options: ServiceOptions = {}): P
   if (store === "file") return options;
   const etcd = await testEtcd();
   const prefix =
-    options.stateDir === undefined
-      ? `t${process.pid}-${++prefixes}/`
-      : `d${createHash("sha256").update(options.stateDir).digest("hex").slice(0, 16)}/`;
+    options.stateDir === undefined ? `t${process.pid}-${++prefixes}/` : `d${createHash("sha256").update(options.stateDir).digest("hex").slice(0, 16)}/`;
   return { ...options, args: ["--store", "etcd", "--etcd-endpoints", etcd.clientUrls.join(","), "--etcd-prefix", prefix, ...(options.args ?? [])] };
 }

@@ -11,7 +11,13 @@ import { journalEvents, median, round, tempDir } from "./common.js";
  * `prefixEntries` entries. A function of its own so that the 100,000 events are garbage before
  * the opens are timed: a long-running service does not hold its callers' events either.
  */
-async function writeColdJournal(dir: string, id: string, entries: number, prefixEntries: number, snapshotFiles: string[]): Promise<Array<readonly [string, Buffer]>> {
+async function writeColdJournal(
+  dir: string,
+  id: string,
+  entries: number,
+  prefixEntries: number,
+  snapshotFiles: string[],
+): Promise<Array<readonly [string, Buffer]>> {
   const events = journalEvents(entries);
   let writer = createSessionStore({ dir, fsync: "none", snapshotIdleMs: 0, snapshotEveryEntries: 1e9 });
   for (let i = 0; i < prefixEntries; i += 1000) await writer.append(id, events.slice(i, i + 1000));

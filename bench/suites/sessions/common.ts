@@ -41,7 +41,14 @@ export function phaseEvent(phase: string, at?: number) {
  */
 function journalCycle(i: number): Array<Record<string, unknown>> {
   return [
-    { type: "generate", pageUrl: "http://localhost:5173/pricing", count: 3, screenshotPath: `/tmp/shots/${i % 50}.png`, prompt: "calmer hero, more air", token: `lease-${i}` },
+    {
+      type: "generate",
+      pageUrl: "http://localhost:5173/pricing",
+      count: 3,
+      screenshotPath: `/tmp/shots/${i % 50}.png`,
+      prompt: "calmer hero, more air",
+      token: `lease-${i}`,
+    },
     { type: "agent_phase", phase: "plan", durationMs: 850 },
     { type: "variant_plan", plan: { variants: ["muted", "bold", "split"] } },
     { type: "agent_phase", phase: "generate", at: 1740823202500 + i, durationMs: 4100 },

@@ -73,7 +73,14 @@ async function manySessions(): Promise<void> {
       await inTurn(count, 16, (i) => unary(client, "appendEvent", { sessionId: `s${i}`, event: checkpoint(`touch ${i}`) }));
       await inTurn(count, 16, (i) => unary(client, "getSnapshot", { sessionId: `s${i}` }));
     });
-    emit({ figure: "memory: 10,000 sessions touched in turn, default cache (1,000)", sessions: count, rss_start_mb: startMb, rss_peak_mb: peakMb, rss_end_mb: endMb, bound_mb: MEMORY_BOUNDS_MB.sessions10k });
+    emit({
+      figure: "memory: 10,000 sessions touched in turn, default cache (1,000)",
+      sessions: count,
+      rss_start_mb: startMb,
+      rss_peak_mb: peakMb,
+      rss_end_mb: endMb,
+      bound_mb: MEMORY_BOUNDS_MB.sessions10k,
+    });
     checkBound("10,000 sessions", peakMb, MEMORY_BOUNDS_MB.sessions10k);
   } finally {
     client.close();
@@ -89,7 +96,12 @@ function writeKeyedJournal(dir: string, id: string, count: number): void {
     const ts = new Date().toISOString();
     let chunk: string[] = [];
     for (let seq = 1; seq <= count; seq++) {
-      chunk.push(encodeJournalLine({ seq, id, type: "checkpoint", ts, event: { type: "checkpoint", id, revision: seq } }, { ikey: `key-${seq.toString(36)}-${(seq * 2654435761) % 4294967296}` }));
+      chunk.push(
+        encodeJournalLine(
+          { seq, id, type: "checkpoint", ts, event: { type: "checkpoint", id, revision: seq } },
+          { ikey: `key-${seq.toString(36)}-${(seq * 2654435761) % 4294967296}` },
+        ),
+      );
       if (chunk.length === 10_000) {
         fs.writeSync(fd, chunk.join(""));
         chunk = [];
@@ -166,7 +178,16 @@ async function manyLockFiles(): Promise<void> {
       return refused;
     });
     if (result !== count) throw new Error(`${result} of the ${count} seed-held files were refused, not all`);
-    emit({ figure: "memory: 10,000 seed lock files in the live directory", lock_files: count, refused: result, grants: 1000, rss_start_mb: startMb, rss_peak_mb: peakMb, rss_end_mb: endMb, bound_mb: MEMORY_BOUNDS_MB.lockFiles10k });
+    emit({
+      figure: "memory: 10,000 seed lock files in the live directory",
+      lock_files: count,
+      refused: result,
+      grants: 1000,
+      rss_start_mb: startMb,
+      rss_peak_mb: peakMb,
+      rss_end_mb: endMb,
+      bound_mb: MEMORY_BOUNDS_MB.lockFiles10k,
+    });
     checkBound("10,000 lock files", peakMb, MEMORY_BOUNDS_MB.lockFiles10k);
   } finally {
     client.close();

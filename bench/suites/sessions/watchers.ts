@@ -48,7 +48,15 @@ function rawWatch(
   onMessage: (message: LeanWatchMessage) => void,
   onEnd: (status: string) => void,
 ): RawWatch {
-  const body = toBinary(WatchSessionRequestSchema, create(WatchSessionRequestSchema, { sessionId: request.sessionId, fromSeq: BigInt(request.fromSeq), includeSnapshot: request.includeSnapshot, maxBatch: request.maxBatch }));
+  const body = toBinary(
+    WatchSessionRequestSchema,
+    create(WatchSessionRequestSchema, {
+      sessionId: request.sessionId,
+      fromSeq: BigInt(request.fromSeq),
+      includeSnapshot: request.includeSnapshot,
+      maxBatch: request.maxBatch,
+    }),
+  );
   const frame = Buffer.alloc(5 + body.length);
   frame.writeUInt32BE(body.length, 1);
   frame.set(body, 5);
@@ -170,7 +178,15 @@ interface WatchRun {
  * call to each delivery. Appends are sent open loop (on schedule, whatever the previous one's
  * answer time), so the rate is the one asked for even when the watchers slow the service down.
  */
-async function measureWatchers(url: string, serverCpuMs: () => number, sessionId: string, watchers: number, rate: number, seconds: number, maxBatch = 0): Promise<WatchRun> {
+async function measureWatchers(
+  url: string,
+  serverCpuMs: () => number,
+  sessionId: string,
+  watchers: number,
+  rate: number,
+  seconds: number,
+  maxBatch = 0,
+): Promise<WatchRun> {
   // The appender on a connection of its own, the watchers spread over ten more (browser tabs would
   // each have their own): answers to appends do not queue behind the watchers' stream data.
   const client = sessionClient(url, { "grpc.use_local_subchannel_pool": 1 });
@@ -339,7 +355,15 @@ export async function watchers(options: Options): Promise<void> {
     const empty = await emptyRpcReference(server.url, 1, 2000);
     ({ p50_ms: emptyP50, p99_ms: emptyP99 } = percentiles(empty.latenciesMs));
     berth = await measureWatchers(server.url, server.cpuMs, "watched", options.watchers, options.eventsPerSecond, options.watchSeconds);
-    batched = await measureWatchers(server.url, server.cpuMs, "watched-batched", options.watchers, options.eventsPerSecond, options.watchSeconds, WATCH_MAX_BATCH);
+    batched = await measureWatchers(
+      server.url,
+      server.cpuMs,
+      "watched-batched",
+      options.watchers,
+      options.eventsPerSecond,
+      options.watchSeconds,
+      WATCH_MAX_BATCH,
+    );
     low = await measureWatchers(server.url, server.cpuMs, "watched-low", options.watchers, options.lowEventsPerSecond, options.watchSeconds);
   } finally {
     await server.stop();

@@ -45,8 +45,17 @@ const lazyBuiltins = {
 };
 
 const COMMON = [
-  "cli/dist/args.js", "cli/dist/command.js", "cli/dist/help.js", "cli/dist/common-help.js", "cli/dist/client/need-flags.js", "cli/dist/client/endpoint-flags.js",
-  "client/dist/endpoint.js", "client/dist/lock-path.js", "client/dist/owner.js", "shared/dist/units.js", "shared/dist/closest.js",
+  "cli/dist/args.js",
+  "cli/dist/command.js",
+  "cli/dist/help.js",
+  "cli/dist/common-help.js",
+  "cli/dist/client/need-flags.js",
+  "cli/dist/client/endpoint-flags.js",
+  "client/dist/endpoint.js",
+  "client/dist/lock-path.js",
+  "client/dist/owner.js",
+  "shared/dist/units.js",
+  "shared/dist/closest.js",
 ].map((name) => name.split("/").join(sep));
 
 const bundle = await rolldown({
@@ -77,4 +86,5 @@ await bundle.close();
 
 // A Connect release that imports them otherwise would silently bring the cost back: say so.
 const missed = LAZY_BUILTINS.filter((name) => !madeLazy.has(name));
-if (missed.length > 0) throw new Error(`bundle: no 'import * as … from "${missed.join('" / "')}"' found in @connectrpc/connect-node to load lazily; see scripts/bundle.mjs`);
+if (missed.length > 0)
+  throw new Error(`bundle: no 'import * as … from "${missed.join('" / "')}"' found in @connectrpc/connect-node to load lazily; see scripts/bundle.mjs`);

@@ -47,13 +47,23 @@ describe("the berth bin", () => {
         } catch {
           // the refused call's exit code
         }
-        return readFileSync(list, "utf8").split("\n").filter((m) => m.startsWith("NativeModule ")).map((m) => m.slice("NativeModule ".length));
+        return readFileSync(list, "utf8")
+          .split("\n")
+          .filter((m) => m.startsWith("NativeModule "))
+          .map((m) => m.slice("NativeModule ".length));
       };
       expect(loaded("--help").filter((m) => /^(net|http|http2|https|tls|zlib|internal\/deps\/undici)/.test(m))).toEqual([]);
-      for (const command of [["sessions", "list"], ["lock", "inspect", "x"], ["budget", "state"]]) {
+      for (const command of [
+        ["sessions", "list"],
+        ["lock", "inspect", "x"],
+        ["budget", "state"],
+      ]) {
         const modules = loaded(...command);
         expect(modules, command.join(" ")).toContain("http");
-        expect(modules.filter((m) => /^(http2|https|tls|crypto|internal\/deps\/undici)/.test(m)), command.join(" ")).toEqual([]);
+        expect(
+          modules.filter((m) => /^(http2|https|tls|crypto|internal\/deps\/undici)/.test(m)),
+          command.join(" "),
+        ).toEqual([]);
       }
     } finally {
       rmSync(dir, { recursive: true, force: true });

@@ -10,14 +10,20 @@ export const DEFAULT_BUDGET_URL = DEFAULT_URLS.budget;
 
 /** `--sessions-url`, `--token-file`, `--help`. */
 export const SESSIONS_ENDPOINT_FLAGS: readonly HelpRow[] = [
-  ["--sessions-url URL", `the sessions service: http://HOST:PORT or unix:/path/to/socket (else BERTH_SESSIONS_URL, BERTH_SESSIONS_SOCKET, BERTH_HOST and BERTH_SESSIONS_PORT; default ${DEFAULT_SESSIONS_URL})`],
+  [
+    "--sessions-url URL",
+    `the sessions service: http://HOST:PORT or unix:/path/to/socket (else BERTH_SESSIONS_URL, BERTH_SESSIONS_SOCKET, BERTH_HOST and BERTH_SESSIONS_PORT; default ${DEFAULT_SESSIONS_URL})`,
+  ],
   ["--token-file FILE", "file holding the bearer token (else BERTH_TOKEN_FILE, then BERTH_TOKEN)"],
   ["--help, -h", "this help"],
 ];
 
 /** `--budget-url`, `--token-file`, `--help`. */
 export const BUDGET_ENDPOINT_FLAGS: readonly HelpRow[] = [
-  ["--budget-url URL", `the budget service: http://HOST:PORT or unix:/path/to/socket (else BERTH_BUDGET_URL, BERTH_BUDGET_SOCKET, BERTH_HOST and BERTH_BUDGET_PORT; default ${DEFAULT_BUDGET_URL})`],
+  [
+    "--budget-url URL",
+    `the budget service: http://HOST:PORT or unix:/path/to/socket (else BERTH_BUDGET_URL, BERTH_BUDGET_SOCKET, BERTH_HOST and BERTH_BUDGET_PORT; default ${DEFAULT_BUDGET_URL})`,
+  ],
   ["--token-file FILE", "file holding the bearer token (else BERTH_TOKEN_FILE, then BERTH_TOKEN)"],
   ["--help, -h", "this help"],
 ];

@@ -64,7 +64,13 @@ describe("the command's Headers", () => {
   });
 
   it("refuses what Node's refuses: a name that is not a token, a value with a line break", () => {
-    for (const [n, v] of [["bad name", "x"], ["", "x"], ["x", "a\nb"], ["x", "a\rb"], ["x", "a\0b"]] as const) {
+    for (const [n, v] of [
+      ["bad name", "x"],
+      ["", "x"],
+      ["x", "a\nb"],
+      ["x", "a\rb"],
+      ["x", "a\0b"],
+    ] as const) {
       expect(() => new globalThis.Headers().append(n, v)).toThrow(TypeError);
       expect(() => new LightHeaders().append(n, v)).toThrow(TypeError);
       expect(() => new LightHeaders().set(n, v)).toThrow(TypeError);

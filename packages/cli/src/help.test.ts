@@ -14,8 +14,16 @@ describe("wrap", () => {
 
 describe("rows", () => {
   it("aligns the second column; a first column too wide puts its text on the next line", () => {
-    expect(rows([["--json", "JSON lines"], ["--from-seq N", "start at N"]])).toBe("  --json        JSON lines\n  --from-seq N  start at N");
-    const wide = rows([["-a", "x"], ["--a-very-long-flag-name VALUE", "text"]]);
+    expect(
+      rows([
+        ["--json", "JSON lines"],
+        ["--from-seq N", "start at N"],
+      ]),
+    ).toBe("  --json        JSON lines\n  --from-seq N  start at N");
+    const wide = rows([
+      ["-a", "x"],
+      ["--a-very-long-flag-name VALUE", "text"],
+    ]);
     expect(wide).toBe("  -a  x\n  --a-very-long-flag-name VALUE\n      text");
   });
 });

@@ -74,10 +74,21 @@ function byCode(items: readonly HelpRow[]): HelpRow[] {
 export function renderHelp(spec: HelpSpec): string {
   const [first, ...more] = spec.usage;
   const sections = [[`usage: ${first ?? ""}`, ...more.map((line) => `       ${line}`)].join("\n")];
-  sections.push(spec.about.split("\n\n").map((p) => wrap(p.replace(/\n/g, " "))).join("\n\n"));
+  sections.push(
+    spec.about
+      .split("\n\n")
+      .map((p) => wrap(p.replace(/\n/g, " ")))
+      .join("\n\n"),
+  );
   if (spec.commands !== undefined && spec.commands.length > 0) sections.push(`Commands:\n${rows(spec.commands)}`);
   if (spec.flags !== undefined && spec.flags.length > 0) sections.push(`Flags:\n${rows(spec.flags)}`);
-  if (spec.notes !== undefined) sections.push(spec.notes.split("\n\n").map((p) => wrap(p.replace(/\n/g, " "))).join("\n\n"));
+  if (spec.notes !== undefined)
+    sections.push(
+      spec.notes
+        .split("\n\n")
+        .map((p) => wrap(p.replace(/\n/g, " ")))
+        .join("\n\n"),
+    );
   sections.push(`Exit codes:\n${rows(byCode(spec.exitCodes))}`);
   sections.push(`Examples:\n${spec.examples.map((line) => `  ${line}`).join("\n")}`);
   if (spec.footer !== undefined) sections.push(wrap(spec.footer));

@@ -8,7 +8,11 @@ describe("lazyBuiltin", () => {
     expect(lazy.platform()).toBe(os.platform());
     expect(lazy.constants.signals.SIGTERM).toBe(os.constants.signals.SIGTERM);
     expect("hostname" in lazy).toBe(true);
-    expect(Object.keys(lazy).sort()).toEqual(Object.keys(os).filter((k) => k !== "default").sort());
+    expect(Object.keys(lazy).sort()).toEqual(
+      Object.keys(os)
+        .filter((k) => k !== "default")
+        .sort(),
+    );
   });
 
   it("loads the module only when a member is first read", () => {

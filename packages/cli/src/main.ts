@@ -15,13 +15,29 @@ async function helpFor(topic: readonly string[]): Promise<{ text: string } | { e
   const [name, sub, ...extra] = topic;
   if (name === undefined) return { text: overview() };
   const entry = findCommand(name);
-  if (entry === undefined) return { error: unknownCommand(name, COMMANDS.map((c) => c.name)), where: "berth" };
+  if (entry === undefined)
+    return {
+      error: unknownCommand(
+        name,
+        COMMANDS.map((c) => c.name),
+      ),
+      where: "berth",
+    };
   const command = await entry.load();
   if (sub === undefined) return { text: command.help };
   const subcommand = command.subcommands?.find((s) => s.name === sub);
   if (subcommand === undefined || extra.length > 0) {
     const names = command.subcommands?.map((s) => s.name) ?? [];
-    return { error: subcommand === undefined ? unknownCommand(`${name} ${sub}`, names.map((n) => `${name} ${n}`)) : `unexpected '${extra[0]}'`, where: `berth ${name}` };
+    return {
+      error:
+        subcommand === undefined
+          ? unknownCommand(
+              `${name} ${sub}`,
+              names.map((n) => `${name} ${n}`),
+            )
+          : `unexpected '${extra[0]}'`,
+      where: `berth ${name}`,
+    };
   }
   return { text: subcommand.help };
 }
@@ -55,7 +71,10 @@ function checkSubcommand(command: Command, argv: readonly string[]): number | un
       ? "which one?"
       : sub.startsWith("-")
         ? `give the command before the flags ('${sub}')`
-        : unknownCommand(sub, subcommands.map((s) => s.name));
+        : unknownCommand(
+            sub,
+            subcommands.map((s) => s.name),
+          );
   process.stderr.write(`${where}: ${problem}\n${list}\nRun '${where} --help' for usage and examples.\n`);
   return EXIT.usage;
 }
@@ -85,7 +104,14 @@ async function main(argv: string[]): Promise<number | "serving"> {
   }
   if (name.startsWith("-")) return usageError("berth", `unknown flag '${name}' (flags go after the command: berth <command> [flags])`);
   const entry = findCommand(name);
-  if (entry === undefined) return usageError("berth", unknownCommand(name, COMMANDS.map((c) => c.name)));
+  if (entry === undefined)
+    return usageError(
+      "berth",
+      unknownCommand(
+        name,
+        COMMANDS.map((c) => c.name),
+      ),
+    );
   const command = await entry.load();
   if (!command.handlesHelp && wantsHelp(rest)) {
     const sub = command.subcommands?.find((s) => s.name === rest[0]);

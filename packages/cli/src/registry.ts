@@ -16,11 +16,31 @@ export interface CommandEntry {
 
 /** The commands, in the order `berth --help` lists them. */
 export const COMMANDS: readonly CommandEntry[] = [
-  { name: "up", summary: "run the sessions and budget services in the foreground (Ctrl-C stops both)", load: async () => (await import("./commands/up.js")).upCommand },
-  { name: "sessions", summary: "append to, read and watch session journals (append, get, list, watch, journal)", load: async () => (await import("./commands/sessions.js")).sessionsCommand },
-  { name: "lock", summary: "run a command while holding a source lock (like flock), inspect a lock, or show the limits (hold, inspect, limits)", load: async () => (await import("./commands/lock.js")).lockCommand },
-  { name: "admit", summary: "wait for room in the load budget, run a command, release when it exits", load: async () => (await import("./commands/admit.js")).admitCommand },
-  { name: "budget", summary: "look at the load budget: check a need, the state, the machine (check, state, machine, watch, build-done)", load: async () => (await import("./commands/budget.js")).budgetCommand },
+  {
+    name: "up",
+    summary: "run the sessions and budget services in the foreground (Ctrl-C stops both)",
+    load: async () => (await import("./commands/up.js")).upCommand,
+  },
+  {
+    name: "sessions",
+    summary: "append to, read and watch session journals (append, get, list, watch, journal)",
+    load: async () => (await import("./commands/sessions.js")).sessionsCommand,
+  },
+  {
+    name: "lock",
+    summary: "run a command while holding a source lock (like flock), inspect a lock, or show the limits (hold, inspect, limits)",
+    load: async () => (await import("./commands/lock.js")).lockCommand,
+  },
+  {
+    name: "admit",
+    summary: "wait for room in the load budget, run a command, release when it exits",
+    load: async () => (await import("./commands/admit.js")).admitCommand,
+  },
+  {
+    name: "budget",
+    summary: "look at the load budget: check a need, the state, the machine (check, state, machine, watch, build-done)",
+    load: async () => (await import("./commands/budget.js")).budgetCommand,
+  },
 ];
 
 /** The command named `name`, if any. */
@@ -62,7 +82,7 @@ export function overview(): string {
       "BERTH_SESSIONS_URL/BERTH_BUDGET_URL (http://HOST:PORT or unix:/path/to/socket), else the services' own " +
       "BERTH_SESSIONS_SOCKET/BERTH_BUDGET_SOCKET, else BERTH_HOST with BERTH_SESSIONS_PORT/BERTH_BUDGET_PORT, else " +
       "http://127.0.0.1:7301 and :7302; the bearer token from --token-file, else BERTH_TOKEN_FILE, else BERTH_TOKEN " +
-      "(the README's \"Finding the services\"). NO_COLOR turns colours off.",
+      '(the README\'s "Finding the services"). NO_COLOR turns colours off.',
     exitCodes: COMMON_EXIT_ROWS,
     examples: [
       "berth up                                          # both services, state in ./.berth",

@@ -26,7 +26,12 @@ function admittingService() {
             yield { kind: { case: "admitted", value: { reservation: { id: "r-1", owner: request.kind.value.owner }, waited: { nanos: 5_000_000 } } } };
             break;
           case "started":
-            yield { kind: { case: "updated", value: { reservation: { id: "r-1" }, running: { id: "run-1", name: request.kind.value.name, pid: request.kind.value.pid } } } };
+            yield {
+              kind: {
+                case: "updated",
+                value: { reservation: { id: "r-1" }, running: { id: "run-1", name: request.kind.value.name, pid: request.kind.value.pid } },
+              },
+            };
             break;
           case "buildDone":
             yield { kind: { case: "updated", value: { reservation: { id: "r-1", owner: "after build" } } } };
@@ -126,7 +131,14 @@ describe("admit", () => {
 describe("state", () => {
   it("with all, fetches the rest of each list and empties the tokens", async () => {
     const budget = client({
-      getState: () => ({ queue: [{ owner: "q1" }], queueNextPageToken: "q", reservations: [{ id: "r1" }], reservationsNextPageToken: "", running: [], runningNextPageToken: "n" }),
+      getState: () => ({
+        queue: [{ owner: "q1" }],
+        queueNextPageToken: "q",
+        reservations: [{ id: "r1" }],
+        reservationsNextPageToken: "",
+        running: [],
+        runningNextPageToken: "n",
+      }),
       listQueue: (request) => (request.pageToken === "q" ? { queue: [{ owner: "q2" }], nextPageToken: "q2" } : { queue: [{ owner: "q3" }], nextPageToken: "" }),
       listRunning: () => ({ running: [{ id: "run" }], nextPageToken: "" }),
     });

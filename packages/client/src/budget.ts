@@ -169,7 +169,8 @@ export class Admission {
   }
 
   private exchange(request: AdmitRequestInit): Promise<ReservationUpdated> {
-    if (this.#controller.signal.aborted) return Promise.reject(this.#lost ?? BerthClientError.from(new ConnectError("the admission was released", Code.FailedPrecondition)));
+    if (this.#controller.signal.aborted)
+      return Promise.reject(this.#lost ?? BerthClientError.from(new ConnectError("the admission was released", Code.FailedPrecondition)));
     return new Promise((resolve, reject) => {
       this.#pending.push({ resolve, reject });
       this.requests.push(request);
@@ -282,7 +283,12 @@ export class BudgetClient {
     requests.push({
       kind: {
         case: "start",
-        value: { need: needOf(need), owner: options.owner ?? defaultOwner(), maxWait: durationOfMs(options.maxWaitMs), skipLoadGate: options.skipLoadGate ?? false },
+        value: {
+          need: needOf(need),
+          owner: options.owner ?? defaultOwner(),
+          maxWait: durationOfMs(options.maxWaitMs),
+          skipLoadGate: options.skipLoadGate ?? false,
+        },
       },
     });
     const responses = this.#streams().admit(requests, { signal: call.controller.signal })[Symbol.asyncIterator]();

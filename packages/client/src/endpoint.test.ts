@@ -62,11 +62,35 @@ const ROWS: Row[] = [
     expected: "http://192.168.1.9:8301",
     source: "BERTH_HOST and BERTH_SESSIONS_PORT",
   },
-  { name: "BERTH_BUDGET_PORT alone: loopback", service: "budget", env: { BERTH_BUDGET_PORT: "8302" }, expected: "http://127.0.0.1:8302", source: "BERTH_BUDGET_PORT" },
-  { name: "BERTH_HOST alone: the default port", service: "budget", env: { BERTH_HOST: "berth.local" }, expected: "http://berth.local:7302", source: "BERTH_HOST" },
-  { name: "0.0.0.0 is reached on loopback", service: "sessions", env: { BERTH_HOST: "0.0.0.0", BERTH_SESSIONS_PORT: "7" }, expected: "http://127.0.0.1:7", source: "BERTH_HOST and BERTH_SESSIONS_PORT" },
+  {
+    name: "BERTH_BUDGET_PORT alone: loopback",
+    service: "budget",
+    env: { BERTH_BUDGET_PORT: "8302" },
+    expected: "http://127.0.0.1:8302",
+    source: "BERTH_BUDGET_PORT",
+  },
+  {
+    name: "BERTH_HOST alone: the default port",
+    service: "budget",
+    env: { BERTH_HOST: "berth.local" },
+    expected: "http://berth.local:7302",
+    source: "BERTH_HOST",
+  },
+  {
+    name: "0.0.0.0 is reached on loopback",
+    service: "sessions",
+    env: { BERTH_HOST: "0.0.0.0", BERTH_SESSIONS_PORT: "7" },
+    expected: "http://127.0.0.1:7",
+    source: "BERTH_HOST and BERTH_SESSIONS_PORT",
+  },
   { name: ":: is reached on loopback", service: "sessions", env: { BERTH_HOST: "::" }, expected: "http://127.0.0.1:7301", source: "BERTH_HOST" },
-  { name: "an IPv6 host is bracketed", service: "sessions", env: { BERTH_HOST: "::1", BERTH_SESSIONS_PORT: "7" }, expected: "http://[::1]:7", source: "BERTH_HOST and BERTH_SESSIONS_PORT" },
+  {
+    name: "an IPv6 host is bracketed",
+    service: "sessions",
+    env: { BERTH_HOST: "::1", BERTH_SESSIONS_PORT: "7" },
+    expected: "http://[::1]:7",
+    source: "BERTH_HOST and BERTH_SESSIONS_PORT",
+  },
   {
     name: "empty variables count as unset",
     service: "sessions",
@@ -133,7 +157,9 @@ describe("resolveEndpoint: the token, row by row of the table", () => {
   });
 
   it("refuses a token file that cannot be read, or is empty", () => {
-    expect(() => resolveEndpoint("sessions", { tokenFile: path.join(dir, "missing"), env: {} })).toThrow(new EndpointError(`cannot read the token file ${path.join(dir, "missing")}: ENOENT`));
+    expect(() => resolveEndpoint("sessions", { tokenFile: path.join(dir, "missing"), env: {} })).toThrow(
+      new EndpointError(`cannot read the token file ${path.join(dir, "missing")}: ENOENT`),
+    );
     const empty = tokenFile("empty", " \n");
     expect(() => resolveEndpoint("sessions", { env: { BERTH_TOKEN_FILE: empty } })).toThrow(new EndpointError(`the token file ${empty} is empty`));
   });

@@ -98,7 +98,8 @@ function resolveUrl(service: ServiceName, explicit: string | undefined, env: Env
   const host = nonEmpty(env.BERTH_HOST);
   if (port !== undefined || host !== undefined) {
     // A service listening on every address is reached on loopback.
-    const reachable = host === undefined || host === "0.0.0.0" || host === "::" ? "127.0.0.1" : host.includes(":") && !host.startsWith("[") ? `[${host}]` : host;
+    const reachable =
+      host === undefined || host === "0.0.0.0" || host === "::" ? "127.0.0.1" : host.includes(":") && !host.startsWith("[") ? `[${host}]` : host;
     const source = [host === undefined ? undefined : "BERTH_HOST", port === undefined ? undefined : names.port].filter((s) => s !== undefined).join(" and ");
     return [`http://${reachable}:${port ?? new URL(DEFAULT_URLS[service]).port}`, source];
   }

@@ -32,7 +32,10 @@ describe("journal events", () => {
       error = caught;
     }
     expect(error).toBeInstanceOf(InvalidEventError);
-    expect(error).toMatchObject({ field: "events[1].generate.extra.count", message: expect.stringMatching(/^events\[1\]\.generate\.extra\.count: collides with the typed field count/) });
+    expect(error).toMatchObject({
+      field: "events[1].generate.extra.count",
+      message: expect.stringMatching(/^events\[1\]\.generate\.extra\.count: collides with the typed field count/),
+    });
   });
 
   it("appendableEvent: a typed key must hold its type (refused naming the field and the key), other keys go to extra", () => {
@@ -40,7 +43,10 @@ describe("journal events", () => {
       case: "generate",
       value: { pageUrl: "/p", count: 3, extra: { prompt: "bolder" } },
     });
-    expect(appendableEvent({ type: "resume", anything: "goes" }).kind).toMatchObject({ case: "other", value: { type: "resume", fields: { anything: "goes" } } });
+    expect(appendableEvent({ type: "resume", anything: "goes" }).kind).toMatchObject({
+      case: "other",
+      value: { type: "resume", fields: { anything: "goes" } },
+    });
     for (const [event, field, rule] of [
       [{ type: "generate", count: "abc" }, "event.generate.count", 'the event\'s "count" must be a whole number from 0 to 4294967295, got "abc"'],
       [{ type: "generate", count: -1 }, "event.generate.count", 'the event\'s "count" must be a whole number from 0 to 4294967295, got -1'],
@@ -58,7 +64,10 @@ describe("journal events", () => {
 const TABLE: { name: string; event: Event; journal: Record<string, unknown> }[] = [
   {
     name: "generate",
-    event: typed({ case: "generate", value: { pageUrl: "http://localhost:3000/", count: 3, screenshotPath: "/tmp/shot.png", token: "tok-1", extra: { prompt: "bolder" } } }),
+    event: typed({
+      case: "generate",
+      value: { pageUrl: "http://localhost:3000/", count: 3, screenshotPath: "/tmp/shot.png", token: "tok-1", extra: { prompt: "bolder" } },
+    }),
     journal: { type: "generate", pageUrl: "http://localhost:3000/", count: 3, screenshotPath: "/tmp/shot.png", token: "tok-1", prompt: "bolder" },
   },
   {
@@ -80,9 +89,26 @@ const TABLE: { name: string; event: Event; journal: Record<string, unknown> }[] 
     name: "variants_ready",
     event: typed({
       case: "variantsReady",
-      value: { carbonize: true, at: 1_760_000_000_001, sourceFile: "src/App.tsx", file: "src/old.tsx", previewFile: "p.html", previewMode: "iframe", arrivedVariants: 3 },
+      value: {
+        carbonize: true,
+        at: 1_760_000_000_001,
+        sourceFile: "src/App.tsx",
+        file: "src/old.tsx",
+        previewFile: "p.html",
+        previewMode: "iframe",
+        arrivedVariants: 3,
+      },
     }),
-    journal: { type: "variants_ready", carbonize: true, at: 1_760_000_000_001, sourceFile: "src/App.tsx", file: "src/old.tsx", previewFile: "p.html", previewMode: "iframe", arrivedVariants: 3 },
+    journal: {
+      type: "variants_ready",
+      carbonize: true,
+      at: 1_760_000_000_001,
+      sourceFile: "src/App.tsx",
+      file: "src/old.tsx",
+      previewFile: "p.html",
+      previewMode: "iframe",
+      arrivedVariants: 3,
+    },
   },
   {
     name: "agent_done",
@@ -319,7 +345,10 @@ describe("journalToEvent: values the typed fields cannot hold stay in extra", ()
 
   it("unknown types become other, with every key but id in fields", () => {
     const decoded = journalToEvent({ type: "resume", id: "s", at: 1 });
-    expect(decoded.kind).toStrictEqual({ case: "other", value: create(EventSchema.oneofs[0]!.fields.at(-1)!.message!, { type: "resume", fields: { at: 1 } } as never) });
+    expect(decoded.kind).toStrictEqual({
+      case: "other",
+      value: create(EventSchema.oneofs[0]!.fields.at(-1)!.message!, { type: "resume", fields: { at: 1 } } as never),
+    });
     expect(journalToEvent({ type: "toString" }).kind.case).toBe("other");
     expect(journalToEvent({ type: "__proto__" }).kind.case).toBe("other");
   });
@@ -353,7 +382,11 @@ describe("eventToJournal refuses invalid events, naming the field", () => {
     ["an infinite double", typed({ case: "agentPhase", value: { durationMs: Infinity } }), "event.agent_phase.duration_ms"],
     ["a NaN deep in extra", typed({ case: "steer", value: { extra: { meta: { xs: [1, Number.NaN] } } } }), "event.steer.extra.meta.xs[1]"],
     ["a NaN in a Struct field", typed({ case: "accept", value: { paramValues: { hue: Infinity } } }), "event.accept.param_values.hue"],
-    ["a NaN in a Value", typed({ case: "variantPlan", value: { plan: { $typeName: "google.protobuf.Value", kind: { case: "numberValue", value: Number.NaN } } } }), "event.variant_plan.plan"],
+    [
+      "a NaN in a Value",
+      typed({ case: "variantPlan", value: { plan: { $typeName: "google.protobuf.Value", kind: { case: "numberValue", value: Number.NaN } } } }),
+      "event.variant_plan.plan",
+    ],
     ["a Value without a kind", typed({ case: "variantPlan", value: { plan: create(ValueSchema) } }), "event.variant_plan.plan", /null_value/],
     [
       "a Value without a kind inside a list",
@@ -395,8 +428,26 @@ describe("eventToJournal refuses invalid events, naming the field", () => {
 describe("cost", () => {
   it("eventToJournal and journalToEvent take a few µs per event", () => {
     const journals = [
-      { type: "generate", pageUrl: "http://localhost:3000/pricing", count: 3, screenshotPath: "/tmp/shot.png", token: "tok-1", prompt: "make the hero bolder", selector: "main > h1" },
-      { type: "checkpoint", revisionDomain: "browser", reason: "user", owner: "tab-a", revision: 7, phase: "variants_ready", arrivedVariants: 3, visibleVariant: 2, paramValues: { hue: 4, density: "airy" } },
+      {
+        type: "generate",
+        pageUrl: "http://localhost:3000/pricing",
+        count: 3,
+        screenshotPath: "/tmp/shot.png",
+        token: "tok-1",
+        prompt: "make the hero bolder",
+        selector: "main > h1",
+      },
+      {
+        type: "checkpoint",
+        revisionDomain: "browser",
+        reason: "user",
+        owner: "tab-a",
+        revision: 7,
+        phase: "variants_ready",
+        arrivedVariants: 3,
+        visibleVariant: 2,
+        paramValues: { hue: 4, density: "airy" },
+      },
       { type: "variant_mounted", variant: 2 },
       { type: "agent_phase", phase: "writing", at: 1_760_000_000_000, durationMs: 1234.5 },
     ];

@@ -183,7 +183,10 @@ export function eventToJournal(event: Event, field = "event"): Record<string, un
   if (extra !== undefined) {
     for (const key of Object.keys(extra)) {
       if (key === "id" || key === "type") {
-        throw new InvalidEventError(`${field}.${type.type}.extra.${key}`, `is not allowed in extra (the ${key === "id" ? "session id is the request's session_id" : "type is the set event field"})`);
+        throw new InvalidEventError(
+          `${field}.${type.type}.extra.${key}`,
+          `is not allowed in extra (the ${key === "id" ? "session id is the request's session_id" : "type is the set event field"})`,
+        );
       }
       if (Object.hasOwn(out, key)) {
         const typed = type.byJsonKey.get(key);
@@ -249,7 +252,10 @@ function otherToJournal(other: { type: string; fields?: JsonObject | undefined }
   if (fields !== undefined) {
     for (const key of Object.keys(fields)) {
       if (key === "id" || key === "type") {
-        throw new InvalidEventError(`${path}.fields.${key}`, `is not allowed (the ${key === "id" ? "session id is the request's session_id" : "type is other.type"})`);
+        throw new InvalidEventError(
+          `${path}.fields.${key}`,
+          `is not allowed (the ${key === "id" ? "session id is the request's session_id" : "type is other.type"})`,
+        );
       }
       const value = fields[key];
       checkJson(value, () => `${path}.fields.${key}`);
@@ -306,7 +312,11 @@ export function fromProtoValue(value: Value, path: () => string): JsonValue {
       const out: JsonObject = {};
       const fields = kind.value.fields;
       for (const key of Object.keys(fields)) {
-        setOwn(out, key, fromProtoValue(fields[key] as Value, () => `${path()}.${key}`));
+        setOwn(
+          out,
+          key,
+          fromProtoValue(fields[key] as Value, () => `${path()}.${key}`),
+        );
       }
       return out;
     }
@@ -379,7 +389,10 @@ export function appendableEvent(json: Record<string, unknown>, field = "event"):
       const typed = type.byJsonKey.get(key);
       const value = json[key];
       if (typed === undefined || value === undefined || decodeField(typed.kind, value) !== DOES_NOT_FIT) continue;
-      throw new InvalidEventError(`${field}.${type.type}.${typed.protoName}`, `the event's "${key}" must be ${KIND_RULES[typed.kind]}, got ${describeJson(value)}`);
+      throw new InvalidEventError(
+        `${field}.${type.type}.${typed.protoName}`,
+        `the event's "${key}" must be ${KIND_RULES[typed.kind]}, got ${describeJson(value)}`,
+      );
     }
   }
   return journalToEvent(json);
@@ -427,9 +440,7 @@ function decodeField(kind: FieldKind, value: unknown): unknown {
       return typeof value === "number" && Number.isFinite(value) ? value : DOES_NOT_FIT;
     case "uint32":
       // -0 is an integer to JavaScript but would come back from the wire as 0.
-      return typeof value === "number" && Number.isInteger(value) && value >= 0 && value <= 0xffffffff && !Object.is(value, -0)
-        ? value
-        : DOES_NOT_FIT;
+      return typeof value === "number" && Number.isInteger(value) && value >= 0 && value <= 0xffffffff && !Object.is(value, -0) ? value : DOES_NOT_FIT;
     case "int64":
       return typeof value === "number" && Number.isSafeInteger(value) && !Object.is(value, -0) ? BigInt(value) : DOES_NOT_FIT;
     case "value":

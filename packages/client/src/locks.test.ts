@@ -38,7 +38,12 @@ describe("lock", () => {
     const waiting: string[] = [];
     let signal: AbortSignal | undefined;
     {
-      await using lease = await locks.lock("src/app.css", { cwd: "/proj", owner: "me", maxWaitMs: 1500, onWaiting: (w) => waiting.push(`${w.position} ${w.holder?.owner}`) });
+      await using lease = await locks.lock("src/app.css", {
+        cwd: "/proj",
+        owner: "me",
+        maxWaitMs: 1500,
+        onWaiting: (w) => waiting.push(`${w.position} ${w.holder?.owner}`),
+      });
       expect(lease.fencingToken).toBe(7n);
       expect(lease.file).toBe("/proj/src/app.css");
       signal = lease.signal;
@@ -67,7 +72,9 @@ describe("lock", () => {
     const locks = client({
       async *hold(request) {
         yield { kind: { case: "acquired", value: { leaseToken: "lt", fencingToken: 1n, file: request.file } } };
-        throw new ConnectError("the lock service is shutting down", Code.Unavailable, undefined, [{ desc: ErrorInfoSchema, value: { reason: "SHUTTING_DOWN" } }]);
+        throw new ConnectError("the lock service is shutting down", Code.Unavailable, undefined, [
+          { desc: ErrorInfoSchema, value: { reason: "SHUTTING_DOWN" } },
+        ]);
       },
     });
     const lease = await locks.lock("/x");

@@ -126,7 +126,10 @@ export class HeldLock implements AsyncDisposable {
     if (this.callerSignal?.aborted) return this.end(this.callerSignal.reason);
     // The service ends a hold OK only when its lease is released through Release: here that was
     // not this lock's release(), but a Release with its lease token from elsewhere.
-    const releasedElsewhere = new ConnectError(`the lock on ${this.lease.file} was released through Release with its lease token, not by this lock's release()`, Code.FailedPrecondition);
+    const releasedElsewhere = new ConnectError(
+      `the lock on ${this.lease.file} was released through Release with its lease token, not by this lock's release()`,
+      Code.FailedPrecondition,
+    );
     this.#lost = BerthClientError.from(error ?? releasedElsewhere, LOCK_ERROR_DETAILS);
     this.end(this.#lost);
   }

@@ -43,7 +43,11 @@ describe("append", () => {
         return { seq: 1n };
       },
     });
-    await sessions.append("s", { type: "generate", pageUrl: "/p", count: 3, prompt: "bolder" }, { expectedSeq: 0, idempotencyKey: "k", fence: { file: "a.css", fencingToken: 7 }, cwd: "/proj" });
+    await sessions.append(
+      "s",
+      { type: "generate", pageUrl: "/p", count: 3, prompt: "bolder" },
+      { expectedSeq: 0, idempotencyKey: "k", fence: { file: "a.css", fencingToken: 7 }, cwd: "/proj" },
+    );
     await sessions.append("s", { kind: { case: "steer", value: {} } }, { expectedSeq: 4n });
     await sessions.append("s", { type: "resume" }, { expectedState: ExpectedState.EXISTS });
     expect(seen[0]!.event?.kind).toMatchObject({ case: "generate", value: { pageUrl: "/p", count: 3, extra: { prompt: "bolder" } } });
@@ -67,7 +71,9 @@ describe("append", () => {
       field: "event.generate.count",
       message: 'event.generate.count: the event\'s "count" must be a whole number from 0 to 4294967295, got "abc"',
     });
-    await expect(sessions.appendMany("s", [{ type: "steer" }, { type: "generate", pageUrl: 5 }])).rejects.toMatchObject({ field: "events[1].generate.page_url" });
+    await expect(sessions.appendMany("s", [{ type: "steer" }, { type: "generate", pageUrl: 5 }])).rejects.toMatchObject({
+      field: "events[1].generate.page_url",
+    });
     expect(calls).toBe(0);
   });
 

@@ -124,7 +124,10 @@ export class SessionsClient {
   async *list(options: CallOptions & { readonly includeCompleted?: boolean; readonly pageSize?: number } = {}): AsyncGenerator<Snapshot> {
     let pageToken = "";
     do {
-      const page = await this.rpc.listSessions({ includeCompleted: options.includeCompleted ?? false, pageSize: options.pageSize ?? 0, pageToken }, callOptions(options));
+      const page = await this.rpc.listSessions(
+        { includeCompleted: options.includeCompleted ?? false, pageSize: options.pageSize ?? 0, pageToken },
+        callOptions(options),
+      );
       yield* page.sessions;
       pageToken = page.nextPageToken;
     } while (pageToken !== "");
@@ -214,7 +217,8 @@ function appendConditions(options: AppendOptions) {
         : options.expectedState !== undefined
           ? { case: "expectedState" as const, value: options.expectedState }
           : { case: undefined };
-  const fence = options.fence === undefined ? undefined : { file: absoluteLockPath(options.fence.file, options.cwd), fencingToken: BigInt(options.fence.fencingToken) };
+  const fence =
+    options.fence === undefined ? undefined : { file: absoluteLockPath(options.fence.file, options.cwd), fencingToken: BigInt(options.fence.fencingToken) };
   return { expected, idempotencyKey: options.idempotencyKey ?? "", ...(fence === undefined ? {} : { fence }) };
 }
 

@@ -100,8 +100,7 @@ describe("transactions", () => {
   it("compare mod and create revisions, versions and values", async () => {
     const c = isolated();
     const head = await c.put("head", "7");
-    const append = (expected: bigint) =>
-      c.txn({ compare: [compare.mod("head", "==", expected)], success: [op.put("head", "8"), op.put("entry/8", "e")] });
+    const append = (expected: bigint) => c.txn({ compare: [compare.mod("head", "==", expected)], success: [op.put("head", "8"), op.put("entry/8", "e")] });
     expect((await append(head.revision - 1n)).succeeded).toBe(false);
     const appended = await append(head.revision);
     expect(appended.succeeded).toBe(true);

@@ -116,7 +116,10 @@ class Client implements EtcdClient {
 
   async put(key: string, value: string | Uint8Array, options: { readonly lease?: bigint } = {}): Promise<{ revision: bigint }> {
     const request = putRequest(this.keys, { key, value, ...(options.lease === undefined ? {} : { lease: options.lease }) });
-    const response = await this.call("put", "if-not-applied", (e, o) => e.kv.put(request, o), { write: true, size: () => toBinary(PutRequestSchema, request).length });
+    const response = await this.call("put", "if-not-applied", (e, o) => e.kv.put(request, o), {
+      write: true,
+      size: () => toBinary(PutRequestSchema, request).length,
+    });
     return { revision: response.header?.revision ?? 0n };
   }
 

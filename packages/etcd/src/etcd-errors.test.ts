@@ -20,7 +20,13 @@ describe("toBerthError", () => {
   });
 
   it("says whether a failed write may have been applied", () => {
-    const refused = new ConnectError("connect ECONNREFUSED", Code.Unavailable, undefined, undefined, Object.assign(new Error("connect ECONNREFUSED"), { code: "ECONNREFUSED" }));
+    const refused = new ConnectError(
+      "connect ECONNREFUSED",
+      Code.Unavailable,
+      undefined,
+      undefined,
+      Object.assign(new Error("connect ECONNREFUSED"), { code: "ECONNREFUSED" }),
+    );
     expect(toBerthError(refused, call).details).toMatchObject({ outcome: "not_applied" });
     expect(toBerthError(new ConnectError("etcdserver: no leader", Code.Unavailable), call).details).toMatchObject({ outcome: "not_applied" });
     const timedOut = toBerthError(new ConnectError("etcdserver: request timed out", Code.Unavailable), call);
@@ -37,7 +43,10 @@ describe("toBerthError", () => {
     expect(compacted).toMatchObject({ requestedRevision: 5n, compactRevision: undefined });
     const own = new BerthError("aborted", "mine");
     expect(toBerthError(own, call)).toBe(own);
-    expect(toBerthError(new ConnectError("etcdserver: permission denied", Code.PermissionDenied), call)).toMatchObject({ code: "internal", reason: EtcdReason.AUTH });
+    expect(toBerthError(new ConnectError("etcdserver: permission denied", Code.PermissionDenied), call)).toMatchObject({
+      code: "internal",
+      reason: EtcdReason.AUTH,
+    });
     expect(toBerthError(new Error("boom"), call)).toMatchObject({ code: "internal", reason: EtcdReason.ERROR });
   });
 });
@@ -87,7 +96,11 @@ describe("etcd's limits, for real", () => {
   it("the storage quota alarm is RESOURCE_EXHAUSTED saying what an operator must do", async () => {
     await client.put("before-full", "x");
     let error: unknown;
-    for (let i = 0; i < 200 && !error; i++) error = await client.put(`fill/${i}`, new Uint8Array(60 * 1024)).then(() => undefined, (e: unknown) => e);
+    for (let i = 0; i < 200 && !error; i++)
+      error = await client.put(`fill/${i}`, new Uint8Array(60 * 1024)).then(
+        () => undefined,
+        (e: unknown) => e,
+      );
     expect(error).toMatchObject({ code: "resource_exhausted", reason: EtcdReason.NO_SPACE, details: { alarm: "NOSPACE" } });
     expect((error as BerthError).message).toMatch(/--quota-backend-bytes.*etcdctl alarm disarm/);
     // Reads still work; every write is refused, even a small one.

@@ -124,7 +124,8 @@ export function toBerthError(error: unknown, call: EtcdCallContext): BerthError 
     case Code.PermissionDenied:
       return auth(where, message);
     case Code.NotFound:
-      if (message.includes("requested lease not found")) return new BerthError("aborted", `${where}: the lease is not found (expired or revoked)`, { etcd: message }, { reason: EtcdReason.LEASE_LOST });
+      if (message.includes("requested lease not found"))
+        return new BerthError("aborted", `${where}: the lease is not found (expired or revoked)`, { etcd: message }, { reason: EtcdReason.LEASE_LOST });
       return etcdError(where, connect);
     case Code.OutOfRange:
       if (message.includes("required revision has been compacted")) return new EtcdCompactedError(call.revision ?? 0n, undefined);
@@ -167,11 +168,21 @@ function noSpace(where: string): BerthError {
 }
 
 function auth(where: string, message: string): BerthError {
-  return new BerthError("internal", `${where} refused berth's credentials or their rights (${message}): check the etcd user, password and roles berth is given`, { etcd: message }, { reason: EtcdReason.AUTH });
+  return new BerthError(
+    "internal",
+    `${where} refused berth's credentials or their rights (${message}): check the etcd user, password and roles berth is given`,
+    { etcd: message },
+    { reason: EtcdReason.AUTH },
+  );
 }
 
 function etcdError(where: string, error: ConnectError): BerthError {
-  return new BerthError("internal", `${where} failed: ${error.rawMessage}`, { etcd: error.rawMessage, grpcCode: Code[error.code] }, { reason: EtcdReason.ERROR });
+  return new BerthError(
+    "internal",
+    `${where} failed: ${error.rawMessage}`,
+    { etcd: error.rawMessage, grpcCode: Code[error.code] },
+    { reason: EtcdReason.ERROR },
+  );
 }
 
 /**

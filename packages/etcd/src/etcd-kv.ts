@@ -88,10 +88,7 @@ export type TxnOp =
   | { readonly delete: KeyRange };
 
 /** The result of one operation, in the order of the branch that ran. */
-export type TxnOpResult =
-  | { readonly put: { readonly revision: bigint } }
-  | { readonly get: RangeResult }
-  | { readonly delete: { readonly deleted: number } };
+export type TxnOpResult = { readonly put: { readonly revision: bigint } } | { readonly get: RangeResult } | { readonly delete: { readonly deleted: number } };
 
 /** A transaction: `success` runs when every compare holds, else `failure`. */
 export interface TxnRequestInit {

@@ -178,12 +178,15 @@ class KeptLease implements EtcdLease {
 
   private scheduleTick(): void {
     // A third of the TTL, as etcd's own client: two keepalives may be lost before the lease is.
-    this.tickTimer = this.clock.setTimeout(() => {
-      if (this.ended) return;
-      this.unanswered.push(this.clock.monotonicNow());
-      this.keeper.send(this);
-      this.scheduleTick();
-    }, (this.ttlSeconds * 1000) / 3);
+    this.tickTimer = this.clock.setTimeout(
+      () => {
+        if (this.ended) return;
+        this.unanswered.push(this.clock.monotonicNow());
+        this.keeper.send(this);
+        this.scheduleTick();
+      },
+      (this.ttlSeconds * 1000) / 3,
+    );
   }
 
   private armDeadline(): void {

@@ -57,7 +57,12 @@ export interface WatchBatch {
 const FIRST_BACKOFF_MS = 50;
 const MAX_BACKOFF_MS = 1_000;
 
-export async function* watchChanges(connections: Connections, keys: KeySpace, clock: Clock, options: WatchOptions): AsyncGenerator<WatchBatch, void, undefined> {
+export async function* watchChanges(
+  connections: Connections,
+  keys: KeySpace,
+  clock: Clock,
+  options: WatchOptions,
+): AsyncGenerator<WatchBatch, void, undefined> {
   const signal = options.signal;
   const reconnectWithinMs = options.reconnectWithinMs ?? 30_000;
   /** The next revision to deliver; 0n until etcd says where "now" is. */
@@ -97,7 +102,11 @@ export async function* watchChanges(connections: Connections, keys: KeySpace, cl
           backoff = FIRST_BACKOFF_MS;
         }
         // Cancelled for another reason than compaction: the rights to the range, or a bad range.
-        if (response.canceled) throw new ConnectError(response.cancelReason || "etcd cancelled the watch", /permission denied/.test(response.cancelReason) ? Code.PermissionDenied : Code.Unknown);
+        if (response.canceled)
+          throw new ConnectError(
+            response.cancelReason || "etcd cancelled the watch",
+            /permission denied/.test(response.cancelReason) ? Code.PermissionDenied : Code.Unknown,
+          );
         // Answers to on-demand progress requests (another client's, on a shared stream) carry no watch id of ours.
         if (response.created || response.watchId !== watchId) continue;
         if (response.events.length > 0) {

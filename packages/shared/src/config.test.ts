@@ -60,7 +60,14 @@ const budget = defineConfig({
 describe("loadConfig precedence", () => {
   it("uses defaults when nothing is given", () => {
     const { values, sources, help } = loadConfig(budget, { argv: [], env: {} });
-    expect(values).toMatchObject({ stateDir: "./.berth", host: "127.0.0.1", port: 7302, logLevel: "info", maxMessageBytes: 4 * 1024 * 1024, keepalive: 30_000 });
+    expect(values).toMatchObject({
+      stateDir: "./.berth",
+      host: "127.0.0.1",
+      port: 7302,
+      logLevel: "info",
+      maxMessageBytes: 4 * 1024 * 1024,
+      keepalive: 30_000,
+    });
     expect(loadConfig(budget, { argv: ["--keepalive=5s"], env: {} }).values.keepalive).toBe(5000);
     expect(values.socket).toBeUndefined();
     expect(values.token).toBeUndefined();
@@ -71,7 +78,11 @@ describe("loadConfig precedence", () => {
 
   it("prefers flags over env over file over defaults, setting by setting", () => {
     const config = file("precedence.json", { port: 1000, host: "127.0.0.2", "state-dir": "/from-file", memory: "1G" });
-    const { values, sources, file: used } = loadConfig(budget, {
+    const {
+      values,
+      sources,
+      file: used,
+    } = loadConfig(budget, {
       argv: ["--port", "3000", "--config", config],
       env: { BERTH_PORT: "2000", BERTH_HOST: "127.0.0.3" },
     });

@@ -246,13 +246,14 @@ export function describeConfig<D extends ConfigDefinition>(definition: D, loaded
 
 /** The settings part of `--help`: each flag, its variable, its default and its doc. */
 export function formatHelp(definition: ConfigDefinition): string {
-  const lines = [
-    `  --${CONFIG_FLAG}=<file>  a JSON file of settings by flag name (env ${CONFIG_ENV}); flags and environment win over it`,
-  ];
+  const lines = [`  --${CONFIG_FLAG}=<file>  a JSON file of settings by flag name (env ${CONFIG_ENV}); flags and environment win over it`];
   for (const setting of Object.values(definition)) {
     const where = [setting.env, ...(setting.aliases ?? [])].filter((name) => name !== undefined).join(", ");
-    const fallback = setting.default === undefined || setting.secret ? "" : `; default ${setting.show ? setting.show(setting.default) : formatDefault(setting.default)}`;
-    lines.push(`  --${setting.flag}${setting.boolean ? "" : "=<value>"}  ${setting.doc}${where ? ` (env ${where}${fallback})` : fallback ? ` (${fallback.slice(2)})` : ""}`);
+    const fallback =
+      setting.default === undefined || setting.secret ? "" : `; default ${setting.show ? setting.show(setting.default) : formatDefault(setting.default)}`;
+    lines.push(
+      `  --${setting.flag}${setting.boolean ? "" : "=<value>"}  ${setting.doc}${where ? ` (env ${where}${fallback})` : fallback ? ` (${fallback.slice(2)})` : ""}`,
+    );
   }
   lines.push("  --help, -h  show this help");
   return lines.join("\n");

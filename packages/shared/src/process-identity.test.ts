@@ -2,16 +2,7 @@ import { spawn } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { hostname } from "node:os";
 import { describe, expect, it } from "vitest";
-import {
-  bootId,
-  identityIsLive,
-  isPidAlive,
-  parseStatStartTime,
-  parseStatState,
-  processStartTime,
-  sameProcess,
-  selfIdentity,
-} from "./process-identity.js";
+import { bootId, identityIsLive, isPidAlive, parseStatStartTime, parseStatState, processStartTime, sameProcess, selfIdentity } from "./process-identity.js";
 
 function statLine(comm: string, startTime: number): string {
   // pid (comm) state ppid pgrp session tty_nr tpgid flags minflt cminflt majflt cmajflt utime stime

@@ -29,7 +29,10 @@ export function parseStatStartTime(stat: string): number | undefined {
   const end = stat.lastIndexOf(")");
   if (end < 0) return undefined;
   // After ")" come fields 3 (state), 4 (ppid), … so field 22 is the 20th of the rest.
-  const fields = stat.slice(end + 1).trim().split(/\s+/);
+  const fields = stat
+    .slice(end + 1)
+    .trim()
+    .split(/\s+/);
   const raw = fields[22 - 3];
   if (raw === undefined || !/^\d+$/.test(raw)) return undefined;
   const value = Number(raw);

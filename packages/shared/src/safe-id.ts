@@ -62,7 +62,10 @@ export function checkPathInput(input: unknown, field: string): string {
   for (const name of input.split("/")) {
     const nameBytes = Buffer.byteLength(name, "utf8");
     if (nameBytes > MAX_NAME_BYTES) {
-      throw invalidArgument(field, `must have names of at most ${MAX_NAME_BYTES} bytes between slashes, got one of ${nameBytes} (${JSON.stringify(name.slice(0, 24))}…)`);
+      throw invalidArgument(
+        field,
+        `must have names of at most ${MAX_NAME_BYTES} bytes between slashes, got one of ${nameBytes} (${JSON.stringify(name.slice(0, 24))}…)`,
+      );
     }
   }
   return input;

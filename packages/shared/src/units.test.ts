@@ -24,19 +24,16 @@ describe("parseSize", () => {
     expect(parseSize(4096)).toBe(4096);
   });
 
-  it.each(["", "abc", "12X", "-1", "-1G", "1..5G", "G", "NaN", "Infinity", "1e3", "1.5.5M", "99999999999T"])(
-    "refuses %j naming the field",
-    (input) => {
-      let thrown: unknown;
-      try {
-        parseSize(input, "memory");
-      } catch (error) {
-        thrown = error;
-      }
-      expect(isBerthError(thrown) && thrown.code === "invalid_argument").toBe(true);
-      expect((thrown as Error).message).toMatch(/^memory: /);
-    },
-  );
+  it.each(["", "abc", "12X", "-1", "-1G", "1..5G", "G", "NaN", "Infinity", "1e3", "1.5.5M", "99999999999T"])("refuses %j naming the field", (input) => {
+    let thrown: unknown;
+    try {
+      parseSize(input, "memory");
+    } catch (error) {
+      thrown = error;
+    }
+    expect(isBerthError(thrown) && thrown.code === "invalid_argument").toBe(true);
+    expect((thrown as Error).message).toMatch(/^memory: /);
+  });
 
   it.each([-1, NaN, Infinity, -Infinity, 1.5])("refuses the number %d", (input) => {
     expect(() => parseSize(input)).toThrow(/^size: /);
@@ -85,7 +82,9 @@ describe("parseDuration", () => {
 
   it.each(["5", "1500", " 30 ", "0.5"])("refuses the bare number %j naming the field and the units", (input) => {
     const text = input.trim();
-    expect(() => parseDuration(input, "--wait")).toThrow(`--wait: "${text}" has no unit: write ${text}s, ${text}m or ${text}ms (units: ms, s, m, h, d; only 0 needs none)`);
+    expect(() => parseDuration(input, "--wait")).toThrow(
+      `--wait: "${text}" has no unit: write ${text}s, ${text}m or ${text}ms (units: ms, s, m, h, d; only 0 needs none)`,
+    );
   });
 
   it("takes a number of milliseconds", () => {

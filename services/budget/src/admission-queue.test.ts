@@ -21,7 +21,16 @@ const G = 1024 ** 3;
 /** A queue over a fake host: the test holds "reservations" as a map of label → resources and says when to re-check. */
 function setup(policyChanges: Partial<Policy> = {}, sampleChanges: Partial<MachineSample> = {}, clock = new ManualClock()) {
   let policy: Policy = { ...defaultPolicy({ totalBytes: 64 * G, cpus: 8 }), memoryBytes: 8 * G, cpu: 4, reserveBytes: 0, maxWaitMs: 60_000, ...policyChanges };
-  let sample: MachineSample = { at: clock.now(), monotonicAt: clock.monotonicNow(), source: "host", availableBytes: 64 * G, cores: 8, load1: 0, pressure: {}, ...sampleChanges };
+  let sample: MachineSample = {
+    at: clock.now(),
+    monotonicAt: clock.monotonicNow(),
+    source: "host",
+    availableBytes: 64 * G,
+    cores: 8,
+    load1: 0,
+    pressure: {},
+    ...sampleChanges,
+  };
   const held = new Map<string, Resources>();
   const granted: string[] = [];
   const deferred: Array<() => void> = [];

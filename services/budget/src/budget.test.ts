@@ -167,7 +167,10 @@ describe("budget", () => {
     expect(again).toBe(first);
     expect(budget.state().reservationCount).toBe(1);
     // The same id for another need or owner is refused, naming the field.
-    await expect(budget.reserve(need(2, 1), "client", { ttlMs: 10_000, requestId: "r-1" })).rejects.toMatchObject({ code: "invalid_argument", details: { field: "request_id" } });
+    await expect(budget.reserve(need(2, 1), "client", { ttlMs: 10_000, requestId: "r-1" })).rejects.toMatchObject({
+      code: "invalid_argument",
+      details: { field: "request_id" },
+    });
     await expect(budget.reserve(need(1, 1), "someone else", { ttlMs: 10_000, requestId: "r-1" })).rejects.toMatchObject({ code: "invalid_argument" });
 
     // Waiting: three calls with one id hold one place; the first two leaving keeps it for the third.
@@ -238,7 +241,10 @@ describe("budget", () => {
     ]);
     expect([again.id, concurrent.id]).toEqual([entry.id, entry.id]);
     expect([budget.state().runningCount, budget.state().committed.memoryBytes]).toEqual([1, G]);
-    await expect(budget.registerRunning("other", { memoryBytes: G, cpu: 1 }, { requestId: "run-1" })).rejects.toMatchObject({ code: "invalid_argument", details: { field: "request_id" } });
+    await expect(budget.registerRunning("other", { memoryBytes: G, cpu: 1 }, { requestId: "run-1" })).rejects.toMatchObject({
+      code: "invalid_argument",
+      details: { field: "request_id" },
+    });
 
     const r = await budget.admit(need(3, 2), "up");
     const consumed = await budget.consume(r.id, "web", { memoryBytes: G, cpu: 1 }, { requestId: "run-2" });
@@ -250,7 +256,10 @@ describe("budget", () => {
     // The repeat is answered even once the reservation is gone: the entry lives.
     budget.release(r.id);
     expect((await budget.consume(r.id, "web", { memoryBytes: G, cpu: 1 }, { requestId: "run-2" })).id).toBe(consumed.id);
-    await expect(budget.consume(r.id, "web", { memoryBytes: G, cpu: 1 }, { requestId: "run-3" })).rejects.toMatchObject({ code: "not_found", reason: "RESERVATION_NOT_FOUND" });
+    await expect(budget.consume(r.id, "web", { memoryBytes: G, cpu: 1 }, { requestId: "run-3" })).rejects.toMatchObject({
+      code: "not_found",
+      reason: "RESERVATION_NOT_FOUND",
+    });
 
     // Kept with the entry on disk: a repeat after a restart does not count it twice.
     await budget.close();
@@ -316,14 +325,24 @@ describe("budget", () => {
     await exited;
 
     const second = await setup({ stateDir: first.stateDir, clock: first.clock });
-    expect(second.budget.state().running.map((e) => e.name).sort()).toEqual(["alive", "leased", "no pid"]);
+    expect(
+      second.budget
+        .state()
+        .running.map((e) => e.name)
+        .sort(),
+    ).toEqual(["alive", "leased", "no pid"]);
     expect(second.budget.state().committed.memoryBytes).toBe(3.5 * G);
     // The dropped entry is gone from the file too.
     const onDisk = JSON.parse(readFileSync(runningFilePath(first.stateDir), "utf8"));
     expect(onDisk.entries).toHaveLength(3);
     // The lease carried over keeps its expiry.
     first.clock.advance(60_000);
-    expect(second.budget.state().running.map((e) => e.name).sort()).toEqual(["alive", "no pid"]);
+    expect(
+      second.budget
+        .state()
+        .running.map((e) => e.name)
+        .sort(),
+    ).toEqual(["alive", "no pid"]);
     const stopped = second.budget.state().running.find((e) => e.name === "no pid")!;
     expect(await second.budget.stopRunning(stopped.id)).toBe(true);
     expect(await second.budget.stopRunning(stopped.id)).toBe(false);
@@ -333,7 +352,9 @@ describe("budget", () => {
     const { budget, sampler, clock } = await setup({ policy: { memoryBytes: 32 * G, cpu: 8 }, sample: { availableBytes: 5 * G } });
     const a = await budget.admit(need(3, 1), "a");
     const b = admit(budget, need(3, 1), "b");
-    expect(b.updates[0]!.waitForText).toBe("free memory: the box has 2G available (after 3G admitted since the last sample) and keeps 1G in reserve (BERTH_BUDGET_RESERVE)");
+    expect(b.updates[0]!.waitForText).toBe(
+      "free memory: the box has 2G available (after 3G admitted since the last sample) and keeps 1G in reserve (BERTH_BUDGET_RESERVE)",
+    );
     expect(budget.check(need(1, 0)).fits).toBe(true);
     // The next sample shows a's memory in use: still no room for b.
     clock.advance(1000);
@@ -507,7 +528,12 @@ describe("budget", () => {
   it("costs and needs use the current policy's defaults", async () => {
     const { budget } = await setup();
     expect(budget.costs(undefined).run).toEqual({ memoryBytes: 512 * M, cpu: 0.5, declared: false });
-    expect(budget.needOf([{ kind: "start", name: "web" }, { kind: "build", name: "web", wave: 0 }])).toMatchObject({
+    expect(
+      budget.needOf([
+        { kind: "start", name: "web" },
+        { kind: "build", name: "web", wave: 0 },
+      ]),
+    ).toMatchObject({
       start: { memoryBytes: 512 * M, cpu: 0.5 },
       build: { memoryBytes: 2 * G, cpu: 1 },
     });

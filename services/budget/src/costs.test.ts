@@ -8,15 +8,35 @@ const G = 1024 ** 3;
 const defaults = { defaultRun: { memoryBytes: 512 * M, cpu: 0.5 }, defaultBuild: { memoryBytes: 2 * G, cpu: 1 } };
 
 const cost = (memoryBytes: number, cpu: number) => ({ memoryBytes, cpu, declared: true });
-const build = (name: string, memoryBytes: number, cpu: number, extra: Partial<NeedItem> = {}): NeedItem => ({ kind: "build", name, cost: cost(memoryBytes, cpu), ...extra });
-const start = (name: string, memoryBytes: number, cpu: number, extra: Partial<NeedItem> = {}): NeedItem => ({ kind: "start", name, cost: cost(memoryBytes, cpu), ...extra });
+const build = (name: string, memoryBytes: number, cpu: number, extra: Partial<NeedItem> = {}): NeedItem => ({
+  kind: "build",
+  name,
+  cost: cost(memoryBytes, cpu),
+  ...extra,
+});
+const start = (name: string, memoryBytes: number, cpu: number, extra: Partial<NeedItem> = {}): NeedItem => ({
+  kind: "start",
+  name,
+  cost: cost(memoryBytes, cpu),
+  ...extra,
+});
 
 describe("costsOf", () => {
   it.each([
     ["nothing declared: both defaults", undefined, { memoryBytes: 512 * M, cpu: 0.5, declared: false }, { memoryBytes: 2 * G, cpu: 1, declared: false }],
     ["run fully declared", { memory: "1G", cpu: 2 }, { memoryBytes: G, cpu: 2, declared: true }, { memoryBytes: 2 * G, cpu: 1, declared: false }],
-    ["memory only: cpu defaults, not declared", { memory: "256M" }, { memoryBytes: 256 * M, cpu: 0.5, declared: false }, { memoryBytes: 2 * G, cpu: 1, declared: false }],
-    ["build declared", { build: { memory: "1.5GiB", cpu: "3" } }, { memoryBytes: 512 * M, cpu: 0.5, declared: false }, { memoryBytes: 1.5 * G, cpu: 3, declared: true }],
+    [
+      "memory only: cpu defaults, not declared",
+      { memory: "256M" },
+      { memoryBytes: 256 * M, cpu: 0.5, declared: false },
+      { memoryBytes: 2 * G, cpu: 1, declared: false },
+    ],
+    [
+      "build declared",
+      { build: { memory: "1.5GiB", cpu: "3" } },
+      { memoryBytes: 512 * M, cpu: 0.5, declared: false },
+      { memoryBytes: 1.5 * G, cpu: 3, declared: true },
+    ],
     ["bytes as a number, zero cpu", { memory: 4096, cpu: 0 }, { memoryBytes: 4096, cpu: 0, declared: true }, { memoryBytes: 2 * G, cpu: 1, declared: false }],
   ])("%s", (_name, spec, run, buildCost) => {
     expect(costsOf(spec, defaults)).toEqual({ run, build: buildCost });
@@ -54,9 +74,17 @@ describe("needOf", () => {
     ],
     ["a build without a wave runs alone", [build("a", G, 1), build("b", 2 * G, 1)], { start: [0, 0], build: [2 * G, 1] }],
     ["solo builds do not join a wave", [build("a", G, 1), build("b", G, 1, { wave: 0 }), build("c", G, 1, { wave: 0 })], { start: [0, 0], build: [2 * G, 2] }],
-    ["skipped builds cost nothing", [build("a", 8 * G, 4, { wave: 0, skipped: "inputs unchanged" }), build("b", G, 1, { wave: 0 })], { start: [0, 0], build: [G, 1] }],
+    [
+      "skipped builds cost nothing",
+      [build("a", 8 * G, 4, { wave: 0, skipped: "inputs unchanged" }), build("b", G, 1, { wave: 0 })],
+      { start: [0, 0], build: [G, 1] },
+    ],
     ["everything skipped is nothing", [build("a", 8 * G, 4, { skipped: "unchanged" })], { start: [0, 0], build: [0, 0] }],
-    ["starts and builds together", [start("web", 512 * M, 0.5), build("web", 2 * G, 1, { wave: 0 }), build("api", G, 2, { wave: 0 })], { start: [512 * M, 0.5], build: [3 * G, 3] }],
+    [
+      "starts and builds together",
+      [start("web", 512 * M, 0.5), build("web", 2 * G, 1, { wave: 0 }), build("api", G, 2, { wave: 0 })],
+      { start: [512 * M, 0.5], build: [3 * G, 3] },
+    ],
   ])("%s", (_name, items, expected) => {
     const need = needOf(items);
     expect(need.items).toBe(items);

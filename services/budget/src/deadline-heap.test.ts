@@ -19,7 +19,14 @@ function setup() {
 describe("DeadlineHeap", () => {
   it("expires items in deadline order, a batch due together in one call, behind one timer", () => {
     const { clock, fired, heap, item } = setup();
-    for (const [name, ms] of [["c", 300], ["a", 100], ["d", 300], ["b", 200], ["e", 500]] as const) heap.add(item(name, ms));
+    for (const [name, ms] of [
+      ["c", 300],
+      ["a", 100],
+      ["d", 300],
+      ["b", 200],
+      ["e", 500],
+    ] as const)
+      heap.add(item(name, ms));
     expect(clock.pendingTimers()).toBe(1);
     clock.advance(100);
     expect(fired).toEqual([["a"]]);

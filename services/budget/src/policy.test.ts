@@ -106,7 +106,10 @@ describe("loadPolicy", () => {
   });
 
   it("can be spread into a server's own settings and read back from its values", () => {
-    const loaded = loadConfig({ ...POLICY_SETTINGS, port: { flag: "port", default: 7302, parse: Number, doc: "port" } }, { argv: ["--memory=3G", "--port=1"], env: {} });
+    const loaded = loadConfig(
+      { ...POLICY_SETTINGS, port: { flag: "port", default: 7302, parse: Number, doc: "port" } },
+      { argv: ["--memory=3G", "--port=1"], env: {} },
+    );
     expect(policyFromConfig(loaded.values, machine).memoryBytes).toBe(3 * G);
   });
 
@@ -159,6 +162,8 @@ describe("validatePolicy", () => {
   });
 
   it("refuses a NaN default cost", () => {
-    expect(thrown(() => validatePolicy({ ...defaultPolicy(machine), defaultRun: { memoryBytes: Number.NaN, cpu: 1 } })).field).toBe("policy.defaultRun.memoryBytes");
+    expect(thrown(() => validatePolicy({ ...defaultPolicy(machine), defaultRun: { memoryBytes: Number.NaN, cpu: 1 } })).field).toBe(
+      "policy.defaultRun.memoryBytes",
+    );
   });
 });

@@ -173,8 +173,7 @@ export class QueueNotifier {
     if (!w.onQueued) return;
     const aheadCount = position - 1;
     const waitFor = aheadCount === 0 ? headReasons : [queueReason(aheadCount), ...headReasons];
-    const waitForText =
-      aheadCount === 0 ? (headText ?? "its turn") : `${aheadCount} request(s) ahead in the queue${headText ? `; ${headText}` : ""}`;
+    const waitForText = aheadCount === 0 ? (headText ?? "its turn") : `${aheadCount} request(s) ahead in the queue${headText ? `; ${headText}` : ""}`;
     try {
       w.onQueued({
         position,

@@ -25,8 +25,18 @@ export function impossibleError(owner: string, reasons: Reason[]): BerthError {
 }
 
 /** The refusal of a request whose wait ran out (or, with a wait of zero, that could not be admitted at once). */
-export function waitExhaustedError(owner: string, waitedMs: number, position: number, reasons: Reason[], retryAfterMs: number, text = reasonsText(reasons) ?? "its turn"): BerthError {
-  const waited = waitedMs === 0 ? `'${owner}' does not fit now and asked not to wait` : `waited ${formatDuration(waitedMs)} for the load budget and '${owner}' still does not fit`;
+export function waitExhaustedError(
+  owner: string,
+  waitedMs: number,
+  position: number,
+  reasons: Reason[],
+  retryAfterMs: number,
+  text = reasonsText(reasons) ?? "its turn",
+): BerthError {
+  const waited =
+    waitedMs === 0
+      ? `'${owner}' does not fit now and asked not to wait`
+      : `waited ${formatDuration(waitedMs)} for the load budget and '${owner}' still does not fit`;
   return new BerthError(
     "resource_exhausted",
     `${waited} — ${text}. Stop what you do not need ('berth budget state' shows what holds the budget), or raise the budget (BERTH_BUDGET_MEMORY, BERTH_BUDGET_CPU)`,

@@ -125,7 +125,8 @@ export class Reservation {
     if (!this.released && this.leaseDeadline !== undefined && this.leaseDeadline <= this.book.clock.monotonicNow()) this.book.expireOverdue();
     if (this.released) throw reservationNotFound(this.id, `reservation '${this.owner}' was already released (or its lease ran out)`);
     const ttl = ttlMs ?? this.leaseTtlMs;
-    if (ttl === undefined) throw new BerthError("failed_precondition", `reservation '${this.owner}' is held by its stream and has no lease to renew`, { reservationId: this.id });
+    if (ttl === undefined)
+      throw new BerthError("failed_precondition", `reservation '${this.owner}' is held by its stream and has no lease to renew`, { reservationId: this.id });
     this.book.lease(this, ttl);
     this.book.changed(this, "renewed");
   }

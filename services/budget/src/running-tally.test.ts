@@ -70,7 +70,11 @@ describe("the running tally on a full or read-only disk", () => {
   it("a write that fails otherwise (EIO) is UNAVAILABLE STATE_READ_ONLY, not taken for a shutdown", async () => {
     const tally = await RunningTally.open({ clock: new ManualClock(), stateDir, logger: quiet });
     disk.failing = "EIO";
-    await expect(tally.registerDurably("web", { memoryBytes: G, cpu: 1 })).rejects.toMatchObject({ code: "unavailable", reason: "STATE_READ_ONLY", message: expect.stringContaining("EIO") });
+    await expect(tally.registerDurably("web", { memoryBytes: G, cpu: 1 })).rejects.toMatchObject({
+      code: "unavailable",
+      reason: "STATE_READ_ONLY",
+      message: expect.stringContaining("EIO"),
+    });
     expect(tally.entries()).toEqual([]);
     await tally.close();
   });
@@ -79,7 +83,11 @@ describe("the running tally on a full or read-only disk", () => {
     const tally = await RunningTally.open({ clock: new ManualClock(), stateDir, logger: quiet });
     const entry = await tally.registerDurably("web", { memoryBytes: G, cpu: 1 }, { ttlMs: 10_000 });
     disk.failing = "EROFS";
-    await expect(tally.stopDurably(entry.id)).rejects.toMatchObject({ code: "unavailable", reason: "STATE_READ_ONLY", message: expect.stringContaining("mounted read-only") });
+    await expect(tally.stopDurably(entry.id)).rejects.toMatchObject({
+      code: "unavailable",
+      reason: "STATE_READ_ONLY",
+      message: expect.stringContaining("mounted read-only"),
+    });
     expect(tally.entries().map((e) => e.id)).toEqual([entry.id]);
     disk.failing = undefined;
     expect(await tally.stopDurably(entry.id)).toBe(true);
@@ -113,7 +121,11 @@ describe("after a pause", () => {
   it("leases that ran out end once, in the order they ran out, even when a late renewal is read before the timers run", async () => {
     const clock = new ManualClock();
     const ended: string[] = [];
-    const logger = { ...quiet, info: (fields: object, message?: string) => void (message?.includes("lease ran out") && ended.push((fields as { owner?: string; name?: string }).owner ?? (fields as { name: string }).name)) };
+    const logger = {
+      ...quiet,
+      info: (fields: object, message?: string) =>
+        void (message?.includes("lease ran out") && ended.push((fields as { owner?: string; name?: string }).owner ?? (fields as { name: string }).name)),
+    };
     const sampler = new ManualSampler({ availableBytes: 64 * G, cores: 8, load1: 0 }, clock);
     const policy = { ...defaultPolicy({ totalBytes: 64 * G, cpus: 8 }), memoryBytes: 8 * G, cpu: 4, reserveBytes: G };
     const budget = await createBudget({ policy, sampler, clock, stateDir, logger });

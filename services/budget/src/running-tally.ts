@@ -196,11 +196,14 @@ export class RunningTally {
       const parsed = JSON.parse(text) as Partial<TallyFile>;
       const entries = Array.isArray(parsed.entries) ? parsed.entries : [];
       const valid = entries.filter(isEntry);
-      if (valid.length !== entries.length) this.options.logger.warn({ file: this.file, skipped: entries.length - valid.length }, "budget: skipped malformed running-tally entries");
+      if (valid.length !== entries.length)
+        this.options.logger.warn({ file: this.file, skipped: entries.length - valid.length }, "budget: skipped malformed running-tally entries");
       return { version: FILE_VERSION, bootId: typeof parsed.bootId === "string" ? parsed.bootId : undefined, entries: valid };
     } catch (error) {
       // The file is written atomically, so a bad one was edited by hand: refuse to guess what runs.
-      throw new BerthError("failed_precondition", `${this.file}: the running tally is not valid JSON (${(error as Error).message}); fix or remove it`, { file: this.file });
+      throw new BerthError("failed_precondition", `${this.file}: the running tally is not valid JSON (${(error as Error).message}); fix or remove it`, {
+        file: this.file,
+      });
     }
   }
 
@@ -212,11 +215,13 @@ export class RunningTally {
     if (this.closed) throw new BerthError("unavailable", "the budget is shutting down");
     if (typeof name !== "string" || name.length === 0 || name.length > 256) throw invalidArgument("name", "must be 1 to 256 characters");
     const checked = checkResources(cost, "cost");
-    if (options.pid !== undefined && (!Number.isInteger(options.pid) || options.pid <= 0)) throw invalidArgument("pid", `must be a positive whole number; got ${options.pid}`);
+    if (options.pid !== undefined && (!Number.isInteger(options.pid) || options.pid <= 0))
+      throw invalidArgument("pid", `must be a positive whole number; got ${options.pid}`);
     if (options.requestId !== undefined && this.requestIds.has(options.requestId)) {
       throw invalidArgument("request_id", "already counts a running entry: answer the repeat with byRequestId");
     }
-    if (options.ttlMs !== undefined && (!Number.isFinite(options.ttlMs) || options.ttlMs <= 0)) throw invalidArgument("ttl", `must be a positive duration; got ${options.ttlMs}`);
+    if (options.ttlMs !== undefined && (!Number.isFinite(options.ttlMs) || options.ttlMs <= 0))
+      throw invalidArgument("ttl", `must be a positive duration; got ${options.ttlMs}`);
     const entry: RunningEntry = { id: randomUUID(), name, cost: checked, startedAt: this.options.clock.now() };
     if (options.pid !== undefined) {
       entry.pid = options.pid;
@@ -262,7 +267,13 @@ export class RunningTally {
     const overdue = this.entriesById.get(id)?.leaseDeadline;
     if (overdue !== undefined && overdue <= this.options.clock.monotonicNow()) this.expireOverdue();
     const tracked = this.entriesById.get(id);
-    if (!tracked) throw new BerthError("not_found", `no running entry ${id}: it was stopped, its process ended or its lease ran out`, { id }, { reason: "RUNNING_NOT_FOUND" });
+    if (!tracked)
+      throw new BerthError(
+        "not_found",
+        `no running entry ${id}: it was stopped, its process ended or its lease ran out`,
+        { id },
+        { reason: "RUNNING_NOT_FOUND" },
+      );
     const ttl = ttlMs ?? tracked.entry.leaseTtlMs;
     if (ttl === undefined || !Number.isFinite(ttl) || ttl <= 0) throw invalidArgument("ttl", `must be a positive duration; got ${ttl}`);
     tracked.entry.leaseTtlMs = ttl;
@@ -425,7 +436,15 @@ export class RunningTally {
       else {
         const what = `the running tally was not saved to ${this.file}`;
         const stateDir = this.options.stateDir ?? path.dirname(this.file!);
-        waiter.reject(stateWriteError(error, what, stateDir, { file: this.file }) ?? new BerthError("unavailable", `the running tally could not be saved (${(error as Error).message}); retry`, { file: this.file }, { reason: "STATE_READ_ONLY" }));
+        waiter.reject(
+          stateWriteError(error, what, stateDir, { file: this.file }) ??
+            new BerthError(
+              "unavailable",
+              `the running tally could not be saved (${(error as Error).message}); retry`,
+              { file: this.file },
+              { reason: "STATE_READ_ONLY" },
+            ),
+        );
       }
     }
   }
@@ -458,12 +477,15 @@ export class RunningTally {
     if (tracked.leaseDeadline === undefined) return;
     this.leaseTimers.set(
       entry.id,
-      this.options.clock.setTimeout(() => {
-        this.leaseTimers.delete(entry.id);
-        // Late by more than a moment (the process was paused): others may be overdue too, and earlier.
-        if (tracked.leaseDeadline !== undefined && this.options.clock.monotonicNow() - tracked.leaseDeadline > STALL_MS) this.expireOverdue();
-        else this.leaseRanOut(tracked);
-      }, Math.max(0, tracked.leaseDeadline - this.options.clock.monotonicNow())),
+      this.options.clock.setTimeout(
+        () => {
+          this.leaseTimers.delete(entry.id);
+          // Late by more than a moment (the process was paused): others may be overdue too, and earlier.
+          if (tracked.leaseDeadline !== undefined && this.options.clock.monotonicNow() - tracked.leaseDeadline > STALL_MS) this.expireOverdue();
+          else this.leaseRanOut(tracked);
+        },
+        Math.max(0, tracked.leaseDeadline - this.options.clock.monotonicNow()),
+      ),
     );
   }
 

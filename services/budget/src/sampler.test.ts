@@ -5,7 +5,16 @@ import { afterAll, describe, expect, it, vi } from "vitest";
 import { ManualClock } from "@berth/shared/clock";
 import type { MachineSample } from "./sampler.js";
 import { loadConfig } from "@berth/shared/config";
-import { SAMPLER_SETTINGS, countCpuset, createSampler, machineFactsOf, parseCpuMax, parsePressure, readMachineSample, samplerOptionsFromConfig } from "./sampler.js";
+import {
+  SAMPLER_SETTINGS,
+  countCpuset,
+  createSampler,
+  machineFactsOf,
+  parseCpuMax,
+  parsePressure,
+  readMachineSample,
+  samplerOptionsFromConfig,
+} from "./sampler.js";
 
 const G = 1024 ** 3;
 const K = 1024;
@@ -27,11 +36,12 @@ function fixture(files: Record<string, string>): { procRoot: string; sysRoot: st
 
 const meminfo = (totalKb: number, availableKb: number) =>
   `MemTotal:       ${totalKb} kB\nMemFree:         1000 kB\nMemAvailable:   ${availableKb} kB\nBuffers:          10 kB\n`;
-const psiFile = (avg10: number, avg60: number) => `some avg10=${avg10.toFixed(2)} avg60=${avg60.toFixed(2)} avg300=1.50 total=123456\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n`;
+const psiFile = (avg10: number, avg60: number) =>
+  `some avg10=${avg10.toFixed(2)} avg60=${avg60.toFixed(2)} avg300=1.50 total=123456\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n`;
 const cores = () => 8;
 
 const host = {
-  "proc/meminfo": meminfo(16 * G / K, 10 * G / K),
+  "proc/meminfo": meminfo((16 * G) / K, (10 * G) / K),
   "proc/loadavg": "1.25 0.75 0.50 2/345 6789\n",
   "proc/self/cgroup": "0::/\n",
   "proc/pressure/cpu": psiFile(12.5, 8),
@@ -100,7 +110,7 @@ describe("readMachineSample", () => {
   it("the host's MemAvailable caps what a generous cgroup limit leaves", async () => {
     const roots = fixture({
       ...host,
-      "proc/meminfo": meminfo(16 * G / K, G / K),
+      "proc/meminfo": meminfo((16 * G) / K, G / K),
       "proc/self/cgroup": "0::/box\n",
       "sys/box/memory.max": `${8 * G}\n`,
       "sys/box/memory.current": `${G}\n`,
@@ -149,7 +159,12 @@ describe("readMachineSample", () => {
   });
 
   it("an unlimited cgroup (a plain systemd unit) counts as the host in auto mode, as a cgroup when asked", async () => {
-    const files = { ...host, "proc/self/cgroup": "0::/system.slice/berth.service\n", "sys/system.slice/berth.service/memory.max": "max\n", "sys/system.slice/berth.service/memory.current": `${G}\n` };
+    const files = {
+      ...host,
+      "proc/self/cgroup": "0::/system.slice/berth.service\n",
+      "sys/system.slice/berth.service/memory.max": "max\n",
+      "sys/system.slice/berth.service/memory.current": `${G}\n`,
+    };
     expect((await readMachineSample({ ...fixture(files), cores })).source).toBe("host");
     const forced = await readMachineSample({ ...fixture(files), cores, source: "cgroup" });
     expect(forced.source).toBe("cgroup");
@@ -180,7 +195,14 @@ describe("readMachineSample", () => {
       load5: undefined,
       load15: undefined,
       pressure: {},
-      cgroup: { path: "/box", memoryLimitBytes: 2 * G, memoryCurrentBytes: undefined, inactiveFileBytes: undefined, cpuQuota: undefined, cpusetCpus: undefined },
+      cgroup: {
+        path: "/box",
+        memoryLimitBytes: 2 * G,
+        memoryCurrentBytes: undefined,
+        inactiveFileBytes: undefined,
+        cpuQuota: undefined,
+        cpusetCpus: undefined,
+      },
     });
     const empty = await readMachineSample({ ...fixture({}), cores });
     expect(empty).toMatchObject({ source: "host", memAvailableBytes: undefined, availableBytes: undefined, load1: undefined, pressure: {} });
@@ -233,13 +255,19 @@ describe("createSampler", () => {
 
 describe("sampler settings", () => {
   it("reads interval, source and roots from flags and BERTH_* variables", () => {
-    const { values } = loadConfig(SAMPLER_SETTINGS, { argv: ["--sample-interval=250ms"], env: { BERTH_BUDGET_SAMPLE_SOURCE: "host", BERTH_PROC_ROOT: "/host/proc" } });
+    const { values } = loadConfig(SAMPLER_SETTINGS, {
+      argv: ["--sample-interval=250ms"],
+      env: { BERTH_BUDGET_SAMPLE_SOURCE: "host", BERTH_PROC_ROOT: "/host/proc" },
+    });
     expect(samplerOptionsFromConfig(values)).toEqual({ intervalMs: 250, source: "host", procRoot: "/host/proc", sysRoot: "/sys/fs/cgroup" });
     expect(() => loadConfig(SAMPLER_SETTINGS, { argv: ["--sample-interval=0s"], env: {} })).toThrow(/--sample-interval/);
   });
 
   it("derives the default policy's machine from a sample: the cgroup's limits when tighter", () => {
-    expect(machineFactsOf({ at: 0, monotonicAt: 0, source: "cgroup", totalBytes: 2 * G, cores: 8, cpuLimit: 2, pressure: {} })).toEqual({ totalBytes: 2 * G, cpus: 2 });
+    expect(machineFactsOf({ at: 0, monotonicAt: 0, source: "cgroup", totalBytes: 2 * G, cores: 8, cpuLimit: 2, pressure: {} })).toEqual({
+      totalBytes: 2 * G,
+      cpus: 2,
+    });
     expect(machineFactsOf({ at: 0, monotonicAt: 0, source: "host", totalBytes: 16 * G, cores: 8, pressure: {} })).toEqual({ totalBytes: 16 * G, cpus: 8 });
     expect(machineFactsOf(undefined)).toEqual({});
   });

@@ -461,7 +461,14 @@ function intervalParser(raw: string, field: string): number {
 
 /** The sampler's settings for the shared config loader (the server spreads them into its own definition). */
 export const SAMPLER_SETTINGS = defineConfig({
-  sampleInterval: { flag: "sample-interval", env: "BERTH_BUDGET_SAMPLE_INTERVAL", default: 1000, parse: intervalParser, show: formatDuration, doc: "how often the machine is read" },
+  sampleInterval: {
+    flag: "sample-interval",
+    env: "BERTH_BUDGET_SAMPLE_INTERVAL",
+    default: 1000,
+    parse: intervalParser,
+    show: formatDuration,
+    doc: "how often the machine is read",
+  },
   sampleSource: {
     flag: "sample-source",
     env: "BERTH_BUDGET_SAMPLE_SOURCE",
@@ -469,7 +476,13 @@ export const SAMPLER_SETTINGS = defineConfig({
     parse: oneOf(["auto", "host", "cgroup"] as const),
     doc: "whose figures to budget for: auto (the cgroup's when limited), host, or cgroup",
   },
-  procRoot: { flag: "proc-root", env: "BERTH_PROC_ROOT", default: "/proc", parse: parseNonEmpty, doc: "the proc filesystem to read (a container may mount the host's)" },
+  procRoot: {
+    flag: "proc-root",
+    env: "BERTH_PROC_ROOT",
+    default: "/proc",
+    parse: parseNonEmpty,
+    doc: "the proc filesystem to read (a container may mount the host's)",
+  },
   cgroupRoot: { flag: "cgroup-root", env: "BERTH_CGROUP_ROOT", default: "/sys/fs/cgroup", parse: parseNonEmpty, doc: "the cgroup v2 mount to read" },
 } satisfies ConfigDefinition);
 

@@ -47,7 +47,12 @@ describe("check", () => {
     ["without MemAvailable, no free-memory gate", need(2 * G, 1), { sample: sample({ availableBytes: undefined }) }, {}],
     ["without PSI or load, no cpu gate", need(2 * G, 1), { sample: sample({ load1: undefined }) }, {}],
     ["pressure under the limit in one window", need(G, 1), { sample: sample({ pressure: { cpu: psi(95, 50) }, load1: 99 }) }, {}],
-    ["pressure limit 100 turns the PSI gate off", need(G, 1), { policy: { ...policy, cpuPressure: 100 }, sample: sample({ pressure: { cpu: psi(100, 100) } }) }, {}],
+    [
+      "pressure limit 100 turns the PSI gate off",
+      need(G, 1),
+      { policy: { ...policy, cpuPressure: 100 }, sample: sample({ pressure: { cpu: psi(100, 100) } }) },
+      {},
+    ],
     ["skipLoadGate skips a saturated cpu", need(G, 1), { sample: sample({ load1: 99 }) }, { skipLoadGate: true }],
     ["exactly at the budget", need(6 * G, 3), { committed: committed(2 * G, 1) }, {}],
   ])("fits: %s", (_name, want, context, options) => {

@@ -90,9 +90,7 @@ describe("replay fast path", () => {
   it("reads journal text the same through both paths, parse failures last", () => {
     fc.assert(
       fc.property(journalText("s1"), (text) => {
-        expect(replayJournalText("s1", text, { now: tickingClock() })).toStrictEqual(
-          foldJournalText("s1", text, { now: tickingClock() }),
-        );
+        expect(replayJournalText("s1", text, { now: tickingClock() })).toStrictEqual(foldJournalText("s1", text, { now: tickingClock() }));
       }),
       { numRuns: 300 },
     );
@@ -130,7 +128,10 @@ describe.skipIf(!seedPresent)("differential: berth's reducer against the seed's 
     for (const event of events) seedSnapshot = store.appendEvent({ ...event, id });
 
     const text = readFileSync(journalPath(id), "utf8");
-    const entries = text.trim().split("\n").map((line) => JSON.parse(line) as Record<string, unknown>);
+    const entries = text
+      .trim()
+      .split("\n")
+      .map((line) => JSON.parse(line) as Record<string, unknown>);
     expect(entries.length).toBe(events.length);
     const expected = boundedLikeBerth(seedSnapshot);
     // The seed stamps entries with the wall clock; both sides read the same `ts` from the file,

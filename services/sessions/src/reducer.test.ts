@@ -2,21 +2,8 @@ import { readdirSync, readFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
-import {
-  applyEvent,
-  baseSnapshot,
-  createReplay,
-  MAX_DIAGNOSTICS,
-  MOUNT_FAILURE_HISTORY,
-  type JournalEntry,
-  type SessionSnapshot,
-} from "./reducer.js";
-import {
-  COMPLETED_SESSION_PHASES,
-  GENERATION_FENCED_SESSION_PHASES,
-  isCompletedPhase,
-  isGenerationFencedPhase,
-} from "./vocabulary.js";
+import { applyEvent, baseSnapshot, createReplay, MAX_DIAGNOSTICS, MOUNT_FAILURE_HISTORY, type JournalEntry, type SessionSnapshot } from "./reducer.js";
+import { COMPLETED_SESSION_PHASES, GENERATION_FENCED_SESSION_PHASES, isCompletedPhase, isGenerationFencedPhase } from "./vocabulary.js";
 import { foldJournalText, replayJournalText } from "./fixtures/journal-text.js";
 
 const T0 = Date.parse("2025-03-01T10:00:00.000Z");
@@ -98,13 +85,7 @@ describe("baseSnapshot", () => {
 describe("vocabulary", () => {
   it("lists the completed and generation-fenced phases", () => {
     expect(COMPLETED_SESSION_PHASES).toEqual(["completed", "discarded"]);
-    expect(GENERATION_FENCED_SESSION_PHASES).toEqual([
-      "accept_requested",
-      "discard_requested",
-      "carbonize_required",
-      "completed",
-      "discarded",
-    ]);
+    expect(GENERATION_FENCED_SESSION_PHASES).toEqual(["accept_requested", "discard_requested", "carbonize_required", "completed", "discarded"]);
     expect(isCompletedPhase("discarded")).toBe(true);
     expect(isCompletedPhase("accept_requested")).toBe(false);
     expect(isGenerationFencedPhase("carbonize_required")).toBe(true);
@@ -225,9 +206,12 @@ describe("detector_waivers", () => {
 
   it("is ignored when canceled or fenced", () => {
     expect(reduce([{ type: "discard" }, { type: "detector_waivers", waivers: ["a"] }])).not.toHaveProperty("detectorWaivers");
-    expect(reduce([{ type: "checkpoint", phase: "carbonize_required" }, { type: "detector_waivers", waivers: ["a"] }])).not.toHaveProperty(
-      "detectorWaivers",
-    );
+    expect(
+      reduce([
+        { type: "checkpoint", phase: "carbonize_required" },
+        { type: "detector_waivers", waivers: ["a"] },
+      ]),
+    ).not.toHaveProperty("detectorWaivers");
   });
 
   it("does not change a list an earlier snapshot holds", () => {
@@ -266,10 +250,7 @@ describe("agent_phase", () => {
 
 describe.each(["variants_ready", "agent_done"])("%s", (type) => {
   it("finishes the generation", () => {
-    const s = reduce([
-      generate,
-      { type, file: "src/A.tsx", previewFile: "p.html", previewMode: "iframe" },
-    ]);
+    const s = reduce([generate, { type, file: "src/A.tsx", previewFile: "p.html", previewMode: "iframe" }]);
     expect(s).toMatchObject({
       phase: "variants_ready",
       generationCompletedAt: T0 + 1000,
@@ -371,16 +352,18 @@ describe("variant_mounted", () => {
   });
 
   it("outranks any number of failures", () => {
-    const s = reduce([{ type: "variant_mount_failed", variant: 1 }, { type: "variant_mount_failed", variant: 2 }, { type: "variant_mounted", variant: 2 }]);
+    const s = reduce([
+      { type: "variant_mount_failed", variant: 1 },
+      { type: "variant_mount_failed", variant: 2 },
+      { type: "variant_mounted", variant: 2 },
+    ]);
     expect(s.renderState).toBe("mounted");
   });
 });
 
 describe("variant_mount_failed", () => {
   it("records the failure and becomes the pending event, without its token", () => {
-    const s = reduce([
-      { type: "variant_mount_failed", variant: "2", url: "/v2.js", error: "SyntaxError", token: "t" },
-    ]);
+    const s = reduce([{ type: "variant_mount_failed", variant: "2", url: "/v2.js", error: "SyntaxError", token: "t" }]);
     expect(s.mountFailures).toStrictEqual([{ variant: 2, url: "/v2.js", error: "SyntaxError", at: T0 }]);
     expect(s.renderState).toBe("failed");
     expect(s.pendingEvent).toStrictEqual({ id: "s", type: "variant_mount_failed", variant: "2", url: "/v2.js", error: "SyntaxError" });
@@ -403,7 +386,10 @@ describe("variant_mount_failed", () => {
     const s = reduce([generate, { type: "variant_mount_failed", variant: 1 }]);
     expect(s.pendingEvent).toMatchObject({ type: "generate" });
     expect(s.pendingEventSeq).toBe(1);
-    const first = reduce([{ type: "variant_mount_failed", variant: 1 }, { type: "variant_mount_failed", variant: 2 }]);
+    const first = reduce([
+      { type: "variant_mount_failed", variant: 1 },
+      { type: "variant_mount_failed", variant: 2 },
+    ]);
     expect(first.pendingEvent).toMatchObject({ variant: 1 });
   });
 
@@ -531,7 +517,10 @@ describe("checkpoint", () => {
   it("reads a missing revision as 0 and keeps the counter", () => {
     const fresh = reduce([{ type: "checkpoint", phase: "generating" }]);
     expect(fresh).toMatchObject({ phase: "generating", browserCheckpointRevision: 0, checkpointRevision: 0 });
-    const later = reduce([{ type: "checkpoint", revision: 3 }, { type: "checkpoint", phase: "x" }]);
+    const later = reduce([
+      { type: "checkpoint", revision: 3 },
+      { type: "checkpoint", phase: "x" },
+    ]);
     expect(later.phase).toBe("new");
     expect(later.diagnostics).toStrictEqual([{ error: "stale_checkpoint_ignored", revision: undefined, revisionDomain: "browser" }]);
   });
@@ -620,7 +609,12 @@ describe("manual_edit_apply", () => {
 describe("steer", () => {
   it("requests the steer as the pending event", () => {
     const s = reduce([{ type: "steer", pageUrl: "/a", prompt: "more air", token: "t" }]);
-    expect(s).toMatchObject({ phase: "steer_requested", pageUrl: "/a", pendingEventSeq: 1, pendingEvent: { id: "s", type: "steer", pageUrl: "/a", prompt: "more air" } });
+    expect(s).toMatchObject({
+      phase: "steer_requested",
+      pageUrl: "/a",
+      pendingEventSeq: 1,
+      pendingEvent: { id: "s", type: "steer", pageUrl: "/a", prompt: "more air" },
+    });
     expect(s.pendingEvent).not.toHaveProperty("token");
   });
 });
@@ -628,7 +622,12 @@ describe("steer", () => {
 describe("carbonize_cleanup", () => {
   it("requests the cleanup of a file", () => {
     const s = reduce([{ type: "carbonize_cleanup", file: "a.css", token: "t" }]);
-    expect(s).toMatchObject({ phase: "carbonize_cleanup_requested", sourceFile: "a.css", pendingEventSeq: 1, pendingEvent: { type: "carbonize_cleanup", file: "a.css" } });
+    expect(s).toMatchObject({
+      phase: "carbonize_cleanup_requested",
+      sourceFile: "a.css",
+      pendingEventSeq: 1,
+      pendingEvent: { type: "carbonize_cleanup", file: "a.css" },
+    });
     expect(reduce([{ type: "variants_ready", file: "b.tsx" }, { type: "carbonize_cleanup" }]).sourceFile).toBe("b.tsx");
   });
 });
@@ -636,7 +635,15 @@ describe("carbonize_cleanup", () => {
 describe("steer_done", () => {
   it("finishes the steer with its message", () => {
     const s = reduce([{ type: "steer" }, { type: "steer_done", message: "done", file: "a.tsx", previewFile: "p", previewMode: "inline" }]);
-    expect(s).toMatchObject({ phase: "steer_done", message: "done", sourceFile: "a.tsx", previewFile: "p", previewMode: "inline", pendingEvent: null, pendingEventSeq: null });
+    expect(s).toMatchObject({
+      phase: "steer_done",
+      message: "done",
+      sourceFile: "a.tsx",
+      previewFile: "p",
+      previewMode: "inline",
+      pendingEvent: null,
+      pendingEventSeq: null,
+    });
   });
 
   it("creates the message key even when there is none, as the seed does", () => {
@@ -753,10 +760,7 @@ describe("values with no primitive form", () => {
 });
 
 describe("diagnostics bound", () => {
-  const stale = (n: number): Event[] => [
-    { type: "checkpoint", revision: 1000 },
-    ...Array.from({ length: n }, (_, i) => ({ type: "checkpoint", revision: i })),
-  ];
+  const stale = (n: number): Event[] => [{ type: "checkpoint", revision: 1000 }, ...Array.from({ length: n }, (_, i) => ({ type: "checkpoint", revision: i }))];
 
   it(`has no total while at most ${MAX_DIAGNOSTICS} were recorded: the seed's snapshot exactly`, () => {
     const s = reduce(stale(MAX_DIAGNOSTICS));

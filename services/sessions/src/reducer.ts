@@ -175,20 +175,13 @@ export function baseSnapshot(id: string): SessionSnapshot {
  * shares unchanged leaves with it, as the seed's does). `entry` is a journal entry
  * `{seq, id, type, ts, event}`; a bare event is accepted too (the seed's `entry.event || entry`).
  */
-export function applyEvent(
-  snapshot: SessionSnapshot,
-  entry: JournalEntry | Record<string, unknown>,
-  options: ReducerOptions = {},
-): SessionSnapshot {
+export function applyEvent(snapshot: SessionSnapshot, entry: JournalEntry | Record<string, unknown>, options: ReducerOptions = {}): SessionSnapshot {
   const now = options.now ?? Date.now;
   const record = entry as Loose;
   const next = copyForUpdate(snapshot as Loose);
   next.updatedAt = record.ts || isoNow(now);
   const before = (next.diagnostics as Diagnostic[]).length;
-  const recorded =
-    typeof snapshot.diagnosticsTotal === "number" && snapshot.diagnosticsTotal >= before
-      ? snapshot.diagnosticsTotal
-      : before;
+  const recorded = typeof snapshot.diagnosticsTotal === "number" && snapshot.diagnosticsTotal >= before ? snapshot.diagnosticsTotal : before;
   reduceInto(next, record, record.event || record, { now, waiversOwned: false, deferPending: false, pendingIsRaw: false });
   settleDiagnostics(next, recorded + (next.diagnostics as Diagnostic[]).length - before);
   return next as SessionSnapshot;
@@ -405,8 +398,7 @@ function reduceInto(next: Loose, entry: Loose, event: Loose, context: ReduceCont
     case "agent_done": {
       // After accept/discard a late batch must not move the session back; the one exception is
       // the agent reporting, after an accept, that the accepted variant still needs carbonizing.
-      const carbonizeAfterAccept =
-        event.type === "agent_done" && event.carbonize === true && next.phase === "accept_requested";
+      const carbonizeAfterAccept = event.type === "agent_done" && event.carbonize === true && next.phase === "accept_requested";
       if ((next.generationCanceled || isGenerationFencedPhase(next.phase)) && !carbonizeAfterAccept) {
         diagnostics.push({ error: "late_generation_event_ignored", type: event.type, phase: next.phase });
         break;
@@ -575,10 +567,7 @@ function applyCheckpoint(next: Loose, event: Loose, diagnostics: Diagnostic[]): 
     });
     return;
   }
-  const domain =
-    event.revisionDomain === "publication" || (event.reason === "variants_progress" && !event.owner)
-      ? "publication"
-      : "browser";
+  const domain = event.revisionDomain === "publication" || (event.reason === "variants_progress" && !event.owner) ? "publication" : "browser";
   const field = domain === "publication" ? "publicationCheckpointRevision" : "browserCheckpointRevision";
   const current = next[field] ?? (domain === "browser" ? next.checkpointRevision : 0) ?? 0;
   // Plain JavaScript comparison, as in the seed, whatever type the revisions hold (but one that

@@ -177,7 +177,10 @@ export class CompletedRetention {
       if (record.completedAt + retentionMs > clock.now()) continue;
       try {
         await this.host.delete(id, record.lastSeq);
-        logger?.info({ sessionId: id, lastSeq: record.lastSeq, completedAt: new Date(record.completedAt).toISOString() }, "deleted a completed session past its retention");
+        logger?.info(
+          { sessionId: id, lastSeq: record.lastSeq, completedAt: new Date(record.completedAt).toISOString() },
+          "deleted a completed session past its retention",
+        );
       } catch (error) {
         // Moved on since it was looked at (revived, or deleted by someone else): the next sweep sees it as it is.
         const expected = isBerthError(error) && (error.reason === "SEQ_CONFLICT" || error.reason === "SESSION_NOT_FOUND");

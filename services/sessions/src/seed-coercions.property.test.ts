@@ -34,7 +34,18 @@ describe("parseEntryTime", () => {
       }),
       { numRuns: 2000 },
     );
-    const odd = ["", "not a date", "2024-02-29T24:00:00.000Z", "2023-02-29T00:00:00.000Z", "2024-01-01T00:00:00.000+01:00", "2024-01-01", 0, null, "2024-01-01T00:00:00.000z", "+002024-01-01T00:00:00.000Z"];
+    const odd = [
+      "",
+      "not a date",
+      "2024-02-29T24:00:00.000Z",
+      "2023-02-29T00:00:00.000Z",
+      "2024-01-01T00:00:00.000+01:00",
+      "2024-01-01",
+      0,
+      null,
+      "2024-01-01T00:00:00.000z",
+      "+002024-01-01T00:00:00.000Z",
+    ];
     for (const ts of odd) expect(parseEntryTime(ts)).toBe(Date.parse(ts as string));
     fc.assert(fc.property(fc.string({ maxLength: 30 }), (ts) => void expect(parseEntryTime(ts)).toBe(Date.parse(ts))));
   });

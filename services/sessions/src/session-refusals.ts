@@ -9,7 +9,12 @@ export type ExpectedState = "any" | "no_session" | "exists";
 
 /** The refusal of a call naming a session that has no journal. */
 export function sessionNotFound(sessionId: string): BerthError {
-  return new BerthError("not_found", `session ${sessionId} has no journal (nothing was ever appended to it, or it was deleted)`, { sessionId }, { reason: "SESSION_NOT_FOUND" });
+  return new BerthError(
+    "not_found",
+    `session ${sessionId} has no journal (nothing was ever appended to it, or it was deleted)`,
+    { sessionId },
+    { reason: "SESSION_NOT_FOUND" },
+  );
 }
 
 /** The refusal of an append (or deletion) whose expectation of the session does not hold. */

@@ -58,7 +58,14 @@ describe("a state directory that goes read-only under a write", () => {
     const store = createSessionStore({ dir: path.join(dir, "sessions"), clock: new ManualClock(), io });
     await store.append("s1", [{ type: "generate" }]);
     disk.readOnly = true;
-    const inFlight = store.append("s1", [{ type: "checkpoint", revision: 1 }, { type: "checkpoint", revision: 2 }], { idempotencyKey: "in-flight" });
+    const inFlight = store.append(
+      "s1",
+      [
+        { type: "checkpoint", revision: 1 },
+        { type: "checkpoint", revision: 2 },
+      ],
+      { idempotencyKey: "in-flight" },
+    );
     await Promise.resolve();
     const queued = store.append("s1", [{ type: "checkpoint", revision: 3 }], { idempotencyKey: "queued" });
     const unknown = (await inFlight.catch((e: unknown) => e)) as BerthError;
@@ -75,7 +82,16 @@ describe("a state directory that goes read-only under a write", () => {
     expect(keys).toEqual([undefined, "in-flight", "in-flight"]);
     // Later appends are refused before anything is written; the retry with the same key finds the kept one.
     await expect(store.append("s1", [{ type: "checkpoint", revision: 4 }])).rejects.toMatchObject({ reason: "STATE_READ_ONLY" });
-    expect(await store.append("s1", [{ type: "checkpoint", revision: 1 }, { type: "checkpoint", revision: 2 }], { idempotencyKey: "in-flight" })).toMatchObject({
+    expect(
+      await store.append(
+        "s1",
+        [
+          { type: "checkpoint", revision: 1 },
+          { type: "checkpoint", revision: 2 },
+        ],
+        { idempotencyKey: "in-flight" },
+      ),
+    ).toMatchObject({
       firstSeq: 2,
       lastSeq: 3,
       duplicate: true,
@@ -95,7 +111,9 @@ describe("no descriptor left to open a journal", () => {
     // Every descriptor taken: the next open fails until one is closed.
     disk.descriptorsLeft = 0;
     expect((await store.append("s3", [{ type: "generate" }])).lastSeq).toBe(1);
-    expect(warnings).toEqual([expect.stringMatching(/^no descriptor left to open a journal: closed the journals of idle sessions \{"closed":2,"errno":"EMFILE"\}/)]);
+    expect(warnings).toEqual([
+      expect.stringMatching(/^no descriptor left to open a journal: closed the journals of idle sessions \{"closed":2,"errno":"EMFILE"\}/),
+    ]);
     disk.descriptorsLeft = Infinity;
     expect((await store.append("s1", [{ type: "agent_done" }])).lastSeq).toBe(2);
     await store.close();

@@ -29,7 +29,14 @@ describe("the session store on the in-memory journal", () => {
   it("sequences appends in call order on the head, before any is durable", async () => {
     const { store: s } = store();
     const first = s.append("a", [{ type: "generate", count: 1 }]);
-    const second = s.append("a", [{ type: "generate", count: 2 }, { type: "generate", count: 3 }], { expectedSeq: 1 });
+    const second = s.append(
+      "a",
+      [
+        { type: "generate", count: 2 },
+        { type: "generate", count: 3 },
+      ],
+      { expectedSeq: 1 },
+    );
     // Nothing is durable yet: readers see no session.
     expect(s.getSnapshot("a")).toMatchObject({ lastSeq: 0, exists: false });
     expect(await first).toMatchObject({ firstSeq: 1, lastSeq: 1, duplicate: false });

@@ -135,7 +135,11 @@ describe("appends", () => {
     const view = store.getSnapshot("s1");
     expect(view).toMatchObject({ lastSeq: 3, exists: true });
     expect(view!.snapshot).toBe(second.snapshot);
-    const lines = fs.readFileSync(journal("s1"), "utf8").trim().split("\n").map((l) => JSON.parse(l));
+    const lines = fs
+      .readFileSync(journal("s1"), "utf8")
+      .trim()
+      .split("\n")
+      .map((l) => JSON.parse(l));
     expect(lines.map((l) => l.seq)).toEqual([1, 2, 3]);
     expect(lines[1]).toMatchObject({ id: "s1", type: "agent_done", ts: "2026-01-01T00:00:00.000Z", n: 2, event: { type: "agent_done", id: "s1" } });
     expect(Object.keys(lines[0])).toEqual(["seq", "id", "type", "ts", "event", "crc"]);
@@ -211,7 +215,11 @@ describe("appends", () => {
     const all = results.flat().sort((a, b) => a - b);
     expect(all).toEqual(Array.from({ length: 256 }, (_, i) => i + 2));
     expect(counter.counts.syncs).toBeLessThan(256 / 4);
-    const lines = fs.readFileSync(journal("s1"), "utf8").trim().split("\n").map((l) => JSON.parse(l).seq);
+    const lines = fs
+      .readFileSync(journal("s1"), "utf8")
+      .trim()
+      .split("\n")
+      .map((l) => JSON.parse(l).seq);
     expect(lines).toEqual(Array.from({ length: 257 }, (_, i) => i + 1));
   });
 
@@ -282,7 +290,11 @@ describe("idempotency keys", () => {
       await expectBerthError(store.append("s1", events, { idempotencyKey: "k" }), "already_exists", "IDEMPOTENCY_KEY_REUSED");
     }
     await store.append("s1", [{ type: "steer" }, { type: "agent_done" }], { idempotencyKey: "batch" });
-    await expectBerthError(store.append("s1", [{ type: "steer" }, { type: "agent_done", extra: 1 }], { idempotencyKey: "batch" }), "already_exists", "IDEMPOTENCY_KEY_REUSED");
+    await expectBerthError(
+      store.append("s1", [{ type: "steer" }, { type: "agent_done", extra: 1 }], { idempotencyKey: "batch" }),
+      "already_exists",
+      "IDEMPOTENCY_KEY_REUSED",
+    );
     const size = fs.statSync(journal("s1")).size;
     await store.close();
 
@@ -291,9 +303,17 @@ describe("idempotency keys", () => {
     fs.rmSync(path.join(dir, "sessions", "s1.snapshot.json"), { force: true });
     for (const round of ["replayed", "hydrated"]) {
       const reopened = open();
-      const refused = await expectBerthError(reopened.append("s1", [{ type: "steer" }, { type: "agent_done", n: 2 }], { idempotencyKey: "batch" }), "already_exists", "IDEMPOTENCY_KEY_REUSED");
+      const refused = await expectBerthError(
+        reopened.append("s1", [{ type: "steer" }, { type: "agent_done", n: 2 }], { idempotencyKey: "batch" }),
+        "already_exists",
+        "IDEMPOTENCY_KEY_REUSED",
+      );
       expect(refused.details, round).toMatchObject({ firstSeq: 2, lastSeq: 3 });
-      expect(await reopened.append("s1", [{ type: "steer" }, { type: "agent_done" }], { idempotencyKey: "batch" }), round).toMatchObject({ firstSeq: 2, lastSeq: 3, duplicate: true });
+      expect(await reopened.append("s1", [{ type: "steer" }, { type: "agent_done" }], { idempotencyKey: "batch" }), round).toMatchObject({
+        firstSeq: 2,
+        lastSeq: 3,
+        duplicate: true,
+      });
       await expectBerthError(reopened.append("s1", [{ type: "generate", count: 9 }], { idempotencyKey: "k" }), "already_exists", "IDEMPOTENCY_KEY_REUSED");
       expect(await reopened.append("s1", [{ type: "generate", count: 2 }], { idempotencyKey: "k" }), round).toMatchObject({ firstSeq: 1, duplicate: true });
       expect(reopened.stats().hydrations, round).toBe(round === "hydrated" ? 1 : 0);
@@ -326,7 +346,11 @@ describe("idempotency keys", () => {
     );
     const store = open();
     await expectBerthError(store.append("s1", [{ type: "generate", count: 2 }], { idempotencyKey: "old" }), "already_exists", "IDEMPOTENCY_KEY_REUSED");
-    expect(await store.append("s1", [{ type: "generate", count: 2 }, { type: "steer" }], { idempotencyKey: "old" })).toMatchObject({ firstSeq: 1, lastSeq: 2, duplicate: true });
+    expect(await store.append("s1", [{ type: "generate", count: 2 }, { type: "steer" }], { idempotencyKey: "old" })).toMatchObject({
+      firstSeq: 1,
+      lastSeq: 2,
+      duplicate: true,
+    });
   });
 });
 
@@ -348,7 +372,11 @@ describe("deleting a session", () => {
     await expect(watcher.next()).rejects.toMatchObject({ code: "not_found", reason: "SESSION_DELETED", details: { sessionId: "s1", lastSeq: 2 } });
     expect((await all.next()).value).toEqual({ sessionId: "s1", firstSeq: 2, lastSeq: 2, entry: undefined, deleted: true });
     // A new session under the id starts from seq 1; the old key is gone with it.
-    expect(await store.append("s1", [{ type: "generate" }, { type: "steer" }], { idempotencyKey: "k" })).toMatchObject({ firstSeq: 1, lastSeq: 2, duplicate: false });
+    expect(await store.append("s1", [{ type: "generate" }, { type: "steer" }], { idempotencyKey: "k" })).toMatchObject({
+      firstSeq: 1,
+      lastSeq: 2,
+      duplicate: false,
+    });
     expect((await all.next()).value).toMatchObject({ sessionId: "s1", firstSeq: 1, lastSeq: 2, deleted: false });
     await all.return!();
     await store.close();
@@ -430,7 +458,10 @@ describe("opening journals", () => {
     const logger = makeLogger();
     fs.mkdirSync(path.join(dir, "sessions"), { recursive: true });
     const whole = encodeJournalLine({ seq: 1, id: "s1", type: "generate", ts: "2026-01-01T00:00:00.000Z", event: { type: "generate", id: "s1" } });
-    const torn = encodeJournalLine({ seq: 2, id: "s1", type: "agent_done", ts: "2026-01-01T00:00:01.000Z", event: { type: "agent_done", id: "s1" } }).slice(0, 30);
+    const torn = encodeJournalLine({ seq: 2, id: "s1", type: "agent_done", ts: "2026-01-01T00:00:01.000Z", event: { type: "agent_done", id: "s1" } }).slice(
+      0,
+      30,
+    );
     fs.writeFileSync(journal("s1"), whole + torn);
     const store = open({ logger });
     const view = store.getSnapshot("s1")!;
@@ -440,7 +471,13 @@ describe("opening journals", () => {
     expect(logger.lines.some((l) => l.level === "warn" && /torn/.test(l.msg ?? ""))).toBe(true);
     const next = await store.append("s1", [{ type: "agent_done" }]);
     expect(next.firstSeq).toBe(2);
-    expect(fs.readFileSync(journal("s1"), "utf8").split("\n").filter(Boolean).map((l) => JSON.parse(l).seq)).toEqual([1, 2]);
+    expect(
+      fs
+        .readFileSync(journal("s1"), "utf8")
+        .split("\n")
+        .filter(Boolean)
+        .map((l) => JSON.parse(l).seq),
+    ).toEqual([1, 2]);
   });
 
   it("drops an append of several events that reached the disk only in part", async () => {
@@ -462,10 +499,7 @@ describe("opening journals", () => {
 
   it("keeps a corrupt line in the middle as journal_parse_failed and replays the rest", async () => {
     fs.mkdirSync(path.join(dir, "sessions"), { recursive: true });
-    fs.writeFileSync(
-      journal("s1"),
-      `${seedLine(1, "s1", { type: "generate", count: 2 })}{"seq":2,"id":"s1","ty\n${seedLine(3, "s1", { type: "agent_done" })}`,
-    );
+    fs.writeFileSync(journal("s1"), `${seedLine(1, "s1", { type: "generate", count: 2 })}{"seq":2,"id":"s1","ty\n${seedLine(3, "s1", { type: "agent_done" })}`);
     const store = open();
     const view = store.getSnapshot("s1")!;
     expect(view.lastSeq).toBe(3);
@@ -572,7 +606,11 @@ describe.skipIf(!seedsAvailable())("the seed's own store and berth read each oth
     expect(replayed!.updatedAt).toBe(berthSnapshot.updatedAt);
     // The seed appends after berth's lines at the right seq.
     seed.store("s1").appendEvent({ type: "steer", id: "s1" });
-    const lines = fs.readFileSync(journal("s1", seed.sessionsDir), "utf8").trim().split("\n").map((l) => JSON.parse(l));
+    const lines = fs
+      .readFileSync(journal("s1", seed.sessionsDir), "utf8")
+      .trim()
+      .split("\n")
+      .map((l) => JSON.parse(l));
     expect(lines.at(-1)).toMatchObject({ seq: script.length + 1, type: "steer" });
   });
 
@@ -603,7 +641,12 @@ describe.skipIf(!seedsAvailable())("the seed's own store and berth read each oth
       expected = seed.store("s1").appendEvent({ ...event, id: "s1" });
       written = seedAppend(standIn, "s1", event, { snapshotFile: true, ts }).snapshot;
     }
-    const lines = (file: string) => fs.readFileSync(file, "utf8").trim().split("\n").map((l) => ({ ...JSON.parse(l), ts }));
+    const lines = (file: string) =>
+      fs
+        .readFileSync(file, "utf8")
+        .trim()
+        .split("\n")
+        .map((l) => ({ ...JSON.parse(l), ts }));
     expect(lines(journal("s1", standIn.dir))).toEqual(lines(journal("s1", seed.sessionsDir)));
     expect(timeless(written)).toEqual(timeless(expected));
     const file = (d: string) => timeless(JSON.parse(fs.readFileSync(path.join(d, "s1.snapshot.json"), "utf8")));
@@ -611,7 +654,9 @@ describe.skipIf(!seedsAvailable())("the seed's own store and berth read each oth
     // Its replay (no snapshot file) and its seq rule too.
     for (const d of [standIn.dir, seed.sessionsDir]) fs.rmSync(path.join(d, "s1.snapshot.json"));
     expect(timeless(seedReadState(standIn, "s1").snapshot)).toEqual(timeless(seed.store("s1").getSnapshot("s1", { includeCompleted: true })));
-    expect(seedAppend(standIn, "s1", { type: "steer" }).seq).toBe((seed.store("s1").appendEvent({ type: "steer", id: "s1" }) as { pendingEventSeq: number }).pendingEventSeq);
+    expect(seedAppend(standIn, "s1", { type: "steer" }).seq).toBe(
+      (seed.store("s1").appendEvent({ type: "steer", id: "s1" }) as { pendingEventSeq: number }).pendingEventSeq,
+    );
   });
 });
 
@@ -712,7 +757,11 @@ describe("beside another process appending in the seed's format", () => {
     const store = open({ dir: live.dir, io: racing.io });
     await store.append("s1", [{ type: "generate", count: 2 }]);
     racing.arm();
-    await expect(store.append("s1", [{ type: "steer" }, { type: "agent_done" }])).rejects.toMatchObject({ code: "unavailable", reason: "APPEND_OVERTAKEN", details: { sessionId: "s1" } });
+    await expect(store.append("s1", [{ type: "steer" }, { type: "agent_done" }])).rejects.toMatchObject({
+      code: "unavailable",
+      reason: "APPEND_OVERTAKEN",
+      details: { sessionId: "s1" },
+    });
     // The other process's seq 2 stands; ours (2 and 3) are blank lines now, which every reader skips.
     expect(journalSeqs("s1", live.dir)).toEqual([1, 2]);
     const text = fs.readFileSync(journal("s1", live.dir), "utf8");
@@ -789,7 +838,10 @@ describe("beside another process appending in the seed's format", () => {
 
   it("counts every diagnostic after a hand-off: a diagnosticsTotal another process carried past entries of its own is recounted", async () => {
     const store = open({ dir: live.dir });
-    await store.append("s1", Array.from({ length: 120 }, (_, n) => ({ type: "mystery", n })));
+    await store.append(
+      "s1",
+      Array.from({ length: 120 }, (_, n) => ({ type: "mystery", n })),
+    );
     await store.close(); // berth's snapshot file: 100 diagnostics kept, 120 counted
     // A seed process hydrates from it, appends 10 more and writes its own snapshot file: 110
     // diagnostics, and the count of 120 it read, untouched.
@@ -934,12 +986,20 @@ describe("snapshot files", () => {
       for (const sub of ["sessions", "replay-only"]) fs.rmSync(path.join(dir, sub), { recursive: true, force: true });
       const store = open();
       for (let i = 0; i < 4; i++) {
-        await store.append("s1", Array.from({ length: 10 }, (_, j) => ({ type: "checkpoint", revision: i * 10 + j })), { idempotencyKey: `before-${i}` });
+        await store.append(
+          "s1",
+          Array.from({ length: 10 }, (_, j) => ({ type: "checkpoint", revision: i * 10 + j })),
+          { idempotencyKey: `before-${i}` },
+        );
       }
       await store.flush("s1");
       const prefixBytes = fs.statSync(journal("s1")).size;
       const saved = ["s1.snapshot.json", "s1.snapshot.meta.json"].map((name) => [name, fs.readFileSync(path.join(dir, "sessions", name))] as const);
-      await store.append("s1", Array.from({ length: 10 }, (_, j) => ({ type: "agent_phase", phase: `p${j}` })), { idempotencyKey: "after" });
+      await store.append(
+        "s1",
+        Array.from({ length: 10 }, (_, j) => ({ type: "agent_phase", phase: `p${j}` })),
+        { idempotencyKey: "after" },
+      );
       for (let i = 0; i < 9; i++) await store.append("s1", [{ type: "checkpoint", revision: 100 + i }]);
       await store.close();
       fs.appendFileSync(journal("s1"), seedLine(60, "s1", { type: "steer" }));
@@ -966,7 +1026,11 @@ describe("snapshot files", () => {
       expect(await reopened.append("s1", after, { idempotencyKey: "after" })).toMatchObject({ duplicate: true, firstSeq: 41, lastSeq: 50 });
       const read = await collect(reopened.read("s1", 35, 20));
       expect(read.map((e) => e.entry.seq)).toEqual(Array.from({ length: 20 }, (_, i) => 35 + i));
-      expect(read.map((e) => e.idempotencyKey)).toEqual([...Array<string>(6).fill("before-3"), ...Array<string>(10).fill("after"), ...Array<undefined>(4).fill(undefined)]);
+      expect(read.map((e) => e.idempotencyKey)).toEqual([
+        ...Array<string>(6).fill("before-3"),
+        ...Array<string>(10).fill("after"),
+        ...Array<undefined>(4).fill(undefined),
+      ]);
       const next = await reopened.append("s1", [{ type: "agent_done" }]);
       expect(next.firstSeq).toBe(61);
     });
@@ -1047,7 +1111,15 @@ describe("a session's snapshot does not change with unrelated traffic", () => {
 describe("reads and lists", () => {
   it("reads entries from a seq with a limit, without berth's bookkeeping fields", async () => {
     const store = open();
-    for (let i = 0; i < 30; i++) await store.append("s1", [{ type: "checkpoint", revision: i }, { type: "agent_phase", phase: `p${i}` }], { idempotencyKey: `k${i}` });
+    for (let i = 0; i < 30; i++)
+      await store.append(
+        "s1",
+        [
+          { type: "checkpoint", revision: i },
+          { type: "agent_phase", phase: `p${i}` },
+        ],
+        { idempotencyKey: `k${i}` },
+      );
     const all = await collect(store.read("s1"));
     expect(all.map((e) => e.entry.seq)).toEqual(Array.from({ length: 60 }, (_, i) => i + 1));
     expect(Object.keys(all[0]!.entry)).toEqual(["seq", "id", "type", "ts", "event"]);
@@ -1111,7 +1183,11 @@ describe("watchers", () => {
     const racing = [store.append("s1", [{ type: "checkpoint", revision: 6 }]), store.append("s1", [{ type: "checkpoint", revision: 7 }, { type: "steer" }])];
     const items: Array<{ kind: string; seq?: number; lastSeq?: number; phase?: string }> = [];
     for await (const item of watcher) {
-      items.push(item.kind === "entry" ? { kind: "entry", seq: item.entry.seq, ...(item.snapshot ? { phase: item.snapshot.phase } : {}) } : { kind: item.kind, lastSeq: item.lastSeq });
+      items.push(
+        item.kind === "entry"
+          ? { kind: "entry", seq: item.entry.seq, ...(item.snapshot ? { phase: item.snapshot.phase } : {}) }
+          : { kind: item.kind, lastSeq: item.lastSeq },
+      );
       if (item.kind === "entry" && item.entry.seq === 8) break;
     }
     await Promise.all(racing);

@@ -16,7 +16,7 @@ import { checkSessionId } from "@berth/shared/safe-id";
 import { checkFromSeq, MAX_IDEMPOTENCY_KEY_LENGTH } from "./append-input.js";
 import { AppendPipeline, type AppendOptions, type AppendResult } from "./append-pipeline.js";
 import type { JournalStore, StoredEntry } from "./journal/journal-store.js";
-import { baseSnapshot, } from "./reducer.js";
+import { baseSnapshot } from "./reducer.js";
 import { CompletedRetention, type RetentionHost } from "./retention.js";
 import { seqConflict, sessionNotFound, UNAVAILABLE_RETRY_AFTER_MS } from "./session-refusals.js";
 import type { SessionStoreApi, SessionStoreLimits, SessionView } from "./session-store-api.js";
@@ -49,7 +49,6 @@ export interface SessionStoreCoreOptions {
    */
   completedRetentionMs?: number | undefined;
 }
-
 
 /** Counters for metrics and tests. */
 export interface SessionStoreStats {
@@ -327,7 +326,12 @@ export class SessionStore implements SessionStoreApi {
     this.closed = true;
     // Closed at once: nothing new is scheduled from here on; it settles and writes below.
     const closing = this.journals.close();
-    this.hub.close(new BerthError("unavailable", "the session store is shutting down; watch again when it is back", undefined, { reason: "SHUTTING_DOWN", retryAfterMs: UNAVAILABLE_RETRY_AFTER_MS }));
+    this.hub.close(
+      new BerthError("unavailable", "the session store is shutting down; watch again when it is back", undefined, {
+        reason: "SHUTTING_DOWN",
+        retryAfterMs: UNAVAILABLE_RETRY_AFTER_MS,
+      }),
+    );
     await this.retention?.stop();
     await this.settled();
     await closing;
@@ -341,7 +345,8 @@ export class SessionStore implements SessionStoreApi {
   }
 
   private assertOpen(): void {
-    if (this.closed) throw new BerthError("unavailable", "the session store is closed", undefined, { reason: "SHUTTING_DOWN", retryAfterMs: UNAVAILABLE_RETRY_AFTER_MS });
+    if (this.closed)
+      throw new BerthError("unavailable", "the session store is closed", undefined, { reason: "SHUTTING_DOWN", retryAfterMs: UNAVAILABLE_RETRY_AFTER_MS });
   }
 }
 

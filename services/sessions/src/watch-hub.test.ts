@@ -31,7 +31,9 @@ describe("WatchHub", () => {
     const got: string[] = [];
     for (let i = 0; i < 5; i++) {
       const { value } = await watcher.next();
-      got.push(value!.kind === "entry" ? `e${value!.entry.seq}${value!.snapshot ? `:${value!.snapshot.phase}` : ""}` : `up${value!.lastSeq}:${value!.snapshot?.phase}`);
+      got.push(
+        value!.kind === "entry" ? `e${value!.entry.seq}${value!.snapshot ? `:${value!.snapshot.phase}` : ""}` : `up${value!.lastSeq}:${value!.snapshot?.phase}`,
+      );
     }
     expect(got).toEqual(["e2", "e3", "up3:at-3", "e4:p4", "e5"]);
     hub.publish("s1", [stored(5), stored(6)]);
@@ -74,10 +76,19 @@ describe("WatchHub", () => {
     const one = hub.watchSession("s1", 1, {}, backlog(0, 1));
     expect((await one.next()).value).toMatchObject({ kind: "caught_up" });
     const after = (seq: number) => ({ ...baseSnapshot("s1"), phase: `after-${seq}` });
-    hub.publish("s1", [3, 4].map((seq) => ({ ...stored(seq), snapshot: after(seq) })));
+    hub.publish(
+      "s1",
+      [3, 4].map((seq) => ({ ...stored(seq), snapshot: after(seq) })),
+    );
     hub.publish("s1", [{ ...stored(5), snapshot: after(5) }]);
-    expect(await all.next()).toEqual({ done: false, value: { sessionId: "s1", firstSeq: 3, lastSeq: 4, entry: journalEntry(4), snapshot: after(4), deleted: false } });
-    expect(await all.next()).toEqual({ done: false, value: { sessionId: "s1", firstSeq: 5, lastSeq: 5, entry: journalEntry(5), snapshot: after(5), deleted: false } });
+    expect(await all.next()).toEqual({
+      done: false,
+      value: { sessionId: "s1", firstSeq: 3, lastSeq: 4, entry: journalEntry(4), snapshot: after(4), deleted: false },
+    });
+    expect(await all.next()).toEqual({
+      done: false,
+      value: { sessionId: "s1", firstSeq: 5, lastSeq: 5, entry: journalEntry(5), snapshot: after(5), deleted: false },
+    });
     // Three entries overflow a buffer of two for the session's watcher; two changes do not for `all`.
     await expect(one.next()).rejects.toMatchObject({ code: "resource_exhausted" });
     expect(hub.watcherCount).toBe(1);

@@ -443,7 +443,12 @@ export class WatchHub {
   sessionDeleted(sessionId: string, lastSeq: number): void {
     for (const watcher of [...(this.bySession.get(sessionId) ?? [])]) {
       watcher.fail(
-        new BerthError("not_found", `session ${sessionId} was deleted (at seq ${lastSeq}); a new session under this id starts at seq 1`, { sessionId, lastSeq }, { reason: "SESSION_DELETED" }),
+        new BerthError(
+          "not_found",
+          `session ${sessionId} was deleted (at seq ${lastSeq}); a new session under this id starts at seq 1`,
+          { sessionId, lastSeq },
+          { reason: "SESSION_DELETED" },
+        ),
       );
     }
     for (const watcher of [...this.everySession]) watcher.deliver(sessionId, { deletedAt: lastSeq });
@@ -514,7 +519,9 @@ export class WatchHub {
   }
 
   /** Ends every watcher with `error` (delivered at its next pull) and refuses new ones. */
-  close(error = new BerthError("unavailable", "the session store is shutting down; watch again when it is back", undefined, { reason: "SHUTTING_DOWN" })): void {
+  close(
+    error = new BerthError("unavailable", "the session store is shutting down; watch again when it is back", undefined, { reason: "SHUTTING_DOWN" }),
+  ): void {
     this.closedWith = error;
     for (const set of [...this.bySession.values()]) for (const watcher of [...set]) watcher.fail(error);
     for (const watcher of [...this.everySession]) watcher.fail(error);

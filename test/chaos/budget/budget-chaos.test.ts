@@ -305,7 +305,8 @@ it(`budget chaos: ${CLIENTS} clients for ${SECONDS} s against a 4G / 4 cpu budge
       stats.refused[kind] = (stats.refused[kind] ?? 0) + 1;
       if (detail?.retryAfter !== undefined) retryAfterMs.set(where, Number(detail.retryAfter.seconds) * 1000 + detail.retryAfter.nanos / 1e6);
       if (failure.code !== codeOfRefusal[kind]) violation(`${where}: ${kind} refusal with code ${Code[failure.code]}`);
-      if ((kind === "impossible") !== need.impossible) violation(`${where}: ${kind} refusal of a need that is ${need.impossible ? "" : "not "}impossible: ${failure.rawMessage}`);
+      if ((kind === "impossible") !== need.impossible)
+        violation(`${where}: ${kind} refusal of a need that is ${need.impossible ? "" : "not "}impossible: ${failure.rawMessage}`);
       return;
     }
     if (cancelled && failure.code === Code.Canceled) return;
@@ -396,7 +397,9 @@ it(`budget chaos: ${CLIENTS} clients for ${SECONDS} s against a 4G / 4 cpu budge
     const reservation = admitted.kind.case === "admitted" ? admitted.kind.value.reservation : undefined;
     const startMemory = need.starts.reduce((sum, s) => sum + s.memoryBytes, 0);
     if (Number(reservation?.start?.memoryBytes ?? -1n) !== startMemory || Number(reservation?.build?.memoryBytes ?? -1n) !== (need.build?.memoryBytes ?? 0)) {
-      violation(`${label}: admitted with start ${reservation?.start?.memoryBytes} / build ${reservation?.build?.memoryBytes}, asked ${startMemory} / ${need.build?.memoryBytes ?? 0}`);
+      violation(
+        `${label}: admitted with start ${reservation?.start?.memoryBytes} / build ${reservation?.build?.memoryBytes}, asked ${startMemory} / ${need.build?.memoryBytes ?? 0}`,
+      );
     }
     await delay(between(0, 150));
 
@@ -419,7 +422,10 @@ it(`budget chaos: ${CLIENTS} clients for ${SECONDS} s against a 4G / 4 cpu budge
         started.push(sleeper);
         const leased = rng() < 0.2;
         const request: AdmitRequestInit = {
-          kind: { case: "started", value: { name: part.name, costSource: costOf(part), pid: sleeper.pid, ttl: leased ? durationOf(between(300, 800)) : undefined } },
+          kind: {
+            case: "started",
+            value: { name: part.name, costSource: costOf(part), pid: sleeper.pid, ttl: leased ? durationOf(between(300, 800)) : undefined },
+          },
         };
         sleeper.registration = "pending";
         if (rng() < 0.1) {
@@ -458,7 +464,8 @@ it(`budget chaos: ${CLIENTS} clients for ${SECONDS} s against a 4G / 4 cpu budge
         }
       }
       await call.done;
-      if (call.failure !== undefined && !(cancelled && call.failure.code === Code.Canceled)) violation(`${label}: stream failed: ${Code[call.failure.code]} ${call.failure.rawMessage}`);
+      if (call.failure !== undefined && !(cancelled && call.failure.code === Code.Canceled))
+        violation(`${label}: stream failed: ${Code[call.failure.code]} ${call.failure.rawMessage}`);
     } finally {
       for (const sleeper of started) retire(client, sleeper);
     }
@@ -483,7 +490,13 @@ it(`budget chaos: ${CLIENTS} clients for ${SECONDS} s against a 4G / 4 cpu budge
     let reservationId: string;
     // A retried Reserve: the same request id sent twice at once; both must get the one reservation.
     const retried = rng() < 0.25;
-    const request = { owner: label, need: { items: need.items }, ttl: durationOf(ttlMs), maxWait: durationOf(maxWaitMs), requestId: retried ? `${label}-reserve` : "" };
+    const request = {
+      owner: label,
+      need: { items: need.items },
+      ttl: durationOf(ttlMs),
+      maxWait: durationOf(maxWaitMs),
+      requestId: retried ? `${label}-reserve` : "",
+    };
     try {
       const reserve = () => client.reserve(request, { signal: controller.signal, timeoutMs: maxWaitMs + ANSWER_MS });
       const [answer, again] = await Promise.all([reserve(), retried ? (op(), reserve()) : undefined]);
@@ -491,7 +504,8 @@ it(`budget chaos: ${CLIENTS} clients for ${SECONDS} s against a 4G / 4 cpu budge
       reservationId = answer.reservation.id;
       if (again !== undefined) {
         stats.repeatedRequests++;
-        if (again.reservation?.id !== reservationId) violation(`${label}: a Reserve repeated with its request id got reservation ${again.reservation?.id}, the first ${reservationId}`);
+        if (again.reservation?.id !== reservationId)
+          violation(`${label}: a Reserve repeated with its request id got reservation ${again.reservation?.id}, the first ${reservationId}`);
       }
       if ((answer.waited?.seconds ?? 0n) > 0n || (answer.waited?.nanos ?? 0) > 0) stats.queued++;
     } catch (error) {
@@ -547,11 +561,22 @@ it(`budget chaos: ${CLIENTS} clients for ${SECONDS} s against a 4G / 4 cpu budge
         op();
         try {
           const repeated = rng() < 0.25;
-          const registration = { name: part.name, costSource: costOf(part), pid: sleeper.pid, reservationId, ttl: leased ? durationOf(between(500, 1000)) : undefined, requestId: repeated ? `${label}-running` : "" };
-          const [answer, again] = await Promise.all([client.registerRunning(registration), repeated ? (op(), client.registerRunning(registration)) : undefined]);
+          const registration = {
+            name: part.name,
+            costSource: costOf(part),
+            pid: sleeper.pid,
+            reservationId,
+            ttl: leased ? durationOf(between(500, 1000)) : undefined,
+            requestId: repeated ? `${label}-running` : "",
+          };
+          const [answer, again] = await Promise.all([
+            client.registerRunning(registration),
+            repeated ? (op(), client.registerRunning(registration)) : undefined,
+          ]);
           if (again !== undefined) {
             stats.repeatedRequests++;
-            if (again.running?.id !== answer.running?.id) violation(`${label}: a RegisterRunning repeated with its request id made entry ${again.running?.id} beside ${answer.running?.id}`);
+            if (again.running?.id !== answer.running?.id)
+              violation(`${label}: a RegisterRunning repeated with its request id made entry ${again.running?.id} beside ${answer.running?.id}`);
           }
           sleepers.confirm(sleeper, answer.running!.id, leased);
           entryLeased = leased;
@@ -619,7 +644,8 @@ it(`budget chaos: ${CLIENTS} clients for ${SECONDS} s against a 4G / 4 cpu budge
     const after = await whole();
     stats.pagedWalks++;
     for (const [key, times] of seen) if (times > 1) violation(`${label}: ${name} entry ${key} listed ${times} times in one walk of the pages`);
-    for (const key of before) if (after.has(key) && !seen.has(key)) violation(`${label}: ${name} entry ${key}, there before and after the walk, was not on any page`);
+    for (const key of before)
+      if (after.has(key) && !seen.has(key)) violation(`${label}: ${name} entry ${key}, there before and after the walk, was not on any page`);
   }
 
   /** The unary reads: a verdict and the machine. */
@@ -627,7 +653,8 @@ it(`budget chaos: ${CLIENTS} clients for ${SECONDS} s against a 4G / 4 cpu budge
     const need = randomNeed(label);
     op();
     const { verdict } = await client.check({ need: { items: need.items } });
-    if (need.impossible !== (verdict?.impossible !== undefined)) violation(`${label}: Check's impossible is ${verdict?.impossible} for a need that is ${need.impossible ? "" : "not "}impossible`);
+    if (need.impossible !== (verdict?.impossible !== undefined))
+      violation(`${label}: Check's impossible is ${verdict?.impossible} for a need that is ${need.impossible ? "" : "not "}impossible`);
     op();
     await client.getMachine({});
   }
@@ -697,11 +724,19 @@ it(`budget chaos: ${CLIENTS} clients for ${SECONDS} s against a 4G / 4 cpu budge
     stats.maxQueue = Math.max(stats.maxQueue, state.queueSize);
     // The sample asks for pages of 1000: the whole of every list, which the checks below need.
     if (state.queue.length !== state.queueSize || state.reservations.length !== state.reservationCount || state.running.length !== state.runningCount) {
-      violation(`counts ${stats.stateSamples}`, `GetState's counts ${state.queueSize}/${state.reservationCount}/${state.runningCount} differ from its lists ${state.queue.length}/${state.reservations.length}/${state.running.length}`);
+      violation(
+        `counts ${stats.stateSamples}`,
+        `GetState's counts ${state.queueSize}/${state.reservationCount}/${state.runningCount} differ from its lists ${state.queue.length}/${state.reservations.length}/${state.running.length}`,
+      );
     }
-    if ((state.committed?.itemCount ?? 0) !== (state.committed?.items.length ?? 0)) violation(`item count ${stats.stateSamples}`, `committed item_count ${state.committed?.itemCount} for ${state.committed?.items.length} items`);
+    if ((state.committed?.itemCount ?? 0) !== (state.committed?.items.length ?? 0))
+      violation(`item count ${stats.stateSamples}`, `committed item_count ${state.committed?.itemCount} for ${state.committed?.items.length} items`);
     const holders = () => (state.committed?.items ?? []).map((i) => `${i.what} ${formatSize(Number(i.memoryBytes))}/${i.cpu}`).join(", ");
-    if (memory > BUDGET_MEMORY) violation(`over budget (memory) ${stats.stateSamples}`, `committed memory ${formatSize(memory)} over the ${formatSize(BUDGET_MEMORY)} budget: ${holders()}`);
+    if (memory > BUDGET_MEMORY)
+      violation(
+        `over budget (memory) ${stats.stateSamples}`,
+        `committed memory ${formatSize(memory)} over the ${formatSize(BUDGET_MEMORY)} budget: ${holders()}`,
+      );
     if (cpu > BUDGET_CPU + 1e-9) violation(`over budget (cpu) ${stats.stateSamples}`, `committed cpu ${cpu} over the ${BUDGET_CPU} cpu budget: ${holders()}`);
     let sumMemory = 0;
     let sumCpu = 0;
@@ -715,14 +750,22 @@ it(`budget chaos: ${CLIENTS} clients for ${SECONDS} s against a 4G / 4 cpu budge
     }
     const itemsMemory = (state.committed?.items ?? []).reduce((sum, i) => sum + Number(i.memoryBytes), 0);
     if (sumMemory !== memory || Math.abs(sumCpu - cpu) > 1e-9 || itemsMemory !== memory) {
-      violation(`inconsistent committed ${stats.stateSamples}`, `committed ${memory}/${cpu} but reservations + running add up to ${sumMemory}/${sumCpu} and the items to ${itemsMemory}`);
+      violation(
+        `inconsistent committed ${stats.stateSamples}`,
+        `committed ${memory}/${cpu} but reservations + running add up to ${sumMemory}/${sumCpu} and the items to ${itemsMemory}`,
+      );
     }
     state.queue.forEach((entry, index) => {
-      if (entry.position !== index + 1) violation(`queue positions ${stats.stateSamples}`, `queue entry ${entry.owner} at index ${index} has position ${entry.position}`);
+      if (entry.position !== index + 1)
+        violation(`queue positions ${stats.stateSamples}`, `queue entry ${entry.owner} at index ${index} has position ${entry.position}`);
     });
     const counted = new Set(state.running.map((e) => e.id));
     for (const sleeper of sleepers.mustBeCounted(sentAt)) {
-      if (!counted.has(sleeper.entryId!)) violation(`lost entry ${sleeper.entryId}`, `${final ? "at the end: " : ""}the entry of pid ${sleeper.pid} (${sleeper.entryId}), still running and never stopped, is missing from the tally`);
+      if (!counted.has(sleeper.entryId!))
+        violation(
+          `lost entry ${sleeper.entryId}`,
+          `${final ? "at the end: " : ""}the entry of pid ${sleeper.pid} (${sleeper.entryId}), still running and never stopped, is missing from the tally`,
+        );
     }
   };
   const sampler = (async () => {
@@ -760,15 +803,22 @@ it(`budget chaos: ${CLIENTS} clients for ${SECONDS} s against a 4G / 4 cpu budge
   let final: GetStateResponse | undefined;
   const settled = await until(async () => {
     final = await stateClient.getState({ pageSize: 1000 });
-    return final.queue.length === 0 && final.reservations.length === 0 && final.running.length === expected.size && final.running.every((e) => expected.has(e.id));
+    return (
+      final.queue.length === 0 && final.reservations.length === 0 && final.running.length === expected.size && final.running.every((e) => expected.has(e.id))
+    );
   }, 20_000);
   if (!settled && final !== undefined) {
     for (const q of final.queue) violation(`at the end: ${q.owner} is still queued`);
-    for (const r of final.reservations) violation(`at the end: reservation ${r.owner} (${r.id}) is still held: ${formatSize(Number(r.start?.memoryBytes ?? 0n))} start, ${formatSize(Number(r.build?.memoryBytes ?? 0n))} build`);
+    for (const r of final.reservations)
+      violation(
+        `at the end: reservation ${r.owner} (${r.id}) is still held: ${formatSize(Number(r.start?.memoryBytes ?? 0n))} start, ${formatSize(Number(r.build?.memoryBytes ?? 0n))} build`,
+      );
     for (const e of final.running) {
       if (expected.has(e.id)) continue;
       const known = e.pid === undefined ? undefined : sleepers.all.find((s) => s.pid === e.pid);
-      violation(`at the end: running entry ${e.name} (${e.id}, pid ${e.pid}) is still counted; its process ${known === undefined ? "is not a sleeper" : known.hasExited ? "has exited" : "still runs"}`);
+      violation(
+        `at the end: running entry ${e.name} (${e.id}, pid ${e.pid}) is still counted; its process ${known === undefined ? "is not a sleeper" : known.hasExited ? "has exited" : "still runs"}`,
+      );
     }
   }
   if (final !== undefined) {

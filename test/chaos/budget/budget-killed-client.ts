@@ -30,7 +30,9 @@ const cost = { memoryBytes: BigInt(memoryArg), cpu: Number(cpuArg) };
 const say = (event: Record<string, unknown>) => process.stdout.write(`${JSON.stringify(event)}\n`);
 
 // The requests the stream sends: the need now, Started once admitted; never ended by us.
-const startRequest: AdmitRequestInit = { kind: { case: "start", value: { owner: label, need: { items: [{ kind: NeedItemKind.START, name: label, costSource: { case: "cost", value: cost } }] } } } };
+const startRequest: AdmitRequestInit = {
+  kind: { case: "start", value: { owner: label, need: { items: [{ kind: NeedItemKind.START, name: label, costSource: { case: "cost", value: cost } }] } } },
+};
 const pending: AdmitRequestInit[] = [startRequest];
 let wake: (() => void) | undefined;
 const send = (request: AdmitRequestInit) => {

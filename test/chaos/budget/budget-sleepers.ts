@@ -58,7 +58,18 @@ export class Sleepers {
     if (child.pid === undefined) throw new Error("could not start sleep");
     let resolveExit!: () => void;
     const exited = new Promise<void>((resolve) => (resolveExit = resolve));
-    const sleeper: Sleeper = { pid: child.pid, child, exited, hasExited: false, registration: "none", leased: false, letGo: false, stopped: false, memoryBytes, cpu };
+    const sleeper: Sleeper = {
+      pid: child.pid,
+      child,
+      exited,
+      hasExited: false,
+      registration: "none",
+      leased: false,
+      letGo: false,
+      stopped: false,
+      memoryBytes,
+      cpu,
+    };
     child.once("exit", () => {
       sleeper.hasExited = true;
       resolveExit();

@@ -238,7 +238,8 @@ describe("journal crash (SIGKILL under load, restart, check)", () => {
 
       private record(a: Append, r: { firstSeq: number; lastSeq: number; duplicate: boolean }, retry: boolean, landed: Append["landed"]): void {
         const where = `client ${this.index}: ${a.key} (${a.sessionId}, ${a.events.length} event(s), attempt ${a.attempts})`;
-        if (r.lastSeq - r.firstSeq + 1 !== a.events.length) findings.violation(`${where}: acknowledged seqs ${r.firstSeq}..${r.lastSeq} for ${a.events.length} event(s)`);
+        if (r.lastSeq - r.firstSeq + 1 !== a.events.length)
+          findings.violation(`${where}: acknowledged seqs ${r.firstSeq}..${r.lastSeq} for ${a.events.length} event(s)`);
         if (!retry) {
           if (r.duplicate) findings.violation(`${where}: a first attempt answered duplicate`);
         } else {
@@ -319,7 +320,9 @@ describe("journal crash (SIGKILL under load, restart, check)", () => {
             const position = record.seqs.length - 1;
             if (a === undefined) findings.violation(`${at}: entry ${e.seq} has key ${e.idempotencyKey}, which no client sent`);
             else if (eventJson(e.event) !== eventJson(a.events[position])) {
-              findings.violation(`${at}: entry ${e.seq} (${e.idempotencyKey} #${position}) is ${eventJson(e.event)}, the client sent ${eventJson(a.events[position])}`);
+              findings.violation(
+                `${at}: entry ${e.seq} (${e.idempotencyKey} #${position}) is ${eventJson(e.event)}, the client sent ${eventJson(a.events[position])}`,
+              );
             }
           }
 
@@ -333,16 +336,20 @@ describe("journal crash (SIGKILL under load, restart, check)", () => {
           if (fileSeqs.length !== seqs.length) findings.violation(`${at}: the file holds ${fileSeqs.length} entries, ReadJournal ${seqs.length}`);
           onDisk.lines.forEach((line, i) => {
             const viaApi = entries[i];
-            if (viaApi && line.key !== viaApi.idempotencyKey) findings.violation(`${at}: line ${line.line} key ${line.key}, ReadJournal says ${viaApi.idempotencyKey}`);
+            if (viaApi && line.key !== viaApi.idempotencyKey)
+              findings.violation(`${at}: line ${line.line} key ${line.key}, ReadJournal says ${viaApi.idempotencyKey}`);
           });
 
           // A torn tail left by the kill: cut back to the whole appends, and reported.
           const before = torn.get(sessionId);
           if (before?.torn) {
-            if (onDisk.size < before.torn.keepBytes) findings.violation(`${at}: the repair cut into whole entries (${onDisk.size} < ${before.torn.keepBytes} bytes)`);
+            if (onDisk.size < before.torn.keepBytes)
+              findings.violation(`${at}: the repair cut into whole entries (${onDisk.size} < ${before.torn.keepBytes} bytes)`);
             const reported = view.snapshot?.diagnostics.some((d) => d.error === "journal_torn_tail_repaired");
             if (!reported) findings.violation(`${at}: a torn tail was cut back without a journal_torn_tail_repaired diagnostic`);
-            const logged = inc.service.entries().some((entry) => entry.sessionId === sessionId && typeof entry.msg === "string" && entry.msg.includes("torn write"));
+            const logged = inc.service
+              .entries()
+              .some((entry) => entry.sessionId === sessionId && typeof entry.msg === "string" && entry.msg.includes("torn write"));
             if (!logged) findings.violation(`${at}: a torn tail was cut back without a log line`);
           }
 
@@ -353,7 +360,9 @@ describe("journal crash (SIGKILL under load, restart, check)", () => {
           const served = withoutRepairNotes(view.snapshot);
           figures.snapshotChecks++;
           if (!isDeepStrictEqual(served, replayed)) {
-            findings.violation(`${at}: GetSnapshot differs from a replay of the journal:\n  served   ${JSON.stringify(served)}\n  replayed ${JSON.stringify(replayed)}`);
+            findings.violation(
+              `${at}: GetSnapshot differs from a replay of the journal:\n  served   ${JSON.stringify(served)}\n  replayed ${JSON.stringify(replayed)}`,
+            );
           }
         }
       } finally {
@@ -366,12 +375,15 @@ describe("journal crash (SIGKILL under load, restart, check)", () => {
         const expected = range(ack.firstSeq, ack.lastSeq);
         if (!found) findings.violation(`${label}: acknowledged ${key} (${ack.sessionId} ${ack.firstSeq}..${ack.lastSeq}) is not in the journal`);
         else if (found.sessionId !== ack.sessionId || !isDeepStrictEqual(found.seqs, expected)) {
-          findings.violation(`${label}: acknowledged ${key} at ${ack.sessionId} ${ack.firstSeq}..${ack.lastSeq}, the journal has it at ${found.sessionId} ${found.seqs.join(",")}`);
+          findings.violation(
+            `${label}: acknowledged ${key} at ${ack.sessionId} ${ack.firstSeq}..${ack.lastSeq}, the journal has it at ${found.sessionId} ${found.seqs.join(",")}`,
+          );
         }
       }
       for (const [key, found] of journalKeys) {
         const a = sent.get(key);
-        if (a && found.seqs.length !== a.events.length) findings.violation(`${label}: ${key} has ${found.seqs.length} of its ${a.events.length} entries in the journal`);
+        if (a && found.seqs.length !== a.events.length)
+          findings.violation(`${label}: ${key} has ${found.seqs.length} of its ${a.events.length} entries in the journal`);
         if (a && !isDeepStrictEqual(found.seqs, range(found.seqs[0]!, found.seqs[0]! + found.seqs.length - 1))) {
           findings.violation(`${label}: ${key}'s entries are not consecutive: ${found.seqs.join(",")}`);
         }
@@ -479,11 +491,17 @@ describe("journals damaged on the disk open as the reader promises", () => {
     const batchBefore = readFileSync(batchFile);
     const ts = new Date().toISOString();
     // A crash in the middle of writing one line: its first 40 bytes, no newline.
-    const lost = encodeJournalLine({ seq: 6, id: "torn-line", type: "agent_phase", ts, event: { type: "agent_phase", id: "torn-line", phase: "lost" } }, { ikey: "torn-line-lost" });
+    const lost = encodeJournalLine(
+      { seq: 6, id: "torn-line", type: "agent_phase", ts, event: { type: "agent_phase", id: "torn-line", phase: "lost" } },
+      { ikey: "torn-line-lost" },
+    );
     appendFileSync(lineFile, lost.slice(0, 40));
     // A crash after two of the three lines of an AppendEvents: whole lines, but half an append.
     const lostBatch = [
-      encodeJournalLine({ seq: 6, id: "torn-batch", type: "agent_phase", ts, event: { type: "agent_phase", id: "torn-batch", phase: "x" } }, { ikey: "torn-batch-lost", n: 3 }),
+      encodeJournalLine(
+        { seq: 6, id: "torn-batch", type: "agent_phase", ts, event: { type: "agent_phase", id: "torn-batch", phase: "x" } },
+        { ikey: "torn-batch-lost", n: 3 },
+      ),
       encodeJournalLine({ seq: 7, id: "torn-batch", type: "agent_phase", ts, event: { type: "agent_phase", id: "torn-batch", phase: "y" } }),
     ];
     appendFileSync(batchFile, lostBatch.join(""));
@@ -506,7 +524,10 @@ describe("journals damaged on the disk open as the reader promises", () => {
       );
       const warned = await second.waitForLog((entry) => entry.sessionId === c.sessionId && String(entry.msg).includes("torn write"), 5_000);
       expect(warned, c.sessionId).toMatchObject({ bytesDropped: c.bytesDropped, entriesDropped: c.entriesDropped });
-      expect((await readAll(client, c.sessionId)).map((e) => Number(e.seq)), c.sessionId).toEqual([1, 2, 3, 4, 5]);
+      expect(
+        (await readAll(client, c.sessionId)).map((e) => Number(e.seq)),
+        c.sessionId,
+      ).toEqual([1, 2, 3, 4, 5]);
       expect(withoutRepairNotes(view.snapshot), c.sessionId).toEqual(replayOf(c.file, c.sessionId));
     }
     // What was torn off was never acknowledged: a retry with its key is written now, once.
@@ -520,13 +541,21 @@ describe("journals damaged on the disk open as the reader promises", () => {
     // And once more after a crash: the retries are in the journal once; a second retry is a duplicate.
     const third = await startService("sessions", { stateDir, args: ["--fsync", "batch"] });
     client = sessionsOf(third.url("sessions"));
-    expect(await client.appendEvents({ sessionId: "torn-batch", events: [phase("x"), phase("y"), phase("z")], idempotencyKey: "torn-batch-lost" })).toMatchObject({ firstSeq: 6n, lastSeq: 8n, duplicate: true });
+    expect(
+      await client.appendEvents({ sessionId: "torn-batch", events: [phase("x"), phase("y"), phase("z")], idempotencyKey: "torn-batch-lost" }),
+    ).toMatchObject({ firstSeq: 6n, lastSeq: 8n, duplicate: true });
     for (const c of cases) {
       const onDisk = readJournalFile(c.file);
       expect(onDisk.torn, c.sessionId).toBeUndefined();
       expect(onDisk.unparsable, c.sessionId).toEqual([]);
-      expect(onDisk.lines.every((line) => line.checksum === "valid"), c.sessionId).toBe(true);
-      expect(onDisk.lines.map((line) => line.seq), c.sessionId).toEqual(range(1, c.sessionId === "torn-line" ? 6 : 8));
+      expect(
+        onDisk.lines.every((line) => line.checksum === "valid"),
+        c.sessionId,
+      ).toBe(true);
+      expect(
+        onDisk.lines.map((line) => line.seq),
+        c.sessionId,
+      ).toEqual(range(1, c.sessionId === "torn-line" ? 6 : 8));
     }
     closeClient(client);
     expect(await third.stop()).toEqual({ code: 0, signal: null });
@@ -578,7 +607,10 @@ describe("journals damaged on the disk open as the reader promises", () => {
       expect(view.lastSeq, sessionId).toBe(5n);
       const diagnostics = diagnosticsOf(view.snapshot);
       expect(diagnostics, sessionId).toContainEqual(expect.objectContaining({ error, line: 3 }));
-      expect(diagnostics.filter((d) => d.error.startsWith("journal_")), sessionId).toHaveLength(1);
+      expect(
+        diagnostics.filter((d) => d.error.startsWith("journal_")),
+        sessionId,
+      ).toHaveLength(1);
       // The damaged entry is not applied: the session is what the other four entries make it.
       expect(view.snapshot?.expectedVariants, sessionId).toBe(2);
       const { diagnostics: _served, diagnosticsTotal: _servedTotal, ...served } = toJson(SnapshotSchema, view.snapshot!) as JsonObject;
@@ -586,10 +618,16 @@ describe("journals damaged on the disk open as the reader promises", () => {
       expect(served, sessionId).toEqual(replayed);
       // A middle line is never cut or rewritten: the file is as the damage left it.
       expect(readFileSync(file).equals(bytes), sessionId).toBe(true);
-      expect((await readAll(client, sessionId)).map((e) => Number(e.seq)), sessionId).toEqual([1, 2, 4, 5]);
+      expect(
+        (await readAll(client, sessionId)).map((e) => Number(e.seq)),
+        sessionId,
+      ).toEqual([1, 2, 4, 5]);
       // Appends go on after the highest seq.
       expect((await client.appendEvent({ sessionId, event: phase("after") })).seq, sessionId).toBe(6n);
-      expect((await readAll(client, sessionId)).map((e) => Number(e.seq)), sessionId).toEqual([1, 2, 4, 5, 6]);
+      expect(
+        (await readAll(client, sessionId)).map((e) => Number(e.seq)),
+        sessionId,
+      ).toEqual([1, 2, 4, 5, 6]);
       const after = await client.getSnapshot({ sessionId });
       expect(diagnosticsOf(after.snapshot), sessionId).toContainEqual(expect.objectContaining({ error, line: 3 }));
       expect(after.snapshot?.generationPhase, sessionId).toBe("after");

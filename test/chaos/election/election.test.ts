@@ -62,7 +62,8 @@ describe("election (two instances at once; SIGKILL of the holder; takeover)", ()
       let goneAt: number | undefined;
       const holder = holders.get(kind);
       if (holder) {
-        if (holder.exitStatus() !== undefined) violation(`${at}: the holder (pid ${holder.pid}) had exited by itself: ${JSON.stringify(holder.exitStatus())}\n${holder.output()}`);
+        if (holder.exitStatus() !== undefined)
+          violation(`${at}: the holder (pid ${holder.pid}) had exited by itself: ${JSON.stringify(holder.exitStatus())}\n${holder.output()}`);
         const status = await holder.kill();
         goneAt = performance.now();
         if (status.signal !== "SIGKILL") violation(`${at}: the holder ended with ${JSON.stringify(status)}, not by the SIGKILL`);

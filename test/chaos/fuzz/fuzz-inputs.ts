@@ -288,12 +288,28 @@ function hinted(field: DescField, settings: InputSettings, sane: boolean): fc.Ar
       case "name":
         return mix(fc.constantFrom("fuzz", "fuzz-2", "web"), 5, nasty, 5);
       case "idempotency_key":
-        return mix(fc.oneof(fc.constant(""), fc.integer({ min: 0, max: 30 }).map((n) => `k-${n}`)), 8, nasty, 2);
+        return mix(
+          fc.oneof(
+            fc.constant(""),
+            fc.integer({ min: 0, max: 30 }).map((n) => `k-${n}`),
+          ),
+          8,
+          nasty,
+          2,
+        );
       case "lease_token":
         return mix(fc.constant(PLACEHOLDER.lease), 6, nasty, 4);
       case "request_id":
         // A few ids, so that repeats meet (a repeat answers the first call's lease, or waits with it).
-        return mix(fc.oneof(fc.constant(""), fc.integer({ min: 0, max: 5 }).map((n) => `req-${n}`)), 8, nasty, 2);
+        return mix(
+          fc.oneof(
+            fc.constant(""),
+            fc.integer({ min: 0, max: 5 }).map((n) => `req-${n}`),
+          ),
+          8,
+          nasty,
+          2,
+        );
       case "reservation_id":
         return mix(fc.constant(PLACEHOLDER.reservation), 6, nasty, 4);
       case "page_token":
@@ -381,18 +397,35 @@ export function messageInit(desc: DescMessage, settings: InputSettings, depth = 
           return sane ? fc.constantFrom(...field.enum.values.map((v) => v.number)) : enumValue(field.enum);
         case "message":
           if (field.message.typeName === "google.protobuf.Struct" && message.typeName !== "google.protobuf.Value") {
-            if (sane) return fc.dictionary(fc.constantFrom("a", "b", "note"), fc.oneof(fc.integer({ min: 0, max: 9 }), fc.constantFrom("x", "y")), { maxKeys: 2 });
+            if (sane)
+              return fc.dictionary(fc.constantFrom("a", "b", "note"), fc.oneof(fc.integer({ min: 0, max: 9 }), fc.constantFrom("x", "y")), { maxKeys: 2 });
             return fc.dictionary(fc.string({ maxLength: 10 }), jsonValueArb(settings), { maxKeys: 5 });
           }
           return level > 1 ? build(field.message, level - 1) : undefined;
         case "list": {
           const scalarItem = (type: ScalarType) => (sane ? saneScalar(type) : scalar(type, settings));
-          const item = field.listKind === "scalar" ? scalarItem(field.scalar) : field.listKind === "enum" ? enumValue(field.enum) : level > 1 ? build(field.message, level - 1) : undefined;
+          const item =
+            field.listKind === "scalar"
+              ? scalarItem(field.scalar)
+              : field.listKind === "enum"
+                ? enumValue(field.enum)
+                : level > 1
+                  ? build(field.message, level - 1)
+                  : undefined;
           return item === undefined ? undefined : fc.array(item, { minLength: sane ? 1 : 0, maxLength: sane ? 3 : 4 });
         }
         case "map": {
           const keyArb = field.mapKey === ScalarType.STRING ? fc.string({ maxLength: 10 }) : scalar(field.mapKey, settings).map((k) => String(k));
-          const value = field.mapKind === "scalar" ? (sane ? saneScalar(field.scalar) : scalar(field.scalar, settings)) : field.mapKind === "enum" ? enumValue(field.enum) : level > 1 ? build(field.message, level - 1) : undefined;
+          const value =
+            field.mapKind === "scalar"
+              ? sane
+                ? saneScalar(field.scalar)
+                : scalar(field.scalar, settings)
+              : field.mapKind === "enum"
+                ? enumValue(field.enum)
+                : level > 1
+                  ? build(field.message, level - 1)
+                  : undefined;
           return value === undefined ? undefined : fc.dictionary(keyArb, value, { maxKeys: sane ? 2 : 4 });
         }
       }
@@ -435,17 +468,45 @@ function jsonForField(field: DescField, settings: InputSettings, depth: number):
     if (type === ScalarType.STRING) return hint ?? anyString(settings);
     if (type === ScalarType.BOOL) return fc.boolean();
     if (type === ScalarType.BYTES) return fc.base64String({ maxLength: 40 });
-    if (type === ScalarType.DOUBLE || type === ScalarType.FLOAT) return fc.oneof(fc.double({ noNaN: true, noDefaultInfinity: true }), fc.constantFrom("NaN", "Infinity", "-Infinity"));
-    return fc.oneof((hint ?? scalar(type, settings)).map((v) => (typeof v === "bigint" ? v.toString() : v)), fc.integer({ min: 0, max: 20 }));
+    if (type === ScalarType.DOUBLE || type === ScalarType.FLOAT)
+      return fc.oneof(fc.double({ noNaN: true, noDefaultInfinity: true }), fc.constantFrom("NaN", "Infinity", "-Infinity"));
+    return fc.oneof(
+      (hint ?? scalar(type, settings)).map((v) => (typeof v === "bigint" ? v.toString() : v)),
+      fc.integer({ min: 0, max: 20 }),
+    );
   };
   const enumJson = (desc: DescEnum): fc.Arbitrary<unknown> =>
     fc.oneof(fc.constantFrom(...desc.values.map((v) => v.name)), fc.constantFrom(...desc.values.map((v) => v.number)), fc.constant("NOT_A_VALUE"));
   const messageJson = (desc: DescMessage): fc.Arbitrary<unknown> => {
     switch (desc.typeName) {
       case "google.protobuf.Duration":
-        return fc.constantFrom("0s", "0.5s", "1s", "1.000000001s", "-1s", "-0.5s", "315576000001s", "1e9s", "abc", "1m", "s", "", "NaNs", "Infinitys", "0.0000000001s");
+        return fc.constantFrom(
+          "0s",
+          "0.5s",
+          "1s",
+          "1.000000001s",
+          "-1s",
+          "-0.5s",
+          "315576000001s",
+          "1e9s",
+          "abc",
+          "1m",
+          "s",
+          "",
+          "NaNs",
+          "Infinitys",
+          "0.0000000001s",
+        );
       case "google.protobuf.Timestamp":
-        return fc.constantFrom("1970-01-01T00:00:00Z", "2030-01-01T00:00:00.123Z", "0000-01-01T00:00:00Z", "10000-01-01T00:00:00Z", "yesterday", "", "2024-02-30T25:61:61Z");
+        return fc.constantFrom(
+          "1970-01-01T00:00:00Z",
+          "2030-01-01T00:00:00.123Z",
+          "0000-01-01T00:00:00Z",
+          "10000-01-01T00:00:00Z",
+          "yesterday",
+          "",
+          "2024-02-30T25:61:61Z",
+        );
       case "google.protobuf.Struct":
         return fc.dictionary(fc.string({ maxLength: 8 }), jsonValueArb(settings), { maxKeys: 4 });
       case "google.protobuf.Value":
@@ -469,12 +530,14 @@ function jsonForField(field: DescField, settings: InputSettings, depth: number):
       right = messageJson(field.message);
       break;
     case "list": {
-      const item = field.listKind === "scalar" ? scalarJson(field.scalar, undefined) : field.listKind === "enum" ? enumJson(field.enum) : messageJson(field.message);
+      const item =
+        field.listKind === "scalar" ? scalarJson(field.scalar, undefined) : field.listKind === "enum" ? enumJson(field.enum) : messageJson(field.message);
       right = hint ?? fc.array(item, { maxLength: 4 });
       break;
     }
     case "map": {
-      const item = field.mapKind === "scalar" ? scalarJson(field.scalar, undefined) : field.mapKind === "enum" ? enumJson(field.enum) : messageJson(field.message);
+      const item =
+        field.mapKind === "scalar" ? scalarJson(field.scalar, undefined) : field.mapKind === "enum" ? enumJson(field.enum) : messageJson(field.message);
       right = fc.dictionary(fc.string({ maxLength: 8 }), item, { maxKeys: 4 });
       break;
     }
@@ -489,14 +552,16 @@ export function jsonForMessage(desc: DescMessage, settings: InputSettings, depth
     parts[field.jsonName] = jsonForField(field, settings, depth);
   }
   const keyed = fc.record(parts, { requiredKeys: [] });
-  const renamed = fc.tuple(keyed, fc.boolean(), fc.dictionary(fc.constantFrom("unknownField", "__proto__", "x", "@type"), fc.jsonValue({ maxDepth: 2 }), { maxKeys: 2 })).map(([object, protoNames, extra]) => {
-    const out: Record<string, unknown> = {};
-    for (const [key, value] of Object.entries(object)) {
-      const field = desc.fields.find((f) => f.jsonName === key);
-      out[protoNames && field !== undefined ? field.name : key] = value;
-    }
-    return { ...out, ...extra };
-  });
+  const renamed = fc
+    .tuple(keyed, fc.boolean(), fc.dictionary(fc.constantFrom("unknownField", "__proto__", "x", "@type"), fc.jsonValue({ maxDepth: 2 }), { maxKeys: 2 }))
+    .map(([object, protoNames, extra]) => {
+      const out: Record<string, unknown> = {};
+      for (const [key, value] of Object.entries(object)) {
+        const field = desc.fields.find((f) => f.jsonName === key);
+        out[protoNames && field !== undefined ? field.name : key] = value;
+      }
+      return { ...out, ...extra };
+    });
   return renamed;
 }
 
@@ -505,7 +570,25 @@ function jsonText(desc: DescMessage, settings: InputSettings): fc.Arbitrary<stri
   const body = fc.oneof(
     { weight: 8, arbitrary: jsonForMessage(desc, settings).map((v) => JSON.stringify(v)) },
     { weight: 1, arbitrary: fc.jsonValue({ maxDepth: 3 }).map((v) => JSON.stringify(v)) },
-    { weight: 1, arbitrary: fc.constantFrom("", "{", "}", "[", "{\"a\":", "null", "nul", "{}{}", "{\"sessionId\":\"a\",\"sessionId\":5}", "\ufeff{}", "{} // x", "{'a':1}", "[".repeat(100_000) + "]".repeat(100_000), `${"{\"a\":".repeat(20_000)}1${"}".repeat(20_000)}`) },
+    {
+      weight: 1,
+      arbitrary: fc.constantFrom(
+        "",
+        "{",
+        "}",
+        "[",
+        '{"a":',
+        "null",
+        "nul",
+        "{}{}",
+        '{"sessionId":"a","sessionId":5}',
+        "\ufeff{}",
+        "{} // x",
+        "{'a':1}",
+        "[".repeat(100_000) + "]".repeat(100_000),
+        `${'{"a":'.repeat(20_000)}1${"}".repeat(20_000)}`,
+      ),
+    },
   );
   return fc.tuple(body, fc.constantFrom("none", "none", "none", "none", "truncate", "garbage", "whitespace")).map(([text, damage]) => {
     switch (damage) {
@@ -532,8 +615,22 @@ const byteMutation: fc.Arbitrary<ByteMutation> = fc.oneof(
 
 /** Extra headers: wrong protocol versions, junk encodings, credentials nobody asked for, a big header. */
 const headerNoise = fc.dictionary(
-  fc.constantFrom("connect-protocol-version", "grpc-accept-encoding", "accept-encoding", "authorization", "x-fuzz", "grpc-encoding", "content-encoding", "connect-content-encoding", "user-agent"),
-  fc.oneof(fc.constantFrom("1", "2", "", "gzip", "br", "identity", "zstd", "gzip, deflate", "Bearer x", "Bearer ", "\t"), fc.string({ unit: "grapheme-ascii", maxLength: 20 }), fc.constant("x".repeat(8000))),
+  fc.constantFrom(
+    "connect-protocol-version",
+    "grpc-accept-encoding",
+    "accept-encoding",
+    "authorization",
+    "x-fuzz",
+    "grpc-encoding",
+    "content-encoding",
+    "connect-content-encoding",
+    "user-agent",
+  ),
+  fc.oneof(
+    fc.constantFrom("1", "2", "", "gzip", "br", "identity", "zstd", "gzip, deflate", "Bearer x", "Bearer ", "\t"),
+    fc.string({ unit: "grapheme-ascii", maxLength: 20 }),
+    fc.constant("x".repeat(8000)),
+  ),
   { maxKeys: 2 },
 );
 
@@ -543,7 +640,11 @@ export function caseArbitrary(methods: readonly DescMethod[], settings: InputSet
     const streamingIn = method.methodKind === "bidi_streaming" || method.methodKind === "client_streaming";
     const streamingOut = method.methodKind !== "unary";
     const settle: fc.Arbitrary<"status" | "first" | number> = streamingOut
-      ? fc.oneof({ weight: 14, arbitrary: fc.constant("first" as const) }, { weight: 4, arbitrary: fc.integer({ min: 0, max: 300 }) }, { weight: 1, arbitrary: fc.constant("status" as const) })
+      ? fc.oneof(
+          { weight: 14, arbitrary: fc.constant("first" as const) },
+          { weight: 4, arbitrary: fc.integer({ min: 0, max: 300 }) },
+          { weight: 1, arbitrary: fc.constant("status" as const) },
+        )
       : fc.oneof({ weight: 19, arbitrary: fc.constant("status" as const) }, { weight: 1, arbitrary: fc.integer({ min: 0, max: 40 }) });
     const requestEnd: fc.Arbitrary<"end" | "open"> = streamingIn ? fc.constantFrom("open", "open", "end") : fc.constant("end");
     const transport = fc.constantFrom<Transport>("grpc", "grpc", "grpc", "grpc", "connect-h1", "connect-h1", "connect-h2", "connect-h2", "grpc", "connect-h1");
@@ -577,11 +678,36 @@ export function caseArbitrary(methods: readonly DescMethod[], settings: InputSet
       mutations: fc.oneof(
         { weight: 6, arbitrary: fc.constant([]) },
         { weight: 4, arbitrary: fc.array(byteMutation, { minLength: 1, maxLength: 3 }) },
-        { weight: 1, arbitrary: fc.constantFrom<ByteMutation[]>([{ op: "pad", bytes: settings.maxMessageBytes + 1 }], [{ op: "pad", bytes: settings.maxMessageBytes - 200 }], [{ op: "nest", depth: 150 }], [{ op: "nest", depth: 20 }]) },
+        {
+          weight: 1,
+          arbitrary: fc.constantFrom<ByteMutation[]>(
+            [{ op: "pad", bytes: settings.maxMessageBytes + 1 }],
+            [{ op: "pad", bytes: settings.maxMessageBytes - 200 }],
+            [{ op: "nest", depth: 150 }],
+            [{ op: "nest", depth: 20 }],
+          ),
+        },
       ),
       framing: fc.oneof(
         { weight: 30, arbitrary: fc.constant<Framing>("normal") },
-        { weight: 10, arbitrary: fc.constantFrom<Framing>("compressed-flag", "gzip", "gzip-garbage", "gzip-bomb", "unknown-encoding", "truncated", "short-prefix", "extra-garbage", "two-messages", "no-message", "huge-declared", "odd-flags", "unframed") },
+        {
+          weight: 10,
+          arbitrary: fc.constantFrom<Framing>(
+            "compressed-flag",
+            "gzip",
+            "gzip-garbage",
+            "gzip-bomb",
+            "unknown-encoding",
+            "truncated",
+            "short-prefix",
+            "extra-garbage",
+            "two-messages",
+            "no-message",
+            "huge-declared",
+            "odd-flags",
+            "unframed",
+          ),
+        },
       ),
       contentType: fc.oneof(
         { weight: 20, arbitrary: fc.constant(undefined) },
@@ -624,16 +750,18 @@ export function caseArbitrary(methods: readonly DescMethod[], settings: InputSet
     .oneof(
       fc.uint8Array({ minLength: 1, maxLength: 256 }).map((b) => [...b]),
       fc.uint8Array({ maxLength: 64 }).map((b) => [...Buffer.from("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", "latin1"), ...b]),
-      fc.constantFrom(
-        "GET / HTTP/1.1\r\n\r\n",
-        "POST /berth.sessions.v1.SessionService/GetSnapshot HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999\r\nContent-Type: application/json\r\n\r\n{",
-        "POST /grpc.health.v1.Health/Check HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Type: application/json\r\n\r\nzz\r\n",
-        "PRI * HTTP/2.0\r\n",
-        "P",
-        "\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03",
-        "GET /metrics HTTP/1.0\r\n\r\n",
-        `GET /${"a".repeat(70_000)} HTTP/1.1\r\n\r\n`,
-      ).map((s) => [...Buffer.from(s, "latin1")]),
+      fc
+        .constantFrom(
+          "GET / HTTP/1.1\r\n\r\n",
+          "POST /berth.sessions.v1.SessionService/GetSnapshot HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999\r\nContent-Type: application/json\r\n\r\n{",
+          "POST /grpc.health.v1.Health/Check HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Type: application/json\r\n\r\nzz\r\n",
+          "PRI * HTTP/2.0\r\n",
+          "P",
+          "\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03",
+          "GET /metrics HTTP/1.0\r\n\r\n",
+          `GET /${"a".repeat(70_000)} HTTP/1.1\r\n\r\n`,
+        )
+        .map((s) => [...Buffer.from(s, "latin1")]),
     )
     .map(
       (socketBytes): FuzzCase => ({
@@ -666,7 +794,14 @@ export interface TokenPools {
 
 function resolvePlaceholders(value: unknown, pools: TokenPools, pick: () => number): unknown {
   if (typeof value === "string") {
-    const pool = value === PLACEHOLDER.lease ? pools.lease : value === PLACEHOLDER.reservation ? pools.reservation : value === PLACEHOLDER.running ? pools.running : undefined;
+    const pool =
+      value === PLACEHOLDER.lease
+        ? pools.lease
+        : value === PLACEHOLDER.reservation
+          ? pools.reservation
+          : value === PLACEHOLDER.running
+            ? pools.running
+            : undefined;
     if (pool === undefined) return value;
     return pool.length === 0 ? `never-issued-${pick()}` : pool[pick() % pool.length]!;
   }
@@ -836,7 +971,11 @@ export function buildRequest(fuzzCase: FuzzCase, method: DescMethod, pools: Toke
   }
 
   let chunks: Uint8Array[];
-  const framing = enveloped ? fuzzCase.framing : (["normal", "gzip", "gzip-garbage", "gzip-bomb", "unknown-encoding"] as const).includes(fuzzCase.framing as never) ? fuzzCase.framing : "normal";
+  const framing = enveloped
+    ? fuzzCase.framing
+    : (["normal", "gzip", "gzip-garbage", "gzip-bomb", "unknown-encoding"] as const).includes(fuzzCase.framing as never)
+      ? fuzzCase.framing
+      : "normal";
   const encodingHeader = fuzzCase.transport === "grpc" ? "grpc-encoding" : connectStreaming ? "connect-content-encoding" : "content-encoding";
   const bomb = () => gzipSync(Buffer.alloc(maxMessageBytes + 1024 * 1024, 0));
   const frame = (flags: number, payload: Uint8Array) => (enveloped ? envelope(flags, payload) : payload);

@@ -83,7 +83,12 @@ interface PlannedCase {
 }
 
 /** The case ids and recipes of batch `b` (the same for the same seed, whatever ran before). */
-function planBatch(options: CampaignOptions, batch: number, remaining: Map<DescService, number>, arbitraries: Map<DescService, fc.Arbitrary<FuzzCase>>): PlannedCase[] {
+function planBatch(
+  options: CampaignOptions,
+  batch: number,
+  remaining: Map<DescService, number>,
+  arbitraries: Map<DescService, fc.Arbitrary<FuzzCase>>,
+): PlannedCase[] {
   const total = options.plans.reduce((sum, p) => sum + p.cases, 0);
   const planned: PlannedCase[] = [];
   for (const plan of options.plans) {
@@ -211,7 +216,12 @@ export async function runCampaign(options: CampaignOptions): Promise<CampaignRes
           const answer = await rawSocketCall(target.url, Uint8Array.from(item.fuzzCase.socketBytes), 5_000);
           count(`socket_${answer.outcome}`);
           if (answer.outcome === "hang") {
-            violate({ kind: "socket-hang", caseId: item.id, detail: `the server kept a connection open 5 s after the client sent ${item.fuzzCase.socketBytes.length} bytes of garbage and half-closed`, label: Buffer.from(item.fuzzCase.socketBytes.slice(0, 40)).toString("latin1") });
+            violate({
+              kind: "socket-hang",
+              caseId: item.id,
+              detail: `the server kept a connection open 5 s after the client sent ${item.fuzzCase.socketBytes.length} bytes of garbage and half-closed`,
+              label: Buffer.from(item.fuzzCase.socketBytes.slice(0, 40)).toString("latin1"),
+            });
           }
           continue;
         }
@@ -228,9 +238,21 @@ export async function runCampaign(options: CampaignOptions): Promise<CampaignRes
         if (answer.code === "internal" && built.internalBySpec && /compress/i.test(answer.message)) {
           internalBySpec++;
         } else if (BAD_CODES.has(answer.code) || answer.code.startsWith("bad_") || (answer.code.startsWith("http_5") && answer.code !== "http_505")) {
-          violate({ kind: `answer-${answer.code}`, caseId: item.id, detail: `${answer.message} (HTTP ${answer.httpStatus ?? "-"}, ${Math.round(answer.elapsedMs)} ms)`, label: built.label, request: requestOf(built) });
+          violate({
+            kind: `answer-${answer.code}`,
+            caseId: item.id,
+            detail: `${answer.message} (HTTP ${answer.httpStatus ?? "-"}, ${Math.round(answer.elapsedMs)} ms)`,
+            label: built.label,
+            request: requestOf(built),
+          });
         } else if (built.oversized && !["resource_exhausted", "client_cancelled", "deadline_exceeded"].includes(answer.code)) {
-          violate({ kind: "oversize-not-resource-exhausted", caseId: item.id, detail: `${answer.code}: ${answer.message}`, label: built.label, request: requestOf(built) });
+          violate({
+            kind: "oversize-not-resource-exhausted",
+            caseId: item.id,
+            detail: `${answer.code}: ${answer.message}`,
+            label: built.label,
+            request: requestOf(built),
+          });
         }
 
         // What an accepted call gave back must parse; tokens in it feed later cases.
@@ -249,7 +271,12 @@ export async function runCampaign(options: CampaignOptions): Promise<CampaignRes
             const response = decoded[0] as { seq?: string; firstSeq?: string; lastSeq?: string; duplicate?: boolean; snapshot?: { id?: string } } | undefined;
             const sessionId = response?.snapshot?.id ?? (parsedRequest(method, built)?.sessionId as string | undefined);
             if (response === undefined || sessionId === undefined) {
-              violate({ kind: "unattributable-append", caseId: item.id, detail: "an acknowledged append whose session and seq cannot be read from its answer", label: built.label });
+              violate({
+                kind: "unattributable-append",
+                caseId: item.id,
+                detail: "an acknowledged append whose session and seq cannot be read from its answer",
+                label: built.label,
+              });
             } else if (response.duplicate !== true) {
               const first = Number(response.seq ?? response.firstSeq ?? 0);
               const last = Number(response.seq ?? response.lastSeq ?? 0);
@@ -267,7 +294,13 @@ export async function runCampaign(options: CampaignOptions): Promise<CampaignRes
           const sessionId = parsedRequest(method, built)?.sessionId;
           if (answer.code === "ok") {
             if (typeof sessionId === "string") deletedSessions.add(sessionId);
-            else violate({ kind: "unattributable-delete", caseId: item.id, detail: "an acknowledged deletion whose session cannot be read from its request", label: built.label });
+            else
+              violate({
+                kind: "unattributable-delete",
+                caseId: item.id,
+                detail: "an acknowledged deletion whose session cannot be read from its request",
+                label: built.label,
+              });
           } else if (LOST_ANSWERS.has(answer.code)) {
             maybeDeleted.add(typeof sessionId === "string" ? sessionId : "*");
           }
@@ -325,36 +358,63 @@ export async function runCampaign(options: CampaignOptions): Promise<CampaignRes
         // that, in this batch; acknowledged appends from before the deletion are gone with it.
         if (after === undefined) continue;
         const change = journalChange(target.stateDir, sessionId, undefined);
-        if (change.badLines > 0) violate({ kind: "journal-bad-line", caseId: `batch ${batch}`, detail: `${sessionId}: ${change.badLines} lines without a seq after a deletion` });
+        if (change.badLines > 0)
+          violate({ kind: "journal-bad-line", caseId: `batch ${batch}`, detail: `${sessionId}: ${change.badLines} lines without a seq after a deletion` });
         const maybe = [lostSessions, carriedMaybe].some((set) => set.has(sessionId) || set.has("*"));
         for (const seq of change.newSeqs) {
           journalLinesChecked++;
           if (acked.has(seq)) continue;
           if (maybe) unacknowledgedLines++;
-          else violate({ kind: "journal-changed-without-ack", caseId: `batch ${batch}`, detail: `${sessionId}: seq ${seq} written after a deletion, but no call of this batch was acknowledged with it` });
+          else
+            violate({
+              kind: "journal-changed-without-ack",
+              caseId: `batch ${batch}`,
+              detail: `${sessionId}: seq ${seq} written after a deletion, but no call of this batch was acknowledged with it`,
+            });
         }
         continue;
       }
       if (after === undefined) {
         if (before !== undefined) violate({ kind: "journal-removed", caseId: `batch ${batch}`, detail: sessionId });
-        if (acked.size > 0) violate({ kind: "acknowledged-append-missing", caseId: `batch ${batch}`, detail: `${sessionId}: seqs ${[...acked].join(",")} acknowledged, no journal` });
+        if (acked.size > 0)
+          violate({
+            kind: "acknowledged-append-missing",
+            caseId: `batch ${batch}`,
+            detail: `${sessionId}: seqs ${[...acked].join(",")} acknowledged, no journal`,
+          });
         continue;
       }
       if (before !== undefined && before.sha === after.sha && before.size === after.size) {
-        if (acked.size > 0) violate({ kind: "acknowledged-append-missing", caseId: `batch ${batch}`, detail: `${sessionId}: seqs ${[...acked].join(",")} acknowledged, journal unchanged` });
+        if (acked.size > 0)
+          violate({
+            kind: "acknowledged-append-missing",
+            caseId: `batch ${batch}`,
+            detail: `${sessionId}: seqs ${[...acked].join(",")} acknowledged, journal unchanged`,
+          });
         continue;
       }
       const change = journalChange(target.stateDir, sessionId, before);
       if (change.rewritten) violate({ kind: "journal-rewritten", caseId: `batch ${batch}`, detail: `${sessionId}: bytes before this batch changed` });
-      if (change.badLines > 0) violate({ kind: "journal-bad-line", caseId: `batch ${batch}`, detail: `${sessionId}: ${change.badLines} new lines without a seq` });
+      if (change.badLines > 0)
+        violate({ kind: "journal-bad-line", caseId: `batch ${batch}`, detail: `${sessionId}: ${change.badLines} new lines without a seq` });
       const maybe = [lostSessions, carriedMaybe].some((set) => set.has(sessionId) || set.has("*"));
       for (const seq of change.newSeqs) {
         journalLinesChecked++;
         if (acked.delete(seq)) continue;
         if (maybe) unacknowledgedLines++;
-        else violate({ kind: "journal-changed-without-ack", caseId: `batch ${batch}`, detail: `${sessionId}: seq ${seq} written, but no call of this batch was acknowledged with it` });
+        else
+          violate({
+            kind: "journal-changed-without-ack",
+            caseId: `batch ${batch}`,
+            detail: `${sessionId}: seq ${seq} written, but no call of this batch was acknowledged with it`,
+          });
       }
-      if (acked.size > 0) violate({ kind: "acknowledged-append-missing", caseId: `batch ${batch}`, detail: `${sessionId}: seqs ${[...acked].join(",")} acknowledged but not in the new lines` });
+      if (acked.size > 0)
+        violate({
+          kind: "acknowledged-append-missing",
+          caseId: `batch ${batch}`,
+          detail: `${sessionId}: seqs ${[...acked].join(",")} acknowledged but not in the new lines`,
+        });
     }
     journals = nextJournals;
     carriedMaybe = lostSessions;

@@ -123,7 +123,23 @@ export async function startTarget(kind: "sessions" | "budget", options: TargetOp
     mkdirSync(traceDir);
     child = spawn(
       "strace",
-      ["-ff", "-qq", "-z", "--seccomp-bpf", "-xx", "-y", "-s", "4096", "-e", `trace=${WRITE_SYSCALLS.join(",")}`, "-o", path.join(traceDir, "t"), "--", process.execPath, ...serviceArgs],
+      [
+        "-ff",
+        "-qq",
+        "-z",
+        "--seccomp-bpf",
+        "-xx",
+        "-y",
+        "-s",
+        "4096",
+        "-e",
+        `trace=${WRITE_SYSCALLS.join(",")}`,
+        "-o",
+        path.join(traceDir, "t"),
+        "--",
+        process.execPath,
+        ...serviceArgs,
+      ],
       { cwd: workDir, env, stdio: ["ignore", "pipe", "pipe"] },
     );
   } else {
@@ -148,7 +164,9 @@ export async function startTarget(kind: "sessions" | "budget", options: TargetOp
         const entry = JSON.parse(line) as { level?: number; msg?: string; url?: string; pid?: number };
         if ((entry.level ?? 0) >= 50) {
           const err = (entry as { err?: { type?: string; message?: string; code?: string; stack?: string } }).err;
-          errors.push(`${entry.msg ?? "(no msg)"}: ${err ? `${err.type ?? ""} ${err.code ?? ""} ${err.message ?? ""} | ${(err.stack ?? "").split("\n").slice(1, 6).join(" | ")}` : line.slice(0, 500)}`);
+          errors.push(
+            `${entry.msg ?? "(no msg)"}: ${err ? `${err.type ?? ""} ${err.code ?? ""} ${err.message ?? ""} | ${(err.stack ?? "").split("\n").slice(1, 6).join(" | ")}` : line.slice(0, 500)}`,
+          );
         }
         if (entry.msg === "listening" && typeof entry.url === "string" && typeof entry.pid === "number") onListening(entry.url, entry.pid);
       } catch {
@@ -166,7 +184,9 @@ export async function startTarget(kind: "sessions" | "budget", options: TargetOp
   const ready = await Promise.race([
     listening,
     exited.then((s) => new Error(`${kind} exited before listening (${JSON.stringify(s)})\n${tail()}`)),
-    new Promise<Error>((resolve) => setTimeout(() => resolve(new Error(`${kind} was not listening within ${readyTimeoutMs} ms\n${tail()}`)), readyTimeoutMs).unref()),
+    new Promise<Error>((resolve) =>
+      setTimeout(() => resolve(new Error(`${kind} was not listening within ${readyTimeoutMs} ms\n${tail()}`)), readyTimeoutMs).unref(),
+    ),
   ]);
   if (ready instanceof Error) {
     child.kill("SIGKILL");
@@ -330,7 +350,10 @@ export function snapshotTree(root: string, exclude: readonly string[]): Map<stri
       } catch {
         continue;
       }
-      out.set(full, `${stat.isDirectory() ? "d" : stat.isFile() ? "f" : "o"}:${stat.isDirectory() ? 0 : stat.size}:${stat.mtimeMs}:${(stat.mode & 0o7777).toString(8)}`);
+      out.set(
+        full,
+        `${stat.isDirectory() ? "d" : stat.isFile() ? "f" : "o"}:${stat.isDirectory() ? 0 : stat.size}:${stat.mtimeMs}:${(stat.mode & 0o7777).toString(8)}`,
+      );
       if (stat.isDirectory()) walk(full);
     }
   };
@@ -382,13 +405,20 @@ function sha(bytes: Uint8Array): string {
 }
 
 /** How one journal changed: its old bytes must be untouched; the new lines' seqs are listed. */
-export function journalChange(stateDir: string, sessionId: string, before: JournalDigest | undefined): { rewritten: boolean; newSeqs: number[]; badLines: number } {
+export function journalChange(
+  stateDir: string,
+  sessionId: string,
+  before: JournalDigest | undefined,
+): { rewritten: boolean; newSeqs: number[]; badLines: number } {
   const bytes = readFileSync(path.join(stateDir, "sessions", `${sessionId}.jsonl`));
   const oldSize = before?.size ?? 0;
   const rewritten = bytes.length < oldSize || (before !== undefined && sha(bytes.subarray(0, oldSize)) !== before.sha);
   const newSeqs: number[] = [];
   let badLines = 0;
-  for (const line of bytes.subarray(rewritten ? 0 : oldSize).toString("utf8").split("\n")) {
+  for (const line of bytes
+    .subarray(rewritten ? 0 : oldSize)
+    .toString("utf8")
+    .split("\n")) {
     if (line.trim() === "") continue;
     try {
       const entry = JSON.parse(line) as { seq?: unknown };
@@ -417,4 +447,3 @@ export function lockFilesUnder(dir: string): string[] {
   for (const p of snapshotTree(dir, []).keys()) if (p.endsWith(".lock")) out.push(p);
   return out;
 }
-

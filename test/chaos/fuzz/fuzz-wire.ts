@@ -138,7 +138,10 @@ function connectEndStreamOf(payload: Uint8Array): { code: string; message: strin
   try {
     const parsed = JSON.parse(Buffer.from(payload).toString("utf8")) as { error?: { code?: unknown; message?: unknown } };
     if (parsed.error === undefined) return { code: "ok", message: "" };
-    return { code: typeof parsed.error.code === "string" ? parsed.error.code : "unknown", message: typeof parsed.error.message === "string" ? parsed.error.message : "" };
+    return {
+      code: typeof parsed.error.code === "string" ? parsed.error.code : "unknown",
+      message: typeof parsed.error.message === "string" ? parsed.error.message : "",
+    };
   } catch {
     return { code: "bad_end_stream", message: Buffer.from(payload).toString("utf8").slice(0, 200) };
   }
@@ -205,7 +208,8 @@ function answerOf(request: WireRequest, raw: RawResponse, elapsedMs: number): An
     const trailers: Record<string, unknown> = { ...raw.headers, ...raw.trailers, ...(webTrailer ? grpcWebTrailers(webTrailer.payload) : {}) };
     const code = grpcCodeName(trailers["grpc-status"] as string | undefined);
     if (code !== undefined) return { ...base, code, message: decodeGrpcMessage(trailers["grpc-message"] as string | undefined), messages };
-    if (raw.httpStatus !== undefined && raw.httpStatus !== 200) return { ...base, code: `http_${raw.httpStatus}`, message: Buffer.from(raw.body).toString("utf8").slice(0, 200), messages: [] };
+    if (raw.httpStatus !== undefined && raw.httpStatus !== 200)
+      return { ...base, code: `http_${raw.httpStatus}`, message: Buffer.from(raw.body).toString("utf8").slice(0, 200), messages: [] };
     return { ...base, code: "no_status", message: `HTTP ${raw.httpStatus}, ${raw.body.byteLength} body bytes, no grpc-status`, messages };
   }
   if (framing === "connect-stream" && raw.httpStatus === 200) {
@@ -285,7 +289,14 @@ export class Http2Lane {
       const elapsed = () => performance.now() - started;
       const body = () => (chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks));
       const timer = setTimeout(
-        () => finish({ code: "hang", message: `no ${request.settle === "first" ? "message or status" : "status"} within ${request.timeoutMs} ms`, messages: [], httpStatus, elapsedMs: elapsed() }),
+        () =>
+          finish({
+            code: "hang",
+            message: `no ${request.settle === "first" ? "message or status" : "status"} within ${request.timeoutMs} ms`,
+            messages: [],
+            httpStatus,
+            elapsedMs: elapsed(),
+          }),
         request.timeoutMs,
       );
       try {
@@ -318,19 +329,31 @@ export class Http2Lane {
         if (settled) return;
         if (httpStatus === undefined) {
           const lost = session.destroyed || session.closed;
-          finish({ code: lost ? "connection_error" : "no_status", message: `${lost ? "connection lost" : "stream closed"} before any response (RST code ${stream.rstCode})`, messages: [], elapsedMs: elapsed() });
+          finish({
+            code: lost ? "connection_error" : "no_status",
+            message: `${lost ? "connection lost" : "stream closed"} before any response (RST code ${stream.rstCode})`,
+            messages: [],
+            elapsedMs: elapsed(),
+          });
           return;
         }
         const answer = answerOf(request, { httpStatus, headers, trailers, body: body() }, elapsed());
         if (answer.code === "no_status" && stream.rstCode !== undefined && stream.rstCode !== http2.constants.NGHTTP2_NO_ERROR) {
           const lost = session.destroyed || session.closed;
-          finish({ ...answer, code: lost ? "connection_error" : "no_status", message: `${lost ? "connection lost" : "stream reset"} (RST code ${stream.rstCode}) before any status; ${bodyLength} body bytes` });
+          finish({
+            ...answer,
+            code: lost ? "connection_error" : "no_status",
+            message: `${lost ? "connection lost" : "stream reset"} (RST code ${stream.rstCode}) before any status; ${bodyLength} body bytes`,
+          });
           return;
         }
         finish(answer);
       });
       if (typeof request.settle === "number") {
-        cancelTimer = setTimeout(() => finish({ code: "client_cancelled", message: `cancelled after ${request.settle} ms`, messages: [], httpStatus, elapsedMs: elapsed() }), request.settle);
+        cancelTimer = setTimeout(
+          () => finish({ code: "client_cancelled", message: `cancelled after ${request.settle} ms`, messages: [], httpStatus, elapsedMs: elapsed() }),
+          request.settle,
+        );
       }
       void writeAll(stream, request.chunks).then(() => {
         if (request.requestEnd === "end" && !stream.destroyed) stream.end();
@@ -408,7 +431,14 @@ export class Http1Client {
       let history = "no socket yet";
       let lastOf: (code: string) => void = () => {};
       const timer = setTimeout(
-        () => finish({ code: "hang", message: `no answer within ${request.timeoutMs} ms (${history}, request written: ${req.writableFinished})`, messages: [], httpStatus: response?.statusCode, elapsedMs: elapsed() }),
+        () =>
+          finish({
+            code: "hang",
+            message: `no answer within ${request.timeoutMs} ms (${history}, request written: ${req.writableFinished})`,
+            messages: [],
+            httpStatus: response?.statusCode,
+            elapsedMs: elapsed(),
+          }),
         request.timeoutMs,
       );
       const req = http.request({
@@ -421,7 +451,9 @@ export class Http1Client {
       });
       req.on("socket", (socket: net.Socket & { berthFuzzLast?: string }) => {
         history = `${req.reusedSocket ? `reused socket, before: ${socket.berthFuzzLast}` : "fresh socket"}; body ${request.chunks.reduce((n, c) => n + c.byteLength, 0)} bytes`;
-        const head = Buffer.concat(request.chunks.map((c) => Buffer.from(c))).subarray(0, 200).toString("hex");
+        const head = Buffer.concat(request.chunks.map((c) => Buffer.from(c)))
+          .subarray(0, 200)
+          .toString("hex");
         socket.berthFuzzLast = `${request.path} ${JSON.stringify(request.headers)} body ${head}`;
         lastOf = (code) => (socket.berthFuzzLast += ` answered ${code}`);
       });
@@ -433,10 +465,13 @@ export class Http1Client {
             finish({ code: "client_cancelled", message: "cancelled after the first message", messages: [], httpStatus: res.statusCode, elapsedMs: elapsed() });
           }
         });
-        res.on("end", () => finish({ ...answerOf(request, { httpStatus: res.statusCode, headers: res.headers, trailers: res.trailers, body: body() }, elapsed()) }));
+        res.on("end", () =>
+          finish({ ...answerOf(request, { httpStatus: res.statusCode, headers: res.headers, trailers: res.trailers, body: body() }, elapsed()) }),
+        );
         res.on("error", () => {});
         res.on("close", () => {
-          if (!res.complete) finish({ code: "connection_error", message: "the response was cut off", messages: [], httpStatus: res.statusCode, elapsedMs: elapsed() });
+          if (!res.complete)
+            finish({ code: "connection_error", message: "the response was cut off", messages: [], httpStatus: res.statusCode, elapsedMs: elapsed() });
         });
       });
       req.on("error", (error: NodeJS.ErrnoException) => {
@@ -450,20 +485,41 @@ export class Http1Client {
           // client may meet the reset before it reads the 505 — with a 200 KB body as with 4 MB,
           // and even once the request reports finished (its bytes may still sit in the socket's
           // buffer). Not a server failure (health is checked after every batch): counted apart.
-          finish({ code: "closed_during_upload", message: `${error.code} during a ${uploading}-byte upload of a bidi call over HTTP/1.1`, messages: [], elapsedMs: elapsed() });
+          finish({
+            code: "closed_during_upload",
+            message: `${error.code} during a ${uploading}-byte upload of a bidi call over HTTP/1.1`,
+            messages: [],
+            elapsedMs: elapsed(),
+          });
           return;
         }
         if (!retry && (error.code === "EPIPE" || error.code === "ECONNRESET") && (req.socket?.bytesRead ?? 0) > 0) {
           // The server answered and hung up while the client was still uploading (a 505 for a
           // stream over HTTP/1.1, a refusal of an oversized body): HTTP/1.1 allows that, and
           // Node's client loses the answer to the write error. The bytes arrived; the call was answered.
-          finish({ code: "answered_then_closed", message: `${req.socket?.bytesRead} bytes of answer, then the server closed the connection during a ${uploading}-byte upload`, messages: [], elapsedMs: elapsed() });
+          finish({
+            code: "answered_then_closed",
+            message: `${req.socket?.bytesRead} bytes of answer, then the server closed the connection during a ${uploading}-byte upload`,
+            messages: [],
+            elapsedMs: elapsed(),
+          });
           return;
         }
-        finish({ code: "connection_error", message: `request failed: ${error.message} (${req.reusedSocket ? "reused" : "fresh"} socket, ${uploading} body bytes)`, messages: [], elapsedMs: elapsed() }, retry);
+        finish(
+          {
+            code: "connection_error",
+            message: `request failed: ${error.message} (${req.reusedSocket ? "reused" : "fresh"} socket, ${uploading} body bytes)`,
+            messages: [],
+            elapsedMs: elapsed(),
+          },
+          retry,
+        );
       });
       if (typeof request.settle === "number") {
-        cancelTimer = setTimeout(() => finish({ code: "client_cancelled", message: `cancelled after ${request.settle} ms`, messages: [], elapsedMs: elapsed() }), request.settle);
+        cancelTimer = setTimeout(
+          () => finish({ code: "client_cancelled", message: `cancelled after ${request.settle} ms`, messages: [], elapsedMs: elapsed() }),
+          request.settle,
+        );
       }
       void writeAll(req, request.chunks).then(() => {
         if (!req.destroyed) req.end();

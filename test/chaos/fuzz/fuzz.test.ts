@@ -96,7 +96,9 @@ function plansFor(own: readonly DescService[]): ServicePlan[] {
 }
 
 function describeViolation(v: Violation): string {
-  const request = v.request ? `\n    request: POST ${v.request.path} ${JSON.stringify(v.request.headers)} body ${v.request.bodyBytes} bytes, head ${v.request.bodyHexHead.slice(0, 160)}` : "";
+  const request = v.request
+    ? `\n    request: POST ${v.request.path} ${JSON.stringify(v.request.headers)} body ${v.request.bodyBytes} bytes, head ${v.request.bodyHexHead.slice(0, 160)}`
+    : "";
   return `  [${v.kind}] ${v.caseId}: ${v.detail.slice(0, 500)}${v.label ? `\n    case: ${v.label}` : ""}${request}`;
 }
 
@@ -126,7 +128,9 @@ it(`answers ${CASES} fuzzed requests per service with proper statuses, stays up,
   const started = performance.now();
   const marker = `berthfuzz-${SEED}`;
   const tmpBefore = listing(tmpdir());
-  process.stdout.write(`fuzz: seed ${SEED} (replay with BERTH_CHAOS_FUZZ_SEED=${SEED}), ${CASES} cases per service, ${CONCURRENCY} in flight, batches of ${BATCH}\n`);
+  process.stdout.write(
+    `fuzz: seed ${SEED} (replay with BERTH_CHAOS_FUZZ_SEED=${SEED}), ${CASES} cases per service, ${CONCURRENCY} in flight, batches of ${BATCH}\n`,
+  );
   const log = (line: string) => process.stdout.write(`fuzz: ${line}\n`);
 
   const runs: { kind: string; target: FuzzTarget; result: CampaignResult }[] = [];
@@ -136,9 +140,22 @@ it(`answers ${CASES} fuzzed requests per service with proper statuses, stays up,
   const campaign = async (kind: "sessions" | "budget", own: readonly DescService[], args: readonly string[]) => {
     const target = await startTarget(kind, { args, trace: TRACE });
     targets.push(target);
-    log(`${kind} pid ${target.pid} at ${target.url}, sandbox ${target.root}, writes ${target.traced ? "traced with strace" : "not traced (no strace): sandbox snapshots only"}`);
-    const result = await runCampaign({ target, plans: plansFor(own), seed: SEED, concurrency: CONCURRENCY, batchSize: BATCH, settings, only: ONLY, log: (line) => log(`${kind}: ${line}`) });
-    log(`${kind}: ${Object.values(result.cases).reduce((a, b) => a + b, 0)} cases in ${Math.round(result.durationMs / 1000)} s; answer time by code (s): ${JSON.stringify(result.secondsByCode)}`);
+    log(
+      `${kind} pid ${target.pid} at ${target.url}, sandbox ${target.root}, writes ${target.traced ? "traced with strace" : "not traced (no strace): sandbox snapshots only"}`,
+    );
+    const result = await runCampaign({
+      target,
+      plans: plansFor(own),
+      seed: SEED,
+      concurrency: CONCURRENCY,
+      batchSize: BATCH,
+      settings,
+      only: ONLY,
+      log: (line) => log(`${kind}: ${line}`),
+    });
+    log(
+      `${kind}: ${Object.values(result.cases).reduce((a, b) => a + b, 0)} cases in ${Math.round(result.durationMs / 1000)} s; answer time by code (s): ${JSON.stringify(result.secondsByCode)}`,
+    );
     runs.push({ kind, target, result });
     violations.push(...result.violations.map((v) => ({ ...v, caseId: `${kind}/${v.caseId}` })));
 
@@ -153,7 +170,12 @@ it(`answers ${CASES} fuzzed requests per service with proper statuses, stays up,
   };
   const campaigns = [
     () => campaign("sessions", [SessionService, LockService], ["--fsync", "batch"]),
-    () => campaign("budget", [BudgetService], [`--proc-root=${fakeMachine()}`, "--cgroup-root=/nonexistent", "--sample-interval=200ms", "--memory=100T", "--cpu=100000", "--max-queue=64"]),
+    () =>
+      campaign(
+        "budget",
+        [BudgetService],
+        [`--proc-root=${fakeMachine()}`, "--cgroup-root=/nonexistent", "--sample-interval=200ms", "--memory=100T", "--cpu=100000", "--max-queue=64"],
+      ),
   ];
   // Each service process has its own CONCURRENCY lanes; the two run side by side (each server is
   // one thread) unless BERTH_CHAOS_FUZZ_SEQUENTIAL=1.
@@ -163,7 +185,8 @@ it(`answers ${CASES} fuzzed requests per service with proper statuses, stays up,
   // Traversal attempts aimed at /tmp/<marker>...: nothing of that name may exist.
   const tmpAfter = listing(tmpdir());
   const newTmp = [...tmpAfter].filter((name) => !tmpBefore.has(name));
-  for (const name of newTmp.filter((n) => n.includes(marker))) violations.push({ kind: "write-outside-state", caseId: "tmp listing", detail: path.join(tmpdir(), name) });
+  for (const name of newTmp.filter((n) => n.includes(marker)))
+    violations.push({ kind: "write-outside-state", caseId: "tmp listing", detail: path.join(tmpdir(), name) });
 
   const sum = (pick: (r: CampaignResult) => number) => runs.reduce((total, run) => total + pick(run.result), 0);
   const cases: Record<string, number> = {};

@@ -118,7 +118,13 @@ export async function sessionWatcherSlot(world: LoadWorld): Promise<void> {
   }
 }
 
-async function watchSession(world: LoadWorld, session: string, from: number, includeSnapshot: boolean, lifetimeMs: number): Promise<{ lagged: boolean; next: number }> {
+async function watchSession(
+  world: LoadWorld,
+  session: string,
+  from: number,
+  includeSnapshot: boolean,
+  lifetimeMs: number,
+): Promise<{ lagged: boolean; next: number }> {
   const lane = world.sessionsGrpc.borrow();
   let next = from;
   let caughtUp = false;
@@ -134,7 +140,11 @@ async function watchSession(world: LoadWorld, session: string, from: number, inc
     const final = world.final?.get(session);
     if (wantEnd && final !== undefined && caughtUp && next - 1 >= final) stream.cancel();
   };
-  const call = lane.client.serverStream(SessionService.method.watchSession, { sessionId: session, fromSeq: BigInt(from), includeSnapshot }) as unknown as ServerStreamCall<WatchSessionResponse>;
+  const call = lane.client.serverStream(SessionService.method.watchSession, {
+    sessionId: session,
+    fromSeq: BigInt(from),
+    includeSnapshot,
+  }) as unknown as ServerStreamCall<WatchSessionResponse>;
   const stream = follow(
     world,
     "watch",
@@ -149,7 +159,8 @@ async function watchSession(world: LoadWorld, session: string, from: number, inc
             if (seq !== next) return fail(`got seq ${seq} where ${next} was due (${seq < next ? "a repeat" : "a gap"})`);
             const event = entry?.event?.kind;
             const phase = event?.case === "agentPhase" ? event.value.phase : undefined;
-            if (phase !== phaseOf(seq)) return fail(`seq ${seq} carries ${event?.case ?? "no event"} ${JSON.stringify(phase)}, expected agent_phase ${phaseOf(seq)}`);
+            if (phase !== phaseOf(seq))
+              return fail(`seq ${seq} carries ${event?.case ?? "no event"} ${JSON.stringify(phase)}, expected agent_phase ${phaseOf(seq)}`);
             if (caughtUp && includeSnapshot && snapshot === undefined) return fail(`live entry ${seq} came without its snapshot`);
             if (!caughtUp && snapshot !== undefined) return fail(`backlog entry ${seq} came with a snapshot`);
             next++;
@@ -237,13 +248,19 @@ async function watchSessions(world: LoadWorld, includeCurrent: boolean, includeS
   const finishIfDone = () => {
     if (wantEnd && done()) stream.cancel();
   };
-  const call = lane.client.serverStream(SessionService.method.watchSessions, { includeCurrent, includeSnapshot, includeCompleted: false }) as unknown as ServerStreamCall<WatchSessionsResponse>;
+  const call = lane.client.serverStream(SessionService.method.watchSessions, {
+    includeCurrent,
+    includeSnapshot,
+    includeCompleted: false,
+  }) as unknown as ServerStreamCall<WatchSessionsResponse>;
   const stream = follow(
     world,
     "watch",
     call,
     () => {
-      const behind = world.sessions.filter((s) => (seen.get(s) ?? 0) < (world.final?.get(s) ?? 0)).map((s) => `${s} at ${seen.get(s) ?? "-"} of ${world.final?.get(s)}`);
+      const behind = world.sessions
+        .filter((s) => (seen.get(s) ?? 0) < (world.final?.get(s) ?? 0))
+        .map((s) => `${s} at ${seen.get(s) ?? "-"} of ${world.final?.get(s)}`);
       return `${where}: ${caughtUp ? "live" : "describing"}; behind: ${behind.slice(0, 5).join(", ") || "none"}`;
     },
     (message) => {
@@ -260,7 +277,8 @@ async function watchSessions(world: LoadWorld, includeCurrent: boolean, includeS
             if (seen.has(session)) return fail(`${session} described twice before caught_up`);
           } else {
             const previous = seen.get(session);
-            if (previous !== undefined && first !== previous + 1) return fail(`change of ${session} covers ${first}..${last} right after ${previous} (${first <= previous ? "a repeat" : "a gap"})`);
+            if (previous !== undefined && first !== previous + 1)
+              return fail(`change of ${session} covers ${first}..${last} right after ${previous} (${first <= previous ? "a repeat" : "a gap"})`);
             if (includeSnapshot && change.snapshot === undefined) return fail(`change of ${session} at ${last} without its snapshot`);
           }
           seen.set(session, last);
@@ -327,7 +345,8 @@ async function holdOnce(world: LoadWorld, owner: string): Promise<void> {
           const { position, holder } = message.kind.value;
           if (acquired) return fail("a waiting message after acquired");
           if (position < 1) return fail(`waiting at position ${position}`);
-          if (holder !== undefined && !holder.owner.startsWith("hold-")) return fail(`waiting behind a holder that is none of the suite's: ${JSON.stringify(holder.owner)}`);
+          if (holder !== undefined && !holder.owner.startsWith("hold-"))
+            return fail(`waiting behind a holder that is none of the suite's: ${JSON.stringify(holder.owner)}`);
           return;
         }
         case "acquired": {
@@ -442,20 +461,25 @@ async function admitOnce(world: LoadWorld, label: string): Promise<void> {
           admitted = true;
           const start = response.kind.value.reservation?.start;
           const expected = withBuild ? 256n * M : 512n * M;
-          if (start?.memoryBytes !== expected) world.tally.violation(`${where}: the reservation's start share is ${start?.memoryBytes} bytes, expected ${expected}`);
+          if (start?.memoryBytes !== expected)
+            world.tally.violation(`${where}: the reservation's start share is ${start?.memoryBytes} bytes, expected ${expected}`);
           timers.push(
-            setTimeout(() => {
-              if (world.phase !== "load") cancel();
-              else if (withBuild) requests.push({ kind: { case: "buildDone", value: {} } });
-              else finish();
-            }, between(random, 50, 300)),
+            setTimeout(
+              () => {
+                if (world.phase !== "load") cancel();
+                else if (withBuild) requests.push({ kind: { case: "buildDone", value: {} } });
+                else finish();
+              },
+              between(random, 50, 300),
+            ),
           );
           break;
         }
         case "updated": {
           const build = response.kind.value.reservation?.build;
           if (!withBuild) world.tally.violation(`${where}: an 'updated' nobody asked for`);
-          if ((build?.memoryBytes ?? 0n) !== 0n || (build?.cpu ?? 0) !== 0) world.tally.violation(`${where}: after build_done the build share is still ${build?.memoryBytes} bytes / ${build?.cpu} cpu`);
+          if ((build?.memoryBytes ?? 0n) !== 0n || (build?.cpu ?? 0) !== 0)
+            world.tally.violation(`${where}: after build_done the build share is still ${build?.memoryBytes} bytes / ${build?.cpu} cpu`);
           finish();
           break;
         }
@@ -475,7 +499,12 @@ async function admitOnce(world: LoadWorld, label: string): Promise<void> {
     world.tally.ended(code);
     if (cancelledByUs && failure.code === Code.Canceled) {
       world.tally.intend(admitted ? "client went away while admitted" : "client went away while queued");
-    } else if (shortWait && !admitted && failure.code === Code.ResourceExhausted && failure.findDetails(RefusalSchema)[0]?.kind === RefusalKind.WAIT_EXHAUSTED) {
+    } else if (
+      shortWait &&
+      !admitted &&
+      failure.code === Code.ResourceExhausted &&
+      failure.findDetails(RefusalSchema)[0]?.kind === RefusalKind.WAIT_EXHAUSTED
+    ) {
       world.tally.intend("300 ms wait ran out (WAIT_EXHAUSTED)");
     } else {
       world.tally.violation(`${where} ended with ${code}: ${failure.rawMessage}`);

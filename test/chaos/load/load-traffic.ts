@@ -72,10 +72,18 @@ async function appendOnce(world: LoadWorld, session: string, last: number, count
     const what = `${count === 1 ? "AppendEvent" : "AppendEvents"} of ${session} ${last + 1}..${last + count} (attempt ${attempt})`;
     const range = await unary(world, what, async () => {
       if (count === 1) {
-        const answer = await lane.client.unary(SessionService.method.appendEvent, { sessionId: session, event: events[0], expected: expectedAt(last), idempotencyKey: key }, { deadlineMs: UNARY_DEADLINE_MS });
+        const answer = await lane.client.unary(
+          SessionService.method.appendEvent,
+          { sessionId: session, event: events[0], expected: expectedAt(last), idempotencyKey: key },
+          { deadlineMs: UNARY_DEADLINE_MS },
+        );
         return { first: Number(answer.seq), last: Number(answer.seq) };
       }
-      const answer = await lane.client.unary(SessionService.method.appendEvents, { sessionId: session, events, expected: expectedAt(last), idempotencyKey: key }, { deadlineMs: UNARY_DEADLINE_MS });
+      const answer = await lane.client.unary(
+        SessionService.method.appendEvents,
+        { sessionId: session, events, expected: expectedAt(last), idempotencyKey: key },
+        { deadlineMs: UNARY_DEADLINE_MS },
+      );
       return { first: Number(answer.firstSeq), last: Number(answer.lastSeq) };
     }).finally(() => lane.release());
     if (range === undefined) {
@@ -122,7 +130,9 @@ async function getSnapshot(world: LoadWorld): Promise<void> {
     answer = await unary(world, what, () => lane.client.getSnapshot({ sessionId: session }, { timeoutMs: UNARY_DEADLINE_MS })).finally(() => lane.release());
   } else {
     const lane = world.sessionsGrpc.borrow();
-    answer = await unary(world, what, () => lane.client.unary(SessionService.method.getSnapshot, { sessionId: session }, { deadlineMs: UNARY_DEADLINE_MS })).finally(() => lane.release());
+    answer = await unary(world, what, () =>
+      lane.client.unary(SessionService.method.getSnapshot, { sessionId: session }, { deadlineMs: UNARY_DEADLINE_MS }),
+    ).finally(() => lane.release());
   }
   if (answer === undefined) return;
   if (Number(answer.lastSeq) < acked) world.tally.violation(`${what}: last seq ${answer.lastSeq} behind the acknowledged ${acked}`);
@@ -141,22 +151,30 @@ async function inspect(world: LoadWorld): Promise<void> {
   const file = pick(world.random, world.files);
   const granted = world.lastToken.get(file) ?? 0n;
   const lane = world.sessionsGrpc.borrow();
-  const answer = await unary(world, `Inspect(${file})`, () => lane.client.unary(LockService.method.inspect, { file }, { deadlineMs: UNARY_DEADLINE_MS })).finally(() => lane.release());
+  const answer = await unary(world, `Inspect(${file})`, () =>
+    lane.client.unary(LockService.method.inspect, { file }, { deadlineMs: UNARY_DEADLINE_MS }),
+  ).finally(() => lane.release());
   if (answer === undefined) return;
-  if (answer.lastFencingToken < granted) world.tally.violation(`Inspect(${file}): last fencing token ${answer.lastFencingToken} below the ${granted} already granted`);
+  if (answer.lastFencingToken < granted)
+    world.tally.violation(`Inspect(${file}): last fencing token ${answer.lastFencingToken} below the ${granted} already granted`);
   const strangers = [answer.holder?.owner, ...answer.waiters.map((w) => w.owner)].filter((owner) => owner !== undefined && !owner.startsWith("hold-"));
   if (strangers.length > 0) world.tally.violation(`Inspect(${file}): holders or waiters that are none of the suite's: ${JSON.stringify(strangers)}`);
 }
 
 async function check(world: LoadWorld): Promise<void> {
   const huge = world.random() < 0.5;
-  const need = { items: [{ kind: NeedItemKind.START, name: "probe", costSource: { case: "cost" as const, value: { memoryBytes: huge ? 64n * G : G / 4n, cpu: huge ? 1 : 0.25 } } }] };
+  const need = {
+    items: [
+      { kind: NeedItemKind.START, name: "probe", costSource: { case: "cost" as const, value: { memoryBytes: huge ? 64n * G : G / 4n, cpu: huge ? 1 : 0.25 } } },
+    ],
+  };
   const lane = world.budget.borrow();
   const what = `Check(${huge ? "64G" : "256M"})`;
   const answer = await unary(world, what, () => lane.client.check({ need }, { timeoutMs: UNARY_DEADLINE_MS })).finally(() => lane.release());
   if (answer === undefined) return;
   const verdict = answer.verdict;
-  if (huge && (verdict?.impossible === undefined || verdict.fits)) world.tally.violation(`${what}: not impossible on a 4G budget (${JSON.stringify({ fits: verdict?.fits, impossible: verdict?.impossible })})`);
+  if (huge && (verdict?.impossible === undefined || verdict.fits))
+    world.tally.violation(`${what}: not impossible on a 4G budget (${JSON.stringify({ fits: verdict?.fits, impossible: verdict?.impossible })})`);
   if (!huge && verdict?.impossible !== undefined) world.tally.violation(`${what}: impossible on a 4G budget: ${verdict.impossible}`);
 }
 
@@ -166,11 +184,14 @@ async function getState(world: LoadWorld, admitSlots: number): Promise<void> {
   if (answer === undefined) return;
   const committed = answer.committed;
   if ((committed?.memoryBytes ?? 0n) > world.budgetMemoryBytes || (committed?.cpu ?? 0) > world.budgetCpu + 1e-9) {
-    world.tally.violation(`GetState: committed ${committed?.memoryBytes} bytes / ${committed?.cpu} cpu over the ${world.budgetMemoryBytes} / ${world.budgetCpu} budget`);
+    world.tally.violation(
+      `GetState: committed ${committed?.memoryBytes} bytes / ${committed?.cpu} cpu over the ${world.budgetMemoryBytes} / ${world.budgetCpu} budget`,
+    );
   }
   // A client that went away may still be counted for a moment while its slot's next request is
   // already queued, so up to two per Admit slot; a leak would grow past that (and the end state,
   // checked after the drain, must be empty).
-  if (answer.queue.length + answer.reservations.length > 2 * admitSlots) world.tally.violation(`GetState: ${answer.queue.length} queued and ${answer.reservations.length} reserved, from ${admitSlots} Admit streams`);
+  if (answer.queue.length + answer.reservations.length > 2 * admitSlots)
+    world.tally.violation(`GetState: ${answer.queue.length} queued and ${answer.reservations.length} reserved, from ${admitSlots} Admit streams`);
   if (answer.running.length > 0) world.tally.violation(`GetState: ${answer.running.length} running entries, none was started`);
 }

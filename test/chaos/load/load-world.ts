@@ -49,7 +49,6 @@ export interface LoadWorld {
   readonly budgetCpu: number;
 }
 
-
 /** One element of `items`, uniformly. */
 export function pick<T>(random: () => number, items: readonly T[]): T {
   return items[Math.floor(random() * items.length)]!;

@@ -107,8 +107,16 @@ it(`${STREAMS} streams and unary traffic for ${SECONDS} s in ${ROUNDS} round(s):
   const sessions = Array.from({ length: SESSION_COUNT }, (_, i) => `load-${String(i).padStart(2, "0")}`);
   const newLanes = () => ({
     // A local subchannel pool: each grpc-js client its own connection (they share one by default).
-    sessionsGrpc: new Lanes(8, () => grpcJsClient(sessionsUrl, {}, { "grpc.use_local_subchannel_pool": 1 }), (client) => client.close()),
-    sessionsJson: new Lanes(2, () => connectClient(SessionService, sessionsUrl, { protocol: "connect", httpVersion: "1.1", useBinaryFormat: false, defaultTimeoutMs: 60_000 }), closeClient),
+    sessionsGrpc: new Lanes(
+      8,
+      () => grpcJsClient(sessionsUrl, {}, { "grpc.use_local_subchannel_pool": 1 }),
+      (client) => client.close(),
+    ),
+    sessionsJson: new Lanes(
+      2,
+      () => connectClient(SessionService, sessionsUrl, { protocol: "connect", httpVersion: "1.1", useBinaryFormat: false, defaultTimeoutMs: 60_000 }),
+      closeClient,
+    ),
     budget: new Lanes(4, () => connectClient(BudgetService, budgetUrl, { protocol: "grpc", defaultTimeoutMs: 60_000 }), closeClient),
   });
   const world: LoadWorld = {
@@ -131,7 +139,11 @@ it(`${STREAMS} streams and unary traffic for ${SECONDS} s in ${ROUNDS} round(s):
   {
     const lane = world.sessionsGrpc.borrow();
     for (const session of sessions) {
-      const answer = await lane.client.unary(SessionService.method.appendEvent, { sessionId: session, event: { kind: { case: "agentPhase", value: { phase: phaseOf(1) } } }, expected: { case: "expectedState", value: ExpectedState.NO_SESSION } });
+      const answer = await lane.client.unary(SessionService.method.appendEvent, {
+        sessionId: session,
+        event: { kind: { case: "agentPhase", value: { phase: phaseOf(1) } } },
+        expected: { case: "expectedState", value: ExpectedState.NO_SESSION },
+      });
       expect(Number(answer.seq)).toBe(1);
       world.acked.set(session, 1);
     }
@@ -141,7 +153,10 @@ it(`${STREAMS} streams and unary traffic for ${SECONDS} s in ${ROUNDS} round(s):
   // The cold start: before any load, the median of three readings a second apart.
   const rss = new RssSampler(up.pid);
   await sleep(2_000);
-  const startReadings = rss.samples.slice(-3).map((s) => s.bytes).sort((a, b) => a - b);
+  const startReadings = rss.samples
+    .slice(-3)
+    .map((s) => s.bytes)
+    .sort((a, b) => a - b);
   const coldStartBytes = startReadings[Math.floor(startReadings.length / 2)]!;
   const heapAt = async () => {
     const { gauges } = await readMetrics(sessionsUrl);
@@ -242,7 +257,8 @@ it(`${STREAMS} streams and unary traffic for ${SECONDS} s in ${ROUNDS} round(s):
     }
     const final = world.final!.get(session)!;
     const contiguous = seqs.length === final && seqs.every((seq, i) => seq === i + 1);
-    if (!contiguous || wrong > 0) tally.violation(`journal of ${session}: ${seqs.length} entries (${seqs[0]}..${seqs.at(-1)}), ${wrong} not as appended; expected 1..${final}`);
+    if (!contiguous || wrong > 0)
+      tally.violation(`journal of ${session}: ${seqs.length} entries (${seqs[0]}..${seqs.at(-1)}), ${wrong} not as appended; expected 1..${final}`);
   }
 
   /**
@@ -267,7 +283,9 @@ it(`${STREAMS} streams and unary traffic for ${SECONDS} s in ${ROUNDS} round(s):
       if (value === 0) continue;
       // A stream left open is named: which RPC, whose, for how long, waiting on what, holding what.
       const open = name === "berth_streams_open" ? (await Promise.all([describeOpenStreams(sessionsUrl), describeOpenStreams(budgetUrl)])).flat() : [];
-      tally.violation(`round ${round}: after the clients left, ${name} is ${value ?? "missing from /metrics"}${open.length > 0 ? `: ${open.join(" | ")}` : ""}`);
+      tally.violation(
+        `round ${round}: after the clients left, ${name} is ${value ?? "missing from /metrics"}${open.length > 0 ? `: ${open.join(" | ")}` : ""}`,
+      );
     }
     for (const [code, count] of Object.entries(serverCodes)) {
       if (!SERVER_CODES_PLANNED.has(code)) tally.violation(`round ${round}: the servers counted ${count} RPCs ending ${code} so far`);
@@ -275,13 +293,16 @@ it(`${STREAMS} streams and unary traffic for ${SECONDS} s in ${ROUNDS} round(s):
     const budget = connectClient(BudgetService, budgetUrl, { protocol: "grpc", defaultTimeoutMs: 60_000 });
     const state = await budget.getState({});
     if (state.reservations.length + state.queue.length + state.running.length > 0 || (state.committed?.memoryBytes ?? 0n) !== 0n) {
-      tally.violation(`round ${round}: after the clients left, the budget holds ${state.reservations.length} reservations, ${state.queue.length} queued, ${state.running.length} running, ${state.committed?.memoryBytes} bytes committed`);
+      tally.violation(
+        `round ${round}: after the clients left, the budget holds ${state.reservations.length} reservations, ${state.queue.length} queued, ${state.running.length} running, ${state.committed?.memoryBytes} bytes committed`,
+      );
     }
     closeClient(budget);
     const locks = grpcJsClient(sessionsUrl, { deadlineMs: 60_000 });
     for (const file of world.files) {
       const inspected = await locks.unary(LockService.method.inspect, { file });
-      if (inspected.holder !== undefined || inspected.waiters.length > 0) tally.violation(`round ${round}: after the clients left, ${file} has holder ${inspected.holder?.owner} and ${inspected.waiters.length} waiters`);
+      if (inspected.holder !== undefined || inspected.waiters.length > 0)
+        tally.violation(`round ${round}: after the clients left, ${file} has holder ${inspected.holder?.owner} and ${inspected.waiters.length} waiters`);
     }
     locks.close();
   }
@@ -312,12 +333,19 @@ it(`${STREAMS} streams and unary traffic for ${SECONDS} s in ${ROUNDS} round(s):
       bound = rssBound(bytes);
     }
     endBytes = bytes;
-    settles.push({ seconds: Math.round((performance.now() - startedAt) / 100) / 10, rssMb: toMb(bytes), heapUsedMb: toMb(heap.used), heapTotalMb: toMb(heap.total) });
+    settles.push({
+      seconds: Math.round((performance.now() - startedAt) / 100) / 10,
+      rssMb: toMb(bytes),
+      heapUsedMb: toMb(heap.used),
+      heapTotalMb: toMb(heap.total),
+    });
   }
 
   rss.stop();
   if (endBytes > bound) {
-    tally.violation(`RSS ${toMb(endBytes)} MB ${settles.at(-1)?.seconds} s after the clients left, above the bound ${toMb(bound)} MB (cold start ${toMb(coldStartBytes)} MB, warm start ${warmStartBytes === undefined ? "-" : toMb(warmStartBytes)} MB, peak ${toMb(rss.peakBytes)} MB)`);
+    tally.violation(
+      `RSS ${toMb(endBytes)} MB ${settles.at(-1)?.seconds} s after the clients left, above the bound ${toMb(bound)} MB (cold start ${toMb(coldStartBytes)} MB, warm start ${warmStartBytes === undefined ? "-" : toMb(warmStartBytes)} MB, peak ${toMb(rss.peakBytes)} MB)`,
+    );
   }
 
   // Still serving, and stops cleanly.
@@ -337,7 +365,15 @@ it(`${STREAMS} streams and unary traffic for ${SECONDS} s in ${ROUNDS} round(s):
     seed: SEED,
     seconds: SECONDS,
     streams: STREAMS,
-    mix: { watchSession: SESSION_WATCHERS, watchSessions: SESSIONS_WATCHERS, hold: HOLDS, admit: ADMITS, sessions: SESSION_COUNT, files: FILE_COUNT, readers: READERS },
+    mix: {
+      watchSession: SESSION_WATCHERS,
+      watchSessions: SESSIONS_WATCHERS,
+      hold: HOLDS,
+      admit: ADMITS,
+      sessions: SESSION_COUNT,
+      files: FILE_COUNT,
+      readers: READERS,
+    },
     streamsOpened: tally.streamsOpened,
     streamsOpenDuringLoad: openCounts.length > 0 ? { min: Math.min(...openCounts), max: Math.max(...openCounts) } : undefined,
     messages: tally.messages,

@@ -150,7 +150,14 @@ describe("the lock chaos checks", () => {
     );
     expect(interleaved.violations.join("\n")).toMatch(/token went down/);
     expect(interleaved.violations.join("\n")).toMatch(/two holders overlapped/);
-    const shared = judgeLockRun(evidence({ journal: [{ seq: 1, file, fencingToken: 1, client: 0, pid: 100, n: 1 }, { seq: 2, file, fencingToken: 1, client: 1, pid: 200, n: 2 }] }));
+    const shared = judgeLockRun(
+      evidence({
+        journal: [
+          { seq: 1, file, fencingToken: 1, client: 0, pid: 100, n: 1 },
+          { seq: 2, file, fencingToken: 1, client: 1, pid: 200, n: 2 },
+        ],
+      }),
+    );
     expect(shared.violations.join("\n")).toMatch(/two holders with one token/);
   });
 
@@ -277,7 +284,16 @@ describe("lock chaos", () => {
     function onGrant(slot: Slot, grant: LockRecord & { event: "granted" }): void {
       grantsSeen++;
       lastProgress = performance.now();
-      if (grant.mode !== "lease" || pausing !== undefined || runOver || slot.paused || slot.pid !== grant.pid || killedPids.has(grant.pid) || pausesStarted >= PAUSES) return;
+      if (
+        grant.mode !== "lease" ||
+        pausing !== undefined ||
+        runOver ||
+        slot.paused ||
+        slot.pid !== grant.pid ||
+        killedPids.has(grant.pid) ||
+        pausesStarted >= PAUSES
+      )
+        return;
       // Spread the pauses over the run: about 2.5 times as likely as needed to use them all up.
       const leaseGrantsLeft = Math.max(1, (GRANTS - grantsSeen) * (1 - HOLD_SHARE));
       if (Math.random() >= Math.min(1, (2.5 * (PAUSES - pausesStarted)) / leaseGrantsLeft)) return;
@@ -308,7 +324,12 @@ describe("lock chaos", () => {
       process.kill(pid, "SIGSTOP");
       await until(() => processState(pid) === "T", 5_000, `client ${slot.index} (pid ${pid}) to stop after SIGSTOP`);
       const logOffset = statSync(slot.logPath).size;
-      await until(async () => !(await locks.checkToken({ file, fencingToken: BigInt(fencingToken) })).current, 30_000, `token ${fencingToken} of ${file} to lapse while its holder is stopped`, 50);
+      await until(
+        async () => !(await locks.checkToken({ file, fencingToken: BigInt(fencingToken) })).current,
+        30_000,
+        `token ${fencingToken} of ${file} to lapse while its holder is stopped`,
+        50,
+      );
       const overtaken = await until(async () => (await locks.inspect({ file })).lastFencingToken > BigInt(fencingToken), 10_000, "another holder", 20).then(
         () => true,
         () => false,
@@ -337,7 +358,8 @@ describe("lock chaos", () => {
       await sleep(20);
       const now = performance.now();
       if (now > deadline) fail(new Error(`only ${grantsSeen} of ${GRANTS} grants in ${MAX_SECONDS} s`));
-      else if (now - lastProgress > STALL_MS) fail(new Error(`no grant for ${STALL_MS} ms (after ${grantsSeen}); client stderr: ${slots.map((s) => s.stderrTail).join(" | ")}`));
+      else if (now - lastProgress > STALL_MS)
+        fail(new Error(`no grant for ${STALL_MS} ms (after ${grantsSeen}); client stderr: ${slots.map((s) => s.stderrTail).join(" | ")}`));
       else if (now >= nextKill) {
         await killOne().catch(fail);
         nextKill = performance.now() + KILL_MEAN_MS * (0.5 + Math.random());
@@ -361,7 +383,8 @@ describe("lock chaos", () => {
         for await (const chunk of sessions.readJournal({ sessionId: sessionIds[i]! })) {
           for (const entry of chunk.entries) {
             const event = entry.event?.kind;
-            if (event?.case !== "other" || event.value.type !== WRITE_EVENT_TYPE) throw new Error(`${sessionIds[i]} seq ${entry.seq} is not a protected write: ${entry.type}`);
+            if (event?.case !== "other" || event.value.type !== WRITE_EVENT_TYPE)
+              throw new Error(`${sessionIds[i]} seq ${entry.seq} is not a protected write: ${entry.type}`);
             const fields = event.value.fields ?? {};
             writes.push({
               seq: Number(entry.seq),
@@ -400,7 +423,11 @@ describe("lock chaos", () => {
         10 * LEASE_TTL_MS + 5_000,
         `${file} to be free`,
         50,
-      ).catch(() => endStates.push(`${file}: still ${JSON.stringify({ holder: state.holder?.owner, waiters: state.waiters.map((w) => w.owner), lockFile: existsSync(state.lockPath) })} after every client was killed`));
+      ).catch(() =>
+        endStates.push(
+          `${file}: still ${JSON.stringify({ holder: state.holder?.owner, waiters: state.waiters.map((w) => w.owner), lockFile: existsSync(state.lockPath) })} after every client was killed`,
+        ),
+      );
       lastTokens.set(file, Number(state.lastFencingToken));
     }
 
@@ -408,7 +435,8 @@ describe("lock chaos", () => {
     const violations = [...verdict.violations, ...endStates];
     if (verdict.staleAttempts === 0) violations.push(`none of the ${pauses.length} pauses landed before its holder's last write: no stale fence was tried`);
     if (pauses.length > 0 && pausesOvertaken === 0) violations.push(`no paused holder's lock was taken by another client while it was stopped`);
-    if (verdict.staleFencesRefused !== verdict.staleAttempts) violations.push(`stale fences refused ${verdict.staleFencesRefused} != attempts ${verdict.staleAttempts}`);
+    if (verdict.staleFencesRefused !== verdict.staleAttempts)
+      violations.push(`stale fences refused ${verdict.staleFencesRefused} != attempts ${verdict.staleAttempts}`);
     const round = (ms: number) => Math.round(ms * 10) / 10;
     reportSuite({
       suite: "lock-chaos",

@@ -98,7 +98,10 @@ export function judgeLockRun(evidence: LockRunEvidence): LockRunVerdict {
           const byToken = grantsByFile.get(record.file) ?? new Map<number, { pid: number; client: number }>();
           grantsByFile.set(record.file, byToken);
           const earlier = byToken.get(record.fencingToken);
-          if (earlier) violation(`${record.file}: fencing token ${record.fencingToken} granted twice (client ${earlier.client} pid ${earlier.pid}, client ${client} pid ${record.pid})`);
+          if (earlier)
+            violation(
+              `${record.file}: fencing token ${record.fencingToken} granted twice (client ${earlier.client} pid ${earlier.pid}, client ${client} pid ${record.pid})`,
+            );
           byToken.set(record.fencingToken, { pid: record.pid, client });
           const key = grantKey(record.pid, record.file, record.fencingToken);
           grantsOf.set(key, record);
@@ -117,7 +120,8 @@ export function judgeLockRun(evidence: LockRunEvidence): LockRunVerdict {
           writesAttempted++;
           requests++;
           attempts.add(writeKey(record.pid, record.file, record.fencingToken, record.n));
-          if (!grantsOf.has(grantKey(record.pid, record.file, record.fencingToken))) violation(`${record.file}: pid ${record.pid} wrote with token ${record.fencingToken} it was never granted`);
+          if (!grantsOf.has(grantKey(record.pid, record.file, record.fencingToken)))
+            violation(`${record.file}: pid ${record.pid} wrote with token ${record.fencingToken} it was never granted`);
           break;
         case "write-ok":
         case "write-refused":
@@ -149,16 +153,21 @@ export function judgeLockRun(evidence: LockRunEvidence): LockRunVerdict {
       if (write.file !== file) violation(`${file}: journal seq ${write.seq} is a write to ${write.file}`);
       inJournal.set(writeKey(write.pid, write.file, write.fencingToken, write.n), write);
       const writer = writerOf.get(write.fencingToken);
-      if (writer !== undefined && writer !== write.pid) violation(`${file}: token ${write.fencingToken} wrote from two processes (${writer}, ${write.pid}) — two holders with one token`);
+      if (writer !== undefined && writer !== write.pid)
+        violation(`${file}: token ${write.fencingToken} wrote from two processes (${writer}, ${write.pid}) — two holders with one token`);
       writerOf.set(write.fencingToken, write.pid);
-      if (!attempts.has(writeKey(write.pid, write.file, write.fencingToken, write.n))) violation(`${file}: journal seq ${write.seq} (pid ${write.pid}, token ${write.fencingToken}, write ${write.n}) was never attempted by a client`);
+      if (!attempts.has(writeKey(write.pid, write.file, write.fencingToken, write.n)))
+        violation(`${file}: journal seq ${write.seq} (pid ${write.pid}, token ${write.fencingToken}, write ${write.n}) was never attempted by a client`);
       if (previous !== undefined) {
         if (write.fencingToken < previous.fencingToken) {
-          violation(`${file}: token went down in the journal: seq ${previous.seq} token ${previous.fencingToken}, seq ${write.seq} token ${write.fencingToken}`);
+          violation(
+            `${file}: token went down in the journal: seq ${previous.seq} token ${previous.fencingToken}, seq ${write.seq} token ${write.fencingToken}`,
+          );
         }
         if (write.fencingToken !== previous.fencingToken) {
           finished.add(previous.fencingToken);
-          if (finished.has(write.fencingToken)) violation(`${file}: token ${write.fencingToken} wrote again at seq ${write.seq} after another holder's writes — two holders overlapped`);
+          if (finished.has(write.fencingToken))
+            violation(`${file}: token ${write.fencingToken} wrote again at seq ${write.seq} after another holder's writes — two holders overlapped`);
         } else if (write.n <= previous.n) {
           violation(`${file}: token ${write.fencingToken}'s write ${write.n} at seq ${write.seq} came after its write ${previous.n}`);
         }
@@ -175,7 +184,10 @@ export function judgeLockRun(evidence: LockRunEvidence): LockRunVerdict {
     for (const record of records) {
       if (record.event !== "write-ok") continue;
       const entry = inJournal.get(writeKey(record.pid, record.file, record.fencingToken, record.n));
-      if (entry === undefined) violation(`${record.file}: acknowledged write (pid ${record.pid}, token ${record.fencingToken}, write ${record.n}, seq ${record.seq}) is not in the journal`);
+      if (entry === undefined)
+        violation(
+          `${record.file}: acknowledged write (pid ${record.pid}, token ${record.fencingToken}, write ${record.n}, seq ${record.seq}) is not in the journal`,
+        );
       else if (entry.seq !== record.seq) violation(`${record.file}: acknowledged write at seq ${record.seq} is at seq ${entry.seq} in the journal`);
     }
   }
@@ -207,8 +219,10 @@ export function judgeLockRun(evidence: LockRunEvidence): LockRunVerdict {
       const where = `${record.file}: resumed holder pid ${record.pid} (token ${record.fencingToken}) write ${record.n}`;
       if (outcome === undefined) violation(`${where} has no outcome`);
       else if (outcome.event === "write-ok") violation(`${where} was accepted with a stale fence (seq ${outcome.seq})`);
-      else if (outcome.event !== "write-refused" || outcome.code !== "FailedPrecondition" || outcome.detail === null) violation(`${where} failed without the fence refusal: ${JSON.stringify(outcome)}`);
-      else if (outcome.detail.fencingToken !== pause.fencingToken || outcome.detail.currentToken === pause.fencingToken) violation(`${where}: the refusal's detail is wrong: ${JSON.stringify(outcome.detail)}`);
+      else if (outcome.event !== "write-refused" || outcome.code !== "FailedPrecondition" || outcome.detail === null)
+        violation(`${where} failed without the fence refusal: ${JSON.stringify(outcome)}`);
+      else if (outcome.detail.fencingToken !== pause.fencingToken || outcome.detail.currentToken === pause.fencingToken)
+        violation(`${where}: the refusal's detail is wrong: ${JSON.stringify(outcome.detail)}`);
       else staleFencesRefused++;
       if (inJournal.has(key)) violation(`${where} is in the journal`);
     }
@@ -235,7 +249,20 @@ export function judgeLockRun(evidence: LockRunEvidence): LockRunVerdict {
     }
   }
 
-  return { violations, grants, grantsByMode, writesAttempted, writesAccepted, requests, staleAttempts, staleFencesRefused, pausesMidHold, inFlightAtPause, otherRefusals, handoffsMs };
+  return {
+    violations,
+    grants,
+    grantsByMode,
+    writesAttempted,
+    writesAccepted,
+    requests,
+    staleAttempts,
+    staleFencesRefused,
+    pausesMidHold,
+    inFlightAtPause,
+    otherRefusals,
+    handoffsMs,
+  };
 }
 
 /** The q-quantile (0..1) of `values`, nearest rank; NaN when empty. */

@@ -39,7 +39,13 @@ export type LockRecord =
   | (RecordBase & { readonly event: "granted"; readonly mode: LockMode; readonly fencingToken: number; readonly ttlMs: number | null })
   | (RecordBase & { readonly event: "write-attempt"; readonly fencingToken: number; readonly n: number })
   | (RecordBase & { readonly event: "write-ok"; readonly fencingToken: number; readonly n: number; readonly seq: number })
-  | (RecordBase & { readonly event: "write-refused"; readonly fencingToken: number; readonly n: number; readonly code: string; readonly detail: RefusalDetail | null })
+  | (RecordBase & {
+      readonly event: "write-refused";
+      readonly fencingToken: number;
+      readonly n: number;
+      readonly code: string;
+      readonly detail: RefusalDetail | null;
+    })
   | (RecordBase & { readonly event: "write-error"; readonly fencingToken: number; readonly n: number; readonly code: string; readonly message: string })
   | (RecordBase & { readonly event: "releasing"; readonly fencingToken: number })
   | (RecordBase & { readonly event: "released"; readonly fencingToken: number; readonly lost: boolean; readonly released: boolean | null })

@@ -19,7 +19,19 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import { NeedItemKind, type NeedSchema } from "@berth/api/berth/budget/v1/budget_pb";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { makeTempDir, startService, type ServiceProcess } from "../../harness.js";
-import { budgetClient, type Findings, judgeLockEvents, lockEvents, ms, sessionsClient, show, sleep, until, within, type SessionsClient } from "./machine-world.js";
+import {
+  budgetClient,
+  type Findings,
+  judgeLockEvents,
+  lockEvents,
+  ms,
+  sessionsClient,
+  show,
+  sleep,
+  until,
+  within,
+  type SessionsClient,
+} from "./machine-world.js";
 
 const HOUR = 3_600_000;
 /** How late a timed event may come on a loaded 2-core machine and still count as on time. */
@@ -27,7 +39,9 @@ const SLACK_MS = 4000;
 
 /** Where Debian puts libfaketime (the thread-safe build: node has threads). */
 export function libfaketime(): string | undefined {
-  const candidates = ["x86_64-linux-gnu", "aarch64-linux-gnu", "i386-linux-gnu", "arm-linux-gnueabihf"].map((arch) => `/usr/lib/${arch}/faketime/libfaketimeMT.so.1`);
+  const candidates = ["x86_64-linux-gnu", "aarch64-linux-gnu", "i386-linux-gnu", "arm-linux-gnueabihf"].map(
+    (arch) => `/usr/lib/${arch}/faketime/libfaketimeMT.so.1`,
+  );
   return [...candidates, "/usr/lib/faketime/libfaketimeMT.so.1"].find((file) => existsSync(file));
 }
 
@@ -122,10 +136,22 @@ export async function steppedSessions(findings: Findings, clock: SteppedClock): 
   // Measured from the waiter's request, made right after the holder's grant.
   const grantMs = grant.ms;
   findings.check("value" in grant.outcome && grant.outcome.value.lease?.owner === "waiter-a", scenario, `waiter-a was not granted a: ${show(grant.outcome)}`);
-  findings.check(grantMs <= 10_000 + SLACK_MS, scenario, `the dead holder's 10 s lease ended ${Math.round(grantMs)} ms after it was granted, across a step back of 1 h`);
+  findings.check(
+    grantMs <= 10_000 + SLACK_MS,
+    scenario,
+    `the dead holder's 10 s lease ended ${Math.round(grantMs)} ms after it was granted, across a step back of 1 h`,
+  );
   const { ms: refusalMs, outcome: refusal } = await refused;
-  findings.check("error" in refusal && ConnectError.from(refusal.error).code === Code.ResourceExhausted, scenario, `waiter-c's 8 s wait did not end as locked: ${show(refusal)}`);
-  findings.check(refusalMs >= 7500 && refusalMs <= 8000 + SLACK_MS, scenario, `waiter-c's 8 s wait ran out after ${Math.round(refusalMs)} ms across a step back of 1 h`);
+  findings.check(
+    "error" in refusal && ConnectError.from(refusal.error).code === Code.ResourceExhausted,
+    scenario,
+    `waiter-c's 8 s wait did not end as locked: ${show(refusal)}`,
+  );
+  findings.check(
+    refusalMs >= 7500 && refusalMs <= 8000 + SLACK_MS,
+    scenario,
+    `waiter-c's 8 s wait ran out after ${Math.round(refusalMs)} ms across a step back of 1 h`,
+  );
   findings.figures.clockBackLeaseEndedMs = Math.round(grantMs);
   findings.figures.clockBackWaitEndedMs = Math.round(refusalMs);
 
@@ -141,7 +167,11 @@ export async function steppedSessions(findings: Findings, clock: SteppedClock): 
   const lost = await until(async () => !(await renewer.locks.checkToken({ file: file("b"), fencingToken: lease.fencingToken })).current, 10_000, 250);
   findings.check(!lost, scenario, "the renewing holder lost its lease after the step forward");
   const { ms: dMs, outcome: d } = await waiterD;
-  findings.check("error" in d && dMs >= 7500 && dMs <= 8000 + SLACK_MS, scenario, `waiter-d's 8 s wait ended after ${Math.round(dMs)} ms across a step forward of 2 h: ${show(d)}`);
+  findings.check(
+    "error" in d && dMs >= 7500 && dMs <= 8000 + SLACK_MS,
+    scenario,
+    `waiter-d's 8 s wait ended after ${Math.round(dMs)} ms across a step forward of 2 h: ${show(d)}`,
+  );
   const b = await stolen;
   findings.check("error" in b && ConnectError.from(b.error).code === Code.ResourceExhausted, scenario, `waiter-b got the renewing holder's lock: ${show(b)}`);
   findings.check(!renewals.state.lost && renewals.state.renewals >= 10, scenario, `the renewing holder's renewals: ${show(renewals.state)}`);
@@ -170,7 +200,13 @@ export async function steppedBudget(findings: Findings, clock: SteppedClock): Pr
   const client = budgetClient(service.url("budget")).budget;
   const serviceNow = async () => timestampMs((await client.getMachine({})).machine!.sampleTime!);
   const reserve = (owner: string, megabytes: number, options: { ttlMs?: number; waitMs?: number } = {}) =>
-    client.reserve({ need: memoryNeed(megabytes), owner, skipLoadGate: true, ttl: ms(options.ttlMs ?? 60_000), ...(options.waitMs === undefined ? {} : { maxWait: ms(options.waitMs) }) });
+    client.reserve({
+      need: memoryNeed(megabytes),
+      owner,
+      skipLoadGate: true,
+      ttl: ms(options.ttlMs ?? 60_000),
+      ...(options.waitMs === undefined ? {} : { maxWait: ms(options.waitMs) }),
+    });
 
   // A live reservation renewed every second, a dead one that never is, and the queue's head behind them.
   const live = (await reserve("live", 40, { ttlMs: 5000 })).reservation!;
@@ -194,10 +230,18 @@ export async function steppedBudget(findings: Findings, clock: SteppedClock): Pr
   const admitted = await head;
   const admittedMs = since(deadAt);
   findings.check("value" in admitted.outcome, scenario, `the head was not admitted once the dead reservation's lease ended: ${show(admitted.outcome)}`);
-  findings.check(admittedMs <= 10_000 + SLACK_MS, scenario, `the dead reservation's 10 s lease ended ${Math.round(admittedMs)} ms after it was made, across a step back of 1 h`);
+  findings.check(
+    admittedMs <= 10_000 + SLACK_MS,
+    scenario,
+    `the dead reservation's 10 s lease ended ${Math.round(admittedMs)} ms after it was made, across a step back of 1 h`,
+  );
   if ("value" in admitted.outcome) await client.release({ reservationId: admitted.outcome.value.reservation!.id });
   const { ms: shortMs, outcome: shortOutcome } = await short;
-  findings.check("error" in shortOutcome && shortMs >= 7500 && shortMs <= 8000 + SLACK_MS, scenario, `an 8 s wait in the queue ended after ${Math.round(shortMs)} ms across a step back of 1 h: ${show(shortOutcome)}`);
+  findings.check(
+    "error" in shortOutcome && shortMs >= 7500 && shortMs <= 8000 + SLACK_MS,
+    scenario,
+    `an 8 s wait in the queue ended after ${Math.round(shortMs)} ms across a step back of 1 h: ${show(shortOutcome)}`,
+  );
   findings.figures.clockBackReservationEndedMs = Math.round(admittedMs);
   findings.figures.clockBackQueueWaitEndedMs = Math.round(shortMs);
 
@@ -207,12 +251,20 @@ export async function steppedBudget(findings: Findings, clock: SteppedClock): Pr
   clock.set(HOUR);
   findings.check(await shows(HOUR, serviceNow), scenario, "the service's wall clock did not step forward two hours");
   const { ms: queuedMs, outcome: queuedOutcome } = await queued;
-  findings.check("error" in queuedOutcome && queuedMs >= 7500 && queuedMs <= 8000 + SLACK_MS, scenario, `an 8 s wait in the queue ended after ${Math.round(queuedMs)} ms across a step forward of 2 h`);
+  findings.check(
+    "error" in queuedOutcome && queuedMs >= 7500 && queuedMs <= 8000 + SLACK_MS,
+    scenario,
+    `an 8 s wait in the queue ended after ${Math.round(queuedMs)} ms across a step forward of 2 h`,
+  );
   await sleep(2000);
   renewing.stopped = true;
   await within(renewer, 10_000);
   findings.check(!renewing.lost && renewing.alive >= 10, scenario, `the renewed reservation: ${show(renewing)}`);
-  findings.check(Math.abs(renewing.lastExpiresAt - (Date.now() + HOUR + 5000)) < 60_000, scenario, "a renewal's expiry was not shown in the service's stepped time");
+  findings.check(
+    Math.abs(renewing.lastExpiresAt - (Date.now() + HOUR + 5000)) < 60_000,
+    scenario,
+    "a renewal's expiry was not shown in the service's stepped time",
+  );
   clock.set(0);
   findings.operations += renewing.alive + 6;
   findings.rounds++;

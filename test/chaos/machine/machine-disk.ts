@@ -195,7 +195,9 @@ function tally(attempts: readonly Attempt[], from: number) {
 }
 
 function memoryNeed(megabytes: number) {
-  return { items: [{ kind: NeedItemKind.START, name: "work", costSource: { case: "cost" as const, value: { memoryBytes: BigInt(megabytes * 1024 * 1024), cpu: 0 } } }] };
+  return {
+    items: [{ kind: NeedItemKind.START, name: "work", costSource: { case: "cost" as const, value: { memoryBytes: BigInt(megabytes * 1024 * 1024), cpu: 0 } } }],
+  };
 }
 
 /** Both services on a full, then freed, small file system; see the module comment. */
@@ -248,7 +250,8 @@ async function onSmallFs(findings: Findings, scenario: string, fs: SmallFs): Pro
   const fullFrom = attempts.length;
   const sawFull = await until(() => tally(attempts, fullFrom).refused >= 20, 30_000);
   findings.check(sawFull, scenario, `appends on the full disk were not refused: ${show(tally(attempts, fullFrom))}`);
-  for (const wrong of unexpectedRefusals(attempts, fullFrom, Code.ResourceExhausted, "DISK_FULL", sessionsDir)) findings.violation(scenario, `a refused append was not DISK_FULL naming ${sessionsDir}: ${wrong}`);
+  for (const wrong of unexpectedRefusals(attempts, fullFrom, Code.ResourceExhausted, "DISK_FULL", sessionsDir))
+    findings.violation(scenario, `a refused append was not DISK_FULL naming ${sessionsDir}: ${wrong}`);
   const fullRefusals = tally(attempts, fullFrom).refused;
   // Reads, watchers, locks and the budget serve on.
   const snapshot = await within(client.sessions.getSnapshot({ sessionId: "disk-1" }), 10_000);
@@ -329,7 +332,8 @@ async function checkJournals(findings: Findings, scenario: string, client: Sessi
     if (outcome !== undefined && "lastSeq" in outcome) {
       acknowledged++;
       const expected = Array.from({ length: attempt.events }, (_, i) => outcome.firstSeq + i);
-      if (show(found) !== show(expected)) findings.violation(scenario, `acknowledged ${attempt.key} is at ${show(found)} in the journal, not ${show(expected)}`);
+      if (show(found) !== show(expected))
+        findings.violation(scenario, `acknowledged ${attempt.key} is at ${show(found)} in the journal, not ${show(expected)}`);
     } else if (found !== undefined) {
       // Only an append told its outcome is unknown (the disk went read-only under its write) may
       // have stayed, and then whole.
@@ -395,7 +399,8 @@ async function onFailingFs(findings: Findings, scenario: string, fs: FailingFs):
   findings.check(sawRefusals, scenario, `appends on the read-only disk were not refused: ${show(tally(attempts, from))}`);
   // The append in flight when the disk went read-only may fail otherwise (its sync met the error); every later one is STATE_READ_ONLY.
   const later = attempts.slice(from).findIndex((a) => a.outcome !== undefined && "refused" in a.outcome && a.outcome.refused.reason === "STATE_READ_ONLY");
-  for (const wrong of unexpectedRefusals(attempts, from + Math.max(0, later), Code.Unavailable, "STATE_READ_ONLY", sessionsDir)) findings.violation(scenario, `a refused append was not STATE_READ_ONLY naming ${sessionsDir}: ${wrong}`);
+  for (const wrong of unexpectedRefusals(attempts, from + Math.max(0, later), Code.Unavailable, "STATE_READ_ONLY", sessionsDir))
+    findings.violation(scenario, `a refused append was not STATE_READ_ONLY naming ${sessionsDir}: ${wrong}`);
   findings.check(tally(attempts, from + Math.max(0, later)).acknowledged === 0, scenario, "an append was acknowledged on the read-only disk");
   const read = await within(client.sessions.getSnapshot({ sessionId: "disk-1" }), 10_000);
   findings.check("value" in read, scenario, `GetSnapshot on the read-only disk: ${show(read)}`);
@@ -403,17 +408,35 @@ async function onFailingFs(findings: Findings, scenario: string, fs: FailingFs):
   findings.check("value" in check && check.value.current, scenario, `CheckToken on the read-only disk: ${show(check)}`);
   const lock = await within(client.locks.acquire({ file: `${lockDir}/new`, owner: "on a read-only disk" }), 10_000);
   const lockRefusal = "error" in lock ? refusalOf(lock.error) : undefined;
-  findings.check(lockRefusal?.code === Code.Unavailable && lockRefusal.reason === "STATE_READ_ONLY", scenario, `Acquire of a new lock file on the read-only disk: ${show(lock)}`);
+  findings.check(
+    lockRefusal?.code === Code.Unavailable && lockRefusal.reason === "STATE_READ_ONLY",
+    scenario,
+    `Acquire of a new lock file on the read-only disk: ${show(lock)}`,
+  );
   const reserved = await within(budgets.reserve({ need: memoryNeed(10), owner: "on a read-only disk", skipLoadGate: true }), 10_000);
   findings.check("value" in reserved, scenario, `Reserve on the read-only disk: ${show(reserved)}`);
-  const register = await within(budgets.registerRunning({ name: "on a read-only disk", costSource: { case: "cost", value: { memoryBytes: 1n, cpu: 0 } } }), 10_000);
+  const register = await within(
+    budgets.registerRunning({ name: "on a read-only disk", costSource: { case: "cost", value: { memoryBytes: 1n, cpu: 0 } } }),
+    10_000,
+  );
   const registerRefusal = "error" in register ? refusalOf(register.error) : undefined;
-  findings.check(registerRefusal?.code === Code.Unavailable && registerRefusal.reason === "STATE_READ_ONLY", scenario, `RegisterRunning on the read-only disk: ${show(register)}`);
+  findings.check(
+    registerRefusal?.code === Code.Unavailable && registerRefusal.reason === "STATE_READ_ONLY",
+    scenario,
+    `RegisterRunning on the read-only disk: ${show(register)}`,
+  );
   findings.check(sessions.exitStatus() === undefined && budget.exitStatus() === undefined, scenario, "a service exited on the read-only disk");
   await checkJournals(findings, scenario, client, sessionsDir, attempts);
-  for (const [name, service] of [["sessions", sessions], ["budget", budget]] as const) {
+  for (const [name, service] of [
+    ["sessions", sessions],
+    ["budget", budget],
+  ] as const) {
     const stopped = await service.stop();
-    findings.check(stopped.code === 0, scenario, `the ${name} service did not stop cleanly on the read-only disk: ${show(stopped)}\n${service.output().slice(-2000)}`);
+    findings.check(
+      stopped.code === 0,
+      scenario,
+      `the ${name} service did not stop cleanly on the read-only disk: ${show(stopped)}\n${service.output().slice(-2000)}`,
+    );
   }
   findings.figures.readOnlyRefusals = tally(attempts, from).refused;
   findings.operations += attempts.length;

@@ -153,21 +153,39 @@ export async function floodedSessions(findings: Findings): Promise<void> {
   findings.check(crowd.refused > 0, scenario, `all ${FLOOD_CLIENTS} clients were taken with ${FD_LIMIT} descriptors: nothing was refused`);
   let answered = 0;
   for (let i = 0; i < 60; i++) {
-    if (await served(findings, scenario, `append to new session ${i} during the flood`, () => client.sessions.appendEvent({ sessionId: `during-${i}`, event: { kind: { case: "checkpoint", value: { reason: "flood" } } } }))) answered++;
-    if (await served(findings, scenario, `grant ${i} during the flood`, async () => {
-      const granted = (await client.locks.acquire({ file: `${dir}/during-${i % 20}`, owner: "during" })).lease!;
-      await client.locks.release({ leaseToken: granted.leaseToken });
-    })) answered++;
+    if (
+      await served(findings, scenario, `append to new session ${i} during the flood`, () =>
+        client.sessions.appendEvent({ sessionId: `during-${i}`, event: { kind: { case: "checkpoint", value: { reason: "flood" } } } }),
+      )
+    )
+      answered++;
+    if (
+      await served(findings, scenario, `grant ${i} during the flood`, async () => {
+        const granted = (await client.locks.acquire({ file: `${dir}/during-${i % 20}`, owner: "during" })).lease!;
+        await client.locks.release({ leaseToken: granted.leaseToken });
+      })
+    )
+      answered++;
   }
   await sleep(2500);
   const waited = await waiting;
-  findings.check("error" in waited && ConnectError.from(waited.error).code === Code.ResourceExhausted, scenario, `the lock wait that ran out during the flood: ${show(waited)}`);
+  findings.check(
+    "error" in waited && ConnectError.from(waited.error).code === Code.ResourceExhausted,
+    scenario,
+    `the lock wait that ran out during the flood: ${show(waited)}`,
+  );
   findings.check(service.exitStatus() === undefined, scenario, `the service exited during the flood: ${show(service.exitStatus())}`);
   crowd.leave();
 
   // Gone: the same descriptors as before, and normal service.
-  const after = await until(() => openDescriptors(service.pid, (target) => target.endsWith(".jsonl")) <= before, 20_000).then(() => settledDescriptors(service));
-  findings.check(after === before, scenario, `${before} descriptors (but cached sessions' journals) before the flood, ${after} after it: ${show(newTargets(targetsBefore, descriptorTargets(service.pid)))}`);
+  const after = await until(() => openDescriptors(service.pid, (target) => target.endsWith(".jsonl")) <= before, 20_000).then(() =>
+    settledDescriptors(service),
+  );
+  findings.check(
+    after === before,
+    scenario,
+    `${before} descriptors (but cached sessions' journals) before the flood, ${after} after it: ${show(newTargets(targetsBefore, descriptorTargets(service.pid)))}`,
+  );
   const check = await within(client.locks.checkToken({ file: `${dir}/leased`, fencingToken: lease.fencingToken }), 10_000);
   findings.check("value" in check && !check.value.current, scenario, `the short lease did not run out during the flood: ${show(check)}`);
   const after1 = await within(client.sessions.appendEvent({ sessionId: "after", event: { kind: { case: "checkpoint", value: { reason: "after" } } } }), 10_000);
@@ -197,7 +215,12 @@ export async function floodedBudget(findings: Findings): Promise<void> {
   findings.check(crowd.refused > 0, scenario, `all ${FLOOD_CLIENTS} clients were taken with ${FD_LIMIT} descriptors: nothing was refused`);
   let answered = 0;
   for (let i = 0; i < 30; i++) {
-    if (await served(findings, scenario, `registration ${i} during the flood`, () => client.registerRunning({ name: `during-${i}`, costSource: { case: "cost", value: { memoryBytes: 1n, cpu: 0 } } }))) answered++;
+    if (
+      await served(findings, scenario, `registration ${i} during the flood`, () =>
+        client.registerRunning({ name: `during-${i}`, costSource: { case: "cost", value: { memoryBytes: 1n, cpu: 0 } } }),
+      )
+    )
+      answered++;
   }
   await sleep(2000);
   findings.check(service.exitStatus() === undefined, scenario, `the service exited during the flood: ${show(service.exitStatus())}`);
@@ -206,7 +229,10 @@ export async function floodedBudget(findings: Findings): Promise<void> {
   findings.check(after === before, scenario, `${before} descriptors before the flood, ${after} after it`);
   const state = await within(client.getState({}), 10_000);
   findings.check("value" in state && state.value.reservations.length === 0, scenario, `the short lease did not run out during the flood: ${show(state)}`);
-  const registered = await within(budgetClient(url).budget.registerRunning({ name: "after", costSource: { case: "cost", value: { memoryBytes: 1n, cpu: 0 } } }), 10_000);
+  const registered = await within(
+    budgetClient(url).budget.registerRunning({ name: "after", costSource: { case: "cost", value: { memoryBytes: 1n, cpu: 0 } } }),
+    10_000,
+  );
   findings.check("value" in registered, scenario, `a new client's registration after the flood: ${show(registered)}`);
   findings.figures.fdBudgetAccepted = crowd.served;
   findings.figures.fdBudgetRefused = crowd.refused;

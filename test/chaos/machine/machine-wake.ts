@@ -20,7 +20,21 @@ import { NeedItemKind, type NeedSchema } from "@berth/api/berth/budget/v1/budget
 import type { AdmitRequestSchema } from "@berth/api/berth/budget/v1/budget_service_pb";
 import type { KeepAliveStreamRequestSchema } from "@berth/api/berth/locks/v1/lock_service_pb";
 import { makeTempDir, startService } from "../../harness.js";
-import { budgetClient, type Findings, show, judgeLockEvents, lockEvents, ms, pause, resume, sessionsClient, sleep, until, within, type SessionsClient } from "./machine-world.js";
+import {
+  budgetClient,
+  type Findings,
+  show,
+  judgeLockEvents,
+  lockEvents,
+  ms,
+  pause,
+  resume,
+  sessionsClient,
+  sleep,
+  until,
+  within,
+  type SessionsClient,
+} from "./machine-world.js";
 
 /** A request stream fed by `push`, ended by `end`. */
 function requestStream<T>() {
@@ -146,7 +160,9 @@ export async function pausedSessions(findings: Findings, pauseMs: number): Promi
   await dead.locks.acquire({ file: file("a"), owner: "dead", ttl: ms(Math.round(pauseMs / 2)) });
   const cancelling = c();
   const cancel = new AbortController();
-  const cancelled = cancelling.locks.acquire({ file: file("a"), owner: "gone-cancelled", maxWait: ms(120_000) }, { signal: cancel.signal }).catch(() => undefined);
+  const cancelled = cancelling.locks
+    .acquire({ file: file("a"), owner: "gone-cancelled", maxWait: ms(120_000) }, { signal: cancel.signal })
+    .catch(() => undefined);
   const closing = c();
   const closed = closing.locks.acquire({ file: file("a"), owner: "gone-closed", maxWait: ms(120_000) }).catch(() => undefined);
   const liveA1 = c();
@@ -175,7 +191,11 @@ export async function pausedSessions(findings: Findings, pauseMs: number): Promi
   const second = await within(a2, 20_000);
   findings.check("value" in second && second.value.lease?.owner === "live-a2", scenario, `live-a2 was not granted a after live-a1: ${show(second)}`);
   const bGrant = await within(b1, 20_000);
-  findings.check("value" in bGrant && bGrant.value.lease?.owner === "live-b", scenario, `live-b was not granted b once the renewer's lease ran out during the pause`);
+  findings.check(
+    "value" in bGrant && bGrant.value.lease?.owner === "live-b",
+    scenario,
+    `live-b was not granted b once the renewer's lease ran out during the pause`,
+  );
   await renewals.stop();
   findings.check(renewals.state.lost, scenario, "the renewer's late renewal was answered alive: its lease had run out during the pause");
   holder.controller.abort();
@@ -208,7 +228,11 @@ export async function pausedSessions(findings: Findings, pauseMs: number): Promi
   const events = lockEvents(service.entries());
   for (const problem of judgeLockEvents(events, new Set(["gone-cancelled", "gone-closed", "gone-hold"]))) findings.violation(scenario, problem);
   const expired = events.filter((e) => e.kind === "expired").map((e) => e.owner);
-  findings.check(JSON.stringify(expired) === JSON.stringify(["dead", "renewer"]), scenario, `leases expired ${JSON.stringify(expired)}, not dead then renewer, once each`);
+  findings.check(
+    JSON.stringify(expired) === JSON.stringify(["dead", "renewer"]),
+    scenario,
+    `leases expired ${JSON.stringify(expired)}, not dead then renewer, once each`,
+  );
   findings.operations += events.length;
   findings.rounds++;
   await service.stop();

@@ -53,7 +53,13 @@ export async function within<T>(promise: Promise<T>, ms: number): Promise<{ valu
   let timer: NodeJS.Timeout | undefined;
   const timeout = new Promise<{ timedOut: true }>((resolve) => (timer = setTimeout(() => resolve({ timedOut: true }), ms)));
   try {
-    return await Promise.race([promise.then((value) => ({ value }), (error: unknown) => ({ error })), timeout]);
+    return await Promise.race([
+      promise.then(
+        (value) => ({ value }),
+        (error: unknown) => ({ error }),
+      ),
+      timeout,
+    ]);
   } finally {
     clearTimeout(timer);
   }

@@ -50,7 +50,10 @@ describe("a full disk (a small tmpfs), then a read-only one (an ext4 image the k
   if (noTmpfs !== undefined) process.stdout.write(`machine: skipped the full-disk case: cannot mount a tmpfs here (${noTmpfs}); it needs root\n`);
   it.skipIf(noTmpfs !== undefined)("full: both services", () => scenario(() => fullDisk(findings)));
   const noLoop = whyNot(() => mountFailingFs().unmount());
-  if (noLoop !== undefined) process.stdout.write(`machine: skipped the read-only case: cannot mount an ext4 image on a loop device here (${noLoop}); it needs root, losetup and mkfs.ext4\n`);
+  if (noLoop !== undefined)
+    process.stdout.write(
+      `machine: skipped the read-only case: cannot mount an ext4 image on a loop device here (${noLoop}); it needs root, losetup and mkfs.ext4\n`,
+    );
   it.skipIf(noLoop !== undefined)("read-only: both services", () => scenario(() => readOnlyDisk(findings)));
 });
 
@@ -59,4 +62,6 @@ describe(`too many clients: ${FLOOD_CLIENTS} at once against ulimit -n ${FD_LIMI
   it("budget", () => scenario(() => floodedBudget(findings)));
 });
 
-afterAll(() => reportSuite({ suite: "machine", rounds: findings.rounds, operations: findings.operations, violations: findings.violations.length, ...findings.figures }));
+afterAll(() =>
+  reportSuite({ suite: "machine", rounds: findings.rounds, operations: findings.operations, violations: findings.violations.length, ...findings.figures }),
+);

@@ -160,7 +160,13 @@ class Callers {
     }
   }
 
-  private async callConnect(wire: Exclude<Wire, "grpc-js">, method: DescMethod, headers: Record<string, string>, stopAfterFirst: boolean, timeoutMs: number): Promise<Outcome> {
+  private async callConnect(
+    wire: Exclude<Wire, "grpc-js">,
+    method: DescMethod,
+    headers: Record<string, string>,
+    stopAfterFirst: boolean,
+    timeoutMs: number,
+  ): Promise<Outcome> {
     const client = this.connectFor(wire, method) as unknown as Record<string, (input: unknown, options: object) => unknown>;
     const call = client[method.localName]!;
     const options = { headers, timeoutMs };
@@ -392,7 +398,8 @@ describe("security", () => {
     const findings = new Findings();
     const generated = await generatedServices();
     const publishedNames = new Set([...served.sessions, ...served.budget].map((s) => s.typeName));
-    for (const name of generated) findings.check(publishedNames.has(name), `${name} is defined in @berth/api but neither server publishes it by reflection: its RPCs would go untested`);
+    for (const name of generated)
+      findings.check(publishedNames.has(name), `${name} is defined in @berth/api but neither server publishes it by reflection: its RPCs would go untested`);
     for (const name of publishedNames) findings.check(generated.includes(name), `${name} is published by reflection but not defined in @berth/api`);
     for (const server of ["sessions", "budget"] as const) {
       const names = served[server].map((s) => s.typeName);
@@ -466,7 +473,11 @@ describe("security", () => {
         for await (const _ of anonymous.locks.hold({ file: "/refused-hold.css", owner: "intruder" }));
       })(),
       Reserve: anonymous.budget.reserve({ owner: "intruder", need: { items: needItems }, ttl: { seconds: 60n } }),
-      RegisterRunning: anonymous.budget.registerRunning({ name: "intruder", costSource: { case: "cost", value: { memoryBytes: 1n << 30n, cpu: 1 } }, pid: process.pid }),
+      RegisterRunning: anonymous.budget.registerRunning({
+        name: "intruder",
+        costSource: { case: "cost", value: { memoryBytes: 1n << 30n, cpu: 1 } },
+        pid: process.pid,
+      }),
       Admit: (async () => {
         async function* start() {
           yield { kind: { case: "start" as const, value: { label: "intruder", need: { items: needItems } } } };
@@ -533,13 +544,19 @@ describe("security", () => {
       // Every served service reports SERVING to a client without any credentials (grpc-js, as orchestrators probe).
       const health = grpcJsHealthClient(url);
       for (const name of names) {
-        const status = await health.check(name).then((r) => r.status, (error: { code: number }) => grpcCodeName(error.code));
+        const status = await health.check(name).then(
+          (r) => r.status,
+          (error: { code: number }) => grpcCodeName(error.code),
+        );
         findings.check(status === "SERVING", `${server} health Check(${JSON.stringify(name)}) without a token: ${status}`);
       }
       health.close();
       // Reflection with the token answers (servedServices used it); without, it is refused (covered
       // above, method by method); say so here too, as the one exception is health alone.
-      findings.check(served[server].some((s) => s.typeName === ServerReflection.typeName), `${server} does not publish ${ServerReflection.typeName}`);
+      findings.check(
+        served[server].some((s) => s.typeName === ServerReflection.typeName),
+        `${server} does not publish ${ServerReflection.typeName}`,
+      );
     }
     expect(findings.violations).toEqual([]);
   });
@@ -555,7 +572,11 @@ describe("security", () => {
 
     // sessions: journals (with idempotency keys), batches, snapshots written on demand.
     for (const sessionId of ["alpha", "beta", "gamma"]) {
-      await sessions.appendEvent({ sessionId, event: { kind: { case: "generate", value: { pageUrl: "http://localhost:3000/", count: 2 } } }, idempotencyKey: `${sessionId}-1` });
+      await sessions.appendEvent({
+        sessionId,
+        event: { kind: { case: "generate", value: { pageUrl: "http://localhost:3000/", count: 2 } } },
+        idempotencyKey: `${sessionId}-1`,
+      });
       await sessions.appendEvents({ sessionId, events: [phase("a"), phase("b")], expected: { case: "expectedSeq", value: 1n } });
       await sessions.flushSnapshot({ sessionId });
     }
@@ -563,11 +584,20 @@ describe("security", () => {
 
     // locks: a lease (Acquire, then a fenced append), a Hold stream, and a released lease.
     const lease = await locks.acquire({ file: path.join(projectRoot, "src/app.css"), owner: "security-suite", ttl: { seconds: 120n } });
-    await sessions.appendEvent({ sessionId: "alpha", event: phase("fenced"), fence: { file: path.join(projectRoot, "src/app.css"), fencingToken: lease.lease!.fencingToken } });
+    await sessions.appendEvent({
+      sessionId: "alpha",
+      event: phase("fenced"),
+      fence: { file: path.join(projectRoot, "src/app.css"), fencingToken: lease.lease!.fencingToken },
+    });
     const released = await locks.acquire({ file: path.join(projectRoot, "src/other.css"), owner: "security-suite", ttl: { seconds: 120n } });
     await locks.release({ leaseToken: released.lease!.leaseToken });
     const holdAbort = new AbortController();
-    const holdStream = locks.hold({ file: path.join(projectRoot, "src/held.css"), owner: "security-suite", maxWait: { seconds: 10n } }, { signal: holdAbort.signal, timeoutMs: 120_000 })[Symbol.asyncIterator]();
+    const holdStream = locks
+      .hold(
+        { file: path.join(projectRoot, "src/held.css"), owner: "security-suite", maxWait: { seconds: 10n } },
+        { signal: holdAbort.signal, timeoutMs: 120_000 },
+      )
+      [Symbol.asyncIterator]();
     const first = await holdStream.next();
     findings.check(!first.done && first.value.kind.case === "acquired", `Hold did not acquire src/held.css: ${JSON.stringify(first.value?.kind.case)}`);
 
@@ -613,11 +643,17 @@ describe("security", () => {
     const files = new Set([...running, ...stopped].filter((e) => e.kind === "file").map((e) => e.relative));
     for (const file of files) categories[categoryOf(file)] = (categories[categoryOf(file)] ?? 0) + 1;
     for (const required of ["journal", "snapshot", "snapshot-meta", "election", "source-lock", "fencing", "running-tally"]) {
-      findings.check((categories[required] ?? 0) > 0, `no ${required} file was found in the state dir (the suite did not exercise it, or it lives elsewhere): ${running.map((e) => e.relative).join(", ")}`);
+      findings.check(
+        (categories[required] ?? 0) > 0,
+        `no ${required} file was found in the state dir (the suite did not exercise it, or it lives elsewhere): ${running.map((e) => e.relative).join(", ")}`,
+      );
     }
     figures.stateEntries = { running: running.length, afterShutdown: stopped.length };
     figures.stateFiles = Object.fromEntries(Object.entries(categories).sort());
-    figures.stateListing = running.filter((e) => e.kind === "file").map((e) => e.relative).sort();
+    figures.stateListing = running
+      .filter((e) => e.kind === "file")
+      .map((e) => e.relative)
+      .sort();
     figures.tokenInOutput = up.output().includes(TOKEN);
     findings.check(!up.output().includes(TOKEN), "the token appears in the service's output");
     expect(findings.violations).toEqual([]);
@@ -629,13 +665,18 @@ describe("security", () => {
     for (const kind of ["sessions", "budget", "up"] as const) {
       const service = await startService(kind, kind === "sessions" ? {} : { args: fixtureArgs() });
       const sockets = listeningSockets(service.pid);
-      const logged = Object.values(service.urls).map((url) => Number(new URL(url).port)).sort();
+      const logged = Object.values(service.urls)
+        .map((url) => Number(new URL(url).port))
+        .sort();
       findings.check(sockets.length > 0, `${kind}: no listening socket found for pid ${service.pid}`);
       for (const socket of sockets) {
         seen.push(`${kind} ${socket.address}:${socket.port}`);
         findings.check(socket.address === "127.0.0.1", `${kind} listens on ${socket.address}:${socket.port}`);
       }
-      findings.check(JSON.stringify(sockets.map((s) => s.port).sort()) === JSON.stringify(logged), `${kind} listens on ports ${sockets.map((s) => s.port)} but logged ${logged}`);
+      findings.check(
+        JSON.stringify(sockets.map((s) => s.port).sort()) === JSON.stringify(logged),
+        `${kind} listens on ports ${sockets.map((s) => s.port)} but logged ${logged}`,
+      );
       await service.stop();
     }
     figures.listening = seen;
@@ -660,7 +701,10 @@ describe("security", () => {
       findings.check(service.url(server) === `unix:${file}`, `${server} logged ${service.url(server)}, expected unix:${file}`);
       const url = service.url(server);
       const health = grpcJsHealthClient(url);
-      const status = await health.check().then((r) => r.status, (error: { code: number }) => grpcCodeName(error.code));
+      const status = await health.check().then(
+        (r) => r.status,
+        (error: { code: number }) => grpcCodeName(error.code),
+      );
       findings.check(status === "SERVING", `${server} health over its socket without a token: ${status}`);
       health.close();
       const callers = new Callers(url);
@@ -670,7 +714,10 @@ describe("security", () => {
         findings.check(refused.code === "UNAUTHENTICATED", `${server} ${method.name} over its socket (${wire}) without a token: ${refused.code}`);
         const answered = await callers.call(wire, method, RIGHT_CREDENTIALS, false);
         // GetSnapshot({}) is INVALID_ARGUMENT (no id): either way the handler answered.
-        findings.check(answered.code !== "UNAUTHENTICATED" && answered.code !== "UNAVAILABLE", `${server} ${method.name} over its socket (${wire}) with the token: ${answered.code}`);
+        findings.check(
+          answered.code !== "UNAUTHENTICATED" && answered.code !== "UNAVAILABLE",
+          `${server} ${method.name} over its socket (${wire}) with the token: ${answered.code}`,
+        );
       }
       callers.close();
     }

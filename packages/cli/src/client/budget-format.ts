@@ -142,7 +142,10 @@ export function formatVerdict(verdict: Verdict | undefined): string {
   const need = resources(verdict.need?.total);
   const committed = verdict.committed;
   const policy = verdict.policy;
-  const budget = policy === undefined || committed === undefined ? "" : ` (committed ${size(committed.memoryBytes)} of ${size(policy.memoryBytes)}, ${cpus(committed.cpu)} of ${cpus(policy.cpu)} cpu)`;
+  const budget =
+    policy === undefined || committed === undefined
+      ? ""
+      : ` (committed ${size(committed.memoryBytes)} of ${size(policy.memoryBytes)}, ${cpus(committed.cpu)} of ${cpus(policy.cpu)} cpu)`;
   if (verdict.impossible !== undefined) return `impossible: ${need} can never be admitted: ${verdict.impossible}`;
   if (verdict.fits) return `fits: ${need} can be admitted now${budget}`;
   return [`would wait: ${need} does not fit now${budget}`, ...reasonLines(verdict.waitFor)].join("\n");
@@ -181,7 +184,13 @@ export function formatState(state: GetStateResponse, now = Date.now(), style: St
   const items = committed?.items ?? [];
   out.push(style.bold(`committed (${Math.max(committed?.itemCount ?? 0, items.length)})`));
   if (items.length > 0) {
-    out.push(table(["WHAT", "MEMORY", "CPU", "ID"], items.map((i) => [i.what, size(i.memoryBytes), cpus(i.cpu), i.id]), style));
+    out.push(
+      table(
+        ["WHAT", "MEMORY", "CPU", "ID"],
+        items.map((i) => [i.what, size(i.memoryBytes), cpus(i.cpu), i.id]),
+        style,
+      ),
+    );
     // The rest are reservations and running entries: the tables below list them (all of them with --all).
     const left = (committed?.itemCount ?? 0) - items.length;
     if (left > 0) out.push(`  … and ${left} smaller (reservations and running work)`);
@@ -204,7 +213,14 @@ export function formatState(state: GetStateResponse, now = Date.now(), style: St
     out.push(
       table(
         ["OWNER", "START", "BUILD", "ADMITTED", "LEASE", "ID"],
-        state.reservations.map((r) => [r.owner, resources(r.start), resources(r.build), ago(r.admitTime, now), r.expireTime === undefined ? "stream" : until(r.expireTime, now), r.id]),
+        state.reservations.map((r) => [
+          r.owner,
+          resources(r.start),
+          resources(r.build),
+          ago(r.admitTime, now),
+          r.expireTime === undefined ? "stream" : until(r.expireTime, now),
+          r.id,
+        ]),
         style,
       ),
     );
@@ -216,7 +232,14 @@ export function formatState(state: GetStateResponse, now = Date.now(), style: St
     out.push(
       table(
         ["NAME", "COST", "PID", "STARTED", "LEASE", "ID"],
-        state.running.map((r) => [r.name, resources(r.cost), r.pid === undefined ? "-" : String(r.pid), ago(r.startTime, now), r.expireTime === undefined ? "-" : until(r.expireTime, now), r.id]),
+        state.running.map((r) => [
+          r.name,
+          resources(r.cost),
+          r.pid === undefined ? "-" : String(r.pid),
+          ago(r.startTime, now),
+          r.expireTime === undefined ? "-" : until(r.expireTime, now),
+          r.id,
+        ]),
         style,
       ),
     );

@@ -22,7 +22,11 @@ export function describeFailure(error: unknown, service: string, url: string): F
   const connectError = ConnectError.from(error);
   const errno = causeErrno(error);
   if (errno !== undefined && UNREACHABLE_ERRNOS.has(errno)) {
-    return { exit: EXIT.unreachable, code: "unavailable", message: `cannot reach the ${service} service at ${url} (${errno}); is it running? ('berth up' starts it)` };
+    return {
+      exit: EXIT.unreachable,
+      code: "unavailable",
+      message: `cannot reach the ${service} service at ${url} (${errno}); is it running? ('berth up' starts it)`,
+    };
   }
   const message = connectError.rawMessage;
   const code = codeName(connectError.code);

@@ -19,7 +19,9 @@ describe("--json's integers", () => {
       policy: { maxWait: "600s", memoryBytes: 7 },
       queueSize: 3,
     });
-    expect(messageJson(WatchSessionsRequestSchema, create(WatchSessionsRequestSchema, { resumeFrom: { a: 4n, b: 9n } }))).toEqual({ resumeFrom: { a: 4, b: 9 } });
+    expect(messageJson(WatchSessionsRequestSchema, create(WatchSessionsRequestSchema, { resumeFrom: { a: 4n, b: 9n } }))).toEqual({
+      resumeFrom: { a: 4, b: 9 },
+    });
     expect(messageJson(SnapshotSchema, create(SnapshotSchema, { id: "s", pendingEventSeq: 12n }))).toMatchObject({ id: "s", pendingEventSeq: 12 });
   });
 

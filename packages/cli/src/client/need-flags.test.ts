@@ -14,7 +14,9 @@ describe("duration flags", () => {
   it("refuse a bare number, naming the flag and the units", () => {
     for (const value of ["5", "30", "1.5"]) {
       expect(() => durationFlag(value, "--max-wait")).toThrow(UsageError);
-      expect(() => durationFlag(value, "--max-wait")).toThrow(`--max-wait: "${value}" has no unit: write ${value}s, ${value}m or ${value}ms (units: ms, s, m, h, d; only 0 needs none)`);
+      expect(() => durationFlag(value, "--max-wait")).toThrow(
+        `--max-wait: "${value}" has no unit: write ${value}s, ${value}m or ${value}ms (units: ms, s, m, h, d; only 0 needs none)`,
+      );
     }
     expect(() => durationFlag("soon", "--progress")).toThrow('--progress: "soon" is not a duration like 30s, 10m or 1h');
   });

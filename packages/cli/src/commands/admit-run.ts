@@ -23,7 +23,14 @@ function refusal(error: BerthClientError) {
   const exit = detail.kind === RefusalKind.IMPOSSIBLE ? EXIT.impossible : detail.kind === RefusalKind.QUEUE_FULL ? EXIT.queueFull : EXIT.timedOut;
   const kind = detail.kind === RefusalKind.IMPOSSIBLE ? "impossible" : detail.kind === RefusalKind.QUEUE_FULL ? "queue_full" : "wait_exhausted";
   const retryAfterMs = detail.retryAfter === undefined ? undefined : durationMs(detail.retryAfter);
-  return { exit, kind, message: detail.message || error.rawMessage, retryAfterMs, settings: detail.settings, waitedMs: detail.waited === undefined ? 0 : durationMs(detail.waited) };
+  return {
+    exit,
+    kind,
+    message: detail.message || error.rawMessage,
+    retryAfterMs,
+    settings: detail.settings,
+    waitedMs: detail.waited === undefined ? 0 : durationMs(detail.waited),
+  };
 }
 
 /** How CMD ended. */
@@ -36,7 +43,11 @@ interface Outcome {
 /** Runs the admission; resolves with the exit code. */
 export async function admit({ values, command, need, maxWaitMs, endpoint }: AdmitInvocation): Promise<number> {
   // The service refuses control characters in owners and names: a command line may hold newlines.
-  const printable = (text: string) => text.replace(/[\u0000-\u001f\u007f\s]+/g, " ").trim().slice(0, 256);
+  const printable = (text: string) =>
+    text
+      .replace(/[\u0000-\u001f\u007f\s]+/g, " ")
+      .trim()
+      .slice(0, 256);
   const name = typeof values["name"] === "string" ? values["name"] : printable(path.basename(command[0]!)) || "command";
   const given = values["owner"] ?? values["label"];
   const owner = typeof given === "string" ? given : printable(command.join(" ")) || name;
@@ -84,7 +95,14 @@ export async function admit({ values, command, need, maxWaitMs, endpoint }: Admi
     if (refused !== undefined) {
       progress.event(
         "refused",
-        { kind: refused.kind, exit: refused.exit, message: refused.message, retry_after_ms: refused.retryAfterMs, settings: refused.settings, waited_ms: refused.waitedMs },
+        {
+          kind: refused.kind,
+          exit: refused.exit,
+          message: refused.message,
+          retry_after_ms: refused.retryAfterMs,
+          settings: refused.settings,
+          waited_ms: refused.waitedMs,
+        },
         `${refused.kind === "wait_exhausted" ? "timed out" : "refused"}: ${refused.message}${refused.retryAfterMs === undefined ? "" : ` (retry in ~${roughly(refused.retryAfterMs)})`}`,
         "error",
       );

@@ -36,8 +36,8 @@ const HELP = renderHelp({
   notes:
     "Progress goes to stderr (stdout is CMD's). On a terminal a status line, rewritten in place, shows the place in the " +
     "queue, the ETA and what the need waits for; anywhere else (or with --json) each step is a JSON line with an " +
-    "\"event\": queued, admitted, started, exited, released, refused, interrupted, lost (the service went away while " +
-    "CMD ran: CMD keeps running), error. An \"exited\" event means the exit code is CMD's.\n\n" +
+    '"event": queued, admitted, started, exited, released, refused, interrupted, lost (the service went away while ' +
+    'CMD ran: CMD keeps running), error. An "exited" event means the exit code is CMD\'s.\n\n' +
     "CMD gets BERTH_RESERVATION_ID in its environment ('berth budget build-done' ends its build phase). SIGTERM and " +
     "SIGHUP are passed on to CMD, and so is SIGINT unless stdin is a terminal (there Ctrl-C already reaches CMD); " +
     "while waiting, they withdraw the request.",

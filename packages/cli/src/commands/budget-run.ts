@@ -59,7 +59,8 @@ function pageSizeFlag(value: unknown): number | undefined {
   if (value === undefined) return undefined;
   const text = String(value).trim();
   const n = /^\d+$/.test(text) ? Number(text) : Number.NaN;
-  if (!Number.isInteger(n) || n < 1 || n > MAX_PAGE_SIZE) throw new UsageError(`--page-size must be a whole number from 1 to ${MAX_PAGE_SIZE}, got ${JSON.stringify(value)}`);
+  if (!Number.isInteger(n) || n < 1 || n > MAX_PAGE_SIZE)
+    throw new UsageError(`--page-size must be a whole number from 1 to ${MAX_PAGE_SIZE}, got ${JSON.stringify(value)}`);
   return n;
 }
 

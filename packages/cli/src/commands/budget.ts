@@ -25,7 +25,6 @@ export interface BudgetInvocation {
   readonly json: boolean;
 }
 
-
 const JSON_ROW = (what: string): HelpRow => ["--json", `print ${what} as JSON (proto JSON form), one object per line`];
 const OK_ROW: HelpRow = [String(EXIT.ok), "done"];
 
@@ -102,7 +101,8 @@ const SUBCOMMANDS: readonly Subcommand[] = [
     summary: "the last machine sample (memory, load, pressure, cgroup limits)",
     help: renderHelp({
       usage: ["berth budget machine [flags]"],
-      about: "Prints the budget service's last sample of the machine: memory available and total, load, pressure (PSI), the cgroup's limits, and how old the sample is.",
+      about:
+        "Prints the budget service's last sample of the machine: memory available and total, load, pressure (PSI), the cgroup's limits, and how old the sample is.",
       flags: [JSON_ROW("the sample"), ...BUDGET_ENDPOINT_FLAGS],
       exitCodes: [OK_ROW, ...callExitRows("budget")],
       examples: ["berth budget machine", "berth budget machine --json | jq .machine.availableBytes"],

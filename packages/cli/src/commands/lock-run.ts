@@ -44,12 +44,21 @@ function kindName(kind: HolderKind): string {
 }
 
 /** "alice (lease, fencing token 7) since 2026-… (12s ago)" */
-function describeHolder(holder: { owner: string; kind: HolderKind; fencingToken: bigint; acquireTime?: Timestamp | undefined; pid?: number | undefined }): string {
+function describeHolder(holder: {
+  owner: string;
+  kind: HolderKind;
+  fencingToken: bigint;
+  acquireTime?: Timestamp | undefined;
+  pid?: number | undefined;
+}): string {
   const who = holder.owner === "" ? "an unknown owner" : holder.owner;
   const facts = [kindName(holder.kind)];
   if (holder.fencingToken > 0n) facts.push(`fencing token ${holder.fencingToken}`);
   if (holder.kind === HolderKind.SEED_LOCK_FILE && holder.pid !== undefined) facts.push(`pid ${holder.pid}`);
-  const since = holder.acquireTime === undefined ? "" : ` since ${iso(holder.acquireTime)} (${formatDuration(Math.max(0, Date.now() - timestampMs(holder.acquireTime)))} ago)`;
+  const since =
+    holder.acquireTime === undefined
+      ? ""
+      : ` since ${iso(holder.acquireTime)} (${formatDuration(Math.max(0, Date.now() - timestampMs(holder.acquireTime)))} ago)`;
   return `${who} (${facts.join(", ")})${since}`;
 }
 
@@ -63,7 +72,6 @@ function holderJson(holder: Holder | LockHeld | undefined): Record<string, unkno
     ...(holder.pid === undefined ? {} : { pid: holder.pid }),
   };
 }
-
 
 /** Runs `berth lock hold`; resolves with the exit code. */
 export async function hold(invocation: Invocation): Promise<number> {
@@ -172,7 +180,12 @@ function roundSeconds(ms: number): number {
 /** The exit code and message for a Hold that ended before the grant. */
 function refused(error: unknown, invocation: Invocation, progress: Progress, interrupted: NodeJS.Signals | undefined): number {
   if (interrupted !== undefined) {
-    progress.event("interrupted", { signal: interrupted, exit: signalExit(interrupted) }, `interrupted (${interrupted}) while waiting; the request was withdrawn`, "warn");
+    progress.event(
+      "interrupted",
+      { signal: interrupted, exit: signalExit(interrupted) },
+      `interrupted (${interrupted}) while waiting; the request was withdrawn`,
+      "warn",
+    );
     return signalExit(interrupted);
   }
   const e = BerthClientError.from(error);

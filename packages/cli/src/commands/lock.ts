@@ -28,7 +28,7 @@ const HOLD_HELP = renderHelp({
     "source-lock library on the same project. FILE is resolved against the current directory, as flock(1) and the seed do, " +
     "and every spelling of one file is one lock: through a symlinked directory, with '..', from another directory.\n\n" +
     "CMD gets BERTH_FENCING_TOKEN (the grant's fencing token) and BERTH_LOCK_FILE (the locked file's canonical path) in its environment, " +
-    "for fenced writes: berth sessions append … --fence-file \"$BERTH_LOCK_FILE\" --fence-token \"$BERTH_FENCING_TOKEN\".",
+    'for fenced writes: berth sessions append … --fence-file "$BERTH_LOCK_FILE" --fence-token "$BERTH_FENCING_TOKEN".',
   flags: [
     ["--max-wait DURATION", "give up after waiting this long: 0 tries once; 30s, 5m (default and cap: the service's longest wait, 10m; berth lock limits)"],
     ["--owner TEXT", "who holds the lock, shown to everyone who waits (default: user@host pid N)"],
@@ -37,8 +37,8 @@ const HOLD_HELP = renderHelp({
   ],
   notes:
     "Progress goes to stderr (stdout is CMD's). On a terminal a status line, rewritten in place, shows who holds FILE, " +
-    "since when, and the place in line; anywhere else (or with --json) each step is a JSON line with an \"event\": " +
-    "waiting, acquired, exited, released, lost, timeout, interrupted, error. An \"exited\" event means the exit code " +
+    'since when, and the place in line; anywhere else (or with --json) each step is a JSON line with an "event": ' +
+    'waiting, acquired, exited, released, lost, timeout, interrupted, error. An "exited" event means the exit code ' +
     "is CMD's.\n\n" +
     "While CMD runs, SIGTERM and SIGHUP are passed on to it, and so is SIGINT unless stdin is a terminal (there Ctrl-C " +
     "reaches CMD already); while waiting they withdraw the request. If the service goes away while CMD runs, the lock " +
@@ -76,7 +76,10 @@ const LIMITS_HELP = renderHelp({
     "The limits the sessions service's locks enforce: a lease's default and longest ttl, the longest wait (what an " +
     "unset --max-wait means, and the cap of a longer one), how often a held lock's stream gets a heartbeat, how many may " +
     "wait for one file, and the longest owner.",
-  flags: [["--json", "print the answer as one JSON line: {defaultTtl, maxTtl, maxWait, heartbeatInterval, maxWaitersPerFile, maxOwnerLength}"], ...SESSIONS_ENDPOINT_FLAGS],
+  flags: [
+    ["--json", "print the answer as one JSON line: {defaultTtl, maxTtl, maxWait, heartbeatInterval, maxWaitersPerFile, maxOwnerLength}"],
+    ...SESSIONS_ENDPOINT_FLAGS,
+  ],
   exitCodes: [[String(EXIT.ok), "done"], ...callExitRows("sessions")],
   examples: ["berth lock limits", "berth lock limits --json | jq -r .maxWait"],
 });
@@ -199,7 +202,8 @@ export const lockCommand: Command = {
   subcommands: SUBCOMMANDS,
   async run(argv) {
     const [action, ...rest] = argv;
-    if (action !== "hold" && action !== "inspect" && action !== "limits") return usageError("berth lock", `unknown command '${action ?? ""}': hold, inspect or limits`);
+    if (action !== "hold" && action !== "inspect" && action !== "limits")
+      return usageError("berth lock", `unknown command '${action ?? ""}': hold, inspect or limits`);
     let invocation: LockInvocation | LimitsInvocation;
     try {
       invocation = action === "limits" ? parseLimits(rest) : parse(action, rest);

@@ -96,7 +96,9 @@ async function append({ values, positionals, client, json }: Invocation): Promis
   if (!json) {
     const seqs = firstSeq === lastSeq ? `seq ${lastSeq}` : `seqs ${firstSeq}-${lastSeq}`;
     const phase = snapshot?.phase ? ` (phase ${snapshot.phase})` : "";
-    process.stdout.write(duplicate ? `${sessionId}: already appended with this idempotency key: ${seqs}; nothing written\n` : `${sessionId}: appended ${seqs}${phase}\n`);
+    process.stdout.write(
+      duplicate ? `${sessionId}: already appended with this idempotency key: ${seqs}; nothing written\n` : `${sessionId}: appended ${seqs}${phase}\n`,
+    );
   }
   return EXIT.ok;
 }
@@ -118,13 +120,16 @@ function parseEvents(text: string, where: string): Record<string, unknown>[] {
   try {
     parsed = JSON.parse(trimmed);
   } catch {
-    parsed = trimmed.split("\n").filter((line) => line.trim() !== "").map((line, i) => {
-      try {
-        return JSON.parse(line) as unknown;
-      } catch (error) {
-        throw new UsageError(`${where}: line ${i + 1} is not JSON (${(error as Error).message})`);
-      }
-    });
+    parsed = trimmed
+      .split("\n")
+      .filter((line) => line.trim() !== "")
+      .map((line, i) => {
+        try {
+          return JSON.parse(line) as unknown;
+        } catch (error) {
+          throw new UsageError(`${where}: line ${i + 1} is not JSON (${(error as Error).message})`);
+        }
+      });
   }
   const list = Array.isArray(parsed) ? parsed : [parsed];
   return list.map((item, i) => {
@@ -221,7 +226,10 @@ async function journal({ values, positionals, client, json, out }: Invocation): 
   const limit = values.limit === undefined ? 0 : Number(wholeNumber(values.limit as string, "--limit", 0x7fffffffn));
   for await (const batch of client.rpc.readJournal({ sessionId, fromSeq, limit })) {
     for (const entry of batch.entries) printEntry(entry, json, out);
-    if (batch.end?.more && !json) process.stderr.write(`${styleFor(process.stderr).dim(`-- more from seq ${batch.end.nextSeq} (last seq ${batch.end.lastSeq}): --from-seq ${batch.end.nextSeq}`)}\n`);
+    if (batch.end?.more && !json)
+      process.stderr.write(
+        `${styleFor(process.stderr).dim(`-- more from seq ${batch.end.nextSeq} (last seq ${batch.end.lastSeq}): --from-seq ${batch.end.nextSeq}`)}\n`,
+      );
   }
   return EXIT.ok;
 }
@@ -246,7 +254,8 @@ async function watch({ values, positionals, client, json, out }: Invocation): Pr
   const includeSnapshot = values.snapshots === true;
   const waitForSession = values["wait-for-session"] === true;
   const progressIntervalMs = durationFlag(values.progress, "--progress");
-  if (progressIntervalMs !== undefined && progressIntervalMs < 100) throw new UsageError(`--progress must be at least ${durationLike(100, values.progress as string)}`);
+  if (progressIntervalMs !== undefined && progressIntervalMs < 100)
+    throw new UsageError(`--progress must be at least ${durationLike(100, values.progress as string)}`);
   const stop = new AbortController();
   const onSignal = () => stop.abort();
   process.once("SIGINT", onSignal);
@@ -349,7 +358,6 @@ function timestampIso(ts: Timestamp): string | undefined {
   const date = timestampDate(ts);
   return Number.isNaN(date.getTime()) ? undefined : date.toISOString();
 }
-
 
 function wholeNumber(raw: string, flag: string, max = BigInt(Number.MAX_SAFE_INTEGER)): bigint {
   if (!/^\d+$/.test(raw.trim())) throw new UsageError(`${flag} must be a whole number ≥ 0, got ${JSON.stringify(raw)}`);

@@ -67,7 +67,10 @@ const SUBCOMMANDS: readonly Subcommand[] = [
         ["--field KEY=VALUE", "a key of the event (repeat for more)"],
         ["--json ['{…}']", "with a JSON object: the event to append; alone or with it: print the answer as one JSON line ({seq, duplicate, snapshot})"],
         ["--expected-seq N", "refuse unless the session's last seq is N (0: unless SESSION has no entry yet)"],
-        ["--idempotency-key KEY", "a retry with the same key and events writes nothing and answers what the first append did; the key with other events is refused"],
+        [
+          "--idempotency-key KEY",
+          "a retry with the same key and events writes nothing and answers what the first append did; the key with other events is refused",
+        ],
         ["--fence-file FILE", "with --fence-token: refuse unless N is still the fencing token of FILE's lock (FILE resolved against the current directory)"],
         ["--fence-token N", "the fencing token a lock grant gave (BERTH_FENCING_TOKEN under berth lock hold)"],
         ...SESSIONS_ENDPOINT_FLAGS,
@@ -79,10 +82,10 @@ const SUBCOMMANDS: readonly Subcommand[] = [
       ],
       examples: [
         "berth sessions append s1 generate --field pageUrl=http://localhost:3000/ --field count=3",
-        "berth sessions append s1 --json '{\"type\":\"agent_phase\",\"phase\":\"planning\"}' --expected-seq 1",
+        'berth sessions append s1 --json \'{"type":"agent_phase","phase":"planning"}\' --expected-seq 1',
         "berth sessions append s1 agent_phase --field phase=done --idempotency-key step-7",
         "berth sessions append s1 < events.jsonl",
-        "berth sessions append s1 steer --fence-file \"$BERTH_LOCK_FILE\" --fence-token \"$BERTH_FENCING_TOKEN\"",
+        'berth sessions append s1 steer --fence-file "$BERTH_LOCK_FILE" --fence-token "$BERTH_FENCING_TOKEN"',
       ],
     }),
     flags: {
@@ -177,12 +180,22 @@ const SUBCOMMANDS: readonly Subcommand[] = [
       flags: [
         ["--from-seq N", "start at seq N (entries before it are not printed)"],
         ["--snapshots", "print the session's snapshot after each entry"],
-        ["--progress DURATION", "ask the service for a progress message whenever DURATION (100ms or more) passes without an entry: a line on stderr, or {\"progress\": {lastSeq, sendTime}} with --json"],
+        [
+          "--progress DURATION",
+          'ask the service for a progress message whenever DURATION (100ms or more) passes without an entry: a line on stderr, or {"progress": {lastSeq, sendTime}} with --json',
+        ],
         ["--wait-for-session", "SESSION need not exist yet: follow it from its first entry"],
-        ["--json", 'one JSON line per entry, in the journal\'s format ({seq, id, type, ts, event}, plus "snapshot"), and {"caughtUp": {lastSeq}} once the backlog is printed'],
+        [
+          "--json",
+          'one JSON line per entry, in the journal\'s format ({seq, id, type, ts, event}, plus "snapshot"), and {"caughtUp": {lastSeq}} once the backlog is printed',
+        ],
         ...SESSIONS_ENDPOINT_FLAGS,
       ],
-      exitCodes: [[String(EXIT.ok), "stopped with Ctrl-C or SIGTERM"], [String(EXIT.notFound), "SESSION does not exist (without --wait-for-session), or was deleted"], ...callExitRows("sessions")],
+      exitCodes: [
+        [String(EXIT.ok), "stopped with Ctrl-C or SIGTERM"],
+        [String(EXIT.notFound), "SESSION does not exist (without --wait-for-session), or was deleted"],
+        ...callExitRows("sessions"),
+      ],
       examples: [
         "berth sessions watch s1",
         "berth sessions watch s1 --from-seq 10 --snapshots",
@@ -258,7 +271,7 @@ const HELP = renderHelp({
   ],
   examples: [
     "berth sessions append s1 generate --field pageUrl=http://localhost:3000/ --field count=3",
-    "berth sessions append s1 --json '{\"type\":\"agent_phase\",\"phase\":\"planning\"}' --expected-seq 1",
+    'berth sessions append s1 --json \'{"type":"agent_phase","phase":"planning"}\' --expected-seq 1',
     "berth sessions get s1",
     "berth sessions list --json | jq -r '.sessions[].id'",
     "berth sessions watch s1 --from-seq 1 --snapshots",

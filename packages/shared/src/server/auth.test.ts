@@ -41,7 +41,13 @@ describe("createAuthInterceptor", () => {
       }
       return undefined;
     };
-    const refusal = async (headers?: Record<string, string>) => ConnectError.from(await list(headers).then(() => undefined, (e: unknown) => e));
+    const refusal = async (headers?: Record<string, string>) =>
+      ConnectError.from(
+        await list(headers).then(
+          () => undefined,
+          (e: unknown) => e,
+        ),
+      );
     const missing = await refusal();
     expect(missing.code).toBe(Code.Unauthenticated);
     expect(missing.findDetails(ErrorInfoSchema)[0]).toMatchObject({ reason: "TOKEN_MISSING", domain: "grpc.reflection" });

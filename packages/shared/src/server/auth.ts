@@ -12,8 +12,7 @@ import { berthErrorToConnect, errorDomainOf } from "./connect-errors.js";
 export const UNAUTHENTICATED_SERVICES: ReadonlySet<string> = new Set(["grpc.health.v1.Health"]);
 
 /** What a client without the right token is told. */
-export const UNAUTHENTICATED_MESSAGE =
-  "missing or wrong bearer token: set authorization: Bearer <token> (the server's BERTH_TOKEN or token file)";
+export const UNAUTHENTICATED_MESSAGE = "missing or wrong bearer token: set authorization: Bearer <token> (the server's BERTH_TOKEN or token file)";
 
 /**
  * True when `header` (an `authorization` header value) carries `token`. The comparison runs on

@@ -18,7 +18,9 @@ const file = createFileRegistry(
     package: "berth.test.v1",
     dependency: ["google/protobuf/struct.proto"],
     syntax: "proto3",
-    service: [{ name: "BigService", method: [{ name: "Big", inputType: ".google.protobuf.Struct", outputType: ".google.protobuf.Struct", serverStreaming: true }] }],
+    service: [
+      { name: "BigService", method: [{ name: "Big", inputType: ".google.protobuf.Struct", outputType: ".google.protobuf.Struct", serverStreaming: true }] },
+    ],
   }),
   (name) => (name === "google/protobuf/struct.proto" ? file_google_protobuf_struct : undefined),
 );
@@ -115,5 +117,4 @@ describe("a stream whose client goes away while a message waits to be written", 
     request.destroy();
     await expectEnded(server, ended);
   });
-
 });

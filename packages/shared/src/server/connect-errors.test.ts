@@ -8,7 +8,14 @@ import pino from "pino";
 import { implement, startServer } from "./start-server.js";
 import { BerthError, invalidArgument, type BerthCode } from "../errors.js";
 import { BadRequestSchema, ErrorInfoSchema, RetryInfoSchema } from "@berth/api/google/rpc/error_details_pb";
-import { connectCodeOf, createErrorInterceptor, ERROR_DETAILS_HEADER, INTERNAL_ERROR_MESSAGE, MAX_ERROR_MESSAGE_CHARS, toConnectError } from "./connect-errors.js";
+import {
+  connectCodeOf,
+  createErrorInterceptor,
+  ERROR_DETAILS_HEADER,
+  INTERNAL_ERROR_MESSAGE,
+  MAX_ERROR_MESSAGE_CHARS,
+  toConnectError,
+} from "./connect-errors.js";
 
 describe("toConnectError", () => {
   it("maps every domain code to the Connect code of the same name", () => {
@@ -30,7 +37,9 @@ describe("toConnectError", () => {
   });
 
   it("keeps the message and carries details as a Struct and an ASCII JSON header with the reason", () => {
-    const error = toConnectError(new BerthError("aborted", "lock held by build-7 since 12:00", { holder: "build-7", seq: 10n, nested: { ok: true }, skip: undefined, name: "ünï" }));
+    const error = toConnectError(
+      new BerthError("aborted", "lock held by build-7 since 12:00", { holder: "build-7", seq: 10n, nested: { ok: true }, skip: undefined, name: "ünï" }),
+    );
     expect(error.code).toBe(Code.Aborted);
     expect(error.rawMessage).toBe("lock held by build-7 since 12:00");
     expect(toJson(StructSchema, error.findDetails(StructSchema)[0]!)).toEqual({ holder: "build-7", seq: "10", nested: { ok: true }, name: "ünï" });

@@ -101,16 +101,21 @@ export function berthErrorToConnect(error: BerthError, domain = ""): ConnectErro
   const code = connectCodeOf(error.code);
   const message = boundedText(error.message, MAX_ERROR_MESSAGE_CHARS);
   const details = jsonDetails(error.details);
-  const wire: OutgoingDetail[] = [{ desc: ErrorInfoSchema, value: create(ErrorInfoSchema, { reason: error.reason, domain, metadata: stringMetadata(details) }) }];
+  const wire: OutgoingDetail[] = [
+    { desc: ErrorInfoSchema, value: create(ErrorInfoSchema, { reason: error.reason, domain, metadata: stringMetadata(details) }) },
+  ];
   if (error.options.retryAfterMs !== undefined) wire.push(retryInfo(error.options.retryAfterMs));
   if (error.code === "invalid_argument" && typeof details?.field === "string") {
     wire.push({
       desc: BadRequestSchema,
-      value: create(BadRequestSchema, { fieldViolations: [{ field: details.field, description: typeof details.rule === "string" ? details.rule : message, reason: error.reason }] }),
+      value: create(BadRequestSchema, {
+        fieldViolations: [{ field: details.field, description: typeof details.rule === "string" ? details.rule : message, reason: error.reason }],
+      }),
     });
   }
   const header = asciiJson({ reason: error.reason, ...details });
-  if (details === undefined || header.length > MAX_DETAILS_JSON_CHARS) return new ConnectError(message, code, { [ERROR_DETAILS_HEADER]: asciiJson({ reason: error.reason }) }, wire, error);
+  if (details === undefined || header.length > MAX_DETAILS_JSON_CHARS)
+    return new ConnectError(message, code, { [ERROR_DETAILS_HEADER]: asciiJson({ reason: error.reason }) }, wire, error);
   wire.push({ desc: StructSchema, value: fromJson(StructSchema, details) });
   return new ConnectError(message, code, { [ERROR_DETAILS_HEADER]: header }, wire, error);
 }

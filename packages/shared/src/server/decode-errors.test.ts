@@ -123,7 +123,11 @@ describe("requests that do not decode", () => {
       (name) => (name === "google/protobuf/duration.proto" ? file_google_protobuf_duration : undefined),
     );
     const WaitService = registry.getService("berth.test.v1.WaitService") as DescService;
-    const server = await startServer({ name: "test", logger: pino({ level: "silent" }), services: [implement(WaitService, { wait: (d: unknown) => d } as never)] });
+    const server = await startServer({
+      name: "test",
+      logger: pino({ level: "silent" }),
+      services: [implement(WaitService, { wait: (d: unknown) => d } as never)],
+    });
     servers.push(server);
     const json = Buffer.from('"\\ud800"');
     const path = "/berth.test.v1.WaitService/Wait";

@@ -105,8 +105,17 @@ const identity = (chunk: Uint8Array) => chunk;
 function unwritableErrorAnswer(contentType: string): UniversalServerResponse | undefined {
   const web = contentType.startsWith("application/grpc-web");
   if (!web && !contentType.startsWith("application/grpc")) return undefined;
-  const status = { [GRPC_STATUS]: String(Code.InvalidArgument), [GRPC_MESSAGE]: encodeURIComponent("the request did not decode (a JSON string in it is not valid Unicode)") };
-  const responseType = contentType.includes("json") ? (web ? "application/grpc-web+json" : "application/grpc+json") : web ? "application/grpc-web+proto" : "application/grpc+proto";
+  const status = {
+    [GRPC_STATUS]: String(Code.InvalidArgument),
+    [GRPC_MESSAGE]: encodeURIComponent("the request did not decode (a JSON string in it is not valid Unicode)"),
+  };
+  const responseType = contentType.includes("json")
+    ? web
+      ? "application/grpc-web+json"
+      : "application/grpc+json"
+    : web
+      ? "application/grpc-web+proto"
+      : "application/grpc+proto";
   if (!web) {
     return { status: 200, header: new Headers({ "content-type": responseType }), trailer: new Headers(status), body: (async function* () {})() };
   }

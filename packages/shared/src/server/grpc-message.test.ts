@@ -14,7 +14,7 @@ const healthProto = fileURLToPath(new URL("../../../../proto/grpc/health/v1/heal
 
 describe("encodeGrpcMessage", () => {
   it("leaves printable ASCII but % as is, and escapes %, controls and UTF-8 bytes", () => {
-    expect(encodeGrpcMessage("session_id: must match [A-Za-z0-9_-]{1,128}; got \"a/b\"")).toBe("session_id: must match [A-Za-z0-9_-]{1,128}; got \"a/b\"");
+    expect(encodeGrpcMessage('session_id: must match [A-Za-z0-9_-]{1,128}; got "a/b"')).toBe('session_id: must match [A-Za-z0-9_-]{1,128}; got "a/b"');
     expect(encodeGrpcMessage("50% done\nnext: é")).toBe("50%25 done%0Anext: %C3%A9");
   });
 
@@ -57,7 +57,9 @@ describe("a server's grpc-message", () => {
     const expected = `unknown service ${JSON.stringify(service)}: no health status is registered for it`;
 
     const definition = protoLoader.loadSync(healthProto, { enums: String, defaults: true });
-    const loaded = grpc.loadPackageDefinition(definition) as unknown as { grpc: { health: { v1: { Health: new (target: string, credentials: grpc.ChannelCredentials) => grpc.Client } } } };
+    const loaded = grpc.loadPackageDefinition(definition) as unknown as {
+      grpc: { health: { v1: { Health: new (target: string, credentials: grpc.ChannelCredentials) => grpc.Client } } };
+    };
     const client = new loaded.grpc.health.v1.Health(new URL(server.url).host, grpc.credentials.createInsecure()) as grpc.Client & {
       check(request: { service: string }, callback: (error: grpc.ServiceError | null) => void): void;
     };

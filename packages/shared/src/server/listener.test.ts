@@ -44,7 +44,10 @@ describe("HTTP/1.1 keep-alive", () => {
     envelope[0] = 0;
     envelope.writeUInt32BE(size, 1);
     const oversized = Buffer.concat([
-      Buffer.from(`POST /grpc.health.v1.Health/Watch HTTP/1.1\r\nHost: x\r\nContent-Type: application/connect+json\r\nContent-Length: ${envelope.length}\r\n\r\n`, "latin1"),
+      Buffer.from(
+        `POST /grpc.health.v1.Health/Watch HTTP/1.1\r\nHost: x\r\nContent-Type: application/connect+json\r\nContent-Length: ${envelope.length}\r\n\r\n`,
+        "latin1",
+      ),
       envelope,
     ]);
     const check = "POST /grpc.health.v1.Health/Check HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}";
@@ -93,7 +96,10 @@ describe("descriptors", () => {
     const { mkdtempSync, writeFileSync, rmSync } = await import("node:fs");
     const { tmpdir } = await import("node:os");
     const dir = mkdtempSync(`${tmpdir()}/berth-limits-`);
-    writeFileSync(`${dir}/limits`, "Limit                     Soft Limit           Hard Limit           Units\nMax open files            256                  4096                 files\n");
+    writeFileSync(
+      `${dir}/limits`,
+      "Limit                     Soft Limit           Hard Limit           Units\nMax open files            256                  4096                 files\n",
+    );
     expect(descriptorLimit(`${dir}/limits`)).toBe(256);
     expect(descriptorLimit(`${dir}/missing`)).toBeUndefined();
     rmSync(dir, { recursive: true });

@@ -86,7 +86,10 @@ export const CONNECTION_SHARE = 0.75;
 /** The process's limit on open descriptors (the soft RLIMIT_NOFILE, which Node raises to the hard one at start), from /proc. */
 export function descriptorLimit(limitsFile = "/proc/self/limits"): number | undefined {
   try {
-    const line = fs.readFileSync(limitsFile, "utf8").split("\n").find((l) => l.startsWith("Max open files"));
+    const line = fs
+      .readFileSync(limitsFile, "utf8")
+      .split("\n")
+      .find((l) => l.startsWith("Max open files"));
     const soft = line?.slice("Max open files".length).trim().split(/\s+/)[0];
     return soft !== undefined && /^\d+$/.test(soft) ? Number(soft) : undefined;
   } catch {

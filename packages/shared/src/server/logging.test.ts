@@ -61,7 +61,9 @@ const file = createFileRegistry(
     package: "berth.test.v1",
     dependency: ["google/protobuf/struct.proto"],
     syntax: "proto3",
-    service: [{ name: "FloodService", method: [{ name: "Flood", inputType: ".google.protobuf.Struct", outputType: ".google.protobuf.Struct", serverStreaming: true }] }],
+    service: [
+      { name: "FloodService", method: [{ name: "Flood", inputType: ".google.protobuf.Struct", outputType: ".google.protobuf.Struct", serverStreaming: true }] },
+    ],
   }),
   (name) => (name === "google/protobuf/struct.proto" ? file_google_protobuf_struct : undefined),
 );

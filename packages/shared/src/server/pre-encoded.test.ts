@@ -7,10 +7,15 @@ const call = (contentType: string | null, requestMethod = "POST") => ({
 });
 
 describe("sendsBinary", () => {
-  it.each(["application/grpc", "application/grpc+proto", "application/grpc-web", "application/grpc-web+proto", "application/proto", "application/connect+proto", "Application/GRPC+Proto"])(
-    "is true for %s",
-    (contentType) => expect(sendsBinary(call(contentType))).toBe(true),
-  );
+  it.each([
+    "application/grpc",
+    "application/grpc+proto",
+    "application/grpc-web",
+    "application/grpc-web+proto",
+    "application/proto",
+    "application/connect+proto",
+    "Application/GRPC+Proto",
+  ])("is true for %s", (contentType) => expect(sendsBinary(call(contentType))).toBe(true));
 
   it.each([
     "application/grpc+json",

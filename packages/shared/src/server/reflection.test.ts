@@ -28,7 +28,9 @@ describe("ReflectionIndex", () => {
   it("lists the served services, sorted", () => {
     expect(ask({ case: "listServices", value: "*" })).toEqual({
       case: "listServicesResponse",
-      value: { service: [{ name: "grpc.health.v1.Health" }, { name: "grpc.reflection.v1.ServerReflection" }, { name: "grpc.reflection.v1alpha.ServerReflection" }] },
+      value: {
+        service: [{ name: "grpc.health.v1.Health" }, { name: "grpc.reflection.v1.ServerReflection" }, { name: "grpc.reflection.v1alpha.ServerReflection" }],
+      },
     });
   });
 
@@ -51,7 +53,12 @@ describe("ReflectionIndex", () => {
   it("answers a file with its transitive imports, the file first", () => {
     const names = fileNames(ask({ case: "fileByFilename", value: "google/protobuf/api.proto" }));
     expect(names[0]).toBe("google/protobuf/api.proto");
-    expect([...names].sort()).toEqual(["google/protobuf/any.proto", "google/protobuf/api.proto", "google/protobuf/source_context.proto", "google/protobuf/type.proto"]);
+    expect([...names].sort()).toEqual([
+      "google/protobuf/any.proto",
+      "google/protobuf/api.proto",
+      "google/protobuf/source_context.proto",
+      "google/protobuf/type.proto",
+    ]);
   });
 
   it("answers bytes a client can rebuild the whole schema from", () => {
@@ -70,9 +77,14 @@ describe("ReflectionIndex", () => {
   });
 
   it("finds extensions and their numbers", () => {
-    expect(fileNames(ask({ case: "fileContainingExtension", value: create(v1.ExtensionRequestSchema, { containingType: "google.protobuf.FeatureSet", extensionNumber: 1000 }) }))[0]).toBe(
-      "google/protobuf/cpp_features.proto",
-    );
+    expect(
+      fileNames(
+        ask({
+          case: "fileContainingExtension",
+          value: create(v1.ExtensionRequestSchema, { containingType: "google.protobuf.FeatureSet", extensionNumber: 1000 }),
+        }),
+      )[0],
+    ).toBe("google/protobuf/cpp_features.proto");
     expect(ask({ case: "allExtensionNumbersOfType", value: "google.protobuf.FeatureSet" })).toEqual({
       case: "allExtensionNumbersResponse",
       value: { baseTypeName: "google.protobuf.FeatureSet", extensionNumber: [1000] },

@@ -68,7 +68,11 @@ export class ReflectionIndex {
       case undefined:
         return {
           case: "errorResponse",
-          value: { errorCode: Code.InvalidArgument, errorMessage: "the request sets none of list_services, file_by_filename, file_containing_symbol, file_containing_extension, all_extension_numbers_of_type" },
+          value: {
+            errorCode: Code.InvalidArgument,
+            errorMessage:
+              "the request sets none of list_services, file_by_filename, file_containing_symbol, file_containing_extension, all_extension_numbers_of_type",
+          },
         };
     }
   }

@@ -17,11 +17,7 @@ export interface SignalHandlerOptions {
 export const FORCED_EXIT_CODE = 130;
 
 /** Installs the handlers; returns a function that removes them. */
-export function installSignalHandlers(
-  servers: RunningServer | readonly RunningServer[],
-  logger: Logger,
-  options: SignalHandlerOptions = {},
-): () => void {
+export function installSignalHandlers(servers: RunningServer | readonly RunningServer[], logger: Logger, options: SignalHandlerOptions = {}): () => void {
   const list: readonly RunningServer[] = Array.isArray(servers) ? servers : [servers as RunningServer];
   const exit = options.exit ?? ((code: number) => process.exit(code));
   const signals = options.signals ?? ["SIGTERM", "SIGINT"];

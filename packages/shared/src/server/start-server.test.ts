@@ -241,7 +241,15 @@ describe("bearer token", () => {
     const allowed = await bufCurl(["--reflect-header", "authorization: Bearer s3cret", "--list-services", server.url]);
     expect(allowed.stdout).toContain("grpc.health.v1.Health");
     // An RPC of a protected service, described by reflection and called with the token.
-    const echo = await bufCurl(["-H", "authorization: Bearer s3cret", "--reflect-header", "*", "-d", '{"k":"v"}', `${server.url}/berth.test.v1.TestService/Echo`]);
+    const echo = await bufCurl([
+      "-H",
+      "authorization: Bearer s3cret",
+      "--reflect-header",
+      "*",
+      "-d",
+      '{"k":"v"}',
+      `${server.url}/berth.test.v1.TestService/Echo`,
+    ]);
     expect(JSON.parse(echo.stdout)).toEqual({ k: "v" });
 
     // Health stays open, to orchestrators and curl alike.
@@ -271,7 +279,22 @@ describe("compression", () => {
   it("answers a client that accepts gzip uncompressed (loopback: gzip costs CPU and saves nothing)", async () => {
     const server = await start();
     const big = JSON.stringify({ k: "v".repeat(64 * 1024) }); // far over connect's 1 KiB default threshold
-    const headers = await curl(["-s", "-D", "-", "-o", "/dev/null", "-X", "POST", "-H", "content-type: application/json", "-H", "accept-encoding: gzip", "-d", big, `${server.url}/berth.test.v1.TestService/Echo`]);
+    const headers = await curl([
+      "-s",
+      "-D",
+      "-",
+      "-o",
+      "/dev/null",
+      "-X",
+      "POST",
+      "-H",
+      "content-type: application/json",
+      "-H",
+      "accept-encoding: gzip",
+      "-d",
+      big,
+      `${server.url}/berth.test.v1.TestService/Echo`,
+    ]);
     expect(headers).toMatch(/^HTTP\/1\.1 200/);
     expect(headers.toLowerCase()).not.toContain("content-encoding: gzip");
   });
@@ -295,7 +318,9 @@ describe("errors", () => {
       const [details] = error!.findDetails(StructSchema);
       expect(toJson(StructSchema, details!)).toEqual({ current_seq: 5, session: "é" });
       expect(JSON.parse(error!.metadata.get(ERROR_DETAILS_HEADER)!)).toEqual({ reason: "FAILED_PRECONDITION", current_seq: 5, session: "é" });
-      expect(error!.findDetails(ErrorInfoSchema)).toEqual([expect.objectContaining({ reason: "FAILED_PRECONDITION", metadata: { current_seq: "5", session: "é" } })]);
+      expect(error!.findDetails(ErrorInfoSchema)).toEqual([
+        expect.objectContaining({ reason: "FAILED_PRECONDITION", metadata: { current_seq: "5", session: "é" } }),
+      ]);
     }
   });
 
@@ -315,7 +340,15 @@ describe("limits and robustness", () => {
     const server = await start({ maxMessageBytes: 64 });
     const big = "x".repeat(200);
     await expect(grpcClient(server).check({ service: big })).rejects.toMatchObject({ code: Code.ResourceExhausted });
-    const body = await curl(["-X", "POST", "-H", "content-type: application/json", "-d", JSON.stringify({ service: big }), `${server.url}/grpc.health.v1.Health/Check`]);
+    const body = await curl([
+      "-X",
+      "POST",
+      "-H",
+      "content-type: application/json",
+      "-d",
+      JSON.stringify({ service: big }),
+      `${server.url}/grpc.health.v1.Health/Check`,
+    ]);
     expect(JSON.parse(body)).toMatchObject({ code: "resource_exhausted" });
     expect(server.metrics.requestCount("/grpc.health.v1.Health/Check", "resource_exhausted")).toBe(2);
     // Small messages still pass.
@@ -324,7 +357,10 @@ describe("limits and robustness", () => {
 
   it("keeps serving after garbage bytes, a bad HTTP/2 connection and a truncated gRPC frame", async () => {
     const server = await start();
-    for (const garbage of [Buffer.from("\x00\x01\x02garbage\r\n\r\n"), Buffer.from("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff")]) {
+    for (const garbage of [
+      Buffer.from("\x00\x01\x02garbage\r\n\r\n"),
+      Buffer.from("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff"),
+    ]) {
       const socket = net.connect(port(server), "127.0.0.1");
       socket.on("error", () => {});
       socket.end(garbage);
@@ -394,7 +430,10 @@ describe("metrics and logs", () => {
     const openGauge = async () => (await curl([`${server.url}/metrics`])).split("\n").filter((line) => line.startsWith("berth_streams_open"));
     // Every streaming method shows from the start, at 0.
     expect(await openGauge()).toEqual(
-      expect.arrayContaining(['berth_streams_open{method="/berth.test.v1.TestService/Stall"} 0', 'berth_streams_open{method="/grpc.health.v1.Health/Watch"} 0']),
+      expect.arrayContaining([
+        'berth_streams_open{method="/berth.test.v1.TestService/Stall"} 0',
+        'berth_streams_open{method="/grpc.health.v1.Health/Watch"} 0',
+      ]),
     );
     expect(JSON.parse(await curl([`${server.url}/debug/streams`]))).toEqual({ streams: [] });
 
@@ -431,7 +470,14 @@ describe("metrics and logs", () => {
     await grpcClient(server).check({ service: "" });
     const rpcLines = () => lines.filter((l) => l["msg"] === "rpc");
     expect(rpcLines()).toEqual([
-      expect.objectContaining({ level: 20, method: "/grpc.health.v1.Health/Check", code: "ok", protocol: "grpc", peer: expect.stringMatching(/^127\.0\.0\.1:\d+$/), ms: expect.any(Number) }),
+      expect.objectContaining({
+        level: 20,
+        method: "/grpc.health.v1.Health/Check",
+        code: "ok",
+        protocol: "grpc",
+        peer: expect.stringMatching(/^127\.0\.0\.1:\d+$/),
+        ms: expect.any(Number),
+      }),
     ]);
 
     const abort = new AbortController();

@@ -77,9 +77,7 @@ export interface StartServerOptions {
    * The services to serve, or a factory receiving the server context (for the shutdown signal,
    * health and metrics). Health and reflection are added by the server.
    */
-  readonly services?:
-    | readonly ServiceRegistration[]
-    | ((context: ServerContext) => readonly ServiceRegistration[] | Promise<readonly ServiceRegistration[]>);
+  readonly services?: readonly ServiceRegistration[] | ((context: ServerContext) => readonly ServiceRegistration[] | Promise<readonly ServiceRegistration[]>);
   /** More registrations on the router itself; services registered here are reflected too. */
   readonly routes?: (router: ConnectRouter, context: ServerContext) => void;
   /** Files to describe through reflection besides those of the served services (their imports follow). */
@@ -260,7 +258,10 @@ export async function startServer(options: StartServerOptions): Promise<RunningS
         if (!(await listener.drained(streamGraceMs))) {
           force.abort(shuttingDownError());
           if (!(await listener.drained(drainTimeoutMs - streamGraceMs))) {
-            logger.warn({ server: name, activeRequests: listener.activeRequests, connections: listener.connections, drainTimeoutMs }, "connections still open at the drain timeout: dropping them");
+            logger.warn(
+              { server: name, activeRequests: listener.activeRequests, connections: listener.connections, drainTimeoutMs },
+              "connections still open at the drain timeout: dropping them",
+            );
           }
         }
       } else {
@@ -330,5 +331,8 @@ function serveNonRpc(req: http.IncomingMessage | http2.Http2ServerRequest, res: 
 /** The pages served besides the RPCs. */
 const PAGES: ReadonlyMap<string, (metrics: ServerMetrics) => { contentType: string; body: string }> = new Map([
   ["/metrics", (metrics: ServerMetrics) => ({ contentType: METRICS_CONTENT_TYPE, body: metrics.render() })],
-  ["/debug/streams", (metrics: ServerMetrics) => ({ contentType: "application/json", body: `${JSON.stringify({ streams: metrics.streams.list() }, null, 1)}\n` })],
+  [
+    "/debug/streams",
+    (metrics: ServerMetrics) => ({ contentType: "application/json", body: `${JSON.stringify({ streams: metrics.streams.list() }, null, 1)}\n` }),
+  ],
 ]);

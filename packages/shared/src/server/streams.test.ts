@@ -46,9 +46,11 @@ describe("abortable", () => {
       yield 1;
       throw new Error("boom");
     }
-    await expect((async () => {
-      for await (const _ of abortable(failing(), controller.signal)) void _;
-    })()).rejects.toThrow("boom");
+    await expect(
+      (async () => {
+        for await (const _ of abortable(failing(), controller.signal)) void _;
+      })(),
+    ).rejects.toThrow("boom");
     expect(add).toHaveBeenCalledTimes(3);
     expect(remove).toHaveBeenCalledTimes(3);
   });

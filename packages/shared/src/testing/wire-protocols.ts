@@ -17,8 +17,14 @@ export const WIRE_PROTOCOLS: readonly WireProtocol[] = [
   { name: "gRPC", transport: (baseUrl, sessionManager) => createGrpcTransport({ baseUrl, sessionManager }) },
   { name: "gRPC-JSON", transport: (baseUrl, sessionManager) => createGrpcTransport({ baseUrl, sessionManager, useBinaryFormat: false }) },
   { name: "Connect", transport: (baseUrl, sessionManager) => createConnectTransport({ baseUrl, httpVersion: "2", sessionManager }) },
-  { name: "Connect JSON", transport: (baseUrl, sessionManager) => createConnectTransport({ baseUrl, httpVersion: "2", sessionManager, useBinaryFormat: false }) },
-  { name: "gRPC-Web JSON", transport: (baseUrl, sessionManager) => createGrpcWebTransport({ baseUrl, httpVersion: "2", sessionManager, useBinaryFormat: false }) },
+  {
+    name: "Connect JSON",
+    transport: (baseUrl, sessionManager) => createConnectTransport({ baseUrl, httpVersion: "2", sessionManager, useBinaryFormat: false }),
+  },
+  {
+    name: "gRPC-Web JSON",
+    transport: (baseUrl, sessionManager) => createGrpcWebTransport({ baseUrl, httpVersion: "2", sessionManager, useBinaryFormat: false }),
+  },
 ];
 
 /** A transport of `protocol` to `baseUrl`, and the way to close its connection. */

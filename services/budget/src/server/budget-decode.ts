@@ -6,7 +6,12 @@
  */
 import type { Duration } from "@bufbuild/protobuf/wkt";
 import { NeedItemKind } from "@berth/api/berth/budget/v1/budget_pb";
-import type { Cost as CostMessage, Need as NeedMessage, ResourceSpec as ResourceSpecMessage, Resources as ResourcesMessage } from "@berth/api/berth/budget/v1/budget_pb";
+import type {
+  Cost as CostMessage,
+  Need as NeedMessage,
+  ResourceSpec as ResourceSpecMessage,
+  Resources as ResourcesMessage,
+} from "@berth/api/berth/budget/v1/budget_pb";
 import { invalidArgument } from "@berth/shared/errors";
 import { formatDuration, LONGEST_TIMER_MS } from "@berth/shared/units";
 import type { NeedItemInput, NeedKind, Resources, ResourceSpec } from "../index.js";
@@ -63,7 +68,11 @@ export function leaseTtlMs(duration: Duration | undefined, field: string, limits
   if (duration === undefined && options.unsetIsNone) return undefined;
   const ms = durationMs(duration, field);
   if (ms === undefined || ms === 0) return limits.defaultTtlMs;
-  if (ms > limits.maxTtlMs) throw invalidArgument(field, `must be at most ${formatDuration(limits.maxTtlMs)} (the longest lease, BERTH_BUDGET_MAX_LEASE_TTL); got ${formatDuration(ms)}`);
+  if (ms > limits.maxTtlMs)
+    throw invalidArgument(
+      field,
+      `must be at most ${formatDuration(limits.maxTtlMs)} (the longest lease, BERTH_BUDGET_MAX_LEASE_TTL); got ${formatDuration(ms)}`,
+    );
   return ms;
 }
 
@@ -80,9 +89,11 @@ export function maxWaitMs(duration: Duration | undefined, field: string, longest
 export function durationMs(duration: Duration | undefined, field: string, options: { positive?: boolean } = {}): number | undefined {
   if (duration === undefined) return undefined;
   const { seconds, nanos } = duration;
-  if (!Number.isInteger(nanos) || nanos < 0 || nanos > 999_999_999) throw invalidArgument(field, `nanos must be 0 to 999999999 for a non-negative duration; got ${nanos}`);
+  if (!Number.isInteger(nanos) || nanos < 0 || nanos > 999_999_999)
+    throw invalidArgument(field, `nanos must be 0 to 999999999 for a non-negative duration; got ${nanos}`);
   if (seconds < 0n) throw invalidArgument(field, `must not be negative; got ${seconds}s`);
-  const tooLong = () => invalidArgument(field, `must be at most ${formatDuration(MAX_DURATION_MS)}; got ${formatDuration(Number(seconds) * 1000 + nanos / 1e6)}`);
+  const tooLong = () =>
+    invalidArgument(field, `must be at most ${formatDuration(MAX_DURATION_MS)}; got ${formatDuration(Number(seconds) * 1000 + nanos / 1e6)}`);
   if (seconds > BigInt(Math.ceil(MAX_DURATION_MS / 1000))) throw tooLong();
   const ms = Number(seconds) * 1000 + Math.round(nanos / 1e6);
   if (ms > MAX_DURATION_MS) throw tooLong();

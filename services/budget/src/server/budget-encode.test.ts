@@ -13,7 +13,14 @@ const committed: Committed = {
     { kind: "reservation", id: "a1", label: "up web", memoryBytes: 6 * G, cpu: 1 },
   ],
 };
-const memoryReason: Reason = { gate: "memory_budget", message: "memory: needs 2G, the budget has 1G of 8G free (berth has committed 7G)", needed: 2 * G, available: G, limit: 8 * G, setting: "BERTH_BUDGET_MEMORY" };
+const memoryReason: Reason = {
+  gate: "memory_budget",
+  message: "memory: needs 2G, the budget has 1G of 8G free (berth has committed 7G)",
+  needed: 2 * G,
+  available: G,
+  limit: 8 * G,
+  setting: "BERTH_BUDGET_MEMORY",
+};
 const queueReason = (ahead: number): Reason => ({ gate: "queue", message: `${ahead} request(s) ahead in the queue` });
 
 describe("outbound", () => {
@@ -28,7 +35,18 @@ describe("outbound", () => {
   });
 
   it("lists holders on the head's queue entry only", () => {
-    const entries = [1, 2].map((position) => ({ id: `q${position}`, seq: position, owner: `w${position}`, position, needs: { memoryBytes: G, cpu: 1 }, skipLoadGate: false, queuedAt: 0, waitedMs: 0, etaMs: 1000, deadline: 60_000 }));
+    const entries = [1, 2].map((position) => ({
+      id: `q${position}`,
+      seq: position,
+      owner: `w${position}`,
+      position,
+      needs: { memoryBytes: G, cpu: 1 },
+      skipLoadGate: false,
+      queuedAt: 0,
+      waitedMs: 0,
+      etaMs: 1000,
+      deadline: 60_000,
+    }));
     const [head, second] = queueToProto(entries, [memoryReason], { committed });
     expect(head!.waitFor[0]!.holders).toHaveLength(2);
     expect(second!.waitFor.map((r) => [r.gate, r.holders.length])).toEqual([
@@ -38,7 +56,16 @@ describe("outbound", () => {
   });
 
   it("leaves unsampled figures unset and caps cores by the cgroup's quota", () => {
-    const sample: MachineSample = { at: 1_000, monotonicAt: 1_000, source: "cgroup", cores: 8, cpuLimit: 1.5, pressure: {}, availableBytes: G, cgroup: { path: "/box", memoryLimitBytes: 2 * G } };
+    const sample: MachineSample = {
+      at: 1_000,
+      monotonicAt: 1_000,
+      source: "cgroup",
+      cores: 8,
+      cpuLimit: 1.5,
+      pressure: {},
+      availableBytes: G,
+      cgroup: { path: "/box", memoryLimitBytes: 2 * G },
+    };
     const machine = machineToProto(sample)!;
     expect(machine.source).toBe(SampleSource.CGROUP);
     expect(machine.load1).toBeUndefined();

@@ -34,7 +34,8 @@ function openAdmit(server: InMemoryBudget, owner: string, items: NeedItemInit[] 
         value: {
           owner,
           need: { items },
-          maxWait: options.maxWaitMs === undefined ? undefined : { seconds: BigInt(Math.floor(options.maxWaitMs / 1000)), nanos: (options.maxWaitMs % 1000) * 1e6 },
+          maxWait:
+            options.maxWaitMs === undefined ? undefined : { seconds: BigInt(Math.floor(options.maxWaitMs / 1000)), nanos: (options.maxWaitMs % 1000) * 1e6 },
         },
       },
     });
@@ -164,7 +165,10 @@ describe("Check", () => {
     [{ kind: NeedItemKind.START, name: "x", costSource: { case: "spec", value: { cpu: Number.NaN } } }, "need.items[0].spec.cpu"],
     [{ kind: NeedItemKind.START, name: "x", costSource: { case: "spec", value: { cpu: -1 } } }, "need.items[0].spec.cpu"],
     [{ kind: NeedItemKind.START, name: "x", costSource: { case: "spec", value: { build: { memory: "lots" } } } }, "need.items[0].spec.build.memory"],
-    [{ kind: NeedItemKind.BUILD, name: "x", costSource: { case: "spec", value: { build: { cpu: Number.POSITIVE_INFINITY } } } }, "need.items[0].spec.build.cpu"],
+    [
+      { kind: NeedItemKind.BUILD, name: "x", costSource: { case: "spec", value: { build: { cpu: Number.POSITIVE_INFINITY } } } },
+      "need.items[0].spec.build.cpu",
+    ],
     [{ kind: NeedItemKind.START, name: "x", costSource: { case: "cost", value: { memoryBytes: 2n ** 60n, cpu: 1 } } }, "need.items[0].cost.memory_bytes"],
     [{ kind: NeedItemKind.START, name: "x", costSource: { case: "cost", value: { memoryBytes: 1n, cpu: Number.NaN } } }, "need.items[0].cost.cpu"],
   ])("refuses a malformed item %# naming %s", async (item, field) => {
@@ -293,7 +297,12 @@ describe("Admit", () => {
     expect(stream.last()?.kind).toMatchObject({ case: "updated" });
     expect(server.budget.state().committed.memoryBytes).toBe(2 * G);
 
-    stream.send({ kind: { case: "started", value: { name: "web", costSource: { case: "cost", value: { memoryBytes: BigInt(2 * G), cpu: 1 } }, pid: process.pid, ttl: { seconds: 60n, nanos: 0 } } } });
+    stream.send({
+      kind: {
+        case: "started",
+        value: { name: "web", costSource: { case: "cost", value: { memoryBytes: BigInt(2 * G), cpu: 1 } }, pid: process.pid, ttl: { seconds: 60n, nanos: 0 } },
+      },
+    });
     expect(await stream.until(() => stream.received.length === 3)).toBe(true);
     const updated = stream.last()!.kind;
     expect(updated.case).toBe("updated");
@@ -405,7 +414,11 @@ describe("Admit", () => {
     expect(refused.failure?.code).toBe(Code.ResourceExhausted);
     expect(errorInfo(refused.failure).reason).toBe("WAIT_EXHAUSTED");
     const [refusal] = refused.failure!.findDetails(RefusalSchema);
-    expect([refusal?.kind, refusal?.waited?.seconds ?? 0n, refusal?.reasons.map((r) => r.gate)]).toEqual([RefusalKind.WAIT_EXHAUSTED, 0n, [Gate.MEMORY_BUDGET]]);
+    expect([refusal?.kind, refusal?.waited?.seconds ?? 0n, refusal?.reasons.map((r) => r.gate)]).toEqual([
+      RefusalKind.WAIT_EXHAUSTED,
+      0n,
+      [Gate.MEMORY_BUDGET],
+    ]);
     expect(server.budget.state().queueSize).toBe(0);
     fits.cancel();
   });
@@ -415,7 +428,11 @@ describe("Admit", () => {
     const early = openAdmit(server, "early", [], { start: false });
     early.send({ kind: { case: "buildDone", value: {} } });
     await early.done;
-    expect([early.failure?.code, errorInfo(early.failure).reason, errorInfo(early.failure).domain]).toEqual([Code.InvalidArgument, "OUT_OF_TURN", "berth.budget"]);
+    expect([early.failure?.code, errorInfo(early.failure).reason, errorInfo(early.failure).domain]).toEqual([
+      Code.InvalidArgument,
+      "OUT_OF_TURN",
+      "berth.budget",
+    ]);
 
     const holder = openAdmit(server, "holder", startNeed("a", 6, 1));
     await holder.until(() => holder.received.length === 1);
@@ -423,7 +440,10 @@ describe("Admit", () => {
     await queued.until(() => queued.received.length === 1);
     queued.send({ kind: { case: "started", value: { name: "b" } } });
     await queued.done;
-    expect([queued.failure?.rawMessage, errorInfo(queued.failure).reason]).toEqual(["started: sent before admitted: wait for the admitted message", "OUT_OF_TURN"]);
+    expect([queued.failure?.rawMessage, errorInfo(queued.failure).reason]).toEqual([
+      "started: sent before admitted: wait for the admitted message",
+      "OUT_OF_TURN",
+    ]);
     holder.send({ kind: { case: "start", value: { owner: "again" } } });
     await holder.done;
     expect(errorInfo(holder.failure).reason).toBe("OUT_OF_TURN");
@@ -525,7 +545,10 @@ describe("Admit", () => {
     [{ owner: "x", maxWait: { seconds: -1n, nanos: 0 } }, "start.max_wait"],
     [{ owner: "x", maxWait: { seconds: 1n, nanos: 2_000_000_000 } }, "start.max_wait"],
     [{ owner: "x", maxWait: { seconds: 10n ** 12n, nanos: 0 } }, "start.max_wait"],
-    [{ owner: "x", need: { items: [{ kind: NeedItemKind.START, name: "a", costSource: { case: "spec", value: { memory: "2 gigs" } } }] } }, "start.need.items[0].spec.memory"],
+    [
+      { owner: "x", need: { items: [{ kind: NeedItemKind.START, name: "a", costSource: { case: "spec", value: { memory: "2 gigs" } } }] } },
+      "start.need.items[0].spec.memory",
+    ],
   ] as const)("refuses a malformed start %# naming %s", async (start, field) => {
     const server = await serve();
     const stream = openAdmit(server, "x", [], { start: false });
@@ -582,11 +605,13 @@ describe("Reserve, KeepAlive, Release", () => {
     const server = await serve();
     await server.client.reserve({ owner: "big", need: { items: startNeed("a", 6, 1) } });
     const controller = new AbortController();
-    const waiting = server.client.reserve({ owner: "next", need: { items: startNeed("b", 4, 1) } }, { signal: controller.signal }).catch((e: unknown) => ConnectError.from(e));
+    const waiting = server.client
+      .reserve({ owner: "next", need: { items: startNeed("b", 4, 1) } }, { signal: controller.signal })
+      .catch((e: unknown) => ConnectError.from(e));
     await settle();
     expect(server.budget.state().queue).toHaveLength(1);
     controller.abort();
-    expect((await waiting as ConnectError).code).toBe(Code.Canceled);
+    expect(((await waiting) as ConnectError).code).toBe(Code.Canceled);
     await settle();
     expect(server.budget.state().queue).toHaveLength(0);
   });
@@ -594,7 +619,9 @@ describe("Reserve, KeepAlive, Release", () => {
   it("refuses a wait that runs out with the Refusal detail", async () => {
     const server = await serve();
     await server.client.reserve({ owner: "big", need: { items: startNeed("a", 6, 1) } });
-    const waiting = server.client.reserve({ owner: "next", need: { items: startNeed("b", 4, 1) }, maxWait: { seconds: 1n, nanos: 0 } }).catch((e: unknown) => ConnectError.from(e));
+    const waiting = server.client
+      .reserve({ owner: "next", need: { items: startNeed("b", 4, 1) }, maxWait: { seconds: 1n, nanos: 0 } })
+      .catch((e: unknown) => ConnectError.from(e));
     await settle();
     server.clock.advance(1000);
     const error = (await waiting) as ConnectError;
@@ -630,7 +657,11 @@ describe("Reserve, KeepAlive, Release", () => {
     ["stop_running without an id", (s: InMemoryBudget) => s.client.stopRunning({ id: "" }), "id"],
     ["register_running without a name", (s: InMemoryBudget) => s.client.registerRunning({ name: "" }), "name"],
     ["register_running with pid 0", (s: InMemoryBudget) => s.client.registerRunning({ name: "x", pid: 0 }), "pid"],
-    ["register_running with NaN cpu", (s: InMemoryBudget) => s.client.registerRunning({ name: "x", costSource: { case: "cost", value: { memoryBytes: 1n, cpu: Number.NaN } } }), "cost.cpu"],
+    [
+      "register_running with NaN cpu",
+      (s: InMemoryBudget) => s.client.registerRunning({ name: "x", costSource: { case: "cost", value: { memoryBytes: 1n, cpu: Number.NaN } } }),
+      "cost.cpu",
+    ],
     ["costs with a bad size", (s: InMemoryBudget) => s.client.costs({ spec: { build: { memory: "2X" } } }), "spec.build.memory"],
   ] as const)("refuses %s naming the field", async (_name, call, field) => {
     const server = await serve();
@@ -651,7 +682,8 @@ describe("request ids, lease limits and GetLimits", () => {
 
   it("a Reserve's ttl: unset or zero is the default, up to the maximum is kept, beyond is INVALID_FIELD", async () => {
     const server = await serve({ leaseTtlMs: 20_000, maxLeaseTtlMs: 600_000 });
-    const expiry = (r: { reservation?: { expireTime?: { seconds: bigint; nanos: number } } }) => durationMs({ seconds: r.reservation!.expireTime!.seconds, nanos: r.reservation!.expireTime!.nanos } as never) - server.clock.now();
+    const expiry = (r: { reservation?: { expireTime?: { seconds: bigint; nanos: number } } }) =>
+      durationMs({ seconds: r.reservation!.expireTime!.seconds, nanos: r.reservation!.expireTime!.nanos } as never) - server.clock.now();
     expect(expiry(await server.client.reserve({ owner: "a" }))).toBe(20_000);
     expect(expiry(await server.client.reserve({ owner: "a", ttl: { seconds: 0n, nanos: 0 } }))).toBe(20_000);
     expect(expiry(await server.client.reserve({ owner: "a", ttl: { seconds: 600n, nanos: 0 } }))).toBe(600_000);
@@ -668,7 +700,9 @@ describe("request ids, lease limits and GetLimits", () => {
     const first = await server.client.reserve({ owner: "ci", need: { items: startNeed("a", 6, 1) }, requestId: "job-1" });
     const again = await server.client.reserve({ owner: "ci", need: { items: startNeed("a", 6, 1) }, requestId: "job-1" });
     expect(again.reservation?.id).toBe(first.reservation?.id);
-    const reused = await server.client.reserve({ owner: "ci", need: { items: startNeed("b", 1, 1) }, requestId: "job-1" }).catch((e: unknown) => ConnectError.from(e));
+    const reused = await server.client
+      .reserve({ owner: "ci", need: { items: startNeed("b", 1, 1) }, requestId: "job-1" })
+      .catch((e: unknown) => ConnectError.from(e));
     expect([(reused as ConnectError).code, (reused as ConnectError).rawMessage.startsWith("request_id:")]).toEqual([Code.InvalidArgument, true]);
 
     const waits = [1, 2, 3].map(() => server.client.reserve({ owner: "next", need: { items: startNeed("b", 4, 1) }, requestId: "job-2" }));
@@ -696,7 +730,9 @@ describe("request ids, lease limits and GetLimits", () => {
     await server.client.release({ reservationId: reservation!.id });
     const late = await register();
     expect([late.running?.id, late.reservation]).toEqual([answers[0]!.running!.id, undefined]);
-    const unknown = await server.client.registerRunning({ name: "web", reservationId: reservation!.id, requestId: "another" }).catch((e: unknown) => ConnectError.from(e));
+    const unknown = await server.client
+      .registerRunning({ name: "web", reservationId: reservation!.id, requestId: "another" })
+      .catch((e: unknown) => ConnectError.from(e));
     expect([(unknown as ConnectError).code, errorInfo(unknown as ConnectError).reason]).toEqual([Code.NotFound, "RESERVATION_NOT_FOUND"]);
   });
 });
@@ -705,14 +741,18 @@ describe("GetState and the lists", () => {
   it("GetState gives the first page_size of each list with counts and tokens; the List RPCs continue them", async () => {
     const server = await serve({ policy: { memoryBytes: 64 * G, cpu: 64 } });
     for (let i = 0; i < 5; i++) await server.client.reserve({ owner: `r${i}`, need: { items: startNeed("a", 1, 0.1) } });
-    for (let i = 0; i < 3; i++) await server.client.registerRunning({ name: `s${i}`, costSource: { case: "cost", value: { memoryBytes: BigInt((i + 2) * G), cpu: 0 } } });
+    for (let i = 0; i < 3; i++)
+      await server.client.registerRunning({ name: `s${i}`, costSource: { case: "cost", value: { memoryBytes: BigInt((i + 2) * G), cpu: 0 } } });
     await server.client.reserve({ owner: "big", need: { items: startNeed("a", 49, 1) } });
     const queued = [0, 1, 2].map((i) => server.client.reserve({ owner: `q${i}`, need: { items: startNeed("a", 2, 1) } }).catch(() => undefined));
     await settle();
 
     const state = await server.client.getState({ pageSize: 2 });
     expect([state.queueSize, state.reservationCount, state.runningCount]).toEqual([3, 6, 3]);
-    expect(state.queue.map((q) => [q.owner, q.position])).toEqual([["q0", 1], ["q1", 2]]);
+    expect(state.queue.map((q) => [q.owner, q.position])).toEqual([
+      ["q0", 1],
+      ["q1", 2],
+    ]);
     expect(state.reservations.map((r) => r.owner)).toEqual(["r0", "r1"]);
     expect(state.running.map((r) => r.name)).toEqual(["s0", "s1"]);
     // Committed: the largest first, with how many there are.
@@ -732,7 +772,10 @@ describe("GetState and the lists", () => {
     expect([whole.queueNextPageToken, whole.reservationsNextPageToken, whole.runningNextPageToken]).toEqual(["", "", ""]);
     // A token of one list is refused by another.
     const crossed = await server.client.listRunning({ pageToken: state.queueNextPageToken }).catch((e: unknown) => ConnectError.from(e));
-    expect([(crossed as ConnectError).code, (crossed as ConnectError).rawMessage]).toEqual([Code.InvalidArgument, "page_token: is a token of another list (queue), not of running"]);
+    expect([(crossed as ConnectError).code, (crossed as ConnectError).rawMessage]).toEqual([
+      Code.InvalidArgument,
+      "page_token: is a token of another list (queue), not of running",
+    ]);
     // The page size is capped, not refused.
     expect((await server.client.listReservations({ pageSize: 5000 })).reservations).toHaveLength(6);
     for (const r of (await server.client.listReservations({})).reservations) await server.client.release({ reservationId: r.id });
@@ -743,7 +786,11 @@ describe("GetState and the lists", () => {
 describe("RegisterRunning, StopRunning", () => {
   it("counts running work until stopped, and renews its lease", async () => {
     const server = await serve();
-    const { running } = await server.client.registerRunning({ name: "db", costSource: { case: "spec", value: { memory: "1G" } }, ttl: { seconds: 10n, nanos: 0 } });
+    const { running } = await server.client.registerRunning({
+      name: "db",
+      costSource: { case: "spec", value: { memory: "1G" } },
+      ttl: { seconds: 10n, nanos: 0 },
+    });
     expect(running?.cost).toMatchObject({ memoryBytes: BigInt(G), cpu: 0.5 });
     expect(running?.expireTime).toBeDefined();
     server.clock.advance(9000);
@@ -766,7 +813,12 @@ describe("RegisterRunning, StopRunning", () => {
   it("moves a reservation's share to the tally (consume), NOT_FOUND for a gone reservation", async () => {
     const server = await serve();
     const { reservation } = await server.client.reserve({ owner: "up", need: { items: startNeed("web", 2, 1) } });
-    const result = await server.client.registerRunning({ name: "web", reservationId: reservation!.id, pid: process.pid, costSource: { case: "cost", value: { memoryBytes: BigInt(G), cpu: 1 } } });
+    const result = await server.client.registerRunning({
+      name: "web",
+      reservationId: reservation!.id,
+      pid: process.pid,
+      costSource: { case: "cost", value: { memoryBytes: BigInt(G), cpu: 1 } },
+    });
     expect(result.reservation?.start?.memoryBytes).toBe(BigInt(G));
     expect(result.reservation?.runningIds).toEqual([result.running?.id]);
     expect(result.running?.reservationId).toBe(reservation!.id);

@@ -15,9 +15,32 @@ import { createIdentityCache } from "@berth/shared/server/identity-cache";
 import { abortable, abortError } from "@berth/shared/server/index";
 import type { Budget, Committed, MachineSample, Policy, Reservation, ReservationInfo, RunningEntry } from "../index.js";
 import { admitStream } from "./admit-stream.js";
-import { MAX_KEEPALIVE_IDS, MAX_OWNER_LENGTH, checkId, checkName, checkRequestId, leaseTtlMs, maxWaitMs, needItemsFromProto, pidFromProto, resourceSpecFromProto, runCostFromProto } from "./budget-decode.js";
+import {
+  MAX_KEEPALIVE_IDS,
+  MAX_OWNER_LENGTH,
+  checkId,
+  checkName,
+  checkRequestId,
+  leaseTtlMs,
+  maxWaitMs,
+  needItemsFromProto,
+  pidFromProto,
+  resourceSpecFromProto,
+  runCostFromProto,
+} from "./budget-decode.js";
 import type { LeaseLimits } from "./budget-decode.js";
-import { committedToProto, costToProto, durationOf, machineToProto, policyToProto, queueToProto, reservationToProto, runningEntryToProto, timestampOf, verdictToProto } from "./budget-encode.js";
+import {
+  committedToProto,
+  costToProto,
+  durationOf,
+  machineToProto,
+  policyToProto,
+  queueToProto,
+  reservationToProto,
+  runningEntryToProto,
+  timestampOf,
+  verdictToProto,
+} from "./budget-encode.js";
 import type { PolicyExtras, ReasonContext } from "./budget-encode.js";
 import { QueuedEncoder } from "./queued-encoder.js";
 import { PageTokens, pageSizeOf } from "./page-tokens.js";
@@ -138,12 +161,20 @@ export function createBudgetHandlers(options: BudgetHandlerOptions): ServiceImpl
         if (reservation !== undefined) {
           // A reservation held by its stream has no lease: it is alive, with no expiry to report.
           if (reservation.leaseExpiresAt !== undefined) budget.renew(id);
-          renewals.push(create(RenewalSchema, { id, alive: true, expireTime: reservation.leaseExpiresAt === undefined ? undefined : timestampOf(reservation.leaseExpiresAt) }));
+          renewals.push(
+            create(RenewalSchema, {
+              id,
+              alive: true,
+              expireTime: reservation.leaseExpiresAt === undefined ? undefined : timestampOf(reservation.leaseExpiresAt),
+            }),
+          );
           continue;
         }
         try {
           const entry = await budget.renewRunning(id);
-          renewals.push(create(RenewalSchema, { id, alive: true, expireTime: entry.leaseExpiresAt === undefined ? undefined : timestampOf(entry.leaseExpiresAt) }));
+          renewals.push(
+            create(RenewalSchema, { id, alive: true, expireTime: entry.leaseExpiresAt === undefined ? undefined : timestampOf(entry.leaseExpiresAt) }),
+          );
         } catch (error) {
           if (!isBerthError(error)) throw error;
           // No lease to renew (the entry ends with its pid or StopRunning): alive, no expiry.

@@ -14,15 +14,36 @@ const committed: Committed = {
     { kind: "reservation", id: "a1", label: "up web", memoryBytes: 6 * G, cpu: 1 },
   ],
 };
-const memoryReason: Reason = { gate: "memory_budget", message: "memory: needs 2G, the budget has 1G of 8G free (berth has committed 7G)", needed: 2 * G, available: G, limit: 8 * G, setting: "BERTH_BUDGET_MEMORY" };
+const memoryReason: Reason = {
+  gate: "memory_budget",
+  message: "memory: needs 2G, the budget has 1G of 8G free (berth has committed 7G)",
+  needed: 2 * G,
+  available: G,
+  limit: 8 * G,
+  setting: "BERTH_BUDGET_MEMORY",
+};
 const queueReason = (ahead: number): Reason => ({ gate: "queue", message: `${ahead} request(s) ahead in the queue` });
 
 describe("QueuedEncoder", () => {
   const ahead = Array.from({ length: 10 }, (_, i) => ({ owner: i === 3 ? "café ☕" : `waiter ${i}`, needs: { memoryBytes: (i + 1) * G, cpu: i / 2 } }));
   const updates: QueuedUpdate[] = [
     { position: 1, etaMs: 60_000, waitFor: [memoryReason], waitForText: memoryReason.message, ahead: [], aheadCount: 0 },
-    { position: 2, etaMs: 1_234, waitFor: [queueReason(1), memoryReason], waitForText: `1 request(s) ahead in the queue; ${memoryReason.message}`, ahead: ahead.slice(0, 1), aheadCount: 1 },
-    { position: 5000, etaMs: 300_059_957, waitFor: [queueReason(4999), memoryReason], waitForText: "4999 request(s) ahead in the queue; é", ahead, aheadCount: 4999 },
+    {
+      position: 2,
+      etaMs: 1_234,
+      waitFor: [queueReason(1), memoryReason],
+      waitForText: `1 request(s) ahead in the queue; ${memoryReason.message}`,
+      ahead: ahead.slice(0, 1),
+      aheadCount: 1,
+    },
+    {
+      position: 5000,
+      etaMs: 300_059_957,
+      waitFor: [queueReason(4999), memoryReason],
+      waitForText: "4999 request(s) ahead in the queue; é",
+      ahead,
+      aheadCount: 4999,
+    },
     { position: 1, etaMs: 0, waitFor: [], waitForText: "", ahead: [], aheadCount: 0 },
     { position: 3, etaMs: 999, waitFor: [queueReason(2)], waitForText: "2 request(s) ahead in the queue", ahead: ahead.slice(0, 2), aheadCount: 2 },
   ];
@@ -44,6 +65,8 @@ describe("QueuedEncoder", () => {
     const response = encoder.response(updates[2]!, deadline, false);
     expect(response.$unknown).toBeUndefined();
     expect(response.kind).toEqual({ case: "queued", value: encoder.encode(updates[2]!, deadline.ms) });
-    expect(toJson(AdmitResponseSchema, response)).toMatchObject({ queued: { position: 5000, eta: "300059.957s", waitForText: "4999 request(s) ahead in the queue; é" } });
+    expect(toJson(AdmitResponseSchema, response)).toMatchObject({
+      queued: { position: 5000, eta: "300059.957s", waitForText: "4999 request(s) ahead in the queue; é" },
+    });
   });
 });

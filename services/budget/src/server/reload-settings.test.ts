@@ -34,7 +34,10 @@ describe("reloadSettings", () => {
 
   it("keeps the precedence: flags over environment over the file (BERTH_CONFIG names it too)", () => {
     const file = configFile("b.json", { memory: "2G", cpu: 3, "max-queue": 9 });
-    const values = reloadSettings(RELOADABLE_SETTINGS, { argv: ["--cpu=1"], env: { BERTH_CONFIG: file, BERTH_BUDGET_MEMORY: "5G", BACKLOT_BUDGET_MAX_QUEUE: "4" } });
+    const values = reloadSettings(RELOADABLE_SETTINGS, {
+      argv: ["--cpu=1"],
+      env: { BERTH_CONFIG: file, BERTH_BUDGET_MEMORY: "5G", BACKLOT_BUDGET_MAX_QUEUE: "4" },
+    });
     expect(values.cpu).toBe(1);
     expect(values.memory).toEqual({ bytes: 5 * 1024 ** 3 });
     expect(values.maxQueue).toBe(4);

@@ -37,7 +37,13 @@ async function start(options: { config?: Record<string, unknown>; stateDir?: str
   mkdirSync(dir, { recursive: true });
   const configFile = path.join(dir, "berth.json");
   writeFileSync(configFile, JSON.stringify({ "budget-port": 0, ...options.config }));
-  const argv = [`--config=${configFile}`, `--state-dir=${options.stateDir ?? path.join(dir, "state")}`, `--proc-root=${fixtureProc()}`, "--cgroup-root=/nonexistent", "--sample-interval=1h"];
+  const argv = [
+    `--config=${configFile}`,
+    `--state-dir=${options.stateDir ?? path.join(dir, "state")}`,
+    `--proc-root=${fixtureProc()}`,
+    "--cgroup-root=/nonexistent",
+    "--sample-interval=1h",
+  ];
   const values = loadConfig({ ...commonServerConfig(), ...BUDGET_SETTINGS }, { argv, env: {} }).values;
   const lines: string[] = [];
   const logger = pino({ level: "info" }, new Writable({ write: (chunk, _enc, done) => (lines.push(String(chunk)), done()) }));

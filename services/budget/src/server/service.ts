@@ -38,12 +38,20 @@ function registerGauges(metrics: ServerMetrics, budget: Budget, stats: BudgetHan
     metrics.registerGauge("berth_budget_queue_length", "Requests waiting in the admission queue.", () => state().queueSize),
     metrics.registerGauge("berth_budget_reservations", "Admitted reservations in flight.", () => state().reservationCount),
     metrics.registerGauge("berth_budget_running", "Running entries counted in the tally.", () => state().runningCount),
-    metrics.registerGauge("berth_budget_committed_memory_bytes", "Memory committed (running plus reservations), in bytes.", () => state().committed.memoryBytes),
+    metrics.registerGauge(
+      "berth_budget_committed_memory_bytes",
+      "Memory committed (running plus reservations), in bytes.",
+      () => state().committed.memoryBytes,
+    ),
     metrics.registerGauge("berth_budget_committed_cpu", "Cpu committed (running plus reservations), in cores.", () => state().committed.cpu),
     metrics.registerGauge("berth_budget_memory_budget_bytes", "The memory budget in force, in bytes.", () => budget.policy().memoryBytes),
     metrics.registerGauge("berth_budget_cpu_budget", "The cpu budget in force, in cores.", () => budget.policy().cpu),
     // Only ever grows (a counter, exported as a gauge: the server's metrics have no counters for services).
-    metrics.registerGauge("berth_budget_queued_messages", "Queued messages sent on Admit streams since the start (position changes and heartbeats).", () => stats.queuedMessages),
+    metrics.registerGauge(
+      "berth_budget_queued_messages",
+      "Queued messages sent on Admit streams since the start (position changes and heartbeats).",
+      () => stats.queuedMessages,
+    ),
   ];
 }
 
@@ -93,13 +101,18 @@ export function createBudgetService(options: BudgetServiceOptions = {}): Service
               process.on("SIGHUP", onHangup);
               const stats: BudgetHandlerStats = { queuedMessages: 0 };
               removeGauges = registerGauges(context.metrics, budget, stats);
-              return [implement(BudgetService, createBudgetHandlers({
-                  budget,
-                  defaultLeaseTtlMs: () => leases.leaseTtlMs,
-                  maxLeaseTtlMs: () => leases.maxLeaseTtlMs,
-                  sampleIntervalMs: sampler.intervalMs,
-                  stats,
-                }),)];
+              return [
+                implement(
+                  BudgetService,
+                  createBudgetHandlers({
+                    budget,
+                    defaultLeaseTtlMs: () => leases.leaseTtlMs,
+                    maxLeaseTtlMs: () => leases.maxLeaseTtlMs,
+                    sampleIntervalMs: sampler.intervalMs,
+                    stats,
+                  }),
+                ),
+              ];
             },
             async close() {
               process.off("SIGHUP", onHangup);

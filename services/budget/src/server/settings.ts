@@ -25,7 +25,8 @@ function leaseParser(raw: string, field: string): number {
   } catch {
     throw invalidArgument(field, `must be a duration like 30s or 2m; got ${JSON.stringify(raw)}`);
   }
-  if (ms <= 0 || ms > MAX_DURATION_MS) throw invalidArgument(field, `must be a positive duration of at most ${formatDuration(MAX_DURATION_MS)}; got ${JSON.stringify(raw)}`);
+  if (ms <= 0 || ms > MAX_DURATION_MS)
+    throw invalidArgument(field, `must be a positive duration of at most ${formatDuration(MAX_DURATION_MS)}; got ${JSON.stringify(raw)}`);
   return ms;
 }
 

@@ -33,7 +33,9 @@ it.each(WIRE_PROTOCOLS.filter((p) => p.name === "gRPC" || p.name === "Connect JS
     const server = await startServer({
       name: "budget",
       logger: { debug: log, info: log, warn: log, error: log },
-      services: [implement(BudgetService, createBudgetHandlers({ budget, defaultLeaseTtlMs: () => 30_000, maxLeaseTtlMs: () => 3_600_000, sampleIntervalMs: 1000 }))],
+      services: [
+        implement(BudgetService, createBudgetHandlers({ budget, defaultLeaseTtlMs: () => 30_000, maxLeaseTtlMs: () => 3_600_000, sampleIntervalMs: 1000 })),
+      ],
       onShutdown: [() => budget.close()],
       streamGraceMs: TEN_MINUTES,
       drainTimeoutMs: TEN_MINUTES,

@@ -49,13 +49,30 @@ export async function serveInMemory(options: InMemoryOptions = {}): Promise<InMe
   const sampler = new ManualSampler({ availableBytes: 64 * G, totalBytes: 64 * G, cores: 8, load1: 0, ...options.sample }, clock);
   const ownDir = options.stateDir === undefined ? mkdtempSync(path.join(tmpdir(), "berth-budget-server-")) : undefined;
   const stateDir = options.stateDir ?? ownDir!;
-  const policy: Policy = { ...defaultPolicy({ totalBytes: 64 * G, cpus: 8 }), memoryBytes: 8 * G, cpu: 4, reserveBytes: G, heartbeatMs: 5000, ...options.policy };
+  const policy: Policy = {
+    ...defaultPolicy({ totalBytes: 64 * G, cpus: 8 }),
+    memoryBytes: 8 * G,
+    cpu: 4,
+    reserveBytes: G,
+    heartbeatMs: 5000,
+    ...options.policy,
+  };
   const budget = await createBudget({ policy, sampler, clock, stateDir });
   const leaseTtlMs = options.leaseTtlMs ?? 30_000;
   const metrics = new ServerMetrics("budget");
   const quiet = { debug() {}, info() {}, warn() {}, error() {} };
   const transport = createRouterTransport(
-    (router) => router.service(BudgetService, createBudgetHandlers({ budget, clock, defaultLeaseTtlMs: () => leaseTtlMs, maxLeaseTtlMs: () => options.maxLeaseTtlMs ?? 3_600_000, sampleIntervalMs: 1000 })),
+    (router) =>
+      router.service(
+        BudgetService,
+        createBudgetHandlers({
+          budget,
+          clock,
+          defaultLeaseTtlMs: () => leaseTtlMs,
+          maxLeaseTtlMs: () => options.maxLeaseTtlMs ?? 3_600_000,
+          sampleIntervalMs: 1000,
+        }),
+      ),
     // As the server has them: the observer (which keeps the open streams) outermost.
     { router: { interceptors: [createObserverInterceptor({ logger: quiet, metrics }), createErrorInterceptor()] } },
   );

@@ -12,7 +12,13 @@ import { toJson, type DescMessage, type MessageInitShape, type MessageShape } fr
 import { createClient, type Client } from "@connectrpc/connect";
 import { afterEach, describe, expect, it } from "vitest";
 import { NeedItemKind } from "@berth/api/berth/budget/v1/budget_pb";
-import { AdmitResponseSchema, BudgetService, WatchMachineResponseSchema, type AdmitRequestSchema, type AdmitResponse } from "@berth/api/berth/budget/v1/budget_service_pb";
+import {
+  AdmitResponseSchema,
+  BudgetService,
+  WatchMachineResponseSchema,
+  type AdmitRequestSchema,
+  type AdmitResponse,
+} from "@berth/api/berth/budget/v1/budget_service_pb";
 import { ManualClock } from "@berth/shared/clock";
 import { implement, startServer, type RunningServer } from "@berth/shared/server/index";
 import { WIRE_PROTOCOLS, connectOver, type WireProtocol } from "@berth/shared/testing/wire-protocols";
@@ -74,7 +80,12 @@ async function admitConversation(protocol: WireProtocol): Promise<unknown[]> {
   requests.push({
     kind: {
       case: "start",
-      value: { owner: "web", need: { items: [{ kind: NeedItemKind.BUILD, name: "web", costSource: { case: "cost", value: { memoryBytes: BigInt(G), cpu: 1 } } }, startItem("web", 1, 0.5)] } },
+      value: {
+        owner: "web",
+        need: {
+          items: [{ kind: NeedItemKind.BUILD, name: "web", costSource: { case: "cost", value: { memoryBytes: BigInt(G), cpu: 1 } } }, startItem("web", 1, 0.5)],
+        },
+      },
     },
   });
   const messages: AdmitResponse[] = [];
@@ -119,7 +130,13 @@ describe.each(WIRE_PROTOCOLS.slice(1))("BudgetService streams over $name equal g
     const reference = await admitConversation(WIRE_PROTOCOLS[0]!);
     // The reference itself has every field the test is about.
     expect(reference[0]).toMatchObject({
-      queued: { position: 2, eta: expect.any(String), waitForText: expect.stringContaining("1 request(s) ahead"), ahead: [{ owner: "first", position: 1 }], waitExpireTime: expect.any(String) },
+      queued: {
+        position: 2,
+        eta: expect.any(String),
+        waitForText: expect.stringContaining("1 request(s) ahead"),
+        ahead: [{ owner: "first", position: 1 }],
+        waitExpireTime: expect.any(String),
+      },
     });
     expect((reference[0] as { queued: { waitFor: unknown[] } }).queued.waitFor).toHaveLength(2);
     expect(await admitConversation(protocol)).toEqual(reference);

@@ -20,7 +20,11 @@ export function etcdElector(client: EtcdClient, options: { readonly ttlSeconds?:
       const claim: ElectionClaim = { ...selfIdentity(), at: new Date().toISOString(), service: acquireOptions.service ?? name };
       const lease = await client.grantLease(options.ttlSeconds ?? 10);
       try {
-        const result = await client.txn({ compare: [compare.absent(key)], success: [op.put(key, JSON.stringify(claim), lease.id)], failure: [op.get({ key })] });
+        const result = await client.txn({
+          compare: [compare.absent(key)],
+          success: [op.put(key, JSON.stringify(claim), lease.id)],
+          failure: [op.get({ key })],
+        });
         if (!result.succeeded) {
           const found = result.results[0];
           const kv = found !== undefined && "get" in found ? found.get.kvs[0] : undefined;

@@ -144,7 +144,10 @@ describe("expectations and idempotency", () => {
     const [a, b] = instances(2);
     await a!.journal.append("c", [ev("one")]);
     // b has never seen the session: its guess (no session) is checked against etcd before refusing.
-    expect(await rejection(b!.journal.append("c", [ev("two")], { expectedSeq: 0 }))).toMatchObject({ reason: "SEQ_CONFLICT", details: { currentSeq: 1, expectedSeq: 0 } });
+    expect(await rejection(b!.journal.append("c", [ev("two")], { expectedSeq: 0 }))).toMatchObject({
+      reason: "SEQ_CONFLICT",
+      details: { currentSeq: 1, expectedSeq: 0 },
+    });
     expect(await rejection(b!.journal.append("c", [ev("two")], { expectedState: "no_session" }))).toMatchObject({ reason: "SEQ_CONFLICT" });
     expect(await b!.journal.append("c", [ev("two")], { expectedSeq: 1 })).toMatchObject({ firstSeq: 2 });
     // a's cached head (seq 1) is stale: the transaction's compare fails, its failure branch
@@ -178,7 +181,9 @@ describe("expectations and idempotency", () => {
     const [a, b] = instances(2);
     const events = [ev("once")];
     const digest = eventsDigest(events.map((e) => e.event));
-    const results = await Promise.all(Array.from({ length: 10 }, (_, i) => (i % 2 ? a! : b!).journal.append("race", events, { idempotencyKey: "same", digest })));
+    const results = await Promise.all(
+      Array.from({ length: 10 }, (_, i) => (i % 2 ? a! : b!).journal.append("race", events, { idempotencyKey: "same", digest })),
+    );
     expect(results.filter((r) => !r.duplicate)).toHaveLength(1);
     expect(new Set(results.map((r) => r.firstSeq))).toEqual(new Set([1]));
     expect(await readSeqs(a!.journal, "race")).toEqual([1]);
@@ -287,7 +292,9 @@ describe("watches", () => {
     await a!.journal.delete("y");
     const seen: string[] = [];
     for await (const change of changes) {
-      seen.push(change.deleted ? `${change.sessionId} deleted@${change.lastSeq}` : `${change.sessionId} ${change.firstSeq}-${change.lastSeq} ${change.entry?.type}`);
+      seen.push(
+        change.deleted ? `${change.sessionId} deleted@${change.lastSeq}` : `${change.sessionId} ${change.firstSeq}-${change.lastSeq} ${change.entry?.type}`,
+      );
       if (seen.length === 4) stop.abort();
     }
     expect(seen).toEqual(["x 1-2 two", "y 1-1 one", "x 3-3 three", "y deleted@1"]);

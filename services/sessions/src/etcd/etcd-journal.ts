@@ -120,7 +120,8 @@ export interface EtcdJournalOptions {
 }
 
 const decoder = new TextDecoder();
-const json = (kv: KeyValue | undefined): Record<string, unknown> | undefined => (kv === undefined ? undefined : (JSON.parse(decoder.decode(kv.value)) as Record<string, unknown>));
+const json = (kv: KeyValue | undefined): Record<string, unknown> | undefined =>
+  kv === undefined ? undefined : (JSON.parse(decoder.decode(kv.value)) as Record<string, unknown>);
 
 /** Session journals in etcd; see the module comment. One per berth instance; any number per cluster. */
 export class EtcdJournal {
@@ -171,11 +172,16 @@ export class EtcdJournal {
       if (bytes + REQUEST_OVERHEAD_BYTES > this.maxRequestBytes) throw appendTooLarge(sessionId, bytes, this.maxRequestBytes);
 
       const compares: TxnCompare[] = [compare.mod(headKey(sessionId), "==", head.mod)];
-      const success: TxnOp[] = [op.put(entryKey(sessionId, firstSeq), lines), op.put(headKey(sessionId), JSON.stringify({ seq: lastSeq, n: entries.length, w: randomUUID() }))];
+      const success: TxnOp[] = [
+        op.put(entryKey(sessionId, firstSeq), lines),
+        op.put(headKey(sessionId), JSON.stringify({ seq: lastSeq, n: entries.length, w: randomUUID() })),
+      ];
       const failure: TxnOp[] = [op.get({ key: headKey(sessionId) })];
       if (ikey !== undefined) {
         compares.push(compare.absent(idempotencyKey(sessionId, ikey)));
-        success.push(op.put(idempotencyKey(sessionId, ikey), JSON.stringify({ firstSeq, lastSeq, ...(options.digest !== undefined ? { digest: options.digest } : {}) })));
+        success.push(
+          op.put(idempotencyKey(sessionId, ikey), JSON.stringify({ firstSeq, lastSeq, ...(options.digest !== undefined ? { digest: options.digest } : {}) })),
+        );
         failure.push(op.get({ key: idempotencyKey(sessionId, ikey) }));
       }
       if (options.fence !== undefined) {
@@ -238,7 +244,11 @@ export class EtcdJournal {
       }
       if (bytes + REQUEST_OVERHEAD_BYTES > this.maxRequestBytes) throw appendTooLarge(sessionId, bytes, this.maxRequestBytes);
       success.push(op.put(headKey(sessionId), JSON.stringify({ seq, n: written.at(-1)!.entries.length, w: randomUUID() })));
-      const result = await this.client.txn({ compare: [compare.mod(headKey(sessionId), "==", head.mod)], success, failure: [op.get({ key: headKey(sessionId) })] });
+      const result = await this.client.txn({
+        compare: [compare.mod(headKey(sessionId), "==", head.mod)],
+        success,
+        failure: [op.get({ key: headKey(sessionId) })],
+      });
       if (result.succeeded) {
         const incarnation = head.create === 0n ? result.revision : head.create;
         this.remember(sessionId, { seq, mod: result.revision, create: incarnation });
@@ -336,7 +346,12 @@ export class EtcdJournal {
       }
       lastDelivered = Math.max(lastDelivered, backlog.lastSeq);
       yield { kind: "caught_up", lastSeq: backlog.lastSeq };
-      for await (const batch of this.client.watch({ key: entriesPrefix(sessionId), prefix: true, startRevision: backlog.revision + 1n, ...(options.signal ? { signal: options.signal } : {}) })) {
+      for await (const batch of this.client.watch({
+        key: entriesPrefix(sessionId),
+        prefix: true,
+        startRevision: backlog.revision + 1n,
+        ...(options.signal ? { signal: options.signal } : {}),
+      })) {
         for (const event of batch.events) {
           if (event.type === "delete") {
             throw new BerthError(
@@ -363,7 +378,9 @@ export class EtcdJournal {
    * Watches every session: one change per append (first..last seq, its last entry), or a session's
    * deletion (at its last seq), from `startRevision` (default: from now).
    */
-  async *watchAll(options: { readonly signal?: AbortSignal; readonly startRevision?: bigint } = {}): AsyncGenerator<SessionChange & { revision: bigint }, void, undefined> {
+  async *watchAll(
+    options: { readonly signal?: AbortSignal; readonly startRevision?: bigint } = {},
+  ): AsyncGenerator<SessionChange & { revision: bigint }, void, undefined> {
     try {
       for await (const batch of this.client.watch({
         key: "e/",
@@ -387,7 +404,8 @@ export class EtcdJournal {
             deletions.set(sessionId, Math.max(deletions.get(sessionId) ?? 0, last ?? 0));
           }
         }
-        for (const [sessionId, lastSeq] of deletions) yield { sessionId, firstSeq: lastSeq, lastSeq, entry: undefined, deleted: true, revision: batch.revision };
+        for (const [sessionId, lastSeq] of deletions)
+          yield { sessionId, firstSeq: lastSeq, lastSeq, entry: undefined, deleted: true, revision: batch.revision };
       }
     } catch (error) {
       if (isEtcdCompacted(error)) {
@@ -406,7 +424,9 @@ export class EtcdJournal {
    * The sessions with a head (at least one entry), sorted by id, with their last seq: a page after
    * `after`, of at most `limit` (0: all), read at one revision.
    */
-  async list(options: { readonly after?: string; readonly limit?: number } = {}): Promise<{ sessions: Array<{ sessionId: string; lastSeq: number; incarnation: bigint }>; revision: bigint }> {
+  async list(
+    options: { readonly after?: string; readonly limit?: number } = {},
+  ): Promise<{ sessions: Array<{ sessionId: string; lastSeq: number; incarnation: bigint }>; revision: bigint }> {
     const end = `${HEADS.slice(0, -1)}0`;
     const sessions: Array<{ sessionId: string; lastSeq: number; incarnation: bigint }> = [];
     let key = options.after === undefined ? HEADS : `${headKey(options.after)}\0`;
@@ -506,7 +526,10 @@ export class EtcdJournal {
       return value;
     });
     if (!exact) return false;
-    const result = await this.client.txn({ compare: [compare.create(headKey(sessionId), "==", state.incarnation)], success: [op.put(snapshotKey(sessionId), text)] });
+    const result = await this.client.txn({
+      compare: [compare.create(headKey(sessionId), "==", state.incarnation)],
+      success: [op.put(snapshotKey(sessionId), text)],
+    });
     return result.succeeded;
   }
 }
@@ -533,7 +556,8 @@ function headOf(kv: KeyValue | undefined): Head {
   if (kv === undefined) return NO_HEAD;
   const value = json(kv);
   const seq = value?.seq;
-  if (typeof seq !== "number" || !Number.isInteger(seq) || seq < 0) throw new BerthError("internal", `the head of ${kv.key} in etcd does not decode`, {}, { reason: "JOURNAL_DAMAGED" });
+  if (typeof seq !== "number" || !Number.isInteger(seq) || seq < 0)
+    throw new BerthError("internal", `the head of ${kv.key} in etcd does not decode`, {}, { reason: "JOURNAL_DAMAGED" });
   return { seq, mod: kv.modRevision, create: kv.createRevision };
 }
 
@@ -570,11 +594,21 @@ function appendTooLarge(sessionId: string, bytes: number, limit: number): BerthE
   return new BerthError(
     "invalid_argument",
     `events: the append to session ${sessionId} is ${bytes} bytes as journal lines, over what one etcd request carries (--max-request-bytes, ${limit} bytes, less room for the head): split the append`,
-    { field: "events", rule: `at most ${limit - REQUEST_OVERHEAD_BYTES} bytes per append (etcd's --max-request-bytes)`, limit: limit - REQUEST_OVERHEAD_BYTES, size: bytes },
+    {
+      field: "events",
+      rule: `at most ${limit - REQUEST_OVERHEAD_BYTES} bytes per append (etcd's --max-request-bytes)`,
+      limit: limit - REQUEST_OVERHEAD_BYTES,
+      size: bytes,
+    },
     { reason: "REQUEST_TOO_LARGE" },
   );
 }
 
 function watcherLagged(why: string, sessionId: string, lastSeq: number): BerthError {
-  return new BerthError("resource_exhausted", `${why} at seq ${lastSeq}; resume with from_seq=${lastSeq + 1}`, { sessionId, lastSeq }, { reason: "WATCHER_LAGGED" });
+  return new BerthError(
+    "resource_exhausted",
+    `${why} at seq ${lastSeq}; resume with from_seq=${lastSeq + 1}`,
+    { sessionId, lastSeq },
+    { reason: "WATCHER_LAGGED" },
+  );
 }

@@ -29,7 +29,14 @@ function instances(count: number) {
 }
 
 const FILE = "/work/src/main.ts";
-const request = (owner: string, extra: Partial<EtcdLockRequest> = {}): EtcdLockRequest => ({ file: FILE, owner, kind: "stream", ttlSeconds: 5, waitMs: 30_000, ...extra });
+const request = (owner: string, extra: Partial<EtcdLockRequest> = {}): EtcdLockRequest => ({
+  file: FILE,
+  owner,
+  kind: "stream",
+  ttlSeconds: 5,
+  waitMs: 30_000,
+  ...extra,
+});
 
 async function rejection(promise: Promise<unknown>): Promise<BerthError> {
   try {
@@ -53,7 +60,11 @@ describe("one lock across instances", () => {
     const [a, b] = instances(2);
     const held = await a!.locks.acquire(request("agent-a"));
     const tried = await rejection(b!.locks.acquire(request("agent-b", { waitMs: 0 })));
-    expect(tried).toMatchObject({ code: "resource_exhausted", reason: "WAIT_EXHAUSTED", details: { owner: "agent-a", fencingToken: Number(held.token), kind: "stream" } });
+    expect(tried).toMatchObject({
+      code: "resource_exhausted",
+      reason: "WAIT_EXHAUSTED",
+      details: { owner: "agent-a", fencingToken: Number(held.token), kind: "stream" },
+    });
     // The refused try left no key behind.
     expect((await b!.locks.inspect(FILE)).waiters).toEqual([]);
 

@@ -131,7 +131,10 @@ export class EtcdLocks {
     try {
       if (request.signal?.aborted) throw cancelled(request.file);
       // The key and the queue at its revision, in one round trip.
-      const put = await this.client.txn({ compare: [], success: [op.put(key, value, lease.id), op.get({ key: prefix, prefix: true, sort: { by: "create", order: "ascend" } })] });
+      const put = await this.client.txn({
+        compare: [],
+        success: [op.put(key, value, lease.id), op.get({ key: prefix, prefix: true, sort: { by: "create", order: "ascend" } })],
+      });
       const token = put.revision;
       let queue = getResult(put.results[1]);
       let told = "";
@@ -285,7 +288,17 @@ function waitExhausted(file: string, holder: EtcdLockParty, waitedMs: number, ah
   return new BerthError(
     "resource_exhausted",
     `source locked: ${file} is held by ${holder.owner} since ${new Date(holder.since).toISOString()} (fencing token ${holder.token}); ${waited}; wait longer, or ask the holder to release it`,
-    { file, lockPath: null, waitedMs, waiting: ahead, owner: holder.owner, acquireTime: holder.since, fencingToken: Number(holder.token), kind: holder.kind, pid: holder.pid },
+    {
+      file,
+      lockPath: null,
+      waitedMs,
+      waiting: ahead,
+      owner: holder.owner,
+      acquireTime: holder.since,
+      fencingToken: Number(holder.token),
+      kind: holder.kind,
+      pid: holder.pid,
+    },
     { reason: "WAIT_EXHAUSTED", retryAfterMs: LOCK_RETRY_AFTER_MS },
   );
 }

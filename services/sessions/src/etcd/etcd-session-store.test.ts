@@ -138,7 +138,7 @@ describe("the etcd session store", () => {
     const listed = (await listing).map((view) => view.sessionId);
     // Once the watcher has its start, a later session reaches it: the end of what it will bring.
     await watchStarted;
-    
+
     await writer!.append("after", [{ type: "generate" }]);
     const changes: SessionChange[] = [];
     while (!changes.some((c) => c.sessionId === "after")) changes.push((await watcher.next()).value as SessionChange);

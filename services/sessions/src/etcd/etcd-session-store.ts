@@ -27,7 +27,15 @@ import { UNAVAILABLE_RETRY_AFTER_MS } from "../session-refusals.js";
 import type { SessionStoreApi, SessionStoreLimits, SessionView } from "../session-store-api.js";
 import { isCompletedPhase } from "../vocabulary.js";
 import { DEFAULT_MAX_BUFFERED, type EventWatcher, type SessionChange, type WatchEvent, type WatchOptions } from "../watch-hub.js";
-import { fenceRejected, type EtcdAppendOptions, type EtcdAppendResult, type EtcdFence, type EtcdJournal, type PreparedEvent, type SessionState } from "./etcd-journal.js";
+import {
+  fenceRejected,
+  type EtcdAppendOptions,
+  type EtcdAppendResult,
+  type EtcdFence,
+  type EtcdJournal,
+  type PreparedEvent,
+  type SessionState,
+} from "./etcd-journal.js";
 import { PumpedWatcher } from "./pumped-watcher.js";
 import { HEADS } from "./store-keys.js";
 
@@ -183,13 +191,20 @@ export class EtcdSessionStore implements SessionStoreApi {
       }
       const group = [first];
       let bytes = first.bytes;
-      for (let next = queue[0]; next !== undefined && next.options === undefined && group.length < MAX_GROUP_APPENDS && bytes + next.bytes <= MAX_GROUP_BYTES; next = queue[0]) {
+      for (
+        let next = queue[0];
+        next !== undefined && next.options === undefined && group.length < MAX_GROUP_APPENDS && bytes + next.bytes <= MAX_GROUP_BYTES;
+        next = queue[0]
+      ) {
         group.push(queue.shift()!);
         bytes += next.bytes;
       }
       let results: EtcdAppendResult[];
       try {
-        results = await this.journal.appendGroup(sessionId, group.map((job) => job.events));
+        results = await this.journal.appendGroup(
+          sessionId,
+          group.map((job) => job.events),
+        );
       } catch (error) {
         for (const job of group) job.reject(error);
         continue;
@@ -216,7 +231,12 @@ export class EtcdSessionStore implements SessionStoreApi {
       known = { incarnation: result.incarnation, seq: result.lastSeq, snapshot, savedSeq: before.savedSeq };
     } else {
       const state = await this.stateAt(sessionId, result.lastSeq);
-      known = { incarnation: state.incarnation, seq: state.lastSeq, snapshot: state.snapshot, savedSeq: before?.incarnation === state.incarnation ? before.savedSeq : 0 };
+      known = {
+        incarnation: state.incarnation,
+        seq: state.lastSeq,
+        snapshot: state.snapshot,
+        savedSeq: before?.incarnation === state.incarnation ? before.savedSeq : 0,
+      };
     }
     this.remember(sessionId, known);
     if (known.seq - known.savedSeq >= this.snapshotEvery) this.save(sessionId, known);
@@ -262,10 +282,17 @@ export class EtcdSessionStore implements SessionStoreApi {
   private async viewOf(sessionId: string, seq: number, incarnation: bigint): Promise<SessionView> {
     if (incarnation === 0n) return { sessionId, snapshot: baseSnapshot(sessionId), lastSeq: 0, exists: false };
     const known = this.known.get(sessionId);
-    if (known !== undefined && known.incarnation === incarnation && known.seq === seq) return { sessionId, snapshot: known.snapshot, lastSeq: seq, exists: true };
+    if (known !== undefined && known.incarnation === incarnation && known.seq === seq)
+      return { sessionId, snapshot: known.snapshot, lastSeq: seq, exists: true };
     this.rebuilds++;
     const state = await this.journal.state(sessionId, { now: this.now });
-    if (state.exists) this.remember(sessionId, { incarnation: state.incarnation, seq: state.lastSeq, snapshot: state.snapshot, savedSeq: known?.incarnation === state.incarnation ? known.savedSeq : 0 });
+    if (state.exists)
+      this.remember(sessionId, {
+        incarnation: state.incarnation,
+        seq: state.lastSeq,
+        snapshot: state.snapshot,
+        savedSeq: known?.incarnation === state.incarnation ? known.savedSeq : 0,
+      });
     return { sessionId, snapshot: state.snapshot, lastSeq: state.lastSeq, exists: state.exists };
   }
 
@@ -449,7 +476,10 @@ export class EtcdSessionStore implements SessionStoreApi {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
-    const shutdown = new BerthError("unavailable", "the session store is shutting down; watch again when it is back", undefined, { reason: "SHUTTING_DOWN", retryAfterMs: UNAVAILABLE_RETRY_AFTER_MS });
+    const shutdown = new BerthError("unavailable", "the session store is shutting down; watch again when it is back", undefined, {
+      reason: "SHUTTING_DOWN",
+      retryAfterMs: UNAVAILABLE_RETRY_AFTER_MS,
+    });
     for (const watcher of this.watchers) watcher.fail(shutdown);
     await this.settled();
   }
@@ -464,6 +494,7 @@ export class EtcdSessionStore implements SessionStoreApi {
   }
 
   private assertOpen(): void {
-    if (this.closed) throw new BerthError("unavailable", "the session store is closed", undefined, { reason: "SHUTTING_DOWN", retryAfterMs: UNAVAILABLE_RETRY_AFTER_MS });
+    if (this.closed)
+      throw new BerthError("unavailable", "the session store is closed", undefined, { reason: "SHUTTING_DOWN", retryAfterMs: UNAVAILABLE_RETRY_AFTER_MS });
   }
 }

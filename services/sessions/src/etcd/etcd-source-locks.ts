@@ -17,7 +17,17 @@ import { BerthError, invalidArgument } from "@berth/shared/errors";
 import { checkRequestId } from "@berth/shared/safe-id";
 import { checkFencingToken, checkOwner, checkTtl, checkWait, DEFAULT_LOCK_LIMITS, type LockLimits } from "../locks/lock-input.js";
 import { canonicalLockPath } from "../locks/lock-path.js";
-import type { AcquireRequest, HoldRequest, Lease, LockHolderInfo, LeaseEndReason, LockInspection, LockTableStats, TokenCheck, WaitingUpdate } from "../locks/lock-table.js";
+import type {
+  AcquireRequest,
+  HoldRequest,
+  Lease,
+  LockHolderInfo,
+  LeaseEndReason,
+  LockInspection,
+  LockTableStats,
+  TokenCheck,
+  WaitingUpdate,
+} from "../locks/lock-table.js";
 import type { Logger } from "@berth/shared/logger";
 import type { SourceLocksApi } from "../locks/source-locks-api.js";
 import type { EtcdFence } from "./etcd-journal.js";
@@ -75,7 +85,8 @@ export function createEtcdSourceLocks(options: EtcdSourceLocksOptions): EtcdSour
 
   const resolveFile = (file: unknown, field = "file") => canonicalLockPath(file, field);
 
-  const shuttingDown = () => new BerthError("unavailable", "the lock service is shutting down; ask again when it is back", {}, { reason: "SHUTTING_DOWN", retryAfterMs: 1_000 });
+  const shuttingDown = () =>
+    new BerthError("unavailable", "the lock service is shutting down; ask again when it is back", {}, { reason: "SHUTTING_DOWN", retryAfterMs: 1_000 });
 
   function end(granted: Granted, reason: EndReason): void {
     if (granted.ended) return;
@@ -94,7 +105,9 @@ export function createEtcdSourceLocks(options: EtcdSourceLocksOptions): EtcdSour
   /** Ends the lease and frees the lock in etcd: the next waiter's watch fires. */
   async function free(granted: Granted, reason: EndReason): Promise<void> {
     end(granted, reason);
-    await granted.grant.release().catch((error: unknown) => logger?.warn({ file: granted.lease.file, err: error }, "lock not revoked in etcd: it frees when its etcd lease expires"));
+    await granted.grant
+      .release()
+      .catch((error: unknown) => logger?.warn({ file: granted.lease.file, err: error }, "lock not revoked in etcd: it frees when its etcd lease expires"));
   }
 
   function schedule(granted: Granted): void {
@@ -161,14 +174,29 @@ export function createEtcdSourceLocks(options: EtcdSourceLocksOptions): EtcdSour
     const shown = `${leaseToken.slice(0, 8)}…`;
     const gone = ended.get(leaseToken);
     if (gone !== undefined) {
-      const what = gone.reason === "expired" ? "expired" : gone.reason === "released" ? "was released" : gone.reason === "lost" ? "was lost in etcd" : "ended when the service shut down";
-      throw new BerthError("failed_precondition", `lease ${shown} on ${gone.file} ${what} at ${new Date(gone.at).toISOString()}; acquire the lock again (and renew sooner than the lease length)`, {
-        file: gone.file,
-        ended: gone.reason,
-        endedAt: gone.at,
-      });
+      const what =
+        gone.reason === "expired"
+          ? "expired"
+          : gone.reason === "released"
+            ? "was released"
+            : gone.reason === "lost"
+              ? "was lost in etcd"
+              : "ended when the service shut down";
+      throw new BerthError(
+        "failed_precondition",
+        `lease ${shown} on ${gone.file} ${what} at ${new Date(gone.at).toISOString()}; acquire the lock again (and renew sooner than the lease length)`,
+        {
+          file: gone.file,
+          ended: gone.reason,
+          endedAt: gone.at,
+        },
+      );
     }
-    throw new BerthError("not_found", `no lease ${shown} is held here: it never existed, ended long ago, or was granted by another berth instance (renew and release through the instance that granted it)`, {});
+    throw new BerthError(
+      "not_found",
+      `no lease ${shown} is held here: it never existed, ended long ago, or was granted by another berth instance (renew and release through the instance that granted it)`,
+      {},
+    );
   }
 
   function holderInfo(party: EtcdLockParty): LockHolderInfo {
@@ -208,7 +236,15 @@ export function createEtcdSourceLocks(options: EtcdSourceLocksOptions): EtcdSour
     async holdAsLongAs(request: HoldRequest): Promise<Lease> {
       if (!(request.signal instanceof AbortSignal)) throw invalidArgument("signal", "a hold needs an AbortSignal that ends it");
       const owner = checkOwner(request.owner, limits);
-      const lease = await take({ file: request.file, owner, waitMs: request.waitMs, ttlMs: null, signal: request.signal, onWaiting: request.onWaiting, requestKey: undefined });
+      const lease = await take({
+        file: request.file,
+        owner,
+        waitMs: request.waitMs,
+        ttlMs: null,
+        signal: request.signal,
+        onWaiting: request.onWaiting,
+        requestKey: undefined,
+      });
       const granted = held.get(lease.leaseToken);
       if (granted !== undefined) {
         const onAbort = () => void free(granted, "released");

@@ -181,7 +181,10 @@ export class FileAppends {
       const left = error.outcome === "left";
       const fields = { sessionId: session.id, expectedBytes: error.expected, fileBytes: error.found, appends: items.length, outcome: error.outcome };
       if (left) {
-        logger?.error(fields, "another process appended to the journal while a short write of ours was split; our lines could not be undone and stay in the journal");
+        logger?.error(
+          fields,
+          "another process appended to the journal while a short write of ours was split; our lines could not be undone and stay in the journal",
+        );
         // The journal holds lines of ours that no append returned: re-read it from disk.
         this.store.forget(session);
       } else {

@@ -383,7 +383,10 @@ export class FileJournalStore implements JournalStore {
     // with a newline so it cannot be glued to it.
     session.needsNewline = session.headNeedsNewline = consumed < read;
     if (opening) {
-      this.logger?.debug({ sessionId: session.id, entries: decoded.length, from: start }, "opened from a snapshot file of the journal's prefix and replayed the rest");
+      this.logger?.debug(
+        { sessionId: session.id, entries: decoded.length, from: start },
+        "opened from a snapshot file of the journal's prefix and replayed the rest",
+      );
     } else {
       this.logger?.debug({ sessionId: session.id, entries: decoded.length }, "caught up with entries appended by another process");
       this.listener.appended(session.id, published);

@@ -38,7 +38,10 @@ export class ForeignWriteFollower {
       this.directoryWatch = fs.watch(this.dir, { persistent: false }, (_event, name) => this.journalChanged(name));
     } catch (error) {
       // Without the feed (no inotify watches left), foreign entries still arrive at the next read.
-      this.logger?.warn({ dir: this.dir, err: error }, "cannot follow the journal directory; entries other processes append reach watchers at the next read of their session");
+      this.logger?.warn(
+        { dir: this.dir, err: error },
+        "cannot follow the journal directory; entries other processes append reach watchers at the next read of their session",
+      );
       return;
     }
     this.directoryWatch.on("error", (error) => {

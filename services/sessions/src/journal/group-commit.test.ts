@@ -139,69 +139,69 @@ describe("group commit", () => {
   });
 });
 
-  it("fails a batch its beforeWrite check refuses, writing nothing, then goes on", async () => {
-    const ctl = controlledIo(true);
-    let refuse = true;
-    const failed: Array<{ error: string; items: string[] }> = [];
-    const durable: string[][] = [];
-    const commit = new GroupCommit<Item>({
-      fd: -1,
-      fsync: "batch",
-      io: ctl.io,
-      handlers: {
-        durable: (items) => durable.push(items.map((i) => i.name)),
-        failed: (error, items) => failed.push({ error: error.message, items: items.map((i) => i.name) }),
-      },
-      beforeWrite: () => {
-        if (refuse) throw new Error("the file moved");
-      },
-    });
-    commit.submit({ name: "a", bytes: Buffer.from("a") });
-    commit.submit({ name: "b", bytes: Buffer.from("b") });
-    await commit.idle();
-    expect(failed).toEqual([{ error: "the file moved", items: ["a", "b"] }]);
-    expect(ctl.log).toEqual([]);
-    refuse = false;
-    commit.submit({ name: "c", bytes: Buffer.from("c") });
-    await commit.idle();
-    expect(durable).toEqual([["c"]]);
-    expect(ctl.log).toEqual(["write:c", "sync"]);
+it("fails a batch its beforeWrite check refuses, writing nothing, then goes on", async () => {
+  const ctl = controlledIo(true);
+  let refuse = true;
+  const failed: Array<{ error: string; items: string[] }> = [];
+  const durable: string[][] = [];
+  const commit = new GroupCommit<Item>({
+    fd: -1,
+    fsync: "batch",
+    io: ctl.io,
+    handlers: {
+      durable: (items) => durable.push(items.map((i) => i.name)),
+      failed: (error, items) => failed.push({ error: error.message, items: items.map((i) => i.name) }),
+    },
+    beforeWrite: () => {
+      if (refuse) throw new Error("the file moved");
+    },
   });
+  commit.submit({ name: "a", bytes: Buffer.from("a") });
+  commit.submit({ name: "b", bytes: Buffer.from("b") });
+  await commit.idle();
+  expect(failed).toEqual([{ error: "the file moved", items: ["a", "b"] }]);
+  expect(ctl.log).toEqual([]);
+  refuse = false;
+  commit.submit({ name: "c", bytes: Buffer.from("c") });
+  await commit.idle();
+  expect(durable).toEqual([["c"]]);
+  expect(ctl.log).toEqual(["write:c", "sync"]);
+});
 
-  it("checks, writes and checks again in one step, with no turn of the event loop between; a failed check after the write fails the batch", async () => {
-    const ctl = controlledIo(true);
-    let refuse = true;
-    const failed: Array<{ error: string; items: string[] }> = [];
-    const durable: string[][] = [];
-    const commit = new GroupCommit<Item>({
-      fd: -1,
-      fsync: "batch",
-      io: ctl.io,
-      handlers: {
-        durable: (items) => durable.push(items.map((i) => i.name)),
-        failed: (error, items) => failed.push({ error: error.message, items: items.map((i) => i.name) }),
-      },
-      beforeWrite: () => {
-        ctl.log.push("before");
-        // Anything else the process does (another append, a catch-up) runs only after the step.
-        queueMicrotask(() => ctl.log.push("microtask"));
-      },
-      afterWrite: (data) => {
-        ctl.log.push(`after:${Buffer.from(data).toString()}`);
-        if (refuse) throw new Error("another writer got in");
-      },
-    });
-    commit.submit({ name: "a", bytes: Buffer.from("a") });
-    commit.submit({ name: "b", bytes: Buffer.from("b") });
-    await commit.idle();
-    expect(failed).toEqual([{ error: "another writer got in", items: ["a", "b"] }]);
-    expect(ctl.log).toEqual(["before", "write:ab", "after:ab", "microtask"]);
-    refuse = false;
-    commit.submit({ name: "c", bytes: Buffer.from("c") });
-    await commit.idle();
-    expect(durable).toEqual([["c"]]);
-    expect(ctl.log.slice(4)).toEqual(["before", "write:c", "after:c", "sync", "microtask"]);
+it("checks, writes and checks again in one step, with no turn of the event loop between; a failed check after the write fails the batch", async () => {
+  const ctl = controlledIo(true);
+  let refuse = true;
+  const failed: Array<{ error: string; items: string[] }> = [];
+  const durable: string[][] = [];
+  const commit = new GroupCommit<Item>({
+    fd: -1,
+    fsync: "batch",
+    io: ctl.io,
+    handlers: {
+      durable: (items) => durable.push(items.map((i) => i.name)),
+      failed: (error, items) => failed.push({ error: error.message, items: items.map((i) => i.name) }),
+    },
+    beforeWrite: () => {
+      ctl.log.push("before");
+      // Anything else the process does (another append, a catch-up) runs only after the step.
+      queueMicrotask(() => ctl.log.push("microtask"));
+    },
+    afterWrite: (data) => {
+      ctl.log.push(`after:${Buffer.from(data).toString()}`);
+      if (refuse) throw new Error("another writer got in");
+    },
   });
+  commit.submit({ name: "a", bytes: Buffer.from("a") });
+  commit.submit({ name: "b", bytes: Buffer.from("b") });
+  await commit.idle();
+  expect(failed).toEqual([{ error: "another writer got in", items: ["a", "b"] }]);
+  expect(ctl.log).toEqual(["before", "write:ab", "after:ab", "microtask"]);
+  refuse = false;
+  commit.submit({ name: "c", bytes: Buffer.from("c") });
+  await commit.idle();
+  expect(durable).toEqual([["c"]]);
+  expect(ctl.log.slice(4)).toEqual(["before", "write:c", "after:c", "sync", "microtask"]);
+});
 
 describe("nodeCommitIo", () => {
   let dir: string | undefined;

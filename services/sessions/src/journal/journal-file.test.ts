@@ -25,11 +25,17 @@ async function collect<T>(iterable: AsyncIterable<T>): Promise<T[]> {
 
 describe("replayJournalFile", () => {
   it("replays entries, takes max(seq)+1 and collects keys and seek points", () => {
-    fs.writeFileSync(file, `${line(1, "generate", {}, { ikey: "a" }) + line(2, "agent_done", {}, { ikey: "b", n: 2 }) + line(3, "steer")}\n${line(9, "steer")}`);
+    fs.writeFileSync(
+      file,
+      `${line(1, "generate", {}, { ikey: "a" }) + line(2, "agent_done", {}, { ikey: "b", n: 2 }) + line(3, "steer")}\n${line(9, "steer")}`,
+    );
     const replayed = replayJournalFile(file, "s1", { repair: true });
     expect(replayed.nextSeq).toBe(10);
     expect(replayed.snapshot.phase).toBe("steer_requested");
-    expect([...replayed.keys]).toEqual([["a", { firstSeq: 1, lastSeq: 1 }], ["b", { firstSeq: 2, lastSeq: 3 }]]);
+    expect([...replayed.keys]).toEqual([
+      ["a", { firstSeq: 1, lastSeq: 1 }],
+      ["b", { firstSeq: 2, lastSeq: 3 }],
+    ]);
     expect(replayed.size).toBe(fs.statSync(file).size);
     expect(replayed.needsNewline).toBe(false);
     expect(replayed.repaired).toBeUndefined();
@@ -67,7 +73,10 @@ describe("appendDiagnostics", () => {
     let snapshot = baseSnapshot("s1");
     snapshot = appendDiagnostics(snapshot, [{ error: "x", i: 0 }]);
     expect(snapshot.diagnosticsTotal).toBeUndefined();
-    snapshot = appendDiagnostics(snapshot, Array.from({ length: MAX_DIAGNOSTICS + 5 }, (_, i) => ({ error: "x", i: i + 1 })));
+    snapshot = appendDiagnostics(
+      snapshot,
+      Array.from({ length: MAX_DIAGNOSTICS + 5 }, (_, i) => ({ error: "x", i: i + 1 })),
+    );
     expect(snapshot.diagnostics).toHaveLength(MAX_DIAGNOSTICS);
     expect(snapshot.diagnostics.at(-1)).toEqual({ error: "x", i: MAX_DIAGNOSTICS + 5 });
     expect(snapshot.diagnosticsTotal).toBe(MAX_DIAGNOSTICS + 6);
@@ -118,7 +127,10 @@ describe("seek points and appends of several events", () => {
     expect(read.map((e) => e.entry.seq)).toEqual(Array.from({ length: 200 }, (_, i) => 750 + i));
     expect(read.map((e) => e.idempotencyKey)).toEqual([...Array<string>(151).fill("b2"), ...Array<string>(49).fill("b3")]);
     const singles = await collect(readJournalEntries(file, { fromSeq: 1499, start: index.startFor(1499), end: text.length }));
-    expect(singles.map((e) => [e.entry.seq, e.idempotencyKey, e.integrity])).toEqual([[1499, "s1499", "verified"], [1500, "s1500", "verified"]]);
+    expect(singles.map((e) => [e.entry.seq, e.idempotencyKey, e.integrity])).toEqual([
+      [1499, "s1499", "verified"],
+      [1500, "s1500", "verified"],
+    ]);
   });
 
   it("tells berth's checksummed lines from the seed's lines without a checksum", async () => {

@@ -267,7 +267,10 @@ export function replayJournalFile(path: string, id: string, options: ReplayOptio
       const bytesDropped = buf.length - cut;
       if (repair && !cutBack(fd, cut)) {
         repair = false;
-        options.logger?.warn({ sessionId: options.sessionId ?? id, path }, "journal ends in a torn write, but the state directory is not writable: left as it is, unapplied");
+        options.logger?.warn(
+          { sessionId: options.sessionId ?? id, path },
+          "journal ends in a torn write, but the state directory is not writable: left as it is, unapplied",
+        );
       }
       if (repair) {
         fileSize = cut;

@@ -78,7 +78,16 @@ describe("journal line format", () => {
   it("reads its own lines to exactly what JSON.parse gives (less the verified checksum), field for field and in order", () => {
     const text = fc.string({ unit: "binary", maxLength: 12 });
     const json: fc.Arbitrary<unknown> = fc.letrec<{ value: unknown }>((tie) => ({
-      value: fc.oneof({ depthSize: "small" }, text, fc.integer(), fc.double({ noNaN: true, noDefaultInfinity: true }), fc.boolean(), fc.constant(null), fc.array(tie("value"), { maxLength: 3 }), fc.dictionary(text, tie("value"), { maxKeys: 3 })),
+      value: fc.oneof(
+        { depthSize: "small" },
+        text,
+        fc.integer(),
+        fc.double({ noNaN: true, noDefaultInfinity: true }),
+        fc.boolean(),
+        fc.constant(null),
+        fc.array(tie("value"), { maxLength: 3 }),
+        fc.dictionary(text, tie("value"), { maxKeys: 3 }),
+      ),
     })).value;
     fc.assert(
       fc.property(
@@ -96,7 +105,10 @@ describe("journal line format", () => {
           const buf = Buffer.from(line);
           const { crc: _verified, ...fields } = JSON.parse(line) as Record<string, unknown>;
           const expected = { kind: "entry", checksum: "valid", entry: fields };
-          for (const decoded of [decodeJournalLine(buf, 0, buf.length), ...(/^[\x00-\x7f]*$/.test(line) ? [decodeJournalLine(buf, 0, buf.length, line)] : [])]) {
+          for (const decoded of [
+            decodeJournalLine(buf, 0, buf.length),
+            ...(/^[\x00-\x7f]*$/.test(line) ? [decodeJournalLine(buf, 0, buf.length, line)] : []),
+          ]) {
             expect(decoded).toEqual(expected);
             expect(Object.keys((decoded as { entry: object }).entry)).toEqual(Object.keys(expected.entry));
           }

@@ -195,9 +195,11 @@ describe("berth and a process appending in the seed's way, at once", () => {
         }
         for (const [revision, seq] of acknowledged) {
           const seqs = found.get(revision) ?? [];
-          if (seqs.length !== 1 || seqs[0] !== seq) tally.missingOrRepeated.push(`${id} revision ${revision}: acknowledged as seq ${seq}, in the journal as ${JSON.stringify(seqs)}`);
+          if (seqs.length !== 1 || seqs[0] !== seq)
+            tally.missingOrRepeated.push(`${id} revision ${revision}: acknowledged as seq ${seq}, in the journal as ${JSON.stringify(seqs)}`);
         }
-        for (const revision of found.keys()) if (!acknowledged.has(revision)) tally.missingOrRepeated.push(`${id} revision ${revision}: never acknowledged, yet in the journal`);
+        for (const revision of found.keys())
+          if (!acknowledged.has(revision)) tally.missingOrRepeated.push(`${id} revision ${revision}: never acknowledged, yet in the journal`);
       }
       child.send("exit");
       await child.exited;
@@ -208,25 +210,47 @@ describe("berth and a process appending in the seed's way, at once", () => {
     }
   }
 
-  it(`no line of berth's repeats a seq, and the journal holds exactly what was acknowledged (${RUNS} runs; the other process's repeats counted)`, async () => {
-    const tally = await race("stand-in");
-    console.log(JSON.stringify({ measure: "berth beside a seed-format writer appending every 2 ms", writer: "stand-in", ...tally, missingOrRepeated: tally.missingOrRepeated.length }));
-    expect(tally.runs).toBe(RUNS);
-    expect(tally.seedLines).toBe(RUNS * SEED_APPENDS);
-    expect(tally.berthOvertaken).toBe(0);
-    expect(tally.missingOrRepeated).toEqual([]);
-  }, TIMEOUT_MS);
-
-  it.skipIf(!seedsAvailable())(`the same beside the seed's own store (${RUNS} runs)`, async () => {
-    const seed = await loadSeedStore();
-    try {
-      const tally = await race(seed);
-      console.log(JSON.stringify({ measure: "berth beside a seed-format writer appending every 2 ms", writer: "the seed's store", ...tally, missingOrRepeated: tally.missingOrRepeated.length }));
+  it(
+    `no line of berth's repeats a seq, and the journal holds exactly what was acknowledged (${RUNS} runs; the other process's repeats counted)`,
+    async () => {
+      const tally = await race("stand-in");
+      console.log(
+        JSON.stringify({
+          measure: "berth beside a seed-format writer appending every 2 ms",
+          writer: "stand-in",
+          ...tally,
+          missingOrRepeated: tally.missingOrRepeated.length,
+        }),
+      );
+      expect(tally.runs).toBe(RUNS);
       expect(tally.seedLines).toBe(RUNS * SEED_APPENDS);
       expect(tally.berthOvertaken).toBe(0);
       expect(tally.missingOrRepeated).toEqual([]);
-    } finally {
-      seed.remove();
-    }
-  }, TIMEOUT_MS);
+    },
+    TIMEOUT_MS,
+  );
+
+  it.skipIf(!seedsAvailable())(
+    `the same beside the seed's own store (${RUNS} runs)`,
+    async () => {
+      const seed = await loadSeedStore();
+      try {
+        const tally = await race(seed);
+        console.log(
+          JSON.stringify({
+            measure: "berth beside a seed-format writer appending every 2 ms",
+            writer: "the seed's store",
+            ...tally,
+            missingOrRepeated: tally.missingOrRepeated.length,
+          }),
+        );
+        expect(tally.seedLines).toBe(RUNS * SEED_APPENDS);
+        expect(tally.berthOvertaken).toBe(0);
+        expect(tally.missingOrRepeated).toEqual([]);
+      } finally {
+        seed.remove();
+      }
+    },
+    TIMEOUT_MS,
+  );
 });

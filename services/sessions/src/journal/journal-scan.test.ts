@@ -32,7 +32,8 @@ function mixedJournal(): string {
   for (let i = 1; i <= 16_000; i++) {
     if (i % 997 === 0) parts.push(line(seq++, "checkpoint", { revision: i }).replace(/"revision":\d/, '"revision":7'));
     else if (i % 991 === 0) parts.push("{not json\n");
-    else if (i % 983 === 0) parts.push(`${JSON.stringify({ seq: seq++, id: "s1", type: "steer", ts: "2026-01-01T00:00:00.000Z", event: { type: "steer", id: "s1" } })}\n`);
+    else if (i % 983 === 0)
+      parts.push(`${JSON.stringify({ seq: seq++, id: "s1", type: "steer", ts: "2026-01-01T00:00:00.000Z", event: { type: "steer", id: "s1" } })}\n`);
     else if (i % 977 === 0) parts.push(line(seq++, "steer", { note: "café ✓" }));
     else if (i % 971 === 0) parts.push(line(seq++, "steer").replace(/\n$/, "\r\n"), "\n");
     else if (i % 101 === 0) {

@@ -68,7 +68,11 @@ describe("snapshot files", () => {
     const file = path.join(dir, "s1.snapshot.json");
     const odd = { ...snapshot, visibleVariant: NaN, arrivedVariants: -0, paramValues: { a: [1, Infinity], b: -Infinity, c: null } };
     await writeSnapshotFile(file, odd, { journalBytes: 100, nextSeq: 5, lastLineCrc: 7 });
-    expect(JSON.parse(fs.readFileSync(file, "utf8"))).toMatchObject({ visibleVariant: null, arrivedVariants: 0, paramValues: { a: [1, null], b: null, c: null } });
+    expect(JSON.parse(fs.readFileSync(file, "utf8"))).toMatchObject({
+      visibleVariant: null,
+      arrivedVariants: 0,
+      paramValues: { a: [1, null], b: null, c: null },
+    });
     const read = readSnapshotFile(file, "s1", 100)!.snapshot;
     expect(read.visibleVariant).toBeNaN();
     expect(Object.is(read.arrivedVariants, -0)).toBe(true);
@@ -87,7 +91,10 @@ describe("snapshot files", () => {
     const read = readSnapshotFile(file, "s1", 100)!.snapshot;
     expect(read.diagnostics).toEqual(diagnostics.slice(-100));
     expect(read.diagnosticsTotal).toBe(147);
-    fs.writeFileSync(file, JSON.stringify({ ...snapshot, diagnostics: diagnostics.slice(-110), diagnosticsTotal: 120, __journalBytes: 100, __nextSeq: 131 }, null, 2));
+    fs.writeFileSync(
+      file,
+      JSON.stringify({ ...snapshot, diagnostics: diagnostics.slice(-110), diagnosticsTotal: 120, __journalBytes: 100, __nextSeq: 131 }, null, 2),
+    );
     expect(readSnapshotFile(file, "s1", 100)).toBeNull();
     // Under the bound and without a count: the seed's snapshot is berth's, as it is.
     fs.writeFileSync(file, JSON.stringify({ ...snapshot, diagnostics: diagnostics.slice(0, 3), __journalBytes: 100, __nextSeq: 4 }, null, 2));

@@ -98,10 +98,16 @@ describe("fencing store", () => {
     full.on = true;
     const fresh = createFencingStore(stateDir);
     expect(() => fresh.next()).toThrow(
-      expect.objectContaining({ code: "resource_exhausted", reason: "DISK_FULL", message: expect.stringContaining(`the file system of the state directory ${stateDir} is full (ENOSPC)`) }),
+      expect.objectContaining({
+        code: "resource_exhausted",
+        reason: "DISK_FULL",
+        message: expect.stringContaining(`the file system of the state directory ${stateDir} is full (ENOSPC)`),
+      }),
     );
     full.code = "EROFS";
-    expect(() => fresh.next()).toThrow(expect.objectContaining({ code: "unavailable", reason: "STATE_READ_ONLY", message: expect.stringContaining("mounted read-only") }));
+    expect(() => fresh.next()).toThrow(
+      expect.objectContaining({ code: "unavailable", reason: "STATE_READ_ONLY", message: expect.stringContaining("mounted read-only") }),
+    );
     full.on = false;
     expect(fresh.next()).toBe(1);
   });

@@ -127,7 +127,12 @@ export function createFencingStore(stateDir: string, options: FencingStoreOption
         } catch (error) {
           throw (
             stateWriteError(error, `no lock was granted: cannot reserve fencing tokens in ${file}`, stateDir, { file }) ??
-            new BerthError("unavailable", `cannot reserve fencing tokens in ${file}: ${(error as Error).message}`, { file }, { reason: "STORAGE_UNAVAILABLE", retryAfterMs: LOCK_RETRY_AFTER_MS })
+            new BerthError(
+              "unavailable",
+              `cannot reserve fencing tokens in ${file}: ${(error as Error).message}`,
+              { file },
+              { reason: "STORAGE_UNAVAILABLE", retryAfterMs: LOCK_RETRY_AFTER_MS },
+            )
           );
         }
         reservedUntil = ceiling;

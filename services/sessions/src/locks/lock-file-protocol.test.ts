@@ -88,7 +88,16 @@ describe("lock file names and content", () => {
     expect(outcome).toEqual({ created: true, lockFile: lockFilePath(locksDir, KEY), token: mine.token });
     const text = fs.readFileSync(lockFilePath(locksDir, KEY), "utf8");
     expect(text.endsWith("}\n")).toBe(true);
-    expect(JSON.parse(text)).toEqual({ owner: "alice", token: mine.token, pid: process.pid, at: mine.at, file: KEY, startTime: self.startTime, bootId: self.bootId, hostname: self.hostname });
+    expect(JSON.parse(text)).toEqual({
+      owner: "alice",
+      token: mine.token,
+      pid: process.pid,
+      at: mine.at,
+      file: KEY,
+      startTime: self.startTime,
+      bootId: self.bootId,
+      hostname: self.hostname,
+    });
     // No temp file is left behind.
     expect(fs.readdirSync(locksDir).filter((n) => n !== SWEEP_GUARD_NAME)).toEqual([path.basename(lockFilePath(locksDir, KEY))]);
     const second = tryCreateLockFile(lockFilePath(locksDir, KEY), record("bob"));
@@ -122,7 +131,11 @@ describe("staleness, by the seed's rules", () => {
 
   it("a live pid (even one not ours to signal: pid 1, EPERM) holds however old the file", () => {
     writeForeign(JSON.stringify({ owner: "init", token: "t", pid: 1, at: 1, file: KEY }), 3_600_000);
-    expect(tryCreateLockFile(lockFilePath(locksDir, KEY), record())).toMatchObject({ created: false, reason: "held", holder: { owner: "init", pid: 1, since: 1 } });
+    expect(tryCreateLockFile(lockFilePath(locksDir, KEY), record())).toMatchObject({
+      created: false,
+      reason: "held",
+      holder: { owner: "init", pid: 1, since: 1 },
+    });
   });
 
   it("a readable record without a pid is stale", () => {

@@ -38,8 +38,8 @@ import { createHash, randomBytes, randomUUID } from "node:crypto";
 import * as fs from "node:fs";
 import * as path from "node:path";
 import { flockSync } from "fs-ext";
-import { systemClock, type Clock, } from "@berth/shared/clock";
-import { identityIsLive, isPidAlive, sameProcess, } from "@berth/shared/process-identity";
+import { systemClock, type Clock } from "@berth/shared/clock";
+import { identityIsLive, isPidAlive, sameProcess } from "@berth/shared/process-identity";
 import { canonicalLockPath } from "./lock-path.js";
 import type { ForeignLockHolder } from "./external-locks.js";
 
@@ -362,7 +362,12 @@ export function tempFileSource(lockPath: string, mode = PRIVATE_LOCK_FILE_MODE):
  * Synchronous: a handful of system calls, no waiting. `source` prepares the content to link
  * (default: a temp file).
  */
-export function tryCreateLockFile(lockPath: string, record: LockFileRecord, judge: LockFileJudge = {}, source: LockFileSource = tempFileSource(lockPath)): CreateOutcome {
+export function tryCreateLockFile(
+  lockPath: string,
+  record: LockFileRecord,
+  judge: LockFileJudge = {},
+  source: LockFileSource = tempFileSource(lockPath),
+): CreateOutcome {
   const prepared = source.prepare(`${JSON.stringify(record)}\n`);
   let linked = false;
   let holder: ForeignLockHolder | undefined;
@@ -435,7 +440,15 @@ export function removeDeadTempFiles(locksDir: string): number {
 }
 
 /** Creates a fresh record for a berth-held lock file. */
-export function newLockFileRecord(fields: { owner: string; file: string; at: number; pid: number; startTime?: number | undefined; bootId?: string | undefined; hostname?: string | undefined }): LockFileRecord {
+export function newLockFileRecord(fields: {
+  owner: string;
+  file: string;
+  at: number;
+  pid: number;
+  startTime?: number | undefined;
+  bootId?: string | undefined;
+  hostname?: string | undefined;
+}): LockFileRecord {
   const record: LockFileRecord = { owner: fields.owner, token: randomUUID(), pid: fields.pid, at: fields.at, file: fields.file };
   if (fields.startTime !== undefined) record.startTime = fields.startTime;
   if (fields.bootId !== undefined) record.bootId = fields.bootId;

@@ -51,8 +51,13 @@ export function checkOwner(owner: unknown, limits: LockLimits = DEFAULT_LOCK_LIM
  */
 function checkMs(value: unknown, field: string, max: number, min: number, what?: string): number {
   if (typeof value !== "number" || !Number.isFinite(value)) throw invalidArgument(field, `must be a finite duration, got ${String(value)}`);
-  if (value < min) throw invalidArgument(field, min === 0 ? `must not be negative, got ${formatDuration(value)}` : `must be at least ${formatDuration(min)}, got ${formatDuration(value)}`);
-  if (value > max) throw invalidArgument(field, `must be at most ${formatDuration(max)}${what === undefined ? "" : ` (${what})`}, got ${formatDuration(value)}`);
+  if (value < min)
+    throw invalidArgument(
+      field,
+      min === 0 ? `must not be negative, got ${formatDuration(value)}` : `must be at least ${formatDuration(min)}, got ${formatDuration(value)}`,
+    );
+  if (value > max)
+    throw invalidArgument(field, `must be at most ${formatDuration(max)}${what === undefined ? "" : ` (${what})`}, got ${formatDuration(value)}`);
   return Math.round(value);
 }
 

@@ -105,5 +105,10 @@ function missingOrThrow(error: unknown, input: string, field: string): undefined
   const shown = JSON.stringify(input.slice(0, 200));
   if (code === "ELOOP") throw invalidArgument(field, `passes through a loop of symbolic links, got ${shown}`);
   if (code === "ENAMETOOLONG") throw invalidArgument(field, `resolves through symbolic links to a path longer than ${MAX_PATH_BYTES} bytes, got ${shown}`);
-  throw new BerthError("unavailable", `${field}: cannot resolve ${shown}: ${(error as Error).message}; try again`, { field }, { reason: "STORAGE_UNAVAILABLE", retryAfterMs: LOCK_RETRY_AFTER_MS });
+  throw new BerthError(
+    "unavailable",
+    `${field}: cannot resolve ${shown}: ${(error as Error).message}; try again`,
+    { field },
+    { reason: "STORAGE_UNAVAILABLE", retryAfterMs: LOCK_RETRY_AFTER_MS },
+  );
 }

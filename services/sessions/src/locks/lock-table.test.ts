@@ -30,7 +30,14 @@ describe("acquire and release", () => {
   it("grants a free lock at once, keyed by the canonical path", async () => {
     const { clock, locks } = table();
     const lease = await locks.acquire({ file: "/project/src/a.ts", owner: "alice" });
-    expect(lease).toMatchObject({ file: "/project/src/a.ts", owner: "alice", fencingToken: 1, acquiredAt: clock.now(), expiresAt: clock.now() + 30_000, ttlMs: 30_000 });
+    expect(lease).toMatchObject({
+      file: "/project/src/a.ts",
+      owner: "alice",
+      fencingToken: 1,
+      acquiredAt: clock.now(),
+      expiresAt: clock.now() + 30_000,
+      ttlMs: 30_000,
+    });
     expect(lease.leaseToken).toMatch(/^[0-9a-f-]{36}$/);
     // The same file by another spelling is the same lock.
     const error = await rejection(locks.acquire({ file: "/project/./src/x/../a.ts/", owner: "bob", waitMs: 0 }));
@@ -69,7 +76,10 @@ describe("acquire and release", () => {
     const holder = await locks.acquire({ file: "/project/a", owner: "h" });
     const queued = locks.acquire({ file: "/project/a", owner: "q", waitMs: 1000 });
     locks.release(holder.leaseToken);
-    await expect(locks.acquire({ file: "/project/a", owner: "late", waitMs: 0 })).rejects.toMatchObject({ code: "resource_exhausted", reason: "WAIT_EXHAUSTED" });
+    await expect(locks.acquire({ file: "/project/a", owner: "late", waitMs: 0 })).rejects.toMatchObject({
+      code: "resource_exhausted",
+      reason: "WAIT_EXHAUSTED",
+    });
     expect((await queued).owner).toBe("q");
   });
 });
@@ -88,7 +98,16 @@ describe("waiting runs out", () => {
     expect(error.message).toBe(
       `source locked: /project/src/a.ts is held by alice since ${new Date(holder.acquiredAt).toISOString()} (fencing token 1); it stayed locked for the whole wait of 2s; wait longer, or ask the holder to release it`,
     );
-    expect(error.details).toEqual({ file: "/project/src/a.ts", owner: "alice", acquireTime: holder.acquiredAt, fencingToken: 1, kind: "lease", lockPath: null, waitedMs: 2000, waiting: 0 });
+    expect(error.details).toEqual({
+      file: "/project/src/a.ts",
+      owner: "alice",
+      acquireTime: holder.acquiredAt,
+      fencingToken: 1,
+      kind: "lease",
+      lockPath: null,
+      waitedMs: 2000,
+      waiting: 0,
+    });
     expect(locks.inspect("/project/src/a.ts").waiters).toHaveLength(0);
   });
 
@@ -258,7 +277,9 @@ describe("leases", () => {
     expect(() => locks.renew("00000000-0000-0000-0000-000000000000")).toThrow(expect.objectContaining({ code: "not_found" }));
     const lease = await locks.acquire({ file: "/project/a", owner: "alice" });
     locks.release(lease.leaseToken);
-    expect(() => locks.renew(lease.leaseToken)).toThrow(expect.objectContaining({ code: "failed_precondition", message: expect.stringContaining("was released") }));
+    expect(() => locks.renew(lease.leaseToken)).toThrow(
+      expect.objectContaining({ code: "failed_precondition", message: expect.stringContaining("was released") }),
+    );
     expect(() => locks.renew("")).toThrow(expect.objectContaining({ code: "invalid_argument" }));
   });
 
@@ -288,7 +309,12 @@ describe("leases", () => {
   it("after a pause: leases that ran out expire once, in order; a waiter whose client left meanwhile is never granted", async () => {
     const clock = new ManualClock();
     const ended: string[] = [];
-    const logger = { debug() {}, info: (fields: object, message?: string) => void ended.push(`${(fields as { owner: string }).owner} ${message}`), warn() {}, error() {} };
+    const logger = {
+      debug() {},
+      info: (fields: object, message?: string) => void ended.push(`${(fields as { owner: string }).owner} ${message}`),
+      warn() {},
+      error() {},
+    };
     const locks = new LockTable({ clock, fencing: counter(), logger });
     await locks.acquire({ file: "/a", owner: "holder-a", ttlMs: 1000 });
     await locks.acquire({ file: "/b", owner: "holder-b", ttlMs: 2000 });
@@ -313,7 +339,12 @@ describe("leases", () => {
   it("after a pause whose I/O is read before the timers run, the overdue leases still expire in the order their times came", async () => {
     const clock = new ManualClock();
     const ended: string[] = [];
-    const logger = { debug() {}, info: (fields: object, message?: string) => void ended.push(`${(fields as { owner: string }).owner} ${message}`), warn() {}, error() {} };
+    const logger = {
+      debug() {},
+      info: (fields: object, message?: string) => void ended.push(`${(fields as { owner: string }).owner} ${message}`),
+      warn() {},
+      error() {},
+    };
     const locks = new LockTable({ clock, fencing: counter(), logger });
     await locks.acquire({ file: "/a", owner: "holder-a", ttlMs: 1000 });
     const b = await locks.acquire({ file: "/b", owner: "holder-b", ttlMs: 2000 });
@@ -415,11 +446,30 @@ describe("onWaiting", () => {
     const c = locks.acquire({ file: "/project/a", owner: "carol", waitMs: 9000, onWaiting: record("c") });
     expect(seen).toEqual({ b: [[2, "alice"]], c: [[3, "alice"]] });
     gone.abort();
-    expect(seen).toEqual({ b: [[2, "alice"], [1, "alice"]], c: [[3, "alice"], [2, "alice"]] });
+    expect(seen).toEqual({
+      b: [
+        [2, "alice"],
+        [1, "alice"],
+      ],
+      c: [
+        [3, "alice"],
+        [2, "alice"],
+      ],
+    });
     locks.release(first.leaseToken);
     const bob = await b;
     // bob was granted (no more reports to him); carol moved up and sees the new holder.
-    expect(seen).toEqual({ b: [[2, "alice"], [1, "alice"]], c: [[3, "alice"], [2, "alice"], [1, "bob"]] });
+    expect(seen).toEqual({
+      b: [
+        [2, "alice"],
+        [1, "alice"],
+      ],
+      c: [
+        [3, "alice"],
+        [2, "alice"],
+        [1, "bob"],
+      ],
+    });
     locks.release(bob.leaseToken);
     await c;
     expect(seen.c).toHaveLength(3);
@@ -669,7 +719,9 @@ describe("an outside lock that cannot be taken", () => {
     clock.advance(5000);
     const error = await queued;
     expect(error).toMatchObject({ code: "resource_exhausted", reason: "DISK_FULL" });
-    expect(error.message).toMatch(/^no lock was granted: cannot take the lock file \/state\/locks\/a for \/a: the file system of the state directory \/state\/locks is full \(ENOSPC\)/);
+    expect(error.message).toMatch(
+      /^no lock was granted: cannot take the lock file \/state\/locks\/a for \/a: the file system of the state directory \/state\/locks is full \(ENOSPC\)/,
+    );
     full = false;
     expect(await locks.acquire({ file: "/a", owner: "third" })).toMatchObject({ owner: "third" });
   });

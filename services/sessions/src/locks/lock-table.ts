@@ -395,7 +395,8 @@ export class LockTable {
       for (const waiter of [...entry.waiters]) {
         const calls = [...waiter.calls];
         this.dropWaiter(entry, waiter);
-        for (const call of calls) call.reject(new BerthError("unavailable", `lock service is shutting down; ${entry.key} was not granted`, { file: entry.key }));
+        for (const call of calls)
+          call.reject(new BerthError("unavailable", `lock service is shutting down; ${entry.key} was not granted`, { file: entry.key }));
       }
       if (entry.holder) this.free(entry, entry.holder, "closed");
       entry.unwatch?.();
@@ -404,7 +405,12 @@ export class LockTable {
     this.entries.clear();
   }
 
-  private enter(request: AcquireRequest | HoldRequest, ttlMs: number | null, holdSignal: AbortSignal | undefined, requestId: string | undefined): Promise<Lease> {
+  private enter(
+    request: AcquireRequest | HoldRequest,
+    ttlMs: number | null,
+    holdSignal: AbortSignal | undefined,
+    requestId: string | undefined,
+  ): Promise<Lease> {
     if (this.closed) throw new BerthError("unavailable", "lock service is shutting down");
     const key = this.resolveFile(request.file);
     const owner = checkOwner(request.owner, this.limits);
@@ -518,7 +524,12 @@ export class LockTable {
       const what = `no lock was granted: cannot take the lock file ${lockPath} for ${entry.key}`;
       entry.claimError =
         stateWriteError(error, what, path.dirname(lockPath), { file: entry.key, lockPath }) ??
-        new BerthError("unavailable", `cannot take the lock file ${lockPath} for ${entry.key}: ${(error as Error).message}`, { file: entry.key, lockPath }, { reason: "STORAGE_UNAVAILABLE", retryAfterMs: LOCK_RETRY_AFTER_MS });
+        new BerthError(
+          "unavailable",
+          `cannot take the lock file ${lockPath} for ${entry.key}: ${(error as Error).message}`,
+          { file: entry.key, lockPath },
+          { reason: "STORAGE_UNAVAILABLE", retryAfterMs: LOCK_RETRY_AFTER_MS },
+        );
       if (failLoudly) {
         const refusal = entry.claimError;
         this.settle(entry);
@@ -587,7 +598,8 @@ export class LockTable {
       try {
         held = this.grant(entry, head.owner, head.ttlMs, claim === true ? undefined : claim, head.holdSignal);
       } catch (error) {
-        const refusal = error instanceof BerthError ? error : new BerthError("internal", `granting ${entry.key} failed: ${(error as Error).message}`, { file: entry.key });
+        const refusal =
+          error instanceof BerthError ? error : new BerthError("internal", `granting ${entry.key} failed: ${(error as Error).message}`, { file: entry.key });
         for (const call of calls) call.reject(refusal);
         continue;
       }
@@ -620,7 +632,11 @@ export class LockTable {
       if (!waiter.onWaiting) continue;
       if (holder === undefined) {
         holder = entry.holder ? this.berthHolder(entry.holder) : entry.blockedBy ? seedFileHolder(entry.blockedBy) : null;
-        holderId = entry.holder ? entry.holder.lease.leaseToken : entry.blockedBy ? `${entry.blockedBy.pid}:${entry.blockedBy.token}:${entry.blockedBy.since}` : undefined;
+        holderId = entry.holder
+          ? entry.holder.lease.leaseToken
+          : entry.blockedBy
+            ? `${entry.blockedBy.pid}:${entry.blockedBy.token}:${entry.blockedBy.since}`
+            : undefined;
       }
       if (waiter.toldPosition === position && waiter.toldHolder === holderId) continue;
       waiter.toldPosition = position;
@@ -756,7 +772,13 @@ export class LockTable {
 
   private berthHolder(held: Held): LockHolderInfo {
     const lease = this.leaseOf(held);
-    const holder: LockHolderInfo = { kind: lease.ttlMs === null ? "stream" : "lease", owner: lease.owner, fencingToken: lease.fencingToken, since: lease.acquiredAt, expiresAt: lease.expiresAt };
+    const holder: LockHolderInfo = {
+      kind: lease.ttlMs === null ? "stream" : "lease",
+      owner: lease.owner,
+      fencingToken: lease.fencingToken,
+      since: lease.acquiredAt,
+      expiresAt: lease.expiresAt,
+    };
     if (held.external) holder.pid = held.external.pid;
     return holder;
   }
@@ -788,11 +810,15 @@ export class LockTable {
     const shown = `${token.slice(0, 8)}…`;
     if (ended) {
       const what = ended.reason === "expired" ? "expired" : ended.reason === "released" ? "was released" : "ended when the service shut down";
-      throw new BerthError("failed_precondition", `lease ${shown} on ${ended.file} ${what} at ${iso(ended.at)}; acquire the lock again (and renew sooner than the lease length)`, {
-        file: ended.file,
-        ended: ended.reason,
-        endedAt: ended.at,
-      });
+      throw new BerthError(
+        "failed_precondition",
+        `lease ${shown} on ${ended.file} ${what} at ${iso(ended.at)}; acquire the lock again (and renew sooner than the lease length)`,
+        {
+          file: ended.file,
+          ended: ended.reason,
+          endedAt: ended.at,
+        },
+      );
     }
     throw new BerthError("not_found", `no lease ${shown} is held here: it never existed, or ended long ago or before a restart; acquire the lock again`, {});
   }
@@ -814,7 +840,12 @@ export class LockTable {
       const info = this.berthHolder(held);
       const details: Record<string, unknown> = { ...base, owner: info.owner, acquireTime: info.since, fencingToken: held.lease.fencingToken, kind: info.kind };
       if (info.pid !== undefined) details.pid = info.pid;
-      return new BerthError("resource_exhausted", `source locked: ${key} is held by ${info.owner} since ${iso(info.since)} (fencing token ${held.lease.fencingToken}); ${waited}; ${hint}`, details, options);
+      return new BerthError(
+        "resource_exhausted",
+        `source locked: ${key} is held by ${info.owner} since ${iso(info.since)} (fencing token ${held.lease.fencingToken}); ${waited}; ${hint}`,
+        details,
+        options,
+      );
     }
     let foreign: ForeignLockHolder | undefined;
     try {
@@ -829,7 +860,12 @@ export class LockTable {
       const who = `${foreign.owner ?? "an unknown owner"}${foreign.pid !== undefined ? ` (pid ${foreign.pid})` : ""}`;
       const details: Record<string, unknown> = { ...base, owner: foreign.owner ?? "", acquireTime: foreign.since, fencingToken: 0, kind: "seed-file" };
       if (foreign.pid !== undefined) details.pid = foreign.pid;
-      return new BerthError("resource_exhausted", `source locked: ${key} is held by ${who} through its lock file ${foreign.lockFile} since ${iso(foreign.since)}; ${waited}; ${hint}`, details, options);
+      return new BerthError(
+        "resource_exhausted",
+        `source locked: ${key} is held by ${who} through its lock file ${foreign.lockFile} since ${iso(foreign.since)}; ${waited}; ${hint}`,
+        details,
+        options,
+      );
     }
     // Nobody identifiable holds it: requests queued ahead wait for a lock file being taken over.
     return new BerthError(

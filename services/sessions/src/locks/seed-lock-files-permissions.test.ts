@@ -96,7 +96,10 @@ describe("a lock file this service may not read", () => {
     services.push(locks);
 
     expect(locks.inspect(key())).toMatchObject({ lockPath, holder: { kind: "seed-file", readable: false } });
-    await expect(locks.acquire({ file: key(), owner: "berth", waitMs: 0, ttlMs: 10_000 })).rejects.toMatchObject({ code: "resource_exhausted", reason: "WAIT_EXHAUSTED" });
+    await expect(locks.acquire({ file: key(), owner: "berth", waitMs: 0, ttlMs: 10_000 })).rejects.toMatchObject({
+      code: "resource_exhausted",
+      reason: "WAIT_EXHAUSTED",
+    });
 
     const waiting = locks.acquire({ file: key(), owner: "berth", waitMs: 1_000, ttlMs: 10_000 });
     const settled = waiting.then(

@@ -18,7 +18,6 @@ import {
 import { SeedLockFiles } from "./seed-lock-files.js";
 import { childScripts, deadPid, spawnChild, type Child, type ChildScripts } from "./testing/child-scripts.js";
 
-
 let root: string;
 let locksDir: string;
 const KEY = "/project/src/app.ts";
@@ -177,7 +176,11 @@ describe("four processes racing to take over a dead holder's lock file", () => {
    * Runs up to `rounds` rounds (fewer with `untilOverlap`: it stops after the first round with two
    * holders); returns the rounds run, how many had two holders at once, from the shared log.
    */
-  async function race(protocol: "berth" | "seed", rounds: number, untilOverlap = false): Promise<{ rounds: number; overlaps: number; sections: number; lost: number }> {
+  async function race(
+    protocol: "berth" | "seed",
+    rounds: number,
+    untilOverlap = false,
+  ): Promise<{ rounds: number; overlaps: number; sections: number; lost: number }> {
     const script = await scripts.script("takeover-contender-child.ts");
     const log = path.join(root, `sections-${protocol}.log`);
     const liveDir = path.join(root, "live");

@@ -150,7 +150,7 @@ describe("journalEntryToProto", () => {
     expect(message.seq).toBe(4n);
     expect(message.sessionId).toBe("s-1");
     expect(message.type).toBe("generate");
-    expect(message.appendTime).toMatchObject({ seconds: BigInt(Date.parse(entry.ts) / 1000 | 0), nanos: 678_000_000 });
+    expect(message.appendTime).toMatchObject({ seconds: BigInt((Date.parse(entry.ts) / 1000) | 0), nanos: 678_000_000 });
     expect(message.integrity).toBe(EntryIntegrity.VERIFIED);
     expect(message.idempotencyKey).toBe("k-1");
     expect(eventToJournal(message.event!)).toStrictEqual({ type: "generate", count: 2 });

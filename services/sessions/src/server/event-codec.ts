@@ -11,7 +11,6 @@ import { invalidArgument } from "@berth/shared/errors";
 import { IDEMPOTENCY_KEY_FIELD } from "../journal/journal-format.js";
 import { isoToTimestamp } from "./timestamps.js";
 
-
 /**
  * The journal event for a typed event (see the client's `eventToJournal`); an event that breaks a
  * rule of events.proto is `invalid_argument` naming the field (`field` is the event's path in the

@@ -66,7 +66,11 @@ async function failure(promise: Promise<unknown>): Promise<ConnectError> {
 function errorInfo(error: ConnectError) {
   const [info] = error.findDetails(ErrorInfoSchema);
   const [retry] = error.findDetails(RetryInfoSchema);
-  return { reason: info?.reason, domain: info?.domain, retryAfterMs: retry?.retryDelay === undefined ? undefined : Number(retry.retryDelay.seconds) * 1000 + retry.retryDelay.nanos / 1e6 };
+  return {
+    reason: info?.reason,
+    domain: info?.domain,
+    retryAfterMs: retry?.retryDelay === undefined ? undefined : Number(retry.retryDelay.seconds) * 1000 + retry.retryDelay.nanos / 1e6,
+  };
 }
 
 /** Collects a Hold stream's messages as they arrive, and how it ended. */
@@ -76,7 +80,8 @@ function openHold(request: { file?: string; owner: string; maxWait?: Duration })
   let ended: ConnectError | "ok" | undefined;
   const done = (async () => {
     try {
-      for await (const message of client.hold({ file: request.file ?? FILE, owner: request.owner, maxWait: request.maxWait }, { signal: controller.signal })) messages.push(message);
+      for await (const message of client.hold({ file: request.file ?? FILE, owner: request.owner, maxWait: request.maxWait }, { signal: controller.signal }))
+        messages.push(message);
       ended = "ok";
     } catch (error) {
       ended = ConnectError.from(error);
@@ -206,7 +211,9 @@ describe("Acquire and Release", () => {
     try {
       const realClient = createClient(
         LockServiceDesc,
-        createRouterTransport((router) => router.service(LockServiceDesc, createLockHandlers({ locks: real })), { router: { interceptors: [createErrorInterceptor()] } }),
+        createRouterTransport((router) => router.service(LockServiceDesc, createLockHandlers({ locks: real })), {
+          router: { interceptors: [createErrorInterceptor()] },
+        }),
       );
       await realClient.acquire({ file: FILE, owner: "alice" });
       const started = Date.now();
@@ -327,7 +334,11 @@ describe("KeepAlive (unary)", () => {
     ["no token", [], /^lease_tokens: is required/],
     ["an empty token", ["x", ""], /^lease_tokens\[1\]: is required/],
     ["a token over 128 characters", ["t".repeat(129)], /^lease_tokens\[0\]: must be at most 128/],
-    [`more than ${MAX_KEEPALIVE_TOKENS} tokens`, Array.from({ length: MAX_KEEPALIVE_TOKENS + 1 }, (_, i) => `t${i}`), /^lease_tokens: must hold at most 1000 tokens, got 1001/],
+    [
+      `more than ${MAX_KEEPALIVE_TOKENS} tokens`,
+      Array.from({ length: MAX_KEEPALIVE_TOKENS + 1 }, (_, i) => `t${i}`),
+      /^lease_tokens: must hold at most 1000 tokens, got 1001/,
+    ],
   ])("refuses %s with INVALID_ARGUMENT naming the field", async (_name, leaseTokens, message) => {
     const error = await failure(client.keepAlive({ leaseTokens }));
     expect(error.code).toBe(Code.InvalidArgument);
@@ -375,9 +386,11 @@ describe("KeepAliveStream", () => {
     async function* requests() {
       yield { leaseToken: "" };
     }
-    const error = await failure((async () => {
-      for await (const _ of client.keepAliveStream(requests()));
-    })());
+    const error = await failure(
+      (async () => {
+        for await (const _ of client.keepAliveStream(requests()));
+      })(),
+    );
     expect(error.code).toBe(Code.InvalidArgument);
     expect(error.rawMessage).toMatch(/^lease_token: /);
   });
@@ -524,7 +537,11 @@ describe("Inspect and CheckToken", () => {
 
   it("tells whether a fencing token is the current one, naming the file canonical", async () => {
     const first = (await client.acquire({ file: FILE, owner: "alice" })).lease!;
-    expect(await client.checkToken({ file: FILE, fencingToken: first.fencingToken })).toMatchObject({ current: true, currentToken: first.fencingToken, file: key() });
+    expect(await client.checkToken({ file: FILE, fencingToken: first.fencingToken })).toMatchObject({
+      current: true,
+      currentToken: first.fencingToken,
+      file: key(),
+    });
     expect((await client.checkToken({ file: `${projectRoot}/./src/x/../app.ts`, fencingToken: first.fencingToken })).file).toBe(key());
     await client.release({ leaseToken: first.leaseToken });
     expect(await client.checkToken({ file: FILE, fencingToken: first.fencingToken })).toMatchObject({ current: false, currentToken: 0n });
@@ -535,14 +552,22 @@ describe("Inspect and CheckToken", () => {
 
 describe("input validation", () => {
   const cases: Array<[string, () => Promise<unknown>, RegExp]> = [
-    ["a relative path", () => client.acquire({ file: "src/app.ts", owner: "x" }), /^file: must be an absolute path; resolve it against your working directory before sending, got "src\/app\.ts"$/],
+    [
+      "a relative path",
+      () => client.acquire({ file: "src/app.ts", owner: "x" }),
+      /^file: must be an absolute path; resolve it against your working directory before sending, got "src\/app\.ts"$/,
+    ],
     ["a path with NUL", () => client.acquire({ file: "/src/a\0b.ts", owner: "x" }), /^file: must not contain a NUL/],
     ["an over-long path", () => client.acquire({ file: `/src/${"a".repeat(5000)}`, owner: "x" }), /^file: must be at most 4096 bytes/],
     ["an empty path", () => client.acquire({ file: "", owner: "x" }), /^file: is required/],
     ["an empty owner", () => client.acquire({ file: FILE, owner: "" }), /^owner: is required/],
     ["a negative wait", () => client.acquire({ file: FILE, owner: "x", maxWait: { seconds: -1n, nanos: 0 } }), /^max_wait: must not be negative/],
     ["a negative ttl", () => client.acquire({ file: FILE, owner: "x", ttl: { seconds: 0n, nanos: -5 } }), /^ttl: must not be negative/],
-    ["a ttl over the maximum", () => client.acquire({ file: FILE, owner: "x", ttl: ms(2 * 3_600_000) }), /^ttl: must be at most 1h \(the longest lease\), got 2h$/],
+    [
+      "a ttl over the maximum",
+      () => client.acquire({ file: FILE, owner: "x", ttl: ms(2 * 3_600_000) }),
+      /^ttl: must be at most 1h \(the longest lease\), got 2h$/,
+    ],
     ["a malformed request id", () => client.acquire({ file: FILE, owner: "x", requestId: "x".repeat(129) }), /^request_id: must match/],
     ["KeepAlive with no token", () => client.keepAlive({ leaseTokens: [] }), /^lease_tokens: is required/],
     ["an empty release token", () => client.release({ leaseToken: "" }), /^lease_token: is required/],
@@ -594,7 +619,10 @@ describe("createFenceCheck", () => {
       refused = error;
     }
     expect(refused).toBeInstanceOf(BerthError);
-    expect(refused).toMatchObject({ code: "aborted", details: { file: key(), fencingToken: Number(first.fencingToken), currentToken: Number(second.fencingToken) } });
+    expect(refused).toMatchObject({
+      code: "aborted",
+      details: { file: key(), fencingToken: Number(first.fencingToken), currentToken: Number(second.fencingToken) },
+    });
     // Refused when prepared, with the request: before the append is ever sequenced.
     expect(() => check("a/../b", 1n)).toThrow(/^fence\.file: must be an absolute path/);
     expect(() => check(FILE, 0n)).toThrow(/^fence\.fencing_token: /);

@@ -33,7 +33,16 @@ import type { Clock } from "@berth/shared/clock";
 import { systemClock } from "@berth/shared/clock";
 import { BerthError, invalidArgument, isBerthError } from "@berth/shared/errors";
 import { abortable, abortError, berthErrorToConnect, streamHolds } from "@berth/shared/server/index";
-import { checkFencingToken, LOCK_RETRY_AFTER_MS, type Lease, type LeaseEndReason, type LockHolderInfo, type SourceLocks, type SourceLocksApi, type WaitingUpdate } from "../locks/index.js";
+import {
+  checkFencingToken,
+  LOCK_RETRY_AFTER_MS,
+  type Lease,
+  type LeaseEndReason,
+  type LockHolderInfo,
+  type SourceLocks,
+  type SourceLocksApi,
+  type WaitingUpdate,
+} from "../locks/index.js";
 
 /** How often an open Hold stream carries a heartbeat once the lock is granted. */
 export const HOLD_HEARTBEAT_MS = 5_000;
@@ -91,7 +100,10 @@ export function createLockHandlers(options: LockHandlerOptions): ServiceImpl<typ
     async keepAlive(request) {
       if (request.leaseTokens.length === 0) throw invalidArgument("lease_tokens", "is required: at least one lease token Acquire (or Hold) returned");
       if (request.leaseTokens.length > MAX_KEEPALIVE_TOKENS) {
-        throw invalidArgument("lease_tokens", `must hold at most ${MAX_KEEPALIVE_TOKENS} tokens, got ${request.leaseTokens.length}: renew them in several calls`);
+        throw invalidArgument(
+          "lease_tokens",
+          `must hold at most ${MAX_KEEPALIVE_TOKENS} tokens, got ${request.leaseTokens.length}: renew them in several calls`,
+        );
       }
       // Every token is checked before any is renewed: a refused request renews nothing.
       const tokens = request.leaseTokens.map((token, i) => leaseTokenInput(token, `lease_tokens[${i}]`));
@@ -200,12 +212,16 @@ export function createFenceCheck(locks: Pick<SourceLocks, "resolveFile" | "check
       const check = locks.checkToken(key, value);
       if (check.current) return;
       const current = check.currentToken === null ? "nobody holds the lock now" : `the current token is ${check.currentToken}`;
-      throw new BerthError("aborted", `fence rejected: fencing token ${value} of ${key} is no longer current (${current}); nothing was written — acquire the lock again and retry`, {
-        reason: "FENCE_REJECTED",
-        file: key,
-        fencingToken: value,
-        currentToken: check.currentToken ?? 0,
-      });
+      throw new BerthError(
+        "aborted",
+        `fence rejected: fencing token ${value} of ${key} is no longer current (${current}); nothing was written — acquire the lock again and retry`,
+        {
+          reason: "FENCE_REJECTED",
+          file: key,
+          fencingToken: value,
+          currentToken: check.currentToken ?? 0,
+        },
+      );
     };
   };
 }
@@ -330,7 +346,12 @@ function leaseMessage(lease: Lease): LeaseMessage {
 
 function holderMessage(holder: LockHolderInfo): Holder {
   if (holder.kind === "seed-file") {
-    const message = create(HolderSchema, { owner: holder.owner ?? "", fencingToken: 0n, acquireTime: timestampFromMs(holder.since), kind: HolderKind.SEED_LOCK_FILE });
+    const message = create(HolderSchema, {
+      owner: holder.owner ?? "",
+      fencingToken: 0n,
+      acquireTime: timestampFromMs(holder.since),
+      kind: HolderKind.SEED_LOCK_FILE,
+    });
     if (holder.pid !== undefined) message.pid = holder.pid;
     return message;
   }
@@ -348,7 +369,13 @@ function holderMessage(holder: LockHolderInfo): Holder {
 /** Why a hold's lease ended other than by its owner's Release: the service closing its locks, or (never for a hold, whose lease has no ttl) an expiry. */
 function holdEnded(lease: Lease, how: Exclude<LeaseEndReason, "released">): BerthError {
   const what = `the hold on ${lease.file} (fencing token ${lease.fencingToken}) ended`;
-  if (how === "closed") return new BerthError("unavailable", `${what}: the lock service is shutting down; hold the lock again when it is back`, { file: lease.file }, { reason: "SHUTTING_DOWN", retryAfterMs: LOCK_RETRY_AFTER_MS });
+  if (how === "closed")
+    return new BerthError(
+      "unavailable",
+      `${what}: the lock service is shutting down; hold the lock again when it is back`,
+      { file: lease.file },
+      { reason: "SHUTTING_DOWN", retryAfterMs: LOCK_RETRY_AFTER_MS },
+    );
   return new BerthError("failed_precondition", `${what}: its lease expired; hold the lock again`, { file: lease.file, fencingToken: lease.fencingToken });
 }
 

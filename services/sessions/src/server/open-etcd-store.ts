@@ -42,11 +42,13 @@ function refuse(field: string, message: string): BerthError {
 export function checkStoreSettings(values: SessionsValues): void {
   if (values.store === "file") {
     for (const { key, flag } of ETCD_ONLY) {
-      if (values[key] !== undefined) throw refuse(key, `${flag} is for --store etcd, and the store is file: add --store etcd (BERTH_STORE=etcd), or drop ${flag}`);
+      if (values[key] !== undefined)
+        throw refuse(key, `${flag} is for --store etcd, and the store is file: add --store etcd (BERTH_STORE=etcd), or drop ${flag}`);
     }
     return;
   }
-  if (values.etcdEndpoints === undefined) throw refuse("etcdEndpoints", "--store etcd needs --etcd-endpoints (BERTH_ETCD_ENDPOINTS): etcd's client URLs, e.g. http://127.0.0.1:2379");
+  if (values.etcdEndpoints === undefined)
+    throw refuse("etcdEndpoints", "--store etcd needs --etcd-endpoints (BERTH_ETCD_ENDPOINTS): etcd's client URLs, e.g. http://127.0.0.1:2379");
   for (const { key, flag, why } of FILE_ONLY) {
     if (values[key] !== undefined) throw refuse(key, `${flag} cannot be served with --store etcd: ${why}; drop it, or use --store file`);
   }
@@ -100,7 +102,10 @@ export async function openEtcdStore(values: SessionsValues, logger: Logger): Pro
   const client = etcdClientOf(values);
   try {
     const status = await client.status();
-    logger.info({ endpoints: values.etcdEndpoints, prefix: values.etcdPrefix, etcdVersion: status.version, leaseTtlMs: values.etcdLeaseTtl }, "sessions and locks on etcd");
+    logger.info(
+      { endpoints: values.etcdEndpoints, prefix: values.etcdPrefix, etcdVersion: status.version, leaseTtlMs: values.etcdLeaseTtl },
+      "sessions and locks on etcd",
+    );
   } catch (error) {
     client.close();
     throw error;

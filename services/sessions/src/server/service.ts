@@ -100,7 +100,11 @@ export function createLocks(values: SessionsValues, logger: Logger): SourceLocks
 export function lockServiceRegistration(locks: SourceLocksApi, context: ServerContext) {
   context.metrics.registerGauge("berth_locks_held", "Source locks held through berth (leases and Hold streams).", () => locks.stats().held);
   context.metrics.registerGauge("berth_locks_waiting", "Requests waiting for a source lock.", () => locks.stats().waiting);
-  context.metrics.registerGauge("berth_locks_blocked_by_lock_files", "Locks whose queue waits for a lock file held by a process using the seed's library.", () => locks.stats().blockedByLockFiles);
+  context.metrics.registerGauge(
+    "berth_locks_blocked_by_lock_files",
+    "Locks whose queue waits for a lock file held by a process using the seed's library.",
+    () => locks.stats().blockedByLockFiles,
+  );
   return implement(LockService, createLockHandlers({ locks }));
 }
 
@@ -147,7 +151,10 @@ export const sessionsService: ServiceDefinition<typeof SESSIONS_SETTINGS> = {
           throw error;
         }
         return {
-          services: (context: ServerContext) => [sessionServiceRegistration(sessions.store, context, createFenceCheck(locks), values.maxMessageBytes), lockServiceRegistration(locks, context)],
+          services: (context: ServerContext) => [
+            sessionServiceRegistration(sessions.store, context, createFenceCheck(locks), values.maxMessageBytes),
+            lockServiceRegistration(locks, context),
+          ],
           async close() {
             // Locks first: their lock files go and the fencing state is persisted even if the store's close fails.
             try {

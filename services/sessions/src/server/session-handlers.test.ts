@@ -279,7 +279,9 @@ describe("AppendEvent", () => {
     expect(JSON.parse(error.metadata.get(ERROR_DETAILS_HEADER)!)).toMatchObject({ reason: "SEQ_CONFLICT", currentSeq: 2 });
     expect(journalLines("s")).toHaveLength(2);
     // An expected state that does not hold is the same conflict.
-    const fresh = await failure(client.appendEvent({ sessionId: "s", event: phase("c"), expected: { case: "expectedState", value: ExpectedState.NO_SESSION } }));
+    const fresh = await failure(
+      client.appendEvent({ sessionId: "s", event: phase("c"), expected: { case: "expectedState", value: ExpectedState.NO_SESSION } }),
+    );
     expect(codeAndReason(fresh)).toEqual([Code.Aborted, "SEQ_CONFLICT"]);
     expect(fresh.findDetails(SeqConflictSchema)[0]).toMatchObject({ expectedSeq: 0n, currentSeq: 2n, expectedState: ExpectedState.NO_SESSION });
     const missing = await failure(client.appendEvent({ sessionId: "t", event: phase("c"), expected: { case: "expectedState", value: ExpectedState.EXISTS } }));
@@ -319,7 +321,12 @@ describe("AppendEvent", () => {
     const fenceCheck: FenceCheck = (file, token) => () => {
       calls.push([file, token]);
       if (token === current) return;
-      throw new BerthError("aborted", `fence rejected: token ${token} is stale`, { reason: "FENCE_REJECTED", file: `/abs${file}`, fencingToken: Number(token), currentToken: Number(current) });
+      throw new BerthError("aborted", `fence rejected: token ${token} is stale`, {
+        reason: "FENCE_REJECTED",
+        file: `/abs${file}`,
+        fencingToken: Number(token),
+        currentToken: Number(current),
+      });
     };
     const client = clientFor(store, { fenceCheck });
     const ok = await client.appendEvent({ sessionId: "s", event: generate(), fence: { file: "/p/src/a.css", fencingToken: 7n } });
@@ -400,9 +407,21 @@ describe("AppendEvent", () => {
       ],
       [() => client.appendEvent({ sessionId: "s", event: event({ case: "other", value: { type: "generate" } }) }), Code.InvalidArgument, /^event\.other\.type/],
       [() => client.appendEvent({ sessionId: "s", event: generate(), idempotencyKey: "k".repeat(129) }), Code.InvalidArgument, /^idempotency_key: /],
-      [() => client.appendEvent({ sessionId: "s", event: generate(), expected: { case: "expectedSeq", value: 2n ** 60n } }), Code.InvalidArgument, /^expected_seq: must be at most/],
-      [() => client.appendEvent({ sessionId: "s", event: generate(), expected: { case: "expectedSeq", value: -1n } }), Code.InvalidArgument, /^expected_seq: must be positive/],
-      [() => client.appendEvent({ sessionId: "s", event: generate(), expected: { case: "expectedState", value: 9 as ExpectedState } }), Code.InvalidArgument, /^expected_state: /],
+      [
+        () => client.appendEvent({ sessionId: "s", event: generate(), expected: { case: "expectedSeq", value: 2n ** 60n } }),
+        Code.InvalidArgument,
+        /^expected_seq: must be at most/,
+      ],
+      [
+        () => client.appendEvent({ sessionId: "s", event: generate(), expected: { case: "expectedSeq", value: -1n } }),
+        Code.InvalidArgument,
+        /^expected_seq: must be positive/,
+      ],
+      [
+        () => client.appendEvent({ sessionId: "s", event: generate(), expected: { case: "expectedState", value: 9 as ExpectedState } }),
+        Code.InvalidArgument,
+        /^expected_state: /,
+      ],
       [() => client.appendEvent({ sessionId: "s", event: big(4000) }), Code.InvalidArgument, /over the limit of 2048 bytes/, "EVENT_TOO_LARGE"],
     ];
     for (const [i, [call, code, message, reason]] of cases.entries()) {
@@ -420,7 +439,12 @@ describe("AppendEvents", () => {
     const store = openStore();
     const client = clientFor(store);
     await client.appendEvent({ sessionId: "b", event: generate() });
-    const res = await client.appendEvents({ sessionId: "b", events: [phase("a"), phase("b"), phase("c")], expected: { case: "expectedSeq", value: 1n }, idempotencyKey: "batch-1" });
+    const res = await client.appendEvents({
+      sessionId: "b",
+      events: [phase("a"), phase("b"), phase("c")],
+      expected: { case: "expectedSeq", value: 1n },
+      idempotencyKey: "batch-1",
+    });
     expect(res).toMatchObject({ firstSeq: 2n, lastSeq: 4n, duplicate: false });
     expect(res.snapshot?.generationPhase).toBe("c");
     const retry = await client.appendEvents({ sessionId: "b", events: [phase("a"), phase("b"), phase("c")], idempotencyKey: "batch-1" });

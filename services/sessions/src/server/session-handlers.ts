@@ -54,7 +54,7 @@ import type { JournalEntry, SessionSnapshot } from "../reducer.js";
 import { sessionNotFound, type AppendOptions, type AppendResult, type ExpectedState as StoreExpectedState } from "../session-store.js";
 import type { SessionStoreApi } from "../session-store-api.js";
 import { isCompletedPhase } from "../vocabulary.js";
-import type { SessionChange, WatchEntry, } from "../watch-hub.js";
+import type { SessionChange, WatchEntry } from "../watch-hub.js";
 import { eventToJournal, journalEntryToProto, type JournalEntryFacts } from "./event-codec.js";
 import { isoToTimestamp } from "./timestamps.js";
 import { PROGRESS, ProgressPuller } from "./progress-puller.js";
@@ -141,7 +141,10 @@ export function createSessionHandlers(options: SessionHandlerOptions): ServiceIm
     const out: AppendOptions = {};
     if (req.expected.case === "expectedSeq") {
       if (req.expected.value <= 0n) {
-        throw invalidArgument("expected_seq", "must be positive (the session's last seq you saw); for a session with no entry yet set expected_state = NO_SESSION");
+        throw invalidArgument(
+          "expected_seq",
+          "must be positive (the session's last seq you saw); for a session with no entry yet set expected_state = NO_SESSION",
+        );
       }
       out.expectedSeq = safeSeq(req.expected.value, "expected_seq");
     } else if (req.expected.case === "expectedState") {
@@ -447,7 +450,8 @@ async function appendOrExplain(store: SessionStoreApi, sessionId: string, events
       });
     }
     // A store that checks the fence in its own write (etcd) refuses it from there.
-    if (isBerthError(error) && error.reason === "FENCE_REJECTED" && options.fence !== undefined) throw fenceRejected(error, options.fence.file, options.fence.token);
+    if (isBerthError(error) && error.reason === "FENCE_REJECTED" && options.fence !== undefined)
+      throw fenceRejected(error, options.fence.file, options.fence.token);
     throw explainSeqConflict(error, sessionId, options.expectedSeq, options.expectedState);
   }
 }
@@ -525,12 +529,7 @@ function fenceRejected(error: BerthError, file: string, token: bigint): ConnectE
 }
 
 /** Puts the snapshot in a response: pre-encoded for binary calls, as a message for the others. */
-function attachSnapshot(
-  response: AppendEventResponse | AppendEventsResponse,
-  field: number,
-  snapshot: SessionSnapshot,
-  context: HandlerContext,
-): void {
+function attachSnapshot(response: AppendEventResponse | AppendEventsResponse, field: number, snapshot: SessionSnapshot, context: HandlerContext): void {
   if (sendsBinary(context)) response.$unknown = [encodedSnapshotField(field, snapshot)];
   else response.snapshot = snapshotMessage(snapshot);
 }
@@ -549,7 +548,8 @@ function encodePageToken(lastId: string, includeCompleted: boolean): string {
 function decodePageToken(token: string, includeCompleted: boolean): string {
   const text = /^[A-Za-z0-9_-]+$/.test(token) ? Buffer.from(token, "base64url").toString("utf8") : "";
   const match = /^([ac]):([A-Za-z0-9_-]{1,128})$/.exec(text);
-  if (match === null) throw invalidArgument("page_token", "is not a token this service gave: pass next_page_token as it was returned, or nothing for the first page");
+  if (match === null)
+    throw invalidArgument("page_token", "is not a token this service gave: pass next_page_token as it was returned, or nothing for the first page");
   if ((match[1] === "c") !== includeCompleted) {
     throw invalidArgument("page_token", `was given for include_completed=${!includeCompleted}: page with the same include_completed, or start again`);
   }

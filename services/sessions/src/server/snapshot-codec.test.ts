@@ -76,9 +76,15 @@ function seedJson(snapshot: SessionSnapshot): Record<string, unknown> {
  * of omitting zero values (then a subset).
  */
 function expectSameKeys(seed: SessionSnapshot, proto: Snapshot): void {
-  const seedKeys = Object.keys(seedJson(seed)).filter((k) => k !== "diagnosticsTotal").sort();
+  const seedKeys = Object.keys(seedJson(seed))
+    .filter((k) => k !== "diagnosticsTotal")
+    .sort();
   const full = toJson(SnapshotSchema, proto, { alwaysEmitImplicit: true }) as JsonObject;
-  expect(Object.keys(full).filter((k) => k !== "diagnosticsTotal").sort()).toEqual(seedKeys);
+  expect(
+    Object.keys(full)
+      .filter((k) => k !== "diagnosticsTotal")
+      .sort(),
+  ).toEqual(seedKeys);
   const compact = toJson(SnapshotSchema, proto) as JsonObject;
   for (const key of Object.keys(compact)) expect(key === "diagnosticsTotal" || seedKeys.includes(key), key).toBe(true);
 }
@@ -193,11 +199,7 @@ describe("snapshotToProto", () => {
       annotationArtifacts: [{ type: "screenshot", path: 9 }, "junk"],
       mountedVariants: [2, "3", "x", 0.5],
       mountFailures: [{ variant: "2", url: null, error: 5, at: "7" }, null],
-      diagnostics: [
-        { error: "stale_checkpoint_ignored", revision: undefined, revisionDomain: "browser" },
-        { error: 5, detail: "kept" },
-        "junk",
-      ],
+      diagnostics: [{ error: "stale_checkpoint_ignored", revision: undefined, revisionDomain: "browser" }, { error: 5, detail: "kept" }, "junk"],
       updatedAt: "+275760-09-13T00:00:00.000Z",
       detectorWaivers: "contrast",
       message: 12,
@@ -276,7 +278,10 @@ describe("cost", () => {
     const typical = fold("cost", RICH_EVENTS);
     const noisy = fold(
       "cost-noisy",
-      [...RICH_EVENTS, ...Array.from({ length: 150 }, (_, i) => (i % 2 ? { type: "bogus" } : { type: "detector_waivers", waivers: [`rule-${i}`] }))].slice(0, 160),
+      [...RICH_EVENTS, ...Array.from({ length: 150 }, (_, i) => (i % 2 ? { type: "bogus" } : { type: "detector_waivers", waivers: [`rule-${i}`] }))].slice(
+        0,
+        160,
+      ),
     );
     // The best of several batches: on a shared machine the slowest batches measure the neighbours.
     const bestOf = (rounds: number, run: () => void): number => {

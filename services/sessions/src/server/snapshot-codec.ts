@@ -63,8 +63,7 @@ export function snapshotToProto(s: SessionSnapshot): Snapshot {
     mountedVariants: mountedVariantsOf(s.mountedVariants),
     mountFailures: mountFailuresOf(s.mountFailures),
     diagnostics: diagnosticsOf(s.diagnostics),
-    diagnosticsTotal:
-      uint64Of(s.diagnosticsTotal) ?? BigInt(Array.isArray(s.diagnostics) ? s.diagnostics.length : 0),
+    diagnosticsTotal: uint64Of(s.diagnosticsTotal) ?? BigInt(Array.isArray(s.diagnostics) ? s.diagnostics.length : 0),
   };
   // Optional fields are assigned only when set, so the message has exactly the properties
   // `create` would give it.

@@ -29,7 +29,9 @@ const snapshotPayloads = createIdentityCache((snapshot: SessionSnapshot) => leng
 const entryMessages = createIdentityCache(
   (entry: JournalEntry, facts: JournalEntryFacts): JournalEntryMessage => journalEntryToProto(entry as unknown as Record<string, unknown>, facts),
 );
-const entryPayloads = createIdentityCache((entry: JournalEntry, facts: JournalEntryFacts) => lengthDelimited(toBinary(JournalEntrySchema, entryMessages.get(entry, facts))));
+const entryPayloads = createIdentityCache((entry: JournalEntry, facts: JournalEntryFacts) =>
+  lengthDelimited(toBinary(JournalEntrySchema, entryMessages.get(entry, facts))),
+);
 
 /** The Snapshot message for a reducer snapshot, converted once per snapshot object. */
 export function snapshotMessage(snapshot: SessionSnapshot): Snapshot {

@@ -55,7 +55,10 @@ beforeEach(async () => {
   server = await startServer({
     name: "sessions",
     logger: silent,
-    services: [implement(SessionService, createSessionHandlers({ store })), implement(LockService, createLockHandlers({ locks, clock, heartbeatMs: HEARTBEAT_MS }))],
+    services: [
+      implement(SessionService, createSessionHandlers({ store })),
+      implement(LockService, createLockHandlers({ locks, clock, heartbeatMs: HEARTBEAT_MS })),
+    ],
   });
 });
 
@@ -129,7 +132,9 @@ describe.each(WIRE_PROTOCOLS.slice(1))("SessionService and LockService over $nam
       all: open((o) => sessions.watchSessions({ includeCurrent: true, includeSnapshot: true }, o)),
     }));
     // Backlog (2 entries, one message), caught up; the current sessions, caught up.
-    const before = await Promise.all(watchers.map(async (w) => ({ single: await take(w.single, 2), batched: await take(w.batched, 2), all: await take(w.all, 2) })));
+    const before = await Promise.all(
+      watchers.map(async (w) => ({ single: await take(w.single, 2), batched: await take(w.batched, 2), all: await take(w.all, 2) })),
+    );
     // Three entries in one append (a batch for the batched watcher), then one more, then another session.
     await reference.sessions.appendEvents({ sessionId: "s", events: [phase("a"), phase("b"), phase("c")] });
     await reference.sessions.appendEvent({ sessionId: "s", event: phase("d") });
@@ -149,7 +154,9 @@ describe.each(WIRE_PROTOCOLS.slice(1))("SessionService and LockService over $nam
     const [expected, actual] = results;
     expect(expected!.single[0]).toMatchObject({ entries: { entries: [{ entry: { seq: "1", type: "generate" } }, { entry: { seq: "2" } }] } });
     expect(expected!.single[2]).toMatchObject({ entries: { entries: [{ entry: { seq: "3", type: "agent_phase" }, snapshot: { generationPhase: "a" } }] } });
-    expect(expected!.batched[2]).toMatchObject({ entries: { entries: [{ entry: { seq: "3" }, snapshot: {} }, { entry: { seq: "4" } }, { entry: { seq: "5" } }] } });
+    expect(expected!.batched[2]).toMatchObject({
+      entries: { entries: [{ entry: { seq: "3" }, snapshot: {} }, { entry: { seq: "4" } }, { entry: { seq: "5" } }] },
+    });
     expect(expected!.all[4]).toMatchObject({ change: { sessionId: "t", lastSeq: "1", snapshot: { id: "t" } } });
     expect(actual).toEqual(expected);
 

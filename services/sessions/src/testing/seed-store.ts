@@ -45,7 +45,11 @@ export function seedFilePath(): string | undefined {
     for (const name of readdirSync(dir).sort()) {
       const candidate = path.join(dir, name);
       if (!name.endsWith(".txt")) continue;
-      if (readFileSync(candidate, "utf8").split("\n", 20).some((line) => line.trim().endsWith(STORE_SECTION))) {
+      if (
+        readFileSync(candidate, "utf8")
+          .split("\n", 20)
+          .some((line) => line.trim().endsWith(STORE_SECTION))
+      ) {
         file = candidate;
         break;
       }
@@ -58,7 +62,9 @@ export function seedFilePath(): string | undefined {
 }
 
 /** The one line that says what is skipped without the seeds and how to run it. */
-export function missingSeedsNotice(what = "the comparisons against the seed's own session store (differential reducer and store properties, journals moving both ways)"): string {
+export function missingSeedsNotice(
+  what = "the comparisons against the seed's own session store (differential reducer and store properties, journals moving both ways)",
+): string {
   const where = seedsDir() === undefined ? "BERTH_SEEDS_DIR is not set" : `the seeds are not at ${seedsDir()}`;
   return `${where}: skipped ${what}; run them with BERTH_SEEDS_DIR=<the directory holding the seed files>`;
 }

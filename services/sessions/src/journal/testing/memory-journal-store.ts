@@ -66,7 +66,8 @@ class MemoryJournal implements SessionJournal {
       this.snapshot = batch.snapshots[batch.snapshots.length - 1]!;
       this.nextSeq = last + 1;
       this.exists = true;
-      if (batch.idempotencyKey !== undefined) this.keys.set(batch.idempotencyKey, { firstSeq: first, lastSeq: last, ...(batch.digest !== undefined ? { digest: batch.digest } : {}) });
+      if (batch.idempotencyKey !== undefined)
+        this.keys.set(batch.idempotencyKey, { firstSeq: first, lastSeq: last, ...(batch.digest !== undefined ? { digest: batch.digest } : {}) });
       batch.durable(previous);
     });
   }
@@ -95,7 +96,13 @@ class MemoryJournal implements SessionJournal {
 }
 
 export function createMemoryJournalStore(options: { now?: () => number } = {}): MemoryJournalStore {
-  const owner = { failing: { count: 0, error: new BerthError("unavailable", "the memory journal refused the write", undefined, { reason: "STATE_READ_ONLY", retryAfterMs: 1000 }) }, now: options.now ?? Date.now };
+  const owner = {
+    failing: {
+      count: 0,
+      error: new BerthError("unavailable", "the memory journal refused the write", undefined, { reason: "STATE_READ_ONLY", retryAfterMs: 1000 }),
+    },
+    now: options.now ?? Date.now,
+  };
   const journals = new Map<string, MemoryJournal>();
   let listener: JournalListener | undefined;
   const stats: JournalStoreStats = { openSessions: 0, replays: 0, hydrations: 0, tailReplays: 0, snapshotWrites: 0 };
@@ -118,7 +125,11 @@ export function createMemoryJournalStore(options: { now?: () => number } = {}): 
       return journal;
     },
     has: (sessionId) => journals.get(sessionId)?.exists ?? false,
-    sessionIds: () => [...journals.values()].filter((j) => j.exists).map((j) => j.id).sort(),
+    sessionIds: () =>
+      [...journals.values()]
+        .filter((j) => j.exists)
+        .map((j) => j.id)
+        .sort(),
     remove(journal) {
       journals.delete(journal.id);
     },

@@ -56,7 +56,8 @@ function kindOf(jsonKey: string, type: string): string | undefined {
   if (member?.fieldKind !== "message") return undefined;
   const field = member.message.fields.find((f) => f.jsonName === jsonKey && f.name !== "extra");
   if (!field) return undefined;
-  if (field.fieldKind === "message") return { "google.protobuf.Value": "value", "google.protobuf.ListValue": "list", "google.protobuf.Struct": "struct" }[field.message.typeName];
+  if (field.fieldKind === "message")
+    return { "google.protobuf.Value": "value", "google.protobuf.ListValue": "list", "google.protobuf.Struct": "struct" }[field.message.typeName];
   if (field.fieldKind === "scalar") {
     const kinds: Partial<Record<ScalarType, string>> = {
       [ScalarType.STRING]: "string",
@@ -100,9 +101,12 @@ export const journalEvent: fc.Arbitrary<Record<string, unknown>> = eventType.cha
   );
   const others = fc.array(fc.tuple(otherKey, JUNK), { maxLength: 3 });
   return fc.tuple(fc.tuple(...typedEntries), others).map(([entries, extra]) => {
-    const all = [["type", type] as [string, unknown], ...entries.filter((e): e is [string, unknown] => e !== undefined), ...extra.filter(([k]) => k !== "type")];
+    const all = [
+      ["type", type] as [string, unknown],
+      ...entries.filter((e): e is [string, unknown] => e !== undefined),
+      ...extra.filter(([k]) => k !== "type"),
+    ];
     // Through JSON text, as the journal reader sees it (Object.fromEntries keeps "__proto__" own).
     return JSON.parse(JSON.stringify(Object.fromEntries(all))) as Record<string, unknown>;
   });
 });
-
