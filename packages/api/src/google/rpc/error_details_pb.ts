@@ -25,12 +25,8 @@ import type { Message } from "@bufbuild/protobuf";
 /**
  * Describes the file google/rpc/error_details.proto.
  */
-export const file_google_rpc_error_details: GenFile =
-  /*@__PURE__*/
-  fileDesc(
-    "Ch5nb29nbGUvcnBjL2Vycm9yX2RldGFpbHMucHJvdG8SCmdvb2dsZS5ycGMikwEKCUVycm9ySW5mbxIOCgZyZWFzb24YASABKAkSDgoGZG9tYWluGAIgASgJEjUKCG1ldGFkYXRhGAMgAygLMiMuZ29vZ2xlLnJwYy5FcnJvckluZm8uTWV0YWRhdGFFbnRyeRovCg1NZXRhZGF0YUVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiOwoJUmV0cnlJbmZvEi4KC3JldHJ5X2RlbGF5GAEgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIjIKCURlYnVnSW5mbxIVCg1zdGFja19lbnRyaWVzGAEgAygJEg4KBmRldGFpbBgCIAEoCSKPAwoMUXVvdGFGYWlsdXJlEjYKCnZpb2xhdGlvbnMYASADKAsyIi5nb29nbGUucnBjLlF1b3RhRmFpbHVyZS5WaW9sYXRpb24axgIKCVZpb2xhdGlvbhIPCgdzdWJqZWN0GAEgASgJEhMKC2Rlc2NyaXB0aW9uGAIgASgJEhMKC2FwaV9zZXJ2aWNlGAMgASgJEhQKDHF1b3RhX21ldHJpYxgEIAEoCRIQCghxdW90YV9pZBgFIAEoCRJRChBxdW90YV9kaW1lbnNpb25zGAYgAygLMjcuZ29vZ2xlLnJwYy5RdW90YUZhaWx1cmUuVmlvbGF0aW9uLlF1b3RhRGltZW5zaW9uc0VudHJ5EhMKC3F1b3RhX3ZhbHVlGAcgASgDEh8KEmZ1dHVyZV9xdW90YV92YWx1ZRgIIAEoA0gAiAEBGjYKFFF1b3RhRGltZW5zaW9uc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAFCFQoTX2Z1dHVyZV9xdW90YV92YWx1ZSKVAQoTUHJlY29uZGl0aW9uRmFpbHVyZRI9Cgp2aW9sYXRpb25zGAEgAygLMikuZ29vZ2xlLnJwYy5QcmVjb25kaXRpb25GYWlsdXJlLlZpb2xhdGlvbho/CglWaW9sYXRpb24SDAoEdHlwZRgBIAEoCRIPCgdzdWJqZWN0GAIgASgJEhMKC2Rlc2NyaXB0aW9uGAMgASgJIswBCgpCYWRSZXF1ZXN0Ej8KEGZpZWxkX3Zpb2xhdGlvbnMYASADKAsyJS5nb29nbGUucnBjLkJhZFJlcXVlc3QuRmllbGRWaW9sYXRpb24afQoORmllbGRWaW9sYXRpb24SDQoFZmllbGQYASABKAkSEwoLZGVzY3JpcHRpb24YAiABKAkSDgoGcmVhc29uGAMgASgJEjcKEWxvY2FsaXplZF9tZXNzYWdlGAQgASgLMhwuZ29vZ2xlLnJwYy5Mb2NhbGl6ZWRNZXNzYWdlIjcKC1JlcXVlc3RJbmZvEhIKCnJlcXVlc3RfaWQYASABKAkSFAoMc2VydmluZ19kYXRhGAIgASgJImAKDFJlc291cmNlSW5mbxIVCg1yZXNvdXJjZV90eXBlGAEgASgJEhUKDXJlc291cmNlX25hbWUYAiABKAkSDQoFb3duZXIYAyABKAkSEwoLZGVzY3JpcHRpb24YBCABKAkiVgoESGVscBIkCgVsaW5rcxgBIAMoCzIVLmdvb2dsZS5ycGMuSGVscC5MaW5rGigKBExpbmsSEwoLZGVzY3JpcHRpb24YASABKAkSCwoDdXJsGAIgASgJIjMKEExvY2FsaXplZE1lc3NhZ2USDgoGbG9jYWxlGAEgASgJEg8KB21lc3NhZ2UYAiABKAlCbAoOY29tLmdvb2dsZS5ycGNCEUVycm9yRGV0YWlsc1Byb3RvUAFaP2dvb2dsZS5nb2xhbmcub3JnL2dlbnByb3RvL2dvb2dsZWFwaXMvcnBjL2VycmRldGFpbHM7ZXJyZGV0YWlsc6ICA1JQQ2IGcHJvdG8z",
-    [file_google_protobuf_duration],
-  );
+export const file_google_rpc_error_details: GenFile = /*@__PURE__*/
+  fileDesc("Ch5nb29nbGUvcnBjL2Vycm9yX2RldGFpbHMucHJvdG8SCmdvb2dsZS5ycGMikwEKCUVycm9ySW5mbxIOCgZyZWFzb24YASABKAkSDgoGZG9tYWluGAIgASgJEjUKCG1ldGFkYXRhGAMgAygLMiMuZ29vZ2xlLnJwYy5FcnJvckluZm8uTWV0YWRhdGFFbnRyeRovCg1NZXRhZGF0YUVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiOwoJUmV0cnlJbmZvEi4KC3JldHJ5X2RlbGF5GAEgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIjIKCURlYnVnSW5mbxIVCg1zdGFja19lbnRyaWVzGAEgAygJEg4KBmRldGFpbBgCIAEoCSKPAwoMUXVvdGFGYWlsdXJlEjYKCnZpb2xhdGlvbnMYASADKAsyIi5nb29nbGUucnBjLlF1b3RhRmFpbHVyZS5WaW9sYXRpb24axgIKCVZpb2xhdGlvbhIPCgdzdWJqZWN0GAEgASgJEhMKC2Rlc2NyaXB0aW9uGAIgASgJEhMKC2FwaV9zZXJ2aWNlGAMgASgJEhQKDHF1b3RhX21ldHJpYxgEIAEoCRIQCghxdW90YV9pZBgFIAEoCRJRChBxdW90YV9kaW1lbnNpb25zGAYgAygLMjcuZ29vZ2xlLnJwYy5RdW90YUZhaWx1cmUuVmlvbGF0aW9uLlF1b3RhRGltZW5zaW9uc0VudHJ5EhMKC3F1b3RhX3ZhbHVlGAcgASgDEh8KEmZ1dHVyZV9xdW90YV92YWx1ZRgIIAEoA0gAiAEBGjYKFFF1b3RhRGltZW5zaW9uc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAFCFQoTX2Z1dHVyZV9xdW90YV92YWx1ZSKVAQoTUHJlY29uZGl0aW9uRmFpbHVyZRI9Cgp2aW9sYXRpb25zGAEgAygLMikuZ29vZ2xlLnJwYy5QcmVjb25kaXRpb25GYWlsdXJlLlZpb2xhdGlvbho/CglWaW9sYXRpb24SDAoEdHlwZRgBIAEoCRIPCgdzdWJqZWN0GAIgASgJEhMKC2Rlc2NyaXB0aW9uGAMgASgJIswBCgpCYWRSZXF1ZXN0Ej8KEGZpZWxkX3Zpb2xhdGlvbnMYASADKAsyJS5nb29nbGUucnBjLkJhZFJlcXVlc3QuRmllbGRWaW9sYXRpb24afQoORmllbGRWaW9sYXRpb24SDQoFZmllbGQYASABKAkSEwoLZGVzY3JpcHRpb24YAiABKAkSDgoGcmVhc29uGAMgASgJEjcKEWxvY2FsaXplZF9tZXNzYWdlGAQgASgLMhwuZ29vZ2xlLnJwYy5Mb2NhbGl6ZWRNZXNzYWdlIjcKC1JlcXVlc3RJbmZvEhIKCnJlcXVlc3RfaWQYASABKAkSFAoMc2VydmluZ19kYXRhGAIgASgJImAKDFJlc291cmNlSW5mbxIVCg1yZXNvdXJjZV90eXBlGAEgASgJEhUKDXJlc291cmNlX25hbWUYAiABKAkSDQoFb3duZXIYAyABKAkSEwoLZGVzY3JpcHRpb24YBCABKAkiVgoESGVscBIkCgVsaW5rcxgBIAMoCzIVLmdvb2dsZS5ycGMuSGVscC5MaW5rGigKBExpbmsSEwoLZGVzY3JpcHRpb24YASABKAkSCwoDdXJsGAIgASgJIjMKEExvY2FsaXplZE1lc3NhZ2USDgoGbG9jYWxlGAEgASgJEg8KB21lc3NhZ2UYAiABKAlCbAoOY29tLmdvb2dsZS5ycGNCEUVycm9yRGV0YWlsc1Byb3RvUAFaP2dvb2dsZS5nb2xhbmcub3JnL2dlbnByb3RvL2dvb2dsZWFwaXMvcnBjL2VycmRldGFpbHM7ZXJyZGV0YWlsc6ICA1JQQ2IGcHJvdG8z", [file_google_protobuf_duration]);
 
 /**
  * Describes the cause of the error with structured details.
@@ -104,7 +100,8 @@ export type ErrorInfo = Message<"google.rpc.ErrorInfo"> & {
  * Describes the message google.rpc.ErrorInfo.
  * Use `create(ErrorInfoSchema)` to create a new message.
  */
-export const ErrorInfoSchema: GenMessage<ErrorInfo> = /*@__PURE__*/ messageDesc(file_google_rpc_error_details, 0);
+export const ErrorInfoSchema: GenMessage<ErrorInfo> = /*@__PURE__*/
+  messageDesc(file_google_rpc_error_details, 0);
 
 /**
  * Describes when the clients can retry a failed request. Clients could ignore
@@ -136,7 +133,8 @@ export type RetryInfo = Message<"google.rpc.RetryInfo"> & {
  * Describes the message google.rpc.RetryInfo.
  * Use `create(RetryInfoSchema)` to create a new message.
  */
-export const RetryInfoSchema: GenMessage<RetryInfo> = /*@__PURE__*/ messageDesc(file_google_rpc_error_details, 1);
+export const RetryInfoSchema: GenMessage<RetryInfo> = /*@__PURE__*/
+  messageDesc(file_google_rpc_error_details, 1);
 
 /**
  * Describes additional debugging info.
@@ -163,7 +161,8 @@ export type DebugInfo = Message<"google.rpc.DebugInfo"> & {
  * Describes the message google.rpc.DebugInfo.
  * Use `create(DebugInfoSchema)` to create a new message.
  */
-export const DebugInfoSchema: GenMessage<DebugInfo> = /*@__PURE__*/ messageDesc(file_google_rpc_error_details, 2);
+export const DebugInfoSchema: GenMessage<DebugInfo> = /*@__PURE__*/
+  messageDesc(file_google_rpc_error_details, 2);
 
 /**
  * Describes how a quota check failed.
@@ -193,7 +192,8 @@ export type QuotaFailure = Message<"google.rpc.QuotaFailure"> & {
  * Describes the message google.rpc.QuotaFailure.
  * Use `create(QuotaFailureSchema)` to create a new message.
  */
-export const QuotaFailureSchema: GenMessage<QuotaFailure> = /*@__PURE__*/ messageDesc(file_google_rpc_error_details, 3);
+export const QuotaFailureSchema: GenMessage<QuotaFailure> = /*@__PURE__*/
+  messageDesc(file_google_rpc_error_details, 3);
 
 /**
  * A message type used to describe a single quota violation.  For example, a
@@ -318,7 +318,8 @@ export type QuotaFailure_Violation = Message<"google.rpc.QuotaFailure.Violation"
  * Describes the message google.rpc.QuotaFailure.Violation.
  * Use `create(QuotaFailure_ViolationSchema)` to create a new message.
  */
-export const QuotaFailure_ViolationSchema: GenMessage<QuotaFailure_Violation> = /*@__PURE__*/ messageDesc(file_google_rpc_error_details, 3, 0);
+export const QuotaFailure_ViolationSchema: GenMessage<QuotaFailure_Violation> = /*@__PURE__*/
+  messageDesc(file_google_rpc_error_details, 3, 0);
 
 /**
  * Describes what preconditions have failed.
@@ -342,7 +343,8 @@ export type PreconditionFailure = Message<"google.rpc.PreconditionFailure"> & {
  * Describes the message google.rpc.PreconditionFailure.
  * Use `create(PreconditionFailureSchema)` to create a new message.
  */
-export const PreconditionFailureSchema: GenMessage<PreconditionFailure> = /*@__PURE__*/ messageDesc(file_google_rpc_error_details, 4);
+export const PreconditionFailureSchema: GenMessage<PreconditionFailure> = /*@__PURE__*/
+  messageDesc(file_google_rpc_error_details, 4);
 
 /**
  * A message type used to describe a single precondition failure.
@@ -383,7 +385,8 @@ export type PreconditionFailure_Violation = Message<"google.rpc.PreconditionFail
  * Describes the message google.rpc.PreconditionFailure.Violation.
  * Use `create(PreconditionFailure_ViolationSchema)` to create a new message.
  */
-export const PreconditionFailure_ViolationSchema: GenMessage<PreconditionFailure_Violation> = /*@__PURE__*/ messageDesc(file_google_rpc_error_details, 4, 0);
+export const PreconditionFailure_ViolationSchema: GenMessage<PreconditionFailure_Violation> = /*@__PURE__*/
+  messageDesc(file_google_rpc_error_details, 4, 0);
 
 /**
  * Describes violations in a client request. This error type focuses on the
@@ -404,7 +407,8 @@ export type BadRequest = Message<"google.rpc.BadRequest"> & {
  * Describes the message google.rpc.BadRequest.
  * Use `create(BadRequestSchema)` to create a new message.
  */
-export const BadRequestSchema: GenMessage<BadRequest> = /*@__PURE__*/ messageDesc(file_google_rpc_error_details, 5);
+export const BadRequestSchema: GenMessage<BadRequest> = /*@__PURE__*/
+  messageDesc(file_google_rpc_error_details, 5);
 
 /**
  * A message type used to describe a single bad request field.
@@ -487,7 +491,8 @@ export type BadRequest_FieldViolation = Message<"google.rpc.BadRequest.FieldViol
  * Describes the message google.rpc.BadRequest.FieldViolation.
  * Use `create(BadRequest_FieldViolationSchema)` to create a new message.
  */
-export const BadRequest_FieldViolationSchema: GenMessage<BadRequest_FieldViolation> = /*@__PURE__*/ messageDesc(file_google_rpc_error_details, 5, 0);
+export const BadRequest_FieldViolationSchema: GenMessage<BadRequest_FieldViolation> = /*@__PURE__*/
+  messageDesc(file_google_rpc_error_details, 5, 0);
 
 /**
  * Contains metadata about the request that clients can attach when filing a bug
@@ -517,7 +522,8 @@ export type RequestInfo = Message<"google.rpc.RequestInfo"> & {
  * Describes the message google.rpc.RequestInfo.
  * Use `create(RequestInfoSchema)` to create a new message.
  */
-export const RequestInfoSchema: GenMessage<RequestInfo> = /*@__PURE__*/ messageDesc(file_google_rpc_error_details, 6);
+export const RequestInfoSchema: GenMessage<RequestInfo> = /*@__PURE__*/
+  messageDesc(file_google_rpc_error_details, 6);
 
 /**
  * Describes the resource that is being accessed.
@@ -567,7 +573,8 @@ export type ResourceInfo = Message<"google.rpc.ResourceInfo"> & {
  * Describes the message google.rpc.ResourceInfo.
  * Use `create(ResourceInfoSchema)` to create a new message.
  */
-export const ResourceInfoSchema: GenMessage<ResourceInfo> = /*@__PURE__*/ messageDesc(file_google_rpc_error_details, 7);
+export const ResourceInfoSchema: GenMessage<ResourceInfo> = /*@__PURE__*/
+  messageDesc(file_google_rpc_error_details, 7);
 
 /**
  * Provides links to documentation or for performing an out of band action.
@@ -591,7 +598,8 @@ export type Help = Message<"google.rpc.Help"> & {
  * Describes the message google.rpc.Help.
  * Use `create(HelpSchema)` to create a new message.
  */
-export const HelpSchema: GenMessage<Help> = /*@__PURE__*/ messageDesc(file_google_rpc_error_details, 8);
+export const HelpSchema: GenMessage<Help> = /*@__PURE__*/
+  messageDesc(file_google_rpc_error_details, 8);
 
 /**
  * Describes a URL link.
@@ -618,7 +626,8 @@ export type Help_Link = Message<"google.rpc.Help.Link"> & {
  * Describes the message google.rpc.Help.Link.
  * Use `create(Help_LinkSchema)` to create a new message.
  */
-export const Help_LinkSchema: GenMessage<Help_Link> = /*@__PURE__*/ messageDesc(file_google_rpc_error_details, 8, 0);
+export const Help_LinkSchema: GenMessage<Help_Link> = /*@__PURE__*/
+  messageDesc(file_google_rpc_error_details, 8, 0);
 
 /**
  * Provides a localized error message that is safe to return to the user
@@ -648,4 +657,6 @@ export type LocalizedMessage = Message<"google.rpc.LocalizedMessage"> & {
  * Describes the message google.rpc.LocalizedMessage.
  * Use `create(LocalizedMessageSchema)` to create a new message.
  */
-export const LocalizedMessageSchema: GenMessage<LocalizedMessage> = /*@__PURE__*/ messageDesc(file_google_rpc_error_details, 9);
+export const LocalizedMessageSchema: GenMessage<LocalizedMessage> = /*@__PURE__*/
+  messageDesc(file_google_rpc_error_details, 9);
+

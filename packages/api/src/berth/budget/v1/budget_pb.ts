@@ -20,12 +20,8 @@ import type { Message } from "@bufbuild/protobuf";
 /**
  * Describes the file berth/budget/v1/budget.proto.
  */
-export const file_berth_budget_v1_budget: GenFile =
-  /*@__PURE__*/
-  fileDesc(
-    "ChxiZXJ0aC9idWRnZXQvdjEvYnVkZ2V0LnByb3RvEg9iZXJ0aC5idWRnZXQudjEiLgoJUmVzb3VyY2VzEhQKDG1lbW9yeV9ieXRlcxgBIAEoAxILCgNjcHUYAiABKAEicwoMUmVzb3VyY2VTcGVjEhMKBm1lbW9yeRgBIAEoCUgAiAEBEhAKA2NwdRgCIAEoAUgBiAEBEikKBWJ1aWxkGAMgASgLMhouYmVydGguYnVkZ2V0LnYxLkJ1aWxkU3BlY0IJCgdfbWVtb3J5QgYKBF9jcHUiRQoJQnVpbGRTcGVjEhMKBm1lbW9yeRgBIAEoCUgAiAEBEhAKA2NwdRgCIAEoAUgBiAEBQgkKB19tZW1vcnlCBgoEX2NwdSI7CgRDb3N0EhQKDG1lbW9yeV9ieXRlcxgBIAEoAxILCgNjcHUYAiABKAESEAoIZGVjbGFyZWQYAyABKAgi6AEKCE5lZWRJdGVtEisKBGtpbmQYASABKA4yHS5iZXJ0aC5idWRnZXQudjEuTmVlZEl0ZW1LaW5kEgwKBG5hbWUYAiABKAkSJQoEY29zdBgDIAEoCzIVLmJlcnRoLmJ1ZGdldC52MS5Db3N0SAASLQoEc3BlYxgEIAEoCzIdLmJlcnRoLmJ1ZGdldC52MS5SZXNvdXJjZVNwZWNIABIUCgdza2lwcGVkGAUgASgJSAGIAQESEQoEd2F2ZRgGIAEoBUgCiAEBQg0KC2Nvc3Rfc291cmNlQgoKCF9za2lwcGVkQgcKBV93YXZlIjAKBE5lZWQSKAoFaXRlbXMYASADKAsyGS5iZXJ0aC5idWRnZXQudjEuTmVlZEl0ZW0ijQEKCk5lZWRUb3RhbHMSKQoFc3RhcnQYASABKAsyGi5iZXJ0aC5idWRnZXQudjEuUmVzb3VyY2VzEikKBWJ1aWxkGAIgASgLMhouYmVydGguYnVkZ2V0LnYxLlJlc291cmNlcxIpCgV0b3RhbBgDIAEoCzIaLmJlcnRoLmJ1ZGdldC52MS5SZXNvdXJjZXMiTAoNQ29tbWl0dGVkSXRlbRIMCgR3aGF0GAEgASgJEhQKDG1lbW9yeV9ieXRlcxgCIAEoAxILCgNjcHUYAyABKAESCgoCaWQYBCABKAkicQoJQ29tbWl0dGVkEhQKDG1lbW9yeV9ieXRlcxgBIAEoAxILCgNjcHUYAiABKAESLQoFaXRlbXMYAyADKAsyHi5iZXJ0aC5idWRnZXQudjEuQ29tbWl0dGVkSXRlbRISCgppdGVtX2NvdW50GAQgASgFImoKEFByZXNzdXJlQXZlcmFnZXMSDQoFYXZnMTAYASABKAESDQoFYXZnNjAYAiABKAESDgoGYXZnMzAwGAMgASgBEigKBXRvdGFsGAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uImwKCFByZXNzdXJlEi8KBHNvbWUYASABKAsyIS5iZXJ0aC5idWRnZXQudjEuUHJlc3N1cmVBdmVyYWdlcxIvCgRmdWxsGAIgASgLMiEuYmVydGguYnVkZ2V0LnYxLlByZXNzdXJlQXZlcmFnZXMitAIKDENncm91cExpbWl0cxIMCgRwYXRoGAEgASgJEhcKCm1lbW9yeV9tYXgYAiABKANIAIgBARIbCg5tZW1vcnlfY3VycmVudBgDIAEoA0gBiAEBEiEKFG1lbW9yeV9pbmFjdGl2ZV9maWxlGAQgASgDSAKIAQESHQoQbWVtb3J5X2F2YWlsYWJsZRgFIAEoA0gDiAEBEhYKCWNwdV9xdW90YRgGIAEoAUgEiAEBEhgKC2NwdXNldF9jcHVzGAcgASgFSAWIAQFCDQoLX21lbW9yeV9tYXhCEQoPX21lbW9yeV9jdXJyZW50QhcKFV9tZW1vcnlfaW5hY3RpdmVfZmlsZUITChFfbWVtb3J5X2F2YWlsYWJsZUIMCgpfY3B1X3F1b3RhQg4KDF9jcHVzZXRfY3B1cyL0AwoHTWFjaGluZRIvCgtzYW1wbGVfdGltZRgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASGAoLdG90YWxfYnl0ZXMYAiABKANIAIgBARIcCg9hdmFpbGFibGVfYnl0ZXMYAyABKANIAYgBARISCgVsb2FkMRgEIAEoAUgCiAEBEhIKBWxvYWQ1GAUgASgBSAOIAQESEwoGbG9hZDE1GAYgASgBSASIAQESDQoFY29yZXMYByABKAUSLwoMY3B1X3ByZXNzdXJlGAggASgLMhkuYmVydGguYnVkZ2V0LnYxLlByZXNzdXJlEjIKD21lbW9yeV9wcmVzc3VyZRgJIAEoCzIZLmJlcnRoLmJ1ZGdldC52MS5QcmVzc3VyZRIuCgtpb19wcmVzc3VyZRgKIAEoCzIZLmJlcnRoLmJ1ZGdldC52MS5QcmVzc3VyZRItCgZjZ3JvdXAYCyABKAsyHS5iZXJ0aC5idWRnZXQudjEuQ2dyb3VwTGltaXRzEi0KBnNvdXJjZRgMIAEoDjIdLmJlcnRoLmJ1ZGdldC52MS5TYW1wbGVTb3VyY2VCDgoMX3RvdGFsX2J5dGVzQhIKEF9hdmFpbGFibGVfYnl0ZXNCCAoGX2xvYWQxQggKBl9sb2FkNUIJCgdfbG9hZDE1IuwDCgZQb2xpY3kSDwoHZW5hYmxlZBgBIAEoCBIUCgxtZW1vcnlfYnl0ZXMYAiABKAMSCwoDY3B1GAMgASgBEhUKDXJlc2VydmVfYnl0ZXMYBCABKAMSFAoMY3B1X3ByZXNzdXJlGAUgASgBEhUKDWxvYWRfcGVyX2NvcmUYBiABKAESKwoIbWF4X3dhaXQYByABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SEQoJbWF4X3F1ZXVlGAggASgFEi8KC2RlZmF1bHRfcnVuGAkgASgLMhouYmVydGguYnVkZ2V0LnYxLlJlc291cmNlcxIxCg1kZWZhdWx0X2J1aWxkGAogASgLMhouYmVydGguYnVkZ2V0LnYxLlJlc291cmNlcxIuCgpxdWV1ZV9tb2RlGAsgASgOMhouYmVydGguYnVkZ2V0LnYxLlF1ZXVlTW9kZRIsCgloZWFydGJlYXQYDCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SMgoPc2FtcGxlX2ludGVydmFsGA0gASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEjQKEWRlZmF1bHRfbGVhc2VfdHRsGA4gASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIsgBCgpXYWl0UmVhc29uEiMKBGdhdGUYASABKA4yFS5iZXJ0aC5idWRnZXQudjEuR2F0ZRIPCgdtZXNzYWdlGAIgASgJEg4KBm5lZWRlZBgDIAEoARIRCglhdmFpbGFibGUYBCABKAESDQoFbGltaXQYBSABKAESDwoHc2V0dGluZxgGIAEoCRIvCgdob2xkZXJzGAcgAygLMh4uYmVydGguYnVkZ2V0LnYxLkNvbW1pdHRlZEl0ZW0SEAoIb2JzZXJ2ZWQYCCABKAEikAMKB1ZlcmRpY3QSDAoEZml0cxgBIAEoCBIXCgppbXBvc3NpYmxlGAIgASgJSACIAQESNgoRaW1wb3NzaWJsZV9yZWFzb24YAyABKAsyGy5iZXJ0aC5idWRnZXQudjEuV2FpdFJlYXNvbhItCgh3YWl0X2ZvchgEIAMoCzIbLmJlcnRoLmJ1ZGdldC52MS5XYWl0UmVhc29uEhUKDXdhaXRfZm9yX3RleHQYBSABKAkSKQoEbmVlZBgGIAEoCzIbLmJlcnRoLmJ1ZGdldC52MS5OZWVkVG90YWxzEi0KCWNvbW1pdHRlZBgHIAEoCzIaLmJlcnRoLmJ1ZGdldC52MS5Db21taXR0ZWQSKQoHbWFjaGluZRgIIAEoCzIYLmJlcnRoLmJ1ZGdldC52MS5NYWNoaW5lEicKBnBvbGljeRgJIAEoCzIXLmJlcnRoLmJ1ZGdldC52MS5Qb2xpY3kSIwobYWRtaXR0ZWRfc2luY2Vfc2FtcGxlX2J5dGVzGAogASgDQg0KC19pbXBvc3NpYmxlIvQBCgtSZXNlcnZhdGlvbhIKCgJpZBgBIAEoCRINCgVvd25lchgCIAEoCRIpCgVzdGFydBgDIAEoCzIaLmJlcnRoLmJ1ZGdldC52MS5SZXNvdXJjZXMSKQoFYnVpbGQYBCABKAsyGi5iZXJ0aC5idWRnZXQudjEuUmVzb3VyY2VzEi4KCmFkbWl0X3RpbWUYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi8KC2V4cGlyZV90aW1lGAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBITCgtydW5uaW5nX2lkcxgHIAMoCSKtAgoMUnVubmluZ0VudHJ5EgoKAmlkGAEgASgJEgwKBG5hbWUYAiABKAkSKAoEY29zdBgDIAEoCzIaLmJlcnRoLmJ1ZGdldC52MS5SZXNvdXJjZXMSEAoDcGlkGAQgASgFSACIAQESGwoOcGlkX3N0YXJ0X3RpbWUYBSABKANIAYgBARIvCgtleHBpcmVfdGltZRgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKc3RhcnRfdGltZRgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASGwoOcmVzZXJ2YXRpb25faWQYCCABKAlIAogBAUIGCgRfcGlkQhEKD19waWRfc3RhcnRfdGltZUIRCg9fcmVzZXJ2YXRpb25faWQirgIKClF1ZXVlRW50cnkSDQoFb3duZXIYASABKAkSEAoIcG9zaXRpb24YAiABKAUSJgoDZXRhGAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEi0KCHdhaXRfZm9yGAQgAygLMhsuYmVydGguYnVkZ2V0LnYxLldhaXRSZWFzb24SFQoNd2FpdF9mb3JfdGV4dBgFIAEoCRIpCgRuZWVkGAYgASgLMhsuYmVydGguYnVkZ2V0LnYxLk5lZWRUb3RhbHMSMAoMZW5xdWV1ZV90aW1lGAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBI0ChB3YWl0X2V4cGlyZV90aW1lGAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCLhAQoHUmVmdXNhbBIqCgRraW5kGAEgASgOMhwuYmVydGguYnVkZ2V0LnYxLlJlZnVzYWxLaW5kEg8KB21lc3NhZ2UYAiABKAkSLAoHcmVhc29ucxgDIAMoCzIbLmJlcnRoLmJ1ZGdldC52MS5XYWl0UmVhc29uEi4KC3JldHJ5X2FmdGVyGAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhAKCHNldHRpbmdzGAUgAygJEikKBndhaXRlZBgGIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiqAAQoMTmVlZEl0ZW1LaW5kEh4KGk5FRURfSVRFTV9LSU5EX1VOU1BFQ0lGSUVEEAASGAoUTkVFRF9JVEVNX0tJTkRfQlVJTEQQARIYChRORUVEX0lURU1fS0lORF9TVEFSVBACEhwKGE5FRURfSVRFTV9LSU5EX0FQUExJQU5DRRADKl8KDFNhbXBsZVNvdXJjZRIdChlTQU1QTEVfU09VUkNFX1VOU1BFQ0lGSUVEEAASFgoSU0FNUExFX1NPVVJDRV9IT1NUEAESGAoUU0FNUExFX1NPVVJDRV9DR1JPVVAQAipVCglRdWV1ZU1vZGUSGgoWUVVFVUVfTU9ERV9VTlNQRUNJRklFRBAAEhMKD1FVRVVFX01PREVfRklGTxABEhcKE1FVRVVFX01PREVfQkFDS0ZJTEwQAiqVAQoER2F0ZRIUChBHQVRFX1VOU1BFQ0lGSUVEEAASFgoSR0FURV9NRU1PUllfQlVER0VUEAESEwoPR0FURV9DUFVfQlVER0VUEAISFAoQR0FURV9GUkVFX01FTU9SWRADEhUKEUdBVEVfQ1BVX1BSRVNTVVJFEAQSDQoJR0FURV9MT0FEEAUSDgoKR0FURV9RVUVVRRAGKoYBCgtSZWZ1c2FsS2luZBIcChhSRUZVU0FMX0tJTkRfVU5TUEVDSUZJRUQQABIbChdSRUZVU0FMX0tJTkRfSU1QT1NTSUJMRRABEhsKF1JFRlVTQUxfS0lORF9RVUVVRV9GVUxMEAISHwobUkVGVVNBTF9LSU5EX1dBSVRfRVhIQVVTVEVEEANiBnByb3RvMw",
-    [file_google_protobuf_duration, file_google_protobuf_timestamp],
-  );
+export const file_berth_budget_v1_budget: GenFile = /*@__PURE__*/
+  fileDesc("ChxiZXJ0aC9idWRnZXQvdjEvYnVkZ2V0LnByb3RvEg9iZXJ0aC5idWRnZXQudjEiLgoJUmVzb3VyY2VzEhQKDG1lbW9yeV9ieXRlcxgBIAEoAxILCgNjcHUYAiABKAEicwoMUmVzb3VyY2VTcGVjEhMKBm1lbW9yeRgBIAEoCUgAiAEBEhAKA2NwdRgCIAEoAUgBiAEBEikKBWJ1aWxkGAMgASgLMhouYmVydGguYnVkZ2V0LnYxLkJ1aWxkU3BlY0IJCgdfbWVtb3J5QgYKBF9jcHUiRQoJQnVpbGRTcGVjEhMKBm1lbW9yeRgBIAEoCUgAiAEBEhAKA2NwdRgCIAEoAUgBiAEBQgkKB19tZW1vcnlCBgoEX2NwdSI7CgRDb3N0EhQKDG1lbW9yeV9ieXRlcxgBIAEoAxILCgNjcHUYAiABKAESEAoIZGVjbGFyZWQYAyABKAgi6AEKCE5lZWRJdGVtEisKBGtpbmQYASABKA4yHS5iZXJ0aC5idWRnZXQudjEuTmVlZEl0ZW1LaW5kEgwKBG5hbWUYAiABKAkSJQoEY29zdBgDIAEoCzIVLmJlcnRoLmJ1ZGdldC52MS5Db3N0SAASLQoEc3BlYxgEIAEoCzIdLmJlcnRoLmJ1ZGdldC52MS5SZXNvdXJjZVNwZWNIABIUCgdza2lwcGVkGAUgASgJSAGIAQESEQoEd2F2ZRgGIAEoBUgCiAEBQg0KC2Nvc3Rfc291cmNlQgoKCF9za2lwcGVkQgcKBV93YXZlIjAKBE5lZWQSKAoFaXRlbXMYASADKAsyGS5iZXJ0aC5idWRnZXQudjEuTmVlZEl0ZW0ijQEKCk5lZWRUb3RhbHMSKQoFc3RhcnQYASABKAsyGi5iZXJ0aC5idWRnZXQudjEuUmVzb3VyY2VzEikKBWJ1aWxkGAIgASgLMhouYmVydGguYnVkZ2V0LnYxLlJlc291cmNlcxIpCgV0b3RhbBgDIAEoCzIaLmJlcnRoLmJ1ZGdldC52MS5SZXNvdXJjZXMiTAoNQ29tbWl0dGVkSXRlbRIMCgR3aGF0GAEgASgJEhQKDG1lbW9yeV9ieXRlcxgCIAEoAxILCgNjcHUYAyABKAESCgoCaWQYBCABKAkicQoJQ29tbWl0dGVkEhQKDG1lbW9yeV9ieXRlcxgBIAEoAxILCgNjcHUYAiABKAESLQoFaXRlbXMYAyADKAsyHi5iZXJ0aC5idWRnZXQudjEuQ29tbWl0dGVkSXRlbRISCgppdGVtX2NvdW50GAQgASgFImoKEFByZXNzdXJlQXZlcmFnZXMSDQoFYXZnMTAYASABKAESDQoFYXZnNjAYAiABKAESDgoGYXZnMzAwGAMgASgBEigKBXRvdGFsGAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uImwKCFByZXNzdXJlEi8KBHNvbWUYASABKAsyIS5iZXJ0aC5idWRnZXQudjEuUHJlc3N1cmVBdmVyYWdlcxIvCgRmdWxsGAIgASgLMiEuYmVydGguYnVkZ2V0LnYxLlByZXNzdXJlQXZlcmFnZXMitAIKDENncm91cExpbWl0cxIMCgRwYXRoGAEgASgJEhcKCm1lbW9yeV9tYXgYAiABKANIAIgBARIbCg5tZW1vcnlfY3VycmVudBgDIAEoA0gBiAEBEiEKFG1lbW9yeV9pbmFjdGl2ZV9maWxlGAQgASgDSAKIAQESHQoQbWVtb3J5X2F2YWlsYWJsZRgFIAEoA0gDiAEBEhYKCWNwdV9xdW90YRgGIAEoAUgEiAEBEhgKC2NwdXNldF9jcHVzGAcgASgFSAWIAQFCDQoLX21lbW9yeV9tYXhCEQoPX21lbW9yeV9jdXJyZW50QhcKFV9tZW1vcnlfaW5hY3RpdmVfZmlsZUITChFfbWVtb3J5X2F2YWlsYWJsZUIMCgpfY3B1X3F1b3RhQg4KDF9jcHVzZXRfY3B1cyL0AwoHTWFjaGluZRIvCgtzYW1wbGVfdGltZRgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASGAoLdG90YWxfYnl0ZXMYAiABKANIAIgBARIcCg9hdmFpbGFibGVfYnl0ZXMYAyABKANIAYgBARISCgVsb2FkMRgEIAEoAUgCiAEBEhIKBWxvYWQ1GAUgASgBSAOIAQESEwoGbG9hZDE1GAYgASgBSASIAQESDQoFY29yZXMYByABKAUSLwoMY3B1X3ByZXNzdXJlGAggASgLMhkuYmVydGguYnVkZ2V0LnYxLlByZXNzdXJlEjIKD21lbW9yeV9wcmVzc3VyZRgJIAEoCzIZLmJlcnRoLmJ1ZGdldC52MS5QcmVzc3VyZRIuCgtpb19wcmVzc3VyZRgKIAEoCzIZLmJlcnRoLmJ1ZGdldC52MS5QcmVzc3VyZRItCgZjZ3JvdXAYCyABKAsyHS5iZXJ0aC5idWRnZXQudjEuQ2dyb3VwTGltaXRzEi0KBnNvdXJjZRgMIAEoDjIdLmJlcnRoLmJ1ZGdldC52MS5TYW1wbGVTb3VyY2VCDgoMX3RvdGFsX2J5dGVzQhIKEF9hdmFpbGFibGVfYnl0ZXNCCAoGX2xvYWQxQggKBl9sb2FkNUIJCgdfbG9hZDE1IuwDCgZQb2xpY3kSDwoHZW5hYmxlZBgBIAEoCBIUCgxtZW1vcnlfYnl0ZXMYAiABKAMSCwoDY3B1GAMgASgBEhUKDXJlc2VydmVfYnl0ZXMYBCABKAMSFAoMY3B1X3ByZXNzdXJlGAUgASgBEhUKDWxvYWRfcGVyX2NvcmUYBiABKAESKwoIbWF4X3dhaXQYByABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SEQoJbWF4X3F1ZXVlGAggASgFEi8KC2RlZmF1bHRfcnVuGAkgASgLMhouYmVydGguYnVkZ2V0LnYxLlJlc291cmNlcxIxCg1kZWZhdWx0X2J1aWxkGAogASgLMhouYmVydGguYnVkZ2V0LnYxLlJlc291cmNlcxIuCgpxdWV1ZV9tb2RlGAsgASgOMhouYmVydGguYnVkZ2V0LnYxLlF1ZXVlTW9kZRIsCgloZWFydGJlYXQYDCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SMgoPc2FtcGxlX2ludGVydmFsGA0gASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEjQKEWRlZmF1bHRfbGVhc2VfdHRsGA4gASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIsgBCgpXYWl0UmVhc29uEiMKBGdhdGUYASABKA4yFS5iZXJ0aC5idWRnZXQudjEuR2F0ZRIPCgdtZXNzYWdlGAIgASgJEg4KBm5lZWRlZBgDIAEoARIRCglhdmFpbGFibGUYBCABKAESDQoFbGltaXQYBSABKAESDwoHc2V0dGluZxgGIAEoCRIvCgdob2xkZXJzGAcgAygLMh4uYmVydGguYnVkZ2V0LnYxLkNvbW1pdHRlZEl0ZW0SEAoIb2JzZXJ2ZWQYCCABKAEikAMKB1ZlcmRpY3QSDAoEZml0cxgBIAEoCBIXCgppbXBvc3NpYmxlGAIgASgJSACIAQESNgoRaW1wb3NzaWJsZV9yZWFzb24YAyABKAsyGy5iZXJ0aC5idWRnZXQudjEuV2FpdFJlYXNvbhItCgh3YWl0X2ZvchgEIAMoCzIbLmJlcnRoLmJ1ZGdldC52MS5XYWl0UmVhc29uEhUKDXdhaXRfZm9yX3RleHQYBSABKAkSKQoEbmVlZBgGIAEoCzIbLmJlcnRoLmJ1ZGdldC52MS5OZWVkVG90YWxzEi0KCWNvbW1pdHRlZBgHIAEoCzIaLmJlcnRoLmJ1ZGdldC52MS5Db21taXR0ZWQSKQoHbWFjaGluZRgIIAEoCzIYLmJlcnRoLmJ1ZGdldC52MS5NYWNoaW5lEicKBnBvbGljeRgJIAEoCzIXLmJlcnRoLmJ1ZGdldC52MS5Qb2xpY3kSIwobYWRtaXR0ZWRfc2luY2Vfc2FtcGxlX2J5dGVzGAogASgDQg0KC19pbXBvc3NpYmxlIvQBCgtSZXNlcnZhdGlvbhIKCgJpZBgBIAEoCRINCgVvd25lchgCIAEoCRIpCgVzdGFydBgDIAEoCzIaLmJlcnRoLmJ1ZGdldC52MS5SZXNvdXJjZXMSKQoFYnVpbGQYBCABKAsyGi5iZXJ0aC5idWRnZXQudjEuUmVzb3VyY2VzEi4KCmFkbWl0X3RpbWUYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi8KC2V4cGlyZV90aW1lGAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBITCgtydW5uaW5nX2lkcxgHIAMoCSKtAgoMUnVubmluZ0VudHJ5EgoKAmlkGAEgASgJEgwKBG5hbWUYAiABKAkSKAoEY29zdBgDIAEoCzIaLmJlcnRoLmJ1ZGdldC52MS5SZXNvdXJjZXMSEAoDcGlkGAQgASgFSACIAQESGwoOcGlkX3N0YXJ0X3RpbWUYBSABKANIAYgBARIvCgtleHBpcmVfdGltZRgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKc3RhcnRfdGltZRgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASGwoOcmVzZXJ2YXRpb25faWQYCCABKAlIAogBAUIGCgRfcGlkQhEKD19waWRfc3RhcnRfdGltZUIRCg9fcmVzZXJ2YXRpb25faWQirgIKClF1ZXVlRW50cnkSDQoFb3duZXIYASABKAkSEAoIcG9zaXRpb24YAiABKAUSJgoDZXRhGAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEi0KCHdhaXRfZm9yGAQgAygLMhsuYmVydGguYnVkZ2V0LnYxLldhaXRSZWFzb24SFQoNd2FpdF9mb3JfdGV4dBgFIAEoCRIpCgRuZWVkGAYgASgLMhsuYmVydGguYnVkZ2V0LnYxLk5lZWRUb3RhbHMSMAoMZW5xdWV1ZV90aW1lGAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBI0ChB3YWl0X2V4cGlyZV90aW1lGAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCLhAQoHUmVmdXNhbBIqCgRraW5kGAEgASgOMhwuYmVydGguYnVkZ2V0LnYxLlJlZnVzYWxLaW5kEg8KB21lc3NhZ2UYAiABKAkSLAoHcmVhc29ucxgDIAMoCzIbLmJlcnRoLmJ1ZGdldC52MS5XYWl0UmVhc29uEi4KC3JldHJ5X2FmdGVyGAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhAKCHNldHRpbmdzGAUgAygJEikKBndhaXRlZBgGIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiqAAQoMTmVlZEl0ZW1LaW5kEh4KGk5FRURfSVRFTV9LSU5EX1VOU1BFQ0lGSUVEEAASGAoUTkVFRF9JVEVNX0tJTkRfQlVJTEQQARIYChRORUVEX0lURU1fS0lORF9TVEFSVBACEhwKGE5FRURfSVRFTV9LSU5EX0FQUExJQU5DRRADKl8KDFNhbXBsZVNvdXJjZRIdChlTQU1QTEVfU09VUkNFX1VOU1BFQ0lGSUVEEAASFgoSU0FNUExFX1NPVVJDRV9IT1NUEAESGAoUU0FNUExFX1NPVVJDRV9DR1JPVVAQAipVCglRdWV1ZU1vZGUSGgoWUVVFVUVfTU9ERV9VTlNQRUNJRklFRBAAEhMKD1FVRVVFX01PREVfRklGTxABEhcKE1FVRVVFX01PREVfQkFDS0ZJTEwQAiqVAQoER2F0ZRIUChBHQVRFX1VOU1BFQ0lGSUVEEAASFgoSR0FURV9NRU1PUllfQlVER0VUEAESEwoPR0FURV9DUFVfQlVER0VUEAISFAoQR0FURV9GUkVFX01FTU9SWRADEhUKEUdBVEVfQ1BVX1BSRVNTVVJFEAQSDQoJR0FURV9MT0FEEAUSDgoKR0FURV9RVUVVRRAGKoYBCgtSZWZ1c2FsS2luZBIcChhSRUZVU0FMX0tJTkRfVU5TUEVDSUZJRUQQABIbChdSRUZVU0FMX0tJTkRfSU1QT1NTSUJMRRABEhsKF1JFRlVTQUxfS0lORF9RVUVVRV9GVUxMEAISHwobUkVGVVNBTF9LSU5EX1dBSVRfRVhIQVVTVEVEEANiBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * An amount of memory and cpu.
@@ -52,7 +48,8 @@ export type Resources = Message<"berth.budget.v1.Resources"> & {
  * Describes the message berth.budget.v1.Resources.
  * Use `create(ResourcesSchema)` to create a new message.
  */
-export const ResourcesSchema: GenMessage<Resources> = /*@__PURE__*/ messageDesc(file_berth_budget_v1_budget, 0);
+export const ResourcesSchema: GenMessage<Resources> = /*@__PURE__*/
+  messageDesc(file_berth_budget_v1_budget, 0);
 
 /**
  * What a service or appliance declares it costs, as written in a manifest.
@@ -87,7 +84,8 @@ export type ResourceSpec = Message<"berth.budget.v1.ResourceSpec"> & {
  * Describes the message berth.budget.v1.ResourceSpec.
  * Use `create(ResourceSpecSchema)` to create a new message.
  */
-export const ResourceSpecSchema: GenMessage<ResourceSpec> = /*@__PURE__*/ messageDesc(file_berth_budget_v1_budget, 1);
+export const ResourceSpecSchema: GenMessage<ResourceSpec> = /*@__PURE__*/
+  messageDesc(file_berth_budget_v1_budget, 1);
 
 /**
  * What building a service costs, as written in a manifest.
@@ -114,7 +112,8 @@ export type BuildSpec = Message<"berth.budget.v1.BuildSpec"> & {
  * Describes the message berth.budget.v1.BuildSpec.
  * Use `create(BuildSpecSchema)` to create a new message.
  */
-export const BuildSpecSchema: GenMessage<BuildSpec> = /*@__PURE__*/ messageDesc(file_berth_budget_v1_budget, 2);
+export const BuildSpecSchema: GenMessage<BuildSpec> = /*@__PURE__*/
+  messageDesc(file_berth_budget_v1_budget, 2);
 
 /**
  * A cost, declared or defaulted (the seed's `costsOf`).
@@ -149,7 +148,8 @@ export type Cost = Message<"berth.budget.v1.Cost"> & {
  * Describes the message berth.budget.v1.Cost.
  * Use `create(CostSchema)` to create a new message.
  */
-export const CostSchema: GenMessage<Cost> = /*@__PURE__*/ messageDesc(file_berth_budget_v1_budget, 3);
+export const CostSchema: GenMessage<Cost> = /*@__PURE__*/
+  messageDesc(file_berth_budget_v1_budget, 3);
 
 /**
  * One thing an operation will build or start.
@@ -177,27 +177,24 @@ export type NeedItem = Message<"berth.budget.v1.NeedItem"> & {
    *
    * @generated from oneof berth.budget.v1.NeedItem.cost_source
    */
-  costSource:
-    | {
-        /**
-         * The cost, already in bytes and cores.
-         *
-         * @generated from field: berth.budget.v1.Cost cost = 3;
-         */
-        value: Cost;
-        case: "cost";
-      }
-    | {
-        /**
-         * The declared spec, costed by the service (the seed's `costsOf`: the
-         * build part for a build, the run part otherwise).
-         *
-         * @generated from field: berth.budget.v1.ResourceSpec spec = 4;
-         */
-        value: ResourceSpec;
-        case: "spec";
-      }
-    | { case: undefined; value?: undefined };
+  costSource: {
+    /**
+     * The cost, already in bytes and cores.
+     *
+     * @generated from field: berth.budget.v1.Cost cost = 3;
+     */
+    value: Cost;
+    case: "cost";
+  } | {
+    /**
+     * The declared spec, costed by the service (the seed's `costsOf`: the
+     * build part for a build, the run part otherwise).
+     *
+     * @generated from field: berth.budget.v1.ResourceSpec spec = 4;
+     */
+    value: ResourceSpec;
+    case: "spec";
+  } | { case: undefined; value?: undefined };
 
   /**
    * Why a build will not run (its inputs are unchanged): listed, costs
@@ -220,7 +217,8 @@ export type NeedItem = Message<"berth.budget.v1.NeedItem"> & {
  * Describes the message berth.budget.v1.NeedItem.
  * Use `create(NeedItemSchema)` to create a new message.
  */
-export const NeedItemSchema: GenMessage<NeedItem> = /*@__PURE__*/ messageDesc(file_berth_budget_v1_budget, 4);
+export const NeedItemSchema: GenMessage<NeedItem> = /*@__PURE__*/
+  messageDesc(file_berth_budget_v1_budget, 4);
 
 /**
  * What an operation needs (the seed's `needOf` input).
@@ -240,7 +238,8 @@ export type Need = Message<"berth.budget.v1.Need"> & {
  * Describes the message berth.budget.v1.Need.
  * Use `create(NeedSchema)` to create a new message.
  */
-export const NeedSchema: GenMessage<Need> = /*@__PURE__*/ messageDesc(file_berth_budget_v1_budget, 5);
+export const NeedSchema: GenMessage<Need> = /*@__PURE__*/
+  messageDesc(file_berth_budget_v1_budget, 5);
 
 /**
  * A need added up (the seed's `needOf` result).
@@ -274,7 +273,8 @@ export type NeedTotals = Message<"berth.budget.v1.NeedTotals"> & {
  * Describes the message berth.budget.v1.NeedTotals.
  * Use `create(NeedTotalsSchema)` to create a new message.
  */
-export const NeedTotalsSchema: GenMessage<NeedTotals> = /*@__PURE__*/ messageDesc(file_berth_budget_v1_budget, 6);
+export const NeedTotalsSchema: GenMessage<NeedTotals> = /*@__PURE__*/
+  messageDesc(file_berth_budget_v1_budget, 6);
 
 /**
  * One contributor to the committed resources.
@@ -316,7 +316,8 @@ export type CommittedItem = Message<"berth.budget.v1.CommittedItem"> & {
  * Describes the message berth.budget.v1.CommittedItem.
  * Use `create(CommittedItemSchema)` to create a new message.
  */
-export const CommittedItemSchema: GenMessage<CommittedItem> = /*@__PURE__*/ messageDesc(file_berth_budget_v1_budget, 7);
+export const CommittedItemSchema: GenMessage<CommittedItem> = /*@__PURE__*/
+  messageDesc(file_berth_budget_v1_budget, 7);
 
 /**
  * What the budget has committed: running entries plus reservations in
@@ -361,7 +362,8 @@ export type Committed = Message<"berth.budget.v1.Committed"> & {
  * Describes the message berth.budget.v1.Committed.
  * Use `create(CommittedSchema)` to create a new message.
  */
-export const CommittedSchema: GenMessage<Committed> = /*@__PURE__*/ messageDesc(file_berth_budget_v1_budget, 8);
+export const CommittedSchema: GenMessage<Committed> = /*@__PURE__*/
+  messageDesc(file_berth_budget_v1_budget, 8);
 
 /**
  * Linux pressure stall averages of one line ("some" or "full") of a PSI file.
@@ -402,7 +404,8 @@ export type PressureAverages = Message<"berth.budget.v1.PressureAverages"> & {
  * Describes the message berth.budget.v1.PressureAverages.
  * Use `create(PressureAveragesSchema)` to create a new message.
  */
-export const PressureAveragesSchema: GenMessage<PressureAverages> = /*@__PURE__*/ messageDesc(file_berth_budget_v1_budget, 9);
+export const PressureAveragesSchema: GenMessage<PressureAverages> = /*@__PURE__*/
+  messageDesc(file_berth_budget_v1_budget, 9);
 
 /**
  * Pressure stall information of one resource (`/proc/pressure/<res>` or the
@@ -430,7 +433,8 @@ export type Pressure = Message<"berth.budget.v1.Pressure"> & {
  * Describes the message berth.budget.v1.Pressure.
  * Use `create(PressureSchema)` to create a new message.
  */
-export const PressureSchema: GenMessage<Pressure> = /*@__PURE__*/ messageDesc(file_berth_budget_v1_budget, 10);
+export const PressureSchema: GenMessage<Pressure> = /*@__PURE__*/
+  messageDesc(file_berth_budget_v1_budget, 10);
 
 /**
  * Limits of the cgroup v2 the service runs in, and what it uses.
@@ -497,7 +501,8 @@ export type CgroupLimits = Message<"berth.budget.v1.CgroupLimits"> & {
  * Describes the message berth.budget.v1.CgroupLimits.
  * Use `create(CgroupLimitsSchema)` to create a new message.
  */
-export const CgroupLimitsSchema: GenMessage<CgroupLimits> = /*@__PURE__*/ messageDesc(file_berth_budget_v1_budget, 11);
+export const CgroupLimitsSchema: GenMessage<CgroupLimits> = /*@__PURE__*/
+  messageDesc(file_berth_budget_v1_budget, 11);
 
 /**
  * One sample of the machine. A figure whose file is missing is unset, never
@@ -598,7 +603,8 @@ export type Machine = Message<"berth.budget.v1.Machine"> & {
  * Describes the message berth.budget.v1.Machine.
  * Use `create(MachineSchema)` to create a new message.
  */
-export const MachineSchema: GenMessage<Machine> = /*@__PURE__*/ messageDesc(file_berth_budget_v1_budget, 12);
+export const MachineSchema: GenMessage<Machine> = /*@__PURE__*/
+  messageDesc(file_berth_budget_v1_budget, 12);
 
 /**
  * The budget's policy: limits and settings, with the environment variable
@@ -721,7 +727,8 @@ export type Policy = Message<"berth.budget.v1.Policy"> & {
  * Describes the message berth.budget.v1.Policy.
  * Use `create(PolicySchema)` to create a new message.
  */
-export const PolicySchema: GenMessage<Policy> = /*@__PURE__*/ messageDesc(file_berth_budget_v1_budget, 13);
+export const PolicySchema: GenMessage<Policy> = /*@__PURE__*/
+  messageDesc(file_berth_budget_v1_budget, 13);
 
 /**
  * Why a need does not fit now (or, as Verdict.impossible_reason, ever).
@@ -792,7 +799,8 @@ export type WaitReason = Message<"berth.budget.v1.WaitReason"> & {
  * Describes the message berth.budget.v1.WaitReason.
  * Use `create(WaitReasonSchema)` to create a new message.
  */
-export const WaitReasonSchema: GenMessage<WaitReason> = /*@__PURE__*/ messageDesc(file_berth_budget_v1_budget, 14);
+export const WaitReasonSchema: GenMessage<WaitReason> = /*@__PURE__*/
+  messageDesc(file_berth_budget_v1_budget, 14);
 
 /**
  * Whether a need fits now (the seed's `check`).
@@ -879,7 +887,8 @@ export type Verdict = Message<"berth.budget.v1.Verdict"> & {
  * Describes the message berth.budget.v1.Verdict.
  * Use `create(VerdictSchema)` to create a new message.
  */
-export const VerdictSchema: GenMessage<Verdict> = /*@__PURE__*/ messageDesc(file_berth_budget_v1_budget, 15);
+export const VerdictSchema: GenMessage<Verdict> = /*@__PURE__*/
+  messageDesc(file_berth_budget_v1_budget, 15);
 
 /**
  * An admission in flight: its start share until released or reported
@@ -944,7 +953,8 @@ export type Reservation = Message<"berth.budget.v1.Reservation"> & {
  * Describes the message berth.budget.v1.Reservation.
  * Use `create(ReservationSchema)` to create a new message.
  */
-export const ReservationSchema: GenMessage<Reservation> = /*@__PURE__*/ messageDesc(file_berth_budget_v1_budget, 16);
+export const ReservationSchema: GenMessage<Reservation> = /*@__PURE__*/
+  messageDesc(file_berth_budget_v1_budget, 16);
 
 /**
  * A running service counted by the budget until it stops.
@@ -1016,7 +1026,8 @@ export type RunningEntry = Message<"berth.budget.v1.RunningEntry"> & {
  * Describes the message berth.budget.v1.RunningEntry.
  * Use `create(RunningEntrySchema)` to create a new message.
  */
-export const RunningEntrySchema: GenMessage<RunningEntry> = /*@__PURE__*/ messageDesc(file_berth_budget_v1_budget, 17);
+export const RunningEntrySchema: GenMessage<RunningEntry> = /*@__PURE__*/
+  messageDesc(file_berth_budget_v1_budget, 17);
 
 /**
  * A request waiting in the admission queue.
@@ -1085,7 +1096,8 @@ export type QueueEntry = Message<"berth.budget.v1.QueueEntry"> & {
  * Describes the message berth.budget.v1.QueueEntry.
  * Use `create(QueueEntrySchema)` to create a new message.
  */
-export const QueueEntrySchema: GenMessage<QueueEntry> = /*@__PURE__*/ messageDesc(file_berth_budget_v1_budget, 18);
+export const QueueEntrySchema: GenMessage<QueueEntry> = /*@__PURE__*/
+  messageDesc(file_berth_budget_v1_budget, 18);
 
 /**
  * Error detail of a refused admission (Admit, Reserve). The error's code is
@@ -1144,7 +1156,8 @@ export type Refusal = Message<"berth.budget.v1.Refusal"> & {
  * Describes the message berth.budget.v1.Refusal.
  * Use `create(RefusalSchema)` to create a new message.
  */
-export const RefusalSchema: GenMessage<Refusal> = /*@__PURE__*/ messageDesc(file_berth_budget_v1_budget, 19);
+export const RefusalSchema: GenMessage<Refusal> = /*@__PURE__*/
+  messageDesc(file_berth_budget_v1_budget, 19);
 
 /**
  * What a need item is.
@@ -1186,7 +1199,8 @@ export enum NeedItemKind {
 /**
  * Describes the enum berth.budget.v1.NeedItemKind.
  */
-export const NeedItemKindSchema: GenEnum<NeedItemKind> = /*@__PURE__*/ enumDesc(file_berth_budget_v1_budget, 0);
+export const NeedItemKindSchema: GenEnum<NeedItemKind> = /*@__PURE__*/
+  enumDesc(file_berth_budget_v1_budget, 0);
 
 /**
  * Where the machine sample's memory and pressure figures come from.
@@ -1219,7 +1233,8 @@ export enum SampleSource {
 /**
  * Describes the enum berth.budget.v1.SampleSource.
  */
-export const SampleSourceSchema: GenEnum<SampleSource> = /*@__PURE__*/ enumDesc(file_berth_budget_v1_budget, 1);
+export const SampleSourceSchema: GenEnum<SampleSource> = /*@__PURE__*/
+  enumDesc(file_berth_budget_v1_budget, 1);
 
 /**
  * How the admission queue orders requests.
@@ -1252,7 +1267,8 @@ export enum QueueMode {
 /**
  * Describes the enum berth.budget.v1.QueueMode.
  */
-export const QueueModeSchema: GenEnum<QueueMode> = /*@__PURE__*/ enumDesc(file_berth_budget_v1_budget, 2);
+export const QueueModeSchema: GenEnum<QueueMode> = /*@__PURE__*/
+  enumDesc(file_berth_budget_v1_budget, 2);
 
 /**
  * A gate of the verdict: one reason a need does not fit. The figures of a
@@ -1337,7 +1353,8 @@ export enum Gate {
 /**
  * Describes the enum berth.budget.v1.Gate.
  */
-export const GateSchema: GenEnum<Gate> = /*@__PURE__*/ enumDesc(file_berth_budget_v1_budget, 3);
+export const GateSchema: GenEnum<Gate> = /*@__PURE__*/
+  enumDesc(file_berth_budget_v1_budget, 3);
 
 /**
  * What kind of refusal ended an admission.
@@ -1380,4 +1397,6 @@ export enum RefusalKind {
 /**
  * Describes the enum berth.budget.v1.RefusalKind.
  */
-export const RefusalKindSchema: GenEnum<RefusalKind> = /*@__PURE__*/ enumDesc(file_berth_budget_v1_budget, 4);
+export const RefusalKindSchema: GenEnum<RefusalKind> = /*@__PURE__*/
+  enumDesc(file_berth_budget_v1_budget, 4);
+

@@ -6,20 +6,7 @@
 
 import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import { fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
-import type {
-  Committed,
-  Cost,
-  Machine,
-  Need,
-  Policy,
-  QueueEntry,
-  Reservation,
-  Resources,
-  ResourceSpec,
-  RunningEntry,
-  Verdict,
-  WaitReason,
-} from "./budget_pb.js";
+import type { Committed, Cost, Machine, Need, Policy, QueueEntry, Reservation, Resources, ResourceSpec, RunningEntry, Verdict, WaitReason } from "./budget_pb.js";
 import { file_berth_budget_v1_budget } from "./budget_pb.js";
 import type { Duration, Timestamp } from "@bufbuild/protobuf/wkt";
 import { file_google_protobuf_duration, file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
@@ -28,12 +15,8 @@ import type { Message } from "@bufbuild/protobuf";
 /**
  * Describes the file berth/budget/v1/budget_service.proto.
  */
-export const file_berth_budget_v1_budget_service: GenFile =
-  /*@__PURE__*/
-  fileDesc(
-    "CiRiZXJ0aC9idWRnZXQvdjEvYnVkZ2V0X3NlcnZpY2UucHJvdG8SD2JlcnRoLmJ1ZGdldC52MSJLCgxDaGVja1JlcXVlc3QSIwoEbmVlZBgBIAEoCzIVLmJlcnRoLmJ1ZGdldC52MS5OZWVkEhYKDnNraXBfbG9hZF9nYXRlGAIgASgIIjoKDUNoZWNrUmVzcG9uc2USKQoHdmVyZGljdBgBIAEoCzIYLmJlcnRoLmJ1ZGdldC52MS5WZXJkaWN0ItsBCgxBZG1pdFJlcXVlc3QSLAoFc3RhcnQYASABKAsyGy5iZXJ0aC5idWRnZXQudjEuQWRtaXRTdGFydEgAEjAKCmJ1aWxkX2RvbmUYAiABKAsyGi5iZXJ0aC5idWRnZXQudjEuQnVpbGREb25lSAASKwoHc3RhcnRlZBgDIAEoCzIYLmJlcnRoLmJ1ZGdldC52MS5TdGFydGVkSAASNgoHcmVsZWFzZRgEIAEoCzIjLmJlcnRoLmJ1ZGdldC52MS5SZWxlYXNlUmVzZXJ2YXRpb25IAEIGCgRraW5kIoUBCgpBZG1pdFN0YXJ0EiMKBG5lZWQYASABKAsyFS5iZXJ0aC5idWRnZXQudjEuTmVlZBINCgVvd25lchgCIAEoCRIrCghtYXhfd2FpdBgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIWCg5za2lwX2xvYWRfZ2F0ZRgEIAEoCCILCglCdWlsZERvbmUiwwEKB1N0YXJ0ZWQSDAoEbmFtZRgBIAEoCRIqCgRjb3N0GAIgASgLMhouYmVydGguYnVkZ2V0LnYxLlJlc291cmNlc0gAEi0KBHNwZWMYAyABKAsyHS5iZXJ0aC5idWRnZXQudjEuUmVzb3VyY2VTcGVjSAASEAoDcGlkGAQgASgFSAGIAQESJgoDdHRsGAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uQg0KC2Nvc3Rfc291cmNlQgYKBF9waWQiFAoSUmVsZWFzZVJlc2VydmF0aW9uItgBCg1BZG1pdFJlc3BvbnNlEikKBnF1ZXVlZBgBIAEoCzIXLmJlcnRoLmJ1ZGdldC52MS5RdWV1ZWRIABItCghhZG1pdHRlZBgCIAEoCzIZLmJlcnRoLmJ1ZGdldC52MS5BZG1pdHRlZEgAEjYKB3VwZGF0ZWQYAyABKAsyIy5iZXJ0aC5idWRnZXQudjEuUmVzZXJ2YXRpb25VcGRhdGVkSAASLQoIcmVsZWFzZWQYBCABKAsyGS5iZXJ0aC5idWRnZXQudjEuUmVsZWFzZWRIAEIGCgRraW5kIuoBCgZRdWV1ZWQSEAoIcG9zaXRpb24YASABKAUSJgoDZXRhGAIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEi0KCHdhaXRfZm9yGAMgAygLMhsuYmVydGguYnVkZ2V0LnYxLldhaXRSZWFzb24SFQoNd2FpdF9mb3JfdGV4dBgEIAEoCRIqCgVhaGVhZBgFIAMoCzIbLmJlcnRoLmJ1ZGdldC52MS5BaGVhZEVudHJ5EjQKEHdhaXRfZXhwaXJlX3RpbWUYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIlcKCkFoZWFkRW50cnkSDQoFb3duZXIYASABKAkSEAoIcG9zaXRpb24YAiABKAUSKAoEbmVlZBgDIAEoCzIaLmJlcnRoLmJ1ZGdldC52MS5SZXNvdXJjZXMiaAoIQWRtaXR0ZWQSMQoLcmVzZXJ2YXRpb24YASABKAsyHC5iZXJ0aC5idWRnZXQudjEuUmVzZXJ2YXRpb24SKQoGd2FpdGVkGAIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIncKElJlc2VydmF0aW9uVXBkYXRlZBIxCgtyZXNlcnZhdGlvbhgBIAEoCzIcLmJlcnRoLmJ1ZGdldC52MS5SZXNlcnZhdGlvbhIuCgdydW5uaW5nGAIgASgLMh0uYmVydGguYnVkZ2V0LnYxLlJ1bm5pbmdFbnRyeSIiCghSZWxlYXNlZBIWCg5yZXNlcnZhdGlvbl9pZBgBIAEoCSLFAQoOUmVzZXJ2ZVJlcXVlc3QSIwoEbmVlZBgBIAEoCzIVLmJlcnRoLmJ1ZGdldC52MS5OZWVkEg0KBW93bmVyGAIgASgJEisKCG1heF93YWl0GAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhYKDnNraXBfbG9hZF9nYXRlGAQgASgIEiYKA3R0bBgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhISCgpyZXF1ZXN0X2lkGAYgASgJIm8KD1Jlc2VydmVSZXNwb25zZRIxCgtyZXNlcnZhdGlvbhgBIAEoCzIcLmJlcnRoLmJ1ZGdldC52MS5SZXNlcnZhdGlvbhIpCgZ3YWl0ZWQYAiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24iHwoQS2VlcEFsaXZlUmVxdWVzdBILCgNpZHMYASADKAkiPwoRS2VlcEFsaXZlUmVzcG9uc2USKgoIcmVuZXdhbHMYASADKAsyGC5iZXJ0aC5idWRnZXQudjEuUmVuZXdhbCJVCgdSZW5ld2FsEgoKAmlkGAEgASgJEg0KBWFsaXZlGAIgASgIEi8KC2V4cGlyZV90aW1lGAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCIoCg5SZWxlYXNlUmVxdWVzdBIWCg5yZXNlcnZhdGlvbl9pZBgBIAEoCSIjCg9SZWxlYXNlUmVzcG9uc2USEAoIcmVsZWFzZWQYASABKAgiLQoTUmVsZWFzZUJ1aWxkUmVxdWVzdBIWCg5yZXNlcnZhdGlvbl9pZBgBIAEoCSJJChRSZWxlYXNlQnVpbGRSZXNwb25zZRIxCgtyZXNlcnZhdGlvbhgBIAEoCzIcLmJlcnRoLmJ1ZGdldC52MS5SZXNlcnZhdGlvbiKWAgoWUmVnaXN0ZXJSdW5uaW5nUmVxdWVzdBIMCgRuYW1lGAEgASgJEioKBGNvc3QYAiABKAsyGi5iZXJ0aC5idWRnZXQudjEuUmVzb3VyY2VzSAASLQoEc3BlYxgDIAEoCzIdLmJlcnRoLmJ1ZGdldC52MS5SZXNvdXJjZVNwZWNIABIQCgNwaWQYBCABKAVIAYgBARImCgN0dGwYBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SGwoOcmVzZXJ2YXRpb25faWQYBiABKAlIAogBARISCgpyZXF1ZXN0X2lkGAcgASgJQg0KC2Nvc3Rfc291cmNlQgYKBF9waWRCEQoPX3Jlc2VydmF0aW9uX2lkInwKF1JlZ2lzdGVyUnVubmluZ1Jlc3BvbnNlEi4KB3J1bm5pbmcYASABKAsyHS5iZXJ0aC5idWRnZXQudjEuUnVubmluZ0VudHJ5EjEKC3Jlc2VydmF0aW9uGAIgASgLMhwuYmVydGguYnVkZ2V0LnYxLlJlc2VydmF0aW9uIiAKElN0b3BSdW5uaW5nUmVxdWVzdBIKCgJpZBgBIAEoCSImChNTdG9wUnVubmluZ1Jlc3BvbnNlEg8KB3N0b3BwZWQYASABKAgiJAoPR2V0U3RhdGVSZXF1ZXN0EhEKCXBhZ2Vfc2l6ZRgBIAEoBSLRAwoQR2V0U3RhdGVSZXNwb25zZRItCgljb21taXR0ZWQYASABKAsyGi5iZXJ0aC5idWRnZXQudjEuQ29tbWl0dGVkEioKBXF1ZXVlGAIgAygLMhsuYmVydGguYnVkZ2V0LnYxLlF1ZXVlRW50cnkSMgoMcmVzZXJ2YXRpb25zGAMgAygLMhwuYmVydGguYnVkZ2V0LnYxLlJlc2VydmF0aW9uEi4KB3J1bm5pbmcYBCADKAsyHS5iZXJ0aC5idWRnZXQudjEuUnVubmluZ0VudHJ5EicKBnBvbGljeRgFIAEoCzIXLmJlcnRoLmJ1ZGdldC52MS5Qb2xpY3kSKQoHbWFjaGluZRgGIAEoCzIYLmJlcnRoLmJ1ZGdldC52MS5NYWNoaW5lEhIKCnF1ZXVlX3NpemUYByABKAUSGQoRcmVzZXJ2YXRpb25fY291bnQYCCABKAUSFQoNcnVubmluZ19jb3VudBgJIAEoBRIdChVxdWV1ZV9uZXh0X3BhZ2VfdG9rZW4YCiABKAkSJAoccmVzZXJ2YXRpb25zX25leHRfcGFnZV90b2tlbhgLIAEoCRIfChdydW5uaW5nX25leHRfcGFnZV90b2tlbhgMIAEoCSI5ChBMaXN0UXVldWVSZXF1ZXN0EhEKCXBhZ2Vfc2l6ZRgBIAEoBRISCgpwYWdlX3Rva2VuGAIgASgJIlgKEUxpc3RRdWV1ZVJlc3BvbnNlEioKBXF1ZXVlGAEgAygLMhsuYmVydGguYnVkZ2V0LnYxLlF1ZXVlRW50cnkSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIkAKF0xpc3RSZXNlcnZhdGlvbnNSZXF1ZXN0EhEKCXBhZ2Vfc2l6ZRgBIAEoBRISCgpwYWdlX3Rva2VuGAIgASgJImcKGExpc3RSZXNlcnZhdGlvbnNSZXNwb25zZRIyCgxyZXNlcnZhdGlvbnMYASADKAsyHC5iZXJ0aC5idWRnZXQudjEuUmVzZXJ2YXRpb24SFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIjsKEkxpc3RSdW5uaW5nUmVxdWVzdBIRCglwYWdlX3NpemUYASABKAUSEgoKcGFnZV90b2tlbhgCIAEoCSJeChNMaXN0UnVubmluZ1Jlc3BvbnNlEi4KB3J1bm5pbmcYASADKAsyHS5iZXJ0aC5idWRnZXQudjEuUnVubmluZ0VudHJ5EhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSITChFHZXRNYWNoaW5lUmVxdWVzdCI/ChJHZXRNYWNoaW5lUmVzcG9uc2USKQoHbWFjaGluZRgBIAEoCzIYLmJlcnRoLmJ1ZGdldC52MS5NYWNoaW5lIhUKE1dhdGNoTWFjaGluZVJlcXVlc3QiQQoUV2F0Y2hNYWNoaW5lUmVzcG9uc2USKQoHbWFjaGluZRgBIAEoCzIYLmJlcnRoLmJ1ZGdldC52MS5NYWNoaW5lIjsKDENvc3RzUmVxdWVzdBIrCgRzcGVjGAEgASgLMh0uYmVydGguYnVkZ2V0LnYxLlJlc291cmNlU3BlYyJZCg1Db3N0c1Jlc3BvbnNlEiIKA3J1bhgBIAEoCzIVLmJlcnRoLmJ1ZGdldC52MS5Db3N0EiQKBWJ1aWxkGAIgASgLMhUuYmVydGguYnVkZ2V0LnYxLkNvc3QiEgoQR2V0TGltaXRzUmVxdWVzdCKAAgoRR2V0TGltaXRzUmVzcG9uc2USLgoLZGVmYXVsdF90dGwYASABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SKgoHbWF4X3R0bBgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIrCghtYXhfd2FpdBgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhI1ChJoZWFydGJlYXRfaW50ZXJ2YWwYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SEQoJbWF4X3F1ZXVlGAUgASgFEhgKEG1heF9vd25lcl9sZW5ndGgYBiABKAUy6goKDUJ1ZGdldFNlcnZpY2USRgoFQ2hlY2sSHS5iZXJ0aC5idWRnZXQudjEuQ2hlY2tSZXF1ZXN0Gh4uYmVydGguYnVkZ2V0LnYxLkNoZWNrUmVzcG9uc2USSgoFQWRtaXQSHS5iZXJ0aC5idWRnZXQudjEuQWRtaXRSZXF1ZXN0Gh4uYmVydGguYnVkZ2V0LnYxLkFkbWl0UmVzcG9uc2UoATABEkwKB1Jlc2VydmUSHy5iZXJ0aC5idWRnZXQudjEuUmVzZXJ2ZVJlcXVlc3QaIC5iZXJ0aC5idWRnZXQudjEuUmVzZXJ2ZVJlc3BvbnNlElIKCUtlZXBBbGl2ZRIhLmJlcnRoLmJ1ZGdldC52MS5LZWVwQWxpdmVSZXF1ZXN0GiIuYmVydGguYnVkZ2V0LnYxLktlZXBBbGl2ZVJlc3BvbnNlEkwKB1JlbGVhc2USHy5iZXJ0aC5idWRnZXQudjEuUmVsZWFzZVJlcXVlc3QaIC5iZXJ0aC5idWRnZXQudjEuUmVsZWFzZVJlc3BvbnNlElsKDFJlbGVhc2VCdWlsZBIkLmJlcnRoLmJ1ZGdldC52MS5SZWxlYXNlQnVpbGRSZXF1ZXN0GiUuYmVydGguYnVkZ2V0LnYxLlJlbGVhc2VCdWlsZFJlc3BvbnNlEmQKD1JlZ2lzdGVyUnVubmluZxInLmJlcnRoLmJ1ZGdldC52MS5SZWdpc3RlclJ1bm5pbmdSZXF1ZXN0GiguYmVydGguYnVkZ2V0LnYxLlJlZ2lzdGVyUnVubmluZ1Jlc3BvbnNlElgKC1N0b3BSdW5uaW5nEiMuYmVydGguYnVkZ2V0LnYxLlN0b3BSdW5uaW5nUmVxdWVzdBokLmJlcnRoLmJ1ZGdldC52MS5TdG9wUnVubmluZ1Jlc3BvbnNlEk8KCEdldFN0YXRlEiAuYmVydGguYnVkZ2V0LnYxLkdldFN0YXRlUmVxdWVzdBohLmJlcnRoLmJ1ZGdldC52MS5HZXRTdGF0ZVJlc3BvbnNlElIKCUxpc3RRdWV1ZRIhLmJlcnRoLmJ1ZGdldC52MS5MaXN0UXVldWVSZXF1ZXN0GiIuYmVydGguYnVkZ2V0LnYxLkxpc3RRdWV1ZVJlc3BvbnNlEmcKEExpc3RSZXNlcnZhdGlvbnMSKC5iZXJ0aC5idWRnZXQudjEuTGlzdFJlc2VydmF0aW9uc1JlcXVlc3QaKS5iZXJ0aC5idWRnZXQudjEuTGlzdFJlc2VydmF0aW9uc1Jlc3BvbnNlElgKC0xpc3RSdW5uaW5nEiMuYmVydGguYnVkZ2V0LnYxLkxpc3RSdW5uaW5nUmVxdWVzdBokLmJlcnRoLmJ1ZGdldC52MS5MaXN0UnVubmluZ1Jlc3BvbnNlElUKCkdldE1hY2hpbmUSIi5iZXJ0aC5idWRnZXQudjEuR2V0TWFjaGluZVJlcXVlc3QaIy5iZXJ0aC5idWRnZXQudjEuR2V0TWFjaGluZVJlc3BvbnNlEl0KDFdhdGNoTWFjaGluZRIkLmJlcnRoLmJ1ZGdldC52MS5XYXRjaE1hY2hpbmVSZXF1ZXN0GiUuYmVydGguYnVkZ2V0LnYxLldhdGNoTWFjaGluZVJlc3BvbnNlMAESRgoFQ29zdHMSHS5iZXJ0aC5idWRnZXQudjEuQ29zdHNSZXF1ZXN0Gh4uYmVydGguYnVkZ2V0LnYxLkNvc3RzUmVzcG9uc2USUgoJR2V0TGltaXRzEiEuYmVydGguYnVkZ2V0LnYxLkdldExpbWl0c1JlcXVlc3QaIi5iZXJ0aC5idWRnZXQudjEuR2V0TGltaXRzUmVzcG9uc2ViBnByb3RvMw",
-    [file_berth_budget_v1_budget, file_google_protobuf_duration, file_google_protobuf_timestamp],
-  );
+export const file_berth_budget_v1_budget_service: GenFile = /*@__PURE__*/
+  fileDesc("CiRiZXJ0aC9idWRnZXQvdjEvYnVkZ2V0X3NlcnZpY2UucHJvdG8SD2JlcnRoLmJ1ZGdldC52MSJLCgxDaGVja1JlcXVlc3QSIwoEbmVlZBgBIAEoCzIVLmJlcnRoLmJ1ZGdldC52MS5OZWVkEhYKDnNraXBfbG9hZF9nYXRlGAIgASgIIjoKDUNoZWNrUmVzcG9uc2USKQoHdmVyZGljdBgBIAEoCzIYLmJlcnRoLmJ1ZGdldC52MS5WZXJkaWN0ItsBCgxBZG1pdFJlcXVlc3QSLAoFc3RhcnQYASABKAsyGy5iZXJ0aC5idWRnZXQudjEuQWRtaXRTdGFydEgAEjAKCmJ1aWxkX2RvbmUYAiABKAsyGi5iZXJ0aC5idWRnZXQudjEuQnVpbGREb25lSAASKwoHc3RhcnRlZBgDIAEoCzIYLmJlcnRoLmJ1ZGdldC52MS5TdGFydGVkSAASNgoHcmVsZWFzZRgEIAEoCzIjLmJlcnRoLmJ1ZGdldC52MS5SZWxlYXNlUmVzZXJ2YXRpb25IAEIGCgRraW5kIoUBCgpBZG1pdFN0YXJ0EiMKBG5lZWQYASABKAsyFS5iZXJ0aC5idWRnZXQudjEuTmVlZBINCgVvd25lchgCIAEoCRIrCghtYXhfd2FpdBgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIWCg5za2lwX2xvYWRfZ2F0ZRgEIAEoCCILCglCdWlsZERvbmUiwwEKB1N0YXJ0ZWQSDAoEbmFtZRgBIAEoCRIqCgRjb3N0GAIgASgLMhouYmVydGguYnVkZ2V0LnYxLlJlc291cmNlc0gAEi0KBHNwZWMYAyABKAsyHS5iZXJ0aC5idWRnZXQudjEuUmVzb3VyY2VTcGVjSAASEAoDcGlkGAQgASgFSAGIAQESJgoDdHRsGAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uQg0KC2Nvc3Rfc291cmNlQgYKBF9waWQiFAoSUmVsZWFzZVJlc2VydmF0aW9uItgBCg1BZG1pdFJlc3BvbnNlEikKBnF1ZXVlZBgBIAEoCzIXLmJlcnRoLmJ1ZGdldC52MS5RdWV1ZWRIABItCghhZG1pdHRlZBgCIAEoCzIZLmJlcnRoLmJ1ZGdldC52MS5BZG1pdHRlZEgAEjYKB3VwZGF0ZWQYAyABKAsyIy5iZXJ0aC5idWRnZXQudjEuUmVzZXJ2YXRpb25VcGRhdGVkSAASLQoIcmVsZWFzZWQYBCABKAsyGS5iZXJ0aC5idWRnZXQudjEuUmVsZWFzZWRIAEIGCgRraW5kIuoBCgZRdWV1ZWQSEAoIcG9zaXRpb24YASABKAUSJgoDZXRhGAIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEi0KCHdhaXRfZm9yGAMgAygLMhsuYmVydGguYnVkZ2V0LnYxLldhaXRSZWFzb24SFQoNd2FpdF9mb3JfdGV4dBgEIAEoCRIqCgVhaGVhZBgFIAMoCzIbLmJlcnRoLmJ1ZGdldC52MS5BaGVhZEVudHJ5EjQKEHdhaXRfZXhwaXJlX3RpbWUYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIlcKCkFoZWFkRW50cnkSDQoFb3duZXIYASABKAkSEAoIcG9zaXRpb24YAiABKAUSKAoEbmVlZBgDIAEoCzIaLmJlcnRoLmJ1ZGdldC52MS5SZXNvdXJjZXMiaAoIQWRtaXR0ZWQSMQoLcmVzZXJ2YXRpb24YASABKAsyHC5iZXJ0aC5idWRnZXQudjEuUmVzZXJ2YXRpb24SKQoGd2FpdGVkGAIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIncKElJlc2VydmF0aW9uVXBkYXRlZBIxCgtyZXNlcnZhdGlvbhgBIAEoCzIcLmJlcnRoLmJ1ZGdldC52MS5SZXNlcnZhdGlvbhIuCgdydW5uaW5nGAIgASgLMh0uYmVydGguYnVkZ2V0LnYxLlJ1bm5pbmdFbnRyeSIiCghSZWxlYXNlZBIWCg5yZXNlcnZhdGlvbl9pZBgBIAEoCSLFAQoOUmVzZXJ2ZVJlcXVlc3QSIwoEbmVlZBgBIAEoCzIVLmJlcnRoLmJ1ZGdldC52MS5OZWVkEg0KBW93bmVyGAIgASgJEisKCG1heF93YWl0GAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhYKDnNraXBfbG9hZF9nYXRlGAQgASgIEiYKA3R0bBgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhISCgpyZXF1ZXN0X2lkGAYgASgJIm8KD1Jlc2VydmVSZXNwb25zZRIxCgtyZXNlcnZhdGlvbhgBIAEoCzIcLmJlcnRoLmJ1ZGdldC52MS5SZXNlcnZhdGlvbhIpCgZ3YWl0ZWQYAiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24iHwoQS2VlcEFsaXZlUmVxdWVzdBILCgNpZHMYASADKAkiPwoRS2VlcEFsaXZlUmVzcG9uc2USKgoIcmVuZXdhbHMYASADKAsyGC5iZXJ0aC5idWRnZXQudjEuUmVuZXdhbCJVCgdSZW5ld2FsEgoKAmlkGAEgASgJEg0KBWFsaXZlGAIgASgIEi8KC2V4cGlyZV90aW1lGAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCIoCg5SZWxlYXNlUmVxdWVzdBIWCg5yZXNlcnZhdGlvbl9pZBgBIAEoCSIjCg9SZWxlYXNlUmVzcG9uc2USEAoIcmVsZWFzZWQYASABKAgiLQoTUmVsZWFzZUJ1aWxkUmVxdWVzdBIWCg5yZXNlcnZhdGlvbl9pZBgBIAEoCSJJChRSZWxlYXNlQnVpbGRSZXNwb25zZRIxCgtyZXNlcnZhdGlvbhgBIAEoCzIcLmJlcnRoLmJ1ZGdldC52MS5SZXNlcnZhdGlvbiKWAgoWUmVnaXN0ZXJSdW5uaW5nUmVxdWVzdBIMCgRuYW1lGAEgASgJEioKBGNvc3QYAiABKAsyGi5iZXJ0aC5idWRnZXQudjEuUmVzb3VyY2VzSAASLQoEc3BlYxgDIAEoCzIdLmJlcnRoLmJ1ZGdldC52MS5SZXNvdXJjZVNwZWNIABIQCgNwaWQYBCABKAVIAYgBARImCgN0dGwYBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SGwoOcmVzZXJ2YXRpb25faWQYBiABKAlIAogBARISCgpyZXF1ZXN0X2lkGAcgASgJQg0KC2Nvc3Rfc291cmNlQgYKBF9waWRCEQoPX3Jlc2VydmF0aW9uX2lkInwKF1JlZ2lzdGVyUnVubmluZ1Jlc3BvbnNlEi4KB3J1bm5pbmcYASABKAsyHS5iZXJ0aC5idWRnZXQudjEuUnVubmluZ0VudHJ5EjEKC3Jlc2VydmF0aW9uGAIgASgLMhwuYmVydGguYnVkZ2V0LnYxLlJlc2VydmF0aW9uIiAKElN0b3BSdW5uaW5nUmVxdWVzdBIKCgJpZBgBIAEoCSImChNTdG9wUnVubmluZ1Jlc3BvbnNlEg8KB3N0b3BwZWQYASABKAgiJAoPR2V0U3RhdGVSZXF1ZXN0EhEKCXBhZ2Vfc2l6ZRgBIAEoBSLRAwoQR2V0U3RhdGVSZXNwb25zZRItCgljb21taXR0ZWQYASABKAsyGi5iZXJ0aC5idWRnZXQudjEuQ29tbWl0dGVkEioKBXF1ZXVlGAIgAygLMhsuYmVydGguYnVkZ2V0LnYxLlF1ZXVlRW50cnkSMgoMcmVzZXJ2YXRpb25zGAMgAygLMhwuYmVydGguYnVkZ2V0LnYxLlJlc2VydmF0aW9uEi4KB3J1bm5pbmcYBCADKAsyHS5iZXJ0aC5idWRnZXQudjEuUnVubmluZ0VudHJ5EicKBnBvbGljeRgFIAEoCzIXLmJlcnRoLmJ1ZGdldC52MS5Qb2xpY3kSKQoHbWFjaGluZRgGIAEoCzIYLmJlcnRoLmJ1ZGdldC52MS5NYWNoaW5lEhIKCnF1ZXVlX3NpemUYByABKAUSGQoRcmVzZXJ2YXRpb25fY291bnQYCCABKAUSFQoNcnVubmluZ19jb3VudBgJIAEoBRIdChVxdWV1ZV9uZXh0X3BhZ2VfdG9rZW4YCiABKAkSJAoccmVzZXJ2YXRpb25zX25leHRfcGFnZV90b2tlbhgLIAEoCRIfChdydW5uaW5nX25leHRfcGFnZV90b2tlbhgMIAEoCSI5ChBMaXN0UXVldWVSZXF1ZXN0EhEKCXBhZ2Vfc2l6ZRgBIAEoBRISCgpwYWdlX3Rva2VuGAIgASgJIlgKEUxpc3RRdWV1ZVJlc3BvbnNlEioKBXF1ZXVlGAEgAygLMhsuYmVydGguYnVkZ2V0LnYxLlF1ZXVlRW50cnkSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIkAKF0xpc3RSZXNlcnZhdGlvbnNSZXF1ZXN0EhEKCXBhZ2Vfc2l6ZRgBIAEoBRISCgpwYWdlX3Rva2VuGAIgASgJImcKGExpc3RSZXNlcnZhdGlvbnNSZXNwb25zZRIyCgxyZXNlcnZhdGlvbnMYASADKAsyHC5iZXJ0aC5idWRnZXQudjEuUmVzZXJ2YXRpb24SFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIjsKEkxpc3RSdW5uaW5nUmVxdWVzdBIRCglwYWdlX3NpemUYASABKAUSEgoKcGFnZV90b2tlbhgCIAEoCSJeChNMaXN0UnVubmluZ1Jlc3BvbnNlEi4KB3J1bm5pbmcYASADKAsyHS5iZXJ0aC5idWRnZXQudjEuUnVubmluZ0VudHJ5EhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSITChFHZXRNYWNoaW5lUmVxdWVzdCI/ChJHZXRNYWNoaW5lUmVzcG9uc2USKQoHbWFjaGluZRgBIAEoCzIYLmJlcnRoLmJ1ZGdldC52MS5NYWNoaW5lIhUKE1dhdGNoTWFjaGluZVJlcXVlc3QiQQoUV2F0Y2hNYWNoaW5lUmVzcG9uc2USKQoHbWFjaGluZRgBIAEoCzIYLmJlcnRoLmJ1ZGdldC52MS5NYWNoaW5lIjsKDENvc3RzUmVxdWVzdBIrCgRzcGVjGAEgASgLMh0uYmVydGguYnVkZ2V0LnYxLlJlc291cmNlU3BlYyJZCg1Db3N0c1Jlc3BvbnNlEiIKA3J1bhgBIAEoCzIVLmJlcnRoLmJ1ZGdldC52MS5Db3N0EiQKBWJ1aWxkGAIgASgLMhUuYmVydGguYnVkZ2V0LnYxLkNvc3QiEgoQR2V0TGltaXRzUmVxdWVzdCKAAgoRR2V0TGltaXRzUmVzcG9uc2USLgoLZGVmYXVsdF90dGwYASABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SKgoHbWF4X3R0bBgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIrCghtYXhfd2FpdBgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhI1ChJoZWFydGJlYXRfaW50ZXJ2YWwYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SEQoJbWF4X3F1ZXVlGAUgASgFEhgKEG1heF9vd25lcl9sZW5ndGgYBiABKAUy6goKDUJ1ZGdldFNlcnZpY2USRgoFQ2hlY2sSHS5iZXJ0aC5idWRnZXQudjEuQ2hlY2tSZXF1ZXN0Gh4uYmVydGguYnVkZ2V0LnYxLkNoZWNrUmVzcG9uc2USSgoFQWRtaXQSHS5iZXJ0aC5idWRnZXQudjEuQWRtaXRSZXF1ZXN0Gh4uYmVydGguYnVkZ2V0LnYxLkFkbWl0UmVzcG9uc2UoATABEkwKB1Jlc2VydmUSHy5iZXJ0aC5idWRnZXQudjEuUmVzZXJ2ZVJlcXVlc3QaIC5iZXJ0aC5idWRnZXQudjEuUmVzZXJ2ZVJlc3BvbnNlElIKCUtlZXBBbGl2ZRIhLmJlcnRoLmJ1ZGdldC52MS5LZWVwQWxpdmVSZXF1ZXN0GiIuYmVydGguYnVkZ2V0LnYxLktlZXBBbGl2ZVJlc3BvbnNlEkwKB1JlbGVhc2USHy5iZXJ0aC5idWRnZXQudjEuUmVsZWFzZVJlcXVlc3QaIC5iZXJ0aC5idWRnZXQudjEuUmVsZWFzZVJlc3BvbnNlElsKDFJlbGVhc2VCdWlsZBIkLmJlcnRoLmJ1ZGdldC52MS5SZWxlYXNlQnVpbGRSZXF1ZXN0GiUuYmVydGguYnVkZ2V0LnYxLlJlbGVhc2VCdWlsZFJlc3BvbnNlEmQKD1JlZ2lzdGVyUnVubmluZxInLmJlcnRoLmJ1ZGdldC52MS5SZWdpc3RlclJ1bm5pbmdSZXF1ZXN0GiguYmVydGguYnVkZ2V0LnYxLlJlZ2lzdGVyUnVubmluZ1Jlc3BvbnNlElgKC1N0b3BSdW5uaW5nEiMuYmVydGguYnVkZ2V0LnYxLlN0b3BSdW5uaW5nUmVxdWVzdBokLmJlcnRoLmJ1ZGdldC52MS5TdG9wUnVubmluZ1Jlc3BvbnNlEk8KCEdldFN0YXRlEiAuYmVydGguYnVkZ2V0LnYxLkdldFN0YXRlUmVxdWVzdBohLmJlcnRoLmJ1ZGdldC52MS5HZXRTdGF0ZVJlc3BvbnNlElIKCUxpc3RRdWV1ZRIhLmJlcnRoLmJ1ZGdldC52MS5MaXN0UXVldWVSZXF1ZXN0GiIuYmVydGguYnVkZ2V0LnYxLkxpc3RRdWV1ZVJlc3BvbnNlEmcKEExpc3RSZXNlcnZhdGlvbnMSKC5iZXJ0aC5idWRnZXQudjEuTGlzdFJlc2VydmF0aW9uc1JlcXVlc3QaKS5iZXJ0aC5idWRnZXQudjEuTGlzdFJlc2VydmF0aW9uc1Jlc3BvbnNlElgKC0xpc3RSdW5uaW5nEiMuYmVydGguYnVkZ2V0LnYxLkxpc3RSdW5uaW5nUmVxdWVzdBokLmJlcnRoLmJ1ZGdldC52MS5MaXN0UnVubmluZ1Jlc3BvbnNlElUKCkdldE1hY2hpbmUSIi5iZXJ0aC5idWRnZXQudjEuR2V0TWFjaGluZVJlcXVlc3QaIy5iZXJ0aC5idWRnZXQudjEuR2V0TWFjaGluZVJlc3BvbnNlEl0KDFdhdGNoTWFjaGluZRIkLmJlcnRoLmJ1ZGdldC52MS5XYXRjaE1hY2hpbmVSZXF1ZXN0GiUuYmVydGguYnVkZ2V0LnYxLldhdGNoTWFjaGluZVJlc3BvbnNlMAESRgoFQ29zdHMSHS5iZXJ0aC5idWRnZXQudjEuQ29zdHNSZXF1ZXN0Gh4uYmVydGguYnVkZ2V0LnYxLkNvc3RzUmVzcG9uc2USUgoJR2V0TGltaXRzEiEuYmVydGguYnVkZ2V0LnYxLkdldExpbWl0c1JlcXVlc3QaIi5iZXJ0aC5idWRnZXQudjEuR2V0TGltaXRzUmVzcG9uc2ViBnByb3RvMw", [file_berth_budget_v1_budget, file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * Check's request.
@@ -61,7 +44,8 @@ export type CheckRequest = Message<"berth.budget.v1.CheckRequest"> & {
  * Describes the message berth.budget.v1.CheckRequest.
  * Use `create(CheckRequestSchema)` to create a new message.
  */
-export const CheckRequestSchema: GenMessage<CheckRequest> = /*@__PURE__*/ messageDesc(file_berth_budget_v1_budget_service, 0);
+export const CheckRequestSchema: GenMessage<CheckRequest> = /*@__PURE__*/
+  messageDesc(file_berth_budget_v1_budget_service, 0);
 
 /**
  * Check's response.
@@ -81,7 +65,8 @@ export type CheckResponse = Message<"berth.budget.v1.CheckResponse"> & {
  * Describes the message berth.budget.v1.CheckResponse.
  * Use `create(CheckResponseSchema)` to create a new message.
  */
-export const CheckResponseSchema: GenMessage<CheckResponse> = /*@__PURE__*/ messageDesc(file_berth_budget_v1_budget_service, 1);
+export const CheckResponseSchema: GenMessage<CheckResponse> = /*@__PURE__*/
+  messageDesc(file_berth_budget_v1_budget_service, 1);
 
 /**
  * Admit's request: one of the client's messages on the stream.
@@ -94,51 +79,47 @@ export type AdmitRequest = Message<"berth.budget.v1.AdmitRequest"> & {
    *
    * @generated from oneof berth.budget.v1.AdmitRequest.kind
    */
-  kind:
-    | {
-        /**
-         * The need: the first message, and only the first.
-         *
-         * @generated from field: berth.budget.v1.AdmitStart start = 1;
-         */
-        value: AdmitStart;
-        case: "start";
-      }
-    | {
-        /**
-         * The build phase is over.
-         *
-         * @generated from field: berth.budget.v1.BuildDone build_done = 2;
-         */
-        value: BuildDone;
-        case: "buildDone";
-      }
-    | {
-        /**
-         * One of the started services now runs.
-         *
-         * @generated from field: berth.budget.v1.Started started = 3;
-         */
-        value: Started;
-        case: "started";
-      }
-    | {
-        /**
-         * Release the reservation and end the stream.
-         *
-         * @generated from field: berth.budget.v1.ReleaseReservation release = 4;
-         */
-        value: ReleaseReservation;
-        case: "release";
-      }
-    | { case: undefined; value?: undefined };
+  kind: {
+    /**
+     * The need: the first message, and only the first.
+     *
+     * @generated from field: berth.budget.v1.AdmitStart start = 1;
+     */
+    value: AdmitStart;
+    case: "start";
+  } | {
+    /**
+     * The build phase is over.
+     *
+     * @generated from field: berth.budget.v1.BuildDone build_done = 2;
+     */
+    value: BuildDone;
+    case: "buildDone";
+  } | {
+    /**
+     * One of the started services now runs.
+     *
+     * @generated from field: berth.budget.v1.Started started = 3;
+     */
+    value: Started;
+    case: "started";
+  } | {
+    /**
+     * Release the reservation and end the stream.
+     *
+     * @generated from field: berth.budget.v1.ReleaseReservation release = 4;
+     */
+    value: ReleaseReservation;
+    case: "release";
+  } | { case: undefined; value?: undefined };
 };
 
 /**
  * Describes the message berth.budget.v1.AdmitRequest.
  * Use `create(AdmitRequestSchema)` to create a new message.
  */
-export const AdmitRequestSchema: GenMessage<AdmitRequest> = /*@__PURE__*/ messageDesc(file_berth_budget_v1_budget_service, 2);
+export const AdmitRequestSchema: GenMessage<AdmitRequest> = /*@__PURE__*/
+  messageDesc(file_berth_budget_v1_budget_service, 2);
 
 /**
  * The need of an Admit stream.
@@ -183,20 +164,23 @@ export type AdmitStart = Message<"berth.budget.v1.AdmitStart"> & {
  * Describes the message berth.budget.v1.AdmitStart.
  * Use `create(AdmitStartSchema)` to create a new message.
  */
-export const AdmitStartSchema: GenMessage<AdmitStart> = /*@__PURE__*/ messageDesc(file_berth_budget_v1_budget_service, 3);
+export const AdmitStartSchema: GenMessage<AdmitStart> = /*@__PURE__*/
+  messageDesc(file_berth_budget_v1_budget_service, 3);
 
 /**
  * Sent after `admitted`: the build phase is over, its share goes back.
  *
  * @generated from message berth.budget.v1.BuildDone
  */
-export type BuildDone = Message<"berth.budget.v1.BuildDone"> & {};
+export type BuildDone = Message<"berth.budget.v1.BuildDone"> & {
+};
 
 /**
  * Describes the message berth.budget.v1.BuildDone.
  * Use `create(BuildDoneSchema)` to create a new message.
  */
-export const BuildDoneSchema: GenMessage<BuildDone> = /*@__PURE__*/ messageDesc(file_berth_budget_v1_budget_service, 4);
+export const BuildDoneSchema: GenMessage<BuildDone> = /*@__PURE__*/
+  messageDesc(file_berth_budget_v1_budget_service, 4);
 
 /**
  * Sent after `admitted`: one of the services the reservation starts is now
@@ -220,27 +204,24 @@ export type Started = Message<"berth.budget.v1.Started"> & {
    *
    * @generated from oneof berth.budget.v1.Started.cost_source
    */
-  costSource:
-    | {
-        /**
-         * The cost in bytes and cores.
-         *
-         * @generated from field: berth.budget.v1.Resources cost = 2;
-         */
-        value: Resources;
-        case: "cost";
-      }
-    | {
-        /**
-         * The declared spec, costed by the service (its run part; what it leaves
-         * out is taken as when neither is set).
-         *
-         * @generated from field: berth.budget.v1.ResourceSpec spec = 3;
-         */
-        value: ResourceSpec;
-        case: "spec";
-      }
-    | { case: undefined; value?: undefined };
+  costSource: {
+    /**
+     * The cost in bytes and cores.
+     *
+     * @generated from field: berth.budget.v1.Resources cost = 2;
+     */
+    value: Resources;
+    case: "cost";
+  } | {
+    /**
+     * The declared spec, costed by the service (its run part; what it leaves
+     * out is taken as when neither is set).
+     *
+     * @generated from field: berth.budget.v1.ResourceSpec spec = 3;
+     */
+    value: ResourceSpec;
+    case: "spec";
+  } | { case: undefined; value?: undefined };
 
   /**
    * Its pid: the entry ends when that process is gone (checked with its
@@ -264,7 +245,8 @@ export type Started = Message<"berth.budget.v1.Started"> & {
  * Describes the message berth.budget.v1.Started.
  * Use `create(StartedSchema)` to create a new message.
  */
-export const StartedSchema: GenMessage<Started> = /*@__PURE__*/ messageDesc(file_berth_budget_v1_budget_service, 5);
+export const StartedSchema: GenMessage<Started> = /*@__PURE__*/
+  messageDesc(file_berth_budget_v1_budget_service, 5);
 
 /**
  * Sent after `admitted`: release the reservation; the service answers
@@ -272,13 +254,15 @@ export const StartedSchema: GenMessage<Started> = /*@__PURE__*/ messageDesc(file
  *
  * @generated from message berth.budget.v1.ReleaseReservation
  */
-export type ReleaseReservation = Message<"berth.budget.v1.ReleaseReservation"> & {};
+export type ReleaseReservation = Message<"berth.budget.v1.ReleaseReservation"> & {
+};
 
 /**
  * Describes the message berth.budget.v1.ReleaseReservation.
  * Use `create(ReleaseReservationSchema)` to create a new message.
  */
-export const ReleaseReservationSchema: GenMessage<ReleaseReservation> = /*@__PURE__*/ messageDesc(file_berth_budget_v1_budget_service, 6);
+export const ReleaseReservationSchema: GenMessage<ReleaseReservation> = /*@__PURE__*/
+  messageDesc(file_berth_budget_v1_budget_service, 6);
 
 /**
  * Admit's response: one of the service's messages on the stream.
@@ -291,51 +275,47 @@ export type AdmitResponse = Message<"berth.budget.v1.AdmitResponse"> & {
    *
    * @generated from oneof berth.budget.v1.AdmitResponse.kind
    */
-  kind:
-    | {
-        /**
-         * Waiting in the queue.
-         *
-         * @generated from field: berth.budget.v1.Queued queued = 1;
-         */
-        value: Queued;
-        case: "queued";
-      }
-    | {
-        /**
-         * Admitted: the reservation is held until released or the stream ends.
-         *
-         * @generated from field: berth.budget.v1.Admitted admitted = 2;
-         */
-        value: Admitted;
-        case: "admitted";
-      }
-    | {
-        /**
-         * The answer to `build_done` or `started`.
-         *
-         * @generated from field: berth.budget.v1.ReservationUpdated updated = 3;
-         */
-        value: ReservationUpdated;
-        case: "updated";
-      }
-    | {
-        /**
-         * The answer to `release`; the stream ends after it.
-         *
-         * @generated from field: berth.budget.v1.Released released = 4;
-         */
-        value: Released;
-        case: "released";
-      }
-    | { case: undefined; value?: undefined };
+  kind: {
+    /**
+     * Waiting in the queue.
+     *
+     * @generated from field: berth.budget.v1.Queued queued = 1;
+     */
+    value: Queued;
+    case: "queued";
+  } | {
+    /**
+     * Admitted: the reservation is held until released or the stream ends.
+     *
+     * @generated from field: berth.budget.v1.Admitted admitted = 2;
+     */
+    value: Admitted;
+    case: "admitted";
+  } | {
+    /**
+     * The answer to `build_done` or `started`.
+     *
+     * @generated from field: berth.budget.v1.ReservationUpdated updated = 3;
+     */
+    value: ReservationUpdated;
+    case: "updated";
+  } | {
+    /**
+     * The answer to `release`; the stream ends after it.
+     *
+     * @generated from field: berth.budget.v1.Released released = 4;
+     */
+    value: Released;
+    case: "released";
+  } | { case: undefined; value?: undefined };
 };
 
 /**
  * Describes the message berth.budget.v1.AdmitResponse.
  * Use `create(AdmitResponseSchema)` to create a new message.
  */
-export const AdmitResponseSchema: GenMessage<AdmitResponse> = /*@__PURE__*/ messageDesc(file_berth_budget_v1_budget_service, 7);
+export const AdmitResponseSchema: GenMessage<AdmitResponse> = /*@__PURE__*/
+  messageDesc(file_berth_budget_v1_budget_service, 7);
 
 /**
  * The request waits: where, how long, and why.
@@ -391,7 +371,8 @@ export type Queued = Message<"berth.budget.v1.Queued"> & {
  * Describes the message berth.budget.v1.Queued.
  * Use `create(QueuedSchema)` to create a new message.
  */
-export const QueuedSchema: GenMessage<Queued> = /*@__PURE__*/ messageDesc(file_berth_budget_v1_budget_service, 8);
+export const QueuedSchema: GenMessage<Queued> = /*@__PURE__*/
+  messageDesc(file_berth_budget_v1_budget_service, 8);
 
 /**
  * A request ahead in the queue.
@@ -425,7 +406,8 @@ export type AheadEntry = Message<"berth.budget.v1.AheadEntry"> & {
  * Describes the message berth.budget.v1.AheadEntry.
  * Use `create(AheadEntrySchema)` to create a new message.
  */
-export const AheadEntrySchema: GenMessage<AheadEntry> = /*@__PURE__*/ messageDesc(file_berth_budget_v1_budget_service, 9);
+export const AheadEntrySchema: GenMessage<AheadEntry> = /*@__PURE__*/
+  messageDesc(file_berth_budget_v1_budget_service, 9);
 
 /**
  * The request was admitted.
@@ -452,7 +434,8 @@ export type Admitted = Message<"berth.budget.v1.Admitted"> & {
  * Describes the message berth.budget.v1.Admitted.
  * Use `create(AdmittedSchema)` to create a new message.
  */
-export const AdmittedSchema: GenMessage<Admitted> = /*@__PURE__*/ messageDesc(file_berth_budget_v1_budget_service, 10);
+export const AdmittedSchema: GenMessage<Admitted> = /*@__PURE__*/
+  messageDesc(file_berth_budget_v1_budget_service, 10);
 
 /**
  * The reservation after a `build_done` or `started`.
@@ -479,7 +462,8 @@ export type ReservationUpdated = Message<"berth.budget.v1.ReservationUpdated"> &
  * Describes the message berth.budget.v1.ReservationUpdated.
  * Use `create(ReservationUpdatedSchema)` to create a new message.
  */
-export const ReservationUpdatedSchema: GenMessage<ReservationUpdated> = /*@__PURE__*/ messageDesc(file_berth_budget_v1_budget_service, 11);
+export const ReservationUpdatedSchema: GenMessage<ReservationUpdated> = /*@__PURE__*/
+  messageDesc(file_berth_budget_v1_budget_service, 11);
 
 /**
  * The reservation was released.
@@ -499,7 +483,8 @@ export type Released = Message<"berth.budget.v1.Released"> & {
  * Describes the message berth.budget.v1.Released.
  * Use `create(ReleasedSchema)` to create a new message.
  */
-export const ReleasedSchema: GenMessage<Released> = /*@__PURE__*/ messageDesc(file_berth_budget_v1_budget_service, 12);
+export const ReleasedSchema: GenMessage<Released> = /*@__PURE__*/
+  messageDesc(file_berth_budget_v1_budget_service, 12);
 
 /**
  * Reserve's request.
@@ -562,7 +547,8 @@ export type ReserveRequest = Message<"berth.budget.v1.ReserveRequest"> & {
  * Describes the message berth.budget.v1.ReserveRequest.
  * Use `create(ReserveRequestSchema)` to create a new message.
  */
-export const ReserveRequestSchema: GenMessage<ReserveRequest> = /*@__PURE__*/ messageDesc(file_berth_budget_v1_budget_service, 13);
+export const ReserveRequestSchema: GenMessage<ReserveRequest> = /*@__PURE__*/
+  messageDesc(file_berth_budget_v1_budget_service, 13);
 
 /**
  * Reserve's response.
@@ -589,7 +575,8 @@ export type ReserveResponse = Message<"berth.budget.v1.ReserveResponse"> & {
  * Describes the message berth.budget.v1.ReserveResponse.
  * Use `create(ReserveResponseSchema)` to create a new message.
  */
-export const ReserveResponseSchema: GenMessage<ReserveResponse> = /*@__PURE__*/ messageDesc(file_berth_budget_v1_budget_service, 14);
+export const ReserveResponseSchema: GenMessage<ReserveResponse> = /*@__PURE__*/
+  messageDesc(file_berth_budget_v1_budget_service, 14);
 
 /**
  * KeepAlive's request.
@@ -610,7 +597,8 @@ export type KeepAliveRequest = Message<"berth.budget.v1.KeepAliveRequest"> & {
  * Describes the message berth.budget.v1.KeepAliveRequest.
  * Use `create(KeepAliveRequestSchema)` to create a new message.
  */
-export const KeepAliveRequestSchema: GenMessage<KeepAliveRequest> = /*@__PURE__*/ messageDesc(file_berth_budget_v1_budget_service, 15);
+export const KeepAliveRequestSchema: GenMessage<KeepAliveRequest> = /*@__PURE__*/
+  messageDesc(file_berth_budget_v1_budget_service, 15);
 
 /**
  * KeepAlive's response.
@@ -630,7 +618,8 @@ export type KeepAliveResponse = Message<"berth.budget.v1.KeepAliveResponse"> & {
  * Describes the message berth.budget.v1.KeepAliveResponse.
  * Use `create(KeepAliveResponseSchema)` to create a new message.
  */
-export const KeepAliveResponseSchema: GenMessage<KeepAliveResponse> = /*@__PURE__*/ messageDesc(file_berth_budget_v1_budget_service, 16);
+export const KeepAliveResponseSchema: GenMessage<KeepAliveResponse> = /*@__PURE__*/
+  messageDesc(file_berth_budget_v1_budget_service, 16);
 
 /**
  * The outcome of renewing one lease.
@@ -664,7 +653,8 @@ export type Renewal = Message<"berth.budget.v1.Renewal"> & {
  * Describes the message berth.budget.v1.Renewal.
  * Use `create(RenewalSchema)` to create a new message.
  */
-export const RenewalSchema: GenMessage<Renewal> = /*@__PURE__*/ messageDesc(file_berth_budget_v1_budget_service, 17);
+export const RenewalSchema: GenMessage<Renewal> = /*@__PURE__*/
+  messageDesc(file_berth_budget_v1_budget_service, 17);
 
 /**
  * Release's request.
@@ -684,7 +674,8 @@ export type ReleaseRequest = Message<"berth.budget.v1.ReleaseRequest"> & {
  * Describes the message berth.budget.v1.ReleaseRequest.
  * Use `create(ReleaseRequestSchema)` to create a new message.
  */
-export const ReleaseRequestSchema: GenMessage<ReleaseRequest> = /*@__PURE__*/ messageDesc(file_berth_budget_v1_budget_service, 18);
+export const ReleaseRequestSchema: GenMessage<ReleaseRequest> = /*@__PURE__*/
+  messageDesc(file_berth_budget_v1_budget_service, 18);
 
 /**
  * Release's response.
@@ -704,7 +695,8 @@ export type ReleaseResponse = Message<"berth.budget.v1.ReleaseResponse"> & {
  * Describes the message berth.budget.v1.ReleaseResponse.
  * Use `create(ReleaseResponseSchema)` to create a new message.
  */
-export const ReleaseResponseSchema: GenMessage<ReleaseResponse> = /*@__PURE__*/ messageDesc(file_berth_budget_v1_budget_service, 19);
+export const ReleaseResponseSchema: GenMessage<ReleaseResponse> = /*@__PURE__*/
+  messageDesc(file_berth_budget_v1_budget_service, 19);
 
 /**
  * ReleaseBuild's request.
@@ -724,7 +716,8 @@ export type ReleaseBuildRequest = Message<"berth.budget.v1.ReleaseBuildRequest">
  * Describes the message berth.budget.v1.ReleaseBuildRequest.
  * Use `create(ReleaseBuildRequestSchema)` to create a new message.
  */
-export const ReleaseBuildRequestSchema: GenMessage<ReleaseBuildRequest> = /*@__PURE__*/ messageDesc(file_berth_budget_v1_budget_service, 20);
+export const ReleaseBuildRequestSchema: GenMessage<ReleaseBuildRequest> = /*@__PURE__*/
+  messageDesc(file_berth_budget_v1_budget_service, 20);
 
 /**
  * ReleaseBuild's response.
@@ -744,7 +737,8 @@ export type ReleaseBuildResponse = Message<"berth.budget.v1.ReleaseBuildResponse
  * Describes the message berth.budget.v1.ReleaseBuildResponse.
  * Use `create(ReleaseBuildResponseSchema)` to create a new message.
  */
-export const ReleaseBuildResponseSchema: GenMessage<ReleaseBuildResponse> = /*@__PURE__*/ messageDesc(file_berth_budget_v1_budget_service, 21);
+export const ReleaseBuildResponseSchema: GenMessage<ReleaseBuildResponse> = /*@__PURE__*/
+  messageDesc(file_berth_budget_v1_budget_service, 21);
 
 /**
  * RegisterRunning's request.
@@ -767,27 +761,24 @@ export type RegisterRunningRequest = Message<"berth.budget.v1.RegisterRunningReq
    *
    * @generated from oneof berth.budget.v1.RegisterRunningRequest.cost_source
    */
-  costSource:
-    | {
-        /**
-         * The cost in bytes and cores.
-         *
-         * @generated from field: berth.budget.v1.Resources cost = 2;
-         */
-        value: Resources;
-        case: "cost";
-      }
-    | {
-        /**
-         * The declared spec, costed by the service (its run part; what it leaves
-         * out is taken as when neither is set).
-         *
-         * @generated from field: berth.budget.v1.ResourceSpec spec = 3;
-         */
-        value: ResourceSpec;
-        case: "spec";
-      }
-    | { case: undefined; value?: undefined };
+  costSource: {
+    /**
+     * The cost in bytes and cores.
+     *
+     * @generated from field: berth.budget.v1.Resources cost = 2;
+     */
+    value: Resources;
+    case: "cost";
+  } | {
+    /**
+     * The declared spec, costed by the service (its run part; what it leaves
+     * out is taken as when neither is set).
+     *
+     * @generated from field: berth.budget.v1.ResourceSpec spec = 3;
+     */
+    value: ResourceSpec;
+    case: "spec";
+  } | { case: undefined; value?: undefined };
 
   /**
    * Its pid: the entry ends when that process is gone (checked with its
@@ -832,7 +823,8 @@ export type RegisterRunningRequest = Message<"berth.budget.v1.RegisterRunningReq
  * Describes the message berth.budget.v1.RegisterRunningRequest.
  * Use `create(RegisterRunningRequestSchema)` to create a new message.
  */
-export const RegisterRunningRequestSchema: GenMessage<RegisterRunningRequest> = /*@__PURE__*/ messageDesc(file_berth_budget_v1_budget_service, 22);
+export const RegisterRunningRequestSchema: GenMessage<RegisterRunningRequest> = /*@__PURE__*/
+  messageDesc(file_berth_budget_v1_budget_service, 22);
 
 /**
  * RegisterRunning's response.
@@ -859,7 +851,8 @@ export type RegisterRunningResponse = Message<"berth.budget.v1.RegisterRunningRe
  * Describes the message berth.budget.v1.RegisterRunningResponse.
  * Use `create(RegisterRunningResponseSchema)` to create a new message.
  */
-export const RegisterRunningResponseSchema: GenMessage<RegisterRunningResponse> = /*@__PURE__*/ messageDesc(file_berth_budget_v1_budget_service, 23);
+export const RegisterRunningResponseSchema: GenMessage<RegisterRunningResponse> = /*@__PURE__*/
+  messageDesc(file_berth_budget_v1_budget_service, 23);
 
 /**
  * StopRunning's request.
@@ -879,7 +872,8 @@ export type StopRunningRequest = Message<"berth.budget.v1.StopRunningRequest"> &
  * Describes the message berth.budget.v1.StopRunningRequest.
  * Use `create(StopRunningRequestSchema)` to create a new message.
  */
-export const StopRunningRequestSchema: GenMessage<StopRunningRequest> = /*@__PURE__*/ messageDesc(file_berth_budget_v1_budget_service, 24);
+export const StopRunningRequestSchema: GenMessage<StopRunningRequest> = /*@__PURE__*/
+  messageDesc(file_berth_budget_v1_budget_service, 24);
 
 /**
  * StopRunning's response.
@@ -899,7 +893,8 @@ export type StopRunningResponse = Message<"berth.budget.v1.StopRunningResponse">
  * Describes the message berth.budget.v1.StopRunningResponse.
  * Use `create(StopRunningResponseSchema)` to create a new message.
  */
-export const StopRunningResponseSchema: GenMessage<StopRunningResponse> = /*@__PURE__*/ messageDesc(file_berth_budget_v1_budget_service, 25);
+export const StopRunningResponseSchema: GenMessage<StopRunningResponse> = /*@__PURE__*/
+  messageDesc(file_berth_budget_v1_budget_service, 25);
 
 /**
  * GetState's request.
@@ -921,7 +916,8 @@ export type GetStateRequest = Message<"berth.budget.v1.GetStateRequest"> & {
  * Describes the message berth.budget.v1.GetStateRequest.
  * Use `create(GetStateRequestSchema)` to create a new message.
  */
-export const GetStateRequestSchema: GenMessage<GetStateRequest> = /*@__PURE__*/ messageDesc(file_berth_budget_v1_budget_service, 26);
+export const GetStateRequestSchema: GenMessage<GetStateRequest> = /*@__PURE__*/
+  messageDesc(file_berth_budget_v1_budget_service, 26);
 
 /**
  * GetState's response.
@@ -1020,7 +1016,8 @@ export type GetStateResponse = Message<"berth.budget.v1.GetStateResponse"> & {
  * Describes the message berth.budget.v1.GetStateResponse.
  * Use `create(GetStateResponseSchema)` to create a new message.
  */
-export const GetStateResponseSchema: GenMessage<GetStateResponse> = /*@__PURE__*/ messageDesc(file_berth_budget_v1_budget_service, 27);
+export const GetStateResponseSchema: GenMessage<GetStateResponse> = /*@__PURE__*/
+  messageDesc(file_berth_budget_v1_budget_service, 27);
 
 /**
  * ListQueue's request.
@@ -1051,7 +1048,8 @@ export type ListQueueRequest = Message<"berth.budget.v1.ListQueueRequest"> & {
  * Describes the message berth.budget.v1.ListQueueRequest.
  * Use `create(ListQueueRequestSchema)` to create a new message.
  */
-export const ListQueueRequestSchema: GenMessage<ListQueueRequest> = /*@__PURE__*/ messageDesc(file_berth_budget_v1_budget_service, 28);
+export const ListQueueRequestSchema: GenMessage<ListQueueRequest> = /*@__PURE__*/
+  messageDesc(file_berth_budget_v1_budget_service, 28);
 
 /**
  * ListQueue's response.
@@ -1078,7 +1076,8 @@ export type ListQueueResponse = Message<"berth.budget.v1.ListQueueResponse"> & {
  * Describes the message berth.budget.v1.ListQueueResponse.
  * Use `create(ListQueueResponseSchema)` to create a new message.
  */
-export const ListQueueResponseSchema: GenMessage<ListQueueResponse> = /*@__PURE__*/ messageDesc(file_berth_budget_v1_budget_service, 29);
+export const ListQueueResponseSchema: GenMessage<ListQueueResponse> = /*@__PURE__*/
+  messageDesc(file_berth_budget_v1_budget_service, 29);
 
 /**
  * ListReservations' request.
@@ -1109,7 +1108,8 @@ export type ListReservationsRequest = Message<"berth.budget.v1.ListReservationsR
  * Describes the message berth.budget.v1.ListReservationsRequest.
  * Use `create(ListReservationsRequestSchema)` to create a new message.
  */
-export const ListReservationsRequestSchema: GenMessage<ListReservationsRequest> = /*@__PURE__*/ messageDesc(file_berth_budget_v1_budget_service, 30);
+export const ListReservationsRequestSchema: GenMessage<ListReservationsRequest> = /*@__PURE__*/
+  messageDesc(file_berth_budget_v1_budget_service, 30);
 
 /**
  * ListReservations' response.
@@ -1136,7 +1136,8 @@ export type ListReservationsResponse = Message<"berth.budget.v1.ListReservations
  * Describes the message berth.budget.v1.ListReservationsResponse.
  * Use `create(ListReservationsResponseSchema)` to create a new message.
  */
-export const ListReservationsResponseSchema: GenMessage<ListReservationsResponse> = /*@__PURE__*/ messageDesc(file_berth_budget_v1_budget_service, 31);
+export const ListReservationsResponseSchema: GenMessage<ListReservationsResponse> = /*@__PURE__*/
+  messageDesc(file_berth_budget_v1_budget_service, 31);
 
 /**
  * ListRunning's request.
@@ -1167,7 +1168,8 @@ export type ListRunningRequest = Message<"berth.budget.v1.ListRunningRequest"> &
  * Describes the message berth.budget.v1.ListRunningRequest.
  * Use `create(ListRunningRequestSchema)` to create a new message.
  */
-export const ListRunningRequestSchema: GenMessage<ListRunningRequest> = /*@__PURE__*/ messageDesc(file_berth_budget_v1_budget_service, 32);
+export const ListRunningRequestSchema: GenMessage<ListRunningRequest> = /*@__PURE__*/
+  messageDesc(file_berth_budget_v1_budget_service, 32);
 
 /**
  * ListRunning's response.
@@ -1194,20 +1196,23 @@ export type ListRunningResponse = Message<"berth.budget.v1.ListRunningResponse">
  * Describes the message berth.budget.v1.ListRunningResponse.
  * Use `create(ListRunningResponseSchema)` to create a new message.
  */
-export const ListRunningResponseSchema: GenMessage<ListRunningResponse> = /*@__PURE__*/ messageDesc(file_berth_budget_v1_budget_service, 33);
+export const ListRunningResponseSchema: GenMessage<ListRunningResponse> = /*@__PURE__*/
+  messageDesc(file_berth_budget_v1_budget_service, 33);
 
 /**
  * GetMachine's request.
  *
  * @generated from message berth.budget.v1.GetMachineRequest
  */
-export type GetMachineRequest = Message<"berth.budget.v1.GetMachineRequest"> & {};
+export type GetMachineRequest = Message<"berth.budget.v1.GetMachineRequest"> & {
+};
 
 /**
  * Describes the message berth.budget.v1.GetMachineRequest.
  * Use `create(GetMachineRequestSchema)` to create a new message.
  */
-export const GetMachineRequestSchema: GenMessage<GetMachineRequest> = /*@__PURE__*/ messageDesc(file_berth_budget_v1_budget_service, 34);
+export const GetMachineRequestSchema: GenMessage<GetMachineRequest> = /*@__PURE__*/
+  messageDesc(file_berth_budget_v1_budget_service, 34);
 
 /**
  * GetMachine's response.
@@ -1227,20 +1232,23 @@ export type GetMachineResponse = Message<"berth.budget.v1.GetMachineResponse"> &
  * Describes the message berth.budget.v1.GetMachineResponse.
  * Use `create(GetMachineResponseSchema)` to create a new message.
  */
-export const GetMachineResponseSchema: GenMessage<GetMachineResponse> = /*@__PURE__*/ messageDesc(file_berth_budget_v1_budget_service, 35);
+export const GetMachineResponseSchema: GenMessage<GetMachineResponse> = /*@__PURE__*/
+  messageDesc(file_berth_budget_v1_budget_service, 35);
 
 /**
  * WatchMachine's request.
  *
  * @generated from message berth.budget.v1.WatchMachineRequest
  */
-export type WatchMachineRequest = Message<"berth.budget.v1.WatchMachineRequest"> & {};
+export type WatchMachineRequest = Message<"berth.budget.v1.WatchMachineRequest"> & {
+};
 
 /**
  * Describes the message berth.budget.v1.WatchMachineRequest.
  * Use `create(WatchMachineRequestSchema)` to create a new message.
  */
-export const WatchMachineRequestSchema: GenMessage<WatchMachineRequest> = /*@__PURE__*/ messageDesc(file_berth_budget_v1_budget_service, 36);
+export const WatchMachineRequestSchema: GenMessage<WatchMachineRequest> = /*@__PURE__*/
+  messageDesc(file_berth_budget_v1_budget_service, 36);
 
 /**
  * WatchMachine's response: one sample.
@@ -1260,7 +1268,8 @@ export type WatchMachineResponse = Message<"berth.budget.v1.WatchMachineResponse
  * Describes the message berth.budget.v1.WatchMachineResponse.
  * Use `create(WatchMachineResponseSchema)` to create a new message.
  */
-export const WatchMachineResponseSchema: GenMessage<WatchMachineResponse> = /*@__PURE__*/ messageDesc(file_berth_budget_v1_budget_service, 37);
+export const WatchMachineResponseSchema: GenMessage<WatchMachineResponse> = /*@__PURE__*/
+  messageDesc(file_berth_budget_v1_budget_service, 37);
 
 /**
  * Costs' request.
@@ -1280,7 +1289,8 @@ export type CostsRequest = Message<"berth.budget.v1.CostsRequest"> & {
  * Describes the message berth.budget.v1.CostsRequest.
  * Use `create(CostsRequestSchema)` to create a new message.
  */
-export const CostsRequestSchema: GenMessage<CostsRequest> = /*@__PURE__*/ messageDesc(file_berth_budget_v1_budget_service, 38);
+export const CostsRequestSchema: GenMessage<CostsRequest> = /*@__PURE__*/
+  messageDesc(file_berth_budget_v1_budget_service, 38);
 
 /**
  * Costs' response.
@@ -1307,20 +1317,23 @@ export type CostsResponse = Message<"berth.budget.v1.CostsResponse"> & {
  * Describes the message berth.budget.v1.CostsResponse.
  * Use `create(CostsResponseSchema)` to create a new message.
  */
-export const CostsResponseSchema: GenMessage<CostsResponse> = /*@__PURE__*/ messageDesc(file_berth_budget_v1_budget_service, 39);
+export const CostsResponseSchema: GenMessage<CostsResponse> = /*@__PURE__*/
+  messageDesc(file_berth_budget_v1_budget_service, 39);
 
 /**
  * GetLimits' request.
  *
  * @generated from message berth.budget.v1.GetLimitsRequest
  */
-export type GetLimitsRequest = Message<"berth.budget.v1.GetLimitsRequest"> & {};
+export type GetLimitsRequest = Message<"berth.budget.v1.GetLimitsRequest"> & {
+};
 
 /**
  * Describes the message berth.budget.v1.GetLimitsRequest.
  * Use `create(GetLimitsRequestSchema)` to create a new message.
  */
-export const GetLimitsRequestSchema: GenMessage<GetLimitsRequest> = /*@__PURE__*/ messageDesc(file_berth_budget_v1_budget_service, 40);
+export const GetLimitsRequestSchema: GenMessage<GetLimitsRequest> = /*@__PURE__*/
+  messageDesc(file_berth_budget_v1_budget_service, 40);
 
 /**
  * GetLimits' response: the limits this service enforces (the same names as
@@ -1381,7 +1394,8 @@ export type GetLimitsResponse = Message<"berth.budget.v1.GetLimitsResponse"> & {
  * Describes the message berth.budget.v1.GetLimitsResponse.
  * Use `create(GetLimitsResponseSchema)` to create a new message.
  */
-export const GetLimitsResponseSchema: GenMessage<GetLimitsResponse> = /*@__PURE__*/ messageDesc(file_berth_budget_v1_budget_service, 41);
+export const GetLimitsResponseSchema: GenMessage<GetLimitsResponse> = /*@__PURE__*/
+  messageDesc(file_berth_budget_v1_budget_service, 41);
 
 /**
  * Admission control for the machine's memory and cpu.
@@ -1439,7 +1453,7 @@ export const BudgetService: GenService<{
     methodKind: "unary";
     input: typeof CheckRequestSchema;
     output: typeof CheckResponseSchema;
-  };
+  },
   /**
    * Admission on a stream. The first request must be `start` (the need);
    * the service answers `queued` while it waits (at once, whenever the
@@ -1464,7 +1478,7 @@ export const BudgetService: GenService<{
     methodKind: "bidi_streaming";
     input: typeof AdmitRequestSchema;
     output: typeof AdmitResponseSchema;
-  };
+  },
   /**
    * Admission with a lease, for clients that cannot hold a stream: waits in
    * the queue (up to `max_wait`) like Admit, then returns a reservation that
@@ -1479,7 +1493,7 @@ export const BudgetService: GenService<{
     methodKind: "unary";
     input: typeof ReserveRequestSchema;
     output: typeof ReserveResponseSchema;
-  };
+  },
   /**
    * Renews the leases of reservations and running entries, each for its own
    * ttl from now: one answer per id, in request order, `alive = false` for
@@ -1491,7 +1505,7 @@ export const BudgetService: GenService<{
     methodKind: "unary";
     input: typeof KeepAliveRequestSchema;
     output: typeof KeepAliveResponseSchema;
-  };
+  },
   /**
    * Releases a reservation (its remaining start and build shares).
    *
@@ -1501,7 +1515,7 @@ export const BudgetService: GenService<{
     methodKind: "unary";
     input: typeof ReleaseRequestSchema;
     output: typeof ReleaseResponseSchema;
-  };
+  },
   /**
    * The reservation's build phase is over: its build share goes back (the
    * seed's `releaseBuild`; Admit's `build_done`).
@@ -1512,7 +1526,7 @@ export const BudgetService: GenService<{
     methodKind: "unary";
     input: typeof ReleaseBuildRequestSchema;
     output: typeof ReleaseBuildResponseSchema;
-  };
+  },
   /**
    * Counts a running service in the tally until StopRunning, until its pid is
    * gone, or until its lease ends. With a reservation, its cost moves from
@@ -1527,7 +1541,7 @@ export const BudgetService: GenService<{
     methodKind: "unary";
     input: typeof RegisterRunningRequestSchema;
     output: typeof RegisterRunningResponseSchema;
-  };
+  },
   /**
    * Removes a running entry from the tally.
    *
@@ -1537,7 +1551,7 @@ export const BudgetService: GenService<{
     methodKind: "unary";
     input: typeof StopRunningRequestSchema;
     output: typeof StopRunningResponseSchema;
-  };
+  },
   /**
    * Everything the budget holds: what is committed, the first page of the
    * queue (with positions and ETAs), of the reservations and of the running
@@ -1551,7 +1565,7 @@ export const BudgetService: GenService<{
     methodKind: "unary";
     input: typeof GetStateRequestSchema;
     output: typeof GetStateResponseSchema;
-  };
+  },
   /**
    * The queue, head first, a page at a time. A request admitted or dropped
    * while paging is not repeated; one queued while paging appears on a later
@@ -1563,7 +1577,7 @@ export const BudgetService: GenService<{
     methodKind: "unary";
     input: typeof ListQueueRequestSchema;
     output: typeof ListQueueResponseSchema;
-  };
+  },
   /**
    * The reservations in flight, oldest first, a page at a time.
    *
@@ -1573,7 +1587,7 @@ export const BudgetService: GenService<{
     methodKind: "unary";
     input: typeof ListReservationsRequestSchema;
     output: typeof ListReservationsResponseSchema;
-  };
+  },
   /**
    * The running tally, oldest first, a page at a time.
    *
@@ -1583,7 +1597,7 @@ export const BudgetService: GenService<{
     methodKind: "unary";
     input: typeof ListRunningRequestSchema;
     output: typeof ListRunningResponseSchema;
-  };
+  },
   /**
    * The last machine sample.
    *
@@ -1593,7 +1607,7 @@ export const BudgetService: GenService<{
     methodKind: "unary";
     input: typeof GetMachineRequestSchema;
     output: typeof GetMachineResponseSchema;
-  };
+  },
   /**
    * The machine sample now, then every new one, until the client ends the
    * call.
@@ -1604,7 +1618,7 @@ export const BudgetService: GenService<{
     methodKind: "server_streaming";
     input: typeof WatchMachineRequestSchema;
     output: typeof WatchMachineResponseSchema;
-  };
+  },
   /**
    * What a declared spec costs running and building (the seed's `costsOf`):
    * the declared parts, the policy's defaults for the rest.
@@ -1615,7 +1629,7 @@ export const BudgetService: GenService<{
     methodKind: "unary";
     input: typeof CostsRequestSchema;
     output: typeof CostsResponseSchema;
-  };
+  },
   /**
    * The limits this service enforces: lease ttls, the longest wait, the
    * queue's size.
@@ -1626,5 +1640,7 @@ export const BudgetService: GenService<{
     methodKind: "unary";
     input: typeof GetLimitsRequestSchema;
     output: typeof GetLimitsResponseSchema;
-  };
-}> = /*@__PURE__*/ serviceDesc(file_berth_budget_v1_budget_service, 0);
+  },
+}> = /*@__PURE__*/
+  serviceDesc(file_berth_budget_v1_budget_service, 0);
+

@@ -13,12 +13,8 @@ import type { Message } from "@bufbuild/protobuf";
 /**
  * Describes the file berth/locks/v1/lock_service.proto.
  */
-export const file_berth_locks_v1_lock_service: GenFile =
-  /*@__PURE__*/
-  fileDesc(
-    "CiFiZXJ0aC9sb2Nrcy92MS9sb2NrX3NlcnZpY2UucHJvdG8SDmJlcnRoLmxvY2tzLnYxItsBCgVMZWFzZRITCgtsZWFzZV90b2tlbhgBIAEoCRIVCg1mZW5jaW5nX3Rva2VuGAIgASgDEi8KC2V4cGlyZV90aW1lGAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIMCgRmaWxlGAQgASgJEg0KBW93bmVyGAUgASgJEjAKDGFjcXVpcmVfdGltZRgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASJgoDdHRsGAcgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIpYBCg5BY3F1aXJlUmVxdWVzdBIMCgRmaWxlGAEgASgJEg0KBW93bmVyGAIgASgJEisKCG1heF93YWl0GAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEiYKA3R0bBgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhISCgpyZXF1ZXN0X2lkGAUgASgJIjcKD0FjcXVpcmVSZXNwb25zZRIkCgVsZWFzZRgBIAEoCzIVLmJlcnRoLmxvY2tzLnYxLkxlYXNlIigKEEtlZXBBbGl2ZVJlcXVlc3QSFAoMbGVhc2VfdG9rZW5zGAEgAygJIj4KEUtlZXBBbGl2ZVJlc3BvbnNlEikKCHJlbmV3YWxzGAEgAygLMhcuYmVydGgubG9ja3MudjEuUmVuZXdhbCJeCgdSZW5ld2FsEhMKC2xlYXNlX3Rva2VuGAEgASgJEg0KBWFsaXZlGAIgASgIEi8KC2V4cGlyZV90aW1lGAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCItChZLZWVwQWxpdmVTdHJlYW1SZXF1ZXN0EhMKC2xlYXNlX3Rva2VuGAEgASgJIkMKF0tlZXBBbGl2ZVN0cmVhbVJlc3BvbnNlEigKB3JlbmV3YWwYASABKAsyFy5iZXJ0aC5sb2Nrcy52MS5SZW5ld2FsIiUKDlJlbGVhc2VSZXF1ZXN0EhMKC2xlYXNlX3Rva2VuGAEgASgJIiMKD1JlbGVhc2VSZXNwb25zZRIQCghyZWxlYXNlZBgBIAEoCCJXCgtIb2xkUmVxdWVzdBIMCgRmaWxlGAEgASgJEg0KBW93bmVyGAIgASgJEisKCG1heF93YWl0GAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIqEBCgxIb2xkUmVzcG9uc2USKgoHd2FpdGluZxgBIAEoCzIXLmJlcnRoLmxvY2tzLnYxLldhaXRpbmdIABIpCghhY3F1aXJlZBgCIAEoCzIVLmJlcnRoLmxvY2tzLnYxLkxlYXNlSAASMgoJaGVhcnRiZWF0GAMgASgLMh0uYmVydGgubG9ja3MudjEuSG9sZEhlYXJ0YmVhdEgAQgYKBGtpbmQiQwoHV2FpdGluZxIQCghwb3NpdGlvbhgBIAEoBRImCgZob2xkZXIYAiABKAsyFi5iZXJ0aC5sb2Nrcy52MS5Ib2xkZXIiPgoNSG9sZEhlYXJ0YmVhdBItCglzZW5kX3RpbWUYASABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wItUBCgZIb2xkZXISDQoFb3duZXIYASABKAkSFQoNZmVuY2luZ190b2tlbhgCIAEoAxIwCgxhY3F1aXJlX3RpbWUYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi8KC2V4cGlyZV90aW1lGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIoCgRraW5kGAUgASgOMhouYmVydGgubG9ja3MudjEuSG9sZGVyS2luZBIQCgNwaWQYBiABKAVIAIgBAUIGCgRfcGlkIqwBCgZXYWl0ZXISDQoFb3duZXIYASABKAkSMwoPd2FpdF9zdGFydF90aW1lGAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBI0ChB3YWl0X2V4cGlyZV90aW1lGAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIoCgRraW5kGAQgASgOMhouYmVydGgubG9ja3MudjEuSG9sZGVyS2luZCIeCg5JbnNwZWN0UmVxdWVzdBIMCgRmaWxlGAEgASgJIp8BCg9JbnNwZWN0UmVzcG9uc2USDAoEZmlsZRgBIAEoCRImCgZob2xkZXIYAiABKAsyFi5iZXJ0aC5sb2Nrcy52MS5Ib2xkZXISJwoHd2FpdGVycxgDIAMoCzIWLmJlcnRoLmxvY2tzLnYxLldhaXRlchIaChJsYXN0X2ZlbmNpbmdfdG9rZW4YBCABKAMSEQoJbG9ja19wYXRoGAUgASgJIjgKEUNoZWNrVG9rZW5SZXF1ZXN0EgwKBGZpbGUYASABKAkSFQoNZmVuY2luZ190b2tlbhgCIAEoAyJKChJDaGVja1Rva2VuUmVzcG9uc2USDwoHY3VycmVudBgBIAEoCBIVCg1jdXJyZW50X3Rva2VuGAIgASgDEgwKBGZpbGUYAyABKAkiEgoQR2V0TGltaXRzUmVxdWVzdCKLAgoRR2V0TGltaXRzUmVzcG9uc2USLgoLZGVmYXVsdF90dGwYASABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SKgoHbWF4X3R0bBgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIrCghtYXhfd2FpdBgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhI1ChJoZWFydGJlYXRfaW50ZXJ2YWwYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SHAoUbWF4X3dhaXRlcnNfcGVyX2ZpbGUYBSABKAUSGAoQbWF4X293bmVyX2xlbmd0aBgGIAEoBSLyAQoITG9ja0hlbGQSDAoEZmlsZRgBIAEoCRINCgVvd25lchgCIAEoCRIwCgxhY3F1aXJlX3RpbWUYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhUKDWZlbmNpbmdfdG9rZW4YBCABKAMSEAoDcGlkGAUgASgFSACIAQESKAoEa2luZBgGIAEoDjIaLmJlcnRoLmxvY2tzLnYxLkhvbGRlcktpbmQSEQoJbG9ja19wYXRoGAcgASgJEikKBndhaXRlZBgIIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbkIGCgRfcGlkKngKCkhvbGRlcktpbmQSGwoXSE9MREVSX0tJTkRfVU5TUEVDSUZJRUQQABIVChFIT0xERVJfS0lORF9MRUFTRRABEhYKEkhPTERFUl9LSU5EX1NUUkVBTRACEh4KGkhPTERFUl9LSU5EX1NFRURfTE9DS19GSUxFEAMylwUKC0xvY2tTZXJ2aWNlEkoKB0FjcXVpcmUSHi5iZXJ0aC5sb2Nrcy52MS5BY3F1aXJlUmVxdWVzdBofLmJlcnRoLmxvY2tzLnYxLkFjcXVpcmVSZXNwb25zZRJQCglLZWVwQWxpdmUSIC5iZXJ0aC5sb2Nrcy52MS5LZWVwQWxpdmVSZXF1ZXN0GiEuYmVydGgubG9ja3MudjEuS2VlcEFsaXZlUmVzcG9uc2USZgoPS2VlcEFsaXZlU3RyZWFtEiYuYmVydGgubG9ja3MudjEuS2VlcEFsaXZlU3RyZWFtUmVxdWVzdBonLmJlcnRoLmxvY2tzLnYxLktlZXBBbGl2ZVN0cmVhbVJlc3BvbnNlKAEwARJKCgdSZWxlYXNlEh4uYmVydGgubG9ja3MudjEuUmVsZWFzZVJlcXVlc3QaHy5iZXJ0aC5sb2Nrcy52MS5SZWxlYXNlUmVzcG9uc2USQwoESG9sZBIbLmJlcnRoLmxvY2tzLnYxLkhvbGRSZXF1ZXN0GhwuYmVydGgubG9ja3MudjEuSG9sZFJlc3BvbnNlMAESSgoHSW5zcGVjdBIeLmJlcnRoLmxvY2tzLnYxLkluc3BlY3RSZXF1ZXN0Gh8uYmVydGgubG9ja3MudjEuSW5zcGVjdFJlc3BvbnNlElMKCkNoZWNrVG9rZW4SIS5iZXJ0aC5sb2Nrcy52MS5DaGVja1Rva2VuUmVxdWVzdBoiLmJlcnRoLmxvY2tzLnYxLkNoZWNrVG9rZW5SZXNwb25zZRJQCglHZXRMaW1pdHMSIC5iZXJ0aC5sb2Nrcy52MS5HZXRMaW1pdHNSZXF1ZXN0GiEuYmVydGgubG9ja3MudjEuR2V0TGltaXRzUmVzcG9uc2ViBnByb3RvMw",
-    [file_google_protobuf_duration, file_google_protobuf_timestamp],
-  );
+export const file_berth_locks_v1_lock_service: GenFile = /*@__PURE__*/
+  fileDesc("CiFiZXJ0aC9sb2Nrcy92MS9sb2NrX3NlcnZpY2UucHJvdG8SDmJlcnRoLmxvY2tzLnYxItsBCgVMZWFzZRITCgtsZWFzZV90b2tlbhgBIAEoCRIVCg1mZW5jaW5nX3Rva2VuGAIgASgDEi8KC2V4cGlyZV90aW1lGAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIMCgRmaWxlGAQgASgJEg0KBW93bmVyGAUgASgJEjAKDGFjcXVpcmVfdGltZRgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASJgoDdHRsGAcgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIpYBCg5BY3F1aXJlUmVxdWVzdBIMCgRmaWxlGAEgASgJEg0KBW93bmVyGAIgASgJEisKCG1heF93YWl0GAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEiYKA3R0bBgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhISCgpyZXF1ZXN0X2lkGAUgASgJIjcKD0FjcXVpcmVSZXNwb25zZRIkCgVsZWFzZRgBIAEoCzIVLmJlcnRoLmxvY2tzLnYxLkxlYXNlIigKEEtlZXBBbGl2ZVJlcXVlc3QSFAoMbGVhc2VfdG9rZW5zGAEgAygJIj4KEUtlZXBBbGl2ZVJlc3BvbnNlEikKCHJlbmV3YWxzGAEgAygLMhcuYmVydGgubG9ja3MudjEuUmVuZXdhbCJeCgdSZW5ld2FsEhMKC2xlYXNlX3Rva2VuGAEgASgJEg0KBWFsaXZlGAIgASgIEi8KC2V4cGlyZV90aW1lGAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCItChZLZWVwQWxpdmVTdHJlYW1SZXF1ZXN0EhMKC2xlYXNlX3Rva2VuGAEgASgJIkMKF0tlZXBBbGl2ZVN0cmVhbVJlc3BvbnNlEigKB3JlbmV3YWwYASABKAsyFy5iZXJ0aC5sb2Nrcy52MS5SZW5ld2FsIiUKDlJlbGVhc2VSZXF1ZXN0EhMKC2xlYXNlX3Rva2VuGAEgASgJIiMKD1JlbGVhc2VSZXNwb25zZRIQCghyZWxlYXNlZBgBIAEoCCJXCgtIb2xkUmVxdWVzdBIMCgRmaWxlGAEgASgJEg0KBW93bmVyGAIgASgJEisKCG1heF93YWl0GAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIqEBCgxIb2xkUmVzcG9uc2USKgoHd2FpdGluZxgBIAEoCzIXLmJlcnRoLmxvY2tzLnYxLldhaXRpbmdIABIpCghhY3F1aXJlZBgCIAEoCzIVLmJlcnRoLmxvY2tzLnYxLkxlYXNlSAASMgoJaGVhcnRiZWF0GAMgASgLMh0uYmVydGgubG9ja3MudjEuSG9sZEhlYXJ0YmVhdEgAQgYKBGtpbmQiQwoHV2FpdGluZxIQCghwb3NpdGlvbhgBIAEoBRImCgZob2xkZXIYAiABKAsyFi5iZXJ0aC5sb2Nrcy52MS5Ib2xkZXIiPgoNSG9sZEhlYXJ0YmVhdBItCglzZW5kX3RpbWUYASABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wItUBCgZIb2xkZXISDQoFb3duZXIYASABKAkSFQoNZmVuY2luZ190b2tlbhgCIAEoAxIwCgxhY3F1aXJlX3RpbWUYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi8KC2V4cGlyZV90aW1lGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIoCgRraW5kGAUgASgOMhouYmVydGgubG9ja3MudjEuSG9sZGVyS2luZBIQCgNwaWQYBiABKAVIAIgBAUIGCgRfcGlkIqwBCgZXYWl0ZXISDQoFb3duZXIYASABKAkSMwoPd2FpdF9zdGFydF90aW1lGAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBI0ChB3YWl0X2V4cGlyZV90aW1lGAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIoCgRraW5kGAQgASgOMhouYmVydGgubG9ja3MudjEuSG9sZGVyS2luZCIeCg5JbnNwZWN0UmVxdWVzdBIMCgRmaWxlGAEgASgJIp8BCg9JbnNwZWN0UmVzcG9uc2USDAoEZmlsZRgBIAEoCRImCgZob2xkZXIYAiABKAsyFi5iZXJ0aC5sb2Nrcy52MS5Ib2xkZXISJwoHd2FpdGVycxgDIAMoCzIWLmJlcnRoLmxvY2tzLnYxLldhaXRlchIaChJsYXN0X2ZlbmNpbmdfdG9rZW4YBCABKAMSEQoJbG9ja19wYXRoGAUgASgJIjgKEUNoZWNrVG9rZW5SZXF1ZXN0EgwKBGZpbGUYASABKAkSFQoNZmVuY2luZ190b2tlbhgCIAEoAyJKChJDaGVja1Rva2VuUmVzcG9uc2USDwoHY3VycmVudBgBIAEoCBIVCg1jdXJyZW50X3Rva2VuGAIgASgDEgwKBGZpbGUYAyABKAkiEgoQR2V0TGltaXRzUmVxdWVzdCKLAgoRR2V0TGltaXRzUmVzcG9uc2USLgoLZGVmYXVsdF90dGwYASABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SKgoHbWF4X3R0bBgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIrCghtYXhfd2FpdBgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhI1ChJoZWFydGJlYXRfaW50ZXJ2YWwYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SHAoUbWF4X3dhaXRlcnNfcGVyX2ZpbGUYBSABKAUSGAoQbWF4X293bmVyX2xlbmd0aBgGIAEoBSLyAQoITG9ja0hlbGQSDAoEZmlsZRgBIAEoCRINCgVvd25lchgCIAEoCRIwCgxhY3F1aXJlX3RpbWUYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhUKDWZlbmNpbmdfdG9rZW4YBCABKAMSEAoDcGlkGAUgASgFSACIAQESKAoEa2luZBgGIAEoDjIaLmJlcnRoLmxvY2tzLnYxLkhvbGRlcktpbmQSEQoJbG9ja19wYXRoGAcgASgJEikKBndhaXRlZBgIIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbkIGCgRfcGlkKngKCkhvbGRlcktpbmQSGwoXSE9MREVSX0tJTkRfVU5TUEVDSUZJRUQQABIVChFIT0xERVJfS0lORF9MRUFTRRABEhYKEkhPTERFUl9LSU5EX1NUUkVBTRACEh4KGkhPTERFUl9LSU5EX1NFRURfTE9DS19GSUxFEAMylwUKC0xvY2tTZXJ2aWNlEkoKB0FjcXVpcmUSHi5iZXJ0aC5sb2Nrcy52MS5BY3F1aXJlUmVxdWVzdBofLmJlcnRoLmxvY2tzLnYxLkFjcXVpcmVSZXNwb25zZRJQCglLZWVwQWxpdmUSIC5iZXJ0aC5sb2Nrcy52MS5LZWVwQWxpdmVSZXF1ZXN0GiEuYmVydGgubG9ja3MudjEuS2VlcEFsaXZlUmVzcG9uc2USZgoPS2VlcEFsaXZlU3RyZWFtEiYuYmVydGgubG9ja3MudjEuS2VlcEFsaXZlU3RyZWFtUmVxdWVzdBonLmJlcnRoLmxvY2tzLnYxLktlZXBBbGl2ZVN0cmVhbVJlc3BvbnNlKAEwARJKCgdSZWxlYXNlEh4uYmVydGgubG9ja3MudjEuUmVsZWFzZVJlcXVlc3QaHy5iZXJ0aC5sb2Nrcy52MS5SZWxlYXNlUmVzcG9uc2USQwoESG9sZBIbLmJlcnRoLmxvY2tzLnYxLkhvbGRSZXF1ZXN0GhwuYmVydGgubG9ja3MudjEuSG9sZFJlc3BvbnNlMAESSgoHSW5zcGVjdBIeLmJlcnRoLmxvY2tzLnYxLkluc3BlY3RSZXF1ZXN0Gh8uYmVydGgubG9ja3MudjEuSW5zcGVjdFJlc3BvbnNlElMKCkNoZWNrVG9rZW4SIS5iZXJ0aC5sb2Nrcy52MS5DaGVja1Rva2VuUmVxdWVzdBoiLmJlcnRoLmxvY2tzLnYxLkNoZWNrVG9rZW5SZXNwb25zZRJQCglHZXRMaW1pdHMSIC5iZXJ0aC5sb2Nrcy52MS5HZXRMaW1pdHNSZXF1ZXN0GiEuYmVydGgubG9ja3MudjEuR2V0TGltaXRzUmVzcG9uc2ViBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * A granted lock.
@@ -83,7 +79,8 @@ export type Lease = Message<"berth.locks.v1.Lease"> & {
  * Describes the message berth.locks.v1.Lease.
  * Use `create(LeaseSchema)` to create a new message.
  */
-export const LeaseSchema: GenMessage<Lease> = /*@__PURE__*/ messageDesc(file_berth_locks_v1_lock_service, 0);
+export const LeaseSchema: GenMessage<Lease> = /*@__PURE__*/
+  messageDesc(file_berth_locks_v1_lock_service, 0);
 
 /**
  * Acquire's request.
@@ -148,7 +145,8 @@ export type AcquireRequest = Message<"berth.locks.v1.AcquireRequest"> & {
  * Describes the message berth.locks.v1.AcquireRequest.
  * Use `create(AcquireRequestSchema)` to create a new message.
  */
-export const AcquireRequestSchema: GenMessage<AcquireRequest> = /*@__PURE__*/ messageDesc(file_berth_locks_v1_lock_service, 1);
+export const AcquireRequestSchema: GenMessage<AcquireRequest> = /*@__PURE__*/
+  messageDesc(file_berth_locks_v1_lock_service, 1);
 
 /**
  * Acquire's response.
@@ -168,7 +166,8 @@ export type AcquireResponse = Message<"berth.locks.v1.AcquireResponse"> & {
  * Describes the message berth.locks.v1.AcquireResponse.
  * Use `create(AcquireResponseSchema)` to create a new message.
  */
-export const AcquireResponseSchema: GenMessage<AcquireResponse> = /*@__PURE__*/ messageDesc(file_berth_locks_v1_lock_service, 2);
+export const AcquireResponseSchema: GenMessage<AcquireResponse> = /*@__PURE__*/
+  messageDesc(file_berth_locks_v1_lock_service, 2);
 
 /**
  * KeepAlive's request.
@@ -188,7 +187,8 @@ export type KeepAliveRequest = Message<"berth.locks.v1.KeepAliveRequest"> & {
  * Describes the message berth.locks.v1.KeepAliveRequest.
  * Use `create(KeepAliveRequestSchema)` to create a new message.
  */
-export const KeepAliveRequestSchema: GenMessage<KeepAliveRequest> = /*@__PURE__*/ messageDesc(file_berth_locks_v1_lock_service, 3);
+export const KeepAliveRequestSchema: GenMessage<KeepAliveRequest> = /*@__PURE__*/
+  messageDesc(file_berth_locks_v1_lock_service, 3);
 
 /**
  * KeepAlive's response.
@@ -208,7 +208,8 @@ export type KeepAliveResponse = Message<"berth.locks.v1.KeepAliveResponse"> & {
  * Describes the message berth.locks.v1.KeepAliveResponse.
  * Use `create(KeepAliveResponseSchema)` to create a new message.
  */
-export const KeepAliveResponseSchema: GenMessage<KeepAliveResponse> = /*@__PURE__*/ messageDesc(file_berth_locks_v1_lock_service, 4);
+export const KeepAliveResponseSchema: GenMessage<KeepAliveResponse> = /*@__PURE__*/
+  messageDesc(file_berth_locks_v1_lock_service, 4);
 
 /**
  * The outcome of renewing one lease.
@@ -243,7 +244,8 @@ export type Renewal = Message<"berth.locks.v1.Renewal"> & {
  * Describes the message berth.locks.v1.Renewal.
  * Use `create(RenewalSchema)` to create a new message.
  */
-export const RenewalSchema: GenMessage<Renewal> = /*@__PURE__*/ messageDesc(file_berth_locks_v1_lock_service, 5);
+export const RenewalSchema: GenMessage<Renewal> = /*@__PURE__*/
+  messageDesc(file_berth_locks_v1_lock_service, 5);
 
 /**
  * KeepAliveStream's request: renew one lease for its ttl, counted from now.
@@ -263,7 +265,8 @@ export type KeepAliveStreamRequest = Message<"berth.locks.v1.KeepAliveStreamRequ
  * Describes the message berth.locks.v1.KeepAliveStreamRequest.
  * Use `create(KeepAliveStreamRequestSchema)` to create a new message.
  */
-export const KeepAliveStreamRequestSchema: GenMessage<KeepAliveStreamRequest> = /*@__PURE__*/ messageDesc(file_berth_locks_v1_lock_service, 6);
+export const KeepAliveStreamRequestSchema: GenMessage<KeepAliveStreamRequest> = /*@__PURE__*/
+  messageDesc(file_berth_locks_v1_lock_service, 6);
 
 /**
  * KeepAliveStream's response: the outcome of one renewal, in request order.
@@ -283,7 +286,8 @@ export type KeepAliveStreamResponse = Message<"berth.locks.v1.KeepAliveStreamRes
  * Describes the message berth.locks.v1.KeepAliveStreamResponse.
  * Use `create(KeepAliveStreamResponseSchema)` to create a new message.
  */
-export const KeepAliveStreamResponseSchema: GenMessage<KeepAliveStreamResponse> = /*@__PURE__*/ messageDesc(file_berth_locks_v1_lock_service, 7);
+export const KeepAliveStreamResponseSchema: GenMessage<KeepAliveStreamResponse> = /*@__PURE__*/
+  messageDesc(file_berth_locks_v1_lock_service, 7);
 
 /**
  * Release's request.
@@ -303,7 +307,8 @@ export type ReleaseRequest = Message<"berth.locks.v1.ReleaseRequest"> & {
  * Describes the message berth.locks.v1.ReleaseRequest.
  * Use `create(ReleaseRequestSchema)` to create a new message.
  */
-export const ReleaseRequestSchema: GenMessage<ReleaseRequest> = /*@__PURE__*/ messageDesc(file_berth_locks_v1_lock_service, 8);
+export const ReleaseRequestSchema: GenMessage<ReleaseRequest> = /*@__PURE__*/
+  messageDesc(file_berth_locks_v1_lock_service, 8);
 
 /**
  * Release's response.
@@ -324,7 +329,8 @@ export type ReleaseResponse = Message<"berth.locks.v1.ReleaseResponse"> & {
  * Describes the message berth.locks.v1.ReleaseResponse.
  * Use `create(ReleaseResponseSchema)` to create a new message.
  */
-export const ReleaseResponseSchema: GenMessage<ReleaseResponse> = /*@__PURE__*/ messageDesc(file_berth_locks_v1_lock_service, 9);
+export const ReleaseResponseSchema: GenMessage<ReleaseResponse> = /*@__PURE__*/
+  messageDesc(file_berth_locks_v1_lock_service, 9);
 
 /**
  * Hold's request.
@@ -360,7 +366,8 @@ export type HoldRequest = Message<"berth.locks.v1.HoldRequest"> & {
  * Describes the message berth.locks.v1.HoldRequest.
  * Use `create(HoldRequestSchema)` to create a new message.
  */
-export const HoldRequestSchema: GenMessage<HoldRequest> = /*@__PURE__*/ messageDesc(file_berth_locks_v1_lock_service, 10);
+export const HoldRequestSchema: GenMessage<HoldRequest> = /*@__PURE__*/
+  messageDesc(file_berth_locks_v1_lock_service, 10);
 
 /**
  * Hold's response.
@@ -373,44 +380,41 @@ export type HoldResponse = Message<"berth.locks.v1.HoldResponse"> & {
    *
    * @generated from oneof berth.locks.v1.HoldResponse.kind
    */
-  kind:
-    | {
-        /**
-         * Still queued: sent at once when queued and whenever the position or
-         * the holder changes.
-         *
-         * @generated from field: berth.locks.v1.Waiting waiting = 1;
-         */
-        value: Waiting;
-        case: "waiting";
-      }
-    | {
-        /**
-         * The lock is granted and held until the stream ends. Sent once.
-         *
-         * @generated from field: berth.locks.v1.Lease acquired = 2;
-         */
-        value: Lease;
-        case: "acquired";
-      }
-    | {
-        /**
-         * Sent every `heartbeat_interval` (GetLimits) after `acquired`, so that
-         * the client and any proxy between see the stream is alive.
-         *
-         * @generated from field: berth.locks.v1.HoldHeartbeat heartbeat = 3;
-         */
-        value: HoldHeartbeat;
-        case: "heartbeat";
-      }
-    | { case: undefined; value?: undefined };
+  kind: {
+    /**
+     * Still queued: sent at once when queued and whenever the position or
+     * the holder changes.
+     *
+     * @generated from field: berth.locks.v1.Waiting waiting = 1;
+     */
+    value: Waiting;
+    case: "waiting";
+  } | {
+    /**
+     * The lock is granted and held until the stream ends. Sent once.
+     *
+     * @generated from field: berth.locks.v1.Lease acquired = 2;
+     */
+    value: Lease;
+    case: "acquired";
+  } | {
+    /**
+     * Sent every `heartbeat_interval` (GetLimits) after `acquired`, so that
+     * the client and any proxy between see the stream is alive.
+     *
+     * @generated from field: berth.locks.v1.HoldHeartbeat heartbeat = 3;
+     */
+    value: HoldHeartbeat;
+    case: "heartbeat";
+  } | { case: undefined; value?: undefined };
 };
 
 /**
  * Describes the message berth.locks.v1.HoldResponse.
  * Use `create(HoldResponseSchema)` to create a new message.
  */
-export const HoldResponseSchema: GenMessage<HoldResponse> = /*@__PURE__*/ messageDesc(file_berth_locks_v1_lock_service, 11);
+export const HoldResponseSchema: GenMessage<HoldResponse> = /*@__PURE__*/
+  messageDesc(file_berth_locks_v1_lock_service, 11);
 
 /**
  * A queued request's place.
@@ -437,7 +441,8 @@ export type Waiting = Message<"berth.locks.v1.Waiting"> & {
  * Describes the message berth.locks.v1.Waiting.
  * Use `create(WaitingSchema)` to create a new message.
  */
-export const WaitingSchema: GenMessage<Waiting> = /*@__PURE__*/ messageDesc(file_berth_locks_v1_lock_service, 12);
+export const WaitingSchema: GenMessage<Waiting> = /*@__PURE__*/
+  messageDesc(file_berth_locks_v1_lock_service, 12);
 
 /**
  * Sent on an open Hold stream while the lock is held.
@@ -457,7 +462,8 @@ export type HoldHeartbeat = Message<"berth.locks.v1.HoldHeartbeat"> & {
  * Describes the message berth.locks.v1.HoldHeartbeat.
  * Use `create(HoldHeartbeatSchema)` to create a new message.
  */
-export const HoldHeartbeatSchema: GenMessage<HoldHeartbeat> = /*@__PURE__*/ messageDesc(file_berth_locks_v1_lock_service, 13);
+export const HoldHeartbeatSchema: GenMessage<HoldHeartbeat> = /*@__PURE__*/
+  messageDesc(file_berth_locks_v1_lock_service, 13);
 
 /**
  * Who holds a lock.
@@ -513,7 +519,8 @@ export type Holder = Message<"berth.locks.v1.Holder"> & {
  * Describes the message berth.locks.v1.Holder.
  * Use `create(HolderSchema)` to create a new message.
  */
-export const HolderSchema: GenMessage<Holder> = /*@__PURE__*/ messageDesc(file_berth_locks_v1_lock_service, 14);
+export const HolderSchema: GenMessage<Holder> = /*@__PURE__*/
+  messageDesc(file_berth_locks_v1_lock_service, 14);
 
 /**
  * A queued request for a lock.
@@ -554,7 +561,8 @@ export type Waiter = Message<"berth.locks.v1.Waiter"> & {
  * Describes the message berth.locks.v1.Waiter.
  * Use `create(WaiterSchema)` to create a new message.
  */
-export const WaiterSchema: GenMessage<Waiter> = /*@__PURE__*/ messageDesc(file_berth_locks_v1_lock_service, 15);
+export const WaiterSchema: GenMessage<Waiter> = /*@__PURE__*/
+  messageDesc(file_berth_locks_v1_lock_service, 15);
 
 /**
  * Inspect's request.
@@ -574,7 +582,8 @@ export type InspectRequest = Message<"berth.locks.v1.InspectRequest"> & {
  * Describes the message berth.locks.v1.InspectRequest.
  * Use `create(InspectRequestSchema)` to create a new message.
  */
-export const InspectRequestSchema: GenMessage<InspectRequest> = /*@__PURE__*/ messageDesc(file_berth_locks_v1_lock_service, 16);
+export const InspectRequestSchema: GenMessage<InspectRequest> = /*@__PURE__*/
+  messageDesc(file_berth_locks_v1_lock_service, 16);
 
 /**
  * Inspect's response.
@@ -622,7 +631,8 @@ export type InspectResponse = Message<"berth.locks.v1.InspectResponse"> & {
  * Describes the message berth.locks.v1.InspectResponse.
  * Use `create(InspectResponseSchema)` to create a new message.
  */
-export const InspectResponseSchema: GenMessage<InspectResponse> = /*@__PURE__*/ messageDesc(file_berth_locks_v1_lock_service, 17);
+export const InspectResponseSchema: GenMessage<InspectResponse> = /*@__PURE__*/
+  messageDesc(file_berth_locks_v1_lock_service, 17);
 
 /**
  * CheckToken's request.
@@ -649,7 +659,8 @@ export type CheckTokenRequest = Message<"berth.locks.v1.CheckTokenRequest"> & {
  * Describes the message berth.locks.v1.CheckTokenRequest.
  * Use `create(CheckTokenRequestSchema)` to create a new message.
  */
-export const CheckTokenRequestSchema: GenMessage<CheckTokenRequest> = /*@__PURE__*/ messageDesc(file_berth_locks_v1_lock_service, 18);
+export const CheckTokenRequestSchema: GenMessage<CheckTokenRequest> = /*@__PURE__*/
+  messageDesc(file_berth_locks_v1_lock_service, 18);
 
 /**
  * CheckToken's response.
@@ -684,20 +695,23 @@ export type CheckTokenResponse = Message<"berth.locks.v1.CheckTokenResponse"> & 
  * Describes the message berth.locks.v1.CheckTokenResponse.
  * Use `create(CheckTokenResponseSchema)` to create a new message.
  */
-export const CheckTokenResponseSchema: GenMessage<CheckTokenResponse> = /*@__PURE__*/ messageDesc(file_berth_locks_v1_lock_service, 19);
+export const CheckTokenResponseSchema: GenMessage<CheckTokenResponse> = /*@__PURE__*/
+  messageDesc(file_berth_locks_v1_lock_service, 19);
 
 /**
  * GetLimits' request.
  *
  * @generated from message berth.locks.v1.GetLimitsRequest
  */
-export type GetLimitsRequest = Message<"berth.locks.v1.GetLimitsRequest"> & {};
+export type GetLimitsRequest = Message<"berth.locks.v1.GetLimitsRequest"> & {
+};
 
 /**
  * Describes the message berth.locks.v1.GetLimitsRequest.
  * Use `create(GetLimitsRequestSchema)` to create a new message.
  */
-export const GetLimitsRequestSchema: GenMessage<GetLimitsRequest> = /*@__PURE__*/ messageDesc(file_berth_locks_v1_lock_service, 20);
+export const GetLimitsRequestSchema: GenMessage<GetLimitsRequest> = /*@__PURE__*/
+  messageDesc(file_berth_locks_v1_lock_service, 20);
 
 /**
  * GetLimits' response: the limits this service enforces.
@@ -754,7 +768,8 @@ export type GetLimitsResponse = Message<"berth.locks.v1.GetLimitsResponse"> & {
  * Describes the message berth.locks.v1.GetLimitsResponse.
  * Use `create(GetLimitsResponseSchema)` to create a new message.
  */
-export const GetLimitsResponseSchema: GenMessage<GetLimitsResponse> = /*@__PURE__*/ messageDesc(file_berth_locks_v1_lock_service, 21);
+export const GetLimitsResponseSchema: GenMessage<GetLimitsResponse> = /*@__PURE__*/
+  messageDesc(file_berth_locks_v1_lock_service, 21);
 
 /**
  * Error detail of RESOURCE_EXHAUSTED WAIT_EXHAUSTED: the lock stayed held for
@@ -824,7 +839,8 @@ export type LockHeld = Message<"berth.locks.v1.LockHeld"> & {
  * Describes the message berth.locks.v1.LockHeld.
  * Use `create(LockHeldSchema)` to create a new message.
  */
-export const LockHeldSchema: GenMessage<LockHeld> = /*@__PURE__*/ messageDesc(file_berth_locks_v1_lock_service, 22);
+export const LockHeldSchema: GenMessage<LockHeld> = /*@__PURE__*/
+  messageDesc(file_berth_locks_v1_lock_service, 22);
 
 /**
  * What kind of holder a lock has.
@@ -865,7 +881,8 @@ export enum HolderKind {
 /**
  * Describes the enum berth.locks.v1.HolderKind.
  */
-export const HolderKindSchema: GenEnum<HolderKind> = /*@__PURE__*/ enumDesc(file_berth_locks_v1_lock_service, 0);
+export const HolderKindSchema: GenEnum<HolderKind> = /*@__PURE__*/
+  enumDesc(file_berth_locks_v1_lock_service, 0);
 
 /**
  * Per-file source locks that a crashed holder can never keep forever. Served
@@ -946,7 +963,7 @@ export const LockService: GenService<{
     methodKind: "unary";
     input: typeof AcquireRequestSchema;
     output: typeof AcquireResponseSchema;
-  };
+  },
   /**
    * Renews leases, each for its ttl from now: one answer per token, in
    * request order, `alive = false` for a lease that is gone. Unary, so it
@@ -958,7 +975,7 @@ export const LockService: GenService<{
     methodKind: "unary";
     input: typeof KeepAliveRequestSchema;
     output: typeof KeepAliveResponseSchema;
-  };
+  },
   /**
    * The same renewals on one bidirectional stream (HTTP/2): each request
    * renews one lease and is answered in order. Ending this stream renews
@@ -970,7 +987,7 @@ export const LockService: GenService<{
     methodKind: "bidi_streaming";
     input: typeof KeepAliveStreamRequestSchema;
     output: typeof KeepAliveStreamResponseSchema;
-  };
+  },
   /**
    * Releases a lease. Only the lease's own token releases it: a stale or
    * repeated release never frees a later holder's lock.
@@ -981,7 +998,7 @@ export const LockService: GenService<{
     methodKind: "unary";
     input: typeof ReleaseRequestSchema;
     output: typeof ReleaseResponseSchema;
-  };
+  },
   /**
    * Takes the lock and holds it while the stream is open: the lock is freed
    * the instant the stream ends, whatever ended it (client exit, kill,
@@ -998,7 +1015,7 @@ export const LockService: GenService<{
     methodKind: "server_streaming";
     input: typeof HoldRequestSchema;
     output: typeof HoldResponseSchema;
-  };
+  },
   /**
    * The lock's state: holder, its fencing token, waiters in order.
    *
@@ -1008,7 +1025,7 @@ export const LockService: GenService<{
     methodKind: "unary";
     input: typeof InspectRequestSchema;
     output: typeof InspectResponseSchema;
-  };
+  },
   /**
    * Whether a fencing token is still the current one of a file's lock.
    *
@@ -1018,7 +1035,7 @@ export const LockService: GenService<{
     methodKind: "unary";
     input: typeof CheckTokenRequestSchema;
     output: typeof CheckTokenResponseSchema;
-  };
+  },
   /**
    * The limits this service enforces: lease ttls and the longest wait.
    *
@@ -1028,5 +1045,7 @@ export const LockService: GenService<{
     methodKind: "unary";
     input: typeof GetLimitsRequestSchema;
     output: typeof GetLimitsResponseSchema;
-  };
-}> = /*@__PURE__*/ serviceDesc(file_berth_locks_v1_lock_service, 0);
+  },
+}> = /*@__PURE__*/
+  serviceDesc(file_berth_locks_v1_lock_service, 0);
+

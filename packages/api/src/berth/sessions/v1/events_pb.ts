@@ -50,12 +50,8 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
 /**
  * Describes the file berth/sessions/v1/events.proto.
  */
-export const file_berth_sessions_v1_events: GenFile =
-  /*@__PURE__*/
-  fileDesc(
-    "Ch5iZXJ0aC9zZXNzaW9ucy92MS9ldmVudHMucHJvdG8SEWJlcnRoLnNlc3Npb25zLnYxIrkJCgVFdmVudBI0CghnZW5lcmF0ZRgBIAEoCzIgLmJlcnRoLnNlc3Npb25zLnYxLkdlbmVyYXRlRXZlbnRIABI7Cgx2YXJpYW50X3BsYW4YAiABKAsyIy5iZXJ0aC5zZXNzaW9ucy52MS5WYXJpYW50UGxhbkV2ZW50SAASQwoQZGV0ZWN0b3Jfd2FpdmVycxgDIAEoCzInLmJlcnRoLnNlc3Npb25zLnYxLkRldGVjdG9yV2FpdmVyc0V2ZW50SAASOQoLYWdlbnRfcGhhc2UYBCABKAsyIi5iZXJ0aC5zZXNzaW9ucy52MS5BZ2VudFBoYXNlRXZlbnRIABI/Cg52YXJpYW50c19yZWFkeRgFIAEoCzIlLmJlcnRoLnNlc3Npb25zLnYxLlZhcmlhbnRzUmVhZHlFdmVudEgAEjcKCmFnZW50X2RvbmUYBiABKAsyIS5iZXJ0aC5zZXNzaW9ucy52MS5BZ2VudERvbmVFdmVudEgAEkEKD3ZhcmlhbnRfbW91bnRlZBgHIAEoCzImLmJlcnRoLnNlc3Npb25zLnYxLlZhcmlhbnRNb3VudGVkRXZlbnRIABJKChR2YXJpYW50X21vdW50X2ZhaWxlZBgIIAEoCzIqLmJlcnRoLnNlc3Npb25zLnYxLlZhcmlhbnRNb3VudEZhaWxlZEV2ZW50SAASOAoKY2hlY2twb2ludBgJIAEoCzIiLmJlcnRoLnNlc3Npb25zLnYxLkNoZWNrcG9pbnRFdmVudEgAEjAKBmFjY2VwdBgKIAEoCzIeLmJlcnRoLnNlc3Npb25zLnYxLkFjY2VwdEV2ZW50SAASPQoNYWNjZXB0X2ludGVudBgLIAEoCzIkLmJlcnRoLnNlc3Npb25zLnYxLkFjY2VwdEludGVudEV2ZW50SAASRAoRbWFudWFsX2VkaXRfYXBwbHkYDCABKAsyJy5iZXJ0aC5zZXNzaW9ucy52MS5NYW51YWxFZGl0QXBwbHlFdmVudEgAEi4KBXN0ZWVyGA0gASgLMh0uYmVydGguc2Vzc2lvbnMudjEuU3RlZXJFdmVudEgAEkUKEWNhcmJvbml6ZV9jbGVhbnVwGA4gASgLMiguYmVydGguc2Vzc2lvbnMudjEuQ2FyYm9uaXplQ2xlYW51cEV2ZW50SAASNwoKc3RlZXJfZG9uZRgPIAEoCzIhLmJlcnRoLnNlc3Npb25zLnYxLlN0ZWVyRG9uZUV2ZW50SAASMgoHZGlzY2FyZBgQIAEoCzIfLmJlcnRoLnNlc3Npb25zLnYxLkRpc2NhcmRFdmVudEgAEjYKCWRpc2NhcmRlZBgRIAEoCzIhLmJlcnRoLnNlc3Npb25zLnYxLkRpc2NhcmRlZEV2ZW50SAASNAoIY29tcGxldGUYEiABKAsyIC5iZXJ0aC5zZXNzaW9ucy52MS5Db21wbGV0ZUV2ZW50SAASOQoLYWdlbnRfZXJyb3IYEyABKAsyIi5iZXJ0aC5zZXNzaW9ucy52MS5BZ2VudEVycm9yRXZlbnRIABIuCgVvdGhlchhjIAEoCzIdLmJlcnRoLnNlc3Npb25zLnYxLk90aGVyRXZlbnRIAEIGCgRraW5kIskBCg1HZW5lcmF0ZUV2ZW50EhUKCHBhZ2VfdXJsGAEgASgJSACIAQESEgoFY291bnQYAiABKA1IAYgBARIcCg9zY3JlZW5zaG90X3BhdGgYAyABKAlIAogBARISCgV0b2tlbhgEIAEoCUgDiAEBEiYKBWV4dHJhGA8gASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdEILCglfcGFnZV91cmxCCAoGX2NvdW50QhIKEF9zY3JlZW5zaG90X3BhdGhCCAoGX3Rva2VuImAKEFZhcmlhbnRQbGFuRXZlbnQSJAoEcGxhbhgBIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZRImCgVleHRyYRgPIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QiawoURGV0ZWN0b3JXYWl2ZXJzRXZlbnQSKwoHd2FpdmVycxgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5MaXN0VmFsdWUSJgoFZXh0cmEYDyABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0IpkBCg9BZ2VudFBoYXNlRXZlbnQSEgoFcGhhc2UYASABKAlIAIgBARIPCgJhdBgCIAEoAUgBiAEBEhgKC2R1cmF0aW9uX21zGAMgASgBSAKIAQESJgoFZXh0cmEYDyABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0QggKBl9waGFzZUIFCgNfYXRCDgoMX2R1cmF0aW9uX21zIswCChJWYXJpYW50c1JlYWR5RXZlbnQSFgoJY2FyYm9uaXplGAEgASgISACIAQESDwoCYXQYAiABKAFIAYgBARIYCgtzb3VyY2VfZmlsZRgDIAEoCUgCiAEBEhEKBGZpbGUYBCABKAlIA4gBARIZCgxwcmV2aWV3X2ZpbGUYBSABKAlIBIgBARIZCgxwcmV2aWV3X21vZGUYBiABKAlIBYgBARIdChBhcnJpdmVkX3ZhcmlhbnRzGAcgASgNSAaIAQESJgoFZXh0cmEYDyABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0QgwKCl9jYXJib25pemVCBQoDX2F0Qg4KDF9zb3VyY2VfZmlsZUIHCgVfZmlsZUIPCg1fcHJldmlld19maWxlQg8KDV9wcmV2aWV3X21vZGVCEwoRX2Fycml2ZWRfdmFyaWFudHMiyAIKDkFnZW50RG9uZUV2ZW50EhYKCWNhcmJvbml6ZRgBIAEoCEgAiAEBEg8KAmF0GAIgASgBSAGIAQESGAoLc291cmNlX2ZpbGUYAyABKAlIAogBARIRCgRmaWxlGAQgASgJSAOIAQESGQoMcHJldmlld19maWxlGAUgASgJSASIAQESGQoMcHJldmlld19tb2RlGAYgASgJSAWIAQESHQoQYXJyaXZlZF92YXJpYW50cxgHIAEoDUgGiAEBEiYKBWV4dHJhGA8gASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdEIMCgpfY2FyYm9uaXplQgUKA19hdEIOCgxfc291cmNlX2ZpbGVCBwoFX2ZpbGVCDwoNX3ByZXZpZXdfZmlsZUIPCg1fcHJldmlld19tb2RlQhMKEV9hcnJpdmVkX3ZhcmlhbnRzImYKE1ZhcmlhbnRNb3VudGVkRXZlbnQSJwoHdmFyaWFudBgBIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZRImCgVleHRyYRgPIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3Qi2AEKF1ZhcmlhbnRNb3VudEZhaWxlZEV2ZW50EicKB3ZhcmlhbnQYASABKAsyFi5nb29nbGUucHJvdG9idWYuVmFsdWUSEAoDdXJsGAIgASgJSACIAQESEgoFZXJyb3IYAyABKAlIAYgBARIPCgJhdBgEIAEoAUgCiAEBEhIKBXRva2VuGAUgASgJSAOIAQESJgoFZXh0cmEYDyABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0QgYKBF91cmxCCAoGX2Vycm9yQgUKA19hdEIICgZfdG9rZW4iggQKD0NoZWNrcG9pbnRFdmVudBIcCg9yZXZpc2lvbl9kb21haW4YASABKAlIAIgBARITCgZyZWFzb24YAiABKAlIAYgBARISCgVvd25lchgDIAEoCUgCiAEBEhUKCHJldmlzaW9uGAQgASgDSAOIAQESEgoFcGhhc2UYBSABKAlIBIgBARIdChBhcnJpdmVkX3ZhcmlhbnRzGAYgASgNSAWIAQESHAoPdmlzaWJsZV92YXJpYW50GAcgASgNSAaIAQESGAoLc291cmNlX2ZpbGUYCCABKAlIB4gBARIZCgxwcmV2aWV3X2ZpbGUYCSABKAlICIgBARIZCgxwcmV2aWV3X21vZGUYCiABKAlICYgBARItCgxwYXJhbV92YWx1ZXMYCyABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EiYKBWV4dHJhGA8gASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdEISChBfcmV2aXNpb25fZG9tYWluQgkKB19yZWFzb25CCAoGX293bmVyQgsKCV9yZXZpc2lvbkIICgZfcGhhc2VCEwoRX2Fycml2ZWRfdmFyaWFudHNCEgoQX3Zpc2libGVfdmFyaWFudEIOCgxfc291cmNlX2ZpbGVCDwoNX3ByZXZpZXdfZmlsZUIPCg1fcHJldmlld19tb2RlIsIBCgtBY2NlcHRFdmVudBIPCgJhdBgBIAEoAUgAiAEBEhcKCnZhcmlhbnRfaWQYAiABKA1IAYgBARItCgxwYXJhbV92YWx1ZXMYAyABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EhIKBXRva2VuGAQgASgJSAKIAQESJgoFZXh0cmEYDyABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0QgUKA19hdEINCgtfdmFyaWFudF9pZEIICgZfdG9rZW4iyAEKEUFjY2VwdEludGVudEV2ZW50Eg8KAmF0GAEgASgBSACIAQESFwoKdmFyaWFudF9pZBgCIAEoDUgBiAEBEi0KDHBhcmFtX3ZhbHVlcxgDIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSEgoFdG9rZW4YBCABKAlIAogBARImCgVleHRyYRgPIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3RCBQoDX2F0Qg0KC192YXJpYW50X2lkQggKBl90b2tlbiKAAQoUTWFudWFsRWRpdEFwcGx5RXZlbnQSFQoIcGFnZV91cmwYASABKAlIAIgBARISCgV0b2tlbhgCIAEoCUgBiAEBEiYKBWV4dHJhGA8gASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdEILCglfcGFnZV91cmxCCAoGX3Rva2VuInYKClN0ZWVyRXZlbnQSFQoIcGFnZV91cmwYASABKAlIAIgBARISCgV0b2tlbhgCIAEoCUgBiAEBEiYKBWV4dHJhGA8gASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdEILCglfcGFnZV91cmxCCAoGX3Rva2VuInkKFUNhcmJvbml6ZUNsZWFudXBFdmVudBIRCgRmaWxlGAEgASgJSACIAQESEgoFdG9rZW4YAiABKAlIAYgBARImCgVleHRyYRgPIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3RCBwoFX2ZpbGVCCAoGX3Rva2VuIvgBCg5TdGVlckRvbmVFdmVudBIYCgtzb3VyY2VfZmlsZRgBIAEoCUgAiAEBEhEKBGZpbGUYAiABKAlIAYgBARIZCgxwcmV2aWV3X2ZpbGUYAyABKAlIAogBARIZCgxwcmV2aWV3X21vZGUYBCABKAlIA4gBARIUCgdtZXNzYWdlGAUgASgJSASIAQESJgoFZXh0cmEYDyABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0Qg4KDF9zb3VyY2VfZmlsZUIHCgVfZmlsZUIPCg1fcHJldmlld19maWxlQg8KDV9wcmV2aWV3X21vZGVCCgoIX21lc3NhZ2UibAoMRGlzY2FyZEV2ZW50Eg8KAmF0GAEgASgBSACIAQESEgoFdG9rZW4YAiABKAlIAYgBARImCgVleHRyYRgPIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3RCBQoDX2F0QggKBl90b2tlbiI4Cg5EaXNjYXJkZWRFdmVudBImCgVleHRyYRgPIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3Qi1QEKDUNvbXBsZXRlRXZlbnQSGAoLc291cmNlX2ZpbGUYASABKAlIAIgBARIRCgRmaWxlGAIgASgJSAGIAQESGQoMcHJldmlld19maWxlGAMgASgJSAKIAQESGQoMcHJldmlld19tb2RlGAQgASgJSAOIAQESJgoFZXh0cmEYDyABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0Qg4KDF9zb3VyY2VfZmlsZUIHCgVfZmlsZUIPCg1fcHJldmlld19maWxlQg8KDV9wcmV2aWV3X21vZGUikQEKD0FnZW50RXJyb3JFdmVudBIeChFzb3VyY2VfZXZlbnRfdHlwZRgBIAEoCUgAiAEBEhQKB21lc3NhZ2UYAiABKAlIAYgBARImCgVleHRyYRgPIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3RCFAoSX3NvdXJjZV9ldmVudF90eXBlQgoKCF9tZXNzYWdlIkMKCk90aGVyRXZlbnQSDAoEdHlwZRgBIAEoCRInCgZmaWVsZHMYAiABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0YgZwcm90bzM",
-    [file_google_protobuf_struct],
-  );
+export const file_berth_sessions_v1_events: GenFile = /*@__PURE__*/
+  fileDesc("Ch5iZXJ0aC9zZXNzaW9ucy92MS9ldmVudHMucHJvdG8SEWJlcnRoLnNlc3Npb25zLnYxIrkJCgVFdmVudBI0CghnZW5lcmF0ZRgBIAEoCzIgLmJlcnRoLnNlc3Npb25zLnYxLkdlbmVyYXRlRXZlbnRIABI7Cgx2YXJpYW50X3BsYW4YAiABKAsyIy5iZXJ0aC5zZXNzaW9ucy52MS5WYXJpYW50UGxhbkV2ZW50SAASQwoQZGV0ZWN0b3Jfd2FpdmVycxgDIAEoCzInLmJlcnRoLnNlc3Npb25zLnYxLkRldGVjdG9yV2FpdmVyc0V2ZW50SAASOQoLYWdlbnRfcGhhc2UYBCABKAsyIi5iZXJ0aC5zZXNzaW9ucy52MS5BZ2VudFBoYXNlRXZlbnRIABI/Cg52YXJpYW50c19yZWFkeRgFIAEoCzIlLmJlcnRoLnNlc3Npb25zLnYxLlZhcmlhbnRzUmVhZHlFdmVudEgAEjcKCmFnZW50X2RvbmUYBiABKAsyIS5iZXJ0aC5zZXNzaW9ucy52MS5BZ2VudERvbmVFdmVudEgAEkEKD3ZhcmlhbnRfbW91bnRlZBgHIAEoCzImLmJlcnRoLnNlc3Npb25zLnYxLlZhcmlhbnRNb3VudGVkRXZlbnRIABJKChR2YXJpYW50X21vdW50X2ZhaWxlZBgIIAEoCzIqLmJlcnRoLnNlc3Npb25zLnYxLlZhcmlhbnRNb3VudEZhaWxlZEV2ZW50SAASOAoKY2hlY2twb2ludBgJIAEoCzIiLmJlcnRoLnNlc3Npb25zLnYxLkNoZWNrcG9pbnRFdmVudEgAEjAKBmFjY2VwdBgKIAEoCzIeLmJlcnRoLnNlc3Npb25zLnYxLkFjY2VwdEV2ZW50SAASPQoNYWNjZXB0X2ludGVudBgLIAEoCzIkLmJlcnRoLnNlc3Npb25zLnYxLkFjY2VwdEludGVudEV2ZW50SAASRAoRbWFudWFsX2VkaXRfYXBwbHkYDCABKAsyJy5iZXJ0aC5zZXNzaW9ucy52MS5NYW51YWxFZGl0QXBwbHlFdmVudEgAEi4KBXN0ZWVyGA0gASgLMh0uYmVydGguc2Vzc2lvbnMudjEuU3RlZXJFdmVudEgAEkUKEWNhcmJvbml6ZV9jbGVhbnVwGA4gASgLMiguYmVydGguc2Vzc2lvbnMudjEuQ2FyYm9uaXplQ2xlYW51cEV2ZW50SAASNwoKc3RlZXJfZG9uZRgPIAEoCzIhLmJlcnRoLnNlc3Npb25zLnYxLlN0ZWVyRG9uZUV2ZW50SAASMgoHZGlzY2FyZBgQIAEoCzIfLmJlcnRoLnNlc3Npb25zLnYxLkRpc2NhcmRFdmVudEgAEjYKCWRpc2NhcmRlZBgRIAEoCzIhLmJlcnRoLnNlc3Npb25zLnYxLkRpc2NhcmRlZEV2ZW50SAASNAoIY29tcGxldGUYEiABKAsyIC5iZXJ0aC5zZXNzaW9ucy52MS5Db21wbGV0ZUV2ZW50SAASOQoLYWdlbnRfZXJyb3IYEyABKAsyIi5iZXJ0aC5zZXNzaW9ucy52MS5BZ2VudEVycm9yRXZlbnRIABIuCgVvdGhlchhjIAEoCzIdLmJlcnRoLnNlc3Npb25zLnYxLk90aGVyRXZlbnRIAEIGCgRraW5kIskBCg1HZW5lcmF0ZUV2ZW50EhUKCHBhZ2VfdXJsGAEgASgJSACIAQESEgoFY291bnQYAiABKA1IAYgBARIcCg9zY3JlZW5zaG90X3BhdGgYAyABKAlIAogBARISCgV0b2tlbhgEIAEoCUgDiAEBEiYKBWV4dHJhGA8gASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdEILCglfcGFnZV91cmxCCAoGX2NvdW50QhIKEF9zY3JlZW5zaG90X3BhdGhCCAoGX3Rva2VuImAKEFZhcmlhbnRQbGFuRXZlbnQSJAoEcGxhbhgBIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZRImCgVleHRyYRgPIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QiawoURGV0ZWN0b3JXYWl2ZXJzRXZlbnQSKwoHd2FpdmVycxgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5MaXN0VmFsdWUSJgoFZXh0cmEYDyABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0IpkBCg9BZ2VudFBoYXNlRXZlbnQSEgoFcGhhc2UYASABKAlIAIgBARIPCgJhdBgCIAEoAUgBiAEBEhgKC2R1cmF0aW9uX21zGAMgASgBSAKIAQESJgoFZXh0cmEYDyABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0QggKBl9waGFzZUIFCgNfYXRCDgoMX2R1cmF0aW9uX21zIswCChJWYXJpYW50c1JlYWR5RXZlbnQSFgoJY2FyYm9uaXplGAEgASgISACIAQESDwoCYXQYAiABKAFIAYgBARIYCgtzb3VyY2VfZmlsZRgDIAEoCUgCiAEBEhEKBGZpbGUYBCABKAlIA4gBARIZCgxwcmV2aWV3X2ZpbGUYBSABKAlIBIgBARIZCgxwcmV2aWV3X21vZGUYBiABKAlIBYgBARIdChBhcnJpdmVkX3ZhcmlhbnRzGAcgASgNSAaIAQESJgoFZXh0cmEYDyABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0QgwKCl9jYXJib25pemVCBQoDX2F0Qg4KDF9zb3VyY2VfZmlsZUIHCgVfZmlsZUIPCg1fcHJldmlld19maWxlQg8KDV9wcmV2aWV3X21vZGVCEwoRX2Fycml2ZWRfdmFyaWFudHMiyAIKDkFnZW50RG9uZUV2ZW50EhYKCWNhcmJvbml6ZRgBIAEoCEgAiAEBEg8KAmF0GAIgASgBSAGIAQESGAoLc291cmNlX2ZpbGUYAyABKAlIAogBARIRCgRmaWxlGAQgASgJSAOIAQESGQoMcHJldmlld19maWxlGAUgASgJSASIAQESGQoMcHJldmlld19tb2RlGAYgASgJSAWIAQESHQoQYXJyaXZlZF92YXJpYW50cxgHIAEoDUgGiAEBEiYKBWV4dHJhGA8gASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdEIMCgpfY2FyYm9uaXplQgUKA19hdEIOCgxfc291cmNlX2ZpbGVCBwoFX2ZpbGVCDwoNX3ByZXZpZXdfZmlsZUIPCg1fcHJldmlld19tb2RlQhMKEV9hcnJpdmVkX3ZhcmlhbnRzImYKE1ZhcmlhbnRNb3VudGVkRXZlbnQSJwoHdmFyaWFudBgBIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZRImCgVleHRyYRgPIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3Qi2AEKF1ZhcmlhbnRNb3VudEZhaWxlZEV2ZW50EicKB3ZhcmlhbnQYASABKAsyFi5nb29nbGUucHJvdG9idWYuVmFsdWUSEAoDdXJsGAIgASgJSACIAQESEgoFZXJyb3IYAyABKAlIAYgBARIPCgJhdBgEIAEoAUgCiAEBEhIKBXRva2VuGAUgASgJSAOIAQESJgoFZXh0cmEYDyABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0QgYKBF91cmxCCAoGX2Vycm9yQgUKA19hdEIICgZfdG9rZW4iggQKD0NoZWNrcG9pbnRFdmVudBIcCg9yZXZpc2lvbl9kb21haW4YASABKAlIAIgBARITCgZyZWFzb24YAiABKAlIAYgBARISCgVvd25lchgDIAEoCUgCiAEBEhUKCHJldmlzaW9uGAQgASgDSAOIAQESEgoFcGhhc2UYBSABKAlIBIgBARIdChBhcnJpdmVkX3ZhcmlhbnRzGAYgASgNSAWIAQESHAoPdmlzaWJsZV92YXJpYW50GAcgASgNSAaIAQESGAoLc291cmNlX2ZpbGUYCCABKAlIB4gBARIZCgxwcmV2aWV3X2ZpbGUYCSABKAlICIgBARIZCgxwcmV2aWV3X21vZGUYCiABKAlICYgBARItCgxwYXJhbV92YWx1ZXMYCyABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EiYKBWV4dHJhGA8gASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdEISChBfcmV2aXNpb25fZG9tYWluQgkKB19yZWFzb25CCAoGX293bmVyQgsKCV9yZXZpc2lvbkIICgZfcGhhc2VCEwoRX2Fycml2ZWRfdmFyaWFudHNCEgoQX3Zpc2libGVfdmFyaWFudEIOCgxfc291cmNlX2ZpbGVCDwoNX3ByZXZpZXdfZmlsZUIPCg1fcHJldmlld19tb2RlIsIBCgtBY2NlcHRFdmVudBIPCgJhdBgBIAEoAUgAiAEBEhcKCnZhcmlhbnRfaWQYAiABKA1IAYgBARItCgxwYXJhbV92YWx1ZXMYAyABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EhIKBXRva2VuGAQgASgJSAKIAQESJgoFZXh0cmEYDyABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0QgUKA19hdEINCgtfdmFyaWFudF9pZEIICgZfdG9rZW4iyAEKEUFjY2VwdEludGVudEV2ZW50Eg8KAmF0GAEgASgBSACIAQESFwoKdmFyaWFudF9pZBgCIAEoDUgBiAEBEi0KDHBhcmFtX3ZhbHVlcxgDIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSEgoFdG9rZW4YBCABKAlIAogBARImCgVleHRyYRgPIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3RCBQoDX2F0Qg0KC192YXJpYW50X2lkQggKBl90b2tlbiKAAQoUTWFudWFsRWRpdEFwcGx5RXZlbnQSFQoIcGFnZV91cmwYASABKAlIAIgBARISCgV0b2tlbhgCIAEoCUgBiAEBEiYKBWV4dHJhGA8gASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdEILCglfcGFnZV91cmxCCAoGX3Rva2VuInYKClN0ZWVyRXZlbnQSFQoIcGFnZV91cmwYASABKAlIAIgBARISCgV0b2tlbhgCIAEoCUgBiAEBEiYKBWV4dHJhGA8gASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdEILCglfcGFnZV91cmxCCAoGX3Rva2VuInkKFUNhcmJvbml6ZUNsZWFudXBFdmVudBIRCgRmaWxlGAEgASgJSACIAQESEgoFdG9rZW4YAiABKAlIAYgBARImCgVleHRyYRgPIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3RCBwoFX2ZpbGVCCAoGX3Rva2VuIvgBCg5TdGVlckRvbmVFdmVudBIYCgtzb3VyY2VfZmlsZRgBIAEoCUgAiAEBEhEKBGZpbGUYAiABKAlIAYgBARIZCgxwcmV2aWV3X2ZpbGUYAyABKAlIAogBARIZCgxwcmV2aWV3X21vZGUYBCABKAlIA4gBARIUCgdtZXNzYWdlGAUgASgJSASIAQESJgoFZXh0cmEYDyABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0Qg4KDF9zb3VyY2VfZmlsZUIHCgVfZmlsZUIPCg1fcHJldmlld19maWxlQg8KDV9wcmV2aWV3X21vZGVCCgoIX21lc3NhZ2UibAoMRGlzY2FyZEV2ZW50Eg8KAmF0GAEgASgBSACIAQESEgoFdG9rZW4YAiABKAlIAYgBARImCgVleHRyYRgPIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3RCBQoDX2F0QggKBl90b2tlbiI4Cg5EaXNjYXJkZWRFdmVudBImCgVleHRyYRgPIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3Qi1QEKDUNvbXBsZXRlRXZlbnQSGAoLc291cmNlX2ZpbGUYASABKAlIAIgBARIRCgRmaWxlGAIgASgJSAGIAQESGQoMcHJldmlld19maWxlGAMgASgJSAKIAQESGQoMcHJldmlld19tb2RlGAQgASgJSAOIAQESJgoFZXh0cmEYDyABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0Qg4KDF9zb3VyY2VfZmlsZUIHCgVfZmlsZUIPCg1fcHJldmlld19maWxlQg8KDV9wcmV2aWV3X21vZGUikQEKD0FnZW50RXJyb3JFdmVudBIeChFzb3VyY2VfZXZlbnRfdHlwZRgBIAEoCUgAiAEBEhQKB21lc3NhZ2UYAiABKAlIAYgBARImCgVleHRyYRgPIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3RCFAoSX3NvdXJjZV9ldmVudF90eXBlQgoKCF9tZXNzYWdlIkMKCk90aGVyRXZlbnQSDAoEdHlwZRgBIAEoCRInCgZmaWVsZHMYAiABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0YgZwcm90bzM", [file_google_protobuf_struct]);
 
 /**
  * One session event: exactly one of the seed's event types, or `other` for a
@@ -70,197 +66,177 @@ export type Event = Message<"berth.sessions.v1.Event"> & {
    *
    * @generated from oneof berth.sessions.v1.Event.kind
    */
-  kind:
-    | {
-        /**
-         * `generate`: the user asked for new variants of an element.
-         *
-         * @generated from field: berth.sessions.v1.GenerateEvent generate = 1;
-         */
-        value: GenerateEvent;
-        case: "generate";
-      }
-    | {
-        /**
-         * `variant_plan`: the agent's plan for the variants it will make.
-         *
-         * @generated from field: berth.sessions.v1.VariantPlanEvent variant_plan = 2;
-         */
-        value: VariantPlanEvent;
-        case: "variantPlan";
-      }
-    | {
-        /**
-         * `detector_waivers`: detector findings the agent chose to waive.
-         *
-         * @generated from field: berth.sessions.v1.DetectorWaiversEvent detector_waivers = 3;
-         */
-        value: DetectorWaiversEvent;
-        case: "detectorWaivers";
-      }
-    | {
-        /**
-         * `agent_phase`: the agent entered a phase of its generation work.
-         *
-         * @generated from field: berth.sessions.v1.AgentPhaseEvent agent_phase = 4;
-         */
-        value: AgentPhaseEvent;
-        case: "agentPhase";
-      }
-    | {
-        /**
-         * `variants_ready`: the agent published the variants.
-         *
-         * @generated from field: berth.sessions.v1.VariantsReadyEvent variants_ready = 5;
-         */
-        value: VariantsReadyEvent;
-        case: "variantsReady";
-      }
-    | {
-        /**
-         * `agent_done`: the agent finished its generation work.
-         *
-         * @generated from field: berth.sessions.v1.AgentDoneEvent agent_done = 6;
-         */
-        value: AgentDoneEvent;
-        case: "agentDone";
-      }
-    | {
-        /**
-         * `variant_mounted`: the browser put a variant on screen.
-         *
-         * @generated from field: berth.sessions.v1.VariantMountedEvent variant_mounted = 7;
-         */
-        value: VariantMountedEvent;
-        case: "variantMounted";
-      }
-    | {
-        /**
-         * `variant_mount_failed`: the browser failed to mount a variant.
-         *
-         * @generated from field: berth.sessions.v1.VariantMountFailedEvent variant_mount_failed = 8;
-         */
-        value: VariantMountFailedEvent;
-        case: "variantMountFailed";
-      }
-    | {
-        /**
-         * `checkpoint`: the browser's (or the publisher's) view of the session.
-         *
-         * @generated from field: berth.sessions.v1.CheckpointEvent checkpoint = 9;
-         */
-        value: CheckpointEvent;
-        case: "checkpoint";
-      }
-    | {
-        /**
-         * `accept`: the user accepted a variant.
-         *
-         * @generated from field: berth.sessions.v1.AcceptEvent accept = 10;
-         */
-        value: AcceptEvent;
-        case: "accept";
-      }
-    | {
-        /**
-         * `accept_intent`: the user is about to accept a variant (same effect as
-         * `accept` on the snapshot).
-         *
-         * @generated from field: berth.sessions.v1.AcceptIntentEvent accept_intent = 11;
-         */
-        value: AcceptIntentEvent;
-        case: "acceptIntent";
-      }
-    | {
-        /**
-         * `manual_edit_apply`: the user asked to apply manual edits.
-         *
-         * @generated from field: berth.sessions.v1.ManualEditApplyEvent manual_edit_apply = 12;
-         */
-        value: ManualEditApplyEvent;
-        case: "manualEditApply";
-      }
-    | {
-        /**
-         * `steer`: the user steered the agent with new instructions.
-         *
-         * @generated from field: berth.sessions.v1.SteerEvent steer = 13;
-         */
-        value: SteerEvent;
-        case: "steer";
-      }
-    | {
-        /**
-         * `carbonize_cleanup`: carbonize markers must be folded into source CSS.
-         *
-         * @generated from field: berth.sessions.v1.CarbonizeCleanupEvent carbonize_cleanup = 14;
-         */
-        value: CarbonizeCleanupEvent;
-        case: "carbonizeCleanup";
-      }
-    | {
-        /**
-         * `steer_done`: the agent finished a steer.
-         *
-         * @generated from field: berth.sessions.v1.SteerDoneEvent steer_done = 15;
-         */
-        value: SteerDoneEvent;
-        case: "steerDone";
-      }
-    | {
-        /**
-         * `discard`: the user asked to discard the session's variants.
-         *
-         * @generated from field: berth.sessions.v1.DiscardEvent discard = 16;
-         */
-        value: DiscardEvent;
-        case: "discard";
-      }
-    | {
-        /**
-         * `discarded`: the discard is done; the session retires.
-         *
-         * @generated from field: berth.sessions.v1.DiscardedEvent discarded = 17;
-         */
-        value: DiscardedEvent;
-        case: "discarded";
-      }
-    | {
-        /**
-         * `complete`: the session is finished; it retires.
-         *
-         * @generated from field: berth.sessions.v1.CompleteEvent complete = 18;
-         */
-        value: CompleteEvent;
-        case: "complete";
-      }
-    | {
-        /**
-         * `agent_error`: the agent failed.
-         *
-         * @generated from field: berth.sessions.v1.AgentErrorEvent agent_error = 19;
-         */
-        value: AgentErrorEvent;
-        case: "agentError";
-      }
-    | {
-        /**
-         * Any other type. Kept in the journal as is; the reducer changes nothing
-         * but records an `unknown_event_type` diagnostic, as the seed does.
-         *
-         * @generated from field: berth.sessions.v1.OtherEvent other = 99;
-         */
-        value: OtherEvent;
-        case: "other";
-      }
-    | { case: undefined; value?: undefined };
+  kind: {
+    /**
+     * `generate`: the user asked for new variants of an element.
+     *
+     * @generated from field: berth.sessions.v1.GenerateEvent generate = 1;
+     */
+    value: GenerateEvent;
+    case: "generate";
+  } | {
+    /**
+     * `variant_plan`: the agent's plan for the variants it will make.
+     *
+     * @generated from field: berth.sessions.v1.VariantPlanEvent variant_plan = 2;
+     */
+    value: VariantPlanEvent;
+    case: "variantPlan";
+  } | {
+    /**
+     * `detector_waivers`: detector findings the agent chose to waive.
+     *
+     * @generated from field: berth.sessions.v1.DetectorWaiversEvent detector_waivers = 3;
+     */
+    value: DetectorWaiversEvent;
+    case: "detectorWaivers";
+  } | {
+    /**
+     * `agent_phase`: the agent entered a phase of its generation work.
+     *
+     * @generated from field: berth.sessions.v1.AgentPhaseEvent agent_phase = 4;
+     */
+    value: AgentPhaseEvent;
+    case: "agentPhase";
+  } | {
+    /**
+     * `variants_ready`: the agent published the variants.
+     *
+     * @generated from field: berth.sessions.v1.VariantsReadyEvent variants_ready = 5;
+     */
+    value: VariantsReadyEvent;
+    case: "variantsReady";
+  } | {
+    /**
+     * `agent_done`: the agent finished its generation work.
+     *
+     * @generated from field: berth.sessions.v1.AgentDoneEvent agent_done = 6;
+     */
+    value: AgentDoneEvent;
+    case: "agentDone";
+  } | {
+    /**
+     * `variant_mounted`: the browser put a variant on screen.
+     *
+     * @generated from field: berth.sessions.v1.VariantMountedEvent variant_mounted = 7;
+     */
+    value: VariantMountedEvent;
+    case: "variantMounted";
+  } | {
+    /**
+     * `variant_mount_failed`: the browser failed to mount a variant.
+     *
+     * @generated from field: berth.sessions.v1.VariantMountFailedEvent variant_mount_failed = 8;
+     */
+    value: VariantMountFailedEvent;
+    case: "variantMountFailed";
+  } | {
+    /**
+     * `checkpoint`: the browser's (or the publisher's) view of the session.
+     *
+     * @generated from field: berth.sessions.v1.CheckpointEvent checkpoint = 9;
+     */
+    value: CheckpointEvent;
+    case: "checkpoint";
+  } | {
+    /**
+     * `accept`: the user accepted a variant.
+     *
+     * @generated from field: berth.sessions.v1.AcceptEvent accept = 10;
+     */
+    value: AcceptEvent;
+    case: "accept";
+  } | {
+    /**
+     * `accept_intent`: the user is about to accept a variant (same effect as
+     * `accept` on the snapshot).
+     *
+     * @generated from field: berth.sessions.v1.AcceptIntentEvent accept_intent = 11;
+     */
+    value: AcceptIntentEvent;
+    case: "acceptIntent";
+  } | {
+    /**
+     * `manual_edit_apply`: the user asked to apply manual edits.
+     *
+     * @generated from field: berth.sessions.v1.ManualEditApplyEvent manual_edit_apply = 12;
+     */
+    value: ManualEditApplyEvent;
+    case: "manualEditApply";
+  } | {
+    /**
+     * `steer`: the user steered the agent with new instructions.
+     *
+     * @generated from field: berth.sessions.v1.SteerEvent steer = 13;
+     */
+    value: SteerEvent;
+    case: "steer";
+  } | {
+    /**
+     * `carbonize_cleanup`: carbonize markers must be folded into source CSS.
+     *
+     * @generated from field: berth.sessions.v1.CarbonizeCleanupEvent carbonize_cleanup = 14;
+     */
+    value: CarbonizeCleanupEvent;
+    case: "carbonizeCleanup";
+  } | {
+    /**
+     * `steer_done`: the agent finished a steer.
+     *
+     * @generated from field: berth.sessions.v1.SteerDoneEvent steer_done = 15;
+     */
+    value: SteerDoneEvent;
+    case: "steerDone";
+  } | {
+    /**
+     * `discard`: the user asked to discard the session's variants.
+     *
+     * @generated from field: berth.sessions.v1.DiscardEvent discard = 16;
+     */
+    value: DiscardEvent;
+    case: "discard";
+  } | {
+    /**
+     * `discarded`: the discard is done; the session retires.
+     *
+     * @generated from field: berth.sessions.v1.DiscardedEvent discarded = 17;
+     */
+    value: DiscardedEvent;
+    case: "discarded";
+  } | {
+    /**
+     * `complete`: the session is finished; it retires.
+     *
+     * @generated from field: berth.sessions.v1.CompleteEvent complete = 18;
+     */
+    value: CompleteEvent;
+    case: "complete";
+  } | {
+    /**
+     * `agent_error`: the agent failed.
+     *
+     * @generated from field: berth.sessions.v1.AgentErrorEvent agent_error = 19;
+     */
+    value: AgentErrorEvent;
+    case: "agentError";
+  } | {
+    /**
+     * Any other type. Kept in the journal as is; the reducer changes nothing
+     * but records an `unknown_event_type` diagnostic, as the seed does.
+     *
+     * @generated from field: berth.sessions.v1.OtherEvent other = 99;
+     */
+    value: OtherEvent;
+    case: "other";
+  } | { case: undefined; value?: undefined };
 };
 
 /**
  * Describes the message berth.sessions.v1.Event.
  * Use `create(EventSchema)` to create a new message.
  */
-export const EventSchema: GenMessage<Event> = /*@__PURE__*/ messageDesc(file_berth_sessions_v1_events, 0);
+export const EventSchema: GenMessage<Event> = /*@__PURE__*/
+  messageDesc(file_berth_sessions_v1_events, 0);
 
 /**
  * `generate`: sets the phase to `generate_requested`, records the expected
@@ -313,7 +289,8 @@ export type GenerateEvent = Message<"berth.sessions.v1.GenerateEvent"> & {
  * Describes the message berth.sessions.v1.GenerateEvent.
  * Use `create(GenerateEventSchema)` to create a new message.
  */
-export const GenerateEventSchema: GenMessage<GenerateEvent> = /*@__PURE__*/ messageDesc(file_berth_sessions_v1_events, 1);
+export const GenerateEventSchema: GenMessage<GenerateEvent> = /*@__PURE__*/
+  messageDesc(file_berth_sessions_v1_events, 1);
 
 /**
  * `variant_plan`: records the agent's plan, unless generation was canceled or
@@ -342,7 +319,8 @@ export type VariantPlanEvent = Message<"berth.sessions.v1.VariantPlanEvent"> & {
  * Describes the message berth.sessions.v1.VariantPlanEvent.
  * Use `create(VariantPlanEventSchema)` to create a new message.
  */
-export const VariantPlanEventSchema: GenMessage<VariantPlanEvent> = /*@__PURE__*/ messageDesc(file_berth_sessions_v1_events, 2);
+export const VariantPlanEventSchema: GenMessage<VariantPlanEvent> = /*@__PURE__*/
+  messageDesc(file_berth_sessions_v1_events, 2);
 
 /**
  * `detector_waivers`: appends waivers to the snapshot's `detectorWaivers`,
@@ -372,7 +350,8 @@ export type DetectorWaiversEvent = Message<"berth.sessions.v1.DetectorWaiversEve
  * Describes the message berth.sessions.v1.DetectorWaiversEvent.
  * Use `create(DetectorWaiversEventSchema)` to create a new message.
  */
-export const DetectorWaiversEventSchema: GenMessage<DetectorWaiversEvent> = /*@__PURE__*/ messageDesc(file_berth_sessions_v1_events, 3);
+export const DetectorWaiversEventSchema: GenMessage<DetectorWaiversEvent> = /*@__PURE__*/
+  messageDesc(file_berth_sessions_v1_events, 3);
 
 /**
  * `agent_phase`: the agent entered a phase (`generationPhase`) and how long
@@ -416,7 +395,8 @@ export type AgentPhaseEvent = Message<"berth.sessions.v1.AgentPhaseEvent"> & {
  * Describes the message berth.sessions.v1.AgentPhaseEvent.
  * Use `create(AgentPhaseEventSchema)` to create a new message.
  */
-export const AgentPhaseEventSchema: GenMessage<AgentPhaseEvent> = /*@__PURE__*/ messageDesc(file_berth_sessions_v1_events, 4);
+export const AgentPhaseEventSchema: GenMessage<AgentPhaseEvent> = /*@__PURE__*/
+  messageDesc(file_berth_sessions_v1_events, 4);
 
 /**
  * `variants_ready`: the agent published its variants. Sets the phase to
@@ -492,7 +472,8 @@ export type VariantsReadyEvent = Message<"berth.sessions.v1.VariantsReadyEvent">
  * Describes the message berth.sessions.v1.VariantsReadyEvent.
  * Use `create(VariantsReadyEventSchema)` to create a new message.
  */
-export const VariantsReadyEventSchema: GenMessage<VariantsReadyEvent> = /*@__PURE__*/ messageDesc(file_berth_sessions_v1_events, 5);
+export const VariantsReadyEventSchema: GenMessage<VariantsReadyEvent> = /*@__PURE__*/
+  messageDesc(file_berth_sessions_v1_events, 5);
 
 /**
  * `agent_done`: the agent finished. Same effect as `variants_ready`, except
@@ -566,7 +547,8 @@ export type AgentDoneEvent = Message<"berth.sessions.v1.AgentDoneEvent"> & {
  * Describes the message berth.sessions.v1.AgentDoneEvent.
  * Use `create(AgentDoneEventSchema)` to create a new message.
  */
-export const AgentDoneEventSchema: GenMessage<AgentDoneEvent> = /*@__PURE__*/ messageDesc(file_berth_sessions_v1_events, 6);
+export const AgentDoneEventSchema: GenMessage<AgentDoneEvent> = /*@__PURE__*/
+  messageDesc(file_berth_sessions_v1_events, 6);
 
 /**
  * `variant_mounted`: the browser acknowledged that a variant reached the DOM.
@@ -599,7 +581,8 @@ export type VariantMountedEvent = Message<"berth.sessions.v1.VariantMountedEvent
  * Describes the message berth.sessions.v1.VariantMountedEvent.
  * Use `create(VariantMountedEventSchema)` to create a new message.
  */
-export const VariantMountedEventSchema: GenMessage<VariantMountedEvent> = /*@__PURE__*/ messageDesc(file_berth_sessions_v1_events, 7);
+export const VariantMountedEventSchema: GenMessage<VariantMountedEvent> = /*@__PURE__*/
+  messageDesc(file_berth_sessions_v1_events, 7);
 
 /**
  * `variant_mount_failed`: the browser could not mount a variant. Appended to
@@ -658,7 +641,8 @@ export type VariantMountFailedEvent = Message<"berth.sessions.v1.VariantMountFai
  * Describes the message berth.sessions.v1.VariantMountFailedEvent.
  * Use `create(VariantMountFailedEventSchema)` to create a new message.
  */
-export const VariantMountFailedEventSchema: GenMessage<VariantMountFailedEvent> = /*@__PURE__*/ messageDesc(file_berth_sessions_v1_events, 8);
+export const VariantMountFailedEventSchema: GenMessage<VariantMountFailedEvent> = /*@__PURE__*/
+  messageDesc(file_berth_sessions_v1_events, 8);
 
 /**
  * `checkpoint`: a view of the session reported by the browser (or, in the
@@ -763,7 +747,8 @@ export type CheckpointEvent = Message<"berth.sessions.v1.CheckpointEvent"> & {
  * Describes the message berth.sessions.v1.CheckpointEvent.
  * Use `create(CheckpointEventSchema)` to create a new message.
  */
-export const CheckpointEventSchema: GenMessage<CheckpointEvent> = /*@__PURE__*/ messageDesc(file_berth_sessions_v1_events, 9);
+export const CheckpointEventSchema: GenMessage<CheckpointEvent> = /*@__PURE__*/
+  messageDesc(file_berth_sessions_v1_events, 9);
 
 /**
  * `accept`: the user accepted a variant. Sets the phase to
@@ -816,7 +801,8 @@ export type AcceptEvent = Message<"berth.sessions.v1.AcceptEvent"> & {
  * Describes the message berth.sessions.v1.AcceptEvent.
  * Use `create(AcceptEventSchema)` to create a new message.
  */
-export const AcceptEventSchema: GenMessage<AcceptEvent> = /*@__PURE__*/ messageDesc(file_berth_sessions_v1_events, 10);
+export const AcceptEventSchema: GenMessage<AcceptEvent> = /*@__PURE__*/
+  messageDesc(file_berth_sessions_v1_events, 10);
 
 /**
  * `accept_intent`: same fields and same effect as `accept`; a separate type
@@ -866,7 +852,8 @@ export type AcceptIntentEvent = Message<"berth.sessions.v1.AcceptIntentEvent"> &
  * Describes the message berth.sessions.v1.AcceptIntentEvent.
  * Use `create(AcceptIntentEventSchema)` to create a new message.
  */
-export const AcceptIntentEventSchema: GenMessage<AcceptIntentEvent> = /*@__PURE__*/ messageDesc(file_berth_sessions_v1_events, 11);
+export const AcceptIntentEventSchema: GenMessage<AcceptIntentEvent> = /*@__PURE__*/
+  messageDesc(file_berth_sessions_v1_events, 11);
 
 /**
  * `manual_edit_apply`: the user asked to apply manual edits. Sets the phase
@@ -902,7 +889,8 @@ export type ManualEditApplyEvent = Message<"berth.sessions.v1.ManualEditApplyEve
  * Describes the message berth.sessions.v1.ManualEditApplyEvent.
  * Use `create(ManualEditApplyEventSchema)` to create a new message.
  */
-export const ManualEditApplyEventSchema: GenMessage<ManualEditApplyEvent> = /*@__PURE__*/ messageDesc(file_berth_sessions_v1_events, 12);
+export const ManualEditApplyEventSchema: GenMessage<ManualEditApplyEvent> = /*@__PURE__*/
+  messageDesc(file_berth_sessions_v1_events, 12);
 
 /**
  * `steer`: the user steered the agent. Sets the phase to `steer_requested`
@@ -938,7 +926,8 @@ export type SteerEvent = Message<"berth.sessions.v1.SteerEvent"> & {
  * Describes the message berth.sessions.v1.SteerEvent.
  * Use `create(SteerEventSchema)` to create a new message.
  */
-export const SteerEventSchema: GenMessage<SteerEvent> = /*@__PURE__*/ messageDesc(file_berth_sessions_v1_events, 13);
+export const SteerEventSchema: GenMessage<SteerEvent> = /*@__PURE__*/
+  messageDesc(file_berth_sessions_v1_events, 13);
 
 /**
  * `carbonize_cleanup`: carbonize markers must be folded into source CSS. Sets
@@ -974,7 +963,8 @@ export type CarbonizeCleanupEvent = Message<"berth.sessions.v1.CarbonizeCleanupE
  * Describes the message berth.sessions.v1.CarbonizeCleanupEvent.
  * Use `create(CarbonizeCleanupEventSchema)` to create a new message.
  */
-export const CarbonizeCleanupEventSchema: GenMessage<CarbonizeCleanupEvent> = /*@__PURE__*/ messageDesc(file_berth_sessions_v1_events, 14);
+export const CarbonizeCleanupEventSchema: GenMessage<CarbonizeCleanupEvent> = /*@__PURE__*/
+  messageDesc(file_berth_sessions_v1_events, 14);
 
 /**
  * `steer_done`: the agent finished a steer. Sets the phase to `steer_done`,
@@ -1031,7 +1021,8 @@ export type SteerDoneEvent = Message<"berth.sessions.v1.SteerDoneEvent"> & {
  * Describes the message berth.sessions.v1.SteerDoneEvent.
  * Use `create(SteerDoneEventSchema)` to create a new message.
  */
-export const SteerDoneEventSchema: GenMessage<SteerDoneEvent> = /*@__PURE__*/ messageDesc(file_berth_sessions_v1_events, 15);
+export const SteerDoneEventSchema: GenMessage<SteerDoneEvent> = /*@__PURE__*/
+  messageDesc(file_berth_sessions_v1_events, 15);
 
 /**
  * `discard`: the user asked to discard the variants. Sets the phase to
@@ -1069,7 +1060,8 @@ export type DiscardEvent = Message<"berth.sessions.v1.DiscardEvent"> & {
  * Describes the message berth.sessions.v1.DiscardEvent.
  * Use `create(DiscardEventSchema)` to create a new message.
  */
-export const DiscardEventSchema: GenMessage<DiscardEvent> = /*@__PURE__*/ messageDesc(file_berth_sessions_v1_events, 16);
+export const DiscardEventSchema: GenMessage<DiscardEvent> = /*@__PURE__*/
+  messageDesc(file_berth_sessions_v1_events, 16);
 
 /**
  * `discarded`: the discard is done. Sets the phase to `discarded` (the session
@@ -1090,7 +1082,8 @@ export type DiscardedEvent = Message<"berth.sessions.v1.DiscardedEvent"> & {
  * Describes the message berth.sessions.v1.DiscardedEvent.
  * Use `create(DiscardedEventSchema)` to create a new message.
  */
-export const DiscardedEventSchema: GenMessage<DiscardedEvent> = /*@__PURE__*/ messageDesc(file_berth_sessions_v1_events, 17);
+export const DiscardedEventSchema: GenMessage<DiscardedEvent> = /*@__PURE__*/
+  messageDesc(file_berth_sessions_v1_events, 17);
 
 /**
  * `complete`: the session is finished. Sets the phase to `completed` (the
@@ -1139,7 +1132,8 @@ export type CompleteEvent = Message<"berth.sessions.v1.CompleteEvent"> & {
  * Describes the message berth.sessions.v1.CompleteEvent.
  * Use `create(CompleteEventSchema)` to create a new message.
  */
-export const CompleteEventSchema: GenMessage<CompleteEvent> = /*@__PURE__*/ messageDesc(file_berth_sessions_v1_events, 18);
+export const CompleteEventSchema: GenMessage<CompleteEvent> = /*@__PURE__*/
+  messageDesc(file_berth_sessions_v1_events, 18);
 
 /**
  * `agent_error`: the agent failed. Sets the phase to `agent_error`, clears the
@@ -1178,7 +1172,8 @@ export type AgentErrorEvent = Message<"berth.sessions.v1.AgentErrorEvent"> & {
  * Describes the message berth.sessions.v1.AgentErrorEvent.
  * Use `create(AgentErrorEventSchema)` to create a new message.
  */
-export const AgentErrorEventSchema: GenMessage<AgentErrorEvent> = /*@__PURE__*/ messageDesc(file_berth_sessions_v1_events, 19);
+export const AgentErrorEventSchema: GenMessage<AgentErrorEvent> = /*@__PURE__*/
+  messageDesc(file_berth_sessions_v1_events, 19);
 
 /**
  * An event of a type the seed does not know. Written to the journal as
@@ -1208,4 +1203,6 @@ export type OtherEvent = Message<"berth.sessions.v1.OtherEvent"> & {
  * Describes the message berth.sessions.v1.OtherEvent.
  * Use `create(OtherEventSchema)` to create a new message.
  */
-export const OtherEventSchema: GenMessage<OtherEvent> = /*@__PURE__*/ messageDesc(file_berth_sessions_v1_events, 20);
+export const OtherEventSchema: GenMessage<OtherEvent> = /*@__PURE__*/
+  messageDesc(file_berth_sessions_v1_events, 20);
+

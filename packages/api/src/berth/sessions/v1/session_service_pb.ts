@@ -17,12 +17,8 @@ import type { Message } from "@bufbuild/protobuf";
 /**
  * Describes the file berth/sessions/v1/session_service.proto.
  */
-export const file_berth_sessions_v1_session_service: GenFile =
-  /*@__PURE__*/
-  fileDesc(
-    "CidiZXJ0aC9zZXNzaW9ucy92MS9zZXNzaW9uX3NlcnZpY2UucHJvdG8SEWJlcnRoLnNlc3Npb25zLnYxIiwKBUZlbmNlEgwKBGZpbGUYASABKAkSFQoNZmVuY2luZ190b2tlbhgCIAEoAyLzAQoSQXBwZW5kRXZlbnRSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSJwoFZXZlbnQYAiABKAsyGC5iZXJ0aC5zZXNzaW9ucy52MS5FdmVudBIWCgxleHBlY3RlZF9zZXEYAyABKANIABI6Cg5leHBlY3RlZF9zdGF0ZRgGIAEoDjIgLmJlcnRoLnNlc3Npb25zLnYxLkV4cGVjdGVkU3RhdGVIABIXCg9pZGVtcG90ZW5jeV9rZXkYBCABKAkSJwoFZmVuY2UYBSABKAsyGC5iZXJ0aC5zZXNzaW9ucy52MS5GZW5jZUIKCghleHBlY3RlZCJkChNBcHBlbmRFdmVudFJlc3BvbnNlEgsKA3NlcRgBIAEoAxItCghzbmFwc2hvdBgCIAEoCzIbLmJlcnRoLnNlc3Npb25zLnYxLlNuYXBzaG90EhEKCWR1cGxpY2F0ZRgDIAEoCCL1AQoTQXBwZW5kRXZlbnRzUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEigKBmV2ZW50cxgCIAMoCzIYLmJlcnRoLnNlc3Npb25zLnYxLkV2ZW50EhYKDGV4cGVjdGVkX3NlcRgDIAEoA0gAEjoKDmV4cGVjdGVkX3N0YXRlGAYgASgOMiAuYmVydGguc2Vzc2lvbnMudjEuRXhwZWN0ZWRTdGF0ZUgAEhcKD2lkZW1wb3RlbmN5X2tleRgEIAEoCRInCgVmZW5jZRgFIAEoCzIYLmJlcnRoLnNlc3Npb25zLnYxLkZlbmNlQgoKCGV4cGVjdGVkIn0KFEFwcGVuZEV2ZW50c1Jlc3BvbnNlEhEKCWZpcnN0X3NlcRgBIAEoAxIQCghsYXN0X3NlcRgCIAEoAxItCghzbmFwc2hvdBgDIAEoCzIbLmJlcnRoLnNlc3Npb25zLnYxLlNuYXBzaG90EhEKCWR1cGxpY2F0ZRgEIAEoCCIoChJHZXRTbmFwc2hvdFJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCSJWChNHZXRTbmFwc2hvdFJlc3BvbnNlEi0KCHNuYXBzaG90GAEgASgLMhsuYmVydGguc2Vzc2lvbnMudjEuU25hcHNob3QSEAoIbGFzdF9zZXEYAiABKAMiVwoTTGlzdFNlc3Npb25zUmVxdWVzdBIZChFpbmNsdWRlX2NvbXBsZXRlZBgBIAEoCBIRCglwYWdlX3NpemUYAiABKAUSEgoKcGFnZV90b2tlbhgDIAEoCSJeChRMaXN0U2Vzc2lvbnNSZXNwb25zZRItCghzZXNzaW9ucxgBIAMoCzIbLmJlcnRoLnNlc3Npb25zLnYxLlNuYXBzaG90EhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSIqChRGbHVzaFNuYXBzaG90UmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJIlgKFUZsdXNoU25hcHNob3RSZXNwb25zZRItCghzbmFwc2hvdBgBIAEoCzIbLmJlcnRoLnNlc3Npb25zLnYxLlNuYXBzaG90EhAKCGxhc3Rfc2VxGAIgASgDIlYKFERlbGV0ZVNlc3Npb25SZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSGQoMZXhwZWN0ZWRfc2VxGAIgASgDSACIAQFCDwoNX2V4cGVjdGVkX3NlcSIpChVEZWxldGVTZXNzaW9uUmVzcG9uc2USEAoIbGFzdF9zZXEYASABKAMi5gEKDEpvdXJuYWxFbnRyeRILCgNzZXEYASABKAMSEgoKc2Vzc2lvbl9pZBgCIAEoCRIMCgR0eXBlGAMgASgJEi8KC2FwcGVuZF90aW1lGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBInCgVldmVudBgFIAEoCzIYLmJlcnRoLnNlc3Npb25zLnYxLkV2ZW50EhcKD2lkZW1wb3RlbmN5X2tleRgGIAEoCRI0CglpbnRlZ3JpdHkYByABKA4yIS5iZXJ0aC5zZXNzaW9ucy52MS5FbnRyeUludGVncml0eSJJChJSZWFkSm91cm5hbFJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIQCghmcm9tX3NlcRgCIAEoAxINCgVsaW1pdBgDIAEoBSJwChNSZWFkSm91cm5hbFJlc3BvbnNlEjAKB2VudHJpZXMYASADKAsyHy5iZXJ0aC5zZXNzaW9ucy52MS5Kb3VybmFsRW50cnkSJwoDZW5kGAIgASgLMhouYmVydGguc2Vzc2lvbnMudjEuUmVhZEVuZCI7CgdSZWFkRW5kEhAKCGxhc3Rfc2VxGAEgASgDEhAKCG5leHRfc2VxGAIgASgDEgwKBG1vcmUYAyABKAgingEKE1dhdGNoU2Vzc2lvblJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIQCghmcm9tX3NlcRgCIAEoAxIYChBpbmNsdWRlX3NuYXBzaG90GAMgASgIEhEKCW1heF9iYXRjaBgEIAEoBRI0ChFwcm9ncmVzc19pbnRlcnZhbBgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiK8AQoUV2F0Y2hTZXNzaW9uUmVzcG9uc2USNAoHZW50cmllcxgBIAEoCzIhLmJlcnRoLnNlc3Npb25zLnYxLldhdGNoZWRFbnRyaWVzSAASMAoJY2F1Z2h0X3VwGAIgASgLMhsuYmVydGguc2Vzc2lvbnMudjEuQ2F1Z2h0VXBIABI0Cghwcm9ncmVzcxgDIAEoCzIgLmJlcnRoLnNlc3Npb25zLnYxLldhdGNoUHJvZ3Jlc3NIAEIGCgRraW5kIkIKDldhdGNoZWRFbnRyaWVzEjAKB2VudHJpZXMYASADKAsyHy5iZXJ0aC5zZXNzaW9ucy52MS5XYXRjaGVkRW50cnkibQoMV2F0Y2hlZEVudHJ5Ei4KBWVudHJ5GAEgASgLMh8uYmVydGguc2Vzc2lvbnMudjEuSm91cm5hbEVudHJ5Ei0KCHNuYXBzaG90GAIgASgLMhsuYmVydGguc2Vzc2lvbnMudjEuU25hcHNob3QiSwoIQ2F1Z2h0VXASEAoIbGFzdF9zZXEYASABKAMSLQoIc25hcHNob3QYAiABKAsyGy5iZXJ0aC5zZXNzaW9ucy52MS5TbmFwc2hvdCJQCg1XYXRjaFByb2dyZXNzEhAKCGxhc3Rfc2VxGAEgASgDEi0KCXNlbmRfdGltZRgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAimwIKFFdhdGNoU2Vzc2lvbnNSZXF1ZXN0EhgKEGluY2x1ZGVfc25hcHNob3QYASABKAgSFwoPaW5jbHVkZV9jdXJyZW50GAIgASgIEhkKEWluY2x1ZGVfY29tcGxldGVkGAMgASgIEkwKC3Jlc3VtZV9mcm9tGAQgAygLMjcuYmVydGguc2Vzc2lvbnMudjEuV2F0Y2hTZXNzaW9uc1JlcXVlc3QuUmVzdW1lRnJvbUVudHJ5EjQKEXByb2dyZXNzX2ludGVydmFsGAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uGjEKD1Jlc3VtZUZyb21FbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAM6AjgBIsMBChVXYXRjaFNlc3Npb25zUmVzcG9uc2USMgoGY2hhbmdlGAEgASgLMiAuYmVydGguc2Vzc2lvbnMudjEuU2Vzc2lvbkNoYW5nZUgAEjgKCWNhdWdodF91cBgCIAEoCzIjLmJlcnRoLnNlc3Npb25zLnYxLlNlc3Npb25zQ2F1Z2h0VXBIABI0Cghwcm9ncmVzcxgDIAEoCzIgLmJlcnRoLnNlc3Npb25zLnYxLldhdGNoUHJvZ3Jlc3NIAEIGCgRraW5kIscBCg1TZXNzaW9uQ2hhbmdlEhIKCnNlc3Npb25faWQYASABKAkSEAoIbGFzdF9zZXEYAiABKAMSEQoJZmlyc3Rfc2VxGAMgASgDEgwKBHR5cGUYBCABKAkSLwoLYXBwZW5kX3RpbWUYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi0KCHNuYXBzaG90GAYgASgLMhsuYmVydGguc2Vzc2lvbnMudjEuU25hcHNob3QSDwoHZGVsZXRlZBgHIAEoCCI1ChBTZXNzaW9uc0NhdWdodFVwEhAKCHNlc3Npb25zGAEgASgFEg8KB2RlbGV0ZWQYAiADKAkiEgoQR2V0TGltaXRzUmVxdWVzdCLvAQoRR2V0TGltaXRzUmVzcG9uc2USFwoPbWF4X2V2ZW50X2J5dGVzGAEgASgDEh0KFW1heF9ldmVudHNfcGVyX2FwcGVuZBgCIAEoBRIZChFtYXhfbWVzc2FnZV9ieXRlcxgDIAEoAxIUCgx3YXRjaF9idWZmZXIYBCABKAUSIgoabWF4X2lkZW1wb3RlbmN5X2tleV9sZW5ndGgYBSABKAUSFQoNbWF4X3BhZ2Vfc2l6ZRgGIAEoBRI2ChNjb21wbGV0ZWRfcmV0ZW50aW9uGAcgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIoYBCgtTZXFDb25mbGljdBISCgpzZXNzaW9uX2lkGAEgASgJEhQKDGV4cGVjdGVkX3NlcRgCIAEoAxITCgtjdXJyZW50X3NlcRgDIAEoAxI4Cg5leHBlY3RlZF9zdGF0ZRgEIAEoDjIgLmJlcnRoLnNlc3Npb25zLnYxLkV4cGVjdGVkU3RhdGUiSwoNRmVuY2VSZWplY3RlZBIMCgRmaWxlGAEgASgJEhUKDWZlbmNpbmdfdG9rZW4YAiABKAMSFQoNY3VycmVudF90b2tlbhgDIAEoAyJoChRJZGVtcG90ZW5jeUtleVJldXNlZBISCgpzZXNzaW9uX2lkGAEgASgJEhcKD2lkZW1wb3RlbmN5X2tleRgCIAEoCRIRCglmaXJzdF9zZXEYAyABKAMSEAoIbGFzdF9zZXEYBCABKAMiPAoNV2F0Y2hlckxhZ2dlZBISCgpzZXNzaW9uX2lkGAEgASgJEhcKD3Jlc3VtZV9mcm9tX3NlcRgCIAEoAyqBAQoNRXhwZWN0ZWRTdGF0ZRIeChpFWFBFQ1RFRF9TVEFURV9VTlNQRUNJRklFRBAAEhYKEkVYUEVDVEVEX1NUQVRFX0FOWRABEh0KGUVYUEVDVEVEX1NUQVRFX05PX1NFU1NJT04QAhIZChVFWFBFQ1RFRF9TVEFURV9FWElTVFMQAyqMAQoORW50cnlJbnRlZ3JpdHkSHwobRU5UUllfSU5URUdSSVRZX1VOU1BFQ0lGSUVEEAASHAoYRU5UUllfSU5URUdSSVRZX1ZFUklGSUVEEAESHQoZRU5UUllfSU5URUdSSVRZX1VOQ0hFQ0tFRBACEhwKGEVOVFJZX0lOVEVHUklUWV9NSVNNQVRDSBADMtcHCg5TZXNzaW9uU2VydmljZRJcCgtBcHBlbmRFdmVudBIlLmJlcnRoLnNlc3Npb25zLnYxLkFwcGVuZEV2ZW50UmVxdWVzdBomLmJlcnRoLnNlc3Npb25zLnYxLkFwcGVuZEV2ZW50UmVzcG9uc2USXwoMQXBwZW5kRXZlbnRzEiYuYmVydGguc2Vzc2lvbnMudjEuQXBwZW5kRXZlbnRzUmVxdWVzdBonLmJlcnRoLnNlc3Npb25zLnYxLkFwcGVuZEV2ZW50c1Jlc3BvbnNlElwKC0dldFNuYXBzaG90EiUuYmVydGguc2Vzc2lvbnMudjEuR2V0U25hcHNob3RSZXF1ZXN0GiYuYmVydGguc2Vzc2lvbnMudjEuR2V0U25hcHNob3RSZXNwb25zZRJfCgxMaXN0U2Vzc2lvbnMSJi5iZXJ0aC5zZXNzaW9ucy52MS5MaXN0U2Vzc2lvbnNSZXF1ZXN0GicuYmVydGguc2Vzc2lvbnMudjEuTGlzdFNlc3Npb25zUmVzcG9uc2USYgoNRmx1c2hTbmFwc2hvdBInLmJlcnRoLnNlc3Npb25zLnYxLkZsdXNoU25hcHNob3RSZXF1ZXN0GiguYmVydGguc2Vzc2lvbnMudjEuRmx1c2hTbmFwc2hvdFJlc3BvbnNlEmIKDURlbGV0ZVNlc3Npb24SJy5iZXJ0aC5zZXNzaW9ucy52MS5EZWxldGVTZXNzaW9uUmVxdWVzdBooLmJlcnRoLnNlc3Npb25zLnYxLkRlbGV0ZVNlc3Npb25SZXNwb25zZRJeCgtSZWFkSm91cm5hbBIlLmJlcnRoLnNlc3Npb25zLnYxLlJlYWRKb3VybmFsUmVxdWVzdBomLmJlcnRoLnNlc3Npb25zLnYxLlJlYWRKb3VybmFsUmVzcG9uc2UwARJhCgxXYXRjaFNlc3Npb24SJi5iZXJ0aC5zZXNzaW9ucy52MS5XYXRjaFNlc3Npb25SZXF1ZXN0GicuYmVydGguc2Vzc2lvbnMudjEuV2F0Y2hTZXNzaW9uUmVzcG9uc2UwARJkCg1XYXRjaFNlc3Npb25zEicuYmVydGguc2Vzc2lvbnMudjEuV2F0Y2hTZXNzaW9uc1JlcXVlc3QaKC5iZXJ0aC5zZXNzaW9ucy52MS5XYXRjaFNlc3Npb25zUmVzcG9uc2UwARJWCglHZXRMaW1pdHMSIy5iZXJ0aC5zZXNzaW9ucy52MS5HZXRMaW1pdHNSZXF1ZXN0GiQuYmVydGguc2Vzc2lvbnMudjEuR2V0TGltaXRzUmVzcG9uc2ViBnByb3RvMw",
-    [file_berth_sessions_v1_events, file_berth_sessions_v1_snapshot, file_google_protobuf_duration, file_google_protobuf_timestamp],
-  );
+export const file_berth_sessions_v1_session_service: GenFile = /*@__PURE__*/
+  fileDesc("CidiZXJ0aC9zZXNzaW9ucy92MS9zZXNzaW9uX3NlcnZpY2UucHJvdG8SEWJlcnRoLnNlc3Npb25zLnYxIiwKBUZlbmNlEgwKBGZpbGUYASABKAkSFQoNZmVuY2luZ190b2tlbhgCIAEoAyLzAQoSQXBwZW5kRXZlbnRSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSJwoFZXZlbnQYAiABKAsyGC5iZXJ0aC5zZXNzaW9ucy52MS5FdmVudBIWCgxleHBlY3RlZF9zZXEYAyABKANIABI6Cg5leHBlY3RlZF9zdGF0ZRgGIAEoDjIgLmJlcnRoLnNlc3Npb25zLnYxLkV4cGVjdGVkU3RhdGVIABIXCg9pZGVtcG90ZW5jeV9rZXkYBCABKAkSJwoFZmVuY2UYBSABKAsyGC5iZXJ0aC5zZXNzaW9ucy52MS5GZW5jZUIKCghleHBlY3RlZCJkChNBcHBlbmRFdmVudFJlc3BvbnNlEgsKA3NlcRgBIAEoAxItCghzbmFwc2hvdBgCIAEoCzIbLmJlcnRoLnNlc3Npb25zLnYxLlNuYXBzaG90EhEKCWR1cGxpY2F0ZRgDIAEoCCL1AQoTQXBwZW5kRXZlbnRzUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEigKBmV2ZW50cxgCIAMoCzIYLmJlcnRoLnNlc3Npb25zLnYxLkV2ZW50EhYKDGV4cGVjdGVkX3NlcRgDIAEoA0gAEjoKDmV4cGVjdGVkX3N0YXRlGAYgASgOMiAuYmVydGguc2Vzc2lvbnMudjEuRXhwZWN0ZWRTdGF0ZUgAEhcKD2lkZW1wb3RlbmN5X2tleRgEIAEoCRInCgVmZW5jZRgFIAEoCzIYLmJlcnRoLnNlc3Npb25zLnYxLkZlbmNlQgoKCGV4cGVjdGVkIn0KFEFwcGVuZEV2ZW50c1Jlc3BvbnNlEhEKCWZpcnN0X3NlcRgBIAEoAxIQCghsYXN0X3NlcRgCIAEoAxItCghzbmFwc2hvdBgDIAEoCzIbLmJlcnRoLnNlc3Npb25zLnYxLlNuYXBzaG90EhEKCWR1cGxpY2F0ZRgEIAEoCCIoChJHZXRTbmFwc2hvdFJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCSJWChNHZXRTbmFwc2hvdFJlc3BvbnNlEi0KCHNuYXBzaG90GAEgASgLMhsuYmVydGguc2Vzc2lvbnMudjEuU25hcHNob3QSEAoIbGFzdF9zZXEYAiABKAMiVwoTTGlzdFNlc3Npb25zUmVxdWVzdBIZChFpbmNsdWRlX2NvbXBsZXRlZBgBIAEoCBIRCglwYWdlX3NpemUYAiABKAUSEgoKcGFnZV90b2tlbhgDIAEoCSJeChRMaXN0U2Vzc2lvbnNSZXNwb25zZRItCghzZXNzaW9ucxgBIAMoCzIbLmJlcnRoLnNlc3Npb25zLnYxLlNuYXBzaG90EhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSIqChRGbHVzaFNuYXBzaG90UmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJIlgKFUZsdXNoU25hcHNob3RSZXNwb25zZRItCghzbmFwc2hvdBgBIAEoCzIbLmJlcnRoLnNlc3Npb25zLnYxLlNuYXBzaG90EhAKCGxhc3Rfc2VxGAIgASgDIlYKFERlbGV0ZVNlc3Npb25SZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSGQoMZXhwZWN0ZWRfc2VxGAIgASgDSACIAQFCDwoNX2V4cGVjdGVkX3NlcSIpChVEZWxldGVTZXNzaW9uUmVzcG9uc2USEAoIbGFzdF9zZXEYASABKAMi5gEKDEpvdXJuYWxFbnRyeRILCgNzZXEYASABKAMSEgoKc2Vzc2lvbl9pZBgCIAEoCRIMCgR0eXBlGAMgASgJEi8KC2FwcGVuZF90aW1lGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBInCgVldmVudBgFIAEoCzIYLmJlcnRoLnNlc3Npb25zLnYxLkV2ZW50EhcKD2lkZW1wb3RlbmN5X2tleRgGIAEoCRI0CglpbnRlZ3JpdHkYByABKA4yIS5iZXJ0aC5zZXNzaW9ucy52MS5FbnRyeUludGVncml0eSJJChJSZWFkSm91cm5hbFJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIQCghmcm9tX3NlcRgCIAEoAxINCgVsaW1pdBgDIAEoBSJwChNSZWFkSm91cm5hbFJlc3BvbnNlEjAKB2VudHJpZXMYASADKAsyHy5iZXJ0aC5zZXNzaW9ucy52MS5Kb3VybmFsRW50cnkSJwoDZW5kGAIgASgLMhouYmVydGguc2Vzc2lvbnMudjEuUmVhZEVuZCI7CgdSZWFkRW5kEhAKCGxhc3Rfc2VxGAEgASgDEhAKCG5leHRfc2VxGAIgASgDEgwKBG1vcmUYAyABKAgingEKE1dhdGNoU2Vzc2lvblJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIQCghmcm9tX3NlcRgCIAEoAxIYChBpbmNsdWRlX3NuYXBzaG90GAMgASgIEhEKCW1heF9iYXRjaBgEIAEoBRI0ChFwcm9ncmVzc19pbnRlcnZhbBgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiK8AQoUV2F0Y2hTZXNzaW9uUmVzcG9uc2USNAoHZW50cmllcxgBIAEoCzIhLmJlcnRoLnNlc3Npb25zLnYxLldhdGNoZWRFbnRyaWVzSAASMAoJY2F1Z2h0X3VwGAIgASgLMhsuYmVydGguc2Vzc2lvbnMudjEuQ2F1Z2h0VXBIABI0Cghwcm9ncmVzcxgDIAEoCzIgLmJlcnRoLnNlc3Npb25zLnYxLldhdGNoUHJvZ3Jlc3NIAEIGCgRraW5kIkIKDldhdGNoZWRFbnRyaWVzEjAKB2VudHJpZXMYASADKAsyHy5iZXJ0aC5zZXNzaW9ucy52MS5XYXRjaGVkRW50cnkibQoMV2F0Y2hlZEVudHJ5Ei4KBWVudHJ5GAEgASgLMh8uYmVydGguc2Vzc2lvbnMudjEuSm91cm5hbEVudHJ5Ei0KCHNuYXBzaG90GAIgASgLMhsuYmVydGguc2Vzc2lvbnMudjEuU25hcHNob3QiSwoIQ2F1Z2h0VXASEAoIbGFzdF9zZXEYASABKAMSLQoIc25hcHNob3QYAiABKAsyGy5iZXJ0aC5zZXNzaW9ucy52MS5TbmFwc2hvdCJQCg1XYXRjaFByb2dyZXNzEhAKCGxhc3Rfc2VxGAEgASgDEi0KCXNlbmRfdGltZRgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAimwIKFFdhdGNoU2Vzc2lvbnNSZXF1ZXN0EhgKEGluY2x1ZGVfc25hcHNob3QYASABKAgSFwoPaW5jbHVkZV9jdXJyZW50GAIgASgIEhkKEWluY2x1ZGVfY29tcGxldGVkGAMgASgIEkwKC3Jlc3VtZV9mcm9tGAQgAygLMjcuYmVydGguc2Vzc2lvbnMudjEuV2F0Y2hTZXNzaW9uc1JlcXVlc3QuUmVzdW1lRnJvbUVudHJ5EjQKEXByb2dyZXNzX2ludGVydmFsGAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uGjEKD1Jlc3VtZUZyb21FbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAM6AjgBIsMBChVXYXRjaFNlc3Npb25zUmVzcG9uc2USMgoGY2hhbmdlGAEgASgLMiAuYmVydGguc2Vzc2lvbnMudjEuU2Vzc2lvbkNoYW5nZUgAEjgKCWNhdWdodF91cBgCIAEoCzIjLmJlcnRoLnNlc3Npb25zLnYxLlNlc3Npb25zQ2F1Z2h0VXBIABI0Cghwcm9ncmVzcxgDIAEoCzIgLmJlcnRoLnNlc3Npb25zLnYxLldhdGNoUHJvZ3Jlc3NIAEIGCgRraW5kIscBCg1TZXNzaW9uQ2hhbmdlEhIKCnNlc3Npb25faWQYASABKAkSEAoIbGFzdF9zZXEYAiABKAMSEQoJZmlyc3Rfc2VxGAMgASgDEgwKBHR5cGUYBCABKAkSLwoLYXBwZW5kX3RpbWUYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi0KCHNuYXBzaG90GAYgASgLMhsuYmVydGguc2Vzc2lvbnMudjEuU25hcHNob3QSDwoHZGVsZXRlZBgHIAEoCCI1ChBTZXNzaW9uc0NhdWdodFVwEhAKCHNlc3Npb25zGAEgASgFEg8KB2RlbGV0ZWQYAiADKAkiEgoQR2V0TGltaXRzUmVxdWVzdCLvAQoRR2V0TGltaXRzUmVzcG9uc2USFwoPbWF4X2V2ZW50X2J5dGVzGAEgASgDEh0KFW1heF9ldmVudHNfcGVyX2FwcGVuZBgCIAEoBRIZChFtYXhfbWVzc2FnZV9ieXRlcxgDIAEoAxIUCgx3YXRjaF9idWZmZXIYBCABKAUSIgoabWF4X2lkZW1wb3RlbmN5X2tleV9sZW5ndGgYBSABKAUSFQoNbWF4X3BhZ2Vfc2l6ZRgGIAEoBRI2ChNjb21wbGV0ZWRfcmV0ZW50aW9uGAcgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIoYBCgtTZXFDb25mbGljdBISCgpzZXNzaW9uX2lkGAEgASgJEhQKDGV4cGVjdGVkX3NlcRgCIAEoAxITCgtjdXJyZW50X3NlcRgDIAEoAxI4Cg5leHBlY3RlZF9zdGF0ZRgEIAEoDjIgLmJlcnRoLnNlc3Npb25zLnYxLkV4cGVjdGVkU3RhdGUiSwoNRmVuY2VSZWplY3RlZBIMCgRmaWxlGAEgASgJEhUKDWZlbmNpbmdfdG9rZW4YAiABKAMSFQoNY3VycmVudF90b2tlbhgDIAEoAyJoChRJZGVtcG90ZW5jeUtleVJldXNlZBISCgpzZXNzaW9uX2lkGAEgASgJEhcKD2lkZW1wb3RlbmN5X2tleRgCIAEoCRIRCglmaXJzdF9zZXEYAyABKAMSEAoIbGFzdF9zZXEYBCABKAMiPAoNV2F0Y2hlckxhZ2dlZBISCgpzZXNzaW9uX2lkGAEgASgJEhcKD3Jlc3VtZV9mcm9tX3NlcRgCIAEoAyqBAQoNRXhwZWN0ZWRTdGF0ZRIeChpFWFBFQ1RFRF9TVEFURV9VTlNQRUNJRklFRBAAEhYKEkVYUEVDVEVEX1NUQVRFX0FOWRABEh0KGUVYUEVDVEVEX1NUQVRFX05PX1NFU1NJT04QAhIZChVFWFBFQ1RFRF9TVEFURV9FWElTVFMQAyqMAQoORW50cnlJbnRlZ3JpdHkSHwobRU5UUllfSU5URUdSSVRZX1VOU1BFQ0lGSUVEEAASHAoYRU5UUllfSU5URUdSSVRZX1ZFUklGSUVEEAESHQoZRU5UUllfSU5URUdSSVRZX1VOQ0hFQ0tFRBACEhwKGEVOVFJZX0lOVEVHUklUWV9NSVNNQVRDSBADMtcHCg5TZXNzaW9uU2VydmljZRJcCgtBcHBlbmRFdmVudBIlLmJlcnRoLnNlc3Npb25zLnYxLkFwcGVuZEV2ZW50UmVxdWVzdBomLmJlcnRoLnNlc3Npb25zLnYxLkFwcGVuZEV2ZW50UmVzcG9uc2USXwoMQXBwZW5kRXZlbnRzEiYuYmVydGguc2Vzc2lvbnMudjEuQXBwZW5kRXZlbnRzUmVxdWVzdBonLmJlcnRoLnNlc3Npb25zLnYxLkFwcGVuZEV2ZW50c1Jlc3BvbnNlElwKC0dldFNuYXBzaG90EiUuYmVydGguc2Vzc2lvbnMudjEuR2V0U25hcHNob3RSZXF1ZXN0GiYuYmVydGguc2Vzc2lvbnMudjEuR2V0U25hcHNob3RSZXNwb25zZRJfCgxMaXN0U2Vzc2lvbnMSJi5iZXJ0aC5zZXNzaW9ucy52MS5MaXN0U2Vzc2lvbnNSZXF1ZXN0GicuYmVydGguc2Vzc2lvbnMudjEuTGlzdFNlc3Npb25zUmVzcG9uc2USYgoNRmx1c2hTbmFwc2hvdBInLmJlcnRoLnNlc3Npb25zLnYxLkZsdXNoU25hcHNob3RSZXF1ZXN0GiguYmVydGguc2Vzc2lvbnMudjEuRmx1c2hTbmFwc2hvdFJlc3BvbnNlEmIKDURlbGV0ZVNlc3Npb24SJy5iZXJ0aC5zZXNzaW9ucy52MS5EZWxldGVTZXNzaW9uUmVxdWVzdBooLmJlcnRoLnNlc3Npb25zLnYxLkRlbGV0ZVNlc3Npb25SZXNwb25zZRJeCgtSZWFkSm91cm5hbBIlLmJlcnRoLnNlc3Npb25zLnYxLlJlYWRKb3VybmFsUmVxdWVzdBomLmJlcnRoLnNlc3Npb25zLnYxLlJlYWRKb3VybmFsUmVzcG9uc2UwARJhCgxXYXRjaFNlc3Npb24SJi5iZXJ0aC5zZXNzaW9ucy52MS5XYXRjaFNlc3Npb25SZXF1ZXN0GicuYmVydGguc2Vzc2lvbnMudjEuV2F0Y2hTZXNzaW9uUmVzcG9uc2UwARJkCg1XYXRjaFNlc3Npb25zEicuYmVydGguc2Vzc2lvbnMudjEuV2F0Y2hTZXNzaW9uc1JlcXVlc3QaKC5iZXJ0aC5zZXNzaW9ucy52MS5XYXRjaFNlc3Npb25zUmVzcG9uc2UwARJWCglHZXRMaW1pdHMSIy5iZXJ0aC5zZXNzaW9ucy52MS5HZXRMaW1pdHNSZXF1ZXN0GiQuYmVydGguc2Vzc2lvbnMudjEuR2V0TGltaXRzUmVzcG9uc2ViBnByb3RvMw", [file_berth_sessions_v1_events, file_berth_sessions_v1_snapshot, file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * A fence: the source lock the writer believes it holds
@@ -54,7 +50,8 @@ export type Fence = Message<"berth.sessions.v1.Fence"> & {
  * Describes the message berth.sessions.v1.Fence.
  * Use `create(FenceSchema)` to create a new message.
  */
-export const FenceSchema: GenMessage<Fence> = /*@__PURE__*/ messageDesc(file_berth_sessions_v1_session_service, 0);
+export const FenceSchema: GenMessage<Fence> = /*@__PURE__*/
+  messageDesc(file_berth_sessions_v1_session_service, 0);
 
 /**
  * AppendEvent's request.
@@ -82,30 +79,27 @@ export type AppendEventRequest = Message<"berth.sessions.v1.AppendEventRequest">
    *
    * @generated from oneof berth.sessions.v1.AppendEventRequest.expected
    */
-  expected:
-    | {
-        /**
-         * The seq the caller believes is the session's last (positive; for "no
-         * entry yet" use `expected_state = NO_SESSION`). When different, nothing
-         * is written and the call fails with ABORTED SEQ_CONFLICT carrying the
-         * current seq.
-         *
-         * @generated from field: int64 expected_seq = 3;
-         */
-        value: bigint;
-        case: "expectedSeq";
-      }
-    | {
-        /**
-         * A state the session must be in; when it is not, nothing is written and
-         * the call fails with ABORTED SEQ_CONFLICT carrying the current seq.
-         *
-         * @generated from field: berth.sessions.v1.ExpectedState expected_state = 6;
-         */
-        value: ExpectedState;
-        case: "expectedState";
-      }
-    | { case: undefined; value?: undefined };
+  expected: {
+    /**
+     * The seq the caller believes is the session's last (positive; for "no
+     * entry yet" use `expected_state = NO_SESSION`). When different, nothing
+     * is written and the call fails with ABORTED SEQ_CONFLICT carrying the
+     * current seq.
+     *
+     * @generated from field: int64 expected_seq = 3;
+     */
+    value: bigint;
+    case: "expectedSeq";
+  } | {
+    /**
+     * A state the session must be in; when it is not, nothing is written and
+     * the call fails with ABORTED SEQ_CONFLICT carrying the current seq.
+     *
+     * @generated from field: berth.sessions.v1.ExpectedState expected_state = 6;
+     */
+    value: ExpectedState;
+    case: "expectedState";
+  } | { case: undefined; value?: undefined };
 
   /**
    * Makes a retry safe: a second append to the same session with the same
@@ -134,7 +128,8 @@ export type AppendEventRequest = Message<"berth.sessions.v1.AppendEventRequest">
  * Describes the message berth.sessions.v1.AppendEventRequest.
  * Use `create(AppendEventRequestSchema)` to create a new message.
  */
-export const AppendEventRequestSchema: GenMessage<AppendEventRequest> = /*@__PURE__*/ messageDesc(file_berth_sessions_v1_session_service, 1);
+export const AppendEventRequestSchema: GenMessage<AppendEventRequest> = /*@__PURE__*/
+  messageDesc(file_berth_sessions_v1_session_service, 1);
 
 /**
  * AppendEvent's response.
@@ -170,7 +165,8 @@ export type AppendEventResponse = Message<"berth.sessions.v1.AppendEventResponse
  * Describes the message berth.sessions.v1.AppendEventResponse.
  * Use `create(AppendEventResponseSchema)` to create a new message.
  */
-export const AppendEventResponseSchema: GenMessage<AppendEventResponse> = /*@__PURE__*/ messageDesc(file_berth_sessions_v1_session_service, 2);
+export const AppendEventResponseSchema: GenMessage<AppendEventResponse> = /*@__PURE__*/
+  messageDesc(file_berth_sessions_v1_session_service, 2);
 
 /**
  * AppendEvents' request.
@@ -197,26 +193,23 @@ export type AppendEventsRequest = Message<"berth.sessions.v1.AppendEventsRequest
    *
    * @generated from oneof berth.sessions.v1.AppendEventsRequest.expected
    */
-  expected:
-    | {
-        /**
-         * The seq the caller believes is the session's last before this batch.
-         *
-         * @generated from field: int64 expected_seq = 3;
-         */
-        value: bigint;
-        case: "expectedSeq";
-      }
-    | {
-        /**
-         * A state the session must be in before this batch.
-         *
-         * @generated from field: berth.sessions.v1.ExpectedState expected_state = 6;
-         */
-        value: ExpectedState;
-        case: "expectedState";
-      }
-    | { case: undefined; value?: undefined };
+  expected: {
+    /**
+     * The seq the caller believes is the session's last before this batch.
+     *
+     * @generated from field: int64 expected_seq = 3;
+     */
+    value: bigint;
+    case: "expectedSeq";
+  } | {
+    /**
+     * A state the session must be in before this batch.
+     *
+     * @generated from field: berth.sessions.v1.ExpectedState expected_state = 6;
+     */
+    value: ExpectedState;
+    case: "expectedState";
+  } | { case: undefined; value?: undefined };
 
   /**
    * As in AppendEventRequest; the key covers the whole batch (the same key
@@ -238,7 +231,8 @@ export type AppendEventsRequest = Message<"berth.sessions.v1.AppendEventsRequest
  * Describes the message berth.sessions.v1.AppendEventsRequest.
  * Use `create(AppendEventsRequestSchema)` to create a new message.
  */
-export const AppendEventsRequestSchema: GenMessage<AppendEventsRequest> = /*@__PURE__*/ messageDesc(file_berth_sessions_v1_session_service, 3);
+export const AppendEventsRequestSchema: GenMessage<AppendEventsRequest> = /*@__PURE__*/
+  messageDesc(file_berth_sessions_v1_session_service, 3);
 
 /**
  * AppendEvents' response.
@@ -280,7 +274,8 @@ export type AppendEventsResponse = Message<"berth.sessions.v1.AppendEventsRespon
  * Describes the message berth.sessions.v1.AppendEventsResponse.
  * Use `create(AppendEventsResponseSchema)` to create a new message.
  */
-export const AppendEventsResponseSchema: GenMessage<AppendEventsResponse> = /*@__PURE__*/ messageDesc(file_berth_sessions_v1_session_service, 4);
+export const AppendEventsResponseSchema: GenMessage<AppendEventsResponse> = /*@__PURE__*/
+  messageDesc(file_berth_sessions_v1_session_service, 4);
 
 /**
  * GetSnapshot's request.
@@ -300,7 +295,8 @@ export type GetSnapshotRequest = Message<"berth.sessions.v1.GetSnapshotRequest">
  * Describes the message berth.sessions.v1.GetSnapshotRequest.
  * Use `create(GetSnapshotRequestSchema)` to create a new message.
  */
-export const GetSnapshotRequestSchema: GenMessage<GetSnapshotRequest> = /*@__PURE__*/ messageDesc(file_berth_sessions_v1_session_service, 5);
+export const GetSnapshotRequestSchema: GenMessage<GetSnapshotRequest> = /*@__PURE__*/
+  messageDesc(file_berth_sessions_v1_session_service, 5);
 
 /**
  * GetSnapshot's response.
@@ -327,7 +323,8 @@ export type GetSnapshotResponse = Message<"berth.sessions.v1.GetSnapshotResponse
  * Describes the message berth.sessions.v1.GetSnapshotResponse.
  * Use `create(GetSnapshotResponseSchema)` to create a new message.
  */
-export const GetSnapshotResponseSchema: GenMessage<GetSnapshotResponse> = /*@__PURE__*/ messageDesc(file_berth_sessions_v1_session_service, 6);
+export const GetSnapshotResponseSchema: GenMessage<GetSnapshotResponse> = /*@__PURE__*/
+  messageDesc(file_berth_sessions_v1_session_service, 6);
 
 /**
  * ListSessions' request.
@@ -363,7 +360,8 @@ export type ListSessionsRequest = Message<"berth.sessions.v1.ListSessionsRequest
  * Describes the message berth.sessions.v1.ListSessionsRequest.
  * Use `create(ListSessionsRequestSchema)` to create a new message.
  */
-export const ListSessionsRequestSchema: GenMessage<ListSessionsRequest> = /*@__PURE__*/ messageDesc(file_berth_sessions_v1_session_service, 7);
+export const ListSessionsRequestSchema: GenMessage<ListSessionsRequest> = /*@__PURE__*/
+  messageDesc(file_berth_sessions_v1_session_service, 7);
 
 /**
  * ListSessions' response.
@@ -391,7 +389,8 @@ export type ListSessionsResponse = Message<"berth.sessions.v1.ListSessionsRespon
  * Describes the message berth.sessions.v1.ListSessionsResponse.
  * Use `create(ListSessionsResponseSchema)` to create a new message.
  */
-export const ListSessionsResponseSchema: GenMessage<ListSessionsResponse> = /*@__PURE__*/ messageDesc(file_berth_sessions_v1_session_service, 8);
+export const ListSessionsResponseSchema: GenMessage<ListSessionsResponse> = /*@__PURE__*/
+  messageDesc(file_berth_sessions_v1_session_service, 8);
 
 /**
  * FlushSnapshot's request.
@@ -411,7 +410,8 @@ export type FlushSnapshotRequest = Message<"berth.sessions.v1.FlushSnapshotReque
  * Describes the message berth.sessions.v1.FlushSnapshotRequest.
  * Use `create(FlushSnapshotRequestSchema)` to create a new message.
  */
-export const FlushSnapshotRequestSchema: GenMessage<FlushSnapshotRequest> = /*@__PURE__*/ messageDesc(file_berth_sessions_v1_session_service, 9);
+export const FlushSnapshotRequestSchema: GenMessage<FlushSnapshotRequest> = /*@__PURE__*/
+  messageDesc(file_berth_sessions_v1_session_service, 9);
 
 /**
  * FlushSnapshot's response.
@@ -438,7 +438,8 @@ export type FlushSnapshotResponse = Message<"berth.sessions.v1.FlushSnapshotResp
  * Describes the message berth.sessions.v1.FlushSnapshotResponse.
  * Use `create(FlushSnapshotResponseSchema)` to create a new message.
  */
-export const FlushSnapshotResponseSchema: GenMessage<FlushSnapshotResponse> = /*@__PURE__*/ messageDesc(file_berth_sessions_v1_session_service, 10);
+export const FlushSnapshotResponseSchema: GenMessage<FlushSnapshotResponse> = /*@__PURE__*/
+  messageDesc(file_berth_sessions_v1_session_service, 10);
 
 /**
  * DeleteSession's request.
@@ -466,7 +467,8 @@ export type DeleteSessionRequest = Message<"berth.sessions.v1.DeleteSessionReque
  * Describes the message berth.sessions.v1.DeleteSessionRequest.
  * Use `create(DeleteSessionRequestSchema)` to create a new message.
  */
-export const DeleteSessionRequestSchema: GenMessage<DeleteSessionRequest> = /*@__PURE__*/ messageDesc(file_berth_sessions_v1_session_service, 11);
+export const DeleteSessionRequestSchema: GenMessage<DeleteSessionRequest> = /*@__PURE__*/
+  messageDesc(file_berth_sessions_v1_session_service, 11);
 
 /**
  * DeleteSession's response.
@@ -486,7 +488,8 @@ export type DeleteSessionResponse = Message<"berth.sessions.v1.DeleteSessionResp
  * Describes the message berth.sessions.v1.DeleteSessionResponse.
  * Use `create(DeleteSessionResponseSchema)` to create a new message.
  */
-export const DeleteSessionResponseSchema: GenMessage<DeleteSessionResponse> = /*@__PURE__*/ messageDesc(file_berth_sessions_v1_session_service, 12);
+export const DeleteSessionResponseSchema: GenMessage<DeleteSessionResponse> = /*@__PURE__*/
+  messageDesc(file_berth_sessions_v1_session_service, 12);
 
 /**
  * One entry of a session's journal.
@@ -551,7 +554,8 @@ export type JournalEntry = Message<"berth.sessions.v1.JournalEntry"> & {
  * Describes the message berth.sessions.v1.JournalEntry.
  * Use `create(JournalEntrySchema)` to create a new message.
  */
-export const JournalEntrySchema: GenMessage<JournalEntry> = /*@__PURE__*/ messageDesc(file_berth_sessions_v1_session_service, 13);
+export const JournalEntrySchema: GenMessage<JournalEntry> = /*@__PURE__*/
+  messageDesc(file_berth_sessions_v1_session_service, 13);
 
 /**
  * ReadJournal's request.
@@ -586,7 +590,8 @@ export type ReadJournalRequest = Message<"berth.sessions.v1.ReadJournalRequest">
  * Describes the message berth.sessions.v1.ReadJournalRequest.
  * Use `create(ReadJournalRequestSchema)` to create a new message.
  */
-export const ReadJournalRequestSchema: GenMessage<ReadJournalRequest> = /*@__PURE__*/ messageDesc(file_berth_sessions_v1_session_service, 14);
+export const ReadJournalRequestSchema: GenMessage<ReadJournalRequest> = /*@__PURE__*/
+  messageDesc(file_berth_sessions_v1_session_service, 14);
 
 /**
  * ReadJournal's response: a run of consecutive entries. The service groups
@@ -616,7 +621,8 @@ export type ReadJournalResponse = Message<"berth.sessions.v1.ReadJournalResponse
  * Describes the message berth.sessions.v1.ReadJournalResponse.
  * Use `create(ReadJournalResponseSchema)` to create a new message.
  */
-export const ReadJournalResponseSchema: GenMessage<ReadJournalResponse> = /*@__PURE__*/ messageDesc(file_berth_sessions_v1_session_service, 15);
+export const ReadJournalResponseSchema: GenMessage<ReadJournalResponse> = /*@__PURE__*/
+  messageDesc(file_berth_sessions_v1_session_service, 15);
 
 /**
  * Where a ReadJournal stream ended.
@@ -652,7 +658,8 @@ export type ReadEnd = Message<"berth.sessions.v1.ReadEnd"> & {
  * Describes the message berth.sessions.v1.ReadEnd.
  * Use `create(ReadEndSchema)` to create a new message.
  */
-export const ReadEndSchema: GenMessage<ReadEnd> = /*@__PURE__*/ messageDesc(file_berth_sessions_v1_session_service, 16);
+export const ReadEndSchema: GenMessage<ReadEnd> = /*@__PURE__*/
+  messageDesc(file_berth_sessions_v1_session_service, 16);
 
 /**
  * WatchSession's request.
@@ -708,7 +715,8 @@ export type WatchSessionRequest = Message<"berth.sessions.v1.WatchSessionRequest
  * Describes the message berth.sessions.v1.WatchSessionRequest.
  * Use `create(WatchSessionRequestSchema)` to create a new message.
  */
-export const WatchSessionRequestSchema: GenMessage<WatchSessionRequest> = /*@__PURE__*/ messageDesc(file_berth_sessions_v1_session_service, 17);
+export const WatchSessionRequestSchema: GenMessage<WatchSessionRequest> = /*@__PURE__*/
+  messageDesc(file_berth_sessions_v1_session_service, 17);
 
 /**
  * WatchSession's response: entries, the marker that the backlog is done, or
@@ -722,43 +730,40 @@ export type WatchSessionResponse = Message<"berth.sessions.v1.WatchSessionRespon
    *
    * @generated from oneof berth.sessions.v1.WatchSessionResponse.kind
    */
-  kind:
-    | {
-        /**
-         * Consecutive journal entries: from the backlog before `caught_up`, live
-         * after it.
-         *
-         * @generated from field: berth.sessions.v1.WatchedEntries entries = 1;
-         */
-        value: WatchedEntries;
-        case: "entries";
-      }
-    | {
-        /**
-         * The backlog has been sent; live entries follow.
-         *
-         * @generated from field: berth.sessions.v1.CaughtUp caught_up = 2;
-         */
-        value: CaughtUp;
-        case: "caughtUp";
-      }
-    | {
-        /**
-         * Nothing new for `progress_interval`.
-         *
-         * @generated from field: berth.sessions.v1.WatchProgress progress = 3;
-         */
-        value: WatchProgress;
-        case: "progress";
-      }
-    | { case: undefined; value?: undefined };
+  kind: {
+    /**
+     * Consecutive journal entries: from the backlog before `caught_up`, live
+     * after it.
+     *
+     * @generated from field: berth.sessions.v1.WatchedEntries entries = 1;
+     */
+    value: WatchedEntries;
+    case: "entries";
+  } | {
+    /**
+     * The backlog has been sent; live entries follow.
+     *
+     * @generated from field: berth.sessions.v1.CaughtUp caught_up = 2;
+     */
+    value: CaughtUp;
+    case: "caughtUp";
+  } | {
+    /**
+     * Nothing new for `progress_interval`.
+     *
+     * @generated from field: berth.sessions.v1.WatchProgress progress = 3;
+     */
+    value: WatchProgress;
+    case: "progress";
+  } | { case: undefined; value?: undefined };
 };
 
 /**
  * Describes the message berth.sessions.v1.WatchSessionResponse.
  * Use `create(WatchSessionResponseSchema)` to create a new message.
  */
-export const WatchSessionResponseSchema: GenMessage<WatchSessionResponse> = /*@__PURE__*/ messageDesc(file_berth_sessions_v1_session_service, 18);
+export const WatchSessionResponseSchema: GenMessage<WatchSessionResponse> = /*@__PURE__*/
+  messageDesc(file_berth_sessions_v1_session_service, 18);
 
 /**
  * Consecutive entries of a watched session, in seq order.
@@ -779,7 +784,8 @@ export type WatchedEntries = Message<"berth.sessions.v1.WatchedEntries"> & {
  * Describes the message berth.sessions.v1.WatchedEntries.
  * Use `create(WatchedEntriesSchema)` to create a new message.
  */
-export const WatchedEntriesSchema: GenMessage<WatchedEntries> = /*@__PURE__*/ messageDesc(file_berth_sessions_v1_session_service, 19);
+export const WatchedEntriesSchema: GenMessage<WatchedEntries> = /*@__PURE__*/
+  messageDesc(file_berth_sessions_v1_session_service, 19);
 
 /**
  * One entry of a watch.
@@ -807,7 +813,8 @@ export type WatchedEntry = Message<"berth.sessions.v1.WatchedEntry"> & {
  * Describes the message berth.sessions.v1.WatchedEntry.
  * Use `create(WatchedEntrySchema)` to create a new message.
  */
-export const WatchedEntrySchema: GenMessage<WatchedEntry> = /*@__PURE__*/ messageDesc(file_berth_sessions_v1_session_service, 20);
+export const WatchedEntrySchema: GenMessage<WatchedEntry> = /*@__PURE__*/
+  messageDesc(file_berth_sessions_v1_session_service, 20);
 
 /**
  * The end of a watch's backlog.
@@ -836,7 +843,8 @@ export type CaughtUp = Message<"berth.sessions.v1.CaughtUp"> & {
  * Describes the message berth.sessions.v1.CaughtUp.
  * Use `create(CaughtUpSchema)` to create a new message.
  */
-export const CaughtUpSchema: GenMessage<CaughtUp> = /*@__PURE__*/ messageDesc(file_berth_sessions_v1_session_service, 21);
+export const CaughtUpSchema: GenMessage<CaughtUp> = /*@__PURE__*/
+  messageDesc(file_berth_sessions_v1_session_service, 21);
 
 /**
  * A watch's progress: nothing was sent for `progress_interval`.
@@ -864,7 +872,8 @@ export type WatchProgress = Message<"berth.sessions.v1.WatchProgress"> & {
  * Describes the message berth.sessions.v1.WatchProgress.
  * Use `create(WatchProgressSchema)` to create a new message.
  */
-export const WatchProgressSchema: GenMessage<WatchProgress> = /*@__PURE__*/ messageDesc(file_berth_sessions_v1_session_service, 22);
+export const WatchProgressSchema: GenMessage<WatchProgress> = /*@__PURE__*/
+  messageDesc(file_berth_sessions_v1_session_service, 22);
 
 /**
  * WatchSessions' request.
@@ -923,7 +932,8 @@ export type WatchSessionsRequest = Message<"berth.sessions.v1.WatchSessionsReque
  * Describes the message berth.sessions.v1.WatchSessionsRequest.
  * Use `create(WatchSessionsRequestSchema)` to create a new message.
  */
-export const WatchSessionsRequestSchema: GenMessage<WatchSessionsRequest> = /*@__PURE__*/ messageDesc(file_berth_sessions_v1_session_service, 23);
+export const WatchSessionsRequestSchema: GenMessage<WatchSessionsRequest> = /*@__PURE__*/
+  messageDesc(file_berth_sessions_v1_session_service, 23);
 
 /**
  * WatchSessions' response.
@@ -936,42 +946,39 @@ export type WatchSessionsResponse = Message<"berth.sessions.v1.WatchSessionsResp
    *
    * @generated from oneof berth.sessions.v1.WatchSessionsResponse.kind
    */
-  kind:
-    | {
-        /**
-         * A session changed (or, before `caught_up`, its current state).
-         *
-         * @generated from field: berth.sessions.v1.SessionChange change = 1;
-         */
-        value: SessionChange;
-        case: "change";
-      }
-    | {
-        /**
-         * The current state has been described; live changes follow.
-         *
-         * @generated from field: berth.sessions.v1.SessionsCaughtUp caught_up = 2;
-         */
-        value: SessionsCaughtUp;
-        case: "caughtUp";
-      }
-    | {
-        /**
-         * Nothing new for `progress_interval`.
-         *
-         * @generated from field: berth.sessions.v1.WatchProgress progress = 3;
-         */
-        value: WatchProgress;
-        case: "progress";
-      }
-    | { case: undefined; value?: undefined };
+  kind: {
+    /**
+     * A session changed (or, before `caught_up`, its current state).
+     *
+     * @generated from field: berth.sessions.v1.SessionChange change = 1;
+     */
+    value: SessionChange;
+    case: "change";
+  } | {
+    /**
+     * The current state has been described; live changes follow.
+     *
+     * @generated from field: berth.sessions.v1.SessionsCaughtUp caught_up = 2;
+     */
+    value: SessionsCaughtUp;
+    case: "caughtUp";
+  } | {
+    /**
+     * Nothing new for `progress_interval`.
+     *
+     * @generated from field: berth.sessions.v1.WatchProgress progress = 3;
+     */
+    value: WatchProgress;
+    case: "progress";
+  } | { case: undefined; value?: undefined };
 };
 
 /**
  * Describes the message berth.sessions.v1.WatchSessionsResponse.
  * Use `create(WatchSessionsResponseSchema)` to create a new message.
  */
-export const WatchSessionsResponseSchema: GenMessage<WatchSessionsResponse> = /*@__PURE__*/ messageDesc(file_berth_sessions_v1_session_service, 24);
+export const WatchSessionsResponseSchema: GenMessage<WatchSessionsResponse> = /*@__PURE__*/
+  messageDesc(file_berth_sessions_v1_session_service, 24);
 
 /**
  * A change of one session: the entries one append call wrote, or (before
@@ -1039,7 +1046,8 @@ export type SessionChange = Message<"berth.sessions.v1.SessionChange"> & {
  * Describes the message berth.sessions.v1.SessionChange.
  * Use `create(SessionChangeSchema)` to create a new message.
  */
-export const SessionChangeSchema: GenMessage<SessionChange> = /*@__PURE__*/ messageDesc(file_berth_sessions_v1_session_service, 25);
+export const SessionChangeSchema: GenMessage<SessionChange> = /*@__PURE__*/
+  messageDesc(file_berth_sessions_v1_session_service, 25);
 
 /**
  * The end of WatchSessions' description of the current sessions.
@@ -1066,20 +1074,23 @@ export type SessionsCaughtUp = Message<"berth.sessions.v1.SessionsCaughtUp"> & {
  * Describes the message berth.sessions.v1.SessionsCaughtUp.
  * Use `create(SessionsCaughtUpSchema)` to create a new message.
  */
-export const SessionsCaughtUpSchema: GenMessage<SessionsCaughtUp> = /*@__PURE__*/ messageDesc(file_berth_sessions_v1_session_service, 26);
+export const SessionsCaughtUpSchema: GenMessage<SessionsCaughtUp> = /*@__PURE__*/
+  messageDesc(file_berth_sessions_v1_session_service, 26);
 
 /**
  * GetLimits' request.
  *
  * @generated from message berth.sessions.v1.GetLimitsRequest
  */
-export type GetLimitsRequest = Message<"berth.sessions.v1.GetLimitsRequest"> & {};
+export type GetLimitsRequest = Message<"berth.sessions.v1.GetLimitsRequest"> & {
+};
 
 /**
  * Describes the message berth.sessions.v1.GetLimitsRequest.
  * Use `create(GetLimitsRequestSchema)` to create a new message.
  */
-export const GetLimitsRequestSchema: GenMessage<GetLimitsRequest> = /*@__PURE__*/ messageDesc(file_berth_sessions_v1_session_service, 27);
+export const GetLimitsRequestSchema: GenMessage<GetLimitsRequest> = /*@__PURE__*/
+  messageDesc(file_berth_sessions_v1_session_service, 27);
 
 /**
  * GetLimits' response: the limits this service enforces.
@@ -1146,7 +1157,8 @@ export type GetLimitsResponse = Message<"berth.sessions.v1.GetLimitsResponse"> &
  * Describes the message berth.sessions.v1.GetLimitsResponse.
  * Use `create(GetLimitsResponseSchema)` to create a new message.
  */
-export const GetLimitsResponseSchema: GenMessage<GetLimitsResponse> = /*@__PURE__*/ messageDesc(file_berth_sessions_v1_session_service, 28);
+export const GetLimitsResponseSchema: GenMessage<GetLimitsResponse> = /*@__PURE__*/
+  messageDesc(file_berth_sessions_v1_session_service, 28);
 
 /**
  * Error detail of ABORTED SEQ_CONFLICT from AppendEvent(s) and
@@ -1189,7 +1201,8 @@ export type SeqConflict = Message<"berth.sessions.v1.SeqConflict"> & {
  * Describes the message berth.sessions.v1.SeqConflict.
  * Use `create(SeqConflictSchema)` to create a new message.
  */
-export const SeqConflictSchema: GenMessage<SeqConflict> = /*@__PURE__*/ messageDesc(file_berth_sessions_v1_session_service, 29);
+export const SeqConflictSchema: GenMessage<SeqConflict> = /*@__PURE__*/
+  messageDesc(file_berth_sessions_v1_session_service, 29);
 
 /**
  * Error detail of FAILED_PRECONDITION FENCE_REJECTED from AppendEvent(s):
@@ -1225,7 +1238,8 @@ export type FenceRejected = Message<"berth.sessions.v1.FenceRejected"> & {
  * Describes the message berth.sessions.v1.FenceRejected.
  * Use `create(FenceRejectedSchema)` to create a new message.
  */
-export const FenceRejectedSchema: GenMessage<FenceRejected> = /*@__PURE__*/ messageDesc(file_berth_sessions_v1_session_service, 30);
+export const FenceRejectedSchema: GenMessage<FenceRejected> = /*@__PURE__*/
+  messageDesc(file_berth_sessions_v1_session_service, 30);
 
 /**
  * Error detail of ALREADY_EXISTS IDEMPOTENCY_KEY_REUSED from AppendEvent(s):
@@ -1267,7 +1281,8 @@ export type IdempotencyKeyReused = Message<"berth.sessions.v1.IdempotencyKeyReus
  * Describes the message berth.sessions.v1.IdempotencyKeyReused.
  * Use `create(IdempotencyKeyReusedSchema)` to create a new message.
  */
-export const IdempotencyKeyReusedSchema: GenMessage<IdempotencyKeyReused> = /*@__PURE__*/ messageDesc(file_berth_sessions_v1_session_service, 31);
+export const IdempotencyKeyReusedSchema: GenMessage<IdempotencyKeyReused> = /*@__PURE__*/
+  messageDesc(file_berth_sessions_v1_session_service, 31);
 
 /**
  * Error detail of RESOURCE_EXHAUSTED WATCHER_LAGGED ending a watch whose
@@ -1297,7 +1312,8 @@ export type WatcherLagged = Message<"berth.sessions.v1.WatcherLagged"> & {
  * Describes the message berth.sessions.v1.WatcherLagged.
  * Use `create(WatcherLaggedSchema)` to create a new message.
  */
-export const WatcherLaggedSchema: GenMessage<WatcherLagged> = /*@__PURE__*/ messageDesc(file_berth_sessions_v1_session_service, 32);
+export const WatcherLaggedSchema: GenMessage<WatcherLagged> = /*@__PURE__*/
+  messageDesc(file_berth_sessions_v1_session_service, 32);
 
 /**
  * What an append expects of the session, beside an exact seq.
@@ -1338,7 +1354,8 @@ export enum ExpectedState {
 /**
  * Describes the enum berth.sessions.v1.ExpectedState.
  */
-export const ExpectedStateSchema: GenEnum<ExpectedState> = /*@__PURE__*/ enumDesc(file_berth_sessions_v1_session_service, 0);
+export const ExpectedStateSchema: GenEnum<ExpectedState> = /*@__PURE__*/
+  enumDesc(file_berth_sessions_v1_session_service, 0);
 
 /**
  * What the journal reader could verify about an entry's line.
@@ -1382,7 +1399,8 @@ export enum EntryIntegrity {
 /**
  * Describes the enum berth.sessions.v1.EntryIntegrity.
  */
-export const EntryIntegritySchema: GenEnum<EntryIntegrity> = /*@__PURE__*/ enumDesc(file_berth_sessions_v1_session_service, 1);
+export const EntryIntegritySchema: GenEnum<EntryIntegrity> = /*@__PURE__*/
+  enumDesc(file_berth_sessions_v1_session_service, 1);
 
 /**
  * Durable, append-only event journals, one per session, with the snapshot
@@ -1467,7 +1485,7 @@ export const SessionService: GenService<{
     methodKind: "unary";
     input: typeof AppendEventRequestSchema;
     output: typeof AppendEventResponseSchema;
-  };
+  },
   /**
    * Appends several events to one session atomically: all of them, with
    * consecutive seqs, or none. Same errors as AppendEvent; more events than
@@ -1480,7 +1498,7 @@ export const SessionService: GenService<{
     methodKind: "unary";
     input: typeof AppendEventsRequestSchema;
     output: typeof AppendEventsResponseSchema;
-  };
+  },
   /**
    * The current snapshot of one session, whatever its phase (a completed or
    * discarded session is returned too; its `phase` says so). NOT_FOUND
@@ -1493,7 +1511,7 @@ export const SessionService: GenService<{
     methodKind: "unary";
     input: typeof GetSnapshotRequestSchema;
     output: typeof GetSnapshotResponseSchema;
-  };
+  },
   /**
    * The snapshots of the sessions, sorted by id, a page at a time (the
    * seed's `listActiveSessions`): active ones only unless
@@ -1506,7 +1524,7 @@ export const SessionService: GenService<{
     methodKind: "unary";
     input: typeof ListSessionsRequestSchema;
     output: typeof ListSessionsResponseSchema;
-  };
+  },
   /**
    * Writes the session's snapshot file now, from a fresh replay of its
    * journal (the seed's `flush`), and returns that snapshot. Snapshot files
@@ -1521,7 +1539,7 @@ export const SessionService: GenService<{
     methodKind: "unary";
     input: typeof FlushSnapshotRequestSchema;
     output: typeof FlushSnapshotResponseSchema;
-  };
+  },
   /**
    * Removes a session: its journal and snapshot files (in the seed's layout,
    * so the seed's library no longer sees it either) and its idempotency
@@ -1537,7 +1555,7 @@ export const SessionService: GenService<{
     methodKind: "unary";
     input: typeof DeleteSessionRequestSchema;
     output: typeof DeleteSessionResponseSchema;
-  };
+  },
   /**
    * The journal's entries from a seq, in seq order, up to a limit; the stream
    * ends at the current end of the journal, and its last message says where
@@ -1551,7 +1569,7 @@ export const SessionService: GenService<{
     methodKind: "server_streaming";
     input: typeof ReadJournalRequestSchema;
     output: typeof ReadJournalResponseSchema;
-  };
+  },
   /**
    * Follows one session: first the entries from `from_seq` up to the current
    * end (the backlog), then one `caught_up` marker, then every new entry as
@@ -1575,7 +1593,7 @@ export const SessionService: GenService<{
     methodKind: "server_streaming";
     input: typeof WatchSessionRequestSchema;
     output: typeof WatchSessionResponseSchema;
-  };
+  },
   /**
    * Follows every session: one `change` per append call of any session (and
    * one per deletion), optionally preceded by the current state of the
@@ -1592,7 +1610,7 @@ export const SessionService: GenService<{
     methodKind: "server_streaming";
     input: typeof WatchSessionsRequestSchema;
     output: typeof WatchSessionsResponseSchema;
-  };
+  },
   /**
    * The limits this service enforces, so a client can size its requests.
    *
@@ -1602,5 +1620,7 @@ export const SessionService: GenService<{
     methodKind: "unary";
     input: typeof GetLimitsRequestSchema;
     output: typeof GetLimitsResponseSchema;
-  };
-}> = /*@__PURE__*/ serviceDesc(file_berth_sessions_v1_session_service, 0);
+  },
+}> = /*@__PURE__*/
+  serviceDesc(file_berth_sessions_v1_session_service, 0);
+

@@ -30,11 +30,8 @@ import type { Message } from "@bufbuild/protobuf";
 /**
  * Describes the file grpc/reflection/v1/reflection.proto.
  */
-export const file_grpc_reflection_v1_reflection: GenFile =
-  /*@__PURE__*/
-  fileDesc(
-    "CiNncnBjL3JlZmxlY3Rpb24vdjEvcmVmbGVjdGlvbi5wcm90bxISZ3JwYy5yZWZsZWN0aW9uLnYxIoUCChdTZXJ2ZXJSZWZsZWN0aW9uUmVxdWVzdBIMCgRob3N0GAEgASgJEhoKEGZpbGVfYnlfZmlsZW5hbWUYAyABKAlIABIgChZmaWxlX2NvbnRhaW5pbmdfc3ltYm9sGAQgASgJSAASSQoZZmlsZV9jb250YWluaW5nX2V4dGVuc2lvbhgFIAEoCzIkLmdycGMucmVmbGVjdGlvbi52MS5FeHRlbnNpb25SZXF1ZXN0SAASJwodYWxsX2V4dGVuc2lvbl9udW1iZXJzX29mX3R5cGUYBiABKAlIABIXCg1saXN0X3NlcnZpY2VzGAcgASgJSABCEQoPbWVzc2FnZV9yZXF1ZXN0IkUKEEV4dGVuc2lvblJlcXVlc3QSFwoPY29udGFpbmluZ190eXBlGAEgASgJEhgKEGV4dGVuc2lvbl9udW1iZXIYAiABKAUiuAMKGFNlcnZlclJlZmxlY3Rpb25SZXNwb25zZRISCgp2YWxpZF9ob3N0GAEgASgJEkUKEG9yaWdpbmFsX3JlcXVlc3QYAiABKAsyKy5ncnBjLnJlZmxlY3Rpb24udjEuU2VydmVyUmVmbGVjdGlvblJlcXVlc3QSTgoYZmlsZV9kZXNjcmlwdG9yX3Jlc3BvbnNlGAQgASgLMiouZ3JwYy5yZWZsZWN0aW9uLnYxLkZpbGVEZXNjcmlwdG9yUmVzcG9uc2VIABJVCh5hbGxfZXh0ZW5zaW9uX251bWJlcnNfcmVzcG9uc2UYBSABKAsyKy5ncnBjLnJlZmxlY3Rpb24udjEuRXh0ZW5zaW9uTnVtYmVyUmVzcG9uc2VIABJJChZsaXN0X3NlcnZpY2VzX3Jlc3BvbnNlGAYgASgLMicuZ3JwYy5yZWZsZWN0aW9uLnYxLkxpc3RTZXJ2aWNlUmVzcG9uc2VIABI7Cg5lcnJvcl9yZXNwb25zZRgHIAEoCzIhLmdycGMucmVmbGVjdGlvbi52MS5FcnJvclJlc3BvbnNlSABCEgoQbWVzc2FnZV9yZXNwb25zZSI3ChZGaWxlRGVzY3JpcHRvclJlc3BvbnNlEh0KFWZpbGVfZGVzY3JpcHRvcl9wcm90bxgBIAMoDCJLChdFeHRlbnNpb25OdW1iZXJSZXNwb25zZRIWCg5iYXNlX3R5cGVfbmFtZRgBIAEoCRIYChBleHRlbnNpb25fbnVtYmVyGAIgAygFIksKE0xpc3RTZXJ2aWNlUmVzcG9uc2USNAoHc2VydmljZRgBIAMoCzIjLmdycGMucmVmbGVjdGlvbi52MS5TZXJ2aWNlUmVzcG9uc2UiHwoPU2VydmljZVJlc3BvbnNlEgwKBG5hbWUYASABKAkiOgoNRXJyb3JSZXNwb25zZRISCgplcnJvcl9jb2RlGAEgASgFEhUKDWVycm9yX21lc3NhZ2UYAiABKAkyiQEKEFNlcnZlclJlZmxlY3Rpb24SdQoUU2VydmVyUmVmbGVjdGlvbkluZm8SKy5ncnBjLnJlZmxlY3Rpb24udjEuU2VydmVyUmVmbGVjdGlvblJlcXVlc3QaLC5ncnBjLnJlZmxlY3Rpb24udjEuU2VydmVyUmVmbGVjdGlvblJlc3BvbnNlKAEwAUJmChVpby5ncnBjLnJlZmxlY3Rpb24udjFCFVNlcnZlclJlZmxlY3Rpb25Qcm90b1ABWjRnb29nbGUuZ29sYW5nLm9yZy9ncnBjL3JlZmxlY3Rpb24vZ3JwY19yZWZsZWN0aW9uX3YxYgZwcm90bzM",
-  );
+export const file_grpc_reflection_v1_reflection: GenFile = /*@__PURE__*/
+  fileDesc("CiNncnBjL3JlZmxlY3Rpb24vdjEvcmVmbGVjdGlvbi5wcm90bxISZ3JwYy5yZWZsZWN0aW9uLnYxIoUCChdTZXJ2ZXJSZWZsZWN0aW9uUmVxdWVzdBIMCgRob3N0GAEgASgJEhoKEGZpbGVfYnlfZmlsZW5hbWUYAyABKAlIABIgChZmaWxlX2NvbnRhaW5pbmdfc3ltYm9sGAQgASgJSAASSQoZZmlsZV9jb250YWluaW5nX2V4dGVuc2lvbhgFIAEoCzIkLmdycGMucmVmbGVjdGlvbi52MS5FeHRlbnNpb25SZXF1ZXN0SAASJwodYWxsX2V4dGVuc2lvbl9udW1iZXJzX29mX3R5cGUYBiABKAlIABIXCg1saXN0X3NlcnZpY2VzGAcgASgJSABCEQoPbWVzc2FnZV9yZXF1ZXN0IkUKEEV4dGVuc2lvblJlcXVlc3QSFwoPY29udGFpbmluZ190eXBlGAEgASgJEhgKEGV4dGVuc2lvbl9udW1iZXIYAiABKAUiuAMKGFNlcnZlclJlZmxlY3Rpb25SZXNwb25zZRISCgp2YWxpZF9ob3N0GAEgASgJEkUKEG9yaWdpbmFsX3JlcXVlc3QYAiABKAsyKy5ncnBjLnJlZmxlY3Rpb24udjEuU2VydmVyUmVmbGVjdGlvblJlcXVlc3QSTgoYZmlsZV9kZXNjcmlwdG9yX3Jlc3BvbnNlGAQgASgLMiouZ3JwYy5yZWZsZWN0aW9uLnYxLkZpbGVEZXNjcmlwdG9yUmVzcG9uc2VIABJVCh5hbGxfZXh0ZW5zaW9uX251bWJlcnNfcmVzcG9uc2UYBSABKAsyKy5ncnBjLnJlZmxlY3Rpb24udjEuRXh0ZW5zaW9uTnVtYmVyUmVzcG9uc2VIABJJChZsaXN0X3NlcnZpY2VzX3Jlc3BvbnNlGAYgASgLMicuZ3JwYy5yZWZsZWN0aW9uLnYxLkxpc3RTZXJ2aWNlUmVzcG9uc2VIABI7Cg5lcnJvcl9yZXNwb25zZRgHIAEoCzIhLmdycGMucmVmbGVjdGlvbi52MS5FcnJvclJlc3BvbnNlSABCEgoQbWVzc2FnZV9yZXNwb25zZSI3ChZGaWxlRGVzY3JpcHRvclJlc3BvbnNlEh0KFWZpbGVfZGVzY3JpcHRvcl9wcm90bxgBIAMoDCJLChdFeHRlbnNpb25OdW1iZXJSZXNwb25zZRIWCg5iYXNlX3R5cGVfbmFtZRgBIAEoCRIYChBleHRlbnNpb25fbnVtYmVyGAIgAygFIksKE0xpc3RTZXJ2aWNlUmVzcG9uc2USNAoHc2VydmljZRgBIAMoCzIjLmdycGMucmVmbGVjdGlvbi52MS5TZXJ2aWNlUmVzcG9uc2UiHwoPU2VydmljZVJlc3BvbnNlEgwKBG5hbWUYASABKAkiOgoNRXJyb3JSZXNwb25zZRISCgplcnJvcl9jb2RlGAEgASgFEhUKDWVycm9yX21lc3NhZ2UYAiABKAkyiQEKEFNlcnZlclJlZmxlY3Rpb24SdQoUU2VydmVyUmVmbGVjdGlvbkluZm8SKy5ncnBjLnJlZmxlY3Rpb24udjEuU2VydmVyUmVmbGVjdGlvblJlcXVlc3QaLC5ncnBjLnJlZmxlY3Rpb24udjEuU2VydmVyUmVmbGVjdGlvblJlc3BvbnNlKAEwAUJmChVpby5ncnBjLnJlZmxlY3Rpb24udjFCFVNlcnZlclJlZmxlY3Rpb25Qcm90b1ABWjRnb29nbGUuZ29sYW5nLm9yZy9ncnBjL3JlZmxlY3Rpb24vZ3JwY19yZWZsZWN0aW9uX3YxYgZwcm90bzM");
 
 /**
  * The message sent by the client when calling ServerReflectionInfo method.
@@ -54,71 +51,66 @@ export type ServerReflectionRequest = Message<"grpc.reflection.v1.ServerReflecti
    *
    * @generated from oneof grpc.reflection.v1.ServerReflectionRequest.message_request
    */
-  messageRequest:
-    | {
-        /**
-         * Find a proto file by the file name.
-         *
-         * @generated from field: string file_by_filename = 3;
-         */
-        value: string;
-        case: "fileByFilename";
-      }
-    | {
-        /**
-         * Find the proto file that declares the given fully-qualified symbol name.
-         * This field should be a fully-qualified symbol name
-         * (e.g. <package>.<service>[.<method>] or <package>.<type>).
-         *
-         * @generated from field: string file_containing_symbol = 4;
-         */
-        value: string;
-        case: "fileContainingSymbol";
-      }
-    | {
-        /**
-         * Find the proto file which defines an extension extending the given
-         * message type with the given field number.
-         *
-         * @generated from field: grpc.reflection.v1.ExtensionRequest file_containing_extension = 5;
-         */
-        value: ExtensionRequest;
-        case: "fileContainingExtension";
-      }
-    | {
-        /**
-         * Finds the tag numbers used by all known extensions of the given message
-         * type, and appends them to ExtensionNumberResponse in an undefined order.
-         * Its corresponding method is best-effort: it's not guaranteed that the
-         * reflection service will implement this method, and it's not guaranteed
-         * that this method will provide all extensions. Returns
-         * StatusCode::UNIMPLEMENTED if it's not implemented.
-         * This field should be a fully-qualified type name. The format is
-         * <package>.<type>
-         *
-         * @generated from field: string all_extension_numbers_of_type = 6;
-         */
-        value: string;
-        case: "allExtensionNumbersOfType";
-      }
-    | {
-        /**
-         * List the full names of registered services. The content will not be
-         * checked.
-         *
-         * @generated from field: string list_services = 7;
-         */
-        value: string;
-        case: "listServices";
-      }
-    | { case: undefined; value?: undefined };
+  messageRequest: {
+    /**
+     * Find a proto file by the file name.
+     *
+     * @generated from field: string file_by_filename = 3;
+     */
+    value: string;
+    case: "fileByFilename";
+  } | {
+    /**
+     * Find the proto file that declares the given fully-qualified symbol name.
+     * This field should be a fully-qualified symbol name
+     * (e.g. <package>.<service>[.<method>] or <package>.<type>).
+     *
+     * @generated from field: string file_containing_symbol = 4;
+     */
+    value: string;
+    case: "fileContainingSymbol";
+  } | {
+    /**
+     * Find the proto file which defines an extension extending the given
+     * message type with the given field number.
+     *
+     * @generated from field: grpc.reflection.v1.ExtensionRequest file_containing_extension = 5;
+     */
+    value: ExtensionRequest;
+    case: "fileContainingExtension";
+  } | {
+    /**
+     * Finds the tag numbers used by all known extensions of the given message
+     * type, and appends them to ExtensionNumberResponse in an undefined order.
+     * Its corresponding method is best-effort: it's not guaranteed that the
+     * reflection service will implement this method, and it's not guaranteed
+     * that this method will provide all extensions. Returns
+     * StatusCode::UNIMPLEMENTED if it's not implemented.
+     * This field should be a fully-qualified type name. The format is
+     * <package>.<type>
+     *
+     * @generated from field: string all_extension_numbers_of_type = 6;
+     */
+    value: string;
+    case: "allExtensionNumbersOfType";
+  } | {
+    /**
+     * List the full names of registered services. The content will not be
+     * checked.
+     *
+     * @generated from field: string list_services = 7;
+     */
+    value: string;
+    case: "listServices";
+  } | { case: undefined; value?: undefined };
 };
 
 /**
  * Describes the message grpc.reflection.v1.ServerReflectionRequest.
  * Use `create(ServerReflectionRequestSchema)` to create a new message.
  */
-export const ServerReflectionRequestSchema: GenMessage<ServerReflectionRequest> = /*@__PURE__*/ messageDesc(file_grpc_reflection_v1_reflection, 0);
+export const ServerReflectionRequestSchema: GenMessage<ServerReflectionRequest> = /*@__PURE__*/
+  messageDesc(file_grpc_reflection_v1_reflection, 0);
 
 /**
  * The type name and extension number sent by the client when requesting
@@ -144,7 +136,8 @@ export type ExtensionRequest = Message<"grpc.reflection.v1.ExtensionRequest"> & 
  * Describes the message grpc.reflection.v1.ExtensionRequest.
  * Use `create(ExtensionRequestSchema)` to create a new message.
  */
-export const ExtensionRequestSchema: GenMessage<ExtensionRequest> = /*@__PURE__*/ messageDesc(file_grpc_reflection_v1_reflection, 1);
+export const ExtensionRequestSchema: GenMessage<ExtensionRequest> = /*@__PURE__*/
+  messageDesc(file_grpc_reflection_v1_reflection, 1);
 
 /**
  * The message sent by the server to answer ServerReflectionInfo method.
@@ -168,56 +161,52 @@ export type ServerReflectionResponse = Message<"grpc.reflection.v1.ServerReflect
    *
    * @generated from oneof grpc.reflection.v1.ServerReflectionResponse.message_response
    */
-  messageResponse:
-    | {
-        /**
-         * This message is used to answer file_by_filename, file_containing_symbol,
-         * file_containing_extension requests with transitive dependencies.
-         * As the repeated label is not allowed in oneof fields, we use a
-         * FileDescriptorResponse message to encapsulate the repeated fields.
-         * The reflection service is allowed to avoid sending FileDescriptorProtos
-         * that were previously sent in response to earlier requests in the stream.
-         *
-         * @generated from field: grpc.reflection.v1.FileDescriptorResponse file_descriptor_response = 4;
-         */
-        value: FileDescriptorResponse;
-        case: "fileDescriptorResponse";
-      }
-    | {
-        /**
-         * This message is used to answer all_extension_numbers_of_type requests.
-         *
-         * @generated from field: grpc.reflection.v1.ExtensionNumberResponse all_extension_numbers_response = 5;
-         */
-        value: ExtensionNumberResponse;
-        case: "allExtensionNumbersResponse";
-      }
-    | {
-        /**
-         * This message is used to answer list_services requests.
-         *
-         * @generated from field: grpc.reflection.v1.ListServiceResponse list_services_response = 6;
-         */
-        value: ListServiceResponse;
-        case: "listServicesResponse";
-      }
-    | {
-        /**
-         * This message is used when an error occurs.
-         *
-         * @generated from field: grpc.reflection.v1.ErrorResponse error_response = 7;
-         */
-        value: ErrorResponse;
-        case: "errorResponse";
-      }
-    | { case: undefined; value?: undefined };
+  messageResponse: {
+    /**
+     * This message is used to answer file_by_filename, file_containing_symbol,
+     * file_containing_extension requests with transitive dependencies.
+     * As the repeated label is not allowed in oneof fields, we use a
+     * FileDescriptorResponse message to encapsulate the repeated fields.
+     * The reflection service is allowed to avoid sending FileDescriptorProtos
+     * that were previously sent in response to earlier requests in the stream.
+     *
+     * @generated from field: grpc.reflection.v1.FileDescriptorResponse file_descriptor_response = 4;
+     */
+    value: FileDescriptorResponse;
+    case: "fileDescriptorResponse";
+  } | {
+    /**
+     * This message is used to answer all_extension_numbers_of_type requests.
+     *
+     * @generated from field: grpc.reflection.v1.ExtensionNumberResponse all_extension_numbers_response = 5;
+     */
+    value: ExtensionNumberResponse;
+    case: "allExtensionNumbersResponse";
+  } | {
+    /**
+     * This message is used to answer list_services requests.
+     *
+     * @generated from field: grpc.reflection.v1.ListServiceResponse list_services_response = 6;
+     */
+    value: ListServiceResponse;
+    case: "listServicesResponse";
+  } | {
+    /**
+     * This message is used when an error occurs.
+     *
+     * @generated from field: grpc.reflection.v1.ErrorResponse error_response = 7;
+     */
+    value: ErrorResponse;
+    case: "errorResponse";
+  } | { case: undefined; value?: undefined };
 };
 
 /**
  * Describes the message grpc.reflection.v1.ServerReflectionResponse.
  * Use `create(ServerReflectionResponseSchema)` to create a new message.
  */
-export const ServerReflectionResponseSchema: GenMessage<ServerReflectionResponse> = /*@__PURE__*/ messageDesc(file_grpc_reflection_v1_reflection, 2);
+export const ServerReflectionResponseSchema: GenMessage<ServerReflectionResponse> = /*@__PURE__*/
+  messageDesc(file_grpc_reflection_v1_reflection, 2);
 
 /**
  * Serialized FileDescriptorProto messages sent by the server answering
@@ -241,7 +230,8 @@ export type FileDescriptorResponse = Message<"grpc.reflection.v1.FileDescriptorR
  * Describes the message grpc.reflection.v1.FileDescriptorResponse.
  * Use `create(FileDescriptorResponseSchema)` to create a new message.
  */
-export const FileDescriptorResponseSchema: GenMessage<FileDescriptorResponse> = /*@__PURE__*/ messageDesc(file_grpc_reflection_v1_reflection, 3);
+export const FileDescriptorResponseSchema: GenMessage<FileDescriptorResponse> = /*@__PURE__*/
+  messageDesc(file_grpc_reflection_v1_reflection, 3);
 
 /**
  * A list of extension numbers sent by the server answering
@@ -268,7 +258,8 @@ export type ExtensionNumberResponse = Message<"grpc.reflection.v1.ExtensionNumbe
  * Describes the message grpc.reflection.v1.ExtensionNumberResponse.
  * Use `create(ExtensionNumberResponseSchema)` to create a new message.
  */
-export const ExtensionNumberResponseSchema: GenMessage<ExtensionNumberResponse> = /*@__PURE__*/ messageDesc(file_grpc_reflection_v1_reflection, 4);
+export const ExtensionNumberResponseSchema: GenMessage<ExtensionNumberResponse> = /*@__PURE__*/
+  messageDesc(file_grpc_reflection_v1_reflection, 4);
 
 /**
  * A list of ServiceResponse sent by the server answering list_services request.
@@ -289,7 +280,8 @@ export type ListServiceResponse = Message<"grpc.reflection.v1.ListServiceRespons
  * Describes the message grpc.reflection.v1.ListServiceResponse.
  * Use `create(ListServiceResponseSchema)` to create a new message.
  */
-export const ListServiceResponseSchema: GenMessage<ListServiceResponse> = /*@__PURE__*/ messageDesc(file_grpc_reflection_v1_reflection, 5);
+export const ListServiceResponseSchema: GenMessage<ListServiceResponse> = /*@__PURE__*/
+  messageDesc(file_grpc_reflection_v1_reflection, 5);
 
 /**
  * The information of a single service used by ListServiceResponse to answer
@@ -311,7 +303,8 @@ export type ServiceResponse = Message<"grpc.reflection.v1.ServiceResponse"> & {
  * Describes the message grpc.reflection.v1.ServiceResponse.
  * Use `create(ServiceResponseSchema)` to create a new message.
  */
-export const ServiceResponseSchema: GenMessage<ServiceResponse> = /*@__PURE__*/ messageDesc(file_grpc_reflection_v1_reflection, 6);
+export const ServiceResponseSchema: GenMessage<ServiceResponse> = /*@__PURE__*/
+  messageDesc(file_grpc_reflection_v1_reflection, 6);
 
 /**
  * The error code and error message sent by the server when an error occurs.
@@ -336,7 +329,8 @@ export type ErrorResponse = Message<"grpc.reflection.v1.ErrorResponse"> & {
  * Describes the message grpc.reflection.v1.ErrorResponse.
  * Use `create(ErrorResponseSchema)` to create a new message.
  */
-export const ErrorResponseSchema: GenMessage<ErrorResponse> = /*@__PURE__*/ messageDesc(file_grpc_reflection_v1_reflection, 7);
+export const ErrorResponseSchema: GenMessage<ErrorResponse> = /*@__PURE__*/
+  messageDesc(file_grpc_reflection_v1_reflection, 7);
 
 /**
  * @generated from service grpc.reflection.v1.ServerReflection
@@ -352,5 +346,7 @@ export const ServerReflection: GenService<{
     methodKind: "bidi_streaming";
     input: typeof ServerReflectionRequestSchema;
     output: typeof ServerReflectionResponseSchema;
-  };
-}> = /*@__PURE__*/ serviceDesc(file_grpc_reflection_v1_reflection, 0);
+  },
+}> = /*@__PURE__*/
+  serviceDesc(file_grpc_reflection_v1_reflection, 0);
+

@@ -28,11 +28,8 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file grpc/reflection/v1alpha/reflection.proto.
  * @deprecated
  */
-export const file_grpc_reflection_v1alpha_reflection: GenFile =
-  /*@__PURE__*/
-  fileDesc(
-    "CihncnBjL3JlZmxlY3Rpb24vdjFhbHBoYS9yZWZsZWN0aW9uLnByb3RvEhdncnBjLnJlZmxlY3Rpb24udjFhbHBoYSKKAgoXU2VydmVyUmVmbGVjdGlvblJlcXVlc3QSDAoEaG9zdBgBIAEoCRIaChBmaWxlX2J5X2ZpbGVuYW1lGAMgASgJSAASIAoWZmlsZV9jb250YWluaW5nX3N5bWJvbBgEIAEoCUgAEk4KGWZpbGVfY29udGFpbmluZ19leHRlbnNpb24YBSABKAsyKS5ncnBjLnJlZmxlY3Rpb24udjFhbHBoYS5FeHRlbnNpb25SZXF1ZXN0SAASJwodYWxsX2V4dGVuc2lvbl9udW1iZXJzX29mX3R5cGUYBiABKAlIABIXCg1saXN0X3NlcnZpY2VzGAcgASgJSABCEQoPbWVzc2FnZV9yZXF1ZXN0IkUKEEV4dGVuc2lvblJlcXVlc3QSFwoPY29udGFpbmluZ190eXBlGAEgASgJEhgKEGV4dGVuc2lvbl9udW1iZXIYAiABKAUi0QMKGFNlcnZlclJlZmxlY3Rpb25SZXNwb25zZRISCgp2YWxpZF9ob3N0GAEgASgJEkoKEG9yaWdpbmFsX3JlcXVlc3QYAiABKAsyMC5ncnBjLnJlZmxlY3Rpb24udjFhbHBoYS5TZXJ2ZXJSZWZsZWN0aW9uUmVxdWVzdBJTChhmaWxlX2Rlc2NyaXB0b3JfcmVzcG9uc2UYBCABKAsyLy5ncnBjLnJlZmxlY3Rpb24udjFhbHBoYS5GaWxlRGVzY3JpcHRvclJlc3BvbnNlSAASWgoeYWxsX2V4dGVuc2lvbl9udW1iZXJzX3Jlc3BvbnNlGAUgASgLMjAuZ3JwYy5yZWZsZWN0aW9uLnYxYWxwaGEuRXh0ZW5zaW9uTnVtYmVyUmVzcG9uc2VIABJOChZsaXN0X3NlcnZpY2VzX3Jlc3BvbnNlGAYgASgLMiwuZ3JwYy5yZWZsZWN0aW9uLnYxYWxwaGEuTGlzdFNlcnZpY2VSZXNwb25zZUgAEkAKDmVycm9yX3Jlc3BvbnNlGAcgASgLMiYuZ3JwYy5yZWZsZWN0aW9uLnYxYWxwaGEuRXJyb3JSZXNwb25zZUgAQhIKEG1lc3NhZ2VfcmVzcG9uc2UiNwoWRmlsZURlc2NyaXB0b3JSZXNwb25zZRIdChVmaWxlX2Rlc2NyaXB0b3JfcHJvdG8YASADKAwiSwoXRXh0ZW5zaW9uTnVtYmVyUmVzcG9uc2USFgoOYmFzZV90eXBlX25hbWUYASABKAkSGAoQZXh0ZW5zaW9uX251bWJlchgCIAMoBSJQChNMaXN0U2VydmljZVJlc3BvbnNlEjkKB3NlcnZpY2UYASADKAsyKC5ncnBjLnJlZmxlY3Rpb24udjFhbHBoYS5TZXJ2aWNlUmVzcG9uc2UiHwoPU2VydmljZVJlc3BvbnNlEgwKBG5hbWUYASABKAkiOgoNRXJyb3JSZXNwb25zZRISCgplcnJvcl9jb2RlGAEgASgFEhUKDWVycm9yX21lc3NhZ2UYAiABKAkykwEKEFNlcnZlclJlZmxlY3Rpb24SfwoUU2VydmVyUmVmbGVjdGlvbkluZm8SMC5ncnBjLnJlZmxlY3Rpb24udjFhbHBoYS5TZXJ2ZXJSZWZsZWN0aW9uUmVxdWVzdBoxLmdycGMucmVmbGVjdGlvbi52MWFscGhhLlNlcnZlclJlZmxlY3Rpb25SZXNwb25zZSgBMAFCcwoaaW8uZ3JwYy5yZWZsZWN0aW9uLnYxYWxwaGFCFVNlcnZlclJlZmxlY3Rpb25Qcm90b1ABWjlnb29nbGUuZ29sYW5nLm9yZy9ncnBjL3JlZmxlY3Rpb24vZ3JwY19yZWZsZWN0aW9uX3YxYWxwaGG4AQFiBnByb3RvMw",
-  );
+export const file_grpc_reflection_v1alpha_reflection: GenFile = /*@__PURE__*/
+  fileDesc("CihncnBjL3JlZmxlY3Rpb24vdjFhbHBoYS9yZWZsZWN0aW9uLnByb3RvEhdncnBjLnJlZmxlY3Rpb24udjFhbHBoYSKKAgoXU2VydmVyUmVmbGVjdGlvblJlcXVlc3QSDAoEaG9zdBgBIAEoCRIaChBmaWxlX2J5X2ZpbGVuYW1lGAMgASgJSAASIAoWZmlsZV9jb250YWluaW5nX3N5bWJvbBgEIAEoCUgAEk4KGWZpbGVfY29udGFpbmluZ19leHRlbnNpb24YBSABKAsyKS5ncnBjLnJlZmxlY3Rpb24udjFhbHBoYS5FeHRlbnNpb25SZXF1ZXN0SAASJwodYWxsX2V4dGVuc2lvbl9udW1iZXJzX29mX3R5cGUYBiABKAlIABIXCg1saXN0X3NlcnZpY2VzGAcgASgJSABCEQoPbWVzc2FnZV9yZXF1ZXN0IkUKEEV4dGVuc2lvblJlcXVlc3QSFwoPY29udGFpbmluZ190eXBlGAEgASgJEhgKEGV4dGVuc2lvbl9udW1iZXIYAiABKAUi0QMKGFNlcnZlclJlZmxlY3Rpb25SZXNwb25zZRISCgp2YWxpZF9ob3N0GAEgASgJEkoKEG9yaWdpbmFsX3JlcXVlc3QYAiABKAsyMC5ncnBjLnJlZmxlY3Rpb24udjFhbHBoYS5TZXJ2ZXJSZWZsZWN0aW9uUmVxdWVzdBJTChhmaWxlX2Rlc2NyaXB0b3JfcmVzcG9uc2UYBCABKAsyLy5ncnBjLnJlZmxlY3Rpb24udjFhbHBoYS5GaWxlRGVzY3JpcHRvclJlc3BvbnNlSAASWgoeYWxsX2V4dGVuc2lvbl9udW1iZXJzX3Jlc3BvbnNlGAUgASgLMjAuZ3JwYy5yZWZsZWN0aW9uLnYxYWxwaGEuRXh0ZW5zaW9uTnVtYmVyUmVzcG9uc2VIABJOChZsaXN0X3NlcnZpY2VzX3Jlc3BvbnNlGAYgASgLMiwuZ3JwYy5yZWZsZWN0aW9uLnYxYWxwaGEuTGlzdFNlcnZpY2VSZXNwb25zZUgAEkAKDmVycm9yX3Jlc3BvbnNlGAcgASgLMiYuZ3JwYy5yZWZsZWN0aW9uLnYxYWxwaGEuRXJyb3JSZXNwb25zZUgAQhIKEG1lc3NhZ2VfcmVzcG9uc2UiNwoWRmlsZURlc2NyaXB0b3JSZXNwb25zZRIdChVmaWxlX2Rlc2NyaXB0b3JfcHJvdG8YASADKAwiSwoXRXh0ZW5zaW9uTnVtYmVyUmVzcG9uc2USFgoOYmFzZV90eXBlX25hbWUYASABKAkSGAoQZXh0ZW5zaW9uX251bWJlchgCIAMoBSJQChNMaXN0U2VydmljZVJlc3BvbnNlEjkKB3NlcnZpY2UYASADKAsyKC5ncnBjLnJlZmxlY3Rpb24udjFhbHBoYS5TZXJ2aWNlUmVzcG9uc2UiHwoPU2VydmljZVJlc3BvbnNlEgwKBG5hbWUYASABKAkiOgoNRXJyb3JSZXNwb25zZRISCgplcnJvcl9jb2RlGAEgASgFEhUKDWVycm9yX21lc3NhZ2UYAiABKAkykwEKEFNlcnZlclJlZmxlY3Rpb24SfwoUU2VydmVyUmVmbGVjdGlvbkluZm8SMC5ncnBjLnJlZmxlY3Rpb24udjFhbHBoYS5TZXJ2ZXJSZWZsZWN0aW9uUmVxdWVzdBoxLmdycGMucmVmbGVjdGlvbi52MWFscGhhLlNlcnZlclJlZmxlY3Rpb25SZXNwb25zZSgBMAFCcwoaaW8uZ3JwYy5yZWZsZWN0aW9uLnYxYWxwaGFCFVNlcnZlclJlZmxlY3Rpb25Qcm90b1ABWjlnb29nbGUuZ29sYW5nLm9yZy9ncnBjL3JlZmxlY3Rpb24vZ3JwY19yZWZsZWN0aW9uX3YxYWxwaGG4AQFiBnByb3RvMw");
 
 /**
  * The message sent by the client when calling ServerReflectionInfo method.
@@ -54,64 +51,58 @@ export type ServerReflectionRequest = Message<"grpc.reflection.v1alpha.ServerRef
    * @generated from oneof grpc.reflection.v1alpha.ServerReflectionRequest.message_request
    * @deprecated
    */
-  messageRequest:
-    | {
-        /**
-         * Find a proto file by the file name.
-         *
-         * @generated from field: string file_by_filename = 3;
-         */
-        value: string;
-        case: "fileByFilename";
-      }
-    | {
-        /**
-         * Find the proto file that declares the given fully-qualified symbol name.
-         * This field should be a fully-qualified symbol name
-         * (e.g. <package>.<service>[.<method>] or <package>.<type>).
-         *
-         * @generated from field: string file_containing_symbol = 4;
-         */
-        value: string;
-        case: "fileContainingSymbol";
-      }
-    | {
-        /**
-         * Find the proto file which defines an extension extending the given
-         * message type with the given field number.
-         *
-         * @generated from field: grpc.reflection.v1alpha.ExtensionRequest file_containing_extension = 5;
-         */
-        value: ExtensionRequest;
-        case: "fileContainingExtension";
-      }
-    | {
-        /**
-         * Finds the tag numbers used by all known extensions of extendee_type, and
-         * appends them to ExtensionNumberResponse in an undefined order.
-         * Its corresponding method is best-effort: it's not guaranteed that the
-         * reflection service will implement this method, and it's not guaranteed
-         * that this method will provide all extensions. Returns
-         * StatusCode::UNIMPLEMENTED if it's not implemented.
-         * This field should be a fully-qualified type name. The format is
-         * <package>.<type>
-         *
-         * @generated from field: string all_extension_numbers_of_type = 6;
-         */
-        value: string;
-        case: "allExtensionNumbersOfType";
-      }
-    | {
-        /**
-         * List the full names of registered services. The content will not be
-         * checked.
-         *
-         * @generated from field: string list_services = 7;
-         */
-        value: string;
-        case: "listServices";
-      }
-    | { case: undefined; value?: undefined };
+  messageRequest: {
+    /**
+     * Find a proto file by the file name.
+     *
+     * @generated from field: string file_by_filename = 3;
+     */
+    value: string;
+    case: "fileByFilename";
+  } | {
+    /**
+     * Find the proto file that declares the given fully-qualified symbol name.
+     * This field should be a fully-qualified symbol name
+     * (e.g. <package>.<service>[.<method>] or <package>.<type>).
+     *
+     * @generated from field: string file_containing_symbol = 4;
+     */
+    value: string;
+    case: "fileContainingSymbol";
+  } | {
+    /**
+     * Find the proto file which defines an extension extending the given
+     * message type with the given field number.
+     *
+     * @generated from field: grpc.reflection.v1alpha.ExtensionRequest file_containing_extension = 5;
+     */
+    value: ExtensionRequest;
+    case: "fileContainingExtension";
+  } | {
+    /**
+     * Finds the tag numbers used by all known extensions of extendee_type, and
+     * appends them to ExtensionNumberResponse in an undefined order.
+     * Its corresponding method is best-effort: it's not guaranteed that the
+     * reflection service will implement this method, and it's not guaranteed
+     * that this method will provide all extensions. Returns
+     * StatusCode::UNIMPLEMENTED if it's not implemented.
+     * This field should be a fully-qualified type name. The format is
+     * <package>.<type>
+     *
+     * @generated from field: string all_extension_numbers_of_type = 6;
+     */
+    value: string;
+    case: "allExtensionNumbersOfType";
+  } | {
+    /**
+     * List the full names of registered services. The content will not be
+     * checked.
+     *
+     * @generated from field: string list_services = 7;
+     */
+    value: string;
+    case: "listServices";
+  } | { case: undefined; value?: undefined };
 };
 
 /**
@@ -119,7 +110,8 @@ export type ServerReflectionRequest = Message<"grpc.reflection.v1alpha.ServerRef
  * Use `create(ServerReflectionRequestSchema)` to create a new message.
  * @deprecated
  */
-export const ServerReflectionRequestSchema: GenMessage<ServerReflectionRequest> = /*@__PURE__*/ messageDesc(file_grpc_reflection_v1alpha_reflection, 0);
+export const ServerReflectionRequestSchema: GenMessage<ServerReflectionRequest> = /*@__PURE__*/
+  messageDesc(file_grpc_reflection_v1alpha_reflection, 0);
 
 /**
  * The type name and extension number sent by the client when requesting
@@ -147,7 +139,8 @@ export type ExtensionRequest = Message<"grpc.reflection.v1alpha.ExtensionRequest
  * Use `create(ExtensionRequestSchema)` to create a new message.
  * @deprecated
  */
-export const ExtensionRequestSchema: GenMessage<ExtensionRequest> = /*@__PURE__*/ messageDesc(file_grpc_reflection_v1alpha_reflection, 1);
+export const ExtensionRequestSchema: GenMessage<ExtensionRequest> = /*@__PURE__*/
+  messageDesc(file_grpc_reflection_v1alpha_reflection, 1);
 
 /**
  * The message sent by the server to answer ServerReflectionInfo method.
@@ -173,49 +166,44 @@ export type ServerReflectionResponse = Message<"grpc.reflection.v1alpha.ServerRe
    * @generated from oneof grpc.reflection.v1alpha.ServerReflectionResponse.message_response
    * @deprecated
    */
-  messageResponse:
-    | {
-        /**
-         * This message is used to answer file_by_filename, file_containing_symbol,
-         * file_containing_extension requests with transitive dependencies. As
-         * the repeated label is not allowed in oneof fields, we use a
-         * FileDescriptorResponse message to encapsulate the repeated fields.
-         * The reflection service is allowed to avoid sending FileDescriptorProtos
-         * that were previously sent in response to earlier requests in the stream.
-         *
-         * @generated from field: grpc.reflection.v1alpha.FileDescriptorResponse file_descriptor_response = 4;
-         */
-        value: FileDescriptorResponse;
-        case: "fileDescriptorResponse";
-      }
-    | {
-        /**
-         * This message is used to answer all_extension_numbers_of_type requst.
-         *
-         * @generated from field: grpc.reflection.v1alpha.ExtensionNumberResponse all_extension_numbers_response = 5;
-         */
-        value: ExtensionNumberResponse;
-        case: "allExtensionNumbersResponse";
-      }
-    | {
-        /**
-         * This message is used to answer list_services request.
-         *
-         * @generated from field: grpc.reflection.v1alpha.ListServiceResponse list_services_response = 6;
-         */
-        value: ListServiceResponse;
-        case: "listServicesResponse";
-      }
-    | {
-        /**
-         * This message is used when an error occurs.
-         *
-         * @generated from field: grpc.reflection.v1alpha.ErrorResponse error_response = 7;
-         */
-        value: ErrorResponse;
-        case: "errorResponse";
-      }
-    | { case: undefined; value?: undefined };
+  messageResponse: {
+    /**
+     * This message is used to answer file_by_filename, file_containing_symbol,
+     * file_containing_extension requests with transitive dependencies. As
+     * the repeated label is not allowed in oneof fields, we use a
+     * FileDescriptorResponse message to encapsulate the repeated fields.
+     * The reflection service is allowed to avoid sending FileDescriptorProtos
+     * that were previously sent in response to earlier requests in the stream.
+     *
+     * @generated from field: grpc.reflection.v1alpha.FileDescriptorResponse file_descriptor_response = 4;
+     */
+    value: FileDescriptorResponse;
+    case: "fileDescriptorResponse";
+  } | {
+    /**
+     * This message is used to answer all_extension_numbers_of_type requst.
+     *
+     * @generated from field: grpc.reflection.v1alpha.ExtensionNumberResponse all_extension_numbers_response = 5;
+     */
+    value: ExtensionNumberResponse;
+    case: "allExtensionNumbersResponse";
+  } | {
+    /**
+     * This message is used to answer list_services request.
+     *
+     * @generated from field: grpc.reflection.v1alpha.ListServiceResponse list_services_response = 6;
+     */
+    value: ListServiceResponse;
+    case: "listServicesResponse";
+  } | {
+    /**
+     * This message is used when an error occurs.
+     *
+     * @generated from field: grpc.reflection.v1alpha.ErrorResponse error_response = 7;
+     */
+    value: ErrorResponse;
+    case: "errorResponse";
+  } | { case: undefined; value?: undefined };
 };
 
 /**
@@ -223,7 +211,8 @@ export type ServerReflectionResponse = Message<"grpc.reflection.v1alpha.ServerRe
  * Use `create(ServerReflectionResponseSchema)` to create a new message.
  * @deprecated
  */
-export const ServerReflectionResponseSchema: GenMessage<ServerReflectionResponse> = /*@__PURE__*/ messageDesc(file_grpc_reflection_v1alpha_reflection, 2);
+export const ServerReflectionResponseSchema: GenMessage<ServerReflectionResponse> = /*@__PURE__*/
+  messageDesc(file_grpc_reflection_v1alpha_reflection, 2);
 
 /**
  * Serialized FileDescriptorProto messages sent by the server answering
@@ -249,7 +238,8 @@ export type FileDescriptorResponse = Message<"grpc.reflection.v1alpha.FileDescri
  * Use `create(FileDescriptorResponseSchema)` to create a new message.
  * @deprecated
  */
-export const FileDescriptorResponseSchema: GenMessage<FileDescriptorResponse> = /*@__PURE__*/ messageDesc(file_grpc_reflection_v1alpha_reflection, 3);
+export const FileDescriptorResponseSchema: GenMessage<FileDescriptorResponse> = /*@__PURE__*/
+  messageDesc(file_grpc_reflection_v1alpha_reflection, 3);
 
 /**
  * A list of extension numbers sent by the server answering
@@ -278,7 +268,8 @@ export type ExtensionNumberResponse = Message<"grpc.reflection.v1alpha.Extension
  * Use `create(ExtensionNumberResponseSchema)` to create a new message.
  * @deprecated
  */
-export const ExtensionNumberResponseSchema: GenMessage<ExtensionNumberResponse> = /*@__PURE__*/ messageDesc(file_grpc_reflection_v1alpha_reflection, 4);
+export const ExtensionNumberResponseSchema: GenMessage<ExtensionNumberResponse> = /*@__PURE__*/
+  messageDesc(file_grpc_reflection_v1alpha_reflection, 4);
 
 /**
  * A list of ServiceResponse sent by the server answering list_services request.
@@ -301,7 +292,8 @@ export type ListServiceResponse = Message<"grpc.reflection.v1alpha.ListServiceRe
  * Use `create(ListServiceResponseSchema)` to create a new message.
  * @deprecated
  */
-export const ListServiceResponseSchema: GenMessage<ListServiceResponse> = /*@__PURE__*/ messageDesc(file_grpc_reflection_v1alpha_reflection, 5);
+export const ListServiceResponseSchema: GenMessage<ListServiceResponse> = /*@__PURE__*/
+  messageDesc(file_grpc_reflection_v1alpha_reflection, 5);
 
 /**
  * The information of a single service used by ListServiceResponse to answer
@@ -325,7 +317,8 @@ export type ServiceResponse = Message<"grpc.reflection.v1alpha.ServiceResponse">
  * Use `create(ServiceResponseSchema)` to create a new message.
  * @deprecated
  */
-export const ServiceResponseSchema: GenMessage<ServiceResponse> = /*@__PURE__*/ messageDesc(file_grpc_reflection_v1alpha_reflection, 6);
+export const ServiceResponseSchema: GenMessage<ServiceResponse> = /*@__PURE__*/
+  messageDesc(file_grpc_reflection_v1alpha_reflection, 6);
 
 /**
  * The error code and error message sent by the server when an error occurs.
@@ -352,7 +345,8 @@ export type ErrorResponse = Message<"grpc.reflection.v1alpha.ErrorResponse"> & {
  * Use `create(ErrorResponseSchema)` to create a new message.
  * @deprecated
  */
-export const ErrorResponseSchema: GenMessage<ErrorResponse> = /*@__PURE__*/ messageDesc(file_grpc_reflection_v1alpha_reflection, 7);
+export const ErrorResponseSchema: GenMessage<ErrorResponse> = /*@__PURE__*/
+  messageDesc(file_grpc_reflection_v1alpha_reflection, 7);
 
 /**
  * @generated from service grpc.reflection.v1alpha.ServerReflection
@@ -369,5 +363,7 @@ export const ServerReflection: GenService<{
     methodKind: "bidi_streaming";
     input: typeof ServerReflectionRequestSchema;
     output: typeof ServerReflectionResponseSchema;
-  };
-}> = /*@__PURE__*/ serviceDesc(file_grpc_reflection_v1alpha_reflection, 0);
+  },
+}> = /*@__PURE__*/
+  serviceDesc(file_grpc_reflection_v1alpha_reflection, 0);
+
