@@ -144,6 +144,21 @@ describe("a budget that goes", () => {
   }, 30_000);
 });
 
+describe("one budget per machine name", () => {
+  it("refuses to start a second budget under a name a live budget publishes, naming --machine-name", async () => {
+    const first = await fleetBudget("names/", "shared");
+    const { launchService } = await import("./harness.js");
+    const second = launchService("budget", {
+      args: ["--store", "etcd", "--etcd-endpoints", etcd.clientUrls.join(","), "--etcd-prefix", "names/", "--machine-name", "shared", "--budget-port", "0"],
+    });
+    expect((await second.exited).code).toBe(1);
+    expect(second.stderr()).toContain(`published in the fleet view by another budget (pid ${first.service.pid}`);
+    expect(second.stderr()).toContain("--machine-name");
+    // The first one's entry is untouched.
+    expect((await first.client.getFleet({})).machines.map((m) => [m.machine, m.pid])).toEqual([["shared", first.service.pid]]);
+  });
+});
+
 describe("GetFleet on the file store", () => {
   it("is FAILED_PRECONDITION naming --store etcd, and berth budget fleet says so", async () => {
     const budget = await startBudget();

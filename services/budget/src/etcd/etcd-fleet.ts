@@ -4,7 +4,8 @@
  * by the client while the budget lives. Closing revokes the lease, so a machine that stops cleanly
  * leaves the view at once; one that dies, hangs or loses etcd leaves it when the lease expires.
  */
-import type { EtcdClient, EtcdLease } from "@berth/etcd";
+import { compare, op, type EtcdClient, type EtcdLease, type KeyValue } from "@berth/etcd";
+import { BerthError } from "@berth/shared/errors";
 import type { Logger } from "@berth/shared/logger";
 import { silentLogger } from "@berth/shared/logger";
 import type { FleetEntry, FleetPublisher } from "../fleet.js";
@@ -25,6 +26,12 @@ export interface EtcdFleetOptions {
 }
 
 const decoder = new TextDecoder();
+
+function foundKv(result: unknown): KeyValue | undefined {
+  return result !== undefined && typeof result === "object" && result !== null && "get" in result
+    ? (result as { get: { kvs: KeyValue[] } }).get.kvs[0]
+    : undefined;
+}
 
 /** An entry as read back, or undefined for a value that is not one (written by something else). */
 function entryOf(value: Uint8Array): FleetEntry | undefined {
@@ -58,10 +65,33 @@ export class EtcdFleetPublisher implements FleetPublisher {
     return lease;
   }
 
+  /**
+   * Writes the entry if the key is this budget's (under its lease) or free; another live budget's
+   * entry under the same name is not overwritten: two budgets sharing a name would each hide the
+   * other's machine.
+   */
   async publish(entry: FleetEntry): Promise<void> {
     if (this.closed) return;
     const lease = await this.currentLease();
-    await this.options.client.put(fleetKey(entry.machine), JSON.stringify(entry), { lease: lease.id });
+    const key = fleetKey(entry.machine);
+    const value = JSON.stringify(entry);
+    const client = this.options.client;
+    const mine = await client.txn({ compare: [compare.lease(key, "==", lease.id)], success: [op.put(key, value, lease.id)], failure: [op.get({ key })] });
+    if (mine.succeeded) return;
+    let holder = foundKv(mine.results[0]);
+    if (holder === undefined) {
+      const free = await client.txn({ compare: [compare.absent(key)], success: [op.put(key, value, lease.id)], failure: [op.get({ key })] });
+      if (free.succeeded) return;
+      holder = foundKv(free.results[0]);
+    }
+    const other = holder === undefined ? undefined : entryOf(holder.value);
+    throw new BerthError(
+      "failed_precondition",
+      `the machine name ${JSON.stringify(entry.machine)} is published in the fleet view by another budget` +
+        `${other === undefined ? "" : ` (pid ${other.pid} on ${other.hostname})`}: give each budget its own --machine-name (BERTH_BUDGET_MACHINE_NAME)`,
+      { field: "machineName", machine: entry.machine },
+      { reason: "MACHINE_NAME_TAKEN" },
+    );
   }
 
   async list(options: { after?: string | undefined; limit: number }): Promise<{ entries: FleetEntry[]; more: boolean }> {
