@@ -7,6 +7,7 @@
 import { spawn } from "node:child_process";
 import { createInterface } from "node:readline";
 import { COMMANDS } from "@berth/cli/registry";
+import { startEtcd, type EtcdCluster } from "@berth/etcd/testing";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { CLI, startBudget, type BudgetUnderTest } from "./budget-e2e.js";
 import { makeTempDir, runCommand, startService, stopAll, type StartedService } from "./harness.js";
@@ -14,12 +15,22 @@ import { makeTempDir, runCommand, startService, stopAll, type StartedService } f
 let sessions: StartedService;
 let budget: BudgetUnderTest;
 let cwd: string;
+let etcd: EtcdCluster | undefined;
 
 beforeAll(async () => {
   cwd = makeTempDir("berth-cli-json-");
-  [sessions, budget] = await Promise.all([startService("sessions"), startBudget()]);
+  // The budget on etcd, so that `budget fleet` has a fleet to show (every other command is the same on either store).
+  const started = await startEtcd();
+  etcd = started;
+  [sessions, budget] = await Promise.all([
+    startService("sessions"),
+    startBudget({ args: ["--store", "etcd", "--etcd-endpoints", started.clientUrls.join(","), "--machine-name", "json-box"] }),
+  ]);
 }, 60_000);
-afterAll(stopAll);
+afterAll(async () => {
+  await stopAll();
+  await etcd?.stop();
+});
 
 function env(): Record<string, string | undefined> {
   return { BERTH_SESSIONS_URL: sessions.url("sessions"), BERTH_BUDGET_URL: budget.url, BERTH_TOKEN: undefined, BERTH_TOKEN_FILE: undefined };
@@ -59,6 +70,7 @@ const CASES: Readonly<Record<string, readonly Case[]>> = {
   "budget limits": [{ args: ["budget", "limits", "--json"] }],
   "budget machine": [{ args: ["budget", "machine", "--json"] }],
   "budget watch": [{ args: ["budget", "watch", "--json"], until: (lines) => lines.length >= 1 }],
+  "budget fleet": [{ args: ["budget", "fleet", "--json"] }],
   "budget build-done": [BUILD_DONE],
 };
 
@@ -170,5 +182,8 @@ describe("berth … --json", () => {
     expect((await run({ args: ["lock", "inspect", "json.lock", "--json"] })).lines[0]).toMatchObject({ lastFencingToken: 1 });
     expect((await run({ args: ["budget", "limits", "--json"] })).lines[0]).toMatchObject({ maxQueue: expect.any(Number) });
     expect((await run({ args: ["budget", "state", "--json"] })).lines[0]).toMatchObject({ policy: { memoryBytes: expect.any(Number) } });
+    expect((await run({ args: ["budget", "fleet", "--json"] })).lines[0]).toMatchObject({
+      machines: [{ machine: "json-box", budget: { memoryBytes: expect.any(Number) } }],
+    });
   }, 120_000);
 });

@@ -315,6 +315,8 @@ describe("every unary RPC answers JSON over HTTP/1.1 (curl)", () => {
     expect(await ok(url, B, "StopRunning", { id: registered.running["id"] })).toEqual({ stopped: true });
     expect(await ok(url, B, "Release", { reservationId: id })).toEqual({ released: true });
     expect(await ok(url, B, "GetState", {})).not.toHaveProperty("reservations");
+    // This budget is on the file store: the fleet view is etcd's (budget-fleet.test.ts calls it there).
+    expect(refusalOf(await call(url, B, "GetFleet", {}), "berth.budget")).toEqual([400, "failed_precondition", "FLEET_NEEDS_ETCD"]);
   });
 
   it("covered every unary RPC of the three services (checked against the generated descriptors)", () => {

@@ -770,6 +770,10 @@ describe("BudgetService over grpc-js", () => {
   });
 
   it("GetLimits, a Reserve repeated with its request id, and GetState's first pages continued by ListQueue, ListReservations and ListRunning", async () => {
+    // On the file store the fleet view is refused, saying what to change (budget-fleet.test.ts calls it on etcd).
+    const fleet = await failure(budgetRpc.unary(BudgetService.method.getFleet, {}));
+    expect(fleet.name).toBe("FAILED_PRECONDITION");
+    expect(statusDetails(fleet.metadata).reason).toBe("FLEET_NEEDS_ETCD");
     const limits = await budgetRpc.unary(BudgetService.method.getLimits, {});
     expect([limits.defaultTtl?.seconds, limits.maxTtl?.seconds, limits.maxWait?.seconds, limits.maxQueue, limits.maxOwnerLength]).toEqual([
       30n,

@@ -279,6 +279,8 @@ fi
 # --- 4. compose file --------------------------------------------------------------------------------
 step "docker-compose config -q"
 docker-compose -f docker-compose.yml config -q || fail "docker-compose.yml is not valid"
+# The etcd stack (three members, two sessions instances) is validated, not brought up here.
+docker-compose -f docker-compose.etcd.yml config -q || fail "docker-compose.etcd.yml is not valid"
 done_step
 
 # --- 5. image ---------------------------------------------------------------------------------------

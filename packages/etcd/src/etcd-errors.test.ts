@@ -33,6 +33,21 @@ describe("toBerthError", () => {
     expect(timedOut.details).toMatchObject({ outcome: "unknown" });
     expect(timedOut.message).toMatch(/may or may not have been applied/);
     expect(toBerthError(new ConnectError("deadline", Code.DeadlineExceeded), call).details).toMatchObject({ outcome: "unknown" });
+    // A connection reset under the call (its member SIGKILLed): connect-node says ABORTED, but
+    // another member can answer, and a write may have landed.
+    const reset = toBerthError(
+      new ConnectError("read ECONNRESET", Code.Aborted, undefined, undefined, Object.assign(new Error("read ECONNRESET"), { code: "ECONNRESET" })),
+      call,
+    );
+    expect(reset).toMatchObject({ code: "unavailable", reason: EtcdReason.UNAVAILABLE, details: { outcome: "unknown" } });
+    const goaway = new ConnectError(
+      "stream closed",
+      Code.Internal,
+      undefined,
+      undefined,
+      Object.assign(new Error("goaway"), { code: "ERR_HTTP2_GOAWAY_SESSION" }),
+    );
+    expect(toBerthError(goaway, call)).toMatchObject({ code: "unavailable", details: { outcome: "unknown" } });
     // A read has no outcome to doubt.
     expect(toBerthError(new ConnectError("deadline", Code.DeadlineExceeded), { ...call, write: false }).details).toMatchObject({ outcome: "not_applied" });
   });

@@ -94,6 +94,9 @@ export function toBerthError(error: unknown, call: EtcdCallContext): BerthError 
   const connect = ConnectError.from(error);
   const message = connect.rawMessage;
   const where = `etcd ${call.op} at ${call.endpoint}`;
+  // The connection broke under the call (the member was killed, a proxy reset it): connect-node
+  // reports these as ABORTED or INTERNAL, but the cluster may be fine; another member can answer.
+  if (connectionLost(connect)) return unavailable(where, message, call, "unknown");
   switch (connect.code) {
     // The member is down, has no leader, is stopping, or timed out waiting for the cluster. A
     // request refused before it was sent was not applied; one that timed out may have been.
@@ -183,6 +186,33 @@ function etcdError(where: string, error: ConnectError): BerthError {
     { etcd: error.rawMessage, grpcCode: Code[error.code] },
     { reason: EtcdReason.ERROR },
   );
+}
+
+/** Socket and HTTP/2 errors of a connection that broke while a call was on it. */
+const CONNECTION_LOST = new Set([
+  "ECONNRESET",
+  "EPIPE",
+  "ECONNABORTED",
+  "ETIMEDOUT",
+  "ERR_HTTP2_GOAWAY_SESSION",
+  "ERR_HTTP2_INVALID_SESSION",
+  "ERR_HTTP2_SESSION_ERROR",
+  "ERR_HTTP2_STREAM_CANCEL",
+  "ERR_HTTP2_STREAM_ERROR",
+]);
+
+/** True when the call failed because its connection broke, whatever code connect-node gave it. */
+function connectionLost(error: ConnectError): boolean {
+  // connect-node makes ECONNRESET ABORTED (as for a client hanging up on a server) and most others INTERNAL.
+  if (error.code !== Code.Internal && error.code !== Code.Unknown && error.code !== Code.Aborted) return false;
+  if (/\b(ECONNRESET|EPIPE|ECONNABORTED)\b/.test(error.rawMessage)) return true;
+  let cause: unknown = error.cause;
+  for (let depth = 0; cause && depth < 4; depth++) {
+    const code = (cause as { code?: unknown }).code;
+    if (typeof code === "string" && CONNECTION_LOST.has(code)) return true;
+    cause = (cause as { cause?: unknown }).cause;
+  }
+  return false;
 }
 
 /**

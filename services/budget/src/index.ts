@@ -12,3 +12,4 @@ export * from "./admission-queue.js";
 export type { AheadEntry, QueuedUpdate } from "./queue-line.js";
 export { AHEAD_LIMIT, HEARTBEAT_RATE_CAP, heartbeatPeriodMs } from "./queue-notifier.js";
 export * from "./budget.js";
+export * from "./fleet.js";

@@ -1,13 +1,13 @@
 /**
  * The budget's messages written for people: the machine sample, a verdict, the whole state as
- * tables, a queue position as one status line. Sizes as `2G`, durations as `1m 5s`, cpu with at
+ * tables, a queue position as one status line, the fleet as one table. Sizes as `2G`, durations as `1m 5s`, cpu with at
  * most two decimals.
  */
 import type { Duration, Timestamp } from "@bufbuild/protobuf/wkt";
 import { durationMs, timestampMs } from "@bufbuild/protobuf/wkt";
 import type { CommittedItem, Machine, PressureAverages, Resources, Verdict, WaitReason } from "@berth/api/berth/budget/v1/budget_pb";
 import { Gate, QueueMode, SampleSource } from "@berth/api/berth/budget/v1/budget_pb";
-import type { GetLimitsResponse, GetStateResponse, Queued } from "@berth/api/berth/budget/v1/budget_service_pb";
+import type { FleetMachine, GetLimitsResponse, GetStateResponse, Queued } from "@berth/api/berth/budget/v1/budget_service_pb";
 import { formatDuration, formatSize } from "@berth/shared/units";
 import { styleFor, type Style } from "../terminal.js";
 
@@ -270,4 +270,48 @@ export function eta(d: Duration | undefined): string {
 /** One status line for a waiting request: position, ETA (the service's), time waited, and what it waits for. */
 export function formatQueued(queued: Queued, waitedMs: number): string {
   return `waiting: #${queued.position} in queue, ETA ~${eta(queued.eta)}, waited ${roughly(waitedMs)} — ${queued.waitForText}`;
+}
+
+/** A machine can take new work now: room in memory and cpu, nobody queued, the cpu gate open. */
+export function hasRoom(m: FleetMachine): boolean {
+  return m.queueLength === 0 && !m.cpuBusy && Number(m.room?.memoryBytes ?? 0n) > 0 && (m.room?.cpu ?? 0) > 0;
+}
+
+/** Machines with room first, then the most memory to spare, then cpu; the name breaks ties. */
+export function byRoom(machines: readonly FleetMachine[]): FleetMachine[] {
+  return [...machines].sort(
+    (a, b) =>
+      Number(hasRoom(b)) - Number(hasRoom(a)) ||
+      Number((b.room?.memoryBytes ?? 0n) - (a.room?.memoryBytes ?? 0n)) ||
+      (b.room?.cpu ?? 0) - (a.room?.cpu ?? 0) ||
+      a.machine.localeCompare(b.machine),
+  );
+}
+
+/** The fleet: one row per live machine, the roomiest first, and which one has room now. */
+export function formatFleet(machines: readonly FleetMachine[], now = Date.now(), style: Style = PLAIN): string {
+  if (machines.length === 0) return "no machine in the fleet view (each budget started with --store etcd publishes its own)";
+  const sorted = byRoom(machines);
+  const rows = sorted.map((m) => {
+    const sample = m.sample;
+    const status = !m.enabled ? "budget off" : m.queueLength > 0 ? `${m.queueLength} queued` : m.cpuBusy ? "cpu busy" : hasRoom(m) ? "room" : "full";
+    return [
+      m.machine,
+      status,
+      size(m.room?.memoryBytes),
+      cpus(m.room?.cpu ?? 0),
+      `${size(m.committed?.memoryBytes)}/${size(m.budget?.memoryBytes)}, ${cpus(m.committed?.cpu ?? 0)}/${cpus(m.budget?.cpu ?? 0)} cpu`,
+      sample === undefined ? "?" : `${size(sample.availableBytes)}/${size(sample.totalBytes)}`,
+      sample?.load1 === undefined ? "?" : `${sample.load1.toFixed(2)}/${sample.cores}`,
+      ago(m.publishTime, now),
+    ];
+  });
+  const out = [table(["MACHINE", "STATUS", "ROOM MEM", "ROOM CPU", "COMMITTED", "AVAILABLE", "LOAD", "PUBLISHED"], rows, style)];
+  const best = sorted[0]!;
+  out.push(
+    hasRoom(best)
+      ? `room now: ${style.bold(best.machine)} (${size(best.room?.memoryBytes)}, ${cpus(best.room?.cpu ?? 0)} cpu free in its budget)`
+      : "room now: none (every machine is full, busy or has a queue)",
+  );
+  return out.join("\n");
 }

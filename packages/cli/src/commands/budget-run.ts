@@ -2,9 +2,10 @@
  * The calls of `berth budget …` (its help and command line are in budget.ts), through
  * `@berth/client`'s budget client: only the budget service's generated code loads.
  */
-import type { DescMessage, MessageShape } from "@bufbuild/protobuf";
+import { create, type DescMessage, type MessageShape } from "@bufbuild/protobuf";
 import {
   CheckResponseSchema,
+  GetFleetResponseSchema,
   GetLimitsResponseSchema,
   GetMachineResponseSchema,
   GetStateResponseSchema,
@@ -13,7 +14,7 @@ import {
 } from "@berth/api/berth/budget/v1/budget_service_pb";
 import { BudgetClient } from "@berth/client/budget";
 import { usageError, UsageError } from "../args.js";
-import { formatLimits, formatMachine, formatMachineLine, formatState, formatVerdict, resources } from "../client/budget-format.js";
+import { formatFleet, formatLimits, formatMachine, formatMachineLine, formatState, formatVerdict, resources } from "../client/budget-format.js";
 import { describeFailure, reportFailure } from "../client/errors.js";
 import { messageJson } from "../client/json.js";
 import { needFromFlags } from "../client/need-flags.js";
@@ -33,6 +34,7 @@ const RUN: Record<BudgetInvocation["subcommand"], (invocation: Invocation) => Pr
   limits,
   machine,
   watch,
+  fleet,
   "build-done": buildDone,
 };
 
@@ -91,6 +93,21 @@ async function machine({ client, json }: Invocation): Promise<number> {
   const response = await client.rpc.getMachine({});
   if (json) printJson(GetMachineResponseSchema, response);
   else process.stdout.write(`${formatMachine(response.machine)}\n`);
+  return EXIT.ok;
+}
+
+async function fleet({ client, values, json }: Invocation): Promise<number> {
+  // Every page: the table sorts the whole fleet by room, and a script gets one answer.
+  const pageSize = pageSizeFlag(values["page-size"]);
+  const machines = [];
+  let pageToken = "";
+  do {
+    const page = await client.rpc.getFleet({ pageSize, pageToken });
+    machines.push(...page.machines);
+    pageToken = page.nextPageToken;
+  } while (pageToken !== "");
+  if (json) printJson(GetFleetResponseSchema, create(GetFleetResponseSchema, { machines }));
+  else process.stdout.write(`${formatFleet(machines, Date.now(), styleFor(process.stdout))}\n`);
   return EXIT.ok;
 }
 

@@ -1,5 +1,5 @@
 /**
- * `berth budget check|state|limits|machine|watch|build-done`: look at the load budget without
+ * `berth budget check|state|limits|machine|watch|fleet|build-done`: look at the load budget without
  * admitting anything (and end a build phase from inside `berth admit`). Human output by default
  * (tables, in bold on a terminal; `watch` rewrites its line in place there), `--json` for scripts:
  * the messages in proto JSON form, one per line.
@@ -14,7 +14,7 @@ import { EXIT, type Command, type SubcommandHelp } from "../command.js";
 import { BUDGET_ENDPOINT_FLAGS, callExitRows } from "../common-help.js";
 import { renderHelp, type HelpRow } from "../help.js";
 
-type SubcommandName = "check" | "state" | "limits" | "machine" | "watch" | "build-done";
+type SubcommandName = "check" | "state" | "limits" | "machine" | "watch" | "fleet" | "build-done";
 
 /** What a subcommand gets: its parsed flags and positionals, and where the service is. */
 export interface BudgetInvocation {
@@ -124,6 +124,27 @@ const SUBCOMMANDS: readonly Subcommand[] = [
     flags: {},
   },
   {
+    name: "fleet",
+    summary: "every live machine of the fleet (--store etcd): which box has room now",
+    help: renderHelp({
+      usage: ["berth budget fleet [--page-size N] [flags]"],
+      about:
+        "Prints every live machine whose budget publishes to the fleet view (budgets started with --store etcd on one cluster), " +
+        "the roomiest first: what a new need could take there now (its budget less what is committed, and no more memory than " +
+        "is free beyond its reserve), what it has committed, its queue, its memory and load, and when it last published; then " +
+        "which machine has room now. Admission stays per machine: ask that machine's budget. A machine whose budget stops " +
+        "leaves the list at once, one whose budget dies within its --fleet-ttl.",
+      flags: [
+        ["--page-size N", "machines per call, 1 to 1000 (default: the service's, 100); every page is fetched"],
+        JSON_ROW("the fleet (every page in one object)"),
+        ...BUDGET_ENDPOINT_FLAGS,
+      ],
+      exitCodes: [OK_ROW, ...callExitRows("budget")],
+      examples: ["berth budget fleet", "berth budget fleet --json | jq -r '.machines[] | select(.queueLength == 0) | .machine'"],
+    }),
+    flags: { "page-size": { type: "string" } },
+  },
+  {
     name: "build-done",
     summary: "end the build phase of a reservation (default: $BERTH_RESERVATION_ID, set by 'berth admit')",
     help: renderHelp({
@@ -151,7 +172,7 @@ const HELP = renderHelp({
   flags: [
     ...NEED_HELP_ROWS.map(([flag, text]): HelpRow => [flag, `check: ${text}`]),
     ["--all", "state: every entry of each list, not only the first page"],
-    ["--page-size N", "state: entries per page (default 100)"],
+    ["--page-size N", "state, fleet: entries per page (default 100)"],
     ["--json", "the answer as JSON (proto JSON form), one object per line"],
     ...BUDGET_ENDPOINT_FLAGS,
   ],
@@ -169,6 +190,7 @@ const HELP = renderHelp({
     "berth budget limits",
     "berth budget machine",
     "berth budget watch --json",
+    "berth budget fleet             # with --store etcd: which box has room now",
     "berth budget build-done        # from a command run by 'berth admit'",
   ],
   footer: "Run 'berth budget <command> --help' for a command's own flags, exit codes and examples.",

@@ -42,10 +42,12 @@ import type {
   Verdict as VerdictMessage,
   WaitReason,
 } from "@berth/api/berth/budget/v1/budget_pb";
+import { FleetMachineSchema, type FleetMachine } from "@berth/api/berth/budget/v1/budget_service_pb";
 import type {
   Committed,
   CommittedItem,
   Cost,
+  FleetEntry,
   MachineSample,
   Need,
   Policy,
@@ -362,4 +364,23 @@ export function queueToProto(entries: readonly QueueEntryInfo[], headReasons: re
 /** The GATE_QUEUE reason of a request with `ahead` requests before it. */
 export function queueWaitReason(ahead: number): WaitReason {
   return create(WaitReasonSchema, { gate: Gate.QUEUE, message: `${ahead} request(s) ahead in the queue`, observed: ahead });
+}
+
+/** A machine of the fleet as its budget published it. */
+export function fleetMachineToProto(entry: FleetEntry): FleetMachine {
+  return create(FleetMachineSchema, {
+    machine: entry.machine,
+    hostname: entry.hostname,
+    pid: entry.pid,
+    publishTime: timestampOf(entry.publishedAt),
+    sample: machineToProto(entry.sample),
+    enabled: entry.enabled,
+    budget: resourcesToProto(entry.budget),
+    committed: resourcesToProto(entry.committed),
+    room: resourcesToProto(entry.room),
+    cpuBusy: entry.cpuBusy,
+    queueLength: entry.queueLength,
+    reservationCount: entry.reservationCount,
+    runningCount: entry.runningCount,
+  });
 }

@@ -10,10 +10,10 @@ import { RenewalSchema } from "@berth/api/berth/budget/v1/budget_service_pb";
 import { create } from "@bufbuild/protobuf";
 import type { Clock } from "@berth/shared/clock";
 import { systemClock } from "@berth/shared/clock";
-import { invalidArgument, isBerthError } from "@berth/shared/errors";
+import { BerthError, invalidArgument, isBerthError } from "@berth/shared/errors";
 import { createIdentityCache } from "@berth/shared/server/identity-cache";
 import { abortable, abortError } from "@berth/shared/server/index";
-import type { Budget, Committed, MachineSample, Policy, Reservation, ReservationInfo, RunningEntry } from "../index.js";
+import type { Budget, Committed, FleetPublisher, MachineSample, Policy, Reservation, ReservationInfo, RunningEntry } from "../index.js";
 import { admitStream } from "./admit-stream.js";
 import {
   MAX_KEEPALIVE_IDS,
@@ -33,6 +33,7 @@ import {
   committedToProto,
   costToProto,
   durationOf,
+  fleetMachineToProto,
   machineToProto,
   policyToProto,
   queueToProto,
@@ -43,7 +44,7 @@ import {
 } from "./budget-encode.js";
 import type { PolicyExtras, ReasonContext } from "./budget-encode.js";
 import { QueuedEncoder } from "./queued-encoder.js";
-import { PageTokens, pageSizeOf } from "./page-tokens.js";
+import { PageTokens, fleetTokens, pageSizeOf } from "./page-tokens.js";
 import { refusalError } from "./refusals.js";
 
 /** What the handlers need besides the budget. */
@@ -59,6 +60,8 @@ export interface BudgetHandlerOptions {
   sampleIntervalMs: number;
   /** Counters the handlers keep up to date (for the server's gauges). */
   stats?: BudgetHandlerStats | undefined;
+  /** Where GetFleet reads the fleet (`--store etcd`); undefined: GetFleet is FAILED_PRECONDITION. */
+  fleet?: Pick<FleetPublisher, "list"> | undefined;
 }
 
 /** What the handlers count. */
@@ -286,6 +289,22 @@ export function createBudgetHandlers(options: BudgetHandlerOptions): ServiceImpl
         maxQueue: policy.maxQueue,
         maxOwnerLength: MAX_OWNER_LENGTH,
       };
+    },
+
+    async getFleet(request) {
+      const pageSize = pageSizeOf(request.pageSize);
+      const after = fleetTokens.decode(request.pageToken);
+      if (options.fleet === undefined) {
+        throw new BerthError(
+          "failed_precondition",
+          "the fleet view needs --store etcd: start every machine's budget with --store etcd --etcd-endpoints URL (BERTH_STORE=etcd, BERTH_ETCD_ENDPOINTS) on one cluster",
+          { field: "store" },
+          { reason: "FLEET_NEEDS_ETCD" },
+        );
+      }
+      const page = await options.fleet.list({ after, limit: pageSize });
+      const last = page.entries.at(-1);
+      return { machines: page.entries.map(fleetMachineToProto), nextPageToken: page.more && last !== undefined ? fleetTokens.encode(last.machine) : "" };
     },
   };
 }

@@ -68,3 +68,27 @@ export class PageTokens {
     return body.a;
   }
 }
+
+/**
+ * GetFleet's tokens name the last machine a page returned. Machines are keys in etcd, not numbers
+ * in this instance's memory, so a token stays good across restarts and across the budgets of the
+ * fleet: the next page starts after that name, whoever joined or left meanwhile.
+ */
+export const fleetTokens = {
+  encode(after: string | undefined): string {
+    return after === undefined ? "" : Buffer.from(JSON.stringify({ l: "fleet", m: after })).toString("base64url");
+  },
+  decode(token: string, field = "page_token"): string | undefined {
+    if (token === "") return undefined;
+    const refuse = () => invalidArgument(field, "must be a next_page_token as GetFleet returned it");
+    if (token.length > 2 * MAX_TOKEN_LENGTH || !/^[A-Za-z0-9_-]+$/.test(token)) throw refuse();
+    let body: { l?: unknown; m?: unknown };
+    try {
+      body = JSON.parse(Buffer.from(token, "base64url").toString("utf8")) as { l?: unknown; m?: unknown };
+    } catch {
+      throw refuse();
+    }
+    if (body === null || typeof body !== "object" || body.l !== "fleet" || typeof body.m !== "string" || body.m === "") throw refuse();
+    return body.m;
+  },
+};

@@ -7,16 +7,21 @@
  * policy that does not parse or validate is logged and the one in force is kept; a good one takes
  * effect at once and re-checks the queue.
  */
+import { hostname } from "node:os";
 import { BudgetService } from "@berth/api/berth/budget/v1/budget_service_pb";
+import type { EtcdClient } from "@berth/etcd";
+import { checkEtcdSettings, etcdClientOf } from "@berth/etcd/settings";
+import type { Logger } from "pino";
 import { implement, serveElected, type ServerContext, type ServiceDefinition } from "@berth/shared/server/index";
 import type { ServerMetrics } from "@berth/shared/server/index";
-import type { Budget, BudgetState } from "../index.js";
-import { createBudget, createSampler, machineFactsOf, policyFromConfig, samplerOptionsFromConfig } from "../index.js";
+import type { Budget, BudgetState, FleetPublisher, FleetReports, MachineSampler } from "../index.js";
+import { createBudget, createSampler, machineFactsOf, policyFromConfig, samplerOptionsFromConfig, startFleetReports } from "../index.js";
+import { EtcdFleetPublisher } from "../etcd/index.js";
 import type { BudgetHandlerStats } from "./budget-handlers.js";
 import { createBudgetHandlers } from "./budget-handlers.js";
 import type { ReloadSources } from "./reload-settings.js";
 import { reloadSettings } from "./reload-settings.js";
-import { BUDGET_SETTINGS, RELOADABLE_SETTINGS, leaseSettings } from "./settings.js";
+import { BUDGET_SETTINGS, RELOADABLE_SETTINGS, leaseSettings, type BudgetValues } from "./settings.js";
 
 /** Where a budget service re-reads its policy on SIGHUP; the process's own by default. */
 export interface BudgetServiceOptions {
@@ -55,14 +60,57 @@ function registerGauges(metrics: ServerMetrics, budget: Budget, stats: BudgetHan
   ];
 }
 
+/** This machine in the fleet view: its entry published on etcd, and how to read everyone's. */
+interface OpenedFleet {
+  readonly publisher: FleetPublisher;
+  readonly reports: FleetReports;
+  close(): Promise<void>;
+}
+
+/**
+ * With `--store etcd`: publishes this machine to the fleet view. etcd is asked now (the first
+ * entry is published before the service serves), so an unreachable cluster fails the start with
+ * etcd's own words rather than leaving a machine silently out of the view.
+ */
+async function openFleet(values: BudgetValues, budget: Budget, sampler: MachineSampler, logger: Logger): Promise<OpenedFleet> {
+  const client: EtcdClient = etcdClientOf(values);
+  const machine = values.machineName ?? hostname();
+  const publisher = new EtcdFleetPublisher({ client, ttlSeconds: Math.ceil(values.fleetTtl / 1000), logger: logger.child({ component: "fleet" }) });
+  const reports = startFleetReports({ budget, sampler, publisher, identity: { machine, hostname: hostname(), pid: process.pid }, logger });
+  try {
+    await reports.publishNow();
+  } catch (error) {
+    await reports.close().catch(() => undefined);
+    client.close();
+    throw error;
+  }
+  logger.info(
+    { endpoints: values.etcdEndpoints, prefix: values.etcdPrefix, machine, fleetTtlMs: values.fleetTtl },
+    "publishing this machine to the fleet view on etcd",
+  );
+  return {
+    publisher,
+    reports,
+    async close() {
+      try {
+        // Revokes the entry's lease: the machine leaves the view at once, not at its TTL.
+        await reports.close();
+      } finally {
+        client.close();
+      }
+    },
+  };
+}
+
 /** The budget service, re-reading its policy from `options.reloadSources` on SIGHUP. */
 export function createBudgetService(options: BudgetServiceOptions = {}): ServiceDefinition<typeof BUDGET_SETTINGS> {
   const sources = options.reloadSources ?? (() => ({ argv: process.argv.slice(2), env: process.env }));
   return {
     name: "budget",
     settings: BUDGET_SETTINGS,
-    start: (values, logger) =>
-      serveElected({
+    start: (values, logger) => {
+      checkEtcdSettings(values);
+      return serveElected({
         name: "budget",
         values,
         port: values.budgetPort,
@@ -72,6 +120,7 @@ export function createBudgetService(options: BudgetServiceOptions = {}): Service
           let leases = leaseSettings(values);
           const sampler = createSampler({ ...samplerOptionsFromConfig(values), logger });
           let budget: Budget;
+          let fleet: OpenedFleet | undefined;
           try {
             // The first sample comes before the policy: its defaults (75 % of the memory) are the machine's.
             await sampler.start();
@@ -80,6 +129,15 @@ export function createBudgetService(options: BudgetServiceOptions = {}): Service
           } catch (error) {
             sampler.close();
             throw error;
+          }
+          if (values.store === "etcd") {
+            try {
+              fleet = await openFleet(values, budget, sampler, logger);
+            } catch (error) {
+              await budget.close().catch(() => undefined);
+              sampler.close();
+              throw error;
+            }
           }
 
           const reload = () => {
@@ -110,6 +168,7 @@ export function createBudgetService(options: BudgetServiceOptions = {}): Service
                     maxLeaseTtlMs: () => leases.maxLeaseTtlMs,
                     sampleIntervalMs: sampler.intervalMs,
                     stats,
+                    fleet: fleet?.publisher,
                   }),
                 ),
               ];
@@ -118,6 +177,9 @@ export function createBudgetService(options: BudgetServiceOptions = {}): Service
               process.off("SIGHUP", onHangup);
               for (const remove of removeGauges) remove();
               try {
+                await fleet
+                  ?.close()
+                  .catch((error: unknown) => logger.warn({ err: error }, "fleet: the entry was not withdrawn; it leaves the view at its TTL"));
                 await budget.close();
               } finally {
                 sampler.close();
@@ -125,7 +187,8 @@ export function createBudgetService(options: BudgetServiceOptions = {}): Service
             },
           };
         },
-      }),
+      });
+    },
   };
 }
 

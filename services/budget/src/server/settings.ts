@@ -9,9 +9,13 @@ import type { CommonValues } from "@berth/shared/server/index";
 import { formatDuration, parseDuration } from "@berth/shared/units";
 import { POLICY_SETTINGS, SAMPLER_SETTINGS } from "../index.js";
 import { MAX_DURATION_MS } from "./budget-decode.js";
+import { ETCD_SETTINGS } from "@berth/etcd/settings";
 
 /** The default port of the budget service. */
 export const BUDGET_DEFAULT_PORT = 7302;
+
+/** How long a dead budget's machine stays in the fleet view by default. */
+export const DEFAULT_FLEET_TTL_MS = 5_000;
 
 /** The default lease of a Reserve that gives no ttl. */
 export const DEFAULT_LEASE_TTL_MS = 30_000;
@@ -76,6 +80,28 @@ export const BUDGET_SETTINGS = defineConfig({
   },
   ...RELOADABLE_SETTINGS,
   ...SAMPLER_SETTINGS,
+  ...ETCD_SETTINGS,
+  fleetTtl: {
+    flag: "fleet-ttl",
+    env: "BERTH_BUDGET_FLEET_TTL",
+    default: DEFAULT_FLEET_TTL_MS,
+    parse: (raw: string, field: string) => {
+      const ms = parseDuration(raw.trim(), field);
+      if (ms < 1000 || ms > 600_000) throw invalidArgument(field, `must be from 1s to 10m; got ${JSON.stringify(raw)}`);
+      return ms;
+    },
+    show: formatDuration,
+    doc: "with --store etcd: how long a machine whose budget died stays in the fleet view (the TTL of its etcd lease; etcd raises it to its minimum, 2s by default)",
+  },
+  machineName: {
+    flag: "machine-name",
+    env: "BERTH_BUDGET_MACHINE_NAME",
+    parse: (raw: string, field: string) => {
+      if (raw.trim() === "" || raw.length > 253) throw invalidArgument(field, "must be 1 to 253 characters");
+      return raw;
+    },
+    doc: "with --store etcd: the name this machine is published under in the fleet view (default: the hostname); one budget per name",
+  },
 });
 
 /** The loaded settings of the budget service. */

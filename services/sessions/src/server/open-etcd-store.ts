@@ -4,11 +4,9 @@
  * instances started so on one cluster and one prefix are one service: each serves every session
  * and every lock, and none is elected.
  */
-import { readFileSync } from "node:fs";
 import type { Logger } from "pino";
-import { createEtcdClient, type EtcdClient, type EtcdTlsOptions } from "@berth/etcd";
+import { checkEtcdSettings, etcdClientOf, unsupportedSettings } from "@berth/etcd/settings";
 import type { Elector, ElectionLock } from "@berth/shared/elector";
-import { BerthError } from "@berth/shared/errors";
 import { selfIdentity } from "@berth/shared/process-identity";
 import { EtcdJournal } from "../etcd/etcd-journal.js";
 import { EtcdLocks } from "../etcd/etcd-locks.js";
@@ -25,64 +23,13 @@ const FILE_ONLY: ReadonlyArray<{ key: keyof SessionsValues; flag: string; why: s
   { key: "completedRetention", flag: "--completed-retention", why: "the etcd store does not sweep completed sessions yet" },
 ];
 
-const ETCD_ONLY: ReadonlyArray<{ key: keyof SessionsValues; flag: string }> = [
-  { key: "etcdEndpoints", flag: "--etcd-endpoints" },
-  { key: "etcdUser", flag: "--etcd-user" },
-  { key: "etcdPasswordFile", flag: "--etcd-password-file" },
-  { key: "etcdCaFile", flag: "--etcd-ca-file" },
-  { key: "etcdCertFile", flag: "--etcd-cert-file" },
-  { key: "etcdKeyFile", flag: "--etcd-key-file" },
-];
-
-function refuse(field: string, message: string): BerthError {
-  return new BerthError("invalid_argument", message, { field }, { reason: "UNSUPPORTED_SETTINGS" });
-}
-
 /** Refuses combinations of settings the chosen store cannot serve, naming the setting and what to do. */
 export function checkStoreSettings(values: SessionsValues): void {
-  if (values.store === "file") {
-    for (const { key, flag } of ETCD_ONLY) {
-      if (values[key] !== undefined)
-        throw refuse(key, `${flag} is for --store etcd, and the store is file: add --store etcd (BERTH_STORE=etcd), or drop ${flag}`);
-    }
-    return;
-  }
-  if (values.etcdEndpoints === undefined)
-    throw refuse("etcdEndpoints", "--store etcd needs --etcd-endpoints (BERTH_ETCD_ENDPOINTS): etcd's client URLs, e.g. http://127.0.0.1:2379");
+  checkEtcdSettings(values);
+  if (values.store === "file") return;
   for (const { key, flag, why } of FILE_ONLY) {
-    if (values[key] !== undefined) throw refuse(key, `${flag} cannot be served with --store etcd: ${why}; drop it, or use --store file`);
+    if (values[key] !== undefined) throw unsupportedSettings(key, `${flag} cannot be served with --store etcd: ${why}; drop it, or use --store file`);
   }
-  if ((values.etcdUser === undefined) !== (values.etcdPasswordFile === undefined)) {
-    throw refuse("etcdUser", "--etcd-user and --etcd-password-file go together: give both, or neither");
-  }
-  if ((values.etcdCertFile === undefined) !== (values.etcdKeyFile === undefined)) {
-    throw refuse("etcdCertFile", "--etcd-cert-file and --etcd-key-file go together: give both, or neither");
-  }
-}
-
-function readSetting(file: string, flag: string): string {
-  try {
-    return readFileSync(file, "utf8");
-  } catch (error) {
-    throw refuse(flag, `${flag} ${file}: cannot be read (${(error as NodeJS.ErrnoException).code ?? (error as Error).message})`);
-  }
-}
-
-/** The etcd client the settings describe. */
-export function etcdClientOf(values: SessionsValues): EtcdClient {
-  const tls: EtcdTlsOptions = {
-    ...(values.etcdCaFile !== undefined ? { ca: readSetting(values.etcdCaFile, "--etcd-ca-file") } : {}),
-    ...(values.etcdCertFile !== undefined ? { cert: readSetting(values.etcdCertFile, "--etcd-cert-file") } : {}),
-    ...(values.etcdKeyFile !== undefined ? { key: readSetting(values.etcdKeyFile, "--etcd-key-file") } : {}),
-  };
-  return createEtcdClient({
-    endpoints: values.etcdEndpoints ?? [],
-    prefix: values.etcdPrefix,
-    ...(Object.keys(tls).length > 0 ? { tls } : {}),
-    ...(values.etcdUser !== undefined && values.etcdPasswordFile !== undefined
-      ? { auth: { username: values.etcdUser, password: readSetting(values.etcdPasswordFile, "--etcd-password-file").replace(/\r?\n$/, "") } }
-      : {}),
-  });
 }
 
 /** The session store and source locks on etcd, and how to close them. */

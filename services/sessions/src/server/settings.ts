@@ -11,6 +11,7 @@ import { DEFAULT_MAX_EVENT_BYTES, DEFAULT_MAX_EVENTS_PER_APPEND } from "../sessi
 import { DEFAULT_MAX_BUFFERED } from "../watch-hub.js";
 import { DEFAULT_LOCK_LIMITS } from "../locks/index.js";
 import { DEFAULT_ETCD_LEASE_TTL_SECONDS } from "../etcd/etcd-source-locks.js";
+import { ETCD_SETTINGS } from "@berth/etcd/settings";
 
 /** The default port of the sessions service. */
 export const SESSIONS_DEFAULT_PORT = 7301;
@@ -31,28 +32,6 @@ function lockWaitParser(raw: string, field: string): number {
 
 /** How appends reach the disk (`--fsync`). */
 export const FSYNC_MODES = ["batch", "always", "none"] as const;
-
-/** Where the sessions service keeps journals and locks (`--store`). */
-export const STORE_KINDS = ["file", "etcd"] as const;
-
-/** etcd's client URLs, comma-separated: each http:// or https://. */
-function etcdEndpointsParser(raw: string, field: string): string[] {
-  const urls = raw
-    .split(",")
-    .map((url) => url.trim())
-    .filter((url) => url !== "");
-  if (urls.length === 0) throw invalidArgument(field, "must name at least one etcd client URL, e.g. http://127.0.0.1:2379");
-  for (const url of urls) {
-    let parsed: URL;
-    try {
-      parsed = new URL(url);
-    } catch {
-      throw invalidArgument(field, `${JSON.stringify(url)} is not a URL; give etcd's client URLs as http://HOST:PORT or https://HOST:PORT, comma-separated`);
-    }
-    if (parsed.protocol !== "http:" && parsed.protocol !== "https:") throw invalidArgument(field, `${JSON.stringify(url)} must be http:// or https://`);
-  }
-  return urls;
-}
 
 /** Settings of the sessions service (besides the common ones). */
 export const SESSIONS_SETTINGS = defineConfig({
@@ -141,27 +120,7 @@ export const SESSIONS_SETTINGS = defineConfig({
     doc: "the longest a lock request waits: what an unset max_wait means, and the cap of a longer one (0: every request tries once)",
     show: formatDuration,
   },
-  store: {
-    flag: "store",
-    env: "BERTH_STORE",
-    default: "file" as (typeof STORE_KINDS)[number],
-    parse: oneOf(STORE_KINDS),
-    doc: "where journals and source locks are kept: file (the state directory, one elected instance) or etcd (a cluster several instances share: --etcd-endpoints)",
-  },
-  etcdEndpoints: {
-    flag: "etcd-endpoints",
-    env: "BERTH_ETCD_ENDPOINTS",
-    parse: etcdEndpointsParser,
-    show: (urls: string[]) => urls.join(","),
-    doc: "with --store etcd: etcd's client URLs, comma-separated (http://HOST:PORT or https://HOST:PORT)",
-  },
-  etcdPrefix: {
-    flag: "etcd-prefix",
-    env: "BERTH_ETCD_PREFIX",
-    default: "berth/",
-    parse: parseNonEmpty,
-    doc: "with --store etcd: every key berth writes is under this prefix (instances with one prefix are one service)",
-  },
+  ...ETCD_SETTINGS,
   etcdLeaseTtl: {
     flag: "etcd-lease-ttl",
     env: "BERTH_ETCD_LEASE_TTL",
@@ -173,36 +132,6 @@ export const SESSIONS_SETTINGS = defineConfig({
     },
     show: formatDuration,
     doc: "with --store etcd: how long after an instance dies (or loses etcd) the locks it granted free: the TTL of their etcd leases (etcd raises it to its minimum, 2s by default)",
-  },
-  etcdUser: {
-    flag: "etcd-user",
-    env: "BERTH_ETCD_USER",
-    parse: parseNonEmpty,
-    doc: "with --store etcd: etcd's user, when etcd has authentication on (with --etcd-password-file)",
-  },
-  etcdPasswordFile: {
-    flag: "etcd-password-file",
-    env: "BERTH_ETCD_PASSWORD_FILE",
-    parse: parseNonEmpty,
-    doc: "with --store etcd: a file holding the password of --etcd-user",
-  },
-  etcdCaFile: {
-    flag: "etcd-ca-file",
-    env: "BERTH_ETCD_CA_FILE",
-    parse: parseNonEmpty,
-    doc: "with --store etcd over https: the CA certificate (PEM) etcd's certificates are checked against (default: the system's)",
-  },
-  etcdCertFile: {
-    flag: "etcd-cert-file",
-    env: "BERTH_ETCD_CERT_FILE",
-    parse: parseNonEmpty,
-    doc: "with --store etcd over https: this instance's client certificate (PEM), for etcd's --client-cert-auth",
-  },
-  etcdKeyFile: {
-    flag: "etcd-key-file",
-    env: "BERTH_ETCD_KEY_FILE",
-    parse: parseNonEmpty,
-    doc: "with --store etcd over https: the key (PEM) of --etcd-cert-file",
   },
   lockMaxWaiters: {
     flag: "lock-max-waiters",

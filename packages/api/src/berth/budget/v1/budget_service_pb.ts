@@ -16,7 +16,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file berth/budget/v1/budget_service.proto.
  */
 export const file_berth_budget_v1_budget_service: GenFile = /*@__PURE__*/
-  fileDesc("CiRiZXJ0aC9idWRnZXQvdjEvYnVkZ2V0X3NlcnZpY2UucHJvdG8SD2JlcnRoLmJ1ZGdldC52MSJLCgxDaGVja1JlcXVlc3QSIwoEbmVlZBgBIAEoCzIVLmJlcnRoLmJ1ZGdldC52MS5OZWVkEhYKDnNraXBfbG9hZF9nYXRlGAIgASgIIjoKDUNoZWNrUmVzcG9uc2USKQoHdmVyZGljdBgBIAEoCzIYLmJlcnRoLmJ1ZGdldC52MS5WZXJkaWN0ItsBCgxBZG1pdFJlcXVlc3QSLAoFc3RhcnQYASABKAsyGy5iZXJ0aC5idWRnZXQudjEuQWRtaXRTdGFydEgAEjAKCmJ1aWxkX2RvbmUYAiABKAsyGi5iZXJ0aC5idWRnZXQudjEuQnVpbGREb25lSAASKwoHc3RhcnRlZBgDIAEoCzIYLmJlcnRoLmJ1ZGdldC52MS5TdGFydGVkSAASNgoHcmVsZWFzZRgEIAEoCzIjLmJlcnRoLmJ1ZGdldC52MS5SZWxlYXNlUmVzZXJ2YXRpb25IAEIGCgRraW5kIoUBCgpBZG1pdFN0YXJ0EiMKBG5lZWQYASABKAsyFS5iZXJ0aC5idWRnZXQudjEuTmVlZBINCgVvd25lchgCIAEoCRIrCghtYXhfd2FpdBgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIWCg5za2lwX2xvYWRfZ2F0ZRgEIAEoCCILCglCdWlsZERvbmUiwwEKB1N0YXJ0ZWQSDAoEbmFtZRgBIAEoCRIqCgRjb3N0GAIgASgLMhouYmVydGguYnVkZ2V0LnYxLlJlc291cmNlc0gAEi0KBHNwZWMYAyABKAsyHS5iZXJ0aC5idWRnZXQudjEuUmVzb3VyY2VTcGVjSAASEAoDcGlkGAQgASgFSAGIAQESJgoDdHRsGAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uQg0KC2Nvc3Rfc291cmNlQgYKBF9waWQiFAoSUmVsZWFzZVJlc2VydmF0aW9uItgBCg1BZG1pdFJlc3BvbnNlEikKBnF1ZXVlZBgBIAEoCzIXLmJlcnRoLmJ1ZGdldC52MS5RdWV1ZWRIABItCghhZG1pdHRlZBgCIAEoCzIZLmJlcnRoLmJ1ZGdldC52MS5BZG1pdHRlZEgAEjYKB3VwZGF0ZWQYAyABKAsyIy5iZXJ0aC5idWRnZXQudjEuUmVzZXJ2YXRpb25VcGRhdGVkSAASLQoIcmVsZWFzZWQYBCABKAsyGS5iZXJ0aC5idWRnZXQudjEuUmVsZWFzZWRIAEIGCgRraW5kIuoBCgZRdWV1ZWQSEAoIcG9zaXRpb24YASABKAUSJgoDZXRhGAIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEi0KCHdhaXRfZm9yGAMgAygLMhsuYmVydGguYnVkZ2V0LnYxLldhaXRSZWFzb24SFQoNd2FpdF9mb3JfdGV4dBgEIAEoCRIqCgVhaGVhZBgFIAMoCzIbLmJlcnRoLmJ1ZGdldC52MS5BaGVhZEVudHJ5EjQKEHdhaXRfZXhwaXJlX3RpbWUYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIlcKCkFoZWFkRW50cnkSDQoFb3duZXIYASABKAkSEAoIcG9zaXRpb24YAiABKAUSKAoEbmVlZBgDIAEoCzIaLmJlcnRoLmJ1ZGdldC52MS5SZXNvdXJjZXMiaAoIQWRtaXR0ZWQSMQoLcmVzZXJ2YXRpb24YASABKAsyHC5iZXJ0aC5idWRnZXQudjEuUmVzZXJ2YXRpb24SKQoGd2FpdGVkGAIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIncKElJlc2VydmF0aW9uVXBkYXRlZBIxCgtyZXNlcnZhdGlvbhgBIAEoCzIcLmJlcnRoLmJ1ZGdldC52MS5SZXNlcnZhdGlvbhIuCgdydW5uaW5nGAIgASgLMh0uYmVydGguYnVkZ2V0LnYxLlJ1bm5pbmdFbnRyeSIiCghSZWxlYXNlZBIWCg5yZXNlcnZhdGlvbl9pZBgBIAEoCSLFAQoOUmVzZXJ2ZVJlcXVlc3QSIwoEbmVlZBgBIAEoCzIVLmJlcnRoLmJ1ZGdldC52MS5OZWVkEg0KBW93bmVyGAIgASgJEisKCG1heF93YWl0GAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhYKDnNraXBfbG9hZF9nYXRlGAQgASgIEiYKA3R0bBgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhISCgpyZXF1ZXN0X2lkGAYgASgJIm8KD1Jlc2VydmVSZXNwb25zZRIxCgtyZXNlcnZhdGlvbhgBIAEoCzIcLmJlcnRoLmJ1ZGdldC52MS5SZXNlcnZhdGlvbhIpCgZ3YWl0ZWQYAiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24iHwoQS2VlcEFsaXZlUmVxdWVzdBILCgNpZHMYASADKAkiPwoRS2VlcEFsaXZlUmVzcG9uc2USKgoIcmVuZXdhbHMYASADKAsyGC5iZXJ0aC5idWRnZXQudjEuUmVuZXdhbCJVCgdSZW5ld2FsEgoKAmlkGAEgASgJEg0KBWFsaXZlGAIgASgIEi8KC2V4cGlyZV90aW1lGAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCIoCg5SZWxlYXNlUmVxdWVzdBIWCg5yZXNlcnZhdGlvbl9pZBgBIAEoCSIjCg9SZWxlYXNlUmVzcG9uc2USEAoIcmVsZWFzZWQYASABKAgiLQoTUmVsZWFzZUJ1aWxkUmVxdWVzdBIWCg5yZXNlcnZhdGlvbl9pZBgBIAEoCSJJChRSZWxlYXNlQnVpbGRSZXNwb25zZRIxCgtyZXNlcnZhdGlvbhgBIAEoCzIcLmJlcnRoLmJ1ZGdldC52MS5SZXNlcnZhdGlvbiKWAgoWUmVnaXN0ZXJSdW5uaW5nUmVxdWVzdBIMCgRuYW1lGAEgASgJEioKBGNvc3QYAiABKAsyGi5iZXJ0aC5idWRnZXQudjEuUmVzb3VyY2VzSAASLQoEc3BlYxgDIAEoCzIdLmJlcnRoLmJ1ZGdldC52MS5SZXNvdXJjZVNwZWNIABIQCgNwaWQYBCABKAVIAYgBARImCgN0dGwYBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SGwoOcmVzZXJ2YXRpb25faWQYBiABKAlIAogBARISCgpyZXF1ZXN0X2lkGAcgASgJQg0KC2Nvc3Rfc291cmNlQgYKBF9waWRCEQoPX3Jlc2VydmF0aW9uX2lkInwKF1JlZ2lzdGVyUnVubmluZ1Jlc3BvbnNlEi4KB3J1bm5pbmcYASABKAsyHS5iZXJ0aC5idWRnZXQudjEuUnVubmluZ0VudHJ5EjEKC3Jlc2VydmF0aW9uGAIgASgLMhwuYmVydGguYnVkZ2V0LnYxLlJlc2VydmF0aW9uIiAKElN0b3BSdW5uaW5nUmVxdWVzdBIKCgJpZBgBIAEoCSImChNTdG9wUnVubmluZ1Jlc3BvbnNlEg8KB3N0b3BwZWQYASABKAgiJAoPR2V0U3RhdGVSZXF1ZXN0EhEKCXBhZ2Vfc2l6ZRgBIAEoBSLRAwoQR2V0U3RhdGVSZXNwb25zZRItCgljb21taXR0ZWQYASABKAsyGi5iZXJ0aC5idWRnZXQudjEuQ29tbWl0dGVkEioKBXF1ZXVlGAIgAygLMhsuYmVydGguYnVkZ2V0LnYxLlF1ZXVlRW50cnkSMgoMcmVzZXJ2YXRpb25zGAMgAygLMhwuYmVydGguYnVkZ2V0LnYxLlJlc2VydmF0aW9uEi4KB3J1bm5pbmcYBCADKAsyHS5iZXJ0aC5idWRnZXQudjEuUnVubmluZ0VudHJ5EicKBnBvbGljeRgFIAEoCzIXLmJlcnRoLmJ1ZGdldC52MS5Qb2xpY3kSKQoHbWFjaGluZRgGIAEoCzIYLmJlcnRoLmJ1ZGdldC52MS5NYWNoaW5lEhIKCnF1ZXVlX3NpemUYByABKAUSGQoRcmVzZXJ2YXRpb25fY291bnQYCCABKAUSFQoNcnVubmluZ19jb3VudBgJIAEoBRIdChVxdWV1ZV9uZXh0X3BhZ2VfdG9rZW4YCiABKAkSJAoccmVzZXJ2YXRpb25zX25leHRfcGFnZV90b2tlbhgLIAEoCRIfChdydW5uaW5nX25leHRfcGFnZV90b2tlbhgMIAEoCSI5ChBMaXN0UXVldWVSZXF1ZXN0EhEKCXBhZ2Vfc2l6ZRgBIAEoBRISCgpwYWdlX3Rva2VuGAIgASgJIlgKEUxpc3RRdWV1ZVJlc3BvbnNlEioKBXF1ZXVlGAEgAygLMhsuYmVydGguYnVkZ2V0LnYxLlF1ZXVlRW50cnkSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIkAKF0xpc3RSZXNlcnZhdGlvbnNSZXF1ZXN0EhEKCXBhZ2Vfc2l6ZRgBIAEoBRISCgpwYWdlX3Rva2VuGAIgASgJImcKGExpc3RSZXNlcnZhdGlvbnNSZXNwb25zZRIyCgxyZXNlcnZhdGlvbnMYASADKAsyHC5iZXJ0aC5idWRnZXQudjEuUmVzZXJ2YXRpb24SFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIjsKEkxpc3RSdW5uaW5nUmVxdWVzdBIRCglwYWdlX3NpemUYASABKAUSEgoKcGFnZV90b2tlbhgCIAEoCSJeChNMaXN0UnVubmluZ1Jlc3BvbnNlEi4KB3J1bm5pbmcYASADKAsyHS5iZXJ0aC5idWRnZXQudjEuUnVubmluZ0VudHJ5EhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSITChFHZXRNYWNoaW5lUmVxdWVzdCI/ChJHZXRNYWNoaW5lUmVzcG9uc2USKQoHbWFjaGluZRgBIAEoCzIYLmJlcnRoLmJ1ZGdldC52MS5NYWNoaW5lIhUKE1dhdGNoTWFjaGluZVJlcXVlc3QiQQoUV2F0Y2hNYWNoaW5lUmVzcG9uc2USKQoHbWFjaGluZRgBIAEoCzIYLmJlcnRoLmJ1ZGdldC52MS5NYWNoaW5lIjsKDENvc3RzUmVxdWVzdBIrCgRzcGVjGAEgASgLMh0uYmVydGguYnVkZ2V0LnYxLlJlc291cmNlU3BlYyJZCg1Db3N0c1Jlc3BvbnNlEiIKA3J1bhgBIAEoCzIVLmJlcnRoLmJ1ZGdldC52MS5Db3N0EiQKBWJ1aWxkGAIgASgLMhUuYmVydGguYnVkZ2V0LnYxLkNvc3QiEgoQR2V0TGltaXRzUmVxdWVzdCKAAgoRR2V0TGltaXRzUmVzcG9uc2USLgoLZGVmYXVsdF90dGwYASABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SKgoHbWF4X3R0bBgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIrCghtYXhfd2FpdBgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhI1ChJoZWFydGJlYXRfaW50ZXJ2YWwYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SEQoJbWF4X3F1ZXVlGAUgASgFEhgKEG1heF9vd25lcl9sZW5ndGgYBiABKAUy6goKDUJ1ZGdldFNlcnZpY2USRgoFQ2hlY2sSHS5iZXJ0aC5idWRnZXQudjEuQ2hlY2tSZXF1ZXN0Gh4uYmVydGguYnVkZ2V0LnYxLkNoZWNrUmVzcG9uc2USSgoFQWRtaXQSHS5iZXJ0aC5idWRnZXQudjEuQWRtaXRSZXF1ZXN0Gh4uYmVydGguYnVkZ2V0LnYxLkFkbWl0UmVzcG9uc2UoATABEkwKB1Jlc2VydmUSHy5iZXJ0aC5idWRnZXQudjEuUmVzZXJ2ZVJlcXVlc3QaIC5iZXJ0aC5idWRnZXQudjEuUmVzZXJ2ZVJlc3BvbnNlElIKCUtlZXBBbGl2ZRIhLmJlcnRoLmJ1ZGdldC52MS5LZWVwQWxpdmVSZXF1ZXN0GiIuYmVydGguYnVkZ2V0LnYxLktlZXBBbGl2ZVJlc3BvbnNlEkwKB1JlbGVhc2USHy5iZXJ0aC5idWRnZXQudjEuUmVsZWFzZVJlcXVlc3QaIC5iZXJ0aC5idWRnZXQudjEuUmVsZWFzZVJlc3BvbnNlElsKDFJlbGVhc2VCdWlsZBIkLmJlcnRoLmJ1ZGdldC52MS5SZWxlYXNlQnVpbGRSZXF1ZXN0GiUuYmVydGguYnVkZ2V0LnYxLlJlbGVhc2VCdWlsZFJlc3BvbnNlEmQKD1JlZ2lzdGVyUnVubmluZxInLmJlcnRoLmJ1ZGdldC52MS5SZWdpc3RlclJ1bm5pbmdSZXF1ZXN0GiguYmVydGguYnVkZ2V0LnYxLlJlZ2lzdGVyUnVubmluZ1Jlc3BvbnNlElgKC1N0b3BSdW5uaW5nEiMuYmVydGguYnVkZ2V0LnYxLlN0b3BSdW5uaW5nUmVxdWVzdBokLmJlcnRoLmJ1ZGdldC52MS5TdG9wUnVubmluZ1Jlc3BvbnNlEk8KCEdldFN0YXRlEiAuYmVydGguYnVkZ2V0LnYxLkdldFN0YXRlUmVxdWVzdBohLmJlcnRoLmJ1ZGdldC52MS5HZXRTdGF0ZVJlc3BvbnNlElIKCUxpc3RRdWV1ZRIhLmJlcnRoLmJ1ZGdldC52MS5MaXN0UXVldWVSZXF1ZXN0GiIuYmVydGguYnVkZ2V0LnYxLkxpc3RRdWV1ZVJlc3BvbnNlEmcKEExpc3RSZXNlcnZhdGlvbnMSKC5iZXJ0aC5idWRnZXQudjEuTGlzdFJlc2VydmF0aW9uc1JlcXVlc3QaKS5iZXJ0aC5idWRnZXQudjEuTGlzdFJlc2VydmF0aW9uc1Jlc3BvbnNlElgKC0xpc3RSdW5uaW5nEiMuYmVydGguYnVkZ2V0LnYxLkxpc3RSdW5uaW5nUmVxdWVzdBokLmJlcnRoLmJ1ZGdldC52MS5MaXN0UnVubmluZ1Jlc3BvbnNlElUKCkdldE1hY2hpbmUSIi5iZXJ0aC5idWRnZXQudjEuR2V0TWFjaGluZVJlcXVlc3QaIy5iZXJ0aC5idWRnZXQudjEuR2V0TWFjaGluZVJlc3BvbnNlEl0KDFdhdGNoTWFjaGluZRIkLmJlcnRoLmJ1ZGdldC52MS5XYXRjaE1hY2hpbmVSZXF1ZXN0GiUuYmVydGguYnVkZ2V0LnYxLldhdGNoTWFjaGluZVJlc3BvbnNlMAESRgoFQ29zdHMSHS5iZXJ0aC5idWRnZXQudjEuQ29zdHNSZXF1ZXN0Gh4uYmVydGguYnVkZ2V0LnYxLkNvc3RzUmVzcG9uc2USUgoJR2V0TGltaXRzEiEuYmVydGguYnVkZ2V0LnYxLkdldExpbWl0c1JlcXVlc3QaIi5iZXJ0aC5idWRnZXQudjEuR2V0TGltaXRzUmVzcG9uc2ViBnByb3RvMw", [file_berth_budget_v1_budget, file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("CiRiZXJ0aC9idWRnZXQvdjEvYnVkZ2V0X3NlcnZpY2UucHJvdG8SD2JlcnRoLmJ1ZGdldC52MSJLCgxDaGVja1JlcXVlc3QSIwoEbmVlZBgBIAEoCzIVLmJlcnRoLmJ1ZGdldC52MS5OZWVkEhYKDnNraXBfbG9hZF9nYXRlGAIgASgIIjoKDUNoZWNrUmVzcG9uc2USKQoHdmVyZGljdBgBIAEoCzIYLmJlcnRoLmJ1ZGdldC52MS5WZXJkaWN0ItsBCgxBZG1pdFJlcXVlc3QSLAoFc3RhcnQYASABKAsyGy5iZXJ0aC5idWRnZXQudjEuQWRtaXRTdGFydEgAEjAKCmJ1aWxkX2RvbmUYAiABKAsyGi5iZXJ0aC5idWRnZXQudjEuQnVpbGREb25lSAASKwoHc3RhcnRlZBgDIAEoCzIYLmJlcnRoLmJ1ZGdldC52MS5TdGFydGVkSAASNgoHcmVsZWFzZRgEIAEoCzIjLmJlcnRoLmJ1ZGdldC52MS5SZWxlYXNlUmVzZXJ2YXRpb25IAEIGCgRraW5kIoUBCgpBZG1pdFN0YXJ0EiMKBG5lZWQYASABKAsyFS5iZXJ0aC5idWRnZXQudjEuTmVlZBINCgVvd25lchgCIAEoCRIrCghtYXhfd2FpdBgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIWCg5za2lwX2xvYWRfZ2F0ZRgEIAEoCCILCglCdWlsZERvbmUiwwEKB1N0YXJ0ZWQSDAoEbmFtZRgBIAEoCRIqCgRjb3N0GAIgASgLMhouYmVydGguYnVkZ2V0LnYxLlJlc291cmNlc0gAEi0KBHNwZWMYAyABKAsyHS5iZXJ0aC5idWRnZXQudjEuUmVzb3VyY2VTcGVjSAASEAoDcGlkGAQgASgFSAGIAQESJgoDdHRsGAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uQg0KC2Nvc3Rfc291cmNlQgYKBF9waWQiFAoSUmVsZWFzZVJlc2VydmF0aW9uItgBCg1BZG1pdFJlc3BvbnNlEikKBnF1ZXVlZBgBIAEoCzIXLmJlcnRoLmJ1ZGdldC52MS5RdWV1ZWRIABItCghhZG1pdHRlZBgCIAEoCzIZLmJlcnRoLmJ1ZGdldC52MS5BZG1pdHRlZEgAEjYKB3VwZGF0ZWQYAyABKAsyIy5iZXJ0aC5idWRnZXQudjEuUmVzZXJ2YXRpb25VcGRhdGVkSAASLQoIcmVsZWFzZWQYBCABKAsyGS5iZXJ0aC5idWRnZXQudjEuUmVsZWFzZWRIAEIGCgRraW5kIuoBCgZRdWV1ZWQSEAoIcG9zaXRpb24YASABKAUSJgoDZXRhGAIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEi0KCHdhaXRfZm9yGAMgAygLMhsuYmVydGguYnVkZ2V0LnYxLldhaXRSZWFzb24SFQoNd2FpdF9mb3JfdGV4dBgEIAEoCRIqCgVhaGVhZBgFIAMoCzIbLmJlcnRoLmJ1ZGdldC52MS5BaGVhZEVudHJ5EjQKEHdhaXRfZXhwaXJlX3RpbWUYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIlcKCkFoZWFkRW50cnkSDQoFb3duZXIYASABKAkSEAoIcG9zaXRpb24YAiABKAUSKAoEbmVlZBgDIAEoCzIaLmJlcnRoLmJ1ZGdldC52MS5SZXNvdXJjZXMiaAoIQWRtaXR0ZWQSMQoLcmVzZXJ2YXRpb24YASABKAsyHC5iZXJ0aC5idWRnZXQudjEuUmVzZXJ2YXRpb24SKQoGd2FpdGVkGAIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIncKElJlc2VydmF0aW9uVXBkYXRlZBIxCgtyZXNlcnZhdGlvbhgBIAEoCzIcLmJlcnRoLmJ1ZGdldC52MS5SZXNlcnZhdGlvbhIuCgdydW5uaW5nGAIgASgLMh0uYmVydGguYnVkZ2V0LnYxLlJ1bm5pbmdFbnRyeSIiCghSZWxlYXNlZBIWCg5yZXNlcnZhdGlvbl9pZBgBIAEoCSLFAQoOUmVzZXJ2ZVJlcXVlc3QSIwoEbmVlZBgBIAEoCzIVLmJlcnRoLmJ1ZGdldC52MS5OZWVkEg0KBW93bmVyGAIgASgJEisKCG1heF93YWl0GAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhYKDnNraXBfbG9hZF9nYXRlGAQgASgIEiYKA3R0bBgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhISCgpyZXF1ZXN0X2lkGAYgASgJIm8KD1Jlc2VydmVSZXNwb25zZRIxCgtyZXNlcnZhdGlvbhgBIAEoCzIcLmJlcnRoLmJ1ZGdldC52MS5SZXNlcnZhdGlvbhIpCgZ3YWl0ZWQYAiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24iHwoQS2VlcEFsaXZlUmVxdWVzdBILCgNpZHMYASADKAkiPwoRS2VlcEFsaXZlUmVzcG9uc2USKgoIcmVuZXdhbHMYASADKAsyGC5iZXJ0aC5idWRnZXQudjEuUmVuZXdhbCJVCgdSZW5ld2FsEgoKAmlkGAEgASgJEg0KBWFsaXZlGAIgASgIEi8KC2V4cGlyZV90aW1lGAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCIoCg5SZWxlYXNlUmVxdWVzdBIWCg5yZXNlcnZhdGlvbl9pZBgBIAEoCSIjCg9SZWxlYXNlUmVzcG9uc2USEAoIcmVsZWFzZWQYASABKAgiLQoTUmVsZWFzZUJ1aWxkUmVxdWVzdBIWCg5yZXNlcnZhdGlvbl9pZBgBIAEoCSJJChRSZWxlYXNlQnVpbGRSZXNwb25zZRIxCgtyZXNlcnZhdGlvbhgBIAEoCzIcLmJlcnRoLmJ1ZGdldC52MS5SZXNlcnZhdGlvbiKWAgoWUmVnaXN0ZXJSdW5uaW5nUmVxdWVzdBIMCgRuYW1lGAEgASgJEioKBGNvc3QYAiABKAsyGi5iZXJ0aC5idWRnZXQudjEuUmVzb3VyY2VzSAASLQoEc3BlYxgDIAEoCzIdLmJlcnRoLmJ1ZGdldC52MS5SZXNvdXJjZVNwZWNIABIQCgNwaWQYBCABKAVIAYgBARImCgN0dGwYBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SGwoOcmVzZXJ2YXRpb25faWQYBiABKAlIAogBARISCgpyZXF1ZXN0X2lkGAcgASgJQg0KC2Nvc3Rfc291cmNlQgYKBF9waWRCEQoPX3Jlc2VydmF0aW9uX2lkInwKF1JlZ2lzdGVyUnVubmluZ1Jlc3BvbnNlEi4KB3J1bm5pbmcYASABKAsyHS5iZXJ0aC5idWRnZXQudjEuUnVubmluZ0VudHJ5EjEKC3Jlc2VydmF0aW9uGAIgASgLMhwuYmVydGguYnVkZ2V0LnYxLlJlc2VydmF0aW9uIiAKElN0b3BSdW5uaW5nUmVxdWVzdBIKCgJpZBgBIAEoCSImChNTdG9wUnVubmluZ1Jlc3BvbnNlEg8KB3N0b3BwZWQYASABKAgiJAoPR2V0U3RhdGVSZXF1ZXN0EhEKCXBhZ2Vfc2l6ZRgBIAEoBSLRAwoQR2V0U3RhdGVSZXNwb25zZRItCgljb21taXR0ZWQYASABKAsyGi5iZXJ0aC5idWRnZXQudjEuQ29tbWl0dGVkEioKBXF1ZXVlGAIgAygLMhsuYmVydGguYnVkZ2V0LnYxLlF1ZXVlRW50cnkSMgoMcmVzZXJ2YXRpb25zGAMgAygLMhwuYmVydGguYnVkZ2V0LnYxLlJlc2VydmF0aW9uEi4KB3J1bm5pbmcYBCADKAsyHS5iZXJ0aC5idWRnZXQudjEuUnVubmluZ0VudHJ5EicKBnBvbGljeRgFIAEoCzIXLmJlcnRoLmJ1ZGdldC52MS5Qb2xpY3kSKQoHbWFjaGluZRgGIAEoCzIYLmJlcnRoLmJ1ZGdldC52MS5NYWNoaW5lEhIKCnF1ZXVlX3NpemUYByABKAUSGQoRcmVzZXJ2YXRpb25fY291bnQYCCABKAUSFQoNcnVubmluZ19jb3VudBgJIAEoBRIdChVxdWV1ZV9uZXh0X3BhZ2VfdG9rZW4YCiABKAkSJAoccmVzZXJ2YXRpb25zX25leHRfcGFnZV90b2tlbhgLIAEoCRIfChdydW5uaW5nX25leHRfcGFnZV90b2tlbhgMIAEoCSI5ChBMaXN0UXVldWVSZXF1ZXN0EhEKCXBhZ2Vfc2l6ZRgBIAEoBRISCgpwYWdlX3Rva2VuGAIgASgJIlgKEUxpc3RRdWV1ZVJlc3BvbnNlEioKBXF1ZXVlGAEgAygLMhsuYmVydGguYnVkZ2V0LnYxLlF1ZXVlRW50cnkSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIkAKF0xpc3RSZXNlcnZhdGlvbnNSZXF1ZXN0EhEKCXBhZ2Vfc2l6ZRgBIAEoBRISCgpwYWdlX3Rva2VuGAIgASgJImcKGExpc3RSZXNlcnZhdGlvbnNSZXNwb25zZRIyCgxyZXNlcnZhdGlvbnMYASADKAsyHC5iZXJ0aC5idWRnZXQudjEuUmVzZXJ2YXRpb24SFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIjsKEkxpc3RSdW5uaW5nUmVxdWVzdBIRCglwYWdlX3NpemUYASABKAUSEgoKcGFnZV90b2tlbhgCIAEoCSJeChNMaXN0UnVubmluZ1Jlc3BvbnNlEi4KB3J1bm5pbmcYASADKAsyHS5iZXJ0aC5idWRnZXQudjEuUnVubmluZ0VudHJ5EhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSITChFHZXRNYWNoaW5lUmVxdWVzdCI/ChJHZXRNYWNoaW5lUmVzcG9uc2USKQoHbWFjaGluZRgBIAEoCzIYLmJlcnRoLmJ1ZGdldC52MS5NYWNoaW5lIhUKE1dhdGNoTWFjaGluZVJlcXVlc3QiQQoUV2F0Y2hNYWNoaW5lUmVzcG9uc2USKQoHbWFjaGluZRgBIAEoCzIYLmJlcnRoLmJ1ZGdldC52MS5NYWNoaW5lIjsKDENvc3RzUmVxdWVzdBIrCgRzcGVjGAEgASgLMh0uYmVydGguYnVkZ2V0LnYxLlJlc291cmNlU3BlYyJZCg1Db3N0c1Jlc3BvbnNlEiIKA3J1bhgBIAEoCzIVLmJlcnRoLmJ1ZGdldC52MS5Db3N0EiQKBWJ1aWxkGAIgASgLMhUuYmVydGguYnVkZ2V0LnYxLkNvc3QiEgoQR2V0TGltaXRzUmVxdWVzdCKAAgoRR2V0TGltaXRzUmVzcG9uc2USLgoLZGVmYXVsdF90dGwYASABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SKgoHbWF4X3R0bBgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIrCghtYXhfd2FpdBgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhI1ChJoZWFydGJlYXRfaW50ZXJ2YWwYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SEQoJbWF4X3F1ZXVlGAUgASgFEhgKEG1heF9vd25lcl9sZW5ndGgYBiABKAUiOAoPR2V0RmxlZXRSZXF1ZXN0EhEKCXBhZ2Vfc2l6ZRgBIAEoBRISCgpwYWdlX3Rva2VuGAIgASgJIlwKEEdldEZsZWV0UmVzcG9uc2USLwoIbWFjaGluZXMYASADKAsyHS5iZXJ0aC5idWRnZXQudjEuRmxlZXRNYWNoaW5lEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSKKAwoMRmxlZXRNYWNoaW5lEg8KB21hY2hpbmUYASABKAkSEAoIaG9zdG5hbWUYAiABKAkSCwoDcGlkGAMgASgFEjAKDHB1Ymxpc2hfdGltZRgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASKAoGc2FtcGxlGAUgASgLMhguYmVydGguYnVkZ2V0LnYxLk1hY2hpbmUSDwoHZW5hYmxlZBgGIAEoCBIqCgZidWRnZXQYByABKAsyGi5iZXJ0aC5idWRnZXQudjEuUmVzb3VyY2VzEi0KCWNvbW1pdHRlZBgIIAEoCzIaLmJlcnRoLmJ1ZGdldC52MS5SZXNvdXJjZXMSKAoEcm9vbRgJIAEoCzIaLmJlcnRoLmJ1ZGdldC52MS5SZXNvdXJjZXMSEAoIY3B1X2J1c3kYCiABKAgSFAoMcXVldWVfbGVuZ3RoGAsgASgFEhkKEXJlc2VydmF0aW9uX2NvdW50GAwgASgFEhUKDXJ1bm5pbmdfY291bnQYDSABKAUyuwsKDUJ1ZGdldFNlcnZpY2USRgoFQ2hlY2sSHS5iZXJ0aC5idWRnZXQudjEuQ2hlY2tSZXF1ZXN0Gh4uYmVydGguYnVkZ2V0LnYxLkNoZWNrUmVzcG9uc2USSgoFQWRtaXQSHS5iZXJ0aC5idWRnZXQudjEuQWRtaXRSZXF1ZXN0Gh4uYmVydGguYnVkZ2V0LnYxLkFkbWl0UmVzcG9uc2UoATABEkwKB1Jlc2VydmUSHy5iZXJ0aC5idWRnZXQudjEuUmVzZXJ2ZVJlcXVlc3QaIC5iZXJ0aC5idWRnZXQudjEuUmVzZXJ2ZVJlc3BvbnNlElIKCUtlZXBBbGl2ZRIhLmJlcnRoLmJ1ZGdldC52MS5LZWVwQWxpdmVSZXF1ZXN0GiIuYmVydGguYnVkZ2V0LnYxLktlZXBBbGl2ZVJlc3BvbnNlEkwKB1JlbGVhc2USHy5iZXJ0aC5idWRnZXQudjEuUmVsZWFzZVJlcXVlc3QaIC5iZXJ0aC5idWRnZXQudjEuUmVsZWFzZVJlc3BvbnNlElsKDFJlbGVhc2VCdWlsZBIkLmJlcnRoLmJ1ZGdldC52MS5SZWxlYXNlQnVpbGRSZXF1ZXN0GiUuYmVydGguYnVkZ2V0LnYxLlJlbGVhc2VCdWlsZFJlc3BvbnNlEmQKD1JlZ2lzdGVyUnVubmluZxInLmJlcnRoLmJ1ZGdldC52MS5SZWdpc3RlclJ1bm5pbmdSZXF1ZXN0GiguYmVydGguYnVkZ2V0LnYxLlJlZ2lzdGVyUnVubmluZ1Jlc3BvbnNlElgKC1N0b3BSdW5uaW5nEiMuYmVydGguYnVkZ2V0LnYxLlN0b3BSdW5uaW5nUmVxdWVzdBokLmJlcnRoLmJ1ZGdldC52MS5TdG9wUnVubmluZ1Jlc3BvbnNlEk8KCEdldFN0YXRlEiAuYmVydGguYnVkZ2V0LnYxLkdldFN0YXRlUmVxdWVzdBohLmJlcnRoLmJ1ZGdldC52MS5HZXRTdGF0ZVJlc3BvbnNlElIKCUxpc3RRdWV1ZRIhLmJlcnRoLmJ1ZGdldC52MS5MaXN0UXVldWVSZXF1ZXN0GiIuYmVydGguYnVkZ2V0LnYxLkxpc3RRdWV1ZVJlc3BvbnNlEmcKEExpc3RSZXNlcnZhdGlvbnMSKC5iZXJ0aC5idWRnZXQudjEuTGlzdFJlc2VydmF0aW9uc1JlcXVlc3QaKS5iZXJ0aC5idWRnZXQudjEuTGlzdFJlc2VydmF0aW9uc1Jlc3BvbnNlElgKC0xpc3RSdW5uaW5nEiMuYmVydGguYnVkZ2V0LnYxLkxpc3RSdW5uaW5nUmVxdWVzdBokLmJlcnRoLmJ1ZGdldC52MS5MaXN0UnVubmluZ1Jlc3BvbnNlElUKCkdldE1hY2hpbmUSIi5iZXJ0aC5idWRnZXQudjEuR2V0TWFjaGluZVJlcXVlc3QaIy5iZXJ0aC5idWRnZXQudjEuR2V0TWFjaGluZVJlc3BvbnNlEl0KDFdhdGNoTWFjaGluZRIkLmJlcnRoLmJ1ZGdldC52MS5XYXRjaE1hY2hpbmVSZXF1ZXN0GiUuYmVydGguYnVkZ2V0LnYxLldhdGNoTWFjaGluZVJlc3BvbnNlMAESRgoFQ29zdHMSHS5iZXJ0aC5idWRnZXQudjEuQ29zdHNSZXF1ZXN0Gh4uYmVydGguYnVkZ2V0LnYxLkNvc3RzUmVzcG9uc2USUgoJR2V0TGltaXRzEiEuYmVydGguYnVkZ2V0LnYxLkdldExpbWl0c1JlcXVlc3QaIi5iZXJ0aC5idWRnZXQudjEuR2V0TGltaXRzUmVzcG9uc2USTwoIR2V0RmxlZXQSIC5iZXJ0aC5idWRnZXQudjEuR2V0RmxlZXRSZXF1ZXN0GiEuYmVydGguYnVkZ2V0LnYxLkdldEZsZWV0UmVzcG9uc2ViBnByb3RvMw", [file_berth_budget_v1_budget, file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * Check's request.
@@ -1398,6 +1398,171 @@ export const GetLimitsResponseSchema: GenMessage<GetLimitsResponse> = /*@__PURE_
   messageDesc(file_berth_budget_v1_budget_service, 41);
 
 /**
+ * GetFleet's request.
+ *
+ * @generated from message berth.budget.v1.GetFleetRequest
+ */
+export type GetFleetRequest = Message<"berth.budget.v1.GetFleetRequest"> & {
+  /**
+   * The most machines to return; 0: 100. Above 1000 is treated as 1000.
+   * Negative is INVALID_ARGUMENT.
+   *
+   * @generated from field: int32 page_size = 1;
+   */
+  pageSize: number;
+
+  /**
+   * `next_page_token` of the previous page; empty: the first page. Anything
+   * else is INVALID_ARGUMENT.
+   *
+   * @generated from field: string page_token = 2;
+   */
+  pageToken: string;
+};
+
+/**
+ * Describes the message berth.budget.v1.GetFleetRequest.
+ * Use `create(GetFleetRequestSchema)` to create a new message.
+ */
+export const GetFleetRequestSchema: GenMessage<GetFleetRequest> = /*@__PURE__*/
+  messageDesc(file_berth_budget_v1_budget_service, 42);
+
+/**
+ * GetFleet's response.
+ *
+ * @generated from message berth.budget.v1.GetFleetResponse
+ */
+export type GetFleetResponse = Message<"berth.budget.v1.GetFleetResponse"> & {
+  /**
+   * The live machines, in machine-name order.
+   *
+   * @generated from field: repeated berth.budget.v1.FleetMachine machines = 1;
+   */
+  machines: FleetMachine[];
+
+  /**
+   * The token of the next page; empty on the last page.
+   *
+   * @generated from field: string next_page_token = 2;
+   */
+  nextPageToken: string;
+};
+
+/**
+ * Describes the message berth.budget.v1.GetFleetResponse.
+ * Use `create(GetFleetResponseSchema)` to create a new message.
+ */
+export const GetFleetResponseSchema: GenMessage<GetFleetResponse> = /*@__PURE__*/
+  messageDesc(file_berth_budget_v1_budget_service, 43);
+
+/**
+ * One machine as its budget last published it.
+ *
+ * @generated from message berth.budget.v1.FleetMachine
+ */
+export type FleetMachine = Message<"berth.budget.v1.FleetMachine"> & {
+  /**
+   * The name it publishes under (`--machine-name`; the hostname by default).
+   *
+   * @generated from field: string machine = 1;
+   */
+  machine: string;
+
+  /**
+   * The host's own name.
+   *
+   * @generated from field: string hostname = 2;
+   */
+  hostname: string;
+
+  /**
+   * The budget's process id on that host.
+   *
+   * @generated from field: int32 pid = 3;
+   */
+  pid: number;
+
+  /**
+   * When its budget published this.
+   *
+   * @generated from field: google.protobuf.Timestamp publish_time = 4;
+   */
+  publishTime?: Timestamp | undefined;
+
+  /**
+   * Its last machine sample.
+   *
+   * @generated from field: berth.budget.v1.Machine sample = 5;
+   */
+  sample?: Machine | undefined;
+
+  /**
+   * False: its policy admits everything (that budget only counts).
+   *
+   * @generated from field: bool enabled = 6;
+   */
+  enabled: boolean;
+
+  /**
+   * Its policy's memory and cpu budget.
+   *
+   * @generated from field: berth.budget.v1.Resources budget = 7;
+   */
+  budget?: Resources | undefined;
+
+  /**
+   * What it has committed: running work plus reservations in flight.
+   *
+   * @generated from field: berth.budget.v1.Resources committed = 8;
+   */
+  committed?: Resources | undefined;
+
+  /**
+   * What a new need could take there now: the budget less what is
+   * committed and, for memory, no more than the free memory beyond the
+   * policy's reserve. Never below zero.
+   *
+   * @generated from field: berth.budget.v1.Resources room = 9;
+   */
+  room?: Resources | undefined;
+
+  /**
+   * True when its cpu gate (pressure or load) holds every need with cpu.
+   *
+   * @generated from field: bool cpu_busy = 10;
+   */
+  cpuBusy: boolean;
+
+  /**
+   * Requests waiting in its admission queue.
+   *
+   * @generated from field: int32 queue_length = 11;
+   */
+  queueLength: number;
+
+  /**
+   * Reservations in flight there.
+   *
+   * @generated from field: int32 reservation_count = 12;
+   */
+  reservationCount: number;
+
+  /**
+   * Running entries counted there.
+   *
+   * @generated from field: int32 running_count = 13;
+   */
+  runningCount: number;
+};
+
+/**
+ * Describes the message berth.budget.v1.FleetMachine.
+ * Use `create(FleetMachineSchema)` to create a new message.
+ */
+export const FleetMachineSchema: GenMessage<FleetMachine> = /*@__PURE__*/
+  messageDesc(file_berth_budget_v1_budget_service, 44);
+
+/**
  * Admission control for the machine's memory and cpu.
  *
  * A caller declares what it is about to build and start; the service admits
@@ -1420,6 +1585,7 @@ export const GetLimitsResponseSchema: GenMessage<GetLimitsResponse> = /*@__PURE_
  * | INVALID_ARGUMENT    | INVALID_FIELD         | fix the field or item the message names      |
  * | INVALID_ARGUMENT    | OUT_OF_TURN           | an Admit message sent out of turn            |
  * | FAILED_PRECONDITION | IMPOSSIBLE            | the need exceeds the whole budget: declare less or raise the budget |
+ * | FAILED_PRECONDITION | FLEET_NEEDS_ETCD      | GetFleet on a budget not started with `--store etcd` |
  * | RESOURCE_EXHAUSTED  | QUEUE_FULL            | the queue is full; retry after RetryInfo     |
  * | RESOURCE_EXHAUSTED  | WAIT_EXHAUSTED        | waited the whole wait; retry after RetryInfo |
  * | RESOURCE_EXHAUSTED  | DISK_FULL             | the running tally could not be saved: free space in the state directory, retry |
@@ -1427,6 +1593,7 @@ export const GetLimitsResponseSchema: GenMessage<GetLimitsResponse> = /*@__PURE_
  * | NOT_FOUND           | RESERVATION_NOT_FOUND | the reservation is gone (released, expired)  |
  * | UNAVAILABLE         | STATE_READ_ONLY       | the state directory is not writable: make it writable, retry |
  * | UNAVAILABLE         | SHUTTING_DOWN         | retry on the restarted service               |
+ * | UNAVAILABLE         | ETCD_UNAVAILABLE      | GetFleet: etcd is out of reach; retry after RetryInfo |
  * | UNAUTHENTICATED     | TOKEN_MISSING, TOKEN_INVALID | send `authorization: Bearer <token>`  |
  *
  * WAIT_EXHAUSTED is not DEADLINE_EXCEEDED, which clients read as their own
@@ -1640,6 +1807,24 @@ export const BudgetService: GenService<{
     methodKind: "unary";
     input: typeof GetLimitsRequestSchema;
     output: typeof GetLimitsResponseSchema;
+  },
+  /**
+   * Every live machine of the fleet, in machine-name order, a page at a
+   * time: what each machine's budget last published (its sample, what it has
+   * committed, its queue, the room left). With `--store etcd` each budget
+   * publishes its own machine under an etcd lease, refreshed with its
+   * samples (at most once a second); a machine whose budget stops leaves the
+   * list at once, one whose budget dies when its lease runs out
+   * (`--fleet-ttl`). Admission stays per machine: ask the budget of the
+   * machine with room. Without `--store etcd`: FAILED_PRECONDITION
+   * FLEET_NEEDS_ETCD.
+   *
+   * @generated from rpc berth.budget.v1.BudgetService.GetFleet
+   */
+  getFleet: {
+    methodKind: "unary";
+    input: typeof GetFleetRequestSchema;
+    output: typeof GetFleetResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_berth_budget_v1_budget_service, 0);
