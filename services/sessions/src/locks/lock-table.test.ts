@@ -150,6 +150,18 @@ describe("waiting runs out", () => {
 });
 
 describe("request ids", () => {
+  it("a repeat answers the lease's end as the same wall time, however the two clocks drift between the calls", async () => {
+    // The clocks move a fraction of a millisecond apart at every reading, as real ones do: a lease
+    // end converted afresh for the repeat would land a millisecond off the first answer.
+    const { locks } = table(new DriftingClock());
+    const first = await locks.acquire({ file: "/project/a", owner: "alice", ttlMs: 20_000, requestId: "r-1" });
+    for (let i = 0; i < 5; i++) expect(await locks.acquire({ file: "/project/a", owner: "alice", waitMs: 0, requestId: "r-1" })).toEqual(first);
+    // A renewal moves the end: shown afresh.
+    const renewed = locks.renew(first.leaseToken, 30_000);
+    expect(renewed.expiresAt).toBeGreaterThan(first.expiresAt!);
+    locks.close();
+  });
+
   it("a repeat while the grant lives answers the same lease, without renewing it; once it ends the id is forgotten", async () => {
     const { clock, locks } = table();
     const first = await locks.acquire({ file: "/project/a", owner: "alice", ttlMs: 1000, requestId: "r-1" });

@@ -213,6 +213,8 @@ interface Held {
   deadline: number | null;
   /** The lease length renewals default to; null for a hold. */
   ttlMs: number | null;
+  /** The wall time `deadline` was last shown as, and the deadline it was for. */
+  shown?: { deadline: number; expiresAt: number };
   timer?: TimerHandle;
   external?: ExternalLockHandle;
   holdSignal?: AbortSignal;
@@ -767,7 +769,12 @@ export class LockTable {
 
   /** The lease as shown to its holder: a copy, its end in wall-clock time as of now. */
   private leaseOf(held: Held): Lease {
-    return { ...held.lease, expiresAt: held.deadline === null ? null : wallTimeOf(this.clock, held.deadline) };
+    if (held.deadline === null) return { ...held.lease, expiresAt: null };
+    // One deadline is shown as one wall time: converted again a moment later it may land a
+    // millisecond apart, and a retried Acquire must answer the very lease it answered first. A
+    // renewal moves the deadline, and so converts afresh (after a step of the wall clock too).
+    if (held.shown?.deadline !== held.deadline) held.shown = { deadline: held.deadline, expiresAt: wallTimeOf(this.clock, held.deadline) };
+    return { ...held.lease, expiresAt: held.shown.expiresAt };
   }
 
   private berthHolder(held: Held): LockHolderInfo {
