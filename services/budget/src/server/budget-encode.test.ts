@@ -1,27 +1,8 @@
 import { describe, expect, it } from "vitest";
 import { Gate, SampleSource } from "@berth/api/berth/budget/v1/budget_pb";
-import type { Committed, MachineSample, Reason } from "../index.js";
+import type { MachineSample } from "../index.js";
+import { committed, G, memoryReason, queueReason } from "./codec-fixtures.js";
 import { coresOf, machineToProto, queueToProto, waitReasonToProto } from "./budget-encode.js";
-
-const G = 1024 ** 3;
-
-const committed: Committed = {
-  memoryBytes: 7 * G,
-  cpu: 3,
-  items: [
-    { kind: "running", id: "r1", label: "db", memoryBytes: 1 * G, cpu: 2 },
-    { kind: "reservation", id: "a1", label: "up web", memoryBytes: 6 * G, cpu: 1 },
-  ],
-};
-const memoryReason: Reason = {
-  gate: "memory_budget",
-  message: "memory: needs 2G, the budget has 1G of 8G free (berth has committed 7G)",
-  needed: 2 * G,
-  available: G,
-  limit: 8 * G,
-  setting: "BERTH_BUDGET_MEMORY",
-};
-const queueReason = (ahead: number): Reason => ({ gate: "queue", message: `${ahead} request(s) ahead in the queue` });
 
 describe("outbound", () => {
   it("gives budget gates their holders (largest first) and committed figure, and the queue gate its count", () => {

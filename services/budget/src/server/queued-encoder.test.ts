@@ -1,28 +1,9 @@
 import { create, fromBinary, toBinary, toJson } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
 import { AdmitResponseSchema } from "@berth/api/berth/budget/v1/budget_service_pb";
-import type { Committed, QueuedUpdate, Reason } from "../index.js";
+import type { QueuedUpdate } from "../index.js";
+import { committed, G, memoryReason, queueReason } from "./codec-fixtures.js";
 import { QueuedEncoder } from "./queued-encoder.js";
-
-const G = 1024 ** 3;
-
-const committed: Committed = {
-  memoryBytes: 7 * G,
-  cpu: 3,
-  items: [
-    { kind: "running", id: "r1", label: "db", memoryBytes: 1 * G, cpu: 2 },
-    { kind: "reservation", id: "a1", label: "up web", memoryBytes: 6 * G, cpu: 1 },
-  ],
-};
-const memoryReason: Reason = {
-  gate: "memory_budget",
-  message: "memory: needs 2G, the budget has 1G of 8G free (berth has committed 7G)",
-  needed: 2 * G,
-  available: G,
-  limit: 8 * G,
-  setting: "BERTH_BUDGET_MEMORY",
-};
-const queueReason = (ahead: number): Reason => ({ gate: "queue", message: `${ahead} request(s) ahead in the queue` });
 
 describe("QueuedEncoder", () => {
   const ahead = Array.from({ length: 10 }, (_, i) => ({ owner: i === 3 ? "café ☕" : `waiter ${i}`, needs: { memoryBytes: (i + 1) * G, cpu: i / 2 } }));

@@ -1,15 +1,13 @@
 import * as fs from "node:fs";
-import { tmpdir } from "node:os";
 import * as path from "node:path";
 import { flockSync } from "fs-ext";
-import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { ManualClock } from "@berth/shared/clock";
 import { selfIdentity } from "@berth/shared/process-identity";
+import { describe, expect, it } from "vitest";
+import { ManualClock } from "@berth/shared/clock";
 import {
   clearStaleLockFile,
   judgeLockFile,
   lockFilePath,
-  newLockFileRecord,
   readLockFile,
   removeDeadTempFiles,
   removeOwnLockFile,
@@ -18,48 +16,25 @@ import {
   SWEEP_GUARD_NAME,
   tryCreateLockFile,
   UnreadableAges,
-  type LockFileRecord,
 } from "./lock-file-protocol.js";
 import { SeedLockFiles } from "./seed-lock-files.js";
+import { KEY, lockDirFixture } from "./testing/lock-dir-fixture.js";
 import { deadPid } from "./testing/child-scripts.js";
 import { seedLockPath } from "./testing/seed-lock-protocol.js";
 
-let root: string;
-let locksDir: string;
-const KEY = "/project/src/app.ts";
-
-beforeEach(() => {
-  root = fs.mkdtempSync(path.join(tmpdir(), "berth-lockfiles-"));
-  locksDir = path.join(root, "live", "locks");
-  fs.mkdirSync(locksDir, { recursive: true });
-});
-afterEach(() => fs.rmSync(root, { recursive: true, force: true }));
-
+const { dirs, record, writeForeign } = lockDirFixture();
 const self = selfIdentity();
-function record(owner = "berth-test", pid = process.pid): LockFileRecord {
-  return newLockFileRecord({ owner, file: KEY, at: Date.now(), pid, startTime: self.startTime, bootId: self.bootId, hostname: self.hostname });
-}
-
-function writeForeign(content: string, ageMs = 0): string {
-  const lockPath = lockFilePath(locksDir, KEY);
-  fs.writeFileSync(lockPath, content);
-  if (ageMs > 0) {
-    const then = new Date(Date.now() - ageMs);
-    fs.utimesSync(lockPath, then, then);
-  }
-  return lockPath;
-}
 
 describe("lock file names and content", () => {
   it("is the seed's path: <liveDir>/locks/<sha256(resolved path)[0:24]>.lock", () => {
-    expect(lockFilePath(locksDir, KEY)).toBe(seedLockPath(path.join(root, "live"), "src/app.ts", "/project"));
-    expect(path.basename(lockFilePath(locksDir, KEY))).toMatch(/^[0-9a-f]{24}\.lock$/);
+    expect(lockFilePath(dirs.locksDir, KEY)).toBe(seedLockPath(path.join(dirs.root, "live"), "src/app.ts", "/project"));
+    expect(path.basename(lockFilePath(dirs.locksDir, KEY))).toMatch(/^[0-9a-f]{24}\.lock$/);
   });
 
   it("names a file under a project its seed processes reach through a symlink as they do, and any other by its canonical path", () => {
-    const real = path.join(fs.realpathSync(root), "proj");
+    const real = path.join(fs.realpathSync(dirs.root), "proj");
     fs.mkdirSync(real);
-    const spelled = path.join(root, "via-link");
+    const spelled = path.join(dirs.root, "via-link");
     fs.symlinkSync(real, spelled);
     const project = seedProject(spelled);
     expect(project).toEqual({ spelled, canonical: real });
@@ -73,8 +48,8 @@ describe("lock file names and content", () => {
     expect(seedSpelling(`${real}/src/app.ts`, undefined)).toBe(`${real}/src/app.ts`);
     expect(seedSpelling(`${real}/src/app.ts`, seedProject(real))).toBe(`${real}/src/app.ts`);
 
-    const files = new SeedLockFiles({ locksDir, clock: new ManualClock(), projectRoot: spelled });
-    expect(files.pathFor(`${real}/src/app.ts`)).toBe(seedLockPath(path.join(root, "live"), "src/app.ts", spelled));
+    const files = new SeedLockFiles({ locksDir: dirs.locksDir, clock: new ManualClock(), projectRoot: spelled });
+    expect(files.pathFor(`${real}/src/app.ts`)).toBe(seedLockPath(path.join(dirs.root, "live"), "src/app.ts", spelled));
     const claim = files.claim(`${real}/src/app.ts`, { owner: "o", at: 1 });
     expect(claim.ok).toBe(true);
     expect(readLockFile(files.pathFor(`${real}/src/app.ts`))).toMatchObject({ record: { file: `${spelled}/src/app.ts` } });
@@ -84,9 +59,9 @@ describe("lock file names and content", () => {
 
   it("creates the file whole with the seed's fields and a newline, then reports it held", () => {
     const mine = record("alice");
-    const outcome = tryCreateLockFile(lockFilePath(locksDir, KEY), mine);
-    expect(outcome).toEqual({ created: true, lockFile: lockFilePath(locksDir, KEY), token: mine.token });
-    const text = fs.readFileSync(lockFilePath(locksDir, KEY), "utf8");
+    const outcome = tryCreateLockFile(lockFilePath(dirs.locksDir, KEY), mine);
+    expect(outcome).toEqual({ created: true, lockFile: lockFilePath(dirs.locksDir, KEY), token: mine.token });
+    const text = fs.readFileSync(lockFilePath(dirs.locksDir, KEY), "utf8");
     expect(text.endsWith("}\n")).toBe(true);
     expect(JSON.parse(text)).toEqual({
       owner: "alice",
@@ -99,13 +74,13 @@ describe("lock file names and content", () => {
       hostname: self.hostname,
     });
     // No temp file is left behind.
-    expect(fs.readdirSync(locksDir).filter((n) => n !== SWEEP_GUARD_NAME)).toEqual([path.basename(lockFilePath(locksDir, KEY))]);
-    const second = tryCreateLockFile(lockFilePath(locksDir, KEY), record("bob"));
+    expect(fs.readdirSync(dirs.locksDir).filter((n) => n !== SWEEP_GUARD_NAME)).toEqual([path.basename(lockFilePath(dirs.locksDir, KEY))]);
+    const second = tryCreateLockFile(lockFilePath(dirs.locksDir, KEY), record("bob"));
     expect(second).toMatchObject({ created: false, reason: "held", holder: { owner: "alice", pid: process.pid, token: mine.token, readable: true } });
   });
 
   it("removes only its own file", () => {
-    const lockPath = lockFilePath(locksDir, KEY);
+    const lockPath = lockFilePath(dirs.locksDir, KEY);
     const mine = record();
     tryCreateLockFile(lockPath, mine);
     expect(removeOwnLockFile(lockPath, "someone-else")).toBe(false);
@@ -125,13 +100,13 @@ describe("staleness, by the seed's rules", () => {
     const pid = await deadPid();
     writeForeign(`${JSON.stringify({ owner: "crashed", token: "t", pid, at: 1, file: KEY })}\n`);
     const mine = record();
-    expect(tryCreateLockFile(lockFilePath(locksDir, KEY), mine)).toMatchObject({ created: true });
-    expect(readLockFile(lockFilePath(locksDir, KEY))).toMatchObject({ state: "readable", record: { token: mine.token } });
+    expect(tryCreateLockFile(lockFilePath(dirs.locksDir, KEY), mine)).toMatchObject({ created: true });
+    expect(readLockFile(lockFilePath(dirs.locksDir, KEY))).toMatchObject({ state: "readable", record: { token: mine.token } });
   });
 
   it("a live pid (even one not ours to signal: pid 1, EPERM) holds however old the file", () => {
     writeForeign(JSON.stringify({ owner: "init", token: "t", pid: 1, at: 1, file: KEY }), 3_600_000);
-    expect(tryCreateLockFile(lockFilePath(locksDir, KEY), record())).toMatchObject({
+    expect(tryCreateLockFile(lockFilePath(dirs.locksDir, KEY), record())).toMatchObject({
       created: false,
       reason: "held",
       holder: { owner: "init", pid: 1, since: 1 },
@@ -140,27 +115,27 @@ describe("staleness, by the seed's rules", () => {
 
   it("a readable record without a pid is stale", () => {
     writeForeign(JSON.stringify({ owner: "odd" }));
-    expect(tryCreateLockFile(lockFilePath(locksDir, KEY), record())).toMatchObject({ created: true });
+    expect(tryCreateLockFile(lockFilePath(dirs.locksDir, KEY), record())).toMatchObject({ created: true });
   });
 
   it("an unreadable file is held while young (a writer between create and write)…", () => {
     writeForeign("");
-    expect(tryCreateLockFile(lockFilePath(locksDir, KEY), record())).toMatchObject({ created: false, reason: "held", holder: { readable: false } });
+    expect(tryCreateLockFile(lockFilePath(dirs.locksDir, KEY), record())).toMatchObject({ created: false, reason: "held", holder: { readable: false } });
     writeForeign('{"owner":"half', 59_000);
-    expect(tryCreateLockFile(lockFilePath(locksDir, KEY), record())).toMatchObject({ created: false, reason: "held" });
+    expect(tryCreateLockFile(lockFilePath(dirs.locksDir, KEY), record())).toMatchObject({ created: false, reason: "held" });
   });
 
   it("…and stale once older than 60 s", () => {
     writeForeign('{"owner":"half', 61_000);
-    expect(tryCreateLockFile(lockFilePath(locksDir, KEY), record())).toMatchObject({ created: true });
+    expect(tryCreateLockFile(lockFilePath(dirs.locksDir, KEY), record())).toMatchObject({ created: true });
   });
 
   it("a berth file whose pid is alive but whose process start time differs is stale (pid reuse)", () => {
     const reused = { ...record("old run"), startTime: (self.startTime ?? 0) + 1 };
     writeForeign(JSON.stringify(reused));
-    const seen = readLockFile(lockFilePath(locksDir, KEY));
+    const seen = readLockFile(lockFilePath(dirs.locksDir, KEY));
     expect(seen.state === "readable" && judgeLockFile(seen)).toBe("stale");
-    expect(tryCreateLockFile(lockFilePath(locksDir, KEY), record())).toMatchObject({ created: true });
+    expect(tryCreateLockFile(lockFilePath(dirs.locksDir, KEY), record())).toMatchObject({ created: true });
   });
 });
 
@@ -170,7 +145,7 @@ describe("the age of an unreadable file, whatever the wall clock does", () => {
 
   it("a fresh file stays held through a step forward, and turns stale 60 s after berth first saw it", () => {
     const clock = new ManualClock(Date.now());
-    const files = new SeedLockFiles({ locksDir, clock });
+    const files = new SeedLockFiles({ locksDir: dirs.locksDir, clock });
     writeForeign("");
     expect(claim(files)).toMatchObject({ ok: false, holder: { readable: false } });
     clock.stepWall(HOUR);
@@ -187,7 +162,7 @@ describe("the age of an unreadable file, whatever the wall clock does", () => {
   it("a wreck is not kept for the length of a step back: stale 60 s after berth first saw it", () => {
     // Written an hour "in the future": the wall clock was set back an hour since.
     const clock = new ManualClock(Date.now() - HOUR);
-    const files = new SeedLockFiles({ locksDir, clock });
+    const files = new SeedLockFiles({ locksDir: dirs.locksDir, clock });
     writeForeign('{"owner":"half');
     expect(claim(files)).toMatchObject({ ok: false });
     clock.advance(60_001);
@@ -196,7 +171,7 @@ describe("the age of an unreadable file, whatever the wall clock does", () => {
   });
 
   it("a file already older than 60 s by the seed's measure when first seen is stale at once", () => {
-    const files = new SeedLockFiles({ locksDir, clock: new ManualClock(Date.now()) });
+    const files = new SeedLockFiles({ locksDir: dirs.locksDir, clock: new ManualClock(Date.now()) });
     writeForeign('{"owner":"half', 61_000);
     expect(claim(files)).toMatchObject({ ok: true });
     files.close();
@@ -220,7 +195,7 @@ describe("clearing a stale file", () => {
   it("answers busy, and touches nothing, while another sweeper holds the guard", async () => {
     const pid = await deadPid();
     const lockPath = writeForeign(JSON.stringify({ owner: "crashed", token: "t", pid }));
-    const guard = fs.openSync(path.join(locksDir, SWEEP_GUARD_NAME), "a+");
+    const guard = fs.openSync(path.join(dirs.locksDir, SWEEP_GUARD_NAME), "a+");
     flockSync(guard, "ex");
     try {
       expect(clearStaleLockFile(lockPath)).toBe("busy");
@@ -261,9 +236,9 @@ describe("clearing a stale file", () => {
   it("removes temp files of dead berth processes only", async () => {
     const dead = await deadPid();
     const digest = "0123456789abcdef01234567";
-    fs.writeFileSync(path.join(locksDir, `.${digest}.lock.${dead}.aaaaaaaaaaaa.tmp`), "x");
-    fs.writeFileSync(path.join(locksDir, `.${digest}.lock.${process.pid}.bbbbbbbbbbbb.tmp`), "x");
-    expect(removeDeadTempFiles(locksDir)).toBe(1);
-    expect(fs.readdirSync(locksDir)).toEqual([`.${digest}.lock.${process.pid}.bbbbbbbbbbbb.tmp`]);
+    fs.writeFileSync(path.join(dirs.locksDir, `.${digest}.lock.${dead}.aaaaaaaaaaaa.tmp`), "x");
+    fs.writeFileSync(path.join(dirs.locksDir, `.${digest}.lock.${process.pid}.bbbbbbbbbbbb.tmp`), "x");
+    expect(removeDeadTempFiles(dirs.locksDir)).toBe(1);
+    expect(fs.readdirSync(dirs.locksDir)).toEqual([`.${digest}.lock.${process.pid}.bbbbbbbbbbbb.tmp`]);
   });
 });

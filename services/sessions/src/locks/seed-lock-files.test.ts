@@ -1,60 +1,35 @@
 import * as fs from "node:fs";
-import { tmpdir } from "node:os";
 import * as path from "node:path";
-import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from "vitest";
-import { ManualClock } from "@berth/shared/clock";
 import { selfIdentity } from "@berth/shared/process-identity";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { ManualClock } from "@berth/shared/clock";
 import {
   lockFilePath,
-  newLockFileRecord,
   PRIVATE_LOCK_FILE_MODE,
   readLockFile,
   removeDeadTempFiles,
   removeOwnLockFile,
   SHARED_LOCK_FILE_MODE,
   tryCreateLockFile,
-  type LockFileRecord,
 } from "./lock-file-protocol.js";
 import { SeedLockFiles } from "./seed-lock-files.js";
+import { KEY, lockDirFixture } from "./testing/lock-dir-fixture.js";
 import { childScripts, deadPid, spawnChild, type Child, type ChildScripts } from "./testing/child-scripts.js";
 
-let root: string;
-let locksDir: string;
-const KEY = "/project/src/app.ts";
-
-beforeEach(() => {
-  root = fs.mkdtempSync(path.join(tmpdir(), "berth-lockfiles-"));
-  locksDir = path.join(root, "live", "locks");
-  fs.mkdirSync(locksDir, { recursive: true });
-});
-afterEach(() => fs.rmSync(root, { recursive: true, force: true }));
-
+const { dirs, record, writeForeign } = lockDirFixture();
 const self = selfIdentity();
-function record(owner = "berth-test", pid = process.pid): LockFileRecord {
-  return newLockFileRecord({ owner, file: KEY, at: Date.now(), pid, startTime: self.startTime, bootId: self.bootId, hostname: self.hostname });
-}
-
-function writeForeign(content: string, ageMs = 0): string {
-  const lockPath = lockFilePath(locksDir, KEY);
-  fs.writeFileSync(lockPath, content);
-  if (ageMs > 0) {
-    const then = new Date(Date.now() - ageMs);
-    fs.utimesSync(lockPath, then, then);
-  }
-  return lockPath;
-}
 
 describe("SeedLockFiles claims", () => {
-  const slotFiles = () => fs.readdirSync(locksDir).filter((n) => n.startsWith(".berth-slot."));
+  const slotFiles = () => fs.readdirSync(dirs.locksDir).filter((n) => n.startsWith(".berth-slot."));
 
   it("reuses a few private slot inodes instead of creating a file per grant, and deletes them on close", () => {
-    const files = new SeedLockFiles({ locksDir, clock: new ManualClock() });
+    const files = new SeedLockFiles({ locksDir: dirs.locksDir, clock: new ManualClock() });
     for (let i = 0; i < 50; i++) {
       const claim = files.claim(KEY, { owner: `o${i}`, at: i });
       if (!claim.ok) throw new Error("not claimed");
-      expect(readLockFile(lockFilePath(locksDir, KEY))).toMatchObject({ record: { owner: `o${i}`, at: i, token: claim.handle.token } });
+      expect(readLockFile(lockFilePath(dirs.locksDir, KEY))).toMatchObject({ record: { owner: `o${i}`, at: i, token: claim.handle.token } });
       files.release(claim.handle);
-      expect(fs.existsSync(lockFilePath(locksDir, KEY))).toBe(false);
+      expect(fs.existsSync(lockFilePath(dirs.locksDir, KEY))).toBe(false);
     }
     expect(slotFiles()).toHaveLength(1);
     const a = files.claim("/k/a", { owner: "a", at: 1 });
@@ -62,7 +37,7 @@ describe("SeedLockFiles claims", () => {
     expect(a.ok && b.ok).toBe(true);
     expect(slotFiles()).toHaveLength(2);
     // The slot of a live lock is not rewritten by the next grant.
-    expect(readLockFile(lockFilePath(locksDir, "/k/a"))).toMatchObject({ record: { owner: "a" } });
+    expect(readLockFile(lockFilePath(dirs.locksDir, "/k/a"))).toMatchObject({ record: { owner: "a" } });
     files.close();
     expect(slotFiles()).toEqual([]);
   });
@@ -70,10 +45,10 @@ describe("SeedLockFiles claims", () => {
   it("leaves a lock file alone that replaced ours (a seed sweep's doing), and still reuses the slot", () => {
     const warnings: string[] = [];
     const logger = { debug() {}, info() {}, warn: (_o: object, m?: string) => void warnings.push(m ?? ""), error() {} };
-    const files = new SeedLockFiles({ locksDir, clock: new ManualClock(), logger });
+    const files = new SeedLockFiles({ locksDir: dirs.locksDir, clock: new ManualClock(), logger });
     const claim = files.claim(KEY, { owner: "berth", at: 1 });
     if (!claim.ok) throw new Error("not claimed");
-    const lockPath = lockFilePath(locksDir, KEY);
+    const lockPath = lockFilePath(dirs.locksDir, KEY);
     fs.unlinkSync(lockPath);
     fs.writeFileSync(lockPath, JSON.stringify({ owner: "seed", token: "other", pid: process.pid }));
     files.release(claim.handle);
@@ -87,48 +62,48 @@ describe("SeedLockFiles claims", () => {
 
   it("creates its lock files and slots 0600 by default, and with the mode it is given (0644 for a project's live dir)", () => {
     const modeOf = (file: string) => fs.statSync(file).mode & 0o777;
-    const own = new SeedLockFiles({ locksDir, clock: new ManualClock() });
+    const own = new SeedLockFiles({ locksDir: dirs.locksDir, clock: new ManualClock() });
     const claim = own.claim(KEY, { owner: "private", at: 1 });
     if (!claim.ok) throw new Error("not claimed");
-    expect(modeOf(lockFilePath(locksDir, KEY))).toBe(PRIVATE_LOCK_FILE_MODE);
-    for (const name of slotFiles()) expect(modeOf(path.join(locksDir, name))).toBe(PRIVATE_LOCK_FILE_MODE);
+    expect(modeOf(lockFilePath(dirs.locksDir, KEY))).toBe(PRIVATE_LOCK_FILE_MODE);
+    for (const name of slotFiles()) expect(modeOf(path.join(dirs.locksDir, name))).toBe(PRIVATE_LOCK_FILE_MODE);
     own.release(claim.handle);
     own.close();
     const viaTemp = record();
-    tryCreateLockFile(lockFilePath(locksDir, KEY), viaTemp);
-    expect(modeOf(lockFilePath(locksDir, KEY))).toBe(PRIVATE_LOCK_FILE_MODE);
-    expect(removeOwnLockFile(lockFilePath(locksDir, KEY), viaTemp.token)).toBe(true);
+    tryCreateLockFile(lockFilePath(dirs.locksDir, KEY), viaTemp);
+    expect(modeOf(lockFilePath(dirs.locksDir, KEY))).toBe(PRIVATE_LOCK_FILE_MODE);
+    expect(removeOwnLockFile(lockFilePath(dirs.locksDir, KEY), viaTemp.token)).toBe(true);
 
-    const shared = new SeedLockFiles({ locksDir, clock: new ManualClock(), fileMode: SHARED_LOCK_FILE_MODE });
+    const shared = new SeedLockFiles({ locksDir: dirs.locksDir, clock: new ManualClock(), fileMode: SHARED_LOCK_FILE_MODE });
     const sharedClaim = shared.claim(KEY, { owner: "shared", at: 2 });
     if (!sharedClaim.ok) throw new Error("not claimed");
     // As a file made with 0644 here (the umask may narrow both alike).
-    const reference = path.join(root, "reference");
+    const reference = path.join(dirs.root, "reference");
     fs.writeFileSync(reference, "", { mode: SHARED_LOCK_FILE_MODE });
-    expect(modeOf(lockFilePath(locksDir, KEY))).toBe(modeOf(reference));
+    expect(modeOf(lockFilePath(dirs.locksDir, KEY))).toBe(modeOf(reference));
     shared.release(sharedClaim.handle);
     shared.close();
   });
 
   it("remakes a slot someone deleted", () => {
-    const files = new SeedLockFiles({ locksDir, clock: new ManualClock() });
+    const files = new SeedLockFiles({ locksDir: dirs.locksDir, clock: new ManualClock() });
     const first = files.claim(KEY, { owner: "one", at: 1 });
     if (!first.ok) throw new Error("not claimed");
     files.release(first.handle);
-    for (const name of slotFiles()) fs.unlinkSync(path.join(locksDir, name));
+    for (const name of slotFiles()) fs.unlinkSync(path.join(dirs.locksDir, name));
     const second = files.claim(KEY, { owner: "two", at: 2 });
     if (!second.ok) throw new Error("not claimed");
     files.release(second.handle);
-    expect(fs.existsSync(lockFilePath(locksDir, KEY))).toBe(false);
+    expect(fs.existsSync(lockFilePath(dirs.locksDir, KEY))).toBe(false);
     files.close();
   });
 
   it("startup removes slots of dead berth processes, not of live ones", async () => {
     const dead = await deadPid();
-    fs.writeFileSync(path.join(locksDir, `.berth-slot.${dead}.123.abcd.0`), "");
-    fs.writeFileSync(path.join(locksDir, `.berth-slot.${process.pid}.${(self.startTime ?? 0) + 1}.abcd.0`), ""); // recycled pid
-    fs.writeFileSync(path.join(locksDir, `.berth-slot.${process.pid}.${self.startTime}.abcd.0`), "");
-    expect(removeDeadTempFiles(locksDir)).toBe(2);
+    fs.writeFileSync(path.join(dirs.locksDir, `.berth-slot.${dead}.123.abcd.0`), "");
+    fs.writeFileSync(path.join(dirs.locksDir, `.berth-slot.${process.pid}.${(self.startTime ?? 0) + 1}.abcd.0`), ""); // recycled pid
+    fs.writeFileSync(path.join(dirs.locksDir, `.berth-slot.${process.pid}.${self.startTime}.abcd.0`), "");
+    expect(removeDeadTempFiles(dirs.locksDir)).toBe(2);
     expect(slotFiles()).toEqual([`.berth-slot.${process.pid}.${self.startTime}.abcd.0`]);
   });
 });
@@ -136,7 +111,7 @@ describe("SeedLockFiles claims", () => {
 describe("SeedLockFiles watching", () => {
   it("calls back when a watched lock file goes away, and re-checks on the clock as a fallback", async () => {
     const clock = new ManualClock();
-    const files = new SeedLockFiles({ locksDir, clock, recheckMs: 250 });
+    const files = new SeedLockFiles({ locksDir: dirs.locksDir, clock, recheckMs: 250 });
     const lockPath = writeForeign(JSON.stringify({ owner: "seed", token: "t", pid: process.pid }));
     let calls = 0;
     const changed = new Promise<void>((resolve) => {
@@ -182,15 +157,15 @@ describe("four processes racing to take over a dead holder's lock file", () => {
     untilOverlap = false,
   ): Promise<{ rounds: number; overlaps: number; sections: number; lost: number }> {
     const script = await scripts.script("takeover-contender-child.ts");
-    const log = path.join(root, `sections-${protocol}.log`);
-    const liveDir = path.join(root, "live");
-    const config = { locksDir, liveDir, cwd: "/project", file: "src/app.ts", key: KEY, log, holdMs: 2, protocol };
+    const log = path.join(dirs.root, `sections-${protocol}.log`);
+    const liveDir = path.join(dirs.root, "live");
+    const config = { locksDir: dirs.locksDir, liveDir, cwd: "/project", file: "src/app.ts", key: KEY, log, holdMs: 2, protocol };
     const children: Child[] = Array.from({ length: 4 }, () => spawnChild(script, config));
     const result = { rounds: 0, overlaps: 0, sections: 0, lost: 0 };
     try {
       await Promise.all(children.map((c) => c.next("ready")));
       const dead = await deadPid();
-      const lockPath = lockFilePath(locksDir, KEY);
+      const lockPath = lockFilePath(dirs.locksDir, KEY);
       let judged = 0;
       for (let round = 0; round < rounds && !(untilOverlap && result.overlaps > 0); round++) {
         // A dead holder's file: mostly a crashed holder's record, sometimes a file cut short by a crash.
