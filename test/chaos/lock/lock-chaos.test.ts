@@ -27,6 +27,7 @@ import { createInterface } from "node:readline";
 import { Code, ConnectError, type Client } from "@connectrpc/connect";
 import { afterAll, describe, expect, it } from "vitest";
 import { LockService } from "@berth/api/berth/locks/v1/lock_service_pb";
+import { continueProcess, stopProcess } from "@berth/shared/testing/process-stop";
 import { SessionService } from "@berth/api/berth/sessions/v1/session_service_pb";
 import { connectClient, makeTempDir, onStopAll, repoPath, startService, stopAll } from "../../harness.js";
 import { judgeLockRun, quantile, type JournalWrite, type LockRunEvidence, type PauseRecord } from "./lock-checks.js";
@@ -67,16 +68,6 @@ function bounded<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
   const timeout = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`gave up after ${ms} ms waiting for ${what}`)), ms)));
   return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
-}
-
-/** The scheduler state of a process (`T` once SIGSTOP has taken effect), from /proc; undefined when gone. */
-function processState(pid: number): string | undefined {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-    return stat.slice(stat.lastIndexOf(")") + 2).split(" ")[0];
-  } catch {
-    return undefined;
-  }
 }
 
 /** One client slot: a process, respawned in place after each kill, appending to the slot's log. */
@@ -321,8 +312,7 @@ describe("lock chaos", () => {
           if ((record.event === "released" && record.fencingToken === fencingToken) || record.event === "asked" || record.event === "turn-error") resolve();
         };
       });
-      process.kill(pid, "SIGSTOP");
-      await until(() => processState(pid) === "T", 5_000, `client ${slot.index} (pid ${pid}) to stop after SIGSTOP`);
+      stopProcess(pid);
       const logOffset = statSync(slot.logPath).size;
       await until(
         async () => !(await locks.checkToken({ file, fencingToken: BigInt(fencingToken) })).current,
@@ -336,7 +326,7 @@ describe("lock chaos", () => {
       );
       if (overtaken) pausesOvertaken++;
       pauses.push({ client: slot.index, pid, file, fencingToken, logOffset });
-      process.kill(pid, "SIGCONT");
+      continueProcess(pid);
       await bounded(grantDone, 30_000, `resumed client ${slot.index} (pid ${pid}) to finish its grant of ${file} token ${fencingToken}`);
     }
 

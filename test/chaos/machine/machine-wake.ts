@@ -19,6 +19,7 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import { NeedItemKind, type NeedSchema } from "@berth/api/berth/budget/v1/budget_pb";
 import type { AdmitRequestSchema } from "@berth/api/berth/budget/v1/budget_service_pb";
 import type { KeepAliveStreamRequestSchema } from "@berth/api/berth/locks/v1/lock_service_pb";
+import { continueProcess, stopProcess } from "@berth/shared/testing/process-stop";
 import { makeTempDir, startService } from "../../harness.js";
 import {
   budgetClient,
@@ -27,8 +28,6 @@ import {
   judgeLockEvents,
   lockEvents,
   ms,
-  pause,
-  resume,
   sessionsClient,
   sleep,
   until,
@@ -175,14 +174,14 @@ export async function pausedSessions(findings: Findings, pauseMs: number): Promi
   await queued(4);
 
   // Stopped for longer than every lease; meanwhile three clients leave and appends pile up.
-  await pause(service.pid);
+  stopProcess(service.pid);
   const pausedAt = performance.now();
   cancel.abort();
   closing.leave();
   goneHold.controller.abort();
   const appends = Array.from({ length: 20 }, (_, i) => writer.sessions.appendEvent({ sessionId: "watched", event: checkpoint(11 + i) }));
   await sleep(Math.max(0, pauseMs - (performance.now() - pausedAt)));
-  resume(service.pid);
+  continueProcess(service.pid);
 
   // After: the live waiters get a in order, b goes to its waiter, the hold passes to the live one.
   const first = await within(a1, 20_000);
@@ -298,11 +297,11 @@ export async function pausedBudget(findings: Findings, pauseMs: number): Promise
     await until(async () => (await holder.budget.getState({})).queue.length === i + 1, 5000);
   }
 
-  await pause(service.pid);
+  stopProcess(service.pid);
   const pausedAt = performance.now();
   for (const leave of leaving) leave();
   await sleep(Math.max(0, pauseMs - (performance.now() - pausedAt)));
-  resume(service.pid);
+  continueProcess(service.pid);
 
   for (const owner of owners.filter((l) => l.startsWith("live-"))) {
     const outcome = await within(outcomes.get(owner)!, 30_000);

@@ -3,7 +3,7 @@
  * waits, the state of a process, and clients each on a connection of its own, so that one of them
  * can leave (its connection closed, as a killed process's is) without the others.
  */
-import { readdirSync, readFileSync, readlinkSync } from "node:fs";
+import { readdirSync, readlinkSync } from "node:fs";
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
 import type { Client } from "@connectrpc/connect";
 import { LockService } from "@berth/api/berth/locks/v1/lock_service_pb";
@@ -65,16 +65,6 @@ export async function within<T>(promise: Promise<T>, ms: number): Promise<{ valu
   }
 }
 
-/** The scheduler state of a process (`T` once SIGSTOP has taken effect), from /proc; undefined when gone. */
-export function processState(pid: number): string | undefined {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-    return stat.slice(stat.lastIndexOf(")") + 2).split(" ")[0];
-  } catch {
-    return undefined;
-  }
-}
-
 /** How many descriptors process `pid` has open (/proc/PID/fd), leaving out those `except` says of their target. */
 export function openDescriptors(pid: number, except: (target: string) => boolean = () => false): number {
   let count = 0;
@@ -88,17 +78,6 @@ export function openDescriptors(pid: number, except: (target: string) => boolean
     if (!except(target)) count++;
   }
   return count;
-}
-
-/** Stops `pid` with SIGSTOP and waits until the kernel says it is stopped. */
-export async function pause(pid: number): Promise<void> {
-  process.kill(pid, "SIGSTOP");
-  if (!(await until(() => processState(pid) === "T", 5000, 5))) throw new Error(`pid ${pid} did not stop`);
-}
-
-/** Resumes a stopped `pid`. */
-export function resume(pid: number): void {
-  process.kill(pid, "SIGCONT");
 }
 
 /** Clients of the sessions service's two services on one connection of their own. */

@@ -9,11 +9,12 @@
  * `/v3/maintenance/status`), never through berth's client, so it can test that client.
  */
 import { spawn, type ChildProcess } from "node:child_process";
-import { mkdtempSync, mkdirSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { mkdtempSync, mkdirSync, rmSync } from "node:fs";
 import * as http from "node:http";
 import * as net from "node:net";
 import { tmpdir } from "node:os";
 import * as path from "node:path";
+import { continueProcess, stopProcess } from "@berth/shared/testing/process-stop";
 
 /** Options of {@link startEtcd}. */
 export interface EtcdClusterOptions {
@@ -327,15 +328,14 @@ class ClusterImpl implements EtcdCluster {
   pause(member: EtcdMember): void {
     const state = this.own(member);
     if (state.pid === undefined) throw new Error(`etcd ${member.name} is not running`);
-    state.child!.kill("SIGSTOP");
-    waitUntilStopped(state.pid);
+    stopProcess(state.pid);
     state.pausedNow = true;
   }
 
   resume(member: EtcdMember): void {
     const state = this.own(member);
     if (state.pid === undefined) throw new Error(`etcd ${member.name} is not running`);
-    state.child!.kill("SIGCONT");
+    continueProcess(state.pid);
     state.pausedNow = false;
   }
 
@@ -454,24 +454,4 @@ function httpRequest(url: string, method: string, body?: string): Promise<string
     request.on("error", () => resolve(undefined));
     request.end(body);
   });
-}
-
-/**
- * Returns once every thread of `pid` is stopped. SIGSTOP takes effect as each thread is next
- * scheduled: on a loaded machine one of etcd's threads can still answer a request sent right after
- * the signal, which a test of an unresponsive member must not see. Bounded: 5 s, then it throws.
- */
-function waitUntilStopped(pid: number): void {
-  const tick = new Int32Array(new SharedArrayBuffer(4));
-  const until = Date.now() + 5_000;
-  for (;;) {
-    const states = readdirSync(`/proc/${pid}/task`).map((task) => {
-      const stat = readFileSync(`/proc/${pid}/task/${task}/stat`, "utf8");
-      return stat.charAt(stat.lastIndexOf(")") + 2);
-    });
-    if (states.every((state) => state === "T" || state === "t")) return;
-    if (Date.now() > until) throw new Error(`etcd (pid ${pid}) did not stop within 5 s of SIGSTOP: thread states ${states.join("")}`);
-    // Synchronous, as pause() is: a millisecond's wait between looks.
-    Atomics.wait(tick, 0, 0, 1);
-  }
 }
