@@ -132,6 +132,27 @@ describe("one lock across instances", () => {
     await granted.release();
   });
 
+  it("refuses a request beyond the queue's cap, TOO_MANY_WAITERS, leaving no key, whichever instance queued the others", async () => {
+    const [a, b] = instances(2);
+    const held = await a!.locks.acquire(request("holder"));
+    const waits = [queued(request("w1", { maxWaiters: 2 })), queued(request("w2", { maxWaiters: 2 }))];
+    const granted = [a!.locks.acquire(waits[0]!.request), b!.locks.acquire(waits[1]!.request)];
+    expect(await waits[0]!.waiting).toBe(1);
+    expect(await waits[1]!.waiting).toBe(2);
+    const error = await rejection(b!.locks.acquire(request("w3", { maxWaiters: 2 })));
+    expect(error).toMatchObject({ code: "resource_exhausted", reason: "TOO_MANY_WAITERS", details: { file: FILE, waiting: 2, maxWaiters: 2 } });
+    expect((await a!.client.range({ key: lockWaitersPrefix(FILE), prefix: true, keysOnly: true })).count).toBe(3);
+    // A place freed is a place again.
+    await held.release();
+    const first = await granted[0]!;
+    const third = queued(request("w3", { maxWaiters: 2 }));
+    const late = a!.locks.acquire(third.request);
+    expect(await third.waiting).toBe(2);
+    await first.release();
+    await (await granted[1]!).release();
+    await (await late).release();
+  });
+
   it("gives up a wait that runs out, leaving no key", async () => {
     const [a, b] = instances(2);
     const held = await a!.locks.acquire(request("holder"));

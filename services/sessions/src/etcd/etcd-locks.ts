@@ -19,7 +19,7 @@ import { systemClock, type Clock } from "@berth/shared/clock";
 import { BerthError } from "@berth/shared/errors";
 import { formatDuration } from "@berth/shared/units";
 import { EtcdLeaseLostError, op, type EtcdClient, type EtcdLease, type KeyValue, type RangeResult, type TxnOpResult } from "@berth/etcd";
-import { LOCK_RETRY_AFTER_MS } from "../locks/lock-input.js";
+import { LOCK_RETRY_AFTER_MS, tooManyWaiters } from "../locks/lock-input.js";
 import { fenceRejected, type EtcdFence } from "./etcd-journal.js";
 import { lockWaiterKey, lockWaitersPrefix } from "./store-keys.js";
 
@@ -50,6 +50,12 @@ export interface EtcdLockRequest {
   readonly ttlSeconds: number;
   /** How long to wait in the queue (0: try once). */
   readonly waitMs: number;
+  /**
+   * The most waiters the file's queue holds (the holder aside): a request that finds this many
+   * ahead of it withdraws, TOO_MANY_WAITERS. Instances queueing at once each count the keys ahead of
+   * their own, so none is granted a place beyond the cap. Unset: no cap.
+   */
+  readonly maxWaiters?: number;
   /** Aborting it gives up a wait (cancelled); once granted, the caller releases. */
   readonly signal?: AbortSignal;
   /** Called with the place in the queue (1: next) and the holder, whenever the wait starts or moves. */
@@ -111,6 +117,7 @@ export class EtcdLocks {
   /**
    * Takes the lock of `request.file`, waiting behind earlier requests up to `waitMs`. Rejects with
    * resource_exhausted WAIT_EXHAUSTED (details: the holder, as LockHeld) when the wait runs out,
+   * TOO_MANY_WAITERS when the queue is full,
    * cancelled when `signal` aborts first, aborted ETCD_LEASE_LOST when the waiter's lease is lost.
    * Whatever happens, a request that is not granted leaves no key behind.
    */
@@ -143,6 +150,10 @@ export class EtcdLocks {
         if (ahead.length === 0) break;
         const holder = party(ahead[0]!);
         if (request.waitMs === 0 || stop.signal.aborted) throw this.whyStopped(request, stop.signal, holder, ahead.length);
+        // Those ahead only leave: a request within the cap when it queued stays within it.
+        if (told === "" && request.maxWaiters !== undefined && ahead.length > request.maxWaiters) {
+          throw tooManyWaiters(request.file, ahead.length - 1, request.maxWaiters);
+        }
         const place = `${ahead.length}:${holder.token}`;
         if (place !== told) {
           told = place;

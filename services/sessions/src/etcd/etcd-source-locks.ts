@@ -139,6 +139,7 @@ export function createEtcdSourceLocks(options: EtcdSourceLocksOptions): EtcdSour
         kind: request.ttlMs === null ? "stream" : "lease",
         ttlSeconds,
         waitMs,
+        maxWaiters: limits.maxWaitersPerFile,
         signal,
         onWaiting: (update) => request.onWaiting?.({ position: update.position, holder: update.holder === null ? null : holderInfo(update.holder) }),
       });

@@ -3,7 +3,7 @@
  * message that names the field and the rule, so a client can fix its request without reading code.
  * Paths are checked and made canonical in lock-path.ts.
  */
-import { invalidArgument } from "@berth/shared/errors";
+import { BerthError, invalidArgument } from "@berth/shared/errors";
 import { formatDuration } from "@berth/shared/units";
 
 /** Limits and defaults of lock requests; every field has a default (see {@link DEFAULT_LOCK_LIMITS}). */
@@ -34,6 +34,16 @@ export const DEFAULT_LOCK_LIMITS: Readonly<LockLimits> = Object.freeze({
  * queue, a file system that refused): soon enough for a try-once poller, not a spin.
  */
 export const LOCK_RETRY_AFTER_MS = 1_000;
+
+/** The refusal of a request that would queue behind `waiting` others when the file's queue holds at most `maxWaiters`. */
+export function tooManyWaiters(file: string, waiting: number, maxWaiters: number): BerthError {
+  return new BerthError(
+    "resource_exhausted",
+    `${waiting} requests already wait for ${file}, the most one file's queue holds; try again later`,
+    { file, waiting, maxWaiters },
+    { reason: "TOO_MANY_WAITERS", retryAfterMs: LOCK_RETRY_AFTER_MS },
+  );
+}
 
 /** Checks the owner label (who holds the lock, shown to everyone who waits for it). */
 export function checkOwner(owner: unknown, limits: LockLimits = DEFAULT_LOCK_LIMITS, field = "owner"): string {

@@ -24,7 +24,7 @@ import { stateWriteError } from "@berth/shared/state-errors";
 import { STALL_MS, wallTimeOf, wallTimesOf, type Clock, type TimerHandle } from "@berth/shared/clock";
 import { formatDuration } from "@berth/shared/units";
 import type { FencingTokenSource } from "./lock-persistence.js";
-import { checkFencingToken, checkOwner, checkTtl, checkWait, DEFAULT_LOCK_LIMITS, LOCK_RETRY_AFTER_MS, type LockLimits } from "./lock-input.js";
+import { checkFencingToken, checkOwner, checkTtl, checkWait, DEFAULT_LOCK_LIMITS, LOCK_RETRY_AFTER_MS, tooManyWaiters, type LockLimits } from "./lock-input.js";
 import { canonicalLockPath } from "./lock-path.js";
 import type { ExternalClaim, ExternalLockHandle, ExternalLocks, ForeignLockHolder } from "./external-locks.js";
 
@@ -452,14 +452,7 @@ export class LockTable {
       this.settle(entry);
       throw error;
     }
-    if (entry.waiters.size >= this.limits.maxWaitersPerFile) {
-      throw new BerthError(
-        "resource_exhausted",
-        `${entry.waiters.size} requests already wait for ${key}, the most one file's queue holds; try again later`,
-        { file: key, waiting: entry.waiters.size, maxWaiters: this.limits.maxWaitersPerFile },
-        { reason: "TOO_MANY_WAITERS", retryAfterMs: LOCK_RETRY_AFTER_MS },
-      );
-    }
+    if (entry.waiters.size >= this.limits.maxWaitersPerFile) throw tooManyWaiters(key, entry.waiters.size, this.limits.maxWaitersPerFile);
 
     return new Promise<Lease>((resolve, reject) => {
       const startedAt = this.clock.monotonicNow();
