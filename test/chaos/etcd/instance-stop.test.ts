@@ -170,7 +170,10 @@ describe("sessions and locks on a 3-member etcd, a berth instance SIGSTOPped pas
       const newToken = newLease.fencingToken;
       if (newToken <= oldToken) problems.push(`round ${round}: token ${newToken} granted after ${oldToken}`);
       grants.push(newToken);
-      if (grantedAt - stoppedAt < LEASE_TTL_MS - 100) problems.push(`round ${round}: the lock moved ${grantedAt - stoppedAt} ms after its instance stopped, before its ${LEASE_TTL_MS} ms lease could expire`);
+      if (grantedAt - stoppedAt < LEASE_TTL_MS - 100)
+        problems.push(
+          `round ${round}: the lock moved ${grantedAt - stoppedAt} ms after its instance stopped, before its ${LEASE_TTL_MS} ms lease could expire`,
+        );
 
       // The new holder writes; the old one is refused through the live instance.
       for (let k = 0; k < 2; k++) {
@@ -178,7 +181,8 @@ describe("sessions and locks on a 3-member etcd, a berth instance SIGSTOPped pas
         if (!("seq" in w.outcome)) problems.push(`round ${round}: the new holder's write was refused: ${w.outcome.refused}`);
       }
       const late = await write(live, "live", file, oldToken);
-      if (!refusedFence(late)) problems.push(`round ${round}: a write with the lost token ${oldToken} through the live instance: ${JSON.stringify(late.outcome)}`);
+      if (!refusedFence(late))
+        problems.push(`round ${round}: a write with the lost token ${oldToken} through the live instance: ${JSON.stringify(late.outcome)}`);
 
       continueProcess(stopped.pid);
       const waited = await waitingWrite;
@@ -193,14 +197,16 @@ describe("sessions and locks on a 3-member etcd, a berth instance SIGSTOPped pas
       } else {
         for (const renewing of [waitingRenewal!, stopped.locks.keepAlive({ leaseTokens: [oldLease.leaseToken] })]) {
           const renewal = (await renewing).renewals[0];
-          if (renewal?.alive !== false) problems.push(`round ${round}: the lost lease was renewed through the resumed instance: ${JSON.stringify(renewal?.expireTime)}`);
+          if (renewal?.alive !== false)
+            problems.push(`round ${round}: the lost lease was renewed through the resumed instance: ${JSON.stringify(renewal?.expireTime)}`);
         }
       }
       for (const via of [stopped, live]) {
         const w = await write(via, "either", file, oldToken);
         if (!refusedFence(w)) problems.push(`round ${round}: a write with the lost token after the resume: ${JSON.stringify(w.outcome)}`);
         const holder = (await via.locks.inspect({ file })).holder;
-        if (holder?.fencingToken !== newToken) problems.push(`round ${round}: an instance names holder ${holder?.fencingToken} (${holder?.owner}), not ${newToken}`);
+        if (holder?.fencingToken !== newToken)
+          problems.push(`round ${round}: an instance names holder ${holder?.fencingToken} (${holder?.owner}), not ${newToken}`);
       }
       if (!byHold) {
         const released = await stopped.locks.release({ leaseToken: oldLease.leaseToken }).catch((error: unknown) => ConnectError.from(error));
@@ -234,7 +240,8 @@ describe("sessions and locks on a 3-member etcd, a berth instance SIGSTOPped pas
       });
       const seqOf = new Map(entries.map((e) => [e.label, e.seq]));
       if (entries.length !== acknowledged.length) report(`via ${via}: ${entries.length} entries, ${acknowledged.length} acknowledged`);
-      for (const w of acknowledged) if (seqOf.get(w.label) !== w.outcome.seq) report(`via ${via}: ${w.label} acknowledged at ${w.outcome.seq}, found at ${seqOf.get(w.label)}`);
+      for (const w of acknowledged)
+        if (seqOf.get(w.label) !== w.outcome.seq) report(`via ${via}: ${w.label} acknowledged at ${w.outcome.seq}, found at ${seqOf.get(w.label)}`);
     }
 
     reportSuite({
