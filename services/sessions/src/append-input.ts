@@ -68,3 +68,8 @@ export function checkIdempotencyKey(key: unknown): string | undefined {
 export function checkFromSeq(fromSeq: number): void {
   if (!Number.isInteger(fromSeq) || fromSeq < 0) throw invalidArgument("from_seq", "must be a whole number ≥ 0");
 }
+
+/** A read's page size: 0 reads to the end. */
+export function checkReadLimit(limit: number): void {
+  if (!Number.isInteger(limit) || limit < 0) throw invalidArgument("limit", "must be a whole number ≥ 0 (0: no limit)");
+}

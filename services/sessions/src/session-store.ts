@@ -13,7 +13,7 @@ import { systemClock, type Clock } from "@berth/shared/clock";
 import { BerthError, invalidArgument } from "@berth/shared/errors";
 import type { Logger } from "@berth/shared/logger";
 import { checkSessionId } from "@berth/shared/safe-id";
-import { checkFromSeq, MAX_IDEMPOTENCY_KEY_LENGTH } from "./append-input.js";
+import { checkFromSeq, checkReadLimit, MAX_IDEMPOTENCY_KEY_LENGTH } from "./append-input.js";
 import { AppendPipeline, type AppendOptions, type AppendResult } from "./append-pipeline.js";
 import type { JournalStore, StoredEntry } from "./journal/journal-store.js";
 import { baseSnapshot } from "./reducer.js";
@@ -240,7 +240,7 @@ export class SessionStore implements SessionStoreApi {
     this.assertOpen();
     checkSessionId(sessionId);
     checkFromSeq(fromSeq);
-    if (!Number.isInteger(limit) || limit < 0) throw invalidArgument("limit", "must be a whole number ≥ 0 (0: no limit)");
+    checkReadLimit(limit);
     const journal = this.journals.open(sessionId);
     if (!journal?.exists) return emptyIterator();
     return journal.reader(fromSeq, limit)();

@@ -17,7 +17,7 @@ import { systemClock, type Clock } from "@berth/shared/clock";
 import { BerthError, invalidArgument } from "@berth/shared/errors";
 import { checkSessionId } from "@berth/shared/safe-id";
 import type { EtcdClient } from "@berth/etcd";
-import { checkFromSeq, checkIdempotencyKey, MAX_IDEMPOTENCY_KEY_LENGTH, prepareEvents } from "../append-input.js";
+import { checkFromSeq, checkReadLimit, checkIdempotencyKey, MAX_IDEMPOTENCY_KEY_LENGTH, prepareEvents } from "../append-input.js";
 import type { AppendOptions, AppendResult } from "../append-pipeline.js";
 import { eventsDigest } from "../event-digest.js";
 import type { Logger } from "@berth/shared/logger";
@@ -340,7 +340,7 @@ export class EtcdSessionStore implements SessionStoreApi {
     this.assertOpen();
     checkSessionId(sessionId);
     checkFromSeq(fromSeq);
-    if (!Number.isInteger(limit) || limit < 0) throw invalidArgument("limit", "must be a whole number ≥ 0 (0: no limit)");
+    checkReadLimit(limit);
     const journal = this.journal;
     return (async function* () {
       const read = await journal.read(sessionId, fromSeq, limit);
