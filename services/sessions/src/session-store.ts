@@ -10,7 +10,7 @@
  * create-session-store.ts wires the file backend.
  */
 import { systemClock, type Clock } from "@berth/shared/clock";
-import { BerthError, invalidArgument } from "@berth/shared/errors";
+import { BerthError } from "@berth/shared/errors";
 import type { Logger } from "@berth/shared/logger";
 import { checkSessionId } from "@berth/shared/safe-id";
 import { checkFromSeq, checkReadLimit, MAX_IDEMPOTENCY_KEY_LENGTH } from "./append-input.js";
