@@ -24,6 +24,14 @@ export interface SessionView {
   exists: boolean;
 }
 
+/** A session's journal as of one moment (see {@link SessionStoreApi.read}). */
+export interface JournalReading {
+  /** The session's last seq at that moment. */
+  lastSeq: number;
+  /** Its entries from the seq asked for up to `lastSeq` (at most the limit asked for), in order. */
+  entries: AsyncIterableIterator<StoredEntry>;
+}
+
 /** The limits a store enforces (what GetLimits reports). */
 export interface SessionStoreLimits {
   maxEventBytes: number;
@@ -45,8 +53,11 @@ export interface SessionStoreApi {
   flush(sessionId: string): Promise<SessionView>;
   /** Deletes a session (only at `expectedSeq` when given); not_found SESSION_NOT_FOUND when it has none. */
   delete(sessionId: string, options?: { expectedSeq?: number }): Promise<{ lastSeq: number }>;
-  /** The entries with seq ≥ `fromSeq`, at most `limit` (0: all), in order. */
-  read(sessionId: string, fromSeq?: number, limit?: number): AsyncIterableIterator<StoredEntry>;
+  /**
+   * The session's journal as of one moment: its last seq then and the entries with seq ≥ `fromSeq`
+   * up to it, at most `limit` (0: all). Null when the session has no journal (completed ones have).
+   */
+  read(sessionId: string, fromSeq?: number, limit?: number): MaybePromise<JournalReading | null>;
   /** The entries from `fromSeq`, a caught-up marker, then every new entry; ended WATCHER_LAGGED when it falls behind. */
   watch(sessionId: string, fromSeq?: number, options?: WatchOptions): EventWatcher<WatchEvent>;
   /**

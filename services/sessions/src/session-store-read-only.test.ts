@@ -78,7 +78,7 @@ describe("a state directory that goes read-only under a write", () => {
     const view = store.getSnapshot("s1", { includeCompleted: true })!;
     expect(view.lastSeq).toBe(3);
     const keys: Array<string | undefined> = [];
-    for await (const entry of store.read("s1")) keys.push(entry.idempotencyKey);
+    for await (const entry of store.read("s1")!.entries) keys.push(entry.idempotencyKey);
     expect(keys).toEqual([undefined, "in-flight", "in-flight"]);
     // Later appends are refused before anything is written; the retry with the same key finds the kept one.
     await expect(store.append("s1", [{ type: "checkpoint", revision: 4 }])).rejects.toMatchObject({ reason: "STATE_READ_ONLY" });

@@ -43,7 +43,7 @@ describe("the session store on the in-memory journal", () => {
     expect(await second).toMatchObject({ firstSeq: 2, lastSeq: 3 });
     expect(s.getSnapshot("a")).toMatchObject({ lastSeq: 3, exists: true });
     const seqs: number[] = [];
-    for await (const stored of s.read("a", 2)) seqs.push(stored.entry.seq);
+    for await (const stored of s.read("a", 2)!.entries) seqs.push(stored.entry.seq);
     expect(seqs).toEqual([2, 3]);
   });
 

@@ -68,7 +68,7 @@ describe("replay == incremental == after restart == after hydration == the seed"
         }
         const incremental = store.getSnapshot(id, { includeCompleted: true })!.snapshot;
         const entries = [];
-        for await (const stored of store.read(id)) entries.push(stored.entry);
+        for await (const stored of store.read(id)!.entries) entries.push(stored.entry);
         const folded = entries.reduce<SessionSnapshot>((snapshot, entry) => applyEvent(snapshot, entry), baseSnapshot(id));
         await store.close();
 

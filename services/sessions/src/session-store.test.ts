@@ -9,6 +9,7 @@ import { encodeJournalLine, encodeSeedLine } from "./journal/journal-format.js";
 import { applyEvent, baseSnapshot, type JournalEntry, type SessionSnapshot } from "./reducer.js";
 import { APPEND_OVERTAKEN_RETRY_MS, type SessionStoreOptions, createSessionStore } from "./create-session-store.js";
 import type { SessionStore } from "./session-store.js";
+import type { StoredEntry } from "./journal/journal-store.js";
 import { loadSeedStore, seedsAvailable, type SeedStoreHarness } from "./testing/seed-store.js";
 import { seedAppend, seedDirsOf, seedReadState } from "./testing/seed-writer.js";
 
@@ -78,6 +79,12 @@ async function collect<T>(iterable: AsyncIterable<T>): Promise<T[]> {
   const out: T[] = [];
   for await (const item of iterable) out.push(item);
   return out;
+}
+
+/** The entries a read returns ([] for a session with no journal). */
+async function readAll(store: SessionStore, sessionId: string, fromSeq?: number, limit?: number): Promise<StoredEntry[]> {
+  const reading = store.read(sessionId, fromSeq, limit);
+  return reading === null ? [] : collect(reading.entries);
 }
 
 async function expectBerthError(promise: Promise<unknown> | (() => unknown), code: string, reason?: string): Promise<BerthError> {
@@ -404,7 +411,7 @@ describe("deleting a session", () => {
     expect(await before).toMatchObject({ firstSeq: 2 });
     expect(await deletion).toEqual({ lastSeq: 2 });
     expect(await after).toMatchObject({ firstSeq: 1, snapshot: { phase: "variants_ready" } });
-    expect(store.read("s1") && (await collect(store.read("s1"))).map((stored) => stored.entry.type)).toEqual(["agent_done"]);
+    expect((await readAll(store, "s1")).map((stored) => stored.entry.type)).toEqual(["agent_done"]);
   });
 
   it("also removes a legacy journal (the seed would read it again), and its snapshot file", async () => {
@@ -522,7 +529,7 @@ describe("opening journals", () => {
     expect(view.snapshot.browserCheckpointRevision).toBe(0);
     expect(view.snapshot.generationPhase).toBe("plan");
     expect(view.snapshot.diagnostics).toEqual([expect.objectContaining({ error: "journal_checksum_mismatch", line: 2 })]);
-    expect((await collect(reopened.read("s1"))).map((e) => e.entry.seq)).toEqual([1, 3]);
+    expect((await readAll(reopened, "s1")).map((e) => e.entry.seq)).toEqual([1, 3]);
   });
 
   it("reads hand-written seed-format fixtures with the expected snapshot", async () => {
@@ -960,7 +967,7 @@ describe("snapshot files", () => {
     await flushed(store);
     expect(JSON.parse(fs.readFileSync(snapshotFile("s1"), "utf8")).__nextSeq).toBe(3);
     const entries: unknown[] = [];
-    for await (const { entry } of store.read("s1", 2)) entries.push(entry.ts);
+    for await (const { entry } of store.read("s1", 2)!.entries) entries.push(entry.ts);
     expect(entries).toEqual([stamped]);
   });
 
@@ -1024,7 +1031,7 @@ describe("snapshot files", () => {
       expect(await reopened.append("s1", before2, { idempotencyKey: "before-2" })).toMatchObject({ duplicate: true, firstSeq: 21, lastSeq: 30 });
       const after = Array.from({ length: 10 }, (_, j) => ({ type: "agent_phase", phase: `p${j}` }));
       expect(await reopened.append("s1", after, { idempotencyKey: "after" })).toMatchObject({ duplicate: true, firstSeq: 41, lastSeq: 50 });
-      const read = await collect(reopened.read("s1", 35, 20));
+      const read = await readAll(reopened, "s1", 35, 20);
       expect(read.map((e) => e.entry.seq)).toEqual(Array.from({ length: 20 }, (_, i) => 35 + i));
       expect(read.map((e) => e.idempotencyKey)).toEqual([
         ...Array<string>(6).fill("before-3"),
@@ -1120,12 +1127,12 @@ describe("reads and lists", () => {
         ],
         { idempotencyKey: `k${i}` },
       );
-    const all = await collect(store.read("s1"));
+    const all = await readAll(store, "s1");
     expect(all.map((e) => e.entry.seq)).toEqual(Array.from({ length: 60 }, (_, i) => i + 1));
     expect(Object.keys(all[0]!.entry)).toEqual(["seq", "id", "type", "ts", "event"]);
-    expect((await collect(store.read("s1", 41, 5))).map((e) => e.entry.seq)).toEqual([41, 42, 43, 44, 45]);
-    expect(await collect(store.read("s1", 61))).toEqual([]);
-    expect(await collect(store.read("nope"))).toEqual([]);
+    expect((await readAll(store, "s1", 41, 5)).map((e) => e.entry.seq)).toEqual([41, 42, 43, 44, 45]);
+    expect(await readAll(store, "s1", 61)).toEqual([]);
+    expect(store.read("nope")).toBeNull();
     expect(() => store.read("s1", -1)).toThrow(/from_seq/);
   });
 
@@ -1136,7 +1143,7 @@ describe("reads and lists", () => {
     await store.append("s1", batch, { idempotencyKey: "second" });
     await store.append("s1", [{ type: "steer" }]);
     const keysFrom = async (s: SessionStore, fromSeq: number, limit: number) =>
-      (await collect(s.read("s1", fromSeq, limit))).map((e) => `${e.entry.seq}:${e.idempotencyKey ?? "-"}:${e.integrity}`);
+      (await readAll(s, "s1", fromSeq, limit)).map((e) => `${e.entry.seq}:${e.idempotencyKey ?? "-"}:${e.integrity}`);
     const expected = ["1000:second:verified", "1001:second:verified", "1400:second:verified", "1401:-:verified"];
     const pick = (all: string[]) => all.filter((_, i) => [0, 1, 400, 401].includes(i));
     expect(pick(await keysFrom(store, 1000, 0))).toEqual(expected);
@@ -1151,10 +1158,10 @@ describe("reads and lists", () => {
     const store = open();
     const batch = Array.from({ length: 1000 }, (_, i) => ({ type: "checkpoint", revision: i }));
     for (let i = 0; i < 3; i++) await store.append("s1", batch);
-    expect((await collect(store.read("s1", 2500, 3))).map((e) => e.entry.seq)).toEqual([2500, 2501, 2502]);
+    expect((await readAll(store, "s1", 2500, 3)).map((e) => e.entry.seq)).toEqual([2500, 2501, 2502]);
     await store.close();
     const hydrated = open();
-    expect((await collect(hydrated.read("s1", 1999, 2))).map((e) => e.entry.seq)).toEqual([1999, 2000]);
+    expect((await readAll(hydrated, "s1", 1999, 2)).map((e) => e.entry.seq)).toEqual([1999, 2000]);
     expect(hydrated.stats().hydrations).toBe(1);
   });
 

@@ -19,7 +19,7 @@ import type { JournalStore, StoredEntry } from "./journal/journal-store.js";
 import { baseSnapshot } from "./reducer.js";
 import { CompletedRetention, type RetentionHost } from "./retention.js";
 import { seqConflict, sessionNotFound, UNAVAILABLE_RETRY_AFTER_MS } from "./session-refusals.js";
-import type { SessionStoreApi, SessionStoreLimits, SessionView } from "./session-store-api.js";
+import type { JournalReading, SessionStoreApi, SessionStoreLimits, SessionView } from "./session-store-api.js";
 import { isCompletedPhase } from "./vocabulary.js";
 import { DEFAULT_MAX_BUFFERED, WatchHub, type EventWatcher, type SessionChange, type WatchBacklog, type WatchEvent, type WatchOptions } from "./watch-hub.js";
 
@@ -232,18 +232,18 @@ export class SessionStore implements SessionStoreApi {
   }
 
   /**
-   * The durable entries with seq ≥ `fromSeq`, at most `limit` (0: all), in journal order: each as
-   * the seed wrote it (without berth's bookkeeping fields), with the idempotency key it was
-   * appended with and its line's checksum verdict.
+   * The session's last durable seq and its entries with seq ≥ `fromSeq` up to it, at most `limit`
+   * (0: all), in journal order: each as the seed wrote it (without berth's bookkeeping fields), with
+   * the idempotency key it was appended with and its line's checksum verdict. Both as of the call.
    */
-  read(sessionId: string, fromSeq = 1, limit = 0): AsyncIterableIterator<StoredEntry> {
+  read(sessionId: string, fromSeq = 1, limit = 0): JournalReading | null {
     this.assertOpen();
     checkSessionId(sessionId);
     checkFromSeq(fromSeq);
     checkReadLimit(limit);
     const journal = this.journals.open(sessionId);
-    if (!journal?.exists) return emptyIterator();
-    return journal.reader(fromSeq, limit)();
+    if (!journal?.exists) return null;
+    return { lastSeq: journal.nextSeq - 1, entries: journal.reader(fromSeq, limit)() };
   }
 
   /**
@@ -282,7 +282,7 @@ export class SessionStore implements SessionStoreApi {
         const view = this.getSnapshot(id, { includeCompleted: true });
         return view?.exists ? view : undefined;
       },
-      entries: (id) => this.read(id, 1, 0),
+      entries: (id) => this.read(id, 1, 0)?.entries ?? emptyIterator(),
       delete: (id, lastSeq) => this.delete(id, { expectedSeq: lastSeq }),
     };
   }

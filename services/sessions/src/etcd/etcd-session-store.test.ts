@@ -39,7 +39,7 @@ function instances(count: number, storeClient: (c: EtcdClient, index: number) =>
 /** The snapshot a replay of the session's journal builds up to `seq`. */
 async function replayed(store: EtcdSessionStore, sessionId: string, seq: number): Promise<SessionSnapshot> {
   let snapshot = baseSnapshot(sessionId);
-  for await (const stored of store.read(sessionId, 1, seq)) snapshot = applyEvent(snapshot, stored.entry);
+  for await (const stored of (await store.read(sessionId, 1, seq))!.entries) snapshot = applyEvent(snapshot, stored.entry);
   return snapshot;
 }
 
@@ -61,6 +61,21 @@ describe("the etcd session store", () => {
       expect(view).toMatchObject({ lastSeq: 12, exists: true });
       expect(comparable(view!.snapshot)).toEqual(comparable(await replayed(a!, "mixed", 12)));
     }
+  });
+
+  it("reads a journal as of one moment: its last seq and its entries agree whatever is appended or deleted through another instance meanwhile", async () => {
+    const [a, b] = instances(2);
+    for (let i = 1; i <= 3; i++) await a!.append("moment", [{ type: "generate", pageUrl: `/p${i}`, count: i }]);
+    const reading = (await a!.read("moment", 2))!;
+    expect(reading.lastSeq).toBe(3);
+    await b!.append("moment", [{ type: "generate", pageUrl: "/later", count: 4 }]);
+    await b!.delete("moment");
+    const seqs: number[] = [];
+    for await (const stored of reading.entries) seqs.push(stored.entry.seq);
+    expect(seqs).toEqual([2, 3]);
+    // Deleted: no journal, as the file store answers it.
+    expect(await a!.read("moment")).toBeNull();
+    expect(await a!.read("never")).toBeNull();
   });
 
   it("writes the plain appends that queued behind each other on one session together, in order, in one transaction", async () => {

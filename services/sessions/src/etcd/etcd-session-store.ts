@@ -24,7 +24,7 @@ import type { Logger } from "@berth/shared/logger";
 import type { StoredEntry } from "../journal/journal-store.js";
 import { applyEvent, baseSnapshot, type SessionSnapshot } from "../reducer.js";
 import { UNAVAILABLE_RETRY_AFTER_MS } from "../session-refusals.js";
-import type { SessionStoreApi, SessionStoreLimits, SessionView } from "../session-store-api.js";
+import type { JournalReading, SessionStoreApi, SessionStoreLimits, SessionView } from "../session-store-api.js";
 import { isCompletedPhase } from "../vocabulary.js";
 import { DEFAULT_MAX_BUFFERED, type EventWatcher, type SessionChange, type WatchEvent, type WatchOptions } from "../watch-hub.js";
 import {
@@ -336,16 +336,14 @@ export class EtcdSessionStore implements SessionStoreApi {
     return { lastSeq };
   }
 
-  read(sessionId: string, fromSeq = 1, limit = 0): AsyncIterableIterator<StoredEntry> {
+  async read(sessionId: string, fromSeq = 1, limit = 0): Promise<JournalReading | null> {
     this.assertOpen();
     checkSessionId(sessionId);
     checkFromSeq(fromSeq);
     checkReadLimit(limit);
-    const journal = this.journal;
-    return (async function* () {
-      const read = await journal.read(sessionId, fromSeq, limit);
-      yield* read.entries();
-    })();
+    // The head and the first page in one transaction: the last seq and the entries agree.
+    const read = await this.journal.read(sessionId, fromSeq, limit);
+    return read.incarnation === 0n ? null : { lastSeq: read.lastSeq, entries: read.entries() };
   }
 
   // ---------------------------------------------------------------- watches

@@ -232,11 +232,10 @@ export function createSessionHandlers(options: SessionHandlerOptions): ServiceIm
       const sessionId = checkSessionId(req.sessionId);
       const fromSeq = Math.max(1, nonNegativeSeq(req.fromSeq, "from_seq"));
       if (req.limit < 0) throw invalidArgument("limit", "must be 0 (no limit) or positive");
-      // The file store answers at once: the read below then starts in the same turn as the view.
-      const answer = store.getSnapshot(sessionId, { includeCompleted: true });
-      const view = answer instanceof Promise ? await answer : answer;
-      if (view === null || !view.exists) throw sessionNotFound(sessionId);
-      const lastSeq = view.lastSeq;
+      // The last seq and the entries as of one moment: the read ends where its last seq is.
+      const reading = await store.read(sessionId, fromSeq, req.limit);
+      if (reading === null) throw sessionNotFound(sessionId);
+      const { lastSeq, entries } = reading;
       if (fromSeq > lastSeq + 1) {
         throw new BerthError(
           "out_of_range",
@@ -245,8 +244,6 @@ export function createSessionHandlers(options: SessionHandlerOptions): ServiceIm
           { reason: "SEQ_OUT_OF_RANGE" },
         );
       }
-      // In the same turn as the view: the read ends where the view's last seq is.
-      const entries = store.read(sessionId, fromSeq, req.limit);
       let batch: JournalEntryMessage[] = [];
       let bytes = 0;
       let sent = 0;
@@ -631,7 +628,8 @@ function watchSessionsChange(change: SessionChangeMessage): WatchSessionsRespons
 /** The session's entry at `seq` (its last), read from the journal; undefined when it has none. */
 async function lastEntry(store: SessionStoreApi, sessionId: string, seq: number): Promise<JournalEntry | undefined> {
   if (seq < 1) return undefined;
-  const entries = store.read(sessionId, seq, 1);
+  const entries = (await store.read(sessionId, seq, 1))?.entries;
+  if (entries === undefined) return undefined;
   try {
     const step = await entries.next();
     return step.done ? undefined : step.value.entry;
