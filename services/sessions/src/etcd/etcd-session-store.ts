@@ -21,7 +21,6 @@ import { checkFromSeq, checkReadLimit, checkIdempotencyKey, MAX_IDEMPOTENCY_KEY_
 import type { AppendOptions, AppendResult } from "../append-pipeline.js";
 import { eventsDigest } from "../event-digest.js";
 import type { Logger } from "@berth/shared/logger";
-import type { StoredEntry } from "../journal/journal-store.js";
 import { applyEvent, baseSnapshot, type SessionSnapshot } from "../reducer.js";
 import { UNAVAILABLE_RETRY_AFTER_MS } from "../session-refusals.js";
 import type { JournalReading, SessionStoreApi, SessionStoreLimits, SessionView } from "../session-store-api.js";
