@@ -10,7 +10,7 @@
  * only its own service's generated code (`npm run bench -- cli` measures it). Two more things a
  * one-RPC command paid for without using: the global `Headers` (all of undici behind it; the
  * bundle uses src/headers.ts instead) and `node:http2`/`node:https` (loaded on first use, by
- * src/lazy-builtin.ts). Minified without renaming: less to parse, names kept for stack traces.
+ * src/lazy-builtin.ts, as is `node:http`, whose namespace loads undici on Node 22 and later). Minified without renaming: less to parse, names kept for stack traces.
  *
  * `berth up` runs the services themselves: they stay outside the bundle, loaded from their
  * packages when `up` runs.
@@ -23,8 +23,11 @@ import { rolldown } from "rolldown";
 const dist = fileURLToPath(new URL("../dist/", import.meta.url));
 rmSync(`${dist}chunks`, { recursive: true, force: true });
 
-// Connect's Node transports import these at the top and use them only inside functions.
-const LAZY_BUILTINS = ["node:http2", "node:https"];
+// Connect's Node transports import these at the top and use them only inside functions. `node:http`
+// too, though a one-call command uses it: imported as a namespace, Node 22+ reads every export of
+// it, and its `WebSocket`, `CloseEvent` and `MessageEvent` getters load all of undici (with http2,
+// TLS and crypto); required, it loads only itself.
+const LAZY_BUILTINS = ["node:http", "node:http2", "node:https"];
 const madeLazy = new Set();
 /** @type {import("rolldown").Plugin} */
 const lazyBuiltins = {
@@ -37,7 +40,8 @@ const lazyBuiltins = {
       if (!LAZY_BUILTINS.includes(name)) return line;
       changed = true;
       madeLazy.add(name);
-      return `import { lazyBuiltin as __lazyBuiltin } from ${JSON.stringify(`${dist}lazy-builtin.js`)}; const ${local} = __lazyBuiltin(${JSON.stringify(name)});`;
+      // One import name per line: a file may have several of these imports.
+      return `import { lazyBuiltin as __lazy_${local} } from ${JSON.stringify(`${dist}lazy-builtin.js`)}; const ${local} = __lazy_${local}(${JSON.stringify(name)});`;
     });
     // `map: null`: the lines stay where they were, so the source map of the file still holds.
     return changed ? { code: out, map: null } : null;
