@@ -23,14 +23,38 @@
  * - `client_cpu`: what one put costs this process's CPU, through berth's client (connect-node's gRPC
  *   transport) and through @grpc/grpc-js sending the same generated messages, one call at a time.
  *
+ * Across instances: two sessions service processes on the same etcd (`--store etcd`, one prefix: A
+ * and B), and a file-store process (`--fsync=batch`) for the same figures on files, measured on the
+ * first `--members` value only (its figures do not depend on etcd).
+ *
+ * - `lock_handoff`: `--handoffs` (200) handoffs of one lock, one at a time, from a holder to a
+ *   waiter already queued (Inspect shows it), timed from the holder letting go to the waiter's
+ *   grant arriving: the holder through A and the waiter through B (`etcd_two_instances`), both
+ *   through A (`etcd_one_instance`), both through the file store's process (`file`); by Acquire and
+ *   a Release RPC (`lease`) and by Hold streams the holder cancels (`hold`). Beside each: the empty
+ *   RPC's latency on the holder's instance and, on etcd, one put's (one etcd round trip).
+ * - `watch_delivery`: a writer appends `--watch-rate` (50) events a second for `--seconds` through
+ *   A (or the file process) while `--watchers` (1,16) WatchSession watchers (with snapshots) follow
+ *   the session through B, through A, or through the file process: each delivery's time from the
+ *   append's sending (p50/p99) and from its acknowledgement (negative: the watcher had it first).
+ * - `append_round_trips`: AppendEvent one at a time through A, counted in etcd calls by etcd
+ *   itself (its gRPC counters on `/metrics`) per append, on one session, each on a new session, and
+ *   on one session through A and B in turn; then the steady append's p50 beyond the empty RPC's,
+ *   against one append-shaped transaction's p50 from this process: the claim "an append costs at
+ *   most one etcd round trip beyond the RPC", read both ways.
+ *
  * The client talks to the leader first (on three members a follower would add a hop). Each
  * figure's `p50_ms`/`p99_ms` are per call; `client_cpu_ms_per_s` is this process's CPU while it
  * ran (near 1000: the client, not etcd, set the pace).
  *
  * `npm run bench -- etcd [--seconds=4] [--members=1,3] [--value-bytes=256] [--check-perf=xl|l|m|s|off]
- * [--only=put,txn_batch,store_append,service_append,client_cpu,check_perf]`
+ * [--handoffs=200] [--watchers=1,16] [--watch-rate=50]
+ * [--only=put,txn_batch,store_append,service_append,lock_handoff,watch_delivery,append_round_trips,client_cpu,check_perf]`
  */
 import { spawn } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import * as path from "node:path";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import * as grpc from "@grpc/grpc-js";
 import { compare, createEtcdClient, op, type EtcdClient } from "@berth/etcd";
@@ -41,8 +65,22 @@ import { closedLoop } from "../lib/load.js";
 import { emptyRpcReference, grpcServiceClient, target, unary } from "../lib/grpc-clients.js";
 import { startBenchServer } from "../lib/server.js";
 import { emit, percentiles, ratio } from "../lib/report.js";
+import { appendRoundTrips } from "./etcd/append-round-trips.js";
+import { startInstances } from "./etcd/instances.js";
+import { lockHandoff } from "./etcd/lock-handoff.js";
+import { watchDelivery } from "./etcd/watch-delivery.js";
 
-const PARTS = ["put", "txn_batch", "store_append", "service_append", "client_cpu", "check_perf"] as const;
+const PARTS = [
+  "put",
+  "txn_batch",
+  "store_append",
+  "service_append",
+  "lock_handoff",
+  "watch_delivery",
+  "append_round_trips",
+  "client_cpu",
+  "check_perf",
+] as const;
 type Part = (typeof PARTS)[number];
 
 interface Settings {
@@ -50,10 +88,22 @@ interface Settings {
   members: number[];
   valueBytes: number;
   checkPerf: string;
+  handoffs: number;
+  watchers: number[];
+  watchRate: number;
   only: Set<Part> | undefined;
 }
 
-const DEFAULTS: Settings = { seconds: 4, members: [1, 3], valueBytes: 256, checkPerf: "xl", only: undefined };
+const DEFAULTS: Settings = {
+  seconds: 4,
+  members: [1, 3],
+  valueBytes: 256,
+  checkPerf: "xl",
+  handoffs: 200,
+  watchers: [1, 16],
+  watchRate: 50,
+  only: undefined,
+};
 const MAX_CONNECTIONS = 16;
 const BATCH = 100;
 
@@ -77,6 +127,9 @@ export async function run(args: string[] = []): Promise<void> {
           await storeRate(clients, members, 16, BATCH, settings, batchedPuts);
         }
         if (wants("service_append")) await serviceAppend(endpoints, members, settings, batchedPuts);
+        if (wants("lock_handoff") || wants("watch_delivery") || wants("append_round_trips")) {
+          await acrossInstances(endpoints, etcd, clients[0]!, members, members === settings.members[0], settings, wants);
+        }
         if (wants("client_cpu")) await clientCpu(clients[0]!, leader.clientUrl, members, settings);
       } finally {
         for (const c of clients) c.close();
@@ -241,6 +294,29 @@ async function serviceAppend(endpoints: string[], members: number, settings: Set
   }
 }
 
+/** The parts that need sessions instances: two on this etcd (A, B) and, when `withFile`, one on files. */
+async function acrossInstances(
+  endpoints: string[],
+  etcd: EtcdCluster,
+  client: EtcdClient,
+  members: number,
+  withFile: boolean,
+  settings: Settings,
+  wants: (part: Part) => boolean,
+): Promise<void> {
+  const project = mkdtempSync(path.join(tmpdir(), "berth-bench-etcd-project-"));
+  const instances = await startInstances(endpoints, withFile);
+  try {
+    if (wants("lock_handoff")) await lockHandoff(instances.routes, { client, memberUrls: etcd.clientUrls }, members, { handoffs: settings.handoffs, project });
+    if (wants("watch_delivery"))
+      await watchDelivery(instances.routes, members, { watchers: settings.watchers, rate: settings.watchRate, seconds: settings.seconds });
+    if (wants("append_round_trips")) await appendRoundTrips(instances.a, instances.b, client, etcd.clientUrls, members, settings.seconds);
+  } finally {
+    await instances.stop();
+    rmSync(project, { recursive: true, force: true });
+  }
+}
+
 /** CPU and wall time per sequential put, berth's client against grpc-js carrying the same messages. */
 async function clientCpu(client: EtcdClient, leaderUrl: string, members: number, settings: Settings): Promise<void> {
   const value = new Uint8Array(settings.valueBytes).fill(0x63);
@@ -349,12 +425,23 @@ function parse(args: string[]): Settings {
         if (!["xl", "l", "m", "s", "off"].includes(value)) throw new Error(`--check-perf: one of xl, l, m, s, off`);
         settings.checkPerf = value;
         break;
+      case "handoffs":
+        settings.handoffs = positive(name, value);
+        break;
+      case "watchers":
+        settings.watchers = value.split(",").map((w) => positive(name, w));
+        break;
+      case "watch-rate":
+        settings.watchRate = positive(name, value);
+        break;
       case "only":
         settings.only = new Set(value.split(",").filter(Boolean) as Part[]);
         for (const part of settings.only) if (!PARTS.includes(part)) throw new Error(`--only: unknown part ${part}; parts: ${PARTS.join(", ")}`);
         break;
       default:
-        throw new Error(`unknown flag ${arg}; flags: --seconds=N --members=1,3 --value-bytes=N --check-perf=xl|l|m|s|off --only=${PARTS.join(",")}`);
+        throw new Error(
+          `unknown flag ${arg}; flags: --seconds=N --members=1,3 --value-bytes=N --check-perf=xl|l|m|s|off --handoffs=N --watchers=1,16 --watch-rate=N --only=${PARTS.join(",")}`,
+        );
     }
   }
   return settings;

@@ -100,7 +100,7 @@ export async function run(args: string[] = []): Promise<void> {
 }
 
 /** A grpc-js LockService client on its own connection. */
-function lockClient(url: string): grpc.Client {
+export function lockClient(url: string): grpc.Client {
   const LockService = grpcServiceClient(LOCK_PROTO, LOCK_SERVICE);
   // A private subchannel pool: grpc-js would otherwise share one connection among clients.
   return new LockService(target(url), grpc.credentials.createInsecure(), { "grpc.use_local_subchannel_pool": 1 });
@@ -163,20 +163,20 @@ const PROBE_INTERVAL_MS = 20;
  * How the contended sections take and give back the lock: `lease` by Acquire and a Release RPC;
  * `hold` by a Hold stream that the holder cancels (one RST_STREAM frame: no RPC to answer).
  */
-type SectionMode = "lease" | "hold";
+export type SectionMode = "lease" | "hold";
 
 /** A granted section: its fencing token, and how to let go of the lock. */
-interface HeldSection {
+export interface HeldSection {
   fencingToken: number;
   release(): Promise<void>;
 }
 
-async function leaseSection(client: grpc.Client, file: string, owner: string): Promise<HeldSection> {
+export async function leaseSection(client: grpc.Client, file: string, owner: string): Promise<HeldSection> {
   const { lease } = await unary<{ lease: GrpcLease }>(client, "acquire", { file, owner, maxWait: { seconds: 60 }, ttl: { seconds: 30 } });
   return { fencingToken: lease.fencingToken, release: () => unary(client, "release", { leaseToken: lease.leaseToken }).then(() => {}) };
 }
 
-function holdSection(client: grpc.Client, file: string, owner: string): Promise<HeldSection> {
+export function holdSection(client: grpc.Client, file: string, owner: string): Promise<HeldSection> {
   return new Promise((resolve, reject) => {
     const call = (client as unknown as Record<string, (...args: unknown[]) => unknown>)["hold"]!({
       file,
@@ -545,7 +545,7 @@ async function waitForFree(url: string, file: string): Promise<void> {
   }
 }
 
-function withTimeout<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
+export function withTimeout<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
   return Promise.race([
     promise,

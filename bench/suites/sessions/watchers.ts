@@ -17,7 +17,7 @@ export interface WatchMessage {
 }
 
 /** What the lean watcher client reads of a WatchSessionResponse. */
-interface LeanWatchMessage {
+export interface LeanWatchMessage {
   kind: "entry" | "caughtUp" | undefined;
   /** The entry's seq, or the caught-up marker's last seq. */
   seq: number;
@@ -30,7 +30,7 @@ interface LeanWatchMessage {
 const WATCH_SESSION_PATH = "/berth.sessions.v1.SessionService/WatchSession";
 
 /** One raw WatchSession call: cancel it, or learn how it ended (its grpc-status). */
-interface RawWatch {
+export interface RawWatch {
   cancel(): void;
   status: string | undefined;
 }
@@ -42,7 +42,7 @@ interface RawWatch {
  * watchers decoding every snapshot in the bench process cost about as much CPU as the service,
  * and on a 2-core machine the figures would then measure the client.
  */
-function rawWatch(
+export function rawWatch(
   session: http2.ClientHttp2Session,
   request: { sessionId: string; fromSeq: number; includeSnapshot: boolean; maxBatch: number },
   onMessage: (message: LeanWatchMessage) => void,

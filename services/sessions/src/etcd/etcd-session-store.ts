@@ -5,8 +5,9 @@
  * etcd is the one authority: an append is the journal's transaction (head, idempotency key and
  * fence compared there), a read or a watch asks etcd, and nothing an instance keeps in memory
  * decides anything. What it keeps is a cache of snapshots (the reducer's state at a seq of an
- * incarnation of a session), so that an append through the instance that saw the previous one,
- * or a GetSnapshot of an unchanged session, costs one round trip; a miss rebuilds the state from
+ * incarnation of a session), so that an append through the instance that saw the previous one (or
+ * the append that creates a session), or a GetSnapshot of an unchanged session, costs one round
+ * trip; a miss rebuilds the state from
  * the snapshot cached in etcd plus the entries after it. Every few appends an instance writes the
  * snapshot it has to etcd's cache (`s/<session>`), so that rebuilding never replays much.
  *
@@ -222,7 +223,10 @@ export class EtcdSessionStore implements SessionStoreApi {
 
   /** The snapshot after an append this instance wrote: from the one before it when known, else rebuilt. */
   private async afterAppend(sessionId: string, result: EtcdAppendResult): Promise<SessionSnapshot> {
-    const before = this.known.get(sessionId);
+    // An append at seq 1 created its session (the head it compared was absent): nothing came before
+    // it to read back, whatever this instance remembers of an earlier incarnation.
+    const before: Known | undefined =
+      result.firstSeq === 1 ? { incarnation: result.incarnation, seq: 0, snapshot: baseSnapshot(sessionId), savedSeq: 0 } : this.known.get(sessionId);
     let known: Known;
     if (before !== undefined && before.incarnation === result.incarnation && before.seq === result.firstSeq - 1) {
       let snapshot = before.snapshot;
