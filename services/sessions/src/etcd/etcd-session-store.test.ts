@@ -43,6 +43,32 @@ async function replayed(store: EtcdSessionStore, sessionId: string, seq: number)
   return snapshot;
 }
 
+/** A store whose journal's etcd calls are listed in `calls` (by client method). */
+function countedStore(snapshotEvery?: number): { store: EtcdSessionStore; calls: string[] } {
+  const prefix = `s${++prefixes}/`;
+  const client = createEtcdClient({ endpoints: etcd.clientUrls, prefix });
+  clients.push(client);
+  const calls: string[] = [];
+  const counted = new Proxy(client, {
+    get(target, name, receiver) {
+      const value: unknown = Reflect.get(target, name, receiver);
+      if (typeof value !== "function") return value;
+      return (...args: unknown[]) => {
+        calls.push(String(name));
+        return (value as (...a: unknown[]) => unknown).apply(target, args);
+      };
+    },
+  });
+  const store = new EtcdSessionStore({
+    journal: new EtcdJournal({ client: counted }),
+    client,
+    ...LIMITS,
+    ...(snapshotEvery === undefined ? {} : { snapshotEvery }),
+  });
+  stores.push(store);
+  return { store, calls };
+}
+
 const comparable = (snapshot: SessionSnapshot) => JSON.parse(JSON.stringify({ ...snapshot, updatedAt: undefined })) as unknown;
 
 describe("the etcd session store", () => {
@@ -79,22 +105,7 @@ describe("the etcd session store", () => {
   });
 
   it("creates a session in one round trip: its first append (and a re-created session's) reads nothing back", async () => {
-    const prefix = `s${++prefixes}/`;
-    const client = createEtcdClient({ endpoints: etcd.clientUrls, prefix });
-    clients.push(client);
-    const calls: string[] = [];
-    const counted = new Proxy(client, {
-      get(target, name, receiver) {
-        const value: unknown = Reflect.get(target, name, receiver);
-        if (typeof value !== "function") return value;
-        return (...args: unknown[]) => {
-          calls.push(String(name));
-          return (value as (...a: unknown[]) => unknown).apply(target, args);
-        };
-      },
-    });
-    const store = new EtcdSessionStore({ journal: new EtcdJournal({ client: counted }), client, ...LIMITS, snapshotEvery: 100 });
-    stores.push(store);
+    const { store, calls } = countedStore(100);
     const first = await store.append("created", [{ type: "generate", pageUrl: "/p1", count: 1 }]);
     expect(calls).toEqual(["txn"]);
     expect(comparable(first.snapshot)).toEqual(comparable(await replayed(store, "created", 1)));
@@ -106,6 +117,17 @@ describe("the etcd session store", () => {
     expect(again.lastSeq).toBe(1);
     expect(comparable(again.snapshot)).toEqual(comparable(await replayed(store, "created", 1)));
     expect(store.stats().rebuilds).toBe(0);
+  });
+
+  it("caches a snapshot in etcd every 1,000 entries or 100 appends, whichever comes first, so that appends of 100 events do not write one each", async () => {
+    const { store, calls } = countedStore();
+    const hundred = (n: number) => Array.from({ length: 100 }, (_, i) => ({ type: "generate", pageUrl: `/p${n}-${i}`, count: i }));
+    for (let n = 0; n < 25; n++) await store.append("big", hundred(n));
+    // 25 appends and a snapshot after the 10th and the 20th.
+    expect(calls.filter((c) => c === "txn")).toHaveLength(27);
+    calls.length = 0;
+    for (let n = 0; n < 150; n++) await store.append("small", [{ type: "generate", pageUrl: `/p${n}`, count: n }]);
+    expect(calls.filter((c) => c === "txn")).toHaveLength(151);
   });
 
   it("writes the plain appends that queued behind each other on one session together, in order, in one transaction", async () => {

@@ -41,8 +41,15 @@ import { HEADS } from "./store-keys.js";
 
 /** Sessions whose snapshot an instance keeps by default. */
 export const DEFAULT_ETCD_SNAPSHOT_CACHE = 10_000;
-/** Entries appended through an instance after which it writes the session's snapshot to etcd. */
-export const DEFAULT_SNAPSHOT_EVERY = 100;
+/**
+ * An instance writes a session's snapshot to etcd once this many entries, or
+ * {@link SNAPSHOT_EVERY_APPENDS} appends, went into the journal after the last one it knows of. A
+ * rebuild reads the snapshot and the appends after it (one key each) and reduces their entries: the
+ * appends bound what it reads, the entries what it reduces. By entries alone, AppendEvents of 100
+ * events wrote a snapshot after every append, as many etcd writes again as the appends themselves.
+ */
+export const DEFAULT_SNAPSHOT_EVERY = 1000;
+const SNAPSHOT_EVERY_APPENDS = 100;
 /** Sessions whose state ListSessions rebuilds at once. */
 const LIST_CONCURRENCY = 32;
 
@@ -59,7 +66,7 @@ export interface EtcdSessionStoreOptions {
   readonly maxBuffered?: number;
   /** Sessions whose snapshot this instance keeps (default {@link DEFAULT_ETCD_SNAPSHOT_CACHE}). */
   readonly cacheSize?: number;
-  /** Entries after which a snapshot is written to etcd (default {@link DEFAULT_SNAPSHOT_EVERY}). */
+  /** Entries after which a snapshot is written to etcd (default {@link DEFAULT_SNAPSHOT_EVERY}; or 100 appends, whichever comes first). */
   readonly snapshotEvery?: number;
 }
 
@@ -87,6 +94,8 @@ interface Known {
   readonly snapshot: SessionSnapshot;
   /** The seq of the snapshot last written to etcd (as far as this instance knows). */
   readonly savedSeq: number;
+  /** Appends (journal keys) after it, as far as this instance knows: at most the entries after it. */
+  readonly unsavedAppends: number;
 }
 
 /** The session store on etcd; see the module comment. */
@@ -226,12 +235,14 @@ export class EtcdSessionStore implements SessionStoreApi {
     // An append at seq 1 created its session (the head it compared was absent): nothing came before
     // it to read back, whatever this instance remembers of an earlier incarnation.
     const before: Known | undefined =
-      result.firstSeq === 1 ? { incarnation: result.incarnation, seq: 0, snapshot: baseSnapshot(sessionId), savedSeq: 0 } : this.known.get(sessionId);
+      result.firstSeq === 1
+        ? { incarnation: result.incarnation, seq: 0, snapshot: baseSnapshot(sessionId), savedSeq: 0, unsavedAppends: 0 }
+        : this.known.get(sessionId);
     let known: Known;
     if (before !== undefined && before.incarnation === result.incarnation && before.seq === result.firstSeq - 1) {
       let snapshot = before.snapshot;
       for (const entry of result.entries) snapshot = applyEvent(snapshot, entry, { now: this.now });
-      known = { incarnation: result.incarnation, seq: result.lastSeq, snapshot, savedSeq: before.savedSeq };
+      known = { incarnation: result.incarnation, seq: result.lastSeq, snapshot, savedSeq: before.savedSeq, unsavedAppends: before.unsavedAppends + 1 };
     } else {
       const state = await this.stateAt(sessionId, result.lastSeq);
       known = {
@@ -239,10 +250,11 @@ export class EtcdSessionStore implements SessionStoreApi {
         seq: state.lastSeq,
         snapshot: state.snapshot,
         savedSeq: before?.incarnation === state.incarnation ? before.savedSeq : 0,
+        unsavedAppends: state.lastSeq - (before?.incarnation === state.incarnation ? before.savedSeq : 0),
       };
     }
     this.remember(sessionId, known);
-    if (known.seq - known.savedSeq >= this.snapshotEvery) this.save(sessionId, known);
+    if (known.seq - known.savedSeq >= this.snapshotEvery || known.unsavedAppends >= SNAPSHOT_EVERY_APPENDS) this.save(sessionId, known);
     return known.snapshot;
   }
 
@@ -256,7 +268,7 @@ export class EtcdSessionStore implements SessionStoreApi {
 
   /** Writes `known` to etcd's snapshot cache, in the background (a failure only costs a longer rebuild). */
   private save(sessionId: string, known: Known): void {
-    this.remember(sessionId, { ...known, savedSeq: known.seq });
+    this.remember(sessionId, { ...known, savedSeq: known.seq, unsavedAppends: 0 });
     void this.track(
       this.journal.saveSnapshot(sessionId, { seq: known.seq, incarnation: known.incarnation, snapshot: known.snapshot }).catch((error: unknown) => {
         this.logger?.warn({ sessionId, err: error }, "snapshot not cached in etcd");
@@ -295,6 +307,7 @@ export class EtcdSessionStore implements SessionStoreApi {
         seq: state.lastSeq,
         snapshot: state.snapshot,
         savedSeq: known?.incarnation === state.incarnation ? known.savedSeq : 0,
+        unsavedAppends: state.lastSeq - (known?.incarnation === state.incarnation ? known.savedSeq : 0),
       });
     return { sessionId, snapshot: state.snapshot, lastSeq: state.lastSeq, exists: state.exists };
   }
@@ -326,7 +339,7 @@ export class EtcdSessionStore implements SessionStoreApi {
     const state = await this.journal.state(sessionId, { now: this.now });
     if (!state.exists) return { sessionId, snapshot: baseSnapshot(sessionId), lastSeq: 0, exists: false };
     await this.journal.saveSnapshot(sessionId, { seq: state.lastSeq, incarnation: state.incarnation, snapshot: state.snapshot });
-    this.remember(sessionId, { incarnation: state.incarnation, seq: state.lastSeq, snapshot: state.snapshot, savedSeq: state.lastSeq });
+    this.remember(sessionId, { incarnation: state.incarnation, seq: state.lastSeq, snapshot: state.snapshot, savedSeq: state.lastSeq, unsavedAppends: 0 });
     return { sessionId, snapshot: state.snapshot, lastSeq: state.lastSeq, exists: true };
   }
 
