@@ -83,6 +83,36 @@ describe("one lock across instances", () => {
     expect(await a!.locks.inspect(FILE)).toMatchObject({ holder: null, waiters: [] });
   });
 
+  it("hands over in one etcd round trip on the waiter's side once the holder's key goes: the grant and since when it holds in one transaction", async () => {
+    const [a, b] = instances(2);
+    const calls: string[] = [];
+    const counted = new Proxy(b!.client, {
+      get(target, name, receiver) {
+        const value: unknown = Reflect.get(target, name, receiver);
+        if (typeof value !== "function") return value;
+        return (...args: unknown[]) => {
+          calls.push(String(name));
+          return (value as (...a: unknown[]) => unknown).apply(target, args);
+        };
+      },
+    });
+    const waiterLocks = new EtcdLocks({ client: counted, instance: "berth-counted" });
+    const held = await a!.locks.acquire(request("holder"));
+    const wait = queued(request("next"));
+    const granting = waiterLocks.acquire(wait.request);
+    await wait.waiting;
+    const before = calls.length;
+    const releasedAt = Date.now();
+    await held.release();
+    const grant = await granting;
+    // After the watch saw the holder's key go: one transaction, no read of the queue and no second write.
+    expect(calls.slice(before)).toEqual(["txn"]);
+    const holder = (await a!.locks.inspect(FILE)).holder!;
+    expect(holder).toMatchObject({ owner: "next", token: grant.token });
+    expect(holder.since).toBeGreaterThanOrEqual(releasedAt - 1000);
+    await grant.release();
+  });
+
   it("serves waiters from both instances in the order they queued, with tokens that only rise", async () => {
     const [a, b] = instances(2);
     const first = await a!.locks.acquire(request("w0"));

@@ -18,7 +18,7 @@
 import { systemClock, type Clock } from "@berth/shared/clock";
 import { BerthError } from "@berth/shared/errors";
 import { formatDuration } from "@berth/shared/units";
-import { EtcdLeaseLostError, op, type EtcdClient, type EtcdLease, type KeyValue, type RangeResult, type TxnOpResult } from "@berth/etcd";
+import { compare, EtcdLeaseLostError, op, type EtcdClient, type EtcdLease, type KeyValue, type RangeResult, type TxnOpResult } from "@berth/etcd";
 import { LOCK_RETRY_AFTER_MS, tooManyWaiters } from "../locks/lock-input.js";
 import { fenceRejected, type EtcdFence } from "./etcd-journal.js";
 import { lockWaiterKey, lockWaitersPrefix } from "./store-keys.js";
@@ -145,6 +145,7 @@ export class EtcdLocks {
       const token = put.revision;
       let queue = getResult(put.results[1]);
       let told = "";
+      let acquiredAt = since;
       for (;;) {
         const ahead = queue.kvs.filter((kv) => kv.createRevision < token);
         if (ahead.length === 0) break;
@@ -164,15 +165,21 @@ export class EtcdLocks {
         const predecessor = ahead.at(-1)!;
         await this.deletion(predecessor.key, queue.revision + 1n, stop.signal);
         if (stop.signal.aborted) throw this.whyStopped(request, stop.signal, holder, ahead.length);
-        queue = await this.client.range({ key: prefix, prefix: true, sort: { by: "create", order: "ascend" } });
+        // One round trip: if our key is still there and no key older than it is left, it holds, and
+        // the key says since when (a put keeps its create revision, the token); else the queue now.
+        const now = this.clock.now();
+        const turn = await this.client.txn({
+          compare: [compare.create(key, "==", token), { key: prefix, prefix: true, target: "create", op: ">", against: token - 1n }],
+          success: [op.put(key, JSON.stringify({ ...record, since: now }), lease.id)],
+          failure: [op.get({ key: prefix, prefix: true, sort: { by: "create", order: "ascend" } })],
+        });
+        if (turn.succeeded) {
+          acquiredAt = now;
+          break;
+        }
+        queue = getResult(turn.results[0]);
         // Our own key is gone: the lease expired or was revoked while we waited.
         if (!queue.kvs.some((kv) => kv.key === key)) throw new EtcdLeaseLostError(lease.id, "the waiter's key was deleted while it waited");
-      }
-      let acquiredAt = since;
-      if (told !== "") {
-        // Granted after a wait: the key says since when it holds (a put keeps its create revision, the token).
-        acquiredAt = this.clock.now();
-        await this.client.put(key, JSON.stringify({ ...record, since: acquiredAt }), { lease: lease.id });
       }
       const fence: EtcdFence = { file: request.file, key, token };
       this.rememberFence(fence);
