@@ -96,8 +96,20 @@ export interface JournalRead {
   readonly lastSeq: number;
   /** The head's create revision at `revision` (0n: no session). */
   readonly incarnation: bigint;
+  /** The head's mod revision at `revision` (0n: no session): what a deletion decided on this read compares. */
+  readonly headRevision: bigint;
   /** The entries with seq ≥ the one asked for, in order (pages read at `revision`). */
   entries(): AsyncGenerator<StoredEntry, void, undefined>;
+}
+
+/** A session as a list finds it. */
+export interface ListedSession {
+  readonly sessionId: string;
+  readonly lastSeq: number;
+  /** The head's create revision. */
+  readonly incarnation: bigint;
+  /** The head's mod revision (the last append's). */
+  readonly headRevision: bigint;
 }
 
 /** A session's state rebuilt from etcd: the cached snapshot plus the journal after it. */
@@ -108,6 +120,15 @@ export interface SessionState {
   readonly exists: boolean;
   readonly revision: bigint;
   readonly incarnation: bigint;
+  /** The head's mod revision the state was read at (0n: no session). */
+  readonly headRevision: bigint;
+}
+
+/** A change of a session's head: an append (its transaction's revision) or the session's deletion. */
+export interface HeadChange {
+  readonly sessionId: string;
+  readonly revision: bigint;
+  readonly deleted: boolean;
 }
 
 export interface EtcdJournalOptions {
@@ -327,7 +348,7 @@ export class EtcdJournal {
         page = await client.range({ key: `${last.key}\0`, end: prefixEnd, sort: { by: "key", order: "ascend" }, limit: pageAppends, revision });
       }
     }
-    return { revision, lastSeq: head.seq, incarnation: head.create, entries };
+    return { revision, lastSeq: head.seq, incarnation: head.create, headRevision: head.mod, entries };
   }
 
   /**
@@ -421,14 +442,28 @@ export class EtcdJournal {
   }
 
   /**
+   * Watches the heads of every session from `startRevision`: one change per append transaction
+   * (however many appends it wrote), and one per deletion. Carries no entries: what a follower
+   * that reads a session only when it needs to (the retention of completed sessions) watches.
+   */
+  async *watchHeads(options: { readonly signal?: AbortSignal; readonly startRevision: bigint }): AsyncGenerator<HeadChange, void, undefined> {
+    for await (const batch of this.client.watch({
+      key: HEADS,
+      prefix: true,
+      startRevision: options.startRevision,
+      ...(options.signal ? { signal: options.signal } : {}),
+    })) {
+      for (const event of batch.events) yield { sessionId: sessionOfHead(event.kv.key), revision: event.kv.modRevision, deleted: event.type === "delete" };
+    }
+  }
+
+  /**
    * The sessions with a head (at least one entry), sorted by id, with their last seq: a page after
    * `after`, of at most `limit` (0: all), read at one revision.
    */
-  async list(
-    options: { readonly after?: string; readonly limit?: number } = {},
-  ): Promise<{ sessions: Array<{ sessionId: string; lastSeq: number; incarnation: bigint }>; revision: bigint }> {
+  async list(options: { readonly after?: string; readonly limit?: number } = {}): Promise<{ sessions: ListedSession[]; revision: bigint }> {
     const end = `${HEADS.slice(0, -1)}0`;
-    const sessions: Array<{ sessionId: string; lastSeq: number; incarnation: bigint }> = [];
+    const sessions: ListedSession[] = [];
     let key = options.after === undefined ? HEADS : `${headKey(options.after)}\0`;
     let revision: bigint | undefined;
     const limit = options.limit ?? 0;
@@ -436,7 +471,8 @@ export class EtcdJournal {
       const want = limit > 0 ? Math.min(this.pageAppends, limit - sessions.length) : this.pageAppends;
       const page = await this.client.range({ key, end, limit: want, ...(revision !== undefined ? { revision } : {}) });
       revision ??= page.revision;
-      for (const kv of page.kvs) sessions.push({ sessionId: sessionOfHead(kv.key), lastSeq: headOf(kv).seq, incarnation: kv.createRevision });
+      for (const kv of page.kvs)
+        sessions.push({ sessionId: sessionOfHead(kv.key), lastSeq: headOf(kv).seq, incarnation: kv.createRevision, headRevision: kv.modRevision });
       const last = page.kvs.at(-1);
       if (!page.more || last === undefined || (limit > 0 && sessions.length >= limit)) return { sessions, revision };
       key = `${last.key}\0`;
@@ -456,20 +492,30 @@ export class EtcdJournal {
         throw sessionNotFound(sessionId);
       }
       if (options.expectedSeq !== undefined && options.expectedSeq !== head.seq) throw seqConflict(sessionId, head.seq, options.expectedSeq, undefined);
-      const result = await this.client.txn({
-        compare: [compare.mod(headKey(sessionId), "==", head.mod)],
-        success: [
-          op.delete({ key: entriesPrefix(sessionId), prefix: true }),
-          op.delete({ key: idempotencyPrefix(sessionId), prefix: true }),
-          op.delete({ key: snapshotKey(sessionId) }),
-          op.delete({ key: headKey(sessionId) }),
-        ],
-      });
-      if (result.succeeded) {
-        this.heads.delete(sessionId);
-        return { lastSeq: head.seq, revision: result.revision };
-      }
+      const revision = await this.deleteUnchanged(sessionId, head.mod);
+      if (revision !== undefined) return { lastSeq: head.seq, revision };
     }
+  }
+
+  /**
+   * Deletes the session as {@link delete} does, only if its head is still the one whose mod
+   * revision is `headRevision` (as a read found it): one transaction, no retry, so an append that
+   * landed after that read keeps the session. Resolves the deletion's revision, or undefined when
+   * the head moved or is gone.
+   */
+  async deleteUnchanged(sessionId: string, headRevision: bigint): Promise<bigint | undefined> {
+    const result = await this.client.txn({
+      compare: [compare.mod(headKey(sessionId), "==", headRevision)],
+      success: [
+        op.delete({ key: entriesPrefix(sessionId), prefix: true }),
+        op.delete({ key: idempotencyPrefix(sessionId), prefix: true }),
+        op.delete({ key: snapshotKey(sessionId) }),
+        op.delete({ key: headKey(sessionId) }),
+      ],
+    });
+    if (!result.succeeded) return undefined;
+    this.heads.delete(sessionId);
+    return result.revision;
   }
 
   // ---------------------------------------------------------------- snapshots
@@ -499,7 +545,15 @@ export class EtcdJournal {
     if (seq > 0 && (read.incarnation !== BigInt(String(cached?.incarnation ?? -1)) || seq > read.lastSeq)) return this.rebuild(sessionId, options);
     const now = options.now ?? (() => this.clock.now());
     for await (const stored of read.entries()) snapshot = applyEvent(snapshot, stored.entry, { now });
-    return { sessionId, snapshot, lastSeq: read.lastSeq, exists: read.lastSeq > 0, revision: read.revision, incarnation: read.incarnation };
+    return {
+      sessionId,
+      snapshot,
+      lastSeq: read.lastSeq,
+      exists: read.lastSeq > 0,
+      revision: read.revision,
+      incarnation: read.incarnation,
+      headRevision: read.headRevision,
+    };
   }
 
   /** The state from the first entry, up to `untilSeq` when given. */
@@ -509,7 +563,7 @@ export class EtcdJournal {
     let snapshot = baseSnapshot(sessionId);
     for await (const stored of read.entries()) snapshot = applyEvent(snapshot, stored.entry, { now });
     const lastSeq = untilSeq === undefined ? read.lastSeq : Math.min(untilSeq, read.lastSeq);
-    return { sessionId, snapshot, lastSeq, exists: lastSeq > 0, revision: read.revision, incarnation: read.incarnation };
+    return { sessionId, snapshot, lastSeq, exists: lastSeq > 0, revision: read.revision, incarnation: read.incarnation, headRevision: read.headRevision };
   }
 
   /**
