@@ -10,8 +10,8 @@
  * the snapshot cached in etcd plus the entries after it. Every few appends an instance writes the
  * snapshot it has to etcd's cache (`s/<session>`), so that rebuilding never replays much.
  *
- * Not here (refused at start, see service.ts): the retention of completed sessions, the seed's
- * live directories.
+ * Completed sessions past `completedRetentionMs` are deleted by etcd-retention.ts. Not here
+ * (refused at start, see open-etcd-store.ts): the seed's live directories.
  */
 import { systemClock, type Clock } from "@berth/shared/clock";
 import { BerthError, invalidArgument } from "@berth/shared/errors";
@@ -36,6 +36,7 @@ import {
   type PreparedEvent,
   type SessionState,
 } from "./etcd-journal.js";
+import { EtcdRetention } from "./etcd-retention.js";
 import { PumpedWatcher } from "./pumped-watcher.js";
 import { HEADS } from "./store-keys.js";
 
@@ -61,6 +62,11 @@ export interface EtcdSessionStoreOptions {
   readonly cacheSize?: number;
   /** Entries after which a snapshot is written to etcd (default {@link DEFAULT_SNAPSHOT_EVERY}). */
   readonly snapshotEvery?: number;
+  /**
+   * Completed and discarded sessions are deleted this long after their completing entry: looked at
+   * at start, then as they change and fall due (see etcd-retention.ts). Unset: kept forever.
+   */
+  readonly completedRetentionMs?: number | undefined;
 }
 
 /** Plain appends written together at most (one operation each, and the head's, of etcd's 128 per transaction). */
@@ -109,6 +115,8 @@ export class EtcdSessionStore implements SessionStoreApi {
   /** Per session, this instance's appends waiting for their turn (see inTurn). */
   private readonly turns = new Map<string, QueuedAppend[]>();
   private readonly now: () => number;
+  private readonly completedRetentionMs: number | undefined;
+  private readonly retention: EtcdRetention | undefined;
   private closed = false;
   private rebuilds = 0;
 
@@ -124,6 +132,17 @@ export class EtcdSessionStore implements SessionStoreApi {
     this.cacheSize = options.cacheSize ?? DEFAULT_ETCD_SNAPSHOT_CACHE;
     this.snapshotEvery = options.snapshotEvery ?? DEFAULT_SNAPSHOT_EVERY;
     this.now = () => this.clock.now();
+    this.completedRetentionMs = options.completedRetentionMs;
+    if (options.completedRetentionMs !== undefined) {
+      this.retention = new EtcdRetention({
+        journal: this.journal,
+        retentionMs: options.completedRetentionMs,
+        clock: this.clock,
+        logger: this.logger,
+        deleted: (sessionId) => this.known.delete(sessionId),
+      });
+      void this.track(this.retention.start());
+    }
   }
 
   // ---------------------------------------------------------------- appends
@@ -458,7 +477,7 @@ export class EtcdSessionStore implements SessionStoreApi {
       maxEventsPerAppend: this.maxEventsPerAppend,
       maxBuffered: this.maxBuffered,
       maxIdempotencyKeyLength: MAX_IDEMPOTENCY_KEY_LENGTH,
-      completedRetentionMs: undefined,
+      completedRetentionMs: this.completedRetentionMs,
     };
   }
 
@@ -467,9 +486,19 @@ export class EtcdSessionStore implements SessionStoreApi {
     return { openSessions: this.known.size, watchers: this.watchers.size, rebuilds: this.rebuilds };
   }
 
-  /** Resolves once no append, deletion or snapshot write of this instance is in flight. */
+  /** Runs the sweep of completed sessions now (tests; the store sweeps by itself). */
+  sweepCompleted(): Promise<void> {
+    return this.retention?.sweep() ?? Promise.resolve();
+  }
+
+  /** Resolves once the retention has heard of every append and deletion up to etcd revision `revision` (tests). */
+  retentionSeen(revision: bigint): Promise<void> {
+    return this.retention?.seen(revision) ?? Promise.resolve();
+  }
+
+  /** Resolves once no append, deletion, snapshot write or retention sweep of this instance is in flight. */
   async settled(): Promise<void> {
-    while (this.inflight.size > 0) await Promise.allSettled([...this.inflight]);
+    while (this.inflight.size > 0 || this.retention?.sweeping) await Promise.allSettled([...this.inflight, this.retention?.idle()]);
   }
 
   /** Refuses new calls, ends watchers (unavailable SHUTTING_DOWN), waits for appends in flight. */
@@ -481,6 +510,7 @@ export class EtcdSessionStore implements SessionStoreApi {
       retryAfterMs: UNAVAILABLE_RETRY_AFTER_MS,
     });
     for (const watcher of this.watchers) watcher.fail(shutdown);
+    await this.retention?.stop();
     await this.settled();
   }
 
