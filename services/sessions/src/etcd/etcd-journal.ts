@@ -18,8 +18,20 @@
  */
 import { randomUUID } from "node:crypto";
 import { systemClock, type Clock } from "@berth/shared/clock";
-import { BerthError, invalidArgument } from "@berth/shared/errors";
-import { compare, isEtcdCompacted, op, type EtcdClient, type KeyValue, type RangeResult, type TxnCompare, type TxnOp } from "@berth/etcd";
+import { BerthError, invalidArgument, isBerthError } from "@berth/shared/errors";
+import {
+  compare,
+  EtcdReason,
+  isEtcdCompacted,
+  op,
+  type EtcdClient,
+  type KeyValue,
+  type RangeResult,
+  type TxnCompare,
+  type TxnOp,
+  type TxnRequestInit,
+  type TxnResult,
+} from "@berth/etcd";
 import { AppendTracker, storedEntry } from "../journal/journal-file.js";
 import type { StoredEntry } from "../journal/journal-store.js";
 import { decodeJournalLine, encodeJournalLine, forEachLine, isBlankLine } from "../journal/journal-format.js";
@@ -210,7 +222,7 @@ export class EtcdJournal {
         // The oldest waiter is the holder: its create revision is the current token.
         failure.push(op.get({ key: lockWaitersPrefix(options.fence.file), prefix: true, sort: { by: "create", order: "ascend" }, limit: 1, keysOnly: true }));
       }
-      const result = await this.client.txn({ compare: compares, success, failure });
+      const result = await this.appendTxn(sessionId, bytes, { compare: compares, success, failure });
       if (result.succeeded) {
         // The head key was written by this transaction: its mod revision is the transaction's.
         this.remember(sessionId, { seq: lastSeq, mod: result.revision, create: head.create === 0n ? result.revision : head.create });
@@ -265,7 +277,7 @@ export class EtcdJournal {
       }
       if (bytes + REQUEST_OVERHEAD_BYTES > this.maxRequestBytes) throw appendTooLarge(sessionId, bytes, this.maxRequestBytes);
       success.push(op.put(headKey(sessionId), JSON.stringify({ seq, n: written.at(-1)!.entries.length, w: randomUUID() })));
-      const result = await this.client.txn({
+      const result = await this.appendTxn(sessionId, bytes, {
         compare: [compare.mod(headKey(sessionId), "==", head.mod)],
         success,
         failure: [op.get({ key: headKey(sessionId) })],
@@ -279,6 +291,24 @@ export class EtcdJournal {
       if (got === undefined || !("get" in got)) throw new Error("etcd answered a failed append without its reads");
       head = headOf(got.get.kvs[0]);
       this.remember(sessionId, head);
+    }
+  }
+
+  /** The most an append's journal lines may take (what `--etcd-max-request-bytes` leaves). */
+  get maxAppendBytes(): number {
+    return this.maxRequestBytes - REQUEST_OVERHEAD_BYTES;
+  }
+
+  /**
+   * An append's transaction. etcd's own refusal of its size (its `--max-request-bytes` is lower
+   * than this journal was told) is the caller's, as the check before sending would have said.
+   */
+  private async appendTxn(sessionId: string, bytes: number, request: TxnRequestInit): Promise<TxnResult> {
+    try {
+      return await this.client.txn(request);
+    } catch (error) {
+      if (isBerthError(error) && error.reason === EtcdReason.REQUEST_TOO_LARGE) throw appendRefusedByEtcd(sessionId, bytes, this.maxRequestBytes, error);
+      throw error;
     }
   }
 
@@ -647,14 +677,29 @@ export function fenceRejected(fence: Pick<EtcdFence, "file" | "token">, currentT
 function appendTooLarge(sessionId: string, bytes: number, limit: number): BerthError {
   return new BerthError(
     "invalid_argument",
-    `events: the append to session ${sessionId} is ${bytes} bytes as journal lines, over what one etcd request carries (--max-request-bytes, ${limit} bytes, less room for the head): split the append`,
+    `events: the append to session ${sessionId} is ${bytes} bytes as journal lines, over what one etcd request carries (etcd's --max-request-bytes, ${limit} bytes by --etcd-max-request-bytes, less room for the head): split the append`,
     {
       field: "events",
-      rule: `at most ${limit - REQUEST_OVERHEAD_BYTES} bytes per append (etcd's --max-request-bytes)`,
+      rule: `at most ${limit - REQUEST_OVERHEAD_BYTES} bytes per append (etcd's --max-request-bytes, less room for the head)`,
       limit: limit - REQUEST_OVERHEAD_BYTES,
       size: bytes,
     },
-    { reason: "REQUEST_TOO_LARGE" },
+    { reason: EtcdReason.REQUEST_TOO_LARGE },
+  );
+}
+
+/** etcd refused an append's size that berth's check let through: its `--max-request-bytes` is lower than berth was told. */
+function appendRefusedByEtcd(sessionId: string, bytes: number, told: number, refusal: BerthError): BerthError {
+  return new BerthError(
+    "invalid_argument",
+    `events: etcd refused the append to session ${sessionId} (${bytes} bytes as journal lines) as larger than one request may be: its --max-request-bytes is below the ${told} bytes berth was told (--etcd-max-request-bytes). Split the append, and give berth etcd's limit`,
+    {
+      field: "events",
+      rule: `at most etcd's --max-request-bytes, less room for the head (below the ${told} bytes of --etcd-max-request-bytes)`,
+      size: bytes,
+      ...(typeof refusal.details?.etcd === "string" ? { etcd: refusal.details.etcd } : {}),
+    },
+    { reason: EtcdReason.REQUEST_TOO_LARGE },
   );
 }
 

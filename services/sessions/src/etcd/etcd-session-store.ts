@@ -14,9 +14,9 @@
  * (refused at start, see open-etcd-store.ts): the seed's live directories.
  */
 import { systemClock, type Clock } from "@berth/shared/clock";
-import { BerthError, invalidArgument } from "@berth/shared/errors";
+import { BerthError, invalidArgument, isBerthError } from "@berth/shared/errors";
 import { checkSessionId } from "@berth/shared/safe-id";
-import type { EtcdClient } from "@berth/etcd";
+import { EtcdReason, type EtcdClient } from "@berth/etcd";
 import { checkFromSeq, checkIdempotencyKey, MAX_IDEMPOTENCY_KEY_LENGTH, prepareEvents } from "../append-input.js";
 import type { AppendOptions, AppendResult } from "../append-pipeline.js";
 import { eventsDigest } from "../event-digest.js";
@@ -71,7 +71,11 @@ export interface EtcdSessionStoreOptions {
 
 /** Plain appends written together at most (one operation each, and the head's, of etcd's 128 per transaction). */
 const MAX_GROUP_APPENDS = 64;
-/** Their events' JSON at most, well within etcd's request size (1.5 MiB by default). */
+/**
+ * Their events' JSON at most, well within etcd's request size (1.5 MiB by default); a lower
+ * `--etcd-max-request-bytes` lowers it to half of what one append may take (the JSON is counted,
+ * the journal lines around it are a little more).
+ */
 const MAX_GROUP_BYTES = 512 * 1024;
 
 /** An append waiting for its turn on a session; `options` undefined for a plain one. */
@@ -107,6 +111,8 @@ export class EtcdSessionStore implements SessionStoreApi {
   private readonly maxBuffered: number;
   private readonly cacheSize: number;
   private readonly snapshotEvery: number;
+  /** Plain appends' bytes written together at most. */
+  private readonly groupBytes: number;
   private readonly known = new Map<string, Known>();
   private readonly watchers = new Set<PumpedWatcher<unknown>>();
   /** Watchers of every session not yet sure of their start revision: a list waits for them. */
@@ -131,6 +137,7 @@ export class EtcdSessionStore implements SessionStoreApi {
     this.maxBuffered = options.maxBuffered ?? DEFAULT_MAX_BUFFERED;
     this.cacheSize = options.cacheSize ?? DEFAULT_ETCD_SNAPSHOT_CACHE;
     this.snapshotEvery = options.snapshotEvery ?? DEFAULT_SNAPSHOT_EVERY;
+    this.groupBytes = Math.min(MAX_GROUP_BYTES, Math.floor(this.journal.maxAppendBytes / 2));
     this.now = () => this.clock.now();
     this.completedRetentionMs = options.completedRetentionMs;
     if (options.completedRetentionMs !== undefined) {
@@ -212,7 +219,7 @@ export class EtcdSessionStore implements SessionStoreApi {
       let bytes = first.bytes;
       for (
         let next = queue[0];
-        next !== undefined && next.options === undefined && group.length < MAX_GROUP_APPENDS && bytes + next.bytes <= MAX_GROUP_BYTES;
+        next !== undefined && next.options === undefined && group.length < MAX_GROUP_APPENDS && bytes + next.bytes <= this.groupBytes;
         next = queue[0]
       ) {
         group.push(queue.shift()!);
@@ -225,6 +232,12 @@ export class EtcdSessionStore implements SessionStoreApi {
           group.map((job) => job.events),
         );
       } catch (error) {
+        // Too large together for a lower limit than the journal was told: each goes alone, and
+        // only one too large by itself is refused.
+        if (group.length > 1 && isBerthError(error) && error.reason === EtcdReason.REQUEST_TOO_LARGE) {
+          queue.unshift(...group.map((job) => ({ ...job, options: {} })));
+          continue;
+        }
         for (const job of group) job.reject(error);
         continue;
       }

@@ -54,6 +54,7 @@ export async function openEtcdStore(values: SessionsValues, logger: Logger): Pro
         prefix: values.etcdPrefix,
         etcdVersion: status.version,
         leaseTtlMs: values.etcdLeaseTtl,
+        maxRequestBytes: values.etcdMaxRequestBytes,
         completedRetentionMs: values.completedRetention,
       },
       "sessions and locks on etcd",
@@ -62,7 +63,7 @@ export async function openEtcdStore(values: SessionsValues, logger: Logger): Pro
     client.close();
     throw error;
   }
-  const journal = new EtcdJournal({ client });
+  const journal = new EtcdJournal({ client, maxRequestBytes: values.etcdMaxRequestBytes });
   const etcdLocks = new EtcdLocks({ client });
   const locks = createEtcdSourceLocks({
     locks: etcdLocks,
