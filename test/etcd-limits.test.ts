@@ -115,8 +115,10 @@ describe("etcd's compaction", () => {
     const options = { signal: controller.signal, timeoutMs: 60_000 };
     const one = reader.watchSession({ sessionId: "cut" }, options)[Symbol.asyncIterator]();
     const seqs: number[] = [];
-    for (let step = await one.next(); step.value?.kind.case !== "caughtUp"; step = await one.next()) {
-      if (step.value?.kind.case === "entries") seqs.push(...step.value.kind.value.entries.map((item) => Number(item.entry!.seq)));
+    for (;;) {
+      const message = (await one.next()).value as WatchSessionResponse;
+      if (message.kind.case === "caughtUp") break;
+      if (message.kind.case === "entries") seqs.push(...message.kind.value.entries.map((item) => Number(item.entry!.seq)));
     }
     const all = reader.watchSessions({ includeCurrent: true }, options)[Symbol.asyncIterator]();
     while ((await all.next()).value?.kind.case !== "caughtUp");
