@@ -104,7 +104,7 @@ export const SESSIONS_SETTINGS = defineConfig({
       return ms;
     },
     show: formatDuration,
-    doc: "delete completed and discarded sessions (journal and snapshot files) this long after their completing entry, e.g. 7d; swept at start and then as they fall due (unset: kept forever)",
+    doc: "delete completed and discarded sessions (journals and snapshots, in files or in etcd) this long after their completing entry, e.g. 7d; swept at start and then as they fall due (unset: kept forever)",
   },
   projectRoot: {
     flag: "project-root",
