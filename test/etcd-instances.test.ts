@@ -2,8 +2,9 @@
  * Two sessions services on one etcd (`--store etcd`, a single real member) are one service: an
  * append through one reaches a watcher on the other, in order; a lock held through one blocks
  * Acquire through the other, and its release hands it over; an instance SIGKILLed mid-appends
- * loses nothing it acknowledged, and the locks it granted free when their etcd lease expires. A
- * combination of settings the etcd store cannot serve is refused at start, naming the setting.
+ * loses nothing it acknowledged, and the locks it granted free when their etcd lease expires; with
+ * --completed-retention, a completed session is deleted once, by one of them. A combination of
+ * settings the etcd store cannot serve is refused at start, naming the setting.
  */
 import * as path from "node:path";
 import { Code, ConnectError, type Client } from "@connectrpc/connect";
@@ -159,6 +160,37 @@ describe("an instance killed", () => {
     const next = (await locksOf(b).acquire({ file, owner: "survivor", maxWait: { seconds: 30n } })).lease!;
     expect(Date.now() - started).toBeLessThan(15_000);
     expect(next.fencingToken).toBeGreaterThan(held.fencingToken);
+  });
+});
+
+describe("retention of completed sessions", () => {
+  it("two instances with --completed-retention delete a completed session once, when it falls due", { timeout: 60_000 }, async () => {
+    const [a, b] = await Promise.all([etcdService("retention/", ["--completed-retention", "2s"]), etcdService("retention/", ["--completed-retention", "2s"])]);
+    expect((await sessionsOf(a).getLimits({})).completedRetention).toMatchObject({ seconds: 2n });
+    const controller = new AbortController();
+    const all = sessionsOf(b).watchSessions({ includeCurrent: true }, { signal: controller.signal, timeoutMs: 30_000 })[Symbol.asyncIterator]();
+    expect((await all.next()).value?.kind.case).toBe("caughtUp");
+    const writer = sessionsOf(a);
+    await writer.appendEvent({ sessionId: "active", event: step(1) });
+    const done = await writer.appendEvents({ sessionId: "done", events: [step(1), create(EventSchema, { kind: { case: "complete", value: {} } })] });
+    // About 2 s later one of the two deletes it: watchers hear of one deletion, then what comes next.
+    const changes: string[] = [];
+    for (;;) {
+      const change = (await all.next()).value!.kind;
+      if (change.case !== "change") continue;
+      changes.push(`${change.value.sessionId}${change.value.deleted ? " deleted" : ""}@${change.value.lastSeq}`);
+      if (change.value.deleted) break;
+    }
+    expect(changes).toEqual(["active@1", `done@${done.lastSeq}`, `done deleted@${done.lastSeq}`]);
+    await writer.appendEvent({ sessionId: "active", event: step(2) });
+    const next = (await all.next()).value!.kind;
+    expect(next.case === "change" && next.value).toMatchObject({ sessionId: "active", lastSeq: 2n, deleted: false });
+    controller.abort();
+    const deleter = await Promise.any([a, b].map((service) => service.waitForLog((entry) => entry.msg === "deleted a completed session past its retention")));
+    expect(deleter).toMatchObject({ sessionId: "done" });
+    const logged = [a, b].flatMap((service) => service.entries()).filter((entry) => entry.msg === "deleted a completed session past its retention");
+    expect(logged).toHaveLength(1);
+    expect((await sessionsOf(b).listSessions({ includeCompleted: true })).sessions.map((snapshot) => snapshot.id)).toEqual(["active"]);
   });
 });
 

@@ -456,7 +456,7 @@ describe.each(STORES)("sessions that come and go (%s store)", (store) => {
   });
 });
 
-// The file store only: the etcd store refuses --completed-retention at start.
+// The file store only (journals a seed process wrote long ago); on etcd: etcd-instances.test.ts and etcd-retention.test.ts.
 describe("retention of completed sessions", () => {
   it("deletes completed sessions past --completed-retention: at start, then when they fall due", { timeout: 60_000 }, async () => {
     const stateDir = path.join(makeTempDir("berth-retention-"), "state");

@@ -4,9 +4,9 @@
  * entry — the entry that last moved it into a completed phase, at that entry's `ts`; entries
  * appended after it that leave it completed (a late event the reducer ignores) do not push it back.
  *
- * The sessions on disk are swept at start and then by a timer: when the next known session falls
- * due, and at least every {@link MAX_SWEEP_PERIOD_MS}, which finds sessions another process (a
- * seed process sharing a live directory) completed. Requests never look at the disk for it.
+ * The sessions on disk are swept at start and then by a timer (sweep-schedule.ts): when the next
+ * known session falls due, and at least every hour, which finds sessions another process (a seed
+ * process sharing a live directory) completed. Requests never look at the disk for it.
  * Between sweeps the completion times are kept in memory: learned from this process's own appends
  * as they complete a session, and otherwise worked out once per session by reading its journal.
  * A session revived before it is deleted (a later event moved it out of its completed phase) is
@@ -18,17 +18,13 @@
  * sessions longer, never shorter than the clock says). The timer only decides when to look again:
  * its delays are measured on the monotonic clock, and each sweep compares with the wall clock anew.
  */
-import type { Clock, TimerHandle } from "@berth/shared/clock";
+import type { Clock } from "@berth/shared/clock";
 import { isBerthError } from "@berth/shared/errors";
 import type { Logger } from "@berth/shared/logger";
 import type { StoredEntry } from "./journal/journal-store.js";
 import { applyEvent, baseSnapshot, type JournalEntry, type SessionSnapshot } from "./reducer.js";
+import { SweepSchedule } from "./sweep-schedule.js";
 import { isCompletedPhase } from "./vocabulary.js";
-
-/** The longest time between two sweeps. */
-export const MAX_SWEEP_PERIOD_MS = 60 * 60 * 1000;
-/** The shortest time between two sweeps, however many sessions fall due one after the other. */
-export const MIN_SWEEP_GAP_MS = 1000;
 
 /** What retention needs of the session store. */
 export interface RetentionHost {
@@ -57,19 +53,47 @@ interface Completion {
   completedAt: number;
 }
 
+/** An entry's `ts` in epoch ms; `now()` when it does not parse (the session is then kept longer, never shorter). */
+export function entryTime(ts: unknown, now: () => number): number {
+  const ms = typeof ts === "string" ? Date.parse(ts) : NaN;
+  return Number.isFinite(ms) ? ms : now();
+}
+
+/**
+ * When the session's completing entry was appended: `entries` (from the session's first) replayed,
+ * noting where the phase last became completed. Undefined when they do not end completed.
+ */
+export async function completionTime(sessionId: string, entries: AsyncIterator<StoredEntry>, now: () => number): Promise<number | undefined> {
+  let snapshot = baseSnapshot(sessionId);
+  let since: number | undefined;
+  try {
+    for (let step = await entries.next(); !step.done; step = await entries.next()) {
+      const entry = step.value.entry;
+      const was = isCompletedPhase(snapshot.phase);
+      snapshot = applyEvent(snapshot, entry, { now });
+      const is = isCompletedPhase(snapshot.phase);
+      if (is && !was) since = entryTime(entry.ts, now);
+      else if (!is) since = undefined;
+    }
+  } finally {
+    await entries.return?.();
+  }
+  return since;
+}
+
 /** The retention of one session store; see the module comment. */
 export class CompletedRetention {
   private readonly known = new Map<string, Completion>();
-  private timer: TimerHandle | undefined;
-  private dueAt = Infinity;
-  private running: Promise<void> | undefined;
-  private again = false;
-  private stopped = false;
+  private readonly schedule: SweepSchedule;
+  private readonly now: () => number;
 
   constructor(
     private readonly host: RetentionHost,
     private readonly options: RetentionOptions,
-  ) {}
+  ) {
+    this.now = () => options.clock.now();
+    this.schedule = new SweepSchedule({ clock: options.clock, logger: options.logger, sweepOnce: () => this.sweepOnce() });
+  }
 
   /** The first sweep (on the next turn: the store is still being built when this is called). */
   start(): Promise<void> {
@@ -78,44 +102,22 @@ export class CompletedRetention {
 
   /** Stops the timer; resolves once a sweep in progress has ended. */
   stop(): Promise<void> {
-    this.stopped = true;
-    this.disarm();
-    return this.running ?? Promise.resolve();
+    return this.schedule.stop();
   }
 
   /** True while a sweep runs. */
   get sweeping(): boolean {
-    return this.running !== undefined;
+    return this.schedule.sweeping;
   }
 
   /** Resolves once no sweep is running. */
   idle(): Promise<void> {
-    return this.running ?? Promise.resolve();
+    return this.schedule.idle();
   }
 
   /** Sweeps now (or right after the sweep in progress). Never rejects. */
   sweep(): Promise<void> {
-    if (this.stopped) return Promise.resolve();
-    if (this.running !== undefined) {
-      this.again = true;
-      return this.running;
-    }
-    const run = (async () => {
-      do {
-        this.again = false;
-        try {
-          await this.sweepOnce();
-        } catch (error) {
-          if (!this.stopped) this.options.logger?.warn({ err: error }, "the sweep of completed sessions failed; it runs again later");
-          this.arm(this.options.clock.now() + MAX_SWEEP_PERIOD_MS);
-        }
-      } while (this.again && !this.stopped);
-    })();
-    this.running = run;
-    void run.finally(() => {
-      if (this.running === run) this.running = undefined;
-    });
-    return run;
+    return this.schedule.sweep();
   }
 
   /**
@@ -129,7 +131,7 @@ export class CompletedRetention {
     for (let i = 0; i < entries.length; i++) {
       const entry = entries[i]!;
       const now = isCompletedPhase(snapshots[i]!.phase);
-      if (now && !completed) record = { lastSeq: entry.seq, completedAt: this.entryTime(entry.ts) };
+      if (now && !completed) record = { lastSeq: entry.seq, completedAt: entryTime(entry.ts, this.now) };
       else if (!now) record = undefined;
       else if (record !== undefined) record = { lastSeq: entry.seq, completedAt: record.completedAt };
       completed = now;
@@ -139,7 +141,7 @@ export class CompletedRetention {
       return;
     }
     this.known.set(id, record);
-    this.due(record.completedAt + this.options.retentionMs);
+    this.schedule.due(record.completedAt + this.options.retentionMs);
   }
 
   /** The session was deleted. */
@@ -149,13 +151,13 @@ export class CompletedRetention {
 
   /** The earliest time a sweep is scheduled for (Infinity: none); for tests. */
   get nextSweepAt(): number {
-    return this.dueAt;
+    return this.schedule.nextSweepAt;
   }
 
   private async sweepOnce(): Promise<void> {
     const { clock, retentionMs, logger } = this.options;
     for (const id of this.host.sessionIds()) {
-      if (this.stopped) return;
+      if (this.schedule.stopped) return;
       let view: { lastSeq: number; snapshot: SessionSnapshot } | undefined;
       try {
         view = this.host.view(id);
@@ -170,7 +172,7 @@ export class CompletedRetention {
       let record = this.known.get(id);
       if (record === undefined || record.lastSeq !== view.lastSeq) {
         const completedAt = await this.completedSince(id, view);
-        if (this.stopped) return;
+        if (this.schedule.stopped) return;
         record = { lastSeq: view.lastSeq, completedAt };
         this.known.set(id, record);
       }
@@ -184,72 +186,23 @@ export class CompletedRetention {
       } catch (error) {
         // Moved on since it was looked at (revived, or deleted by someone else): the next sweep sees it as it is.
         const expected = isBerthError(error) && (error.reason === "SEQ_CONFLICT" || error.reason === "SESSION_NOT_FOUND");
-        if (!expected && !this.stopped) logger?.warn({ sessionId: id, err: error }, "could not delete a completed session past its retention");
+        if (!expected && !this.schedule.stopped) logger?.warn({ sessionId: id, err: error }, "could not delete a completed session past its retention");
       }
       this.known.delete(id);
     }
     // Every completed session is known now, including any an append completed during the sweep.
     let next = Infinity;
     for (const record of this.known.values()) next = Math.min(next, record.completedAt + retentionMs);
-    this.disarm();
-    this.arm(next);
+    this.schedule.rearm(next);
   }
 
   /**
    * When the session's completing entry was appended: the journal replayed up to the durable end
-   * `view` describes, noting where the phase last became completed. When the reader's entries do
-   * not end completed (lines only the full replay applies, such as ones without a seq), the time
-   * of the last entry stands in: the session is kept at least as long as it should be.
+   * `view` describes. When the reader's entries do not end completed (lines only the full replay
+   * applies, such as ones without a seq), the time of the last entry stands in: the session is
+   * kept at least as long as it should be.
    */
   private async completedSince(id: string, view: { lastSeq: number; snapshot: SessionSnapshot }): Promise<number> {
-    const fallback = this.entryTime(view.snapshot.updatedAt);
-    const entries = this.host.entries(id);
-    let snapshot = baseSnapshot(id);
-    let since: number | undefined;
-    try {
-      for (let step = await entries.next(); !step.done; step = await entries.next()) {
-        const entry = step.value.entry;
-        const was = isCompletedPhase(snapshot.phase);
-        snapshot = applyEvent(snapshot, entry, { now: () => this.options.clock.now() });
-        const is = isCompletedPhase(snapshot.phase);
-        if (is && !was) since = this.entryTime(entry.ts);
-        else if (!is) since = undefined;
-      }
-    } finally {
-      await entries.return?.();
-    }
-    return since ?? fallback;
-  }
-
-  /** An entry's `ts` in epoch ms; now when it does not parse (the session is then kept longer, never shorter). */
-  private entryTime(ts: unknown): number {
-    const ms = typeof ts === "string" ? Date.parse(ts) : NaN;
-    return Number.isFinite(ms) ? ms : this.options.clock.now();
-  }
-
-  /** Makes sure a sweep runs by `at`. */
-  private due(at: number): void {
-    if (this.stopped || at >= this.dueAt) return;
-    this.disarm();
-    this.arm(at);
-  }
-
-  private arm(at: number): void {
-    if (this.stopped || this.timer !== undefined) return;
-    const { clock } = this.options;
-    const now = clock.now();
-    const delay = Math.max(MIN_SWEEP_GAP_MS, Math.min(at, now + MAX_SWEEP_PERIOD_MS) - now);
-    this.dueAt = now + delay;
-    this.timer = clock.setTimeout(() => {
-      this.timer = undefined;
-      this.dueAt = Infinity;
-      void this.sweep();
-    }, delay);
-  }
-
-  private disarm(): void {
-    if (this.timer !== undefined) this.options.clock.clearTimeout(this.timer);
-    this.timer = undefined;
-    this.dueAt = Infinity;
+    return (await completionTime(id, this.host.entries(id), this.now)) ?? entryTime(view.snapshot.updatedAt, this.now);
   }
 }

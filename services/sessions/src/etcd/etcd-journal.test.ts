@@ -299,6 +299,47 @@ describe("watches", () => {
     }
     expect(seen).toEqual(["x 1-2 two", "y 1-1 one", "x 3-3 three", "y deleted@1"]);
   });
+
+  it("deletes a session only while its head is the one a read found: an append after the read keeps it", async () => {
+    const [a, b] = instances(2);
+    await a!.journal.append("kept", [ev("one")]);
+    const read = await a!.journal.read("kept");
+    expect(read.headRevision).toBeGreaterThan(0n);
+    await b!.journal.append("kept", [ev("two")]);
+    expect(await a!.journal.deleteUnchanged("kept", read.headRevision)).toBeUndefined();
+    expect(await readSeqs(a!.journal, "kept")).toEqual([1, 2]);
+    const state = await a!.journal.state("kept");
+    expect(state.headRevision).toBeGreaterThan(read.headRevision);
+    const watcher = b!.journal.watch("kept", 1);
+    expect((await take(watcher, 3)).map(describeEvent)).toEqual(["1:one", "2:two", "caught_up@2"]);
+    // Unchanged since: deleted as DeleteSession deletes, and its watchers are told so.
+    expect(await a!.journal.deleteUnchanged("kept", state.headRevision)).toBeGreaterThan(state.headRevision);
+    expect(await rejection(watcher.next())).toMatchObject({ code: "not_found", reason: "SESSION_DELETED" });
+    expect((await a!.client.range({ key: "", prefix: true, keysOnly: true })).kvs).toEqual([]);
+    // Gone: a second deletion finds nothing to compare with.
+    expect(await b!.journal.deleteUnchanged("kept", state.headRevision)).toBeUndefined();
+  });
+
+  it("tells a watcher of heads one change per append transaction and each deletion", async () => {
+    const [a, b] = instances(2);
+    const stop = new AbortController();
+    const start = (await a!.client.status()).revision + 1n;
+    const changes = b!.journal.watchHeads({ signal: stop.signal, startRevision: start });
+    const x = await a!.journal.append("x", [ev("one"), ev("two")]);
+    const grouped = await a!.journal.appendGroup("y", [[ev("one")], [ev("two")]]);
+    const deletion = await a!.journal.delete("x");
+    const seen: unknown[] = [];
+    for await (const change of changes) {
+      seen.push(change);
+      if (seen.length === 3) stop.abort();
+    }
+    expect(seen).toEqual([
+      { sessionId: "x", revision: x.revision, deleted: false },
+      { sessionId: "y", revision: grouped[1]!.revision, deleted: false },
+      { sessionId: "x", revision: deletion.revision, deleted: true },
+    ]);
+    expect((await a!.journal.list()).sessions).toEqual([{ sessionId: "y", lastSeq: 2, incarnation: grouped[0]!.revision, headRevision: grouped[0]!.revision }]);
+  });
 });
 
 describe("listing and snapshots", () => {

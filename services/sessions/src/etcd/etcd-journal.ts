@@ -18,8 +18,20 @@
  */
 import { randomUUID } from "node:crypto";
 import { systemClock, type Clock } from "@berth/shared/clock";
-import { BerthError, invalidArgument } from "@berth/shared/errors";
-import { compare, isEtcdCompacted, op, type EtcdClient, type KeyValue, type RangeResult, type TxnCompare, type TxnOp } from "@berth/etcd";
+import { BerthError, invalidArgument, isBerthError } from "@berth/shared/errors";
+import {
+  compare,
+  EtcdReason,
+  isEtcdCompacted,
+  op,
+  type EtcdClient,
+  type KeyValue,
+  type RangeResult,
+  type TxnCompare,
+  type TxnOp,
+  type TxnRequestInit,
+  type TxnResult,
+} from "@berth/etcd";
 import { AppendTracker, storedEntry } from "../journal/journal-file.js";
 import type { StoredEntry } from "../journal/journal-store.js";
 import { decodeJournalLine, encodeJournalLine, forEachLine, isBlankLine } from "../journal/journal-format.js";
@@ -96,8 +108,20 @@ export interface JournalRead {
   readonly lastSeq: number;
   /** The head's create revision at `revision` (0n: no session). */
   readonly incarnation: bigint;
+  /** The head's mod revision at `revision` (0n: no session): what a deletion decided on this read compares. */
+  readonly headRevision: bigint;
   /** The entries with seq ≥ the one asked for, in order (pages read at `revision`). */
   entries(): AsyncGenerator<StoredEntry, void, undefined>;
+}
+
+/** A session as a list finds it. */
+export interface ListedSession {
+  readonly sessionId: string;
+  readonly lastSeq: number;
+  /** The head's create revision. */
+  readonly incarnation: bigint;
+  /** The head's mod revision (the last append's). */
+  readonly headRevision: bigint;
 }
 
 /** A session's state rebuilt from etcd: the cached snapshot plus the journal after it. */
@@ -108,6 +132,15 @@ export interface SessionState {
   readonly exists: boolean;
   readonly revision: bigint;
   readonly incarnation: bigint;
+  /** The head's mod revision the state was read at (0n: no session). */
+  readonly headRevision: bigint;
+}
+
+/** A change of a session's head: an append (its transaction's revision) or the session's deletion. */
+export interface HeadChange {
+  readonly sessionId: string;
+  readonly revision: bigint;
+  readonly deleted: boolean;
 }
 
 export interface EtcdJournalOptions {
@@ -189,7 +222,7 @@ export class EtcdJournal {
         // The oldest waiter is the holder: its create revision is the current token.
         failure.push(op.get({ key: lockWaitersPrefix(options.fence.file), prefix: true, sort: { by: "create", order: "ascend" }, limit: 1, keysOnly: true }));
       }
-      const result = await this.client.txn({ compare: compares, success, failure });
+      const result = await this.appendTxn(sessionId, bytes, { compare: compares, success, failure });
       if (result.succeeded) {
         // The head key was written by this transaction: its mod revision is the transaction's.
         this.remember(sessionId, { seq: lastSeq, mod: result.revision, create: head.create === 0n ? result.revision : head.create });
@@ -244,7 +277,7 @@ export class EtcdJournal {
       }
       if (bytes + REQUEST_OVERHEAD_BYTES > this.maxRequestBytes) throw appendTooLarge(sessionId, bytes, this.maxRequestBytes);
       success.push(op.put(headKey(sessionId), JSON.stringify({ seq, n: written.at(-1)!.entries.length, w: randomUUID() })));
-      const result = await this.client.txn({
+      const result = await this.appendTxn(sessionId, bytes, {
         compare: [compare.mod(headKey(sessionId), "==", head.mod)],
         success,
         failure: [op.get({ key: headKey(sessionId) })],
@@ -258,6 +291,24 @@ export class EtcdJournal {
       if (got === undefined || !("get" in got)) throw new Error("etcd answered a failed append without its reads");
       head = headOf(got.get.kvs[0]);
       this.remember(sessionId, head);
+    }
+  }
+
+  /** The most an append's journal lines may take (what `--etcd-max-request-bytes` leaves). */
+  get maxAppendBytes(): number {
+    return this.maxRequestBytes - REQUEST_OVERHEAD_BYTES;
+  }
+
+  /**
+   * An append's transaction. etcd's own refusal of its size (its `--max-request-bytes` is lower
+   * than this journal was told) is the caller's, as the check before sending would have said.
+   */
+  private async appendTxn(sessionId: string, bytes: number, request: TxnRequestInit): Promise<TxnResult> {
+    try {
+      return await this.client.txn(request);
+    } catch (error) {
+      if (isBerthError(error) && error.reason === EtcdReason.REQUEST_TOO_LARGE) throw appendRefusedByEtcd(sessionId, bytes, this.maxRequestBytes, error);
+      throw error;
     }
   }
 
@@ -327,7 +378,7 @@ export class EtcdJournal {
         page = await client.range({ key: `${last.key}\0`, end: prefixEnd, sort: { by: "key", order: "ascend" }, limit: pageAppends, revision });
       }
     }
-    return { revision, lastSeq: head.seq, incarnation: head.create, entries };
+    return { revision, lastSeq: head.seq, incarnation: head.create, headRevision: head.mod, entries };
   }
 
   /**
@@ -421,14 +472,28 @@ export class EtcdJournal {
   }
 
   /**
+   * Watches the heads of every session from `startRevision`: one change per append transaction
+   * (however many appends it wrote), and one per deletion. Carries no entries: what a follower
+   * that reads a session only when it needs to (the retention of completed sessions) watches.
+   */
+  async *watchHeads(options: { readonly signal?: AbortSignal; readonly startRevision: bigint }): AsyncGenerator<HeadChange, void, undefined> {
+    for await (const batch of this.client.watch({
+      key: HEADS,
+      prefix: true,
+      startRevision: options.startRevision,
+      ...(options.signal ? { signal: options.signal } : {}),
+    })) {
+      for (const event of batch.events) yield { sessionId: sessionOfHead(event.kv.key), revision: event.kv.modRevision, deleted: event.type === "delete" };
+    }
+  }
+
+  /**
    * The sessions with a head (at least one entry), sorted by id, with their last seq: a page after
    * `after`, of at most `limit` (0: all), read at one revision.
    */
-  async list(
-    options: { readonly after?: string; readonly limit?: number } = {},
-  ): Promise<{ sessions: Array<{ sessionId: string; lastSeq: number; incarnation: bigint }>; revision: bigint }> {
+  async list(options: { readonly after?: string; readonly limit?: number } = {}): Promise<{ sessions: ListedSession[]; revision: bigint }> {
     const end = `${HEADS.slice(0, -1)}0`;
-    const sessions: Array<{ sessionId: string; lastSeq: number; incarnation: bigint }> = [];
+    const sessions: ListedSession[] = [];
     let key = options.after === undefined ? HEADS : `${headKey(options.after)}\0`;
     let revision: bigint | undefined;
     const limit = options.limit ?? 0;
@@ -436,7 +501,8 @@ export class EtcdJournal {
       const want = limit > 0 ? Math.min(this.pageAppends, limit - sessions.length) : this.pageAppends;
       const page = await this.client.range({ key, end, limit: want, ...(revision !== undefined ? { revision } : {}) });
       revision ??= page.revision;
-      for (const kv of page.kvs) sessions.push({ sessionId: sessionOfHead(kv.key), lastSeq: headOf(kv).seq, incarnation: kv.createRevision });
+      for (const kv of page.kvs)
+        sessions.push({ sessionId: sessionOfHead(kv.key), lastSeq: headOf(kv).seq, incarnation: kv.createRevision, headRevision: kv.modRevision });
       const last = page.kvs.at(-1);
       if (!page.more || last === undefined || (limit > 0 && sessions.length >= limit)) return { sessions, revision };
       key = `${last.key}\0`;
@@ -456,20 +522,30 @@ export class EtcdJournal {
         throw sessionNotFound(sessionId);
       }
       if (options.expectedSeq !== undefined && options.expectedSeq !== head.seq) throw seqConflict(sessionId, head.seq, options.expectedSeq, undefined);
-      const result = await this.client.txn({
-        compare: [compare.mod(headKey(sessionId), "==", head.mod)],
-        success: [
-          op.delete({ key: entriesPrefix(sessionId), prefix: true }),
-          op.delete({ key: idempotencyPrefix(sessionId), prefix: true }),
-          op.delete({ key: snapshotKey(sessionId) }),
-          op.delete({ key: headKey(sessionId) }),
-        ],
-      });
-      if (result.succeeded) {
-        this.heads.delete(sessionId);
-        return { lastSeq: head.seq, revision: result.revision };
-      }
+      const revision = await this.deleteUnchanged(sessionId, head.mod);
+      if (revision !== undefined) return { lastSeq: head.seq, revision };
     }
+  }
+
+  /**
+   * Deletes the session as {@link delete} does, only if its head is still the one whose mod
+   * revision is `headRevision` (as a read found it): one transaction, no retry, so an append that
+   * landed after that read keeps the session. Resolves the deletion's revision, or undefined when
+   * the head moved or is gone.
+   */
+  async deleteUnchanged(sessionId: string, headRevision: bigint): Promise<bigint | undefined> {
+    const result = await this.client.txn({
+      compare: [compare.mod(headKey(sessionId), "==", headRevision)],
+      success: [
+        op.delete({ key: entriesPrefix(sessionId), prefix: true }),
+        op.delete({ key: idempotencyPrefix(sessionId), prefix: true }),
+        op.delete({ key: snapshotKey(sessionId) }),
+        op.delete({ key: headKey(sessionId) }),
+      ],
+    });
+    if (!result.succeeded) return undefined;
+    this.heads.delete(sessionId);
+    return result.revision;
   }
 
   // ---------------------------------------------------------------- snapshots
@@ -499,7 +575,15 @@ export class EtcdJournal {
     if (seq > 0 && (read.incarnation !== BigInt(String(cached?.incarnation ?? -1)) || seq > read.lastSeq)) return this.rebuild(sessionId, options);
     const now = options.now ?? (() => this.clock.now());
     for await (const stored of read.entries()) snapshot = applyEvent(snapshot, stored.entry, { now });
-    return { sessionId, snapshot, lastSeq: read.lastSeq, exists: read.lastSeq > 0, revision: read.revision, incarnation: read.incarnation };
+    return {
+      sessionId,
+      snapshot,
+      lastSeq: read.lastSeq,
+      exists: read.lastSeq > 0,
+      revision: read.revision,
+      incarnation: read.incarnation,
+      headRevision: read.headRevision,
+    };
   }
 
   /** The state from the first entry, up to `untilSeq` when given. */
@@ -509,7 +593,7 @@ export class EtcdJournal {
     let snapshot = baseSnapshot(sessionId);
     for await (const stored of read.entries()) snapshot = applyEvent(snapshot, stored.entry, { now });
     const lastSeq = untilSeq === undefined ? read.lastSeq : Math.min(untilSeq, read.lastSeq);
-    return { sessionId, snapshot, lastSeq, exists: lastSeq > 0, revision: read.revision, incarnation: read.incarnation };
+    return { sessionId, snapshot, lastSeq, exists: lastSeq > 0, revision: read.revision, incarnation: read.incarnation, headRevision: read.headRevision };
   }
 
   /**
@@ -593,14 +677,29 @@ export function fenceRejected(fence: Pick<EtcdFence, "file" | "token">, currentT
 function appendTooLarge(sessionId: string, bytes: number, limit: number): BerthError {
   return new BerthError(
     "invalid_argument",
-    `events: the append to session ${sessionId} is ${bytes} bytes as journal lines, over what one etcd request carries (--max-request-bytes, ${limit} bytes, less room for the head): split the append`,
+    `events: the append to session ${sessionId} is ${bytes} bytes as journal lines, over what one etcd request carries (etcd's --max-request-bytes, ${limit} bytes by --etcd-max-request-bytes, less room for the head): split the append`,
     {
       field: "events",
-      rule: `at most ${limit - REQUEST_OVERHEAD_BYTES} bytes per append (etcd's --max-request-bytes)`,
+      rule: `at most ${limit - REQUEST_OVERHEAD_BYTES} bytes per append (etcd's --max-request-bytes, less room for the head)`,
       limit: limit - REQUEST_OVERHEAD_BYTES,
       size: bytes,
     },
-    { reason: "REQUEST_TOO_LARGE" },
+    { reason: EtcdReason.REQUEST_TOO_LARGE },
+  );
+}
+
+/** etcd refused an append's size that berth's check let through: its `--max-request-bytes` is lower than berth was told. */
+function appendRefusedByEtcd(sessionId: string, bytes: number, told: number, refusal: BerthError): BerthError {
+  return new BerthError(
+    "invalid_argument",
+    `events: etcd refused the append to session ${sessionId} (${bytes} bytes as journal lines) as larger than one request may be: its --max-request-bytes is below the ${told} bytes berth was told (--etcd-max-request-bytes). Split the append, and give berth etcd's limit`,
+    {
+      field: "events",
+      rule: `at most etcd's --max-request-bytes, less room for the head (below the ${told} bytes of --etcd-max-request-bytes)`,
+      size: bytes,
+      ...(typeof refusal.details?.etcd === "string" ? { etcd: refusal.details.etcd } : {}),
+    },
+    { reason: EtcdReason.REQUEST_TOO_LARGE },
   );
 }
 

@@ -11,13 +11,13 @@
  * the snapshot cached in etcd plus the entries after it. Every few appends an instance writes the
  * snapshot it has to etcd's cache (`s/<session>`), so that rebuilding never replays much.
  *
- * Not here (refused at start, see service.ts): the retention of completed sessions, the seed's
- * live directories.
+ * Completed sessions past `completedRetentionMs` are deleted by etcd-retention.ts. Not here
+ * (refused at start, see open-etcd-store.ts): the seed's live directories.
  */
 import { systemClock, type Clock } from "@berth/shared/clock";
-import { BerthError, invalidArgument } from "@berth/shared/errors";
+import { BerthError, invalidArgument, isBerthError } from "@berth/shared/errors";
 import { checkSessionId } from "@berth/shared/safe-id";
-import type { EtcdClient } from "@berth/etcd";
+import { EtcdReason, type EtcdClient } from "@berth/etcd";
 import { checkFromSeq, checkReadLimit, checkIdempotencyKey, MAX_IDEMPOTENCY_KEY_LENGTH, prepareEvents } from "../append-input.js";
 import type { AppendOptions, AppendResult } from "../append-pipeline.js";
 import { eventsDigest } from "../event-digest.js";
@@ -36,6 +36,7 @@ import {
   type PreparedEvent,
   type SessionState,
 } from "./etcd-journal.js";
+import { EtcdRetention } from "./etcd-retention.js";
 import { PumpedWatcher } from "./pumped-watcher.js";
 import { HEADS } from "./store-keys.js";
 
@@ -68,11 +69,20 @@ export interface EtcdSessionStoreOptions {
   readonly cacheSize?: number;
   /** Entries after which a snapshot is written to etcd (default {@link DEFAULT_SNAPSHOT_EVERY}; or 100 appends, whichever comes first). */
   readonly snapshotEvery?: number;
+  /**
+   * Completed and discarded sessions are deleted this long after their completing entry: looked at
+   * at start, then as they change and fall due (see etcd-retention.ts). Unset: kept forever.
+   */
+  readonly completedRetentionMs?: number | undefined;
 }
 
 /** Plain appends written together at most (one operation each, and the head's, of etcd's 128 per transaction). */
 const MAX_GROUP_APPENDS = 64;
-/** Their events' JSON at most, well within etcd's request size (1.5 MiB by default). */
+/**
+ * Their events' JSON at most, well within etcd's request size (1.5 MiB by default); a lower
+ * `--etcd-max-request-bytes` lowers it to half of what one append may take (the JSON is counted,
+ * the journal lines around it are a little more).
+ */
 const MAX_GROUP_BYTES = 512 * 1024;
 
 /** An append waiting for its turn on a session; `options` undefined for a plain one. */
@@ -110,6 +120,8 @@ export class EtcdSessionStore implements SessionStoreApi {
   private readonly maxBuffered: number;
   private readonly cacheSize: number;
   private readonly snapshotEvery: number;
+  /** Plain appends' bytes written together at most. */
+  private readonly groupBytes: number;
   private readonly known = new Map<string, Known>();
   private readonly watchers = new Set<PumpedWatcher<unknown>>();
   /** Watchers of every session not yet sure of their start revision: a list waits for them. */
@@ -118,6 +130,8 @@ export class EtcdSessionStore implements SessionStoreApi {
   /** Per session, this instance's appends waiting for their turn (see inTurn). */
   private readonly turns = new Map<string, QueuedAppend[]>();
   private readonly now: () => number;
+  private readonly completedRetentionMs: number | undefined;
+  private readonly retention: EtcdRetention | undefined;
   private closed = false;
   private rebuilds = 0;
 
@@ -132,7 +146,19 @@ export class EtcdSessionStore implements SessionStoreApi {
     this.maxBuffered = options.maxBuffered ?? DEFAULT_MAX_BUFFERED;
     this.cacheSize = options.cacheSize ?? DEFAULT_ETCD_SNAPSHOT_CACHE;
     this.snapshotEvery = options.snapshotEvery ?? DEFAULT_SNAPSHOT_EVERY;
+    this.groupBytes = Math.min(MAX_GROUP_BYTES, Math.floor(this.journal.maxAppendBytes / 2));
     this.now = () => this.clock.now();
+    this.completedRetentionMs = options.completedRetentionMs;
+    if (options.completedRetentionMs !== undefined) {
+      this.retention = new EtcdRetention({
+        journal: this.journal,
+        retentionMs: options.completedRetentionMs,
+        clock: this.clock,
+        logger: this.logger,
+        deleted: (sessionId) => this.known.delete(sessionId),
+      });
+      void this.track(this.retention.start());
+    }
   }
 
   // ---------------------------------------------------------------- appends
@@ -202,7 +228,7 @@ export class EtcdSessionStore implements SessionStoreApi {
       let bytes = first.bytes;
       for (
         let next = queue[0];
-        next !== undefined && next.options === undefined && group.length < MAX_GROUP_APPENDS && bytes + next.bytes <= MAX_GROUP_BYTES;
+        next !== undefined && next.options === undefined && group.length < MAX_GROUP_APPENDS && bytes + next.bytes <= this.groupBytes;
         next = queue[0]
       ) {
         group.push(queue.shift()!);
@@ -215,6 +241,12 @@ export class EtcdSessionStore implements SessionStoreApi {
           group.map((job) => job.events),
         );
       } catch (error) {
+        // Too large together for a lower limit than the journal was told: each goes alone, and
+        // only one too large by itself is refused.
+        if (group.length > 1 && isBerthError(error) && error.reason === EtcdReason.REQUEST_TOO_LARGE) {
+          queue.unshift(...group.map((job) => ({ ...job, options: {} })));
+          continue;
+        }
         for (const job of group) job.reject(error);
         continue;
       }
@@ -472,7 +504,7 @@ export class EtcdSessionStore implements SessionStoreApi {
       maxEventsPerAppend: this.maxEventsPerAppend,
       maxBuffered: this.maxBuffered,
       maxIdempotencyKeyLength: MAX_IDEMPOTENCY_KEY_LENGTH,
-      completedRetentionMs: undefined,
+      completedRetentionMs: this.completedRetentionMs,
     };
   }
 
@@ -481,9 +513,19 @@ export class EtcdSessionStore implements SessionStoreApi {
     return { openSessions: this.known.size, watchers: this.watchers.size, rebuilds: this.rebuilds };
   }
 
-  /** Resolves once no append, deletion or snapshot write of this instance is in flight. */
+  /** Runs the sweep of completed sessions now (tests; the store sweeps by itself). */
+  sweepCompleted(): Promise<void> {
+    return this.retention?.sweep() ?? Promise.resolve();
+  }
+
+  /** Resolves once the retention has heard of every append and deletion up to etcd revision `revision` (tests). */
+  retentionSeen(revision: bigint): Promise<void> {
+    return this.retention?.seen(revision) ?? Promise.resolve();
+  }
+
+  /** Resolves once no append, deletion, snapshot write or retention sweep of this instance is in flight. */
   async settled(): Promise<void> {
-    while (this.inflight.size > 0) await Promise.allSettled([...this.inflight]);
+    while (this.inflight.size > 0 || this.retention?.sweeping) await Promise.allSettled([...this.inflight, this.retention?.idle()]);
   }
 
   /** Refuses new calls, ends watchers (unavailable SHUTTING_DOWN), waits for appends in flight. */
@@ -495,6 +537,7 @@ export class EtcdSessionStore implements SessionStoreApi {
       retryAfterMs: UNAVAILABLE_RETRY_AFTER_MS,
     });
     for (const watcher of this.watchers) watcher.fail(shutdown);
+    await this.retention?.stop();
     await this.settled();
   }
 

@@ -4,6 +4,8 @@
  * before the live point (a backlog) are pulled only as the reader takes them; live items are
  * pulled as they come, and a reader more than `maxBuffered` live items behind is ended with the
  * error `lagged` makes (WATCHER_LAGGED naming where to resume), as the file store's watchers are.
+ * An error the source throws reaches the reader after the items pulled before it: it names where
+ * the source got to (etcd's compaction names the last seq it delivered), so none may be dropped.
  */
 import type { BerthError } from "@berth/shared/errors";
 import type { EventWatcher } from "../watch-hub.js";
@@ -39,7 +41,8 @@ export class PumpedWatcher<T> implements EventWatcher<T> {
   private async pump(): Promise<void> {
     try {
       for await (const item of this.options.source(this.abort.signal)) {
-        if (this.finished) break;
+        // Ended, or failed from outside (fail() emptied the queue): nothing more is queued.
+        if (this.finished || this.failure !== undefined) break;
         const live = this.options.isLive(item);
         if (live) {
           if (this.liveQueued >= this.options.maxBuffered) {
@@ -49,8 +52,9 @@ export class PumpedWatcher<T> implements EventWatcher<T> {
           this.liveQueued++;
         } else {
           // A backlog is read as fast as the reader takes it, not faster.
-          while (this.queue.length >= this.options.maxBuffered && !this.finished) await new Promise<void>((resolve) => (this.wakePuller = resolve));
-          if (this.finished) break;
+          while (this.queue.length >= this.options.maxBuffered && !this.finished && this.failure === undefined)
+            await new Promise<void>((resolve) => (this.wakePuller = resolve));
+          if (this.finished || this.failure !== undefined) break;
         }
         this.queue.push({ item, live });
         this.wakeReader?.();
@@ -65,16 +69,17 @@ export class PumpedWatcher<T> implements EventWatcher<T> {
 
   async next(): Promise<IteratorResult<T>> {
     for (;;) {
+      // Empty after fail(); what the source handed over before its own error comes first.
+      const first = this.queue.shift();
+      if (first !== undefined) {
+        this.took(first);
+        return { value: first.item, done: false };
+      }
       if (this.failure !== undefined) {
         const failure = this.failure;
         this.failure = undefined;
         this.end();
         throw failure;
-      }
-      const first = this.queue.shift();
-      if (first !== undefined) {
-        this.took(first);
-        return { value: first.item, done: false };
       }
       if (this.sourceDone || this.finished) {
         this.end();
@@ -86,7 +91,6 @@ export class PumpedWatcher<T> implements EventWatcher<T> {
   }
 
   takeBuffered(max: number): T[] {
-    if (this.failure !== undefined) return [];
     const taken = this.queue.splice(0, Math.max(0, max));
     for (const one of taken) this.took(one);
     return taken.map((one) => one.item);

@@ -20,7 +20,6 @@ import type { SessionsValues } from "./settings.js";
 const FILE_ONLY: ReadonlyArray<{ key: keyof SessionsValues; flag: string; why: string }> = [
   { key: "liveDir", flag: "--live-dir", why: "a project's live directory is served in place from its files, with the seed's processes beside it" },
   { key: "projectRoot", flag: "--project-root", why: "it names the seed's lock files, which the etcd store does not keep" },
-  { key: "completedRetention", flag: "--completed-retention", why: "the etcd store does not sweep completed sessions yet" },
 ];
 
 /** Refuses combinations of settings the chosen store cannot serve, naming the setting and what to do. */
@@ -50,14 +49,21 @@ export async function openEtcdStore(values: SessionsValues, logger: Logger): Pro
   try {
     const status = await client.status();
     logger.info(
-      { endpoints: values.etcdEndpoints, prefix: values.etcdPrefix, etcdVersion: status.version, leaseTtlMs: values.etcdLeaseTtl },
+      {
+        endpoints: values.etcdEndpoints,
+        prefix: values.etcdPrefix,
+        etcdVersion: status.version,
+        leaseTtlMs: values.etcdLeaseTtl,
+        maxRequestBytes: values.etcdMaxRequestBytes,
+        completedRetentionMs: values.completedRetention,
+      },
       "sessions and locks on etcd",
     );
   } catch (error) {
     client.close();
     throw error;
   }
-  const journal = new EtcdJournal({ client });
+  const journal = new EtcdJournal({ client, maxRequestBytes: values.etcdMaxRequestBytes });
   const etcdLocks = new EtcdLocks({ client });
   const locks = createEtcdSourceLocks({
     locks: etcdLocks,
@@ -74,6 +80,7 @@ export async function openEtcdStore(values: SessionsValues, logger: Logger): Pro
     maxEventsPerAppend: values.maxEventsPerAppend,
     maxBuffered: values.watchBuffer,
     cacheSize: values.sessionCache,
+    completedRetentionMs: values.completedRetention,
   });
   const fenceCheck: FenceCheck = (file, token) => {
     locks.resolveFile(file, "fence.file");

@@ -11,6 +11,7 @@ import { DEFAULT_MAX_EVENT_BYTES, DEFAULT_MAX_EVENTS_PER_APPEND } from "../sessi
 import { DEFAULT_MAX_BUFFERED } from "../watch-hub.js";
 import { DEFAULT_LOCK_LIMITS } from "../locks/index.js";
 import { DEFAULT_ETCD_LEASE_TTL_SECONDS } from "../etcd/etcd-source-locks.js";
+import { ETCD_DEFAULT_MAX_REQUEST_BYTES } from "../etcd/etcd-journal.js";
 import { ETCD_SETTINGS } from "@berth/etcd/settings";
 
 /** The default port of the sessions service. */
@@ -103,7 +104,7 @@ export const SESSIONS_SETTINGS = defineConfig({
       return ms;
     },
     show: formatDuration,
-    doc: "delete completed and discarded sessions (journal and snapshot files) this long after their completing entry, e.g. 7d; swept at start and then as they fall due (unset: kept forever)",
+    doc: "delete completed and discarded sessions (journals and snapshots, in files or in etcd) this long after their completing entry, e.g. 7d; swept at start and then as they fall due (unset: kept forever)",
   },
   projectRoot: {
     flag: "project-root",
@@ -132,6 +133,18 @@ export const SESSIONS_SETTINGS = defineConfig({
     },
     show: formatDuration,
     doc: "with --store etcd: how long after an instance dies (or loses etcd) the locks it granted free: the TTL of their etcd leases (etcd raises it to its minimum, 2s by default)",
+  },
+  etcdMaxRequestBytes: {
+    flag: "etcd-max-request-bytes",
+    env: "BERTH_ETCD_MAX_REQUEST_BYTES",
+    default: ETCD_DEFAULT_MAX_REQUEST_BYTES,
+    parse: (raw: string, field: string) => {
+      const bytes = parseSize(raw, field);
+      if (bytes < 64 * 1024) throw invalidArgument(field, "must be at least 64K");
+      return bytes;
+    },
+    show: formatSize,
+    doc: "with --store etcd: etcd's --max-request-bytes, as the cluster runs (etcd's default 1.5M): an append larger than one etcd request carries is INVALID_ARGUMENT naming it, refused before it is sent",
   },
   lockMaxWaiters: {
     flag: "lock-max-waiters",
