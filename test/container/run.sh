@@ -14,8 +14,10 @@
 # source lock on the host with the seed's lock-file protocol and sees the containerised service
 # honour it (Inspect names the host holder, Acquire waits for it) and the reverse (a host process
 # using the seed's protocol waits for a lock the container holds), checks the journal and the
-# fencing tokens survive `down` and `up`, checks `docker stop` takes < 3 s, and tears everything
-# down (containers, volume, the image it built, the scratch project).
+# fencing tokens survive `down` and `up`, checks `docker stop` takes < 3 s; then brings up
+# docker-compose.etcd.yml (three etcd members built from deploy/etcd.Dockerfile, two sessions
+# instances of the image) and checks the two instances act as one, also with a member stopped; and
+# tears everything down (containers, volumes, the images it built, the scratch project).
 #
 # The host side of the lock checks runs the seed's protocol from services/sessions/dist: build the
 # repository first (`npm ci` does; `npm run build` after a change).
@@ -56,6 +58,8 @@ engine_log=""
 sleeper_pid=""
 seed_pids=()
 stack_up=0
+etcd_stack_up=0
+etcd_image=""
 work=$(mktemp -d)
 # The user's project, made below. Not under /tmp, which is a tmpfs inside the containers.
 project_dir=""
@@ -73,6 +77,16 @@ cleanup() {
   fi
   [ -n "$sleeper_pid" ] && kill "$sleeper_pid" 2>/dev/null
   for pid in "${seed_pids[@]}"; do kill "$pid" 2>/dev/null; done
+  if [ "$etcd_stack_up" -eq 1 ]; then
+    if [ "$status" -ne 0 ]; then
+      echo "--- last etcd stack logs ---" >&2
+      etcd_compose logs --no-color --tail=20 >&2 2>&1
+    fi
+    step "teardown: the etcd stack, down -v"
+    etcd_compose down -v --remove-orphans -t 5 >/dev/null 2>&1 || echo "  (down -v of the etcd stack failed)" >&2
+    done_step
+  fi
+  [ -n "$etcd_image" ] && docker image rm -f "$etcd_image" >/dev/null 2>&1
   if [ "$stack_up" -eq 1 ]; then
     step "teardown: down -v (containers, network, state volume)"
     compose down -v --remove-orphans -t 5 >/dev/null 2>&1 || echo "  (down -v failed)" >&2
@@ -149,6 +163,9 @@ free_port() {
 }
 
 container_of() { compose ps -q "$1"; }
+
+# The etcd stack (docker-compose.etcd.yml) under a project name of its own.
+etcd_compose() { docker-compose -p "${project}etcd" -f "$repo/docker-compose.etcd.yml" "$@"; }
 
 wait_healthy() {
   local deadline=$(($(date +%s) + ${1:-90})) service id health state
@@ -279,7 +296,6 @@ fi
 # --- 4. compose file --------------------------------------------------------------------------------
 step "docker-compose config -q"
 docker-compose -f docker-compose.yml config -q || fail "docker-compose.yml is not valid"
-# The etcd stack (three members, two sessions instances) is validated, not brought up here.
 docker-compose -f docker-compose.etcd.yml config -q || fail "docker-compose.etcd.yml is not valid"
 done_step
 
@@ -564,3 +580,52 @@ for service in sessions budget; do
   [ "$code" = 0 ] || fail "$service exited $code after SIGTERM, expected 0 (graceful)"
   done_step "${took_ms} ms, exit 0"
 done
+
+# --- 10. beyond one box: the etcd stack ---------------------------------------------------------------
+# docker-compose.etcd.yml brought up for real: three etcd members (deploy/etcd.Dockerfile) and two
+# sessions instances of the image built above, on the host's loopback at the file's fixed ports.
+step "docker build -f deploy/etcd.Dockerfile (Debian's etcd-server)"
+for port in 2379 2380 22379 22380 32379 32380 7301 7311; do
+  if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then fail "127.0.0.1:$port is taken: docker-compose.etcd.yml needs it"; fi
+done
+etcd_image="berth-etcd-test:$run_id"
+docker build -f deploy/etcd.Dockerfile -t "$etcd_image" . >>"$work/etcd-build.log" 2>&1 || { tail -30 "$work/etcd-build.log" >&2; fail "docker build of deploy/etcd.Dockerfile failed"; }
+done_step "$(docker image inspect --format '{{.Size}}' "$etcd_image" | awk '{ printf "%.0f MB", $1 / 1e6 }')"
+
+step "docker-compose -f docker-compose.etcd.yml up -d: three etcd members, two sessions instances"
+printf 'BERTH_TOKEN=%s\n' "$token" >"$work/berth-etcd.env"
+chmod 0600 "$work/berth-etcd.env"
+etcd_stack_up=1
+BERTH_IMAGE="$image" BERTH_ETCD_IMAGE="$etcd_image" BERTH_ENV_FILE="$work/berth-etcd.env" \
+  etcd_compose up -d --no-build >"$work/etcd-up.log" 2>&1 || { cat "$work/etcd-up.log" >&2; fail "docker-compose up of the etcd stack failed"; }
+deadline=$(($(date +%s) + 120))
+for service in etcd1 etcd2 etcd3 berth-a berth-b; do
+  id=$(etcd_compose ps -q "$service")
+  [ -n "$id" ] || fail "no $service container"
+  until [ "$(docker inspect --format '{{if .State.Health}}{{.State.Health.Status}}{{end}}' "$id")" = healthy ]; do
+    [ "$(date +%s)" -lt "$deadline" ] || fail "$service not healthy in time: $(docker inspect --format '{{range .State.Health.Log}}{{.Output}}{{end}}' "$id" | tail -3)"
+    sleep 0.5
+  done
+done
+done_step "5 containers healthy"
+
+step "the two instances are one service: appended through one, read and locked through the other"
+etcd_session="etcd-$run_id"
+rpc_ok 7301 berth.sessions.v1.SessionService/AppendEvent "{\"sessionId\":\"$etcd_session\",\"event\":{\"steer\":{\"pageUrl\":\"/pricing\"}}}"
+rpc_ok 7311 berth.sessions.v1.SessionService/GetSnapshot "{\"sessionId\":\"$etcd_session\"}"
+[ "$(json .lastSeq <<<"$body")" = 1 ] || fail "GetSnapshot through the other instance: $body"
+rpc_ok 7301 berth.locks.v1.LockService/Acquire "{\"file\":\"/srv/etcd-test.ts\",\"owner\":\"container-test\",\"maxWait\":\"0s\",\"ttl\":\"60s\"}"
+etcd_lease=$(json .lease.leaseToken <<<"$body")
+etcd_token=$(json .lease.fencingToken <<<"$body")
+rpc 7311 berth.locks.v1.LockService/Acquire "{\"file\":\"/srv/etcd-test.ts\",\"owner\":\"other\",\"maxWait\":\"0s\"}" "$token"
+[ "$http_status" = 429 ] || fail "Acquire through the other instance while held answered HTTP $http_status: $body"
+grep -q container-test <<<"$body" || fail "the refusal does not name the holder: $body"
+rpc_ok 7301 berth.locks.v1.LockService/Release "{\"leaseToken\":\"$etcd_lease\"}"
+done_step "seq 1 read through 7311; the lock (token $etcd_token) held through 7301 refused through 7311"
+
+step "a member down: still served (docker-compose stop etcd2)"
+etcd_compose stop -t 5 etcd2 >/dev/null 2>&1 || fail "docker-compose stop etcd2 failed"
+rpc_ok 7311 berth.sessions.v1.SessionService/AppendEvent "{\"sessionId\":\"$etcd_session\",\"event\":{\"steer\":{\"pageUrl\":\"/docs\"}}}"
+rpc_ok 7301 berth.sessions.v1.SessionService/GetSnapshot "{\"sessionId\":\"$etcd_session\"}"
+[ "$(json .lastSeq <<<"$body")" = 2 ] || fail "GetSnapshot with etcd2 down: $body"
+done_step "seq 2 appended through 7311, read through 7301"
