@@ -151,7 +151,10 @@ function writers(client: SessionsClient, attempts: Attempt[]) {
     while (!stopped) {
       const session = `disk-${w % 3}`;
       const events = 1 + (serial % 4);
-      const attempt: Attempt = { session, key: `w${w}-${serial++}`, events };
+      // Keys are unique across every writers() of a scenario (they share `attempts`): a key used
+      // again after a refusal would be written anew, and read back as the refused attempt's.
+      const attempt: Attempt = { session, key: `w${w}-${attempts.length}`, events };
+      serial++;
       attempts.push(attempt);
       // Payloads of 1-3 KiB: the journals grow quickly, and a batch spans pages.
       const pad = "x".repeat(1024 * (1 + (serial % 3)));
@@ -339,7 +342,7 @@ async function checkJournals(findings: Findings, scenario: string, client: Sessi
       // have stayed, and then whole.
       const unknown = outcome !== undefined && "refused" in outcome && outcome.refused.message.includes("may have been written");
       const whole = found.length === attempt.events && found.every((seq, i) => seq === found[0]! + i);
-      if (!unknown) findings.violation(scenario, `refused (or unanswered) ${attempt.key} is in the journal at ${show(found)}`);
+      if (!unknown) findings.violation(scenario, `refused (or unanswered) ${attempt.key} is in the journal at ${show(found)}; it was told ${show(outcome)}`);
       else if (!whole) findings.violation(scenario, `${attempt.key}, of ${attempt.events} events, is in the journal in part: ${show(found)}`);
     }
   }
