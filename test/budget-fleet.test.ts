@@ -5,14 +5,14 @@
  * GetFleet is FAILED_PRECONDITION naming --store etcd. `berth budget fleet` prints the table and
  * --json.
  */
-import { Code, ConnectError } from "@connectrpc/connect";
+import { Code } from "@connectrpc/connect";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { NeedItemKind } from "@berth/api/berth/budget/v1/budget_pb";
 import { ErrorInfoSchema } from "@berth/api/google/rpc/error_details_pb";
 import { createEtcdClient, type EtcdClient } from "@berth/etcd";
 import { startEtcd, type EtcdCluster } from "@berth/etcd/testing";
 import { G, berth, startBudget, type BudgetUnderTest } from "./budget-e2e.js";
-import { stopAll } from "./harness.js";
+import { stopAll, callFailure } from "./harness.js";
 
 let etcd: EtcdCluster;
 let watcher: EtcdClient;
@@ -31,15 +31,6 @@ function fleetBudget(prefix: string, machine: string, more: string[] = []): Prom
   return startBudget({
     args: ["--store", "etcd", "--etcd-endpoints", etcd.clientUrls.join(","), "--etcd-prefix", prefix, "--machine-name", machine, "--fleet-ttl", "2s", ...more],
   });
-}
-
-async function failure(promise: Promise<unknown>): Promise<ConnectError> {
-  try {
-    await promise;
-  } catch (error) {
-    return ConnectError.from(error);
-  }
-  throw new Error("expected the call to fail");
 }
 
 /** The next change of `key` (relative to no prefix) that satisfies `matches`, from the watch's start. */
@@ -96,7 +87,7 @@ describe("GetFleet on etcd", () => {
     // A token outlives the budget that issued it: it names a machine, not a place in one process's memory.
     expect((await b.client.getFleet({ pageSize: 1, pageToken: first.nextPageToken })).machines.map((m) => m.machine)).toEqual(["box-b"]);
     for (const request of [{ pageSize: -1 }, { pageToken: "not a token" }, { pageToken: Buffer.from('{"l":"queue","a":1}').toString("base64url") }]) {
-      const error = await failure(a.client.getFleet(request));
+      const error = await callFailure(a.client.getFleet(request));
       expect(error.code, JSON.stringify(request)).toBe(Code.InvalidArgument);
       expect(error.message).toMatch(/page_(size|token)/);
     }
@@ -162,7 +153,7 @@ describe("one budget per machine name", () => {
 describe("GetFleet on the file store", () => {
   it("is FAILED_PRECONDITION naming --store etcd, and berth budget fleet says so", async () => {
     const budget = await startBudget();
-    const error = await failure(budget.client.getFleet({}));
+    const error = await callFailure(budget.client.getFleet({}));
     expect(error.code).toBe(Code.FailedPrecondition);
     expect(error.message).toContain("--store etcd");
     expect(error.findDetails(ErrorInfoSchema)[0]?.reason).toBe("FLEET_NEEDS_ETCD");

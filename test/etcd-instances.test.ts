@@ -7,7 +7,7 @@
  * settings the etcd store cannot serve is refused at start, naming the setting.
  */
 import * as path from "node:path";
-import { Code, ConnectError, type Client } from "@connectrpc/connect";
+import { Code, type Client } from "@connectrpc/connect";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { create } from "@bufbuild/protobuf";
 import { EventSchema, type Event } from "@berth/api/berth/sessions/v1/events_pb";
@@ -15,7 +15,7 @@ import { LockService } from "@berth/api/berth/locks/v1/lock_service_pb";
 import { FenceRejectedSchema, SessionService } from "@berth/api/berth/sessions/v1/session_service_pb";
 import { ErrorInfoSchema } from "@berth/api/google/rpc/error_details_pb";
 import { startEtcd, type EtcdCluster } from "@berth/etcd/testing";
-import { connectClient, launchService, makeTempDir, startService, stopAll, type ServiceProcess } from "./harness.js";
+import { connectClient, launchService, makeTempDir, startService, stopAll, type ServiceProcess, callFailure } from "./harness.js";
 
 let etcd: EtcdCluster;
 beforeAll(async () => {
@@ -36,15 +36,6 @@ const sessionsOf = (service: ServiceProcess): Client<typeof SessionService> =>
 const locksOf = (service: ServiceProcess): Client<typeof LockService> =>
   connectClient(LockService, service.url("sessions"), { protocol: "grpc", defaultTimeoutMs: 30_000 });
 const step = (n: number): Event => create(EventSchema, { kind: { case: "generate", value: { pageUrl: `http://localhost:3000/${n}`, count: n } } });
-
-async function failure(promise: Promise<unknown>): Promise<ConnectError> {
-  try {
-    await promise;
-  } catch (error) {
-    return ConnectError.from(error);
-  }
-  throw new Error("expected the call to fail");
-}
 
 describe("two instances on one etcd", () => {
   let a: ServiceProcess;
@@ -79,7 +70,7 @@ describe("two instances on one etcd", () => {
     const fromB = await sessionsOf(b).getSnapshot({ sessionId: "relay" });
     expect(fromB.lastSeq).toBe(20n);
     // A write through b follows a's head (the conflict is etcd's, not either instance's memory).
-    const error = await failure(sessionsOf(b).appendEvent({ sessionId: "relay", event: step(0), expected: { case: "expectedSeq", value: 19n } }));
+    const error = await callFailure(sessionsOf(b).appendEvent({ sessionId: "relay", event: step(0), expected: { case: "expectedSeq", value: 19n } }));
     expect(error.code).toBe(Code.Aborted);
     expect((await sessionsOf(b).appendEvent({ sessionId: "relay", event: step(21), expected: { case: "expectedSeq", value: 20n } })).seq).toBe(21n);
   });
@@ -87,7 +78,7 @@ describe("two instances on one etcd", () => {
   it("blocks Acquire through one while the lock is held through the other, hands it over on release, and fences the old holder's writes", async () => {
     const file = path.join(makeTempDir("berth-etcd-locks-"), "src/shared.ts");
     const held = (await locksOf(a).acquire({ file, owner: "on-a" })).lease!;
-    const refused = await failure(locksOf(b).acquire({ file, owner: "on-b", maxWait: { seconds: 0n } }));
+    const refused = await callFailure(locksOf(b).acquire({ file, owner: "on-b", maxWait: { seconds: 0n } }));
     expect(refused.code).toBe(Code.ResourceExhausted);
     expect(refused.findDetails(ErrorInfoSchema)[0]?.reason).toBe("WAIT_EXHAUSTED");
     expect(refused.rawMessage).toContain("held by on-a");
@@ -106,7 +97,9 @@ describe("two instances on one etcd", () => {
     expect(next.fencingToken).toBeGreaterThan(held.fencingToken);
     // The old token is refused by etcd's compare, through either instance.
     for (const service of [a, b]) {
-      const stale = await failure(sessionsOf(service).appendEvent({ sessionId: "fenced", event: step(2), fence: { file, fencingToken: held.fencingToken } }));
+      const stale = await callFailure(
+        sessionsOf(service).appendEvent({ sessionId: "fenced", event: step(2), fence: { file, fencingToken: held.fencingToken } }),
+      );
       expect(stale.code).toBe(Code.FailedPrecondition);
       expect(stale.findDetails(FenceRejectedSchema)[0]).toMatchObject({ fencingToken: held.fencingToken, currentToken: next.fencingToken });
     }

@@ -15,7 +15,7 @@ import { SessionService, WatcherLaggedSchema, type WatchSessionResponse } from "
 import { BadRequestSchema, ErrorInfoSchema } from "@berth/api/google/rpc/error_details_pb";
 import { createEtcdClient, type EtcdClient } from "@berth/etcd";
 import { startEtcd, type EtcdCluster } from "@berth/etcd/testing";
-import { connectClient, startService, stopAll, type ServiceProcess } from "./harness.js";
+import { connectClient, startService, stopAll, type ServiceProcess, callFailure } from "./harness.js";
 
 // etcd's request size at 64 KiB (gRPC's own limit is then 64 KiB + 512 KiB), its quota at 32 MiB.
 const MAX_REQUEST_BYTES = 64 * 1024;
@@ -41,15 +41,6 @@ const sessionsOf = (service: ServiceProcess): Client<typeof SessionService> =>
 const steer = (n: number, bytes = 100): Event =>
   create(EventSchema, { kind: { case: "steer", value: { pageUrl: `http://localhost:3000/${n}/`.padEnd(bytes, "x") } } });
 
-async function failure(promise: Promise<unknown>): Promise<ConnectError> {
-  try {
-    await promise;
-  } catch (error) {
-    return ConnectError.from(error);
-  }
-  throw new Error("expected the call to fail");
-}
-
 const reasonOf = (error: ConnectError) => error.findDetails(ErrorInfoSchema)[0]?.reason;
 const violationOf = (error: ConnectError) => error.findDetails(BadRequestSchema)[0]?.fieldViolations[0];
 
@@ -72,8 +63,8 @@ describe("etcd's request size", () => {
   it("refuses an append over it INVALID_ARGUMENT, naming the field and the limit berth was given; the service goes on", async () => {
     const service = await etcdService("told/", ["--etcd-max-request-bytes", "64K"]);
     const sessions = sessionsOf(service);
-    const one = await failure(sessions.appendEvent({ sessionId: "big", event: steer(1, 100 * 1024) }));
-    const many = await failure(sessions.appendEvents({ sessionId: "big", events: range(1, 10).map((n) => steer(n, 10 * 1024)) }));
+    const one = await callFailure(sessions.appendEvent({ sessionId: "big", event: steer(1, 100 * 1024) }));
+    const many = await callFailure(sessions.appendEvents({ sessionId: "big", events: range(1, 10).map((n) => steer(n, 10 * 1024)) }));
     for (const refused of [one, many]) {
       expect(refused.code).toBe(Code.InvalidArgument);
       expect(reasonOf(refused)).toBe("REQUEST_TOO_LARGE");
@@ -93,7 +84,7 @@ describe("etcd's request size", () => {
     const service = await etcdService("untold/");
     const sessions = sessionsOf(service);
     for (const bytes of [100 * 1024, 700 * 1024]) {
-      const refused = await failure(sessions.appendEvent({ sessionId: "big", event: steer(1, bytes) }));
+      const refused = await callFailure(sessions.appendEvent({ sessionId: "big", event: steer(1, bytes) }));
       expect(refused.code).toBe(Code.InvalidArgument);
       expect(reasonOf(refused)).toBe("REQUEST_TOO_LARGE");
       expect(violationOf(refused)).toMatchObject({ field: "events", description: expect.stringMatching(/etcd's --max-request-bytes/) });
@@ -148,7 +139,7 @@ describe("etcd's compaction", () => {
     }
     expect(seqs).toEqual(range(1, total));
 
-    const allCut = await failure(
+    const allCut = await callFailure(
       (async () => {
         while (!(await all.next()).done);
       })(),
@@ -174,7 +165,7 @@ describe("etcd's storage quota", () => {
         (error: unknown) => error,
       );
     expect(full).toMatchObject({ reason: "ETCD_NO_SPACE" });
-    const refused = await failure(sessions.appendEvent({ sessionId: "kept", event: steer(3) }));
+    const refused = await callFailure(sessions.appendEvent({ sessionId: "kept", event: steer(3) }));
     expect(refused.code).toBe(Code.ResourceExhausted);
     expect(reasonOf(refused)).toBe("ETCD_NO_SPACE");
     expect(refused.rawMessage).toMatch(/etcdctl compact.*etcdctl defrag.*--quota-backend-bytes.*etcdctl alarm disarm/);

@@ -29,6 +29,7 @@ import {
   STORES,
   type ServiceProcess,
   type StoreKind,
+  callFailure,
 } from "./harness.js";
 
 afterAll(stopAll);
@@ -50,15 +51,6 @@ async function lockService(options: { stateDir?: string; liveDir?: string; proje
 /** A LockService client on a connection of its own. */
 function locksOf(url: string): Client<typeof LockService> {
   return connectClient(LockService, url, { protocol: "grpc", defaultTimeoutMs: 30_000 });
-}
-
-async function failure(promise: Promise<unknown>): Promise<ConnectError> {
-  try {
-    await promise;
-  } catch (error) {
-    return ConnectError.from(error);
-  }
-  throw new Error("expected the call to fail");
 }
 
 /** Polls Inspect until `predicate` holds (the service is in another process: no hooks to wait on). */
@@ -123,7 +115,7 @@ describe.each(STORES)("LockService over the network (%s store)", (store) => {
     const holder = locksOf(url);
     const lease = (await holder.acquire({ file, owner: "alice" })).lease!;
     const started = Date.now();
-    const error = await failure(locksOf(url).acquire({ file, owner: "bob", maxWait: { seconds: 0n, nanos: 300_000_000 } }));
+    const error = await callFailure(locksOf(url).acquire({ file, owner: "bob", maxWait: { seconds: 0n, nanos: 300_000_000 } }));
     expect(Date.now() - started).toBeGreaterThanOrEqual(250);
     expect(error.code).toBe(Code.ResourceExhausted);
     expect(error.findDetails(ErrorInfoSchema)[0]).toMatchObject({ reason: "WAIT_EXHAUSTED", domain: "berth.locks" });
@@ -215,18 +207,18 @@ describe.each(STORES)("LockService over the network (%s store)", (store) => {
         () => client.inspect({ file }),
         () => client.checkToken({ file, fencingToken: 1n }),
       ]) {
-        const error = await failure(call());
+        const error = await callFailure(call());
         expect(error.code).toBe(Code.InvalidArgument);
         expect(error.rawMessage).toMatch(message);
       }
-      const error = await failure(
+      const error = await callFailure(
         (async () => {
           for await (const _ of client.hold({ file, owner: "x", maxWait: { seconds: 0n } }));
         })(),
       );
       expect(error.code).toBe(Code.InvalidArgument);
     }
-    const negative = await failure(client.acquire({ file: "/ok.ts", owner: "x", maxWait: { seconds: -1n } }));
+    const negative = await callFailure(client.acquire({ file: "/ok.ts", owner: "x", maxWait: { seconds: -1n } }));
     expect(negative.rawMessage).toMatch(/^max_wait: must not be negative/);
   });
 });
@@ -306,7 +298,7 @@ describe("shutdown", () => {
       }
     })();
     await until(client, file, (s) => s.holder !== undefined);
-    const waiting = failure(locksOf(url).acquire({ file, owner: "waiter", maxWait: { seconds: 60n } }));
+    const waiting = callFailure(locksOf(url).acquire({ file, owner: "waiter", maxWait: { seconds: 60n } }));
     await until(client, file, (s) => s.waiters.length === 1);
     const lockPath = (await client.inspect({ file })).lockPath;
     expect(readdirSync(path.dirname(lockPath))).toContain(path.basename(lockPath));
@@ -352,16 +344,16 @@ describe.each(STORES)("fencing across restarts and fenced appends (%s store)", (
     expect(current.fencingToken).toBeGreaterThan(stale.fencingToken);
 
     const event = { kind: { case: "agentPhase" as const, value: { phase: "planning" } } };
-    const refused = await failure(sessions.appendEvent({ sessionId: "fenced-1", event, fence: { file, fencingToken: stale.fencingToken } }));
+    const refused = await callFailure(sessions.appendEvent({ sessionId: "fenced-1", event, fence: { file, fencingToken: stale.fencingToken } }));
     expect(refused.code).toBe(Code.FailedPrecondition);
     expect(refused.findDetails(FenceRejectedSchema)[0]).toMatchObject({ file, fencingToken: stale.fencingToken, currentToken: current.fencingToken });
-    expect((await failure(sessions.getSnapshot({ sessionId: "fenced-1" }))).code).toBe(Code.NotFound);
+    expect((await callFailure(sessions.getSnapshot({ sessionId: "fenced-1" }))).code).toBe(Code.NotFound);
 
     const ok = await sessions.appendEvent({ sessionId: "fenced-1", event, fence: { file, fencingToken: current.fencingToken } });
     expect(ok.seq).toBe(1n);
     // Released: the token is no longer current either.
     await locks.release({ leaseToken: current.leaseToken });
-    const afterRelease = await failure(sessions.appendEvent({ sessionId: "fenced-1", event, fence: { file, fencingToken: current.fencingToken } }));
+    const afterRelease = await callFailure(sessions.appendEvent({ sessionId: "fenced-1", event, fence: { file, fencingToken: current.fencingToken } }));
     expect(afterRelease.code).toBe(Code.FailedPrecondition);
     expect(afterRelease.findDetails(FenceRejectedSchema)[0]?.currentToken).toBe(0n);
     const journal = [];
@@ -405,7 +397,7 @@ describe("interop with processes using the seed's lock-file protocol", () => {
     //    that is granted once the seed process lets go.
     const seed = await seedHolder(liveDir, projectRoot, relative, "seed-tool", 0);
     await seed.next("acquired");
-    const refused = await failure(client.acquire({ file, owner: "berth-client", maxWait: { seconds: 0n } }));
+    const refused = await callFailure(client.acquire({ file, owner: "berth-client", maxWait: { seconds: 0n } }));
     expect(refused.code).toBe(Code.ResourceExhausted);
     expect(refused.findDetails(LockHeldSchema)[0]).toMatchObject({ owner: "seed-tool", kind: HolderKind.SEED_LOCK_FILE, pid: seed.pid, fencingToken: 0n });
     expect((await client.inspect({ file })).holder).toMatchObject({ owner: "seed-tool", kind: HolderKind.SEED_LOCK_FILE, pid: seed.pid });

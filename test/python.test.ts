@@ -16,7 +16,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { NeedItemKind } from "@berth/api/berth/budget/v1/budget_pb";
 import { HolderKind, LockHeldSchema, LockService } from "@berth/api/berth/locks/v1/lock_service_pb";
 import { SessionService } from "@berth/api/berth/sessions/v1/session_service_pb";
-import { Code, ConnectError, type Client } from "@connectrpc/connect";
+import { Code, type Client } from "@connectrpc/connect";
 import { CLI, G, startBudget, until, type BudgetUnderTest } from "./budget-e2e.js";
 import { discoveryCases, expectResolutions, type Resolution } from "./discovery.js";
 import {
@@ -30,6 +30,7 @@ import {
   type CommandResult,
   type StartedService,
   type StepRun,
+  callFailure,
 } from "./harness.js";
 
 /** The interpreter with Debian's python3-grpcio and python3-protobuf. */
@@ -462,11 +463,6 @@ describe.skipIf(missing !== undefined)("Python client (grpcio 1.51 + stubs from 
     const connect = connectClient(LockService, url, { protocol: "connect", useBinaryFormat: false, token, defaultTimeoutMs: 30_000 });
     const connectSessions = connectClient(SessionService, url, { protocol: "connect", useBinaryFormat: false, token });
     const viaLink = `${link}/src/app.css`;
-    const failure = async (promise: Promise<unknown>) =>
-      promise.then(
-        () => Promise.reject(new Error("expected the call to fail")),
-        (error: unknown) => ConnectError.from(error),
-      );
     const cliEnv = { BERTH_SESSIONS_URL: url, BERTH_TOKEN: token, BERTH_TOKEN_FILE: undefined };
     /** `berth lock hold src/app.css --max-wait 0 -- true` from the project: its exit code and last progress event. */
     const cliTry = async () => {
@@ -505,7 +501,7 @@ describe.skipIf(missing !== undefined)("Python client (grpcio 1.51 + stubs from 
       expect(held).toBe(`held ${canonical}`);
       python.go("try cli");
       expect(await python.step("tried cli")).toEqual({ step: "tried cli", acquired: false, code: "RESOURCE_EXHAUSTED", file: canonical, holder: "cli" });
-      const refusedByCli = await failure(connect.acquire({ file: viaLink, owner: "connect-try", maxWait: { seconds: 0n } }));
+      const refusedByCli = await callFailure(connect.acquire({ file: viaLink, owner: "connect-try", maxWait: { seconds: 0n } }));
       expect(refusedByCli.code).toBe(Code.ResourceExhausted);
       expect(refusedByCli.findDetails(LockHeldSchema)[0]).toMatchObject({ file: canonical, owner: "cli" });
       holder.stdin.end("\n");
@@ -517,7 +513,7 @@ describe.skipIf(missing !== undefined)("Python client (grpcio 1.51 + stubs from 
       const pythonHeld = await python.step("held");
       expect(pythonHeld.file).toBe(canonical);
       expect(await cliTry()).toMatchObject({ code: 75, last: { event: "timeout", file: canonical, holder: { owner: "python" } } });
-      const refusedByPython = await failure(connect.acquire({ file: viaLink, owner: "connect-try", maxWait: { seconds: 0n } }));
+      const refusedByPython = await callFailure(connect.acquire({ file: viaLink, owner: "connect-try", maxWait: { seconds: 0n } }));
       expect(refusedByPython.findDetails(LockHeldSchema)[0]).toMatchObject({ file: canonical, owner: "python" });
       const fence = { file: `${link}/src/x/../app.css`, fencingToken: BigInt(pythonHeld.fencing_token as number) };
       const fenced = await connectSessions.appendEvent({
@@ -547,7 +543,7 @@ describe.skipIf(missing !== undefined)("Python client (grpcio 1.51 + stubs from 
       expect(await python.step("tried free")).toEqual({ step: "tried free", acquired: true, file: canonical });
 
       // A relative path over Connect JSON is refused, naming the field and what to send.
-      const relative = await failure(connect.acquire({ file: "src/app.css", owner: "connect" }));
+      const relative = await callFailure(connect.acquire({ file: "src/app.css", owner: "connect" }));
       expect(relative.code).toBe(Code.InvalidArgument);
       expect(relative.rawMessage).toBe('file: must be an absolute path; resolve it against your working directory before sending, got "src/app.css"');
       python.go("done");

@@ -37,6 +37,7 @@ import {
   stopAll,
   STORES,
   type ServiceProcess,
+  callFailure,
 } from "./harness.js";
 
 afterAll(stopAll);
@@ -53,15 +54,6 @@ function event(kind: MessageInitShape<typeof EventSchema>["kind"]): Event {
 
 const generate = (count = 3): Event => event({ case: "generate", value: { pageUrl: "http://localhost:3000/", count } });
 const phase = (name: string): Event => event({ case: "agentPhase", value: { phase: name } });
-
-async function failure(promise: Promise<unknown>): Promise<ConnectError> {
-  try {
-    await promise;
-  } catch (error) {
-    return ConnectError.from(error);
-  }
-  throw new Error("expected the call to fail");
-}
 
 /** The code and ErrorInfo reason of a refusal. */
 function codeAndReason(error: ConnectError): [Code, string | undefined] {
@@ -109,7 +101,7 @@ describe.each(STORES)("SessionService end to end (%s store)", (store) => {
     const client = sessionsOf(url);
     await client.appendEvent({ sessionId: "conflict", event: generate(), expected: noSession });
     await client.appendEvent({ sessionId: "conflict", event: phase("a"), expected: atSeq(1n) });
-    const error = await failure(client.appendEvent({ sessionId: "conflict", event: phase("b"), expected: atSeq(1n) }));
+    const error = await callFailure(client.appendEvent({ sessionId: "conflict", event: phase("b"), expected: atSeq(1n) }));
     expect(codeAndReason(error)).toEqual([Code.Aborted, "SEQ_CONFLICT"]);
     expect(error.findDetails(SeqConflictSchema)[0]).toMatchObject({ sessionId: "conflict", expectedSeq: 1n, currentSeq: 2n });
 
@@ -165,12 +157,14 @@ describe.each(STORES)("SessionService end to end (%s store)", (store) => {
     await started;
     const client = sessionsOf(url);
     await client.appendEvent({ sessionId: "atomic", event: generate() });
-    const bad = await failure(client.appendEvents({ sessionId: "atomic", events: [phase("a"), phase("b"), event({ case: "other", value: { type: "" } })] }));
+    const bad = await callFailure(
+      client.appendEvents({ sessionId: "atomic", events: [phase("a"), phase("b"), event({ case: "other", value: { type: "" } })] }),
+    );
     expect(bad.code).toBe(Code.InvalidArgument);
     expect(bad.rawMessage).toMatch(/^events\[2\]/);
-    const stale = await failure(client.appendEvents({ sessionId: "atomic", events: [phase("a"), phase("b")], expected: noSession }));
+    const stale = await callFailure(client.appendEvents({ sessionId: "atomic", events: [phase("a"), phase("b")], expected: noSession }));
     expect(codeAndReason(stale)).toEqual([Code.Aborted, "SEQ_CONFLICT"]);
-    const tooMany = await failure(client.appendEvents({ sessionId: "atomic", events: Array.from({ length: 51 }, (_, i) => phase(`p${i}`)) }));
+    const tooMany = await callFailure(client.appendEvents({ sessionId: "atomic", events: Array.from({ length: 51 }, (_, i) => phase(`p${i}`)) }));
     expect(codeAndReason(tooMany)).toEqual([Code.InvalidArgument, "TOO_MANY_EVENTS"]);
     expect(await readSeqs(client, "atomic")).toEqual([1]);
     const ok = await client.appendEvents({ sessionId: "atomic", events: [phase("a"), phase("b"), phase("c")], expected: atSeq(1n) });
@@ -183,15 +177,15 @@ describe.each(STORES)("SessionService end to end (%s store)", (store) => {
     await started;
     const client = sessionsOf(url);
     for (const sessionId of ["", "../escape", "a/b", "a.b", "x".repeat(129), "nul\0id", "space id"]) {
-      const error = await failure(client.appendEvent({ sessionId, event: generate() }));
+      const error = await callFailure(client.appendEvent({ sessionId, event: generate() }));
       expect(error.code, JSON.stringify(sessionId)).toBe(Code.InvalidArgument);
       expect(error.rawMessage).toMatch(/^session_id: /);
     }
     for (const method of ["getSnapshot", "flushSnapshot", "deleteSession"] as const) {
-      const error = await failure(client[method]({ sessionId: "../x" }));
+      const error = await callFailure(client[method]({ sessionId: "../x" }));
       expect(codeAndReason(error), method).toEqual([Code.InvalidArgument, "INVALID_FIELD"]);
     }
-    const watchError = await failure(
+    const watchError = await callFailure(
       (async () => {
         for await (const _ of client.watchSession({ sessionId: "a/b" })) break;
       })(),
@@ -199,13 +193,13 @@ describe.each(STORES)("SessionService end to end (%s store)", (store) => {
     expect(watchError.code).toBe(Code.InvalidArgument);
 
     const big = event({ case: "steer", value: { pageUrl: "x".repeat(4000) } });
-    const tooBig = await failure(client.appendEvent({ sessionId: "sizes", event: big }));
+    const tooBig = await callFailure(client.appendEvent({ sessionId: "sizes", event: big }));
     expect(codeAndReason(tooBig)).toEqual([Code.InvalidArgument, "EVENT_TOO_LARGE"]);
     expect(tooBig.rawMessage).toMatch(/over the limit of 2048 bytes/);
-    const hugeRequest = await failure(client.appendEvent({ sessionId: "sizes", event: event({ case: "steer", value: { pageUrl: "x".repeat(100_000) } }) }));
+    const hugeRequest = await callFailure(client.appendEvent({ sessionId: "sizes", event: event({ case: "steer", value: { pageUrl: "x".repeat(100_000) } }) }));
     // Refused by the server's read limit before any handler or interceptor sees it.
     expect(hugeRequest.code).toBe(Code.ResourceExhausted);
-    expect(codeAndReason(await failure(client.getSnapshot({ sessionId: "sizes" })))).toEqual([Code.NotFound, "SESSION_NOT_FOUND"]);
+    expect(codeAndReason(await callFailure(client.getSnapshot({ sessionId: "sizes" })))).toEqual([Code.NotFound, "SESSION_NOT_FOUND"]);
     // Only the sessions of the tests before this one have journals (tests of a file run in order).
     const sessions = await client.listSessions({ includeCompleted: true, pageSize: 1000 });
     expect(
@@ -346,7 +340,7 @@ describe.each(STORES)("SessionService end to end (%s store)", (store) => {
     expect(((await it.next()).value as WatchSessionResponse).kind.case).toBe("caughtUp");
     const next = it.next();
     const stopped = own.stop();
-    const error = await failure(next);
+    const error = await callFailure(next);
     expect(codeAndReason(error)).toEqual([Code.Unavailable, "SHUTTING_DOWN"]);
     expect(await stopped).toEqual({ code: 0, signal: null });
     closeClient(client);
@@ -375,7 +369,7 @@ describe.each(STORES)("idempotent retries across a restart (%s store)", (store) 
     const batchRetry = await again.appendEvents({ sessionId: "retry", events: [phase("x"), phase("y")], idempotencyKey: "batch-7" });
     expect(batchRetry).toMatchObject({ duplicate: true, firstSeq: batch.firstSeq, lastSeq: batch.lastSeq });
     // The keys' digests come back from the journal: a key with other events is refused.
-    const reused = await failure(again.appendEvents({ sessionId: "retry", events: [phase("x"), phase("z")], idempotencyKey: "batch-7" }));
+    const reused = await callFailure(again.appendEvents({ sessionId: "retry", events: [phase("x"), phase("z")], idempotencyKey: "batch-7" }));
     expect(codeAndReason(reused)).toEqual([Code.AlreadyExists, "IDEMPOTENCY_KEY_REUSED"]);
     expect(await readSeqs(again, "retry")).toEqual([1, 2, 3, 4, 5]);
     closeClient(again);
@@ -439,8 +433,8 @@ describe.each(STORES)("sessions that come and go (%s store)", (store) => {
     const all = client.watchSessions({ includeCurrent: true }, { signal: controller.signal })[Symbol.asyncIterator]();
     expect((await all.next()).value!.kind).toMatchObject({ case: "change", value: { sessionId: "doomed", lastSeq: 2n } });
     expect((await all.next()).value!.kind.case).toBe("caughtUp");
-    const ended = failure(one.next());
-    const conflict = await failure(client.deleteSession({ sessionId: "doomed", expectedSeq: 1n }));
+    const ended = callFailure(one.next());
+    const conflict = await callFailure(client.deleteSession({ sessionId: "doomed", expectedSeq: 1n }));
     expect(codeAndReason(conflict)).toEqual([Code.Aborted, "SEQ_CONFLICT"]);
     expect(await client.deleteSession({ sessionId: "doomed", expectedSeq: 2n })).toMatchObject({ lastSeq: 2n });
     expect(codeAndReason(await ended)).toEqual([Code.NotFound, "SESSION_DELETED"]);
@@ -449,7 +443,7 @@ describe.each(STORES)("sessions that come and go (%s store)", (store) => {
       expect(journalFiles(service.stateDir)).toEqual([]);
       expect(readdirSync(path.join(service.stateDir, "sessions")).filter((name) => name.startsWith("doomed"))).toEqual([]);
     }
-    expect(codeAndReason(await failure(client.deleteSession({ sessionId: "doomed" })))).toEqual([Code.NotFound, "SESSION_NOT_FOUND"]);
+    expect(codeAndReason(await callFailure(client.deleteSession({ sessionId: "doomed" })))).toEqual([Code.NotFound, "SESSION_NOT_FOUND"]);
     controller.abort();
     closeClient(client);
     await service.stop();

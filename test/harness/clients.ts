@@ -21,7 +21,7 @@ import {
   type MessageInitShape,
   type MessageShape,
 } from "@bufbuild/protobuf";
-import { createClient, type Client, type Interceptor, type Transport } from "@connectrpc/connect";
+import { ConnectError, createClient, type Client, type Interceptor, type Transport } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport, createGrpcWebTransport, Http2SessionManager } from "@connectrpc/connect-node";
 import * as grpc from "@grpc/grpc-js";
 import * as protoLoader from "@grpc/proto-loader";
@@ -332,4 +332,14 @@ export function connectClient<S extends DescService>(service: S, url: string, op
 /** Closes the connections of a client made by {@link connectClient} (stopAll does it otherwise). */
 export function closeClient(client: object): void {
   closers.get(client)?.();
+}
+
+/** The error a call that must fail ended with; throws when it succeeded. */
+export async function callFailure(call: Promise<unknown>): Promise<ConnectError> {
+  try {
+    await call;
+  } catch (error) {
+    return ConnectError.from(error);
+  }
+  throw new Error("expected the call to fail");
 }

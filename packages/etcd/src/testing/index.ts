@@ -1,1 +1,2 @@
 export * from "./etcd-cluster.js";
+export * from "./wrap-client.js";

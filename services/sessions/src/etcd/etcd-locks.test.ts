@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { BerthError } from "@berth/shared/errors";
 import { createEtcdClient, type EtcdClient } from "@berth/etcd";
-import { startEtcd, type EtcdCluster } from "@berth/etcd/testing";
+import { countCalls, startEtcd, type EtcdCluster } from "@berth/etcd/testing";
 import { EtcdLocks, type EtcdLockGrant, type EtcdLockRequest } from "./etcd-locks.js";
 import { lockWaitersPrefix } from "./store-keys.js";
 
@@ -85,17 +85,7 @@ describe("one lock across instances", () => {
 
   it("hands over in one etcd round trip on the waiter's side once the holder's key goes: the grant and since when it holds in one transaction", async () => {
     const [a, b] = instances(2);
-    const calls: string[] = [];
-    const counted = new Proxy(b!.client, {
-      get(target, name, receiver) {
-        const value: unknown = Reflect.get(target, name, receiver);
-        if (typeof value !== "function") return value;
-        return (...args: unknown[]) => {
-          calls.push(String(name));
-          return (value as (...a: unknown[]) => unknown).apply(target, args);
-        };
-      },
-    });
+    const { client: counted, calls } = countCalls(b!.client);
     const waiterLocks = new EtcdLocks({ client: counted, instance: "berth-counted" });
     const held = await a!.locks.acquire(request("holder"));
     const wait = queued(request("next"));

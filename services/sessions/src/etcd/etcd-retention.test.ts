@@ -1,6 +1,6 @@
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { createEtcdClient, type EtcdClient, type TxnRequestInit, type TxnResult } from "@berth/etcd";
-import { startEtcd, type EtcdCluster } from "@berth/etcd/testing";
+import { startEtcd, wrapClient, type EtcdCluster } from "@berth/etcd/testing";
 import { ManualClock } from "@berth/shared/clock";
 import type { Logger } from "@berth/shared/logger";
 import type { SessionChange } from "../watch-hub.js";
@@ -51,13 +51,7 @@ function cluster() {
     const hooked =
       options.txn === undefined
         ? client
-        : new Proxy(client, {
-            get(target, property, receiver) {
-              if (property === "txn") return (request: TxnRequestInit) => options.txn!(request, () => target.txn(request));
-              const value: unknown = Reflect.get(target, property, receiver);
-              return typeof value === "function" ? (value as (...args: unknown[]) => unknown).bind(target) : value;
-            },
-          });
+        : wrapClient(client, (method, call, args) => (method === "txn" ? options.txn!(args[0] as TxnRequestInit, call as () => Promise<TxnResult>) : call()));
     const store = new EtcdSessionStore({
       journal: new EtcdJournal({ client: hooked, clock }),
       client: hooked,

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createEtcdClient, type EtcdClient, type RangeOptions } from "@berth/etcd";
-import { startEtcd, type EtcdCluster } from "@berth/etcd/testing";
+import { countCalls, startEtcd, wrapClient, type EtcdCluster } from "@berth/etcd/testing";
 import { applyEvent, baseSnapshot, type SessionSnapshot } from "../reducer.js";
 import type { SessionChange, WatchEvent } from "../watch-hub.js";
 import { EtcdJournal } from "./etcd-journal.js";
@@ -48,17 +48,7 @@ function countedStore(snapshotEvery?: number): { store: EtcdSessionStore; calls:
   const prefix = `s${++prefixes}/`;
   const client = createEtcdClient({ endpoints: etcd.clientUrls, prefix });
   clients.push(client);
-  const calls: string[] = [];
-  const counted = new Proxy(client, {
-    get(target, name, receiver) {
-      const value: unknown = Reflect.get(target, name, receiver);
-      if (typeof value !== "function") return value;
-      return (...args: unknown[]) => {
-        calls.push(String(name));
-        return (value as (...a: unknown[]) => unknown).apply(target, args);
-      };
-    },
-  });
+  const { client: counted, calls } = countCalls(client);
   const store = new EtcdSessionStore({
     journal: new EtcdJournal({ client: counted }),
     client,
@@ -179,20 +169,15 @@ describe("the etcd session store", () => {
     let started!: () => void;
     const watchStarted = new Promise<void>((resolve) => (started = resolve));
     const gated = (client: EtcdClient): EtcdClient =>
-      new Proxy(client, {
-        get(target, property, receiver) {
-          if (property === "range") {
-            return async (options: RangeOptions) => {
-              if (options.key !== HEADS || options.limit !== 1) return target.range(options);
-              await held;
-              const result = await target.range(options);
-              started();
-              return result;
-            };
-          }
-          const value: unknown = Reflect.get(target, property, receiver);
-          return typeof value === "function" ? (value as (...args: unknown[]) => unknown).bind(target) : value;
-        },
+      wrapClient(client, (method, call, args) => {
+        const options = args[0] as RangeOptions;
+        if (method !== "range" || options.key !== HEADS || options.limit !== 1) return call();
+        return (async () => {
+          await held;
+          const result = await call();
+          started();
+          return result;
+        })();
       });
     const [watching, writer] = instances(2, (client, index) => (index === 0 ? gated(client) : client));
     const watcher = watching!.watchAll();
