@@ -156,8 +156,10 @@ describe("one lock across instances", () => {
     const [a, b] = instances(2);
     const held = await a!.locks.acquire(request("holder"));
     const waits = [queued(request("w1", { maxWaiters: 2 })), queued(request("w2", { maxWaiters: 2 }))];
-    const granted = [a!.locks.acquire(waits[0]!.request), b!.locks.acquire(waits[1]!.request)];
+    // One after the other: their places are their keys' create revisions.
+    const granted = [a!.locks.acquire(waits[0]!.request)];
     expect(await waits[0]!.waiting).toBe(1);
+    granted.push(b!.locks.acquire(waits[1]!.request));
     expect(await waits[1]!.waiting).toBe(2);
     const error = await rejection(b!.locks.acquire(request("w3", { maxWaiters: 2 })));
     expect(error).toMatchObject({ code: "resource_exhausted", reason: "TOO_MANY_WAITERS", details: { file: FILE, waiting: 2, maxWaiters: 2 } });
