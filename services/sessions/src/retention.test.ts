@@ -9,8 +9,8 @@ import { CompletedRetention, type RetentionHost } from "./retention.js";
 import { type SessionStoreOptions, createSessionStore } from "./create-session-store.js";
 import type { SessionStore } from "./session-store.js";
 import type { SessionChange } from "./watch-hub.js";
+import { appendRetentionHistory, HOUR } from "./testing/retention-history.js";
 
-const HOUR = 3_600_000;
 const T0 = Date.UTC(2026, 0, 1);
 
 let dir: string;
@@ -47,12 +47,7 @@ const ids = (store: SessionStore) => store.list({ includeCompleted: true }).map(
 describe("retention of completed sessions", () => {
   it("deletes at start what is past it, and the rest when it falls due; active and revived sessions stay", async () => {
     const writer = open();
-    await writer.append("old", [{ type: "generate" }, { type: "complete" }]);
-    await writer.append("revived", [{ type: "generate" }, { type: "discarded" }]);
-    await writer.append("active", [{ type: "generate" }]);
-    clock.advance(2 * HOUR);
-    await writer.append("young", [{ type: "generate" }, { type: "complete" }]);
-    await writer.append("revived", [{ type: "generate" }]);
+    await appendRetentionHistory(writer, clock);
     await writer.close();
 
     clock.advance(2 * HOUR); // T0 + 4h: "old" completed 4h ago, "young" 2h ago
@@ -140,7 +135,7 @@ describe("retention of completed sessions", () => {
     const logger = { debug() {}, info() {}, warn: (obj: object) => void warnings.push(obj), error() {} };
     clock.advance(HOUR);
     const retention = new CompletedRetention(host, { retentionMs: HOUR, clock, logger });
-    await retention.sweep();
+    await retention.schedule.sweep();
     expect(deletions).toEqual([["s1", 7]]);
     expect(warnings).toEqual([]);
     await retention.stop();

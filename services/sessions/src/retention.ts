@@ -84,7 +84,8 @@ export async function completionTime(sessionId: string, entries: AsyncIterator<S
 /** The retention of one session store; see the module comment. */
 export class CompletedRetention {
   private readonly known = new Map<string, Completion>();
-  private readonly schedule: SweepSchedule;
+  /** When sweeps run (one at a time); the stores sweep, wait for and ask about sweeps through it. */
+  readonly schedule: SweepSchedule;
   private readonly now: () => number;
 
   constructor(
@@ -97,27 +98,12 @@ export class CompletedRetention {
 
   /** The first sweep (on the next turn: the store is still being built when this is called). */
   start(): Promise<void> {
-    return Promise.resolve().then(() => this.sweep());
+    return Promise.resolve().then(() => this.schedule.sweep());
   }
 
   /** Stops the timer; resolves once a sweep in progress has ended. */
   stop(): Promise<void> {
     return this.schedule.stop();
-  }
-
-  /** True while a sweep runs. */
-  get sweeping(): boolean {
-    return this.schedule.sweeping;
-  }
-
-  /** Resolves once no sweep is running. */
-  idle(): Promise<void> {
-    return this.schedule.idle();
-  }
-
-  /** Sweeps now (or right after the sweep in progress). Never rejects. */
-  sweep(): Promise<void> {
-    return this.schedule.sweep();
   }
 
   /**
@@ -147,11 +133,6 @@ export class CompletedRetention {
   /** The session was deleted. */
   forget(id: string): void {
     this.known.delete(id);
-  }
-
-  /** The earliest time a sweep is scheduled for (Infinity: none); for tests. */
-  get nextSweepAt(): number {
-    return this.schedule.nextSweepAt;
   }
 
   private async sweepOnce(): Promise<void> {

@@ -289,7 +289,7 @@ export class SessionStore implements SessionStoreApi {
 
   /** Runs the sweep of completed sessions now (tests; the store sweeps by itself). */
   sweepCompleted(): Promise<void> {
-    return this.retention?.sweep() ?? Promise.resolve();
+    return this.retention?.schedule.sweep() ?? Promise.resolve();
   }
 
   /** The limits the store enforces (what GetLimits reports). */
@@ -312,8 +312,8 @@ export class SessionStore implements SessionStoreApi {
   /** Resolves once no append is in flight and no background write or retention sweep is running. */
   async settled(): Promise<void> {
     for (;;) {
-      await Promise.all([this.journals.settled(), ...this.background, this.retention?.idle()]);
-      if (!this.journals.busy && this.background.size === 0 && !this.retention?.sweeping) return;
+      await Promise.all([this.journals.settled(), ...this.background, this.retention?.schedule.idle()]);
+      if (!this.journals.busy && this.background.size === 0 && !this.retention?.schedule.sweeping) return;
     }
   }
 

@@ -7,6 +7,7 @@ import type { SessionChange } from "../watch-hub.js";
 import { EtcdJournal } from "./etcd-journal.js";
 import { EtcdSessionStore } from "./etcd-session-store.js";
 import { HEADS, headKey } from "./store-keys.js";
+import { appendRetentionHistory, HOUR } from "../testing/retention-history.js";
 
 // One real etcd member; each test's "instances" are stores with clients of their own on one
 // prefix, on one manual clock (their entries are stamped with it, their timers run on it).
@@ -17,7 +18,6 @@ let prefixes = 0;
 let clock: ManualClock;
 let warnings: unknown[];
 
-const HOUR = 3_600_000;
 const T0 = Date.UTC(2026, 0, 1);
 const LIMITS = { maxEventBytes: 1024 * 1024, maxEventsPerAppend: 1000 };
 
@@ -89,12 +89,7 @@ describe("retention of completed sessions on etcd", () => {
   it("deletes at start what is past it, and the rest when it falls due; active and revived sessions stay", async () => {
     const open = cluster();
     const { store: writer } = open();
-    await writer.append("old", [{ type: "generate" }, { type: "complete" }]);
-    await writer.append("revived", [{ type: "generate" }, { type: "discarded" }]);
-    await writer.append("active", [{ type: "generate" }]);
-    clock.advance(2 * HOUR);
-    await writer.append("young", [{ type: "generate" }, { type: "complete" }]);
-    await writer.append("revived", [{ type: "generate" }]);
+    await appendRetentionHistory(writer, clock);
     clock.advance(2 * HOUR); // T0 + 4h: "old" completed 4h ago, "young" 2h ago
 
     const all = writer.watchAll();

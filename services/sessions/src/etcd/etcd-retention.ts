@@ -57,7 +57,8 @@ interface Tracked {
 /** The retention of one etcd session store; see the module comment. */
 export class EtcdRetention {
   private readonly tracked = new Map<string, Tracked>();
-  private readonly schedule: SweepSchedule;
+  /** When sweeps run (one at a time); the stores sweep, wait for and ask about sweeps through it. */
+  readonly schedule: SweepSchedule;
   private readonly abort = new AbortController();
   private following: Promise<void> | undefined;
   /** The highest head revision the range read or the watch has brought. */
@@ -85,30 +86,10 @@ export class EtcdRetention {
     for (const waiter of this.waiters) waiter.resolve();
   }
 
-  /** True while a sweep runs. */
-  get sweeping(): boolean {
-    return this.schedule.sweeping;
-  }
-
-  /** Resolves once no sweep is running. */
-  idle(): Promise<void> {
-    return this.schedule.idle();
-  }
-
-  /** Sweeps now (or right after the sweep in progress). Never rejects. */
-  sweep(): Promise<void> {
-    return this.schedule.sweep();
-  }
-
   /** Resolves once the range read or the watch has brought every head change up to `revision` (tests). */
   seen(revision: bigint): Promise<void> {
     if (revision <= this.reached || this.abort.signal.aborted) return Promise.resolve();
     return new Promise((resolve) => this.waiters.add({ revision, resolve }));
-  }
-
-  /** The earliest time a sweep is scheduled for (Infinity: none); for tests. */
-  get nextSweepAt(): number {
-    return this.schedule.nextSweepAt;
   }
 
   private async follow(started: () => void): Promise<void> {

@@ -276,14 +276,7 @@ export class EtcdSessionStore implements SessionStoreApi {
       for (const entry of result.entries) snapshot = applyEvent(snapshot, entry, { now: this.now });
       known = { incarnation: result.incarnation, seq: result.lastSeq, snapshot, savedSeq: before.savedSeq, unsavedAppends: before.unsavedAppends + 1 };
     } else {
-      const state = await this.stateAt(sessionId, result.lastSeq);
-      known = {
-        incarnation: state.incarnation,
-        seq: state.lastSeq,
-        snapshot: state.snapshot,
-        savedSeq: before?.incarnation === state.incarnation ? before.savedSeq : 0,
-        unsavedAppends: state.lastSeq - (before?.incarnation === state.incarnation ? before.savedSeq : 0),
-      };
+      known = knownFrom(await this.stateAt(sessionId, result.lastSeq), before);
     }
     this.remember(sessionId, known);
     if (known.seq - known.savedSeq >= this.snapshotEvery || known.unsavedAppends >= SNAPSHOT_EVERY_APPENDS) this.save(sessionId, known);
@@ -333,14 +326,7 @@ export class EtcdSessionStore implements SessionStoreApi {
       return { sessionId, snapshot: known.snapshot, lastSeq: seq, exists: true };
     this.rebuilds++;
     const state = await this.journal.state(sessionId, { now: this.now });
-    if (state.exists)
-      this.remember(sessionId, {
-        incarnation: state.incarnation,
-        seq: state.lastSeq,
-        snapshot: state.snapshot,
-        savedSeq: known?.incarnation === state.incarnation ? known.savedSeq : 0,
-        unsavedAppends: state.lastSeq - (known?.incarnation === state.incarnation ? known.savedSeq : 0),
-      });
+    if (state.exists) this.remember(sessionId, knownFrom(state, known));
     return { sessionId, snapshot: state.snapshot, lastSeq: state.lastSeq, exists: state.exists };
   }
 
@@ -515,7 +501,7 @@ export class EtcdSessionStore implements SessionStoreApi {
 
   /** Runs the sweep of completed sessions now (tests; the store sweeps by itself). */
   sweepCompleted(): Promise<void> {
-    return this.retention?.sweep() ?? Promise.resolve();
+    return this.retention?.schedule.sweep() ?? Promise.resolve();
   }
 
   /** Resolves once the retention has heard of every append and deletion up to etcd revision `revision` (tests). */
@@ -525,7 +511,7 @@ export class EtcdSessionStore implements SessionStoreApi {
 
   /** Resolves once no append, deletion, snapshot write or retention sweep of this instance is in flight. */
   async settled(): Promise<void> {
-    while (this.inflight.size > 0 || this.retention?.sweeping) await Promise.allSettled([...this.inflight, this.retention?.idle()]);
+    while (this.inflight.size > 0 || this.retention?.schedule.sweeping) await Promise.allSettled([...this.inflight, this.retention?.schedule.idle()]);
   }
 
   /** Refuses new calls, ends watchers (unavailable SHUTTING_DOWN), waits for appends in flight. */
@@ -554,4 +540,14 @@ export class EtcdSessionStore implements SessionStoreApi {
     if (this.closed)
       throw new BerthError("unavailable", "the session store is closed", undefined, { reason: "SHUTTING_DOWN", retryAfterMs: UNAVAILABLE_RETRY_AFTER_MS });
   }
+}
+
+/**
+ * What an instance knows of a session rebuilt from etcd: the state, and the snapshot it last saved
+ * when that was of the same incarnation. The appends after it are not counted on a rebuild: at
+ * most one per entry.
+ */
+function knownFrom(state: SessionState, earlier: Known | undefined): Known {
+  const savedSeq = earlier?.incarnation === state.incarnation ? earlier.savedSeq : 0;
+  return { incarnation: state.incarnation, seq: state.lastSeq, snapshot: state.snapshot, savedSeq, unsavedAppends: state.lastSeq - savedSeq };
 }
