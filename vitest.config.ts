@@ -1,6 +1,7 @@
 import { execFileSync } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import { defineConfig } from "vitest/config";
+import { etcdMissing, etcdRequired } from "./packages/etcd/src/testing/etcd-installed.js";
 
 const here = (p: string) => fileURLToPath(new URL(p, import.meta.url));
 
@@ -38,6 +39,19 @@ function propertySeed(): string {
   }
 }
 
+/**
+ * What a test file may need beyond npm's packages, by tag: a file that starts etcd says
+ * `// @module-tag etcd`, and is skipped on a machine without it (one notice per run says so), unless
+ * `BERTH_REQUIRE_ETCD=1` (CI) wants it run (also used by vitest.chaos.config.ts).
+ */
+export const testTags = [
+  {
+    name: "etcd",
+    description: "starts real etcd members (Debian: etcd-server, etcd-client)",
+    skip: etcdMissing() !== undefined && !etcdRequired(),
+  },
+];
+
 export default defineConfig({
   resolve: workspaceResolve,
   test: {
@@ -48,7 +62,8 @@ export default defineConfig({
     hookTimeout: 30_000,
     env: { BERTH_FC_SEED: propertySeed() },
     setupFiles: ["test/harness/fast-check-seed.ts"],
-    // One line per run when the seeds are absent (their comparisons skipped), or a failure when required.
-    globalSetup: ["test/harness/seeds-notice.ts"],
+    tags: testTags,
+    // One line per run for what is skipped (the seeds' comparisons, the files that need etcd), or a failure when it is required.
+    globalSetup: ["test/harness/seeds-notice.ts", "test/harness/etcd-notice.ts"],
   },
 });

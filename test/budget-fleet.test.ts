@@ -1,3 +1,4 @@
+// @module-tag etcd
 /**
  * The budget's fleet view on a real etcd member: budgets started with `--store etcd` each publish
  * their machine, GetFleet (through any of them) lists every live one with its figures, a budget

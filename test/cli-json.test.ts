@@ -1,3 +1,4 @@
+// @module-tag etcd
 /**
  * One shape for data: every `berth` command that takes `--json`, enumerated from the command
  * registry, run against live services, prints integers as JSON numbers (seqs, fencing tokens, byte

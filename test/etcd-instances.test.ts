@@ -1,3 +1,4 @@
+// @module-tag etcd
 /**
  * Two sessions services on one etcd (`--store etcd`, a single real member) are one service: an
  * append through one reaches a watcher on the other, in order; a lock held through one blocks

@@ -1,3 +1,4 @@
+// @module-tag etcd
 /**
  * etcd's limits as a client of the sessions service meets them (`--store etcd` on one real member
  * started with small limits): an append over etcd's request size is INVALID_ARGUMENT with a

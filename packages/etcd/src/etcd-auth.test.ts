@@ -1,3 +1,4 @@
+// @module-tag etcd
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createEtcdClient, EtcdReason, type EtcdClient } from "./index.js";
 import { startEtcd, type EtcdCluster } from "./testing/index.js";

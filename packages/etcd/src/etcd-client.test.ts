@@ -1,3 +1,4 @@
+// @module-tag etcd
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ManualClock } from "@berth/shared/clock";
 import { BerthError } from "@berth/shared/errors";

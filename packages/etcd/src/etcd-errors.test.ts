@@ -68,7 +68,7 @@ describe("toBerthError", () => {
 
 // A member with small limits, to reach them quickly: 64 KiB requests (gRPC's own limit is then
 // 64 KiB + 512 KiB) and a storage quota of 1 MiB.
-describe("etcd's limits, for real", () => {
+describe("etcd's limits, for real", { tags: ["etcd"] }, () => {
   let etcd: EtcdCluster;
   let client: EtcdClient;
   beforeAll(async () => {

@@ -1,3 +1,4 @@
+// @module-tag etcd
 /**
  * etcd chaos (docs/etcd.md): the sessions service on a three-member etcd cluster keeps its
  * promises while etcd's leader is SIGKILLed under load.

@@ -1,3 +1,4 @@
+// @module-tag etcd
 /**
  * etcd chaos (docs/etcd.md): a berth instance that holds locks is SIGSTOPped past its etcd lease
  * and resumed. Two sessions instances (`--store etcd --etcd-lease-ttl 2s`) share a three-member

@@ -1,3 +1,4 @@
+// @module-tag etcd
 import { afterAll, describe, expect, it } from "vitest";
 import { createEtcdClient, type WatchBatch } from "../index.js";
 import { startEtcd, type EtcdCluster } from "./etcd-cluster.js";

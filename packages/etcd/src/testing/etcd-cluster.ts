@@ -15,6 +15,7 @@ import * as net from "node:net";
 import { tmpdir } from "node:os";
 import * as path from "node:path";
 import { continueProcess, stopProcess } from "@berth/shared/testing/process-stop";
+import { etcdBinary, etcdctlBinary } from "./etcd-installed.js";
 
 /** Options of {@link startEtcd}. */
 export interface EtcdClusterOptions {
@@ -233,7 +234,7 @@ class ClusterImpl implements EtcdCluster {
   }
 
   private etcdBin(): string {
-    return this.options.etcdBin ?? process.env.BERTH_ETCD_BIN ?? "etcd";
+    return this.options.etcdBin ?? etcdBinary();
   }
 
   /** Waits for the log line etcd writes once it serves clients (it comes after joining the cluster). */
@@ -352,7 +353,7 @@ class ClusterImpl implements EtcdCluster {
   etcdctl(args: readonly string[], timeoutMs = 60_000): Promise<string> {
     const endpoints = this.members.filter((m) => m.pid !== undefined && !m.pausedNow).map((m) => m.clientUrl);
     return new Promise((resolve, reject) => {
-      const child = spawn(process.env.BERTH_ETCDCTL_BIN ?? "etcdctl", [`--endpoints=${endpoints.join(",")}`, ...args], {
+      const child = spawn(etcdctlBinary(), [`--endpoints=${endpoints.join(",")}`, ...args], {
         env: { ...etcdFreeEnv(), ETCDCTL_API: "3" },
         stdio: ["ignore", "pipe", "pipe"],
         timeout: timeoutMs,

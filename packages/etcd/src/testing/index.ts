@@ -1,2 +1,3 @@
 export * from "./etcd-cluster.js";
+export * from "./etcd-installed.js";
 export * from "./wrap-client.js";

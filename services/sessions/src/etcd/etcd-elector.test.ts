@@ -1,3 +1,4 @@
+// @module-tag etcd
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ElectionHeldError, type Elector } from "@berth/shared/elector";
 import { createEtcdClient, type EtcdClient } from "@berth/etcd";

@@ -1,3 +1,4 @@
+// @module-tag etcd
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { BerthError } from "@berth/shared/errors";
 import { createEtcdClient, type EtcdClient } from "@berth/etcd";

@@ -1,3 +1,4 @@
+// @module-tag etcd
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { createEtcdClient, type EtcdClient, type TxnRequestInit, type TxnResult } from "@berth/etcd";
 import { startEtcd, wrapClient, type EtcdCluster } from "@berth/etcd/testing";

@@ -1,3 +1,4 @@
+// @module-tag etcd
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createEtcdClient, type EtcdClient, type RangeOptions } from "@berth/etcd";
 import { countCalls, startEtcd, wrapClient, type EtcdCluster } from "@berth/etcd/testing";

@@ -1,0 +1,49 @@
+import { readdirSync, readFileSync } from "node:fs";
+import * as path from "node:path";
+import { fileURLToPath } from "node:url";
+import { describe, expect, it } from "vitest";
+import { etcdMissing, etcdRequired } from "./etcd-installed.js";
+
+const REPOSITORY = fileURLToPath(new URL("../../../../", import.meta.url));
+
+/** Every `*.test.ts` under `dir`, leaving out installed and built code. */
+function testFiles(dir: string): string[] {
+  return readdirSync(dir, { withFileTypes: true }).flatMap((entry) => {
+    const full = path.join(dir, entry.name);
+    if (entry.isDirectory()) return entry.name === "node_modules" || entry.name === "dist" || entry.name.startsWith(".") ? [] : testFiles(full);
+    return entry.name.endsWith(".test.ts") ? [full] : [];
+  });
+}
+
+describe("etcdMissing", () => {
+  it("says which binary cannot be run, the Debian package that has it and the variable that points at another", () => {
+    const etcd = etcdMissing({ BERTH_ETCD_BIN: "/nonexistent/etcd", BERTH_ETCDCTL_BIN: process.execPath });
+    expect(etcd).toMatch(/^\/nonexistent\/etcd cannot be run \(.*ENOENT\): install it \(Debian: apt-get install etcd-server\) or set BERTH_ETCD_BIN$/);
+    const etcdctl = etcdMissing({ BERTH_ETCD_BIN: process.execPath, BERTH_ETCDCTL_BIN: "/nonexistent/etcdctl" });
+    expect(etcdctl).toMatch(/^\/nonexistent\/etcdctl cannot be run .*etcd-client.*BERTH_ETCDCTL_BIN$/);
+  });
+
+  it("is undefined when both binaries start, whatever they exit with", () => {
+    expect(etcdMissing({ BERTH_ETCD_BIN: process.execPath, BERTH_ETCDCTL_BIN: "false" })).toBeUndefined();
+  });
+});
+
+describe("etcdRequired", () => {
+  it("is set by BERTH_REQUIRE_ETCD=1 (or any value but empty, 0 and false)", () => {
+    expect(etcdRequired({ BERTH_REQUIRE_ETCD: "1" })).toBe(true);
+    expect(etcdRequired({ BERTH_REQUIRE_ETCD: "yes" })).toBe(true);
+    for (const off of [undefined, "", "0", "false"]) expect(etcdRequired({ BERTH_REQUIRE_ETCD: off })).toBe(false);
+  });
+});
+
+// A test that starts etcd without the tag fails on every machine without etcd, where npm test must pass.
+describe("the tests that start etcd", () => {
+  it('are tagged etcd, by file (// @module-tag etcd) or by suite ({ tags: ["etcd"] })', () => {
+    const starting = ["packages", "services", "test"]
+      .flatMap((dir) => testFiles(path.join(REPOSITORY, dir)))
+      .filter((file) => /\bstartEtcd\(/.test(readFileSync(file, "utf8")));
+    expect(starting.length).toBeGreaterThan(10);
+    const untagged = starting.filter((file) => !/^\/\/ @module-tag etcd$|tags: \["etcd"\]/m.test(readFileSync(file, "utf8")));
+    expect(untagged.map((file) => path.relative(REPOSITORY, file))).toEqual([]);
+  });
+});
