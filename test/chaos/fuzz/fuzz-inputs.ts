@@ -894,6 +894,25 @@ function defaultContentType(transport: Transport, format: "proto" | "json", stre
   return format === "json" ? "application/json" : "application/proto";
 }
 
+/**
+ * The message the server parses out of a request, so that what an acknowledged call did can be
+ * attributed (empty when it parses none). The content type, not the transport, picks the protocol
+ * the body is read in: a gRPC transport's body labelled `application/json` is a Connect unary call,
+ * read whole, and an unframed one is then the message itself.
+ */
+function messageTheServerReads(contentType: string | null, enveloped: boolean, framing: Framing, chunks: readonly Uint8Array[], mutated: Uint8Array): Uint8Array {
+  if (contentType === null) return new Uint8Array(0);
+  if (/^application\/(grpc|connect\+)/i.test(contentType)) {
+    // Enveloped protocols. Flag bits other than "compressed" mean nothing to the server, so an
+    // odd-flags message is parsed as it stands.
+    return enveloped && (framing === "normal" || framing === "gzip" || framing === "odd-flags") ? mutated : new Uint8Array(0);
+  }
+  // Connect unary: the body is the message (content-encoding is the only encoding header it reads,
+  // and only a Connect unary transport sends it: its gzip framing is the message compressed).
+  if (enveloped) return Buffer.concat(chunks);
+  return framing === "normal" || framing === "gzip" ? mutated : new Uint8Array(0);
+}
+
 /** A built request plus what the judge needs to know about how it was built. */
 export interface BuiltRequest {
   readonly wire: WireRequest;
@@ -1052,9 +1071,7 @@ export function buildRequest(fuzzCase: FuzzCase, method: DescMethod, pools: Toke
   const mutationLabel = fuzzCase.mutations.map((m) => m.op).join("+") || "intact";
   return {
     wire,
-    // Flag bits other than "compressed" mean nothing to the server, so an odd-flags message is parsed
-    // as it stands, and an acknowledged call of it must be attributable like a plain one.
-    messageBytes: framing === "normal" || framing === "gzip" || framing === "odd-flags" ? mutated : new Uint8Array(0),
+    messageBytes: messageTheServerReads(contentType, enveloped, framing, chunks, mutated),
     oversized,
     internalBySpec: compressedWithoutEncoding(contentType, headers, chunks),
     label: `${fuzzCase.transport} ${method.parent.name}.${method.name} ${labelBody} ${mutationLabel} ${framing} ct=${contentType ?? "(none)"} settle=${fuzzCase.settle}`,
