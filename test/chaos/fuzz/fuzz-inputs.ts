@@ -900,7 +900,13 @@ function defaultContentType(transport: Transport, format: "proto" | "json", stre
  * the body is read in: a gRPC transport's body labelled `application/json` is a Connect unary call,
  * read whole, and an unframed one is then the message itself.
  */
-function messageTheServerReads(contentType: string | null, enveloped: boolean, framing: Framing, chunks: readonly Uint8Array[], mutated: Uint8Array): Uint8Array {
+function messageTheServerReads(
+  contentType: string | null,
+  enveloped: boolean,
+  framing: Framing,
+  chunks: readonly Uint8Array[],
+  mutated: Uint8Array,
+): Uint8Array {
   if (contentType === null) return new Uint8Array(0);
   if (/^application\/(grpc|connect\+)/i.test(contentType)) {
     // Enveloped protocols. Flag bits other than "compressed" mean nothing to the server, so an
