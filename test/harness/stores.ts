@@ -16,6 +16,11 @@ export type StoreKind = (typeof STORES)[number];
 let cluster: Promise<EtcdCluster> | undefined;
 let prefixes = 0;
 
+/** A suite's options on `store`: the etcd store's carry the etcd tag, so they are skipped where etcd cannot run. */
+export function storeTags(store: StoreKind): { tags: string[] } {
+  return { tags: store === "etcd" ? ["etcd"] : [] };
+}
+
 /** The etcd member the test file's services use (started once, until {@link stopAll}). */
 export function testEtcd(): Promise<EtcdCluster> {
   if (cluster === undefined) {

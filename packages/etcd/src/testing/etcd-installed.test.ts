@@ -36,14 +36,15 @@ describe("etcdRequired", () => {
   });
 });
 
-// A test that starts etcd without the tag fails on every machine without etcd, where npm test must pass.
+// A test that starts etcd without the tag fails on every machine without etcd, where npm test must
+// pass. Tests start it directly (startEtcd) or through the e2e harness's store parameter (onStore).
 describe("the tests that start etcd", () => {
-  it('are tagged etcd, by file (// @module-tag etcd) or by suite ({ tags: ["etcd"] })', () => {
+  it('are tagged etcd: by file (a module tag), by suite ({ tags: ["etcd"] }), or by storeTags(store) for the harness stores', () => {
     const starting = ["packages", "services", "test"]
       .flatMap((dir) => testFiles(path.join(REPOSITORY, dir)))
-      .filter((file) => /\bstartEtcd\(/.test(readFileSync(file, "utf8")));
+      .filter((file) => /\bstartEtcd\(|\bonStore\(/.test(readFileSync(file, "utf8")));
     expect(starting.length).toBeGreaterThan(10);
-    const untagged = starting.filter((file) => !/^\/\/ @module-tag etcd$|tags: \["etcd"\]/m.test(readFileSync(file, "utf8")));
+    const untagged = starting.filter((file) => !/^\/\/ @module-tag etcd$|tags: \["etcd"\]|\bstoreTags\(store\)/m.test(readFileSync(file, "utf8")));
     expect(untagged.map((file) => path.relative(REPOSITORY, file))).toEqual([]);
   });
 });
