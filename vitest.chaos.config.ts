@@ -1,5 +1,5 @@
 import { defineConfig } from "vitest/config";
-import { testTags, workspaceResolve } from "./vitest.config.js";
+import { systemPackages, workspaceResolve } from "./vitest.config.js";
 
 // The reliability suites (`npm run test:chaos`): real processes killed, paused and flooded. They
 // run one file at a time so that no suite's timing is distorted by another's load on two cores.
@@ -11,7 +11,7 @@ export default defineConfig({
     fileParallelism: false,
     testTimeout: 600_000,
     hookTimeout: 120_000,
-    tags: testTags,
-    globalSetup: ["test/harness/etcd-notice.ts"],
+    ...systemPackages,
+    globalSetup: ["test/harness/system-packages-notice.ts"],
   },
 });

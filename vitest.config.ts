@@ -1,7 +1,7 @@
 import { execFileSync } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import { defineConfig } from "vitest/config";
-import { etcdMissing, etcdRequired } from "./packages/etcd/src/testing/etcd-installed.js";
+import { missingSystemPackages, systemPackageOptions } from "./test/harness/system-packages.js";
 
 const here = (p: string) => fileURLToPath(new URL(p, import.meta.url));
 
@@ -40,17 +40,11 @@ function propertySeed(): string {
 }
 
 /**
- * What a test file may need beyond npm's packages, by tag: a file that starts etcd says
- * `// @module-tag etcd`, and is skipped on a machine without it (one notice per run says so), unless
- * `BERTH_REQUIRE_ETCD=1` (CI) wants it run (also used by vitest.chaos.config.ts).
+ * The tags of the tests that need a system package (etcd, Debian's Python or Go gRPC packages), each
+ * skipped where this machine lacks it unless `BERTH_REQUIRE_<NAME>=1` (CI); probed once per run
+ * (also used by vitest.chaos.config.ts).
  */
-export const testTags = [
-  {
-    name: "etcd",
-    description: "starts real etcd members (Debian: etcd-server, etcd-client)",
-    skip: etcdMissing() !== undefined && !etcdRequired(),
-  },
-];
+export const systemPackages = systemPackageOptions(missingSystemPackages());
 
 export default defineConfig({
   resolve: workspaceResolve,
@@ -62,8 +56,8 @@ export default defineConfig({
     hookTimeout: 30_000,
     env: { BERTH_FC_SEED: propertySeed() },
     setupFiles: ["test/harness/fast-check-seed.ts"],
-    tags: testTags,
-    // One line per run for what is skipped (the seeds' comparisons, the files that need etcd), or a failure when it is required.
-    globalSetup: ["test/harness/seeds-notice.ts", "test/harness/etcd-notice.ts"],
+    ...systemPackages,
+    // One line per run for what is skipped (the seeds' comparisons, the files that need a system package), or a failure when it is required.
+    globalSetup: ["test/harness/seeds-notice.ts", "test/harness/system-packages-notice.ts"],
   },
 });

@@ -1,3 +1,4 @@
+// @module-tag python
 /**
  * Python as a real polyglot client: stubs generated from proto/ with Debian's protoc and gRPC's
  * Python plugin, and `examples/python/berth_client.py` on Debian's grpcio, against a started
@@ -9,7 +10,7 @@
  * needs a second party: a live entry for the watcher, a second waiter for the lock, a reservation
  * that makes the Python admission queue.
  */
-import { spawn, spawnSync } from "node:child_process";
+import { spawn } from "node:child_process";
 import { mkdirSync, readFileSync, realpathSync, symlinkSync, writeFileSync } from "node:fs";
 import * as path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -32,24 +33,9 @@ import {
   type StepRun,
   callFailure,
 } from "./harness.js";
+import { DEBIAN_PYTHON } from "./harness/system-packages.js";
 
-/** The interpreter with Debian's python3-grpcio and python3-protobuf. */
-const PYTHON = "/usr/bin/python3";
 const EXAMPLES = repoPath("examples/python");
-
-/** Why the Python tests cannot run here, or undefined when they can. */
-function pythonMissing(): string | undefined {
-  const probe = spawnSync(PYTHON, ["-c", "import grpc, google.protobuf"], { encoding: "utf8" });
-  if (probe.error !== undefined || probe.status !== 0) {
-    return `${PYTHON} lacks grpcio/protobuf (apt-get install python3-grpcio python3-protobuf): ${probe.error?.message ?? probe.stderr.trim().split("\n").pop()}`;
-  }
-  const plugin = spawnSync("grpc_python_plugin", ["--version"], { encoding: "utf8" });
-  if (plugin.error !== undefined) return "grpc_python_plugin is missing (apt-get install protobuf-compiler-grpc)";
-  return undefined;
-}
-
-const missing = pythonMissing();
-if (missing !== undefined) console.warn(`python.test.ts skipped: ${missing}`);
 
 function runPython(args: readonly string[], env: Record<string, string>, cwd: string = EXAMPLES): StepRun {
   // Only what the script needs: no BERTH_* of the developer, and no PYTHONHOME/PYTHONPATH of
@@ -58,14 +44,14 @@ function runPython(args: readonly string[], env: Record<string, string>, cwd: st
   for (const [name, value] of Object.entries(process.env)) {
     if (!/^(BERTH_|BACKLOT_|PYTHON)/.test(name)) base[name] = value;
   }
-  return runSteps(PYTHON, [path.join(EXAMPLES, "e2e.py"), ...args], {
+  return runSteps(DEBIAN_PYTHON, [path.join(EXAMPLES, "e2e.py"), ...args], {
     cwd,
     env: { ...base, PYTHONUNBUFFERED: "1", PYTHONDONTWRITEBYTECODE: "1", ...env },
     label: "e2e.py",
   });
 }
 
-describe.skipIf(missing !== undefined)("Python client (grpcio 1.51 + stubs from Debian's protoc)", () => {
+describe("Python client (grpcio 1.51 + stubs from Debian's protoc)", () => {
   const token = "python-e2e-token";
   let sessions: StartedService;
   let budget: BudgetUnderTest;
@@ -104,7 +90,7 @@ describe.skipIf(missing !== undefined)("Python client (grpcio 1.51 + stubs from 
   it("generates the stubs from proto/ with protoc and grpc_python_plugin", async () => {
     expect(generated.code, `${generated.stdout}\n${generated.stderr}`).toBe(0);
     const imports = await runCommand(
-      PYTHON,
+      DEBIAN_PYTHON,
       [
         "-c",
         "import grpc, health_pb2_grpc; from berth.sessions.v1 import session_service_pb2_grpc, events_pb2; from berth.locks.v1 import lock_service_pb2_grpc; from berth.budget.v1 import budget_service_pb2_grpc; print(grpc.__file__, events_pb2.GenerateEvent().HasField('page_url'))",
@@ -132,7 +118,7 @@ describe.skipIf(missing !== undefined)("Python client (grpcio 1.51 + stubs from 
   it("finds the services and its token as the berth command does (every row of the discovery table)", async () => {
     expect(generated.code, generated.stderr).toBe(0);
     const cases = discoveryCases(makeTempDir("berth-python-discovery-"));
-    const run = await runCommand(PYTHON, [path.join(EXAMPLES, "e2e.py"), "resolve"], {
+    const run = await runCommand(DEBIAN_PYTHON, [path.join(EXAMPLES, "e2e.py"), "resolve"], {
       cwd: EXAMPLES,
       input: JSON.stringify(cases.map(({ expected: _, ...c }) => c)),
       env: { BERTH_PYTHON_STUBS: stubs, PYTHONHOME: undefined, PYTHONPATH: undefined, PYTHONDONTWRITEBYTECODE: "1" },

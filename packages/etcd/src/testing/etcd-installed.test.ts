@@ -2,7 +2,7 @@ import { readdirSync, readFileSync } from "node:fs";
 import * as path from "node:path";
 import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
-import { etcdMissing, etcdRequired } from "./etcd-installed.js";
+import { etcdMissing } from "./etcd-installed.js";
 
 const REPOSITORY = fileURLToPath(new URL("../../../../", import.meta.url));
 
@@ -25,14 +25,6 @@ describe("etcdMissing", () => {
 
   it("is undefined when both binaries start, whatever they exit with", () => {
     expect(etcdMissing({ BERTH_ETCD_BIN: process.execPath, BERTH_ETCDCTL_BIN: "false" })).toBeUndefined();
-  });
-});
-
-describe("etcdRequired", () => {
-  it("is set by BERTH_REQUIRE_ETCD=1 (or any value but empty, 0 and false)", () => {
-    expect(etcdRequired({ BERTH_REQUIRE_ETCD: "1" })).toBe(true);
-    expect(etcdRequired({ BERTH_REQUIRE_ETCD: "yes" })).toBe(true);
-    for (const off of [undefined, "", "0", "false"]) expect(etcdRequired({ BERTH_REQUIRE_ETCD: off })).toBe(false);
   });
 });
 

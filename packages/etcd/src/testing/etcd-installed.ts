@@ -2,7 +2,8 @@
  * Whether this machine can run etcd for tests and benchmarks. etcd is a system package (Debian:
  * etcd-server and etcd-client), not an npm one, so a fresh clone's `npm test` may find it missing:
  * the test files that need it carry `// @module-tag etcd`, and the test configs skip that tag when
- * {@link etcdMissing} says why, unless `BERTH_REQUIRE_ETCD=1` (CI) asks for them to run.
+ * {@link etcdMissing} says why (test/harness/system-packages.ts), unless `BERTH_REQUIRE_ETCD=1` (CI)
+ * asks for them to run.
  *
  * Imports only Node's built-ins: the vitest configs load it before any workspace is resolved.
  */
@@ -32,10 +33,4 @@ export function etcdMissing(env: NodeJS.ProcessEnv = process.env): string | unde
     }
   }
   return undefined;
-}
-
-/** True when `BERTH_REQUIRE_ETCD` asks for the tests that need etcd to run (CI sets it), so that their absence is a failure. */
-export function etcdRequired(env: NodeJS.ProcessEnv = process.env): boolean {
-  const value = env.BERTH_REQUIRE_ETCD;
-  return value !== undefined && value !== "" && value !== "0" && value !== "false";
 }

@@ -1,0 +1,55 @@
+import { describe, expect, it } from "vitest";
+import { isRequired, missingPackagesNotice, missingSystemPackages, requiringVariable, systemPackageOptions } from "./system-packages.js";
+
+const NO_ETCD = { BERTH_ETCD_BIN: "/nonexistent/etcd", BERTH_ETCDCTL_BIN: process.execPath };
+
+describe("isRequired", () => {
+  it("is set by BERTH_REQUIRE_<NAME>=1 (or any value but empty, 0 and false)", () => {
+    expect(requiringVariable("etcd")).toBe("BERTH_REQUIRE_ETCD");
+    expect(isRequired("etcd", { BERTH_REQUIRE_ETCD: "1" })).toBe(true);
+    expect(isRequired("go", { BERTH_REQUIRE_GO: "yes" })).toBe(true);
+    for (const off of [undefined, "", "0", "false"]) expect(isRequired("python", { BERTH_REQUIRE_PYTHON: off })).toBe(false);
+    expect(isRequired("python", { BERTH_REQUIRE_ETCD: "1" })).toBe(false);
+  });
+});
+
+describe("missingSystemPackages", () => {
+  it("names what is missing, why and what to install, and whether the environment requires it", () => {
+    const etcd = missingSystemPackages(NO_ETCD).find((found) => found.name === "etcd");
+    expect(etcd).toEqual({ name: "etcd", why: expect.stringMatching(/^\/nonexistent\/etcd cannot be run .*apt-get install etcd-server/), required: false });
+    expect(missingSystemPackages({ ...NO_ETCD, BERTH_REQUIRE_ETCD: "1" }).find((found) => found.name === "etcd")?.required).toBe(true);
+  });
+});
+
+describe("systemPackageOptions", () => {
+  it("defines a tag per package, skipped only where it is missing and not required, and hands what was found to the notice", () => {
+    const missing = [
+      { name: "etcd", why: "no etcd", required: false },
+      { name: "go", why: "no go", required: true },
+    ];
+    const options = systemPackageOptions(missing);
+    expect(options.tags.map(({ name, skip }) => ({ name, skip }))).toEqual([
+      { name: "etcd", skip: true },
+      { name: "python", skip: false },
+      { name: "go", skip: false },
+    ]);
+    expect(options.provide.missingSystemPackages).toEqual(missing);
+  });
+});
+
+describe("missingPackagesNotice", () => {
+  it("says one line per skipped package", () => {
+    expect(missingPackagesNotice([])).toEqual({ lines: [] });
+    expect(missingPackagesNotice([{ name: "python", why: "no grpcio", required: false }])).toEqual({
+      lines: ["NOTE: skipped the tests that need python (tagged python): no grpcio"],
+    });
+  });
+
+  it("fails the run, naming the variable, when a required package is missing", () => {
+    const notice = missingPackagesNotice([
+      { name: "etcd", why: "no etcd", required: true },
+      { name: "go", why: "no go", required: false },
+    ]);
+    expect(notice.failure).toBe("BERTH_REQUIRE_ETCD is set but no etcd");
+  });
+});
