@@ -6,12 +6,13 @@
  * (system-packages-notice.ts), which says in one line per package what was skipped and what to
  * install, or fails the run when `BERTH_REQUIRE_<NAME>=1` (CI) asks for those tests.
  *
- * Imports only Node's built-ins (etcd's probe does too): the vitest configs load it before any
- * workspace is resolved.
+ * Imports only Node's built-ins and, by relative path, modules that do too: the vitest configs load
+ * it before any workspace is resolved.
  */
 import { spawnSync } from "node:child_process";
 import { existsSync } from "node:fs";
 import { etcdMissing } from "../../packages/etcd/src/testing/etcd-installed.js";
+import { isRequired, requiringVariable } from "../../packages/shared/src/testing/required-by-environment.js";
 
 /** The interpreter that has Debian's python3-grpcio and python3-protobuf (not a pyenv or venv one). */
 export const DEBIAN_PYTHON = "/usr/bin/python3";
@@ -68,17 +69,6 @@ const SYSTEM_PACKAGES: readonly SystemPackage[] = [
   { name: "python", description: "runs the Python client on Debian's grpcio (python3-grpcio, protobuf-compiler-grpc)", missing: pythonMissing },
   { name: "go", description: "builds and runs the Go client from Debian's Go packages (golang-go, golang-google-grpc-dev, …)", missing: goMissing },
 ];
-
-/** The variable that makes a missing package a failure rather than a skip: `BERTH_REQUIRE_ETCD` for etcd. */
-export function requiringVariable(name: string): string {
-  return `BERTH_REQUIRE_${name.toUpperCase()}`;
-}
-
-/** True when the environment asks for the tests tagged `name` to run (any value but empty, 0 and false). */
-export function isRequired(name: string, env: NodeJS.ProcessEnv = process.env): boolean {
-  const value = env[requiringVariable(name)];
-  return value !== undefined && value !== "" && value !== "0" && value !== "false";
-}
 
 /** Every system package the tests need that this machine lacks. Probes each (about 100 ms in all): call it once per run. */
 export function missingSystemPackages(env: NodeJS.ProcessEnv = process.env): MissingSystemPackage[] {

@@ -17,6 +17,7 @@ import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSyn
 import { tmpdir } from "node:os";
 import * as path from "node:path";
 import { pathToFileURL } from "node:url";
+import { isRequired } from "@berth/shared/testing/required-by-environment";
 import { COMPLETED_SESSION_PHASES, GENERATION_FENCED_SESSION_PHASES } from "../vocabulary.js";
 
 const STORE_SECTION = "scripts/live/session-store.mjs";
@@ -29,8 +30,7 @@ export function seedsDir(): string | undefined {
 
 /** True when `BERTH_REQUIRE_SEEDS` asks for the comparisons with the seed to run (CI sets it). */
 export function seedsRequired(): boolean {
-  const value = process.env.BERTH_REQUIRE_SEEDS;
-  return value !== undefined && value !== "" && value !== "0" && value !== "false";
+  return isRequired("seeds");
 }
 
 let found: { file: string | undefined } | undefined;
