@@ -10,6 +10,7 @@ export type { GaugeReader, GaugeSample } from "./metrics.js";
 export { berthErrorToConnect, connectCodeOf, toConnectError, createErrorInterceptor, ERROR_DETAILS_HEADER, INTERNAL_ERROR_MESSAGE } from "./connect-errors.js";
 export { createAuthInterceptor, bearerTokenMatches, UNAUTHENTICATED_MESSAGE, UNAUTHENTICATED_SERVICES } from "./auth.js";
 export { createObserverInterceptor, codeName } from "./logging.js";
+export { callTimeLeftMs } from "./call-deadline.js";
 export { OpenStreams, streamHolds } from "./open-streams.js";
 export type { OpenStream, OpenStreamView } from "./open-streams.js";
 export { abortable, abortError, shuttingDownError, createStreamShutdownInterceptor } from "./streams.js";

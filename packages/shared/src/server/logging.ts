@@ -18,6 +18,8 @@ export interface CallState {
   readonly peer: string;
   /** When the request arrived (`performance.now()`). */
   readonly started: number;
+  /** The wall time (`Date.now()`) as the request arrived: what connect's deadline is measured from (call-deadline.ts). */
+  readonly arrivedAtWallMs: number;
   /** Set by the observer interceptor: the call reached a handler and was logged there. */
   observed: boolean;
 }

@@ -201,7 +201,7 @@ export async function startServer(options: StartServerOptions): Promise<RunningS
   });
 
   const handler: NodeRequestHandler = (req, res) => {
-    const state: CallState = { peer: peerOf(req), started: performance.now(), observed: false };
+    const state: CallState = { peer: peerOf(req), started: performance.now(), arrivedAtWallMs: Date.now(), observed: false };
     states.set(req, state);
     res.once("close", () => {
       // A client gone while a message of its stream waits to be written: end that wait (see closed-response.ts).

@@ -2,13 +2,14 @@ import * as fs from "node:fs";
 import { tmpdir } from "node:os";
 import * as path from "node:path";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
-import { durationFromMs, timestampMs, type Duration } from "@bufbuild/protobuf/wkt";
-import { Code, ConnectError, createClient, createRouterTransport, type Client } from "@connectrpc/connect";
+import { durationFromMs, durationMs, timestampMs, type Duration } from "@bufbuild/protobuf/wkt";
+import { Code, ConnectError, createClient, createRouterTransport, type Client, type Interceptor } from "@connectrpc/connect";
 import { BadRequestSchema, ErrorInfoSchema, RetryInfoSchema } from "@berth/api/google/rpc/error_details_pb";
 import { HolderKind, LockHeldSchema, LockService as LockServiceDesc, type HoldResponse } from "@berth/api/berth/locks/v1/lock_service_pb";
 import { ManualClock } from "@berth/shared/clock";
 import { BerthError } from "@berth/shared/errors";
-import { createErrorInterceptor, createObserverInterceptor, ServerMetrics } from "@berth/shared/server/index";
+import { createErrorInterceptor, createObserverInterceptor, implement, ServerMetrics, startServer } from "@berth/shared/server/index";
+import { WIRE_PROTOCOLS, connectOver } from "@berth/shared/testing/wire-protocols";
 import { createSourceLocks, DEFAULT_LOCK_LIMITS, LOCK_RETRY_AFTER_MS, lockFilePath, type LockLimits, type SourceLocks } from "../locks/index.js";
 import { durationInput, createFenceCheck, createLockHandlers, MAX_KEEPALIVE_TOKENS } from "./lock-handlers.js";
 
@@ -24,6 +25,7 @@ let metrics: ServerMetrics;
 let FILE: string;
 const key = () => FILE;
 const HEARTBEAT_MS = 1_000;
+const HOUR = 3_600_000;
 
 /** A lock service with `limits` and a client of its handlers, replacing the ones of beforeEach. */
 function serve(limits?: Partial<LockLimits>): void {
@@ -223,6 +225,67 @@ describe("Acquire and Release", () => {
       expect(Date.now() - started).toBeLessThan(2_000);
     } finally {
       real.close();
+    }
+  });
+
+  // The machine suite found it with both cores busy: a step of the wall clock between a call's
+  // arrival and its handler made connect's timeoutMs() hours off. Here an interceptor makes the step
+  // there on purpose, on a real server (which records when each call arrived), over every protocol.
+  async function waitAcrossAStep(stepMs: number, request: { maxWaitMs: number; timeoutMs: number }): Promise<Array<[string, ConnectError]>> {
+    const real = createSourceLocks({ projectRoot, stateDir: path.join(root, "state-real"), liveDir: null });
+    vi.useFakeTimers({ toFake: ["Date"] }); // the wall clock only: timers and performance.now stay real
+    const stepWallClock: Interceptor = (next) => (call) => {
+      vi.setSystemTime(Date.now() + stepMs);
+      return next(call);
+    };
+    const server = await startServer({
+      name: "sessions",
+      logger: { debug() {}, info() {}, warn() {}, error() {} },
+      services: [implement(LockServiceDesc, createLockHandlers({ locks: real }))],
+      interceptors: [stepWallClock],
+    });
+    try {
+      await real.acquire({ file: FILE, owner: "alice" });
+      const refusals: Array<[string, ConnectError]> = [];
+      for (const protocol of WIRE_PROTOCOLS) {
+        const connection = connectOver(protocol, server.url);
+        try {
+          const waiter = createClient(LockServiceDesc, connection.transport);
+          refusals.push([
+            protocol.name,
+            await failure(waiter.acquire({ file: FILE, owner: "bob", maxWait: ms(request.maxWaitMs) }, { timeoutMs: request.timeoutMs })),
+          ]);
+        } finally {
+          connection.close();
+        }
+      }
+      return refusals;
+    } finally {
+      await server.close(false);
+      vi.useRealTimers();
+      real.close();
+    }
+  }
+
+  const waitedMs = (error: ConnectError) => {
+    const waited = error.findDetails(LockHeldSchema)[0]?.waited;
+    return waited === undefined ? undefined : durationMs(waited);
+  };
+
+  it("keeps the whole wait a call asked for when the wall clock steps forward two hours after the call arrived", async () => {
+    for (const [protocol, error] of await waitAcrossAStep(2 * HOUR, { maxWaitMs: 300, timeoutMs: 10_000 })) {
+      expect(error.code, protocol).toBe(Code.ResourceExhausted);
+      // Not "it was not free (max_wait was 0: try once)".
+      expect(error.rawMessage, protocol).toContain("it stayed locked for the whole wait of 300ms");
+      expect(waitedMs(error), protocol).toBe(300);
+    }
+  });
+
+  it("still ends the wait before the call's deadline when the wall clock steps back an hour after the call arrived", async () => {
+    for (const [protocol, error] of await waitAcrossAStep(-HOUR, { maxWaitMs: 60_000, timeoutMs: 500 })) {
+      // Not DEADLINE_EXCEEDED after a wait bounded by a deadline an hour away.
+      expect(error.code, protocol).toBe(Code.ResourceExhausted);
+      expect(waitedMs(error), protocol).toBeLessThan(500);
     }
   });
 });

@@ -32,7 +32,7 @@ import {
 import type { Clock } from "@berth/shared/clock";
 import { systemClock } from "@berth/shared/clock";
 import { BerthError, invalidArgument, isBerthError } from "@berth/shared/errors";
-import { abortable, abortError, berthErrorToConnect, streamHolds } from "@berth/shared/server/index";
+import { abortable, abortError, berthErrorToConnect, callTimeLeftMs, streamHolds } from "@berth/shared/server/index";
 import {
   checkFencingToken,
   LOCK_RETRY_AFTER_MS,
@@ -397,7 +397,7 @@ export function durationInput(duration: Duration | undefined, field: string): nu
 
 /** The wait, shortened to end a little before the call's deadline when that comes first. */
 function boundedByDeadline(waitMs: number, context: HandlerContext): number {
-  const left = context.timeoutMs();
+  const left = callTimeLeftMs(context);
   if (left === undefined || waitMs === 0) return waitMs;
   const bound = Math.max(0, Math.floor(left - Math.min(DEADLINE_MARGIN_MS, left / 10)));
   return Math.min(waitMs, bound);
