@@ -31,6 +31,11 @@
 #   BERTH_CONTAINER_TEST_KEEP_CACHE=0   also remove the build-stage cache images (kept by default:
 #                                       they make the next run's build take seconds, not minutes)
 #   BERTH_BASE_IMAGE_SCRIPT=PATH        a script that makes node:20-bookworm-slim (.ci/run finds CI's)
+#   BERTH_CONTAINER_FRESH_CLONE=1       then, on a fresh machine of the README's kind (a container of
+#                                       test/container/fresh-machine.Dockerfile: no etcd, no gRPC or Go
+#                                       packages), run a plain clone's `npm install && npm test`, which
+#                                       must pass with those tests skipped (about 7 min; .ci/run sets it)
+#   BERTH_FRESH_CLONE_REPORT=PATH       where to copy that run's vitest JSON report (.ci/run counts it)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 repo=$(pwd)
@@ -60,6 +65,7 @@ seed_pids=()
 stack_up=0
 etcd_stack_up=0
 etcd_image=""
+fresh_image=""
 work=$(mktemp -d)
 # The user's project, made below. Not under /tmp, which is a tmpfs inside the containers.
 project_dir=""
@@ -87,6 +93,7 @@ cleanup() {
     done_step
   fi
   [ -n "$etcd_image" ] && docker image rm -f "$etcd_image" >/dev/null 2>&1
+  [ -n "$fresh_image" ] && docker image rm -f "$fresh_image" >/dev/null 2>&1
   if [ "$stack_up" -eq 1 ]; then
     step "teardown: down -v (containers, network, state volume)"
     compose down -v --remove-orphans -t 5 >/dev/null 2>&1 || echo "  (down -v failed)" >&2
@@ -629,3 +636,37 @@ rpc_ok 7311 berth.sessions.v1.SessionService/AppendEvent "{\"sessionId\":\"$etcd
 rpc_ok 7301 berth.sessions.v1.SessionService/GetSnapshot "{\"sessionId\":\"$etcd_session\"}"
 [ "$(json .lastSeq <<<"$body")" = 2 ] || fail "GetSnapshot with etcd2 down: $body"
 done_step "seq 2 appended through 7311, read through 7301"
+
+# --- a plain clone on a fresh machine ---------------------------------------------------------------
+# A user's clone has no shared/ beside it, and their machine may lack what CI installs (etcd, the
+# Python and Go gRPC packages): the README's `npm install && npm test` must still pass there, with
+# the tests that need those skipped, each with its one line.
+if [ "${BERTH_CONTAINER_FRESH_CLONE:-0}" = 1 ]; then
+  step "both stacks down: the fresh machine gets the engine to itself"
+  etcd_compose down -v --remove-orphans -t 5 >/dev/null 2>&1 || fail "down -v of the etcd stack failed"
+  etcd_stack_up=0
+  compose down -v --remove-orphans -t 5 >/dev/null 2>&1 || fail "down -v failed"
+  stack_up=0
+  done_step
+
+  step "docker build test/container/fresh-machine.Dockerfile (node:20-bookworm-slim, python3, make, g++, git, curl)"
+  fresh_image="berth-fresh-machine:$run_id"
+  docker build --build-arg NPM_VERSION="$(npm --version)" -f test/container/fresh-machine.Dockerfile -t "$fresh_image" test/container \
+    >"$work/fresh-build.log" 2>&1 || { tail -30 "$work/fresh-build.log" >&2; fail "docker build of the fresh machine failed"; }
+  done_step
+
+  fresh=$work/fresh
+  git clone -q "$repo" "$fresh/berth"
+  step "npm install && npm test in a plain clone of $(git -C "$fresh/berth" rev-parse --short HEAD), no shared/ beside it, on the fresh machine"
+  docker run --rm -v "$fresh:/fresh" -w /fresh/berth "$fresh_image" bash -c \
+    'git config --global --add safe.directory "*" && npm install --no-audit --no-fund && npm test -- --reporter=default --reporter=json --outputFile.json=/fresh/report.json' \
+    >"$work/fresh-test.log" 2>&1 || { grep -E "NOTE|FAIL|Test Files|Tests " "$work/fresh-test.log" | tail -40 >&2; fail "npm install && npm test failed on the fresh machine"; }
+  counts=$(node -e '
+    const r = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));
+    console.log(`${r.numPassedTests} passed, ${r.numFailedTests} failed, ${r.numPendingTests + r.numTodoTests} skipped`);
+    process.exit(r.numTotalTests > 0 && r.numPassedTests > 0 && r.numFailedTests === 0 ? 0 : 1);
+  ' "$fresh/report.json") || fail "the fresh machine's run: $counts"
+  { grep -E "^NOTE: " "$work/fresh-test.log" || true; } | sed 's/^/  /'
+  if [ -n "${BERTH_FRESH_CLONE_REPORT:-}" ]; then cp "$fresh/report.json" "$BERTH_FRESH_CLONE_REPORT"; fi
+  done_step "$counts"
+fi
