@@ -33,8 +33,9 @@
 #   BERTH_BASE_IMAGE_SCRIPT=PATH        a script that makes node:20-bookworm-slim (.ci/run finds CI's)
 #   BERTH_CONTAINER_FRESH_CLONE=1       then, on a fresh machine of the README's kind (a container of
 #                                       test/container/fresh-machine.Dockerfile: no etcd, no gRPC or Go
-#                                       packages), run a plain clone's `npm install && npm test`, which
-#                                       must pass with those tests skipped (about 7 min; .ci/run sets it)
+#                                       packages), run a plain clone's `npm install && npm test` without
+#                                       the seeds, which must pass with those tests skipped, each saying
+#                                       so (about 7 min; .ci/run sets it)
 #   BERTH_FRESH_CLONE_REPORT=PATH       where to copy that run's vitest JSON report (.ci/run counts it)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -66,6 +67,7 @@ stack_up=0
 etcd_stack_up=0
 etcd_image=""
 fresh_image=""
+fresh_container=""
 work=$(mktemp -d)
 # The user's project, made below. Not under /tmp, which is a tmpfs inside the containers.
 project_dir=""
@@ -93,6 +95,7 @@ cleanup() {
     done_step
   fi
   [ -n "$etcd_image" ] && docker image rm -f "$etcd_image" >/dev/null 2>&1
+  [ -n "$fresh_container" ] && docker rm -f "$fresh_container" >/dev/null 2>&1
   [ -n "$fresh_image" ] && docker image rm -f "$fresh_image" >/dev/null 2>&1
   if [ "$stack_up" -eq 1 ]; then
     step "teardown: down -v (containers, network, state volume)"
@@ -638,7 +641,7 @@ rpc_ok 7301 berth.sessions.v1.SessionService/GetSnapshot "{\"sessionId\":\"$etcd
 done_step "seq 2 appended through 7311, read through 7301"
 
 # --- a plain clone on a fresh machine ---------------------------------------------------------------
-# A user's clone has no shared/ beside it, and their machine may lack what CI installs (etcd, the
+# A user's clone comes without the seeds, and their machine may lack what CI installs (etcd, the
 # Python and Go gRPC packages): the README's `npm install && npm test` must still pass there, with
 # the tests that need those skipped, each with its one line.
 if [ "${BERTH_CONTAINER_FRESH_CLONE:-0}" = 1 ]; then
@@ -657,16 +660,26 @@ if [ "${BERTH_CONTAINER_FRESH_CLONE:-0}" = 1 ]; then
 
   fresh=$work/fresh
   git clone -q "$repo" "$fresh/berth"
-  step "npm install && npm test in a plain clone of $(git -C "$fresh/berth" rev-parse --short HEAD), no shared/ beside it, on the fresh machine"
-  docker run --rm -v "$fresh:/fresh" -w /fresh/berth "$fresh_image" bash -c \
+  step "npm install && npm test in a plain clone of $(git -C "$fresh/berth" rev-parse --short HEAD), without the seeds, on the fresh machine"
+  fresh_container="berth-fresh-$run_id"
+  docker run --rm --name "$fresh_container" -v "$fresh:/fresh" -w /fresh/berth "$fresh_image" bash -c \
     'git config --global --add safe.directory "*" && npm install --no-audit --no-fund && npm test -- --reporter=default --reporter=json --outputFile.json=/fresh/report.json' \
-    >"$work/fresh-test.log" 2>&1 || { grep -E "NOTE|FAIL|Test Files|Tests " "$work/fresh-test.log" | tail -40 >&2; fail "npm install && npm test failed on the fresh machine"; }
+    >"$work/fresh-test.log" 2>&1 || {
+    { grep -E "NOTE|FAIL|Test Files|Tests " "$work/fresh-test.log" || tail -40 "$work/fresh-test.log"; } | tail -40 >&2
+    fail "npm install && npm test failed on the fresh machine"
+  }
+  fresh_container=""
   counts=$(node -e '
     const r = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));
     console.log(`${r.numPassedTests} passed, ${r.numFailedTests} failed, ${r.numPendingTests + r.numTodoTests} skipped`);
     process.exit(r.numTotalTests > 0 && r.numPassedTests > 0 && r.numFailedTests === 0 ? 0 : 1);
   ' "$fresh/report.json") || fail "the fresh machine's run: $counts"
-  { grep -E "^NOTE: " "$work/fresh-test.log" || true; } | sed 's/^/  /'
+  # Each skip must say so, in its one line: the seeds' comparisons and the three tags.
+  notes=$(grep -E "^NOTE: " "$work/fresh-test.log" || true)
+  for skipped in "BERTH_SEEDS_DIR is not set" "tests that need etcd" "tests that need python" "tests that need go"; do
+    grep -qF "$skipped" <<<"$notes" || fail "the fresh machine's run skipped without its NOTE line ('$skipped'); its NOTE lines: $notes"
+  done
+  sed 's/^/  /' <<<"$notes"
   if [ -n "${BERTH_FRESH_CLONE_REPORT:-}" ]; then cp "$fresh/report.json" "$BERTH_FRESH_CLONE_REPORT"; fi
   done_step "$counts"
 fi
