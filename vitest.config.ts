@@ -1,7 +1,7 @@
 import { execFileSync } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import { defineConfig } from "vitest/config";
-import { missingSystemPackages, systemPackageOptions } from "./test/harness/system-packages.js";
+import { systemPackageTags } from "./test/harness/system-packages.js";
 
 const here = (p: string) => fileURLToPath(new URL(p, import.meta.url));
 
@@ -39,14 +39,9 @@ function propertySeed(): string {
   }
 }
 
-/**
- * The tags of the tests that need a system package (etcd, Debian's Python or Go gRPC packages), each
- * skipped where this machine lacks it unless `BERTH_REQUIRE_<NAME>=1` (CI); probed once per run
- * (also used by vitest.chaos.config.ts).
- */
-export const systemPackages = systemPackageOptions(missingSystemPackages());
-
-export default defineConfig({
+// A function, so that vitest.chaos.config.ts, which imports this module for workspaceResolve, does
+// not run this config's probes.
+export default defineConfig(() => ({
   resolve: workspaceResolve,
   test: {
     include: ["packages/*/src/**/*.test.ts", "services/*/src/**/*.test.ts", "test/**/*.test.ts"],
@@ -56,8 +51,10 @@ export default defineConfig({
     hookTimeout: 30_000,
     env: { BERTH_FC_SEED: propertySeed() },
     setupFiles: ["test/harness/fast-check-seed.ts"],
-    ...systemPackages,
+    // The tests that need etcd or Debian's Python or Go gRPC packages, each skipped where this
+    // machine lacks it unless `BERTH_REQUIRE_<NAME>=1` (CI).
+    ...systemPackageTags(["etcd", "python", "go"]),
     // One line per run for what is skipped (the seeds' comparisons, the files that need a system package), or a failure when it is required.
     globalSetup: ["test/harness/seeds-notice.ts", "test/harness/system-packages-notice.ts"],
   },
-});
+}));

@@ -5,9 +5,14 @@ const NO_ETCD = { BERTH_ETCD_BIN: "/nonexistent/etcd", BERTH_ETCDCTL_BIN: proces
 
 describe("missingSystemPackages", () => {
   it("names what is missing, why and what to install, and whether the environment requires it", () => {
-    const etcd = missingSystemPackages(NO_ETCD).find((found) => found.name === "etcd");
+    const etcd = missingSystemPackages(["etcd"], NO_ETCD).find((found) => found.name === "etcd");
     expect(etcd).toEqual({ name: "etcd", why: expect.stringMatching(/^\/nonexistent\/etcd cannot be run .*apt-get install etcd-server/), required: false });
-    expect(missingSystemPackages({ ...NO_ETCD, BERTH_REQUIRE_ETCD: "1" }).find((found) => found.name === "etcd")?.required).toBe(true);
+    expect(missingSystemPackages(["etcd"], { ...NO_ETCD, BERTH_REQUIRE_ETCD: "1" }).find((found) => found.name === "etcd")?.required).toBe(true);
+  });
+
+  it("probes only the packages named", () => {
+    expect(missingSystemPackages([], NO_ETCD)).toEqual([]);
+    expect(missingSystemPackages(["go"], NO_ETCD).map((found) => found.name)).not.toContain("etcd");
   });
 });
 
@@ -17,13 +22,17 @@ describe("systemPackageOptions", () => {
       { name: "etcd", why: "no etcd", required: false },
       { name: "go", why: "no go", required: true },
     ];
-    const options = systemPackageOptions(missing);
+    const options = systemPackageOptions(["etcd", "python", "go"], missing);
     expect(options.tags.map(({ name, skip }) => ({ name, skip }))).toEqual([
       { name: "etcd", skip: true },
       { name: "python", skip: false },
       { name: "go", skip: false },
     ]);
     expect(options.provide.missingSystemPackages).toEqual(missing);
+  });
+
+  it("defines only the tags of the packages a config names", () => {
+    expect(systemPackageOptions(["etcd"], []).tags.map(({ name }) => name)).toEqual(["etcd"]);
   });
 });
 

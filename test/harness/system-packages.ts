@@ -1,8 +1,8 @@
 /**
  * What some tests need beyond npm's packages: system packages a fresh clone's machine may lack.
  * Each is a vitest tag: a test file that needs one says `// @module-tag <name>` (a suite,
- * `{ tags: ["<name>"] }`). The test configs probe once per run ({@link missingSystemPackages}), skip
- * the tags whose packages are missing, and hand what they found to the global setup
+ * `{ tags: ["<name>"] }`). Each test config probes, once per run, only the packages its files use
+ * ({@link systemPackageTags}), skips the tags whose packages are missing, and hands what it found to the global setup
  * (system-packages-notice.ts), which says in one line per package what was skipped and what to
  * install, or fails the run when `BERTH_REQUIRE_<NAME>=1` (CI) asks for those tests.
  *
@@ -17,9 +17,12 @@ import { isRequired, requiringVariable } from "../../packages/shared/src/testing
 /** The interpreter that has Debian's python3-grpcio and python3-protobuf (not a pyenv or venv one). */
 export const DEBIAN_PYTHON = "/usr/bin/python3";
 
+/** The tags of the tests that need a system package. */
+export type SystemPackageName = "etcd" | "python" | "go";
+
 /** A system package some tests need, by the tag those tests carry. */
 interface SystemPackage {
-  readonly name: string;
+  readonly name: SystemPackageName;
   readonly description: string;
   /** Why it cannot be used here (what to install), or undefined when it can. */
   readonly missing: (env: NodeJS.ProcessEnv) => string | undefined;
@@ -70,27 +73,39 @@ const SYSTEM_PACKAGES: readonly SystemPackage[] = [
   { name: "go", description: "builds and runs the Go client from Debian's Go packages (golang-go, golang-google-grpc-dev, …)", missing: goMissing },
 ];
 
-/** Every system package the tests need that this machine lacks. Probes each (about 100 ms in all): call it once per run. */
-export function missingSystemPackages(env: NodeJS.ProcessEnv = process.env): MissingSystemPackage[] {
-  return SYSTEM_PACKAGES.flatMap(({ name, missing }) => {
+/** Which of the named packages this machine lacks. Probes each (Python's import takes about 150 ms): call it once per run. */
+export function missingSystemPackages(names: readonly SystemPackageName[], env: NodeJS.ProcessEnv = process.env): MissingSystemPackage[] {
+  return packagesNamed(names).flatMap(({ name, missing }) => {
     const why = missing(env);
     return why === undefined ? [] : [{ name, why, required: isRequired(name, env) }];
   });
 }
 
+function packagesNamed(names: readonly SystemPackageName[]): SystemPackage[] {
+  return SYSTEM_PACKAGES.filter(({ name }) => names.includes(name));
+}
+
 /**
- * The test config's part for these packages: a tag per package, skipped where it is missing and not
- * required, and what was found for the global setup's notice.
+ * The test config's part for the named packages: a tag per package, skipped where it is missing and
+ * not required, and what was found for the global setup's notice.
  */
-export function systemPackageOptions(missing: readonly MissingSystemPackage[]) {
+export function systemPackageOptions(names: readonly SystemPackageName[], missing: readonly MissingSystemPackage[]) {
   return {
-    tags: SYSTEM_PACKAGES.map(({ name, description }) => ({
+    tags: packagesNamed(names).map(({ name, description }) => ({
       name,
       description,
       skip: missing.some((found) => found.name === name && !found.required),
     })),
     provide: { missingSystemPackages: [...missing] },
   };
+}
+
+/**
+ * A test config's tags for the system packages its files use, probed now: a config names only those,
+ * so that a run does not wait on probes for packages none of its files need.
+ */
+export function systemPackageTags(names: readonly SystemPackageName[], env: NodeJS.ProcessEnv = process.env) {
+  return systemPackageOptions(names, missingSystemPackages(names, env));
 }
 
 /**

@@ -32,7 +32,7 @@
  * BERTH_CHAOS_LOAD_ROUNDS (2), BERTH_CHAOS_LOAD_SETTLE_SECONDS (180: the longest wait, per round,
  * for memory to come back; it usually takes 30–90 s) and BERTH_CHAOS_LOAD_SEED (random; reported).
  *
- * Run: `npx tsc -b && npx vitest run --config vitest.chaos.config.ts test/chaos/load.test.ts`.
+ * Run: `npx tsc -b && npx vitest run --config vitest.chaos.config.ts test/chaos/load/load.test.ts`.
  */
 import * as path from "node:path";
 import { afterAll, expect, it } from "vitest";

@@ -21,7 +21,7 @@
  * - `--sessions-socket`/`--budget-socket` create 0600 sockets (under umask 0), serve on them (token
  *   enforced there too) and open no TCP port.
  *
- * Run: `npx tsc -b && npx vitest run --config vitest.chaos.config.ts test/chaos/security.test.ts`.
+ * Run: `npx tsc -b && npx vitest run --config vitest.chaos.config.ts test/chaos/security/security.test.ts`.
  */
 import { existsSync, lstatSync, readdirSync, writeFileSync } from "node:fs";
 import * as path from "node:path";
