@@ -38,6 +38,15 @@ interface KeepaliveStream {
   readonly abort: AbortController;
 }
 
+/**
+ * How often a kept lease sends its keepalive: a third of the TTL, as etcd's own client, so that two
+ * may be lost before the lease is. etcd counts the TTL from the last one, so a holder that stops may
+ * lose its lease this much sooner than a full TTL after it stopped.
+ */
+export function keepaliveIntervalMs(ttlMs: number): number {
+  return ttlMs / 3;
+}
+
 export class LeaseKeeper {
   private stream: KeepaliveStream | undefined;
   private readonly leases = new Map<bigint, KeptLease>();
@@ -177,7 +186,6 @@ class KeptLease implements EtcdLease {
   }
 
   private scheduleTick(): void {
-    // A third of the TTL, as etcd's own client: two keepalives may be lost before the lease is.
     this.tickTimer = this.clock.setTimeout(
       () => {
         if (this.ended) return;
@@ -185,7 +193,7 @@ class KeptLease implements EtcdLease {
         this.keeper.send(this);
         this.scheduleTick();
       },
-      (this.ttlSeconds * 1000) / 3,
+      keepaliveIntervalMs(this.ttlSeconds * 1000),
     );
   }
 

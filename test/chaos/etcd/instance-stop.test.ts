@@ -26,6 +26,7 @@ import { EventSchema, type Event } from "@berth/api/berth/sessions/v1/events_pb"
 import { LockService, type HoldResponse, type Lease } from "@berth/api/berth/locks/v1/lock_service_pb";
 import { SessionService } from "@berth/api/berth/sessions/v1/session_service_pb";
 import { ErrorInfoSchema } from "@berth/api/google/rpc/error_details_pb";
+import { keepaliveIntervalMs } from "@berth/etcd";
 import { startEtcd, type EtcdCluster } from "@berth/etcd/testing";
 import { continueProcess, stopProcess } from "@berth/shared/testing/process-stop";
 import { connectClient, makeTempDir, startService, stopAll, type ServiceProcess } from "../../harness.js";
@@ -33,8 +34,8 @@ import { chaosSetting, reportSuite } from "../common/summary.js";
 
 const ROUNDS = chaosSetting("ETCD_STOP_ROUNDS", 4);
 const LEASE_TTL_MS = 2_000;
-/** The TTL less the keepalive interval (a third of it), less 100 ms for the two clocks' reading. */
-const EARLIEST_EXPIRY_AFTER_STOP_MS = LEASE_TTL_MS - LEASE_TTL_MS / 3 - 100;
+/** The TTL less the keepalive interval, less 100 ms for the two clocks' reading. */
+const EARLIEST_EXPIRY_AFTER_STOP_MS = LEASE_TTL_MS - keepaliveIntervalMs(LEASE_TTL_MS) - 100;
 const SESSION = "stop-fenced";
 
 let etcd: EtcdCluster;
@@ -173,8 +174,7 @@ describe("sessions and locks on a 3-member etcd, a berth instance SIGSTOPped pas
       const newToken = newLease.fencingToken;
       if (newToken <= oldToken) problems.push(`round ${round}: token ${newToken} granted after ${oldToken}`);
       grants.push(newToken);
-      // etcd counts the TTL from the instance's last keepalive, which it sends every third of the TTL:
-      // that one may be up to a third of the TTL older than the stop.
+      // etcd counts the TTL from the instance's last keepalive, which may be one interval older than the stop.
       if (grantedAt - stoppedAt < EARLIEST_EXPIRY_AFTER_STOP_MS)
         problems.push(
           `round ${round}: the lock moved ${grantedAt - stoppedAt} ms after its instance stopped, before its ${LEASE_TTL_MS} ms lease could expire (${EARLIEST_EXPIRY_AFTER_STOP_MS} ms at the earliest, counted from its last keepalive)`,
