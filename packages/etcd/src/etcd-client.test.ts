@@ -2,7 +2,17 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ManualClock } from "@berth/shared/clock";
 import { BerthError } from "@berth/shared/errors";
-import { compare, createEtcdClient, EtcdCompactedError, EtcdLeaseLostError, EtcdReason, op, type EtcdClient, type WatchBatch } from "./index.js";
+import {
+  compare,
+  createEtcdClient,
+  EtcdCompactedError,
+  EtcdLeaseLostError,
+  EtcdReason,
+  keepaliveIntervalMs,
+  op,
+  type EtcdClient,
+  type WatchBatch,
+} from "./index.js";
 import { startEtcd, type EtcdCluster } from "./testing/index.js";
 
 const text = (bytes: Uint8Array | undefined) => (bytes === undefined ? undefined : new TextDecoder().decode(bytes));
@@ -193,7 +203,7 @@ describe("leases", () => {
     const lease = await c.grantLease(3);
     const ttlMs = lease.ttlSeconds * 1000;
     clock.stepWall(-3_600_000);
-    clock.advance(ttlMs / 3); // a keepalive goes out, sent an hour before the grant by the wall clock
+    clock.advance(keepaliveIntervalMs(ttlMs)); // a keepalive goes out, sent an hour before the grant by the wall clock
     // Answered: the lease runs for its TTL from that send, shown in the stepped wall clock.
     await expect.poll(() => lease.deadline()).toBe(clock.now() + ttlMs);
     // No answer comes in time for the next TTL: lost then, not an hour later.
@@ -209,7 +219,7 @@ describe("leases", () => {
     // Revoked behind the client's back, by another client that knows only its id.
     await isolated().revokeLease(lease.id);
     expect(lease.signal.aborted).toBe(false);
-    clock.advance((lease.ttlSeconds * 1000) / 3); // the next keepalive goes out; etcd answers TTL 0
+    clock.advance(keepaliveIntervalMs(lease.ttlSeconds * 1000)); // the next keepalive goes out; etcd answers TTL 0
     const loss = await lease.lost;
     expect(loss.message).toMatch(/etcd says it has expired/);
   });
