@@ -17,7 +17,7 @@ import * as path from "node:path";
 import fsExt from "fs-ext";
 import { invalidArgument } from "./errors.js";
 import { claimIsLive, ElectionHeldError, type ElectionClaim, type ElectionLock, type Elector } from "./elector.js";
-import { ensurePrivateDir } from "./files.js";
+import { confirmStillWritable, ensurePrivateDir } from "./files.js";
 import { selfIdentity } from "./process-identity.js";
 
 const NAME_PATTERN = /^[A-Za-z0-9_-]{1,64}$/;
@@ -110,6 +110,7 @@ function writeClaim(fd: number, claim: ElectionClaim): void {
   let offset = 0;
   while (offset < bytes.length) offset += fs.writeSync(fd, bytes, offset, bytes.length - offset, offset);
   fs.fsyncSync(fd);
+  confirmStillWritable(fd);
 }
 
 /**

@@ -3,7 +3,7 @@ import { closeSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync,
 import { tmpdir } from "node:os";
 import * as path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { appendDurably, ensurePrivateDir, fsyncDirectory, statOrNull, writeFileAtomic, writeFileAtomicSync } from "./files.js";
+import { confirmStillWritable, ensurePrivateDir, fsyncDirectory, statOrNull, writeFileAtomic, writeFileAtomicSync } from "./files.js";
 import { transpileForChild, type ChildModules } from "./testing/child-modules.js";
 
 let dir: string;
@@ -86,17 +86,24 @@ describe("the small helpers", () => {
     expect(() => fsyncDirectory(path.join(dir, "nothing"))).toThrow(/ENOENT/);
   });
 
-  it("appendDurably appends every byte in both modes", () => {
+  it("confirmStillWritable writes nothing to a writable file, and fails where the file takes no write", () => {
     const file = path.join(dir, "journal.jsonl");
-    const fd = openSync(file, "a", 0o600);
+    writeFileSync(file, "one\n");
+    const before = statSync(file);
+    const fd = openSync(file, "a");
     try {
-      expect(appendDurably(fd, "one\n", "data")).toBe(4);
-      expect(appendDurably(fd, Buffer.from("two\n"), "none")).toBe(4);
-      const big = `${"x".repeat(3 * 1024 * 1024)}\n`;
-      appendDurably(fd, big, "data");
-      expect(readFileSync(file, "utf8")).toBe(`one\ntwo\n${big}`);
+      confirmStillWritable(fd);
+      const after = statSync(file);
+      expect([after.size, after.mtimeMs]).toEqual([before.size, before.mtimeMs]);
     } finally {
       closeSync(fd);
+    }
+    // /dev/full refuses every write(2), even one of nothing: the probe reaches the kernel.
+    const full = openSync("/dev/full", "w");
+    try {
+      expect(() => confirmStillWritable(full)).toThrow(expect.objectContaining({ code: "ENOSPC" }));
+    } finally {
+      closeSync(full);
     }
   });
 });

@@ -42,55 +42,70 @@ function writeAllSync(fd: number, bytes: Uint8Array, position: number | null): v
 /**
  * Replaces `target` with `data` so that the final name never holds a partial file: write a temp file
  * beside it, fsync it, rename it over the target, then fsync the directory so the rename itself is
- * durable. On failure the temp file is removed and the target is untouched.
+ * durable, and confirm the file system still takes writes ({@link confirmStillWritable}). On a
+ * failure before the rename the temp file is removed and the target is untouched.
  */
 export function writeFileAtomicSync(target: string, data: string | Uint8Array, options: AtomicWriteOptions = {}): void {
   const temp = tempPathFor(target);
   const bytes = toBytes(data);
-  let fd: number | undefined;
+  const fd = fs.openSync(temp, "wx", options.mode ?? PRIVATE_FILE_MODE);
   try {
-    fd = fs.openSync(temp, "wx", options.mode ?? PRIVATE_FILE_MODE);
-    writeAllSync(fd, bytes, 0);
-    fs.fsyncSync(fd);
-    fs.closeSync(fd);
-    fd = undefined;
-    fs.renameSync(temp, target);
-  } catch (error) {
-    if (fd !== undefined) {
-      try {
-        fs.closeSync(fd);
-      } catch {
-        // already failing: the original error is the one worth reporting
-      }
+    try {
+      writeAllSync(fd, bytes, 0);
+      fs.fsyncSync(fd);
+      fs.renameSync(temp, target);
+    } catch (error) {
+      fs.rmSync(temp, { force: true });
+      throw error;
     }
-    fs.rmSync(temp, { force: true });
-    throw error;
+    fsyncDirectory(path.dirname(target));
+    // The descriptor is the target's now: the rename moved its name, not the file.
+    confirmStillWritable(fd);
+  } finally {
+    fs.closeSync(fd);
   }
-  fsyncDirectory(path.dirname(target));
 }
 
 /** The asynchronous twin of {@link writeFileAtomicSync}, with the same guarantees. */
 export async function writeFileAtomic(target: string, data: string | Uint8Array, options: AtomicWriteOptions = {}): Promise<void> {
   const temp = tempPathFor(target);
   const bytes = toBytes(data);
-  let handle: fsp.FileHandle | undefined;
+  const handle = await fsp.open(temp, "wx", options.mode ?? PRIVATE_FILE_MODE);
   try {
-    handle = await fsp.open(temp, "wx", options.mode ?? PRIVATE_FILE_MODE);
-    let offset = 0;
-    while (offset < bytes.length) {
-      const { bytesWritten } = await handle.write(bytes, offset, bytes.length - offset, offset);
-      offset += bytesWritten;
+    try {
+      let offset = 0;
+      while (offset < bytes.length) {
+        const { bytesWritten } = await handle.write(bytes, offset, bytes.length - offset, offset);
+        offset += bytesWritten;
+      }
+      await handle.sync();
+      await fsp.rename(temp, target);
+    } catch (error) {
+      await fsp.rm(temp, { force: true });
+      throw error;
     }
-    await handle.sync();
+    await fsyncDirectoryAsync(path.dirname(target));
+    confirmStillWritable(handle.fd);
+  } finally {
     await handle.close();
-    handle = undefined;
-    await fsp.rename(temp, target);
-  } catch (error) {
-    if (handle !== undefined) await handle.close().catch(() => undefined);
-    await fsp.rm(temp, { force: true });
-    throw error;
   }
-  await fsyncDirectoryAsync(path.dirname(target));
+}
+
+const NOTHING = new Uint8Array(0);
+
+/**
+ * Throws unless the file system of `fd` (open for writing) still takes writes; called after the last
+ * fsync(2) or fdatasync(2) that an acknowledgement rests on. ext4 (seen on Linux 6.18) can answer a
+ * sync that raced an error remounting it read-only with success, although the journal that held the
+ * bytes was aborted: they are gone at the next mount. Such a sync mostly returns once the file
+ * system refuses every write (EROFS or EIO, until it is mounted again), so writing nothing fails
+ * then; one that returns in the instant between the journal's abort and that refusal still passes.
+ * On a healthy file system writing nothing changes nothing, not even the file's mtime, and costs
+ * about a microsecond.
+ */
+export function confirmStillWritable(fd: number): void {
+  // fs.writeSync, not a FileHandle: the promise API answers a write of nothing without a write(2).
+  fs.writeSync(fd, NOTHING, 0, 0, null);
 }
 
 /**
@@ -132,21 +147,4 @@ export function statOrNull(target: string): fs.Stats | null {
  */
 export function ensurePrivateDir(dir: string): void {
   fs.mkdirSync(dir, { recursive: true, mode: PRIVATE_DIR_MODE });
-}
-
-/**
- * How durable an append must be before it returns: "data" waits for fdatasync(2) (the bytes survive
- * a power loss), "none" leaves them in the page cache (they survive a process crash only).
- */
-export type SyncMode = "data" | "none";
-
-/**
- * Appends all of `data` to `fd` (opened with O_APPEND), handling short writes, then fdatasyncs when
- * `mode` is "data". Returns the number of bytes written.
- */
-export function appendDurably(fd: number, data: string | Uint8Array, mode: SyncMode): number {
-  const bytes = toBytes(data);
-  writeAllSync(fd, bytes, null);
-  if (mode === "data") fs.fdatasyncSync(fd);
-  return bytes.length;
 }

@@ -226,4 +226,18 @@ describe("nodeCommitIo", () => {
     expect(fs.readFileSync(file, "utf8")).toBe("one\ntwo\nthree\n");
     expect(done).toHaveLength(3);
   });
+
+  it("trusts a sync only once the file system still takes a write afterwards", async () => {
+    dir = fs.mkdtempSync(path.join(os.tmpdir(), "berth-gc-"));
+    const file = path.join(dir, "j.jsonl");
+    fs.writeFileSync(file, "one\n");
+    // fdatasync(2) succeeds on a descriptor open for reading; a write to it fails (EBADF), as the
+    // write after a sync fails on a file system gone read-only under that sync.
+    const fd = fs.openSync(file, "r");
+    try {
+      await expect(nodeCommitIo.fdatasync(fd)).rejects.toMatchObject({ code: "EBADF" });
+    } finally {
+      fs.closeSync(fd);
+    }
+  });
 });

@@ -12,6 +12,7 @@
  * thread pool, so the event loop keeps queueing appends meanwhile.
  */
 import * as fs from "node:fs";
+import { confirmStillWritable } from "@berth/shared/files";
 
 /**
  * When an append is acknowledged: `batch` after its bytes are fdatasync'ed, sharing the write and
@@ -24,7 +25,7 @@ export type FsyncMode = "batch" | "always" | "none";
 export interface CommitIo {
   /** write(2) at the end of an O_APPEND file, synchronously; returns the bytes written (may be fewer than asked). */
   write(fd: number, data: Uint8Array, offset: number, length: number): number;
-  /** fdatasync(2). */
+  /** fdatasync(2), trusted only once the file system is seen to still take writes (confirmStillWritable). */
   fdatasync(fd: number): Promise<void>;
 }
 
@@ -33,7 +34,15 @@ export const nodeCommitIo: CommitIo = {
   write: (fd, data, offset, length) => fs.writeSync(fd, data, offset, length, null),
   fdatasync: (fd) =>
     new Promise((resolve, reject) => {
-      fs.fdatasync(fd, (error) => (error ? reject(error) : resolve()));
+      fs.fdatasync(fd, (error) => {
+        if (error) return reject(error);
+        try {
+          confirmStillWritable(fd);
+          resolve();
+        } catch (notWritable) {
+          reject(notWritable);
+        }
+      });
     }),
 };
 

@@ -7,6 +7,7 @@
 import { isAscii } from "node:buffer";
 import * as fs from "node:fs";
 import * as fsp from "node:fs/promises";
+import { confirmStillWritable } from "@berth/shared/files";
 import type { Logger } from "@berth/shared/logger";
 import {
   BATCH_SIZE_FIELD,
@@ -566,6 +567,7 @@ function cutBack(fd: number, size: number): boolean {
   try {
     fs.ftruncateSync(fd, size);
     fs.fsyncSync(fd);
+    confirmStillWritable(fd);
     return true;
   } catch (error) {
     if (cannotWrite(error)) return false;

@@ -20,6 +20,7 @@
  * is not atomic (two seed processes race the same way).
  */
 import * as fs from "node:fs";
+import { confirmStillWritable } from "@berth/shared/files";
 
 /**
  * What became of berth's bytes when another writer got in: `unwritten` (the check before the
@@ -78,6 +79,7 @@ export function checkOwnWrite(fd: number, path: string, expected: number, data: 
       let written = 0;
       while (written < blank.length) written += fs.writeSync(rw, blank, written, blank.length - written, expected + at + written);
       fs.fdatasyncSync(rw);
+      confirmStillWritable(rw);
     } catch {
       // Cutting the file back instead (what a failed write gets) would cut the other writer's lines.
       throw new ForeignAppendError(expected, size, "left");

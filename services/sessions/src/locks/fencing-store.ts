@@ -23,7 +23,7 @@
 import * as fs from "node:fs";
 import * as path from "node:path";
 import { BerthError } from "@berth/shared/errors";
-import { ensurePrivateDir, writeFileAtomicSync } from "@berth/shared/files";
+import { confirmStillWritable, ensurePrivateDir, writeFileAtomicSync } from "@berth/shared/files";
 import { isDiskFull, stateWriteError } from "@berth/shared/state-errors";
 import { LOCK_RETRY_AFTER_MS } from "./lock-input.js";
 import type { LockPersistence } from "./lock-persistence.js";
@@ -64,6 +64,7 @@ function overwriteInPlace(file: string, record: string): void {
     let offset = 0;
     while (offset < bytes.length) offset += fs.writeSync(fd, bytes, offset, bytes.length - offset, offset);
     fs.fdatasyncSync(fd);
+    confirmStillWritable(fd);
   } finally {
     fs.closeSync(fd);
   }
