@@ -13,11 +13,17 @@
  * budget admits, and refuses RegisterRunning (its running tally) with DISK_FULL. Once the file is
  * removed, appends and registrations succeed again, without a restart. Read-only: appends and
  * registrations are UNAVAILABLE STATE_READ_ONLY, reads go on, the services never crash, and stop
- * cleanly when asked.
+ * cleanly when asked. Then the image is checked (e2fsck) and mounted read-write again, as after a
+ * reboot, and the sessions service started on it anew.
  *
  * Afterwards: every acknowledged append is in the journal exactly once, at the seqs it was given,
  * and nothing of a refused one; every journal line parses (no torn line; a refused batch left
  * nothing, so no half batch); every snapshot file parses; the services never exited on their own.
+ * Two exceptions, both of the write the disk failed under. While the disk is read-only, it may have
+ * left part of its line at the journal's end, which berth cannot cut back then (its caller was told
+ * the outcome is unknown, and reads skip those bytes); once the disk is writable, berth's next open
+ * cuts it back. And an append acknowledged as the disk failed may be gone after the remount, where
+ * ext4 reported its sync a success (see onFailingFs); every one acknowledged before must be there.
  */
 import { execFileSync } from "node:child_process";
 import { closeSync, openSync, readdirSync, readFileSync, rmSync, writeFileSync, writeSync } from "node:fs";
@@ -43,6 +49,11 @@ export interface FailingFs {
   readonly dir: string;
   /** Reports an error to ext4: mounted `errors=remount-ro`, it goes read-only at once. */
   failReadOnly(): void;
+  /**
+   * Unmounts it, has e2fsck replay its journal and repair it, and mounts it read-write again, as a
+   * reboot that checks the failed disk does: what was not synced before the error is gone.
+   */
+  remountWritable(): void;
   unmount(): void;
 }
 
@@ -65,6 +76,16 @@ export function mountFailingFs(): FailingFs {
     dir,
     failReadOnly() {
       writeFileSync(`/sys/fs/ext4/${path.basename(device)}/trigger_fs_error`, "berth machine suite: a read-only remount\n");
+    },
+    remountWritable() {
+      execFileSync("umount", [dir], { stdio: ["ignore", "ignore", "pipe"] });
+      try {
+        execFileSync("e2fsck", ["-f", "-y", device], { stdio: ["ignore", "ignore", "pipe"] });
+      } catch (error) {
+        // Exit status 1: errors were found and corrected, as they are after the error the suite reported.
+        if ((error as { status?: number }).status !== 1) throw error;
+      }
+      mount(["-o", "errors=remount-ro", device, dir]);
     },
     unmount() {
       execFileSync("umount", ["-l", dir], { stdio: "ignore" });
@@ -141,6 +162,8 @@ interface Attempt {
   readonly key: string;
   readonly events: number;
   outcome?: { firstSeq: number; lastSeq: number } | { refused: ReturnType<typeof refusalOf> };
+  /** When the outcome came (performance.now()). */
+  answeredAt?: number;
 }
 
 /** Four writers appending until stopped: single events and batches, each attempt with a key of its own. */
@@ -165,8 +188,10 @@ function writers(client: SessionsClient, attempts: Attempt[]) {
           events: Array.from({ length: events }, (_, i) => checkpoint(`${attempt.key}/${i} ${pad}`)),
         });
         attempt.outcome = { firstSeq: Number(answer.firstSeq), lastSeq: Number(answer.lastSeq) };
+        attempt.answeredAt = performance.now();
       } catch (error) {
         attempt.outcome = { refused: refusalOf(error) };
+        attempt.answeredAt = performance.now();
         await sleep(20);
       }
     }
@@ -305,7 +330,7 @@ async function onSmallFs(findings: Findings, scenario: string, fs: SmallFs): Pro
 
   findings.check(!gone(sessions) && !gone(budget), scenario, "a service exited");
 
-  const acknowledged = await checkJournals(findings, scenario, client, sessionsDir, attempts);
+  const { acknowledged } = await checkJournals(findings, scenario, client, sessionsDir, attempts);
   findings.figures.diskFullRefusals = fullRefusals;
   findings.figures.diskAppendsAcknowledged = acknowledged;
   findings.operations += attempts.length;
@@ -314,11 +339,39 @@ async function onSmallFs(findings: Findings, scenario: string, fs: SmallFs): Pro
   await budget.stop();
 }
 
+/** True when the append was told it may have been written (the disk went read-only under its write, and its bytes could not be cut back). */
+function toldUnknown(attempt: Attempt): boolean {
+  const outcome = attempt.outcome;
+  return outcome !== undefined && "refused" in outcome && outcome.refused.message.includes("may have been written");
+}
+
+/** What {@link checkJournals} allows of a disk that failed. */
+interface FailedDisk {
+  /**
+   * The disk is still read-only: a journal with an append told its outcome is unknown may end in
+   * that append's torn bytes, which berth cannot cut back then (reads skip them).
+   */
+  readonly tornTailsMayStay?: boolean;
+  /**
+   * When the disk failed (performance.now()): an append acknowledged after that may be gone once
+   * the disk is mounted again (see onFailingFs). One acknowledged before must be there.
+   */
+  readonly failedAt?: number;
+}
+
 /**
  * The journals against the attempts: every acknowledged append once, at its seqs; nothing of a
- * refused one; every line whole; every snapshot file whole. Returns how many were acknowledged.
+ * refused one; every line whole; every snapshot file whole. Returns how many were acknowledged,
+ * and how many of them a failed disk lost as `failed` allows.
  */
-async function checkJournals(findings: Findings, scenario: string, client: SessionsClient, sessionsDir: string, attempts: readonly Attempt[]): Promise<number> {
+async function checkJournals(
+  findings: Findings,
+  scenario: string,
+  client: SessionsClient,
+  sessionsDir: string,
+  attempts: readonly Attempt[],
+  failed: FailedDisk = {},
+): Promise<{ acknowledged: number; lostAtTheFailure: number }> {
   const byKey = new Map<string, number[]>();
   for (const id of ["disk-0", "disk-1", "disk-2"]) {
     for await (const message of client.sessions.readJournal({ sessionId: id })) {
@@ -329,30 +382,38 @@ async function checkJournals(findings: Findings, scenario: string, client: Sessi
     }
   }
   let acknowledged = 0;
+  let lostAtTheFailure = 0;
   for (const attempt of attempts) {
     const found = byKey.get(`${attempt.session}/${attempt.key}`);
     const outcome = attempt.outcome;
     if (outcome !== undefined && "lastSeq" in outcome) {
       acknowledged++;
+      if (found === undefined && failed.failedAt !== undefined && attempt.answeredAt! > failed.failedAt) {
+        lostAtTheFailure++;
+        continue;
+      }
       const expected = Array.from({ length: attempt.events }, (_, i) => outcome.firstSeq + i);
       if (show(found) !== show(expected))
         findings.violation(scenario, `acknowledged ${attempt.key} is at ${show(found)} in the journal, not ${show(expected)}`);
     } else if (found !== undefined) {
       // Only an append told its outcome is unknown (the disk went read-only under its write) may
       // have stayed, and then whole.
-      const unknown = outcome !== undefined && "refused" in outcome && outcome.refused.message.includes("may have been written");
+      const unknown = toldUnknown(attempt);
       const whole = found.length === attempt.events && found.every((seq, i) => seq === found[0]! + i);
       if (!unknown) findings.violation(scenario, `refused (or unanswered) ${attempt.key} is in the journal at ${show(found)}; it was told ${show(outcome)}`);
       else if (!whole) findings.violation(scenario, `${attempt.key}, of ${attempt.events} events, is in the journal in part: ${show(found)}`);
     }
   }
+  const withUnknownAppend = new Set(attempts.filter(toldUnknown).map((attempt) => `${attempt.session}.jsonl`));
   for (const name of readdirSync(sessionsDir)) {
     const text = readFileSync(path.join(sessionsDir, name), "utf8");
     if (name.endsWith(".jsonl")) {
       const lines = text.split("\n");
-      findings.check(lines.at(-1) === "", scenario, `${name} does not end with a whole line`);
+      const tail = lines.length - 1;
+      const tornTailMayStay = failed.tornTailsMayStay === true && withUnknownAppend.has(name);
+      findings.check(lines[tail] === "" || tornTailMayStay, scenario, `${name} does not end with a whole line`);
       lines.forEach((line, i) => {
-        if (line.trim() === "") return;
+        if (line.trim() === "" || (tornTailMayStay && i === tail)) return;
         try {
           JSON.parse(line);
         } catch {
@@ -367,7 +428,7 @@ async function checkJournals(findings: Findings, scenario: string, client: Sessi
       }
     }
   }
-  return acknowledged;
+  return { acknowledged, lostAtTheFailure };
 }
 
 /** Both services on a file system the kernel remounts read-only under them; see the module comment. */
@@ -395,6 +456,7 @@ async function onFailingFs(findings: Findings, scenario: string, fs: FailingFs):
   const writing = writers(client, attempts);
   await until(() => tally(attempts, 0).acknowledged >= 20, 20_000);
 
+  const failedAt = performance.now();
   fs.failReadOnly();
   const from = attempts.length;
   const sawRefusals = await until(() => tally(attempts, from).refused >= 20, 30_000);
@@ -429,7 +491,7 @@ async function onFailingFs(findings: Findings, scenario: string, fs: FailingFs):
     `RegisterRunning on the read-only disk: ${show(register)}`,
   );
   findings.check(sessions.exitStatus() === undefined && budget.exitStatus() === undefined, scenario, "a service exited on the read-only disk");
-  await checkJournals(findings, scenario, client, sessionsDir, attempts);
+  await checkJournals(findings, scenario, client, sessionsDir, attempts, { tornTailsMayStay: true });
   for (const [name, service] of [
     ["sessions", sessions],
     ["budget", budget],
@@ -441,7 +503,23 @@ async function onFailingFs(findings: Findings, scenario: string, fs: FailingFs):
       `the ${name} service did not stop cleanly on the read-only disk: ${show(stopped)}\n${service.output().slice(-2000)}`,
     );
   }
+
+  // Writable again: the next open cuts a torn tail back, every append acknowledged before the disk
+  // failed survived, and appends succeed again. ext4 can answer a sync that raced its error with
+  // success and lose those bytes; berth trusts a sync only if the file system still takes writes
+  // after it (confirmStillWritable), which catches that unless the sync returned in the instant
+  // between ext4 aborting its journal and refusing writes. So an append acknowledged after the
+  // failure began may be gone (counted in the figures), never one acknowledged before it.
+  fs.remountWritable();
+  const reopened = await startService("sessions", { stateDir });
+  const reopenedClient = sessionsClient(reopened.url("sessions"));
+  const { lostAtTheFailure } = await checkJournals(findings, `${scenario}, remounted read-write`, reopenedClient, sessionsDir, attempts, { failedAt });
+  const after = await within(reopenedClient.sessions.appendEvent({ sessionId: "disk-0", event: checkpoint("after") }), 10_000);
+  findings.check("value" in after, scenario, `an append once the disk was read-write again: ${show(after)}`);
+  findings.check((await reopened.stop()).code === 0, scenario, "the sessions service did not stop cleanly on the remounted disk");
+  findings.figures.readOnlyAcknowledgedLostAtTheFailure = lostAtTheFailure;
   findings.figures.readOnlyRefusals = tally(attempts, from).refused;
+  findings.figures.readOnlyUnknownOutcomes = attempts.filter(toldUnknown).length;
   findings.operations += attempts.length;
   findings.rounds++;
 }
