@@ -30,13 +30,10 @@ function toBytes(data: string | Uint8Array): Uint8Array {
   return typeof data === "string" ? Buffer.from(data, "utf8") : data;
 }
 
-function writeAllSync(fd: number, bytes: Uint8Array, position: number | null): void {
+/** Writes all of `bytes` at the start of `fd`: write(2) may write fewer bytes than asked (signals, quotas). */
+function writeAllSync(fd: number, bytes: Uint8Array): void {
   let offset = 0;
-  // write(2) may write fewer bytes than asked (signals, quotas, pipes): loop until all are down.
-  while (offset < bytes.length) {
-    const written = fs.writeSync(fd, bytes, offset, bytes.length - offset, position === null ? null : position + offset);
-    offset += written;
-  }
+  while (offset < bytes.length) offset += fs.writeSync(fd, bytes, offset, bytes.length - offset, offset);
 }
 
 /**
@@ -51,7 +48,7 @@ export function writeFileAtomicSync(target: string, data: string | Uint8Array, o
   const fd = fs.openSync(temp, "wx", options.mode ?? PRIVATE_FILE_MODE);
   try {
     try {
-      writeAllSync(fd, bytes, 0);
+      writeAllSync(fd, bytes);
       fs.fsyncSync(fd);
       fs.renameSync(temp, target);
     } catch (error) {
