@@ -194,7 +194,7 @@ for (const store of STORES) {
       await waiter.release({ leaseToken: granted.leaseToken });
     });
 
-    it("refuses bad paths with INVALID_ARGUMENT naming the field and rule", async () => {
+    it("refuses bad paths (relative, too long, in /proc, /sys, /dev, the root) with INVALID_ARGUMENT naming the field and rule", async () => {
       const client = locksOf(url);
       const cases: Array<[string, RegExp]> = [
         ["src/../../etc/passwd", /^file: must be an absolute path; resolve it against your working directory before sending/],
@@ -202,6 +202,10 @@ for (const store of STORES) {
         [`/src/${"x".repeat(4100)}`, /^file: must be at most 4096 bytes/],
         [`/src/${"x".repeat(300)}.ts`, /^file: must have names of at most 255 bytes between slashes/],
         ["", /^file: is required/],
+        ["/proc/self/environ", /^file: resolves into \/proc, the kernel's file system of processes and devices, which is not lockable/],
+        ["/sys/kernel", /^file: resolves into \/sys/],
+        ["/dev/null", /^file: resolves into \/dev/],
+        ["/", /^file: names the root directory, not a file/],
       ];
       for (const [file, message] of cases) {
         for (const call of [

@@ -40,7 +40,7 @@ import * as path from "node:path";
 import { flockSync } from "fs-ext";
 import { systemClock, type Clock } from "@berth/shared/clock";
 import { identityIsLive, isPidAlive, sameProcess } from "@berth/shared/process-identity";
-import { canonicalLockPath } from "./lock-path.js";
+import { canonicalPath } from "./lock-path.js";
 import type { ForeignLockHolder } from "./external-locks.js";
 
 /** The seed's age after which an unreadable lock file counts as a crashed writer's leftover. */
@@ -64,7 +64,7 @@ export interface SeedProject {
 export function seedProject(spelled: string): SeedProject {
   const absolute = path.resolve(spelled);
   // The trailing "." makes the directory's own last name resolved too (lock-path.ts keeps a file's).
-  return { spelled: absolute, canonical: canonicalLockPath(`${absolute}/.`, "project_root") };
+  return { spelled: absolute, canonical: canonicalPath(`${absolute}/.`, "project_root") };
 }
 
 /**

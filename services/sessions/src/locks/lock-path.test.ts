@@ -3,7 +3,7 @@ import { tmpdir } from "node:os";
 import * as path from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { BerthError } from "@berth/shared/errors";
-import { canonicalLockPath } from "./lock-path.js";
+import { canonicalLockPath, canonicalPath } from "./lock-path.js";
 
 let root: string;
 /** `<root>/real/src`, a real directory with `x/` in it; `<root>/link` → `<root>/real`. */
@@ -72,7 +72,7 @@ describe("canonicalLockPath", () => {
   it("stops '..' at the root", () => {
     expect(canonicalLockPath("/../../berth-no-such-dir/a")).toBe("/berth-no-such-dir/a");
     expect(canonicalLockPath(`/../..${real}/src/a`)).toBe(path.join(real, "src", "a"));
-    expect(canonicalLockPath("/..")).toBe("/");
+    expect(canonicalPath("/..")).toBe("/");
   });
 
   it("never follows the last name, even a symlink: the lock names a name in a directory", () => {
@@ -145,5 +145,53 @@ describe("canonicalLockPath", () => {
     const error = refusal(`${root}/a/file.ts`);
     expect(error.code).toBe("invalid_argument");
     expect(error.message).toMatch(/^file: passes through a loop of symbolic links/);
+  });
+});
+
+describe("canonicalLockPath refuses what is no file of a project", () => {
+  it.each([
+    ["/proc/self/environ", "/proc"],
+    ["/proc/1/status", "/proc"],
+    ["/proc", "/proc"],
+    ["/sys/kernel/mm", "/sys"],
+    ["/dev/null", "/dev"],
+    ["/dev/shm/berth-no-such-file", "/dev"],
+    ["/dev/../proc/./self", "/proc"],
+  ])("refuses %s: it resolves into %s", (file, kernel) => {
+    const error = refusal(file);
+    expect(error.code).toBe("invalid_argument");
+    expect(error.details).toMatchObject({ field: "file" });
+    expect(error.message).toContain(`resolves into ${kernel}, the kernel's file system of processes and devices, which is not lockable`);
+  });
+
+  it("refuses the root directory", () => {
+    for (const root of ["/", "/..", "//", "/tmp/.."]) {
+      expect(refusal(root).message, root).toMatch(/^file: names the root directory, not a file/);
+    }
+  });
+
+  it("refuses a path through a symlinked directory into the kernel's file systems", () => {
+    fs.symlinkSync("/proc/self", path.join(root, "me"));
+    expect(refusal(`${root}/me/environ`).message).toMatch(/resolves into \/proc/);
+  });
+
+  it("refuses a last name that is a symlink into them, dangling or not, as far as a chain leads", () => {
+    fs.symlinkSync("/dev/null", path.join(real, "src", "null.css"));
+    expect(refusal(`${real}/src/null.css`).message).toMatch(/resolves into \/dev/);
+    fs.symlinkSync("/dev/berth-no-such-device", path.join(real, "src", "dangling-dev.css"));
+    expect(refusal(`${real}/src/dangling-dev.css`).message).toMatch(/resolves into \/dev/);
+    fs.symlinkSync(path.join(real, "src", "dangling-dev.css"), path.join(real, "src", "chain.css"));
+    expect(refusal(`${link}/src/chain.css`).message).toMatch(/resolves into \/dev/);
+    fs.symlinkSync("/sys/kernel", path.join(real, "src", "sys-dir"));
+    expect(refusal(`${real}/src/sys-dir`).message).toMatch(/resolves into \/sys/);
+  });
+
+  it("still locks a file whose last name is a symlink elsewhere, under its own name", () => {
+    fs.writeFileSync(path.join(real, "src", "target.css"), "");
+    fs.symlinkSync("target.css", path.join(real, "src", "alias.css"));
+    expect(canonicalLockPath(`${real}/src/alias.css`)).toBe(path.join(real, "src", "alias.css"));
+    // A name that merely starts like a kernel file system is an ordinary directory.
+    expect(canonicalLockPath("/devices/a.ts")).toBe("/devices/a.ts");
+    expect(canonicalLockPath("/process/a.ts")).toBe("/process/a.ts");
   });
 });

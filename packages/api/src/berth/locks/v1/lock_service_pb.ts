@@ -901,6 +901,14 @@ export const HolderKindSchema: GenEnum<HolderKind> = /*@__PURE__*/
  * 4096 bytes, names at most 255, without NUL, and must not loop through
  * symlinks (INVALID_ARGUMENT otherwise).
  *
+ * Only files can be locked: `/` itself, and every path that resolves into the
+ * kernel's file systems `/proc`, `/sys` or `/dev` (through a symlinked
+ * directory, or a last name that is a symlink leading there, dangling or not)
+ * is INVALID_ARGUMENT naming the field. A name there stands for a process or
+ * a device and means something else to each caller (`/proc/self` is the
+ * service's own process, not the client's), so a lock on it would protect
+ * nothing the client meant.
+ *
  * Every grant carries a fencing token, strictly increasing per file across
  * restarts of the service, that a protected resource checks (CheckToken,
  * AppendEvent's fence) to refuse a holder that lost its lock. Waiters are
