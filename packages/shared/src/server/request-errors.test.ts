@@ -16,7 +16,7 @@ describe("requestErrorOf", () => {
     expect(answer("protocol error: incomplete envelope", Code.InvalidArgument)).toEqual(["invalid_argument", "MALFORMED_REQUEST", undefined]);
     expect(answer("cannot decode message a.B from JSON: Unexpected end of JSON input", Code.InvalidArgument)?.[1]).toBe("MALFORMED_REQUEST");
     expect(answer("protocol error: missing input message for unary method", Code.Unimplemented)?.[1]).toBe("MALFORMED_REQUEST");
-    expect(answer("protocol error: received extra input message for server_streaming method", Code.Unimplemented)?.[1]).toBe("MALFORMED_REQUEST");
+    expect(answer("protocol error: received extra input message for server-streaming method", Code.Unimplemented)?.[1]).toBe("MALFORMED_REQUEST");
     expect(answer('cannot decode message berth.x.v1.Req from JSON: key "fense" is unknown', Code.InvalidArgument)).toEqual([
       "invalid_argument",
       "UNKNOWN_FIELD",

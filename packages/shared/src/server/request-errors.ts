@@ -34,7 +34,7 @@ const WRITE_LIMIT = /writeMaxBytes (\d+)/;
 const MESSAGE_SIZE = /^message size (\d+) /;
 const UNKNOWN_COMPRESSION = /^unknown compression "(.*)": supported encodings are (.*)$/s;
 const NO_DECOMPRESSOR = "received compressed envelope, but do not know how to decompress";
-const WRONG_MESSAGE_COUNT = /^protocol error: (missing input message|received extra input message) for (\w+) method$/;
+const WRONG_MESSAGE_COUNT = /^protocol error: (missing input message|received extra input message) for ([\w-]+) method$/;
 const INVALID_UTF8 = /not valid for encoding utf-8/i;
 
 /** A MALFORMED_REQUEST refusal saying what did not decode. */
