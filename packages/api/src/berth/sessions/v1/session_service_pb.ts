@@ -1469,8 +1469,8 @@ export const EntryIntegritySchema: GenEnum<EntryIntegrity> = /*@__PURE__*/
  * newer client relies on (a fence, an expected seq, an idempotency key),
  * which an older server must not silently ignore; a newer client learns at
  * once that the server is older. Strings must be valid Unicode in both
- * formats (JSON bytes that are not UTF-8, or a `\ud800` escape alone, are
- * refused as binary's invalid UTF-8 is). Requests may be compressed with
+ * formats (JSON bytes that are not UTF-8, or the JSON escape of half a
+ * surrogate pair alone, are refused as binary's invalid UTF-8 is). Requests may be compressed with
  * gzip or br (`grpc-encoding`, `content-encoding` for Connect unary,
  * `connect-content-encoding` for Connect streams); any other encoding is
  * refused. A message over the limit is refused the same way compressed or
