@@ -11,8 +11,8 @@ const request = (extra: Record<string, unknown>) =>
   });
 
 /** [reason, field] of the check's refusal, or undefined. */
-const refusalOf = (message: unknown) => {
-  const refusal = checkRequestMessage(AppendEventsRequestSchema, message);
+const refusalOf = (message: unknown, format: "binary" | "json" = "binary") => {
+  const refusal = checkRequestMessage(AppendEventsRequestSchema, message, format);
   return refusal === undefined ? undefined : [refusal.reason, refusal.details?.field];
 };
 
@@ -20,6 +20,7 @@ describe("checkRequestMessage", () => {
   it("passes a request of known fields and valid strings", () => {
     const bytes = toBinary(AppendEventsRequestSchema, request({}));
     expect(refusalOf(fromBinary(AppendEventsRequestSchema, bytes))).toBeUndefined();
+    expect(refusalOf(fromJsonString(AppendEventsRequestSchema, '{"sessionId":"s","events":[{"generate":{"extra":{"a":["b"]}}}]}'), "json")).toBeUndefined();
   });
 
   it("refuses a field the schema does not know, naming its path and number (binary keeps it aside)", () => {
@@ -33,12 +34,12 @@ describe("checkRequestMessage", () => {
   it("refuses a string that is not Unicode, where the JSON decoder lets it through (a Struct value, a map key)", () => {
     const json = (text: string) => fromJsonString(AppendEventsRequestSchema, text);
     const value = json('{"sessionId":"s","events":[{"generate":{"extra":{"note":"\\ud800"}}}]}');
-    expect(refusalOf(value)).toEqual(["MALFORMED_REQUEST", 'events[0].generate.extra["note"]']);
+    expect(refusalOf(value, "json")).toEqual(["MALFORMED_REQUEST", 'events[0].generate.extra["note"]']);
     const key = json('{"sessionId":"s","events":[{"generate":{"extra":{"\\udc00":1}}}]}');
-    expect(refusalOf(key)).toEqual(["MALFORMED_REQUEST", 'events[0].generate.extra["\\udc00"]']);
+    expect(refusalOf(key, "json")).toEqual(["MALFORMED_REQUEST", 'events[0].generate.extra["\\udc00"]']);
     const list = json('{"sessionId":"s","events":[{"generate":{"extra":{"l":[1,"\\ud83d"]}}}]}');
-    expect(refusalOf(list)).toEqual(["MALFORMED_REQUEST", 'events[0].generate.extra["l"][1]']);
+    expect(refusalOf(list, "json")).toEqual(["MALFORMED_REQUEST", 'events[0].generate.extra["l"][1]']);
     // A surrogate pair is one character, not a lone half.
-    expect(refusalOf(json('{"sessionId":"s","events":[{"generate":{"extra":{"ok":"\\ud83d\\ude00"}}}]}'))).toBeUndefined();
+    expect(refusalOf(json('{"sessionId":"s","events":[{"generate":{"extra":{"ok":"\\ud83d\\ude00"}}}]}'), "json")).toBeUndefined();
   });
 });
