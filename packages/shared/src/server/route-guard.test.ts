@@ -159,7 +159,8 @@ describe("messages over the size limit", () => {
 
 describe("the bearer token", () => {
   it("is checked before the body is read: a malformed request without it is UNAUTHENTICATED on every protocol, and health stays open", async () => {
-    const { url } = await start({ token: "s3cret" });
+    const server = await start({ token: "s3cret" });
+    const url = server.url;
     for (const [token, reason] of [
       [undefined, "TOKEN_MISSING"],
       ["wrong", "TOKEN_INVALID"],
@@ -168,6 +169,9 @@ describe("the bearer token", () => {
         expect([route, ...outcome(answer)]).toEqual([route, "unauthenticated", reason, "grpc.reflection"]);
       }
     }
+    // Counted as refused, also where the status travels in the body (gRPC-Web, Connect streams).
+    expect(server.metrics.requestCount(REFLECT, "unauthenticated")).toBe(10);
+    expect(server.metrics.requestCount(REFLECT, "ok")).toBe(0);
     // With the token, the same bytes reach the decoder.
     const decoded = await rawRpc(url, { protocol: "grpc", httpVersion: 2, path: REFLECT, streaming: true, messages: [GARBAGE], token: "s3cret" });
     expect(outcome(decoded)).toEqual(["invalid_argument", "MALFORMED_REQUEST", "grpc.reflection"]);

@@ -14,10 +14,12 @@
  * A request whose content type names no protocol berth speaks is left to Connect (HTTP 415).
  */
 import type { ConnectError } from "@connectrpc/connect";
+import { codeToString } from "@connectrpc/connect/protocol-connect";
 import type { UniversalHandler, UniversalServerRequest, UniversalServerResponse } from "@connectrpc/connect/protocol";
 import type { Logger } from "../logger.js";
 import { createTokenCheck, UNAUTHENTICATED_SERVICES } from "./auth.js";
 import { berthErrorToConnect, errorDomainOf, toConnectError } from "./connect-errors.js";
+import { callStateKey } from "./logging.js";
 import { drainingBody } from "./request-drain.js";
 import { malformedRequest } from "./request-errors.js";
 import { completeErrors, errorResponse, wireFormatOf } from "./wire-forms.js";
@@ -40,16 +42,22 @@ export function createRouteGuard(options: RouteGuardOptions): (handler: Universa
     const singleRequest = kind === "unary" || kind === "server_streaming";
     const domain = errorDomainOf(handler.requestPath);
     const tokenCheck = UNAUTHENTICATED_SERVICES.has(handler.service.typeName) ? undefined : checkToken;
-    const complete = (error: ConnectError) => toConnectError(error, options.logger, handler.requestPath);
 
     const guarded = async (request: UniversalServerRequest): Promise<UniversalServerResponse> => {
       const format = wireFormatOf(request, kind !== "unary");
       if (format === undefined) return handler(request);
+      // The code an error answered here goes out with, for the log line of a call no interceptor saw.
+      const state = request.contextValues?.get(callStateKey);
+      const refused = (error: ConnectError): ConnectError => {
+        if (state !== undefined) state.refusedWith = codeToString(error.code);
+        return error;
+      };
+      const complete = (error: ConnectError) => refused(toConnectError(error, options.logger, handler.requestPath));
       const body = isByteStream(request.body) ? drainingBody(request.body, { wholeBody: singleRequest }) : undefined;
       const refusal = tokenCheck?.(request.header.get("authorization"));
       if (refusal !== undefined) {
         await body?.settle();
-        return errorResponse(format, berthErrorToConnect(refusal, domain));
+        return errorResponse(format, refused(berthErrorToConnect(refusal, domain)));
       }
       let response: UniversalServerResponse;
       try {
@@ -60,7 +68,7 @@ export function createRouteGuard(options: RouteGuardOptions): (handler: Universa
         // decode error, and Connect fails to write it. Only a decode error, before any interceptor
         // (later ones are cleaned by the error interceptor), can fail so.
         if (!(error instanceof URIError)) throw error;
-        response = errorResponse(format, berthErrorToConnect(malformedRequest("a JSON string in it is not valid Unicode"), domain));
+        response = errorResponse(format, refused(berthErrorToConnect(malformedRequest("a JSON string in it is not valid Unicode"), domain)));
       }
       // A refusal that came before the body was read (its declared length over the limit).
       if (singleRequest) await body?.settle();
