@@ -211,7 +211,8 @@ describe("berth sessions", () => {
     );
     const json = await sessions(["watch", "cli-nobody", "--json"]);
     expect(json.code).toBe(4);
-    expect(jsonLines(json.stderr)).toEqual([expect.objectContaining({ event: "error", code: "not_found", exit: 4 })]);
+    // The command's own refusal (the service would wait for the session): no service reason.
+    expect(jsonLines(json.stderr)).toEqual([{ event: "error", code: "not_found", exit: 4, message: expect.any(String) }]);
 
     const child = spawn(process.execPath, [BERTH, "sessions", "watch", "cli-later", "--json", "--wait-for-session"], {
       env: { ...process.env, BERTH_SESSIONS_URL: url },
@@ -259,6 +260,7 @@ describe("berth sessions", () => {
     expect(JSON.parse(stderr.trim().split("\n").at(-1)!)).toMatchObject({
       event: "error",
       code: "not_found",
+      reason: "SESSION_DELETED",
       exit: 4,
       message: expect.stringContaining("cli4 was deleted"),
     });

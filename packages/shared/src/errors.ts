@@ -15,6 +15,7 @@ export type BerthCode =
   | "unavailable"
   | "unauthenticated"
   | "deadline_exceeded"
+  | "unimplemented"
   | "cancelled"
   | "internal";
 

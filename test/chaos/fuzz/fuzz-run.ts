@@ -11,7 +11,7 @@ import { HealthCheckRequestSchema, HealthCheckResponseSchema } from "@berth/api/
 import { toBinary, create } from "@bufbuild/protobuf";
 import { buildRequest, caseArbitrary, type BuiltRequest, type FuzzCase, type InputSettings, type TokenPools } from "./fuzz-inputs.js";
 import { journalChange, journalDigests, runningIds, diffTrees, snapshotTree, type FuzzTarget, type JournalDigest } from "./fuzz-target.js";
-import { envelope, Http1Client, Http2Lane, rawSocketCall, requestBytes, type Answer } from "./fuzz-wire.js";
+import { CODE_NAMES, envelope, Http1Client, Http2Lane, rawSocketCall, requestBytes, type Answer } from "./fuzz-wire.js";
 import { healthCheckOnce } from "../../harness/processes.js";
 
 /** A broken promise, with what it takes to send the same request again. */
@@ -235,7 +235,7 @@ export async function runCampaign(options: CampaignOptions): Promise<CampaignRes
         const isDelete = method.parent.typeName === "berth.sessions.v1.SessionService" && method.name === "DeleteSession";
 
         // The answer itself.
-        if (answer.code === "internal" && built.internalBySpec && /compress/i.test(answer.message)) {
+        if (answer.code === "internal" && built.internalBySpec && answer.reason === "COMPRESSED_WITHOUT_ENCODING") {
           internalBySpec++;
         } else if (BAD_CODES.has(answer.code) || answer.code.startsWith("bad_") || (answer.code.startsWith("http_5") && answer.code !== "http_505")) {
           violate({
@@ -245,11 +245,22 @@ export async function runCampaign(options: CampaignOptions): Promise<CampaignRes
             label: built.label,
             request: requestOf(built),
           });
-        } else if (built.oversized && !["resource_exhausted", "client_cancelled", "deadline_exceeded"].includes(answer.code)) {
+        } else if (
+          built.oversized &&
+          !(["client_cancelled", "deadline_exceeded"].includes(answer.code) || (answer.code === "resource_exhausted" && answer.reason === "MESSAGE_TOO_LARGE"))
+        ) {
           violate({
             kind: "oversize-not-resource-exhausted",
             caseId: item.id,
-            detail: `${answer.code}: ${answer.message}`,
+            detail: `${answer.code} ${answer.reason ?? "(no ErrorInfo)"}: ${answer.message}`,
+            label: built.label,
+            request: requestOf(built),
+          });
+        } else if (answer.code !== "ok" && (CODE_NAMES as readonly string[]).includes(answer.code) && answer.reason === undefined) {
+          violate({
+            kind: "error-without-error-info",
+            caseId: item.id,
+            detail: `${answer.code} without a google.rpc.ErrorInfo: ${answer.message}`,
             label: built.label,
             request: requestOf(built),
           });

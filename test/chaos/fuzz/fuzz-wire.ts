@@ -9,6 +9,9 @@ import * as http from "node:http";
 import * as http2 from "node:http2";
 import * as net from "node:net";
 import { brotliDecompressSync, gunzipSync } from "node:zlib";
+import { fromBinary } from "@bufbuild/protobuf";
+import { ErrorInfoSchema } from "@berth/api/google/rpc/error_details_pb";
+import { StatusSchema } from "@berth/api/google/rpc/status_pb";
 
 /** What one request looks like on the wire. */
 export interface WireRequest {
@@ -51,6 +54,8 @@ export interface WireRequest {
 export interface Answer {
   readonly code: string;
   readonly message: string;
+  /** The reason of the error's `google.rpc.ErrorInfo`; undefined without one (and for `ok`). */
+  readonly reason?: string | undefined;
   /** Response messages (gRPC envelopes with flag 0 / Connect stream messages, or the unary body when ok). */
   readonly messages: readonly Uint8Array[];
   readonly httpStatus?: number | undefined;
@@ -122,11 +127,38 @@ function grpcCodeName(status: string | string[] | undefined): string | undefined
   return Number.isInteger(n) && n >= 0 && n < CODE_NAMES.length ? CODE_NAMES[n] : `bad_grpc_status_${String(status)}`;
 }
 
-/** A Connect error body (`{"code": "...", "message": "..."}`) → its code and message, if it is one. */
-function connectErrorOf(body: Uint8Array): { code: string; message: string } | undefined {
+const ERROR_INFO_TYPE = "google.rpc.ErrorInfo";
+
+/** The ErrorInfo reason among Connect error details (`[{"type", "value"}]`, values in base64). */
+function connectReasonOf(details: unknown): string | undefined {
+  if (!Array.isArray(details)) return undefined;
+  const info = (details as Array<{ type?: unknown; value?: unknown }>).find((d) => d.type === ERROR_INFO_TYPE && typeof d.value === "string");
+  if (info === undefined) return undefined;
   try {
-    const parsed = JSON.parse(Buffer.from(body).toString("utf8")) as { code?: unknown; message?: unknown; error?: unknown };
-    if (typeof parsed.code === "string") return { code: parsed.code, message: typeof parsed.message === "string" ? parsed.message : "" };
+    return fromBinary(ErrorInfoSchema, Buffer.from(info.value as string, "base64")).reason;
+  } catch {
+    return undefined;
+  }
+}
+
+/** The ErrorInfo reason in a gRPC `grpc-status-details-bin` value (a base64 google.rpc.Status). */
+function grpcReasonOf(value: unknown): string | undefined {
+  if (typeof value !== "string") return undefined;
+  try {
+    const status = fromBinary(StatusSchema, Buffer.from(value, "base64"));
+    const info = status.details.find((d) => d.typeUrl.endsWith(`/${ERROR_INFO_TYPE}`));
+    return info === undefined ? undefined : fromBinary(ErrorInfoSchema, info.value).reason;
+  } catch {
+    return undefined;
+  }
+}
+
+/** A Connect error body (`{"code": "...", "message": "..."}`) → its code and message, if it is one. */
+function connectErrorOf(body: Uint8Array): { code: string; message: string; reason: string | undefined } | undefined {
+  try {
+    const parsed = JSON.parse(Buffer.from(body).toString("utf8")) as { code?: unknown; message?: unknown; details?: unknown };
+    if (typeof parsed.code === "string")
+      return { code: parsed.code, message: typeof parsed.message === "string" ? parsed.message : "", reason: connectReasonOf(parsed.details) };
   } catch {
     // not JSON
   }
@@ -134,13 +166,14 @@ function connectErrorOf(body: Uint8Array): { code: string; message: string } | u
 }
 
 /** The end-stream message of a Connect stream: `{"error": {...}}` or `{}` for success. */
-function connectEndStreamOf(payload: Uint8Array): { code: string; message: string } {
+function connectEndStreamOf(payload: Uint8Array): { code: string; message: string; reason?: string | undefined } {
   try {
-    const parsed = JSON.parse(Buffer.from(payload).toString("utf8")) as { error?: { code?: unknown; message?: unknown } };
+    const parsed = JSON.parse(Buffer.from(payload).toString("utf8")) as { error?: { code?: unknown; message?: unknown; details?: unknown } };
     if (parsed.error === undefined) return { code: "ok", message: "" };
     return {
       code: typeof parsed.error.code === "string" ? parsed.error.code : "unknown",
       message: typeof parsed.error.message === "string" ? parsed.error.message : "",
+      reason: connectReasonOf(parsed.error.details),
     };
   } catch {
     return { code: "bad_end_stream", message: Buffer.from(payload).toString("utf8").slice(0, 200) };
@@ -207,7 +240,10 @@ function answerOf(request: WireRequest, raw: RawResponse, elapsedMs: number): An
     const webTrailer = framing === "grpc-web" ? envelopes.find((e) => (e.flags & 0x80) !== 0) : undefined;
     const trailers: Record<string, unknown> = { ...raw.headers, ...raw.trailers, ...(webTrailer ? grpcWebTrailers(webTrailer.payload) : {}) };
     const code = grpcCodeName(trailers["grpc-status"] as string | undefined);
-    if (code !== undefined) return { ...base, code, message: decodeGrpcMessage(trailers["grpc-message"] as string | undefined), messages };
+    if (code !== undefined) {
+      const reason = grpcReasonOf(trailers["grpc-status-details-bin"]);
+      return { ...base, code, message: decodeGrpcMessage(trailers["grpc-message"] as string | undefined), reason, messages };
+    }
     if (raw.httpStatus !== undefined && raw.httpStatus !== 200)
       return { ...base, code: `http_${raw.httpStatus}`, message: Buffer.from(raw.body).toString("utf8").slice(0, 200), messages: [] };
     return { ...base, code: "no_status", message: `HTTP ${raw.httpStatus}, ${raw.body.byteLength} body bytes, no grpc-status`, messages };

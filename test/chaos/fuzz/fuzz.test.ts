@@ -13,10 +13,11 @@
  * Promises checked (a broken one is a violation; the suite needs 0):
  * - every answer is a proper status (a gRPC status, a Connect error code, or an HTTP refusal such
  *   as 415 or 505), never INTERNAL or UNKNOWN, never a missing status, a reset or a hang (no answer
- *   4 s past the call's deadline, 5 s at least); a valid message over the limit is
- *   RESOURCE_EXHAUSTED (or its deadline ran out first); an accepted answer parses. Counted apart,
- *   not violations: the INTERNAL the gRPC compression spec demands for a compressed flag without
- *   an encoding (`internalBySpec`), and a connection reset during the upload of a bidi call over
+ *   4 s past the call's deadline, 5 s at least); every error carries a `google.rpc.ErrorInfo`
+ *   naming its case; a valid message over the limit is RESOURCE_EXHAUSTED MESSAGE_TOO_LARGE (or
+ *   its deadline ran out first); an accepted answer parses. Counted apart, not violations: the
+ *   INTERNAL COMPRESSED_WITHOUT_ENCODING the gRPC compression spec demands for a compressed flag
+ *   without an encoding (`internalBySpec`), and a connection reset during the upload of a bidi call over
  *   HTTP/1.1, which connect refuses with 505 and "Connection: close" before reading the body
  *   (`closed_during_upload`);
  * - after every batch the process is alive and health answers SERVING over gRPC and Connect;

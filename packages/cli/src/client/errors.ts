@@ -3,6 +3,7 @@
  * command maps errors here, so the same refusal exits the same way whichever command met it.
  */
 import { Code, ConnectError } from "@connectrpc/connect";
+import { ErrorInfoSchema } from "@berth/api/google/rpc/error_details_pb";
 import { EXIT } from "../command.js";
 import { styleFor } from "../terminal.js";
 
@@ -11,7 +12,14 @@ export interface Failure {
   readonly exit: number;
   /** The gRPC code in snake case (`not_found`, `unavailable`), for JSON output. */
   readonly code: string;
+  /** The case the service named in its `google.rpc.ErrorInfo` (`SEQ_CONFLICT`, `MESSAGE_TOO_LARGE`); undefined when none came. */
+  readonly reason?: string | undefined;
   readonly message: string;
+}
+
+/** A failure's fields in a JSON error line: the code, the reason when the service named one, the exit code and the message. */
+export function failureFields(failure: Failure): Record<string, unknown> {
+  return { code: failure.code, ...(failure.reason === undefined ? {} : { reason: failure.reason }), exit: failure.exit, message: failure.message };
 }
 
 // Node's errors for a peer that is not there (or went away): the service is not reachable.
@@ -28,6 +36,12 @@ export function describeFailure(error: unknown, service: string, url: string): F
       message: `cannot reach the ${service} service at ${url} (${errno}); is it running? ('berth up' starts it)`,
     };
   }
+  const failure = failureOf(connectError, service, url);
+  const reason = connectError.findDetails(ErrorInfoSchema)[0]?.reason;
+  return reason === undefined || reason === "" ? failure : { ...failure, reason };
+}
+
+function failureOf(connectError: ConnectError, service: string, url: string): Failure {
   const message = connectError.rawMessage;
   const code = codeName(connectError.code);
   switch (connectError.code) {
@@ -59,10 +73,10 @@ export function describeFailure(error: unknown, service: string, url: string): F
 
 /**
  * Prints `failure` on stderr and returns its exit code: a JSON line
- * (`{"event":"error","code":…,"exit":…,"message":…}`) under `--json`, else `<command>: <message>`.
+ * (`{"event":"error","code":…,"reason":…,"exit":…,"message":…}`) under `--json`, else `<command>: <message>`.
  */
 export function reportFailure(command: string, failure: Failure, json: boolean): number {
-  if (json) process.stderr.write(`${JSON.stringify({ event: "error", code: failure.code, exit: failure.exit, message: failure.message })}\n`);
+  if (json) process.stderr.write(`${JSON.stringify({ event: "error", ...failureFields(failure) })}\n`);
   else process.stderr.write(`${command}: ${styleFor(process.stderr).red(failure.message)}\n`);
   return failure.exit;
 }

@@ -10,7 +10,7 @@ import { BudgetClient, type Admission } from "@berth/client/budget";
 import { BerthClientError } from "@berth/client/errors";
 import { EXIT } from "../command.js";
 import { formatQueued, gateName, roughly } from "../client/budget-format.js";
-import { describeFailure } from "../client/errors.js";
+import { describeFailure, failureFields } from "../client/errors.js";
 import { needItems } from "../client/need-items.js";
 import { progressFor } from "../client/progress.js";
 import { relaySignals, signalExit } from "../client/wrapped-command.js";
@@ -109,7 +109,7 @@ export async function admit({ values, command, need, maxWaitMs, endpoint }: Admi
       return refused.exit;
     }
     const failure = describeFailure(e, "budget", endpoint.url);
-    progress.event("error", { code: failure.code, exit: failure.exit, message: failure.message }, failure.message, "error");
+    progress.event("error", failureFields(failure), failure.message, "error");
     return failure.exit;
   } finally {
     if (held !== undefined && held.lost === undefined && held.releasedId !== undefined) progress.event("released", { reservation_id: held.releasedId });

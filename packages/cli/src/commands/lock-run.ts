@@ -18,7 +18,7 @@ import {
 import { BerthClientError } from "@berth/client/errors";
 import { LocksClient, type HeldLock } from "@berth/client/locks";
 import { formatDuration } from "@berth/shared/units";
-import { describeFailure, reportFailure } from "../client/errors.js";
+import { describeFailure, failureFields, reportFailure } from "../client/errors.js";
 import { jsonInteger, messageJson } from "../client/json.js";
 import { progressFor, type Progress } from "../client/progress.js";
 import { relaySignals, signalExit } from "../client/wrapped-command.js";
@@ -208,7 +208,7 @@ function refused(error: unknown, invocation: Invocation, progress: Progress, int
     return EXIT.timedOut;
   }
   const failure = describeFailure(e, "sessions", invocation.endpoint.url);
-  progress.event("error", { code: failure.code, exit: failure.exit, message: failure.message }, failure.message, "error");
+  progress.event("error", failureFields(failure), failure.message, "error");
   return failure.exit;
 }
 

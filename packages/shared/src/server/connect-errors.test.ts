@@ -27,6 +27,7 @@ describe("toConnectError", () => {
       aborted: Code.Aborted,
       out_of_range: Code.OutOfRange,
       resource_exhausted: Code.ResourceExhausted,
+      unimplemented: Code.Unimplemented,
       unavailable: Code.Unavailable,
       unauthenticated: Code.Unauthenticated,
       deadline_exceeded: Code.DeadlineExceeded,

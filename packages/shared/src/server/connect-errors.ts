@@ -10,8 +10,8 @@ import { create, fromJson, type JsonObject } from "@bufbuild/protobuf";
 import { durationFromMs, StructSchema } from "@bufbuild/protobuf/wkt";
 import { BadRequestSchema, ErrorInfoSchema, RetryInfoSchema } from "@berth/api/google/rpc/error_details_pb";
 import { isBerthError, type BerthCode, type BerthError } from "../errors.js";
-import { asInvalidArgumentIfDecodeError } from "./decode-errors.js";
 import type { Logger } from "../logger.js";
+import { REQUEST_REASONS, requestErrorOf } from "./request-errors.js";
 
 /**
  * Response metadata (a gRPC trailer, or a Connect header) carrying a BerthError's details as JSON,
@@ -57,6 +57,9 @@ export function connectCodeOf(code: BerthCode): Code {
     // A wait the caller bounded (its own deadline or a `wait` field) ran out.
     case "deadline_exceeded":
       return Code.DeadlineExceeded;
+    // The request asks for something this server does not do (a compression it does not speak).
+    case "unimplemented":
+      return Code.Unimplemented;
     // The caller went away or cancelled the work.
     case "cancelled":
       return Code.Canceled;
@@ -89,8 +92,12 @@ export function boundedText(text: string, max: number): string {
     if (/[\ud800-\udbff]$/.test(cut)) cut = cut.slice(0, -1);
     out = `${cut}… (${text.length - cut.length} more characters)`;
   }
-  return out.replace(/[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/g, "\ufffd");
+  return out.replace(LONE_SURROGATES, "\ufffd");
 }
+
+/** A UTF-16 surrogate without its pair: a string holding one is not Unicode text, and no UTF-8 carries it. */
+export const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
+const LONE_SURROGATES = new RegExp(LONE_SURROGATE.source, "g");
 
 /**
  * `BerthError` → `ConnectError`: same message (bounded), matching code, an ErrorInfo with the
@@ -132,12 +139,9 @@ export const UNAVAILABLE_RETRY_AFTER_MS = 1000;
  */
 function reasonOfCode(code: Code): string {
   switch (code) {
-    // A request that did not decode or broke a rule Connect checks.
+    // A request Connect could not read (every refusal of berth's own is a BerthError).
     case Code.InvalidArgument:
-      return "INVALID_FIELD";
-    // Connect's read and write limits.
-    case Code.ResourceExhausted:
-      return "MESSAGE_TOO_LARGE";
+      return REQUEST_REASONS.MALFORMED_REQUEST;
     // The server closing its streams as it stops.
     case Code.Unavailable:
       return "SHUTTING_DOWN";
@@ -183,6 +187,17 @@ function isPeerGone(error: unknown): boolean {
   return error instanceof Error && PEER_GONE_CODES.has((error as NodeJS.ErrnoException).code ?? "");
 }
 
+/**
+ * `mapped` with the response metadata Connect put on `original` besides (the encodings it accepts,
+ * on a refused encoding).
+ */
+function withMetadataOf(original: ConnectError, mapped: ConnectError): ConnectError {
+  original.metadata.forEach((value, name) => {
+    if (!mapped.metadata.has(name)) mapped.metadata.set(name, value);
+  });
+  return mapped;
+}
+
 /** A ConnectError with its message bounded (see {@link MAX_ERROR_MESSAGE_CHARS}); the same object when already short. */
 function boundedConnectError(error: ConnectError): ConnectError {
   const message = boundedText(error.rawMessage, MAX_ERROR_MESSAGE_CHARS);
@@ -194,7 +209,8 @@ function boundedConnectError(error: ConnectError): ConnectError {
 
 /**
  * Anything thrown by a handler → the `ConnectError` the client gets. ConnectErrors pass through
- * (a request that did not decode becomes INVALID_ARGUMENT, an overlong message is cut); BerthErrors
+ * (an overlong message is cut), but for those Connect raised about the request's bytes, which get
+ * berth's code and reason (see `request-errors.ts`); BerthErrors
  * are mapped; aborts become CANCELED/DEADLINE_EXCEEDED, and so does a client that hung up
  * mid-call; anything else is a bug: INTERNAL with a generic message, the real error logged (never
  * sent: it may hold paths or data).
@@ -204,7 +220,11 @@ export function toConnectError(error: unknown, logger?: Logger, method?: string)
 }
 
 function toConnectErrorAsThrown(error: unknown, logger?: Logger, method?: string): ConnectError {
-  if (error instanceof ConnectError) return boundedConnectError(asInvalidArgumentIfDecodeError(error));
+  if (error instanceof ConnectError) {
+    if (error.findDetails(ErrorInfoSchema).length > 0) return boundedConnectError(error);
+    const refusal = requestErrorOf(error);
+    return refusal === undefined ? boundedConnectError(error) : withMetadataOf(error, berthErrorToConnect(refusal, errorDomainOf(method)));
+  }
   if (isBerthError(error)) return berthErrorToConnect(error, errorDomainOf(method));
   if (isPeerGone(error)) return new ConnectError("the client went away", Code.Canceled, undefined, undefined, error);
   if (error instanceof Error && error.name === "AbortError") {

@@ -8,7 +8,8 @@ export { ReflectionIndex, createReflectionV1Service, createReflectionV1alphaServ
 export { ServerMetrics, RPC_DURATION_BUCKETS, METRICS_CONTENT_TYPE } from "./metrics.js";
 export type { GaugeReader, GaugeSample } from "./metrics.js";
 export { berthErrorToConnect, connectCodeOf, toConnectError, createErrorInterceptor, ERROR_DETAILS_HEADER, INTERNAL_ERROR_MESSAGE } from "./connect-errors.js";
-export { createAuthInterceptor, bearerTokenMatches, UNAUTHENTICATED_MESSAGE, UNAUTHENTICATED_SERVICES } from "./auth.js";
+export { bearerTokenMatches, UNAUTHENTICATED_MESSAGE, UNAUTHENTICATED_SERVICES, TOKEN_REASONS } from "./auth.js";
+export { REQUEST_REASONS } from "./request-errors.js";
 export { createObserverInterceptor, codeName } from "./logging.js";
 export { callTimeLeftMs } from "./call-deadline.js";
 export { OpenStreams, streamHolds } from "./open-streams.js";

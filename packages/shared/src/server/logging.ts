@@ -22,6 +22,12 @@ export interface CallState {
   readonly arrivedAtWallMs: number;
   /** Set by the observer interceptor: the call reached a handler and was logged there. */
   observed: boolean;
+  /**
+   * Set by the route guard: the code (`unauthenticated`, `invalid_argument`…) of an error answered
+   * before any interceptor ran. gRPC-Web and Connect streams carry it in the body, where the HTTP
+   * layer that logs such calls cannot read it.
+   */
+  refusedWith?: string;
 }
 
 /** The context value carrying a call's `CallState` from the HTTP layer to the interceptors. */
@@ -194,7 +200,9 @@ export function recordRefusedCall(
 ): void {
   const durationMs = performance.now() - state.started;
   let code: string;
-  if (grpcStatus !== undefined && /^\d+$/.test(grpcStatus)) {
+  if (state.refusedWith !== undefined) {
+    code = state.refusedWith;
+  } else if (grpcStatus !== undefined && /^\d+$/.test(grpcStatus)) {
     code = grpcStatus === "0" ? "ok" : codeToString(Number(grpcStatus) as Code);
   } else {
     code = codeOfHttpStatus(httpStatus);

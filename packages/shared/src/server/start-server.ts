@@ -13,10 +13,11 @@ import { Health } from "@berth/api/grpc/health/v1/health_pb";
 import * as reflectionV1 from "@berth/api/grpc/reflection/v1/reflection_pb";
 import * as reflectionV1alpha from "@berth/api/grpc/reflection/v1alpha/reflection_pb";
 import { closeWhenAnswered } from "./answered-streams.js";
-import { bearerTokenMatches, createAuthInterceptor, UNAUTHENTICATED_MESSAGE } from "./auth.js";
+import { bearerTokenMatches, UNAUTHENTICATED_MESSAGE } from "./auth.js";
 import { failWaitingWrite } from "./closed-response.js";
 import { createErrorInterceptor } from "./connect-errors.js";
-import { mapDecodeErrors } from "./decode-errors.js";
+import { createMessageCheckInterceptor } from "./message-checks.js";
+import { createRouteGuard } from "./route-guard.js";
 import { createHealthService, HealthStatus, OVERALL_HEALTH, ServingStatus } from "./health.js";
 import { isGrpcContentType, useGrpcMessageEncoding } from "./grpc-message.js";
 import { listen, urlOf, type KeepaliveOptions, type ListenAddress, type NodeRequestHandler } from "./listener.js";
@@ -32,6 +33,15 @@ export const DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024;
 export const DEFAULT_DRAIN_TIMEOUT_MS = 5_000;
 /** How long a stream may take to end on its own after the shutdown signal before it is cut. */
 export const DEFAULT_STREAM_GRACE_MS = 1_000;
+
+/**
+ * How JSON requests are read, to the same rules as binary ones (see message-checks.ts). A
+ * misspelled JSON field ("expectedSequence", "fense") would otherwise be dropped without a word,
+ * silently turning off the check it asked for: refused, naming the key. A body that is not UTF-8
+ * would otherwise have its bad bytes replaced by U+FFFD and be stored so, where the binary decoder
+ * refuses such a string: refused. (Connect passes `textDecoder` on to its JSON serialization.)
+ */
+const JSON_OPTIONS = { ignoreUnknownFields: false, textDecoder: new TextDecoder("utf-8", { fatal: true, ignoreBOM: true }) };
 
 /** The services every berth server adds to its own. */
 const BUILT_IN_SERVICES: readonly DescService[] = [Health, reflectionV1.ServerReflection, reflectionV1alpha.ServerReflection];
@@ -100,7 +110,7 @@ export interface StartServerOptions {
   readonly streamGraceMs?: number;
   /** Run in order after shutdown closed every connection; a failing hook is logged and the next runs. */
   readonly onShutdown?: readonly ShutdownHook[];
-  /** Extra interceptors, run inside the server's own (after auth, error mapping and logging). */
+  /** Extra interceptors, run inside the server's own (after error mapping, logging and the message checks). */
   readonly interceptors?: readonly Interceptor[];
 }
 
@@ -160,9 +170,15 @@ export async function startServer(options: StartServerOptions): Promise<RunningS
 
   const servedServices: DescService[] = [];
   const observer: ObserverOptions = { logger, metrics };
-  const interceptors: Interceptor[] = [createObserverInterceptor(observer), createErrorInterceptor(logger)];
-  if (options.token !== undefined) interceptors.push(createAuthInterceptor(options.token));
-  interceptors.push(createStreamShutdownInterceptor(force.signal), ...(options.interceptors ?? []));
+  const interceptors: Interceptor[] = [
+    createObserverInterceptor(observer),
+    createErrorInterceptor(logger),
+    createMessageCheckInterceptor(),
+    createStreamShutdownInterceptor(force.signal),
+    ...(options.interceptors ?? []),
+  ];
+  // The token is checked before a request's body is read, on the route (see route-guard.ts).
+  const guardRoute = createRouteGuard({ token: options.token, logger });
 
   const states = new WeakMap<object, CallState>();
   const adapter = connectNodeAdapter({
@@ -177,8 +193,8 @@ export async function startServer(options: StartServerOptions): Promise<RunningS
       router.service(reflectionV1alpha.ServerReflection, createReflectionV1alphaService(index));
       // Every streaming method shows in berth_streams_open from the start, at 0 until one opens.
       for (const { method } of router.handlers) if (method.methodKind !== "unary") metrics.streams.declare(`/${method.parent.typeName}/${method.name}`);
-      // A unary request that does not decode fails before any interceptor: correct its status on the way out.
-      router.handlers.splice(0, router.handlers.length, ...router.handlers.map(mapDecodeErrors));
+      // The token, the bodies Connect stops reading, and the errors Connect writes before any interceptor.
+      router.handlers.splice(0, router.handlers.length, ...router.handlers.map(guardRoute));
     },
     interceptors,
     readMaxBytes: maxMessageBytes,
@@ -189,9 +205,7 @@ export async function startServer(options: StartServerOptions): Promise<RunningS
     compressMinBytes: Number.MAX_SAFE_INTEGER,
     // Plain `curl -d '{}'` must work: do not insist on the Connect-Protocol-Version header.
     requireConnectProtocolHeader: false,
-    // A misspelled JSON field ("expectedSequence", "fense") would otherwise be dropped without a
-    // word, silently turning off the check it asked for: refuse it, naming the key.
-    jsonOptions: { ignoreUnknownFields: false },
+    jsonOptions: JSON_OPTIONS,
     contextValues: (req) => createContextValues().set(callStateKey, states.get(req)),
     fallback(req, res) {
       const state = states.get(req);

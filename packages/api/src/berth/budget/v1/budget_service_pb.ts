@@ -1578,7 +1578,9 @@ export const FleetMachineSchema: GenMessage<FleetMachine> = /*@__PURE__*/
  *
  * Errors carry a `google.rpc.ErrorInfo` (domain "berth.budget") whose reason
  * names the case, and a `google.rpc.RetryInfo` where a retry can succeed;
- * refusals also carry a Refusal detail:
+ * refusals also carry a Refusal detail. Each reason is one condition, and
+ * each RPC's comment lists the ones it returns besides those of any call
+ * (the second table). This is the one list of reasons and what to do:
  *
  * | code                | reason                | what to do                                   |
  * |---------------------|-----------------------|----------------------------------------------|
@@ -1592,9 +1594,27 @@ export const FleetMachineSchema: GenMessage<FleetMachine> = /*@__PURE__*/
  * | RESOURCE_EXHAUSTED  | TOO_MANY_OPEN_FILES   | no file descriptor left to save the tally: retry after RetryInfo, or raise `ulimit -n` |
  * | NOT_FOUND           | RESERVATION_NOT_FOUND | the reservation is gone (released, expired)  |
  * | UNAVAILABLE         | STATE_READ_ONLY       | the state directory is not writable: make it writable, retry |
- * | UNAVAILABLE         | SHUTTING_DOWN         | retry on the restarted service               |
  * | UNAVAILABLE         | ETCD_UNAVAILABLE      | GetFleet: etcd is out of reach; retry after RetryInfo |
+ * | INTERNAL            | ETCD_AUTH, ETCD_ERROR | GetFleet: etcd refused berth's credentials, or failed otherwise: see the service's log |
+ *
+ * Any call may also be refused for its bytes, its token or the server's
+ * state, with the same reasons as in every service of berth; the rules of
+ * `berth.sessions.v1.SessionService` about them (one answer on every
+ * protocol, unknown fields refused, strings valid Unicode, gzip or br) hold
+ * here too:
+ *
+ * | code                | reason                | what to do                                   |
+ * |---------------------|-----------------------|----------------------------------------------|
+ * | INVALID_ARGUMENT    | MALFORMED_REQUEST     | the body is not the method's message in its format: fix the client's encoding |
+ * | INVALID_ARGUMENT    | UNKNOWN_FIELD         | a field this server does not know (metadata `field`): fix its name, or update the server |
+ * | RESOURCE_EXHAUSTED  | MESSAGE_TOO_LARGE     | a request message is over the service's limit (metadata `limitBytes`): send less in one message |
+ * | RESOURCE_EXHAUSTED  | RESPONSE_TOO_LARGE    | the answer would be over that limit: ask for less at once |
+ * | UNIMPLEMENTED       | UNSUPPORTED_ENCODING  | compress with gzip or br, or not at all (metadata `encoding`, `supported`) |
  * | UNAUTHENTICATED     | TOKEN_MISSING, TOKEN_INVALID | send `authorization: Bearer <token>`  |
+ * | UNAVAILABLE         | SHUTTING_DOWN         | retry on the restarted service               |
+ * | CANCELLED, DEADLINE_EXCEEDED | CANCELLED, DEADLINE_EXCEEDED | the caller's own cancel/deadline |
+ * | INTERNAL            | COMPRESSED_WITHOUT_ENCODING | a message has the compressed flag but no encoding is declared: declare it, or clear the flag |
+ * | INTERNAL            | INTERNAL              | a bug: see the service's log                 |
  *
  * WAIT_EXHAUSTED is not DEADLINE_EXCEEDED, which clients read as their own
  * call deadline. DISK_FULL, STATE_READ_ONLY and TOO_MANY_OPEN_FILES refuse
@@ -1613,6 +1633,7 @@ export const BudgetService: GenService<{
    * The verdict for a need without admitting it (the seed's `check`): fits,
    * impossible, or what it would wait for, with the committed items, the
    * machine sample and the policy. Reads the cached sample, never /proc.
+   * Errors: INVALID_ARGUMENT INVALID_FIELD; and any call's (the second table).
    *
    * @generated from rpc berth.budget.v1.BudgetService.Check
    */
@@ -1638,6 +1659,11 @@ export const BudgetService: GenService<{
    * but `start` first, a second `start`, `build_done` or `started` before
    * `admitted`) is INVALID_ARGUMENT and ends the stream, releasing what it
    * held.
+   * Errors: INVALID_ARGUMENT INVALID_FIELD, OUT_OF_TURN; FAILED_PRECONDITION
+   * IMPOSSIBLE; RESOURCE_EXHAUSTED QUEUE_FULL, WAIT_EXHAUSTED;
+   * RESOURCE_EXHAUSTED DISK_FULL, TOO_MANY_OPEN_FILES; UNAVAILABLE
+   * STATE_READ_ONLY (the tally could not be saved) on `started`; and any
+   * call's (the second table).
    *
    * @generated from rpc berth.budget.v1.BudgetService.Admit
    */
@@ -1653,6 +1679,9 @@ export const BudgetService: GenService<{
    * call ending while queued drops the request. A repeat with the same
    * `request_id` while its reservation lives (or while the first call still
    * waits) answers the same reservation instead of queueing again.
+   * Errors: INVALID_ARGUMENT INVALID_FIELD; FAILED_PRECONDITION IMPOSSIBLE;
+   * RESOURCE_EXHAUSTED QUEUE_FULL, WAIT_EXHAUSTED; and any call's (the second
+   * table).
    *
    * @generated from rpc berth.budget.v1.BudgetService.Reserve
    */
@@ -1665,6 +1694,9 @@ export const BudgetService: GenService<{
    * Renews the leases of reservations and running entries, each for its own
    * ttl from now: one answer per id, in request order, `alive = false` for
    * one that is gone.
+   * Errors: INVALID_ARGUMENT INVALID_FIELD; RESOURCE_EXHAUSTED DISK_FULL,
+   * TOO_MANY_OPEN_FILES; UNAVAILABLE STATE_READ_ONLY (the tally could not be
+   * saved) for a running entry; and any call's (the second table).
    *
    * @generated from rpc berth.budget.v1.BudgetService.KeepAlive
    */
@@ -1675,6 +1707,7 @@ export const BudgetService: GenService<{
   },
   /**
    * Releases a reservation (its remaining start and build shares).
+   * Errors: INVALID_ARGUMENT INVALID_FIELD; and any call's (the second table).
    *
    * @generated from rpc berth.budget.v1.BudgetService.Release
    */
@@ -1686,6 +1719,8 @@ export const BudgetService: GenService<{
   /**
    * The reservation's build phase is over: its build share goes back (the
    * seed's `releaseBuild`; Admit's `build_done`).
+   * Errors: INVALID_ARGUMENT INVALID_FIELD; NOT_FOUND RESERVATION_NOT_FOUND;
+   * and any call's (the second table).
    *
    * @generated from rpc berth.budget.v1.BudgetService.ReleaseBuild
    */
@@ -1701,6 +1736,10 @@ export const BudgetService: GenService<{
    * Admit's `started`). The tally survives a restart of the service. A
    * repeat with the same `request_id` while its entry lives answers that
    * entry instead of counting the service twice.
+   * Errors: INVALID_ARGUMENT INVALID_FIELD; NOT_FOUND RESERVATION_NOT_FOUND;
+   * RESOURCE_EXHAUSTED DISK_FULL, TOO_MANY_OPEN_FILES; UNAVAILABLE
+   * STATE_READ_ONLY (the tally could not be saved); and any call's (the second
+   * table).
    *
    * @generated from rpc berth.budget.v1.BudgetService.RegisterRunning
    */
@@ -1711,6 +1750,9 @@ export const BudgetService: GenService<{
   },
   /**
    * Removes a running entry from the tally.
+   * Errors: INVALID_ARGUMENT INVALID_FIELD; RESOURCE_EXHAUSTED DISK_FULL,
+   * TOO_MANY_OPEN_FILES; UNAVAILABLE STATE_READ_ONLY (the tally could not be
+   * saved); and any call's (the second table).
    *
    * @generated from rpc berth.budget.v1.BudgetService.StopRunning
    */
@@ -1725,6 +1767,8 @@ export const BudgetService: GenService<{
    * entries, the policy and the last sample (what `berth budget state`
    * shows). ListQueue, ListReservations and ListRunning continue the lists
    * from their `next_page_token`s.
+   * Errors: INVALID_ARGUMENT INVALID_FIELD (`page_size`); and any call's (the
+   * second table).
    *
    * @generated from rpc berth.budget.v1.BudgetService.GetState
    */
@@ -1737,6 +1781,8 @@ export const BudgetService: GenService<{
    * The queue, head first, a page at a time. A request admitted or dropped
    * while paging is not repeated; one queued while paging appears on a later
    * page.
+   * Errors: INVALID_ARGUMENT INVALID_FIELD (`page_size`, `page_token`); and
+   * any call's (the second table).
    *
    * @generated from rpc berth.budget.v1.BudgetService.ListQueue
    */
@@ -1747,6 +1793,8 @@ export const BudgetService: GenService<{
   },
   /**
    * The reservations in flight, oldest first, a page at a time.
+   * Errors: INVALID_ARGUMENT INVALID_FIELD (`page_size`, `page_token`); and
+   * any call's (the second table).
    *
    * @generated from rpc berth.budget.v1.BudgetService.ListReservations
    */
@@ -1757,6 +1805,8 @@ export const BudgetService: GenService<{
   },
   /**
    * The running tally, oldest first, a page at a time.
+   * Errors: INVALID_ARGUMENT INVALID_FIELD (`page_size`, `page_token`); and
+   * any call's (the second table).
    *
    * @generated from rpc berth.budget.v1.BudgetService.ListRunning
    */
@@ -1767,6 +1817,7 @@ export const BudgetService: GenService<{
   },
   /**
    * The last machine sample.
+   * Errors: any call's (the second table).
    *
    * @generated from rpc berth.budget.v1.BudgetService.GetMachine
    */
@@ -1778,6 +1829,7 @@ export const BudgetService: GenService<{
   /**
    * The machine sample now, then every new one, until the client ends the
    * call.
+   * Errors: any call's (the second table).
    *
    * @generated from rpc berth.budget.v1.BudgetService.WatchMachine
    */
@@ -1789,6 +1841,7 @@ export const BudgetService: GenService<{
   /**
    * What a declared spec costs running and building (the seed's `costsOf`):
    * the declared parts, the policy's defaults for the rest.
+   * Errors: INVALID_ARGUMENT INVALID_FIELD; and any call's (the second table).
    *
    * @generated from rpc berth.budget.v1.BudgetService.Costs
    */
@@ -1800,6 +1853,7 @@ export const BudgetService: GenService<{
   /**
    * The limits this service enforces: lease ttls, the longest wait, the
    * queue's size.
+   * Errors: any call's (the second table).
    *
    * @generated from rpc berth.budget.v1.BudgetService.GetLimits
    */
@@ -1818,6 +1872,9 @@ export const BudgetService: GenService<{
    * (`--fleet-ttl`). Admission stays per machine: ask the budget of the
    * machine with room. Without `--store etcd`: FAILED_PRECONDITION
    * FLEET_NEEDS_ETCD.
+   * Errors: INVALID_ARGUMENT INVALID_FIELD (`page_size`, `page_token`);
+   * FAILED_PRECONDITION FLEET_NEEDS_ETCD; UNAVAILABLE ETCD_UNAVAILABLE;
+   * INTERNAL ETCD_AUTH, ETCD_ERROR; and any call's (the second table).
    *
    * @generated from rpc berth.budget.v1.BudgetService.GetFleet
    */

@@ -927,21 +927,42 @@ export const HolderKindSchema: GenEnum<HolderKind> = /*@__PURE__*/
  * KeepAliveStream (HTTP/2 only), each renewal for the lease's ttl from then.
  *
  * Errors carry a `google.rpc.ErrorInfo` (domain "berth.locks") whose reason
- * names the case, and a `google.rpc.RetryInfo` where a retry can succeed:
+ * names the case, and a `google.rpc.RetryInfo` where a retry can succeed.
+ * Each reason is one condition, and each RPC's comment lists the ones it
+ * returns besides those of any call (the second table). This is the one
+ * list of reasons and what to do:
  *
  * | code                | reason          | what to do                                     |
  * |---------------------|-----------------|------------------------------------------------|
  * | INVALID_ARGUMENT    | INVALID_FIELD   | fix the field the message names (BadRequest)   |
  * | RESOURCE_EXHAUSTED  | WAIT_EXHAUSTED  | the lock stayed held for the whole wait (LockHeld); retry later (RetryInfo) |
  * | RESOURCE_EXHAUSTED  | TOO_MANY_WAITERS| the file's queue is full; retry later (RetryInfo) |
- * | RESOURCE_EXHAUSTED  | MESSAGE_TOO_LARGE | the request exceeds the message size limit   |
  * | RESOURCE_EXHAUSTED  | DISK_FULL       | the state directory's file system is full (a lock file or the fencing state could not be written): free space, retry |
  * | RESOURCE_EXHAUSTED  | TOO_MANY_OPEN_FILES | the service has no file descriptor left for a lock file: retry (RetryInfo), or raise its `ulimit -n` |
+ * | RESOURCE_EXHAUSTED  | ETCD_NO_SPACE   | (`--store etcd`) etcd's quota is full: an operator compacts, defragments or raises `--quota-backend-bytes`, then disarms the alarm |
+ * | ABORTED             | ETCD_LEASE_LOST | (`--store etcd`) the instance's etcd lease ended while the request waited: ask again |
  * | UNAVAILABLE         | STATE_READ_ONLY | the state directory (or the lock files' directory) is not writable: make it writable, retry (RetryInfo) |
  * | UNAVAILABLE         | STORAGE_UNAVAILABLE | the file system refused otherwise (a lock file, the fencing state, resolving the path; the message says which): retry (RetryInfo) |
- * | UNAVAILABLE         | SHUTTING_DOWN   | retry on the restarted service (RetryInfo)     |
+ * | UNAVAILABLE         | ETCD_UNAVAILABLE | (`--store etcd`) etcd is out of reach: retry (RetryInfo) |
+ * | INTERNAL            | ETCD_AUTH, ETCD_ERROR | (`--store etcd`) etcd refused berth's credentials, or failed otherwise: see the service's log |
+ *
+ * Any call may also be refused for its bytes, its token or the server's
+ * state, with the same reasons as in every service of berth; the rules of
+ * `berth.sessions.v1.SessionService` about them (one answer on every
+ * protocol, unknown fields refused, strings valid Unicode, gzip or br) hold
+ * here too:
+ *
+ * | code                | reason          | what to do                                     |
+ * |---------------------|-----------------|------------------------------------------------|
+ * | INVALID_ARGUMENT    | MALFORMED_REQUEST | the body is not the method's message in its format: fix the client's encoding |
+ * | INVALID_ARGUMENT    | UNKNOWN_FIELD   | a field this server does not know (metadata `field`): fix its name, or update the server |
+ * | RESOURCE_EXHAUSTED  | MESSAGE_TOO_LARGE | a request message is over the service's limit (metadata `limitBytes`): send less in one message |
+ * | RESOURCE_EXHAUSTED  | RESPONSE_TOO_LARGE | the answer would be over that limit: ask for less at once |
+ * | UNIMPLEMENTED       | UNSUPPORTED_ENCODING | compress with gzip or br, or not at all (metadata `encoding`, `supported`) |
  * | UNAUTHENTICATED     | TOKEN_MISSING, TOKEN_INVALID | send `authorization: Bearer <token>` |
+ * | UNAVAILABLE         | SHUTTING_DOWN   | retry on the restarted service (RetryInfo)     |
  * | CANCELLED, DEADLINE_EXCEEDED | CANCELLED, DEADLINE_EXCEEDED | the caller's own cancel/deadline |
+ * | INTERNAL            | COMPRESSED_WITHOUT_ENCODING | a message has the compressed flag but no encoding is declared: declare it, or clear the flag |
  * | INTERNAL            | INTERNAL        | a bug: see the service's log                   |
  *
  * DISK_FULL, STATE_READ_ONLY and TOO_MANY_OPEN_FILES name the directory and
@@ -964,6 +985,11 @@ export const LockService: GenService<{
    * anyone else. A repeat with the same `request_id` while its grant lives
    * (or while the first call still waits) answers the same lease instead of
    * queueing behind it (see AcquireRequest.request_id).
+   * Errors: INVALID_ARGUMENT INVALID_FIELD; RESOURCE_EXHAUSTED WAIT_EXHAUSTED,
+   * TOO_MANY_WAITERS; RESOURCE_EXHAUSTED DISK_FULL, TOO_MANY_OPEN_FILES;
+   * UNAVAILABLE STATE_READ_ONLY, STORAGE_UNAVAILABLE; ABORTED ETCD_LEASE_LOST,
+   * RESOURCE_EXHAUSTED ETCD_NO_SPACE, UNAVAILABLE ETCD_UNAVAILABLE (`--store
+   * etcd`); and any call's (the second table).
    *
    * @generated from rpc berth.locks.v1.LockService.Acquire
    */
@@ -976,6 +1002,9 @@ export const LockService: GenService<{
    * Renews leases, each for its ttl from now: one answer per token, in
    * request order, `alive = false` for a lease that is gone. Unary, so it
    * works over every protocol (Connect over HTTP/1.1, gRPC-Web, curl).
+   * Errors: INVALID_ARGUMENT INVALID_FIELD (too many tokens, a malformed one);
+   * UNAVAILABLE ETCD_UNAVAILABLE (`--store etcd`); and any call's (the second
+   * table).
    *
    * @generated from rpc berth.locks.v1.LockService.KeepAlive
    */
@@ -988,6 +1017,8 @@ export const LockService: GenService<{
    * The same renewals on one bidirectional stream (HTTP/2): each request
    * renews one lease and is answered in order. Ending this stream renews
    * nothing more but releases nothing: leases then expire at their time.
+   * Errors: INVALID_ARGUMENT INVALID_FIELD; UNAVAILABLE ETCD_UNAVAILABLE
+   * (`--store etcd`); and any call's (the second table).
    *
    * @generated from rpc berth.locks.v1.LockService.KeepAliveStream
    */
@@ -999,6 +1030,8 @@ export const LockService: GenService<{
   /**
    * Releases a lease. Only the lease's own token releases it: a stale or
    * repeated release never frees a later holder's lock.
+   * Errors: INVALID_ARGUMENT INVALID_FIELD; UNAVAILABLE ETCD_UNAVAILABLE
+   * (`--store etcd`); and any call's (the second table).
    *
    * @generated from rpc berth.locks.v1.LockService.Release
    */
@@ -1016,6 +1049,11 @@ export const LockService: GenService<{
    * hold's lease through Release (with its lease token, which only this
    * stream's caller is given) ends the stream at once, with OK: its owner
    * let go. A shutdown ends it UNAVAILABLE SHUTTING_DOWN.
+   * Errors: INVALID_ARGUMENT INVALID_FIELD; RESOURCE_EXHAUSTED WAIT_EXHAUSTED,
+   * TOO_MANY_WAITERS; RESOURCE_EXHAUSTED DISK_FULL, TOO_MANY_OPEN_FILES;
+   * UNAVAILABLE STATE_READ_ONLY, STORAGE_UNAVAILABLE; ABORTED ETCD_LEASE_LOST,
+   * RESOURCE_EXHAUSTED ETCD_NO_SPACE, UNAVAILABLE ETCD_UNAVAILABLE (`--store
+   * etcd`); and any call's (the second table).
    *
    * @generated from rpc berth.locks.v1.LockService.Hold
    */
@@ -1026,6 +1064,8 @@ export const LockService: GenService<{
   },
   /**
    * The lock's state: holder, its fencing token, waiters in order.
+   * Errors: INVALID_ARGUMENT INVALID_FIELD; UNAVAILABLE STORAGE_UNAVAILABLE,
+   * ETCD_UNAVAILABLE (`--store etcd`); and any call's (the second table).
    *
    * @generated from rpc berth.locks.v1.LockService.Inspect
    */
@@ -1036,6 +1076,8 @@ export const LockService: GenService<{
   },
   /**
    * Whether a fencing token is still the current one of a file's lock.
+   * Errors: INVALID_ARGUMENT INVALID_FIELD; UNAVAILABLE STORAGE_UNAVAILABLE,
+   * ETCD_UNAVAILABLE (`--store etcd`); and any call's (the second table).
    *
    * @generated from rpc berth.locks.v1.LockService.CheckToken
    */
@@ -1046,6 +1088,7 @@ export const LockService: GenService<{
   },
   /**
    * The limits this service enforces: lease ttls and the longest wait.
+   * Errors: any call's (the second table).
    *
    * @generated from rpc berth.locks.v1.LockService.GetLimits
    */

@@ -1418,29 +1418,66 @@ export const EntryIntegritySchema: GenEnum<EntryIntegrity> = /*@__PURE__*/
  * details (SeqConflict, FenceRejected, ...) carry the same facts typed, and
  * the `berth-error-details` response metadata carries them as JSON for
  * clients that do not decode `grpc-status-details-bin`. The codes follow
- * `google/rpc/code.proto`; each has one meaning:
+ * `google/rpc/code.proto`; each reason is one condition, and each RPC's
+ * comment lists the ones it returns besides those of any call (the second
+ * table). This is the one list of reasons and what to do:
  *
  * | code                | reason                  | what to do                                   |
  * |---------------------|-------------------------|----------------------------------------------|
  * | INVALID_ARGUMENT    | INVALID_FIELD           | fix the field the message names (BadRequest) |
  * | INVALID_ARGUMENT    | EVENT_TOO_LARGE         | send a smaller event (GetLimits)             |
  * | INVALID_ARGUMENT    | TOO_MANY_EVENTS         | send fewer events a call (GetLimits)         |
+ * | INVALID_ARGUMENT    | REQUEST_TOO_LARGE       | (`--store etcd`) the append is over what one etcd request carries: split it |
+ * | INVALID_ARGUMENT    | ETCD_TOO_MANY_TXN_OPS   | (`--store etcd`) the append has more operations than etcd's `--max-txn-ops`: split it |
  * | NOT_FOUND           | SESSION_NOT_FOUND       | the session has no journal                   |
  * | NOT_FOUND           | SESSION_DELETED         | a watched session was deleted                |
  * | ALREADY_EXISTS      | IDEMPOTENCY_KEY_REUSED  | the key named another request: use a new key |
  * | FAILED_PRECONDITION | FENCE_REJECTED          | you lost the lock: re-acquire before writing |
  * | ABORTED             | SEQ_CONFLICT            | re-read, redo the change, append again       |
  * | OUT_OF_RANGE        | SEQ_OUT_OF_RANGE        | `from_seq` is past the journal's end         |
- * | RESOURCE_EXHAUSTED  | MESSAGE_TOO_LARGE       | the request exceeds the message size limit   |
  * | RESOURCE_EXHAUSTED  | WATCHER_LAGGED          | resume the watch where WatcherLagged says    |
  * | RESOURCE_EXHAUSTED  | DISK_FULL               | free space in the state directory, retry     |
  * | RESOURCE_EXHAUSTED  | TOO_MANY_OPEN_FILES     | no file descriptor left: retry (RetryInfo), or raise the service's `ulimit -n` |
+ * | RESOURCE_EXHAUSTED  | ETCD_NO_SPACE           | (`--store etcd`) etcd's quota is full: an operator compacts, defragments or raises `--quota-backend-bytes`, then disarms the alarm |
  * | UNAVAILABLE         | APPEND_OVERTAKEN        | retry the same call as is (RetryInfo)        |
  * | UNAVAILABLE         | STATE_READ_ONLY         | the state directory is not writable          |
- * | UNAVAILABLE         | SHUTTING_DOWN           | retry on the restarted service (RetryInfo)   |
+ * | UNAVAILABLE         | ETCD_UNAVAILABLE        | (`--store etcd`) etcd is out of reach: retry (RetryInfo) |
+ * | INTERNAL            | JOURNAL_DAMAGED         | (`--store etcd`) a journal entry in etcd does not decode: see the service's log |
+ * | INTERNAL            | ETCD_AUTH, ETCD_ERROR   | (`--store etcd`) etcd refused berth's credentials, or failed otherwise: see the service's log |
+ *
+ * Any call may also be refused for its bytes, its token or the server's
+ * state, with the same reasons in every service of berth:
+ *
+ * | code                | reason                  | what to do                                   |
+ * |---------------------|-------------------------|----------------------------------------------|
+ * | INVALID_ARGUMENT    | MALFORMED_REQUEST       | the body is not the method's message in its format (truncated, a wrong type, bad JSON, a string that is not UTF-8 or holds a lone surrogate, not one request message where one is due, a bad deadline header): fix the client's encoding |
+ * | INVALID_ARGUMENT    | UNKNOWN_FIELD           | a field this server does not know (metadata `field`: a JSON key, or `#<number>` in binary): fix its name, or update the server |
+ * | RESOURCE_EXHAUSTED  | MESSAGE_TOO_LARGE       | a request message is over the service's limit (metadata `limitBytes`; GetLimits): send less in one message |
+ * | RESOURCE_EXHAUSTED  | RESPONSE_TOO_LARGE      | the answer would be over that limit: ask for less at once |
+ * | UNIMPLEMENTED       | UNSUPPORTED_ENCODING    | compress with gzip or br, or not at all (metadata `encoding`, `supported`) |
  * | UNAUTHENTICATED     | TOKEN_MISSING, TOKEN_INVALID | send `authorization: Bearer <token>`    |
+ * | UNAVAILABLE         | SHUTTING_DOWN           | retry on the restarted service (RetryInfo)   |
  * | CANCELLED, DEADLINE_EXCEEDED | CANCELLED, DEADLINE_EXCEEDED | the caller's own cancel/deadline |
+ * | INTERNAL            | COMPRESSED_WITHOUT_ENCODING | a message has the compressed flag but no encoding is declared (the INTERNAL both protocol specs demand): declare the encoding, or clear the flag |
  * | INTERNAL            | INTERNAL                | a bug: see the service's log                 |
+ *
+ * One answer on every protocol. gRPC, gRPC-Web and Connect, with protobuf
+ * binary or JSON, over HTTP/1.1 or HTTP/2, give the same request the same
+ * code and reason. The bearer token is checked before the request is read,
+ * so a caller without it learns nothing from how its bytes decode. Unknown
+ * fields are refused in binary as in JSON: an unknown field may be a check a
+ * newer client relies on (a fence, an expected seq, an idempotency key),
+ * which an older server must not silently ignore; a newer client learns at
+ * once that the server is older. Strings must be valid Unicode in both
+ * formats (JSON bytes that are not UTF-8, or the JSON escape of half a
+ * surrogate pair alone, are refused as binary's invalid UTF-8 is). Requests may be compressed with
+ * gzip or br (`grpc-encoding`, `content-encoding` for Connect unary,
+ * `connect-content-encoding` for Connect streams); any other encoding is
+ * refused. A message over the limit is refused the same way compressed or
+ * not (its size once decompressed counts). A request whose content type
+ * names no protocol is answered HTTP 415, without an RPC status. Send each
+ * field with its own wire type: a mismatched one is read as the field's type
+ * where the bytes allow.
  *
  * A wrong request is refused before anything is written; a refused append
  * writes nothing, but for one case: an append whose error's ErrorInfo
@@ -1478,6 +1515,9 @@ export const SessionService: GenService<{
    * UNAVAILABLE STATE_READ_ONLY (it is not writable), each naming the
    * directory. Nothing of the append is kept on any error but one whose
    * metadata says `outcome` = `unknown` (see above).
+   * On `--store etcd` also INVALID_ARGUMENT REQUEST_TOO_LARGE or
+   * ETCD_TOO_MANY_TXN_OPS, RESOURCE_EXHAUSTED ETCD_NO_SPACE, UNAVAILABLE
+   * ETCD_UNAVAILABLE; and any call's (the second table).
    *
    * @generated from rpc berth.sessions.v1.SessionService.AppendEvent
    */
@@ -1491,6 +1531,8 @@ export const SessionService: GenService<{
    * consecutive seqs, or none. Same errors as AppendEvent; more events than
    * `max_events_per_append` is INVALID_ARGUMENT TOO_MANY_EVENTS. A watcher
    * sees the batch's entries in order, in one message or several.
+   * Errors: AppendEvent's, and INVALID_ARGUMENT TOO_MANY_EVENTS; and any
+   * call's (the second table).
    *
    * @generated from rpc berth.sessions.v1.SessionService.AppendEvents
    */
@@ -1504,6 +1546,10 @@ export const SessionService: GenService<{
    * discarded session is returned too; its `phase` says so). NOT_FOUND
    * SESSION_NOT_FOUND when the session has no journal: a mistyped id is not
    * taken for a new session.
+   * Errors: INVALID_ARGUMENT INVALID_FIELD; NOT_FOUND SESSION_NOT_FOUND;
+   * RESOURCE_EXHAUSTED TOO_MANY_OPEN_FILES; UNAVAILABLE ETCD_UNAVAILABLE,
+   * INTERNAL JOURNAL_DAMAGED (`--store etcd`); and any call's (the second
+   * table).
    *
    * @generated from rpc berth.sessions.v1.SessionService.GetSnapshot
    */
@@ -1517,6 +1563,9 @@ export const SessionService: GenService<{
    * seed's `listActiveSessions`): active ones only unless
    * `include_completed`. Sessions created while paging appear on a later page
    * when their id sorts after the page token's, and never twice.
+   * Errors: INVALID_ARGUMENT INVALID_FIELD (`page_size`, `page_token`);
+   * RESOURCE_EXHAUSTED TOO_MANY_OPEN_FILES; UNAVAILABLE ETCD_UNAVAILABLE
+   * (`--store etcd`); and any call's (the second table).
    *
    * @generated from rpc berth.sessions.v1.SessionService.ListSessions
    */
@@ -1532,6 +1581,9 @@ export const SessionService: GenService<{
    * SESSION_NOT_FOUND for a session without a journal; RESOURCE_EXHAUSTED
    * DISK_FULL or TOO_MANY_OPEN_FILES, UNAVAILABLE STATE_READ_ONLY when the
    * file cannot be written (the one already there, if any, stays whole).
+   * Errors: INVALID_ARGUMENT INVALID_FIELD; NOT_FOUND SESSION_NOT_FOUND;
+   * RESOURCE_EXHAUSTED DISK_FULL, TOO_MANY_OPEN_FILES; UNAVAILABLE
+   * STATE_READ_ONLY; and any call's (the second table).
    *
    * @generated from rpc berth.sessions.v1.SessionService.FlushSnapshot
    */
@@ -1548,6 +1600,10 @@ export const SessionService: GenService<{
    * SEQ_CONFLICT otherwise). NOT_FOUND SESSION_NOT_FOUND when it has no
    * journal. A later append creates a new session under the same id, from
    * seq 1.
+   * Errors: INVALID_ARGUMENT INVALID_FIELD; NOT_FOUND SESSION_NOT_FOUND;
+   * ABORTED SEQ_CONFLICT; RESOURCE_EXHAUSTED TOO_MANY_OPEN_FILES; UNAVAILABLE
+   * STATE_READ_ONLY, ETCD_UNAVAILABLE (`--store etcd`); and any call's (the
+   * second table).
    *
    * @generated from rpc berth.sessions.v1.SessionService.DeleteSession
    */
@@ -1562,6 +1618,10 @@ export const SessionService: GenService<{
    * the read ended (`end`). NOT_FOUND SESSION_NOT_FOUND for a session
    * without a journal; OUT_OF_RANGE SEQ_OUT_OF_RANGE for a `from_seq` beyond
    * `last_seq + 1` (`last_seq + 1` itself is an empty read that ends at once).
+   * Errors: INVALID_ARGUMENT INVALID_FIELD; NOT_FOUND SESSION_NOT_FOUND;
+   * OUT_OF_RANGE SEQ_OUT_OF_RANGE; RESOURCE_EXHAUSTED TOO_MANY_OPEN_FILES;
+   * UNAVAILABLE ETCD_UNAVAILABLE, INTERNAL JOURNAL_DAMAGED (`--store etcd`);
+   * and any call's (the second table).
    *
    * @generated from rpc berth.sessions.v1.SessionService.ReadJournal
    */
@@ -1586,6 +1646,9 @@ export const SessionService: GenService<{
    * line, a rewrite): resuming reads what changed from the journal. A deleted
    * session ends its watchers with NOT_FOUND SESSION_DELETED. The service
    * ending (shutdown) ends the stream with UNAVAILABLE SHUTTING_DOWN.
+   * Errors: INVALID_ARGUMENT INVALID_FIELD; RESOURCE_EXHAUSTED WATCHER_LAGGED,
+   * TOO_MANY_OPEN_FILES; NOT_FOUND SESSION_DELETED; UNAVAILABLE
+   * ETCD_UNAVAILABLE (`--store etcd`); and any call's (the second table).
    *
    * @generated from rpc berth.sessions.v1.SessionService.WatchSession
    */
@@ -1603,6 +1666,10 @@ export const SessionService: GenService<{
    * journal in a way only a full replay follows; it resumes by watching
    * again with `resume_from` set to the last seq it saw of each session:
    * only the sessions that changed since are described again.
+   * Errors: INVALID_ARGUMENT INVALID_FIELD (`resume_from`,
+   * `progress_interval`); RESOURCE_EXHAUSTED WATCHER_LAGGED,
+   * TOO_MANY_OPEN_FILES; UNAVAILABLE ETCD_UNAVAILABLE (`--store etcd`); and
+   * any call's (the second table).
    *
    * @generated from rpc berth.sessions.v1.SessionService.WatchSessions
    */
@@ -1613,6 +1680,7 @@ export const SessionService: GenService<{
   },
   /**
    * The limits this service enforces, so a client can size its requests.
+   * Errors: any call's (the second table).
    *
    * @generated from rpc berth.sessions.v1.SessionService.GetLimits
    */
