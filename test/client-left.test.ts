@@ -6,7 +6,8 @@
  * pause, or by a Release sent during it) and for the budget (Reserve and Admit waiters behind a
  * reservation whose lease runs out, or which is released, during the pause): the waiter that left
  * is never granted, and the live waiter behind it is, at once, with the next fencing token. The
- * time from SIGCONT to that grant is printed.
+ * time from SIGCONT to that grant is printed. And a Hold or an Admit stream holding its grant gives
+ * it up the moment its client's connection closes, over every protocol that carries it.
  */
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
@@ -269,4 +270,54 @@ describe("a budget waiter whose client leaves while the service is stopped", () 
       await service.stop();
     });
   }
+});
+
+for (const store of STORES) {
+  describe(`a Hold holding a lock ends with its client's connection (${store} store)`, storeTags(store), () => {
+    it("the lock passes to the next waiter at once, over every protocol", async () => {
+      const sessions = await startService("sessions", await onStore(store));
+      const dir = makeTempDir("berth-client-left-");
+      const locks = connectClient(LockService, sessions.url("sessions"), { protocol: "grpc", defaultTimeoutMs: 60_000 });
+      for (const protocol of PROTOCOLS) {
+        const file = `${dir}/${protocol.name.replaceAll(/\W+/g, "-")}`;
+        const holding = connectClient(LockService, sessions.url("sessions"), { ...protocol.options, defaultTimeoutMs: 60_000 });
+        const held = (async () => {
+          for await (const message of holding.hold({ file, owner: `held ${protocol.name}` })) if (message.kind.case === "acquired") return message;
+        })();
+        expect((await held)?.kind.value).toMatchObject({ owner: `held ${protocol.name}` });
+        const next = locks.acquire({ file, owner: "next", maxWait: ms(60_000) });
+        await until(async () => (await locks.inspect({ file })).waiters.length === 1, `${protocol.name}: the next waiter queued`);
+        closeClient(holding);
+        const lease = (await within(next, GRANT_BOUND_MS, `${protocol.name}: the lock after the Hold's connection closed`)).lease!;
+        expect(lease.owner).toBe("next");
+        await locks.release({ leaseToken: lease.leaseToken });
+      }
+      await sessions.stop();
+    });
+  });
+}
+
+describe("an Admit stream holding a reservation ends with its client's connection", () => {
+  it("the reservation passes to the next in the queue at once, over every protocol that carries the stream (HTTP/2)", async () => {
+    const budget = await startService("budget", { args: ["--memory", "100M", "--reserve", "0", "--wait", "10m"] });
+    const admin = connectClient(BudgetService, budget.url("budget"), { protocol: "grpc", defaultTimeoutMs: 60_000 });
+    for (const protocol of PROTOCOLS) {
+      // Admit is a bidirectional stream: HTTP/2 only.
+      if (protocol.options.protocol !== "grpc" && protocol.options.httpVersion !== "2") continue;
+      const admitting = connectClient(BudgetService, budget.url("budget"), { ...protocol.options, defaultTimeoutMs: 60_000 });
+      const stream = openRequests({ kind: { case: "start", value: { need: memoryNeed(60), owner: `admitted ${protocol.name}`, skipLoadGate: true } } });
+      const admitted = (async () => {
+        for await (const message of admitting.admit(stream.requests)) if (message.kind.case === "admitted") return message;
+      })();
+      expect((await admitted)?.kind.case).toBe("admitted");
+      const after = admin.reserve({ need: memoryNeed(60), owner: "next", maxWait: ms(600_000), skipLoadGate: true });
+      await until(async () => (await admin.getState({})).queue.length === 1, `${protocol.name}: the next Reserve queued`);
+      closeClient(admitting);
+      const reservation = (await within(after, GRANT_BOUND_MS, `${protocol.name}: the admission after the Admit's connection closed`)).reservation!;
+      expect(reservation.owner).toBe("next");
+      await admin.release({ reservationId: reservation.id });
+      stream.end();
+    }
+    await budget.stop();
+  });
 });
