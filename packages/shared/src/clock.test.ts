@@ -1,3 +1,4 @@
+import * as net from "node:net";
 import { describe, expect, it } from "vitest";
 import { ManualClock, reportTimerErrorsTo, STALL_MS, systemClock, wallTimeOf } from "./clock.js";
 
@@ -82,19 +83,46 @@ describe("reportTimerErrorsTo", () => {
 });
 
 describe("systemClock.whenAwake", () => {
-  it("runs at once while the loop ticks, and after the pending I/O when the loop was away for over STALL_MS", async () => {
-    let ran = false;
-    systemClock.whenAwake(() => (ran = true));
-    expect(ran).toBe(true);
-    // The loop is away (as a stopped process is): nothing runs for longer than STALL_MS.
-    Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, STALL_MS + 300);
+  it("runs after the loop has read the I/O that has arrived, in call order, even when the loop was away for over STALL_MS", async () => {
     const order: string[] = [];
     systemClock.whenAwake(() => order.push("first"));
     systemClock.whenAwake(() => order.push("second"));
     expect(order).toEqual([]);
     await new Promise((resolve) => setImmediate(resolve));
     expect(order).toEqual(["first", "second"]);
+    // The loop is away (as a stopped process is): nothing runs for longer than STALL_MS.
+    Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, STALL_MS + 300);
     systemClock.whenAwake(() => order.push("awake"));
+    expect(order).toEqual(["first", "second"]);
+    await new Promise((resolve) => setImmediate(resolve));
     expect(order).toEqual(["first", "second", "awake"]);
+  });
+
+  it("waits for the end of a connection that is already there when a due timer hands something out, paused or not", async () => {
+    const server = net.createServer((socket) => socket.on("error", () => {}));
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    const { port } = server.address() as net.AddressInfo;
+    const accepted = new Promise<net.Socket>((resolve) => server.once("connection", resolve));
+    const client = net.connect(port, "127.0.0.1");
+    const socket = await accepted;
+    let ended = false;
+    socket.on("end", () => (ended = true));
+    socket.resume();
+    const seen: boolean[] = [];
+    await new Promise<void>((resolve) => {
+      systemClock.setTimeout(() => {
+        seen.push(ended);
+        systemClock.whenAwake(() => {
+          seen.push(ended);
+          resolve();
+        });
+      }, 0);
+      // The client's FIN (destroy closes its descriptor at once) is in the server's socket, and the
+      // timer due, before the loop runs again: it runs the due timer before it reads the socket.
+      client.destroy();
+      Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 50);
+    });
+    expect(seen).toEqual([false, true]);
+    server.close();
   });
 });

@@ -9,11 +9,14 @@
  * one. A deadline kept on the monotonic clock is shown as wall time at the moment of answering
  * ({@link wallTimeOf}).
  *
- * A process that resumes after a pause (SIGSTOP, a suspended VM, a loop blocked for seconds) finds
- * its timers overdue and its sockets full of what happened meanwhile: clients that left, releases,
- * renewals. Which of the two it handles first is up to the event loop. `whenAwake()` is how domain
- * code hands something out (a lock, an admission) only once that backlog has been read, so that
- * nothing is handed to a client that left during the pause.
+ * What has arrived on the sockets may not have been read yet when domain code decides: Node runs
+ * due timers before it polls for I/O, and reads the sockets that are ready one after another. A
+ * lease that runs out, or a release read from one socket, may so come before the end of a waiting
+ * client's connection that is already there, on another socket or later on the same one; after a
+ * pause (SIGSTOP, a suspended VM, a loop blocked for seconds) every timer is overdue and every
+ * socket full of what happened meanwhile. `whenAwake()` is how domain code hands something out (a
+ * lock, an admission) only once what has arrived has been read, so that nothing is handed to a
+ * client that has left.
  */
 
 /** An opaque handle to a scheduled callback. */
@@ -31,8 +34,9 @@ export interface Clock {
   setTimeout(callback: () => void, ms: number): TimerHandle;
   clearTimeout(handle: TimerHandle): void;
   /**
-   * Calls `fn` now; or, when the process has just resumed after a pause, once the I/O that piled up
-   * meanwhile has been read (calls deferred so run in call order).
+   * Calls `fn` once the I/O that has arrived by now has been read (the system clock: right after
+   * the event loop's next poll for I/O, in call order), so that a hand-off it makes sees every
+   * client that has left by then. A test clock calls it at once, or after `ioRead()` following a stall.
    */
   whenAwake(fn: () => void): void;
 }
@@ -88,54 +92,28 @@ function guarded(callback: () => void): () => void {
   };
 }
 
-/** No tick of the loop for this long: the process was paused (or its loop blocked) and has just resumed. */
-export const STALL_MS = 1000;
-/** How often the loop notes that it is alive, while anything asks whether it just woke. */
-const TICK_MS = 250;
-
-/** What {@link systemClock} knows of the loop's pauses. */
-const wake = {
-  lastTick: 0,
-  ticker: undefined as ReturnType<typeof setInterval> | undefined,
-  /** A pause was seen and the I/O it left has not been read yet: these wait for it. */
-  deferred: undefined as Array<() => void> | undefined,
-};
-
-/** A pause was seen: everything handed to `whenAwake` waits for the next check phase, right after the loop's poll for I/O. */
-function pauseSeen(): void {
-  if (wake.deferred !== undefined) return;
-  const deferred: Array<() => void> = [];
-  wake.deferred = deferred;
-  setImmediate(() => {
-    wake.deferred = undefined;
-    wake.lastTick = systemMonotonicNow();
-    for (const fn of deferred) guarded(fn)();
-  });
-}
-
 /**
- * Starts noting the loop's ticks, from the first timer or `whenAwake` on: from then on there is
- * timed state (a lease, a deadline) that a pause can overtake.
+ * Late by more than this, a timer's callback was held up by a pause of the process (or a loop
+ * blocked that long): other timers are overdue too, and may be earlier.
  */
-function watchForPauses(): void {
-  if (wake.ticker !== undefined) return;
-  wake.lastTick = systemMonotonicNow();
-  // The tick notices a pause by its own gap: when the loop runs its overdue timers before its I/O,
-  // the first of them is this tick (it was due soonest), and the rest wait.
-  wake.ticker = setInterval(() => {
-    const tick = systemMonotonicNow();
-    if (tick - wake.lastTick > STALL_MS) pauseSeen();
-    wake.lastTick = tick;
-  }, TICK_MS);
-  wake.ticker.unref();
-}
+export const STALL_MS = 1000;
+
+/** The `whenAwake` calls waiting for the next check phase, in call order; undefined when none waits. */
+let awaitingIo: Array<() => void> | undefined;
 
 function systemWhenAwake(fn: () => void): void {
-  watchForPauses();
-  // When the loop reads its I/O first, the tick has not run yet: its age says the loop was away.
-  if (systemMonotonicNow() - wake.lastTick > STALL_MS) pauseSeen();
-  if (wake.deferred === undefined) fn();
-  else wake.deferred.push(fn);
+  if (awaitingIo !== undefined) {
+    awaitingIo.push(fn);
+    return;
+  }
+  const batch = [fn];
+  awaitingIo = batch;
+  // The check phase runs right after the poll phase: by then the loop has read every socket that
+  // was ready, the ends of connections included (called from the check phase itself, the next one).
+  setImmediate(() => {
+    awaitingIo = undefined;
+    for (const deferred of batch) guarded(deferred)();
+  });
 }
 
 /** The real clock. Timers are unref'd: a pending lease or heartbeat never keeps a process alive. */
@@ -143,7 +121,6 @@ export const systemClock: Clock = {
   now: () => Date.now(),
   monotonicNow: systemMonotonicNow,
   setTimeout(callback, ms) {
-    watchForPauses();
     // Node's timers run on libuv's monotonic clock already: a wall-clock step does not move them.
     const timer = setTimeout(guarded(callback), Math.max(0, ms));
     timer.unref();

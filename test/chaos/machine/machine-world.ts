@@ -9,7 +9,7 @@ import type { Client } from "@connectrpc/connect";
 import { LockService } from "@berth/api/berth/locks/v1/lock_service_pb";
 import { SessionService } from "@berth/api/berth/sessions/v1/session_service_pb";
 import { BudgetService } from "@berth/api/berth/budget/v1/budget_service_pb";
-import { closeClient, connectClient, type LogEntry } from "../../harness.js";
+import { closeClient, connectClient, type ConnectClientOptions, type LogEntry } from "../../harness.js";
 
 /** What the scenarios found: broken promises, and what they did. */
 export class Findings {
@@ -88,9 +88,12 @@ export interface SessionsClient {
   leave(): void;
 }
 
-export function sessionsClient(url: string): SessionsClient {
-  const locks = connectClient(LockService, url, { protocol: "grpc", defaultTimeoutMs: 180_000 });
-  const sessions = connectClient(SessionService, url, { protocol: "grpc", defaultTimeoutMs: 180_000 });
+/** How a client talks to the service: gRPC unless given (Connect or gRPC-Web, on HTTP/1.1 or HTTP/2). */
+export type ClientProtocol = Pick<ConnectClientOptions, "protocol" | "httpVersion" | "useBinaryFormat">;
+
+export function sessionsClient(url: string, protocol: ClientProtocol = { protocol: "grpc" }): SessionsClient {
+  const locks = connectClient(LockService, url, { ...protocol, defaultTimeoutMs: 180_000 });
+  const sessions = connectClient(SessionService, url, { ...protocol, defaultTimeoutMs: 180_000 });
   return {
     locks,
     sessions,
@@ -107,8 +110,8 @@ export interface BudgetClient {
   leave(): void;
 }
 
-export function budgetClient(url: string): BudgetClient {
-  const budget = connectClient(BudgetService, url, { protocol: "grpc", defaultTimeoutMs: 180_000 });
+export function budgetClient(url: string, protocol: ClientProtocol = { protocol: "grpc" }): BudgetClient {
+  const budget = connectClient(BudgetService, url, { ...protocol, defaultTimeoutMs: 180_000 });
   return { budget, leave: () => closeClient(budget) };
 }
 

@@ -16,6 +16,7 @@ import * as http2 from "node:http2";
 import * as net from "node:net";
 import type { connectNodeAdapter } from "@connectrpc/connect-node";
 import { systemClock } from "../clock.js";
+import { endCallWhenClientLeaves } from "./client-left.js";
 import type { Logger } from "../logger.js";
 
 /** Where a listener accepts connections. */
@@ -200,6 +201,8 @@ export async function listen(options: ListenOptions): Promise<Listener> {
       if (!socket.destroyed) socket.resume();
     });
     options.handler(req, res);
+    // Its connection's end must end the call before anything is handed to it (see client-left.ts).
+    endCallWhenClientLeaves(req, res);
   });
   h1.on("clientError", (error: NodeJS.ErrnoException, socket: net.Socket) => {
     logger?.debug({ err: error }, "bad http/1.1 request");

@@ -12,6 +12,7 @@ import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { Health } from "@berth/api/grpc/health/v1/health_pb";
 import * as reflectionV1 from "@berth/api/grpc/reflection/v1/reflection_pb";
 import * as reflectionV1alpha from "@berth/api/grpc/reflection/v1alpha/reflection_pb";
+import { answerDeliveryKey, trackAnswerDelivery, type AnswerDelivery } from "./answer-delivery.js";
 import { closeWhenAnswered } from "./answered-streams.js";
 import { bearerTokenMatches, UNAUTHENTICATED_MESSAGE } from "./auth.js";
 import { failWaitingWrite } from "./closed-response.js";
@@ -181,6 +182,7 @@ export async function startServer(options: StartServerOptions): Promise<RunningS
   const guardRoute = createRouteGuard({ token: options.token, logger });
 
   const states = new WeakMap<object, CallState>();
+  const deliveries = new WeakMap<object, AnswerDelivery>();
   const adapter = connectNodeAdapter({
     routes(router) {
       for (const { service, implementation } of registrations) router.service(service, implementation);
@@ -206,7 +208,7 @@ export async function startServer(options: StartServerOptions): Promise<RunningS
     // Plain `curl -d '{}'` must work: do not insist on the Connect-Protocol-Version header.
     requireConnectProtocolHeader: false,
     jsonOptions: JSON_OPTIONS,
-    contextValues: (req) => createContextValues().set(callStateKey, states.get(req)),
+    contextValues: (req) => createContextValues().set(callStateKey, states.get(req)).set(answerDeliveryKey, deliveries.get(req)),
     fallback(req, res) {
       const state = states.get(req);
       if (state !== undefined) state.observed = true; // not an RPC: nothing to log per call
@@ -217,6 +219,7 @@ export async function startServer(options: StartServerOptions): Promise<RunningS
   const handler: NodeRequestHandler = (req, res) => {
     const state: CallState = { peer: peerOf(req), started: performance.now(), arrivedAtWallMs: Date.now(), observed: false };
     states.set(req, state);
+    deliveries.set(req, trackAnswerDelivery(res));
     res.once("close", () => {
       // A client gone while a message of its stream waits to be written: end that wait (see closed-response.ts).
       failWaitingWrite(res);

@@ -1,9 +1,12 @@
-import type { MessageInitShape } from "@bufbuild/protobuf";
-import { Code, ConnectError } from "@connectrpc/connect";
+import { create, type MessageInitShape } from "@bufbuild/protobuf";
+import { Code, ConnectError, createContextValues, createHandlerContext } from "@connectrpc/connect";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { Gate, NeedItemKind, RefusalKind, RefusalSchema } from "@berth/api/berth/budget/v1/budget_pb";
 import type { NeedItemSchema } from "@berth/api/berth/budget/v1/budget_pb";
-import type { AdmitRequestSchema, AdmitResponse } from "@berth/api/berth/budget/v1/budget_service_pb";
+import { BudgetService, ReserveRequestSchema } from "@berth/api/berth/budget/v1/budget_service_pb";
+import type { AdmitRequestSchema, AdmitResponse, ReserveResponse } from "@berth/api/berth/budget/v1/budget_service_pb";
+import { AnswerDelivery, answerDeliveryKey } from "@berth/shared/server/index";
+import { createBudgetHandlers } from "./budget-handlers.js";
 import type { InMemoryBudget, InMemoryOptions } from "./testing.js";
 import { ErrorInfoSchema, RetryInfoSchema } from "@berth/api/google/rpc/error_details_pb";
 import { durationMs } from "@bufbuild/protobuf/wkt";
@@ -669,6 +672,69 @@ describe("Reserve, KeepAlive, Release", () => {
     expect(error).toBeInstanceOf(ConnectError);
     expect((error as ConnectError).code).toBe(Code.InvalidArgument);
     expect((error as ConnectError).rawMessage.startsWith(`${field}:`)).toBe(true);
+  });
+});
+
+describe("a Reserve whose answer is not delivered", () => {
+  /** Reserve called as the server calls it, its answer's delivery in the test's hands. */
+  function reserveWatched(server: InMemoryBudget, request: { owner: string; requestId?: string; memoryGb: number }) {
+    const delivery = new AnswerDelivery();
+    const context = createHandlerContext({
+      service: BudgetService,
+      method: BudgetService.method.reserve,
+      protocolName: "connect",
+      requestMethod: "POST",
+      url: "http://127.0.0.1/berth.budget.v1.BudgetService/Reserve",
+      contextValues: createContextValues().set(answerDeliveryKey, delivery),
+    });
+    const handlers = createBudgetHandlers({
+      budget: server.budget,
+      clock: server.clock,
+      defaultLeaseTtlMs: () => 30_000,
+      maxLeaseTtlMs: () => 3_600_000,
+      sampleIntervalMs: 1000,
+    });
+    const message = create(ReserveRequestSchema, {
+      owner: request.owner,
+      requestId: request.requestId ?? "",
+      need: { items: startNeed("w", request.memoryGb, 1) },
+    });
+    const answer = handlers.reserve(message, context) as Promise<ReserveResponse>;
+    return { delivery, answer };
+  }
+  const owners = (server: InMemoryBudget) => server.budget.state().reservations.map((r) => r.owner);
+
+  it("is released at once, and the next waiter admitted, when the call has no request_id", async () => {
+    const server = await serve();
+    const big = (await server.client.reserve({ owner: "big", need: { items: startNeed("a", 6, 1) } })).reservation!;
+    const gone = reserveWatched(server, { owner: "gone", memoryGb: 5 });
+    const next = server.client.reserve({ owner: "next", need: { items: startNeed("b", 5, 1) } });
+    await settle();
+    expect(server.budget.state().queue.map((q) => q.owner)).toEqual(["gone", "next"]);
+    await server.client.release({ reservationId: big.id });
+    const admitted = (await gone.answer).reservation!;
+    expect(owners(server)).toEqual(["gone"]);
+    // Its connection closed before the answer was out.
+    gone.delivery.lost();
+    expect((await next).reservation?.owner).toBe("next");
+    expect(owners(server)).toEqual(["next"]);
+    expect((await server.client.keepAlive({ ids: [admitted.id] })).renewals[0]?.alive).toBe(false);
+  });
+
+  it("is kept for the retry of a call with a request_id, which finds it; and kept when its answer was delivered", async () => {
+    const server = await serve();
+    const big = (await server.client.reserve({ owner: "big", need: { items: startNeed("a", 6, 1) } })).reservation!;
+    const lost = reserveWatched(server, { owner: "retrying", requestId: "r-lost", memoryGb: 1 });
+    const admitted = (await lost.answer).reservation!;
+    lost.delivery.lost();
+    const retried = await server.client.reserve({ owner: "retrying", requestId: "r-lost", need: { items: startNeed("w", 1, 1) } });
+    expect(retried.reservation?.id).toBe(admitted.id);
+    const delivered = reserveWatched(server, { owner: "delivered", memoryGb: 1 });
+    await delivered.answer;
+    delivered.delivery.delivered();
+    delivered.delivery.lost();
+    expect(owners(server).sort()).toEqual(["big", "delivered", "retrying"]);
+    await server.client.release({ reservationId: big.id });
   });
 });
 

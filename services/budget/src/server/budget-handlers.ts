@@ -12,7 +12,7 @@ import type { Clock } from "@berth/shared/clock";
 import { systemClock } from "@berth/shared/clock";
 import { BerthError, invalidArgument, isBerthError } from "@berth/shared/errors";
 import { createIdentityCache } from "@berth/shared/server/identity-cache";
-import { abortable, abortError } from "@berth/shared/server/index";
+import { abortable, abortError, handOverGrant } from "@berth/shared/server/index";
 import type { Budget, Committed, FleetPublisher, MachineSample, Policy, Reservation, ReservationInfo, RunningEntry } from "../index.js";
 import { admitStream } from "./admit-stream.js";
 import {
@@ -152,6 +152,10 @@ export function createBudgetHandlers(options: BudgetHandlerOptions): ServiceImpl
         if (context.signal.aborted) throw abortError(context.signal);
         throw refusalError(error, { reasons: reasonContext });
       }
+      // A reservation its caller never learns of would hold its share of the budget to its ttl:
+      // released at once when the caller has gone by the time what has arrived is read, or when
+      // the answer is not delivered — unless the call has a request id, whose retry must find it.
+      await handOverGrant(context, clock, requestId === undefined ? () => budget.release(reservation.id) : undefined);
       return { reservation: reservationToProto(reservation, reservation.runningIds), waited: durationOf(reservation.waitedMs) };
     },
 

@@ -153,6 +153,35 @@ describe("one lock across instances", () => {
     await granted.release();
   });
 
+  it("frees the lock at once, never granting it, when its caller goes away during the round trip that took it", async () => {
+    const [a, b] = instances(2);
+    const held = await a!.locks.acquire(request("holder"));
+    const leaving = new AbortController();
+    // The caller leaves while the transaction that takes the lock for it is answered.
+    const client = new Proxy(b!.client, {
+      get(target, name, receiver) {
+        if (name !== "txn") return Reflect.get(target, name, receiver);
+        return async (...args: Parameters<EtcdClient["txn"]>) => {
+          const result = await target.txn(...args);
+          if (args[0].compare.length > 0) leaving.abort();
+          return result;
+        };
+      },
+    });
+    const gone = queued(request("gone", { signal: leaving.signal }));
+    const taking = new EtcdLocks({ client, instance: "berth-1" }).acquire(gone.request);
+    await gone.waiting;
+    const next = queued(request("next"));
+    const nextGrant = a!.locks.acquire(next.request);
+    expect(await next.waiting).toBe(2);
+    await held.release();
+    expect(await rejection(taking)).toMatchObject({ code: "cancelled" });
+    const granted = await nextGrant;
+    expect(granted.owner).toBe("next");
+    expect((await a!.locks.inspect(FILE)).holder).toMatchObject({ owner: "next", token: granted.token });
+    await granted.release();
+  });
+
   it("refuses a request beyond the queue's cap, TOO_MANY_WAITERS, leaving no key, whichever instance queued the others", async () => {
     const [a, b] = instances(2);
     const held = await a!.locks.acquire(request("holder"));

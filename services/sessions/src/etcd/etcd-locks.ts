@@ -181,6 +181,8 @@ export class EtcdLocks {
         // Our own key is gone: the lease expired or was revoked while we waited.
         if (!queue.kvs.some((kv) => kv.key === key)) throw new EtcdLeaseLostError(lease.id, "the waiter's key was deleted while it waited");
       }
+      // Its caller gone during the round trip that took the lock: freed at once (the revoke below), never granted.
+      if (request.signal?.aborted) throw cancelled(request.file);
       const fence: EtcdFence = { file: request.file, key, token };
       this.rememberFence(fence);
       // A fence cached elsewhere is still refused by the append's compare; here it is not even offered.

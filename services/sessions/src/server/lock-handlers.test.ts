@@ -3,13 +3,39 @@ import { tmpdir } from "node:os";
 import * as path from "node:path";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { durationFromMs, durationMs, timestampMs, type Duration } from "@bufbuild/protobuf/wkt";
-import { Code, ConnectError, createClient, createRouterTransport, type Client, type Interceptor } from "@connectrpc/connect";
+import { create } from "@bufbuild/protobuf";
+import {
+  Code,
+  ConnectError,
+  createClient,
+  createContextValues,
+  createHandlerContext,
+  createRouterTransport,
+  type Client,
+  type Interceptor,
+} from "@connectrpc/connect";
 import { BadRequestSchema, ErrorInfoSchema, RetryInfoSchema } from "@berth/api/google/rpc/error_details_pb";
-import { HolderKind, LockHeldSchema, LockService as LockServiceDesc, type HoldResponse } from "@berth/api/berth/locks/v1/lock_service_pb";
+import {
+  AcquireRequestSchema,
+  HolderKind,
+  LockHeldSchema,
+  LockService as LockServiceDesc,
+  type AcquireResponse,
+  type HoldResponse,
+} from "@berth/api/berth/locks/v1/lock_service_pb";
 import { ManualClock } from "@berth/shared/clock";
 import { BerthError } from "@berth/shared/errors";
 import { silentLogger } from "@berth/shared/logger";
-import { createErrorInterceptor, createObserverInterceptor, implement, ServerMetrics, startServer, type RunningServer } from "@berth/shared/server/index";
+import {
+  AnswerDelivery,
+  answerDeliveryKey,
+  createErrorInterceptor,
+  createObserverInterceptor,
+  implement,
+  ServerMetrics,
+  startServer,
+  type RunningServer,
+} from "@berth/shared/server/index";
 import { WIRE_PROTOCOLS, connectOver } from "@berth/shared/testing/wire-protocols";
 import { createSourceLocks, DEFAULT_LOCK_LIMITS, LOCK_RETRY_AFTER_MS, lockFilePath, type LockLimits, type SourceLocks } from "../locks/index.js";
 import { durationInput, createFenceCheck, createLockHandlers, MAX_KEEPALIVE_TOKENS } from "./lock-handlers.js";
@@ -360,6 +386,61 @@ describe("Acquire's request_id", () => {
     expect(error.rawMessage).toMatch(/^request_id: must match \[A-Za-z0-9._-\]\{1,128\}/);
     expect(error.findDetails(BadRequestSchema)[0]?.fieldViolations.map((v) => v.field)).toEqual(["request_id"]);
     expect(locks.stats()).toEqual({ held: 0, waiting: 0, blockedByLockFiles: 0 });
+  });
+});
+
+describe("a grant whose answer is not delivered", () => {
+  /** Acquire called as the server calls it, its answer's delivery in the test's hands. */
+  async function acquireWatched(request: { owner: string; requestId?: string; maxWait?: Duration }) {
+    const delivery = new AnswerDelivery();
+    const context = createHandlerContext({
+      service: LockServiceDesc,
+      method: LockServiceDesc.method.acquire,
+      protocolName: "connect",
+      requestMethod: "POST",
+      url: "http://127.0.0.1/berth.locks.v1.LockService/Acquire",
+      contextValues: createContextValues().set(answerDeliveryKey, delivery),
+    });
+    const handlers = createLockHandlers({ locks, clock, heartbeatMs: HEARTBEAT_MS });
+    const answer = handlers.acquire(create(AcquireRequestSchema, { file: FILE, ...request }), context) as Promise<AcquireResponse>;
+    return { delivery, answer };
+  }
+
+  it("is released at once, and the next waiter granted with the next fencing token, when the call has no request_id", async () => {
+    const holder = (await client.acquire({ file: FILE, owner: "holder" })).lease!;
+    const waiting = await acquireWatched({ owner: "gone", maxWait: ms(60_000) });
+    await vi.waitFor(() => expect(locks.inspect(FILE).waiters).toHaveLength(1));
+    const next = client.acquire({ file: FILE, owner: "next", maxWait: ms(60_000) });
+    await vi.waitFor(() => expect(locks.inspect(FILE).waiters).toHaveLength(2));
+    await client.release({ leaseToken: holder.leaseToken });
+    const granted = (await waiting.answer).lease!;
+    expect(locks.inspect(FILE).holder).toMatchObject({ owner: "gone", fencingToken: Number(granted.fencingToken) });
+    // Its connection closed before the answer was out.
+    waiting.delivery.lost();
+    const lease = (await next).lease!;
+    expect(lease.owner).toBe("next");
+    expect(lease.fencingToken).toBe(granted.fencingToken + 1n);
+    expect((await client.keepAlive({ leaseTokens: [granted.leaseToken] })).renewals[0]?.alive).toBe(false);
+  });
+
+  it("is kept (to its ttl, unless renewed) for the retry of a call with a request_id, which finds it", async () => {
+    const holder = (await client.acquire({ file: FILE, owner: "holder" })).lease!;
+    const waiting = await acquireWatched({ owner: "alice", requestId: "r-lost", maxWait: ms(60_000) });
+    await vi.waitFor(() => expect(locks.inspect(FILE).waiters).toHaveLength(1));
+    await client.release({ leaseToken: holder.leaseToken });
+    const granted = (await waiting.answer).lease!;
+    waiting.delivery.lost();
+    const retried = (await client.acquire({ file: FILE, owner: "alice", requestId: "r-lost", maxWait: ms(0) })).lease!;
+    expect(retried.leaseToken).toBe(granted.leaseToken);
+    expect(locks.inspect(FILE).holder).toMatchObject({ owner: "alice", fencingToken: Number(granted.fencingToken) });
+  });
+
+  it("is kept when its answer was delivered, whatever the connection does afterwards", async () => {
+    const watched = await acquireWatched({ owner: "alice" });
+    const lease = (await watched.answer).lease!;
+    watched.delivery.delivered();
+    watched.delivery.lost();
+    expect(locks.inspect(FILE).holder).toMatchObject({ owner: "alice", fencingToken: Number(lease.fencingToken) });
   });
 });
 

@@ -32,7 +32,7 @@ import {
 import type { Clock } from "@berth/shared/clock";
 import { systemClock } from "@berth/shared/clock";
 import { BerthError, invalidArgument, isBerthError } from "@berth/shared/errors";
-import { abortable, abortError, berthErrorToConnect, callTimeLeftMs, streamHolds } from "@berth/shared/server/index";
+import { abortable, abortError, berthErrorToConnect, callTimeLeftMs, handOverGrant, streamHolds } from "@berth/shared/server/index";
 import {
   checkFencingToken,
   LOCK_RETRY_AFTER_MS,
@@ -87,13 +87,12 @@ export function createLockHandlers(options: LockHandlerOptions): ServiceImpl<typ
         .catch((error: unknown) => {
           throw lockError(error, context);
         });
-      // Granted in the same turn the caller went away: nobody would ever renew or release it —
-      // unless it has a request id, whose retry is answered this very lease (and may be another
-      // call, answered the same lease, that is still there).
-      if (context.signal.aborted) {
-        if (request.requestId === "") await locks.release(lease.leaseToken);
-        throw abortError(context.signal);
-      }
+      // A lease its caller never learns of would hold the lock to its ttl: released at once when the
+      // caller has gone by the time what has arrived is read, or when the answer is not delivered —
+      // unless the call has a request id, whose retry is answered this very lease (and may be
+      // another call, answered the same lease, that is still there).
+      const undo = request.requestId === "" ? () => locks.release(lease.leaseToken) : undefined;
+      await handOverGrant(context, clock, undo);
       return create(AcquireResponseSchema, { lease: leaseMessage(lease) });
     },
 

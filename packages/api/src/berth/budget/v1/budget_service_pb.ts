@@ -1658,7 +1658,11 @@ export const BudgetService: GenService<{
    * their process, lease or StopRunning). A message out of turn (anything
    * but `start` first, a second `start`, `build_done` or `started` before
    * `admitted`) is INVALID_ARGUMENT and ends the stream, releasing what it
-   * held.
+   * held. No admission to a caller that left: the queue admits its head only
+   * once the service has read what has arrived on its connections, so a
+   * waiter whose stream has ended (cancelled, reset, its connection closed)
+   * is dropped first, after a pause of the service too (SIGSTOP, a suspended
+   * machine); a reservation admitted as its stream ended is released at once.
    * Errors: INVALID_ARGUMENT INVALID_FIELD, OUT_OF_TURN; FAILED_PRECONDITION
    * IMPOSSIBLE; RESOURCE_EXHAUSTED QUEUE_FULL, WAIT_EXHAUSTED;
    * RESOURCE_EXHAUSTED DISK_FULL, TOO_MANY_OPEN_FILES; UNAVAILABLE
@@ -1679,6 +1683,20 @@ export const BudgetService: GenService<{
    * call ending while queued drops the request. A repeat with the same
    * `request_id` while its reservation lives (or while the first call still
    * waits) answers the same reservation instead of queueing again.
+   *
+   * No admission to a caller that left, as for Admit: a waiter whose client
+   * has left by the time its turn comes (cancelled, its deadline passed, its
+   * connection closed or reset, over every protocol; over HTTP/1.1 a client
+   * that closes its side of the connection while its call waits has left
+   * too) is dropped first, after a pause of the service too. A reservation
+   * admitted to a call that has ended by the time it is answered, or whose
+   * answer is not delivered (the write failed, the stream was reset, the
+   * connection closed before the whole answer was out), is released at once
+   * and its share goes to the next waiter. Except with a `request_id`: that
+   * reservation is kept (it ends when its lease runs out unless renewed) for
+   * the retry, which is answered it. An answer written out whole before the
+   * service read that its client had left counts as delivered: its
+   * reservation ends with its lease.
    * Errors: INVALID_ARGUMENT INVALID_FIELD; FAILED_PRECONDITION IMPOSSIBLE;
    * RESOURCE_EXHAUSTED QUEUE_FULL, WAIT_EXHAUSTED; and any call's (the second
    * table).

@@ -985,6 +985,25 @@ export const LockService: GenService<{
    * anyone else. A repeat with the same `request_id` while its grant lives
    * (or while the first call still waits) answers the same lease instead of
    * queueing behind it (see AcquireRequest.request_id).
+   *
+   * No grant to a caller that left. The service hands the lock to a waiter
+   * only once it has read what has arrived on its connections, so a waiter
+   * whose client has left by then is dropped first, whatever freed the lock
+   * (a Release, a lease running out, the end of a Hold) and after a pause of
+   * the service too (SIGSTOP, a suspended machine: every connection that
+   * closed meanwhile is seen before the lock is handed on). A client has left
+   * when it cancels the call, its deadline passes, or its connection is
+   * closed or reset, over every protocol; over HTTP/1.1 a client that closes
+   * its side of the connection (half-close) while its call waits has left
+   * too (Connect and gRPC-Web clients never do). Then the answer: a lease
+   * granted to a call that has ended by the time it is answered, or whose
+   * answer is not delivered (the write failed, the stream was reset, the
+   * connection closed before the whole answer was out), is released at once
+   * and the lock goes to the next waiter. Except with a `request_id`: that lease is kept (it ends at
+   * its ttl unless renewed) for the retry, which is answered it. An answer
+   * written out whole before the service read that its client had left
+   * counts as delivered: its lease ends at its ttl. Hold needs none of this:
+   * its lock is freed the moment its stream ends.
    * Errors: INVALID_ARGUMENT INVALID_FIELD; RESOURCE_EXHAUSTED WAIT_EXHAUSTED,
    * TOO_MANY_WAITERS; RESOURCE_EXHAUSTED DISK_FULL, TOO_MANY_OPEN_FILES;
    * UNAVAILABLE STATE_READ_ONLY, STORAGE_UNAVAILABLE; ABORTED ETCD_LEASE_LOST,
@@ -1043,7 +1062,8 @@ export const LockService: GenService<{
   /**
    * Takes the lock and holds it while the stream is open: the lock is freed
    * the instant the stream ends, whatever ended it (client exit, kill,
-   * connection cut). Sends `waiting` while queued, `acquired` once granted,
+   * connection cut, over every protocol); a waiter whose stream ends is
+   * dropped, never granted (see Acquire: no grant to a caller that left). Sends `waiting` while queued, `acquired` once granted,
    * then `heartbeat`s. A wait that runs out ends the stream with
    * RESOURCE_EXHAUSTED WAIT_EXHAUSTED (details: LockHeld). Releasing the
    * hold's lease through Release (with its lease token, which only this
