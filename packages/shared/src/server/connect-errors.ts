@@ -12,6 +12,8 @@ import { BadRequestSchema, ErrorInfoSchema, RetryInfoSchema } from "@berth/api/g
 import { isBerthError, type BerthCode, type BerthError } from "../errors.js";
 import { asInvalidArgumentIfDecodeError } from "./decode-errors.js";
 import type { Logger } from "../logger.js";
+import { relieveDescriptorShortage } from "../descriptors.js";
+import { descriptorRefusal, TOO_MANY_OPEN_FILES } from "../state-errors.js";
 
 /**
  * Response metadata (a gRPC trailer, or a Connect header) carrying a BerthError's details as JSON,
@@ -200,7 +202,10 @@ function boundedConnectError(error: ConnectError): ConnectError {
  * sent: it may hold paths or data).
  */
 export function toConnectError(error: unknown, logger?: Logger, method?: string): ConnectError {
-  return withErrorInfo(toConnectErrorAsThrown(error, logger, method), errorDomainOf(method));
+  const mapped = withErrorInfo(toConnectErrorAsThrown(error, logger, method), errorDomainOf(method));
+  // Whatever ran out of descriptors, the idle ones are closed now, so that the retry finds one.
+  if (mapped.findDetails(ErrorInfoSchema)[0]?.reason === TOO_MANY_OPEN_FILES) relieveDescriptorShortage();
+  return mapped;
 }
 
 function toConnectErrorAsThrown(error: unknown, logger?: Logger, method?: string): ConnectError {
@@ -212,6 +217,13 @@ function toConnectErrorAsThrown(error: unknown, logger?: Logger, method?: string
   }
   if (error instanceof Error && error.name === "TimeoutError") {
     return new ConnectError("the call's deadline ran out", Code.DeadlineExceeded, undefined, undefined, error);
+  }
+  // No descriptor left is the machine's condition, not a bug, wherever the open was: the same
+  // retryable refusal as a journal or lock file that could not be opened (its message names no path).
+  const descriptors = descriptorRefusal(error, "the call could not be served");
+  if (descriptors !== undefined) {
+    logger?.warn({ err: error, method }, "no descriptor left to serve a call");
+    return berthErrorToConnect(descriptors, errorDomainOf(method));
   }
   logger?.error({ err: error, method }, "handler failed unexpectedly");
   return new ConnectError(INTERNAL_ERROR_MESSAGE, Code.Internal, undefined, undefined, error);

@@ -18,7 +18,8 @@ import { Health, HealthCheckResponse_ServingStatus as Status } from "@berth/api/
 import { BerthError } from "../errors.js";
 import { ERROR_DETAILS_HEADER, INTERNAL_ERROR_MESSAGE } from "./connect-errors.js";
 import { installSignalHandlers } from "./signal-handlers.js";
-import { ErrorInfoSchema } from "@berth/api/google/rpc/error_details_pb";
+import { ErrorInfoSchema, RetryInfoSchema } from "@berth/api/google/rpc/error_details_pb";
+import { onDescriptorShortage } from "../descriptors.js";
 import { streamHolds } from "./open-streams.js";
 import { implement, startServer, type RunningServer, type StartServerOptions } from "./start-server.js";
 
@@ -56,6 +57,7 @@ const testImplementation = {
   fail(request: Struct): Struct {
     const kind = toJson(StructSchema, request) as JsonObject;
     if (kind["kind"] === "berth") throw new BerthError("failed_precondition", "expected seq 3 but the journal is at 5", { current_seq: 5, session: "é" });
+    if (kind["kind"] === "emfile") throw Object.assign(new Error("EMFILE: too many open files, open '/secret/path'"), { code: "EMFILE" });
     throw new Error("disk on fire at /secret/path");
   },
   async *stall(request: Struct): AsyncGenerator<Struct> {
@@ -324,6 +326,25 @@ describe("errors", () => {
     }
   });
 
+  it("answers a raw EMFILE, wherever it was met, RESOURCE_EXHAUSTED TOO_MANY_OPEN_FILES with a RetryInfo (no path), and closes idle descriptors", async () => {
+    const server = await start();
+    let relieved = 0;
+    const unregister = onDescriptorShortage(() => ++relieved);
+    try {
+      for (const transport of [createGrpcTransport({ baseUrl: server.url }), createConnectTransport({ baseUrl: server.url, httpVersion: "1.1" })]) {
+        const client = createClient(TestService, transport) as unknown as TestClient;
+        const error = ConnectError.from(await client.fail(ask("emfile")).catch((e: unknown) => e));
+        expect(error.code).toBe(Code.ResourceExhausted);
+        expect(error.findDetails(ErrorInfoSchema)[0]?.reason).toBe("TOO_MANY_OPEN_FILES");
+        expect(error.findDetails(RetryInfoSchema)[0]?.retryDelay?.seconds).toBe(1n);
+        expect(error.rawMessage).not.toContain("/secret");
+      }
+      expect(relieved).toBe(2);
+    } finally {
+      unregister();
+    }
+  });
+
   it("hides an unexpected error behind INTERNAL and logs it", async () => {
     const lines: Array<Record<string, unknown>> = [];
     const logger = pino({ level: "info" }, { write: (line: string) => void lines.push(JSON.parse(line) as Record<string, unknown>) });
@@ -353,6 +374,30 @@ describe("limits and robustness", () => {
     expect(server.metrics.requestCount("/grpc.health.v1.Health/Check", "resource_exhausted")).toBe(2);
     // Small messages still pass.
     expect((await grpcClient(server).check({ service: "" })).status).toBe(Status.SERVING);
+  });
+
+  it("answers health on a spare connection (over the share of connections) and refuses every other call TOO_MANY_OPEN_FILES", async () => {
+    const server = await start({ maxConnections: 1, spareConnections: 2 });
+    // The one connection of the share, held.
+    const held = net.connect({ host: "127.0.0.1", port: port(server) });
+    held.on("error", () => {});
+    await new Promise((resolve) => held.once("connect", resolve));
+    try {
+      expect(await grpcJsCheck(`127.0.0.1:${port(server)}`)).toBe("SERVING");
+      expect(JSON.parse(await curl(["-X", "POST", "-H", "content-type: application/json", "-d", "{}", `${server.url}/grpc.health.v1.Health/Check`]))).toEqual({
+        status: "SERVING",
+      });
+      type TestClient = { echo(request: object): Promise<Struct> };
+      for (const transport of [createGrpcTransport({ baseUrl: server.url }), createConnectTransport({ baseUrl: server.url, httpVersion: "1.1" })]) {
+        const client = createClient(TestService, transport) as unknown as TestClient;
+        const error = ConnectError.from(await client.echo({}).catch((e: unknown) => e));
+        expect(error.code).toBe(Code.ResourceExhausted);
+        expect(error.findDetails(ErrorInfoSchema)[0]?.reason).toBe("TOO_MANY_OPEN_FILES");
+        expect(error.findDetails(RetryInfoSchema)).toHaveLength(1);
+      }
+    } finally {
+      held.destroy();
+    }
   });
 
   it("keeps serving after garbage bytes, a bad HTTP/2 connection and a truncated gRPC frame", async () => {

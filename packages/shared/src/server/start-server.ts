@@ -25,6 +25,7 @@ import { callStateKey, createObserverInterceptor, recordRefusedCall, type CallSt
 import { METRICS_CONTENT_TYPE, ServerMetrics } from "./metrics.js";
 import { createReflectionV1alphaService, createReflectionV1Service, ReflectionIndex } from "./reflection.js";
 import { createStreamShutdownInterceptor, shuttingDownError } from "./streams.js";
+import { createSpareConnectionInterceptor, spareConnectionKey } from "./spare-connections.js";
 
 /** 4 MiB, gRPC's customary default. */
 export const DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024;
@@ -102,6 +103,9 @@ export interface StartServerOptions {
   readonly onShutdown?: readonly ShutdownHook[];
   /** Extra interceptors, run inside the server's own (after auth, error mapping and logging). */
   readonly interceptors?: readonly Interceptor[];
+  /** Client connections kept open, and spare ones answered and closed over those (see listener.ts); default their shares of the descriptor limit. */
+  readonly maxConnections?: number;
+  readonly spareConnections?: number;
 }
 
 /** A started server. */
@@ -160,11 +164,13 @@ export async function startServer(options: StartServerOptions): Promise<RunningS
 
   const servedServices: DescService[] = [];
   const observer: ObserverOptions = { logger, metrics };
-  const interceptors: Interceptor[] = [createObserverInterceptor(observer), createErrorInterceptor(logger)];
+  const interceptors: Interceptor[] = [createObserverInterceptor(observer), createErrorInterceptor(logger), createSpareConnectionInterceptor()];
   if (options.token !== undefined) interceptors.push(createAuthInterceptor(options.token));
   interceptors.push(createStreamShutdownInterceptor(force.signal), ...(options.interceptors ?? []));
 
   const states = new WeakMap<object, CallState>();
+  /** The requests of spare connections (see spare-connections.ts). */
+  const spareCalls = new WeakSet<object>();
   const adapter = connectNodeAdapter({
     routes(router) {
       for (const { service, implementation } of registrations) router.service(service, implementation);
@@ -192,7 +198,7 @@ export async function startServer(options: StartServerOptions): Promise<RunningS
     // A misspelled JSON field ("expectedSequence", "fense") would otherwise be dropped without a
     // word, silently turning off the check it asked for: refuse it, naming the key.
     jsonOptions: { ignoreUnknownFields: false },
-    contextValues: (req) => createContextValues().set(callStateKey, states.get(req)),
+    contextValues: (req) => createContextValues().set(callStateKey, states.get(req)).set(spareConnectionKey, spareCalls.has(req)),
     fallback(req, res) {
       const state = states.get(req);
       if (state !== undefined) state.observed = true; // not an RPC: nothing to log per call
@@ -228,11 +234,17 @@ export async function startServer(options: StartServerOptions): Promise<RunningS
 
   const listener = await listen({
     handler,
+    spareHandler: (req, res) => {
+      spareCalls.add(req);
+      handler(req, res);
+    },
     host: options.host,
     port: options.port,
     socket: options.socket,
     keepalive: options.keepalive,
     logger,
+    ...(options.maxConnections !== undefined ? { maxConnections: options.maxConnections } : {}),
+    ...(options.spareConnections !== undefined ? { spareConnections: options.spareConnections } : {}),
   });
 
   const servedNames = servedServices.map((s) => s.typeName);
