@@ -2,7 +2,7 @@ import * as fs from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
 import { describe, expect, it } from "vitest";
-import { descriptorLimit, descriptorShares, isDescriptorExhaustion, onDescriptorShortage, relieveDescriptorShortage } from "./descriptors.js";
+import { descriptorLimit, descriptorShares, isDescriptorExhaustion, onDescriptorShortage, relieveDescriptorShortage, retryAfterRelief } from "./descriptors.js";
 
 describe("the descriptor limit", () => {
   it("is the soft RLIMIT_NOFILE of /proc/self/limits", () => {
@@ -65,5 +65,31 @@ describe("a shortage", () => {
     other();
     expect(relieveDescriptorShortage()).toBe(0);
     expect(asked).toBe(1);
+  });
+
+  it("is met by a retry once the idle descriptors are closed; another error is not retried", () => {
+    let free = 0;
+    const unregister = onDescriptorShortage(() => {
+      free = 1;
+      return 1;
+    });
+    try {
+      const open = () => {
+        if (free === 0) throw Object.assign(new Error("EMFILE: too many open files"), { code: "EMFILE" });
+        return "opened";
+      };
+      expect(retryAfterRelief(open)).toBe("opened");
+      free = 0;
+      let calls = 0;
+      const broken = () => {
+        calls++;
+        throw Object.assign(new Error("ENOSPC"), { code: "ENOSPC" });
+      };
+      expect(() => retryAfterRelief(broken)).toThrow("ENOSPC");
+      expect(calls).toBe(1);
+      expect(free).toBe(0);
+    } finally {
+      unregister();
+    }
   });
 });

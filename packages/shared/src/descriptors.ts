@@ -105,3 +105,18 @@ export function relieveDescriptorShortage(): number {
   for (const relief of [...reliefs]) closed += relief();
   return closed;
 }
+
+/**
+ * Runs `open` (work that opens descriptors); when it fails for want of one, relieves the shortage
+ * and runs it once more, so that the idle descriptors closed serve this call, not only the next.
+ * `open` must be safe to run again after failing so (it changed nothing before its open failed).
+ */
+export function retryAfterRelief<T>(open: () => T): T {
+  try {
+    return open();
+  } catch (error) {
+    if (!isDescriptorExhaustion(error)) throw error;
+    relieveDescriptorShortage();
+    return open();
+  }
+}

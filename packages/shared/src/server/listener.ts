@@ -149,8 +149,10 @@ export async function listen(options: ListenOptions): Promise<Listener> {
       (req, res) => {
         active++;
         res.once("close", requestEnded);
-        // GOAWAY: the streams already open are answered, then the connection closes.
-        if (afterEachAnswer) res.once("close", () => req.stream.session?.close());
+        // GOAWAY before the answer, so that the client reads it first and sends its next call on a
+        // new connection (one sent on this connection after it would be refused, REFUSED_STREAM):
+        // the streams already open are answered, then the connection closes.
+        if (afterEachAnswer) req.stream.session?.close();
         handler(req, res);
       },
     );
