@@ -2,7 +2,15 @@ import * as fs from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
 import { describe, expect, it } from "vitest";
-import { descriptorLimit, descriptorShares, isDescriptorExhaustion, onDescriptorShortage, relieveDescriptorShortage, retryAfterRelief } from "./descriptors.js";
+import {
+  descriptorLimit,
+  descriptorShares,
+  descriptorShortageIn,
+  isDescriptorExhaustion,
+  onDescriptorShortage,
+  relieveDescriptorShortage,
+  retryAfterRelief,
+} from "./descriptors.js";
 
 describe("the descriptor limit", () => {
   it("is the soft RLIMIT_NOFILE of /proc/self/limits", () => {
@@ -50,6 +58,14 @@ describe("a shortage", () => {
     expect(isDescriptorExhaustion(error("ENFILE"))).toBe(true);
     expect(isDescriptorExhaustion(error("ENOSPC"))).toBe(false);
     expect(isDescriptorExhaustion(new Error("EMFILE"))).toBe(false);
+  });
+
+  it("is found as the cause of another error (a client library's wrapping)", () => {
+    const emfile = Object.assign(new Error("connect EMFILE"), { code: "EMFILE" });
+    expect(descriptorShortageIn(emfile)).toBe(emfile);
+    expect(descriptorShortageIn(new Error("wrapped", { cause: new Error("again", { cause: emfile }) }))).toBe(emfile);
+    expect(descriptorShortageIn(new Error("wrapped", { cause: Object.assign(new Error("reset"), { code: "ECONNRESET" }) }))).toBeUndefined();
+    expect(descriptorShortageIn("EMFILE")).toBeUndefined();
   });
 
   it("asks every registered holder to close its idle descriptors, until it unregisters", () => {

@@ -21,6 +21,19 @@ export function isDescriptorExhaustion(error: unknown): boolean {
 }
 
 /**
+ * The EMFILE or ENFILE `error` is, or was caused by (a client library wraps the socket's error:
+ * connect-node calls a connection refused a descriptor INTERNAL); undefined for any other error.
+ */
+export function descriptorShortageIn(error: unknown): unknown {
+  let cause: unknown = error;
+  for (let depth = 0; cause instanceof Error && depth < 5; depth++) {
+    if (isDescriptorExhaustion(cause)) return cause;
+    cause = cause.cause;
+  }
+  return undefined;
+}
+
+/**
  * The process's limit on open descriptors: the soft RLIMIT_NOFILE (which Node raises to the hard
  * one at start), read from /proc since Node has no call for it; undefined where it cannot be read
  * or is unlimited.

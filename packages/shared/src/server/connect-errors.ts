@@ -12,7 +12,7 @@ import { BadRequestSchema, ErrorInfoSchema, RetryInfoSchema } from "@berth/api/g
 import { isBerthError, type BerthCode, type BerthError } from "../errors.js";
 import { asInvalidArgumentIfDecodeError } from "./decode-errors.js";
 import type { Logger } from "../logger.js";
-import { relieveDescriptorShortage } from "../descriptors.js";
+import { descriptorShortageIn, relieveDescriptorShortage } from "../descriptors.js";
 import { descriptorRefusal, TOO_MANY_OPEN_FILES } from "../state-errors.js";
 
 /**
@@ -209,6 +209,15 @@ export function toConnectError(error: unknown, logger?: Logger, method?: string)
 }
 
 function toConnectErrorAsThrown(error: unknown, logger?: Logger, method?: string): ConnectError {
+  // No descriptor left is the machine's condition, not a bug, wherever the open was (a file, or a
+  // client library's connection, which connect-node calls INTERNAL): the same retryable refusal as
+  // a journal or lock file that could not be opened (its message names no path).
+  const shortage = error instanceof ConnectError && error.code !== Code.Internal ? undefined : descriptorShortageIn(error);
+  const descriptors = descriptorRefusal(shortage, "the call could not be served");
+  if (descriptors !== undefined) {
+    logger?.warn({ err: error, method }, "no descriptor left to serve a call");
+    return berthErrorToConnect(descriptors, errorDomainOf(method));
+  }
   if (error instanceof ConnectError) return boundedConnectError(asInvalidArgumentIfDecodeError(error));
   if (isBerthError(error)) return berthErrorToConnect(error, errorDomainOf(method));
   if (isPeerGone(error)) return new ConnectError("the client went away", Code.Canceled, undefined, undefined, error);
@@ -217,13 +226,6 @@ function toConnectErrorAsThrown(error: unknown, logger?: Logger, method?: string
   }
   if (error instanceof Error && error.name === "TimeoutError") {
     return new ConnectError("the call's deadline ran out", Code.DeadlineExceeded, undefined, undefined, error);
-  }
-  // No descriptor left is the machine's condition, not a bug, wherever the open was: the same
-  // retryable refusal as a journal or lock file that could not be opened (its message names no path).
-  const descriptors = descriptorRefusal(error, "the call could not be served");
-  if (descriptors !== undefined) {
-    logger?.warn({ err: error, method }, "no descriptor left to serve a call");
-    return berthErrorToConnect(descriptors, errorDomainOf(method));
   }
   logger?.error({ err: error, method }, "handler failed unexpectedly");
   return new ConnectError(INTERNAL_ERROR_MESSAGE, Code.Internal, undefined, undefined, error);

@@ -116,6 +116,8 @@ export interface RunningServer {
   readonly url: string;
   readonly health: HealthStatus;
   readonly metrics: ServerMetrics;
+  /** Client connections open now (spare ones included). */
+  readonly connections: number;
   /** Aborted when shutdown starts (see `ServerContext.shutdownSignal`). */
   readonly shutdownSignal: AbortSignal;
   /** Resolves once `close` has finished (every hook run). */
@@ -299,6 +301,9 @@ export async function startServer(options: StartServerOptions): Promise<RunningS
     url,
     health,
     metrics,
+    get connections() {
+      return listener.connections;
+    },
     shutdownSignal: shutdown.signal,
     closed,
     close,
