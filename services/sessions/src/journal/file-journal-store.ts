@@ -572,7 +572,7 @@ export class FileJournalStore implements JournalStore {
     for (const dir of [this.legacyDir, this.dir]) {
       if (dir === undefined) continue;
       try {
-        fsyncDirectory(dir);
+        retryAfterRelief(() => fsyncDirectory(dir));
       } catch (error) {
         if (errnoCode(error) !== "ENOENT") this.logger?.warn({ dir, err: error }, "could not sync the directory of a deleted session");
       }
