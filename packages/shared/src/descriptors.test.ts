@@ -35,6 +35,7 @@ describe("the shares of the limit", () => {
   it("gives connections three quarters, a few spare ones, and journals half of what the process does not need", () => {
     expect(descriptorShares(256)).toEqual({ limit: 256, connections: 192, spareConnections: 5, journals: 13 });
     expect(descriptorShares(1024)).toEqual({ limit: 1024, connections: 768, spareConnections: 20, journals: 102 });
+    expect(descriptorShares(4096)).toEqual({ limit: 4096, connections: 3072, spareConnections: 32, journals: 480 });
     expect(descriptorShares(65_536)).toEqual({ limit: 65_536, connections: 49_152, spareConnections: 32, journals: 8160 });
   });
 

@@ -928,7 +928,7 @@ export const HolderKindSchema: GenEnum<HolderKind> = /*@__PURE__*/
  * | RESOURCE_EXHAUSTED  | TOO_MANY_WAITERS| the file's queue is full; retry later (RetryInfo) |
  * | RESOURCE_EXHAUSTED  | MESSAGE_TOO_LARGE | the request exceeds the message size limit   |
  * | RESOURCE_EXHAUSTED  | DISK_FULL       | the state directory's file system is full (a lock file or the fencing state could not be written): free space, retry |
- * | RESOURCE_EXHAUSTED  | TOO_MANY_OPEN_FILES | the service has no file descriptor left for a lock file: retry (RetryInfo), or raise its `ulimit -n` |
+ * | RESOURCE_EXHAUSTED  | TOO_MANY_OPEN_FILES | the service has no file descriptor left for a lock file, even after closing its idle journals, or the call came on a connection over its share (see SessionService's Descriptors): retry (RetryInfo), or raise its `ulimit -n` |
  * | UNAVAILABLE         | STATE_READ_ONLY | the state directory (or the lock files' directory) is not writable: make it writable, retry (RetryInfo) |
  * | UNAVAILABLE         | STORAGE_UNAVAILABLE | the file system refused otherwise (a lock file, the fencing state, resolving the path; the message says which): retry (RetryInfo) |
  * | UNAVAILABLE         | SHUTTING_DOWN   | retry on the restarted service (RetryInfo)     |

@@ -1434,7 +1434,7 @@ export const EntryIntegritySchema: GenEnum<EntryIntegrity> = /*@__PURE__*/
  * | RESOURCE_EXHAUSTED  | MESSAGE_TOO_LARGE       | the request exceeds the message size limit   |
  * | RESOURCE_EXHAUSTED  | WATCHER_LAGGED          | resume the watch where WatcherLagged says    |
  * | RESOURCE_EXHAUSTED  | DISK_FULL               | free space in the state directory, retry     |
- * | RESOURCE_EXHAUSTED  | TOO_MANY_OPEN_FILES     | no file descriptor left: retry (RetryInfo), or raise the service's `ulimit -n` |
+ * | RESOURCE_EXHAUSTED  | TOO_MANY_OPEN_FILES     | no file descriptor left (any call: appends, reads, watches, locks, or a connection over the service's share): retry (RetryInfo), or raise the service's `ulimit -n` |
  * | UNAVAILABLE         | APPEND_OVERTAKEN        | retry the same call as is (RetryInfo)        |
  * | UNAVAILABLE         | STATE_READ_ONLY         | the state directory is not writable          |
  * | UNAVAILABLE         | SHUTTING_DOWN           | retry on the restarted service (RetryInfo)   |
@@ -1449,6 +1449,23 @@ export const EntryIntegritySchema: GenEnum<EntryIntegrity> = /*@__PURE__*/
  * been written, whole (never in part), or not at all. Read the session, or
  * retry with the same idempotency key, which answers the append if it was
  * kept.
+ *
+ * Descriptors. Every connection, journal and lock file takes one of the
+ * service's file descriptors (`ulimit -n`), and it shares them out at start
+ * (its log's `descriptors` and `session journals` lines give the figures):
+ * client connections get three quarters; journals kept open for appending
+ * half of what is left once the service's own are counted (13 at a limit of
+ * 256, 102 at 1,024, never more than `--session-cache`), the least recently
+ * used closed first while their sessions stay in memory; a read or a watch's
+ * backlog opens the journal only for a moment. A connection over the share
+ * is answered and closed: `grpc.health.v1.Health/Check` answers as usual,
+ * every other call is RESOURCE_EXHAUSTED TOO_MANY_OPEN_FILES. When a
+ * descriptor is refused anyway (EMFILE, ENFILE), whatever the call (an
+ * append, a read, a watch's backlog, a lock file, a snapshot file, a
+ * connection to etcd), the service closes every journal not being written to
+ * and tries once more; still refused, the call is RESOURCE_EXHAUSTED
+ * TOO_MANY_OPEN_FILES with a RetryInfo, never INTERNAL, and nothing of it is
+ * kept. A retry once the crowd has gone succeeds.
  *
  * @generated from service berth.sessions.v1.SessionService
  */
@@ -1476,7 +1493,7 @@ export const SessionService: GenService<{
    * state directory's file system is full), RESOURCE_EXHAUSTED
    * TOO_MANY_OPEN_FILES (no descriptor left to open the journal with),
    * UNAVAILABLE STATE_READ_ONLY (it is not writable), each naming the
-   * directory. Nothing of the append is kept on any error but one whose
+   * directory (TOO_MANY_OPEN_FILES: see Descriptors above). Nothing of the append is kept on any error but one whose
    * metadata says `outcome` = `unknown` (see above).
    *
    * @generated from rpc berth.sessions.v1.SessionService.AppendEvent
@@ -1562,6 +1579,9 @@ export const SessionService: GenService<{
    * the read ended (`end`). NOT_FOUND SESSION_NOT_FOUND for a session
    * without a journal; OUT_OF_RANGE SEQ_OUT_OF_RANGE for a `from_seq` beyond
    * `last_seq + 1` (`last_seq + 1` itself is an empty read that ends at once).
+   * RESOURCE_EXHAUSTED TOO_MANY_OPEN_FILES when no descriptor is left to read
+   * the journal with (see Descriptors above); NOT_FOUND SESSION_DELETED when
+   * the session is deleted while its journal is read.
    *
    * @generated from rpc berth.sessions.v1.SessionService.ReadJournal
    */
@@ -1585,7 +1605,10 @@ export const SessionService: GenService<{
    * another process changed in a way only a full replay follows (a damaged
    * line, a rewrite): resuming reads what changed from the journal. A deleted
    * session ends its watchers with NOT_FOUND SESSION_DELETED. The service
-   * ending (shutdown) ends the stream with UNAVAILABLE SHUTTING_DOWN.
+   * ending (shutdown) ends the stream with UNAVAILABLE SHUTTING_DOWN. A
+   * backlog that cannot be read for want of a descriptor ends the stream with
+   * RESOURCE_EXHAUSTED TOO_MANY_OPEN_FILES (see Descriptors above): watch
+   * again from the seq after the last entry received.
    *
    * @generated from rpc berth.sessions.v1.SessionService.WatchSession
    */
