@@ -52,6 +52,20 @@ describe("toBerthError", () => {
     expect(toBerthError(new ConnectError("deadline", Code.DeadlineExceeded), { ...call, write: false }).details).toMatchObject({ outcome: "not_applied" });
   });
 
+  it("makes a connection that could not be opened for want of a descriptor RESOURCE_EXHAUSTED TOO_MANY_OPEN_FILES, not applied (connect-node says INTERNAL)", () => {
+    for (const code of ["EMFILE", "ENFILE"]) {
+      const cause = Object.assign(new Error(`connect ${code} 127.0.0.1:2379 - Local (undefined:undefined)`), { code });
+      const error = toBerthError(new ConnectError(cause.message, Code.Internal, undefined, undefined, cause), call);
+      expect(error).toMatchObject({
+        code: "resource_exhausted",
+        reason: "TOO_MANY_OPEN_FILES",
+        options: { retryAfterMs: 1000 },
+        details: { endpoint: call.endpoint, outcome: "not_applied", errno: code },
+      });
+      expect(error.message).toMatch(/^etcd put at http:\/\/127.0.0.1:2379: no connection to etcd could be opened: the service has no file descriptor left/);
+    }
+  });
+
   it("makes a compacted revision its own error, and passes berth's errors through", () => {
     const compacted = toBerthError(new ConnectError("etcdserver: mvcc: required revision has been compacted", Code.OutOfRange), { ...call, revision: 5n });
     expect(compacted).toBeInstanceOf(EtcdCompactedError);

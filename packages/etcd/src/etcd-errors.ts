@@ -4,7 +4,9 @@
  * cases apart (request too large and too many txn ops are both INVALID_ARGUMENT).
  */
 import { Code, ConnectError } from "@connectrpc/connect";
+import { descriptorShortageIn } from "@berth/shared/descriptors";
 import { BerthError } from "@berth/shared/errors";
+import { descriptorRefusal } from "@berth/shared/state-errors";
 
 /** The reasons (`ErrorInfo.reason`) of the errors this package throws. */
 export const EtcdReason = {
@@ -94,6 +96,15 @@ export function toBerthError(error: unknown, call: EtcdCallContext): BerthError 
   const connect = ConnectError.from(error);
   const message = connect.rawMessage;
   const where = `etcd ${call.op} at ${call.endpoint}`;
+  // No descriptor left for a connection to etcd: the service's own limit, not etcd's; the request
+  // was never sent. connect-node reports it as INTERNAL.
+  const noDescriptor = descriptorShortageIn(connect);
+  if (noDescriptor !== undefined) {
+    return (
+      descriptorRefusal(noDescriptor, `${where}: no connection to etcd could be opened`, { endpoint: call.endpoint, outcome: "not_applied" }) ??
+      etcdError(where, connect)
+    );
+  }
   // The connection broke under the call (the member was killed, a proxy reset it): connect-node
   // reports these as ABORTED or INTERNAL, but the cluster may be fine; another member can answer.
   if (connectionLost(connect)) return unavailable(where, message, call, "unknown");

@@ -4,8 +4,10 @@
  */
 import { BerthError } from "./errors.js";
 
-/** How soon a write refused for want of descriptors may be tried again. */
+/** How soon a call refused for want of descriptors may be tried again. */
 export const TOO_MANY_OPEN_FILES_RETRY_MS = 1000;
+/** The reason of a refusal for want of a file descriptor. */
+export const TOO_MANY_OPEN_FILES = "TOO_MANY_OPEN_FILES";
 
 /** The errno code of an error, if it has one. */
 export function errnoCode(error: unknown): string | undefined {
@@ -50,13 +52,26 @@ export function stateWriteError(error: unknown, what: string, stateDir: string, 
       );
     case "EMFILE":
     case "ENFILE":
-      return new BerthError(
-        "resource_exhausted",
-        `${what}: the service has no file descriptor left (${code}: too many open files or connections); retry shortly, or raise its limit (ulimit -n)`,
-        facts,
-        { reason: "TOO_MANY_OPEN_FILES", retryAfterMs: TOO_MANY_OPEN_FILES_RETRY_MS },
-      );
+      return descriptorRefusal(error, what, { ...details, stateDir });
     default:
       return undefined;
   }
+}
+
+/**
+ * The refusal for `error` when it is an open (or accept) refused for want of a descriptor
+ * (EMFILE, ENFILE), thrown while `what` (e.g. "session s1: its journal could not be read"):
+ * RESOURCE_EXHAUSTED, reason TOO_MANY_OPEN_FILES, retry in a second. Undefined for any other error.
+ * A read, a watch or a lock file is refused so as a write is: the service closes its idle
+ * descriptors when it meets one (see descriptors.ts), so the retry finds one free.
+ */
+export function descriptorRefusal(error: unknown, what: string, details: Record<string, unknown> = {}): BerthError | undefined {
+  const code = errnoCode(error);
+  if (code !== "EMFILE" && code !== "ENFILE") return undefined;
+  return new BerthError(
+    "resource_exhausted",
+    `${what}: the service has no file descriptor left (${code}: too many open files or connections); retry shortly, or raise its limit (ulimit -n)`,
+    { ...details, errno: code },
+    { reason: TOO_MANY_OPEN_FILES, retryAfterMs: TOO_MANY_OPEN_FILES_RETRY_MS },
+  );
 }

@@ -16,6 +16,17 @@ import {
   samplerOptionsFromConfig,
 } from "./sampler.js";
 
+/** While `refuse`, every read of the sampler's fails for want of a descriptor. */
+const reads = vi.hoisted(() => ({ refuse: false }));
+vi.mock("node:fs/promises", async (real) => {
+  const actual = await real<typeof import("node:fs/promises")>();
+  const readFile = ((...args: Parameters<typeof actual.readFile>) =>
+    reads.refuse
+      ? Promise.reject(Object.assign(new Error("EMFILE: too many open files, open"), { code: "EMFILE" }))
+      : actual.readFile(...args)) as typeof actual.readFile;
+  return { ...actual, readFile, default: { ...actual, readFile } };
+});
+
 const G = 1024 ** 3;
 const K = 1024;
 const root = mkdtempSync(path.join(tmpdir(), "berth-sampler-"));
@@ -250,6 +261,32 @@ describe("createSampler", () => {
     expect(seen[1]! - seen[0]!).toBe(1000);
     sampler.close();
     expect(clock.pendingTimers()).toBe(0);
+  });
+});
+
+describe("a sampler with no descriptor left", () => {
+  it("keeps the last sample rather than publish one without figures (free memory unknown would pass every gate), and samples again once it has", async () => {
+    const clock = new ManualClock();
+    const errors: string[] = [];
+    const logger = { debug() {}, info() {}, warn() {}, error: (_fields: object, msg?: string) => void errors.push(msg ?? "") };
+    const sampler = createSampler({ ...fixture(host), cores, clock, intervalMs: 1000, logger });
+    const seen: MachineSample[] = [];
+    sampler.onSample((s) => seen.push(s));
+    const first = await sampler.start();
+    reads.refuse = true;
+    try {
+      await expect(readMachineSample(fixture(host))).rejects.toMatchObject({ code: "EMFILE" });
+      clock.advance(1000);
+      await vi.waitFor(() => expect(errors).toEqual(["budget: reading the machine failed; the last sample stays in use"]));
+      expect(sampler.latest()).toBe(first);
+      expect(seen).toEqual([first]);
+    } finally {
+      reads.refuse = false;
+    }
+    clock.advance(1000);
+    await vi.waitFor(() => expect(seen).toHaveLength(2));
+    expect(seen[1]?.availableBytes).toBe(10 * G);
+    sampler.close();
   });
 });
 

@@ -15,6 +15,7 @@ import * as path from "node:path";
 import { systemClock } from "@berth/shared/clock";
 import type { Clock, TimerHandle } from "@berth/shared/clock";
 import type { ConfigDefinition, ConfigValues } from "@berth/shared/config";
+import { isDescriptorExhaustion, relieveDescriptorShortage } from "@berth/shared/descriptors";
 import { defineConfig, oneOf, parseNonEmpty } from "@berth/shared/config";
 import { invalidArgument } from "@berth/shared/errors";
 import { formatDuration, parseDuration } from "@berth/shared/units";
@@ -118,10 +119,16 @@ export interface SamplerOptions extends ReadOptions {
   logger?: Logger | undefined;
 }
 
+/**
+ * The file's text, or undefined when it cannot be read (it does not exist here: no cgroup, no
+ * PSI). No descriptor left is not "no figure": the sample fails, and the last one stays in use,
+ * rather than one without free memory, which no gate would refuse.
+ */
 async function readText(file: string): Promise<string | undefined> {
   try {
     return await readFile(file, "utf8");
-  } catch {
+  } catch (error) {
+    if (isDescriptorExhaustion(error)) throw error;
     return undefined;
   }
 }
@@ -361,7 +368,11 @@ export function createSampler(options: SamplerOptions = {}): MachineSampler {
     timer = undefined;
     if (closed) return;
     sampleNow()
-      .catch((error: unknown) => options.logger?.error({ err: error }, "budget: reading the machine failed"))
+      .catch((error: unknown) => {
+        // The idle files of the process (the journals of a sessions service beside it) are closed for the next read.
+        if (isDescriptorExhaustion(error)) relieveDescriptorShortage();
+        options.logger?.error({ err: error }, "budget: reading the machine failed; the last sample stays in use");
+      })
       .finally(() => {
         // The next read is scheduled after this one ends, so a slow filesystem never stacks reads.
         if (!closed) timer = clock.setTimeout(loop, intervalMs);

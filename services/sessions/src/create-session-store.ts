@@ -25,6 +25,8 @@ export interface SessionStoreOptions {
   maxEventsPerAppend?: number;
   /** Open sessions kept in the LRU. */
   cacheSize?: number;
+  /** Journals of those kept open for appending (default: all of them); see file-journal-store.ts. */
+  maxOpenJournals?: number;
   snapshotEveryEntries?: number;
   snapshotIdleMs?: number;
   /** Default buffer bound of a watcher. */
@@ -47,6 +49,7 @@ export function createSessionStore(options: SessionStoreOptions): SessionStore {
     fsync: options.fsync,
     logger: options.logger,
     cacheSize: options.cacheSize,
+    maxOpenJournals: options.maxOpenJournals,
     snapshotEveryEntries: options.snapshotEveryEntries,
     snapshotIdleMs: options.snapshotIdleMs,
     io: options.io,

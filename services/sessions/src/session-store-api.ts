@@ -66,7 +66,7 @@ export interface SessionStoreApi {
    */
   watchAll(options?: WatchOptions): AsyncIterableIterator<SessionChange>;
   limits(): SessionStoreLimits;
-  /** Gauges: sessions kept in memory, open watchers. */
-  stats(): { openSessions: number; watchers: number };
+  /** Gauges: sessions kept in memory, journal files held open (none on a store that keeps no file), open watchers. */
+  stats(): { openSessions: number; openJournals?: number; watchers: number };
   close(): Promise<void>;
 }

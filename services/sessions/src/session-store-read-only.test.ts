@@ -111,11 +111,44 @@ describe("no descriptor left to open a journal", () => {
     // Every descriptor taken: the next open fails until one is closed.
     disk.descriptorsLeft = 0;
     expect((await store.append("s3", [{ type: "generate" }])).lastSeq).toBe(1);
-    expect(warnings).toEqual([
-      expect.stringMatching(/^no descriptor left to open a journal: closed the journals of idle sessions \{"closed":2,"errno":"EMFILE"\}/),
-    ]);
+    expect(warnings).toEqual(['no descriptor left somewhere in the service: closed the journals of idle sessions {"closed":2}']);
     disk.descriptorsLeft = Infinity;
     expect((await store.append("s1", [{ type: "agent_done" }])).lastSeq).toBe(2);
     await store.close();
   });
+
+  it("closes them for a read or a watch's backlog, and retries; with none to close, refuses RESOURCE_EXHAUSTED TOO_MANY_OPEN_FILES, never a raw EMFILE", async () => {
+    const store = createSessionStore({ dir: path.join(dir, "sessions"), clock: new ManualClock() });
+    await store.append("s1", [{ type: "generate" }]);
+    await store.append("s2", [{ type: "generate" }]);
+    disk.descriptorsLeft = 0;
+    const seqs: number[] = [];
+    for await (const entry of store.read("s1")!.entries) seqs.push(entry.entry.seq);
+    expect(seqs).toEqual([1]);
+    // Nothing idle is left to close now.
+    disk.descriptorsLeft = 0;
+    const refusal = {
+      code: "resource_exhausted",
+      reason: "TOO_MANY_OPEN_FILES",
+      options: { retryAfterMs: 1000 },
+      details: { sessionId: "s1", errno: "EMFILE" },
+    };
+    await expect(collect(store.read("s1")!.entries)).rejects.toMatchObject(refusal);
+    await expect(collect(store.watch("s1"))).rejects.toMatchObject(refusal);
+    await store.close();
+    // A session not cached is opened from its files: refused so as well.
+    const reopened = createSessionStore({ dir: path.join(dir, "sessions"), clock: new ManualClock() });
+    expect(() => reopened.getSnapshot("s2")).toThrow(
+      expect.objectContaining({ reason: "TOO_MANY_OPEN_FILES", details: expect.objectContaining({ sessionId: "s2" }) }),
+    );
+    disk.descriptorsLeft = Infinity;
+    expect(reopened.getSnapshot("s2")?.lastSeq).toBe(1);
+    await reopened.close();
+  });
 });
+
+async function collect<T>(source: AsyncIterable<T>): Promise<T[]> {
+  const items: T[] = [];
+  for await (const item of source) items.push(item);
+  return items;
+}

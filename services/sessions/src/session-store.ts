@@ -53,6 +53,8 @@ export interface SessionStoreCoreOptions {
 /** Counters for metrics and tests. */
 export interface SessionStoreStats {
   openSessions: number;
+  /** Journal files held open for appending (bounded by the backend, see file-journal-store.ts). */
+  openJournals: number;
   watchers: number;
   /** Full journal replays done (opens without a current snapshot file, and catch-ups after foreign writes). */
   replays: number;
@@ -305,8 +307,8 @@ export class SessionStore implements SessionStoreApi {
 
   /** Counters for metrics. */
   stats(): SessionStoreStats {
-    const { openSessions, replays, hydrations, tailReplays, snapshotWrites } = this.journals.stats();
-    return { openSessions, watchers: this.hub.watcherCount, replays, hydrations, tailReplays, snapshotWrites };
+    const { openSessions, openJournals, replays, hydrations, tailReplays, snapshotWrites } = this.journals.stats();
+    return { openSessions, openJournals, watchers: this.hub.watcherCount, replays, hydrations, tailReplays, snapshotWrites };
   }
 
   /** Resolves once no append is in flight and no background write or retention sweep is running. */

@@ -5,15 +5,17 @@
  * sessions (each opens a journal), lock grants (each writes a lock file), a lease and a lock wait
  * that run out during the flood (their timers), registrations in the budget's tally.
  *
- * The service refuses what it cannot take (connections closed at once), never crashes, answers the
- * client that was there before the flood (or refuses it with TOO_MANY_OPEN_FILES, never INTERNAL),
+ * The service refuses what it cannot take (connections answered TOO_MANY_OPEN_FILES or closed at
+ * once), never crashes, answers the client that was there before the flood (or refuses it with
+ * TOO_MANY_OPEN_FILES, never INTERNAL), answers a health check on a fresh connection throughout,
  * and once the flood has gone has exactly the descriptors it had before (/proc/PID/fd) and serves
  * normally.
  */
 import * as http2 from "node:http2";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { ErrorInfoSchema } from "@berth/api/google/rpc/error_details_pb";
-import { makeTempDir, startService, type ServiceProcess } from "../../harness.js";
+import { Health, HealthCheckResponse_ServingStatus } from "@berth/api/grpc/health/v1/health_pb";
+import { closeClient, connectClient, makeTempDir, startService, type ServiceProcess } from "../../harness.js";
 import { budgetClient, type Findings, ms, openDescriptors, sessionsClient, show, sleep, until, within } from "./machine-world.js";
 
 export const FD_LIMIT = 256;
@@ -81,6 +83,15 @@ async function served(findings: Findings, scenario: string, what: string, call: 
   if ("timedOut" in outcome) findings.violation(scenario, `${what}: no answer within 20 s`);
   else if (!refusalOf(outcome.error).startsWith("ResourceExhausted TOO_MANY_OPEN_FILES")) findings.violation(scenario, `${what}: ${refusalOf(outcome.error)}`);
   return false;
+}
+
+/** A health Check on a fresh connection, as an orchestrator's probe makes it: anything but SERVING is a violation. */
+async function healthAnswers(findings: Findings, scenario: string, url: string, what: string): Promise<void> {
+  const health = connectClient(Health, url, { protocol: "grpc", defaultTimeoutMs: 10_000 });
+  const answer = await within(health.check({}), 20_000);
+  closeClient(health);
+  const serving = "value" in answer && answer.value.status === HealthCheckResponse_ServingStatus.SERVING;
+  findings.check(serving, scenario, `health check ${what}: ${"error" in answer ? refusalOf(answer.error) : show(answer)}`);
 }
 
 /** What the descriptors of `pid` name (sockets and pipes by kind). */
@@ -159,6 +170,7 @@ export async function floodedSessions(findings: Findings): Promise<void> {
       )
     )
       answered++;
+    if (i % 10 === 0) await healthAnswers(findings, scenario, url, `${i / 10} during the flood`);
     if (
       await served(findings, scenario, `grant ${i} during the flood`, async () => {
         const granted = (await client.locks.acquire({ file: `${dir}/during-${i % 20}`, owner: "during" })).lease!;
@@ -215,6 +227,7 @@ export async function floodedBudget(findings: Findings): Promise<void> {
   findings.check(crowd.refused > 0, scenario, `all ${FLOOD_CLIENTS} clients were taken with ${FD_LIMIT} descriptors: nothing was refused`);
   let answered = 0;
   for (let i = 0; i < 30; i++) {
+    if (i % 5 === 0) await healthAnswers(findings, scenario, url, `${i / 5} during the flood`);
     if (
       await served(findings, scenario, `registration ${i} during the flood`, () =>
         client.registerRunning({ name: `during-${i}`, costSource: { case: "cost", value: { memoryBytes: 1n, cpu: 0 } } }),

@@ -12,6 +12,8 @@ import { BadRequestSchema, ErrorInfoSchema, RetryInfoSchema } from "@berth/api/g
 import { isBerthError, type BerthCode, type BerthError } from "../errors.js";
 import type { Logger } from "../logger.js";
 import { REQUEST_REASONS, requestErrorOf } from "./request-errors.js";
+import { descriptorShortageIn, relieveDescriptorShortage } from "../descriptors.js";
+import { descriptorRefusal, TOO_MANY_OPEN_FILES } from "../state-errors.js";
 
 /**
  * Response metadata (a gRPC trailer, or a Connect header) carrying a BerthError's details as JSON,
@@ -216,10 +218,22 @@ function boundedConnectError(error: ConnectError): ConnectError {
  * sent: it may hold paths or data).
  */
 export function toConnectError(error: unknown, logger?: Logger, method?: string): ConnectError {
-  return withErrorInfo(toConnectErrorAsThrown(error, logger, method), errorDomainOf(method));
+  const mapped = withErrorInfo(toConnectErrorAsThrown(error, logger, method), errorDomainOf(method));
+  // Whatever ran out of descriptors, the idle ones are closed now, so that the retry finds one.
+  if (mapped.findDetails(ErrorInfoSchema)[0]?.reason === TOO_MANY_OPEN_FILES) relieveDescriptorShortage();
+  return mapped;
 }
 
 function toConnectErrorAsThrown(error: unknown, logger?: Logger, method?: string): ConnectError {
+  // No descriptor left is the machine's condition, not a bug, wherever the open was (a file, or a
+  // client library's connection, which connect-node calls INTERNAL): the same retryable refusal as
+  // a journal or lock file that could not be opened (its message names no path).
+  const shortage = error instanceof ConnectError && error.code !== Code.Internal ? undefined : descriptorShortageIn(error);
+  const descriptors = descriptorRefusal(shortage, "the call could not be served");
+  if (descriptors !== undefined) {
+    logger?.warn({ err: error, method }, "no descriptor left to serve a call");
+    return berthErrorToConnect(descriptors, errorDomainOf(method));
+  }
   if (error instanceof ConnectError) {
     if (error.findDetails(ErrorInfoSchema).length > 0) return boundedConnectError(error);
     const refusal = requestErrorOf(error);

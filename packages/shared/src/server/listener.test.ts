@@ -1,7 +1,7 @@
 import * as net from "node:net";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import pino from "pino";
-import { connectionLimit, descriptorLimit, HANDSHAKE_TIMEOUT_MS, listen, urlOf, type Listener } from "./listener.js";
+import { HANDSHAKE_TIMEOUT_MS, listen, urlOf, type Listener } from "./listener.js";
 import { startServer, type RunningServer } from "./start-server.js";
 
 // Found by the fuzzer (test/chaos/fuzz/fuzz.test.ts): over HTTP/1.1, a Connect stream whose first
@@ -92,26 +92,15 @@ describe("descriptors", () => {
     await Promise.all(listeners.splice(0).map((l) => l.destroy()));
   });
 
-  it("reads the soft descriptor limit and leaves a quarter of it to the service's own files", async () => {
-    const { mkdtempSync, writeFileSync, rmSync } = await import("node:fs");
-    const { tmpdir } = await import("node:os");
-    const dir = mkdtempSync(`${tmpdir()}/berth-limits-`);
-    writeFileSync(
-      `${dir}/limits`,
-      "Limit                     Soft Limit           Hard Limit           Units\nMax open files            256                  4096                 files\n",
-    );
-    expect(descriptorLimit(`${dir}/limits`)).toBe(256);
-    expect(descriptorLimit(`${dir}/missing`)).toBeUndefined();
-    rmSync(dir, { recursive: true });
-    expect(connectionLimit(256)).toBe(192);
-    expect(connectionLimit(undefined)).toBe(Number.POSITIVE_INFINITY);
-    expect(descriptorLimit()).toBeGreaterThan(0);
-  });
+  const answering =
+    (body: string) =>
+    (_req: unknown, res: { end(body: string): void }): void =>
+      res.end(body);
 
-  it("closes a connection over the limit at once, keeps serving the others, and takes new ones once they leave", async () => {
+  async function listenWith(options: Omit<Parameters<typeof listen>[0], "handler"> = {}) {
     const warnings: string[] = [];
     const logger = { debug() {}, info() {}, warn: (_f: unknown, m?: string) => void warnings.push(m ?? ""), error() {} };
-    const listener = await listen({ handler: ((_req: unknown, res: { end(body: string): void }) => res.end("ok")) as never, maxConnections: 2, logger });
+    const listener = await listen({ handler: answering("ok") as never, logger, ...options });
     listeners.push(listener);
     const { hostname, port } = new URL(urlOf(listener.address));
     const open = () =>
@@ -119,16 +108,24 @@ describe("descriptors", () => {
         const socket = net.connect({ host: hostname, port: Number(port) }, () => resolve(socket));
         socket.on("error", () => {});
       });
-    const ask = (socket: net.Socket) =>
-      new Promise<string>((resolve) => {
-        let received = "";
-        socket.on("data", (chunk: Buffer) => {
-          received += chunk.toString("latin1");
-          if (received.endsWith("ok")) resolve(received);
-        });
-        socket.on("close", () => resolve(received || "closed"));
-        socket.write("GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+    return { listener, warnings, open };
+  }
+
+  /** Sends one HTTP/1.1 request on `socket`; resolves with the response (and whether the server then closed it), or "closed". */
+  const ask = (socket: net.Socket) =>
+    new Promise<string>((resolve) => {
+      let received = "";
+      socket.on("data", (chunk: Buffer) => {
+        received += chunk.toString("latin1");
+        if (/(ok|spare)$/.test(received)) resolve(received);
       });
+      socket.on("close", () => resolve(received || "closed"));
+      socket.write("GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+    });
+  const closed = (socket: net.Socket) => new Promise<void>((resolve) => (socket.destroyed ? resolve() : socket.once("close", () => resolve())));
+
+  it("closes a connection over the limit at once, keeps serving the others, and takes new ones once they leave", async () => {
+    const { listener, warnings, open } = await listenWith({ maxConnections: 2 });
     const a = await open();
     const b = await open();
     await vi.waitFor(() => expect(listener.connections).toBe(2));
@@ -139,6 +136,33 @@ describe("descriptors", () => {
     b.destroy();
     await vi.waitFor(() => expect(listener.connections).toBe(1));
     expect(await ask(await open())).toMatch(/ok$/);
+    a.destroy();
+  });
+
+  it("serves a connection over the limit with the spare handler and closes it once answered", async () => {
+    const { listener, open } = await listenWith({ maxConnections: 1, spareConnections: 1, spareHandler: answering("spare") as never });
+    const a = await open();
+    await vi.waitFor(() => expect(listener.connections).toBe(1));
+    const b = await open();
+    const answer = await ask(b);
+    expect(answer).toMatch(/^HTTP\/1.1 200[\s\S]*connection: close[\s\S]*spare$/i);
+    await closed(b);
+    // The connection within the limit is served as before, and keeps its connection.
+    expect(await ask(a)).toMatch(/keep-alive[\s\S]*ok$/i);
+    a.destroy();
+  });
+
+  it("drops the oldest spare connection for a new one when every spare one is taken", async () => {
+    const { listener, warnings, open } = await listenWith({ maxConnections: 1, spareConnections: 1, spareHandler: answering("spare") as never });
+    const a = await open();
+    await vi.waitFor(() => expect(listener.connections).toBe(1));
+    // A spare connection that says nothing cannot keep the slot from the next client.
+    const silent = await open();
+    await vi.waitFor(() => expect(listener.connections).toBe(2));
+    const next = await open();
+    await closed(silent);
+    expect(await ask(next)).toMatch(/spare$/);
+    expect(warnings).toContain("refused connections: too many open connections; the oldest spare connection was dropped for a new one");
     a.destroy();
   });
 });

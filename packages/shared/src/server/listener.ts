@@ -5,10 +5,22 @@
  * cleartext a plain `net.Server` peeks at each connection's first bytes: the HTTP/2 client preface
  * goes to an `http2` server, anything else to an `http` server, both running the same handler.
  *
- * Descriptors: the connections of every listener in the process together take at most
- * {@link CONNECTION_SHARE} of the process's descriptor limit; a connection over that is closed as
- * soon as it is accepted. The rest is kept for the service's own files, so a flood of clients (a
- * runaway script, `ulimit -n` set low) cannot leave it unable to open a journal or a lock file.
+ * Descriptors: the connections of every listener in the process together take at most their share
+ * of the process's descriptor limit (`descriptorShares` in descriptors.ts); the rest is kept for the
+ * service's own files, so a flood of clients (a runaway script, `ulimit -n` set low) cannot leave it
+ * unable to open a journal or a lock file. A few spare connections over that share are accepted
+ * for a moment: each is served by the spare handler (health answered, every other call refused
+ * RESOURCE_EXHAUSTED TOO_MANY_OPEN_FILES) and closed once answered. Beyond those, the oldest spare
+ * connection is dropped for the new one.
+ *
+ * Why spare connections rather than the reserve descriptor of nginx's advice (keep one open, close
+ * it to accept and answer when accept(2) fails with EMFILE): the kernel refuses accept(2) only once
+ * every descriptor is gone, files included, and then a health check's answer would be a journal's
+ * refusal; libuv already keeps such a reserve to close connections it cannot take, but can answer
+ * none. Counting connections ourselves refuses them before the limit is reached, with an answer a
+ * client understands, and a health checker's fresh connection always finds a spare slot: the oldest
+ * one goes for it, and a spare connection lives only until its first answer (a few milliseconds)
+ * or {@link SPARE_CONNECTION_MS}, so a crowd that connects and says nothing cannot keep one.
  */
 import * as fs from "node:fs";
 import * as http from "node:http";
@@ -17,6 +29,7 @@ import * as net from "node:net";
 import type { connectNodeAdapter } from "@connectrpc/connect-node";
 import { systemClock } from "../clock.js";
 import { endCallWhenClientLeaves } from "./client-left.js";
+import { descriptorLimit, descriptorShares, isDescriptorExhaustion, relieveDescriptorShortage } from "../descriptors.js";
 import type { Logger } from "../logger.js";
 
 /** Where a listener accepts connections. */
@@ -46,8 +59,16 @@ export interface ListenOptions {
   readonly socket?: string;
   readonly keepalive?: KeepaliveOptions;
   readonly logger?: Logger;
-  /** The most connections the process's listeners keep open together; default {@link connectionLimit}. */
+  /**
+   * Serves the requests of spare connections (those over `maxConnections`): it should answer
+   * health checks and refuse the rest quickly. Without it, a connection over the limit is closed
+   * as soon as it is accepted.
+   */
+  readonly spareHandler?: NodeRequestHandler;
+  /** The most connections the process's listeners keep open together; default its share of the descriptor limit (`descriptorShares`). */
   readonly maxConnections?: number;
+  /** The most spare connections the process's listeners keep open together; default its share of the descriptor limit. */
+  readonly spareConnections?: number;
 }
 
 /** A listening server and the controls for shutting it down in steps. */
@@ -81,30 +102,13 @@ const FIRST_BYTES_TIMEOUT_MS = 30_000;
 /** How long an HTTP/2 client has, after its preface, to complete its first SETTINGS frame. */
 export const HANDSHAKE_TIMEOUT_MS = 3_000;
 
-/** The share of the process's descriptor limit that client connections may take, all listeners together. */
-export const CONNECTION_SHARE = 0.75;
+/** How long a spare connection (one over the share of connections) may stay open before its answer. */
+export const SPARE_CONNECTION_MS = 2_000;
 
-/** The process's limit on open descriptors (the soft RLIMIT_NOFILE, which Node raises to the hard one at start), from /proc. */
-export function descriptorLimit(limitsFile = "/proc/self/limits"): number | undefined {
-  try {
-    const line = fs
-      .readFileSync(limitsFile, "utf8")
-      .split("\n")
-      .find((l) => l.startsWith("Max open files"));
-    const soft = line?.slice("Max open files".length).trim().split(/\s+/)[0];
-    return soft !== undefined && /^\d+$/.test(soft) ? Number(soft) : undefined;
-  } catch {
-    return undefined;
-  }
-}
-
-/** The most connections the process's listeners keep open together: a share of the descriptor limit (unlimited where it cannot be read). */
-export function connectionLimit(limit: number | undefined): number {
-  return limit === undefined ? Number.POSITIVE_INFINITY : Math.max(8, Math.floor(limit * CONNECTION_SHARE));
-}
-
-/** Open connections of every listener in this process (what {@link connectionLimit} bounds). */
+/** Open connections of every listener in this process (what `DescriptorShares.connections` bounds). */
 let processConnections = 0;
+/** Spare connections of every listener in this process, oldest first: each one's `drop`. */
+const processSpares = new Set<() => void>();
 
 /** How often, at most, a refusal for want of descriptors is logged (with how many since the last line). */
 const REFUSAL_LOG_INTERVAL_MS = 1000;
@@ -134,86 +138,99 @@ export async function listen(options: ListenOptions): Promise<Listener> {
     }
   };
 
-  const h2 = http2.createServer(
-    {
-      // Large messages (up to the size limit) and many concurrent streams per connection: a
-      // 64 KiB window would cap a stream at one window per round trip.
-      settings: { initialWindowSize: 1 << 20, maxConcurrentStreams: 10_000 },
-      maxSessionMemory: 64,
-    },
-    (req, res) => {
-      active++;
-      res.once("close", requestEnded);
-      options.handler(req, res);
-    },
-  );
-  // No idle timeout: a watch stream may be silent for hours. Dead peers are found by pings.
-  h2.setTimeout(0);
-  h2.on("session", (session) => {
-    sessions.add(session);
-    try {
-      session.setLocalWindowSize(8 << 20);
-    } catch {
-      // The session may already be closing; the default window still works.
-    }
-    // RFC 9113 §3.4: the preface is followed by a SETTINGS frame. A peer that sent the preface
-    // and then bytes that never complete one (a frame header announcing megabytes, then its end
-    // of input, which the session does not see in the middle of a frame) would otherwise hold the
-    // connection until the keepalive gave up on it.
-    let settled = false;
-    session.once("remoteSettings", () => (settled = true));
-    // Judged once the I/O is read: after a pause of the service, the SETTINGS may be waiting in the socket.
-    const handshake = setTimeout(() => systemClock.whenAwake(() => session.destroyed || settled || session.destroy()), HANDSHAKE_TIMEOUT_MS);
-    handshake.unref();
-    session.once("remoteSettings", () => clearTimeout(handshake));
-    session.once("close", () => clearTimeout(handshake));
-    const stopPinging = startKeepalive(session, keepalive, logger);
-    session.once("close", () => {
-      stopPinging();
-      sessions.delete(session);
+  /** The HTTP/2 and HTTP/1.1 servers running `handler`; `afterEachAnswer` closes a connection once a response is done. */
+  const httpServers = (handler: NodeRequestHandler, afterEachAnswer: boolean) => {
+    const h2 = http2.createServer(
+      {
+        // Large messages (up to the size limit) and many concurrent streams per connection: a
+        // 64 KiB window would cap a stream at one window per round trip.
+        settings: { initialWindowSize: 1 << 20, maxConcurrentStreams: 10_000 },
+        maxSessionMemory: 64,
+      },
+      (req, res) => {
+        active++;
+        res.once("close", requestEnded);
+        // GOAWAY before the answer, so that the client reads it first and sends its next call on a
+        // new connection (one sent on this connection after it would be refused, REFUSED_STREAM):
+        // the streams already open are answered, then the connection closes.
+        if (afterEachAnswer) req.stream.session?.close();
+        handler(req, res);
+      },
+    );
+    // No idle timeout: a watch stream may be silent for hours. Dead peers are found by pings.
+    h2.setTimeout(0);
+    h2.on("session", (session) => {
+      sessions.add(session);
+      try {
+        session.setLocalWindowSize(8 << 20);
+      } catch {
+        // The session may already be closing; the default window still works.
+      }
+      // RFC 9113 §3.4: the preface is followed by a SETTINGS frame. A peer that sent the preface
+      // and then bytes that never complete one (a frame header announcing megabytes, then its end
+      // of input, which the session does not see in the middle of a frame) would otherwise hold the
+      // connection until the keepalive gave up on it.
+      let settled = false;
+      session.once("remoteSettings", () => (settled = true));
+      // Judged once the I/O is read: after a pause of the service, the SETTINGS may be waiting in the socket.
+      const handshake = setTimeout(() => systemClock.whenAwake(() => session.destroyed || settled || session.destroy()), HANDSHAKE_TIMEOUT_MS);
+      handshake.unref();
+      session.once("remoteSettings", () => clearTimeout(handshake));
+      session.once("close", () => clearTimeout(handshake));
+      const stopPinging = startKeepalive(session, keepalive, logger);
+      session.once("close", () => {
+        stopPinging();
+        sessions.delete(session);
+      });
+      session.on("error", (error) => logger?.debug({ err: error }, "http2 session error"));
+      if (stopping) session.close();
     });
-    session.on("error", (error) => logger?.debug({ err: error }, "http2 session error"));
-    if (stopping) session.close();
-  });
-  h2.on("sessionError", (error) => logger?.debug({ err: error }, "http2 session error"));
+    h2.on("sessionError", (error) => logger?.debug({ err: error }, "http2 session error"));
+
+    const h1 = http.createServer({ keepAliveTimeout: 5_000 }, (req, res) => {
+      active++;
+      const socket = req.socket;
+      h1Sockets.set(socket, (h1Sockets.get(socket) ?? 0) + 1);
+      res.once("close", () => {
+        const left = (h1Sockets.get(socket) ?? 1) - 1;
+        if (h1Sockets.has(socket)) h1Sockets.set(socket, left);
+        if (stopping && left === 0) socket.end();
+        requestEnded();
+      });
+      if (stopping || afterEachAnswer) res.setHeader("connection", "close");
+      // A response sent before its request was read to the end (an oversized stream message refused
+      // at its length prefix) leaves the rest of that body unread: connect destroyed the request
+      // stream when it stopped reading, the socket stays paused, and the next request on this
+      // keep-alive connection would wait behind it until the request timeout. Discard the rest the
+      // way Node discards a body nobody read (`_dump`: drop the chunks, don't pause), and read on.
+      res.once("finish", () => {
+        if (req.complete) return;
+        (req as http.IncomingMessage & { _dump?: () => void })._dump?.();
+        if (!socket.destroyed) socket.resume();
+      });
+      handler(req, res);
+      // Its connection's end must end the call before anything is handed to it (see client-left.ts).
+      endCallWhenClientLeaves(req, res);
+    });
+    h1.on("clientError", (error: NodeJS.ErrnoException, socket: net.Socket) => {
+      logger?.debug({ err: error }, "bad http/1.1 request");
+      if (socket.writable && error.code !== "ECONNRESET") {
+        socket.end("HTTP/1.1 400 Bad Request\r\nconnection: close\r\ncontent-length: 0\r\n\r\n");
+      } else {
+        socket.destroy();
+      }
+    });
+    return { h2, h1 };
+  };
 
   // HTTP/1.1 connections and how many requests each is serving, to close the idle ones at shutdown.
   const h1Sockets = new Map<net.Socket, number>();
-  const h1 = http.createServer({ keepAliveTimeout: 5_000 }, (req, res) => {
-    active++;
-    const socket = req.socket;
-    h1Sockets.set(socket, (h1Sockets.get(socket) ?? 0) + 1);
-    res.once("close", () => {
-      const left = (h1Sockets.get(socket) ?? 1) - 1;
-      if (h1Sockets.has(socket)) h1Sockets.set(socket, left);
-      if (stopping && left === 0) socket.end();
-      requestEnded();
-    });
-    if (stopping) res.setHeader("connection", "close");
-    // A response sent before its request was read to the end (an oversized stream message refused
-    // at its length prefix) leaves the rest of that body unread: connect destroyed the request
-    // stream when it stopped reading, the socket stays paused, and the next request on this
-    // keep-alive connection would wait behind it until the request timeout. Discard the rest the
-    // way Node discards a body nobody read (`_dump`: drop the chunks, don't pause), and read on.
-    res.once("finish", () => {
-      if (req.complete) return;
-      (req as http.IncomingMessage & { _dump?: () => void })._dump?.();
-      if (!socket.destroyed) socket.resume();
-    });
-    options.handler(req, res);
-    // Its connection's end must end the call before anything is handed to it (see client-left.ts).
-    endCallWhenClientLeaves(req, res);
-  });
-  h1.on("clientError", (error: NodeJS.ErrnoException, socket: net.Socket) => {
-    logger?.debug({ err: error }, "bad http/1.1 request");
-    if (socket.writable && error.code !== "ECONNRESET") {
-      socket.end("HTTP/1.1 400 Bad Request\r\nconnection: close\r\ncontent-length: 0\r\n\r\n");
-    } else {
-      socket.destroy();
-    }
-  });
+  const served = httpServers(options.handler, false);
+  const spare = options.spareHandler === undefined ? undefined : httpServers(options.spareHandler, true);
 
-  const maxConnections = options.maxConnections ?? connectionLimit(descriptorLimit());
+  const shares = descriptorShares(descriptorLimit());
+  const maxConnections = options.maxConnections ?? shares.connections;
+  const maxSpares = spare === undefined ? 0 : (options.spareConnections ?? shares.spareConnections);
   let refused = 0;
   let refusalLoggedAt = Number.NEGATIVE_INFINITY;
   const refuse = (why: string, error?: Error) => {
@@ -221,8 +238,33 @@ export async function listen(options: ListenOptions): Promise<Listener> {
     const now = performance.now();
     if (now - refusalLoggedAt < REFUSAL_LOG_INTERVAL_MS) return;
     refusalLoggedAt = now;
-    logger?.warn({ refused, connections: processConnections, maxConnections, ...(error ? { err: error } : {}) }, `refused connections: ${why}`);
+    logger?.warn(
+      { refused, connections: processConnections, maxConnections, spareConnections: processSpares.size, ...(error ? { err: error } : {}) },
+      `refused connections: ${why}`,
+    );
     refused = 0;
+  };
+
+  /** Takes a connection over the share as a spare one, dropping the oldest spare if they are all taken; false when there are none. */
+  const takeSpare = (socket: net.Socket): boolean => {
+    if (maxSpares <= 0) return false;
+    if (processSpares.size >= maxSpares) {
+      const oldest = processSpares.values().next().value;
+      oldest?.();
+      refuse("too many open connections; the oldest spare connection was dropped for a new one");
+    }
+    const drop = () => {
+      processSpares.delete(drop);
+      socket.destroy();
+    };
+    processSpares.add(drop);
+    const deadline = setTimeout(drop, SPARE_CONNECTION_MS);
+    deadline.unref();
+    socket.once("close", () => {
+      clearTimeout(deadline);
+      processSpares.delete(drop);
+    });
+    return true;
   };
 
   const server = net.createServer({ noDelay: true }, (socket) => {
@@ -230,18 +272,20 @@ export async function listen(options: ListenOptions): Promise<Listener> {
       socket.destroy();
       return;
     }
-    if (processConnections >= maxConnections) {
+    let servers = served;
+    if (processConnections < maxConnections) {
+      processConnections++;
+      socket.once("close", () => processConnections--);
+    } else if (spare !== undefined && takeSpare(socket)) {
+      servers = spare;
+    } else {
       socket.destroy();
       refuse("too many open connections; the rest of the descriptor limit is kept for the service's own files");
       return;
     }
-    processConnections++;
     sockets.add(socket);
     unclassified.add(socket);
-    socket.once("close", () => {
-      processConnections--;
-      socketClosed(socket);
-    });
+    socket.once("close", () => socketClosed(socket));
     // Errors before the hand-off (a reset while we peek) must not crash the process; after it,
     // the HTTP servers handle them.
     const onEarlyError = (error: Error) => logger?.debug({ err: error }, "connection error before the first request");
@@ -262,11 +306,11 @@ export async function listen(options: ListenOptions): Promise<Listener> {
       socket.unshift(buffered);
       if (looksLikeHttp2) {
         // The http2 session reads what was unshifted from the socket's buffer before its handle.
-        h2.emit("connection", socket);
+        servers.h2.emit("connection", socket);
       } else {
         h1Sockets.set(socket, 0);
         socket.once("close", () => h1Sockets.delete(socket));
-        h1.emit("connection", socket);
+        servers.h1.emit("connection", socket);
         // The http parser consumes the handle; without resume() the unshifted request never flows.
         socket.resume();
       }
@@ -276,8 +320,13 @@ export async function listen(options: ListenOptions): Promise<Listener> {
 
   const address = await bind(server, options);
   // From now on an error of the listening socket is an accept(2) that failed (every descriptor
-  // taken: EMFILE, ENFILE). Node would throw it, ending the process; the connection is lost either way.
-  server.on("error", (error) => refuse("accept failed", error));
+  // taken: EMFILE, ENFILE). Node would throw it, ending the process; the connection is lost either
+  // way (libuv accepts and closes it with the descriptor it keeps in reserve). Idle files are
+  // closed, so the client's retry is taken.
+  server.on("error", (error) => {
+    if (isDescriptorExhaustion(error)) relieveDescriptorShortage();
+    refuse("accept failed", error);
+  });
 
   return {
     address,

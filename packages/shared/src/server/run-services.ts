@@ -6,6 +6,7 @@
 import type { Logger } from "pino";
 import { commonServerConfig, describeConfig, formatHelp, loadConfig, resolveToken, type ConfigDefinition, type ConfigValues } from "../config.js";
 import { reportTimerErrorsTo } from "../clock.js";
+import { descriptorLimit, descriptorShares } from "../descriptors.js";
 import { fileElector } from "../election.js";
 import type { Elector } from "../elector.js";
 import { isBerthError } from "../errors.js";
@@ -70,6 +71,11 @@ export async function runServices(definitions: readonly ServiceDefinition[], opt
   const values = loaded.values as CommonValues & Record<string, unknown>;
   const { logger } = await createServiceLogger({ level: values.logLevel, format: values.logFormat, env: options.env ?? process.env });
   logger.info({ settings: describeConfig(definition, loaded) }, "settings");
+  const shares = descriptorShares(descriptorLimit());
+  logger.info(
+    { descriptorLimit: shares.limit ?? null, connections: shares.limit === undefined ? null : shares.connections, spareConnections: shares.spareConnections },
+    "descriptors: client connections kept open, and spare ones answered and closed over those (ulimit -n shared out)",
+  );
   // A lease's or a queue's timer that throws (no descriptor left for a file, say) is logged: ending
   // the process would drop every lock, lease and queue place it keeps.
   reportTimerErrorsTo((error) => logger.error({ err: error }, "a timer's work failed; the service goes on"));

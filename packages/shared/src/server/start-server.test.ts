@@ -6,7 +6,7 @@ import * as os from "node:os";
 import * as path from "node:path";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
-import { afterEach, describe, expect, it } from "vitest";
+import { afterEach, describe, expect, it, vi } from "vitest";
 import pino from "pino";
 import * as grpc from "@grpc/grpc-js";
 import * as protoLoader from "@grpc/proto-loader";
@@ -18,7 +18,8 @@ import { Health, HealthCheckResponse_ServingStatus as Status } from "@berth/api/
 import { BerthError } from "../errors.js";
 import { ERROR_DETAILS_HEADER, INTERNAL_ERROR_MESSAGE } from "./connect-errors.js";
 import { installSignalHandlers } from "./signal-handlers.js";
-import { ErrorInfoSchema } from "@berth/api/google/rpc/error_details_pb";
+import { ErrorInfoSchema, RetryInfoSchema } from "@berth/api/google/rpc/error_details_pb";
+import { onDescriptorShortage } from "../descriptors.js";
 import { streamHolds } from "./open-streams.js";
 import { implement, startServer, type RunningServer, type StartServerOptions } from "./start-server.js";
 
@@ -56,6 +57,12 @@ const testImplementation = {
   fail(request: Struct): Struct {
     const kind = toJson(StructSchema, request) as JsonObject;
     if (kind["kind"] === "berth") throw new BerthError("failed_precondition", "expected seq 3 but the journal is at 5", { current_seq: 5, session: "é" });
+    if (kind["kind"] === "emfile") throw Object.assign(new Error("EMFILE: too many open files, open '/secret/path'"), { code: "EMFILE" });
+    // A client library's connection refused a descriptor, as connect-node reports it.
+    if (kind["kind"] === "client-emfile") {
+      const cause = Object.assign(new Error("connect EMFILE 127.0.0.1:2379"), { code: "EMFILE" });
+      throw new ConnectError(cause.message, Code.Internal, undefined, undefined, cause);
+    }
     throw new Error("disk on fire at /secret/path");
   },
   async *stall(request: Struct): AsyncGenerator<Struct> {
@@ -324,6 +331,27 @@ describe("errors", () => {
     }
   });
 
+  it("answers a raw EMFILE, wherever it was met, RESOURCE_EXHAUSTED TOO_MANY_OPEN_FILES with a RetryInfo (no path), and closes idle descriptors", async () => {
+    const server = await start();
+    let relieved = 0;
+    const unregister = onDescriptorShortage(() => ++relieved);
+    try {
+      for (const transport of [createGrpcTransport({ baseUrl: server.url }), createConnectTransport({ baseUrl: server.url, httpVersion: "1.1" })]) {
+        const client = createClient(TestService, transport) as unknown as TestClient;
+        for (const kind of ["emfile", "client-emfile"]) {
+          const error = ConnectError.from(await client.fail(ask(kind)).catch((e: unknown) => e));
+          expect(error.code).toBe(Code.ResourceExhausted);
+          expect(error.findDetails(ErrorInfoSchema)[0]?.reason).toBe("TOO_MANY_OPEN_FILES");
+          expect(error.findDetails(RetryInfoSchema)[0]?.retryDelay?.seconds).toBe(1n);
+          expect(error.rawMessage).not.toMatch(/secret|2379/);
+        }
+      }
+      expect(relieved).toBe(4);
+    } finally {
+      unregister();
+    }
+  });
+
   it("hides an unexpected error behind INTERNAL and logs it", async () => {
     const lines: Array<Record<string, unknown>> = [];
     const logger = pino({ level: "info" }, { write: (line: string) => void lines.push(JSON.parse(line) as Record<string, unknown>) });
@@ -353,6 +381,45 @@ describe("limits and robustness", () => {
     expect(server.metrics.requestCount("/grpc.health.v1.Health/Check", "resource_exhausted")).toBe(2);
     // Small messages still pass.
     expect((await grpcClient(server).check({ service: "" })).status).toBe(Status.SERVING);
+  });
+
+  it("answers health on a spare connection (over the share of connections) and refuses every other call TOO_MANY_OPEN_FILES", async () => {
+    const server = await start({ maxConnections: 2, spareConnections: 2 });
+    // The connections of the share, held.
+    const held = await Promise.all(
+      [0, 1].map(async () => {
+        const socket = net.connect({ host: "127.0.0.1", port: port(server) });
+        socket.on("error", () => {});
+        await new Promise((resolve) => socket.once("connect", resolve));
+        return socket;
+      }),
+    );
+    try {
+      expect(await grpcJsCheck(`127.0.0.1:${port(server)}`)).toBe("SERVING");
+      expect(JSON.parse(await curl(["-X", "POST", "-H", "content-type: application/json", "-d", "{}", `${server.url}/grpc.health.v1.Health/Check`]))).toEqual({
+        status: "SERVING",
+      });
+      type TestClient = { echo(request: object): Promise<Struct> };
+      const clients = [createGrpcTransport({ baseUrl: server.url }), createConnectTransport({ baseUrl: server.url, httpVersion: "1.1" })].map(
+        (transport) => createClient(TestService, transport) as unknown as TestClient,
+      );
+      for (const client of clients) {
+        // Twice: the spare connection says GOAWAY before its answer, so the second call comes on a
+        // new spare connection and is refused the same way (not REFUSED_STREAM on the old one).
+        for (let i = 0; i < 2; i++) {
+          const error = ConnectError.from(await client.echo({}).catch((e: unknown) => e));
+          expect(error.code).toBe(Code.ResourceExhausted);
+          expect(error.findDetails(ErrorInfoSchema)[0]?.reason).toBe("TOO_MANY_OPEN_FILES");
+          expect(error.findDetails(RetryInfoSchema)).toHaveLength(1);
+        }
+      }
+      // The connections of the share free again: the same clients' next calls are served.
+      for (const socket of held) socket.destroy();
+      await vi.waitFor(() => expect(server.connections).toBe(0));
+      for (const client of clients) expect(await client.echo({})).toBeDefined();
+    } finally {
+      for (const socket of held) socket.destroy();
+    }
   });
 
   it("keeps serving after garbage bytes, a bad HTTP/2 connection and a truncated gRPC frame", async () => {

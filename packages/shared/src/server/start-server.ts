@@ -27,6 +27,7 @@ import { callStateKey, createObserverInterceptor, recordRefusedCall, type CallSt
 import { METRICS_CONTENT_TYPE, ServerMetrics } from "./metrics.js";
 import { createReflectionV1alphaService, createReflectionV1Service, ReflectionIndex } from "./reflection.js";
 import { createStreamShutdownInterceptor, shuttingDownError } from "./streams.js";
+import { createSpareConnectionInterceptor, spareConnectionKey } from "./spare-connections.js";
 
 /** 4 MiB, gRPC's customary default. */
 export const DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024;
@@ -113,6 +114,9 @@ export interface StartServerOptions {
   readonly onShutdown?: readonly ShutdownHook[];
   /** Extra interceptors, run inside the server's own (after error mapping, logging and the message checks). */
   readonly interceptors?: readonly Interceptor[];
+  /** Client connections kept open, and spare ones answered and closed over those (see listener.ts); default their shares of the descriptor limit. */
+  readonly maxConnections?: number;
+  readonly spareConnections?: number;
 }
 
 /** A started server. */
@@ -123,6 +127,8 @@ export interface RunningServer {
   readonly url: string;
   readonly health: HealthStatus;
   readonly metrics: ServerMetrics;
+  /** Client connections open now (spare ones included). */
+  readonly connections: number;
   /** Aborted when shutdown starts (see `ServerContext.shutdownSignal`). */
   readonly shutdownSignal: AbortSignal;
   /** Resolves once `close` has finished (every hook run). */
@@ -174,6 +180,7 @@ export async function startServer(options: StartServerOptions): Promise<RunningS
   const interceptors: Interceptor[] = [
     createObserverInterceptor(observer),
     createErrorInterceptor(logger),
+    createSpareConnectionInterceptor(),
     createMessageCheckInterceptor(),
     createStreamShutdownInterceptor(force.signal),
     ...(options.interceptors ?? []),
@@ -183,6 +190,8 @@ export async function startServer(options: StartServerOptions): Promise<RunningS
 
   const states = new WeakMap<object, CallState>();
   const deliveries = new WeakMap<object, AnswerDelivery>();
+  /** The requests of spare connections (see spare-connections.ts). */
+  const spareCalls = new WeakSet<object>();
   const adapter = connectNodeAdapter({
     routes(router) {
       for (const { service, implementation } of registrations) router.service(service, implementation);
@@ -208,7 +217,11 @@ export async function startServer(options: StartServerOptions): Promise<RunningS
     // Plain `curl -d '{}'` must work: do not insist on the Connect-Protocol-Version header.
     requireConnectProtocolHeader: false,
     jsonOptions: JSON_OPTIONS,
-    contextValues: (req) => createContextValues().set(callStateKey, states.get(req)).set(answerDeliveryKey, deliveries.get(req)),
+    contextValues: (req) =>
+      createContextValues()
+        .set(callStateKey, states.get(req))
+        .set(answerDeliveryKey, deliveries.get(req))
+        .set(spareConnectionKey, spareCalls.has(req)),
     fallback(req, res) {
       const state = states.get(req);
       if (state !== undefined) state.observed = true; // not an RPC: nothing to log per call
@@ -245,11 +258,17 @@ export async function startServer(options: StartServerOptions): Promise<RunningS
 
   const listener = await listen({
     handler,
+    spareHandler: (req, res) => {
+      spareCalls.add(req);
+      handler(req, res);
+    },
     host: options.host,
     port: options.port,
     socket: options.socket,
     keepalive: options.keepalive,
     logger,
+    ...(options.maxConnections !== undefined ? { maxConnections: options.maxConnections } : {}),
+    ...(options.spareConnections !== undefined ? { spareConnections: options.spareConnections } : {}),
   });
 
   const servedNames = servedServices.map((s) => s.typeName);
@@ -304,6 +323,9 @@ export async function startServer(options: StartServerOptions): Promise<RunningS
     url,
     health,
     metrics,
+    get connections() {
+      return listener.connections;
+    },
     shutdownSignal: shutdown.signal,
     closed,
     close,

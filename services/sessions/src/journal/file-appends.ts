@@ -8,6 +8,7 @@ import * as fs from "node:fs";
 import * as path from "node:path";
 import { BerthError } from "@berth/shared/errors";
 import { ensurePrivateDir, fsyncDirectory, statOrNull } from "@berth/shared/files";
+import { retryAfterRelief } from "@berth/shared/descriptors";
 import { errnoCode, stateWriteError } from "@berth/shared/state-errors";
 import { UNAVAILABLE_RETRY_AFTER_MS } from "../session-refusals.js";
 import type { FileJournalStore } from "./file-journal-store.js";
@@ -24,10 +25,14 @@ export const APPEND_OVERTAKEN_RETRY_MS = 10;
 export class FileAppends {
   constructor(private readonly store: FileJournalStore) {}
 
-  /** Opens the session's primary journal for appending, copying a legacy journal over first. */
+  /**
+   * Opens the session's primary journal for appending, copying a legacy journal over first. With no
+   * descriptor left (too many clients, a low `ulimit -n`), the journals of the sessions not being
+   * written to are closed and it is tried once more (descriptors.ts).
+   */
   prepare(session: FileSessionJournal): void {
     try {
-      this.ensureWritable(session);
+      retryAfterRelief(() => this.ensureWritable(session));
     } catch (error) {
       throw stateWriteError(error, `session ${session.id}: the append was not written, nothing of it kept`, this.store.dir, { sessionId: session.id }) ?? error;
     }
@@ -58,7 +63,8 @@ export class FileAppends {
     const primary = journalPath(dir, session.id);
     if (session.legacy) this.migrateLegacy(session, primary);
     const existed = statOrNull(primary) !== null;
-    const fd = this.openJournal(primary);
+    this.store.makeRoomForJournal(session);
+    const fd = fs.openSync(primary, fs.constants.O_WRONLY | fs.constants.O_APPEND | fs.constants.O_CREAT, 0o600);
     if (!existed && fsync !== "none") {
       // The new file's directory entry must be durable too, or an acknowledged first append can
       // vanish with its whole file after a power loss.
@@ -84,24 +90,6 @@ export class FileAppends {
       beforeWrite: () => checkJournalEnd(fd, session.fileSize),
       afterWrite: (data) => checkOwnWrite(fd, primary, session.fileSize, data),
     });
-  }
-
-  /**
-   * Opens a journal for appending. With no descriptor left (too many clients, a low `ulimit -n`),
-   * the journals of the sessions not being written to are closed (they reopen on their next append)
-   * and the open is tried once more.
-   */
-  private openJournal(file: string): number {
-    const open = () => fs.openSync(file, fs.constants.O_WRONLY | fs.constants.O_APPEND | fs.constants.O_CREAT, 0o600);
-    try {
-      return open();
-    } catch (error) {
-      const code = errnoCode(error);
-      if (code !== "EMFILE" && code !== "ENFILE") throw error;
-      const closed = this.store.closeIdleFiles();
-      this.store.logger?.warn({ closed, errno: code }, "no descriptor left to open a journal: closed the journals of idle sessions");
-      return open();
-    }
   }
 
   /**

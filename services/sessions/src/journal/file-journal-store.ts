@@ -10,6 +10,12 @@
  *   we left) is caught up before the next read or append.
  * - Open sessions live in a bounded LRU; evicting one writes its snapshot file if it is behind and
  *   closes its file, and a later access re-opens it, cheaply, from that file.
+ * - Descriptors: a session keeps its journal open (for appending) only while it is among the
+ *   `maxOpenJournals` most recently opened; the others stay cached, their state in memory, and
+ *   reopen their file at their next append. Reads open the file for a moment (journal-file.ts).
+ *   When a descriptor is refused anywhere in the process, the journals of the sessions not being
+ *   written to are closed (descriptors.ts) and the open is tried once more; still refused, the
+ *   call is RESOURCE_EXHAUSTED TOO_MANY_OPEN_FILES.
  * - Appends go through group commit (file-appends.ts); snapshot files are written lazily
  *   (snapshot-scheduler.ts); other processes' appends reach watchers through the directory's
  *   change feed (foreign-write-follower.ts).
@@ -20,14 +26,15 @@ import { systemClock, type Clock } from "@berth/shared/clock";
 import { BerthError } from "@berth/shared/errors";
 import { ensurePrivateDir, fsyncDirectory, statOrNull } from "@berth/shared/files";
 import type { Logger } from "@berth/shared/logger";
-import { errnoCode, stateWriteError } from "@berth/shared/state-errors";
+import { onDescriptorShortage, retryAfterRelief } from "@berth/shared/descriptors";
+import { descriptorRefusal, errnoCode, stateWriteError } from "@berth/shared/state-errors";
 import { applyEvent, baseSnapshot, type SessionSnapshot } from "../reducer.js";
 import { UNAVAILABLE_RETRY_AFTER_MS } from "../session-refusals.js";
 import { FileAppends, lastByte } from "./file-appends.js";
 import { FileSessionJournal } from "./file-session-journal.js";
 import { ForeignWriteFollower } from "./foreign-write-follower.js";
 import type { CommitIo, FsyncMode } from "./group-commit.js";
-import { AppendTracker, lastLineCrc, readJournalEntries, replayJournalFile, scanJournalPrefix, storedEntry } from "./journal-file.js";
+import { AppendTracker, JournalReplacedError, lastLineCrc, readJournalEntries, replayJournalFile, scanJournalPrefix, storedEntry } from "./journal-file.js";
 import { decodeJournalLine, forEachLine, isBlankLine, type DecodedEntry } from "./journal-format.js";
 import { scanWorker } from "./journal-scan.js";
 import type { JournalListener, JournalStore, JournalStoreStats, KeyRecord, StoredEntry } from "./journal-store.js";
@@ -54,6 +61,8 @@ export interface FileJournalStoreOptions {
   logger?: Logger | undefined;
   /** Open sessions kept in the LRU. */
   cacheSize?: number | undefined;
+  /** Journals kept open for appending (default: the cache size); the service sets its share of the descriptor limit. */
+  maxOpenJournals?: number | undefined;
   snapshotEveryEntries?: number | undefined;
   snapshotIdleMs?: number | undefined;
   /** The write/fdatasync calls of appends (tests inject one to count syncs or fail writes). */
@@ -72,6 +81,8 @@ export class FileJournalStore implements JournalStore {
   readonly logger: Logger | undefined;
   readonly snapshots: SnapshotScheduler;
   private readonly cacheSize: number;
+  readonly maxOpenJournals: number;
+  private readonly stopRelief: () => void;
   private readonly appends: FileAppends;
   private readonly follower: ForeignWriteFollower;
   private readonly sessions = new Map<string, FileSessionJournal>();
@@ -89,6 +100,7 @@ export class FileJournalStore implements JournalStore {
     this.io = options.io;
     this.logger = options.logger;
     this.cacheSize = Math.max(1, options.cacheSize ?? DEFAULT_CACHE_SIZE);
+    this.maxOpenJournals = Math.max(1, Math.min(this.cacheSize, options.maxOpenJournals ?? this.cacheSize));
     this.now = () => this.clock.now();
     this.appends = new FileAppends(this);
     this.snapshots = new SnapshotScheduler({
@@ -113,6 +125,11 @@ export class FileJournalStore implements JournalStore {
       this.logger,
     );
     ensurePrivateDir(this.dir);
+    this.stopRelief = onDescriptorShortage(() => {
+      const closed = this.closeIdleFiles();
+      if (closed > 0) this.logger?.warn({ closed }, "no descriptor left somewhere in the service: closed the journals of idle sessions");
+      return closed;
+    });
     // Started now so that the first open of a large journal does not pay for its start-up.
     scanWorker().warm();
   }
@@ -129,11 +146,25 @@ export class FileJournalStore implements JournalStore {
 
   /** The session, opened (and caught up with foreign writes) when its journal exists; else undefined. */
   open(id: string): FileSessionJournal | undefined {
-    const cached = this.touch(id);
-    if (cached) return cached;
-    const opened = this.openFromDisk(id);
-    if (opened) this.remember(opened);
-    return opened;
+    return this.withDescriptors(`session ${id}: its journal could not be opened`, id, () => {
+      const cached = this.touch(id);
+      if (cached) return cached;
+      const opened = this.openFromDisk(id);
+      if (opened) this.remember(opened);
+      return opened;
+    });
+  }
+
+  /**
+   * Runs `work` (which opens files), once more after closing idle journals if a descriptor was
+   * refused; refused again, throws RESOURCE_EXHAUSTED TOO_MANY_OPEN_FILES saying `what` failed.
+   */
+  private withDescriptors<T>(what: string, sessionId: string | undefined, work: () => T): T {
+    try {
+      return retryAfterRelief(work);
+    } catch (error) {
+      throw descriptorRefusal(error, what, sessionId === undefined ? {} : { sessionId }) ?? error;
+    }
   }
 
   /** The session to append to: opened, or a new empty one (its file is created by the first append). */
@@ -189,6 +220,22 @@ export class FileJournalStore implements JournalStore {
     }
     session.fd = undefined;
     session.committer = undefined;
+  }
+
+  /**
+   * Makes room for `session` to open its journal: closes the journals of the least recently used
+   * sessions not being written to until fewer than `maxOpenJournals` are open. Journals with a
+   * write in flight stay open, even over the bound (they close at the next call that finds them idle).
+   */
+  makeRoomForJournal(session: FileSessionJournal): void {
+    let open = 0;
+    for (const cached of this.sessions.values()) if (cached.fd !== undefined) open++;
+    for (const cached of this.sessions.values()) {
+      if (open < this.maxOpenJournals) return;
+      if (cached === session || cached.fd === undefined || cached.committer?.busy) continue;
+      this.closeFile(cached);
+      open--;
+    }
   }
 
   /** Closes the journals of the sessions not being written to (they reopen on their next append); returns how many. */
@@ -429,7 +476,7 @@ export class FileJournalStore implements JournalStore {
   findKey(session: FileSessionJournal, ikey: string): KeyRecord | undefined {
     const known = session.keys.get(ikey);
     if (known || session.keysComplete) return known;
-    this.completeScan(session);
+    this.withDescriptors(`session ${session.id}: its journal could not be read`, session.id, () => this.completeScan(session));
     return session.keys.get(ikey);
   }
 
@@ -444,16 +491,20 @@ export class FileJournalStore implements JournalStore {
 
   reader(session: FileSessionJournal, fromSeq: number, limit: number): () => AsyncIterableIterator<StoredEntry> {
     if (!session.onDisk) return () => emptyIterator();
-    this.completeScan(session);
+    this.withDescriptors(`session ${session.id}: its journal could not be read`, session.id, () => this.completeScan(session));
     const start = session.index.startFor(fromSeq);
     const end = session.size;
     const journal = session.path;
-    return () => readJournalEntries(journal, { fromSeq, limit, start, end });
+    return () => readRefusals(session.id, readJournalEntries(journal, { fromSeq, limit, start, end }));
   }
 
   /** The snapshot as of an earlier append, by a replay up to its last entry. */
   snapshotAt(session: FileSessionJournal, lastSeq: number): SessionSnapshot {
-    return replayJournalFile(session.path, session.id, { repair: false, stopAfterSeq: lastSeq, now: this.now, sessionId: session.id }).snapshot;
+    return this.withDescriptors(
+      `session ${session.id}: its journal could not be read`,
+      session.id,
+      () => replayJournalFile(session.path, session.id, { repair: false, stopAfterSeq: lastSeq, now: this.now, sessionId: session.id }).snapshot,
+    );
   }
 
   async flush(session: FileSessionJournal): Promise<void> {
@@ -476,7 +527,7 @@ export class FileJournalStore implements JournalStore {
       if (dir === undefined) continue;
       let names: string[];
       try {
-        names = fs.readdirSync(dir);
+        names = this.withDescriptors("the sessions could not be listed", undefined, () => fs.readdirSync(dir));
       } catch (error) {
         if (errnoCode(error) === "ENOENT") continue;
         throw error;
@@ -521,7 +572,7 @@ export class FileJournalStore implements JournalStore {
     for (const dir of [this.legacyDir, this.dir]) {
       if (dir === undefined) continue;
       try {
-        fsyncDirectory(dir);
+        retryAfterRelief(() => fsyncDirectory(dir));
       } catch (error) {
         if (errnoCode(error) !== "ENOENT") this.logger?.warn({ dir, err: error }, "could not sync the directory of a deleted session");
       }
@@ -531,7 +582,9 @@ export class FileJournalStore implements JournalStore {
   // ---------------------------------------------------------------- lifecycle
 
   stats(): JournalStoreStats {
-    return { openSessions: this.sessions.size, ...this.counters };
+    let openJournals = 0;
+    for (const session of this.sessions.values()) if (session.fd !== undefined) openJournals++;
+    return { openSessions: this.sessions.size, openJournals, ...this.counters };
   }
 
   get busy(): boolean {
@@ -545,6 +598,7 @@ export class FileJournalStore implements JournalStore {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
+    this.stopRelief();
     this.follower.stop();
     await this.settled();
     for (const session of [...this.sessions.values()]) {
@@ -564,6 +618,27 @@ export class FileJournalStore implements JournalStore {
     const done = promise.then(() => undefined);
     this.background.add(done);
     void done.finally(() => this.background.delete(done));
+  }
+}
+
+/**
+ * `entries` with the failures of a read of session `sessionId` said as refusals: no descriptor left
+ * (TOO_MANY_OPEN_FILES), or the journal deleted under the read (SESSION_DELETED: what was left to
+ * read is gone; a new session under the id starts at seq 1).
+ */
+async function* readRefusals(sessionId: string, entries: AsyncGenerator<StoredEntry>): AsyncGenerator<StoredEntry> {
+  try {
+    yield* entries;
+  } catch (error) {
+    if (error instanceof JournalReplacedError) {
+      throw new BerthError(
+        "not_found",
+        `session ${sessionId} was deleted while its journal was read; a new session under this id starts at seq 1`,
+        { sessionId },
+        { reason: "SESSION_DELETED" },
+      );
+    }
+    throw descriptorRefusal(error, `session ${sessionId}: its journal could not be read`, { sessionId }) ?? error;
   }
 }
 

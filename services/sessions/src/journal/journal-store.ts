@@ -123,6 +123,8 @@ export interface JournalListener {
 /** Counters of a journal store. */
 export interface JournalStoreStats {
   openSessions: number;
+  /** Journal files held open (for appending); at most the store's bound. */
+  openJournals: number;
   /** Full journal replays done (opens without a current snapshot, and catch-ups after foreign writes). */
   replays: number;
   /** Opens served from a snapshot (current, or of a prefix: see `tailReplays`). */

@@ -1,8 +1,9 @@
 /**
  * When the file backend writes a session's snapshot file: lazily — after a number of appended
  * entries, once a session has been idle for a while, and on flush, eviction and close — never on
- * every append. One write at a time per session; the journal stays the truth, the file is a cache
- * that makes the next open cheap (see snapshot-file.ts).
+ * every append. One write at a time per session, and {@link CONCURRENT_SNAPSHOT_WRITES} at a time
+ * in all; the journal stays the truth, the file is a cache that makes the next open cheap (see
+ * snapshot-file.ts).
  */
 import type { Clock } from "@berth/shared/clock";
 import type { Logger } from "@berth/shared/logger";
@@ -27,8 +28,34 @@ export interface SnapshotSchedulerOptions {
   written: () => void;
 }
 
+/**
+ * Snapshot files written at once. Each write holds two descriptors (its temp file, then the
+ * directory) while it syncs: the idle timers of a thousand sessions appended to together fire
+ * together, and unbounded, their writes took every descriptor the calls of the moment needed
+ * (under `ulimit -n 256`, health checks and appends met EMFILE five seconds after a burst).
+ */
+export const CONCURRENT_SNAPSHOT_WRITES = 2;
+
 export class SnapshotScheduler {
+  private writing = 0;
+  private readonly waiting: Array<() => void> = [];
+
   constructor(private readonly options: SnapshotSchedulerOptions) {}
+
+  /** Resolves when this write may start (fewer than {@link CONCURRENT_SNAPSHOT_WRITES} are running); call `done` after. */
+  private turn(): Promise<void> {
+    if (this.writing < CONCURRENT_SNAPSHOT_WRITES) {
+      this.writing++;
+      return Promise.resolve();
+    }
+    return new Promise((resolve) => this.waiting.push(resolve));
+  }
+
+  private done(): void {
+    const next = this.waiting.shift();
+    if (next) next();
+    else this.writing--;
+  }
 
   /** Writes the session's snapshot file in the background when it is due, or arms its idle timer. */
   schedule(session: FileSessionJournal): void {
@@ -67,26 +94,32 @@ export class SnapshotScheduler {
   }
 
   /**
-   * Writes the durable state to the snapshot file (one write at a time per session). `force`
-   * writes even when the file is already current.
+   * Writes the durable state to the snapshot file (one write at a time per session, and
+   * {@link CONCURRENT_SNAPSHOT_WRITES} in all: the session is `writing` while it waits its turn).
+   * `force` writes even when the file is already current.
    */
   write(session: FileSessionJournal, force: boolean): Promise<void> {
     const previous = session.snapshotWrite ?? Promise.resolve();
     const next = previous
       .catch(() => undefined)
+      .then(() => this.turn())
       .then(async () => {
-        if (!session.onDisk) return;
-        if (!force && session.snapshotFileBytes === session.fileSize) return;
-        const journalBytes = session.fileSize;
-        const nextSeq = session.nextSeq;
-        const snapshot = session.snapshot;
-        const entries = session.entriesSinceSnapshot;
-        // Recorded so that a later open can use this file even once the journal has grown past it.
-        const lastLine = lastLineCrc(session.path, journalBytes);
-        await writeSnapshotFile(snapshotPath(this.options.dir, session.id), snapshot, { journalBytes, nextSeq, lastLineCrc: lastLine });
-        this.options.written();
-        session.snapshotFileBytes = journalBytes;
-        session.entriesSinceSnapshot = Math.max(0, session.entriesSinceSnapshot - entries);
+        try {
+          if (!session.onDisk) return;
+          if (!force && session.snapshotFileBytes === session.fileSize) return;
+          const journalBytes = session.fileSize;
+          const nextSeq = session.nextSeq;
+          const snapshot = session.snapshot;
+          const entries = session.entriesSinceSnapshot;
+          // Recorded so that a later open can use this file even once the journal has grown past it.
+          const lastLine = lastLineCrc(session.path, journalBytes);
+          await writeSnapshotFile(snapshotPath(this.options.dir, session.id), snapshot, { journalBytes, nextSeq, lastLineCrc: lastLine });
+          this.options.written();
+          session.snapshotFileBytes = journalBytes;
+          session.entriesSinceSnapshot = Math.max(0, session.entriesSinceSnapshot - entries);
+        } finally {
+          this.done();
+        }
       });
     session.snapshotWrite = next;
     void next

@@ -24,6 +24,7 @@ import * as fs from "node:fs";
 import * as path from "node:path";
 import { BerthError } from "@berth/shared/errors";
 import { confirmStillWritable, ensurePrivateDir, writeFileAtomicSync } from "@berth/shared/files";
+import { retryAfterRelief } from "@berth/shared/descriptors";
 import { isDiskFull, stateWriteError } from "@berth/shared/state-errors";
 import { LOCK_RETRY_AFTER_MS } from "./lock-input.js";
 import type { LockPersistence } from "./lock-persistence.js";
@@ -124,7 +125,8 @@ export function createFencingStore(stateDir: string, options: FencingStoreOption
       if (nextToken >= reservedUntil) {
         const ceiling = nextToken + blockSize;
         try {
-          persist(ceiling);
+          // Short of descriptors, the idle journals are closed and the ceiling written once more (the same record: idempotent).
+          retryAfterRelief(() => persist(ceiling));
         } catch (error) {
           throw (
             stateWriteError(error, `no lock was granted: cannot reserve fencing tokens in ${file}`, stateDir, { file }) ??

@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { ManualClock } from "@berth/shared/clock";
+import { onDescriptorShortage } from "@berth/shared/descriptors";
 import { DriftingClock } from "@berth/shared/testing/drifting-clock";
 import { BerthError } from "@berth/shared/errors";
 import { LOCK_RETRY_AFTER_MS } from "./lock-input.js";
@@ -708,6 +709,34 @@ describe("an outside lock that cannot be taken", () => {
     expect([error.code, error.reason]).toEqual(["resource_exhausted", "WAIT_EXHAUSTED"]);
     expect(error.message).toMatch(/^source locked: \/project\/a is held by seed \(pid 7\) through its lock file/);
     expect(locks.stats().waiting).toBe(0);
+  });
+
+  it("a lock file refused a descriptor is made again once the idle descriptors are closed; refused again, the grant is RESOURCE_EXHAUSTED TOO_MANY_OPEN_FILES", async () => {
+    let descriptors = 0;
+    const unregister = onDescriptorShortage(() => {
+      descriptors = 1;
+      return 1;
+    });
+    try {
+      const external: ExternalLocks = {
+        claim(key) {
+          if (descriptors === 0) throw Object.assign(new Error(`EMFILE: too many open files, open '/state/locks${key}'`), { code: "EMFILE" });
+          descriptors--;
+          return { ok: true, handle: { key, lockFile: `/state/locks${key}`, token: "t", pid: 42 } };
+        },
+        release() {},
+        peek: () => undefined,
+        pathFor: (key) => `/state/locks${key}`,
+        watch: () => () => {},
+      };
+      const locks = new LockTable({ clock: new ManualClock(), fencing: counter(), external });
+      expect((await locks.acquire({ file: "/project/a", owner: "o" })).fencingToken).toBe(1);
+      unregister();
+      const refused = await rejection(locks.acquire({ file: "/project/b", owner: "o" }));
+      expect(refused).toMatchObject({ code: "resource_exhausted", reason: "TOO_MANY_OPEN_FILES", options: { retryAfterMs: 1000 } });
+    } finally {
+      unregister();
+    }
   });
 
   it("a queued request whose lock frees while its lock file cannot be made is refused with why, not as locked", async () => {

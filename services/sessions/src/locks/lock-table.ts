@@ -20,6 +20,7 @@ import * as path from "node:path";
 import { BerthError, invalidArgument } from "@berth/shared/errors";
 import { silentLogger, type Logger } from "@berth/shared/logger";
 import { checkRequestId } from "@berth/shared/safe-id";
+import { retryAfterRelief } from "@berth/shared/descriptors";
 import { stateWriteError } from "@berth/shared/state-errors";
 import { STALL_MS, wallTimeOf, wallTimesOf, type Clock, type TimerHandle } from "@berth/shared/clock";
 import { formatDuration } from "@berth/shared/units";
@@ -512,7 +513,10 @@ export class LockTable {
     if (!this.external) return true;
     let claim: ExternalClaim;
     try {
-      claim = this.external.claim(entry.key, { owner, at });
+      // Short of descriptors, the idle journals are closed and the claim made once more (it changes
+      // nothing on disk before its lock file is in place).
+      const external = this.external;
+      claim = retryAfterRelief(() => external.claim(entry.key, { owner, at }));
     } catch (error) {
       this.logger.error({ file: entry.key, err: error }, "cannot take the lock file");
       const lockPath = this.external.pathFor(entry.key);

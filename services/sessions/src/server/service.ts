@@ -6,6 +6,7 @@ import * as path from "node:path";
 import type { Logger } from "pino";
 import { LockService } from "@berth/api/berth/locks/v1/lock_service_pb";
 import { SessionService } from "@berth/api/berth/sessions/v1/session_service_pb";
+import { descriptorLimit, descriptorShares } from "@berth/shared/descriptors";
 import { fileElector } from "@berth/shared/election";
 import type { ElectionLock, Elector } from "@berth/shared/elector";
 import { implement, serveElected, type ServerContext, type ServiceDefinition } from "@berth/shared/server/index";
@@ -35,6 +36,9 @@ export async function createSessions(values: SessionsValues, logger: Logger, ele
   let liveElection: ElectionLock | undefined;
   if (values.liveDir !== undefined) liveElection = await elector.acquire(dirs.dir, "berth-sessions", { service: "sessions" });
   try {
+    // Each journal kept open takes a descriptor: no more than the store's share of the limit.
+    const shares = descriptorShares(descriptorLimit());
+    const maxOpenJournals = Math.min(values.sessionCache, shares.journals);
     const store = createSessionStore({
       dir: dirs.dir,
       ...(dirs.legacyDir !== undefined ? { legacyDir: dirs.legacyDir } : {}),
@@ -43,10 +47,22 @@ export async function createSessions(values: SessionsValues, logger: Logger, ele
       maxEventBytes: values.maxEventBytes,
       maxEventsPerAppend: values.maxEventsPerAppend,
       cacheSize: values.sessionCache,
+      maxOpenJournals,
       maxBuffered: values.watchBuffer,
       ...(values.completedRetention !== undefined ? { completedRetentionMs: values.completedRetention } : {}),
     });
-    logger.info({ dir: dirs.dir, legacyDir: dirs.legacyDir, fsync: values.fsync, completedRetentionMs: values.completedRetention }, "session journals");
+    logger.info(
+      {
+        dir: dirs.dir,
+        legacyDir: dirs.legacyDir,
+        fsync: values.fsync,
+        completedRetentionMs: values.completedRetention,
+        sessionCache: values.sessionCache,
+        openJournals: maxOpenJournals,
+        descriptorLimit: shares.limit ?? null,
+      },
+      "session journals",
+    );
     return {
       store,
       async close() {
@@ -69,6 +85,11 @@ export async function createSessions(values: SessionsValues, logger: Logger, ele
  */
 export function sessionServiceRegistration(store: SessionStoreApi, context: ServerContext, fenceCheck?: FenceCheck, maxMessageBytes?: number) {
   context.metrics.registerGauge("berth_sessions_open_sessions", "Sessions open in memory (the bounded LRU).", () => store.stats().openSessions);
+  context.metrics.registerGauge(
+    "berth_sessions_open_journals",
+    "Journal files held open for appending (bounded by the service's share of its descriptor limit).",
+    () => store.stats().openJournals ?? 0,
+  );
   context.metrics.registerGauge("berth_sessions_watchers", "Open watchers (WatchSession and WatchSessions streams).", () => store.stats().watchers);
   return implement(SessionService, createSessionHandlers({ store, fenceCheck, ...(maxMessageBytes !== undefined ? { maxMessageBytes } : {}) }));
 }

@@ -86,7 +86,7 @@ export const SESSIONS_SETTINGS = defineConfig({
     env: "BERTH_SESSION_CACHE",
     default: DEFAULT_CACHE_SIZE,
     parse: integerParser(1, 10_000_000),
-    doc: "sessions kept open in memory (least recently used ones are closed beyond it)",
+    doc: "sessions kept open in memory (least recently used ones are closed beyond it); of these, the journal files held open are at most a share of the descriptor limit (ulimit -n), logged at start",
   },
   watchBuffer: {
     flag: "watch-buffer",

@@ -105,7 +105,7 @@ export function createMemoryJournalStore(options: { now?: () => number } = {}): 
   };
   const journals = new Map<string, MemoryJournal>();
   let listener: JournalListener | undefined;
-  const stats: JournalStoreStats = { openSessions: 0, replays: 0, hydrations: 0, tailReplays: 0, snapshotWrites: 0 };
+  const stats: JournalStoreStats = { openSessions: 0, openJournals: 0, replays: 0, hydrations: 0, tailReplays: 0, snapshotWrites: 0 };
   const busy = () => [...journals.values()].some((j) => j.busy);
   return {
     location: "memory",

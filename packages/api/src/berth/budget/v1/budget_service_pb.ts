@@ -1591,7 +1591,7 @@ export const FleetMachineSchema: GenMessage<FleetMachine> = /*@__PURE__*/
  * | RESOURCE_EXHAUSTED  | QUEUE_FULL            | the queue is full; retry after RetryInfo     |
  * | RESOURCE_EXHAUSTED  | WAIT_EXHAUSTED        | waited the whole wait; retry after RetryInfo |
  * | RESOURCE_EXHAUSTED  | DISK_FULL             | the running tally could not be saved: free space in the state directory, retry |
- * | RESOURCE_EXHAUSTED  | TOO_MANY_OPEN_FILES   | no file descriptor left to save the tally: retry after RetryInfo, or raise `ulimit -n` |
+ * | RESOURCE_EXHAUSTED  | TOO_MANY_OPEN_FILES   | no file descriptor left to save the tally, or the call came on a connection over the service's share: retry after RetryInfo, or raise `ulimit -n` |
  * | NOT_FOUND           | RESERVATION_NOT_FOUND | the reservation is gone (released, expired)  |
  * | UNAVAILABLE         | STATE_READ_ONLY       | the state directory is not writable: make it writable, retry |
  * | UNAVAILABLE         | ETCD_UNAVAILABLE      | GetFleet: etcd is out of reach; retry after RetryInfo |
@@ -1617,7 +1617,13 @@ export const FleetMachineSchema: GenMessage<FleetMachine> = /*@__PURE__*/
  * | INTERNAL            | INTERNAL              | a bug: see the service's log                 |
  *
  * WAIT_EXHAUSTED is not DEADLINE_EXCEEDED, which clients read as their own
- * call deadline. DISK_FULL, STATE_READ_ONLY and TOO_MANY_OPEN_FILES refuse
+ * call deadline. Client connections take three quarters of the service's
+ * descriptor limit (`ulimit -n`; its log's `descriptors` line gives the
+ * figures); a connection over that share is answered and closed:
+ * `grpc.health.v1.Health/Check` answers as usual, every other call is
+ * RESOURCE_EXHAUSTED TOO_MANY_OPEN_FILES. A machine sample that finds no
+ * descriptor is skipped: admission goes on with the last one, never with a
+ * sample that lacks free memory. DISK_FULL, STATE_READ_ONLY and TOO_MANY_OPEN_FILES refuse
  * the changes of the running tally (RegisterRunning, StopRunning, Admit's
  * `started`, a running entry's KeepAlive) when its file cannot be written,
  * naming the state directory. A refused RegisterRunning or `started` counts

@@ -938,7 +938,7 @@ export const HolderKindSchema: GenEnum<HolderKind> = /*@__PURE__*/
  * | RESOURCE_EXHAUSTED  | WAIT_EXHAUSTED  | the lock stayed held for the whole wait (LockHeld); retry later (RetryInfo) |
  * | RESOURCE_EXHAUSTED  | TOO_MANY_WAITERS| the file's queue is full; retry later (RetryInfo) |
  * | RESOURCE_EXHAUSTED  | DISK_FULL       | the state directory's file system is full (a lock file or the fencing state could not be written): free space, retry |
- * | RESOURCE_EXHAUSTED  | TOO_MANY_OPEN_FILES | the service has no file descriptor left for a lock file: retry (RetryInfo), or raise its `ulimit -n` |
+ * | RESOURCE_EXHAUSTED  | TOO_MANY_OPEN_FILES | the service has no file descriptor left for a lock file, even after closing its idle journals, or the call came on a connection over its share (see SessionService's Descriptors): retry (RetryInfo), or raise its `ulimit -n` |
  * | RESOURCE_EXHAUSTED  | ETCD_NO_SPACE   | (`--store etcd`) etcd's quota is full: an operator compacts, defragments or raises `--quota-backend-bytes`, then disarms the alarm |
  * | ABORTED             | ETCD_LEASE_LOST | (`--store etcd`) the instance's etcd lease ended while the request waited: ask again |
  * | UNAVAILABLE         | STATE_READ_ONLY | the state directory (or the lock files' directory) is not writable: make it writable, retry (RetryInfo) |

@@ -1437,7 +1437,7 @@ export const EntryIntegritySchema: GenEnum<EntryIntegrity> = /*@__PURE__*/
  * | OUT_OF_RANGE        | SEQ_OUT_OF_RANGE        | `from_seq` is past the journal's end         |
  * | RESOURCE_EXHAUSTED  | WATCHER_LAGGED          | resume the watch where WatcherLagged says    |
  * | RESOURCE_EXHAUSTED  | DISK_FULL               | free space in the state directory, retry     |
- * | RESOURCE_EXHAUSTED  | TOO_MANY_OPEN_FILES     | no file descriptor left: retry (RetryInfo), or raise the service's `ulimit -n` |
+ * | RESOURCE_EXHAUSTED  | TOO_MANY_OPEN_FILES     | no file descriptor left (any call: appends, reads, watches, locks, or a connection over the service's share): retry (RetryInfo), or raise the service's `ulimit -n` |
  * | RESOURCE_EXHAUSTED  | ETCD_NO_SPACE           | (`--store etcd`) etcd's quota is full: an operator compacts, defragments or raises `--quota-backend-bytes`, then disarms the alarm |
  * | UNAVAILABLE         | APPEND_OVERTAKEN        | retry the same call as is (RetryInfo)        |
  * | UNAVAILABLE         | STATE_READ_ONLY         | the state directory is not writable          |
@@ -1487,6 +1487,23 @@ export const EntryIntegritySchema: GenEnum<EntryIntegrity> = /*@__PURE__*/
  * retry with the same idempotency key, which answers the append if it was
  * kept.
  *
+ * Descriptors. Every connection, journal and lock file takes one of the
+ * service's file descriptors (`ulimit -n`), and it shares them out at start
+ * (its log's `descriptors` and `session journals` lines give the figures):
+ * client connections get three quarters; journals kept open for appending
+ * half of what is left once the service's own are counted (13 at a limit of
+ * 256, 102 at 1,024, never more than `--session-cache`), the least recently
+ * used closed first while their sessions stay in memory; a read or a watch's
+ * backlog opens the journal only for a moment. A connection over the share
+ * is answered and closed: `grpc.health.v1.Health/Check` answers as usual,
+ * every other call is RESOURCE_EXHAUSTED TOO_MANY_OPEN_FILES. When a
+ * descriptor is refused anyway (EMFILE, ENFILE), whatever the call (an
+ * append, a read, a watch's backlog, a lock file, a snapshot file, a
+ * connection to etcd), the service closes every journal not being written to
+ * and tries once more; still refused, the call is RESOURCE_EXHAUSTED
+ * TOO_MANY_OPEN_FILES with a RetryInfo, never INTERNAL, and nothing of it is
+ * kept. A retry once the crowd has gone succeeds.
+ *
  * @generated from service berth.sessions.v1.SessionService
  */
 export const SessionService: GenService<{
@@ -1513,7 +1530,7 @@ export const SessionService: GenService<{
    * state directory's file system is full), RESOURCE_EXHAUSTED
    * TOO_MANY_OPEN_FILES (no descriptor left to open the journal with),
    * UNAVAILABLE STATE_READ_ONLY (it is not writable), each naming the
-   * directory. Nothing of the append is kept on any error but one whose
+   * directory (TOO_MANY_OPEN_FILES: see Descriptors above). Nothing of the append is kept on any error but one whose
    * metadata says `outcome` = `unknown` (see above).
    * On `--store etcd` also INVALID_ARGUMENT REQUEST_TOO_LARGE or
    * ETCD_TOO_MANY_TXN_OPS, RESOURCE_EXHAUSTED ETCD_NO_SPACE, UNAVAILABLE
@@ -1618,7 +1635,11 @@ export const SessionService: GenService<{
    * the read ended (`end`). NOT_FOUND SESSION_NOT_FOUND for a session
    * without a journal; OUT_OF_RANGE SEQ_OUT_OF_RANGE for a `from_seq` beyond
    * `last_seq + 1` (`last_seq + 1` itself is an empty read that ends at once).
-   * Errors: INVALID_ARGUMENT INVALID_FIELD; NOT_FOUND SESSION_NOT_FOUND;
+   * RESOURCE_EXHAUSTED TOO_MANY_OPEN_FILES when no descriptor is left to read
+   * the journal with (see Descriptors above); NOT_FOUND SESSION_DELETED when
+   * the session is deleted while its journal is read.
+   * Errors: INVALID_ARGUMENT INVALID_FIELD; NOT_FOUND SESSION_NOT_FOUND,
+   * SESSION_DELETED;
    * OUT_OF_RANGE SEQ_OUT_OF_RANGE; RESOURCE_EXHAUSTED TOO_MANY_OPEN_FILES;
    * UNAVAILABLE ETCD_UNAVAILABLE, INTERNAL JOURNAL_DAMAGED (`--store etcd`);
    * and any call's (the second table).
@@ -1645,7 +1666,10 @@ export const SessionService: GenService<{
    * another process changed in a way only a full replay follows (a damaged
    * line, a rewrite): resuming reads what changed from the journal. A deleted
    * session ends its watchers with NOT_FOUND SESSION_DELETED. The service
-   * ending (shutdown) ends the stream with UNAVAILABLE SHUTTING_DOWN.
+   * ending (shutdown) ends the stream with UNAVAILABLE SHUTTING_DOWN. A
+   * backlog that cannot be read for want of a descriptor ends the stream with
+   * RESOURCE_EXHAUSTED TOO_MANY_OPEN_FILES (see Descriptors above): watch
+   * again from the seq after the last entry received.
    * Errors: INVALID_ARGUMENT INVALID_FIELD; RESOURCE_EXHAUSTED WATCHER_LAGGED,
    * TOO_MANY_OPEN_FILES; NOT_FOUND SESSION_DELETED; UNAVAILABLE
    * ETCD_UNAVAILABLE (`--store etcd`); and any call's (the second table).
