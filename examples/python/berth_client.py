@@ -1238,8 +1238,10 @@ class Berth:
         ``max_wait`` as in :meth:`lock`.
 
         ``request_id`` (e.g. ``str(uuid.uuid4())``) makes a retry safe: calling again with the same
-        file, owner and id while the first call's lease lives answers that lease (while the first
-        call still waits, it waits with it) instead of queueing a second request.
+        id, file, owner and ttl answers the first call's lease (while it lives, and for the
+        service's idempotency window after it ended; while the first call still waits, it waits
+        with it) instead of queueing a second request. The same id for another request is refused
+        ALREADY_EXISTS ``IDEMPOTENCY_KEY_REUSED``.
         """
         request = lock_service_pb2.AcquireRequest(file=lock_path(file), owner=owner, request_id=request_id)
         if max_wait is not None:

@@ -226,7 +226,7 @@ def lease_steps(berth: Berth) -> None:
     request_id = str(uuid.uuid4())
     lease = berth.acquire(file, owner="python-lease", ttl=5, request_id=request_id)
     # The retry of a call whose answer was lost: the same lease, not a second place in the queue.
-    again = berth.acquire(file, owner="python-lease", max_wait=0, request_id=request_id)
+    again = berth.acquire(file, owner="python-lease", ttl=5, max_wait=0, request_id=request_id)
     time.sleep(0.05)  # so that the renewed expiry is visibly later
     renewal = lease.keep_alive()
     both = berth.keep_alive(lease.lease.lease_token, "never-granted")

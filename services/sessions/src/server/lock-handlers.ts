@@ -119,7 +119,7 @@ export function createLockHandlers(options: LockHandlerOptions): ServiceImpl<typ
 
     async release(request) {
       const token = leaseTokenInput(request.leaseToken, "lease_token");
-      return create(ReleaseResponseSchema, { released: await locks.release(token) });
+      return create(ReleaseResponseSchema, { released: await locks.release(token, request.requestId) });
     },
 
     async *hold(request, context) {
@@ -192,6 +192,7 @@ export function createLockHandlers(options: LockHandlerOptions): ServiceImpl<typ
         heartbeatInterval: durationFromMs(heartbeatMs),
         maxWaitersPerFile: limits.maxWaitersPerFile,
         maxOwnerLength: limits.maxOwnerLength,
+        idempotencyWindow: durationFromMs(limits.idempotencyWindowMs),
       });
     },
   };
