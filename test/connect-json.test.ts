@@ -275,6 +275,8 @@ describe("every unary RPC answers JSON over HTTP/1.1 (curl)", () => {
       heartbeatInterval: "5s",
       maxQueue: 1000,
       maxOwnerLength: 256,
+      idempotencyWindow: "3600s",
+      admitResumeGrace: "15s",
     });
 
     const asked = {

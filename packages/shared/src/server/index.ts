@@ -11,6 +11,7 @@ export { berthErrorToConnect, connectCodeOf, toConnectError, createErrorIntercep
 export { createAuthInterceptor, bearerTokenMatches, UNAUTHENTICATED_MESSAGE, UNAUTHENTICATED_SERVICES } from "./auth.js";
 export { createObserverInterceptor, codeName } from "./logging.js";
 export { callTimeLeftMs } from "./call-deadline.js";
+export { callConnectionGone } from "./call-connection.js";
 export { OpenStreams, streamHolds } from "./open-streams.js";
 export type { OpenStream, OpenStreamView } from "./open-streams.js";
 export { abortable, abortError, shuttingDownError, createStreamShutdownInterceptor } from "./streams.js";

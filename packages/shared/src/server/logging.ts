@@ -22,6 +22,8 @@ export interface CallState {
   readonly arrivedAtWallMs: number;
   /** Set by the observer interceptor: the call reached a handler and was logged there. */
   observed: boolean;
+  /** Whether the call's connection is gone (see call-connection.ts). */
+  readonly connectionGone?: () => boolean;
 }
 
 /** The context value carrying a call's `CallState` from the HTTP layer to the interceptors. */

@@ -13,6 +13,7 @@ import { Health } from "@berth/api/grpc/health/v1/health_pb";
 import * as reflectionV1 from "@berth/api/grpc/reflection/v1/reflection_pb";
 import * as reflectionV1alpha from "@berth/api/grpc/reflection/v1alpha/reflection_pb";
 import { closeWhenAnswered } from "./answered-streams.js";
+import { connectionGoneOf } from "./call-connection.js";
 import { bearerTokenMatches, createAuthInterceptor, UNAUTHENTICATED_MESSAGE } from "./auth.js";
 import { failWaitingWrite } from "./closed-response.js";
 import { createErrorInterceptor } from "./connect-errors.js";
@@ -201,7 +202,13 @@ export async function startServer(options: StartServerOptions): Promise<RunningS
   });
 
   const handler: NodeRequestHandler = (req, res) => {
-    const state: CallState = { peer: peerOf(req), started: performance.now(), arrivedAtWallMs: Date.now(), observed: false };
+    const state: CallState = {
+      peer: peerOf(req),
+      started: performance.now(),
+      arrivedAtWallMs: Date.now(),
+      observed: false,
+      connectionGone: connectionGoneOf(req, res),
+    };
     states.set(req, state);
     res.once("close", () => {
       // A client gone while a message of its stream waits to be written: end that wait (see closed-response.ts).
