@@ -87,13 +87,6 @@ export class ResumableAdmissions {
 
   constructor(private readonly host: ResumableAdmissionsHost) {}
 
-  /** How many admissions wait for their stream to resume. */
-  get detached(): number {
-    let count = 0;
-    for (const admission of this.active.values()) if (admission.stream === undefined && !admission.finished) count++;
-    return count;
-  }
-
   /**
    * Attaches `stream` to the admission of `requestId`: a new one (queued behind everyone), or the
    * one the id names (resumed), or, once that one ended, its first answer. Throws already_exists
