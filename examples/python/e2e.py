@@ -345,6 +345,8 @@ def budget_steps() -> None:
         errors["impossible"] = error(expect_error(lambda: berth.reserve([start("huge", memory="100G")], "py huge"), grpc.StatusCode.FAILED_PRECONDITION))
         holder = berth.reserve([start("holder", memory="3G", cpu=1)], "py holder", request_id="py-holder")
         again = berth.reserve([start("holder", memory="3G", cpu=1)], "py holder", request_id="py-holder")
+        # The same id for another request: refused, the same code and reason as a reused append key.
+        errors["request_id_reused"] = error(expect_error(lambda: berth.reserve([start("holder", memory="2G", cpu=1)], "py holder", request_id="py-holder"), grpc.StatusCode.ALREADY_EXISTS))
         errors["queue_full"] = error(expect_error(lambda: berth.reserve([start("late", memory="2G")], "py late"), grpc.StatusCode.RESOURCE_EXHAUSTED))
         errors["wait_exhausted"] = error(expect_error(lambda: berth.reserve([start("now", memory="2G")], "py now", max_wait=0), grpc.StatusCode.RESOURCE_EXHAUSTED))
         errors["invalid_field"] = error(expect_error(lambda: berth.reserve([start("x", memory="1G")], "py x", ttl=7200), grpc.StatusCode.INVALID_ARGUMENT))
