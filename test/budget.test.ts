@@ -335,8 +335,10 @@ describe("budget service: Admit", () => {
     await holder.done;
   });
 
-  it("a client killed with SIGKILL while queued leaves nothing queued", async () => {
-    const budget = await startBudget();
+  it("a client killed with SIGKILL while queued leaves nothing queued (once the resume grace of its admission ran out)", async () => {
+    // berth admit gives its admission a request id, so that a broken connection is resumed: the
+    // service cannot tell a client killed from a connection lost, and keeps its place for the grace.
+    const budget = await startBudget({ args: ["--admit-resume-grace=1s"] });
     const { reservation } = await budget.client.reserve({ owner: "holder", need: { items: [start("a", 3, 1)] } });
     const client = spawnBerth(budget.url, ["admit", "--memory", "2G", "--json", "--", "true"]);
     await client.event("queued");
@@ -347,8 +349,8 @@ describe("budget service: Admit", () => {
     await budget.client.release({ reservationId: reservation!.id });
   });
 
-  it("a client killed with SIGKILL while admitted releases its reservation; its command's entry goes with the command", async () => {
-    const budget = await startBudget();
+  it("a client killed with SIGKILL while admitted releases its reservation (once the resume grace ran out); its command's entry goes with the command", async () => {
+    const budget = await startBudget({ args: ["--admit-resume-grace=1s"] });
     const client = spawnBerth(budget.url, ["admit", "--memory", "2G", "--json", "--", process.execPath, "-e", "setTimeout(() => {}, 30000)"]);
     const started = await client.event("started");
     const commandPid = started.pid as number;
