@@ -384,6 +384,8 @@ describe("berth budget", () => {
       heartbeatInterval: "5s",
       maxQueue: 7,
       maxOwnerLength: 256,
+      idempotencyWindow: "3600s",
+      admitResumeGrace: "15s",
     });
   });
 

@@ -16,7 +16,8 @@ import type { AdmitRequestSchema, AdmitResponse } from "@berth/api/berth/budget/
 import { BudgetService } from "@berth/api/berth/budget/v1/budget_service_pb";
 import { pushable } from "@berth/budget/server/testing";
 import { G, spawnBerth, startBudget, until, type BudgetUnderTest } from "./budget-e2e.js";
-import { curl, curlJson, grpcJsClient, makeTempDir, stopAll } from "./harness.js";
+import { ErrorInfoSchema } from "@berth/api/google/rpc/error_details_pb";
+import { connectClient, curl, curlJson, cuttableProxy, grpcJsClient, makeTempDir, stopAll } from "./harness.js";
 
 afterAll(stopAll);
 
@@ -29,8 +30,14 @@ const start = (name: string, memoryGb: number, cpu: number): NeedItemInit => ({
   costSource: { case: "cost", value: { memoryBytes: BigInt(Math.round(memoryGb * G)), cpu } },
 });
 
-/** An Admit stream over the service's gRPC port, read continuously. */
-function admit(budget: BudgetUnderTest, owner: string, items: NeedItemInit[], maxWaitMs?: number) {
+/** An Admit stream over the service's gRPC port (or through `client`), read continuously. */
+function admit(
+  budget: BudgetUnderTest,
+  owner: string,
+  items: NeedItemInit[],
+  maxWaitMs?: number,
+  options: { requestId?: string; client?: BudgetUnderTest["client"] } = {},
+) {
   const requests = pushable<AdmitRequestInit>();
   const controller = new AbortController();
   requests.push({
@@ -39,6 +46,7 @@ function admit(budget: BudgetUnderTest, owner: string, items: NeedItemInit[], ma
       value: {
         owner,
         need: { items },
+        requestId: options.requestId ?? "",
         maxWait: maxWaitMs === undefined ? undefined : { seconds: BigInt(Math.floor(maxWaitMs / 1000)), nanos: (maxWaitMs % 1000) * 1e6 },
       },
     },
@@ -47,7 +55,7 @@ function admit(budget: BudgetUnderTest, owner: string, items: NeedItemInit[], ma
   let failure: ConnectError | undefined;
   const done = (async () => {
     try {
-      for await (const response of budget.client.admit(requests, { signal: controller.signal }))
+      for await (const response of (options.client ?? budget.client).admit(requests, { signal: controller.signal }))
         received.push(Object.assign(response, { at: performance.now() }));
     } catch (error) {
       failure = ConnectError.from(error);
@@ -105,6 +113,61 @@ describe("budget service: RPCs", () => {
       expect(sample.machine?.cores).toBeGreaterThan(0);
       break;
     }
+  });
+
+  it("request ids: every keyed RPC repeated with the same request answers the first answer, with another request ALREADY_EXISTS IDEMPOTENCY_KEY_REUSED", async () => {
+    const budget = await startBudget();
+    const { client } = budget;
+    const reuseOf = async (call: Promise<unknown>) => {
+      const error = ConnectError.from(
+        await call.then(
+          () => new Error("expected a refusal"),
+          (e: unknown) => e,
+        ),
+      );
+      expect(error.code).toBe(Code.AlreadyExists);
+      const [info] = error.findDetails(ErrorInfoSchema);
+      expect([info?.reason, info?.domain]).toEqual(["IDEMPOTENCY_KEY_REUSED", "berth.budget"]);
+      return info!.metadata;
+    };
+    const asked = {
+      owner: "ci",
+      need: { items: [start("a", 1, 1), { kind: NeedItemKind.BUILD, name: "a" }] },
+      ttl: { seconds: 60n, nanos: 0 },
+      requestId: "res-1",
+    };
+    const first = await client.reserve(asked);
+    expect(await client.reserve({ ...asked, maxWait: { seconds: 0n, nanos: 0 } })).toEqual(first);
+    const id = first.reservation!.id;
+    expect(await reuseOf(client.reserve({ ...asked, ttl: { seconds: 30n, nanos: 0 } }))).toEqual({
+      requestId: "res-1",
+      rpc: "Reserve",
+      owner: "ci",
+      reservationId: id,
+    });
+    expect(await reuseOf(client.reserve({ ...asked, skipLoadGate: true }))).toMatchObject({ rpc: "Reserve" });
+    expect(await reuseOf(client.release({ reservationId: id, requestId: "res-1" }))).toMatchObject({ rpc: "Reserve" });
+
+    const built = await client.releaseBuild({ reservationId: id, requestId: "build-1" });
+    expect(await client.releaseBuild({ reservationId: id, requestId: "build-1" })).toEqual(built);
+    const registered = await client.registerRunning({ name: "a", reservationId: id, pid: process.pid, requestId: "run-1" });
+    expect(await client.registerRunning({ name: "a", reservationId: id, pid: process.pid, requestId: "run-1" })).toEqual(registered);
+    expect(await reuseOf(client.registerRunning({ name: "a", reservationId: id, requestId: "run-1" }))).toMatchObject({
+      rpc: "RegisterRunning",
+      runningId: registered.running!.id,
+    });
+    expect((await client.getState({})).runningCount).toBe(1);
+    expect((await client.stopRunning({ id: registered.running!.id, requestId: "stop-1" })).stopped).toBe(true);
+    expect((await client.stopRunning({ id: registered.running!.id, requestId: "stop-1" })).stopped).toBe(true);
+    expect((await client.release({ reservationId: id, requestId: "rel-1" })).released).toBe(true);
+    expect((await client.release({ reservationId: id, requestId: "rel-1" })).released).toBe(true);
+    // Ended: the first answers still, granting nothing; the renewal finds them gone.
+    expect(await client.reserve(asked)).toEqual(first);
+    expect(await client.registerRunning({ name: "a", reservationId: id, pid: process.pid, requestId: "run-1" })).toEqual(registered);
+    expect((await client.keepAlive({ ids: [id] })).renewals.map((r) => r.alive)).toEqual([false]);
+    expect((await client.getState({})).reservationCount).toBe(0);
+    const limits = await client.getLimits({});
+    expect([limits.idempotencyWindow?.seconds, limits.admitResumeGrace?.seconds]).toEqual([3600n, 15n]);
   });
 
   it("refuses malformed input with INVALID_ARGUMENT naming the field, over gRPC and Connect JSON, and keeps serving", async () => {
@@ -214,8 +277,70 @@ describe("budget service: Admit", () => {
     expect((await budget.client.getState({})).running).toHaveLength(1);
   });
 
-  it("a client killed with SIGKILL while queued leaves nothing queued", async () => {
+  it("an Admit with a request_id whose connection breaks keeps its place: a resume on a new connection is told its place and admitted in its turn", async () => {
     const budget = await startBudget();
+    const proxy = await cuttableProxy(budget.url);
+    const throughProxy = connectClient(BudgetService, proxy.url, { protocol: "grpc", defaultTimeoutMs: 60_000 });
+    const holder = admit(budget, "holder", [start("a", 3, 1)]);
+    expect(await until(() => holder.has("admitted"))).toBe(true);
+    const first = admit(budget, "job", [start("b", 2, 1)], undefined, { requestId: "job-1", client: throughProxy });
+    expect(await until(() => first.has("queued"))).toBe(true);
+    const behind = admit(budget, "behind", [start("c", 3, 1)]);
+    expect(await until(() => behind.has("queued"))).toBe(true);
+    proxy.cut();
+    await first.done;
+    expect(first.failure).toBeDefined();
+    // The service saw the stream end; the place stays.
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    expect((await budget.client.getState({})).queue.map((q) => q.owner)).toEqual(["job", "behind"]);
+    const resumed = admit(budget, "job", [start("b", 2, 1)], undefined, { requestId: "job-1" });
+    expect(await until(() => resumed.received.length > 0)).toBe(true);
+    expect(resumed.received[0]).toMatchObject({ kind: { case: "queued", value: { position: 1 } } });
+    holder.send({ kind: { case: "release", value: {} } });
+    expect(await until(() => resumed.has("admitted"))).toBe(true);
+    expect(behind.has("admitted")).toBe(false);
+    resumed.send({ kind: { case: "release", value: {} } });
+    expect(await until(() => behind.has("admitted"))).toBe(true);
+    behind.cancel();
+    await Promise.all([holder.done, resumed.done, behind.done]);
+  });
+
+  it("an Admit with a request_id not resumed within the grace is dropped; one cancelled by its client is dropped at once; admitted while away, it is held, then released", async () => {
+    const budget = await startBudget({ args: ["--admit-resume-grace=1s"] });
+    const proxy = await cuttableProxy(budget.url);
+    const throughProxy = connectClient(BudgetService, proxy.url, { protocol: "grpc", defaultTimeoutMs: 60_000 });
+    const holder = admit(budget, "holder", [start("a", 3, 1)]);
+    expect(await until(() => holder.has("admitted"))).toBe(true);
+    const broken = admit(budget, "broken", [start("b", 2, 1)], undefined, { requestId: "job-2", client: throughProxy });
+    expect(await until(() => broken.has("queued"))).toBe(true);
+    proxy.cut();
+    await broken.done;
+    expect(await until(async () => (await budget.client.getState({})).queueSize === 0)).toBe(true);
+    // A cancel by its client is no break: dropped at once, though this service's grace is a minute.
+    const patient = await startBudget({ args: ["--admit-resume-grace=60s"] });
+    const blocker = admit(patient, "holder", [start("a", 3, 1)]);
+    expect(await until(() => blocker.has("admitted"))).toBe(true);
+    const cancelled = admit(patient, "cancelled", [start("b", 2, 1)], undefined, { requestId: "job-3" });
+    expect(await until(() => cancelled.has("queued"))).toBe(true);
+    cancelled.cancel();
+    expect(await until(async () => (await patient.client.getState({})).queueSize === 0)).toBe(true);
+    blocker.cancel();
+
+    const away = admit(budget, "away", [start("b", 1, 1)], undefined, { requestId: "job-4", client: throughProxy });
+    expect(await until(() => away.has("admitted"))).toBe(true);
+    proxy.cut();
+    await away.done;
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    expect((await budget.client.getState({})).reservations.map((r) => r.owner).sort()).toEqual(["away", "holder"]);
+    expect(await until(async () => (await budget.client.getState({})).reservationCount === 1)).toBe(true);
+    holder.cancel();
+    await holder.done;
+  });
+
+  it("a client killed with SIGKILL while queued leaves nothing queued (once the resume grace of its admission ran out)", async () => {
+    // berth admit gives its admission a request id, so that a broken connection is resumed: the
+    // service cannot tell a client killed from a connection lost, and keeps its place for the grace.
+    const budget = await startBudget({ args: ["--admit-resume-grace=1s"] });
     const { reservation } = await budget.client.reserve({ owner: "holder", need: { items: [start("a", 3, 1)] } });
     const client = spawnBerth(budget.url, ["admit", "--memory", "2G", "--json", "--", "true"]);
     await client.event("queued");
@@ -226,8 +351,8 @@ describe("budget service: Admit", () => {
     await budget.client.release({ reservationId: reservation!.id });
   });
 
-  it("a client killed with SIGKILL while admitted releases its reservation; its command's entry goes with the command", async () => {
-    const budget = await startBudget();
+  it("a client killed with SIGKILL while admitted releases its reservation (once the resume grace ran out); its command's entry goes with the command", async () => {
+    const budget = await startBudget({ args: ["--admit-resume-grace=1s"] });
     const client = spawnBerth(budget.url, ["admit", "--memory", "2G", "--json", "--", process.execPath, "-e", "setTimeout(() => {}, 30000)"]);
     const started = await client.event("started");
     const commandPid = started.pid as number;

@@ -232,7 +232,7 @@ describe("every unary RPC answers JSON over HTTP/1.1 (curl)", () => {
     const expires = Date.parse(String(lease["expireTime"]));
     expect(expires).toBeGreaterThan(Date.parse(String(lease["acquireTime"])));
     // A retried Acquire (its answer lost) answers the same lease, in the proto's field names too.
-    expect(await ok(sessionsUrl, L, "Acquire", { file, owner: "curl", max_wait: "0s", request_id: "curl-1" })).toEqual({ lease });
+    expect(await ok(sessionsUrl, L, "Acquire", { file, owner: "curl", ttl: "20s", max_wait: "0s", request_id: "curl-1" })).toEqual({ lease });
 
     // Renewing a lease needs no HTTP/2: unary KeepAlive, one answer per token in order.
     const renewed = (await ok(sessionsUrl, L, "KeepAlive", { leaseTokens: [lease["leaseToken"], "gone"] })) as { renewals: Json[] };
@@ -246,6 +246,7 @@ describe("every unary RPC answers JSON over HTTP/1.1 (curl)", () => {
       heartbeatInterval: "5s",
       maxWaitersPerFile: 10000,
       maxOwnerLength: 256,
+      idempotencyWindow: "3600s",
     });
     const inspected = await ok(sessionsUrl, L, "Inspect", { file });
     // Enums by name.
@@ -274,6 +275,8 @@ describe("every unary RPC answers JSON over HTTP/1.1 (curl)", () => {
       heartbeatInterval: "5s",
       maxQueue: 1000,
       maxOwnerLength: 256,
+      idempotencyWindow: "3600s",
+      admitResumeGrace: "15s",
     });
 
     const asked = {

@@ -51,4 +51,5 @@ export * from "./harness/clients.js";
 export * from "./harness/commands.js";
 export * from "./harness/steps.js";
 export * from "./harness/stores.js";
+export * from "./harness/cuttable-proxy.js";
 export { bufBinary, entryPoint, REPO_ROOT, repoPath, SERVERS_OF, type ServiceKind } from "./harness/repo.js";

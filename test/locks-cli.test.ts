@@ -362,6 +362,7 @@ describe("berth lock", () => {
         "hold heartbeat    every 5s",
         "waiters per file  10000",
         "owner             at most 256 characters",
+        "request ids       remembered 1h after what their call made ended",
         "",
       ].join("\n"),
     );
@@ -373,6 +374,7 @@ describe("berth lock", () => {
       heartbeatInterval: "5s",
       maxWaitersPerFile: 10000,
       maxOwnerLength: 256,
+      idempotencyWindow: "3600s",
     });
   });
 

@@ -194,6 +194,56 @@ for (const store of STORES) {
       await waiter.release({ leaseToken: granted.leaseToken });
     });
 
+    it("request ids: a repeat answers the first answer (also after the lease ended), the id for another request is ALREADY_EXISTS IDEMPOTENCY_KEY_REUSED, a repeat while the first waits joins it", async () => {
+      const client = locksOf(url);
+      const file = path.join(projectRoot, "src/keyed.ts");
+      const seconds = (s: number) => ({ seconds: BigInt(s), nanos: 0 });
+      const first = (await client.acquire({ file, owner: "retrier", ttl: seconds(20), maxWait: seconds(5), requestId: "acq-1" })).lease!;
+      const respelt = path.join(projectRoot, "src/./keyed.ts");
+      expect((await client.acquire({ file: respelt, owner: "retrier", ttl: seconds(20), maxWait: seconds(0), requestId: "acq-1" })).lease).toEqual(first);
+      const reuses = [
+        () => client.acquire({ file, owner: "retrier", ttl: seconds(30), requestId: "acq-1" }),
+        () => client.acquire({ file: path.join(projectRoot, "src/other.ts"), owner: "retrier", ttl: seconds(20), requestId: "acq-1" }),
+        () => client.release({ leaseToken: first.leaseToken, requestId: "acq-1" }),
+      ];
+      for (const reuse of reuses) {
+        const error = await callFailure(reuse());
+        expect(error.code).toBe(Code.AlreadyExists);
+        const [info] = error.findDetails(ErrorInfoSchema);
+        expect([info?.reason, info?.domain, info?.metadata.requestId, info?.metadata.rpc, info?.metadata.file]).toEqual([
+          "IDEMPOTENCY_KEY_REUSED",
+          "berth.locks",
+          "acq-1",
+          "Acquire",
+          first.file,
+        ]);
+      }
+      expect((await client.inspect({ file: path.join(projectRoot, "src/other.ts") })).holder).toBeUndefined();
+      expect((await client.release({ leaseToken: first.leaseToken, requestId: "rel-1" })).released).toBe(true);
+      expect((await client.release({ leaseToken: first.leaseToken, requestId: "rel-1" })).released).toBe(true);
+      // After the lease ended: the first answer again, granting nothing; its renewal finds it gone.
+      expect((await client.acquire({ file, owner: "retrier", ttl: seconds(20), requestId: "acq-1" })).lease).toEqual(first);
+      expect((await client.inspect({ file })).holder).toBeUndefined();
+      expect((await client.keepAlive({ leaseTokens: [first.leaseToken] })).renewals.map((r) => r.alive)).toEqual([false]);
+      expect((await client.getLimits({})).idempotencyWindow).toMatchObject({ seconds: 3600n });
+
+      // The first call leaves while it waits: the repeat (on another connection) keeps its one place.
+      const holder = (await client.acquire({ file, owner: "holder" })).lease!;
+      const leaving = new AbortController();
+      const gone = callFailure(client.acquire({ file, owner: "retrier", maxWait: seconds(20), requestId: "acq-2" }, { signal: leaving.signal }));
+      await until(client, file, (s) => s.waiters.length === 1);
+      const again = locksOf(url).acquire({ file, owner: "retrier", maxWait: seconds(20), requestId: "acq-2" });
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      leaving.abort();
+      expect((await gone).code).toBe(Code.Canceled);
+      expect((await client.inspect({ file })).waiters.map((w) => w.owner)).toEqual(["retrier"]);
+      await client.release({ leaseToken: holder.leaseToken });
+      const granted = (await again).lease!;
+      expect(granted.owner).toBe("retrier");
+      expect((await client.acquire({ file, owner: "retrier", maxWait: seconds(0), requestId: "acq-2" })).lease).toEqual(granted);
+      await client.release({ leaseToken: granted.leaseToken });
+    });
+
     it("refuses bad paths (relative, too long, in /proc, /sys, /dev, the root) with INVALID_ARGUMENT naming the field and rule", async () => {
       const client = locksOf(url);
       const cases: Array<[string, RegExp]> = [

@@ -417,6 +417,7 @@ describe("Python client (grpcio 1.51 + stubs from Debian's protoc)", () => {
         wait_exhausted: refused("WAIT_EXHAUSTED", "REFUSAL_KIND_WAIT_EXHAUSTED", true),
         invalid_field: { code: "INVALID_ARGUMENT", reason: "INVALID_FIELD", domain: "berth.budget", field: "ttl" },
         bad_request_id: { code: "INVALID_ARGUMENT", reason: "INVALID_FIELD", field: "request_id" },
+        request_id_reused: { code: "ALREADY_EXISTS", reason: "IDEMPOTENCY_KEY_REUSED", domain: "berth.budget" },
         reservation_not_found: { code: "NOT_FOUND", reason: "RESERVATION_NOT_FOUND", domain: "berth.budget", retry: false },
         release_build_gone: { code: "NOT_FOUND", reason: "RESERVATION_NOT_FOUND" },
         out_of_turn: { code: "INVALID_ARGUMENT", reason: "OUT_OF_TURN", domain: "berth.budget" },

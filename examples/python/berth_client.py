@@ -1238,8 +1238,10 @@ class Berth:
         ``max_wait`` as in :meth:`lock`.
 
         ``request_id`` (e.g. ``str(uuid.uuid4())``) makes a retry safe: calling again with the same
-        file, owner and id while the first call's lease lives answers that lease (while the first
-        call still waits, it waits with it) instead of queueing a second request.
+        id, file, owner and ttl answers the first call's lease (while it lives, and for the
+        service's idempotency window after it ended; while the first call still waits, it waits
+        with it) instead of queueing a second request. The same id for another request is refused
+        ALREADY_EXISTS ``IDEMPOTENCY_KEY_REUSED``.
         """
         request = lock_service_pb2.AcquireRequest(file=lock_path(file), owner=owner, request_id=request_id)
         if max_wait is not None:
@@ -1301,8 +1303,11 @@ class Berth:
         auto_keep_alive: bool = False,
     ) -> Reservation:
         """Admission with a lease (waits in the queue up to ``max_wait`` first; 0: not at all); see
-        :class:`Reservation`. With ``request_id`` (a UUID, say) a retry of this call, while the first
-        waits or its reservation lives, answers the same reservation instead of queueing again."""
+        :class:`Reservation`. With ``request_id`` (a UUID, say) a retry of this call with the same
+        need, owner, ttl and ``skip_load_gate`` answers the first call's reservation (while the first
+        waits, it waits with it) instead of queueing again, also for the service's idempotency window
+        after the reservation ended; the same id for another request is ALREADY_EXISTS
+        ``IDEMPOTENCY_KEY_REUSED``."""
         request = budget_service_pb2.ReserveRequest(need=_need(need), owner=owner, skip_load_gate=skip_load_gate, request_id=request_id)
         if ttl is not None:
             request.ttl.CopyFrom(_duration(ttl))
@@ -1327,7 +1332,8 @@ class Berth:
     ) -> budget_service_pb2.RegisterRunningResponse:
         """Counts a running service until :meth:`stop_running`, until ``pid`` exits, or until its
         ``ttl`` lease runs out; with ``reservation_id`` its cost leaves that reservation's start share.
-        With ``request_id``, a retry while the entry lives answers the same entry (counted once)."""
+        With ``request_id``, a retry of the same request answers the first answer (counted once),
+        while the entry lives and for the service's idempotency window after."""
         request = budget_service_pb2.RegisterRunningRequest(name=name, request_id=request_id)
         if memory is not None:
             request.spec.memory = str(memory)

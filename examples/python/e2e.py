@@ -226,7 +226,7 @@ def lease_steps(berth: Berth) -> None:
     request_id = str(uuid.uuid4())
     lease = berth.acquire(file, owner="python-lease", ttl=5, request_id=request_id)
     # The retry of a call whose answer was lost: the same lease, not a second place in the queue.
-    again = berth.acquire(file, owner="python-lease", max_wait=0, request_id=request_id)
+    again = berth.acquire(file, owner="python-lease", ttl=5, max_wait=0, request_id=request_id)
     time.sleep(0.05)  # so that the renewed expiry is visibly later
     renewal = lease.keep_alive()
     both = berth.keep_alive(lease.lease.lease_token, "never-granted")
@@ -345,6 +345,8 @@ def budget_steps() -> None:
         errors["impossible"] = error(expect_error(lambda: berth.reserve([start("huge", memory="100G")], "py huge"), grpc.StatusCode.FAILED_PRECONDITION))
         holder = berth.reserve([start("holder", memory="3G", cpu=1)], "py holder", request_id="py-holder")
         again = berth.reserve([start("holder", memory="3G", cpu=1)], "py holder", request_id="py-holder")
+        # The same id for another request: refused, the same code and reason as a reused append key.
+        errors["request_id_reused"] = error(expect_error(lambda: berth.reserve([start("holder", memory="2G", cpu=1)], "py holder", request_id="py-holder"), grpc.StatusCode.ALREADY_EXISTS))
         errors["queue_full"] = error(expect_error(lambda: berth.reserve([start("late", memory="2G")], "py late"), grpc.StatusCode.RESOURCE_EXHAUSTED))
         errors["wait_exhausted"] = error(expect_error(lambda: berth.reserve([start("now", memory="2G")], "py now", max_wait=0), grpc.StatusCode.RESOURCE_EXHAUSTED))
         errors["invalid_field"] = error(expect_error(lambda: berth.reserve([start("x", memory="1G")], "py x", ttl=7200), grpc.StatusCode.INVALID_ARGUMENT))

@@ -120,11 +120,116 @@ describe("admit", () => {
         }
       },
     });
-    await budget.admit([start("job")], async (admission) => {
-      await expect(admission.started("job")).rejects.toMatchObject({ code: Code.Unavailable });
-      expect(admission.signal.aborted).toBe(true);
-      expect(admission.lost).toMatchObject({ code: Code.Unavailable, rawMessage: "shutting down" });
+    await budget.admit(
+      [start("job")],
+      async (admission) => {
+        await expect(admission.started("job")).rejects.toMatchObject({ code: Code.Unavailable });
+        expect(admission.signal.aborted).toBe(true);
+        expect(admission.lost).toMatchObject({ code: Code.Unavailable, rawMessage: "shutting down" });
+      },
+      { resumeWithinMs: 0 },
+    );
+  });
+
+  it("a stream that breaks while queued is resumed on a new stream with the admission's request id: its place, then its admission", async () => {
+    const starts: AdmitRequest[] = [];
+    const budget = client({
+      async *admit(requests) {
+        for await (const request of requests) {
+          if (request.kind.case !== "start") continue;
+          starts.push(request);
+          yield { kind: { case: "queued", value: { position: starts.length } } };
+          // The first connection breaks (no ErrorInfo: a failure on the way, not berth's answer).
+          if (starts.length === 1) throw new ConnectError("connection reset", Code.Unavailable);
+          yield { kind: { case: "admitted", value: { reservation: { id: "r-3" } } } };
+        }
+      },
+      release: () => ({ released: true }),
     });
+    const places: number[] = [];
+    const held = await budget.admit([start("job")], (admission) => admission.reservation.id, { onQueued: (q) => places.push(q.position) });
+    expect(held).toBe("r-3");
+    expect(places).toEqual([1, 2]);
+    const ids = starts.map((r) => (r.kind.case === "start" ? r.kind.value.requestId : ""));
+    expect(ids[0]).toMatch(/^[0-9a-f-]{36}$/);
+    expect(ids[1]).toBe(ids[0]);
+  });
+
+  it("a stream that breaks while admitted is resumed: what was unanswered is sent again (a started with its own request id), the admission goes on", async () => {
+    const startedIds: string[] = [];
+    let streams = 0;
+    const budget = client({
+      async *admit(requests) {
+        streams++;
+        for await (const request of requests) {
+          if (request.kind.case === "start") yield { kind: { case: "admitted", value: { reservation: { id: "r-4" } } } };
+          else if (request.kind.case === "started") {
+            startedIds.push(request.kind.value.requestId);
+            if (streams === 1) throw new ConnectError("stream reset", Code.Internal);
+            yield { kind: { case: "updated", value: { reservation: { id: "r-4" }, running: { id: "run-4" } } } };
+          } else if (request.kind.case === "release") {
+            yield { kind: { case: "released", value: { reservationId: "r-4" } } };
+            return;
+          }
+        }
+      },
+    });
+    await budget.admit([start("job")], async (admission) => {
+      const updated = await admission.started("job");
+      expect(updated.running?.id).toBe("run-4");
+      expect(admission.signal.aborted).toBe(false);
+    });
+    expect(streams).toBe(2);
+    expect(startedIds).toHaveLength(2);
+    expect(startedIds[1]).toBe(startedIds[0]);
+  });
+
+  it("an admission the service ended while the client was away is lost on resume", async () => {
+    let streams = 0;
+    const budget = client({
+      async *admit(requests) {
+        streams++;
+        for await (const request of requests) {
+          if (request.kind.case !== "start") continue;
+          yield { kind: { case: "admitted", value: { reservation: { id: "r-5" } } } };
+          if (streams === 1) throw new ConnectError("connection reset", Code.Unavailable);
+          yield { kind: { case: "released", value: { reservationId: "r-5" } } };
+          return;
+        }
+      },
+    });
+    await budget.admit([start("job")], async (admission) => {
+      await new Promise((resolve) => admission.signal.addEventListener("abort", resolve));
+      expect(admission.lost).toMatchObject({ code: Code.FailedPrecondition });
+      expect(admission.lost?.rawMessage).toMatch(/released reservation r-5 while this client was away/);
+    });
+  });
+});
+
+describe("keyed calls", () => {
+  it("carry a request id, and are made again with it when they fail on the way; a refusal is not retried", async () => {
+    const ids: string[] = [];
+    let failures = 2;
+    const budget = client({
+      reserve(request) {
+        ids.push(request.requestId);
+        if (failures-- > 0) throw new ConnectError("connection reset", Code.Unavailable);
+        return { reservation: { id: "r-6", owner: request.owner } };
+      },
+      release(request) {
+        ids.push(request.requestId);
+        throw new ConnectError("reused", Code.AlreadyExists, undefined, [
+          { desc: ErrorInfoSchema, value: { reason: "IDEMPOTENCY_KEY_REUSED", domain: "berth.budget" } },
+        ]);
+      },
+    });
+    const { reservation } = await budget.reserve([start("job")], { owner: "ci" });
+    expect(reservation?.id).toBe("r-6");
+    expect(ids).toHaveLength(3);
+    expect(new Set(ids).size).toBe(1);
+    const refused = (await budget.release("r-6", { requestId: "mine" }).catch((e: unknown) => e)) as BerthClientError;
+    expect([refused.code, refused.reason]).toEqual([Code.AlreadyExists, "IDEMPOTENCY_KEY_REUSED"]);
+    expect(ids.slice(3)).toEqual(["mine"]);
   });
 });
 

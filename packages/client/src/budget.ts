@@ -2,8 +2,11 @@
  * The budget service: admit work for as long as a callback runs (`await budget.admit(need, async
  * (admission) => …)`), on one Admit stream, so that the reservation is released when the callback
  * settles, and by the service the moment the stream ends for any other reason (this process
- * dying). Needs are built from `start`, `build` and `appliance` items. Everything else is on `rpc`
- * (Reserve/KeepAlive/Release leases, RegisterRunning, …).
+ * dying). Needs are built from `start`, `build` and `appliance` items. The admission carries a
+ * request id: a stream whose connection breaks is resumed on a new one with it, keeping its place in
+ * the queue or its reservation. The calls that create or change something (`reserve`, `release`,
+ * `releaseBuild`, `registerRunning`, `stopRunning`) carry request ids too and are retried safely.
+ * Everything else is on `rpc`.
  */
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { durationMs } from "@bufbuild/protobuf/wkt";
@@ -25,18 +28,30 @@ import {
   type GetLimitsResponse,
   type GetStateResponse,
   type Queued,
+  type RegisterRunningResponse,
+  type ReserveResponse,
   type ReservationUpdated,
 } from "@berth/api/berth/budget/v1/budget_service_pb";
 import type { Endpoint } from "./endpoint.js";
 import { BerthClientError, withBerthErrors } from "./errors.js";
-import { callOptions, durationOfMs, linkedCall, serviceTransports, type CallOptions, type ServiceClientOptions } from "./options.js";
+import { callOptions, delay, durationOfMs, linkedCall, serviceTransports, type CallOptions, type ServiceClientOptions } from "./options.js";
 import { defaultOwner } from "./owner.js";
+import { callWithRequestId, connectionRefused, failedOnTheWay, newRequestId } from "./request-ids.js";
 
 /** The typed details the budget service sends with its errors. */
 export const BUDGET_ERROR_DETAILS = [RefusalSchema] as const;
 
 /** How long a release waits for the service's `released` before ending the stream, which releases too. */
 const RELEASE_TIMEOUT_MS = 3_000;
+
+/**
+ * How long an admission whose stream broke tries to resume it on a new connection, by default:
+ * within the service's resume grace (15 s unless configured, GetLimits' `admit_resume_grace`).
+ */
+export const DEFAULT_ADMIT_RESUME_WITHIN_MS = 10_000;
+/** The first delay between two tries to resume; each next one doubles, up to a second. */
+const RESUME_FIRST_DELAY_MS = 50;
+const RESUME_MAX_DELAY_MS = 1_000;
 
 export type NeedInit = MessageInitShape<typeof NeedSchema>;
 export type NeedItemInit = MessageInitShape<typeof NeedItemSchema>;
@@ -89,6 +104,28 @@ export interface AdmitOptions extends CallOptions {
   readonly skipLoadGate?: boolean | undefined;
   /** Called while queued: at once, whenever the place or the reason changes, and as a heartbeat. */
   readonly onQueued?: ((queued: Queued) => void) | undefined;
+  /** The admission's request id (default: a new UUID): what resumes it on a new stream after a break. */
+  readonly requestId?: string | undefined;
+  /**
+   * How long to try resuming the admission on a new connection once its stream broke (default
+   * {@link DEFAULT_ADMIT_RESUME_WITHIN_MS}); 0: never, the admission is lost with its stream.
+   */
+  readonly resumeWithinMs?: number | undefined;
+}
+
+/** What the keyed unary calls take besides the call's own options: their request id (default: a new UUID). */
+export interface KeyedCallOptions extends CallOptions {
+  readonly requestId?: string | undefined;
+}
+
+/** Options of {@link BudgetClient.reserve}. */
+export interface ReserveOptions extends KeyedCallOptions {
+  /** As in {@link AdmitOptions}. */
+  readonly owner?: string | undefined;
+  readonly maxWaitMs?: number | undefined;
+  readonly skipLoadGate?: boolean | undefined;
+  /** The reservation's lease, renewed by KeepAlive; unset: the service's default. */
+  readonly ttlMs?: number | undefined;
 }
 
 /** How a started service is counted: its run cost (bytes and cores) or a spec the service costs. */
@@ -100,10 +137,86 @@ export interface StartedOptions {
   readonly ttlMs?: number | undefined;
 }
 
-/** An exchange on the stream waiting for its answer (`updated` answers `build_done` and `started`, in order). */
+/** A running service's cost as a message's oneof: its cost, its spec, or neither (the default). */
+function costSourceOf(options: StartedOptions) {
+  return options.cost !== undefined
+    ? { case: "cost" as const, value: options.cost }
+    : options.spec !== undefined
+      ? { case: "spec" as const, value: spec(options.spec) }
+      : { case: undefined };
+}
+
+/** An exchange on the stream waiting for its answer (`updated` answers `build_done` and `started`, in order); sent again after a resume. */
 interface Pending {
+  request: AdmitRequestInit;
   resolve(value: ReservationUpdated): void;
   reject(error: unknown): void;
+}
+
+/**
+ * The Admit conversation over one stream at a time: when the stream breaks on the way (not a
+ * refusal, not this client's cancel), a new one is opened with the same start (its request id
+ * resumes the admission) and read on, within `resumeWithinMs` of the break.
+ */
+class ResumableAdmitStream {
+  #requests: RequestStream;
+  #responses: AsyncIterator<AdmitResponse>;
+  #leg: AbortController;
+
+  constructor(
+    private readonly open: (requests: RequestStream, signal: AbortSignal) => AsyncIterator<AdmitResponse>,
+    private readonly start: AdmitRequestInit,
+    private readonly signal: AbortSignal,
+    private readonly resumeWithinMs: number,
+  ) {
+    ({ requests: this.#requests, responses: this.#responses, leg: this.#leg } = this.openLeg());
+  }
+
+  /** Sends on the current stream. */
+  push(request: AdmitRequestInit): void {
+    this.#requests.push(request);
+  }
+
+  /** Ends this side of the current stream. */
+  end(): void {
+    this.#requests.end();
+  }
+
+  /** Ends the current stream outright. */
+  close(): void {
+    this.#requests.end();
+    this.#leg.abort();
+  }
+
+  /** The next answer; after a resume, `onResumed` is called first (to send again what was unanswered). */
+  async next(onResumed?: () => void): Promise<IteratorResult<AdmitResponse>> {
+    let giveUpAt: number | undefined;
+    for (let attempt = 0; ; attempt++) {
+      try {
+        return await this.#responses.next();
+      } catch (error) {
+        // Nothing listening any more: the service's process is gone, and the admission it kept with it.
+        if (!failedOnTheWay(error, this.signal) || connectionRefused(error)) throw error;
+        giveUpAt ??= Date.now() + this.resumeWithinMs;
+        if (Date.now() >= giveUpAt) throw error;
+        this.close();
+        await delay(Math.min(RESUME_MAX_DELAY_MS, RESUME_FIRST_DELAY_MS * 2 ** attempt), this.signal);
+        ({ requests: this.#requests, responses: this.#responses, leg: this.#leg } = this.openLeg());
+        onResumed?.();
+      }
+    }
+  }
+
+  private openLeg() {
+    const requests = new RequestStream();
+    requests.push(this.start);
+    const leg = new AbortController();
+    const onAbort = () => leg.abort(this.signal.reason);
+    if (this.signal.aborted) onAbort();
+    else this.signal.addEventListener("abort", onAbort, { once: true });
+    leg.signal.addEventListener("abort", () => this.signal.removeEventListener("abort", onAbort), { once: true });
+    return { requests, responses: this.open(requests, leg.signal), leg };
+  }
 }
 
 /**
@@ -118,17 +231,18 @@ export class Admission {
   readonly #releasedAnswer: Promise<string | undefined>;
   #releasedId: string | undefined;
 
+  #releasing = false;
+
   /** @internal Made by {@link BudgetClient.admit}. */
   constructor(
     /** The reservation now held. */
     readonly reservation: Reservation,
     /** How long the request waited in the queue. */
     readonly waitedMs: number,
-    private readonly requests: RequestStream,
-    responses: AsyncIterator<AdmitResponse>,
+    private readonly stream: ResumableAdmitStream,
   ) {
     this.#releasedAnswer = new Promise((resolve) => (this.#released = resolve));
-    void this.follow(responses);
+    void this.follow();
   }
 
   /** Aborted once the admission is no longer held. */
@@ -157,31 +271,27 @@ export class Admission {
    * its lease ends, or StopRunning). Answers the reservation and the running entry made.
    */
   started(name: string, options: StartedOptions = {}): Promise<ReservationUpdated> {
-    const costSource =
-      options.cost !== undefined
-        ? { case: "cost" as const, value: options.cost }
-        : options.spec !== undefined
-          ? { case: "spec" as const, value: spec(options.spec) }
-          : { case: undefined };
-    return this.exchange({
-      kind: { case: "started", value: { name, costSource, ...(options.pid === undefined ? {} : { pid: options.pid }), ttl: durationOfMs(options.ttlMs) } },
-    });
+    const costSource = costSourceOf(options);
+    // A request id of its own: sent again after a resume, it is counted once.
+    const value = { name, costSource, ...(options.pid === undefined ? {} : { pid: options.pid }), ttl: durationOfMs(options.ttlMs), requestId: newRequestId() };
+    return this.exchange({ kind: { case: "started", value } });
   }
 
   private exchange(request: AdmitRequestInit): Promise<ReservationUpdated> {
     if (this.#controller.signal.aborted)
       return Promise.reject(this.#lost ?? BerthClientError.from(new ConnectError("the admission was released", Code.FailedPrecondition)));
     return new Promise((resolve, reject) => {
-      this.#pending.push({ resolve, reject });
-      this.requests.push(request);
+      this.#pending.push({ request, resolve, reject });
+      this.stream.push(request);
     });
   }
 
   /** @internal Releases the reservation and ends the stream; resolves with the released id, if the service said so in time. */
   async release(): Promise<string | undefined> {
     if (this.#controller.signal.aborted) return undefined;
-    this.requests.push({ kind: { case: "release", value: {} } });
-    this.requests.end();
+    this.#releasing = true;
+    this.stream.push({ kind: { case: "release", value: {} } });
+    this.stream.end();
     let timer: NodeJS.Timeout | undefined;
     const timeout = new Promise<undefined>((resolve) => (timer = setTimeout(resolve, RELEASE_TIMEOUT_MS, undefined)));
     try {
@@ -191,16 +301,40 @@ export class Admission {
     }
   }
 
-  /** Reads the stream's answers after `admitted`; its end or failure, unless released, is the loss of the admission. */
-  private async follow(responses: AsyncIterator<AdmitResponse>): Promise<void> {
+  /**
+   * Reads the stream's answers after `admitted`, resuming it on a new stream after a break (what was
+   * unanswered is sent again: a `started` carries its request id, a `build_done` is harmless twice);
+   * its end or failure, unless released, is the loss of the admission.
+   */
+  private async follow(): Promise<void> {
     let failure: unknown;
+    const resend = () => {
+      for (const pending of this.#pending) this.stream.push(pending.request);
+      if (this.#releasing) {
+        this.stream.push({ kind: { case: "release", value: {} } });
+        this.stream.end();
+      }
+    };
     try {
       for (;;) {
-        const next = await responses.next();
+        const next = await this.stream.next(resend);
         if (next.done) break;
         const kind = next.value.kind;
         if (kind.case === "updated") this.#pending.shift()?.resolve(kind.value);
-        else if (kind.case === "released") {
+        else if (kind.case === "admitted") {
+          // A resume tells the reservation it holds: the same one, or the admission was lost meanwhile.
+          if (kind.value.reservation?.id !== this.reservation.id) {
+            failure = new ConnectError("the admission was resumed to another reservation", Code.FailedPrecondition);
+            break;
+          }
+        } else if (kind.case === "released" && !this.#releasing) {
+          // The service ended the admission while this client was away (its resume grace ran out).
+          failure = new ConnectError(
+            `the service released reservation ${kind.value.reservationId} while this client was away (the resume came after its grace)`,
+            Code.FailedPrecondition,
+          );
+          break;
+        } else if (kind.case === "released") {
           this.#releasedId = kind.value.reservationId;
           this.#released?.(kind.value.reservationId);
           return this.end(new DOMException("the admission was released", "AbortError"));
@@ -275,12 +409,13 @@ export class BudgetClient {
    * `work` with the admission, and releases the reservation when `work` settles, answering (or
    * throwing) what `work` did. `timeoutMs` bounds the wait (DEADLINE_EXCEEDED); the signal
    * aborting withdraws the request, or, once admitted, ends the admission (`admission.signal`). A refusal is a BerthClientError with `refusal` (FAILED_PRECONDITION
-   * IMPOSSIBLE, RESOURCE_EXHAUSTED QUEUE_FULL or WAIT_EXHAUSTED, with `retryAfterMs`).
+   * IMPOSSIBLE, RESOURCE_EXHAUSTED QUEUE_FULL or WAIT_EXHAUSTED, with `retryAfterMs`). A stream
+   * that breaks on the way is resumed on a new connection with the admission's request id, keeping
+   * its place or its reservation (see {@link AdmitOptions.resumeWithinMs}).
    */
   async admit<T>(need: NeedInput, work: (admission: Admission) => Promise<T> | T, options: AdmitOptions = {}): Promise<T> {
     const call = linkedCall(options);
-    const requests = new RequestStream();
-    requests.push({
+    const start: AdmitRequestInit = {
       kind: {
         case: "start",
         value: {
@@ -288,28 +423,36 @@ export class BudgetClient {
           owner: options.owner ?? defaultOwner(),
           maxWait: durationOfMs(options.maxWaitMs),
           skipLoadGate: options.skipLoadGate ?? false,
+          requestId: options.requestId ?? newRequestId(),
         },
       },
-    });
-    const responses = this.#streams().admit(requests, { signal: call.controller.signal })[Symbol.asyncIterator]();
+    };
+    const stream = new ResumableAdmitStream(
+      (requests, signal) => this.#streams().admit(requests, { signal })[Symbol.asyncIterator](),
+      start,
+      call.controller.signal,
+      options.resumeWithinMs ?? DEFAULT_ADMIT_RESUME_WITHIN_MS,
+    );
     const done = () => {
       call.dispose();
-      requests.end();
+      stream.close();
       call.controller.abort();
     };
     let admission: Admission | undefined;
     try {
       while (admission === undefined) {
-        const next = await responses.next();
+        const next = await stream.next();
         if (next.done) throw new ConnectError("the service ended the stream before admitting", Code.Unknown);
         const kind = next.value.kind;
         if (kind.case === "queued") options.onQueued?.(kind.value);
+        else if (kind.case === "released")
+          throw new ConnectError("the service released the admission while this client was away (the resume came after its grace)", Code.FailedPrecondition);
         else if (kind.case === "admitted") {
           const { reservation, waited } = kind.value;
           if (reservation === undefined) throw new ConnectError("the service admitted without a reservation", Code.Internal);
           // The deadline was the wait's: the admission is held until the work settles.
           call.clearDeadline();
-          admission = new Admission(reservation, waited === undefined ? 0 : durationMs(waited), requests, responses);
+          admission = new Admission(reservation, waited === undefined ? 0 : durationMs(waited), stream);
         }
       }
     } catch (error) {
@@ -323,6 +466,55 @@ export class BudgetClient {
       await admission.release();
       done();
     }
+  }
+
+  /**
+   * A reservation held by a lease, for a client that cannot hold a stream: waits in the queue like
+   * `admit`, then lives until `release` or until its lease runs out without KeepAlive. Retried
+   * safely with a request id: a retry is answered the first call's reservation, never a second one.
+   */
+  reserve(need: NeedInput, options: ReserveOptions = {}): Promise<ReserveResponse> {
+    const request = {
+      need: needOf(need),
+      owner: options.owner ?? defaultOwner(),
+      maxWait: durationOfMs(options.maxWaitMs),
+      skipLoadGate: options.skipLoadGate ?? false,
+      ttl: durationOfMs(options.ttlMs),
+    };
+    return callWithRequestId((requestId) => this.rpc.reserve({ ...request, requestId }, callOptions(options)), options);
+  }
+
+  /** Releases a reservation: true when released by this call (or its first attempt), false when it was gone. Retried safely. */
+  async release(reservationId: string, options: KeyedCallOptions = {}): Promise<boolean> {
+    return (await callWithRequestId((requestId) => this.rpc.release({ reservationId, requestId }, callOptions(options)), options)).released;
+  }
+
+  /** The reservation's build phase is over: its build share goes back. Answers the reservation as it stands then. Retried safely. */
+  async releaseBuild(reservationId: string, options: KeyedCallOptions = {}): Promise<Reservation | undefined> {
+    return (await callWithRequestId((requestId) => this.rpc.releaseBuild({ reservationId, requestId }, callOptions(options)), options)).reservation;
+  }
+
+  /**
+   * Counts a running service until `stopRunning`, its pid's end or its lease's (with `reservationId`,
+   * its cost moves from that reservation). Retried safely: never counted twice.
+   */
+  registerRunning(
+    name: string,
+    options: StartedOptions & KeyedCallOptions & { readonly reservationId?: string | undefined } = {},
+  ): Promise<RegisterRunningResponse> {
+    const request = {
+      name,
+      costSource: costSourceOf(options),
+      ...(options.pid === undefined ? {} : { pid: options.pid }),
+      ttl: durationOfMs(options.ttlMs),
+      ...(options.reservationId === undefined ? {} : { reservationId: options.reservationId }),
+    };
+    return callWithRequestId((requestId) => this.rpc.registerRunning({ ...request, requestId }, callOptions(options)), options);
+  }
+
+  /** Stops counting a running entry: true when stopped by this call (or its first attempt), false when it was gone. Retried safely. */
+  async stopRunning(id: string, options: KeyedCallOptions = {}): Promise<boolean> {
+    return (await callWithRequestId((requestId) => this.rpc.stopRunning({ id, requestId }, callOptions(options)), options)).stopped;
   }
 
   /** The verdict for `need` now, without admitting it: fits, impossible, or what it would wait for. */

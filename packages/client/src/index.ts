@@ -30,6 +30,7 @@ export * from "./journal-events.js";
 export * from "./lock-path.js";
 export * from "./locks.js";
 export * from "./options.js";
+export { newRequestId } from "./request-ids.js";
 export * from "./sessions.js";
 export * from "./transport.js";
 

@@ -156,3 +156,30 @@ describe("lock", () => {
     expect(lease.lost).toBeUndefined();
   });
 });
+
+describe("leases", () => {
+  it("acquire and release carry request ids, the same one on every attempt of a call", async () => {
+    const acquires: string[] = [];
+    const releases: string[] = [];
+    let failures = 1;
+    const locks = client({
+      acquire(request) {
+        acquires.push(request.requestId);
+        if (failures-- > 0) throw new ConnectError("connection reset", Code.Unavailable);
+        return { lease: { leaseToken: "lt-1", fencingToken: 3n, file: request.file, owner: request.owner } };
+      },
+      release(request) {
+        releases.push(request.requestId);
+        return { released: true };
+      },
+      keepAlive: (request) => ({ renewals: request.leaseTokens.map((leaseToken) => ({ leaseToken, alive: true })) }),
+    });
+    const lease = await locks.acquire("/src/a.ts", { owner: "me", ttlMs: 5000 });
+    expect([lease.leaseToken, lease.file]).toEqual(["lt-1", "/src/a.ts"]);
+    expect(acquires).toHaveLength(2);
+    expect(acquires[1]).toBe(acquires[0]);
+    expect((await locks.keepAlive([lease.leaseToken])).map((r) => r.alive)).toEqual([true]);
+    expect(await locks.release(lease.leaseToken, { requestId: "rel-1" })).toBe(true);
+    expect(releases).toEqual(["rel-1"]);
+  });
+});

@@ -2,7 +2,8 @@
  * Source locks: hold a lock for as long as a block runs (`await using lease = await locks.lock(file)`),
  * on one Hold stream, so that the lock is freed the instant the stream ends, whatever ends it (the
  * block, a release, this process dying). Lock paths are resolved against the caller's working
- * directory. Everything else is on `rpc` (Acquire/KeepAlive/Release leases, CheckToken, …).
+ * directory. A lease that outlives a stream: `acquire` (with a request id, retried safely),
+ * `keepAlive`, `release`. Everything else is on `rpc`.
  */
 import { Code, ConnectError, createClient, type Client } from "@connectrpc/connect";
 import {
@@ -13,6 +14,7 @@ import {
   type HoldResponse,
   type InspectResponse,
   type Lease,
+  type Renewal,
   type Waiting,
 } from "@berth/api/berth/locks/v1/lock_service_pb";
 import type { Endpoint } from "./endpoint.js";
@@ -20,6 +22,7 @@ import { BerthClientError, withBerthErrors } from "./errors.js";
 import { absoluteLockPath } from "./lock-path.js";
 import { defaultOwner } from "./owner.js";
 import { callOptions, durationOfMs, linkedCall, serviceTransports, type CallOptions, type ServiceClientOptions } from "./options.js";
+import { callWithRequestId, newRequestId } from "./request-ids.js";
 
 /** The typed details the lock service sends with its errors. */
 export const LOCK_ERROR_DETAILS = [LockHeldSchema] as const;
@@ -40,6 +43,24 @@ export interface LockOptions extends CallOptions {
   readonly cwd?: string | undefined;
   /** Called while queued: at once, and whenever the place in line or the holder changes. */
   readonly onWaiting?: ((waiting: Waiting) => void) | undefined;
+}
+
+/** Options of {@link LocksClient.acquire}. */
+export interface AcquireOptions extends CallOptions {
+  /** As in {@link LockOptions}. */
+  readonly owner?: string | undefined;
+  /** As in {@link LockOptions}. */
+  readonly maxWaitMs?: number | undefined;
+  /** As in {@link LockOptions}. */
+  readonly cwd?: string | undefined;
+  /** The lease's time to live, renewed by `keepAlive`; unset: the service's default (30 s). */
+  readonly ttlMs?: number | undefined;
+  /**
+   * The call's request id (default: a new UUID). The call is made again with it when it fails on the
+   * way; give your own to retry yourself later (the same file, owner and ttl are answered the first
+   * lease, anything else with it is ALREADY_EXISTS IDEMPOTENCY_KEY_REUSED).
+   */
+  readonly requestId?: string | undefined;
 }
 
 /**
@@ -178,7 +199,8 @@ export class LocksClient {
         else if (kind.case === "acquired") {
           // The deadline was the wait's: the lock is held until released.
           call.clearDeadline();
-          const release = (leaseToken: string) => this.rpc.release({ leaseToken }, { timeoutMs: RELEASE_TIMEOUT_MS }).then((r) => r.released);
+          const release = (leaseToken: string) =>
+            this.rpc.release({ leaseToken, requestId: newRequestId() }, { timeoutMs: RELEASE_TIMEOUT_MS }).then((r) => r.released);
           return new HeldLock(kind.value, responses, call.controller, release, options.signal, () => call.dispose());
         }
       }
@@ -187,6 +209,37 @@ export class LocksClient {
       call.controller.abort();
       throw BerthClientError.from(error, LOCK_ERROR_DETAILS);
     }
+  }
+
+  /**
+   * Takes the lock on `file` as a lease, waiting in line like `lock`: the lease lives until
+   * `release`, or until its ttl passes without `keepAlive`. The call carries a request id and is
+   * made again with it when it fails on the way (the connection broke, the service was unreachable
+   * for a moment), so a retry is answered the lease the first call got, never a second place in line.
+   */
+  async acquire(file: string, options: AcquireOptions = {}): Promise<Lease> {
+    const request = {
+      file: absoluteLockPath(file, options.cwd),
+      owner: options.owner ?? defaultOwner(),
+      maxWait: durationOfMs(options.maxWaitMs),
+      ttl: durationOfMs(options.ttlMs),
+    };
+    const response = await callWithRequestId((requestId) => this.rpc.acquire({ ...request, requestId }, callOptions(options)), options);
+    if (response.lease === undefined) throw BerthClientError.from(new ConnectError("the service granted no lease", Code.Internal));
+    return response.lease;
+  }
+
+  /** Renews leases, each for its ttl: one answer per token, `alive = false` for a lease that is gone. */
+  async keepAlive(leaseTokens: readonly string[], options?: CallOptions): Promise<Renewal[]> {
+    return (await this.rpc.keepAlive({ leaseTokens: [...leaseTokens] }, callOptions(options))).renewals;
+  }
+
+  /**
+   * Releases a lease: true when it was released by this call (or by its first attempt, whose answer
+   * was lost), false when it was gone already. Retried safely with a request id, as `acquire` is.
+   */
+  async release(leaseToken: string, options: CallOptions & { readonly requestId?: string | undefined } = {}): Promise<boolean> {
+    return (await callWithRequestId((requestId) => this.rpc.release({ leaseToken, requestId }, callOptions(options)), options)).released;
   }
 
   /** Who holds the lock on `file`, who waits, the last fencing token. */

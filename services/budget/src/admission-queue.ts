@@ -58,6 +58,22 @@ export interface AdmitOptions {
   signal?: AbortSignal | undefined;
   /** Hears the position, ETA and reason while queued. */
   onQueued?: ((update: QueuedUpdate) => void) | undefined;
+  /** Given the queued request when it queues (not when admitted or refused at once): see {@link QueuedRequest}. */
+  onQueuedRequest?: ((request: QueuedRequest) => void) | undefined;
+}
+
+/**
+ * A queued request as the one who queued it steers it: several calls may wait on one request (a
+ * request id's repeats, a resumed Admit), each until its own deadline, so the request's own wait
+ * moves with them.
+ */
+export interface QueuedRequest {
+  /** When its wait runs out (monotonic clock). */
+  readonly deadline: number;
+  /** Moves the end of its wait (monotonic clock): a call that waits longer joined, or a resume counts its own wait. */
+  waitUntil(deadline: number): void;
+  /** RESOURCE_EXHAUSTED WAIT_EXHAUSTED as the queue would refuse it now, for a call on it whose own wait of `waitedMs` ran out. */
+  exhausted(waitedMs: number): BerthError;
 }
 
 /** One waiter as `state()` shows it. */
@@ -192,6 +208,13 @@ export class AdmissionQueue {
       }
       this.line.push(waiter);
       this.deadlines.add(waiter);
+      options.onQueuedRequest?.({
+        get deadline() {
+          return waiter.deadline;
+        },
+        waitUntil: (deadline) => this.moveDeadline(waiter, deadline),
+        exhausted: (waitedMs) => this.exhaustedRefusal(waiter, waitedMs),
+      });
       if (this.line.live === 1) {
         this.head = { waiter, gates };
         this.notifier.firstJoined(gates);
@@ -399,6 +422,27 @@ export class AdmissionQueue {
   }
 
   // --- removal and deadlines ---------------------------------------------------------------------
+
+  private moveDeadline(waiter: Waiter, deadline: number): void {
+    if (waiter.removed || waiter.deadline === deadline) return;
+    this.deadlines.delete(waiter);
+    waiter.deadline = deadline;
+    this.deadlines.add(waiter);
+  }
+
+  /** The refusal of a waiter's wait of `waitedMs` running out now: where it stands, and what it waits for. */
+  private exhaustedRefusal(waiter: Waiter, waitedMs: number): BerthError {
+    let at = 0;
+    for (const w of this.line.waiters) {
+      if (w.removed) continue;
+      at++;
+      if (w === waiter) break;
+    }
+    const head = this.head && !this.head.waiter.removed ? this.head : undefined;
+    const headReasons = this.headReasonsFor(this.host.context()).reasons;
+    const reasons = at === 1 && head?.waiter === waiter ? headReasons : [queueReason(at - 1), ...headReasons];
+    return waitExhaustedError(waiter.owner, waitedMs, at, reasons, etaOf(at, this.host.holdMs(), this.host.clock.monotonicNow() - waiter.queuedAt));
+  }
 
   private remove(waiter: Waiter): void {
     if (!this.line.markRemoved(waiter)) return;

@@ -11,7 +11,7 @@ import { createBudget } from "./budget.js";
 import type { Need } from "./costs.js";
 import type { Policy } from "./policy.js";
 import { defaultPolicy } from "./policy.js";
-import type { Reservation } from "./reservations.js";
+import type { Reservation, ReservationSnapshot } from "./reservations.js";
 import { runningFilePath } from "./running-tally.js";
 import type { MachineSample } from "./sampler.js";
 import { ManualSampler } from "./sampler.js";
@@ -27,13 +27,15 @@ afterEach(async () => {
 });
 
 let dirs = 0;
-async function setup(options: { policy?: Partial<Policy>; sample?: Partial<MachineSample>; stateDir?: string; clock?: ManualClock } = {}) {
+async function setup(
+  options: { policy?: Partial<Policy>; sample?: Partial<MachineSample>; stateDir?: string; clock?: ManualClock; idempotencyWindowMs?: number } = {},
+) {
   const clock = options.clock ?? new ManualClock();
   const sampler = new ManualSampler({ availableBytes: 64 * G, cores: 8, load1: 0, ...options.sample }, clock);
   const deferred: Array<() => void> = [];
   const stateDir = options.stateDir ?? path.join(root, String(++dirs));
   const policy: Policy = { ...defaultPolicy({ totalBytes: 64 * G, cpus: 8 }), memoryBytes: 8 * G, cpu: 4, reserveBytes: G, ...options.policy };
-  const budget = await createBudget({ policy, sampler, clock, stateDir, defer: (fn) => deferred.push(fn) });
+  const budget = await createBudget({ policy, sampler, clock, stateDir, defer: (fn) => deferred.push(fn), idempotencyWindowMs: options.idempotencyWindowMs });
   open.push(budget);
   const flush = () => {
     while (deferred.length > 0) deferred.shift()!();
@@ -47,8 +49,8 @@ const need = (memoryGb: number, cpu: number, buildGb = 0, buildCpu = 0): Need =>
   build: { memoryBytes: buildGb * G, cpu: buildCpu },
 });
 
-function track(promise: Promise<Reservation>) {
-  const result: { reservation?: Reservation; error?: BerthError; updates: QueuedUpdate[] } = { updates: [] };
+function track<R extends Reservation | ReservationSnapshot>(promise: Promise<R>) {
+  const result: { reservation?: R; error?: BerthError; updates: QueuedUpdate[] } = { updates: [] };
   promise.then(
     (r) => (result.reservation = r),
     (e: BerthError) => (result.error = e),
@@ -93,7 +95,7 @@ describe("budget", () => {
   it("consume moves the share from the reservation to the running tally, on disk before it resolves", async () => {
     const { budget, stateDir } = await setup();
     const r = await budget.admit(need(3, 2), "up");
-    const entry = await budget.consume(r.id, "web", { memoryBytes: G, cpu: 1 }, { pid: process.pid });
+    const { running: entry } = await budget.consume(r.id, "web", { memoryBytes: G, cpu: 1 }, { pid: process.pid });
     expect(r.start).toEqual({ memoryBytes: 2 * G, cpu: 1 });
     expect(entry).toMatchObject({ name: "web", cost: { memoryBytes: G, cpu: 1 }, pid: process.pid, reservationId: r.id });
     const state = budget.state();
@@ -147,7 +149,7 @@ describe("budget", () => {
 
   it("running work registered with a lease stops counting when the lease runs out", async () => {
     const { budget, clock } = await setup();
-    const entry = await budget.registerRunning("daemon", { memoryBytes: 6 * G, cpu: 1 }, { ttlMs: 5000 });
+    const { running: entry } = await budget.registerRunning("daemon", { memoryBytes: 6 * G, cpu: 1 }, { ttlMs: 5000 });
     const head = admit(budget, need(4, 1), "head");
     clock.advance(4000);
     await budget.renewRunning(entry.id);
@@ -159,40 +161,74 @@ describe("budget", () => {
     expect(budget.state().running).toEqual([]);
   });
 
-  it("a Reserve repeated with its request id answers the live reservation; a repeat while the first waits joins its one place in the queue", async () => {
-    const { budget, clock } = await setup();
+  it("a Reserve repeated answers the first reservation as first answered, while it lives and for the window after it ended; the id for another request is ALREADY_EXISTS IDEMPOTENCY_KEY_REUSED", async () => {
+    const { budget, clock } = await setup({ idempotencyWindowMs: 60_000 });
     const first = await budget.reserve(need(1, 1), "client", { ttlMs: 10_000, requestId: "r-1" });
     clock.advance(3000);
-    const again = await budget.reserve(need(1, 1), "client", { ttlMs: 10_000, requestId: "r-1" });
-    expect(again).toBe(first);
+    budget.releaseBuild(first.id);
+    const again = await budget.reserve(need(1, 1), "client", { ttlMs: 10_000, requestId: "r-1", maxWaitMs: 0 });
+    expect(again).toEqual(first);
     expect(budget.state().reservationCount).toBe(1);
-    // The same id for another need or owner is refused, naming the field.
-    await expect(budget.reserve(need(2, 1), "client", { ttlMs: 10_000, requestId: "r-1" })).rejects.toMatchObject({
-      code: "invalid_argument",
-      details: { field: "request_id" },
-    });
-    await expect(budget.reserve(need(1, 1), "someone else", { ttlMs: 10_000, requestId: "r-1" })).rejects.toMatchObject({ code: "invalid_argument" });
+    // Another need, owner, ttl or skipLoadGate, or another rpc, with the id: refused, nothing done.
+    for (const other of [
+      () => budget.reserve(need(2, 1), "client", { ttlMs: 10_000, requestId: "r-1" }),
+      () => budget.reserve(need(1, 1), "someone else", { ttlMs: 10_000, requestId: "r-1" }),
+      () => budget.reserve(need(1, 1), "client", { ttlMs: 20_000, requestId: "r-1" }),
+      () => budget.reserve(need(1, 1), "client", { ttlMs: 10_000, skipLoadGate: true, requestId: "r-1" }),
+      async () => budget.release(first.id, { requestId: "r-1" }),
+      () => budget.registerRunning("x", { memoryBytes: G, cpu: 0 }, { requestId: "r-1" }),
+    ]) {
+      await expect(other()).rejects.toMatchObject({
+        code: "already_exists",
+        reason: "IDEMPOTENCY_KEY_REUSED",
+        details: { requestId: "r-1", rpc: "Reserve", owner: "client", reservationId: first.id },
+      });
+    }
+    expect(budget.state()).toMatchObject({ reservationCount: 1, runningCount: 0 });
+    // Released: the repeat is answered the first answer, and admits nothing; its renewal finds it gone.
+    expect(budget.release(first.id)).toBe(true);
+    expect(await budget.reserve(need(1, 1), "client", { ttlMs: 10_000, requestId: "r-1" })).toEqual(first);
+    expect(budget.state().reservationCount).toBe(0);
+    expect(() => budget.renew(first.id)).toThrow(expect.objectContaining({ reason: "RESERVATION_NOT_FOUND" }));
+    // The window closes 60 s after it ended: the id is a new request then.
+    clock.advance(59_999);
+    expect(await budget.reserve(need(1, 1), "client", { ttlMs: 10_000, requestId: "r-1" })).toEqual(first);
+    clock.advance(1);
+    const fresh = await budget.reserve(need(2, 1), "another", { ttlMs: 10_000, requestId: "r-1" });
+    expect(fresh.id).not.toBe(first.id);
+    // A lease that runs out ends it too.
+    clock.advance(10_000);
+    expect(budget.state().reservationCount).toBe(0);
+    expect(await budget.reserve(need(2, 1), "another", { ttlMs: 10_000, requestId: "r-1" })).toEqual(fresh);
+  });
 
-    // Waiting: three calls with one id hold one place; the first two leaving keeps it for the third.
+  it("a repeat while the first Reserve waits joins its one place, each call up to its own wait; the place goes with the last call", async () => {
+    const { budget, clock } = await setup();
     const holder = await budget.admit(need(6, 1), "holder");
     const calls = [new AbortController(), new AbortController(), new AbortController()];
-    const waits = calls.map((c) => track(budget.reserve(need(4, 1), "waiter", { ttlMs: 10_000, requestId: "r-2", signal: c.signal })));
+    const first = track(budget.reserve(need(4, 1), "waiter", { ttlMs: 10_000, requestId: "r-2", signal: calls[0]!.signal, maxWaitMs: 5_000 }));
+    const short = track(budget.reserve(need(4, 1), "waiter", { ttlMs: 10_000, requestId: "r-2", signal: calls[1]!.signal, maxWaitMs: 1_000 }));
+    const patient = track(budget.reserve(need(4, 1), "waiter", { ttlMs: 10_000, requestId: "r-2", signal: calls[2]!.signal, maxWaitMs: 60_000 }));
     await settle();
-    expect(budget.state().queue.map((q) => q.owner)).toEqual(["waiter"]);
+    // One place, as long as its longest call waits.
+    expect(budget.state().queue.map((q) => [q.owner, q.deadline - q.queuedAt])).toEqual([["waiter", 60_000]]);
+    // A repeat that will not wait answers at once.
+    await expect(budget.reserve(need(4, 1), "waiter", { ttlMs: 10_000, requestId: "r-2", maxWaitMs: 0 })).rejects.toMatchObject({
+      reason: "WAIT_EXHAUSTED",
+    });
+    clock.advance(1_000);
+    await settle();
+    expect([short.error?.reason, short.error?.details?.waitedMs]).toEqual(["WAIT_EXHAUSTED", 1_000]);
     calls[0]!.abort();
-    calls[1]!.abort();
     await settle();
-    expect([waits[0]!.error?.code, waits[1]!.error?.code]).toEqual(["cancelled", "cancelled"]);
+    expect(first.error?.code).toBe("cancelled");
     expect(budget.state().queueSize).toBe(1);
-    clock.advance(2000);
+    clock.advance(1000);
     budget.release(holder.id);
-    budget.release(first.id);
     await settle();
-    const granted = waits[2]!.reservation!;
-    expect(granted.owner).toBe("waiter");
-    expect(granted.waitedMs).toBe(2000);
-    expect(granted.leaseExpiresAt).toBe(clock.now() + 10_000);
-    expect(await budget.reserve(need(4, 1), "waiter", { ttlMs: 10_000, requestId: "r-2" })).toBe(granted);
+    const granted = patient.reservation!;
+    expect([granted.owner, granted.waitedMs, granted.leaseExpiresAt]).toEqual(["waiter", 2000, clock.now() + 10_000]);
+    expect(await budget.reserve(need(4, 1), "waiter", { ttlMs: 10_000, requestId: "r-2" })).toEqual(granted);
 
     // Every caller gone: the request leaves the queue, and the id is free for a new request.
     await budget.admit(need(4, 1), "filler");
@@ -203,72 +239,106 @@ describe("budget", () => {
     lone.abort();
     await settle();
     expect([dropped.error?.code, budget.state().queueSize]).toEqual(["cancelled", 0]);
-
-    // Forgotten when the reservation ends (released here; a lease running out is the same path).
-    budget.release(granted.id);
-    const fresh = await budget.reserve(need(2, 1), "another", { ttlMs: 10_000, requestId: "r-2" });
-    expect(fresh.id).not.toBe(granted.id);
-    expect(budget.state().reservations.map((r) => r.owner)).toEqual(["filler", "another"]);
-    clock.advance(10_000);
+    const anew = track(budget.reserve(need(2, 1), "lone again", { ttlMs: 10_000, requestId: "r-3" }));
     await settle();
-    expect(budget.getReservation(fresh.id)).toBeUndefined();
-    expect((await budget.reserve(need(2, 1), "after expiry", { ttlMs: 10_000, requestId: "r-2" })).owner).toBe("after expiry");
+    expect(budget.state().queue.map((q) => q.owner)).toEqual(["lone again"]);
+    expect(anew.error).toBeUndefined();
   });
 
-  it("a refused Reserve refuses every call waiting with its request id, and forgets the id", async () => {
+  it("a refused Reserve refuses every call waiting with its request id, and records nothing", async () => {
     const { budget, clock } = await setup();
     await budget.admit(need(6, 1), "holder");
     const a = track(budget.reserve(need(4, 1), "w", { ttlMs: 10_000, requestId: "r", maxWaitMs: 5000 }));
     await settle();
-    const b = track(budget.reserve(need(4, 1), "w", { ttlMs: 10_000, requestId: "r", maxWaitMs: 60_000 }));
+    const b = track(budget.reserve(need(4, 1), "w", { ttlMs: 10_000, requestId: "r", maxWaitMs: 5000 }));
     clock.advance(5000);
     await settle();
-    // The repeat joined the first call's wait, deadline included.
     expect([a.error?.reason, b.error?.reason]).toEqual(["WAIT_EXHAUSTED", "WAIT_EXHAUSTED"]);
-    const c = track(budget.reserve(need(4, 1), "w", { ttlMs: 10_000, requestId: "r", maxWaitMs: 60_000 }));
+    // Refused: the retry runs anew, and may ask for something else.
+    const c = track(budget.reserve(need(3, 1), "w", { ttlMs: 10_000, requestId: "r", maxWaitMs: 60_000 }));
     await settle();
-    expect(budget.state().queueSize).toBe(1);
+    expect(budget.state().queue.map((q) => q.needs.memoryBytes)).toEqual([3 * G]);
     expect(c.error).toBeUndefined();
   });
 
-  it("RegisterRunning and consume repeated with a request id answer the live entry and never count twice; the id is forgotten when the entry ends, and kept across a restart", async () => {
-    const first = await setup();
+  it("RegisterRunning and consume repeated answer the first answer and never count twice, while the entry lives, after it ended (for the window) and across a restart", async () => {
+    const first = await setup({ idempotencyWindowMs: 60_000 });
     const { budget } = first;
-    const entry = await budget.registerRunning("daemon", { memoryBytes: G, cpu: 1 }, { requestId: "run-1" });
+    const { running: entry } = await budget.registerRunning("daemon", { memoryBytes: G, cpu: 1 }, { requestId: "run-1" });
     const [again, concurrent] = await Promise.all([
       budget.registerRunning("daemon", { memoryBytes: G, cpu: 1 }, { requestId: "run-1" }),
       budget.registerRunning("daemon", { memoryBytes: G, cpu: 1 }, { requestId: "run-1" }),
     ]);
-    expect([again.id, concurrent.id]).toEqual([entry.id, entry.id]);
+    expect([again, concurrent]).toEqual([{ running: entry }, { running: entry }]);
     expect([budget.state().runningCount, budget.state().committed.memoryBytes]).toEqual([1, G]);
-    await expect(budget.registerRunning("other", { memoryBytes: G, cpu: 1 }, { requestId: "run-1" })).rejects.toMatchObject({
-      code: "invalid_argument",
-      details: { field: "request_id" },
-    });
+    for (const other of [
+      () => budget.registerRunning("other", { memoryBytes: G, cpu: 1 }, { requestId: "run-1" }),
+      () => budget.registerRunning("daemon", { memoryBytes: 2 * G, cpu: 1 }, { requestId: "run-1" }),
+      () => budget.registerRunning("daemon", { memoryBytes: G, cpu: 1 }, { requestId: "run-1", ttlMs: 5000 }),
+      () => budget.registerRunning("daemon", { memoryBytes: G, cpu: 1 }, { requestId: "run-1", pid: process.pid }),
+      () => budget.stopRunning(entry.id, { requestId: "run-1" }),
+    ]) {
+      await expect(other()).rejects.toMatchObject({
+        code: "already_exists",
+        reason: "IDEMPOTENCY_KEY_REUSED",
+        details: { requestId: "run-1", rpc: "RegisterRunning", name: "daemon", runningId: entry.id },
+      });
+    }
 
     const r = await budget.admit(need(3, 2), "up");
     const consumed = await budget.consume(r.id, "web", { memoryBytes: G, cpu: 1 }, { requestId: "run-2" });
+    expect(consumed.reservation).toMatchObject({ id: r.id, start: { memoryBytes: 2 * G, cpu: 1 }, runningIds: [consumed.running.id] });
     const repeated = await budget.consume(r.id, "web", { memoryBytes: G, cpu: 1 }, { requestId: "run-2" });
-    expect(repeated.id).toBe(consumed.id);
+    expect(repeated).toEqual(consumed);
     expect(r.start).toEqual({ memoryBytes: 2 * G, cpu: 1 });
     // The reservation lists the entry it started once, however often the start is repeated.
-    expect(r.runningIds).toEqual([consumed.id]);
-    // The repeat is answered even once the reservation is gone: the entry lives.
+    expect(r.runningIds).toEqual([consumed.running.id]);
+    // The same request with another reservation is another request.
+    await expect(budget.consume("another", "web", { memoryBytes: G, cpu: 1 }, { requestId: "run-2" })).rejects.toMatchObject({
+      reason: "IDEMPOTENCY_KEY_REUSED",
+    });
+    // The repeat is answered the first answer even once the reservation is gone.
     budget.release(r.id);
-    expect((await budget.consume(r.id, "web", { memoryBytes: G, cpu: 1 }, { requestId: "run-2" })).id).toBe(consumed.id);
+    expect(await budget.consume(r.id, "web", { memoryBytes: G, cpu: 1 }, { requestId: "run-2" })).toEqual(consumed);
     await expect(budget.consume(r.id, "web", { memoryBytes: G, cpu: 1 }, { requestId: "run-3" })).rejects.toMatchObject({
       code: "not_found",
       reason: "RESERVATION_NOT_FOUND",
     });
 
-    // Kept with the entry on disk: a repeat after a restart does not count it twice.
+    // Kept with the entry on disk: a repeat after a restart is answered the first answer, counts nothing.
     await budget.close();
-    const second = await setup({ stateDir: first.stateDir, clock: first.clock });
-    expect((await second.budget.registerRunning("daemon", { memoryBytes: G, cpu: 1 }, { requestId: "run-1" })).id).toBe(entry.id);
+    const second = await setup({ stateDir: first.stateDir, clock: first.clock, idempotencyWindowMs: 60_000 });
+    expect(await second.budget.registerRunning("daemon", { memoryBytes: G, cpu: 1 }, { requestId: "run-1" })).toEqual({ running: entry });
+    expect(await second.budget.consume(r.id, "web", { memoryBytes: G, cpu: 1 }, { requestId: "run-2" })).toEqual(consumed);
     expect(second.budget.state().runningCount).toBe(2);
-    expect(await second.budget.stopRunning(entry.id)).toBe(true);
+    // Stopped: still the first answer for the window, then a new request.
+    expect(await second.budget.stopRunning(entry.id, { requestId: "stop-1" })).toBe(true);
+    expect(await second.budget.stopRunning(entry.id, { requestId: "stop-1" })).toBe(true);
+    expect(await second.budget.registerRunning("daemon", { memoryBytes: G, cpu: 1 }, { requestId: "run-1" })).toEqual({ running: entry });
+    expect(second.budget.state().runningCount).toBe(1);
+    first.clock.advance(60_000);
     const fresh = await second.budget.registerRunning("daemon", { memoryBytes: G, cpu: 1 }, { requestId: "run-1" });
-    expect(fresh.id).not.toBe(entry.id);
+    expect(fresh.running.id).not.toBe(entry.id);
+    expect(await second.budget.stopRunning(entry.id, { requestId: "stop-1" })).toBe(false);
+  });
+
+  it("Release and ReleaseBuild with a request id answer the first answer; the id for another reservation is REUSED", async () => {
+    const { budget } = await setup();
+    const a = await budget.admit(need(1, 1, 2, 1), "a");
+    const b = await budget.admit(need(1, 1), "b");
+    const built = budget.releaseBuild(a.id, { requestId: "build-a" });
+    expect(built.build).toEqual({ memoryBytes: 0, cpu: 0 });
+    expect(budget.releaseBuild(a.id, { requestId: "build-a" })).toEqual(built);
+    expect(() => budget.releaseBuild(b.id, { requestId: "build-a" })).toThrow(
+      expect.objectContaining({ reason: "IDEMPOTENCY_KEY_REUSED", details: { requestId: "build-a", rpc: "ReleaseBuild", reservationId: a.id } }),
+    );
+    expect(budget.release(a.id, { requestId: "rel-a" })).toBe(true);
+    expect(budget.release(a.id, { requestId: "rel-a" })).toBe(true);
+    expect(() => budget.release(b.id, { requestId: "rel-a" })).toThrow(expect.objectContaining({ code: "already_exists" }));
+    expect(budget.state().reservationCount).toBe(1);
+    // A refused ReleaseBuild (the reservation is gone) records nothing.
+    expect(() => budget.releaseBuild(a.id, { requestId: "build-gone" })).toThrow(expect.objectContaining({ reason: "RESERVATION_NOT_FOUND" }));
+    expect(budget.releaseBuild(b.id, { requestId: "build-gone" }).id).toBe(b.id);
   });
 
   it("state gives the first page of each list with the counts; the lists page on in arrival order", async () => {
@@ -424,7 +494,7 @@ describe("budget", () => {
 
     it("a running entry's lease runs for its ttl, and carries over a restart exactly", async () => {
       const first = await setup();
-      const entry = await first.budget.registerRunning("leased", { memoryBytes: G, cpu: 0 }, { ttlMs: 60_000 });
+      const { running: entry } = await first.budget.registerRunning("leased", { memoryBytes: G, cpu: 0 }, { ttlMs: 60_000 });
       first.clock.advance(10_000);
       first.clock.stepWall(HOUR);
       expect(first.budget.state().running[0]!.leaseExpiresAt).toBe(first.clock.now() + 50_000);

@@ -16,15 +16,28 @@
 import type { Clock } from "@berth/shared/clock";
 import { systemClock } from "@berth/shared/clock";
 import { BerthError, invalidArgument } from "@berth/shared/errors";
-import type { AdmitOptions, Page, QueueEntryInfo } from "./admission-queue.js";
+import { DEFAULT_IDEMPOTENCY_WINDOW_MS, IdempotencyMemory, type KeyedRequest } from "@berth/shared/idempotency";
+import type { AdmitOptions, Page, QueueEntryInfo, QueuedRequest } from "./admission-queue.js";
 import { AdmissionQueue } from "./admission-queue.js";
 import type { Cost, Need, NeedItemInput, Resources, ResourceSpec } from "./costs.js";
 import { checkResources, costsOf, needFromItems, total } from "./costs.js";
 import { silentLogger, type Logger } from "@berth/shared/logger";
 import type { Policy } from "./policy.js";
 import { validatePolicy } from "./policy.js";
-import type { ConsumeOptions, Reservation } from "./reservations.js";
+import {
+  admitRequest,
+  naming,
+  reservationRequest,
+  reserveRequest,
+  runningRequest,
+  runningRequestOf,
+  stopRequest,
+  type BudgetAnswer,
+  type RunningAnswer,
+} from "./keyed-requests.js";
+import type { ConsumeOptions, Reservation, ReservationSnapshot } from "./reservations.js";
 import { ReservationBook, reservationNotFound } from "./reservations.js";
+import { DEFAULT_ADMIT_RESUME_GRACE_MS, ResumableAdmissions, type AdmitStreamHooks, type AttachResult } from "./resumable-admissions.js";
 import type { RunningEntry } from "./running-tally.js";
 import { RunningTally } from "./running-tally.js";
 import type { MachineSample, Sampler } from "./sampler.js";
@@ -44,6 +57,18 @@ export interface BudgetOptions {
   isAlive?: ((pid: number, startTime: number | undefined) => boolean) | undefined;
   /** Runs a function after the current event (batches queue position updates). Default: setImmediate. */
   defer?: ((fn: () => void) => void) | undefined;
+  /** How long a request id is remembered after what its call made ended (`--idempotency-window`). Default 1 h. */
+  idempotencyWindowMs?: number | undefined;
+  /** The most ended request ids remembered (default: the shared memory's, 100,000). */
+  maxEndedKeys?: number | undefined;
+  /** How long a broken Admit stream with a request id keeps its place or reservation (`--admit-resume-grace`). Default 15 s. */
+  admitResumeGraceMs?: number | undefined;
+}
+
+/** The request ids' settings in force (GetLimits). */
+export interface KeyLimits {
+  idempotencyWindowMs: number;
+  admitResumeGraceMs: number;
 }
 
 /** Options of a leased reservation ({@link Budget.reserve}). */
@@ -51,10 +76,16 @@ export interface ReserveOptions extends AdmitOptions {
   /** The lease: released unless renewed within this many ms. */
   ttlMs: number;
   /**
-   * The caller's id for the request: a repeat while the reservation lives answers it, and a repeat
-   * while the first still waits joins that wait (one place in the queue, dropped only once every
-   * caller has gone). Forgotten when the reservation ends.
+   * The caller's id for the request (the rule of @berth/shared/idempotency): a repeat of the same
+   * need, owner, ttl and skipLoadGate is answered the first reservation as first answered, while it
+   * lives and for the window after; a repeat while the first still waits joins that wait (one place
+   * in the queue, each call up to its own wait, dropped once every call has gone).
    */
+  requestId?: string | undefined;
+}
+
+/** The options of a keyed change (Release, ReleaseBuild, StopRunning): a repeat answers the first answer. */
+export interface KeyedOptions {
   requestId?: string | undefined;
 }
 
@@ -103,8 +134,14 @@ export interface BudgetState {
 export interface RunningOptions {
   pid?: number | undefined;
   ttlMs?: number | undefined;
-  /** The caller's id for the request: a repeat while the entry lives answers that entry instead of counting it twice. */
+  /**
+   * The caller's id for the request: a repeat of the same name, cost, pid, ttl (and reservation) is
+   * answered the first answer instead of counting the work twice, while the entry lives (across
+   * restarts: the id is saved with it) and for the window after.
+   */
   requestId?: string | undefined;
+  /** What the caller declared of `cost` (the rest defaulted): what a repeat is compared on. Default: all of `cost`. */
+  declaredCost?: Partial<Resources> | undefined;
 }
 
 /** The budget's API. */
@@ -113,14 +150,20 @@ export interface Budget {
   check(need: Pick<Need, "start" | "build">, options?: CheckOptions): Verdict;
   /** Waits for room and its turn; resolves with the reservation, which the caller must release (see {@link AdmissionQueue.admit} for refusals). */
   admit(need: Need, owner: string, options?: AdmitOptions): Promise<Reservation>;
-  /** `admit`, then hold the reservation on a lease of `ttlMs` (for clients that cannot hold a stream); see {@link ReserveOptions.requestId} for repeats. */
-  reserve(need: Need, owner: string, options: ReserveOptions): Promise<Reservation>;
+  /**
+   * `admit` for an Admit stream whose start carried `requestId`: the admission outlives a broken
+   * stream for the resume grace, and a stream with the same id and request resumes it (see
+   * resumable-admissions.ts). Answers the attachment, or the first answer once the admission ended.
+   */
+  admitResumable(requestId: string, need: Need, owner: string, options: { maxWaitMs: number; skipLoadGate: boolean }, stream: AdmitStreamHooks): AttachResult;
+  /** `admit`, then hold the reservation on a lease of `ttlMs` (for clients that cannot hold a stream); answers it as it stood then. See {@link ReserveOptions.requestId} for repeats. */
+  reserve(need: Need, owner: string, options: ReserveOptions): Promise<ReservationSnapshot>;
   /** Renews a leased reservation. not_found when it was released or its lease ran out. */
   renew(reservationId: string, ttlMs?: number): Reservation;
-  /** Releases a reservation. Idempotent: false when there was none by that id. */
-  release(reservationId: string): boolean;
-  /** The reservation's build phase is over: its build share goes back. */
-  releaseBuild(reservationId: string): Reservation;
+  /** Releases a reservation. Idempotent: false when there was none by that id. With a request id, a repeat answers the first answer. */
+  release(reservationId: string, options?: KeyedOptions): boolean;
+  /** The reservation's build phase is over: its build share goes back. Answers the reservation as it stands then. */
+  releaseBuild(reservationId: string, options?: KeyedOptions): ReservationSnapshot;
   /**
    * What `name` costs running when whoever reports it running declares nothing: the cost of the
    * item of that name the reservation `reservationId` was admitted with (so that what moves to the
@@ -129,16 +172,19 @@ export interface Budget {
   runCostOf(name: string, reservationId?: string): Resources;
   /**
    * Something the reservation starts now runs: its share moves to the running tally. Resolves once
-   * the tally is on disk. A repeat of `options.requestId` while its entry lives answers that entry
-   * (and moves nothing), even once the reservation is gone.
+   * the tally is on disk, with the entry and the reservation as they stand then. A repeat of
+   * `options.requestId` answers the first answer (and moves nothing), even once the reservation is
+   * gone (see {@link RunningOptions.requestId}).
    */
-  consume(reservationId: string, name: string, cost: Resources, options?: ConsumeOptions): Promise<RunningEntry>;
+  consume(reservationId: string, name: string, cost: Resources, options?: ConsumeOptions): Promise<RunningAnswer>;
   /** Counts running work started outside a reservation. Resolves once the tally is on disk. */
-  registerRunning(name: string, cost: Resources, options?: RunningOptions): Promise<RunningEntry>;
+  registerRunning(name: string, cost: Resources, options?: RunningOptions): Promise<RunningAnswer>;
   /** Renews a running entry's lease. */
   renewRunning(id: string, ttlMs?: number): Promise<RunningEntry>;
-  /** Stops counting running work. False when there was none by that id. Resolves once the tally is on disk. */
-  stopRunning(id: string): Promise<boolean>;
+  /** Stops counting running work. False when there was none by that id. Resolves once the tally is on disk. With a request id, a repeat answers the first answer. */
+  stopRunning(id: string, options?: KeyedOptions): Promise<boolean>;
+  /** The request ids' settings in force. */
+  readonly keyLimits: KeyLimits;
   getReservation(reservationId: string): Reservation | undefined;
   /** Everything, with the first `pageSize` entries of each list (all of them by default). */
   state(pageSize?: number): BudgetState;
@@ -168,22 +214,14 @@ function checkOwner(owner: unknown): string {
   return owner;
 }
 
-/** What a repeat of a request id must ask for again: the same owner and the same shares. */
-function requestKey(need: Pick<Need, "start" | "build">, owner: string): string {
-  return JSON.stringify([owner, need.start.memoryBytes, need.start.cpu, need.build.memoryBytes, need.build.cpu]);
-}
-
-function requestIdReused(what: string): BerthError {
-  return invalidArgument("request_id", `already names ${what}; use a new id for a new request`);
-}
-
 /** A Reserve still waiting, shared by every call that carries its request id. */
 interface PendingReserve {
-  key: string;
-  promise: Promise<Reservation>;
+  promise: Promise<ReservationSnapshot>;
   /** The calls waiting on it: the queued request is dropped when the last one goes. */
   callers: number;
   drop: AbortController;
+  /** Its place in the queue, once queued: each call moves its wait or gives up on its own. */
+  queued: QueuedRequest | undefined;
 }
 
 function checkNeed(need: Pick<Need, "start" | "build">): void {
@@ -207,19 +245,49 @@ export async function createBudget(options: BudgetOptions): Promise<Budget> {
   let queueRef: AdmissionQueue | undefined;
   let cachedCommitted: { book: number; tally: number; value: Committed } | undefined;
   const recheck = () => queueRef?.recheck();
-  /** Live reservations by the request id that made them, and Reserves still waiting by theirs. */
-  const reserved = new Map<string, { reservation: Reservation; key: string }>();
+  /** Every request id: the request it names and its first answer (see @berth/shared/idempotency). */
+  const keys = new IdempotencyMemory<BudgetAnswer>({
+    clock,
+    windowMs: options.idempotencyWindowMs ?? DEFAULT_IDEMPOTENCY_WINDOW_MS,
+    maxEnded: options.maxEndedKeys,
+  });
+  const keyLimits: KeyLimits = Object.freeze({
+    idempotencyWindowMs: keys.windowMs,
+    admitResumeGraceMs: options.admitResumeGraceMs ?? DEFAULT_ADMIT_RESUME_GRACE_MS,
+  });
+  /** Reserves still waiting, by request id; keyed calls still being saved (RegisterRunning, StopRunning), by request id. */
   const reserving = new Map<string, PendingReserve>();
+  const saving = new Map<string, Promise<BudgetAnswer>>();
+  let admissions: ResumableAdmissions | undefined;
 
-  const tally = await RunningTally.open({ clock, stateDir: options.stateDir, logger, onChange: recheck, isAlive: options.isAlive });
+  const tally = await RunningTally.open({
+    clock,
+    stateDir: options.stateDir,
+    logger,
+    onChange: recheck,
+    isAlive: options.isAlive,
+    // A running entry's id is remembered while it is counted, then for the window.
+    onRemoved: (entry) => {
+      if (entry.requestId !== undefined) keys.end(entry.requestId);
+    },
+  });
+  // The ids of the entries counted before a restart: their repeats are answered, never counted twice.
+  for (const entry of tally.entries()) {
+    if (entry.requestId === undefined) continue;
+    const answer = (tally.answerOf(entry.id) as RunningAnswer | undefined) ?? { running: entry };
+    const request = runningRequestOf(entry);
+    const fingerprint = tally.requestFingerprintOf(entry.id) ?? request.fingerprint;
+    keys.answered(entry.requestId, naming({ ...request, fingerprint }, { runningId: entry.id }), answer);
+  }
   const book = new ReservationBook({
     clock,
     tally,
     logger,
     onChange: (reservation, change) => {
-      // A request id is forgotten with its reservation: a later request may use it again.
-      if (change === "released" && reservation.requestId !== undefined && reserved.get(reservation.requestId)?.reservation === reservation) {
-        reserved.delete(reservation.requestId);
+      // A reservation's id is remembered while it lives, then for the window.
+      if (change === "released" && reservation.requestId !== undefined) {
+        keys.end(reservation.requestId);
+        admissions?.released(reservation);
       }
       recheck();
     },
@@ -278,28 +346,74 @@ export async function createBudget(options: BudgetOptions): Promise<Budget> {
     return found;
   };
 
-  /** The live entry a repeat of `requestId` answers (checked to be the same request), or undefined. */
-  const repeatedRunning = (requestId: string | undefined, name: string, reservationId: string | undefined): RunningEntry | undefined => {
-    if (requestId === undefined) return undefined;
-    const entry = tally.byRequestId(requestId);
-    if (entry === undefined) return undefined;
-    if (entry.name !== name || entry.reservationId !== reservationId) throw requestIdReused(`the running entry '${entry.name}' (${entry.id})`);
-    return entry;
+  /**
+   * A keyed call that saves the tally (RegisterRunning, StopRunning): answered the first answer once
+   * there is one; a repeat while the first is being saved waits for it; a refusal records nothing.
+   * `run` answers, and whether what it made has already ended (a stop makes nothing that lives).
+   */
+  const keyedSave = async <A extends BudgetAnswer>(
+    requestId: string,
+    request: KeyedRequest,
+    run: () => Promise<{ answer: A; request: KeyedRequest; ended: boolean }>,
+  ): Promise<A> => {
+    const known = keys.recall(requestId, request);
+    if (known !== undefined && known.phase !== "pending") return known.answer as A;
+    const inFlight = saving.get(requestId);
+    if (inFlight !== undefined) return (await inFlight) as A;
+    keys.begin(requestId, request);
+    const running = run().then(
+      (done) => {
+        keys.answered(requestId, done.request, done.answer, { ended: done.ended });
+        return done.answer;
+      },
+      (error: unknown) => {
+        keys.forget(requestId);
+        throw error;
+      },
+    );
+    saving.set(requestId, running);
+    try {
+      return await running;
+    } finally {
+      saving.delete(requestId);
+    }
   };
 
-  /** One more call waiting on `pending`; its own signal withdraws only itself. */
-  const joinReserve = (requestId: string, pending: PendingReserve, signal: AbortSignal | undefined): Promise<Reservation> => {
+  /** The first answer of a RegisterRunning (or `started`) whose entry is `entry`, as its request id keeps it. */
+  const runningDone = (entry: RunningEntry, request: KeyedRequest, answer: RunningAnswer) => ({
+    answer,
+    request: naming(request, { runningId: entry.id }),
+    // Gone already (its pid ended before the answer): remembered for the window from now.
+    ended: tally.get(entry.id) === undefined,
+  });
+
+  /**
+   * One more call waiting on `pending`, up to its own wait of `waitMs`: it gives up on its own
+   * deadline (WAIT_EXHAUSTED where the request stands) or signal; the place goes with the last.
+   */
+  const joinReserve = (requestId: string, pending: PendingReserve, waitMs: number, signal: AbortSignal | undefined): Promise<ReservationSnapshot> => {
     pending.callers++;
-    return new Promise<Reservation>((resolve, reject) => {
+    const deadline = clock.monotonicNow() + waitMs;
+    if (pending.queued !== undefined && deadline > pending.queued.deadline) pending.queued.waitUntil(deadline);
+    return new Promise<ReservationSnapshot>((resolve, reject) => {
       let left = false;
+      // Fires at the call's own deadline; the call whose deadline is the request's is refused by the queue.
+      const timer = clock.setTimeout(() => {
+        const queued = pending.queued;
+        if (left || queued === undefined || queued.deadline <= deadline) return;
+        leave();
+        reject(queued.exhausted(waitMs));
+      }, waitMs);
       const leave = () => {
         if (left) return;
         left = true;
+        clock.clearTimeout(timer);
         signal?.removeEventListener("abort", onAbort);
         pending.callers--;
-        if (pending.callers === 0) {
-          // Nobody waits any more: a later repeat starts afresh rather than joining a dropped request.
-          if (reserving.get(requestId) === pending) reserving.delete(requestId);
+        if (pending.callers === 0 && reserving.get(requestId) === pending) {
+          // Nobody waits any more: dropped, and the id free (a later call is a new request).
+          reserving.delete(requestId);
+          keys.forget(requestId);
           pending.drop.abort();
         }
       };
@@ -312,14 +426,12 @@ export async function createBudget(options: BudgetOptions): Promise<Budget> {
       pending.promise.then(
         (admitted) => {
           if (left) return;
-          left = true;
-          signal?.removeEventListener("abort", onAbort);
+          leave();
           resolve(admitted);
         },
         (error: unknown) => {
           if (left) return;
-          left = true;
-          signal?.removeEventListener("abort", onAbort);
+          leave();
           reject(error);
         },
       );
@@ -347,6 +459,21 @@ export async function createBudget(options: BudgetOptions): Promise<Budget> {
       return queue.admit(need, owner, admitOptions);
     },
 
+    admitResumable(requestId, need, owner, admitOptions, stream) {
+      ensureOpen();
+      checkNeed(need);
+      checkOwner(owner);
+      admissions ??= new ResumableAdmissions({
+        clock,
+        logger,
+        graceMs: keyLimits.admitResumeGraceMs,
+        keys,
+        admit: (n, o, a) => budget.admit(n, o, a),
+        release: (id) => void budget.release(id),
+      });
+      return admissions.attach(requestId, admitRequest(need, owner, admitOptions.skipLoadGate), need, owner, admitOptions, stream);
+    },
+
     async reserve(need, owner, reserveOptions) {
       const { ttlMs, requestId, ...admitOptions } = reserveOptions;
       if (!Number.isFinite(ttlMs) || ttlMs <= 0) throw invalidArgument("ttl", `must be a positive duration; got ${ttlMs}`);
@@ -354,46 +481,52 @@ export async function createBudget(options: BudgetOptions): Promise<Budget> {
         const admitted = await budget.admit(need, owner, admitOptions);
         // No timer can fire between the admission and this line: the lease starts with the reservation.
         book.lease(admitted, ttlMs);
-        return admitted;
+        return admitted.snapshot();
       }
       ensureOpen();
       checkNeed(need);
-      const key = requestKey(need, owner);
-      const live = reserved.get(requestId);
-      if (live !== undefined) {
-        if (live.key !== key) throw requestIdReused(`the reservation of '${live.reservation.owner}'`);
-        return live.reservation;
-      }
+      checkOwner(owner);
+      const request = reserveRequest(need, owner, ttlMs, admitOptions.skipLoadGate ?? false);
+      const known = keys.recall(requestId, request);
+      if (known !== undefined && known.phase !== "pending") return (known.answer as { reservation: ReservationSnapshot }).reservation;
+      const waitMs = admitOptions.maxWaitMs ?? policy.maxWaitMs;
       let pending = reserving.get(requestId);
-      if (pending !== undefined && pending.key !== key) throw requestIdReused("a waiting Reserve of another need or owner");
+      if (pending !== undefined && waitMs === 0) {
+        // A repeat that will not wait answers at once, and leaves the first call's place alone.
+        throw (
+          pending.queued?.exhausted(0) ??
+          new BerthError("resource_exhausted", `'${owner}' is being queued; it does not fit now`, {}, { reason: "WAIT_EXHAUSTED" })
+        );
+      }
       if (pending === undefined) {
         const drop = new AbortController();
-        const admission = budget.admit(need, owner, { ...admitOptions, signal: drop.signal });
-        const created: PendingReserve = {
-          key,
-          callers: 0,
-          drop,
-          promise: admission.then(
-            (admitted) => {
-              if (reserving.get(requestId) === created) reserving.delete(requestId);
-              // In the admission's own microtask, before any timer: the lease starts with the reservation.
-              book.lease(admitted, ttlMs);
-              admitted.requestId = requestId;
-              reserved.set(requestId, { reservation: admitted, key });
-              return admitted;
-            },
-            (error: unknown) => {
-              if (reserving.get(requestId) === created) reserving.delete(requestId);
-              throw error;
-            },
-          ),
-        };
+        const created: PendingReserve = { callers: 0, drop, queued: undefined, promise: Promise.resolve(undefined as never) };
+        keys.begin(requestId, request);
+        reserving.set(requestId, created);
+        const admission = budget.admit(need, owner, { ...admitOptions, signal: drop.signal, onQueuedRequest: (queued) => (created.queued = queued) });
+        created.promise = admission.then(
+          (admitted) => {
+            if (reserving.get(requestId) === created) reserving.delete(requestId);
+            // In the admission's own microtask, before any timer: the lease starts with the reservation.
+            book.lease(admitted, ttlMs);
+            admitted.requestId = requestId;
+            const answer = admitted.snapshot();
+            keys.answered(requestId, naming(request, { reservationId: admitted.id }), { reservation: answer });
+            return answer;
+          },
+          (error: unknown) => {
+            if (reserving.get(requestId) === created) {
+              reserving.delete(requestId);
+              keys.forget(requestId);
+            }
+            throw error;
+          },
+        );
         // Rejections reach every caller through joinReserve; this one only keeps Node from reporting them unhandled.
         created.promise.catch(() => undefined);
         pending = created;
-        reserving.set(requestId, pending);
       }
-      return joinReserve(requestId, pending, admitOptions.signal);
+      return joinReserve(requestId, pending, waitMs, admitOptions.signal);
     },
 
     renew(reservationId, ttlMs) {
@@ -402,17 +535,33 @@ export async function createBudget(options: BudgetOptions): Promise<Budget> {
       return found;
     },
 
-    release(reservationId) {
-      const found = book.get(reservationId);
-      if (!found) return false;
-      found.release();
-      return true;
+    release(reservationId, keyedOptions = {}) {
+      const releaseNow = () => {
+        const found = book.get(reservationId);
+        if (!found) return false;
+        found.release();
+        return true;
+      };
+      const { requestId } = keyedOptions;
+      if (requestId === undefined) return releaseNow();
+      const request = reservationRequest("Release", reservationId);
+      const known = keys.recall(requestId, request);
+      if (known !== undefined && known.phase !== "pending") return (known.answer as { released: boolean }).released;
+      const released = releaseNow();
+      keys.answered(requestId, request, { released }, { ended: true });
+      return released;
     },
 
-    releaseBuild(reservationId) {
+    releaseBuild(reservationId, keyedOptions = {}) {
+      const { requestId } = keyedOptions;
+      const request = reservationRequest("ReleaseBuild", reservationId);
+      const known = requestId === undefined ? undefined : keys.recall(requestId, request);
+      if (known !== undefined && known.phase !== "pending") return (known.answer as { reservation: ReservationSnapshot }).reservation;
       const found = reservation(reservationId);
       found.releaseBuild();
-      return found;
+      const answer = found.snapshot();
+      if (requestId !== undefined) keys.answered(requestId, request, { reservation: answer }, { ended: true });
+      return answer;
     },
 
     runCostOf(name, reservationId) {
@@ -422,34 +571,53 @@ export async function createBudget(options: BudgetOptions): Promise<Budget> {
 
     async consume(reservationId, name, cost, consumeOptions = {}) {
       ensureOpen();
-      const repeated = repeatedRunning(consumeOptions.requestId, name, reservationId);
-      if (repeated !== undefined) {
-        await tally.whenDurable();
-        book.get(reservationId)?.recordRunning(repeated.id);
-        return repeated;
-      }
-      const found = reservation(reservationId);
-      const before = { ...found.start };
-      const entry = found.consume(name, cost, consumeOptions);
-      try {
-        await tally.whenDurable();
-      } catch (error) {
-        // Not saved (a full disk): undone, so a refused start moves nothing and its retry counts once.
-        tally.stop(entry.id);
-        if (!found.released) found.start = before;
-        book.changed(found, "consumed");
-        throw error;
-      }
-      book.get(reservationId)?.recordRunning(entry.id);
-      return entry;
+      const { requestId } = consumeOptions;
+      const request =
+        requestId === undefined
+          ? undefined
+          : runningRequest(name, consumeOptions.declaredCost ?? cost, consumeOptions.pid, consumeOptions.ttlMs, reservationId);
+      const fingerprint = request?.fingerprint;
+      const consumeNow = async (): Promise<RunningAnswer> => {
+        const found = reservation(reservationId);
+        const before = { ...found.start };
+        // The first answer, kept (and saved) with the entry: the reservation as this start leaves it.
+        const answerOf =
+          requestId === undefined
+            ? undefined
+            : (running: RunningEntry): RunningAnswer => ({ running, reservation: { ...found.snapshot(), runningIds: [...found.runningIds, running.id] } });
+        const entry = found.consume(name, cost, { ...consumeOptions, answer: answerOf, requestFingerprint: fingerprint });
+        try {
+          await tally.whenDurable();
+        } catch (error) {
+          // Not saved (a full disk): undone, so a refused start moves nothing and its retry counts once.
+          tally.stop(entry.id);
+          if (!found.released) found.start = before;
+          book.changed(found, "consumed");
+          throw error;
+        }
+        book.get(reservationId)?.recordRunning(entry.id);
+        return (tally.answerOf(entry.id) as RunningAnswer | undefined) ?? { running: entry, reservation: found.snapshot() };
+      };
+      if (requestId === undefined || request === undefined) return consumeNow();
+      return keyedSave(requestId, request, async () => {
+        const answer = await consumeNow();
+        return runningDone(answer.running, request, answer);
+      });
     },
 
     async registerRunning(name, cost, runningOptions = {}) {
       ensureOpen();
-      const repeated = repeatedRunning(runningOptions.requestId, name, undefined);
-      if (repeated === undefined) return tally.registerDurably(name, cost, runningOptions);
-      await tally.whenDurable();
-      return repeated;
+      const { requestId } = runningOptions;
+      if (requestId === undefined) return { running: await tally.registerDurably(name, cost, runningOptions) };
+      const request = runningRequest(name, runningOptions.declaredCost ?? cost, runningOptions.pid, runningOptions.ttlMs, undefined);
+      return keyedSave(requestId, request, async () => {
+        const entry = await tally.registerDurably(name, cost, {
+          ...runningOptions,
+          requestFingerprint: request.fingerprint,
+          answer: (running) => ({ running }),
+        });
+        return runningDone(entry, request, { running: entry });
+      });
     },
 
     async renewRunning(id, ttlMs) {
@@ -459,9 +627,15 @@ export async function createBudget(options: BudgetOptions): Promise<Budget> {
       return entry;
     },
 
-    async stopRunning(id) {
-      return tally.stopDurably(id);
+    async stopRunning(id, keyedOptions = {}) {
+      const { requestId } = keyedOptions;
+      if (requestId === undefined) return tally.stopDurably(id);
+      const request = stopRequest(id);
+      const answer = await keyedSave(requestId, request, async () => ({ answer: { stopped: await tally.stopDurably(id) }, request, ended: true }));
+      return (answer as { stopped: boolean }).stopped;
     },
+
+    keyLimits,
 
     getReservation: (id) => book.get(id),
 
@@ -561,6 +735,7 @@ export async function createBudget(options: BudgetOptions): Promise<Budget> {
       closed = true;
       unsubscribe();
       for (const watcher of [...watchers]) watcher(undefined);
+      admissions?.close();
       queue.close();
       for (const r of book.all()) r.stopLeaseTimer();
       await tally.close();

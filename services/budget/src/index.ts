@@ -12,4 +12,6 @@ export * from "./admission-queue.js";
 export type { AheadEntry, QueuedUpdate } from "./queue-line.js";
 export { AHEAD_LIMIT, HEARTBEAT_RATE_CAP, heartbeatPeriodMs } from "./queue-notifier.js";
 export * from "./budget.js";
+export type { BudgetAnswer, RunningAnswer } from "./keyed-requests.js";
+export { DEFAULT_ADMIT_RESUME_GRACE_MS, type AdmitAttachment, type AdmitStreamEnd, type AdmitStreamHooks, type AttachResult } from "./resumable-admissions.js";
 export * from "./fleet.js";

@@ -27,6 +27,23 @@ export type ReservedNeed = Pick<Need, "start" | "build"> & { readonly items?: re
 /** What changed in a reservation, for the queue to re-check its head. */
 export type ReservationChange = "admitted" | "build_released" | "consumed" | "released" | "renewed";
 
+/**
+ * A reservation as one answer showed it, frozen: what a request id's repeat is answered (the first
+ * answer, identical), whatever became of the reservation since.
+ */
+export interface ReservationSnapshot {
+  readonly id: string;
+  readonly seq: number;
+  readonly owner: string;
+  readonly start: Resources;
+  readonly build: Resources;
+  readonly admittedAt: number;
+  /** Its lease's end as shown then (wall-clock ms); undefined for one held by a stream. */
+  readonly leaseExpiresAt: number | undefined;
+  readonly runningIds: readonly string[];
+  readonly waitedMs: number;
+}
+
 /** One admitted request and what it still holds. */
 export class Reservation {
   /** The share of everything it starts, held until released (less what was consumed). */
@@ -82,6 +99,21 @@ export class Reservation {
   /** @internal A running entry started from it is on disk: listed once, however often its start is repeated. */
   recordRunning(entryId: string): void {
     if (!this.running.includes(entryId)) this.running.push(entryId);
+  }
+
+  /** It as it stands now, frozen (see {@link ReservationSnapshot}). */
+  snapshot(): ReservationSnapshot {
+    return {
+      id: this.id,
+      seq: this.seq,
+      owner: this.owner,
+      start: { ...this.start },
+      build: { ...this.build },
+      admittedAt: this.admittedAt,
+      leaseExpiresAt: this.leaseExpiresAt,
+      runningIds: [...this.running],
+      waitedMs: this.waitedMs,
+    };
   }
 
   /** What it holds now: start share plus build share. */
@@ -161,6 +193,12 @@ export interface ConsumeOptions {
   ttlMs?: number | undefined;
   /** The caller's id for the request (RegisterRunning's `request_id`). */
   requestId?: string | undefined;
+  /** Its first answer, made from the entry as first shown: kept (and saved) with the entry for repeats of `requestId`. */
+  answer?: ((entry: RunningEntry) => unknown) | undefined;
+  /** The request `requestId` names, as compared: kept (and saved) with the entry. */
+  requestFingerprint?: string | undefined;
+  /** What the caller declared of the cost (see the budget's RunningOptions). */
+  declaredCost?: Partial<Resources> | undefined;
 }
 
 /** NOT_FOUND RESERVATION_NOT_FOUND: the reservation `id` is gone. */

@@ -59,8 +59,8 @@ describe("the running tally on a full or read-only disk", () => {
     disk.failing = "ENOSPC";
     await expect(budget.registerRunning("web", { memoryBytes: G, cpu: 1 }, { requestId: "r1" })).rejects.toMatchObject({ reason: "DISK_FULL" });
     disk.failing = undefined;
-    const entry = await budget.registerRunning("web", { memoryBytes: G, cpu: 1 }, { requestId: "r1" });
-    expect(await budget.registerRunning("web", { memoryBytes: G, cpu: 1 }, { requestId: "r1" })).toMatchObject({ id: entry.id });
+    const { running: entry } = await budget.registerRunning("web", { memoryBytes: G, cpu: 1 }, { requestId: "r1" });
+    expect(await budget.registerRunning("web", { memoryBytes: G, cpu: 1 }, { requestId: "r1" })).toEqual({ running: entry });
     expect(budget.state().running.map((e) => e.id)).toEqual([entry.id]);
     const saved = JSON.parse(readFileSync(runningFilePath(stateDir), "utf8")) as { entries: Array<{ id: string; requestId?: string }> };
     expect(saved.entries).toEqual([expect.objectContaining({ id: entry.id, requestId: "r1" })]);
@@ -110,7 +110,7 @@ describe("the running tally on a full or read-only disk", () => {
     expect(budget.state().committed.memoryBytes).toBe(2 * G);
     expect((await budget.admit(need, "more")).owner).toBe("more");
     disk.failing = undefined;
-    const entry = await budget.consume(r.id, "web", { memoryBytes: G, cpu: 1 }, { pid: process.pid });
+    const { running: entry } = await budget.consume(r.id, "web", { memoryBytes: G, cpu: 1 }, { pid: process.pid });
     expect(onDisk()).toEqual(["web"]);
     expect(r.runningIds).toEqual([entry.id]);
     await budget.close();
@@ -132,7 +132,7 @@ describe("after a pause", () => {
     const need = { items: [], start: { memoryBytes: G, cpu: 0 }, build: { memoryBytes: 0, cpu: 0 } };
     await budget.reserve(need, "first", { ttlMs: 1000 });
     const second = await budget.reserve(need, "second", { ttlMs: 2000 });
-    const daemon = await budget.registerRunning("daemon", { memoryBytes: G, cpu: 0 }, { ttlMs: 1500 });
+    const { running: daemon } = await budget.registerRunning("daemon", { memoryBytes: G, cpu: 0 }, { ttlMs: 1500 });
     await budget.registerRunning("later", { memoryBytes: G, cpu: 0 }, { ttlMs: 500 });
     clock.stall(30_000);
     expect(() => budget.renew(second.id)).toThrow(/no reservation/);

@@ -57,8 +57,12 @@ export interface RegisterOptions {
   /** Counted only while renewed within this many ms. */
   ttlMs?: number | undefined;
   reservationId?: string | undefined;
-  /** The caller's id for the request: registering it again while the entry lives answers the entry (see {@link RunningTally.byRequestId}). */
+  /** The caller's id for the request: kept (and saved) with the entry, which a repeat is answered while it lives. */
   requestId?: string | undefined;
+  /** The first answer of the request that counted it, made from the entry as first shown: kept (and saved) with it (see {@link RunningTally.answerOf}). */
+  answer?: ((entry: RunningEntry) => unknown) | undefined;
+  /** The request `requestId` names, as its repeats are compared: kept (and saved) with it. */
+  requestFingerprint?: string | undefined;
 }
 
 /** Options of {@link RunningTally.open}. */
@@ -71,6 +75,8 @@ export interface RunningTallyOptions {
   onChange?: (() => void) | undefined;
   /** Is `pid` (started at `startTime`) still that process? Defaults to process-identity's `sameProcess`. */
   isAlive?: ((pid: number, startTime: number | undefined) => boolean) | undefined;
+  /** Told of every entry that stops being counted (stopped, its pid gone, its lease run out), once it is out. */
+  onRemoved?: ((entry: RunningEntry) => void) | undefined;
 }
 
 const FILE_VERSION = 1;
@@ -85,7 +91,7 @@ interface TallyFile {
   version: number;
   /** The boot the entries' monotonic readings belong to (absent in files of older versions of berth). */
   bootId?: string | undefined;
-  entries: Array<RunningEntry & { monotonic?: MonotonicReadings | undefined }>;
+  entries: Array<RunningEntry & { monotonic?: MonotonicReadings | undefined; answer?: unknown; requestFingerprint?: unknown }>;
 }
 
 /** An entry and its times on the monotonic clock. */
@@ -95,6 +101,9 @@ interface Tracked {
   startedAtMonotonic: number;
   /** When the lease runs out (monotonic clock); undefined without a lease. */
   leaseDeadline: number | undefined;
+  /** The first answer of the request that counted it (see {@link RegisterOptions.answer}). */
+  answer?: unknown;
+  requestFingerprint?: string;
 }
 
 /** The path of the tally file under a state directory. */
@@ -123,8 +132,6 @@ export class RunningTally {
   /** Each entry's place in the order it was counted (for paging); in memory only, numbered afresh at open. */
   private readonly seqs = new Map<string, number>();
   private seq = 0;
-  /** The live entries by the request id they were registered with. */
-  private readonly requestIds = new Map<string, Tracked>();
   private readonly leaseTimers = new Map<string, TimerHandle>();
   private readonly file: string | undefined;
   private readonly isAlive: (pid: number, startTime: number | undefined) => boolean;
@@ -155,7 +162,7 @@ export class RunningTally {
       // The monotonic readings of this boot are exact; after a reboot only the wall clock is left.
       const sameBoot = boot !== undefined && loaded.bootId === boot;
       let dropped = 0;
-      for (const { monotonic, ...entry } of loaded.entries) {
+      for (const { monotonic, answer, requestFingerprint, ...entry } of loaded.entries) {
         let leaseDeadline: number | undefined;
         if (entry.leaseExpiresAt !== undefined) {
           leaseDeadline =
@@ -173,6 +180,8 @@ export class RunningTally {
         // Counted before any sample this run takes: not "unseen" by them.
         const startedAtMonotonic = sameBoot && typeof monotonic?.startedAt === "number" ? monotonic.startedAt : Number.NEGATIVE_INFINITY;
         const tracked: Tracked = { entry, startedAtMonotonic, leaseDeadline };
+        if (answer !== undefined) tracked.answer = answer;
+        if (typeof requestFingerprint === "string") tracked.requestFingerprint = requestFingerprint;
         tally.add(tracked);
         if (leaseDeadline !== undefined) tally.armLease(tracked);
       }
@@ -217,9 +226,6 @@ export class RunningTally {
     const checked = checkResources(cost, "cost");
     if (options.pid !== undefined && (!Number.isInteger(options.pid) || options.pid <= 0))
       throw invalidArgument("pid", `must be a positive whole number; got ${options.pid}`);
-    if (options.requestId !== undefined && this.requestIds.has(options.requestId)) {
-      throw invalidArgument("request_id", "already counts a running entry: answer the repeat with byRequestId");
-    }
     if (options.ttlMs !== undefined && (!Number.isFinite(options.ttlMs) || options.ttlMs <= 0))
       throw invalidArgument("ttl", `must be a positive duration; got ${options.ttlMs}`);
     const entry: RunningEntry = { id: randomUUID(), name, cost: checked, startedAt: this.options.clock.now() };
@@ -237,15 +243,22 @@ export class RunningTally {
       tracked.leaseDeadline = monotonicNow + options.ttlMs;
       this.armLease(tracked);
     }
+    const shown = this.view(tracked);
+    if (options.answer !== undefined) tracked.answer = options.answer(shown);
+    if (options.requestFingerprint !== undefined) tracked.requestFingerprint = options.requestFingerprint;
     this.add(tracked);
     this.changed(quiet);
-    return this.view(tracked);
+    return shown;
   }
 
-  /** The live entry registered with `requestId`, if any. */
-  byRequestId(requestId: string): RunningEntry | undefined {
-    const tracked = this.requestIds.get(requestId);
-    return tracked === undefined ? undefined : this.view(tracked);
+  /** The first answer kept with the entry `id` (see {@link RegisterOptions.answer}); undefined when it has none or is gone. */
+  answerOf(id: string): unknown {
+    return this.entriesById.get(id)?.answer;
+  }
+
+  /** The request fingerprint kept with the entry `id`, if any. */
+  requestFingerprintOf(id: string): string | undefined {
+    return this.entriesById.get(id)?.requestFingerprint;
   }
 
   /** Up to `limit` entries counted after the one numbered `after` (from the oldest when undefined), oldest first, each with its number. */
@@ -409,6 +422,8 @@ export class RunningTally {
           entries: [...this.entriesById.values()].map((tracked) => ({
             ...this.view(tracked),
             monotonic: { startedAt: tracked.startedAtMonotonic, leaseDeadline: tracked.leaseDeadline },
+            ...(tracked.answer === undefined ? {} : { answer: tracked.answer }),
+            ...(tracked.requestFingerprint === undefined ? {} : { requestFingerprint: tracked.requestFingerprint }),
           })),
         };
         try {
@@ -493,7 +508,6 @@ export class RunningTally {
     const { entry } = tracked;
     this.entriesById.set(entry.id, tracked);
     this.seqs.set(entry.id, ++this.seq);
-    if (entry.requestId !== undefined) this.requestIds.set(entry.requestId, tracked);
   }
 
   private remove(id: string): boolean {
@@ -502,11 +516,10 @@ export class RunningTally {
     const { entry } = tracked;
     this.entriesById.delete(id);
     this.seqs.delete(id);
-    // Forgotten with the entry: a later request may use the id again.
-    if (entry.requestId !== undefined && this.requestIds.get(entry.requestId) === tracked) this.requestIds.delete(entry.requestId);
     const timer = this.leaseTimers.get(id);
     if (timer !== undefined) this.options.clock.clearTimeout(timer);
     this.leaseTimers.delete(id);
+    this.options.onRemoved?.(entry);
     return true;
   }
 }

@@ -14,7 +14,10 @@
  *   Admits ask not to wait at all (max_wait 0);
  * - child processes holding an Admit stream (reported as running under their own pid) killed with
  *   SIGKILL while queued, admitted or started;
- * - the `sleep` children are killed or stopped (StopRunning) at random; a few are kept to the end.
+ * - the `sleep` children are killed or stopped (StopRunning) at random; a few are kept to the end;
+ * - Admit streams with a request id on a connection of their own, cut under them (the TCP
+ *   connection destroyed, as a network drops it) while queued or admitted, then resumed on another
+ *   connection with the same id within the resume grace (2 s here), or abandoned to it.
  *
  * Meanwhile GetState is sampled continuously; a sample must never show more committed than the
  * budget (memory or cpu), committed must equal what the reservations and running entries add up
@@ -22,7 +25,9 @@
  * runs and was never stopped must be in the tally. A pager walks ListQueue, ListReservations and
  * ListRunning a few entries at a time: no entry may appear twice, and every one there before the
  * first page and after the last must appear. A request id repeated must answer the same
- * reservation or entry, never a second one. At the end (every client gone, every lease
+ * reservation or entry, never a second one. A resumed Admit must be told the reservation it had
+ * (when it had one) and hold one reservation at most; an abandoned one must be let go by the
+ * grace. At the end (every client gone, every lease
  * expired) the queue and the reservations are empty and the tally holds exactly the survivors;
  * once they are killed it is empty and nothing is committed. Violations are counted, not thrown,
  * so the summary says everything that went wrong.
@@ -45,7 +50,7 @@ import type { AdmitRequestSchema, AdmitResponse, AdmitStartSchema, GetStateRespo
 import { pushable } from "@berth/budget/server/testing";
 import { formatSize } from "@berth/shared/units";
 import { startBudget, until } from "../../budget-e2e.js";
-import { connectClient, onStopAll, repoPath, stopAll, type LogEntry } from "../../harness.js";
+import { closeClient, connectClient, cuttableProxy, onStopAll, repoPath, stopAll, type LogEntry } from "../../harness.js";
 import { Sleepers, type Sleeper } from "./budget-sleepers.js";
 import { seededRandom } from "../common/seeded-random.js";
 import { chaosSetting, reportSuite } from "../common/summary.js";
@@ -67,6 +72,8 @@ const POLICY_WAIT_MS = 20_000;
 const ANSWER_MS = 60_000;
 /** Kept to the end, so the final tally has something it must still count. */
 const MAX_SURVIVORS = 3;
+/** How long an Admit stream with a request id whose connection broke keeps its place (`--admit-resume-grace`). */
+const RESUME_GRACE_MS = 2_000;
 
 const CLIENTS = chaosSetting("BUDGET_CLIENTS", 200);
 const SECONDS = chaosSetting("BUDGET_SECONDS", 60);
@@ -241,7 +248,7 @@ it(`budget chaos: ${CLIENTS} clients for ${SECONDS} s against a 4G / 4 cpu budge
   const loopDelay = monitorEventLoopDelay({ resolution: 20 });
   loopDelay.enable();
   const budget = await startBudget({
-    args: ["--max-queue=30", `--wait=${POLICY_WAIT_MS / 1000}s`, "--heartbeat=1s", "--lease-ttl=1s"],
+    args: ["--max-queue=30", `--wait=${POLICY_WAIT_MS / 1000}s`, "--heartbeat=1s", "--lease-ttl=1s", `--admit-resume-grace=${RESUME_GRACE_MS / 1000}s`],
   });
   const { url } = budget;
   // A few connections, as separate programs would have; streams of one client share one.
@@ -277,6 +284,11 @@ it(`budget chaos: ${CLIENTS} clients for ${SECONDS} s against a 4G / 4 cpu budge
     stateSamples: 0,
     /** Reserves and RegisterRunnings sent twice with one request id, both answered with the same grant. */
     repeatedRequests: 0,
+    /** Admit streams with a request id whose connection was cut: resumed while queued, resumed once admitted, left to the grace. */
+    resumedQueued: 0,
+    resumedAdmitted: 0,
+    admittedWhileAway: 0,
+    abandonedToGrace: 0,
     zeroWaits: 0,
     pagedWalks: 0,
     maxCommittedMemory: 0,
@@ -648,6 +660,84 @@ it(`budget chaos: ${CLIENTS} clients for ${SECONDS} s against a 4G / 4 cpu budge
       if (after.has(key) && !seen.has(key)) violation(`${label}: ${name} entry ${key}, there before and after the walk, was not on any page`);
   }
 
+  /**
+   * An Admit with a request id on a connection of its own, cut while queued or admitted; then
+   * resumed with the same id on the client's connection (or, now and then, left to the grace).
+   */
+  async function resumeSession(client: BudgetClient, label: string): Promise<void> {
+    stats.sessions++;
+    let need = randomNeed(label);
+    while (need.impossible) need = randomNeed(label);
+    const start: AdmitStartInit = { owner: label, need: { items: need.items }, requestId: `${label}-admit`, maxWait: durationOf(POLICY_WAIT_MS) };
+    const proxy = await cuttableProxy(url);
+    const own = connectClient(BudgetService, proxy.url, { protocol: "grpc", defaultTimeoutMs: 120_000 });
+    try {
+      const first = new AdmitCall(own, start);
+      op();
+      // Cut while queued, or once admitted (as long as the queue takes, within bounds).
+      const untilAdmitted = rng() < 0.5;
+      await first.until(
+        () => first.has("admitted") || (!untilAdmitted && first.has("queued")),
+        untilAdmitted ? POLICY_WAIT_MS : between(100, 3000),
+        stop.signal,
+      );
+      if (first.ended) {
+        if (first.failure !== undefined) classify(first.failure, label, need, false);
+        return;
+      }
+      const firstAdmitted = first.responses.find((r) => r.kind.case === "admitted");
+      const held = firstAdmitted?.kind.case === "admitted" ? firstAdmitted.kind.value.reservation?.id : undefined;
+      if (first.has("queued")) stats.queued++;
+      proxy.cut();
+      await first.done;
+      if (rng() < 0.15) {
+        // Left to the grace: the end of the run checks that nothing of it is held.
+        stats.abandonedToGrace++;
+        return;
+      }
+      await delay(between(0, RESUME_GRACE_MS / 2));
+      const resumed = new AdmitCall(client, start);
+      op();
+      const bound = POLICY_WAIT_MS + ANSWER_MS;
+      await resumed.until(() => resumed.has("admitted"), bound, stop.signal);
+      if (!resumed.has("admitted")) {
+        if (!resumed.ended) resumed.cancel();
+        await resumed.done;
+        // A resume that found the admission gone (refused meanwhile) queues anew or is refused: both fine.
+        if (resumed.failure !== undefined && !(stop.signal.aborted && resumed.failure.code === Code.Canceled))
+          classify(resumed.failure, label, need, stop.signal.aborted);
+        return;
+      }
+      const admitted = resumed.responses.find((r) => r.kind.case === "admitted");
+      const reservationId = admitted?.kind.case === "admitted" ? admitted.kind.value.reservation?.id : undefined;
+      if (held !== undefined) {
+        stats.resumedAdmitted++;
+        if (reservationId !== held) violation(`${label}: resumed to reservation ${reservationId}, it held ${held}`);
+      } else {
+        stats.resumedQueued++;
+        if (resumed.responses[0]?.kind.case === "admitted") stats.admittedWhileAway++;
+      }
+      stats.admitted++;
+      op();
+      const mine = (await client.listReservations({ pageSize: 1000 })).reservations.filter((r) => r.owner === label);
+      if (mine.length > 1 || (mine.length === 1 && mine[0]!.id !== reservationId))
+        violation(`${label}: ${mine.length} reservations (${mine.map((r) => r.id).join(", ")}) for one request id; the stream holds ${reservationId}`);
+      if (resumed.has("released")) {
+        // The resume came after the grace (a loaded machine): the service answered the first answer and its end.
+        return;
+      }
+      await delay(between(0, 300));
+      resumed.send({ kind: { case: "release", value: {} } });
+      op();
+      if (!(await resumed.until(() => resumed.has("released"), ANSWER_MS))) violation(`${label}: no answer to release after a resume`);
+      stats.releasedByMessage++;
+      await resumed.done;
+    } finally {
+      closeClient(own);
+      await proxy.close();
+    }
+  }
+
   /** The unary reads: a verdict and the machine. */
   async function lookSession(client: BudgetClient, label: string): Promise<void> {
     const need = randomNeed(label);
@@ -667,7 +757,8 @@ it(`budget chaos: ${CLIENTS} clients for ${SECONDS} s against a 4G / 4 cpu budge
       const label = `c${index}-${n}`;
       try {
         const choice = rng();
-        if (choice < 0.65) await admitSession(client, label);
+        if (choice < 0.6) await admitSession(client, label);
+        else if (choice < 0.66) await resumeSession(client, label);
         else if (choice < 0.91) await leaseSession(client, label);
         else if (choice < 0.95) await pagerSession(client, label);
         else await lookSession(client, label);
@@ -885,6 +976,10 @@ it(`budget chaos: ${CLIENTS} clients for ${SECONDS} s against a 4G / 4 cpu budge
     killedAt: stats.killedAt,
     stateSamples: stats.stateSamples,
     repeatedRequests: stats.repeatedRequests,
+    resumedQueued: stats.resumedQueued,
+    resumedAdmitted: stats.resumedAdmitted,
+    admittedWhileAway: stats.admittedWhileAway,
+    abandonedToGrace: stats.abandonedToGrace,
     zeroWaits: stats.zeroWaits,
     pagedWalks: stats.pagedWalks,
     getStateMs: percentiles(stateLatencies),

@@ -256,6 +256,8 @@ export function formatLimits(limits: GetLimitsResponse): string {
     `${"heartbeat".padEnd(13)}every ${duration(limits.heartbeatInterval)} while waiting (stretched in a long queue)`,
     `${"queue".padEnd(13)}at most ${limits.maxQueue} requests`,
     `${"owner".padEnd(13)}at most ${limits.maxOwnerLength} characters`,
+    `${"request ids".padEnd(13)}remembered ${duration(limits.idempotencyWindow)} after what their call made ended`,
+    `${"admit resume".padEnd(13)}a broken Admit stream with a request id keeps its place for ${duration(limits.admitResumeGrace)}`,
   ].join("\n");
 }
 

@@ -172,7 +172,7 @@ export async function admit({ values, command, need, maxWaitMs, endpoint }: Admi
     // The running entry first (CMD is gone); the client then releases the reservation. The tally
     // would drop the entry at its next sample anyway (the pid is gone); this makes it immediate.
     if (admission.lost === undefined && running !== undefined) {
-      await Promise.race([client.rpc.stopRunning({ id: running.id }, { signal: admission.signal }).catch(() => undefined), delay(2000)]);
+      await Promise.race([client.stopRunning(running.id, { signal: admission.signal }).catch(() => undefined), delay(2000)]);
     }
     return code;
   }

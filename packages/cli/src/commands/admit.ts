@@ -37,7 +37,10 @@ const HELP = renderHelp({
     "Progress goes to stderr (stdout is CMD's). On a terminal a status line, rewritten in place, shows the place in the " +
     "queue, the ETA and what the need waits for; anywhere else (or with --json) each step is a JSON line with an " +
     '"event": queued, admitted, started, exited, released, refused, interrupted, lost (the service went away while ' +
-    'CMD ran: CMD keeps running), error. An "exited" event means the exit code is CMD\'s.\n\n' +
+    'CMD ran: CMD keeps running), error. An "exited" event means the exit code is CMD\'s. A connection that breaks is ' +
+    "resumed on a new one, keeping the place in the queue or the reservation (within the service's resume grace, 15s " +
+    "unless configured): lost means it could not be. The service cannot tell a berth admit killed outright (SIGKILL) " +
+    "from a connection lost: it keeps that one's place or reservation until the grace ends.\n\n" +
     "CMD gets BERTH_RESERVATION_ID in its environment ('berth budget build-done' ends its build phase). SIGTERM and " +
     "SIGHUP are passed on to CMD, and so is SIGINT unless stdin is a terminal (there Ctrl-C already reaches CMD); " +
     "while waiting, they withdraw the request.",

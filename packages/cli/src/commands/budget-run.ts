@@ -139,8 +139,9 @@ async function watch({ client, json }: Invocation): Promise<number> {
 async function buildDone({ client, positionals, json }: Invocation): Promise<number> {
   const id = positionals[0] ?? process.env["BERTH_RESERVATION_ID"];
   if (id === undefined || id === "") throw new UsageError("give the reservation id, or run it from a command started by 'berth admit' (BERTH_RESERVATION_ID)");
-  const response = await client.rpc.releaseBuild({ reservationId: id });
-  if (json) printJson(ReleaseBuildResponseSchema, response);
-  else process.stdout.write(`build phase over: '${response.reservation?.owner}' now holds ${resources(response.reservation?.start)}\n`);
+  // With a request id, retried when the call fails on the way (the client's releaseBuild).
+  const reservation = await client.releaseBuild(id);
+  if (json) printJson(ReleaseBuildResponseSchema, create(ReleaseBuildResponseSchema, { reservation }));
+  else process.stdout.write(`build phase over: '${reservation?.owner}' now holds ${resources(reservation?.start)}\n`);
   return EXIT.ok;
 }

@@ -265,6 +265,7 @@ export async function limits({ endpoint, json }: LimitsInvocation): Promise<numb
     ["hold heartbeat", `every ${take(response.heartbeatInterval)}`],
     ["waiters per file", String(response.maxWaitersPerFile)],
     ["owner", `at most ${response.maxOwnerLength} characters`],
+    ["request ids", `remembered ${take(response.idempotencyWindow)} after what their call made ended`],
   ];
   const width = Math.max(...rows.map(([name]) => name.length));
   process.stdout.write(rows.map(([name, value]) => `${name.padEnd(width)}  ${value}\n`).join(""));

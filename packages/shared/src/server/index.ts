@@ -13,6 +13,7 @@ export { REQUEST_REASONS } from "./request-errors.js";
 export { createObserverInterceptor, codeName } from "./logging.js";
 export { callTimeLeftMs } from "./call-deadline.js";
 export { AnswerDelivery, answerDeliveryKey, handOverGrant, whenAnswerLost } from "./answer-delivery.js";
+export { callConnectionGone } from "./call-connection.js";
 export { OpenStreams, streamHolds } from "./open-streams.js";
 export type { OpenStream, OpenStreamView } from "./open-streams.js";
 export { abortable, abortError, shuttingDownError, createStreamShutdownInterceptor } from "./streams.js";

@@ -28,6 +28,8 @@ export interface CallState {
    * layer that logs such calls cannot read it.
    */
   refusedWith?: string;
+  /** Whether the call's connection is gone (see call-connection.ts). */
+  readonly connectionGone?: () => boolean;
 }
 
 /** The context value carrying a call's `CallState` from the HTTP layer to the interceptors. */

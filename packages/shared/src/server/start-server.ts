@@ -14,6 +14,7 @@ import * as reflectionV1 from "@berth/api/grpc/reflection/v1/reflection_pb";
 import * as reflectionV1alpha from "@berth/api/grpc/reflection/v1alpha/reflection_pb";
 import { answerDeliveryKey, trackAnswerDelivery, type AnswerDelivery } from "./answer-delivery.js";
 import { closeWhenAnswered } from "./answered-streams.js";
+import { connectionGoneOf } from "./call-connection.js";
 import { bearerTokenMatches, UNAUTHENTICATED_MESSAGE } from "./auth.js";
 import { failWaitingWrite } from "./closed-response.js";
 import { createErrorInterceptor } from "./connect-errors.js";
@@ -230,7 +231,13 @@ export async function startServer(options: StartServerOptions): Promise<RunningS
   });
 
   const handler: NodeRequestHandler = (req, res) => {
-    const state: CallState = { peer: peerOf(req), started: performance.now(), arrivedAtWallMs: Date.now(), observed: false };
+    const state: CallState = {
+      peer: peerOf(req),
+      started: performance.now(),
+      arrivedAtWallMs: Date.now(),
+      observed: false,
+      connectionGone: connectionGoneOf(req, res),
+    };
     states.set(req, state);
     deliveries.set(req, trackAnswerDelivery(res));
     res.once("close", () => {

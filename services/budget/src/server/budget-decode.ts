@@ -23,8 +23,6 @@ export const MAX_DURATION_MS = LONGEST_TIMER_MS;
 export const MAX_ID_LENGTH = 128;
 /** The longest owner or name accepted, in characters (GetLimits' `max_owner_length`). */
 export const MAX_OWNER_LENGTH = 256;
-/** The longest request id accepted. */
-export const MAX_REQUEST_ID_LENGTH = 128;
 /** How many ids one KeepAlive may renew. */
 export const MAX_KEEPALIVE_IDS = 10_000;
 
@@ -41,15 +39,6 @@ export function checkId(value: string, field: string): string {
   if (value === "") throw invalidArgument(field, "is required");
   if (value.length > MAX_ID_LENGTH || !/^[\x21-\x7e]+$/.test(value)) {
     throw invalidArgument(field, `must be an id as the service returned it (at most ${MAX_ID_LENGTH} printable characters)`);
-  }
-  return value;
-}
-
-/** A request id: undefined when empty (none), else 1 to 128 characters of `[A-Za-z0-9._-]`. */
-export function checkRequestId(value: string, field = "request_id"): string | undefined {
-  if (value === "") return undefined;
-  if (value.length > MAX_REQUEST_ID_LENGTH || !/^[A-Za-z0-9._-]+$/.test(value)) {
-    throw invalidArgument(field, `must be at most ${MAX_REQUEST_ID_LENGTH} characters of A-Z, a-z, 0-9, '.', '_' and '-' (a UUID is a good choice)`);
   }
   return value;
 }
@@ -186,23 +175,29 @@ export function needItemsFromProto(need: NeedMessage | undefined, field = "need"
 /**
  * A running service's cost: `cost` as sent, the run part of `spec` with `undeclared` for what it
  * leaves out, or `undeclared` when neither is set (the domain's `runCostOf`: what its reservation
- * was admitted with for it, else the policy's default).
+ * was admitted with for it, else the policy's default); and what the caller declared of it (what a
+ * repeat of its request id is compared on: a default may change, what was asked does not).
  */
 export function runCostFromProto(
   source: { case: "cost"; value: ResourcesMessage } | { case: "spec"; value: ResourceSpecMessage } | { case: undefined; value?: undefined },
   undeclared: Resources,
   field = "",
-): Resources {
+): { cost: Resources; declared: Partial<Resources> } {
   const at = (name: string) => (field === "" ? name : `${field}.${name}`);
   switch (source.case) {
-    case "cost":
-      return resourcesFromProto(source.value, at("cost"));
+    case "cost": {
+      const cost = resourcesFromProto(source.value, at("cost"));
+      return { cost, declared: cost };
+    }
     case "spec": {
       const run = specAmount(source.value, at("spec"), false);
-      return { memoryBytes: run.memory ?? undeclared.memoryBytes, cpu: run.cpu ?? undeclared.cpu };
+      const declared: Partial<Resources> = {};
+      if (run.memory !== undefined) declared.memoryBytes = run.memory;
+      if (run.cpu !== undefined) declared.cpu = run.cpu;
+      return { cost: { memoryBytes: run.memory ?? undeclared.memoryBytes, cpu: run.cpu ?? undeclared.cpu }, declared };
     }
     default:
-      return { ...undeclared };
+      return { cost: { ...undeclared }, declared: {} };
   }
 }
 

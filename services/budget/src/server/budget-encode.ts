@@ -56,6 +56,7 @@ import type {
   Reason,
   ReservationInfo,
   Resources,
+  RunningAnswer,
   RunningEntry,
   Verdict,
 } from "../index.js";
@@ -316,6 +317,14 @@ export function reservationToProto(reservation: ReservationInfo, runningIds: rea
     expireTime: reservation.leaseExpiresAt === undefined ? undefined : timestampOf(reservation.leaseExpiresAt),
     runningIds: [...runningIds],
   });
+}
+
+/** RegisterRunning's answer (and Admit's `updated` for `started`): the entry, and the reservation as it stood then. */
+export function runningAnswerToProto(answer: RunningAnswer): { running: RunningEntryMessage; reservation: ReservationMessage | undefined } {
+  return {
+    running: runningEntryToProto(answer.running),
+    reservation: answer.reservation === undefined ? undefined : reservationToProto(answer.reservation, answer.reservation.runningIds),
+  };
 }
 
 /** A running entry as a message. */

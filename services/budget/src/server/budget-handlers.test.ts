@@ -27,7 +27,12 @@ async function serve(options: InMemoryOptions = {}) {
 }
 
 /** An Admit stream driven by the test: `send` a message, `next` the answer. */
-function openAdmit(server: InMemoryBudget, owner: string, items: NeedItemInit[] = [], options: { maxWaitMs?: number; start?: boolean } = {}) {
+function openAdmit(
+  server: InMemoryBudget,
+  owner: string,
+  items: NeedItemInit[] = [],
+  options: { maxWaitMs?: number; start?: boolean; requestId?: string } = {},
+) {
   const requests = pushable<AdmitRequestInit>();
   const controller = new AbortController();
   if (options.start !== false) {
@@ -37,6 +42,7 @@ function openAdmit(server: InMemoryBudget, owner: string, items: NeedItemInit[] 
         value: {
           owner,
           need: { items },
+          requestId: options.requestId ?? "",
           maxWait:
             options.maxWaitMs === undefined ? undefined : { seconds: BigInt(Math.floor(options.maxWaitMs / 1000)), nanos: (options.maxWaitMs % 1000) * 1e6 },
         },
@@ -65,7 +71,10 @@ function openAdmit(server: InMemoryBudget, owner: string, items: NeedItemInit[] 
     requests,
     received,
     send: (request: AdmitRequestInit) => requests.push(request),
-    cancel: () => controller.abort(),
+    /** Ends the call from the client's side: a cancel by default (over a real connection, RST_STREAM CANCEL). */
+    cancel: (reason: unknown = new ConnectError("cancelled by the client", Code.Canceled)) => controller.abort(reason),
+    /** The connection breaks under the stream (the service sees no reason, as Node gives it). */
+    breakConnection: () => controller.abort(new Error("socket hang up")),
     get failure() {
       return failure;
     },
@@ -744,6 +753,10 @@ describe("request ids, lease limits and GetLimits", () => {
     const limits = await server.client.getLimits({});
     expect([limits.defaultTtl, limits.maxTtl, limits.maxWait, limits.heartbeatInterval].map((d) => durationMs(d!))).toEqual([20_000, 600_000, 120_000, 3000]);
     expect([limits.maxQueue, limits.maxOwnerLength]).toEqual([42, 256]);
+    expect([limits.idempotencyWindow, limits.admitResumeGrace].map((d) => durationMs(d!))).toEqual([3_600_000, 15_000]);
+    const tuned = await serve({ idempotencyWindowMs: 60_000, admitResumeGraceMs: 5_000 });
+    const tunedLimits = await tuned.client.getLimits({});
+    expect([tunedLimits.idempotencyWindow, tunedLimits.admitResumeGrace].map((d) => durationMs(d!))).toEqual([60_000, 5_000]);
   });
 
   it("a Reserve's ttl: unset or zero is the default, up to the maximum is kept, beyond is INVALID_FIELD", async () => {
@@ -764,12 +777,20 @@ describe("request ids, lease limits and GetLimits", () => {
   it("Reserve with a request id: a repeat answers the reservation; repeats while it waits hold one place and get the same reservation", async () => {
     const server = await serve();
     const first = await server.client.reserve({ owner: "ci", need: { items: startNeed("a", 6, 1) }, requestId: "job-1" });
+    server.clock.advance(1000);
     const again = await server.client.reserve({ owner: "ci", need: { items: startNeed("a", 6, 1) }, requestId: "job-1" });
-    expect(again.reservation?.id).toBe(first.reservation?.id);
+    // The first answer, identical: expire_time included.
+    expect(again).toEqual(first);
     const reused = await server.client
       .reserve({ owner: "ci", need: { items: startNeed("b", 1, 1) }, requestId: "job-1" })
       .catch((e: unknown) => ConnectError.from(e));
-    expect([(reused as ConnectError).code, (reused as ConnectError).rawMessage.startsWith("request_id:")]).toEqual([Code.InvalidArgument, true]);
+    expect([(reused as ConnectError).code, errorInfo(reused as ConnectError).reason]).toEqual([Code.AlreadyExists, "IDEMPOTENCY_KEY_REUSED"]);
+    expect((reused as ConnectError).findDetails(ErrorInfoSchema)[0]?.metadata).toEqual({
+      requestId: "job-1",
+      rpc: "Reserve",
+      owner: "ci",
+      reservationId: first.reservation!.id,
+    });
 
     const waits = [1, 2, 3].map(() => server.client.reserve({ owner: "next", need: { items: startNeed("b", 4, 1) }, requestId: "job-2" }));
     await settle();
@@ -792,10 +813,9 @@ describe("request ids, lease limits and GetLimits", () => {
     expect(answers.every((a) => a.reservation?.runningIds.length === 1)).toBe(true);
     const state = await server.client.getState({});
     expect([state.runningCount, state.committed?.memoryBytes, state.reservations[0]?.start?.memoryBytes]).toEqual([1, BigInt(2 * G), 0n]);
-    // Answered still once the reservation is gone, without one to show.
+    // Answered the first answer still once the reservation is gone.
     await server.client.release({ reservationId: reservation!.id });
-    const late = await register();
-    expect([late.running?.id, late.reservation]).toEqual([answers[0]!.running!.id, undefined]);
+    expect(await register()).toEqual(answers[0]);
     const unknown = await server.client
       .registerRunning({ name: "web", reservationId: reservation!.id, requestId: "another" })
       .catch((e: unknown) => ConnectError.from(e));
@@ -958,5 +978,163 @@ describe("GetState, GetMachine, WatchMachine, Costs", () => {
     const defaulted = await server.client.costs({});
     expect(defaulted.run).toMatchObject({ memoryBytes: BigInt(512 * M), cpu: 0.5, declared: false });
     expect(defaulted.build).toMatchObject({ memoryBytes: BigInt(2 * G), cpu: 1, declared: false });
+  });
+});
+
+describe("Admit with a request_id: resumed after its stream broke", () => {
+  const kinds = (stream: { received: AdmitResponse[] }) => stream.received.map((r) => r.kind.case);
+
+  it("a broken stream keeps its place for the grace: a resume is told its place and is admitted in its turn", async () => {
+    const server = await serve({ admitResumeGraceMs: 10_000 });
+    const holder = await server.budget.admit({ items: [], start: { memoryBytes: 6 * G, cpu: 1 }, build: { memoryBytes: 0, cpu: 0 } }, "holder");
+    const first = openAdmit(server, "job", startNeed("web", 4, 1), { requestId: "admit-1" });
+    expect(await first.until(() => first.received.length > 0)).toBe(true);
+    const behind = openAdmit(server, "behind", startNeed("api", 4, 1));
+    await behind.until(() => behind.received.length > 0);
+    first.breakConnection();
+    await first.done;
+    server.clock.advance(9_000);
+    await settle();
+    // Still first in line, though its stream is gone.
+    expect((await server.client.getState({})).queue.map((q) => q.owner)).toEqual(["job", "behind"]);
+    const resumed = openAdmit(server, "job", startNeed("web", 4, 1), { requestId: "admit-1" });
+    expect(await resumed.until(() => resumed.received.length > 0)).toBe(true);
+    expect(resumed.received[0]).toMatchObject({ kind: { case: "queued", value: { position: 1 } } });
+    // The grace of the break does not end it now that it is resumed.
+    server.clock.advance(5_000);
+    await settle();
+    expect((await server.client.getState({})).queueSize).toBe(2);
+    server.budget.release(holder.id);
+    expect(await resumed.until(() => resumed.last()?.kind.case === "admitted")).toBe(true);
+    resumed.send({ kind: { case: "release", value: {} } });
+    expect(await resumed.until(() => resumed.ended)).toBe(true);
+    expect(kinds(resumed).slice(-2)).toEqual(["admitted", "released"]);
+    expect(await behind.until(() => behind.last()?.kind.case === "admitted")).toBe(true);
+    behind.cancel();
+  });
+
+  it("admitted while detached: the reservation is held, not handed; a resume gets it, and one that never comes releases it at the grace's end", async () => {
+    const server = await serve({ admitResumeGraceMs: 10_000 });
+    const hold = () => server.budget.admit({ items: [], start: { memoryBytes: 6 * G, cpu: 1 }, build: { memoryBytes: 0, cpu: 0 } }, "holder");
+    for (const resume of [true, false]) {
+      const holder = await hold();
+      const id = `admit-${resume}`;
+      const first = openAdmit(server, "job", startNeed("web", 4, 1), { requestId: id });
+      await first.until(() => first.received.length > 0);
+      first.breakConnection();
+      await first.done;
+      server.budget.release(holder.id);
+      await settle();
+      const state = await server.client.getState({});
+      expect([state.queueSize, state.reservations.map((r) => r.owner)]).toEqual([0, ["job"]]);
+      const held = state.reservations[0]!;
+      if (resume) {
+        server.clock.advance(9_999);
+        const resumed = openAdmit(server, "job", startNeed("web", 4, 1), { requestId: id });
+        expect(await resumed.until(() => resumed.received.length > 0)).toBe(true);
+        expect(resumed.received[0]).toMatchObject({ kind: { case: "admitted", value: { reservation: { id: held.id } } } });
+        resumed.send({ kind: { case: "buildDone", value: {} } });
+        expect(await resumed.until(() => resumed.last()?.kind.case === "updated")).toBe(true);
+        server.clock.advance(60_000);
+        await settle();
+        expect((await server.client.getState({})).reservationCount).toBe(1);
+        resumed.send({ kind: { case: "release", value: {} } });
+        expect(await resumed.until(() => resumed.ended)).toBe(true);
+        expect((await server.client.getState({})).reservationCount).toBe(0);
+      } else {
+        server.clock.advance(10_000);
+        await settle();
+        expect((await server.client.getState({})).reservationCount).toBe(0);
+      }
+    }
+  });
+
+  it("a waiter not resumed within the grace is dropped, and its id runs anew; a clean cancel or a release ends it at once", async () => {
+    const server = await serve({ admitResumeGraceMs: 10_000 });
+    await server.budget.admit({ items: [], start: { memoryBytes: 6 * G, cpu: 1 }, build: { memoryBytes: 0, cpu: 0 } }, "holder");
+    const first = openAdmit(server, "job", startNeed("web", 4, 1), { requestId: "admit-2" });
+    await first.until(() => first.received.length > 0);
+    first.breakConnection();
+    await first.done;
+    server.clock.advance(10_000);
+    await settle();
+    expect((await server.client.getState({})).queueSize).toBe(0);
+    // Dropped unanswered: nothing was recorded, the id may even ask for something else now.
+    const anew = openAdmit(server, "job", startNeed("web", 3, 1), { requestId: "admit-2" });
+    await anew.until(() => anew.received.length > 0);
+    expect((await server.client.getState({})).queue.map((q) => q.need?.total?.memoryBytes)).toEqual([BigInt(3 * G)]);
+    // A cancel by the client is no break: dropped at once.
+    anew.cancel();
+    await anew.done;
+    await settle();
+    expect((await server.client.getState({})).queueSize).toBe(0);
+    const released = openAdmit(server, "job", startNeed("web", 3, 1), { requestId: "admit-3" });
+    await released.until(() => released.received.length > 0);
+    released.send({ kind: { case: "release", value: {} } });
+    await released.done;
+    expect((await server.client.getState({})).queueSize).toBe(0);
+  });
+
+  it("a resume while the first stream still looks open takes over: the first ends ABORTED ADMIT_RESUMED, releasing nothing", async () => {
+    const server = await serve();
+    const first = openAdmit(server, "job", startNeed("web", 2, 1), { requestId: "admit-4" });
+    expect(await first.until(() => first.last()?.kind.case === "admitted")).toBe(true);
+    const reservationId = (first.last()!.kind.value as { reservation: { id: string } }).reservation.id;
+    const second = openAdmit(server, "job", startNeed("web", 2, 1), { requestId: "admit-4" });
+    expect(await second.until(() => second.received.length > 0)).toBe(true);
+    expect(second.received[0]).toMatchObject({ kind: { case: "admitted", value: { reservation: { id: reservationId } } } });
+    await first.done;
+    expect([first.failure?.code, errorInfo(first.failure).reason]).toEqual([Code.Aborted, "ADMIT_RESUMED"]);
+    expect((await server.client.getState({})).reservations.map((r) => r.id)).toEqual([reservationId]);
+    second.send({ kind: { case: "release", value: {} } });
+    await second.done;
+    expect((await server.client.getState({})).reservationCount).toBe(0);
+  });
+
+  it("after the admission ended a repeat is answered admitted as first sent, then released; the id for another request is ALREADY_EXISTS", async () => {
+    const server = await serve({ idempotencyWindowMs: 60_000 });
+    const first = openAdmit(server, "job", startNeed("web", 2, 1), { requestId: "admit-5" });
+    expect(await first.until(() => first.last()?.kind.case === "admitted")).toBe(true);
+    const admitted = first.last()!;
+    first.send({ kind: { case: "release", value: {} } });
+    await first.done;
+    const repeat = openAdmit(server, "job", startNeed("web", 2, 1), { requestId: "admit-5" });
+    await repeat.done;
+    expect(repeat.failure).toBeUndefined();
+    expect(repeat.received[0]).toEqual(admitted);
+    expect(repeat.received.slice(1)).toMatchObject([
+      { kind: { case: "released", value: { reservationId: (admitted.kind.value as { reservation: { id: string } }).reservation.id } } },
+    ]);
+    expect((await server.client.getState({})).reservationCount).toBe(0);
+    const other = openAdmit(server, "job", startNeed("web", 3, 1), { requestId: "admit-5" });
+    await other.done;
+    expect([other.failure?.code, errorInfo(other.failure).reason]).toEqual([Code.AlreadyExists, "IDEMPOTENCY_KEY_REUSED"]);
+    const reserve = await server.client
+      .reserve({ owner: "job", need: { items: startNeed("web", 2, 1) }, requestId: "admit-5" })
+      .catch((e: unknown) => ConnectError.from(e));
+    expect(errorInfo(reserve as ConnectError).reason).toBe("IDEMPOTENCY_KEY_REUSED");
+    server.clock.advance(60_000);
+    const anew = openAdmit(server, "job", startNeed("web", 3, 1), { requestId: "admit-5" });
+    expect(await anew.until(() => anew.last()?.kind.case === "admitted")).toBe(true);
+    anew.cancel();
+  });
+
+  it("a started sent again with its request_id (after a resume, say) counts once and answers the first answer", async () => {
+    const server = await serve();
+    const stream = openAdmit(server, "job", startNeed("web", 2, 1), { requestId: "admit-6" });
+    expect(await stream.until(() => stream.last()?.kind.case === "admitted")).toBe(true);
+    const started = { kind: { case: "started" as const, value: { name: "web", requestId: "web-started" } } };
+    stream.send(started);
+    expect(await stream.until(() => stream.last()?.kind.case === "updated")).toBe(true);
+    const firstAnswer = stream.last()!;
+    stream.breakConnection();
+    await stream.done;
+    const resumed = openAdmit(server, "job", startNeed("web", 2, 1), { requestId: "admit-6" });
+    await resumed.until(() => resumed.received.length > 0);
+    resumed.send(started);
+    expect(await resumed.until(() => resumed.last()?.kind.case === "updated")).toBe(true);
+    expect(resumed.last()).toEqual(firstAnswer);
+    expect((await server.client.getState({})).runningCount).toBe(1);
+    resumed.cancel();
   });
 });

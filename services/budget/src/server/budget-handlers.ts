@@ -12,15 +12,15 @@ import type { Clock } from "@berth/shared/clock";
 import { systemClock } from "@berth/shared/clock";
 import { BerthError, invalidArgument, isBerthError } from "@berth/shared/errors";
 import { createIdentityCache } from "@berth/shared/server/identity-cache";
+import { checkRequestId } from "@berth/shared/safe-id";
 import { abortable, abortError, handOverGrant } from "@berth/shared/server/index";
-import type { Budget, Committed, FleetPublisher, MachineSample, Policy, Reservation, ReservationInfo, RunningEntry } from "../index.js";
+import type { Budget, Committed, FleetPublisher, MachineSample, Policy, Reservation, ReservationInfo, ReservationSnapshot, RunningAnswer } from "../index.js";
 import { admitStream } from "./admit-stream.js";
 import {
   MAX_KEEPALIVE_IDS,
   MAX_OWNER_LENGTH,
   checkId,
   checkName,
-  checkRequestId,
   leaseTtlMs,
   maxWaitMs,
   needItemsFromProto,
@@ -38,6 +38,7 @@ import {
   policyToProto,
   queueToProto,
   reservationToProto,
+  runningAnswerToProto,
   runningEntryToProto,
   timestampOf,
   verdictToProto,
@@ -138,7 +139,7 @@ export function createBudgetHandlers(options: BudgetHandlerOptions): ServiceImpl
       const requestId = checkRequestId(request.requestId);
       const wait = maxWaitMs(request.maxWait, "max_wait", policy.maxWaitMs);
       const ttlMs = leaseTtlMs(request.ttl, "ttl", deps.leaseLimits())!;
-      let reservation: Reservation;
+      let reservation: ReservationSnapshot;
       try {
         reservation = await budget.reserve(need, owner, {
           ttlMs,
@@ -195,12 +196,12 @@ export function createBudgetHandlers(options: BudgetHandlerOptions): ServiceImpl
 
     release(request) {
       const id = checkId(request.reservationId, "reservation_id");
-      return { released: budget.release(id) };
+      return { released: budget.release(id, { requestId: checkRequestId(request.requestId) }) };
     },
 
     releaseBuild(request) {
       const id = checkId(request.reservationId, "reservation_id");
-      const reservation = budget.releaseBuild(id);
+      const reservation = budget.releaseBuild(id, { requestId: checkRequestId(request.requestId) });
       return { reservation: reservationToProto(reservation, reservation.runningIds) };
     },
 
@@ -208,23 +209,19 @@ export function createBudgetHandlers(options: BudgetHandlerOptions): ServiceImpl
       const name = checkName(request.name, "name");
       const reservationId = request.reservationId === undefined ? undefined : checkId(request.reservationId, "reservation_id");
       const requestId = checkRequestId(request.requestId);
-      const cost = runCostFromProto(request.costSource, budget.runCostOf(name, reservationId));
+      const { cost, declared } = runCostFromProto(request.costSource, budget.runCostOf(name, reservationId));
       const pid = pidFromProto(request.pid, "pid");
       const ttlMs = leaseTtlMs(request.ttl, "ttl", deps.leaseLimits(), { unsetIsNone: true });
-      if (reservationId === undefined) {
-        const entry = await budget.registerRunning(name, cost, { pid, ttlMs, requestId });
-        return { running: runningEntryToProto(entry) };
-      }
-      const entry: RunningEntry = await budget.consume(reservationId, name, cost, { pid, ttlMs, requestId });
-      // A repeat answered after the reservation ended has the entry but no reservation to show.
-      const reservation = budget.getReservation(reservationId);
-      if (reservation === undefined) return { running: runningEntryToProto(entry) };
-      return { running: runningEntryToProto(entry), reservation: reservationToProto(reservation, reservation.runningIds) };
+      const answer: RunningAnswer =
+        reservationId === undefined
+          ? await budget.registerRunning(name, cost, { pid, ttlMs, requestId, declaredCost: declared })
+          : await budget.consume(reservationId, name, cost, { pid, ttlMs, requestId, declaredCost: declared });
+      return runningAnswerToProto(answer);
     },
 
     async stopRunning(request) {
       const id = checkId(request.id, "id");
-      return { stopped: await budget.stopRunning(id) };
+      return { stopped: await budget.stopRunning(id, { requestId: checkRequestId(request.requestId) }) };
     },
 
     getState(request) {
@@ -292,6 +289,8 @@ export function createBudgetHandlers(options: BudgetHandlerOptions): ServiceImpl
         heartbeatInterval: durationOf(policy.heartbeatMs),
         maxQueue: policy.maxQueue,
         maxOwnerLength: MAX_OWNER_LENGTH,
+        idempotencyWindow: durationOf(budget.keyLimits.idempotencyWindowMs),
+        admitResumeGrace: durationOf(budget.keyLimits.admitResumeGraceMs),
       };
     },
 

@@ -125,7 +125,14 @@ export function createBudgetService(options: BudgetServiceOptions = {}): Service
             // The first sample comes before the policy: its defaults (75 % of the memory) are the machine's.
             await sampler.start();
             const policy = policyFromConfig(values, machineFactsOf(sampler.latest()));
-            budget = await createBudget({ policy, sampler, stateDir: values.stateDir, logger });
+            budget = await createBudget({
+              policy,
+              sampler,
+              stateDir: values.stateDir,
+              logger,
+              idempotencyWindowMs: values.idempotencyWindow,
+              admitResumeGraceMs: values.admitResumeGrace,
+            });
           } catch (error) {
             sampler.close();
             throw error;

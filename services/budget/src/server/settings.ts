@@ -5,9 +5,10 @@
  */
 import { defineConfig, parseNonEmpty, parsePort, type ConfigValues } from "@berth/shared/config";
 import { invalidArgument } from "@berth/shared/errors";
+import { IDEMPOTENCY_SETTINGS } from "@berth/shared/idempotency";
 import type { CommonValues } from "@berth/shared/server/index";
 import { formatDuration, parseDuration } from "@berth/shared/units";
-import { POLICY_SETTINGS, SAMPLER_SETTINGS } from "../index.js";
+import { DEFAULT_ADMIT_RESUME_GRACE_MS, POLICY_SETTINGS, SAMPLER_SETTINGS } from "../index.js";
 import { MAX_DURATION_MS } from "./budget-decode.js";
 import { ETCD_SETTINGS } from "@berth/etcd/settings";
 
@@ -101,6 +102,19 @@ export const BUDGET_SETTINGS = defineConfig({
       return raw;
     },
     doc: "with --store etcd: the name this machine is published under in the fleet view (default: the hostname); one budget per name",
+  },
+  ...IDEMPOTENCY_SETTINGS,
+  admitResumeGrace: {
+    flag: "admit-resume-grace",
+    env: "BERTH_BUDGET_ADMIT_RESUME_GRACE",
+    default: DEFAULT_ADMIT_RESUME_GRACE_MS,
+    parse: (raw: string, field: string) => {
+      const ms = parseDuration(raw.trim(), field);
+      if (ms > 600_000) throw invalidArgument(field, `must be at most 10m; got ${JSON.stringify(raw)}`);
+      return ms;
+    },
+    show: formatDuration,
+    doc: "how long an Admit stream whose start carried a request_id keeps its place in the queue, or its reservation, after its connection broke, for the client to resume it (0: none)",
   },
 });
 

@@ -41,6 +41,8 @@ export interface InMemoryOptions {
   maxLeaseTtlMs?: number;
   stateDir?: string;
   clock?: ManualClock;
+  idempotencyWindowMs?: number;
+  admitResumeGraceMs?: number;
 }
 
 /** An 8G / 4 cpu budget on a quiet 64G machine, served in memory. */
@@ -57,7 +59,14 @@ export async function serveInMemory(options: InMemoryOptions = {}): Promise<InMe
     heartbeatMs: 5000,
     ...options.policy,
   };
-  const budget = await createBudget({ policy, sampler, clock, stateDir });
+  const budget = await createBudget({
+    policy,
+    sampler,
+    clock,
+    stateDir,
+    idempotencyWindowMs: options.idempotencyWindowMs,
+    admitResumeGraceMs: options.admitResumeGraceMs,
+  });
   const leaseTtlMs = options.leaseTtlMs ?? 30_000;
   const metrics = new ServerMetrics("budget");
   const quiet = { debug() {}, info() {}, warn() {}, error() {} };

@@ -51,6 +51,11 @@ export interface EtcdLockRequest {
   /** How long to wait in the queue (0: try once). */
   readonly waitMs: number;
   /**
+   * The wait Inspect shows, when it is not `waitMs`: a request whose calls each give up on their own
+   * waits in etcd as long as any may, and shows the first call's.
+   */
+  readonly shownWaitMs?: number;
+  /**
    * The most waiters the file's queue holds (the holder aside): a request that finds this many
    * ahead of it withdraws, TOO_MANY_WAITERS. Instances queueing at once each count the keys ahead of
    * their own, so none is granted a place beyond the cap. Unset: no cap.
@@ -126,7 +131,14 @@ export class EtcdLocks {
     const lease = await this.client.grantLease(request.ttlSeconds);
     const key = lockWaiterKey(request.file, lease.id);
     const prefix = lockWaitersPrefix(request.file);
-    const record = { owner: request.owner, kind: request.kind, pid: process.pid, instance: this.instance, since, until: since + request.waitMs };
+    const record = {
+      owner: request.owner,
+      kind: request.kind,
+      pid: process.pid,
+      instance: this.instance,
+      since,
+      until: since + (request.shownWaitMs ?? request.waitMs),
+    };
     const value = JSON.stringify(record);
     const stop = new AbortController();
     const end = (reason: unknown) => stop.abort(reason);
@@ -303,7 +315,7 @@ function cancelled(file: string): BerthError {
 }
 
 /** As the file store's lock table words it (LockHeld's fields in the details). */
-function waitExhausted(file: string, holder: EtcdLockParty, waitedMs: number, ahead: number): BerthError {
+export function waitExhausted(file: string, holder: EtcdLockParty, waitedMs: number, ahead: number): BerthError {
   const waited = waitedMs === 0 ? "it was not free (max_wait was 0: try once)" : `it stayed locked for the whole wait of ${formatDuration(waitedMs)}`;
   return new BerthError(
     "resource_exhausted",

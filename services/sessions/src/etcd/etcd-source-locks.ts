@@ -10,13 +10,22 @@
  * lease token, and its own TTL, renewed by KeepAlive: when it runs out the instance revokes the
  * etcd lease) and a Hold's tie to its stream (the stream ends, the instance revokes). A lease
  * token is known to the instance that granted it: KeepAlive and Release go through that instance.
+ *
+ * Request ids are the instance's too, as lease tokens are (the rule of @berth/shared/idempotency,
+ * as the file store keeps it): a repeat through the instance that took the first call is answered
+ * its answer, or joins its wait; a repeat through another instance is another request there, and
+ * queues behind the first call's grant like anyone.
  */
 import { randomUUID } from "node:crypto";
 import { systemClock, type Clock, type TimerHandle } from "@berth/shared/clock";
 import { BerthError, invalidArgument } from "@berth/shared/errors";
+import { IdempotencyMemory } from "@berth/shared/idempotency";
 import { checkRequestId } from "@berth/shared/safe-id";
-import { checkFencingToken, checkOwner, checkTtl, checkWait, DEFAULT_LOCK_LIMITS, type LockLimits } from "../locks/lock-input.js";
+import { checkFencingToken, checkOwner, checkTtl, checkWait, DEFAULT_LOCK_LIMITS, LOCK_RETRY_AFTER_MS, type LockLimits } from "../locks/lock-input.js";
+import { formatDuration } from "@berth/shared/units";
+import type { KeyedRequest } from "@berth/shared/idempotency";
 import { canonicalLockPath } from "../locks/lock-path.js";
+import { acquireRequest, releaseRequest } from "../locks/lock-table.js";
 import type {
   AcquireRequest,
   HoldRequest,
@@ -31,7 +40,7 @@ import type {
 import type { Logger } from "@berth/shared/logger";
 import type { SourceLocksApi } from "../locks/source-locks-api.js";
 import type { EtcdFence } from "./etcd-journal.js";
-import type { EtcdLockGrant, EtcdLockParty, EtcdLocks } from "./etcd-locks.js";
+import { waitExhausted, type EtcdLockGrant, type EtcdLockParty, type EtcdLocks } from "./etcd-locks.js";
 
 /** The etcd lease TTL by default: how long after its instance stops renewing a lock frees. */
 export const DEFAULT_ETCD_LEASE_TTL_SECONDS = 10;
@@ -43,6 +52,8 @@ export interface EtcdSourceLocksOptions {
   readonly clock?: Clock;
   readonly logger?: Logger;
   readonly limits?: Partial<LockLimits>;
+  /** The most ended request ids remembered (default: the shared memory's, 100,000). */
+  readonly maxEndedKeys?: number;
 }
 
 /** Source locks on etcd, and the fences appends compare. */
@@ -71,6 +82,26 @@ interface Granted {
 /** How many ended leases are remembered, to tell "ended" from "never existed" on a late renew. */
 const ENDED_MEMORY = 1024;
 
+/** What a request id's call answered: an Acquire's lease, a Release's outcome. */
+type KeyedAnswer = { lease: Lease } | { released: boolean };
+
+/** One call waiting on a keyed Acquire: its own wait, its own signal, its own answer. */
+interface JoinedCall {
+  readonly resolve: (lease: Lease) => void;
+  readonly reject: (error: unknown) => void;
+  readonly onWaiting: ((update: WaitingUpdate) => void) | undefined;
+  leave(): void;
+}
+
+/** A keyed Acquire still waiting in etcd, and the calls waiting on it (the first and its repeats). */
+interface Joined {
+  readonly calls: Set<JoinedCall>;
+  /** Withdraws the etcd wait: the last call left. */
+  readonly stop: AbortController;
+  /** Where it stood when last told, for the refusal of a call whose own wait ran out. */
+  place: { position: number; holder: EtcdLockParty } | undefined;
+}
+
 export function createEtcdSourceLocks(options: EtcdSourceLocksOptions): EtcdSourceLocks {
   const { locks } = options;
   const clock = options.clock ?? systemClock;
@@ -79,7 +110,9 @@ export function createEtcdSourceLocks(options: EtcdSourceLocksOptions): EtcdSour
   const ttlSeconds = options.leaseTtlSeconds ?? DEFAULT_ETCD_LEASE_TTL_SECONDS;
   const held = new Map<string, Granted>();
   const ended = new Map<string, { file: string; reason: EndReason; at: number }>();
-  const requests = new Map<string, Promise<Lease>>();
+  const keys = new IdempotencyMemory<KeyedAnswer>({ clock, windowMs: limits.idempotencyWindowMs, maxEnded: options.maxEndedKeys });
+  const joins = new Map<string, Joined>();
+  const releasing = new Map<string, Promise<boolean>>();
   const waiting = new Set<AbortController>();
   let closed = false;
 
@@ -95,7 +128,7 @@ export function createEtcdSourceLocks(options: EtcdSourceLocksOptions): EtcdSour
     held.delete(granted.lease.leaseToken);
     ended.set(granted.lease.leaseToken, { file: granted.lease.file, reason, at: clock.now() });
     if (ended.size > ENDED_MEMORY) ended.delete(ended.keys().next().value!);
-    if (granted.requestKey !== undefined) requests.delete(granted.requestKey);
+    if (granted.requestKey !== undefined) keys.end(granted.requestKey);
     logger?.info({ file: granted.lease.file, owner: granted.lease.owner, fencingToken: granted.lease.fencingToken, reason }, "lock ended");
     // A lease etcd lost ended the way an expired one does, for whoever holds the lock through it.
     for (const onEnd of granted.onEnd) onEnd(asLeaseEnd(reason));
@@ -124,6 +157,8 @@ export function createEtcdSourceLocks(options: EtcdSourceLocksOptions): EtcdSour
     signal: AbortSignal | undefined;
     onWaiting: ((update: WaitingUpdate) => void) | undefined;
     requestKey: string | undefined;
+    onPlace?: (place: { position: number; holder: EtcdLockParty }) => void;
+    shownWaitMs?: number;
   }): Promise<Lease> {
     if (closed) throw shuttingDown();
     const file = resolveFile(request.file);
@@ -139,9 +174,13 @@ export function createEtcdSourceLocks(options: EtcdSourceLocksOptions): EtcdSour
         kind: request.ttlMs === null ? "stream" : "lease",
         ttlSeconds,
         waitMs,
+        ...(request.shownWaitMs === undefined ? {} : { shownWaitMs: request.shownWaitMs }),
         maxWaiters: limits.maxWaitersPerFile,
         signal,
-        onWaiting: (update) => request.onWaiting?.({ position: update.position, holder: update.holder === null ? null : holderInfo(update.holder) }),
+        onWaiting: (update) => {
+          if (update.holder !== null) request.onPlace?.({ position: update.position, holder: update.holder });
+          request.onWaiting?.({ position: update.position, holder: update.holder === null ? null : holderInfo(update.holder) });
+        },
       });
     } catch (error) {
       if (closed && stop.signal.aborted) throw shuttingDown();
@@ -167,6 +206,107 @@ export function createEtcdSourceLocks(options: EtcdSourceLocksOptions): EtcdSour
     if (closed) await free(granted, "closed");
     logger?.info({ file, owner: request.owner, fencingToken: lease.fencingToken }, "lock granted");
     return { ...lease };
+  }
+
+  async function releaseHeld(leaseToken: string): Promise<boolean> {
+    const granted = held.get(leaseToken);
+    if (granted === undefined) return false;
+    await free(granted, "released");
+    return true;
+  }
+
+  /** Records `lease` as the answer of the request id `requestId`: every repeat gets it. Returns it. */
+  function remember(requestId: string, keyed: KeyedRequest, lease: Lease): Lease {
+    keys.answered(requestId, { ...keyed, named: { ...keyed.named, fencingToken: lease.fencingToken } }, { lease: { ...lease } });
+    // Ended already (lost in etcd between the grant and here): remembered for the window from now.
+    const granted = held.get(lease.leaseToken);
+    if (granted === undefined || granted.ended) keys.end(requestId);
+    return lease;
+  }
+
+  /**
+   * The etcd wait of a keyed Acquire, shared by the calls that carry its id: it waits as long as the
+   * longest wait a call may ask (each call gives up on its own), and is withdrawn when the last call
+   * leaves. Granted after every call left, its lease is kept for a repeat (it ends at its ttl unless
+   * renewed), as a lease whose call ended as it was granted is.
+   */
+  function startJoined(requestId: string, keyed: KeyedRequest, file: string, owner: string, ttlMs: number, firstWaitMs: number): Joined {
+    const joined: Joined = { calls: new Set(), stop: new AbortController(), place: undefined };
+    joins.set(requestId, joined);
+    keys.begin(requestId, keyed);
+    const settle = () => {
+      if (joins.get(requestId) === joined) joins.delete(requestId);
+      const calls = [...joined.calls];
+      for (const call of calls) call.leave();
+      return calls;
+    };
+    take({
+      file,
+      owner,
+      waitMs: limits.maxWaitMs,
+      shownWaitMs: firstWaitMs,
+      ttlMs,
+      signal: joined.stop.signal,
+      onWaiting: (update) => {
+        for (const call of joined.calls) call.onWaiting?.(update);
+      },
+      onPlace: (place) => (joined.place = place),
+      requestKey: requestId,
+    }).then(
+      (lease) => {
+        remember(requestId, keyed, lease);
+        for (const call of settle()) call.resolve({ ...lease });
+      },
+      (error: unknown) => {
+        keys.forget(requestId);
+        for (const call of settle()) call.reject(error);
+      },
+    );
+    return joined;
+  }
+
+  /** One more call on `joined`: it leaves on its own signal, or when its own wait runs out. */
+  function joinCall(
+    joined: Joined,
+    file: string,
+    waitMs: number,
+    signal: AbortSignal | undefined,
+    onWaiting: ((update: WaitingUpdate) => void) | undefined,
+  ): Promise<Lease> {
+    return new Promise<Lease>((resolve, reject) => {
+      let timer: TimerHandle | undefined;
+      const giveUp = (error: unknown) => {
+        call.leave();
+        reject(error);
+        if (joined.calls.size === 0) joined.stop.abort("cancelled");
+      };
+      const onAbort = () => giveUp(new BerthError("cancelled", `gave up waiting for ${file}: the caller went away`, { file }));
+      const call: JoinedCall = {
+        resolve,
+        reject,
+        onWaiting,
+        leave() {
+          joined.calls.delete(call);
+          if (timer !== undefined) clock.clearTimeout(timer);
+          signal?.removeEventListener("abort", onAbort);
+        },
+      };
+      joined.calls.add(call);
+      timer = clock.setTimeout(() => giveUp(joinedWaitExhausted(file, joined, waitMs)), waitMs);
+      signal?.addEventListener("abort", onAbort, { once: true });
+    });
+  }
+
+  /** The refusal of a call on `joined` whose own wait of `waitMs` ran out: where the request stood, and who held the lock. */
+  function joinedWaitExhausted(file: string, joined: Joined, waitMs: number): BerthError {
+    if (joined.place !== undefined) return waitExhausted(file, joined.place.holder, waitMs, joined.place.position);
+    const waited = waitMs === 0 ? "it was not free (max_wait was 0: try once)" : `it was not granted within the wait of ${formatDuration(waitMs)}`;
+    return new BerthError(
+      "resource_exhausted",
+      `source locked: ${file} was not free: the request was still being queued; ${waited}; wait longer`,
+      { file, lockPath: null, waitedMs: waitMs, waiting: 0, owner: "", acquireTime: null, fencingToken: 0, kind: "unknown" },
+      { reason: "WAIT_EXHAUSTED", retryAfterMs: LOCK_RETRY_AFTER_MS },
+    );
   }
 
   function heldLease(leaseToken: string): Granted {
@@ -221,17 +361,28 @@ export function createEtcdSourceLocks(options: EtcdSourceLocksOptions): EtcdSour
       const ttlMs = checkTtl(request.ttlMs, limits);
       const requestId = checkRequestId(request.requestId);
       const owner = checkOwner(request.owner, limits);
-      const requestKey = requestId === undefined ? undefined : `${resolveFile(request.file)}\0${owner}\0${requestId}`;
-      if (requestKey !== undefined) {
-        const known = requests.get(requestKey);
-        if (known !== undefined) return known;
+      if (requestId === undefined) {
+        return take({ file: request.file, owner, waitMs: request.waitMs, ttlMs, signal: request.signal, onWaiting: request.onWaiting, requestKey: undefined });
       }
-      const granted = take({ file: request.file, owner, waitMs: request.waitMs, ttlMs, signal: request.signal, onWaiting: request.onWaiting, requestKey });
-      if (requestKey !== undefined) {
-        requests.set(requestKey, granted);
-        granted.catch(() => requests.delete(requestKey));
+      const file = resolveFile(request.file);
+      const waitMs = checkWait(request.waitMs, limits);
+      const keyed = acquireRequest(file, owner, ttlMs);
+      const known = keys.recall(requestId, keyed);
+      // Answered: the first answer, whether the lease lives or ended since.
+      if (known !== undefined && known.phase !== "pending" && "lease" in known.answer) return { ...known.answer.lease };
+      if (request.signal?.aborted) throw new BerthError("cancelled", `the request for ${file} was cancelled before it was queued`, { file });
+      let joined = joins.get(requestId);
+      if (joined === undefined && waitMs === 0) {
+        // Tried once, alone: nothing to join, nothing kept unless granted.
+        const lease = await take({ file, owner, waitMs: 0, ttlMs, signal: request.signal, onWaiting: request.onWaiting, requestKey: requestId });
+        return remember(requestId, keyed, lease);
       }
-      return granted;
+      if (joined === undefined) joined = startJoined(requestId, keyed, file, owner, ttlMs, waitMs);
+      else if (waitMs === 0) {
+        // A repeat that will not wait answers at once, and leaves the first call's place alone.
+        throw joinedWaitExhausted(file, joined, 0);
+      }
+      return joinCall(joined, file, waitMs, request.signal, request.onWaiting);
     },
 
     async holdAsLongAs(request: HoldRequest): Promise<Lease> {
@@ -269,11 +420,32 @@ export function createEtcdSourceLocks(options: EtcdSourceLocksOptions): EtcdSour
       return { ...granted.lease };
     },
 
-    async release(leaseToken: string): Promise<boolean> {
+    async release(leaseToken: string, requestId?: string): Promise<boolean> {
+      const id = checkRequestId(requestId);
+      if (id === undefined) return releaseHeld(leaseToken);
       const granted = held.get(leaseToken);
-      if (granted === undefined) return false;
-      await free(granted, "released");
-      return true;
+      const gone = ended.get(leaseToken);
+      const keyed = releaseRequest(
+        leaseToken,
+        granted ? { file: granted.lease.file, fencingToken: granted.lease.fencingToken } : gone ? { file: gone.file } : {},
+      );
+      const known = keys.recall(id, keyed);
+      if (known !== undefined && known.phase !== "pending" && "released" in known.answer) return known.answer.released;
+      const inFlight = releasing.get(id);
+      if (inFlight !== undefined) return inFlight;
+      keys.begin(id, keyed);
+      const releasingNow = releaseHeld(leaseToken);
+      releasing.set(id, releasingNow);
+      try {
+        const released = await releasingNow;
+        keys.answered(id, keyed, { released }, { ended: true });
+        return released;
+      } catch (error) {
+        keys.forget(id);
+        throw error;
+      } finally {
+        releasing.delete(id);
+      }
     },
 
     whenLeaseEnds(leaseToken: string, onEnd: (reason: LeaseEndReason) => void): () => void {

@@ -4,6 +4,7 @@
  * Paths are checked and made canonical in lock-path.ts.
  */
 import { BerthError, invalidArgument } from "@berth/shared/errors";
+import { DEFAULT_IDEMPOTENCY_WINDOW_MS } from "@berth/shared/idempotency";
 import { formatDuration } from "@berth/shared/units";
 
 /** Limits and defaults of lock requests; every field has a default (see {@link DEFAULT_LOCK_LIMITS}). */
@@ -18,6 +19,8 @@ export interface LockLimits {
   maxOwnerLength: number;
   /** How many requests may wait for one file; more are refused with resource_exhausted. */
   maxWaitersPerFile: number;
+  /** How long a request id is remembered after what its call made ended (`--idempotency-window`). */
+  idempotencyWindowMs: number;
 }
 
 /** Defaults: 30 s leases (renewed by KeepAlive), at most 1 h; waits of at most 10 min. */
@@ -27,6 +30,7 @@ export const DEFAULT_LOCK_LIMITS: Readonly<LockLimits> = Object.freeze({
   maxWaitMs: 600_000,
   maxOwnerLength: 256,
   maxWaitersPerFile: 10_000,
+  idempotencyWindowMs: DEFAULT_IDEMPOTENCY_WINDOW_MS,
 });
 
 /**

@@ -18,6 +18,7 @@
 import { randomUUID } from "node:crypto";
 import * as path from "node:path";
 import { BerthError, invalidArgument } from "@berth/shared/errors";
+import { IdempotencyMemory, type IdempotencyStats, type KeyedRequest } from "@berth/shared/idempotency";
 import { silentLogger, type Logger } from "@berth/shared/logger";
 import { checkRequestId } from "@berth/shared/safe-id";
 import { retryAfterRelief } from "@berth/shared/descriptors";
@@ -68,9 +69,12 @@ export interface AcquireRequest {
   /** The lease length; absent or 0: the default (30 s). */
   ttlMs?: number;
   /**
-   * Makes a retry safe: a request with the same file, owner and id while the first one's grant
-   * lives answers that lease, and while the first one still waits, waits with it (one place in the
-   * queue, one lease for both). Forgotten once the grant ends. Absent or "": none.
+   * Makes a retry safe (the service's rule for request ids, @berth/shared/idempotency): a request
+   * with the same id, file (any spelling), owner and ttl answers the first one's lease as first
+   * answered, while the lease lives and for the idempotency window after it ended; while the first
+   * one still waits, it waits with it (one place in the queue, one lease for both), up to its own
+   * wait. The same id for anything else (another file, owner or ttl, a release) is refused
+   * already_exists IDEMPOTENCY_KEY_REUSED. Absent or "": none.
    */
   requestId?: string;
   /** Aborted when the caller goes away: a waiter is dropped from the queue and never granted. */
@@ -160,6 +164,8 @@ export interface LockTableOptions {
   external?: ExternalLocks;
   logger?: Logger;
   limits?: Partial<LockLimits>;
+  /** The most ended request ids remembered (default: the shared memory's, 100,000). */
+  maxEndedKeys?: number;
 }
 
 /** Counts for metrics. */
@@ -194,21 +200,22 @@ interface Waiter {
   startedAt: number;
   /** Never empty while the waiter is queued: the place goes when its last call does. */
   calls: Set<WaitingCall>;
-  /** The key of its request id in {@link LockTable.requests}, when it has one. */
+  /** Its request id, and the request the id names, when it has one. */
   requestKey?: string;
+  keyed?: KeyedRequest;
   onWaiting: ((update: WaitingUpdate) => void) | undefined;
   /** What `onWaiting` was last told, to call it only on a change. */
   toldPosition: number;
   toldHolder: string | undefined;
 }
 
-/** What a request id names while it lives: the place it waits in, or the lease it was granted. */
-type KnownRequest = { waiter: Waiter; held?: undefined } | { held: Held; waiter?: undefined };
+/** What a request id's call answered: an Acquire's lease, a Release's outcome. */
+type KeyedAnswer = { lease: Lease } | { released: boolean };
 
 interface Held {
   /** Its `expiresAt` is filled in when the lease is shown ({@link LockTable.leaseOf}). */
   lease: Lease;
-  /** The key of the request id it was granted to, forgotten when it ends. */
+  /** The request id it was granted to: remembered while it lives, then for the idempotency window. */
   requestKey?: string;
   /** When the lease runs out (monotonic clock); null for a hold. */
   deadline: number | null;
@@ -258,8 +265,10 @@ export class LockTable {
   private readonly leases = new Map<string, Held>();
   private readonly lastTokens = new Map<string, number>();
   private readonly ended = new Map<string, { file: string; reason: EndReason; at: number }>();
-  /** Request ids (keyed by file, owner and id) whose request waits or whose grant lives. */
-  private readonly requests = new Map<string, KnownRequest>();
+  /** Every request id: the request it names and its first answer (see @berth/shared/idempotency). */
+  private readonly keys: IdempotencyMemory<KeyedAnswer>;
+  /** The places of the request ids whose call still waits. */
+  private readonly waitingByKey = new Map<string, Waiter>();
   private closed = false;
 
   constructor(options: LockTableOptions) {
@@ -268,6 +277,7 @@ export class LockTable {
     this.external = options.external;
     this.logger = options.logger ?? silentLogger;
     this.limits = Object.freeze({ ...DEFAULT_LOCK_LIMITS, ...options.limits });
+    this.keys = new IdempotencyMemory({ clock: this.clock, windowMs: this.limits.idempotencyWindowMs, maxEnded: options.maxEndedKeys });
   }
 
   /** The lock key of `file`: its canonical path (see lock-path.ts); `field` names it in refusals. */
@@ -280,7 +290,8 @@ export class LockTable {
    * `resource_exhausted` WAIT_EXHAUSTED (details: the holder's owner, acquire time, fencing token
    * or pid, as LockHeld) when the wait runs out, TOO_MANY_WAITERS when the file's queue is full,
    * `cancelled` when `signal` aborts first, `invalid_argument` on bad input. A repeat of a
-   * `requestId` still alive answers the first request's lease (see {@link AcquireRequest.requestId}).
+   * `requestId` answers the first request's lease, the id for another request is already_exists
+   * IDEMPOTENCY_KEY_REUSED (see {@link AcquireRequest.requestId}).
    */
   async acquire(request: AcquireRequest): Promise<Lease> {
     const ttlMs = checkTtl(request.ttlMs, this.limits);
@@ -315,10 +326,25 @@ export class LockTable {
   /**
    * Releases the lease `leaseToken` and hands the lock to the next waiter. Returns false, changing
    * nothing, for a token that does not hold a lock now (already released, expired, or never granted):
-   * a stale or repeated release never frees a newer holder's lock.
+   * a stale or repeated release never frees a newer holder's lock. With `requestId`, a repeat answers
+   * what the first call answered (for the idempotency window), and the id for another lease is
+   * already_exists IDEMPOTENCY_KEY_REUSED.
    */
-  release(leaseToken: string): boolean {
+  release(leaseToken: string, requestId?: string): boolean {
     const token = this.checkLeaseToken(leaseToken);
+    const id = checkRequestId(requestId);
+    if (id === undefined) return this.releaseHeld(token);
+    const held = this.leases.get(token);
+    const ended = this.ended.get(token);
+    const keyed = releaseRequest(token, held ? { file: held.lease.file, fencingToken: held.lease.fencingToken } : ended ? { file: ended.file } : {});
+    const known = this.keys.recall(id, keyed);
+    if (known !== undefined && known.phase !== "pending") return "released" in known.answer && known.answer.released;
+    const released = this.releaseHeld(token);
+    this.keys.answered(id, keyed, { released }, { ended: true });
+    return released;
+  }
+
+  private releaseHeld(token: string): boolean {
     const held = this.leases.get(token);
     if (!held) return false;
     const entry = this.entries.get(held.lease.file);
@@ -387,6 +413,11 @@ export class LockTable {
     return { held: this.leases.size, waiting, blockedByLockFiles };
   }
 
+  /** How many request ids are remembered (live, and ended within the window). */
+  keyStats(): IdempotencyStats {
+    return this.keys.stats();
+  }
+
   /**
    * Ends everything: waiters are rejected with `unavailable`, leases released (their lock files
    * removed), watches stopped. Later calls are refused with `unavailable`. Idempotent.
@@ -422,16 +453,16 @@ export class LockTable {
     if (signal?.aborted) throw new BerthError("cancelled", `the request for ${key} was cancelled before it was queued`, { file: key });
 
     this.refresh(key);
-    // NUL separates: no path, owner or id contains one.
-    const requestKey = requestId === undefined ? undefined : `${key}\0${owner}\0${requestId}`;
-    const known = requestKey === undefined ? undefined : this.requests.get(requestKey);
-    if (known?.held) return Promise.resolve(this.leaseOf(known.held));
+    const keyed = requestId === undefined || ttlMs === null ? undefined : acquireRequest(key, owner, ttlMs);
+    const known = keyed === undefined ? undefined : this.keys.recall(requestId!, keyed);
+    // Answered: the first answer, whether the lease lives or ended since.
+    if (known !== undefined && known.phase !== "pending" && "lease" in known.answer) return Promise.resolve({ ...known.answer.lease });
     const entry = this.entryFor(key);
-    if (known?.waiter) {
+    const joined = known?.phase === "pending" ? this.waitingByKey.get(requestId!) : undefined;
+    if (joined !== undefined) {
       // A repeat of a request that still waits: its own wait, the first one's place.
-      if (waitMs === 0) throw this.lockedError(entry, 0, this.placeOf(entry, known.waiter));
-      const waiter = known.waiter;
-      return new Promise<Lease>((resolve, reject) => this.addCall(entry, waiter, { waitMs, signal, resolve, reject }));
+      if (waitMs === 0) throw this.lockedError(entry, 0, this.placeOf(entry, joined));
+      return new Promise<Lease>((resolve, reject) => this.addCall(entry, joined, { waitMs, signal, resolve, reject }));
     }
 
     // FIFO: a free lock goes to the newcomer only when nobody queued before it.
@@ -441,8 +472,7 @@ export class LockTable {
       if (claim) {
         try {
           const held = this.grant(entry, owner, ttlMs, claim === true ? undefined : claim, holdSignal);
-          if (requestKey !== undefined) this.remember(requestKey, held);
-          return Promise.resolve(this.leaseOf(held));
+          return Promise.resolve(keyed === undefined ? this.leaseOf(held) : this.remember(requestId!, keyed, held));
         } finally {
           this.settle(entry);
         }
@@ -458,9 +488,11 @@ export class LockTable {
     return new Promise<Lease>((resolve, reject) => {
       const startedAt = this.clock.monotonicNow();
       const waiter: Waiter = { owner, ttlMs, holdSignal, startedAt, calls: new Set(), onWaiting: request.onWaiting, toldPosition: 0, toldHolder: undefined };
-      if (requestKey !== undefined) {
-        waiter.requestKey = requestKey;
-        this.requests.set(requestKey, { waiter });
+      if (keyed !== undefined) {
+        waiter.requestKey = requestId!;
+        waiter.keyed = keyed;
+        this.waitingByKey.set(requestId!, waiter);
+        this.keys.begin(requestId!, keyed);
       }
       entry.waiters.add(waiter);
       this.addCall(entry, waiter, { waitMs, signal, resolve, reject }, startedAt);
@@ -497,10 +529,15 @@ export class LockTable {
     return ahead;
   }
 
-  /** Notes that the request id of `requestKey` was granted `held`, until the grant ends. */
-  private remember(requestKey: string, held: Held): void {
+  /**
+   * Notes that the request id `requestKey` was granted `held`: its answer, the lease as shown now, is
+   * what every repeat gets, while the lease lives and for the window after it ends. Returns it.
+   */
+  private remember(requestKey: string, keyed: KeyedRequest, held: Held): Lease {
     held.requestKey = requestKey;
-    this.requests.set(requestKey, { held });
+    const lease = this.leaseOf(held);
+    this.keys.answered(requestKey, { ...keyed, named: { ...keyed.named, fencingToken: lease.fencingToken } }, { lease: { ...lease } });
+    return lease;
   }
 
   /**
@@ -602,8 +639,8 @@ export class LockTable {
         for (const call of calls) call.reject(refusal);
         continue;
       }
-      if (head.requestKey !== undefined) this.remember(head.requestKey, held);
-      for (const call of calls) call.resolve(this.leaseOf(held));
+      const lease = head.requestKey !== undefined && head.keyed !== undefined ? this.remember(head.requestKey, head.keyed, held) : this.leaseOf(held);
+      for (const call of calls) call.resolve({ ...lease });
     }
     this.settle(entry);
   }
@@ -653,7 +690,7 @@ export class LockTable {
     if (held.holdSignal && held.onHoldAbort) held.holdSignal.removeEventListener("abort", held.onHoldAbort);
     if (entry.holder === held) delete entry.holder;
     this.leases.delete(held.lease.leaseToken);
-    if (held.requestKey !== undefined && this.requests.get(held.requestKey)?.held === held) this.requests.delete(held.requestKey);
+    if (held.requestKey !== undefined) this.keys.end(held.requestKey);
     this.ended.set(held.lease.leaseToken, { file: entry.key, reason, at: this.clock.now() });
     if (this.ended.size > ENDED_MEMORY) this.ended.delete(this.ended.keys().next().value!);
     if (held.external) {
@@ -761,7 +798,11 @@ export class LockTable {
   private dropWaiter(entry: Entry, waiter: Waiter): void {
     entry.waiters.delete(waiter);
     for (const call of [...waiter.calls]) this.dropCall(waiter, call);
-    if (waiter.requestKey !== undefined && this.requests.get(waiter.requestKey)?.waiter === waiter) this.requests.delete(waiter.requestKey);
+    if (waiter.requestKey !== undefined && this.waitingByKey.get(waiter.requestKey) === waiter) {
+      this.waitingByKey.delete(waiter.requestKey);
+      // Not granted (yet): a request refused or given up records nothing; a grant records its answer next.
+      this.keys.forget(waiter.requestKey);
+    }
   }
 
   /** The lease as shown to its holder: a copy, its end in wall-clock time as of now. */
@@ -879,6 +920,16 @@ export class LockTable {
       options,
     );
   }
+}
+
+/** An Acquire as its request id names it: the fields that shape the lease (the wait does not). */
+export function acquireRequest(file: string, owner: string, ttlMs: number): KeyedRequest {
+  return { rpc: "Acquire", fingerprint: JSON.stringify([file, owner, ttlMs]), named: { file, owner } };
+}
+
+/** A Release as its request id names it: the lease (compared, never shown), and its file and fencing token when known. */
+export function releaseRequest(leaseToken: string, named: { file?: string; fencingToken?: number }): KeyedRequest {
+  return { rpc: "Release", fingerprint: leaseToken, named };
 }
 
 function seedFileHolder(foreign: ForeignLockHolder): LockHolderInfo {

@@ -19,8 +19,8 @@ export interface SourceLocksApi {
   holdAsLongAs(request: HoldRequest): Promise<Lease>;
   /** not_found for a token never granted here, failed_precondition for one that ended. */
   renew(leaseToken: string, ttlMs?: number): MaybePromise<Lease>;
-  /** False, changing nothing, for a token that does not hold a lock now. */
-  release(leaseToken: string): MaybePromise<boolean>;
+  /** False, changing nothing, for a token that does not hold a lock now. With `requestId`, a repeat answers the first call's answer. */
+  release(leaseToken: string, requestId?: string): MaybePromise<boolean>;
   /** Calls `onEnd` once when the lease ends (at once when it holds nothing); returns the unsubscribe. */
   whenLeaseEnds(leaseToken: string, onEnd: (reason: LeaseEndReason) => void): () => void;
   inspect(file: string): MaybePromise<LockInspection>;

@@ -79,7 +79,7 @@ export function createSourceLocks(options: SourceLocksOptions): SourceLocks {
     acquire: (request) => table.acquire(request),
     holdAsLongAs: (request) => table.holdAsLongAs(request),
     renew: (leaseToken, ttlMs) => table.renew(leaseToken, ttlMs),
-    release: (leaseToken) => table.release(leaseToken),
+    release: (leaseToken, requestId) => table.release(leaseToken, requestId),
     whenLeaseEnds: (leaseToken, onEnd) => table.whenLeaseEnds(leaseToken, onEnd),
     inspect: (file) => table.inspect(file),
     checkToken: (file, token) => table.checkToken(file, token),

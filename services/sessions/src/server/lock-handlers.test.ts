@@ -321,15 +321,34 @@ describe("Acquire and Release", () => {
   });
 });
 
-describe("Acquire's request_id", () => {
-  it("a repeat while the grant lives answers the same lease", async () => {
+describe("request_id", () => {
+  it("an Acquire repeated answers the first lease, also after it was released; the id for another request is ALREADY_EXISTS IDEMPOTENCY_KEY_REUSED", async () => {
     const { lease } = await client.acquire({ file: FILE, owner: "alice", requestId: "3f1c0d9e-retry" });
     const repeat = await client.acquire({ file: FILE, owner: "alice", maxWait: ms(0), requestId: "3f1c0d9e-retry" });
     expect(repeat.lease).toEqual(lease);
-    await client.release({ leaseToken: lease!.leaseToken });
-    // Forgotten once the grant ended: the same id is a new request.
-    const next = await client.acquire({ file: FILE, owner: "alice", requestId: "3f1c0d9e-retry" });
-    expect(next.lease!.fencingToken).toBeGreaterThan(lease!.fencingToken);
+    expect(await client.release({ leaseToken: lease!.leaseToken, requestId: "rel-1" })).toMatchObject({ released: true });
+    expect(await client.release({ leaseToken: lease!.leaseToken, requestId: "rel-1" })).toMatchObject({ released: true });
+    expect((await client.acquire({ file: FILE, owner: "alice", requestId: "3f1c0d9e-retry" })).lease).toEqual(lease);
+    expect(locks.stats().held).toBe(0);
+    const renewal = await client.keepAlive({ leaseTokens: [lease!.leaseToken] });
+    expect(renewal.renewals.map((r) => r.alive)).toEqual([false]);
+    for (const other of [
+      () => client.acquire({ file: FILE, owner: "alice", ttl: ms(5_000), requestId: "3f1c0d9e-retry" }),
+      () => client.acquire({ file: `${FILE}.other`, owner: "alice", requestId: "3f1c0d9e-retry" }),
+      () => client.release({ leaseToken: lease!.leaseToken, requestId: "3f1c0d9e-retry" }),
+    ]) {
+      const error = await failure(other());
+      expect(error.code).toBe(Code.AlreadyExists);
+      expect(errorInfo(error)).toMatchObject({ reason: "IDEMPOTENCY_KEY_REUSED", domain: "berth.locks" });
+      expect(error.findDetails(ErrorInfoSchema)[0]?.metadata).toEqual({
+        requestId: "3f1c0d9e-retry",
+        rpc: "Acquire",
+        file: lease!.file,
+        owner: "alice",
+        fencingToken: String(lease!.fencingToken),
+      });
+    }
+    expect(locks.stats()).toEqual({ held: 0, waiting: 0, blockedByLockFiles: 0 });
   });
 
   it("a repeat while the first call waits joins it: one place in the queue, the same lease for both", async () => {
@@ -453,9 +472,14 @@ describe("GetLimits", () => {
       heartbeatInterval: { seconds: BigInt(HEARTBEAT_MS / 1000), nanos: 0 },
       maxWaitersPerFile: DEFAULT_LOCK_LIMITS.maxWaitersPerFile,
       maxOwnerLength: DEFAULT_LOCK_LIMITS.maxOwnerLength,
+      idempotencyWindow: { seconds: 3600n, nanos: 0 },
     });
-    serve({ maxWaitMs: 1_500, defaultTtlMs: 2_000 });
-    expect(await client.getLimits({})).toMatchObject({ maxWait: { seconds: 1n, nanos: 500_000_000 }, defaultTtl: { seconds: 2n } });
+    serve({ maxWaitMs: 1_500, defaultTtlMs: 2_000, idempotencyWindowMs: 90_000 });
+    expect(await client.getLimits({})).toMatchObject({
+      maxWait: { seconds: 1n, nanos: 500_000_000 },
+      defaultTtl: { seconds: 2n },
+      idempotencyWindow: { seconds: 90n },
+    });
   });
 });
 

@@ -118,7 +118,7 @@ export function createLockHandlers(options: LockHandlerOptions): ServiceImpl<typ
 
     async release(request) {
       const token = leaseTokenInput(request.leaseToken, "lease_token");
-      return create(ReleaseResponseSchema, { released: await locks.release(token) });
+      return create(ReleaseResponseSchema, { released: await locks.release(token, request.requestId) });
     },
 
     async *hold(request, context) {
@@ -191,6 +191,7 @@ export function createLockHandlers(options: LockHandlerOptions): ServiceImpl<typ
         heartbeatInterval: durationFromMs(heartbeatMs),
         maxWaitersPerFile: limits.maxWaitersPerFile,
         maxOwnerLength: limits.maxOwnerLength,
+        idempotencyWindow: durationFromMs(limits.idempotencyWindowMs),
       });
     },
   };

@@ -69,7 +69,7 @@ export async function openEtcdStore(values: SessionsValues, logger: Logger): Pro
     locks: etcdLocks,
     leaseTtlSeconds: Math.ceil(values.etcdLeaseTtl / 1000),
     logger: logger.child({ component: "locks" }),
-    limits: { maxWaitMs: values.lockMaxWait, maxWaitersPerFile: values.lockMaxWaiters },
+    limits: { maxWaitMs: values.lockMaxWait, maxWaitersPerFile: values.lockMaxWaiters, idempotencyWindowMs: values.idempotencyWindow },
   });
   const store = new EtcdSessionStore({
     journal,

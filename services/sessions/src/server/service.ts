@@ -111,7 +111,7 @@ export function createLocks(values: SessionsValues, logger: Logger): SourceLocks
     liveDir,
     lockFileMode,
     logger: logger.child({ component: "locks" }),
-    limits: { maxWaitMs: values.lockMaxWait, maxWaitersPerFile: values.lockMaxWaiters },
+    limits: { maxWaitMs: values.lockMaxWait, maxWaitersPerFile: values.lockMaxWaiters, idempotencyWindowMs: values.idempotencyWindow },
   });
   logger.info({ projectRoot, lockFiles: locks.locksDir }, "source locks");
   return locks;

@@ -4,6 +4,7 @@
  */
 import { defineConfig, integerParser, oneOf, parseNonEmpty, parsePort, type ConfigValues } from "@berth/shared/config";
 import { invalidArgument } from "@berth/shared/errors";
+import { IDEMPOTENCY_SETTINGS } from "@berth/shared/idempotency";
 import type { CommonValues } from "@berth/shared/server/index";
 import { formatDuration, formatSize, parseDuration, parseSize } from "@berth/shared/units";
 import { DEFAULT_CACHE_SIZE } from "../create-session-store.js";
@@ -153,6 +154,7 @@ export const SESSIONS_SETTINGS = defineConfig({
     parse: integerParser(1, 1_000_000),
     doc: "most requests that may wait for one file's lock; more are refused (RESOURCE_EXHAUSTED TOO_MANY_WAITERS)",
   },
+  ...IDEMPOTENCY_SETTINGS,
 });
 
 /** The loaded settings of the sessions service. */

@@ -16,7 +16,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file berth/budget/v1/budget_service.proto.
  */
 export const file_berth_budget_v1_budget_service: GenFile = /*@__PURE__*/
-  fileDesc("CiRiZXJ0aC9idWRnZXQvdjEvYnVkZ2V0X3NlcnZpY2UucHJvdG8SD2JlcnRoLmJ1ZGdldC52MSJLCgxDaGVja1JlcXVlc3QSIwoEbmVlZBgBIAEoCzIVLmJlcnRoLmJ1ZGdldC52MS5OZWVkEhYKDnNraXBfbG9hZF9nYXRlGAIgASgIIjoKDUNoZWNrUmVzcG9uc2USKQoHdmVyZGljdBgBIAEoCzIYLmJlcnRoLmJ1ZGdldC52MS5WZXJkaWN0ItsBCgxBZG1pdFJlcXVlc3QSLAoFc3RhcnQYASABKAsyGy5iZXJ0aC5idWRnZXQudjEuQWRtaXRTdGFydEgAEjAKCmJ1aWxkX2RvbmUYAiABKAsyGi5iZXJ0aC5idWRnZXQudjEuQnVpbGREb25lSAASKwoHc3RhcnRlZBgDIAEoCzIYLmJlcnRoLmJ1ZGdldC52MS5TdGFydGVkSAASNgoHcmVsZWFzZRgEIAEoCzIjLmJlcnRoLmJ1ZGdldC52MS5SZWxlYXNlUmVzZXJ2YXRpb25IAEIGCgRraW5kIoUBCgpBZG1pdFN0YXJ0EiMKBG5lZWQYASABKAsyFS5iZXJ0aC5idWRnZXQudjEuTmVlZBINCgVvd25lchgCIAEoCRIrCghtYXhfd2FpdBgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIWCg5za2lwX2xvYWRfZ2F0ZRgEIAEoCCILCglCdWlsZERvbmUiwwEKB1N0YXJ0ZWQSDAoEbmFtZRgBIAEoCRIqCgRjb3N0GAIgASgLMhouYmVydGguYnVkZ2V0LnYxLlJlc291cmNlc0gAEi0KBHNwZWMYAyABKAsyHS5iZXJ0aC5idWRnZXQudjEuUmVzb3VyY2VTcGVjSAASEAoDcGlkGAQgASgFSAGIAQESJgoDdHRsGAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uQg0KC2Nvc3Rfc291cmNlQgYKBF9waWQiFAoSUmVsZWFzZVJlc2VydmF0aW9uItgBCg1BZG1pdFJlc3BvbnNlEikKBnF1ZXVlZBgBIAEoCzIXLmJlcnRoLmJ1ZGdldC52MS5RdWV1ZWRIABItCghhZG1pdHRlZBgCIAEoCzIZLmJlcnRoLmJ1ZGdldC52MS5BZG1pdHRlZEgAEjYKB3VwZGF0ZWQYAyABKAsyIy5iZXJ0aC5idWRnZXQudjEuUmVzZXJ2YXRpb25VcGRhdGVkSAASLQoIcmVsZWFzZWQYBCABKAsyGS5iZXJ0aC5idWRnZXQudjEuUmVsZWFzZWRIAEIGCgRraW5kIuoBCgZRdWV1ZWQSEAoIcG9zaXRpb24YASABKAUSJgoDZXRhGAIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEi0KCHdhaXRfZm9yGAMgAygLMhsuYmVydGguYnVkZ2V0LnYxLldhaXRSZWFzb24SFQoNd2FpdF9mb3JfdGV4dBgEIAEoCRIqCgVhaGVhZBgFIAMoCzIbLmJlcnRoLmJ1ZGdldC52MS5BaGVhZEVudHJ5EjQKEHdhaXRfZXhwaXJlX3RpbWUYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIlcKCkFoZWFkRW50cnkSDQoFb3duZXIYASABKAkSEAoIcG9zaXRpb24YAiABKAUSKAoEbmVlZBgDIAEoCzIaLmJlcnRoLmJ1ZGdldC52MS5SZXNvdXJjZXMiaAoIQWRtaXR0ZWQSMQoLcmVzZXJ2YXRpb24YASABKAsyHC5iZXJ0aC5idWRnZXQudjEuUmVzZXJ2YXRpb24SKQoGd2FpdGVkGAIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIncKElJlc2VydmF0aW9uVXBkYXRlZBIxCgtyZXNlcnZhdGlvbhgBIAEoCzIcLmJlcnRoLmJ1ZGdldC52MS5SZXNlcnZhdGlvbhIuCgdydW5uaW5nGAIgASgLMh0uYmVydGguYnVkZ2V0LnYxLlJ1bm5pbmdFbnRyeSIiCghSZWxlYXNlZBIWCg5yZXNlcnZhdGlvbl9pZBgBIAEoCSLFAQoOUmVzZXJ2ZVJlcXVlc3QSIwoEbmVlZBgBIAEoCzIVLmJlcnRoLmJ1ZGdldC52MS5OZWVkEg0KBW93bmVyGAIgASgJEisKCG1heF93YWl0GAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhYKDnNraXBfbG9hZF9nYXRlGAQgASgIEiYKA3R0bBgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhISCgpyZXF1ZXN0X2lkGAYgASgJIm8KD1Jlc2VydmVSZXNwb25zZRIxCgtyZXNlcnZhdGlvbhgBIAEoCzIcLmJlcnRoLmJ1ZGdldC52MS5SZXNlcnZhdGlvbhIpCgZ3YWl0ZWQYAiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24iHwoQS2VlcEFsaXZlUmVxdWVzdBILCgNpZHMYASADKAkiPwoRS2VlcEFsaXZlUmVzcG9uc2USKgoIcmVuZXdhbHMYASADKAsyGC5iZXJ0aC5idWRnZXQudjEuUmVuZXdhbCJVCgdSZW5ld2FsEgoKAmlkGAEgASgJEg0KBWFsaXZlGAIgASgIEi8KC2V4cGlyZV90aW1lGAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCIoCg5SZWxlYXNlUmVxdWVzdBIWCg5yZXNlcnZhdGlvbl9pZBgBIAEoCSIjCg9SZWxlYXNlUmVzcG9uc2USEAoIcmVsZWFzZWQYASABKAgiLQoTUmVsZWFzZUJ1aWxkUmVxdWVzdBIWCg5yZXNlcnZhdGlvbl9pZBgBIAEoCSJJChRSZWxlYXNlQnVpbGRSZXNwb25zZRIxCgtyZXNlcnZhdGlvbhgBIAEoCzIcLmJlcnRoLmJ1ZGdldC52MS5SZXNlcnZhdGlvbiKWAgoWUmVnaXN0ZXJSdW5uaW5nUmVxdWVzdBIMCgRuYW1lGAEgASgJEioKBGNvc3QYAiABKAsyGi5iZXJ0aC5idWRnZXQudjEuUmVzb3VyY2VzSAASLQoEc3BlYxgDIAEoCzIdLmJlcnRoLmJ1ZGdldC52MS5SZXNvdXJjZVNwZWNIABIQCgNwaWQYBCABKAVIAYgBARImCgN0dGwYBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SGwoOcmVzZXJ2YXRpb25faWQYBiABKAlIAogBARISCgpyZXF1ZXN0X2lkGAcgASgJQg0KC2Nvc3Rfc291cmNlQgYKBF9waWRCEQoPX3Jlc2VydmF0aW9uX2lkInwKF1JlZ2lzdGVyUnVubmluZ1Jlc3BvbnNlEi4KB3J1bm5pbmcYASABKAsyHS5iZXJ0aC5idWRnZXQudjEuUnVubmluZ0VudHJ5EjEKC3Jlc2VydmF0aW9uGAIgASgLMhwuYmVydGguYnVkZ2V0LnYxLlJlc2VydmF0aW9uIiAKElN0b3BSdW5uaW5nUmVxdWVzdBIKCgJpZBgBIAEoCSImChNTdG9wUnVubmluZ1Jlc3BvbnNlEg8KB3N0b3BwZWQYASABKAgiJAoPR2V0U3RhdGVSZXF1ZXN0EhEKCXBhZ2Vfc2l6ZRgBIAEoBSLRAwoQR2V0U3RhdGVSZXNwb25zZRItCgljb21taXR0ZWQYASABKAsyGi5iZXJ0aC5idWRnZXQudjEuQ29tbWl0dGVkEioKBXF1ZXVlGAIgAygLMhsuYmVydGguYnVkZ2V0LnYxLlF1ZXVlRW50cnkSMgoMcmVzZXJ2YXRpb25zGAMgAygLMhwuYmVydGguYnVkZ2V0LnYxLlJlc2VydmF0aW9uEi4KB3J1bm5pbmcYBCADKAsyHS5iZXJ0aC5idWRnZXQudjEuUnVubmluZ0VudHJ5EicKBnBvbGljeRgFIAEoCzIXLmJlcnRoLmJ1ZGdldC52MS5Qb2xpY3kSKQoHbWFjaGluZRgGIAEoCzIYLmJlcnRoLmJ1ZGdldC52MS5NYWNoaW5lEhIKCnF1ZXVlX3NpemUYByABKAUSGQoRcmVzZXJ2YXRpb25fY291bnQYCCABKAUSFQoNcnVubmluZ19jb3VudBgJIAEoBRIdChVxdWV1ZV9uZXh0X3BhZ2VfdG9rZW4YCiABKAkSJAoccmVzZXJ2YXRpb25zX25leHRfcGFnZV90b2tlbhgLIAEoCRIfChdydW5uaW5nX25leHRfcGFnZV90b2tlbhgMIAEoCSI5ChBMaXN0UXVldWVSZXF1ZXN0EhEKCXBhZ2Vfc2l6ZRgBIAEoBRISCgpwYWdlX3Rva2VuGAIgASgJIlgKEUxpc3RRdWV1ZVJlc3BvbnNlEioKBXF1ZXVlGAEgAygLMhsuYmVydGguYnVkZ2V0LnYxLlF1ZXVlRW50cnkSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIkAKF0xpc3RSZXNlcnZhdGlvbnNSZXF1ZXN0EhEKCXBhZ2Vfc2l6ZRgBIAEoBRISCgpwYWdlX3Rva2VuGAIgASgJImcKGExpc3RSZXNlcnZhdGlvbnNSZXNwb25zZRIyCgxyZXNlcnZhdGlvbnMYASADKAsyHC5iZXJ0aC5idWRnZXQudjEuUmVzZXJ2YXRpb24SFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIjsKEkxpc3RSdW5uaW5nUmVxdWVzdBIRCglwYWdlX3NpemUYASABKAUSEgoKcGFnZV90b2tlbhgCIAEoCSJeChNMaXN0UnVubmluZ1Jlc3BvbnNlEi4KB3J1bm5pbmcYASADKAsyHS5iZXJ0aC5idWRnZXQudjEuUnVubmluZ0VudHJ5EhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSITChFHZXRNYWNoaW5lUmVxdWVzdCI/ChJHZXRNYWNoaW5lUmVzcG9uc2USKQoHbWFjaGluZRgBIAEoCzIYLmJlcnRoLmJ1ZGdldC52MS5NYWNoaW5lIhUKE1dhdGNoTWFjaGluZVJlcXVlc3QiQQoUV2F0Y2hNYWNoaW5lUmVzcG9uc2USKQoHbWFjaGluZRgBIAEoCzIYLmJlcnRoLmJ1ZGdldC52MS5NYWNoaW5lIjsKDENvc3RzUmVxdWVzdBIrCgRzcGVjGAEgASgLMh0uYmVydGguYnVkZ2V0LnYxLlJlc291cmNlU3BlYyJZCg1Db3N0c1Jlc3BvbnNlEiIKA3J1bhgBIAEoCzIVLmJlcnRoLmJ1ZGdldC52MS5Db3N0EiQKBWJ1aWxkGAIgASgLMhUuYmVydGguYnVkZ2V0LnYxLkNvc3QiEgoQR2V0TGltaXRzUmVxdWVzdCKAAgoRR2V0TGltaXRzUmVzcG9uc2USLgoLZGVmYXVsdF90dGwYASABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SKgoHbWF4X3R0bBgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIrCghtYXhfd2FpdBgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhI1ChJoZWFydGJlYXRfaW50ZXJ2YWwYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SEQoJbWF4X3F1ZXVlGAUgASgFEhgKEG1heF9vd25lcl9sZW5ndGgYBiABKAUiOAoPR2V0RmxlZXRSZXF1ZXN0EhEKCXBhZ2Vfc2l6ZRgBIAEoBRISCgpwYWdlX3Rva2VuGAIgASgJIlwKEEdldEZsZWV0UmVzcG9uc2USLwoIbWFjaGluZXMYASADKAsyHS5iZXJ0aC5idWRnZXQudjEuRmxlZXRNYWNoaW5lEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSKKAwoMRmxlZXRNYWNoaW5lEg8KB21hY2hpbmUYASABKAkSEAoIaG9zdG5hbWUYAiABKAkSCwoDcGlkGAMgASgFEjAKDHB1Ymxpc2hfdGltZRgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASKAoGc2FtcGxlGAUgASgLMhguYmVydGguYnVkZ2V0LnYxLk1hY2hpbmUSDwoHZW5hYmxlZBgGIAEoCBIqCgZidWRnZXQYByABKAsyGi5iZXJ0aC5idWRnZXQudjEuUmVzb3VyY2VzEi0KCWNvbW1pdHRlZBgIIAEoCzIaLmJlcnRoLmJ1ZGdldC52MS5SZXNvdXJjZXMSKAoEcm9vbRgJIAEoCzIaLmJlcnRoLmJ1ZGdldC52MS5SZXNvdXJjZXMSEAoIY3B1X2J1c3kYCiABKAgSFAoMcXVldWVfbGVuZ3RoGAsgASgFEhkKEXJlc2VydmF0aW9uX2NvdW50GAwgASgFEhUKDXJ1bm5pbmdfY291bnQYDSABKAUyuwsKDUJ1ZGdldFNlcnZpY2USRgoFQ2hlY2sSHS5iZXJ0aC5idWRnZXQudjEuQ2hlY2tSZXF1ZXN0Gh4uYmVydGguYnVkZ2V0LnYxLkNoZWNrUmVzcG9uc2USSgoFQWRtaXQSHS5iZXJ0aC5idWRnZXQudjEuQWRtaXRSZXF1ZXN0Gh4uYmVydGguYnVkZ2V0LnYxLkFkbWl0UmVzcG9uc2UoATABEkwKB1Jlc2VydmUSHy5iZXJ0aC5idWRnZXQudjEuUmVzZXJ2ZVJlcXVlc3QaIC5iZXJ0aC5idWRnZXQudjEuUmVzZXJ2ZVJlc3BvbnNlElIKCUtlZXBBbGl2ZRIhLmJlcnRoLmJ1ZGdldC52MS5LZWVwQWxpdmVSZXF1ZXN0GiIuYmVydGguYnVkZ2V0LnYxLktlZXBBbGl2ZVJlc3BvbnNlEkwKB1JlbGVhc2USHy5iZXJ0aC5idWRnZXQudjEuUmVsZWFzZVJlcXVlc3QaIC5iZXJ0aC5idWRnZXQudjEuUmVsZWFzZVJlc3BvbnNlElsKDFJlbGVhc2VCdWlsZBIkLmJlcnRoLmJ1ZGdldC52MS5SZWxlYXNlQnVpbGRSZXF1ZXN0GiUuYmVydGguYnVkZ2V0LnYxLlJlbGVhc2VCdWlsZFJlc3BvbnNlEmQKD1JlZ2lzdGVyUnVubmluZxInLmJlcnRoLmJ1ZGdldC52MS5SZWdpc3RlclJ1bm5pbmdSZXF1ZXN0GiguYmVydGguYnVkZ2V0LnYxLlJlZ2lzdGVyUnVubmluZ1Jlc3BvbnNlElgKC1N0b3BSdW5uaW5nEiMuYmVydGguYnVkZ2V0LnYxLlN0b3BSdW5uaW5nUmVxdWVzdBokLmJlcnRoLmJ1ZGdldC52MS5TdG9wUnVubmluZ1Jlc3BvbnNlEk8KCEdldFN0YXRlEiAuYmVydGguYnVkZ2V0LnYxLkdldFN0YXRlUmVxdWVzdBohLmJlcnRoLmJ1ZGdldC52MS5HZXRTdGF0ZVJlc3BvbnNlElIKCUxpc3RRdWV1ZRIhLmJlcnRoLmJ1ZGdldC52MS5MaXN0UXVldWVSZXF1ZXN0GiIuYmVydGguYnVkZ2V0LnYxLkxpc3RRdWV1ZVJlc3BvbnNlEmcKEExpc3RSZXNlcnZhdGlvbnMSKC5iZXJ0aC5idWRnZXQudjEuTGlzdFJlc2VydmF0aW9uc1JlcXVlc3QaKS5iZXJ0aC5idWRnZXQudjEuTGlzdFJlc2VydmF0aW9uc1Jlc3BvbnNlElgKC0xpc3RSdW5uaW5nEiMuYmVydGguYnVkZ2V0LnYxLkxpc3RSdW5uaW5nUmVxdWVzdBokLmJlcnRoLmJ1ZGdldC52MS5MaXN0UnVubmluZ1Jlc3BvbnNlElUKCkdldE1hY2hpbmUSIi5iZXJ0aC5idWRnZXQudjEuR2V0TWFjaGluZVJlcXVlc3QaIy5iZXJ0aC5idWRnZXQudjEuR2V0TWFjaGluZVJlc3BvbnNlEl0KDFdhdGNoTWFjaGluZRIkLmJlcnRoLmJ1ZGdldC52MS5XYXRjaE1hY2hpbmVSZXF1ZXN0GiUuYmVydGguYnVkZ2V0LnYxLldhdGNoTWFjaGluZVJlc3BvbnNlMAESRgoFQ29zdHMSHS5iZXJ0aC5idWRnZXQudjEuQ29zdHNSZXF1ZXN0Gh4uYmVydGguYnVkZ2V0LnYxLkNvc3RzUmVzcG9uc2USUgoJR2V0TGltaXRzEiEuYmVydGguYnVkZ2V0LnYxLkdldExpbWl0c1JlcXVlc3QaIi5iZXJ0aC5idWRnZXQudjEuR2V0TGltaXRzUmVzcG9uc2USTwoIR2V0RmxlZXQSIC5iZXJ0aC5idWRnZXQudjEuR2V0RmxlZXRSZXF1ZXN0GiEuYmVydGguYnVkZ2V0LnYxLkdldEZsZWV0UmVzcG9uc2ViBnByb3RvMw", [file_berth_budget_v1_budget, file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("CiRiZXJ0aC9idWRnZXQvdjEvYnVkZ2V0X3NlcnZpY2UucHJvdG8SD2JlcnRoLmJ1ZGdldC52MSJLCgxDaGVja1JlcXVlc3QSIwoEbmVlZBgBIAEoCzIVLmJlcnRoLmJ1ZGdldC52MS5OZWVkEhYKDnNraXBfbG9hZF9nYXRlGAIgASgIIjoKDUNoZWNrUmVzcG9uc2USKQoHdmVyZGljdBgBIAEoCzIYLmJlcnRoLmJ1ZGdldC52MS5WZXJkaWN0ItsBCgxBZG1pdFJlcXVlc3QSLAoFc3RhcnQYASABKAsyGy5iZXJ0aC5idWRnZXQudjEuQWRtaXRTdGFydEgAEjAKCmJ1aWxkX2RvbmUYAiABKAsyGi5iZXJ0aC5idWRnZXQudjEuQnVpbGREb25lSAASKwoHc3RhcnRlZBgDIAEoCzIYLmJlcnRoLmJ1ZGdldC52MS5TdGFydGVkSAASNgoHcmVsZWFzZRgEIAEoCzIjLmJlcnRoLmJ1ZGdldC52MS5SZWxlYXNlUmVzZXJ2YXRpb25IAEIGCgRraW5kIpkBCgpBZG1pdFN0YXJ0EiMKBG5lZWQYASABKAsyFS5iZXJ0aC5idWRnZXQudjEuTmVlZBINCgVvd25lchgCIAEoCRIrCghtYXhfd2FpdBgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIWCg5za2lwX2xvYWRfZ2F0ZRgEIAEoCBISCgpyZXF1ZXN0X2lkGAUgASgJIgsKCUJ1aWxkRG9uZSLXAQoHU3RhcnRlZBIMCgRuYW1lGAEgASgJEioKBGNvc3QYAiABKAsyGi5iZXJ0aC5idWRnZXQudjEuUmVzb3VyY2VzSAASLQoEc3BlYxgDIAEoCzIdLmJlcnRoLmJ1ZGdldC52MS5SZXNvdXJjZVNwZWNIABIQCgNwaWQYBCABKAVIAYgBARImCgN0dGwYBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SEgoKcmVxdWVzdF9pZBgGIAEoCUINCgtjb3N0X3NvdXJjZUIGCgRfcGlkIhQKElJlbGVhc2VSZXNlcnZhdGlvbiLYAQoNQWRtaXRSZXNwb25zZRIpCgZxdWV1ZWQYASABKAsyFy5iZXJ0aC5idWRnZXQudjEuUXVldWVkSAASLQoIYWRtaXR0ZWQYAiABKAsyGS5iZXJ0aC5idWRnZXQudjEuQWRtaXR0ZWRIABI2Cgd1cGRhdGVkGAMgASgLMiMuYmVydGguYnVkZ2V0LnYxLlJlc2VydmF0aW9uVXBkYXRlZEgAEi0KCHJlbGVhc2VkGAQgASgLMhkuYmVydGguYnVkZ2V0LnYxLlJlbGVhc2VkSABCBgoEa2luZCLqAQoGUXVldWVkEhAKCHBvc2l0aW9uGAEgASgFEiYKA2V0YRgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhItCgh3YWl0X2ZvchgDIAMoCzIbLmJlcnRoLmJ1ZGdldC52MS5XYWl0UmVhc29uEhUKDXdhaXRfZm9yX3RleHQYBCABKAkSKgoFYWhlYWQYBSADKAsyGy5iZXJ0aC5idWRnZXQudjEuQWhlYWRFbnRyeRI0ChB3YWl0X2V4cGlyZV90aW1lGAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJXCgpBaGVhZEVudHJ5Eg0KBW93bmVyGAEgASgJEhAKCHBvc2l0aW9uGAIgASgFEigKBG5lZWQYAyABKAsyGi5iZXJ0aC5idWRnZXQudjEuUmVzb3VyY2VzImgKCEFkbWl0dGVkEjEKC3Jlc2VydmF0aW9uGAEgASgLMhwuYmVydGguYnVkZ2V0LnYxLlJlc2VydmF0aW9uEikKBndhaXRlZBgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiJ3ChJSZXNlcnZhdGlvblVwZGF0ZWQSMQoLcmVzZXJ2YXRpb24YASABKAsyHC5iZXJ0aC5idWRnZXQudjEuUmVzZXJ2YXRpb24SLgoHcnVubmluZxgCIAEoCzIdLmJlcnRoLmJ1ZGdldC52MS5SdW5uaW5nRW50cnkiIgoIUmVsZWFzZWQSFgoOcmVzZXJ2YXRpb25faWQYASABKAkixQEKDlJlc2VydmVSZXF1ZXN0EiMKBG5lZWQYASABKAsyFS5iZXJ0aC5idWRnZXQudjEuTmVlZBINCgVvd25lchgCIAEoCRIrCghtYXhfd2FpdBgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIWCg5za2lwX2xvYWRfZ2F0ZRgEIAEoCBImCgN0dGwYBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SEgoKcmVxdWVzdF9pZBgGIAEoCSJvCg9SZXNlcnZlUmVzcG9uc2USMQoLcmVzZXJ2YXRpb24YASABKAsyHC5iZXJ0aC5idWRnZXQudjEuUmVzZXJ2YXRpb24SKQoGd2FpdGVkGAIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIh8KEEtlZXBBbGl2ZVJlcXVlc3QSCwoDaWRzGAEgAygJIj8KEUtlZXBBbGl2ZVJlc3BvbnNlEioKCHJlbmV3YWxzGAEgAygLMhguYmVydGguYnVkZ2V0LnYxLlJlbmV3YWwiVQoHUmVuZXdhbBIKCgJpZBgBIAEoCRINCgVhbGl2ZRgCIAEoCBIvCgtleHBpcmVfdGltZRgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiPAoOUmVsZWFzZVJlcXVlc3QSFgoOcmVzZXJ2YXRpb25faWQYASABKAkSEgoKcmVxdWVzdF9pZBgCIAEoCSIjCg9SZWxlYXNlUmVzcG9uc2USEAoIcmVsZWFzZWQYASABKAgiQQoTUmVsZWFzZUJ1aWxkUmVxdWVzdBIWCg5yZXNlcnZhdGlvbl9pZBgBIAEoCRISCgpyZXF1ZXN0X2lkGAIgASgJIkkKFFJlbGVhc2VCdWlsZFJlc3BvbnNlEjEKC3Jlc2VydmF0aW9uGAEgASgLMhwuYmVydGguYnVkZ2V0LnYxLlJlc2VydmF0aW9uIpYCChZSZWdpc3RlclJ1bm5pbmdSZXF1ZXN0EgwKBG5hbWUYASABKAkSKgoEY29zdBgCIAEoCzIaLmJlcnRoLmJ1ZGdldC52MS5SZXNvdXJjZXNIABItCgRzcGVjGAMgASgLMh0uYmVydGguYnVkZ2V0LnYxLlJlc291cmNlU3BlY0gAEhAKA3BpZBgEIAEoBUgBiAEBEiYKA3R0bBgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIbCg5yZXNlcnZhdGlvbl9pZBgGIAEoCUgCiAEBEhIKCnJlcXVlc3RfaWQYByABKAlCDQoLY29zdF9zb3VyY2VCBgoEX3BpZEIRCg9fcmVzZXJ2YXRpb25faWQifAoXUmVnaXN0ZXJSdW5uaW5nUmVzcG9uc2USLgoHcnVubmluZxgBIAEoCzIdLmJlcnRoLmJ1ZGdldC52MS5SdW5uaW5nRW50cnkSMQoLcmVzZXJ2YXRpb24YAiABKAsyHC5iZXJ0aC5idWRnZXQudjEuUmVzZXJ2YXRpb24iNAoSU3RvcFJ1bm5pbmdSZXF1ZXN0EgoKAmlkGAEgASgJEhIKCnJlcXVlc3RfaWQYAiABKAkiJgoTU3RvcFJ1bm5pbmdSZXNwb25zZRIPCgdzdG9wcGVkGAEgASgIIiQKD0dldFN0YXRlUmVxdWVzdBIRCglwYWdlX3NpemUYASABKAUi0QMKEEdldFN0YXRlUmVzcG9uc2USLQoJY29tbWl0dGVkGAEgASgLMhouYmVydGguYnVkZ2V0LnYxLkNvbW1pdHRlZBIqCgVxdWV1ZRgCIAMoCzIbLmJlcnRoLmJ1ZGdldC52MS5RdWV1ZUVudHJ5EjIKDHJlc2VydmF0aW9ucxgDIAMoCzIcLmJlcnRoLmJ1ZGdldC52MS5SZXNlcnZhdGlvbhIuCgdydW5uaW5nGAQgAygLMh0uYmVydGguYnVkZ2V0LnYxLlJ1bm5pbmdFbnRyeRInCgZwb2xpY3kYBSABKAsyFy5iZXJ0aC5idWRnZXQudjEuUG9saWN5EikKB21hY2hpbmUYBiABKAsyGC5iZXJ0aC5idWRnZXQudjEuTWFjaGluZRISCgpxdWV1ZV9zaXplGAcgASgFEhkKEXJlc2VydmF0aW9uX2NvdW50GAggASgFEhUKDXJ1bm5pbmdfY291bnQYCSABKAUSHQoVcXVldWVfbmV4dF9wYWdlX3Rva2VuGAogASgJEiQKHHJlc2VydmF0aW9uc19uZXh0X3BhZ2VfdG9rZW4YCyABKAkSHwoXcnVubmluZ19uZXh0X3BhZ2VfdG9rZW4YDCABKAkiOQoQTGlzdFF1ZXVlUmVxdWVzdBIRCglwYWdlX3NpemUYASABKAUSEgoKcGFnZV90b2tlbhgCIAEoCSJYChFMaXN0UXVldWVSZXNwb25zZRIqCgVxdWV1ZRgBIAMoCzIbLmJlcnRoLmJ1ZGdldC52MS5RdWV1ZUVudHJ5EhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSJAChdMaXN0UmVzZXJ2YXRpb25zUmVxdWVzdBIRCglwYWdlX3NpemUYASABKAUSEgoKcGFnZV90b2tlbhgCIAEoCSJnChhMaXN0UmVzZXJ2YXRpb25zUmVzcG9uc2USMgoMcmVzZXJ2YXRpb25zGAEgAygLMhwuYmVydGguYnVkZ2V0LnYxLlJlc2VydmF0aW9uEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSI7ChJMaXN0UnVubmluZ1JlcXVlc3QSEQoJcGFnZV9zaXplGAEgASgFEhIKCnBhZ2VfdG9rZW4YAiABKAkiXgoTTGlzdFJ1bm5pbmdSZXNwb25zZRIuCgdydW5uaW5nGAEgAygLMh0uYmVydGguYnVkZ2V0LnYxLlJ1bm5pbmdFbnRyeRIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiEwoRR2V0TWFjaGluZVJlcXVlc3QiPwoSR2V0TWFjaGluZVJlc3BvbnNlEikKB21hY2hpbmUYASABKAsyGC5iZXJ0aC5idWRnZXQudjEuTWFjaGluZSIVChNXYXRjaE1hY2hpbmVSZXF1ZXN0IkEKFFdhdGNoTWFjaGluZVJlc3BvbnNlEikKB21hY2hpbmUYASABKAsyGC5iZXJ0aC5idWRnZXQudjEuTWFjaGluZSI7CgxDb3N0c1JlcXVlc3QSKwoEc3BlYxgBIAEoCzIdLmJlcnRoLmJ1ZGdldC52MS5SZXNvdXJjZVNwZWMiWQoNQ29zdHNSZXNwb25zZRIiCgNydW4YASABKAsyFS5iZXJ0aC5idWRnZXQudjEuQ29zdBIkCgVidWlsZBgCIAEoCzIVLmJlcnRoLmJ1ZGdldC52MS5Db3N0IhIKEEdldExpbWl0c1JlcXVlc3Qi7gIKEUdldExpbWl0c1Jlc3BvbnNlEi4KC2RlZmF1bHRfdHRsGAEgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEioKB21heF90dGwYAiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SKwoIbWF4X3dhaXQYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SNQoSaGVhcnRiZWF0X2ludGVydmFsGAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhEKCW1heF9xdWV1ZRgFIAEoBRIYChBtYXhfb3duZXJfbGVuZ3RoGAYgASgFEjUKEmlkZW1wb3RlbmN5X3dpbmRvdxgHIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhI1ChJhZG1pdF9yZXN1bWVfZ3JhY2UYCCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24iOAoPR2V0RmxlZXRSZXF1ZXN0EhEKCXBhZ2Vfc2l6ZRgBIAEoBRISCgpwYWdlX3Rva2VuGAIgASgJIlwKEEdldEZsZWV0UmVzcG9uc2USLwoIbWFjaGluZXMYASADKAsyHS5iZXJ0aC5idWRnZXQudjEuRmxlZXRNYWNoaW5lEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSKKAwoMRmxlZXRNYWNoaW5lEg8KB21hY2hpbmUYASABKAkSEAoIaG9zdG5hbWUYAiABKAkSCwoDcGlkGAMgASgFEjAKDHB1Ymxpc2hfdGltZRgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASKAoGc2FtcGxlGAUgASgLMhguYmVydGguYnVkZ2V0LnYxLk1hY2hpbmUSDwoHZW5hYmxlZBgGIAEoCBIqCgZidWRnZXQYByABKAsyGi5iZXJ0aC5idWRnZXQudjEuUmVzb3VyY2VzEi0KCWNvbW1pdHRlZBgIIAEoCzIaLmJlcnRoLmJ1ZGdldC52MS5SZXNvdXJjZXMSKAoEcm9vbRgJIAEoCzIaLmJlcnRoLmJ1ZGdldC52MS5SZXNvdXJjZXMSEAoIY3B1X2J1c3kYCiABKAgSFAoMcXVldWVfbGVuZ3RoGAsgASgFEhkKEXJlc2VydmF0aW9uX2NvdW50GAwgASgFEhUKDXJ1bm5pbmdfY291bnQYDSABKAUyuwsKDUJ1ZGdldFNlcnZpY2USRgoFQ2hlY2sSHS5iZXJ0aC5idWRnZXQudjEuQ2hlY2tSZXF1ZXN0Gh4uYmVydGguYnVkZ2V0LnYxLkNoZWNrUmVzcG9uc2USSgoFQWRtaXQSHS5iZXJ0aC5idWRnZXQudjEuQWRtaXRSZXF1ZXN0Gh4uYmVydGguYnVkZ2V0LnYxLkFkbWl0UmVzcG9uc2UoATABEkwKB1Jlc2VydmUSHy5iZXJ0aC5idWRnZXQudjEuUmVzZXJ2ZVJlcXVlc3QaIC5iZXJ0aC5idWRnZXQudjEuUmVzZXJ2ZVJlc3BvbnNlElIKCUtlZXBBbGl2ZRIhLmJlcnRoLmJ1ZGdldC52MS5LZWVwQWxpdmVSZXF1ZXN0GiIuYmVydGguYnVkZ2V0LnYxLktlZXBBbGl2ZVJlc3BvbnNlEkwKB1JlbGVhc2USHy5iZXJ0aC5idWRnZXQudjEuUmVsZWFzZVJlcXVlc3QaIC5iZXJ0aC5idWRnZXQudjEuUmVsZWFzZVJlc3BvbnNlElsKDFJlbGVhc2VCdWlsZBIkLmJlcnRoLmJ1ZGdldC52MS5SZWxlYXNlQnVpbGRSZXF1ZXN0GiUuYmVydGguYnVkZ2V0LnYxLlJlbGVhc2VCdWlsZFJlc3BvbnNlEmQKD1JlZ2lzdGVyUnVubmluZxInLmJlcnRoLmJ1ZGdldC52MS5SZWdpc3RlclJ1bm5pbmdSZXF1ZXN0GiguYmVydGguYnVkZ2V0LnYxLlJlZ2lzdGVyUnVubmluZ1Jlc3BvbnNlElgKC1N0b3BSdW5uaW5nEiMuYmVydGguYnVkZ2V0LnYxLlN0b3BSdW5uaW5nUmVxdWVzdBokLmJlcnRoLmJ1ZGdldC52MS5TdG9wUnVubmluZ1Jlc3BvbnNlEk8KCEdldFN0YXRlEiAuYmVydGguYnVkZ2V0LnYxLkdldFN0YXRlUmVxdWVzdBohLmJlcnRoLmJ1ZGdldC52MS5HZXRTdGF0ZVJlc3BvbnNlElIKCUxpc3RRdWV1ZRIhLmJlcnRoLmJ1ZGdldC52MS5MaXN0UXVldWVSZXF1ZXN0GiIuYmVydGguYnVkZ2V0LnYxLkxpc3RRdWV1ZVJlc3BvbnNlEmcKEExpc3RSZXNlcnZhdGlvbnMSKC5iZXJ0aC5idWRnZXQudjEuTGlzdFJlc2VydmF0aW9uc1JlcXVlc3QaKS5iZXJ0aC5idWRnZXQudjEuTGlzdFJlc2VydmF0aW9uc1Jlc3BvbnNlElgKC0xpc3RSdW5uaW5nEiMuYmVydGguYnVkZ2V0LnYxLkxpc3RSdW5uaW5nUmVxdWVzdBokLmJlcnRoLmJ1ZGdldC52MS5MaXN0UnVubmluZ1Jlc3BvbnNlElUKCkdldE1hY2hpbmUSIi5iZXJ0aC5idWRnZXQudjEuR2V0TWFjaGluZVJlcXVlc3QaIy5iZXJ0aC5idWRnZXQudjEuR2V0TWFjaGluZVJlc3BvbnNlEl0KDFdhdGNoTWFjaGluZRIkLmJlcnRoLmJ1ZGdldC52MS5XYXRjaE1hY2hpbmVSZXF1ZXN0GiUuYmVydGguYnVkZ2V0LnYxLldhdGNoTWFjaGluZVJlc3BvbnNlMAESRgoFQ29zdHMSHS5iZXJ0aC5idWRnZXQudjEuQ29zdHNSZXF1ZXN0Gh4uYmVydGguYnVkZ2V0LnYxLkNvc3RzUmVzcG9uc2USUgoJR2V0TGltaXRzEiEuYmVydGguYnVkZ2V0LnYxLkdldExpbWl0c1JlcXVlc3QaIi5iZXJ0aC5idWRnZXQudjEuR2V0TGltaXRzUmVzcG9uc2USTwoIR2V0RmxlZXQSIC5iZXJ0aC5idWRnZXQudjEuR2V0RmxlZXRSZXF1ZXN0GiEuYmVydGguYnVkZ2V0LnYxLkdldEZsZWV0UmVzcG9uc2ViBnByb3RvMw", [file_berth_budget_v1_budget, file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * Check's request.
@@ -158,6 +158,37 @@ export type AdmitStart = Message<"berth.budget.v1.AdmitStart"> & {
    * @generated from field: bool skip_load_gate = 4;
    */
   skipLoadGate: boolean;
+
+  /**
+   * Makes the admission resumable and a retry safe (see the rule for
+   * request ids on the service). The same request: `need`, `owner` and
+   * `skip_load_gate`.
+   *
+   * A stream whose start carried an id and that breaks (the connection is
+   * lost: not a `release`, not the client closing its side, not a cancel by
+   * the client) keeps its place in the queue, or its reservation, for the
+   * resume grace (GetLimits' `admit_resume_grace`, `--admit-resume-grace`,
+   * 15 s by default). A new Admit whose start has the same id and the same
+   * request resumes it: it is told its current place (`queued`) or, when it
+   * was admitted meanwhile, `admitted` with the same reservation (as it
+   * stands now), and continues as if the stream had not broken; its own
+   * `max_wait` counts from the resume. A waiter whose turn comes while
+   * detached is admitted and its reservation held for the rest of the grace
+   * (not handed to anyone: it is handed when the client resumes), then
+   * released if nobody resumes. A resume while the first stream still looks
+   * open to the service (it has not seen the break yet) takes over: the
+   * first stream ends ABORTED ADMIT_RESUMED and releases nothing.
+   *
+   * Once the admission ended (released, or its grace ran out after it was
+   * admitted) a repeat within the window is answered the first answer,
+   * `admitted` as first sent, then `released`, and the stream ends. A
+   * request dropped while it waited (refused, or its grace ran out) records
+   * nothing: a repeat queues anew, at the back. Without an id, the stream
+   * ending for any reason drops its request.
+   *
+   * @generated from field: string request_id = 5;
+   */
+  requestId: string;
 };
 
 /**
@@ -239,6 +270,16 @@ export type Started = Message<"berth.budget.v1.Started"> & {
    * @generated from field: google.protobuf.Duration ttl = 5;
    */
   ttl?: Duration | undefined;
+
+  /**
+   * Makes a `started` sent again safe (after a resume, say): the same request
+   * as RegisterRunning's with this stream's reservation (see
+   * RegisterRunningRequest.request_id); a repeat is answered `updated` with
+   * the first call's entry and counts nothing again.
+   *
+   * @generated from field: string request_id = 6;
+   */
+  requestId: string;
 };
 
 /**
@@ -530,13 +571,13 @@ export type ReserveRequest = Message<"berth.budget.v1.ReserveRequest"> & {
   ttl?: Duration | undefined;
 
   /**
-   * Makes a retry safe: a repeat with the same id while the first call's
-   * reservation lives answers that reservation (or, while the first call
-   * still waits, waits with it: one place in the queue, the first call's
-   * wait, dropped only once every call waiting on it has ended). A repeat
-   * must ask for the same need and owner (INVALID_ARGUMENT otherwise). Once
-   * the reservation has ended the id is forgotten. Empty: none. At most 128
-   * characters of `[A-Za-z0-9._-]`; a UUID is a good choice.
+   * Makes a retry safe (see the rule for request ids on the service). The
+   * same request: `need`, `owner`, `ttl` (unset or zero: the default ttl)
+   * and `skip_load_gate`. A repeat is answered the first call's reservation
+   * as first answered (`expire_time` included) while the reservation lives
+   * and for the window after it ended; while the first call waits, the
+   * repeat waits with it up to its own `max_wait` (zero: it answers at
+   * once, WAIT_EXHAUSTED while the first call waits).
    *
    * @generated from field: string request_id = 6;
    */
@@ -668,6 +709,15 @@ export type ReleaseRequest = Message<"berth.budget.v1.ReleaseRequest"> & {
    * @generated from field: string reservation_id = 1;
    */
   reservationId: string;
+
+  /**
+   * Makes a retry safe (see the rule for request ids on the service). The
+   * same request: the same `reservation_id`. A repeat answers the first
+   * call's `released`.
+   *
+   * @generated from field: string request_id = 2;
+   */
+  requestId: string;
 };
 
 /**
@@ -710,6 +760,15 @@ export type ReleaseBuildRequest = Message<"berth.budget.v1.ReleaseBuildRequest">
    * @generated from field: string reservation_id = 1;
    */
   reservationId: string;
+
+  /**
+   * Makes a retry safe (see the rule for request ids on the service). The
+   * same request: the same `reservation_id`. A repeat answers the
+   * reservation as the first call answered it.
+   *
+   * @generated from field: string request_id = 2;
+   */
+  requestId: string;
 };
 
 /**
@@ -808,11 +867,13 @@ export type RegisterRunningRequest = Message<"berth.budget.v1.RegisterRunningReq
   reservationId?: string | undefined;
 
   /**
-   * Makes a retry safe (as in ReserveRequest): a repeat with the same id
-   * while the entry lives answers that entry (with the reservation, when it
-   * still lives) and counts nothing again; it must name the same service and
-   * reservation (INVALID_ARGUMENT otherwise). The id is kept with the entry,
-   * across restarts of the service, and forgotten when the entry ends.
+   * Makes a retry safe (see the rule for request ids on the service). The
+   * same request: `name`, the cost (`cost` or `spec`, as the service costs
+   * it; neither: the cost it defaults to), `pid`, `ttl` and
+   * `reservation_id`. A repeat is answered the first call's answer (the
+   * entry, and the reservation as it stood then) and counts nothing again,
+   * while the entry lives (also after a restart of the service: the id is
+   * saved with the entry) and for the window after it ended.
    *
    * @generated from field: string request_id = 7;
    */
@@ -866,6 +927,15 @@ export type StopRunningRequest = Message<"berth.budget.v1.StopRunningRequest"> &
    * @generated from field: string id = 1;
    */
   id: string;
+
+  /**
+   * Makes a retry safe (see the rule for request ids on the service). The
+   * same request: the same `id`. A repeat answers the first call's
+   * `stopped`.
+   *
+   * @generated from field: string request_id = 2;
+   */
+  requestId: string;
 };
 
 /**
@@ -1388,6 +1458,23 @@ export type GetLimitsResponse = Message<"berth.budget.v1.GetLimitsResponse"> & {
    * @generated from field: int32 max_owner_length = 6;
    */
   maxOwnerLength: number;
+
+  /**
+   * How long a request id is remembered after what its call made ended
+   * (`--idempotency-window`; see the rule for request ids on the service).
+   *
+   * @generated from field: google.protobuf.Duration idempotency_window = 7;
+   */
+  idempotencyWindow?: Duration | undefined;
+
+  /**
+   * How long an Admit stream with a `request_id` that broke keeps its place
+   * or its reservation for a resume (`--admit-resume-grace`; see
+   * AdmitStart.request_id).
+   *
+   * @generated from field: google.protobuf.Duration admit_resume_grace = 8;
+   */
+  admitResumeGrace?: Duration | undefined;
 };
 
 /**
@@ -1576,6 +1663,43 @@ export const FleetMachineSchema: GenMessage<FleetMachine> = /*@__PURE__*/
  * default (30 s); longer than the maximum (1 h) is INVALID_ARGUMENT. Leases
  * are renewed by KeepAlive, each for its own ttl from then.
  *
+ * Request ids (idempotency keys), one rule in every berth service: every
+ * call that creates or changes something takes a `request_id` — here
+ * Reserve, RegisterRunning, Admit's `start` (and its `started`), Release,
+ * ReleaseBuild and StopRunning (KeepAlive renews, which is idempotent by
+ * nature; reads change nothing). At most 128 characters of `[A-Za-z0-9._-]`
+ * (a UUID is a good choice); empty: none.
+ * - The same id with the same request is answered the first answer (the
+ *   identical response) and does nothing again. "The same request" is the
+ *   same value of every field that shapes what the call makes (listed on
+ *   each `request_id`), not the wait: `max_wait` and the call's deadline may
+ *   differ, so a retry may wait less. Needs and costs are compared as the
+ *   service costs them (`512M` and 536870912 bytes are the same).
+ * - The same id with a different request is refused ALREADY_EXISTS
+ *   IDEMPOTENCY_KEY_REUSED, nothing done; its ErrorInfo metadata names the id
+ *   (`requestId`) and what it named: the `rpc`, and `owner`,
+ *   `reservationId` or `runningId`.
+ * - An id names one request in the whole service, across every rpc.
+ * - An id is remembered while what its call made lives (the reservation,
+ *   the running entry, or the call while it still waits) and for the
+ *   idempotency window after that ended (GetLimits' `idempotency_window`,
+ *   `--idempotency-window`, 1 h by default); a Release's, ReleaseBuild's and
+ *   StopRunning's from their answer. At most 100,000 ended ids are
+ *   remembered, the oldest forgotten first. Reservations live in the
+ *   service's memory, and their ids with them: a restart forgets both. The
+ *   running tally is saved to disk, and the ids of its entries with it: a
+ *   repeat after a restart is answered while the entry lives.
+ * - A repeat after what the first call made ended gets the first answer as
+ *   given: a Reserve repeat the original reservation (whose KeepAlive now
+ *   answers `alive = false`), a Release repeat the first call's `released`.
+ * - A call that was refused (any error) records nothing: its retry runs
+ *   anew.
+ * - A repeat while the first call still waits joins it: one place in the
+ *   queue, each call waiting up to its own `max_wait` (and deadline), leaving
+ *   on its own cancel; the place goes with the last call waiting on it. An
+ *   Admit stream with an id that breaks can be resumed (AdmitStart's
+ *   `request_id`).
+ *
  * Errors carry a `google.rpc.ErrorInfo` (domain "berth.budget") whose reason
  * names the case, and a `google.rpc.RetryInfo` where a retry can succeed;
  * refusals also carry a Refusal detail. Each reason is one condition, and
@@ -1586,6 +1710,8 @@ export const FleetMachineSchema: GenMessage<FleetMachine> = /*@__PURE__*/
  * |---------------------|-----------------------|----------------------------------------------|
  * | INVALID_ARGUMENT    | INVALID_FIELD         | fix the field or item the message names      |
  * | INVALID_ARGUMENT    | OUT_OF_TURN           | an Admit message sent out of turn            |
+ * | ALREADY_EXISTS      | IDEMPOTENCY_KEY_REUSED | the `request_id` named another request: use a new id |
+ * | ABORTED             | ADMIT_RESUMED         | this Admit stream was resumed by another with its `request_id`: follow that one |
  * | FAILED_PRECONDITION | IMPOSSIBLE            | the need exceeds the whole budget: declare less or raise the budget |
  * | FAILED_PRECONDITION | FLEET_NEEDS_ETCD      | GetFleet on a budget not started with `--store etcd` |
  * | RESOURCE_EXHAUSTED  | QUEUE_FULL            | the queue is full; retry after RetryInfo     |
@@ -1659,7 +1785,9 @@ export const BudgetService: GenService<{
    * On the same stream the client then reports `build_done` and `started`
    * (each answered by `updated`) and finally `release` (answered by
    * `released`, after which the service ends the stream). The stream ending
-   * for any reason releases the reservation and drops a queued request.
+   * for any reason releases the reservation and drops a queued request —
+   * except a stream whose `start` carried a `request_id` and that broke,
+   * which can be resumed for a grace period (see AdmitStart.request_id).
    * Running entries made by `started` survive the stream (they end with
    * their process, lease or StopRunning). A message out of turn (anything
    * but `start` first, a second `start`, `build_done` or `started` before
@@ -1687,8 +1815,8 @@ export const BudgetService: GenService<{
    * the queue (up to `max_wait`) like Admit, then returns a reservation that
    * lives until Release or until its lease runs out without KeepAlive. The
    * call ending while queued drops the request. A repeat with the same
-   * `request_id` while its reservation lives (or while the first call still
-   * waits) answers the same reservation instead of queueing again.
+   * `request_id` answers the first call's reservation instead of queueing
+   * again, and joins the first call while it waits.
    *
    * No admission to a caller that left, as for Admit: a waiter whose client
    * has left by the time its turn comes (cancelled, its deadline passed, its
@@ -1758,8 +1886,8 @@ export const BudgetService: GenService<{
    * gone, or until its lease ends. With a reservation, its cost moves from
    * the reservation's start share to the tally (the seed's `consume`;
    * Admit's `started`). The tally survives a restart of the service. A
-   * repeat with the same `request_id` while its entry lives answers that
-   * entry instead of counting the service twice.
+   * repeat with the same `request_id` answers the first call's entry instead
+   * of counting the service twice.
    * Errors: INVALID_ARGUMENT INVALID_FIELD; NOT_FOUND RESERVATION_NOT_FOUND;
    * RESOURCE_EXHAUSTED DISK_FULL, TOO_MANY_OPEN_FILES; UNAVAILABLE
    * STATE_READ_ONLY (the tally could not be saved); and any call's (the second

@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file berth/locks/v1/lock_service.proto.
  */
 export const file_berth_locks_v1_lock_service: GenFile = /*@__PURE__*/
-  fileDesc("CiFiZXJ0aC9sb2Nrcy92MS9sb2NrX3NlcnZpY2UucHJvdG8SDmJlcnRoLmxvY2tzLnYxItsBCgVMZWFzZRITCgtsZWFzZV90b2tlbhgBIAEoCRIVCg1mZW5jaW5nX3Rva2VuGAIgASgDEi8KC2V4cGlyZV90aW1lGAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIMCgRmaWxlGAQgASgJEg0KBW93bmVyGAUgASgJEjAKDGFjcXVpcmVfdGltZRgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASJgoDdHRsGAcgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIpYBCg5BY3F1aXJlUmVxdWVzdBIMCgRmaWxlGAEgASgJEg0KBW93bmVyGAIgASgJEisKCG1heF93YWl0GAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEiYKA3R0bBgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhISCgpyZXF1ZXN0X2lkGAUgASgJIjcKD0FjcXVpcmVSZXNwb25zZRIkCgVsZWFzZRgBIAEoCzIVLmJlcnRoLmxvY2tzLnYxLkxlYXNlIigKEEtlZXBBbGl2ZVJlcXVlc3QSFAoMbGVhc2VfdG9rZW5zGAEgAygJIj4KEUtlZXBBbGl2ZVJlc3BvbnNlEikKCHJlbmV3YWxzGAEgAygLMhcuYmVydGgubG9ja3MudjEuUmVuZXdhbCJeCgdSZW5ld2FsEhMKC2xlYXNlX3Rva2VuGAEgASgJEg0KBWFsaXZlGAIgASgIEi8KC2V4cGlyZV90aW1lGAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCItChZLZWVwQWxpdmVTdHJlYW1SZXF1ZXN0EhMKC2xlYXNlX3Rva2VuGAEgASgJIkMKF0tlZXBBbGl2ZVN0cmVhbVJlc3BvbnNlEigKB3JlbmV3YWwYASABKAsyFy5iZXJ0aC5sb2Nrcy52MS5SZW5ld2FsIiUKDlJlbGVhc2VSZXF1ZXN0EhMKC2xlYXNlX3Rva2VuGAEgASgJIiMKD1JlbGVhc2VSZXNwb25zZRIQCghyZWxlYXNlZBgBIAEoCCJXCgtIb2xkUmVxdWVzdBIMCgRmaWxlGAEgASgJEg0KBW93bmVyGAIgASgJEisKCG1heF93YWl0GAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIqEBCgxIb2xkUmVzcG9uc2USKgoHd2FpdGluZxgBIAEoCzIXLmJlcnRoLmxvY2tzLnYxLldhaXRpbmdIABIpCghhY3F1aXJlZBgCIAEoCzIVLmJlcnRoLmxvY2tzLnYxLkxlYXNlSAASMgoJaGVhcnRiZWF0GAMgASgLMh0uYmVydGgubG9ja3MudjEuSG9sZEhlYXJ0YmVhdEgAQgYKBGtpbmQiQwoHV2FpdGluZxIQCghwb3NpdGlvbhgBIAEoBRImCgZob2xkZXIYAiABKAsyFi5iZXJ0aC5sb2Nrcy52MS5Ib2xkZXIiPgoNSG9sZEhlYXJ0YmVhdBItCglzZW5kX3RpbWUYASABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wItUBCgZIb2xkZXISDQoFb3duZXIYASABKAkSFQoNZmVuY2luZ190b2tlbhgCIAEoAxIwCgxhY3F1aXJlX3RpbWUYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi8KC2V4cGlyZV90aW1lGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIoCgRraW5kGAUgASgOMhouYmVydGgubG9ja3MudjEuSG9sZGVyS2luZBIQCgNwaWQYBiABKAVIAIgBAUIGCgRfcGlkIqwBCgZXYWl0ZXISDQoFb3duZXIYASABKAkSMwoPd2FpdF9zdGFydF90aW1lGAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBI0ChB3YWl0X2V4cGlyZV90aW1lGAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIoCgRraW5kGAQgASgOMhouYmVydGgubG9ja3MudjEuSG9sZGVyS2luZCIeCg5JbnNwZWN0UmVxdWVzdBIMCgRmaWxlGAEgASgJIp8BCg9JbnNwZWN0UmVzcG9uc2USDAoEZmlsZRgBIAEoCRImCgZob2xkZXIYAiABKAsyFi5iZXJ0aC5sb2Nrcy52MS5Ib2xkZXISJwoHd2FpdGVycxgDIAMoCzIWLmJlcnRoLmxvY2tzLnYxLldhaXRlchIaChJsYXN0X2ZlbmNpbmdfdG9rZW4YBCABKAMSEQoJbG9ja19wYXRoGAUgASgJIjgKEUNoZWNrVG9rZW5SZXF1ZXN0EgwKBGZpbGUYASABKAkSFQoNZmVuY2luZ190b2tlbhgCIAEoAyJKChJDaGVja1Rva2VuUmVzcG9uc2USDwoHY3VycmVudBgBIAEoCBIVCg1jdXJyZW50X3Rva2VuGAIgASgDEgwKBGZpbGUYAyABKAkiEgoQR2V0TGltaXRzUmVxdWVzdCKLAgoRR2V0TGltaXRzUmVzcG9uc2USLgoLZGVmYXVsdF90dGwYASABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SKgoHbWF4X3R0bBgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIrCghtYXhfd2FpdBgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhI1ChJoZWFydGJlYXRfaW50ZXJ2YWwYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SHAoUbWF4X3dhaXRlcnNfcGVyX2ZpbGUYBSABKAUSGAoQbWF4X293bmVyX2xlbmd0aBgGIAEoBSLyAQoITG9ja0hlbGQSDAoEZmlsZRgBIAEoCRINCgVvd25lchgCIAEoCRIwCgxhY3F1aXJlX3RpbWUYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhUKDWZlbmNpbmdfdG9rZW4YBCABKAMSEAoDcGlkGAUgASgFSACIAQESKAoEa2luZBgGIAEoDjIaLmJlcnRoLmxvY2tzLnYxLkhvbGRlcktpbmQSEQoJbG9ja19wYXRoGAcgASgJEikKBndhaXRlZBgIIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbkIGCgRfcGlkKngKCkhvbGRlcktpbmQSGwoXSE9MREVSX0tJTkRfVU5TUEVDSUZJRUQQABIVChFIT0xERVJfS0lORF9MRUFTRRABEhYKEkhPTERFUl9LSU5EX1NUUkVBTRACEh4KGkhPTERFUl9LSU5EX1NFRURfTE9DS19GSUxFEAMylwUKC0xvY2tTZXJ2aWNlEkoKB0FjcXVpcmUSHi5iZXJ0aC5sb2Nrcy52MS5BY3F1aXJlUmVxdWVzdBofLmJlcnRoLmxvY2tzLnYxLkFjcXVpcmVSZXNwb25zZRJQCglLZWVwQWxpdmUSIC5iZXJ0aC5sb2Nrcy52MS5LZWVwQWxpdmVSZXF1ZXN0GiEuYmVydGgubG9ja3MudjEuS2VlcEFsaXZlUmVzcG9uc2USZgoPS2VlcEFsaXZlU3RyZWFtEiYuYmVydGgubG9ja3MudjEuS2VlcEFsaXZlU3RyZWFtUmVxdWVzdBonLmJlcnRoLmxvY2tzLnYxLktlZXBBbGl2ZVN0cmVhbVJlc3BvbnNlKAEwARJKCgdSZWxlYXNlEh4uYmVydGgubG9ja3MudjEuUmVsZWFzZVJlcXVlc3QaHy5iZXJ0aC5sb2Nrcy52MS5SZWxlYXNlUmVzcG9uc2USQwoESG9sZBIbLmJlcnRoLmxvY2tzLnYxLkhvbGRSZXF1ZXN0GhwuYmVydGgubG9ja3MudjEuSG9sZFJlc3BvbnNlMAESSgoHSW5zcGVjdBIeLmJlcnRoLmxvY2tzLnYxLkluc3BlY3RSZXF1ZXN0Gh8uYmVydGgubG9ja3MudjEuSW5zcGVjdFJlc3BvbnNlElMKCkNoZWNrVG9rZW4SIS5iZXJ0aC5sb2Nrcy52MS5DaGVja1Rva2VuUmVxdWVzdBoiLmJlcnRoLmxvY2tzLnYxLkNoZWNrVG9rZW5SZXNwb25zZRJQCglHZXRMaW1pdHMSIC5iZXJ0aC5sb2Nrcy52MS5HZXRMaW1pdHNSZXF1ZXN0GiEuYmVydGgubG9ja3MudjEuR2V0TGltaXRzUmVzcG9uc2ViBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("CiFiZXJ0aC9sb2Nrcy92MS9sb2NrX3NlcnZpY2UucHJvdG8SDmJlcnRoLmxvY2tzLnYxItsBCgVMZWFzZRITCgtsZWFzZV90b2tlbhgBIAEoCRIVCg1mZW5jaW5nX3Rva2VuGAIgASgDEi8KC2V4cGlyZV90aW1lGAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIMCgRmaWxlGAQgASgJEg0KBW93bmVyGAUgASgJEjAKDGFjcXVpcmVfdGltZRgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASJgoDdHRsGAcgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIpYBCg5BY3F1aXJlUmVxdWVzdBIMCgRmaWxlGAEgASgJEg0KBW93bmVyGAIgASgJEisKCG1heF93YWl0GAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEiYKA3R0bBgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhISCgpyZXF1ZXN0X2lkGAUgASgJIjcKD0FjcXVpcmVSZXNwb25zZRIkCgVsZWFzZRgBIAEoCzIVLmJlcnRoLmxvY2tzLnYxLkxlYXNlIigKEEtlZXBBbGl2ZVJlcXVlc3QSFAoMbGVhc2VfdG9rZW5zGAEgAygJIj4KEUtlZXBBbGl2ZVJlc3BvbnNlEikKCHJlbmV3YWxzGAEgAygLMhcuYmVydGgubG9ja3MudjEuUmVuZXdhbCJeCgdSZW5ld2FsEhMKC2xlYXNlX3Rva2VuGAEgASgJEg0KBWFsaXZlGAIgASgIEi8KC2V4cGlyZV90aW1lGAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCItChZLZWVwQWxpdmVTdHJlYW1SZXF1ZXN0EhMKC2xlYXNlX3Rva2VuGAEgASgJIkMKF0tlZXBBbGl2ZVN0cmVhbVJlc3BvbnNlEigKB3JlbmV3YWwYASABKAsyFy5iZXJ0aC5sb2Nrcy52MS5SZW5ld2FsIjkKDlJlbGVhc2VSZXF1ZXN0EhMKC2xlYXNlX3Rva2VuGAEgASgJEhIKCnJlcXVlc3RfaWQYAiABKAkiIwoPUmVsZWFzZVJlc3BvbnNlEhAKCHJlbGVhc2VkGAEgASgIIlcKC0hvbGRSZXF1ZXN0EgwKBGZpbGUYASABKAkSDQoFb3duZXIYAiABKAkSKwoIbWF4X3dhaXQYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24ioQEKDEhvbGRSZXNwb25zZRIqCgd3YWl0aW5nGAEgASgLMhcuYmVydGgubG9ja3MudjEuV2FpdGluZ0gAEikKCGFjcXVpcmVkGAIgASgLMhUuYmVydGgubG9ja3MudjEuTGVhc2VIABIyCgloZWFydGJlYXQYAyABKAsyHS5iZXJ0aC5sb2Nrcy52MS5Ib2xkSGVhcnRiZWF0SABCBgoEa2luZCJDCgdXYWl0aW5nEhAKCHBvc2l0aW9uGAEgASgFEiYKBmhvbGRlchgCIAEoCzIWLmJlcnRoLmxvY2tzLnYxLkhvbGRlciI+Cg1Ib2xkSGVhcnRiZWF0Ei0KCXNlbmRfdGltZRgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAi1QEKBkhvbGRlchINCgVvd25lchgBIAEoCRIVCg1mZW5jaW5nX3Rva2VuGAIgASgDEjAKDGFjcXVpcmVfdGltZRgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLwoLZXhwaXJlX3RpbWUYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEigKBGtpbmQYBSABKA4yGi5iZXJ0aC5sb2Nrcy52MS5Ib2xkZXJLaW5kEhAKA3BpZBgGIAEoBUgAiAEBQgYKBF9waWQirAEKBldhaXRlchINCgVvd25lchgBIAEoCRIzCg93YWl0X3N0YXJ0X3RpbWUYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjQKEHdhaXRfZXhwaXJlX3RpbWUYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEigKBGtpbmQYBCABKA4yGi5iZXJ0aC5sb2Nrcy52MS5Ib2xkZXJLaW5kIh4KDkluc3BlY3RSZXF1ZXN0EgwKBGZpbGUYASABKAkinwEKD0luc3BlY3RSZXNwb25zZRIMCgRmaWxlGAEgASgJEiYKBmhvbGRlchgCIAEoCzIWLmJlcnRoLmxvY2tzLnYxLkhvbGRlchInCgd3YWl0ZXJzGAMgAygLMhYuYmVydGgubG9ja3MudjEuV2FpdGVyEhoKEmxhc3RfZmVuY2luZ190b2tlbhgEIAEoAxIRCglsb2NrX3BhdGgYBSABKAkiOAoRQ2hlY2tUb2tlblJlcXVlc3QSDAoEZmlsZRgBIAEoCRIVCg1mZW5jaW5nX3Rva2VuGAIgASgDIkoKEkNoZWNrVG9rZW5SZXNwb25zZRIPCgdjdXJyZW50GAEgASgIEhUKDWN1cnJlbnRfdG9rZW4YAiABKAMSDAoEZmlsZRgDIAEoCSISChBHZXRMaW1pdHNSZXF1ZXN0IsICChFHZXRMaW1pdHNSZXNwb25zZRIuCgtkZWZhdWx0X3R0bBgBIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIqCgdtYXhfdHRsGAIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEisKCG1heF93YWl0GAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEjUKEmhlYXJ0YmVhdF9pbnRlcnZhbBgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIcChRtYXhfd2FpdGVyc19wZXJfZmlsZRgFIAEoBRIYChBtYXhfb3duZXJfbGVuZ3RoGAYgASgFEjUKEmlkZW1wb3RlbmN5X3dpbmRvdxgHIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiLyAQoITG9ja0hlbGQSDAoEZmlsZRgBIAEoCRINCgVvd25lchgCIAEoCRIwCgxhY3F1aXJlX3RpbWUYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhUKDWZlbmNpbmdfdG9rZW4YBCABKAMSEAoDcGlkGAUgASgFSACIAQESKAoEa2luZBgGIAEoDjIaLmJlcnRoLmxvY2tzLnYxLkhvbGRlcktpbmQSEQoJbG9ja19wYXRoGAcgASgJEikKBndhaXRlZBgIIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbkIGCgRfcGlkKngKCkhvbGRlcktpbmQSGwoXSE9MREVSX0tJTkRfVU5TUEVDSUZJRUQQABIVChFIT0xERVJfS0lORF9MRUFTRRABEhYKEkhPTERFUl9LSU5EX1NUUkVBTRACEh4KGkhPTERFUl9LSU5EX1NFRURfTE9DS19GSUxFEAMylwUKC0xvY2tTZXJ2aWNlEkoKB0FjcXVpcmUSHi5iZXJ0aC5sb2Nrcy52MS5BY3F1aXJlUmVxdWVzdBofLmJlcnRoLmxvY2tzLnYxLkFjcXVpcmVSZXNwb25zZRJQCglLZWVwQWxpdmUSIC5iZXJ0aC5sb2Nrcy52MS5LZWVwQWxpdmVSZXF1ZXN0GiEuYmVydGgubG9ja3MudjEuS2VlcEFsaXZlUmVzcG9uc2USZgoPS2VlcEFsaXZlU3RyZWFtEiYuYmVydGgubG9ja3MudjEuS2VlcEFsaXZlU3RyZWFtUmVxdWVzdBonLmJlcnRoLmxvY2tzLnYxLktlZXBBbGl2ZVN0cmVhbVJlc3BvbnNlKAEwARJKCgdSZWxlYXNlEh4uYmVydGgubG9ja3MudjEuUmVsZWFzZVJlcXVlc3QaHy5iZXJ0aC5sb2Nrcy52MS5SZWxlYXNlUmVzcG9uc2USQwoESG9sZBIbLmJlcnRoLmxvY2tzLnYxLkhvbGRSZXF1ZXN0GhwuYmVydGgubG9ja3MudjEuSG9sZFJlc3BvbnNlMAESSgoHSW5zcGVjdBIeLmJlcnRoLmxvY2tzLnYxLkluc3BlY3RSZXF1ZXN0Gh8uYmVydGgubG9ja3MudjEuSW5zcGVjdFJlc3BvbnNlElMKCkNoZWNrVG9rZW4SIS5iZXJ0aC5sb2Nrcy52MS5DaGVja1Rva2VuUmVxdWVzdBoiLmJlcnRoLmxvY2tzLnYxLkNoZWNrVG9rZW5SZXNwb25zZRJQCglHZXRMaW1pdHMSIC5iZXJ0aC5sb2Nrcy52MS5HZXRMaW1pdHNSZXF1ZXN0GiEuYmVydGgubG9ja3MudjEuR2V0TGltaXRzUmVzcG9uc2ViBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * A granted lock.
@@ -122,19 +122,15 @@ export type AcquireRequest = Message<"berth.locks.v1.AcquireRequest"> & {
   ttl?: Duration | undefined;
 
   /**
-   * Makes a retry safe: a repeat with the same id while the first call's
-   * grant lives answers that grant (or, while the first call still waits,
-   * waits with it) instead of queueing a second request. Once the grant has
-   * ended the id is forgotten. Empty: none. At most 128 characters of
-   * `[A-Za-z0-9._-]`; a UUID is a good choice.
-   *
-   * A repeat is a call with the same `file` (in any spelling), `owner` and
-   * `request_id`; another owner or file with the same id is another request.
-   * A repeat waits up to its own `max_wait` (zero: it answers at once) and
-   * is answered the first call's lease, ttl included; the queue place stays
-   * while any of the calls waits for it. A lease granted as its call ended is
-   * kept for a repeat (it ends at its ttl unless renewed), where a call
-   * without an id would have it released.
+   * Makes a retry safe (see the rule for request ids on the service). The
+   * same request: the same `file` (in any spelling: compared canonical),
+   * `owner` and `ttl` (unset or zero: the default ttl). A repeat is answered
+   * the first call's lease as first answered (`expire_time` included) while
+   * the lease lives and for the window after it ended; while the first call
+   * waits, the repeat waits with it up to its own `max_wait` (zero: it
+   * answers at once, WAIT_EXHAUSTED while the lock is taken). A lease granted
+   * as its call ended is kept for a repeat (it ends at its ttl unless
+   * renewed), where a call without an id would have it released.
    *
    * @generated from field: string request_id = 5;
    */
@@ -301,6 +297,16 @@ export type ReleaseRequest = Message<"berth.locks.v1.ReleaseRequest"> & {
    * @generated from field: string lease_token = 1;
    */
   leaseToken: string;
+
+  /**
+   * Makes a retry safe (see the rule for request ids on the service). The
+   * same request: the same `lease_token`. A repeat answers the first call's
+   * `released` (true again when the first call released the lease), for the
+   * window after the first answer.
+   *
+   * @generated from field: string request_id = 2;
+   */
+  requestId: string;
 };
 
 /**
@@ -762,6 +768,14 @@ export type GetLimitsResponse = Message<"berth.locks.v1.GetLimitsResponse"> & {
    * @generated from field: int32 max_owner_length = 6;
    */
   maxOwnerLength: number;
+
+  /**
+   * How long a request id is remembered after what its call made ended
+   * (`--idempotency-window`; see the rule for request ids on the service).
+   *
+   * @generated from field: google.protobuf.Duration idempotency_window = 7;
+   */
+  idempotencyWindow?: Duration | undefined;
 };
 
 /**
@@ -926,6 +940,42 @@ export const HolderKindSchema: GenEnum<HolderKind> = /*@__PURE__*/
  * INVALID_ARGUMENT. A lease is renewed by KeepAlive (unary, any protocol) or
  * KeepAliveStream (HTTP/2 only), each renewal for the lease's ttl from then.
  *
+ * Request ids (idempotency keys), one rule in every berth service: every
+ * call that creates or changes something takes a `request_id` — here Acquire
+ * and Release (KeepAlive renews, which is idempotent by nature; Hold lives
+ * with its stream; reads change nothing). At most 128 characters of
+ * `[A-Za-z0-9._-]` (a UUID is a good choice); empty: none.
+ * - The same id with the same request is answered the first answer (the
+ *   identical response) and does nothing again. "The same request" is the
+ *   same value of every field that shapes what the call makes (listed on
+ *   each `request_id`), not the wait: `max_wait` and the call's deadline may
+ *   differ, so a retry may wait less.
+ * - The same id with a different request is refused ALREADY_EXISTS
+ *   IDEMPOTENCY_KEY_REUSED, nothing done; its ErrorInfo metadata names the id
+ *   (`requestId`) and what it named: the `rpc`, and `file`, `owner` and
+ *   `fencingToken` (never a lease token).
+ * - An id names one request in the whole service: the same id for an
+ *   Acquire of another file, or for a Release, is REUSED.
+ * - An id is remembered while what its call made lives (the lease, or the
+ *   call while it still waits) and for the idempotency window after that
+ *   ended (GetLimits' `idempotency_window`, `--idempotency-window`, 1 h by
+ *   default); a Release's from its answer. At most 100,000 ended ids are
+ *   remembered, the oldest forgotten first. Leases live in the service's
+ *   memory, and their ids with them: a restart forgets both.
+ * - A repeat after what the first call made ended gets the first answer as
+ *   given: an Acquire repeat the original lease (whose KeepAlive now answers
+ *   `alive = false`), a Release repeat the first call's `released`.
+ * - A call that was refused (any error) records nothing: its retry runs
+ *   anew.
+ * - A repeat while the first call still waits joins it: one place in the
+ *   queue, each call waiting up to its own `max_wait` (and deadline), leaving
+ *   on its own cancel; the place goes with the last call waiting on it.
+ * With `--store etcd` an id is known to the instance that took the call (as
+ * a lease token is): a repeat sent through another instance of the cluster
+ * is another request there. It queues behind the first call's grant like
+ * anyone (the lock is held by the same owner); send retries through the
+ * instance that took the call, the one that renews and releases the lease.
+ *
  * Errors carry a `google.rpc.ErrorInfo` (domain "berth.locks") whose reason
  * names the case, and a `google.rpc.RetryInfo` where a retry can succeed.
  * Each reason is one condition, and each RPC's comment lists the ones it
@@ -935,6 +985,7 @@ export const HolderKindSchema: GenEnum<HolderKind> = /*@__PURE__*/
  * | code                | reason          | what to do                                     |
  * |---------------------|-----------------|------------------------------------------------|
  * | INVALID_ARGUMENT    | INVALID_FIELD   | fix the field the message names (BadRequest)   |
+ * | ALREADY_EXISTS      | IDEMPOTENCY_KEY_REUSED | the `request_id` named another request: use a new id |
  * | RESOURCE_EXHAUSTED  | WAIT_EXHAUSTED  | the lock stayed held for the whole wait (LockHeld); retry later (RetryInfo) |
  * | RESOURCE_EXHAUSTED  | TOO_MANY_WAITERS| the file's queue is full; retry later (RetryInfo) |
  * | RESOURCE_EXHAUSTED  | DISK_FULL       | the state directory's file system is full (a lock file or the fencing state could not be written): free space, retry |
@@ -982,9 +1033,9 @@ export const LockService: GenService<{
    * out: then RESOURCE_EXHAUSTED WAIT_EXHAUSTED naming the holder (details:
    * LockHeld). A waiter whose call ends is dropped from the queue, never
    * granted. Not re-entrant: an owner that already holds the lock queues like
-   * anyone else. A repeat with the same `request_id` while its grant lives
-   * (or while the first call still waits) answers the same lease instead of
-   * queueing behind it (see AcquireRequest.request_id).
+   * anyone else. A repeat with the same `request_id` answers the first
+   * call's lease instead of queueing behind it, and joins the first call
+   * while it waits (see the rule for request ids above).
    *
    * No grant to a caller that left. The service hands the lock to a waiter
    * only once it has read what has arrived on its connections, so a waiter
@@ -1048,7 +1099,8 @@ export const LockService: GenService<{
   },
   /**
    * Releases a lease. Only the lease's own token releases it: a stale or
-   * repeated release never frees a later holder's lock.
+   * repeated release never frees a later holder's lock. A repeat with the
+   * same `request_id` answers what the first call answered.
    * Errors: INVALID_ARGUMENT INVALID_FIELD; UNAVAILABLE ETCD_UNAVAILABLE
    * (`--store etcd`); and any call's (the second table).
    *
