@@ -219,10 +219,7 @@ export async function startServer(options: StartServerOptions): Promise<RunningS
     requireConnectProtocolHeader: false,
     jsonOptions: JSON_OPTIONS,
     contextValues: (req) =>
-      createContextValues()
-        .set(callStateKey, states.get(req))
-        .set(answerDeliveryKey, deliveries.get(req))
-        .set(spareConnectionKey, spareCalls.has(req)),
+      createContextValues().set(callStateKey, states.get(req)).set(answerDeliveryKey, deliveries.get(req)).set(spareConnectionKey, spareCalls.has(req)),
     fallback(req, res) {
       const state = states.get(req);
       if (state !== undefined) state.observed = true; // not an RPC: nothing to log per call

@@ -14,7 +14,7 @@ import { BerthError, invalidArgument, isBerthError } from "@berth/shared/errors"
 import { createIdentityCache } from "@berth/shared/server/identity-cache";
 import { checkRequestId } from "@berth/shared/safe-id";
 import { abortable, abortError, handOverGrant } from "@berth/shared/server/index";
-import type { Budget, Committed, FleetPublisher, MachineSample, Policy, Reservation, ReservationInfo, ReservationSnapshot, RunningAnswer } from "../index.js";
+import type { Budget, Committed, FleetPublisher, MachineSample, Policy, ReservationInfo, ReservationSnapshot, RunningAnswer } from "../index.js";
 import { admitStream } from "./admit-stream.js";
 import {
   MAX_KEEPALIVE_IDS,
