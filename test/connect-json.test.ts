@@ -20,6 +20,7 @@ import { RefusalKind, RefusalSchema } from "@berth/api/berth/budget/v1/budget_pb
 import { BudgetService } from "@berth/api/berth/budget/v1/budget_service_pb";
 import { HolderKind, LockHeldSchema, LockService } from "@berth/api/berth/locks/v1/lock_service_pb";
 import { FenceRejectedSchema, IdempotencyKeyReusedSchema, SeqConflictSchema, SessionService } from "@berth/api/berth/sessions/v1/session_service_pb";
+import { MethodOptions_IdempotencyLevel } from "@bufbuild/protobuf/wkt";
 import { ErrorInfoSchema, RetryInfoSchema } from "@berth/api/google/rpc/error_details_pb";
 import { G, startBudget, type BudgetUnderTest } from "./budget-e2e.js";
 import { closeClient, connectClient, curl, curlJson, makeTempDir, startService, stopAll, type CurlJsonResponse, type CurlResponse } from "./harness.js";
@@ -325,6 +326,60 @@ describe("every unary RPC answers JSON over HTTP/1.1 (curl)", () => {
   it("covered every unary RPC of the three services (checked against the generated descriptors)", () => {
     const unary = SERVICES.flatMap((service) => service.methods.filter((m) => m.methodKind === "unary").map((m) => `${service.typeName}/${m.name}`));
     expect([...called].sort()).toEqual(unary.sort());
+  });
+});
+
+describe("reads over Connect GET (NO_SIDE_EFFECTS)", () => {
+  /** The unary reads: every unary RPC that only looks (they are the ones a cache or a browser may GET). */
+  const READS = new Set([
+    "berth.sessions.v1.SessionService/GetSnapshot",
+    "berth.sessions.v1.SessionService/ListSessions",
+    "berth.sessions.v1.SessionService/GetLimits",
+    "berth.locks.v1.LockService/Inspect",
+    "berth.locks.v1.LockService/CheckToken",
+    "berth.locks.v1.LockService/GetLimits",
+    ...["Check", "GetState", "ListQueue", "ListReservations", "ListRunning", "GetMachine", "Costs", "GetLimits", "GetFleet"].map(
+      (name) => `berth.budget.v1.BudgetService/${name}`,
+    ),
+  ]);
+
+  /** GETs `/<service>/<method>?connect=v1&encoding=json&message=…`, as connect-web does with `useHttpGet`. */
+  function get(url: string, route: string, message: unknown): Promise<CurlResponse> {
+    const query = new URLSearchParams({ connect: "v1", encoding: "json", message: JSON.stringify(message) });
+    return curl(url, `/${route}?${query}`, { method: "GET" });
+  }
+
+  it("exactly the reads are marked NO_SIDE_EFFECTS, and no unary write is", () => {
+    const marked = SERVICES.flatMap((service) =>
+      service.methods.filter((m) => m.idempotency === MethodOptions_IdempotencyLevel.NO_SIDE_EFFECTS).map((m) => `${service.typeName}/${m.name}`),
+    );
+    expect(marked.sort()).toEqual([...READS].sort());
+  });
+
+  it("every read answers a GET as it answers a POST, with a cacheable body; a write refuses GET with 405 and changes nothing", async () => {
+    await ok(sessionsUrl, SessionService, "AppendEvent", { sessionId: "get-read", event: { generate: { pageUrl: "http://localhost:3000/", count: 1 } } });
+    const requests: Record<string, unknown> = {
+      "berth.sessions.v1.SessionService/GetSnapshot": { sessionId: "get-read" },
+      "berth.locks.v1.LockService/Inspect": { file: path.join(projectRoot, "get-read.txt") },
+      "berth.locks.v1.LockService/CheckToken": { file: path.join(projectRoot, "get-read.txt"), fencingToken: "1" },
+      "berth.budget.v1.BudgetService/Check": { need: { items: [{ kind: "NEED_ITEM_KIND_BUILD", name: "api" }] } },
+    };
+    for (const route of READS) {
+      const url = route.includes("budget") ? budget.url : sessionsUrl;
+      const body = requests[route] ?? {};
+      const viaGet = await get(url, route, body);
+      const viaPost = await curlJson(url, `/${route}`, body);
+      expect(viaGet.status, `${route}: ${viaGet.body}`).toBe(viaPost.status);
+      if (route.endsWith("/GetFleet")) continue; // refused on the file store, the same way both ways
+      expect(viaGet.status, `${route}: ${viaGet.body}`).toBe(200);
+      expect(Object.keys(JSON.parse(viaGet.body) as Json).sort(), route).toEqual(Object.keys(viaPost.json as Json).sort());
+    }
+    const write = await get(sessionsUrl, "berth.sessions.v1.SessionService/AppendEvent", {
+      sessionId: "get-write",
+      event: { generate: { pageUrl: "http://localhost:3000/", count: 1 } },
+    });
+    expect(write.status).toBe(405);
+    expect((await curlJson(sessionsUrl, "/berth.sessions.v1.SessionService/GetSnapshot", { sessionId: "get-write" })).status).toBe(404);
   });
 });
 
