@@ -407,7 +407,7 @@ export class EtcdJournal {
           if (event.type === "delete") {
             throw new BerthError(
               "not_found",
-              `session ${sessionId} was deleted (at seq ${lastDelivered}); a new session under this id starts at seq 1`,
+              `session ${sessionId} was deleted (at seq ${lastDelivered}); a session created again under this id continues from seq ${lastDelivered + 1}`,
               { sessionId, lastSeq: lastDelivered },
               { reason: "SESSION_DELETED" },
             );
