@@ -17,6 +17,7 @@ import type { JournalStore, KeyRecord, SessionJournal } from "./journal/journal-
 import { applyEvent, type JournalEntry, type SessionSnapshot } from "./reducer.js";
 import type { CompletedRetention } from "./retention.js";
 import { keyReused, seqConflict, type ExpectedState } from "./session-refusals.js";
+import { findDeletedKey, refuseAppendOfDeletedKey } from "./session-tombstones.js";
 import type { WatchHub } from "./watch-hub.js";
 
 /** Options of {@link SessionStore.append}. */
@@ -78,6 +79,8 @@ export interface AppendPipelineHost {
   readonly limits: { maxEventBytes: number; maxEventsPerAppend: number };
   /** Deletions in progress, per session: appends to the session wait for them. */
   readonly deletions: ReadonlyMap<string, Promise<unknown>>;
+  /** How long a deleted session's keys keep answering. */
+  readonly idempotencyWindowMs: number;
   assertOpen(): void;
 }
 
@@ -90,10 +93,14 @@ export class AppendPipeline {
     this.now = () => host.clock.now();
   }
 
-  /** The session's last seq with the appends on their way (its head). */
+  /**
+   * The session's last seq with the appends on their way (its head); 0 for a session with no entry
+   * and none on its way, whatever seq its first will get (one past a deleted session's).
+   */
   headSeq(journal: SessionJournal): number {
     const state = this.states.get(journal);
-    return state !== undefined && state.pending > 0 ? state.headNextSeq - 1 : journal.nextSeq - 1;
+    if (state !== undefined && state.pending > 0) return state.headNextSeq - 1;
+    return journal.exists ? journal.nextSeq - 1 : 0;
   }
 
   /**
@@ -153,6 +160,9 @@ export class AppendPipeline {
           if (known.digest !== digest) throw keyReused(sessionId, ikey, known);
           return this.duplicateResult(holder, ikey, known);
         }
+        // A key of a session deleted since: never written again (see session-tombstones.ts).
+        const deleted = findDeletedKey(host.journals.tombstone(sessionId), ikey, host.clock.now(), host.idempotencyWindowMs);
+        if (deleted !== undefined) refuseAppendOfDeletedKey(sessionId, ikey, digest, deleted);
       }
       options.fenceCheck?.();
       const currentSeq = this.headSeq(journal);

@@ -38,6 +38,8 @@ export interface SessionStoreOptions {
    * at start, then when the next one is due (see retention.ts). Unset: kept forever.
    */
   completedRetentionMs?: number;
+  /** How long a deleted session's idempotency keys keep answering (default 1 h; see session-tombstones.ts). */
+  idempotencyWindowMs?: number;
 }
 
 /** Creates a session store on the files of `options.dir`; see {@link SessionStoreOptions}. */
@@ -62,5 +64,6 @@ export function createSessionStore(options: SessionStoreOptions): SessionStore {
     maxEventsPerAppend: options.maxEventsPerAppend,
     maxBuffered: options.maxBuffered,
     completedRetentionMs: options.completedRetentionMs,
+    idempotencyWindowMs: options.idempotencyWindowMs,
   });
 }

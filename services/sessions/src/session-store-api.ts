@@ -32,6 +32,22 @@ export interface JournalReading {
   entries: AsyncIterableIterator<StoredEntry>;
 }
 
+/** Options of {@link SessionStoreApi.delete}. */
+export interface DeleteOptions {
+  /** Delete only when this is still the session's last seq (aborted SEQ_CONFLICT otherwise). */
+  expectedSeq?: number | undefined;
+  /** A repeat with the same key answers the first deletion (see session-tombstones.ts); "" or unset: none. */
+  idempotencyKey?: string | undefined;
+}
+
+/** What a deletion answers. */
+export interface DeleteResult {
+  /** The session's last seq when it was deleted. */
+  lastSeq: number;
+  /** True when the key named an earlier deletion: nothing was deleted by this call. */
+  duplicate: boolean;
+}
+
 /** The limits a store enforces (what GetLimits reports). */
 export interface SessionStoreLimits {
   maxEventBytes: number;
@@ -39,6 +55,8 @@ export interface SessionStoreLimits {
   maxBuffered: number;
   maxIdempotencyKeyLength: number;
   completedRetentionMs: number | undefined;
+  /** How long a deleted session's idempotency keys keep answering. */
+  idempotencyWindowMs: number;
 }
 
 /** The session store as the RPC layer uses it; see the module comment. */
@@ -51,8 +69,11 @@ export interface SessionStoreApi {
   list(options?: { includeCompleted?: boolean; after?: string; limit?: number }): MaybePromise<SessionView[]>;
   /** Writes the session's snapshot where the store caches snapshots; the journal stays the truth. */
   flush(sessionId: string): Promise<SessionView>;
-  /** Deletes a session (only at `expectedSeq` when given); not_found SESSION_NOT_FOUND when it has none. */
-  delete(sessionId: string, options?: { expectedSeq?: number }): Promise<{ lastSeq: number }>;
+  /**
+   * Deletes a session (only at `expectedSeq` when given), leaving its tombstone; not_found
+   * SESSION_NOT_FOUND when it has none. See session-tombstones.ts for what a repeat answers.
+   */
+  delete(sessionId: string, options?: DeleteOptions): Promise<DeleteResult>;
   /**
    * The session's journal as of one moment: its last seq then and the entries with seq ≥ `fromSeq`
    * up to it, at most `limit` (0: all). Null when the session has no journal (completed ones have).

@@ -98,9 +98,9 @@ describe("the session store on the in-memory journal", () => {
     await done;
     expect(seen).toEqual(["entry 1", "caught_up", "entry 2", "entry 3"]);
     expect(s.getSnapshot("a")?.lastSeq).toBe(3);
-    expect(await s.delete("a", { expectedSeq: 3 })).toEqual({ lastSeq: 3 });
+    expect(await s.delete("a", { expectedSeq: 3 })).toEqual({ lastSeq: 3, duplicate: false });
     expect(s.has("a")).toBe(false);
-    // A new session under the same id starts from seq 1.
-    expect(await s.append("a", [{ type: "generate" }], { expectedSeq: 0 })).toMatchObject({ firstSeq: 1 });
+    // A new session under the same id continues after the deleted one's last seq.
+    expect(await s.append("a", [{ type: "generate" }], { expectedSeq: 0 })).toMatchObject({ firstSeq: 4 });
   });
 });

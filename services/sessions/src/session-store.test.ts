@@ -289,7 +289,7 @@ describe("idempotency keys", () => {
     // In flight: the same events wait for it, other events are refused at once.
     const other = expectBerthError(store.append("s1", [{ type: "generate", count: 3 }], { idempotencyKey: "k" }), "already_exists", "IDEMPOTENCY_KEY_REUSED");
     const same = store.append("s1", [{ type: "generate", count: 2 }], { idempotencyKey: "k" });
-    expect((await other).details).toEqual({ sessionId: "s1", idempotencyKey: "k", firstSeq: 1, lastSeq: 1 });
+    expect((await other).details).toEqual({ sessionId: "s1", idempotencyKey: "k", firstSeq: 1, lastSeq: 1, named: "append" });
     expect(await same).toEqual({ ...(await first), duplicate: true });
     // Durable: key order inside an event is not a difference, any other change is.
     expect(await store.append("s1", [{ count: 2, type: "generate" }], { idempotencyKey: "k" })).toMatchObject({ firstSeq: 1, duplicate: true });
@@ -371,23 +371,29 @@ describe("deleting a session", () => {
     const watcher = store.watch("s1", 1);
     const all = store.watchAll();
     expect((await watcher.next()).value).toMatchObject({ kind: "entry" });
-    expect(await store.delete("s1")).toEqual({ lastSeq: 2 });
+    expect(await store.delete("s1")).toEqual({ lastSeq: 2, duplicate: false });
     expect(fs.readdirSync(path.join(dir, "sessions")).filter((name) => name.startsWith("s1."))).toEqual([]);
     expect(store.has("s1")).toBe(false);
     expect(store.getSnapshot("s1", { includeCompleted: true })).toMatchObject({ exists: false, lastSeq: 0 });
     expect(store.list().map((view) => view.sessionId)).toEqual(["other"]);
     await expect(watcher.next()).rejects.toMatchObject({ code: "not_found", reason: "SESSION_DELETED", details: { sessionId: "s1", lastSeq: 2 } });
     expect((await all.next()).value).toEqual({ sessionId: "s1", firstSeq: 2, lastSeq: 2, entry: undefined, deleted: true });
-    // A new session under the id starts from seq 1; the old key is gone with it.
-    expect(await store.append("s1", [{ type: "generate" }, { type: "steer" }], { idempotencyKey: "k" })).toMatchObject({
-      firstSeq: 1,
-      lastSeq: 2,
+    // The old key answers for the idempotency window: its append went to the session deleted since.
+    const gone = await expectBerthError(store.append("s1", [{ type: "generate" }, { type: "steer" }], { idempotencyKey: "k" }), "not_found", "SESSION_DELETED");
+    expect(gone.details).toMatchObject({ firstSeq: 1, lastSeq: 2, deletedAtSeq: 2 });
+    // A new session under the id continues after the deleted one's last seq.
+    expect(await store.append("s1", [{ type: "generate" }, { type: "steer" }], { idempotencyKey: "k2" })).toMatchObject({
+      firstSeq: 3,
+      lastSeq: 4,
       duplicate: false,
     });
-    expect((await all.next()).value).toMatchObject({ sessionId: "s1", firstSeq: 1, lastSeq: 2, deleted: false });
+    expect((await all.next()).value).toMatchObject({ sessionId: "s1", firstSeq: 3, lastSeq: 4, deleted: false });
     await all.return!();
     await store.close();
-    expect(open().getSnapshot("s1")).toMatchObject({ exists: true, lastSeq: 2 });
+    // The tombstone outlives a restart: the key still answers, the seqs still continue.
+    const reopened = open();
+    expect(reopened.getSnapshot("s1")).toMatchObject({ exists: true, lastSeq: 4 });
+    await expectBerthError(reopened.append("s1", [{ type: "generate" }, { type: "steer" }], { idempotencyKey: "k" }), "not_found", "SESSION_DELETED");
   });
 
   it("with an expected seq only when it is still the last; a missing session is SESSION_NOT_FOUND", async () => {
@@ -396,7 +402,7 @@ describe("deleting a session", () => {
     const conflict = await expectBerthError(store.delete("s1", { expectedSeq: 2 }), "aborted", "SEQ_CONFLICT");
     expect(conflict.details).toMatchObject({ sessionId: "s1", expectedSeq: 2, currentSeq: 1 });
     expect(store.has("s1")).toBe(true);
-    expect(await store.delete("s1", { expectedSeq: 1 })).toEqual({ lastSeq: 1 });
+    expect(await store.delete("s1", { expectedSeq: 1 })).toEqual({ lastSeq: 1, duplicate: false });
     await expectBerthError(store.delete("s1"), "not_found", "SESSION_NOT_FOUND");
     await expectBerthError(store.delete("never"), "not_found", "SESSION_NOT_FOUND");
     await expectBerthError(() => store.delete("../x"), "invalid_argument");
@@ -409,8 +415,8 @@ describe("deleting a session", () => {
     const deletion = store.delete("s1", { expectedSeq: 2 });
     const after = store.append("s1", [{ type: "agent_done" }]);
     expect(await before).toMatchObject({ firstSeq: 2 });
-    expect(await deletion).toEqual({ lastSeq: 2 });
-    expect(await after).toMatchObject({ firstSeq: 1, snapshot: { phase: "variants_ready" } });
+    expect(await deletion).toEqual({ lastSeq: 2, duplicate: false });
+    expect(await after).toMatchObject({ firstSeq: 3, snapshot: { phase: "variants_ready" } });
     expect((await readAll(store, "s1")).map((stored) => stored.entry.type)).toEqual(["agent_done"]);
   });
 
@@ -425,8 +431,8 @@ describe("deleting a session", () => {
     // "both" was migrated: the primary holds it, the legacy copy stays behind (as the seed leaves it).
     await store.append("both", [{ type: "steer" }]);
     expect(fs.existsSync(journal("both", legacyDir))).toBe(true);
-    expect(await store.delete("old")).toEqual({ lastSeq: 1 });
-    expect(await store.delete("both")).toEqual({ lastSeq: 2 });
+    expect(await store.delete("old")).toEqual({ lastSeq: 1, duplicate: false });
+    expect(await store.delete("both")).toEqual({ lastSeq: 2, duplicate: false });
     expect(fs.readdirSync(legacyDir)).toEqual([]);
     expect(store.list({ includeCompleted: true })).toEqual([]);
   });

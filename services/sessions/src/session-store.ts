@@ -13,13 +13,16 @@ import { systemClock, type Clock } from "@berth/shared/clock";
 import { BerthError } from "@berth/shared/errors";
 import type { Logger } from "@berth/shared/logger";
 import { checkSessionId } from "@berth/shared/safe-id";
-import { checkFromSeq, checkReadLimit, MAX_IDEMPOTENCY_KEY_LENGTH } from "./append-input.js";
+import { checkFromSeq, checkIdempotencyKey, checkReadLimit, MAX_IDEMPOTENCY_KEY_LENGTH } from "./append-input.js";
 import { AppendPipeline, type AppendOptions, type AppendResult } from "./append-pipeline.js";
-import type { JournalStore } from "./journal/journal-store.js";
+import { eventsDigest } from "./event-digest.js";
+import type { JournalStore, KeyRecord, SessionJournal, StoredEntry } from "./journal/journal-store.js";
 import { baseSnapshot } from "./reducer.js";
 import { CompletedRetention, type RetentionHost } from "./retention.js";
-import { seqConflict, sessionNotFound, UNAVAILABLE_RETRY_AFTER_MS } from "./session-refusals.js";
-import type { JournalReading, SessionStoreApi, SessionStoreLimits, SessionView } from "./session-store-api.js";
+import { keyReused, seqConflict, seqsDeleted, sessionNotFound, UNAVAILABLE_RETRY_AFTER_MS } from "./session-refusals.js";
+import type { DeleteOptions, DeleteResult, JournalReading, SessionStoreApi, SessionStoreLimits, SessionView } from "./session-store-api.js";
+import { DEFAULT_IDEMPOTENCY_WINDOW_MS, findDeletedKey, repeatedDeletion } from "./session-tombstones.js";
+import { SweepSchedule } from "./sweep-schedule.js";
 import { isCompletedPhase } from "./vocabulary.js";
 import { DEFAULT_MAX_BUFFERED, WatchHub, type EventWatcher, type SessionChange, type WatchBacklog, type WatchEvent, type WatchOptions } from "./watch-hub.js";
 
@@ -48,6 +51,11 @@ export interface SessionStoreCoreOptions {
    * at start, then when the next one is due (see retention.ts). Unset: kept forever.
    */
   completedRetentionMs?: number | undefined;
+  /**
+   * How long a deleted session's idempotency keys (and its deletion's own) keep answering
+   * (default {@link DEFAULT_IDEMPOTENCY_WINDOW_MS}); its last seq is kept for good.
+   */
+  idempotencyWindowMs?: number | undefined;
 }
 
 /** Counters for metrics and tests. */
@@ -81,6 +89,9 @@ export class SessionStore implements SessionStoreApi {
   /** Deletions in progress, per session: appends to the session wait for them. */
   private readonly deletions = new Map<string, Promise<unknown>>();
   private readonly retention: CompletedRetention | undefined;
+  private readonly idempotencyWindowMs: number;
+  /** Prunes the tombstones' deletions once their idempotency window has passed. */
+  private readonly tombstoneSweeps: SweepSchedule;
 
   constructor(options: SessionStoreCoreOptions) {
     this.journals = options.journals;
@@ -90,6 +101,7 @@ export class SessionStore implements SessionStoreApi {
     this.maxEventsPerAppend = options.maxEventsPerAppend ?? DEFAULT_MAX_EVENTS_PER_APPEND;
     this.maxBuffered = options.maxBuffered ?? DEFAULT_MAX_BUFFERED;
     this.completedRetentionMs = options.completedRetentionMs;
+    this.idempotencyWindowMs = options.idempotencyWindowMs ?? DEFAULT_IDEMPOTENCY_WINDOW_MS;
     this.hub = new WatchHub(this.maxBuffered);
     this.journals.listen({
       appended: (id, appends) => {
@@ -111,9 +123,20 @@ export class SessionStore implements SessionStoreApi {
       logger: this.logger,
       limits: { maxEventBytes: this.maxEventBytes, maxEventsPerAppend: this.maxEventsPerAppend },
       deletions: this.deletions,
+      idempotencyWindowMs: this.idempotencyWindowMs,
       assertOpen: () => this.assertOpen(),
     });
     if (this.retention !== undefined) this.track(this.retention.start());
+    this.tombstoneSweeps = new SweepSchedule({
+      onlyWhenDue: true,
+      clock: this.clock,
+      logger: this.logger,
+      sweepOnce: async () => {
+        const oldest = this.journals.pruneTombstones(this.clock.now() - this.idempotencyWindowMs);
+        this.tombstoneSweeps.rearm(oldest + this.idempotencyWindowMs);
+      },
+    });
+    this.track(this.tombstoneSweeps.sweep());
   }
 
   /**
@@ -135,8 +158,8 @@ export class SessionStore implements SessionStoreApi {
     this.assertOpen();
     checkSessionId(sessionId);
     const journal = this.journals.open(sessionId);
-    const view: SessionView = journal
-      ? { sessionId, snapshot: journal.snapshot, lastSeq: journal.nextSeq - 1, exists: journal.exists }
+    const view: SessionView = journal?.exists
+      ? { sessionId, snapshot: journal.snapshot, lastSeq: journal.nextSeq - 1, exists: true }
       : { sessionId, snapshot: baseSnapshot(sessionId), lastSeq: 0, exists: false };
     if (!options.includeCompleted && isCompletedPhase(view.snapshot.phase)) return null;
     return view;
@@ -191,15 +214,18 @@ export class SessionStore implements SessionStoreApi {
 
   /**
    * Deletes a session: its journal and snapshots (in the legacy root too, for the file backend),
-   * and with them its idempotency keys and cached state. Appends already sequenced land first;
-   * appends made meanwhile wait, then start a new session from seq 1. Watchers of the session end
-   * with not_found SESSION_DELETED; watchers of every session get a deletion change. With
-   * `expectedSeq`, only when that is still the session's last seq (aborted SEQ_CONFLICT).
-   * not_found SESSION_NOT_FOUND when the session has no journal.
+   * leaving its tombstone (session-tombstones.ts): its last seq, so that a session created again
+   * under the id continues after it, and for the idempotency window its keys and this deletion.
+   * Appends already sequenced land first; appends made meanwhile wait, then start the new session.
+   * Watchers of the session end with not_found SESSION_DELETED; watchers of every session get a
+   * deletion change. With `expectedSeq`, only when that is still the session's last seq (aborted
+   * SEQ_CONFLICT). not_found SESSION_NOT_FOUND when the session has no journal. A repeat of a keyed
+   * deletion answers the first one (`duplicate`), even once the session was created again.
    */
-  delete(sessionId: string, options: { expectedSeq?: number } = {}): Promise<{ lastSeq: number }> {
+  delete(sessionId: string, options: DeleteOptions = {}): Promise<DeleteResult> {
     this.assertOpen();
     checkSessionId(sessionId);
+    checkIdempotencyKey(options.idempotencyKey);
     // Registered before anything is awaited, so an append called after this waits for it.
     const previous = this.deletions.get(sessionId) ?? Promise.resolve();
     const deletion = previous.catch(() => undefined).then(() => this.deleteNow(sessionId, options));
@@ -212,10 +238,22 @@ export class SessionStore implements SessionStoreApi {
     return deletion;
   }
 
-  private async deleteNow(sessionId: string, options: { expectedSeq?: number }): Promise<{ lastSeq: number }> {
+  private async deleteNow(sessionId: string, options: DeleteOptions): Promise<DeleteResult> {
+    const ikey = options.idempotencyKey === "" ? undefined : options.idempotencyKey;
     for (;;) {
       this.assertOpen();
       const journal = this.journals.open(sessionId);
+      const lastSeq = journal?.exists ? journal.nextSeq - 1 : 0;
+      if (ikey !== undefined) {
+        const live = journal?.exists ? journal.findKey(ikey) : undefined;
+        if (live !== undefined) throw keyReused(sessionId, ikey, live);
+        const known = findDeletedKey(this.journals.tombstone(sessionId), ikey, this.clock.now(), this.idempotencyWindowMs);
+        // A deletion whose tombstone was written but whose journal outlived a crash is done again;
+        // any other is answered as it was (the session may have been created again since).
+        if (known !== undefined && !(known.kind === "deletion" && journal?.exists && known.deletion.lastSeq === lastSeq)) {
+          return { ...repeatedDeletion(sessionId, ikey, options.expectedSeq, known), duplicate: true };
+        }
+      }
       if (!journal?.exists) throw sessionNotFound(sessionId);
       // Appends sequenced before the deletion land (or fail) first; a snapshot being written
       // must not be written again after the deletion.
@@ -223,13 +261,26 @@ export class SessionStore implements SessionStoreApi {
         await journal.idle();
         continue;
       }
-      const lastSeq = journal.nextSeq - 1;
       if (options.expectedSeq !== undefined && options.expectedSeq !== lastSeq) throw seqConflict(sessionId, lastSeq, options.expectedSeq, undefined);
-      this.journals.remove(journal);
+      const { keys, firstSeq } = await burialOf(journal);
+      // Reading the keys back may have let the session move (a foreign write, an eviction).
+      if (this.journals.open(sessionId) !== journal || journal.writing || journal.nextSeq - 1 !== lastSeq) continue;
+      const deletedAt = this.clock.now();
+      this.journals.remove(journal, {
+        deletion: {
+          firstSeq,
+          lastSeq,
+          deletedAt,
+          ...(ikey !== undefined ? { idempotencyKey: ikey } : {}),
+          ...(options.expectedSeq !== undefined ? { expectedSeq: options.expectedSeq } : {}),
+        },
+        keys,
+      });
+      this.tombstoneSweeps.due(deletedAt + this.idempotencyWindowMs);
       this.logger?.info({ sessionId, lastSeq }, "session deleted");
       this.retention?.forget(sessionId);
       this.hub.sessionDeleted(sessionId, lastSeq);
-      return { lastSeq };
+      return { lastSeq, duplicate: false };
     }
   }
 
@@ -245,7 +296,34 @@ export class SessionStore implements SessionStoreApi {
     checkReadLimit(limit);
     const journal = this.journals.open(sessionId);
     if (!journal?.exists) return null;
-    return { lastSeq: journal.nextSeq - 1, entries: journal.reader(fromSeq, limit)() };
+    return { lastSeq: journal.nextSeq - 1, entries: this.guardDeletedSeqs(sessionId, fromSeq, journal.reader(fromSeq, limit)()) };
+  }
+
+  /**
+   * `entries` (read from `fromSeq`), refused not_found SESSION_DELETED when they start past
+   * `fromSeq` because the seqs asked for belonged to a session deleted since: a reader resuming
+   * from an old seq is told, rather than handed the new session's entries as if they followed.
+   */
+  private guardDeletedSeqs(sessionId: string, fromSeq: number, entries: AsyncIterableIterator<StoredEntry>): AsyncIterableIterator<StoredEntry> {
+    if (fromSeq <= 1 || this.journals.tombstone(sessionId) === undefined) return entries;
+    let first = true;
+    return {
+      next: async () => {
+        const step = await entries.next();
+        if (first && !step.done) {
+          first = false;
+          if (step.value.entry.seq > fromSeq) {
+            await entries.return?.();
+            throw seqsDeleted(sessionId, fromSeq, step.value.entry.seq);
+          }
+        }
+        return step;
+      },
+      return: async () => (await entries.return?.()) ?? { value: undefined, done: true },
+      [Symbol.asyncIterator]() {
+        return this;
+      },
+    };
   }
 
   /**
@@ -259,10 +337,14 @@ export class SessionStore implements SessionStoreApi {
     checkSessionId(sessionId);
     checkFromSeq(fromSeq);
     this.journals.follow();
+    // The seqs of a session deleted since cannot be waited for: the new one continues after them.
+    const deletedThrough = this.journals.open(sessionId)?.exists ? 0 : (this.journals.tombstone(sessionId)?.lastSeq ?? 0);
+    if (fromSeq > 1 && fromSeq <= deletedThrough) throw seqsDeleted(sessionId, fromSeq, deletedThrough + 1);
     return this.hub.watchSession(sessionId, fromSeq, options, (): WatchBacklog => {
       const journal = this.journals.open(sessionId);
       if (!journal?.exists) return { lastSeq: 0, snapshot: baseSnapshot(sessionId), entries: () => emptyIterator() };
-      return { lastSeq: journal.nextSeq - 1, snapshot: journal.snapshot, entries: journal.reader(fromSeq) };
+      const reader = journal.reader(fromSeq);
+      return { lastSeq: journal.nextSeq - 1, snapshot: journal.snapshot, entries: () => this.guardDeletedSeqs(sessionId, fromSeq, reader()) };
     });
   }
 
@@ -302,6 +384,7 @@ export class SessionStore implements SessionStoreApi {
       maxBuffered: this.maxBuffered,
       maxIdempotencyKeyLength: MAX_IDEMPOTENCY_KEY_LENGTH,
       completedRetentionMs: this.completedRetentionMs,
+      idempotencyWindowMs: this.idempotencyWindowMs,
     };
   }
 
@@ -335,6 +418,7 @@ export class SessionStore implements SessionStoreApi {
       }),
     );
     await this.retention?.stop();
+    await this.tombstoneSweeps.stop();
     await this.settled();
     await closing;
     await Promise.allSettled([...this.background]);
@@ -350,6 +434,32 @@ export class SessionStore implements SessionStoreApi {
     if (this.closed)
       throw new BerthError("unavailable", "the session store is closed", undefined, { reason: "SHUTTING_DOWN", retryAfterMs: UNAVAILABLE_RETRY_AFTER_MS });
   }
+}
+
+/**
+ * What a deleted journal's tombstone keeps of it: its first seq, and its keyed appends, each with
+ * the digest of its events (read back from the journal for those this process did not write).
+ */
+async function burialOf(journal: SessionJournal): Promise<{ keys: Map<string, KeyRecord>; firstSeq: number }> {
+  const keys = new Map(journal.keyedAppends());
+  const missing = new Map<string, { record: KeyRecord; events: unknown[] }>();
+  for (const [key, record] of keys) if (record.digest === undefined) missing.set(key, { record, events: [] });
+  let firstSeq: number | undefined;
+  const entries: AsyncIterableIterator<StoredEntry> = journal.reader(1, missing.size === 0 ? 1 : 0)();
+  try {
+    for await (const { entry, idempotencyKey } of entries) {
+      firstSeq ??= entry.seq;
+      const pending = idempotencyKey === undefined ? undefined : missing.get(idempotencyKey);
+      if (pending !== undefined && entry.seq >= pending.record.firstSeq && entry.seq <= pending.record.lastSeq) pending.events.push(entry.event);
+    }
+  } finally {
+    await entries.return?.();
+  }
+  // Entries that could not all be read (a damaged line) leave the key without a digest: taken at its word.
+  for (const [key, { record, events }] of missing) {
+    if (events.length === record.lastSeq - record.firstSeq + 1) keys.set(key, { ...record, digest: eventsDigest(events) });
+  }
+  return { keys, firstSeq: firstSeq ?? journal.nextSeq };
 }
 
 function emptyIterator<T>(): AsyncIterableIterator<T> {

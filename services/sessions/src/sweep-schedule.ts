@@ -25,6 +25,12 @@ export interface SweepScheduleOptions {
    * same turn as its last step, so that a clock driven by a test sees the timer at once.
    */
   readonly sweepOnce: () => Promise<void>;
+  /**
+   * True when nothing can fall due unless this process says so ({@link due}): no sweep is armed
+   * while none is due. Otherwise (another writer may add work) one runs at least every
+   * {@link MAX_SWEEP_PERIOD_MS}.
+   */
+  readonly onlyWhenDue?: boolean;
 }
 
 /** The schedule of one store's sweeps; see the module comment. */
@@ -104,6 +110,7 @@ export class SweepSchedule {
 
   private arm(at: number): void {
     if (this.stoppedNow || this.timer !== undefined) return;
+    if (at === Infinity && this.options.onlyWhenDue) return;
     const { clock } = this.options;
     const now = clock.now();
     const delay = Math.max(MIN_SWEEP_GAP_MS, Math.min(at, now + MAX_SWEEP_PERIOD_MS) - now);

@@ -445,7 +445,7 @@ export class WatchHub {
       watcher.fail(
         new BerthError(
           "not_found",
-          `session ${sessionId} was deleted (at seq ${lastSeq}); a new session under this id starts at seq 1`,
+          `session ${sessionId} was deleted (at seq ${lastSeq}); a session created again under this id continues from seq ${lastSeq + 1}`,
           { sessionId, lastSeq },
           { reason: "SESSION_DELETED" },
         ),

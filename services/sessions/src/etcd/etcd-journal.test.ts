@@ -265,7 +265,7 @@ describe("watches", () => {
     await resumed.return();
   });
 
-  it("ends a session's watchers when it is deleted, and a new session under the id starts at seq 1", async () => {
+  it("ends a session's watchers when it is deleted, and a new session under the id continues after its last seq", async () => {
     const [a, b] = instances(2);
     // b appends first, so that it remembers the session's head.
     await b!.journal.append("del", [ev("one")]);
@@ -275,9 +275,10 @@ describe("watches", () => {
     expect(await a!.journal.delete("del", { expectedSeq: 1 })).toMatchObject({ lastSeq: 1 });
     expect(await rejection(watcher.next())).toMatchObject({ code: "not_found", reason: "SESSION_DELETED" });
     expect(await rejection(a!.journal.delete("del"))).toMatchObject({ reason: "SESSION_NOT_FOUND" });
-    // b's remembered head is the deleted session's: the compare fails and it starts over at seq 1.
-    expect(await b!.journal.append("del", [ev("other")])).toMatchObject({ firstSeq: 1, lastSeq: 1 });
-    expect(await readSeqs(a!.journal, "del")).toEqual([1]);
+    // b's remembered head is the deleted session's: the compare fails, and it starts over after
+    // the tombstone's last seq (an id's seqs never go back).
+    expect(await b!.journal.append("del", [ev("other")])).toMatchObject({ firstSeq: 2, lastSeq: 2, created: true });
+    expect(await readSeqs(a!.journal, "del")).toEqual([2]);
     const reborn = await a!.journal.read("del");
     expect((await all(reborn.entries())).map((s) => s.entry.type)).toEqual(["other"]);
   });
@@ -316,7 +317,8 @@ describe("watches", () => {
     // Unchanged since: deleted as DeleteSession deletes, and its watchers are told so.
     expect(await a!.journal.deleteUnchanged("kept", state.headRevision)).toBeGreaterThan(state.headRevision);
     expect(await rejection(watcher.next())).toMatchObject({ code: "not_found", reason: "SESSION_DELETED" });
-    expect((await a!.client.range({ key: "", prefix: true, keysOnly: true })).kvs).toEqual([]);
+    // Nothing left but its tombstone.
+    expect((await a!.client.range({ key: "", prefix: true, keysOnly: true })).kvs.map((kv) => kv.key)).toEqual(["t/kept"]);
     // Gone: a second deletion finds nothing to compare with.
     expect(await b!.journal.deleteUnchanged("kept", state.headRevision)).toBeUndefined();
   });
@@ -362,7 +364,7 @@ describe("listing and snapshots", () => {
     await a!.journal.delete("a");
     await a!.journal.append("a", [ev("again")]);
     const after = (await a!.journal.list({ limit: 1 })).sessions[0]!;
-    expect(after).toMatchObject({ sessionId: "a", lastSeq: 1 });
+    expect(after).toMatchObject({ sessionId: "a", lastSeq: 2 });
     expect(after.incarnation).toBeGreaterThan(before);
   });
 
@@ -388,7 +390,7 @@ describe("listing and snapshots", () => {
     await a!.journal.append("snap", [ev("session_started", { pageUrl: "https://y" })]);
     expect(await a!.journal.saveSnapshot("snap", { seq: state.lastSeq, incarnation: state.incarnation, snapshot: state.snapshot })).toBe(false);
     const reborn = await b!.journal.state("snap", { now });
-    expect(reborn.lastSeq).toBe(1);
+    expect(reborn.lastSeq).toBe(4);
     let fresh = baseSnapshot("snap");
     for await (const stored of (await a!.journal.read("snap")).entries()) fresh = applyEvent(fresh, stored.entry, { now });
     expect(reborn.snapshot).toEqual(fresh);

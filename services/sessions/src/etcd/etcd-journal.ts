@@ -36,9 +36,32 @@ import { AppendTracker, storedEntry } from "../journal/journal-file.js";
 import type { StoredEntry } from "../journal/journal-store.js";
 import { decodeJournalLine, encodeJournalLine, forEachLine, isBlankLine } from "../journal/journal-format.js";
 import { applyEvent, baseSnapshot, type JournalEntry, type SessionSnapshot } from "../reducer.js";
-import { keyReused, seqConflict, sessionNotFound, type ExpectedState } from "../session-refusals.js";
+import { keyReused, seqConflict, seqsDeleted, sessionNotFound, type ExpectedState } from "../session-refusals.js";
+import {
+  DEFAULT_IDEMPOTENCY_WINDOW_MS,
+  findDeletedKey,
+  refuseAppendOfDeletedKey,
+  remembered,
+  repeatedDeletion,
+  type Deletion,
+  type DeletedKey,
+} from "../session-tombstones.js";
+import type { KeyRecord, Tombstone } from "../journal/journal-store.js";
 import type { SessionChange, WatchEvent } from "../watch-hub.js";
-import { entriesPrefix, entryKey, headKey, HEADS, idempotencyKey, idempotencyPrefix, lockWaitersPrefix, sessionOfHead, snapshotKey } from "./store-keys.js";
+import {
+  entriesPrefix,
+  entryKey,
+  headKey,
+  HEADS,
+  idempotencyKey,
+  idempotencyPrefix,
+  lockWaitersPrefix,
+  sessionOfHead,
+  sessionOfTombstone,
+  snapshotKey,
+  tombstoneKey,
+  TOMBSTONES,
+} from "./store-keys.js";
 
 /** etcd's default `--max-request-bytes` (1.5 MiB). */
 export const ETCD_DEFAULT_MAX_REQUEST_BYTES = 1.5 * 1024 * 1024;
@@ -87,18 +110,35 @@ export interface EtcdAppendResult {
   readonly duplicate: boolean;
   /** The head's create revision the append was written after (the session's incarnation); 0n for a duplicate. */
   readonly incarnation: bigint;
+  /** True when the append created its session (no head before it): nothing of this incarnation came before. */
+  readonly created: boolean;
 }
 
-/** A session's head as etcd has it. */
+/** A session's head as etcd has it, with its tombstone: what an append compares. */
 interface Head {
   readonly seq: number;
   /** The mod revision of `h/<session>` (0n: no head, no session). */
   readonly mod: bigint;
   /** The create revision of `h/<session>`: the session's incarnation (a deleted and re-created session has a new one). */
   readonly create: bigint;
+  /** The seq of the incarnation's first entry (0: no session). */
+  readonly first: number;
+  /** The session's tombstone (what its deletions left); its mod revision is 0n when it was never deleted. */
+  readonly tomb: TombstoneValue;
 }
 
-const NO_HEAD: Head = { seq: 0, mod: 0n, create: 0n };
+/** A tombstone as `t/<session>` holds it (see session-tombstones.ts); the keys of its deletions stay under `i/`. */
+interface TombstoneValue {
+  /** The mod revision of `t/<session>` (0n: never deleted). */
+  readonly mod: bigint;
+  /** The last seq the session reached before its last deletion (0: never deleted). */
+  readonly lastSeq: number;
+  /** Its deletions within the idempotency window (as of the last deletion), oldest first. */
+  readonly deletions: readonly Deletion[];
+}
+
+const NO_TOMBSTONE: TombstoneValue = { mod: 0n, lastSeq: 0, deletions: [] };
+const NO_HEAD: Head = { seq: 0, mod: 0n, create: 0n, first: 0, tomb: NO_TOMBSTONE };
 
 /** A session's entries from a seq, read at one revision. */
 export interface JournalRead {
@@ -110,6 +150,8 @@ export interface JournalRead {
   readonly incarnation: bigint;
   /** The head's mod revision at `revision` (0n: no session): what a deletion decided on this read compares. */
   readonly headRevision: bigint;
+  /** The last seq of the session's deleted incarnations (0: never deleted): seqs up to it are gone for good. */
+  readonly deletedThrough: number;
   /** The entries with seq ≥ the one asked for, in order (pages read at `revision`). */
   entries(): AsyncGenerator<StoredEntry, void, undefined>;
 }
@@ -134,6 +176,8 @@ export interface SessionState {
   readonly incarnation: bigint;
   /** The head's mod revision the state was read at (0n: no session). */
   readonly headRevision: bigint;
+  /** As in {@link JournalRead}. */
+  readonly deletedThrough: number;
 }
 
 /** A change of a session's head: an append (its transaction's revision) or the session's deletion. */
@@ -150,6 +194,8 @@ export interface EtcdJournalOptions {
   readonly maxRequestBytes?: number;
   /** Appends per page of a read (default 256). */
   readonly pageAppends?: number;
+  /** How long a deleted session's idempotency keys keep answering (default 1 h; see session-tombstones.ts). */
+  readonly idempotencyWindowMs?: number;
 }
 
 const decoder = new TextDecoder();
@@ -162,6 +208,7 @@ export class EtcdJournal {
   private readonly clock: Clock;
   private readonly maxRequestBytes: number;
   private readonly pageAppends: number;
+  private readonly idempotencyWindowMs: number;
   /** The last head this instance saw per session: what the next append compares (a miss costs one retry). */
   private readonly heads = new Map<string, Head>();
 
@@ -170,6 +217,7 @@ export class EtcdJournal {
     this.clock = options.clock ?? systemClock;
     this.maxRequestBytes = options.maxRequestBytes ?? ETCD_DEFAULT_MAX_REQUEST_BYTES;
     this.pageAppends = options.pageAppends ?? DEFAULT_PAGE_APPENDS;
+    this.idempotencyWindowMs = options.idempotencyWindowMs ?? DEFAULT_IDEMPOTENCY_WINDOW_MS;
   }
 
   // ---------------------------------------------------------------- appends
@@ -180,6 +228,8 @@ export class EtcdJournal {
     const ikey = options.idempotencyKey === "" ? undefined : options.idempotencyKey;
     let head = this.heads.get(sessionId) ?? NO_HEAD;
     let fresh = false;
+    /** The mod revision of a record of `ikey` left by a deletion whose window passed: overwritten, not answered. */
+    let expiredKey: bigint | undefined;
     for (;;) {
       if (!meetsExpectation(head.seq, options)) {
         // A cached head may be behind: only a head read now refutes the caller.
@@ -191,11 +241,15 @@ export class EtcdJournal {
         // A retry of an append that landed answers its first result before anything else.
         if (ikey !== undefined) {
           const known = await this.client.get(idempotencyKey(sessionId, ikey));
-          if (known) return duplicate(sessionId, ikey, known, options.digest);
+          if (known && this.answerKnownKey(sessionId, ikey, known, head.tomb, options.digest) !== "expired") {
+            return duplicate(sessionId, ikey, known, options.digest);
+          }
         }
         throw seqConflict(sessionId, head.seq, options.expectedSeq, options.expectedState);
       }
-      const firstSeq = head.seq + 1;
+      const creating = head.mod === 0n;
+      // An id's seqs never go back: a session created again continues after its tombstone.
+      const firstSeq = (creating ? head.tomb.lastSeq : head.seq) + 1;
       const ts = new Date(this.clock.now()).toISOString();
       const entries: JournalEntry[] = events.map((e, i) => ({ seq: firstSeq + i, id: sessionId, type: e.type, ts, event: e.event }));
       const lastSeq = firstSeq + entries.length - 1;
@@ -205,13 +259,17 @@ export class EtcdJournal {
       if (bytes + REQUEST_OVERHEAD_BYTES > this.maxRequestBytes) throw appendTooLarge(sessionId, bytes, this.maxRequestBytes);
 
       const compares: TxnCompare[] = [compare.mod(headKey(sessionId), "==", head.mod)];
+      // Creating compares the tombstone too: a deletion meanwhile moves where the seqs start.
+      if (creating) compares.push(compare.mod(tombstoneKey(sessionId), "==", head.tomb.mod));
       const success: TxnOp[] = [
         op.put(entryKey(sessionId, firstSeq), lines),
-        op.put(headKey(sessionId), JSON.stringify({ seq: lastSeq, n: entries.length, w: randomUUID() })),
+        op.put(headKey(sessionId), headValue(lastSeq, entries.length, creating ? firstSeq : head.first)),
       ];
-      const failure: TxnOp[] = [op.get({ key: headKey(sessionId) })];
+      const failure: TxnOp[] = [op.get({ key: headKey(sessionId) }), op.get({ key: tombstoneKey(sessionId) })];
       if (ikey !== undefined) {
-        compares.push(compare.absent(idempotencyKey(sessionId, ikey)));
+        compares.push(
+          expiredKey === undefined ? compare.absent(idempotencyKey(sessionId, ikey)) : compare.mod(idempotencyKey(sessionId, ikey), "==", expiredKey),
+        );
         success.push(
           op.put(idempotencyKey(sessionId, ikey), JSON.stringify({ firstSeq, lastSeq, ...(options.digest !== undefined ? { digest: options.digest } : {}) })),
         );
@@ -225,29 +283,70 @@ export class EtcdJournal {
       const result = await this.appendTxn(sessionId, bytes, { compare: compares, success, failure });
       if (result.succeeded) {
         // The head key was written by this transaction: its mod revision is the transaction's.
-        this.remember(sessionId, { seq: lastSeq, mod: result.revision, create: head.create === 0n ? result.revision : head.create });
-        return { firstSeq, lastSeq, entries, revision: result.revision, duplicate: false, incarnation: head.create === 0n ? result.revision : head.create };
+        const create = creating ? result.revision : head.create;
+        this.remember(sessionId, { seq: lastSeq, mod: result.revision, create, first: creating ? firstSeq : head.first, tomb: head.tomb });
+        return { firstSeq, lastSeq, entries, revision: result.revision, duplicate: false, incarnation: create, created: creating };
       }
       const got = (i: number): RangeResult => {
         const r = result.results[i];
         if (r === undefined || !("get" in r)) throw new Error("etcd answered a failed append without its reads");
         return r.get;
       };
-      head = headOf(got(0).kvs[0]);
+      head = headOf(got(0).kvs[0], tombstoneOf(got(1).kvs[0]));
       fresh = true;
       this.remember(sessionId, head);
-      let next = 1;
+      let next = 2;
       if (ikey !== undefined) {
         const known = got(next++).kvs[0];
-        if (known) return duplicate(sessionId, ikey, known, options.digest, result.revision);
+        expiredKey = undefined;
+        if (known) {
+          if (this.answerKnownKey(sessionId, ikey, known, head.tomb, options.digest) === "expired") expiredKey = known.modRevision;
+          else return duplicate(sessionId, ikey, known, options.digest, result.revision);
+        }
       }
       if (options.fence !== undefined) {
         const holder = got(next++).kvs[0];
         const current = holder?.createRevision ?? 0n;
         if (current !== options.fence.token) throw fenceRejected(options.fence, current);
       }
-      // The head moved (another instance appended): sequence again after it.
+      // The head moved (another instance appended, or the session was deleted): sequence again after it.
     }
+  }
+
+  /**
+   * What to make of the record of `ikey` an append found: nothing to object to when it is the live
+   * session's (the caller answers it as a duplicate); `expired` when it is a deleted session's
+   * whose idempotency window passed (the key is free again); else the deleted session's answer,
+   * thrown (see session-tombstones.ts).
+   */
+  private answerKnownKey(sessionId: string, ikey: string, kv: KeyValue, tomb: TombstoneValue, digest: string | undefined): "live" | "expired" {
+    const record = json(kv)!;
+    const deletion = record.deletion === true;
+    const lastSeq = Number(record.lastSeq);
+    if (!deletion && lastSeq > tomb.lastSeq) return "live";
+    const known = this.deletedKey(ikey, record, tomb);
+    if (known === undefined) return "expired";
+    refuseAppendOfDeletedKey(sessionId, ikey, digest, known);
+  }
+
+  /** The key `ikey` of a deleted session (its record under `i/`), while its deletion is remembered. */
+  private deletedKey(ikey: string, record: Record<string, unknown>, tomb: TombstoneValue): DeletedKey | undefined {
+    const keyRecord: KeyRecord = {
+      firstSeq: Number(record.firstSeq ?? record.lastSeq),
+      lastSeq: Number(record.lastSeq),
+      ...(typeof record.digest === "string" ? { digest: record.digest } : {}),
+    };
+    const tombstone: Tombstone = {
+      lastSeq: tomb.lastSeq,
+      deletions: tomb.deletions.map((d) => ({
+        ...d,
+        keys:
+          record.deletion !== true && d.firstSeq <= keyRecord.firstSeq && keyRecord.lastSeq <= d.lastSeq
+            ? new Map([[ikey, keyRecord]])
+            : new Map<string, KeyRecord>(),
+      })),
+    };
+    return findDeletedKey(tombstone, ikey, this.clock.now(), this.idempotencyWindowMs);
   }
 
   /**
@@ -263,7 +362,9 @@ export class EtcdJournal {
       const ts = new Date(this.clock.now()).toISOString();
       const written: Array<{ firstSeq: number; lastSeq: number; entries: JournalEntry[] }> = [];
       const success: TxnOp[] = [];
-      let seq = head.seq;
+      const creating = head.mod === 0n;
+      // An id's seqs never go back: a session created again continues after its tombstone.
+      let seq = creating ? head.tomb.lastSeq : head.seq;
       let bytes = 0;
       for (const events of groups) {
         const firstSeq = seq + 1;
@@ -276,20 +377,23 @@ export class EtcdJournal {
         written.push({ firstSeq, lastSeq: seq, entries });
       }
       if (bytes + REQUEST_OVERHEAD_BYTES > this.maxRequestBytes) throw appendTooLarge(sessionId, bytes, this.maxRequestBytes);
-      success.push(op.put(headKey(sessionId), JSON.stringify({ seq, n: written.at(-1)!.entries.length, w: randomUUID() })));
+      const first = creating ? head.tomb.lastSeq + 1 : head.first;
+      success.push(op.put(headKey(sessionId), headValue(seq, written.at(-1)!.entries.length, first)));
+      const compares: TxnCompare[] = [compare.mod(headKey(sessionId), "==", head.mod)];
+      if (creating) compares.push(compare.mod(tombstoneKey(sessionId), "==", head.tomb.mod));
       const result = await this.appendTxn(sessionId, bytes, {
-        compare: [compare.mod(headKey(sessionId), "==", head.mod)],
+        compare: compares,
         success,
-        failure: [op.get({ key: headKey(sessionId) })],
+        failure: [op.get({ key: headKey(sessionId) }), op.get({ key: tombstoneKey(sessionId) })],
       });
       if (result.succeeded) {
-        const incarnation = head.create === 0n ? result.revision : head.create;
-        this.remember(sessionId, { seq, mod: result.revision, create: incarnation });
-        return written.map((w) => ({ ...w, revision: result.revision, duplicate: false, incarnation }));
+        const incarnation = creating ? result.revision : head.create;
+        this.remember(sessionId, { seq, mod: result.revision, create: incarnation, first, tomb: head.tomb });
+        return written.map((w, i) => ({ ...w, revision: result.revision, duplicate: false, incarnation, created: creating && i === 0 }));
       }
-      const got = result.results[0];
-      if (got === undefined || !("get" in got)) throw new Error("etcd answered a failed append without its reads");
-      head = headOf(got.get.kvs[0]);
+      const [headRead, tombRead] = result.results.map((r) => ("get" in r ? r.get : undefined));
+      if (headRead === undefined || tombRead === undefined) throw new Error("etcd answered a failed append without its reads");
+      head = headOf(headRead.kvs[0], tombstoneOf(tombRead.kvs[0]));
       this.remember(sessionId, head);
     }
   }
@@ -318,9 +422,11 @@ export class EtcdJournal {
     return { seq: head.seq, incarnation: head.create };
   }
 
-  /** The session's head, read now. */
+  /** The session's head and tombstone, read now (one round trip). */
   private async readHead(sessionId: string): Promise<Head> {
-    const head = headOf(await this.client.get(headKey(sessionId)));
+    const read = await this.client.txn({ compare: [], success: [op.get({ key: headKey(sessionId) }), op.get({ key: tombstoneKey(sessionId) })] });
+    const [headRead, tombRead] = read.results.map((r) => ("get" in r ? r.get : undefined));
+    const head = headOf(headRead?.kvs[0], tombstoneOf(tombRead?.kvs[0]));
     this.remember(sessionId, head);
     return head;
   }
@@ -345,15 +451,16 @@ export class EtcdJournal {
       compare: [],
       success: [
         op.get({ key: headKey(sessionId) }),
+        op.get({ key: tombstoneKey(sessionId) }),
         // The append that starts before `from` and may hold it…
         op.get({ key: prefix, end: entryKey(sessionId, from), sort: { by: "key", order: "descend" }, limit: 1 }),
         // …and the appends that start at or after it.
         op.get({ key: entryKey(sessionId, from), end: prefixEnd, sort: { by: "key", order: "ascend" }, limit: this.pageAppends }),
       ],
     });
-    const [headResult, before, after] = first.results.map((r) => ("get" in r ? r.get : undefined));
+    const [headResult, tombResult, before, after] = first.results.map((r) => ("get" in r ? r.get : undefined));
     const revision = first.revision;
-    const head = headOf(headResult?.kvs[0]);
+    const head = headOf(headResult?.kvs[0], tombstoneOf(tombResult?.kvs[0]));
     const client = this.client;
     const pageAppends = this.pageAppends;
     async function* entries(): AsyncGenerator<StoredEntry, void, undefined> {
@@ -378,7 +485,7 @@ export class EtcdJournal {
         page = await client.range({ key: `${last.key}\0`, end: prefixEnd, sort: { by: "key", order: "ascend" }, limit: pageAppends, revision });
       }
     }
-    return { revision, lastSeq: head.seq, incarnation: head.create, headRevision: head.mod, entries };
+    return { revision, lastSeq: head.seq, incarnation: head.create, headRevision: head.mod, deletedThrough: head.tomb.lastSeq, entries };
   }
 
   /**
@@ -391,6 +498,7 @@ export class EtcdJournal {
     let lastDelivered = Math.max(0, fromSeq - 1);
     try {
       const backlog = await this.read(sessionId, fromSeq);
+      refuseDeletedSeqs(sessionId, fromSeq, backlog.deletedThrough);
       for await (const stored of backlog.entries()) {
         lastDelivered = stored.entry.seq;
         yield { kind: "entry", ...stored };
@@ -407,7 +515,7 @@ export class EtcdJournal {
           if (event.type === "delete") {
             throw new BerthError(
               "not_found",
-              `session ${sessionId} was deleted (at seq ${lastDelivered}); a new session under this id starts at seq 1`,
+              `session ${sessionId} was deleted (at seq ${lastDelivered}); a session created again under this id continues from seq ${lastDelivered + 1}`,
               { sessionId, lastSeq: lastDelivered },
               { reason: "SESSION_DELETED" },
             );
@@ -502,7 +610,12 @@ export class EtcdJournal {
       const page = await this.client.range({ key, end, limit: want, ...(revision !== undefined ? { revision } : {}) });
       revision ??= page.revision;
       for (const kv of page.kvs)
-        sessions.push({ sessionId: sessionOfHead(kv.key), lastSeq: headOf(kv).seq, incarnation: kv.createRevision, headRevision: kv.modRevision });
+        sessions.push({
+          sessionId: sessionOfHead(kv.key),
+          lastSeq: headOf(kv, NO_TOMBSTONE).seq,
+          incarnation: kv.createRevision,
+          headRevision: kv.modRevision,
+        });
       const last = page.kvs.at(-1);
       if (!page.more || last === undefined || (limit > 0 && sessions.length >= limit)) return { sessions, revision };
       key = `${last.key}\0`;
@@ -510,42 +623,161 @@ export class EtcdJournal {
   }
 
   /**
-   * Deletes a session: its entries, idempotency keys, snapshot and head, in one transaction that
-   * compares the head read (so an append that lands first is not lost silently: the deletion
-   * retries and takes it too, unless `expectedSeq` no longer holds). not_found SESSION_NOT_FOUND
-   * for a session with no head.
+   * Deletes a session: its entries, snapshot and head, in one transaction that compares the head
+   * and the tombstone read (so an append that lands first is not lost silently: the deletion
+   * retries and takes it too, unless `expectedSeq` no longer holds), and leaves its tombstone
+   * (session-tombstones.ts): the session's last seq for good, this deletion for the idempotency
+   * window, and the deleted session's idempotency keys where they were. not_found
+   * SESSION_NOT_FOUND for a session with no head. A repeat of a keyed deletion answers the first
+   * (`duplicate`), even once the session was created again.
    */
-  async delete(sessionId: string, options: { readonly expectedSeq?: number } = {}): Promise<{ lastSeq: number; revision: bigint }> {
+  async delete(
+    sessionId: string,
+    options: { readonly expectedSeq?: number; readonly idempotencyKey?: string } = {},
+  ): Promise<{ lastSeq: number; revision: bigint; duplicate: boolean }> {
+    const ikey = options.idempotencyKey === "" ? undefined : options.idempotencyKey;
     for (;;) {
-      const head = await this.readHead(sessionId);
-      if (head.mod === 0n) {
-        throw sessionNotFound(sessionId);
+      const reads: TxnOp[] = [op.get({ key: headKey(sessionId) }), op.get({ key: tombstoneKey(sessionId) })];
+      if (ikey !== undefined) reads.push(op.get({ key: idempotencyKey(sessionId, ikey) }));
+      const read = await this.client.txn({ compare: [], success: reads });
+      const [headRead, tombRead, keyRead] = read.results.map((r) => ("get" in r ? r.get : undefined));
+      const head = headOf(headRead?.kvs[0], tombstoneOf(tombRead?.kvs[0]));
+      this.remember(sessionId, head);
+      let keyCompare: TxnCompare | undefined;
+      if (ikey !== undefined) {
+        const kv = keyRead?.kvs[0];
+        keyCompare = kv === undefined ? compare.absent(idempotencyKey(sessionId, ikey)) : compare.mod(idempotencyKey(sessionId, ikey), "==", kv.modRevision);
+        if (kv !== undefined) {
+          const record = json(kv)!;
+          if (record.deletion !== true && Number(record.lastSeq) > head.tomb.lastSeq) {
+            throw keyReused(sessionId, ikey, { firstSeq: Number(record.firstSeq), lastSeq: Number(record.lastSeq) });
+          }
+          const known = this.deletedKey(ikey, record, head.tomb);
+          if (known !== undefined) return { ...repeatedDeletion(sessionId, ikey, options.expectedSeq, known), revision: read.revision, duplicate: true };
+        }
       }
+      if (head.mod === 0n) throw sessionNotFound(sessionId);
       if (options.expectedSeq !== undefined && options.expectedSeq !== head.seq) throw seqConflict(sessionId, head.seq, options.expectedSeq, undefined);
-      const revision = await this.deleteUnchanged(sessionId, head.mod);
-      if (revision !== undefined) return { lastSeq: head.seq, revision };
+      const revision = await this.bury(sessionId, head, {
+        ...(ikey !== undefined ? { idempotencyKey: ikey } : {}),
+        ...(options.expectedSeq !== undefined ? { expectedSeq: options.expectedSeq } : {}),
+        ...(keyCompare !== undefined ? { keyCompare } : {}),
+      });
+      if (revision !== undefined) return { lastSeq: head.seq, revision, duplicate: false };
     }
   }
 
   /**
    * Deletes the session as {@link delete} does, only if its head is still the one whose mod
-   * revision is `headRevision` (as a read found it): one transaction, no retry, so an append that
-   * landed after that read keeps the session. Resolves the deletion's revision, or undefined when
-   * the head moved or is gone.
+   * revision is `headRevision` (as a read found it): no retry, so an append that landed after that
+   * read keeps the session. Resolves the deletion's revision, or undefined when the head moved or
+   * is gone.
    */
   async deleteUnchanged(sessionId: string, headRevision: bigint): Promise<bigint | undefined> {
+    const head = await this.readHead(sessionId);
+    if (head.mod === 0n || head.mod !== headRevision) return undefined;
+    return this.bury(sessionId, head, {});
+  }
+
+  /**
+   * The deletion's transaction: removes the session's entries, snapshot and head, and writes its
+   * tombstone with this deletion added (and the deletion's own key under `i/`), if the head and the
+   * tombstone are still as read. Resolves its revision, or undefined when either moved.
+   */
+  private async bury(
+    sessionId: string,
+    head: Head,
+    request: { readonly idempotencyKey?: string; readonly expectedSeq?: number; readonly keyCompare?: TxnCompare },
+  ): Promise<bigint | undefined> {
+    const deletedAt = this.clock.now();
+    const deletion: Deletion = {
+      firstSeq: head.first,
+      lastSeq: head.seq,
+      deletedAt,
+      ...(request.idempotencyKey !== undefined ? { idempotencyKey: request.idempotencyKey } : {}),
+      ...(request.expectedSeq !== undefined ? { expectedSeq: request.expectedSeq } : {}),
+    };
+    const success: TxnOp[] = [
+      op.delete({ key: entriesPrefix(sessionId), prefix: true }),
+      op.delete({ key: snapshotKey(sessionId) }),
+      op.delete({ key: headKey(sessionId) }),
+      op.put(tombstoneKey(sessionId), JSON.stringify({ lastSeq: head.seq, deletions: [...head.tomb.deletions, deletion] })),
+    ];
+    if (request.idempotencyKey !== undefined) {
+      const record = { deletion: true, lastSeq: head.seq, deletedAt, ...(request.expectedSeq !== undefined ? { expectedSeq: request.expectedSeq } : {}) };
+      success.push(op.put(idempotencyKey(sessionId, request.idempotencyKey), JSON.stringify(record)));
+    }
     const result = await this.client.txn({
-      compare: [compare.mod(headKey(sessionId), "==", headRevision)],
-      success: [
-        op.delete({ key: entriesPrefix(sessionId), prefix: true }),
-        op.delete({ key: idempotencyPrefix(sessionId), prefix: true }),
-        op.delete({ key: snapshotKey(sessionId) }),
-        op.delete({ key: headKey(sessionId) }),
+      compare: [
+        compare.mod(headKey(sessionId), "==", head.mod),
+        compare.mod(tombstoneKey(sessionId), "==", head.tomb.mod),
+        ...(request.keyCompare !== undefined ? [request.keyCompare] : []),
       ],
+      success,
     });
-    if (!result.succeeded) return undefined;
-    this.heads.delete(sessionId);
+    if (!result.succeeded) {
+      this.heads.delete(sessionId);
+      return undefined;
+    }
+    // What the next append (creating the session again) compares: no head, this tombstone.
+    const deletions = [...head.tomb.deletions, deletion];
+    this.remember(sessionId, { ...NO_HEAD, tomb: { mod: result.revision, lastSeq: head.seq, deletions } });
     return result.revision;
+  }
+
+  /**
+   * Forgets the deletions whose idempotency window passed: the deleted sessions' records under
+   * `i/` and the deletions in their tombstones (each tombstone keeps its last seq for good). Every
+   * write compares what it read, so a sweep racing an append or a deletion (from any instance)
+   * leaves their writes alone. Resolves when the oldest deletion kept was made (Infinity: none).
+   */
+  async sweepTombstones(): Promise<number> {
+    const now = this.clock.now();
+    let oldest = Infinity;
+    const end = `${TOMBSTONES.slice(0, -1)}0`;
+    let from = TOMBSTONES;
+    for (;;) {
+      const page = await this.client.range({ key: from, end, limit: this.pageAppends });
+      for (const kv of page.kvs) {
+        const tomb = tombstoneOf(kv);
+        const kept = tomb.deletions.filter((d) => remembered(d, now, this.idempotencyWindowMs));
+        for (const d of kept) oldest = Math.min(oldest, d.deletedAt);
+        if (kept.length === tomb.deletions.length) continue;
+        await this.forgetDeletedKeys(sessionOfTombstone(kv.key), tomb, kept);
+        await this.client.txn({
+          compare: [compare.mod(kv.key, "==", kv.modRevision)],
+          success: [op.put(kv.key, JSON.stringify({ lastSeq: tomb.lastSeq, deletions: kept }))],
+        });
+      }
+      const last = page.kvs.at(-1);
+      if (!page.more || last === undefined) return oldest;
+      from = `${last.key}\0`;
+    }
+  }
+
+  /** Deletes the records under `i/` of the session's deleted incarnations but those of the `kept` deletions. */
+  private async forgetDeletedKeys(sessionId: string, tomb: TombstoneValue, kept: readonly Deletion[]): Promise<void> {
+    const prefix = idempotencyPrefix(sessionId);
+    const end = `${prefix.slice(0, -1)}0`;
+    let from = prefix;
+    for (;;) {
+      const page = await this.client.range({ key: from, end, limit: this.pageAppends });
+      for (const kv of page.kvs) {
+        const record = json(kv)!;
+        const lastSeq = Number(record.lastSeq);
+        const firstSeq = Number(record.firstSeq ?? record.lastSeq);
+        if (record.deletion !== true && lastSeq > tomb.lastSeq) continue; // the live session's
+        const key = decodeURIComponent(kv.key.slice(prefix.length));
+        const remembered = kept.some((d) =>
+          record.deletion === true ? d.lastSeq === lastSeq && d.idempotencyKey === key : d.firstSeq <= firstSeq && lastSeq <= d.lastSeq,
+        );
+        if (remembered) continue;
+        await this.client.txn({ compare: [compare.mod(kv.key, "==", kv.modRevision)], success: [op.delete({ key: kv.key })] });
+      }
+      const last = page.kvs.at(-1);
+      if (!page.more || last === undefined) return;
+      from = `${last.key}\0`;
+    }
   }
 
   // ---------------------------------------------------------------- snapshots
@@ -583,6 +815,7 @@ export class EtcdJournal {
       revision: read.revision,
       incarnation: read.incarnation,
       headRevision: read.headRevision,
+      deletedThrough: read.deletedThrough,
     };
   }
 
@@ -593,7 +826,16 @@ export class EtcdJournal {
     let snapshot = baseSnapshot(sessionId);
     for await (const stored of read.entries()) snapshot = applyEvent(snapshot, stored.entry, { now });
     const lastSeq = untilSeq === undefined ? read.lastSeq : Math.min(untilSeq, read.lastSeq);
-    return { sessionId, snapshot, lastSeq, exists: lastSeq > 0, revision: read.revision, incarnation: read.incarnation, headRevision: read.headRevision };
+    return {
+      sessionId,
+      snapshot,
+      lastSeq,
+      exists: lastSeq > 0,
+      revision: read.revision,
+      incarnation: read.incarnation,
+      headRevision: read.headRevision,
+      deletedThrough: read.deletedThrough,
+    };
   }
 
   /**
@@ -636,13 +878,34 @@ export function decodeAppend(value: Uint8Array): StoredEntry[] {
   return out;
 }
 
-function headOf(kv: KeyValue | undefined): Head {
-  if (kv === undefined) return NO_HEAD;
+function headOf(kv: KeyValue | undefined, tomb: TombstoneValue): Head {
+  if (kv === undefined) return { ...NO_HEAD, tomb };
   const value = json(kv);
   const seq = value?.seq;
   if (typeof seq !== "number" || !Number.isInteger(seq) || seq < 0)
     throw new BerthError("internal", `the head of ${kv.key} in etcd does not decode`, {}, { reason: "JOURNAL_DAMAGED" });
-  return { seq, mod: kv.modRevision, create: kv.createRevision };
+  // Heads written before incarnations kept their first seq started at 1 (or after the tombstone).
+  const first = typeof value?.b === "number" ? value.b : tomb.lastSeq + 1;
+  return { seq, mod: kv.modRevision, create: kv.createRevision, first, tomb };
+}
+
+/** A head's value: the last seq, the entries of the last append, its write id, and the incarnation's first seq. */
+function headValue(seq: number, entries: number, first: number): string {
+  return JSON.stringify({ seq, n: entries, w: randomUUID(), b: first });
+}
+
+function tombstoneOf(kv: KeyValue | undefined): TombstoneValue {
+  if (kv === undefined) return NO_TOMBSTONE;
+  const value = json(kv);
+  const lastSeq = value?.lastSeq;
+  if (typeof lastSeq !== "number" || !Number.isInteger(lastSeq) || lastSeq < 0 || !Array.isArray(value?.deletions))
+    throw new BerthError("internal", `the tombstone ${kv.key} in etcd does not decode`, {}, { reason: "JOURNAL_DAMAGED" });
+  return { mod: kv.modRevision, lastSeq, deletions: value.deletions as Deletion[] };
+}
+
+/** Refuses a read or a watch from a seq of a deleted incarnation (see session-tombstones.ts). */
+export function refuseDeletedSeqs(sessionId: string, fromSeq: number, deletedThrough: number): void {
+  if (fromSeq > 1 && fromSeq <= deletedThrough) throw seqsDeleted(sessionId, fromSeq, deletedThrough + 1);
 }
 
 function meetsExpectation(currentSeq: number, options: EtcdAppendOptions): boolean {
@@ -658,7 +921,7 @@ function duplicate(sessionId: string, ikey: string, kv: KeyValue, digest: string
   const firstSeq = Number(record.firstSeq);
   const lastSeq = Number(record.lastSeq);
   if (digest !== undefined && typeof record.digest === "string" && record.digest !== digest) throw keyReused(sessionId, ikey, { firstSeq, lastSeq });
-  return { firstSeq, lastSeq, entries: [], revision, duplicate: true, incarnation: 0n };
+  return { firstSeq, lastSeq, entries: [], revision, duplicate: true, incarnation: 0n, created: false };
 }
 
 // ---------------------------------------------------------------- refusals the file store has no need of

@@ -24,11 +24,14 @@ import { eventsDigest } from "../event-digest.js";
 import type { Logger } from "@berth/shared/logger";
 import { applyEvent, baseSnapshot, type SessionSnapshot } from "../reducer.js";
 import { UNAVAILABLE_RETRY_AFTER_MS } from "../session-refusals.js";
-import type { JournalReading, SessionStoreApi, SessionStoreLimits, SessionView } from "../session-store-api.js";
+import type { DeleteOptions, DeleteResult, JournalReading, SessionStoreApi, SessionStoreLimits, SessionView } from "../session-store-api.js";
+import { DEFAULT_IDEMPOTENCY_WINDOW_MS } from "../session-tombstones.js";
+import { SweepSchedule } from "../sweep-schedule.js";
 import { isCompletedPhase } from "../vocabulary.js";
 import { DEFAULT_MAX_BUFFERED, type EventWatcher, type SessionChange, type WatchEvent, type WatchOptions } from "../watch-hub.js";
 import {
   fenceRejected,
+  refuseDeletedSeqs,
   type EtcdAppendOptions,
   type EtcdAppendResult,
   type EtcdFence,
@@ -74,6 +77,8 @@ export interface EtcdSessionStoreOptions {
    * at start, then as they change and fall due (see etcd-retention.ts). Unset: kept forever.
    */
   readonly completedRetentionMs?: number | undefined;
+  /** How long a deleted session's idempotency keys keep answering (default 1 h): swept from etcd after. */
+  readonly idempotencyWindowMs?: number | undefined;
 }
 
 /** Plain appends written together at most (one operation each, and the head's, of etcd's 128 per transaction). */
@@ -132,6 +137,9 @@ export class EtcdSessionStore implements SessionStoreApi {
   private readonly now: () => number;
   private readonly completedRetentionMs: number | undefined;
   private readonly retention: EtcdRetention | undefined;
+  private readonly idempotencyWindowMs: number;
+  /** Forgets the tombstones' deletions (and the deleted sessions' keys) once their idempotency window passed. */
+  private readonly tombstoneSweeps: SweepSchedule;
   private closed = false;
   private rebuilds = 0;
 
@@ -149,6 +157,16 @@ export class EtcdSessionStore implements SessionStoreApi {
     this.groupBytes = Math.min(MAX_GROUP_BYTES, Math.floor(this.journal.maxAppendBytes / 2));
     this.now = () => this.clock.now();
     this.completedRetentionMs = options.completedRetentionMs;
+    this.idempotencyWindowMs = options.idempotencyWindowMs ?? DEFAULT_IDEMPOTENCY_WINDOW_MS;
+    this.tombstoneSweeps = new SweepSchedule({
+      clock: this.clock,
+      logger: this.logger,
+      sweepOnce: async () => {
+        const oldest = await this.journal.sweepTombstones();
+        this.tombstoneSweeps.rearm(oldest + this.idempotencyWindowMs);
+      },
+    });
+    void this.track(this.tombstoneSweeps.sweep());
     if (options.completedRetentionMs !== undefined) {
       this.retention = new EtcdRetention({
         journal: this.journal,
@@ -264,12 +282,11 @@ export class EtcdSessionStore implements SessionStoreApi {
 
   /** The snapshot after an append this instance wrote: from the one before it when known, else rebuilt. */
   private async afterAppend(sessionId: string, result: EtcdAppendResult): Promise<SessionSnapshot> {
-    // An append at seq 1 created its session (the head it compared was absent): nothing came before
-    // it to read back, whatever this instance remembers of an earlier incarnation.
-    const before: Known | undefined =
-      result.firstSeq === 1
-        ? { incarnation: result.incarnation, seq: 0, snapshot: baseSnapshot(sessionId), savedSeq: 0, unsavedAppends: 0 }
-        : this.known.get(sessionId);
+    // An append that created its session (the head it compared was absent): nothing came before it
+    // to read back, whatever this instance remembers of an earlier incarnation.
+    const before: Known | undefined = result.created
+      ? { incarnation: result.incarnation, seq: result.firstSeq - 1, snapshot: baseSnapshot(sessionId), savedSeq: result.firstSeq - 1, unsavedAppends: 0 }
+      : this.known.get(sessionId);
     let known: Known;
     if (before !== undefined && before.incarnation === result.incarnation && before.seq === result.firstSeq - 1) {
       let snapshot = before.snapshot;
@@ -361,13 +378,21 @@ export class EtcdSessionStore implements SessionStoreApi {
     return { sessionId, snapshot: state.snapshot, lastSeq: state.lastSeq, exists: true };
   }
 
-  async delete(sessionId: string, options: { expectedSeq?: number } = {}): Promise<{ lastSeq: number }> {
+  async delete(sessionId: string, options: DeleteOptions = {}): Promise<DeleteResult> {
     this.assertOpen();
     checkSessionId(sessionId);
-    const { lastSeq } = await this.track(this.journal.delete(sessionId, options));
+    const ikey = checkIdempotencyKey(options.idempotencyKey);
+    const { lastSeq, duplicate } = await this.track(
+      this.journal.delete(sessionId, {
+        ...(options.expectedSeq !== undefined ? { expectedSeq: options.expectedSeq } : {}),
+        ...(ikey !== undefined ? { idempotencyKey: ikey } : {}),
+      }),
+    );
+    if (duplicate) return { lastSeq, duplicate };
     this.known.delete(sessionId);
+    this.tombstoneSweeps.due(this.clock.now() + this.idempotencyWindowMs);
     this.logger?.info({ sessionId, lastSeq }, "session deleted");
-    return { lastSeq };
+    return { lastSeq, duplicate };
   }
 
   async read(sessionId: string, fromSeq = 1, limit = 0): Promise<JournalReading | null> {
@@ -377,7 +402,9 @@ export class EtcdSessionStore implements SessionStoreApi {
     checkReadLimit(limit);
     // The head and the first page in one transaction: the last seq and the entries agree.
     const read = await this.journal.read(sessionId, fromSeq, limit);
-    return read.incarnation === 0n ? null : { lastSeq: read.lastSeq, entries: read.entries() };
+    if (read.incarnation === 0n) return null;
+    refuseDeletedSeqs(sessionId, fromSeq, read.deletedThrough);
+    return { lastSeq: read.lastSeq, entries: read.entries() };
   }
 
   // ---------------------------------------------------------------- watches
@@ -421,6 +448,7 @@ export class EtcdSessionStore implements SessionStoreApi {
    */
   private async *withSnapshots(sessionId: string, fromSeq: number, signal: AbortSignal): AsyncGenerator<WatchEvent, void, undefined> {
     const base = await this.journal.state(sessionId, { now: this.now });
+    refuseDeletedSeqs(sessionId, fromSeq, base.deletedThrough);
     let snapshot = base.snapshot;
     let seq = base.lastSeq;
     let live = false;
@@ -491,6 +519,7 @@ export class EtcdSessionStore implements SessionStoreApi {
       maxBuffered: this.maxBuffered,
       maxIdempotencyKeyLength: MAX_IDEMPOTENCY_KEY_LENGTH,
       completedRetentionMs: this.completedRetentionMs,
+      idempotencyWindowMs: this.idempotencyWindowMs,
     };
   }
 
@@ -524,6 +553,7 @@ export class EtcdSessionStore implements SessionStoreApi {
     });
     for (const watcher of this.watchers) watcher.fail(shutdown);
     await this.retention?.stop();
+    await this.tombstoneSweeps.stop();
     await this.settled();
   }
 

@@ -8,8 +8,9 @@
  * |---|---|
  * | `h/<session>` | the head: last seq, entries of the last append, the append's write id |
  * | `e/<session>/<first seq, 20 digits>` | one append's entries, as the journal's lines |
- * | `i/<session>/<idempotency key>` | first and last seq of the append that used it, its digest |
+ * | `i/<session>/<idempotency key>` | first and last seq of the append that used it, its digest; or the deletion that used it |
  * | `s/<session>` | a cached snapshot and the seq it is at |
+ * | `t/<session>` | the tombstone of a deleted session: its last seq, its deletions in the idempotency window |
  * | `l/<file>/w/<lease id, hex>` | a waiter for, or the holder of, a source lock; under its lease |
  * | `el/<scope>/<name>` | the claim of an election's winner; under its lease |
  */
@@ -19,9 +20,17 @@ const SEQ_DIGITS = 20;
 
 export const HEADS = "h/";
 export const SNAPSHOTS = "s/";
+export const TOMBSTONES = "t/";
 
 export const headKey = (session: string): string => `${HEADS}${session}`;
 export const snapshotKey = (session: string): string => `${SNAPSHOTS}${session}`;
+export const tombstoneKey = (session: string): string => `${TOMBSTONES}${session}`;
+
+/** The session a `t/` key names. */
+export function sessionOfTombstone(key: string): string {
+  if (!key.startsWith(TOMBSTONES)) throw new Error(`${key} is not a tombstone key`);
+  return key.slice(TOMBSTONES.length);
+}
 /** Every entry key of a session starts with this. */
 export const entriesPrefix = (session: string): string => `e/${session}/`;
 export const entryKey = (session: string, firstSeq: number): string => `${entriesPrefix(session)}${String(firstSeq).padStart(SEQ_DIGITS, "0")}`;

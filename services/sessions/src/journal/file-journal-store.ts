@@ -30,6 +30,8 @@ import { onDescriptorShortage, retryAfterRelief } from "@berth/shared/descriptor
 import { descriptorRefusal, errnoCode, stateWriteError } from "@berth/shared/state-errors";
 import { applyEvent, baseSnapshot, type SessionSnapshot } from "../reducer.js";
 import { UNAVAILABLE_RETRY_AFTER_MS } from "../session-refusals.js";
+import type { Burial } from "../session-tombstones.js";
+import { DeletedSessions } from "./deleted-sessions.js";
 import { FileAppends, lastByte } from "./file-appends.js";
 import { FileSessionJournal } from "./file-session-journal.js";
 import { ForeignWriteFollower } from "./foreign-write-follower.js";
@@ -37,7 +39,7 @@ import type { CommitIo, FsyncMode } from "./group-commit.js";
 import { AppendTracker, JournalReplacedError, lastLineCrc, readJournalEntries, replayJournalFile, scanJournalPrefix, storedEntry } from "./journal-file.js";
 import { decodeJournalLine, forEachLine, isBlankLine, type DecodedEntry } from "./journal-format.js";
 import { scanWorker } from "./journal-scan.js";
-import type { JournalListener, JournalStore, JournalStoreStats, KeyRecord, StoredEntry } from "./journal-store.js";
+import type { JournalListener, JournalStore, JournalStoreStats, KeyRecord, StoredEntry, Tombstone } from "./journal-store.js";
 import { journalPath, sessionIdFromFileName, snapshotPath } from "./session-paths.js";
 import { readPrefixSnapshot, readSnapshotFile, sidecarPath } from "./snapshot-file.js";
 import { SnapshotScheduler } from "./snapshot-scheduler.js";
@@ -85,6 +87,7 @@ export class FileJournalStore implements JournalStore {
   private readonly stopRelief: () => void;
   private readonly appends: FileAppends;
   private readonly follower: ForeignWriteFollower;
+  private readonly deleted: DeletedSessions;
   private readonly sessions = new Map<string, FileSessionJournal>();
   private readonly background = new Set<Promise<void>>();
   private readonly now: () => number;
@@ -130,6 +133,7 @@ export class FileJournalStore implements JournalStore {
       if (closed > 0) this.logger?.warn({ closed }, "no descriptor left somewhere in the service: closed the journals of idle sessions");
       return closed;
     });
+    this.deleted = new DeletedSessions(this.dir, this.logger);
     // Started now so that the first open of a large journal does not pay for its start-up.
     scanWorker().warm();
   }
@@ -171,7 +175,8 @@ export class FileJournalStore implements JournalStore {
   openForAppend(id: string): FileSessionJournal {
     const existing = this.open(id);
     if (existing) return existing;
-    const fresh = this.newSession(id, journalPath(this.dir, id), false, baseSnapshot(id), 1);
+    // A session deleted before continues from where it was: an id's seqs never go back.
+    const fresh = this.newSession(id, journalPath(this.dir, id), false, baseSnapshot(id), (this.deleted.get(id)?.lastSeq ?? 0) + 1);
     fresh.onDisk = false;
     this.remember(fresh);
     return fresh;
@@ -480,6 +485,12 @@ export class FileJournalStore implements JournalStore {
     return session.keys.get(ikey);
   }
 
+  /** Every durable keyed append of the session, scanning the bytes a hydration skipped if needed. */
+  allKeys(session: FileSessionJournal): ReadonlyMap<string, KeyRecord> {
+    this.completeScan(session);
+    return session.keys;
+  }
+
   /** Recovers the keys and seek points of the journal bytes a hydration skipped. */
   private completeScan(session: FileSessionJournal): void {
     if (session.keysComplete) return;
@@ -542,15 +553,24 @@ export class FileJournalStore implements JournalStore {
 
   // ---------------------------------------------------------------- deletion
 
+  tombstone(sessionId: string): Tombstone | undefined {
+    return this.deleted.get(sessionId);
+  }
+
+  pruneTombstones(before: number): number {
+    return this.deleted.prune(before);
+  }
+
   /**
-   * Removes a session's files, the journal last: a crash in between leaves a session that still
-   * exists (its journal is the truth) rather than a snapshot file that could pass for the state of
-   * a new journal of the same size under the same id. The snapshot files and journal in the legacy
-   * root go too (the seed's store reads a legacy journal when the primary has none: left there,
-   * the session would come back with its old entries).
+   * Removes a session's files, its tombstone first and the journal last: a crash in between leaves
+   * a session that still exists (its journal is the truth) rather than a snapshot file that could
+   * pass for the state of a new journal of the same size under the same id. The snapshot files and
+   * journal in the legacy root go too (the seed's store reads a legacy journal when the primary has
+   * none: left there, the session would come back with its old entries).
    */
-  remove(journal: FileSessionJournal): void {
+  remove(journal: FileSessionJournal, burial: Burial): void {
     const sessionId = journal.id;
+    this.deleted.bury(sessionId, burial);
     this.forget(journal);
     const snapshotFile = snapshotPath(this.dir, sessionId);
     const files = [snapshotFile, sidecarPath(snapshotFile)];

@@ -104,6 +104,10 @@ export class FileSessionJournal implements SessionJournal {
     return this.store.findKey(this, idempotencyKey);
   }
 
+  keyedAppends(): ReadonlyMap<string, KeyRecord> {
+    return this.store.allKeys(this);
+  }
+
   reader(fromSeq: number, limit = 0): () => AsyncIterableIterator<StoredEntry> {
     return this.store.reader(this, fromSeq, limit);
   }

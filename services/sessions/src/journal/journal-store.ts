@@ -14,6 +14,7 @@
  * idempotency keys, reads its entries from a seq, and tells the store what other writers appended.
  */
 import type { JournalEntry, SessionSnapshot } from "../reducer.js";
+import type { Burial, Deletion } from "../session-tombstones.js";
 
 /**
  * What the reader could verify about an entry's line: `verified` — the line carries berth's
@@ -97,6 +98,8 @@ export interface SessionJournal {
   append(batch: JournalBatch): void;
   /** The durable append made with `idempotencyKey`, if any. */
   findKey(idempotencyKey: string): KeyRecord | undefined;
+  /** Every durable keyed append, by key. */
+  keyedAppends(): ReadonlyMap<string, KeyRecord>;
   /**
    * A reader of the durable entries with seq ≥ `fromSeq`, at most `limit` (0: all), in journal
    * order, as of this call: entries that become durable later are not in it.
@@ -134,6 +137,19 @@ export interface JournalStoreStats {
   snapshotWrites: number;
 }
 
+/** A deletion as a tombstone keeps it for the idempotency window: with the keys of the deleted session's appends. */
+export interface BuriedDeletion extends Deletion {
+  readonly keys: ReadonlyMap<string, KeyRecord>;
+}
+
+/** What a session's deletions left (see session-tombstones.ts). */
+export interface Tombstone {
+  /** The last seq the session reached before its last deletion: a new journal of the id continues after it. */
+  readonly lastSeq: number;
+  /** The deletions not pruned yet (see {@link JournalStore.pruneTombstones}), oldest first. */
+  readonly deletions: readonly BuriedDeletion[];
+}
+
 /** Where the session journals are: opens them, lists them, deletes them. */
 export interface JournalStore {
   /** Where the journals are, for messages (a directory, an endpoint). */
@@ -142,14 +158,28 @@ export interface JournalStore {
   listen(listener: JournalListener): void;
   /** The session's journal, opened (and caught up with other writers); undefined when it has none. */
   open(sessionId: string): SessionJournal | undefined;
-  /** The session's journal, or a new empty one (created by its first append). */
+  /**
+   * The session's journal, or a new empty one (created by its first append), whose `nextSeq` is
+   * one past its tombstone's last seq: an id's seqs never go back.
+   */
   openForAppend(sessionId: string): SessionJournal;
+  /** What the session's deletions left; undefined when it was never deleted. */
+  tombstone(sessionId: string): Tombstone | undefined;
   /** True when the session has a journal. Creates nothing. */
   has(sessionId: string): boolean;
   /** The ids of the sessions with a journal, sorted (code unit order). */
   sessionIds(): string[];
-  /** Deletes the session's journal and snapshots; the journal object is dropped. Throws a BerthError when it cannot. */
-  remove(journal: SessionJournal): void;
+  /**
+   * Deletes the session's journal and snapshots, leaving its tombstone with `burial` in it; the
+   * journal object is dropped. The tombstone is durable before the journal goes. Throws a
+   * BerthError when it cannot (the session then still exists).
+   */
+  remove(journal: SessionJournal, burial: Burial): void;
+  /**
+   * Forgets the deletions made before `before` (wall clock, epoch ms), keeping each tombstone's
+   * last seq; returns when the oldest deletion kept was made (Infinity: none is kept).
+   */
+  pruneTombstones(before: number): number;
   /** Starts following other writers' appends to watched sessions (idempotent). */
   follow(): void;
   stats(): JournalStoreStats;

@@ -63,7 +63,7 @@ export async function openEtcdStore(values: SessionsValues, logger: Logger): Pro
     client.close();
     throw error;
   }
-  const journal = new EtcdJournal({ client, maxRequestBytes: values.etcdMaxRequestBytes });
+  const journal = new EtcdJournal({ client, maxRequestBytes: values.etcdMaxRequestBytes, idempotencyWindowMs: values.idempotencyWindow });
   const etcdLocks = new EtcdLocks({ client });
   const locks = createEtcdSourceLocks({
     locks: etcdLocks,
@@ -81,6 +81,7 @@ export async function openEtcdStore(values: SessionsValues, logger: Logger): Pro
     maxBuffered: values.watchBuffer,
     cacheSize: values.sessionCache,
     completedRetentionMs: values.completedRetention,
+    idempotencyWindowMs: values.idempotencyWindow,
   });
   const fenceCheck: FenceCheck = (file, token) => {
     locks.resolveFile(file, "fence.file");

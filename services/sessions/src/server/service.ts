@@ -49,6 +49,7 @@ export async function createSessions(values: SessionsValues, logger: Logger, ele
       cacheSize: values.sessionCache,
       maxOpenJournals,
       maxBuffered: values.watchBuffer,
+      idempotencyWindowMs: values.idempotencyWindow,
       ...(values.completedRetention !== undefined ? { completedRetentionMs: values.completedRetention } : {}),
     });
     logger.info(

@@ -856,9 +856,10 @@ describe("DeleteSession", () => {
     expect((await change).value!.kind.value).toMatchObject({ sessionId: "d", lastSeq: 2n, firstSeq: 2n, type: "", deleted: true });
     expect(journalLines("d")).toEqual([]);
     expect(codeAndReason(await failure(client.getSnapshot({ sessionId: "d" })))).toEqual([Code.NotFound, "SESSION_NOT_FOUND"]);
-    // A later append starts a new session under the id; the all-sessions watcher sees it.
-    expect((await client.appendEvent({ sessionId: "d", event: generate() })).seq).toBe(1n);
-    expect((await all.next()).value!.kind.value).toMatchObject({ sessionId: "d", lastSeq: 1n, deleted: false });
+    // A later append starts a new session under the id, after the deleted one's seqs; the
+    // all-sessions watcher sees it.
+    expect((await client.appendEvent({ sessionId: "d", event: generate() })).seq).toBe(3n);
+    expect((await all.next()).value!.kind.value).toMatchObject({ sessionId: "d", lastSeq: 3n, deleted: false });
     controller.abort();
   });
 

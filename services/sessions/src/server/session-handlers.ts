@@ -221,9 +221,13 @@ export function createSessionHandlers(options: SessionHandlerOptions): ServiceIm
       const sessionId = checkSessionId(req.sessionId);
       const expectedSeq = req.expectedSeq === undefined ? undefined : nonNegativeSeq(req.expectedSeq, "expected_seq");
       try {
-        const { lastSeq } = await store.delete(sessionId, expectedSeq === undefined ? {} : { expectedSeq });
-        return { lastSeq: BigInt(lastSeq) };
+        const { lastSeq, duplicate } = await store.delete(sessionId, {
+          ...(expectedSeq === undefined ? {} : { expectedSeq }),
+          ...(req.idempotencyKey === "" ? {} : { idempotencyKey: req.idempotencyKey }),
+        });
+        return { lastSeq: BigInt(lastSeq), duplicate };
       } catch (error) {
+        if (isBerthError(error) && error.reason === "IDEMPOTENCY_KEY_REUSED") throw explainKeyReused(error, sessionId, req.idempotencyKey);
         throw explainSeqConflict(error, sessionId, expectedSeq, undefined);
       }
     },
@@ -423,6 +427,7 @@ export function createSessionHandlers(options: SessionHandlerOptions): ServiceIm
         maxIdempotencyKeyLength: limits.maxIdempotencyKeyLength,
         maxPageSize: MAX_PAGE_SIZE,
         ...(limits.completedRetentionMs !== undefined ? { completedRetention: durationFromMilliseconds(limits.completedRetentionMs) } : {}),
+        idempotencyWindow: durationFromMilliseconds(limits.idempotencyWindowMs),
       };
     },
   };
@@ -434,23 +439,26 @@ async function appendOrExplain(store: SessionStoreApi, sessionId: string, events
   try {
     return await store.append(sessionId, events, options);
   } catch (error) {
-    if (isBerthError(error) && error.reason === "IDEMPOTENCY_KEY_REUSED") {
-      const details = error.details ?? {};
-      throw withTypedDetail(error, {
-        desc: IdempotencyKeyReusedSchema,
-        value: {
-          sessionId,
-          idempotencyKey: options.idempotencyKey ?? "",
-          firstSeq: BigInt(numberOr(details.firstSeq, 0)),
-          lastSeq: BigInt(numberOr(details.lastSeq, 0)),
-        },
-      });
-    }
+    if (isBerthError(error) && error.reason === "IDEMPOTENCY_KEY_REUSED") throw explainKeyReused(error, sessionId, options.idempotencyKey ?? "");
     // A store that checks the fence in its own write (etcd) refuses it from there.
     if (isBerthError(error) && error.reason === "FENCE_REJECTED" && options.fence !== undefined)
       throw fenceRejected(error, options.fence.file, options.fence.token);
     throw explainSeqConflict(error, sessionId, options.expectedSeq, options.expectedState);
   }
+}
+
+/** An ALREADY_EXISTS IDEMPOTENCY_KEY_REUSED → the same error with its IdempotencyKeyReused detail. */
+function explainKeyReused(error: BerthError, sessionId: string, idempotencyKey: string): unknown {
+  const details = error.details ?? {};
+  return withTypedDetail(error, {
+    desc: IdempotencyKeyReusedSchema,
+    value: {
+      sessionId,
+      idempotencyKey,
+      firstSeq: BigInt(numberOr(details.firstSeq, 0)),
+      lastSeq: BigInt(numberOr(details.lastSeq, 0)),
+    },
+  });
 }
 
 /** An aborted SEQ_CONFLICT → the same error with its SeqConflict detail; anything else as it is. */

@@ -5,7 +5,7 @@
  */
 import { BerthError } from "@berth/shared/errors";
 import { applyEvent, baseSnapshot, createReplay, type JournalEntry, type SessionSnapshot } from "../../reducer.js";
-import type { JournalBatch, JournalListener, JournalStore, JournalStoreStats, KeyRecord, SessionJournal, StoredEntry } from "../journal-store.js";
+import type { JournalBatch, JournalListener, JournalStore, JournalStoreStats, KeyRecord, SessionJournal, StoredEntry, Tombstone } from "../journal-store.js";
 
 interface Stored {
   entry: JournalEntry;
@@ -21,7 +21,7 @@ export interface MemoryJournalStore extends JournalStore {
 
 class MemoryJournal implements SessionJournal {
   entries: Stored[] = [];
-  keys = new Map<string, KeyRecord>();
+  keyRecords = new Map<string, KeyRecord>();
   snapshot: SessionSnapshot;
   nextSeq = 1;
   exists = false;
@@ -67,13 +67,17 @@ class MemoryJournal implements SessionJournal {
       this.nextSeq = last + 1;
       this.exists = true;
       if (batch.idempotencyKey !== undefined)
-        this.keys.set(batch.idempotencyKey, { firstSeq: first, lastSeq: last, ...(batch.digest !== undefined ? { digest: batch.digest } : {}) });
+        this.keyRecords.set(batch.idempotencyKey, { firstSeq: first, lastSeq: last, ...(batch.digest !== undefined ? { digest: batch.digest } : {}) });
       batch.durable(previous);
     });
   }
 
   findKey(idempotencyKey: string): KeyRecord | undefined {
-    return this.keys.get(idempotencyKey);
+    return this.keyRecords.get(idempotencyKey);
+  }
+
+  keyedAppends(): ReadonlyMap<string, KeyRecord> {
+    return this.keyRecords;
   }
 
   reader(fromSeq: number, limit = 0): () => AsyncIterableIterator<StoredEntry> {
@@ -104,6 +108,7 @@ export function createMemoryJournalStore(options: { now?: () => number } = {}): 
     now: options.now ?? Date.now,
   };
   const journals = new Map<string, MemoryJournal>();
+  const tombstones = new Map<string, Tombstone>();
   let listener: JournalListener | undefined;
   const stats: JournalStoreStats = { openSessions: 0, openJournals: 0, replays: 0, hydrations: 0, tailReplays: 0, snapshotWrites: 0 };
   const busy = () => [...journals.values()].some((j) => j.busy);
@@ -120,9 +125,20 @@ export function createMemoryJournalStore(options: { now?: () => number } = {}): 
       let journal = journals.get(sessionId);
       if (journal === undefined) {
         journal = new MemoryJournal(sessionId, owner);
+        journal.nextSeq = (tombstones.get(sessionId)?.lastSeq ?? 0) + 1;
         journals.set(sessionId, journal);
       }
       return journal;
+    },
+    tombstone: (sessionId) => tombstones.get(sessionId),
+    pruneTombstones(before) {
+      let oldest = Infinity;
+      for (const [sessionId, tombstone] of tombstones) {
+        const deletions = tombstone.deletions.filter((d) => d.deletedAt >= before);
+        tombstones.set(sessionId, { lastSeq: tombstone.lastSeq, deletions });
+        if (deletions[0] !== undefined) oldest = Math.min(oldest, deletions[0].deletedAt);
+      }
+      return oldest;
     },
     has: (sessionId) => journals.get(sessionId)?.exists ?? false,
     sessionIds: () =>
@@ -130,7 +146,12 @@ export function createMemoryJournalStore(options: { now?: () => number } = {}): 
         .filter((j) => j.exists)
         .map((j) => j.id)
         .sort(),
-    remove(journal) {
+    remove(journal, burial) {
+      const before = tombstones.get(journal.id);
+      tombstones.set(journal.id, {
+        lastSeq: Math.max(before?.lastSeq ?? 0, burial.deletion.lastSeq),
+        deletions: [...(before?.deletions ?? []), { ...burial.deletion, keys: burial.keys }],
+      });
       journals.delete(journal.id);
     },
     follow() {},

@@ -18,7 +18,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file berth/sessions/v1/session_service.proto.
  */
 export const file_berth_sessions_v1_session_service: GenFile = /*@__PURE__*/
-  fileDesc("CidiZXJ0aC9zZXNzaW9ucy92MS9zZXNzaW9uX3NlcnZpY2UucHJvdG8SEWJlcnRoLnNlc3Npb25zLnYxIiwKBUZlbmNlEgwKBGZpbGUYASABKAkSFQoNZmVuY2luZ190b2tlbhgCIAEoAyLzAQoSQXBwZW5kRXZlbnRSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSJwoFZXZlbnQYAiABKAsyGC5iZXJ0aC5zZXNzaW9ucy52MS5FdmVudBIWCgxleHBlY3RlZF9zZXEYAyABKANIABI6Cg5leHBlY3RlZF9zdGF0ZRgGIAEoDjIgLmJlcnRoLnNlc3Npb25zLnYxLkV4cGVjdGVkU3RhdGVIABIXCg9pZGVtcG90ZW5jeV9rZXkYBCABKAkSJwoFZmVuY2UYBSABKAsyGC5iZXJ0aC5zZXNzaW9ucy52MS5GZW5jZUIKCghleHBlY3RlZCJkChNBcHBlbmRFdmVudFJlc3BvbnNlEgsKA3NlcRgBIAEoAxItCghzbmFwc2hvdBgCIAEoCzIbLmJlcnRoLnNlc3Npb25zLnYxLlNuYXBzaG90EhEKCWR1cGxpY2F0ZRgDIAEoCCL1AQoTQXBwZW5kRXZlbnRzUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEigKBmV2ZW50cxgCIAMoCzIYLmJlcnRoLnNlc3Npb25zLnYxLkV2ZW50EhYKDGV4cGVjdGVkX3NlcRgDIAEoA0gAEjoKDmV4cGVjdGVkX3N0YXRlGAYgASgOMiAuYmVydGguc2Vzc2lvbnMudjEuRXhwZWN0ZWRTdGF0ZUgAEhcKD2lkZW1wb3RlbmN5X2tleRgEIAEoCRInCgVmZW5jZRgFIAEoCzIYLmJlcnRoLnNlc3Npb25zLnYxLkZlbmNlQgoKCGV4cGVjdGVkIn0KFEFwcGVuZEV2ZW50c1Jlc3BvbnNlEhEKCWZpcnN0X3NlcRgBIAEoAxIQCghsYXN0X3NlcRgCIAEoAxItCghzbmFwc2hvdBgDIAEoCzIbLmJlcnRoLnNlc3Npb25zLnYxLlNuYXBzaG90EhEKCWR1cGxpY2F0ZRgEIAEoCCIoChJHZXRTbmFwc2hvdFJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCSJWChNHZXRTbmFwc2hvdFJlc3BvbnNlEi0KCHNuYXBzaG90GAEgASgLMhsuYmVydGguc2Vzc2lvbnMudjEuU25hcHNob3QSEAoIbGFzdF9zZXEYAiABKAMiVwoTTGlzdFNlc3Npb25zUmVxdWVzdBIZChFpbmNsdWRlX2NvbXBsZXRlZBgBIAEoCBIRCglwYWdlX3NpemUYAiABKAUSEgoKcGFnZV90b2tlbhgDIAEoCSJeChRMaXN0U2Vzc2lvbnNSZXNwb25zZRItCghzZXNzaW9ucxgBIAMoCzIbLmJlcnRoLnNlc3Npb25zLnYxLlNuYXBzaG90EhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSIqChRGbHVzaFNuYXBzaG90UmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJIlgKFUZsdXNoU25hcHNob3RSZXNwb25zZRItCghzbmFwc2hvdBgBIAEoCzIbLmJlcnRoLnNlc3Npb25zLnYxLlNuYXBzaG90EhAKCGxhc3Rfc2VxGAIgASgDIlYKFERlbGV0ZVNlc3Npb25SZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSGQoMZXhwZWN0ZWRfc2VxGAIgASgDSACIAQFCDwoNX2V4cGVjdGVkX3NlcSIpChVEZWxldGVTZXNzaW9uUmVzcG9uc2USEAoIbGFzdF9zZXEYASABKAMi5gEKDEpvdXJuYWxFbnRyeRILCgNzZXEYASABKAMSEgoKc2Vzc2lvbl9pZBgCIAEoCRIMCgR0eXBlGAMgASgJEi8KC2FwcGVuZF90aW1lGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBInCgVldmVudBgFIAEoCzIYLmJlcnRoLnNlc3Npb25zLnYxLkV2ZW50EhcKD2lkZW1wb3RlbmN5X2tleRgGIAEoCRI0CglpbnRlZ3JpdHkYByABKA4yIS5iZXJ0aC5zZXNzaW9ucy52MS5FbnRyeUludGVncml0eSJJChJSZWFkSm91cm5hbFJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIQCghmcm9tX3NlcRgCIAEoAxINCgVsaW1pdBgDIAEoBSJwChNSZWFkSm91cm5hbFJlc3BvbnNlEjAKB2VudHJpZXMYASADKAsyHy5iZXJ0aC5zZXNzaW9ucy52MS5Kb3VybmFsRW50cnkSJwoDZW5kGAIgASgLMhouYmVydGguc2Vzc2lvbnMudjEuUmVhZEVuZCI7CgdSZWFkRW5kEhAKCGxhc3Rfc2VxGAEgASgDEhAKCG5leHRfc2VxGAIgASgDEgwKBG1vcmUYAyABKAgingEKE1dhdGNoU2Vzc2lvblJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIQCghmcm9tX3NlcRgCIAEoAxIYChBpbmNsdWRlX3NuYXBzaG90GAMgASgIEhEKCW1heF9iYXRjaBgEIAEoBRI0ChFwcm9ncmVzc19pbnRlcnZhbBgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiK8AQoUV2F0Y2hTZXNzaW9uUmVzcG9uc2USNAoHZW50cmllcxgBIAEoCzIhLmJlcnRoLnNlc3Npb25zLnYxLldhdGNoZWRFbnRyaWVzSAASMAoJY2F1Z2h0X3VwGAIgASgLMhsuYmVydGguc2Vzc2lvbnMudjEuQ2F1Z2h0VXBIABI0Cghwcm9ncmVzcxgDIAEoCzIgLmJlcnRoLnNlc3Npb25zLnYxLldhdGNoUHJvZ3Jlc3NIAEIGCgRraW5kIkIKDldhdGNoZWRFbnRyaWVzEjAKB2VudHJpZXMYASADKAsyHy5iZXJ0aC5zZXNzaW9ucy52MS5XYXRjaGVkRW50cnkibQoMV2F0Y2hlZEVudHJ5Ei4KBWVudHJ5GAEgASgLMh8uYmVydGguc2Vzc2lvbnMudjEuSm91cm5hbEVudHJ5Ei0KCHNuYXBzaG90GAIgASgLMhsuYmVydGguc2Vzc2lvbnMudjEuU25hcHNob3QiSwoIQ2F1Z2h0VXASEAoIbGFzdF9zZXEYASABKAMSLQoIc25hcHNob3QYAiABKAsyGy5iZXJ0aC5zZXNzaW9ucy52MS5TbmFwc2hvdCJQCg1XYXRjaFByb2dyZXNzEhAKCGxhc3Rfc2VxGAEgASgDEi0KCXNlbmRfdGltZRgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAimwIKFFdhdGNoU2Vzc2lvbnNSZXF1ZXN0EhgKEGluY2x1ZGVfc25hcHNob3QYASABKAgSFwoPaW5jbHVkZV9jdXJyZW50GAIgASgIEhkKEWluY2x1ZGVfY29tcGxldGVkGAMgASgIEkwKC3Jlc3VtZV9mcm9tGAQgAygLMjcuYmVydGguc2Vzc2lvbnMudjEuV2F0Y2hTZXNzaW9uc1JlcXVlc3QuUmVzdW1lRnJvbUVudHJ5EjQKEXByb2dyZXNzX2ludGVydmFsGAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uGjEKD1Jlc3VtZUZyb21FbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAM6AjgBIsMBChVXYXRjaFNlc3Npb25zUmVzcG9uc2USMgoGY2hhbmdlGAEgASgLMiAuYmVydGguc2Vzc2lvbnMudjEuU2Vzc2lvbkNoYW5nZUgAEjgKCWNhdWdodF91cBgCIAEoCzIjLmJlcnRoLnNlc3Npb25zLnYxLlNlc3Npb25zQ2F1Z2h0VXBIABI0Cghwcm9ncmVzcxgDIAEoCzIgLmJlcnRoLnNlc3Npb25zLnYxLldhdGNoUHJvZ3Jlc3NIAEIGCgRraW5kIscBCg1TZXNzaW9uQ2hhbmdlEhIKCnNlc3Npb25faWQYASABKAkSEAoIbGFzdF9zZXEYAiABKAMSEQoJZmlyc3Rfc2VxGAMgASgDEgwKBHR5cGUYBCABKAkSLwoLYXBwZW5kX3RpbWUYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi0KCHNuYXBzaG90GAYgASgLMhsuYmVydGguc2Vzc2lvbnMudjEuU25hcHNob3QSDwoHZGVsZXRlZBgHIAEoCCI1ChBTZXNzaW9uc0NhdWdodFVwEhAKCHNlc3Npb25zGAEgASgFEg8KB2RlbGV0ZWQYAiADKAkiEgoQR2V0TGltaXRzUmVxdWVzdCLvAQoRR2V0TGltaXRzUmVzcG9uc2USFwoPbWF4X2V2ZW50X2J5dGVzGAEgASgDEh0KFW1heF9ldmVudHNfcGVyX2FwcGVuZBgCIAEoBRIZChFtYXhfbWVzc2FnZV9ieXRlcxgDIAEoAxIUCgx3YXRjaF9idWZmZXIYBCABKAUSIgoabWF4X2lkZW1wb3RlbmN5X2tleV9sZW5ndGgYBSABKAUSFQoNbWF4X3BhZ2Vfc2l6ZRgGIAEoBRI2ChNjb21wbGV0ZWRfcmV0ZW50aW9uGAcgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIoYBCgtTZXFDb25mbGljdBISCgpzZXNzaW9uX2lkGAEgASgJEhQKDGV4cGVjdGVkX3NlcRgCIAEoAxITCgtjdXJyZW50X3NlcRgDIAEoAxI4Cg5leHBlY3RlZF9zdGF0ZRgEIAEoDjIgLmJlcnRoLnNlc3Npb25zLnYxLkV4cGVjdGVkU3RhdGUiSwoNRmVuY2VSZWplY3RlZBIMCgRmaWxlGAEgASgJEhUKDWZlbmNpbmdfdG9rZW4YAiABKAMSFQoNY3VycmVudF90b2tlbhgDIAEoAyJoChRJZGVtcG90ZW5jeUtleVJldXNlZBISCgpzZXNzaW9uX2lkGAEgASgJEhcKD2lkZW1wb3RlbmN5X2tleRgCIAEoCRIRCglmaXJzdF9zZXEYAyABKAMSEAoIbGFzdF9zZXEYBCABKAMiPAoNV2F0Y2hlckxhZ2dlZBISCgpzZXNzaW9uX2lkGAEgASgJEhcKD3Jlc3VtZV9mcm9tX3NlcRgCIAEoAyqBAQoNRXhwZWN0ZWRTdGF0ZRIeChpFWFBFQ1RFRF9TVEFURV9VTlNQRUNJRklFRBAAEhYKEkVYUEVDVEVEX1NUQVRFX0FOWRABEh0KGUVYUEVDVEVEX1NUQVRFX05PX1NFU1NJT04QAhIZChVFWFBFQ1RFRF9TVEFURV9FWElTVFMQAyqMAQoORW50cnlJbnRlZ3JpdHkSHwobRU5UUllfSU5URUdSSVRZX1VOU1BFQ0lGSUVEEAASHAoYRU5UUllfSU5URUdSSVRZX1ZFUklGSUVEEAESHQoZRU5UUllfSU5URUdSSVRZX1VOQ0hFQ0tFRBACEhwKGEVOVFJZX0lOVEVHUklUWV9NSVNNQVRDSBADMuYHCg5TZXNzaW9uU2VydmljZRJcCgtBcHBlbmRFdmVudBIlLmJlcnRoLnNlc3Npb25zLnYxLkFwcGVuZEV2ZW50UmVxdWVzdBomLmJlcnRoLnNlc3Npb25zLnYxLkFwcGVuZEV2ZW50UmVzcG9uc2USXwoMQXBwZW5kRXZlbnRzEiYuYmVydGguc2Vzc2lvbnMudjEuQXBwZW5kRXZlbnRzUmVxdWVzdBonLmJlcnRoLnNlc3Npb25zLnYxLkFwcGVuZEV2ZW50c1Jlc3BvbnNlEmEKC0dldFNuYXBzaG90EiUuYmVydGguc2Vzc2lvbnMudjEuR2V0U25hcHNob3RSZXF1ZXN0GiYuYmVydGguc2Vzc2lvbnMudjEuR2V0U25hcHNob3RSZXNwb25zZSIDkAIBEmQKDExpc3RTZXNzaW9ucxImLmJlcnRoLnNlc3Npb25zLnYxLkxpc3RTZXNzaW9uc1JlcXVlc3QaJy5iZXJ0aC5zZXNzaW9ucy52MS5MaXN0U2Vzc2lvbnNSZXNwb25zZSIDkAIBEmIKDUZsdXNoU25hcHNob3QSJy5iZXJ0aC5zZXNzaW9ucy52MS5GbHVzaFNuYXBzaG90UmVxdWVzdBooLmJlcnRoLnNlc3Npb25zLnYxLkZsdXNoU25hcHNob3RSZXNwb25zZRJiCg1EZWxldGVTZXNzaW9uEicuYmVydGguc2Vzc2lvbnMudjEuRGVsZXRlU2Vzc2lvblJlcXVlc3QaKC5iZXJ0aC5zZXNzaW9ucy52MS5EZWxldGVTZXNzaW9uUmVzcG9uc2USXgoLUmVhZEpvdXJuYWwSJS5iZXJ0aC5zZXNzaW9ucy52MS5SZWFkSm91cm5hbFJlcXVlc3QaJi5iZXJ0aC5zZXNzaW9ucy52MS5SZWFkSm91cm5hbFJlc3BvbnNlMAESYQoMV2F0Y2hTZXNzaW9uEiYuYmVydGguc2Vzc2lvbnMudjEuV2F0Y2hTZXNzaW9uUmVxdWVzdBonLmJlcnRoLnNlc3Npb25zLnYxLldhdGNoU2Vzc2lvblJlc3BvbnNlMAESZAoNV2F0Y2hTZXNzaW9ucxInLmJlcnRoLnNlc3Npb25zLnYxLldhdGNoU2Vzc2lvbnNSZXF1ZXN0GiguYmVydGguc2Vzc2lvbnMudjEuV2F0Y2hTZXNzaW9uc1Jlc3BvbnNlMAESWwoJR2V0TGltaXRzEiMuYmVydGguc2Vzc2lvbnMudjEuR2V0TGltaXRzUmVxdWVzdBokLmJlcnRoLnNlc3Npb25zLnYxLkdldExpbWl0c1Jlc3BvbnNlIgOQAgFiBnByb3RvMw", [file_berth_sessions_v1_events, file_berth_sessions_v1_snapshot, file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("CidiZXJ0aC9zZXNzaW9ucy92MS9zZXNzaW9uX3NlcnZpY2UucHJvdG8SEWJlcnRoLnNlc3Npb25zLnYxIiwKBUZlbmNlEgwKBGZpbGUYASABKAkSFQoNZmVuY2luZ190b2tlbhgCIAEoAyLzAQoSQXBwZW5kRXZlbnRSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSJwoFZXZlbnQYAiABKAsyGC5iZXJ0aC5zZXNzaW9ucy52MS5FdmVudBIWCgxleHBlY3RlZF9zZXEYAyABKANIABI6Cg5leHBlY3RlZF9zdGF0ZRgGIAEoDjIgLmJlcnRoLnNlc3Npb25zLnYxLkV4cGVjdGVkU3RhdGVIABIXCg9pZGVtcG90ZW5jeV9rZXkYBCABKAkSJwoFZmVuY2UYBSABKAsyGC5iZXJ0aC5zZXNzaW9ucy52MS5GZW5jZUIKCghleHBlY3RlZCJkChNBcHBlbmRFdmVudFJlc3BvbnNlEgsKA3NlcRgBIAEoAxItCghzbmFwc2hvdBgCIAEoCzIbLmJlcnRoLnNlc3Npb25zLnYxLlNuYXBzaG90EhEKCWR1cGxpY2F0ZRgDIAEoCCL1AQoTQXBwZW5kRXZlbnRzUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEigKBmV2ZW50cxgCIAMoCzIYLmJlcnRoLnNlc3Npb25zLnYxLkV2ZW50EhYKDGV4cGVjdGVkX3NlcRgDIAEoA0gAEjoKDmV4cGVjdGVkX3N0YXRlGAYgASgOMiAuYmVydGguc2Vzc2lvbnMudjEuRXhwZWN0ZWRTdGF0ZUgAEhcKD2lkZW1wb3RlbmN5X2tleRgEIAEoCRInCgVmZW5jZRgFIAEoCzIYLmJlcnRoLnNlc3Npb25zLnYxLkZlbmNlQgoKCGV4cGVjdGVkIn0KFEFwcGVuZEV2ZW50c1Jlc3BvbnNlEhEKCWZpcnN0X3NlcRgBIAEoAxIQCghsYXN0X3NlcRgCIAEoAxItCghzbmFwc2hvdBgDIAEoCzIbLmJlcnRoLnNlc3Npb25zLnYxLlNuYXBzaG90EhEKCWR1cGxpY2F0ZRgEIAEoCCIoChJHZXRTbmFwc2hvdFJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCSJWChNHZXRTbmFwc2hvdFJlc3BvbnNlEi0KCHNuYXBzaG90GAEgASgLMhsuYmVydGguc2Vzc2lvbnMudjEuU25hcHNob3QSEAoIbGFzdF9zZXEYAiABKAMiVwoTTGlzdFNlc3Npb25zUmVxdWVzdBIZChFpbmNsdWRlX2NvbXBsZXRlZBgBIAEoCBIRCglwYWdlX3NpemUYAiABKAUSEgoKcGFnZV90b2tlbhgDIAEoCSJeChRMaXN0U2Vzc2lvbnNSZXNwb25zZRItCghzZXNzaW9ucxgBIAMoCzIbLmJlcnRoLnNlc3Npb25zLnYxLlNuYXBzaG90EhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSIqChRGbHVzaFNuYXBzaG90UmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJIlgKFUZsdXNoU25hcHNob3RSZXNwb25zZRItCghzbmFwc2hvdBgBIAEoCzIbLmJlcnRoLnNlc3Npb25zLnYxLlNuYXBzaG90EhAKCGxhc3Rfc2VxGAIgASgDIm8KFERlbGV0ZVNlc3Npb25SZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSGQoMZXhwZWN0ZWRfc2VxGAIgASgDSACIAQESFwoPaWRlbXBvdGVuY3lfa2V5GAMgASgJQg8KDV9leHBlY3RlZF9zZXEiPAoVRGVsZXRlU2Vzc2lvblJlc3BvbnNlEhAKCGxhc3Rfc2VxGAEgASgDEhEKCWR1cGxpY2F0ZRgCIAEoCCLmAQoMSm91cm5hbEVudHJ5EgsKA3NlcRgBIAEoAxISCgpzZXNzaW9uX2lkGAIgASgJEgwKBHR5cGUYAyABKAkSLwoLYXBwZW5kX3RpbWUYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEicKBWV2ZW50GAUgASgLMhguYmVydGguc2Vzc2lvbnMudjEuRXZlbnQSFwoPaWRlbXBvdGVuY3lfa2V5GAYgASgJEjQKCWludGVncml0eRgHIAEoDjIhLmJlcnRoLnNlc3Npb25zLnYxLkVudHJ5SW50ZWdyaXR5IkkKElJlYWRKb3VybmFsUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEhAKCGZyb21fc2VxGAIgASgDEg0KBWxpbWl0GAMgASgFInAKE1JlYWRKb3VybmFsUmVzcG9uc2USMAoHZW50cmllcxgBIAMoCzIfLmJlcnRoLnNlc3Npb25zLnYxLkpvdXJuYWxFbnRyeRInCgNlbmQYAiABKAsyGi5iZXJ0aC5zZXNzaW9ucy52MS5SZWFkRW5kIjsKB1JlYWRFbmQSEAoIbGFzdF9zZXEYASABKAMSEAoIbmV4dF9zZXEYAiABKAMSDAoEbW9yZRgDIAEoCCKeAQoTV2F0Y2hTZXNzaW9uUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEhAKCGZyb21fc2VxGAIgASgDEhgKEGluY2x1ZGVfc25hcHNob3QYAyABKAgSEQoJbWF4X2JhdGNoGAQgASgFEjQKEXByb2dyZXNzX2ludGVydmFsGAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIrwBChRXYXRjaFNlc3Npb25SZXNwb25zZRI0CgdlbnRyaWVzGAEgASgLMiEuYmVydGguc2Vzc2lvbnMudjEuV2F0Y2hlZEVudHJpZXNIABIwCgljYXVnaHRfdXAYAiABKAsyGy5iZXJ0aC5zZXNzaW9ucy52MS5DYXVnaHRVcEgAEjQKCHByb2dyZXNzGAMgASgLMiAuYmVydGguc2Vzc2lvbnMudjEuV2F0Y2hQcm9ncmVzc0gAQgYKBGtpbmQiQgoOV2F0Y2hlZEVudHJpZXMSMAoHZW50cmllcxgBIAMoCzIfLmJlcnRoLnNlc3Npb25zLnYxLldhdGNoZWRFbnRyeSJtCgxXYXRjaGVkRW50cnkSLgoFZW50cnkYASABKAsyHy5iZXJ0aC5zZXNzaW9ucy52MS5Kb3VybmFsRW50cnkSLQoIc25hcHNob3QYAiABKAsyGy5iZXJ0aC5zZXNzaW9ucy52MS5TbmFwc2hvdCJLCghDYXVnaHRVcBIQCghsYXN0X3NlcRgBIAEoAxItCghzbmFwc2hvdBgCIAEoCzIbLmJlcnRoLnNlc3Npb25zLnYxLlNuYXBzaG90IlAKDVdhdGNoUHJvZ3Jlc3MSEAoIbGFzdF9zZXEYASABKAMSLQoJc2VuZF90aW1lGAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCKbAgoUV2F0Y2hTZXNzaW9uc1JlcXVlc3QSGAoQaW5jbHVkZV9zbmFwc2hvdBgBIAEoCBIXCg9pbmNsdWRlX2N1cnJlbnQYAiABKAgSGQoRaW5jbHVkZV9jb21wbGV0ZWQYAyABKAgSTAoLcmVzdW1lX2Zyb20YBCADKAsyNy5iZXJ0aC5zZXNzaW9ucy52MS5XYXRjaFNlc3Npb25zUmVxdWVzdC5SZXN1bWVGcm9tRW50cnkSNAoRcHJvZ3Jlc3NfaW50ZXJ2YWwYBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24aMQoPUmVzdW1lRnJvbUVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoAzoCOAEiwwEKFVdhdGNoU2Vzc2lvbnNSZXNwb25zZRIyCgZjaGFuZ2UYASABKAsyIC5iZXJ0aC5zZXNzaW9ucy52MS5TZXNzaW9uQ2hhbmdlSAASOAoJY2F1Z2h0X3VwGAIgASgLMiMuYmVydGguc2Vzc2lvbnMudjEuU2Vzc2lvbnNDYXVnaHRVcEgAEjQKCHByb2dyZXNzGAMgASgLMiAuYmVydGguc2Vzc2lvbnMudjEuV2F0Y2hQcm9ncmVzc0gAQgYKBGtpbmQixwEKDVNlc3Npb25DaGFuZ2USEgoKc2Vzc2lvbl9pZBgBIAEoCRIQCghsYXN0X3NlcRgCIAEoAxIRCglmaXJzdF9zZXEYAyABKAMSDAoEdHlwZRgEIAEoCRIvCgthcHBlbmRfdGltZRgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLQoIc25hcHNob3QYBiABKAsyGy5iZXJ0aC5zZXNzaW9ucy52MS5TbmFwc2hvdBIPCgdkZWxldGVkGAcgASgIIjUKEFNlc3Npb25zQ2F1Z2h0VXASEAoIc2Vzc2lvbnMYASABKAUSDwoHZGVsZXRlZBgCIAMoCSISChBHZXRMaW1pdHNSZXF1ZXN0IqYCChFHZXRMaW1pdHNSZXNwb25zZRIXCg9tYXhfZXZlbnRfYnl0ZXMYASABKAMSHQoVbWF4X2V2ZW50c19wZXJfYXBwZW5kGAIgASgFEhkKEW1heF9tZXNzYWdlX2J5dGVzGAMgASgDEhQKDHdhdGNoX2J1ZmZlchgEIAEoBRIiChptYXhfaWRlbXBvdGVuY3lfa2V5X2xlbmd0aBgFIAEoBRIVCg1tYXhfcGFnZV9zaXplGAYgASgFEjYKE2NvbXBsZXRlZF9yZXRlbnRpb24YByABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SNQoSaWRlbXBvdGVuY3lfd2luZG93GAggASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIoYBCgtTZXFDb25mbGljdBISCgpzZXNzaW9uX2lkGAEgASgJEhQKDGV4cGVjdGVkX3NlcRgCIAEoAxITCgtjdXJyZW50X3NlcRgDIAEoAxI4Cg5leHBlY3RlZF9zdGF0ZRgEIAEoDjIgLmJlcnRoLnNlc3Npb25zLnYxLkV4cGVjdGVkU3RhdGUiSwoNRmVuY2VSZWplY3RlZBIMCgRmaWxlGAEgASgJEhUKDWZlbmNpbmdfdG9rZW4YAiABKAMSFQoNY3VycmVudF90b2tlbhgDIAEoAyJoChRJZGVtcG90ZW5jeUtleVJldXNlZBISCgpzZXNzaW9uX2lkGAEgASgJEhcKD2lkZW1wb3RlbmN5X2tleRgCIAEoCRIRCglmaXJzdF9zZXEYAyABKAMSEAoIbGFzdF9zZXEYBCABKAMiPAoNV2F0Y2hlckxhZ2dlZBISCgpzZXNzaW9uX2lkGAEgASgJEhcKD3Jlc3VtZV9mcm9tX3NlcRgCIAEoAyqBAQoNRXhwZWN0ZWRTdGF0ZRIeChpFWFBFQ1RFRF9TVEFURV9VTlNQRUNJRklFRBAAEhYKEkVYUEVDVEVEX1NUQVRFX0FOWRABEh0KGUVYUEVDVEVEX1NUQVRFX05PX1NFU1NJT04QAhIZChVFWFBFQ1RFRF9TVEFURV9FWElTVFMQAyqMAQoORW50cnlJbnRlZ3JpdHkSHwobRU5UUllfSU5URUdSSVRZX1VOU1BFQ0lGSUVEEAASHAoYRU5UUllfSU5URUdSSVRZX1ZFUklGSUVEEAESHQoZRU5UUllfSU5URUdSSVRZX1VOQ0hFQ0tFRBACEhwKGEVOVFJZX0lOVEVHUklUWV9NSVNNQVRDSBADMuYHCg5TZXNzaW9uU2VydmljZRJcCgtBcHBlbmRFdmVudBIlLmJlcnRoLnNlc3Npb25zLnYxLkFwcGVuZEV2ZW50UmVxdWVzdBomLmJlcnRoLnNlc3Npb25zLnYxLkFwcGVuZEV2ZW50UmVzcG9uc2USXwoMQXBwZW5kRXZlbnRzEiYuYmVydGguc2Vzc2lvbnMudjEuQXBwZW5kRXZlbnRzUmVxdWVzdBonLmJlcnRoLnNlc3Npb25zLnYxLkFwcGVuZEV2ZW50c1Jlc3BvbnNlEmEKC0dldFNuYXBzaG90EiUuYmVydGguc2Vzc2lvbnMudjEuR2V0U25hcHNob3RSZXF1ZXN0GiYuYmVydGguc2Vzc2lvbnMudjEuR2V0U25hcHNob3RSZXNwb25zZSIDkAIBEmQKDExpc3RTZXNzaW9ucxImLmJlcnRoLnNlc3Npb25zLnYxLkxpc3RTZXNzaW9uc1JlcXVlc3QaJy5iZXJ0aC5zZXNzaW9ucy52MS5MaXN0U2Vzc2lvbnNSZXNwb25zZSIDkAIBEmIKDUZsdXNoU25hcHNob3QSJy5iZXJ0aC5zZXNzaW9ucy52MS5GbHVzaFNuYXBzaG90UmVxdWVzdBooLmJlcnRoLnNlc3Npb25zLnYxLkZsdXNoU25hcHNob3RSZXNwb25zZRJiCg1EZWxldGVTZXNzaW9uEicuYmVydGguc2Vzc2lvbnMudjEuRGVsZXRlU2Vzc2lvblJlcXVlc3QaKC5iZXJ0aC5zZXNzaW9ucy52MS5EZWxldGVTZXNzaW9uUmVzcG9uc2USXgoLUmVhZEpvdXJuYWwSJS5iZXJ0aC5zZXNzaW9ucy52MS5SZWFkSm91cm5hbFJlcXVlc3QaJi5iZXJ0aC5zZXNzaW9ucy52MS5SZWFkSm91cm5hbFJlc3BvbnNlMAESYQoMV2F0Y2hTZXNzaW9uEiYuYmVydGguc2Vzc2lvbnMudjEuV2F0Y2hTZXNzaW9uUmVxdWVzdBonLmJlcnRoLnNlc3Npb25zLnYxLldhdGNoU2Vzc2lvblJlc3BvbnNlMAESZAoNV2F0Y2hTZXNzaW9ucxInLmJlcnRoLnNlc3Npb25zLnYxLldhdGNoU2Vzc2lvbnNSZXF1ZXN0GiguYmVydGguc2Vzc2lvbnMudjEuV2F0Y2hTZXNzaW9uc1Jlc3BvbnNlMAESWwoJR2V0TGltaXRzEiMuYmVydGguc2Vzc2lvbnMudjEuR2V0TGltaXRzUmVxdWVzdBokLmJlcnRoLnNlc3Npb25zLnYxLkdldExpbWl0c1Jlc3BvbnNlIgOQAgFiBnByb3RvMw", [file_berth_sessions_v1_events, file_berth_sessions_v1_snapshot, file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * A fence: the source lock the writer believes it holds
@@ -105,7 +105,9 @@ export type AppendEventRequest = Message<"berth.sessions.v1.AppendEventRequest">
    * Makes a retry safe: a second append to the same session with the same
    * key (keys are per session) writes nothing and answers the first append's
    * result with `duplicate` set. Keys are recorded in the journal, so this
-   * holds across restarts, with no time window. The key names one request:
+   * holds across restarts, with no time window; a key of a session deleted
+   * since answers for the idempotency window (see "Seqs never go back"
+   * above). The key names one request:
    * the same key with a different event is refused (ALREADY_EXISTS
    * IDEMPOTENCY_KEY_REUSED); events are compared as the journal holds them,
    * so the order of keys inside an event is no difference. Empty: no key. At
@@ -461,6 +463,16 @@ export type DeleteSessionRequest = Message<"berth.sessions.v1.DeleteSessionReque
    * @generated from field: optional int64 expected_seq = 2;
    */
   expectedSeq?: bigint | undefined;
+
+  /**
+   * Makes a retry safe: the same key with the same request answers the
+   * first deletion (`duplicate` set) for the idempotency window, even once
+   * the session was created again. Keys share the session's namespace with
+   * its appends' keys. Empty: no key. At most 128 characters.
+   *
+   * @generated from field: string idempotency_key = 3;
+   */
+  idempotencyKey: string;
 };
 
 /**
@@ -482,6 +494,13 @@ export type DeleteSessionResponse = Message<"berth.sessions.v1.DeleteSessionResp
    * @generated from field: int64 last_seq = 1;
    */
   lastSeq: bigint;
+
+  /**
+   * True when this answers a repeat of a keyed deletion already made.
+   *
+   * @generated from field: bool duplicate = 2;
+   */
+  duplicate: boolean;
 };
 
 /**
@@ -913,8 +932,9 @@ export type WatchSessionsRequest = Message<"berth.sessions.v1.WatchSessionsReque
    * last seq differs from the one given here (whatever their phase) and the
    * sessions not listed (as `include_completed` says), and names in
    * `deleted` the listed sessions that no longer exist. Implies
-   * `include_current`. A session deleted and created again up to the same
-   * seq while the watcher was away is not told apart.
+   * `include_current`. A session deleted and created again while the
+   * watcher was away is told apart: its seqs continue after the deleted
+   * one's, so its last seq differs from any the watcher saw.
    *
    * @generated from field: map<string, int64> resume_from = 4;
    */
@@ -1151,6 +1171,14 @@ export type GetLimitsResponse = Message<"berth.sessions.v1.GetLimitsResponse"> &
    * @generated from field: google.protobuf.Duration completed_retention = 7;
    */
   completedRetention?: Duration | undefined;
+
+  /**
+   * How long a deleted session's idempotency keys, and a keyed deletion's
+   * own, keep answering (`--idempotency-window`).
+   *
+   * @generated from field: google.protobuf.Duration idempotency_window = 8;
+   */
+  idempotencyWindow?: Duration | undefined;
 };
 
 /**
@@ -1412,6 +1440,25 @@ export const EntryIntegritySchema: GenEnum<EntryIntegrity> = /*@__PURE__*/
  * completed sessions) ends one. Sequence numbers start at 1 and grow by one
  * per entry, without gaps.
  *
+ * Seqs never go back. Deleting a session (DeleteSession, or retention)
+ * leaves its tombstone: the last seq it reached, kept for good. A session
+ * created again under the same id continues from the next seq (as an event
+ * store continues a deleted stream's revisions), so nothing a client learnt
+ * of the old session matches the new one: an `expected_seq` of the old
+ * session is ABORTED SEQ_CONFLICT, a fence or an idempotency key used with it
+ * writes nothing to the new one, and a ReadJournal or WatchSession from a
+ * seq of the old session is NOT_FOUND SESSION_DELETED naming the new first
+ * seq (a `from_seq` of 0 or 1 reads the new session from its start). For the
+ * idempotency window after a deletion (GetLimits' `idempotency_window`,
+ * `--idempotency-window`, 1 h by default) the tombstone also keeps the
+ * deletion and the deleted session's idempotency keys: a retried append
+ * whose key the deleted session knew is NOT_FOUND SESSION_DELETED telling
+ * the seqs it was written at (never written again), the key with other
+ * events or naming the deletion is ALREADY_EXISTS IDEMPOTENCY_KEY_REUSED, and
+ * a retried keyed DeleteSession answers its first answer. The store keeps a
+ * tombstone per deleted id (under `.deleted/` of the state directory, or `t/`
+ * in etcd).
+ *
  * Reads: the RPCs marked `idempotency_level = NO_SIDE_EFFECTS` change
  * nothing and, over the Connect protocol, answer an HTTP GET too
  * (`?connect=v1&encoding=json&message=...`, as connect-web's `useHttpGet`
@@ -1435,7 +1482,7 @@ export const EntryIntegritySchema: GenEnum<EntryIntegrity> = /*@__PURE__*/
  * | INVALID_ARGUMENT    | REQUEST_TOO_LARGE       | (`--store etcd`) the append is over what one etcd request carries: split it |
  * | INVALID_ARGUMENT    | ETCD_TOO_MANY_TXN_OPS   | (`--store etcd`) the append has more operations than etcd's `--max-txn-ops`: split it |
  * | NOT_FOUND           | SESSION_NOT_FOUND       | the session has no journal                   |
- * | NOT_FOUND           | SESSION_DELETED         | a watched session was deleted                |
+ * | NOT_FOUND           | SESSION_DELETED         | the session (or the seqs, or the append a key names) was deleted: follow the session from its first seq now |
  * | ALREADY_EXISTS      | IDEMPOTENCY_KEY_REUSED  | the key named another request: use a new key |
  * | FAILED_PRECONDITION | FENCE_REJECTED          | you lost the lock: re-acquire before writing |
  * | ABORTED             | SEQ_CONFLICT            | re-read, redo the change, append again       |
@@ -1616,14 +1663,18 @@ export const SessionService: GenService<{
   },
   /**
    * Removes a session: its journal and snapshot files (in the seed's layout,
-   * so the seed's library no longer sees it either) and its idempotency
-   * keys. Its watchers end with NOT_FOUND SESSION_DELETED. With
-   * `expected_seq`, only when that is still the session's last seq (ABORTED
-   * SEQ_CONFLICT otherwise). NOT_FOUND SESSION_NOT_FOUND when it has no
-   * journal. A later append creates a new session under the same id, from
-   * seq 1.
+   * so the seed's library no longer sees it either), leaving its tombstone
+   * (see "Seqs never go back" above). Its watchers end with NOT_FOUND
+   * SESSION_DELETED. With `expected_seq`, only when that is still the
+   * session's last seq (ABORTED SEQ_CONFLICT otherwise). NOT_FOUND
+   * SESSION_NOT_FOUND when it has no journal. A later append creates a new
+   * session under the same id, continuing from the deleted one's last seq +
+   * 1. With `idempotency_key`, a repeat answers the first deletion
+   * (`duplicate`) for the idempotency window, even once the session was
+   * created again; the key with another `expected_seq`, or a key an append
+   * of the session used, is ALREADY_EXISTS IDEMPOTENCY_KEY_REUSED.
    * Errors: INVALID_ARGUMENT INVALID_FIELD; NOT_FOUND SESSION_NOT_FOUND;
-   * ABORTED SEQ_CONFLICT; RESOURCE_EXHAUSTED TOO_MANY_OPEN_FILES; UNAVAILABLE
+   * ABORTED SEQ_CONFLICT; ALREADY_EXISTS IDEMPOTENCY_KEY_REUSED; RESOURCE_EXHAUSTED TOO_MANY_OPEN_FILES; UNAVAILABLE
    * STATE_READ_ONLY, ETCD_UNAVAILABLE (`--store etcd`); and any call's (the
    * second table).
    *
@@ -1642,7 +1693,8 @@ export const SessionService: GenService<{
    * `last_seq + 1` (`last_seq + 1` itself is an empty read that ends at once).
    * RESOURCE_EXHAUSTED TOO_MANY_OPEN_FILES when no descriptor is left to read
    * the journal with (see Descriptors above); NOT_FOUND SESSION_DELETED when
-   * the session is deleted while its journal is read.
+   * the session is deleted while its journal is read, or when `from_seq`
+   * (above 1) is a seq of a session deleted since.
    * Errors: INVALID_ARGUMENT INVALID_FIELD; NOT_FOUND SESSION_NOT_FOUND,
    * SESSION_DELETED;
    * OUT_OF_RANGE SEQ_OUT_OF_RANGE; RESOURCE_EXHAUSTED TOO_MANY_OPEN_FILES;
@@ -1670,7 +1722,9 @@ export const SessionService: GenService<{
    * never silently misses an entry. So is a watcher whose session's journal
    * another process changed in a way only a full replay follows (a damaged
    * line, a rewrite): resuming reads what changed from the journal. A deleted
-   * session ends its watchers with NOT_FOUND SESSION_DELETED. The service
+   * session ends its watchers with NOT_FOUND SESSION_DELETED, and a watch
+   * from a seq of a session deleted since (above 1) is refused with it,
+   * naming the seq the session under the id starts at now. The service
    * ending (shutdown) ends the stream with UNAVAILABLE SHUTTING_DOWN. A
    * backlog that cannot be read for want of a descriptor ends the stream with
    * RESOURCE_EXHAUSTED TOO_MANY_OPEN_FILES (see Descriptors above): watch
