@@ -78,13 +78,15 @@ interface Raised {
 function raisedReasons(): Raised[] {
   const files = ["packages/shared/src", "packages/etcd/src", "services/sessions/src", "services/budget/src"].flatMap((dir) => sources(dir));
   const parsed = files.map((file) => ({ file, source: ts.createSourceFile(file, readFileSync(repoPath(file), "utf8"), ts.ScriptTarget.Latest, true) }));
-  // Reasons named through a constant object (`REQUEST_REASONS.MALFORMED_REQUEST`, `EtcdReason.AUTH`).
+  // Reasons named through a constant, or a constant object (`REQUEST_REASONS.MALFORMED_REQUEST`, `EtcdReason.AUTH`).
   const constants = new Map<string, string>();
   for (const { source } of parsed) {
     const visit = (node: ts.Node): void => {
       if (ts.isVariableDeclaration(node) && ts.isIdentifier(node.name) && node.initializer !== undefined) {
         let init = node.initializer;
         if (ts.isAsExpression(init)) init = init.expression;
+        // …or a plain one (`export const TOO_MANY_OPEN_FILES = "TOO_MANY_OPEN_FILES"`).
+        if (ts.isStringLiteral(init) && /^[A-Z][A-Z0-9_]+$/.test(init.text)) constants.set(node.name.text, init.text);
         if (ts.isObjectLiteralExpression(init)) {
           for (const p of init.properties) {
             if (ts.isPropertyAssignment(p) && ts.isStringLiteral(p.initializer) && /^[A-Z][A-Z0-9_]+$/.test(p.initializer.text)) {

@@ -219,8 +219,10 @@ describe("Python client (grpcio 1.51 + stubs from Debian's protoc)", () => {
         read_end: { last_seq: 3, next_seq: 2, more: true },
         empty_read: { entries: 0, next_seq: 4, more: false },
         deleted_at: 1,
+        repeated_delete: 1,
         after_delete: ["py-page-1", "py-page-2", "py-page-3", "py-page-4"],
         snapshot_after_delete: true,
+        reborn_seq: 2,
         limits: { max_page_size: 1000, max_events_per_append: 10000 },
       });
       const listedIds = (await python.step("sessions")).listed as string[];

@@ -1140,11 +1140,14 @@ class Berth:
             if not token:
                 return
 
-    def delete(self, session_id: str, *, expected_seq: Optional[int] = None) -> int:
+    def delete(self, session_id: str, *, expected_seq: Optional[int] = None, idempotency_key: str = "") -> int:
         """Deletes the session (journal and snapshot files; its watchers end with NOT_FOUND
-        ``SESSION_DELETED``); returns the last seq it had. ``expected_seq``: only when that is still
-        its last seq (ABORTED ``SEQ_CONFLICT`` otherwise). NOT_FOUND ``SESSION_NOT_FOUND`` without a journal."""
-        request = session_service_pb2.DeleteSessionRequest(session_id=session_id)
+        ``SESSION_DELETED``); returns the last seq it had. A session created again under the id
+        continues from that seq + 1. ``expected_seq``: only when that is still its last seq (ABORTED
+        ``SEQ_CONFLICT`` otherwise). NOT_FOUND ``SESSION_NOT_FOUND`` without a journal. With
+        ``idempotency_key`` (e.g. ``str(uuid.uuid4())``) a retry with the same key answers the first
+        deletion, even once the session was created again."""
+        request = session_service_pb2.DeleteSessionRequest(session_id=session_id, idempotency_key=idempotency_key)
         if expected_seq is not None:
             request.expected_seq = expected_seq
         return _rpc(lambda: self.sessions.DeleteSession(request, timeout=self.timeout)).last_seq

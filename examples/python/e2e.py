@@ -133,7 +133,8 @@ def sessions_steps(berth: Berth) -> None:
     listed = [snapshot.id for snapshot in berth.list_sessions(page_size=2)]
     read = berth.read_journal(SESSION, from_seq=1, limit=1)
     empty = berth.read_journal(SESSION, from_seq=read.last_seq + 1)
-    deleted_at = berth.delete("py-page-0", expected_seq=1)
+    deleted_at = berth.delete("py-page-0", expected_seq=1, idempotency_key="py-delete-1")
+    repeated_delete = berth.delete("py-page-0", expected_seq=1, idempotency_key="py-delete-1")
     emit(
         "sessions",
         listed=listed,
@@ -141,8 +142,11 @@ def sessions_steps(berth: Berth) -> None:
         read_end={"last_seq": read.last_seq, "next_seq": read.next_seq, "more": read.more},
         empty_read={"entries": len(empty), "next_seq": empty.next_seq, "more": empty.more},
         deleted_at=deleted_at,
+        repeated_delete=repeated_delete,
         after_delete=[snapshot.id for snapshot in berth.list_sessions() if snapshot.id.startswith("py-page-")],
         snapshot_after_delete=berth.snapshot("py-page-0") is None,
+        # Created again, the session continues after the deleted one's last seq (evaluated last).
+        reborn_seq=berth.append("py-page-0", "generate", {"pageUrl": "/again"}).seq,
         limits={"max_page_size": berth.session_limits().max_page_size, "max_events_per_append": berth.session_limits().max_events_per_append},
     )
 

@@ -28,6 +28,7 @@ import { BerthClientError, withBerthErrors } from "./errors.js";
 import { appendableEvent } from "./journal-events.js";
 import { absoluteLockPath } from "./lock-path.js";
 import { callOptions, delay, durationOfMs, linkedCall, serviceTransports, type CallOptions, type ServiceClientOptions } from "./options.js";
+import { callWithRequestId } from "./request-ids.js";
 
 export { ExpectedState };
 
@@ -133,10 +134,21 @@ export class SessionsClient {
     } while (pageToken !== "");
   }
 
-  /** Deletes the session (journal and snapshot files); with `expectedSeq`, only if that is still its last seq. */
-  delete(sessionId: string, options: CallOptions & { readonly expectedSeq?: bigint | number } = {}): Promise<DeleteSessionResponse> {
+  /**
+   * Deletes the session (journal and snapshot files; a session created again under the id continues
+   * its seqs); with `expectedSeq`, only if that is still its last seq. Made with an idempotency key
+   * (`idempotencyKey`, or a new UUID) and made again with it while it fails on the way: a deletion
+   * whose answer was lost is answered (`duplicate`), never done twice.
+   */
+  delete(
+    sessionId: string,
+    options: CallOptions & { readonly expectedSeq?: bigint | number; readonly idempotencyKey?: string | undefined } = {},
+  ): Promise<DeleteSessionResponse> {
     const expectedSeq = options.expectedSeq === undefined ? {} : { expectedSeq: BigInt(options.expectedSeq) };
-    return this.rpc.deleteSession({ sessionId, ...expectedSeq }, callOptions(options));
+    return callWithRequestId((idempotencyKey) => this.rpc.deleteSession({ sessionId, ...expectedSeq, idempotencyKey }, callOptions(options)), {
+      requestId: options.idempotencyKey,
+      signal: options.signal,
+    });
   }
 
   /** The journal's entries from `fromSeq` (default: the start), at most `limit` (default: all), up to its current end. */

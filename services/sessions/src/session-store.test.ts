@@ -362,6 +362,26 @@ describe("idempotency keys", () => {
 });
 
 describe("deleting a session", () => {
+  it("keeps a deleted session's keys and a keyed deletion for the idempotency window, then forgets them (the seqs still continue)", async () => {
+    const store = open({ idempotencyWindowMs: 60_000 });
+    await store.append("w", [{ type: "generate" }], { idempotencyKey: "k" });
+    expect(await store.delete("w", { idempotencyKey: "d" })).toEqual({ lastSeq: 1, duplicate: false });
+    clock.advance(59_999);
+    await expectBerthError(store.append("w", [{ type: "generate" }], { idempotencyKey: "k" }), "not_found", "SESSION_DELETED");
+    expect(await store.delete("w", { idempotencyKey: "d" })).toEqual({ lastSeq: 1, duplicate: true });
+    // The window has passed: the sweep forgot the deletion (its timer was the only one armed).
+    expect(clock.pendingTimers()).toBe(1);
+    clock.advance(1);
+    await store.settled();
+    expect(clock.pendingTimers()).toBe(0);
+    expect(await store.append("w", [{ type: "generate" }], { idempotencyKey: "k" })).toMatchObject({ firstSeq: 2, duplicate: false });
+    expect(await store.delete("w", { idempotencyKey: "d" })).toEqual({ lastSeq: 2, duplicate: false });
+    await store.close();
+    // And so does a restart: the tombstone keeps only its last seq.
+    const reopened = open({ idempotencyWindowMs: 60_000 });
+    expect(await reopened.append("w", [{ type: "generate" }])).toMatchObject({ firstSeq: 3 });
+  });
+
   it("removes its journal and snapshot files, ends its watchers and tells the watchers of every session", async () => {
     const store = open();
     await store.append("s1", [{ type: "generate" }, { type: "steer" }], { idempotencyKey: "k" });

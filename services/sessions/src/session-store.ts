@@ -132,7 +132,8 @@ export class SessionStore implements SessionStoreApi {
       clock: this.clock,
       logger: this.logger,
       sweepOnce: async () => {
-        const oldest = this.journals.pruneTombstones(this.clock.now() - this.idempotencyWindowMs);
+        // A deletion is remembered while now < deletedAt + window: forget those made at or before now - window.
+        const oldest = this.journals.pruneTombstones(this.clock.now() - this.idempotencyWindowMs + 1);
         this.tombstoneSweeps.rearm(oldest + this.idempotencyWindowMs);
       },
     });

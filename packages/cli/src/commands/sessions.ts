@@ -147,8 +147,9 @@ const SUBCOMMANDS: readonly Subcommand[] = [
     help: renderHelp({
       usage: ["berth sessions delete SESSION [--expected-seq N] [flags]"],
       about:
-        "Deletes SESSION: its journal and snapshot files (the seed's library no longer sees it either) and its idempotency keys. " +
-        "Its watchers are ended (NOT_FOUND, the session was deleted); a later append starts a new session from seq 1. " +
+        "Deletes SESSION: its journal and snapshot files (the seed's library no longer sees it either). " +
+        "Its watchers are ended (NOT_FOUND, the session was deleted); a later append starts a new session that continues from its last seq + 1, " +
+        "so nothing written for the old one applies to the new one. Retried with the same idempotency key when the connection fails, so it is never done twice. " +
         "Prints the last seq it had.",
       flags: [
         ["--expected-seq N", "refuse unless the session's last seq is still N"],

@@ -1,5 +1,6 @@
 // @module-tag etcd
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { ManualClock } from "@berth/shared/clock";
 import { createEtcdClient, type EtcdClient, type RangeOptions } from "@berth/etcd";
 import { countCalls, startEtcd, wrapClient, type EtcdCluster } from "@berth/etcd/testing";
 import { applyEvent, baseSnapshot, type SessionSnapshot } from "../reducer.js";
@@ -63,6 +64,31 @@ function countedStore(snapshotEvery?: number): { store: EtcdSessionStore; calls:
 const comparable = (snapshot: SessionSnapshot) => JSON.parse(JSON.stringify({ ...snapshot, updatedAt: undefined })) as unknown;
 
 describe("the etcd session store", () => {
+  it("keeps a deleted session's keys and a keyed deletion for the idempotency window, then sweeps them out of etcd (the seqs still continue)", async () => {
+    const clock = new ManualClock(Date.UTC(2026, 0, 1));
+    const client = createEtcdClient({ endpoints: etcd.clientUrls, prefix: `s${++prefixes}/` });
+    clients.push(client);
+    const journal = new EtcdJournal({ client, clock, idempotencyWindowMs: 60_000 });
+    const store = new EtcdSessionStore({ journal, client, clock, ...LIMITS, idempotencyWindowMs: 60_000 });
+    stores.push(store);
+    await store.settled();
+    await store.append("w", [{ type: "generate" }], { idempotencyKey: "k" });
+    expect(await store.delete("w", { idempotencyKey: "d" })).toEqual({ lastSeq: 1, duplicate: false });
+    clock.advance(59_999);
+    await expect(store.append("w", [{ type: "generate" }], { idempotencyKey: "k" })).rejects.toMatchObject({ reason: "SESSION_DELETED" });
+    expect(await store.delete("w", { idempotencyKey: "d" })).toEqual({ lastSeq: 1, duplicate: true });
+    const keys = async () => (await client.range({ key: "", prefix: true, keysOnly: true })).kvs.map((kv) => kv.key);
+    expect(await keys()).toEqual(["i/w/d", "i/w/k", "t/w"]);
+    clock.advance(1);
+    // Past the window, before any sweep: the keys are free again (an append overwrites its record)…
+    expect(await store.append("w", [{ type: "generate" }], { idempotencyKey: "k" })).toMatchObject({ firstSeq: 2, duplicate: false });
+    // …and the sweep takes out what is left of the deletion, keeping the live session's key.
+    expect(await journal.sweepTombstones()).toBe(Infinity);
+    expect(await keys()).toEqual(["e/w/00000000000000000002", "h/w", "i/w/k", "t/w"]);
+    expect(await store.delete("w", { idempotencyKey: "d" })).toEqual({ lastSeq: 2, duplicate: false });
+    expect(await store.append("w", [{ type: "generate" }])).toMatchObject({ firstSeq: 3 });
+  });
+
   it("answers each append, through either instance, with the snapshot a replay of the journal builds", async () => {
     const [a, b, fresh] = instances(3);
     const results = [];
