@@ -14,11 +14,11 @@ afterEach(async () => {
   await Promise.all(open.splice(0).map((b) => b.close()));
 });
 
-async function setup(options: { watchHistory?: number } = {}) {
+async function setup(options: { watchHistory?: number; watchBuffer?: number } = {}) {
   const clock = new ManualClock();
   const sampler = new ManualSampler({ availableBytes: 64 * G, cores: 8, load1: 0 }, clock);
   const policy: Policy = { ...defaultPolicy({ totalBytes: 64 * G, cpus: 8 }), memoryBytes: 8 * G, cpu: 4, reserveBytes: G };
-  const budget = await createBudget({ policy, sampler, clock, defer: (fn) => fn(), revisionBase: BASE, watchHistory: options.watchHistory });
+  const budget = await createBudget({ policy, sampler, clock, defer: (fn) => fn(), revisionBase: BASE, ...options });
   open.push(budget);
   return { clock, sampler, budget, policy };
 }
@@ -128,7 +128,7 @@ describe("budget watch", () => {
   });
 
   it("ends a watcher that falls too far behind WATCHER_LAGGED with the revision to resume from", async () => {
-    const { budget } = await setup({ watchHistory: 2 });
+    const { budget } = await setup({ watchHistory: 10, watchBuffer: 2 });
     const watch = budget.watch({ includeCurrent: false, startRevision: 0 });
     await budget.registerRunning("a", { memoryBytes: G, cpu: 0 });
     expect(await drain(watch, 1)).toEqual([[BASE + 1, "running_registered a"]]);

@@ -64,8 +64,10 @@ export interface BudgetOptions {
   maxEndedKeys?: number | undefined;
   /** How long a broken Admit stream with a request id keeps its place or reservation (`--admit-resume-grace`). Default 15 s. */
   admitResumeGraceMs?: number | undefined;
-  /** How many of the latest changes a watch can replay, and how far a watcher may fall behind. Default {@link DEFAULT_WATCH_HISTORY}. */
+  /** How many of the latest changes a watch can replay. Default {@link DEFAULT_WATCH_HISTORY}. */
   watchHistory?: number | undefined;
+  /** How many changes a watcher may hold unread before it is ended lagged; at most `watchHistory`. Default {@link DEFAULT_WATCH_BUFFER}. */
+  watchBuffer?: number | undefined;
   /** The revision before the first change (default: {@link runRevisionBase} of the clock: the run's start in µs). */
   revisionBase?: number | undefined;
 }
@@ -81,8 +83,13 @@ export interface RevisionedSample {
 /** How many of the latest samples WatchMachine can resume after. */
 export const SAMPLE_HISTORY = 64;
 
-/** How many changes a watch of the budget can replay, and how many a watcher may hold unread. */
+/** How many changes a watch of the budget can replay. */
 export const DEFAULT_WATCH_HISTORY = 10_000;
+/**
+ * How many changes a watcher may hold unread before it is ended lagged: a tenth of the history, so
+ * that a lagged watcher that resumes at once finds every change it missed still held.
+ */
+export const DEFAULT_WATCH_BUFFER = 1_000;
 
 /**
  * One change of the budget, as a watch tells it: what changed, as it stands after the change (a
@@ -349,6 +356,7 @@ export async function createBudget(options: BudgetOptions): Promise<Budget> {
   const saving = new Map<string, Promise<BudgetAnswer>>();
   let admissions: ResumableAdmissions | undefined;
   const watchHistory = options.watchHistory ?? DEFAULT_WATCH_HISTORY;
+  const watchBuffer = Math.min(options.watchBuffer ?? DEFAULT_WATCH_BUFFER, watchHistory);
   const revisionBase = options.revisionBase ?? runRevisionBase(clock);
   const history = new RevisionHistory<BudgetChange>({ base: revisionBase, capacity: watchHistory });
   const samples = new RevisionHistory<MachineSample>({ base: revisionBase, capacity: SAMPLE_HISTORY });
@@ -848,7 +856,7 @@ export async function createBudget(options: BudgetOptions): Promise<Budget> {
     },
 
     watch({ includeCurrent, startRevision }) {
-      const options = { maxBuffered: watchHistory, lagged: watcherLagged };
+      const options = { maxBuffered: watchBuffer, lagged: watcherLagged };
       const replay = !includeCurrent && startRevision > 0 && history.canReplay(startRevision);
       if (replay) return { current: undefined, caughtUp: { revision: history.revision, reset: false }, changes: history.watch(startRevision, options) };
       const changes = history.watch(history.revision, options);

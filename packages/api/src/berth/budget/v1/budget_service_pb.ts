@@ -2402,7 +2402,7 @@ export const BudgetService: GenService<{
    * greater than any an earlier run gave, unless that run averaged a million
    * changes a second; a revision below the run's base, or above its latest,
    * is not one of this run's. The service holds the last 10,000 changes to
-   * replay.
+   * replay (`--watch-history`).
    *
    * The stream: with `include_current`, first the current state, one event
    * per queued request (REQUEST_QUEUED, head first), reservation
@@ -2421,11 +2421,13 @@ export const BudgetService: GenService<{
    * to. Queue positions and ETAs are not events (every change ahead moves
    * them): a request's place is its order among the queued ones; ListQueue
    * and GetState give the ETAs. Renewals (KeepAlive) are not events either.
-   * Events carry no secrets. A watcher that falls more than 10,000 events
-   * behind ends with RESOURCE_EXHAUSTED WATCHER_LAGGED, the revision to
-   * resume from in its ErrorInfo metadata (`resumeRevision`): watch again
-   * with `start_revision` set to it. The service ending ends the stream with
-   * UNAVAILABLE SHUTTING_DOWN.
+   * Events carry no secrets (no request ids). A watcher that falls more than
+   * 1,000 events behind (`--watch-buffer`: the service holds no more for a
+   * reader that does not read) ends with RESOURCE_EXHAUSTED WATCHER_LAGGED,
+   * the revision to resume from in its ErrorInfo metadata
+   * (`resumeRevision`): watch again with `start_revision` set to it, which
+   * replays exactly what it missed while the history still holds it. The
+   * service ending ends the stream with UNAVAILABLE SHUTTING_DOWN.
    * Errors: INVALID_ARGUMENT INVALID_FIELD (`start_revision`,
    * `progress_interval`); RESOURCE_EXHAUSTED WATCHER_LAGGED; and any call's
    * (the second table).
