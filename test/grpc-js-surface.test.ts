@@ -901,6 +901,19 @@ describe("BudgetService over grpc-js", () => {
     expect((await watch.ended).name).toBe("CANCELLED");
   });
 
+  it("WatchBudget: the current state (the policy), caught_up at its revision, until the client cancels", async () => {
+    const call = budgetRpc.serverStream(BudgetService.method.watchBudget, { includeCurrent: true });
+    const watch = reader(call);
+    let message = await watch.next("the current state");
+    while (message.kind.case === "event" && message.kind.value.subject.case !== "policy") message = await watch.next("the policy");
+    const policy = message;
+    const caughtUp = await watch.next("caught_up");
+    expect(caughtUp.kind.case).toBe("caughtUp");
+    expect(caughtUp.kind.value?.revision).toBe(policy.kind.value?.revision);
+    call.cancel();
+    expect((await watch.ended).name).toBe("CANCELLED");
+  });
+
   it("Admit: admitted; a second one queued (position, reason) → admitted when the first releases; build_done, started, release → released and OK", async () => {
     const firstCall = budgetRpc.bidi(BudgetService.method.admit);
     const first = reader(firstCall);

@@ -31,6 +31,7 @@ import {
   type RegisterRunningResponse,
   type ReserveResponse,
   type ReservationUpdated,
+  type WatchBudgetResponse,
 } from "@berth/api/berth/budget/v1/budget_service_pb";
 import type { Endpoint } from "./endpoint.js";
 import { BerthClientError, withBerthErrors } from "./errors.js";
@@ -563,6 +564,24 @@ export class BudgetClient {
     for await (const response of this.rpc.watchMachine({}, callOptions(options))) {
       if (response.machine !== undefined) yield response.machine;
     }
+  }
+
+  /**
+   * Every change of the budget (queue, reservations, running tally, policy) as WatchBudget sends
+   * it: with `includeCurrent`, the current state then `caughtUp`; with `startRevision`, the changes
+   * after it (or the current state with `caughtUp.reset` when it cannot be replayed); `progress`
+   * every `progressIntervalMs` of quiet. A lagged watcher's error (RESOURCE_EXHAUSTED
+   * WATCHER_LAGGED) names `resumeRevision` in its metadata: call again with it.
+   */
+  watchBudget(
+    options: CallOptions & { includeCurrent?: boolean; startRevision?: bigint | number; progressIntervalMs?: number } = {},
+  ): AsyncIterable<WatchBudgetResponse> {
+    const request = {
+      includeCurrent: options.includeCurrent ?? false,
+      startRevision: BigInt(options.startRevision ?? 0),
+      progressInterval: durationOfMs(options.progressIntervalMs),
+    };
+    return this.rpc.watchBudget(request, callOptions(options));
   }
 
   /** The limits the budget enforces: lease ttls, the longest wait, the queue's size. */

@@ -109,7 +109,15 @@ export interface QueueHost {
   holdMs(): number;
   /** Runs `fn` soon, after the current event (batches position updates). Default: setImmediate. */
   defer?: ((fn: () => void) => void) | undefined;
+  /**
+   * Hears each request joining or leaving the queue, as it stood (`position` its place when it
+   * joins, 0 when it leaves: positions of the others move with every change, and are not told).
+   */
+  requestChanged?: ((change: QueueRequestChange, request: QueueEntryInfo) => void) | undefined;
 }
+
+/** How a request joined or left the queue. */
+export type QueueRequestChange = "queued" | "admitted" | "refused" | "timed_out" | "left";
 
 /** The FIFO (optionally backfilling) admission queue. */
 export class AdmissionQueue {
@@ -203,7 +211,7 @@ export class AdmissionQueue {
         lastNotifiedAt: now,
       };
       if (options.signal) {
-        waiter.onAbort = () => this.drop(waiter, cancelledError(owner));
+        waiter.onAbort = () => this.drop(waiter, cancelledError(owner), "left");
         options.signal.addEventListener("abort", waiter.onAbort, { once: true });
       }
       this.line.push(waiter);
@@ -220,6 +228,7 @@ export class AdmissionQueue {
         this.notifier.firstJoined(gates);
       }
       this.notifier.notify(waiter, this.line.live, this.host.context());
+      this.told("queued", waiter, this.line.live);
     });
   }
 
@@ -256,7 +265,7 @@ export class AdmissionQueue {
           const gates = refusingGates(waiter.want, context, { skipLoadGate: waiter.skipLoadGate });
           if (gates & IMPOSSIBLE) {
             // The policy shrank under it: it will never fit now.
-            this.drop(waiter, impossibleError(waiter.owner, reasonsFor(gates, waiter.want, context)));
+            this.drop(waiter, impossibleError(waiter.owner, reasonsFor(gates, waiter.want, context)), "refused");
             continue;
           }
           if (gates === 0) {
@@ -339,7 +348,7 @@ export class AdmissionQueue {
     this.closed = true;
     this.deadlines.close();
     this.notifier.close();
-    for (const w of this.line.waiters) if (!w.removed) this.drop(w, closedError(w.owner));
+    for (const w of this.line.waiters) if (!w.removed) this.drop(w, closedError(w.owner), "refused");
     this.line.clear();
   }
 
@@ -375,6 +384,7 @@ export class AdmissionQueue {
       waiter.reject(error instanceof BerthError ? error : new BerthError("internal", `admitting '${waiter.owner}' failed: ${(error as Error).message}`));
       return;
     }
+    this.told("admitted", waiter, 0);
     waiter.resolve(reservation);
   }
 
@@ -453,10 +463,11 @@ export class AdmissionQueue {
   }
 
   /** Takes a waiter out and refuses it; a new head may fit, so the queue is re-checked. */
-  private drop(waiter: Waiter, error: BerthError): void {
+  private drop(waiter: Waiter, error: BerthError, change: QueueRequestChange): void {
     if (waiter.removed) return;
     const wasHead = this.line.first() === waiter;
     this.remove(waiter);
+    this.told(change, waiter, 0);
     waiter.reject(error);
     if (wasHead) this.recheck();
     this.notifier.scheduleFlush();
@@ -474,8 +485,28 @@ export class AdmissionQueue {
     for (const w of expired) {
       const at = positions.get(w) ?? 1;
       const reasons = at === 1 && head?.waiter === w ? headReasons : [queueReason(at - 1), ...headReasons];
-      this.drop(w, waitExhaustedError(w.owner, now - w.queuedAt, at, reasons, etaOf(at, holdMs, now - w.queuedAt)));
+      this.drop(w, waitExhaustedError(w.owner, now - w.queuedAt, at, reasons, etaOf(at, holdMs, now - w.queuedAt)), "timed_out");
     }
+  }
+
+  /** Tells the host a request joined (at `position`) or left (0) the queue. */
+  private told(change: QueueRequestChange, waiter: Waiter, position: number): void {
+    const hear = this.host.requestChanged;
+    if (hear === undefined) return;
+    const now = this.host.clock.monotonicNow();
+    const queuedAt = wallTimesOf(this.host.clock)(waiter.queuedAt);
+    hear(change, {
+      id: waiter.id,
+      seq: waiter.seq,
+      owner: waiter.owner,
+      position,
+      needs: { ...waiter.want },
+      skipLoadGate: waiter.skipLoadGate,
+      queuedAt,
+      waitedMs: now - waiter.queuedAt,
+      etaMs: position === 0 ? 0 : etaOf(position, this.host.holdMs(), now - waiter.queuedAt),
+      deadline: queuedAt + Math.round(waiter.deadline - waiter.queuedAt),
+    });
   }
 
   private headEtaMs(): number {

@@ -559,10 +559,10 @@ describe("budget", () => {
   it("watchMachine yields the latest sample, then each new one, and ends on close", async () => {
     const { budget, sampler } = await setup();
     const iterator = budget.watchMachine()[Symbol.asyncIterator]();
-    expect((await iterator.next()).value?.availableBytes).toBe(64 * G);
+    expect((await iterator.next()).value?.sample.availableBytes).toBe(64 * G);
     const next = iterator.next();
     sampler.set({ availableBytes: 10 * G });
-    expect((await next).value?.availableBytes).toBe(10 * G);
+    expect((await next).value?.sample.availableBytes).toBe(10 * G);
     const last = iterator.next();
     await budget.close();
     expect((await last).done).toBe(true);

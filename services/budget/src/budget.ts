@@ -17,7 +17,8 @@ import type { Clock } from "@berth/shared/clock";
 import { systemClock } from "@berth/shared/clock";
 import { BerthError, invalidArgument } from "@berth/shared/errors";
 import { DEFAULT_IDEMPOTENCY_WINDOW_MS, IdempotencyMemory, type KeyedRequest } from "@berth/shared/idempotency";
-import type { AdmitOptions, Page, QueueEntryInfo, QueuedRequest } from "./admission-queue.js";
+import { RevisionHistory, runRevisionBase, type RevisionWatcher } from "@berth/shared/revision-history";
+import type { AdmitOptions, Page, QueueEntryInfo, QueuedRequest, QueueRequestChange } from "./admission-queue.js";
 import { AdmissionQueue } from "./admission-queue.js";
 import type { Cost, Need, NeedItemInput, Resources, ResourceSpec } from "./costs.js";
 import { checkResources, costsOf, needFromItems, total } from "./costs.js";
@@ -35,10 +36,10 @@ import {
   type BudgetAnswer,
   type RunningAnswer,
 } from "./keyed-requests.js";
-import type { ConsumeOptions, Reservation, ReservationSnapshot } from "./reservations.js";
+import type { ConsumeOptions, Reservation, ReservationChange, ReservationSnapshot } from "./reservations.js";
 import { ReservationBook, reservationNotFound } from "./reservations.js";
 import { DEFAULT_ADMIT_RESUME_GRACE_MS, ResumableAdmissions, type AdmitStreamHooks, type AttachResult } from "./resumable-admissions.js";
-import type { RunningEntry } from "./running-tally.js";
+import type { RunningChange, RunningEntry } from "./running-tally.js";
 import { RunningTally } from "./running-tally.js";
 import type { MachineSample, Sampler } from "./sampler.js";
 import type { CheckOptions, Committed, Reason, Verdict, VerdictContext } from "./verdict.js";
@@ -63,6 +64,63 @@ export interface BudgetOptions {
   maxEndedKeys?: number | undefined;
   /** How long a broken Admit stream with a request id keeps its place or reservation (`--admit-resume-grace`). Default 15 s. */
   admitResumeGraceMs?: number | undefined;
+  /** How many of the latest changes a watch can replay. Default {@link DEFAULT_WATCH_HISTORY}. */
+  watchHistory?: number | undefined;
+  /** How many changes a watcher may hold unread before it is ended lagged; at most `watchHistory`. Default {@link DEFAULT_WATCH_BUFFER}. */
+  watchBuffer?: number | undefined;
+  /** The revision before the first change (default: {@link runRevisionBase} of the clock: the run's start in µs). */
+  revisionBase?: number | undefined;
+}
+
+/** A machine sample as WatchMachine sends it. */
+export interface RevisionedSample {
+  sample: MachineSample;
+  revision: number;
+  /** The watcher's start revision could not be continued: samples were missed before this one. */
+  reset: boolean;
+}
+
+/** How many of the latest samples WatchMachine can resume after. */
+export const SAMPLE_HISTORY = 64;
+
+/** How many changes a watch of the budget can replay. */
+export const DEFAULT_WATCH_HISTORY = 10_000;
+/**
+ * How many changes a watcher may hold unread before it is ended lagged: a tenth of the history, so
+ * that a lagged watcher that resumes at once finds every change it missed still held.
+ */
+export const DEFAULT_WATCH_BUFFER = 1_000;
+
+/**
+ * One change of the budget, as a watch tells it: what changed, as it stands after the change (a
+ * request leaving the queue as it stood, at position 0), and when (wall clock, ms).
+ */
+export type BudgetChange =
+  | { kind: `request_${QueueRequestChange}`; at: number; request: QueueEntryInfo }
+  | {
+      kind: "reservation_made" | "reservation_changed" | "reservation_released" | "reservation_expired";
+      at: number;
+      reservation: ReservationInfo & { runningIds: string[] };
+    }
+  | { kind: `running_${RunningChange}`; at: number; running: RunningEntry }
+  | { kind: "policy_changed"; at: number; policy: Policy };
+
+/** Where a watch of the budget starts. */
+export interface BudgetWatchOptions {
+  /** Describe the current state first. */
+  includeCurrent: boolean;
+  /** Replay every change after this revision (0: none); one that cannot be replayed describes the current state, reset. */
+  startRevision: number;
+}
+
+/** A watch of the budget, opened: what to send first, then the changes. */
+export interface BudgetWatch {
+  /** The current state (head of the queue first, reservations, running entries, the policy), when described; all at `caughtUp.revision`. */
+  current: BudgetChange[] | undefined;
+  /** Sent once the state or the replayed changes are; undefined when neither was asked. */
+  caughtUp: { revision: number; reset: boolean } | undefined;
+  /** The changes after what was described or replayed. Ends RESOURCE_EXHAUSTED WATCHER_LAGGED when its reader falls too far behind. */
+  changes: RevisionWatcher<BudgetChange>;
 }
 
 /** The request ids' settings in force (GetLimits). */
@@ -196,8 +254,14 @@ export interface Budget {
   listRunning(after: number | undefined, limit: number): Page<RunningEntry & { seq: number }>;
   /** The latest machine sample. */
   machine(): MachineSample | undefined;
-  /** The latest sample, then every new one; a slow reader gets the newest, not a backlog. Ends when `signal` fires or the budget closes. */
-  watchMachine(signal?: AbortSignal): AsyncIterable<MachineSample>;
+  /**
+   * The latest sample, then every new one, each with its revision (the sample's number in this run,
+   * from the run's revision base); a slow reader gets the newest, not a backlog. With
+   * `startRevision`, the held samples after it instead of the latest; one that cannot be continued
+   * (older than the last {@link SAMPLE_HISTORY} samples, another run's) gets the latest, `reset`.
+   * Ends when `signal` fires or the budget closes.
+   */
+  watchMachine(signal?: AbortSignal, options?: { startRevision?: number | undefined }): AsyncIterable<RevisionedSample>;
   /** What a spec costs running and building, with the policy's defaults for what it leaves out. */
   costs(spec: ResourceSpec | undefined): { run: Cost; build: Cost };
   /** The need of the items a caller sent (defaults from the current policy). */
@@ -205,6 +269,13 @@ export interface Budget {
   policy(): Policy;
   /** Swaps the policy (validated first) and re-checks the queue. The server wires SIGHUP to it. */
   reloadPolicy(policy: Policy): Policy;
+  /**
+   * Every change of the queue, the reservations, the running tally and the policy, numbered by
+   * revision: opened in one step with the state it describes, so no change falls between the two.
+   */
+  watch(options: BudgetWatchOptions): BudgetWatch;
+  /** The latest change's revision. */
+  readonly revision: number;
   /** Refuses every waiter (unavailable), stops every timer and waits for the tally's last write. */
   close(): Promise<void>;
 }
@@ -228,6 +299,31 @@ function checkNeed(need: Pick<Need, "start" | "build">): void {
   if (!need || typeof need !== "object") throw invalidArgument("need", "is required");
   checkResources(need.start, "need.start");
   checkResources(need.build, "need.build");
+}
+
+/** The watch events of the reservations' changes (a renewal is none: one per KeepAlive, and its expiry is told when it comes). */
+const RESERVATION_EVENTS: Partial<Record<ReservationChange, Extract<BudgetChange, { reservation: unknown }>["kind"]>> = {
+  admitted: "reservation_made",
+  build_released: "reservation_changed",
+  consumed: "reservation_changed",
+  released: "reservation_released",
+  expired: "reservation_expired",
+};
+
+/** RESOURCE_EXHAUSTED WATCHER_LAGGED: a watcher fell behind; it resumes from the last revision it took. */
+function watcherLagged(resumeRevision: number): BerthError {
+  return new BerthError(
+    "resource_exhausted",
+    `the watcher fell too far behind the budget's changes; watch again with start_revision ${resumeRevision}`,
+    { resumeRevision: String(resumeRevision) },
+    { reason: "WATCHER_LAGGED" },
+  );
+}
+
+/** A running entry as a watcher is shown it: without the request id, which answers a retry and is the caller's own. */
+function withoutSecrets(entry: RunningEntry): RunningEntry {
+  const { requestId: _requestId, ...shown } = entry;
+  return shown;
 }
 
 function reservationInfo(r: Reservation): ReservationInfo {
@@ -259,6 +355,13 @@ export async function createBudget(options: BudgetOptions): Promise<Budget> {
   const reserving = new Map<string, PendingReserve>();
   const saving = new Map<string, Promise<BudgetAnswer>>();
   let admissions: ResumableAdmissions | undefined;
+  const watchHistory = options.watchHistory ?? DEFAULT_WATCH_HISTORY;
+  const watchBuffer = Math.min(options.watchBuffer ?? DEFAULT_WATCH_BUFFER, watchHistory);
+  const revisionBase = options.revisionBase ?? runRevisionBase(clock);
+  const history = new RevisionHistory<BudgetChange>({ base: revisionBase, capacity: watchHistory });
+  const samples = new RevisionHistory<MachineSample>({ base: revisionBase, capacity: SAMPLE_HISTORY });
+  const firstSample = options.sampler.latest();
+  if (firstSample !== undefined) samples.append(firstSample);
 
   const tally = await RunningTally.open({
     clock,
@@ -270,6 +373,7 @@ export async function createBudget(options: BudgetOptions): Promise<Budget> {
     onRemoved: (entry) => {
       if (entry.requestId !== undefined) keys.end(entry.requestId);
     },
+    onEntry: (change, entry) => history.append({ kind: `running_${change}`, at: clock.now(), running: withoutSecrets(entry) }),
   });
   // The ids of the entries counted before a restart: their repeats are answered, never counted twice.
   for (const entry of tally.entries()) {
@@ -285,10 +389,13 @@ export async function createBudget(options: BudgetOptions): Promise<Budget> {
     logger,
     onChange: (reservation, change) => {
       // A reservation's id is remembered while it lives, then for the window.
-      if (change === "released" && reservation.requestId !== undefined) {
+      if ((change === "released" || change === "expired") && reservation.requestId !== undefined) {
         keys.end(reservation.requestId);
         admissions?.released(reservation);
       }
+      const kind = RESERVATION_EVENTS[change];
+      if (kind !== undefined)
+        history.append({ kind, at: clock.now(), reservation: { ...reservationInfo(reservation), runningIds: [...reservation.runningIds] } });
       recheck();
     },
   });
@@ -322,14 +429,16 @@ export async function createBudget(options: BudgetOptions): Promise<Budget> {
     grant: (need, owner, waitedMs) => book.create(need, owner, { waitedMs }),
     holdMs: () => book.holdMs,
     defer: options.defer,
+    requestChanged: (change, request) => history.append({ kind: `request_${change}`, at: clock.now(), request }),
   });
   queueRef = queue;
 
   // A sample that changes neither free memory nor the CPU gate cannot change any verdict: skip it.
   let lastSampleKey = "";
-  const watchers = new Set<(sample: MachineSample | undefined) => void>();
+  const watchers = new Set<(sample: RevisionedSample | undefined) => void>();
   const unsubscribe = options.sampler.onSample((sample) => {
     if (closed) return;
+    const numbered = samples.append(sample);
     tally.sweep();
     const ctx = context();
     const key = `${freeMemory(ctx)}|${cpuGate(policy, sample)}`;
@@ -337,7 +446,7 @@ export async function createBudget(options: BudgetOptions): Promise<Budget> {
       lastSampleKey = key;
       recheck();
     }
-    for (const watcher of watchers) watcher(sample);
+    for (const watcher of watchers) watcher({ sample, revision: numbered.revision, reset: false });
   });
 
   const reservation = (id: string): Reservation => {
@@ -674,10 +783,21 @@ export async function createBudget(options: BudgetOptions): Promise<Budget> {
 
     machine: () => options.sampler.latest(),
 
-    watchMachine(signal) {
+    watchMachine(signal, { startRevision = 0 } = {}) {
       return {
-        [Symbol.asyncIterator](): AsyncIterator<MachineSample> {
-          let pending: MachineSample | undefined = options.sampler.latest();
+        [Symbol.asyncIterator](): AsyncIterator<RevisionedSample> {
+          const resuming = startRevision > 0 && samples.canReplay(startRevision);
+          // The held samples after the start revision, each sent; live samples are states, so a
+          // reader behind gets the newest one only.
+          const replay: RevisionedSample[] = resuming
+            ? samples.since(startRevision).map(({ revision, value }) => ({ sample: value, revision, reset: false }))
+            : [];
+          const latest = samples.last();
+          // A start that cannot be continued is told on the first sample it gets (the latest, or the next one).
+          let resetDue = startRevision > 0 && !resuming;
+          let live: RevisionedSample | undefined =
+            resuming || latest === undefined ? undefined : { sample: latest.value, revision: latest.revision, reset: resetDue };
+          if (live !== undefined) resetDue = false;
           let ended = closed || signal?.aborted === true;
           let wake: (() => void) | undefined;
           const end = () => {
@@ -685,9 +805,10 @@ export async function createBudget(options: BudgetOptions): Promise<Budget> {
             watchers.delete(watcher);
             wake?.();
           };
-          const watcher = (sample: MachineSample | undefined) => {
+          const watcher = (sample: RevisionedSample | undefined) => {
             if (sample === undefined) return end();
-            pending = sample;
+            live = { ...sample, reset: resetDue || live?.reset === true };
+            resetDue = false;
             wake?.();
           };
           if (!ended) {
@@ -695,18 +816,21 @@ export async function createBudget(options: BudgetOptions): Promise<Budget> {
             signal?.addEventListener("abort", end, { once: true });
           }
           return {
-            async next(): Promise<IteratorResult<MachineSample>> {
-              while (!ended && pending === undefined) await new Promise<void>((resolve) => (wake = resolve));
+            async next(): Promise<IteratorResult<RevisionedSample>> {
+              while (!ended && replay.length === 0 && live === undefined) await new Promise<void>((resolve) => (wake = resolve));
               wake = undefined;
-              if (pending !== undefined && !ended) {
-                const sample = pending;
-                pending = undefined;
-                return { value: sample, done: false };
+              let sample = replay.shift();
+              if (sample === undefined) {
+                sample = live;
+                live = undefined;
+              } else if (live !== undefined && live.revision <= sample.revision) {
+                live = undefined;
               }
+              if (sample !== undefined && !ended) return { value: sample, done: false };
               end();
               return { value: undefined, done: true };
             },
-            async return(): Promise<IteratorResult<MachineSample>> {
+            async return(): Promise<IteratorResult<RevisionedSample>> {
               end();
               signal?.removeEventListener("abort", end);
               return { value: undefined, done: true };
@@ -726,13 +850,36 @@ export async function createBudget(options: BudgetOptions): Promise<Budget> {
       policy = validatePolicy(next);
       lastSampleKey = "";
       logger.info({ policy }, "budget: policy reloaded; re-checking the queue");
+      history.append({ kind: "policy_changed", at: clock.now(), policy });
       queue.policyChanged();
       return policy;
+    },
+
+    watch({ includeCurrent, startRevision }) {
+      const options = { maxBuffered: watchBuffer, lagged: watcherLagged };
+      const replay = !includeCurrent && startRevision > 0 && history.canReplay(startRevision);
+      if (replay) return { current: undefined, caughtUp: { revision: history.revision, reset: false }, changes: history.watch(startRevision, options) };
+      const changes = history.watch(history.revision, options);
+      if (!includeCurrent && startRevision === 0) return { current: undefined, caughtUp: undefined, changes };
+      // Read in the same step as the watch opened: no change can fall between the two.
+      const at = clock.now();
+      const current: BudgetChange[] = [
+        ...queue.entries().map((request): BudgetChange => ({ kind: "request_queued", at, request })),
+        ...book.all().map((r): BudgetChange => ({ kind: "reservation_made", at, reservation: { ...reservationInfo(r), runningIds: [...r.runningIds] } })),
+        ...tally.entries().map((entry): BudgetChange => ({ kind: "running_registered", at, running: withoutSecrets(entry) })),
+        { kind: "policy_changed", at, policy },
+      ];
+      return { current, caughtUp: { revision: history.revision, reset: !includeCurrent }, changes };
+    },
+
+    get revision() {
+      return history.revision;
     },
 
     async close() {
       if (closed) return;
       closed = true;
+      history.close();
       unsubscribe();
       for (const watcher of [...watchers]) watcher(undefined);
       admissions?.close();

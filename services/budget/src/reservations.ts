@@ -25,7 +25,7 @@ export const INITIAL_HOLD_MS = 60_000;
 export type ReservedNeed = Pick<Need, "start" | "build"> & { readonly items?: readonly NeedItem[] | undefined };
 
 /** What changed in a reservation, for the queue to re-check its head. */
-export type ReservationChange = "admitted" | "build_released" | "consumed" | "released" | "renewed";
+export type ReservationChange = "admitted" | "build_released" | "consumed" | "released" | "expired" | "renewed";
 
 /**
  * A reservation as one answer showed it, frozen: what a request id's repeat is answered (the first
@@ -145,10 +145,15 @@ export class Reservation {
 
   /** Lets go of everything it holds. Idempotent. */
   release(): void {
+    this.end("released");
+  }
+
+  /** @internal Lets go of everything it holds, released or run out. Idempotent. */
+  end(why: "released" | "expired"): void {
     if (this.released) return;
     this.released = true;
     this.clearLease();
-    this.book.removed(this);
+    this.book.removed(this, why);
   }
 
   /** Extends the lease by `ttlMs` (default: its own ttl) from now. Only for leased reservations. */
@@ -265,7 +270,7 @@ export class ReservationBook {
   private leaseRanOut(reservation: Reservation): void {
     if (reservation.released) return;
     this.options.logger.info({ reservation: reservation.id, owner: reservation.owner }, "budget: a reservation's lease ran out; releasing it");
-    reservation.release();
+    reservation.end("expired");
   }
 
   all(): Reservation[] {
@@ -354,10 +359,10 @@ export class ReservationBook {
   }
 
   /** @internal */
-  removed(reservation: Reservation): void {
+  removed(reservation: Reservation, why: "released" | "expired"): void {
     if (!this.reservations.delete(reservation.id)) return;
     const heldMs = this.clock.monotonicNow() - reservation.admittedAtMonotonic;
     this.holdMs = Math.round(this.holdMs * 0.7 + heldMs * 0.3);
-    this.changed(reservation, "released");
+    this.changed(reservation, why);
   }
 }

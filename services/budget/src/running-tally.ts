@@ -77,7 +77,12 @@ export interface RunningTallyOptions {
   isAlive?: ((pid: number, startTime: number | undefined) => boolean) | undefined;
   /** Told of every entry that stops being counted (stopped, its pid gone, its lease run out), once it is out. */
   onRemoved?: ((entry: RunningEntry) => void) | undefined;
+  /** Told of every entry counted or no longer counted after the tally opened, as it stands (what a watch of the tally hears). */
+  onEntry?: ((change: RunningChange, entry: RunningEntry) => void) | undefined;
 }
+
+/** How an entry came to be counted or stopped being counted: stopped by a call, or ended with its process or lease. */
+export type RunningChange = "registered" | "stopped" | "expired";
 
 const FILE_VERSION = 1;
 
@@ -247,6 +252,7 @@ export class RunningTally {
     if (options.answer !== undefined) tracked.answer = options.answer(shown);
     if (options.requestFingerprint !== undefined) tracked.requestFingerprint = options.requestFingerprint;
     this.add(tracked);
+    this.options.onEntry?.("registered", shown);
     this.changed(quiet);
     return shown;
   }
@@ -298,7 +304,7 @@ export class RunningTally {
 
   /** Stops counting an entry. False when there was none by that id. */
   stop(id: string): boolean {
-    if (!this.remove(id)) return false;
+    if (!this.remove(id, "stopped")) return false;
     this.changed(false);
     return true;
   }
@@ -332,6 +338,7 @@ export class RunningTally {
       if (!this.entriesById.has(id) && !this.closed) {
         this.add(tracked);
         if (tracked.leaseDeadline !== undefined) this.armLease(tracked);
+        this.options.onEntry?.("registered", this.view(tracked));
         this.changed(false);
       }
       throw error;
@@ -346,7 +353,7 @@ export class RunningTally {
       if (entry.pid !== undefined && !this.isAlive(entry.pid, entry.pidStartTime)) gone.push(entry);
     }
     for (const entry of gone) {
-      this.remove(entry.id);
+      this.remove(entry.id, "expired");
       this.options.logger.info({ entry: entry.id, name: entry.name, pid: entry.pid }, "budget: running work ended; no longer counted");
     }
     if (gone.length > 0) this.changed(false);
@@ -475,7 +482,7 @@ export class RunningTally {
   private leaseRanOut(tracked: Tracked): void {
     if (this.entriesById.get(tracked.entry.id) !== tracked) return;
     this.options.logger.info({ entry: tracked.entry.id, name: tracked.entry.name }, "budget: a running entry's lease ran out; no longer counted");
-    this.stop(tracked.entry.id);
+    if (this.remove(tracked.entry.id, "expired")) this.changed(false);
   }
 
   /** The entry as shown: a copy, its lease's end in wall-clock time as of now. */
@@ -510,7 +517,7 @@ export class RunningTally {
     this.seqs.set(entry.id, ++this.seq);
   }
 
-  private remove(id: string): boolean {
+  private remove(id: string, why: Exclude<RunningChange, "registered">): boolean {
     const tracked = this.entriesById.get(id);
     if (tracked === undefined) return false;
     const { entry } = tracked;
@@ -520,6 +527,7 @@ export class RunningTally {
     if (timer !== undefined) this.options.clock.clearTimeout(timer);
     this.leaseTimers.delete(id);
     this.options.onRemoved?.(entry);
+    this.options.onEntry?.(why, this.view(tracked));
     return true;
   }
 }

@@ -10,7 +10,10 @@ import {
   GetMachineResponseSchema,
   GetStateResponseSchema,
   ReleaseBuildResponseSchema,
+  WatchBudgetResponseSchema,
   WatchMachineResponseSchema,
+  BudgetEventKind,
+  type BudgetEvent,
 } from "@berth/api/berth/budget/v1/budget_service_pb";
 import { BudgetClient } from "@berth/client/budget";
 import { usageError, UsageError } from "../args.js";
@@ -34,6 +37,7 @@ const RUN: Record<BudgetInvocation["subcommand"], (invocation: Invocation) => Pr
   limits,
   machine,
   watch,
+  events,
   fleet,
   "build-done": buildDone,
 };
@@ -130,6 +134,42 @@ async function watch({ client, json }: Invocation): Promise<number> {
   } finally {
     // The last sample stays on the screen.
     if (live !== undefined) process.stdout.write("\n");
+    process.off("SIGINT", stop);
+    process.off("SIGTERM", stop);
+  }
+  return EXIT.ok;
+}
+
+/** One line of `berth budget events`: revision, kind, and who or what changed. */
+function eventLine(event: BudgetEvent): string {
+  const kind = (BudgetEventKind[event.kind] ?? String(event.kind)).toLowerCase();
+  const subject = event.subject;
+  let what = "";
+  if (subject.case === "request") what = `${subject.value.owner} (${subject.value.id})`;
+  else if (subject.case === "reservation") what = `${subject.value.owner} (${subject.value.id})`;
+  else if (subject.case === "running") what = `${subject.value.name} (${subject.value.id})`;
+  else if (subject.case === "policy")
+    what = `budget ${resources({ $typeName: "berth.budget.v1.Resources", memoryBytes: subject.value.memoryBytes, cpu: subject.value.cpu })}`;
+  return `${event.revision} ${kind} ${what}`.trimEnd();
+}
+
+async function events({ client, json }: Invocation): Promise<number> {
+  const call = new AbortController();
+  const stop = () => call.abort();
+  process.once("SIGINT", stop);
+  process.once("SIGTERM", stop);
+  try {
+    for await (const response of client.watchBudget({ includeCurrent: true, signal: call.signal })) {
+      if (json) printJson(WatchBudgetResponseSchema, response);
+      else if (response.kind.case === "event") process.stdout.write(`${eventLine(response.kind.value)}\n`);
+      else if (response.kind.case === "caughtUp")
+        process.stdout.write(`${response.kind.value.revision} caught up${response.kind.value.reset ? " (reset)" : ""}\n`);
+    }
+  } catch (error) {
+    // Interrupted by the user: the normal way to stop watching.
+    if (call.signal.aborted) return EXIT.ok;
+    throw error;
+  } finally {
     process.off("SIGINT", stop);
     process.off("SIGTERM", stop);
   }

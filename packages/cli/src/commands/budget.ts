@@ -14,7 +14,7 @@ import { EXIT, type Command, type SubcommandHelp } from "../command.js";
 import { BUDGET_ENDPOINT_FLAGS, callExitRows } from "../common-help.js";
 import { renderHelp, type HelpRow } from "../help.js";
 
-type SubcommandName = "check" | "state" | "limits" | "machine" | "watch" | "fleet" | "build-done";
+type SubcommandName = "check" | "state" | "limits" | "machine" | "watch" | "events" | "fleet" | "build-done";
 
 /** What a subcommand gets: its parsed flags and positionals, and where the service is. */
 export interface BudgetInvocation {
@@ -120,6 +120,20 @@ const SUBCOMMANDS: readonly Subcommand[] = [
       flags: [JSON_ROW("each sample"), ...BUDGET_ENDPOINT_FLAGS],
       exitCodes: [[String(EXIT.ok), "stopped with Ctrl-C or SIGTERM"], ...callExitRows("budget")],
       examples: ["berth budget watch", "berth budget watch --json | jq -c '.machine.availableBytes'"],
+    }),
+    flags: {},
+  },
+  {
+    name: "events",
+    summary: "every change of the queue, reservations, running tally and policy, until Ctrl-C",
+    help: renderHelp({
+      usage: ["berth budget events [flags]"],
+      about:
+        "Prints the budget's current state (one line per queued request, reservation, running entry and the policy), then one " +
+        "line per change as it happens (WatchBudget), each with its revision, until Ctrl-C or SIGTERM.",
+      flags: [JSON_ROW("each message"), ...BUDGET_ENDPOINT_FLAGS],
+      exitCodes: [[String(EXIT.ok), "stopped with Ctrl-C or SIGTERM"], ...callExitRows("budget")],
+      examples: ["berth budget events", "berth budget events --json | jq -c '.event.kind'"],
     }),
     flags: {},
   },

@@ -357,6 +357,7 @@ export function queueToProto(entries: readonly QueueEntryInfo[], headReasons: re
     const waitFor = ahead === 0 ? atHead : [queueWaitReason(ahead), ...head];
     const text = ahead === 0 ? headText : `${ahead} request(s) ahead in the queue${headText ? `; ${headText}` : ""}`;
     return create(QueueEntrySchema, {
+      id: entry.id,
       owner: entry.owner,
       position: entry.position,
       eta: durationOf(entry.etaMs),

@@ -13,7 +13,7 @@ import { systemClock } from "@berth/shared/clock";
 import { BerthError, invalidArgument, isBerthError } from "@berth/shared/errors";
 import { createIdentityCache } from "@berth/shared/server/identity-cache";
 import { checkRequestId } from "@berth/shared/safe-id";
-import { abortable, abortError, handOverGrant } from "@berth/shared/server/index";
+import { abortError, handOverGrant } from "@berth/shared/server/index";
 import type { Budget, Committed, FleetPublisher, MachineSample, Policy, ReservationInfo, ReservationSnapshot, RunningAnswer } from "../index.js";
 import { admitStream } from "./admit-stream.js";
 import {
@@ -47,6 +47,7 @@ import type { PolicyExtras, ReasonContext } from "./budget-encode.js";
 import { QueuedEncoder } from "./queued-encoder.js";
 import { PageTokens, fleetTokens, pageSizeOf } from "./page-tokens.js";
 import { refusalError } from "./refusals.js";
+import { watchBudget, watchMachine, type WatchHandlerDeps } from "./watch-budget.js";
 
 /** What the handlers need besides the budget. */
 export interface BudgetHandlerOptions {
@@ -119,6 +120,12 @@ export function createBudgetHandlers(options: BudgetHandlerOptions): ServiceImpl
   };
   const tokens = new PageTokens();
   const reservationMessage = (r: ReservationInfo) => reservationToProto(r, runningIdsOf(r.id));
+  const watchDeps: WatchHandlerDeps = {
+    budget,
+    clock,
+    policyMessage: (policy) => (policy === budget.policy() ? policyMessage() : policyToProto(policy, extras())),
+    machineMessage: (sample) => machineMessages.get(sample),
+  };
   const runningIdsOf = (id: string) => budget.getReservation(id)?.runningIds ?? [];
 
   return {
@@ -266,13 +273,9 @@ export function createBudgetHandlers(options: BudgetHandlerOptions): ServiceImpl
       return { machine: machineMessage(budget.machine()) };
     },
 
-    async *watchMachine(_request, context) {
-      // abortable: a shutdown ends the stream with UNAVAILABLE and a cancel with CANCELED, rather than a clean end.
-      for await (const sample of abortable(budget.watchMachine(context.signal), context.signal)) {
-        yield { machine: machineMessage(sample) };
-      }
-      if (context.signal.aborted) throw abortError(context.signal);
-    },
+    watchMachine: (request, context) => watchMachine(request, context, watchDeps),
+
+    watchBudget: (request, context) => watchBudget(request, context, watchDeps),
 
     costs(request) {
       const spec = resourceSpecFromProto(request.spec);

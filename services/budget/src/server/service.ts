@@ -132,6 +132,8 @@ export function createBudgetService(options: BudgetServiceOptions = {}): Service
               logger,
               idempotencyWindowMs: values.idempotencyWindow,
               admitResumeGraceMs: values.admitResumeGrace,
+              watchHistory: values.watchHistory,
+              watchBuffer: values.watchBuffer,
             });
           } catch (error) {
             sampler.close();

@@ -3,12 +3,12 @@
  * common ones every service has (`commonServerConfig`). The policy's and the sampler's own settings
  * are declared beside the code that reads them (policy.ts, sampler.ts) and spread in here.
  */
-import { defineConfig, parseNonEmpty, parsePort, type ConfigValues } from "@berth/shared/config";
+import { defineConfig, integerParser, parseNonEmpty, parsePort, type ConfigValues } from "@berth/shared/config";
 import { invalidArgument } from "@berth/shared/errors";
 import { IDEMPOTENCY_SETTINGS } from "@berth/shared/idempotency";
 import type { CommonValues } from "@berth/shared/server/index";
 import { formatDuration, parseDuration } from "@berth/shared/units";
-import { DEFAULT_ADMIT_RESUME_GRACE_MS, POLICY_SETTINGS, SAMPLER_SETTINGS } from "../index.js";
+import { DEFAULT_ADMIT_RESUME_GRACE_MS, DEFAULT_WATCH_BUFFER, DEFAULT_WATCH_HISTORY, POLICY_SETTINGS, SAMPLER_SETTINGS } from "../index.js";
 import { MAX_DURATION_MS } from "./budget-decode.js";
 import { ETCD_SETTINGS } from "@berth/etcd/settings";
 
@@ -115,6 +115,20 @@ export const BUDGET_SETTINGS = defineConfig({
     },
     show: formatDuration,
     doc: "how long an Admit stream whose start carried a request_id keeps its place in the queue, or its reservation, after its connection broke, for the client to resume it (0: none)",
+  },
+  watchHistory: {
+    flag: "watch-history",
+    env: "BERTH_BUDGET_WATCH_HISTORY",
+    default: DEFAULT_WATCH_HISTORY,
+    parse: integerParser(1),
+    doc: "how many of the latest changes WatchBudget can replay to a watcher that resumes",
+  },
+  watchBuffer: {
+    flag: "watch-buffer",
+    env: "BERTH_BUDGET_WATCH_BUFFER",
+    default: DEFAULT_WATCH_BUFFER,
+    parse: integerParser(1),
+    doc: "how many changes a WatchBudget watcher may fall behind before it is ended WATCHER_LAGGED (at most --watch-history, so that it resumes without a gap)",
   },
 });
 

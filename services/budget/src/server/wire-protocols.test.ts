@@ -15,6 +15,7 @@ import { NeedItemKind } from "@berth/api/berth/budget/v1/budget_pb";
 import {
   AdmitResponseSchema,
   BudgetService,
+  WatchBudgetResponseSchema,
   WatchMachineResponseSchema,
   type AdmitRequestSchema,
   type AdmitResponse,
@@ -125,6 +126,23 @@ async function watchMachineConversation(protocol: WireProtocol): Promise<unknown
   return comparable(WatchMachineResponseSchema, messages);
 }
 
+/** WatchBudget: the current state, caught up, then a reservation made and released. */
+async function watchBudgetConversation(protocol: WireProtocol): Promise<unknown[]> {
+  covered.add("WatchBudget");
+  const { client, budget } = await serve(protocol);
+  await budget.registerRunning("db", { memoryBytes: G, cpu: 0.5 });
+  const controller = new AbortController();
+  const stream = client.watchBudget({ includeCurrent: true }, { signal: controller.signal })[Symbol.asyncIterator]();
+  const messages = [];
+  for (let i = 0; i < 3; i++) messages.push((await stream.next()).value);
+  const reservation = await budget.reserve({ items: [], start: { memoryBytes: G, cpu: 1 }, build: { memoryBytes: 0, cpu: 0 } }, "web", { ttlMs: 30_000 });
+  budget.release(reservation.id);
+  for (let i = 0; i < 2; i++) messages.push((await stream.next()).value);
+  controller.abort();
+  // Each run's revisions start at its clock's start, the same manual time in every run.
+  return comparable(WatchBudgetResponseSchema, messages as MessageShape<typeof WatchBudgetResponseSchema>[]);
+}
+
 describe.each(WIRE_PROTOCOLS.slice(1))("BudgetService streams over $name equal gRPC's", (protocol) => {
   it("Admit: queued (position, ETA, reasons, the request ahead, when its wait expires), admitted, updated, released", async () => {
     const reference = await admitConversation(WIRE_PROTOCOLS[0]!);
@@ -140,6 +158,15 @@ describe.each(WIRE_PROTOCOLS.slice(1))("BudgetService streams over $name equal g
     });
     expect((reference[0] as { queued: { waitFor: unknown[] } }).queued.waitFor).toHaveLength(2);
     expect(await admitConversation(protocol)).toEqual(reference);
+  });
+
+  it("WatchBudget: the current state, caught up, then each change", async () => {
+    const reference = await watchBudgetConversation(WIRE_PROTOCOLS[0]!);
+    expect(reference.map((m) => Object.keys(m as object)[0])).toEqual(["event", "event", "caughtUp", "event", "event"]);
+    const base = BigInt(Date.UTC(2026, 0, 1, 12)) * 1000n;
+    expect(reference[2]).toMatchObject({ caughtUp: { revision: String(base + 1n) } });
+    expect(reference[3]).toMatchObject({ event: { kind: "BUDGET_EVENT_KIND_RESERVATION_MADE", revision: String(base + 2n), reservation: { owner: "web" } } });
+    expect(await watchBudgetConversation(protocol)).toEqual(reference);
   });
 
   it("WatchMachine: every sample", async () => {

@@ -11,7 +11,7 @@
  * receive it (see wire-cache.ts).
  */
 import type { DescMessage, MessageShape } from "@bufbuild/protobuf";
-import { DurationSchema, durationMs, timestampFromMs, type Duration } from "@bufbuild/protobuf/wkt";
+import { DurationSchema, timestampFromMs, type Duration } from "@bufbuild/protobuf/wkt";
 import { ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
 import type { Event } from "@berth/api/berth/sessions/v1/events_pb";
 import {
@@ -47,7 +47,15 @@ import {
 import { systemClock, type Clock } from "@berth/shared/clock";
 import { BerthError, invalidArgument, isBerthError } from "@berth/shared/errors";
 import { checkPathInput, checkSessionId } from "@berth/shared/safe-id";
-import { abortError, berthErrorToConnect, DEFAULT_MAX_MESSAGE_BYTES, streamHolds } from "@berth/shared/server/index";
+import {
+  abortError,
+  berthErrorToConnect,
+  DEFAULT_MAX_MESSAGE_BYTES,
+  PROGRESS,
+  ProgressPuller,
+  progressIntervalMs,
+  streamHolds,
+} from "@berth/shared/server/index";
 import { sendsBinary } from "@berth/shared/server/pre-encoded";
 import type { EntryIntegrity } from "../journal/journal-store.js";
 import type { JournalEntry, SessionSnapshot } from "../reducer.js";
@@ -57,7 +65,6 @@ import { isCompletedPhase } from "../vocabulary.js";
 import type { SessionChange, WatchEntry } from "../watch-hub.js";
 import { eventToJournal, journalEntryToProto, type JournalEntryFacts } from "./event-codec.js";
 import { isoToTimestamp } from "./timestamps.js";
-import { PROGRESS, ProgressPuller } from "./progress-puller.js";
 import { encodedEntryField, encodedSnapshotField, entryMessage, snapshotMessage } from "./wire-cache.js";
 
 /**
@@ -99,8 +106,6 @@ export const READ_BATCH_MAX_BYTES = 256 * 1024;
 export const WATCH_BACKLOG_BATCH = 100;
 /** Most live entries one WatchSession message carries, whatever `max_batch` asks. */
 export const MAX_WATCH_BATCH = 1000;
-/** The shortest `progress_interval`. */
-export const MIN_PROGRESS_INTERVAL_MS = 100;
 /** ListSessions' page when `page_size` is 0, and its largest. */
 export const DEFAULT_PAGE_SIZE = 100;
 export const MAX_PAGE_SIZE = 1000;
@@ -282,7 +287,7 @@ export function createSessionHandlers(options: SessionHandlerOptions): ServiceIm
       const fromSeq = Math.max(1, nonNegativeSeq(req.fromSeq, "from_seq"));
       if (req.maxBatch < 0) throw invalidArgument("max_batch", "must be 0 or positive");
       const maxBatch = Math.min(req.maxBatch, MAX_WATCH_BATCH);
-      const progressMs = progressInterval(req.progressInterval);
+      const progressMs = progressIntervalMs(req.progressInterval);
       const binary = sendsBinary(context);
       const watcher = store.watch(sessionId, fromSeq, { includeSnapshot: req.includeSnapshot });
       streamHolds(context, `a watcher of ${sessionId} from seq ${fromSeq}`);
@@ -340,7 +345,7 @@ export function createSessionHandlers(options: SessionHandlerOptions): ServiceIm
     },
 
     async *watchSessions(req, context) {
-      const progressMs = progressInterval(req.progressInterval);
+      const progressMs = progressIntervalMs(req.progressInterval);
       const resumeFrom = new Map<string, number>();
       for (const [id, seq] of Object.entries(req.resumeFrom)) {
         resumeFrom.set(checkSessionId(id, "resume_from"), nonNegativeSeq(seq, `resume_from[${id}]`));
@@ -644,15 +649,6 @@ async function lastEntry(store: SessionStoreApi, sessionId: string, seq: number)
   } finally {
     await entries.return?.();
   }
-}
-
-/** A watch's `progress_interval` in ms (undefined: no progress messages), checked. */
-function progressInterval(interval: Duration | undefined): number | undefined {
-  if (interval === undefined) return undefined;
-  const ms = durationMs(interval);
-  if (ms === 0) return undefined;
-  if (!(ms >= MIN_PROGRESS_INTERVAL_MS)) throw invalidArgument("progress_interval", `must be unset, zero or at least ${MIN_PROGRESS_INTERVAL_MS}ms`);
-  return ms;
 }
 
 /**

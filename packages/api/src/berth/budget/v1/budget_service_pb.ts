@@ -4,8 +4,8 @@
 
 // The budget service.
 
-import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
-import { fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
+import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
+import { enumDesc, fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
 import type { Committed, Cost, Machine, Need, Policy, QueueEntry, Reservation, Resources, ResourceSpec, RunningEntry, Verdict, WaitReason } from "./budget_pb.js";
 import { file_berth_budget_v1_budget } from "./budget_pb.js";
 import type { Duration, Timestamp } from "@bufbuild/protobuf/wkt";
@@ -16,7 +16,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file berth/budget/v1/budget_service.proto.
  */
 export const file_berth_budget_v1_budget_service: GenFile = /*@__PURE__*/
-  fileDesc("CiRiZXJ0aC9idWRnZXQvdjEvYnVkZ2V0X3NlcnZpY2UucHJvdG8SD2JlcnRoLmJ1ZGdldC52MSJLCgxDaGVja1JlcXVlc3QSIwoEbmVlZBgBIAEoCzIVLmJlcnRoLmJ1ZGdldC52MS5OZWVkEhYKDnNraXBfbG9hZF9nYXRlGAIgASgIIjoKDUNoZWNrUmVzcG9uc2USKQoHdmVyZGljdBgBIAEoCzIYLmJlcnRoLmJ1ZGdldC52MS5WZXJkaWN0ItsBCgxBZG1pdFJlcXVlc3QSLAoFc3RhcnQYASABKAsyGy5iZXJ0aC5idWRnZXQudjEuQWRtaXRTdGFydEgAEjAKCmJ1aWxkX2RvbmUYAiABKAsyGi5iZXJ0aC5idWRnZXQudjEuQnVpbGREb25lSAASKwoHc3RhcnRlZBgDIAEoCzIYLmJlcnRoLmJ1ZGdldC52MS5TdGFydGVkSAASNgoHcmVsZWFzZRgEIAEoCzIjLmJlcnRoLmJ1ZGdldC52MS5SZWxlYXNlUmVzZXJ2YXRpb25IAEIGCgRraW5kIpkBCgpBZG1pdFN0YXJ0EiMKBG5lZWQYASABKAsyFS5iZXJ0aC5idWRnZXQudjEuTmVlZBINCgVvd25lchgCIAEoCRIrCghtYXhfd2FpdBgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIWCg5za2lwX2xvYWRfZ2F0ZRgEIAEoCBISCgpyZXF1ZXN0X2lkGAUgASgJIgsKCUJ1aWxkRG9uZSLXAQoHU3RhcnRlZBIMCgRuYW1lGAEgASgJEioKBGNvc3QYAiABKAsyGi5iZXJ0aC5idWRnZXQudjEuUmVzb3VyY2VzSAASLQoEc3BlYxgDIAEoCzIdLmJlcnRoLmJ1ZGdldC52MS5SZXNvdXJjZVNwZWNIABIQCgNwaWQYBCABKAVIAYgBARImCgN0dGwYBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SEgoKcmVxdWVzdF9pZBgGIAEoCUINCgtjb3N0X3NvdXJjZUIGCgRfcGlkIhQKElJlbGVhc2VSZXNlcnZhdGlvbiLYAQoNQWRtaXRSZXNwb25zZRIpCgZxdWV1ZWQYASABKAsyFy5iZXJ0aC5idWRnZXQudjEuUXVldWVkSAASLQoIYWRtaXR0ZWQYAiABKAsyGS5iZXJ0aC5idWRnZXQudjEuQWRtaXR0ZWRIABI2Cgd1cGRhdGVkGAMgASgLMiMuYmVydGguYnVkZ2V0LnYxLlJlc2VydmF0aW9uVXBkYXRlZEgAEi0KCHJlbGVhc2VkGAQgASgLMhkuYmVydGguYnVkZ2V0LnYxLlJlbGVhc2VkSABCBgoEa2luZCLqAQoGUXVldWVkEhAKCHBvc2l0aW9uGAEgASgFEiYKA2V0YRgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhItCgh3YWl0X2ZvchgDIAMoCzIbLmJlcnRoLmJ1ZGdldC52MS5XYWl0UmVhc29uEhUKDXdhaXRfZm9yX3RleHQYBCABKAkSKgoFYWhlYWQYBSADKAsyGy5iZXJ0aC5idWRnZXQudjEuQWhlYWRFbnRyeRI0ChB3YWl0X2V4cGlyZV90aW1lGAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJXCgpBaGVhZEVudHJ5Eg0KBW93bmVyGAEgASgJEhAKCHBvc2l0aW9uGAIgASgFEigKBG5lZWQYAyABKAsyGi5iZXJ0aC5idWRnZXQudjEuUmVzb3VyY2VzImgKCEFkbWl0dGVkEjEKC3Jlc2VydmF0aW9uGAEgASgLMhwuYmVydGguYnVkZ2V0LnYxLlJlc2VydmF0aW9uEikKBndhaXRlZBgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiJ3ChJSZXNlcnZhdGlvblVwZGF0ZWQSMQoLcmVzZXJ2YXRpb24YASABKAsyHC5iZXJ0aC5idWRnZXQudjEuUmVzZXJ2YXRpb24SLgoHcnVubmluZxgCIAEoCzIdLmJlcnRoLmJ1ZGdldC52MS5SdW5uaW5nRW50cnkiIgoIUmVsZWFzZWQSFgoOcmVzZXJ2YXRpb25faWQYASABKAkixQEKDlJlc2VydmVSZXF1ZXN0EiMKBG5lZWQYASABKAsyFS5iZXJ0aC5idWRnZXQudjEuTmVlZBINCgVvd25lchgCIAEoCRIrCghtYXhfd2FpdBgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIWCg5za2lwX2xvYWRfZ2F0ZRgEIAEoCBImCgN0dGwYBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SEgoKcmVxdWVzdF9pZBgGIAEoCSJvCg9SZXNlcnZlUmVzcG9uc2USMQoLcmVzZXJ2YXRpb24YASABKAsyHC5iZXJ0aC5idWRnZXQudjEuUmVzZXJ2YXRpb24SKQoGd2FpdGVkGAIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIh8KEEtlZXBBbGl2ZVJlcXVlc3QSCwoDaWRzGAEgAygJIj8KEUtlZXBBbGl2ZVJlc3BvbnNlEioKCHJlbmV3YWxzGAEgAygLMhguYmVydGguYnVkZ2V0LnYxLlJlbmV3YWwiVQoHUmVuZXdhbBIKCgJpZBgBIAEoCRINCgVhbGl2ZRgCIAEoCBIvCgtleHBpcmVfdGltZRgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiPAoOUmVsZWFzZVJlcXVlc3QSFgoOcmVzZXJ2YXRpb25faWQYASABKAkSEgoKcmVxdWVzdF9pZBgCIAEoCSIjCg9SZWxlYXNlUmVzcG9uc2USEAoIcmVsZWFzZWQYASABKAgiQQoTUmVsZWFzZUJ1aWxkUmVxdWVzdBIWCg5yZXNlcnZhdGlvbl9pZBgBIAEoCRISCgpyZXF1ZXN0X2lkGAIgASgJIkkKFFJlbGVhc2VCdWlsZFJlc3BvbnNlEjEKC3Jlc2VydmF0aW9uGAEgASgLMhwuYmVydGguYnVkZ2V0LnYxLlJlc2VydmF0aW9uIpYCChZSZWdpc3RlclJ1bm5pbmdSZXF1ZXN0EgwKBG5hbWUYASABKAkSKgoEY29zdBgCIAEoCzIaLmJlcnRoLmJ1ZGdldC52MS5SZXNvdXJjZXNIABItCgRzcGVjGAMgASgLMh0uYmVydGguYnVkZ2V0LnYxLlJlc291cmNlU3BlY0gAEhAKA3BpZBgEIAEoBUgBiAEBEiYKA3R0bBgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIbCg5yZXNlcnZhdGlvbl9pZBgGIAEoCUgCiAEBEhIKCnJlcXVlc3RfaWQYByABKAlCDQoLY29zdF9zb3VyY2VCBgoEX3BpZEIRCg9fcmVzZXJ2YXRpb25faWQifAoXUmVnaXN0ZXJSdW5uaW5nUmVzcG9uc2USLgoHcnVubmluZxgBIAEoCzIdLmJlcnRoLmJ1ZGdldC52MS5SdW5uaW5nRW50cnkSMQoLcmVzZXJ2YXRpb24YAiABKAsyHC5iZXJ0aC5idWRnZXQudjEuUmVzZXJ2YXRpb24iNAoSU3RvcFJ1bm5pbmdSZXF1ZXN0EgoKAmlkGAEgASgJEhIKCnJlcXVlc3RfaWQYAiABKAkiJgoTU3RvcFJ1bm5pbmdSZXNwb25zZRIPCgdzdG9wcGVkGAEgASgIIiQKD0dldFN0YXRlUmVxdWVzdBIRCglwYWdlX3NpemUYASABKAUi0QMKEEdldFN0YXRlUmVzcG9uc2USLQoJY29tbWl0dGVkGAEgASgLMhouYmVydGguYnVkZ2V0LnYxLkNvbW1pdHRlZBIqCgVxdWV1ZRgCIAMoCzIbLmJlcnRoLmJ1ZGdldC52MS5RdWV1ZUVudHJ5EjIKDHJlc2VydmF0aW9ucxgDIAMoCzIcLmJlcnRoLmJ1ZGdldC52MS5SZXNlcnZhdGlvbhIuCgdydW5uaW5nGAQgAygLMh0uYmVydGguYnVkZ2V0LnYxLlJ1bm5pbmdFbnRyeRInCgZwb2xpY3kYBSABKAsyFy5iZXJ0aC5idWRnZXQudjEuUG9saWN5EikKB21hY2hpbmUYBiABKAsyGC5iZXJ0aC5idWRnZXQudjEuTWFjaGluZRISCgpxdWV1ZV9zaXplGAcgASgFEhkKEXJlc2VydmF0aW9uX2NvdW50GAggASgFEhUKDXJ1bm5pbmdfY291bnQYCSABKAUSHQoVcXVldWVfbmV4dF9wYWdlX3Rva2VuGAogASgJEiQKHHJlc2VydmF0aW9uc19uZXh0X3BhZ2VfdG9rZW4YCyABKAkSHwoXcnVubmluZ19uZXh0X3BhZ2VfdG9rZW4YDCABKAkiOQoQTGlzdFF1ZXVlUmVxdWVzdBIRCglwYWdlX3NpemUYASABKAUSEgoKcGFnZV90b2tlbhgCIAEoCSJYChFMaXN0UXVldWVSZXNwb25zZRIqCgVxdWV1ZRgBIAMoCzIbLmJlcnRoLmJ1ZGdldC52MS5RdWV1ZUVudHJ5EhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSJAChdMaXN0UmVzZXJ2YXRpb25zUmVxdWVzdBIRCglwYWdlX3NpemUYASABKAUSEgoKcGFnZV90b2tlbhgCIAEoCSJnChhMaXN0UmVzZXJ2YXRpb25zUmVzcG9uc2USMgoMcmVzZXJ2YXRpb25zGAEgAygLMhwuYmVydGguYnVkZ2V0LnYxLlJlc2VydmF0aW9uEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSI7ChJMaXN0UnVubmluZ1JlcXVlc3QSEQoJcGFnZV9zaXplGAEgASgFEhIKCnBhZ2VfdG9rZW4YAiABKAkiXgoTTGlzdFJ1bm5pbmdSZXNwb25zZRIuCgdydW5uaW5nGAEgAygLMh0uYmVydGguYnVkZ2V0LnYxLlJ1bm5pbmdFbnRyeRIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiEwoRR2V0TWFjaGluZVJlcXVlc3QiPwoSR2V0TWFjaGluZVJlc3BvbnNlEikKB21hY2hpbmUYASABKAsyGC5iZXJ0aC5idWRnZXQudjEuTWFjaGluZSIVChNXYXRjaE1hY2hpbmVSZXF1ZXN0IkEKFFdhdGNoTWFjaGluZVJlc3BvbnNlEikKB21hY2hpbmUYASABKAsyGC5iZXJ0aC5idWRnZXQudjEuTWFjaGluZSI7CgxDb3N0c1JlcXVlc3QSKwoEc3BlYxgBIAEoCzIdLmJlcnRoLmJ1ZGdldC52MS5SZXNvdXJjZVNwZWMiWQoNQ29zdHNSZXNwb25zZRIiCgNydW4YASABKAsyFS5iZXJ0aC5idWRnZXQudjEuQ29zdBIkCgVidWlsZBgCIAEoCzIVLmJlcnRoLmJ1ZGdldC52MS5Db3N0IhIKEEdldExpbWl0c1JlcXVlc3Qi7gIKEUdldExpbWl0c1Jlc3BvbnNlEi4KC2RlZmF1bHRfdHRsGAEgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEioKB21heF90dGwYAiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SKwoIbWF4X3dhaXQYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SNQoSaGVhcnRiZWF0X2ludGVydmFsGAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhEKCW1heF9xdWV1ZRgFIAEoBRIYChBtYXhfb3duZXJfbGVuZ3RoGAYgASgFEjUKEmlkZW1wb3RlbmN5X3dpbmRvdxgHIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhI1ChJhZG1pdF9yZXN1bWVfZ3JhY2UYCCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24iOAoPR2V0RmxlZXRSZXF1ZXN0EhEKCXBhZ2Vfc2l6ZRgBIAEoBRISCgpwYWdlX3Rva2VuGAIgASgJIlwKEEdldEZsZWV0UmVzcG9uc2USLwoIbWFjaGluZXMYASADKAsyHS5iZXJ0aC5idWRnZXQudjEuRmxlZXRNYWNoaW5lEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSKKAwoMRmxlZXRNYWNoaW5lEg8KB21hY2hpbmUYASABKAkSEAoIaG9zdG5hbWUYAiABKAkSCwoDcGlkGAMgASgFEjAKDHB1Ymxpc2hfdGltZRgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASKAoGc2FtcGxlGAUgASgLMhguYmVydGguYnVkZ2V0LnYxLk1hY2hpbmUSDwoHZW5hYmxlZBgGIAEoCBIqCgZidWRnZXQYByABKAsyGi5iZXJ0aC5idWRnZXQudjEuUmVzb3VyY2VzEi0KCWNvbW1pdHRlZBgIIAEoCzIaLmJlcnRoLmJ1ZGdldC52MS5SZXNvdXJjZXMSKAoEcm9vbRgJIAEoCzIaLmJlcnRoLmJ1ZGdldC52MS5SZXNvdXJjZXMSEAoIY3B1X2J1c3kYCiABKAgSFAoMcXVldWVfbGVuZ3RoGAsgASgFEhkKEXJlc2VydmF0aW9uX2NvdW50GAwgASgFEhUKDXJ1bm5pbmdfY291bnQYDSABKAUy6AsKDUJ1ZGdldFNlcnZpY2USSwoFQ2hlY2sSHS5iZXJ0aC5idWRnZXQudjEuQ2hlY2tSZXF1ZXN0Gh4uYmVydGguYnVkZ2V0LnYxLkNoZWNrUmVzcG9uc2UiA5ACARJKCgVBZG1pdBIdLmJlcnRoLmJ1ZGdldC52MS5BZG1pdFJlcXVlc3QaHi5iZXJ0aC5idWRnZXQudjEuQWRtaXRSZXNwb25zZSgBMAESTAoHUmVzZXJ2ZRIfLmJlcnRoLmJ1ZGdldC52MS5SZXNlcnZlUmVxdWVzdBogLmJlcnRoLmJ1ZGdldC52MS5SZXNlcnZlUmVzcG9uc2USUgoJS2VlcEFsaXZlEiEuYmVydGguYnVkZ2V0LnYxLktlZXBBbGl2ZVJlcXVlc3QaIi5iZXJ0aC5idWRnZXQudjEuS2VlcEFsaXZlUmVzcG9uc2USTAoHUmVsZWFzZRIfLmJlcnRoLmJ1ZGdldC52MS5SZWxlYXNlUmVxdWVzdBogLmJlcnRoLmJ1ZGdldC52MS5SZWxlYXNlUmVzcG9uc2USWwoMUmVsZWFzZUJ1aWxkEiQuYmVydGguYnVkZ2V0LnYxLlJlbGVhc2VCdWlsZFJlcXVlc3QaJS5iZXJ0aC5idWRnZXQudjEuUmVsZWFzZUJ1aWxkUmVzcG9uc2USZAoPUmVnaXN0ZXJSdW5uaW5nEicuYmVydGguYnVkZ2V0LnYxLlJlZ2lzdGVyUnVubmluZ1JlcXVlc3QaKC5iZXJ0aC5idWRnZXQudjEuUmVnaXN0ZXJSdW5uaW5nUmVzcG9uc2USWAoLU3RvcFJ1bm5pbmcSIy5iZXJ0aC5idWRnZXQudjEuU3RvcFJ1bm5pbmdSZXF1ZXN0GiQuYmVydGguYnVkZ2V0LnYxLlN0b3BSdW5uaW5nUmVzcG9uc2USVAoIR2V0U3RhdGUSIC5iZXJ0aC5idWRnZXQudjEuR2V0U3RhdGVSZXF1ZXN0GiEuYmVydGguYnVkZ2V0LnYxLkdldFN0YXRlUmVzcG9uc2UiA5ACARJXCglMaXN0UXVldWUSIS5iZXJ0aC5idWRnZXQudjEuTGlzdFF1ZXVlUmVxdWVzdBoiLmJlcnRoLmJ1ZGdldC52MS5MaXN0UXVldWVSZXNwb25zZSIDkAIBEmwKEExpc3RSZXNlcnZhdGlvbnMSKC5iZXJ0aC5idWRnZXQudjEuTGlzdFJlc2VydmF0aW9uc1JlcXVlc3QaKS5iZXJ0aC5idWRnZXQudjEuTGlzdFJlc2VydmF0aW9uc1Jlc3BvbnNlIgOQAgESXQoLTGlzdFJ1bm5pbmcSIy5iZXJ0aC5idWRnZXQudjEuTGlzdFJ1bm5pbmdSZXF1ZXN0GiQuYmVydGguYnVkZ2V0LnYxLkxpc3RSdW5uaW5nUmVzcG9uc2UiA5ACARJaCgpHZXRNYWNoaW5lEiIuYmVydGguYnVkZ2V0LnYxLkdldE1hY2hpbmVSZXF1ZXN0GiMuYmVydGguYnVkZ2V0LnYxLkdldE1hY2hpbmVSZXNwb25zZSIDkAIBEl0KDFdhdGNoTWFjaGluZRIkLmJlcnRoLmJ1ZGdldC52MS5XYXRjaE1hY2hpbmVSZXF1ZXN0GiUuYmVydGguYnVkZ2V0LnYxLldhdGNoTWFjaGluZVJlc3BvbnNlMAESSwoFQ29zdHMSHS5iZXJ0aC5idWRnZXQudjEuQ29zdHNSZXF1ZXN0Gh4uYmVydGguYnVkZ2V0LnYxLkNvc3RzUmVzcG9uc2UiA5ACARJXCglHZXRMaW1pdHMSIS5iZXJ0aC5idWRnZXQudjEuR2V0TGltaXRzUmVxdWVzdBoiLmJlcnRoLmJ1ZGdldC52MS5HZXRMaW1pdHNSZXNwb25zZSIDkAIBElQKCEdldEZsZWV0EiAuYmVydGguYnVkZ2V0LnYxLkdldEZsZWV0UmVxdWVzdBohLmJlcnRoLmJ1ZGdldC52MS5HZXRGbGVldFJlc3BvbnNlIgOQAgFiBnByb3RvMw", [file_berth_budget_v1_budget, file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("CiRiZXJ0aC9idWRnZXQvdjEvYnVkZ2V0X3NlcnZpY2UucHJvdG8SD2JlcnRoLmJ1ZGdldC52MSJLCgxDaGVja1JlcXVlc3QSIwoEbmVlZBgBIAEoCzIVLmJlcnRoLmJ1ZGdldC52MS5OZWVkEhYKDnNraXBfbG9hZF9nYXRlGAIgASgIIjoKDUNoZWNrUmVzcG9uc2USKQoHdmVyZGljdBgBIAEoCzIYLmJlcnRoLmJ1ZGdldC52MS5WZXJkaWN0ItsBCgxBZG1pdFJlcXVlc3QSLAoFc3RhcnQYASABKAsyGy5iZXJ0aC5idWRnZXQudjEuQWRtaXRTdGFydEgAEjAKCmJ1aWxkX2RvbmUYAiABKAsyGi5iZXJ0aC5idWRnZXQudjEuQnVpbGREb25lSAASKwoHc3RhcnRlZBgDIAEoCzIYLmJlcnRoLmJ1ZGdldC52MS5TdGFydGVkSAASNgoHcmVsZWFzZRgEIAEoCzIjLmJlcnRoLmJ1ZGdldC52MS5SZWxlYXNlUmVzZXJ2YXRpb25IAEIGCgRraW5kIpkBCgpBZG1pdFN0YXJ0EiMKBG5lZWQYASABKAsyFS5iZXJ0aC5idWRnZXQudjEuTmVlZBINCgVvd25lchgCIAEoCRIrCghtYXhfd2FpdBgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIWCg5za2lwX2xvYWRfZ2F0ZRgEIAEoCBISCgpyZXF1ZXN0X2lkGAUgASgJIgsKCUJ1aWxkRG9uZSLXAQoHU3RhcnRlZBIMCgRuYW1lGAEgASgJEioKBGNvc3QYAiABKAsyGi5iZXJ0aC5idWRnZXQudjEuUmVzb3VyY2VzSAASLQoEc3BlYxgDIAEoCzIdLmJlcnRoLmJ1ZGdldC52MS5SZXNvdXJjZVNwZWNIABIQCgNwaWQYBCABKAVIAYgBARImCgN0dGwYBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SEgoKcmVxdWVzdF9pZBgGIAEoCUINCgtjb3N0X3NvdXJjZUIGCgRfcGlkIhQKElJlbGVhc2VSZXNlcnZhdGlvbiLYAQoNQWRtaXRSZXNwb25zZRIpCgZxdWV1ZWQYASABKAsyFy5iZXJ0aC5idWRnZXQudjEuUXVldWVkSAASLQoIYWRtaXR0ZWQYAiABKAsyGS5iZXJ0aC5idWRnZXQudjEuQWRtaXR0ZWRIABI2Cgd1cGRhdGVkGAMgASgLMiMuYmVydGguYnVkZ2V0LnYxLlJlc2VydmF0aW9uVXBkYXRlZEgAEi0KCHJlbGVhc2VkGAQgASgLMhkuYmVydGguYnVkZ2V0LnYxLlJlbGVhc2VkSABCBgoEa2luZCLqAQoGUXVldWVkEhAKCHBvc2l0aW9uGAEgASgFEiYKA2V0YRgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhItCgh3YWl0X2ZvchgDIAMoCzIbLmJlcnRoLmJ1ZGdldC52MS5XYWl0UmVhc29uEhUKDXdhaXRfZm9yX3RleHQYBCABKAkSKgoFYWhlYWQYBSADKAsyGy5iZXJ0aC5idWRnZXQudjEuQWhlYWRFbnRyeRI0ChB3YWl0X2V4cGlyZV90aW1lGAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJXCgpBaGVhZEVudHJ5Eg0KBW93bmVyGAEgASgJEhAKCHBvc2l0aW9uGAIgASgFEigKBG5lZWQYAyABKAsyGi5iZXJ0aC5idWRnZXQudjEuUmVzb3VyY2VzImgKCEFkbWl0dGVkEjEKC3Jlc2VydmF0aW9uGAEgASgLMhwuYmVydGguYnVkZ2V0LnYxLlJlc2VydmF0aW9uEikKBndhaXRlZBgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiJ3ChJSZXNlcnZhdGlvblVwZGF0ZWQSMQoLcmVzZXJ2YXRpb24YASABKAsyHC5iZXJ0aC5idWRnZXQudjEuUmVzZXJ2YXRpb24SLgoHcnVubmluZxgCIAEoCzIdLmJlcnRoLmJ1ZGdldC52MS5SdW5uaW5nRW50cnkiIgoIUmVsZWFzZWQSFgoOcmVzZXJ2YXRpb25faWQYASABKAkixQEKDlJlc2VydmVSZXF1ZXN0EiMKBG5lZWQYASABKAsyFS5iZXJ0aC5idWRnZXQudjEuTmVlZBINCgVvd25lchgCIAEoCRIrCghtYXhfd2FpdBgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIWCg5za2lwX2xvYWRfZ2F0ZRgEIAEoCBImCgN0dGwYBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SEgoKcmVxdWVzdF9pZBgGIAEoCSJvCg9SZXNlcnZlUmVzcG9uc2USMQoLcmVzZXJ2YXRpb24YASABKAsyHC5iZXJ0aC5idWRnZXQudjEuUmVzZXJ2YXRpb24SKQoGd2FpdGVkGAIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIh8KEEtlZXBBbGl2ZVJlcXVlc3QSCwoDaWRzGAEgAygJIj8KEUtlZXBBbGl2ZVJlc3BvbnNlEioKCHJlbmV3YWxzGAEgAygLMhguYmVydGguYnVkZ2V0LnYxLlJlbmV3YWwiVQoHUmVuZXdhbBIKCgJpZBgBIAEoCRINCgVhbGl2ZRgCIAEoCBIvCgtleHBpcmVfdGltZRgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiPAoOUmVsZWFzZVJlcXVlc3QSFgoOcmVzZXJ2YXRpb25faWQYASABKAkSEgoKcmVxdWVzdF9pZBgCIAEoCSIjCg9SZWxlYXNlUmVzcG9uc2USEAoIcmVsZWFzZWQYASABKAgiQQoTUmVsZWFzZUJ1aWxkUmVxdWVzdBIWCg5yZXNlcnZhdGlvbl9pZBgBIAEoCRISCgpyZXF1ZXN0X2lkGAIgASgJIkkKFFJlbGVhc2VCdWlsZFJlc3BvbnNlEjEKC3Jlc2VydmF0aW9uGAEgASgLMhwuYmVydGguYnVkZ2V0LnYxLlJlc2VydmF0aW9uIpYCChZSZWdpc3RlclJ1bm5pbmdSZXF1ZXN0EgwKBG5hbWUYASABKAkSKgoEY29zdBgCIAEoCzIaLmJlcnRoLmJ1ZGdldC52MS5SZXNvdXJjZXNIABItCgRzcGVjGAMgASgLMh0uYmVydGguYnVkZ2V0LnYxLlJlc291cmNlU3BlY0gAEhAKA3BpZBgEIAEoBUgBiAEBEiYKA3R0bBgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIbCg5yZXNlcnZhdGlvbl9pZBgGIAEoCUgCiAEBEhIKCnJlcXVlc3RfaWQYByABKAlCDQoLY29zdF9zb3VyY2VCBgoEX3BpZEIRCg9fcmVzZXJ2YXRpb25faWQifAoXUmVnaXN0ZXJSdW5uaW5nUmVzcG9uc2USLgoHcnVubmluZxgBIAEoCzIdLmJlcnRoLmJ1ZGdldC52MS5SdW5uaW5nRW50cnkSMQoLcmVzZXJ2YXRpb24YAiABKAsyHC5iZXJ0aC5idWRnZXQudjEuUmVzZXJ2YXRpb24iNAoSU3RvcFJ1bm5pbmdSZXF1ZXN0EgoKAmlkGAEgASgJEhIKCnJlcXVlc3RfaWQYAiABKAkiJgoTU3RvcFJ1bm5pbmdSZXNwb25zZRIPCgdzdG9wcGVkGAEgASgIIiQKD0dldFN0YXRlUmVxdWVzdBIRCglwYWdlX3NpemUYASABKAUi0QMKEEdldFN0YXRlUmVzcG9uc2USLQoJY29tbWl0dGVkGAEgASgLMhouYmVydGguYnVkZ2V0LnYxLkNvbW1pdHRlZBIqCgVxdWV1ZRgCIAMoCzIbLmJlcnRoLmJ1ZGdldC52MS5RdWV1ZUVudHJ5EjIKDHJlc2VydmF0aW9ucxgDIAMoCzIcLmJlcnRoLmJ1ZGdldC52MS5SZXNlcnZhdGlvbhIuCgdydW5uaW5nGAQgAygLMh0uYmVydGguYnVkZ2V0LnYxLlJ1bm5pbmdFbnRyeRInCgZwb2xpY3kYBSABKAsyFy5iZXJ0aC5idWRnZXQudjEuUG9saWN5EikKB21hY2hpbmUYBiABKAsyGC5iZXJ0aC5idWRnZXQudjEuTWFjaGluZRISCgpxdWV1ZV9zaXplGAcgASgFEhkKEXJlc2VydmF0aW9uX2NvdW50GAggASgFEhUKDXJ1bm5pbmdfY291bnQYCSABKAUSHQoVcXVldWVfbmV4dF9wYWdlX3Rva2VuGAogASgJEiQKHHJlc2VydmF0aW9uc19uZXh0X3BhZ2VfdG9rZW4YCyABKAkSHwoXcnVubmluZ19uZXh0X3BhZ2VfdG9rZW4YDCABKAkiOQoQTGlzdFF1ZXVlUmVxdWVzdBIRCglwYWdlX3NpemUYASABKAUSEgoKcGFnZV90b2tlbhgCIAEoCSJYChFMaXN0UXVldWVSZXNwb25zZRIqCgVxdWV1ZRgBIAMoCzIbLmJlcnRoLmJ1ZGdldC52MS5RdWV1ZUVudHJ5EhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSJAChdMaXN0UmVzZXJ2YXRpb25zUmVxdWVzdBIRCglwYWdlX3NpemUYASABKAUSEgoKcGFnZV90b2tlbhgCIAEoCSJnChhMaXN0UmVzZXJ2YXRpb25zUmVzcG9uc2USMgoMcmVzZXJ2YXRpb25zGAEgAygLMhwuYmVydGguYnVkZ2V0LnYxLlJlc2VydmF0aW9uEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSI7ChJMaXN0UnVubmluZ1JlcXVlc3QSEQoJcGFnZV9zaXplGAEgASgFEhIKCnBhZ2VfdG9rZW4YAiABKAkiXgoTTGlzdFJ1bm5pbmdSZXNwb25zZRIuCgdydW5uaW5nGAEgAygLMh0uYmVydGguYnVkZ2V0LnYxLlJ1bm5pbmdFbnRyeRIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiEwoRR2V0TWFjaGluZVJlcXVlc3QiPwoSR2V0TWFjaGluZVJlc3BvbnNlEikKB21hY2hpbmUYASABKAsyGC5iZXJ0aC5idWRnZXQudjEuTWFjaGluZSJjChNXYXRjaE1hY2hpbmVSZXF1ZXN0EhYKDnN0YXJ0X3JldmlzaW9uGAEgASgDEjQKEXByb2dyZXNzX2ludGVydmFsGAIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIpQBChRXYXRjaE1hY2hpbmVSZXNwb25zZRIpCgdtYWNoaW5lGAEgASgLMhguYmVydGguYnVkZ2V0LnYxLk1hY2hpbmUSEAoIcmV2aXNpb24YAiABKAMSDQoFcmVzZXQYAyABKAgSMAoIcHJvZ3Jlc3MYBCABKAsyHi5iZXJ0aC5idWRnZXQudjEuV2F0Y2hQcm9ncmVzcyJ7ChJXYXRjaEJ1ZGdldFJlcXVlc3QSFwoPaW5jbHVkZV9jdXJyZW50GAEgASgIEhYKDnN0YXJ0X3JldmlzaW9uGAIgASgDEjQKEXByb2dyZXNzX2ludGVydmFsGAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIrUBChNXYXRjaEJ1ZGdldFJlc3BvbnNlEi0KBWV2ZW50GAEgASgLMhwuYmVydGguYnVkZ2V0LnYxLkJ1ZGdldEV2ZW50SAASMwoJY2F1Z2h0X3VwGAIgASgLMh4uYmVydGguYnVkZ2V0LnYxLldhdGNoQ2F1Z2h0VXBIABIyCghwcm9ncmVzcxgDIAEoCzIeLmJlcnRoLmJ1ZGdldC52MS5XYXRjaFByb2dyZXNzSABCBgoEa2luZCLGAgoLQnVkZ2V0RXZlbnQSEAoIcmV2aXNpb24YASABKAMSKAoEdGltZRgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoEa2luZBgDIAEoDjIgLmJlcnRoLmJ1ZGdldC52MS5CdWRnZXRFdmVudEtpbmQSLgoHcmVxdWVzdBgEIAEoCzIbLmJlcnRoLmJ1ZGdldC52MS5RdWV1ZUVudHJ5SAASMwoLcmVzZXJ2YXRpb24YBSABKAsyHC5iZXJ0aC5idWRnZXQudjEuUmVzZXJ2YXRpb25IABIwCgdydW5uaW5nGAYgASgLMh0uYmVydGguYnVkZ2V0LnYxLlJ1bm5pbmdFbnRyeUgAEikKBnBvbGljeRgHIAEoCzIXLmJlcnRoLmJ1ZGdldC52MS5Qb2xpY3lIAEIJCgdzdWJqZWN0IjAKDVdhdGNoQ2F1Z2h0VXASEAoIcmV2aXNpb24YASABKAMSDQoFcmVzZXQYAiABKAgiUAoNV2F0Y2hQcm9ncmVzcxIQCghyZXZpc2lvbhgBIAEoAxItCglzZW5kX3RpbWUYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIjsKDENvc3RzUmVxdWVzdBIrCgRzcGVjGAEgASgLMh0uYmVydGguYnVkZ2V0LnYxLlJlc291cmNlU3BlYyJZCg1Db3N0c1Jlc3BvbnNlEiIKA3J1bhgBIAEoCzIVLmJlcnRoLmJ1ZGdldC52MS5Db3N0EiQKBWJ1aWxkGAIgASgLMhUuYmVydGguYnVkZ2V0LnYxLkNvc3QiEgoQR2V0TGltaXRzUmVxdWVzdCLuAgoRR2V0TGltaXRzUmVzcG9uc2USLgoLZGVmYXVsdF90dGwYASABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SKgoHbWF4X3R0bBgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIrCghtYXhfd2FpdBgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhI1ChJoZWFydGJlYXRfaW50ZXJ2YWwYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SEQoJbWF4X3F1ZXVlGAUgASgFEhgKEG1heF9vd25lcl9sZW5ndGgYBiABKAUSNQoSaWRlbXBvdGVuY3lfd2luZG93GAcgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEjUKEmFkbWl0X3Jlc3VtZV9ncmFjZRgIIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiI4Cg9HZXRGbGVldFJlcXVlc3QSEQoJcGFnZV9zaXplGAEgASgFEhIKCnBhZ2VfdG9rZW4YAiABKAkiXAoQR2V0RmxlZXRSZXNwb25zZRIvCghtYWNoaW5lcxgBIAMoCzIdLmJlcnRoLmJ1ZGdldC52MS5GbGVldE1hY2hpbmUSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIooDCgxGbGVldE1hY2hpbmUSDwoHbWFjaGluZRgBIAEoCRIQCghob3N0bmFtZRgCIAEoCRILCgNwaWQYAyABKAUSMAoMcHVibGlzaF90aW1lGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIoCgZzYW1wbGUYBSABKAsyGC5iZXJ0aC5idWRnZXQudjEuTWFjaGluZRIPCgdlbmFibGVkGAYgASgIEioKBmJ1ZGdldBgHIAEoCzIaLmJlcnRoLmJ1ZGdldC52MS5SZXNvdXJjZXMSLQoJY29tbWl0dGVkGAggASgLMhouYmVydGguYnVkZ2V0LnYxLlJlc291cmNlcxIoCgRyb29tGAkgASgLMhouYmVydGguYnVkZ2V0LnYxLlJlc291cmNlcxIQCghjcHVfYnVzeRgKIAEoCBIUCgxxdWV1ZV9sZW5ndGgYCyABKAUSGQoRcmVzZXJ2YXRpb25fY291bnQYDCABKAUSFQoNcnVubmluZ19jb3VudBgNIAEoBSq+BAoPQnVkZ2V0RXZlbnRLaW5kEiEKHUJVREdFVF9FVkVOVF9LSU5EX1VOU1BFQ0lGSUVEEAASJAogQlVER0VUX0VWRU5UX0tJTkRfUkVRVUVTVF9RVUVVRUQQARImCiJCVURHRVRfRVZFTlRfS0lORF9SRVFVRVNUX0FETUlUVEVEEAISJQohQlVER0VUX0VWRU5UX0tJTkRfUkVRVUVTVF9SRUZVU0VEEAMSJwojQlVER0VUX0VWRU5UX0tJTkRfUkVRVUVTVF9USU1FRF9PVVQQBBIiCh5CVURHRVRfRVZFTlRfS0lORF9SRVFVRVNUX0xFRlQQBRImCiJCVURHRVRfRVZFTlRfS0lORF9SRVNFUlZBVElPTl9NQURFEAYSKQolQlVER0VUX0VWRU5UX0tJTkRfUkVTRVJWQVRJT05fQ0hBTkdFRBAHEioKJkJVREdFVF9FVkVOVF9LSU5EX1JFU0VSVkFUSU9OX1JFTEVBU0VEEAgSKQolQlVER0VUX0VWRU5UX0tJTkRfUkVTRVJWQVRJT05fRVhQSVJFRBAJEigKJEJVREdFVF9FVkVOVF9LSU5EX1JVTk5JTkdfUkVHSVNURVJFRBAKEiUKIUJVREdFVF9FVkVOVF9LSU5EX1JVTk5JTkdfU1RPUFBFRBALEiUKIUJVREdFVF9FVkVOVF9LSU5EX1JVTk5JTkdfRVhQSVJFRBAMEiQKIEJVREdFVF9FVkVOVF9LSU5EX1BPTElDWV9DSEFOR0VEEA0yxAwKDUJ1ZGdldFNlcnZpY2USSwoFQ2hlY2sSHS5iZXJ0aC5idWRnZXQudjEuQ2hlY2tSZXF1ZXN0Gh4uYmVydGguYnVkZ2V0LnYxLkNoZWNrUmVzcG9uc2UiA5ACARJKCgVBZG1pdBIdLmJlcnRoLmJ1ZGdldC52MS5BZG1pdFJlcXVlc3QaHi5iZXJ0aC5idWRnZXQudjEuQWRtaXRSZXNwb25zZSgBMAESTAoHUmVzZXJ2ZRIfLmJlcnRoLmJ1ZGdldC52MS5SZXNlcnZlUmVxdWVzdBogLmJlcnRoLmJ1ZGdldC52MS5SZXNlcnZlUmVzcG9uc2USUgoJS2VlcEFsaXZlEiEuYmVydGguYnVkZ2V0LnYxLktlZXBBbGl2ZVJlcXVlc3QaIi5iZXJ0aC5idWRnZXQudjEuS2VlcEFsaXZlUmVzcG9uc2USTAoHUmVsZWFzZRIfLmJlcnRoLmJ1ZGdldC52MS5SZWxlYXNlUmVxdWVzdBogLmJlcnRoLmJ1ZGdldC52MS5SZWxlYXNlUmVzcG9uc2USWwoMUmVsZWFzZUJ1aWxkEiQuYmVydGguYnVkZ2V0LnYxLlJlbGVhc2VCdWlsZFJlcXVlc3QaJS5iZXJ0aC5idWRnZXQudjEuUmVsZWFzZUJ1aWxkUmVzcG9uc2USZAoPUmVnaXN0ZXJSdW5uaW5nEicuYmVydGguYnVkZ2V0LnYxLlJlZ2lzdGVyUnVubmluZ1JlcXVlc3QaKC5iZXJ0aC5idWRnZXQudjEuUmVnaXN0ZXJSdW5uaW5nUmVzcG9uc2USWAoLU3RvcFJ1bm5pbmcSIy5iZXJ0aC5idWRnZXQudjEuU3RvcFJ1bm5pbmdSZXF1ZXN0GiQuYmVydGguYnVkZ2V0LnYxLlN0b3BSdW5uaW5nUmVzcG9uc2USVAoIR2V0U3RhdGUSIC5iZXJ0aC5idWRnZXQudjEuR2V0U3RhdGVSZXF1ZXN0GiEuYmVydGguYnVkZ2V0LnYxLkdldFN0YXRlUmVzcG9uc2UiA5ACARJXCglMaXN0UXVldWUSIS5iZXJ0aC5idWRnZXQudjEuTGlzdFF1ZXVlUmVxdWVzdBoiLmJlcnRoLmJ1ZGdldC52MS5MaXN0UXVldWVSZXNwb25zZSIDkAIBEmwKEExpc3RSZXNlcnZhdGlvbnMSKC5iZXJ0aC5idWRnZXQudjEuTGlzdFJlc2VydmF0aW9uc1JlcXVlc3QaKS5iZXJ0aC5idWRnZXQudjEuTGlzdFJlc2VydmF0aW9uc1Jlc3BvbnNlIgOQAgESXQoLTGlzdFJ1bm5pbmcSIy5iZXJ0aC5idWRnZXQudjEuTGlzdFJ1bm5pbmdSZXF1ZXN0GiQuYmVydGguYnVkZ2V0LnYxLkxpc3RSdW5uaW5nUmVzcG9uc2UiA5ACARJaCgpHZXRNYWNoaW5lEiIuYmVydGguYnVkZ2V0LnYxLkdldE1hY2hpbmVSZXF1ZXN0GiMuYmVydGguYnVkZ2V0LnYxLkdldE1hY2hpbmVSZXNwb25zZSIDkAIBEl0KDFdhdGNoTWFjaGluZRIkLmJlcnRoLmJ1ZGdldC52MS5XYXRjaE1hY2hpbmVSZXF1ZXN0GiUuYmVydGguYnVkZ2V0LnYxLldhdGNoTWFjaGluZVJlc3BvbnNlMAESWgoLV2F0Y2hCdWRnZXQSIy5iZXJ0aC5idWRnZXQudjEuV2F0Y2hCdWRnZXRSZXF1ZXN0GiQuYmVydGguYnVkZ2V0LnYxLldhdGNoQnVkZ2V0UmVzcG9uc2UwARJLCgVDb3N0cxIdLmJlcnRoLmJ1ZGdldC52MS5Db3N0c1JlcXVlc3QaHi5iZXJ0aC5idWRnZXQudjEuQ29zdHNSZXNwb25zZSIDkAIBElcKCUdldExpbWl0cxIhLmJlcnRoLmJ1ZGdldC52MS5HZXRMaW1pdHNSZXF1ZXN0GiIuYmVydGguYnVkZ2V0LnYxLkdldExpbWl0c1Jlc3BvbnNlIgOQAgESVAoIR2V0RmxlZXQSIC5iZXJ0aC5idWRnZXQudjEuR2V0RmxlZXRSZXF1ZXN0GiEuYmVydGguYnVkZ2V0LnYxLkdldEZsZWV0UmVzcG9uc2UiA5ACAWIGcHJvdG8z", [file_berth_budget_v1_budget, file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * Check's request.
@@ -1311,6 +1311,23 @@ export const GetMachineResponseSchema: GenMessage<GetMachineResponse> = /*@__PUR
  * @generated from message berth.budget.v1.WatchMachineRequest
  */
 export type WatchMachineRequest = Message<"berth.budget.v1.WatchMachineRequest"> & {
+  /**
+   * Resume: the revision of the last sample the client has; the samples
+   * after it are sent (see WatchMachine). Zero: the current sample first.
+   * Negative is INVALID_ARGUMENT.
+   *
+   * @generated from field: int64 start_revision = 1;
+   */
+  startRevision: bigint;
+
+  /**
+   * Send `progress` whenever this long passed without a sample. Unset or
+   * zero: never; otherwise at least 100 ms (shorter, or negative, is
+   * INVALID_ARGUMENT).
+   *
+   * @generated from field: google.protobuf.Duration progress_interval = 2;
+   */
+  progressInterval?: Duration | undefined;
 };
 
 /**
@@ -1321,17 +1338,40 @@ export const WatchMachineRequestSchema: GenMessage<WatchMachineRequest> = /*@__P
   messageDesc(file_berth_budget_v1_budget_service, 36);
 
 /**
- * WatchMachine's response: one sample.
+ * WatchMachine's response: one sample, or progress.
  *
  * @generated from message berth.budget.v1.WatchMachineResponse
  */
 export type WatchMachineResponse = Message<"berth.budget.v1.WatchMachineResponse"> & {
   /**
-   * The sample.
+   * The sample; unset in a `progress` message.
    *
    * @generated from field: berth.budget.v1.Machine machine = 1;
    */
   machine?: Machine | undefined;
+
+  /**
+   * The sample's revision; in a `progress` message, the revision of the
+   * last sample sent (zero when none was).
+   *
+   * @generated from field: int64 revision = 2;
+   */
+  revision: bigint;
+
+  /**
+   * The client's `start_revision` could not be continued: this is the
+   * latest sample, and samples between were missed.
+   *
+   * @generated from field: bool reset = 3;
+   */
+  reset: boolean;
+
+  /**
+   * Set when no sample came for `progress_interval`.
+   *
+   * @generated from field: berth.budget.v1.WatchProgress progress = 4;
+   */
+  progress?: WatchProgress | undefined;
 };
 
 /**
@@ -1340,6 +1380,224 @@ export type WatchMachineResponse = Message<"berth.budget.v1.WatchMachineResponse
  */
 export const WatchMachineResponseSchema: GenMessage<WatchMachineResponse> = /*@__PURE__*/
   messageDesc(file_berth_budget_v1_budget_service, 37);
+
+/**
+ * WatchBudget's request.
+ *
+ * @generated from message berth.budget.v1.WatchBudgetRequest
+ */
+export type WatchBudgetRequest = Message<"berth.budget.v1.WatchBudgetRequest"> & {
+  /**
+   * First describe the current state, then `caught_up` (see WatchBudget).
+   *
+   * @generated from field: bool include_current = 1;
+   */
+  includeCurrent: boolean;
+
+  /**
+   * Resume: the revision of the last event or `caught_up` the client has;
+   * every change after it is sent, then `caught_up`. Zero: none. Negative is
+   * INVALID_ARGUMENT. With `include_current`, `include_current` wins.
+   *
+   * @generated from field: int64 start_revision = 2;
+   */
+  startRevision: bigint;
+
+  /**
+   * Send `progress` whenever this long passed without a message. Unset or
+   * zero: never; otherwise at least 100 ms (shorter, or negative, is
+   * INVALID_ARGUMENT).
+   *
+   * @generated from field: google.protobuf.Duration progress_interval = 3;
+   */
+  progressInterval?: Duration | undefined;
+};
+
+/**
+ * Describes the message berth.budget.v1.WatchBudgetRequest.
+ * Use `create(WatchBudgetRequestSchema)` to create a new message.
+ */
+export const WatchBudgetRequestSchema: GenMessage<WatchBudgetRequest> = /*@__PURE__*/
+  messageDesc(file_berth_budget_v1_budget_service, 38);
+
+/**
+ * WatchBudget's response: one of its messages.
+ *
+ * @generated from message berth.budget.v1.WatchBudgetResponse
+ */
+export type WatchBudgetResponse = Message<"berth.budget.v1.WatchBudgetResponse"> & {
+  /**
+   * What this message is.
+   *
+   * @generated from oneof berth.budget.v1.WatchBudgetResponse.kind
+   */
+  kind: {
+    /**
+     * One change, or one part of the current state.
+     *
+     * @generated from field: berth.budget.v1.BudgetEvent event = 1;
+     */
+    value: BudgetEvent;
+    case: "event";
+  } | {
+    /**
+     * The current state, or the changes replayed, end here.
+     *
+     * @generated from field: berth.budget.v1.WatchCaughtUp caught_up = 2;
+     */
+    value: WatchCaughtUp;
+    case: "caughtUp";
+  } | {
+    /**
+     * Nothing for `progress_interval`.
+     *
+     * @generated from field: berth.budget.v1.WatchProgress progress = 3;
+     */
+    value: WatchProgress;
+    case: "progress";
+  } | { case: undefined; value?: undefined };
+};
+
+/**
+ * Describes the message berth.budget.v1.WatchBudgetResponse.
+ * Use `create(WatchBudgetResponseSchema)` to create a new message.
+ */
+export const WatchBudgetResponseSchema: GenMessage<WatchBudgetResponse> = /*@__PURE__*/
+  messageDesc(file_berth_budget_v1_budget_service, 39);
+
+/**
+ * One change of the budget (or one part of the state described).
+ *
+ * @generated from message berth.budget.v1.BudgetEvent
+ */
+export type BudgetEvent = Message<"berth.budget.v1.BudgetEvent"> & {
+  /**
+   * The change's revision; for the current state described, the revision
+   * of that state (the same for every part of it).
+   *
+   * @generated from field: int64 revision = 1;
+   */
+  revision: bigint;
+
+  /**
+   * When it changed; for the current state, when it was described.
+   *
+   * @generated from field: google.protobuf.Timestamp time = 2;
+   */
+  time?: Timestamp | undefined;
+
+  /**
+   * What changed.
+   *
+   * @generated from field: berth.budget.v1.BudgetEventKind kind = 3;
+   */
+  kind: BudgetEventKind;
+
+  /**
+   * The thing changed, as it stands after the change (a request leaving the
+   * queue: as it stood, `position` 0).
+   *
+   * @generated from oneof berth.budget.v1.BudgetEvent.subject
+   */
+  subject: {
+    /**
+     * REQUEST_*: the queued request.
+     *
+     * @generated from field: berth.budget.v1.QueueEntry request = 4;
+     */
+    value: QueueEntry;
+    case: "request";
+  } | {
+    /**
+     * RESERVATION_*: the reservation.
+     *
+     * @generated from field: berth.budget.v1.Reservation reservation = 5;
+     */
+    value: Reservation;
+    case: "reservation";
+  } | {
+    /**
+     * RUNNING_*: the running entry.
+     *
+     * @generated from field: berth.budget.v1.RunningEntry running = 6;
+     */
+    value: RunningEntry;
+    case: "running";
+  } | {
+    /**
+     * POLICY_CHANGED: the policy now in force.
+     *
+     * @generated from field: berth.budget.v1.Policy policy = 7;
+     */
+    value: Policy;
+    case: "policy";
+  } | { case: undefined; value?: undefined };
+};
+
+/**
+ * Describes the message berth.budget.v1.BudgetEvent.
+ * Use `create(BudgetEventSchema)` to create a new message.
+ */
+export const BudgetEventSchema: GenMessage<BudgetEvent> = /*@__PURE__*/
+  messageDesc(file_berth_budget_v1_budget_service, 40);
+
+/**
+ * The end of the current state or of the changes replayed.
+ *
+ * @generated from message berth.budget.v1.WatchCaughtUp
+ */
+export type WatchCaughtUp = Message<"berth.budget.v1.WatchCaughtUp"> & {
+  /**
+   * The revision the client is now up to: the next change has a greater
+   * one.
+   *
+   * @generated from field: int64 revision = 1;
+   */
+  revision: bigint;
+
+  /**
+   * The client's `start_revision` could not be replayed: what came before
+   * is the current state, which replaces the client's view.
+   *
+   * @generated from field: bool reset = 2;
+   */
+  reset: boolean;
+};
+
+/**
+ * Describes the message berth.budget.v1.WatchCaughtUp.
+ * Use `create(WatchCaughtUpSchema)` to create a new message.
+ */
+export const WatchCaughtUpSchema: GenMessage<WatchCaughtUp> = /*@__PURE__*/
+  messageDesc(file_berth_budget_v1_budget_service, 41);
+
+/**
+ * A watch's progress: nothing was sent for `progress_interval`.
+ *
+ * @generated from message berth.budget.v1.WatchProgress
+ */
+export type WatchProgress = Message<"berth.budget.v1.WatchProgress"> & {
+  /**
+   * The revision the client is up to (every change up to it was sent).
+   *
+   * @generated from field: int64 revision = 1;
+   */
+  revision: bigint;
+
+  /**
+   * The service's time when sent.
+   *
+   * @generated from field: google.protobuf.Timestamp send_time = 2;
+   */
+  sendTime?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message berth.budget.v1.WatchProgress.
+ * Use `create(WatchProgressSchema)` to create a new message.
+ */
+export const WatchProgressSchema: GenMessage<WatchProgress> = /*@__PURE__*/
+  messageDesc(file_berth_budget_v1_budget_service, 42);
 
 /**
  * Costs' request.
@@ -1360,7 +1618,7 @@ export type CostsRequest = Message<"berth.budget.v1.CostsRequest"> & {
  * Use `create(CostsRequestSchema)` to create a new message.
  */
 export const CostsRequestSchema: GenMessage<CostsRequest> = /*@__PURE__*/
-  messageDesc(file_berth_budget_v1_budget_service, 38);
+  messageDesc(file_berth_budget_v1_budget_service, 43);
 
 /**
  * Costs' response.
@@ -1388,7 +1646,7 @@ export type CostsResponse = Message<"berth.budget.v1.CostsResponse"> & {
  * Use `create(CostsResponseSchema)` to create a new message.
  */
 export const CostsResponseSchema: GenMessage<CostsResponse> = /*@__PURE__*/
-  messageDesc(file_berth_budget_v1_budget_service, 39);
+  messageDesc(file_berth_budget_v1_budget_service, 44);
 
 /**
  * GetLimits' request.
@@ -1403,7 +1661,7 @@ export type GetLimitsRequest = Message<"berth.budget.v1.GetLimitsRequest"> & {
  * Use `create(GetLimitsRequestSchema)` to create a new message.
  */
 export const GetLimitsRequestSchema: GenMessage<GetLimitsRequest> = /*@__PURE__*/
-  messageDesc(file_berth_budget_v1_budget_service, 40);
+  messageDesc(file_berth_budget_v1_budget_service, 45);
 
 /**
  * GetLimits' response: the limits this service enforces (the same names as
@@ -1482,7 +1740,7 @@ export type GetLimitsResponse = Message<"berth.budget.v1.GetLimitsResponse"> & {
  * Use `create(GetLimitsResponseSchema)` to create a new message.
  */
 export const GetLimitsResponseSchema: GenMessage<GetLimitsResponse> = /*@__PURE__*/
-  messageDesc(file_berth_budget_v1_budget_service, 41);
+  messageDesc(file_berth_budget_v1_budget_service, 46);
 
 /**
  * GetFleet's request.
@@ -1512,7 +1770,7 @@ export type GetFleetRequest = Message<"berth.budget.v1.GetFleetRequest"> & {
  * Use `create(GetFleetRequestSchema)` to create a new message.
  */
 export const GetFleetRequestSchema: GenMessage<GetFleetRequest> = /*@__PURE__*/
-  messageDesc(file_berth_budget_v1_budget_service, 42);
+  messageDesc(file_berth_budget_v1_budget_service, 47);
 
 /**
  * GetFleet's response.
@@ -1540,7 +1798,7 @@ export type GetFleetResponse = Message<"berth.budget.v1.GetFleetResponse"> & {
  * Use `create(GetFleetResponseSchema)` to create a new message.
  */
 export const GetFleetResponseSchema: GenMessage<GetFleetResponse> = /*@__PURE__*/
-  messageDesc(file_berth_budget_v1_budget_service, 43);
+  messageDesc(file_berth_budget_v1_budget_service, 48);
 
 /**
  * One machine as its budget last published it.
@@ -1647,7 +1905,122 @@ export type FleetMachine = Message<"berth.budget.v1.FleetMachine"> & {
  * Use `create(FleetMachineSchema)` to create a new message.
  */
 export const FleetMachineSchema: GenMessage<FleetMachine> = /*@__PURE__*/
-  messageDesc(file_berth_budget_v1_budget_service, 44);
+  messageDesc(file_berth_budget_v1_budget_service, 49);
+
+/**
+ * What a BudgetEvent tells.
+ *
+ * @generated from enum berth.budget.v1.BudgetEventKind
+ */
+export enum BudgetEventKind {
+  /**
+   * Not sent.
+   *
+   * @generated from enum value: BUDGET_EVENT_KIND_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * A request joined the queue (`position` its place then).
+   *
+   * @generated from enum value: BUDGET_EVENT_KIND_REQUEST_QUEUED = 1;
+   */
+  REQUEST_QUEUED = 1,
+
+  /**
+   * A queued request was admitted and left the queue (its reservation's
+   * RESERVATION_MADE comes just before).
+   *
+   * @generated from enum value: BUDGET_EVENT_KIND_REQUEST_ADMITTED = 2;
+   */
+  REQUEST_ADMITTED = 2,
+
+  /**
+   * A queued request was refused and left the queue (the policy shrank
+   * under it: IMPOSSIBLE; the service closing).
+   *
+   * @generated from enum value: BUDGET_EVENT_KIND_REQUEST_REFUSED = 3;
+   */
+  REQUEST_REFUSED = 3,
+
+  /**
+   * A queued request waited its whole wait (WAIT_EXHAUSTED).
+   *
+   * @generated from enum value: BUDGET_EVENT_KIND_REQUEST_TIMED_OUT = 4;
+   */
+  REQUEST_TIMED_OUT = 4,
+
+  /**
+   * A queued request's caller left (cancelled, its stream or connection
+   * ended).
+   *
+   * @generated from enum value: BUDGET_EVENT_KIND_REQUEST_LEFT = 5;
+   */
+  REQUEST_LEFT = 5,
+
+  /**
+   * A reservation was made (admitted, from the queue or at once).
+   *
+   * @generated from enum value: BUDGET_EVENT_KIND_RESERVATION_MADE = 6;
+   */
+  RESERVATION_MADE = 6,
+
+  /**
+   * A reservation's shares changed: its build is done, or a service
+   * started from it.
+   *
+   * @generated from enum value: BUDGET_EVENT_KIND_RESERVATION_CHANGED = 7;
+   */
+  RESERVATION_CHANGED = 7,
+
+  /**
+   * A reservation was released (Release, its stream's end).
+   *
+   * @generated from enum value: BUDGET_EVENT_KIND_RESERVATION_RELEASED = 8;
+   */
+  RESERVATION_RELEASED = 8,
+
+  /**
+   * A reservation's lease ran out and it was released.
+   *
+   * @generated from enum value: BUDGET_EVENT_KIND_RESERVATION_EXPIRED = 9;
+   */
+  RESERVATION_EXPIRED = 9,
+
+  /**
+   * Running work is counted (RegisterRunning, Admit's `started`).
+   *
+   * @generated from enum value: BUDGET_EVENT_KIND_RUNNING_REGISTERED = 10;
+   */
+  RUNNING_REGISTERED = 10,
+
+  /**
+   * Running work is no longer counted (StopRunning).
+   *
+   * @generated from enum value: BUDGET_EVENT_KIND_RUNNING_STOPPED = 11;
+   */
+  RUNNING_STOPPED = 11,
+
+  /**
+   * Running work ended with its process or its lease.
+   *
+   * @generated from enum value: BUDGET_EVENT_KIND_RUNNING_EXPIRED = 12;
+   */
+  RUNNING_EXPIRED = 12,
+
+  /**
+   * The policy in force changed (a reload), or is described.
+   *
+   * @generated from enum value: BUDGET_EVENT_KIND_POLICY_CHANGED = 13;
+   */
+  POLICY_CHANGED = 13,
+}
+
+/**
+ * Describes the enum berth.budget.v1.BudgetEventKind.
+ */
+export const BudgetEventKindSchema: GenEnum<BudgetEventKind> = /*@__PURE__*/
+  enumDesc(file_berth_budget_v1_budget_service, 0);
 
 /**
  * Admission control for the machine's memory and cpu.
@@ -1716,6 +2089,7 @@ export const FleetMachineSchema: GenMessage<FleetMachine> = /*@__PURE__*/
  * | FAILED_PRECONDITION | FLEET_NEEDS_ETCD      | GetFleet on a budget not started with `--store etcd` |
  * | RESOURCE_EXHAUSTED  | QUEUE_FULL            | the queue is full; retry after RetryInfo     |
  * | RESOURCE_EXHAUSTED  | WAIT_EXHAUSTED        | waited the whole wait; retry after RetryInfo |
+ * | RESOURCE_EXHAUSTED  | WATCHER_LAGGED        | WatchBudget fell behind: watch again from the `resumeRevision` of its ErrorInfo metadata |
  * | RESOURCE_EXHAUSTED  | DISK_FULL             | the running tally could not be saved: free space in the state directory, retry |
  * | RESOURCE_EXHAUSTED  | TOO_MANY_OPEN_FILES   | no file descriptor left to save the tally, or the call came on a connection over the service's share: retry after RetryInfo, or raise `ulimit -n` |
  * | NOT_FOUND           | RESERVATION_NOT_FOUND | the reservation is gone (released, expired)  |
@@ -1985,8 +2359,24 @@ export const BudgetService: GenService<{
   },
   /**
    * The machine sample now, then every new one, until the client ends the
-   * call.
-   * Errors: any call's (the second table).
+   * call. Each sample carries its `revision`: the sampler's count of samples
+   * in this run of the service, started at the run's revision base (the
+   * rule of revisions on WatchBudget), so a revision names one sample of one
+   * run. With `start_revision` (the revision of the last sample the client
+   * has), the samples after it that the service still holds (it keeps the
+   * last 64) are sent and none already sent is sent again; nothing is sent
+   * until the next sample when it was the latest. A `start_revision` the
+   * service cannot continue (older than what it holds, from an earlier run,
+   * or ahead of its latest sample) gets the latest sample with `reset =
+   * true`. With `progress_interval`, a `progress` message whenever that long
+   * passed without a sample (the sampler stalled, say). A slow client misses
+   * nothing it can notice: when samples come faster than it reads, it gets
+   * the latest one, its revision showing how many it skipped (samples are
+   * states, not changes). A request that sets neither field gets what it
+   * always got (the current sample first, then every new one), revisions
+   * added. The service ending ends the stream with UNAVAILABLE SHUTTING_DOWN.
+   * Errors: INVALID_ARGUMENT INVALID_FIELD (`start_revision`,
+   * `progress_interval`); and any call's (the second table).
    *
    * @generated from rpc berth.budget.v1.BudgetService.WatchMachine
    */
@@ -1994,6 +2384,60 @@ export const BudgetService: GenService<{
     methodKind: "server_streaming";
     input: typeof WatchMachineRequestSchema;
     output: typeof WatchMachineResponseSchema;
+  },
+  /**
+   * Every change of the budget as it happens: the queue (a request queued,
+   * admitted, refused, out of wait, gone with its caller), the reservations
+   * (made, their build share or start share changed, released, their lease
+   * run out), the running tally (registered, stopped, ended with its process
+   * or lease) and the policy (reloaded).
+   *
+   * Revisions. Every change gets the next revision; a watcher gets every
+   * change in revision order, never one twice, and never silently misses
+   * one. The queue, the reservations and the tally live in the service's
+   * memory (with `--store etcd` too: etcd holds only the fleet view), so
+   * revisions are the service's own: each run starts them at its revision
+   * base, the wall-clock time it started in microseconds since the Unix
+   * epoch, and counts one per change. A later run's revisions are thus
+   * greater than any an earlier run gave, unless that run averaged a million
+   * changes a second; a revision below the run's base, or above its latest,
+   * is not one of this run's. The service holds the last 10,000 changes to
+   * replay (`--watch-history`).
+   *
+   * The stream: with `include_current`, first the current state, one event
+   * per queued request (REQUEST_QUEUED, head first), reservation
+   * (RESERVATION_MADE), running entry (RUNNING_REGISTERED) and the policy
+   * (POLICY_CHANGED), each with the revision of the state described, then
+   * `caught_up`; then every change after it. With `start_revision` (the
+   * revision of the last event or `caught_up` the client has), every change
+   * after it the service still holds, then `caught_up`, then the changes
+   * that follow: exactly what the client missed, once. A `start_revision`
+   * the service cannot replay (older than what it holds, from an earlier
+   * run, ahead of its latest) is answered with the current state, as
+   * `include_current` describes it, and `caught_up` with `reset = true`: the
+   * client replaces its view. Neither: only the changes from now on (no
+   * `caught_up`). With `progress_interval`, a `progress` message whenever
+   * that long passed without a message, with the revision the client is up
+   * to. Queue positions and ETAs are not events (every change ahead moves
+   * them): a request's place is its order among the queued ones; ListQueue
+   * and GetState give the ETAs. Renewals (KeepAlive) are not events either.
+   * Events carry no secrets (no request ids). A watcher that falls more than
+   * 1,000 events behind (`--watch-buffer`: the service holds no more for a
+   * reader that does not read) ends with RESOURCE_EXHAUSTED WATCHER_LAGGED,
+   * the revision to resume from in its ErrorInfo metadata
+   * (`resumeRevision`): watch again with `start_revision` set to it, which
+   * replays exactly what it missed while the history still holds it. The
+   * service ending ends the stream with UNAVAILABLE SHUTTING_DOWN.
+   * Errors: INVALID_ARGUMENT INVALID_FIELD (`start_revision`,
+   * `progress_interval`); RESOURCE_EXHAUSTED WATCHER_LAGGED; and any call's
+   * (the second table).
+   *
+   * @generated from rpc berth.budget.v1.BudgetService.WatchBudget
+   */
+  watchBudget: {
+    methodKind: "server_streaming";
+    input: typeof WatchBudgetRequestSchema;
+    output: typeof WatchBudgetResponseSchema;
   },
   /**
    * What a declared spec costs running and building (the seed's `costsOf`):

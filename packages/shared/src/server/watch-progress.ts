@@ -1,5 +1,6 @@
 /**
- * Pulling a watcher's items with progress notifications: the next item, or — when an interval
+ * A watch's progress notifications, the same in every service: the checked `progress_interval`,
+ * and pulling a watcher's items with progress notifications: the next item, or — when an interval
  * passes first — a marker that nothing came, after which the same pull goes on. A watch sends a
  * progress message on the marker (etcd's progress notifications), so an idle client knows its
  * stream is alive and up to date.
@@ -8,7 +9,24 @@
  * while it waits: an idle watch stays constant in memory for days. The interval's timer runs on
  * the injected clock, so tests drive it without waiting.
  */
-import type { Clock, TimerHandle } from "@berth/shared/clock";
+import { durationMs, type Duration } from "@bufbuild/protobuf/wkt";
+import type { Clock, TimerHandle } from "../clock.js";
+import { invalidArgument } from "../errors.js";
+
+/** The shortest `progress_interval` a watch accepts. */
+export const MIN_PROGRESS_INTERVAL_MS = 100;
+
+/**
+ * A watch's `progress_interval` in ms, checked: undefined (no progress messages) when unset or
+ * zero; shorter than {@link MIN_PROGRESS_INTERVAL_MS}, or negative, is INVALID_ARGUMENT naming the field.
+ */
+export function progressIntervalMs(interval: Duration | undefined, field = "progress_interval"): number | undefined {
+  if (interval === undefined) return undefined;
+  const ms = durationMs(interval);
+  if (ms === 0) return undefined;
+  if (!(ms >= MIN_PROGRESS_INTERVAL_MS)) throw invalidArgument(field, `must be unset, zero or at least ${MIN_PROGRESS_INTERVAL_MS}ms`);
+  return ms;
+}
 
 /** What {@link ProgressPuller.next} answers when the interval passed without an item. */
 export const PROGRESS = Symbol("progress");
