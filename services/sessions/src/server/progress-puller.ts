@@ -8,7 +8,22 @@
  * while it waits: an idle watch stays constant in memory for days. The interval's timer runs on
  * the injected clock, so tests drive it without waiting.
  */
+import type { Duration } from "@bufbuild/protobuf/wkt";
 import type { Clock, TimerHandle } from "@berth/shared/clock";
+import { invalidArgument } from "@berth/shared/errors";
+import { durationMs } from "@bufbuild/protobuf/wkt";
+
+/** The shortest `progress_interval` of every watch. */
+export const MIN_PROGRESS_INTERVAL_MS = 100;
+
+/** A watch's `progress_interval` in ms (undefined: no progress messages), checked. */
+export function progressInterval(interval: Duration | undefined): number | undefined {
+  if (interval === undefined) return undefined;
+  const ms = durationMs(interval);
+  if (ms === 0) return undefined;
+  if (!(ms >= MIN_PROGRESS_INTERVAL_MS)) throw invalidArgument("progress_interval", `must be unset, zero or at least ${MIN_PROGRESS_INTERVAL_MS}ms`);
+  return ms;
+}
 
 /** What {@link ProgressPuller.next} answers when the interval passed without an item. */
 export const PROGRESS = Symbol("progress");

@@ -11,7 +11,7 @@
  * receive it (see wire-cache.ts).
  */
 import type { DescMessage, MessageShape } from "@bufbuild/protobuf";
-import { DurationSchema, durationMs, timestampFromMs, type Duration } from "@bufbuild/protobuf/wkt";
+import { DurationSchema, timestampFromMs, type Duration } from "@bufbuild/protobuf/wkt";
 import { ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
 import type { Event } from "@berth/api/berth/sessions/v1/events_pb";
 import {
@@ -57,7 +57,7 @@ import { isCompletedPhase } from "../vocabulary.js";
 import type { SessionChange, WatchEntry } from "../watch-hub.js";
 import { eventToJournal, journalEntryToProto, type JournalEntryFacts } from "./event-codec.js";
 import { isoToTimestamp } from "./timestamps.js";
-import { PROGRESS, ProgressPuller } from "./progress-puller.js";
+import { PROGRESS, ProgressPuller, progressInterval } from "./progress-puller.js";
 import { encodedEntryField, encodedSnapshotField, entryMessage, snapshotMessage } from "./wire-cache.js";
 
 /**
@@ -99,8 +99,7 @@ export const READ_BATCH_MAX_BYTES = 256 * 1024;
 export const WATCH_BACKLOG_BATCH = 100;
 /** Most live entries one WatchSession message carries, whatever `max_batch` asks. */
 export const MAX_WATCH_BATCH = 1000;
-/** The shortest `progress_interval`. */
-export const MIN_PROGRESS_INTERVAL_MS = 100;
+export { MIN_PROGRESS_INTERVAL_MS } from "./progress-puller.js";
 /** ListSessions' page when `page_size` is 0, and its largest. */
 export const DEFAULT_PAGE_SIZE = 100;
 export const MAX_PAGE_SIZE = 1000;
@@ -636,15 +635,6 @@ async function lastEntry(store: SessionStoreApi, sessionId: string, seq: number)
   } finally {
     await entries.return?.();
   }
-}
-
-/** A watch's `progress_interval` in ms (undefined: no progress messages), checked. */
-function progressInterval(interval: Duration | undefined): number | undefined {
-  if (interval === undefined) return undefined;
-  const ms = durationMs(interval);
-  if (ms === 0) return undefined;
-  if (!(ms >= MIN_PROGRESS_INTERVAL_MS)) throw invalidArgument("progress_interval", `must be unset, zero or at least ${MIN_PROGRESS_INTERVAL_MS}ms`);
-  return ms;
 }
 
 /**
