@@ -1522,7 +1522,9 @@ export const LockService: GenService<{
    * memory: a revision of an earlier run of the service is below the first
    * of a later one, so it is never taken for one of this run. On `--store
    * etcd` revisions are etcd's own (the revision of the change to the lock's
-   * key), the same through every instance of the cluster.
+   * key), the same through every instance of the cluster; there a resume's
+   * `caught_up` comes first, at `start_revision`, and the changes after it
+   * follow as live ones (etcd does not say where its replay ends).
    *
    * Reset, never a gap: a `start_revision` the service can no longer
    * replay (older than its history, compacted by etcd, from an earlier run
