@@ -55,6 +55,8 @@ export interface EtcdSourceLocksOptions {
   readonly limits?: Partial<LockLimits>;
   /** The most ended request ids remembered (default: the shared memory's, 100,000). */
   readonly maxEndedKeys?: number;
+  /** How many changes a lock watcher may fall behind (default 10,000). */
+  readonly watchHistory?: number;
 }
 
 /** Source locks on etcd, and the fences appends compare. */
@@ -116,6 +118,7 @@ export function createEtcdSourceLocks(options: EtcdSourceLocksOptions): EtcdSour
   const releasing = new Map<string, Promise<boolean>>();
   const waiting = new Set<AbortController>();
   let closed = false;
+  const watchHistory = options.watchHistory ?? DEFAULT_LOCK_WATCH_HISTORY;
   const watchers = new Set<ReturnType<EtcdLocks["watch"]>>();
 
   const resolveFile = (file: unknown, field = "file") => canonicalLockPath(file, field);
@@ -485,10 +488,10 @@ export function createEtcdSourceLocks(options: EtcdSourceLocksOptions): EtcdSour
       return locks.fence(resolveFile(file, "fence.file"), BigInt(checkFencingToken(token, "fence.fencing_token")));
     },
 
-    watchHistory: DEFAULT_LOCK_WATCH_HISTORY,
+    watchHistory,
     watch(request) {
       if (closed) throw shuttingDown();
-      const watcher = locks.watch(request, DEFAULT_LOCK_WATCH_HISTORY);
+      const watcher = locks.watch(request, watchHistory);
       watchers.add(watcher);
       const ended = watcher.return.bind(watcher);
       watcher.return = () => {

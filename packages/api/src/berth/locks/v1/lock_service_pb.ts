@@ -779,7 +779,8 @@ export type GetLimitsResponse = Message<"berth.locks.v1.GetLimitsResponse"> & {
 
   /**
    * How many changes WatchLocks keeps to replay on the file store, and how
-   * many a watcher may fall behind before it is ended WATCHER_LAGGED.
+   * many a watcher may fall behind before it is ended WATCHER_LAGGED
+   * (`--watch-buffer`, as for session watchers).
    *
    * @generated from field: int32 watch_history = 8;
    */
