@@ -3,15 +3,15 @@
  * waiters joining and leaving, releases in order with growing revisions; the current state; one
  * file; a watcher that goes away and resumes from its last revision gets exactly what it missed; a
  * revision the service cannot replay gives the current state with reset; progress when idle;
- * invalid input refused naming the field. (A watcher that falls behind is covered beside the
- * domain, lock-changes.test.ts, where the history is small.)
+ * invalid input refused naming the field; a watcher that stops reading is ended WATCHER_LAGGED
+ * with the revision to resume from, and resuming there misses nothing.
  */
 import { mkdirSync } from "node:fs";
 import * as path from "node:path";
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
 import { Code, type Client } from "@connectrpc/connect";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { LockEventKind, LockService, type WatchLocksResponse } from "@berth/api/berth/locks/v1/lock_service_pb";
+import { LockEventKind, LockService, LocksWatcherLaggedSchema, type WatchLocksResponse } from "@berth/api/berth/locks/v1/lock_service_pb";
 import { callFailure, connectClient, makeTempDir, onStore, startService, stopAll, STORES, storeTags, type ServiceProcess } from "./harness.js";
 
 afterAll(stopAll);
@@ -132,4 +132,36 @@ for (const store of STORES) {
       });
     });
   }
+}
+
+for (const store of STORES) {
+  describe(`WatchLocks of a slow watcher (${store} store)`, storeTags(store), () => {
+    it("ends a watcher that stops reading with WATCHER_LAGGED and the revision to resume from", { timeout: 120_000 }, async () => {
+      const dir = makeTempDir("berth-watch-lag-");
+      const service = await startService("sessions", await onStore(store, { args: ["--watch-buffer", "2"] }));
+      const client = connectClient(LockService, service.url("sessions"), { protocol: "grpc", defaultTimeoutMs: 120_000 });
+      const stop = new AbortController();
+      const watch = client.watchLocks({ file: path.join(dir, "busy.ts") }, { signal: stop.signal })[Symbol.asyncIterator]();
+      const [caughtUp] = await take(watch, 1);
+      // Not read while the changes pile up past what the transport buffers and the 2 the service allows.
+      for (let i = 0; i < 2000; i++) {
+        const lease = await client.acquire({ file: path.join(dir, "busy.ts"), owner: `o${i}` });
+        await client.release({ leaseToken: lease.lease!.leaseToken });
+      }
+      let last = revisionOf(caughtUp!);
+      const error = await callFailure(
+        (async () => {
+          for (;;) {
+            const step = await watch.next();
+            if (step.done) throw new Error("the watch ended without an error");
+            last = revisionOf(step.value);
+          }
+        })(),
+      );
+      expect(error.code).toBe(Code.ResourceExhausted);
+      const [lagged] = error.findDetails(LocksWatcherLaggedSchema);
+      expect(lagged?.resumeFromRevision).toBe(last);
+      stop.abort();
+    });
+  });
 }
