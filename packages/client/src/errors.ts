@@ -15,7 +15,7 @@ import type { DescMessage, DescService } from "@bufbuild/protobuf";
 import { durationMs } from "@bufbuild/protobuf/wkt";
 import { ConnectError, type Client, type Code } from "@connectrpc/connect";
 import type { Refusal } from "@berth/api/berth/budget/v1/budget_pb";
-import type { LockHeld } from "@berth/api/berth/locks/v1/lock_service_pb";
+import type { LockHeld, LocksWatcherLagged } from "@berth/api/berth/locks/v1/lock_service_pb";
 import type { FenceRejected, IdempotencyKeyReused, SeqConflict, WatcherLagged } from "@berth/api/berth/sessions/v1/session_service_pb";
 import { BadRequestSchema, ErrorInfoSchema, RetryInfoSchema, type BadRequest, type ErrorInfo } from "@berth/api/google/rpc/error_details_pb";
 
@@ -100,6 +100,11 @@ export class BerthClientError extends ConnectError {
   /** RESOURCE_EXHAUSTED WATCHER_LAGGED: where to resume a watch that fell behind. */
   get watcherLagged(): WatcherLagged | undefined {
     return this.typed.get("berth.sessions.v1.WatcherLagged") as WatcherLagged | undefined;
+  }
+
+  /** RESOURCE_EXHAUSTED WATCHER_LAGGED of WatchLocks: the revision to resume from. */
+  get locksWatcherLagged(): LocksWatcherLagged | undefined {
+    return this.typed.get("berth.locks.v1.LocksWatcherLagged") as LocksWatcherLagged | undefined;
   }
 
   /** RESOURCE_EXHAUSTED WAIT_EXHAUSTED of a lock: who held it for the whole wait. */

@@ -8,7 +8,9 @@
 import { Code, ConnectError, createClient, type Client } from "@connectrpc/connect";
 import {
   LockHeldSchema,
+  LocksWatcherLaggedSchema,
   LockService,
+  type LockEvent,
   type CheckTokenResponse,
   type GetLimitsResponse,
   type HoldResponse,
@@ -25,7 +27,28 @@ import { callOptions, durationOfMs, linkedCall, serviceTransports, type CallOpti
 import { callWithRequestId, newRequestId } from "./request-ids.js";
 
 /** The typed details the lock service sends with its errors. */
-export const LOCK_ERROR_DETAILS = [LockHeldSchema] as const;
+export const LOCK_ERROR_DETAILS = [LockHeldSchema, LocksWatcherLaggedSchema] as const;
+
+/** Options of {@link LocksClient.watch}. */
+export interface LockWatchOptions extends CallOptions {
+  /** Describe the current holders and waiters first. */
+  readonly includeCurrent?: boolean;
+  /** Resume after this revision (the last one received). */
+  readonly startRevision?: bigint | number;
+  /** A `progress` whenever this long passed without another event (at least 100 ms). */
+  readonly progressIntervalMs?: number;
+  /** Resolves a relative `file` (default: this process's working directory). */
+  readonly cwd?: string;
+  /** Resume by itself when the service ends the watch for falling behind (default true). */
+  readonly resume?: boolean;
+}
+
+/** What {@link LocksClient.watch} yields. */
+export type LockWatchEvent =
+  | { readonly kind: "event"; readonly event: LockEvent }
+  | { readonly kind: "caughtUp"; readonly revision: bigint; readonly reset: boolean }
+  | { readonly kind: "progress"; readonly revision: bigint }
+  | { readonly kind: "resumed"; readonly revision: bigint; readonly error: BerthClientError };
 
 /** How long a release waits for the service's answer before leaving it to the stream's end. */
 const RELEASE_TIMEOUT_MS = 2_000;
@@ -250,6 +273,47 @@ export class LocksClient {
   /** Whether `fencingToken` is still the current token of the lock on `file`. */
   checkToken(file: string, fencingToken: bigint | number, options: CallOptions & { readonly cwd?: string } = {}): Promise<CheckTokenResponse> {
     return this.rpc.checkToken({ file: absoluteLockPath(file, options.cwd), fencingToken: BigInt(fencingToken) }, callOptions(options));
+  }
+
+  /**
+   * Follows the locks (WatchLocks) of `file`, or of every file when it is undefined: `caughtUp`,
+   * then each change as it happens, until the loop breaks or the signal aborts. A watch the
+   * service ends for falling behind resumes from the revision it names, after a `resumed` event:
+   * nothing missed, nothing repeated.
+   */
+  async *watch(file: string | undefined, options: LockWatchOptions = {}): AsyncGenerator<LockWatchEvent> {
+    const target = file === undefined ? "" : absoluteLockPath(file, options.cwd);
+    let startRevision = BigInt(options.startRevision ?? 0);
+    const progressInterval = durationOfMs(options.progressIntervalMs);
+    const call = linkedCall(options);
+    try {
+      for (;;) {
+        const request = { file: target, includeCurrent: options.includeCurrent ?? false, startRevision, progressInterval };
+        try {
+          for await (const message of this.rpc.watchLocks(request, { signal: call.controller.signal })) {
+            const kind = message.kind;
+            if (kind.case === "event") {
+              if (kind.value.revision > startRevision) startRevision = kind.value.revision;
+              yield { kind: "event", event: kind.value };
+            } else if (kind.case === "caughtUp") {
+              if (kind.value.revision > startRevision) startRevision = kind.value.revision;
+              yield { kind: "caughtUp", revision: kind.value.revision, reset: kind.value.reset };
+            } else if (kind.case === "progress") {
+              yield { kind: "progress", revision: kind.value.revision };
+            }
+          }
+          return;
+        } catch (error) {
+          const lagged = error instanceof BerthClientError && error.code === Code.ResourceExhausted ? error.locksWatcherLagged : undefined;
+          if (lagged === undefined || options.resume === false || call.controller.signal.aborted) throw error;
+          startRevision = lagged.resumeFromRevision;
+          yield { kind: "resumed", revision: startRevision, error: error as BerthClientError };
+        }
+      }
+    } finally {
+      call.dispose();
+      call.controller.abort();
+    }
   }
 
   /** The limits the locks enforce: ttls, the longest wait, waiters per file, the longest owner. */

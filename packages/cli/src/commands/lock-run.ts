@@ -10,6 +10,8 @@ import {
   GetLimitsResponseSchema,
   HolderKind,
   InspectResponseSchema,
+  LockEventKind,
+  LockEventSchema,
   type GetLimitsResponse,
   type Holder,
   type InspectResponse,
@@ -24,7 +26,7 @@ import { progressFor, type Progress } from "../client/progress.js";
 import { relaySignals, signalExit } from "../client/wrapped-command.js";
 import { EXIT } from "../command.js";
 import { styleFor } from "../terminal.js";
-import type { LimitsInvocation, LockInvocation } from "./lock.js";
+import type { LimitsInvocation, LockInvocation, WatchInvocation } from "./lock.js";
 
 type Invocation = LockInvocation;
 
@@ -243,6 +245,55 @@ export async function inspect(invocation: Invocation): Promise<number> {
   if (response.lockPath !== "") lines.push(`  lock file: ${out.dim(response.lockPath)}`);
   process.stdout.write(`${lines.join("\n")}\n`);
   return EXIT.ok;
+}
+
+/** Runs `berth lock watch` until Ctrl-C or SIGTERM (exit 0); a watcher that fell behind resumes where the service says. */
+export async function watch(invocation: WatchInvocation): Promise<number> {
+  const client = new LocksClient({ endpoint: invocation.endpoint });
+  const err = styleFor(process.stderr);
+  const stop = new AbortController();
+  const onSignal = () => stop.abort();
+  process.once("SIGINT", onSignal);
+  process.once("SIGTERM", onSignal);
+  const line = (value: unknown) => process.stdout.write(`${JSON.stringify(value)}\n`);
+  try {
+    const options = {
+      includeCurrent: invocation.includeCurrent,
+      startRevision: invocation.startRevision,
+      progressIntervalMs: invocation.progressIntervalMs,
+      signal: stop.signal,
+    };
+    for await (const item of client.watch(invocation.file, options)) {
+      if (item.kind === "event") {
+        const e = item.event;
+        if (invocation.json) line({ event: messageJson(LockEventSchema, e, { alwaysEmitImplicit: true }) });
+        else {
+          const kind = LockEventKind[e.kind].toLowerCase();
+          const token = e.fencingToken === 0n ? "" : ` token ${e.fencingToken}`;
+          const place = e.position === 0 ? "" : ` position ${e.position}`;
+          process.stdout.write(`${e.revision} ${kind} ${e.file} ${e.owner}${token}${place}\n`);
+        }
+      } else if (item.kind === "caughtUp") {
+        if (invocation.json) line({ caughtUp: { revision: jsonInteger(item.revision), reset: item.reset } });
+        else
+          process.stderr.write(
+            `${err.dim(`-- caught up at revision ${item.revision}${item.reset ? " (reset: the current state above replaces what you had)" : ""}; following (Ctrl-C to stop)`)}\n`,
+          );
+      } else if (item.kind === "progress") {
+        if (invocation.json) line({ progress: { revision: jsonInteger(item.revision) } });
+        else process.stderr.write(`${err.dim(`-- still following at revision ${item.revision}`)}\n`);
+      } else {
+        process.stderr.write(`${err.yellow(`-- fell behind the service; resuming after revision ${item.revision}`)}\n`);
+      }
+    }
+    return EXIT.ok;
+  } catch (error) {
+    if (stop.signal.aborted) return EXIT.ok;
+    return reportFailure("berth lock watch", describeFailure(error, "sessions", invocation.endpoint.url), invocation.json);
+  } finally {
+    process.off("SIGINT", onSignal);
+    process.off("SIGTERM", onSignal);
+  }
 }
 
 /** Runs `berth lock limits [flags]`; resolves with the exit code. */

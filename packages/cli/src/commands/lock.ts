@@ -84,20 +84,42 @@ const LIMITS_HELP = renderHelp({
   examples: ["berth lock limits", "berth lock limits --json | jq -r .maxWait"],
 });
 
+const WATCH_HELP = renderHelp({
+  usage: ["berth lock watch [FILE] [--current] [--from-revision N] [--progress DURATION] [flags]"],
+  about:
+    "Follows the locks of FILE (or of every file without one): one line per grant, release, expiry, waiter joining " +
+    "or leaving, each with its revision, until Ctrl-C or SIGTERM. --current first describes the holders and waiters " +
+    "now; --from-revision N replays every change after revision N (the service describes the current state instead, " +
+    "marked reset, when it cannot). A watcher that falls behind resumes where it stopped: nothing is missed.",
+  flags: [
+    ["--current", "first describe the current holders and waiters"],
+    ["--from-revision N", "replay the changes after revision N (the last one a watch printed)"],
+    ["--progress DURATION", "a progress line whenever DURATION passes without a change (at least 100ms)"],
+    ["--json", "one JSON line per event: {event}, {caughtUp} or {progress}"],
+    ...SESSIONS_ENDPOINT_FLAGS,
+  ],
+  exitCodes: [[String(EXIT.ok), "stopped (Ctrl-C, SIGTERM)"], ...callExitRows("sessions")],
+  examples: ["berth lock watch", "berth lock watch src/app.ts --current", "berth lock watch --from-revision 1767225600000000042 --json"],
+});
+
 const HELP = renderHelp({
-  usage: ["berth lock hold FILE [flags] -- CMD [ARGS…]", "berth lock inspect FILE [flags]", "berth lock limits [flags]"],
+  usage: ["berth lock hold FILE [flags] -- CMD [ARGS…]", "berth lock inspect FILE [flags]", "berth lock watch [FILE] [flags]", "berth lock limits [flags]"],
   about:
     "Source locks of the sessions service: the same locks as every berth client and every process still using the " +
     "seed's source-lock library on the same project.",
   commands: [
     ["hold FILE -- CMD", "like flock(1): wait for FILE's lock, run CMD while holding it, release when CMD exits"],
     ["inspect FILE", "who holds FILE's lock, who waits, and the last fencing token"],
+    ["watch [FILE]", "one line per grant, release, expiry, waiter joining or leaving, until Ctrl-C"],
     ["limits", "the lease ttls, the longest wait and the other limits the locks enforce"],
   ],
   flags: [
     ["--max-wait DURATION", "hold: give up after waiting this long: 0 tries once; 30s, 5m (default and cap: the service's longest wait, 10m)"],
     ["--owner TEXT", "hold: who holds the lock, shown to everyone who waits (default: user@host pid N)"],
-    ["--json", "inspect, limits: one JSON line; hold: progress as JSON lines on stderr (the default when stderr is not a terminal)"],
+    ["--current", "watch: first describe the current holders and waiters"],
+    ["--from-revision N", "watch: replay the changes after revision N"],
+    ["--progress DURATION", "watch: a progress line whenever DURATION passes without a change"],
+    ["--json", "inspect, limits: one JSON line; watch: one per event; hold: progress as JSON lines on stderr (the default when stderr is not a terminal)"],
     ...SESSIONS_ENDPOINT_FLAGS,
   ],
   exitCodes: [
@@ -115,12 +137,13 @@ const HELP = renderHelp({
     "berth lock inspect src/app.ts --json | jq .holder",
     "berth lock limits",
   ],
-  footer: "Run 'berth lock hold --help', 'berth lock inspect --help' or 'berth lock limits --help' for more.",
+  footer: "Run 'berth lock hold --help', 'berth lock inspect --help', 'berth lock watch --help' or 'berth lock limits --help' for more.",
 });
 
 const SUBCOMMANDS: readonly SubcommandHelp[] = [
   { name: "hold", summary: "wait for FILE's lock, run CMD while holding it, release when CMD exits", help: HOLD_HELP },
   { name: "inspect", summary: "who holds FILE's lock, who waits, and the last fencing token", help: INSPECT_HELP },
+  { name: "watch", summary: "one line per grant, release, expiry, waiter joining or leaving, until Ctrl-C", help: WATCH_HELP },
   { name: "limits", summary: "the lease ttls, the longest wait and the other limits the locks enforce", help: LIMITS_HELP },
 ];
 
@@ -189,6 +212,45 @@ export interface LimitsInvocation {
   readonly endpoint: Endpoint;
 }
 
+/** A `watch` command line, parsed. */
+export interface WatchInvocation {
+  readonly action: "watch";
+  readonly file: string | undefined;
+  readonly includeCurrent: boolean;
+  readonly startRevision: bigint;
+  readonly progressIntervalMs: number | undefined;
+  readonly json: boolean;
+  readonly endpoint: Endpoint;
+}
+
+const WATCH_FLAGS: Readonly<Record<string, FlagSpec>> = {
+  ...INSPECT_FLAGS,
+  current: { type: "boolean" },
+  "from-revision": { type: "string" },
+  progress: { type: "string" },
+};
+
+/** Parses `watch [FILE] [flags]`. */
+function parseWatch(argv: string[]): WatchInvocation {
+  const parsed = parseFlags(argv, WATCH_FLAGS, true);
+  const [file, ...extra] = parsed.positionals;
+  if (extra.length > 0) throw new UsageError(`unexpected argument '${extra[0]}': watch takes at most one FILE`);
+  const values = parsed.values;
+  const from = stringFlag(values, "from-revision");
+  if (from !== undefined && !/^[0-9]{1,19}$/.test(from)) throw new UsageError(`--from-revision must be a revision a watch printed, not '${from}'`);
+  const progressIntervalMs = durationFlag(values.progress, "--progress");
+  if (progressIntervalMs !== undefined && progressIntervalMs < 100) throw new UsageError("--progress must be at least 100ms");
+  return {
+    action: "watch",
+    file: file === undefined || file === "" ? undefined : absoluteLockPath(file),
+    includeCurrent: values.current === true,
+    startRevision: from === undefined ? 0n : BigInt(from),
+    progressIntervalMs,
+    json: values.json === true,
+    endpoint: endpointFromFlags("sessions", values),
+  };
+}
+
 /** Parses `limits [flags]`. */
 function parseLimits(argv: string[]): LimitsInvocation {
   const parsed = parseFlags(argv, INSPECT_FLAGS, true);
@@ -202,17 +264,18 @@ export const lockCommand: Command = {
   subcommands: SUBCOMMANDS,
   async run(argv) {
     const [action, ...rest] = argv;
-    if (action !== "hold" && action !== "inspect" && action !== "limits")
-      return usageError("berth lock", `unknown command '${action ?? ""}': hold, inspect or limits`);
-    let invocation: LockInvocation | LimitsInvocation;
+    if (action !== "hold" && action !== "inspect" && action !== "limits" && action !== "watch")
+      return usageError("berth lock", `unknown command '${action ?? ""}': hold, inspect, watch or limits`);
+    let invocation: LockInvocation | LimitsInvocation | WatchInvocation;
     try {
-      invocation = action === "limits" ? parseLimits(rest) : parse(action, rest);
+      invocation = action === "limits" ? parseLimits(rest) : action === "watch" ? parseWatch(rest) : parse(action, rest);
     } catch (error) {
       if (!(error instanceof UsageError)) throw error;
       return usageError(`berth lock ${action}`, error.message);
     }
     // The calls, and the generated code they need, load only now: help and usage errors are quick.
     const run = await import("./lock-run.js");
+    if (invocation.action === "watch") return run.watch(invocation);
     return invocation.action === "limits" ? run.limits(invocation) : invocation.action === "hold" ? run.hold(invocation) : run.inspect(invocation);
   },
 };

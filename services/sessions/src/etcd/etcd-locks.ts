@@ -22,6 +22,8 @@ import { compare, EtcdLeaseLostError, op, type EtcdClient, type EtcdLease, type 
 import { LOCK_RETRY_AFTER_MS, tooManyWaiters } from "../locks/lock-input.js";
 import { fenceRejected, type EtcdFence } from "./etcd-journal.js";
 import { lockWaiterKey, lockWaitersPrefix } from "./store-keys.js";
+import type { LockWatchRequest } from "../locks/lock-changes.js";
+import { watchEtcdLocks } from "./etcd-lock-watch.js";
 
 /** Who holds or waits for a lock, as its waiter key records it. */
 export interface EtcdLockParty {
@@ -161,7 +163,7 @@ export class EtcdLocks {
       for (;;) {
         const ahead = queue.kvs.filter((kv) => kv.createRevision < token);
         if (ahead.length === 0) break;
-        const holder = party(ahead[0]!);
+        const holder = partyOf(ahead[0]!);
         if (request.waitMs === 0 || stop.signal.aborted) throw this.whyStopped(request, stop.signal, holder, ahead.length);
         // Those ahead only leave: a request within the cap when it queued stays within it.
         if (told === "" && request.maxWaiters !== undefined && ahead.length > request.maxWaiters) {
@@ -242,10 +244,15 @@ export class EtcdLocks {
     return waitExhausted(request.file, holder, request.waitMs, ahead);
   }
 
+  /** Follows the lock keys from etcd's watch (WatchLocks; see etcd-lock-watch.ts). */
+  watch(request: LockWatchRequest, maxBuffered: number): ReturnType<typeof watchEtcdLocks> {
+    return watchEtcdLocks(this.client, this.clock, request, maxBuffered);
+  }
+
   /** The holder and the waiters of `file`, in order. */
   async inspect(file: string): Promise<EtcdLockInspection> {
     const queue = await this.client.range({ key: lockWaitersPrefix(file), prefix: true, sort: { by: "create", order: "ascend" } });
-    const parties = queue.kvs.map(party);
+    const parties = queue.kvs.map(partyOf);
     return { file, holder: parties[0] ?? null, waiters: parties.slice(1), revision: queue.revision };
   }
 
@@ -291,7 +298,7 @@ function getResult(result: TxnOpResult | undefined): RangeResult {
   return result.get;
 }
 
-function party(kv: KeyValue): EtcdLockParty {
+export function partyOf(kv: KeyValue): EtcdLockParty {
   let value: Record<string, unknown> = {};
   try {
     if (kv.value.length > 0) value = JSON.parse(decoder.decode(kv.value)) as Record<string, unknown>;

@@ -39,6 +39,7 @@ import type {
 } from "../locks/lock-table.js";
 import type { Logger } from "@berth/shared/logger";
 import type { SourceLocksApi } from "../locks/source-locks-api.js";
+import { DEFAULT_LOCK_WATCH_HISTORY } from "../locks/lock-changes.js";
 import type { EtcdFence } from "./etcd-journal.js";
 import { waitExhausted, type EtcdLockGrant, type EtcdLockParty, type EtcdLocks } from "./etcd-locks.js";
 
@@ -54,6 +55,8 @@ export interface EtcdSourceLocksOptions {
   readonly limits?: Partial<LockLimits>;
   /** The most ended request ids remembered (default: the shared memory's, 100,000). */
   readonly maxEndedKeys?: number;
+  /** How many changes a lock watcher may fall behind (default 10,000). */
+  readonly watchHistory?: number;
 }
 
 /** Source locks on etcd, and the fences appends compare. */
@@ -115,6 +118,8 @@ export function createEtcdSourceLocks(options: EtcdSourceLocksOptions): EtcdSour
   const releasing = new Map<string, Promise<boolean>>();
   const waiting = new Set<AbortController>();
   let closed = false;
+  const watchHistory = options.watchHistory ?? DEFAULT_LOCK_WATCH_HISTORY;
+  const watchers = new Set<ReturnType<EtcdLocks["watch"]>>();
 
   const resolveFile = (file: unknown, field = "file") => canonicalLockPath(file, field);
 
@@ -483,6 +488,19 @@ export function createEtcdSourceLocks(options: EtcdSourceLocksOptions): EtcdSour
       return locks.fence(resolveFile(file, "fence.file"), BigInt(checkFencingToken(token, "fence.fencing_token")));
     },
 
+    watchHistory,
+    watch(request) {
+      if (closed) throw shuttingDown();
+      const watcher = locks.watch(request, watchHistory);
+      watchers.add(watcher);
+      const ended = watcher.return.bind(watcher);
+      watcher.return = () => {
+        watchers.delete(watcher);
+        return ended();
+      };
+      return watcher;
+    },
+
     stats(): LockTableStats {
       return { held: held.size, waiting: waiting.size, blockedByLockFiles: 0 };
     },
@@ -490,6 +508,7 @@ export function createEtcdSourceLocks(options: EtcdSourceLocksOptions): EtcdSour
     async close(): Promise<void> {
       if (closed) return;
       closed = true;
+      for (const watcher of watchers) watcher.fail(shuttingDown());
       for (const stop of waiting) stop.abort();
       await Promise.allSettled([...held.values()].map((granted) => free(granted, "closed")));
     },

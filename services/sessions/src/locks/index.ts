@@ -26,3 +26,13 @@ export type { FencingTokenSource, LockPersistence } from "./lock-persistence.js"
 export type { ExternalClaim, ExternalLockHandle, ExternalLocks, ForeignLockHolder } from "./external-locks.js";
 export { lockFilePath, PRIVATE_LOCK_FILE_MODE, SHARED_LOCK_FILE_MODE, UNREADABLE_LOCK_STALE_MS, type LockFileRecord } from "./lock-file-protocol.js";
 export { SeedLockFiles } from "./seed-lock-files.js";
+export {
+  DEFAULT_LOCK_WATCH_HISTORY,
+  LockChangeLog,
+  firstRevisionOfRun,
+  type LockChange,
+  type LockChangeKind,
+  type LockWatchItem,
+  type LockWatcher,
+  type LockWatchRequest,
+} from "./lock-changes.js";

@@ -29,6 +29,7 @@ import type { FencingTokenSource } from "./lock-persistence.js";
 import { checkFencingToken, checkOwner, checkTtl, checkWait, DEFAULT_LOCK_LIMITS, LOCK_RETRY_AFTER_MS, tooManyWaiters, type LockLimits } from "./lock-input.js";
 import { canonicalLockPath } from "./lock-path.js";
 import type { ExternalClaim, ExternalLockHandle, ExternalLocks, ForeignLockHolder } from "./external-locks.js";
+import type { LockChange, LockChangeLog } from "./lock-changes.js";
 
 /** A granted lock. */
 export interface Lease {
@@ -166,6 +167,8 @@ export interface LockTableOptions {
   limits?: Partial<LockLimits>;
   /** The most ended request ids remembered (default: the shared memory's, 100,000). */
   maxEndedKeys?: number;
+  /** Where the table records each change of a holder or a waiter (WatchLocks); absent, none. */
+  changes?: LockChangeLog;
 }
 
 /** Counts for metrics. */
@@ -267,6 +270,7 @@ export class LockTable {
   private readonly ended = new Map<string, { file: string; reason: EndReason; at: number }>();
   /** Every request id: the request it names and its first answer (see @berth/shared/idempotency). */
   private readonly keys: IdempotencyMemory<KeyedAnswer>;
+  private readonly changes: LockChangeLog | undefined;
   /** The places of the request ids whose call still waits. */
   private readonly waitingByKey = new Map<string, Waiter>();
   private closed = false;
@@ -278,6 +282,23 @@ export class LockTable {
     this.logger = options.logger ?? silentLogger;
     this.limits = Object.freeze({ ...DEFAULT_LOCK_LIMITS, ...options.limits });
     this.keys = new IdempotencyMemory({ clock: this.clock, windowMs: this.limits.idempotencyWindowMs, maxEnded: options.maxEndedKeys });
+    this.changes = options.changes;
+  }
+
+  private record(change: Omit<LockChange, "at">): void {
+    this.changes?.record(change);
+  }
+
+  private recordWaiter(entry: Entry, waiter: Waiter, kind: "waiter_joined" | "waiter_left", position: number): void {
+    this.record({
+      file: entry.key,
+      kind,
+      owner: waiter.owner,
+      fencingToken: 0,
+      expiresAt: null,
+      position,
+      holderKind: waiter.ttlMs === null ? "stream" : "lease",
+    });
   }
 
   /** The lock key of `file`: its canonical path (see lock-path.ts); `field` names it in refusals. */
@@ -393,6 +414,12 @@ export class LockTable {
     return { file: key, lockPath: this.external?.pathFor(key) ?? null, holder, waiters, lastFencingToken: this.lastTokens.get(key) ?? null };
   }
 
+  /** Every lock held or waited for here (of `file` alone, when given), as Inspect shows each. */
+  inspectAll(file?: string): LockInspection[] {
+    const keys = file === undefined ? [...this.entries.keys()] : this.entries.has(file) ? [file] : [];
+    return keys.map((key) => this.inspect(key)).filter((lock) => lock.holder !== null || lock.waiters.length > 0);
+  }
+
   /** Whether `token` is the fencing token of the lease that holds `file` now. */
   checkToken(file: string, token: number | bigint): TokenCheck {
     const key = this.resolveFile(file);
@@ -495,6 +522,7 @@ export class LockTable {
         this.keys.begin(requestId!, keyed);
       }
       entry.waiters.add(waiter);
+      this.recordWaiter(entry, waiter, "waiter_joined", entry.waiters.size);
       this.addCall(entry, waiter, { waitMs, signal, resolve, reject }, startedAt);
       this.settle(entry);
     });
@@ -606,6 +634,15 @@ export class LockTable {
       holdSignal.addEventListener("abort", held.onHoldAbort, { once: true });
     }
     this.logger.debug({ file: entry.key, owner, fencingToken }, "lock granted");
+    this.record({
+      file: entry.key,
+      kind: "granted",
+      owner,
+      fencingToken,
+      expiresAt: this.leaseOf(held).expiresAt,
+      position: 0,
+      holderKind: ttlMs === null ? "stream" : "lease",
+    });
     return held;
   }
 
@@ -629,13 +666,14 @@ export class LockTable {
       const claim = this.claimExternal(entry, head.owner, this.clock.now());
       if (!claim) break;
       const calls = [...head.calls];
-      this.dropWaiter(entry, head);
+      this.dropWaiter(entry, head, true);
       let held: Held;
       try {
         held = this.grant(entry, head.owner, head.ttlMs, claim === true ? undefined : claim, head.holdSignal);
       } catch (error) {
         const refusal =
           error instanceof BerthError ? error : new BerthError("internal", `granting ${entry.key} failed: ${(error as Error).message}`, { file: entry.key });
+        this.recordWaiter(entry, head, "waiter_left", 1);
         for (const call of calls) call.reject(refusal);
         continue;
       }
@@ -700,6 +738,15 @@ export class LockTable {
         this.logger.error({ file: entry.key, err: error }, "cannot remove the lock file");
       }
     }
+    this.record({
+      file: entry.key,
+      kind: reason === "expired" ? "expired" : "released",
+      owner: held.lease.owner,
+      fencingToken: held.lease.fencingToken,
+      expiresAt: held.shown?.expiresAt ?? null,
+      position: 0,
+      holderKind: held.ttlMs === null ? "stream" : "lease",
+    });
     const log = reason === "expired" ? this.logger.info : this.logger.debug;
     log.call(this.logger, { file: entry.key, owner: held.lease.owner, fencingToken: held.lease.fencingToken, reason }, `lock ${reason}`);
     const listeners = held.onEnd;
@@ -795,7 +842,8 @@ export class LockTable {
   }
 
   /** Takes a request out of the queue with every call on it (their answers are the caller's to give). */
-  private dropWaiter(entry: Entry, waiter: Waiter): void {
+  private dropWaiter(entry: Entry, waiter: Waiter, granted = false): void {
+    if (!granted && entry.waiters.has(waiter)) this.recordWaiter(entry, waiter, "waiter_left", this.placeOf(entry, waiter) + 1);
     entry.waiters.delete(waiter);
     for (const call of [...waiter.calls]) this.dropCall(waiter, call);
     if (waiter.requestKey !== undefined && this.waitingByKey.get(waiter.requestKey) === waiter) {

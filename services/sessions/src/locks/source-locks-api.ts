@@ -9,6 +9,7 @@
  */
 import type { MaybePromise } from "../session-store-api.js";
 import type { LockLimits } from "./lock-input.js";
+import type { LockWatcher, LockWatchRequest } from "./lock-changes.js";
 import type { AcquireRequest, HoldRequest, Lease, LeaseEndReason, LockInspection, LockTableStats, TokenCheck } from "./lock-table.js";
 
 /** Source locks as the RPC layer uses them; see the module comment and lock-table.ts for each promise. */
@@ -27,6 +28,14 @@ export interface SourceLocksApi {
   checkToken(file: string, token: number | bigint): MaybePromise<TokenCheck>;
   /** The lock key of `file`: its canonical path; `field` names it in refusals. */
   resolveFile(file: unknown, field?: string): string;
+  /**
+   * Follows the locks (WatchLocks): the current state or a replay as asked, a caught-up marker,
+   * then every change. Ends resource_exhausted WATCHER_LAGGED (details `lastRevision`) when its
+   * reader falls behind, unavailable SHUTTING_DOWN when the service closes.
+   */
+  watch(request: LockWatchRequest): LockWatcher | Promise<LockWatcher>;
+  /** How many changes a watcher may fall behind (and the file store keeps to replay). */
+  readonly watchHistory: number;
   /** Gauges. */
   stats(): LockTableStats;
   /** Ends waiters, releases every lease granted here. Idempotent. */

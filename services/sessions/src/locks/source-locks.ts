@@ -9,6 +9,8 @@ import type { Logger } from "@berth/shared/logger";
 import { createFencingStore, type FencingStore } from "./fencing-store.js";
 import type { LockLimits } from "./lock-input.js";
 import { LockTable } from "./lock-table.js";
+import { BerthError } from "@berth/shared/errors";
+import { DEFAULT_LOCK_WATCH_HISTORY, LockChangeLog } from "./lock-changes.js";
 import { SeedLockFiles } from "./seed-lock-files.js";
 import type { SourceLocksApi } from "./source-locks-api.js";
 
@@ -34,6 +36,8 @@ export interface SourceLocksOptions {
   lockFileRecheckMs?: number;
   /** The mode of the lock files berth creates (see SeedLockFilesOptions.fileMode). Default 0600. */
   lockFileMode?: number;
+  /** How many changes WatchLocks keeps to replay and lets a watcher fall behind. Default 10,000. */
+  watchHistory?: number;
 }
 
 /**
@@ -42,6 +46,8 @@ export interface SourceLocksOptions {
  */
 export interface SourceLocks
   extends Pick<LockTable, "acquire" | "holdAsLongAs" | "renew" | "release" | "whenLeaseEnds" | "inspect" | "checkToken" | "resolveFile" | "stats" | "limits"> {
+  watch: SourceLocksApi["watch"];
+  readonly watchHistory: number;
   /** The directory of the seed's lock files, or null when they are off. */
   readonly locksDir: string | null;
   /** Rejects waiters, releases every lease (removing berth's lock files), stops watching, persists the fencing state. Idempotent. */
@@ -65,8 +71,11 @@ export function createSourceLocks(options: SourceLocksOptions): SourceLocks {
           ...(options.lockFileRecheckMs === undefined ? {} : { recheckMs: options.lockFileRecheckMs }),
           ...(options.lockFileMode === undefined ? {} : { fileMode: options.lockFileMode }),
         });
+  const watchHistory = options.watchHistory ?? DEFAULT_LOCK_WATCH_HISTORY;
+  const changes = new LockChangeLog(clock, watchHistory);
   const table = new LockTable({
     clock,
+    changes,
     fencing,
     ...(files === undefined ? {} : { external: files }),
     ...(options.logger === undefined ? {} : { logger: options.logger }),
@@ -85,14 +94,24 @@ export function createSourceLocks(options: SourceLocksOptions): SourceLocks {
     checkToken: (file, token) => table.checkToken(file, token),
     resolveFile: (file, field) => table.resolveFile(file, field),
     stats: () => table.stats(),
+    watchHistory,
+    watch: (request) => {
+      if (closed) throw shuttingDown();
+      return changes.watch(request, () => table.inspectAll(request.file));
+    },
     close() {
       if (closed) return;
       closed = true;
+      changes.history.endAll(shuttingDown());
       table.close();
       files?.close();
       fencing.close();
     },
   });
+}
+
+function shuttingDown(): BerthError {
+  return new BerthError("unavailable", "the lock service is shutting down; watch again when it is back", {}, { reason: "SHUTTING_DOWN", retryAfterMs: 1_000 });
 }
 
 /** The file backend is one of the lock service's backends: checked here, where it is built. */

@@ -28,7 +28,17 @@ import {
   type Lease as LeaseMessage,
   type LockService as LockServiceDesc,
   type Renewal,
+  LockEventKind,
+  LockEventSchema,
+  LocksWatcherLaggedSchema,
+  WatchCaughtUpSchema,
+  WatchLocksResponseSchema,
+  WatchProgressSchema,
+  type WatchLocksResponse,
 } from "@berth/api/berth/locks/v1/lock_service_pb";
+import { ConnectError as ConnectErrorClass } from "@connectrpc/connect";
+import { PROGRESS, ProgressPuller, progressIntervalMs } from "@berth/shared/server/index";
+import type { LockChange, LockChangeKind } from "../locks/index.js";
 import type { Clock } from "@berth/shared/clock";
 import { systemClock } from "@berth/shared/clock";
 import { BerthError, invalidArgument, isBerthError } from "@berth/shared/errors";
@@ -192,9 +202,89 @@ export function createLockHandlers(options: LockHandlerOptions): ServiceImpl<typ
         maxWaitersPerFile: limits.maxWaitersPerFile,
         maxOwnerLength: limits.maxOwnerLength,
         idempotencyWindow: durationFromMs(limits.idempotencyWindowMs),
+        watchHistory: locks.watchHistory,
       });
     },
+
+    async *watchLocks(request, context) {
+      const file = request.file === "" ? undefined : locks.resolveFile(request.file);
+      if (request.startRevision < 0n) throw invalidArgument("start_revision", "must not be negative");
+      const progressMs = progressIntervalMs(request.progressInterval);
+      const watcher = await locks.watch({ file, includeCurrent: request.includeCurrent, startRevision: request.startRevision });
+      streamHolds(context, file === undefined ? "a watcher of every lock" : `a watcher of the lock of ${file}`);
+      const end = () => void watcher.return?.();
+      context.signal.addEventListener("abort", end, { once: true });
+      const puller = new ProgressPuller(watcher, clock);
+      let live = false;
+      try {
+        for (;;) {
+          const step = await puller.next(live ? progressMs : undefined);
+          if (step === PROGRESS) {
+            const progress = create(WatchProgressSchema, { revision: watcher.progressRevision(), sendTime: timestampFromMs(clock.now()) });
+            yield create(WatchLocksResponseSchema, { kind: { case: "progress", value: progress } });
+            continue;
+          }
+          if (step.done) break;
+          const item = step.value;
+          if (item.kind === "caught_up") {
+            live = true;
+            yield create(WatchLocksResponseSchema, {
+              kind: { case: "caughtUp", value: create(WatchCaughtUpSchema, { revision: item.revision, reset: item.reset }) },
+            });
+            continue;
+          }
+          yield lockEventResponse(item.revision, item.change);
+        }
+        if (context.signal.aborted) throw abortError(context.signal);
+      } catch (error) {
+        throw watchLagged(error);
+      } finally {
+        context.signal.removeEventListener("abort", end);
+        await watcher.return?.();
+      }
+    },
   };
+}
+
+const EVENT_KINDS: Record<LockChangeKind, LockEventKind> = {
+  granted: LockEventKind.GRANTED,
+  released: LockEventKind.RELEASED,
+  expired: LockEventKind.EXPIRED,
+  waiter_joined: LockEventKind.WAITER_JOINED,
+  waiter_left: LockEventKind.WAITER_LEFT,
+  current_holder: LockEventKind.CURRENT_HOLDER,
+  current_waiter: LockEventKind.CURRENT_WAITER,
+};
+
+function lockEventResponse(revision: bigint, change: LockChange): WatchLocksResponse {
+  const event = create(LockEventSchema, {
+    revision,
+    file: change.file,
+    kind: EVENT_KINDS[change.kind],
+    owner: change.owner,
+    fencingToken: BigInt(change.fencingToken),
+    position: change.position,
+    time: timestampFromMs(change.at),
+    holderKind: change.holderKind === "stream" ? HolderKind.STREAM : HolderKind.LEASE,
+  });
+  if (change.expiresAt !== null) event.expireTime = timestampFromMs(change.expiresAt);
+  return create(WatchLocksResponseSchema, { kind: { case: "event", value: event } });
+}
+
+/** A lock watcher that fell behind (WATCHER_LAGGED, details `lastRevision`) → with its LocksWatcherLagged detail. */
+function watchLagged(error: unknown): unknown {
+  if (!isBerthError(error) || error.reason !== "WATCHER_LAGGED") return error;
+  const last = error.details?.lastRevision;
+  const resumeFromRevision = typeof last === "string" ? BigInt(last) : 0n;
+  const base = berthErrorToConnect(error, ERROR_DOMAIN);
+  const detail = { desc: LocksWatcherLaggedSchema, value: { resumeFromRevision } };
+  return new ConnectErrorClass(
+    base.rawMessage,
+    base.code,
+    base.metadata,
+    [detail, ...base.details] as ConstructorParameters<typeof ConnectErrorClass>[3],
+    error,
+  );
 }
 
 /**

@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file berth/locks/v1/lock_service.proto.
  */
 export const file_berth_locks_v1_lock_service: GenFile = /*@__PURE__*/
-  fileDesc("CiFiZXJ0aC9sb2Nrcy92MS9sb2NrX3NlcnZpY2UucHJvdG8SDmJlcnRoLmxvY2tzLnYxItsBCgVMZWFzZRITCgtsZWFzZV90b2tlbhgBIAEoCRIVCg1mZW5jaW5nX3Rva2VuGAIgASgDEi8KC2V4cGlyZV90aW1lGAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIMCgRmaWxlGAQgASgJEg0KBW93bmVyGAUgASgJEjAKDGFjcXVpcmVfdGltZRgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASJgoDdHRsGAcgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIpYBCg5BY3F1aXJlUmVxdWVzdBIMCgRmaWxlGAEgASgJEg0KBW93bmVyGAIgASgJEisKCG1heF93YWl0GAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEiYKA3R0bBgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhISCgpyZXF1ZXN0X2lkGAUgASgJIjcKD0FjcXVpcmVSZXNwb25zZRIkCgVsZWFzZRgBIAEoCzIVLmJlcnRoLmxvY2tzLnYxLkxlYXNlIigKEEtlZXBBbGl2ZVJlcXVlc3QSFAoMbGVhc2VfdG9rZW5zGAEgAygJIj4KEUtlZXBBbGl2ZVJlc3BvbnNlEikKCHJlbmV3YWxzGAEgAygLMhcuYmVydGgubG9ja3MudjEuUmVuZXdhbCJeCgdSZW5ld2FsEhMKC2xlYXNlX3Rva2VuGAEgASgJEg0KBWFsaXZlGAIgASgIEi8KC2V4cGlyZV90aW1lGAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCItChZLZWVwQWxpdmVTdHJlYW1SZXF1ZXN0EhMKC2xlYXNlX3Rva2VuGAEgASgJIkMKF0tlZXBBbGl2ZVN0cmVhbVJlc3BvbnNlEigKB3JlbmV3YWwYASABKAsyFy5iZXJ0aC5sb2Nrcy52MS5SZW5ld2FsIjkKDlJlbGVhc2VSZXF1ZXN0EhMKC2xlYXNlX3Rva2VuGAEgASgJEhIKCnJlcXVlc3RfaWQYAiABKAkiIwoPUmVsZWFzZVJlc3BvbnNlEhAKCHJlbGVhc2VkGAEgASgIIlcKC0hvbGRSZXF1ZXN0EgwKBGZpbGUYASABKAkSDQoFb3duZXIYAiABKAkSKwoIbWF4X3dhaXQYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24ioQEKDEhvbGRSZXNwb25zZRIqCgd3YWl0aW5nGAEgASgLMhcuYmVydGgubG9ja3MudjEuV2FpdGluZ0gAEikKCGFjcXVpcmVkGAIgASgLMhUuYmVydGgubG9ja3MudjEuTGVhc2VIABIyCgloZWFydGJlYXQYAyABKAsyHS5iZXJ0aC5sb2Nrcy52MS5Ib2xkSGVhcnRiZWF0SABCBgoEa2luZCJDCgdXYWl0aW5nEhAKCHBvc2l0aW9uGAEgASgFEiYKBmhvbGRlchgCIAEoCzIWLmJlcnRoLmxvY2tzLnYxLkhvbGRlciI+Cg1Ib2xkSGVhcnRiZWF0Ei0KCXNlbmRfdGltZRgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAi1QEKBkhvbGRlchINCgVvd25lchgBIAEoCRIVCg1mZW5jaW5nX3Rva2VuGAIgASgDEjAKDGFjcXVpcmVfdGltZRgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLwoLZXhwaXJlX3RpbWUYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEigKBGtpbmQYBSABKA4yGi5iZXJ0aC5sb2Nrcy52MS5Ib2xkZXJLaW5kEhAKA3BpZBgGIAEoBUgAiAEBQgYKBF9waWQirAEKBldhaXRlchINCgVvd25lchgBIAEoCRIzCg93YWl0X3N0YXJ0X3RpbWUYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjQKEHdhaXRfZXhwaXJlX3RpbWUYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEigKBGtpbmQYBCABKA4yGi5iZXJ0aC5sb2Nrcy52MS5Ib2xkZXJLaW5kIh4KDkluc3BlY3RSZXF1ZXN0EgwKBGZpbGUYASABKAkinwEKD0luc3BlY3RSZXNwb25zZRIMCgRmaWxlGAEgASgJEiYKBmhvbGRlchgCIAEoCzIWLmJlcnRoLmxvY2tzLnYxLkhvbGRlchInCgd3YWl0ZXJzGAMgAygLMhYuYmVydGgubG9ja3MudjEuV2FpdGVyEhoKEmxhc3RfZmVuY2luZ190b2tlbhgEIAEoAxIRCglsb2NrX3BhdGgYBSABKAkiOAoRQ2hlY2tUb2tlblJlcXVlc3QSDAoEZmlsZRgBIAEoCRIVCg1mZW5jaW5nX3Rva2VuGAIgASgDIkoKEkNoZWNrVG9rZW5SZXNwb25zZRIPCgdjdXJyZW50GAEgASgIEhUKDWN1cnJlbnRfdG9rZW4YAiABKAMSDAoEZmlsZRgDIAEoCSISChBHZXRMaW1pdHNSZXF1ZXN0IsICChFHZXRMaW1pdHNSZXNwb25zZRIuCgtkZWZhdWx0X3R0bBgBIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIqCgdtYXhfdHRsGAIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEisKCG1heF93YWl0GAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEjUKEmhlYXJ0YmVhdF9pbnRlcnZhbBgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIcChRtYXhfd2FpdGVyc19wZXJfZmlsZRgFIAEoBRIYChBtYXhfb3duZXJfbGVuZ3RoGAYgASgFEjUKEmlkZW1wb3RlbmN5X3dpbmRvdxgHIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiLyAQoITG9ja0hlbGQSDAoEZmlsZRgBIAEoCRINCgVvd25lchgCIAEoCRIwCgxhY3F1aXJlX3RpbWUYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhUKDWZlbmNpbmdfdG9rZW4YBCABKAMSEAoDcGlkGAUgASgFSACIAQESKAoEa2luZBgGIAEoDjIaLmJlcnRoLmxvY2tzLnYxLkhvbGRlcktpbmQSEQoJbG9ja19wYXRoGAcgASgJEikKBndhaXRlZBgIIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbkIGCgRfcGlkKngKCkhvbGRlcktpbmQSGwoXSE9MREVSX0tJTkRfVU5TUEVDSUZJRUQQABIVChFIT0xERVJfS0lORF9MRUFTRRABEhYKEkhPTERFUl9LSU5EX1NUUkVBTRACEh4KGkhPTERFUl9LSU5EX1NFRURfTE9DS19GSUxFEAMypgUKC0xvY2tTZXJ2aWNlEkoKB0FjcXVpcmUSHi5iZXJ0aC5sb2Nrcy52MS5BY3F1aXJlUmVxdWVzdBofLmJlcnRoLmxvY2tzLnYxLkFjcXVpcmVSZXNwb25zZRJQCglLZWVwQWxpdmUSIC5iZXJ0aC5sb2Nrcy52MS5LZWVwQWxpdmVSZXF1ZXN0GiEuYmVydGgubG9ja3MudjEuS2VlcEFsaXZlUmVzcG9uc2USZgoPS2VlcEFsaXZlU3RyZWFtEiYuYmVydGgubG9ja3MudjEuS2VlcEFsaXZlU3RyZWFtUmVxdWVzdBonLmJlcnRoLmxvY2tzLnYxLktlZXBBbGl2ZVN0cmVhbVJlc3BvbnNlKAEwARJKCgdSZWxlYXNlEh4uYmVydGgubG9ja3MudjEuUmVsZWFzZVJlcXVlc3QaHy5iZXJ0aC5sb2Nrcy52MS5SZWxlYXNlUmVzcG9uc2USQwoESG9sZBIbLmJlcnRoLmxvY2tzLnYxLkhvbGRSZXF1ZXN0GhwuYmVydGgubG9ja3MudjEuSG9sZFJlc3BvbnNlMAESTwoHSW5zcGVjdBIeLmJlcnRoLmxvY2tzLnYxLkluc3BlY3RSZXF1ZXN0Gh8uYmVydGgubG9ja3MudjEuSW5zcGVjdFJlc3BvbnNlIgOQAgESWAoKQ2hlY2tUb2tlbhIhLmJlcnRoLmxvY2tzLnYxLkNoZWNrVG9rZW5SZXF1ZXN0GiIuYmVydGgubG9ja3MudjEuQ2hlY2tUb2tlblJlc3BvbnNlIgOQAgESVQoJR2V0TGltaXRzEiAuYmVydGgubG9ja3MudjEuR2V0TGltaXRzUmVxdWVzdBohLmJlcnRoLmxvY2tzLnYxLkdldExpbWl0c1Jlc3BvbnNlIgOQAgFiBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("CiFiZXJ0aC9sb2Nrcy92MS9sb2NrX3NlcnZpY2UucHJvdG8SDmJlcnRoLmxvY2tzLnYxItsBCgVMZWFzZRITCgtsZWFzZV90b2tlbhgBIAEoCRIVCg1mZW5jaW5nX3Rva2VuGAIgASgDEi8KC2V4cGlyZV90aW1lGAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIMCgRmaWxlGAQgASgJEg0KBW93bmVyGAUgASgJEjAKDGFjcXVpcmVfdGltZRgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASJgoDdHRsGAcgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIpYBCg5BY3F1aXJlUmVxdWVzdBIMCgRmaWxlGAEgASgJEg0KBW93bmVyGAIgASgJEisKCG1heF93YWl0GAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEiYKA3R0bBgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhISCgpyZXF1ZXN0X2lkGAUgASgJIjcKD0FjcXVpcmVSZXNwb25zZRIkCgVsZWFzZRgBIAEoCzIVLmJlcnRoLmxvY2tzLnYxLkxlYXNlIigKEEtlZXBBbGl2ZVJlcXVlc3QSFAoMbGVhc2VfdG9rZW5zGAEgAygJIj4KEUtlZXBBbGl2ZVJlc3BvbnNlEikKCHJlbmV3YWxzGAEgAygLMhcuYmVydGgubG9ja3MudjEuUmVuZXdhbCJeCgdSZW5ld2FsEhMKC2xlYXNlX3Rva2VuGAEgASgJEg0KBWFsaXZlGAIgASgIEi8KC2V4cGlyZV90aW1lGAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCItChZLZWVwQWxpdmVTdHJlYW1SZXF1ZXN0EhMKC2xlYXNlX3Rva2VuGAEgASgJIkMKF0tlZXBBbGl2ZVN0cmVhbVJlc3BvbnNlEigKB3JlbmV3YWwYASABKAsyFy5iZXJ0aC5sb2Nrcy52MS5SZW5ld2FsIjkKDlJlbGVhc2VSZXF1ZXN0EhMKC2xlYXNlX3Rva2VuGAEgASgJEhIKCnJlcXVlc3RfaWQYAiABKAkiIwoPUmVsZWFzZVJlc3BvbnNlEhAKCHJlbGVhc2VkGAEgASgIIlcKC0hvbGRSZXF1ZXN0EgwKBGZpbGUYASABKAkSDQoFb3duZXIYAiABKAkSKwoIbWF4X3dhaXQYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24ioQEKDEhvbGRSZXNwb25zZRIqCgd3YWl0aW5nGAEgASgLMhcuYmVydGgubG9ja3MudjEuV2FpdGluZ0gAEikKCGFjcXVpcmVkGAIgASgLMhUuYmVydGgubG9ja3MudjEuTGVhc2VIABIyCgloZWFydGJlYXQYAyABKAsyHS5iZXJ0aC5sb2Nrcy52MS5Ib2xkSGVhcnRiZWF0SABCBgoEa2luZCJDCgdXYWl0aW5nEhAKCHBvc2l0aW9uGAEgASgFEiYKBmhvbGRlchgCIAEoCzIWLmJlcnRoLmxvY2tzLnYxLkhvbGRlciI+Cg1Ib2xkSGVhcnRiZWF0Ei0KCXNlbmRfdGltZRgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAi1QEKBkhvbGRlchINCgVvd25lchgBIAEoCRIVCg1mZW5jaW5nX3Rva2VuGAIgASgDEjAKDGFjcXVpcmVfdGltZRgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLwoLZXhwaXJlX3RpbWUYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEigKBGtpbmQYBSABKA4yGi5iZXJ0aC5sb2Nrcy52MS5Ib2xkZXJLaW5kEhAKA3BpZBgGIAEoBUgAiAEBQgYKBF9waWQirAEKBldhaXRlchINCgVvd25lchgBIAEoCRIzCg93YWl0X3N0YXJ0X3RpbWUYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjQKEHdhaXRfZXhwaXJlX3RpbWUYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEigKBGtpbmQYBCABKA4yGi5iZXJ0aC5sb2Nrcy52MS5Ib2xkZXJLaW5kIh4KDkluc3BlY3RSZXF1ZXN0EgwKBGZpbGUYASABKAkinwEKD0luc3BlY3RSZXNwb25zZRIMCgRmaWxlGAEgASgJEiYKBmhvbGRlchgCIAEoCzIWLmJlcnRoLmxvY2tzLnYxLkhvbGRlchInCgd3YWl0ZXJzGAMgAygLMhYuYmVydGgubG9ja3MudjEuV2FpdGVyEhoKEmxhc3RfZmVuY2luZ190b2tlbhgEIAEoAxIRCglsb2NrX3BhdGgYBSABKAkiOAoRQ2hlY2tUb2tlblJlcXVlc3QSDAoEZmlsZRgBIAEoCRIVCg1mZW5jaW5nX3Rva2VuGAIgASgDIkoKEkNoZWNrVG9rZW5SZXNwb25zZRIPCgdjdXJyZW50GAEgASgIEhUKDWN1cnJlbnRfdG9rZW4YAiABKAMSDAoEZmlsZRgDIAEoCSISChBHZXRMaW1pdHNSZXF1ZXN0ItkCChFHZXRMaW1pdHNSZXNwb25zZRIuCgtkZWZhdWx0X3R0bBgBIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIqCgdtYXhfdHRsGAIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEisKCG1heF93YWl0GAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEjUKEmhlYXJ0YmVhdF9pbnRlcnZhbBgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIcChRtYXhfd2FpdGVyc19wZXJfZmlsZRgFIAEoBRIYChBtYXhfb3duZXJfbGVuZ3RoGAYgASgFEjUKEmlkZW1wb3RlbmN5X3dpbmRvdxgHIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIVCg13YXRjaF9oaXN0b3J5GAggASgFIvIBCghMb2NrSGVsZBIMCgRmaWxlGAEgASgJEg0KBW93bmVyGAIgASgJEjAKDGFjcXVpcmVfdGltZRgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFQoNZmVuY2luZ190b2tlbhgEIAEoAxIQCgNwaWQYBSABKAVIAIgBARIoCgRraW5kGAYgASgOMhouYmVydGgubG9ja3MudjEuSG9sZGVyS2luZBIRCglsb2NrX3BhdGgYByABKAkSKQoGd2FpdGVkGAggASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uQgYKBF9waWQiiAEKEVdhdGNoTG9ja3NSZXF1ZXN0EgwKBGZpbGUYASABKAkSFwoPaW5jbHVkZV9jdXJyZW50GAIgASgIEhYKDnN0YXJ0X3JldmlzaW9uGAMgASgDEjQKEXByb2dyZXNzX2ludGVydmFsGAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIq8BChJXYXRjaExvY2tzUmVzcG9uc2USKgoFZXZlbnQYASABKAsyGS5iZXJ0aC5sb2Nrcy52MS5Mb2NrRXZlbnRIABIyCgljYXVnaHRfdXAYAiABKAsyHS5iZXJ0aC5sb2Nrcy52MS5XYXRjaENhdWdodFVwSAASMQoIcHJvZ3Jlc3MYAyABKAsyHS5iZXJ0aC5sb2Nrcy52MS5XYXRjaFByb2dyZXNzSABCBgoEa2luZCKcAgoJTG9ja0V2ZW50EhAKCHJldmlzaW9uGAEgASgDEgwKBGZpbGUYAiABKAkSKwoEa2luZBgDIAEoDjIdLmJlcnRoLmxvY2tzLnYxLkxvY2tFdmVudEtpbmQSDQoFb3duZXIYBCABKAkSFQoNZmVuY2luZ190b2tlbhgFIAEoAxIvCgtleHBpcmVfdGltZRgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEAoIcG9zaXRpb24YByABKAUSKAoEdGltZRgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLwoLaG9sZGVyX2tpbmQYCSABKA4yGi5iZXJ0aC5sb2Nrcy52MS5Ib2xkZXJLaW5kIjAKDVdhdGNoQ2F1Z2h0VXASEAoIcmV2aXNpb24YASABKAMSDQoFcmVzZXQYAiABKAgiUAoNV2F0Y2hQcm9ncmVzcxIQCghyZXZpc2lvbhgBIAEoAxItCglzZW5kX3RpbWUYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIjIKEkxvY2tzV2F0Y2hlckxhZ2dlZBIcChRyZXN1bWVfZnJvbV9yZXZpc2lvbhgBIAEoAyp4CgpIb2xkZXJLaW5kEhsKF0hPTERFUl9LSU5EX1VOU1BFQ0lGSUVEEAASFQoRSE9MREVSX0tJTkRfTEVBU0UQARIWChJIT0xERVJfS0lORF9TVFJFQU0QAhIeChpIT0xERVJfS0lORF9TRUVEX0xPQ0tfRklMRRADKpQCCg1Mb2NrRXZlbnRLaW5kEh8KG0xPQ0tfRVZFTlRfS0lORF9VTlNQRUNJRklFRBAAEhsKF0xPQ0tfRVZFTlRfS0lORF9HUkFOVEVEEAESHAoYTE9DS19FVkVOVF9LSU5EX1JFTEVBU0VEEAISGwoXTE9DS19FVkVOVF9LSU5EX0VYUElSRUQQAxIhCh1MT0NLX0VWRU5UX0tJTkRfV0FJVEVSX0pPSU5FRBAEEh8KG0xPQ0tfRVZFTlRfS0lORF9XQUlURVJfTEVGVBAFEiIKHkxPQ0tfRVZFTlRfS0lORF9DVVJSRU5UX0hPTERFUhAGEiIKHkxPQ0tfRVZFTlRfS0lORF9DVVJSRU5UX1dBSVRFUhAHMv0FCgtMb2NrU2VydmljZRJKCgdBY3F1aXJlEh4uYmVydGgubG9ja3MudjEuQWNxdWlyZVJlcXVlc3QaHy5iZXJ0aC5sb2Nrcy52MS5BY3F1aXJlUmVzcG9uc2USUAoJS2VlcEFsaXZlEiAuYmVydGgubG9ja3MudjEuS2VlcEFsaXZlUmVxdWVzdBohLmJlcnRoLmxvY2tzLnYxLktlZXBBbGl2ZVJlc3BvbnNlEmYKD0tlZXBBbGl2ZVN0cmVhbRImLmJlcnRoLmxvY2tzLnYxLktlZXBBbGl2ZVN0cmVhbVJlcXVlc3QaJy5iZXJ0aC5sb2Nrcy52MS5LZWVwQWxpdmVTdHJlYW1SZXNwb25zZSgBMAESSgoHUmVsZWFzZRIeLmJlcnRoLmxvY2tzLnYxLlJlbGVhc2VSZXF1ZXN0Gh8uYmVydGgubG9ja3MudjEuUmVsZWFzZVJlc3BvbnNlEkMKBEhvbGQSGy5iZXJ0aC5sb2Nrcy52MS5Ib2xkUmVxdWVzdBocLmJlcnRoLmxvY2tzLnYxLkhvbGRSZXNwb25zZTABEk8KB0luc3BlY3QSHi5iZXJ0aC5sb2Nrcy52MS5JbnNwZWN0UmVxdWVzdBofLmJlcnRoLmxvY2tzLnYxLkluc3BlY3RSZXNwb25zZSIDkAIBElgKCkNoZWNrVG9rZW4SIS5iZXJ0aC5sb2Nrcy52MS5DaGVja1Rva2VuUmVxdWVzdBoiLmJlcnRoLmxvY2tzLnYxLkNoZWNrVG9rZW5SZXNwb25zZSIDkAIBElUKCldhdGNoTG9ja3MSIS5iZXJ0aC5sb2Nrcy52MS5XYXRjaExvY2tzUmVxdWVzdBoiLmJlcnRoLmxvY2tzLnYxLldhdGNoTG9ja3NSZXNwb25zZTABElUKCUdldExpbWl0cxIgLmJlcnRoLmxvY2tzLnYxLkdldExpbWl0c1JlcXVlc3QaIS5iZXJ0aC5sb2Nrcy52MS5HZXRMaW1pdHNSZXNwb25zZSIDkAIBYgZwcm90bzM", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * A granted lock.
@@ -776,6 +776,15 @@ export type GetLimitsResponse = Message<"berth.locks.v1.GetLimitsResponse"> & {
    * @generated from field: google.protobuf.Duration idempotency_window = 7;
    */
   idempotencyWindow?: Duration | undefined;
+
+  /**
+   * How many changes WatchLocks keeps to replay on the file store, and how
+   * many a watcher may fall behind before it is ended WATCHER_LAGGED
+   * (`--watch-buffer`, as for session watchers).
+   *
+   * @generated from field: int32 watch_history = 8;
+   */
+  watchHistory: number;
 };
 
 /**
@@ -857,6 +866,257 @@ export const LockHeldSchema: GenMessage<LockHeld> = /*@__PURE__*/
   messageDesc(file_berth_locks_v1_lock_service, 22);
 
 /**
+ * WatchLocks' request.
+ *
+ * @generated from message berth.locks.v1.WatchLocksRequest
+ */
+export type WatchLocksRequest = Message<"berth.locks.v1.WatchLocksRequest"> & {
+  /**
+   * One file to follow (an absolute path, made canonical and checked as
+   * AcquireRequest's `file`); empty: every file.
+   *
+   * @generated from field: string file = 1;
+   */
+  file: string;
+
+  /**
+   * First describe the current state: one CURRENT_HOLDER event per held
+   * lock, one CURRENT_WAITER per waiter, then `caught_up`.
+   *
+   * @generated from field: bool include_current = 2;
+   */
+  includeCurrent: boolean;
+
+  /**
+   * Resume: replay every change after this revision, then `caught_up`
+   * (with `reset` when it cannot be replayed, see WatchLocks). Zero: none.
+   * Negative is INVALID_ARGUMENT. With it, `include_current` adds nothing.
+   *
+   * @generated from field: int64 start_revision = 3;
+   */
+  startRevision: bigint;
+
+  /**
+   * As in WatchSessionRequest: send `progress` whenever this long passed
+   * without another message. Unset or zero: never. At least 100 ms.
+   *
+   * @generated from field: google.protobuf.Duration progress_interval = 4;
+   */
+  progressInterval?: Duration | undefined;
+};
+
+/**
+ * Describes the message berth.locks.v1.WatchLocksRequest.
+ * Use `create(WatchLocksRequestSchema)` to create a new message.
+ */
+export const WatchLocksRequestSchema: GenMessage<WatchLocksRequest> = /*@__PURE__*/
+  messageDesc(file_berth_locks_v1_lock_service, 23);
+
+/**
+ * WatchLocks' response.
+ *
+ * @generated from message berth.locks.v1.WatchLocksResponse
+ */
+export type WatchLocksResponse = Message<"berth.locks.v1.WatchLocksResponse"> & {
+  /**
+   * What this message is.
+   *
+   * @generated from oneof berth.locks.v1.WatchLocksResponse.kind
+   */
+  kind: {
+    /**
+     * A change of a lock, or (before `caught_up`) its current state.
+     *
+     * @generated from field: berth.locks.v1.LockEvent event = 1;
+     */
+    value: LockEvent;
+    case: "event";
+  } | {
+    /**
+     * The current state or the replay has been sent; live changes follow.
+     *
+     * @generated from field: berth.locks.v1.WatchCaughtUp caught_up = 2;
+     */
+    value: WatchCaughtUp;
+    case: "caughtUp";
+  } | {
+    /**
+     * Nothing new for `progress_interval`.
+     *
+     * @generated from field: berth.locks.v1.WatchProgress progress = 3;
+     */
+    value: WatchProgress;
+    case: "progress";
+  } | { case: undefined; value?: undefined };
+};
+
+/**
+ * Describes the message berth.locks.v1.WatchLocksResponse.
+ * Use `create(WatchLocksResponseSchema)` to create a new message.
+ */
+export const WatchLocksResponseSchema: GenMessage<WatchLocksResponse> = /*@__PURE__*/
+  messageDesc(file_berth_locks_v1_lock_service, 24);
+
+/**
+ * One change of a lock (never a lease token).
+ *
+ * @generated from message berth.locks.v1.LockEvent
+ */
+export type LockEvent = Message<"berth.locks.v1.LockEvent"> & {
+  /**
+   * The change's revision (the current revision for CURRENT_ events).
+   *
+   * @generated from field: int64 revision = 1;
+   */
+  revision: bigint;
+
+  /**
+   * The file, canonical.
+   *
+   * @generated from field: string file = 2;
+   */
+  file: string;
+
+  /**
+   * What happened.
+   *
+   * @generated from field: berth.locks.v1.LockEventKind kind = 3;
+   */
+  kind: LockEventKind;
+
+  /**
+   * The holder's or the waiter's owner string.
+   *
+   * @generated from field: string owner = 4;
+   */
+  owner: string;
+
+  /**
+   * The holder's fencing token; 0 for a waiter.
+   *
+   * @generated from field: int64 fencing_token = 5;
+   */
+  fencingToken: bigint;
+
+  /**
+   * When the holder's lease ends as granted; unset for a Hold, a waiter and
+   * on `--store etcd`.
+   *
+   * @generated from field: google.protobuf.Timestamp expire_time = 6;
+   */
+  expireTime?: Timestamp | undefined;
+
+  /**
+   * A waiter's 1-based place in the queue (1 is served next); 0 for a
+   * holder.
+   *
+   * @generated from field: int32 position = 7;
+   */
+  position: number;
+
+  /**
+   * When the change happened (the service's clock).
+   *
+   * @generated from field: google.protobuf.Timestamp time = 8;
+   */
+  time?: Timestamp | undefined;
+
+  /**
+   * How the holder or waiter asked: HOLDER_KIND_LEASE or HOLDER_KIND_STREAM.
+   *
+   * @generated from field: berth.locks.v1.HolderKind holder_kind = 9;
+   */
+  holderKind: HolderKind;
+};
+
+/**
+ * Describes the message berth.locks.v1.LockEvent.
+ * Use `create(LockEventSchema)` to create a new message.
+ */
+export const LockEventSchema: GenMessage<LockEvent> = /*@__PURE__*/
+  messageDesc(file_berth_locks_v1_lock_service, 25);
+
+/**
+ * The end of WatchLocks' description or replay.
+ *
+ * @generated from message berth.locks.v1.WatchCaughtUp
+ */
+export type WatchCaughtUp = Message<"berth.locks.v1.WatchCaughtUp"> & {
+  /**
+   * Every change up to this revision has been sent.
+   *
+   * @generated from field: int64 revision = 1;
+   */
+  revision: bigint;
+
+  /**
+   * True when `start_revision` could not be replayed and the current state
+   * was described instead: the client replaces its view.
+   *
+   * @generated from field: bool reset = 2;
+   */
+  reset: boolean;
+};
+
+/**
+ * Describes the message berth.locks.v1.WatchCaughtUp.
+ * Use `create(WatchCaughtUpSchema)` to create a new message.
+ */
+export const WatchCaughtUpSchema: GenMessage<WatchCaughtUp> = /*@__PURE__*/
+  messageDesc(file_berth_locks_v1_lock_service, 26);
+
+/**
+ * A lock watch's progress: nothing was sent for `progress_interval`.
+ *
+ * @generated from message berth.locks.v1.WatchProgress
+ */
+export type WatchProgress = Message<"berth.locks.v1.WatchProgress"> & {
+  /**
+   * Every change up to this revision has been sent.
+   *
+   * @generated from field: int64 revision = 1;
+   */
+  revision: bigint;
+
+  /**
+   * The service's time when sent.
+   *
+   * @generated from field: google.protobuf.Timestamp send_time = 2;
+   */
+  sendTime?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message berth.locks.v1.WatchProgress.
+ * Use `create(WatchProgressSchema)` to create a new message.
+ */
+export const WatchProgressSchema: GenMessage<WatchProgress> = /*@__PURE__*/
+  messageDesc(file_berth_locks_v1_lock_service, 27);
+
+/**
+ * Error detail of RESOURCE_EXHAUSTED WATCHER_LAGGED ending a WatchLocks
+ * whose client did not keep up: every change up to `resume_from_revision`
+ * was sent.
+ *
+ * @generated from message berth.locks.v1.LocksWatcherLagged
+ */
+export type LocksWatcherLagged = Message<"berth.locks.v1.LocksWatcherLagged"> & {
+  /**
+   * The `start_revision` to watch again with to miss nothing.
+   *
+   * @generated from field: int64 resume_from_revision = 1;
+   */
+  resumeFromRevision: bigint;
+};
+
+/**
+ * Describes the message berth.locks.v1.LocksWatcherLagged.
+ * Use `create(LocksWatcherLaggedSchema)` to create a new message.
+ */
+export const LocksWatcherLaggedSchema: GenMessage<LocksWatcherLagged> = /*@__PURE__*/
+  messageDesc(file_berth_locks_v1_lock_service, 28);
+
+/**
  * What kind of holder a lock has.
  *
  * @generated from enum berth.locks.v1.HolderKind
@@ -897,6 +1157,75 @@ export enum HolderKind {
  */
 export const HolderKindSchema: GenEnum<HolderKind> = /*@__PURE__*/
   enumDesc(file_berth_locks_v1_lock_service, 0);
+
+/**
+ * What happened to a lock.
+ *
+ * @generated from enum berth.locks.v1.LockEventKind
+ */
+export enum LockEventKind {
+  /**
+   * Not reported.
+   *
+   * @generated from enum value: LOCK_EVENT_KIND_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * The lock was granted to `owner` under `fencing_token`.
+   *
+   * @generated from enum value: LOCK_EVENT_KIND_GRANTED = 1;
+   */
+  GRANTED = 1,
+
+  /**
+   * The holder let go (Release, a Hold's stream ended, a shutdown).
+   *
+   * @generated from enum value: LOCK_EVENT_KIND_RELEASED = 2;
+   */
+  RELEASED = 2,
+
+  /**
+   * The holder's lease ran out unrenewed (file store).
+   *
+   * @generated from enum value: LOCK_EVENT_KIND_EXPIRED = 3;
+   */
+  EXPIRED = 3,
+
+  /**
+   * A request joined the queue at `position`.
+   *
+   * @generated from enum value: LOCK_EVENT_KIND_WAITER_JOINED = 4;
+   */
+  WAITER_JOINED = 4,
+
+  /**
+   * A waiter gave up (cancelled, its wait ran out, refused) from `position`.
+   *
+   * @generated from enum value: LOCK_EVENT_KIND_WAITER_LEFT = 5;
+   */
+  WAITER_LEFT = 5,
+
+  /**
+   * Before `caught_up`: the lock's holder now.
+   *
+   * @generated from enum value: LOCK_EVENT_KIND_CURRENT_HOLDER = 6;
+   */
+  CURRENT_HOLDER = 6,
+
+  /**
+   * Before `caught_up`: a waiter now, at `position`.
+   *
+   * @generated from enum value: LOCK_EVENT_KIND_CURRENT_WAITER = 7;
+   */
+  CURRENT_WAITER = 7,
+}
+
+/**
+ * Describes the enum berth.locks.v1.LockEventKind.
+ */
+export const LockEventKindSchema: GenEnum<LockEventKind> = /*@__PURE__*/
+  enumDesc(file_berth_locks_v1_lock_service, 1);
 
 /**
  * Per-file source locks that a crashed holder can never keep forever. Served
@@ -988,6 +1317,7 @@ export const HolderKindSchema: GenEnum<HolderKind> = /*@__PURE__*/
  * | ALREADY_EXISTS      | IDEMPOTENCY_KEY_REUSED | the `request_id` named another request: use a new id |
  * | RESOURCE_EXHAUSTED  | WAIT_EXHAUSTED  | the lock stayed held for the whole wait (LockHeld); retry later (RetryInfo) |
  * | RESOURCE_EXHAUSTED  | TOO_MANY_WAITERS| the file's queue is full; retry later (RetryInfo) |
+ * | RESOURCE_EXHAUSTED  | WATCHER_LAGGED  | WatchLocks fell behind: watch again from LocksWatcherLagged's `resume_from_revision` |
  * | RESOURCE_EXHAUSTED  | DISK_FULL       | the state directory's file system is full (a lock file or the fencing state could not be written): free space, retry |
  * | RESOURCE_EXHAUSTED  | TOO_MANY_OPEN_FILES | the service has no file descriptor left for a lock file, even after closing its idle journals, or the call came on a connection over its share (see SessionService's Descriptors): retry (RetryInfo), or raise its `ulimit -n` |
  * | RESOURCE_EXHAUSTED  | ETCD_NO_SPACE   | (`--store etcd`) etcd's quota is full: an operator compacts, defragments or raises `--quota-backend-bytes`, then disarms the alarm |
@@ -1162,6 +1492,70 @@ export const LockService: GenService<{
     methodKind: "unary";
     input: typeof CheckTokenRequestSchema;
     output: typeof CheckTokenResponseSchema;
+  },
+  /**
+   * Follows the locks: one `event` per change of a holder or a waiter, of
+   * one file (`file`) or of every file, in order, none skipped, until the
+   * client ends the call. Events: GRANTED (a lock taken, at once or handed
+   * to the head of the queue), RELEASED (Release, the end of a Hold, a lease
+   * ended at shutdown), EXPIRED (a lease ran out unrenewed), WAITER_JOINED,
+   * WAITER_LEFT (a waiter gave up: cancelled, its wait ran out, refused; a
+   * waiter that is granted leaves the queue through GRANTED alone).
+   * Renewals are not events: `expire_time` is the lease's end as granted.
+   *
+   * Revisions. Every change has a revision, greater than every earlier
+   * one; events of one change share it. The stream first sends, with
+   * `include_current`, one CURRENT_HOLDER event per held lock and one
+   * CURRENT_WAITER per waiter (at the current revision), or, with
+   * `start_revision`, every change after that revision; then one
+   * `caught_up` naming the revision it is at (sent always, also without
+   * either, so a client knows where it starts); then every change as it
+   * happens. With `progress_interval`, a `progress` naming the revision
+   * up to which everything was sent whenever that long passed without
+   * another message (bounds as WatchSessionRequest's). To resume, watch
+   * again with `start_revision` set to the last revision received (an
+   * event's, `caught_up`'s or `progress`'s): exactly the changes after it
+   * follow, none missed, none repeated.
+   *
+   * On the file store the service counts revisions itself, from its start
+   * time in milliseconds since the Unix epoch times 1,000,000, one per
+   * change, and keeps the last changes (GetLimits: `watch_history`) in
+   * memory: a revision of an earlier run of the service is below the first
+   * of a later one, so it is never taken for one of this run. On `--store
+   * etcd` revisions are etcd's own (the revision of the change to the lock's
+   * key), the same through every instance of the cluster; there a resume's
+   * `caught_up` comes first, at `start_revision`, and the changes after it
+   * follow as live ones (etcd does not say where its replay ends).
+   *
+   * Reset, never a gap: a `start_revision` the service can no longer
+   * replay (older than its history, compacted by etcd, from an earlier run
+   * of the service, or ahead of the current revision) is answered with the
+   * current state (CURRENT_HOLDER and CURRENT_WAITER events) and a
+   * `caught_up` with `reset = true`: the client replaces its view with it.
+   *
+   * A watcher too slow to keep up (GetLimits: `watch_history` changes
+   * unsent) is ended with RESOURCE_EXHAUSTED WATCHER_LAGGED (details:
+   * LocksWatcherLagged, with the revision to resume from); it never
+   * silently misses a change. The service ending (shutdown) ends the stream
+   * with UNAVAILABLE SHUTTING_DOWN.
+   *
+   * What is not seen: on the file store, lock files that other processes
+   * (the seed's library) take and remove are not events (the service does
+   * not poll for them; Inspect shows such a holder); a berth waiter they
+   * block is seen joining, and GRANTED once the file is gone. On `--store
+   * etcd` every instance's locks are seen; a lease that ran out is revoked in
+   * etcd like a release, so it is RELEASED there, and `expire_time` is unset.
+   * Errors: INVALID_ARGUMENT INVALID_FIELD (`file`, `start_revision`,
+   * `progress_interval`); RESOURCE_EXHAUSTED WATCHER_LAGGED,
+   * TOO_MANY_OPEN_FILES; UNAVAILABLE ETCD_UNAVAILABLE (`--store etcd`); and
+   * any call's (the second table).
+   *
+   * @generated from rpc berth.locks.v1.LockService.WatchLocks
+   */
+  watchLocks: {
+    methodKind: "server_streaming";
+    input: typeof WatchLocksRequestSchema;
+    output: typeof WatchLocksResponseSchema;
   },
   /**
    * The limits this service enforces: lease ttls and the longest wait.

@@ -1,0 +1,135 @@
+/**
+ * WatchLocks on etcd: the lock changes derived from etcd's own watch of the lock keys (`l/`), at
+ * etcd's revisions, without polling. The queue of each file is kept as a model (waiter keys in
+ * create-revision order, as etcd-locks.ts serves them): a new key first in its queue is a grant,
+ * behind others a waiter joining; a deleted first key is a release (an expiry too: the granting
+ * instance revokes it), and the next key in the queue is granted at the same revision; any other
+ * deleted key is a waiter leaving. A start revision etcd compacted away, or ahead of its current
+ * revision, is answered with the current state and a reset marker.
+ */
+import type { Clock } from "@berth/shared/clock";
+import { BerthError } from "@berth/shared/errors";
+import { isEtcdCompacted, type EtcdClient, type KeyValue } from "@berth/etcd";
+import type { LockChange, LockWatcher, LockWatchItem, LockWatchRequest } from "../locks/lock-changes.js";
+import { PumpedWatcher } from "./pumped-watcher.js";
+import { partyOf } from "./etcd-locks.js";
+
+const LOCKS = "l/";
+
+interface Queued {
+  readonly key: string;
+  readonly createRevision: bigint;
+  readonly owner: string;
+  readonly kind: "lease" | "stream";
+}
+
+/** The file a waiter key `l/<file>/w/<lease>` belongs to. */
+function fileOfKey(key: string): string {
+  return decodeURIComponent(key.slice(LOCKS.length, key.lastIndexOf("/w/")));
+}
+
+/** A watcher of the locks on etcd; see the module comment. */
+export function watchEtcdLocks(client: EtcdClient, clock: Clock, request: LockWatchRequest, maxBuffered: number): LockWatcher & PumpedWatcher<LockWatchItem> {
+  let delivered = 0n;
+  const watcher = new PumpedWatcher<LockWatchItem>({
+    source: (signal) => lockItems(client, clock, request, signal),
+    maxBuffered,
+    isLive: () => true,
+    delivered: (item) => {
+      if (item.revision > delivered) delivered = item.revision;
+    },
+    lagged: () =>
+      new BerthError(
+        "resource_exhausted",
+        `watcher fell behind at revision ${delivered}; resume with start_revision=${delivered}`,
+        { lastRevision: String(delivered) },
+        { reason: "WATCHER_LAGGED" },
+      ),
+  });
+  return Object.assign(watcher, { progressRevision: () => delivered });
+}
+
+async function* lockItems(client: EtcdClient, clock: Clock, request: LockWatchRequest, signal: AbortSignal): AsyncGenerator<LockWatchItem> {
+  const queues = new Map<string, Queued[]>();
+  const accept = (file: string) => request.file === undefined || request.file === file;
+  const load = (kvs: KeyValue[]) => {
+    queues.clear();
+    for (const kv of [...kvs].sort((a, b) => (a.createRevision < b.createRevision ? -1 : 1))) add(kv);
+  };
+  const add = (kv: KeyValue): Queued[] => {
+    const file = fileOfKey(kv.key);
+    const party = partyOf(kv);
+    const queue = queues.get(file) ?? [];
+    queue.push({ key: kv.key, createRevision: kv.createRevision, owner: party.owner, kind: party.kind });
+    queues.set(file, queue);
+    return queue;
+  };
+  const current = await client.range({ key: LOCKS, prefix: true });
+  let from = current.revision;
+  let reset = false;
+  const resume = request.startRevision > 0n;
+  if (resume && request.startRevision <= current.revision) {
+    try {
+      load((await client.range({ key: LOCKS, prefix: true, revision: request.startRevision })).kvs);
+      from = request.startRevision;
+    } catch (error) {
+      if (!isEtcdCompacted(error)) throw error;
+      reset = true;
+    }
+  } else if (resume) reset = true;
+  if (!resume || reset) {
+    load(current.kvs);
+    if (request.includeCurrent || reset) {
+      const at = clock.now();
+      for (const [file, queue] of queues) {
+        if (!accept(file)) continue;
+        for (const [index, party] of queue.entries()) {
+          const kind = index === 0 ? "current_holder" : "current_waiter";
+          yield { kind: "change", revision: from, change: change(file, kind, party, index, at) };
+        }
+      }
+    }
+  }
+  yield { kind: "caught_up", revision: from, reset };
+  for await (const batch of client.watch({ key: LOCKS, prefix: true, startRevision: from + 1n, signal })) {
+    for (const event of batch.events) {
+      const file = fileOfKey(event.kv.key);
+      const revision = event.kv.modRevision;
+      const at = clock.now();
+      const out: LockChange[] = [];
+      if (event.type === "put") {
+        const queue = queues.get(file);
+        if (queue?.some((q) => q.key === event.kv.key)) continue; // its turn taken: no news
+        const after = add(event.kv);
+        const place = after.length - 1;
+        out.push(change(file, place === 0 ? "granted" : "waiter_joined", after[place]!, place, at));
+      } else {
+        const queue = queues.get(file) ?? [];
+        const index = queue.findIndex((q) => q.key === event.kv.key);
+        if (index < 0) continue;
+        const [gone] = queue.splice(index, 1);
+        if (queue.length === 0) queues.delete(file);
+        if (index === 0) {
+          out.push(change(file, "released", gone!, 0, at));
+          if (queue[0] !== undefined) out.push(change(file, "granted", queue[0], 0, at));
+        } else out.push(change(file, "waiter_left", gone!, index, at));
+      }
+      if (!accept(file)) continue;
+      for (const one of out) yield { kind: "change", revision, change: one };
+    }
+  }
+}
+
+function change(file: string, kind: LockChange["kind"], party: Queued, index: number, at: number): LockChange {
+  const holder = kind === "granted" || kind === "released" || kind === "current_holder";
+  return {
+    file,
+    kind,
+    owner: party.owner,
+    fencingToken: holder ? Number(party.createRevision) : 0,
+    expiresAt: null,
+    position: holder ? 0 : index,
+    at,
+    holderKind: party.kind,
+  };
+}
