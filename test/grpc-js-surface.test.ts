@@ -22,7 +22,7 @@ import type * as grpc from "@grpc/grpc-js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { NeedItemKind, RefusalKind, RefusalSchema, type NeedItemSchema } from "@berth/api/berth/budget/v1/budget_pb";
 import { BudgetService } from "@berth/api/berth/budget/v1/budget_service_pb";
-import { HolderKind, LockHeldSchema, LockService } from "@berth/api/berth/locks/v1/lock_service_pb";
+import { HolderKind, LockEventKind, LockHeldSchema, LockService } from "@berth/api/berth/locks/v1/lock_service_pb";
 import {
   ExpectedState,
   FenceRejectedSchema,
@@ -670,6 +670,21 @@ describe("LockService over grpc-js", () => {
       await small.stop();
     }
     await rpc.unary(LockService.method.release, { leaseToken: holder.leaseToken });
+  });
+
+  it("WatchLocks: the current holder of one file, caught_up, then its release, until the client cancels", async () => {
+    const file = path.join(projectRoot, "src/watched.ts");
+    const { lease } = await rpc.unary(LockService.method.acquire, { file, owner: "watched" });
+    const call = rpc.serverStream(LockService.method.watchLocks, { file, includeCurrent: true });
+    const watch = reader(call);
+    const current = await watch.next("the current holder");
+    expect(current.kind.case === "event" && [current.kind.value.kind, current.kind.value.owner]).toEqual([LockEventKind.CURRENT_HOLDER, "watched"]);
+    expect((await watch.next("caught_up")).kind.case).toBe("caughtUp");
+    await rpc.unary(LockService.method.release, { leaseToken: lease!.leaseToken });
+    const released = await watch.next("the release");
+    expect(released.kind.case === "event" && released.kind.value.kind).toBe(LockEventKind.RELEASED);
+    call.cancel();
+    expect((await watch.ended).name).toBe("CANCELLED");
   });
 
   it("Hold: waiting (position, holder) while held, acquired on release, then held until the client cancels; a cancelled waiter leaves the queue", async () => {

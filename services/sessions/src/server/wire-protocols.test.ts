@@ -15,7 +15,7 @@ import { create, toJson, type DescMessage, type MessageInitShape, type MessageSh
 import { createClient, type Client } from "@connectrpc/connect";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { EventSchema, type Event } from "@berth/api/berth/sessions/v1/events_pb";
-import { HoldResponseSchema, KeepAliveStreamResponseSchema, LockService } from "@berth/api/berth/locks/v1/lock_service_pb";
+import { HoldResponseSchema, KeepAliveStreamResponseSchema, LockEventKind, LockService } from "@berth/api/berth/locks/v1/lock_service_pb";
 import {
   AppendEventResponseSchema,
   AppendEventsResponseSchema,
@@ -219,6 +219,34 @@ describe.each(WIRE_PROTOCOLS.slice(1))("SessionService and LockService over $nam
     const renewed = await keepAlive(reference.locks, "reference");
     expect(renewed).toMatchObject([{ renewal: { leaseToken: "lease", alive: true, expireTime: expect.any(String) } }, { renewal: { leaseToken: "gone" } }]);
     expect(await keepAlive(tested.locks, "tested")).toEqual(renewed);
+  });
+
+  it("WatchLocks: the current holder, caught_up, then a release and the next grant", async () => {
+    covered.add("LockService.WatchLocks");
+    const fileOf = (name: string) => path.join(root, "project", "src", `${name}.ts`);
+    const [expected, actual] = await Promise.all(
+      [reference, tested].map(async (client, i) => {
+        const file = fileOf(`watched-${i}`);
+        const first = await locks.acquire({ file, owner: "first" });
+        const stream = open((o) => client.locks.watchLocks({ file, includeCurrent: true }, o));
+        const messages = await take(stream, 2);
+        locks.release(first.leaseToken);
+        const second = await locks.acquire({ file, owner: "second" });
+        messages.push(...(await take(stream, 2)));
+        locks.release(second.leaseToken);
+        // Revisions, times and tokens differ by watcher: compared by what they say.
+        return messages.map((m) =>
+          m.kind.case === "event" ? { event: m.kind.value.kind, owner: m.kind.value.owner, sameFile: m.kind.value.file === file } : { other: m.kind.case },
+        );
+      }),
+    );
+    expect(expected).toEqual([
+      { event: LockEventKind.CURRENT_HOLDER, owner: "first", sameFile: true },
+      { other: "caughtUp" },
+      { event: LockEventKind.RELEASED, owner: "first", sameFile: true },
+      { event: LockEventKind.GRANTED, owner: "second", sameFile: true },
+    ]);
+    expect(actual).toEqual(expected);
   });
 });
 
