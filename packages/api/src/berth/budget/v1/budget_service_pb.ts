@@ -2176,7 +2176,8 @@ export const BudgetService: GenService<{
    * waiter whose stream has ended (cancelled, reset, its connection closed)
    * is dropped first, after a pause of the service too (SIGSTOP, a suspended
    * machine); a reservation admitted as its stream ended is released at once.
-   * Errors: INVALID_ARGUMENT INVALID_FIELD, OUT_OF_TURN; FAILED_PRECONDITION
+   * Errors: INVALID_ARGUMENT INVALID_FIELD, OUT_OF_TURN; ALREADY_EXISTS
+   * IDEMPOTENCY_KEY_REUSED (a `request_id` that named another request); FAILED_PRECONDITION
    * IMPOSSIBLE; RESOURCE_EXHAUSTED QUEUE_FULL, WAIT_EXHAUSTED;
    * RESOURCE_EXHAUSTED DISK_FULL, TOO_MANY_OPEN_FILES; UNAVAILABLE
    * STATE_READ_ONLY (the tally could not be saved) on `started`; and any
@@ -2210,7 +2211,8 @@ export const BudgetService: GenService<{
    * the retry, which is answered it. An answer written out whole before the
    * service read that its client had left counts as delivered: its
    * reservation ends with its lease.
-   * Errors: INVALID_ARGUMENT INVALID_FIELD; FAILED_PRECONDITION IMPOSSIBLE;
+   * Errors: INVALID_ARGUMENT INVALID_FIELD; ALREADY_EXISTS
+   * IDEMPOTENCY_KEY_REUSED (a `request_id` that named another request); FAILED_PRECONDITION IMPOSSIBLE;
    * RESOURCE_EXHAUSTED QUEUE_FULL, WAIT_EXHAUSTED; and any call's (the second
    * table).
    *
@@ -2238,7 +2240,8 @@ export const BudgetService: GenService<{
   },
   /**
    * Releases a reservation (its remaining start and build shares).
-   * Errors: INVALID_ARGUMENT INVALID_FIELD; and any call's (the second table).
+   * Errors: INVALID_ARGUMENT INVALID_FIELD; ALREADY_EXISTS
+   * IDEMPOTENCY_KEY_REUSED (a `request_id` that named another request); and any call's (the second table).
    *
    * @generated from rpc berth.budget.v1.BudgetService.Release
    */
@@ -2250,7 +2253,8 @@ export const BudgetService: GenService<{
   /**
    * The reservation's build phase is over: its build share goes back (the
    * seed's `releaseBuild`; Admit's `build_done`).
-   * Errors: INVALID_ARGUMENT INVALID_FIELD; NOT_FOUND RESERVATION_NOT_FOUND;
+   * Errors: INVALID_ARGUMENT INVALID_FIELD; ALREADY_EXISTS
+   * IDEMPOTENCY_KEY_REUSED (a `request_id` that named another request); NOT_FOUND RESERVATION_NOT_FOUND;
    * and any call's (the second table).
    *
    * @generated from rpc berth.budget.v1.BudgetService.ReleaseBuild
@@ -2267,7 +2271,8 @@ export const BudgetService: GenService<{
    * Admit's `started`). The tally survives a restart of the service. A
    * repeat with the same `request_id` answers the first call's entry instead
    * of counting the service twice.
-   * Errors: INVALID_ARGUMENT INVALID_FIELD; NOT_FOUND RESERVATION_NOT_FOUND;
+   * Errors: INVALID_ARGUMENT INVALID_FIELD; ALREADY_EXISTS
+   * IDEMPOTENCY_KEY_REUSED (a `request_id` that named another request); NOT_FOUND RESERVATION_NOT_FOUND;
    * RESOURCE_EXHAUSTED DISK_FULL, TOO_MANY_OPEN_FILES; UNAVAILABLE
    * STATE_READ_ONLY (the tally could not be saved); and any call's (the second
    * table).
@@ -2281,7 +2286,8 @@ export const BudgetService: GenService<{
   },
   /**
    * Removes a running entry from the tally.
-   * Errors: INVALID_ARGUMENT INVALID_FIELD; RESOURCE_EXHAUSTED DISK_FULL,
+   * Errors: INVALID_ARGUMENT INVALID_FIELD; ALREADY_EXISTS
+   * IDEMPOTENCY_KEY_REUSED (a `request_id` that named another request); RESOURCE_EXHAUSTED DISK_FULL,
    * TOO_MANY_OPEN_FILES; UNAVAILABLE STATE_READ_ONLY (the tally could not be
    * saved); and any call's (the second table).
    *

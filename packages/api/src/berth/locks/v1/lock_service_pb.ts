@@ -1390,7 +1390,8 @@ export const LockService: GenService<{
    * written out whole before the service read that its client had left
    * counts as delivered: its lease ends at its ttl. Hold needs none of this:
    * its lock is freed the moment its stream ends.
-   * Errors: INVALID_ARGUMENT INVALID_FIELD; RESOURCE_EXHAUSTED WAIT_EXHAUSTED,
+   * Errors: INVALID_ARGUMENT INVALID_FIELD; ALREADY_EXISTS
+   * IDEMPOTENCY_KEY_REUSED (a `request_id` that named another request); RESOURCE_EXHAUSTED WAIT_EXHAUSTED,
    * TOO_MANY_WAITERS; RESOURCE_EXHAUSTED DISK_FULL, TOO_MANY_OPEN_FILES;
    * UNAVAILABLE STATE_READ_ONLY, STORAGE_UNAVAILABLE; ABORTED ETCD_LEASE_LOST,
    * RESOURCE_EXHAUSTED ETCD_NO_SPACE, UNAVAILABLE ETCD_UNAVAILABLE (`--store
@@ -1436,7 +1437,8 @@ export const LockService: GenService<{
    * Releases a lease. Only the lease's own token releases it: a stale or
    * repeated release never frees a later holder's lock. A repeat with the
    * same `request_id` answers what the first call answered.
-   * Errors: INVALID_ARGUMENT INVALID_FIELD; UNAVAILABLE ETCD_UNAVAILABLE
+   * Errors: INVALID_ARGUMENT INVALID_FIELD; ALREADY_EXISTS
+   * IDEMPOTENCY_KEY_REUSED (a `request_id` that named another request); UNAVAILABLE ETCD_UNAVAILABLE
    * (`--store etcd`); and any call's (the second table).
    *
    * @generated from rpc berth.locks.v1.LockService.Release
