@@ -79,6 +79,44 @@ describe("RevisionHistory", () => {
     expect(await watcher.next()).toEqual({ value: undefined, done: true });
   });
 
+  it("keeps only what a watcher accepts, bounds it by those alone, and delivers past the skipped ones", async () => {
+    const history = new RevisionHistory<string>({ base: 0, capacity: 100 });
+    history.append("a1");
+    history.append("b1");
+    const watcher = history.watch(0, { maxBuffered: 2, lagged, accept: (value) => value.startsWith("a") });
+    expect(watcher.buffered).toBe(1);
+    expect(watcher.deliveredRevision).toBe(0);
+    for (const value of ["b2", "b3", "b4", "a2"]) history.append(value);
+    expect(await take(watcher, 2)).toEqual([
+      [1, "a1"],
+      [6, "a2"],
+    ]);
+    history.append("b5");
+    expect(watcher.lastTaken).toBe(6);
+    expect(watcher.deliveredRevision).toBe(7);
+    history.append("a3");
+    expect(watcher.deliveredRevision).toBe(6);
+    history.append("a4");
+    history.append("a5");
+    await expect(watcher.next()).rejects.toMatchObject({ resumeRevision: 6 });
+  });
+
+  it("ends every watcher with the error it is closed with, dropping what it buffered, and refuses new ones", async () => {
+    const history = new RevisionHistory<string>({ base: 0, capacity: 10 });
+    const watcher = history.watch(0, { maxBuffered: 10, lagged });
+    const pending = watcher.next();
+    const idle = history.watch(0, { maxBuffered: 10, lagged });
+    history.append("x");
+    history.append("y");
+    const shutdown = new Error("shutting down");
+    history.close(shutdown);
+    await expect(pending).rejects.toBe(shutdown);
+    expect(await watcher.next()).toEqual({ value: undefined, done: true });
+    await expect(idle.next()).rejects.toBe(shutdown);
+    await expect(history.watch(2, { maxBuffered: 10, lagged }).next()).rejects.toBe(shutdown);
+    expect(history.watcherCount).toBe(0);
+  });
+
   it("starts a run's revisions at its start time in microseconds", () => {
     expect(runRevisionBase({ now: () => 1_700_000_000_123.7 })).toBe(1_700_000_000_123_000);
   });

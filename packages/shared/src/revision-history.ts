@@ -8,7 +8,9 @@
  * asks {@link RevisionHistory.canReplay} and describes the current state instead when it cannot.
  * A watcher buffers what it has not taken yet, up to a bound: one that falls further behind ends
  * with the caller's lagged error, naming the last revision it took, so its client resumes from
- * there instead of the process holding an unbounded backlog.
+ * there instead of the process holding an unbounded backlog. A watcher may keep only the changes it
+ * accepts (one file of many): the bound counts those alone, and its {@link RevisionWatcher.deliveredRevision}
+ * still moves past the ones it skipped.
  */
 import type { Clock } from "./clock.js";
 
@@ -36,11 +38,13 @@ export interface RevisionHistoryOptions {
 }
 
 /** Options of one watcher. */
-export interface RevisionWatchOptions {
+export interface RevisionWatchOptions<T = unknown> {
   /** The most changes it holds that its reader has not taken: one more ends it lagged. */
   maxBuffered: number;
   /** The error it ends with when lagged, given the last revision its reader took. */
   lagged: (resumeRevision: number) => Error;
+  /** The changes it keeps (default: every one); the others are skipped, never buffered. */
+  accept?: (value: T) => boolean;
 }
 
 /** The changes of one piece of state, numbered, the last `capacity` held. */
@@ -54,6 +58,7 @@ export class RevisionHistory<T> {
   private held = 0;
   private readonly watchers = new Set<RevisionWatcher<T>>();
   private closed = false;
+  private closedWith: Error | undefined;
 
   constructor(options: RevisionHistoryOptions) {
     if (!Number.isSafeInteger(options.base) || options.base < 0) throw new RangeError(`revision base must be a non-negative safe integer; got ${options.base}`);
@@ -109,11 +114,12 @@ export class RevisionHistory<T> {
    * a RangeError unless {@link canReplay}(revision): the caller describes the current state and
    * watches from {@link revision} instead.
    */
-  watch(revision: number, options: RevisionWatchOptions): RevisionWatcher<T> {
+  watch(revision: number, options: RevisionWatchOptions<T>): RevisionWatcher<T> {
     const held = this.since(revision);
     const watcher = new RevisionWatcher<T>(revision, options, () => this.watchers.delete(watcher));
     for (const change of held) watcher.offer(change);
-    if (this.closed) watcher.end();
+    if (this.closedWith !== undefined) watcher.fail(this.closedWith);
+    else if (this.closed) watcher.end();
     else this.watchers.add(watcher);
     return watcher;
   }
@@ -123,10 +129,17 @@ export class RevisionHistory<T> {
     return this.watchers.size;
   }
 
-  /** Ends every watcher (each takes what it has buffered, then is done) and refuses new ones live. */
-  close(): void {
+  /**
+   * Ends every watcher and refuses new ones live: each takes what it has buffered, then is done;
+   * or, given `error` (a shutdown its readers must hear of), each drops its buffer and throws it.
+   */
+  close(error?: Error): void {
     this.closed = true;
-    for (const watcher of [...this.watchers]) watcher.end();
+    this.closedWith = error;
+    for (const watcher of [...this.watchers]) {
+      if (error === undefined) watcher.end();
+      else watcher.fail(error);
+    }
   }
 }
 
@@ -137,15 +150,19 @@ export class RevisionWatcher<T> implements AsyncIterator<Revisioned<T>> {
   private wake: (() => void) | undefined;
   private ended = false;
   private lagged = false;
+  private failure: Error | undefined;
   private taken: number;
+  /** The latest revision offered, kept or skipped. */
+  private offered: number;
 
   /** @internal */
   constructor(
     after: number,
-    private readonly options: RevisionWatchOptions,
+    private readonly options: RevisionWatchOptions<T>,
     private readonly unsubscribe: () => void,
   ) {
     this.taken = after;
+    this.offered = after;
   }
 
   /** The revision of the last change its reader took (the one it was created after, before any). */
@@ -153,9 +170,20 @@ export class RevisionWatcher<T> implements AsyncIterator<Revisioned<T>> {
     return this.taken;
   }
 
+  /**
+   * Every change up to this revision was taken by its reader or skipped (not accepted): what a
+   * progress message names. Past {@link lastTaken} once nothing is buffered and later changes were skipped.
+   */
+  get deliveredRevision(): number {
+    const dropped = this.lagged || this.failure !== undefined;
+    return dropped || this.buffered > 0 ? this.taken : this.offered;
+  }
+
   /** @internal A change for this watcher; past its bound it is lagged and stops listening. */
   offer(change: Revisioned<T>): void {
     if (this.ended || this.lagged) return;
+    this.offered = change.revision;
+    if (this.options.accept !== undefined && !this.options.accept(change.value)) return;
     if (this.buffer.length - this.cursor >= this.options.maxBuffered) {
       this.lagged = true;
       this.buffer = [];
@@ -174,6 +202,15 @@ export class RevisionWatcher<T> implements AsyncIterator<Revisioned<T>> {
     this.wake?.();
   }
 
+  /** @internal Ends it with `error`, dropping what it buffered: its reader's next take throws it, once. */
+  fail(error: Error): void {
+    if (this.ended) return;
+    this.failure = error;
+    this.buffer = [];
+    this.cursor = 0;
+    this.end();
+  }
+
   /** Changes it holds that its reader has not taken yet. */
   get buffered(): number {
     return this.buffer.length - this.cursor;
@@ -182,6 +219,11 @@ export class RevisionWatcher<T> implements AsyncIterator<Revisioned<T>> {
   async next(): Promise<IteratorResult<Revisioned<T>>> {
     for (;;) {
       if (this.lagged) throw this.options.lagged(this.taken);
+      if (this.failure !== undefined) {
+        const failure = this.failure;
+        this.failure = undefined;
+        throw failure;
+      }
       if (this.cursor < this.buffer.length) {
         const change = this.buffer[this.cursor]!;
         this.buffer[this.cursor++] = undefined as unknown as Revisioned<T>;
@@ -200,6 +242,7 @@ export class RevisionWatcher<T> implements AsyncIterator<Revisioned<T>> {
   }
 
   async return(): Promise<IteratorResult<Revisioned<T>>> {
+    this.failure = undefined;
     this.end();
     this.buffer = [];
     this.cursor = 0;

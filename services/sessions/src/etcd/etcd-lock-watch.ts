@@ -8,9 +8,8 @@
  * revision, is answered with the current state and a reset marker.
  */
 import type { Clock } from "@berth/shared/clock";
-import { BerthError } from "@berth/shared/errors";
 import { isEtcdCompacted, type EtcdClient, type KeyValue } from "@berth/etcd";
-import type { LockChange, LockWatcher, LockWatchItem, LockWatchRequest } from "../locks/lock-changes.js";
+import { locksWatcherLagged, type LockChange, type LockWatcher, type LockWatchItem, type LockWatchRequest } from "../locks/lock-changes.js";
 import { PumpedWatcher } from "./pumped-watcher.js";
 import { partyOf } from "./etcd-locks.js";
 
@@ -38,13 +37,7 @@ export function watchEtcdLocks(client: EtcdClient, clock: Clock, request: LockWa
     delivered: (item) => {
       if (item.revision > delivered) delivered = item.revision;
     },
-    lagged: () =>
-      new BerthError(
-        "resource_exhausted",
-        `watcher fell behind at revision ${delivered}; resume with start_revision=${delivered}`,
-        { lastRevision: String(delivered) },
-        { reason: "WATCHER_LAGGED" },
-      ),
+    lagged: () => locksWatcherLagged(delivered),
   });
   return Object.assign(watcher, { progressRevision: () => delivered });
 }

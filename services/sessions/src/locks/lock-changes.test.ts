@@ -85,6 +85,21 @@ describe("lock changes on the file store", () => {
     await watcher.return?.();
   });
 
+  it("replays one file's changes alone, and its progress moves past the other files' changes", async () => {
+    const watcher = await locks.watch({ file: FILE, includeCurrent: false, startRevision: 0n });
+    const [caughtUp] = await take(watcher, 1);
+    await locks.acquire({ file: FILE, owner: "a" });
+    await locks.acquire({ file: OTHER, owner: "x" });
+    const [granted] = await take(watcher, 1);
+    expect(watcher.progressRevision()).toBe(granted!.revision + 1n);
+    await watcher.return?.();
+    const resumed = await locks.watch({ file: FILE, includeCurrent: false, startRevision: caughtUp!.revision });
+    const items = await take(resumed, 2);
+    expect(summary(items)).toEqual(["granted:a:0", "caught_up:false"]);
+    expect(items[1]!.revision).toBe(granted!.revision + 1n);
+    await resumed.return?.();
+  });
+
   it("resumes after a revision with exactly the changes missed, and resets from one it cannot replay", async () => {
     const first = await locks.watch({ file: undefined, includeCurrent: false, startRevision: 0n });
     const [caughtUp] = await take(first, 1);

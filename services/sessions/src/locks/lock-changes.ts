@@ -5,7 +5,8 @@
  * (etcd/etcd-lock-watch.ts).
  */
 import type { Clock } from "@berth/shared/clock";
-import { RevisionHistory } from "@berth/shared/revision-log";
+import { BerthError } from "@berth/shared/errors";
+import { RevisionHistory } from "@berth/shared/revision-history";
 import type { LockInspection } from "./lock-table.js";
 
 /** What happened to a lock; "current_*" describe the state before a watch's caught-up marker. */
@@ -56,19 +57,30 @@ export function firstRevisionOfRun(startWallMs: number): bigint {
   return BigInt(Math.floor(startWallMs)) * 1_000_000n;
 }
 
-/** The file store's log of lock changes, and its watchers. */
+/**
+ * The file store's log of lock changes, and its watchers. The history counts from 0 and the
+ * revisions a watcher is handed are the run's first revision ({@link firstRevisionOfRun}) plus
+ * that count: above 2^53, so bigints, while the history's own stay small numbers.
+ */
 export class LockChangeLog {
-  readonly history: RevisionHistory<LockChange>;
+  private readonly history: RevisionHistory<LockChange>;
+  private readonly firstRevision: bigint;
 
   constructor(
     private readonly clock: Clock,
-    capacity = DEFAULT_LOCK_WATCH_HISTORY,
+    private readonly capacity = DEFAULT_LOCK_WATCH_HISTORY,
   ) {
-    this.history = new RevisionHistory<LockChange>({ capacity, startRevision: firstRevisionOfRun(clock.now()) });
+    this.firstRevision = firstRevisionOfRun(clock.now());
+    this.history = new RevisionHistory<LockChange>({ base: 0, capacity });
   }
 
   record(change: Omit<LockChange, "at">): void {
-    this.history.record({ ...change, at: this.clock.now() });
+    this.history.append({ ...change, at: this.clock.now() });
+  }
+
+  /** Ends every watcher with `error` (a shutdown). */
+  close(error: Error): void {
+    this.history.close(error);
   }
 
   /**
@@ -78,38 +90,40 @@ export class LockChangeLog {
   watch(request: LockWatchRequest, describe: () => LockInspection[]): LockWatcher {
     const accept = (change: LockChange) => request.file === undefined || change.file === request.file;
     const resume = request.startRevision > 0n;
-    const replay = resume && this.history.replayable(request.startRevision);
-    const prelude: LockWatchItem[] = [];
+    const start = resume ? this.ofThisRun(request.startRevision) : undefined;
+    const replay = start !== undefined && this.history.canReplay(start);
+    const reset = resume && !replay;
     const at = this.history.revision;
+    const prelude: LockWatchItem[] = [];
     if (!replay && (request.includeCurrent || resume)) {
       const now = this.clock.now();
-      for (const lock of describe()) for (const change of currentChanges(lock, now)) prelude.push({ kind: "change", revision: at, change });
+      for (const lock of describe()) for (const change of currentChanges(lock, now)) prelude.push({ kind: "change", revision: this.revisionOf(at), change });
     }
-    const follower = this.history.follow(replay ? request.startRevision : at, accept);
+    const changes = this.history.watch(replay ? start : at, {
+      maxBuffered: this.capacity,
+      lagged: (resumeRevision) => locksWatcherLagged(this.revisionOf(resumeRevision)),
+      accept,
+    });
+    // What it holds now is the replay, every change up to `at`: then the marker.
+    let replaying = changes.buffered;
     let caughtUpSent = false;
-    const reset = resume && !replay;
+    const revisionOf = (revision: number) => this.revisionOf(revision);
     const watcher: LockWatcher = {
-      progressRevision: () => follower.deliveredRevision,
+      progressRevision: () => revisionOf(changes.deliveredRevision),
       async next() {
         const first = prelude.shift();
         if (first !== undefined) return { value: first, done: false };
-        if (!caughtUpSent && !replay) {
+        if (replaying === 0 && !caughtUpSent) {
           caughtUpSent = true;
-          return { value: { kind: "caught_up", revision: at, reset }, done: false };
+          return { value: { kind: "caught_up", revision: revisionOf(at), reset }, done: false };
         }
-        if (!caughtUpSent && replay) {
-          // The replay is what the follower holds up to `at`; then the marker.
-          const step = follower.takeUpTo(at);
-          if (step !== undefined) return { value: { kind: "change", revision: step.revision, change: step.change }, done: false };
-          caughtUpSent = true;
-          return { value: { kind: "caught_up", revision: at, reset: false }, done: false };
-        }
-        const step = await follower.next();
+        if (replaying > 0) replaying--;
+        const step = await changes.next();
         if (step.done) return { value: undefined, done: true };
-        return { value: { kind: "change", revision: step.value.revision, change: step.value.change }, done: false };
+        return { value: { kind: "change", revision: revisionOf(step.value.revision), change: step.value.value }, done: false };
       },
       async return() {
-        await follower.return();
+        await changes.return();
         return { value: undefined, done: true };
       },
       [Symbol.asyncIterator]() {
@@ -118,6 +132,27 @@ export class LockChangeLog {
     };
     return watcher;
   }
+
+  /** A watcher's revision of the history's. */
+  private revisionOf(revision: number): bigint {
+    return this.firstRevision + BigInt(revision);
+  }
+
+  /** The history's revision of a watcher's; undefined when it is not this run's (before its start, or ahead of now). */
+  private ofThisRun(revision: bigint): number | undefined {
+    const count = revision - this.firstRevision;
+    return count < 0n || count > BigInt(this.history.revision) ? undefined : Number(count);
+  }
+}
+
+/** RESOURCE_EXHAUSTED WATCHER_LAGGED for a lock watcher that fell behind: every change up to `resumeRevision` was sent. */
+export function locksWatcherLagged(resumeRevision: bigint): BerthError {
+  return new BerthError(
+    "resource_exhausted",
+    `watcher fell behind at revision ${resumeRevision}; resume with start_revision=${resumeRevision}`,
+    { lastRevision: String(resumeRevision) },
+    { reason: "WATCHER_LAGGED" },
+  );
 }
 
 /** The current state of one lock as CURRENT_HOLDER and CURRENT_WAITER changes. */

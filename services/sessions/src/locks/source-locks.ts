@@ -102,7 +102,7 @@ export function createSourceLocks(options: SourceLocksOptions): SourceLocks {
     close() {
       if (closed) return;
       closed = true;
-      changes.history.endAll(shuttingDown());
+      changes.close(shuttingDown());
       table.close();
       files?.close();
       fencing.close();
