@@ -6,7 +6,7 @@
  */
 import type { Clock } from "@berth/shared/clock";
 import { BerthError } from "@berth/shared/errors";
-import { RevisionHistory } from "@berth/shared/revision-history";
+import { RevisionHistory, runRevisionBase } from "@berth/shared/revision-history";
 import type { LockInspection } from "./lock-table.js";
 
 /** What happened to a lock; "current_*" describe the state before a watch's caught-up marker. */
@@ -50,17 +50,18 @@ export interface LockWatchRequest {
 export const DEFAULT_LOCK_WATCH_HISTORY = 10_000;
 
 /**
- * The first revision of a run on the file store: its start time in ms times 1,000,000. Every
- * revision of an earlier run is below it (a run makes far fewer than a million changes a ms).
+ * The first revision of a run on the file store: its start time in microseconds, as the budget's
+ * watches count theirs (runRevisionBase). Every revision of an earlier run is below it unless that
+ * run averaged a change a microsecond; and revisions stay below 2^53, exact as JSON numbers.
  */
 export function firstRevisionOfRun(startWallMs: number): bigint {
-  return BigInt(Math.floor(startWallMs)) * 1_000_000n;
+  return BigInt(runRevisionBase({ now: () => startWallMs }));
 }
 
 /**
  * The file store's log of lock changes, and its watchers. The history counts from 0 and the
  * revisions a watcher is handed are the run's first revision ({@link firstRevisionOfRun}) plus
- * that count: above 2^53, so bigints, while the history's own stay small numbers.
+ * that count, as the bigints the wire carries.
  */
 export class LockChangeLog {
   private readonly history: RevisionHistory<LockChange>;

@@ -1520,8 +1520,8 @@ export const LockService: GenService<{
    * follow, none missed, none repeated.
    *
    * On the file store the service counts revisions itself, from its start
-   * time in milliseconds since the Unix epoch times 1,000,000, one per
-   * change, and keeps the last changes (GetLimits: `watch_history`) in
+   * time in microseconds since the Unix epoch (as the budget's watches do),
+   * one per change, and keeps the last changes (GetLimits: `watch_history`) in
    * memory: a revision of an earlier run of the service is below the first
    * of a later one, so it is never taken for one of this run. On `--store
    * etcd` revisions are etcd's own (the revision of the change to the lock's
