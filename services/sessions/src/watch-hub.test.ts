@@ -125,18 +125,18 @@ describe("WatchHub", () => {
     });
 
     it("reset a start revision they cannot replay: older than the history, of an earlier run, or ahead", async () => {
+      // Four times a buffer of two: the last eight changes are held.
       const hub = new WatchHub(2, 1000);
-      for (let seq = 1; seq <= 4; seq++) hub.publish("a", [stored(seq)]);
-      expect(hub.revision).toBe(1004);
-      for (const startRevision of [1001, 999, 7, 1005]) {
+      for (let seq = 1; seq <= 10; seq++) hub.publish("a", [stored(seq)]);
+      expect(hub.revision).toBe(1010);
+      for (const startRevision of [1001, 999, 7, 1011]) {
         const watcher = hub.watchAll({ startRevision });
-        expect(await watcher.started).toEqual({ after: 1004, caughtUpAt: 1004, reset: true });
+        expect(await watcher.started).toEqual({ after: 1010, caughtUpAt: 1010, reset: true });
         await watcher.return!();
       }
-      // The two held are replayable.
       const held = hub.watchAll({ startRevision: 1002 });
       expect(await held.started).toMatchObject({ reset: false });
-      expect(await take(held, 2)).toEqual(["a@3#1003", "a@4#1004"]);
+      expect(await take(held, 8)).toEqual(Array.from({ length: 8 }, (_, i) => `a@${i + 3}#${i + 1003}`));
     });
 
     it("end a lagged watcher naming the last revision it took, and a resume from it misses nothing", async () => {

@@ -22,6 +22,12 @@ import type { JournalEntry, SessionSnapshot } from "./reducer.js";
 /** How many undelivered entries a watcher may have before it is ended. */
 export const DEFAULT_MAX_BUFFERED = 1000;
 
+/**
+ * How many times a watcher's bound of changes of every session are held for replay: a watcher
+ * ends lagged one change past its bound, and changes go on while its client comes back.
+ */
+export const HISTORY_PER_BUFFER = 4;
+
 /** A journal entry delivered to a watcher, with the snapshot it produced when asked for. */
 export interface WatchEntry {
   kind: "entry";
@@ -472,13 +478,14 @@ export class WatchHub {
 
   /**
    * `revisionBase`: the revision before this run's first change (default: {@link runRevisionBase}
-   * of the system clock); the last `defaultMaxBuffered` changes of every session are held for replay.
+   * of the system clock); the last {@link HISTORY_PER_BUFFER} × `defaultMaxBuffered` changes of every
+   * session are held for replay.
    */
   constructor(
     private readonly defaultMaxBuffered = DEFAULT_MAX_BUFFERED,
     revisionBase = runRevisionBase(systemClock),
   ) {
-    this.history = new RevisionHistory({ base: revisionBase, capacity: defaultMaxBuffered });
+    this.history = new RevisionHistory({ base: revisionBase, capacity: HISTORY_PER_BUFFER * defaultMaxBuffered });
   }
 
   /** The revision of the latest change of any session. */
@@ -539,7 +546,7 @@ export class WatchHub {
     for (const watcher of [...(this.bySession.get(sessionId) ?? [])]) watcher.fail(watcher.cutOff(why));
     for (const watcher of [...this.everySession]) watcher.fail(watcher.cutOff(why));
     // The held changes no longer tell what happened: a resume from before now is a reset.
-    this.history = new RevisionHistory({ base: this.history.revision + 1, capacity: this.defaultMaxBuffered });
+    this.history = new RevisionHistory({ base: this.history.revision + 1, capacity: HISTORY_PER_BUFFER * this.defaultMaxBuffered });
   }
 
   /** True when some watcher of `sessionId` (or of every session) wants per-entry snapshots. */

@@ -1806,8 +1806,8 @@ export const SessionService: GenService<{
    * took, and every change after it is replayed (none missing, none twice,
    * deletions included), then `caught_up` at the current revision, then live
    * changes. On the file store revisions number the changes this run of the
-   * service made and it keeps the last changes (GetLimits: `watch_buffer` of
-   * them) in memory: a revision of an earlier run is below the first of a
+   * service made and it keeps the last changes (four times GetLimits'
+   * `watch_buffer` of them) in memory: a revision of an earlier run is below the first of a
    * later one, so it is never taken for one of this run. On `--store etcd`
    * revisions are etcd's own (the revision of the change's write), the same
    * through every instance of the cluster; there a resume's `caught_up`
