@@ -353,7 +353,8 @@ export function createSessionHandlers(options: SessionHandlerOptions): ServiceIm
       if (req.startRevision < 0n) throw invalidArgument("start_revision", "must not be negative");
       if (req.startRevision > 0n && resumeFrom.size > 0)
         throw invalidArgument("start_revision", "cannot be combined with resume_from: resume with one or the other");
-      const startRevision = safeSeq(req.startRevision, "start_revision");
+      // Beyond any revision the service gives: ahead of the current one, so a reset like any other.
+      const startRevision = req.startRevision > BigInt(Number.MAX_SAFE_INTEGER) ? Number.MAX_SAFE_INTEGER : Number(req.startRevision);
       // Subscribed before the current state is read, so no change falls between the two; changes
       // already described by the current state are skipped below.
       const watcher = store.watchAll({ includeSnapshot: req.includeSnapshot, ...(startRevision > 0 ? { startRevision } : {}) });
