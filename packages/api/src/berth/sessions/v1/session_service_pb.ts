@@ -1803,18 +1803,26 @@ export const SessionService: GenService<{
    * with each change of any session; `caught_up` and `progress` carry the
    * revision up to which every change has been sent. A watcher resumes from
    * one number: watch again with `start_revision` set to the last revision it
-   * took, and every change after it is replayed (none missing, none twice,
-   * deletions included), then `caught_up` at the current revision, then live
-   * changes. On the file store revisions number the changes this run of the
-   * service made and it keeps the last changes (four times GetLimits'
-   * `watch_buffer` of them) in memory: a revision of an earlier run is below the first of a
-   * later one, so it is never taken for one of this run. On `--store etcd`
-   * revisions are etcd's own (the revision of the change's write), the same
-   * through every instance of the cluster; there a resume's `caught_up`
-   * comes first, at `start_revision`, and the changes after it follow as
-   * live ones (etcd does not say where its replay ends). Seqs never go back
-   * (see "Seqs never go back" above), so a replayed change is never one of an earlier
-   * session under the same id.
+   * took, and every change after it is replayed (none missing, deletions
+   * included), then `caught_up` at the current revision, then live changes.
+   * Seqs never go back (see "Seqs never go back" above), so a replayed change
+   * is never one of an earlier session under the same id.
+   *
+   * On the file store revisions number the changes this run of the service
+   * made, one revision each, and it keeps the last changes (four times
+   * GetLimits' `watch_buffer` of them) in memory: a revision of an earlier
+   * run is below the first of a later one, so it is never taken for one of
+   * this run. With `include_snapshot`, a replayed change carries its snapshot
+   * only when some watcher asked for snapshots when it was made.
+   *
+   * On `--store etcd` revisions are etcd's own (the revision of the change's
+   * write), the same through every instance of the cluster; there a
+   * resume's `caught_up` comes first, at `start_revision`, and the changes
+   * after it follow as live ones (etcd does not say where its replay ends).
+   * The appends one transaction wrote (appends queued behind each other on
+   * one session) share its revision: WatcherLagged names the last revision
+   * all of whose changes the watcher took, so one that lagged part way
+   * through a transaction is sent that transaction's changes again.
    *
    * Reset, never a gap: a `start_revision` the service can no longer replay
    * (older than its history, compacted by etcd, from an earlier run of the
