@@ -2,7 +2,7 @@
  * WatchSessions by revision against a started sessions service, on each store and over gRPC and
  * Connect: changes carry growing revisions; a watcher that goes away and resumes with
  * start_revision gets exactly what it missed, a deletion included; a revision the service cannot
- * replay gives the current state with reset; progress carries the revision; invalid input is
+ * replay gives the current state with reset; progress carries the revision; a negative revision is
  * refused naming the field.
  */
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
@@ -126,12 +126,10 @@ for (const store of STORES) {
         stop.abort();
       });
 
-      it("refuses a negative start_revision, and one with resume_from, naming start_revision", async () => {
-        for (const request of [{ startRevision: -1n }, { startRevision: 5n, resumeFrom: { a: 1n } }]) {
-          const error = await callFailure(take(client.watchSessions(request)[Symbol.asyncIterator](), 1));
-          expect(error.code).toBe(Code.InvalidArgument);
-          expect(error.rawMessage).toMatch(/^start_revision: /);
-        }
+      it("refuses a negative start_revision naming it", async () => {
+        const error = await callFailure(take(client.watchSessions({ startRevision: -1n })[Symbol.asyncIterator](), 1));
+        expect(error.code).toBe(Code.InvalidArgument);
+        expect(error.rawMessage).toMatch(/^start_revision: must not be negative/);
       });
     });
   }

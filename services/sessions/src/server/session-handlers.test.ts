@@ -1043,14 +1043,32 @@ describe("WatchSessions by revision", () => {
     controller.abort();
   });
 
-  it("refuses a negative start_revision, and start_revision with resume_from, naming start_revision", async () => {
+  it("refuses a negative start_revision naming it", async () => {
     const client = clientFor(openStore());
     const negative = await failure(collect(client.watchSessions({ startRevision: -1n })));
     expect(codeAndReason(negative)).toEqual([Code.InvalidArgument, "INVALID_FIELD"]);
     expect(negative.rawMessage).toMatch(/^start_revision: must not be negative/);
-    const both = await failure(collect(client.watchSessions({ startRevision: 3n, resumeFrom: { a: 1n } })));
-    expect(codeAndReason(both)).toEqual([Code.InvalidArgument, "INVALID_FIELD"]);
-    expect(both.rawMessage).toMatch(/^start_revision: cannot be combined with resume_from/);
+  });
+
+  it("with resume_from too: replays when it can, and on a reset describes only what moved since resume_from", async () => {
+    const store = openStore();
+    const client = clientFor(store);
+    await client.appendEvent({ sessionId: "still", event: generate() });
+    await client.appendEvent({ sessionId: "moved", event: generate() });
+    await client.appendEvent({ sessionId: "gone", event: generate() });
+    await client.appendEvent({ sessionId: "moved", event: phase("x") });
+    await client.deleteSession({ sessionId: "gone" });
+    const known = { still: 1n, moved: 1n, gone: 1n };
+    const replay = new AbortController();
+    const replayed = client.watchSessions({ startRevision: base() + 3n, resumeFrom: known }, { signal: replay.signal })[Symbol.asyncIterator]();
+    expect(await take(replayed, 3)).toEqual(["moved@2#4", "gone@1x#5", "caught_up#5"]);
+    replay.abort();
+    const reset = new AbortController();
+    const described = client.watchSessions({ startRevision: 1n, resumeFrom: known }, { signal: reset.signal })[Symbol.asyncIterator]();
+    expect(await take(described, 1)).toEqual(["moved@2#5"]);
+    const marker = (await described.next()).value!;
+    expect(marker.kind).toMatchObject({ case: "caughtUp", value: { sessions: 1, deleted: ["gone"], reset: true } });
+    reset.abort();
   });
 });
 

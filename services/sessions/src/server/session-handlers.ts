@@ -351,8 +351,6 @@ export function createSessionHandlers(options: SessionHandlerOptions): ServiceIm
         resumeFrom.set(checkSessionId(id, "resume_from"), nonNegativeSeq(seq, `resume_from[${id}]`));
       }
       if (req.startRevision < 0n) throw invalidArgument("start_revision", "must not be negative");
-      if (req.startRevision > 0n && resumeFrom.size > 0)
-        throw invalidArgument("start_revision", "cannot be combined with resume_from: resume with one or the other");
       // Beyond any revision the service gives: ahead of the current one, so a reset like any other.
       const startRevision = req.startRevision > BigInt(Number.MAX_SAFE_INTEGER) ? Number.MAX_SAFE_INTEGER : Number(req.startRevision);
       // Subscribed before the current state is read, so no change falls between the two; changes

@@ -960,9 +960,11 @@ export type WatchSessionsRequest = Message<"berth.sessions.v1.WatchSessionsReque
    * (with `reset` when it cannot be replayed, see WatchSessions). Zero:
    * none. Negative is INVALID_ARGUMENT. With it, `include_current` adds
    * nothing (the current state is sent only on a reset, as
-   * `include_current` and `include_completed` say). It cannot be combined
-   * with `resume_from` (INVALID_ARGUMENT naming `start_revision`): resume
-   * with one or the other.
+   * `include_current` and `include_completed` say). With `resume_from` too,
+   * the replay wins: `resume_from` is used only on a reset, which then
+   * describes only what moved since it (as `resume_from` alone does, naming
+   * the deleted sessions in `caught_up`), so a client that keeps both loses
+   * little when its revision is too old.
    *
    * @generated from field: int64 start_revision = 6;
    */
