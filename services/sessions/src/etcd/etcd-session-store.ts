@@ -526,15 +526,24 @@ export class EtcdSessionStore implements SessionStoreApi {
         }
         complete = Number(from);
         started({ after: Number(from), caughtUpAt: Number(from), reset });
-        for await (const change of store.journal.watchAll({ signal, startRevision: from + 1n })) {
-          if (options.includeSnapshot && !change.deleted) {
-            const snapshot = await store.stateAt(change.sessionId, change.lastSeq).then(
-              (state) => state.snapshot,
-              () => undefined,
-            );
-            if (snapshot !== undefined) change.snapshot = snapshot;
+        // The last revision whose changes were all handed on: where a compaction's lag resumes.
+        let pulled = Number(from);
+        try {
+          for await (const change of store.journal.watchAll({ signal, startRevision: from + 1n })) {
+            if (options.includeSnapshot && !change.deleted) {
+              const snapshot = await store.stateAt(change.sessionId, change.lastSeq).then(
+                (state) => state.snapshot,
+                () => undefined,
+              );
+              if (snapshot !== undefined) change.snapshot = snapshot;
+            }
+            yield change;
+            if (change.endsRevision) pulled = change.revision;
           }
-          yield change;
+        } catch (error) {
+          // etcd compacted what the watch had still to send: the reader resumes (a reset) after what it got.
+          if (isBerthError(error) && error.reason === "WATCHER_LAGGED") throw sessionsLagged("watcher of all sessions fell behind etcd's compaction", pulled);
+          throw error;
         }
       },
       maxBuffered: options.maxBuffered ?? this.maxBuffered,
