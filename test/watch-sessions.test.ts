@@ -3,12 +3,13 @@
  * Connect: changes carry growing revisions; a watcher that goes away and resumes with
  * start_revision gets exactly what it missed, a deletion included; a revision the service cannot
  * replay gives the current state with reset; progress carries the revision; a negative revision is
- * refused naming the field.
+ * refused naming the field; a watcher that stops reading is ended WATCHER_LAGGED with the revision
+ * to resume from, and resuming there misses no change.
  */
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
 import { Code, type Client } from "@connectrpc/connect";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { SessionService, type WatchSessionsResponse } from "@berth/api/berth/sessions/v1/session_service_pb";
+import { SessionService, WatcherLaggedSchema, type WatchSessionsResponse } from "@berth/api/berth/sessions/v1/session_service_pb";
 import { callFailure, connectClient, onStore, startService, stopAll, STORES, storeTags, type ServiceProcess } from "./harness.js";
 
 afterAll(stopAll);
@@ -133,4 +134,93 @@ for (const store of STORES) {
       });
     });
   }
+}
+
+// On etcd the transport's buffers take hundreds of changes before the service's watcher falls
+// behind, and each with a snapshot is read back from etcd: the lag and its revision are tested
+// against a real etcd in etcd-session-store.test.ts instead.
+for (const store of STORES.filter((name) => name === "file")) {
+  describe(`WatchSessions lagged (${store} store)`, storeTags(store), () => {
+    it("ends a watcher that stops reading with the revision to resume from; resuming there misses no change", { timeout: 120_000 }, async () => {
+      const service = await startService("sessions", await onStore(store, { args: ["--watch-buffer", "4"] }));
+      const client = connectClient(SessionService, service.url("sessions"), { protocol: "grpc", defaultTimeoutMs: 60_000 });
+      const sessions = ["lag-a", "lag-b", "lag-c"];
+      const slow = client.watchSessions({ includeCurrent: true, includeSnapshot: true })[Symbol.asyncIterator]();
+      expect(summary((await take(slow, 1))[0]!)).toBe("caught_up:false");
+      // Nobody reads while far more changes than the buffer are made (with snapshots, so the
+      // transport's own buffers fill and the service's watcher falls behind).
+      const appends = 600;
+      for (let wave = 0; wave < appends; wave += 60)
+        await Promise.all(
+          Array.from({ length: 60 }, (_, i) =>
+            client.appendEvent({ sessionId: sessions[(wave + i) % 3]!, event: { kind: { case: "steer", value: { pageUrl: `/q${wave + i}` } } } }),
+          ),
+        );
+      const lastSeq = new Map<string, bigint>();
+      const contiguous = (message: WatchSessionsResponse) => {
+        if (message.kind.case !== "change") return;
+        const { sessionId, firstSeq, lastSeq: last } = message.kind.value;
+        const before = lastSeq.get(sessionId) ?? 0n;
+        expect(`${sessionId} ${firstSeq}..${last} after ${before}`).toBe(
+          firstSeq === before + 1n ? `${sessionId} ${firstSeq}..${last} after ${before}` : "contiguous",
+        );
+        lastSeq.set(sessionId, last);
+      };
+      const error = await callFailure(
+        (async () => {
+          for (;;) {
+            const step = await slow.next();
+            if (step.done) break;
+            contiguous(step.value);
+          }
+        })(),
+      );
+      expect(error.code).toBe(Code.ResourceExhausted);
+      const detail = error.findDetails(WatcherLaggedSchema)[0]!;
+      expect(detail.resumeFromRevision).toBeGreaterThan(0n);
+      const stop = new AbortController();
+      const resumed = client.watchSessions({ startRevision: detail.resumeFromRevision }, { signal: stop.signal })[Symbol.asyncIterator]();
+      // Up to caught_up: a replay of exactly what was missed, or (when more changed than the service
+      // holds: four buffers of four here) a reset describing each session as it is now.
+      const before: WatchSessionsResponse[] = [];
+      for (;;) {
+        const [message] = await take(resumed, 1);
+        if (message!.kind.case === "caughtUp") {
+          if (message!.kind.value.reset) {
+            for (const m of before) if (m.kind.case === "change") lastSeq.set(m.kind.value.sessionId, m.kind.value.lastSeq);
+          } else {
+            before.forEach(contiguous);
+          }
+          break;
+        }
+        before.push(message!);
+      }
+      while (sessions.some((id) => lastSeq.get(id) !== BigInt(appends / 3))) contiguous((await take(resumed, 1))[0]!);
+      stop.abort();
+      expect(Object.fromEntries(lastSeq)).toEqual(Object.fromEntries(sessions.map((id) => [id, BigInt(appends / 3)])));
+      await service.stop();
+    });
+
+    it("replays the changes missed while away when the service still holds them (more than a watch buffer, within the four held)", {
+      timeout: 120_000,
+    }, async () => {
+      const service = await startService("sessions", await onStore(store, { args: ["--watch-buffer", "100"] }));
+      const client = connectClient(SessionService, service.url("sessions"), { protocol: "grpc", defaultTimeoutMs: 60_000 });
+      const first = new AbortController();
+      const watch = client.watchSessions({ includeCurrent: true }, { signal: first.signal })[Symbol.asyncIterator]();
+      expect(summary((await take(watch, 1))[0]!)).toBe("caught_up:false");
+      await client.appendEvent({ sessionId: "held", event: generate });
+      const [seen] = await take(watch, 1);
+      first.abort();
+      // 300 changes while away: more than one buffer, fewer than the four held.
+      for (let wave = 0; wave < 300; wave += 60) await Promise.all(Array.from({ length: 60 }, () => client.appendEvent({ sessionId: "held", event: steer })));
+      const again = new AbortController();
+      const resumed = client.watchSessions({ startRevision: revisionOf(seen!) }, { signal: again.signal })[Symbol.asyncIterator]();
+      const got = await take(resumed, 301);
+      again.abort();
+      expect(got.slice(0, 300).map(summary)).toEqual(Array.from({ length: 300 }, (_, i) => `held@${i + 2}`));
+      expect(summary(got[300]!)).toBe("caught_up:false");
+      await service.stop();
+    });
+  });
 }
