@@ -276,14 +276,14 @@ describe("the etcd store's watch of every session, by revision", () => {
     // The journal's watch of entries counts the events etcd delivered, so the test waits for them.
     let delivered = 0;
     let wanted = Number.POSITIVE_INFINITY;
-    let arrived!: () => void;
+    let arrived: (() => void) | undefined;
     const counting = (client: EtcdClient): EtcdClient =>
       wrapClient(client, (method, call, args) => {
         if (method !== "watch" || (args[0] as { key: string }).key !== "e/") return call();
         return (async function* () {
           for await (const batch of call() as AsyncIterable<{ events: unknown[] }>) {
             delivered += batch.events.length;
-            if (delivered >= wanted) arrived();
+            if (delivered >= wanted) arrived?.();
             yield batch;
           }
         })();
@@ -312,6 +312,7 @@ describe("the etcd store's watch of every session, by revision", () => {
     await resumed.return?.();
 
     delivered = 0;
+    wanted = Number.POSITIVE_INFINITY;
     const watcher = b.watchAll({ maxBuffered: 2 });
     const start = await watcher.started;
     // Twenty appends queued behind each other go in two transactions: 1, then 19 at one revision.
