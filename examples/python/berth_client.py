@@ -609,11 +609,13 @@ class SessionsWatch:
     """A WatchSessions stream as an iterator of its messages (``change``, ``caught_up``, ``progress``:
     ``message.WhichOneof("kind")``); ``cancel()`` (or leaving a ``with``) ends it.
 
-    ``last_seqs`` holds the last seq seen of each session (a deleted one is dropped). When the
-    service ends the watch because this client fell behind (WATCHER_LAGGED) and ``resume_on_lag``
-    is set, it watches again with ``resume_from = last_seqs``: the service describes only the
-    sessions that moved since, names the deleted ones in the next ``caught_up``, and goes on live;
-    ``resumes`` counts how often that happened.
+    ``last_seqs`` holds the last seq seen of each session (a deleted one is dropped), and
+    ``revision`` the revision up to which every change was seen. When the service ends the watch
+    because this client fell behind (WATCHER_LAGGED) and ``resume_on_lag`` is set, it watches again
+    with ``start_revision = revision`` and ``resume_from = last_seqs``: the service replays exactly
+    the changes missed, deletions included, then ``caught_up``, and goes on live; when it can no
+    longer replay them (its ``caught_up`` then says ``reset``) it describes only the sessions that
+    moved since ``last_seqs`` and names the deleted ones. ``resumes`` counts how often that happened.
     """
 
     def __init__(
@@ -636,6 +638,7 @@ class SessionsWatch:
         self._timeout = timeout
         self._cancelled = False
         self.last_seqs: dict = {}
+        self.revision = 0
         self.resumes = 0
         self._call = self._open(resume=False)
 
@@ -646,6 +649,7 @@ class SessionsWatch:
             include_completed=self._include_completed,
         )
         if resume:
+            request.start_revision = self.revision
             request.resume_from.update(self.last_seqs)
         if self._progress_interval is not None:
             request.progress_interval.CopyFrom(_duration(self._progress_interval))
@@ -674,9 +678,15 @@ class SessionsWatch:
                     self.last_seqs.pop(change.session_id, None)
                 else:
                     self.last_seqs[change.session_id] = change.last_seq
+                self.revision = max(self.revision, change.revision)
             elif kind == "caught_up":
                 for session_id in message.caught_up.deleted:
                     self.last_seqs.pop(session_id, None)
+                # A reset's revision may be below the last one seen (etcd's, of a new run): take it.
+                if message.caught_up.reset or message.caught_up.revision > self.revision:
+                    self.revision = message.caught_up.revision
+            elif kind == "progress":
+                self.revision = max(self.revision, message.progress.revision)
             return message
 
     def cancel(self) -> None:

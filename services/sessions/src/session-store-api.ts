@@ -8,7 +8,7 @@
  */
 import type { AppendOptions, AppendResult } from "./append-pipeline.js";
 import type { StoredEntry } from "./journal/journal-store.js";
-import type { EventWatcher, SessionChange, WatchEvent, WatchOptions } from "./watch-hub.js";
+import type { EventWatcher, SessionsWatcher, WatchAllOptions, WatchEvent, WatchOptions } from "./watch-hub.js";
 import type { SessionSnapshot } from "./reducer.js";
 
 /** A value now, or later. */
@@ -83,9 +83,11 @@ export interface SessionStoreApi {
   watch(sessionId: string, fromSeq?: number, options?: WatchOptions): EventWatcher<WatchEvent>;
   /**
    * One change per append (or deletion) of any session, from the call on: a `list` called after
-   * this sees no change this watcher misses (it may see changes the watcher also brings).
+   * this sees no change this watcher misses (it may see changes the watcher also brings). Each
+   * change carries its revision; with `startRevision`, the changes after it are replayed first, or
+   * the watch starts from now with `reset` when they cannot be (see {@link SessionsWatcher.started}).
    */
-  watchAll(options?: WatchOptions): AsyncIterableIterator<SessionChange>;
+  watchAll(options?: WatchAllOptions): SessionsWatcher;
   limits(): SessionStoreLimits;
   /** Gauges: sessions kept in memory, journal files held open (none on a store that keeps no file), open watchers. */
   stats(): { openSessions: number; openJournals?: number; watchers: number };

@@ -397,7 +397,7 @@ describe("deleting a session", () => {
     expect(store.getSnapshot("s1", { includeCompleted: true })).toMatchObject({ exists: false, lastSeq: 0 });
     expect(store.list().map((view) => view.sessionId)).toEqual(["other"]);
     await expect(watcher.next()).rejects.toMatchObject({ code: "not_found", reason: "SESSION_DELETED", details: { sessionId: "s1", lastSeq: 2 } });
-    expect((await all.next()).value).toEqual({ sessionId: "s1", firstSeq: 2, lastSeq: 2, entry: undefined, deleted: true });
+    expect((await all.next()).value).toMatchObject({ sessionId: "s1", firstSeq: 2, lastSeq: 2, entry: undefined, deleted: true });
     // The old key answers for the idempotency window: its append went to the session deleted since.
     const gone = await expectBerthError(store.append("s1", [{ type: "generate" }, { type: "steer" }], { idempotencyKey: "k" }), "not_found", "SESSION_DELETED");
     expect(gone.details).toMatchObject({ firstSeq: 1, lastSeq: 2, deletedAtSeq: 2 });

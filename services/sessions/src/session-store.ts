@@ -24,7 +24,17 @@ import type { DeleteOptions, DeleteResult, JournalReading, SessionStoreApi, Sess
 import { DEFAULT_IDEMPOTENCY_WINDOW_MS, findDeletedKey, repeatedDeletion } from "./session-tombstones.js";
 import { SweepSchedule } from "./sweep-schedule.js";
 import { isCompletedPhase } from "./vocabulary.js";
-import { DEFAULT_MAX_BUFFERED, WatchHub, type EventWatcher, type SessionChange, type WatchBacklog, type WatchEvent, type WatchOptions } from "./watch-hub.js";
+import {
+  DEFAULT_MAX_BUFFERED,
+  WatchHub,
+  type EventWatcher,
+  type SessionsWatcher,
+  type WatchAllOptions,
+  type WatchBacklog,
+  type WatchEvent,
+  type WatchOptions,
+} from "./watch-hub.js";
+import { runRevisionBase } from "@berth/shared/revision-history";
 
 export { MAX_IDEMPOTENCY_KEY_LENGTH } from "./append-input.js";
 export type { AppendOptions, AppendResult } from "./append-pipeline.js";
@@ -102,7 +112,7 @@ export class SessionStore implements SessionStoreApi {
     this.maxBuffered = options.maxBuffered ?? DEFAULT_MAX_BUFFERED;
     this.completedRetentionMs = options.completedRetentionMs;
     this.idempotencyWindowMs = options.idempotencyWindowMs ?? DEFAULT_IDEMPOTENCY_WINDOW_MS;
-    this.hub = new WatchHub(this.maxBuffered);
+    this.hub = new WatchHub(this.maxBuffered, runRevisionBase(this.clock));
     this.journals.listen({
       appended: (id, appends) => {
         for (const append of appends) this.hub.publish(id, [...append]);
@@ -351,9 +361,10 @@ export class SessionStore implements SessionStoreApi {
 
   /**
    * Watches every session: one change per durable append (an append of several events is one
-   * change, first..last seq), with the snapshot after it when asked.
+   * change, first..last seq), with the snapshot after it when asked; from `startRevision` when the
+   * hub still holds the changes after it (see {@link WatchHub.watchAll}).
    */
-  watchAll(options: WatchOptions = {}): AsyncIterableIterator<SessionChange> {
+  watchAll(options: WatchAllOptions = {}): SessionsWatcher {
     this.assertOpen();
     this.journals.follow();
     return this.hub.watchAll(options);

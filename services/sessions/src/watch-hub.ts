@@ -7,13 +7,26 @@
  * naming the seq to resume from: it may be told to come back, but it never silently misses an
  * entry. A deleted session ends its watchers with not_found SESSION_DELETED, and is one change
  * (a deletion) to the watchers of every session.
+ *
+ * Changes of every session are numbered by revision and the last ones held (a
+ * {@link RevisionHistory}), so a watcher of every session resumes after a lag from one number: the
+ * held changes after it are replayed, and one it cannot replay (too old, from an earlier run, or
+ * before another process rewrote a journal) is a reset: its caller describes the current state.
  */
+import { systemClock } from "@berth/shared/clock";
 import { BerthError } from "@berth/shared/errors";
+import { RevisionHistory, runRevisionBase } from "@berth/shared/revision-history";
 import type { EntryIntegrity, StoredEntry } from "./journal/journal-store.js";
 import type { JournalEntry, SessionSnapshot } from "./reducer.js";
 
 /** How many undelivered entries a watcher may have before it is ended. */
 export const DEFAULT_MAX_BUFFERED = 1000;
+
+/**
+ * How many times a watcher's bound of changes of every session are held for replay: a watcher
+ * ends lagged one change past its bound, and changes go on while its client comes back.
+ */
+export const HISTORY_PER_BUFFER = 4;
 
 /** A journal entry delivered to a watcher, with the snapshot it produced when asked for. */
 export interface WatchEntry {
@@ -63,10 +76,33 @@ export interface SessionChange {
   snapshot?: SessionSnapshot;
   /** The session was deleted. */
   deleted: boolean;
+  /** The change's revision: growing with each change of any session (etcd's on the etcd store). */
+  revision: number;
 }
 
-/** What the watchers of every session are handed: an append's entries, or a deletion. */
-type SessionsInput = { items: readonly PublishedEntry[] } | { deletedAt: number };
+/** Where a watch of every session starts. */
+export interface SessionsWatchStart {
+  /** Every change after this revision is yielded. */
+  after: number;
+  /** The revision up to which the yielded changes are a replay (`after` when nothing is replayed). */
+  caughtUpAt: number;
+  /** The asked start revision could not be replayed: the watch starts at the current revision instead. */
+  reset: boolean;
+}
+
+/** Options of a watcher of every session. */
+export interface WatchAllOptions extends WatchOptions {
+  /** Replay the changes after this revision first (0 or unset: from now). */
+  startRevision?: number;
+}
+
+/** A watcher of every session. */
+export interface SessionsWatcher extends AsyncIterableIterator<SessionChange> {
+  /** Where it starts; settles once it is subscribed. */
+  readonly started: Promise<SessionsWatchStart>;
+  /** The revision up to which every change has been taken by its reader (for progress messages). */
+  progressRevision(): number;
+}
 
 /** Options of a watcher. */
 export interface WatchOptions {
@@ -373,40 +409,54 @@ class SessionWatcher extends Watcher<WatchEvent, PublishedEntry> {
   }
 }
 
-class AllSessionsWatcher extends Watcher<SessionChange, SessionsInput> {
+class AllSessionsWatcher extends Watcher<SessionChange, SessionChange> {
   private delivered = 0;
+  private taken: number;
+  started!: Promise<SessionsWatchStart>;
+
+  constructor(
+    options: WatchOptions,
+    maxBuffered: number,
+    unsubscribe: () => void,
+    after: number,
+    private readonly currentRevision: () => number,
+  ) {
+    super(options, maxBuffered, unsubscribe);
+    this.taken = after;
+  }
+
+  /** Queues replayed changes ahead of the live ones. */
+  replay(changes: readonly SessionChange[]): void {
+    for (const change of changes) this.live.push(this.accept("", change));
+  }
+
+  progressRevision(): number {
+    // Nothing waiting: every change published so far has been taken.
+    return this.live.length === 0 && !this.failure ? Math.max(this.taken, this.currentRevision()) : this.taken;
+  }
 
   protected override get liveOpen(): boolean {
     return true;
   }
 
-  protected override accept(sessionId: string, input: SessionsInput): SessionChange | undefined {
-    if ("deletedAt" in input) return { sessionId, firstSeq: input.deletedAt, lastSeq: input.deletedAt, entry: undefined, deleted: true };
-    const { items } = input;
-    const first = items[0];
-    const last = items[items.length - 1];
-    if (first === undefined || last === undefined) return undefined;
-    const change: SessionChange = { sessionId, firstSeq: first.entry.seq, lastSeq: last.entry.seq, entry: last.entry, deleted: false };
-    if (this.includeSnapshot && last.snapshot) change.snapshot = last.snapshot;
-    return change;
+  protected override accept(_sessionId: string, change: SessionChange): SessionChange {
+    if (this.includeSnapshot || change.snapshot === undefined) return change;
+    const { snapshot: _dropped, ...bare } = change;
+    return bare;
   }
 
-  protected override onDelivered(): void {
+  protected override onDelivered(change: SessionChange): void {
     this.delivered++;
+    this.taken = change.revision;
   }
 
   protected override fellBehind(): BerthError {
     return this.cutOff("watcher of all sessions fell behind");
   }
 
-  /** Its client watches again and re-reads. */
+  /** Its client watches again from the last revision it took. */
   cutOff(why: string): BerthError {
-    return new BerthError(
-      "resource_exhausted",
-      `${why} after ${this.delivered} changes; watch again with resume_from set to the last seq you saw of each session`,
-      { delivered: this.delivered },
-      { reason: "WATCHER_LAGGED" },
-    );
+    return sessionsLagged(`${why} after ${this.delivered} changes`, this.taken);
   }
 
   protected override nextBeforeLive(): Promise<undefined> {
@@ -414,13 +464,41 @@ class AllSessionsWatcher extends Watcher<SessionChange, SessionsInput> {
   }
 }
 
+/** WATCHER_LAGGED for a watcher of every session, naming the revision to resume from (`lastRevision`). */
+export function sessionsLagged(why: string, lastRevision: number): BerthError {
+  return new BerthError("resource_exhausted", `${why}; resume with start_revision=${lastRevision}`, { lastRevision }, { reason: "WATCHER_LAGGED" });
+}
+
 /** The registry of watchers of one session store. */
 export class WatchHub {
   private readonly bySession = new Map<string, Set<Subscriber<PublishedEntry>>>();
-  private readonly everySession = new Set<Subscriber<SessionsInput>>();
+  private readonly everySession = new Set<AllSessionsWatcher>();
+  private history: RevisionHistory<SessionChange>;
   private closedWith: BerthError | undefined;
 
-  constructor(private readonly defaultMaxBuffered = DEFAULT_MAX_BUFFERED) {}
+  /**
+   * `revisionBase`: the revision before this run's first change (default: {@link runRevisionBase}
+   * of the system clock); the last {@link HISTORY_PER_BUFFER} × `defaultMaxBuffered` changes of every
+   * session are held for replay.
+   */
+  constructor(
+    private readonly defaultMaxBuffered = DEFAULT_MAX_BUFFERED,
+    revisionBase = runRevisionBase(systemClock),
+  ) {
+    this.history = new RevisionHistory({ base: revisionBase, capacity: HISTORY_PER_BUFFER * defaultMaxBuffered });
+  }
+
+  /** The revision of the latest change of any session. */
+  get revision(): number {
+    return this.history.revision;
+  }
+
+  /** Numbers a change of every session and hands it to their watchers. */
+  private changed(change: Omit<SessionChange, "revision">): void {
+    const numbered = { ...change, revision: this.history.revision + 1 } as SessionChange;
+    this.history.append(numbered);
+    for (const watcher of [...this.everySession]) watcher.deliver(change.sessionId, numbered);
+  }
 
   /**
    * Hands the newly durable entries of one append to a session (in seq order) to its watchers,
@@ -432,7 +510,11 @@ export class WatchHub {
     if (watchers) {
       for (const item of items) for (const watcher of [...watchers]) watcher.deliver(sessionId, item);
     }
-    for (const watcher of [...this.everySession]) watcher.deliver(sessionId, { items });
+    const first = items[0]!;
+    const last = items[items.length - 1]!;
+    const change: Omit<SessionChange, "revision"> = { sessionId, firstSeq: first.entry.seq, lastSeq: last.entry.seq, entry: last.entry, deleted: false };
+    if (last.snapshot) change.snapshot = last.snapshot;
+    this.changed(change);
   }
 
   /**
@@ -451,7 +533,7 @@ export class WatchHub {
         ),
       );
     }
-    for (const watcher of [...this.everySession]) watcher.deliver(sessionId, { deletedAt: lastSeq });
+    this.changed({ sessionId, firstSeq: lastSeq, lastSeq, entry: undefined, deleted: true });
   }
 
   /**
@@ -463,6 +545,8 @@ export class WatchHub {
   resync(sessionId: string, why: string): void {
     for (const watcher of [...(this.bySession.get(sessionId) ?? [])]) watcher.fail(watcher.cutOff(why));
     for (const watcher of [...this.everySession]) watcher.fail(watcher.cutOff(why));
+    // The held changes no longer tell what happened: a resume from before now is a reset.
+    this.history = new RevisionHistory({ base: this.history.revision + 1, capacity: HISTORY_PER_BUFFER * this.defaultMaxBuffered });
   }
 
   /** True when some watcher of `sessionId` (or of every session) wants per-entry snapshots. */
@@ -498,10 +582,27 @@ export class WatchHub {
     return watcher;
   }
 
-  /** Watches every session: one change per durable append, with the snapshot after it when asked. */
-  watchAll(options: WatchOptions = {}): AsyncIterableIterator<SessionChange> {
+  /**
+   * Watches every session: one change per durable append or deletion, with the snapshot after it
+   * when asked (a replayed change has it when a watcher wanted snapshots when it was made). With
+   * `startRevision`, the held changes after it first, or, when they cannot be replayed, from now
+   * with `reset` (see {@link SessionsWatchStart}).
+   */
+  watchAll(options: WatchAllOptions = {}): SessionsWatcher {
     this.assertOpen();
-    const watcher: AllSessionsWatcher = new AllSessionsWatcher(options, this.maxBufferedOf(options), () => this.everySession.delete(watcher));
+    const current = this.history.revision;
+    const start = options.startRevision ?? 0;
+    const replay = start > 0 && this.history.canReplay(start);
+    const after = replay ? start : current;
+    const watcher: AllSessionsWatcher = new AllSessionsWatcher(
+      options,
+      this.maxBufferedOf(options),
+      () => this.everySession.delete(watcher),
+      after,
+      () => this.history.revision,
+    );
+    if (replay) watcher.replay(this.history.since(start).map((held) => held.value));
+    watcher.started = Promise.resolve({ after, caughtUpAt: current, reset: start > 0 && !replay });
     this.everySession.add(watcher);
     return watcher;
   }

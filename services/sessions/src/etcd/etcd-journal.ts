@@ -535,11 +535,13 @@ export class EtcdJournal {
 
   /**
    * Watches every session: one change per append (first..last seq, its last entry), or a session's
-   * deletion (at its last seq), from `startRevision` (default: from now).
+   * deletion (at its last seq), from `startRevision` (default: from now), in revision order. The
+   * changes one transaction made share its revision; `endsRevision` marks the last of them, so a
+   * watcher that stops after it knows its revision is complete.
    */
   async *watchAll(
     options: { readonly signal?: AbortSignal; readonly startRevision?: bigint } = {},
-  ): AsyncGenerator<SessionChange & { revision: bigint }, void, undefined> {
+  ): AsyncGenerator<SessionChange & { endsRevision: boolean }, void, undefined> {
     try {
       for await (const batch of this.client.watch({
         key: "e/",
@@ -550,31 +552,36 @@ export class EtcdJournal {
         ...(options.startRevision !== undefined ? { startRevision: options.startRevision } : {}),
         ...(options.signal ? { signal: options.signal } : {}),
       })) {
-        const deletions = new Map<string, number>();
+        // A deletion removes many keys at one revision: one change per session and revision.
+        const changes: SessionChange[] = [];
+        const deletions = new Map<string, SessionChange>();
         for (const event of batch.events) {
           const sessionId = event.kv.key.slice(2, event.kv.key.lastIndexOf("/"));
+          const revision = Number(event.kv.modRevision);
           if (event.type === "put") {
             const entries = decodeAppend(event.kv.value).map((s) => s.entry);
             const last = entries.at(-1);
             if (last === undefined) continue;
-            yield { sessionId, firstSeq: entries[0]!.seq, lastSeq: last.seq, entry: last, deleted: false, revision: event.kv.modRevision };
+            changes.push({ sessionId, firstSeq: entries[0]!.seq, lastSeq: last.seq, entry: last, deleted: false, revision });
           } else {
-            const last = event.prevKv ? decodeAppend(event.prevKv.value).at(-1)?.entry.seq : undefined;
-            deletions.set(sessionId, Math.max(deletions.get(sessionId) ?? 0, last ?? 0));
+            const lastSeq = (event.prevKv ? decodeAppend(event.prevKv.value).at(-1)?.entry.seq : undefined) ?? 0;
+            const key = `${revision}/${sessionId}`;
+            const known = deletions.get(key);
+            if (known) {
+              known.lastSeq = Math.max(known.lastSeq, lastSeq);
+              known.firstSeq = known.lastSeq;
+            } else {
+              const change: SessionChange = { sessionId, firstSeq: lastSeq, lastSeq, entry: undefined, deleted: true, revision };
+              deletions.set(key, change);
+              changes.push(change);
+            }
           }
         }
-        for (const [sessionId, lastSeq] of deletions)
-          yield { sessionId, firstSeq: lastSeq, lastSeq, entry: undefined, deleted: true, revision: batch.revision };
+        for (const [i, change] of changes.entries()) yield { ...change, endsRevision: changes[i + 1]?.revision !== change.revision };
       }
     } catch (error) {
-      if (isEtcdCompacted(error)) {
-        throw new BerthError(
-          "resource_exhausted",
-          "watcher of all sessions fell behind etcd's compaction; watch again with resume_from set to the last seq you saw of each session",
-          {},
-          { reason: "WATCHER_LAGGED" },
-        );
-      }
+      if (isEtcdCompacted(error))
+        throw new BerthError("resource_exhausted", "watcher of all sessions fell behind etcd's compaction", {}, { reason: "WATCHER_LAGGED" });
       throw error;
     }
   }

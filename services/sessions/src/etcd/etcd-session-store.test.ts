@@ -230,3 +230,118 @@ describe("the etcd session store", () => {
     expect(order).toEqual(["watch started", "listed"]);
   });
 });
+
+describe("the etcd store's watch of every session, by revision", () => {
+  /** The next `n` changes, as session@lastSeq (deletions marked) with their revisions. */
+  async function take(watcher: AsyncIterator<SessionChange>, n: number): Promise<Array<[string, number]>> {
+    const got: Array<[string, number]> = [];
+    for (let i = 0; i < n; i++) {
+      const { value } = await watcher.next();
+      got.push([`${value.sessionId}@${value.lastSeq}${value.deleted ? "x" : ""}`, value.revision]);
+    }
+    return got;
+  }
+
+  it("carries etcd's revision of each change and resumes after a revision with exactly what followed, a deletion included", async () => {
+    const [a, b] = instances(2);
+    const client = clients.at(-1)!;
+    const first = b!.watchAll();
+    const start = await first.started;
+    expect(start.reset).toBe(false);
+    const one = await a!.append("x", [{ type: "generate" }]);
+    await a!.append("y", [{ type: "generate" }]);
+    const seen = await take(first, 2);
+    const xRevision = (await client.range({ key: "e/x/", prefix: true })).kvs[0]!.modRevision;
+    expect(seen).toEqual([
+      ["x@1", Number(xRevision)],
+      ["y@1", seen[1]![1]],
+    ]);
+    expect(seen[1]![1]).toBeGreaterThan(seen[0]![1]);
+    expect(one.lastSeq).toBe(1);
+    await first.return?.();
+    // Away after x: y, a deletion and another append happen.
+    await a!.delete("x");
+    await a!.append("y", [{ type: "steer" }]);
+    const resumed = b!.watchAll({ startRevision: seen[0]![1] });
+    expect(await resumed.started).toEqual({ after: seen[0]![1], caughtUpAt: seen[0]![1], reset: false });
+    const replay = await take(resumed, 3);
+    expect(replay.map(([what]) => what)).toEqual(["y@1", "x@1x", "y@2"]);
+    expect(replay[0]![1]).toBe(seen[1]![1]);
+    expect(replay[1]![1]).toBeLessThan(replay[2]![1]);
+    expect(resumed.progressRevision()).toBe(replay[2]![1]);
+    await resumed.return?.();
+  });
+
+  it("names the last revision it took whole when it lags, and a resume from it replays the appends one transaction wrote", async () => {
+    // The journal's watch of entries counts the events etcd delivered, so the test waits for them.
+    let delivered = 0;
+    let wanted = Number.POSITIVE_INFINITY;
+    let arrived: (() => void) | undefined;
+    const counting = (client: EtcdClient): EtcdClient =>
+      wrapClient(client, (method, call, args) => {
+        if (method !== "watch" || (args[0] as { key: string }).key !== "e/") return call();
+        return (async function* () {
+          for await (const batch of call() as AsyncIterable<{ events: unknown[] }>) {
+            delivered += batch.events.length;
+            if (delivered >= wanted) arrived?.();
+            yield batch;
+          }
+        })();
+      });
+    const eventsArrived = async (count: number) => {
+      wanted = count;
+      if (delivered < count) await new Promise<void>((resolve) => (arrived = resolve));
+      // The batch is handed on within the same turn of the event loop.
+      await new Promise((resolve) => setImmediate(resolve));
+    };
+    const [a] = instances(1);
+    const client = createEtcdClient({ endpoints: etcd.clientUrls, prefix: `s${prefixes}/` });
+    clients.push(client);
+    const b = new EtcdSessionStore({ journal: new EtcdJournal({ client: counting(client) }), client, ...LIMITS });
+    stores.push(b);
+
+    const lone = b.watchAll({ maxBuffered: 2 });
+    await lone.started;
+    await a!.append("lone", [{ type: "generate" }]);
+    const [taken] = await take(lone, 1);
+    for (let i = 0; i < 3; i++) await a!.append("lone", [{ type: "steer" }]);
+    await eventsArrived(4);
+    await expect(lone.next()).rejects.toMatchObject({ reason: "WATCHER_LAGGED", details: { lastRevision: taken![1] } });
+    const resumed = b.watchAll({ startRevision: taken![1] });
+    expect((await take(resumed, 3)).map(([what]) => what)).toEqual(["lone@2", "lone@3", "lone@4"]);
+    await resumed.return?.();
+
+    delivered = 0;
+    wanted = Number.POSITIVE_INFINITY;
+    const watcher = b.watchAll({ maxBuffered: 2 });
+    const start = await watcher.started;
+    // Twenty appends queued behind each other go in two transactions: 1, then 19 at one revision.
+    await Promise.all(Array.from({ length: 20 }, (_, i) => a!.append("grouped", [{ type: "generate", count: i }])));
+    await eventsArrived(20);
+    await expect(watcher.next()).rejects.toMatchObject({ reason: "WATCHER_LAGGED", details: { lastRevision: start.after } });
+    const again = b.watchAll({ startRevision: start.after });
+    const all = await take(again, 20);
+    expect(all.map(([what]) => what)).toEqual(Array.from({ length: 20 }, (_, i) => `grouped@${i + 1}`));
+    expect(new Set(all.map(([, revision]) => revision)).size).toBe(2);
+    await again.return?.();
+  });
+
+  it("resets a start revision ahead of etcd's or compacted away: the watch starts at the current revision", async () => {
+    const [a, b] = instances(2);
+    const client = clients.at(-1)!;
+    await a!.append("z", [{ type: "generate" }]);
+    const current = (await client.range({ key: "", limit: 1 })).revision;
+    const ahead = b!.watchAll({ startRevision: Number(current) + 1000 });
+    expect(await ahead.started).toMatchObject({ reset: true });
+    expect((await ahead.started).after).toBeGreaterThanOrEqual(Number(current));
+    await ahead.return?.();
+    await a!.append("z", [{ type: "steer" }]);
+    const now = (await client.range({ key: "", limit: 1 })).revision;
+    await client.compact(now);
+    const compacted = b!.watchAll({ startRevision: Number(current) - 1 });
+    expect(await compacted.started).toEqual({ after: Number(now), caughtUpAt: Number(now), reset: true });
+    await a!.append("z", [{ type: "steer" }]);
+    expect((await take(compacted, 1))[0]![0]).toBe("z@3");
+    await compacted.return?.();
+  });
+});

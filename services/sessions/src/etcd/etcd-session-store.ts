@@ -17,7 +17,7 @@
 import { systemClock, type Clock } from "@berth/shared/clock";
 import { BerthError, invalidArgument, isBerthError } from "@berth/shared/errors";
 import { checkSessionId } from "@berth/shared/safe-id";
-import { EtcdReason, type EtcdClient } from "@berth/etcd";
+import { EtcdReason, isEtcdCompacted, type EtcdClient } from "@berth/etcd";
 import { checkFromSeq, checkReadLimit, checkIdempotencyKey, MAX_IDEMPOTENCY_KEY_LENGTH, prepareEvents } from "../append-input.js";
 import type { AppendOptions, AppendResult } from "../append-pipeline.js";
 import { eventsDigest } from "../event-digest.js";
@@ -28,7 +28,17 @@ import type { DeleteOptions, DeleteResult, JournalReading, SessionStoreApi, Sess
 import { DEFAULT_IDEMPOTENCY_WINDOW_MS } from "../session-tombstones.js";
 import { SweepSchedule } from "../sweep-schedule.js";
 import { isCompletedPhase } from "../vocabulary.js";
-import { DEFAULT_MAX_BUFFERED, type EventWatcher, type SessionChange, type WatchEvent, type WatchOptions } from "../watch-hub.js";
+import {
+  DEFAULT_MAX_BUFFERED,
+  sessionsLagged,
+  type EventWatcher,
+  type SessionChange,
+  type SessionsWatcher,
+  type SessionsWatchStart,
+  type WatchAllOptions,
+  type WatchEvent,
+  type WatchOptions,
+} from "../watch-hub.js";
 import {
   fenceRejected,
   refuseDeletedSeqs,
@@ -467,47 +477,87 @@ export class EtcdSessionStore implements SessionStoreApi {
     }
   }
 
-  watchAll(options: WatchOptions = {}): AsyncIterableIterator<SessionChange> {
+  /**
+   * Watches every session at etcd's revisions. With `startRevision`, etcd's watch from the
+   * revision after it replays what followed, unless etcd compacted it or it is ahead of the current
+   * revision: then the watch starts at the current revision with `reset`. A watcher that falls
+   * behind names the last revision all of whose changes it took (the changes of one transaction
+   * share a revision).
+   */
+  watchAll(options: WatchAllOptions = {}): SessionsWatcher {
     this.assertOpen();
     let delivered = 0;
-    let started!: () => void;
-    const start = new Promise<void>((resolve) => (started = resolve));
+    let complete = 0;
+    let started!: (start: SessionsWatchStart) => void;
+    let failed!: (error: unknown) => void;
+    const startedWatch = new Promise<SessionsWatchStart>((resolve, reject) => {
+      started = resolve;
+      failed = reject;
+    });
+    // A watcher nobody asks where it started must not leave an unhandled rejection.
+    startedWatch.catch(() => undefined);
+    const start = startedWatch.then(
+      () => undefined,
+      () => undefined,
+    );
     this.watchStarts.add(start);
     void start.then(() => this.watchStarts.delete(start));
     const store = this;
-    const watcher: PumpedWatcher<SessionChange> = new PumpedWatcher<SessionChange>({
+    const asked = BigInt(options.startRevision ?? 0);
+    const watcher: PumpedWatcher<SessionChange & { endsRevision: boolean }> = new PumpedWatcher({
       async *source(signal) {
-        let revision: bigint;
+        let from: bigint;
+        let reset = false;
         try {
-          revision = (await store.client.range({ key: HEADS, prefix: true, limit: 1, keysOnly: true })).revision;
-        } finally {
-          started();
+          from = (await store.client.range({ key: HEADS, prefix: true, limit: 1, keysOnly: true })).revision;
+          if (asked > 0n && asked <= from) {
+            try {
+              // A read at a compacted revision fails as the watch from it would.
+              await store.client.range({ key: HEADS, prefix: true, limit: 1, keysOnly: true, revision: asked });
+              from = asked;
+            } catch (error) {
+              if (!isEtcdCompacted(error)) throw error;
+              reset = true;
+            }
+          } else if (asked > 0n) reset = true;
+        } catch (error) {
+          failed(error);
+          throw error;
         }
-        for await (const { revision: _at, ...change } of store.journal.watchAll({ signal, startRevision: revision + 1n })) {
-          if (options.includeSnapshot && !change.deleted) {
-            const snapshot = await store.stateAt(change.sessionId, change.lastSeq).then(
-              (state) => state.snapshot,
-              () => undefined,
-            );
-            if (snapshot !== undefined) (change as SessionChange).snapshot = snapshot;
+        complete = Number(from);
+        started({ after: Number(from), caughtUpAt: Number(from), reset });
+        // The last revision whose changes were all handed on: where a compaction's lag resumes.
+        let pulled = Number(from);
+        try {
+          for await (const change of store.journal.watchAll({ signal, startRevision: from + 1n })) {
+            if (options.includeSnapshot && !change.deleted) {
+              const snapshot = await store.stateAt(change.sessionId, change.lastSeq).then(
+                (state) => state.snapshot,
+                () => undefined,
+              );
+              if (snapshot !== undefined) change.snapshot = snapshot;
+            }
+            yield change;
+            if (change.endsRevision) pulled = change.revision;
           }
-          yield change;
+        } catch (error) {
+          // etcd compacted what the watch had still to send: the reader resumes (a reset) after what it got.
+          if (isBerthError(error) && error.reason === "WATCHER_LAGGED") throw sessionsLagged("watcher of all sessions fell behind etcd's compaction", pulled);
+          throw error;
         }
       },
       maxBuffered: options.maxBuffered ?? this.maxBuffered,
       isLive: () => true,
-      delivered: () => delivered++,
-      lagged: () =>
-        new BerthError(
-          "resource_exhausted",
-          `watcher of all sessions fell behind after ${delivered} changes; watch again with resume_from set to the last seq you saw of each session`,
-          { delivered },
-          { reason: "WATCHER_LAGGED" },
-        ),
+      delivered: (change) => {
+        delivered++;
+        complete = change.endsRevision ? change.revision : Math.max(complete, change.revision - 1);
+      },
+      lagged: () => sessionsLagged(`watcher of all sessions fell behind after ${delivered} changes`, complete),
       ended: () => this.watchers.delete(watcher as PumpedWatcher<unknown>),
     });
     this.watchers.add(watcher as PumpedWatcher<unknown>);
-    return watcher;
+    const withRevision = watcher as unknown as SessionsWatcher & { started: Promise<SessionsWatchStart> };
+    return Object.assign(withRevision, { started: startedWatch, progressRevision: () => complete });
   }
 
   // ---------------------------------------------------------------- the rest

@@ -16,12 +16,14 @@ import {
   type JournalEntry,
   type WatchedEntry,
   type WatchSessionResponse,
+  type WatchSessionsResponse,
   type WatchSessionsRequestSchema,
 } from "@berth/api/berth/sessions/v1/session_service_pb";
 import { ErrorInfoSchema, RetryInfoSchema } from "@berth/api/google/rpc/error_details_pb";
 import { SnapshotSchema } from "@berth/api/berth/sessions/v1/snapshot_pb";
 import { ManualClock } from "@berth/shared/clock";
 import { BerthError } from "@berth/shared/errors";
+import { runRevisionBase } from "@berth/shared/revision-history";
 import { createErrorInterceptor, ERROR_DETAILS_HEADER } from "@berth/shared/server/index";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { type SessionStoreOptions, createSessionStore } from "../create-session-store.js";
@@ -932,6 +934,141 @@ describe("WatchSessions resumed", () => {
     ticks.advance(250);
     expect((await pending).value!.kind).toMatchObject({ case: "progress", value: { lastSeq: 0n } });
     controller.abort();
+  });
+});
+
+describe("WatchSessions by revision", () => {
+  type Message = WatchSessionsResponse;
+  /** Revisions are shown as above the run's base (the store's clock's time). */
+  const base = () => BigInt(runRevisionBase(clock));
+  /** A message in short: change session@lastSeq#revision (x: deleted), caught_up#revision (reset), progress#revision. */
+  const brief = (message: Message): string => {
+    switch (message.kind.case) {
+      case "change":
+        return `${message.kind.value.sessionId}@${message.kind.value.lastSeq}${message.kind.value.deleted ? "x" : ""}#${message.kind.value.revision - base()}`;
+      case "caughtUp":
+        return `caught_up#${message.kind.value.revision - base()}${message.kind.value.reset ? " reset" : ""}`;
+      case "progress":
+        return `progress#${message.kind.value.revision - base()}`;
+      default:
+        return "?";
+    }
+  };
+  const take = async (it: AsyncIterator<Message>, n: number): Promise<string[]> => {
+    const got: string[] = [];
+    for (let i = 0; i < n; i++) got.push(brief((await it.next()).value!));
+    return got;
+  };
+
+  it("numbers every change; a watcher resumed with start_revision gets exactly what it missed, a deletion included, then caught_up at the current revision", async () => {
+    const store = openStore();
+    const client = clientFor(store);
+    const first = new AbortController();
+    const it = client.watchSessions({}, { signal: first.signal })[Symbol.asyncIterator]();
+    const pending = it.next();
+    await watchersAt(store, 1);
+    await client.appendEvent({ sessionId: "a", event: generate() });
+    await client.appendEvents({ sessionId: "b", events: [generate(), phase("x")] });
+    expect([brief((await pending).value!), ...(await take(it, 1))]).toEqual(["a@1#1", "b@2#2"]);
+    first.abort();
+    // Away: a deletion and two appends.
+    await client.deleteSession({ sessionId: "a" });
+    await client.appendEvent({ sessionId: "b", event: phase("y") });
+    await client.appendEvent({ sessionId: "a", event: generate() });
+    const again = new AbortController();
+    const resumed = client.watchSessions({ startRevision: base() + 2n, includeCurrent: true }, { signal: again.signal })[Symbol.asyncIterator]();
+    expect(await take(resumed, 4)).toEqual(["a@1x#3", "b@3#4", "a@2#5", "caught_up#5"]);
+    await client.appendEvent({ sessionId: "b", event: phase("z") });
+    expect(await take(resumed, 1)).toEqual(["b@4#6"]);
+    again.abort();
+  });
+
+  it("answers a start revision it cannot replay (of an earlier run, or ahead) with the current state and caught_up reset", async () => {
+    const store = openStore();
+    const client = clientFor(store);
+    await client.appendEvent({ sessionId: "a", event: generate() });
+    await client.appendEvents({ sessionId: "b", events: [generate(), complete()] });
+    for (const startRevision of [5n, base() - 1n, base() + 200n]) {
+      const controller = new AbortController();
+      const it = client.watchSessions({ startRevision }, { signal: controller.signal })[Symbol.asyncIterator]();
+      // As include_current: the completed session only with include_completed.
+      expect(await take(it, 2)).toEqual(["a@1#2", "caught_up#2 reset"]);
+      controller.abort();
+    }
+    const controller = new AbortController();
+    const it = client.watchSessions({ startRevision: 1n, includeCompleted: true }, { signal: controller.signal })[Symbol.asyncIterator]();
+    expect(await take(it, 3)).toEqual(["a@1#2", "b@2#2", "caught_up#2 reset"]);
+    controller.abort();
+  });
+
+  it("ends a lagging watcher with the revision to resume from, and a resume from it misses nothing", async () => {
+    const store = openStore({ maxBuffered: 2 });
+    const client = clientFor(store);
+    const it = client.watchSessions({})[Symbol.asyncIterator]();
+    const first = it.next();
+    await watchersAt(store, 1);
+    await client.appendEvent({ sessionId: "s", event: generate() });
+    expect(brief((await first).value!)).toBe("s@1#1");
+    for (let i = 0; i < 5; i++) await client.appendEvent({ sessionId: "s", event: phase(`p${i}`) });
+    let error: ConnectError | undefined;
+    try {
+      for (;;) if ((await it.next()).done) break;
+    } catch (e) {
+      error = ConnectError.from(e);
+    }
+    expect(codeAndReason(error!)).toEqual([Code.ResourceExhausted, "WATCHER_LAGGED"]);
+    const detail = error!.findDetails(WatcherLaggedSchema)[0]!;
+    expect(detail).toMatchObject({ sessionId: "", resumeFromSeq: 0n });
+    const controller = new AbortController();
+    const resumed = client.watchSessions({ startRevision: detail.resumeFromRevision }, { signal: controller.signal })[Symbol.asyncIterator]();
+    const expected = Array.from({ length: 6 }, (_, i) => i + 1).filter((seq) => BigInt(seq) > detail.resumeFromRevision - base());
+    expect(await take(resumed, expected.length + 1)).toEqual([...expected.map((seq) => `s@${seq}#${seq}`), "caught_up#6"]);
+    controller.abort();
+  });
+
+  it("sends progress carrying the revision the watcher is up to", async () => {
+    const store = openStore();
+    const ticks = new ManualClock(Date.UTC(2026, 5, 1));
+    const client = clientFor(store, { clock: ticks });
+    await client.appendEvent({ sessionId: "a", event: generate() });
+    const controller = new AbortController();
+    const it = client.watchSessions({ includeCurrent: true, progressInterval: durationFromMs(250) }, { signal: controller.signal })[Symbol.asyncIterator]();
+    expect(await take(it, 2)).toEqual(["a@1#1", "caught_up#1"]);
+    await client.appendEvent({ sessionId: "a", event: phase("x") });
+    expect(await take(it, 1)).toEqual(["a@2#2"]);
+    const pending = it.next();
+    await until(() => ticks.pendingTimers() === 1);
+    ticks.advance(250);
+    expect(brief((await pending).value!)).toBe("progress#2");
+    controller.abort();
+  });
+
+  it("refuses a negative start_revision naming it", async () => {
+    const client = clientFor(openStore());
+    const negative = await failure(collect(client.watchSessions({ startRevision: -1n })));
+    expect(codeAndReason(negative)).toEqual([Code.InvalidArgument, "INVALID_FIELD"]);
+    expect(negative.rawMessage).toMatch(/^start_revision: must not be negative/);
+  });
+
+  it("with resume_from too: replays when it can, and on a reset describes only what moved since resume_from", async () => {
+    const store = openStore();
+    const client = clientFor(store);
+    await client.appendEvent({ sessionId: "still", event: generate() });
+    await client.appendEvent({ sessionId: "moved", event: generate() });
+    await client.appendEvent({ sessionId: "gone", event: generate() });
+    await client.appendEvent({ sessionId: "moved", event: phase("x") });
+    await client.deleteSession({ sessionId: "gone" });
+    const known = { still: 1n, moved: 1n, gone: 1n };
+    const replay = new AbortController();
+    const replayed = client.watchSessions({ startRevision: base() + 3n, resumeFrom: known }, { signal: replay.signal })[Symbol.asyncIterator]();
+    expect(await take(replayed, 3)).toEqual(["moved@2#4", "gone@1x#5", "caught_up#5"]);
+    replay.abort();
+    const reset = new AbortController();
+    const described = client.watchSessions({ startRevision: 1n, resumeFrom: known }, { signal: reset.signal })[Symbol.asyncIterator]();
+    expect(await take(described, 1)).toEqual(["moved@2#5"]);
+    const marker = (await described.next()).value!;
+    expect(marker.kind).toMatchObject({ case: "caughtUp", value: { sessions: 1, deleted: ["gone"], reset: true } });
+    reset.abort();
   });
 });
 

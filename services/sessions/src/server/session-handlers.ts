@@ -350,14 +350,30 @@ export function createSessionHandlers(options: SessionHandlerOptions): ServiceIm
       for (const [id, seq] of Object.entries(req.resumeFrom)) {
         resumeFrom.set(checkSessionId(id, "resume_from"), nonNegativeSeq(seq, `resume_from[${id}]`));
       }
-      const describeCurrent = req.includeCurrent || resumeFrom.size > 0;
+      if (req.startRevision < 0n) throw invalidArgument("start_revision", "must not be negative");
+      // Beyond any revision the service gives: ahead of the current one, so a reset like any other.
+      const startRevision = req.startRevision > BigInt(Number.MAX_SAFE_INTEGER) ? Number.MAX_SAFE_INTEGER : Number(req.startRevision);
       // Subscribed before the current state is read, so no change falls between the two; changes
       // already described by the current state are skipped below.
-      const watcher = store.watchAll({ includeSnapshot: req.includeSnapshot });
+      const watcher = store.watchAll({ includeSnapshot: req.includeSnapshot, ...(startRevision > 0 ? { startRevision } : {}) });
       streamHolds(context, "a watcher of every session");
       const stop = endOnAbort(watcher, context.signal);
       const described = new Map<string, number>();
       try {
+        const start = await watcher.started;
+        const describeCurrent = startRevision > 0 ? start.reset : req.includeCurrent || resumeFrom.size > 0;
+        if (startRevision > 0 && !start.reset) {
+          // The replay: every held change after `start_revision`, up to the revision at subscription.
+          while (start.caughtUpAt > watcher.progressRevision()) {
+            const step = await watcher.next();
+            if (step.done) break;
+            yield watchSessionsChange(sessionChange(step.value));
+          }
+          yield {
+            $typeName: WATCH_SESSIONS_RESPONSE,
+            kind: { case: "caughtUp", value: { $typeName: SESSIONS_CAUGHT_UP, sessions: 0, deleted: [], revision: BigInt(start.caughtUpAt), reset: false } },
+          };
+        }
         if (describeCurrent) {
           const views = await store.list({ includeCompleted: true });
           let count = 0;
@@ -382,6 +398,7 @@ export function createSessionHandlers(options: SessionHandlerOptions): ServiceIm
               firstSeq: BigInt(view.lastSeq),
               type: typeof last?.type === "string" ? last.type : "",
               deleted: false,
+              revision: BigInt(start.after),
             };
             const appendTime = isoToTimestamp(last?.ts ?? view.snapshot.updatedAt);
             if (appendTime !== undefined) change.appendTime = appendTime;
@@ -393,14 +410,18 @@ export function createSessionHandlers(options: SessionHandlerOptions): ServiceIm
           const deleted = [...resumeFrom.keys()].filter((id) => !existing.has(id)).sort();
           yield {
             $typeName: WATCH_SESSIONS_RESPONSE,
-            kind: { case: "caughtUp", value: { $typeName: SESSIONS_CAUGHT_UP, sessions: count, deleted } },
+            kind: {
+              case: "caughtUp",
+              value: { $typeName: SESSIONS_CAUGHT_UP, sessions: count, deleted, revision: BigInt(start.after), reset: start.reset },
+            },
           };
         }
         const puller = new ProgressPuller(watcher, clock);
         for (;;) {
           const step = await puller.next(progressMs);
           if (step === PROGRESS) {
-            yield { $typeName: WATCH_SESSIONS_RESPONSE, kind: { case: "progress", value: progressOf(0, clock) } } satisfies WatchSessionsResponse;
+            const progress = progressOf(0, clock, watcher.progressRevision());
+            yield { $typeName: WATCH_SESSIONS_RESPONSE, kind: { case: "progress", value: progress } } satisfies WatchSessionsResponse;
             continue;
           }
           if (step.done) break;
@@ -613,8 +634,8 @@ function watchEntries(events: readonly WatchEntry[], binary: boolean): WatchSess
   return { $typeName: WATCH_SESSION_RESPONSE, kind: { case: "entries", value: { $typeName: WATCHED_ENTRIES, entries } } };
 }
 
-function progressOf(lastSeq: number, clock: Clock): WatchProgress {
-  return { $typeName: WATCH_PROGRESS, lastSeq: BigInt(lastSeq), sendTime: timestampFromMs(clock.now()) };
+function progressOf(lastSeq: number, clock: Clock, revision = 0): WatchProgress {
+  return { $typeName: WATCH_PROGRESS, lastSeq: BigInt(lastSeq), sendTime: timestampFromMs(clock.now()), revision: BigInt(revision) };
 }
 
 /** One append call's change (first..last seq, the last entry's type and time, the snapshot after it), or a deletion. */
@@ -627,6 +648,7 @@ function sessionChange(change: SessionChange): SessionChangeMessage {
     // A line another process wrote may hold anything there.
     type: typeof change.entry?.type === "string" ? change.entry.type : "",
     deleted: change.deleted,
+    revision: BigInt(change.revision),
   };
   const appendTime = isoToTimestamp(change.entry?.ts);
   if (appendTime !== undefined) message.appendTime = appendTime;
@@ -671,8 +693,10 @@ function endOnAbort(watcher: AsyncIterator<unknown>, signal: AbortSignal): () =>
 function lagged(error: unknown, sessionId: string): unknown {
   if (!isBerthError(error) || error.reason !== "WATCHER_LAGGED") return error;
   const lastSeq = error.details?.lastSeq;
+  const lastRevision = error.details?.lastRevision;
   const resumeFromSeq = sessionId !== "" && typeof lastSeq === "number" ? BigInt(lastSeq + 1) : 0n;
-  return withTypedDetail(error, { desc: WatcherLaggedSchema, value: { sessionId, resumeFromSeq } });
+  const resumeFromRevision = sessionId === "" && typeof lastRevision === "number" ? BigInt(lastRevision) : 0n;
+  return withTypedDetail(error, { desc: WatcherLaggedSchema, value: { sessionId, resumeFromSeq, resumeFromRevision } });
 }
 
 // --------------------------------------------------------------------------- helpers

@@ -18,7 +18,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file berth/sessions/v1/session_service.proto.
  */
 export const file_berth_sessions_v1_session_service: GenFile = /*@__PURE__*/
-  fileDesc("CidiZXJ0aC9zZXNzaW9ucy92MS9zZXNzaW9uX3NlcnZpY2UucHJvdG8SEWJlcnRoLnNlc3Npb25zLnYxIiwKBUZlbmNlEgwKBGZpbGUYASABKAkSFQoNZmVuY2luZ190b2tlbhgCIAEoAyLzAQoSQXBwZW5kRXZlbnRSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSJwoFZXZlbnQYAiABKAsyGC5iZXJ0aC5zZXNzaW9ucy52MS5FdmVudBIWCgxleHBlY3RlZF9zZXEYAyABKANIABI6Cg5leHBlY3RlZF9zdGF0ZRgGIAEoDjIgLmJlcnRoLnNlc3Npb25zLnYxLkV4cGVjdGVkU3RhdGVIABIXCg9pZGVtcG90ZW5jeV9rZXkYBCABKAkSJwoFZmVuY2UYBSABKAsyGC5iZXJ0aC5zZXNzaW9ucy52MS5GZW5jZUIKCghleHBlY3RlZCJkChNBcHBlbmRFdmVudFJlc3BvbnNlEgsKA3NlcRgBIAEoAxItCghzbmFwc2hvdBgCIAEoCzIbLmJlcnRoLnNlc3Npb25zLnYxLlNuYXBzaG90EhEKCWR1cGxpY2F0ZRgDIAEoCCL1AQoTQXBwZW5kRXZlbnRzUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEigKBmV2ZW50cxgCIAMoCzIYLmJlcnRoLnNlc3Npb25zLnYxLkV2ZW50EhYKDGV4cGVjdGVkX3NlcRgDIAEoA0gAEjoKDmV4cGVjdGVkX3N0YXRlGAYgASgOMiAuYmVydGguc2Vzc2lvbnMudjEuRXhwZWN0ZWRTdGF0ZUgAEhcKD2lkZW1wb3RlbmN5X2tleRgEIAEoCRInCgVmZW5jZRgFIAEoCzIYLmJlcnRoLnNlc3Npb25zLnYxLkZlbmNlQgoKCGV4cGVjdGVkIn0KFEFwcGVuZEV2ZW50c1Jlc3BvbnNlEhEKCWZpcnN0X3NlcRgBIAEoAxIQCghsYXN0X3NlcRgCIAEoAxItCghzbmFwc2hvdBgDIAEoCzIbLmJlcnRoLnNlc3Npb25zLnYxLlNuYXBzaG90EhEKCWR1cGxpY2F0ZRgEIAEoCCIoChJHZXRTbmFwc2hvdFJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCSJWChNHZXRTbmFwc2hvdFJlc3BvbnNlEi0KCHNuYXBzaG90GAEgASgLMhsuYmVydGguc2Vzc2lvbnMudjEuU25hcHNob3QSEAoIbGFzdF9zZXEYAiABKAMiVwoTTGlzdFNlc3Npb25zUmVxdWVzdBIZChFpbmNsdWRlX2NvbXBsZXRlZBgBIAEoCBIRCglwYWdlX3NpemUYAiABKAUSEgoKcGFnZV90b2tlbhgDIAEoCSJeChRMaXN0U2Vzc2lvbnNSZXNwb25zZRItCghzZXNzaW9ucxgBIAMoCzIbLmJlcnRoLnNlc3Npb25zLnYxLlNuYXBzaG90EhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSIqChRGbHVzaFNuYXBzaG90UmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJIlgKFUZsdXNoU25hcHNob3RSZXNwb25zZRItCghzbmFwc2hvdBgBIAEoCzIbLmJlcnRoLnNlc3Npb25zLnYxLlNuYXBzaG90EhAKCGxhc3Rfc2VxGAIgASgDIm8KFERlbGV0ZVNlc3Npb25SZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSGQoMZXhwZWN0ZWRfc2VxGAIgASgDSACIAQESFwoPaWRlbXBvdGVuY3lfa2V5GAMgASgJQg8KDV9leHBlY3RlZF9zZXEiPAoVRGVsZXRlU2Vzc2lvblJlc3BvbnNlEhAKCGxhc3Rfc2VxGAEgASgDEhEKCWR1cGxpY2F0ZRgCIAEoCCLmAQoMSm91cm5hbEVudHJ5EgsKA3NlcRgBIAEoAxISCgpzZXNzaW9uX2lkGAIgASgJEgwKBHR5cGUYAyABKAkSLwoLYXBwZW5kX3RpbWUYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEicKBWV2ZW50GAUgASgLMhguYmVydGguc2Vzc2lvbnMudjEuRXZlbnQSFwoPaWRlbXBvdGVuY3lfa2V5GAYgASgJEjQKCWludGVncml0eRgHIAEoDjIhLmJlcnRoLnNlc3Npb25zLnYxLkVudHJ5SW50ZWdyaXR5IkkKElJlYWRKb3VybmFsUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEhAKCGZyb21fc2VxGAIgASgDEg0KBWxpbWl0GAMgASgFInAKE1JlYWRKb3VybmFsUmVzcG9uc2USMAoHZW50cmllcxgBIAMoCzIfLmJlcnRoLnNlc3Npb25zLnYxLkpvdXJuYWxFbnRyeRInCgNlbmQYAiABKAsyGi5iZXJ0aC5zZXNzaW9ucy52MS5SZWFkRW5kIjsKB1JlYWRFbmQSEAoIbGFzdF9zZXEYASABKAMSEAoIbmV4dF9zZXEYAiABKAMSDAoEbW9yZRgDIAEoCCKeAQoTV2F0Y2hTZXNzaW9uUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEhAKCGZyb21fc2VxGAIgASgDEhgKEGluY2x1ZGVfc25hcHNob3QYAyABKAgSEQoJbWF4X2JhdGNoGAQgASgFEjQKEXByb2dyZXNzX2ludGVydmFsGAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIrwBChRXYXRjaFNlc3Npb25SZXNwb25zZRI0CgdlbnRyaWVzGAEgASgLMiEuYmVydGguc2Vzc2lvbnMudjEuV2F0Y2hlZEVudHJpZXNIABIwCgljYXVnaHRfdXAYAiABKAsyGy5iZXJ0aC5zZXNzaW9ucy52MS5DYXVnaHRVcEgAEjQKCHByb2dyZXNzGAMgASgLMiAuYmVydGguc2Vzc2lvbnMudjEuV2F0Y2hQcm9ncmVzc0gAQgYKBGtpbmQiQgoOV2F0Y2hlZEVudHJpZXMSMAoHZW50cmllcxgBIAMoCzIfLmJlcnRoLnNlc3Npb25zLnYxLldhdGNoZWRFbnRyeSJtCgxXYXRjaGVkRW50cnkSLgoFZW50cnkYASABKAsyHy5iZXJ0aC5zZXNzaW9ucy52MS5Kb3VybmFsRW50cnkSLQoIc25hcHNob3QYAiABKAsyGy5iZXJ0aC5zZXNzaW9ucy52MS5TbmFwc2hvdCJLCghDYXVnaHRVcBIQCghsYXN0X3NlcRgBIAEoAxItCghzbmFwc2hvdBgCIAEoCzIbLmJlcnRoLnNlc3Npb25zLnYxLlNuYXBzaG90IlAKDVdhdGNoUHJvZ3Jlc3MSEAoIbGFzdF9zZXEYASABKAMSLQoJc2VuZF90aW1lGAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCKbAgoUV2F0Y2hTZXNzaW9uc1JlcXVlc3QSGAoQaW5jbHVkZV9zbmFwc2hvdBgBIAEoCBIXCg9pbmNsdWRlX2N1cnJlbnQYAiABKAgSGQoRaW5jbHVkZV9jb21wbGV0ZWQYAyABKAgSTAoLcmVzdW1lX2Zyb20YBCADKAsyNy5iZXJ0aC5zZXNzaW9ucy52MS5XYXRjaFNlc3Npb25zUmVxdWVzdC5SZXN1bWVGcm9tRW50cnkSNAoRcHJvZ3Jlc3NfaW50ZXJ2YWwYBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24aMQoPUmVzdW1lRnJvbUVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoAzoCOAEiwwEKFVdhdGNoU2Vzc2lvbnNSZXNwb25zZRIyCgZjaGFuZ2UYASABKAsyIC5iZXJ0aC5zZXNzaW9ucy52MS5TZXNzaW9uQ2hhbmdlSAASOAoJY2F1Z2h0X3VwGAIgASgLMiMuYmVydGguc2Vzc2lvbnMudjEuU2Vzc2lvbnNDYXVnaHRVcEgAEjQKCHByb2dyZXNzGAMgASgLMiAuYmVydGguc2Vzc2lvbnMudjEuV2F0Y2hQcm9ncmVzc0gAQgYKBGtpbmQixwEKDVNlc3Npb25DaGFuZ2USEgoKc2Vzc2lvbl9pZBgBIAEoCRIQCghsYXN0X3NlcRgCIAEoAxIRCglmaXJzdF9zZXEYAyABKAMSDAoEdHlwZRgEIAEoCRIvCgthcHBlbmRfdGltZRgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLQoIc25hcHNob3QYBiABKAsyGy5iZXJ0aC5zZXNzaW9ucy52MS5TbmFwc2hvdBIPCgdkZWxldGVkGAcgASgIIjUKEFNlc3Npb25zQ2F1Z2h0VXASEAoIc2Vzc2lvbnMYASABKAUSDwoHZGVsZXRlZBgCIAMoCSISChBHZXRMaW1pdHNSZXF1ZXN0IqYCChFHZXRMaW1pdHNSZXNwb25zZRIXCg9tYXhfZXZlbnRfYnl0ZXMYASABKAMSHQoVbWF4X2V2ZW50c19wZXJfYXBwZW5kGAIgASgFEhkKEW1heF9tZXNzYWdlX2J5dGVzGAMgASgDEhQKDHdhdGNoX2J1ZmZlchgEIAEoBRIiChptYXhfaWRlbXBvdGVuY3lfa2V5X2xlbmd0aBgFIAEoBRIVCg1tYXhfcGFnZV9zaXplGAYgASgFEjYKE2NvbXBsZXRlZF9yZXRlbnRpb24YByABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SNQoSaWRlbXBvdGVuY3lfd2luZG93GAggASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIoYBCgtTZXFDb25mbGljdBISCgpzZXNzaW9uX2lkGAEgASgJEhQKDGV4cGVjdGVkX3NlcRgCIAEoAxITCgtjdXJyZW50X3NlcRgDIAEoAxI4Cg5leHBlY3RlZF9zdGF0ZRgEIAEoDjIgLmJlcnRoLnNlc3Npb25zLnYxLkV4cGVjdGVkU3RhdGUiSwoNRmVuY2VSZWplY3RlZBIMCgRmaWxlGAEgASgJEhUKDWZlbmNpbmdfdG9rZW4YAiABKAMSFQoNY3VycmVudF90b2tlbhgDIAEoAyJoChRJZGVtcG90ZW5jeUtleVJldXNlZBISCgpzZXNzaW9uX2lkGAEgASgJEhcKD2lkZW1wb3RlbmN5X2tleRgCIAEoCRIRCglmaXJzdF9zZXEYAyABKAMSEAoIbGFzdF9zZXEYBCABKAMiPAoNV2F0Y2hlckxhZ2dlZBISCgpzZXNzaW9uX2lkGAEgASgJEhcKD3Jlc3VtZV9mcm9tX3NlcRgCIAEoAyqBAQoNRXhwZWN0ZWRTdGF0ZRIeChpFWFBFQ1RFRF9TVEFURV9VTlNQRUNJRklFRBAAEhYKEkVYUEVDVEVEX1NUQVRFX0FOWRABEh0KGUVYUEVDVEVEX1NUQVRFX05PX1NFU1NJT04QAhIZChVFWFBFQ1RFRF9TVEFURV9FWElTVFMQAyqMAQoORW50cnlJbnRlZ3JpdHkSHwobRU5UUllfSU5URUdSSVRZX1VOU1BFQ0lGSUVEEAASHAoYRU5UUllfSU5URUdSSVRZX1ZFUklGSUVEEAESHQoZRU5UUllfSU5URUdSSVRZX1VOQ0hFQ0tFRBACEhwKGEVOVFJZX0lOVEVHUklUWV9NSVNNQVRDSBADMuYHCg5TZXNzaW9uU2VydmljZRJcCgtBcHBlbmRFdmVudBIlLmJlcnRoLnNlc3Npb25zLnYxLkFwcGVuZEV2ZW50UmVxdWVzdBomLmJlcnRoLnNlc3Npb25zLnYxLkFwcGVuZEV2ZW50UmVzcG9uc2USXwoMQXBwZW5kRXZlbnRzEiYuYmVydGguc2Vzc2lvbnMudjEuQXBwZW5kRXZlbnRzUmVxdWVzdBonLmJlcnRoLnNlc3Npb25zLnYxLkFwcGVuZEV2ZW50c1Jlc3BvbnNlEmEKC0dldFNuYXBzaG90EiUuYmVydGguc2Vzc2lvbnMudjEuR2V0U25hcHNob3RSZXF1ZXN0GiYuYmVydGguc2Vzc2lvbnMudjEuR2V0U25hcHNob3RSZXNwb25zZSIDkAIBEmQKDExpc3RTZXNzaW9ucxImLmJlcnRoLnNlc3Npb25zLnYxLkxpc3RTZXNzaW9uc1JlcXVlc3QaJy5iZXJ0aC5zZXNzaW9ucy52MS5MaXN0U2Vzc2lvbnNSZXNwb25zZSIDkAIBEmIKDUZsdXNoU25hcHNob3QSJy5iZXJ0aC5zZXNzaW9ucy52MS5GbHVzaFNuYXBzaG90UmVxdWVzdBooLmJlcnRoLnNlc3Npb25zLnYxLkZsdXNoU25hcHNob3RSZXNwb25zZRJiCg1EZWxldGVTZXNzaW9uEicuYmVydGguc2Vzc2lvbnMudjEuRGVsZXRlU2Vzc2lvblJlcXVlc3QaKC5iZXJ0aC5zZXNzaW9ucy52MS5EZWxldGVTZXNzaW9uUmVzcG9uc2USXgoLUmVhZEpvdXJuYWwSJS5iZXJ0aC5zZXNzaW9ucy52MS5SZWFkSm91cm5hbFJlcXVlc3QaJi5iZXJ0aC5zZXNzaW9ucy52MS5SZWFkSm91cm5hbFJlc3BvbnNlMAESYQoMV2F0Y2hTZXNzaW9uEiYuYmVydGguc2Vzc2lvbnMudjEuV2F0Y2hTZXNzaW9uUmVxdWVzdBonLmJlcnRoLnNlc3Npb25zLnYxLldhdGNoU2Vzc2lvblJlc3BvbnNlMAESZAoNV2F0Y2hTZXNzaW9ucxInLmJlcnRoLnNlc3Npb25zLnYxLldhdGNoU2Vzc2lvbnNSZXF1ZXN0GiguYmVydGguc2Vzc2lvbnMudjEuV2F0Y2hTZXNzaW9uc1Jlc3BvbnNlMAESWwoJR2V0TGltaXRzEiMuYmVydGguc2Vzc2lvbnMudjEuR2V0TGltaXRzUmVxdWVzdBokLmJlcnRoLnNlc3Npb25zLnYxLkdldExpbWl0c1Jlc3BvbnNlIgOQAgFiBnByb3RvMw", [file_berth_sessions_v1_events, file_berth_sessions_v1_snapshot, file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("CidiZXJ0aC9zZXNzaW9ucy92MS9zZXNzaW9uX3NlcnZpY2UucHJvdG8SEWJlcnRoLnNlc3Npb25zLnYxIiwKBUZlbmNlEgwKBGZpbGUYASABKAkSFQoNZmVuY2luZ190b2tlbhgCIAEoAyLzAQoSQXBwZW5kRXZlbnRSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSJwoFZXZlbnQYAiABKAsyGC5iZXJ0aC5zZXNzaW9ucy52MS5FdmVudBIWCgxleHBlY3RlZF9zZXEYAyABKANIABI6Cg5leHBlY3RlZF9zdGF0ZRgGIAEoDjIgLmJlcnRoLnNlc3Npb25zLnYxLkV4cGVjdGVkU3RhdGVIABIXCg9pZGVtcG90ZW5jeV9rZXkYBCABKAkSJwoFZmVuY2UYBSABKAsyGC5iZXJ0aC5zZXNzaW9ucy52MS5GZW5jZUIKCghleHBlY3RlZCJkChNBcHBlbmRFdmVudFJlc3BvbnNlEgsKA3NlcRgBIAEoAxItCghzbmFwc2hvdBgCIAEoCzIbLmJlcnRoLnNlc3Npb25zLnYxLlNuYXBzaG90EhEKCWR1cGxpY2F0ZRgDIAEoCCL1AQoTQXBwZW5kRXZlbnRzUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEigKBmV2ZW50cxgCIAMoCzIYLmJlcnRoLnNlc3Npb25zLnYxLkV2ZW50EhYKDGV4cGVjdGVkX3NlcRgDIAEoA0gAEjoKDmV4cGVjdGVkX3N0YXRlGAYgASgOMiAuYmVydGguc2Vzc2lvbnMudjEuRXhwZWN0ZWRTdGF0ZUgAEhcKD2lkZW1wb3RlbmN5X2tleRgEIAEoCRInCgVmZW5jZRgFIAEoCzIYLmJlcnRoLnNlc3Npb25zLnYxLkZlbmNlQgoKCGV4cGVjdGVkIn0KFEFwcGVuZEV2ZW50c1Jlc3BvbnNlEhEKCWZpcnN0X3NlcRgBIAEoAxIQCghsYXN0X3NlcRgCIAEoAxItCghzbmFwc2hvdBgDIAEoCzIbLmJlcnRoLnNlc3Npb25zLnYxLlNuYXBzaG90EhEKCWR1cGxpY2F0ZRgEIAEoCCIoChJHZXRTbmFwc2hvdFJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCSJWChNHZXRTbmFwc2hvdFJlc3BvbnNlEi0KCHNuYXBzaG90GAEgASgLMhsuYmVydGguc2Vzc2lvbnMudjEuU25hcHNob3QSEAoIbGFzdF9zZXEYAiABKAMiVwoTTGlzdFNlc3Npb25zUmVxdWVzdBIZChFpbmNsdWRlX2NvbXBsZXRlZBgBIAEoCBIRCglwYWdlX3NpemUYAiABKAUSEgoKcGFnZV90b2tlbhgDIAEoCSJeChRMaXN0U2Vzc2lvbnNSZXNwb25zZRItCghzZXNzaW9ucxgBIAMoCzIbLmJlcnRoLnNlc3Npb25zLnYxLlNuYXBzaG90EhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSIqChRGbHVzaFNuYXBzaG90UmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJIlgKFUZsdXNoU25hcHNob3RSZXNwb25zZRItCghzbmFwc2hvdBgBIAEoCzIbLmJlcnRoLnNlc3Npb25zLnYxLlNuYXBzaG90EhAKCGxhc3Rfc2VxGAIgASgDIm8KFERlbGV0ZVNlc3Npb25SZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSGQoMZXhwZWN0ZWRfc2VxGAIgASgDSACIAQESFwoPaWRlbXBvdGVuY3lfa2V5GAMgASgJQg8KDV9leHBlY3RlZF9zZXEiPAoVRGVsZXRlU2Vzc2lvblJlc3BvbnNlEhAKCGxhc3Rfc2VxGAEgASgDEhEKCWR1cGxpY2F0ZRgCIAEoCCLmAQoMSm91cm5hbEVudHJ5EgsKA3NlcRgBIAEoAxISCgpzZXNzaW9uX2lkGAIgASgJEgwKBHR5cGUYAyABKAkSLwoLYXBwZW5kX3RpbWUYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEicKBWV2ZW50GAUgASgLMhguYmVydGguc2Vzc2lvbnMudjEuRXZlbnQSFwoPaWRlbXBvdGVuY3lfa2V5GAYgASgJEjQKCWludGVncml0eRgHIAEoDjIhLmJlcnRoLnNlc3Npb25zLnYxLkVudHJ5SW50ZWdyaXR5IkkKElJlYWRKb3VybmFsUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEhAKCGZyb21fc2VxGAIgASgDEg0KBWxpbWl0GAMgASgFInAKE1JlYWRKb3VybmFsUmVzcG9uc2USMAoHZW50cmllcxgBIAMoCzIfLmJlcnRoLnNlc3Npb25zLnYxLkpvdXJuYWxFbnRyeRInCgNlbmQYAiABKAsyGi5iZXJ0aC5zZXNzaW9ucy52MS5SZWFkRW5kIjsKB1JlYWRFbmQSEAoIbGFzdF9zZXEYASABKAMSEAoIbmV4dF9zZXEYAiABKAMSDAoEbW9yZRgDIAEoCCKeAQoTV2F0Y2hTZXNzaW9uUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEhAKCGZyb21fc2VxGAIgASgDEhgKEGluY2x1ZGVfc25hcHNob3QYAyABKAgSEQoJbWF4X2JhdGNoGAQgASgFEjQKEXByb2dyZXNzX2ludGVydmFsGAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIrwBChRXYXRjaFNlc3Npb25SZXNwb25zZRI0CgdlbnRyaWVzGAEgASgLMiEuYmVydGguc2Vzc2lvbnMudjEuV2F0Y2hlZEVudHJpZXNIABIwCgljYXVnaHRfdXAYAiABKAsyGy5iZXJ0aC5zZXNzaW9ucy52MS5DYXVnaHRVcEgAEjQKCHByb2dyZXNzGAMgASgLMiAuYmVydGguc2Vzc2lvbnMudjEuV2F0Y2hQcm9ncmVzc0gAQgYKBGtpbmQiQgoOV2F0Y2hlZEVudHJpZXMSMAoHZW50cmllcxgBIAMoCzIfLmJlcnRoLnNlc3Npb25zLnYxLldhdGNoZWRFbnRyeSJtCgxXYXRjaGVkRW50cnkSLgoFZW50cnkYASABKAsyHy5iZXJ0aC5zZXNzaW9ucy52MS5Kb3VybmFsRW50cnkSLQoIc25hcHNob3QYAiABKAsyGy5iZXJ0aC5zZXNzaW9ucy52MS5TbmFwc2hvdCJLCghDYXVnaHRVcBIQCghsYXN0X3NlcRgBIAEoAxItCghzbmFwc2hvdBgCIAEoCzIbLmJlcnRoLnNlc3Npb25zLnYxLlNuYXBzaG90ImIKDVdhdGNoUHJvZ3Jlc3MSEAoIbGFzdF9zZXEYASABKAMSLQoJc2VuZF90aW1lGAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIQCghyZXZpc2lvbhgDIAEoAyKzAgoUV2F0Y2hTZXNzaW9uc1JlcXVlc3QSGAoQaW5jbHVkZV9zbmFwc2hvdBgBIAEoCBIXCg9pbmNsdWRlX2N1cnJlbnQYAiABKAgSGQoRaW5jbHVkZV9jb21wbGV0ZWQYAyABKAgSTAoLcmVzdW1lX2Zyb20YBCADKAsyNy5iZXJ0aC5zZXNzaW9ucy52MS5XYXRjaFNlc3Npb25zUmVxdWVzdC5SZXN1bWVGcm9tRW50cnkSNAoRcHJvZ3Jlc3NfaW50ZXJ2YWwYBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SFgoOc3RhcnRfcmV2aXNpb24YBiABKAMaMQoPUmVzdW1lRnJvbUVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoAzoCOAEiwwEKFVdhdGNoU2Vzc2lvbnNSZXNwb25zZRIyCgZjaGFuZ2UYASABKAsyIC5iZXJ0aC5zZXNzaW9ucy52MS5TZXNzaW9uQ2hhbmdlSAASOAoJY2F1Z2h0X3VwGAIgASgLMiMuYmVydGguc2Vzc2lvbnMudjEuU2Vzc2lvbnNDYXVnaHRVcEgAEjQKCHByb2dyZXNzGAMgASgLMiAuYmVydGguc2Vzc2lvbnMudjEuV2F0Y2hQcm9ncmVzc0gAQgYKBGtpbmQi2QEKDVNlc3Npb25DaGFuZ2USEgoKc2Vzc2lvbl9pZBgBIAEoCRIQCghsYXN0X3NlcRgCIAEoAxIRCglmaXJzdF9zZXEYAyABKAMSDAoEdHlwZRgEIAEoCRIvCgthcHBlbmRfdGltZRgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLQoIc25hcHNob3QYBiABKAsyGy5iZXJ0aC5zZXNzaW9ucy52MS5TbmFwc2hvdBIPCgdkZWxldGVkGAcgASgIEhAKCHJldmlzaW9uGAggASgDIlYKEFNlc3Npb25zQ2F1Z2h0VXASEAoIc2Vzc2lvbnMYASABKAUSDwoHZGVsZXRlZBgCIAMoCRIQCghyZXZpc2lvbhgDIAEoAxINCgVyZXNldBgEIAEoCCISChBHZXRMaW1pdHNSZXF1ZXN0IqYCChFHZXRMaW1pdHNSZXNwb25zZRIXCg9tYXhfZXZlbnRfYnl0ZXMYASABKAMSHQoVbWF4X2V2ZW50c19wZXJfYXBwZW5kGAIgASgFEhkKEW1heF9tZXNzYWdlX2J5dGVzGAMgASgDEhQKDHdhdGNoX2J1ZmZlchgEIAEoBRIiChptYXhfaWRlbXBvdGVuY3lfa2V5X2xlbmd0aBgFIAEoBRIVCg1tYXhfcGFnZV9zaXplGAYgASgFEjYKE2NvbXBsZXRlZF9yZXRlbnRpb24YByABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SNQoSaWRlbXBvdGVuY3lfd2luZG93GAggASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIoYBCgtTZXFDb25mbGljdBISCgpzZXNzaW9uX2lkGAEgASgJEhQKDGV4cGVjdGVkX3NlcRgCIAEoAxITCgtjdXJyZW50X3NlcRgDIAEoAxI4Cg5leHBlY3RlZF9zdGF0ZRgEIAEoDjIgLmJlcnRoLnNlc3Npb25zLnYxLkV4cGVjdGVkU3RhdGUiSwoNRmVuY2VSZWplY3RlZBIMCgRmaWxlGAEgASgJEhUKDWZlbmNpbmdfdG9rZW4YAiABKAMSFQoNY3VycmVudF90b2tlbhgDIAEoAyJoChRJZGVtcG90ZW5jeUtleVJldXNlZBISCgpzZXNzaW9uX2lkGAEgASgJEhcKD2lkZW1wb3RlbmN5X2tleRgCIAEoCRIRCglmaXJzdF9zZXEYAyABKAMSEAoIbGFzdF9zZXEYBCABKAMiWgoNV2F0Y2hlckxhZ2dlZBISCgpzZXNzaW9uX2lkGAEgASgJEhcKD3Jlc3VtZV9mcm9tX3NlcRgCIAEoAxIcChRyZXN1bWVfZnJvbV9yZXZpc2lvbhgDIAEoAyqBAQoNRXhwZWN0ZWRTdGF0ZRIeChpFWFBFQ1RFRF9TVEFURV9VTlNQRUNJRklFRBAAEhYKEkVYUEVDVEVEX1NUQVRFX0FOWRABEh0KGUVYUEVDVEVEX1NUQVRFX05PX1NFU1NJT04QAhIZChVFWFBFQ1RFRF9TVEFURV9FWElTVFMQAyqMAQoORW50cnlJbnRlZ3JpdHkSHwobRU5UUllfSU5URUdSSVRZX1VOU1BFQ0lGSUVEEAASHAoYRU5UUllfSU5URUdSSVRZX1ZFUklGSUVEEAESHQoZRU5UUllfSU5URUdSSVRZX1VOQ0hFQ0tFRBACEhwKGEVOVFJZX0lOVEVHUklUWV9NSVNNQVRDSBADMuYHCg5TZXNzaW9uU2VydmljZRJcCgtBcHBlbmRFdmVudBIlLmJlcnRoLnNlc3Npb25zLnYxLkFwcGVuZEV2ZW50UmVxdWVzdBomLmJlcnRoLnNlc3Npb25zLnYxLkFwcGVuZEV2ZW50UmVzcG9uc2USXwoMQXBwZW5kRXZlbnRzEiYuYmVydGguc2Vzc2lvbnMudjEuQXBwZW5kRXZlbnRzUmVxdWVzdBonLmJlcnRoLnNlc3Npb25zLnYxLkFwcGVuZEV2ZW50c1Jlc3BvbnNlEmEKC0dldFNuYXBzaG90EiUuYmVydGguc2Vzc2lvbnMudjEuR2V0U25hcHNob3RSZXF1ZXN0GiYuYmVydGguc2Vzc2lvbnMudjEuR2V0U25hcHNob3RSZXNwb25zZSIDkAIBEmQKDExpc3RTZXNzaW9ucxImLmJlcnRoLnNlc3Npb25zLnYxLkxpc3RTZXNzaW9uc1JlcXVlc3QaJy5iZXJ0aC5zZXNzaW9ucy52MS5MaXN0U2Vzc2lvbnNSZXNwb25zZSIDkAIBEmIKDUZsdXNoU25hcHNob3QSJy5iZXJ0aC5zZXNzaW9ucy52MS5GbHVzaFNuYXBzaG90UmVxdWVzdBooLmJlcnRoLnNlc3Npb25zLnYxLkZsdXNoU25hcHNob3RSZXNwb25zZRJiCg1EZWxldGVTZXNzaW9uEicuYmVydGguc2Vzc2lvbnMudjEuRGVsZXRlU2Vzc2lvblJlcXVlc3QaKC5iZXJ0aC5zZXNzaW9ucy52MS5EZWxldGVTZXNzaW9uUmVzcG9uc2USXgoLUmVhZEpvdXJuYWwSJS5iZXJ0aC5zZXNzaW9ucy52MS5SZWFkSm91cm5hbFJlcXVlc3QaJi5iZXJ0aC5zZXNzaW9ucy52MS5SZWFkSm91cm5hbFJlc3BvbnNlMAESYQoMV2F0Y2hTZXNzaW9uEiYuYmVydGguc2Vzc2lvbnMudjEuV2F0Y2hTZXNzaW9uUmVxdWVzdBonLmJlcnRoLnNlc3Npb25zLnYxLldhdGNoU2Vzc2lvblJlc3BvbnNlMAESZAoNV2F0Y2hTZXNzaW9ucxInLmJlcnRoLnNlc3Npb25zLnYxLldhdGNoU2Vzc2lvbnNSZXF1ZXN0GiguYmVydGguc2Vzc2lvbnMudjEuV2F0Y2hTZXNzaW9uc1Jlc3BvbnNlMAESWwoJR2V0TGltaXRzEiMuYmVydGguc2Vzc2lvbnMudjEuR2V0TGltaXRzUmVxdWVzdBokLmJlcnRoLnNlc3Npb25zLnYxLkdldExpbWl0c1Jlc3BvbnNlIgOQAgFiBnByb3RvMw", [file_berth_sessions_v1_events, file_berth_sessions_v1_snapshot, file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * A fence: the source lock the writer believes it holds
@@ -885,6 +885,14 @@ export type WatchProgress = Message<"berth.sessions.v1.WatchProgress"> & {
    * @generated from field: google.protobuf.Timestamp send_time = 2;
    */
   sendTime?: Timestamp | undefined;
+
+  /**
+   * WatchSessions: every change up to this revision has been sent (see
+   * WatchSessions). WatchSession: 0.
+   *
+   * @generated from field: int64 revision = 3;
+   */
+  revision: bigint;
 };
 
 /**
@@ -946,6 +954,21 @@ export type WatchSessionsRequest = Message<"berth.sessions.v1.WatchSessionsReque
    * @generated from field: google.protobuf.Duration progress_interval = 5;
    */
   progressInterval?: Duration | undefined;
+
+  /**
+   * Resume: replay every change after this revision, then `caught_up`
+   * (with `reset` when it cannot be replayed, see WatchSessions). Zero:
+   * none. Negative is INVALID_ARGUMENT. With it, `include_current` adds
+   * nothing (the current state is sent only on a reset, as
+   * `include_current` and `include_completed` say). With `resume_from` too,
+   * the replay wins: `resume_from` is used only on a reset, which then
+   * describes only what moved since it (as `resume_from` alone does, naming
+   * the deleted sessions in `caught_up`), so a client that keeps both loses
+   * little when its revision is too old.
+   *
+   * @generated from field: int64 start_revision = 6;
+   */
+  startRevision: bigint;
 };
 
 /**
@@ -1060,6 +1083,14 @@ export type SessionChange = Message<"berth.sessions.v1.SessionChange"> & {
    * @generated from field: bool deleted = 7;
    */
   deleted: boolean;
+
+  /**
+   * The change's revision (see WatchSessions); for the current state sent
+   * before `caught_up`, the revision `caught_up` carries.
+   *
+   * @generated from field: int64 revision = 8;
+   */
+  revision: bigint;
 };
 
 /**
@@ -1088,6 +1119,22 @@ export type SessionsCaughtUp = Message<"berth.sessions.v1.SessionsCaughtUp"> & {
    * @generated from field: repeated string deleted = 2;
    */
   deleted: string[];
+
+  /**
+   * Every change up to this revision has been sent (or is in the state
+   * described); live changes after it follow.
+   *
+   * @generated from field: int64 revision = 3;
+   */
+  revision: bigint;
+
+  /**
+   * True when `start_revision` could not be replayed and the current state
+   * was described instead: the client replaces its view.
+   *
+   * @generated from field: bool reset = 4;
+   */
+  reset: boolean;
 };
 
 /**
@@ -1315,7 +1362,8 @@ export const IdempotencyKeyReusedSchema: GenMessage<IdempotencyKeyReused> = /*@_
 /**
  * Error detail of RESOURCE_EXHAUSTED WATCHER_LAGGED ending a watch whose
  * client did not keep up (or whose journal another process rewrote):
- * everything before `resume_from_seq` was delivered.
+ * everything before `resume_from_seq` (WatchSession), or up to
+ * `resume_from_revision` (WatchSessions), was delivered.
  *
  * @generated from message berth.sessions.v1.WatcherLagged
  */
@@ -1329,11 +1377,19 @@ export type WatcherLagged = Message<"berth.sessions.v1.WatcherLagged"> & {
 
   /**
    * The `from_seq` to watch again with to miss nothing; 0 for
-   * WatchSessions (resume with `resume_from`).
+   * WatchSessions (resume with `resume_from_revision`).
    *
    * @generated from field: int64 resume_from_seq = 2;
    */
   resumeFromSeq: bigint;
+
+  /**
+   * WatchSessions: the `start_revision` to watch again with to miss
+   * nothing; 0 for WatchSession.
+   *
+   * @generated from field: int64 resume_from_revision = 3;
+   */
+  resumeFromRevision: bigint;
 };
 
 /**
@@ -1743,13 +1799,49 @@ export const SessionService: GenService<{
   /**
    * Follows every session: one `change` per append call of any session (and
    * one per deletion), optionally preceded by the current state of the
-   * sessions and a `caught_up` marker, and `progress` messages when idle. A watcher too slow
-   * to keep up is ended with RESOURCE_EXHAUSTED WATCHER_LAGGED (details:
-   * WatcherLagged), and so is every one when another process changes a
-   * journal in a way only a full replay follows; it resumes by watching
-   * again with `resume_from` set to the last seq it saw of each session:
-   * only the sessions that changed since are described again.
-   * Errors: INVALID_ARGUMENT INVALID_FIELD (`resume_from`,
+   * sessions and a `caught_up` marker, and `progress` messages when idle.
+   *
+   * Revisions: every change carries the service's revision of it, growing
+   * with each change of any session; `caught_up` and `progress` carry the
+   * revision up to which every change has been sent. A watcher resumes from
+   * one number: watch again with `start_revision` set to the last revision it
+   * took, and every change after it is replayed (none missing, deletions
+   * included), then `caught_up` at the current revision, then live changes.
+   * Seqs never go back (see "Seqs never go back" above), so a replayed change
+   * is never one of an earlier session under the same id.
+   *
+   * On the file store revisions number the changes this run of the service
+   * made, one revision each, and it keeps the last changes (four times
+   * GetLimits' `watch_buffer` of them) in memory: a revision of an earlier
+   * run is below the first of a later one, so it is never taken for one of
+   * this run. With `include_snapshot`, a replayed change carries its snapshot
+   * only when some watcher asked for snapshots when it was made.
+   *
+   * On `--store etcd` revisions are etcd's own (the revision of the change's
+   * write), the same through every instance of the cluster; there a
+   * resume's `caught_up` comes first, at `start_revision`, and the changes
+   * after it follow as live ones (etcd does not say where its replay ends).
+   * The appends one transaction wrote (appends queued behind each other on
+   * one session) share its revision: WatcherLagged names the last revision
+   * all of whose changes the watcher took, so one that lagged part way
+   * through a transaction is sent that transaction's changes again.
+   *
+   * Reset, never a gap: a `start_revision` the service can no longer replay
+   * (older than its history, compacted by etcd, from an earlier run of the
+   * service, or ahead of the current revision) is answered as
+   * `include_current` is, with the current state of the sessions, and a
+   * `caught_up` with `reset = true`: the client replaces its view with it.
+   * When another process changes a journal in a way only a full replay
+   * follows, the file store forgets its history, so a resume from before
+   * that is a reset too.
+   *
+   * A watcher too slow to keep up is ended with RESOURCE_EXHAUSTED
+   * WATCHER_LAGGED (details: WatcherLagged, with the revision to resume
+   * from), and so is every one when another process changes a journal in a
+   * way only a full replay follows. It resumes with `start_revision` (see
+   * above), or with `resume_from` set to the last seq it saw of each
+   * session: only the sessions that changed since are described again.
+   * Errors: INVALID_ARGUMENT INVALID_FIELD (`resume_from`, `start_revision`,
    * `progress_interval`); RESOURCE_EXHAUSTED WATCHER_LAGGED,
    * TOO_MANY_OPEN_FILES; UNAVAILABLE ETCD_UNAVAILABLE (`--store etcd`); and
    * any call's (the second table).
