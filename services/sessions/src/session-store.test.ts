@@ -656,7 +656,7 @@ describe.skipIf(!seedsAvailable())("the seed's own store and berth read each oth
     await store.append("s1", [{ type: "steer" }]);
     await store.flush("s1");
     expect(seed.store("s1").has("s1")).toBe(true);
-    expect(await store.delete("s1")).toEqual({ lastSeq: script.length + 1 });
+    expect(await store.delete("s1")).toEqual({ lastSeq: script.length + 1, duplicate: false });
     const after = seed.store("s1");
     expect(after.has("s1")).toBe(false);
     expect(after.listActiveSessions()).toEqual([]);

@@ -303,7 +303,9 @@ export async function runCampaign(options: CampaignOptions): Promise<CampaignRes
         }
         if (isDelete) {
           const sessionId = parsedRequest(method, built)?.sessionId;
-          if (answer.code === "ok") {
+          // A duplicate answers a deletion already made (maybe of an earlier incarnation) and deletes nothing now.
+          const duplicate = (decoded[0] as { duplicate?: boolean } | undefined)?.duplicate === true;
+          if (answer.code === "ok" && !duplicate) {
             if (typeof sessionId === "string") deletedSessions.add(sessionId);
             else
               violate({
