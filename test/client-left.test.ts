@@ -17,30 +17,9 @@ import { NeedItemKind, type NeedSchema } from "@berth/api/berth/budget/v1/budget
 import { BudgetService, type AdmitRequestSchema } from "@berth/api/berth/budget/v1/budget_service_pb";
 import { LockService } from "@berth/api/berth/locks/v1/lock_service_pb";
 import { continueProcess, stopProcess } from "@berth/shared/testing/process-stop";
-import {
-  closeClient,
-  connectClient,
-  makeTempDir,
-  onStore,
-  startService,
-  stopAll,
-  STORES,
-  storeTags,
-  type ConnectClientOptions,
-  type LogEntry,
-} from "./harness.js";
+import { closeClient, connectClient, makeTempDir, onStore, startService, stopAll, STORES, storeTags, EVERY_PROTOCOL, type LogEntry } from "./harness.js";
 
 afterAll(stopAll);
-
-/** Every protocol the services speak, as a leaving client uses it. */
-const PROTOCOLS: ReadonlyArray<{ name: string; options: ConnectClientOptions }> = [
-  { name: "gRPC", options: { protocol: "grpc" } },
-  ...(["1.1", "2"] as const).flatMap((httpVersion) => [
-    { name: `gRPC-Web HTTP/${httpVersion}`, options: { protocol: "grpc-web" as const, httpVersion } },
-    { name: `Connect binary HTTP/${httpVersion}`, options: { protocol: "connect" as const, httpVersion } },
-    { name: `Connect JSON HTTP/${httpVersion}`, options: { protocol: "connect" as const, httpVersion, useBinaryFormat: false } },
-  ]),
-];
 
 /** The shortest pause: longer than a second (what used to tell a pause). */
 const PAUSE_MS = 1_500;
@@ -101,13 +80,13 @@ for (const store of STORES) {
         name: string;
         file: string;
         how: "expires" | "released" | "hold";
-        protocol: (typeof PROTOCOLS)[number];
+        protocol: (typeof EVERY_PROTOCOL)[number];
         holder?: { token: bigint; leaseToken: string };
         leaving?: Client<typeof LockService>;
         gone?: Promise<unknown>;
         next?: Promise<{ owner: string; token: bigint; at: number }>;
       }
-      const cases: Case[] = PROTOCOLS.flatMap((protocol) =>
+      const cases: Case[] = EVERY_PROTOCOL.flatMap((protocol) =>
         (["expires", "released", "hold"] as const).map((how) => ({
           name: `${protocol.name}, ${how === "hold" ? "a Hold waiter, the lease expires" : `the lease ${how}`}`,
           file: `${dir}/${protocol.name.replaceAll(/\W+/g, "-")}-${how}`,
@@ -221,7 +200,7 @@ describe("a budget waiter whose client leaves while the service is stopped", () 
       const leaving: Array<Client<typeof BudgetService>> = [];
       const gone: Promise<unknown>[] = [];
       const streams: Array<() => void> = [];
-      for (const protocol of PROTOCOLS) {
+      for (const protocol of EVERY_PROTOCOL) {
         const client = connectClient(BudgetService, url, { ...protocol.options, defaultTimeoutMs: 60_000 });
         leaving.push(client);
         gone.push(
@@ -278,7 +257,7 @@ for (const store of STORES) {
       const sessions = await startService("sessions", await onStore(store));
       const dir = makeTempDir("berth-client-left-");
       const locks = connectClient(LockService, sessions.url("sessions"), { protocol: "grpc", defaultTimeoutMs: 60_000 });
-      for (const protocol of PROTOCOLS) {
+      for (const protocol of EVERY_PROTOCOL) {
         const file = `${dir}/${protocol.name.replaceAll(/\W+/g, "-")}`;
         const holding = connectClient(LockService, sessions.url("sessions"), { ...protocol.options, defaultTimeoutMs: 60_000 });
         const held = (async () => {
@@ -301,7 +280,7 @@ describe("an Admit stream holding a reservation ends with its client's connectio
   it("the reservation passes to the next in the queue at once, over every protocol that carries the stream (HTTP/2)", async () => {
     const budget = await startService("budget", { args: ["--memory", "100M", "--reserve", "0", "--wait", "10m"] });
     const admin = connectClient(BudgetService, budget.url("budget"), { protocol: "grpc", defaultTimeoutMs: 60_000 });
-    for (const protocol of PROTOCOLS) {
+    for (const protocol of EVERY_PROTOCOL) {
       // Admit is a bidirectional stream: HTTP/2 only.
       if (protocol.options.protocol !== "grpc" && protocol.options.httpVersion !== "2") continue;
       const admitting = connectClient(BudgetService, budget.url("budget"), { ...protocol.options, defaultTimeoutMs: 60_000 });

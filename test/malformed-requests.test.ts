@@ -15,7 +15,7 @@ import { AcquireRequestSchema, HoldRequestSchema, KeepAliveRequestSchema } from 
 import { GetSnapshotRequestSchema, ReadJournalRequestSchema, SessionService, WatchSessionRequestSchema } from "@berth/api/berth/sessions/v1/session_service_pb";
 import { envelope, isJsonProtocol, RAW_ROUTES, rawRpc, type RawProtocol, type RawRpcRequest } from "@berth/shared/testing/raw-rpc";
 import { startBudget } from "./budget-e2e.js";
-import { connectClient, onStore, STORES, startService, stopAll, storeTags, type ConnectProtocol } from "./harness.js";
+import { connectClient, onStore, STORES, startService, stopAll, storeTags, PROTOCOLS } from "./harness.js";
 
 afterAll(stopAll);
 
@@ -438,13 +438,6 @@ function expected(testCase: Case): string[][] {
   return RAW_ROUTES.map((route) => [`${route.protocol} HTTP/${route.httpVersion}`, code, reason ?? "-", domain]);
 }
 
-const PROTOCOLS: ReadonlyArray<{ protocol: ConnectProtocol; httpVersion: "1.1" | "2"; useBinaryFormat: boolean }> = [
-  { protocol: "grpc", httpVersion: "2", useBinaryFormat: true },
-  { protocol: "grpc-web", httpVersion: "1.1", useBinaryFormat: true },
-  { protocol: "connect", httpVersion: "2", useBinaryFormat: true },
-  { protocol: "connect", httpVersion: "1.1", useBinaryFormat: false },
-];
-
 it("covers at least 30 malformed inputs", () => {
   expect(SESSION_CASES.length + BUDGET_CASES.length).toBeGreaterThanOrEqual(30);
 });
@@ -461,7 +454,7 @@ for (const store of STORES) {
     });
 
     it("still serves every protocol afterwards", async () => {
-      for (const [i, options] of PROTOCOLS.entries()) {
+      for (const [i, { options }] of PROTOCOLS.entries()) {
         const client = connectClient(SessionService, url, { ...options, token: TOKEN });
         const sessionId = `after-${store}-${i}`;
         await client.appendEvent({ sessionId, event: { kind: { case: "steer", value: {} } } });
@@ -482,7 +475,7 @@ describe("the budget service's answers to malformed requests", () => {
   });
 
   it("still serves every protocol afterwards", async () => {
-    for (const options of PROTOCOLS) {
+    for (const { options } of PROTOCOLS) {
       const client = connectClient(BudgetService, url, { ...options, token: TOKEN });
       expect((await client.getLimits({})).$typeName).toBe("berth.budget.v1.GetLimitsResponse");
     }

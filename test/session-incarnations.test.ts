@@ -25,18 +25,11 @@ import {
   stopAll,
   STORES,
   storeTags,
-  type ConnectClientOptions,
+  PROTOCOLS,
   type ServiceProcess,
 } from "./harness.js";
 
 afterAll(stopAll);
-
-const PROTOCOLS: ReadonlyArray<{ name: string; options: ConnectClientOptions }> = [
-  { name: "grpc", options: { protocol: "grpc" } },
-  { name: "grpc-web", options: { protocol: "grpc-web" } },
-  { name: "connect", options: { protocol: "connect" } },
-  { name: "connect-json", options: { protocol: "connect", useBinaryFormat: false } },
-];
 
 const event = (kind: MessageInitShape<typeof EventSchema>["kind"]): Event => create(EventSchema, { kind });
 const generate = (count: number): Event => event({ case: "generate", value: { pageUrl: "http://localhost:3000/", count } });

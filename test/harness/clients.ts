@@ -280,6 +280,30 @@ export interface ConnectClientOptions {
   defaultTimeoutMs?: number;
 }
 
+/** A protocol a test runs a case on, with the name its cases carry. */
+export interface NamedProtocol {
+  name: string;
+  options: ConnectClientOptions;
+}
+
+/** Each protocol and format once: gRPC, gRPC-Web, Connect binary and Connect JSON, over HTTP/2 and HTTP/1.1 between them. */
+export const PROTOCOLS: readonly NamedProtocol[] = [
+  { name: "gRPC", options: { protocol: "grpc" } },
+  { name: "gRPC-Web HTTP/1.1", options: { protocol: "grpc-web", httpVersion: "1.1" } },
+  { name: "Connect binary HTTP/2", options: { protocol: "connect", httpVersion: "2" } },
+  { name: "Connect JSON HTTP/1.1", options: { protocol: "connect", httpVersion: "1.1", useBinaryFormat: false } },
+];
+
+/** Every protocol and format on every HTTP version it runs on. */
+export const EVERY_PROTOCOL: readonly NamedProtocol[] = [
+  { name: "gRPC", options: { protocol: "grpc" } },
+  ...(["1.1", "2"] as const).flatMap((httpVersion): NamedProtocol[] => [
+    { name: `gRPC-Web HTTP/${httpVersion}`, options: { protocol: "grpc-web", httpVersion } },
+    { name: `Connect binary HTTP/${httpVersion}`, options: { protocol: "connect", httpVersion } },
+    { name: `Connect JSON HTTP/${httpVersion}`, options: { protocol: "connect", httpVersion, useBinaryFormat: false } },
+  ]),
+];
+
 const closers = new WeakMap<object, () => void>();
 
 /**

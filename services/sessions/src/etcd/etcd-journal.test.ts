@@ -1,6 +1,5 @@
 // @module-tag etcd
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { BerthError } from "@berth/shared/errors";
 import { createEtcdClient, type EtcdClient } from "@berth/etcd";
 import { startEtcd, type EtcdCluster } from "@berth/etcd/testing";
 import { eventsDigest } from "../event-digest.js";
@@ -8,6 +7,7 @@ import { applyEvent, baseSnapshot } from "../reducer.js";
 import type { WatchEvent } from "../watch-hub.js";
 import { EtcdJournal, type PreparedEvent } from "./etcd-journal.js";
 import { EtcdLocks } from "./etcd-locks.js";
+import { berthRefusal } from "@berth/shared/testing/berth-refusal";
 
 // One real etcd member for the file; each test gets a prefix of its own, and "two berth
 // instances" are two journals with clients of their own under one prefix.
@@ -63,16 +63,6 @@ async function take(watcher: AsyncGenerator<WatchEvent>, count: number): Promise
 }
 
 const describeEvent = (e: WatchEvent) => (e.kind === "entry" ? `${e.entry.seq}:${e.entry.type}` : `caught_up@${e.lastSeq}`);
-
-async function rejection(promise: Promise<unknown>): Promise<BerthError> {
-  try {
-    await promise;
-  } catch (error) {
-    if (error instanceof BerthError) return error;
-    throw error;
-  }
-  throw new Error("expected a refusal");
-}
 
 describe("appends and reads", () => {
   it("sequences appends, one key each, and reads from any seq, inside an append too", async () => {
@@ -133,7 +123,7 @@ describe("appends and reads", () => {
 
   it("refuses an append over etcd's request size before sending it", async () => {
     const [a] = instances(1, { maxRequestBytes: 16 * 1024 });
-    const error = await rejection(a!.journal.append("big", [ev("huge", { blob: "x".repeat(20 * 1024) })]));
+    const error = await berthRefusal(a!.journal.append("big", [ev("huge", { blob: "x".repeat(20 * 1024) })]));
     expect(error).toMatchObject({ code: "invalid_argument", reason: "REQUEST_TOO_LARGE" });
     expect(error.message).toContain("--max-request-bytes");
     expect(await readSeqs(a!.journal, "big")).toEqual([]);
@@ -145,15 +135,15 @@ describe("expectations and idempotency", () => {
     const [a, b] = instances(2);
     await a!.journal.append("c", [ev("one")]);
     // b has never seen the session: its guess (no session) is checked against etcd before refusing.
-    expect(await rejection(b!.journal.append("c", [ev("two")], { expectedSeq: 0 }))).toMatchObject({
+    expect(await berthRefusal(b!.journal.append("c", [ev("two")], { expectedSeq: 0 }))).toMatchObject({
       reason: "SEQ_CONFLICT",
       details: { currentSeq: 1, expectedSeq: 0 },
     });
-    expect(await rejection(b!.journal.append("c", [ev("two")], { expectedState: "no_session" }))).toMatchObject({ reason: "SEQ_CONFLICT" });
+    expect(await berthRefusal(b!.journal.append("c", [ev("two")], { expectedState: "no_session" }))).toMatchObject({ reason: "SEQ_CONFLICT" });
     expect(await b!.journal.append("c", [ev("two")], { expectedSeq: 1 })).toMatchObject({ firstSeq: 2 });
     // a's cached head (seq 1) is stale: the transaction's compare fails, its failure branch
     // brings the head back, and the expectation is judged against that.
-    expect(await rejection(a!.journal.append("c", [ev("three")], { expectedSeq: 1 }))).toMatchObject({ reason: "SEQ_CONFLICT", details: { currentSeq: 2 } });
+    expect(await berthRefusal(a!.journal.append("c", [ev("three")], { expectedSeq: 1 }))).toMatchObject({ reason: "SEQ_CONFLICT", details: { currentSeq: 2 } });
     expect(await a!.journal.append("c", [ev("three")], { expectedSeq: 2 })).toMatchObject({ firstSeq: 3 });
     expect(await a!.journal.append("c", [ev("four")], { expectedState: "exists" })).toMatchObject({ firstSeq: 4 });
     expect(await readSeqs(a!.journal, "c")).toEqual([1, 2, 3, 4]);
@@ -173,7 +163,7 @@ describe("expectations and idempotency", () => {
     // With an expected seq that no longer holds, the retry is still answered (it landed).
     expect(await b!.journal.append("ik", events, { idempotencyKey: "req-1", digest, expectedSeq: 0 })).toMatchObject({ firstSeq: 1, duplicate: true });
     const other = [ev("other")];
-    const reused = await rejection(b!.journal.append("ik", other, { idempotencyKey: "req-1", digest: eventsDigest(other.map((e) => e.event)) }));
+    const reused = await berthRefusal(b!.journal.append("ik", other, { idempotencyKey: "req-1", digest: eventsDigest(other.map((e) => e.event)) }));
     expect(reused).toMatchObject({ code: "already_exists", reason: "IDEMPOTENCY_KEY_REUSED", details: { firstSeq: 1, lastSeq: 2 } });
     expect(await readSeqs(a!.journal, "ik")).toEqual([1, 2, 3]);
   });
@@ -205,10 +195,10 @@ describe("fences", () => {
     expect(next.token).toBeGreaterThan(held.token);
     // The ex-holder's write arrives after the handoff with the fence it resolved before: etcd's
     // compare refuses it, and the failure branch names the new token.
-    const refused = await rejection(b!.journal.append("f", [ev("stale")], { fence }));
+    const refused = await berthRefusal(b!.journal.append("f", [ev("stale")], { fence }));
     expect(refused).toMatchObject({ code: "failed_precondition", reason: "FENCE_REJECTED", details: { currentToken: Number(next.token) } });
     // The instance that granted the token forgot its fence when the grant ended: resolving it fails at once.
-    expect(await rejection(a!.locks.fence(file, held.token))).toMatchObject({ reason: "FENCE_REJECTED" });
+    expect(await berthRefusal(a!.locks.fence(file, held.token))).toMatchObject({ reason: "FENCE_REJECTED" });
     expect(await a!.journal.append("f", [ev("current")], { fence: next.fence })).toMatchObject({ firstSeq: 2 });
     expect(await readSeqs(a!.journal, "f")).toEqual([1, 2]);
     const read = await a!.journal.read("f");
@@ -256,7 +246,7 @@ describe("watches", () => {
     const later = await a!.journal.append("lag", [ev("four")]);
     await a!.client.compact(later.revision);
     expect((await take(watcher, 2)).map(describeEvent)).toEqual(["2:two", "caught_up@2"]);
-    const error = await rejection(watcher.next());
+    const error = await berthRefusal(watcher.next());
     expect(error).toMatchObject({ code: "resource_exhausted", reason: "WATCHER_LAGGED", details: { sessionId: "lag", lastSeq: 2 } });
     expect(error.message).toContain("from_seq=3");
     // Resumed by seq, it gets the rest.
@@ -271,10 +261,10 @@ describe("watches", () => {
     await b!.journal.append("del", [ev("one")]);
     const watcher = b!.journal.watch("del", 1);
     expect((await take(watcher, 2)).map(describeEvent)).toEqual(["1:one", "caught_up@1"]);
-    expect(await rejection(a!.journal.delete("del", { expectedSeq: 0 }))).toMatchObject({ reason: "SEQ_CONFLICT" });
+    expect(await berthRefusal(a!.journal.delete("del", { expectedSeq: 0 }))).toMatchObject({ reason: "SEQ_CONFLICT" });
     expect(await a!.journal.delete("del", { expectedSeq: 1 })).toMatchObject({ lastSeq: 1 });
-    expect(await rejection(watcher.next())).toMatchObject({ code: "not_found", reason: "SESSION_DELETED" });
-    expect(await rejection(a!.journal.delete("del"))).toMatchObject({ reason: "SESSION_NOT_FOUND" });
+    expect(await berthRefusal(watcher.next())).toMatchObject({ code: "not_found", reason: "SESSION_DELETED" });
+    expect(await berthRefusal(a!.journal.delete("del"))).toMatchObject({ reason: "SESSION_NOT_FOUND" });
     // b's remembered head is the deleted session's: the compare fails, and it starts over after
     // the tombstone's last seq (an id's seqs never go back).
     expect(await b!.journal.append("del", [ev("other")])).toMatchObject({ firstSeq: 2, lastSeq: 2, created: true });
@@ -316,7 +306,7 @@ describe("watches", () => {
     expect((await take(watcher, 3)).map(describeEvent)).toEqual(["1:one", "2:two", "caught_up@2"]);
     // Unchanged since: deleted as DeleteSession deletes, and its watchers are told so.
     expect(await a!.journal.deleteUnchanged("kept", state.headRevision)).toBeGreaterThan(state.headRevision);
-    expect(await rejection(watcher.next())).toMatchObject({ code: "not_found", reason: "SESSION_DELETED" });
+    expect(await berthRefusal(watcher.next())).toMatchObject({ code: "not_found", reason: "SESSION_DELETED" });
     // Nothing left but its tombstone.
     expect((await a!.client.range({ key: "", prefix: true, keysOnly: true })).kvs.map((kv) => kv.key)).toEqual(["t/kept"]);
     // Gone: a second deletion finds nothing to compare with.

@@ -1,10 +1,10 @@
 // @module-tag etcd
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { BerthError } from "@berth/shared/errors";
 import { createEtcdClient, type EtcdClient } from "@berth/etcd";
 import { countCalls, startEtcd, type EtcdCluster } from "@berth/etcd/testing";
 import { EtcdLocks, type EtcdLockGrant, type EtcdLockRequest } from "./etcd-locks.js";
 import { lockWaitersPrefix } from "./store-keys.js";
+import { berthRefusal } from "@berth/shared/testing/berth-refusal";
 
 // One real etcd member with a 500 ms election timeout, so that its shortest lease is 1 s.
 let etcd: EtcdCluster;
@@ -39,16 +39,6 @@ const request = (owner: string, extra: Partial<EtcdLockRequest> = {}): EtcdLockR
   ...extra,
 });
 
-async function rejection(promise: Promise<unknown>): Promise<BerthError> {
-  try {
-    await promise;
-  } catch (error) {
-    if (error instanceof BerthError) return error;
-    throw error;
-  }
-  throw new Error("expected a refusal");
-}
-
 /** Resolves with the queue position once `request` is waiting (its onWaiting was called). */
 function queued(base: EtcdLockRequest): { request: EtcdLockRequest; waiting: Promise<number> } {
   let told!: (position: number) => void;
@@ -60,7 +50,7 @@ describe("one lock across instances", () => {
   it("blocks an Acquire through another instance while held, naming the holder, and hands over on release", async () => {
     const [a, b] = instances(2);
     const held = await a!.locks.acquire(request("agent-a"));
-    const tried = await rejection(b!.locks.acquire(request("agent-b", { waitMs: 0 })));
+    const tried = await berthRefusal(b!.locks.acquire(request("agent-b", { waitMs: 0 })));
     expect(tried).toMatchObject({
       code: "resource_exhausted",
       reason: "WAIT_EXHAUSTED",
@@ -144,7 +134,7 @@ describe("one lock across instances", () => {
     const lastGrant = a!.locks.acquire(last.request);
     expect(await last.waiting).toBe(2);
     quitter.abort();
-    expect(await rejection(quitting)).toMatchObject({ code: "cancelled" });
+    expect(await berthRefusal(quitting)).toMatchObject({ code: "cancelled" });
     // The last waiter now watches the holder (its predecessor left) and is served on release.
     expect((await a!.locks.inspect(FILE)).waiters.map((w) => w.owner)).toEqual(["last"]);
     await held.release();
@@ -175,7 +165,7 @@ describe("one lock across instances", () => {
     const nextGrant = a!.locks.acquire(next.request);
     expect(await next.waiting).toBe(2);
     await held.release();
-    expect(await rejection(taking)).toMatchObject({ code: "cancelled" });
+    expect(await berthRefusal(taking)).toMatchObject({ code: "cancelled" });
     const granted = await nextGrant;
     expect(granted.owner).toBe("next");
     expect((await a!.locks.inspect(FILE)).holder).toMatchObject({ owner: "next", token: granted.token });
@@ -191,7 +181,7 @@ describe("one lock across instances", () => {
     expect(await waits[0]!.waiting).toBe(1);
     granted.push(b!.locks.acquire(waits[1]!.request));
     expect(await waits[1]!.waiting).toBe(2);
-    const error = await rejection(b!.locks.acquire(request("w3", { maxWaiters: 2 })));
+    const error = await berthRefusal(b!.locks.acquire(request("w3", { maxWaiters: 2 })));
     expect(error).toMatchObject({ code: "resource_exhausted", reason: "TOO_MANY_WAITERS", details: { file: FILE, waiting: 2, maxWaiters: 2 } });
     expect((await a!.client.range({ key: lockWaitersPrefix(FILE), prefix: true, keysOnly: true })).count).toBe(3);
     // A place freed is a place again.
@@ -208,7 +198,7 @@ describe("one lock across instances", () => {
   it("gives up a wait that runs out, leaving no key", async () => {
     const [a, b] = instances(2);
     const held = await a!.locks.acquire(request("holder"));
-    const error = await rejection(b!.locks.acquire(request("impatient", { waitMs: 200 })));
+    const error = await berthRefusal(b!.locks.acquire(request("impatient", { waitMs: 200 })));
     expect(error).toMatchObject({ reason: "WAIT_EXHAUSTED", details: { owner: "holder", waitedMs: 200 } });
     expect((await a!.client.range({ key: lockWaitersPrefix(FILE), prefix: true, keysOnly: true })).count).toBe(1);
     await held.release();
@@ -235,7 +225,7 @@ describe("leases", () => {
   it("tells the holder when its lease is lost, and the lock is free at once", async () => {
     const [a, b] = instances(2);
     const held = await a!.locks.acquire(request("long", { ttlSeconds: 1 }));
-    expect(await rejection(b!.locks.acquire(request("other", { waitMs: 0 })))).toMatchObject({ reason: "WAIT_EXHAUSTED" });
+    expect(await berthRefusal(b!.locks.acquire(request("other", { waitMs: 0 })))).toMatchObject({ reason: "WAIT_EXHAUSTED" });
     // Revoked from elsewhere (an operator, or etcd expiring it): the holder's signal says so.
     await b!.client.revokeLease(held.lease.id);
     const loss = await held.lease.lost;

@@ -1,12 +1,12 @@
 // @module-tag etcd
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ManualClock } from "@berth/shared/clock";
-import { BerthError } from "@berth/shared/errors";
 import { createEtcdClient, type EtcdClient } from "@berth/etcd";
 import { startEtcd, type EtcdCluster } from "@berth/etcd/testing";
 import type { Lease } from "../locks/lock-table.js";
 import { EtcdLocks } from "./etcd-locks.js";
 import { createEtcdSourceLocks, type EtcdSourceLocks } from "./etcd-source-locks.js";
+import { berthRefusal } from "@berth/shared/testing/berth-refusal";
 
 let etcd: EtcdCluster;
 const clients: EtcdClient[] = [];
@@ -46,16 +46,6 @@ function instances(count: number, windowMs = 60_000) {
 
 const FILE = "/work/src/main.ts";
 
-async function rejection(promise: Promise<unknown>): Promise<BerthError> {
-  try {
-    await promise;
-  } catch (error) {
-    if (error instanceof BerthError) return error;
-    throw error;
-  }
-  throw new Error("expected a refusal");
-}
-
 /** Resolves once `locks` shows `count` waiters on FILE. */
 async function waiters(locks: EtcdSourceLocks, count: number): Promise<void> {
   const end = Date.now() + 5000;
@@ -77,7 +67,7 @@ describe("request ids on etcd", () => {
       a!.acquire({ file: FILE, owner: "alice", requestId: "r-1" }),
       Promise.resolve(a!.release(first.leaseToken, "r-1")),
     ]) {
-      const error = await rejection(other);
+      const error = await berthRefusal(other);
       expect([error.code, error.reason, error.details]).toEqual([
         "already_exists",
         "IDEMPOTENCY_KEY_REUSED",
@@ -103,12 +93,12 @@ describe("request ids on etcd", () => {
     const [a] = locks;
     const holder = await a!.acquire({ file: FILE, owner: "holder" });
     const gone = new AbortController();
-    const first = rejection(a!.acquire({ file: FILE, owner: "alice", waitMs: 60_000, signal: gone.signal, requestId: "r-2" }));
+    const first = berthRefusal(a!.acquire({ file: FILE, owner: "alice", waitMs: 60_000, signal: gone.signal, requestId: "r-2" }));
     await waiters(a!, 1);
-    const short = rejection(a!.acquire({ file: FILE, owner: "alice", waitMs: 1_000, requestId: "r-2" }));
+    const short = berthRefusal(a!.acquire({ file: FILE, owner: "alice", waitMs: 1_000, requestId: "r-2" }));
     const patient = a!.acquire({ file: FILE, owner: "alice", waitMs: 120_000, requestId: "r-2" });
     // A repeat that will not wait answers at once, naming the holder.
-    const once = await rejection(a!.acquire({ file: FILE, owner: "alice", waitMs: 0, requestId: "r-2" }));
+    const once = await berthRefusal(a!.acquire({ file: FILE, owner: "alice", waitMs: 0, requestId: "r-2" }));
     expect([once.reason, once.details?.owner, once.details?.waiting]).toEqual(["WAIT_EXHAUSTED", "holder", 1]);
     gone.abort();
     expect((await first).code).toBe("cancelled");
@@ -125,7 +115,7 @@ describe("request ids on etcd", () => {
     // Every call gone: the waiter key goes, and a later call with the id is a new request.
     const other = await a!.acquire({ file: FILE, owner: "other" });
     const lone = new AbortController();
-    const dropped = rejection(a!.acquire({ file: FILE, owner: "alice", waitMs: 60_000, signal: lone.signal, requestId: "r-3" }));
+    const dropped = berthRefusal(a!.acquire({ file: FILE, owner: "alice", waitMs: 60_000, signal: lone.signal, requestId: "r-3" }));
     await waiters(a!, 1);
     lone.abort();
     expect((await dropped).code).toBe("cancelled");
@@ -140,7 +130,7 @@ describe("request ids on etcd", () => {
     const { locks } = instances(2);
     const [a, b] = locks;
     const first = await a!.acquire({ file: FILE, owner: "alice", requestId: "r-4" });
-    const elsewhere = await rejection(b!.acquire({ file: FILE, owner: "alice", waitMs: 0, requestId: "r-4" }));
+    const elsewhere = await berthRefusal(b!.acquire({ file: FILE, owner: "alice", waitMs: 0, requestId: "r-4" }));
     expect([elsewhere.reason, elsewhere.details?.owner, elsewhere.details?.fencingToken]).toEqual(["WAIT_EXHAUSTED", "alice", first.fencingToken]);
     // Through the instance that took it: the first answer.
     expect(await a!.acquire({ file: FILE, owner: "alice", waitMs: 0, requestId: "r-4" })).toEqual(first);

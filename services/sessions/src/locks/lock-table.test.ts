@@ -2,12 +2,12 @@ import { describe, expect, it } from "vitest";
 import { ManualClock } from "@berth/shared/clock";
 import { onDescriptorShortage } from "@berth/shared/descriptors";
 import { DriftingClock } from "@berth/shared/testing/drifting-clock";
-import { BerthError } from "@berth/shared/errors";
 import { LOCK_RETRY_AFTER_MS } from "./lock-input.js";
 import type { ExternalLocks } from "./external-locks.js";
 import { LockTable, type Lease, type LockTableOptions } from "./lock-table.js";
 import { createMemoryExternalLocks } from "./testing/memory-external-locks.js";
 import { createMemoryLockPersistence } from "./testing/memory-lock-persistence.js";
+import { berthRefusal } from "@berth/shared/testing/berth-refusal";
 
 function counter() {
   return createMemoryLockPersistence();
@@ -15,16 +15,6 @@ function counter() {
 
 function table(clock = new ManualClock(), options: Pick<LockTableOptions, "limits" | "maxEndedKeys"> = {}) {
   return { clock, locks: new LockTable({ clock, fencing: counter(), ...options }) };
-}
-
-async function rejection(promise: Promise<unknown>): Promise<BerthError> {
-  try {
-    await promise;
-  } catch (error) {
-    expect(error).toBeInstanceOf(BerthError);
-    return error as BerthError;
-  }
-  throw new Error("expected a rejection");
 }
 
 describe("acquire and release", () => {
@@ -41,7 +31,7 @@ describe("acquire and release", () => {
     });
     expect(lease.leaseToken).toMatch(/^[0-9a-f-]{36}$/);
     // The same file by another spelling is the same lock.
-    const error = await rejection(locks.acquire({ file: "/project/./src/x/../a.ts/", owner: "bob", waitMs: 0 }));
+    const error = await berthRefusal(locks.acquire({ file: "/project/./src/x/../a.ts/", owner: "bob", waitMs: 0 }));
     expect([error.code, error.reason]).toEqual(["resource_exhausted", "WAIT_EXHAUSTED"]);
     expect(locks.release(lease.leaseToken)).toBe(true);
     expect(locks.release(lease.leaseToken)).toBe(false);
@@ -90,7 +80,7 @@ describe("waiting runs out", () => {
     const { clock, locks } = table();
     const holder = await locks.acquire({ file: "/project/src/a.ts", owner: "alice" });
     clock.advance(5000);
-    const waiting = rejection(locks.acquire({ file: "/project/src/a.ts", owner: "bob", waitMs: 2000 }));
+    const waiting = berthRefusal(locks.acquire({ file: "/project/src/a.ts", owner: "bob", waitMs: 2000 }));
     clock.advance(1999);
     expect(locks.inspect("/project/src/a.ts").waiters).toHaveLength(1);
     clock.advance(1);
@@ -115,7 +105,7 @@ describe("waiting runs out", () => {
   it("tries once when wait is 0", async () => {
     const { locks } = table();
     await locks.acquire({ file: "/project/a", owner: "alice" });
-    const error = await rejection(locks.acquire({ file: "/project/a", owner: "bob", waitMs: 0 }));
+    const error = await berthRefusal(locks.acquire({ file: "/project/a", owner: "bob", waitMs: 0 }));
     expect(error.message).toContain("max_wait was 0: try once");
     expect(error.details).toMatchObject({ waitedMs: 0, waiting: 0 });
     expect(locks.inspect("/project/a").waiters).toEqual([]);
@@ -125,8 +115,8 @@ describe("waiting runs out", () => {
     const clock = new ManualClock();
     const locks = new LockTable({ clock, fencing: counter(), limits: { maxWaitMs: 5_000 } });
     const holder = await locks.acquire({ file: "/project/a", owner: "alice" });
-    const unset = rejection(locks.acquire({ file: "/project/a", owner: "bob" }));
-    const longer = rejection(locks.acquire({ file: "/project/a", owner: "carol", waitMs: 3_600_000 }));
+    const unset = berthRefusal(locks.acquire({ file: "/project/a", owner: "bob" }));
+    const longer = berthRefusal(locks.acquire({ file: "/project/a", owner: "carol", waitMs: 3_600_000 }));
     expect(locks.inspect("/project/a").waiters.map((w) => w.deadline - clock.now())).toEqual([5_000, 5_000]);
     clock.advance(4_999);
     expect(locks.inspect("/project/a").waiters).toHaveLength(2);
@@ -141,7 +131,7 @@ describe("waiting runs out", () => {
     const locks = new LockTable({ clock, fencing: counter(), limits: { maxWaitersPerFile: 2 } });
     await locks.acquire({ file: "/project/a", owner: "alice" });
     const queued = [locks.acquire({ file: "/project/a", owner: "w1" }), locks.acquire({ file: "/project/a", owner: "w2" })];
-    const error = await rejection(locks.acquire({ file: "/project/a", owner: "w3" }));
+    const error = await berthRefusal(locks.acquire({ file: "/project/a", owner: "w3" }));
     expect([error.code, error.reason, error.options.retryAfterMs]).toEqual(["resource_exhausted", "TOO_MANY_WAITERS", LOCK_RETRY_AFTER_MS]);
     expect(error.details).toEqual({ file: "/project/a", waiting: 2, maxWaiters: 2 });
     expect(locks.inspect("/project/a").waiters.map((w) => w.owner)).toEqual(["w1", "w2"]);
@@ -204,7 +194,7 @@ describe("request ids", () => {
       Promise.resolve().then(() => locks.release(first.leaseToken, "r-1")),
     ];
     for (const other of others) {
-      const error = await rejection(other);
+      const error = await berthRefusal(other);
       expect([error.code, error.reason]).toEqual(["already_exists", "IDEMPOTENCY_KEY_REUSED"]);
       expect(error.details).toEqual({ requestId: "r-1", rpc: "Acquire", file: "/project/a", owner: "alice", fencingToken: first.fencingToken });
     }
@@ -212,7 +202,7 @@ describe("request ids", () => {
     expect(locks.inspect("/project/b").holder).toBeNull();
     // Also while the first call still waits: the refusal names the request it waits for.
     const waiting = locks.acquire({ file: "/project/a", owner: "bob", waitMs: 10_000, requestId: "r-2" });
-    const other = await rejection(locks.acquire({ file: "/project/c", owner: "bob", waitMs: 10_000, requestId: "r-2" }));
+    const other = await berthRefusal(locks.acquire({ file: "/project/c", owner: "bob", waitMs: 10_000, requestId: "r-2" }));
     expect(other.details).toEqual({ requestId: "r-2", rpc: "Acquire", file: "/project/a", owner: "bob" });
     expect(locks.inspect("/project/a").waiters.map((w) => w.owner)).toEqual(["bob"]);
     locks.release(first.leaseToken);
@@ -225,7 +215,7 @@ describe("request ids", () => {
     const b = await locks.acquire({ file: "/project/b", owner: "alice", ttlMs: 120_000 });
     expect(locks.release(a.leaseToken, "rel-1")).toBe(true);
     expect(locks.release(a.leaseToken, "rel-1")).toBe(true);
-    const reused = await rejection(Promise.resolve().then(() => locks.release(b.leaseToken, "rel-1")));
+    const reused = await berthRefusal(Promise.resolve().then(() => locks.release(b.leaseToken, "rel-1")));
     expect([reused.code, reused.reason, reused.details]).toEqual([
       "already_exists",
       "IDEMPOTENCY_KEY_REUSED",
@@ -267,7 +257,7 @@ describe("request ids", () => {
       ["bob", 9_900],
     ]);
     // A repeat that will not wait answers at once, and leaves the first one's place alone.
-    const once = await rejection(locks.acquire({ file: "/project/a", owner: "alice", waitMs: 0, requestId: "r-1" }));
+    const once = await berthRefusal(locks.acquire({ file: "/project/a", owner: "alice", waitMs: 0, requestId: "r-1" }));
     expect([once.reason, once.details?.waiting]).toEqual(["WAIT_EXHAUSTED", 0]);
     locks.release(holder.leaseToken);
     const [a, b] = await Promise.all([first, repeat]);
@@ -282,8 +272,8 @@ describe("request ids", () => {
     const { clock, locks } = table();
     const holder = await locks.acquire({ file: "/project/a", owner: "h" });
     const gone = new AbortController();
-    const first = rejection(locks.acquire({ file: "/project/a", owner: "alice", waitMs: 1_000, signal: gone.signal, requestId: "r-1" }));
-    const short = rejection(locks.acquire({ file: "/project/a", owner: "alice", waitMs: 500, requestId: "r-1" }));
+    const first = berthRefusal(locks.acquire({ file: "/project/a", owner: "alice", waitMs: 1_000, signal: gone.signal, requestId: "r-1" }));
+    const short = berthRefusal(locks.acquire({ file: "/project/a", owner: "alice", waitMs: 500, requestId: "r-1" }));
     const patient = locks.acquire({ file: "/project/a", owner: "alice", waitMs: 5_000, requestId: "r-1" });
     gone.abort();
     expect((await first).code).toBe("cancelled");
@@ -297,7 +287,7 @@ describe("request ids", () => {
   it("a place whose every call went is dropped, and its id forgotten", async () => {
     const { clock, locks } = table();
     const holder = await locks.acquire({ file: "/project/a", owner: "h" });
-    const first = rejection(locks.acquire({ file: "/project/a", owner: "alice", waitMs: 1_000, requestId: "r-1" }));
+    const first = berthRefusal(locks.acquire({ file: "/project/a", owner: "alice", waitMs: 1_000, requestId: "r-1" }));
     clock.advance(1_000);
     expect((await first).reason).toBe("WAIT_EXHAUSTED");
     expect(locks.inspect("/project/a").waiters).toEqual([]);
@@ -313,7 +303,7 @@ describe("request ids", () => {
 
   it("refuses a malformed id with invalid_argument naming request_id, and queues nothing", async () => {
     const { locks } = table();
-    const error = await rejection(locks.acquire({ file: "/project/a", owner: "o", requestId: "not an id" }));
+    const error = await berthRefusal(locks.acquire({ file: "/project/a", owner: "o", requestId: "not an id" }));
     expect(error.code).toBe("invalid_argument");
     expect(error.message).toMatch(/^request_id: must match \[A-Za-z0-9._-\]\{1,128\}/);
     expect(locks.stats()).toEqual({ held: 0, waiting: 0, blockedByLockFiles: 0 });
@@ -403,7 +393,7 @@ describe("leases", () => {
     await locks.acquire({ file: "/a", owner: "holder-a", ttlMs: 1000 });
     await locks.acquire({ file: "/b", owner: "holder-b", ttlMs: 2000 });
     const left = new AbortController();
-    const gone = rejection(locks.acquire({ file: "/a", owner: "gone", waitMs: 120_000, signal: left.signal }));
+    const gone = berthRefusal(locks.acquire({ file: "/a", owner: "gone", waitMs: 120_000, signal: left.signal }));
     const nextA = locks.acquire({ file: "/a", owner: "next-a", waitMs: 120_000 });
     const nextB = locks.acquire({ file: "/b", owner: "next-b", waitMs: 120_000 });
     // Stopped for 30 s; on resuming, the overdue timers run before the sockets are read.
@@ -479,7 +469,7 @@ describe("the wall clock steps (NTP, a person setting the date)", () => {
       const { clock, locks } = table();
       const holder = await locks.acquire({ file: "/project/a", owner: "holder", ttlMs: 60_000 });
       let settled = false;
-      const waiter = rejection(locks.acquire({ file: "/project/a", owner: "waiter", waitMs: 5000 })).finally(() => (settled = true));
+      const waiter = berthRefusal(locks.acquire({ file: "/project/a", owner: "waiter", waitMs: 5000 })).finally(() => (settled = true));
       clock.stepWall(step);
       // Both shown in the stepped wall clock, as of the answer: it has waited nothing yet, 5 s to go.
       expect(locks.inspect("/project/a").waiters).toEqual([{ kind: "lease", owner: "waiter", since: clock.now(), deadline: clock.now() + 5000 }]);
@@ -499,7 +489,7 @@ describe("waiters that go away", () => {
     const { clock, locks } = table();
     const holder = await locks.acquire({ file: "/project/a", owner: "h" });
     const gone = new AbortController();
-    const goneWaiter = rejection(locks.acquire({ file: "/project/a", owner: "gone", waitMs: 10_000, signal: gone.signal }));
+    const goneWaiter = berthRefusal(locks.acquire({ file: "/project/a", owner: "gone", waitMs: 10_000, signal: gone.signal }));
     const next = locks.acquire({ file: "/project/a", owner: "next", waitMs: 10_000 });
     gone.abort();
     const error = await goneWaiter;
@@ -512,7 +502,7 @@ describe("waiters that go away", () => {
 
   it("refuses a request whose signal is already aborted", async () => {
     const { locks } = table();
-    const error = await rejection(locks.acquire({ file: "/project/a", owner: "x", signal: AbortSignal.abort() }));
+    const error = await berthRefusal(locks.acquire({ file: "/project/a", owner: "x", signal: AbortSignal.abort() }));
     expect(error.code).toBe("cancelled");
     expect(locks.inspect("/project/a").holder).toBeNull();
   });
@@ -603,7 +593,7 @@ describe("holdAsLongAs", () => {
     const { locks } = table();
     const holder = await locks.acquire({ file: "/project/a", owner: "h" });
     const stream = new AbortController();
-    const hold = rejection(locks.holdAsLongAs({ file: "/project/a", owner: "hold", waitMs: 1000, signal: stream.signal }));
+    const hold = berthRefusal(locks.holdAsLongAs({ file: "/project/a", owner: "hold", waitMs: 1000, signal: stream.signal }));
     stream.abort();
     expect((await hold).code).toBe("cancelled");
     locks.release(holder.leaseToken);
@@ -666,7 +656,7 @@ describe("input", () => {
     [{ file: "/project/a", owner: "o", waitMs: Number.NaN }, /^max_wait: must be a finite duration/],
   ])("refuses %#", async (request, message) => {
     const { locks } = table();
-    const error = await rejection(locks.acquire(request));
+    const error = await berthRefusal(locks.acquire(request));
     expect(error.code).toBe("invalid_argument");
     expect(error.message).toMatch(message);
     expect(locks.stats()).toEqual({ held: 0, waiting: 0, blockedByLockFiles: 0 });
@@ -685,11 +675,11 @@ describe("close", () => {
   it("rejects waiters with unavailable, frees leases and refuses new requests", async () => {
     const { clock, locks } = table();
     await locks.acquire({ file: "/project/a", owner: "h", ttlMs: 1000 });
-    const waiting = rejection(locks.acquire({ file: "/project/a", owner: "w", waitMs: 5000 }));
+    const waiting = berthRefusal(locks.acquire({ file: "/project/a", owner: "w", waitMs: 5000 }));
     locks.close();
     expect((await waiting).code).toBe("unavailable");
     expect(clock.pendingTimers()).toBe(0);
-    expect((await rejection(locks.acquire({ file: "/project/a", owner: "x" }))).code).toBe("unavailable");
+    expect((await berthRefusal(locks.acquire({ file: "/project/a", owner: "x" }))).code).toBe("unavailable");
   });
 });
 
@@ -734,7 +724,7 @@ describe("an outside lock that cannot be taken", () => {
       },
     };
     const locks = new LockTable({ clock, fencing: counter(), external });
-    const error = await rejection(locks.acquire({ file: "/project/a", owner: "o", waitMs: 1000 }));
+    const error = await berthRefusal(locks.acquire({ file: "/project/a", owner: "o", waitMs: 1000 }));
     expect(error.code).toBe("unavailable");
     expect(error.reason).toBe("STATE_READ_ONLY");
     expect(error.message).toBe(
@@ -742,7 +732,7 @@ describe("an outside lock that cannot be taken", () => {
     );
     // A failure that is none of the machine's known faults: unavailable, to be retried.
     failure = Object.assign(new Error("EIO: i/o error"), { code: "EIO" });
-    const other = await rejection(locks.acquire({ file: "/project/a", owner: "o", waitMs: 1000 }));
+    const other = await berthRefusal(locks.acquire({ file: "/project/a", owner: "o", waitMs: 1000 }));
     expect([other.code, other.reason, other.options.retryAfterMs]).toEqual(["unavailable", "STORAGE_UNAVAILABLE", LOCK_RETRY_AFTER_MS]);
     expect(other.message).toBe("cannot take the lock file /locks/project/a for /project/a: EIO: i/o error");
     expect(locks.stats()).toEqual({ held: 0, waiting: 0, blockedByLockFiles: 0 });
@@ -774,7 +764,7 @@ describe("an outside lock that cannot be taken", () => {
       watch: () => () => {},
     };
     const locks = new LockTable({ clock, fencing: counter(), external });
-    const waiter = rejection(locks.acquire({ file: "/project/a", owner: "o", waitMs: 1000 }));
+    const waiter = berthRefusal(locks.acquire({ file: "/project/a", owner: "o", waitMs: 1000 }));
     clock.advance(1000);
     const error = await waiter;
     expect([error.code, error.reason]).toEqual(["resource_exhausted", "WAIT_EXHAUSTED"]);
@@ -803,7 +793,7 @@ describe("an outside lock that cannot be taken", () => {
       const locks = new LockTable({ clock: new ManualClock(), fencing: counter(), external });
       expect((await locks.acquire({ file: "/project/a", owner: "o" })).fencingToken).toBe(1);
       unregister();
-      const refused = await rejection(locks.acquire({ file: "/project/b", owner: "o" }));
+      const refused = await berthRefusal(locks.acquire({ file: "/project/b", owner: "o" }));
       expect(refused).toMatchObject({ code: "resource_exhausted", reason: "TOO_MANY_OPEN_FILES", options: { retryAfterMs: 1000 } });
     } finally {
       unregister();
@@ -825,7 +815,7 @@ describe("an outside lock that cannot be taken", () => {
     };
     const locks = new LockTable({ clock, fencing: counter(), external });
     const first = await locks.acquire({ file: "/a", owner: "first" });
-    const queued = rejection(locks.acquire({ file: "/a", owner: "second", waitMs: 5000 }));
+    const queued = berthRefusal(locks.acquire({ file: "/a", owner: "second", waitMs: 5000 }));
     full = true;
     locks.release(first.leaseToken);
     clock.advance(5000);

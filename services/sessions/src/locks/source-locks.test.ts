@@ -3,10 +3,10 @@ import { tmpdir } from "node:os";
 import * as path from "node:path";
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { ManualClock } from "@berth/shared/clock";
-import { BerthError } from "@berth/shared/errors";
 import { createSourceLocks, type SourceLocks } from "./source-locks.js";
 import { lockFilePath, readLockFile } from "./lock-file-protocol.js";
 import { childScripts, deadPid, spawnChild, type Child, type ChildScripts } from "./testing/child-scripts.js";
+import { berthRefusal } from "@berth/shared/testing/berth-refusal";
 
 let root: string;
 let projectRoot: string;
@@ -52,16 +52,6 @@ async function seedHolder(waitMs = 0, owner = "seed-tool", cwd = projectRoot): P
   return child;
 }
 
-async function rejection(promise: Promise<unknown>): Promise<BerthError> {
-  try {
-    await promise;
-  } catch (error) {
-    expect(error).toBeInstanceOf(BerthError);
-    return error as BerthError;
-  }
-  throw new Error("expected a rejection");
-}
-
 describe("lock files of berth's holders", () => {
   it("a grant writes the seed's lock file with the service's pid; release removes it", async () => {
     const { locks } = service();
@@ -86,7 +76,7 @@ describe("lock files of berth's holders", () => {
     const { locks } = service();
     await locks.acquire({ file: key(), owner: "alice" });
     await locks.acquire({ file: path.join(projectRoot, "src/other.ts"), owner: "alice" });
-    const waiting = rejection(locks.acquire({ file: key(), owner: "bob", waitMs: 5000 }));
+    const waiting = berthRefusal(locks.acquire({ file: key(), owner: "bob", waitMs: 5000 }));
     locks.close();
     expect((await waiting).code).toBe("unavailable");
     expect(fs.readdirSync(path.join(liveDir, "locks")).filter((n) => n.endsWith(".lock"))).toEqual([]);
@@ -96,7 +86,7 @@ describe("lock files of berth's holders", () => {
     const { locks: first } = service();
     const { locks: second, clock } = service();
     const lease = await first.acquire({ file: key(), owner: "alice" });
-    const error = await rejection(second.acquire({ file: key(), owner: "bob", waitMs: 0 }));
+    const error = await berthRefusal(second.acquire({ file: key(), owner: "bob", waitMs: 0 }));
     expect(error.reason).toBe("WAIT_EXHAUSTED");
     expect(error.details).toMatchObject({ kind: "seed-file", owner: "alice", pid: process.pid, fencingToken: 0, lockPath: lockPath() });
     const waiting = second.acquire({ file: key(), owner: "bob", waitMs: 60_000 });
@@ -137,7 +127,7 @@ describe("interop with processes using the seed's lock files", () => {
     const seed = await seedHolder();
     const acquired = await seed.next("acquired");
     expect(locks.inspect(key()).holder).toMatchObject({ kind: "seed-file", owner: "seed-tool", pid: seed.pid, readable: true });
-    const refused = await rejection(locks.acquire({ file: key(), owner: "berth-client", waitMs: 0 }));
+    const refused = await berthRefusal(locks.acquire({ file: key(), owner: "berth-client", waitMs: 0 }));
     expect(refused.reason).toBe("WAIT_EXHAUSTED");
     expect(refused.details).toMatchObject({ kind: "seed-file", owner: "seed-tool", pid: seed.pid });
     expect(refused.details!.acquireTime).toBeLessThanOrEqual(acquired.at as number);
@@ -212,7 +202,7 @@ describe("interop with processes using the seed's lock files", () => {
     const { locks, clock } = service();
     const seed = await seedHolder();
     await seed.next("acquired");
-    const waiting = rejection(locks.acquire({ file: key(), owner: "berth-client", waitMs: 2000 }));
+    const waiting = berthRefusal(locks.acquire({ file: key(), owner: "berth-client", waitMs: 2000 }));
     clock.advance(2000);
     const error = await waiting;
     expect([error.code, error.reason]).toEqual(["resource_exhausted", "WAIT_EXHAUSTED"]);
@@ -226,7 +216,7 @@ describe("interop with processes using the seed's lock files", () => {
     const { locks } = service();
     fs.mkdirSync(path.dirname(lockPath()), { recursive: true });
     fs.writeFileSync(lockPath(), "");
-    const error = await rejection(locks.acquire({ file: key(), owner: "berth-client", waitMs: 0 }));
+    const error = await berthRefusal(locks.acquire({ file: key(), owner: "berth-client", waitMs: 0 }));
     expect(error.details).toMatchObject({ kind: "seed-file", owner: "" });
     expect(fs.existsSync(lockPath())).toBe(true);
   });
@@ -244,7 +234,7 @@ describe("interop with processes using the seed's lock files", () => {
     const seed = await seedHolder(0, "seed-tool", spelled);
     await seed.next("acquired");
     // Any spelling of the file reaches the seed's lock file.
-    const refused = await rejection(locks.acquire({ file: path.join(spelled, "src", "x", "..", "app.ts"), owner: "berth-client", waitMs: 0 }));
+    const refused = await berthRefusal(locks.acquire({ file: path.join(spelled, "src", "x", "..", "app.ts"), owner: "berth-client", waitMs: 0 }));
     expect(refused.reason).toBe("WAIT_EXHAUSTED");
     expect(refused.details).toMatchObject({ file: key(), kind: "seed-file", owner: "seed-tool", lockPath: seedLockFile });
     seed.send("release");
