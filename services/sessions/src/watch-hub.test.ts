@@ -151,6 +151,33 @@ describe("WatchHub", () => {
       expect(await take(again, 3)).toEqual(["a@2#2", "a@3#3", "a@4#4"]);
     });
 
+    it("replay a session's snapshot on its latest held change only, and hold no snapshot of a change the history let go", async () => {
+      const hub = new WatchHub(2, 0);
+      const withSnapshot = (sessionId: string, seq: number) => ({ ...stored(seq), snapshot: { ...baseSnapshot(sessionId), phase: `${sessionId}-${seq}` } });
+      const live = hub.watchAll({ includeSnapshot: true, maxBuffered: 100 });
+      hub.publish("a", [withSnapshot("a", 1)]);
+      hub.publish("a", [withSnapshot("a", 2)]);
+      hub.publish("b", [withSnapshot("b", 1)]);
+      hub.publish("a", [stored(3)]); // no watcher asked for a snapshot of this one
+      // Live watchers get every change's own snapshot.
+      const liveSnapshots: Array<string | undefined> = [];
+      for (let i = 0; i < 4; i++) liveSnapshots.push((await live.next()).value.snapshot?.phase);
+      expect(liveSnapshots).toEqual(["a-1", "a-2", "b-1", undefined]);
+      // A replay: b's only change keeps its snapshot; a's latest change had none, so none of a's has one.
+      const replay = hub.watchAll({ includeSnapshot: true, startRevision: 1 });
+      const replayed: Array<string | undefined> = [];
+      for (let i = 0; i < 3; i++) replayed.push((await replay.next()).value.snapshot?.phase);
+      expect(replayed).toEqual([undefined, "b-1", undefined]);
+      hub.publish("a", [withSnapshot("a", 4)]);
+      const again = hub.watchAll({ includeSnapshot: true, startRevision: 2 });
+      const second: Array<string | undefined> = [];
+      for (let i = 0; i < 3; i++) second.push((await again.next()).value.snapshot?.phase);
+      expect(second).toEqual(["b-1", undefined, "a-4"]);
+      // Many sessions, each changed once: only those the history holds (eight) keep a snapshot, whatever the count.
+      for (let n = 0; n < 1000; n++) hub.publish(`s${n}`, [withSnapshot(`s${n}`, 1)]);
+      expect(hub.heldSnapshotCount).toBeLessThanOrEqual(64 + 8);
+    });
+
     it("forget the history when a journal changed in a way only a full replay follows: a resume from before it is a reset", async () => {
       const hub = new WatchHub(10, 0);
       hub.publish("a", [stored(1)]);

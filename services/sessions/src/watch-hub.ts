@@ -28,6 +28,9 @@ export const DEFAULT_MAX_BUFFERED = 1000;
  */
 export const HISTORY_PER_BUFFER = 4;
 
+/** The fewest sessions' snapshots held before the replay's snapshots are swept. */
+const MIN_SNAPSHOT_SWEEP = 64;
+
 /** A journal entry delivered to a watcher, with the snapshot it produced when asked for. */
 export interface WatchEntry {
   kind: "entry";
@@ -473,7 +476,12 @@ export function sessionsLagged(why: string, lastRevision: number): BerthError {
 export class WatchHub {
   private readonly bySession = new Map<string, Set<Subscriber<PublishedEntry>>>();
   private readonly everySession = new Set<AllSessionsWatcher>();
+  /** The changes held for replay, bare: a snapshot per change would hold memory in proportion to the sessions' size. */
   private history: RevisionHistory<SessionChange>;
+  /** Each session's latest change in the history that carried a snapshot: a replay attaches it there. */
+  private readonly latestSnapshots = new Map<string, { revision: number; snapshot: SessionSnapshot }>();
+  /** When `latestSnapshots` grows past this, the entries of changes the history let go are dropped. */
+  private sweepSnapshotsAt = MIN_SNAPSHOT_SWEEP;
   private closedWith: BerthError | undefined;
 
   /**
@@ -496,8 +504,26 @@ export class WatchHub {
   /** Numbers a change of every session and hands it to their watchers. */
   private changed(change: Omit<SessionChange, "revision">): void {
     const numbered = { ...change, revision: this.history.revision + 1 } as SessionChange;
-    this.history.append(numbered);
+    const { snapshot, ...bare } = numbered;
+    this.history.append(bare);
+    if (snapshot === undefined) this.latestSnapshots.delete(change.sessionId);
+    else this.latestSnapshots.set(change.sessionId, { revision: numbered.revision, snapshot });
+    if (this.latestSnapshots.size > this.sweepSnapshotsAt) this.sweepSnapshots();
     for (const watcher of [...this.everySession]) watcher.deliver(change.sessionId, numbered);
+  }
+
+  /** Drops the snapshots of changes no longer held, so that they are bounded by the sessions changed within the history. */
+  private sweepSnapshots(): void {
+    for (const [sessionId, latest] of this.latestSnapshots) {
+      if (!this.history.canReplay(latest.revision - 1)) this.latestSnapshots.delete(sessionId);
+    }
+    this.sweepSnapshotsAt = Math.max(MIN_SNAPSHOT_SWEEP, 2 * this.latestSnapshots.size);
+  }
+
+  /** A held change as a replay sends it: with its snapshot when it is its session's latest change. */
+  private replayed(change: SessionChange): SessionChange {
+    const latest = this.latestSnapshots.get(change.sessionId);
+    return latest?.revision === change.revision ? { ...change, snapshot: latest.snapshot } : change;
   }
 
   /**
@@ -547,6 +573,7 @@ export class WatchHub {
     for (const watcher of [...this.everySession]) watcher.fail(watcher.cutOff(why));
     // The held changes no longer tell what happened: a resume from before now is a reset.
     this.history = new RevisionHistory({ base: this.history.revision + 1, capacity: HISTORY_PER_BUFFER * this.defaultMaxBuffered });
+    this.latestSnapshots.clear();
   }
 
   /** True when some watcher of `sessionId` (or of every session) wants per-entry snapshots. */
@@ -584,7 +611,8 @@ export class WatchHub {
 
   /**
    * Watches every session: one change per durable append or deletion, with the snapshot after it
-   * when asked (a replayed change has it when a watcher wanted snapshots when it was made). With
+   * when asked (a replayed change has it when it is its session's latest and a watcher wanted
+   * snapshots when it was made: that one says what the earlier ones led to). With
    * `startRevision`, the held changes after it first, or, when they cannot be replayed, from now
    * with `reset` (see {@link SessionsWatchStart}).
    */
@@ -601,10 +629,15 @@ export class WatchHub {
       after,
       () => this.history.revision,
     );
-    if (replay) watcher.replay(this.history.since(start).map((held) => held.value));
+    if (replay) watcher.replay(this.history.since(start).map((held) => this.replayed(held.value)));
     watcher.started = Promise.resolve({ after, caughtUpAt: current, reset: start > 0 && !replay });
     this.everySession.add(watcher);
     return watcher;
+  }
+
+  /** How many sessions' snapshots the history holds for replay (bounded by the sessions changed within it). */
+  get heldSnapshotCount(): number {
+    return this.latestSnapshots.size;
   }
 
   /** True when someone follows `sessionId`: a watcher of it, or of every session. */

@@ -1814,8 +1814,11 @@ export const SessionService: GenService<{
    * made, one revision each, and it keeps the last changes (four times
    * GetLimits' `watch_buffer` of them) in memory: a revision of an earlier
    * run is below the first of a later one, so it is never taken for one of
-   * this run. With `include_snapshot`, a replayed change carries its snapshot
-   * only when some watcher asked for snapshots when it was made.
+   * this run. With `include_snapshot`, a replayed change carries a snapshot
+   * only when it is its session's latest change and some watcher asked for
+   * snapshots when it was made: that snapshot says what the session's
+   * earlier replayed changes led to (one per change would hold memory in
+   * proportion to the sessions' size).
    *
    * On `--store etcd` revisions are etcd's own (the revision of the change's
    * write), the same through every instance of the cluster; there a
