@@ -65,18 +65,21 @@ for (const store of STORES) {
       await service.stop();
     });
 
+    /** The session (and lock file) a protocol's case re-creates: its name in the ids' alphabet. */
+    const rebornId = (protocolName: string) => `reborn-${protocolName.replace(/[^A-Za-z0-9]+/g, "-")}`;
+
     for (const { name, options } of PROTOCOLS) {
       it(`over ${name}: re-created, the old expected seq, keys, fence and seqs are refused; a keyed deletion repeats its answer`, async () => {
         await started;
         const url = service.url("sessions");
         const sessions = connectClient(SessionService, url, options);
         const locks = connectClient(LockService, url, options);
-        const id = `reborn-${name}`;
-        const file = `${projectDir}/${name}.ts`;
+        const id = rebornId(name);
+        const file = `${projectDir}/${id}.ts`;
 
         // The old session: a keyed batch (seqs 1-2) and a keyed, fenced append (seq 3).
         await sessions.appendEvents({ sessionId: id, events: [generate(1), generate(2)], expected: noSession, idempotencyKey: "batch" });
-        const { lease } = await locks.acquire({ file, owner: name, requestId: `lock-${name}` });
+        const { lease } = await locks.acquire({ file, owner: name, requestId: `lock-${id}` });
         const fence = { file, fencingToken: lease!.fencingToken };
         expect((await sessions.appendEvent({ sessionId: id, event: generate(3), idempotencyKey: "fenced", fence })).seq).toBe(3n);
 
@@ -137,7 +140,7 @@ for (const store of STORES) {
       await service.stop();
       service = await startService("sessions", await onStore(store, { stateDir }));
       const sessions = connectClient(SessionService, service.url("sessions"), { protocol: "grpc" });
-      const id = "reborn-grpc";
+      const id = rebornId(PROTOCOLS[0]!.name);
       expect(await sessions.deleteSession({ sessionId: id, expectedSeq: 3n, idempotencyKey: "bye" })).toMatchObject({ lastSeq: 3n, duplicate: true });
       expect(codeAndReason(await callFailure(sessions.appendEvent({ sessionId: id, event: generate(3), idempotencyKey: "fenced" })))).toEqual([
         Code.NotFound,
