@@ -93,8 +93,12 @@ describe("request ids on etcd", () => {
     const [a] = locks;
     const holder = await a!.acquire({ file: FILE, owner: "holder" });
     const gone = new AbortController();
-    const first = berthRefusal(a!.acquire({ file: FILE, owner: "alice", waitMs: 60_000, signal: gone.signal, requestId: "r-2" }));
-    await waiters(a!, 1);
+    // Queued in etcd is not yet placed: the call learns its place and the holder when etcd's answer comes back.
+    let placed!: () => void;
+    const queued = new Promise<void>((resolve) => (placed = resolve));
+    const onWaiting = (update: { holder: unknown }) => update.holder !== null && placed();
+    const first = berthRefusal(a!.acquire({ file: FILE, owner: "alice", waitMs: 60_000, signal: gone.signal, requestId: "r-2", onWaiting }));
+    await queued;
     const short = berthRefusal(a!.acquire({ file: FILE, owner: "alice", waitMs: 1_000, requestId: "r-2" }));
     const patient = a!.acquire({ file: FILE, owner: "alice", waitMs: 120_000, requestId: "r-2" });
     // A repeat that will not wait answers at once, naming the holder.
