@@ -42,7 +42,8 @@ type Outcome = { kind: "ok" } | { kind: "refused"; detail: string } | { kind: "v
 
 /**
  * A failed call's outcome. Answered by the service (every error of berth's carries an ErrorInfo),
- * it must be RESOURCE_EXHAUSTED TOO_MANY_OPEN_FILES with a RetryInfo; without an ErrorInfo the
+ * it must be RESOURCE_EXHAUSTED TOO_MANY_OPEN_FILES with a RetryInfo (or, on etcd, UNAVAILABLE
+ * ETCD_UNAVAILABLE with one: etcd did not answer within the request timeout); without an ErrorInfo the
  * service closed the connection unanswered (or never took it), which the client reports as it
  * sees fit, but never as INTERNAL.
  */
@@ -53,6 +54,8 @@ function outcomeOf(error: unknown): Outcome {
   if (reason === undefined) return connect.code === Code.Internal ? { kind: "violation", detail } : { kind: "dropped", detail };
   const retry = connect.findDetails(RetryInfoSchema).length > 0;
   if (connect.code === Code.ResourceExhausted && reason === "TOO_MANY_OPEN_FILES" && retry) return { kind: "refused", detail };
+  // etcd slower than the request timeout (both cores busy beside the crowd): a refusal to retry as well, never about descriptors.
+  if (connect.code === Code.Unavailable && reason === "ETCD_UNAVAILABLE" && retry) return { kind: "refused", detail };
   return { kind: "violation", detail };
 }
 
