@@ -8,7 +8,9 @@
  * `examples/python/e2e.py` runs the Python side and reports each step as a JSON line; this side
  * checks each report against what it sees through its own clients, and acts where the scenario
  * needs a second party: a live entry for the watcher, a second waiter for the lock, a reservation
- * that makes the Python admission queue.
+ * that makes the Python admission queue. The watches of locks (on each store) and of the budget
+ * run against services of their own with a small `--watch-buffer`, so that a Python watcher that
+ * stops reading is ended WATCHER_LAGGED and resumes by itself.
  */
 import { spawn } from "node:child_process";
 import { mkdirSync, readFileSync, realpathSync, symlinkSync, writeFileSync } from "node:fs";
@@ -23,11 +25,14 @@ import { discoveryCases, expectResolutions, type Resolution } from "./discovery.
 import {
   connectClient,
   makeTempDir,
+  onStore,
   repoPath,
   runCommand,
   runSteps,
   startService,
   stopAll,
+  STORES,
+  storeTags,
   type CommandResult,
   type StartedService,
   type StepRun,
@@ -567,5 +572,106 @@ describe("Python client (grpcio 1.51 + stubs from Debian's protoc)", () => {
       throw new Error(`${error instanceof Error ? error.message : String(error)}\n${python.output()}`, { cause: error });
     }
     await slow.stop();
+  });
+
+  for (const store of STORES) {
+    describe(`watches of locks from Python (${store} store)`, storeTags(store), () => {
+      it("sees one file's grants, waiter and releases, every file's, progress and a replay from a revision; resumes a lag without a gap", {
+        timeout: 120_000,
+      }, async () => {
+        expect(generated.code, generated.stderr).toBe(0);
+        // --watch-buffer 16: on the file store the lock history is as long as the buffer, so it
+        // replays the first watch's 5 changes; and 200 changes unread end a watcher all the same.
+        const service = await startService("sessions", await onStore(store, { args: ["--watch-buffer", "16"] }));
+        const lockDir = realpathSync(makeTempDir("berth-python-lock-watch-"));
+        const python = runPython(["lock_watch"], { BERTH_SESSIONS_URL: service.url("sessions"), BERTH_PYTHON_STUBS: stubs, BERTH_E2E_LOCK_DIR: lockDir });
+        try {
+          const watched = await python.step("lock_watch");
+          const [holderToken, waiterToken] = watched.tokens as number[];
+          const at = watched.start_revision as number;
+          // The watch of every file described the lock held before it started, at its start revision.
+          expect(watched.described).toEqual([["CURRENT_HOLDER", "py-held", "held.css", 0, expect.any(Number), at]]);
+          // The watch of one file, without include_current, still said where it started.
+          expect(watched).toMatchObject({ opened_revision: at, opened_reset: false, every_same: true, replayed_same: true });
+          const events = watched.events as Array<[string, string, string, number, number, number]>;
+          expect(events.map((event) => event.slice(0, 5))).toEqual([
+            ["GRANTED", "py-holder", "watched.css", 0, holderToken],
+            ["WAITER_JOINED", "py-waiter", "watched.css", 1, 0],
+            ["RELEASED", "py-holder", "watched.css", 0, holderToken],
+            ["GRANTED", "py-waiter", "watched.css", 0, waiterToken],
+            ["RELEASED", "py-waiter", "watched.css", 0, waiterToken],
+          ]);
+          // Revisions grow after the start; a release and the grant it hands on may share one (etcd).
+          const revisions = events.map((event) => event[5]);
+          expect(revisions[0]).toBeGreaterThan(at);
+          for (let i = 1; i < revisions.length; i++) expect(revisions[i]).toBeGreaterThanOrEqual(revisions[i - 1]!);
+          expect(revisions.at(-1)).toBeGreaterThan(revisions[0]!);
+          expect(watched.progress_revision).toBeGreaterThanOrEqual(revisions.at(-1)!);
+          expect(watched.watch_revision).toBe(watched.progress_revision);
+
+          // 200 changes unread: the service ended the watcher once, and it resumed by itself.
+          const lag = await python.step("lock_lag", 60_000);
+          expect(lag).toMatchObject({ resumes: 1, in_order: true, revisions_growing: true });
+          expect(lag.received).toBeGreaterThan(0);
+          if (store === "etcd") {
+            // etcd still holds every change after the revision named: each comes once, in order.
+            expect(lag).toMatchObject({ reset: false, complete: true, received: 200 });
+          } else if (!lag.complete) {
+            // The file store holds the last --watch-buffer changes, fewer than the watcher missed:
+            // what came before the lag came in order, then a reset to the state now.
+            expect(lag).toMatchObject({ reset: true, view_held: ["lag-marker.ts"] });
+          }
+          await python.step("done");
+          expect(await python.exited, python.output()).toEqual({ code: 0, signal: null });
+        } catch (error) {
+          throw new Error(`${error instanceof Error ? error.message : String(error)}\n${python.output()}`, { cause: error });
+        } finally {
+          await service.stop();
+        }
+      });
+    });
+  }
+
+  it("watches the budget from Python through a queued admission, with progress, a replay and WatchMachine; resumes a lag without a gap", {
+    timeout: 90_000,
+  }, async () => {
+    expect(generated.code, generated.stderr).toBe(0);
+    const watched = await startBudget({ args: ["--watch-buffer", "4"] });
+    const python = runPython(["budget_watch"], { BERTH_BUDGET_URL: watched.url, BERTH_PYTHON_STUBS: stubs });
+    try {
+      const step = await python.step("budget_watch");
+      const at = step.start_revision as number;
+      expect(step.described).toEqual([["POLICY_CHANGED", "", at]]);
+      // Queued behind a 3G reservation (the budget is 4G), admitted once it is released: one revision per change.
+      expect(step.events).toEqual([
+        ["RESERVATION_MADE", "py-blocker", at + 1],
+        ["REQUEST_QUEUED", "py-admit", at + 2],
+        ["RESERVATION_RELEASED", "py-blocker", at + 3],
+        ["RESERVATION_MADE", "py-admit", at + 4],
+        ["REQUEST_ADMITTED", "py-admit", at + 5],
+        ["RESERVATION_RELEASED", "py-admit", at + 6],
+      ]);
+      expect(step).toMatchObject({
+        replayed_same: true,
+        replay_caught_up: ["caught_up", at + 6, false],
+        progress_revision: at + 6,
+        watch_revision: at + 6,
+        machine_memory: 16 * G,
+      });
+      // Two samples in a row; resumed after the first, the next is the second, not a reset.
+      const [first, second, resumed, reset, machineRevision] = step.machine as [number, number, number, boolean, number];
+      expect([second, resumed, reset, machineRevision]).toEqual([first + 1, first + 1, false, first + 1]);
+
+      // 300 changes unread with --watch-buffer 4: ended once, resumed from the revision named, and
+      // the service's history (10,000 changes) replays every one it missed.
+      const lag = await python.step("budget_lag", 60_000);
+      expect(lag).toEqual({ step: "budget_lag", resumes: 1, reset: false, received: 300, exact: true, revisions_consecutive: true });
+      await python.step("done");
+      expect(await python.exited, python.output()).toEqual({ code: 0, signal: null });
+    } catch (error) {
+      throw new Error(`${error instanceof Error ? error.message : String(error)}\n${python.output()}`, { cause: error });
+    } finally {
+      await watched.service.stop();
+    }
   });
 });

@@ -16,6 +16,11 @@ the few patterns that take care to get right by hand:
   services; release), or with a lease (Reserve, KeepAlive, Release) where a stream cannot be held,
   a ``request_id`` making a retried Reserve or RegisterRunning safe; read the budget's lists page
   by page;
+- watch the locks of one file or every file, the budget (queue, reservations, running tally,
+  policy) and the machine's samples, from a revision if given, with progress while idle, resuming
+  by themselves from the revision the service names when it ends a watcher that fell behind (a
+  ``caught_up`` with ``reset`` tells the caller to replace its view, when the changes missed are
+  no longer held);
 - the bearer token on every call, and errors with their structured details decoded.
 
 Everything else is reachable through the raw stubs: ``client.sessions``, ``client.locks`` and
@@ -29,6 +34,8 @@ Everything else is reachable through the raw stubs: ``client.sessions``, ``clien
             print("holding, fencing token", lease.fencing_token)
         with berth.admit([start("web", memory="1G")], owner="my-tool up web") as admission:
             admission.started("web", pid=os.getpid())
+        for message in berth.watch_locks("src/app.css", include_current=True):
+            print(message)
 
 The stubs are imported from the folder named by ``BERTH_PYTHON_STUBS``, else from ``berth_api``
 beside this file (where ``generate.sh`` puts them by default).
@@ -77,8 +84,11 @@ __all__ = [
     "Admission",
     "Berth",
     "BerthError",
+    "BudgetWatch",
     "HeldLock",
     "LockLease",
+    "LocksWatch",
+    "MachineWatch",
     "Reservation",
     "JournalRead",
     "SessionWatch",
@@ -115,7 +125,7 @@ class BerthError(Exception):
     ``details`` are the typed details of ``grpc-status-details-bin``, unpacked into their generated
     classes where this module knows the type (``ErrorInfo``, ``RetryInfo``, ``BadRequest``,
     ``LockHeld``, ``SeqConflict``, ``FenceRejected``, ``IdempotencyKeyReused``, ``WatcherLagged``,
-    ``Refusal``, ``Struct``)
+    ``LocksWatcherLagged``, ``Refusal``, ``Struct``)
     and left as ``Any`` otherwise; ``reason`` and ``retry_after`` read the first two. ``facts`` is the JSON
     object of the ``berth-error-details`` trailer (the same facts as the Struct detail: ``field`` and
     ``rule`` for INVALID_ARGUMENT, the current seq of a conflict, the holder of a lock...).
@@ -163,6 +173,7 @@ _DETAIL_TYPES: dict = {
         error_details_pb2.RetryInfo,
         error_details_pb2.BadRequest,
         lock_service_pb2.LockHeld,
+        lock_service_pb2.LocksWatcherLagged,
         session_service_pb2.SeqConflict,
         session_service_pb2.FenceRejected,
         session_service_pb2.IdempotencyKeyReused,
@@ -410,6 +421,14 @@ def _duration(seconds: Optional[Seconds]) -> Optional[duration_pb2.Duration]:
     return value
 
 
+def _watch_request(request: Message, progress_interval: Optional[Seconds]) -> Message:
+    """A watch's request, asking for a ``progress`` message whenever ``progress_interval`` seconds
+    pass quietly (None: never)."""
+    if progress_interval is not None:
+        request.progress_interval.CopyFrom(_duration(progress_interval))
+    return request
+
+
 def event(type: str, fields: Optional[Mapping[str, Any]] = None, *, extra: Optional[Mapping[str, Any]] = None) -> events_pb2.Event:
     """An Event from its journal type and keys, as the journal writes them.
 
@@ -554,10 +573,8 @@ class SessionWatch:
 
     def _open(self):
         request = session_service_pb2.WatchSessionRequest(session_id=self._session_id, from_seq=self._next_seq, include_snapshot=self._include_snapshot, max_batch=self._max_batch)
-        if self._progress_interval is not None:
-            request.progress_interval.CopyFrom(_duration(self._progress_interval))
         self._live = False
-        return self._stub.WatchSession(request, timeout=self._timeout)
+        return self._stub.WatchSession(_watch_request(request, self._progress_interval), timeout=self._timeout)
 
     def __iter__(self) -> "SessionWatch":
         return self
@@ -605,17 +622,114 @@ class SessionWatch:
         self.cancel()
 
 
-class SessionsWatch:
+class _RevisionWatch:
+    """What the watches numbered by revision share (every session, the locks, the budget, the
+    machine): the stream ``method`` starts with ``request``, as an iterator of its messages;
+    ``cancel()`` (or leaving a ``with``) ends it.
+
+    ``revision`` is the revision up to which every change was seen, taken from each change, each
+    ``caught_up`` and each ``progress`` (a ``reset`` caught-up's even when it is lower: a new run's
+    may be). When the service ends the stream because this client fell behind (RESOURCE_EXHAUSTED
+    ``WATCHER_LAGGED``) and ``resume_on_lag`` is set, it watches again from the revision the error
+    names, the last one the service handed on whole: the service replays what followed, then
+    ``caught_up``, so every change comes through once and none is missed; when it can no longer
+    replay them, the ``caught_up`` after the current state says ``reset``, and the caller replaces
+    its view with that state. ``resumes`` counts how often that happened.
+    """
+
+    def __init__(self, method: Callable[..., Any], request: Message, resume_on_lag: bool, timeout: Optional[Seconds]):
+        self._method = method
+        self._request = request
+        self.revision = request.start_revision
+        self.resumes = 0
+        self._resume_on_lag = resume_on_lag
+        self._timeout = timeout
+        self._cancelled = False
+        self._resumed_from: Optional[int] = None
+        self._taken_since_resume = False
+        self._call = self._open(resume=False)
+
+    def _request_for(self, resume: bool) -> Message:
+        """The request that starts the stream: from ``revision``; a resume does not ask for the
+        current state again (WatchBudget would let it win over ``start_revision``)."""
+        request = type(self._request)()
+        request.CopyFrom(self._request)
+        request.start_revision = self.revision
+        if resume:
+            request.include_current = False
+        return request
+
+    def _open(self, resume: bool) -> Any:
+        return self._method(self._request_for(resume), timeout=self._timeout)
+
+    def _resume_revision(self, failure: BerthError) -> Optional[int]:
+        """The revision a WATCHER_LAGGED error names to watch again from (None: not resumable)."""
+        return None
+
+    def _seen(self, revision: int, reset: bool = False) -> None:
+        if reset or revision > self.revision:
+            self.revision = revision
+
+    def _took(self, message: Message) -> None:
+        """Keeps the revision of a message whose ``kind`` (a change or event, ``caught_up``,
+        ``progress``) carries one."""
+        kind = message.WhichOneof("kind")
+        if kind is not None:
+            part = getattr(message, kind)
+            self._seen(part.revision, kind == "caught_up" and part.reset)
+
+    def __iter__(self) -> "_RevisionWatch":
+        return self
+
+    def __next__(self) -> Any:
+        while True:
+            try:
+                message = next(self._call)
+            except grpc.RpcError as error:
+                if self._cancelled and error.code() == grpc.StatusCode.CANCELLED:
+                    raise StopIteration from None
+                failure = error_from_rpc(error)
+                resume_from = self._resume_revision(failure) if self._resume_on_lag and failure.reason == "WATCHER_LAGGED" else None
+                # A resumed stream ended lagged again before handing on anything, from the same
+                # revision: the service cannot replay it to this client, and resuming again would spin.
+                if resume_from is None or (self._resumed_from == resume_from and not self._taken_since_resume):
+                    raise failure from None
+                self.revision = self._resumed_from = resume_from
+                self._taken_since_resume = False
+                self.resumes += 1
+                self._call = self._open(resume=True)
+                if self._cancelled:  # cancelled from another thread while this one resumed
+                    self._call.cancel()
+                continue
+            self._taken_since_resume = True
+            self._took(message)
+            return message
+
+    def cancel(self) -> None:
+        """Ends the watch (the service frees the watcher at once)."""
+        self._cancelled = True
+        self._call.cancel()
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.cancel()
+
+
+class SessionsWatch(_RevisionWatch):
     """A WatchSessions stream as an iterator of its messages (``change``, ``caught_up``, ``progress``:
     ``message.WhichOneof("kind")``); ``cancel()`` (or leaving a ``with``) ends it.
 
     ``last_seqs`` holds the last seq seen of each session (a deleted one is dropped), and
     ``revision`` the revision up to which every change was seen. When the service ends the watch
     because this client fell behind (WATCHER_LAGGED) and ``resume_on_lag`` is set, it watches again
-    with ``start_revision = revision`` and ``resume_from = last_seqs``: the service replays exactly
-    the changes missed, deletions included, then ``caught_up``, and goes on live; when it can no
-    longer replay them (its ``caught_up`` then says ``reset``) it describes only the sessions that
-    moved since ``last_seqs`` and names the deleted ones. ``resumes`` counts how often that happened.
+    with ``start_revision`` set to the revision the error's ``WatcherLagged`` names and
+    ``resume_from = last_seqs``: the service replays exactly the changes missed, deletions included
+    (on etcd, a transaction it lagged part way through is sent again whole), then ``caught_up``,
+    and goes on live; when it can no longer replay them (its ``caught_up`` then says ``reset``) it
+    describes only the sessions that moved since ``last_seqs`` and names the deleted ones.
+    ``resumes`` counts how often that happened.
     """
 
     def __init__(
@@ -629,76 +743,32 @@ class SessionsWatch:
         progress_interval: Optional[Seconds],
         timeout: Optional[Seconds],
     ):
-        self._stub = stub
-        self._include_current = include_current
-        self._include_snapshot = include_snapshot
-        self._include_completed = include_completed
-        self._resume_on_lag = resume_on_lag
-        self._progress_interval = progress_interval
-        self._timeout = timeout
-        self._cancelled = False
         self.last_seqs: dict = {}
-        self.revision = 0
-        self.resumes = 0
-        self._call = self._open(resume=False)
+        request = session_service_pb2.WatchSessionsRequest(include_current=include_current, include_snapshot=include_snapshot, include_completed=include_completed)
+        super().__init__(stub.WatchSessions, _watch_request(request, progress_interval), resume_on_lag, timeout)
 
-    def _open(self, resume: bool):
-        request = session_service_pb2.WatchSessionsRequest(
-            include_current=self._include_current and not resume,
-            include_snapshot=self._include_snapshot,
-            include_completed=self._include_completed,
-        )
+    def _request_for(self, resume: bool) -> Message:
+        request = super()._request_for(resume)
         if resume:
-            request.start_revision = self.revision
             request.resume_from.update(self.last_seqs)
-        if self._progress_interval is not None:
-            request.progress_interval.CopyFrom(_duration(self._progress_interval))
-        return self._stub.WatchSessions(request, timeout=self._timeout)
+        return request
 
-    def __iter__(self) -> "SessionsWatch":
-        return self
+    def _resume_revision(self, failure: BerthError) -> Optional[int]:
+        lagged = failure.detail(session_service_pb2.WatcherLagged)
+        return lagged.resume_from_revision if lagged is not None else None
 
-    def __next__(self) -> session_service_pb2.WatchSessionsResponse:
-        while True:
-            try:
-                message = next(self._call)
-            except grpc.RpcError as error:
-                if self._cancelled and error.code() == grpc.StatusCode.CANCELLED:
-                    raise StopIteration from None
-                failure, lagged = _lagged(error)
-                if self._resume_on_lag and lagged is not None:
-                    self.resumes += 1
-                    self._call = self._open(resume=True)
-                    continue
-                raise failure from None
-            kind = message.WhichOneof("kind")
-            if kind == "change":
-                change = message.change
-                if change.deleted:
-                    self.last_seqs.pop(change.session_id, None)
-                else:
-                    self.last_seqs[change.session_id] = change.last_seq
-                self.revision = max(self.revision, change.revision)
-            elif kind == "caught_up":
-                for session_id in message.caught_up.deleted:
-                    self.last_seqs.pop(session_id, None)
-                # A reset's revision may be below the last one seen (etcd's, of a new run): take it.
-                if message.caught_up.reset or message.caught_up.revision > self.revision:
-                    self.revision = message.caught_up.revision
-            elif kind == "progress":
-                self.revision = max(self.revision, message.progress.revision)
-            return message
-
-    def cancel(self) -> None:
-        """Ends the watch."""
-        self._cancelled = True
-        self._call.cancel()
-
-    def __enter__(self) -> "SessionsWatch":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.cancel()
+    def _took(self, message: session_service_pb2.WatchSessionsResponse) -> None:
+        kind = message.WhichOneof("kind")
+        if kind == "change":
+            change = message.change
+            if change.deleted:
+                self.last_seqs.pop(change.session_id, None)
+            else:
+                self.last_seqs[change.session_id] = change.last_seq
+        elif kind == "caught_up":
+            for session_id in message.caught_up.deleted:
+                self.last_seqs.pop(session_id, None)
+        super()._took(message)
 
 
 @dataclass
@@ -850,6 +920,18 @@ class LockLease:
 
     def __exit__(self, *exc: Any) -> None:
         self.release()
+
+
+class LocksWatch(_RevisionWatch):
+    """A WatchLocks stream (see :meth:`Berth.watch_locks`) as an iterator of its messages: ``event``
+    (a ``LockEvent``: granted, released, expired, a waiter joining or leaving; before ``caught_up``,
+    the current holders and waiters), ``caught_up`` and ``progress`` (``message.WhichOneof("kind")``).
+    ``revision`` and resuming after WATCHER_LAGGED (from the error's ``LocksWatcherLagged``) as
+    :class:`_RevisionWatch` says; ``cancel()`` (or leaving a ``with``) ends it."""
+
+    def _resume_revision(self, failure: BerthError) -> Optional[int]:
+        lagged = failure.detail(lock_service_pb2.LocksWatcherLagged)
+        return lagged.resume_from_revision if lagged is not None else None
 
 
 # --- budget ----------------------------------------------------------------------------------
@@ -1023,6 +1105,33 @@ class Reservation:
 
     def __exit__(self, *exc: Any) -> None:
         self.release()
+
+
+class BudgetWatch(_RevisionWatch):
+    """A WatchBudget stream (see :meth:`Berth.watch_budget`) as an iterator of its messages:
+    ``event`` (a ``BudgetEvent``: the queue, reservations, the running tally, the policy; before
+    ``caught_up``, the current state), ``caught_up`` and ``progress``
+    (``message.WhichOneof("kind")``). ``revision`` and resuming after WATCHER_LAGGED (from the
+    ``resumeRevision`` of the error's ErrorInfo metadata) as :class:`_RevisionWatch` says;
+    ``cancel()`` (or leaving a ``with``) ends it."""
+
+    def _resume_revision(self, failure: BerthError) -> Optional[int]:
+        info = failure.detail(error_details_pb2.ErrorInfo)
+        revision = info.metadata.get("resumeRevision", "") if info is not None else ""
+        return int(revision) if revision.isdigit() else None
+
+
+class MachineWatch(_RevisionWatch):
+    """A WatchMachine stream (see :meth:`Berth.watch_machine`) as an iterator of its messages: a
+    ``machine`` sample with its ``revision`` (``reset`` when ``start_revision`` could not be
+    continued: samples between were missed), or ``progress`` when no sample came for the progress
+    interval (``message.HasField("progress")``). ``revision`` is the last sample's: watching again
+    with ``start_revision=revision`` continues after it. Samples are states, not changes: a client
+    slower than the sampler gets the latest one (its revision shows how many it skipped), so the
+    service never ends this watch for lagging. ``cancel()`` (or leaving a ``with``) ends it."""
+
+    def _took(self, message: budget_service_pb2.WatchMachineResponse) -> None:
+        self._seen(message.revision, message.reset)
 
 
 # --- the client ------------------------------------------------------------------------------
@@ -1281,6 +1390,25 @@ class Berth:
         """The lock's holder, fencing token and waiters; ``file`` as in :meth:`lock`."""
         return _rpc(lambda: self.locks.Inspect(lock_service_pb2.InspectRequest(file=lock_path(file)), timeout=self.timeout))
 
+    def watch_locks(
+        self,
+        file: Optional[str] = None,
+        *,
+        include_current: bool = False,
+        start_revision: int = 0,
+        resume_on_lag: bool = True,
+        progress_interval: Optional[Seconds] = None,
+        timeout: Optional[Seconds] = None,
+    ) -> LocksWatch:
+        """Follows the lock of ``file`` (as in :meth:`lock`), or of every file when None: with
+        ``include_current``, one event per holder and waiter now; with ``start_revision`` (the last
+        revision received), every change after it; then ``caught_up`` (always sent: it names the
+        revision the watch starts at); then each change as it happens; with ``progress_interval``
+        (0.1 s or more), a ``progress`` whenever that long passed quietly. A watcher that fell
+        behind resumes by itself (see :class:`LocksWatch`)."""
+        request = lock_service_pb2.WatchLocksRequest(file="" if file is None else lock_path(file), include_current=include_current, start_revision=start_revision)
+        return LocksWatch(self.locks.WatchLocks, _watch_request(request, progress_interval), resume_on_lag, timeout)
+
     # budget
 
     def check(self, need: Union[budget_pb2.Need, Iterable[budget_pb2.NeedItem]], *, skip_load_gate: bool = False) -> budget_pb2.Verdict:
@@ -1387,6 +1515,33 @@ class Berth:
     def list_running(self, *, page_size: int = 0) -> Iterator[budget_pb2.RunningEntry]:
         """The running tally, oldest first, a page at a time."""
         return self._pages(self.budget.ListRunning, budget_service_pb2.ListRunningRequest, "running", page_size)
+
+    def watch_budget(
+        self,
+        *,
+        include_current: bool = False,
+        start_revision: int = 0,
+        resume_on_lag: bool = True,
+        progress_interval: Optional[Seconds] = None,
+        timeout: Optional[Seconds] = None,
+    ) -> BudgetWatch:
+        """Follows every change of the budget (the queue, reservations, the running tally, the
+        policy): with ``include_current``, the current state then ``caught_up``; with
+        ``start_revision`` (the last revision received), the changes after it then ``caught_up``;
+        neither, only the changes from now on (no ``caught_up``); with ``progress_interval`` (0.1 s
+        or more), a ``progress`` whenever that long passed quietly. A watcher that fell behind
+        resumes by itself (see :class:`BudgetWatch`)."""
+        request = budget_service_pb2.WatchBudgetRequest(include_current=include_current, start_revision=start_revision)
+        return BudgetWatch(self.budget.WatchBudget, _watch_request(request, progress_interval), resume_on_lag, timeout)
+
+    def watch_machine(self, *, start_revision: int = 0, progress_interval: Optional[Seconds] = None, timeout: Optional[Seconds] = None) -> MachineWatch:
+        """Follows the machine samples: the current one, then each new one; with ``start_revision``
+        (the last sample's revision), the samples after it the service still holds; with
+        ``progress_interval`` (0.1 s or more), a ``progress`` whenever no sample came for that long.
+        See :class:`MachineWatch`."""
+        # Never ended for lagging: a slow reader gets the latest sample.
+        request = budget_service_pb2.WatchMachineRequest(start_revision=start_revision)
+        return MachineWatch(self.budget.WatchMachine, _watch_request(request, progress_interval), False, timeout)
 
     def _pages(self, method: Callable[..., Any], request_class: type, field: str, page_size: int, token: Optional[str] = None) -> Iterator[Any]:
         """Every entry of a paged list, from ``token`` (None: the first page; "": nothing left)."""

@@ -17,6 +17,12 @@ the other side takes the same file through other spellings.
 token in that environment, or the error: the client side of the discovery table's test.
 `e2e.py budget` runs the budget's errors (each code with its ErrorInfo reason), request ids, pages
 and limits, against a budget service whose queue holds nobody (--max-queue=0).
+`e2e.py lock_watch` watches the locks of files in BERTH_E2E_LOCK_DIR (one file, every file, a resume
+from a revision, progress), then stops reading while 100 files are taken and freed, against a
+sessions service with --watch-buffer 4: the watch resumes by itself, missing nothing.
+`e2e.py budget_watch` watches the budget through an admission that queues (the budget holds 4G) and
+the machine's samples, then stops reading while 150 reservations come and go, against a budget
+service with --watch-buffer 4.
 """
 
 from __future__ import annotations
@@ -27,16 +33,25 @@ import sys
 import time
 import traceback
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 
 import grpc
 
 from berth_client import Berth, BerthError, error_from_rpc, event, lock_path, start, to_dict
 from berth.budget.v1 import budget_pb2, budget_service_pb2
+from berth.budget.v1.budget_service_pb2 import BudgetEventKind
 from berth.locks.v1 import lock_service_pb2
+from berth.locks.v1.lock_service_pb2 import LockEventKind
 from berth.sessions.v1 import session_service_pb2
 import error_details_pb2  # google.rpc's, generated beside berth's stubs (on sys.path once berth_client is imported)
 
 SESSION = "py-e2e"
+# Connections of their own (a local subchannel pool), so that a watcher that stops reading cannot
+# hold up another client's calls.
+OWN_CONNECTIONS = [("grpc.use_local_subchannel_pool", 1)]
+# A reader whose transport holds little (a 16 KiB window that does not grow): it is the service, not
+# grpcio's buffers, that sees it fall behind once a few dozen changes go unread.
+NARROW_WINDOW = OWN_CONNECTIONS + [("grpc.http2.bdp_probe", 0), ("grpc.http2.lookahead_bytes", 16384)]
 
 
 def emit(step: str, **facts) -> None:
@@ -467,6 +482,196 @@ def lag_steps() -> None:
         )
 
 
+def until_caught_up(watch, describe) -> tuple:
+    """The events a watch sends before its caught_up, each as ``describe`` puts it, and the
+    caught_up's revision."""
+    described = []
+    for message in watch:
+        if message.WhichOneof("kind") == "caught_up":
+            return described, message.caught_up.revision
+        described.append(describe(message))
+    raise AssertionError("the watch ended before caught_up")
+
+
+def events_until(watch, describe, kind: str, owner: str) -> list:
+    """The events a watch sends up to the first ``kind`` of ``owner``, each as ``describe`` puts it
+    (``[kind, owner, ...]``)."""
+    out = []
+    for message in watch:
+        if message.WhichOneof("kind") == "event":
+            out.append(describe(message))
+            if out[-1][:2] == [kind, owner]:
+                return out
+    raise AssertionError(f"the watch ended before {kind} {owner}")
+
+
+def lock_event(message) -> list:
+    """A LockEvent as [kind, owner, file's name, position, fencing token, revision]."""
+    e = message.event
+    return [LockEventKind.Name(e.kind).removeprefix("LOCK_EVENT_KIND_"), e.owner, os.path.basename(e.file), e.position, e.fencing_token, e.revision]
+
+
+def lock_watch_steps() -> None:
+    """WatchLocks of one file and of every file through a grant, a waiter, a release that hands the
+    lock on and the last release; progress; a watch again from a revision replays the same."""
+    lock_dir = os.environ["BERTH_E2E_LOCK_DIR"]
+    file, other = os.path.join(lock_dir, "watched.css"), os.path.join(lock_dir, "held.css")
+    with Berth(timeout=15) as berth, ThreadPoolExecutor(1) as pool:
+        held = berth.acquire(other, owner="py-held")
+        with berth.watch_locks(include_current=True, progress_interval=0.1, timeout=60) as every, berth.watch_locks(file, timeout=60) as one:
+            described, start_revision = until_caught_up(every, lock_event)
+            opened = next(one)  # sent also without include_current: where the watch starts
+            lease = berth.acquire(file, owner="py-holder")
+            waiting = pool.submit(lambda: berth.acquire(file, owner="py-waiter", max_wait=30))
+            events = events_until(one, lock_event, "WAITER_JOINED", "py-waiter")
+            lease.release()
+            events += events_until(one, lock_event, "GRANTED", "py-waiter")
+            handed_on = waiting.result(timeout=30)
+            handed_on.release()
+            events += events_until(one, lock_event, "RELEASED", "py-waiter")
+            of_every = [e for e in events_until(every, lock_event, "RELEASED", "py-waiter") if e[2] == "watched.css"]
+            progress = next(m for m in every if m.WhichOneof("kind") == "progress")
+            with berth.watch_locks(file, start_revision=start_revision, timeout=60) as again:
+                replayed = events_until(again, lock_event, "RELEASED", "py-waiter")
+        held.release()
+        emit(
+            "lock_watch",
+            described=described,
+            opened_revision=opened.caught_up.revision,
+            opened_reset=opened.caught_up.reset,
+            start_revision=start_revision,
+            events=events,
+            tokens=[lease.fencing_token, handed_on.fencing_token],
+            every_same=of_every == events,
+            replayed_same=replayed == events,
+            progress_revision=progress.progress.revision,
+            watch_revision=every.revision,
+        )
+
+
+def lock_lag_steps() -> None:
+    """A watch of every lock that stops reading while 100 files are taken and freed (-> WATCHER_LAGGED
+    with --watch-buffer 4), then reads on until the marker lock taken last: every change once, in
+    order, or, where the service can no longer replay them, a reset to the current state."""
+    lock_dir = os.environ["BERTH_E2E_LOCK_DIR"]
+    files = [os.path.join(lock_dir, f"lag-{n:03d}-" + "x" * 180 + ".ts") for n in range(100)]
+    marker = os.path.join(lock_dir, "lag-marker.ts")
+    owner = "py-lag-" + "o" * 240
+    with Berth(timeout=15, channel_options=OWN_CONNECTIONS) as writer, Berth(timeout=15, channel_options=NARROW_WINDOW) as reader:
+        with reader.watch_locks(timeout=120) as watch:
+            next(watch)  # caught_up: watching
+            for file in files:
+                writer.acquire(file, owner=owner).release()
+            held = writer.acquire(marker, owner="py-lag-marker")
+            seen, view, reset = [], {}, False
+            for message in watch:
+                kind = message.WhichOneof("kind")
+                if kind == "caught_up" and message.caught_up.reset:
+                    reset = True
+                    if marker in view:
+                        break
+                elif kind == "event":
+                    event = message.event
+                    if event.kind in (LockEventKind.LOCK_EVENT_KIND_CURRENT_HOLDER, LockEventKind.LOCK_EVENT_KIND_CURRENT_WAITER):
+                        view[event.file] = event.owner  # a reset's description of the current state
+                    else:
+                        seen.append((event.file, LockEventKind.Name(event.kind), event.revision))
+                        if event.file == marker:
+                            break
+            held.release()
+        expected = [(file, kind) for file in files for kind in ("LOCK_EVENT_KIND_GRANTED", "LOCK_EVENT_KIND_RELEASED")]
+        changes = [(file, kind) for file, kind, _ in seen if file != marker]
+        revisions = [revision for _, _, revision in seen]
+        emit(
+            "lock_lag",
+            resumes=watch.resumes,
+            reset=reset,
+            received=len(changes),
+            in_order=changes == expected[: len(changes)],
+            complete=changes == expected and seen[-1][0] == marker,
+            revisions_growing=all(b > a for a, b in zip(revisions, revisions[1:])),
+            view_held=sorted(os.path.basename(file) for file in view),
+        )
+
+
+def budget_event(message) -> list:
+    """A BudgetEvent as [kind, owner (a running entry's name), revision]."""
+    e = message.event
+    subject = e.WhichOneof("subject")
+    who = e.running.name if subject == "running" else getattr(e, subject).owner if subject in ("request", "reservation") else ""
+    return [BudgetEventKind.Name(e.kind).removeprefix("BUDGET_EVENT_KIND_"), who, e.revision]
+
+
+def budget_watch_steps() -> None:
+    """WatchBudget through an admission that queues behind a reservation and is admitted once it is
+    released; progress; a watch again from a revision replays the same; WatchMachine resumed after
+    a sample."""
+    with Berth(timeout=15) as berth, ThreadPoolExecutor(1) as pool:
+        with berth.watch_budget(include_current=True, progress_interval=0.1, timeout=60) as watch:
+            described, start_revision = until_caught_up(watch, budget_event)
+            blocker = berth.reserve([start("blocker", memory="3G", cpu=1)], "py-blocker")
+            admission = berth.admit([start("web", memory="2G", cpu=1)], owner="py-admit", max_wait=30, timeout=60)
+            admitted = pool.submit(admission.wait)
+            events = events_until(watch, budget_event, "REQUEST_QUEUED", "py-admit")
+            blocker.release()
+            events += events_until(watch, budget_event, "REQUEST_ADMITTED", "py-admit")
+            admitted.result(timeout=30)
+            admission.release()
+            events += events_until(watch, budget_event, "RESERVATION_RELEASED", "py-admit")
+            progress = next(m for m in watch if m.WhichOneof("kind") == "progress")
+            with berth.watch_budget(start_revision=start_revision, timeout=60) as again:
+                replayed = events_until(again, budget_event, "RESERVATION_RELEASED", "py-admit")
+                caught_up = next(again)
+        with berth.watch_machine(timeout=60) as machine:
+            first, second = next(machine), next(machine)
+        with berth.watch_machine(start_revision=first.revision, timeout=60) as machine:
+            resumed = next(machine)
+        emit(
+            "budget_watch",
+            described=described,
+            start_revision=start_revision,
+            events=events,
+            replayed_same=replayed == events,
+            replay_caught_up=[caught_up.WhichOneof("kind"), caught_up.caught_up.revision, caught_up.caught_up.reset],
+            progress_revision=progress.progress.revision,
+            watch_revision=watch.revision,
+            machine=[first.revision, second.revision, resumed.revision, resumed.reset, machine.revision],
+            machine_memory=resumed.machine.total_bytes,
+        )
+
+
+def budget_lag_steps() -> None:
+    """A watch of the budget that stops reading while 150 reservations are made and released
+    (-> WATCHER_LAGGED with --watch-buffer 4), then reads on: every change once, in order."""
+    count = 150
+    owners = [f"py-lag-{n:03d}-" + "o" * 200 for n in range(count)]
+    with Berth(timeout=15, channel_options=OWN_CONNECTIONS) as writer, Berth(timeout=15, channel_options=NARROW_WINDOW) as reader:
+        with reader.watch_budget(include_current=True, timeout=120) as watch:
+            until_caught_up(watch, budget_event)
+            for owner in owners:
+                writer.reserve([start("lag", memory="1M", cpu=0)], owner).release()
+            seen, reset = [], False
+            for message in watch:
+                kind = message.WhichOneof("kind")
+                if kind == "caught_up" and message.caught_up.reset:
+                    reset = True
+                    break
+                if kind == "event":
+                    seen.append(budget_event(message))
+                    if seen[-1][0] == "RESERVATION_RELEASED" and seen[-1][1] == owners[-1]:
+                        break
+        expected = [[kind, owner] for owner in owners for kind in ("RESERVATION_MADE", "RESERVATION_RELEASED")]
+        revisions = [revision for _, _, revision in seen]
+        emit(
+            "budget_lag",
+            resumes=watch.resumes,
+            reset=reset,
+            received=len(seen),
+            exact=[[kind, owner] for kind, owner, _ in seen] == expected,
+            revisions_consecutive=all(b == a + 1 for a, b in zip(revisions, revisions[1:])),
+        )
+
+
 def spellings_steps() -> None:
     """Tries (`{"go": "try LABEL"}` → step `tried LABEL`), holds (`hold` → `held`) and releases
     (`release` → `released`) the lock of BERTH_E2E_LOCK_FILE until told `done`."""
@@ -536,6 +741,12 @@ def main() -> int:
             spellings_steps()
         elif sys.argv[1:] == ["budget"]:
             budget_steps()
+        elif sys.argv[1:] == ["lock_watch"]:
+            lock_watch_steps()
+            lock_lag_steps()
+        elif sys.argv[1:] == ["budget_watch"]:
+            budget_watch_steps()
+            budget_lag_steps()
         else:
             tour()
         emit("done")

@@ -50,12 +50,33 @@ describe("RevisionHistory", () => {
     history.append(4);
     await expect(watcher.next()).rejects.toMatchObject({ resumeRevision: 1 });
     expect(history.watcherCount).toBe(0);
-    // Resuming from there misses nothing.
-    expect(await take(history.watch(1, { maxBuffered: 10, lagged }), 3)).toEqual([
+    // Resuming from there, with the same bound, misses nothing: the replay is not counted against it.
+    expect(await take(history.watch(1, { maxBuffered: 2, lagged }), 3)).toEqual([
       [2, 2],
       [3, 3],
       [4, 4],
     ]);
+  });
+
+  it("replays more than its bound to a resumed watcher, then bounds the live changes it has not taken", async () => {
+    const history = new RevisionHistory<number>({ base: 0, capacity: 100 });
+    for (let i = 1; i <= 5; i++) history.append(i);
+    const watcher = history.watch(0, { maxBuffered: 2, lagged });
+    expect(await take(watcher, 1)).toEqual([[1, 1]]);
+    // Four replayed changes unread and two live ones: within the bound.
+    history.append(6);
+    history.append(7);
+    expect(await take(watcher, 5)).toEqual([
+      [2, 2],
+      [3, 3],
+      [4, 4],
+      [5, 5],
+      [6, 6],
+    ]);
+    // 7 is unread: one more live change is within the bound, a second is past it.
+    history.append(8);
+    history.append(9);
+    await expect(watcher.next()).rejects.toMatchObject({ resumeRevision: 6 });
   });
 
   it("wakes a waiting reader, and ends it on close after what it buffered", async () => {

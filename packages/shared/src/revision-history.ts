@@ -8,7 +8,10 @@
  * asks {@link RevisionHistory.canReplay} and describes the current state instead when it cannot.
  * A watcher buffers what it has not taken yet, up to a bound: one that falls further behind ends
  * with the caller's lagged error, naming the last revision it took, so its client resumes from
- * there instead of the process holding an unbounded backlog. A watcher may keep only the changes it
+ * there instead of the process holding an unbounded backlog. The changes a watcher replays when it
+ * starts are not counted against the bound (they are what it missed, held by the history anyway):
+ * a watcher resumed after a lag replays more than its bound, and counting them would end it lagged
+ * again at once, from the same revision, every time. A watcher may keep only the changes it
  * accepts (one file of many): the bound counts those alone, and its {@link RevisionWatcher.deliveredRevision}
  * still moves past the ones it skipped.
  */
@@ -39,7 +42,7 @@ export interface RevisionHistoryOptions {
 
 /** Options of one watcher. */
 export interface RevisionWatchOptions<T = unknown> {
-  /** The most changes it holds that its reader has not taken: one more ends it lagged. */
+  /** The most live changes it holds that its reader has not taken (its replay aside): one more ends it lagged. */
   maxBuffered: number;
   /** The error it ends with when lagged, given the last revision its reader took. */
   lagged: (resumeRevision: number) => Error;
@@ -117,7 +120,7 @@ export class RevisionHistory<T> {
   watch(revision: number, options: RevisionWatchOptions<T>): RevisionWatcher<T> {
     const held = this.since(revision);
     const watcher = new RevisionWatcher<T>(revision, options, () => this.watchers.delete(watcher));
-    for (const change of held) watcher.offer(change);
+    watcher.replay(held);
     if (this.closedWith !== undefined) watcher.fail(this.closedWith);
     else if (this.closed) watcher.end();
     else this.watchers.add(watcher);
@@ -151,6 +154,8 @@ export class RevisionWatcher<T> implements AsyncIterator<Revisioned<T>> {
   private ended = false;
   private lagged = false;
   private failure: Error | undefined;
+  /** How many of the buffered changes, the first ones, are its replay (not counted against the bound). */
+  private replaying = 0;
   private taken: number;
   /** The latest revision offered, kept or skipped. */
   private offered: number;
@@ -179,15 +184,26 @@ export class RevisionWatcher<T> implements AsyncIterator<Revisioned<T>> {
     return dropped || this.buffered > 0 ? this.taken : this.offered;
   }
 
+  /** @internal The held changes after its start, buffered whatever their number. */
+  replay(changes: ReadonlyArray<Revisioned<T>>): void {
+    for (const change of changes) {
+      this.offered = change.revision;
+      if (this.options.accept !== undefined && !this.options.accept(change.value)) continue;
+      this.buffer.push(change);
+      this.replaying++;
+    }
+  }
+
   /** @internal A change for this watcher; past its bound it is lagged and stops listening. */
   offer(change: Revisioned<T>): void {
     if (this.ended || this.lagged) return;
     this.offered = change.revision;
     if (this.options.accept !== undefined && !this.options.accept(change.value)) return;
-    if (this.buffer.length - this.cursor >= this.options.maxBuffered) {
+    if (this.buffered - this.replaying >= this.options.maxBuffered) {
       this.lagged = true;
       this.buffer = [];
       this.cursor = 0;
+      this.replaying = 0;
       this.unsubscribe();
     } else {
       this.buffer.push(change);
@@ -208,6 +224,7 @@ export class RevisionWatcher<T> implements AsyncIterator<Revisioned<T>> {
     this.failure = error;
     this.buffer = [];
     this.cursor = 0;
+    this.replaying = 0;
     this.end();
   }
 
@@ -233,6 +250,7 @@ export class RevisionWatcher<T> implements AsyncIterator<Revisioned<T>> {
           this.cursor = 0;
         }
         this.taken = change.revision;
+        if (this.replaying > 0) this.replaying--;
         return { value: change, done: false };
       }
       if (this.ended) return { value: undefined, done: true };
@@ -246,6 +264,7 @@ export class RevisionWatcher<T> implements AsyncIterator<Revisioned<T>> {
     this.end();
     this.buffer = [];
     this.cursor = 0;
+    this.replaying = 0;
     return { value: undefined, done: true };
   }
 }

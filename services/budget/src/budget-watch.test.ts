@@ -127,7 +127,7 @@ describe("budget watch", () => {
     }
   });
 
-  it("ends a watcher that falls too far behind WATCHER_LAGGED with the revision to resume from", async () => {
+  it("ends a watcher that falls too far behind WATCHER_LAGGED with the revision to resume from, and a resume from it replays what it missed", async () => {
     const { budget } = await setup({ watchHistory: 10, watchBuffer: 2 });
     const watch = budget.watch({ includeCurrent: false, startRevision: 0 });
     await budget.registerRunning("a", { memoryBytes: G, cpu: 0 });
@@ -138,6 +138,14 @@ describe("budget watch", () => {
       reason: "WATCHER_LAGGED",
       details: { resumeRevision: String(BASE + 1) },
     });
+    // Resumed there, it replays the three it missed although its buffer holds two live ones.
+    const resumed = budget.watch({ includeCurrent: false, startRevision: BASE + 1 });
+    expect(resumed.caughtUp).toEqual({ revision: BASE + 4, reset: false });
+    expect(await drain(resumed, 3)).toEqual([
+      [BASE + 2, "running_registered b"],
+      [BASE + 3, "running_registered c"],
+      [BASE + 4, "running_registered d"],
+    ]);
   });
 
   it("ends its watchers when the budget closes", async () => {

@@ -5,7 +5,10 @@
  * behind others a waiter joining; a deleted first key is a release (an expiry too: the granting
  * instance revokes it), and the next key in the queue is granted at the same revision; any other
  * deleted key is a waiter leaving. A start revision etcd compacted away, or ahead of its current
- * revision, is answered with the current state and a reset marker.
+ * revision, is answered with the current state and a reset marker. What comes up to the revision
+ * the watch opened at (the current state, a resume's replay) is a backlog, pulled as the reader
+ * takes it; only the changes after it count against the watcher's bound, or a watcher resumed
+ * after a lag, whose replay is longer than the bound, would be ended lagged again at once.
  */
 import type { Clock } from "@berth/shared/clock";
 import { isEtcdCompacted, type EtcdClient, type KeyValue } from "@berth/etcd";
@@ -30,10 +33,11 @@ function fileOfKey(key: string): string {
 /** A watcher of the locks on etcd; see the module comment. */
 export function watchEtcdLocks(client: EtcdClient, clock: Clock, request: LockWatchRequest, maxBuffered: number): LockWatcher & PumpedWatcher<LockWatchItem> {
   let delivered = 0n;
+  let openedAt: bigint | undefined;
   const watcher = new PumpedWatcher<LockWatchItem>({
-    source: (signal) => lockItems(client, clock, request, signal),
+    source: (signal) => lockItems(client, clock, request, signal, (revision) => (openedAt = revision)),
     maxBuffered,
-    isLive: () => true,
+    isLive: (item) => openedAt !== undefined && item.revision > openedAt,
     delivered: (item) => {
       if (item.revision > delivered) delivered = item.revision;
     },
@@ -42,7 +46,14 @@ export function watchEtcdLocks(client: EtcdClient, clock: Clock, request: LockWa
   return Object.assign(watcher, { progressRevision: () => delivered });
 }
 
-async function* lockItems(client: EtcdClient, clock: Clock, request: LockWatchRequest, signal: AbortSignal): AsyncGenerator<LockWatchItem> {
+/** The watch's items; `opened` is told the revision it opened at, before the first item. */
+async function* lockItems(
+  client: EtcdClient,
+  clock: Clock,
+  request: LockWatchRequest,
+  signal: AbortSignal,
+  opened: (revision: bigint) => void,
+): AsyncGenerator<LockWatchItem> {
   const queues = new Map<string, Queued[]>();
   const accept = (file: string) => request.file === undefined || request.file === file;
   const load = (kvs: KeyValue[]) => {
@@ -58,6 +69,7 @@ async function* lockItems(client: EtcdClient, clock: Clock, request: LockWatchRe
     return queue;
   };
   const current = await client.range({ key: LOCKS, prefix: true });
+  opened(current.revision);
   let from = current.revision;
   let reset = false;
   const resume = request.startRevision > 0n;
