@@ -9,7 +9,7 @@ import { writeFileSync } from "node:fs";
 import * as path from "node:path";
 import { Code } from "@connectrpc/connect";
 import { RefusalKind } from "@berth/api/berth/budget/v1/budget_pb";
-import { Berth, BerthClientError, start, type SessionWatchEvent } from "@berth/client";
+import { Berth, BerthClientError, start, type MachineWatchEvent, type SessionWatchEvent } from "@berth/client";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startBudget, type BudgetUnderTest } from "./budget-e2e.js";
 import { makeTempDir, startService, stopAll, type StartedService } from "./harness.js";
@@ -157,6 +157,32 @@ describe("budget", () => {
     expect(ran).toBe(false);
     expect(refused).toBeInstanceOf(BerthClientError);
     expect(refused).toMatchObject({ code: Code.FailedPrecondition, reason: "IMPOSSIBLE", refusal: { kind: RefusalKind.IMPOSSIBLE } });
+  });
+
+  it("watches the machine from a sample's revision: the samples after it, with progress while none comes", { timeout: 30_000 }, async () => {
+    const [first, second] = await (async () => {
+      const samples: bigint[] = [];
+      for await (const item of berth.budget.watchMachine({ timeoutMs: 20_000 })) {
+        if (item.kind === "sample") samples.push(item.revision);
+        if (samples.length === 2) return samples;
+      }
+      throw new Error("the watch ended");
+    })();
+    expect(second).toBe(first! + 1n);
+    const seen: MachineWatchEvent[] = [];
+    // Samples every 200 ms on the fixture machine: a progress every 100 ms of quiet comes between them.
+    for await (const item of berth.budget.watchMachine({ startRevision: first!, progressIntervalMs: 100, timeoutMs: 20_000 })) {
+      seen.push(item);
+      if (item.kind === "progress") break;
+    }
+    // The sample after the one given comes first, not the latest again: nothing repeated, none missed.
+    expect(seen[0]).toMatchObject({ kind: "sample", revision: first! + 1n, reset: false });
+    // A progress names the revision of the last sample sent.
+    expect(seen.at(-1)!.revision).toBe(seen.at(-2)!.revision);
+    const error = await (async () => {
+      for await (const _ of berth.budget.watchMachine({ progressIntervalMs: 10 })) return undefined;
+    })().catch((e: unknown) => e);
+    expect(error).toMatchObject({ code: Code.InvalidArgument });
   });
 });
 

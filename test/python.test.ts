@@ -235,6 +235,22 @@ describe("Python client (grpcio 1.51 + stubs from Debian's protoc)", () => {
       expect(listedIds).toEqual(expect.arrayContaining(["py-e2e", "py-page-0", "py-page-4"]));
       expect(new Set(listedIds).size).toBe(listedIds.length);
 
+      // A watch of every session started again from the revision of a change it received: the
+      // changes after it, in order, then caught_up at the last one (no reset).
+      const everySession = await python.step("sessions_watch");
+      const changes = everySession.changes as Array<[number, number, number]>;
+      expect(changes.map(([session, lastSeq]) => [session, lastSeq])).toEqual([
+        [0, 1],
+        [1, 1],
+        [0, 2],
+      ]);
+      expect(changes[1]![2]).toBeGreaterThan(changes[0]![2]);
+      expect(changes[2]![2]).toBeGreaterThan(changes[1]![2]);
+      expect(everySession.watch_revision).toBe(changes[2]![2]);
+      expect(everySession.replayed).toEqual(changes.slice(1));
+      expect(everySession.caught_up).toEqual([changes[2]![2], false]);
+      expect(everySession.again_revision).toBe(changes[2]![2]);
+
       // Each SessionService refusal as Python sees it: the code and the ErrorInfo reason.
       expect((await python.step("session_refusals")).seen).toEqual({
         "append bad id": ["INVALID_ARGUMENT", "INVALID_FIELD"],

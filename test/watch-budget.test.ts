@@ -2,8 +2,8 @@
  * WatchBudget and WatchMachine against a running budget service, over gRPC and Connect: the
  * changes in order with growing revisions, the current state, a resume after a lag with exactly
  * what was missed, a reset for a revision of an earlier run, progress while idle, invalid input,
- * WatchMachine's resume. (A watcher too slow is ended WATCHER_LAGGED in budget-watch.test.ts: a
- * connect-node client reads its stream eagerly, so no end-to-end client here falls behind.) The queue, reservations and
+ * WatchMachine's resume; and the client's watchBudget, whose reader stops reading until the
+ * service ends it WATCHER_LAGGED, resuming by itself with every change once. The queue, reservations and
  * tally live in the service's memory on every store (etcd holds only the fleet view), so one
  * store covers them.
  */
@@ -11,6 +11,7 @@ import { durationFromMs } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { BudgetEventKind, BudgetService, type WatchBudgetResponse } from "@berth/api/berth/budget/v1/budget_service_pb";
 import { NeedItemKind } from "@berth/api/berth/budget/v1/budget_pb";
+import { BudgetClient, createTransport, start, type BudgetWatchEvent } from "@berth/client";
 import { afterAll, describe, expect, it } from "vitest";
 import { G, startBudget, type BudgetUnderTest } from "./budget-e2e.js";
 import { connectClient, stopAll, type ConnectProtocol } from "./harness.js";
@@ -102,5 +103,52 @@ describe.each<ConnectProtocol>(["grpc", "connect"])("WatchBudget over %s", (prot
     expect(next.revision).toBe(first.revision + 1n);
     expect(next.reset).toBe(false);
     await resumed.return?.();
+  });
+});
+
+describe("BudgetClient.watchBudget of a reader that stops reading", () => {
+  it("is ended WATCHER_LAGGED and resumes by itself from the revision named: every change once, in order, no gap", { timeout: 120_000 }, async () => {
+    const count = 300;
+    const slow = await startBudget({ args: ["--watch-buffer", "4"] });
+    const writer = new BudgetClient({ url: slow.url });
+    // Over gRPC, what the reader does not read is bounded by HTTP/2 flow control (here it lagged
+    // from about 100 reservations made and released); over Connect on HTTP/1.1, the client's default
+    // for server streams, 1,500 of them went unread here without the service ending the watcher.
+    const reader = new BudgetClient({ transport: createTransport({ url: slow.url, token: undefined }, { protocol: "grpc" }) });
+    const stop = new AbortController();
+    const watch = reader.watchBudget({ includeCurrent: true, signal: stop.signal })[Symbol.asyncIterator]();
+    const take = async (): Promise<BudgetWatchEvent> => {
+      const step = await watch.next();
+      if (step.done) throw new Error("the watch ended");
+      return step.value;
+    };
+    while ((await take()).kind !== "caughtUp");
+    // Owners as long as the service takes, so that fewer changes fill what the transport buffers.
+    const owners = Array.from({ length: count }, (_, n) => `ts-lag-${String(n).padStart(3, "0")}-`.padEnd(256, "o"));
+    for (const owner of owners) {
+      const { reservation } = await writer.reserve([start("lag", { memory: "1M", cpu: 0 })], { owner });
+      await writer.release(reservation!.id);
+    }
+    const seen: Array<[string, string, bigint]> = [];
+    const resumed: bigint[] = [];
+    let reset = false;
+    while (seen.at(-1)?.[0] !== "RESERVATION_RELEASED" || seen.at(-1)?.[1] !== owners.at(-1)) {
+      const item = await take();
+      if (item.kind === "resumed") resumed.push(item.revision);
+      else if (item.kind === "caughtUp") reset ||= item.reset;
+      else if (item.kind === "event" && item.event.subject.case === "reservation")
+        seen.push([BudgetEventKind[item.event.kind]!, item.event.subject.value.owner, item.event.revision]);
+    }
+    stop.abort();
+    expect(resumed).toHaveLength(1);
+    expect(reset).toBe(false);
+    expect(seen.map(([kind, owner]) => [kind, owner])).toEqual(
+      owners.flatMap((owner) => [
+        ["RESERVATION_MADE", owner],
+        ["RESERVATION_RELEASED", owner],
+      ]),
+    );
+    expect(seen.every(([, , revision], i) => i === 0 || revision === seen[i - 1]![2] + 1n)).toBe(true);
+    await slow.service.stop();
   });
 });

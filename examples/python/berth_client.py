@@ -722,7 +722,9 @@ class SessionsWatch(_RevisionWatch):
     ``message.WhichOneof("kind")``); ``cancel()`` (or leaving a ``with``) ends it.
 
     ``last_seqs`` holds the last seq seen of each session (a deleted one is dropped), and
-    ``revision`` the revision up to which every change was seen. When the service ends the watch
+    ``revision`` the revision up to which every change was seen: a watch started again later with
+    ``start_revision=revision`` and ``resume_from=last_seqs`` gets exactly the changes since (or,
+    when the service no longer holds them, a reset describing only what moved). When the service ends the watch
     because this client fell behind (WATCHER_LAGGED) and ``resume_on_lag`` is set, it watches again
     with ``start_revision`` set to the revision the error's ``WatcherLagged`` names and
     ``resume_from = last_seqs``: the service replays exactly the changes missed, deletions included
@@ -742,15 +744,20 @@ class SessionsWatch(_RevisionWatch):
         resume_on_lag: bool,
         progress_interval: Optional[Seconds],
         timeout: Optional[Seconds],
+        start_revision: int = 0,
+        resume_from: Optional[Mapping[str, int]] = None,
     ):
-        self.last_seqs: dict = {}
-        request = session_service_pb2.WatchSessionsRequest(include_current=include_current, include_snapshot=include_snapshot, include_completed=include_completed)
+        self.last_seqs: dict = dict(resume_from or {})
+        request = session_service_pb2.WatchSessionsRequest(
+            include_current=include_current, include_snapshot=include_snapshot, include_completed=include_completed, start_revision=start_revision
+        )
         super().__init__(stub.WatchSessions, _watch_request(request, progress_interval), resume_on_lag, timeout)
 
     def _request_for(self, resume: bool) -> Message:
         request = super()._request_for(resume)
-        if resume:
-            request.resume_from.update(self.last_seqs)
+        # The seqs as they stand now (a session deleted since is no longer among them).
+        request.resume_from.clear()
+        request.resume_from.update(self.last_seqs)
         return request
 
     def _resume_revision(self, failure: BerthError) -> Optional[int]:
@@ -1313,12 +1320,19 @@ class Berth:
         include_current: bool = False,
         include_snapshot: bool = False,
         include_completed: bool = False,
+        start_revision: int = 0,
+        resume_from: Optional[Mapping[str, int]] = None,
         resume_on_lag: bool = True,
         progress_interval: Optional[Seconds] = None,
         timeout: Optional[Seconds] = None,
     ) -> SessionsWatch:
         """Follows every session: with ``include_current``, one ``change`` per existing session and
-        ``caught_up`` first; then a ``change`` per append call (or deletion) of any session."""
+        ``caught_up`` first; with ``start_revision`` (a watch's ``revision``, the last revision
+        received), every change after it, then ``caught_up`` (with ``reset`` when the service can
+        no longer replay them: then the current state came first, only what moved since
+        ``resume_from``, a watch's ``last_seqs``, when given); then a ``change`` per append call (or
+        deletion) of any session. A watcher that fell behind resumes by itself (see
+        :class:`SessionsWatch`)."""
         return SessionsWatch(
             self.sessions,
             include_current=include_current,
@@ -1327,6 +1341,8 @@ class Berth:
             resume_on_lag=resume_on_lag,
             progress_interval=progress_interval,
             timeout=timeout,
+            start_revision=start_revision,
+            resume_from=resume_from,
         )
 
     # locks

@@ -166,6 +166,36 @@ def sessions_steps(berth: Berth) -> None:
     )
 
 
+def sessions_watch_steps(berth: Berth) -> None:
+    """A watch of every session started again from a revision it received: exactly the changes
+    after it, then ``caught_up``."""
+    names = [f"py-every-{os.getpid()}-{n}" for n in range(2)]
+    with berth.watch_sessions(include_current=True, timeout=30) as every:
+        for message in every:
+            if message.WhichOneof("kind") == "caught_up":
+                break
+        berth.append(names[0], "generate", {"pageUrl": "/a"})
+        berth.append(names[1], "generate", {"pageUrl": "/b"})
+        berth.append(names[0], "steer", {"pageUrl": "/a"})
+        changes = []
+        for message in every:
+            if message.WhichOneof("kind") == "change" and message.change.session_id in names:
+                changes.append([names.index(message.change.session_id), message.change.last_seq, message.change.revision])
+                if len(changes) == 3:
+                    break
+        watch_revision = every.revision
+    with berth.watch_sessions(start_revision=changes[0][2], timeout=30) as again:
+        replayed = []
+        for message in again:
+            kind = message.WhichOneof("kind")
+            if kind == "caught_up":
+                caught_up = [message.caught_up.revision, message.caught_up.reset]
+                break
+            if kind == "change" and message.change.session_id in names:
+                replayed.append([names.index(message.change.session_id), message.change.last_seq, message.change.revision])
+    emit("sessions_watch", changes=changes, watch_revision=watch_revision, replayed=replayed, caught_up=caught_up, again_revision=again.revision)
+
+
 def session_refusals_steps(berth: Berth) -> None:
     """Each SessionService refusal as this client sees it: its gRPC code and ErrorInfo reason."""
     seen: dict = {}
@@ -705,6 +735,7 @@ def tour() -> None:
         append_steps(berth)
         watch_steps(berth)
         sessions_steps(berth)
+        sessions_watch_steps(berth)
         session_refusals_steps(berth)
         lock_steps(berth)
         lease_steps(berth)

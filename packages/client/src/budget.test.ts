@@ -1,10 +1,16 @@
 /** The budget client against an in-memory budget service (Connect's router transport). */
 import { Code, ConnectError, createRouterTransport, type ServiceImpl } from "@connectrpc/connect";
 import { NeedItemKind, RefusalKind, RefusalSchema } from "@berth/api/berth/budget/v1/budget_pb";
-import { BudgetService, type AdmitRequest } from "@berth/api/berth/budget/v1/budget_service_pb";
+import {
+  BudgetEventKind,
+  BudgetService,
+  type AdmitRequest,
+  type WatchBudgetRequest,
+  type WatchMachineRequest,
+} from "@berth/api/berth/budget/v1/budget_service_pb";
 import { ErrorInfoSchema, RetryInfoSchema } from "@berth/api/google/rpc/error_details_pb";
 import { describe, expect, it } from "vitest";
-import { BudgetClient, build, start } from "./budget.js";
+import { BudgetClient, build, start, type BudgetWatchEvent } from "./budget.js";
 import { BerthClientError } from "./errors.js";
 
 function client(impl: Partial<ServiceImpl<typeof BudgetService>>): BudgetClient {
@@ -251,5 +257,138 @@ describe("state", () => {
     expect(state.queue.map((q) => q.owner)).toEqual(["q1", "q2", "q3"]);
     expect(state.running.map((r) => r.id)).toEqual(["run"]);
     expect([state.queueNextPageToken, state.runningNextPageToken]).toEqual(["", ""]);
+  });
+});
+
+/** RESOURCE_EXHAUSTED WATCHER_LAGGED as WatchBudget ends a watcher that fell behind: the revision in its ErrorInfo metadata. */
+function budgetLagged(resumeRevision: bigint): ConnectError {
+  return new ConnectError("the watcher fell too far behind", Code.ResourceExhausted, undefined, [
+    { desc: ErrorInfoSchema, value: { reason: "WATCHER_LAGGED", domain: "berth.budget", metadata: { resumeRevision: String(resumeRevision) } } },
+  ]);
+}
+
+const budgetEvent = (revision: bigint) => ({ kind: { case: "event" as const, value: { revision, kind: BudgetEventKind.RESERVATION_MADE } } });
+
+/** What a watch yielded, as short labels: `event 11`, `caughtUp 10 reset`, `resumed 11`. */
+async function labels(watch: AsyncIterable<BudgetWatchEvent>, count: number): Promise<string[]> {
+  const seen: string[] = [];
+  for await (const item of watch) {
+    if (item.kind === "event") seen.push(`event ${item.event.revision}`);
+    else seen.push(`${item.kind} ${item.revision}${item.kind === "caughtUp" && item.reset ? " reset" : ""}`);
+    if (seen.length === count) break;
+  }
+  return seen;
+}
+
+describe("watchBudget", () => {
+  it("resumes a watch ended WATCHER_LAGGED from the revision its ErrorInfo names, without asking for the current state again", async () => {
+    const requests: WatchBudgetRequest[] = [];
+    const budget = client({
+      async *watchBudget(request) {
+        requests.push(request);
+        if (requests.length === 1) {
+          yield { kind: { case: "caughtUp", value: { revision: 10n } } };
+          yield budgetEvent(11n);
+          yield budgetEvent(12n);
+          throw budgetLagged(11n);
+        }
+        yield budgetEvent(12n);
+        yield { kind: { case: "caughtUp", value: { revision: 12n } } };
+        yield budgetEvent(13n);
+      },
+    });
+    const seen = await labels(budget.watchBudget({ includeCurrent: true, progressIntervalMs: 500 }), 7);
+    expect(seen).toEqual(["caughtUp 10", "event 11", "event 12", "resumed 11", "event 12", "caughtUp 12", "event 13"]);
+    expect(requests.map((r) => [r.includeCurrent, r.startRevision, r.progressInterval?.nanos])).toEqual([
+      [true, 0n, 500_000_000],
+      [false, 11n, 500_000_000],
+    ]);
+  });
+
+  it("passes a reset caughtUp through: the state described replaces the caller's view", async () => {
+    let calls = 0;
+    const budget = client({
+      async *watchBudget() {
+        if (calls++ === 0) {
+          yield budgetEvent(20n);
+          throw budgetLagged(20n);
+        }
+        yield budgetEvent(90n);
+        yield { kind: { case: "caughtUp", value: { revision: 90n, reset: true } } };
+      },
+    });
+    expect(await labels(budget.watchBudget({ startRevision: 19n }), 4)).toEqual(["event 20", "resumed 20", "event 90", "caughtUp 90 reset"]);
+  });
+
+  it("throws rather than spin when a resume lags again at once from the same revision", async () => {
+    const starts: bigint[] = [];
+    const budget = client({
+      async *watchBudget(request) {
+        starts.push(request.startRevision);
+        throw budgetLagged(30n);
+      },
+    });
+    const seen: string[] = [];
+    const error = await (async () => {
+      for await (const item of budget.watchBudget({ startRevision: 30n })) seen.push(item.kind);
+    })().catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(BerthClientError);
+    expect(error).toMatchObject({ code: Code.ResourceExhausted, reason: "WATCHER_LAGGED" });
+    expect(seen).toEqual(["resumed"]);
+    expect(starts).toEqual([30n, 30n]);
+  });
+
+  it("resumes again after a resumed stream handed something on, even from the same revision", async () => {
+    let calls = 0;
+    const budget = client({
+      async *watchBudget() {
+        calls++;
+        if (calls === 3) {
+          yield budgetEvent(41n);
+          return;
+        }
+        // A progress is something handed on: the stream was read before it lagged again.
+        if (calls === 2) yield { kind: { case: "progress", value: { revision: 40n } } };
+        throw budgetLagged(40n);
+      },
+    });
+    expect(await labels(budget.watchBudget({ startRevision: 40n }), 5)).toEqual(["resumed 40", "progress 40", "resumed 40", "event 41"]);
+  });
+
+  it("with resume: false, or another error, throws it", async () => {
+    const lagging = client({
+      async *watchBudget() {
+        throw budgetLagged(5n);
+      },
+    });
+    await expect(labels(lagging.watchBudget({ startRevision: 5n, resume: false }), 1)).rejects.toMatchObject({ reason: "WATCHER_LAGGED" });
+    const failing = client({
+      async *watchBudget() {
+        throw new ConnectError("the budget service is shutting down", Code.Unavailable, undefined, [
+          { desc: ErrorInfoSchema, value: { reason: "SHUTTING_DOWN" } },
+        ]);
+      },
+    });
+    await expect(labels(failing.watchBudget(), 1)).rejects.toMatchObject({ code: Code.Unavailable, reason: "SHUTTING_DOWN" });
+  });
+});
+
+describe("watchMachine", () => {
+  it("sends start_revision and the progress interval, and yields each sample with its revision, and progress", async () => {
+    const requests: WatchMachineRequest[] = [];
+    const budget = client({
+      async *watchMachine(request) {
+        requests.push(request);
+        yield { machine: { cores: 4 }, revision: 8n, reset: true };
+        yield { revision: 8n, progress: { revision: 8n } };
+        yield { machine: { cores: 4 }, revision: 9n };
+      },
+    });
+    const seen: string[] = [];
+    for await (const item of budget.watchMachine({ startRevision: 3n, progressIntervalMs: 250 })) {
+      seen.push(item.kind === "sample" ? `sample ${item.revision}${item.reset ? " reset" : ""} ${item.machine.cores}` : `progress ${item.revision}`);
+    }
+    expect(seen).toEqual(["sample 8 reset 4", "progress 8", "sample 9 4"]);
+    expect(requests.map((r) => [r.startRevision, r.progressInterval?.nanos])).toEqual([[3n, 250_000_000]]);
   });
 });

@@ -30,14 +30,31 @@ import {
   type Queued,
   type RegisterRunningResponse,
   type ReserveResponse,
+  type BudgetEvent,
   type ReservationUpdated,
-  type WatchBudgetResponse,
 } from "@berth/api/berth/budget/v1/budget_service_pb";
 import type { Endpoint } from "./endpoint.js";
 import { BerthClientError, withBerthErrors } from "./errors.js";
 import { callOptions, delay, durationOfMs, linkedCall, serviceTransports, type CallOptions, type ServiceClientOptions } from "./options.js";
 import { defaultOwner } from "./owner.js";
 import { callWithRequestId, connectionRefused, failedOnTheWay, newRequestId } from "./request-ids.js";
+import { followRevisionWatch, type RevisionWatchEvent, type RevisionWatchOptions } from "./revision-watch.js";
+
+/** What {@link BudgetClient.watchBudget} yields. */
+export type BudgetWatchEvent = RevisionWatchEvent<BudgetEvent>;
+
+/** Options of {@link BudgetClient.watchMachine}. */
+export interface MachineWatchOptions extends CallOptions {
+  /** Continue after this sample's revision (the last one the caller has). */
+  readonly startRevision?: bigint | number | undefined;
+  /** A `progress` whenever this long passed without a sample (at least 100 ms). */
+  readonly progressIntervalMs?: number | undefined;
+}
+
+/** What {@link BudgetClient.watchMachine} yields: a sample with its revision (`reset`: samples before it were missed), or progress. */
+export type MachineWatchEvent =
+  | { readonly kind: "sample"; readonly machine: Machine; readonly revision: bigint; readonly reset: boolean }
+  | { readonly kind: "progress"; readonly revision: bigint };
 
 /** The typed details the budget service sends with its errors. */
 export const BUDGET_ERROR_DETAILS = [RefusalSchema] as const;
@@ -559,29 +576,46 @@ export class BudgetClient {
     return (await this.rpc.getMachine({}, callOptions(options))).machine;
   }
 
-  /** The machine sample now, then every new one, until the loop breaks or the signal aborts. */
-  async *watchMachine(options?: CallOptions): AsyncGenerator<Machine> {
-    for await (const response of this.rpc.watchMachine({}, callOptions(options))) {
-      if (response.machine !== undefined) yield response.machine;
+  /**
+   * The machine sample now, then every new one, each with its revision, until the loop breaks or
+   * the signal aborts. With `startRevision` (the revision of the last sample the caller has), the
+   * samples after it that the service still holds (nothing until the next sample when it was the
+   * latest); one it cannot continue gets the latest sample with `reset` (samples between were
+   * missed). With `progressIntervalMs`, a `progress` whenever no sample came for that long. Never
+   * ended for lagging: a reader slower than the sampler gets the latest sample, its revision
+   * showing how many it skipped.
+   */
+  async *watchMachine(options: MachineWatchOptions = {}): AsyncGenerator<MachineWatchEvent> {
+    const request = { startRevision: BigInt(options.startRevision ?? 0), progressInterval: durationOfMs(options.progressIntervalMs) };
+    for await (const response of this.rpc.watchMachine(request, callOptions(options))) {
+      if (response.progress !== undefined) yield { kind: "progress", revision: response.revision };
+      else if (response.machine !== undefined) yield { kind: "sample", machine: response.machine, revision: response.revision, reset: response.reset };
     }
   }
 
   /**
    * Every change of the budget (queue, reservations, running tally, policy) as WatchBudget sends
-   * it: with `includeCurrent`, the current state then `caughtUp`; with `startRevision`, the changes
-   * after it (or the current state with `caughtUp.reset` when it cannot be replayed); `progress`
-   * every `progressIntervalMs` of quiet. A lagged watcher's error (RESOURCE_EXHAUSTED
-   * WATCHER_LAGGED) names `resumeRevision` in its metadata: call again with it.
+   * it, until the loop breaks or the signal aborts: with `includeCurrent`, the current state then
+   * `caughtUp`; with `startRevision`, the changes after it then `caughtUp` (or the current state
+   * and `caughtUp` with `reset` when they cannot be replayed: it replaces the caller's view);
+   * neither, only the changes from now on; `progress` every `progressIntervalMs` of quiet. A watch
+   * the service ends for falling behind (RESOURCE_EXHAUSTED WATCHER_LAGGED) resumes from the
+   * revision its ErrorInfo names (`resumeRevision`), after a `resumed` event: nothing missed,
+   * nothing repeated (or a reset, as above, once the service no longer holds what was missed). A
+   * resume that lags again at once from the same revision throws.
    */
-  watchBudget(
-    options: CallOptions & { includeCurrent?: boolean; startRevision?: bigint | number; progressIntervalMs?: number } = {},
-  ): AsyncIterable<WatchBudgetResponse> {
-    const request = {
-      includeCurrent: options.includeCurrent ?? false,
-      startRevision: BigInt(options.startRevision ?? 0),
-      progressInterval: durationOfMs(options.progressIntervalMs),
-    };
-    return this.rpc.watchBudget(request, callOptions(options));
+  async *watchBudget(options: RevisionWatchOptions = {}): AsyncGenerator<BudgetWatchEvent> {
+    const progressInterval = durationOfMs(options.progressIntervalMs);
+    yield* followRevisionWatch<BudgetEvent>(
+      {
+        open: (start, signal) => this.rpc.watchBudget({ ...start, progressInterval }, { signal }),
+        resumeRevision: (error) => {
+          const revision = error.errorInfo?.metadata["resumeRevision"];
+          return revision !== undefined && /^\d+$/.test(revision) ? BigInt(revision) : undefined;
+        },
+      },
+      options,
+    );
   }
 
   /** The limits the budget enforces: lease ttls, the longest wait, the queue's size. */

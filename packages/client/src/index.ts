@@ -31,6 +31,7 @@ export * from "./lock-path.js";
 export * from "./locks.js";
 export * from "./options.js";
 export { newRequestId } from "./request-ids.js";
+export type { RevisionWatchEvent, RevisionWatchOptions } from "./revision-watch.js";
 export * from "./sessions.js";
 export * from "./transport.js";
 

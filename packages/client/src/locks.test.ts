@@ -1,6 +1,14 @@
 /** The locks client against an in-memory lock service (Connect's router transport). */
 import { Code, ConnectError, createRouterTransport, type ServiceImpl } from "@connectrpc/connect";
-import { HolderKind, LockHeldSchema, LockService, type HoldRequest } from "@berth/api/berth/locks/v1/lock_service_pb";
+import {
+  HolderKind,
+  LockEventKind,
+  LockHeldSchema,
+  LockService,
+  LocksWatcherLaggedSchema,
+  type HoldRequest,
+  type WatchLocksRequest,
+} from "@berth/api/berth/locks/v1/lock_service_pb";
 import { ErrorInfoSchema } from "@berth/api/google/rpc/error_details_pb";
 import { describe, expect, it } from "vitest";
 import { BerthClientError } from "./errors.js";
@@ -181,5 +189,39 @@ describe("leases", () => {
     expect((await locks.keepAlive([lease.leaseToken])).map((r) => r.alive)).toEqual([true]);
     expect(await locks.release(lease.leaseToken, { requestId: "rel-1" })).toBe(true);
     expect(releases).toEqual(["rel-1"]);
+  });
+});
+
+describe("watch", () => {
+  it("resumes a watch ended WATCHER_LAGGED from its LocksWatcherLagged revision, the file resolved, and throws on a resume lagged again at once", async () => {
+    const requests: WatchLocksRequest[] = [];
+    const lagged = (revision: bigint) =>
+      new ConnectError("watcher fell behind", Code.ResourceExhausted, undefined, [
+        { desc: ErrorInfoSchema, value: { reason: "WATCHER_LAGGED" } },
+        { desc: LocksWatcherLaggedSchema, value: { resumeFromRevision: revision } },
+      ]);
+    const locks = client({
+      async *watchLocks(request) {
+        requests.push(request);
+        if (requests.length === 1) {
+          yield { kind: { case: "caughtUp", value: { revision: 4n } } };
+          yield { kind: { case: "event", value: { revision: 5n, kind: LockEventKind.GRANTED, file: request.file } } };
+          throw lagged(5n);
+        }
+        throw lagged(5n);
+      },
+    });
+    const seen: string[] = [];
+    const error = await (async () => {
+      for await (const item of locks.watch("a.css", { cwd: "/proj", includeCurrent: true })) {
+        seen.push(item.kind === "event" ? `event ${item.event.revision} ${item.event.file}` : `${item.kind} ${item.revision}`);
+      }
+    })().catch((e: unknown) => e);
+    expect(seen).toEqual(["caughtUp 4", "event 5 /proj/a.css", "resumed 5"]);
+    expect(error).toMatchObject({ code: Code.ResourceExhausted, reason: "WATCHER_LAGGED", locksWatcherLagged: { resumeFromRevision: 5n } });
+    expect(requests.map((r) => [r.file, r.includeCurrent, r.startRevision])).toEqual([
+      ["/proj/a.css", true, 0n],
+      ["/proj/a.css", false, 5n],
+    ]);
   });
 });

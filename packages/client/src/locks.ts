@@ -25,30 +25,19 @@ import { absoluteLockPath } from "./lock-path.js";
 import { defaultOwner } from "./owner.js";
 import { callOptions, durationOfMs, linkedCall, serviceTransports, type CallOptions, type ServiceClientOptions } from "./options.js";
 import { callWithRequestId, newRequestId } from "./request-ids.js";
+import { followRevisionWatch, type RevisionWatchEvent, type RevisionWatchOptions } from "./revision-watch.js";
 
 /** The typed details the lock service sends with its errors. */
 export const LOCK_ERROR_DETAILS = [LockHeldSchema, LocksWatcherLaggedSchema] as const;
 
-/** Options of {@link LocksClient.watch}. */
-export interface LockWatchOptions extends CallOptions {
-  /** Describe the current holders and waiters first. */
-  readonly includeCurrent?: boolean;
-  /** Resume after this revision (the last one received). */
-  readonly startRevision?: bigint | number;
-  /** A `progress` whenever this long passed without another event (at least 100 ms). */
-  readonly progressIntervalMs?: number;
+/** Options of {@link LocksClient.watch}: the current holders and waiters first, a revision to resume after, progress, resuming. */
+export interface LockWatchOptions extends RevisionWatchOptions {
   /** Resolves a relative `file` (default: this process's working directory). */
   readonly cwd?: string;
-  /** Resume by itself when the service ends the watch for falling behind (default true). */
-  readonly resume?: boolean;
 }
 
 /** What {@link LocksClient.watch} yields. */
-export type LockWatchEvent =
-  | { readonly kind: "event"; readonly event: LockEvent }
-  | { readonly kind: "caughtUp"; readonly revision: bigint; readonly reset: boolean }
-  | { readonly kind: "progress"; readonly revision: bigint }
-  | { readonly kind: "resumed"; readonly revision: bigint; readonly error: BerthClientError };
+export type LockWatchEvent = RevisionWatchEvent<LockEvent>;
 
 /** How long a release waits for the service's answer before leaving it to the stream's end. */
 const RELEASE_TIMEOUT_MS = 2_000;
@@ -279,41 +268,20 @@ export class LocksClient {
    * Follows the locks (WatchLocks) of `file`, or of every file when it is undefined: `caughtUp`,
    * then each change as it happens, until the loop breaks or the signal aborts. A watch the
    * service ends for falling behind resumes from the revision it names, after a `resumed` event:
-   * nothing missed, nothing repeated.
+   * nothing missed, nothing repeated; when the service can no longer replay what was missed, the
+   * current holders and waiters come again, then a `caughtUp` with `reset` (they replace the
+   * caller's view). A resume that lags again at once from the same revision throws.
    */
   async *watch(file: string | undefined, options: LockWatchOptions = {}): AsyncGenerator<LockWatchEvent> {
     const target = file === undefined ? "" : absoluteLockPath(file, options.cwd);
-    let startRevision = BigInt(options.startRevision ?? 0);
     const progressInterval = durationOfMs(options.progressIntervalMs);
-    const call = linkedCall(options);
-    try {
-      for (;;) {
-        const request = { file: target, includeCurrent: options.includeCurrent ?? false, startRevision, progressInterval };
-        try {
-          for await (const message of this.rpc.watchLocks(request, { signal: call.controller.signal })) {
-            const kind = message.kind;
-            if (kind.case === "event") {
-              if (kind.value.revision > startRevision) startRevision = kind.value.revision;
-              yield { kind: "event", event: kind.value };
-            } else if (kind.case === "caughtUp") {
-              if (kind.value.revision > startRevision) startRevision = kind.value.revision;
-              yield { kind: "caughtUp", revision: kind.value.revision, reset: kind.value.reset };
-            } else if (kind.case === "progress") {
-              yield { kind: "progress", revision: kind.value.revision };
-            }
-          }
-          return;
-        } catch (error) {
-          const lagged = error instanceof BerthClientError && error.code === Code.ResourceExhausted ? error.locksWatcherLagged : undefined;
-          if (lagged === undefined || options.resume === false || call.controller.signal.aborted) throw error;
-          startRevision = lagged.resumeFromRevision;
-          yield { kind: "resumed", revision: startRevision, error: error as BerthClientError };
-        }
-      }
-    } finally {
-      call.dispose();
-      call.controller.abort();
-    }
+    yield* followRevisionWatch<LockEvent>(
+      {
+        open: (start, signal) => this.rpc.watchLocks({ file: target, ...start, progressInterval }, { signal }),
+        resumeRevision: (error) => error.locksWatcherLagged?.resumeFromRevision,
+      },
+      options,
+    );
   }
 
   /** The limits the locks enforce: ttls, the longest wait, waiters per file, the longest owner. */

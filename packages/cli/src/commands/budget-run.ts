@@ -19,7 +19,7 @@ import { BudgetClient } from "@berth/client/budget";
 import { usageError, UsageError } from "../args.js";
 import { formatFleet, formatLimits, formatMachine, formatMachineLine, formatState, formatVerdict, resources } from "../client/budget-format.js";
 import { describeFailure, reportFailure } from "../client/errors.js";
-import { messageJson } from "../client/json.js";
+import { jsonInteger, messageJson } from "../client/json.js";
 import { needFromFlags } from "../client/need-flags.js";
 import { needItems } from "../client/need-items.js";
 import { EXIT } from "../command.js";
@@ -158,12 +158,21 @@ async function events({ client, json }: Invocation): Promise<number> {
   const stop = () => call.abort();
   process.once("SIGINT", stop);
   process.once("SIGTERM", stop);
+  const err = styleFor(process.stderr);
   try {
-    for await (const response of client.watchBudget({ includeCurrent: true, signal: call.signal })) {
-      if (json) printJson(WatchBudgetResponseSchema, response);
-      else if (response.kind.case === "event") process.stdout.write(`${eventLine(response.kind.value)}\n`);
-      else if (response.kind.case === "caughtUp")
-        process.stdout.write(`${response.kind.value.revision} caught up${response.kind.value.reset ? " (reset)" : ""}\n`);
+    // The client's watch resumes by itself when the service ends it for falling behind.
+    for await (const item of client.watchBudget({ includeCurrent: true, signal: call.signal })) {
+      if (item.kind === "event") {
+        if (json) printJson(WatchBudgetResponseSchema, create(WatchBudgetResponseSchema, { kind: { case: "event", value: item.event } }));
+        else process.stdout.write(`${eventLine(item.event)}\n`);
+      } else if (item.kind === "caughtUp") {
+        const { revision, reset } = item;
+        if (json) printJson(WatchBudgetResponseSchema, create(WatchBudgetResponseSchema, { kind: { case: "caughtUp", value: { revision, reset } } }));
+        else process.stdout.write(`${revision} caught up${reset ? " (reset)" : ""}\n`);
+      } else if (item.kind === "resumed") {
+        if (json) process.stderr.write(`${JSON.stringify({ event: "resumed", revision: jsonInteger(item.revision), reason: "fell behind the service" })}\n`);
+        else process.stderr.write(`${err.yellow(`-- fell behind the service; resuming after revision ${item.revision}`)}\n`);
+      }
     }
   } catch (error) {
     // Interrupted by the user: the normal way to stop watching.

@@ -130,7 +130,8 @@ const SUBCOMMANDS: readonly Subcommand[] = [
       usage: ["berth budget events [flags]"],
       about:
         "Prints the budget's current state (one line per queued request, reservation, running entry and the policy), then one " +
-        "line per change as it happens (WatchBudget), each with its revision, until Ctrl-C or SIGTERM.",
+        "line per change as it happens (WatchBudget), each with its revision, until Ctrl-C or SIGTERM. A watch the service ends " +
+        "for falling behind resumes where the service says, missing and repeating no change (a line on stderr says so).",
       flags: [JSON_ROW("each message"), ...BUDGET_ENDPOINT_FLAGS],
       exitCodes: [[String(EXIT.ok), "stopped with Ctrl-C or SIGTERM"], ...callExitRows("budget")],
       examples: ["berth budget events", "berth budget events --json | jq -c '.event.kind'"],
