@@ -1527,7 +1527,12 @@ export const LockService: GenService<{
    * etcd` revisions are etcd's own (the revision of the change to the lock's
    * key), the same through every instance of the cluster; there a resume's
    * `caught_up` comes first, at `start_revision`, and the changes after it
-   * follow as live ones (etcd does not say where its replay ends).
+   * follow as live ones (etcd does not say where its replay ends). There
+   * changes of one etcd transaction share its revision (a release and the
+   * GRANTED it hands on to the next waiter, at least): LocksWatcherLagged
+   * names the last revision all of whose changes the watcher took, so one
+   * that lagged part way through a revision is sent that revision's changes
+   * again.
    *
    * Reset, never a gap: a `start_revision` the service can no longer
    * replay (older than its history, compacted by etcd, from an earlier run
