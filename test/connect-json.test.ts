@@ -248,7 +248,7 @@ describe("every unary RPC answers JSON over HTTP/1.1 (curl)", () => {
       maxWaitersPerFile: 10000,
       maxOwnerLength: 256,
       idempotencyWindow: "3600s",
-      watchHistory: 1000,
+      watchHistory: 4000,
     });
     const inspected = await ok(sessionsUrl, L, "Inspect", { file });
     // Enums by name.

@@ -375,7 +375,7 @@ describe("berth lock", () => {
       maxWaitersPerFile: 10000,
       maxOwnerLength: 256,
       idempotencyWindow: "3600s",
-      watchHistory: 1000,
+      watchHistory: 4000,
     });
   });
 

@@ -4,7 +4,7 @@
  * file; a watcher that goes away and resumes from its last revision gets exactly what it missed; a
  * revision the service cannot replay gives the current state with reset; progress when idle;
  * invalid input refused naming the field; a watcher that stops reading is ended WATCHER_LAGGED
- * with the revision to resume from, and resuming there misses nothing.
+ * with the revision to resume from, and resuming there replays every change it missed.
  */
 import { mkdirSync } from "node:fs";
 import * as path from "node:path";
@@ -136,25 +136,34 @@ for (const store of STORES) {
 
 for (const store of STORES) {
   describe(`WatchLocks of a slow watcher (${store} store)`, storeTags(store), () => {
-    it("ends a watcher that stops reading with WATCHER_LAGGED and the revision to resume from", { timeout: 120_000 }, async () => {
+    it("ends a watcher that stops reading with WATCHER_LAGGED and the revision to resume from, which replays every change it missed", {
+      timeout: 120_000,
+    }, async () => {
       const dir = makeTempDir("berth-watch-lag-");
-      const service = await startService("sessions", await onStore(store, { args: ["--watch-buffer", "2"] }));
+      // 4,000 changes: more than the 1,000 the service lets a watcher fall behind and what the
+      // transport buffers, and no more than the file store's history (four times the buffer), so
+      // on both stores the resume is a replay, not a reset.
+      const service = await startService("sessions", await onStore(store, { args: ["--watch-buffer", "1000"] }));
       const client = connectClient(LockService, service.url("sessions"), { protocol: "grpc", defaultTimeoutMs: 120_000 });
+      const busy = path.join(dir, "busy.ts");
       const stop = new AbortController();
-      const watch = client.watchLocks({ file: path.join(dir, "busy.ts") }, { signal: stop.signal })[Symbol.asyncIterator]();
+      const watch = client.watchLocks({ file: busy }, { signal: stop.signal })[Symbol.asyncIterator]();
       const [caughtUp] = await take(watch, 1);
-      // Not read while the changes pile up past what the transport buffers and the 2 the service allows.
+      const expected: string[] = [];
       for (let i = 0; i < 2000; i++) {
-        const lease = await client.acquire({ file: path.join(dir, "busy.ts"), owner: `o${i}` });
+        const lease = await client.acquire({ file: busy, owner: `o${i}` });
         await client.release({ leaseToken: lease.lease!.leaseToken });
+        expected.push(`GRANTED:o${i}:0`, `RELEASED:o${i}:0`);
       }
       let last = revisionOf(caughtUp!);
+      const seen: string[] = [];
       const error = await callFailure(
         (async () => {
           for (;;) {
             const step = await watch.next();
             if (step.done) throw new Error("the watch ended without an error");
             last = revisionOf(step.value);
+            seen.push(summary(step.value));
           }
         })(),
       );
@@ -162,6 +171,19 @@ for (const store of STORES) {
       const [lagged] = error.findDetails(LocksWatcherLaggedSchema);
       expect(lagged?.resumeFromRevision).toBe(last);
       stop.abort();
+      expect(seen.length).toBeLessThan(expected.length);
+
+      const resumeStop = new AbortController();
+      const resumed = client.watchLocks({ file: busy, startRevision: last }, { signal: resumeStop.signal })[Symbol.asyncIterator]();
+      const markers: string[] = [];
+      while (seen.length < expected.length || markers.length === 0) {
+        const [message] = await take(resumed, 1);
+        if (message!.kind.case === "caughtUp") markers.push(summary(message!));
+        else seen.push(summary(message!));
+      }
+      resumeStop.abort();
+      expect(markers).toEqual(["caught_up:false"]);
+      expect(seen).toEqual(expected);
     });
   });
 }

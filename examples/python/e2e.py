@@ -19,7 +19,7 @@ token in that environment, or the error: the client side of the discovery table'
 and limits, against a budget service whose queue holds nobody (--max-queue=0).
 `e2e.py lock_watch` watches the locks of files in BERTH_E2E_LOCK_DIR (one file, every file, a resume
 from a revision, progress), then stops reading while 100 files are taken and freed, against a
-sessions service with --watch-buffer 4: the watch resumes by itself, missing nothing.
+sessions service with a small --watch-buffer: the watch resumes by itself, missing nothing.
 `e2e.py budget_watch` watches the budget through an admission that queues (the budget holds 4G) and
 the machine's samples, then stops reading while 150 reservations come and go, against a budget
 service with --watch-buffer 4.
@@ -581,8 +581,9 @@ def lock_watch_steps() -> None:
 
 def lock_lag_steps() -> None:
     """A watch of every lock that stops reading while 100 files are taken and freed (-> WATCHER_LAGGED
-    with --watch-buffer 4), then reads on until the marker lock taken last: every change once, in
-    order, or, where the service can no longer replay them, a reset to the current state."""
+    with a --watch-buffer of fewer changes), then reads on until the marker lock taken last: every
+    change once, in order, replayed from the revision the lag names (a reset to the current state,
+    where the service could no longer replay them, is reported as one)."""
     lock_dir = os.environ["BERTH_E2E_LOCK_DIR"]
     files = [os.path.join(lock_dir, f"lag-{n:03d}-" + "x" * 180 + ".ts") for n in range(100)]
     marker = os.path.join(lock_dir, "lag-marker.ts")

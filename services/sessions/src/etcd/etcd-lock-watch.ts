@@ -9,6 +9,9 @@
  * the watch opened at (the current state, a resume's replay) is a backlog, pulled as the reader
  * takes it; only the changes after it count against the watcher's bound, or a watcher resumed
  * after a lag, whose replay is longer than the bound, would be ended lagged again at once.
+ * The changes of one etcd revision (a release and the grant it hands on; the keys one transaction
+ * wrote) share it, so a watcher that lags names the last revision all of whose changes it took:
+ * one that lagged part way through a revision is sent that revision's changes again.
  */
 import type { Clock } from "@berth/shared/clock";
 import { isEtcdCompacted, type EtcdClient, type KeyValue } from "@berth/etcd";
@@ -30,20 +33,40 @@ function fileOfKey(key: string): string {
   return decodeURIComponent(key.slice(LOCKS.length, key.lastIndexOf("/w/")));
 }
 
+/** An item, and whether it is the last of its revision this watch is handed. */
+type RevisionItem = LockWatchItem & { readonly endsRevision: boolean };
+
+/** A lock watcher on etcd, which its store ends with an error of its own (a shutdown). */
+export interface EtcdLockWatcher extends LockWatcher {
+  fail(error: unknown): void;
+  return(): Promise<IteratorResult<LockWatchItem>>;
+}
+
 /** A watcher of the locks on etcd; see the module comment. */
-export function watchEtcdLocks(client: EtcdClient, clock: Clock, request: LockWatchRequest, maxBuffered: number): LockWatcher & PumpedWatcher<LockWatchItem> {
-  let delivered = 0n;
+export function watchEtcdLocks(client: EtcdClient, clock: Clock, request: LockWatchRequest, maxBuffered: number): EtcdLockWatcher {
+  // The last revision all of whose changes the reader took. Before its `caught_up` (the current
+  // state, which is no revision's changes) a watcher that lags resumes as it was asked: again from
+  // the start revision, or afresh; from it on, from where its view starts, also when that is below
+  // a start revision ahead of etcd's (a reset).
+  let complete = request.startRevision;
+  let caughtUp = false;
   let openedAt: bigint | undefined;
-  const watcher = new PumpedWatcher<LockWatchItem>({
+  const watcher = new PumpedWatcher<RevisionItem>({
     source: (signal) => lockItems(client, clock, request, signal, (revision) => (openedAt = revision)),
     maxBuffered,
     isLive: (item) => openedAt !== undefined && item.revision > openedAt,
     delivered: (item) => {
-      if (item.revision > delivered) delivered = item.revision;
+      if (item.kind === "caught_up") {
+        caughtUp = true;
+        complete = item.revision;
+      } else if (caughtUp) {
+        const whole = item.endsRevision ? item.revision : item.revision - 1n;
+        if (whole > complete) complete = whole;
+      }
     },
-    lagged: () => locksWatcherLagged(delivered),
+    lagged: () => locksWatcherLagged(complete),
   });
-  return Object.assign(watcher, { progressRevision: () => delivered });
+  return Object.assign(watcher, { progressRevision: () => complete });
 }
 
 /** The watch's items; `opened` is told the revision it opened at, before the first item. */
@@ -53,7 +76,7 @@ async function* lockItems(
   request: LockWatchRequest,
   signal: AbortSignal,
   opened: (revision: bigint) => void,
-): AsyncGenerator<LockWatchItem> {
+): AsyncGenerator<RevisionItem> {
   const queues = new Map<string, Queued[]>();
   const accept = (file: string) => request.file === undefined || request.file === file;
   const load = (kvs: KeyValue[]) => {
@@ -90,13 +113,15 @@ async function* lockItems(
         if (!accept(file)) continue;
         for (const [index, party] of queue.entries()) {
           const kind = index === 0 ? "current_holder" : "current_waiter";
-          yield { kind: "change", revision: from, change: change(file, kind, party, index, at) };
+          yield { kind: "change", revision: from, change: change(file, kind, party, index, at), endsRevision: false };
         }
       }
     }
   }
-  yield { kind: "caught_up", revision: from, reset };
+  yield { kind: "caught_up", revision: from, reset, endsRevision: true };
   for await (const batch of client.watch({ key: LOCKS, prefix: true, startRevision: from + 1n, signal })) {
+    // etcd sends every event of a revision in one batch: the last change of each revision ends it.
+    const changes: Array<{ revision: bigint; change: LockChange }> = [];
     for (const event of batch.events) {
       const file = fileOfKey(event.kv.key);
       const revision = event.kv.modRevision;
@@ -120,8 +145,9 @@ async function* lockItems(
         } else out.push(change(file, "waiter_left", gone!, index, at));
       }
       if (!accept(file)) continue;
-      for (const one of out) yield { kind: "change", revision, change: one };
+      for (const one of out) changes.push({ revision, change: one });
     }
+    for (const [i, one] of changes.entries()) yield { kind: "change", ...one, endsRevision: changes[i + 1]?.revision !== one.revision };
   }
 }
 

@@ -39,7 +39,8 @@ import type {
 } from "../locks/lock-table.js";
 import type { Logger } from "@berth/shared/logger";
 import type { SourceLocksApi } from "../locks/source-locks-api.js";
-import { DEFAULT_LOCK_WATCH_HISTORY } from "../locks/lock-changes.js";
+import { lockWatchHistory } from "../locks/lock-changes.js";
+import { DEFAULT_MAX_BUFFERED } from "../watch-hub.js";
 import type { EtcdFence } from "./etcd-journal.js";
 import { waitExhausted, type EtcdLockGrant, type EtcdLockParty, type EtcdLocks } from "./etcd-locks.js";
 
@@ -55,8 +56,8 @@ export interface EtcdSourceLocksOptions {
   readonly limits?: Partial<LockLimits>;
   /** The most ended request ids remembered (default: the shared memory's, 100,000). */
   readonly maxEndedKeys?: number;
-  /** How many changes a lock watcher may fall behind (default 10,000). */
-  readonly watchHistory?: number;
+  /** How many changes a lock watcher may fall behind (`--watch-buffer`; default 1,000). */
+  readonly watchBuffer?: number;
 }
 
 /** Source locks on etcd, and the fences appends compare. */
@@ -118,7 +119,7 @@ export function createEtcdSourceLocks(options: EtcdSourceLocksOptions): EtcdSour
   const releasing = new Map<string, Promise<boolean>>();
   const waiting = new Set<AbortController>();
   let closed = false;
-  const watchHistory = options.watchHistory ?? DEFAULT_LOCK_WATCH_HISTORY;
+  const watchBuffer = options.watchBuffer ?? DEFAULT_MAX_BUFFERED;
   const watchers = new Set<ReturnType<EtcdLocks["watch"]>>();
 
   const resolveFile = (file: unknown, field = "file") => canonicalLockPath(file, field);
@@ -488,10 +489,10 @@ export function createEtcdSourceLocks(options: EtcdSourceLocksOptions): EtcdSour
       return locks.fence(resolveFile(file, "fence.file"), BigInt(checkFencingToken(token, "fence.fencing_token")));
     },
 
-    watchHistory,
+    watchHistory: lockWatchHistory(watchBuffer),
     watch(request) {
       if (closed) throw shuttingDown();
-      const watcher = locks.watch(request, watchHistory);
+      const watcher = locks.watch(request, watchBuffer);
       watchers.add(watcher);
       const ended = watcher.return.bind(watcher);
       watcher.return = () => {

@@ -27,9 +27,9 @@ export type { ExternalClaim, ExternalLockHandle, ExternalLocks, ForeignLockHolde
 export { lockFilePath, PRIVATE_LOCK_FILE_MODE, SHARED_LOCK_FILE_MODE, UNREADABLE_LOCK_STALE_MS, type LockFileRecord } from "./lock-file-protocol.js";
 export { SeedLockFiles } from "./seed-lock-files.js";
 export {
-  DEFAULT_LOCK_WATCH_HISTORY,
   LockChangeLog,
   firstRevisionOfRun,
+  lockWatchHistory,
   type LockChange,
   type LockChangeKind,
   type LockWatchItem,

@@ -14,7 +14,7 @@ let clock: ManualClock;
 beforeEach(() => {
   stateDir = fs.mkdtempSync(path.join(tmpdir(), "berth-lockwatch-"));
   clock = new ManualClock();
-  locks = createSourceLocks({ stateDir, liveDir: null, clock, watchHistory: 8 });
+  locks = createSourceLocks({ stateDir, liveDir: null, clock, watchBuffer: 8 });
 });
 afterEach(() => {
   locks.close();
@@ -111,10 +111,10 @@ describe("lock changes on the file store", () => {
     const resumed = await locks.watch({ file: undefined, includeCurrent: false, startRevision: granted!.revision });
     expect(summary(await take(resumed, 3))).toEqual(["released:a:0", "granted:b:0", "caught_up:false"]);
     await resumed.return?.();
-    // Eight changes kept: the first is gone after more.
+    // Thirty-two changes kept (four times the watch buffer): the first is gone after more.
     await locks.acquire({ file: OTHER, owner: "c" });
     await locks.acquire({ file: `${OTHER}2`, owner: "d" });
-    for (let i = 0; i < 3; i++) locks.release((await locks.acquire({ file: `${OTHER}3`, owner: "e" })).leaseToken);
+    for (let i = 0; i < 15; i++) locks.release((await locks.acquire({ file: `${OTHER}3`, owner: "e" })).leaseToken);
     for (const start of [caughtUp!.revision, caughtUp!.revision - 5n, caughtUp!.revision + 1000n]) {
       const reset = await locks.watch({ file: undefined, includeCurrent: false, startRevision: start });
       const items = await take(reset, 4);
@@ -134,6 +134,28 @@ describe("lock changes on the file store", () => {
     expect(error).toBeInstanceOf(BerthError);
     expect((error as BerthError).reason).toBe("WATCHER_LAGGED");
     expect((error as BerthError).details?.lastRevision).toBe(String(caughtUp!.revision));
+  });
+
+  it("keeps four times the watch buffer: a watcher lagged one past its buffer resumes by replay with every change, no reset", async () => {
+    expect(locks.watchHistory).toBe(32);
+    const watcher = await locks.watch({ file: undefined, includeCurrent: false, startRevision: 0n });
+    await take(watcher, 1);
+    await locks.acquire({ file: FILE, owner: "a" });
+    const [first] = await take(watcher, 1);
+    // Nine changes unread: one past the buffer of eight.
+    const owners = Array.from({ length: 32 }, (_, i) => `o${i}`);
+    for (const owner of owners.slice(0, 9)) await locks.acquire({ file: `${FILE}.${owner}`, owner });
+    const error = await watcher.next().then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    expect(error).toMatchObject({ reason: "WATCHER_LAGGED", details: { lastRevision: String(first!.revision) } });
+    // More changes while the client is away, up to the history's bound after the revision it was told.
+    for (const owner of owners.slice(9)) await locks.acquire({ file: `${FILE}.${owner}`, owner });
+    const resumed = await locks.watch({ file: undefined, includeCurrent: false, startRevision: first!.revision });
+    const items = await take(resumed, owners.length + 1);
+    expect(summary(items)).toEqual([...owners.map((owner) => `granted:${owner}:0`), "caught_up:false"]);
+    await resumed.return?.();
   });
 
   it("ends watchers SHUTTING_DOWN when the service closes", async () => {

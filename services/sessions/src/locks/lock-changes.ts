@@ -7,6 +7,7 @@
 import type { Clock } from "@berth/shared/clock";
 import { BerthError } from "@berth/shared/errors";
 import { RevisionHistory, runRevisionBase } from "@berth/shared/revision-history";
+import { DEFAULT_MAX_BUFFERED, HISTORY_PER_BUFFER } from "../watch-hub.js";
 import type { LockInspection } from "./lock-table.js";
 
 /** What happened to a lock; "current_*" describe the state before a watch's caught-up marker. */
@@ -46,8 +47,15 @@ export interface LockWatchRequest {
   readonly startRevision: bigint;
 }
 
-/** How many changes the file store keeps to replay, and how many a watcher may fall behind. */
-export const DEFAULT_LOCK_WATCH_HISTORY = 10_000;
+/**
+ * How many lock changes the file store keeps to replay (GetLimits' `watch_history`, on both
+ * stores) for watchers that may each fall `watchBuffer` behind: {@link HISTORY_PER_BUFFER} times
+ * it, as for the watchers of every session. A watcher ends lagged one change past its bound, so a
+ * history of the bound alone would have lost that change already: every resume would be a reset.
+ */
+export function lockWatchHistory(watchBuffer: number): number {
+  return HISTORY_PER_BUFFER * watchBuffer;
+}
 
 /**
  * The first revision of a run on the file store: its start time in microseconds, as the budget's
@@ -69,10 +77,10 @@ export class LockChangeLog {
 
   constructor(
     private readonly clock: Clock,
-    private readonly capacity = DEFAULT_LOCK_WATCH_HISTORY,
+    private readonly watchBuffer = DEFAULT_MAX_BUFFERED,
   ) {
     this.firstRevision = firstRevisionOfRun(clock.now());
-    this.history = new RevisionHistory<LockChange>({ base: 0, capacity });
+    this.history = new RevisionHistory<LockChange>({ base: 0, capacity: lockWatchHistory(watchBuffer) });
   }
 
   record(change: Omit<LockChange, "at">): void {
@@ -101,7 +109,7 @@ export class LockChangeLog {
       for (const lock of describe()) for (const change of currentChanges(lock, now)) prelude.push({ kind: "change", revision: this.revisionOf(at), change });
     }
     const changes = this.history.watch(replay ? start : at, {
-      maxBuffered: this.capacity,
+      maxBuffered: this.watchBuffer,
       lagged: (resumeRevision) => locksWatcherLagged(this.revisionOf(resumeRevision)),
       accept,
     });

@@ -34,7 +34,7 @@ export interface SourceLocksApi {
    * reader falls behind, unavailable SHUTTING_DOWN when the service closes.
    */
   watch(request: LockWatchRequest): LockWatcher | Promise<LockWatcher>;
-  /** How many changes a watcher may fall behind (and the file store keeps to replay). */
+  /** How many changes the file store keeps to replay: lockWatchHistory of what a watcher may fall behind. */
   readonly watchHistory: number;
   /** Gauges. */
   stats(): LockTableStats;

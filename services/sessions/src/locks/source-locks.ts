@@ -10,7 +10,8 @@ import { createFencingStore, type FencingStore } from "./fencing-store.js";
 import type { LockLimits } from "./lock-input.js";
 import { LockTable } from "./lock-table.js";
 import { BerthError } from "@berth/shared/errors";
-import { DEFAULT_LOCK_WATCH_HISTORY, LockChangeLog } from "./lock-changes.js";
+import { DEFAULT_MAX_BUFFERED } from "../watch-hub.js";
+import { LockChangeLog, lockWatchHistory } from "./lock-changes.js";
 import { SeedLockFiles } from "./seed-lock-files.js";
 import type { SourceLocksApi } from "./source-locks-api.js";
 
@@ -36,8 +37,8 @@ export interface SourceLocksOptions {
   lockFileRecheckMs?: number;
   /** The mode of the lock files berth creates (see SeedLockFilesOptions.fileMode). Default 0600. */
   lockFileMode?: number;
-  /** How many changes WatchLocks keeps to replay and lets a watcher fall behind. Default 10,000. */
-  watchHistory?: number;
+  /** How many changes a WatchLocks watcher may fall behind (`--watch-buffer`); the history holds lockWatchHistory of it. Default 1,000. */
+  watchBuffer?: number;
 }
 
 /**
@@ -71,8 +72,8 @@ export function createSourceLocks(options: SourceLocksOptions): SourceLocks {
           ...(options.lockFileRecheckMs === undefined ? {} : { recheckMs: options.lockFileRecheckMs }),
           ...(options.lockFileMode === undefined ? {} : { fileMode: options.lockFileMode }),
         });
-  const watchHistory = options.watchHistory ?? DEFAULT_LOCK_WATCH_HISTORY;
-  const changes = new LockChangeLog(clock, watchHistory);
+  const watchBuffer = options.watchBuffer ?? DEFAULT_MAX_BUFFERED;
+  const changes = new LockChangeLog(clock, watchBuffer);
   const table = new LockTable({
     clock,
     changes,
@@ -94,7 +95,7 @@ export function createSourceLocks(options: SourceLocksOptions): SourceLocks {
     checkToken: (file, token) => table.checkToken(file, token),
     resolveFile: (file, field) => table.resolveFile(file, field),
     stats: () => table.stats(),
-    watchHistory,
+    watchHistory: lockWatchHistory(watchBuffer),
     watch: (request) => {
       if (closed) throw shuttingDown();
       return changes.watch(request, () => table.inspectAll(request.file));

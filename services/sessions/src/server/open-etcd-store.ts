@@ -70,7 +70,7 @@ export async function openEtcdStore(values: SessionsValues, logger: Logger): Pro
     leaseTtlSeconds: Math.ceil(values.etcdLeaseTtl / 1000),
     logger: logger.child({ component: "locks" }),
     limits: { maxWaitMs: values.lockMaxWait, maxWaitersPerFile: values.lockMaxWaiters, idempotencyWindowMs: values.idempotencyWindow },
-    watchHistory: values.watchBuffer,
+    watchBuffer: values.watchBuffer,
   });
   const store = new EtcdSessionStore({
     journal,

@@ -113,7 +113,7 @@ export function createLocks(values: SessionsValues, logger: Logger): SourceLocks
     lockFileMode,
     logger: logger.child({ component: "locks" }),
     limits: { maxWaitMs: values.lockMaxWait, maxWaitersPerFile: values.lockMaxWaiters, idempotencyWindowMs: values.idempotencyWindow },
-    watchHistory: values.watchBuffer,
+    watchBuffer: values.watchBuffer,
   });
   logger.info({ projectRoot, lockFiles: locks.locksDir }, "source locks");
   return locks;

@@ -778,9 +778,10 @@ export type GetLimitsResponse = Message<"berth.locks.v1.GetLimitsResponse"> & {
   idempotencyWindow?: Duration | undefined;
 
   /**
-   * How many changes WatchLocks keeps to replay on the file store, and how
-   * many a watcher may fall behind before it is ended WATCHER_LAGGED
-   * (`--watch-buffer`, as for session watchers).
+   * How many changes WatchLocks keeps to replay on the file store: four
+   * times `--watch-buffer`, how many a watcher may fall behind before it is
+   * ended WATCHER_LAGGED (on both stores, as for session watchers; on `--store
+   * etcd` a replay reads etcd's own history, kept until etcd compacts it).
    *
    * @generated from field: int32 watch_history = 8;
    */
@@ -1527,7 +1528,12 @@ export const LockService: GenService<{
    * etcd` revisions are etcd's own (the revision of the change to the lock's
    * key), the same through every instance of the cluster; there a resume's
    * `caught_up` comes first, at `start_revision`, and the changes after it
-   * follow as live ones (etcd does not say where its replay ends).
+   * follow as live ones (etcd does not say where its replay ends). There
+   * changes of one etcd transaction share its revision (a release and the
+   * GRANTED it hands on to the next waiter, at least): LocksWatcherLagged
+   * names the last revision all of whose changes the watcher took, so one
+   * that lagged part way through a revision is sent that revision's changes
+   * again.
    *
    * Reset, never a gap: a `start_revision` the service can no longer
    * replay (older than its history, compacted by etcd, from an earlier run
@@ -1535,11 +1541,15 @@ export const LockService: GenService<{
    * current state (CURRENT_HOLDER and CURRENT_WAITER events) and a
    * `caught_up` with `reset = true`: the client replaces its view with it.
    *
-   * A watcher too slow to keep up (GetLimits: `watch_history` changes
-   * unsent) is ended with RESOURCE_EXHAUSTED WATCHER_LAGGED (details:
-   * LocksWatcherLagged, with the revision to resume from); it never
-   * silently misses a change. The service ending (shutdown) ends the stream
-   * with UNAVAILABLE SHUTTING_DOWN.
+   * A watcher too slow to keep up (more than a quarter of GetLimits'
+   * `watch_history` changes unsent: `--watch-buffer`) is ended with
+   * RESOURCE_EXHAUSTED WATCHER_LAGGED (details: LocksWatcherLagged, with
+   * the revision to resume from); it never silently misses a change. The
+   * file store's history holds four times what a watcher may fall behind,
+   * so a lagged watcher that resumes while the changes after the revision
+   * it was told number no more than `watch_history` is sent them, not a
+   * reset. The service ending (shutdown) ends the stream with UNAVAILABLE
+   * SHUTTING_DOWN.
    *
    * What is not seen: on the file store, lock files that other processes
    * (the seed's library) take and remove are not events (the service does
