@@ -1,7 +1,8 @@
+import * as http2 from "node:http2";
 import * as net from "node:net";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import pino from "pino";
-import { HANDSHAKE_TIMEOUT_MS, listen, urlOf, type Listener } from "./listener.js";
+import { HANDSHAKE_TIMEOUT_MS, listen, STREAM_HIGH_WATER_MARK, urlOf, type Listener } from "./listener.js";
 import { startServer, type RunningServer } from "./start-server.js";
 
 // Found by the fuzzer (test/chaos/fuzz/fuzz.test.ts): over HTTP/1.1, a Connect stream whose first
@@ -84,6 +85,34 @@ describe("HTTP/2 handshake", () => {
     expect(closed).toBe(true);
     expect(Date.now() - started).toBeLessThan(HANDSHAKE_TIMEOUT_MS + 5_000);
   }, 20_000);
+});
+
+// Node 22 raised the default to 64 KiB: a watcher that stopped reading then took that much more
+// before the service saw it fall behind, and a Python client's lag test passed on Node 20 only.
+describe("response streams", () => {
+  it("buffer 16 KiB before their writer waits, on every Node", async () => {
+    let buffered = -1;
+    const listener = await listen({
+      handler: ((_req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => {
+        buffered = res.stream.writableHighWaterMark;
+        res.end("ok");
+      }) as never,
+    });
+    try {
+      const session = http2.connect(urlOf(listener.address));
+      await new Promise<void>((resolve, reject) => {
+        const request = session.request({ ":path": "/" });
+        request.on("error", reject);
+        request.on("end", resolve);
+        request.resume();
+      });
+      session.close();
+    } finally {
+      await listener.destroy();
+    }
+    expect(STREAM_HIGH_WATER_MARK).toBe(16 * 1024);
+    expect(buffered).toBe(STREAM_HIGH_WATER_MARK);
+  });
 });
 
 describe("descriptors", () => {

@@ -26,6 +26,7 @@ import * as fs from "node:fs";
 import * as http from "node:http";
 import * as http2 from "node:http2";
 import * as net from "node:net";
+import { setDefaultHighWaterMark } from "node:stream";
 import type { connectNodeAdapter } from "@connectrpc/connect-node";
 import { systemClock } from "../clock.js";
 import { endCallWhenClientLeaves } from "./client-left.js";
@@ -113,8 +114,18 @@ const processSpares = new Set<() => void>();
 /** How often, at most, a refusal for want of descriptors is logged (with how many since the last line). */
 const REFUSAL_LOG_INTERVAL_MS = 1000;
 
+/**
+ * What each response stream buffers before its writer waits for the peer: 16 KiB, Node 20's
+ * default. Node 22 raised the default to 64 KiB, which would let a stalled watcher take four times
+ * the memory and many more unread changes before berth's own bounded buffer sees it fall behind
+ * (WATCHER_LAGGED): pinned, a service behaves the same on every Node.
+ */
+export const STREAM_HIGH_WATER_MARK = 16 * 1024;
+
 /** Starts listening; rejects with a clear message when the port or socket is taken. */
 export async function listen(options: ListenOptions): Promise<Listener> {
+  // Process-wide: HTTP/2 streams take the default; no option sets it per server.
+  setDefaultHighWaterMark(false, STREAM_HIGH_WATER_MARK);
   const keepalive = options.keepalive ?? DEFAULT_KEEPALIVE;
   const logger = options.logger;
   const sockets = new Set<net.Socket>();
