@@ -34,6 +34,8 @@ const TOUCHED = 1000;
 const WATCHED = 50;
 /** How many of the crowd's refused members retry once it has left (each on a connection of its own). */
 const RETRYING = 200;
+/** How long the crowd's members have to hold their stream or be turned away. */
+const CROWD_SETTLE_MS = 90_000;
 /** Registrations in the budget's running tally during the crowd (each rewrites the whole tally file). */
 const REGISTERED = 200;
 
@@ -142,11 +144,19 @@ async function crowd(count: number, open: (i: number, signal: AbortSignal) => As
   const turnedAway: number[] = [];
   const ended: Promise<void>[] = [];
   let holding = 0;
-  await Promise.all(
+  let settledCount = 0;
+  const connecting = Promise.all(
     Array.from(
       { length: count },
       (_, i) =>
-        new Promise<void>((settled) => {
+        new Promise<void>((resolve) => {
+          let once = false;
+          const settled = () => {
+            if (once) return;
+            once = true;
+            settledCount++;
+            resolve();
+          };
           const abort = new AbortController();
           aborts.push(abort);
           ended.push(
@@ -170,10 +180,18 @@ async function crowd(count: number, open: (i: number, signal: AbortSignal) => As
         }),
     ),
   );
+  // A member that neither delivers nor ends within the deadline is counted (and let go) rather
+  // than holding the test until its timeout, which would say nothing of where it hung.
+  let deadline: NodeJS.Timeout | undefined;
+  await Promise.race([connecting, new Promise<void>((resolve) => (deadline = setTimeout(resolve, CROWD_SETTLE_MS)))]);
+  clearTimeout(deadline);
+  const stuck = count - settledCount;
   return {
     tally,
     holding,
     turnedAway,
+    /** Members whose stream neither delivered nor ended within {@link CROWD_SETTLE_MS}. */
+    stuck,
     async leave() {
       for (const abort of aborts) abort.abort();
       await Promise.all(ended);
@@ -281,6 +299,7 @@ for (const store of STORES) {
       const report = JSON.stringify({
         started,
         holding: watchers.holding,
+        stuck: watchers.stuck,
         watchers: watchers.tally,
         touches,
         retriedTouches,
@@ -294,6 +313,7 @@ for (const store of STORES) {
       expect(started?.openJournals, report).toBe(store === "file" ? descriptorShares(FD_LIMIT).journals : undefined);
       expect(most.journals, report).toBeLessThanOrEqual(descriptorShares(FD_LIMIT).journals + 1);
       // The crowd: as many as the share of connections held their stream; the others were refused or closed, never INTERNAL.
+      expect(watchers.stuck, report).toBe(0);
       expect(watchers.holding, report).toBeGreaterThan(0);
       expect(watchers.holding + watchers.turnedAway.length, report).toBe(CROWD);
       expect(watchers.tally.counts.violation, report).toBe(0);
@@ -321,6 +341,13 @@ describe(`the budget service under ulimit -n ${FD_LIMIT}`, () => {
     // Connected before the crowd comes.
     await client.getLimits({});
     const health = healthProbes(url, 100);
+    // Seconds each phase took: where the time went if a phase is slow on a busy machine.
+    const phases: Record<string, number> = {};
+    let phaseStart = performance.now();
+    const phase = (name: string) => {
+      phases[name] = Math.round(performance.now() - phaseStart) / 1000;
+      phaseStart = performance.now();
+    };
     const watchers = await health.whileConnecting(
       crowd(CROWD, (_i, signal) => {
         const member = connectClient(BudgetService, url, { protocol: "grpc", defaultTimeoutMs: 600_000 });
@@ -328,12 +355,15 @@ describe(`the budget service under ulimit -n ${FD_LIMIT}`, () => {
         return member.watchMachine({}, { signal });
       }),
     );
+    phase("crowd");
     const register = (name: string) => client.registerRunning({ name, costSource: { case: "cost", value: { memoryBytes: 1n, cpu: 0 } } });
     const registrations = new Tally();
     const refused: number[] = [];
     for (let i = 0; i < REGISTERED; i++) if (registrations.add(await outcome(register(`during-${i}`))).kind !== "ok") refused.push(i);
+    phase("registrations");
     await watchers.leave();
     await crowdGone(service);
+    phase("leave");
     const retried = new Tally();
     for (const i of refused) retried.add(await outcome(register(`during-${i}`)));
     const retriedWatches = new Tally();
@@ -350,17 +380,21 @@ describe(`the budget service under ulimit -n ${FD_LIMIT}`, () => {
         closeClient(member);
       }),
     );
+    phase("retries");
     await health.stop();
     await service.stop();
 
     const report = JSON.stringify({
       holding: watchers.holding,
+      stuck: watchers.stuck,
       watchers: watchers.tally,
       registrations,
       retried,
       retriedWatches,
       health: { connecting: health.connecting, steady: health.steady },
+      phases,
     });
+    expect(watchers.stuck, report).toBe(0);
     expect(watchers.holding, report).toBeGreaterThan(0);
     expect(watchers.tally.counts.violation, report).toBe(0);
     expect(registrations.counts.violation + registrations.counts.dropped, report).toBe(0);

@@ -27,6 +27,14 @@ export class Findings {
   check(ok: boolean, scenario: string, what: string): void {
     if (!ok) this.violation(scenario, what);
   }
+
+  /** Adds what another tally found (a scenario's own, run beside others) to this one. */
+  absorb(other: Findings): void {
+    this.violations.push(...other.violations);
+    Object.assign(this.figures, other.figures);
+    this.rounds += other.rounds;
+    this.operations += other.operations;
+  }
 }
 
 /** JSON for messages, bigints as strings. */

@@ -24,42 +24,50 @@ afterAll(stopAll);
 const findings = new Findings();
 const PAUSE_MS = chaosSetting("MACHINE_PAUSE_MS", 30_000);
 
-/** Runs a scenario and fails the test on the violations it added. */
-async function scenario(run: () => Promise<void>): Promise<void> {
-  const before = findings.violations.length;
-  await run();
-  expect(findings.violations.slice(before)).toEqual([]);
+/**
+ * Runs a scenario on a tally of its own (the clock and the pause scenarios of the two services run
+ * side by side: each mostly waits, on a stepped clock or a stopped process) and fails the test on
+ * its violations; the suite's summary counts them all.
+ */
+async function scenario(run: (own: Findings) => Promise<void>): Promise<void> {
+  const own = new Findings();
+  try {
+    await run(own);
+  } finally {
+    findings.absorb(own);
+  }
+  expect(own.violations).toEqual([]);
 }
 
-describe("the wall clock steps an hour back and two forward (libfaketime)", () => {
+describe.concurrent("the wall clock steps an hour back and two forward (libfaketime)", () => {
   const library = libfaketime();
   it("libfaketime is installed (Debian's faketime)", () => {
     expect(library, "install Debian's faketime package (libfaketime)").toBeDefined();
   });
-  it("sessions", () => scenario(() => steppedSessions(findings, steppedClock(library!))));
-  it("budget", () => scenario(() => steppedBudget(findings, steppedClock(library!))));
+  it("sessions", () => scenario((own) => steppedSessions(own, steppedClock(library!))));
+  it("budget", () => scenario((own) => steppedBudget(own, steppedClock(library!))));
 });
 
-describe("sleep and wake: SIGSTOP past every lease, then SIGCONT", () => {
-  it("sessions", () => scenario(() => pausedSessions(findings, PAUSE_MS)));
-  it("budget", () => scenario(() => pausedBudget(findings, PAUSE_MS)));
+describe.concurrent("sleep and wake: SIGSTOP past every lease, then SIGCONT", () => {
+  it("sessions", () => scenario((own) => pausedSessions(own, PAUSE_MS)));
+  it("budget", () => scenario((own) => pausedBudget(own, PAUSE_MS)));
 });
 
 describe("a full disk (a small tmpfs), then a read-only one (an ext4 image the kernel remounts read-only)", () => {
   const noTmpfs = whyNot(() => mountSmallFs(1024 * 1024).unmount());
   if (noTmpfs !== undefined) process.stdout.write(`machine: skipped the full-disk case: cannot mount a tmpfs here (${noTmpfs}); it needs root\n`);
-  it.skipIf(noTmpfs !== undefined)("full: both services", () => scenario(() => fullDisk(findings)));
+  it.skipIf(noTmpfs !== undefined)("full: both services", () => scenario((own) => fullDisk(own)));
   const noLoop = whyNot(() => mountFailingFs().unmount());
   if (noLoop !== undefined)
     process.stdout.write(
       `machine: skipped the read-only case: cannot mount an ext4 image on a loop device here (${noLoop}); it needs root, losetup and mkfs.ext4\n`,
     );
-  it.skipIf(noLoop !== undefined)("read-only: both services", () => scenario(() => readOnlyDisk(findings)));
+  it.skipIf(noLoop !== undefined)("read-only: both services", () => scenario((own) => readOnlyDisk(own)));
 });
 
 describe(`too many clients: ${FLOOD_CLIENTS} at once against ulimit -n ${FD_LIMIT}`, () => {
-  it("sessions", () => scenario(() => floodedSessions(findings)));
-  it("budget", () => scenario(() => floodedBudget(findings)));
+  it("sessions", () => scenario((own) => floodedSessions(own)));
+  it("budget", () => scenario((own) => floodedBudget(own)));
 });
 
 afterAll(() =>
