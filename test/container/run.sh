@@ -37,6 +37,8 @@
 #                                       the seeds, which must pass with those tests skipped, each saying
 #                                       so (about 7 min; .ci/run sets it)
 #   BERTH_FRESH_CLONE_REPORT=PATH       where to copy that run's vitest JSON report (.ci/run counts it)
+#   BERTH_FRESH_NODE=24                 the fresh machine's Node, from the npm registry (default: the
+#                                       base image's 20; .ci/run sets 24)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 repo=$(pwd)
@@ -652,9 +654,10 @@ if [ "${BERTH_CONTAINER_FRESH_CLONE:-0}" = 1 ]; then
   stack_up=0
   done_step
 
-  step "docker build test/container/fresh-machine.Dockerfile (node:20-bookworm-slim, python3, make, g++, git, curl)"
+  step "docker build test/container/fresh-machine.Dockerfile (node:20-bookworm-slim${BERTH_FRESH_NODE:+ with Node $BERTH_FRESH_NODE}, python3, make, g++, git, curl)"
   fresh_image="berth-fresh-machine:$run_id"
-  docker build --build-arg NPM_VERSION="$(npm --version)" -f test/container/fresh-machine.Dockerfile -t "$fresh_image" test/container \
+  docker build --build-arg NPM_VERSION="$(npm --version)" --build-arg NODE_VERSION="${BERTH_FRESH_NODE:-}" \
+    -f test/container/fresh-machine.Dockerfile -t "$fresh_image" test/container \
     >"$work/fresh-build.log" 2>&1 || { tail -30 "$work/fresh-build.log" >&2; fail "docker build of the fresh machine failed"; }
   done_step
 
