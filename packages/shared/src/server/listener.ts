@@ -103,6 +103,16 @@ const FIRST_BYTES_TIMEOUT_MS = 30_000;
 /** How long an HTTP/2 client has, after its preface, to complete its first SETTINGS frame. */
 export const HANDSHAKE_TIMEOUT_MS = 3_000;
 
+/**
+ * How many connections the kernel may hold completed for the service before it accepts them
+ * (capped by net.core.somaxconn, 4096 on current kernels). Node's default, 511, overflowed when a
+ * thousand clients connected at once to a service busy on a loaded machine: the kernel then drops
+ * the handshake's last ACK, and a client that believes itself connected waits for TCP's
+ * retransmissions, up to two minutes, before its first byte is read. Such a burst now waits in the
+ * queue for the accept loop, which answers each (spare connections included) within moments.
+ */
+export const LISTEN_BACKLOG = 4096;
+
 /** How long a spare connection (one over the share of connections) may stay open before its answer. */
 export const SPARE_CONNECTION_MS = 2_000;
 
@@ -456,7 +466,7 @@ function listenOn(server: net.Server, options: net.ListenOptions, what: string):
     };
     server.once("error", onError);
     server.once("listening", onListening);
-    server.listen(options);
+    server.listen({ ...options, backlog: LISTEN_BACKLOG });
   });
 }
 
