@@ -380,18 +380,23 @@ describe("berth lock", () => {
   });
 
   it("exits 75 when too many wait for the file (TOO_MANY_WAITERS), and waits the service's longest wait without --max-wait", async () => {
-    const small = await startService("sessions", { args: ["--lock-max-waiters", "1", "--lock-max-wait", "1s"] });
-    const smallUrl = small.url("sessions");
-    const client = connectClient(LockService, smallUrl, { protocol: "grpc", defaultTimeoutMs: 30_000 });
+    // Two services: the first waiter must still wait when the CLI's call arrives, however long a
+    // loaded machine takes to start the CLI, so the crowded service's longest wait is long; the
+    // other's is 1 s, for the wait without --max-wait.
+    const [crowdedService, quick] = await Promise.all([
+      startService("sessions", { args: ["--lock-max-waiters", "1", "--lock-max-wait", "60s"] }),
+      startService("sessions", { args: ["--lock-max-wait", "1s"] }),
+    ]);
+    const client = connectClient(LockService, crowdedService.url("sessions"), { protocol: "grpc", defaultTimeoutMs: 30_000 });
     const file = path.join(project, "src/crowded.ts");
     const { lease } = await client.acquire({ file, owner: "holder" });
-    const queued = client.acquire({ file, owner: "first-waiter", maxWait: { seconds: 20n } });
+    const queued = client.acquire({ file, owner: "first-waiter", maxWait: { seconds: 60n } });
     const deadline = Date.now() + 10_000;
     while ((await client.inspect({ file })).waiters.length === 0) {
       if (Date.now() > deadline) throw new Error("the first waiter never queued");
       await new Promise((resolve) => setTimeout(resolve, 20));
     }
-    const crowded = await berth(["lock", "hold", "src/crowded.ts", "--", "true"], { BERTH_SESSIONS_URL: smallUrl });
+    const crowded = await berth(["lock", "hold", "src/crowded.ts", "--", "true"], { BERTH_SESSIONS_URL: crowdedService.url("sessions") });
     expect(crowded.code).toBe(75);
     expect(JSON.parse(crowded.stderr.trim().split("\n").at(-1)!)).toMatchObject({
       event: "timeout",
@@ -399,14 +404,17 @@ describe("berth lock", () => {
       message: expect.stringMatching(/1 requests already wait for .*crowded\.ts/),
     });
     await client.release({ leaseToken: lease!.leaseToken });
-    const next = (await queued).lease!;
+    await client.release({ leaseToken: (await queued).lease!.leaseToken });
+
     // No --max-wait: the service's longest wait (1s here), then 75 naming the holder.
+    const other = connectClient(LockService, quick.url("sessions"), { protocol: "grpc", defaultTimeoutMs: 30_000 });
+    const held = (await other.acquire({ file, owner: "first-waiter" })).lease!;
     const started = Date.now();
-    const waited = await berth(["lock", "hold", "src/crowded.ts", "--", "true"], { BERTH_SESSIONS_URL: smallUrl });
+    const waited = await berth(["lock", "hold", "src/crowded.ts", "--", "true"], { BERTH_SESSIONS_URL: quick.url("sessions") });
     expect(waited.code).toBe(75);
     expect(Date.now() - started).toBeGreaterThanOrEqual(1_000);
     expect(JSON.parse(waited.stderr.trim().split("\n").at(-1)!)).toMatchObject({ event: "timeout", waited_ms: 1_000, holder: { owner: "first-waiter" } });
-    await client.release({ leaseToken: next.leaseToken });
-    await small.stop();
+    await other.release({ leaseToken: held.leaseToken });
+    await Promise.all([crowdedService.stop(), quick.stop()]);
   });
 });
