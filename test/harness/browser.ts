@@ -51,3 +51,8 @@ export async function openPage(browser: Browser, url: string): Promise<{ page: P
   await page.goto(url);
   return { page, consoleErrors };
 }
+
+/** `<script type="module">` holding `code` (a bundle of `@berth/shared/testing/browser-bundle`), safe inside HTML. */
+export function moduleScript(code: string): string {
+  return `<script type="module">${code.replaceAll("</script", "<\\/script")}</script>`;
+}

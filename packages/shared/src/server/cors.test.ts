@@ -90,7 +90,7 @@ for (const [wire, ask] of [
       expect(JSON.parse(answer.body)).toEqual({ status: "SERVING" });
       expect(answer.headers["access-control-allow-origin"]).toBe(PAGE);
       const exposed = String(answer.headers["access-control-expose-headers"]).split(", ");
-      expect(exposed).toEqual(expect.arrayContaining(["grpc-status", "grpc-message", "grpc-status-details-bin"]));
+      expect(exposed).toEqual(expect.arrayContaining(["grpc-status", "grpc-message", "grpc-status-details-bin", "berth-error-details"]));
       expect(exposed).toEqual([...CORS_EXPOSED_HEADERS]);
     });
 

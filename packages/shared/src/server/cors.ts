@@ -16,6 +16,7 @@
  * a page of its own. Calls without `Origin` (every non-browser client) pass.
  */
 import { cors as connectCors } from "@connectrpc/connect";
+import { ERROR_DETAILS_HEADER } from "./connect-errors.js";
 import type { NodeRequestHandler } from "./listener.js";
 
 function lowerCase(name: string): string {
@@ -24,8 +25,12 @@ function lowerCase(name: string): string {
 
 /** Headers a page may send: what Connect and gRPC-Web need, and the bearer token. */
 export const CORS_ALLOWED_HEADERS: readonly string[] = [...connectCors.allowedHeaders.map(lowerCase), "authorization"];
-/** Headers a page may read: gRPC-Web's status and message, and the error details. */
-export const CORS_EXPOSED_HEADERS: readonly string[] = connectCors.exposedHeaders.map(lowerCase);
+/**
+ * Headers a page may read: gRPC-Web's status and message, and the error details (gRPC's binary
+ * trailer, and berth's JSON facts, which a Connect unary error carries as a header and
+ * `BerthClientError.facts` reads).
+ */
+export const CORS_EXPOSED_HEADERS: readonly string[] = [...connectCors.exposedHeaders.map(lowerCase), ERROR_DETAILS_HEADER];
 /** Methods a page may use: POST for every RPC, GET for the reads (Connect GET). */
 export const CORS_ALLOWED_METHODS: readonly string[] = connectCors.allowedMethods;
 /** How long a browser may cache a preflight's answer (seconds): Chromium caps it at 2 hours. */
