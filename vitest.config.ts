@@ -56,9 +56,9 @@ export default defineConfig(() => ({
     maxWorkers: Math.max(2, availableParallelism() - 1),
     env: { BERTH_FC_SEED: propertySeed() },
     setupFiles: ["test/harness/fast-check-seed.ts"],
-    // The tests that need etcd or Debian's Python or Go gRPC packages, each skipped where this
+    // The tests that need etcd, Debian's Python or Go gRPC packages or its Chromium, each skipped where this
     // machine lacks it unless `BERTH_REQUIRE_<NAME>=1` (CI).
-    ...systemPackageTags(["etcd", "python", "go"]),
+    ...systemPackageTags(["etcd", "python", "go", "chromium"]),
     // One line per run for what is skipped (the seeds' comparisons, the files that need a system package), or a failure when it is required.
     globalSetup: ["test/harness/seeds-notice.ts", "test/harness/system-packages-notice.ts"],
   },

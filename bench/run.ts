@@ -10,6 +10,7 @@ const SUITES: Record<string, () => Promise<{ run(args: string[]): Promise<void> 
   budget: () => import("./suites/budget.js"),
   etcd: () => import("./suites/etcd.js"),
   cli: () => import("./suites/cli.js"),
+  "web-client": () => import("./suites/web-client.js"),
 };
 
 const [first, ...rest] = process.argv.slice(2);

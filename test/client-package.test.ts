@@ -11,10 +11,18 @@ import { describe, expect, it } from "vitest";
 
 const ROOT = path.resolve(import.meta.dirname, "..");
 
+/** An exports target: a path, or paths by condition (nested: `"browser": { "types", "default" }`). */
+type ExportTarget = string | { [condition: string]: ExportTarget };
+
+/** Every path an exports target names, under every condition. */
+function targetPaths(target: ExportTarget): string[] {
+  return typeof target === "string" ? [target] : Object.values(target).flatMap(targetPaths);
+}
+
 interface Manifest {
   name: string;
   private?: boolean;
-  exports: Record<string, string | Record<string, string>>;
+  exports: Record<string, ExportTarget>;
   dependencies?: Record<string, string>;
 }
 
@@ -48,7 +56,7 @@ describe.each(["packages/client", "packages/api"])("%s, packed", (workspace) => 
   });
 
   it("holds what every exports entry names, JavaScript and types", () => {
-    const targets = Object.values(manifest.exports).flatMap((t) => (typeof t === "string" ? [t] : Object.values(t)));
+    const targets = Object.values(manifest.exports).flatMap(targetPaths);
     expect(targets.length).toBeGreaterThan(0);
     for (const target of targets) {
       const pattern = new RegExp(

@@ -9,9 +9,10 @@ import { writeFileSync } from "node:fs";
 import * as path from "node:path";
 import { Code } from "@connectrpc/connect";
 import { RefusalKind } from "@berth/api/berth/budget/v1/budget_pb";
-import { Berth, BerthClientError, start, type MachineWatchEvent, type SessionWatchEvent } from "@berth/client";
+import { Berth, BerthClientError, start, type MachineWatchEvent } from "@berth/client";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startBudget, type BudgetUnderTest } from "./budget-e2e.js";
+import { appendThenWatch, resumeAfterLag, typedRefusals } from "./client-scenarios.js";
 import { makeTempDir, startService, stopAll, type StartedService } from "./harness.js";
 
 const TOKEN = "client-test-token";
@@ -40,58 +41,15 @@ describe("finding the services", () => {
 });
 
 describe("sessions", () => {
-  it("appends, then watches: the backlog, caught-up, a live entry with its snapshot", async () => {
-    const id = "client-watch";
-    await berth.append(id, { type: "generate", pageUrl: "/pricing", count: 3 });
-    const seen: string[] = [];
-    for await (const event of berth.watch(id, { includeSnapshot: true, timeoutMs: 20_000 })) {
-      seen.push(label(event));
-      if (event.kind === "caughtUp") await berth.append(id, { type: "steer", pageUrl: "/pricing" });
-      if (event.kind === "entry" && event.live) {
-        expect(event.snapshot?.phase).toBe("steer_requested");
-        break;
-      }
-    }
-    expect(seen).toEqual(["entry 1 generate", "caughtUp 1", "live 2 steer"]);
-  });
+  it("appends, then watches: the backlog, caught-up, a live entry with its snapshot", () => appendThenWatch(berth, "client-watch"));
 
   it("resumes a watch the service ended for falling behind, missing and repeating no entry", { timeout: 60_000 }, async () => {
     const slow = await startService("sessions", { args: ["--watch-buffer", "4"] });
-    const client = new Berth({ sessionsUrl: slow.url("sessions") });
-    const id = "client-lag";
-    await client.append(id, { type: "steer" });
-    const watch = client.watch(id, { timeoutMs: 50_000 })[Symbol.asyncIterator]();
-    expect(label((await watch.next()).value as SessionWatchEvent)).toBe("entry 1 steer");
-    expect(label((await watch.next()).value as SessionWatchEvent)).toBe("caughtUp 1");
-    // 800 entries while nobody reads, against a buffer of 4: the service must end this watcher.
-    for (let batch = 0; batch < 8; batch++)
-      await client.sessions.appendMany(
-        id,
-        Array.from({ length: 100 }, (_, i) => ({ type: "steer", n: batch * 100 + i })),
-      );
-    const seqs: bigint[] = [];
-    let resumed = 0;
-    while (seqs.at(-1) !== 801n) {
-      const next = await watch.next();
-      if (next.done) throw new Error("the watch ended");
-      if (next.value.kind === "resumed") resumed++;
-      if (next.value.kind === "entry") seqs.push(next.value.entry.seq);
-    }
-    await watch.return?.(undefined);
-    expect(resumed).toBeGreaterThanOrEqual(1);
-    expect(seqs).toEqual(Array.from({ length: 800 }, (_, i) => BigInt(i + 2)));
+    await resumeAfterLag(new Berth({ sessionsUrl: slow.url("sessions") }), "client-lag");
     await slow.stop();
   });
 
-  it("refuses with typed details: SeqConflict, IdempotencyKeyReused", async () => {
-    const id = "client-refusals";
-    await berth.append(id, { type: "steer" }, { idempotencyKey: "k1" });
-    const conflict = await berth.append(id, { type: "steer" }, { expectedSeq: 5 }).catch((e: unknown) => e);
-    expect(conflict).toBeInstanceOf(BerthClientError);
-    expect(conflict).toMatchObject({ code: Code.Aborted, reason: "SEQ_CONFLICT", seqConflict: { sessionId: id, expectedSeq: 5n, currentSeq: 1n } });
-    const reused = await berth.append(id, { type: "generate" }, { idempotencyKey: "k1" }).catch((e: unknown) => e);
-    expect(reused).toMatchObject({ code: Code.AlreadyExists, reason: "IDEMPOTENCY_KEY_REUSED", idempotencyKeyReused: { idempotencyKey: "k1", firstSeq: 1n } });
-  });
+  it("refuses with typed details: SeqConflict, IdempotencyKeyReused", () => typedRefusals(berth, "client-refusals"));
 });
 
 describe("locks", () => {
@@ -185,19 +143,6 @@ describe("budget", () => {
     expect(error).toMatchObject({ code: Code.InvalidArgument });
   });
 });
-
-function label(event: SessionWatchEvent): string {
-  switch (event.kind) {
-    case "entry":
-      return `${event.live ? "live" : "entry"} ${event.entry.seq} ${event.entry.type}`;
-    case "caughtUp":
-      return `caughtUp ${event.lastSeq}`;
-    case "progress":
-      return `progress ${event.lastSeq}`;
-    case "resumed":
-      return `resumed ${event.fromSeq}`;
-  }
-}
 
 describe("finding the services: the berth command, through the same table", () => {
   it("by the services' own host and port variables and a token file; a malformed URL variable is a usage error naming it", async () => {

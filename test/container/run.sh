@@ -677,9 +677,9 @@ if [ "${BERTH_CONTAINER_FRESH_CLONE:-0}" = 1 ]; then
     console.log(`${r.numPassedTests} passed, ${r.numFailedTests} failed, ${r.numPendingTests + r.numTodoTests} skipped`);
     process.exit(r.numTotalTests > 0 && r.numPassedTests > 0 && r.numFailedTests === 0 ? 0 : 1);
   ' "$fresh/report.json") || fail "the fresh machine's run: $counts"
-  # Each skip must say so, in its one line: the seeds' comparisons and the three tags.
+  # Each skip must say so, in its one line: the seeds' comparisons and the four tags.
   notes=$(grep -E "^NOTE: " "$work/fresh-test.log" || true)
-  for skipped in "BERTH_SEEDS_DIR is not set" "tests that need etcd" "tests that need python" "tests that need go"; do
+  for skipped in "BERTH_SEEDS_DIR is not set" "tests that need etcd" "tests that need python" "tests that need go" "tests that need chromium"; do
     grep -qF "$skipped" <<<"$notes" || fail "the fresh machine's run skipped without its NOTE line ('$skipped'); its NOTE lines: $notes"
   done
   sed 's/^/  /' <<<"$notes"

@@ -18,7 +18,7 @@ import { isRequired, requiringVariable } from "../../packages/shared/src/testing
 export const DEBIAN_PYTHON = "/usr/bin/python3";
 
 /** The tags of the tests that need a system package. */
-export type SystemPackageName = "etcd" | "python" | "go";
+export type SystemPackageName = "etcd" | "python" | "go" | "chromium";
 
 /** A system package some tests need, by the tag those tests carry. */
 interface SystemPackage {
@@ -67,10 +67,25 @@ function goMissing(): string | undefined {
   return undefined;
 }
 
+/** Debian's Chromium (`BERTH_CHROMIUM` names another build), which playwright-core drives: no browser download. */
+export function chromiumExecutable(env: NodeJS.ProcessEnv = process.env): string {
+  return env.BERTH_CHROMIUM ?? "/usr/bin/chromium";
+}
+
+function chromiumMissing(env: NodeJS.ProcessEnv): string | undefined {
+  const executable = chromiumExecutable(env);
+  const probe = spawnSync(executable, ["--version"], { encoding: "utf8", timeout: 30_000 });
+  if (probe.error !== undefined || probe.status !== 0) {
+    return `${executable} cannot be run (${probe.error?.message ?? probe.stderr.trim()}): install it (Debian: apt-get install --no-install-recommends chromium) or set BERTH_CHROMIUM`;
+  }
+  return undefined;
+}
+
 const SYSTEM_PACKAGES: readonly SystemPackage[] = [
   { name: "etcd", description: "starts real etcd members (Debian: etcd-server, etcd-client)", missing: etcdMissing },
   { name: "python", description: "runs the Python client on Debian's grpcio (python3-grpcio, protobuf-compiler-grpc)", missing: pythonMissing },
   { name: "go", description: "builds and runs the Go client from Debian's Go packages (golang-go, golang-google-grpc-dev, …)", missing: goMissing },
+  { name: "chromium", description: "drives Debian's Chromium with playwright-core (web pages calling berth)", missing: chromiumMissing },
 ];
 
 /** Which of the named packages this machine lacks. Probes each (Python's import takes about 150 ms): call it once per run. */

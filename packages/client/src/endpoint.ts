@@ -18,19 +18,13 @@
  * wins over `BERTH_TOKEN` because naming a file is the more deliberate choice. An empty value
  * counts as unset everywhere.
  *
- * This module imports nothing but `node:fs`: a command resolves its endpoint (and reports a bad
- * one as a usage error) before it loads any RPC code.
+ * This module imports nothing but `node:fs` and `service-urls.ts`: a command resolves its endpoint
+ * (and reports a bad one as a usage error) before it loads any RPC code.
  */
 import { readFileSync } from "node:fs";
+import { DEFAULT_URLS, EndpointError, isHttpUrl, nonEmpty, type ServiceName } from "./service-urls.js";
 
-/** The two services: `sessions` (journals and locks) and `budget`. */
-export type ServiceName = "sessions" | "budget";
-
-/** Where each service is when nothing says otherwise. */
-export const DEFAULT_URLS: Readonly<Record<ServiceName, string>> = {
-  sessions: "http://127.0.0.1:7301",
-  budget: "http://127.0.0.1:7302",
-};
+export { DEFAULT_URLS, EndpointError, type ServiceName };
 
 /** The variables of each service, by step of the table. */
 export const ENDPOINT_VARIABLES: Readonly<Record<ServiceName, { url: string; socket: string; port: string }>> = {
@@ -65,11 +59,6 @@ export interface Endpoint {
 
 type Environment = Readonly<Record<string, string | undefined>>;
 
-/** A configuration no service can be reached with: a malformed URL, an unreadable or empty token file. */
-export class EndpointError extends Error {
-  override name = "EndpointError";
-}
-
 /**
  * The endpoint of `service` from `options` and the environment, by the table above. Throws
  * EndpointError for a URL that is neither `http(s)://HOST[:PORT]` nor `unix:PATH`, and for a token
@@ -78,7 +67,7 @@ export class EndpointError extends Error {
 export function resolveEndpoint(service: ServiceName, options: EndpointOptions = {}): Endpoint {
   const env = options.env ?? process.env;
   const [url, urlSource] = resolveUrl(service, options.url, env);
-  if (!/^https?:\/\/[^/]+/.test(url) && !/^unix:.+/.test(url)) {
+  if (!isHttpUrl(url) && !/^unix:.+/.test(url)) {
     const what = urlSource === "option" ? `the ${service} URL` : urlSource;
     throw new EndpointError(`${what} must look like ${DEFAULT_URLS[service]} or unix:/path/to/socket, got ${JSON.stringify(url)}`);
   }
@@ -122,8 +111,4 @@ function resolveToken(options: EndpointOptions, env: Environment): [string | und
   }
   const fromEnv = nonEmpty(env.BERTH_TOKEN);
   return fromEnv === undefined ? [undefined, undefined] : [fromEnv, "BERTH_TOKEN"];
-}
-
-function nonEmpty(value: string | undefined): string | undefined {
-  return value === undefined || value.trim() === "" ? undefined : value;
 }

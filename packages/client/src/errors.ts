@@ -11,7 +11,7 @@
  * clients pass in: this module imports no service's generated code, so a program that only talks to
  * one service never loads the others'.
  */
-import type { DescMessage, DescService } from "@bufbuild/protobuf";
+import { create, type DescMessage, type DescService } from "@bufbuild/protobuf";
 import { durationMs } from "@bufbuild/protobuf/wkt";
 import { ConnectError, type Client, type Code } from "@connectrpc/connect";
 import type { Refusal } from "@berth/api/berth/budget/v1/budget_pb";
@@ -21,6 +21,9 @@ import { BadRequestSchema, ErrorInfoSchema, RetryInfoSchema, type BadRequest, ty
 
 /** The response metadata in which berth repeats an error's facts as JSON. */
 export const ERROR_DETAILS_METADATA = "berth-error-details";
+
+/** The ErrorInfo domain of the errors this package makes itself, without the service's answer. */
+export const CLIENT_ERROR_DOMAIN = "berth.client";
 
 /**
  * A failed berth call. `code`, `rawMessage`, `metadata` and `details` are ConnectError's; the rest
@@ -128,6 +131,26 @@ export class BerthClientError extends ConnectError {
       return {};
     }
   }
+}
+
+/** A detail of an error made here: a message with its schema, as Connect takes it. */
+type OutgoingDetail = Extract<ConnectError["details"][number], { desc: unknown }>;
+
+/**
+ * An error this package makes itself (a call its platform cannot make, an argument it cannot send,
+ * a service it cannot reach), read as the service's refusals are: `code`, `reason` (from an
+ * ErrorInfo of the domain `berth.client`, with `metadata` as its facts), any further `details`.
+ */
+export function clientError(
+  message: string,
+  code: Code,
+  reason: string,
+  options: { readonly metadata?: Record<string, string>; readonly details?: readonly OutgoingDetail[]; readonly cause?: unknown } = {},
+): BerthClientError {
+  const errorInfo = create(ErrorInfoSchema, { reason, domain: CLIENT_ERROR_DOMAIN, metadata: options.metadata ?? {} });
+  return BerthClientError.from(
+    new ConnectError(message, code, undefined, [{ desc: ErrorInfoSchema, value: errorInfo }, ...(options.details ?? [])], options.cause),
+  );
 }
 
 /**

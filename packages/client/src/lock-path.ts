@@ -3,6 +3,7 @@
  * the directory it is relative to, so every call that names a lock file (a lock, an inspection, an
  * append's fence) sends it through here, resolved against the caller's working directory.
  */
+import { joinLockPath } from "./lock-path-join.js";
 
 /**
  * `file` made absolute against this process's working directory. Joined, not normalised: the
@@ -10,6 +11,5 @@
  * which a lexical normalisation here would undo. The service answers with the canonical path.
  */
 export function absoluteLockPath(file: string, cwd: string = process.cwd()): string {
-  if (file.startsWith("/")) return file;
-  return cwd.endsWith("/") ? `${cwd}${file}` : `${cwd}/${file}`;
+  return joinLockPath(file, cwd);
 }

@@ -1,8 +1,6 @@
 /** Options every service client and every call share. */
 import { durationFromMs, type Duration } from "@bufbuild/protobuf/wkt";
-import { Code, ConnectError, type Transport } from "@connectrpc/connect";
-import { resolveEndpoint, type Endpoint, type EndpointOptions, type ServiceName } from "./endpoint.js";
-import { createTransport } from "./transport.js";
+import { Code, ConnectError } from "@connectrpc/connect";
 
 /**
  * Deadlines and cancellation, on every call: `signal` cancels (the call fails with CANCELED; a
@@ -13,40 +11,6 @@ import { createTransport } from "./transport.js";
 export interface CallOptions {
   readonly signal?: AbortSignal | undefined;
   readonly timeoutMs?: number | undefined;
-}
-
-/**
- * How a service client reaches its service: the endpoint options (URL, token, token file,
- * environment; see `resolveEndpoint`), or an endpoint already resolved, or a transport of one's own
- * (an in-memory one in tests, one with other interceptors).
- */
-export interface ServiceClientOptions extends EndpointOptions {
-  /** The endpoint, already resolved; wins over the endpoint options. */
-  readonly endpoint?: Endpoint | undefined;
-  /** The transport for every call; wins over the endpoint. */
-  readonly transport?: Transport | undefined;
-}
-
-/** The two transports of a service client: Connect over HTTP/1.1, and gRPC over HTTP/2 for what needs it. */
-export interface ServiceTransports {
-  /** The endpoint, unless the caller gave a transport. */
-  readonly endpoint: Endpoint | undefined;
-  readonly unary: Transport;
-  /** Made on first use. */
-  streams(): Transport;
-}
-
-/** The transports of `service` from `options`. Throws EndpointError for a configuration no service can be reached with. */
-export function serviceTransports(service: ServiceName, options: ServiceClientOptions): ServiceTransports {
-  const given = options.transport;
-  if (given !== undefined) return { endpoint: undefined, unary: given, streams: () => given };
-  const endpoint = options.endpoint ?? resolveEndpoint(service, options);
-  let streams: Transport | undefined;
-  return {
-    endpoint,
-    unary: createTransport(endpoint),
-    streams: () => (streams ??= createTransport(endpoint, { protocol: "grpc" })),
-  };
 }
 
 /** Connect's call options from ours. */
@@ -102,10 +66,11 @@ export function linkedCall(options: CallOptions | undefined): LinkedCall {
   if (signal?.aborted) onAbort();
   else signal?.addEventListener("abort", onAbort, { once: true });
   const timeoutMs = options?.timeoutMs;
-  let timer: NodeJS.Timeout | undefined;
+  let timer: ReturnType<typeof setTimeout> | undefined;
   if (timeoutMs !== undefined) {
     timer = setTimeout(() => controller.abort(new ConnectError(`the deadline (${timeoutMs} ms) passed`, Code.DeadlineExceeded)), timeoutMs);
-    timer.unref();
+    // Node's timers keep the process alive unless unref'd; a browser's are numbers, with nothing to keep alive.
+    (timer as { unref?: () => void }).unref?.();
   }
   return {
     controller,

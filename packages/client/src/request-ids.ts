@@ -18,7 +18,18 @@ const KEYED_RETRY_MAX_DELAY_MS = 2_000;
 
 /** A new request id: a random UUID. */
 export function newRequestId(): string {
-  return globalThis.crypto.randomUUID();
+  // A page served over plain HTTP from another host than loopback is no secure context: its
+  // crypto has getRandomValues but not randomUUID.
+  return typeof globalThis.crypto.randomUUID === "function" ? globalThis.crypto.randomUUID() : uuidFromRandomBytes();
+}
+
+/** A version 4 UUID from crypto.getRandomValues. */
+export function uuidFromRandomBytes(): string {
+  const bytes = globalThis.crypto.getRandomValues(new Uint8Array(16));
+  bytes[6] = (bytes[6]! & 0x0f) | 0x40;
+  bytes[8] = (bytes[8]! & 0x3f) | 0x80;
+  const hex = Array.from(bytes, (byte) => byte.toString(16).padStart(2, "0")).join("");
+  return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`;
 }
 
 /**

@@ -8,6 +8,7 @@
 import * as net from "node:net";
 import type { Interceptor, Transport } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
+import { bearerInterceptors } from "./bearer.js";
 import type { Endpoint } from "./endpoint.js";
 
 /** Which wire protocol a transport speaks. */
@@ -40,15 +41,4 @@ export function createTransport(endpoint: Pick<Endpoint, "url" | "token">, optio
     interceptors,
     ...(socketPath === undefined ? {} : { nodeOptions: { socketPath } }),
   });
-}
-
-/** The interceptor that sends `token` as `authorization: Bearer …` (none without a token). */
-function bearerInterceptors(token: string | undefined): Interceptor[] {
-  if (token === undefined) return [];
-  return [
-    (next) => (req) => {
-      req.header.set("authorization", `Bearer ${token}`);
-      return next(req);
-    },
-  ];
 }

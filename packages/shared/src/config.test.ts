@@ -168,6 +168,10 @@ describe("loadConfig refusals", () => {
     expect(refusal(() => loadConfig(budget, { env: { BERTH_LOG_LEVEL: "loud" } }))).toMatch(/^BERTH_LOG_LEVEL: must be one of fatal, /);
     expect(refusal(() => loadConfig(budget, { argv: ["--max-message-bytes=10"] }))).toMatch(/^--max-message-bytes: must be at least 1K/);
     expect(refusal(() => loadConfig(budget, { env: { BERTH_KEEPALIVE: "100ms" } }))).toMatch(/^BERTH_KEEPALIVE: must be at least 1s/);
+    expect(refusal(() => loadConfig(budget, { argv: ["--cors-origin=*"] }))).toMatch(/^--cors-origin: must name each origin/);
+    expect(refusal(() => loadConfig(budget, { env: { BERTH_CORS_ORIGINS: "localhost:3000" } }))).toMatch(
+      /^BERTH_CORS_ORIGINS: must be an http or https origin/,
+    );
     expect(refusal(() => loadConfig(budget, { argv: ["--queue-limit=0"] }))).toMatch(/^--queue-limit: must be a whole number from 1/);
     const bad = file("bad-value.json", { port: "eighty" });
     expect(refusal(() => loadConfig(budget, { argv: [`--config=${bad}`] }))).toMatch(new RegExp(`^port \\(in ${bad}\\): must be a port`));

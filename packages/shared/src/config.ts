@@ -8,6 +8,7 @@ import { readFileSync } from "node:fs";
 import { parseArgs } from "node:util";
 import { invalidArgument } from "./errors.js";
 import { closest } from "./closest.js";
+import { parseOrigins } from "./origins.js";
 import { formatDuration, formatSize, parseDuration, parseSize } from "./units.js";
 
 /** One setting: where it is read from, how it is parsed, what it means. */
@@ -363,6 +364,14 @@ export function commonServerConfig() {
       env: "BERTH_LOG_FORMAT",
       parse: oneOf(LOG_FORMATS),
       doc: "log lines as json (pino's) or pretty (readable; pino-pretty) (unset: pretty on a terminal, json otherwise)",
+    },
+    corsOrigins: {
+      flag: "cors-origin",
+      env: "BERTH_CORS_ORIGINS",
+      default: [] as readonly string[],
+      parse: parseOrigins,
+      doc: "web page origins allowed to call from a browser, comma-separated (http://localhost:3000); none by default",
+      show: (origins: readonly string[]) => (origins.length === 0 ? "none" : origins.join(",")),
     },
     maxMessageBytes: {
       flag: "max-message-bytes",

@@ -149,6 +149,7 @@ export async function serveElected(options: {
       port: options.port,
       socket: options.socket,
       token: resolveToken(values),
+      corsOrigins: values.corsOrigins,
       maxMessageBytes: values.maxMessageBytes,
       keepalive: { ...DEFAULT_KEEPALIVE, pingIntervalMs: values.keepalive },
       logger,

@@ -18,6 +18,7 @@ import { connectionGoneOf } from "./call-connection.js";
 import { bearerTokenMatches, UNAUTHENTICATED_MESSAGE } from "./auth.js";
 import { failWaitingWrite } from "./closed-response.js";
 import { createErrorInterceptor } from "./connect-errors.js";
+import { answerCors } from "./cors.js";
 import { createMessageCheckInterceptor } from "./message-checks.js";
 import { createRouteGuard } from "./route-guard.js";
 import { createHealthService, HealthStatus, OVERALL_HEALTH, ServingStatus } from "./health.js";
@@ -103,6 +104,8 @@ export interface StartServerOptions {
   readonly socket?: string;
   /** When set, every RPC but health needs `authorization: Bearer <token>`. */
   readonly token?: string;
+  /** Web page origins allowed to call (`http://localhost:3000`, as parseOrigin gives them); none by default (cors.ts). */
+  readonly corsOrigins?: readonly string[];
   readonly logger: Logger;
   /** The largest message read or written; larger ones fail with RESOURCE_EXHAUSTED. Default 4 MiB. */
   readonly maxMessageBytes?: number;
@@ -227,7 +230,10 @@ export async function startServer(options: StartServerOptions): Promise<RunningS
     },
   });
 
+  const corsOrigins = new Set(options.corsOrigins ?? []);
   const handler: NodeRequestHandler = (req, res) => {
+    // Before anything reads the call: a preflight carries no token, and a refused origin gets nothing.
+    if (answerCors(req, res, corsOrigins) === "answered") return;
     const state: CallState = {
       peer: peerOf(req),
       started: performance.now(),
