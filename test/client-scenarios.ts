@@ -49,6 +49,41 @@ export async function resumeAfterLag(berth: BerthBase, id: string): Promise<void
   expect(seqs).toEqual(Array.from({ length: 800 }, (_, i) => BigInt(i + 2)));
 }
 
+/**
+ * Every session's changes (WatchSessions): the current state (the session appended before), caught
+ * up, then a live append with its snapshot and a deletion, each at a higher revision; a watch
+ * started from the last revision taken replays the deletion only.
+ */
+export async function watchEverySession(berth: BerthBase, id: string): Promise<void> {
+  await berth.append(id, { type: "generate", pageUrl: "/pricing", count: 3 });
+  const seen: string[] = [];
+  let revision = 0n;
+  for await (const event of berth.sessions.watchSessions({ includeCurrent: true, includeSnapshot: true, timeoutMs: 20_000 })) {
+    if (event.kind === "caughtUp") {
+      seen.push("caughtUp");
+      await berth.append(id, { type: "steer", pageUrl: "/pricing" });
+    }
+    if (event.kind !== "event" || event.event.sessionId !== id) continue;
+    const change = event.event;
+    expect(change.revision).toBeGreaterThanOrEqual(revision);
+    revision = change.revision;
+    seen.push(change.deleted ? "deleted" : `${change.lastSeq} ${change.type} ${change.snapshot?.phase}`);
+    if (change.lastSeq === 2n && !change.deleted) {
+      const before = revision;
+      await berth.sessions.delete(id);
+      expect(before).toBeGreaterThan(0n);
+    }
+    if (change.deleted) break;
+  }
+  expect(seen).toEqual(["1 generate generate_requested", "caughtUp", "2 steer steer_requested", "deleted"]);
+  const replayed: string[] = [];
+  for await (const event of berth.sessions.watchSessions({ startRevision: revision - 1n, timeoutMs: 20_000 })) {
+    if (event.kind === "event" && event.event.sessionId === id) replayed.push(event.event.deleted ? "deleted" : `${event.event.lastSeq}`);
+    if (event.kind === "caughtUp") break;
+  }
+  expect(replayed).toContain("deleted");
+}
+
 /** Refusals with their typed details: SeqConflict, IdempotencyKeyReused. */
 export async function typedRefusals(berth: BerthBase, id: string): Promise<void> {
   await berth.append(id, { type: "steer" }, { idempotencyKey: "k1" });

@@ -12,7 +12,7 @@ import { RefusalKind } from "@berth/api/berth/budget/v1/budget_pb";
 import { Berth, BerthClientError, start, type MachineWatchEvent } from "@berth/client";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startBudget, type BudgetUnderTest } from "./budget-e2e.js";
-import { appendThenWatch, resumeAfterLag, typedRefusals } from "./client-scenarios.js";
+import { appendThenWatch, resumeAfterLag, typedRefusals, watchEverySession } from "./client-scenarios.js";
 import { makeTempDir, startService, stopAll, type StartedService } from "./harness.js";
 
 const TOKEN = "client-test-token";
@@ -48,6 +48,9 @@ describe("sessions", () => {
     await resumeAfterLag(new Berth({ sessionsUrl: slow.url("sessions") }), "client-lag");
     await slow.stop();
   });
+
+  it("watches every session: the current state, caught up, a live change with its snapshot, a deletion; a resume by revision", () =>
+    watchEverySession(berth, "client-every-session"));
 
   it("refuses with typed details: SeqConflict, IdempotencyKeyReused", () => typedRefusals(berth, "client-refusals"));
 });

@@ -15,7 +15,7 @@ import * as node from "@berth/client";
 import * as web from "@berth/client/web";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startBudget, type BudgetUnderTest } from "./budget-e2e.js";
-import { appendThenWatch, resumeAfterLag, typedRefusals } from "./client-scenarios.js";
+import { appendThenWatch, resumeAfterLag, typedRefusals, watchEverySession } from "./client-scenarios.js";
 import { makeTempDir, startService, stopAll, type StartedService } from "./harness.js";
 
 const TOKEN = "web-client-test-token";
@@ -57,6 +57,9 @@ describe("through the browser entry, as through the Node entry (client.test.ts)"
       await slow.stop();
     }
   });
+
+  it("watches every session: the current state, caught up, a live change with its snapshot, a deletion; a resume by revision", () =>
+    watchEverySession(berth(), "web-every-session"));
 
   it("refuses with typed details: SeqConflict, IdempotencyKeyReused; without the token, UNAUTHENTICATED", async () => {
     await typedRefusals(berth(), "web-refusals");

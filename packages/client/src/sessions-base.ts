@@ -22,6 +22,7 @@ import {
   type GetLimitsResponse,
   type GetSnapshotResponse,
   type JournalEntry,
+  type SessionChange,
 } from "@berth/api/berth/sessions/v1/session_service_pb";
 import type { Snapshot } from "@berth/api/berth/sessions/v1/snapshot_pb";
 import type { ServiceConnection } from "./connection.js";
@@ -30,6 +31,7 @@ import { BerthClientError, withBerthErrors } from "./errors.js";
 import { appendableEvent } from "./journal-events.js";
 import { callOptions, delay, durationOfMs, linkedCall, type CallOptions } from "./options.js";
 import { callWithRequestId } from "./request-ids.js";
+import { followRevisionWatch, type RevisionWatchEvent, type RevisionWatchOptions } from "./revision-watch.js";
 
 export { ExpectedState };
 
@@ -80,6 +82,17 @@ export type SessionWatchEvent =
   | { readonly kind: "caughtUp"; readonly lastSeq: bigint; readonly snapshot: Snapshot | undefined }
   | { readonly kind: "progress"; readonly lastSeq: bigint; readonly sendTime: Timestamp | undefined }
   | { readonly kind: "resumed"; readonly fromSeq: bigint; readonly error: BerthClientError };
+
+/** Options of {@link SessionsClientBase.watchSessions}. */
+export interface SessionsWatchOptions extends RevisionWatchOptions {
+  /** Each change carries the session's snapshot after it. */
+  readonly includeSnapshot?: boolean | undefined;
+  /** With `includeCurrent`, completed sessions are described too. */
+  readonly includeCompleted?: boolean | undefined;
+}
+
+/** What `watchSessions` yields: a session's change (or, before `caughtUp`, its current state), the end of the current state, progress, a resume. */
+export type SessionsWatchEvent = RevisionWatchEvent<SessionChange>;
 
 /** How many times in all an append is made when another process's line overtook it (nothing of it was kept). */
 const OVERTAKEN_ATTEMPTS = 5;
@@ -204,6 +217,33 @@ export class SessionsClientBase {
       call.dispose();
       call.controller.abort();
     }
+  }
+
+  /**
+   * Follows every session (WatchSessions): with `includeCurrent`, each session's current state
+   * then `caughtUp`; then each change (an append call's entries, a deletion) as it happens, until
+   * the loop breaks or the signal aborts. A watch the service ends for falling behind resumes from
+   * the revision it names, after a `resumed` event: nothing missed, nothing repeated (or, once the
+   * service no longer holds what was missed, the current state again and a `caughtUp` with `reset`:
+   * it replaces the caller's view). A resume that lags again at once from the same revision throws.
+   */
+  async *watchSessions(options: SessionsWatchOptions = {}): AsyncGenerator<SessionsWatchEvent> {
+    const progressInterval = durationOfMs(options.progressIntervalMs);
+    const { includeSnapshot = false, includeCompleted = false } = options;
+    const rpc = this.rpc;
+    yield* followRevisionWatch<SessionChange>(
+      {
+        async *open(start, signal) {
+          for await (const message of rpc.watchSessions({ ...start, includeSnapshot, includeCompleted, progressInterval }, { signal })) {
+            const kind = message.kind;
+            // The same stream as the other revision watches, its events named `change`.
+            yield kind.case === "change" ? { kind: { case: "event", value: kind.value } } : { kind };
+          }
+        },
+        resumeRevision: (error) => error.watcherLagged?.resumeFromRevision,
+      },
+      options,
+    );
   }
 
   /** The limits the service enforces (event size, events per append, watch buffer, …). */
