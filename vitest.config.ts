@@ -11,6 +11,7 @@ const here = (p: string) => fileURLToPath(new URL(p, import.meta.url));
 const workspaces: Record<string, string> = {
   api: "packages/api/src",
   client: "packages/client/src",
+  mcp: "packages/mcp/src",
   shared: "packages/shared/src",
   etcd: "packages/etcd/src",
   sessions: "services/sessions/src",

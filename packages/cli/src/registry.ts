@@ -41,6 +41,11 @@ export const COMMANDS: readonly CommandEntry[] = [
     summary: "look at the load budget: check a need, the state, the machine (check, state, machine, watch, build-done)",
     load: async () => (await import("./commands/budget.js")).budgetCommand,
   },
+  {
+    name: "mcp",
+    summary: "serve berth to a coding agent over stdio (Model Context Protocol): locks, journals, waits, the budget",
+    load: async () => (await import("./commands/mcp.js")).mcpCommand,
+  },
 ];
 
 /** The command named `name`, if any. */

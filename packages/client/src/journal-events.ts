@@ -40,7 +40,7 @@ export class InvalidEventError extends Error {
 }
 
 /** How a typed field's value maps to a journal value. */
-type FieldKind = "string" | "bool" | "double" | "uint32" | "int64" | "value" | "list" | "struct";
+export type FieldKind = "string" | "bool" | "double" | "uint32" | "int64" | "value" | "list" | "struct";
 
 /** One typed field of an event message. */
 interface TypedField {
@@ -148,6 +148,28 @@ const { byType: EVENT_TYPES, byCase: EVENT_CASES } = readEventTypes();
 
 /** The seed's event types that have a typed message (`generate`, `variant_plan`, …), in proto order. */
 export const TYPED_EVENT_TYPES: readonly string[] = Object.freeze([...EVENT_TYPES.keys()]);
+
+/** A typed event as a journal event writes it: its `type`, its message's full name, its keys and what each must hold. */
+export interface TypedEventShape {
+  /** The seed's type string (`variant_plan`): the name of `Event`'s oneof field. */
+  readonly type: string;
+  /** The message's full name (`berth.sessions.v1.VariantPlanEvent`). */
+  readonly typeName: string;
+  /** Its typed keys, in proto order: the journal key, the proto field name, and the kind of value it holds. */
+  readonly fields: readonly { readonly jsonKey: string; readonly protoName: string; readonly kind: FieldKind }[];
+}
+
+/**
+ * Every typed event type with its keys, read from the generated descriptors as this codec reads
+ * them: what {@link appendableEvent} accepts, for a tool that describes it (a JSON Schema).
+ */
+export function typedEventShapes(): readonly TypedEventShape[] {
+  return [...EVENT_TYPES.values()].map(({ type, typeName, fields }) => ({
+    type,
+    typeName,
+    fields: fields.map(({ jsonKey, protoName, kind }) => ({ jsonKey, protoName, kind })),
+  }));
+}
 
 /** True when `type` has a typed message (so an `OtherEvent` of that type is refused). */
 export function isTypedEventType(type: string): boolean {
@@ -399,7 +421,7 @@ export function appendableEvent(json: Record<string, unknown>, field = "event"):
 }
 
 /** What a value of each kind of typed field must be, for messages. */
-const KIND_RULES: Readonly<Record<FieldKind, string>> = {
+export const KIND_RULES: Readonly<Record<FieldKind, string>> = {
   string: "a string",
   bool: "true or false",
   double: "a number",
