@@ -127,7 +127,9 @@ export interface AdmitOptions extends CallOptions {
   readonly requestId?: string | undefined;
   /**
    * How long to try resuming the admission on a new connection once its stream broke (default
-   * {@link DEFAULT_ADMIT_RESUME_WITHIN_MS}); 0: never, the admission is lost with its stream.
+   * {@link DEFAULT_ADMIT_RESUME_WITHIN_MS}); 0: never, the admission is lost with its stream, and
+   * (unless `requestId` is given) it is sent without a request id, so that the service frees it the
+   * moment its connection goes instead of keeping it for a resume that will not come.
    */
   readonly resumeWithinMs?: number | undefined;
 }
@@ -442,7 +444,7 @@ export class BudgetClientBase {
           owner: options.owner ?? this.#defaultOwner(),
           maxWait: durationOfMs(options.maxWaitMs),
           skipLoadGate: options.skipLoadGate ?? false,
-          requestId: options.requestId ?? newRequestId(),
+          requestId: options.requestId ?? (options.resumeWithinMs === 0 ? "" : newRequestId()),
         },
       },
     };

@@ -118,9 +118,11 @@ describe("admit", () => {
   });
 
   it("is lost when the stream breaks while the work runs: its signal aborts, a pending exchange fails", async () => {
+    const starts: string[] = [];
     const budget = client({
       async *admit(requests) {
         for await (const request of requests) {
+          if (request.kind.case === "start") starts.push(request.kind.value.requestId);
           if (request.kind.case === "start") yield { kind: { case: "admitted", value: { reservation: { id: "r-2" } } } };
           else throw new ConnectError("shutting down", Code.Unavailable);
         }
@@ -135,6 +137,8 @@ describe("admit", () => {
       },
       { resumeWithinMs: 0 },
     );
+    // Never resumed, so sent without a request id: the service frees it when its connection goes.
+    expect(starts).toEqual([""]);
   });
 
   it("a stream that breaks while queued is resumed on a new stream with the admission's request id: its place, then its admission", async () => {

@@ -153,7 +153,7 @@ export function registerResources(mcp: McpServer, context: ResourceContext): { c
   const subscriptions = new Subscriptions(mcp, context);
   mcp.server.registerCapabilities({ resources: { subscribe: true } });
   mcp.server.setRequestHandler(SubscribeRequestSchema, async (request) => {
-    subscriptions.subscribe(request.params.uri);
+    await subscriptions.subscribe(request.params.uri);
     return {};
   });
   mcp.server.setRequestHandler(UnsubscribeRequestSchema, async (request) => {
@@ -167,6 +167,9 @@ export function registerResources(mcp: McpServer, context: ResourceContext): { c
 const REFOLLOW_FIRST_MS = 100;
 const REFOLLOW_MAX_MS = 5_000;
 
+/** What a followed watch reports: it caught up (what it reports from now on is new), or the resource changed. */
+type WatchNews = "caughtUp" | "changed";
+
 /** The subscribed resources, each following its watch. */
 class Subscriptions {
   readonly #watches = new Map<string, AbortController>();
@@ -177,12 +180,22 @@ class Subscriptions {
     private readonly context: ResourceContext,
   ) {}
 
-  subscribe(uri: string): void {
+  /**
+   * Follows `uri`'s watch; resolves once the watch has caught up, so that every change after the
+   * subscription is answered is notified. Rejects when the watch fails before (the service is not
+   * there), or for a URI that names no resource.
+   */
+  async subscribe(uri: string): Promise<void> {
     if (this.#watches.has(uri)) return;
-    const changes = this.changesOf(uri);
+    const news = this.newsOf(uri);
     const controller = new AbortController();
     this.#watches.set(uri, controller);
-    void this.follow(uri, changes, controller.signal);
+    try {
+      await new Promise<void>((resolve, reject) => void this.follow(uri, news, controller.signal, { resolve, reject }));
+    } catch (error) {
+      this.unsubscribe(uri);
+      throw readFailure(error, uri);
+    }
   }
 
   unsubscribe(uri: string): void {
@@ -195,11 +208,21 @@ class Subscriptions {
     this.#watches.clear();
   }
 
-  /** The changes of the resource at `uri`, as a watch opened now reports them; throws for a URI that names no resource. */
-  private changesOf(uri: string): (signal: AbortSignal) => AsyncIterable<unknown> {
+  /** The news of the resource at `uri` from a watch opened now; throws for a URI that names no resource. */
+  private newsOf(uri: string): (signal: AbortSignal) => AsyncIterable<WatchNews> {
     const { berth } = this.context;
-    if (uri === LOCKS_URI) return (signal) => berth.locks.watch(undefined, { signal });
-    if (uri === BUDGET_URI) return (signal) => berth.budget.watchBudget({ signal });
+    // The current state first (skipped): its end, caughtUp, says the watch is live.
+    const revisionNews = async function* (events: AsyncIterable<{ kind: string }>): AsyncGenerator<WatchNews> {
+      let caughtUp = false;
+      for await (const event of events) {
+        if (event.kind === "caughtUp") {
+          if (!caughtUp) yield "caughtUp";
+          caughtUp = true;
+        } else if (caughtUp && (event.kind === "event" || event.kind === "resumed")) yield "changed";
+      }
+    };
+    if (uri === LOCKS_URI) return (signal) => revisionNews(berth.locks.watch(undefined, { includeCurrent: true, signal }));
+    if (uri === BUDGET_URI) return (signal) => revisionNews(berth.budget.watchBudget({ includeCurrent: true, signal }));
     const sessionId = uri.startsWith(SESSION_URI_PREFIX) ? decodeURIComponent(uri.slice(SESSION_URI_PREFIX.length)) : undefined;
     if (sessionId === undefined || !SESSION_ID_PATTERN.test(sessionId))
       throw new McpError(RESOURCE_NOT_FOUND, `no resource ${uri}: berth's are ${SESSION_URI_TEMPLATE}, ${LOCKS_URI} and ${BUDGET_URI}`);
@@ -210,27 +233,43 @@ class Subscriptions {
       } catch (error) {
         if (!(error instanceof BerthClientError && error.reason === "SESSION_NOT_FOUND")) throw error;
       }
-      // Entries after the one read: the backlog between that read and the watch's start counts too.
-      for await (const event of berth.sessions.watch(sessionId, { fromSeq: lastSeq + 1n, signal })) if (event.kind === "entry") yield event;
+      // From the entry after the one read: what came between that read and the watch is news too.
+      for await (const event of berth.sessions.watch(sessionId, { fromSeq: lastSeq + 1n, signal })) {
+        if (event.kind === "caughtUp") yield "caughtUp";
+        else if (event.kind === "entry" || event.kind === "resumed") yield "changed";
+      }
     };
   }
 
-  /** Sends `updated` for each change, following the watch again (and telling of a possible change) after it fails. */
-  private async follow(uri: string, changes: (signal: AbortSignal) => AsyncIterable<unknown>, signal: AbortSignal): Promise<void> {
+  /**
+   * Sends `updated` for each change, following the watch again after it fails (and telling of a
+   * possible change then: what happened while it was down is not known). `first` hears the first
+   * catch-up, or the failure before it.
+   */
+  private async follow(
+    uri: string,
+    news: (signal: AbortSignal) => AsyncIterable<WatchNews>,
+    signal: AbortSignal,
+    first: { resolve(): void; reject(error: unknown): void },
+  ): Promise<void> {
+    let followed = false;
     for (let failures = 0; !signal.aborted; ) {
       try {
-        for await (const _ of changes(signal)) {
-          failures = 0;
-          this.updated(uri);
+        for await (const item of news(signal)) {
+          if (item === "caughtUp") {
+            if (!followed) first.resolve();
+            else this.updated(uri);
+            followed = true;
+            failures = 0;
+          } else this.updated(uri);
         }
       } catch (error) {
         if (signal.aborted) return;
+        if (!followed) return first.reject(error);
         this.context.log(`berth mcp: following ${uri} failed (${describeFailure(error).message}); following it again`);
       }
       if (signal.aborted) return;
       await new Promise((resolve) => setTimeout(resolve, Math.min(REFOLLOW_MAX_MS, REFOLLOW_FIRST_MS * 2 ** failures++)));
-      // Whatever changed while the watch was down is not known: the subscriber reads again.
-      this.updated(uri);
     }
   }
 

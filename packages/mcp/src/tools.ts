@@ -415,6 +415,8 @@ const budgetReserve: ToolDefinition = {
         maxWaitMs: args.maxWaitMs as number | undefined,
         skipLoadGate: args.skipLoadGate as boolean | undefined,
         signal: wait.signal,
+        // No resume: this process's end is the agent's, and the service frees the reservation then.
+        resumeWithinMs: 0,
         onQueued: (queued) => {
           lastQueued = queued;
           report(`#${queued.position} in the budget's queue, about ${Math.ceil(Number(queued.eta?.seconds ?? 0n))} s left: ${queued.waitForText}`);
