@@ -88,7 +88,7 @@ function failed(result: CallToolResult): {
   message: string;
   advice: string;
   retryAfterMs?: number;
-  facts?: Record<string, any>;
+  facts?: Json;
 } {
   expect(result.isError, JSON.stringify(result.structuredContent)).toBe(true);
   return (result.structuredContent as Json).error;
