@@ -57,7 +57,8 @@ export function eventSchema(): z.ZodType {
       const comment = protoComment(`${shape.typeName}.${field.protoName}`);
       keys[field.jsonKey] = kindSchema(field.kind).optional().describe(`${comment} Must be ${KIND_RULES[field.kind]}.`);
     }
-    return z.looseObject(keys).describe(`${protoComment(`${EventSchema.typeName}.${shape.type}`)} ${protoComment(shape.typeName)}`);
+    // The message's comment says what the event does (the oneof field's only names it).
+    return z.looseObject(keys).describe(protoComment(shape.typeName));
   });
   const names = typedEventShapes().map((shape) => shape.type);
   // Any type but the typed ones (whose keys must then hold their types), as the service refuses an
