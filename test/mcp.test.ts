@@ -13,6 +13,7 @@ import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import { AjvJsonSchemaValidator } from "@modelcontextprotocol/sdk/validation/ajv";
 import { ResourceUpdatedNotificationSchema, type CallToolResult, type Progress } from "@modelcontextprotocol/sdk/types.js";
+import { Code } from "@connectrpc/connect";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { Berth, BerthClientError, build, InvalidEventError } from "@berth/client";
 import { TOOLS } from "@berth/mcp";
@@ -473,5 +474,29 @@ describe("the input schemas", () => {
     }
     // Both verdicts occur: the cases are not all alike.
     expect(verdicts.some((v) => v.includes("schema true")) && verdicts.some((v) => v.includes("schema false"))).toBe(true);
+  });
+
+  it("lock_acquire's owner and budget_reserve's sizes: the schema accepts what the service accepts", async () => {
+    const agent = await startAgent("schema-checker-2");
+    const { tools } = await agent.client.listTools();
+    const validator = (name: string) => new AjvJsonSchemaValidator().getValidator(tools.find((t) => t.name === name)!.inputSchema as never);
+    const refusedArgument = (error: unknown) => {
+      if (error instanceof BerthClientError && error.code === Code.InvalidArgument) return false;
+      throw error;
+    };
+    const lock = validator("lock_acquire");
+    for (const owner of ["o", "o".repeat(256), "", "o".repeat(257)]) {
+      const file = path.join(project, "src/schema.ts");
+      const service = await other.locks.lock(file, { owner, maxWaitMs: 0 }).then(async (held) => (await held.release(), true), refusedArgument);
+      const viaTool = await agent.call("lock_acquire", { file, owner, maxWaitMs: 0 });
+      if (!viaTool.isError) ok(await agent.call("lock_release", { file }));
+      expect(lock({ file, owner }).valid, `owner of ${owner.length}`).toBe(service);
+      expect(!viaTool.isError, `owner of ${owner.length}`).toBe(service);
+    }
+    const reserve = validator("budget_reserve");
+    for (const memory of ["100M", "1024", " 512 m ", ".5G", "1.5GiB", "1g", "5 GB", "lots", "1Gi", "-1G", "1e3", "1 G B"]) {
+      const service = await other.budget.check([build("x", { memory })]).then(() => true, refusedArgument);
+      expect(reserve({ memory }).valid, memory).toBe(service);
+    }
   });
 });

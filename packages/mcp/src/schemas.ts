@@ -94,6 +94,8 @@ export interface FieldPick {
   /** Bounds the proto's comment states (a string's length, a number's value), for the schema to refuse what the service refuses. */
   readonly min?: number;
   readonly max?: number;
+  /** A string's form, as the service parses it. */
+  readonly pattern?: RegExp;
 }
 
 /**
@@ -114,7 +116,11 @@ export function fieldsOf(message: DescMessage, picks: Readonly<Record<string, Fi
   return shape;
 }
 
-function bounded(schema: z.ZodType, { min, max }: FieldPick): z.ZodType {
+function bounded(schema: z.ZodType, { min, max, pattern }: FieldPick): z.ZodType {
+  if (pattern !== undefined) {
+    if (!(schema instanceof z.ZodString)) throw new Error("schemas: a pattern applies to strings only");
+    schema = schema.regex(pattern);
+  }
   if (schema instanceof z.ZodString || schema instanceof z.ZodNumber) {
     let out: z.ZodString | z.ZodNumber = schema;
     if (min !== undefined) out = out.min(min);
@@ -124,6 +130,12 @@ function bounded(schema: z.ZodType, { min, max }: FieldPick): z.ZodType {
   if (min !== undefined || max !== undefined) throw new Error("schemas: bounds apply to strings and numbers only");
   return schema;
 }
+
+/**
+ * A size as the budget reads one (`1024`, `100k`, `512M`, `1.5GiB`, `2G`: binary multiples, any
+ * case); spelt out, since JSON Schema's patterns take no flags.
+ */
+export const SIZE_PATTERN = /^\s*(?:\d+(?:\.\d+)?|\.\d+)\s*(?:[bB]|[kKmMgGtT](?:[iI]?[bB])?)?\s*$/;
 
 /** A field's input name, its schema, and a note on its unit. */
 function fieldSchema(field: DescField): [string, z.ZodType, string] {

@@ -24,7 +24,7 @@ import {
 import { SnapshotSchema, type Snapshot } from "@berth/api/berth/sessions/v1/snapshot_pb";
 import { describeFailure, mcpRefusal, toolError } from "./errors.js";
 import type { Holdings } from "./holdings.js";
-import { eventsSchema, fieldsOf, sessionIdSchema } from "./schemas.js";
+import { eventsSchema, fieldsOf, SIZE_PATTERN, sessionIdSchema } from "./schemas.js";
 import { WAIT_PROGRESS_INTERVAL_MS, waitForSession } from "./session-wait.js";
 
 /** What a tool runs with. */
@@ -381,7 +381,10 @@ const budgetReserve: ToolDefinition = {
     "agent's session ends. Use it before heavy work (a build, a test suite, a dev server). While queued it reports its place, the ETA and what it waits " +
     "for as progress; the answer says how long it waited. A need that can never fit is IMPOSSIBLE; a wait that runs out is WAIT_EXHAUSTED with the reasons.",
   input: z.strictObject({
-    ...fieldsOf(ResourceSpecSchema, { memory: {}, cpu: {} }),
+    ...fieldsOf(ResourceSpecSchema, {
+      memory: { pattern: SIZE_PATTERN, note: "Binary multiples: 1024 (bytes), 100k, 512M, 1.5GiB, 2G." },
+      cpu: { min: 0 },
+    }),
     ...fieldsOf(NeedItemSchema, {
       name: { description: "What runs, for the queue and the committed list (default 'agent work')." },
       kind: { note: "Default: build." },
