@@ -171,6 +171,11 @@ describe("locks", () => {
     const token = BigInt(acquired.fencingToken);
     // The same file again: the lock already held, not a second place in line behind itself.
     expect(ok(await agent.call("lock_acquire", { file }))).toMatchObject({ alreadyHeld: true, fencingToken: acquired.fencingToken });
+    // Two at once for a free file: one grant, which both answer.
+    const both = await Promise.all([agent.call("lock_acquire", { file: "src/twice.ts" }), agent.call("lock_acquire", { file: "src/twice.ts" })]);
+    expect(both.map((result) => ok(result).alreadyHeld).sort()).toEqual([false, true]);
+    expect(ok(both[0]!).fencingToken).toBe(ok(both[1]!).fencingToken);
+    ok(await agent.call("lock_release", { file: "src/twice.ts" }));
 
     const inspected = ok(await agent.call("lock_inspect", { file: "src/../src/app.ts" }));
     expect(inspected).toMatchObject({ file, heldHere: true, holder: { owner: acquired.owner } });

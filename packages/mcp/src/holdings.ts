@@ -19,8 +19,8 @@ export class Holdings {
   readonly #locks = new Map<string, HeldLock>();
   /** By reservation id. */
   readonly #admissions = new Map<string, HeldAdmission>();
-  /** Called when the set of locks held here changes (the locks resource says which are this server's). */
-  onLocksChanged: () => void = () => {};
+  /** Acquisitions under way, by canonical file: a second one for the file joins the first rather than queueing behind it. */
+  readonly #acquiring = new Map<string, Promise<HeldLock>>();
 
   /** The lock held here on `file` (canonical), if it is still held. */
   lock(file: string): HeldLock | undefined {
@@ -40,11 +40,27 @@ export class Holdings {
       "abort",
       () => {
         if (this.#locks.get(held.file) === held) this.#locks.delete(held.file);
-        this.onLocksChanged();
       },
       { once: true },
     );
-    this.onLocksChanged();
+  }
+
+  /**
+   * The lock on `file` (canonical) from `acquire`, kept until released or lost; while one is under
+   * way for the file, the same one (`joined`): this server must not wait in line behind itself.
+   */
+  async acquireLock(file: string, acquire: () => Promise<HeldLock>): Promise<{ held: HeldLock; joined: boolean }> {
+    const underWay = this.#acquiring.get(file);
+    if (underWay !== undefined) return { held: await underWay, joined: true };
+    const acquiring = acquire();
+    this.#acquiring.set(file, acquiring);
+    try {
+      const held = await acquiring;
+      this.addLock(held);
+      return { held, joined: false };
+    } finally {
+      this.#acquiring.delete(file);
+    }
   }
 
   /** The admission held here under `reservationId`, if it is still held. */

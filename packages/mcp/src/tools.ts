@@ -178,17 +178,18 @@ const lockAcquire: ToolDefinition = {
       return answer(`Already held here: ${file}, fencing token ${already.fencingToken}.`, { held: true, alreadyHeld: true, ...leaseJson(already.lease) });
     const report = progressReporter(extra);
     const wait = waitSignal(extra);
-    const held = await context.berth.locks.lock(file, {
-      owner: (args.owner as string | undefined) ?? context.owner(),
-      maxWaitMs: args.maxWaitMs as number | undefined,
-      signal: wait.signal,
-      onWaiting: (waiting) => report(`waiting for ${file}: #${waiting.position} in line, held by ${waiting.holder?.owner ?? "someone"}`),
-    });
+    const { held, joined } = await context.holdings.acquireLock(file, () =>
+      context.berth.locks.lock(file, {
+        owner: (args.owner as string | undefined) ?? context.owner(),
+        maxWaitMs: args.maxWaitMs as number | undefined,
+        signal: wait.signal,
+        onWaiting: (waiting) => report(`waiting for ${file}: #${waiting.position} in line, held by ${waiting.holder?.owner ?? "someone"}`),
+      }),
+    );
     wait.granted();
-    context.holdings.addLock(held);
     return answer(`Locked ${held.file}, fencing token ${held.fencingToken}. Release it with lock_release when done.`, {
       held: true,
-      alreadyHeld: false,
+      alreadyHeld: joined,
       ...leaseJson(held.lease),
     });
   },
