@@ -34,6 +34,7 @@ COPY packages/api/package.json packages/api/
 COPY packages/shared/package.json packages/shared/
 COPY packages/cli/package.json packages/cli/
 COPY packages/client/package.json packages/client/
+COPY packages/mcp/package.json packages/mcp/
 COPY packages/etcd/package.json packages/etcd/
 COPY services/sessions/package.json services/sessions/
 COPY services/budget/package.json services/budget/
@@ -48,7 +49,7 @@ RUN npm ci --ignore-scripts
 COPY tsconfig.base.json tsconfig.json ./
 COPY packages packages
 COPY services services
-# The cli references api, shared, client, sessions (and through it etcd) and budget: this builds exactly what the image
+# The cli references api, shared, client, mcp, sessions (and through it etcd) and budget: this builds exactly what the image
 # runs (test/ and bench/ are not part of it), then bundles the command as `npm run build` does.
 RUN npx tsc -b packages/cli \
  && node packages/cli/scripts/bundle.mjs
