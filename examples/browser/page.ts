@@ -17,7 +17,7 @@
  * (`?session=demo&sessions=http://…`).
  */
 import { Code } from "@connectrpc/connect";
-import { Berth, BerthClientError, eventToJournal, newRequestId, pageOwner, type JournalEvent, type SessionWatchEvent } from "@berth/client/web";
+import { BerthClientError, eventToJournal, newRequestId, pageOwner, SessionsClient, type JournalEvent, type SessionWatchEvent } from "@berth/client/web";
 
 type Entry = Extract<SessionWatchEvent, { kind: "entry" }>["entry"];
 type Snapshot = NonNullable<Extract<SessionWatchEvent, { kind: "caughtUp" }>["snapshot"]>;
@@ -46,7 +46,7 @@ const checkpointStatus = element("checkpoint-status");
 const log = element<HTMLOListElement>("log");
 
 /** The session the page follows; replaced when the form opens another. */
-let current: { readonly berth: Berth; readonly sessionId: string; readonly storageKey: string; readonly stop: AbortController } | undefined;
+let current: { readonly sessions: SessionsClient; readonly sessionId: string; readonly storageKey: string; readonly stop: AbortController } | undefined;
 let kept: Kept = { lastSeq: "0", lines: [] };
 let snapshot: Snapshot | undefined;
 let visibleVariant: number | undefined;
@@ -65,15 +65,16 @@ function tabId(): string {
 function open(sessionsUrl: string, sessionId: string, token: string): void {
   current?.stop.abort();
   current = undefined;
-  let berth: Berth;
+  // The sessions client alone: a page that needs no locks or budget leaves their code out of its bundle.
+  let sessions: SessionsClient;
   try {
-    berth = new Berth({ sessionsUrl: sessionsUrl || undefined, token: token || undefined });
+    sessions = new SessionsClient({ url: sessionsUrl || undefined, token: token || undefined });
   } catch (error) {
     showConnection("stopped", `stopped: ${(error as Error).message}`); // a URL a page cannot call
     return;
   }
-  const storageKey = `berth-example:${berth.sessions.endpoint?.url}:${sessionId}`;
-  current = { berth, sessionId, storageKey, stop: new AbortController() };
+  const storageKey = `berth-example:${sessions.endpoint?.url}:${sessionId}`;
+  current = { sessions, sessionId, storageKey, stop: new AbortController() };
   kept = readKept(storageKey);
   snapshot = undefined;
   visibleVariant = undefined;
@@ -85,13 +86,13 @@ function open(sessionsUrl: string, sessionId: string, token: string): void {
 
 /** Watches the session from the seq after the last one kept, again after every failure, until stopped. */
 async function follow(session: NonNullable<typeof current>): Promise<void> {
-  const { berth, sessionId, stop } = session;
+  const { sessions, sessionId, stop } = session;
   for (let failures = 0; !stop.signal.aborted; ) {
     const fromSeq = BigInt(kept.lastSeq) + 1n;
     showConnection("connecting", `connecting to ${sessionId} from seq ${fromSeq}…`);
     let why = "the service ended the watch";
     try {
-      for await (const event of berth.watch(sessionId, { fromSeq, includeSnapshot: true, signal: stop.signal })) {
+      for await (const event of sessions.watch(sessionId, { fromSeq, includeSnapshot: true, signal: stop.signal })) {
         if (event.kind === "entry") {
           render(event.entry, event.snapshot);
         } else if (event.kind === "caughtUp") {
@@ -212,7 +213,7 @@ async function checkpoint(): Promise<void> {
   const sending = pending;
   checkpointStatus.textContent = `sending checkpoint ${sending.event.revision}…`;
   try {
-    const { seq, duplicate } = await current.berth.append(current.sessionId, sending.event, { idempotencyKey: sending.idempotencyKey });
+    const { seq, duplicate } = await current.sessions.append(current.sessionId, sending.event, { idempotencyKey: sending.idempotencyKey });
     if (pending === sending) pending = undefined;
     checkpointStatus.textContent = `checkpoint ${sending.event.revision} saved as #${seq}${duplicate ? " (a repeat: saved once)" : ""}`;
   } catch (error) {

@@ -20,22 +20,26 @@ const { values } = parseArgs({ options: { port: { type: "string", default: "7400
 const port = Number(values.port);
 if (!Number.isInteger(port) || port < 0 || port > 65535) throw new Error(`--port: a port number, got ${JSON.stringify(values.port)}`);
 
-/** page.ts as one ES module for the browser, its source map inline (the browser's devtools show page.ts). */
-async function bundlePage(): Promise<string> {
+/** page.ts as one ES module for the browser, and its source map (the browser's devtools show page.ts). */
+async function bundlePage(): Promise<{ code: string; map: string }> {
   const bundle = await rolldown({ input: new URL("page.ts", folder).pathname, platform: "browser", logLevel: "warn" });
   try {
-    const { output } = await bundle.generate({ format: "esm", sourcemap: "inline" });
-    return output[0].code;
+    const { output } = await bundle.generate({ format: "esm", sourcemap: true, entryFileNames: "page.js" });
+    return { code: output[0].code, map: output[0].map?.toString() ?? "" };
   } finally {
     await bundle.close();
   }
 }
 
 const [html, page] = await Promise.all([readFile(new URL("index.html", folder), "utf8"), bundlePage()]);
+const files = new Map([
+  ["/", { type: "text/html; charset=utf-8", text: html }],
+  ["/page.js", { type: "text/javascript", text: page.code }],
+  ["/page.js.map", { type: "application/json", text: page.map }],
+]);
 
 const server = http.createServer((request, response) => {
-  const path = new URL(request.url ?? "/", "http://page").pathname;
-  const body = path === "/" ? { type: "text/html; charset=utf-8", text: html } : path === "/page.js" ? { type: "text/javascript", text: page } : undefined;
+  const body = files.get(new URL(request.url ?? "/", "http://page").pathname);
   if (request.method !== "GET" || body === undefined) {
     response.writeHead(404, { "content-type": "text/plain" }).end("not found\n");
     return;
