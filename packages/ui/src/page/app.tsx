@@ -28,10 +28,10 @@ export function App({ config, token: initialToken }: { readonly config: PageConf
 
   return (
     <>
-      <a class="skip" href="#sessions">
-        Skip to the sessions
-      </a>
       <header>
+        <a class="skip" href="#sessions">
+          Skip to the sessions
+        </a>
         <h1>berth</h1>
         <nav aria-label="Panels">
           <a href="#sessions">Sessions</a> <a href="#locks">Locks</a> <a href="#budget">Budget</a> <a href="#fleet">Fleet</a>

@@ -89,8 +89,14 @@ export class BudgetView implements RevisionView<BudgetEvent> {
     const subject = event.subject;
     switch (subject.case) {
       case "request":
-        if (event.kind === BudgetEventKind.REQUEST_QUEUED) this.queue.set(subject.value.id, subject.value);
-        else this.queue.delete(subject.value.id);
+        if (event.kind === BudgetEventKind.REQUEST_QUEUED) {
+          this.queue.set(subject.value.id, subject.value);
+          // Its ETA and reason when it joined, until the next read of the queue.
+          this.etas.set(subject.value.id, { etaMs: durationMs(subject.value.eta), reason: subject.value.waitForText, readAt: msOf(event.time) ?? Date.now() });
+        } else {
+          this.queue.delete(subject.value.id);
+          this.etas.delete(subject.value.id);
+        }
         this.#queueList = undefined;
         this.queueVersion++;
         break;
@@ -229,7 +235,9 @@ export function BudgetPanel({ berth, onLink }: { readonly berth: Berth; readonly
                   {bytes(entry.need?.total?.memoryBytes)}, {cores(entry.need?.total?.cpu ?? 0)} cpu
                 </span>
                 <span class="eta">{eta === undefined ? "ETA –" : `ETA ${span(Math.max(0, eta.etaMs - (now - eta.readAt)))}`}</span>
-                <span class="reason">{reason}</span>
+                <span class="reason" title={reason}>
+                  {reason}
+                </span>
               </div>
             );
           }}
@@ -257,8 +265,8 @@ export function BudgetPanel({ berth, onLink }: { readonly berth: Berth; readonly
             {reservations.map((reservation) => (
               <tr key={reservation.id}>
                 <th scope="row">{reservation.owner}</th>
-                <td>{bytes((reservation.start?.memoryBytes ?? 0n) + (reservation.build?.memoryBytes ?? 0n))}</td>
-                <td class="number">{cores((reservation.start?.cpu ?? 0) + (reservation.build?.cpu ?? 0))}</td>
+                <td>{shareText(bytes((reservation.start?.memoryBytes ?? 0n) + (reservation.build?.memoryBytes ?? 0n)), reservation)}</td>
+                <td class="number">{shareText(cores((reservation.start?.cpu ?? 0) + (reservation.build?.cpu ?? 0)), reservation)}</td>
                 <td>{ago(msOf(reservation.admitTime), now)}</td>
                 <td>{leaseLeft(msOf(reservation.expireTime), now)}</td>
               </tr>
@@ -299,6 +307,11 @@ export function BudgetPanel({ berth, onLink }: { readonly berth: Berth; readonly
       )}
     </section>
   );
+}
+
+/** A reservation's share; what it started is counted under Running from then on. */
+function shareText(share: string, reservation: Reservation): string {
+  return reservation.runningIds.length === 0 ? share : `${share} (and its running work)`;
 }
 
 function leaseLeft(expires: number | undefined, now: number): string {
