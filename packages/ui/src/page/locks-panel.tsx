@@ -171,7 +171,6 @@ export function LocksPanel({ berth, onLink }: { readonly berth: Berth; readonly 
                   ) : (
                     <ol class="waiters">
                       {waiters.map((waiter, index) => (
-                        // biome-ignore lint/suspicious/noArrayIndexKey: one owner may wait twice; its place is its identity
                         <li key={index}>
                           {waiter.owner} <span class="age">{ago(waiter.since, now)}</span>
                         </li>

@@ -114,7 +114,6 @@ export function Timeline({ berth, sessionId, lastSeq }: { readonly berth: Berth;
           <h4>Diagnostics ({String(view.snapshot?.diagnosticsTotal ?? diagnostics.length)})</h4>
           <ul>
             {diagnostics.map((diagnostic, index) => (
-              // biome-ignore lint/suspicious/noArrayIndexKey: diagnostics have no identity but their place
               <li key={index}>{diagnostic.error}</li>
             ))}
           </ul>
