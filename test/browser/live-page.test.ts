@@ -12,11 +12,12 @@ import { type ChildProcess, spawn } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import * as path from "node:path";
+import { LocksClient, SessionsClient } from "@berth/client";
 import type { Browser, Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { fixtureArgs } from "../budget-e2e.js";
 import { launchChromium, openPage } from "../harness/browser.js";
-import { makeTempDir, repoPath, runCommand, startService, stopAll, type StartedService } from "../harness.js";
+import { makeTempDir, onStore, repoPath, runCommand, startService, stopAll, type StartedService } from "../harness.js";
 
 const TOKEN = "live-page-token";
 const CLI = repoPath("packages/cli/bin/berth.js");
@@ -144,6 +145,16 @@ describe("the live page", () => {
     await expect(row.locator("td").nth(0).textContent()).resolves.toBe("agent two");
   });
 
+  it("locks: a lease that runs out unrenewed shows its countdown, then its expiry as it happens", async () => {
+    const file = path.join(makeTempDir("berth-live-page-lease-"), "lease.ts");
+    const locks = new LocksClient({ url: up.url("sessions"), token: TOKEN });
+    const lease = await locks.acquire(file, { owner: "forgetful agent", ttlMs: 2000 });
+    const row = page.locator("#locks tbody tr", { hasText: file });
+    await row.getByText(/\d+ (ms|s) left/).waitFor({ timeout: SHOWN_MS });
+    await page.locator("#locks .log").getByText(`${file}: forgetful agent expired (token ${lease.fencingToken})`).waitFor({ timeout: SHOWN_MS });
+    await row.waitFor({ state: "detached", timeout: SHOWN_MS });
+  });
+
   it("budget: a CLI admit shows its reservation and running work; one that waits shows its place, ETA and reason", async () => {
     // The budget is 4G on the fixture machine: a 3G admission fits, a second one waits for it.
     await berthRunning(["admit", "--memory", "3G", "--owner", "big build", "--json", "--", "sleep", "60"], /"event":"started"/);
@@ -263,6 +274,28 @@ describe("the page's token and origin", () => {
     } finally {
       await refused.close();
       ui.kill("SIGTERM");
+    }
+  });
+});
+
+describe("on etcd", { tags: ["etcd"] }, () => {
+  // One fleet: both instances under one prefix (each test service gets a prefix of its own otherwise).
+  const FLEET_PREFIX = `live-page-${process.pid}/`;
+  it("shows every budget instance of the fleet, and the sessions the cluster keeps", async () => {
+    const upOnEtcd = await startService("up", await onStore("etcd", { args: ["--ui", "--ui-port", "0", "--machine-name", "box-one", "--etcd-prefix", FLEET_PREFIX, ...fixtureArgs()] }));
+    const served = await upOnEtcd.waitForLog((entry) => typeof entry.msg === "string" && entry.msg.startsWith("live page served"));
+    await startService("budget", await onStore("etcd", { args: ["--machine-name", "box-two", "--etcd-prefix", FLEET_PREFIX, ...fixtureArgs()] }));
+    const sessions = new SessionsClient({ url: upOnEtcd.url("sessions") });
+    await sessions.append("on-etcd", { type: "generate", pageUrl: "/" });
+    const { page: fleetPage, consoleErrors: errors } = await openPage(browser, String(served.url));
+    try {
+      const fleet = fleetPage.locator("#fleet table");
+      await fleet.getByText("box-one").waitFor({ timeout: SHOWN_MS });
+      await fleet.getByText("box-two").waitFor({ timeout: SHOWN_MS });
+      await fleetPage.locator("#sessions").getByText("on-etcd").waitFor({ timeout: SHOWN_MS });
+      expect(errors).toEqual([]);
+    } finally {
+      await fleetPage.close();
     }
   });
 });
