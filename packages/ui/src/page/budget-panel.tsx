@@ -10,6 +10,7 @@ import type { Machine, QueueEntry, Reservation, RunningEntry } from "@berth/api/
 import type { Berth } from "@berth/client/web";
 import { useEffect, useMemo } from "preact/hooks";
 import { Changes, useChanges, useNow } from "./changes.js";
+import { DataTable } from "./data-table.js";
 import { follow, type LinkState } from "./follow.js";
 import { ago, bytes, cores, durationMs, msOf, span } from "./format.js";
 import { MachineChart } from "./machine-chart.js";
@@ -250,29 +251,17 @@ export function BudgetPanel({ berth, onLink }: { readonly berth: Berth; readonly
       {reservations.length === 0 ? (
         <p class="empty">None.</p>
       ) : (
-        <table>
-          <caption class="visually-hidden">Reservations</caption>
-          <thead>
-            <tr>
-              <th scope="col">Owner</th>
-              <th scope="col">Memory</th>
-              <th scope="col">CPU</th>
-              <th scope="col">Admitted</th>
-              <th scope="col">Lease</th>
+        <DataTable caption="Reservations" columns={["Owner", "Memory", "CPU", "Admitted", "Lease"]}>
+          {reservations.map((reservation) => (
+            <tr key={reservation.id}>
+              <th scope="row">{reservation.owner}</th>
+              <td>{shareText(bytes((reservation.start?.memoryBytes ?? 0n) + (reservation.build?.memoryBytes ?? 0n)), reservation)}</td>
+              <td class="number">{shareText(cores((reservation.start?.cpu ?? 0) + (reservation.build?.cpu ?? 0)), reservation)}</td>
+              <td>{ago(msOf(reservation.admitTime), now)}</td>
+              <td>{leaseLeft(msOf(reservation.expireTime), now)}</td>
             </tr>
-          </thead>
-          <tbody>
-            {reservations.map((reservation) => (
-              <tr key={reservation.id}>
-                <th scope="row">{reservation.owner}</th>
-                <td>{shareText(bytes((reservation.start?.memoryBytes ?? 0n) + (reservation.build?.memoryBytes ?? 0n)), reservation)}</td>
-                <td class="number">{shareText(cores((reservation.start?.cpu ?? 0) + (reservation.build?.cpu ?? 0)), reservation)}</td>
-                <td>{ago(msOf(reservation.admitTime), now)}</td>
-                <td>{leaseLeft(msOf(reservation.expireTime), now)}</td>
-              </tr>
-            ))}
-          </tbody>
-        </table>
+          ))}
+        </DataTable>
       )}
 
       <h3>
@@ -281,29 +270,17 @@ export function BudgetPanel({ berth, onLink }: { readonly berth: Berth; readonly
       {running.length === 0 ? (
         <p class="empty">Nothing counted.</p>
       ) : (
-        <table>
-          <caption class="visually-hidden">Running work</caption>
-          <thead>
-            <tr>
-              <th scope="col">Name</th>
-              <th scope="col">Memory</th>
-              <th scope="col">CPU</th>
-              <th scope="col">Process</th>
-              <th scope="col">Started</th>
+        <DataTable caption="Running work" columns={["Name", "Memory", "CPU", "Process", "Started"]}>
+          {running.map((entry) => (
+            <tr key={entry.id}>
+              <th scope="row">{entry.name}</th>
+              <td>{bytes(entry.cost?.memoryBytes)}</td>
+              <td class="number">{cores(entry.cost?.cpu ?? 0)}</td>
+              <td class="number">{entry.pid ?? "–"}</td>
+              <td>{ago(msOf(entry.startTime), now)}</td>
             </tr>
-          </thead>
-          <tbody>
-            {running.map((entry) => (
-              <tr key={entry.id}>
-                <th scope="row">{entry.name}</th>
-                <td>{bytes(entry.cost?.memoryBytes)}</td>
-                <td class="number">{cores(entry.cost?.cpu ?? 0)}</td>
-                <td class="number">{entry.pid ?? "–"}</td>
-                <td>{ago(msOf(entry.startTime), now)}</td>
-              </tr>
-            ))}
-          </tbody>
-        </table>
+          ))}
+        </DataTable>
       )}
     </section>
   );

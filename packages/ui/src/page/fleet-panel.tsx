@@ -8,6 +8,7 @@ import type { FleetMachine } from "@berth/api/berth/budget/v1/budget_service_pb"
 import type { Berth } from "@berth/client/web";
 import { useEffect, useState } from "preact/hooks";
 import { useNow } from "./changes.js";
+import { DataTable } from "./data-table.js";
 import { follow, type LinkState } from "./follow.js";
 import { ago, bytes, cores, msOf } from "./format.js";
 
@@ -51,42 +52,30 @@ export function FleetPanel({ berth, fleet }: { readonly berth: Berth; readonly f
       {machines === undefined || machines.length === 0 ? (
         <p class="empty">{machines === undefined ? "Reading…" : "No instance has published yet."}</p>
       ) : (
-        <table>
-          <caption class="visually-hidden">Budget instances of the fleet</caption>
-          <thead>
-            <tr>
-              <th scope="col">Machine</th>
-              <th scope="col">Host, pid</th>
-              <th scope="col">Available</th>
-              <th scope="col">Room</th>
-              <th scope="col">Queue</th>
-              <th scope="col">Reservations</th>
-              <th scope="col">Running</th>
-              <th scope="col">Published</th>
+        <DataTable
+          caption="Budget instances of the fleet"
+          columns={["Machine", "Host, pid", "Available", "Room", "Queue", "Reservations", "Running", "Published"]}
+        >
+          {machines.map((machine) => (
+            <tr key={machine.machine}>
+              <th scope="row">
+                {machine.machine}
+                {machine.enabled ? "" : " (disabled)"}
+              </th>
+              <td>
+                {machine.hostname}, {machine.pid}
+              </td>
+              <td>{bytes(machine.sample?.availableBytes)}</td>
+              <td>
+                {bytes(machine.room?.memoryBytes)}, {cores(machine.room?.cpu ?? 0)} cpu{machine.cpuBusy ? " (cpu busy)" : ""}
+              </td>
+              <td class="number">{machine.queueLength}</td>
+              <td class="number">{machine.reservationCount}</td>
+              <td class="number">{machine.runningCount}</td>
+              <td>{ago(msOf(machine.publishTime), now)}</td>
             </tr>
-          </thead>
-          <tbody>
-            {machines.map((machine) => (
-              <tr key={machine.machine}>
-                <th scope="row">
-                  {machine.machine}
-                  {machine.enabled ? "" : " (disabled)"}
-                </th>
-                <td>
-                  {machine.hostname}, {machine.pid}
-                </td>
-                <td>{bytes(machine.sample?.availableBytes)}</td>
-                <td>
-                  {bytes(machine.room?.memoryBytes)}, {cores(machine.room?.cpu ?? 0)} cpu{machine.cpuBusy ? " (cpu busy)" : ""}
-                </td>
-                <td class="number">{machine.queueLength}</td>
-                <td class="number">{machine.reservationCount}</td>
-                <td class="number">{machine.runningCount}</td>
-                <td>{ago(msOf(machine.publishTime), now)}</td>
-              </tr>
-            ))}
-          </tbody>
-        </table>
+          ))}
+        </DataTable>
       )}
     </section>
   );

@@ -8,6 +8,7 @@ import { HolderKind, LockEventKind, type LockEvent } from "@berth/api/berth/lock
 import type { Berth } from "@berth/client/web";
 import { useEffect, useMemo } from "preact/hooks";
 import { Changes, useChanges, useNow } from "./changes.js";
+import { DataTable } from "./data-table.js";
 import { follow, type LinkState } from "./follow.js";
 import { ago, clock, msOf, span } from "./format.js";
 import { keepView, type RevisionView } from "./revision-view.js";
@@ -143,45 +144,32 @@ export function LocksPanel({ berth, onLink }: { readonly berth: Berth; readonly 
       {files.length === 0 ? (
         <p class="empty">No lock is held or waited for.</p>
       ) : (
-        <table>
-          <caption class="visually-hidden">Locks: holders and waiters by file</caption>
-          <thead>
-            <tr>
-              <th scope="col">File</th>
-              <th scope="col">Holder</th>
-              <th scope="col">Token</th>
-              <th scope="col">Held for</th>
-              <th scope="col">Lease</th>
-              <th scope="col">Waiters, in order</th>
+        <DataTable caption="Locks: holders and waiters by file" columns={["File", "Holder", "Token", "Held for", "Lease", "Waiters, in order"]}>
+          {files.map(([file, { holder, waiters }]) => (
+            <tr key={file}>
+              <th scope="row" class="file">
+                {file}
+              </th>
+              <td>{holder?.owner ?? "–"}</td>
+              <td class="number">{holder === undefined ? "–" : String(holder.fencingToken)}</td>
+              <td>{holder?.since === undefined ? "–" : span(now - holder.since)}</td>
+              <td>{leaseText(holder, now)}</td>
+              <td>
+                {waiters.length === 0 ? (
+                  "none"
+                ) : (
+                  <ol class="waiters">
+                    {waiters.map((waiter, index) => (
+                      <li key={index}>
+                        {waiter.owner} <span class="age">{ago(waiter.since, now)}</span>
+                      </li>
+                    ))}
+                  </ol>
+                )}
+              </td>
             </tr>
-          </thead>
-          <tbody>
-            {files.map(([file, { holder, waiters }]) => (
-              <tr key={file}>
-                <th scope="row" class="file">
-                  {file}
-                </th>
-                <td>{holder?.owner ?? "–"}</td>
-                <td class="number">{holder === undefined ? "–" : String(holder.fencingToken)}</td>
-                <td>{holder?.since === undefined ? "–" : span(now - holder.since)}</td>
-                <td>{leaseText(holder, now)}</td>
-                <td>
-                  {waiters.length === 0 ? (
-                    "none"
-                  ) : (
-                    <ol class="waiters">
-                      {waiters.map((waiter, index) => (
-                        <li key={index}>
-                          {waiter.owner} <span class="age">{ago(waiter.since, now)}</span>
-                        </li>
-                      ))}
-                    </ol>
-                  )}
-                </td>
-              </tr>
-            ))}
-          </tbody>
-        </table>
+          ))}
+        </DataTable>
       )}
       <h3>As they happen</h3>
       {view.log.length === 0 ? (
