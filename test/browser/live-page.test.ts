@@ -282,7 +282,10 @@ describe("on etcd", { tags: ["etcd"] }, () => {
   // One fleet: both instances under one prefix (each test service gets a prefix of its own otherwise).
   const FLEET_PREFIX = `live-page-${process.pid}/`;
   it("shows every budget instance of the fleet, and the sessions the cluster keeps", async () => {
-    const upOnEtcd = await startService("up", await onStore("etcd", { args: ["--ui", "--ui-port", "0", "--machine-name", "box-one", "--etcd-prefix", FLEET_PREFIX, ...fixtureArgs()] }));
+    const upOnEtcd = await startService(
+      "up",
+      await onStore("etcd", { args: ["--ui", "--ui-port", "0", "--machine-name", "box-one", "--etcd-prefix", FLEET_PREFIX, ...fixtureArgs()] }),
+    );
     const served = await upOnEtcd.waitForLog((entry) => typeof entry.msg === "string" && entry.msg.startsWith("live page served"));
     await startService("budget", await onStore("etcd", { args: ["--machine-name", "box-two", "--etcd-prefix", FLEET_PREFIX, ...fixtureArgs()] }));
     const sessions = new SessionsClient({ url: upOnEtcd.url("sessions") });
