@@ -35,6 +35,7 @@ COPY packages/shared/package.json packages/shared/
 COPY packages/cli/package.json packages/cli/
 COPY packages/client/package.json packages/client/
 COPY packages/mcp/package.json packages/mcp/
+COPY packages/ui/package.json packages/ui/
 COPY packages/etcd/package.json packages/etcd/
 COPY services/sessions/package.json services/sessions/
 COPY services/budget/package.json services/budget/
@@ -49,16 +50,17 @@ RUN npm ci --ignore-scripts
 COPY tsconfig.base.json tsconfig.json ./
 COPY packages packages
 COPY services services
-# The cli references api, shared, client, mcp, sessions (and through it etcd) and budget: this builds exactly what the image
-# runs (test/ and bench/ are not part of it), then bundles the command as `npm run build` does.
+# The cli references api, shared, client, mcp, ui, sessions (and through it etcd) and budget: this builds exactly what the image
+# runs (test/ and bench/ are not part of it), then bundles the command and the live page as `npm run build` does.
 RUN npx tsc -b packages/cli \
- && node packages/cli/scripts/bundle.mjs
+ && node packages/cli/scripts/bundle.mjs \
+ && node packages/ui/scripts/build-page.mjs
 
 # --- deps: production dependencies of the services and the cli only -----------------------------
 FROM toolchain AS deps
 # Only these workspaces: a plain `npm prune --omit=dev` would keep bench's and test's dependencies
 # (grpc-js, protobufjs, yargs...). Then the one native addon, built for this image's Node.
-RUN npm ci --omit=dev --ignore-scripts -w @berth/cli -w @berth/sessions -w @berth/budget \
+RUN npm ci --omit=dev --ignore-scripts -w @berth/cli -w @berth/ui -w @berth/sessions -w @berth/budget \
  && npm rebuild fs-ext \
  && node -e 'require("fs-ext")'
 
@@ -82,6 +84,8 @@ COPY --from=build /src/packages/etcd/package.json packages/etcd/
 COPY --from=build /src/packages/etcd/dist packages/etcd/dist
 COPY --from=build /src/packages/client/package.json packages/client/
 COPY --from=build /src/packages/client/dist packages/client/dist
+COPY --from=build /src/packages/ui/package.json packages/ui/
+COPY --from=build /src/packages/ui/dist packages/ui/dist
 COPY --from=build /src/packages/cli/package.json packages/cli/
 COPY --from=build /src/packages/cli/dist packages/cli/dist
 COPY --from=build /src/packages/cli/bin packages/cli/bin

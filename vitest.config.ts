@@ -17,6 +17,7 @@ const workspaces: Record<string, string> = {
   sessions: "services/sessions/src",
   budget: "services/budget/src",
   cli: "packages/cli/src",
+  ui: "packages/ui/src",
 };
 
 /** How every berth test config resolves `@berth/*` (also used by vitest.chaos.config.ts). */

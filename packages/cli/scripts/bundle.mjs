@@ -68,8 +68,9 @@ const bundle = await rolldown({
   input: `${dist}main.js`,
   platform: "node",
   // The services, and the server side of @berth/shared, are `berth up`'s alone: loaded from their
-  // own packages (with their native addon) when it runs.
-  external: [/^@berth\/(sessions|budget)(\/|$)/, /^@berth\/shared\/server\//],
+  // own packages (with their native addon) when it runs. The live page's server reads its built
+  // files beside its own package.
+  external: [/^@berth\/(sessions|budget|ui)(\/|$)/, /^@berth\/shared\/server\//],
   transform: { inject: { Headers: [`${dist}headers.js`, "Headers"] } },
   plugins: [lazyBuiltins],
   // The input is tsc's output: nothing to read from a tsconfig, and the image's build context has

@@ -22,6 +22,11 @@ export const COMMANDS: readonly CommandEntry[] = [
     load: async () => (await import("./commands/up.js")).upCommand,
   },
   {
+    name: "ui",
+    summary: "serve the live page of the running services on loopback (sessions, locks, budget in a browser)",
+    load: async () => (await import("./commands/ui.js")).uiCommand,
+  },
+  {
     name: "sessions",
     summary: "append to, read and watch session journals (append, get, list, watch, journal)",
     load: async () => (await import("./commands/sessions.js")).sessionsCommand,

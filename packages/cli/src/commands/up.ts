@@ -8,7 +8,7 @@ const HELP = renderHelp({
     "Starts both services in this process, with their state in --state-dir (default ./.berth): sessions on " +
     "127.0.0.1:7301, budget on 127.0.0.1:7302. Every flag has a BERTH_* variable (listed below with its default); " +
     "a JSON file of settings may give the rest (--config). The log is on stdout, one line per RPC: readable on a terminal, " +
-    "JSON lines (pino) otherwise (--log-format chooses).",
+    "JSON lines (pino) otherwise (--log-format chooses). With --ui, the live page too (berth ui --help).",
   notes:
     "SIGINT (Ctrl-C) or SIGTERM stops both services gracefully: new calls are refused, open streams end, the " +
     "journals are flushed. A second signal exits at once.",
@@ -24,6 +24,7 @@ const HELP = renderHelp({
     "berth up --sessions-socket /run/user/1000/berth-sessions.sock --budget-socket /run/user/1000/berth-budget.sock",
     "BERTH_TOKEN_FILE=~/.config/berth/token berth up --log-level warn",
     "berth up --memory 8G --cpu 4 --max-queue 50",
+    "berth up --ui    # and the live page at http://127.0.0.1:7300/",
   ],
 });
 
@@ -38,15 +39,17 @@ export const upCommand: Command = {
     const { tuneHeapForDaemon } = await import("@berth/shared/server/heap-tuning");
     tuneHeapForDaemon();
     // Loaded here, not at the top: the other commands are clients and should start fast.
-    const [{ sessionsService }, { budgetService }, { runServices }] = await Promise.all([
+    const [{ sessionsService }, { budgetService }, { runServices }, { pageCompanion }] = await Promise.all([
       import("@berth/sessions/server/service"),
       import("@berth/budget/server/service"),
       import("@berth/shared/server/index"),
+      import("@berth/ui/page-companion"),
     ]);
     const servers = await runServices([sessionsService, budgetService], {
       argv,
       command: "berth up",
       usage: HELP,
+      companion: pageCompanion,
       exit(code) {
         // A bad flag or value: say where the flags are, as every other command does.
         if (code === EXIT.usage) process.stderr.write("Run 'berth up --help' for its flags and examples.\n");

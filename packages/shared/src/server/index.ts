@@ -20,5 +20,5 @@ export { abortable, abortError, shuttingDownError, createStreamShutdownIntercept
 export { listen, urlOf, DEFAULT_KEEPALIVE } from "./listener.js";
 export type { Listener, ListenAddress, ListenOptions, KeepaliveOptions } from "./listener.js";
 export { runServices, serveElected } from "./run-services.js";
-export type { ServiceDefinition, RunOptions, CommonValues, OpenedService } from "./run-services.js";
+export type { ServiceDefinition, RunOptions, CommonValues, OpenedService, Companion, StartedCompanion } from "./run-services.js";
 export { MIN_PROGRESS_INTERVAL_MS, PROGRESS, ProgressPuller, progressIntervalMs } from "./watch-progress.js";

@@ -30,6 +30,26 @@ export interface ServiceDefinition<D extends ConfigDefinition = ConfigDefinition
   start(values: CommonValues & ConfigValues<D>, logger: Logger): Promise<RunningServer>;
 }
 
+/**
+ * Something served beside the services that calls them from a browser (`berth up --ui`'s page):
+ * its settings join the services', it starts before them (so its origins are known), and the
+ * origins it is served under join every service's CORS allow-list.
+ */
+export interface Companion<D extends ConfigDefinition = ConfigDefinition> {
+  readonly settings: D;
+  /** Starts it, or not (undefined) as its settings say; `servers` lists the services started so far. */
+  start(values: ConfigValues<D>, servers: () => readonly RunningServer[]): Promise<StartedCompanion | undefined>;
+}
+
+/** A companion that runs. */
+export interface StartedCompanion {
+  /** Where a person opens it. */
+  readonly url: string;
+  /** The origins its pages run under: every service allows them. */
+  readonly origins: readonly string[];
+  close(): Promise<void>;
+}
+
 /** What `runServices` needs from its surroundings (tests pass their own). */
 export interface RunOptions {
   readonly argv: readonly string[];
@@ -42,6 +62,8 @@ export interface RunOptions {
   readonly command: string;
   /** What `--help` prints above the list of flags; default a one-line usage. */
   readonly usage?: string;
+  /** Served beside the services (the live page). */
+  readonly companion?: Companion;
 }
 
 /**
@@ -52,7 +74,7 @@ export interface RunOptions {
 export async function runServices(definitions: readonly ServiceDefinition[], options: RunOptions): Promise<RunningServer[] | undefined> {
   const write = options.write ?? ((text: string) => process.stderr.write(text));
   const exit = options.exit ?? ((code: number) => process.exit(code));
-  const definition: ConfigDefinition = Object.assign({}, commonServerConfig(), ...definitions.map((d) => d.settings));
+  const definition: ConfigDefinition = Object.assign({}, commonServerConfig(), options.companion?.settings, ...definitions.map((d) => d.settings));
 
   let loaded;
   try {
@@ -84,14 +106,20 @@ export async function runServices(definitions: readonly ServiceDefinition[], opt
   // started so far (the list is read when the signal comes) instead of killing the process outright.
   const started: RunningServer[] = [];
   const uninstall = installSignalHandlers(started, logger, { exit });
+  let companion: StartedCompanion | undefined;
   try {
+    companion = await options.companion?.start(values as never, () => started);
+    if (companion !== undefined) {
+      values.corsOrigins = [...values.corsOrigins, ...companion.origins.filter((origin) => !values.corsOrigins.includes(origin))];
+      logger.info({ url: companion.url, origins: companion.origins }, "live page served; the services allow its origins");
+    }
     for (const service of definitions) {
       const server = await service.start(values as never, logger.child({ service: service.name }));
       started.push(server);
     }
   } catch (error) {
     uninstall();
-    await Promise.allSettled(started.map((server) => server.close(false)));
+    await Promise.allSettled([...started.map((server) => server.close(false)), companion?.close()]);
     // A refusal (the state directory is taken, a setting is wrong) is said plainly; anything else
     // is a bug or an environment failure and keeps its stack in the log.
     const errno = errnoOf(error);
