@@ -11,6 +11,7 @@ const SUITES: Record<string, () => Promise<{ run(args: string[]): Promise<void> 
   etcd: () => import("./suites/etcd.js"),
   cli: () => import("./suites/cli.js"),
   "web-client": () => import("./suites/web-client.js"),
+  ui: () => import("./suites/ui.js"),
 };
 
 const [first, ...rest] = process.argv.slice(2);
