@@ -8,9 +8,11 @@
  * - `assets`: index.html, page.js and page.css gzipped at level 9 (target ≤ 250 KB in all);
  * - `initial load`: navigation start to the page showing both counts in the panel headings (the
  *   sessions and the queue) with its sessions and budget watches live, the median of `--loads`
- *   loads, each in a fresh browser context (target ≤ 1 s), with the page's main-thread task time
- *   and the services' CPU until then. Reference: the same page loaded the same way on the same
- *   services while they were empty;
+ *   loads, each in a fresh browser context (target ≤ 1 s), with when the page first rendered and
+ *   when each of the two was live, the page's main-thread task time and the services' CPU until
+ *   then. References: the same page loaded the same way on the same services while they were
+ *   empty; and the two watches' description of the current state read from Node at once, over the
+ *   page's protocol (what the page waits for, without the page);
  * - `main thread busy`: the page's main-thread task time (CDP `Performance.getMetrics`,
  *   TaskDuration) over the steady phase's wall time (target < 50 %), with its script, layout and
  *   style parts, the services' and this process's CPU over the same time. Reference: the same
@@ -19,7 +21,10 @@
  *   shows that session's new seq (a MutationObserver in the page, `Date.now()`), p50 and p99 over
  *   every append of the steady phase (target p99 ≤ 250 ms). The page renders in an animation
  *   frame, so a row in the DOM then is painted in that frame. Also from the append's sending (an
- *   upper bound: it holds the append's own round trip). Reference: the appends' round trip.
+ *   upper bound: it holds the append's own round trip). Reference: the appends' round trip. The
+ *   list shows the latest changes first, its top rows drawn: an update that more than a screenful
+ *   of newer ones pushed down before the next render (a burst after the services stalled) never
+ *   reaches the screen, and is counted as not shown.
  *
  * The services run with `--fsync=none`: with `batch` an append is answered after the disk's
  * fdatasync, hundreds of ms on a shared disk, while its change is already on its way to watchers,
@@ -95,6 +100,7 @@ export async function run(args: string[] = []): Promise<void> {
     const sessions = new SessionsClient({ transport: createTransport({ url: up.sessionsUrl }, { protocol: "grpc" }) });
     const ids = await fillSessions(sessions, settings.sessions);
     await fillQueue(up, settings, waiting.signal);
+    const describedFromNode = await describeFromNode(up);
     const busy = await loads(browser, up, { sessions: settings.sessions, queued: settings.queued }, settings.loads);
     const shown = median(busy.loads.map((load) => load.shownMs));
     const emptyShown = median(empty.loads.map((load) => load.shownMs));
@@ -105,8 +111,12 @@ export async function run(args: string[] = []): Promise<void> {
       queued: settings.queued,
       loads_ms: busy.loads.map((load) => load.shownMs),
       median_ms: shown,
+      app_rendered_ms: median(busy.loads.map((load) => load.appRenderedMs)),
+      sessions_live_ms: median(busy.loads.map((load) => load.sessionsLiveMs)),
+      budget_live_ms: median(busy.loads.map((load) => load.budgetLiveMs)),
       page_main_thread_ms: median(busy.loads.map((load) => load.pageBusyMs)),
       services_cpu_ms: median(busy.loads.map((load) => load.servicesCpuMs)),
+      current_state_from_node_ms: describedFromNode,
       empty_box_median_ms: emptyShown,
       empty_box_page_main_thread_ms: median(empty.loads.map((load) => load.pageBusyMs)),
       ratio: ratio(shown, emptyShown),
@@ -143,6 +153,10 @@ interface Expected {
 /** One load of the page: until it showed what was expected, the page's main-thread task time, and the services' CPU. */
 interface Load {
   readonly shownMs: number;
+  /** The page's first render (its panels in the DOM). */
+  readonly appRenderedMs: number;
+  readonly sessionsLiveMs: number;
+  readonly budgetLiveMs: number;
   readonly pageBusyMs: number;
   readonly servicesCpuMs: number;
 }
@@ -159,16 +173,21 @@ async function loads(browser: Browser, up: BerthUp, expected: Expected, times: n
     await page?.close();
     page = await browser.newPage({ viewport: { width: 1280, height: 1000 } });
     await page.addInitScript((want: Expected) => {
-      const shows = () => {
+      const marks: Record<string, number> = {};
+      Object.assign(globalThis, { berthBenchMarks: marks });
+      const mark = (name: string, reached: boolean) => {
+        if (reached && marks[name] === undefined) marks[name] = performance.now();
+      };
+      const observer = new MutationObserver(() => {
         const sessions = document.querySelector("#sessions-title .count")?.textContent;
         const queueHeading = [...document.querySelectorAll("#budget h3")].find((heading) => heading.textContent?.startsWith("Queue"));
         const queued = queueHeading?.querySelector(".count")?.textContent;
         const links = document.querySelector("ul.links")?.textContent ?? "";
-        return sessions === String(want.sessions) && queued === String(want.queued) && links.includes("sessions: live") && links.includes("budget: live");
-      };
-      const observer = new MutationObserver(() => {
-        if (!shows()) return;
-        Object.assign(globalThis, { berthBenchShownAt: performance.now() });
+        mark("app", sessions !== undefined);
+        mark("sessionsLive", sessions === String(want.sessions) && links.includes("sessions: live"));
+        mark("budgetLive", queued === String(want.queued) && links.includes("budget: live"));
+        if (marks["sessionsLive"] === undefined || marks["budgetLive"] === undefined) return;
+        marks["shown"] = performance.now();
         observer.disconnect();
       });
       observer.observe(document, { childList: true, subtree: true, characterData: true });
@@ -177,14 +196,44 @@ async function loads(browser: Browser, up: BerthUp, expected: Expected, times: n
     await cdp.send("Performance.enable");
     const cpuBefore = up.cpuMs();
     await page.goto(up.pageUrl);
-    await page.waitForFunction(() => "berthBenchShownAt" in globalThis, null, { timeout: SHOWN_TIMEOUT_MS, polling: 50 });
+    await page.waitForFunction(() => (globalThis as unknown as { berthBenchMarks: Record<string, number> }).berthBenchMarks["shown"] !== undefined, null, {
+      timeout: SHOWN_TIMEOUT_MS,
+      polling: 50,
+    });
     const servicesCpuMs = up.cpuMs() - cpuBefore;
     const metrics = metricsOf(await cdp.send("Performance.getMetrics"));
     await cdp.detach();
-    const shownAt = await page.evaluate(() => (globalThis as unknown as { berthBenchShownAt: number }).berthBenchShownAt);
-    measured.push({ shownMs: round1(shownAt), pageBusyMs: round1((metrics["TaskDuration"] ?? NaN) * 1000), servicesCpuMs });
+    const marks = await page.evaluate(() => (globalThis as unknown as { berthBenchMarks: Record<string, number> }).berthBenchMarks);
+    measured.push({
+      shownMs: round1(marks["shown"]!),
+      appRenderedMs: round1(marks["app"]!),
+      sessionsLiveMs: round1(marks["sessionsLive"]!),
+      budgetLiveMs: round1(marks["budgetLive"]!),
+      pageBusyMs: round1((metrics["TaskDuration"] ?? NaN) * 1000),
+      servicesCpuMs,
+    });
   }
   return { loads: measured, page: page! };
+}
+
+/**
+ * What the page waits for, without the page: the time from Node to the end of each watch's
+ * description of the current state (caughtUp), the sessions' and the budget's at once as the page
+ * opens them, over the page's protocol (Connect, binary, HTTP/1.1).
+ */
+async function describeFromNode(up: BerthUp): Promise<{ sessions: number; budget: number }> {
+  const sessions = new SessionsClient({ transport: createTransport({ url: up.sessionsUrl }) });
+  const budget = new BudgetClient({ transport: createTransport({ url: up.budgetUrl }) });
+  const untilCaughtUp = async (events: AsyncIterable<{ readonly kind: string }>) => {
+    const start = performance.now();
+    for await (const event of events) if (event.kind === "caughtUp") break;
+    return round1(performance.now() - start);
+  };
+  const [sessionsMs, budgetMs] = await Promise.all([
+    untilCaughtUp(sessions.watchSessions({ includeCurrent: true, includeCompleted: true, includeSnapshot: true })),
+    untilCaughtUp(budget.watchBudget({ includeCurrent: true })),
+  ]);
+  return { sessions: sessionsMs, budget: budgetMs };
 }
 
 /** Creates `count` sessions, one append each, 32 at a time; answers their ids, oldest first. */
