@@ -24,7 +24,8 @@
  *   upper bound: it holds the append's own round trip). Reference: the appends' round trip. The
  *   list shows the latest changes first, its top rows drawn: an update that more than a screenful
  *   of newer ones pushed down before the next render (a burst after the services stalled) never
- *   reaches the screen, and is counted as not shown.
+ *   reaches the screen: it is counted as not shown, and ranks after every shown one in the
+ *   percentiles (a percentile that falls on one is null).
  *
  * The services run with `--fsync=none`: with `batch` an append is answered after the disk's
  * fdatasync, hundreds of ms on a shared disk, while its change is already on its way to watchers,
@@ -375,7 +376,8 @@ async function steadyPhase(page: Page, sessions: SessionsClient, ids: readonly s
     delays.push(shown - at);
     delaysFromSend.push(shown - sentAt.get(key)!);
   }
-  const updates = percentiles(delays);
+  // An update never shown ranks after every shown one (a p50 or p99 that falls on one is null: never).
+  const updates = percentiles([...delays, ...Array<number>(answered.size - delays.length).fill(Number.POSITIVE_INFINITY)]);
   emit({
     suite: "ui",
     figure: "update on screen",
@@ -391,7 +393,7 @@ async function steadyPhase(page: Page, sessions: SessionsClient, ids: readonly s
     from_send: percentiles(delaysFromSend),
     append_round_trip: percentiles(roundTrips),
     target_p99_ms: 250,
-    met: failures.length === 0 && delays.length === answered.size && (updates["p99_ms"] ?? Infinity) <= 250,
+    met: failures.length === 0 && (updates["p99_ms"] ?? Number.POSITIVE_INFINITY) <= 250,
   });
   await cdp.detach();
 }
