@@ -12,6 +12,7 @@ const SUITES: Record<string, () => Promise<{ run(args: string[]): Promise<void> 
   cli: () => import("./suites/cli.js"),
   "web-client": () => import("./suites/web-client.js"),
   mcp: () => import("./suites/mcp.js"),
+  ui: () => import("./suites/ui.js"),
 };
 
 const [first, ...rest] = process.argv.slice(2);

@@ -15,6 +15,7 @@ const ENTRY: Record<"sessions" | "budget", string> = {
   sessions: fileURLToPath(new URL("../../../services/sessions/dist/main.js", import.meta.url)),
   budget: fileURLToPath(new URL("../../../services/budget/dist/main.js", import.meta.url)),
 };
+const BERTH = fileURLToPath(new URL("../../../packages/cli/bin/berth.js", import.meta.url));
 
 export interface BenchServer {
   url: string;
@@ -67,6 +68,71 @@ export async function startBenchServer(
       const exited = new Promise((resolve) => child.once("exit", resolve));
       child.kill("SIGTERM");
       await exited;
+      rmSync(stateDir, { recursive: true, force: true });
+    },
+  };
+}
+
+/** `berth up --ui` started by {@link startBerthUp}: both services and the live page. */
+export interface BerthUp {
+  readonly sessionsUrl: string;
+  readonly budgetUrl: string;
+  /** The live page, `http://127.0.0.1:PORT/`. */
+  readonly pageUrl: string;
+  readonly pid: number;
+  /** CPU time (user + system, ms) the process has used so far, from /proc. */
+  cpuMs(): number;
+  stop(): Promise<void>;
+}
+
+/**
+ * Starts `berth up --ui` (both services in one process, and the live page) as a child process on
+ * ephemeral ports with a fresh state directory, its log lines discarded as a collector would take
+ * them; resolves once both services answer health and the page's server answers.
+ */
+export async function startBerthUp(args: string[] = [], options: BenchServerOptions = {}): Promise<BerthUp> {
+  const stateDir = mkdtempSync(path.join(tmpdir(), "berth-bench-up-"));
+  const [sessionsPort, budgetPort, pagePort] = [await freePort(), await freePort(), await freePort()];
+  const child = spawn(
+    process.execPath,
+    [
+      BERTH,
+      "up",
+      "--ui",
+      `--ui-port=${pagePort}`,
+      `--sessions-port=${sessionsPort}`,
+      `--budget-port=${budgetPort}`,
+      `--state-dir=${stateDir}`,
+      `--log-level=${options.logLevel ?? "info"}`,
+      ...args,
+    ],
+    { stdio: ["ignore", "ignore", "inherit"] },
+  );
+  const sessionsUrl = `http://127.0.0.1:${sessionsPort}`;
+  const budgetUrl = `http://127.0.0.1:${budgetPort}`;
+  const pageUrl = `http://127.0.0.1:${pagePort}/`;
+  try {
+    await waitUntilServing("berth up (sessions)", child, sessionsPort, sessionsUrl);
+    await waitUntilServing("berth up (budget)", child, budgetPort, budgetUrl);
+    if (!(await fetch(`${pageUrl}config.json`)).ok) throw new Error(`the live page's server did not answer /config.json at ${pageUrl}`);
+  } catch (error) {
+    child.kill("SIGKILL");
+    rmSync(stateDir, { recursive: true, force: true });
+    throw error;
+  }
+  const pid = child.pid!;
+  return {
+    sessionsUrl,
+    budgetUrl,
+    pageUrl,
+    pid,
+    cpuMs: () => processCpuMs(pid),
+    async stop() {
+      if (child.exitCode === null && child.signalCode === null) {
+        const exited = new Promise((resolve) => child.once("exit", resolve));
+        child.kill("SIGTERM");
+        await exited;
+      }
       rmSync(stateDir, { recursive: true, force: true });
     },
   };

@@ -27,6 +27,7 @@ import { tmpdir } from "node:os";
 import * as path from "node:path";
 import * as grpc from "@grpc/grpc-js";
 import { heartbeatPeriodMs } from "@berth/budget";
+import { fixtureMachine } from "../lib/fixture-machine.js";
 import { emptyRpcReference, grpcServiceClient, target, unary } from "../lib/grpc-clients.js";
 import { closedLoop } from "../lib/load.js";
 import { emit, percentiles, ratio } from "../lib/report.js";
@@ -113,16 +114,6 @@ export async function run(args: string[] = []): Promise<void> {
 }
 
 // --------------------------------------------------------------------------- shared pieces
-
-/** A quiet 16G machine that never changes: every sample is the same, so only heartbeats wake waiters. */
-function fixtureMachine(): { dir: string; args: string[] } {
-  const dir = mkdtempSync(path.join(tmpdir(), "berth-bench-machine-"));
-  const proc = path.join(dir, "proc");
-  mkdirSync(proc);
-  writeFileSync(path.join(proc, "meminfo"), "MemTotal:       16777216 kB\nMemFree:         8000000 kB\nMemAvailable:   16000000 kB\n");
-  writeFileSync(path.join(proc, "loadavg"), "0.00 0.00 0.00 1/100 4242\n");
-  return { dir, args: [`--proc-root=${proc}`, "--cgroup-root=/nonexistent", "--memory=4G", "--cpu=64"] };
-}
 
 let profileDir: string | undefined;
 
