@@ -104,6 +104,8 @@ interface Joined {
   readonly stop: AbortController;
   /** Where it stood when last told, for the refusal of a call whose own wait ran out. */
   place: { position: number; holder: EtcdLockParty } | undefined;
+  /** Settles once the etcd wait ended and the request id was remembered (granted) or forgotten. */
+  settled: Promise<void>;
 }
 
 export function createEtcdSourceLocks(options: EtcdSourceLocksOptions): EtcdSourceLocks {
@@ -237,7 +239,7 @@ export function createEtcdSourceLocks(options: EtcdSourceLocksOptions): EtcdSour
    * renewed), as a lease whose call ended as it was granted is.
    */
   function startJoined(requestId: string, keyed: KeyedRequest, file: string, owner: string, ttlMs: number, firstWaitMs: number): Joined {
-    const joined: Joined = { calls: new Set(), stop: new AbortController(), place: undefined };
+    const joined: Joined = { calls: new Set(), stop: new AbortController(), place: undefined, settled: Promise.resolve() };
     joins.set(requestId, joined);
     keys.begin(requestId, keyed);
     const settle = () => {
@@ -246,7 +248,7 @@ export function createEtcdSourceLocks(options: EtcdSourceLocksOptions): EtcdSour
       for (const call of calls) call.leave();
       return calls;
     };
-    take({
+    joined.settled = take({
       file,
       owner,
       waitMs: limits.maxWaitMs,
@@ -283,8 +285,16 @@ export function createEtcdSourceLocks(options: EtcdSourceLocksOptions): EtcdSour
       let timer: TimerHandle | undefined;
       const giveUp = (error: unknown) => {
         call.leave();
-        reject(error);
-        if (joined.calls.size === 0) joined.stop.abort("cancelled");
+        if (joined.calls.size > 0) {
+          reject(error);
+          return;
+        }
+        joined.stop.abort("cancelled");
+        // The last call is answered once the request has left etcd and its id is forgotten (or
+        // remembered, granted as it left): a retry made on this answer is then a new request,
+        // not a repeat of one still leaving (refused IDEMPOTENCY_KEY_REUSED for other fields, or
+        // joined to a wait being withdrawn).
+        void joined.settled.then(() => reject(error));
       };
       const onAbort = () => giveUp(new BerthError("cancelled", `gave up waiting for ${file}: the caller went away`, { file }));
       const call: JoinedCall = {
