@@ -924,7 +924,7 @@ describe("BudgetService over grpc-js", () => {
     const policy = message;
     const caughtUp = await watch.next("caught_up");
     expect(caughtUp.kind.case).toBe("caughtUp");
-    expect(caughtUp.kind.value?.revision).toBe(policy.kind.value?.revision);
+    expect(caughtUp.kind.case === "caughtUp" && caughtUp.kind.value.revision).toBe(policy.kind.case === "event" && policy.kind.value.revision);
     call.cancel();
     expect((await watch.ended).name).toBe("CANCELLED");
   });

@@ -26,7 +26,10 @@ function label(message: WatchBudgetResponse): string {
   return message.kind.case ?? "?";
 }
 
-const revisionOf = (message: WatchBudgetResponse): bigint => message.kind.value!.revision;
+function revisionOf(message: WatchBudgetResponse): bigint {
+  if (message.kind.case === undefined || message.kind.case === "events") throw new Error(`a message with no revision of its own: ${message.kind.case}`);
+  return message.kind.value.revision;
+}
 
 describe.each<ConnectProtocol>(["grpc", "connect"])("WatchBudget over %s", (protocol) => {
   let budget: BudgetUnderTest;

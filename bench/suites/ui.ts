@@ -37,11 +37,13 @@
  * loopback and ends by itself; every process started here is stopped.
  *
  * `npm run bench -- ui [--sessions=1000] [--queued=10000] [--rate=100] [--seconds=20] [--loads=3]
- * [--connections=4]`
+ * [--connections=4] [--profile=FILE]`: with `--profile`, the page's JavaScript during the first
+ * busy load is written to FILE as a CPU profile (`.cpuprofile`, for Chromium's DevTools), whose
+ * functions read best from an unminified build (`BERTH_PAGE_MINIFY=0 npm run build`).
  */
 import { setMaxListeners } from "node:events";
 import { gzipSync } from "node:zlib";
-import { readFileSync, rmSync } from "node:fs";
+import { readFileSync, rmSync, writeFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { NeedItemKind } from "@berth/api/berth/budget/v1/budget_pb";
 import { BudgetClient, createTransport, SessionsClient } from "@berth/client";
@@ -60,6 +62,7 @@ const SETTLE_MS = 3000;
 const IDLE_MS = 5000;
 
 interface Settings {
+  profile?: string | undefined;
   sessions: number;
   queued: number;
   rate: number;
@@ -73,9 +76,13 @@ export async function run(args: string[] = []): Promise<void> {
   const settings: Settings = { sessions: 1000, queued: 10_000, rate: 100, seconds: 20, loads: 3, connections: 4 };
   for (const arg of args) {
     const [name, value] = arg.replace(/^--/, "").split("=", 2) as [string, string | undefined];
+    if (name === "profile" && value) {
+      settings.profile = value;
+      continue;
+    }
     const number = Number(value);
-    if (name in settings && Number.isInteger(number) && number > 0) settings[name as keyof Settings] = number;
-    else throw new Error(`unknown flag ${arg}; flags: --sessions=N --queued=N --rate=N --seconds=N --loads=N --connections=N`);
+    if (name in settings && name !== "profile" && Number.isInteger(number) && number > 0) settings[name as Exclude<keyof Settings, "profile">] = number;
+    else throw new Error(`unknown flag ${arg}; flags: --sessions=N --queued=N --rate=N --seconds=N --loads=N --connections=N --profile=FILE`);
   }
   weighAssets();
 
@@ -102,7 +109,7 @@ export async function run(args: string[] = []): Promise<void> {
     const ids = await fillSessions(sessions, settings.sessions);
     await fillQueue(up, settings, waiting.signal);
     const describedFromNode = await describeFromNode(up);
-    const busy = await loads(browser, up, { sessions: settings.sessions, queued: settings.queued }, settings.loads);
+    const busy = await loads(browser, up, { sessions: settings.sessions, queued: settings.queued }, settings.loads, settings.profile);
     const shown = median(busy.loads.map((load) => load.shownMs));
     const emptyShown = median(empty.loads.map((load) => load.shownMs));
     emit({
@@ -167,7 +174,7 @@ interface Load {
  * navigation start to it showing `expected`, measured in the page by a MutationObserver installed
  * before any of the page's scripts; the last page is left open.
  */
-async function loads(browser: Browser, up: BerthUp, expected: Expected, times: number): Promise<{ loads: Load[]; page: Page }> {
+async function loads(browser: Browser, up: BerthUp, expected: Expected, times: number, profile?: string): Promise<{ loads: Load[]; page: Page }> {
   const measured: Load[] = [];
   let page: Page | undefined;
   for (let i = 0; i < times; i++) {
@@ -195,6 +202,12 @@ async function loads(browser: Browser, up: BerthUp, expected: Expected, times: n
     }, expected);
     const cdp = await page.context().newCDPSession(page);
     await cdp.send("Performance.enable");
+    const profiled = profile !== undefined && i === 0;
+    if (profiled) {
+      await cdp.send("Profiler.enable");
+      await cdp.send("Profiler.setSamplingInterval", { interval: 200 });
+      await cdp.send("Profiler.start");
+    }
     const cpuBefore = up.cpuMs();
     await page.goto(up.pageUrl);
     await page.waitForFunction(() => (globalThis as unknown as { berthBenchMarks: Record<string, number> }).berthBenchMarks["shown"] !== undefined, null, {
@@ -203,8 +216,10 @@ async function loads(browser: Browser, up: BerthUp, expected: Expected, times: n
     });
     const servicesCpuMs = up.cpuMs() - cpuBefore;
     const metrics = metricsOf(await cdp.send("Performance.getMetrics"));
+    if (profiled) writeFileSync(profile, JSON.stringify((await cdp.send("Profiler.stop")).profile));
     await cdp.detach();
     const marks = await page.evaluate(() => (globalThis as unknown as { berthBenchMarks: Record<string, number> }).berthBenchMarks);
+
     measured.push({
       shownMs: round1(marks["shown"]!),
       appRenderedMs: round1(marks["app"]!),

@@ -44,6 +44,15 @@ import { followRevisionWatch, type RevisionWatchEvent, type RevisionWatchOptions
 /** What {@link BudgetClientBase.watchBudget} yields. */
 export type BudgetWatchEvent = RevisionWatchEvent<BudgetEvent>;
 
+/** Options of {@link BudgetClientBase.watchBudget}. */
+export interface BudgetWatchOptions extends RevisionWatchOptions {
+  /**
+   * Describe at most this many queued requests of the current state, the head first (`caughtUp`'s
+   * `queueSize` says how many wait in all); the changes after it concern every request. Unset: all.
+   */
+  readonly queueLimit?: number | undefined;
+}
+
 /** Options of {@link BudgetClientBase.watchMachine}. */
 export interface MachineWatchOptions extends CallOptions {
   /** Continue after this sample's revision (the last one the caller has). */
@@ -56,6 +65,12 @@ export interface MachineWatchOptions extends CallOptions {
 export type MachineWatchEvent =
   | { readonly kind: "sample"; readonly machine: Machine; readonly revision: bigint; readonly reset: boolean }
   | { readonly kind: "progress"; readonly revision: bigint };
+
+/**
+ * How many events of the budget's current state one WatchBudget message carries: 10,000 queued
+ * requests come in 10 messages rather than 10,000, each still yielded as its own event.
+ */
+const CURRENT_STATE_BATCH = 1000;
 
 /** The typed details the budget service sends with its errors. */
 export const BUDGET_ERROR_DETAILS = [RefusalSchema] as const;
@@ -607,11 +622,12 @@ export class BudgetClientBase {
    * nothing repeated (or a reset, as above, once the service no longer holds what was missed). A
    * resume that lags again at once from the same revision throws.
    */
-  async *watchBudget(options: RevisionWatchOptions = {}): AsyncGenerator<BudgetWatchEvent> {
+  async *watchBudget(options: BudgetWatchOptions = {}): AsyncGenerator<BudgetWatchEvent> {
     const progressInterval = durationOfMs(options.progressIntervalMs);
+    const queueLimit = options.queueLimit ?? 0;
     yield* followRevisionWatch<BudgetEvent>(
       {
-        open: (start, signal) => this.rpc.watchBudget({ ...start, progressInterval }, { signal }),
+        open: (start, signal) => this.rpc.watchBudget({ ...start, progressInterval, maxBatch: CURRENT_STATE_BATCH, queueLimit }, { signal }),
         resumeRevision: (error) => {
           const revision = error.errorInfo?.metadata["resumeRevision"];
           return revision !== undefined && /^\d+$/.test(revision) ? BigInt(revision) : undefined;

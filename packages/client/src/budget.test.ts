@@ -309,6 +309,44 @@ describe("watchBudget", () => {
     ]);
   });
 
+  it("asks for the current state in batches and yields each event of an events message on its own, keeping its revision", async () => {
+    const requests: WatchBudgetRequest[] = [];
+    const budget = client({
+      async *watchBudget(request) {
+        requests.push(request);
+        if (requests.length === 1) {
+          yield { kind: { case: "events", value: { events: [budgetEvent(20n).kind.value, budgetEvent(20n).kind.value] } } };
+          yield { kind: { case: "caughtUp", value: { revision: 20n } } };
+          throw budgetLagged(20n);
+        }
+        yield budgetEvent(21n);
+      },
+    });
+    expect(await labels(budget.watchBudget({ includeCurrent: true }), 5)).toEqual(["event 20", "event 20", "caughtUp 20", "resumed 20", "event 21"]);
+    expect(requests.map((r) => [r.includeCurrent, r.startRevision, r.maxBatch, r.queueLimit])).toEqual([
+      [true, 0n, 1000, 0],
+      [false, 20n, 1000, 0],
+    ]);
+  });
+
+  it("asks for the head of the queue only with queueLimit, and passes caughtUp's queueSize on", async () => {
+    const requests: WatchBudgetRequest[] = [];
+    const budget = client({
+      async *watchBudget(request) {
+        requests.push(request);
+        yield budgetEvent(30n);
+        yield { kind: { case: "caughtUp", value: { revision: 30n, queueSize: 7 } } };
+      },
+    });
+    const seen: BudgetWatchEvent[] = [];
+    for await (const item of budget.watchBudget({ includeCurrent: true, queueLimit: 1 })) {
+      seen.push(item);
+      if (item.kind === "caughtUp") break;
+    }
+    expect(seen.at(-1)).toEqual({ kind: "caughtUp", revision: 30n, reset: false, queueSize: 7 });
+    expect(requests[0]?.queueLimit).toBe(1);
+  });
+
   it("passes a reset caughtUp through: the state described replaces the caller's view", async () => {
     let calls = 0;
     const budget = client({

@@ -10,8 +10,11 @@ import { linkedCall, type CallOptions } from "./options.js";
 /** What a revision watch yields: a change (or part of the current state), its end, progress, a resume. */
 export type RevisionWatchEvent<E> =
   | { readonly kind: "event"; readonly event: E }
-  /** The current state or the changes replayed end here; `reset`: they replace the caller's view. */
-  | { readonly kind: "caughtUp"; readonly revision: bigint; readonly reset: boolean }
+  /**
+   * The current state or the changes replayed end here; `reset`: they replace the caller's view.
+   * `queueSize` (WatchBudget, with the current state): how many requests were queued then.
+   */
+  | { readonly kind: "caughtUp"; readonly revision: bigint; readonly reset: boolean; readonly queueSize?: number | undefined }
   | { readonly kind: "progress"; readonly revision: bigint }
   /** The service ended the watch for falling behind; it goes on after `revision`, nothing missed. */
   | { readonly kind: "resumed"; readonly revision: bigint; readonly error: BerthClientError };
@@ -20,8 +23,10 @@ export type RevisionWatchEvent<E> =
 export interface RevisionWatchMessage<E extends { readonly revision: bigint }> {
   readonly kind:
     | { readonly case: "event"; readonly value: E }
-    | { readonly case: "caughtUp"; readonly value: { readonly revision: bigint; readonly reset: boolean } }
+    | { readonly case: "caughtUp"; readonly value: { readonly revision: bigint; readonly reset: boolean; readonly queueSize?: number | undefined } }
     | { readonly case: "progress"; readonly value: { readonly revision: bigint } }
+    /** Several parts of the current state at once (WatchBudget's `max_batch`). */
+    | { readonly case: "events"; readonly value: { readonly events: readonly E[] } }
     | { readonly case: undefined; readonly value?: undefined };
 }
 
@@ -69,11 +74,20 @@ export async function* followRevisionWatch<E extends { readonly revision: bigint
           const kind = message.kind;
           if (kind.case === undefined) continue;
           handedOn = true;
+          if (kind.case === "events") {
+            for (const event of kind.value.events) {
+              if (event.revision > startRevision) startRevision = event.revision;
+              yield { kind: "event", event };
+            }
+            continue;
+          }
           const revision = kind.value.revision;
           if (revision > startRevision || (kind.case === "caughtUp" && kind.value.reset)) startRevision = revision;
           if (kind.case === "event") yield { kind: "event", event: kind.value };
-          else if (kind.case === "caughtUp") yield { kind: "caughtUp", revision, reset: kind.value.reset };
-          else yield { kind: "progress", revision };
+          else if (kind.case === "caughtUp") {
+            const { reset, queueSize } = kind.value;
+            yield queueSize === undefined ? { kind: "caughtUp", revision, reset } : { kind: "caughtUp", revision, reset, queueSize };
+          } else yield { kind: "progress", revision };
         }
         return;
       } catch (caught) {

@@ -22,7 +22,8 @@ const bundle = await rolldown({
   logLevel: "warn",
 });
 try {
-  const { output } = await bundle.generate({ format: "esm", minify: true });
+  // BERTH_PAGE_MINIFY=0 keeps the names, for a profile of the page (npm run bench -- ui --profile).
+  const { output } = await bundle.generate({ format: "esm", minify: process.env.BERTH_PAGE_MINIFY !== "0" });
   const [chunk, ...rest] = output;
   if (rest.some((item) => item.type === "chunk")) throw new Error("the page must be one module: a dynamic import split it");
   const fromNode = chunk.moduleIds.filter((id) => id.startsWith("node:") || /[\\/]@connectrpc[\\/]connect-node[\\/]/.test(id));

@@ -96,9 +96,18 @@ describe("budget watch", () => {
     await budget.registerRunning("db", { memoryBytes: G, cpu: 0 });
     const watch = budget.watch({ includeCurrent: true, startRevision: 0 });
     expect(watch.current?.map(label)).toEqual(["request_queued waiter", "reservation_made holder", "running_registered db", "policy_changed"]);
-    expect(watch.caughtUp).toEqual({ revision: BASE + 3, reset: false });
+    expect(watch.caughtUp).toEqual({ revision: BASE + 3, reset: false, queueSize: 1 });
     await budget.registerRunning("cache", { memoryBytes: G, cpu: 0 });
     expect(await drain(watch, 1)).toEqual([[BASE + 4, "running_registered cache"]]);
+  });
+
+  it("describes only the head of the queue up to queueLimit, and says how many wait in all", async () => {
+    const { budget } = await setup();
+    await budget.reserve(need(6, 1), "holder", { ttlMs: 10_000 });
+    for (const name of ["first", "second", "third"]) void budget.admit(need(4, 1), name).catch(() => undefined);
+    const watch = budget.watch({ includeCurrent: true, startRevision: 0, queueLimit: 2 });
+    expect(watch.current?.map(label)).toEqual(["request_queued first", "request_queued second", "reservation_made holder", "policy_changed"]);
+    expect(watch.caughtUp).toEqual({ revision: BASE + 4, reset: false, queueSize: 3 });
   });
 
   it("replays exactly the changes after a revision it holds, and resets one it cannot replay", async () => {
@@ -116,7 +125,7 @@ describe("budget watch", () => {
     expect(budget.watch({ includeCurrent: false, startRevision: BASE + 1 }).caughtUp?.reset).toBe(false);
     for (const foreign of [BASE, BASE - 5, 7, BASE + 99]) {
       const reset = budget.watch({ includeCurrent: false, startRevision: foreign });
-      expect(reset.caughtUp).toEqual({ revision: BASE + 4, reset: true });
+      expect(reset.caughtUp).toEqual({ revision: BASE + 4, reset: true, queueSize: 0 });
       expect(reset.current?.map(label)).toEqual([
         "running_registered a",
         "running_registered b",

@@ -111,14 +111,16 @@ export interface BudgetWatchOptions {
   includeCurrent: boolean;
   /** Replay every change after this revision (0: none); one that cannot be replayed describes the current state, reset. */
   startRevision: number;
+  /** Describe at most this many queued requests, the head first (0 or unset: all). */
+  queueLimit?: number | undefined;
 }
 
 /** A watch of the budget, opened: what to send first, then the changes. */
 export interface BudgetWatch {
   /** The current state (head of the queue first, reservations, running entries, the policy), when described; all at `caughtUp.revision`. */
   current: BudgetChange[] | undefined;
-  /** Sent once the state or the replayed changes are; undefined when neither was asked. */
-  caughtUp: { revision: number; reset: boolean } | undefined;
+  /** Sent once the state or the replayed changes are; undefined when neither was asked. `queueSize`: with the current state, how many were queued. */
+  caughtUp: { revision: number; reset: boolean; queueSize?: number } | undefined;
   /** The changes after what was described or replayed. Ends RESOURCE_EXHAUSTED WATCHER_LAGGED when its reader falls too far behind. */
   changes: RevisionWatcher<BudgetChange>;
 }
@@ -855,7 +857,7 @@ export async function createBudget(options: BudgetOptions): Promise<Budget> {
       return policy;
     },
 
-    watch({ includeCurrent, startRevision }) {
+    watch({ includeCurrent, startRevision, queueLimit }) {
       const options = { maxBuffered: watchBuffer, lagged: watcherLagged };
       const replay = !includeCurrent && startRevision > 0 && history.canReplay(startRevision);
       if (replay) return { current: undefined, caughtUp: { revision: history.revision, reset: false }, changes: history.watch(startRevision, options) };
@@ -863,13 +865,14 @@ export async function createBudget(options: BudgetOptions): Promise<Budget> {
       if (!includeCurrent && startRevision === 0) return { current: undefined, caughtUp: undefined, changes };
       // Read in the same step as the watch opened: no change can fall between the two.
       const at = clock.now();
+      const queued = queueLimit ? queue.page(undefined, queueLimit).items : queue.entries();
       const current: BudgetChange[] = [
-        ...queue.entries().map((request): BudgetChange => ({ kind: "request_queued", at, request })),
+        ...queued.map((request): BudgetChange => ({ kind: "request_queued", at, request })),
         ...book.all().map((r): BudgetChange => ({ kind: "reservation_made", at, reservation: { ...reservationInfo(r), runningIds: [...r.runningIds] } })),
         ...tally.entries().map((entry): BudgetChange => ({ kind: "running_registered", at, running: withoutSecrets(entry) })),
         { kind: "policy_changed", at, policy },
       ];
-      return { current, caughtUp: { revision: history.revision, reset: !includeCurrent }, changes };
+      return { current, caughtUp: { revision: history.revision, reset: !includeCurrent, queueSize: queue.length }, changes };
     },
 
     get revision() {

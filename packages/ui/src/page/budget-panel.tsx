@@ -3,18 +3,20 @@
  * queue, the reservations and the running work (WatchBudget), each queued request with its place,
  * its ETA and why it waits. Places and ETAs are not events (every change ahead moves them): the
  * places are the queue's order, the ETAs and reasons are read again (ListQueue) at most once a
- * second while the queue changes.
+ * second while the queue changes. Of a long queue the page holds the head only (QUEUE_STEP
+ * requests, more on asking), and the count of the rest: ten thousand waiting requests would cost
+ * the page seconds to take in, for a list that shows ten rows at once.
  */
 import { BudgetEventKind, type BudgetEvent } from "@berth/api/berth/budget/v1/budget_service_pb";
 import type { Machine, QueueEntry, Reservation, RunningEntry } from "@berth/api/berth/budget/v1/budget_pb";
 import type { Berth } from "@berth/client/web";
-import { useEffect, useMemo } from "preact/hooks";
+import { useEffect, useLayoutEffect, useMemo, useState } from "preact/hooks";
 import { Changes, useChanges, useNow } from "./changes.js";
 import { DataTable } from "./data-table.js";
 import { follow, type LinkState } from "./follow.js";
 import { ago, bytes, cores, durationMs, msOf, span } from "./format.js";
 import { MachineChart } from "./machine-chart.js";
-import { keepView, type RevisionView } from "./revision-view.js";
+import { keepView, type CaughtUp, type RevisionView } from "./revision-view.js";
 import { VirtualList } from "./virtual-list.js";
 
 /** The machine's samples kept for the charts: ten minutes at one a second. */
@@ -22,6 +24,8 @@ const KEPT_SAMPLES = 600;
 const ETA_REFRESH_MS = 1000;
 /** How many requests at the head of the queue get their ETA read. */
 const ETA_PAGE = 200;
+/** How many queued requests the page holds at first, and how many more each "show more" adds. */
+export const QUEUE_STEP = 500;
 const GiB = 1024 ** 3;
 
 interface Eta {
@@ -33,7 +37,13 @@ interface Eta {
 export class BudgetView implements RevisionView<BudgetEvent> {
   readonly changes = new Changes();
   readonly machineChanges = new Changes();
+  /** The head of the queue, in order: its first `queueLimit` requests at most. */
   queue = new Map<string, QueueEntry>();
+  /** How many requests wait in all, held or not. */
+  queueSize = 0;
+  /** How many requests at the head the page holds (the watch's `queueLimit`). */
+  queueLimit = QUEUE_STEP;
+  #describing = false;
   reservations = new Map<string, Reservation>();
   running = new Map<string, RunningEntry>();
   etas = new Map<string, Eta>();
@@ -47,12 +57,28 @@ export class BudgetView implements RevisionView<BudgetEvent> {
   readonly loadPerCore: (number | null)[] = [];
   machineVersion = 0;
 
-  replace(current: readonly BudgetEvent[]): void {
+  replace(current: readonly BudgetEvent[], caughtUp: CaughtUp): void {
     this.queue = new Map();
+    this.queueSize = 0;
     this.reservations = new Map();
     this.running = new Map();
     for (const event of current) this.#apply(event);
+    // A service that describes the whole queue (one without `queue_limit`) says no size.
+    this.queueSize = caughtUp.queueSize ?? this.queue.size;
+    this.#describing = false;
     this.#changed();
+  }
+
+  /**
+   * Whether to describe the queue's head again: more of it was asked for, or requests wait beyond
+   * the held head while it ran down to half what it may hold. Once true, false until the new
+   * description comes.
+   */
+  describeHead(more = false): boolean {
+    if (more) this.queueLimit += QUEUE_STEP;
+    else if (this.#describing || !(this.queueSize > this.queue.size && this.queue.size < this.queueLimit / 2)) return false;
+    this.#describing = true;
+    return true;
   }
 
   apply(event: BudgetEvent): void {
@@ -91,10 +117,14 @@ export class BudgetView implements RevisionView<BudgetEvent> {
     switch (subject.case) {
       case "request":
         if (event.kind === BudgetEventKind.REQUEST_QUEUED) {
-          this.queue.set(subject.value.id, subject.value);
+          this.queueSize++;
+          // Held when its place falls within the held head (one resumed may join ahead of others).
+          if (subject.value.position > this.queue.size + 1 || this.queue.size >= this.queueLimit) break;
+          this.#insert(subject.value);
           // Its ETA and reason when it joined, until the next read of the queue.
           this.etas.set(subject.value.id, { etaMs: durationMs(subject.value.eta), reason: subject.value.waitForText, readAt: msOf(event.time) ?? Date.now() });
         } else {
+          this.queueSize = Math.max(0, this.queueSize - 1);
           this.queue.delete(subject.value.id);
           this.etas.delete(subject.value.id);
         }
@@ -113,6 +143,17 @@ export class BudgetView implements RevisionView<BudgetEvent> {
     }
   }
 
+  /** Puts a request at its place in the held head (a Map keeps insertion order: one that is not last rebuilds it). */
+  #insert(entry: QueueEntry): void {
+    if (entry.position >= this.queue.size + 1 || entry.position < 1) {
+      this.queue.set(entry.id, entry);
+      return;
+    }
+    const held = [...this.queue];
+    held.splice(entry.position - 1, 0, [entry.id, entry]);
+    this.queue = new Map(held);
+  }
+
   #changed(): void {
     this.changes.changed();
   }
@@ -122,13 +163,28 @@ const QUEUE_ROW = 30;
 
 export function BudgetPanel({ berth, onLink }: { readonly berth: Berth; readonly onLink: (state: LinkState) => void }) {
   const view = useMemo(() => new BudgetView(), []);
+  // A new description of the queue's head: more of it asked for, or the held head ran down.
+  const [describe, describeAgain] = useState(0);
   useChanges(view.changes);
   useChanges(view.machineChanges);
   const now = useNow();
 
-  useEffect(() => {
+  // Opened as the panel is first laid out, not after the first paint: the data is the slow part of a load.
+  useLayoutEffect(() => {
     const stop = new AbortController();
-    void follow((context) => keepView(berth.budget.watchBudget({ includeCurrent: true, signal: context.signal }), view, context.live), onLink, stop.signal);
+    const queueLimit = view.queueLimit;
+    void follow(
+      (context) => keepView(berth.budget.watchBudget({ includeCurrent: true, queueLimit, signal: context.signal }), view, context.live),
+      onLink,
+      stop.signal,
+    );
+    return () => stop.abort();
+  }, [berth, view, onLink, describe]);
+  useEffect(() => {
+    if (view.describeHead()) describeAgain((n) => n + 1);
+  });
+  useLayoutEffect(() => {
+    const stop = new AbortController();
     void follow(
       async (context) => {
         for await (const event of berth.budget.watchMachine({ signal: context.signal })) {
@@ -142,7 +198,7 @@ export function BudgetPanel({ berth, onLink }: { readonly berth: Berth; readonly
       stop.signal,
     );
     return () => stop.abort();
-  }, [berth, view, onLink]);
+  }, [berth, view]);
 
   // ETAs and reasons: read again when the queue changed, at most once a second.
   useEffect(() => {
@@ -214,9 +270,9 @@ export function BudgetPanel({ berth, onLink }: { readonly berth: Berth; readonly
       </div>
 
       <h3>
-        Queue <span class="count">{queue.length}</span>
+        Queue <span class="count">{view.queueSize}</span>
       </h3>
-      {queue.length === 0 ? (
+      {view.queueSize === 0 ? (
         <p class="empty">Nobody waits.</p>
       ) : (
         <VirtualList
@@ -243,6 +299,14 @@ export function BudgetPanel({ berth, onLink }: { readonly berth: Berth; readonly
             );
           }}
         />
+      )}
+      {view.queueSize > queue.length && (
+        <p class="more">
+          {view.queueSize - queue.length} more wait behind these.{" "}
+          <button type="button" onClick={() => view.describeHead(true) && describeAgain((n) => n + 1)}>
+            Show {Math.min(QUEUE_STEP, view.queueSize - queue.length)} more
+          </button>
+        </p>
       )}
 
       <h3>

@@ -6,7 +6,7 @@
  */
 import { HolderKind, LockEventKind, type LockEvent } from "@berth/api/berth/locks/v1/lock_service_pb";
 import type { Berth } from "@berth/client/web";
-import { useEffect, useMemo } from "preact/hooks";
+import { useEffect, useLayoutEffect, useMemo } from "preact/hooks";
 import { Changes, useChanges, useNow } from "./changes.js";
 import { DataTable } from "./data-table.js";
 import { follow, type LinkState } from "./follow.js";
@@ -118,7 +118,8 @@ export function LocksPanel({ berth, onLink }: { readonly berth: Berth; readonly 
   const view = useMemo(() => new LocksView(), []);
   useChanges(view.changes);
   const now = useNow();
-  useEffect(() => {
+  // Opened as the panel is first laid out, not after the first paint: the data is the slow part of a load.
+  useLayoutEffect(() => {
     const stop = new AbortController();
     void follow((context) => keepView(berth.locks.watch(undefined, { includeCurrent: true, signal: context.signal }), view, context.live), onLink, stop.signal);
     return () => stop.abort();

@@ -32,6 +32,16 @@ export function MachineChart({ title, times, series, unit, max, version }: Machi
   useEffect(() => {
     const element = holder.current;
     if (element === null) return;
+    let made: (() => void) | undefined;
+    // Made when the page has a moment: while it loads, the lists it waits for come first.
+    const idle = requestIdleCallback(() => (made = makeChart(element)), { timeout: 1000 });
+    return () => {
+      cancelIdleCallback(idle);
+      made?.();
+    };
+  }, [labels, unit, max]);
+
+  function makeChart(element: HTMLDivElement): () => void {
     const plot = new uPlot(
       {
         width: Math.max(200, element.clientWidth),
@@ -42,7 +52,7 @@ export function MachineChart({ title, times, series, unit, max, version }: Machi
         axes: [{}, { values: (_u, ticks) => ticks.map((tick) => `${Number(tick.toFixed(1))}${unit}`), size: 60 }],
         series: [{}, ...series.map((s) => ({ label: s.label, stroke: s.color, width: 2, spanGaps: false }))],
       },
-      [[], ...series.map(() => [])] as unknown as uPlot.AlignedData,
+      [times.map((ms) => ms / 1000), ...series.map((s) => s.values)] as unknown as uPlot.AlignedData,
       element,
     );
     chart.current = plot;
@@ -53,7 +63,7 @@ export function MachineChart({ title, times, series, unit, max, version }: Machi
       plot.destroy();
       chart.current = undefined;
     };
-  }, [labels, unit, max]);
+  }
 
   useEffect(() => {
     chart.current?.setData([times.map((ms) => ms / 1000), ...series.map((s) => s.values)] as unknown as uPlot.AlignedData);

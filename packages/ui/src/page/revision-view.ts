@@ -7,9 +7,12 @@
  */
 import type { RevisionWatchEvent } from "@berth/client/web";
 
+/** The `caughtUp` that ended a description of the current state. */
+export type CaughtUp = Extract<RevisionWatchEvent<unknown>, { kind: "caughtUp" }>;
+
 /** What a panel keeps from a watch. */
 export interface RevisionView<E> {
-  replace(current: readonly E[]): void;
+  replace(current: readonly E[], caughtUp: CaughtUp): void;
   apply(event: E): void;
 }
 
@@ -22,7 +25,7 @@ export async function keepView<E>(events: AsyncIterable<RevisionWatchEvent<E>>, 
       if (held === undefined) view.apply(event.event);
       else held.push(event.event);
     } else if (event.kind === "caughtUp" && held !== undefined) {
-      if (replaceAtCaughtUp || event.reset) view.replace(held);
+      if (replaceAtCaughtUp || event.reset) view.replace(held, event);
       else for (const change of held) view.apply(change);
       held = undefined;
       live();

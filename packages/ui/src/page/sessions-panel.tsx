@@ -4,7 +4,7 @@
  */
 import type { SessionChange } from "@berth/api/berth/sessions/v1/session_service_pb";
 import type { Berth } from "@berth/client/web";
-import { useEffect, useMemo, useState } from "preact/hooks";
+import { useLayoutEffect, useMemo, useState } from "preact/hooks";
 import { Changes, useChanges, useNow } from "./changes.js";
 import { follow, type LinkState } from "./follow.js";
 import { ago, msOf } from "./format.js";
@@ -59,7 +59,8 @@ export function SessionsPanel({ berth, onLink }: { readonly berth: Berth; readon
   const [chosen, choose] = useState<string | undefined>(undefined);
   useChanges(view.changes);
   const now = useNow();
-  useEffect(() => {
+  // Opened as the panel is first laid out, not after the first paint: the data is the slow part of a load.
+  useLayoutEffect(() => {
     const stop = new AbortController();
     void follow(
       (context) =>

@@ -5,7 +5,7 @@ import { LockEventKind, LockEventSchema } from "@berth/api/berth/locks/v1/lock_s
 import { SessionChangeSchema } from "@berth/api/berth/sessions/v1/session_service_pb";
 import type { RevisionWatchEvent } from "@berth/client/web";
 import { beforeAll, describe, expect, it } from "vitest";
-import { BudgetView } from "./budget-panel.js";
+import { BudgetView, QUEUE_STEP } from "./budget-panel.js";
 import { LocksView } from "./locks-panel.js";
 import { keepView, type RevisionView } from "./revision-view.js";
 import { SessionsView } from "./sessions-panel.js";
@@ -100,13 +100,16 @@ describe("BudgetView", () => {
 
   it("keeps the queue in order with each request's ETA and reason, and the reservations and running work as they come and go", () => {
     const view = new BudgetView();
-    view.replace([
-      budgetEvent(BudgetEventKind.REQUEST_QUEUED, {
-        case: "request",
-        value: { id: "q1", owner: "first", waitForText: "memory", eta: { seconds: 30n } } as never,
-      }),
-      budgetEvent(BudgetEventKind.RESERVATION_MADE, { case: "reservation", value: { id: "r1", owner: "build", runningIds: [] } as never }),
-    ]);
+    view.replace(
+      [
+        budgetEvent(BudgetEventKind.REQUEST_QUEUED, {
+          case: "request",
+          value: { id: "q1", owner: "first", waitForText: "memory", eta: { seconds: 30n } } as never,
+        }),
+        budgetEvent(BudgetEventKind.RESERVATION_MADE, { case: "reservation", value: { id: "r1", owner: "build", runningIds: [] } as never }),
+      ],
+      { kind: "caughtUp", revision: 1n, reset: false },
+    );
     view.apply(budgetEvent(BudgetEventKind.REQUEST_QUEUED, { case: "request", value: { id: "q2", owner: "second", waitForText: "cpu" } as never }));
     expect(view.queueList().map((entry) => entry.owner)).toEqual(["first", "second"]);
     expect(view.etas.get("q1")).toMatchObject({ etaMs: 30_000, reason: "memory", readAt: 5000 });
@@ -119,6 +122,36 @@ describe("BudgetView", () => {
     expect([...view.running.keys()]).toEqual(["w1"]);
     view.apply(budgetEvent(BudgetEventKind.RUNNING_EXPIRED, { case: "running", value: { id: "w1" } as never }));
     expect(view.running.size).toBe(0);
+  });
+
+  it("holds the head of a long queue and counts the rest; asks for the head again once it ran down", () => {
+    const view = new BudgetView();
+    view.queueLimit = 4;
+    const queued = (id: string, position: number) =>
+      budgetEvent(BudgetEventKind.REQUEST_QUEUED, { case: "request", value: { id, owner: id, position } as never });
+    const left = (id: string) => budgetEvent(BudgetEventKind.REQUEST_LEFT, { case: "request", value: { id } as never });
+    view.replace([queued("a", 1), queued("b", 2), queued("c", 3)], { kind: "caughtUp", revision: 1n, reset: false, queueSize: 3 });
+    view.apply(queued("d", 4));
+    view.apply(queued("e", 5));
+    expect([view.queueList().map((entry) => entry.id), view.queueSize]).toEqual([["a", "b", "c", "d"], 5]);
+    // One that resumes its place joins ahead of the others.
+    view.apply(left("b"));
+    view.apply(queued("b2", 2));
+    expect([view.queueList().map((entry) => entry.id), view.queueSize]).toEqual([["a", "b2", "c", "d"], 5]);
+    // Beyond the held head: counted only.
+    view.apply(left("e"));
+    view.apply(queued("f", 5));
+    expect([view.queueList().map((entry) => entry.id), view.queueSize]).toEqual([["a", "b2", "c", "d"], 5]);
+    for (const id of ["a", "b2"]) view.apply(left(id));
+    expect(view.describeHead()).toBe(false);
+    view.apply(left("c"));
+    expect([view.queueList().map((entry) => entry.id), view.queueSize]).toEqual([["d"], 2]);
+    expect(view.describeHead()).toBe(true);
+    expect(view.describeHead()).toBe(false);
+    view.replace([queued("d", 1), queued("f", 2)], { kind: "caughtUp", revision: 2n, reset: false, queueSize: 2 });
+    expect(view.describeHead()).toBe(false);
+    expect(view.describeHead(true)).toBe(true);
+    expect(view.queueLimit).toBe(4 + QUEUE_STEP);
   });
 });
 

@@ -33,6 +33,8 @@ function describeMessage(message: WatchBudgetResponse): string {
       return `caughtUp@${message.kind.value.revision}${message.kind.value.reset ? " reset" : ""}`;
     case "progress":
       return `progress@${message.kind.value.revision}`;
+    case "events":
+      return `[${message.kind.value.events.map((event) => `${BudgetEventKind[event.kind]}@${event.revision}`).join(" ")}]`;
     default:
       return "?";
   }
@@ -65,6 +67,38 @@ describe("WatchBudget over RPC", () => {
     controller.abort();
   });
 
+  it("describes the current state in events messages of up to max_batch, then one event a change", async () => {
+    const { client, budget } = await serve();
+    for (const name of ["a", "b", "c", "d"]) await budget.registerRunning(name, { memoryBytes: G, cpu: 0 });
+    const at = budget.revision;
+    const controller = new AbortController();
+    const stream = client.watchBudget({ includeCurrent: true, maxBatch: 2 }, { signal: controller.signal })[Symbol.asyncIterator]();
+    const seen: string[] = [];
+    for (let i = 0; i < 4; i++) seen.push(describeMessage((await stream.next()).value));
+    await budget.registerRunning("e", { memoryBytes: G, cpu: 0 });
+    seen.push(describeMessage((await stream.next()).value));
+    const running = `RUNNING_REGISTERED@${at}`;
+    expect(seen).toEqual([`[${running} ${running}]`, `[${running} ${running}]`, `[POLICY_CHANGED@${at}]`, `caughtUp@${at}`, `RUNNING_REGISTERED@${at + 1}`]);
+    controller.abort();
+  });
+
+  it("describes the head of the queue up to queue_limit, and caught_up says how many wait", async () => {
+    const { client, budget } = await serve();
+    await budget.reserve({ ...oneG, start: { memoryBytes: 8 * G, cpu: 0 } }, "holder", { ttlMs: 30_000 });
+    for (const name of ["a", "b", "c"]) void budget.reserve(oneG, name, { ttlMs: 30_000 }).catch(() => undefined);
+    await when(() => budget.state().queue.length === 3);
+    const controller = new AbortController();
+    const messages: WatchBudgetResponse[] = [];
+    for await (const message of client.watchBudget({ includeCurrent: true, queueLimit: 1 }, { signal: controller.signal })) {
+      messages.push(message);
+      if (message.kind.case === "caughtUp") break;
+    }
+    const owners = messages.flatMap((m) => (m.kind.case === "event" && m.kind.value.subject.case === "request" ? [m.kind.value.subject.value.owner] : []));
+    expect(owners).toEqual(["a"]);
+    expect(messages.at(-1)?.kind.case === "caughtUp" && messages.at(-1)?.kind.value).toMatchObject({ queueSize: 3, reset: false });
+    controller.abort();
+  });
+
   it("sends progress with the revision it is up to when nothing changed for progress_interval", async () => {
     const { client, budget, clock } = await serve();
     const controller = new AbortController();
@@ -85,6 +119,7 @@ describe("WatchBudget over RPC", () => {
       [{ startRevision: -1n }, "start_revision"],
       [{ progressInterval: durationFromMs(50) }, "progress_interval"],
       [{ progressInterval: durationFromMs(-5) }, "progress_interval"],
+      [{ includeCurrent: true, maxBatch: 10_001 }, "max_batch"],
     ] as const) {
       const error = await (async () => {
         for await (const _ of client.watchBudget(request)) return undefined;

@@ -9,6 +9,7 @@ import type { HandlerContext } from "@connectrpc/connect";
 import {
   BudgetEventKind,
   BudgetEventSchema,
+  BudgetEventsSchema,
   WatchProgressSchema,
   type BudgetEvent,
   type WatchBudgetRequest,
@@ -56,6 +57,15 @@ export function startRevisionOf(revision: bigint): number {
   return revision > BigInt(Number.MAX_SAFE_INTEGER) ? Number.MAX_SAFE_INTEGER : Number(revision);
 }
 
+/** The most events one `events` message may carry (`max_batch`). */
+export const MAX_BATCH = 10_000;
+
+/** A request's `max_batch`, checked: how many events of the current state go in one message (1: one `event` each). */
+export function maxBatchOf(maxBatch: number): number {
+  if (maxBatch > MAX_BATCH) throw invalidArgument("max_batch", `must be at most ${MAX_BATCH}; got ${maxBatch}`);
+  return Math.max(1, maxBatch);
+}
+
 /** A queued request as an event shows it: its place when it joined (0 once it left), no wait reasons (GetState has them). */
 function requestToProto(request: QueueEntryInfo): QueueEntry {
   return create(QueueEntrySchema, {
@@ -82,13 +92,16 @@ type BudgetResponse = MessageInitShape<typeof WatchBudgetResponseSchema>;
 type MachineResponse = MessageInitShape<typeof WatchMachineResponseSchema>;
 
 const eventResponse = (event: BudgetEvent): BudgetResponse => ({ kind: { case: "event", value: event } });
-const caughtUpResponse = (revision: number, reset: boolean): BudgetResponse => ({ kind: { case: "caughtUp", value: { revision: BigInt(revision), reset } } });
+const caughtUpResponse = (revision: number, reset: boolean, queueSize?: number): BudgetResponse => ({
+  kind: { case: "caughtUp", value: { revision: BigInt(revision), reset, ...(queueSize !== undefined ? { queueSize } : {}) } },
+});
 
 /** WatchBudget: see its comment in budget_service.proto. */
 export async function* watchBudget(request: WatchBudgetRequest, context: HandlerContext, deps: WatchHandlerDeps): AsyncGenerator<BudgetResponse> {
   const startRevision = startRevisionOf(request.startRevision);
   const progressMs = progressIntervalMs(request.progressInterval);
-  const watch = deps.budget.watch({ includeCurrent: request.includeCurrent, startRevision });
+  const maxBatch = maxBatchOf(request.maxBatch);
+  const watch = deps.budget.watch({ includeCurrent: request.includeCurrent, startRevision, queueLimit: request.queueLimit });
   streamHolds(context, "a watcher of the budget");
   const changes = abortable({ [Symbol.asyncIterator]: () => watch.changes }, context.signal)[Symbol.asyncIterator]();
   // The revision the client is up to: every change up to it was sent.
@@ -97,8 +110,13 @@ export async function* watchBudget(request: WatchBudgetRequest, context: Handler
   let caughtUp: number | undefined;
   try {
     if (watch.current !== undefined) {
-      for (const change of watch.current) yield eventResponse(eventOf(change, upTo, deps));
-      yield caughtUpResponse(upTo, watch.caughtUp!.reset);
+      if (maxBatch === 1) for (const change of watch.current) yield eventResponse(eventOf(change, upTo, deps));
+      else
+        for (let start = 0; start < watch.current.length; start += maxBatch) {
+          const events = watch.current.slice(start, start + maxBatch).map((change) => eventOf(change, upTo, deps));
+          yield { kind: { case: "events", value: create(BudgetEventsSchema, { events }) } };
+        }
+      yield caughtUpResponse(upTo, watch.caughtUp!.reset, watch.caughtUp!.queueSize);
     } else if (watch.caughtUp !== undefined) {
       if (watch.caughtUp.revision === startRevision) yield caughtUpResponse(startRevision, false);
       else caughtUp = watch.caughtUp.revision;

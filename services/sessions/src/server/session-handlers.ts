@@ -60,7 +60,7 @@ import { sendsBinary } from "@berth/shared/server/pre-encoded";
 import type { EntryIntegrity } from "../journal/journal-store.js";
 import type { JournalEntry, SessionSnapshot } from "../reducer.js";
 import { sessionNotFound, type AppendOptions, type AppendResult, type ExpectedState as StoreExpectedState } from "../session-store.js";
-import type { SessionStoreApi } from "../session-store-api.js";
+import type { SessionStoreApi, SessionView } from "../session-store-api.js";
 import { isCompletedPhase } from "../vocabulary.js";
 import type { SessionChange, WatchEntry } from "../watch-hub.js";
 import { eventToJournal, journalEntryToProto, type JournalEntryFacts } from "./event-codec.js";
@@ -375,38 +375,49 @@ export function createSessionHandlers(options: SessionHandlerOptions): ServiceIm
           };
         }
         if (describeCurrent) {
-          const views = await store.list({ includeCompleted: true });
+          const existing = new Set<string>();
           let count = 0;
-          for (const view of views) {
-            if (context.signal.aborted) throw abortError(context.signal);
-            const known = resumeFrom.get(view.sessionId);
-            // A session the watcher knows is described when it moved, whatever its phase (a live
-            // change that completed it would have reached the watcher); one it does not know, as
-            // `include_completed` says. Changes up to what the watcher has (told now, or known)
-            // are not sent again; those of a session left out here are (one may complete it).
-            if (known !== undefined && known === view.lastSeq) {
+          // Page by page, each page's last entries read before the next is listed: a thousand
+          // sessions listed at once would hold the service's event loop (every other call, the
+          // preflights of a page opening its watches) for as long. A session changed meanwhile is
+          // described as it stands when its page is read, and its live changes after that.
+          for (let after: string | undefined; ; ) {
+            const views = await store.list({ includeCompleted: true, ...(after !== undefined ? { after } : {}), limit: LAST_ENTRY_READS });
+            const told: SessionView[] = [];
+            for (const view of views) {
+              existing.add(view.sessionId);
+              const known = resumeFrom.get(view.sessionId);
+              // A session the watcher knows is described when it moved, whatever its phase (a live
+              // change that completed it would have reached the watcher); one it does not know, as
+              // `include_completed` says. Changes up to what the watcher has (told now, or known)
+              // are not sent again; those of a session left out here are (one may complete it).
+              if (known !== undefined && known === view.lastSeq) {
+                described.set(view.sessionId, view.lastSeq);
+                continue;
+              }
+              if (known === undefined && !req.includeCompleted && isCompletedPhase(view.snapshot.phase)) continue;
               described.set(view.sessionId, view.lastSeq);
-              continue;
+              told.push(view);
             }
-            if (known === undefined && !req.includeCompleted && isCompletedPhase(view.snapshot.phase)) continue;
-            described.set(view.sessionId, view.lastSeq);
-            const last = await lastEntry(store, view.sessionId, view.lastSeq);
-            const change: SessionChangeMessage = {
-              $typeName: SESSION_CHANGE,
-              sessionId: view.sessionId,
-              lastSeq: BigInt(view.lastSeq),
-              firstSeq: BigInt(view.lastSeq),
-              type: typeof last?.type === "string" ? last.type : "",
-              deleted: false,
-              revision: BigInt(start.after),
-            };
-            const appendTime = isoToTimestamp(last?.ts ?? view.snapshot.updatedAt);
-            if (appendTime !== undefined) change.appendTime = appendTime;
-            if (req.includeSnapshot) change.snapshot = snapshotMessage(view.snapshot);
-            count++;
-            yield watchSessionsChange(change);
+            for await (const [view, last] of withLastEntries(store, told, context.signal)) {
+              const change: SessionChangeMessage = {
+                $typeName: SESSION_CHANGE,
+                sessionId: view.sessionId,
+                lastSeq: BigInt(view.lastSeq),
+                firstSeq: BigInt(view.lastSeq),
+                type: typeof last?.type === "string" ? last.type : "",
+                deleted: false,
+                revision: BigInt(start.after),
+              };
+              const appendTime = isoToTimestamp(last?.ts ?? view.snapshot.updatedAt);
+              if (appendTime !== undefined) change.appendTime = appendTime;
+              if (req.includeSnapshot) change.snapshot = snapshotMessage(view.snapshot);
+              count++;
+              yield watchSessionsChange(change);
+            }
+            if (views.length < LAST_ENTRY_READS) break;
+            after = views[views.length - 1]!.sessionId;
           }
-          const existing = new Set(views.map((view) => view.sessionId));
           const deleted = [...resumeFrom.keys()].filter((id) => !existing.has(id)).sort();
           yield {
             $typeName: WATCH_SESSIONS_RESPONSE,
@@ -658,6 +669,24 @@ function sessionChange(change: SessionChange): SessionChangeMessage {
 
 function watchSessionsChange(change: SessionChangeMessage): WatchSessionsResponse {
   return { $typeName: WATCH_SESSIONS_RESPONSE, kind: { case: "change", value: change } };
+}
+
+/**
+ * How many sessions a description of every session lists, and reads the last entries of, at once:
+ * each is a read of the journal (a file, or a call to etcd), and one after the other they would
+ * add up to the latency of a thousand reads, which a busy machine stretches far beyond their work.
+ */
+const LAST_ENTRY_READS = 64;
+
+/** Each view with its session's last entry, in order, read at once. */
+async function* withLastEntries(
+  store: SessionStoreApi,
+  views: readonly SessionView[],
+  signal: AbortSignal,
+): AsyncGenerator<[SessionView, JournalEntry | undefined]> {
+  if (signal.aborted) throw abortError(signal);
+  const entries = await Promise.all(views.map((view) => lastEntry(store, view.sessionId, view.lastSeq)));
+  for (let i = 0; i < views.length; i++) yield [views[i]!, entries[i]];
 }
 
 /** The session's entry at `seq` (its last), read from the journal; undefined when it has none. */
