@@ -32,6 +32,9 @@ function setup(policyChanges: Partial<Policy> = {}, sampleChanges: Partial<Machi
     ...sampleChanges,
   };
   const held = new Map<string, Resources>();
+  /** When each holder is expected to end (monotonic), and each name's usual run time: what the ETAs rest on. */
+  const ends = new Map<string, number>();
+  const usual = new Map<string, number>();
   const granted: string[] = [];
   const deferred: Array<() => void> = [];
   let hold = 60_000;
@@ -59,6 +62,10 @@ function setup(policyChanges: Partial<Policy> = {}, sampleChanges: Partial<Machi
       return { id: label, owner: label } as unknown as Reservation;
     },
     holdMs: () => hold,
+    etaBasis: () => ({
+      holdings: [...held].map(([label, r]) => ({ label: `'${label}'`, ...r, endsAt: ends.get(label), endBasis: "its end in this test" })),
+      usual: (name) => (usual.has(name) ? { ms: usual.get(name)!, runs: 1 } : undefined),
+    }),
     defer: (fn) => deferred.push(fn),
   });
   const flush = () => {
@@ -68,6 +75,8 @@ function setup(policyChanges: Partial<Policy> = {}, sampleChanges: Partial<Machi
     clock,
     queue,
     held,
+    ends,
+    usual,
     granted,
     hooks,
     context,
@@ -112,6 +121,8 @@ describe("AdmissionQueue (FIFO)", () => {
   it("admits at once what fits, queues the rest in order with positions and reasons", async () => {
     const t = setup();
     const big = admit(t, 6, 1, "big");
+    t.ends.set("big", t.clock.monotonicNow() + 60_000);
+    t.usual.set("a", 30_000);
     const a = admit(t, 4, 1, "a");
     const b = admit(t, 1, 1, "b"); // would fit, but FIFO: it waits its turn
     const c = admit(t, 4, 1, "c");
@@ -125,11 +136,13 @@ describe("AdmissionQueue (FIFO)", () => {
     ]);
     // Told at once (synchronously, inside admit), with the head's reason.
     expect(a.updates).toHaveLength(1);
-    expect(a.updates[0]).toMatchObject({ position: 1, aheadCount: 0, ahead: [], etaMs: 60_000 });
+    expect(a.updates[0]).toMatchObject({ position: 1, aheadCount: 0, ahead: [], etaMs: 60_000, etaBasis: "when 'big' ends (its end in this test)" });
     expect(a.updates[0]!.waitForText).toBe("memory: needs 4G, the budget has 2G of 8G free (berth has committed 6G)");
     expect(b.updates[0]!.waitForText).toBe("1 request(s) ahead in the queue; memory: needs 4G, the budget has 2G of 8G free (berth has committed 6G)");
     expect(b.updates[0]!.waitFor.map((r) => r.gate)).toEqual(["queue", "memory_budget"]);
-    expect(c.updates[0]).toMatchObject({ position: 3, aheadCount: 2, etaMs: 180_000 });
+    // 'a' is admitted when 'big' ends, 'b' with it (it fits beside 'a'), 'c' when 'a' has run its usual 30 s.
+    expect(b.updates[0]).toMatchObject({ position: 2, etaMs: 60_000 });
+    expect(c.updates[0]).toMatchObject({ position: 3, aheadCount: 2, etaMs: 90_000, etaBasis: "when 'a' ends (it usually runs 30s (1 run)), after the 2 ahead of it" });
     expect(c.updates[0]!.ahead).toEqual([
       { owner: "a", needs: { memoryBytes: 4 * G, cpu: 1 } },
       { owner: "b", needs: { memoryBytes: G, cpu: 1 } },
@@ -173,6 +186,7 @@ describe("AdmissionQueue (FIFO)", () => {
   it("heartbeats every waiter every heartbeatMs on one shared timer, spread out, with a fresh ETA", () => {
     const t = setup({ heartbeatMs: 5000 });
     admit(t, 6, 1, "big");
+    t.ends.set("big", t.clock.monotonicNow() + 60_000);
     const at: number[] = [];
     const waiters = Array.from({ length: 50 }, (_, i) => {
       const updates: QueuedUpdate[] = [];
@@ -260,14 +274,27 @@ describe("AdmissionQueue (FIFO)", () => {
     expect(rest.every((w) => w.updates.length >= 2)).toBe(true);
   });
 
-  it("the ETA follows the moving hold time and never drops below a second", () => {
+  it("the ETA counts down as time passes, and says unknown, and why, when nothing predicts the wait", () => {
     const t = setup({ heartbeatMs: 5000, maxWaitMs: 600_000 });
     admit(t, 6, 1, "big");
-    t.setHold(10_000);
+    t.ends.set("big", t.clock.monotonicNow() + 10_000);
     const a = admit(t, 4, 1, "a");
     expect(a.updates[0]!.etaMs).toBe(10_000);
-    t.clock.advance(15_000);
-    expect(a.updates.at(-1)!.etaMs).toBe(1000);
+    t.clock.advance(5000);
+    expect(a.updates.at(-1)!.etaMs).toBe(5000);
+    // 'big' ran past its expected end: nothing predicts it any more.
+    t.ends.delete("big");
+    t.queue.recheck();
+    t.clock.advance(5000);
+    expect(a.updates.at(-1)).toMatchObject({
+      etaMs: undefined,
+      etaBasis: "unknown: it waits for 'big' (6G, 1 cpu) to end, and nothing says when: no lease, no past runs",
+    });
+    // The cpu gate closed: the head waits for the machine.
+    t.ends.set("big", t.clock.monotonicNow() + 10_000);
+    t.setSample({ load1: 100 });
+    t.clock.advance(5000);
+    expect(a.updates.at(-1)).toMatchObject({ etaMs: undefined, etaBasis: "unknown: it waits for the load average to fall, which nothing predicts" });
   });
 
   it("refuses with queue full past maxQueue", async () => {
@@ -402,6 +429,7 @@ describe("AdmissionQueue (FIFO)", () => {
     for (const step of [-HOUR, HOUR]) {
       const t = setup({ maxWaitMs: 30_000, heartbeatMs: 5000 });
       admit(t, 6, 1, "big");
+      t.ends.set("big", t.clock.monotonicNow() + 60_000);
       const a = admit(t, 4, 1, "a");
       t.clock.advance(1000);
       t.clock.stepWall(step);
@@ -410,7 +438,7 @@ describe("AdmissionQueue (FIFO)", () => {
       const heard = a.updates.length;
       t.clock.advance(5000);
       expect(a.updates.length).toBe(heard + 1);
-      // 60 s of hold time less the 1 to 6 s waited when it was told.
+      // 'big' ends 60 s after it was admitted, less the 1 to 6 s passed when it was told.
       expect(a.updates.at(-1)!.etaMs).toBeGreaterThanOrEqual(54_000);
       expect(a.updates.at(-1)!.etaMs).toBeLessThanOrEqual(59_000);
       t.clock.advance(23_999);

@@ -33,13 +33,15 @@ import type { Logger } from "@berth/shared/logger";
 import type { Need, Resources } from "./costs.js";
 import { isZero, total } from "./costs.js";
 import { DeadlineHeap } from "./deadline-heap.js";
+import { estimateEtas, etaMsAt, type EtaEstimate, type Holding } from "./eta.js";
 import type { Policy } from "./policy.js";
 import { QueueLine, type HeadState, type QueuedUpdate, type Waiter } from "./queue-line.js";
 import { QueueNotifier } from "./queue-notifier.js";
 import { cancelledError, closedError, etaOf, impossibleError, queueFullError, queueReason, waitExhaustedError } from "./queue-refusals.js";
 import type { Reservation } from "./reservations.js";
+import type { UsualTime } from "./run-times.js";
 import type { Reason, VerdictContext } from "./verdict.js";
-import { CPU_GATES, IMPOSSIBLE, freeMemory, reasonsFor, reasonsText, refusingGates } from "./verdict.js";
+import { CPU_GATES, GATE, IMPOSSIBLE, freeMemory, reasonsFor, reasonsText, refusingGates } from "./verdict.js";
 
 /** One page of a list kept in arrival order (the queue, the reservations, the running tally). */
 export interface Page<T> {
@@ -92,7 +94,10 @@ export interface QueueEntryInfo {
    */
   queuedAt: number;
   waitedMs: number;
-  etaMs: number;
+  /** The wait left (see eta.ts); undefined when nothing predicts it, or in a change event (ListQueue and GetState give ETAs). */
+  etaMs: number | undefined;
+  /** What `etaMs` rests on, or why there is none; "" in a change event. */
+  etaBasis: string;
   deadline: number;
 }
 
@@ -105,8 +110,10 @@ export interface QueueHost {
   context(): VerdictContext;
   /** Admits `need`: makes the reservation (`waitedMs`: how long it waited in the queue, 0 when it never queued). */
   grant(need: Need, owner: string, waitedMs: number): Reservation;
-  /** The moving estimate of how long a reservation is held. */
+  /** The moving estimate of how long a reservation is held (the seed's retry hint of a refusal). */
   holdMs(): number;
+  /** What the ETAs rest on: what holds the budget now with when each part is expected to end, and each name's usual time. Without it no ETA has a basis. */
+  etaBasis?(): { holdings: Holding[]; usual(name: string): UsualTime | undefined };
   /** Runs `fn` soon, after the current event (batches position updates). Default: setImmediate. */
   defer?: ((fn: () => void) => void) | undefined;
   /**
@@ -129,6 +136,8 @@ export class AdmissionQueue {
   private rechecking = false;
   private recheckAgain = false;
   private closed = false;
+  /** Every waiter's ETA, head first, as of `at`: dropped on any change of the queue or the budget, and after ETA_FRESH_MS. */
+  private etaCache: { at: number; estimates: EtaEstimate[] } | undefined;
   /** The head's reasons for the inputs they were written from: a burst of joiners writes them once. */
   private reasonsMemo: { head: HeadState; context: VerdictContext; reasons: Reason[]; text: string | undefined } | undefined;
 
@@ -139,7 +148,7 @@ export class AdmissionQueue {
       logger: host.logger,
       line: this.line,
       heartbeatMs: () => host.policy().heartbeatMs,
-      holdMs: () => host.holdMs(),
+      etas: () => this.etas(),
       context: () => host.context(),
       head: () => (this.head && !this.head.waiter.removed ? this.head : undefined),
       headReasons: (context) => this.headReasonsFor(context),
@@ -215,6 +224,7 @@ export class AdmissionQueue {
         options.signal.addEventListener("abort", waiter.onAbort, { once: true });
       }
       this.line.push(waiter);
+      this.etaCache = undefined;
       this.deadlines.add(waiter);
       options.onQueuedRequest?.({
         get deadline() {
@@ -238,6 +248,7 @@ export class AdmissionQueue {
    * the reservations, which asks for a re-check) fold into the running one.
    */
   recheck(): void {
+    this.etaCache = undefined;
     if (this.closed) return;
     // Right after a pause (the service was stopped) the I/O that piled up is read first: a waiter
     // whose client left during the pause is dropped before anything is admitted.
@@ -304,7 +315,7 @@ export class AdmissionQueue {
   page(after: number | undefined, limit: number): Page<QueueEntryInfo> {
     const now = this.host.clock.monotonicNow();
     const wallTime = wallTimesOf(this.host.clock);
-    const holdMs = this.host.holdMs();
+    const etas = this.etas();
     const items: QueueEntryInfo[] = [];
     let position = 0;
     let more = false;
@@ -329,7 +340,8 @@ export class AdmissionQueue {
         skipLoadGate: w.skipLoadGate,
         queuedAt,
         waitedMs: now - w.queuedAt,
-        etaMs: etaOf(position, holdMs, now - w.queuedAt),
+        etaMs: etaMsAt(etas[position - 1]!, now),
+        etaBasis: etas[position - 1]!.basis,
         deadline: queuedAt + Math.round(w.deadline - w.queuedAt),
       });
     }
@@ -456,6 +468,7 @@ export class AdmissionQueue {
 
   private remove(waiter: Waiter): void {
     if (!this.line.markRemoved(waiter)) return;
+    this.etaCache = undefined;
     this.deadlines.delete(waiter);
     if (waiter.onAbort) waiter.signal?.removeEventListener("abort", waiter.onAbort);
     if (this.head?.waiter === waiter) this.head = undefined;
@@ -504,13 +517,56 @@ export class AdmissionQueue {
       skipLoadGate: waiter.skipLoadGate,
       queuedAt,
       waitedMs: now - waiter.queuedAt,
-      etaMs: position === 0 ? 0 : etaOf(position, this.host.holdMs(), now - waiter.queuedAt),
+      etaMs: undefined,
+      etaBasis: "",
       deadline: queuedAt + Math.round(waiter.deadline - waiter.queuedAt),
     });
+  }
+
+  /**
+   * Every waiter's ETA, head first (eta.ts): from what holds the budget and when each part is
+   * expected to end, the queue's order and each owner's usual time; none when the head waits for
+   * the machine. Kept until the queue or the budget changes, and at most ETA_FRESH_MS: the ends it
+   * rests on move (a lease renewed, a run past its usual time).
+   */
+  etas(): EtaEstimate[] {
+    const now = this.host.clock.monotonicNow();
+    if (this.etaCache !== undefined && now - this.etaCache.at < ETA_FRESH_MS) return this.etaCache.estimates;
+    const queue: { want: Resources; name: string }[] = [];
+    for (const w of this.line.waiters) if (!w.removed) queue.push({ want: w.want, name: w.owner });
+    const basis = this.host.etaBasis?.();
+    let estimates: EtaEstimate[];
+    if (basis === undefined) estimates = queue.map(() => ({ at: undefined, basis: "unknown: this queue keeps no record of what holds the budget" }));
+    else {
+      const policy = this.host.policy();
+      const head = this.head && !this.head.waiter.removed ? this.head : undefined;
+      estimates = estimateEtas({
+        now,
+        budget: { memoryBytes: policy.memoryBytes, cpu: policy.cpu },
+        holdings: basis.holdings,
+        queue,
+        usual: basis.usual,
+        machineGates: head === undefined ? undefined : machineGateWords(head.gates),
+      });
+    }
+    this.etaCache = { at: now, estimates };
+    return estimates;
   }
 
   private headEtaMs(): number {
     const head = this.line.first();
     return etaOf(1, this.host.holdMs(), head ? this.host.clock.monotonicNow() - head.queuedAt : 0);
   }
+}
+
+/** How long a set of ETAs stays in use while nothing changes: the ends it rests on move with time. */
+const ETA_FRESH_MS = 1000;
+
+/** The machine gates in `gates` (bits), as what a wait for them waits for; undefined when none is closed. */
+function machineGateWords(gates: number): string | undefined {
+  const words: string[] = [];
+  if (gates & GATE.freeMemory) words.push("free memory on the machine");
+  if (gates & GATE.cpuPressure) words.push("cpu pressure to ease");
+  if (gates & GATE.load) words.push("the load average to fall");
+  return words.length === 0 ? undefined : words.join(" and ");
 }

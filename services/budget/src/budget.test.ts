@@ -522,6 +522,44 @@ describe("budget", () => {
     expect(budget.policy().memoryBytes).toBe(10 * G);
   });
 
+  it("estimates a queued request's wait from how long the work holding the budget usually runs, learnt across a restart, or its lease", async () => {
+    const first = await setup();
+    // Two builds of 40 s and 44 s teach 'npm run build' its usual 42 s; a stopped service its run time.
+    for (const ms of [40_000, 44_000]) {
+      const build = await first.budget.admit(need(6, 1), "npm run build");
+      first.clock.advance(ms);
+      first.budget.release(build.id);
+    }
+    const { running: db } = await first.budget.registerRunning("db", { memoryBytes: G, cpu: 0 });
+    first.clock.advance(5000);
+    await first.budget.stopRunning(db.id);
+    await first.budget.close();
+
+    const { budget, clock, flush } = await setup({ stateDir: first.stateDir, clock: first.clock });
+    const build = await budget.admit(need(6, 1), "npm run build");
+    clock.advance(12_000);
+    const next = admit(budget, need(4, 1), "next");
+    flush();
+    expect(budget.state().queue[0]).toMatchObject({ etaMs: 30_000, etaBasis: "when 'npm run build' ends (it usually runs 42s (2 runs))" });
+    // As time passes the estimate moves with it.
+    clock.advance(10_000);
+    expect(budget.state().queue[0]).toMatchObject({ etaMs: 20_000 });
+    // Past its usual time with no lease, nothing predicts it.
+    clock.advance(25_000);
+    expect(budget.state().queue[0]).toMatchObject({ etaMs: undefined, etaBasis: expect.stringMatching(/^unknown: it waits for 'npm run build'/) });
+    budget.release(build.id);
+    flush();
+    await settle();
+    budget.release(next.reservation!.id);
+    // A leased reservation with no past runs: its lease's end.
+    const leased = await budget.reserve(need(6, 1), "client", { ttlMs: 10_000 });
+    admit(budget, need(4, 1), "after");
+    flush();
+    const after = budget.state().queue.find((q) => q.owner === "after");
+    expect(after).toMatchObject({ etaMs: 10_000, etaBasis: "when 'client' ends (its lease runs out unless renewed)" });
+    budget.release(leased.id);
+  });
+
   it("state shows committed items, the queue with positions and ETAs, reservations, running, policy and sample", async () => {
     const { budget, clock, flush } = await setup();
     const r = await budget.admit(need(6, 1), "first");
@@ -530,9 +568,17 @@ describe("budget", () => {
     clock.advance(2000);
     flush();
     const state = budget.state();
+    // 'first' holds the budget with no lease and no past runs: nothing predicts when it ends.
     expect(state.queue).toEqual([
-      expect.objectContaining({ owner: "a", position: 1, waitedMs: 2000, etaMs: 58_000, needs: { memoryBytes: 4 * G, cpu: 1 } }),
-      expect.objectContaining({ owner: "b", position: 2, waitedMs: 2000, etaMs: 118_000 }),
+      expect.objectContaining({
+        owner: "a",
+        position: 1,
+        waitedMs: 2000,
+        etaMs: undefined,
+        etaBasis: "unknown: it waits for 'first' (6G, 1 cpu) to end, and nothing says when: no lease, no past runs",
+        needs: { memoryBytes: 4 * G, cpu: 1 },
+      }),
+      expect.objectContaining({ owner: "b", position: 2, waitedMs: 2000, etaMs: undefined, etaBasis: "unknown: a request ahead of it has no estimate" }),
     ]);
     expect(state.waitFor.map((w) => w.gate)).toEqual(["memory_budget"]);
     expect(state.reservations).toEqual([expect.objectContaining({ id: r.id, owner: "first", start: { memoryBytes: 6 * G, cpu: 1 } })]);

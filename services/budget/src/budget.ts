@@ -39,6 +39,8 @@ import {
 import type { ConsumeOptions, Reservation, ReservationChange, ReservationSnapshot } from "./reservations.js";
 import { ReservationBook, reservationNotFound } from "./reservations.js";
 import { DEFAULT_ADMIT_RESUME_GRACE_MS, ResumableAdmissions, type AdmitStreamHooks, type AttachResult } from "./resumable-admissions.js";
+import { usualWords, type Holding } from "./eta.js";
+import { RunTimes } from "./run-times.js";
 import type { RunningChange, RunningEntry } from "./running-tally.js";
 import { RunningTally } from "./running-tally.js";
 import type { MachineSample, Sampler } from "./sampler.js";
@@ -365,6 +367,8 @@ export async function createBudget(options: BudgetOptions): Promise<Budget> {
   const firstSample = options.sampler.latest();
   if (firstSample !== undefined) samples.append(firstSample);
 
+  // How long each name usually holds the budget: what the queue's ETAs rest on.
+  const runTimes = new RunTimes({ stateDir: options.stateDir, logger });
   const tally = await RunningTally.open({
     clock,
     stateDir: options.stateDir,
@@ -375,7 +379,13 @@ export async function createBudget(options: BudgetOptions): Promise<Budget> {
     onRemoved: (entry) => {
       if (entry.requestId !== undefined) keys.end(entry.requestId);
     },
-    onEntry: (change, entry) => history.append({ kind: `running_${change}`, at: clock.now(), running: withoutSecrets(entry) }),
+    onEntry: (change, entry) => {
+      history.append({ kind: `running_${change}`, at: clock.now(), running: withoutSecrets(entry) });
+      // A clean end teaches the name's run time: stopped, or its process gone before any lease ran out.
+      const now = clock.now();
+      const processEnded = change === "expired" && entry.pid !== undefined && (entry.leaseExpiresAt === undefined || entry.leaseExpiresAt > now);
+      if (change === "stopped" || processEnded) runTimes.record(entry.name, now - entry.startedAt, now);
+    },
   });
   // The ids of the entries counted before a restart: their repeats are answered, never counted twice.
   for (const entry of tally.entries()) {
@@ -391,6 +401,8 @@ export async function createBudget(options: BudgetOptions): Promise<Budget> {
     logger,
     onChange: (reservation, change) => {
       // A reservation's id is remembered while it lives, then for the window.
+      // A release (not a lease that ran out) teaches how long this owner holds the budget.
+      if (change === "released") runTimes.record(reservation.owner, clock.monotonicNow() - reservation.admittedAtMonotonic, clock.now());
       if ((change === "released" || change === "expired") && reservation.requestId !== undefined) {
         keys.end(reservation.requestId);
         admissions?.released(reservation);
@@ -413,6 +425,31 @@ export async function createBudget(options: BudgetOptions): Promise<Budget> {
     return value;
   };
 
+  /**
+   * What holds the budget now, each part with when it is expected to end: at its usual run time
+   * while it has not run past it, else when its lease runs out, else nothing says.
+   */
+  const holdings = (): Holding[] => {
+    const now = clock.monotonicNow();
+    const holding = (name: string, held: Resources, startedAt: number, leaseDeadline: number | undefined): Holding => {
+      const label = `'${name}'`;
+      const usual = runTimes.usual(name);
+      if (usual !== undefined && startedAt + usual.ms > now) return { label, ...held, endsAt: startedAt + usual.ms, endBasis: usualWords(usual) };
+      if (leaseDeadline !== undefined) {
+        const lease = "its lease runs out unless renewed";
+        return { label, ...held, endsAt: leaseDeadline, endBasis: usual === undefined ? lease : `${usualWords(usual)}, has run longer, and ${lease}` };
+      }
+      return { label, ...held };
+    };
+    const found: Holding[] = [];
+    for (const r of book.all()) {
+      const held = r.held();
+      if (held.memoryBytes > 0 || held.cpu > 0) found.push(holding(r.owner, held, r.admittedAtMonotonic, r.leaseDeadline));
+    }
+    for (const t of tally.timings()) found.push(holding(t.name, t.cost, t.startedAt, t.leaseDeadline));
+    return found;
+  };
+
   const context = (): VerdictContext => {
     const sample = options.sampler.latest();
     return {
@@ -430,6 +467,7 @@ export async function createBudget(options: BudgetOptions): Promise<Budget> {
     context,
     grant: (need, owner, waitedMs) => book.create(need, owner, { waitedMs }),
     holdMs: () => book.holdMs,
+    etaBasis: () => ({ holdings: holdings(), usual: (name) => runTimes.usual(name) }),
     defer: options.defer,
     requestChanged: (change, request) => history.append({ kind: `request_${change}`, at: clock.now(), request }),
   });
@@ -889,6 +927,7 @@ export async function createBudget(options: BudgetOptions): Promise<Budget> {
       queue.close();
       for (const r of book.all()) r.stopLeaseTimer();
       await tally.close();
+      await runTimes.flushed();
     },
   };
   return budget;

@@ -18,8 +18,10 @@ export interface AheadEntry {
 export interface QueuedUpdate {
   /** 1 is the head. */
   position: number;
-  /** Estimated wait left: position x the moving hold time, less the time waited; at least 1 s. */
-  etaMs: number;
+  /** Estimated wait left (eta.ts); undefined when nothing predicts it. */
+  etaMs: number | undefined;
+  /** What `etaMs` rests on, or why there is none. */
+  etaBasis: string;
   /** Why it waits: requests ahead (gate "queue"), then the head's refusing gates. */
   waitFor: Reason[];
   /** The same, written out as the seed does. */

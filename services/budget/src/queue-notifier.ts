@@ -16,7 +16,8 @@ import type { Clock, TimerHandle } from "@berth/shared/clock";
 import type { Logger } from "@berth/shared/logger";
 import type { AheadEntry, HeadState, QueueLine, Waiter } from "./queue-line.js";
 import { gatesKeyOf } from "./queue-line.js";
-import { etaOf, queueReason } from "./queue-refusals.js";
+import { etaMsAt, type EtaEstimate } from "./eta.js";
+import { queueReason } from "./queue-refusals.js";
 import type { Reason, VerdictContext } from "./verdict.js";
 
 /**
@@ -51,7 +52,8 @@ export interface NotifierHost {
   line: QueueLine;
   /** The policy's heartbeat interval, read at each tick (a reload changes it). */
   heartbeatMs(): number;
-  holdMs(): number;
+  /** Every waiter's ETA, head first (computed once, shared by every waiter told). */
+  etas(): EtaEstimate[];
   context(): VerdictContext;
   /** The head while it is still queued. */
   head(): HeadState | undefined;
@@ -123,7 +125,7 @@ export class QueueNotifier {
       headText,
       ahead.slice(0, AHEAD_LIMIT).map((w) => ({ owner: w.owner, needs: w.want })),
       this.host.clock.monotonicNow(),
-      this.host.holdMs(),
+      this.host.etas(),
     );
   }
 
@@ -157,16 +159,17 @@ export class QueueNotifier {
     const { reasons: headReasons, text: headText } = this.host.headReasons(context);
     const ahead = waiters.slice(0, AHEAD_LIMIT).map((w) => ({ owner: w.owner, needs: w.want }));
     const now = this.host.clock.monotonicNow();
-    const holdMs = this.host.holdMs();
+    let etas: EtaEstimate[] | undefined;
     for (let i = 0; i < waiters.length; i++) {
       const w = waiters[i]!;
       const position = i + 1;
       if (position === w.lastPosition && this.headKey === w.lastKey) continue;
-      this.tell(w, position, headReasons, headText, ahead, now, holdMs);
+      etas ??= this.host.etas();
+      this.tell(w, position, headReasons, headText, ahead, now, etas);
     }
   }
 
-  private tell(w: Waiter, position: number, headReasons: Reason[], headText: string | undefined, ahead: AheadEntry[], now: number, holdMs: number): void {
+  private tell(w: Waiter, position: number, headReasons: Reason[], headText: string | undefined, ahead: AheadEntry[], now: number, etas: EtaEstimate[]): void {
     w.lastPosition = position;
     w.lastKey = this.headKey;
     w.lastNotifiedAt = now;
@@ -177,7 +180,8 @@ export class QueueNotifier {
     try {
       w.onQueued({
         position,
-        etaMs: etaOf(position, holdMs, now - w.queuedAt),
+        etaMs: etas[position - 1] === undefined ? undefined : etaMsAt(etas[position - 1]!, now),
+        etaBasis: etas[position - 1]?.basis ?? "",
         waitFor,
         waitForText,
         ahead: aheadCount >= ahead.length ? ahead : ahead.slice(0, aheadCount),
@@ -233,12 +237,12 @@ export class QueueNotifier {
     if (visits > 0) {
       const { reasons: headReasons, text: headText } = this.host.headReasons(this.host.context());
       const ahead = line.waiters.slice(0, AHEAD_LIMIT).map((w) => ({ owner: w.owner, needs: w.want }));
-      const holdMs = this.host.holdMs();
+      const etas = this.host.etas();
       const quiet = period / 2;
       for (let v = 0; v < visits; v++) {
         if (this.heartbeatCursor >= waiters) this.heartbeatCursor = 0;
         const w = line.waiters[this.heartbeatCursor]!;
-        if (now - w.lastNotifiedAt >= quiet) this.tell(w, this.heartbeatCursor + 1, headReasons, headText, ahead, now, holdMs);
+        if (now - w.lastNotifiedAt >= quiet) this.tell(w, this.heartbeatCursor + 1, headReasons, headText, ahead, now, etas);
         this.heartbeatCursor++;
       }
     }

@@ -360,6 +360,15 @@ export class RunningTally {
     return gone;
   }
 
+  /**
+   * Each counted entry's name and cost with when it started and when its lease runs out, on the
+   * monotonic clock (what an ETA is reckoned on); `startedAt` is -Infinity for an entry counted
+   * before a reboot, whose start this clock cannot place.
+   */
+  timings(): { name: string; cost: Resources; startedAt: number; leaseDeadline: number | undefined }[] {
+    return [...this.entriesById.values()].map((t) => ({ name: t.entry.name, cost: t.entry.cost, startedAt: t.startedAtMonotonic, leaseDeadline: t.leaseDeadline }));
+  }
+
   get(id: string): RunningEntry | undefined {
     const tracked = this.entriesById.get(id);
     return tracked === undefined ? undefined : this.view(tracked);

@@ -26,6 +26,7 @@ describe("outbound", () => {
       queuedAt: 0,
       waitedMs: 0,
       etaMs: 1000,
+      etaBasis: "the budget has room for it now",
       deadline: 60_000,
     }));
     const [head, second] = queueToProto(entries, [memoryReason], { committed });

@@ -360,7 +360,8 @@ export function queueToProto(entries: readonly QueueEntryInfo[], headReasons: re
       id: entry.id,
       owner: entry.owner,
       position: entry.position,
-      eta: durationOf(entry.etaMs),
+      ...(entry.etaMs === undefined ? {} : { eta: durationOf(entry.etaMs) }),
+      etaBasis: entry.etaBasis,
       waitFor,
       waitForText: text,
       // The queue keeps a waiter's whole need only: its start and build parts are not reported.

@@ -24,6 +24,7 @@ const FIELD = {
   waitForText: QueuedSchema.field.waitForText.number,
   ahead: QueuedSchema.field.ahead.number,
   waitExpireTime: QueuedSchema.field.waitExpireTime.number,
+  etaBasis: QueuedSchema.field.etaBasis.number,
   seconds: DurationSchema.field.seconds.number,
   nanos: DurationSchema.field.nanos.number,
   gate: WaitReasonSchema.field.gate.number,
@@ -88,11 +89,12 @@ export class QueuedEncoder {
     const ahead = this.aheadLists.get(update.ahead);
     return create(QueuedSchema, {
       position: update.position,
-      eta: durationOf(update.etaMs),
+      ...(update.etaMs === undefined ? {} : { eta: durationOf(update.etaMs) }),
       waitFor,
       waitForText: update.waitForText,
       ahead,
       waitExpireTime: timestampOf(deadline),
+      etaBasis: update.etaBasis,
     });
   }
 
@@ -102,11 +104,13 @@ export class QueuedEncoder {
     // The queued field's payload, length-prefixed: what follows its tag on the wire.
     w.fork();
     w.tag(FIELD.position, WireType.Varint).uint32(update.position);
-    const eta = Math.max(0, Math.round(update.etaMs));
-    w.tag(FIELD.eta, WireType.LengthDelimited).fork();
-    if (eta >= 1000) w.tag(FIELD.seconds, WireType.Varint).int64(Math.floor(eta / 1000));
-    if (eta % 1000 !== 0) w.tag(FIELD.nanos, WireType.Varint).int32((eta % 1000) * 1_000_000);
-    w.join();
+    if (update.etaMs !== undefined) {
+      const eta = Math.max(0, Math.round(update.etaMs));
+      w.tag(FIELD.eta, WireType.LengthDelimited).fork();
+      if (eta >= 1000) w.tag(FIELD.seconds, WireType.Varint).int64(Math.floor(eta / 1000));
+      if (eta % 1000 !== 0) w.tag(FIELD.nanos, WireType.Varint).int32((eta % 1000) * 1_000_000);
+      w.join();
+    }
     for (const reason of update.waitFor) {
       if (reason.gate === "queue") {
         w.tag(FIELD.waitFor, WireType.LengthDelimited).fork();
@@ -121,6 +125,7 @@ export class QueuedEncoder {
     if (update.waitForText !== "") w.tag(FIELD.waitForText, WireType.LengthDelimited).string(update.waitForText);
     w.raw(this.aheadBytes.get(update.ahead));
     w.tag(FIELD.waitExpireTime, WireType.LengthDelimited).bytes(deadlineBytes);
+    if (update.etaBasis !== "") w.tag(FIELD.etaBasis, WireType.LengthDelimited).string(update.etaBasis);
     w.join();
     const response = create(AdmitResponseSchema);
     response.$unknown = [preEncodedField(FIELD.queued, w.finish())];
