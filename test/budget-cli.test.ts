@@ -247,26 +247,41 @@ describe("berth admit", () => {
     expect(JSON.parse(admit.stdout()).reservation.build).toEqual({});
   });
 
-  it("shows the ETA the service sent, the one 'berth budget state' shows, however long the line stays up", async () => {
+  it("counts the service's ETA down while the line stays up, with what it rests on, as 'berth budget state' shows it", async () => {
     const budget = await startBudget();
-    // Quick admissions pull the moving hold time under a second: every wait's ETA is then the floor, 1s.
-    for (let i = 0; i < 12; i++) {
-      const { reservation } = await hold(budget, 1);
-      await budget.client.release({ reservationId: reservation!.id });
-    }
-    const { reservation } = await hold(budget, 3);
+    // A leased reservation with no past runs: its lease running out is the basis.
+    const { reservation } = await budget.client.reserve({
+      owner: "leased",
+      need: { items: [{ kind: NeedItemKind.START, name: "h", costSource: { case: "cost", value: { memoryBytes: BigInt(3 * G), cpu: 1 } } }] },
+      ttl: { seconds: 60n },
+    });
     const terminal = startInTerminal(["admit", "--memory", "2G", "--owner", "eta", "--", "true"], { env: { BERTH_BUDGET_URL: budget.url }, timeoutMs: 15_000 });
     await terminal.waitFor(/waiting: #1 in queue/);
-    const state = JSON.parse((await berth(budget.url, ["budget", "state", "--json"])).stdout) as { queue: Array<{ owner: string; eta: string }> };
-    expect(state.queue).toMatchObject([{ owner: "eta", eta: "1s" }]);
-    // The line is drawn again every second; a second later it still says what the service said.
-    await terminal.waitFor(/waited [1-9]s/);
+    const state = JSON.parse((await berth(budget.url, ["budget", "state", "--json"])).stdout) as {
+      queue: Array<{ owner: string; eta: string; etaBasis: string }>;
+    };
+    expect(state.queue).toMatchObject([{ owner: "eta", etaBasis: "when 'leased' ends (its lease runs out unless renewed)" }]);
+    expect(Number.parseFloat(state.queue[0]!.eta)).toBeGreaterThan(50);
+    // The line is drawn again every second, its ETA counted down from what the service said.
+    await terminal.waitFor(/waited [2-9]s/);
     await budget.client.release({ reservationId: reservation!.id });
     const result = await terminal.exited;
     expect(result.code).toBe(0);
-    const etas = [...result.output.matchAll(/ETA ~([^,]*), waited/g)].map((m) => m[1]);
+    const etas = [...result.output.matchAll(/ETA ~(\d+)s \(when 'leased' ends \(its lease runs out unless renewed\)\), waited/g)].map((m) => Number(m[1]));
     expect(etas.length).toBeGreaterThan(1);
-    expect(new Set(etas)).toEqual(new Set(["1s"]));
+    expect(etas.at(-1)!).toBeLessThan(etas[0]!);
+  });
+
+  it("says the ETA is unknown, and why, when nothing predicts the wait", async () => {
+    const budget = await service();
+    // Running work with no lease, no process and no past runs: nothing says when it ends.
+    const { running } = await budget.client.registerRunning({ name: "db", costSource: { case: "cost", value: { memoryBytes: BigInt(7 * G), cpu: 1 } } });
+    const admit = spawnBerth(budget.url, ["admit", "--memory", "2G", "--owner", "unknown eta", "--", "true"]);
+    const queued = (await admit.event("queued")) as unknown as { eta_ms?: number; eta_basis: string };
+    expect(queued.eta_ms).toBeUndefined();
+    expect(queued.eta_basis).toBe("unknown: it waits for 'db' (7G, 1 cpu) to end, and nothing says when: no lease, no past runs");
+    await budget.client.stopRunning({ id: running!.id });
+    expect((await admit.exited).code).toBe(0);
   });
 
   it("shows the live status line in place on a terminal", async () => {
@@ -278,7 +293,7 @@ describe("berth admit", () => {
     await budget.client.release({ reservationId: reservation!.id });
     const result = await terminal.exited;
     expect(result.code).toBe(0);
-    expect(result.output).toContain("\r\x1b[Kberth admit: waiting: #1 in queue, ETA ~");
+    expect(result.output).toContain("\r\x1b[Kberth admit: waiting: #1 in queue, ETA ");
     expect(result.output).toContain("memory: needs 2G");
     expect(result.output).toMatch(/berth admit: admitted after \d/);
     expect(result.output).not.toContain('"event"');

@@ -136,8 +136,9 @@ def main() -> int:
     title("admit on a stream: queued updates, admitted, started, released")
 
     def queued(update) -> None:
-        eta = update.eta.ToMilliseconds() / 1000
-        print(f"  queued at {update.position}, eta {eta:.0f}s: {update.wait_for_text}")
+        # No eta when nothing predicts the wait: eta_basis says why.
+        eta = f"eta {update.eta.ToMilliseconds() / 1000:.0f}s" if update.HasField("eta") else "no eta"
+        print(f"  queued at {update.position}, {eta} ({update.eta_basis}): {update.wait_for_text}")
 
     try:
         with berth.admit([start("web", memory="512M", cpu=0.5)], owner="demo web", max_wait=60, on_queued=queued) as admission:

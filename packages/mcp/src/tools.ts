@@ -423,7 +423,11 @@ const budgetReserve: ToolDefinition = {
         resumeWithinMs: 0,
         onQueued: (queued) => {
           lastQueued = queued;
-          report(`#${queued.position} in the budget's queue, about ${Math.ceil(Number(queued.eta?.seconds ?? 0n))} s left: ${queued.waitForText}`);
+          const eta =
+            queued.eta === undefined
+              ? `no ETA (${queued.etaBasis.replace(/^unknown: /, "")})`
+              : `about ${Math.ceil(Number(queued.eta.seconds) + queued.eta.nanos / 1e9)} s left (${queued.etaBasis})`;
+          report(`#${queued.position} in the budget's queue, ${eta}: ${queued.waitForText}`);
         },
       },
     );

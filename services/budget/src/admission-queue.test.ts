@@ -142,7 +142,12 @@ describe("AdmissionQueue (FIFO)", () => {
     expect(b.updates[0]!.waitFor.map((r) => r.gate)).toEqual(["queue", "memory_budget"]);
     // 'a' is admitted when 'big' ends, 'b' with it (it fits beside 'a'), 'c' when 'a' has run its usual 30 s.
     expect(b.updates[0]).toMatchObject({ position: 2, etaMs: 60_000 });
-    expect(c.updates[0]).toMatchObject({ position: 3, aheadCount: 2, etaMs: 90_000, etaBasis: "when 'a' ends (it usually runs 30s (1 run)), after the 2 ahead of it" });
+    expect(c.updates[0]).toMatchObject({
+      position: 3,
+      aheadCount: 2,
+      etaMs: 90_000,
+      etaBasis: "when 'a' ends (it usually runs 30s (1 run)), after the 2 ahead of it",
+    });
     expect(c.updates[0]!.ahead).toEqual([
       { owner: "a", needs: { memoryBytes: 4 * G, cpu: 1 } },
       { owner: "b", needs: { memoryBytes: G, cpu: 1 } },

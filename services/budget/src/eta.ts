@@ -81,7 +81,8 @@ export function estimateEtas(input: EtaInput): EtaEstimate[] {
   if (queue.length === 0) return estimates;
   if (input.machineGates !== undefined) {
     estimates.push({ at: undefined, basis: `unknown: it waits for ${input.machineGates}, which nothing predicts` });
-    for (let i = 1; i < queue.length; i++) estimates.push({ at: undefined, basis: "unknown: the head of the queue waits for the machine, which nothing predicts" });
+    for (let i = 1; i < queue.length; i++)
+      estimates.push({ at: undefined, basis: "unknown: the head of the queue waits for the machine, which nothing predicts" });
     return estimates;
   }
   let freeMemory = budget.memoryBytes;
@@ -92,7 +93,8 @@ export function estimateEtas(input: EtaInput): EtaEstimate[] {
   for (const holding of input.holdings) {
     freeMemory -= holding.memoryBytes;
     freeCpu -= holding.cpu;
-    if (holding.endsAt !== undefined) ends.push({ at: holding.endsAt, label: holding.label, basis: holding.endBasis ?? "", memoryBytes: holding.memoryBytes, cpu: holding.cpu });
+    if (holding.endsAt !== undefined)
+      ends.push({ at: holding.endsAt, label: holding.label, basis: holding.endBasis ?? "", memoryBytes: holding.memoryBytes, cpu: holding.cpu });
     else if (endless === undefined || holding.memoryBytes > endless.memoryBytes) endless = holding;
   }
   let at = now;

@@ -86,13 +86,23 @@ export class RunTimes {
     try {
       text = readFileSync(file, "utf8");
     } catch (error) {
-      if ((error as NodeJS.ErrnoException).code !== "ENOENT") this.#logger?.warn({ err: error, file }, "budget: the run-time history could not be read; starting without it");
+      if ((error as NodeJS.ErrnoException).code !== "ENOENT")
+        this.#logger?.warn({ err: error, file }, "budget: the run-time history could not be read; starting without it");
       return;
     }
     try {
       const body = JSON.parse(text) as { names?: Record<string, { runs?: unknown; at?: unknown }> };
       const entries = Object.entries(body.names ?? {})
-        .map(([name, value]) => [name, { runs: Array.isArray(value.runs) ? value.runs.filter((ms): ms is number => typeof ms === "number" && ms >= 0) : [], at: typeof value.at === "number" ? value.at : 0 }] as const)
+        .map(
+          ([name, value]) =>
+            [
+              name,
+              {
+                runs: Array.isArray(value.runs) ? value.runs.filter((ms): ms is number => typeof ms === "number" && ms >= 0) : [],
+                at: typeof value.at === "number" ? value.at : 0,
+              },
+            ] as const,
+        )
         .filter(([, value]) => value.runs.length > 0)
         .sort((a, b) => a[1].at - b[1].at);
       for (const [name, value] of entries.slice(-NAMES_KEPT)) this.#names.set(name, { runs: value.runs.slice(-RUNS_KEPT), at: value.at });

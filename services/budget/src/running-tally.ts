@@ -366,7 +366,12 @@ export class RunningTally {
    * before a reboot, whose start this clock cannot place.
    */
   timings(): { name: string; cost: Resources; startedAt: number; leaseDeadline: number | undefined }[] {
-    return [...this.entriesById.values()].map((t) => ({ name: t.entry.name, cost: t.entry.cost, startedAt: t.startedAtMonotonic, leaseDeadline: t.leaseDeadline }));
+    return [...this.entriesById.values()].map((t) => ({
+      name: t.entry.name,
+      cost: t.entry.cost,
+      startedAt: t.startedAtMonotonic,
+      leaseDeadline: t.leaseDeadline,
+    }));
   }
 
   get(id: string): RunningEntry | undefined {

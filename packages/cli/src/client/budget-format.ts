@@ -200,8 +200,16 @@ export function formatState(state: GetStateResponse, now = Date.now(), style: St
   if (state.queue.length > 0) {
     out.push(
       table(
-        ["#", "OWNER", "NEEDS", "ETA", "WAITED", "WAITING FOR"],
-        state.queue.map((q) => [String(q.position), q.owner, resources(q.need?.total), eta(q.eta), ago(q.enqueueTime, now).replace(" ago", ""), q.waitForText]),
+        ["#", "OWNER", "NEEDS", "ETA", "WAITED", "WAITING FOR", "ETA BASIS"],
+        state.queue.map((q) => [
+          String(q.position),
+          q.owner,
+          resources(q.need?.total),
+          eta(q.eta),
+          ago(q.enqueueTime, now).replace(" ago", ""),
+          q.waitForText,
+          q.etaBasis,
+        ]),
         style,
       ),
     );
@@ -262,16 +270,22 @@ export function formatLimits(limits: GetLimitsResponse): string {
 }
 
 /**
- * A queue ETA for people. It is the service's figure as it last sent it, never recomputed here:
- * the service has the one rule (and its floor), so the waiting line and `berth budget state` agree.
+ * A queue ETA for people: the service's estimate (it has the one rule, so the waiting line and
+ * `berth budget state` agree), less `sinceMs` passed since it was sent; "unknown" when the service
+ * has no basis for one (its `eta_basis` says why).
  */
-export function eta(d: Duration | undefined): string {
-  return d === undefined ? "-" : roughly(durationMs(d));
+export function eta(d: Duration | undefined, sinceMs = 0): string {
+  return d === undefined ? "unknown" : roughly(Math.max(0, durationMs(d) - sinceMs));
 }
 
-/** One status line for a waiting request: position, ETA (the service's), time waited, and what it waits for. */
-export function formatQueued(queued: Queued, waitedMs: number): string {
-  return `waiting: #${queued.position} in queue, ETA ~${eta(queued.eta)}, waited ${roughly(waitedMs)} — ${queued.waitForText}`;
+/**
+ * One status line for a waiting request: position, ETA (the service's, counted down by the `sinceMs`
+ * passed since it was sent) and what it rests on, time waited, and what it waits for.
+ */
+export function formatQueued(queued: Queued, waitedMs: number, sinceMs = 0): string {
+  const estimate =
+    queued.eta === undefined ? `ETA unknown (${queued.etaBasis.replace(/^unknown: /, "")})` : `ETA ~${eta(queued.eta, sinceMs)} (${queued.etaBasis})`;
+  return `waiting: #${queued.position} in queue, ${estimate}, waited ${roughly(waitedMs)} — ${queued.waitForText}`;
 }
 
 /** A machine can take new work now: room in memory and cpu, nobody queued, the cpu gate open. */

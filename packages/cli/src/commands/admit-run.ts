@@ -71,14 +71,15 @@ export async function admit({ values, command, need, maxWaitMs, endpoint }: Admi
           {
             position: queued.position,
             eta_ms: queued.eta === undefined ? undefined : durationMs(queued.eta),
+            eta_basis: queued.etaBasis,
             waited_ms: at - started,
             wait_for: queued.waitForText,
             gates: queued.waitFor.map((r) => gateName(r.gate)),
             ahead: queued.ahead.map((a) => ({ owner: a.owner, position: a.position })),
             wait_expire_time: queued.waitExpireTime === undefined ? undefined : new Date(timestampMs(queued.waitExpireTime)).toISOString(),
           },
-          // Rendered again every second: the wait counts up; the ETA stays the service's until its next update.
-          () => formatQueued(queued, Date.now() - started),
+          // Rendered again every second: the wait counts up, the service's ETA counts down until its next update.
+          () => formatQueued(queued, Date.now() - started, Date.now() - at),
         );
       },
     });

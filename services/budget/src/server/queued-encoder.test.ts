@@ -8,7 +8,15 @@ import { QueuedEncoder } from "./queued-encoder.js";
 describe("QueuedEncoder", () => {
   const ahead = Array.from({ length: 10 }, (_, i) => ({ owner: i === 3 ? "café ☕" : `waiter ${i}`, needs: { memoryBytes: (i + 1) * G, cpu: i / 2 } }));
   const updates: QueuedUpdate[] = [
-    { position: 1, etaMs: 60_000, etaBasis: "when 'build' ends (it usually runs 1m (3 runs))", waitFor: [memoryReason], waitForText: memoryReason.message, ahead: [], aheadCount: 0 },
+    {
+      position: 1,
+      etaMs: 60_000,
+      etaBasis: "when 'build' ends (it usually runs 1m (3 runs))",
+      waitFor: [memoryReason],
+      waitForText: memoryReason.message,
+      ahead: [],
+      aheadCount: 0,
+    },
     {
       position: 2,
       etaMs: 1_234,
@@ -28,7 +36,15 @@ describe("QueuedEncoder", () => {
       aheadCount: 4999,
     },
     { position: 1, etaMs: 0, etaBasis: "", waitFor: [], waitForText: "", ahead: [], aheadCount: 0 },
-    { position: 3, etaMs: 999, etaBasis: "the budget has room for it and the 2 ahead of it now", waitFor: [queueReason(2)], waitForText: "2 request(s) ahead in the queue", ahead: ahead.slice(0, 2), aheadCount: 2 },
+    {
+      position: 3,
+      etaMs: 999,
+      etaBasis: "the budget has room for it and the 2 ahead of it now",
+      waitFor: [queueReason(2)],
+      waitForText: "2 request(s) ahead in the queue",
+      ahead: ahead.slice(0, 2),
+      aheadCount: 2,
+    },
   ];
 
   it.each(updates.map((u, i) => [i, u] as const))("encodes update %i to the same bytes as the reflective writer", (_i, update) => {
