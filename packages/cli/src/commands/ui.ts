@@ -77,7 +77,7 @@ export const uiCommand: Command = {
     const { servePage } = await import("@berth/ui/serve-page");
     let page;
     try {
-      page = await servePage({ port, services: async () => ({ sessionsUrl: sessions.url, budgetUrl: budget.url, fleet: await keepsFleet(budget) }) });
+      page = await servePage({ port, services: { sessionsUrl: sessions.url, budgetUrl: budget.url }, fleet: () => keepsFleet(budget) });
     } catch (error) {
       process.stderr.write(`berth ui: ${(error as Error).message}\n`);
       return EXIT.failed;
