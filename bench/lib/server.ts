@@ -53,6 +53,33 @@ export async function startBenchServer(
   return { url, ...server };
 }
 
+/** Both services, each in its own process, as the command suites call them. */
+export interface BenchServices {
+  readonly sessions: BenchServer;
+  readonly budget: BenchServer;
+  stop(): Promise<void>;
+}
+
+/** Starts the sessions service, then the budget (stopping the first when the second fails to start). */
+export async function startBenchServices(options: BenchServerOptions = {}): Promise<BenchServices> {
+  const sessions = await startBenchServer("sessions", [], {}, options);
+  let budget: BenchServer;
+  try {
+    budget = await startBenchServer("budget", [], {}, options);
+  } catch (error) {
+    await sessions.stop();
+    throw error;
+  }
+  return {
+    sessions,
+    budget,
+    async stop() {
+      await sessions.stop();
+      await budget.stop();
+    },
+  };
+}
+
 /** `berth up --ui` started by {@link startBerthUp}: both services and the live page. */
 export interface BerthUp {
   readonly sessionsUrl: string;
