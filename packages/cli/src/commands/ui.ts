@@ -4,8 +4,8 @@
  * asks each one as a browser would (a preflight) and says what to change when one does not.
  * `berth up --ui` serves the same page beside the services, their allow-list already set.
  */
-import { parseFlags, stringFlag, usageError, UsageError, type FlagSpec } from "../args.js";
-import { endpointFromFlags, type Endpoint } from "../client/endpoint-flags.js";
+import { stringFlag, usageError, UsageError, type FlagSpec } from "../args.js";
+import { servicesCommandLine, type Endpoint } from "../client/endpoint-flags.js";
 import { EXIT, type Command } from "../command.js";
 import { DEFAULT_BUDGET_URL, DEFAULT_SESSIONS_URL } from "../common-help.js";
 import { renderHelp } from "../help.js";
@@ -46,13 +46,8 @@ const HELP = renderHelp({
   ],
 });
 
-const FLAGS: Readonly<Record<string, FlagSpec>> = {
-  "ui-port": { type: "string" },
-  "sessions-url": { type: "string" },
-  "budget-url": { type: "string" },
-  "token-file": { type: "string" },
-  help: { type: "boolean", short: "h" },
-};
+/** Its own flags; the services' are every such command's (`servicesCommandLine`). */
+const FLAGS: Readonly<Record<string, FlagSpec>> = { "ui-port": { type: "string" } };
 
 /** `berth ui`. */
 export const uiCommand: Command = {
@@ -63,9 +58,8 @@ export const uiCommand: Command = {
     let budget: Endpoint;
     let port: number;
     try {
-      const { values } = parseFlags(argv, FLAGS, false);
-      sessions = endpointFromFlags("sessions", values);
-      budget = endpointFromFlags("budget", values);
+      const { endpoints, values } = servicesCommandLine(argv, FLAGS);
+      ({ sessions, budget } = endpoints);
       for (const endpoint of [sessions, budget]) {
         if (!endpoint.url.startsWith("http:")) throw new UsageError(`--${endpoint.service}-url: a page calls http://HOST:PORT, not ${endpoint.url}`);
       }
