@@ -17,15 +17,19 @@ const ENTRY: Record<"sessions" | "budget", string> = {
 };
 const BERTH = fileURLToPath(new URL("../../../packages/cli/bin/berth.js", import.meta.url));
 
-export interface BenchServer {
-  url: string;
-  pid: number;
-  stateDir: string;
-  /** CPU time (user + system, ms) the server process has used so far, from /proc. */
+/** A berth process a benchmark started: its pid, its state directory and what /proc says of it. */
+export interface BenchProcess {
+  readonly pid: number;
+  readonly stateDir: string;
+  /** CPU time (user + system, ms) the process has used so far, from /proc. */
   cpuMs(): number;
-  /** Resident memory of the server process in bytes, from /proc. */
+  /** Resident memory of the process in bytes, from /proc. */
   rssBytes(): number;
   stop(): Promise<void>;
+}
+
+export interface BenchServer extends BenchProcess {
+  readonly url: string;
 }
 
 /** Options of `startBenchServer`. */
@@ -40,35 +44,38 @@ export async function startBenchServer(
   env: NodeJS.ProcessEnv = {},
   options: BenchServerOptions = {},
 ): Promise<BenchServer> {
-  const stateDir = mkdtempSync(path.join(tmpdir(), `berth-bench-${kind}-`));
   // The port is chosen here and the service found by health, so that it is found at any log level.
   const port = await freePort();
   const url = `http://127.0.0.1:${port}`;
-  const child: ChildProcess = spawn(
-    process.execPath,
-    [ENTRY[kind], `--state-dir=${stateDir}`, `--${kind}-port=${port}`, `--log-level=${options.logLevel ?? "info"}`, ...args],
-    // The per-RPC log lines go where a log collector would take them: away, at once.
-    { env: { ...process.env, ...env }, stdio: ["ignore", "ignore", "inherit"] },
+  const server = await startBenchProcess({ name: kind, command: [ENTRY[kind], `--${kind}-port=${port}`], args, env, logLevel: options.logLevel }, (child) =>
+    waitUntilServing(kind, child, port, url),
   );
+  return { url, ...server };
+}
+
+/** Both services, each in its own process, as the command suites call them. */
+export interface BenchServices {
+  readonly sessions: BenchServer;
+  readonly budget: BenchServer;
+  stop(): Promise<void>;
+}
+
+/** Starts the sessions service, then the budget (stopping the first when the second fails to start). */
+export async function startBenchServices(options: BenchServerOptions = {}): Promise<BenchServices> {
+  const sessions = await startBenchServer("sessions", [], {}, options);
+  let budget: BenchServer;
   try {
-    await waitUntilServing(kind, child, port, url);
+    budget = await startBenchServer("budget", [], {}, options);
   } catch (error) {
-    child.kill("SIGKILL");
-    rmSync(stateDir, { recursive: true, force: true });
+    await sessions.stop();
     throw error;
   }
-  const pid = child.pid!;
   return {
-    url,
-    pid,
-    stateDir,
-    cpuMs: () => processCpuMs(pid),
-    rssBytes: () => processRssBytes(pid),
+    sessions,
+    budget,
     async stop() {
-      const exited = new Promise((resolve) => child.once("exit", resolve));
-      child.kill("SIGTERM");
-      await exited;
-      rmSync(stateDir, { recursive: true, force: true });
+      await sessions.stop();
+      await budget.stop();
     },
   };
 }
@@ -91,30 +98,51 @@ export interface BerthUp {
  * them; resolves once both services answer health and the page's server answers.
  */
 export async function startBerthUp(args: string[] = [], options: BenchServerOptions = {}): Promise<BerthUp> {
-  const stateDir = mkdtempSync(path.join(tmpdir(), "berth-bench-up-"));
   const [sessionsPort, budgetPort, pagePort] = [await freePort(), await freePort(), await freePort()];
-  const child = spawn(
-    process.execPath,
-    [
-      BERTH,
-      "up",
-      "--ui",
-      `--ui-port=${pagePort}`,
-      `--sessions-port=${sessionsPort}`,
-      `--budget-port=${budgetPort}`,
-      `--state-dir=${stateDir}`,
-      `--log-level=${options.logLevel ?? "info"}`,
-      ...args,
-    ],
-    { stdio: ["ignore", "ignore", "inherit"] },
-  );
   const sessionsUrl = `http://127.0.0.1:${sessionsPort}`;
   const budgetUrl = `http://127.0.0.1:${budgetPort}`;
   const pageUrl = `http://127.0.0.1:${pagePort}/`;
+  const up = await startBenchProcess(
+    {
+      name: "up",
+      command: [BERTH, "up", "--ui", `--ui-port=${pagePort}`, `--sessions-port=${sessionsPort}`, `--budget-port=${budgetPort}`],
+      args,
+      logLevel: options.logLevel,
+    },
+    async (child) => {
+      await waitUntilServing("berth up (sessions)", child, sessionsPort, sessionsUrl);
+      await waitUntilServing("berth up (budget)", child, budgetPort, budgetUrl);
+      if (!(await fetch(`${pageUrl}config.json`)).ok) throw new Error(`the live page's server did not answer /config.json at ${pageUrl}`);
+    },
+  );
+  return { sessionsUrl, budgetUrl, pageUrl, ...up };
+}
+
+/** What {@link startBenchProcess} runs: `node command… --state-dir=… --log-level=… args…`. */
+interface BenchProcessOptions extends BenchServerOptions {
+  /** Names its state directory. */
+  readonly name: string;
+  /** The entry point and the ports it listens on. */
+  readonly command: readonly string[];
+  /** The benchmark's own flags, last. */
+  readonly args: readonly string[];
+  /** Over this process's environment. */
+  readonly env?: NodeJS.ProcessEnv;
+}
+
+/**
+ * Spawns a berth process (its own event loop, as in production) with a fresh state directory, its
+ * log lines sent where a log collector would take them: away, at once. Resolves once `serving`
+ * does; when that fails, the process is killed and its state directory removed.
+ */
+async function startBenchProcess(options: BenchProcessOptions, serving: (child: ChildProcess) => Promise<void>): Promise<BenchProcess> {
+  const stateDir = mkdtempSync(path.join(tmpdir(), `berth-bench-${options.name}-`));
+  const child = spawn(process.execPath, [...options.command, `--state-dir=${stateDir}`, `--log-level=${options.logLevel ?? "info"}`, ...options.args], {
+    env: { ...process.env, ...options.env },
+    stdio: ["ignore", "ignore", "inherit"],
+  });
   try {
-    await waitUntilServing("berth up (sessions)", child, sessionsPort, sessionsUrl);
-    await waitUntilServing("berth up (budget)", child, budgetPort, budgetUrl);
-    if (!(await fetch(`${pageUrl}config.json`)).ok) throw new Error(`the live page's server did not answer /config.json at ${pageUrl}`);
+    await serving(child);
   } catch (error) {
     child.kill("SIGKILL");
     rmSync(stateDir, { recursive: true, force: true });
@@ -122,11 +150,10 @@ export async function startBerthUp(args: string[] = [], options: BenchServerOpti
   }
   const pid = child.pid!;
   return {
-    sessionsUrl,
-    budgetUrl,
-    pageUrl,
     pid,
+    stateDir,
     cpuMs: () => processCpuMs(pid),
+    rssBytes: () => processRssBytes(pid),
     async stop() {
       if (child.exitCode === null && child.signalCode === null) {
         const exited = new Promise((resolve) => child.once("exit", resolve));

@@ -16,7 +16,8 @@
 import { spawn } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import { emit, ratio } from "../lib/report.js";
-import { startBenchServer, type BenchServer } from "../lib/server.js";
+import { startBenchServices } from "../lib/server.js";
+import { timeInRounds, timeToExit } from "../lib/startup-timing.js";
 
 const BERTH = fileURLToPath(new URL("../../../packages/cli/bin/berth.js", import.meta.url));
 
@@ -41,15 +42,12 @@ export async function run(args: string[] = []): Promise<void> {
     else if (name === "node" && value) settings.node = value;
     else throw new Error(`unknown flag ${arg}; flags: --runs=N --node=PATH`);
   }
-  const servers: BenchServer[] = [];
+  const services = await startBenchServices({ logLevel: "warn" });
   try {
-    const sessions = await startBenchServer("sessions", [], {}, { logLevel: "warn" });
-    servers.push(sessions);
-    const budget = await startBenchServer("budget", [], {}, { logLevel: "warn" });
-    servers.push(budget);
-    const env = { ...withoutBerthVariables(process.env), BERTH_SESSIONS_URL: sessions.url, BERTH_BUDGET_URL: budget.url };
+    const env = { ...withoutBerthVariables(process.env), BERTH_SESSIONS_URL: services.sessions.url, BERTH_BUDGET_URL: services.budget.url };
     // A few sessions, so that the list is not empty.
-    for (const id of ["bench-a", "bench-b", "bench-c"]) await exec(settings.node, [BERTH, "sessions", "append", id, "generate", "--field", "count=3"], env);
+    for (const id of ["bench-a", "bench-b", "bench-c"])
+      await timeToExit(settings.node, [BERTH, "sessions", "append", id, "generate", "--field", "count=3"], env);
 
     const cases: Case[] = [
       { name: "node -e 0", args: ["-e", "0"], target: undefined },
@@ -59,13 +57,7 @@ export async function run(args: string[] = []): Promise<void> {
       { name: "berth lock inspect", args: [BERTH, "lock", "inspect", "src/app.css"], target: 2 },
       { name: "berth budget state", args: [BERTH, "budget", "state"], target: 2 },
     ];
-    const samples = new Map<string, number[]>(cases.map((c) => [c.name, []]));
-    for (let round = 0; round <= settings.runs; round++) {
-      for (const c of cases) {
-        const ms = await exec(settings.node, c.args, env);
-        if (round > 0) samples.get(c.name)!.push(ms);
-      }
-    }
+    const samples = await timeInRounds(new Map(cases.map((c) => [c.name, () => timeToExit(settings.node, c.args, env)])), settings.runs);
     const reference = median(samples.get("node -e 0")!);
     const version = (await output(settings.node, ["--version"])).trim();
     for (const c of cases) {
@@ -82,24 +74,8 @@ export async function run(args: string[] = []): Promise<void> {
       });
     }
   } finally {
-    for (const server of servers) await server.stop();
+    await services.stop();
   }
-}
-
-/** Runs `node args` to its exit; resolves with the wall time in ms. Fails on a non-zero exit. */
-function exec(node: string, args: readonly string[], env: NodeJS.ProcessEnv): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const started = performance.now();
-    const child = spawn(node, args, { env, stdio: ["ignore", "ignore", "pipe"] });
-    let stderr = "";
-    child.stderr.setEncoding("utf8").on("data", (chunk: string) => (stderr += chunk));
-    child.once("error", reject);
-    child.once("exit", (code, signal) => {
-      const ms = performance.now() - started;
-      if (code === 0) resolve(ms);
-      else reject(new Error(`${node} ${args.join(" ")} exited with ${code ?? signal}: ${stderr.trim()}`));
-    });
-  });
 }
 
 function output(node: string, args: readonly string[]): Promise<string> {

@@ -21,7 +21,8 @@ import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import { Berth } from "@berth/client";
 import { emit, percentiles, ratio } from "../lib/report.js";
-import { startBenchServer, type BenchServer } from "../lib/server.js";
+import { startBenchServices } from "../lib/server.js";
+import { timeInRounds, timeToExit } from "../lib/startup-timing.js";
 
 const BERTH = fileURLToPath(new URL("../../../packages/cli/bin/berth.js", import.meta.url));
 
@@ -39,17 +40,13 @@ export async function run(args: string[] = []): Promise<void> {
     else if (name === "starts" && Number(value) > 0) settings.starts = Math.floor(Number(value));
     else throw new Error(`unknown flag ${arg}; flags: --calls=N --starts=N`);
   }
-  const servers: BenchServer[] = [];
+  const services = await startBenchServices({ logLevel: "warn" });
   try {
-    const sessions = await startBenchServer("sessions", [], {}, { logLevel: "warn" });
-    servers.push(sessions);
-    const budget = await startBenchServer("budget", [], {}, { logLevel: "warn" });
-    servers.push(budget);
-    const env = { PATH: process.env.PATH ?? "", BERTH_SESSIONS_URL: sessions.url, BERTH_BUDGET_URL: budget.url };
+    const env = { PATH: process.env.PATH ?? "", BERTH_SESSIONS_URL: services.sessions.url, BERTH_BUDGET_URL: services.budget.url };
     await toolOverhead(settings, env);
     await startUp(settings, env);
   } finally {
-    for (const server of servers) await server.stop();
+    await services.stop();
   }
 }
 
@@ -122,16 +119,14 @@ async function toolOverhead(settings: Settings, env: Record<string, string>): Pr
 }
 
 async function startUp(settings: Settings, env: Record<string, string>): Promise<void> {
-  const mcp: number[] = [];
-  const bare: number[] = [];
-  // The first round warms the file cache and is not counted.
-  for (let round = 0; round <= settings.starts; round++) {
-    const toInitialize = await timeToInitialize(env);
-    const nodeE0 = await timeToExit(["-e", "0"]);
-    if (round === 0) continue;
-    mcp.push(toInitialize);
-    bare.push(nodeE0);
-  }
+  const samples = await timeInRounds(
+    new Map([
+      ["berth mcp", () => timeToInitialize(env)],
+      ["node -e 0", () => timeToExit(process.execPath, ["-e", "0"])],
+    ]),
+    settings.starts,
+  );
+  const [mcp, bare] = [samples.get("berth mcp")!, samples.get("node -e 0")!];
   const median = (values: number[]) => percentiles(values, [50]).p50_ms!;
   emit({
     suite: "mcp",
@@ -162,14 +157,5 @@ function timeToInitialize(env: Record<string, string>): Promise<number> {
       child.once("exit", () => resolve(ms));
     });
     child.once("error", reject);
-  });
-}
-
-function timeToExit(args: readonly string[]): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const started = performance.now();
-    const child = spawn(process.execPath, args, { stdio: "ignore" });
-    child.once("error", reject);
-    child.once("exit", () => resolve(performance.now() - started));
   });
 }

@@ -17,7 +17,17 @@
  * (`?session=demo&sessions=http://…`).
  */
 import { Code } from "@connectrpc/connect";
-import { BerthClientError, eventToJournal, newRequestId, pageOwner, SessionsClient, type JournalEvent, type SessionWatchEvent } from "@berth/client/web";
+import {
+  BerthClientError,
+  eventToJournal,
+  followAcrossRestarts,
+  newRequestId,
+  pageOwner,
+  SessionsClient,
+  tokenRefused,
+  type JournalEvent,
+  type SessionWatchEvent,
+} from "@berth/client/web";
 
 type Entry = Extract<SessionWatchEvent, { kind: "entry" }>["entry"];
 type Snapshot = NonNullable<Extract<SessionWatchEvent, { kind: "caughtUp" }>["snapshot"]>;
@@ -85,51 +95,53 @@ function open(sessionsUrl: string, sessionId: string, token: string): void {
 }
 
 /** Watches the session from the seq after the last one kept, again after every failure, until stopped. */
-async function follow(session: NonNullable<typeof current>): Promise<void> {
-  const { sessions, sessionId, stop } = session;
-  for (let failures = 0; !stop.signal.aborted; ) {
-    const fromSeq = BigInt(kept.lastSeq) + 1n;
-    showConnection("connecting", `connecting to ${sessionId} from seq ${fromSeq}…`);
-    let why = "the service ended the watch";
-    try {
-      for await (const event of sessions.watch(sessionId, { fromSeq, includeSnapshot: true, signal: stop.signal })) {
-        if (event.kind === "entry") {
-          render(event.entry, event.snapshot);
-        } else if (event.kind === "caughtUp") {
-          if (event.lastSeq < fromSeq - 1n) {
-            // Not the journal this page saw (the service's state was replaced): start again from its first entry.
-            forget(session);
-            why = `the session ends at seq ${event.lastSeq}, before the seq ${fromSeq - 1n} this page saw`;
-            failures = -1;
-            break;
-          }
-          failures = 0;
-          if (event.snapshot !== undefined) renderSnapshot(event.snapshot);
-          showConnection("live", `live: watching ${sessionId} from seq ${fromSeq}, caught up at seq ${event.lastSeq}`);
+function follow(session: NonNullable<typeof current>): Promise<void> {
+  return followAcrossRestarts(
+    async ({ signal, live }) => {
+      // Not the journal this page saw (the service's state was replaced): start again from its first entry, at once.
+      while ((await watchFromKept(session, signal, live)) === "replaced") forget(session);
+    },
+    {
+      signal: session.stop.signal,
+      // After a failure, longer each time: 0.25 s, 0.5 s, 1 s… up to 5 s.
+      maxDelayMs: MAX_RECONNECT_DELAY_MS,
+      isFinal: finalRefusal,
+      onState(state) {
+        if (state.kind === "retrying") {
+          showConnection("reconnecting", `reconnecting in ${(state.delayMs / 1000).toFixed(1)} s: ${state.error?.message ?? "the service ended the watch"}`);
+        } else if (state.kind === "stopped") {
+          if (state.error.reason === "SESSION_DELETED") forget(session);
+          showConnection("stopped", `stopped: ${state.error.message}`);
         }
-      }
-    } catch (error) {
-      if (stop.signal.aborted) return;
-      const refused = BerthClientError.from(error);
-      if (!worthRetrying(refused)) {
-        if (refused.reason === "SESSION_DELETED") forget(session);
-        showConnection("stopped", `stopped: ${refused.message}`);
-        return;
-      }
-      why = refused.message;
+      },
+    },
+  );
+}
+
+/**
+ * One watch of the session, from the seq after the last one kept, to its end; `replaced` at once
+ * when the session ends before the seq this page saw.
+ */
+async function watchFromKept(session: NonNullable<typeof current>, signal: AbortSignal, live: () => void): Promise<"ended" | "replaced"> {
+  const { sessions, sessionId } = session;
+  const fromSeq = BigInt(kept.lastSeq) + 1n;
+  showConnection("connecting", `connecting to ${sessionId} from seq ${fromSeq}…`);
+  for await (const event of sessions.watch(sessionId, { fromSeq, includeSnapshot: true, signal })) {
+    if (event.kind === "entry") {
+      render(event.entry, event.snapshot);
+    } else if (event.kind === "caughtUp") {
+      if (event.lastSeq < fromSeq - 1n) return "replaced";
+      if (event.snapshot !== undefined) renderSnapshot(event.snapshot);
+      showConnection("live", `live: watching ${sessionId} from seq ${fromSeq}, caught up at seq ${event.lastSeq}`);
+      live();
     }
-    if (stop.signal.aborted) return;
-    // After a failure, longer each time: 0.25 s, 0.5 s, 1 s… up to 5 s (at once when starting over).
-    const delayMs = failures < 0 ? 0 : Math.min(MAX_RECONNECT_DELAY_MS, 250 * 2 ** failures);
-    failures++;
-    showConnection("reconnecting", `reconnecting in ${(delayMs / 1000).toFixed(1)} s: ${why}`);
-    await new Promise((resolve) => setTimeout(resolve, delayMs));
   }
+  return "ended";
 }
 
 /** A refusal that watching again cannot change: a wrong token or session id, a deleted session. */
-function worthRetrying(error: BerthClientError): boolean {
-  return ![Code.Unauthenticated, Code.PermissionDenied, Code.InvalidArgument, Code.NotFound].includes(error.code);
+function finalRefusal(error: BerthClientError): boolean {
+  return tokenRefused(error) || [Code.InvalidArgument, Code.NotFound].includes(error.code);
 }
 
 function render(entry: Entry, after: Snapshot | undefined): void {

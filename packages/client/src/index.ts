@@ -28,6 +28,7 @@ export * from "./budget.js";
 export * from "./connection.js";
 export * from "./endpoint.js";
 export * from "./errors.js";
+export * from "./follow-across-restarts.js";
 export * from "./journal-events.js";
 export * from "./lock-path.js";
 export * from "./locks.js";

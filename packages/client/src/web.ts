@@ -28,6 +28,7 @@ export * from "./berth-base.js";
 export * from "./budget-base.js";
 export * from "./connection.js";
 export * from "./errors.js";
+export * from "./follow-across-restarts.js";
 export * from "./journal-events.js";
 export * from "./locks-base.js";
 export * from "./options.js";

@@ -5,7 +5,7 @@
  */
 import { parseBoolean, parsePort, type ConfigDefinition } from "@berth/shared/config";
 import type { Companion, RunningServer } from "@berth/shared/server/index";
-import { DEFAULT_PAGE_PORT, servePage, type PageConfig } from "./serve-page.js";
+import { DEFAULT_PAGE_PORT, servePage, type PageServices } from "./serve-page.js";
 
 const settings = {
   ui: {
@@ -32,12 +32,13 @@ export const pageCompanion: Companion<typeof settings> = {
     if (!values.ui) return undefined;
     // The budget keeps a fleet view on etcd only (the store's setting is the services').
     const fleet = (values as Record<string, unknown>)["store"] === "etcd";
-    return servePage({ host: "127.0.0.1", port: values.uiPort, services: () => pageConfig(servers(), fleet) });
+    // The services start after the page (their allow-lists name its origins): their URLs are read when asked.
+    return servePage({ host: "127.0.0.1", port: values.uiPort, services: () => pageServices(servers()), fleet: () => fleet });
   },
 };
 
 /** Where the page finds the services: what each listens on. */
-function pageConfig(servers: readonly RunningServer[], fleet: boolean): PageConfig {
+function pageServices(servers: readonly RunningServer[]): PageServices {
   const url = (name: string) => servers.find((server) => server.name === name)?.url ?? "";
-  return { sessionsUrl: url("sessions"), budgetUrl: url("budget"), fleet };
+  return { sessionsUrl: url("sessions"), budgetUrl: url("budget") };
 }

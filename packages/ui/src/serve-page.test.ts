@@ -56,10 +56,38 @@ describe("servePage", () => {
 
   it("tells the page where the services are, asked again for each load", async () => {
     let fleet = false;
-    server = await servePage({ port: 0, services: async () => ({ ...SERVICES, fleet }), assetsDir: assets() });
+    server = await servePage({ port: 0, services: SERVICES, fleet: async () => fleet, assetsDir: assets() });
     expect(JSON.parse((await get(server.url, { path: "/config.json" })).body)).toEqual(SERVICES);
     fleet = true;
     expect(JSON.parse((await get(server.url, { path: "/config.json" })).body)).toMatchObject({ fleet: true });
+  });
+
+  it("asks whether there is a fleet once per /config.json, never for the page's files", async () => {
+    let probes = 0;
+    server = await servePage({
+      port: 0,
+      services: SERVICES,
+      fleet: () => {
+        probes++;
+        return true;
+      },
+      assetsDir: assets(),
+    });
+    for (const p of ["/", "/page.js", "/page.css"]) expect((await get(server.url, { path: p })).status).toBe(200);
+    expect((await get(server.url, { path: "/page.js", method: "HEAD" })).status).toBe(200);
+    expect(probes).toBe(0);
+    expect(JSON.parse((await get(server.url, { path: "/config.json" })).body)).toMatchObject({ fleet: true });
+    expect(probes).toBe(1);
+    await get(server.url, { path: "/config.json" });
+    expect(probes).toBe(2);
+  });
+
+  it("reads the services' URLs when asked, for a page served before the services listen", async () => {
+    let services = { sessionsUrl: "", budgetUrl: "" };
+    server = await servePage({ port: 0, services: () => services, assetsDir: assets() });
+    services = { sessionsUrl: SERVICES.sessionsUrl, budgetUrl: SERVICES.budgetUrl };
+    expect(JSON.parse((await get(server.url, { path: "/config.json" })).body)).toEqual(SERVICES);
+    expect((await get(server.url)).headers["content-security-policy"]).toContain("connect-src 'self' http://127.0.0.1:7301 http://127.0.0.1:7302;");
   });
 
   it("answers only requests addressed to it by a loopback name: another name (a rebound DNS name) gets 421", async () => {

@@ -12,10 +12,14 @@ import { fileURLToPath } from "node:url";
 /** The page's port unless told: one below the sessions service's 7301. */
 export const DEFAULT_PAGE_PORT = 7300;
 
-/** Where the page finds the services, as `/config.json` tells it. */
-export interface PageConfig {
+/** Where the services are: what the page calls, and all its CSP lets it call. */
+export interface PageServices {
   readonly sessionsUrl: string;
   readonly budgetUrl: string;
+}
+
+/** What `/config.json` tells the page: where the services are, and whether to show the fleet. */
+export interface PageConfig extends PageServices {
   /** Whether the budget keeps a fleet view (it runs on etcd): the page asks for it only then. */
   readonly fleet: boolean;
 }
@@ -27,7 +31,12 @@ export interface ServePageOptions {
   /** Default 7300; 0 picks a free one. */
   readonly port?: number | undefined;
   /** The services' URLs; a function when they are known only once the services listen (`berth up --ui` on port 0). */
-  readonly services: PageConfig | (() => PageConfig | Promise<PageConfig>);
+  readonly services: PageServices | (() => PageServices);
+  /**
+   * Whether the budget keeps a fleet view, asked for each `/config.json` (a page's load) and for
+   * nothing else: it may ask the budget itself. Default: no fleet.
+   */
+  readonly fleet?: (() => boolean | Promise<boolean>) | undefined;
   /** Where the built page is (default: this package's dist/page/). */
   readonly assetsDir?: string | undefined;
 }
@@ -79,7 +88,8 @@ export async function servePage(options: ServePageOptions): Promise<PageServer> 
   if (!LOOPBACK_HOSTS.has(host)) throw new Error(`the live page is served on loopback only (127.0.0.1, ::1 or localhost), not ${host}`);
   const assets = loadPageAssets(options.assetsDir);
   const given = options.services;
-  const config = typeof given === "function" ? given : () => given;
+  const services = typeof given === "function" ? given : () => given;
+  const fleet = options.fleet ?? (() => false);
   let allowedHosts = new Set<string>();
   const server = createServer((request, response) => {
     answer(request, response).catch((error: unknown) => {
@@ -103,8 +113,9 @@ export async function servePage(options: ServePageOptions): Promise<PageServer> 
     }
     const path = (request.url ?? "/").split("?")[0]!;
     if (path === "/config.json") {
-      const { sessionsUrl, budgetUrl, fleet } = await config();
-      send(request, response, { body: Buffer.from(JSON.stringify({ sessionsUrl, budgetUrl, fleet })), type: "application/json" }, []);
+      const { sessionsUrl, budgetUrl } = services();
+      const config: PageConfig = { sessionsUrl, budgetUrl, fleet: await fleet() };
+      send(request, response, { body: Buffer.from(JSON.stringify(config)), type: "application/json" }, []);
       return;
     }
     const asset = assets.get(path);
@@ -112,7 +123,7 @@ export async function servePage(options: ServePageOptions): Promise<PageServer> 
       plain(response, 404, "not found: the page is at /\n");
       return;
     }
-    const { sessionsUrl, budgetUrl } = await config();
+    const { sessionsUrl, budgetUrl } = services();
     send(request, response, asset, [sessionsUrl, budgetUrl]);
   }
 

@@ -4,7 +4,7 @@
  * Loads no RPC code, so a bad URL or token file is a usage error before anything else is loaded.
  */
 import { EndpointError, resolveEndpoint, type Endpoint, type ServiceName } from "@berth/client/endpoint";
-import { stringFlag, UsageError, type ParsedArgs } from "../args.js";
+import { parseFlags, stringFlag, UsageError, type FlagSpec, type ParsedArgs } from "../args.js";
 
 export type { Endpoint };
 
@@ -16,4 +16,30 @@ export function endpointFromFlags(service: ServiceName, values: ParsedArgs["valu
     if (error instanceof EndpointError) throw new UsageError(error.message.replace(/^the (sessions|budget) URL/, `--$1-url`));
     throw error;
   }
+}
+
+/** Both services' endpoints, for a command that calls both. */
+export interface ServiceEndpoints {
+  readonly sessions: Endpoint;
+  readonly budget: Endpoint;
+}
+
+/** The flags of a command that calls both services: their URLs, the token file, help. */
+const SERVICES_FLAGS: Readonly<Record<string, FlagSpec>> = {
+  "sessions-url": { type: "string" },
+  "budget-url": { type: "string" },
+  "token-file": { type: "string" },
+  help: { type: "boolean", short: "h" },
+};
+
+/**
+ * The command line of a command that calls both services (`berth mcp`, `berth ui`): no arguments,
+ * the services' flags and the command's own `flags`. Throws UsageError.
+ */
+export function servicesCommandLine(
+  argv: readonly string[],
+  flags: Readonly<Record<string, FlagSpec>> = {},
+): { readonly endpoints: ServiceEndpoints; readonly values: ParsedArgs["values"] } {
+  const { values } = parseFlags(argv, { ...flags, ...SERVICES_FLAGS }, false);
+  return { endpoints: { sessions: endpointFromFlags("sessions", values), budget: endpointFromFlags("budget", values) }, values };
 }

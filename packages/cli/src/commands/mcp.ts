@@ -7,8 +7,8 @@
  * This module is the command's help and command line; the server is in @berth/mcp, loaded by
  * mcp-run.ts once the command line is known to be right.
  */
-import { parseFlags, usageError, UsageError, type FlagSpec } from "../args.js";
-import { endpointFromFlags } from "../client/endpoint-flags.js";
+import { usageError, UsageError } from "../args.js";
+import { servicesCommandLine, type ServiceEndpoints } from "../client/endpoint-flags.js";
 import { EXIT, type Command } from "../command.js";
 import { BUDGET_ENDPOINT_FLAGS, SESSIONS_ENDPOINT_FLAGS } from "../common-help.js";
 import { renderHelp } from "../help.js";
@@ -36,21 +36,13 @@ const HELP = renderHelp({
   examples: ["berth mcp", "berth mcp --sessions-url unix:/run/user/1000/berth-sessions.sock --budget-url unix:/run/user/1000/berth-budget.sock"],
 });
 
-const FLAGS: Readonly<Record<string, FlagSpec>> = {
-  "sessions-url": { type: "string" },
-  "budget-url": { type: "string" },
-  "token-file": { type: "string" },
-  help: { type: "boolean", short: "h" },
-};
-
 export const mcpCommand: Command = {
   name: "mcp",
   help: HELP,
   async run(argv) {
-    let endpoints;
+    let endpoints: ServiceEndpoints;
     try {
-      const parsed = parseFlags(argv, FLAGS, false);
-      endpoints = { sessions: endpointFromFlags("sessions", parsed.values), budget: endpointFromFlags("budget", parsed.values) };
+      ({ endpoints } = servicesCommandLine(argv));
     } catch (error) {
       if (!(error instanceof UsageError)) throw error;
       return usageError("berth mcp", error.message);

@@ -4,8 +4,8 @@
  * asks each one as a browser would (a preflight) and says what to change when one does not.
  * `berth up --ui` serves the same page beside the services, their allow-list already set.
  */
-import { parseFlags, stringFlag, usageError, UsageError, type FlagSpec } from "../args.js";
-import { endpointFromFlags, type Endpoint } from "../client/endpoint-flags.js";
+import { stringFlag, usageError, UsageError, type FlagSpec } from "../args.js";
+import { servicesCommandLine, type Endpoint } from "../client/endpoint-flags.js";
 import { EXIT, type Command } from "../command.js";
 import { DEFAULT_BUDGET_URL, DEFAULT_SESSIONS_URL } from "../common-help.js";
 import { renderHelp } from "../help.js";
@@ -46,13 +46,8 @@ const HELP = renderHelp({
   ],
 });
 
-const FLAGS: Readonly<Record<string, FlagSpec>> = {
-  "ui-port": { type: "string" },
-  "sessions-url": { type: "string" },
-  "budget-url": { type: "string" },
-  "token-file": { type: "string" },
-  help: { type: "boolean", short: "h" },
-};
+/** Its own flags; the services' are every such command's (`servicesCommandLine`). */
+const FLAGS: Readonly<Record<string, FlagSpec>> = { "ui-port": { type: "string" } };
 
 /** `berth ui`. */
 export const uiCommand: Command = {
@@ -63,9 +58,8 @@ export const uiCommand: Command = {
     let budget: Endpoint;
     let port: number;
     try {
-      const { values } = parseFlags(argv, FLAGS, false);
-      sessions = endpointFromFlags("sessions", values);
-      budget = endpointFromFlags("budget", values);
+      const { endpoints, values } = servicesCommandLine(argv, FLAGS);
+      ({ sessions, budget } = endpoints);
       for (const endpoint of [sessions, budget]) {
         if (!endpoint.url.startsWith("http:")) throw new UsageError(`--${endpoint.service}-url: a page calls http://HOST:PORT, not ${endpoint.url}`);
       }
@@ -77,7 +71,7 @@ export const uiCommand: Command = {
     const { servePage } = await import("@berth/ui/serve-page");
     let page;
     try {
-      page = await servePage({ port, services: async () => ({ sessionsUrl: sessions.url, budgetUrl: budget.url, fleet: await keepsFleet(budget) }) });
+      page = await servePage({ port, services: { sessionsUrl: sessions.url, budgetUrl: budget.url }, fleet: () => keepsFleet(budget) });
     } catch (error) {
       process.stderr.write(`berth ui: ${(error as Error).message}\n`);
       return EXIT.failed;
