@@ -41,17 +41,20 @@ import { ReservationBook, reservationNotFound } from "./reservations.js";
 import { DEFAULT_ADMIT_RESUME_GRACE_MS, ResumableAdmissions, type AdmitStreamHooks, type AttachResult } from "./resumable-admissions.js";
 import { usualWords, type Holding } from "./eta.js";
 import { RunTimes } from "./run-times.js";
+import { topConsumers, type ProcessTable } from "./process-table.js";
 import type { RunningChange, RunningEntry } from "./running-tally.js";
 import { RunningTally } from "./running-tally.js";
 import type { MachineSample, Sampler } from "./sampler.js";
 import type { CheckOptions, Committed, Reason, Verdict, VerdictContext } from "./verdict.js";
-import { check, cpuGate, freeMemory } from "./verdict.js";
+import { CONSUMERS_NAMED, check, cpuGate, freeMemory } from "./verdict.js";
 
 /** Options of {@link createBudget}. */
 export interface BudgetOptions {
   policy: Policy;
   /** The service's one sampler. The budget subscribes to it; starting and closing it is the caller's. */
   sampler: Sampler;
+  /** The machine's processes, read when a refusal or a wait names who uses the memory or cpu it is short of. None: reasons name berth's own work only. */
+  processes?: ProcessTable | undefined;
   clock?: Clock | undefined;
   /** The state directory: the running tally is kept in `<stateDir>/budget/running.json`. Undefined: in memory only. */
   stateDir?: string | undefined;
@@ -450,6 +453,17 @@ export async function createBudget(options: BudgetOptions): Promise<Budget> {
     return found;
   };
 
+  /** The machine's largest users of memory and cpu, berth's running work named by its pid. */
+  const processes = options.processes;
+  const machineConsumers =
+    processes === undefined
+      ? undefined
+      : {
+          memory: () => topConsumers(processes.reading(), "memory", CONSUMERS_NAMED, berthPids()),
+          cpu: () => topConsumers(processes.reading(), "cpu", CONSUMERS_NAMED, berthPids()),
+        };
+  const berthPids = () => new Map(tally.entries().flatMap((entry) => (entry.pid === undefined ? [] : [[entry.pid, entry.name] as const])));
+
   const context = (): VerdictContext => {
     const sample = options.sampler.latest();
     return {
@@ -457,6 +471,7 @@ export async function createBudget(options: BudgetOptions): Promise<Budget> {
       committed: committed(),
       sample,
       unseenMemoryBytes: sample ? book.unseenSince(sample.monotonicAt) + tally.unseenSince(sample.monotonicAt) : 0,
+      machineConsumers,
     };
   };
 

@@ -15,3 +15,4 @@ export * from "./budget.js";
 export type { BudgetAnswer, RunningAnswer } from "./keyed-requests.js";
 export { DEFAULT_ADMIT_RESUME_GRACE_MS, type AdmitAttachment, type AdmitStreamEnd, type AdmitStreamHooks, type AttachResult } from "./resumable-admissions.js";
 export * from "./fleet.js";
+export { ProcessTable, topConsumers, type Consumer, type ProcessReading, type ProcessUsage } from "./process-table.js";

@@ -66,8 +66,17 @@ describe("check", () => {
       need(2 * G, 1),
       { committed: committed(7 * G, 1) },
       {},
-      [{ gate: "memory_budget", needed: 2 * G, available: G, limit: 8 * G, setting: "BERTH_BUDGET_MEMORY" }],
-      "memory: needs 2G, the budget has 1G of 8G free (berth has committed 7G)",
+      [
+        {
+          gate: "memory_budget",
+          needed: 2 * G,
+          available: G,
+          limit: 8 * G,
+          setting: "BERTH_BUDGET_MEMORY",
+          consumers: [{ name: "web up", memoryBytes: 7 * G, berth: true }],
+        },
+      ],
+      "memory: needs 2G, the budget has 1G of 8G free (berth has committed 7G); held by: 'web up' 7G",
     ],
     [
       "cpu budget",
@@ -75,7 +84,7 @@ describe("check", () => {
       { committed: committed(G, 3) },
       {},
       [{ gate: "cpu_budget", needed: 2, available: 1, limit: 4, setting: "BERTH_BUDGET_CPU" }],
-      "cpu: needs 2, the budget has 1 of 4 free",
+      "cpu: needs 2, the budget has 1 of 4 free; held by: 'web up' 3 cpu",
     ],
     [
       "free memory below the reserve",
@@ -115,7 +124,7 @@ describe("check", () => {
       { committed: committed(7 * G, 0), sample: sample({ load1: 99 }) },
       { skipLoadGate: true },
       [{ gate: "memory_budget" }],
-      "memory: needs 2G, the budget has 1G of 8G free (berth has committed 7G)",
+      "memory: needs 2G, the budget has 1G of 8G free (berth has committed 7G); held by: 'web up' 7G",
     ],
     [
       "several reasons, in gate order",
@@ -123,7 +132,7 @@ describe("check", () => {
       { committed: committed(7 * G, 3), sample: sample({ availableBytes: 2 * G, pressure: { cpu: psi(90, 90) } }) },
       {},
       [{ gate: "memory_budget" }, { gate: "cpu_budget" }, { gate: "free_memory" }, { gate: "cpu_pressure" }],
-      "memory: needs 2G, the budget has 1G of 8G free (berth has committed 7G); cpu: needs 2, the budget has 1 of 4 free; free memory: the box has 2G available and keeps 1G in reserve (BERTH_BUDGET_RESERVE); cpu pressure: runnable work waited 90% of the last 10s and 90% of the last minute (limit 80%, BERTH_BUDGET_CPU_PRESSURE)",
+      "memory: needs 2G, the budget has 1G of 8G free (berth has committed 7G); held by: 'web up' 7G; cpu: needs 2, the budget has 1 of 4 free; held by: 'web up' 3 cpu; free memory: the box has 2G available and keeps 1G in reserve (BERTH_BUDGET_RESERVE); cpu pressure: runnable work waited 90% of the last 10s and 90% of the last minute (limit 80%, BERTH_BUDGET_CPU_PRESSURE)",
     ],
     [
       "PSI present: the load average is not consulted",
@@ -167,5 +176,38 @@ describe("check", () => {
     for (const [want, context] of cases) {
       expect(refusingGates(want, ctx(context)) === 0).toBe(check(want, ctx(context)).fits);
     }
+  });
+});
+
+describe("who uses what a gate is short of", () => {
+  const processes = {
+    memory: () => [
+      { name: "chromium", processes: 12, memoryBytes: 4.1 * G, cpu: 1.5, berth: false },
+      { name: "node", pid: 812, processes: 1, memoryBytes: 2 * G, cpu: 0.2, berth: false },
+      { name: "npm run build", pid: 900, processes: 1, memoryBytes: G, cpu: 0.9, berth: true },
+    ],
+    cpu: () => [
+      { name: "chromium", processes: 12, memoryBytes: 4.1 * G, cpu: 1.5, berth: false },
+      { name: "npm run build", pid: 900, processes: 1, memoryBytes: G, cpu: 0.9, berth: true },
+    ],
+  };
+
+  it("names the machine's largest processes after free memory's and the cpu gates' sentences, berth's running work as berth's", () => {
+    const memory = check(need(2 * G, 1), ctx({ sample: sample({ availableBytes: 2.5 * G }), machineConsumers: processes }));
+    expect(memory.waitFor).toBe(
+      "free memory: the box has 2.5G available and keeps 1G in reserve (BERTH_BUDGET_RESERVE); held by: chromium (12 processes) 4.1G, node (pid 812) 2G, berth: 'npm run build' 1G",
+    );
+    expect(memory.reasons[0]!.consumers).toHaveLength(3);
+    const load = check(need(G, 1), ctx({ sample: sample({ load1: 6.25 }), machineConsumers: processes }));
+    expect(load.waitFor).toBe(
+      "load: 6.3 on 4 cores is above 1.5 per core (BERTH_BUDGET_LOAD_PER_CORE); busy: chromium (12 processes) 1.5 cpu, berth: 'npm run build' 0.9 cpu",
+    );
+  });
+
+  it("names nothing it does not know: no process table, or an impossible need", () => {
+    expect(check(need(2 * G, 1), ctx({ sample: sample({ availableBytes: 2.5 * G }) })).reasons[0]!.consumers).toBeUndefined();
+    expect(check(need(9 * G, 1), ctx({ committed: committed(7 * G, 1), machineConsumers: processes })).impossible).toBe(
+      "it needs 9G of memory and the whole budget is 8G (BERTH_BUDGET_MEMORY)",
+    );
   });
 });

@@ -19,6 +19,7 @@ import { formatSize } from "@berth/shared/units";
 import type { Resources } from "./costs.js";
 import { isZero } from "./costs.js";
 import type { Policy } from "./policy.js";
+import type { Consumer } from "./process-table.js";
 import type { MachineSample } from "./sampler.js";
 
 /** The gate a reason comes from. `queue` is the queue itself: requests ahead, or a full queue. */
@@ -39,7 +40,12 @@ export interface Reason {
   observed?: number | undefined;
   /** The environment variable that changes the limit. */
   setting?: string | undefined;
+  /** The largest users of what the gate is short of, largest first: berth's own work for the budget gates, the machine's processes for the others. */
+  consumers?: Consumer[] | undefined;
 }
+
+/** How many consumers a reason names. */
+export const CONSUMERS_NAMED = 3;
 
 /** One contributor to what berth has committed. */
 export interface CommittedItem {
@@ -65,6 +71,8 @@ export interface VerdictContext {
   sample?: MachineSample | undefined;
   /** Memory admitted since `sample` was taken, which it cannot show yet. */
   unseenMemoryBytes?: number | undefined;
+  /** The machine's largest users of memory and of cpu (process-table.ts), asked for only when a machine gate refuses. */
+  machineConsumers?: { memory(): Consumer[]; cpu(): Consumer[] } | undefined;
 }
 
 /** Options of a check. */
@@ -226,7 +234,45 @@ export function reasonsFor(gates: number, need: Resources, context: VerdictConte
       setting: "BERTH_BUDGET_LOAD_PER_CORE",
     });
   }
+  if (!(gates & IMPOSSIBLE)) for (const reason of reasons) nameConsumers(reason, context);
   return reasons;
+}
+
+/**
+ * Names who holds what the reason's gate is short of, after the seed's sentence: berth's own
+ * reservations and running work for the budget gates, the machine's processes for free memory
+ * and the cpu gates ("; held by: chromium (12 processes) 4.1G, node (pid 812) 2.2G").
+ */
+function nameConsumers(reason: Reason, context: VerdictContext): void {
+  let consumers: Consumer[];
+  let by: "memory" | "cpu";
+  if (reason.gate === "memory_budget" || reason.gate === "cpu_budget") {
+    by = reason.gate === "memory_budget" ? "memory" : "cpu";
+    consumers = [...context.committed.items]
+      .sort((a, b) => (by === "memory" ? b.memoryBytes - a.memoryBytes || b.cpu - a.cpu : b.cpu - a.cpu || b.memoryBytes - a.memoryBytes))
+      .filter((item) => (by === "memory" ? item.memoryBytes > 0 : item.cpu > 0))
+      .slice(0, CONSUMERS_NAMED)
+      .map((item) => ({ name: item.label, processes: 0, memoryBytes: item.memoryBytes, cpu: item.cpu, berth: true }));
+  } else if (context.machineConsumers === undefined) return;
+  else if (reason.gate === "free_memory") {
+    by = "memory";
+    consumers = context.machineConsumers.memory();
+  } else {
+    by = "cpu";
+    consumers = context.machineConsumers.cpu();
+  }
+  if (consumers.length === 0) return;
+  reason.consumers = consumers;
+  const label = reason.gate === "cpu_pressure" || reason.gate === "load" ? "busy" : "held by";
+  reason.message = `${reason.message}; ${label}: ${consumers.map((c) => consumerText(c, by)).join(", ")}`;
+}
+
+/** One consumer in words: "chromium (12 processes) 4.1G", "node (pid 812) 2.2G", "berth: 'npm run build' 1G", "'db' 0.5 cpu". */
+export function consumerText(consumer: Consumer, by: "memory" | "cpu"): string {
+  const amount = by === "memory" ? formatSize(consumer.memoryBytes) : `${round(consumer.cpu)} cpu`;
+  if (consumer.berth) return consumer.processes === 0 ? `'${consumer.name}' ${amount}` : `berth: '${consumer.name}' ${amount}`;
+  const which = consumer.pid !== undefined ? `pid ${consumer.pid}` : `${consumer.processes} processes`;
+  return `${consumer.name} (${which}) ${amount}`;
 }
 
 /** Joins reasons the way the seed writes them: "a; b". */

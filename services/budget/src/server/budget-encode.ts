@@ -7,6 +7,7 @@ import { create } from "@bufbuild/protobuf";
 import type { Duration, Timestamp } from "@bufbuild/protobuf/wkt";
 import { DurationSchema, TimestampSchema } from "@bufbuild/protobuf/wkt";
 import {
+  ConsumerSchema,
   CgroupLimitsSchema,
   CommittedItemSchema,
   CommittedSchema,
@@ -272,6 +273,16 @@ export function waitReasonToProto(reason: Reason, context: ReasonContext, aheadC
     setting: reason.setting ?? "",
     holders,
     observed,
+    consumers: (reason.consumers ?? []).map((c) =>
+      create(ConsumerSchema, {
+        name: c.name,
+        pid: c.pid ?? 0,
+        processes: c.processes,
+        memoryBytes: BigInt(Math.round(c.memoryBytes)),
+        cpu: c.cpu,
+        berth: c.berth,
+      }),
+    ),
   });
 }
 

@@ -8,6 +8,7 @@
  * effect at once and re-checks the queue.
  */
 import { hostname } from "node:os";
+import { systemClock } from "@berth/shared/clock";
 import { BudgetService } from "@berth/api/berth/budget/v1/budget_service_pb";
 import type { EtcdClient } from "@berth/etcd";
 import { checkEtcdSettings, etcdClientOf } from "@berth/etcd/settings";
@@ -15,7 +16,7 @@ import type { Logger } from "pino";
 import { implement, serveElected, type ServerContext, type ServiceDefinition } from "@berth/shared/server/index";
 import type { ServerMetrics } from "@berth/shared/server/index";
 import type { Budget, BudgetState, FleetPublisher, FleetReports, MachineSampler } from "../index.js";
-import { createBudget, createSampler, machineFactsOf, policyFromConfig, samplerOptionsFromConfig, startFleetReports } from "../index.js";
+import { createBudget, createSampler, machineFactsOf, policyFromConfig, ProcessTable, samplerOptionsFromConfig, startFleetReports } from "../index.js";
 import { EtcdFleetPublisher } from "../etcd/index.js";
 import type { BudgetHandlerStats } from "./budget-handlers.js";
 import { createBudgetHandlers } from "./budget-handlers.js";
@@ -128,6 +129,7 @@ export function createBudgetService(options: BudgetServiceOptions = {}): Service
             budget = await createBudget({
               policy,
               sampler,
+              processes: new ProcessTable({ clock: systemClock, procRoot: values.procRoot }),
               stateDir: values.stateDir,
               logger,
               idempotencyWindowMs: values.idempotencyWindow,
