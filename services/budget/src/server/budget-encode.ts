@@ -8,6 +8,7 @@ import type { Duration, Timestamp } from "@bufbuild/protobuf/wkt";
 import { DurationSchema, TimestampSchema } from "@bufbuild/protobuf/wkt";
 import {
   CgroupLimitsSchema,
+  CgroupVersion,
   CommittedItemSchema,
   CommittedSchema,
   CostSchema,
@@ -169,6 +170,7 @@ export function machineToProto(sample: MachineSample | undefined): Machine | und
             memoryAvailable: sample.source === "cgroup" ? optionalBytes(sample.availableBytes) : undefined,
             cpuQuota: cgroup.cpuQuota,
             cpusetCpus: cgroup.cpusetCpus,
+            version: cgroup.version === "v1" ? CgroupVersion.V1 : CgroupVersion.V2,
           }),
     source: sample.source === "cgroup" ? SampleSource.CGROUP : SampleSource.HOST,
   });
