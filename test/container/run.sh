@@ -13,8 +13,11 @@
 # process in the running tally and sees it end with that process (the host pid namespace), takes a
 # source lock on the host with the seed's lock-file protocol and sees the containerised service
 # honour it (Inspect names the host holder, Acquire waits for it) and the reverse (a host process
-# using the seed's protocol waits for a lock the container holds), checks the journal and the
-# fencing tokens survive `down` and `up`, checks `docker stop` takes < 3 s; then brings up
+# using the seed's protocol waits for a lock the container holds), checks that a budget run alone
+# with `--memory 512m --cpus 1` (and the sample source auto) reports those limits, read from the
+# host's cgroup hierarchy (v1, hybrid or v2), with and without a cgroup namespace, and refuses a need
+# above them (`berth admit` exits 80), checks the journal and the fencing tokens survive `down` and
+# `up`, checks `docker stop` takes < 3 s; then brings up
 # docker-compose.etcd.yml (three etcd members built from deploy/etcd.Dockerfile, two sessions
 # instances of the image) and checks the two instances act as one, also with a member stopped; and
 # tears everything down (containers, volumes, the images it built, the scratch project).
@@ -24,8 +27,8 @@
 #
 # Typical duration, measured on a 2-core machine: about 75 s with the base image and the build cache
 # in place (the TypeScript stage rebuilds when sources changed); about 5 min 45 s without them (base
-# image ~1 min 50 s, cold build ~3 min), plus the one-time apt install of docker.io (~1 min). Every
-# step prints its elapsed time.
+# image ~1 min 50 s, cold build ~3 min), plus the one-time apt install of docker.io (~1 min); the two
+# budgets held to their container's limits add about 30 s to each. Every step prints its elapsed time.
 #
 # Environment:
 #   BERTH_CONTAINER_TEST_KEEP_CACHE=0   also remove the build-stage cache images (kept by default:
@@ -70,6 +73,7 @@ etcd_stack_up=0
 etcd_image=""
 fresh_image=""
 fresh_container=""
+limited_container=""
 work=$(mktemp -d)
 # The user's project, made below. Not under /tmp, which is a tmpfs inside the containers.
 project_dir=""
@@ -98,6 +102,7 @@ cleanup() {
   fi
   [ -n "$etcd_image" ] && docker image rm -f "$etcd_image" >/dev/null 2>&1
   [ -n "$fresh_container" ] && docker rm -f "$fresh_container" >/dev/null 2>&1
+  [ -n "$limited_container" ] && docker rm -f -v "$limited_container" >/dev/null 2>&1
   [ -n "$fresh_image" ] && docker image rm -f "$fresh_image" >/dev/null 2>&1
   if [ "$stack_up" -eq 1 ]; then
     step "teardown: down -v (containers, network, state volume)"
@@ -558,6 +563,53 @@ grep -q '"pageUrl":"http://localhost:3000"' <<<"$out" || fail "berth sessions ge
 out=$(compose exec -T budget berth budget state --json 2>&1) || fail "berth budget state in the container: $out"
 grep -q '"policy"' <<<"$out" || fail "berth budget state in the container: $out"
 done_step
+
+# --- 7c. a budget held to its container's limits ------------------------------------------------------
+# A budget started with `docker run --memory 512m --cpus 1` and the sample source `auto` must budget
+# for those limits, whichever cgroup hierarchy the host has (v1, hybrid or v2), with and without a
+# cgroup namespace (Docker's default on a v1 host is none: the container sees its own cgroup at the
+# mount point, /proc/self/cgroup naming /docker/<id>). Its own loopback only (--network none): the
+# berth command runs inside it.
+if [ "$(stat -fc %T /sys/fs/cgroup)" = cgroup2fs ]; then want_version=CGROUP_VERSION_V2; else want_version=CGROUP_VERSION_V1; fi
+for cgroupns in host private; do
+  step "a budget in a container of 512 MiB and 1 cpu (--cgroupns $cgroupns, sample source auto) reports them and refuses a need above them"
+  limited_container="berth-limited-$cgroupns-$run_id"
+  docker run -d --name "$limited_container" --memory 512m --cpus 1 --cgroupns "$cgroupns" --network none \
+    --read-only --tmpfs /tmp --cap-drop ALL --security-opt no-new-privileges:true \
+    -e BERTH_SERVICE=budget -e BERTH_TOKEN="$token" -e BERTH_BUDGET_SAMPLE_SOURCE=auto \
+    "$image" >/dev/null || fail "docker run of the limited budget failed"
+  deadline=$(($(date +%s) + 60))
+  until out=$(docker exec "$limited_container" berth budget machine --json 2>&1); do
+    [ "$(docker inspect --format '{{.State.Status}}' "$limited_container")" = running ] || fail "the limited budget exited: $(docker logs --tail 20 "$limited_container" 2>&1)"
+    [ "$(date +%s)" -lt "$deadline" ] || fail "the limited budget did not answer GetMachine within 60 s: $out"
+    sleep 0.5
+  done
+  machine=$(json .machine <<<"$out")
+  [ "$(json .source <<<"$machine")" = SAMPLE_SOURCE_CGROUP ] || fail "the limited budget does not budget for its cgroup: $out"
+  [ "$(json .cgroup.version <<<"$machine")" = "$want_version" ] || fail "the limited budget read $(json .cgroup.version <<<"$machine"), expected $want_version: $out"
+  [ "$(json .cgroup.memoryMax <<<"$machine")" = 536870912 ] || fail "the limited budget's memory limit is not 512 MiB: $out"
+  [ "$(json .totalBytes <<<"$machine")" = 536870912 ] || fail "the limited budget's total memory is not its 512 MiB: $out"
+  available=$(json .availableBytes <<<"$machine")
+  [ -n "$available" ] && [ "$available" -le 536870912 ] || fail "the limited budget's available memory is above its limit: $out"
+  [ "$(json .cgroup.cpuQuota <<<"$machine")" = 1 ] || fail "the limited budget's cpu quota is not 1: $out"
+  [ "$(json .cores <<<"$machine")" = 1 ] || fail "the limited budget's cores are not its 1 cpu: $out"
+  cgroup_line=$(docker exec "$limited_container" berth budget machine 2>&1 | grep '^cgroup') || fail "berth budget machine prints no cgroup line"
+  echo "  $cgroup_line"
+  # 1G is more than the whole budget of a 512 MiB machine (75 % of it): never admitted, at once.
+  refused=0
+  out=$(docker exec "$limited_container" berth admit --memory 1G --max-wait 0 --json -- true 2>&1) || refused=$?
+  [ "$refused" = 80 ] || fail "berth admit --memory 1G in the 512 MiB container exited $refused, expected 80 (impossible): $out"
+  grep -q '"event":"refused"' <<<"$out" || fail "berth admit --memory 1G: no refused event: $out"
+  refused=0
+  out=$(docker exec "$limited_container" berth admit --cpu 2 --memory 16M --max-wait 0 --json -- true 2>&1) || refused=$?
+  [ "$refused" = 80 ] || fail "berth admit --cpu 2 in the 1 cpu container exited $refused, expected 80 (impossible): $out"
+  out=$(docker exec "$limited_container" berth admit --memory 64M --cpu 0.5 --max-wait 10s --json -- true 2>&1) || fail "berth admit --memory 64M --cpu 0.5 in the container: $out"
+  state=$(docker exec "$limited_container" berth budget state --json 2>&1) || fail "berth budget state in the limited container: $state"
+  budget_mib=$(($(json .policy.memoryBytes <<<"$state") / 1048576))
+  docker rm -f -v "$limited_container" >/dev/null 2>&1
+  limited_container=""
+  done_step "$(json .cgroup.version <<<"$machine") $(json .cgroup.path <<<"$machine"): 512 MiB total, $((available / 1048576)) MiB available, quota 1 cpu; budget ${budget_mib} MiB, $(json .policy.cpu <<<"$state") cpu; 1G and 2 cpus refused (exit 80), 64M and 0.5 cpu admitted"
+done
 
 # --- 8. restart -------------------------------------------------------------------------------------
 step "docker-compose down (keeping the volume), up again"

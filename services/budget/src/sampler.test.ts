@@ -5,16 +5,7 @@ import { afterAll, describe, expect, it, vi } from "vitest";
 import { ManualClock } from "@berth/shared/clock";
 import type { MachineSample } from "./sampler.js";
 import { loadConfig } from "@berth/shared/config";
-import {
-  SAMPLER_SETTINGS,
-  countCpuset,
-  createSampler,
-  machineFactsOf,
-  parseCpuMax,
-  parsePressure,
-  readMachineSample,
-  samplerOptionsFromConfig,
-} from "./sampler.js";
+import { SAMPLER_SETTINGS, createSampler, machineFactsOf, parsePressure, readMachineSample, samplerOptionsFromConfig } from "./sampler.js";
 
 /** While `refuse`, every read of the sampler's fails for want of a descriptor. */
 const reads = vi.hoisted(() => ({ refuse: false }));
@@ -101,6 +92,7 @@ describe("readMachineSample", () => {
     const sample = await readMachineSample({ ...roots, cores });
     expect(sample.source).toBe("cgroup");
     expect(sample.cgroup).toEqual({
+      version: "v2",
       path: "/parent/child",
       memoryLimitBytes: 2 * G,
       memoryCurrentBytes: G,
@@ -207,6 +199,7 @@ describe("readMachineSample", () => {
       load15: undefined,
       pressure: {},
       cgroup: {
+        version: "v2",
         path: "/box",
         memoryLimitBytes: 2 * G,
         memoryCurrentBytes: undefined,
@@ -225,22 +218,198 @@ describe("readMachineSample", () => {
   });
 });
 
+/** A mountinfo line of a cgroup hierarchy: the cgroup it shows as its root, where, and its super options (v1's controllers). */
+const cgroupMount = (id: number, root: string, mountPoint: string, fsType: "cgroup" | "cgroup2", superOptions: string) =>
+  `${id} 30 0:${id} ${root} ${mountPoint} rw,nosuid,nodev,noexec,relatime shared:${id} - ${fsType} cgroup ${superOptions}\n`;
+/** A v1 host's mounts as systemd makes them (cpu and cpuacct together), each hierarchy showing `root`; with a unified mount, a hybrid host. */
+const v1Mounts = (root: string, options: { unified?: boolean } = {}) =>
+  "25 1 0:23 / /sys rw,nosuid,nodev,noexec,relatime shared:7 - sysfs sysfs rw\n" +
+  "30 25 0:27 / /sys/fs/cgroup ro,nosuid,nodev,noexec shared:9 - tmpfs tmpfs ro,mode=755\n" +
+  (options.unified ? cgroupMount(31, root, "/sys/fs/cgroup/unified", "cgroup2", "rw,nsdelegate") : "") +
+  cgroupMount(32, root, "/sys/fs/cgroup/systemd", "cgroup", "rw,xattr,name=systemd") +
+  cgroupMount(35, root, "/sys/fs/cgroup/memory", "cgroup", "rw,memory") +
+  cgroupMount(36, root, "/sys/fs/cgroup/cpu,cpuacct", "cgroup", "rw,cpu,cpuacct") +
+  cgroupMount(37, root, "/sys/fs/cgroup/cpuset", "cgroup", "rw,cpuset");
+/** `/proc/self/cgroup` of a process in `path` of every v1 hierarchy (and of the unified one on a hybrid host). */
+const v1Membership = (path: string, options: { unified?: boolean } = {}) =>
+  `12:cpuset:${path}\n11:memory:${path}\n5:cpu,cpuacct:${path}\n1:name=systemd:${path}\n${options.unified ? `0::${path}\n` : ""}`;
+/** What v1 reads when nothing is limited: LONG_MAX rounded down to the 4 KiB page. */
+const V1_UNLIMITED = "9223372036854771712\n";
+/** A v1 `memory.stat`: the level's own figures, then the subtree's (`total_*`) and the limit over all ancestors. */
+const v1Stat = (options: { hierarchicalLimit: string; inactiveFile: number; totalInactiveFile: number }) =>
+  `cache 1000\nrss 2000\ninactive_file ${options.inactiveFile}\nhierarchical_memory_limit ${options.hierarchicalLimit.trim()}\n` +
+  `hierarchical_memsw_limit ${V1_UNLIMITED.trim()}\ntotal_cache 1000\ntotal_inactive_file ${options.totalInactiveFile}\n`;
+
+describe("readMachineSample on cgroup v1 and hybrid hosts", () => {
+  it("v1: the ancestors' tighter limits, usage less total_inactive_file, cfs quota -1 below a quota, capped by cpuset.cpus", async () => {
+    const roots = fixture({
+      ...host,
+      "proc/self/cgroup": v1Membership("/parent/child"),
+      "proc/self/mountinfo": v1Mounts("/"),
+      "sys/memory/memory.limit_in_bytes": V1_UNLIMITED,
+      "sys/memory/memory.usage_in_bytes": `${12 * G}\n`,
+      "sys/memory/parent/memory.limit_in_bytes": `${2 * G}\n`,
+      "sys/memory/parent/memory.usage_in_bytes": `${1.5 * G}\n`,
+      "sys/memory/parent/memory.stat": v1Stat({ hierarchicalLimit: `${2 * G}`, inactiveFile: 0, totalInactiveFile: 0.5 * G }),
+      "sys/memory/parent/child/memory.limit_in_bytes": V1_UNLIMITED,
+      "sys/memory/parent/child/memory.usage_in_bytes": `${G}\n`,
+      // The child's own inactive_file is not the subtree's: usage_in_bytes counts the subtree, so total_inactive_file goes with it.
+      "sys/memory/parent/child/memory.stat": v1Stat({ hierarchicalLimit: `${2 * G}`, inactiveFile: 0.125 * G, totalInactiveFile: 0.25 * G }),
+      "sys/cpu,cpuacct/cpu.cfs_quota_us": "-1\n",
+      "sys/cpu,cpuacct/cpu.cfs_period_us": "100000\n",
+      "sys/cpu,cpuacct/parent/cpu.cfs_quota_us": "150000\n",
+      "sys/cpu,cpuacct/parent/cpu.cfs_period_us": "100000\n",
+      "sys/cpu,cpuacct/parent/child/cpu.cfs_quota_us": "-1\n",
+      "sys/cpu,cpuacct/parent/child/cpu.cfs_period_us": "100000\n",
+      "sys/cpuset/parent/child/cpuset.cpus": "0-3\n",
+    });
+    const sample = await readMachineSample({ ...roots, cores });
+    expect(sample.source).toBe("cgroup");
+    expect(sample.cgroup).toEqual({
+      version: "v1",
+      path: "/parent/child",
+      memoryLimitBytes: 2 * G,
+      memoryCurrentBytes: G,
+      inactiveFileBytes: 0.25 * G,
+      cpuQuota: 1.5,
+      cpusetCpus: 4,
+    });
+    // parent: 2G - (1.5G - 0.5G) = 1G; child: unlimited; host: 10G. The least wins.
+    expect(sample.availableBytes).toBe(G);
+    expect(sample.totalBytes).toBe(2 * G);
+    expect(sample.cpuLimit).toBe(1.5);
+    // v1 has no pressure files per cgroup: the host's.
+    expect(sample.pressure.cpu).toMatchObject({ avg10: 12.5, scope: "host" });
+  });
+
+  it("v1: the unlimited value and quota -1 everywhere is no limit: the host in auto mode; the cgroup's figures when asked", async () => {
+    const files = {
+      ...host,
+      "proc/self/cgroup": v1Membership("/system.slice/berth.service"),
+      "proc/self/mountinfo": v1Mounts("/"),
+      "sys/memory/memory.limit_in_bytes": V1_UNLIMITED,
+      "sys/memory/system.slice/memory.limit_in_bytes": V1_UNLIMITED,
+      "sys/memory/system.slice/berth.service/memory.limit_in_bytes": V1_UNLIMITED,
+      "sys/memory/system.slice/berth.service/memory.usage_in_bytes": `${G}\n`,
+      "sys/memory/system.slice/berth.service/memory.stat": v1Stat({ hierarchicalLimit: V1_UNLIMITED, inactiveFile: 0, totalInactiveFile: 0 }),
+      "sys/cpu,cpuacct/system.slice/berth.service/cpu.cfs_quota_us": "-1\n",
+      "sys/cpu,cpuacct/system.slice/berth.service/cpu.cfs_period_us": "100000\n",
+      "sys/cpuset/system.slice/berth.service/cpuset.cpus": "0-7\n",
+    };
+    expect(await readMachineSample({ ...fixture(files), cores })).toMatchObject({ source: "host", totalBytes: 16 * G, availableBytes: 10 * G });
+    const forced = await readMachineSample({ ...fixture(files), cores, source: "cgroup" });
+    expect(forced).toMatchObject({ source: "cgroup", totalBytes: 16 * G, availableBytes: 10 * G, cpuLimit: 8 });
+    expect(forced.cgroup).toEqual({
+      version: "v1",
+      path: "/system.slice/berth.service",
+      memoryLimitBytes: undefined,
+      memoryCurrentBytes: G,
+      inactiveFileBytes: 0,
+      cpuQuota: undefined,
+      cpusetCpus: 8,
+    });
+  });
+
+  it("v1 with 64 KiB pages: their unlimited value is no limit either", async () => {
+    const roots = fixture({
+      ...host,
+      "proc/self/cgroup": v1Membership("/box"),
+      "proc/self/mountinfo": v1Mounts("/"),
+      "sys/memory/box/memory.limit_in_bytes": "9223372036854710272\n",
+      "sys/memory/box/memory.usage_in_bytes": `${G}\n`,
+    });
+    expect((await readMachineSample({ ...roots, cores })).source).toBe("host");
+  });
+
+  it("a container of a v1 host without a cgroup namespace: the mounts show its own cgroup, the ancestors' limit comes from hierarchical_memory_limit", async () => {
+    const roots = fixture({
+      ...host,
+      "proc/self/cgroup": v1Membership("/docker/abc"),
+      // The mounts show /docker/abc at each mount point; nothing above it is visible.
+      "proc/self/mountinfo": v1Mounts("/docker/abc"),
+      "sys/memory/memory.limit_in_bytes": `${4 * G}\n`,
+      "sys/memory/memory.usage_in_bytes": `${1.5 * G}\n`,
+      "sys/memory/memory.stat": v1Stat({ hierarchicalLimit: `${2 * G}`, inactiveFile: 0.5 * G, totalInactiveFile: 0.5 * G }),
+      "sys/cpu,cpuacct/cpu.cfs_quota_us": "50000\n",
+      "sys/cpu,cpuacct/cpu.cfs_period_us": "100000\n",
+    });
+    const sample = await readMachineSample({ ...roots, cores });
+    expect(sample.cgroup).toMatchObject({ version: "v1", path: "/docker/abc", memoryLimitBytes: 2 * G, cpuQuota: 0.5, cpusetCpus: undefined });
+    // The ancestor's usage cannot be read: the cgroup's own (1.5G - 0.5G) stands in: 2G - 1G.
+    expect(sample).toMatchObject({ source: "cgroup", totalBytes: 2 * G, availableBytes: G, cpuLimit: 0.5 });
+  });
+
+  it("a v1 cgroup namespace (4:memory:/): the mount root is the container's cgroup, as `--memory 512m --cpus 1` sets it", async () => {
+    const M = 1024 ** 2;
+    const { "proc/pressure/cpu": _c, "proc/pressure/memory": _m, "proc/pressure/io": _i, ...noPsi } = host;
+    const roots = fixture({
+      ...noPsi,
+      "proc/self/cgroup": v1Membership("/"),
+      "proc/self/mountinfo": v1Mounts("/"),
+      "sys/memory/memory.limit_in_bytes": `${512 * M}\n`,
+      "sys/memory/memory.usage_in_bytes": `${200 * M}\n`,
+      "sys/memory/memory.stat": v1Stat({ hierarchicalLimit: `${512 * M}`, inactiveFile: 50 * M, totalInactiveFile: 50 * M }),
+      "sys/cpu,cpuacct/cpu.cfs_quota_us": "100000\n",
+      "sys/cpu,cpuacct/cpu.cfs_period_us": "100000\n",
+      "sys/cpuset/cpuset.cpus": "0-7\n",
+    });
+    const sample = await readMachineSample({ ...roots, cores });
+    expect(sample).toMatchObject({ source: "cgroup", totalBytes: 512 * M, availableBytes: 362 * M, cpuLimit: 1 });
+    expect(sample.cgroup).toMatchObject({ version: "v1", path: "/", memoryLimitBytes: 512 * M, memoryCurrentBytes: 200 * M });
+    // No PSI anywhere: the cpu gate falls back to the load average.
+    expect(sample.pressure).toEqual({});
+    expect(sample.load1).toBe(1.25);
+    expect(machineFactsOf(sample)).toEqual({ totalBytes: 512 * M, cpus: 1 });
+  });
+
+  it("hybrid: v1 controllers beside a unified mount that serves systemd only: v1 is read, the unified tree's files are not", async () => {
+    const roots = fixture({
+      ...host,
+      "proc/self/cgroup": v1Membership("/box", { unified: true }),
+      "proc/self/mountinfo": v1Mounts("/", { unified: true }),
+      "sys/memory/box/memory.limit_in_bytes": `${3 * G}\n`,
+      "sys/memory/box/memory.usage_in_bytes": `${G}\n`,
+      "sys/memory/box/memory.stat": v1Stat({ hierarchicalLimit: `${3 * G}`, inactiveFile: 0, totalInactiveFile: 0 }),
+      "sys/cpu,cpuacct/box/cpu.cfs_quota_us": "200000\n",
+      "sys/cpu,cpuacct/box/cpu.cfs_period_us": "100000\n",
+      // What a v2 reader would take: none of it applies on a hybrid host.
+      "sys/unified/box/memory.max": `${G}\n`,
+      "sys/unified/box/cpu.max": "10000 100000\n",
+      "sys/unified/box/cpu.pressure": psiFile(90, 90),
+      "sys/memory.max": `${G}\n`,
+    });
+    const sample = await readMachineSample({ ...roots, cores });
+    expect(sample.cgroup).toMatchObject({ version: "v1", path: "/box", memoryLimitBytes: 3 * G, cpuQuota: 2 });
+    expect(sample).toMatchObject({ source: "cgroup", totalBytes: 3 * G, availableBytes: 2 * G, cpuLimit: 2 });
+    expect(sample.pressure.cpu).toMatchObject({ avg10: 12.5, scope: "host" });
+  });
+
+  it("v2 found through mountinfo: the cgroup2 mount and the cgroup it shows", async () => {
+    const roots = fixture({
+      ...host,
+      "proc/self/cgroup": "0::/box\n",
+      "proc/self/mountinfo": cgroupMount(30, "/", "/sys/fs/cgroup", "cgroup2", "rw,nsdelegate,memory_recursiveprot"),
+      "sys/box/memory.max": `${2 * G}\n`,
+      "sys/box/memory.current": `${G}\n`,
+      "sys/box/memory.stat": `inactive_file ${0.5 * G}\n`,
+      "sys/box/cpu.max": "100000 100000\n",
+      "sys/box/cpuset.cpus.effective": "0\n",
+    });
+    const sample = await readMachineSample({ ...roots, cores });
+    expect(sample.cgroup).toEqual({
+      version: "v2",
+      path: "/box",
+      memoryLimitBytes: 2 * G,
+      memoryCurrentBytes: G,
+      inactiveFileBytes: 0.5 * G,
+      cpuQuota: 1,
+      cpusetCpus: 1,
+    });
+    expect(sample).toMatchObject({ source: "cgroup", availableBytes: 1.5 * G, cpuLimit: 1 });
+  });
+});
+
 describe("parsers", () => {
-  it.each([
-    ["max 100000", undefined],
-    ["50000 100000", 0.5],
-    ["200000", 2],
-    ["", undefined],
-  ])("cpu.max %j", (text, cpus) => expect(parseCpuMax(text)).toBe(cpus));
-
-  it.each([
-    ["0-3", 4],
-    ["0-1,4,6-7", 5],
-    ["2", 1],
-    ["", undefined],
-    ["garbage", undefined],
-  ])("cpuset %j", (text, count) => expect(countCpuset(text)).toBe(count));
-
   it("PSI without a some line is undefined", () => {
     expect(parsePressure("full avg10=1.00 avg60=1.00 avg300=1.00 total=1\n", "host")).toBeUndefined();
   });

@@ -20,6 +20,8 @@ import { defineConfig, oneOf, parseNonEmpty } from "@berth/shared/config";
 import { invalidArgument } from "@berth/shared/errors";
 import { formatDuration, parseDuration } from "@berth/shared/units";
 import type { Logger } from "@berth/shared/logger";
+import { DEFAULT_CGROUP_ROOT, locateCgroup, type CgroupVersion } from "./cgroup-hierarchies.js";
+import { minDefined, readCgroupLimits, readCgroupUsage, type ReadText } from "./cgroup-limits.js";
 
 /** PSI "some" figures of one resource: percent of time some runnable task stalled, and the total stall in µs. */
 export interface PressureFigures {
@@ -31,19 +33,24 @@ export interface PressureFigures {
   scope: "cgroup" | "host";
 }
 
-/** What the cgroup v2 files said (each undefined when its file was missing or unreadable). */
+/** What the cgroup's files said (each undefined when its file was missing or unreadable). */
 export interface CgroupFigures {
-  /** The cgroup's path from `/proc/self/cgroup` (`/` inside a cgroup namespace). */
+  /** Which hierarchy was read: v2's unified one, or v1's (on a v1 or hybrid host). */
+  version: CgroupVersion;
+  /** The cgroup's path from `/proc/self/cgroup`, on v1 the memory hierarchy's (`/` inside a cgroup namespace). */
   path: string;
-  /** The smallest `memory.max` over the cgroup and its ancestors; undefined when none sets one. */
+  /**
+   * The smallest memory limit over the cgroup and its ancestors (`memory.max`; v1's
+   * `memory.limit_in_bytes` and `hierarchical_memory_limit`); undefined when none sets one.
+   */
   memoryLimitBytes?: number | undefined;
-  /** The cgroup's own `memory.current`. */
+  /** The cgroup's own `memory.current` (v1's `memory.usage_in_bytes`). */
   memoryCurrentBytes?: number | undefined;
-  /** `inactive_file` from the cgroup's `memory.stat`: page cache the kernel reclaims before it runs short. */
+  /** `inactive_file` (v1's `total_inactive_file`) from the cgroup's `memory.stat`: page cache the kernel reclaims before it runs short. */
   inactiveFileBytes?: number | undefined;
-  /** The smallest `cpu.max` quota/period over the cgroup and its ancestors, in cpus. */
+  /** The smallest quota/period over the cgroup and its ancestors, in cpus (`cpu.max`; v1's `cpu.cfs_quota_us`/`cpu.cfs_period_us`). */
   cpuQuota?: number | undefined;
-  /** How many cpus `cpuset.cpus.effective` lists. */
+  /** How many cpus `cpuset.cpus.effective` (v1's `cpuset.cpus`) lists. */
   cpusetCpus?: number | undefined;
 }
 
@@ -85,7 +92,10 @@ export type SampleSource = "auto" | "host" | "cgroup";
 export interface ReadOptions {
   /** The proc filesystem (default `/proc`). */
   procRoot?: string | undefined;
-  /** The cgroup v2 mount (default `/sys/fs/cgroup`). */
+  /**
+   * Where the cgroup mounts are (default `/sys/fs/cgroup`): mountinfo's mount points under
+   * /sys/fs/cgroup are read under it (the v2 mount itself, or the directory of v1's hierarchies).
+   */
   sysRoot?: string | undefined;
   source?: SampleSource | undefined;
   /** How many cores the process may use (default `os.availableParallelism()`). */
@@ -155,109 +165,46 @@ export function parsePressure(text: string | undefined, scope: PressureFigures["
   };
 }
 
-/** Parses `memory.max`/`memory.current`: bytes, or undefined for "max" (no limit) and anything unreadable. */
-function parseBytes(text: string | undefined): number | undefined {
-  const value = text?.trim();
-  if (value === undefined || !/^\d+$/.test(value)) return undefined;
-  return Number(value);
-}
-
-/** Parses `cpu.max` ("quota period", or "max period"): the quota in cpus, or undefined when unlimited. */
-export function parseCpuMax(text: string | undefined): number | undefined {
-  const [quota, period] = text?.trim().split(/\s+/) ?? [];
-  if (quota === undefined || quota === "max" || !/^\d+$/.test(quota)) return undefined;
-  const periodUs = period !== undefined && /^\d+$/.test(period) ? Number(period) : 100_000;
-  return periodUs > 0 ? Number(quota) / periodUs : undefined;
-}
-
-/** Counts the cpus of a cpuset list ("0-3,6,8-9" is 7). */
-export function countCpuset(text: string | undefined): number | undefined {
-  const list = text?.trim();
-  if (!list) return undefined;
-  let count = 0;
-  for (const part of list.split(",")) {
-    const match = /^(\d+)(?:-(\d+))?$/.exec(part.trim());
-    if (!match) return undefined;
-    count += match[2] === undefined ? 1 : Number(match[2]) - Number(match[1]) + 1;
-  }
-  return count > 0 ? count : undefined;
-}
-
-function statField(stat: string | undefined, key: string): number | undefined {
-  if (stat === undefined) return undefined;
-  const match = new RegExp(`^${key} (\\d+)$`, "m").exec(stat);
-  return match ? Number(match[1]) : undefined;
-}
-
-/** The cgroup v2 path of this process (`0::/path`), or undefined outside cgroup v2. */
-function cgroupPath(text: string | undefined): string | undefined {
-  const line = text?.split("\n").find((l) => l.startsWith("0::"));
-  return line === undefined ? undefined : line.slice(3).trim() || "/";
-}
-
-/** The cgroup's directory and those of its ancestors, innermost first, ending at the mount root. */
-function cgroupLevels(sysRoot: string, cgroup: string): string[] {
-  const parts = cgroup.split("/").filter((p) => p !== "" && p !== "." && p !== "..");
-  const levels: string[] = [];
-  for (let depth = parts.length; depth >= 0; depth--) levels.push(path.join(sysRoot, ...parts.slice(0, depth)));
-  return levels;
-}
-
-interface LevelReading {
-  memoryMax?: number | undefined;
-  /** True when memory.max exists (even as "max"): the directory is a real, non-root cgroup. */
-  hasMemoryMax: boolean;
-  cpuQuota?: number | undefined;
-  hasCpuMax: boolean;
-}
-
-async function readLevel(dir: string): Promise<LevelReading> {
-  const [memoryMax, cpuMax] = await Promise.all([readText(path.join(dir, "memory.max")), readText(path.join(dir, "cpu.max"))]);
-  return { memoryMax: parseBytes(memoryMax), hasMemoryMax: memoryMax !== undefined, cpuQuota: parseCpuMax(cpuMax), hasCpuMax: cpuMax !== undefined };
-}
-
-interface UsageReading {
-  current?: number | undefined;
-  inactiveFile?: number | undefined;
-  /** `memory.current` minus reclaimable page cache: what the level cannot simply drop. */
-  used?: number | undefined;
-}
-
-async function readUsage(dir: string): Promise<UsageReading> {
-  const [currentText, stat] = await Promise.all([readText(path.join(dir, "memory.current")), readText(path.join(dir, "memory.stat"))]);
-  const current = parseBytes(currentText);
-  const inactiveFile = statField(stat, "inactive_file");
-  // Without memory.stat the page cache is counted as used: that can only understate what is free.
-  return { current, inactiveFile, used: current === undefined ? undefined : Math.max(0, current - (inactiveFile ?? 0)) };
-}
-
-function minDefined(...values: Array<number | undefined>): number | undefined {
-  let result: number | undefined;
-  for (const value of values) if (value !== undefined && (result === undefined || value < result)) result = value;
-  return result;
+/** A reader for one sample: each file is read once however many figures come from it. */
+function readEachOnce(): ReadText {
+  const texts = new Map<string, Promise<string | undefined>>();
+  return (file) => {
+    let text = texts.get(file);
+    if (text === undefined) {
+      text = readText(file);
+      texts.set(file, text);
+    }
+    return text;
+  };
 }
 
 /**
- * Reads one sample. Inside a cgroup v2 with a limit (or with `source: "cgroup"`): memory limit = the
- * smallest `memory.max` over the cgroup and its ancestors; available = the least that any limited
- * level leaves (its limit minus its `memory.current` less `inactive_file`; a level that cannot say
- * uses the cgroup's own usage), and never more than the host's MemAvailable; cpus = the smallest
- * `cpu.max` quota over the levels, capped by `cpuset.cpus.effective`; PSI from the cgroup's own
- * `*.pressure` files, or the host's where the cgroup has none. Outside (or with `source: "host"`):
- * MemAvailable, `/proc/pressure/*`. Load average and cores are the host's either way.
+ * Reads one sample. Inside a cgroup with a limit (or with `source: "cgroup"`): memory limit = the
+ * smallest limit over the cgroup and its ancestors; available = the least that any limited level
+ * leaves (its limit minus its usage less inactive page cache; a level that cannot say uses the
+ * cgroup's own usage), and never more than the host's MemAvailable; cpus = the smallest quota over
+ * the levels, capped by the cgroup's cpuset; PSI from the cgroup's own `*.pressure` files, or the
+ * host's where the cgroup has none (always on v1). cgroup v2 reads `memory.max`, `memory.current`,
+ * `inactive_file`, `cpu.max` and `cpuset.cpus.effective`; v1 (and a hybrid host, whose controllers
+ * are v1's) `memory.limit_in_bytes` and `memory.stat`'s `hierarchical_memory_limit`,
+ * `memory.usage_in_bytes` and `total_inactive_file`, `cpu.cfs_quota_us`/`cpu.cfs_period_us`, and
+ * `cpuset.cpus`. Outside (or with `source: "host"`): MemAvailable, `/proc/pressure/*`. Load average
+ * and cores are the host's either way.
  */
 export async function readMachineSample(options: ReadOptions = {}, clock: Pick<Clock, "now" | "monotonicNow"> = systemClock): Promise<MachineSample> {
   const at = clock.now();
   const monotonicAt = clock.monotonicNow();
   const procRoot = options.procRoot ?? "/proc";
-  const sysRoot = options.sysRoot ?? "/sys/fs/cgroup";
+  const sysRoot = options.sysRoot ?? DEFAULT_CGROUP_ROOT;
   const source = options.source ?? "auto";
   const cores = (options.cores ?? availableParallelism)();
+  const read = readEachOnce();
 
-  const [meminfo, loadavg, selfCgroup] = await Promise.all([
-    readText(path.join(procRoot, "meminfo")),
-    readText(path.join(procRoot, "loadavg")),
-    source === "host" ? Promise.resolve(undefined) : readText(path.join(procRoot, "self", "cgroup")),
+  const [meminfo, loadavg, selfCgroup, mountinfo] = await Promise.all([
+    read(path.join(procRoot, "meminfo")),
+    read(path.join(procRoot, "loadavg")),
+    source === "host" ? undefined : read(path.join(procRoot, "self", "cgroup")),
+    source === "host" ? undefined : read(path.join(procRoot, "self", "mountinfo")),
   ]);
   const memTotalBytes = kiloBytes(meminfo, "MemTotal");
   const memAvailableBytes = kiloBytes(meminfo, "MemAvailable");
@@ -279,44 +226,36 @@ export async function readMachineSample(options: ReadOptions = {}, clock: Pick<C
     pressure: {},
   };
 
-  const cgroup = cgroupPath(selfCgroup);
+  const location = locateCgroup(selfCgroup, mountinfo, sysRoot);
   let pressureDir: string | undefined;
-  if (cgroup !== undefined) {
-    const levelDirs = cgroupLevels(sysRoot, cgroup);
-    const leafDir = levelDirs[0]!;
-    const [levels, cpuset] = await Promise.all([Promise.all(levelDirs.map(readLevel)), readText(path.join(leafDir, "cpuset.cpus.effective"))]);
-    const memoryLimitBytes = minDefined(...levels.map((l) => l.memoryMax));
-    const cpuQuota = minDefined(...levels.map((l) => l.cpuQuota));
-    // The true root cgroup has no memory.max or cpu.max: only a process below it (or in a namespace) is "in a cgroup".
-    const limited = memoryLimitBytes !== undefined || cpuQuota !== undefined;
-    const inCgroup = cgroup !== "/" || levels.some((l) => l.hasMemoryMax || l.hasCpuMax);
-    if (source === "cgroup" ? inCgroup : limited) {
-      const limitedDirs = levelDirs.filter((_, i) => levels[i]!.memoryMax !== undefined);
-      const usageDirs = [...new Set([leafDir, ...limitedDirs])];
-      const usages = new Map(await Promise.all(usageDirs.map(async (dir) => [dir, await readUsage(dir)] as const)));
-      const leafUsage = usages.get(leafDir)!;
+  if (location !== undefined) {
+    const limits = await readCgroupLimits(location, read);
+    const memoryLimitBytes = minDefined(...limits.memoryLimits.map((l) => l.limitBytes));
+    const limited = memoryLimitBytes !== undefined || limits.cpuQuota !== undefined;
+    if (source === "cgroup" ? limits.inCgroup : limited) {
+      const { memoryDir } = limits;
+      const usageDirs = [...new Set([...(memoryDir === undefined ? [] : [memoryDir]), ...limits.memoryLimits.map((l) => l.dir)])];
+      const usages = new Map(await Promise.all(usageDirs.map(async (dir) => [dir, await readCgroupUsage(location.version, dir, read)] as const)));
+      const leafUsage = (memoryDir === undefined ? undefined : usages.get(memoryDir)) ?? {};
       let available: number | undefined;
-      levelDirs.forEach((dir, i) => {
-        const limit = levels[i]!.memoryMax;
-        if (limit === undefined) return;
+      for (const { limitBytes, dir } of limits.memoryLimits) {
         const used = usages.get(dir)?.used ?? leafUsage.used;
-        if (used !== undefined) available = minDefined(available, Math.max(0, limit - used));
-      });
-      const cpusetCpus = countCpuset(cpuset);
-      const figures: CgroupFigures = {
-        path: cgroup,
+        if (used !== undefined) available = minDefined(available, Math.max(0, limitBytes - used));
+      }
+      sample.cgroup = {
+        version: location.version,
+        path: location.path,
         memoryLimitBytes,
         memoryCurrentBytes: leafUsage.current,
         inactiveFileBytes: leafUsage.inactiveFile,
-        cpuQuota,
-        cpusetCpus,
+        cpuQuota: limits.cpuQuota,
+        cpusetCpus: limits.cpusetCpus,
       };
-      sample.cgroup = figures;
       sample.source = "cgroup";
       sample.totalBytes = minDefined(memTotalBytes, memoryLimitBytes);
       sample.availableBytes = minDefined(available, memAvailableBytes);
-      sample.cpuLimit = minDefined(cpuQuota, cpusetCpus);
-      pressureDir = leafDir;
+      sample.cpuLimit = minDefined(limits.cpuQuota, limits.cpusetCpus);
+      pressureDir = limits.pressureDir;
     }
   }
 
@@ -324,10 +263,10 @@ export async function readMachineSample(options: ReadOptions = {}, clock: Pick<C
   const pressures = await Promise.all(
     kinds.map(async (kind) => {
       if (pressureDir !== undefined) {
-        const own = parsePressure(await readText(path.join(pressureDir, `${kind}.pressure`)), "cgroup");
+        const own = parsePressure(await read(path.join(pressureDir, `${kind}.pressure`)), "cgroup");
         if (own) return own;
       }
-      return parsePressure(await readText(path.join(procRoot, "pressure", kind)), "host");
+      return parsePressure(await read(path.join(procRoot, "pressure", kind)), "host");
     }),
   );
   kinds.forEach((kind, i) => {
@@ -494,7 +433,13 @@ export const SAMPLER_SETTINGS = defineConfig({
     parse: parseNonEmpty,
     doc: "the proc filesystem to read (a container may mount the host's)",
   },
-  cgroupRoot: { flag: "cgroup-root", env: "BERTH_CGROUP_ROOT", default: "/sys/fs/cgroup", parse: parseNonEmpty, doc: "the cgroup v2 mount to read" },
+  cgroupRoot: {
+    flag: "cgroup-root",
+    env: "BERTH_CGROUP_ROOT",
+    default: DEFAULT_CGROUP_ROOT,
+    parse: parseNonEmpty,
+    doc: "where the cgroup mounts are (the v2 mount, or the directory of the v1 hierarchies)",
+  },
 } satisfies ConfigDefinition);
 
 /** Sampler options from loaded {@link SAMPLER_SETTINGS} values. */

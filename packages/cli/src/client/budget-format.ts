@@ -6,7 +6,7 @@
 import type { Duration, Timestamp } from "@bufbuild/protobuf/wkt";
 import { durationMs, timestampMs } from "@bufbuild/protobuf/wkt";
 import type { CommittedItem, Machine, PressureAverages, Resources, Verdict, WaitReason } from "@berth/api/berth/budget/v1/budget_pb";
-import { Gate, QueueMode, SampleSource } from "@berth/api/berth/budget/v1/budget_pb";
+import { CgroupVersion, Gate, QueueMode, SampleSource } from "@berth/api/berth/budget/v1/budget_pb";
 import type { FleetMachine, GetLimitsResponse, GetStateResponse, Queued } from "@berth/api/berth/budget/v1/budget_service_pb";
 import { formatDuration, formatSize } from "@berth/shared/units";
 import { styleFor, type Style } from "../terminal.js";
@@ -104,7 +104,9 @@ export function formatMachine(machine: Machine | undefined, now = Date.now()): s
       cg.cpuQuota === undefined ? undefined : `quota ${cpus(cg.cpuQuota)} cpu`,
       cg.cpusetCpus === undefined ? undefined : `cpuset ${cg.cpusetCpus} cpus`,
     ].filter((p) => p !== undefined);
-    lines.push(`${"cgroup".padEnd(11)}${cg.path}: ${parts.join(", ")}`);
+    // Which hierarchy the figures are from: v1's files say less (no pressure of their own) and differ in name.
+    const version = cg.version === CgroupVersion.V1 ? " v1" : cg.version === CgroupVersion.V2 ? " v2" : "";
+    lines.push(`${`cgroup${version}`.padEnd(11)}${cg.path}: ${parts.join(", ")}`);
   }
   lines.push(`${"sampled".padEnd(11)}${ago(machine.sampleTime, now)}`);
   return lines.filter((l) => l !== undefined).join("\n");

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { Gate, SampleSource } from "@berth/api/berth/budget/v1/budget_pb";
+import { CgroupVersion, Gate, SampleSource } from "@berth/api/berth/budget/v1/budget_pb";
 import type { MachineSample } from "../index.js";
 import { committed, G, memoryReason, queueReason } from "./codec-fixtures.js";
 import { coresOf, machineToProto, queueToProto, waitReasonToProto } from "./budget-encode.js";
@@ -46,7 +46,7 @@ describe("outbound", () => {
       cpuLimit: 1.5,
       pressure: {},
       availableBytes: G,
-      cgroup: { path: "/box", memoryLimitBytes: 2 * G },
+      cgroup: { version: "v2", path: "/box", memoryLimitBytes: 2 * G },
     };
     const machine = machineToProto(sample)!;
     expect(machine.source).toBe(SampleSource.CGROUP);
@@ -55,6 +55,8 @@ describe("outbound", () => {
     expect(machine.cpuPressure).toBeUndefined();
     expect(machine.cgroup?.memoryMax).toBe(BigInt(2 * G));
     expect(machine.cgroup?.memoryAvailable).toBe(BigInt(G));
+    expect(machine.cgroup?.version).toBe(CgroupVersion.V2);
+    expect(machineToProto({ ...sample, cgroup: { version: "v1", path: "/docker/abc" } })?.cgroup?.version).toBe(CgroupVersion.V1);
     expect(coresOf(sample)).toBe(2);
     expect(coresOf({ ...sample, cpuLimit: 0.2 })).toBe(1);
   });

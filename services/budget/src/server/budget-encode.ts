@@ -9,6 +9,7 @@ import { DurationSchema, TimestampSchema } from "@bufbuild/protobuf/wkt";
 import {
   ConsumerSchema,
   CgroupLimitsSchema,
+  CgroupVersion,
   CommittedItemSchema,
   CommittedSchema,
   CostSchema,
@@ -170,6 +171,7 @@ export function machineToProto(sample: MachineSample | undefined): Machine | und
             memoryAvailable: sample.source === "cgroup" ? optionalBytes(sample.availableBytes) : undefined,
             cpuQuota: cgroup.cpuQuota,
             cpusetCpus: cgroup.cpusetCpus,
+            version: cgroup.version === "v1" ? CgroupVersion.V1 : CgroupVersion.V2,
           }),
     source: sample.source === "cgroup" ? SampleSource.CGROUP : SampleSource.HOST,
   });
