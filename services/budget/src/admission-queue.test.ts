@@ -397,6 +397,41 @@ describe("AdmissionQueue (FIFO)", () => {
     expect(nothing.updates).toEqual([]);
   });
 
+  it("advises what helps for the gates that hold the need, and nothing that would not", async () => {
+    const cases: Array<[string, Partial<Policy>, Partial<MachineSample>, RegExp, RegExp]> = [
+      [
+        "load",
+        {},
+        { load1: 100 },
+        /The cpu is busy: wait and try again, stop a process named above, or, when the work is light, skip the load gate \(--skip-load-gate/,
+        /BERTH_BUDGET_MEMORY|BERTH_BUDGET_CPU\b/,
+      ],
+      [
+        "free memory",
+        { reserveBytes: 63.5 * G },
+        {},
+        /The machine itself is short of memory: .*a bigger budget would not help/,
+        /skip the load gate|raise BERTH_BUDGET_MEMORY/,
+      ],
+      [
+        "cpu budget",
+        {},
+        {},
+        /For cpu: stop berth work you do not need, declare fewer cpus, or raise BERTH_BUDGET_CPU/,
+        /skip the load gate|BERTH_BUDGET_MEMORY/,
+      ],
+    ];
+    for (const [gate, policy, sample, advice, not] of cases) {
+      const t = setup(policy, sample);
+      if (gate === "cpu budget") admit(t, 0.5, 3.5, "holder");
+      const refused = admit(t, 1, 1, gate, { maxWaitMs: 0 });
+      await settle();
+      expect(refused.error?.reason, gate).toBe("WAIT_EXHAUSTED");
+      expect(refused.error!.message, gate).toMatch(advice);
+      expect(refused.error!.message, gate).not.toMatch(not);
+    }
+  });
+
   it("gives up when the wait runs out, saying what it waited for", async () => {
     const t = setup({ maxWaitMs: 30_000 });
     admit(t, 6, 1, "big");
@@ -407,7 +442,7 @@ describe("AdmissionQueue (FIFO)", () => {
     expect(b.error!.code).toBe("resource_exhausted");
     expect(b.error!.message).toBe(
       "waited 10s for the load budget and 'b' still does not fit — 1 request(s) ahead in the queue; memory: needs 4G, the budget has 2G of 8G free (berth has committed 6G). " +
-        "Stop what you do not need ('berth budget state' shows what holds the budget), or raise the budget (BERTH_BUDGET_MEMORY, BERTH_BUDGET_CPU)",
+        "For memory: stop berth work you do not need (named above; 'berth budget state' lists it), declare less memory, or raise BERTH_BUDGET_MEMORY: the budget, not the machine, is the limit",
     );
     expect(b.error!.details).toMatchObject({ kind: "wait_exhausted", position: 2, retryAfterMs: 110_000 });
     expect([b.error!.reason, b.error!.options.retryAfterMs]).toEqual(["WAIT_EXHAUSTED", 110_000]);

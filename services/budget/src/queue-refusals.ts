@@ -24,6 +24,31 @@ export function impossibleError(owner: string, reasons: Reason[]): BerthError {
   );
 }
 
+/**
+ * What would help, for the gates that hold a need: each gate's own remedies, so that a request the
+ * cpu holds is not told to raise a memory budget that would change nothing.
+ */
+export function adviceFor(reasons: readonly Reason[]): string {
+  const gates = new Set(reasons.map((r) => r.gate));
+  const advice: string[] = [];
+  if (gates.has("memory_budget"))
+    advice.push(
+      "For memory: stop berth work you do not need (named above; 'berth budget state' lists it), declare less memory, or raise BERTH_BUDGET_MEMORY: the budget, not the machine, is the limit",
+    );
+  if (gates.has("cpu_budget"))
+    advice.push("For cpu: stop berth work you do not need, declare fewer cpus, or raise BERTH_BUDGET_CPU: the budget, not the machine, is the limit");
+  if (gates.has("free_memory"))
+    advice.push(
+      "The machine itself is short of memory: stop a process named above, or declare less memory; a bigger budget would not help (BERTH_BUDGET_RESERVE is what it keeps free)",
+    );
+  if (gates.has("cpu_pressure") || gates.has("load"))
+    advice.push(
+      "The cpu is busy: wait and try again, stop a process named above, or, when the work is light, skip the load gate (--skip-load-gate; it skips this gate only, the memory gates still apply)",
+    );
+  if (advice.length === 0) advice.push("Requests ahead of it hold its turn: wait longer (--max-wait, BERTH_BUDGET_WAIT) or try again later");
+  return advice.join(". ");
+}
+
 /** The refusal of a request whose wait ran out (or, with a wait of zero, that could not be admitted at once). */
 export function waitExhaustedError(
   owner: string,
@@ -39,7 +64,7 @@ export function waitExhaustedError(
       : `waited ${formatDuration(waitedMs)} for the load budget and '${owner}' still does not fit`;
   return new BerthError(
     "resource_exhausted",
-    `${waited} — ${text}. Stop what you do not need ('berth budget state' shows what holds the budget), or raise the budget (BERTH_BUDGET_MEMORY, BERTH_BUDGET_CPU)`,
+    `${waited} — ${text}. ${adviceFor(reasons)}`,
     { kind: "wait_exhausted", position, reasons, retryAfterMs, waitedMs },
     { reason: "WAIT_EXHAUSTED", retryAfterMs },
   );

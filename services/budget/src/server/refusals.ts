@@ -68,9 +68,9 @@ export function refusalError(error: unknown, context: RefusalContext): unknown {
     case "queue_full":
       settings = ["BERTH_BUDGET_MAX_QUEUE"];
       break;
-    // What it waited for, a longer wait, or a bigger budget.
+    // What its gates would need changed, or a longer wait: only the settings of the gates that held it.
     case "wait_exhausted":
-      settings = unique([...domainReasons.map((r) => r.setting), "BERTH_BUDGET_WAIT", "BERTH_BUDGET_MEMORY", "BERTH_BUDGET_CPU"]);
+      settings = unique([...domainReasons.map((r) => r.setting), "BERTH_BUDGET_WAIT"]);
       break;
   }
 
