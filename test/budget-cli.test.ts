@@ -267,7 +267,8 @@ describe("berth admit", () => {
     await budget.client.release({ reservationId: reservation!.id });
     const result = await terminal.exited;
     expect(result.code).toBe(0);
-    const etas = [...result.output.matchAll(/ETA ~(\d+)s \(when 'leased' ends \(its lease runs out unless renewed\)\), waited/g)].map((m) => Number(m[1]));
+    // The line is cut to the terminal's width: what it waits for stays, the ETA's basis (at its end) goes.
+    const etas = [...result.output.matchAll(/ETA ~(\d+)s, waited/g)].map((m) => Number(m[1]));
     expect(etas.length).toBeGreaterThan(1);
     expect(etas.at(-1)!).toBeLessThan(etas[0]!);
   });

@@ -285,9 +285,9 @@ export function eta(d: Duration | undefined, sinceMs = 0): string {
  * passed since it was sent) and what it rests on, time waited, and what it waits for.
  */
 export function formatQueued(queued: Queued, waitedMs: number, sinceMs = 0): string {
-  const estimate =
-    queued.eta === undefined ? `ETA unknown (${queued.etaBasis.replace(/^unknown: /, "")})` : `ETA ~${eta(queued.eta, sinceMs)} (${queued.etaBasis})`;
-  return `waiting: #${queued.position} in queue, ${estimate}, waited ${roughly(waitedMs)} — ${queued.waitForText}`;
+  // What it waits for comes before the ETA's basis: a line cut to the terminal's width keeps it.
+  const basis = queued.eta === undefined ? `no ETA: ${queued.etaBasis.replace(/^unknown: /, "")}` : `ETA ${queued.etaBasis}`;
+  return `waiting: #${queued.position} in queue, ETA ~${eta(queued.eta, sinceMs)}, waited ${roughly(waitedMs)} — ${queued.waitForText} (${basis})`;
 }
 
 /** A machine can take new work now: room in memory and cpu, nobody queued, the cpu gate open. */
