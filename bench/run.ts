@@ -8,6 +8,7 @@ const SUITES: Record<string, () => Promise<{ run(args: string[]): Promise<void> 
   sessions: () => import("./suites/sessions.js"),
   locks: () => import("./suites/locks.js"),
   budget: () => import("./suites/budget.js"),
+  eta: () => import("./suites/eta.js"),
   etcd: () => import("./suites/etcd.js"),
   cli: () => import("./suites/cli.js"),
   "web-client": () => import("./suites/web-client.js"),

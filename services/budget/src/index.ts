@@ -11,6 +11,10 @@ export * from "./running-tally.js";
 export * from "./admission-queue.js";
 export type { AheadEntry, QueuedUpdate } from "./queue-line.js";
 export { AHEAD_LIMIT, HEARTBEAT_RATE_CAP, heartbeatPeriodMs } from "./queue-notifier.js";
+// The seed's ETA rule, which the ETA benchmark measures berth's estimate against, and the usual
+// times it follows beside the service's to tell why an estimate missed.
+export { etaOf } from "./queue-refusals.js";
+export { RunTimes, type UsualTime } from "./run-times.js";
 export * from "./budget.js";
 export type { BudgetAnswer, RunningAnswer } from "./keyed-requests.js";
 export { DEFAULT_ADMIT_RESUME_GRACE_MS, type AdmitAttachment, type AdmitStreamEnd, type AdmitStreamHooks, type AttachResult } from "./resumable-admissions.js";

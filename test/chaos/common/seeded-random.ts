@@ -1,16 +1,2 @@
-/**
- * The reliability suites' one pseudo-random source. Seeded (mulberry32), so a suite's choices repeat
- * from the seed its summary line reports; the timing of kills and pauses does not.
- */
-
-/** Numbers in [0, 1) from `seed`, the same sequence for the same seed. */
-export function seededRandom(seed: number): () => number {
-  let state = seed >>> 0;
-  return () => {
-    state = (state + 0x6d2b79f5) >>> 0;
-    let t = state;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+/** The reliability suites' one pseudo-random source: the shared one, so a suite and a benchmark draw alike. */
+export { seededRandom } from "@berth/shared/testing/seeded-random";
