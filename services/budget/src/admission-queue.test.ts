@@ -64,7 +64,7 @@ function setup(policyChanges: Partial<Policy> = {}, sampleChanges: Partial<Machi
     holdMs: () => hold,
     etaBasis: () => ({
       holdings: [...held].map(([label, r]) => ({ label: `'${label}'`, ...r, endsAt: ends.get(label), endBasis: "its end in this test" })),
-      usual: (name) => (usual.has(name) ? { ms: usual.get(name)!, runs: 1 } : undefined),
+      usual: (name) => (usual.has(name) ? { ms: usual.get(name)!, longestMs: usual.get(name)!, runs: 1 } : undefined),
     }),
     defer: (fn) => deferred.push(fn),
   });
@@ -123,6 +123,7 @@ describe("AdmissionQueue (FIFO)", () => {
     const big = admit(t, 6, 1, "big");
     t.ends.set("big", t.clock.monotonicNow() + 60_000);
     t.usual.set("a", 30_000);
+    t.usual.set("b", 60_000);
     const a = admit(t, 4, 1, "a");
     const b = admit(t, 1, 1, "b"); // would fit, but FIFO: it waits its turn
     const c = admit(t, 4, 1, "c");

@@ -544,9 +544,17 @@ describe("budget", () => {
     // As time passes the estimate moves with it.
     clock.advance(10_000);
     expect(budget.state().queue[0]).toMatchObject({ etaMs: 20_000 });
-    // Past its usual time with no lease, nothing predicts it.
-    clock.advance(25_000);
-    expect(budget.state().queue[0]).toMatchObject({ etaMs: undefined, etaBasis: expect.stringMatching(/^unknown: it waits for 'npm run build'/) });
+    // Past its usual time: by its longest run; past that too, with no lease, nothing predicts it.
+    clock.advance(21_000);
+    expect(budget.state().queue[0]).toMatchObject({
+      etaMs: 1000,
+      etaBasis: "when 'npm run build' ends (it usually runs 42s (2 runs) and has run longer; its longest run took 44s)",
+    });
+    clock.advance(4000);
+    expect(budget.state().queue[0]).toMatchObject({
+      etaMs: undefined,
+      etaBasis: "unknown: it waits for 'npm run build' (6G, 1 cpu) to end, and nothing says when: no lease, and it has run longer than any of its 2 past runs",
+    });
     budget.release(build.id);
     flush();
     await settle();

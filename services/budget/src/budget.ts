@@ -16,6 +16,7 @@
 import type { Clock } from "@berth/shared/clock";
 import { systemClock } from "@berth/shared/clock";
 import { BerthError, invalidArgument } from "@berth/shared/errors";
+import { formatDuration } from "@berth/shared/units";
 import { DEFAULT_IDEMPOTENCY_WINDOW_MS, IdempotencyMemory, type KeyedRequest } from "@berth/shared/idempotency";
 import { RevisionHistory, runRevisionBase, type RevisionWatcher } from "@berth/shared/revision-history";
 import type { AdmitOptions, Page, QueueEntryInfo, QueuedRequest, QueueRequestChange } from "./admission-queue.js";
@@ -434,22 +435,26 @@ export async function createBudget(options: BudgetOptions): Promise<Budget> {
    */
   const holdings = (): Holding[] => {
     const now = clock.monotonicNow();
-    const holding = (name: string, held: Resources, startedAt: number, leaseDeadline: number | undefined): Holding => {
+    const holding = (name: string, held: Resources, startedAt: number, leaseDeadline: number | undefined, ends: boolean): Holding => {
       const label = `'${name}'`;
       const usual = runTimes.usual(name);
       if (usual !== undefined && startedAt + usual.ms > now) return { label, ...held, endsAt: startedAt + usual.ms, endBasis: usualWords(usual) };
+      // Past its usual time: by its longest run, while it has not run longer than that too.
+      if (usual !== undefined && startedAt + usual.longestMs > now)
+        return { label, ...held, endsAt: startedAt + usual.longestMs, endBasis: `${usualWords(usual)} and has run longer; its longest run took ${formatDuration(usual.longestMs)}` };
       if (leaseDeadline !== undefined) {
         const lease = "its lease runs out unless renewed";
-        return { label, ...held, endsAt: leaseDeadline, endBasis: usual === undefined ? lease : `${usualWords(usual)}, has run longer, and ${lease}` };
+        return { label, ...held, endsAt: leaseDeadline, endBasis: usual === undefined ? lease : `${usualWords(usual)}, has run longer than ever, and ${lease}` };
       }
-      return { label, ...held };
+      return { label, ...held, ends, noEnd: usual === undefined ? "no lease, no past runs" : `no lease, and it has run longer than any of its ${usual.runs} past runs` };
     };
     const found: Holding[] = [];
     for (const r of book.all()) {
       const held = r.held();
-      if (held.memoryBytes > 0 || held.cpu > 0) found.push(holding(r.owner, held, r.admittedAtMonotonic, r.leaseDeadline));
+      // A reservation's work ends; running work may be a service that runs until stopped.
+      if (held.memoryBytes > 0 || held.cpu > 0) found.push(holding(r.owner, held, r.admittedAtMonotonic, r.leaseDeadline, true));
     }
-    for (const t of tally.timings()) found.push(holding(t.name, t.cost, t.startedAt, t.leaseDeadline));
+    for (const t of tally.timings()) found.push(holding(t.name, t.cost, t.startedAt, t.leaseDeadline, false));
     return found;
   };
 

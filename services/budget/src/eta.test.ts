@@ -28,7 +28,7 @@ describe("estimateEtas", () => {
 
   it("counts a request admitted ahead by its own usual time, and moves as time passes", () => {
     const holdings: Holding[] = [{ label: "'build'", memoryBytes: 8 * G, cpu: 0, endsAt: 21_000, endBasis: "it usually runs 20s (3 runs)" }];
-    const usual = { test: { ms: 15_000, runs: 4 } };
+    const usual = { test: { ms: 15_000, longestMs: 16_000, runs: 4 } };
     const queue = [work("test", 8), work("lint", 8)];
     const first = estimate(holdings, queue, usual);
     expect(first.map((e) => e.etaMs)).toEqual([20_000, 35_000]);
@@ -52,13 +52,19 @@ describe("estimateEtas", () => {
     ]);
   });
 
-  it("says unknown when a request ahead of it has no usual time and holds what it needs", () => {
+  it("says unknown when a request ahead of it has no usual time and holds what it needs, but not when what that one holds would not do", () => {
     const estimates = estimate([], [work("first", 6), work("second", 6)]);
     expect(estimates[0]).toEqual({ etaMs: 0, basis: "the budget has room for it now" });
     expect(estimates[1]).toEqual({
       etaMs: undefined,
-      basis: "unknown: it waits for 'first' (6G, 0 cpu) to end, and nothing says when: no lease, no past runs, or for a request ahead of it",
+      basis: "unknown: it waits for 'first' (6G, 0 cpu) to end, and nothing says when: no lease, no past runs",
     });
+  });
+
+  it("expects nothing of a stranger ahead that holds too little to matter", () => {
+    const holdings: Holding[] = [{ label: "'build'", memoryBytes: 5 * G, cpu: 0, endsAt: 21_000, endBasis: "it usually runs 20s (3 runs)" }];
+    // 'stranger' (1G) fits beside 'build'; 'next' (4G) needs what 'build' frees: 'stranger' could not make room for it.
+    expect(estimate(holdings, [work("stranger", 1), work("next", 4)]).map((e) => e.etaMs)).toEqual([0, 20_000]);
   });
 
   it("has no basis when the head waits for the machine (free memory, cpu pressure, load)", () => {
@@ -70,7 +76,7 @@ describe("estimateEtas", () => {
 
   it("replays thousands of requests in n log n", () => {
     const queue = Array.from({ length: 10_000 }, (_, i) => work(`w${i % 7}`, 1));
-    const usual = Object.fromEntries(Array.from({ length: 7 }, (_, i) => [`w${i}`, { ms: 1000 * (i + 1), runs: 3 }]));
+    const usual = Object.fromEntries(Array.from({ length: 7 }, (_, i) => [`w${i}`, { ms: 1000 * (i + 1), longestMs: 1000 * (i + 1), runs: 3 }]));
     const estimates = estimate([], queue, usual);
     expect(estimates).toHaveLength(10_000);
     expect(estimates.every((e) => e.etaMs !== undefined)).toBe(true);

@@ -5,10 +5,11 @@
  * its lease running out — and the estimate replays those ends in time order, admitting each
  * request in turn once its need fits, and counting its own end by its usual time when it has one.
  *
- * When the wait rests on something nothing predicts (a holder with no lease and no past runs, one
- * that has run past its usual time with no lease, the machine's free memory or cpu pressure), the
- * estimate says "unknown" and why, for that request and every one behind it: a number with no
- * basis teaches people to ignore ETAs. The estimate is of the budget gates only; a machine gate
+ * A holder that has run past its usual time is expected to end by its longest run. When the wait
+ * rests on something nothing predicts (a holder with no lease and no past runs, or one that has run
+ * longer than any of its past runs; a request ahead with no past runs, which will end but nobody
+ * knows when; the machine's free memory or cpu pressure), the estimate says "unknown" and why, for
+ * that request and every one behind it: a number with no basis teaches people to ignore ETAs. The estimate is of the budget gates only; a machine gate
  * that closes later (free memory, cpu) can still hold a request its estimate says is due.
  */
 import { formatDuration, formatSize } from "@berth/shared/units";
@@ -25,6 +26,13 @@ export interface Holding {
   endsAt?: number | undefined;
   /** Why then, in words ("it usually runs 42s, 5 runs"); with `endsAt`. */
   endBasis?: string | undefined;
+  /** Without `endsAt`: why nothing says when it ends (default: it has no lease and no past runs). */
+  noEnd?: string | undefined;
+  /**
+   * Without `endsAt`: work that will end (a reservation's), nobody knows when, rather than work
+   * that runs until stopped (a service counted as running), which the estimate may count as held.
+   */
+  ends?: boolean | undefined;
 }
 
 /** A queued request as the estimate sees it. */
@@ -90,12 +98,23 @@ export function estimateEtas(input: EtaInput): EtaEstimate[] {
   const ends = new MinHeap();
   /** The largest holding with no known end: what an unknown wait names. */
   let endless: Holding | undefined;
+  /** What work that will end at a time nothing predicts holds (reservations, requests admitted in the replay with no usual time), named by the first. */
+  let stranger: { label: string; memoryBytes: number; cpu: number; noEnd: string | undefined } | undefined;
+  const strange = (label: string, memoryBytes: number, cpu: number, noEnd?: string) => {
+    stranger = stranger === undefined ? { label, memoryBytes, cpu, noEnd } : { ...stranger, memoryBytes: stranger.memoryBytes + memoryBytes, cpu: stranger.cpu + cpu };
+  };
+  /** Why a wait for `holding` has no estimate. */
+  const noEstimate = (holding: { label: string; memoryBytes: number; cpu: number; noEnd?: string | undefined }) =>
+    `it waits for ${holding.label} (${formatSize(holding.memoryBytes)}, ${round(holding.cpu)} cpu) to end, and nothing says when: ${holding.noEnd ?? "no lease, no past runs"}`;
   for (const holding of input.holdings) {
     freeMemory -= holding.memoryBytes;
     freeCpu -= holding.cpu;
-    if (holding.endsAt !== undefined)
+    if (holding.endsAt !== undefined) {
       ends.push({ at: holding.endsAt, label: holding.label, basis: holding.endBasis ?? "", memoryBytes: holding.memoryBytes, cpu: holding.cpu });
-    else if (endless === undefined || holding.memoryBytes > endless.memoryBytes) endless = holding;
+      continue;
+    }
+    if (holding.ends) strange(holding.label, holding.memoryBytes, holding.cpu, holding.noEnd);
+    if (endless === undefined || holding.memoryBytes > endless.memoryBytes) endless = holding;
   }
   let at = now;
   let lastEnd: End | undefined;
@@ -104,12 +123,19 @@ export function estimateEtas(input: EtaInput): EtaEstimate[] {
     let waitedFor: End | undefined;
     // Small slack: cpu shares add up in floating point.
     while (freeMemory < work.want.memoryBytes || freeCpu + 1e-9 < work.want.cpu) {
+      // What a request ahead with no past runs holds would make room, and nothing says when it
+      // ends: the replay, which counts it as held for good, would make this wait look too long.
+      if (stranger !== undefined && freeMemory + stranger.memoryBytes >= work.want.memoryBytes && freeCpu + stranger.cpu + 1e-9 >= work.want.cpu) {
+        estimates.push({ at: undefined, basis: `unknown: ${noEstimate(stranger)}` });
+        for (let j = i + 1; j < queue.length; j++) estimates.push({ at: undefined, basis: "unknown: a request ahead of it has no estimate" });
+        return estimates;
+      }
       const end = ends.pop();
       if (end === undefined) {
         const why =
           endless === undefined
             ? "what holds the budget has no known end"
-            : `it waits for ${endless.label} (${formatSize(endless.memoryBytes)}, ${round(endless.cpu)} cpu) to end, and nothing says when: no lease, no past runs`;
+            : noEstimate(endless);
         estimates.push({ at: undefined, basis: i === 0 ? `unknown: ${why}` : `unknown: ${why}, or for a request ahead of it` });
         for (let j = i + 1; j < queue.length; j++) estimates.push({ at: undefined, basis: "unknown: a request ahead of it has no estimate" });
         return estimates;
@@ -129,8 +155,9 @@ export function estimateEtas(input: EtaInput): EtaEstimate[] {
     const usual = input.usual(work.name);
     if (usual !== undefined) {
       ends.push({ at: at + usual.ms, label: quote(work.name), basis: usualWords(usual), memoryBytes: work.want.memoryBytes, cpu: work.want.cpu });
-    } else if (endless === undefined || work.want.memoryBytes > endless.memoryBytes) {
-      endless = { label: quote(work.name), memoryBytes: work.want.memoryBytes, cpu: work.want.cpu };
+    } else {
+      strange(quote(work.name), work.want.memoryBytes, work.want.cpu);
+      if (endless === undefined || work.want.memoryBytes > endless.memoryBytes) endless = { label: quote(work.name), memoryBytes: work.want.memoryBytes, cpu: work.want.cpu };
     }
   }
   return estimates;

@@ -19,18 +19,18 @@ describe("RunTimes", () => {
     const times = new RunTimes();
     expect(times.usual("build")).toBeUndefined();
     for (const ms of [40_000, 42_000, 300_000]) times.record("build", ms, 1);
-    expect(times.usual("build")).toEqual({ ms: 42_000, runs: 3 });
+    expect(times.usual("build")).toEqual({ ms: 42_000, longestMs: 300_000, runs: 3 });
     times.record("build", 41_000, 2);
-    expect(times.usual("build")).toEqual({ ms: 41_500, runs: 4 });
+    expect(times.usual("build")).toEqual({ ms: 41_500, longestMs: 300_000, runs: 4 });
   });
 
   it("keeps the last runs of each name and the most recently used names", () => {
     const times = new RunTimes();
     for (let i = 0; i < RUNS_KEPT + 5; i++) times.record("build", i < 5 ? 1_000_000 : 10_000, i);
-    expect(times.usual("build")).toEqual({ ms: 10_000, runs: RUNS_KEPT });
+    expect(times.usual("build")).toEqual({ ms: 10_000, longestMs: 10_000, runs: RUNS_KEPT });
     for (let i = 0; i <= NAMES_KEPT; i++) times.record(`name ${i}`, 1000, 100 + i);
     expect(times.usual("build")).toBeUndefined();
-    expect(times.usual(`name ${NAMES_KEPT}`)).toEqual({ ms: 1000, runs: 1 });
+    expect(times.usual(`name ${NAMES_KEPT}`)).toEqual({ ms: 1000, longestMs: 1000, runs: 1 });
   });
 
   it("keeps the history in the state directory across a restart", async () => {
@@ -40,7 +40,7 @@ describe("RunTimes", () => {
     first.record("npm run build", 34_000, 2);
     await first.flushed();
     expect(JSON.parse(readFileSync(runTimesFilePath(dir), "utf8")).names["npm run build"].runs).toEqual([30_000, 34_000]);
-    expect(new RunTimes({ stateDir: dir }).usual("npm run build")).toEqual({ ms: 32_000, runs: 2 });
+    expect(new RunTimes({ stateDir: dir }).usual("npm run build")).toEqual({ ms: 32_000, longestMs: 34_000, runs: 2 });
   });
 
   it("starts empty, with a warning, from a file it cannot parse, and writes a good one next time", async () => {
@@ -57,6 +57,6 @@ describe("RunTimes", () => {
     expect(times.usual("x")).toBeUndefined();
     times.record("y", 5, 1);
     await times.flushed();
-    expect(new RunTimes({ stateDir: dir }).usual("y")).toEqual({ ms: 5, runs: 1 });
+    expect(new RunTimes({ stateDir: dir }).usual("y")).toEqual({ ms: 5, longestMs: 5, runs: 1 });
   });
 });

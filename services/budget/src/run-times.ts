@@ -20,9 +20,10 @@ export const RUNS_KEPT = 9;
 /** The names kept. */
 export const NAMES_KEPT = 1000;
 
-/** What the history says of a name: its usual time (the median of the runs kept) and how many runs that rests on. */
+/** What the history says of a name: its usual time (the median of the runs kept), its longest kept run, and how many runs that rests on. */
 export interface UsualTime {
   ms: number;
+  longestMs: number;
   runs: number;
 }
 
@@ -59,7 +60,7 @@ export class RunTimes {
     const sorted = [...known.runs].sort((a, b) => a - b);
     const middle = sorted.length >> 1;
     const ms = sorted.length % 2 === 1 ? sorted[middle]! : Math.round((sorted[middle - 1]! + sorted[middle]!) / 2);
-    return { ms, runs: known.runs.length };
+    return { ms, longestMs: sorted[sorted.length - 1]!, runs: known.runs.length };
   }
 
   /** Learns one clean run of `name` that took `ms`, at wall-clock time `at`. */
