@@ -441,12 +441,27 @@ export async function createBudget(options: BudgetOptions): Promise<Budget> {
       if (usual !== undefined && startedAt + usual.ms > now) return { label, ...held, endsAt: startedAt + usual.ms, endBasis: usualWords(usual) };
       // Past its usual time: by its longest run, while it has not run longer than that too.
       if (usual !== undefined && startedAt + usual.longestMs > now)
-        return { label, ...held, endsAt: startedAt + usual.longestMs, endBasis: `${usualWords(usual)} and has run longer; its longest run took ${formatDuration(usual.longestMs)}` };
+        return {
+          label,
+          ...held,
+          endsAt: startedAt + usual.longestMs,
+          endBasis: `${usualWords(usual)} and has run longer; its longest run took ${formatDuration(usual.longestMs)}`,
+        };
       if (leaseDeadline !== undefined) {
         const lease = "its lease runs out unless renewed";
-        return { label, ...held, endsAt: leaseDeadline, endBasis: usual === undefined ? lease : `${usualWords(usual)}, has run longer than ever, and ${lease}` };
+        return {
+          label,
+          ...held,
+          endsAt: leaseDeadline,
+          endBasis: usual === undefined ? lease : `${usualWords(usual)}, has run longer than ever, and ${lease}`,
+        };
       }
-      return { label, ...held, ends, noEnd: usual === undefined ? "no lease, no past runs" : `no lease, and it has run longer than any of its ${usual.runs} past runs` };
+      return {
+        label,
+        ...held,
+        ends,
+        noEnd: usual === undefined ? "no lease, no past runs" : `no lease, and it has run longer than any of its ${usual.runs} past runs`,
+      };
     };
     const found: Holding[] = [];
     for (const r of book.all()) {

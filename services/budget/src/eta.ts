@@ -101,7 +101,8 @@ export function estimateEtas(input: EtaInput): EtaEstimate[] {
   /** What work that will end at a time nothing predicts holds (reservations, requests admitted in the replay with no usual time), named by the first. */
   let stranger: { label: string; memoryBytes: number; cpu: number; noEnd: string | undefined } | undefined;
   const strange = (label: string, memoryBytes: number, cpu: number, noEnd?: string) => {
-    stranger = stranger === undefined ? { label, memoryBytes, cpu, noEnd } : { ...stranger, memoryBytes: stranger.memoryBytes + memoryBytes, cpu: stranger.cpu + cpu };
+    stranger =
+      stranger === undefined ? { label, memoryBytes, cpu, noEnd } : { ...stranger, memoryBytes: stranger.memoryBytes + memoryBytes, cpu: stranger.cpu + cpu };
   };
   /** Why a wait for `holding` has no estimate. */
   const noEstimate = (holding: { label: string; memoryBytes: number; cpu: number; noEnd?: string | undefined }) =>
@@ -132,10 +133,7 @@ export function estimateEtas(input: EtaInput): EtaEstimate[] {
       }
       const end = ends.pop();
       if (end === undefined) {
-        const why =
-          endless === undefined
-            ? "what holds the budget has no known end"
-            : noEstimate(endless);
+        const why = endless === undefined ? "what holds the budget has no known end" : noEstimate(endless);
         estimates.push({ at: undefined, basis: i === 0 ? `unknown: ${why}` : `unknown: ${why}, or for a request ahead of it` });
         for (let j = i + 1; j < queue.length; j++) estimates.push({ at: undefined, basis: "unknown: a request ahead of it has no estimate" });
         return estimates;
@@ -157,7 +155,8 @@ export function estimateEtas(input: EtaInput): EtaEstimate[] {
       ends.push({ at: at + usual.ms, label: quote(work.name), basis: usualWords(usual), memoryBytes: work.want.memoryBytes, cpu: work.want.cpu });
     } else {
       strange(quote(work.name), work.want.memoryBytes, work.want.cpu);
-      if (endless === undefined || work.want.memoryBytes > endless.memoryBytes) endless = { label: quote(work.name), memoryBytes: work.want.memoryBytes, cpu: work.want.cpu };
+      if (endless === undefined || work.want.memoryBytes > endless.memoryBytes)
+        endless = { label: quote(work.name), memoryBytes: work.want.memoryBytes, cpu: work.want.cpu };
     }
   }
   return estimates;
