@@ -32,6 +32,8 @@ export interface BenchServer {
 export interface BenchServerOptions {
   /** The service's log level; default `info` (one line per RPC, as in production). */
   readonly logLevel?: string;
+  /** The Node binary the service runs on; default this one. */
+  readonly node?: string;
 }
 
 export async function startBenchServer(
@@ -45,7 +47,7 @@ export async function startBenchServer(
   const port = await freePort();
   const url = `http://127.0.0.1:${port}`;
   const child: ChildProcess = spawn(
-    process.execPath,
+    options.node ?? process.execPath,
     [ENTRY[kind], `--state-dir=${stateDir}`, `--${kind}-port=${port}`, `--log-level=${options.logLevel ?? "info"}`, ...args],
     // The per-RPC log lines go where a log collector would take them: away, at once.
     { env: { ...process.env, ...env }, stdio: ["ignore", "ignore", "inherit"] },
@@ -77,7 +79,7 @@ export async function startBenchServer(
 export interface BerthUp {
   readonly sessionsUrl: string;
   readonly budgetUrl: string;
-  /** The live page, `http://127.0.0.1:PORT/`. */
+  /** The live page, `http://127.0.0.1:PORT/` (not served with `ui: false`). */
   readonly pageUrl: string;
   readonly pid: number;
   /** CPU time (user + system, ms) the process has used so far, from /proc. */
@@ -85,21 +87,28 @@ export interface BerthUp {
   stop(): Promise<void>;
 }
 
+/** Options of `startBerthUp`. */
+export interface BerthUpOptions extends BenchServerOptions {
+  /** Without the live page (`berth up` alone); default with it (`berth up --ui`). */
+  readonly ui?: boolean;
+}
+
 /**
- * Starts `berth up --ui` (both services in one process, and the live page) as a child process on
- * ephemeral ports with a fresh state directory, its log lines discarded as a collector would take
- * them; resolves once both services answer health and the page's server answers.
+ * Starts `berth up --ui` (both services in one process, and the live page; without the page with
+ * `ui: false`) as a child process on ephemeral ports with a fresh state directory, its log lines
+ * discarded as a collector would take them; resolves once both services answer health and the
+ * page's server answers.
  */
-export async function startBerthUp(args: string[] = [], options: BenchServerOptions = {}): Promise<BerthUp> {
+export async function startBerthUp(args: string[] = [], options: BerthUpOptions = {}): Promise<BerthUp> {
+  const ui = options.ui ?? true;
   const stateDir = mkdtempSync(path.join(tmpdir(), "berth-bench-up-"));
   const [sessionsPort, budgetPort, pagePort] = [await freePort(), await freePort(), await freePort()];
   const child = spawn(
-    process.execPath,
+    options.node ?? process.execPath,
     [
       BERTH,
       "up",
-      "--ui",
-      `--ui-port=${pagePort}`,
+      ...(ui ? ["--ui", `--ui-port=${pagePort}`] : []),
       `--sessions-port=${sessionsPort}`,
       `--budget-port=${budgetPort}`,
       `--state-dir=${stateDir}`,
@@ -114,7 +123,7 @@ export async function startBerthUp(args: string[] = [], options: BenchServerOpti
   try {
     await waitUntilServing("berth up (sessions)", child, sessionsPort, sessionsUrl);
     await waitUntilServing("berth up (budget)", child, budgetPort, budgetUrl);
-    if (!(await fetch(`${pageUrl}config.json`)).ok) throw new Error(`the live page's server did not answer /config.json at ${pageUrl}`);
+    if (ui && !(await fetch(`${pageUrl}config.json`)).ok) throw new Error(`the live page's server did not answer /config.json at ${pageUrl}`);
   } catch (error) {
     child.kill("SIGKILL");
     rmSync(stateDir, { recursive: true, force: true });
@@ -179,14 +188,25 @@ export function freePort(): Promise<number> {
   });
 }
 
-function processCpuMs(pid: number): number {
+/** CPU time (user + system, ms) process `pid` has used so far, from /proc/PID/stat. */
+export function processCpuMs(pid: number): number {
   const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
   const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
   const ticks = Number(fields[11]) + Number(fields[12]);
   return (ticks * 1000) / 100; // USER_HZ is 100 on Linux
 }
 
-function processRssBytes(pid: number): number {
-  const match = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, "utf8"));
-  return match ? Number(match[1]) * 1024 : NaN;
+/** Resident memory of process `pid` in bytes now (VmRSS), from /proc/PID/status. */
+export function processRssBytes(pid: number): number {
+  return statusKb(pid, "VmRSS") * 1024;
+}
+
+/** The most resident memory process `pid` ever had, in bytes (VmHWM), from /proc/PID/status. */
+export function processPeakRssBytes(pid: number): number {
+  return statusKb(pid, "VmHWM") * 1024;
+}
+
+function statusKb(pid: number, field: string): number {
+  const match = new RegExp(`^${field}:\\s+(\\d+) kB`, "m").exec(readFileSync(`/proc/${pid}/status`, "utf8"));
+  return match ? Number(match[1]) : NaN;
 }
