@@ -206,6 +206,11 @@ export function processPeakRssBytes(pid: number): number {
   return statusKb(pid, "VmHWM") * 1024;
 }
 
+/** Resident memory of process `pid` in bytes, split as /proc/PID/status does: its own (RssAnon) and files' pages (RssFile: most of it the node binary's, shared by every node process). */
+export function processRssSplit(pid: number): { anonBytes: number; fileBytes: number } {
+  return { anonBytes: statusKb(pid, "RssAnon") * 1024, fileBytes: statusKb(pid, "RssFile") * 1024 };
+}
+
 function statusKb(pid: number, field: string): number {
   const match = new RegExp(`^${field}:\\s+(\\d+) kB`, "m").exec(readFileSync(`/proc/${pid}/status`, "utf8"));
   return match ? Number(match[1]) : NaN;

@@ -3,7 +3,10 @@
  * as a container runs it) and `berth up` (both in one process), each on a fresh state directory
  * with its default settings. Once all serve (health answers), they are left alone: the resident
  * memory after --settle (VmRSS, and the peak so far, VmHWM, from /proc/PID/status), then the CPU
- * each uses over the next --window (user + system, from /proc/PID/stat).
+ * each uses over the next --window (user + system, from /proc/PID/stat). VmRSS is split as the
+ * kernel counts it: the process's own pages (RssAnon: its heaps, stacks, threads) and files'
+ * (RssFile: mostly the pages of the node binary the process has touched, which every node
+ * process on the machine shares).
  *
  * The reference is a bare `node -e "setInterval(() => {}, 1000)"` on the same binary, started
  * and measured in the same run: what any Node process costs. Each line carries its figures and
@@ -15,7 +18,7 @@
 import { spawn } from "node:child_process";
 import { setTimeout as sleep } from "node:timers/promises";
 import { emit } from "../lib/report.js";
-import { processCpuMs, processPeakRssBytes, processRssBytes, startBenchServer, startBerthUp } from "../lib/server.js";
+import { processCpuMs, processPeakRssBytes, processRssBytes, processRssSplit, startBenchServer, startBerthUp } from "../lib/server.js";
 
 interface Settings {
   nodes: string[];
@@ -61,14 +64,14 @@ async function measure(node: string, settings: Settings): Promise<void> {
     subjects.push({ name: "berth up", pid: up.pid, stop: () => up.stop() });
 
     await sleep(settings.settleMs);
-    const memory = subjects.map((s) => ({ rss: processRssBytes(s.pid), peak: processPeakRssBytes(s.pid) }));
+    const memory = subjects.map((s) => ({ rss: processRssBytes(s.pid), peak: processPeakRssBytes(s.pid), ...processRssSplit(s.pid) }));
     const cpuBefore = subjects.map((s) => processCpuMs(s.pid));
     const started = performance.now();
     await sleep(settings.windowMs);
     const seconds = (performance.now() - started) / 1000;
     const cpuPerS = subjects.map((s, i) => (processCpuMs(s.pid) - cpuBefore[i]!) / seconds);
 
-    const reference = { rss: memory[0]!.rss, peak: memory[0]!.peak, cpuPerS: cpuPerS[0]! };
+    const reference = { ...memory[0]!, cpuPerS: cpuPerS[0]! };
     subjects.forEach((subject, i) => {
       emit({
         suite: "idle",
@@ -78,12 +81,16 @@ async function measure(node: string, settings: Settings): Promise<void> {
         window_s: Math.round(seconds * 10) / 10,
         rss_mb: mb(memory[i]!.rss),
         peak_rss_mb: mb(memory[i]!.peak),
+        rss_anon_mb: mb(memory[i]!.anonBytes),
+        rss_file_mb: mb(memory[i]!.fileBytes),
         cpu_ms_per_s: round2(cpuPerS[i]!),
         reference: "node -e setInterval",
         reference_rss_mb: mb(reference.rss),
         reference_peak_rss_mb: mb(reference.peak),
+        reference_rss_anon_mb: mb(reference.anonBytes),
         reference_cpu_ms_per_s: round2(reference.cpuPerS),
         rss_over_reference_mb: mb(memory[i]!.rss - reference.rss),
+        rss_anon_over_reference_mb: mb(memory[i]!.anonBytes - reference.anonBytes),
       });
     });
   } finally {
