@@ -14,6 +14,7 @@ const SUITES: Record<string, () => Promise<{ run(args: string[]): Promise<void> 
   "web-client": () => import("./suites/web-client.js"),
   mcp: () => import("./suites/mcp.js"),
   ui: () => import("./suites/ui.js"),
+  idle: () => import("./suites/idle.js"),
 };
 
 const [first, ...rest] = process.argv.slice(2);

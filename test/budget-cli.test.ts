@@ -4,14 +4,16 @@
  * pseudo-terminal (`script`), where the status line is rewritten in place.
  */
 import { execFileSync } from "node:child_process";
-import { afterAll, describe, expect, it } from "vitest";
+import { mkdirSync, unlinkSync, writeFileSync } from "node:fs";
+import * as path from "node:path";
+import { afterAll, describe, expect, it, vi } from "vitest";
 import { NeedItemKind } from "@berth/api/berth/budget/v1/budget_pb";
 import { BudgetService, type AdmitRequest } from "@berth/api/berth/budget/v1/budget_service_pb";
 import { EXIT } from "@berth/cli/command";
 import { implement, startServer } from "@berth/shared/server/index";
 import { CLI, G, berth, spawnBerth, startBudget, until, type BudgetUnderTest } from "./budget-e2e.js";
-import { stopAll } from "./harness.js";
-import { screen, startInTerminal } from "./pty.js";
+import { curl, makeTempDir, stopAll } from "./harness.js";
+import { runInTerminal, screen, startInTerminal } from "./pty.js";
 
 afterAll(stopAll);
 
@@ -176,7 +178,7 @@ describe("berth admit", () => {
     await budget.client.release({ reservationId: reservation!.id });
   });
 
-  it("exits with a distinct code for each refusal, for an unreachable service, bad flags and a missing command", async () => {
+  it("exits with a distinct code for each refusal, for an unreachable service and bad flags", async () => {
     const budget = await startBudget({ args: ["--max-queue=1"] });
     const impossible = await berth(budget.url, ["admit", "--memory", "5G", "--", "true"]);
     expect(impossible.code).toBe(EXIT.impossible);
@@ -218,11 +220,72 @@ describe("berth admit", () => {
     expect(tooLong.code).toBe(EXIT.usage);
     expect(tooLong.stderr).toContain("--max-wait: must be at most 576h, got 1000h");
     expect((await berth(budget.url, ["admit", "--memory", "1G"])).code).toBe(EXIT.usage);
+  });
 
-    const missing = await startBudget();
-    const notFound = await berth(missing.url, ["admit", "--memory", "1G", "--", "/nonexistent/command"]);
-    expect(notFound.code).toBe(127);
-    expect((await missing.client.getState({})).reservations).toHaveLength(0);
+  it("looks CMD up before asking the service: a missing one exits 127, one that cannot run 126, in words, and nothing is queued or reserved", async () => {
+    const budget = await startBudget();
+    const dir = makeTempDir("berth-admit-cmd-");
+    writeFileSync(path.join(dir, "not-executable.sh"), "#!/bin/sh\n", { mode: 0o644 });
+    mkdirSync(path.join(dir, "a-directory"));
+    // The budget is full: a need the service heard of would be refused at once (--max-wait 0: 75).
+    const { reservation } = await hold(budget, 3);
+    const cases = [
+      { cmd: "no-such-cmd", exit: EXIT.commandNotFound, code: "command_not_found", message: "command not found: no-such-cmd" },
+      { cmd: "./no-such-script.sh", exit: EXIT.commandNotFound, code: "command_not_found", message: "command not found: ./no-such-script.sh (no such file)" },
+      {
+        cmd: "./not-executable.sh",
+        exit: EXIT.cannotRun,
+        code: "cannot_run",
+        message: "cannot run ./not-executable.sh: it is not executable (no execute permission)",
+      },
+      { cmd: "./a-directory", exit: EXIT.cannotRun, code: "cannot_run", message: "cannot run ./a-directory: it is a directory" },
+    ];
+    for (const { cmd, exit, code, message } of cases) {
+      const result = await berth(budget.url, ["admit", "--memory", "2G", "--max-wait", "0", "--", cmd, "--flag"], { cwd: dir });
+      expect(result.code, cmd).toBe(exit);
+      expect(
+        result.stderr
+          .trim()
+          .split("\n")
+          .map((line) => JSON.parse(line)),
+      ).toEqual([{ event: "error", code, exit, message }]);
+    }
+    // On a terminal: the words, named by the command.
+    const tty = await runInTerminal(["admit", "--memory", "2G", "--", "no-such-cmd"], { cwd: dir, env: { BERTH_BUDGET_URL: budget.url } });
+    expect(tty.code).toBe(EXIT.commandNotFound);
+    expect(screen(tty.output)).toMatch(/^berth admit: command not found: no-such-cmd$/m);
+
+    // Nothing was asked: no request queued or reserved, and no Admit stream came to the service at all.
+    const state = await budget.client.getState({});
+    expect(state.queue).toEqual([]);
+    expect(state.reservations.map((r) => r.id)).toEqual([reservation!.id]);
+    // Counted as each call's answer is written, which may be a moment after the client has it.
+    const metrics = await vi.waitFor(async () => {
+      const body = (await curl(budget.url, "/metrics")).body;
+      expect(body).toContain(`berth_rpc_requests_total{method="/berth.budget.v1.BudgetService/GetState"`);
+      return body;
+    });
+    expect(metrics).not.toContain(`berth_rpc_requests_total{method="/berth.budget.v1.BudgetService/Admit"`);
+  });
+
+  it("looks CMD up again once admitted: one gone meanwhile is told in words (127) and the reservation released", async () => {
+    const budget = await startBudget();
+    const script = path.join(makeTempDir("berth-admit-gone-"), "vanishing.sh");
+    writeFileSync(script, "#!/bin/sh\n", { mode: 0o755 });
+    const { reservation } = await hold(budget, 3);
+    const admit = spawnBerth(budget.url, ["admit", "--memory", "2G", "--", script]);
+    await admit.event("queued");
+    unlinkSync(script);
+    await budget.client.release({ reservationId: reservation!.id });
+    expect(await admit.exited).toEqual({ code: EXIT.commandNotFound, signal: null });
+    expect(admit.events.filter((e) => e.event !== "queued").map((e) => e.event)).toEqual(["admitted", "error", "released"]);
+    expect(admit.events.find((e) => e.event === "error")).toEqual({
+      event: "error",
+      code: "command_not_found",
+      exit: EXIT.commandNotFound,
+      message: `command not found: ${script} (no such file)`,
+    });
+    expect((await budget.client.getState({})).reservations).toEqual([]);
   });
 
   it("keeps the command running when the service goes away, and says so", async () => {

@@ -7,7 +7,7 @@
  * docs/cli.md's reference blocks are the help texts themselves: after changing a help text, run
  * `BERTH_UPDATE_DOCS=1 npx vitest run test/cli-help.test.ts` to rewrite them.
  */
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import * as path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -125,6 +125,14 @@ describe("help on every command and subcommand", () => {
       const cwd = mkdtempSync(path.join(tmpdir(), "berth-example-"));
       tempDirs.push(cwd);
       writeFileSync(path.join(cwd, "events.jsonl"), '{"type":"agent_phase","phase":"a"}\n{"type":"agent_phase","phase":"b"}\n');
+      // CMD is looked up before a service is asked (127 when it is not there): a stub of each one
+      // an example runs, in the directory for a path, else on PATH behind the machine's own tools.
+      const stubs = path.join(cwd, "stub-bin");
+      for (const [, name] of line.matchAll(/\s--\s+([^\s'"|;&]+)/g)) {
+        const stub = name!.includes("/") ? path.join(cwd, name!) : path.join(stubs, name!);
+        mkdirSync(path.dirname(stub), { recursive: true });
+        writeFileSync(stub, "#!/bin/sh\n", { mode: 0o755 });
+      }
       // The example as a person would paste it into bash: `berth` is the built CLI, jq reads and
       // drops its input (it may not be installed), the variables berth sets for CMD are set.
       const prelude = `set -o pipefail; berth() { "${process.execPath}" "${BERTH_CLI}" "$@"; }; jq() { cat > /dev/null; }; `;
@@ -132,6 +140,7 @@ describe("help on every command and subcommand", () => {
         cwd,
         timeoutMs: 60_000,
         env: {
+          PATH: `${process.env.PATH}${path.delimiter}${stubs}`,
           BERTH_SESSIONS_URL: NOWHERE,
           BERTH_BUDGET_URL: NOWHERE,
           BERTH_TOKEN: undefined,

@@ -4,7 +4,7 @@
  * in a pseudo-terminal (the live status line, colours, Ctrl-C from the keyboard).
  */
 import { spawn, type ChildProcess } from "node:child_process";
-import { mkdirSync, readFileSync, realpathSync, symlinkSync } from "node:fs";
+import { mkdirSync, readFileSync, realpathSync, symlinkSync, unlinkSync, writeFileSync } from "node:fs";
 import * as path from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from "vitest";
 import { LockService } from "@berth/api/berth/locks/v1/lock_service_pb";
@@ -178,15 +178,15 @@ describe("berth lock", () => {
       cwd: project,
       env: { BERTH_SESSIONS_URL: url },
     });
-    await run.waitFor(/\r\x1b\[Kberth lock: waiting for src\/tty\.ts, held by alice \(lease, fencing token \d+\) for \d+(ms|s); #1 in line, waited \d/);
+    await run.waitFor(/\r\x1b\[Kberth lock hold: waiting for src\/tty\.ts, held by alice \(lease, fencing token \d+\) for \d+(ms|s); #1 in line, waited \d/);
     // Redrawn every second while nothing else happens: the wait keeps counting in place.
-    await run.waitFor(/(\r\x1b\[Kberth lock: waiting for [^\r]*){2}/, 5_000);
+    await run.waitFor(/(\r\x1b\[Kberth lock hold: waiting for [^\r]*){2}/, 5_000);
     await locks.release({ leaseToken: lease!.leaseToken });
     const { code, output } = await run.exited;
     expect(code).toBe(3);
     expect(output).not.toContain('"event"');
     const seen = screen(output);
-    expect(seen).toMatch(/^berth lock: acquired .*src\/tty\.ts after \d+(ms|s) \(fencing token \d+\)$/m);
+    expect(seen).toMatch(/^berth lock hold: acquired .*src\/tty\.ts after \d+(ms|s) \(fencing token \d+\)$/m);
     expect(seen).toMatch(/^CMD on a terminal$/m);
     expect(seen).not.toContain("waiting for");
   });
@@ -210,7 +210,7 @@ describe("berth lock", () => {
     const tty = await runInTerminal(["lock", "hold", file, "--max-wait", "0", "--", "true"], { cwd: project, env: { BERTH_SESSIONS_URL: url } });
     expect(tty.code).toBe(75);
     expect(tty.output).toMatch(
-      /berth lock: \x1b\[31mtimed out: .*busy\.ts is held by bob \(lease, fencing token \d+\) since .*; it was not free \(--max-wait 0\)\x1b\[39m/,
+      /berth lock hold: \x1b\[31mtimed out: .*busy\.ts is held by bob \(lease, fencing token \d+\) since .*; it was not free \(--max-wait 0\)\x1b\[39m/,
     );
     // --json asks for the JSON lines on a terminal too.
     const forced = await runInTerminal(["lock", "hold", file, "--max-wait", "0", "--json", "--", "true"], { cwd: project, env: { BERTH_SESSIONS_URL: url } });
@@ -250,6 +250,75 @@ describe("berth lock", () => {
     const inspected = await berth(["lock", "inspect", "../project-link/spelled/app.css", "--json"], {}, beside);
     expect(JSON.parse(inspected.stdout)).toMatchObject({ file: canonical, holder: { owner: "connect" } });
     await locks.release({ leaseToken: lease!.leaseToken });
+  });
+
+  it("looks CMD up before asking for the lock: a missing one exits 127, one that cannot run 126, in words, and no lock is taken", async () => {
+    // A service of its own, so that its counters show whether the lock was asked for.
+    const own = await startService("sessions");
+    const ownUrl = own.url("sessions");
+    const ownLocks = connectClient(LockService, ownUrl, { protocol: "grpc", defaultTimeoutMs: 30_000 });
+    const file = "src/never.ts";
+    writeFileSync(path.join(project, "not-executable.sh"), "#!/bin/sh\n", { mode: 0o644 });
+    mkdirSync(path.join(project, "a-directory"), { recursive: true });
+    const cases = [
+      { cmd: "no-such-cmd", exit: 127, code: "command_not_found", message: "command not found: no-such-cmd" },
+      { cmd: "./no-such-script.sh", exit: 127, code: "command_not_found", message: "command not found: ./no-such-script.sh (no such file)" },
+      { cmd: "./not-executable.sh", exit: 126, code: "cannot_run", message: "cannot run ./not-executable.sh: it is not executable (no execute permission)" },
+      { cmd: "./a-directory", exit: 126, code: "cannot_run", message: "cannot run ./a-directory: it is a directory" },
+    ];
+    for (const { cmd, exit, code, message } of cases) {
+      const result = await berth(["lock", "hold", file, "--", cmd, "--flag"], { BERTH_SESSIONS_URL: ownUrl });
+      expect(result.code, cmd).toBe(exit);
+      expect(
+        result.stderr
+          .trim()
+          .split("\n")
+          .map((line) => JSON.parse(line)),
+      ).toEqual([{ event: "error", code, exit, message }]);
+    }
+    // On a terminal: the words, named by the command.
+    const tty = await runInTerminal(["lock", "hold", file, "--", "no-such-cmd"], { cwd: project, env: { BERTH_SESSIONS_URL: ownUrl } });
+    expect(tty.code).toBe(127);
+    expect(screen(tty.output)).toMatch(/^berth lock hold: command not found: no-such-cmd$/m);
+
+    // Never held (no fencing token drawn), nobody waits, and no Hold stream came to the service at all.
+    const inspected = await ownLocks.inspect({ file: path.join(project, file) });
+    expect(inspected.holder).toBeUndefined();
+    expect(inspected.waiters).toEqual([]);
+    expect(inspected.lastFencingToken).toBe(0n);
+    // Counted as each call's answer is written, which may be a moment after the client has it.
+    const metrics = await vi.waitFor(async () => {
+      const body = (await curl(ownUrl, "/metrics")).body;
+      expect(body).toContain(`berth_rpc_requests_total{method="/berth.locks.v1.LockService/Inspect"`);
+      return body;
+    });
+    expect(metrics).not.toContain(`berth_rpc_requests_total{method="/berth.locks.v1.LockService/Hold"`);
+    await own.stop();
+  });
+
+  it("looks CMD up again once granted: one gone meanwhile is told in words (127) and the lock released", async () => {
+    const file = "src/vanishing.ts";
+    const script = path.join(project, "vanishing.sh");
+    writeFileSync(script, "#!/bin/sh\n", { mode: 0o755 });
+    const { lease } = await locks.acquire({ file: path.join(project, file), owner: "erin" });
+    const run = startBerth(["lock", "hold", file, "--", "./vanishing.sh"]);
+    await run.waitFor(/"event":"waiting"/, "stderr");
+    unlinkSync(script);
+    await locks.release({ leaseToken: lease!.leaseToken });
+    expect((await run.exited).code).toBe(127);
+    const events = run
+      .err()
+      .trim()
+      .split("\n")
+      .map((line) => JSON.parse(line) as Record<string, unknown>);
+    expect(events.map((e) => e["event"]).filter((name) => name !== "waiting")).toEqual(["acquired", "error", "released"]);
+    expect(events.find((e) => e["event"] === "error")).toEqual({
+      event: "error",
+      code: "command_not_found",
+      exit: 127,
+      message: "command not found: ./vanishing.sh (no such file)",
+    });
+    expect((await locks.inspect({ file: path.join(project, file) })).holder).toBeUndefined();
   });
 
   it("exits 69 when the service cannot be reached", async () => {
@@ -303,7 +372,7 @@ describe("berth lock", () => {
     tty.type("\x03");
     const { code, output } = await tty.exited;
     expect(code).toBe(130);
-    expect(screen(output)).toMatch(/^(\^C)?berth lock: interrupted \(SIGINT\) while waiting; the request was withdrawn$/m);
+    expect(screen(output)).toMatch(/^(\^C)?berth lock hold: interrupted \(SIGINT\) while waiting; the request was withdrawn$/m);
     expect(await waiters(file)).toBe(0);
     await locks.release({ leaseToken: lease!.leaseToken });
   });

@@ -36,6 +36,8 @@ export interface BenchServer extends BenchProcess {
 export interface BenchServerOptions {
   /** The service's log level; default `info` (one line per RPC, as in production). */
   readonly logLevel?: string;
+  /** The Node binary the service runs on; default this one. */
+  readonly node?: string;
 }
 
 export async function startBenchServer(
@@ -47,8 +49,9 @@ export async function startBenchServer(
   // The port is chosen here and the service found by health, so that it is found at any log level.
   const port = await freePort();
   const url = `http://127.0.0.1:${port}`;
-  const server = await startBenchProcess({ name: kind, command: [ENTRY[kind], `--${kind}-port=${port}`], args, env, logLevel: options.logLevel }, (child) =>
-    waitUntilServing(kind, child, port, url),
+  const server = await startBenchProcess(
+    { name: kind, command: [ENTRY[kind], `--${kind}-port=${port}`], args, env, logLevel: options.logLevel, node: options.node },
+    (child) => waitUntilServing(kind, child, port, url),
   );
   return { url, ...server };
 }
@@ -92,12 +95,20 @@ export interface BerthUp {
   stop(): Promise<void>;
 }
 
+/** Options of `startBerthUp`. */
+export interface BerthUpOptions extends BenchServerOptions {
+  /** Without the live page (`berth up` alone); default with it (`berth up --ui`). */
+  readonly ui?: boolean;
+}
+
 /**
- * Starts `berth up --ui` (both services in one process, and the live page) as a child process on
- * ephemeral ports with a fresh state directory, its log lines discarded as a collector would take
- * them; resolves once both services answer health and the page's server answers.
+ * Starts `berth up --ui` (both services in one process, and the live page; without the page with
+ * `ui: false`) as a child process on ephemeral ports with a fresh state directory, its log lines
+ * discarded as a collector would take them; resolves once both services answer health and the
+ * page's server answers.
  */
-export async function startBerthUp(args: string[] = [], options: BenchServerOptions = {}): Promise<BerthUp> {
+export async function startBerthUp(args: string[] = [], options: BerthUpOptions = {}): Promise<BerthUp> {
+  const ui = options.ui ?? true;
   const [sessionsPort, budgetPort, pagePort] = [await freePort(), await freePort(), await freePort()];
   const sessionsUrl = `http://127.0.0.1:${sessionsPort}`;
   const budgetUrl = `http://127.0.0.1:${budgetPort}`;
@@ -105,14 +116,15 @@ export async function startBerthUp(args: string[] = [], options: BenchServerOpti
   const up = await startBenchProcess(
     {
       name: "up",
-      command: [BERTH, "up", "--ui", `--ui-port=${pagePort}`, `--sessions-port=${sessionsPort}`, `--budget-port=${budgetPort}`],
+      command: [BERTH, "up", ...(ui ? ["--ui", `--ui-port=${pagePort}`] : []), `--sessions-port=${sessionsPort}`, `--budget-port=${budgetPort}`],
       args,
       logLevel: options.logLevel,
+      node: options.node,
     },
     async (child) => {
       await waitUntilServing("berth up (sessions)", child, sessionsPort, sessionsUrl);
       await waitUntilServing("berth up (budget)", child, budgetPort, budgetUrl);
-      if (!(await fetch(`${pageUrl}config.json`)).ok) throw new Error(`the live page's server did not answer /config.json at ${pageUrl}`);
+      if (ui && !(await fetch(`${pageUrl}config.json`)).ok) throw new Error(`the live page's server did not answer /config.json at ${pageUrl}`);
     },
   );
   return { sessionsUrl, budgetUrl, pageUrl, ...up };
@@ -137,10 +149,14 @@ interface BenchProcessOptions extends BenchServerOptions {
  */
 async function startBenchProcess(options: BenchProcessOptions, serving: (child: ChildProcess) => Promise<void>): Promise<BenchProcess> {
   const stateDir = mkdtempSync(path.join(tmpdir(), `berth-bench-${options.name}-`));
-  const child = spawn(process.execPath, [...options.command, `--state-dir=${stateDir}`, `--log-level=${options.logLevel ?? "info"}`, ...options.args], {
-    env: { ...process.env, ...options.env },
-    stdio: ["ignore", "ignore", "inherit"],
-  });
+  const child = spawn(
+    options.node ?? process.execPath,
+    [...options.command, `--state-dir=${stateDir}`, `--log-level=${options.logLevel ?? "info"}`, ...options.args],
+    {
+      env: { ...process.env, ...options.env },
+      stdio: ["ignore", "ignore", "inherit"],
+    },
+  );
   try {
     await serving(child);
   } catch (error) {
@@ -206,14 +222,29 @@ export function freePort(): Promise<number> {
   });
 }
 
-function processCpuMs(pid: number): number {
+export function processCpuMs(pid: number): number {
   const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
   const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
   const ticks = Number(fields[11]) + Number(fields[12]);
   return (ticks * 1000) / 100; // USER_HZ is 100 on Linux
 }
 
-function processRssBytes(pid: number): number {
-  const match = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, "utf8"));
-  return match ? Number(match[1]) * 1024 : NaN;
+/** Resident memory of process `pid` in bytes now (VmRSS), from /proc/PID/status. */
+export function processRssBytes(pid: number): number {
+  return statusKb(pid, "VmRSS") * 1024;
+}
+
+/** The most resident memory process `pid` ever had, in bytes (VmHWM), from /proc/PID/status. */
+export function processPeakRssBytes(pid: number): number {
+  return statusKb(pid, "VmHWM") * 1024;
+}
+
+/** Resident memory of process `pid` in bytes, split as /proc/PID/status does: its own (RssAnon) and files' pages (RssFile: most of it the node binary's, shared by every node process). */
+export function processRssSplit(pid: number): { anonBytes: number; fileBytes: number } {
+  return { anonBytes: statusKb(pid, "RssAnon") * 1024, fileBytes: statusKb(pid, "RssFile") * 1024 };
+}
+
+function statusKb(pid: number, field: string): number {
+  const match = new RegExp(`^${field}:\\s+(\\d+) kB`, "m").exec(readFileSync(`/proc/${pid}/status`, "utf8"));
+  return match ? Number(match[1]) : NaN;
 }

@@ -58,8 +58,8 @@ export const EXIT = {
   queueFull: 81,
   /** `budget check`: the need fits the budget, but not now (it would wait). */
   wouldWait: 82,
-  /** `admit`, `lock hold`: CMD could not be run (not executable). */
+  /** `admit`, `lock hold`: CMD cannot be run (no execute permission, a directory); told before the service is asked. */
   cannotRun: 126,
-  /** `admit`, `lock hold`: CMD was not found. */
+  /** `admit`, `lock hold`: CMD was not found (on PATH, or no such file); told before the service is asked. */
   commandNotFound: 127,
 } as const;

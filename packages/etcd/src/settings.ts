@@ -7,7 +7,7 @@
 import { readFileSync } from "node:fs";
 import { defineConfig, oneOf, parseNonEmpty, type ConfigValues } from "@berth/shared/config";
 import { BerthError, invalidArgument } from "@berth/shared/errors";
-import { createEtcdClient, type EtcdClient } from "./etcd-client.js";
+import type { EtcdClient } from "./etcd-client.js";
 import type { EtcdTlsOptions } from "./connections.js";
 
 /** Where a service keeps what it shares (`--store`). */
@@ -131,8 +131,12 @@ function readSetting(file: string, flag: string): string {
   }
 }
 
-/** The etcd client the settings describe (TLS and authentication passed through). */
-export function etcdClientOf(values: EtcdSettingsValues): EtcdClient {
+/**
+ * The etcd client the settings describe (TLS and authentication passed through). The client's
+ * code, etcd's generated messages with it, loads only now: a service on the file store never has it.
+ */
+export async function etcdClientOf(values: EtcdSettingsValues): Promise<EtcdClient> {
+  const { createEtcdClient } = await import("./etcd-client.js");
   const tls: EtcdTlsOptions = {
     ...(values.etcdCaFile !== undefined ? { ca: readSetting(values.etcdCaFile, "--etcd-ca-file") } : {}),
     ...(values.etcdCertFile !== undefined ? { cert: readSetting(values.etcdCertFile, "--etcd-cert-file") } : {}),

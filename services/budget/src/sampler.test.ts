@@ -9,13 +9,13 @@ import { SAMPLER_SETTINGS, createSampler, machineFactsOf, parsePressure, readMac
 
 /** While `refuse`, every read of the sampler's fails for want of a descriptor. */
 const reads = vi.hoisted(() => ({ refuse: false }));
-vi.mock("node:fs/promises", async (real) => {
-  const actual = await real<typeof import("node:fs/promises")>();
-  const readFile = ((...args: Parameters<typeof actual.readFile>) =>
-    reads.refuse
-      ? Promise.reject(Object.assign(new Error("EMFILE: too many open files, open"), { code: "EMFILE" }))
-      : actual.readFile(...args)) as typeof actual.readFile;
-  return { ...actual, readFile, default: { ...actual, readFile } };
+vi.mock("node:fs", async (real) => {
+  const actual = await real<typeof import("node:fs")>();
+  const readFileSync = ((...args: Parameters<typeof actual.readFileSync>) => {
+    if (reads.refuse) throw Object.assign(new Error("EMFILE: too many open files, open"), { code: "EMFILE" });
+    return actual.readFileSync(...args);
+  }) as typeof actual.readFileSync;
+  return { ...actual, readFileSync, default: { ...actual, readFileSync } };
 });
 
 const G = 1024 ** 3;

@@ -11,6 +11,7 @@ import { BerthClientError } from "@berth/client/errors";
 import { EXIT } from "../command.js";
 import { formatQueued, gateName, roughly } from "../client/budget-format.js";
 import { describeFailure, failureFields } from "../client/errors.js";
+import { findCommand, reportCommandProblem, spawnProblem } from "../client/find-command.js";
 import { needItems } from "../client/need-items.js";
 import { progressFor } from "../client/progress.js";
 import { relaySignals, signalExit } from "../client/wrapped-command.js";
@@ -126,7 +127,10 @@ export async function admit({ values, command, need, maxWaitMs, endpoint }: Admi
     const waitedMs = admission.waitedMs;
     progress.event("admitted", { reservation_id: reservation.id, waited_ms: waitedMs }, waitedMs > 0 ? `admitted after ${roughly(waitedMs)}` : undefined);
 
-    const spawned = spawn(command[0]!, command.slice(1), { stdio: "inherit", env: { ...process.env, BERTH_RESERVATION_ID: reservation.id } });
+    // Looked up again: the wait may have been long, and what runs is what is there now.
+    const { file, problem } = findCommand(command[0]!);
+    if (problem !== undefined) return reportCommandProblem(progress, problem);
+    const spawned = spawn(file, command.slice(1), { argv0: command[0], stdio: "inherit", env: { ...process.env, BERTH_RESERVATION_ID: reservation.id } });
     relay.child = spawned;
     const exited = new Promise<Outcome>((resolve) => {
       spawned.once("error", (error: NodeJS.ErrnoException) => resolve({ code: null, signal: null, error }));
@@ -163,9 +167,7 @@ export async function admit({ values, command, need, maxWaitMs, endpoint }: Admi
     const outcome = "outcome" in first ? first.outcome : await exited;
     let code: number;
     if (outcome.error !== undefined) {
-      code = outcome.error.code === "ENOENT" ? EXIT.commandNotFound : EXIT.cannotRun;
-      const message = `cannot run ${command[0]}: ${outcome.error.message}`;
-      progress.event("error", { code: outcome.error.code, exit: code, message }, message, "error");
+      code = reportCommandProblem(progress, spawnProblem(command[0]!, outcome.error));
     } else {
       code = outcome.code ?? signalExit(outcome.signal ?? "SIGKILL");
       progress.event("exited", { code: outcome.code, signal: outcome.signal });

@@ -13,7 +13,9 @@
  */
 import { parseFlags, usageError, UsageError, type FlagSpec } from "../args.js";
 import { endpointFromFlags, type Endpoint } from "../client/endpoint-flags.js";
+import { findCommand, reportCommandProblem } from "../client/find-command.js";
 import { NEED_FLAGS, NEED_HELP_ROWS, durationFlag, needFromFlags, type DeclaredNeed } from "../client/need-flags.js";
+import { progressFor } from "../client/progress.js";
 import { EXIT, type Command } from "../command.js";
 import { BUDGET_ENDPOINT_FLAGS, callExitRows } from "../common-help.js";
 import { renderHelp } from "../help.js";
@@ -49,8 +51,8 @@ const HELP = renderHelp({
     [String(EXIT.impossible), "refused: the need is bigger than the whole budget (it can never be admitted)"],
     [String(EXIT.queueFull), "refused: the queue was full (BERTH_BUDGET_MAX_QUEUE); retry later"],
     [String(EXIT.timedOut), "timed out: the wait ran out (--max-wait, BERTH_BUDGET_WAIT) before the need fit (at once with --max-wait 0)"],
-    [String(EXIT.commandNotFound), "CMD was not found"],
-    [String(EXIT.cannotRun), "CMD could not be run (not executable)"],
+    [String(EXIT.commandNotFound), "CMD was not found (on PATH, or no such file): told before the service is asked"],
+    [String(EXIT.cannotRun), "CMD cannot be run (no execute permission, a directory): told before the service is asked"],
     ["130/143", "interrupted (SIGINT/SIGTERM) while waiting; the request was withdrawn"],
     ...callExitRows("budget"),
   ],
@@ -91,7 +93,6 @@ function parse(argv: string[]) {
   return { values: parsed.values as Record<string, unknown>, command };
 }
 
-/** The exit code for a refused admission, and the facts to report. */
 /** An admission's command line, parsed and checked. */
 export interface AdmitInvocation {
   readonly values: Record<string, unknown>;
@@ -121,6 +122,9 @@ export const admitCommand: Command = {
       if (!(error instanceof UsageError)) throw error;
       return usageError("berth admit", error.message);
     }
+    // A command that cannot run is told now, not after a wait in the queue: the service is not asked.
+    const { problem } = findCommand(invocation.command[0]!);
+    if (problem !== undefined) return reportCommandProblem(progressFor("berth admit", invocation.values["json"] === true), problem);
     // The admission, and the generated code it needs, load only now: help and usage errors are quick.
     const { admit } = await import("./admit-run.js");
     return admit(invocation);

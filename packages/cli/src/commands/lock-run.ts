@@ -21,6 +21,7 @@ import { BerthClientError } from "@berth/client/errors";
 import { LocksClient, type HeldLock } from "@berth/client/locks";
 import { formatDuration } from "@berth/shared/units";
 import { describeFailure, failureFields, reportFailure } from "../client/errors.js";
+import { findCommand, reportCommandProblem, spawnProblem } from "../client/find-command.js";
 import { jsonInteger, messageJson } from "../client/json.js";
 import { progressFor, type Progress } from "../client/progress.js";
 import { relaySignals, signalExit } from "../client/wrapped-command.js";
@@ -78,7 +79,7 @@ function holderJson(holder: Holder | LockHeld | undefined): Record<string, unkno
 /** Runs `berth lock hold`; resolves with the exit code. */
 export async function hold(invocation: Invocation): Promise<number> {
   const { file, owner, maxWaitMs, command, endpoint } = invocation;
-  const progress = progressFor("berth lock", invocation.json);
+  const progress = progressFor("berth lock hold", invocation.json);
   const client = new LocksClient({ endpoint });
   const call = new AbortController();
   const relay = relaySignals(() => call.abort());
@@ -114,8 +115,28 @@ export async function hold(invocation: Invocation): Promise<number> {
     );
     progress.done();
 
-    // 2. Run CMD; hear at once if the lock is lost meanwhile (CMD keeps running without it).
-    const spawned = spawn(command[0]!, command.slice(1), {
+    // 2. Run CMD, looked up again (the wait may have been long: what runs is what is there now).
+    const { file: executable, problem } = findCommand(command[0]!);
+    const code = problem === undefined ? await run(executable, held) : reportCommandProblem(progress, problem);
+
+    // 3. Release before exiting, so the next holder never races this process's exit; ending the
+    // stream (which the release does too) would free it a moment later.
+    if (held.lost === undefined) {
+      const released = await held.release();
+      progress.event("released", { file: lease.file, fencing_token: jsonInteger(lease.fencingToken), by: released ? "release" : "stream end" });
+    }
+    return code;
+  } finally {
+    progress.done();
+    relay.dispose();
+    call.abort();
+  }
+
+  /** Runs CMD while `held`, hearing at once if the lock is lost meanwhile (CMD keeps running without it); resolves with the exit code. */
+  async function run(executable: string, held: HeldLock): Promise<number> {
+    const lease = held.lease;
+    const spawned = spawn(executable, command.slice(1), {
+      argv0: command[0],
       stdio: "inherit",
       env: { ...process.env, BERTH_FENCING_TOKEN: String(lease.fencingToken), BERTH_LOCK_FILE: lease.file },
     });
@@ -135,27 +156,9 @@ export async function hold(invocation: Invocation): Promise<number> {
 
     const outcome = await exited;
     commandDone = true;
-    let code: number;
-    if (outcome.error !== undefined) {
-      code = outcome.error.code === "ENOENT" ? EXIT.commandNotFound : EXIT.cannotRun;
-      const message = `cannot run ${command[0]}: ${outcome.error.message}`;
-      progress.event("error", { code: outcome.error.code, exit: code, message }, message, "error");
-    } else {
-      code = outcome.code ?? signalExit(outcome.signal ?? "SIGKILL");
-      progress.event("exited", { code: outcome.code, signal: outcome.signal });
-    }
-
-    // 3. Release before exiting, so the next holder never races this process's exit; ending the
-    // stream (which the release does too) would free it a moment later.
-    if (held.lost === undefined) {
-      const released = await held.release();
-      progress.event("released", { file: lease.file, fencing_token: jsonInteger(lease.fencingToken), by: released ? "release" : "stream end" });
-    }
-    return code;
-  } finally {
-    progress.done();
-    relay.dispose();
-    call.abort();
+    if (outcome.error !== undefined) return reportCommandProblem(progress, spawnProblem(command[0]!, outcome.error));
+    progress.event("exited", { code: outcome.code, signal: outcome.signal });
+    return outcome.code ?? signalExit(outcome.signal ?? "SIGKILL");
   }
 }
 

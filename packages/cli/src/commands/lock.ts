@@ -15,6 +15,8 @@ import { absoluteLockPath } from "@berth/client/lock-path";
 import { parseFlags, stringFlag, usageError, UsageError, type FlagSpec } from "../args.js";
 import { durationFlag } from "../client/need-flags.js";
 import { endpointFromFlags, type Endpoint } from "../client/endpoint-flags.js";
+import { findCommand, reportCommandProblem } from "../client/find-command.js";
+import { progressFor } from "../client/progress.js";
 import { EXIT, type Command, type SubcommandHelp } from "../command.js";
 import { SESSIONS_ENDPOINT_FLAGS, callExitRows } from "../common-help.js";
 import { renderHelp } from "../help.js";
@@ -46,8 +48,8 @@ const HOLD_HELP = renderHelp({
   exitCodes: [
     ["CMD's", "once CMD ran: its own exit code (128+N when signal N killed it)"],
     [String(EXIT.timedOut), "timed out: FILE stayed locked for the whole --max-wait (the message names the holder), or too many wait for it; retry later"],
-    [String(EXIT.commandNotFound), "CMD was not found"],
-    [String(EXIT.cannotRun), "CMD could not be run (not executable)"],
+    [String(EXIT.commandNotFound), "CMD was not found (on PATH, or no such file): told before the service is asked"],
+    [String(EXIT.cannotRun), "CMD cannot be run (no execute permission, a directory): told before the service is asked"],
     ["130/143", "interrupted (SIGINT/SIGTERM) while waiting; the request was withdrawn"],
     ...callExitRows("sessions"),
   ],
@@ -125,7 +127,7 @@ const HELP = renderHelp({
   exitCodes: [
     ["CMD's", "hold, once CMD ran: its own exit code (128+N when signal N killed it)"],
     [String(EXIT.timedOut), "hold timed out: FILE stayed locked (the message names the holder), or too many wait for it"],
-    ["126/127", "hold: CMD could not be run / was not found"],
+    ["126/127", "hold: CMD cannot be run / was not found (told before the lock is asked for)"],
     ["130/143", "hold: interrupted (SIGINT/SIGTERM) while waiting"],
     ...callExitRows("sessions"),
   ],
@@ -272,6 +274,11 @@ export const lockCommand: Command = {
     } catch (error) {
       if (!(error instanceof UsageError)) throw error;
       return usageError(`berth lock ${action}`, error.message);
+    }
+    if (invocation.action === "hold") {
+      // A command that cannot run is told now, before the lock is asked for (or waited for).
+      const { problem } = findCommand(invocation.command[0]!);
+      if (problem !== undefined) return reportCommandProblem(progressFor("berth lock hold", invocation.json), problem);
     }
     // The calls, and the generated code they need, load only now: help and usage errors are quick.
     const run = await import("./lock-run.js");

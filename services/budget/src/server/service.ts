@@ -17,7 +17,6 @@ import { implement, serveElected, type ServerContext, type ServiceDefinition } f
 import type { ServerMetrics } from "@berth/shared/server/index";
 import type { Budget, BudgetState, FleetPublisher, FleetReports, MachineSampler } from "../index.js";
 import { createBudget, createSampler, machineFactsOf, policyFromConfig, ProcessTable, samplerOptionsFromConfig, startFleetReports } from "../index.js";
-import { EtcdFleetPublisher } from "../etcd/index.js";
 import type { BudgetHandlerStats } from "./budget-handlers.js";
 import { createBudgetHandlers } from "./budget-handlers.js";
 import type { ReloadSources } from "./reload-settings.js";
@@ -74,7 +73,9 @@ interface OpenedFleet {
  * etcd's own words rather than leaving a machine silently out of the view.
  */
 async function openFleet(values: BudgetValues, budget: Budget, sampler: MachineSampler, logger: Logger): Promise<OpenedFleet> {
-  const client: EtcdClient = etcdClientOf(values);
+  // Loaded only here: a budget on the file store never has etcd's client or its messages.
+  const { EtcdFleetPublisher } = await import("../etcd/index.js");
+  const client: EtcdClient = await etcdClientOf(values);
   const machine = values.machineName ?? hostname();
   const publisher = new EtcdFleetPublisher({ client, ttlSeconds: Math.ceil(values.fleetTtl / 1000), logger: logger.child({ component: "fleet" }) });
   const reports = startFleetReports({ budget, sampler, publisher, identity: { machine, hostname: hostname(), pid: process.pid }, logger });

@@ -62,9 +62,8 @@ import {
   tombstoneKey,
   TOMBSTONES,
 } from "./store-keys.js";
+import { ETCD_DEFAULT_MAX_REQUEST_BYTES } from "./etcd-defaults.js";
 
-/** etcd's default `--max-request-bytes` (1.5 MiB). */
-export const ETCD_DEFAULT_MAX_REQUEST_BYTES = 1.5 * 1024 * 1024;
 /** Room left in a request for everything but the entries' lines (keys, head, idempotency record, compares). */
 const REQUEST_OVERHEAD_BYTES = 4 * 1024;
 /** Appends (entry keys) per page of a read. */

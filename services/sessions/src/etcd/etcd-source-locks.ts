@@ -41,11 +41,9 @@ import type { Logger } from "@berth/shared/logger";
 import type { SourceLocksApi } from "../locks/source-locks-api.js";
 import { lockWatchHistory } from "../locks/lock-changes.js";
 import { DEFAULT_MAX_BUFFERED } from "../watch-hub.js";
+import { DEFAULT_ETCD_LEASE_TTL_SECONDS } from "./etcd-defaults.js";
 import type { EtcdFence } from "./etcd-journal.js";
 import { waitExhausted, type EtcdLockGrant, type EtcdLockParty, type EtcdLocks } from "./etcd-locks.js";
-
-/** The etcd lease TTL by default: how long after its instance stops renewing a lock frees. */
-export const DEFAULT_ETCD_LEASE_TTL_SECONDS = 10;
 
 export interface EtcdSourceLocksOptions {
   readonly locks: EtcdLocks;

@@ -3,6 +3,7 @@
  * several berth instances share through one etcd cluster. See docs/etcd.md for the key layout and
  * how each promise maps onto etcd.
  */
+export * from "./etcd-defaults.js";
 export * from "./etcd-elector.js";
 export * from "./etcd-journal.js";
 export * from "./etcd-locks.js";

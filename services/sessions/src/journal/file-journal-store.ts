@@ -38,7 +38,6 @@ import { ForeignWriteFollower } from "./foreign-write-follower.js";
 import type { CommitIo, FsyncMode } from "./group-commit.js";
 import { AppendTracker, JournalReplacedError, lastLineCrc, readJournalEntries, replayJournalFile, scanJournalPrefix, storedEntry } from "./journal-file.js";
 import { decodeJournalLine, forEachLine, isBlankLine, type DecodedEntry } from "./journal-format.js";
-import { scanWorker } from "./journal-scan.js";
 import type { JournalListener, JournalStore, JournalStoreStats, KeyRecord, StoredEntry, Tombstone } from "./journal-store.js";
 import { journalPath, sessionIdFromFileName, snapshotPath } from "./session-paths.js";
 import { readPrefixSnapshot, readSnapshotFile, sidecarPath } from "./snapshot-file.js";
@@ -134,8 +133,8 @@ export class FileJournalStore implements JournalStore {
       return closed;
     });
     this.deleted = new DeletedSessions(this.dir, this.logger);
-    // Started now so that the first open of a large journal does not pay for its start-up.
-    scanWorker().warm();
+    // The scanning worker is not started here: it starts with the first replay of a large journal,
+    // which does not wait for it, and an idle service does not keep its ~10 MB (a third of its own memory).
   }
 
   get location(): string {

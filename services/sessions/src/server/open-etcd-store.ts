@@ -1,11 +1,11 @@
 /**
- * The sessions service on etcd (`--store etcd`): the settings it refuses, the client it opens
- * (TLS and auth passed through), and the session store and source locks over it. Several
- * instances started so on one cluster and one prefix are one service: each serves every session
- * and every lock, and none is elected.
+ * The sessions service on etcd (`--store etcd`): the client it opens (TLS and auth passed
+ * through), and the session store and source locks over it. Several instances started so on one
+ * cluster and one prefix are one service: each serves every session and every lock, and none is
+ * elected. Loaded only with `--store etcd` (the settings it refuses are store-settings.ts').
  */
 import type { Logger } from "pino";
-import { checkEtcdSettings, etcdClientOf, unsupportedSettings } from "@berth/etcd/settings";
+import { etcdClientOf } from "@berth/etcd/settings";
 import type { Elector, ElectionLock } from "@berth/shared/elector";
 import { selfIdentity } from "@berth/shared/process-identity";
 import { EtcdJournal } from "../etcd/etcd-journal.js";
@@ -15,21 +15,6 @@ import { createEtcdSourceLocks, type EtcdSourceLocks } from "../etcd/etcd-source
 import { checkFencingToken } from "../locks/lock-input.js";
 import type { FenceCheck } from "./session-handlers.js";
 import type { SessionsValues } from "./settings.js";
-
-/** The settings the etcd store has no use for, and why: refused at start rather than ignored. */
-const FILE_ONLY: ReadonlyArray<{ key: keyof SessionsValues; flag: string; why: string }> = [
-  { key: "liveDir", flag: "--live-dir", why: "a project's live directory is served in place from its files, with the seed's processes beside it" },
-  { key: "projectRoot", flag: "--project-root", why: "it names the seed's lock files, which the etcd store does not keep" },
-];
-
-/** Refuses combinations of settings the chosen store cannot serve, naming the setting and what to do. */
-export function checkStoreSettings(values: SessionsValues): void {
-  checkEtcdSettings(values);
-  if (values.store === "file") return;
-  for (const { key, flag, why } of FILE_ONLY) {
-    if (values[key] !== undefined) throw unsupportedSettings(key, `${flag} cannot be served with --store etcd: ${why}; drop it, or use --store file`);
-  }
-}
 
 /** The session store and source locks on etcd, and how to close them. */
 export interface OpenedEtcdStore {
@@ -45,7 +30,7 @@ export interface OpenedEtcdStore {
  * unreachable etcd (or refused credentials) fails the start with etcd's own words.
  */
 export async function openEtcdStore(values: SessionsValues, logger: Logger): Promise<OpenedEtcdStore> {
-  const client = etcdClientOf(values);
+  const client = await etcdClientOf(values);
   try {
     const status = await client.status();
     logger.info(

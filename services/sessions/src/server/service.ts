@@ -12,7 +12,7 @@ import type { ElectionLock, Elector } from "@berth/shared/elector";
 import { implement, serveElected, type ServerContext, type ServiceDefinition } from "@berth/shared/server/index";
 import { createSessionStore } from "../create-session-store.js";
 import type { SessionStoreApi } from "../session-store-api.js";
-import { checkStoreSettings, openEtcdStore, peerElector } from "./open-etcd-store.js";
+import { checkStoreSettings } from "./store-settings.js";
 import { resolveSessionDirs } from "../journal/session-paths.js";
 import { createSessionHandlers, type FenceCheck } from "./session-handlers.js";
 import { createSourceLocks, PRIVATE_LOCK_FILE_MODE, SHARED_LOCK_FILE_MODE, type SourceLocks, type SourceLocksApi } from "../locks/index.js";
@@ -135,9 +135,11 @@ export function lockServiceRegistration(locks: SourceLocksApi, context: ServerCo
 export const sessionsService: ServiceDefinition<typeof SESSIONS_SETTINGS> = {
   name: "sessions",
   settings: SESSIONS_SETTINGS,
-  start: (values, logger) => {
+  start: async (values, logger) => {
     checkStoreSettings(values);
     if (values.store === "etcd") {
+      // Loaded only here: a service on the file store never has etcd's client or its messages.
+      const { openEtcdStore, peerElector } = await import("./open-etcd-store.js");
       // Instances on one etcd are peers: etcd serialises their writes, so nothing is elected.
       return serveElected({
         name: "sessions",

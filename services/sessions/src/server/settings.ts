@@ -11,8 +11,7 @@ import { DEFAULT_CACHE_SIZE } from "../create-session-store.js";
 import { DEFAULT_MAX_EVENT_BYTES, DEFAULT_MAX_EVENTS_PER_APPEND } from "../session-store.js";
 import { DEFAULT_MAX_BUFFERED } from "../watch-hub.js";
 import { DEFAULT_LOCK_LIMITS } from "../locks/index.js";
-import { DEFAULT_ETCD_LEASE_TTL_SECONDS } from "../etcd/etcd-source-locks.js";
-import { ETCD_DEFAULT_MAX_REQUEST_BYTES } from "../etcd/etcd-journal.js";
+import { DEFAULT_ETCD_LEASE_TTL_SECONDS, ETCD_DEFAULT_MAX_REQUEST_BYTES } from "../etcd/etcd-defaults.js";
 import { ETCD_SETTINGS } from "@berth/etcd/settings";
 
 /** The default port of the sessions service. */
