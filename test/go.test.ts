@@ -171,6 +171,8 @@ describe("Go client (grpc-go and stubs from Debian's packages, built offline)", 
       const queued = await go.step("admit_queued");
       expect(queued.position).toBe(1);
       expect(String(queued.wait_for_text)).toMatch(/memory/);
+      // An ETA with what it rests on, or none and why: never empty.
+      expect(String(queued.eta_basis)).toMatch(/\S/);
       expect((await budget.client.getState({})).queue.map((q) => q.owner)).toEqual(["go-demo admit"]);
       await budget.client.release({ reservationId: blocker.reservation!.id });
       const admitted = await go.step("admitted");

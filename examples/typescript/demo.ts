@@ -54,7 +54,7 @@ const reservation = await berth.admit(
     console.log(`admitted ${admission.reservation.id} after ${admission.waitedMs} ms`);
     return admission.reservation.id;
   },
-  { owner: "typescript demo web", maxWaitMs: 60_000, onQueued: (queued) => console.log(`queued #${queued.position}: ${queued.waitForText}`) },
+  { owner: "typescript demo web", maxWaitMs: 60_000, onQueued: (queued) => console.log(`queued #${queued.position}: ${queued.waitForText} (ETA: ${queued.etaBasis})`) },
 );
 console.log(`released ${reservation}`);
 

@@ -321,7 +321,8 @@ func (t *tour) admit() error {
 		case *budgetv1.AdmitResponse_Queued:
 			queued++
 			if queued == 1 {
-				emit("admit_queued", facts{"position": kind.Queued.Position, "wait_for_text": kind.Queued.WaitForText})
+				// What it waits for names who holds it; the ETA says what it rests on, or why there is none.
+				emit("admit_queued", facts{"position": kind.Queued.Position, "wait_for_text": kind.Queued.WaitForText, "eta_basis": kind.Queued.EtaBasis})
 			}
 		case *budgetv1.AdmitResponse_Admitted:
 			reservation = kind.Admitted.Reservation
