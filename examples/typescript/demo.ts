@@ -54,7 +54,11 @@ const reservation = await berth.admit(
     console.log(`admitted ${admission.reservation.id} after ${admission.waitedMs} ms`);
     return admission.reservation.id;
   },
-  { owner: "typescript demo web", maxWaitMs: 60_000, onQueued: (queued) => console.log(`queued #${queued.position}: ${queued.waitForText} (ETA: ${queued.etaBasis})`) },
+  {
+    owner: "typescript demo web",
+    maxWaitMs: 60_000,
+    onQueued: (queued) => console.log(`queued #${queued.position}: ${queued.waitForText} (ETA: ${queued.etaBasis})`),
+  },
 );
 console.log(`released ${reservation}`);
 
