@@ -40,7 +40,7 @@ import {
 import type { ConsumeOptions, Reservation, ReservationChange, ReservationSnapshot } from "./reservations.js";
 import { ReservationBook, reservationNotFound } from "./reservations.js";
 import { DEFAULT_ADMIT_RESUME_GRACE_MS, ResumableAdmissions, type AdmitStreamHooks, type AttachResult } from "./resumable-admissions.js";
-import { usualWords, type Holding } from "./eta.js";
+import { roughly, usualWords, type Holding } from "./eta.js";
 import { RunTimes } from "./run-times.js";
 import { topConsumers, type ProcessTable } from "./process-table.js";
 import type { RunningChange, RunningEntry } from "./running-tally.js";
@@ -445,7 +445,7 @@ export async function createBudget(options: BudgetOptions): Promise<Budget> {
           label,
           ...held,
           endsAt: startedAt + usual.longestMs,
-          endBasis: `${usualWords(usual)} and has run longer; its longest run took ${formatDuration(usual.longestMs)}`,
+          endBasis: `${usualWords(usual)} and has run longer; its longest run took ${formatDuration(roughly(usual.longestMs))}`,
         };
       if (leaseDeadline !== undefined) {
         const lease = "its lease runs out unless renewed";

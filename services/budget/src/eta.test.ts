@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { estimateEtas, etaMsAt, type EtaInput, type Holding } from "./eta.js";
+import { estimateEtas, etaMsAt, usualWords, type EtaInput, type Holding } from "./eta.js";
 import type { UsualTime } from "./run-times.js";
 
 const G = 1024 ** 3;
@@ -72,6 +72,11 @@ describe("estimateEtas", () => {
       { etaMs: undefined, basis: "unknown: it waits for cpu pressure to ease, which nothing predicts" },
       { etaMs: undefined, basis: "unknown: the head of the queue waits for the machine, which nothing predicts" },
     ]);
+  });
+
+  it("says a usual time as people say it: whole seconds from a second on", () => {
+    expect(usualWords({ ms: 6017, longestMs: 6017, runs: 1 })).toBe("it usually runs 6s (1 run)");
+    expect(usualWords({ ms: 302, longestMs: 400, runs: 2 })).toBe("it usually runs 302ms (2 runs)");
   });
 
   it("replays thousands of requests in n log n", () => {

@@ -79,7 +79,12 @@ interface End {
 
 /** The words of a usual time: "it usually runs 42s (5 runs)". */
 export function usualWords(usual: UsualTime): string {
-  return `it usually runs ${formatDuration(usual.ms)} (${usual.runs} run${usual.runs === 1 ? "" : "s"})`;
+  return `it usually runs ${formatDuration(roughly(usual.ms))} (${usual.runs} run${usual.runs === 1 ? "" : "s"})`;
+}
+
+/** A run time as people say it: whole seconds from a second on ("6s", not "6.017s"). */
+export function roughly(ms: number): number {
+  return ms < 1000 ? Math.round(ms) : Math.round(ms / 1000) * 1000;
 }
 
 /** Estimates every queued request's wait; see the module comment. O(n log n) in the queue and the holdings. */
