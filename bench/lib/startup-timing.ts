@@ -35,3 +35,14 @@ export function timeToExit(node: string, args: readonly string[], env: NodeJS.Pr
     });
   });
 }
+
+/** What `node args…` prints on stdout, once it exits (its stderr passes through). */
+export function processOutput(node: string, args: readonly string[]): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(node, args, { stdio: ["ignore", "pipe", "inherit"] });
+    let out = "";
+    child.stdout.setEncoding("utf8").on("data", (chunk: string) => (out += chunk));
+    child.once("error", reject);
+    child.once("exit", () => resolve(out));
+  });
+}

@@ -17,7 +17,7 @@ import { spawn } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import { emit, ratio } from "../lib/report.js";
 import { startBenchServices } from "../lib/server.js";
-import { timeInRounds, timeToExit } from "../lib/startup-timing.js";
+import { processOutput, timeInRounds, timeToExit } from "../lib/startup-timing.js";
 
 const BERTH = fileURLToPath(new URL("../../../packages/cli/bin/berth.js", import.meta.url));
 
@@ -59,7 +59,7 @@ export async function run(args: string[] = []): Promise<void> {
     ];
     const samples = await timeInRounds(new Map(cases.map((c) => [c.name, () => timeToExit(settings.node, c.args, env)])), settings.runs);
     const reference = median(samples.get("node -e 0")!);
-    const version = (await output(settings.node, ["--version"])).trim();
+    const version = (await processOutput(settings.node, ["--version"])).trim();
     for (const c of cases) {
       const ms = median(samples.get(c.name)!);
       emit({
@@ -76,16 +76,6 @@ export async function run(args: string[] = []): Promise<void> {
   } finally {
     await services.stop();
   }
-}
-
-function output(node: string, args: readonly string[]): Promise<string> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(node, args, { stdio: ["ignore", "pipe", "inherit"] });
-    let out = "";
-    child.stdout.setEncoding("utf8").on("data", (chunk: string) => (out += chunk));
-    child.once("error", reject);
-    child.once("exit", () => resolve(out));
-  });
 }
 
 /** The environment without the developer's own berth settings. */

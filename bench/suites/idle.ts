@@ -18,6 +18,7 @@
 import { spawn } from "node:child_process";
 import { setTimeout as sleep } from "node:timers/promises";
 import { emit } from "../lib/report.js";
+import { processOutput } from "../lib/startup-timing.js";
 import { processCpuMs, processPeakRssBytes, processRssBytes, processRssSplit, startBenchServer, startBerthUp } from "../lib/server.js";
 
 interface Settings {
@@ -52,7 +53,7 @@ export async function run(args: string[] = []): Promise<void> {
 
 /** Starts the reference and berth's three idle processes on `node`, measures them side by side, stops them. */
 async function measure(node: string, settings: Settings): Promise<void> {
-  const version = (await output(node, ["--version"])).trim();
+  const version = (await processOutput(node, ["--version"])).trim();
   const subjects: Subject[] = [];
   try {
     subjects.push(startReference(node));
@@ -110,16 +111,6 @@ function startReference(node: string): Subject {
       await exited;
     },
   };
-}
-
-function output(node: string, args: readonly string[]): Promise<string> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(node, args, { stdio: ["ignore", "pipe", "inherit"] });
-    let out = "";
-    child.stdout.setEncoding("utf8").on("data", (chunk: string) => (out += chunk));
-    child.once("error", reject);
-    child.once("exit", () => resolve(out));
-  });
 }
 
 /** "10s", "1.5s", "500ms" in ms; undefined when it is not one. */
