@@ -13,7 +13,6 @@
  * `npm run bench -- cli [--runs=10] [--node=PATH]` (`--node` runs the command, and the reference,
  * on another Node binary; the services stay on this one).
  */
-import { spawn } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import { emit, ratio } from "../lib/report.js";
 import { startBenchServices } from "../lib/server.js";
