@@ -31,7 +31,7 @@ WORKDIR /src
 # The manifests alone first, so that changing a source file does not re-install the dependencies.
 COPY package.json package-lock.json ./
 COPY packages/api/package.json packages/api/
-COPY packages/journal-events/package.json packages/journal-events/
+COPY packages/wire/package.json packages/wire/
 COPY packages/shared/package.json packages/shared/
 COPY packages/cli/package.json packages/cli/
 COPY packages/client/package.json packages/client/
@@ -79,8 +79,8 @@ COPY --from=deps /src/package.json /src/package-lock.json ./
 COPY --from=deps /src/node_modules node_modules
 COPY --from=build /src/packages/api/package.json packages/api/
 COPY --from=build /src/packages/api/dist packages/api/dist
-COPY --from=build /src/packages/journal-events/package.json packages/journal-events/
-COPY --from=build /src/packages/journal-events/dist packages/journal-events/dist
+COPY --from=build /src/packages/wire/package.json packages/wire/
+COPY --from=build /src/packages/wire/dist packages/wire/dist
 COPY --from=build /src/packages/shared/package.json packages/shared/
 COPY --from=build /src/packages/shared/dist packages/shared/dist
 COPY --from=build /src/packages/etcd/package.json packages/etcd/

@@ -10,7 +10,7 @@ const here = (p: string) => fileURLToPath(new URL(p, import.meta.url));
 // never depends on a stale build. End-to-end tests that spawn services use dist/ (npm test builds).
 const workspaces: Record<string, string> = {
   api: "packages/api/src",
-  "journal-events": "packages/journal-events/src",
+  wire: "packages/wire/src",
   client: "packages/client/src",
   mcp: "packages/mcp/src",
   shared: "packages/shared/src",
@@ -24,8 +24,7 @@ const workspaces: Record<string, string> = {
 /** How every berth test config resolves `@berth/*` (also used by vitest.chaos.config.ts). */
 export const workspaceResolve = {
   alias: Object.entries(workspaces).flatMap(([name, dir]) => [
-    // A one-module package is its module; the others have an index.ts.
-    { find: new RegExp(`^@berth/${name}$`), replacement: here(name === "journal-events" ? `${dir}/journal-events.ts` : `${dir}/index.ts`) },
+    { find: new RegExp(`^@berth/${name}$`), replacement: here(`${dir}/index.ts`) },
     { find: new RegExp(`^@berth/${name}/(.*)$`), replacement: here(`${dir}/$1`) },
   ]),
 };

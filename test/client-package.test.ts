@@ -1,5 +1,5 @@
 /**
- * `@berth/client`, `@berth/journal-events` and `@berth/api` as npm would publish them: the tarball holds every file an
+ * `@berth/client`, `@berth/wire` and `@berth/api` as npm would publish them: the tarball holds every file an
  * `exports` entry names (the JavaScript and its types), the README, and no tests; every package a
  * packed file imports is a declared dependency, so an install from the registry runs.
  */
@@ -44,7 +44,7 @@ function importedPackages(source: string): Set<string> {
   return found;
 }
 
-describe.each(["packages/client", "packages/journal-events", "packages/api"])("%s, packed", (workspace) => {
+describe.each(["packages/client", "packages/wire", "packages/api"])("%s, packed", (workspace) => {
   const dir = path.join(ROOT, workspace);
   const manifest = JSON.parse(readFileSync(path.join(dir, "package.json"), "utf8")) as Manifest;
   const files = packedFiles(workspace);

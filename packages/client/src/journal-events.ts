@@ -1,6 +1,6 @@
 /**
  * The journal event codec, as the client offers it: the sessions service encodes its journal with
- * the same module (`@berth/journal-events`), so what a client appends is what the journal holds.
+ * the same module (`@berth/wire/journal-events`), so what a client appends is what the journal holds.
  */
 export {
   appendableEvent,
@@ -14,4 +14,4 @@ export {
   typedEventShapes,
   type FieldKind,
   type TypedEventShape,
-} from "@berth/journal-events";
+} from "@berth/wire/journal-events";

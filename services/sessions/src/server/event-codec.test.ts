@@ -7,7 +7,7 @@
 import { create, equals, fromBinary, fromJsonString, toBinary, toJsonString, type MessageInitShape } from "@bufbuild/protobuf";
 import { EventSchema, type Event } from "@berth/api/berth/sessions/v1/events_pb";
 import { EntryIntegrity, JournalEntrySchema } from "@berth/api/berth/sessions/v1/session_service_pb";
-import { eventToJournal as encodeEvent, isTypedEventType, journalToEvent, MAX_OTHER_TYPE_LENGTH, TYPED_EVENT_TYPES } from "@berth/journal-events";
+import { eventToJournal as encodeEvent, isTypedEventType, journalToEvent, MAX_OTHER_TYPE_LENGTH, TYPED_EVENT_TYPES } from "@berth/wire/journal-events";
 import { isBerthError } from "@berth/shared/errors";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";

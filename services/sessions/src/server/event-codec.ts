@@ -1,12 +1,12 @@
 /**
  * The sessions service's side of the event codec. The codec itself (typed `Event` ↔ the seed's
- * journal event) is `@berth/journal-events`, which the client uses too, so a client's journal events
+ * journal event) is `@berth/wire/journal-events`, which the client uses too, so a client's journal events
  * are exactly the journal's; here its refusals become INVALID_ARGUMENT naming the field, and journal
  * entries as the journal reader hands them over become `JournalEntry` messages.
  */
 import type { Event } from "@berth/api/berth/sessions/v1/events_pb";
 import { EntryIntegrity, JournalEntrySchema, type JournalEntry } from "@berth/api/berth/sessions/v1/session_service_pb";
-import { eventToJournal as encodeEvent, InvalidEventError, journalToEvent } from "@berth/journal-events";
+import { eventToJournal as encodeEvent, InvalidEventError, journalToEvent } from "@berth/wire/journal-events";
 import { invalidArgument } from "@berth/shared/errors";
 import { IDEMPOTENCY_KEY_FIELD } from "../journal/journal-format.js";
 import { isoToTimestamp } from "./timestamps.js";

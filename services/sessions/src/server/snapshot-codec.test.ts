@@ -5,7 +5,7 @@ import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { applyEvent, baseSnapshot, MAX_DIAGNOSTICS, type SessionSnapshot } from "../reducer.js";
 import { journalEvent, typedKeys } from "./codec-fixtures/journal-events.js";
-import { journalToEvent } from "@berth/journal-events";
+import { journalToEvent } from "@berth/wire/journal-events";
 import { toNumber } from "../seed-coercions.js";
 import { snapshotToProto } from "./snapshot-codec.js";
 

@@ -31,7 +31,7 @@ import {
   type Snapshot,
 } from "@berth/api/berth/sessions/v1/snapshot_pb";
 import type { SessionSnapshot } from "../reducer.js";
-import { setOwn, toProtoListValue, toProtoValue } from "@berth/journal-events";
+import { setOwn, toProtoListValue, toProtoValue } from "@berth/wire/journal-events";
 import { isoToTimestamp } from "./timestamps.js";
 
 const SNAPSHOT_TYPE = SnapshotSchema.typeName;
