@@ -25,6 +25,30 @@ export const ERROR_DETAILS_METADATA = "berth-error-details";
 /** The ErrorInfo domain of the errors this package makes itself, without the service's answer. */
 export const CLIENT_ERROR_DOMAIN = "berth.client";
 
+/** The reasons of the errors this package makes itself (domain {@link CLIENT_ERROR_DOMAIN}). */
+export const CLIENT_REASONS = {
+  /** An argument the client cannot send (the message names it). */
+  INVALID_FIELD: "INVALID_FIELD",
+  /** A page's fetch failed: refused by the browser (CORS, mixed content) or nothing listening. */
+  FETCH_FAILED: "FETCH_FAILED",
+  /** A call that streams requests, which fetch cannot make: the metadata names the call to make instead. */
+  BIDI_STREAM_UNSUPPORTED: "BIDI_STREAM_UNSUPPORTED",
+} as const;
+
+export type ClientReason = (typeof CLIENT_REASONS)[keyof typeof CLIENT_REASONS];
+
+export {
+  ANY_CALL_REASONS,
+  BUDGET_REASONS,
+  LOCKS_REASONS,
+  SESSIONS_REASONS,
+  type AnyCallReason,
+  type BerthReason,
+  type BudgetReason,
+  type LocksReason,
+  type SessionsReason,
+} from "@berth/wire/reasons";
+
 /**
  * A failed berth call. `code`, `rawMessage`, `metadata` and `details` are ConnectError's; the rest
  * reads the details berth sends. `instanceof ConnectError` holds, and `ConnectError.from` returns it
@@ -69,7 +93,11 @@ export class BerthClientError extends ConnectError {
     return this.typed.get(ErrorInfoSchema.typeName) as ErrorInfo | undefined;
   }
 
-  /** The case, as the service names it (`SEQ_CONFLICT`, `WAIT_EXHAUSTED`, …); undefined when the service sent none (an error on the way). */
+  /**
+   * The case, as the service names it (`SEQ_CONFLICT`, `WAIT_EXHAUSTED`, …: compare with the tables,
+   * `SESSIONS_REASONS.SEQ_CONFLICT`); undefined when the service sent none (an error on the way). A
+   * string, not the tables' union: a newer service may send a case this client does not know yet.
+   */
   get reason(): string | undefined {
     return this.errorInfo?.reason;
   }
@@ -144,7 +172,7 @@ type OutgoingDetail = Extract<ConnectError["details"][number], { desc: unknown }
 export function clientError(
   message: string,
   code: Code,
-  reason: string,
+  reason: ClientReason,
   options: { readonly metadata?: Record<string, string>; readonly details?: readonly OutgoingDetail[]; readonly cause?: unknown } = {},
 ): BerthClientError {
   const errorInfo = create(ErrorInfoSchema, { reason, domain: CLIENT_ERROR_DOMAIN, metadata: options.metadata ?? {} });

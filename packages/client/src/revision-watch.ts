@@ -4,7 +4,7 @@
  * for falling behind (RESOURCE_EXHAUSTED WATCHER_LAGGED) from the revision the error names.
  */
 import { Code } from "@connectrpc/connect";
-import { BerthClientError } from "./errors.js";
+import { ANY_CALL_REASONS, BerthClientError } from "./errors.js";
 import { linkedCall, type CallOptions } from "./options.js";
 
 /** What a revision watch yields: a change (or part of the current state), its end, progress, a resume. */
@@ -92,7 +92,7 @@ export async function* followRevisionWatch<E extends { readonly revision: bigint
         return;
       } catch (caught) {
         const error = BerthClientError.from(caught);
-        const lagged = error.code === Code.ResourceExhausted && error.reason === "WATCHER_LAGGED";
+        const lagged = error.code === Code.ResourceExhausted && error.reason === ANY_CALL_REASONS.WATCHER_LAGGED;
         const resumeFrom = lagged && options.resume !== false && !call.controller.signal.aborted ? source.resumeRevision(error) : undefined;
         if (resumeFrom === undefined || (resumeFrom === resumedFrom && !handedOn)) throw error;
         startRevision = resumedFrom = resumeFrom;

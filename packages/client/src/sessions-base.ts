@@ -27,7 +27,7 @@ import {
 import type { Snapshot } from "@berth/api/berth/sessions/v1/snapshot_pb";
 import type { ServiceConnection } from "./connection.js";
 import type { Endpoint } from "./endpoint.js";
-import { BerthClientError, withBerthErrors } from "./errors.js";
+import { BerthClientError, SESSIONS_REASONS, withBerthErrors } from "./errors.js";
 import { appendableEvent } from "./journal-events.js";
 import { callOptions, delay, durationOfMs, linkedCall, type CallOptions } from "./options.js";
 import { callWithRequestId } from "./request-ids.js";
@@ -284,7 +284,7 @@ async function retryOvertaken<T>(call: () => Promise<T>, signal: AbortSignal | u
     try {
       return await call();
     } catch (error) {
-      const overtaken = error instanceof BerthClientError && error.code === Code.Unavailable && error.reason === "APPEND_OVERTAKEN";
+      const overtaken = error instanceof BerthClientError && error.code === Code.Unavailable && error.reason === SESSIONS_REASONS.APPEND_OVERTAKEN;
       if (!overtaken || attempt >= OVERTAKEN_ATTEMPTS) throw error;
       await delay(Math.min(OVERTAKEN_MAX_DELAY_MS, error.retryAfterMs ?? 10), signal).catch((aborted: unknown) => {
         throw BerthClientError.from(aborted);

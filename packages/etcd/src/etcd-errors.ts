@@ -4,28 +4,29 @@
  * cases apart (request too large and too many txn ops are both INVALID_ARGUMENT).
  */
 import { Code, ConnectError } from "@connectrpc/connect";
+import { ANY_CALL_REASONS, LOCKS_REASONS, SESSIONS_REASONS, UNSENT_REASONS } from "@berth/wire/reasons";
 import { descriptorShortageIn } from "@berth/shared/descriptors";
 import { BerthError } from "@berth/shared/errors";
 import { descriptorRefusal } from "@berth/shared/state-errors";
 
-/** The reasons (`ErrorInfo.reason`) of the errors this package throws. */
+/** The reasons (`ErrorInfo.reason`) of the errors this package throws, by etcd's case (the wire's tables hold them). */
 export const EtcdReason = {
   /** No member answered, none has a leader, or the request timed out: retry later. */
-  UNAVAILABLE: "ETCD_UNAVAILABLE",
+  UNAVAILABLE: ANY_CALL_REASONS.ETCD_UNAVAILABLE,
   /** The request is over etcd's `--max-request-bytes` (or gRPC's limit just above it). */
-  REQUEST_TOO_LARGE: "REQUEST_TOO_LARGE",
+  REQUEST_TOO_LARGE: SESSIONS_REASONS.REQUEST_TOO_LARGE,
   /** A transaction with more operations than etcd's `--max-txn-ops`. */
-  TOO_MANY_OPS: "ETCD_TOO_MANY_TXN_OPS",
+  TOO_MANY_OPS: SESSIONS_REASONS.ETCD_TOO_MANY_TXN_OPS,
   /** etcd's storage quota alarm (NOSPACE): it refuses every write until an operator acts. */
-  NO_SPACE: "ETCD_NO_SPACE",
+  NO_SPACE: SESSIONS_REASONS.ETCD_NO_SPACE,
   /** The revision asked for was compacted away (see {@link EtcdCompactedError}). */
-  COMPACTED: "ETCD_COMPACTED",
+  COMPACTED: UNSENT_REASONS.ETCD_COMPACTED,
   /** The lease expired or was revoked (see {@link EtcdLeaseLostError}). */
-  LEASE_LOST: "ETCD_LEASE_LOST",
+  LEASE_LOST: LOCKS_REASONS.ETCD_LEASE_LOST,
   /** etcd refused berth's credentials or their rights: the operator must fix the configuration. */
-  AUTH: "ETCD_AUTH",
+  AUTH: ANY_CALL_REASONS.ETCD_AUTH,
   /** Anything else etcd answered: a bug on one side or the other. */
-  ERROR: "ETCD_ERROR",
+  ERROR: ANY_CALL_REASONS.ETCD_ERROR,
 } as const;
 
 /** Whether a failed write may nevertheless have been applied. */

@@ -7,7 +7,7 @@
 import type { CallToolResult } from "@modelcontextprotocol/sdk/types.js";
 import { toJson, type DescMessage, type Message } from "@bufbuild/protobuf";
 import { Code } from "@connectrpc/connect";
-import { BerthClientError, CLIENT_ERROR_DOMAIN, EndpointError, InvalidEventError } from "@berth/client";
+import { BerthClientError, CLIENT_ERROR_DOMAIN, EndpointError, InvalidEventError, type BerthReason, type ClientReason } from "@berth/client";
 import { RefusalSchema } from "@berth/api/berth/budget/v1/budget_pb";
 import { LockHeldSchema } from "@berth/api/berth/locks/v1/lock_service_pb";
 import { FenceRejectedSchema, IdempotencyKeyReusedSchema, SeqConflictSchema } from "@berth/api/berth/sessions/v1/session_service_pb";
@@ -15,6 +15,18 @@ import { errorAdvice } from "./proto-docs.js";
 
 /** The ErrorInfo domain of the refusals the MCP server makes itself (a lock this server does not hold, a wait given no condition). */
 export const MCP_ERROR_DOMAIN = "berth.mcp";
+
+/** The reasons of the refusals the MCP server makes itself (domain {@link MCP_ERROR_DOMAIN}). */
+export const MCP_REASONS = {
+  /** lock_release or a fenced append named a file this server holds no lock on. */
+  NOT_HELD_HERE: "NOT_HELD_HERE",
+  /** session_wait was given nothing to wait for. */
+  NO_CONDITION: "NO_CONDITION",
+  /** The services' address does not parse. */
+  BAD_ENDPOINT: "BAD_ENDPOINT",
+} as const;
+
+type McpReason = (typeof MCP_REASONS)[keyof typeof MCP_REASONS];
 
 /** What a tool error's structured content holds. */
 export interface ToolFailure {
@@ -35,7 +47,7 @@ export interface ToolFailure {
  * What an agent does next, by reason, in the tools' terms; the proto's table says it in the RPCs'
  * terms, and both are given.
  */
-const TOOL_ADVICE: Readonly<Record<string, string>> = {
+const TOOL_ADVICE: Readonly<Partial<Record<BerthReason | ClientReason | McpReason | "UNREACHABLE", string>>> = {
   FENCE_REJECTED: "This server no longer holds the lock under that token: call lock_acquire again, re-read what you are about to overwrite, then write.",
   SEQ_CONFLICT:
     "The session moved on: call session_snapshot (or session_journal) to see what changed, redo your change on top, and append again with the new expectedSeq.",
@@ -66,14 +78,16 @@ const FACTS: ReadonlyArray<readonly [keyof BerthClientError, DescMessage]> = [
 export function describeFailure(error: unknown): ToolFailure {
   if (error instanceof InvalidEventError)
     return { code: "invalid_argument", reason: "INVALID_FIELD", message: error.message, advice: "Fix the field the message names and call again." };
-  if (error instanceof EndpointError) return { code: "invalid_argument", reason: "BAD_ENDPOINT", message: error.message, advice: TOOL_ADVICE.UNREACHABLE! };
+  if (error instanceof EndpointError)
+    return { code: "invalid_argument", reason: MCP_REASONS.BAD_ENDPOINT, message: error.message, advice: TOOL_ADVICE.UNREACHABLE! };
   const failure = BerthClientError.from(error);
   const reason = failure.reason === undefined || failure.reason === "" ? undefined : failure.reason;
   const domain = failure.errorInfo?.domain ?? "";
   const unreachable = reason === undefined && failure.code === Code.Unavailable;
   const advice =
     [
-      reason === undefined ? undefined : TOOL_ADVICE[reason],
+      // A reason from a newer service than this server knows has no advice of the tools' own.
+      reason === undefined ? undefined : (TOOL_ADVICE as Readonly<Record<string, string | undefined>>)[reason],
       reason === undefined ? undefined : errorAdvice(domain, reason),
       unreachable ? TOOL_ADVICE.UNREACHABLE : undefined,
     ]
@@ -100,7 +114,7 @@ export function describeFailure(error: unknown): ToolFailure {
 }
 
 /** A refusal the MCP server makes itself, before any call. */
-export function mcpRefusal(code: Code, reason: string, message: string): ToolFailure {
+export function mcpRefusal(code: Code, reason: McpReason, message: string): ToolFailure {
   return { code: codeName(code), reason, message, advice: TOOL_ADVICE[reason] ?? "Fix the arguments and call again." };
 }
 

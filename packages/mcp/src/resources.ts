@@ -7,7 +7,7 @@
 import { toJson } from "@bufbuild/protobuf";
 import { McpError, SubscribeRequestSchema, UnsubscribeRequestSchema, type ReadResourceResult } from "@modelcontextprotocol/sdk/types.js";
 import { ResourceTemplate, type McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
-import { BerthClientError, type Berth } from "@berth/client";
+import { BerthClientError, SESSIONS_REASONS, type Berth } from "@berth/client";
 import { GetStateResponseSchema } from "@berth/api/berth/budget/v1/budget_service_pb";
 import { HolderKind, LockEventKind, type LockEvent } from "@berth/api/berth/locks/v1/lock_service_pb";
 import { SnapshotSchema } from "@berth/api/berth/sessions/v1/snapshot_pb";
@@ -63,7 +63,7 @@ function holderJson(lock: LockEvent): Record<string, unknown> {
 /** A failed read as the protocol's error, with the agent's reading of it as data. */
 function readFailure(error: unknown, uri: string): McpError {
   const failure = describeFailure(error);
-  const notFound = error instanceof BerthClientError && error.reason === "SESSION_NOT_FOUND";
+  const notFound = error instanceof BerthClientError && error.reason === SESSIONS_REASONS.SESSION_NOT_FOUND;
   return new McpError(notFound ? RESOURCE_NOT_FOUND : -32603, `${uri}: ${failure.reason ?? failure.code}: ${failure.message}. ${failure.advice}`, failure);
 }
 
@@ -231,7 +231,7 @@ class Subscriptions {
       try {
         lastSeq = (await berth.sessions.snapshot(sessionId, { signal })).lastSeq;
       } catch (error) {
-        if (!(error instanceof BerthClientError && error.reason === "SESSION_NOT_FOUND")) throw error;
+        if (!(error instanceof BerthClientError && error.reason === SESSIONS_REASONS.SESSION_NOT_FOUND)) throw error;
       }
       // From the entry after the one read: what came between that read and the watch is news too.
       for await (const event of berth.sessions.watch(sessionId, { fromSeq: lastSeq + 1n, signal })) {

@@ -4,7 +4,7 @@
  * since `afterSeq`, `caughtUp` with the current snapshot, then each new entry with its snapshot.
  */
 import { Code } from "@connectrpc/connect";
-import { BerthClientError, type SessionsClient } from "@berth/client";
+import { BerthClientError, SESSIONS_REASONS, type SessionsClient } from "@berth/client";
 import type { JournalEntry } from "@berth/api/berth/sessions/v1/session_service_pb";
 import type { Snapshot } from "@berth/api/berth/sessions/v1/snapshot_pb";
 
@@ -53,7 +53,7 @@ export async function waitForSession(
     phase = current.snapshot?.phase ?? "";
   } catch (error) {
     // A session with no entry yet is watched from its first append.
-    if (!(error instanceof BerthClientError && error.reason === "SESSION_NOT_FOUND")) throw error;
+    if (!(error instanceof BerthClientError && error.reason === SESSIONS_REASONS.SESSION_NOT_FOUND)) throw error;
   }
   const after = condition.afterSeq === undefined ? lastSeq : BigInt(condition.afterSeq);
   const untilSeq = condition.untilSeq === undefined ? undefined : BigInt(condition.untilSeq);

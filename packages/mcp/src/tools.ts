@@ -22,7 +22,7 @@ import {
   type JournalEntry,
 } from "@berth/api/berth/sessions/v1/session_service_pb";
 import { SnapshotSchema, type Snapshot } from "@berth/api/berth/sessions/v1/snapshot_pb";
-import { describeFailure, mcpRefusal, toolError } from "./errors.js";
+import { describeFailure, MCP_REASONS, mcpRefusal, toolError } from "./errors.js";
 import type { Holdings } from "./holdings.js";
 import { eventsSchema, fieldsOf, SIZE_PATTERN, sessionIdSchema } from "./schemas.js";
 import { WAIT_PROGRESS_INTERVAL_MS, waitForSession } from "./session-wait.js";
@@ -240,7 +240,7 @@ const lockAppendFenced: ToolDefinition = {
   async run(args, context, extra) {
     const file = await canonicalFile(context, args.file as string, extra.signal);
     const held = context.holdings.lock(file);
-    if (held === undefined) return toolError(mcpRefusal(Code.FailedPrecondition, "NOT_HELD_HERE", `this server holds no lock on ${file}`));
+    if (held === undefined) return toolError(mcpRefusal(Code.FailedPrecondition, MCP_REASONS.NOT_HELD_HERE, `this server holds no lock on ${file}`));
     return append(context, args, extra, { file: held.file, fencingToken: held.fencingToken });
   },
 };
@@ -339,7 +339,7 @@ const sessionWait: ToolDefinition = {
   async run(args, context, extra) {
     const { untilSeq, phase, eventType, afterSeq } = args as { untilSeq?: number; phase?: string; eventType?: string; afterSeq?: number };
     if (untilSeq === undefined && phase === undefined && eventType === undefined)
-      return toolError(mcpRefusal(Code.InvalidArgument, "NO_CONDITION", "give untilSeq, phase or eventType: what to wait for"));
+      return toolError(mcpRefusal(Code.InvalidArgument, MCP_REASONS.NO_CONDITION, "give untilSeq, phase or eventType: what to wait for"));
     const report = progressReporter(extra);
     const outcome = await waitForSession(
       context.berth.sessions,

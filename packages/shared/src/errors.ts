@@ -3,6 +3,8 @@
  * the server layer maps them to `ConnectError` in one place (see `server/connect-errors.ts`).
  */
 
+import { ANY_CALL_REASONS, type BerthReason } from "@berth/wire/reasons";
+
 /** The status a domain error should reach the client with. Mirrors the gRPC codes berth uses. */
 export type BerthCode =
   | "invalid_argument"
@@ -26,7 +28,7 @@ export interface BerthErrorOptions {
    * what a program branches on, sent as `google.rpc.ErrorInfo.reason`. Unset: the code's default
    * reason (see {@link defaultReason}).
    */
-  readonly reason?: string;
+  readonly reason?: BerthReason;
   /** When retrying the same call later can succeed: how long to wait first (`google.rpc.RetryInfo`). */
   readonly retryAfterMs?: number;
 }
@@ -45,7 +47,7 @@ export class BerthError extends Error {
   }
 
   /** The case a program branches on (`ErrorInfo.reason`). */
-  get reason(): string {
+  get reason(): BerthReason | CodeReason {
     return this.options.reason ?? defaultReason(this.code);
   }
 }
@@ -54,18 +56,21 @@ export class BerthError extends Error {
  * The reason an error carries when its thrower named none: one per code, for the generic cases
  * (a bad field, a cancelled call, a shutdown). Errors with a more specific meaning name their own.
  */
-export function defaultReason(code: BerthCode): string {
+export function defaultReason(code: BerthCode): BerthReason | CodeReason {
   switch (code) {
     case "invalid_argument":
-      return "INVALID_FIELD";
+      return ANY_CALL_REASONS.INVALID_FIELD;
     case "unavailable":
-      return "SHUTTING_DOWN";
+      return ANY_CALL_REASONS.SHUTTING_DOWN;
     case "cancelled":
-      return "CANCELLED";
+      return ANY_CALL_REASONS.CANCELLED;
     default:
-      return code.toUpperCase();
+      return code.toUpperCase() as CodeReason;
   }
 }
+
+/** The reason of an error whose thrower named none and whose code has no case of its own: the code's name. */
+export type CodeReason = Uppercase<BerthCode>;
 
 /** True for errors thrown on purpose by berth's domain code. */
 export function isBerthError(error: unknown): error is BerthError {

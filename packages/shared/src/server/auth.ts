@@ -5,6 +5,7 @@
  * read (see `route-guard.ts`): a caller without it learns nothing from how its bytes decode.
  */
 import { createHash, timingSafeEqual } from "node:crypto";
+import { ANY_CALL_REASONS } from "@berth/wire/reasons";
 import { BerthError } from "../errors.js";
 
 /** Services that answer without a token. */
@@ -14,7 +15,7 @@ export const UNAUTHENTICATED_SERVICES: ReadonlySet<string> = new Set(["grpc.heal
 export const UNAUTHENTICATED_MESSAGE = "missing or wrong bearer token: set authorization: Bearer <token> (the server's BERTH_TOKEN or token file)";
 
 /** The reasons of a refused token. */
-export const TOKEN_REASONS = { TOKEN_MISSING: "TOKEN_MISSING", TOKEN_INVALID: "TOKEN_INVALID" } as const;
+export const TOKEN_REASONS = { TOKEN_MISSING: ANY_CALL_REASONS.TOKEN_MISSING, TOKEN_INVALID: ANY_CALL_REASONS.TOKEN_INVALID } as const;
 
 /**
  * True when `header` (an `authorization` header value) carries `token`. The comparison runs on

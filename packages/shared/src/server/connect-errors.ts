@@ -9,6 +9,7 @@ import { Code, ConnectError, type Interceptor, type StreamResponse } from "@conn
 import { create, fromJson, type JsonObject } from "@bufbuild/protobuf";
 import { durationFromMs, StructSchema } from "@bufbuild/protobuf/wkt";
 import { BadRequestSchema, ErrorInfoSchema, RetryInfoSchema } from "@berth/api/google/rpc/error_details_pb";
+import { ANY_CALL_REASONS } from "@berth/wire/reasons";
 import { isBerthError, type BerthCode, type BerthError } from "../errors.js";
 import type { Logger } from "../logger.js";
 import { REQUEST_REASONS, requestErrorOf } from "./request-errors.js";
@@ -146,11 +147,11 @@ function reasonOfCode(code: Code): string {
       return REQUEST_REASONS.MALFORMED_REQUEST;
     // The server closing its streams as it stops.
     case Code.Unavailable:
-      return "SHUTTING_DOWN";
+      return ANY_CALL_REASONS.SHUTTING_DOWN;
     case Code.Canceled:
-      return "CANCELLED";
+      return ANY_CALL_REASONS.CANCELLED;
     case Code.Unauthenticated:
-      return "TOKEN_INVALID";
+      return ANY_CALL_REASONS.TOKEN_INVALID;
     default:
       return Code[code].replace(/([a-z])([A-Z])/g, "$1_$2").toUpperCase();
   }

@@ -7,22 +7,17 @@
  * in berth" and a client can branch on the case. The reasons are shared by every service's domain.
  */
 import { Code, type ConnectError } from "@connectrpc/connect";
+import { ANY_CALL_REASONS } from "@berth/wire/reasons";
 import { BerthError } from "../errors.js";
 
-/** The reasons of requests refused for their bytes, the same in every domain. */
+/** The reasons of requests refused for their bytes, the same in every domain (the wire's table of any call's reasons). */
 export const REQUEST_REASONS = {
-  /** The body is not the method's message in the declared format (truncated, garbled, not JSON, text not valid Unicode). */
-  MALFORMED_REQUEST: "MALFORMED_REQUEST",
-  /** The message carries a field this server does not know (by JSON name, or by number in binary). */
-  UNKNOWN_FIELD: "UNKNOWN_FIELD",
-  /** A request message is over the server's message size limit. */
-  MESSAGE_TOO_LARGE: "MESSAGE_TOO_LARGE",
-  /** An answer would be over the server's message size limit. */
-  RESPONSE_TOO_LARGE: "RESPONSE_TOO_LARGE",
-  /** The request is compressed with an encoding the server does not accept. */
-  UNSUPPORTED_ENCODING: "UNSUPPORTED_ENCODING",
-  /** A message has the compressed flag set but the request declares no encoding. */
-  COMPRESSED_WITHOUT_ENCODING: "COMPRESSED_WITHOUT_ENCODING",
+  MALFORMED_REQUEST: ANY_CALL_REASONS.MALFORMED_REQUEST,
+  UNKNOWN_FIELD: ANY_CALL_REASONS.UNKNOWN_FIELD,
+  MESSAGE_TOO_LARGE: ANY_CALL_REASONS.MESSAGE_TOO_LARGE,
+  RESPONSE_TOO_LARGE: ANY_CALL_REASONS.RESPONSE_TOO_LARGE,
+  UNSUPPORTED_ENCODING: ANY_CALL_REASONS.UNSUPPORTED_ENCODING,
+  COMPRESSED_WITHOUT_ENCODING: ANY_CALL_REASONS.COMPRESSED_WITHOUT_ENCODING,
 } as const;
 
 /** The prefix of every MALFORMED_REQUEST message. */

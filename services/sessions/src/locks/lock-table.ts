@@ -927,7 +927,7 @@ export class LockTable {
     const waited = waitedMs === 0 ? "it was not free (max_wait was 0: try once)" : `it stayed locked for the whole wait of ${formatDuration(waitedMs)}`;
     const hint = "wait longer, or ask the holder to release it";
     const base = { file: key, lockPath: this.external?.pathFor(key) ?? null, waitedMs, waiting: ahead };
-    const options = { reason: "WAIT_EXHAUSTED", retryAfterMs: LOCK_RETRY_AFTER_MS };
+    const options = { reason: "WAIT_EXHAUSTED", retryAfterMs: LOCK_RETRY_AFTER_MS } as const;
     const held = entry.holder;
     if (held) {
       const info = this.berthHolder(held);
