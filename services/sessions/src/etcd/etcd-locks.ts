@@ -22,26 +22,9 @@ import { compare, EtcdLeaseLostError, op, type EtcdClient, type EtcdLease, type 
 import { LOCK_RETRY_AFTER_MS, tooManyWaiters } from "../locks/lock-input.js";
 import { fenceRejected, type EtcdFence } from "./etcd-journal.js";
 import { lockWaiterKey, lockWaitersPrefix } from "./store-keys.js";
-import type { LockWatchRequest } from "../locks/lock-changes.js";
+import type { LockWatchRequest } from "../locks/source-locks-api.js";
 import { watchEtcdLocks } from "./etcd-lock-watch.js";
-
-/** Who holds or waits for a lock, as its waiter key records it. */
-export interface EtcdLockParty {
-  readonly owner: string;
-  /** "lease": Acquire (renewed by KeepAlive); "stream": Hold (held while the stream lives). */
-  readonly kind: "lease" | "stream";
-  /** The pid of the berth instance that granted it. */
-  readonly pid: number;
-  /** The berth instance that granted it (its host and pid, or what it was configured with). */
-  readonly instance: string;
-  /** When it started waiting, or for a holder, since when it holds (ms since the epoch). */
-  readonly since: number;
-  /** When it gives up waiting (ms since the epoch). */
-  readonly until: number;
-  /** Its create revision: the fencing token once it holds the lock. */
-  readonly token: bigint;
-  readonly key: string;
-}
+import { partyOf, type EtcdLockParty } from "./etcd-lock-party.js";
 
 /** A request for a lock. `file` is the canonical path (lock-path.ts). */
 export interface EtcdLockRequest {
@@ -105,8 +88,6 @@ export interface EtcdLocksOptions {
 
 /** How many resolved fences are remembered (a token's holder key never changes: only its existence does). */
 const FENCE_CACHE_SIZE = 4096;
-
-const decoder = new TextDecoder();
 
 /** Source locks in etcd; see the module comment. */
 export class EtcdLocks {
@@ -296,25 +277,6 @@ export class EtcdLocks {
 function getResult(result: TxnOpResult | undefined): RangeResult {
   if (result === undefined || !("get" in result)) throw new Error("etcd answered a lock's transaction without its read");
   return result.get;
-}
-
-export function partyOf(kv: KeyValue): EtcdLockParty {
-  let value: Record<string, unknown> = {};
-  try {
-    if (kv.value.length > 0) value = JSON.parse(decoder.decode(kv.value)) as Record<string, unknown>;
-  } catch {
-    // A key written by something else than berth: shown with what is known.
-  }
-  return {
-    owner: typeof value.owner === "string" ? value.owner : "",
-    kind: value.kind === "stream" ? "stream" : "lease",
-    pid: typeof value.pid === "number" ? value.pid : 0,
-    instance: typeof value.instance === "string" ? value.instance : "",
-    since: typeof value.since === "number" ? value.since : 0,
-    until: typeof value.until === "number" ? value.until : typeof value.since === "number" ? value.since : 0,
-    token: kv.createRevision,
-    key: kv.key,
-  };
 }
 
 function cancelled(file: string): BerthError {

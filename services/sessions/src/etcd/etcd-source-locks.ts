@@ -34,16 +34,17 @@ import type {
   LeaseEndReason,
   LockInspection,
   LockTableStats,
+  SourceLocksApi,
   TokenCheck,
   WaitingUpdate,
-} from "../locks/lock-table.js";
+} from "../locks/source-locks-api.js";
 import type { Logger } from "@berth/shared/logger";
-import type { SourceLocksApi } from "../locks/source-locks-api.js";
 import { lockWatchHistory } from "../locks/lock-changes.js";
 import { DEFAULT_MAX_BUFFERED } from "../watch-hub.js";
 import { DEFAULT_ETCD_LEASE_TTL_SECONDS } from "./etcd-defaults.js";
 import type { EtcdFence } from "./etcd-journal.js";
-import { waitExhausted, type EtcdLockGrant, type EtcdLockParty, type EtcdLocks } from "./etcd-locks.js";
+import type { EtcdLockParty } from "./etcd-lock-party.js";
+import { waitExhausted, type EtcdLockGrant, type EtcdLocks } from "./etcd-locks.js";
 
 export interface EtcdSourceLocksOptions {
   readonly locks: EtcdLocks;
