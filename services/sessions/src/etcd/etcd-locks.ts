@@ -17,9 +17,9 @@
  */
 import { systemClock, type Clock } from "@berth/shared/clock";
 import { BerthError } from "@berth/shared/errors";
-import { formatDuration } from "@berth/shared/units";
 import { compare, EtcdLeaseLostError, op, type EtcdClient, type EtcdLease, type KeyValue, type RangeResult, type TxnOpResult } from "@berth/etcd";
-import { LOCK_RETRY_AFTER_MS, tooManyWaiters } from "../locks/lock-input.js";
+import { tooManyWaiters } from "../locks/lock-input.js";
+import { heldByBerth } from "../locks/lock-refusals.js";
 import { fenceRejected, type EtcdFence } from "./etcd-journal.js";
 import { lockWaiterKey, lockWaitersPrefix } from "./store-keys.js";
 import type { LockWatchRequest } from "../locks/source-locks-api.js";
@@ -283,23 +283,10 @@ function cancelled(file: string): BerthError {
   return new BerthError("cancelled", `the request for ${file} was cancelled while it waited; it was not granted`, { file });
 }
 
-/** As the file store's lock table words it (LockHeld's fields in the details). */
+/** The refusal of a wait that ran out behind `holder`, worded as both stores word it (lock-refusals.ts). */
 export function waitExhausted(file: string, holder: EtcdLockParty, waitedMs: number, ahead: number): BerthError {
-  const waited = waitedMs === 0 ? "it was not free (max_wait was 0: try once)" : `it stayed locked for the whole wait of ${formatDuration(waitedMs)}`;
-  return new BerthError(
-    "resource_exhausted",
-    `source locked: ${file} is held by ${holder.owner} since ${new Date(holder.since).toISOString()} (fencing token ${holder.token}); ${waited}; wait longer, or ask the holder to release it`,
-    {
-      file,
-      lockPath: null,
-      waitedMs,
-      waiting: ahead,
-      owner: holder.owner,
-      acquireTime: holder.since,
-      fencingToken: Number(holder.token),
-      kind: holder.kind,
-      pid: holder.pid,
-    },
-    { reason: "WAIT_EXHAUSTED", retryAfterMs: LOCK_RETRY_AFTER_MS },
+  return heldByBerth(
+    { file, lockPath: null, waitedMs, ahead },
+    { owner: holder.owner, since: holder.since, fencingToken: Number(holder.token), kind: holder.kind, pid: holder.pid },
   );
 }

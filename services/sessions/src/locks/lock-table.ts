@@ -17,16 +17,18 @@
  */
 import { randomUUID } from "node:crypto";
 import * as path from "node:path";
-import { BerthError, invalidArgument } from "@berth/shared/errors";
+import { BerthError } from "@berth/shared/errors";
 import { IdempotencyMemory, type IdempotencyStats, type KeyedRequest } from "@berth/shared/idempotency";
 import { silentLogger, type Logger } from "@berth/shared/logger";
 import { checkRequestId } from "@berth/shared/safe-id";
 import { retryAfterRelief } from "@berth/shared/descriptors";
 import { stateWriteError } from "@berth/shared/state-errors";
 import { STALL_MS, wallTimeOf, wallTimesOf, type Clock, type TimerHandle } from "@berth/shared/clock";
-import { formatDuration } from "@berth/shared/units";
 import type { FencingTokenSource } from "./lock-persistence.js";
-import { checkFencingToken, checkOwner, checkTtl, checkWait, DEFAULT_LOCK_LIMITS, LOCK_RETRY_AFTER_MS, tooManyWaiters, type LockLimits } from "./lock-input.js";
+import { checkFencingToken, checkOwner, checkTtl, checkWait, LOCK_RETRY_AFTER_MS, tooManyWaiters, type LockLimits } from "./lock-input.js";
+import { checkHoldSignal, checkLeaseToken, EndedLeases, lastFencingToken, lockLimits, renewedTtl, tokenCheck } from "./lease-rules.js";
+import { callerWentAway, cancelledBeforeQueued, heldByBerth, heldByLockFile, heldByNobodyKnown } from "./lock-refusals.js";
+import { acquireRequest, grantedRequest, releaseRequest, type KeyedAnswer } from "./lock-request-ids.js";
 import { canonicalLockPath } from "./lock-path.js";
 import type { ExternalClaim, ExternalLockHandle, ExternalLocks, ForeignLockHolder } from "./external-locks.js";
 import type { LockChangeLog } from "./lock-changes.js";
@@ -89,9 +91,6 @@ interface Waiter {
   toldHolder: string | undefined;
 }
 
-/** What a request id's call answered: an Acquire's lease, a Release's outcome. */
-type KeyedAnswer = { lease: Lease } | { released: boolean };
-
 interface Held {
   /** Its `expiresAt` is filled in when the lease is shown ({@link LockTable.leaseOf}). */
   lease: Lease;
@@ -124,13 +123,6 @@ interface Entry {
   unwatch?: () => void;
 }
 
-type EndReason = LeaseEndReason;
-
-/** How many ended leases are remembered, to tell "expired" from "never existed" on a late renew. */
-const ENDED_MEMORY = 1024;
-
-const iso = (ms: number) => new Date(ms).toISOString();
-
 /** The in-memory lock table. See the module comment. */
 export class LockTable {
   private readonly clock: Clock;
@@ -142,7 +134,7 @@ export class LockTable {
   private readonly entries = new Map<string, Entry>();
   private readonly leases = new Map<string, Held>();
   private readonly lastTokens = new Map<string, number>();
-  private readonly ended = new Map<string, { file: string; reason: EndReason; at: number }>();
+  private readonly ended = new EndedLeases("it never existed, or ended long ago or before a restart; acquire the lock again");
   /** Every request id: the request it names and its first answer (see @berth/shared/idempotency). */
   private readonly keys: IdempotencyMemory<KeyedAnswer>;
   private readonly changes: LockChangeLog | undefined;
@@ -155,7 +147,7 @@ export class LockTable {
     this.fencing = options.fencing;
     this.external = options.external;
     this.logger = options.logger ?? silentLogger;
-    this.limits = Object.freeze({ ...DEFAULT_LOCK_LIMITS, ...options.limits });
+    this.limits = lockLimits(options.limits);
     this.keys = new IdempotencyMemory({ clock: this.clock, windowMs: this.limits.idempotencyWindowMs, maxEnded: options.maxEndedKeys });
     this.changes = options.changes;
   }
@@ -200,8 +192,7 @@ export class LockTable {
    * moment the signal aborts (the Hold RPC passes the stream's signal). The lease's `expiresAt` is null.
    */
   async holdAsLongAs(request: HoldRequest): Promise<Lease> {
-    if (!(request.signal instanceof AbortSignal)) throw invalidArgument("signal", "a hold needs an AbortSignal that ends it");
-    return this.enter(request, null, request.signal, undefined);
+    return this.enter(request, null, checkHoldSignal(request.signal), undefined);
   }
 
   /**
@@ -210,8 +201,8 @@ export class LockTable {
    */
   renew(leaseToken: string, ttlMs?: number): Lease {
     const held = this.heldLease(leaseToken);
-    if (held.ttlMs === null) return this.leaseOf(held);
-    const ttl = ttlMs === undefined ? held.ttlMs : checkTtl(ttlMs, this.limits);
+    const ttl = renewedTtl(held.ttlMs, ttlMs, this.limits);
+    if (ttl === null) return this.leaseOf(held);
     held.ttlMs = ttl;
     held.lease.ttlMs = ttl;
     held.deadline = this.clock.monotonicNow() + ttl;
@@ -227,7 +218,7 @@ export class LockTable {
    * already_exists IDEMPOTENCY_KEY_REUSED.
    */
   release(leaseToken: string, requestId?: string): boolean {
-    const token = this.checkLeaseToken(leaseToken);
+    const token = checkLeaseToken(leaseToken);
     const id = checkRequestId(requestId);
     if (id === undefined) return this.releaseHeld(token);
     const held = this.leases.get(token);
@@ -259,7 +250,7 @@ export class LockTable {
   whenLeaseEnds(leaseToken: string, onEnd: (reason: LeaseEndReason) => void): () => void {
     const held = this.leases.get(leaseToken);
     if (!held) {
-      onEnd(this.ended.get(leaseToken)?.reason ?? "expired");
+      onEnd(this.ended.reasonOf(leaseToken));
       return () => {};
     }
     (held.onEnd ??= new Set()).add(onEnd);
@@ -286,7 +277,13 @@ export class LockTable {
           return { kind: w.ttlMs === null ? "stream" : "lease", owner: w.owner, since, deadline };
         })
       : [];
-    return { file: key, lockPath: this.external?.pathFor(key) ?? null, holder, waiters, lastFencingToken: this.lastTokens.get(key) ?? null };
+    return {
+      file: key,
+      lockPath: this.external?.pathFor(key) ?? null,
+      holder,
+      waiters,
+      lastFencingToken: lastFencingToken(this.lastTokens.get(key) ?? null, holder),
+    };
   }
 
   /** Every lock held or waited for here (of `file` alone, when given), as Inspect shows each. */
@@ -300,8 +297,7 @@ export class LockTable {
     const key = this.resolveFile(file);
     const value = checkFencingToken(token);
     const entry = this.refresh(key);
-    const currentToken = entry?.holder?.lease.fencingToken ?? null;
-    return { file: key, current: currentToken === value, currentToken };
+    return tokenCheck(key, value, entry?.holder?.lease.fencingToken ?? null);
   }
 
   /** Counts for metrics. */
@@ -352,7 +348,7 @@ export class LockTable {
     const owner = checkOwner(request.owner, this.limits);
     const waitMs = checkWait(request.waitMs, this.limits);
     const signal = request.signal;
-    if (signal?.aborted) throw new BerthError("cancelled", `the request for ${key} was cancelled before it was queued`, { file: key });
+    if (signal?.aborted) throw cancelledBeforeQueued(key);
 
     this.refresh(key);
     const keyed = requestId === undefined || ttlMs === null ? undefined : acquireRequest(key, owner, ttlMs);
@@ -413,7 +409,7 @@ export class LockTable {
       call.onAbort = () => {
         if (!waiter.calls.has(call)) return;
         this.dropCall(waiter, call);
-        call.reject(new BerthError("cancelled", `gave up waiting for ${entry.key}: the caller went away`, { file: entry.key }));
+        call.reject(callerWentAway(entry.key));
         if (waiter.calls.size > 0) return;
         this.dropWaiter(entry, waiter);
         this.pump(entry);
@@ -439,7 +435,7 @@ export class LockTable {
   private remember(requestKey: string, keyed: KeyedRequest, held: Held): Lease {
     held.requestKey = requestKey;
     const lease = this.leaseOf(held);
-    this.keys.answered(requestKey, { ...keyed, named: { ...keyed.named, fencingToken: lease.fencingToken } }, { lease: { ...lease } });
+    this.keys.answered(requestKey, grantedRequest(keyed, lease), { lease: { ...lease } });
     return lease;
   }
 
@@ -598,14 +594,13 @@ export class LockTable {
     }
   }
 
-  private free(entry: Entry, held: Held, reason: EndReason): void {
+  private free(entry: Entry, held: Held, reason: LeaseEndReason): void {
     if (held.timer !== undefined) this.clock.clearTimeout(held.timer);
     if (held.holdSignal && held.onHoldAbort) held.holdSignal.removeEventListener("abort", held.onHoldAbort);
     if (entry.holder === held) delete entry.holder;
     this.leases.delete(held.lease.leaseToken);
     if (held.requestKey !== undefined) this.keys.end(held.requestKey);
-    this.ended.set(held.lease.leaseToken, { file: entry.key, reason, at: this.clock.now() });
-    if (this.ended.size > ENDED_MEMORY) this.ended.delete(this.ended.keys().next().value!);
+    this.ended.remember(held.lease.leaseToken, { file: entry.key, reason, at: this.clock.now() });
     if (held.external) {
       try {
         this.external?.release(held.external);
@@ -738,9 +733,9 @@ export class LockTable {
     return { ...held.lease, expiresAt: held.shown.expiresAt };
   }
 
-  private berthHolder(held: Held): LockHolderInfo {
+  private berthHolder(held: Held): Exclude<LockHolderInfo, { kind: "seed-file" }> {
     const lease = this.leaseOf(held);
-    const holder: LockHolderInfo = {
+    const holder: Exclude<LockHolderInfo, { kind: "seed-file" }> = {
       kind: lease.ttlMs === null ? "stream" : "lease",
       owner: lease.owner,
       fencingToken: lease.fencingToken,
@@ -760,99 +755,31 @@ export class LockTable {
     return entry;
   }
 
-  private checkLeaseToken(leaseToken: unknown): string {
-    if (typeof leaseToken !== "string" || leaseToken.length === 0 || leaseToken.length > 128) {
-      throw invalidArgument("lease_token", "is required: the lease token Acquire returned");
-    }
-    return leaseToken;
-  }
-
   private heldLease(leaseToken: string): Held {
-    const token = this.checkLeaseToken(leaseToken);
+    const token = checkLeaseToken(leaseToken);
     const held = this.leases.get(token);
     if (held) {
       this.refresh(held.lease.file);
       if (this.leases.has(token)) return held;
     }
-    const ended = this.ended.get(token);
-    const shown = `${token.slice(0, 8)}…`;
-    if (ended) {
-      const what = ended.reason === "expired" ? "expired" : ended.reason === "released" ? "was released" : "ended when the service shut down";
-      throw new BerthError(
-        "failed_precondition",
-        `lease ${shown} on ${ended.file} ${what} at ${iso(ended.at)}; acquire the lock again (and renew sooner than the lease length)`,
-        {
-          file: ended.file,
-          ended: ended.reason,
-          endedAt: ended.at,
-        },
-      );
-    }
-    throw new BerthError("not_found", `no lease ${shown} is held here: it never existed, or ended long ago or before a restart; acquire the lock again`, {});
+    throw this.ended.notHeld(token);
   }
 
-  /**
-   * The refusal of a wait that ran out (or a try-once that found the lock taken): RESOURCE_EXHAUSTED
-   * WAIT_EXHAUSTED with a retry delay. Its details mirror the API's LockHeld: file, owner,
-   * acquireTime, fencingToken (0 for a seed lock file, which has none), pid, kind, lockPath,
-   * waitedMs; plus `waiting`, the requests queued ahead of the caller.
-   */
+  /** The refusal of a wait that ran out (or a try-once that found the lock taken); see lock-refusals.ts. */
   private lockedError(entry: Entry, waitedMs: number, ahead: number): BerthError {
-    const key = entry.key;
-    const waited = waitedMs === 0 ? "it was not free (max_wait was 0: try once)" : `it stayed locked for the whole wait of ${formatDuration(waitedMs)}`;
-    const hint = "wait longer, or ask the holder to release it";
-    const base = { file: key, lockPath: this.external?.pathFor(key) ?? null, waitedMs, waiting: ahead };
-    const options = { reason: "WAIT_EXHAUSTED", retryAfterMs: LOCK_RETRY_AFTER_MS };
-    const held = entry.holder;
-    if (held) {
-      const info = this.berthHolder(held);
-      const details: Record<string, unknown> = { ...base, owner: info.owner, acquireTime: info.since, fencingToken: held.lease.fencingToken, kind: info.kind };
-      if (info.pid !== undefined) details.pid = info.pid;
-      return new BerthError(
-        "resource_exhausted",
-        `source locked: ${key} is held by ${info.owner} since ${iso(info.since)} (fencing token ${held.lease.fencingToken}); ${waited}; ${hint}`,
-        details,
-        options,
-      );
-    }
+    const wait = { file: entry.key, lockPath: this.external?.pathFor(entry.key) ?? null, waitedMs, ahead };
+    if (entry.holder) return heldByBerth(wait, this.berthHolder(entry.holder));
     let foreign: ForeignLockHolder | undefined;
     try {
-      foreign = this.external?.peek(key);
+      foreign = this.external?.peek(entry.key);
     } catch (error) {
       // (No descriptor left to read the lock file with, say.) The refusal must still go out: the
       // waiter is already out of the queue.
-      this.logger.warn({ file: key, err: error }, "cannot read the lock file to name its holder");
+      this.logger.warn({ file: entry.key, err: error }, "cannot read the lock file to name its holder");
     }
     foreign ??= entry.blockedBy;
-    if (foreign) {
-      const who = `${foreign.owner ?? "an unknown owner"}${foreign.pid !== undefined ? ` (pid ${foreign.pid})` : ""}`;
-      const details: Record<string, unknown> = { ...base, owner: foreign.owner ?? "", acquireTime: foreign.since, fencingToken: 0, kind: "seed-file" };
-      if (foreign.pid !== undefined) details.pid = foreign.pid;
-      return new BerthError(
-        "resource_exhausted",
-        `source locked: ${key} is held by ${who} through its lock file ${foreign.lockFile} since ${iso(foreign.since)}; ${waited}; ${hint}`,
-        details,
-        options,
-      );
-    }
-    // Nobody identifiable holds it: requests queued ahead wait for a lock file being taken over.
-    return new BerthError(
-      "resource_exhausted",
-      `source locked: ${key} was not free: ${ahead} request${ahead === 1 ? "" : "s"} queued ahead; ${waited}; ${hint}`,
-      { ...base, owner: "", acquireTime: null, fencingToken: 0, kind: "unknown" },
-      options,
-    );
+    return foreign ? heldByLockFile(wait, foreign) : heldByNobodyKnown(wait);
   }
-}
-
-/** An Acquire as its request id names it: the fields that shape the lease (the wait does not). */
-export function acquireRequest(file: string, owner: string, ttlMs: number): KeyedRequest {
-  return { rpc: "Acquire", fingerprint: JSON.stringify([file, owner, ttlMs]), named: { file, owner } };
-}
-
-/** A Release as its request id names it: the lease (compared, never shown), and its file and fencing token when known. */
-export function releaseRequest(leaseToken: string, named: { file?: string; fencingToken?: number }): KeyedRequest {
-  return { rpc: "Release", fingerprint: leaseToken, named };
 }
 
 function seedFileHolder(foreign: ForeignLockHolder): LockHolderInfo {
