@@ -16,22 +16,22 @@
  * goes away.
  */
 import { randomUUID } from "node:crypto";
-import * as path from "node:path";
 import { BerthError } from "@berth/shared/errors";
 import { IdempotencyMemory, type IdempotencyStats, type KeyedRequest } from "@berth/shared/idempotency";
 import { silentLogger, type Logger } from "@berth/shared/logger";
 import { checkRequestId } from "@berth/shared/safe-id";
-import { retryAfterRelief } from "@berth/shared/descriptors";
-import { stateWriteError } from "@berth/shared/state-errors";
-import { STALL_MS, wallTimeOf, wallTimesOf, type Clock, type TimerHandle } from "@berth/shared/clock";
+import { wallTimesOf, type Clock } from "@berth/shared/clock";
 import type { FencingTokenSource } from "./lock-persistence.js";
-import { checkFencingToken, checkOwner, checkTtl, checkWait, LOCK_RETRY_AFTER_MS, tooManyWaiters, type LockLimits } from "./lock-input.js";
+import { checkFencingToken, checkOwner, checkTtl, checkWait, tooManyWaiters, type LockLimits } from "./lock-input.js";
+import { canonicalLockPath } from "./lock-path.js";
+import type { ExternalLockHandle, ExternalLocks, ForeignLockHolder } from "./external-locks.js";
+import type { LockChangeLog } from "./lock-changes.js";
 import { checkHoldSignal, checkLeaseToken, EndedLeases, lastFencingToken, lockLimits, renewedTtl, tokenCheck } from "./lease-rules.js";
+import { expireOverdue, isDue, scheduleExpiry, type ExpiryHost } from "./lease-expiry.js";
+import { berthHolder, dropCall, leaseOf, placeOf, seedFileHolder, tellWaiters, type Entry, type Held, type Waiter, type WaitingCall } from "./lock-entries.js";
 import { callerWentAway, cancelledBeforeQueued, heldByBerth, heldByLockFile, heldByNobodyKnown } from "./lock-refusals.js";
 import { acquireRequest, grantedRequest, releaseRequest, type KeyedAnswer } from "./lock-request-ids.js";
-import { canonicalLockPath } from "./lock-path.js";
-import type { ExternalClaim, ExternalLockHandle, ExternalLocks, ForeignLockHolder } from "./external-locks.js";
-import type { LockChangeLog } from "./lock-changes.js";
+import { claimLockFile } from "./seed-file-claims.js";
 import type {
   AcquireRequest,
   HoldRequest,
@@ -43,7 +43,6 @@ import type {
   LockTableStats,
   LockWaiterInfo,
   TokenCheck,
-  WaitingUpdate,
 } from "./source-locks-api.js";
 
 /** What the table is built from. */
@@ -58,69 +57,6 @@ export interface LockTableOptions {
   maxEndedKeys?: number;
   /** Where the table records each change of a holder or a waiter (WatchLocks); absent, none. */
   changes?: LockChangeLog;
-}
-
-/** One call waiting for a queued request: its own wait, its own signal, its own answer. */
-interface WaitingCall {
-  waitMs: number;
-  /** When it gives up (monotonic clock). */
-  deadline: number;
-  signal: AbortSignal | undefined;
-  resolve(lease: Lease): void;
-  reject(error: BerthError): void;
-  timer?: TimerHandle;
-  onAbort?: () => void;
-}
-
-/** A place in a file's queue, and the calls waiting on it: one, or several repeats of one request id. */
-interface Waiter {
-  owner: string;
-  /** null: a hold, tied to `holdSignal` instead of a lease timer. */
-  ttlMs: number | null;
-  holdSignal: AbortSignal | undefined;
-  /** When it started waiting (monotonic clock; shown as wall time as of the answer). */
-  startedAt: number;
-  /** Never empty while the waiter is queued: the place goes when its last call does. */
-  calls: Set<WaitingCall>;
-  /** Its request id, and the request the id names, when it has one. */
-  requestKey?: string;
-  keyed?: KeyedRequest;
-  onWaiting: ((update: WaitingUpdate) => void) | undefined;
-  /** What `onWaiting` was last told, to call it only on a change. */
-  toldPosition: number;
-  toldHolder: string | undefined;
-}
-
-interface Held {
-  /** Its `expiresAt` is filled in when the lease is shown ({@link LockTable.leaseOf}). */
-  lease: Lease;
-  /** The request id it was granted to: remembered while it lives, then for the idempotency window. */
-  requestKey?: string;
-  /** When the lease runs out (monotonic clock); null for a hold. */
-  deadline: number | null;
-  /** The lease length renewals default to; null for a hold. */
-  ttlMs: number | null;
-  /** The wall time `deadline` was last shown as, and the deadline it was for. */
-  shown?: { deadline: number; expiresAt: number };
-  timer?: TimerHandle;
-  external?: ExternalLockHandle;
-  holdSignal?: AbortSignal;
-  onHoldAbort?: () => void;
-  /** Told when the lease ends (see {@link LockTable.whenLeaseEnds}). */
-  onEnd?: Set<(reason: LeaseEndReason) => void>;
-}
-
-interface Entry {
-  key: string;
-  holder?: Held;
-  /** FIFO: a Set iterates in insertion order and deletes in O(1). */
-  waiters: Set<Waiter>;
-  /** The outside holder that kept the head of the queue from being granted, when there was one. */
-  blockedBy?: ForeignLockHolder;
-  /** Why the outside lock could not be taken at all the last time (a full disk, say), until it can. */
-  claimError?: BerthError;
-  blocked: boolean;
-  unwatch?: () => void;
 }
 
 /** The in-memory lock table. See the module comment. */
@@ -141,6 +77,7 @@ export class LockTable {
   /** The places of the request ids whose call still waits. */
   private readonly waitingByKey = new Map<string, Waiter>();
   private closed = false;
+  private readonly expiry: ExpiryHost;
 
   constructor(options: LockTableOptions) {
     this.clock = options.clock;
@@ -150,6 +87,16 @@ export class LockTable {
     this.limits = lockLimits(options.limits);
     this.keys = new IdempotencyMemory({ clock: this.clock, windowMs: this.limits.idempotencyWindowMs, maxEnded: options.maxEndedKeys });
     this.changes = options.changes;
+    this.expiry = {
+      clock: this.clock,
+      leases: () => this.leases.values(),
+      entryHeldBy: (held) => {
+        const entry = this.entries.get(held.lease.file);
+        return entry?.holder === held ? entry : undefined;
+      },
+      expire: (entry, held) => this.free(entry, held, "expired"),
+      pump: (entry) => this.pump(entry),
+    };
   }
 
   private record(change: Omit<LockChange, "at">): void {
@@ -202,12 +149,12 @@ export class LockTable {
   renew(leaseToken: string, ttlMs?: number): Lease {
     const held = this.heldLease(leaseToken);
     const ttl = renewedTtl(held.ttlMs, ttlMs, this.limits);
-    if (ttl === null) return this.leaseOf(held);
+    if (ttl === null) return leaseOf(this.clock, held);
     held.ttlMs = ttl;
     held.lease.ttlMs = ttl;
     held.deadline = this.clock.monotonicNow() + ttl;
-    this.scheduleExpiry(held);
-    return this.leaseOf(held);
+    scheduleExpiry(this.expiry, held);
+    return leaseOf(this.clock, held);
   }
 
   /**
@@ -263,7 +210,7 @@ export class LockTable {
     const entry = this.refresh(key);
     let holder: LockHolderInfo | null = null;
     if (entry?.holder) {
-      holder = this.berthHolder(entry.holder);
+      holder = berthHolder(this.clock, entry.holder);
     } else {
       const foreign = this.external?.peek(key);
       if (foreign) holder = seedFileHolder(foreign);
@@ -359,7 +306,7 @@ export class LockTable {
     const joined = known?.phase === "pending" ? this.waitingByKey.get(requestId!) : undefined;
     if (joined !== undefined) {
       // A repeat of a request that still waits: its own wait, the first one's place.
-      if (waitMs === 0) throw this.lockedError(entry, 0, this.placeOf(entry, joined));
+      if (waitMs === 0) throw this.lockedError(entry, 0, placeOf(entry, joined));
       return new Promise<Lease>((resolve, reject) => this.addCall(entry, joined, { waitMs, signal, resolve, reject }));
     }
 
@@ -370,7 +317,7 @@ export class LockTable {
       if (claim) {
         try {
           const held = this.grant(entry, owner, ttlMs, claim === true ? undefined : claim, holdSignal);
-          return Promise.resolve(keyed === undefined ? this.leaseOf(held) : this.remember(requestId!, keyed, held));
+          return Promise.resolve(keyed === undefined ? leaseOf(this.clock, held) : this.remember(requestId!, keyed, held));
         } finally {
           this.settle(entry);
         }
@@ -408,7 +355,7 @@ export class LockTable {
     if (signal) {
       call.onAbort = () => {
         if (!waiter.calls.has(call)) return;
-        this.dropCall(waiter, call);
+        dropCall(this.clock, waiter, call);
         call.reject(callerWentAway(entry.key));
         if (waiter.calls.size > 0) return;
         this.dropWaiter(entry, waiter);
@@ -418,70 +365,30 @@ export class LockTable {
     }
   }
 
-  /** The number of requests queued before `waiter`. */
-  private placeOf(entry: Entry, waiter: Waiter): number {
-    let ahead = 0;
-    for (const queued of entry.waiters) {
-      if (queued === waiter) break;
-      ahead++;
-    }
-    return ahead;
-  }
-
   /**
    * Notes that the request id `requestKey` was granted `held`: its answer, the lease as shown now, is
    * what every repeat gets, while the lease lives and for the window after it ends. Returns it.
    */
   private remember(requestKey: string, keyed: KeyedRequest, held: Held): Lease {
     held.requestKey = requestKey;
-    const lease = this.leaseOf(held);
+    const lease = leaseOf(this.clock, held);
     this.keys.answered(requestKey, grantedRequest(keyed, lease), { lease: { ...lease } });
     return lease;
   }
 
   /**
-   * Takes the outside lock for a grant. Returns the handle, `true` when there is no outside lock,
-   * or undefined when another process holds it (recorded in `entry.blockedBy`). When the outside
-   * lock cannot be taken at all (permissions, disk full), a direct request (`failLoudly`) is refused
-   * saying why (DISK_FULL, STATE_READ_ONLY, TOO_MANY_OPEN_FILES, else STORAGE_UNAVAILABLE); for the queue it counts as busy, and the re-check tries again.
+   * Takes the lock file for a grant (see seed-file-claims.ts). When it cannot be taken at all, a
+   * direct request (`failLoudly`) is refused saying why; for the queue it counts as busy, and the
+   * re-check tries again.
    */
   private claimExternal(entry: Entry, owner: string, at: number, failLoudly = false): ExternalLockHandle | true | undefined {
-    if (!this.external) return true;
-    let claim: ExternalClaim;
-    try {
-      // Short of descriptors, the idle journals are closed and the claim made once more (it changes
-      // nothing on disk before its lock file is in place).
-      const external = this.external;
-      claim = retryAfterRelief(() => external.claim(entry.key, { owner, at }));
-    } catch (error) {
-      this.logger.error({ file: entry.key, err: error }, "cannot take the lock file");
-      const lockPath = this.external.pathFor(entry.key);
-      const what = `no lock was granted: cannot take the lock file ${lockPath} for ${entry.key}`;
-      entry.claimError =
-        stateWriteError(error, what, path.dirname(lockPath), { file: entry.key, lockPath }) ??
-        new BerthError(
-          "unavailable",
-          `cannot take the lock file ${lockPath} for ${entry.key}: ${(error as Error).message}`,
-          { file: entry.key, lockPath },
-          { reason: "STORAGE_UNAVAILABLE", retryAfterMs: LOCK_RETRY_AFTER_MS },
-        );
-      if (failLoudly) {
-        const refusal = entry.claimError;
-        this.settle(entry);
-        throw refusal;
-      }
-      entry.blocked = true;
-      return undefined;
+    const claim = claimLockFile(this.external, entry, owner, at, this.logger);
+    if (claim === undefined && failLoudly && entry.claimError !== undefined) {
+      const refusal = entry.claimError;
+      this.settle(entry);
+      throw refusal;
     }
-    delete entry.claimError;
-    if (claim.ok) {
-      entry.blocked = false;
-      delete entry.blockedBy;
-      return claim.handle;
-    }
-    entry.blocked = true;
-    if (claim.holder) entry.blockedBy = claim.holder;
-    return undefined;
+    return claim;
   }
 
   private grant(entry: Entry, owner: string, ttlMs: number | null, external: ExternalLockHandle | undefined, holdSignal: AbortSignal | undefined): Held {
@@ -498,7 +405,7 @@ export class LockTable {
     entry.holder = held;
     this.leases.set(lease.leaseToken, held);
     this.lastTokens.set(entry.key, fencingToken);
-    if (ttlMs !== null) this.scheduleExpiry(held);
+    if (ttlMs !== null) scheduleExpiry(this.expiry, held);
     if (holdSignal) {
       held.holdSignal = holdSignal;
       held.onHoldAbort = () => this.release(lease.leaseToken);
@@ -510,7 +417,7 @@ export class LockTable {
       kind: "granted",
       owner,
       fencingToken,
-      expiresAt: this.leaseOf(held).expiresAt,
+      expiresAt: leaseOf(this.clock, held).expiresAt,
       position: 0,
       holderKind: ttlMs === null ? "stream" : "lease",
     });
@@ -548,7 +455,7 @@ export class LockTable {
         for (const call of calls) call.reject(refusal);
         continue;
       }
-      const lease = head.requestKey !== undefined && head.keyed !== undefined ? this.remember(head.requestKey, head.keyed, held) : this.leaseOf(held);
+      const lease = head.requestKey !== undefined && head.keyed !== undefined ? this.remember(head.requestKey, head.keyed, held) : leaseOf(this.clock, held);
       for (const call of calls) call.resolve({ ...lease });
     }
     this.settle(entry);
@@ -564,34 +471,7 @@ export class LockTable {
       delete entry.unwatch;
     }
     if (!entry.holder && entry.waiters.size === 0 && this.entries.get(entry.key) === entry) this.entries.delete(entry.key);
-    this.tellWaiters(entry);
-  }
-
-  /** Calls `onWaiting` of every waiter whose position or holder changed since it was last told. */
-  private tellWaiters(entry: Entry): void {
-    let holder: LockHolderInfo | null | undefined;
-    let holderId: string | undefined;
-    let position = 0;
-    for (const waiter of entry.waiters) {
-      position++;
-      if (!waiter.onWaiting) continue;
-      if (holder === undefined) {
-        holder = entry.holder ? this.berthHolder(entry.holder) : entry.blockedBy ? seedFileHolder(entry.blockedBy) : null;
-        holderId = entry.holder
-          ? entry.holder.lease.leaseToken
-          : entry.blockedBy
-            ? `${entry.blockedBy.pid}:${entry.blockedBy.token}:${entry.blockedBy.since}`
-            : undefined;
-      }
-      if (waiter.toldPosition === position && waiter.toldHolder === holderId) continue;
-      waiter.toldPosition = position;
-      waiter.toldHolder = holderId;
-      try {
-        waiter.onWaiting({ position, holder });
-      } catch (error) {
-        this.logger.error({ file: entry.key, err: error }, "onWaiting callback failed");
-      }
-    }
+    tellWaiters(this.clock, entry, this.logger);
   }
 
   private free(entry: Entry, held: Held, reason: LeaseEndReason): void {
@@ -631,34 +511,13 @@ export class LockTable {
   }
 
   /**
-   * Frees a lease whose time is up even if its timer has not fired yet (a busy event loop, a pause),
-   * with every other lease whose time is up, earliest first (see {@link expireOverdue}).
+   * Frees `entry`'s lease when its time is up even if its timer has not fired yet (a busy event
+   * loop, a pause), with every other lease whose time is up, earliest first.
    */
   private expireIfDue(entry: Entry): boolean {
-    const held = entry.holder;
-    if (!held || held.deadline === null || this.clock.monotonicNow() < held.deadline) return false;
-    this.expireOverdue(entry);
+    if (!isDue(this.clock, entry.holder)) return false;
+    expireOverdue(this.expiry, entry);
     return true;
-  }
-
-  /**
-   * Ends every lease whose time is up, in the order their times came, and hands on each freed lock
-   * but `except`'s (its caller does). After a pause several leases are overdue at once, and the
-   * first to be looked at (a renewal read before the timers ran) need not be the first that ran out.
-   */
-  private expireOverdue(except?: Entry): void {
-    const now = this.clock.monotonicNow();
-    const due: Held[] = [];
-    for (const held of this.leases.values()) if (held.deadline !== null && held.deadline <= now) due.push(held);
-    due.sort((a, b) => a.deadline! - b.deadline!);
-    const freed: Entry[] = [];
-    for (const held of due) {
-      const entry = this.entries.get(held.lease.file);
-      if (!entry || entry.holder !== held) continue;
-      this.free(entry, held, "expired");
-      if (entry !== except) freed.push(entry);
-    }
-    for (const entry of freed) this.pump(entry);
   }
 
   /** The entry of `key` after serving an overdue expiry (to the next waiter, if any). */
@@ -666,24 +525,6 @@ export class LockTable {
     const entry = this.entries.get(key);
     if (entry && this.expireIfDue(entry)) this.pump(entry);
     return this.entries.get(key);
-  }
-
-  private scheduleExpiry(held: Held): void {
-    if (held.timer !== undefined) this.clock.clearTimeout(held.timer);
-    const deadline = held.deadline;
-    if (deadline === null) return;
-    held.timer = this.clock.setTimeout(() => {
-      delete held.timer;
-      const entry = this.entries.get(held.lease.file);
-      if (!entry || entry.holder !== held) return;
-      // A real timer may fire a hair early; never cut a lease short.
-      const now = this.clock.monotonicNow();
-      if (now < deadline) return this.scheduleExpiry(held);
-      // Late by more than a moment (the process was paused): others may be overdue too, and earlier.
-      if (now - deadline > STALL_MS) return this.expireOverdue();
-      this.free(entry, held, "expired");
-      this.pump(entry);
-    }, deadline - this.clock.monotonicNow());
   }
 
   private scheduleDeadline(entry: Entry, waiter: Waiter, call: WaitingCall): void {
@@ -694,8 +535,8 @@ export class LockTable {
       // The head's turn may have come without an event (a lock file we could not watch): look once more.
       this.pump(entry);
       if (!waiter.calls.has(call)) return;
-      const ahead = this.placeOf(entry, waiter);
-      this.dropCall(waiter, call);
+      const ahead = placeOf(entry, waiter);
+      dropCall(this.clock, waiter, call);
       const last = waiter.calls.size === 0;
       if (last) this.dropWaiter(entry, waiter);
       // Free but for a lock file that could not be made (a full disk): that is the reason to give.
@@ -704,46 +545,16 @@ export class LockTable {
     }, call.deadline - this.clock.monotonicNow());
   }
 
-  private dropCall(waiter: Waiter, call: WaitingCall): void {
-    waiter.calls.delete(call);
-    if (call.timer !== undefined) this.clock.clearTimeout(call.timer);
-    delete call.timer;
-    if (call.signal && call.onAbort) call.signal.removeEventListener("abort", call.onAbort);
-  }
-
   /** Takes a request out of the queue with every call on it (their answers are the caller's to give). */
   private dropWaiter(entry: Entry, waiter: Waiter, granted = false): void {
-    if (!granted && entry.waiters.has(waiter)) this.recordWaiter(entry, waiter, "waiter_left", this.placeOf(entry, waiter) + 1);
+    if (!granted && entry.waiters.has(waiter)) this.recordWaiter(entry, waiter, "waiter_left", placeOf(entry, waiter) + 1);
     entry.waiters.delete(waiter);
-    for (const call of [...waiter.calls]) this.dropCall(waiter, call);
+    for (const call of [...waiter.calls]) dropCall(this.clock, waiter, call);
     if (waiter.requestKey !== undefined && this.waitingByKey.get(waiter.requestKey) === waiter) {
       this.waitingByKey.delete(waiter.requestKey);
       // Not granted (yet): a request refused or given up records nothing; a grant records its answer next.
       this.keys.forget(waiter.requestKey);
     }
-  }
-
-  /** The lease as shown to its holder: a copy, its end in wall-clock time as of now. */
-  private leaseOf(held: Held): Lease {
-    if (held.deadline === null) return { ...held.lease, expiresAt: null };
-    // One deadline is shown as one wall time: converted again a moment later it may land a
-    // millisecond apart, and a retried Acquire must answer the very lease it answered first. A
-    // renewal moves the deadline, and so converts afresh (after a step of the wall clock too).
-    if (held.shown?.deadline !== held.deadline) held.shown = { deadline: held.deadline, expiresAt: wallTimeOf(this.clock, held.deadline) };
-    return { ...held.lease, expiresAt: held.shown.expiresAt };
-  }
-
-  private berthHolder(held: Held): Exclude<LockHolderInfo, { kind: "seed-file" }> {
-    const lease = this.leaseOf(held);
-    const holder: Exclude<LockHolderInfo, { kind: "seed-file" }> = {
-      kind: lease.ttlMs === null ? "stream" : "lease",
-      owner: lease.owner,
-      fencingToken: lease.fencingToken,
-      since: lease.acquiredAt,
-      expiresAt: lease.expiresAt,
-    };
-    if (held.external) holder.pid = held.external.pid;
-    return holder;
   }
 
   private entryFor(key: string): Entry {
@@ -768,7 +579,7 @@ export class LockTable {
   /** The refusal of a wait that ran out (or a try-once that found the lock taken); see lock-refusals.ts. */
   private lockedError(entry: Entry, waitedMs: number, ahead: number): BerthError {
     const wait = { file: entry.key, lockPath: this.external?.pathFor(entry.key) ?? null, waitedMs, ahead };
-    if (entry.holder) return heldByBerth(wait, this.berthHolder(entry.holder));
+    if (entry.holder) return heldByBerth(wait, berthHolder(this.clock, entry.holder));
     let foreign: ForeignLockHolder | undefined;
     try {
       foreign = this.external?.peek(entry.key);
@@ -780,11 +591,4 @@ export class LockTable {
     foreign ??= entry.blockedBy;
     return foreign ? heldByLockFile(wait, foreign) : heldByNobodyKnown(wait);
   }
-}
-
-function seedFileHolder(foreign: ForeignLockHolder): LockHolderInfo {
-  const holder: LockHolderInfo = { kind: "seed-file", since: foreign.since, lockFile: foreign.lockFile, readable: foreign.readable };
-  if (foreign.owner !== undefined) holder.owner = foreign.owner;
-  if (foreign.pid !== undefined) holder.pid = foreign.pid;
-  return holder;
 }
