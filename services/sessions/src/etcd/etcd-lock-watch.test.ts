@@ -3,7 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ManualClock } from "@berth/shared/clock";
 import { createEtcdClient, type EtcdClient } from "@berth/etcd";
 import { startEtcd, wrapClient, type EtcdCluster } from "@berth/etcd/testing";
-import type { LockWatcher, LockWatchItem } from "../locks/lock-changes.js";
+import type { LockWatcher, LockWatchItem } from "../locks/source-locks-api.js";
 import { EtcdLocks, type EtcdLockRequest } from "./etcd-locks.js";
 import { watchEtcdLocks } from "./etcd-lock-watch.js";
 

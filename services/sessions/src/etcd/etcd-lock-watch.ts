@@ -15,9 +15,10 @@
  */
 import type { Clock } from "@berth/shared/clock";
 import { isEtcdCompacted, type EtcdClient, type KeyValue } from "@berth/etcd";
-import { locksWatcherLagged, type LockChange, type LockWatcher, type LockWatchItem, type LockWatchRequest } from "../locks/lock-changes.js";
+import { locksWatcherLagged } from "../locks/lock-changes.js";
+import type { LockChange, LockWatcher, LockWatchItem, LockWatchRequest } from "../locks/source-locks-api.js";
 import { PumpedWatcher } from "./pumped-watcher.js";
-import { partyOf } from "./etcd-locks.js";
+import { partyOf } from "./etcd-lock-party.js";
 
 const LOCKS = "l/";
 

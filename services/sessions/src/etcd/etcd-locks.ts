@@ -17,31 +17,14 @@
  */
 import { systemClock, type Clock } from "@berth/shared/clock";
 import { BerthError } from "@berth/shared/errors";
-import { formatDuration } from "@berth/shared/units";
 import { compare, EtcdLeaseLostError, op, type EtcdClient, type EtcdLease, type KeyValue, type RangeResult, type TxnOpResult } from "@berth/etcd";
-import { LOCK_RETRY_AFTER_MS, tooManyWaiters } from "../locks/lock-input.js";
+import { tooManyWaiters } from "../locks/lock-input.js";
+import { heldByBerth } from "../locks/lock-refusals.js";
 import { fenceRejected, type EtcdFence } from "./etcd-journal.js";
 import { lockWaiterKey, lockWaitersPrefix } from "./store-keys.js";
-import type { LockWatchRequest } from "../locks/lock-changes.js";
+import type { LockWatchRequest } from "../locks/source-locks-api.js";
 import { watchEtcdLocks } from "./etcd-lock-watch.js";
-
-/** Who holds or waits for a lock, as its waiter key records it. */
-export interface EtcdLockParty {
-  readonly owner: string;
-  /** "lease": Acquire (renewed by KeepAlive); "stream": Hold (held while the stream lives). */
-  readonly kind: "lease" | "stream";
-  /** The pid of the berth instance that granted it. */
-  readonly pid: number;
-  /** The berth instance that granted it (its host and pid, or what it was configured with). */
-  readonly instance: string;
-  /** When it started waiting, or for a holder, since when it holds (ms since the epoch). */
-  readonly since: number;
-  /** When it gives up waiting (ms since the epoch). */
-  readonly until: number;
-  /** Its create revision: the fencing token once it holds the lock. */
-  readonly token: bigint;
-  readonly key: string;
-}
+import { partyOf, type EtcdLockParty } from "./etcd-lock-party.js";
 
 /** A request for a lock. `file` is the canonical path (lock-path.ts). */
 export interface EtcdLockRequest {
@@ -105,8 +88,6 @@ export interface EtcdLocksOptions {
 
 /** How many resolved fences are remembered (a token's holder key never changes: only its existence does). */
 const FENCE_CACHE_SIZE = 4096;
-
-const decoder = new TextDecoder();
 
 /** Source locks in etcd; see the module comment. */
 export class EtcdLocks {
@@ -298,46 +279,14 @@ function getResult(result: TxnOpResult | undefined): RangeResult {
   return result.get;
 }
 
-export function partyOf(kv: KeyValue): EtcdLockParty {
-  let value: Record<string, unknown> = {};
-  try {
-    if (kv.value.length > 0) value = JSON.parse(decoder.decode(kv.value)) as Record<string, unknown>;
-  } catch {
-    // A key written by something else than berth: shown with what is known.
-  }
-  return {
-    owner: typeof value.owner === "string" ? value.owner : "",
-    kind: value.kind === "stream" ? "stream" : "lease",
-    pid: typeof value.pid === "number" ? value.pid : 0,
-    instance: typeof value.instance === "string" ? value.instance : "",
-    since: typeof value.since === "number" ? value.since : 0,
-    until: typeof value.until === "number" ? value.until : typeof value.since === "number" ? value.since : 0,
-    token: kv.createRevision,
-    key: kv.key,
-  };
-}
-
 function cancelled(file: string): BerthError {
   return new BerthError("cancelled", `the request for ${file} was cancelled while it waited; it was not granted`, { file });
 }
 
-/** As the file store's lock table words it (LockHeld's fields in the details). */
+/** The refusal of a wait that ran out behind `holder`, worded as both stores word it (lock-refusals.ts). */
 export function waitExhausted(file: string, holder: EtcdLockParty, waitedMs: number, ahead: number): BerthError {
-  const waited = waitedMs === 0 ? "it was not free (max_wait was 0: try once)" : `it stayed locked for the whole wait of ${formatDuration(waitedMs)}`;
-  return new BerthError(
-    "resource_exhausted",
-    `source locked: ${file} is held by ${holder.owner} since ${new Date(holder.since).toISOString()} (fencing token ${holder.token}); ${waited}; wait longer, or ask the holder to release it`,
-    {
-      file,
-      lockPath: null,
-      waitedMs,
-      waiting: ahead,
-      owner: holder.owner,
-      acquireTime: holder.since,
-      fencingToken: Number(holder.token),
-      kind: holder.kind,
-      pid: holder.pid,
-    },
-    { reason: "WAIT_EXHAUSTED", retryAfterMs: LOCK_RETRY_AFTER_MS },
+  return heldByBerth(
+    { file, lockPath: null, waitedMs, ahead },
+    { owner: holder.owner, since: holder.since, fencingToken: Number(holder.token), kind: holder.kind, pid: holder.pid },
   );
 }

@@ -3,7 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ManualClock } from "@berth/shared/clock";
 import { createEtcdClient, type EtcdClient } from "@berth/etcd";
 import { startEtcd, type EtcdCluster } from "@berth/etcd/testing";
-import type { Lease } from "../locks/lock-table.js";
+import type { Lease } from "../locks/source-locks-api.js";
 import { EtcdLocks } from "./etcd-locks.js";
 import { createEtcdSourceLocks, type EtcdSourceLocks } from "./etcd-source-locks.js";
 import { berthRefusal } from "@berth/shared/testing/berth-refusal";

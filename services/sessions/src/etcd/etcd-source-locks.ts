@@ -18,14 +18,26 @@
  */
 import { randomUUID } from "node:crypto";
 import { systemClock, type Clock, type TimerHandle } from "@berth/shared/clock";
-import { BerthError, invalidArgument } from "@berth/shared/errors";
+import { BerthError } from "@berth/shared/errors";
 import { IdempotencyMemory } from "@berth/shared/idempotency";
 import { checkRequestId } from "@berth/shared/safe-id";
-import { checkFencingToken, checkOwner, checkTtl, checkWait, DEFAULT_LOCK_LIMITS, LOCK_RETRY_AFTER_MS, type LockLimits } from "../locks/lock-input.js";
+import { checkFencingToken, checkOwner, checkTtl, checkWait, LOCK_RETRY_AFTER_MS, type LockLimits } from "../locks/lock-input.js";
 import { formatDuration } from "@berth/shared/units";
 import type { KeyedRequest } from "@berth/shared/idempotency";
 import { canonicalLockPath } from "../locks/lock-path.js";
-import { acquireRequest, releaseRequest } from "../locks/lock-table.js";
+import { acquireRequest, grantedRequest, releaseRequest, type KeyedAnswer } from "../locks/lock-request-ids.js";
+import {
+  asLeaseEndReason,
+  checkHoldSignal,
+  checkLeaseToken,
+  EndedLeases,
+  lastFencingToken,
+  lockLimits,
+  renewedTtl,
+  tokenCheck,
+  type LeaseEnd,
+} from "../locks/lease-rules.js";
+import { callerWentAway, cancelledBeforeQueued } from "../locks/lock-refusals.js";
 import type {
   AcquireRequest,
   HoldRequest,
@@ -34,16 +46,17 @@ import type {
   LeaseEndReason,
   LockInspection,
   LockTableStats,
+  SourceLocksApi,
   TokenCheck,
   WaitingUpdate,
-} from "../locks/lock-table.js";
+} from "../locks/source-locks-api.js";
 import type { Logger } from "@berth/shared/logger";
-import type { SourceLocksApi } from "../locks/source-locks-api.js";
 import { lockWatchHistory } from "../locks/lock-changes.js";
 import { DEFAULT_MAX_BUFFERED } from "../watch-hub.js";
 import { DEFAULT_ETCD_LEASE_TTL_SECONDS } from "./etcd-defaults.js";
 import type { EtcdFence } from "./etcd-journal.js";
-import { waitExhausted, type EtcdLockGrant, type EtcdLockParty, type EtcdLocks } from "./etcd-locks.js";
+import type { EtcdLockParty } from "./etcd-lock-party.js";
+import { waitExhausted, type EtcdLockGrant, type EtcdLocks } from "./etcd-locks.js";
 
 export interface EtcdSourceLocksOptions {
   readonly locks: EtcdLocks;
@@ -65,12 +78,6 @@ export interface EtcdSourceLocks extends SourceLocksApi {
   close(): Promise<void>;
 }
 
-type EndReason = "released" | "expired" | "lost" | "closed";
-
-function asLeaseEnd(reason: EndReason): LeaseEndReason {
-  return reason === "lost" ? "expired" : reason;
-}
-
 interface Granted {
   readonly lease: Lease;
   readonly grant: EtcdLockGrant;
@@ -80,12 +87,6 @@ interface Granted {
   readonly onEnd: Set<(reason: LeaseEndReason) => void>;
   ended: boolean;
 }
-
-/** How many ended leases are remembered, to tell "ended" from "never existed" on a late renew. */
-const ENDED_MEMORY = 1024;
-
-/** What a request id's call answered: an Acquire's lease, a Release's outcome. */
-type KeyedAnswer = { lease: Lease } | { released: boolean };
 
 /** One call waiting on a keyed Acquire: its own wait, its own signal, its own answer. */
 interface JoinedCall {
@@ -110,10 +111,12 @@ export function createEtcdSourceLocks(options: EtcdSourceLocksOptions): EtcdSour
   const { locks } = options;
   const clock = options.clock ?? systemClock;
   const logger = options.logger;
-  const limits: Readonly<LockLimits> = Object.freeze({ ...DEFAULT_LOCK_LIMITS, ...options.limits });
+  const limits = lockLimits(options.limits);
   const ttlSeconds = options.leaseTtlSeconds ?? DEFAULT_ETCD_LEASE_TTL_SECONDS;
   const held = new Map<string, Granted>();
-  const ended = new Map<string, { file: string; reason: EndReason; at: number }>();
+  const ended = new EndedLeases(
+    "it never existed, ended long ago, or was granted by another berth instance (renew and release through the instance that granted it)",
+  );
   const keys = new IdempotencyMemory<KeyedAnswer>({ clock, windowMs: limits.idempotencyWindowMs, maxEnded: options.maxEndedKeys });
   const joins = new Map<string, Joined>();
   const releasing = new Map<string, Promise<boolean>>();
@@ -127,22 +130,21 @@ export function createEtcdSourceLocks(options: EtcdSourceLocksOptions): EtcdSour
   const shuttingDown = () =>
     new BerthError("unavailable", "the lock service is shutting down; ask again when it is back", {}, { reason: "SHUTTING_DOWN", retryAfterMs: 1_000 });
 
-  function end(granted: Granted, reason: EndReason): void {
+  function end(granted: Granted, reason: LeaseEnd): void {
     if (granted.ended) return;
     granted.ended = true;
     if (granted.timer !== undefined) clock.clearTimeout(granted.timer);
     held.delete(granted.lease.leaseToken);
-    ended.set(granted.lease.leaseToken, { file: granted.lease.file, reason, at: clock.now() });
-    if (ended.size > ENDED_MEMORY) ended.delete(ended.keys().next().value!);
+    ended.remember(granted.lease.leaseToken, { file: granted.lease.file, reason, at: clock.now() });
     if (granted.requestKey !== undefined) keys.end(granted.requestKey);
     logger?.info({ file: granted.lease.file, owner: granted.lease.owner, fencingToken: granted.lease.fencingToken, reason }, "lock ended");
     // A lease etcd lost ended the way an expired one does, for whoever holds the lock through it.
-    for (const onEnd of granted.onEnd) onEnd(asLeaseEnd(reason));
+    for (const onEnd of granted.onEnd) onEnd(asLeaseEndReason(reason));
     granted.onEnd.clear();
   }
 
   /** Ends the lease and frees the lock in etcd: the next waiter's watch fires. */
-  async function free(granted: Granted, reason: EndReason): Promise<void> {
+  async function free(granted: Granted, reason: LeaseEnd): Promise<void> {
     end(granted, reason);
     await granted.grant
       .release()
@@ -223,7 +225,7 @@ export function createEtcdSourceLocks(options: EtcdSourceLocksOptions): EtcdSour
 
   /** Records `lease` as the answer of the request id `requestId`: every repeat gets it. Returns it. */
   function remember(requestId: string, keyed: KeyedRequest, lease: Lease): Lease {
-    keys.answered(requestId, { ...keyed, named: { ...keyed.named, fencingToken: lease.fencingToken } }, { lease: { ...lease } });
+    keys.answered(requestId, grantedRequest(keyed, lease), { lease: { ...lease } });
     // Ended already (lost in etcd between the grant and here): remembered for the window from now.
     const granted = held.get(lease.leaseToken);
     if (granted === undefined || granted.ended) keys.end(requestId);
@@ -294,7 +296,7 @@ export function createEtcdSourceLocks(options: EtcdSourceLocksOptions): EtcdSour
         // joined to a wait being withdrawn).
         void joined.settled.then(() => reject(error));
       };
-      const onAbort = () => giveUp(new BerthError("cancelled", `gave up waiting for ${file}: the caller went away`, { file }));
+      const onAbort = () => giveUp(callerWentAway(file));
       const call: JoinedCall = {
         resolve,
         reject,
@@ -324,34 +326,10 @@ export function createEtcdSourceLocks(options: EtcdSourceLocksOptions): EtcdSour
   }
 
   function heldLease(leaseToken: string): Granted {
-    const granted = held.get(leaseToken);
+    const token = checkLeaseToken(leaseToken);
+    const granted = held.get(token);
     if (granted !== undefined) return granted;
-    const shown = `${leaseToken.slice(0, 8)}…`;
-    const gone = ended.get(leaseToken);
-    if (gone !== undefined) {
-      const what =
-        gone.reason === "expired"
-          ? "expired"
-          : gone.reason === "released"
-            ? "was released"
-            : gone.reason === "lost"
-              ? "was lost in etcd"
-              : "ended when the service shut down";
-      throw new BerthError(
-        "failed_precondition",
-        `lease ${shown} on ${gone.file} ${what} at ${new Date(gone.at).toISOString()}; acquire the lock again (and renew sooner than the lease length)`,
-        {
-          file: gone.file,
-          ended: gone.reason,
-          endedAt: gone.at,
-        },
-      );
-    }
-    throw new BerthError(
-      "not_found",
-      `no lease ${shown} is held here: it never existed, ended long ago, or was granted by another berth instance (renew and release through the instance that granted it)`,
-      {},
-    );
+    throw ended.notHeld(token);
   }
 
   function holderInfo(party: EtcdLockParty): LockHolderInfo {
@@ -384,7 +362,7 @@ export function createEtcdSourceLocks(options: EtcdSourceLocksOptions): EtcdSour
       const known = keys.recall(requestId, keyed);
       // Answered: the first answer, whether the lease lives or ended since.
       if (known !== undefined && known.phase !== "pending" && "lease" in known.answer) return { ...known.answer.lease };
-      if (request.signal?.aborted) throw new BerthError("cancelled", `the request for ${file} was cancelled before it was queued`, { file });
+      if (request.signal?.aborted) throw cancelledBeforeQueued(file);
       let joined = joins.get(requestId);
       if (joined === undefined && waitMs === 0) {
         // Tried once, alone: nothing to join, nothing kept unless granted.
@@ -400,24 +378,24 @@ export function createEtcdSourceLocks(options: EtcdSourceLocksOptions): EtcdSour
     },
 
     async holdAsLongAs(request: HoldRequest): Promise<Lease> {
-      if (!(request.signal instanceof AbortSignal)) throw invalidArgument("signal", "a hold needs an AbortSignal that ends it");
+      const signal = checkHoldSignal(request.signal);
       const owner = checkOwner(request.owner, limits);
       const lease = await take({
         file: request.file,
         owner,
         waitMs: request.waitMs,
         ttlMs: null,
-        signal: request.signal,
+        signal,
         onWaiting: request.onWaiting,
         requestKey: undefined,
       });
       const granted = held.get(lease.leaseToken);
       if (granted !== undefined) {
         const onAbort = () => void free(granted, "released");
-        if (request.signal.aborted) onAbort();
+        if (signal.aborted) onAbort();
         else {
-          request.signal.addEventListener("abort", onAbort, { once: true });
-          granted.onEnd.add(() => request.signal.removeEventListener("abort", onAbort));
+          signal.addEventListener("abort", onAbort, { once: true });
+          granted.onEnd.add(() => signal.removeEventListener("abort", onAbort));
         }
       }
       return lease;
@@ -425,8 +403,8 @@ export function createEtcdSourceLocks(options: EtcdSourceLocksOptions): EtcdSour
 
     renew(leaseToken: string, ttlMs?: number): Lease {
       const granted = heldLease(leaseToken);
-      if (granted.ttlMs === null) return { ...granted.lease };
-      const ttl = ttlMs === undefined ? granted.ttlMs : checkTtl(ttlMs, limits);
+      const ttl = renewedTtl(granted.ttlMs, ttlMs, limits);
+      if (ttl === null) return { ...granted.lease };
       granted.ttlMs = ttl;
       granted.lease.ttlMs = ttl;
       granted.lease.expiresAt = clock.now() + ttl;
@@ -434,7 +412,8 @@ export function createEtcdSourceLocks(options: EtcdSourceLocksOptions): EtcdSour
       return { ...granted.lease };
     },
 
-    async release(leaseToken: string, requestId?: string): Promise<boolean> {
+    async release(token: string, requestId?: string): Promise<boolean> {
+      const leaseToken = checkLeaseToken(token);
       const id = checkRequestId(requestId);
       if (id === undefined) return releaseHeld(leaseToken);
       const granted = held.get(leaseToken);
@@ -465,7 +444,7 @@ export function createEtcdSourceLocks(options: EtcdSourceLocksOptions): EtcdSour
     whenLeaseEnds(leaseToken: string, onEnd: (reason: LeaseEndReason) => void): () => void {
       const granted = held.get(leaseToken);
       if (granted === undefined) {
-        onEnd(asLeaseEnd(ended.get(leaseToken)?.reason ?? "expired"));
+        onEnd(ended.reasonOf(leaseToken));
         return () => {};
       }
       granted.onEnd.add(onEnd);
@@ -482,7 +461,7 @@ export function createEtcdSourceLocks(options: EtcdSourceLocksOptions): EtcdSour
         holder,
         waiters: found.waiters.map((w) => ({ kind: w.kind, owner: w.owner, since: w.since, deadline: w.until })),
         // etcd keeps no token of a lock nobody holds: the holder's, or none.
-        lastFencingToken: found.holder === null ? null : Number(found.holder.token),
+        lastFencingToken: lastFencingToken(null, holder),
       };
     },
 
@@ -490,7 +469,7 @@ export function createEtcdSourceLocks(options: EtcdSourceLocksOptions): EtcdSour
       const key = resolveFile(file);
       const value = checkFencingToken(token);
       const check = await locks.checkToken(key, BigInt(value));
-      return { file: key, current: check.current, currentToken: check.currentToken === null ? null : Number(check.currentToken) };
+      return tokenCheck(key, value, check.currentToken === null ? null : Number(check.currentToken));
     },
 
     fence(file: string, token: bigint): Promise<EtcdFence> {

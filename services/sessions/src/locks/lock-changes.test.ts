@@ -5,7 +5,8 @@ import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { ManualClock } from "@berth/shared/clock";
 import { BerthError } from "@berth/shared/errors";
 import { createSourceLocks, type SourceLocks } from "./source-locks.js";
-import { firstRevisionOfRun, type LockWatcher, type LockWatchItem } from "./lock-changes.js";
+import { firstRevisionOfRun } from "./lock-changes.js";
+import type { LockWatcher, LockWatchItem } from "./source-locks-api.js";
 
 let stateDir: string;
 let locks: SourceLocks;

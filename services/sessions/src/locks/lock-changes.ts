@@ -1,51 +1,14 @@
 /**
- * The changes of the locks, as WatchLocks follows them: the kinds a change has, what a watcher is
- * handed, and the file store's log of them (a revisioned history in memory, @berth/shared's
- * RevisionHistory). The etcd store derives the same items from etcd's own watch
+ * The file store's log of the changes of the locks, as WatchLocks follows them (a revisioned
+ * history in memory, @berth/shared's RevisionHistory). What a change and a watcher are is the
+ * API's (source-locks-api.ts); the etcd store derives the same items from etcd's own watch
  * (etcd/etcd-lock-watch.ts).
  */
 import type { Clock } from "@berth/shared/clock";
 import { BerthError } from "@berth/shared/errors";
 import { RevisionHistory, runRevisionBase } from "@berth/shared/revision-history";
 import { DEFAULT_MAX_BUFFERED, HISTORY_PER_BUFFER } from "../watch-hub.js";
-import type { LockInspection } from "./lock-table.js";
-
-/** What happened to a lock; "current_*" describe the state before a watch's caught-up marker. */
-export type LockChangeKind = "granted" | "released" | "expired" | "waiter_joined" | "waiter_left" | "current_holder" | "current_waiter";
-
-/** One change of one lock (never a lease token). */
-export interface LockChange {
-  readonly file: string;
-  readonly kind: LockChangeKind;
-  readonly owner: string;
-  /** The holder's fencing token; 0 for a waiter. */
-  readonly fencingToken: number;
-  /** The lease's end as granted (wall ms); null for a hold, a waiter, or when unknown. */
-  readonly expiresAt: number | null;
-  /** A waiter's 1-based place; 0 for a holder. */
-  readonly position: number;
-  /** When it happened (wall ms). */
-  readonly at: number;
-  readonly holderKind: "lease" | "stream";
-}
-
-/** What a lock watcher yields: a change at its revision, or the end of the description/replay. */
-export type LockWatchItem =
-  | { readonly kind: "change"; readonly revision: bigint; readonly change: LockChange }
-  | { readonly kind: "caught_up"; readonly revision: bigint; readonly reset: boolean };
-
-/** A lock watcher: its items, and the revision up to which everything was delivered (for progress). */
-export interface LockWatcher extends AsyncIterableIterator<LockWatchItem> {
-  progressRevision(): bigint;
-}
-
-/** What a watch asks: one file (canonical) or all, the current state, a revision to resume after. */
-export interface LockWatchRequest {
-  readonly file: string | undefined;
-  readonly includeCurrent: boolean;
-  /** 0n: none. */
-  readonly startRevision: bigint;
-}
+import type { LockChange, LockInspection, LockWatcher, LockWatchItem, LockWatchRequest } from "./source-locks-api.js";
 
 /**
  * How many lock changes the file store keeps to replay (GetLimits' `watch_history`, on both

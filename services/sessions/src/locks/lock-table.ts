@@ -16,146 +16,34 @@
  * goes away.
  */
 import { randomUUID } from "node:crypto";
-import * as path from "node:path";
-import { BerthError, invalidArgument } from "@berth/shared/errors";
+import { BerthError } from "@berth/shared/errors";
 import { IdempotencyMemory, type IdempotencyStats, type KeyedRequest } from "@berth/shared/idempotency";
 import { silentLogger, type Logger } from "@berth/shared/logger";
 import { checkRequestId } from "@berth/shared/safe-id";
-import { retryAfterRelief } from "@berth/shared/descriptors";
-import { stateWriteError } from "@berth/shared/state-errors";
-import { STALL_MS, wallTimeOf, wallTimesOf, type Clock, type TimerHandle } from "@berth/shared/clock";
-import { formatDuration } from "@berth/shared/units";
+import { wallTimesOf, type Clock } from "@berth/shared/clock";
 import type { FencingTokenSource } from "./lock-persistence.js";
-import { checkFencingToken, checkOwner, checkTtl, checkWait, DEFAULT_LOCK_LIMITS, LOCK_RETRY_AFTER_MS, tooManyWaiters, type LockLimits } from "./lock-input.js";
+import { checkFencingToken, checkOwner, checkTtl, checkWait, tooManyWaiters, type LockLimits } from "./lock-input.js";
 import { canonicalLockPath } from "./lock-path.js";
-import type { ExternalClaim, ExternalLockHandle, ExternalLocks, ForeignLockHolder } from "./external-locks.js";
-import type { LockChange, LockChangeLog } from "./lock-changes.js";
-
-/** A granted lock. */
-export interface Lease {
-  /** The capability to renew and release this lease (a random UUID); only its holder knows it. */
-  leaseToken: string;
-  /** Strictly greater than every earlier fencing token of the same file, across restarts. */
-  fencingToken: number;
-  /** The canonical path of the locked file (the lock's key). */
-  file: string;
-  owner: string;
-  /** When the lock was granted (ms since the epoch, on the table's clock). */
-  acquiredAt: number;
-  /**
-   * When the lease runs out unless renewed (wall-clock ms, as of the answer that carries it); null
-   * for a hold, which lasts as long as its signal.
-   */
-  expiresAt: number | null;
-  /** The lease length each renewal extends it by; null for a hold. */
-  ttlMs: number | null;
-}
-
-/** A queued request's place, reported to `onWaiting` whenever it changes. */
-export interface WaitingUpdate {
-  /** 1-based: 1 is served next. */
-  position: number;
-  /** Who holds the lock now (null for a moment between holders, or when unknown). */
-  holder: LockHolderInfo | null;
-}
-
-/** A request for a lock. */
-export interface AcquireRequest {
-  /** The file to lock: an absolute path, any spelling (made canonical, see lock-path.ts). */
-  file: string;
-  /** Who holds it: shown to everyone who waits. */
-  owner: string;
-  /** How long to wait in the queue: absent, the longest wait (10 min); 0, try once; longer is capped to the longest. */
-  waitMs?: number;
-  /** The lease length; absent or 0: the default (30 s). */
-  ttlMs?: number;
-  /**
-   * Makes a retry safe (the service's rule for request ids, @berth/shared/idempotency): a request
-   * with the same id, file (any spelling), owner and ttl answers the first one's lease as first
-   * answered, while the lease lives and for the idempotency window after it ended; while the first
-   * one still waits, it waits with it (one place in the queue, one lease for both), up to its own
-   * wait. The same id for anything else (another file, owner or ttl, a release) is refused
-   * already_exists IDEMPOTENCY_KEY_REUSED. Absent or "": none.
-   */
-  requestId?: string;
-  /** Aborted when the caller goes away: a waiter is dropped from the queue and never granted. */
-  signal?: AbortSignal;
-  /**
-   * Called when the request is queued and again whenever its position or the holder changes, until
-   * it is granted or given up. May be called synchronously from within the acquiring call.
-   */
-  onWaiting?: (update: WaitingUpdate) => void;
-}
-
-/** A request to hold a lock as long as `signal` is not aborted (the Hold RPC). */
-export interface HoldRequest {
-  file: string;
-  owner: string;
-  /** As in {@link AcquireRequest.waitMs}. */
-  waitMs?: number;
-  /** Aborting it drops the request while it waits and releases the lock once held. */
-  signal: AbortSignal;
-  /** As in {@link AcquireRequest.onWaiting}. */
-  onWaiting?: (update: WaitingUpdate) => void;
-}
-
-/** The holder of a lock, as Inspect shows it. */
-export type LockHolderInfo =
-  | {
-      /** "lease": from acquire, renewed; "stream": from holdAsLongAs, held while its signal lives. */
-      kind: "lease" | "stream";
-      owner: string;
-      fencingToken: number;
-      since: number;
-      expiresAt: number | null;
-      /** The pid in the lock file berth keeps for it (the service's own); absent without lock files. */
-      pid?: number;
-    }
-  | {
-      /** A lock file of a process using the seed's library. */
-      kind: "seed-file";
-      /** Absent while the file cannot be read. */
-      owner?: string;
-      pid?: number;
-      since: number;
-      lockFile: string;
-      readable: boolean;
-    };
-
-/** A waiter, as Inspect shows it. */
-export interface LockWaiterInfo {
-  /** How it asked: "lease" (acquire) or "stream" (holdAsLongAs). */
-  kind: "lease" | "stream";
-  owner: string;
-  /**
-   * When it started waiting, and when it gives up: wall clock as of this answer, both from one
-   * reading, so they are exactly its wait apart (after a wall-clock step, `since` is now less the
-   * time waited, not the time the clock read then).
-   */
-  since: number;
-  deadline: number;
-}
-
-/** What Inspect answers. */
-export interface LockInspection {
-  file: string;
-  /** The seed's lock file for this file; null when the service keeps no lock files. */
-  lockPath: string | null;
-  holder: LockHolderInfo | null;
-  /** In the order they will be served. */
-  waiters: LockWaiterInfo[];
-  /** The last fencing token this service granted for the file (held or not), null when none. */
-  lastFencingToken: number | null;
-}
-
-/** What CheckToken answers. */
-export interface TokenCheck {
-  file: string;
-  /** True while `token` is the fencing token of the lease that holds the file now. */
-  current: boolean;
-  /** The fencing token of the current berth holder, null when berth holds no lease on it. */
-  currentToken: number | null;
-}
+import type { ExternalLockHandle, ExternalLocks, ForeignLockHolder } from "./external-locks.js";
+import type { LockChangeLog } from "./lock-changes.js";
+import { checkHoldSignal, checkLeaseToken, EndedLeases, lastFencingToken, lockLimits, renewedTtl, tokenCheck } from "./lease-rules.js";
+import { expireOverdue, isDue, scheduleExpiry, type ExpiryHost } from "./lease-expiry.js";
+import { berthHolder, dropCall, leaseOf, placeOf, seedFileHolder, tellWaiters, type Entry, type Held, type Waiter, type WaitingCall } from "./lock-entries.js";
+import { callerWentAway, cancelledBeforeQueued, heldByBerth, heldByLockFile, heldByNobodyKnown } from "./lock-refusals.js";
+import { acquireRequest, grantedRequest, releaseRequest, type KeyedAnswer } from "./lock-request-ids.js";
+import { claimLockFile } from "./seed-file-claims.js";
+import type {
+  AcquireRequest,
+  HoldRequest,
+  Lease,
+  LeaseEndReason,
+  LockChange,
+  LockHolderInfo,
+  LockInspection,
+  LockTableStats,
+  LockWaiterInfo,
+  TokenCheck,
+} from "./source-locks-api.js";
 
 /** What the table is built from. */
 export interface LockTableOptions {
@@ -171,91 +59,6 @@ export interface LockTableOptions {
   changes?: LockChangeLog;
 }
 
-/** Counts for metrics. */
-export interface LockTableStats {
-  /** Leases held. */
-  held: number;
-  /** Requests waiting. */
-  waiting: number;
-  /** Files whose queue waits for a lock file held by another process. */
-  blockedByLockFiles: number;
-}
-
-/** One call waiting for a queued request: its own wait, its own signal, its own answer. */
-interface WaitingCall {
-  waitMs: number;
-  /** When it gives up (monotonic clock). */
-  deadline: number;
-  signal: AbortSignal | undefined;
-  resolve(lease: Lease): void;
-  reject(error: BerthError): void;
-  timer?: TimerHandle;
-  onAbort?: () => void;
-}
-
-/** A place in a file's queue, and the calls waiting on it: one, or several repeats of one request id. */
-interface Waiter {
-  owner: string;
-  /** null: a hold, tied to `holdSignal` instead of a lease timer. */
-  ttlMs: number | null;
-  holdSignal: AbortSignal | undefined;
-  /** When it started waiting (monotonic clock; shown as wall time as of the answer). */
-  startedAt: number;
-  /** Never empty while the waiter is queued: the place goes when its last call does. */
-  calls: Set<WaitingCall>;
-  /** Its request id, and the request the id names, when it has one. */
-  requestKey?: string;
-  keyed?: KeyedRequest;
-  onWaiting: ((update: WaitingUpdate) => void) | undefined;
-  /** What `onWaiting` was last told, to call it only on a change. */
-  toldPosition: number;
-  toldHolder: string | undefined;
-}
-
-/** What a request id's call answered: an Acquire's lease, a Release's outcome. */
-type KeyedAnswer = { lease: Lease } | { released: boolean };
-
-interface Held {
-  /** Its `expiresAt` is filled in when the lease is shown ({@link LockTable.leaseOf}). */
-  lease: Lease;
-  /** The request id it was granted to: remembered while it lives, then for the idempotency window. */
-  requestKey?: string;
-  /** When the lease runs out (monotonic clock); null for a hold. */
-  deadline: number | null;
-  /** The lease length renewals default to; null for a hold. */
-  ttlMs: number | null;
-  /** The wall time `deadline` was last shown as, and the deadline it was for. */
-  shown?: { deadline: number; expiresAt: number };
-  timer?: TimerHandle;
-  external?: ExternalLockHandle;
-  holdSignal?: AbortSignal;
-  onHoldAbort?: () => void;
-  /** Told when the lease ends (see {@link LockTable.whenLeaseEnds}). */
-  onEnd?: Set<(reason: LeaseEndReason) => void>;
-}
-
-interface Entry {
-  key: string;
-  holder?: Held;
-  /** FIFO: a Set iterates in insertion order and deletes in O(1). */
-  waiters: Set<Waiter>;
-  /** The outside holder that kept the head of the queue from being granted, when there was one. */
-  blockedBy?: ForeignLockHolder;
-  /** Why the outside lock could not be taken at all the last time (a full disk, say), until it can. */
-  claimError?: BerthError;
-  blocked: boolean;
-  unwatch?: () => void;
-}
-
-/** How a lease ended: released (through its token, or its hold's stream ending), expired, or the table closed. */
-export type LeaseEndReason = "released" | "expired" | "closed";
-type EndReason = LeaseEndReason;
-
-/** How many ended leases are remembered, to tell "expired" from "never existed" on a late renew. */
-const ENDED_MEMORY = 1024;
-
-const iso = (ms: number) => new Date(ms).toISOString();
-
 /** The in-memory lock table. See the module comment. */
 export class LockTable {
   private readonly clock: Clock;
@@ -267,22 +70,33 @@ export class LockTable {
   private readonly entries = new Map<string, Entry>();
   private readonly leases = new Map<string, Held>();
   private readonly lastTokens = new Map<string, number>();
-  private readonly ended = new Map<string, { file: string; reason: EndReason; at: number }>();
+  private readonly ended = new EndedLeases("it never existed, or ended long ago or before a restart; acquire the lock again");
   /** Every request id: the request it names and its first answer (see @berth/shared/idempotency). */
   private readonly keys: IdempotencyMemory<KeyedAnswer>;
   private readonly changes: LockChangeLog | undefined;
   /** The places of the request ids whose call still waits. */
   private readonly waitingByKey = new Map<string, Waiter>();
   private closed = false;
+  private readonly expiry: ExpiryHost;
 
   constructor(options: LockTableOptions) {
     this.clock = options.clock;
     this.fencing = options.fencing;
     this.external = options.external;
     this.logger = options.logger ?? silentLogger;
-    this.limits = Object.freeze({ ...DEFAULT_LOCK_LIMITS, ...options.limits });
+    this.limits = lockLimits(options.limits);
     this.keys = new IdempotencyMemory({ clock: this.clock, windowMs: this.limits.idempotencyWindowMs, maxEnded: options.maxEndedKeys });
     this.changes = options.changes;
+    this.expiry = {
+      clock: this.clock,
+      leases: () => this.leases.values(),
+      entryHeldBy: (held) => {
+        const entry = this.entries.get(held.lease.file);
+        return entry?.holder === held ? entry : undefined;
+      },
+      expire: (entry, held) => this.free(entry, held, "expired"),
+      pump: (entry) => this.pump(entry),
+    };
   }
 
   private record(change: Omit<LockChange, "at">): void {
@@ -325,8 +139,7 @@ export class LockTable {
    * moment the signal aborts (the Hold RPC passes the stream's signal). The lease's `expiresAt` is null.
    */
   async holdAsLongAs(request: HoldRequest): Promise<Lease> {
-    if (!(request.signal instanceof AbortSignal)) throw invalidArgument("signal", "a hold needs an AbortSignal that ends it");
-    return this.enter(request, null, request.signal, undefined);
+    return this.enter(request, null, checkHoldSignal(request.signal), undefined);
   }
 
   /**
@@ -335,13 +148,13 @@ export class LockTable {
    */
   renew(leaseToken: string, ttlMs?: number): Lease {
     const held = this.heldLease(leaseToken);
-    if (held.ttlMs === null) return this.leaseOf(held);
-    const ttl = ttlMs === undefined ? held.ttlMs : checkTtl(ttlMs, this.limits);
+    const ttl = renewedTtl(held.ttlMs, ttlMs, this.limits);
+    if (ttl === null) return leaseOf(this.clock, held);
     held.ttlMs = ttl;
     held.lease.ttlMs = ttl;
     held.deadline = this.clock.monotonicNow() + ttl;
-    this.scheduleExpiry(held);
-    return this.leaseOf(held);
+    scheduleExpiry(this.expiry, held);
+    return leaseOf(this.clock, held);
   }
 
   /**
@@ -352,7 +165,7 @@ export class LockTable {
    * already_exists IDEMPOTENCY_KEY_REUSED.
    */
   release(leaseToken: string, requestId?: string): boolean {
-    const token = this.checkLeaseToken(leaseToken);
+    const token = checkLeaseToken(leaseToken);
     const id = checkRequestId(requestId);
     if (id === undefined) return this.releaseHeld(token);
     const held = this.leases.get(token);
@@ -384,7 +197,7 @@ export class LockTable {
   whenLeaseEnds(leaseToken: string, onEnd: (reason: LeaseEndReason) => void): () => void {
     const held = this.leases.get(leaseToken);
     if (!held) {
-      onEnd(this.ended.get(leaseToken)?.reason ?? "expired");
+      onEnd(this.ended.reasonOf(leaseToken));
       return () => {};
     }
     (held.onEnd ??= new Set()).add(onEnd);
@@ -397,7 +210,7 @@ export class LockTable {
     const entry = this.refresh(key);
     let holder: LockHolderInfo | null = null;
     if (entry?.holder) {
-      holder = this.berthHolder(entry.holder);
+      holder = berthHolder(this.clock, entry.holder);
     } else {
       const foreign = this.external?.peek(key);
       if (foreign) holder = seedFileHolder(foreign);
@@ -411,7 +224,13 @@ export class LockTable {
           return { kind: w.ttlMs === null ? "stream" : "lease", owner: w.owner, since, deadline };
         })
       : [];
-    return { file: key, lockPath: this.external?.pathFor(key) ?? null, holder, waiters, lastFencingToken: this.lastTokens.get(key) ?? null };
+    return {
+      file: key,
+      lockPath: this.external?.pathFor(key) ?? null,
+      holder,
+      waiters,
+      lastFencingToken: lastFencingToken(this.lastTokens.get(key) ?? null, holder),
+    };
   }
 
   /** Every lock held or waited for here (of `file` alone, when given), as Inspect shows each. */
@@ -425,8 +244,7 @@ export class LockTable {
     const key = this.resolveFile(file);
     const value = checkFencingToken(token);
     const entry = this.refresh(key);
-    const currentToken = entry?.holder?.lease.fencingToken ?? null;
-    return { file: key, current: currentToken === value, currentToken };
+    return tokenCheck(key, value, entry?.holder?.lease.fencingToken ?? null);
   }
 
   /** Counts for metrics. */
@@ -477,7 +295,7 @@ export class LockTable {
     const owner = checkOwner(request.owner, this.limits);
     const waitMs = checkWait(request.waitMs, this.limits);
     const signal = request.signal;
-    if (signal?.aborted) throw new BerthError("cancelled", `the request for ${key} was cancelled before it was queued`, { file: key });
+    if (signal?.aborted) throw cancelledBeforeQueued(key);
 
     this.refresh(key);
     const keyed = requestId === undefined || ttlMs === null ? undefined : acquireRequest(key, owner, ttlMs);
@@ -488,7 +306,7 @@ export class LockTable {
     const joined = known?.phase === "pending" ? this.waitingByKey.get(requestId!) : undefined;
     if (joined !== undefined) {
       // A repeat of a request that still waits: its own wait, the first one's place.
-      if (waitMs === 0) throw this.lockedError(entry, 0, this.placeOf(entry, joined));
+      if (waitMs === 0) throw this.lockedError(entry, 0, placeOf(entry, joined));
       return new Promise<Lease>((resolve, reject) => this.addCall(entry, joined, { waitMs, signal, resolve, reject }));
     }
 
@@ -499,7 +317,7 @@ export class LockTable {
       if (claim) {
         try {
           const held = this.grant(entry, owner, ttlMs, claim === true ? undefined : claim, holdSignal);
-          return Promise.resolve(keyed === undefined ? this.leaseOf(held) : this.remember(requestId!, keyed, held));
+          return Promise.resolve(keyed === undefined ? leaseOf(this.clock, held) : this.remember(requestId!, keyed, held));
         } finally {
           this.settle(entry);
         }
@@ -537,8 +355,8 @@ export class LockTable {
     if (signal) {
       call.onAbort = () => {
         if (!waiter.calls.has(call)) return;
-        this.dropCall(waiter, call);
-        call.reject(new BerthError("cancelled", `gave up waiting for ${entry.key}: the caller went away`, { file: entry.key }));
+        dropCall(this.clock, waiter, call);
+        call.reject(callerWentAway(entry.key));
         if (waiter.calls.size > 0) return;
         this.dropWaiter(entry, waiter);
         this.pump(entry);
@@ -547,70 +365,30 @@ export class LockTable {
     }
   }
 
-  /** The number of requests queued before `waiter`. */
-  private placeOf(entry: Entry, waiter: Waiter): number {
-    let ahead = 0;
-    for (const queued of entry.waiters) {
-      if (queued === waiter) break;
-      ahead++;
-    }
-    return ahead;
-  }
-
   /**
    * Notes that the request id `requestKey` was granted `held`: its answer, the lease as shown now, is
    * what every repeat gets, while the lease lives and for the window after it ends. Returns it.
    */
   private remember(requestKey: string, keyed: KeyedRequest, held: Held): Lease {
     held.requestKey = requestKey;
-    const lease = this.leaseOf(held);
-    this.keys.answered(requestKey, { ...keyed, named: { ...keyed.named, fencingToken: lease.fencingToken } }, { lease: { ...lease } });
+    const lease = leaseOf(this.clock, held);
+    this.keys.answered(requestKey, grantedRequest(keyed, lease), { lease: { ...lease } });
     return lease;
   }
 
   /**
-   * Takes the outside lock for a grant. Returns the handle, `true` when there is no outside lock,
-   * or undefined when another process holds it (recorded in `entry.blockedBy`). When the outside
-   * lock cannot be taken at all (permissions, disk full), a direct request (`failLoudly`) is refused
-   * saying why (DISK_FULL, STATE_READ_ONLY, TOO_MANY_OPEN_FILES, else STORAGE_UNAVAILABLE); for the queue it counts as busy, and the re-check tries again.
+   * Takes the lock file for a grant (see seed-file-claims.ts). When it cannot be taken at all, a
+   * direct request (`failLoudly`) is refused saying why; for the queue it counts as busy, and the
+   * re-check tries again.
    */
   private claimExternal(entry: Entry, owner: string, at: number, failLoudly = false): ExternalLockHandle | true | undefined {
-    if (!this.external) return true;
-    let claim: ExternalClaim;
-    try {
-      // Short of descriptors, the idle journals are closed and the claim made once more (it changes
-      // nothing on disk before its lock file is in place).
-      const external = this.external;
-      claim = retryAfterRelief(() => external.claim(entry.key, { owner, at }));
-    } catch (error) {
-      this.logger.error({ file: entry.key, err: error }, "cannot take the lock file");
-      const lockPath = this.external.pathFor(entry.key);
-      const what = `no lock was granted: cannot take the lock file ${lockPath} for ${entry.key}`;
-      entry.claimError =
-        stateWriteError(error, what, path.dirname(lockPath), { file: entry.key, lockPath }) ??
-        new BerthError(
-          "unavailable",
-          `cannot take the lock file ${lockPath} for ${entry.key}: ${(error as Error).message}`,
-          { file: entry.key, lockPath },
-          { reason: "STORAGE_UNAVAILABLE", retryAfterMs: LOCK_RETRY_AFTER_MS },
-        );
-      if (failLoudly) {
-        const refusal = entry.claimError;
-        this.settle(entry);
-        throw refusal;
-      }
-      entry.blocked = true;
-      return undefined;
+    const claim = claimLockFile(this.external, entry, owner, at, this.logger);
+    if (claim === undefined && failLoudly && entry.claimError !== undefined) {
+      const refusal = entry.claimError;
+      this.settle(entry);
+      throw refusal;
     }
-    delete entry.claimError;
-    if (claim.ok) {
-      entry.blocked = false;
-      delete entry.blockedBy;
-      return claim.handle;
-    }
-    entry.blocked = true;
-    if (claim.holder) entry.blockedBy = claim.holder;
-    return undefined;
+    return claim;
   }
 
   private grant(entry: Entry, owner: string, ttlMs: number | null, external: ExternalLockHandle | undefined, holdSignal: AbortSignal | undefined): Held {
@@ -627,7 +405,7 @@ export class LockTable {
     entry.holder = held;
     this.leases.set(lease.leaseToken, held);
     this.lastTokens.set(entry.key, fencingToken);
-    if (ttlMs !== null) this.scheduleExpiry(held);
+    if (ttlMs !== null) scheduleExpiry(this.expiry, held);
     if (holdSignal) {
       held.holdSignal = holdSignal;
       held.onHoldAbort = () => this.release(lease.leaseToken);
@@ -639,7 +417,7 @@ export class LockTable {
       kind: "granted",
       owner,
       fencingToken,
-      expiresAt: this.leaseOf(held).expiresAt,
+      expiresAt: leaseOf(this.clock, held).expiresAt,
       position: 0,
       holderKind: ttlMs === null ? "stream" : "lease",
     });
@@ -677,7 +455,7 @@ export class LockTable {
         for (const call of calls) call.reject(refusal);
         continue;
       }
-      const lease = head.requestKey !== undefined && head.keyed !== undefined ? this.remember(head.requestKey, head.keyed, held) : this.leaseOf(held);
+      const lease = head.requestKey !== undefined && head.keyed !== undefined ? this.remember(head.requestKey, head.keyed, held) : leaseOf(this.clock, held);
       for (const call of calls) call.resolve({ ...lease });
     }
     this.settle(entry);
@@ -693,44 +471,16 @@ export class LockTable {
       delete entry.unwatch;
     }
     if (!entry.holder && entry.waiters.size === 0 && this.entries.get(entry.key) === entry) this.entries.delete(entry.key);
-    this.tellWaiters(entry);
+    tellWaiters(this.clock, entry, this.logger);
   }
 
-  /** Calls `onWaiting` of every waiter whose position or holder changed since it was last told. */
-  private tellWaiters(entry: Entry): void {
-    let holder: LockHolderInfo | null | undefined;
-    let holderId: string | undefined;
-    let position = 0;
-    for (const waiter of entry.waiters) {
-      position++;
-      if (!waiter.onWaiting) continue;
-      if (holder === undefined) {
-        holder = entry.holder ? this.berthHolder(entry.holder) : entry.blockedBy ? seedFileHolder(entry.blockedBy) : null;
-        holderId = entry.holder
-          ? entry.holder.lease.leaseToken
-          : entry.blockedBy
-            ? `${entry.blockedBy.pid}:${entry.blockedBy.token}:${entry.blockedBy.since}`
-            : undefined;
-      }
-      if (waiter.toldPosition === position && waiter.toldHolder === holderId) continue;
-      waiter.toldPosition = position;
-      waiter.toldHolder = holderId;
-      try {
-        waiter.onWaiting({ position, holder });
-      } catch (error) {
-        this.logger.error({ file: entry.key, err: error }, "onWaiting callback failed");
-      }
-    }
-  }
-
-  private free(entry: Entry, held: Held, reason: EndReason): void {
+  private free(entry: Entry, held: Held, reason: LeaseEndReason): void {
     if (held.timer !== undefined) this.clock.clearTimeout(held.timer);
     if (held.holdSignal && held.onHoldAbort) held.holdSignal.removeEventListener("abort", held.onHoldAbort);
     if (entry.holder === held) delete entry.holder;
     this.leases.delete(held.lease.leaseToken);
     if (held.requestKey !== undefined) this.keys.end(held.requestKey);
-    this.ended.set(held.lease.leaseToken, { file: entry.key, reason, at: this.clock.now() });
-    if (this.ended.size > ENDED_MEMORY) this.ended.delete(this.ended.keys().next().value!);
+    this.ended.remember(held.lease.leaseToken, { file: entry.key, reason, at: this.clock.now() });
     if (held.external) {
       try {
         this.external?.release(held.external);
@@ -761,34 +511,13 @@ export class LockTable {
   }
 
   /**
-   * Frees a lease whose time is up even if its timer has not fired yet (a busy event loop, a pause),
-   * with every other lease whose time is up, earliest first (see {@link expireOverdue}).
+   * Frees `entry`'s lease when its time is up even if its timer has not fired yet (a busy event
+   * loop, a pause), with every other lease whose time is up, earliest first.
    */
   private expireIfDue(entry: Entry): boolean {
-    const held = entry.holder;
-    if (!held || held.deadline === null || this.clock.monotonicNow() < held.deadline) return false;
-    this.expireOverdue(entry);
+    if (!isDue(this.clock, entry.holder)) return false;
+    expireOverdue(this.expiry, entry);
     return true;
-  }
-
-  /**
-   * Ends every lease whose time is up, in the order their times came, and hands on each freed lock
-   * but `except`'s (its caller does). After a pause several leases are overdue at once, and the
-   * first to be looked at (a renewal read before the timers ran) need not be the first that ran out.
-   */
-  private expireOverdue(except?: Entry): void {
-    const now = this.clock.monotonicNow();
-    const due: Held[] = [];
-    for (const held of this.leases.values()) if (held.deadline !== null && held.deadline <= now) due.push(held);
-    due.sort((a, b) => a.deadline! - b.deadline!);
-    const freed: Entry[] = [];
-    for (const held of due) {
-      const entry = this.entries.get(held.lease.file);
-      if (!entry || entry.holder !== held) continue;
-      this.free(entry, held, "expired");
-      if (entry !== except) freed.push(entry);
-    }
-    for (const entry of freed) this.pump(entry);
   }
 
   /** The entry of `key` after serving an overdue expiry (to the next waiter, if any). */
@@ -796,24 +525,6 @@ export class LockTable {
     const entry = this.entries.get(key);
     if (entry && this.expireIfDue(entry)) this.pump(entry);
     return this.entries.get(key);
-  }
-
-  private scheduleExpiry(held: Held): void {
-    if (held.timer !== undefined) this.clock.clearTimeout(held.timer);
-    const deadline = held.deadline;
-    if (deadline === null) return;
-    held.timer = this.clock.setTimeout(() => {
-      delete held.timer;
-      const entry = this.entries.get(held.lease.file);
-      if (!entry || entry.holder !== held) return;
-      // A real timer may fire a hair early; never cut a lease short.
-      const now = this.clock.monotonicNow();
-      if (now < deadline) return this.scheduleExpiry(held);
-      // Late by more than a moment (the process was paused): others may be overdue too, and earlier.
-      if (now - deadline > STALL_MS) return this.expireOverdue();
-      this.free(entry, held, "expired");
-      this.pump(entry);
-    }, deadline - this.clock.monotonicNow());
   }
 
   private scheduleDeadline(entry: Entry, waiter: Waiter, call: WaitingCall): void {
@@ -824,8 +535,8 @@ export class LockTable {
       // The head's turn may have come without an event (a lock file we could not watch): look once more.
       this.pump(entry);
       if (!waiter.calls.has(call)) return;
-      const ahead = this.placeOf(entry, waiter);
-      this.dropCall(waiter, call);
+      const ahead = placeOf(entry, waiter);
+      dropCall(this.clock, waiter, call);
       const last = waiter.calls.size === 0;
       if (last) this.dropWaiter(entry, waiter);
       // Free but for a lock file that could not be made (a full disk): that is the reason to give.
@@ -834,46 +545,16 @@ export class LockTable {
     }, call.deadline - this.clock.monotonicNow());
   }
 
-  private dropCall(waiter: Waiter, call: WaitingCall): void {
-    waiter.calls.delete(call);
-    if (call.timer !== undefined) this.clock.clearTimeout(call.timer);
-    delete call.timer;
-    if (call.signal && call.onAbort) call.signal.removeEventListener("abort", call.onAbort);
-  }
-
   /** Takes a request out of the queue with every call on it (their answers are the caller's to give). */
   private dropWaiter(entry: Entry, waiter: Waiter, granted = false): void {
-    if (!granted && entry.waiters.has(waiter)) this.recordWaiter(entry, waiter, "waiter_left", this.placeOf(entry, waiter) + 1);
+    if (!granted && entry.waiters.has(waiter)) this.recordWaiter(entry, waiter, "waiter_left", placeOf(entry, waiter) + 1);
     entry.waiters.delete(waiter);
-    for (const call of [...waiter.calls]) this.dropCall(waiter, call);
+    for (const call of [...waiter.calls]) dropCall(this.clock, waiter, call);
     if (waiter.requestKey !== undefined && this.waitingByKey.get(waiter.requestKey) === waiter) {
       this.waitingByKey.delete(waiter.requestKey);
       // Not granted (yet): a request refused or given up records nothing; a grant records its answer next.
       this.keys.forget(waiter.requestKey);
     }
-  }
-
-  /** The lease as shown to its holder: a copy, its end in wall-clock time as of now. */
-  private leaseOf(held: Held): Lease {
-    if (held.deadline === null) return { ...held.lease, expiresAt: null };
-    // One deadline is shown as one wall time: converted again a moment later it may land a
-    // millisecond apart, and a retried Acquire must answer the very lease it answered first. A
-    // renewal moves the deadline, and so converts afresh (after a step of the wall clock too).
-    if (held.shown?.deadline !== held.deadline) held.shown = { deadline: held.deadline, expiresAt: wallTimeOf(this.clock, held.deadline) };
-    return { ...held.lease, expiresAt: held.shown.expiresAt };
-  }
-
-  private berthHolder(held: Held): LockHolderInfo {
-    const lease = this.leaseOf(held);
-    const holder: LockHolderInfo = {
-      kind: lease.ttlMs === null ? "stream" : "lease",
-      owner: lease.owner,
-      fencingToken: lease.fencingToken,
-      since: lease.acquiredAt,
-      expiresAt: lease.expiresAt,
-    };
-    if (held.external) holder.pid = held.external.pid;
-    return holder;
   }
 
   private entryFor(key: string): Entry {
@@ -885,104 +566,29 @@ export class LockTable {
     return entry;
   }
 
-  private checkLeaseToken(leaseToken: unknown): string {
-    if (typeof leaseToken !== "string" || leaseToken.length === 0 || leaseToken.length > 128) {
-      throw invalidArgument("lease_token", "is required: the lease token Acquire returned");
-    }
-    return leaseToken;
-  }
-
   private heldLease(leaseToken: string): Held {
-    const token = this.checkLeaseToken(leaseToken);
+    const token = checkLeaseToken(leaseToken);
     const held = this.leases.get(token);
     if (held) {
       this.refresh(held.lease.file);
       if (this.leases.has(token)) return held;
     }
-    const ended = this.ended.get(token);
-    const shown = `${token.slice(0, 8)}…`;
-    if (ended) {
-      const what = ended.reason === "expired" ? "expired" : ended.reason === "released" ? "was released" : "ended when the service shut down";
-      throw new BerthError(
-        "failed_precondition",
-        `lease ${shown} on ${ended.file} ${what} at ${iso(ended.at)}; acquire the lock again (and renew sooner than the lease length)`,
-        {
-          file: ended.file,
-          ended: ended.reason,
-          endedAt: ended.at,
-        },
-      );
-    }
-    throw new BerthError("not_found", `no lease ${shown} is held here: it never existed, or ended long ago or before a restart; acquire the lock again`, {});
+    throw this.ended.notHeld(token);
   }
 
-  /**
-   * The refusal of a wait that ran out (or a try-once that found the lock taken): RESOURCE_EXHAUSTED
-   * WAIT_EXHAUSTED with a retry delay. Its details mirror the API's LockHeld: file, owner,
-   * acquireTime, fencingToken (0 for a seed lock file, which has none), pid, kind, lockPath,
-   * waitedMs; plus `waiting`, the requests queued ahead of the caller.
-   */
+  /** The refusal of a wait that ran out (or a try-once that found the lock taken); see lock-refusals.ts. */
   private lockedError(entry: Entry, waitedMs: number, ahead: number): BerthError {
-    const key = entry.key;
-    const waited = waitedMs === 0 ? "it was not free (max_wait was 0: try once)" : `it stayed locked for the whole wait of ${formatDuration(waitedMs)}`;
-    const hint = "wait longer, or ask the holder to release it";
-    const base = { file: key, lockPath: this.external?.pathFor(key) ?? null, waitedMs, waiting: ahead };
-    const options = { reason: "WAIT_EXHAUSTED", retryAfterMs: LOCK_RETRY_AFTER_MS } as const;
-    const held = entry.holder;
-    if (held) {
-      const info = this.berthHolder(held);
-      const details: Record<string, unknown> = { ...base, owner: info.owner, acquireTime: info.since, fencingToken: held.lease.fencingToken, kind: info.kind };
-      if (info.pid !== undefined) details.pid = info.pid;
-      return new BerthError(
-        "resource_exhausted",
-        `source locked: ${key} is held by ${info.owner} since ${iso(info.since)} (fencing token ${held.lease.fencingToken}); ${waited}; ${hint}`,
-        details,
-        options,
-      );
-    }
+    const wait = { file: entry.key, lockPath: this.external?.pathFor(entry.key) ?? null, waitedMs, ahead };
+    if (entry.holder) return heldByBerth(wait, berthHolder(this.clock, entry.holder));
     let foreign: ForeignLockHolder | undefined;
     try {
-      foreign = this.external?.peek(key);
+      foreign = this.external?.peek(entry.key);
     } catch (error) {
       // (No descriptor left to read the lock file with, say.) The refusal must still go out: the
       // waiter is already out of the queue.
-      this.logger.warn({ file: key, err: error }, "cannot read the lock file to name its holder");
+      this.logger.warn({ file: entry.key, err: error }, "cannot read the lock file to name its holder");
     }
     foreign ??= entry.blockedBy;
-    if (foreign) {
-      const who = `${foreign.owner ?? "an unknown owner"}${foreign.pid !== undefined ? ` (pid ${foreign.pid})` : ""}`;
-      const details: Record<string, unknown> = { ...base, owner: foreign.owner ?? "", acquireTime: foreign.since, fencingToken: 0, kind: "seed-file" };
-      if (foreign.pid !== undefined) details.pid = foreign.pid;
-      return new BerthError(
-        "resource_exhausted",
-        `source locked: ${key} is held by ${who} through its lock file ${foreign.lockFile} since ${iso(foreign.since)}; ${waited}; ${hint}`,
-        details,
-        options,
-      );
-    }
-    // Nobody identifiable holds it: requests queued ahead wait for a lock file being taken over.
-    return new BerthError(
-      "resource_exhausted",
-      `source locked: ${key} was not free: ${ahead} request${ahead === 1 ? "" : "s"} queued ahead; ${waited}; ${hint}`,
-      { ...base, owner: "", acquireTime: null, fencingToken: 0, kind: "unknown" },
-      options,
-    );
+    return foreign ? heldByLockFile(wait, foreign) : heldByNobodyKnown(wait);
   }
-}
-
-/** An Acquire as its request id names it: the fields that shape the lease (the wait does not). */
-export function acquireRequest(file: string, owner: string, ttlMs: number): KeyedRequest {
-  return { rpc: "Acquire", fingerprint: JSON.stringify([file, owner, ttlMs]), named: { file, owner } };
-}
-
-/** A Release as its request id names it: the lease (compared, never shown), and its file and fencing token when known. */
-export function releaseRequest(leaseToken: string, named: { file?: string; fencingToken?: number }): KeyedRequest {
-  return { rpc: "Release", fingerprint: leaseToken, named };
-}
-
-function seedFileHolder(foreign: ForeignLockHolder): LockHolderInfo {
-  const holder: LockHolderInfo = { kind: "seed-file", since: foreign.since, lockFile: foreign.lockFile, readable: foreign.readable };
-  if (foreign.owner !== undefined) holder.owner = foreign.owner;
-  if (foreign.pid !== undefined) holder.pid = foreign.pid;
-  return holder;
 }

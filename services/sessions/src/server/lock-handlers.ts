@@ -38,21 +38,21 @@ import {
 } from "@berth/api/berth/locks/v1/lock_service_pb";
 import { ConnectError as ConnectErrorClass } from "@connectrpc/connect";
 import { PROGRESS, ProgressPuller, progressIntervalMs } from "@berth/shared/server/index";
-import type { LockChange, LockChangeKind } from "../locks/index.js";
 import type { Clock } from "@berth/shared/clock";
 import { systemClock } from "@berth/shared/clock";
 import { BerthError, invalidArgument, isBerthError } from "@berth/shared/errors";
 import { abortable, abortError, berthErrorToConnect, callTimeLeftMs, handOverGrant, streamHolds } from "@berth/shared/server/index";
-import {
-  checkFencingToken,
-  LOCK_RETRY_AFTER_MS,
-  type Lease,
-  type LeaseEndReason,
-  type LockHolderInfo,
-  type SourceLocks,
-  type SourceLocksApi,
-  type WaitingUpdate,
-} from "../locks/index.js";
+import { checkFencingToken, LOCK_RETRY_AFTER_MS } from "../locks/lock-input.js";
+import type {
+  Lease,
+  LeaseEndReason,
+  LockChange,
+  LockChangeKind,
+  LockHolderInfo,
+  SourceLocksApi,
+  TokenCheck,
+  WaitingUpdate,
+} from "../locks/source-locks-api.js";
 
 /** How often an open Hold stream carries a heartbeat once the lock is granted. */
 export const HOLD_HEARTBEAT_MS = 5_000;
@@ -294,7 +294,11 @@ function watchLagged(error: unknown): unknown {
  * The check it returns throws `aborted` (details: file, fencingToken, currentToken — the
  * FenceRejected detail's fields) unless `token` is the current fencing token of the file's lock.
  */
-export function createFenceCheck(locks: Pick<SourceLocks, "resolveFile" | "checkToken">): (file: string, token: bigint) => () => void {
+export function createFenceCheck(locks: {
+  resolveFile: SourceLocksApi["resolveFile"];
+  /** Answered at once: the check runs inside the append's own turn. */
+  checkToken(file: string, token: number): TokenCheck;
+}): (file: string, token: bigint) => () => void {
   return (file, token) => {
     const key = locks.resolveFile(file, "fence.file");
     const value = checkFencingToken(token, "fence.fencing_token");
