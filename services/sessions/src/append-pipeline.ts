@@ -18,35 +18,8 @@ import { applyEvent, type JournalEntry, type SessionSnapshot } from "./reducer.j
 import type { CompletedRetention } from "./retention.js";
 import { keyReused, seqConflict, type ExpectedState } from "./session-refusals.js";
 import { findDeletedKey, refuseAppendOfDeletedKey } from "./session-tombstones.js";
+import type { AppendOptions, AppendResult } from "./session-store-api.js";
 import type { WatchHub } from "./watch-hub.js";
-
-/** Options of {@link SessionStore.append}. */
-export interface AppendOptions {
-  /** The last seq the caller saw (0: no entry yet); anything else is aborted SEQ_CONFLICT. */
-  expectedSeq?: number;
-  /** A state the session must be in: no entry yet (`no_session`) or at least one (`exists`). */
-  expectedState?: ExpectedState;
-  /** A retry with the same key returns the first append's result and writes nothing ("" = none). */
-  idempotencyKey?: string;
-  /** Called just before the append is sequenced; throwing (e.g. a stale lock fence) refuses it with nothing written. */
-  fenceCheck?: () => void;
-  /**
-   * The append's fence as the request gave it (input checked): the lock's file, any spelling, and
-   * the fencing token. A store that checks fences inside its own write (etcd's transaction) takes
-   * it from here; the file store has `fenceCheck` run at sequencing instead.
-   */
-  fence?: { readonly file: string; readonly token: bigint };
-}
-
-/** What an append returns. */
-export interface AppendResult {
-  firstSeq: number;
-  lastSeq: number;
-  /** The snapshot right after this append's last entry. */
-  snapshot: SessionSnapshot;
-  /** True when this was a retry of an earlier append with the same idempotency key (nothing was written). */
-  duplicate: boolean;
-}
 
 /** A keyed append on its way to durability: what a retry with its key waits for, or is refused by. */
 interface InflightKey {

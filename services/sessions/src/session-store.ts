@@ -14,31 +14,35 @@ import { BerthError } from "@berth/shared/errors";
 import type { Logger } from "@berth/shared/logger";
 import { checkSessionId } from "@berth/shared/safe-id";
 import { checkFromSeq, checkIdempotencyKey, checkReadLimit, MAX_IDEMPOTENCY_KEY_LENGTH } from "./append-input.js";
-import { AppendPipeline, type AppendOptions, type AppendResult } from "./append-pipeline.js";
+import { AppendPipeline } from "./append-pipeline.js";
 import { eventsDigest } from "./event-digest.js";
 import type { JournalStore, KeyRecord, SessionJournal, StoredEntry } from "./journal/journal-store.js";
 import { baseSnapshot } from "./reducer.js";
 import { CompletedRetention, type RetentionHost } from "./retention.js";
 import { keyReused, seqConflict, seqsDeleted, sessionNotFound, UNAVAILABLE_RETRY_AFTER_MS } from "./session-refusals.js";
-import type { DeleteOptions, DeleteResult, JournalReading, SessionStoreApi, SessionStoreLimits, SessionView } from "./session-store-api.js";
+import type {
+  AppendOptions,
+  AppendResult,
+  DeleteOptions,
+  DeleteResult,
+  EventWatcher,
+  JournalReading,
+  SessionsWatcher,
+  SessionStoreApi,
+  SessionStoreLimits,
+  SessionView,
+  WatchAllOptions,
+  WatchEvent,
+  WatchOptions,
+} from "./session-store-api.js";
 import { DEFAULT_IDEMPOTENCY_WINDOW_MS, findDeletedKey, repeatedDeletion } from "./session-tombstones.js";
 import { SweepSchedule } from "./sweep-schedule.js";
 import { isCompletedPhase } from "./vocabulary.js";
-import {
-  DEFAULT_MAX_BUFFERED,
-  WatchHub,
-  type EventWatcher,
-  type SessionsWatcher,
-  type WatchAllOptions,
-  type WatchBacklog,
-  type WatchEvent,
-  type WatchOptions,
-} from "./watch-hub.js";
+import { DEFAULT_MAX_BUFFERED, WatchHub, type WatchBacklog } from "./watch-hub.js";
 import { runRevisionBase } from "@berth/shared/revision-history";
 
 export { MAX_IDEMPOTENCY_KEY_LENGTH } from "./append-input.js";
-export type { AppendOptions, AppendResult } from "./append-pipeline.js";
-export type { SessionStoreApi, SessionStoreLimits, SessionView } from "./session-store-api.js";
+export type { AppendOptions, AppendResult, SessionStoreApi, SessionStoreLimits, SessionView } from "./session-store-api.js";
 export { sessionNotFound, UNAVAILABLE_RETRY_AFTER_MS, type ExpectedState } from "./session-refusals.js";
 
 /** The largest event (its JSON, in bytes) accepted by default. */

@@ -17,7 +17,18 @@ import { systemClock } from "@berth/shared/clock";
 import { BerthError } from "@berth/shared/errors";
 import { RevisionHistory, runRevisionBase } from "@berth/shared/revision-history";
 import type { EntryIntegrity, StoredEntry } from "./journal/journal-store.js";
-import type { JournalEntry, SessionSnapshot } from "./reducer.js";
+import type { SessionSnapshot } from "./reducer.js";
+import type {
+  EventWatcher,
+  SessionChange,
+  SessionsWatcher,
+  SessionsWatchStart,
+  WatchAllOptions,
+  WatchCaughtUp,
+  WatchEntry,
+  WatchEvent,
+  WatchOptions,
+} from "./session-store-api.js";
 
 /** How many undelivered entries a watcher may have before it is ended. */
 export const DEFAULT_MAX_BUFFERED = 1000;
@@ -30,90 +41,6 @@ export const HISTORY_PER_BUFFER = 4;
 
 /** The fewest sessions' snapshots held before the replay's snapshots are swept. */
 const MIN_SNAPSHOT_SWEEP = 64;
-
-/** A journal entry delivered to a watcher, with the snapshot it produced when asked for. */
-export interface WatchEntry {
-  kind: "entry";
-  entry: JournalEntry;
-  /** The idempotency key the entry was appended with (see {@link StoredEntry}). */
-  idempotencyKey: string | undefined;
-  /** The checksum verdict of the entry's line (see {@link EntryIntegrity}). */
-  integrity: EntryIntegrity;
-  /** The session's snapshot right after this entry (live entries of a watcher that asked only). */
-  snapshot?: SessionSnapshot;
-}
-
-/** The end of the backlog: every entry up to `lastSeq` has been delivered (or was before `fromSeq`). */
-export interface WatchCaughtUp {
-  kind: "caught_up";
-  lastSeq: number;
-  /** The snapshot at `lastSeq`, for a watcher that asked for snapshots. */
-  snapshot?: SessionSnapshot;
-}
-
-/** What a session watcher yields. */
-export type WatchEvent = WatchEntry | WatchCaughtUp;
-
-/** A watcher: an async iterator that can also hand out what is already buffered, all at once. */
-export interface EventWatcher<T> extends AsyncIterableIterator<T> {
-  /** Up to `max` live items already buffered, in order; never waits (see the watcher's doc). */
-  takeBuffered(max: number): T[];
-}
-
-/**
- * A change of any session, as `watchAll` yields it: one per append call, however many events it
- * appended (an AppendEvents of N events is one change covering `firstSeq`..`lastSeq`), or the
- * session's deletion. A watcher of every session wants to know which sessions moved and where
- * they are now, not each step; one change per call also keeps its buffer (and its lag bound)
- * counting calls, so a single large batch cannot overflow it.
- */
-export interface SessionChange {
-  sessionId: string;
-  /** The seq of the append's first entry (`lastSeq` for a deletion). */
-  firstSeq: number;
-  /** The seq of its last entry: the session's last seq after the change (before it, for a deletion). */
-  lastSeq: number;
-  /** The append's last entry; undefined for a deletion. */
-  entry: JournalEntry | undefined;
-  /** The snapshot after the whole append (for a watcher that asked for snapshots). */
-  snapshot?: SessionSnapshot;
-  /** The session was deleted. */
-  deleted: boolean;
-  /** The change's revision: growing with each change of any session (etcd's on the etcd store). */
-  revision: number;
-}
-
-/** Where a watch of every session starts. */
-export interface SessionsWatchStart {
-  /** Every change after this revision is yielded. */
-  after: number;
-  /** The revision up to which the yielded changes are a replay (`after` when nothing is replayed). */
-  caughtUpAt: number;
-  /** The asked start revision could not be replayed: the watch starts at the current revision instead. */
-  reset: boolean;
-}
-
-/** Options of a watcher of every session. */
-export interface WatchAllOptions extends WatchOptions {
-  /** Replay the changes after this revision first (0 or unset: from now). */
-  startRevision?: number;
-}
-
-/** A watcher of every session. */
-export interface SessionsWatcher extends AsyncIterableIterator<SessionChange> {
-  /** Where it starts; settles once it is subscribed. */
-  readonly started: Promise<SessionsWatchStart>;
-  /** The revision up to which every change has been taken by its reader (for progress messages). */
-  progressRevision(): number;
-}
-
-/** Options of a watcher. */
-export interface WatchOptions {
-  /** Attach to each live entry the snapshot it produced (and the current one to the caught-up marker). */
-  includeSnapshot?: boolean;
-  /** Undelivered entries allowed before the watcher is ended (default {@link DEFAULT_MAX_BUFFERED}). */
-  maxBuffered?: number;
-}
 
 /** A newly durable entry as the store publishes it (one of an append's). */
 export interface PublishedEntry extends StoredEntry {

@@ -47,7 +47,7 @@ import {
   type DeletedKey,
 } from "../session-tombstones.js";
 import type { KeyRecord, Tombstone } from "../journal/journal-store.js";
-import type { SessionChange, WatchEvent } from "../watch-hub.js";
+import type { SessionChange, WatchEvent } from "../session-store-api.js";
 import {
   entriesPrefix,
   entryKey,

@@ -19,26 +19,31 @@ import { BerthError, invalidArgument, isBerthError } from "@berth/shared/errors"
 import { checkSessionId } from "@berth/shared/safe-id";
 import { EtcdReason, isEtcdCompacted, type EtcdClient } from "@berth/etcd";
 import { checkFromSeq, checkReadLimit, checkIdempotencyKey, MAX_IDEMPOTENCY_KEY_LENGTH, prepareEvents } from "../append-input.js";
-import type { AppendOptions, AppendResult } from "../append-pipeline.js";
 import { eventsDigest } from "../event-digest.js";
 import type { Logger } from "@berth/shared/logger";
 import { applyEvent, baseSnapshot, type SessionSnapshot } from "../reducer.js";
 import { UNAVAILABLE_RETRY_AFTER_MS } from "../session-refusals.js";
-import type { DeleteOptions, DeleteResult, JournalReading, SessionStoreApi, SessionStoreLimits, SessionView } from "../session-store-api.js";
+import type {
+  AppendOptions,
+  AppendResult,
+  DeleteOptions,
+  DeleteResult,
+  EventWatcher,
+  JournalReading,
+  SessionChange,
+  SessionsWatcher,
+  SessionsWatchStart,
+  SessionStoreApi,
+  SessionStoreLimits,
+  SessionView,
+  WatchAllOptions,
+  WatchEvent,
+  WatchOptions,
+} from "../session-store-api.js";
 import { DEFAULT_IDEMPOTENCY_WINDOW_MS } from "../session-tombstones.js";
 import { SweepSchedule } from "../sweep-schedule.js";
 import { isCompletedPhase } from "../vocabulary.js";
-import {
-  DEFAULT_MAX_BUFFERED,
-  sessionsLagged,
-  type EventWatcher,
-  type SessionChange,
-  type SessionsWatcher,
-  type SessionsWatchStart,
-  type WatchAllOptions,
-  type WatchEvent,
-  type WatchOptions,
-} from "../watch-hub.js";
+import { DEFAULT_MAX_BUFFERED, sessionsLagged } from "../watch-hub.js";
 import {
   fenceRejected,
   refuseDeletedSeqs,
