@@ -14,10 +14,11 @@
  * before another process rewrote a journal) is a reset: its caller describes the current state.
  */
 import { systemClock } from "@berth/shared/clock";
-import { BerthError } from "@berth/shared/errors";
+import type { BerthError } from "@berth/shared/errors";
 import { RevisionHistory, runRevisionBase } from "@berth/shared/revision-history";
-import type { EntryIntegrity, StoredEntry } from "./journal/journal-store.js";
+import type { StoredEntry } from "./journal/journal-store.js";
 import type { SessionSnapshot } from "./reducer.js";
+import { sessionsLagged, sessionWatcherLagged, storeShuttingDown, watchedSessionDeleted } from "./session-refusals.js";
 import type {
   EventWatcher,
   SessionChange,
@@ -299,13 +300,7 @@ class SessionWatcher extends Watcher<WatchEvent, PublishedEntry> {
 
   /** Its client resumes from the journal after the last entry it got. */
   cutOff(why: string): BerthError {
-    const lastSeq = this.lastDelivered;
-    return new BerthError(
-      "resource_exhausted",
-      `${why} at seq ${lastSeq}; resume with from_seq=${lastSeq + 1}`,
-      { sessionId: this.sessionId, lastSeq },
-      { reason: "WATCHER_LAGGED" },
-    );
+    return sessionWatcherLagged(why, this.sessionId, this.lastDelivered);
   }
 
   protected override async nextBeforeLive(): Promise<IteratorResult<WatchEvent> | undefined> {
@@ -394,11 +389,6 @@ class AllSessionsWatcher extends Watcher<SessionChange, SessionChange> {
   }
 }
 
-/** WATCHER_LAGGED for a watcher of every session, naming the revision to resume from (`lastRevision`). */
-export function sessionsLagged(why: string, lastRevision: number): BerthError {
-  return new BerthError("resource_exhausted", `${why}; resume with start_revision=${lastRevision}`, { lastRevision }, { reason: "WATCHER_LAGGED" });
-}
-
 /** The registry of watchers of one session store. */
 export class WatchHub {
   private readonly bySession = new Map<string, Set<Subscriber<PublishedEntry>>>();
@@ -477,14 +467,7 @@ export class WatchHub {
    */
   sessionDeleted(sessionId: string, lastSeq: number): void {
     for (const watcher of [...(this.bySession.get(sessionId) ?? [])]) {
-      watcher.fail(
-        new BerthError(
-          "not_found",
-          `session ${sessionId} was deleted (at seq ${lastSeq}); a session created again under this id continues from seq ${lastSeq + 1}`,
-          { sessionId, lastSeq },
-          { reason: "SESSION_DELETED" },
-        ),
-      );
+      watcher.fail(watchedSessionDeleted(sessionId, lastSeq));
     }
     this.changed({ sessionId, firstSeq: lastSeq, lastSeq, entry: undefined, deleted: true });
   }
@@ -580,9 +563,7 @@ export class WatchHub {
   }
 
   /** Ends every watcher with `error` (delivered at its next pull) and refuses new ones. */
-  close(
-    error = new BerthError("unavailable", "the session store is shutting down; watch again when it is back", undefined, { reason: "SHUTTING_DOWN" }),
-  ): void {
+  close(error = storeShuttingDown()): void {
     this.closedWith = error;
     for (const set of [...this.bySession.values()]) for (const watcher of [...set]) watcher.fail(error);
     for (const watcher of [...this.everySession]) watcher.fail(error);

@@ -36,7 +36,17 @@ import { AppendTracker, storedEntry } from "../journal/journal-file.js";
 import type { StoredEntry } from "../journal/journal-store.js";
 import { decodeJournalLine, encodeJournalLine, forEachLine, isBlankLine } from "../journal/journal-format.js";
 import { applyEvent, baseSnapshot, type JournalEntry, type SessionSnapshot } from "../reducer.js";
-import { keyReused, seqConflict, seqsDeleted, sessionNotFound, type ExpectedState } from "../session-refusals.js";
+import type { PreparedEvent } from "../append-input.js";
+import { checkExpectation, expectationHolds } from "../append-rules.js";
+import {
+  keyReused,
+  refuseDeletedSeqs,
+  seqConflict,
+  sessionNotFound,
+  sessionWatcherLagged,
+  watchedSessionDeleted,
+  type ExpectedState,
+} from "../session-refusals.js";
 import {
   DEFAULT_IDEMPOTENCY_WINDOW_MS,
   findDeletedKey,
@@ -64,18 +74,14 @@ import {
 } from "./store-keys.js";
 import { ETCD_DEFAULT_MAX_REQUEST_BYTES } from "./etcd-defaults.js";
 
+export type { PreparedEvent } from "../append-input.js";
+
 /** Room left in a request for everything but the entries' lines (keys, head, idempotency record, compares). */
 const REQUEST_OVERHEAD_BYTES = 4 * 1024;
 /** Appends (entry keys) per page of a read. */
 const DEFAULT_PAGE_APPENDS = 256;
 /** Heads remembered, so that an append usually costs one round trip. */
 const HEAD_CACHE_SIZE = 10_000;
-
-/** An event as the store hands it to a journal: checked, and in the form the journal keeps. */
-export interface PreparedEvent {
-  readonly type: string;
-  readonly event: Record<string, unknown>;
-}
 
 /**
  * A fence resolved against etcd: `key` is the lock's holder key whose create revision is `token`
@@ -230,7 +236,7 @@ export class EtcdJournal {
     /** The mod revision of a record of `ikey` left by a deletion whose window passed: overwritten, not answered. */
     let expiredKey: bigint | undefined;
     for (;;) {
-      if (!meetsExpectation(head.seq, options)) {
+      if (!expectationHolds(head.seq, options)) {
         // A cached head may be behind: only a head read now refutes the caller.
         if (!fresh) {
           head = await this.readHead(sessionId);
@@ -512,12 +518,7 @@ export class EtcdJournal {
       })) {
         for (const event of batch.events) {
           if (event.type === "delete") {
-            throw new BerthError(
-              "not_found",
-              `session ${sessionId} was deleted (at seq ${lastDelivered}); a session created again under this id continues from seq ${lastDelivered + 1}`,
-              { sessionId, lastSeq: lastDelivered },
-              { reason: "SESSION_DELETED" },
-            );
+            throw watchedSessionDeleted(sessionId, lastDelivered);
           }
           for (const stored of decodeAppend(event.kv.value)) {
             if (stored.entry.seq <= lastDelivered) continue;
@@ -527,7 +528,7 @@ export class EtcdJournal {
         }
       }
     } catch (error) {
-      if (isEtcdCompacted(error)) throw watcherLagged(`watcher of session ${sessionId} fell behind etcd's compaction`, sessionId, lastDelivered);
+      if (isEtcdCompacted(error)) throw sessionWatcherLagged(`watcher of session ${sessionId} fell behind etcd's compaction`, sessionId, lastDelivered);
       throw error;
     }
   }
@@ -663,7 +664,7 @@ export class EtcdJournal {
         }
       }
       if (head.mod === 0n) throw sessionNotFound(sessionId);
-      if (options.expectedSeq !== undefined && options.expectedSeq !== head.seq) throw seqConflict(sessionId, head.seq, options.expectedSeq, undefined);
+      checkExpectation(sessionId, head.seq, { expectedSeq: options.expectedSeq });
       const revision = await this.bury(sessionId, head, {
         ...(ikey !== undefined ? { idempotencyKey: ikey } : {}),
         ...(options.expectedSeq !== undefined ? { expectedSeq: options.expectedSeq } : {}),
@@ -909,18 +910,6 @@ function tombstoneOf(kv: KeyValue | undefined): TombstoneValue {
   return { mod: kv.modRevision, lastSeq, deletions: value.deletions as Deletion[] };
 }
 
-/** Refuses a read or a watch from a seq of a deleted incarnation (see session-tombstones.ts). */
-export function refuseDeletedSeqs(sessionId: string, fromSeq: number, deletedThrough: number): void {
-  if (fromSeq > 1 && fromSeq <= deletedThrough) throw seqsDeleted(sessionId, fromSeq, deletedThrough + 1);
-}
-
-function meetsExpectation(currentSeq: number, options: EtcdAppendOptions): boolean {
-  if (options.expectedSeq !== undefined) return options.expectedSeq === currentSeq;
-  if (options.expectedState === "no_session") return currentSeq === 0;
-  if (options.expectedState === "exists") return currentSeq > 0;
-  return true;
-}
-
 /** The answer to a retry whose idempotency key is already in etcd. */
 function duplicate(sessionId: string, ikey: string, kv: KeyValue, digest: string | undefined, revision = kv.modRevision): EtcdAppendResult {
   const record = json(kv)!;
@@ -969,14 +958,5 @@ function appendRefusedByEtcd(sessionId: string, bytes: number, told: number, ref
       ...(typeof refusal.details?.etcd === "string" ? { etcd: refusal.details.etcd } : {}),
     },
     { reason: EtcdReason.REQUEST_TOO_LARGE },
-  );
-}
-
-function watcherLagged(why: string, sessionId: string, lastSeq: number): BerthError {
-  return new BerthError(
-    "resource_exhausted",
-    `${why} at seq ${lastSeq}; resume with from_seq=${lastSeq + 1}`,
-    { sessionId, lastSeq },
-    { reason: "WATCHER_LAGGED" },
   );
 }

@@ -15,14 +15,14 @@
  * (refused at start, see open-etcd-store.ts): the seed's live directories.
  */
 import { systemClock, type Clock } from "@berth/shared/clock";
-import { BerthError, invalidArgument, isBerthError } from "@berth/shared/errors";
+import { isBerthError } from "@berth/shared/errors";
 import { checkSessionId } from "@berth/shared/safe-id";
 import { EtcdReason, isEtcdCompacted, type EtcdClient } from "@berth/etcd";
-import { checkFromSeq, checkReadLimit, checkIdempotencyKey, MAX_IDEMPOTENCY_KEY_LENGTH, prepareEvents } from "../append-input.js";
-import { eventsDigest } from "../event-digest.js";
+import { checkFromSeq, checkReadLimit, checkIdempotencyKey } from "../append-input.js";
+import { checkAppend } from "../append-rules.js";
 import type { Logger } from "@berth/shared/logger";
 import { applyEvent, baseSnapshot, type SessionSnapshot } from "../reducer.js";
-import { UNAVAILABLE_RETRY_AFTER_MS } from "../session-refusals.js";
+import { refuseDeletedSeqs, sessionsLagged, sessionWatcherLagged, storeClosed, storeShuttingDown } from "../session-refusals.js";
 import type {
   AppendOptions,
   AppendResult,
@@ -40,13 +40,11 @@ import type {
   WatchEvent,
   WatchOptions,
 } from "../session-store-api.js";
-import { DEFAULT_IDEMPOTENCY_WINDOW_MS } from "../session-tombstones.js";
+import { storeLimits } from "../store-limits.js";
 import { SweepSchedule } from "../sweep-schedule.js";
 import { isCompletedPhase } from "../vocabulary.js";
-import { DEFAULT_MAX_BUFFERED, sessionsLagged } from "../watch-hub.js";
 import {
   fenceRejected,
-  refuseDeletedSeqs,
   type EtcdAppendOptions,
   type EtcdAppendResult,
   type EtcdFence,
@@ -135,9 +133,8 @@ export class EtcdSessionStore implements SessionStoreApi {
   private readonly fences: ((file: string, token: bigint) => Promise<EtcdFence>) | undefined;
   private readonly clock: Clock;
   private readonly logger: Logger | undefined;
-  private readonly maxEventBytes: number;
-  private readonly maxEventsPerAppend: number;
-  private readonly maxBuffered: number;
+  /** The limits it enforces (see store-limits.ts). */
+  private readonly settings: Readonly<SessionStoreLimits>;
   private readonly cacheSize: number;
   private readonly snapshotEvery: number;
   /** Plain appends' bytes written together at most. */
@@ -150,9 +147,7 @@ export class EtcdSessionStore implements SessionStoreApi {
   /** Per session, this instance's appends waiting for their turn (see inTurn). */
   private readonly turns = new Map<string, QueuedAppend[]>();
   private readonly now: () => number;
-  private readonly completedRetentionMs: number | undefined;
   private readonly retention: EtcdRetention | undefined;
-  private readonly idempotencyWindowMs: number;
   /** Forgets the tombstones' deletions (and the deleted sessions' keys) once their idempotency window passed. */
   private readonly tombstoneSweeps: SweepSchedule;
   private closed = false;
@@ -164,21 +159,17 @@ export class EtcdSessionStore implements SessionStoreApi {
     this.fences = options.fences;
     this.clock = options.clock ?? systemClock;
     this.logger = options.logger;
-    this.maxEventBytes = options.maxEventBytes;
-    this.maxEventsPerAppend = options.maxEventsPerAppend;
-    this.maxBuffered = options.maxBuffered ?? DEFAULT_MAX_BUFFERED;
+    this.settings = storeLimits(options);
     this.cacheSize = options.cacheSize ?? DEFAULT_ETCD_SNAPSHOT_CACHE;
     this.snapshotEvery = options.snapshotEvery ?? DEFAULT_SNAPSHOT_EVERY;
     this.groupBytes = Math.min(MAX_GROUP_BYTES, Math.floor(this.journal.maxAppendBytes / 2));
     this.now = () => this.clock.now();
-    this.completedRetentionMs = options.completedRetentionMs;
-    this.idempotencyWindowMs = options.idempotencyWindowMs ?? DEFAULT_IDEMPOTENCY_WINDOW_MS;
     this.tombstoneSweeps = new SweepSchedule({
       clock: this.clock,
       logger: this.logger,
       sweepOnce: async () => {
         const oldest = await this.journal.sweepTombstones();
-        this.tombstoneSweeps.rearm(oldest + this.idempotencyWindowMs);
+        this.tombstoneSweeps.rearm(oldest + this.settings.idempotencyWindowMs);
       },
     });
     void this.track(this.tombstoneSweeps.sweep());
@@ -202,14 +193,8 @@ export class EtcdSessionStore implements SessionStoreApi {
 
   private async appendNow(sessionId: string, events: readonly unknown[], options: AppendOptions): Promise<AppendResult> {
     this.assertOpen();
-    checkSessionId(sessionId);
-    const prepared = prepareEvents(sessionId, events, { maxEventBytes: this.maxEventBytes, maxEventsPerAppend: this.maxEventsPerAppend });
-    const ikey = checkIdempotencyKey(options.idempotencyKey);
-    const digest = ikey === undefined ? undefined : eventsDigest(prepared.map((p) => p.event));
+    const { events: prepared, idempotencyKey: ikey, digest } = checkAppend(sessionId, events, options, this.settings);
     const { expectedSeq, expectedState } = options;
-    if (expectedSeq !== undefined && (!Number.isInteger(expectedSeq) || expectedSeq < 0)) {
-      throw invalidArgument("expected_seq", "must be a whole number ≥ 0 (the last seq you saw; 0 for a new session)");
-    }
     let fence: EtcdFence | undefined;
     if (options.fence !== undefined) {
       if (this.fences === undefined) throw fenceRejected({ file: options.fence.file, token: options.fence.token }, 0n);
@@ -405,7 +390,7 @@ export class EtcdSessionStore implements SessionStoreApi {
     );
     if (duplicate) return { lastSeq, duplicate };
     this.known.delete(sessionId);
-    this.tombstoneSweeps.due(this.clock.now() + this.idempotencyWindowMs);
+    this.tombstoneSweeps.due(this.clock.now() + this.settings.idempotencyWindowMs);
     this.logger?.info({ sessionId, lastSeq }, "session deleted");
     return { lastSeq, duplicate };
   }
@@ -432,7 +417,7 @@ export class EtcdSessionStore implements SessionStoreApi {
     let live = false;
     const watcher: PumpedWatcher<WatchEvent> = new PumpedWatcher<WatchEvent>({
       source: (signal) => (options.includeSnapshot ? this.withSnapshots(sessionId, fromSeq, signal) : this.journal.watch(sessionId, fromSeq, { signal })),
-      maxBuffered: options.maxBuffered ?? this.maxBuffered,
+      maxBuffered: options.maxBuffered ?? this.settings.maxBuffered,
       isLive: (event) => {
         if (event.kind === "caught_up") {
           live = true;
@@ -443,13 +428,7 @@ export class EtcdSessionStore implements SessionStoreApi {
       delivered: (event) => {
         lastDelivered = Math.max(lastDelivered, event.kind === "entry" ? event.entry.seq : event.lastSeq);
       },
-      lagged: () =>
-        new BerthError(
-          "resource_exhausted",
-          `watcher of session ${sessionId} fell behind at seq ${lastDelivered}; resume with from_seq=${lastDelivered + 1}`,
-          { sessionId, lastSeq: lastDelivered },
-          { reason: "WATCHER_LAGGED" },
-        ),
+      lagged: () => sessionWatcherLagged(`watcher of session ${sessionId} fell behind`, sessionId, lastDelivered),
       ended: () => this.watchers.delete(watcher as PumpedWatcher<unknown>),
     });
     this.watchers.add(watcher as PumpedWatcher<unknown>);
@@ -551,7 +530,7 @@ export class EtcdSessionStore implements SessionStoreApi {
           throw error;
         }
       },
-      maxBuffered: options.maxBuffered ?? this.maxBuffered,
+      maxBuffered: options.maxBuffered ?? this.settings.maxBuffered,
       isLive: () => true,
       delivered: (change) => {
         delivered++;
@@ -568,14 +547,7 @@ export class EtcdSessionStore implements SessionStoreApi {
   // ---------------------------------------------------------------- the rest
 
   limits(): SessionStoreLimits {
-    return {
-      maxEventBytes: this.maxEventBytes,
-      maxEventsPerAppend: this.maxEventsPerAppend,
-      maxBuffered: this.maxBuffered,
-      maxIdempotencyKeyLength: MAX_IDEMPOTENCY_KEY_LENGTH,
-      completedRetentionMs: this.completedRetentionMs,
-      idempotencyWindowMs: this.idempotencyWindowMs,
-    };
+    return { ...this.settings };
   }
 
   /** Gauges; `rebuilds`: states read back from etcd because this instance's memory did not have them. */
@@ -602,10 +574,7 @@ export class EtcdSessionStore implements SessionStoreApi {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
-    const shutdown = new BerthError("unavailable", "the session store is shutting down; watch again when it is back", undefined, {
-      reason: "SHUTTING_DOWN",
-      retryAfterMs: UNAVAILABLE_RETRY_AFTER_MS,
-    });
+    const shutdown = storeShuttingDown();
     for (const watcher of this.watchers) watcher.fail(shutdown);
     await this.retention?.stop();
     await this.tombstoneSweeps.stop();
@@ -622,8 +591,7 @@ export class EtcdSessionStore implements SessionStoreApi {
   }
 
   private assertOpen(): void {
-    if (this.closed)
-      throw new BerthError("unavailable", "the session store is closed", undefined, { reason: "SHUTTING_DOWN", retryAfterMs: UNAVAILABLE_RETRY_AFTER_MS });
+    if (this.closed) throw storeClosed();
   }
 }
 
