@@ -43,15 +43,8 @@ import type {
 import { storeLimits } from "../store-limits.js";
 import { SweepSchedule } from "../sweep-schedule.js";
 import { isCompletedPhase } from "../vocabulary.js";
-import {
-  fenceRejected,
-  type EtcdAppendOptions,
-  type EtcdAppendResult,
-  type EtcdFence,
-  type EtcdJournal,
-  type PreparedEvent,
-  type SessionState,
-} from "./etcd-journal.js";
+import { fenceRejected } from "./etcd-append-refusals.js";
+import type { EtcdAppendOptions, EtcdAppendResult, EtcdFence, EtcdJournal, PreparedEvent, SessionState } from "./etcd-journal.js";
 import { EtcdRetention } from "./etcd-retention.js";
 import { PumpedWatcher } from "./pumped-watcher.js";
 import { HEADS } from "./store-keys.js";
