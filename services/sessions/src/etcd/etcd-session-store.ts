@@ -17,12 +17,12 @@
 import { systemClock, type Clock } from "@berth/shared/clock";
 import { isBerthError } from "@berth/shared/errors";
 import { checkSessionId } from "@berth/shared/safe-id";
-import { EtcdReason, isEtcdCompacted, type EtcdClient } from "@berth/etcd";
+import { EtcdReason, type EtcdClient } from "@berth/etcd";
 import { checkFromSeq, checkReadLimit, checkIdempotencyKey } from "../append-input.js";
 import { checkAppend } from "../append-rules.js";
 import type { Logger } from "@berth/shared/logger";
 import { applyEvent, baseSnapshot, type SessionSnapshot } from "../reducer.js";
-import { refuseDeletedSeqs, sessionsLagged, sessionWatcherLagged, storeClosed, storeShuttingDown } from "../session-refusals.js";
+import { refuseDeletedSeqs, storeClosed, storeShuttingDown } from "../session-refusals.js";
 import type {
   AppendOptions,
   AppendResult,
@@ -30,9 +30,7 @@ import type {
   DeleteResult,
   EventWatcher,
   JournalReading,
-  SessionChange,
   SessionsWatcher,
-  SessionsWatchStart,
   SessionStoreApi,
   SessionStoreLimits,
   SessionView,
@@ -46,8 +44,8 @@ import { isCompletedPhase } from "../vocabulary.js";
 import { fenceRejected } from "./etcd-append-refusals.js";
 import type { EtcdAppendOptions, EtcdAppendResult, EtcdFence, EtcdJournal, PreparedEvent, SessionState } from "./etcd-journal.js";
 import { EtcdRetention } from "./etcd-retention.js";
-import { PumpedWatcher } from "./pumped-watcher.js";
-import { HEADS } from "./store-keys.js";
+import { watchAllSessions, watchSession, type EtcdWatchContext } from "./etcd-store-watches.js";
+import type { PumpedWatcher } from "./pumped-watcher.js";
 
 /** Sessions whose snapshot an instance keeps by default. */
 export const DEFAULT_ETCD_SNAPSHOT_CACHE = 10_000;
@@ -136,6 +134,7 @@ export class EtcdSessionStore implements SessionStoreApi {
   private readonly watchers = new Set<PumpedWatcher<unknown>>();
   /** Watchers of every session not yet sure of their start revision: a list waits for them. */
   private readonly watchStarts = new Set<Promise<void>>();
+  private readonly watchContext: EtcdWatchContext;
   private readonly inflight = new Set<Promise<unknown>>();
   /** Per session, this instance's appends waiting for their turn (see inTurn). */
   private readonly turns = new Map<string, QueuedAppend[]>();
@@ -153,6 +152,15 @@ export class EtcdSessionStore implements SessionStoreApi {
     this.clock = options.clock ?? systemClock;
     this.logger = options.logger;
     this.settings = storeLimits(options);
+    this.watchContext = {
+      journal: this.journal,
+      client: this.client,
+      now: () => this.clock.now(),
+      maxBuffered: this.settings.maxBuffered,
+      watchers: this.watchers,
+      watchStarts: this.watchStarts,
+      stateAt: (sessionId, seq) => this.stateAt(sessionId, seq),
+    };
     this.cacheSize = options.cacheSize ?? DEFAULT_ETCD_SNAPSHOT_CACHE;
     this.snapshotEvery = options.snapshotEvery ?? DEFAULT_SNAPSHOT_EVERY;
     this.groupBytes = Math.min(MAX_GROUP_BYTES, Math.floor(this.journal.maxAppendBytes / 2));
@@ -402,139 +410,23 @@ export class EtcdSessionStore implements SessionStoreApi {
 
   // ---------------------------------------------------------------- watches
 
+  /** The entries from `fromSeq`, a caught-up marker, then every new entry (see etcd-store-watches.ts). */
   watch(sessionId: string, fromSeq = 1, options: WatchOptions = {}): EventWatcher<WatchEvent> {
     this.assertOpen();
     checkSessionId(sessionId);
     checkFromSeq(fromSeq);
-    let lastDelivered = Math.max(0, fromSeq - 1);
-    let live = false;
-    const watcher: PumpedWatcher<WatchEvent> = new PumpedWatcher<WatchEvent>({
-      source: (signal) => (options.includeSnapshot ? this.withSnapshots(sessionId, fromSeq, signal) : this.journal.watch(sessionId, fromSeq, { signal })),
-      maxBuffered: options.maxBuffered ?? this.settings.maxBuffered,
-      isLive: (event) => {
-        if (event.kind === "caught_up") {
-          live = true;
-          return false;
-        }
-        return live;
-      },
-      delivered: (event) => {
-        lastDelivered = Math.max(lastDelivered, event.kind === "entry" ? event.entry.seq : event.lastSeq);
-      },
-      lagged: () => sessionWatcherLagged(`watcher of session ${sessionId} fell behind`, sessionId, lastDelivered),
-      ended: () => this.watchers.delete(watcher as PumpedWatcher<unknown>),
-    });
-    this.watchers.add(watcher as PumpedWatcher<unknown>);
-    return watcher;
-  }
-
-  /**
-   * A session's watch with the snapshot each live entry produced (and the current one on the
-   * caught-up marker): the state read first, and every entry after it applied to it, backlog
-   * included, whatever `fromSeq` the watcher asked for.
-   */
-  private async *withSnapshots(sessionId: string, fromSeq: number, signal: AbortSignal): AsyncGenerator<WatchEvent, void, undefined> {
-    const base = await this.journal.state(sessionId, { now: this.now });
-    refuseDeletedSeqs(sessionId, fromSeq, base.deletedThrough);
-    let snapshot = base.snapshot;
-    let seq = base.lastSeq;
-    let live = false;
-    for await (const event of this.journal.watch(sessionId, Math.min(fromSeq, seq + 1), { signal })) {
-      if (event.kind === "caught_up") {
-        live = true;
-        yield { ...event, snapshot };
-        continue;
-      }
-      if (event.entry.seq > seq) {
-        snapshot = applyEvent(snapshot, event.entry, { now: this.now });
-        seq = event.entry.seq;
-      }
-      if (event.entry.seq < fromSeq) continue;
-      yield live ? { ...event, snapshot } : event;
-    }
+    return watchSession(this.watchContext, sessionId, fromSeq, options);
   }
 
   /**
    * Watches every session at etcd's revisions. With `startRevision`, etcd's watch from the
    * revision after it replays what followed, unless etcd compacted it or it is ahead of the current
    * revision: then the watch starts at the current revision with `reset`. A watcher that falls
-   * behind names the last revision all of whose changes it took (the changes of one transaction
-   * share a revision).
+   * behind names the last revision all of whose changes it took (see etcd-store-watches.ts).
    */
   watchAll(options: WatchAllOptions = {}): SessionsWatcher {
     this.assertOpen();
-    let delivered = 0;
-    let complete = 0;
-    let started!: (start: SessionsWatchStart) => void;
-    let failed!: (error: unknown) => void;
-    const startedWatch = new Promise<SessionsWatchStart>((resolve, reject) => {
-      started = resolve;
-      failed = reject;
-    });
-    // A watcher nobody asks where it started must not leave an unhandled rejection.
-    startedWatch.catch(() => undefined);
-    const start = startedWatch.then(
-      () => undefined,
-      () => undefined,
-    );
-    this.watchStarts.add(start);
-    void start.then(() => this.watchStarts.delete(start));
-    const store = this;
-    const asked = BigInt(options.startRevision ?? 0);
-    const watcher: PumpedWatcher<SessionChange & { endsRevision: boolean }> = new PumpedWatcher({
-      async *source(signal) {
-        let from: bigint;
-        let reset = false;
-        try {
-          from = (await store.client.range({ key: HEADS, prefix: true, limit: 1, keysOnly: true })).revision;
-          if (asked > 0n && asked <= from) {
-            try {
-              // A read at a compacted revision fails as the watch from it would.
-              await store.client.range({ key: HEADS, prefix: true, limit: 1, keysOnly: true, revision: asked });
-              from = asked;
-            } catch (error) {
-              if (!isEtcdCompacted(error)) throw error;
-              reset = true;
-            }
-          } else if (asked > 0n) reset = true;
-        } catch (error) {
-          failed(error);
-          throw error;
-        }
-        complete = Number(from);
-        started({ after: Number(from), caughtUpAt: Number(from), reset });
-        // The last revision whose changes were all handed on: where a compaction's lag resumes.
-        let pulled = Number(from);
-        try {
-          for await (const change of store.journal.watchAll({ signal, startRevision: from + 1n })) {
-            if (options.includeSnapshot && !change.deleted) {
-              const snapshot = await store.stateAt(change.sessionId, change.lastSeq).then(
-                (state) => state.snapshot,
-                () => undefined,
-              );
-              if (snapshot !== undefined) change.snapshot = snapshot;
-            }
-            yield change;
-            if (change.endsRevision) pulled = change.revision;
-          }
-        } catch (error) {
-          // etcd compacted what the watch had still to send: the reader resumes (a reset) after what it got.
-          if (isBerthError(error) && error.reason === "WATCHER_LAGGED") throw sessionsLagged("watcher of all sessions fell behind etcd's compaction", pulled);
-          throw error;
-        }
-      },
-      maxBuffered: options.maxBuffered ?? this.settings.maxBuffered,
-      isLive: () => true,
-      delivered: (change) => {
-        delivered++;
-        complete = change.endsRevision ? change.revision : Math.max(complete, change.revision - 1);
-      },
-      lagged: () => sessionsLagged(`watcher of all sessions fell behind after ${delivered} changes`, complete),
-      ended: () => this.watchers.delete(watcher as PumpedWatcher<unknown>),
-    });
-    this.watchers.add(watcher as PumpedWatcher<unknown>);
-    const withRevision = watcher as unknown as SessionsWatcher & { started: Promise<SessionsWatchStart> };
-    return Object.assign(withRevision, { started: startedWatch, progressRevision: () => complete });
+    return watchAllSessions(this.watchContext, options);
   }
 
   // ---------------------------------------------------------------- the rest
