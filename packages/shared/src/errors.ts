@@ -33,6 +33,9 @@ export interface BerthErrorOptions {
   readonly retryAfterMs?: number;
 }
 
+/** The delay a client should wait before retrying a call the service was too busy or too closed to take. */
+export const UNAVAILABLE_RETRY_AFTER_MS = 1000;
+
 /** A refusal a person can act on: `message` says what happened and what to change. */
 export class BerthError extends Error {
   override name = "BerthError";

@@ -6,8 +6,8 @@ export const MAX_IDEMPOTENCY_KEY_LENGTH = 128;
 
 /** An event ready to be sequenced: its type, and the event as the journal will hold it. */
 export interface PreparedEvent {
-  type: string;
-  event: Record<string, unknown>;
+  readonly type: string;
+  readonly event: Record<string, unknown>;
 }
 
 /**

@@ -1,6 +1,7 @@
 /**
  * The append pipeline of the session store: an append is checked (ids, events, sizes, idempotency
- * key, fence, expected seq), given its sequence numbers and applied to the reducer at once, in
+ * key and expected seq by append-rules.ts, as every store does; then the fence and the
+ * expectation at sequencing), given its sequence numbers and applied to the reducer at once, in
  * call order — the *head* of the session, ahead of its durable state by the appends on their way.
  * One writer per journal store is the election's promise, so memory is the authority for the next
  * seq. The journal backend then makes the batch durable; only then does the durable state (what
@@ -8,45 +9,17 @@
  * (and every one behind it) rolls the head back to the durable state.
  */
 import type { Clock } from "@berth/shared/clock";
-import { invalidArgument } from "@berth/shared/errors";
 import type { Logger } from "@berth/shared/logger";
-import { checkSessionId } from "@berth/shared/safe-id";
-import { checkIdempotencyKey, prepareEvents, type PreparedEvent } from "./append-input.js";
+import type { PreparedEvent } from "./append-input.js";
+import { checkAppend, checkExpectation, type AppendLimits } from "./append-rules.js";
 import { eventsDigest } from "./event-digest.js";
 import type { JournalStore, KeyRecord, SessionJournal } from "./journal/journal-store.js";
 import { applyEvent, type JournalEntry, type SessionSnapshot } from "./reducer.js";
 import type { CompletedRetention } from "./retention.js";
-import { keyReused, seqConflict, type ExpectedState } from "./session-refusals.js";
+import { keyReused } from "./session-refusals.js";
 import { findDeletedKey, refuseAppendOfDeletedKey } from "./session-tombstones.js";
+import type { AppendOptions, AppendResult } from "./session-store-api.js";
 import type { WatchHub } from "./watch-hub.js";
-
-/** Options of {@link SessionStore.append}. */
-export interface AppendOptions {
-  /** The last seq the caller saw (0: no entry yet); anything else is aborted SEQ_CONFLICT. */
-  expectedSeq?: number;
-  /** A state the session must be in: no entry yet (`no_session`) or at least one (`exists`). */
-  expectedState?: ExpectedState;
-  /** A retry with the same key returns the first append's result and writes nothing ("" = none). */
-  idempotencyKey?: string;
-  /** Called just before the append is sequenced; throwing (e.g. a stale lock fence) refuses it with nothing written. */
-  fenceCheck?: () => void;
-  /**
-   * The append's fence as the request gave it (input checked): the lock's file, any spelling, and
-   * the fencing token. A store that checks fences inside its own write (etcd's transaction) takes
-   * it from here; the file store has `fenceCheck` run at sequencing instead.
-   */
-  fence?: { readonly file: string; readonly token: bigint };
-}
-
-/** What an append returns. */
-export interface AppendResult {
-  firstSeq: number;
-  lastSeq: number;
-  /** The snapshot right after this append's last entry. */
-  snapshot: SessionSnapshot;
-  /** True when this was a retry of an earlier append with the same idempotency key (nothing was written). */
-  duplicate: boolean;
-}
 
 /** A keyed append on its way to durability: what a retry with its key waits for, or is refused by. */
 interface InflightKey {
@@ -76,7 +49,7 @@ export interface AppendPipelineHost {
   readonly retention: CompletedRetention | undefined;
   readonly clock: Clock;
   readonly logger: Logger | undefined;
-  readonly limits: { maxEventBytes: number; maxEventsPerAppend: number };
+  readonly limits: AppendLimits;
   /** Deletions in progress, per session: appends to the session wait for them. */
   readonly deletions: ReadonlyMap<string, Promise<unknown>>;
   /** How long a deleted session's keys keep answering. */
@@ -110,14 +83,7 @@ export class AppendPipeline {
   async append(sessionId: string, events: readonly unknown[], options: AppendOptions = {}): Promise<AppendResult> {
     const { host } = this;
     host.assertOpen();
-    checkSessionId(sessionId);
-    const prepared = prepareEvents(sessionId, events, host.limits);
-    const ikey = checkIdempotencyKey(options.idempotencyKey);
-    const digest = ikey === undefined ? undefined : eventsDigest(prepared.map((p) => p.event));
-    const { expectedSeq, expectedState } = options;
-    if (expectedSeq !== undefined && (!Number.isInteger(expectedSeq) || expectedSeq < 0)) {
-      throw invalidArgument("expected_seq", "must be a whole number ≥ 0 (the last seq you saw; 0 for a new session)");
-    }
+    const { events: prepared, idempotencyKey: ikey, digest } = checkAppend(sessionId, events, options, host.limits);
     for (;;) {
       // A deletion of the session in progress: this append comes after it, to a new session.
       const deleting = host.deletions.get(sessionId);
@@ -165,16 +131,7 @@ export class AppendPipeline {
         if (deleted !== undefined) refuseAppendOfDeletedKey(sessionId, ikey, digest, deleted);
       }
       options.fenceCheck?.();
-      const currentSeq = this.headSeq(journal);
-      const holds =
-        expectedSeq !== undefined
-          ? expectedSeq === currentSeq
-          : expectedState === "no_session"
-            ? currentSeq === 0
-            : expectedState === "exists"
-              ? currentSeq > 0
-              : true;
-      if (!holds) throw seqConflict(sessionId, currentSeq, expectedSeq, expectedState);
+      checkExpectation(sessionId, this.headSeq(journal), options);
       return this.enqueue(journal, prepared, ikey, digest);
     }
   }

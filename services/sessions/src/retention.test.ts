@@ -8,7 +8,7 @@ import { baseSnapshot } from "./reducer.js";
 import { CompletedRetention, type RetentionHost } from "./retention.js";
 import { type SessionStoreOptions, createSessionStore } from "./create-session-store.js";
 import type { SessionStore } from "./session-store.js";
-import type { SessionChange } from "./watch-hub.js";
+import type { SessionChange } from "./session-store-api.js";
 import { appendRetentionHistory, HOUR } from "./testing/retention-history.js";
 
 const T0 = Date.UTC(2026, 0, 1);

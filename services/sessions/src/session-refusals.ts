@@ -1,8 +1,7 @@
 /** The refusals of the session store that name a session's state (its errors are BerthErrors). */
-import { BerthError } from "@berth/shared/errors";
+import { BerthError, UNAVAILABLE_RETRY_AFTER_MS } from "@berth/shared/errors";
 
-/** How soon a call refused because the store cannot write, or is stopping, is worth retrying. */
-export const UNAVAILABLE_RETRY_AFTER_MS = 1000;
+export { UNAVAILABLE_RETRY_AFTER_MS } from "@berth/shared/errors";
 
 /** What an append may expect of the session beside an exact seq. */
 export type ExpectedState = "any" | "no_session" | "exists";
@@ -78,6 +77,52 @@ export function seqsDeleted(sessionId: string, fromSeq: number, firstSeq: number
     "not_found",
     `session ${sessionId}: seq ${fromSeq} belonged to a session deleted since; the session under this id now starts at seq ${firstSeq} — read or watch from there (or from 0) to follow it`,
     { sessionId, fromSeq, firstSeq, deletedAtSeq: firstSeq - 1 },
+    { reason: "SESSION_DELETED" },
+  );
+}
+
+/** Refuses a read or a watch from a seq of a session deleted since, whose seqs ran through `deletedThrough` (0: never deleted). */
+export function refuseDeletedSeqs(sessionId: string, fromSeq: number, deletedThrough: number): void {
+  if (fromSeq > 1 && fromSeq <= deletedThrough) throw seqsDeleted(sessionId, fromSeq, deletedThrough + 1);
+}
+
+/** The refusal of a call to a store that was closed. */
+export function storeClosed(): BerthError {
+  return new BerthError("unavailable", "the session store is closed", undefined, { reason: "SHUTTING_DOWN", retryAfterMs: UNAVAILABLE_RETRY_AFTER_MS });
+}
+
+/** What ends the watchers of a store that is closing. */
+export function storeShuttingDown(): BerthError {
+  return new BerthError("unavailable", "the session store is shutting down; watch again when it is back", undefined, {
+    reason: "SHUTTING_DOWN",
+    retryAfterMs: UNAVAILABLE_RETRY_AFTER_MS,
+  });
+}
+
+/** WATCHER_LAGGED for a watcher of one session, for `why`: its client resumes after `lastSeq`, the last entry it got. */
+export function sessionWatcherLagged(why: string, sessionId: string, lastSeq: number): BerthError {
+  return new BerthError(
+    "resource_exhausted",
+    `${why} at seq ${lastSeq}; resume with from_seq=${lastSeq + 1}`,
+    { sessionId, lastSeq },
+    { reason: "WATCHER_LAGGED" },
+  );
+}
+
+/** WATCHER_LAGGED for a watcher of every session, naming the revision to resume from (`lastRevision`). */
+export function sessionsLagged(why: string, lastRevision: number): BerthError {
+  return new BerthError("resource_exhausted", `${why}; resume with start_revision=${lastRevision}`, { lastRevision }, { reason: "WATCHER_LAGGED" });
+}
+
+/**
+ * What ends a watcher of a session deleted at `lastSeq`: a later append starts a new session under
+ * the id, which the watcher would otherwise take for more of the old one.
+ */
+export function watchedSessionDeleted(sessionId: string, lastSeq: number): BerthError {
+  return new BerthError(
+    "not_found",
+    `session ${sessionId} was deleted (at seq ${lastSeq}); a session created again under this id continues from seq ${lastSeq + 1}`,
+    { sessionId, lastSeq },
     { reason: "SESSION_DELETED" },
   );
 }

@@ -6,13 +6,128 @@
  * A method whose answer the file store has in memory may answer synchronously (the file store
  * does); a store that has to ask a server answers with a promise. Callers await either.
  */
-import type { AppendOptions, AppendResult } from "./append-pipeline.js";
-import type { StoredEntry } from "./journal/journal-store.js";
-import type { EventWatcher, SessionsWatcher, WatchAllOptions, WatchEvent, WatchOptions } from "./watch-hub.js";
-import type { SessionSnapshot } from "./reducer.js";
+import type { EntryIntegrity, StoredEntry } from "./journal/journal-store.js";
+import type { JournalEntry, SessionSnapshot } from "./reducer.js";
+import type { ExpectedState } from "./session-refusals.js";
 
 /** A value now, or later. */
 export type MaybePromise<T> = T | Promise<T>;
+
+/** Options of {@link SessionStoreApi.append}. */
+export interface AppendOptions {
+  /** The last seq the caller saw (0: no entry yet); anything else is aborted SEQ_CONFLICT. */
+  expectedSeq?: number;
+  /** A state the session must be in: no entry yet (`no_session`) or at least one (`exists`). */
+  expectedState?: ExpectedState;
+  /** A retry with the same key returns the first append's result and writes nothing ("" = none). */
+  idempotencyKey?: string;
+  /** Called just before the append is sequenced; throwing (e.g. a stale lock fence) refuses it with nothing written. */
+  fenceCheck?: () => void;
+  /**
+   * The append's fence as the request gave it (input checked): the lock's file, any spelling, and
+   * the fencing token. A store that checks fences inside its own write (etcd's transaction) takes
+   * it from here; the file store has `fenceCheck` run at sequencing instead.
+   */
+  fence?: { readonly file: string; readonly token: bigint };
+}
+
+/** What an append returns. */
+export interface AppendResult {
+  firstSeq: number;
+  lastSeq: number;
+  /** The snapshot right after this append's last entry. */
+  snapshot: SessionSnapshot;
+  /** True when this was a retry of an earlier append with the same idempotency key (nothing was written). */
+  duplicate: boolean;
+}
+
+// ---------------------------------------------------------------- watchers
+
+/** A journal entry delivered to a watcher, with the snapshot it produced when asked for. */
+export interface WatchEntry {
+  kind: "entry";
+  entry: JournalEntry;
+  /** The idempotency key the entry was appended with (see {@link StoredEntry}). */
+  idempotencyKey: string | undefined;
+  /** The checksum verdict of the entry's line (see {@link EntryIntegrity}). */
+  integrity: EntryIntegrity;
+  /** The session's snapshot right after this entry (live entries of a watcher that asked only). */
+  snapshot?: SessionSnapshot;
+}
+
+/** The end of the backlog: every entry up to `lastSeq` has been delivered (or was before `fromSeq`). */
+export interface WatchCaughtUp {
+  kind: "caught_up";
+  lastSeq: number;
+  /** The snapshot at `lastSeq`, for a watcher that asked for snapshots. */
+  snapshot?: SessionSnapshot;
+}
+
+/** What a session watcher yields. */
+export type WatchEvent = WatchEntry | WatchCaughtUp;
+
+/** A watcher: an async iterator that can also hand out what is already buffered, all at once. */
+export interface EventWatcher<T> extends AsyncIterableIterator<T> {
+  /** Up to `max` live items already buffered, in order; never waits (see the watcher's doc). */
+  takeBuffered(max: number): T[];
+}
+
+/**
+ * A change of any session, as `watchAll` yields it: one per append call, however many events it
+ * appended (an AppendEvents of N events is one change covering `firstSeq`..`lastSeq`), or the
+ * session's deletion. A watcher of every session wants to know which sessions moved and where
+ * they are now, not each step; one change per call also keeps its buffer (and its lag bound)
+ * counting calls, so a single large batch cannot overflow it.
+ */
+export interface SessionChange {
+  sessionId: string;
+  /** The seq of the append's first entry (`lastSeq` for a deletion). */
+  firstSeq: number;
+  /** The seq of its last entry: the session's last seq after the change (before it, for a deletion). */
+  lastSeq: number;
+  /** The append's last entry; undefined for a deletion. */
+  entry: JournalEntry | undefined;
+  /** The snapshot after the whole append (for a watcher that asked for snapshots). */
+  snapshot?: SessionSnapshot;
+  /** The session was deleted. */
+  deleted: boolean;
+  /** The change's revision: growing with each change of any session (etcd's on the etcd store). */
+  revision: number;
+}
+
+/** Where a watch of every session starts. */
+export interface SessionsWatchStart {
+  /** Every change after this revision is yielded. */
+  after: number;
+  /** The revision up to which the yielded changes are a replay (`after` when nothing is replayed). */
+  caughtUpAt: number;
+  /** The asked start revision could not be replayed: the watch starts at the current revision instead. */
+  reset: boolean;
+}
+
+/** Options of a watcher of every session. */
+export interface WatchAllOptions extends WatchOptions {
+  /** Replay the changes after this revision first (0 or unset: from now). */
+  startRevision?: number;
+}
+
+/** A watcher of every session. */
+export interface SessionsWatcher extends AsyncIterableIterator<SessionChange> {
+  /** Where it starts; settles once it is subscribed. */
+  readonly started: Promise<SessionsWatchStart>;
+  /** The revision up to which every change has been taken by its reader (for progress messages). */
+  progressRevision(): number;
+}
+
+/** Options of a watcher. */
+export interface WatchOptions {
+  /** Attach to each live entry the snapshot it produced (and the current one to the caught-up marker). */
+  includeSnapshot?: boolean;
+  /** Undelivered entries allowed before the watcher is ended (default: the store's `maxBuffered`). */
+  maxBuffered?: number;
+}
+
+// ---------------------------------------------------------------- the store
 
 /** A session's durable state as readers see it. Treat the snapshot as read-only: it is shared. */
 export interface SessionView {

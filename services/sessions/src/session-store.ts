@@ -10,41 +10,44 @@
  * create-session-store.ts wires the file backend.
  */
 import { systemClock, type Clock } from "@berth/shared/clock";
-import { BerthError } from "@berth/shared/errors";
 import type { Logger } from "@berth/shared/logger";
 import { checkSessionId } from "@berth/shared/safe-id";
-import { checkFromSeq, checkIdempotencyKey, checkReadLimit, MAX_IDEMPOTENCY_KEY_LENGTH } from "./append-input.js";
-import { AppendPipeline, type AppendOptions, type AppendResult } from "./append-pipeline.js";
+import { checkFromSeq, checkIdempotencyKey, checkReadLimit } from "./append-input.js";
+import { AppendPipeline } from "./append-pipeline.js";
+import { checkExpectation } from "./append-rules.js";
+import { emptyIterator } from "./empty-iterator.js";
 import { eventsDigest } from "./event-digest.js";
 import type { JournalStore, KeyRecord, SessionJournal, StoredEntry } from "./journal/journal-store.js";
 import { baseSnapshot } from "./reducer.js";
 import { CompletedRetention, type RetentionHost } from "./retention.js";
-import { keyReused, seqConflict, seqsDeleted, sessionNotFound, UNAVAILABLE_RETRY_AFTER_MS } from "./session-refusals.js";
-import type { DeleteOptions, DeleteResult, JournalReading, SessionStoreApi, SessionStoreLimits, SessionView } from "./session-store-api.js";
-import { DEFAULT_IDEMPOTENCY_WINDOW_MS, findDeletedKey, repeatedDeletion } from "./session-tombstones.js";
+import { keyReused, refuseDeletedSeqs, seqsDeleted, sessionNotFound, storeClosed, storeShuttingDown } from "./session-refusals.js";
+import type {
+  AppendOptions,
+  AppendResult,
+  DeleteOptions,
+  DeleteResult,
+  EventWatcher,
+  JournalReading,
+  SessionsWatcher,
+  SessionStoreApi,
+  SessionStoreLimits,
+  SessionView,
+  WatchAllOptions,
+  WatchEvent,
+  WatchOptions,
+} from "./session-store-api.js";
+import { findDeletedKey, repeatedDeletion } from "./session-tombstones.js";
+import { storeLimits } from "./store-limits.js";
 import { SweepSchedule } from "./sweep-schedule.js";
 import { isCompletedPhase } from "./vocabulary.js";
-import {
-  DEFAULT_MAX_BUFFERED,
-  WatchHub,
-  type EventWatcher,
-  type SessionsWatcher,
-  type WatchAllOptions,
-  type WatchBacklog,
-  type WatchEvent,
-  type WatchOptions,
-} from "./watch-hub.js";
+import { WatchHub, type WatchBacklog } from "./watch-hub.js";
 import { runRevisionBase } from "@berth/shared/revision-history";
 
 export { MAX_IDEMPOTENCY_KEY_LENGTH } from "./append-input.js";
-export type { AppendOptions, AppendResult } from "./append-pipeline.js";
-export type { SessionStoreApi, SessionStoreLimits, SessionView } from "./session-store-api.js";
+export type { AppendOptions, AppendResult, SessionStoreApi, SessionStoreLimits, SessionView } from "./session-store-api.js";
 export { sessionNotFound, UNAVAILABLE_RETRY_AFTER_MS, type ExpectedState } from "./session-refusals.js";
 
-/** The largest event (its JSON, in bytes) accepted by default. */
-export const DEFAULT_MAX_EVENT_BYTES = 1024 * 1024;
-/** Events in one append accepted by default. */
-export const DEFAULT_MAX_EVENTS_PER_APPEND = 10_000;
+export { DEFAULT_MAX_EVENT_BYTES, DEFAULT_MAX_EVENTS_PER_APPEND } from "./store-limits.js";
 
 /** What the store is built from: its journals, and the limits it enforces. */
 export interface SessionStoreCoreOptions {
@@ -88,10 +91,8 @@ export class SessionStore implements SessionStoreApi {
   private readonly journals: JournalStore;
   private readonly clock: Clock;
   private readonly logger: Logger | undefined;
-  private readonly maxEventBytes: number;
-  private readonly maxEventsPerAppend: number;
-  private readonly maxBuffered: number;
-  private readonly completedRetentionMs: number | undefined;
+  /** The limits it enforces (see store-limits.ts). */
+  private readonly settings: Readonly<SessionStoreLimits>;
   private readonly hub: WatchHub;
   private readonly appends: AppendPipeline;
   private readonly background = new Set<Promise<void>>();
@@ -99,7 +100,6 @@ export class SessionStore implements SessionStoreApi {
   /** Deletions in progress, per session: appends to the session wait for them. */
   private readonly deletions = new Map<string, Promise<unknown>>();
   private readonly retention: CompletedRetention | undefined;
-  private readonly idempotencyWindowMs: number;
   /** Prunes the tombstones' deletions once their idempotency window has passed. */
   private readonly tombstoneSweeps: SweepSchedule;
 
@@ -107,12 +107,8 @@ export class SessionStore implements SessionStoreApi {
     this.journals = options.journals;
     this.clock = options.clock ?? systemClock;
     this.logger = options.logger;
-    this.maxEventBytes = options.maxEventBytes ?? DEFAULT_MAX_EVENT_BYTES;
-    this.maxEventsPerAppend = options.maxEventsPerAppend ?? DEFAULT_MAX_EVENTS_PER_APPEND;
-    this.maxBuffered = options.maxBuffered ?? DEFAULT_MAX_BUFFERED;
-    this.completedRetentionMs = options.completedRetentionMs;
-    this.idempotencyWindowMs = options.idempotencyWindowMs ?? DEFAULT_IDEMPOTENCY_WINDOW_MS;
-    this.hub = new WatchHub(this.maxBuffered, runRevisionBase(this.clock));
+    this.settings = storeLimits(options);
+    this.hub = new WatchHub(this.settings.maxBuffered, runRevisionBase(this.clock));
     this.journals.listen({
       appended: (id, appends) => {
         for (const append of appends) this.hub.publish(id, [...append]);
@@ -131,9 +127,9 @@ export class SessionStore implements SessionStoreApi {
       retention: this.retention,
       clock: this.clock,
       logger: this.logger,
-      limits: { maxEventBytes: this.maxEventBytes, maxEventsPerAppend: this.maxEventsPerAppend },
+      limits: this.settings,
       deletions: this.deletions,
-      idempotencyWindowMs: this.idempotencyWindowMs,
+      idempotencyWindowMs: this.settings.idempotencyWindowMs,
       assertOpen: () => this.assertOpen(),
     });
     if (this.retention !== undefined) this.track(this.retention.start());
@@ -143,8 +139,8 @@ export class SessionStore implements SessionStoreApi {
       logger: this.logger,
       sweepOnce: async () => {
         // A deletion is remembered while now < deletedAt + window: forget those made at or before now - window.
-        const oldest = this.journals.pruneTombstones(this.clock.now() - this.idempotencyWindowMs + 1);
-        this.tombstoneSweeps.rearm(oldest + this.idempotencyWindowMs);
+        const oldest = this.journals.pruneTombstones(this.clock.now() - this.settings.idempotencyWindowMs + 1);
+        this.tombstoneSweeps.rearm(oldest + this.settings.idempotencyWindowMs);
       },
     });
     this.track(this.tombstoneSweeps.sweep());
@@ -258,7 +254,7 @@ export class SessionStore implements SessionStoreApi {
       if (ikey !== undefined) {
         const live = journal?.exists ? journal.findKey(ikey) : undefined;
         if (live !== undefined) throw keyReused(sessionId, ikey, live);
-        const known = findDeletedKey(this.journals.tombstone(sessionId), ikey, this.clock.now(), this.idempotencyWindowMs);
+        const known = findDeletedKey(this.journals.tombstone(sessionId), ikey, this.clock.now(), this.settings.idempotencyWindowMs);
         // A deletion whose tombstone was written but whose journal outlived a crash is done again;
         // any other is answered as it was (the session may have been created again since).
         if (known !== undefined && !(known.kind === "deletion" && journal?.exists && known.deletion.lastSeq === lastSeq)) {
@@ -272,7 +268,7 @@ export class SessionStore implements SessionStoreApi {
         await journal.idle();
         continue;
       }
-      if (options.expectedSeq !== undefined && options.expectedSeq !== lastSeq) throw seqConflict(sessionId, lastSeq, options.expectedSeq, undefined);
+      checkExpectation(sessionId, lastSeq, { expectedSeq: options.expectedSeq });
       const { keys, firstSeq } = await burialOf(journal);
       // Reading the keys back may have let the session move (a foreign write, an eviction).
       if (this.journals.open(sessionId) !== journal || journal.writing || journal.nextSeq - 1 !== lastSeq) continue;
@@ -287,7 +283,7 @@ export class SessionStore implements SessionStoreApi {
         },
         keys,
       });
-      this.tombstoneSweeps.due(deletedAt + this.idempotencyWindowMs);
+      this.tombstoneSweeps.due(deletedAt + this.settings.idempotencyWindowMs);
       this.logger?.info({ sessionId, lastSeq }, "session deleted");
       this.retention?.forget(sessionId);
       this.hub.sessionDeleted(sessionId, lastSeq);
@@ -350,7 +346,7 @@ export class SessionStore implements SessionStoreApi {
     this.journals.follow();
     // The seqs of a session deleted since cannot be waited for: the new one continues after them.
     const deletedThrough = this.journals.open(sessionId)?.exists ? 0 : (this.journals.tombstone(sessionId)?.lastSeq ?? 0);
-    if (fromSeq > 1 && fromSeq <= deletedThrough) throw seqsDeleted(sessionId, fromSeq, deletedThrough + 1);
+    refuseDeletedSeqs(sessionId, fromSeq, deletedThrough);
     return this.hub.watchSession(sessionId, fromSeq, options, (): WatchBacklog => {
       const journal = this.journals.open(sessionId);
       if (!journal?.exists) return { lastSeq: 0, snapshot: baseSnapshot(sessionId), entries: () => emptyIterator() };
@@ -390,14 +386,7 @@ export class SessionStore implements SessionStoreApi {
 
   /** The limits the store enforces (what GetLimits reports). */
   limits(): SessionStoreLimits {
-    return {
-      maxEventBytes: this.maxEventBytes,
-      maxEventsPerAppend: this.maxEventsPerAppend,
-      maxBuffered: this.maxBuffered,
-      maxIdempotencyKeyLength: MAX_IDEMPOTENCY_KEY_LENGTH,
-      completedRetentionMs: this.completedRetentionMs,
-      idempotencyWindowMs: this.idempotencyWindowMs,
-    };
+    return { ...this.settings };
   }
 
   /** Counters for metrics. */
@@ -423,12 +412,7 @@ export class SessionStore implements SessionStoreApi {
     this.closed = true;
     // Closed at once: nothing new is scheduled from here on; it settles and writes below.
     const closing = this.journals.close();
-    this.hub.close(
-      new BerthError("unavailable", "the session store is shutting down; watch again when it is back", undefined, {
-        reason: "SHUTTING_DOWN",
-        retryAfterMs: UNAVAILABLE_RETRY_AFTER_MS,
-      }),
-    );
+    this.hub.close(storeShuttingDown());
     await this.retention?.stop();
     await this.tombstoneSweeps.stop();
     await this.settled();
@@ -443,8 +427,7 @@ export class SessionStore implements SessionStoreApi {
   }
 
   private assertOpen(): void {
-    if (this.closed)
-      throw new BerthError("unavailable", "the session store is closed", undefined, { reason: "SHUTTING_DOWN", retryAfterMs: UNAVAILABLE_RETRY_AFTER_MS });
+    if (this.closed) throw storeClosed();
   }
 }
 
@@ -472,14 +455,4 @@ async function burialOf(journal: SessionJournal): Promise<{ keys: Map<string, Ke
     if (events.length === record.lastSeq - record.firstSeq + 1) keys.set(key, { ...record, digest: eventsDigest(events) });
   }
   return { keys, firstSeq: firstSeq ?? journal.nextSeq };
-}
-
-function emptyIterator<T>(): AsyncIterableIterator<T> {
-  return {
-    next: () => Promise.resolve({ value: undefined, done: true }),
-    return: () => Promise.resolve({ value: undefined, done: true }),
-    [Symbol.asyncIterator]() {
-      return this;
-    },
-  };
 }

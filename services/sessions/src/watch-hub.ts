@@ -1,7 +1,8 @@
 /**
  * Live watchers of sessions. The store publishes each append once it is durable: its entries, in
- * order, with the snapshot each produced. Each watcher has its own bounded buffer. A watcher of one session first gets the backlog read from the journal,
- * then a caught-up marker, then the live entries — it subscribes *before* the backlog is read and
+ * order, with the snapshot each produced. Each watcher (hub-watchers.ts) has its own bounded
+ * buffer. A watcher of one session first gets the backlog read from the journal, then a
+ * caught-up marker, then the live entries — it subscribes *before* the backlog is read and
  * drops live entries it already got from the backlog, so nothing is skipped or repeated across
  * the switch. A watcher whose buffer overflows is ended with resource_exhausted WATCHER_LAGGED
  * naming the seq to resume from: it may be told to come back, but it never silently misses an
@@ -14,10 +15,13 @@
  * before another process rewrote a journal) is a reset: its caller describes the current state.
  */
 import { systemClock } from "@berth/shared/clock";
-import { BerthError } from "@berth/shared/errors";
+import type { BerthError } from "@berth/shared/errors";
 import { RevisionHistory, runRevisionBase } from "@berth/shared/revision-history";
-import type { EntryIntegrity, StoredEntry } from "./journal/journal-store.js";
-import type { JournalEntry, SessionSnapshot } from "./reducer.js";
+import type { StoredEntry } from "./journal/journal-store.js";
+import type { SessionSnapshot } from "./reducer.js";
+import { AllSessionsWatcher, SessionWatcher, type Subscriber } from "./hub-watchers.js";
+import { storeShuttingDown, watchedSessionDeleted } from "./session-refusals.js";
+import type { EventWatcher, SessionChange, SessionsWatcher, SessionsWatchStart, WatchAllOptions, WatchEvent, WatchOptions } from "./session-store-api.js";
 
 /** How many undelivered entries a watcher may have before it is ended. */
 export const DEFAULT_MAX_BUFFERED = 1000;
@@ -30,90 +34,6 @@ export const HISTORY_PER_BUFFER = 4;
 
 /** The fewest sessions' snapshots held before the replay's snapshots are swept. */
 const MIN_SNAPSHOT_SWEEP = 64;
-
-/** A journal entry delivered to a watcher, with the snapshot it produced when asked for. */
-export interface WatchEntry {
-  kind: "entry";
-  entry: JournalEntry;
-  /** The idempotency key the entry was appended with (see {@link StoredEntry}). */
-  idempotencyKey: string | undefined;
-  /** The checksum verdict of the entry's line (see {@link EntryIntegrity}). */
-  integrity: EntryIntegrity;
-  /** The session's snapshot right after this entry (live entries of a watcher that asked only). */
-  snapshot?: SessionSnapshot;
-}
-
-/** The end of the backlog: every entry up to `lastSeq` has been delivered (or was before `fromSeq`). */
-export interface WatchCaughtUp {
-  kind: "caught_up";
-  lastSeq: number;
-  /** The snapshot at `lastSeq`, for a watcher that asked for snapshots. */
-  snapshot?: SessionSnapshot;
-}
-
-/** What a session watcher yields. */
-export type WatchEvent = WatchEntry | WatchCaughtUp;
-
-/** A watcher: an async iterator that can also hand out what is already buffered, all at once. */
-export interface EventWatcher<T> extends AsyncIterableIterator<T> {
-  /** Up to `max` live items already buffered, in order; never waits (see the watcher's doc). */
-  takeBuffered(max: number): T[];
-}
-
-/**
- * A change of any session, as `watchAll` yields it: one per append call, however many events it
- * appended (an AppendEvents of N events is one change covering `firstSeq`..`lastSeq`), or the
- * session's deletion. A watcher of every session wants to know which sessions moved and where
- * they are now, not each step; one change per call also keeps its buffer (and its lag bound)
- * counting calls, so a single large batch cannot overflow it.
- */
-export interface SessionChange {
-  sessionId: string;
-  /** The seq of the append's first entry (`lastSeq` for a deletion). */
-  firstSeq: number;
-  /** The seq of its last entry: the session's last seq after the change (before it, for a deletion). */
-  lastSeq: number;
-  /** The append's last entry; undefined for a deletion. */
-  entry: JournalEntry | undefined;
-  /** The snapshot after the whole append (for a watcher that asked for snapshots). */
-  snapshot?: SessionSnapshot;
-  /** The session was deleted. */
-  deleted: boolean;
-  /** The change's revision: growing with each change of any session (etcd's on the etcd store). */
-  revision: number;
-}
-
-/** Where a watch of every session starts. */
-export interface SessionsWatchStart {
-  /** Every change after this revision is yielded. */
-  after: number;
-  /** The revision up to which the yielded changes are a replay (`after` when nothing is replayed). */
-  caughtUpAt: number;
-  /** The asked start revision could not be replayed: the watch starts at the current revision instead. */
-  reset: boolean;
-}
-
-/** Options of a watcher of every session. */
-export interface WatchAllOptions extends WatchOptions {
-  /** Replay the changes after this revision first (0 or unset: from now). */
-  startRevision?: number;
-}
-
-/** A watcher of every session. */
-export interface SessionsWatcher extends AsyncIterableIterator<SessionChange> {
-  /** Where it starts; settles once it is subscribed. */
-  readonly started: Promise<SessionsWatchStart>;
-  /** The revision up to which every change has been taken by its reader (for progress messages). */
-  progressRevision(): number;
-}
-
-/** Options of a watcher. */
-export interface WatchOptions {
-  /** Attach to each live entry the snapshot it produced (and the current one to the caught-up marker). */
-  includeSnapshot?: boolean;
-  /** Undelivered entries allowed before the watcher is ended (default {@link DEFAULT_MAX_BUFFERED}). */
-  maxBuffered?: number;
-}
 
 /** A newly durable entry as the store publishes it (one of an append's). */
 export interface PublishedEntry extends StoredEntry {
@@ -131,345 +51,6 @@ export interface WatchBacklog {
   snapshot: SessionSnapshot;
   /** Entries with seq ≥ the watcher's `fromSeq`, up to `lastSeq`, in journal order (read lazily). */
   entries(): AsyncIterator<StoredEntry>;
-}
-
-interface Subscriber<I> {
-  includeSnapshot: boolean;
-  deliver(sessionId: string, input: I): void;
-  fail(error: BerthError): void;
-  /** The error that ends this watcher, resumably, for `why` (falling behind, or a history it cannot follow). */
-  cutOff(why: string): BerthError;
-}
-
-/** A FIFO with O(1) shift. */
-class Queue<T> {
-  private items: T[] = [];
-  private head = 0;
-  get length(): number {
-    return this.items.length - this.head;
-  }
-  push(item: T): void {
-    this.items.push(item);
-  }
-  shift(): T | undefined {
-    if (this.head >= this.items.length) return undefined;
-    const item = this.items[this.head]!;
-    this.items[this.head++] = undefined as T;
-    if (this.head > 1024 && this.head * 2 > this.items.length) {
-      this.items = this.items.slice(this.head);
-      this.head = 0;
-    }
-    return item;
-  }
-  clear(): void {
-    this.items = [];
-    this.head = 0;
-  }
-}
-
-type Waiter<T> = { resolve(result: IteratorResult<T>): void; reject(error: unknown): void };
-
-/**
- * The part shared by both kinds of watcher: a live buffer bounded by `maxBuffered`, one waiting
- * `next()`, and an end that is either clean (`return()`) or an error delivered at the next pull.
- */
-abstract class Watcher<T, I> implements EventWatcher<T>, Subscriber<I> {
-  readonly includeSnapshot: boolean;
-  protected readonly live = new Queue<T>();
-  protected waiter: Waiter<T> | undefined;
-  protected ended = false;
-  protected failure: BerthError | undefined;
-  private pulling: Promise<unknown> = Promise.resolve();
-
-  constructor(
-    options: WatchOptions,
-    private readonly maxBuffered: number,
-    private readonly unsubscribe: () => void,
-  ) {
-    this.includeSnapshot = options.includeSnapshot === true;
-  }
-
-  /** The item what was published becomes for this watcher, or undefined to skip it. */
-  protected abstract accept(sessionId: string, input: I): T | undefined;
-  /** The error that ends this watcher when it falls behind. */
-  protected abstract fellBehind(): BerthError;
-  abstract cutOff(why: string): BerthError;
-  /** Whether live items may be handed out (the session watcher holds them back during its backlog). */
-  protected abstract get liveOpen(): boolean;
-  /** The next item before the live ones (the session watcher's backlog and marker). */
-  protected abstract nextBeforeLive(): Promise<IteratorResult<T> | undefined>;
-
-  deliver(sessionId: string, input: I): void {
-    if (this.ended || this.failure) return;
-    const value = this.accept(sessionId, input);
-    if (value === undefined) return;
-    if (this.waiter && this.liveOpen && this.live.length === 0) {
-      if (this.alreadyDelivered(value)) return;
-      const waiter = this.waiter;
-      this.waiter = undefined;
-      this.onDelivered(value);
-      waiter.resolve({ value, done: false });
-      return;
-    }
-    this.live.push(value);
-    if (this.live.length > this.maxBuffered) this.fail(this.fellBehind());
-  }
-
-  fail(error: BerthError): void {
-    if (this.ended || this.failure) return;
-    this.failure = error;
-    this.live.clear();
-    this.unsubscribe();
-    const waiter = this.waiter;
-    this.waiter = undefined;
-    if (waiter) {
-      this.ended = true;
-      waiter.reject(error);
-    }
-  }
-
-  /** Called for every item handed to the consumer. */
-  protected onDelivered(_value: T): void {}
-
-  /** True for a live item the consumer already has (the session watcher's backlog overlap). */
-  protected alreadyDelivered(_value: T): boolean {
-    return false;
-  }
-
-  next(): Promise<IteratorResult<T>> {
-    // Pulls are served one at a time, in order, even if a consumer does not await between them.
-    const result = this.pulling.then(() => this.pull());
-    this.pulling = result.catch(() => undefined);
-    return result;
-  }
-
-  private async pull(): Promise<IteratorResult<T>> {
-    for (;;) {
-      if (this.ended) return { value: undefined, done: true };
-      if (this.failure) {
-        this.ended = true;
-        throw this.failure;
-      }
-      if (!this.liveOpen) {
-        let early: IteratorResult<T> | undefined;
-        try {
-          early = await this.nextBeforeLive();
-        } catch (error) {
-          this.end();
-          throw error;
-        }
-        if (early) {
-          if (this.ended) return { value: undefined, done: true };
-          // Ended while reading: the error names the last entry handed out, so this one is not.
-          if (this.failure) continue;
-          if (!early.done) this.onDelivered(early.value);
-          return early;
-        }
-        continue;
-      }
-      let value = this.live.shift();
-      while (value !== undefined && this.alreadyDelivered(value)) value = this.live.shift();
-      if (value !== undefined) {
-        this.onDelivered(value);
-        return { value, done: false };
-      }
-      return new Promise<IteratorResult<T>>((resolve, reject) => {
-        this.waiter = { resolve, reject };
-      });
-    }
-  }
-
-  /**
-   * Up to `max` live items already buffered, handed out at once (in order, as `next()` would):
-   * what a consumer that sends several items per message takes after a `next()`. Never waits;
-   * empty before the live part, once ended, or with nothing buffered.
-   */
-  takeBuffered(max: number): T[] {
-    const taken: T[] = [];
-    if (this.ended || this.failure || !this.liveOpen) return taken;
-    while (taken.length < max) {
-      const value = this.live.shift();
-      if (value === undefined) break;
-      if (this.alreadyDelivered(value)) continue;
-      this.onDelivered(value);
-      taken.push(value);
-    }
-    return taken;
-  }
-
-  return(): Promise<IteratorResult<T>> {
-    this.end();
-    return Promise.resolve({ value: undefined, done: true });
-  }
-
-  throw(error?: unknown): Promise<IteratorResult<T>> {
-    this.end();
-    return Promise.reject(error);
-  }
-
-  /** Ends the watcher now: unsubscribes and releases a pending `next()`. */
-  protected end(): void {
-    if (this.ended) return;
-    this.ended = true;
-    this.live.clear();
-    this.unsubscribe();
-    const waiter = this.waiter;
-    this.waiter = undefined;
-    waiter?.resolve({ value: undefined, done: true });
-  }
-
-  [Symbol.asyncIterator](): this {
-    return this;
-  }
-}
-
-class SessionWatcher extends Watcher<WatchEvent, PublishedEntry> {
-  private phase: "backlog" | "live" = "backlog";
-  private backlog: WatchBacklog | undefined;
-  private backlogEntries: AsyncIterator<StoredEntry> | undefined;
-  /** The seq of the last entry handed to the consumer; what a resume continues after. */
-  private lastDelivered: number;
-
-  constructor(
-    private readonly sessionId: string,
-    private readonly fromSeq: number,
-    options: WatchOptions,
-    maxBuffered: number,
-    unsubscribe: () => void,
-  ) {
-    super(options, maxBuffered, unsubscribe);
-    this.lastDelivered = fromSeq - 1;
-  }
-
-  start(backlog: WatchBacklog): void {
-    this.backlog = backlog;
-  }
-
-  protected override get liveOpen(): boolean {
-    return this.phase === "live";
-  }
-
-  protected override accept(_sessionId: string, item: PublishedEntry): WatchEvent | undefined {
-    if (item.entry.seq < this.fromSeq) return undefined;
-    const value: WatchEntry = { kind: "entry", entry: item.entry, idempotencyKey: item.idempotencyKey, integrity: item.integrity };
-    if (this.includeSnapshot && item.snapshot) value.snapshot = item.snapshot;
-    return value;
-  }
-
-  protected override onDelivered(value: WatchEvent): void {
-    if (value.kind === "entry") this.lastDelivered = Math.max(this.lastDelivered, value.entry.seq);
-  }
-
-  // De-duplicates across the backlog → live switch: an entry already read from the journal is not
-  // handed out again when a live copy of it comes by.
-  protected override alreadyDelivered(value: WatchEvent): boolean {
-    return value.kind === "entry" && value.entry.seq <= this.lastDelivered;
-  }
-
-  protected override fellBehind(): BerthError {
-    return this.cutOff(`watcher of session ${this.sessionId} fell behind`);
-  }
-
-  /** Its client resumes from the journal after the last entry it got. */
-  cutOff(why: string): BerthError {
-    const lastSeq = this.lastDelivered;
-    return new BerthError(
-      "resource_exhausted",
-      `${why} at seq ${lastSeq}; resume with from_seq=${lastSeq + 1}`,
-      { sessionId: this.sessionId, lastSeq },
-      { reason: "WATCHER_LAGGED" },
-    );
-  }
-
-  protected override async nextBeforeLive(): Promise<IteratorResult<WatchEvent> | undefined> {
-    const backlog = this.backlog!;
-    if (this.phase === "backlog") {
-      this.backlogEntries ??= backlog.entries();
-      const step = await this.backlogEntries.next();
-      if (!step.done) {
-        // Entries past the subscription point arrive live; the backlog stops where they start.
-        const { entry, idempotencyKey, integrity } = step.value;
-        if (entry.seq > backlog.lastSeq || entry.seq <= this.lastDelivered) return undefined;
-        return { value: { kind: "entry", entry, idempotencyKey, integrity }, done: false };
-      }
-    }
-    this.phase = "live";
-    // Everything up to the subscription point was in the backlog (or before fromSeq).
-    this.lastDelivered = Math.max(this.lastDelivered, backlog.lastSeq);
-    const marker: WatchCaughtUp = { kind: "caught_up", lastSeq: backlog.lastSeq };
-    if (this.includeSnapshot) marker.snapshot = backlog.snapshot;
-    return { value: marker, done: false };
-  }
-
-  protected override end(): void {
-    super.end();
-    void this.backlogEntries?.return?.();
-  }
-
-  override fail(error: BerthError): void {
-    super.fail(error);
-    if (this.failure) void this.backlogEntries?.return?.();
-  }
-}
-
-class AllSessionsWatcher extends Watcher<SessionChange, SessionChange> {
-  private delivered = 0;
-  private taken: number;
-  started!: Promise<SessionsWatchStart>;
-
-  constructor(
-    options: WatchOptions,
-    maxBuffered: number,
-    unsubscribe: () => void,
-    after: number,
-    private readonly currentRevision: () => number,
-  ) {
-    super(options, maxBuffered, unsubscribe);
-    this.taken = after;
-  }
-
-  /** Queues replayed changes ahead of the live ones. */
-  replay(changes: readonly SessionChange[]): void {
-    for (const change of changes) this.live.push(this.accept("", change));
-  }
-
-  progressRevision(): number {
-    // Nothing waiting: every change published so far has been taken.
-    return this.live.length === 0 && !this.failure ? Math.max(this.taken, this.currentRevision()) : this.taken;
-  }
-
-  protected override get liveOpen(): boolean {
-    return true;
-  }
-
-  protected override accept(_sessionId: string, change: SessionChange): SessionChange {
-    if (this.includeSnapshot || change.snapshot === undefined) return change;
-    const { snapshot: _dropped, ...bare } = change;
-    return bare;
-  }
-
-  protected override onDelivered(change: SessionChange): void {
-    this.delivered++;
-    this.taken = change.revision;
-  }
-
-  protected override fellBehind(): BerthError {
-    return this.cutOff("watcher of all sessions fell behind");
-  }
-
-  /** Its client watches again from the last revision it took. */
-  cutOff(why: string): BerthError {
-    return sessionsLagged(`${why} after ${this.delivered} changes`, this.taken);
-  }
-
-  protected override nextBeforeLive(): Promise<undefined> {
-    return Promise.resolve(undefined);
-  }
-}
-
-/** WATCHER_LAGGED for a watcher of every session, naming the revision to resume from (`lastRevision`). */
-export function sessionsLagged(why: string, lastRevision: number): BerthError {
-  return new BerthError("resource_exhausted", `${why}; resume with start_revision=${lastRevision}`, { lastRevision }, { reason: "WATCHER_LAGGED" });
 }
 
 /** The registry of watchers of one session store. */
@@ -550,14 +131,7 @@ export class WatchHub {
    */
   sessionDeleted(sessionId: string, lastSeq: number): void {
     for (const watcher of [...(this.bySession.get(sessionId) ?? [])]) {
-      watcher.fail(
-        new BerthError(
-          "not_found",
-          `session ${sessionId} was deleted (at seq ${lastSeq}); a session created again under this id continues from seq ${lastSeq + 1}`,
-          { sessionId, lastSeq },
-          { reason: "SESSION_DELETED" },
-        ),
-      );
+      watcher.fail(watchedSessionDeleted(sessionId, lastSeq));
     }
     this.changed({ sessionId, firstSeq: lastSeq, lastSeq, entry: undefined, deleted: true });
   }
@@ -653,9 +227,7 @@ export class WatchHub {
   }
 
   /** Ends every watcher with `error` (delivered at its next pull) and refuses new ones. */
-  close(
-    error = new BerthError("unavailable", "the session store is shutting down; watch again when it is back", undefined, { reason: "SHUTTING_DOWN" }),
-  ): void {
+  close(error = storeShuttingDown()): void {
     this.closedWith = error;
     for (const set of [...this.bySession.values()]) for (const watcher of [...set]) watcher.fail(error);
     for (const watcher of [...this.everySession]) watcher.fail(error);

@@ -10,7 +10,7 @@ import { create, fromJson, type JsonObject } from "@bufbuild/protobuf";
 import { durationFromMs, StructSchema } from "@bufbuild/protobuf/wkt";
 import { BadRequestSchema, ErrorInfoSchema, RetryInfoSchema } from "@berth/api/google/rpc/error_details_pb";
 import { ANY_CALL_REASONS } from "@berth/wire/reasons";
-import { isBerthError, type BerthCode, type BerthError } from "../errors.js";
+import { isBerthError, UNAVAILABLE_RETRY_AFTER_MS, type BerthCode, type BerthError } from "../errors.js";
 import type { Logger } from "../logger.js";
 import { REQUEST_REASONS, requestErrorOf } from "./request-errors.js";
 import { descriptorShortageIn, relieveDescriptorShortage } from "../descriptors.js";
@@ -132,9 +132,6 @@ export function berthErrorToConnect(error: BerthError, domain = ""): ConnectErro
 
 /** A detail as a handler attaches it: a message with its schema. */
 type OutgoingDetail = Extract<ConnectError["details"][number], { desc: unknown }>;
-
-/** The delay a client should wait before retrying a call the service was too busy or too closed to take. */
-export const UNAVAILABLE_RETRY_AFTER_MS = 1000;
 
 /**
  * The reason of an error that reached the client without one of berth's own (raised by Connect,

@@ -4,7 +4,7 @@ import { createEtcdClient, type EtcdClient } from "@berth/etcd";
 import { startEtcd, type EtcdCluster } from "@berth/etcd/testing";
 import { eventsDigest } from "../event-digest.js";
 import { applyEvent, baseSnapshot } from "../reducer.js";
-import type { WatchEvent } from "../watch-hub.js";
+import type { WatchEvent } from "../session-store-api.js";
 import { EtcdJournal, type PreparedEvent } from "./etcd-journal.js";
 import { EtcdLocks } from "./etcd-locks.js";
 import { berthRefusal } from "@berth/shared/testing/berth-refusal";

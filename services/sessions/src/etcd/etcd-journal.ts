@@ -15,14 +15,16 @@
  *   WATCHER_LAGGED, resumable by seq, as the file store's watchers end when they fall behind.
  * - Snapshots are a cache under `s/`, written only while the head is the incarnation they were
  *   built from, and rebuilt from the journal's tail.
+ *
+ * Here: appends and deletions, and the head they compare. The reads are in etcd-journal-reads.ts,
+ * the watches in etcd-journal-watches.ts, the snapshots in etcd-snapshots.ts, the tombstones'
+ * sweep in etcd-tombstone-sweep.ts, and what the keys hold in etcd-journal-records.ts.
  */
-import { randomUUID } from "node:crypto";
 import { systemClock, type Clock } from "@berth/shared/clock";
-import { BerthError, invalidArgument, isBerthError } from "@berth/shared/errors";
+import { invalidArgument, isBerthError } from "@berth/shared/errors";
 import {
   compare,
   EtcdReason,
-  isEtcdCompacted,
   op,
   type EtcdClient,
   type KeyValue,
@@ -32,50 +34,39 @@ import {
   type TxnRequestInit,
   type TxnResult,
 } from "@berth/etcd";
-import { AppendTracker, storedEntry } from "../journal/journal-file.js";
-import type { StoredEntry } from "../journal/journal-store.js";
-import { decodeJournalLine, encodeJournalLine, forEachLine, isBlankLine } from "../journal/journal-format.js";
-import { applyEvent, baseSnapshot, type JournalEntry, type SessionSnapshot } from "../reducer.js";
-import { keyReused, seqConflict, seqsDeleted, sessionNotFound, type ExpectedState } from "../session-refusals.js";
+import type { PreparedEvent } from "../append-input.js";
+import { checkExpectation, expectationHolds } from "../append-rules.js";
+import type { KeyRecord, Tombstone } from "../journal/journal-store.js";
+import { encodeJournalLine } from "../journal/journal-format.js";
+import type { JournalEntry, SessionSnapshot } from "../reducer.js";
+import { keyReused, seqConflict, sessionNotFound, type ExpectedState } from "../session-refusals.js";
+import type { SessionChange, WatchEvent } from "../session-store-api.js";
 import {
   DEFAULT_IDEMPOTENCY_WINDOW_MS,
   findDeletedKey,
   refuseAppendOfDeletedKey,
-  remembered,
   repeatedDeletion,
   type Deletion,
   type DeletedKey,
 } from "../session-tombstones.js";
-import type { KeyRecord, Tombstone } from "../journal/journal-store.js";
-import type { SessionChange, WatchEvent } from "../watch-hub.js";
-import {
-  entriesPrefix,
-  entryKey,
-  headKey,
-  HEADS,
-  idempotencyKey,
-  idempotencyPrefix,
-  lockWaitersPrefix,
-  sessionOfHead,
-  sessionOfTombstone,
-  snapshotKey,
-  tombstoneKey,
-  TOMBSTONES,
-} from "./store-keys.js";
+import { appendRefusedByEtcd, appendTooLarge, fenceRejected, REQUEST_OVERHEAD_BYTES } from "./etcd-append-refusals.js";
 import { ETCD_DEFAULT_MAX_REQUEST_BYTES } from "./etcd-defaults.js";
+import { headOf, headValue, jsonOf, NO_HEAD, tombstoneOf, type Head, type TombstoneValue } from "./etcd-journal-records.js";
+import { listSessions, readJournal, type JournalRead, type ListedSession } from "./etcd-journal-reads.js";
+import { watchAllSessions, watchHeads, watchSession } from "./etcd-journal-watches.js";
+import { readState, saveSnapshot } from "./etcd-snapshots.js";
+import { sweepTombstones } from "./etcd-tombstone-sweep.js";
+import { entriesPrefix, entryKey, headKey, idempotencyKey, lockWaitersPrefix, snapshotKey, tombstoneKey } from "./store-keys.js";
 
-/** Room left in a request for everything but the entries' lines (keys, head, idempotency record, compares). */
-const REQUEST_OVERHEAD_BYTES = 4 * 1024;
+export type { PreparedEvent } from "../append-input.js";
+export { decodeAppend } from "./etcd-journal-records.js";
+export { fenceRejected } from "./etcd-append-refusals.js";
+export type { JournalRead, ListedSession } from "./etcd-journal-reads.js";
+
 /** Appends (entry keys) per page of a read. */
 const DEFAULT_PAGE_APPENDS = 256;
 /** Heads remembered, so that an append usually costs one round trip. */
 const HEAD_CACHE_SIZE = 10_000;
-
-/** An event as the store hands it to a journal: checked, and in the form the journal keeps. */
-export interface PreparedEvent {
-  readonly type: string;
-  readonly event: Record<string, unknown>;
-}
 
 /**
  * A fence resolved against etcd: `key` is the lock's holder key whose create revision is `token`
@@ -113,58 +104,6 @@ export interface EtcdAppendResult {
   readonly created: boolean;
 }
 
-/** A session's head as etcd has it, with its tombstone: what an append compares. */
-interface Head {
-  readonly seq: number;
-  /** The mod revision of `h/<session>` (0n: no head, no session). */
-  readonly mod: bigint;
-  /** The create revision of `h/<session>`: the session's incarnation (a deleted and re-created session has a new one). */
-  readonly create: bigint;
-  /** The seq of the incarnation's first entry (0: no session). */
-  readonly first: number;
-  /** The session's tombstone (what its deletions left); its mod revision is 0n when it was never deleted. */
-  readonly tomb: TombstoneValue;
-}
-
-/** A tombstone as `t/<session>` holds it (see session-tombstones.ts); the keys of its deletions stay under `i/`. */
-interface TombstoneValue {
-  /** The mod revision of `t/<session>` (0n: never deleted). */
-  readonly mod: bigint;
-  /** The last seq the session reached before its last deletion (0: never deleted). */
-  readonly lastSeq: number;
-  /** Its deletions within the idempotency window (as of the last deletion), oldest first. */
-  readonly deletions: readonly Deletion[];
-}
-
-const NO_TOMBSTONE: TombstoneValue = { mod: 0n, lastSeq: 0, deletions: [] };
-const NO_HEAD: Head = { seq: 0, mod: 0n, create: 0n, first: 0, tomb: NO_TOMBSTONE };
-
-/** A session's entries from a seq, read at one revision. */
-export interface JournalRead {
-  /** The store's revision the read saw: follow from `revision + 1n`. */
-  readonly revision: bigint;
-  /** The session's last seq at `revision` (0: no session). */
-  readonly lastSeq: number;
-  /** The head's create revision at `revision` (0n: no session). */
-  readonly incarnation: bigint;
-  /** The head's mod revision at `revision` (0n: no session): what a deletion decided on this read compares. */
-  readonly headRevision: bigint;
-  /** The last seq of the session's deleted incarnations (0: never deleted): seqs up to it are gone for good. */
-  readonly deletedThrough: number;
-  /** The entries with seq ≥ the one asked for, in order (pages read at `revision`). */
-  entries(): AsyncGenerator<StoredEntry, void, undefined>;
-}
-
-/** A session as a list finds it. */
-export interface ListedSession {
-  readonly sessionId: string;
-  readonly lastSeq: number;
-  /** The head's create revision. */
-  readonly incarnation: bigint;
-  /** The head's mod revision (the last append's). */
-  readonly headRevision: bigint;
-}
-
 /** A session's state rebuilt from etcd: the cached snapshot plus the journal after it. */
 export interface SessionState {
   readonly sessionId: string;
@@ -175,7 +114,7 @@ export interface SessionState {
   readonly incarnation: bigint;
   /** The head's mod revision the state was read at (0n: no session). */
   readonly headRevision: bigint;
-  /** As in {@link JournalRead}. */
+  /** As in {@link JournalRead} (etcd-journal-reads.ts). */
   readonly deletedThrough: number;
 }
 
@@ -196,10 +135,6 @@ export interface EtcdJournalOptions {
   /** How long a deleted session's idempotency keys keep answering (default 1 h; see session-tombstones.ts). */
   readonly idempotencyWindowMs?: number;
 }
-
-const decoder = new TextDecoder();
-const json = (kv: KeyValue | undefined): Record<string, unknown> | undefined =>
-  kv === undefined ? undefined : (JSON.parse(decoder.decode(kv.value)) as Record<string, unknown>);
 
 /** Session journals in etcd; see the module comment. One per berth instance; any number per cluster. */
 export class EtcdJournal {
@@ -230,7 +165,7 @@ export class EtcdJournal {
     /** The mod revision of a record of `ikey` left by a deletion whose window passed: overwritten, not answered. */
     let expiredKey: bigint | undefined;
     for (;;) {
-      if (!meetsExpectation(head.seq, options)) {
+      if (!expectationHolds(head.seq, options)) {
         // A cached head may be behind: only a head read now refutes the caller.
         if (!fresh) {
           head = await this.readHead(sessionId);
@@ -319,7 +254,7 @@ export class EtcdJournal {
    * thrown (see session-tombstones.ts).
    */
   private answerKnownKey(sessionId: string, ikey: string, kv: KeyValue, tomb: TombstoneValue, digest: string | undefined): "live" | "expired" {
-    const record = json(kv)!;
+    const record = jsonOf(kv)!;
     const deletion = record.deletion === true;
     const lastSeq = Number(record.lastSeq);
     if (!deletion && lastSeq > tomb.lastSeq) return "live";
@@ -440,192 +375,38 @@ export class EtcdJournal {
 
   /**
    * The entries with seq ≥ `fromSeq`, read at one revision: the append holding `fromSeq` and every
-   * later one, in pages. The first page is read before this resolves (so `revision` is known).
+   * later one, in pages (see etcd-journal-reads.ts). The first page is read before this resolves.
    */
-  async read(sessionId: string, fromSeq = 1, limit = 0): Promise<JournalRead> {
-    const prefix = entriesPrefix(sessionId);
-    const prefixEnd = `${prefix.slice(0, -1)}0`; // `/` + 1: the end of the session's entry keys
-    const from = Math.max(1, fromSeq);
-    const first = await this.client.txn({
-      compare: [],
-      success: [
-        op.get({ key: headKey(sessionId) }),
-        op.get({ key: tombstoneKey(sessionId) }),
-        // The append that starts before `from` and may hold it…
-        op.get({ key: prefix, end: entryKey(sessionId, from), sort: { by: "key", order: "descend" }, limit: 1 }),
-        // …and the appends that start at or after it.
-        op.get({ key: entryKey(sessionId, from), end: prefixEnd, sort: { by: "key", order: "ascend" }, limit: this.pageAppends }),
-      ],
-    });
-    const [headResult, tombResult, before, after] = first.results.map((r) => ("get" in r ? r.get : undefined));
-    const revision = first.revision;
-    const head = headOf(headResult?.kvs[0], tombstoneOf(tombResult?.kvs[0]));
-    const client = this.client;
-    const pageAppends = this.pageAppends;
-    async function* entries(): AsyncGenerator<StoredEntry, void, undefined> {
-      let given = 0;
-      const take = function* (kvs: KeyValue[]): Generator<StoredEntry, boolean> {
-        for (const kv of kvs) {
-          for (const stored of decodeAppend(kv.value)) {
-            if (stored.entry.seq < from) continue;
-            if (stored.entry.seq > head.seq) return false;
-            yield stored;
-            if (limit > 0 && ++given >= limit) return false;
-          }
-        }
-        return true;
-      };
-      if (!(yield* take(before?.kvs ?? []))) return;
-      let page = after;
-      while (page !== undefined) {
-        if (!(yield* take(page.kvs))) return;
-        const last = page.kvs.at(-1);
-        if (!page.more || last === undefined) return;
-        page = await client.range({ key: `${last.key}\0`, end: prefixEnd, sort: { by: "key", order: "ascend" }, limit: pageAppends, revision });
-      }
-    }
-    return { revision, lastSeq: head.seq, incarnation: head.create, headRevision: head.mod, deletedThrough: head.tomb.lastSeq, entries };
+  read(sessionId: string, fromSeq = 1, limit = 0): Promise<JournalRead> {
+    return readJournal(this.client, this.pageAppends, sessionId, fromSeq, limit);
   }
 
   /**
    * Watches a session from `fromSeq`: the entries already there, a caught-up marker, then every new
-   * entry as it commits, in order, whichever instance appended it. Ends (returns) when
-   * `signal` aborts; a deleted session ends it with not_found SESSION_DELETED, and a revision etcd
-   * compacted away with resource_exhausted WATCHER_LAGGED naming the seq to resume from.
+   * entry as it commits (see etcd-journal-watches.ts).
    */
-  async *watch(sessionId: string, fromSeq = 1, options: { readonly signal?: AbortSignal } = {}): AsyncGenerator<WatchEvent, void, undefined> {
-    let lastDelivered = Math.max(0, fromSeq - 1);
-    try {
-      const backlog = await this.read(sessionId, fromSeq);
-      refuseDeletedSeqs(sessionId, fromSeq, backlog.deletedThrough);
-      for await (const stored of backlog.entries()) {
-        lastDelivered = stored.entry.seq;
-        yield { kind: "entry", ...stored };
-      }
-      lastDelivered = Math.max(lastDelivered, backlog.lastSeq);
-      yield { kind: "caught_up", lastSeq: backlog.lastSeq };
-      for await (const batch of this.client.watch({
-        key: entriesPrefix(sessionId),
-        prefix: true,
-        startRevision: backlog.revision + 1n,
-        ...(options.signal ? { signal: options.signal } : {}),
-      })) {
-        for (const event of batch.events) {
-          if (event.type === "delete") {
-            throw new BerthError(
-              "not_found",
-              `session ${sessionId} was deleted (at seq ${lastDelivered}); a session created again under this id continues from seq ${lastDelivered + 1}`,
-              { sessionId, lastSeq: lastDelivered },
-              { reason: "SESSION_DELETED" },
-            );
-          }
-          for (const stored of decodeAppend(event.kv.value)) {
-            if (stored.entry.seq <= lastDelivered) continue;
-            lastDelivered = stored.entry.seq;
-            yield { kind: "entry", ...stored };
-          }
-        }
-      }
-    } catch (error) {
-      if (isEtcdCompacted(error)) throw watcherLagged(`watcher of session ${sessionId} fell behind etcd's compaction`, sessionId, lastDelivered);
-      throw error;
-    }
+  watch(sessionId: string, fromSeq = 1, options: { readonly signal?: AbortSignal } = {}): AsyncGenerator<WatchEvent, void, undefined> {
+    return watchSession(this, this.client, sessionId, fromSeq, options);
   }
 
-  /**
-   * Watches every session: one change per append (first..last seq, its last entry), or a session's
-   * deletion (at its last seq), from `startRevision` (default: from now), in revision order. The
-   * changes one transaction made share its revision; `endsRevision` marks the last of them, so a
-   * watcher that stops after it knows its revision is complete.
-   */
-  async *watchAll(
+  /** Watches every session: one change per append, or a session's deletion (see etcd-journal-watches.ts). */
+  watchAll(
     options: { readonly signal?: AbortSignal; readonly startRevision?: bigint } = {},
   ): AsyncGenerator<SessionChange & { endsRevision: boolean }, void, undefined> {
-    try {
-      for await (const batch of this.client.watch({
-        key: "e/",
-        prefix: true,
-        // A deletion's events carry what was deleted: the session's last seq. Entry keys are
-        // written once, so their puts have no previous value to carry.
-        prevKv: true,
-        ...(options.startRevision !== undefined ? { startRevision: options.startRevision } : {}),
-        ...(options.signal ? { signal: options.signal } : {}),
-      })) {
-        // A deletion removes many keys at one revision: one change per session and revision.
-        const changes: SessionChange[] = [];
-        const deletions = new Map<string, SessionChange>();
-        for (const event of batch.events) {
-          const sessionId = event.kv.key.slice(2, event.kv.key.lastIndexOf("/"));
-          const revision = Number(event.kv.modRevision);
-          if (event.type === "put") {
-            const entries = decodeAppend(event.kv.value).map((s) => s.entry);
-            const last = entries.at(-1);
-            if (last === undefined) continue;
-            changes.push({ sessionId, firstSeq: entries[0]!.seq, lastSeq: last.seq, entry: last, deleted: false, revision });
-          } else {
-            const lastSeq = (event.prevKv ? decodeAppend(event.prevKv.value).at(-1)?.entry.seq : undefined) ?? 0;
-            const key = `${revision}/${sessionId}`;
-            const known = deletions.get(key);
-            if (known) {
-              known.lastSeq = Math.max(known.lastSeq, lastSeq);
-              known.firstSeq = known.lastSeq;
-            } else {
-              const change: SessionChange = { sessionId, firstSeq: lastSeq, lastSeq, entry: undefined, deleted: true, revision };
-              deletions.set(key, change);
-              changes.push(change);
-            }
-          }
-        }
-        for (const [i, change] of changes.entries()) yield { ...change, endsRevision: changes[i + 1]?.revision !== change.revision };
-      }
-    } catch (error) {
-      if (isEtcdCompacted(error))
-        throw new BerthError("resource_exhausted", "watcher of all sessions fell behind etcd's compaction", {}, { reason: "WATCHER_LAGGED" });
-      throw error;
-    }
+    return watchAllSessions(this.client, options);
   }
 
-  /**
-   * Watches the heads of every session from `startRevision`: one change per append transaction
-   * (however many appends it wrote), and one per deletion. Carries no entries: what a follower
-   * that reads a session only when it needs to (the retention of completed sessions) watches.
-   */
-  async *watchHeads(options: { readonly signal?: AbortSignal; readonly startRevision: bigint }): AsyncGenerator<HeadChange, void, undefined> {
-    for await (const batch of this.client.watch({
-      key: HEADS,
-      prefix: true,
-      startRevision: options.startRevision,
-      ...(options.signal ? { signal: options.signal } : {}),
-    })) {
-      for (const event of batch.events) yield { sessionId: sessionOfHead(event.kv.key), revision: event.kv.modRevision, deleted: event.type === "delete" };
-    }
+  /** Watches the heads of every session from `startRevision` (see etcd-journal-watches.ts). */
+  watchHeads(options: { readonly signal?: AbortSignal; readonly startRevision: bigint }): AsyncGenerator<HeadChange, void, undefined> {
+    return watchHeads(this.client, options);
   }
 
   /**
    * The sessions with a head (at least one entry), sorted by id, with their last seq: a page after
    * `after`, of at most `limit` (0: all), read at one revision.
    */
-  async list(options: { readonly after?: string; readonly limit?: number } = {}): Promise<{ sessions: ListedSession[]; revision: bigint }> {
-    const end = `${HEADS.slice(0, -1)}0`;
-    const sessions: ListedSession[] = [];
-    let key = options.after === undefined ? HEADS : `${headKey(options.after)}\0`;
-    let revision: bigint | undefined;
-    const limit = options.limit ?? 0;
-    for (;;) {
-      const want = limit > 0 ? Math.min(this.pageAppends, limit - sessions.length) : this.pageAppends;
-      const page = await this.client.range({ key, end, limit: want, ...(revision !== undefined ? { revision } : {}) });
-      revision ??= page.revision;
-      for (const kv of page.kvs)
-        sessions.push({
-          sessionId: sessionOfHead(kv.key),
-          lastSeq: headOf(kv, NO_TOMBSTONE).seq,
-          incarnation: kv.createRevision,
-          headRevision: kv.modRevision,
-        });
-      const last = page.kvs.at(-1);
-      if (!page.more || last === undefined || (limit > 0 && sessions.length >= limit)) return { sessions, revision };
-      key = `${last.key}\0`;
-    }
+  list(options: { readonly after?: string; readonly limit?: number } = {}): Promise<{ sessions: ListedSession[]; revision: bigint }> {
+    return listSessions(this.client, this.pageAppends, options);
   }
 
   /**
@@ -654,7 +435,7 @@ export class EtcdJournal {
         const kv = keyRead?.kvs[0];
         keyCompare = kv === undefined ? compare.absent(idempotencyKey(sessionId, ikey)) : compare.mod(idempotencyKey(sessionId, ikey), "==", kv.modRevision);
         if (kv !== undefined) {
-          const record = json(kv)!;
+          const record = jsonOf(kv)!;
           if (record.deletion !== true && Number(record.lastSeq) > head.tomb.lastSeq) {
             throw keyReused(sessionId, ikey, { firstSeq: Number(record.firstSeq), lastSeq: Number(record.lastSeq) });
           }
@@ -663,7 +444,7 @@ export class EtcdJournal {
         }
       }
       if (head.mod === 0n) throw sessionNotFound(sessionId);
-      if (options.expectedSeq !== undefined && options.expectedSeq !== head.seq) throw seqConflict(sessionId, head.seq, options.expectedSeq, undefined);
+      checkExpectation(sessionId, head.seq, { expectedSeq: options.expectedSeq });
       const revision = await this.bury(sessionId, head, {
         ...(ikey !== undefined ? { idempotencyKey: ikey } : {}),
         ...(options.expectedSeq !== undefined ? { expectedSeq: options.expectedSeq } : {}),
@@ -732,58 +513,11 @@ export class EtcdJournal {
   }
 
   /**
-   * Forgets the deletions whose idempotency window passed: the deleted sessions' records under
-   * `i/` and the deletions in their tombstones (each tombstone keeps its last seq for good). Every
-   * write compares what it read, so a sweep racing an append or a deletion (from any instance)
-   * leaves their writes alone. Resolves when the oldest deletion kept was made (Infinity: none).
+   * Forgets the deletions whose idempotency window passed (see etcd-tombstone-sweep.ts). Resolves
+   * when the oldest deletion kept was made (Infinity: none).
    */
-  async sweepTombstones(): Promise<number> {
-    const now = this.clock.now();
-    let oldest = Infinity;
-    const end = `${TOMBSTONES.slice(0, -1)}0`;
-    let from = TOMBSTONES;
-    for (;;) {
-      const page = await this.client.range({ key: from, end, limit: this.pageAppends });
-      for (const kv of page.kvs) {
-        const tomb = tombstoneOf(kv);
-        const kept = tomb.deletions.filter((d) => remembered(d, now, this.idempotencyWindowMs));
-        for (const d of kept) oldest = Math.min(oldest, d.deletedAt);
-        if (kept.length === tomb.deletions.length) continue;
-        await this.forgetDeletedKeys(sessionOfTombstone(kv.key), tomb, kept);
-        await this.client.txn({
-          compare: [compare.mod(kv.key, "==", kv.modRevision)],
-          success: [op.put(kv.key, JSON.stringify({ lastSeq: tomb.lastSeq, deletions: kept }))],
-        });
-      }
-      const last = page.kvs.at(-1);
-      if (!page.more || last === undefined) return oldest;
-      from = `${last.key}\0`;
-    }
-  }
-
-  /** Deletes the records under `i/` of the session's deleted incarnations but those of the `kept` deletions. */
-  private async forgetDeletedKeys(sessionId: string, tomb: TombstoneValue, kept: readonly Deletion[]): Promise<void> {
-    const prefix = idempotencyPrefix(sessionId);
-    const end = `${prefix.slice(0, -1)}0`;
-    let from = prefix;
-    for (;;) {
-      const page = await this.client.range({ key: from, end, limit: this.pageAppends });
-      for (const kv of page.kvs) {
-        const record = json(kv)!;
-        const lastSeq = Number(record.lastSeq);
-        const firstSeq = Number(record.firstSeq ?? record.lastSeq);
-        if (record.deletion !== true && lastSeq > tomb.lastSeq) continue; // the live session's
-        const key = decodeURIComponent(kv.key.slice(prefix.length));
-        const remembered = kept.some((d) =>
-          record.deletion === true ? d.lastSeq === lastSeq && d.idempotencyKey === key : d.firstSeq <= firstSeq && lastSeq <= d.lastSeq,
-        );
-        if (remembered) continue;
-        await this.client.txn({ compare: [compare.mod(kv.key, "==", kv.modRevision)], success: [op.delete({ key: kv.key })] });
-      }
-      const last = page.kvs.at(-1);
-      if (!page.more || last === undefined) return;
-      from = `${last.key}\0`;
-    }
+  sweepTombstones(): Promise<number> {
+    return sweepTombstones(this.client, { now: this.clock.now(), windowMs: this.idempotencyWindowMs, pageSize: this.pageAppends });
   }
 
   // ---------------------------------------------------------------- snapshots
@@ -793,190 +527,24 @@ export class EtcdJournal {
    * A session with no head gets the base snapshot and `exists: false`. With `untilSeq`, the state
    * right after that seq (an earlier append's result).
    */
-  async state(sessionId: string, options: { readonly now?: () => number; readonly untilSeq?: number } = {}): Promise<SessionState> {
-    const until = options.untilSeq;
-    if (until !== undefined) {
-      if (!Number.isInteger(until) || until < 1) throw new RangeError(`untilSeq must be a positive seq, got ${until}`);
-      return this.rebuild(sessionId, options, until);
-    }
-    const cachedKv = await this.client.get(snapshotKey(sessionId));
-    const cached = json(cachedKv);
-    let snapshot = baseSnapshot(sessionId);
-    let seq = 0;
-    if (cached !== undefined && typeof cached.seq === "number" && cached.snapshot !== null && typeof cached.snapshot === "object") {
-      snapshot = { ...snapshot, ...(cached.snapshot as SessionSnapshot) };
-      seq = cached.seq;
-    }
-    const read = await this.read(sessionId, seq + 1);
-    // The cache is only written while its incarnation's head lives (see saveSnapshot); a session
-    // deleted and re-created since (or a cache ahead of the head) is rebuilt from its first entry.
-    if (seq > 0 && (read.incarnation !== BigInt(String(cached?.incarnation ?? -1)) || seq > read.lastSeq)) return this.rebuild(sessionId, options);
-    const now = options.now ?? (() => this.clock.now());
-    for await (const stored of read.entries()) snapshot = applyEvent(snapshot, stored.entry, { now });
-    return {
-      sessionId,
-      snapshot,
-      lastSeq: read.lastSeq,
-      exists: read.lastSeq > 0,
-      revision: read.revision,
-      incarnation: read.incarnation,
-      headRevision: read.headRevision,
-      deletedThrough: read.deletedThrough,
-    };
-  }
-
-  /** The state from the first entry, up to `untilSeq` when given. */
-  private async rebuild(sessionId: string, options: { readonly now?: () => number }, untilSeq?: number): Promise<SessionState> {
-    const read = await this.read(sessionId, 1, untilSeq ?? 0);
-    const now = options.now ?? (() => this.clock.now());
-    let snapshot = baseSnapshot(sessionId);
-    for await (const stored of read.entries()) snapshot = applyEvent(snapshot, stored.entry, { now });
-    const lastSeq = untilSeq === undefined ? read.lastSeq : Math.min(untilSeq, read.lastSeq);
-    return {
-      sessionId,
-      snapshot,
-      lastSeq,
-      exists: lastSeq > 0,
-      revision: read.revision,
-      incarnation: read.incarnation,
-      headRevision: read.headRevision,
-      deletedThrough: read.deletedThrough,
-    };
+  state(sessionId: string, options: { readonly now?: () => number; readonly untilSeq?: number } = {}): Promise<SessionState> {
+    return readState({ client: this.client, clock: this.clock, read: (id, fromSeq, limit) => this.read(id, fromSeq, limit) }, sessionId, options);
   }
 
   /**
-   * Caches `snapshot` (the state at `seq` of incarnation `incarnation`) under `s/`, only while that
-   * incarnation's head still exists: a deleted session's snapshot never outlives it. A snapshot
-   * holding numbers JSON cannot write (NaN, ±Infinity) is not cached: it is rebuilt when needed.
-   * Resolves false when nothing was written.
+   * Caches `snapshot` (the state at `seq` of incarnation `incarnation`) under `s/` while that
+   * incarnation's head still exists (see etcd-snapshots.ts). Resolves false when nothing was written.
    */
-  async saveSnapshot(sessionId: string, state: { readonly seq: number; readonly incarnation: bigint; readonly snapshot: SessionSnapshot }): Promise<boolean> {
-    if (state.seq <= 0 || state.incarnation <= 0n) return false;
-    let exact = true;
-    const text = JSON.stringify({ seq: state.seq, incarnation: String(state.incarnation), snapshot: state.snapshot }, (_key, value: unknown) => {
-      if (typeof value === "number" && (!Number.isFinite(value) || Object.is(value, -0))) exact = false;
-      return value;
-    });
-    if (!exact) return false;
-    const result = await this.client.txn({
-      compare: [compare.create(headKey(sessionId), "==", state.incarnation)],
-      success: [op.put(snapshotKey(sessionId), text)],
-    });
-    return result.succeeded;
+  saveSnapshot(sessionId: string, state: { readonly seq: number; readonly incarnation: bigint; readonly snapshot: SessionSnapshot }): Promise<boolean> {
+    return saveSnapshot(this.client, sessionId, state);
   }
-}
-
-// ---------------------------------------------------------------- decoding
-
-/** The entries of one append's value (its journal lines), with the append's idempotency key on each. */
-export function decodeAppend(value: Uint8Array): StoredEntry[] {
-  const buf = Buffer.from(value.buffer, value.byteOffset, value.byteLength);
-  const tracker = new AppendTracker();
-  const out: StoredEntry[] = [];
-  forEachLine(buf, 0, (start, end) => {
-    if (isBlankLine(buf, start, end)) return;
-    const line = decodeJournalLine(buf, start, end);
-    // etcd checks every write's bytes (its own CRCs): a line that does not decode was never berth's.
-    if (line.kind !== "entry") throw new BerthError("internal", `an entry in etcd does not decode (${line.message})`, {}, { reason: "JOURNAL_DAMAGED" });
-    tracker.line(line.entry);
-    out.push(storedEntry(line, tracker.key));
-  });
-  return out;
-}
-
-function headOf(kv: KeyValue | undefined, tomb: TombstoneValue): Head {
-  if (kv === undefined) return { ...NO_HEAD, tomb };
-  const value = json(kv);
-  const seq = value?.seq;
-  if (typeof seq !== "number" || !Number.isInteger(seq) || seq < 0)
-    throw new BerthError("internal", `the head of ${kv.key} in etcd does not decode`, {}, { reason: "JOURNAL_DAMAGED" });
-  // Heads written before incarnations kept their first seq started at 1 (or after the tombstone).
-  const first = typeof value?.b === "number" ? value.b : tomb.lastSeq + 1;
-  return { seq, mod: kv.modRevision, create: kv.createRevision, first, tomb };
-}
-
-/** A head's value: the last seq, the entries of the last append, its write id, and the incarnation's first seq. */
-function headValue(seq: number, entries: number, first: number): string {
-  return JSON.stringify({ seq, n: entries, w: randomUUID(), b: first });
-}
-
-function tombstoneOf(kv: KeyValue | undefined): TombstoneValue {
-  if (kv === undefined) return NO_TOMBSTONE;
-  const value = json(kv);
-  const lastSeq = value?.lastSeq;
-  if (typeof lastSeq !== "number" || !Number.isInteger(lastSeq) || lastSeq < 0 || !Array.isArray(value?.deletions))
-    throw new BerthError("internal", `the tombstone ${kv.key} in etcd does not decode`, {}, { reason: "JOURNAL_DAMAGED" });
-  return { mod: kv.modRevision, lastSeq, deletions: value.deletions as Deletion[] };
-}
-
-/** Refuses a read or a watch from a seq of a deleted incarnation (see session-tombstones.ts). */
-export function refuseDeletedSeqs(sessionId: string, fromSeq: number, deletedThrough: number): void {
-  if (fromSeq > 1 && fromSeq <= deletedThrough) throw seqsDeleted(sessionId, fromSeq, deletedThrough + 1);
-}
-
-function meetsExpectation(currentSeq: number, options: EtcdAppendOptions): boolean {
-  if (options.expectedSeq !== undefined) return options.expectedSeq === currentSeq;
-  if (options.expectedState === "no_session") return currentSeq === 0;
-  if (options.expectedState === "exists") return currentSeq > 0;
-  return true;
 }
 
 /** The answer to a retry whose idempotency key is already in etcd. */
 function duplicate(sessionId: string, ikey: string, kv: KeyValue, digest: string | undefined, revision = kv.modRevision): EtcdAppendResult {
-  const record = json(kv)!;
+  const record = jsonOf(kv)!;
   const firstSeq = Number(record.firstSeq);
   const lastSeq = Number(record.lastSeq);
   if (digest !== undefined && typeof record.digest === "string" && record.digest !== digest) throw keyReused(sessionId, ikey, { firstSeq, lastSeq });
   return { firstSeq, lastSeq, entries: [], revision, duplicate: true, incarnation: 0n, created: false };
-}
-
-// ---------------------------------------------------------------- refusals the file store has no need of
-
-/** A fence whose token no longer holds the lock: etcd refused the write with it. */
-export function fenceRejected(fence: Pick<EtcdFence, "file" | "token">, currentToken: bigint): BerthError {
-  const now = currentToken === 0n ? "nobody holds it now" : `it is held with fencing token ${currentToken} now`;
-  return new BerthError(
-    "failed_precondition",
-    `fence: fencing token ${fence.token} no longer holds the lock of ${fence.file} (${now}); nothing was written`,
-    { file: fence.file, fencingToken: String(fence.token), currentToken: Number(currentToken) },
-    { reason: "FENCE_REJECTED" },
-  );
-}
-
-function appendTooLarge(sessionId: string, bytes: number, limit: number): BerthError {
-  return new BerthError(
-    "invalid_argument",
-    `events: the append to session ${sessionId} is ${bytes} bytes as journal lines, over what one etcd request carries (etcd's --max-request-bytes, ${limit} bytes by --etcd-max-request-bytes, less room for the head): split the append`,
-    {
-      field: "events",
-      rule: `at most ${limit - REQUEST_OVERHEAD_BYTES} bytes per append (etcd's --max-request-bytes, less room for the head)`,
-      limit: limit - REQUEST_OVERHEAD_BYTES,
-      size: bytes,
-    },
-    { reason: EtcdReason.REQUEST_TOO_LARGE },
-  );
-}
-
-/** etcd refused an append's size that berth's check let through: its `--max-request-bytes` is lower than berth was told. */
-function appendRefusedByEtcd(sessionId: string, bytes: number, told: number, refusal: BerthError): BerthError {
-  return new BerthError(
-    "invalid_argument",
-    `events: etcd refused the append to session ${sessionId} (${bytes} bytes as journal lines) as larger than one request may be: its --max-request-bytes is below the ${told} bytes berth was told (--etcd-max-request-bytes). Split the append, and give berth etcd's limit`,
-    {
-      field: "events",
-      rule: `at most etcd's --max-request-bytes, less room for the head (below the ${told} bytes of --etcd-max-request-bytes)`,
-      size: bytes,
-      ...(typeof refusal.details?.etcd === "string" ? { etcd: refusal.details.etcd } : {}),
-    },
-    { reason: EtcdReason.REQUEST_TOO_LARGE },
-  );
-}
-
-function watcherLagged(why: string, sessionId: string, lastSeq: number): BerthError {
-  return new BerthError(
-    "resource_exhausted",
-    `${why} at seq ${lastSeq}; resume with from_seq=${lastSeq + 1}`,
-    { sessionId, lastSeq },
-    { reason: "WATCHER_LAGGED" },
-  );
 }

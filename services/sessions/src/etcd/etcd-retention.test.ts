@@ -4,7 +4,7 @@ import { createEtcdClient, type EtcdClient, type TxnRequestInit, type TxnResult 
 import { startEtcd, wrapClient, type EtcdCluster } from "@berth/etcd/testing";
 import { ManualClock } from "@berth/shared/clock";
 import type { Logger } from "@berth/shared/logger";
-import type { SessionChange } from "../watch-hub.js";
+import type { SessionChange } from "../session-store-api.js";
 import { EtcdJournal } from "./etcd-journal.js";
 import { EtcdSessionStore } from "./etcd-session-store.js";
 import { HEADS, headKey } from "./store-keys.js";

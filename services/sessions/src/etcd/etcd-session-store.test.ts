@@ -4,7 +4,7 @@ import { ManualClock } from "@berth/shared/clock";
 import { createEtcdClient, type EtcdClient, type RangeOptions } from "@berth/etcd";
 import { countCalls, startEtcd, wrapClient, type EtcdCluster } from "@berth/etcd/testing";
 import { applyEvent, baseSnapshot, type SessionSnapshot } from "../reducer.js";
-import type { SessionChange, WatchEvent } from "../watch-hub.js";
+import type { SessionChange, WatchEvent } from "../session-store-api.js";
 import { EtcdJournal } from "./etcd-journal.js";
 import { EtcdSessionStore } from "./etcd-session-store.js";
 import { HEADS } from "./store-keys.js";

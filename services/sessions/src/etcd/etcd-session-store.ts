@@ -15,43 +15,37 @@
  * (refused at start, see open-etcd-store.ts): the seed's live directories.
  */
 import { systemClock, type Clock } from "@berth/shared/clock";
-import { BerthError, invalidArgument, isBerthError } from "@berth/shared/errors";
+import { isBerthError } from "@berth/shared/errors";
 import { checkSessionId } from "@berth/shared/safe-id";
-import { EtcdReason, isEtcdCompacted, type EtcdClient } from "@berth/etcd";
-import { checkFromSeq, checkReadLimit, checkIdempotencyKey, MAX_IDEMPOTENCY_KEY_LENGTH, prepareEvents } from "../append-input.js";
-import type { AppendOptions, AppendResult } from "../append-pipeline.js";
-import { eventsDigest } from "../event-digest.js";
+import { EtcdReason, type EtcdClient } from "@berth/etcd";
+import { checkFromSeq, checkReadLimit, checkIdempotencyKey } from "../append-input.js";
+import { checkAppend } from "../append-rules.js";
 import type { Logger } from "@berth/shared/logger";
 import { applyEvent, baseSnapshot, type SessionSnapshot } from "../reducer.js";
-import { UNAVAILABLE_RETRY_AFTER_MS } from "../session-refusals.js";
-import type { DeleteOptions, DeleteResult, JournalReading, SessionStoreApi, SessionStoreLimits, SessionView } from "../session-store-api.js";
-import { DEFAULT_IDEMPOTENCY_WINDOW_MS } from "../session-tombstones.js";
+import { refuseDeletedSeqs, storeClosed, storeShuttingDown } from "../session-refusals.js";
+import type {
+  AppendOptions,
+  AppendResult,
+  DeleteOptions,
+  DeleteResult,
+  EventWatcher,
+  JournalReading,
+  SessionsWatcher,
+  SessionStoreApi,
+  SessionStoreLimits,
+  SessionView,
+  WatchAllOptions,
+  WatchEvent,
+  WatchOptions,
+} from "../session-store-api.js";
+import { storeLimits } from "../store-limits.js";
 import { SweepSchedule } from "../sweep-schedule.js";
 import { isCompletedPhase } from "../vocabulary.js";
-import {
-  DEFAULT_MAX_BUFFERED,
-  sessionsLagged,
-  type EventWatcher,
-  type SessionChange,
-  type SessionsWatcher,
-  type SessionsWatchStart,
-  type WatchAllOptions,
-  type WatchEvent,
-  type WatchOptions,
-} from "../watch-hub.js";
-import {
-  fenceRejected,
-  refuseDeletedSeqs,
-  type EtcdAppendOptions,
-  type EtcdAppendResult,
-  type EtcdFence,
-  type EtcdJournal,
-  type PreparedEvent,
-  type SessionState,
-} from "./etcd-journal.js";
+import { fenceRejected } from "./etcd-append-refusals.js";
+import type { EtcdAppendOptions, EtcdAppendResult, EtcdFence, EtcdJournal, PreparedEvent, SessionState } from "./etcd-journal.js";
 import { EtcdRetention } from "./etcd-retention.js";
-import { PumpedWatcher } from "./pumped-watcher.js";
-import { HEADS } from "./store-keys.js";
+import { watchAllSessions, watchSession, type EtcdWatchContext } from "./etcd-store-watches.js";
+import type { PumpedWatcher } from "./pumped-watcher.js";
 
 /** Sessions whose snapshot an instance keeps by default. */
 export const DEFAULT_ETCD_SNAPSHOT_CACHE = 10_000;
@@ -130,9 +124,8 @@ export class EtcdSessionStore implements SessionStoreApi {
   private readonly fences: ((file: string, token: bigint) => Promise<EtcdFence>) | undefined;
   private readonly clock: Clock;
   private readonly logger: Logger | undefined;
-  private readonly maxEventBytes: number;
-  private readonly maxEventsPerAppend: number;
-  private readonly maxBuffered: number;
+  /** The limits it enforces (see store-limits.ts). */
+  private readonly settings: Readonly<SessionStoreLimits>;
   private readonly cacheSize: number;
   private readonly snapshotEvery: number;
   /** Plain appends' bytes written together at most. */
@@ -141,13 +134,12 @@ export class EtcdSessionStore implements SessionStoreApi {
   private readonly watchers = new Set<PumpedWatcher<unknown>>();
   /** Watchers of every session not yet sure of their start revision: a list waits for them. */
   private readonly watchStarts = new Set<Promise<void>>();
+  private readonly watchContext: EtcdWatchContext;
   private readonly inflight = new Set<Promise<unknown>>();
   /** Per session, this instance's appends waiting for their turn (see inTurn). */
   private readonly turns = new Map<string, QueuedAppend[]>();
   private readonly now: () => number;
-  private readonly completedRetentionMs: number | undefined;
   private readonly retention: EtcdRetention | undefined;
-  private readonly idempotencyWindowMs: number;
   /** Forgets the tombstones' deletions (and the deleted sessions' keys) once their idempotency window passed. */
   private readonly tombstoneSweeps: SweepSchedule;
   private closed = false;
@@ -159,21 +151,26 @@ export class EtcdSessionStore implements SessionStoreApi {
     this.fences = options.fences;
     this.clock = options.clock ?? systemClock;
     this.logger = options.logger;
-    this.maxEventBytes = options.maxEventBytes;
-    this.maxEventsPerAppend = options.maxEventsPerAppend;
-    this.maxBuffered = options.maxBuffered ?? DEFAULT_MAX_BUFFERED;
+    this.settings = storeLimits(options);
+    this.watchContext = {
+      journal: this.journal,
+      client: this.client,
+      now: () => this.clock.now(),
+      maxBuffered: this.settings.maxBuffered,
+      watchers: this.watchers,
+      watchStarts: this.watchStarts,
+      stateAt: (sessionId, seq) => this.stateAt(sessionId, seq),
+    };
     this.cacheSize = options.cacheSize ?? DEFAULT_ETCD_SNAPSHOT_CACHE;
     this.snapshotEvery = options.snapshotEvery ?? DEFAULT_SNAPSHOT_EVERY;
     this.groupBytes = Math.min(MAX_GROUP_BYTES, Math.floor(this.journal.maxAppendBytes / 2));
     this.now = () => this.clock.now();
-    this.completedRetentionMs = options.completedRetentionMs;
-    this.idempotencyWindowMs = options.idempotencyWindowMs ?? DEFAULT_IDEMPOTENCY_WINDOW_MS;
     this.tombstoneSweeps = new SweepSchedule({
       clock: this.clock,
       logger: this.logger,
       sweepOnce: async () => {
         const oldest = await this.journal.sweepTombstones();
-        this.tombstoneSweeps.rearm(oldest + this.idempotencyWindowMs);
+        this.tombstoneSweeps.rearm(oldest + this.settings.idempotencyWindowMs);
       },
     });
     void this.track(this.tombstoneSweeps.sweep());
@@ -197,14 +194,8 @@ export class EtcdSessionStore implements SessionStoreApi {
 
   private async appendNow(sessionId: string, events: readonly unknown[], options: AppendOptions): Promise<AppendResult> {
     this.assertOpen();
-    checkSessionId(sessionId);
-    const prepared = prepareEvents(sessionId, events, { maxEventBytes: this.maxEventBytes, maxEventsPerAppend: this.maxEventsPerAppend });
-    const ikey = checkIdempotencyKey(options.idempotencyKey);
-    const digest = ikey === undefined ? undefined : eventsDigest(prepared.map((p) => p.event));
+    const { events: prepared, idempotencyKey: ikey, digest } = checkAppend(sessionId, events, options, this.settings);
     const { expectedSeq, expectedState } = options;
-    if (expectedSeq !== undefined && (!Number.isInteger(expectedSeq) || expectedSeq < 0)) {
-      throw invalidArgument("expected_seq", "must be a whole number ≥ 0 (the last seq you saw; 0 for a new session)");
-    }
     let fence: EtcdFence | undefined;
     if (options.fence !== undefined) {
       if (this.fences === undefined) throw fenceRejected({ file: options.fence.file, token: options.fence.token }, 0n);
@@ -400,7 +391,7 @@ export class EtcdSessionStore implements SessionStoreApi {
     );
     if (duplicate) return { lastSeq, duplicate };
     this.known.delete(sessionId);
-    this.tombstoneSweeps.due(this.clock.now() + this.idempotencyWindowMs);
+    this.tombstoneSweeps.due(this.clock.now() + this.settings.idempotencyWindowMs);
     this.logger?.info({ sessionId, lastSeq }, "session deleted");
     return { lastSeq, duplicate };
   }
@@ -419,158 +410,29 @@ export class EtcdSessionStore implements SessionStoreApi {
 
   // ---------------------------------------------------------------- watches
 
+  /** The entries from `fromSeq`, a caught-up marker, then every new entry (see etcd-store-watches.ts). */
   watch(sessionId: string, fromSeq = 1, options: WatchOptions = {}): EventWatcher<WatchEvent> {
     this.assertOpen();
     checkSessionId(sessionId);
     checkFromSeq(fromSeq);
-    let lastDelivered = Math.max(0, fromSeq - 1);
-    let live = false;
-    const watcher: PumpedWatcher<WatchEvent> = new PumpedWatcher<WatchEvent>({
-      source: (signal) => (options.includeSnapshot ? this.withSnapshots(sessionId, fromSeq, signal) : this.journal.watch(sessionId, fromSeq, { signal })),
-      maxBuffered: options.maxBuffered ?? this.maxBuffered,
-      isLive: (event) => {
-        if (event.kind === "caught_up") {
-          live = true;
-          return false;
-        }
-        return live;
-      },
-      delivered: (event) => {
-        lastDelivered = Math.max(lastDelivered, event.kind === "entry" ? event.entry.seq : event.lastSeq);
-      },
-      lagged: () =>
-        new BerthError(
-          "resource_exhausted",
-          `watcher of session ${sessionId} fell behind at seq ${lastDelivered}; resume with from_seq=${lastDelivered + 1}`,
-          { sessionId, lastSeq: lastDelivered },
-          { reason: "WATCHER_LAGGED" },
-        ),
-      ended: () => this.watchers.delete(watcher as PumpedWatcher<unknown>),
-    });
-    this.watchers.add(watcher as PumpedWatcher<unknown>);
-    return watcher;
-  }
-
-  /**
-   * A session's watch with the snapshot each live entry produced (and the current one on the
-   * caught-up marker): the state read first, and every entry after it applied to it, backlog
-   * included, whatever `fromSeq` the watcher asked for.
-   */
-  private async *withSnapshots(sessionId: string, fromSeq: number, signal: AbortSignal): AsyncGenerator<WatchEvent, void, undefined> {
-    const base = await this.journal.state(sessionId, { now: this.now });
-    refuseDeletedSeqs(sessionId, fromSeq, base.deletedThrough);
-    let snapshot = base.snapshot;
-    let seq = base.lastSeq;
-    let live = false;
-    for await (const event of this.journal.watch(sessionId, Math.min(fromSeq, seq + 1), { signal })) {
-      if (event.kind === "caught_up") {
-        live = true;
-        yield { ...event, snapshot };
-        continue;
-      }
-      if (event.entry.seq > seq) {
-        snapshot = applyEvent(snapshot, event.entry, { now: this.now });
-        seq = event.entry.seq;
-      }
-      if (event.entry.seq < fromSeq) continue;
-      yield live ? { ...event, snapshot } : event;
-    }
+    return watchSession(this.watchContext, sessionId, fromSeq, options);
   }
 
   /**
    * Watches every session at etcd's revisions. With `startRevision`, etcd's watch from the
    * revision after it replays what followed, unless etcd compacted it or it is ahead of the current
    * revision: then the watch starts at the current revision with `reset`. A watcher that falls
-   * behind names the last revision all of whose changes it took (the changes of one transaction
-   * share a revision).
+   * behind names the last revision all of whose changes it took (see etcd-store-watches.ts).
    */
   watchAll(options: WatchAllOptions = {}): SessionsWatcher {
     this.assertOpen();
-    let delivered = 0;
-    let complete = 0;
-    let started!: (start: SessionsWatchStart) => void;
-    let failed!: (error: unknown) => void;
-    const startedWatch = new Promise<SessionsWatchStart>((resolve, reject) => {
-      started = resolve;
-      failed = reject;
-    });
-    // A watcher nobody asks where it started must not leave an unhandled rejection.
-    startedWatch.catch(() => undefined);
-    const start = startedWatch.then(
-      () => undefined,
-      () => undefined,
-    );
-    this.watchStarts.add(start);
-    void start.then(() => this.watchStarts.delete(start));
-    const store = this;
-    const asked = BigInt(options.startRevision ?? 0);
-    const watcher: PumpedWatcher<SessionChange & { endsRevision: boolean }> = new PumpedWatcher({
-      async *source(signal) {
-        let from: bigint;
-        let reset = false;
-        try {
-          from = (await store.client.range({ key: HEADS, prefix: true, limit: 1, keysOnly: true })).revision;
-          if (asked > 0n && asked <= from) {
-            try {
-              // A read at a compacted revision fails as the watch from it would.
-              await store.client.range({ key: HEADS, prefix: true, limit: 1, keysOnly: true, revision: asked });
-              from = asked;
-            } catch (error) {
-              if (!isEtcdCompacted(error)) throw error;
-              reset = true;
-            }
-          } else if (asked > 0n) reset = true;
-        } catch (error) {
-          failed(error);
-          throw error;
-        }
-        complete = Number(from);
-        started({ after: Number(from), caughtUpAt: Number(from), reset });
-        // The last revision whose changes were all handed on: where a compaction's lag resumes.
-        let pulled = Number(from);
-        try {
-          for await (const change of store.journal.watchAll({ signal, startRevision: from + 1n })) {
-            if (options.includeSnapshot && !change.deleted) {
-              const snapshot = await store.stateAt(change.sessionId, change.lastSeq).then(
-                (state) => state.snapshot,
-                () => undefined,
-              );
-              if (snapshot !== undefined) change.snapshot = snapshot;
-            }
-            yield change;
-            if (change.endsRevision) pulled = change.revision;
-          }
-        } catch (error) {
-          // etcd compacted what the watch had still to send: the reader resumes (a reset) after what it got.
-          if (isBerthError(error) && error.reason === "WATCHER_LAGGED") throw sessionsLagged("watcher of all sessions fell behind etcd's compaction", pulled);
-          throw error;
-        }
-      },
-      maxBuffered: options.maxBuffered ?? this.maxBuffered,
-      isLive: () => true,
-      delivered: (change) => {
-        delivered++;
-        complete = change.endsRevision ? change.revision : Math.max(complete, change.revision - 1);
-      },
-      lagged: () => sessionsLagged(`watcher of all sessions fell behind after ${delivered} changes`, complete),
-      ended: () => this.watchers.delete(watcher as PumpedWatcher<unknown>),
-    });
-    this.watchers.add(watcher as PumpedWatcher<unknown>);
-    const withRevision = watcher as unknown as SessionsWatcher & { started: Promise<SessionsWatchStart> };
-    return Object.assign(withRevision, { started: startedWatch, progressRevision: () => complete });
+    return watchAllSessions(this.watchContext, options);
   }
 
   // ---------------------------------------------------------------- the rest
 
   limits(): SessionStoreLimits {
-    return {
-      maxEventBytes: this.maxEventBytes,
-      maxEventsPerAppend: this.maxEventsPerAppend,
-      maxBuffered: this.maxBuffered,
-      maxIdempotencyKeyLength: MAX_IDEMPOTENCY_KEY_LENGTH,
-      completedRetentionMs: this.completedRetentionMs,
-      idempotencyWindowMs: this.idempotencyWindowMs,
-    };
+    return { ...this.settings };
   }
 
   /** Gauges; `rebuilds`: states read back from etcd because this instance's memory did not have them. */
@@ -597,10 +459,7 @@ export class EtcdSessionStore implements SessionStoreApi {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
-    const shutdown = new BerthError("unavailable", "the session store is shutting down; watch again when it is back", undefined, {
-      reason: "SHUTTING_DOWN",
-      retryAfterMs: UNAVAILABLE_RETRY_AFTER_MS,
-    });
+    const shutdown = storeShuttingDown();
     for (const watcher of this.watchers) watcher.fail(shutdown);
     await this.retention?.stop();
     await this.tombstoneSweeps.stop();
@@ -617,8 +476,7 @@ export class EtcdSessionStore implements SessionStoreApi {
   }
 
   private assertOpen(): void {
-    if (this.closed)
-      throw new BerthError("unavailable", "the session store is closed", undefined, { reason: "SHUTTING_DOWN", retryAfterMs: UNAVAILABLE_RETRY_AFTER_MS });
+    if (this.closed) throw storeClosed();
   }
 }
 

@@ -8,7 +8,7 @@
  * the source got to (etcd's compaction names the last seq it delivered), so none may be dropped.
  */
 import type { BerthError } from "@berth/shared/errors";
-import type { EventWatcher } from "../watch-hub.js";
+import type { EventWatcher } from "../session-store-api.js";
 
 export interface PumpedWatcherOptions<T> {
   /** The source; `signal` aborts when the watcher ends. */

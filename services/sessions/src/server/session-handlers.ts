@@ -62,7 +62,7 @@ import type { JournalEntry, SessionSnapshot } from "../reducer.js";
 import { sessionNotFound, type AppendOptions, type AppendResult, type ExpectedState as StoreExpectedState } from "../session-store.js";
 import type { SessionStoreApi, SessionView } from "../session-store-api.js";
 import { isCompletedPhase } from "../vocabulary.js";
-import type { SessionChange, WatchEntry } from "../watch-hub.js";
+import type { SessionChange, WatchEntry } from "../session-store-api.js";
 import { eventToJournal, journalEntryToProto, type JournalEntryFacts } from "./event-codec.js";
 import { isoToTimestamp } from "./timestamps.js";
 import { encodedEntryField, encodedSnapshotField, entryMessage, snapshotMessage } from "./wire-cache.js";
