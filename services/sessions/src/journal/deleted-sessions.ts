@@ -22,8 +22,7 @@ import { ensurePrivateDir, writeFileAtomicSync } from "@berth/shared/files";
 import type { Logger } from "@berth/shared/logger";
 import { checkSessionId, isSessionId } from "@berth/shared/safe-id";
 import { errnoCode, stateWriteError } from "@berth/shared/state-errors";
-import type { Burial } from "../session-tombstones.js";
-import type { BuriedDeletion, KeyRecord, Tombstone } from "./journal-store.js";
+import type { Burial, BuriedDeletion, KeyRecord, Tombstone } from "./journal-store.js";
 
 /** The directory of tombstones inside a session directory. */
 export const DELETED_DIR = ".deleted";

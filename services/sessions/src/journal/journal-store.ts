@@ -14,7 +14,6 @@
  * idempotency keys, reads its entries from a seq, and tells the store what other writers appended.
  */
 import type { JournalEntry, SessionSnapshot } from "../reducer.js";
-import type { Burial, Deletion } from "../session-tombstones.js";
 
 /**
  * What the reader could verify about an entry's line: `verified` — the line carries berth's
@@ -135,6 +134,29 @@ export interface JournalStoreStats {
   /** Opens from a snapshot of the journal's prefix plus a replay of the rest. */
   tailReplays: number;
   snapshotWrites: number;
+}
+
+/* Deletions: what the store hands the backend to keep (the rules are session-tombstones.ts). */
+
+/** One deletion of a session, as its tombstone keeps it for the idempotency window. */
+export interface Deletion {
+  /** The seq of the deleted session's first entry. */
+  readonly firstSeq: number;
+  /** Its last seq when it was deleted. */
+  readonly lastSeq: number;
+  /** When it was deleted (wall clock, epoch ms): the window runs from here. */
+  readonly deletedAt: number;
+  /** The idempotency key of the DeleteSession that deleted it; none for a deletion by retention or without one. */
+  readonly idempotencyKey?: string | undefined;
+  /** The `expected_seq` that DeleteSession gave, if any: part of the request its key names. */
+  readonly expectedSeq?: number | undefined;
+}
+
+/** What the store hands the backend to keep when it deletes a session. */
+export interface Burial {
+  readonly deletion: Deletion;
+  /** The keyed appends of the deleted session, each with the digest of its events where known. */
+  readonly keys: ReadonlyMap<string, KeyRecord>;
 }
 
 /** A deletion as a tombstone keeps it for the idempotency window: with the keys of the deleted session's appends. */
