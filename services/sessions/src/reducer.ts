@@ -208,6 +208,18 @@ export interface Replay {
 }
 
 /**
+ * The reducer as a journal backend is given it: journal/ imports the core's types only, and gets
+ * the rules themselves at construction (create-session-store.ts passes {@link sessionReducer}).
+ */
+export interface SessionReducer {
+  /** How many diagnostics a snapshot keeps ({@link MAX_DIAGNOSTICS}). */
+  readonly maxDiagnostics: number;
+  baseSnapshot(id: string): SessionSnapshot;
+  applyEvent(snapshot: SessionSnapshot, entry: JournalEntry | Record<string, unknown>, options?: ReducerOptions): SessionSnapshot;
+  createReplay(id: string, options?: ReducerOptions): Replay;
+}
+
+/**
  * A replay of a journal from the start that updates one object in place instead of copying the
  * snapshot for every entry (the seed's copy per entry made a 100,000-entry replay take ~650 ms).
  * The result is deep-equal to folding {@link applyEvent} over the same entries from
@@ -273,6 +285,9 @@ export function createReplay(id: string, options: ReducerOptions = {}): Replay {
     },
   };
 }
+
+/** This module's rules, for the journal backends. */
+export const sessionReducer: SessionReducer = { maxDiagnostics: MAX_DIAGNOSTICS, baseSnapshot, applyEvent, createReplay };
 
 // The seed's rules are JavaScript over untrusted JSON. The working copy is typed loosely on
 // purpose so that `??`, `||`, `>=` and property writes keep exactly their JavaScript meaning on

@@ -28,7 +28,7 @@ import { ensurePrivateDir, fsyncDirectory, statOrNull } from "@berth/shared/file
 import type { Logger } from "@berth/shared/logger";
 import { onDescriptorShortage, retryAfterRelief } from "@berth/shared/descriptors";
 import { errnoCode } from "@berth/shared/state-errors";
-import { applyEvent, baseSnapshot, type SessionSnapshot } from "../reducer.js";
+import type { SessionReducer, SessionSnapshot } from "../reducer.js";
 import { UNAVAILABLE_RETRY_AFTER_MS } from "../session-refusals.js";
 import { DeletedSessions } from "./deleted-sessions.js";
 import { FileAppends, lastByte } from "./file-appends.js";
@@ -54,6 +54,8 @@ export const DEFAULT_SNAPSHOT_IDLE_MS = 5000;
 export interface FileJournalStoreOptions {
   /** Where journals and snapshot files are (created 0700 if missing). */
   dir: string;
+  /** The rules that fold a journal into its snapshot (the core's reducer). */
+  reducer: SessionReducer;
   /** The seed's legacy root, read-only: read when `dir` has no journal, copied to `dir` on first append. */
   legacyDir?: string | undefined;
   clock?: Clock | undefined;
@@ -79,6 +81,7 @@ export class FileJournalStore implements JournalStore {
   private readonly clock: Clock;
   private readonly fsync: FsyncMode;
   private readonly logger: Logger | undefined;
+  private readonly reducer: SessionReducer;
   private readonly snapshots: SnapshotScheduler;
   private readonly cacheSize: number;
   private readonly maxOpenJournals: number;
@@ -100,6 +103,7 @@ export class FileJournalStore implements JournalStore {
     this.clock = options.clock ?? systemClock;
     this.fsync = options.fsync ?? "batch";
     this.logger = options.logger;
+    this.reducer = options.reducer;
     this.cacheSize = Math.max(1, options.cacheSize ?? DEFAULT_CACHE_SIZE);
     this.maxOpenJournals = Math.max(1, Math.min(this.cacheSize, options.maxOpenJournals ?? this.cacheSize));
     this.now = () => this.clock.now();
@@ -115,7 +119,7 @@ export class FileJournalStore implements JournalStore {
       open: (id) => this.open(id),
       appended: (session) => this.snapshots.schedule(session),
     });
-    this.sessionContext = { dir: this.dir, now: this.now, appender, writeSnapshot: (session) => this.snapshots.write(session, true) };
+    this.sessionContext = { dir: this.dir, reducer: this.reducer, now: this.now, appender, writeSnapshot: (session) => this.snapshots.write(session, true) };
     this.snapshots = new SnapshotScheduler({
       dir: this.dir,
       clock: this.clock,
@@ -174,7 +178,7 @@ export class FileJournalStore implements JournalStore {
     const existing = this.open(id);
     if (existing) return existing;
     // A session deleted before continues from where it was: an id's seqs never go back.
-    const fresh = this.newSession(id, journalPath(this.dir, id), false, baseSnapshot(id), (this.deleted.get(id)?.lastSeq ?? 0) + 1);
+    const fresh = this.newSession(id, journalPath(this.dir, id), false, this.reducer.baseSnapshot(id), (this.deleted.get(id)?.lastSeq ?? 0) + 1);
     fresh.onDisk = false;
     this.remember(fresh);
     return fresh;
@@ -278,7 +282,7 @@ export class FileJournalStore implements JournalStore {
     // recovered by a light scan on the first keyed append or read (scanJournalPrefix), not here.
     // That keeps a re-open O(snapshot) — ~1 ms — instead of O(journal); a sidecar file of keys
     // would also do, but would be one more file to keep consistent with the journal.
-    const hydrated = readSnapshotFile(snapshotPath(this.dir, id), id, stat.size);
+    const hydrated = readSnapshotFile(snapshotPath(this.dir, id), id, stat.size, this.reducer);
     if (hydrated) {
       this.counters.hydrations++;
       const session = this.newSession(id, journal, legacy, hydrated.snapshot, hydrated.nextSeq);
@@ -302,7 +306,7 @@ export class FileJournalStore implements JournalStore {
    * the tail needs a full replay's care (see {@link catchUp}).
    */
   private openFromPrefix(id: string, journal: string, legacy: boolean, stat: fs.Stats): FileSessionJournal | undefined {
-    const prefix = readPrefixSnapshot(snapshotPath(this.dir, id), id, stat.size);
+    const prefix = readPrefixSnapshot(snapshotPath(this.dir, id), id, stat.size, this.reducer);
     if (!prefix || lastLineCrc(journal, prefix.journalBytes) !== prefix.lastLineCrc) return undefined;
     const session = this.newSession(id, journal, legacy, prefix.snapshot, prefix.nextSeq);
     session.size = session.fileSize = prefix.journalBytes;
@@ -318,7 +322,7 @@ export class FileJournalStore implements JournalStore {
 
   private replayInto(existing: FileSessionJournal | undefined, id: string, journal: string, legacy: boolean, repair: boolean): FileSessionJournal {
     this.counters.replays++;
-    const replayed = replayJournalFile(journal, id, { repair, logger: this.logger, now: this.now, sessionId: id });
+    const replayed = replayJournalFile(journal, id, { repair, reducer: this.reducer, logger: this.logger, now: this.now, sessionId: id });
     const session = existing ?? this.newSession(id, journal, legacy, replayed.snapshot, replayed.nextSeq);
     session.path = journal;
     session.legacy = legacy;
@@ -411,7 +415,7 @@ export class FileJournalStore implements JournalStore {
     const appends = new AppendTracker();
     for (const { line, offset } of decoded) {
       const entry = line.entry;
-      snapshot = applyEvent(snapshot, entry, { now: this.now });
+      snapshot = this.reducer.applyEvent(snapshot, entry, { now: this.now });
       const appendStart = appends.line(entry);
       const seq = entry.seq;
       if (typeof seq === "number" && Number.isInteger(seq)) {

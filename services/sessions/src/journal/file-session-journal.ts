@@ -7,7 +7,7 @@
  */
 import type { TimerHandle } from "@berth/shared/clock";
 import { stateWriteError } from "@berth/shared/state-errors";
-import type { SessionSnapshot } from "../reducer.js";
+import type { SessionReducer, SessionSnapshot } from "../reducer.js";
 import { readRefusals, withDescriptors } from "./file-refusals.js";
 import type { GroupCommit } from "./group-commit.js";
 import { readJournalEntries, replayJournalFile, scanJournalPrefix, SeqIndex } from "./journal-file.js";
@@ -34,6 +34,7 @@ export interface JournalAppender {
 export interface SessionJournalContext {
   /** The primary directory, for the refusals of a snapshot file not written. */
   readonly dir: string;
+  readonly reducer: SessionReducer;
   /** The reducer's clock, for entries without a usable `ts`. */
   readonly now: () => number;
   readonly appender: JournalAppender;
@@ -156,7 +157,14 @@ export class FileSessionJournal implements SessionJournal {
     return withDescriptors(
       `session ${this.id}: its journal could not be read`,
       this.id,
-      () => replayJournalFile(this.path, this.id, { repair: false, stopAfterSeq: lastSeq, now: this.context.now, sessionId: this.id }).snapshot,
+      () =>
+        replayJournalFile(this.path, this.id, {
+          repair: false,
+          reducer: this.context.reducer,
+          stopAfterSeq: lastSeq,
+          now: this.context.now,
+          sessionId: this.id,
+        }).snapshot,
     );
   }
 

@@ -21,7 +21,7 @@ import {
   type DecodedLine,
 } from "./journal-format.js";
 import { PARALLEL_SCAN_MIN_BYTES, scanWorker, type ScanResults, type ScanWorker } from "./journal-scan.js";
-import { createReplay, MAX_DIAGNOSTICS, type Diagnostic, type JournalEntry, type SessionSnapshot } from "../reducer.js";
+import type { Diagnostic, JournalEntry, SessionReducer, SessionSnapshot } from "../reducer.js";
 import type { KeyRecord, StoredEntry } from "./journal-store.js";
 
 /**
@@ -95,6 +95,8 @@ export interface ReplayOptions {
    * middle of another process's write.
    */
   repair: boolean;
+  /** The rules that fold the entries into the snapshot. */
+  reducer: SessionReducer;
   /** Stop after the entry with this seq was applied (used to rebuild an old append's result). */
   stopAfterSeq?: number;
   logger?: Logger;
@@ -134,15 +136,15 @@ interface OpenBatch {
   lines: number;
 }
 
-/** Appends berth's own diagnostics (after the reducer's) under the reducer's bound of {@link MAX_DIAGNOSTICS}. */
-export function appendDiagnostics(snapshot: SessionSnapshot, added: Diagnostic[]): SessionSnapshot {
+/** Appends berth's own diagnostics (after the reducer's) under the reducer's bound of `maxDiagnostics`. */
+export function appendDiagnostics(snapshot: SessionSnapshot, added: Diagnostic[], maxDiagnostics: number): SessionSnapshot {
   if (added.length === 0) return snapshot;
   const before = snapshot.diagnostics.length;
   const recorded = typeof snapshot.diagnosticsTotal === "number" && snapshot.diagnosticsTotal >= before ? snapshot.diagnosticsTotal : before;
-  const diagnostics = [...snapshot.diagnostics, ...added].slice(-MAX_DIAGNOSTICS);
+  const diagnostics = [...snapshot.diagnostics, ...added].slice(-maxDiagnostics);
   const next: SessionSnapshot = { ...snapshot, diagnostics };
   const total = recorded + added.length;
-  if (total > MAX_DIAGNOSTICS || Object.hasOwn(snapshot, "diagnosticsTotal")) next.diagnosticsTotal = total;
+  if (total > maxDiagnostics || Object.hasOwn(snapshot, "diagnosticsTotal")) next.diagnosticsTotal = total;
   return next;
 }
 
@@ -182,7 +184,7 @@ export function replayJournalFile(path: string, id: string, options: ReplayOptio
     const { buf, shared } = readForReplay(fd, scanner);
     const text = isAscii(buf) ? buf.toString("latin1") : undefined;
     if (shared !== undefined) scan = scanner?.start(shared, buf.length, 0);
-    const replay = createReplay(id, options.now ? { now: options.now } : {});
+    const replay = options.reducer.createReplay(id, options.now ? { now: options.now } : {});
     const extraDiagnostics: Diagnostic[] = [];
     const keys = new Map<string, KeyRecord>();
     const index = new SeqIndex();
@@ -289,7 +291,7 @@ export function replayJournalFile(path: string, id: string, options: ReplayOptio
       }
     }
     const mtimeMs = fs.fstatSync(fd).mtimeMs;
-    const snapshot = appendDiagnostics(replay.snapshot(), extraDiagnostics);
+    const snapshot = appendDiagnostics(replay.snapshot(), extraDiagnostics, options.reducer.maxDiagnostics);
     return { snapshot, nextSeq, size: cut, fileSize, mtimeMs, needsNewline, keys, index, ...(repaired ? { repaired } : {}) };
   } finally {
     scan?.finish();
