@@ -11,6 +11,7 @@ import { ensurePrivateDir, fsyncDirectory, statOrNull } from "@berth/shared/file
 import { retryAfterRelief } from "@berth/shared/descriptors";
 import { errnoCode, stateWriteError } from "@berth/shared/state-errors";
 import type { Logger } from "@berth/shared/logger";
+import type { SessionId } from "@berth/shared/safe-id";
 import { UNAVAILABLE_RETRY_AFTER_MS } from "../session-refusals.js";
 import type { FileSessionJournal, JournalAppender, PendingAppend } from "./file-session-journal.js";
 import { GroupCommit, type CommitIo, type FsyncMode } from "./group-commit.js";
@@ -38,7 +39,7 @@ export interface AppendHost {
   /** Drops a session whose in-memory state can no longer be trusted; the next access re-opens it. */
   forget(session: FileSessionJournal): void;
   /** The session opened afresh from its journal; undefined when it has none. */
-  open(id: string): FileSessionJournal | undefined;
+  open(id: SessionId): FileSessionJournal | undefined;
   /** Appends became durable: the session's snapshot file may be due. */
   appended(session: FileSessionJournal): void;
 }
@@ -268,7 +269,7 @@ export class FileAppends implements JournalAppender {
   }
 
   /** The session's last seq as its journal says now (0 when it has none, or it cannot be read). */
-  private currentSeqOnDisk(id: string): number {
+  private currentSeqOnDisk(id: SessionId): number {
     try {
       const session = this.host.open(id);
       return session === undefined ? 0 : session.nextSeq - 1;

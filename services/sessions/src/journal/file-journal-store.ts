@@ -26,6 +26,7 @@ import { systemClock, type Clock } from "@berth/shared/clock";
 import { BerthError } from "@berth/shared/errors";
 import { ensurePrivateDir, fsyncDirectory, statOrNull } from "@berth/shared/files";
 import type { Logger } from "@berth/shared/logger";
+import type { SessionId } from "@berth/shared/safe-id";
 import { onDescriptorShortage, retryAfterRelief } from "@berth/shared/descriptors";
 import { errnoCode } from "@berth/shared/state-errors";
 import type { SessionReducer, SessionSnapshot } from "../reducer.js";
@@ -90,7 +91,7 @@ export class FileJournalStore implements JournalStore {
   private readonly sessionContext: SessionJournalContext;
   private readonly follower: ForeignWriteFollower;
   private readonly deleted: DeletedSessions;
-  private readonly sessions = new Map<string, FileSessionJournal>();
+  private readonly sessions = new Map<SessionId, FileSessionJournal>();
   private readonly background = new Set<Promise<void>>();
   private readonly now: () => number;
   private readonly counters = { replays: 0, hydrations: 0, tailReplays: 0, snapshotWrites: 0 };
@@ -163,7 +164,7 @@ export class FileJournalStore implements JournalStore {
   // ---------------------------------------------------------------- sessions in memory
 
   /** The session, opened (and caught up with foreign writes) when its journal exists; else undefined. */
-  open(id: string): FileSessionJournal | undefined {
+  open(id: SessionId): FileSessionJournal | undefined {
     return withDescriptors(`session ${id}: its journal could not be opened`, id, () => {
       const cached = this.touch(id);
       if (cached) return cached;
@@ -174,7 +175,7 @@ export class FileJournalStore implements JournalStore {
   }
 
   /** The session to append to: opened, or a new empty one (its file is created by the first append). */
-  openForAppend(id: string): FileSessionJournal {
+  openForAppend(id: SessionId): FileSessionJournal {
     const existing = this.open(id);
     if (existing) return existing;
     // A session deleted before continues from where it was: an id's seqs never go back.
@@ -185,7 +186,7 @@ export class FileJournalStore implements JournalStore {
   }
 
   /** The cached session (moved to the LRU's young end), caught up with foreign writes. */
-  private touch(id: string): FileSessionJournal | undefined {
+  private touch(id: SessionId): FileSessionJournal | undefined {
     const session = this.sessions.get(id);
     if (!session) return undefined;
     this.sessions.delete(id);
@@ -256,14 +257,14 @@ export class FileJournalStore implements JournalStore {
     return closed;
   }
 
-  private newSession(id: string, journal: string, legacy: boolean, snapshot: SessionSnapshot, nextSeq: number): FileSessionJournal {
+  private newSession(id: SessionId, journal: string, legacy: boolean, snapshot: SessionSnapshot, nextSeq: number): FileSessionJournal {
     return new FileSessionJournal(this.sessionContext, id, journal, legacy, snapshot, nextSeq);
   }
 
   // ---------------------------------------------------------------- opening
 
   /** Opens a session from its snapshot file or by replaying its journal; undefined when it has none. */
-  private openFromDisk(id: string): FileSessionJournal | undefined {
+  private openFromDisk(id: SessionId): FileSessionJournal | undefined {
     const primary = journalPath(this.dir, id);
     let journal = primary;
     let legacy = false;
@@ -305,7 +306,7 @@ export class FileJournalStore implements JournalStore {
    * our own appends would have been. Undefined (nothing changed) when anything does not hold or
    * the tail needs a full replay's care (see {@link catchUp}).
    */
-  private openFromPrefix(id: string, journal: string, legacy: boolean, stat: fs.Stats): FileSessionJournal | undefined {
+  private openFromPrefix(id: SessionId, journal: string, legacy: boolean, stat: fs.Stats): FileSessionJournal | undefined {
     const prefix = readPrefixSnapshot(snapshotPath(this.dir, id), id, stat.size, this.reducer);
     if (!prefix || lastLineCrc(journal, prefix.journalBytes) !== prefix.lastLineCrc) return undefined;
     const session = this.newSession(id, journal, legacy, prefix.snapshot, prefix.nextSeq);
@@ -320,7 +321,7 @@ export class FileJournalStore implements JournalStore {
     return session;
   }
 
-  private replayInto(existing: FileSessionJournal | undefined, id: string, journal: string, legacy: boolean, repair: boolean): FileSessionJournal {
+  private replayInto(existing: FileSessionJournal | undefined, id: SessionId, journal: string, legacy: boolean, repair: boolean): FileSessionJournal {
     this.counters.replays++;
     const replayed = replayJournalFile(journal, id, { repair, reducer: this.reducer, logger: this.logger, now: this.now, sessionId: id });
     const session = existing ?? this.newSession(id, journal, legacy, replayed.snapshot, replayed.nextSeq);
@@ -465,7 +466,7 @@ export class FileJournalStore implements JournalStore {
   }
 
   /** What the follower does for a changed journal; a promise when our own bytes are landing (look again then). */
-  private foreignChange(id: string): Promise<void> | undefined {
+  private foreignChange(id: SessionId): Promise<void> | undefined {
     const cached = this.sessions.get(id);
     if (cached?.committer?.busy) return cached.committer.idle();
     if (cached !== undefined) {
@@ -479,13 +480,13 @@ export class FileJournalStore implements JournalStore {
 
   // ---------------------------------------------------------------- listing
 
-  has(sessionId: string): boolean {
+  has(sessionId: SessionId): boolean {
     if (statOrNull(journalPath(this.dir, sessionId))) return true;
     return this.legacyDir !== undefined && statOrNull(journalPath(this.legacyDir, sessionId)) !== null;
   }
 
-  sessionIds(): string[] {
-    const ids = new Set<string>();
+  sessionIds(): SessionId[] {
+    const ids = new Set<SessionId>();
     for (const dir of [this.legacyDir, this.dir]) {
       if (dir === undefined) continue;
       let names: string[];
@@ -505,7 +506,7 @@ export class FileJournalStore implements JournalStore {
 
   // ---------------------------------------------------------------- deletion
 
-  tombstone(sessionId: string): Tombstone | undefined {
+  tombstone(sessionId: SessionId): Tombstone | undefined {
     return this.deleted.get(sessionId);
   }
 

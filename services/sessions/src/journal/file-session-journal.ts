@@ -6,6 +6,7 @@
  * writing is the write path's (file-appends.ts), reached through {@link JournalAppender}.
  */
 import type { TimerHandle } from "@berth/shared/clock";
+import type { SessionId } from "@berth/shared/safe-id";
 import { stateWriteError } from "@berth/shared/state-errors";
 import type { SessionReducer, SessionSnapshot } from "../reducer.js";
 import { readRefusals, withDescriptors } from "./file-refusals.js";
@@ -81,7 +82,7 @@ export class FileSessionJournal implements SessionJournal {
 
   constructor(
     private readonly context: SessionJournalContext,
-    readonly id: string,
+    readonly id: SessionId,
     journal: string,
     legacy: boolean,
     snapshot: SessionSnapshot,

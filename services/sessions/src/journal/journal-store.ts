@@ -172,7 +172,11 @@ export interface Tombstone {
   readonly deletions: readonly BuriedDeletion[];
 }
 
-/** Where the session journals are: opens them, lists them, deletes them. */
+/**
+ * Where the session journals are: opens them, lists them, deletes them. The session ids it is given
+ * were checked at the store's entry (`checkSessionId`, a `SessionId`); a backend trusts them and
+ * does not check them again (the file backend's paths take a `SessionId`).
+ */
 export interface JournalStore {
   /** Where the journals are, for messages (a directory, an endpoint). */
   readonly location: string;
