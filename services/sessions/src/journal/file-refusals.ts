@@ -6,7 +6,7 @@
 import { BerthError } from "@berth/shared/errors";
 import { retryAfterRelief } from "@berth/shared/descriptors";
 import { descriptorRefusal } from "@berth/shared/state-errors";
-import { JournalReplacedError } from "./journal-file.js";
+import { JournalReplacedError } from "./journal-read.js";
 import type { StoredEntry } from "./journal-store.js";
 
 /**

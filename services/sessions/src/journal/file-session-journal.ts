@@ -11,7 +11,8 @@ import { stateWriteError } from "@berth/shared/state-errors";
 import type { SessionReducer, SessionSnapshot } from "../reducer.js";
 import { readRefusals, withDescriptors } from "./file-refusals.js";
 import type { GroupCommit } from "./group-commit.js";
-import { readJournalEntries, replayJournalFile, scanJournalPrefix, SeqIndex } from "./journal-file.js";
+import { replayJournalFile, scanJournalPrefix, SeqIndex } from "./journal-file.js";
+import { readJournalEntries } from "./journal-read.js";
 import type { JournalBatch, KeyRecord, SessionJournal, StoredEntry } from "./journal-store.js";
 
 /** A batch on its way to disk: its lines, and where they go in the file. */

@@ -3,7 +3,8 @@ import * as os from "node:os";
 import * as path from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { crc32, encodeJournalLine } from "./journal-format.js";
-import { appendDiagnostics, lastLineCrc, readJournalEntries, replayJournalFile, scanJournalPrefix, SeqIndex } from "./journal-file.js";
+import { appendDiagnostics, lastLineCrc, replayJournalFile, scanJournalPrefix, SeqIndex } from "./journal-file.js";
+import { readJournalEntries } from "./journal-read.js";
 import { baseSnapshot, MAX_DIAGNOSTICS, sessionReducer as reducer } from "../reducer.js";
 
 let dir: string;
