@@ -16,18 +16,26 @@ export const MAX_PATH_BYTES = 4096;
 /** The longest name of one path component, in UTF-8 bytes (Linux's NAME_MAX): no file can have a longer one. */
 export const MAX_NAME_BYTES = 255;
 
+declare const checkedSessionId: unique symbol;
+
+/**
+ * A session id that passed {@link checkSessionId} (or {@link isSessionId}): code past the edge that
+ * checked it takes this type and trusts it, instead of checking again.
+ */
+export type SessionId = string & { readonly [checkedSessionId]: true };
+
 /** True when `id` is a usable session id. */
-export function isSessionId(id: unknown): id is string {
+export function isSessionId(id: unknown): id is SessionId {
   return typeof id === "string" && SESSION_ID_PATTERN.test(id);
 }
 
 /** Returns `id` when it is a valid session id; throws `invalidArgument(field, …)` otherwise. */
-export function checkSessionId(id: unknown, field = "session_id"): string {
+export function checkSessionId(id: unknown, field = "session_id"): SessionId {
   if (typeof id !== "string" || id.length === 0) throw invalidArgument(field, `is required and must match ${SESSION_ID_RULE}`);
   if (!SESSION_ID_PATTERN.test(id)) {
     throw invalidArgument(field, `must match ${SESSION_ID_RULE} (letters, digits, '_' and '-', at most 128), got ${JSON.stringify(id.slice(0, 140))}`);
   }
-  return id;
+  return id as SessionId;
 }
 
 /** The rule a request id (what makes a retried create safe) must follow, as shown in error messages. */

@@ -6,6 +6,7 @@ import type { Clock } from "@berth/shared/clock";
 import type { Logger } from "@berth/shared/logger";
 import { FileJournalStore } from "./journal/file-journal-store.js";
 import type { CommitIo, FsyncMode } from "./journal/group-commit.js";
+import { sessionReducer } from "./reducer.js";
 import { SessionStore } from "./session-store.js";
 
 export { APPEND_OVERTAKEN_RETRY_MS } from "./journal/file-appends.js";
@@ -46,6 +47,7 @@ export interface SessionStoreOptions {
 export function createSessionStore(options: SessionStoreOptions): SessionStore {
   const journals = new FileJournalStore({
     dir: options.dir,
+    reducer: sessionReducer,
     legacyDir: options.legacyDir,
     clock: options.clock,
     fsync: options.fsync,

@@ -7,11 +7,12 @@ import { describe, expect, it } from "vitest";
 import { ManualClock } from "@berth/shared/clock";
 import { BerthError } from "@berth/shared/errors";
 import { createMemoryJournalStore } from "./journal/testing/memory-journal-store.js";
+import { sessionReducer } from "./reducer.js";
 import { SessionStore } from "./session-store.js";
 
 function store() {
   const clock = new ManualClock(Date.parse("2026-01-01T00:00:00.000Z"));
-  const journals = createMemoryJournalStore({ now: () => clock.now() });
+  const journals = createMemoryJournalStore({ reducer: sessionReducer, now: () => clock.now() });
   return { journals, clock, store: new SessionStore({ journals, clock }) };
 }
 

@@ -16,37 +16,19 @@
  * DeleteSession answers its first answer; a retried append was written to a session that is gone,
  * which is what it is told (NOT_FOUND SESSION_DELETED, with the seqs it had), never written again.
  */
-import type { KeyRecord, Tombstone } from "./journal/journal-store.js";
+import type { Deletion, KeyRecord, Tombstone } from "./journal/journal-store.js";
 import { keyReused, sessionDeletedUnder } from "./session-refusals.js";
+
+// The tombstone's records are the journal seam's: every backend keeps them.
+export type { Deletion } from "./journal/journal-store.js";
 
 /** How long a deleted session's idempotency keys (and its deletion's own) keep answering, by default: one hour. */
 export const DEFAULT_IDEMPOTENCY_WINDOW_MS = 60 * 60 * 1000;
-
-/** One deletion of a session, as its tombstone keeps it for the idempotency window. */
-export interface Deletion {
-  /** The seq of the deleted session's first entry. */
-  readonly firstSeq: number;
-  /** Its last seq when it was deleted. */
-  readonly lastSeq: number;
-  /** When it was deleted (wall clock, epoch ms): the window runs from here. */
-  readonly deletedAt: number;
-  /** The idempotency key of the DeleteSession that deleted it; none for a deletion by retention or without one. */
-  readonly idempotencyKey?: string | undefined;
-  /** The `expected_seq` that DeleteSession gave, if any: part of the request its key names. */
-  readonly expectedSeq?: number | undefined;
-}
 
 /** A key a deleted session knew: its append's record, or the deletion's own key. */
 export type DeletedKey =
   | { readonly kind: "append"; readonly record: KeyRecord; readonly deletion: Deletion }
   | { readonly kind: "deletion"; readonly deletion: Deletion };
-
-/** What the store hands the backend to keep when it deletes a session. */
-export interface Burial {
-  readonly deletion: Deletion;
-  /** The keyed appends of the deleted session, each with the digest of its events where known. */
-  readonly keys: ReadonlyMap<string, KeyRecord>;
-}
 
 /** True while `deletion` is within the idempotency window at `now`. */
 export function remembered(deletion: Deletion, now: number, windowMs: number): boolean {

@@ -20,10 +20,9 @@ import * as fs from "node:fs";
 import * as path from "node:path";
 import { ensurePrivateDir, writeFileAtomicSync } from "@berth/shared/files";
 import type { Logger } from "@berth/shared/logger";
-import { checkSessionId, isSessionId } from "@berth/shared/safe-id";
+import { isSessionId, type SessionId } from "@berth/shared/safe-id";
 import { errnoCode, stateWriteError } from "@berth/shared/state-errors";
-import type { Burial } from "../session-tombstones.js";
-import type { BuriedDeletion, KeyRecord, Tombstone } from "./journal-store.js";
+import type { Burial, BuriedDeletion, KeyRecord, Tombstone } from "./journal-store.js";
 
 /** The directory of tombstones inside a session directory. */
 export const DELETED_DIR = ".deleted";
@@ -32,9 +31,9 @@ const SUFFIX = ".json";
 export class DeletedSessions {
   readonly dir: string;
   /** Tombstones read or written, by id; null: the id has none. */
-  private readonly loaded = new Map<string, Tombstone | null>();
+  private readonly loaded = new Map<SessionId, Tombstone | null>();
   /** When each tombstone's oldest kept deletion was made, once the directory has been read whole. */
-  private due: Map<string, number> | undefined;
+  private due: Map<SessionId, number> | undefined;
 
   constructor(
     sessionDir: string,
@@ -44,7 +43,7 @@ export class DeletedSessions {
   }
 
   /** The session's tombstone; undefined when it was never deleted. */
-  get(sessionId: string): Tombstone | undefined {
+  get(sessionId: SessionId): Tombstone | undefined {
     const cached = this.loaded.get(sessionId);
     if (cached !== undefined) return cached ?? undefined;
     const read = this.read(sessionId);
@@ -56,7 +55,7 @@ export class DeletedSessions {
    * Adds `burial` to the session's tombstone, durably. Throws the refusal of a state directory that
    * cannot be written (nothing is then deleted).
    */
-  bury(sessionId: string, burial: Burial): void {
+  bury(sessionId: SessionId, burial: Burial): void {
     const before = this.get(sessionId);
     const deletion: BuriedDeletion = { ...burial.deletion, keys: burial.keys };
     const after: Tombstone = { lastSeq: Math.max(before?.lastSeq ?? 0, burial.deletion.lastSeq), deletions: [...(before?.deletions ?? []), deletion] };
@@ -102,9 +101,9 @@ export class DeletedSessions {
   }
 
   /** When each tombstone's oldest kept deletion was made: the directory read once, then kept up to date. */
-  private dueIndex(): Map<string, number> {
+  private dueIndex(): Map<SessionId, number> {
     if (this.due !== undefined) return this.due;
-    const due = new Map<string, number>();
+    const due = new Map<SessionId, number>();
     let names: string[] = [];
     try {
       names = fs.readdirSync(this.dir);
@@ -122,11 +121,11 @@ export class DeletedSessions {
     return due;
   }
 
-  private pathOf(sessionId: string): string {
-    return path.join(this.dir, checkSessionId(sessionId) + SUFFIX);
+  private pathOf(sessionId: SessionId): string {
+    return path.join(this.dir, sessionId + SUFFIX);
   }
 
-  private read(sessionId: string): Tombstone | undefined {
+  private read(sessionId: SessionId): Tombstone | undefined {
     const file = this.pathOf(sessionId);
     let text: string;
     try {
@@ -146,7 +145,7 @@ export class DeletedSessions {
     return undefined;
   }
 
-  private write(sessionId: string, tombstone: Tombstone): void {
+  private write(sessionId: SessionId, tombstone: Tombstone): void {
     try {
       ensurePrivateDir(this.dir);
       writeFileAtomicSync(this.pathOf(sessionId), encodeTombstone(tombstone));

@@ -10,10 +10,11 @@ import { BerthError } from "@berth/shared/errors";
 import { ensurePrivateDir, fsyncDirectory, statOrNull } from "@berth/shared/files";
 import { retryAfterRelief } from "@berth/shared/descriptors";
 import { errnoCode, stateWriteError } from "@berth/shared/state-errors";
+import type { Logger } from "@berth/shared/logger";
+import type { SessionId } from "@berth/shared/safe-id";
 import { UNAVAILABLE_RETRY_AFTER_MS } from "../session-refusals.js";
-import type { FileJournalStore } from "./file-journal-store.js";
-import type { FileSessionJournal, PendingAppend } from "./file-session-journal.js";
-import { GroupCommit } from "./group-commit.js";
+import type { FileSessionJournal, JournalAppender, PendingAppend } from "./file-session-journal.js";
+import { GroupCommit, type CommitIo, type FsyncMode } from "./group-commit.js";
 import { encodeJournalLine } from "./journal-format.js";
 import { checkJournalEnd, checkOwnWrite, ForeignAppendError } from "./journal-guard.js";
 import type { JournalBatch } from "./journal-store.js";
@@ -22,8 +23,29 @@ import { journalPath } from "./session-paths.js";
 /** How soon an append another process's line overtook may be retried (at once: nothing of it was kept). */
 export const APPEND_OVERTAKEN_RETRY_MS = 10;
 
-export class FileAppends {
-  constructor(private readonly store: FileJournalStore) {}
+/** What the write path needs of the store whose sessions it writes. */
+export interface AppendHost {
+  /** The primary directory: journals are appended there, a legacy one copied there first. */
+  readonly dir: string;
+  readonly fsync: FsyncMode;
+  readonly io: CommitIo | undefined;
+  readonly logger: Logger | undefined;
+  /** The monotonic clock: when the last append became durable. */
+  monotonicNow(): number;
+  /** Closes idle journals until another may be opened (the store's bound of open journals). */
+  makeRoomForJournal(session: FileSessionJournal): void;
+  /** One full replay of the session's journal: another process changed it (here: migrated it). */
+  reload(session: FileSessionJournal, preferPrimary: boolean): void;
+  /** Drops a session whose in-memory state can no longer be trusted; the next access re-opens it. */
+  forget(session: FileSessionJournal): void;
+  /** The session opened afresh from its journal; undefined when it has none. */
+  open(id: SessionId): FileSessionJournal | undefined;
+  /** Appends became durable: the session's snapshot file may be due. */
+  appended(session: FileSessionJournal): void;
+}
+
+export class FileAppends implements JournalAppender {
+  constructor(private readonly host: AppendHost) {}
 
   /**
    * Opens the session's primary journal for appending, copying a legacy journal over first. With no
@@ -34,7 +56,7 @@ export class FileAppends {
     try {
       retryAfterRelief(() => this.ensureWritable(session));
     } catch (error) {
-      throw stateWriteError(error, `session ${session.id}: the append was not written, nothing of it kept`, this.store.dir, { sessionId: session.id }) ?? error;
+      throw stateWriteError(error, `session ${session.id}: the append was not written, nothing of it kept`, this.host.dir, { sessionId: session.id }) ?? error;
     }
   }
 
@@ -58,12 +80,12 @@ export class FileAppends {
 
   private ensureWritable(session: FileSessionJournal): void {
     if (session.fd !== undefined) return;
-    const { dir, fsync, io } = this.store;
+    const { dir, fsync, io } = this.host;
     ensurePrivateDir(dir);
     const primary = journalPath(dir, session.id);
     if (session.legacy) this.migrateLegacy(session, primary);
     const existed = statOrNull(primary) !== null;
-    this.store.makeRoomForJournal(session);
+    this.host.makeRoomForJournal(session);
     const fd = fs.openSync(primary, fs.constants.O_WRONLY | fs.constants.O_APPEND | fs.constants.O_CREAT, 0o600);
     if (!existed && fsync !== "none") {
       // The new file's directory entry must be durable too, or an acknowledged first append can
@@ -98,10 +120,10 @@ export class FileAppends {
    * (not a torn tail), via a temp file and a rename, so a crash leaves no half copy.
    */
   private migrateLegacy(session: FileSessionJournal, primary: string): void {
-    const { dir } = this.store;
+    const { dir } = this.host;
     if (statOrNull(primary) !== null) {
       // Someone (a seed process) migrated it meanwhile: the primary is the truth now.
-      this.store.reload(session, true);
+      this.host.reload(session, true);
       if (!session.legacy) return;
     }
     const temp = path.join(dir, `.${session.id}.jsonl.${process.pid}.migrate`);
@@ -121,7 +143,7 @@ export class FileAppends {
       throw error;
     }
     fsyncDirectory(dir);
-    this.store.logger?.info({ sessionId: session.id, from: session.path, to: primary }, "copied the legacy journal to the sessions directory");
+    this.host.logger?.info({ sessionId: session.id, from: session.path, to: primary }, "copied the legacy journal to the sessions directory");
     session.path = primary;
     session.legacy = false;
     session.fileSize = session.size;
@@ -155,12 +177,12 @@ export class FileAppends {
     }
     session.mtimeMs = NaN;
     session.entriesSinceSnapshot += entriesAdded;
-    session.lastAppendAt = this.store.clock.monotonicNow();
-    this.store.snapshots.schedule(session);
+    session.lastAppendAt = this.host.monotonicNow();
+    this.host.appended(session);
   }
 
   private onWriteFailed(session: FileSessionJournal, error: Error, items: PendingAppend[], attempted: number): void {
-    const { logger, dir } = this.store;
+    const { logger, dir } = this.host;
     if (error instanceof ForeignAppendError) {
       // Another process (a seed process sharing the live directory) appended after these appends
       // took their seqs: kept, they would repeat its seqs. They are refused, retryably, with
@@ -174,7 +196,7 @@ export class FileAppends {
           "another process appended to the journal while a short write of ours was split; our lines could not be undone and stay in the journal",
         );
         // The journal holds lines of ours that no append returned: re-read it from disk.
-        this.store.forget(session);
+        this.host.forget(session);
       } else {
         logger?.warn(fields, "another process appended to the journal while appends waited to be written; they were refused, nothing of them kept");
       }
@@ -232,11 +254,11 @@ export class FileAppends {
     if (!cutBack) {
       // The file's end is unknown now: forget the session; the next access re-opens it from disk,
       // where the torn-tail repair cuts an incomplete append back.
-      this.store.forget(session);
+      this.host.forget(session);
     } else if (session.fileSize === 0 && !session.legacy) {
       // The failed append was the session's first: leave no empty journal behind (`has` would
       // report a session that never got an entry).
-      this.store.forget(session);
+      this.host.forget(session);
       try {
         fs.rmSync(journalPath(dir, session.id), { force: true });
       } catch (removeError) {
@@ -247,9 +269,9 @@ export class FileAppends {
   }
 
   /** The session's last seq as its journal says now (0 when it has none, or it cannot be read). */
-  private currentSeqOnDisk(id: string): number {
+  private currentSeqOnDisk(id: SessionId): number {
     try {
-      const session = this.store.open(id);
+      const session = this.host.open(id);
       return session === undefined ? 0 : session.nextSeq - 1;
     } catch {
       return 0;

@@ -26,19 +26,20 @@ import { systemClock, type Clock } from "@berth/shared/clock";
 import { BerthError } from "@berth/shared/errors";
 import { ensurePrivateDir, fsyncDirectory, statOrNull } from "@berth/shared/files";
 import type { Logger } from "@berth/shared/logger";
+import type { SessionId } from "@berth/shared/safe-id";
 import { onDescriptorShortage, retryAfterRelief } from "@berth/shared/descriptors";
-import { descriptorRefusal, errnoCode, stateWriteError } from "@berth/shared/state-errors";
-import { applyEvent, baseSnapshot, type SessionSnapshot } from "../reducer.js";
+import { errnoCode } from "@berth/shared/state-errors";
+import type { SessionReducer, SessionSnapshot } from "../reducer.js";
 import { UNAVAILABLE_RETRY_AFTER_MS } from "../session-refusals.js";
-import type { Burial } from "../session-tombstones.js";
 import { DeletedSessions } from "./deleted-sessions.js";
 import { FileAppends, lastByte } from "./file-appends.js";
-import { FileSessionJournal } from "./file-session-journal.js";
+import { withDescriptors } from "./file-refusals.js";
+import { FileSessionJournal, type SessionJournalContext } from "./file-session-journal.js";
 import { ForeignWriteFollower } from "./foreign-write-follower.js";
 import type { CommitIo, FsyncMode } from "./group-commit.js";
-import { AppendTracker, JournalReplacedError, lastLineCrc, readJournalEntries, replayJournalFile, scanJournalPrefix, storedEntry } from "./journal-file.js";
+import { AppendTracker, lastLineCrc, replayJournalFile, storedEntry } from "./journal-file.js";
 import { decodeJournalLine, forEachLine, isBlankLine, type DecodedEntry } from "./journal-format.js";
-import type { JournalListener, JournalStore, JournalStoreStats, KeyRecord, StoredEntry, Tombstone } from "./journal-store.js";
+import type { Burial, JournalListener, JournalStore, JournalStoreStats, StoredEntry, Tombstone } from "./journal-store.js";
 import { journalPath, sessionIdFromFileName, snapshotPath } from "./session-paths.js";
 import { readPrefixSnapshot, readSnapshotFile, sidecarPath } from "./snapshot-file.js";
 import { SnapshotScheduler } from "./snapshot-scheduler.js";
@@ -54,6 +55,8 @@ export const DEFAULT_SNAPSHOT_IDLE_MS = 5000;
 export interface FileJournalStoreOptions {
   /** Where journals and snapshot files are (created 0700 if missing). */
   dir: string;
+  /** The rules that fold a journal into its snapshot (the core's reducer). */
+  reducer: SessionReducer;
   /** The seed's legacy root, read-only: read when `dir` has no journal, copied to `dir` on first append. */
   legacyDir?: string | undefined;
   clock?: Clock | undefined;
@@ -74,20 +77,21 @@ export interface FileJournalStoreOptions {
 const NO_LISTENER: JournalListener = { appended() {}, resync() {}, watched: () => false, watching: () => false };
 
 export class FileJournalStore implements JournalStore {
-  readonly dir: string;
-  readonly legacyDir: string | undefined;
-  readonly clock: Clock;
-  readonly fsync: FsyncMode;
-  readonly io: CommitIo | undefined;
-  readonly logger: Logger | undefined;
-  readonly snapshots: SnapshotScheduler;
+  private readonly dir: string;
+  private readonly legacyDir: string | undefined;
+  private readonly clock: Clock;
+  private readonly fsync: FsyncMode;
+  private readonly logger: Logger | undefined;
+  private readonly reducer: SessionReducer;
+  private readonly snapshots: SnapshotScheduler;
   private readonly cacheSize: number;
-  readonly maxOpenJournals: number;
+  private readonly maxOpenJournals: number;
   private readonly stopRelief: () => void;
-  private readonly appends: FileAppends;
+  /** What every open journal of this store shares. */
+  private readonly sessionContext: SessionJournalContext;
   private readonly follower: ForeignWriteFollower;
   private readonly deleted: DeletedSessions;
-  private readonly sessions = new Map<string, FileSessionJournal>();
+  private readonly sessions = new Map<SessionId, FileSessionJournal>();
   private readonly background = new Set<Promise<void>>();
   private readonly now: () => number;
   private readonly counters = { replays: 0, hydrations: 0, tailReplays: 0, snapshotWrites: 0 };
@@ -99,12 +103,24 @@ export class FileJournalStore implements JournalStore {
     this.legacyDir = options.legacyDir === undefined ? undefined : path.resolve(options.legacyDir);
     this.clock = options.clock ?? systemClock;
     this.fsync = options.fsync ?? "batch";
-    this.io = options.io;
     this.logger = options.logger;
+    this.reducer = options.reducer;
     this.cacheSize = Math.max(1, options.cacheSize ?? DEFAULT_CACHE_SIZE);
     this.maxOpenJournals = Math.max(1, Math.min(this.cacheSize, options.maxOpenJournals ?? this.cacheSize));
     this.now = () => this.clock.now();
-    this.appends = new FileAppends(this);
+    const appender = new FileAppends({
+      dir: this.dir,
+      fsync: this.fsync,
+      io: options.io,
+      logger: this.logger,
+      monotonicNow: () => this.clock.monotonicNow(),
+      makeRoomForJournal: (session) => this.makeRoomForJournal(session),
+      reload: (session, preferPrimary) => this.reload(session, preferPrimary),
+      forget: (session) => this.forget(session),
+      open: (id) => this.open(id),
+      appended: (session) => this.snapshots.schedule(session),
+    });
+    this.sessionContext = { dir: this.dir, reducer: this.reducer, now: this.now, appender, writeSnapshot: (session) => this.snapshots.write(session, true) };
     this.snapshots = new SnapshotScheduler({
       dir: this.dir,
       clock: this.clock,
@@ -148,8 +164,8 @@ export class FileJournalStore implements JournalStore {
   // ---------------------------------------------------------------- sessions in memory
 
   /** The session, opened (and caught up with foreign writes) when its journal exists; else undefined. */
-  open(id: string): FileSessionJournal | undefined {
-    return this.withDescriptors(`session ${id}: its journal could not be opened`, id, () => {
+  open(id: SessionId): FileSessionJournal | undefined {
+    return withDescriptors(`session ${id}: its journal could not be opened`, id, () => {
       const cached = this.touch(id);
       if (cached) return cached;
       const opened = this.openFromDisk(id);
@@ -158,31 +174,19 @@ export class FileJournalStore implements JournalStore {
     });
   }
 
-  /**
-   * Runs `work` (which opens files), once more after closing idle journals if a descriptor was
-   * refused; refused again, throws RESOURCE_EXHAUSTED TOO_MANY_OPEN_FILES saying `what` failed.
-   */
-  private withDescriptors<T>(what: string, sessionId: string | undefined, work: () => T): T {
-    try {
-      return retryAfterRelief(work);
-    } catch (error) {
-      throw descriptorRefusal(error, what, sessionId === undefined ? {} : { sessionId }) ?? error;
-    }
-  }
-
   /** The session to append to: opened, or a new empty one (its file is created by the first append). */
-  openForAppend(id: string): FileSessionJournal {
+  openForAppend(id: SessionId): FileSessionJournal {
     const existing = this.open(id);
     if (existing) return existing;
     // A session deleted before continues from where it was: an id's seqs never go back.
-    const fresh = this.newSession(id, journalPath(this.dir, id), false, baseSnapshot(id), (this.deleted.get(id)?.lastSeq ?? 0) + 1);
+    const fresh = this.newSession(id, journalPath(this.dir, id), false, this.reducer.baseSnapshot(id), (this.deleted.get(id)?.lastSeq ?? 0) + 1);
     fresh.onDisk = false;
     this.remember(fresh);
     return fresh;
   }
 
   /** The cached session (moved to the LRU's young end), caught up with foreign writes. */
-  private touch(id: string): FileSessionJournal | undefined {
+  private touch(id: SessionId): FileSessionJournal | undefined {
     const session = this.sessions.get(id);
     if (!session) return undefined;
     this.sessions.delete(id);
@@ -209,7 +213,7 @@ export class FileJournalStore implements JournalStore {
   }
 
   /** Drops a session whose in-memory state can no longer be trusted; the next access re-opens it. */
-  forget(session: FileSessionJournal): void {
+  private forget(session: FileSessionJournal): void {
     if (this.sessions.get(session.id) === session) this.sessions.delete(session.id);
     this.snapshots.cancel(session);
     this.closeFile(session);
@@ -231,7 +235,7 @@ export class FileJournalStore implements JournalStore {
    * sessions not being written to until fewer than `maxOpenJournals` are open. Journals with a
    * write in flight stay open, even over the bound (they close at the next call that finds them idle).
    */
-  makeRoomForJournal(session: FileSessionJournal): void {
+  private makeRoomForJournal(session: FileSessionJournal): void {
     let open = 0;
     for (const cached of this.sessions.values()) if (cached.fd !== undefined) open++;
     for (const cached of this.sessions.values()) {
@@ -243,7 +247,7 @@ export class FileJournalStore implements JournalStore {
   }
 
   /** Closes the journals of the sessions not being written to (they reopen on their next append); returns how many. */
-  closeIdleFiles(): number {
+  private closeIdleFiles(): number {
     let closed = 0;
     for (const session of this.sessions.values()) {
       if (session.fd === undefined || session.committer?.busy) continue;
@@ -253,14 +257,14 @@ export class FileJournalStore implements JournalStore {
     return closed;
   }
 
-  private newSession(id: string, journal: string, legacy: boolean, snapshot: SessionSnapshot, nextSeq: number): FileSessionJournal {
-    return new FileSessionJournal(this, this.appends, id, journal, legacy, snapshot, nextSeq);
+  private newSession(id: SessionId, journal: string, legacy: boolean, snapshot: SessionSnapshot, nextSeq: number): FileSessionJournal {
+    return new FileSessionJournal(this.sessionContext, id, journal, legacy, snapshot, nextSeq);
   }
 
   // ---------------------------------------------------------------- opening
 
   /** Opens a session from its snapshot file or by replaying its journal; undefined when it has none. */
-  private openFromDisk(id: string): FileSessionJournal | undefined {
+  private openFromDisk(id: SessionId): FileSessionJournal | undefined {
     const primary = journalPath(this.dir, id);
     let journal = primary;
     let legacy = false;
@@ -279,7 +283,7 @@ export class FileJournalStore implements JournalStore {
     // recovered by a light scan on the first keyed append or read (scanJournalPrefix), not here.
     // That keeps a re-open O(snapshot) — ~1 ms — instead of O(journal); a sidecar file of keys
     // would also do, but would be one more file to keep consistent with the journal.
-    const hydrated = readSnapshotFile(snapshotPath(this.dir, id), id, stat.size);
+    const hydrated = readSnapshotFile(snapshotPath(this.dir, id), id, stat.size, this.reducer);
     if (hydrated) {
       this.counters.hydrations++;
       const session = this.newSession(id, journal, legacy, hydrated.snapshot, hydrated.nextSeq);
@@ -302,8 +306,8 @@ export class FileJournalStore implements JournalStore {
    * our own appends would have been. Undefined (nothing changed) when anything does not hold or
    * the tail needs a full replay's care (see {@link catchUp}).
    */
-  private openFromPrefix(id: string, journal: string, legacy: boolean, stat: fs.Stats): FileSessionJournal | undefined {
-    const prefix = readPrefixSnapshot(snapshotPath(this.dir, id), id, stat.size);
+  private openFromPrefix(id: SessionId, journal: string, legacy: boolean, stat: fs.Stats): FileSessionJournal | undefined {
+    const prefix = readPrefixSnapshot(snapshotPath(this.dir, id), id, stat.size, this.reducer);
     if (!prefix || lastLineCrc(journal, prefix.journalBytes) !== prefix.lastLineCrc) return undefined;
     const session = this.newSession(id, journal, legacy, prefix.snapshot, prefix.nextSeq);
     session.size = session.fileSize = prefix.journalBytes;
@@ -317,9 +321,9 @@ export class FileJournalStore implements JournalStore {
     return session;
   }
 
-  private replayInto(existing: FileSessionJournal | undefined, id: string, journal: string, legacy: boolean, repair: boolean): FileSessionJournal {
+  private replayInto(existing: FileSessionJournal | undefined, id: SessionId, journal: string, legacy: boolean, repair: boolean): FileSessionJournal {
     this.counters.replays++;
-    const replayed = replayJournalFile(journal, id, { repair, logger: this.logger, now: this.now, sessionId: id });
+    const replayed = replayJournalFile(journal, id, { repair, reducer: this.reducer, logger: this.logger, now: this.now, sessionId: id });
     const session = existing ?? this.newSession(id, journal, legacy, replayed.snapshot, replayed.nextSeq);
     session.path = journal;
     session.legacy = legacy;
@@ -412,7 +416,7 @@ export class FileJournalStore implements JournalStore {
     const appends = new AppendTracker();
     for (const { line, offset } of decoded) {
       const entry = line.entry;
-      snapshot = applyEvent(snapshot, entry, { now: this.now });
+      snapshot = this.reducer.applyEvent(snapshot, entry, { now: this.now });
       const appendStart = appends.line(entry);
       const seq = entry.seq;
       if (typeof seq === "number" && Number.isInteger(seq)) {
@@ -447,7 +451,7 @@ export class FileJournalStore implements JournalStore {
   }
 
   /** One full replay of the session's journal (another process changed it in a way we cannot follow). */
-  reload(session: FileSessionJournal, preferPrimary: boolean): void {
+  private reload(session: FileSessionJournal, preferPrimary: boolean): void {
     const primary = journalPath(this.dir, session.id);
     const usePrimary = preferPrimary || !session.legacy || statOrNull(primary) !== null;
     const journal = usePrimary ? primary : session.path;
@@ -462,7 +466,7 @@ export class FileJournalStore implements JournalStore {
   }
 
   /** What the follower does for a changed journal; a promise when our own bytes are landing (look again then). */
-  private foreignChange(id: string): Promise<void> | undefined {
+  private foreignChange(id: SessionId): Promise<void> | undefined {
     const cached = this.sessions.get(id);
     if (cached?.committer?.busy) return cached.committer.idle();
     if (cached !== undefined) {
@@ -474,70 +478,20 @@ export class FileJournalStore implements JournalStore {
     return undefined;
   }
 
-  // ---------------------------------------------------------------- reads
+  // ---------------------------------------------------------------- listing
 
-  /** The durable append made with `ikey`, scanning the bytes a hydration skipped if needed. */
-  findKey(session: FileSessionJournal, ikey: string): KeyRecord | undefined {
-    const known = session.keys.get(ikey);
-    if (known || session.keysComplete) return known;
-    this.withDescriptors(`session ${session.id}: its journal could not be read`, session.id, () => this.completeScan(session));
-    return session.keys.get(ikey);
-  }
-
-  /** Every durable keyed append of the session, scanning the bytes a hydration skipped if needed. */
-  allKeys(session: FileSessionJournal): ReadonlyMap<string, KeyRecord> {
-    this.completeScan(session);
-    return session.keys;
-  }
-
-  /** Recovers the keys and seek points of the journal bytes a hydration skipped. */
-  private completeScan(session: FileSessionJournal): void {
-    if (session.keysComplete) return;
-    const { keys, index } = scanJournalPrefix(session.path, session.scanPrefix);
-    for (const [key, record] of keys) if (!session.keys.has(key)) session.keys.set(key, record);
-    session.index.prepend(index);
-    session.keysComplete = true;
-  }
-
-  reader(session: FileSessionJournal, fromSeq: number, limit: number): () => AsyncIterableIterator<StoredEntry> {
-    if (!session.onDisk) return () => emptyIterator();
-    this.withDescriptors(`session ${session.id}: its journal could not be read`, session.id, () => this.completeScan(session));
-    const start = session.index.startFor(fromSeq);
-    const end = session.size;
-    const journal = session.path;
-    return () => readRefusals(session.id, readJournalEntries(journal, { fromSeq, limit, start, end }));
-  }
-
-  /** The snapshot as of an earlier append, by a replay up to its last entry. */
-  snapshotAt(session: FileSessionJournal, lastSeq: number): SessionSnapshot {
-    return this.withDescriptors(
-      `session ${session.id}: its journal could not be read`,
-      session.id,
-      () => replayJournalFile(session.path, session.id, { repair: false, stopAfterSeq: lastSeq, now: this.now, sessionId: session.id }).snapshot,
-    );
-  }
-
-  async flush(session: FileSessionJournal): Promise<void> {
-    try {
-      await this.snapshots.write(session, true);
-    } catch (error) {
-      // The snapshot file is written atomically: the one there, if any, is still whole.
-      throw stateWriteError(error, `session ${session.id}: its snapshot file was not written`, this.dir, { sessionId: session.id }) ?? error;
-    }
-  }
-
-  has(sessionId: string): boolean {
+  has(sessionId: SessionId): boolean {
     if (statOrNull(journalPath(this.dir, sessionId))) return true;
     return this.legacyDir !== undefined && statOrNull(journalPath(this.legacyDir, sessionId)) !== null;
   }
 
-  sessionIds(): string[] {
-    const ids = new Set<string>();
+  sessionIds(): SessionId[] {
+    const ids = new Set<SessionId>();
     for (const dir of [this.legacyDir, this.dir]) {
       if (dir === undefined) continue;
       let names: string[];
       try {
-        names = this.withDescriptors("the sessions could not be listed", undefined, () => fs.readdirSync(dir));
+        names = withDescriptors("the sessions could not be listed", undefined, () => fs.readdirSync(dir));
       } catch (error) {
         if (errnoCode(error) === "ENOENT") continue;
         throw error;
@@ -552,7 +506,7 @@ export class FileJournalStore implements JournalStore {
 
   // ---------------------------------------------------------------- deletion
 
-  tombstone(sessionId: string): Tombstone | undefined {
+  tombstone(sessionId: SessionId): Tombstone | undefined {
     return this.deleted.get(sessionId);
   }
 
@@ -638,35 +592,4 @@ export class FileJournalStore implements JournalStore {
     this.background.add(done);
     void done.finally(() => this.background.delete(done));
   }
-}
-
-/**
- * `entries` with the failures of a read of session `sessionId` said as refusals: no descriptor left
- * (TOO_MANY_OPEN_FILES), or the journal deleted under the read (SESSION_DELETED: what was left to
- * read is gone; a new session under the id starts at seq 1).
- */
-async function* readRefusals(sessionId: string, entries: AsyncGenerator<StoredEntry>): AsyncGenerator<StoredEntry> {
-  try {
-    yield* entries;
-  } catch (error) {
-    if (error instanceof JournalReplacedError) {
-      throw new BerthError(
-        "not_found",
-        `session ${sessionId} was deleted while its journal was read; a new session under this id starts at seq 1`,
-        { sessionId },
-        { reason: "SESSION_DELETED" },
-      );
-    }
-    throw descriptorRefusal(error, `session ${sessionId}: its journal could not be read`, { sessionId }) ?? error;
-  }
-}
-
-function emptyIterator<T>(): AsyncIterableIterator<T> {
-  return {
-    next: () => Promise.resolve({ value: undefined, done: true }),
-    return: () => Promise.resolve({ value: undefined, done: true }),
-    [Symbol.asyncIterator]() {
-      return this;
-    },
-  };
 }

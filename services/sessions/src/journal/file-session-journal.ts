@@ -1,15 +1,18 @@
 /**
  * One session's journal file, open: the file backend's {@link SessionJournal}. It holds what the
  * backend knows of the file (where its durable entries end, its idempotency keys and seek points,
- * its descriptor and group commit, the state of its snapshot file); the work is done by the store
- * it belongs to (file-journal-store.ts) and its write path (file-appends.ts).
+ * its descriptor and group commit, the state of its snapshot file) and reads it: keys, entries,
+ * earlier snapshots. Opening, caching and deleting sessions are the store's (file-journal-store.ts);
+ * writing is the write path's (file-appends.ts), reached through {@link JournalAppender}.
  */
 import type { TimerHandle } from "@berth/shared/clock";
-import type { SessionSnapshot } from "../reducer.js";
-import type { FileAppends } from "./file-appends.js";
-import type { FileJournalStore } from "./file-journal-store.js";
+import type { SessionId } from "@berth/shared/safe-id";
+import { stateWriteError } from "@berth/shared/state-errors";
+import type { SessionReducer, SessionSnapshot } from "../reducer.js";
+import { readRefusals, withDescriptors } from "./file-refusals.js";
 import type { GroupCommit } from "./group-commit.js";
-import { SeqIndex } from "./journal-file.js";
+import { replayJournalFile, scanJournalPrefix, SeqIndex } from "./journal-file.js";
+import { readJournalEntries } from "./journal-read.js";
 import type { JournalBatch, KeyRecord, SessionJournal, StoredEntry } from "./journal-store.js";
 
 /** A batch on its way to disk: its lines, and where they go in the file. */
@@ -19,6 +22,26 @@ export interface PendingAppend {
   lead: number;
   lineBytes: number[];
   batch: JournalBatch;
+}
+
+/** The write path of a session's appends (file-appends.ts). */
+export interface JournalAppender {
+  /** Opens the journal for appending (creating it, copying a legacy journal over); throws the refusal. */
+  prepare(session: FileSessionJournal): void;
+  /** Writes the batch's lines through group commit. */
+  submit(session: FileSessionJournal, batch: JournalBatch): void;
+}
+
+/** What an open journal needs of the store it belongs to. */
+export interface SessionJournalContext {
+  /** The primary directory, for the refusals of a snapshot file not written. */
+  readonly dir: string;
+  readonly reducer: SessionReducer;
+  /** The reducer's clock, for entries without a usable `ts`. */
+  readonly now: () => number;
+  readonly appender: JournalAppender;
+  /** Writes the session's snapshot file now. */
+  writeSnapshot(session: FileSessionJournal): Promise<void>;
 }
 
 export class FileSessionJournal implements SessionJournal {
@@ -59,9 +82,8 @@ export class FileSessionJournal implements SessionJournal {
   snapshotWrite: Promise<void> | undefined = undefined;
 
   constructor(
-    private readonly store: FileJournalStore,
-    private readonly appends: FileAppends,
-    readonly id: string,
+    private readonly context: SessionJournalContext,
+    readonly id: SessionId,
     journal: string,
     legacy: boolean,
     snapshot: SessionSnapshot,
@@ -93,30 +115,77 @@ export class FileSessionJournal implements SessionJournal {
   }
 
   prepareAppend(): void {
-    this.appends.prepare(this);
+    this.context.appender.prepare(this);
   }
 
   append(batch: JournalBatch): void {
-    this.appends.submit(this, batch);
+    this.context.appender.submit(this, batch);
   }
 
+  /** The durable append made with `idempotencyKey`, scanning the bytes a hydration skipped if needed. */
   findKey(idempotencyKey: string): KeyRecord | undefined {
-    return this.store.findKey(this, idempotencyKey);
+    const known = this.keys.get(idempotencyKey);
+    if (known || this.keysComplete) return known;
+    withDescriptors(`session ${this.id}: its journal could not be read`, this.id, () => this.completeScan());
+    return this.keys.get(idempotencyKey);
   }
 
+  /** Every durable keyed append of the session, scanning the bytes a hydration skipped if needed. */
   keyedAppends(): ReadonlyMap<string, KeyRecord> {
-    return this.store.allKeys(this);
+    this.completeScan();
+    return this.keys;
+  }
+
+  /** Recovers the keys and seek points of the journal bytes a hydration skipped. */
+  private completeScan(): void {
+    if (this.keysComplete) return;
+    const { keys, index } = scanJournalPrefix(this.path, this.scanPrefix);
+    for (const [key, record] of keys) if (!this.keys.has(key)) this.keys.set(key, record);
+    this.index.prepend(index);
+    this.keysComplete = true;
   }
 
   reader(fromSeq: number, limit = 0): () => AsyncIterableIterator<StoredEntry> {
-    return this.store.reader(this, fromSeq, limit);
+    if (!this.onDisk) return () => emptyIterator();
+    withDescriptors(`session ${this.id}: its journal could not be read`, this.id, () => this.completeScan());
+    const start = this.index.startFor(fromSeq);
+    const end = this.size;
+    const journal = this.path;
+    return () => readRefusals(this.id, readJournalEntries(journal, { fromSeq, limit, start, end }));
   }
 
+  /** The snapshot as of an earlier append, by a replay up to its last entry. */
   snapshotAt(lastSeq: number): SessionSnapshot {
-    return this.store.snapshotAt(this, lastSeq);
+    return withDescriptors(
+      `session ${this.id}: its journal could not be read`,
+      this.id,
+      () =>
+        replayJournalFile(this.path, this.id, {
+          repair: false,
+          reducer: this.context.reducer,
+          stopAfterSeq: lastSeq,
+          now: this.context.now,
+          sessionId: this.id,
+        }).snapshot,
+    );
   }
 
-  flush(): Promise<void> {
-    return this.store.flush(this);
+  async flush(): Promise<void> {
+    try {
+      await this.context.writeSnapshot(this);
+    } catch (error) {
+      // The snapshot file is written atomically: the one there, if any, is still whole.
+      throw stateWriteError(error, `session ${this.id}: its snapshot file was not written`, this.context.dir, { sessionId: this.id }) ?? error;
+    }
   }
+}
+
+function emptyIterator<T>(): AsyncIterableIterator<T> {
+  return {
+    next: () => Promise.resolve({ value: undefined, done: true }),
+    return: () => Promise.resolve({ value: undefined, done: true }),
+    [Symbol.asyncIterator]() {
+      return this;
+    },
+  };
 }

@@ -7,6 +7,7 @@
  */
 import * as fs from "node:fs";
 import type { Logger } from "@berth/shared/logger";
+import type { SessionId } from "@berth/shared/safe-id";
 import { sessionIdFromFileName } from "./session-paths.js";
 
 export interface ForeignWriteHost {
@@ -14,16 +15,16 @@ export interface ForeignWriteHost {
   closed(): boolean;
   /** Whether anyone watches anything, and the session `id`. */
   watching(): boolean;
-  watched(id: string): boolean;
+  watched(id: SessionId): boolean;
   /** The session's journal changed: read what was appended; a promise when our own bytes are landing (look again once it settles). */
-  changed(id: string): Promise<void> | undefined;
+  changed(id: SessionId): Promise<void> | undefined;
 }
 
 export class ForeignWriteFollower {
   /** The journal directory's change feed, while anyone watches. */
   private directoryWatch: fs.FSWatcher | undefined;
   /** Sessions whose journal changed since the follower last looked (looked at once per turn). */
-  private readonly changedJournals = new Set<string>();
+  private readonly changedJournals = new Set<SessionId>();
 
   constructor(
     private readonly dir: string,
@@ -66,7 +67,7 @@ export class ForeignWriteFollower {
   }
 
   /** Looks at `id`'s journal on the next turn, once for every change the feed reported meanwhile. */
-  private catchUpSoon(id: string): void {
+  private catchUpSoon(id: SessionId): void {
     if (this.changedJournals.size === 0) setImmediate(() => this.catchUpChanged());
     this.changedJournals.add(id);
   }

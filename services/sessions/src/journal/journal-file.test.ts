@@ -3,8 +3,9 @@ import * as os from "node:os";
 import * as path from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { crc32, encodeJournalLine } from "./journal-format.js";
-import { appendDiagnostics, lastLineCrc, readJournalEntries, replayJournalFile, scanJournalPrefix, SeqIndex } from "./journal-file.js";
-import { baseSnapshot, MAX_DIAGNOSTICS } from "../reducer.js";
+import { appendDiagnostics, lastLineCrc, replayJournalFile, scanJournalPrefix, SeqIndex } from "./journal-file.js";
+import { readJournalEntries } from "./journal-read.js";
+import { baseSnapshot, MAX_DIAGNOSTICS, sessionReducer as reducer } from "../reducer.js";
 
 let dir: string;
 let file: string;
@@ -29,7 +30,7 @@ describe("replayJournalFile", () => {
       file,
       `${line(1, "generate", {}, { ikey: "a" }) + line(2, "agent_done", {}, { ikey: "b", n: 2 }) + line(3, "steer")}\n${line(9, "steer")}`,
     );
-    const replayed = replayJournalFile(file, "s1", { repair: true });
+    const replayed = replayJournalFile(file, "s1", { repair: true, reducer });
     expect(replayed.nextSeq).toBe(10);
     expect(replayed.snapshot.phase).toBe("steer_requested");
     expect([...replayed.keys]).toEqual([
@@ -44,7 +45,7 @@ describe("replayJournalFile", () => {
   it("keeps a whole last entry written without its newline and asks for one before the next", () => {
     const text = line(1, "generate") + line(2, "steer").trimEnd();
     fs.writeFileSync(file, text);
-    const replayed = replayJournalFile(file, "s1", { repair: true });
+    const replayed = replayJournalFile(file, "s1", { repair: true, reducer });
     expect(replayed).toMatchObject({ nextSeq: 3, needsNewline: true, size: text.length });
     expect(fs.readFileSync(file, "utf8")).toBe(text);
   });
@@ -52,17 +53,17 @@ describe("replayJournalFile", () => {
   it("cuts a torn tail back only when asked to repair", () => {
     const whole = line(1, "generate");
     fs.writeFileSync(file, `${whole}{"seq":2,"id"`);
-    const readOnly = replayJournalFile(file, "s1", { repair: false });
+    const readOnly = replayJournalFile(file, "s1", { repair: false, reducer });
     expect(readOnly).toMatchObject({ nextSeq: 2, size: whole.length, fileSize: whole.length + 13, needsNewline: true });
     expect(readOnly.snapshot.diagnostics).toEqual([]);
-    const repaired = replayJournalFile(file, "s1", { repair: true });
+    const repaired = replayJournalFile(file, "s1", { repair: true, reducer });
     expect(repaired).toMatchObject({ size: whole.length, fileSize: whole.length, needsNewline: false, repaired: { bytesDropped: 13, line: 2 } });
     expect(fs.readFileSync(file, "utf8")).toBe(whole);
   });
 
   it("stops after a given seq (the state as of an old append)", () => {
     fs.writeFileSync(file, line(1, "generate") + line(2, "agent_done", {}, { n: 2 }) + line(3, "variant_mounted", { variant: 1 }) + line(4, "steer"));
-    const replayed = replayJournalFile(file, "s1", { repair: false, stopAfterSeq: 3 });
+    const replayed = replayJournalFile(file, "s1", { repair: false, reducer, stopAfterSeq: 3 });
     expect(replayed.snapshot.phase).toBe("variants_ready");
     expect(replayed.snapshot.mountedVariants).toEqual([1]);
   });
@@ -71,11 +72,12 @@ describe("replayJournalFile", () => {
 describe("appendDiagnostics", () => {
   it("keeps the newest MAX_DIAGNOSTICS and counts them all", () => {
     let snapshot = baseSnapshot("s1");
-    snapshot = appendDiagnostics(snapshot, [{ error: "x", i: 0 }]);
+    snapshot = appendDiagnostics(snapshot, [{ error: "x", i: 0 }], MAX_DIAGNOSTICS);
     expect(snapshot.diagnosticsTotal).toBeUndefined();
     snapshot = appendDiagnostics(
       snapshot,
       Array.from({ length: MAX_DIAGNOSTICS + 5 }, (_, i) => ({ error: "x", i: i + 1 })),
+      MAX_DIAGNOSTICS,
     );
     expect(snapshot.diagnostics).toHaveLength(MAX_DIAGNOSTICS);
     expect(snapshot.diagnostics.at(-1)).toEqual({ error: "x", i: MAX_DIAGNOSTICS + 5 });
@@ -113,7 +115,7 @@ describe("seek points and appends of several events", () => {
     const text = batches();
     fs.writeFileSync(file, text);
     const firstLines = new Set([0, 300, 600, 900].map((i) => text.split("\n").slice(0, i).join("\n").length + (i > 0 ? 1 : 0)));
-    for (const index of [replayJournalFile(file, "s1", { repair: false }).index, scanJournalPrefix(file, text.length).index]) {
+    for (const index of [replayJournalFile(file, "s1", { repair: false, reducer }).index, scanJournalPrefix(file, text.length).index]) {
       for (let from = 1; from <= 1200; from += 37) expect(firstLines.has(index.startFor(from))).toBe(true);
       expect(index.startFor(1400)).toBeGreaterThan(900 * 100);
     }

@@ -1,12 +1,11 @@
 /**
  * Reading one session's journal file: the replay at open (with the repair of a torn tail), the
  * light scan that recovers idempotency keys and seek points when the state came from a snapshot
- * file instead, and streaming reads from a sequence number. Writing is the write path's (file-appends.ts) and
+ * file instead; streaming reads from a sequence number are journal-read.ts. Writing is the write path's (file-appends.ts) and
  * group commit's business; this module only ever cuts a torn tail back.
  */
 import { isAscii } from "node:buffer";
 import * as fs from "node:fs";
-import { retryAfterRelief } from "@berth/shared/descriptors";
 import { confirmStillWritable } from "@berth/shared/files";
 import type { Logger } from "@berth/shared/logger";
 import {
@@ -21,7 +20,7 @@ import {
   type DecodedLine,
 } from "./journal-format.js";
 import { PARALLEL_SCAN_MIN_BYTES, scanWorker, type ScanResults, type ScanWorker } from "./journal-scan.js";
-import { createReplay, MAX_DIAGNOSTICS, type Diagnostic, type JournalEntry, type SessionSnapshot } from "../reducer.js";
+import type { Diagnostic, JournalEntry, SessionReducer, SessionSnapshot } from "../reducer.js";
 import type { KeyRecord, StoredEntry } from "./journal-store.js";
 
 /**
@@ -95,6 +94,8 @@ export interface ReplayOptions {
    * middle of another process's write.
    */
   repair: boolean;
+  /** The rules that fold the entries into the snapshot. */
+  reducer: SessionReducer;
   /** Stop after the entry with this seq was applied (used to rebuild an old append's result). */
   stopAfterSeq?: number;
   logger?: Logger;
@@ -134,15 +135,15 @@ interface OpenBatch {
   lines: number;
 }
 
-/** Appends berth's own diagnostics (after the reducer's) under the reducer's bound of {@link MAX_DIAGNOSTICS}. */
-export function appendDiagnostics(snapshot: SessionSnapshot, added: Diagnostic[]): SessionSnapshot {
+/** Appends berth's own diagnostics (after the reducer's) under the reducer's bound of `maxDiagnostics`. */
+export function appendDiagnostics(snapshot: SessionSnapshot, added: Diagnostic[], maxDiagnostics: number): SessionSnapshot {
   if (added.length === 0) return snapshot;
   const before = snapshot.diagnostics.length;
   const recorded = typeof snapshot.diagnosticsTotal === "number" && snapshot.diagnosticsTotal >= before ? snapshot.diagnosticsTotal : before;
-  const diagnostics = [...snapshot.diagnostics, ...added].slice(-MAX_DIAGNOSTICS);
+  const diagnostics = [...snapshot.diagnostics, ...added].slice(-maxDiagnostics);
   const next: SessionSnapshot = { ...snapshot, diagnostics };
   const total = recorded + added.length;
-  if (total > MAX_DIAGNOSTICS || Object.hasOwn(snapshot, "diagnosticsTotal")) next.diagnosticsTotal = total;
+  if (total > maxDiagnostics || Object.hasOwn(snapshot, "diagnosticsTotal")) next.diagnosticsTotal = total;
   return next;
 }
 
@@ -182,7 +183,7 @@ export function replayJournalFile(path: string, id: string, options: ReplayOptio
     const { buf, shared } = readForReplay(fd, scanner);
     const text = isAscii(buf) ? buf.toString("latin1") : undefined;
     if (shared !== undefined) scan = scanner?.start(shared, buf.length, 0);
-    const replay = createReplay(id, options.now ? { now: options.now } : {});
+    const replay = options.reducer.createReplay(id, options.now ? { now: options.now } : {});
     const extraDiagnostics: Diagnostic[] = [];
     const keys = new Map<string, KeyRecord>();
     const index = new SeqIndex();
@@ -289,7 +290,7 @@ export function replayJournalFile(path: string, id: string, options: ReplayOptio
       }
     }
     const mtimeMs = fs.fstatSync(fd).mtimeMs;
-    const snapshot = appendDiagnostics(replay.snapshot(), extraDiagnostics);
+    const snapshot = appendDiagnostics(replay.snapshot(), extraDiagnostics, options.reducer.maxDiagnostics);
     return { snapshot, nextSeq, size: cut, fileSize, mtimeMs, needsNewline, keys, index, ...(repaired ? { repaired } : {}) };
   } finally {
     scan?.finish();
@@ -484,102 +485,6 @@ export function lastLineCrc(path: string, end: number): number | undefined {
     return crc;
   } finally {
     fs.closeSync(fd);
-  }
-}
-
-/** Options of {@link readJournalEntries}. */
-export interface ReadRange {
-  /** Entries with seq ≥ this (integer seqs only; lines without one are not entries a reader can resume from). */
-  fromSeq: number;
-  /** At most this many entries (0 or undefined: no limit). */
-  limit?: number;
-  /** The byte offset to start at (an append boundary, from {@link SeqIndex.startFor}). */
-  start: number;
-  /** Read no further than this offset: the durable end of the journal when the read began. */
-  end: number;
-}
-
-const READ_CHUNK_BYTES = 64 * 1024;
-
-/** The journal a read started on was removed, or replaced by another file under its name, before the read ended. */
-export class JournalReplacedError extends Error {
-  override name = "JournalReplacedError";
-}
-
-/**
- * Streams the entries of `path` in file order, with the key each was appended with and its
- * checksum verdict, skipping damaged and unparsable lines (they are diagnostics of the snapshot,
- * not entries). Reads in chunks, so a long journal is never held in memory.
- *
- * Each chunk opens the file, reads and closes it at once: a reader waiting on its consumer (a
- * watcher's backlog to a slow client, thousands of them) holds no descriptor, so readers never
- * take the descriptors appends and connections need, however many there are. A chunk that finds
- * another file under the name (the session deleted and begun again) ends the read with
- * {@link JournalReplacedError}: the bytes it still had to read are gone.
- */
-export async function* readJournalEntries(path: string, range: ReadRange): AsyncGenerator<StoredEntry, void, undefined> {
-  const limit = range.limit && range.limit > 0 ? range.limit : Infinity;
-  if (limit === 0 || range.end <= range.start) return;
-  /** The file the read started on: its inode, and its birth time (an inode number is reused at once for a new file). */
-  let identity: string | undefined;
-  /** Up to `chunk.length` bytes at `position`; undefined when the journal never existed. */
-  const readChunk = (chunk: Buffer, position: number): number | undefined => {
-    let fd: number;
-    try {
-      fd = fs.openSync(path, "r");
-    } catch (error) {
-      if ((error as NodeJS.ErrnoException).code !== "ENOENT") throw error;
-      if (identity === undefined) return undefined;
-      throw new JournalReplacedError(`${path} was removed while it was read`);
-    }
-    try {
-      const { dev, ino, birthtimeNs } = fs.fstatSync(fd, { bigint: true });
-      const file = `${dev}:${ino}:${birthtimeNs}`;
-      identity ??= file;
-      if (file !== identity) throw new JournalReplacedError(`${path} was replaced while it was read`);
-      let read = 0;
-      while (read < chunk.length) {
-        const n = fs.readSync(fd, chunk, read, chunk.length - read, position + read);
-        if (n === 0) break;
-        read += n;
-      }
-      return read;
-    } finally {
-      fs.closeSync(fd);
-    }
-  };
-  const appends = new AppendTracker();
-  const take = (buf: Buffer, start: number, end: number, out: StoredEntry[]): void => {
-    if (isBlankLine(buf, start, end)) return;
-    const decoded = decodeJournalLine(buf, start, end);
-    appends.line(decoded.kind === "entry" ? decoded.entry : undefined);
-    if (decoded.kind !== "entry") return;
-    const seq = decoded.entry.seq;
-    if (typeof seq !== "number" || !Number.isInteger(seq) || seq < range.fromSeq) return;
-    out.push(storedEntry(decoded, appends.key));
-  };
-  let position = range.start;
-  let carry: Buffer = Buffer.alloc(0);
-  let yielded = 0;
-  while (position < range.end) {
-    const chunk = Buffer.allocUnsafe(Math.min(READ_CHUNK_BYTES, range.end - position));
-    const bytesRead = retryAfterRelief(() => readChunk(chunk, position));
-    if (bytesRead === undefined || bytesRead === 0) break;
-    position += bytesRead;
-    const buf = carry.length > 0 ? Buffer.concat([carry, chunk.subarray(0, bytesRead)]) : chunk.subarray(0, bytesRead);
-    const entries: StoredEntry[] = [];
-    const rest = forEachLine(buf, 0, (start, end) => take(buf, start, end, entries));
-    carry = Buffer.from(buf.subarray(rest));
-    for (const entry of entries) {
-      yield entry;
-      if (++yielded >= limit) return;
-    }
-  }
-  // A last entry without its newline (a journal another writer left so) is still an entry.
-  if (carry.length > 0) {
-    const last: StoredEntry[] = [];
-    take(carry, 0, carry.length, last);
-    if (last[0] !== undefined) yield last[0];
   }
 }
 

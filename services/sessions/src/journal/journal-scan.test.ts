@@ -5,6 +5,7 @@ import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { encodeJournalLine, forEachLine, LAYOUT_SLOTS, scanLine } from "./journal-format.js";
 import { replayJournalFile } from "./journal-file.js";
+import { sessionReducer as reducer } from "../reducer.js";
 import { createScanWorker, PARALLEL_SCAN_MIN_BYTES, runScanJob, ScanResults, type ScanJob } from "./journal-scan.js";
 
 // The compiled worker (npm test builds first): the tests run the TypeScript sources, which a
@@ -86,8 +87,8 @@ describe("scanning a journal on a second thread", () => {
     for (let round = 0; round < 3; round++) {
       fs.writeFileSync(file, text);
       fs.writeFileSync(copy, text);
-      const alone = replayJournalFile(copy, "s1", { repair: true, scanner: null, now: () => 0 });
-      const helped = replayJournalFile(file, "s1", { repair: true, scanner: worker, now: () => 0 });
+      const alone = replayJournalFile(copy, "s1", { repair: true, reducer, scanner: null, now: () => 0 });
+      const helped = replayJournalFile(file, "s1", { repair: true, reducer, scanner: worker, now: () => 0 });
       expect(helped.snapshot).toEqual(alone.snapshot);
       expect(helped.nextSeq).toBe(alone.nextSeq);
       expect(helped.size).toBe(alone.size);
@@ -139,8 +140,8 @@ describe("scanning a journal on a second thread", () => {
     expect(worker.running()).toBe(false);
     await waitForWorker(worker); // available() starts it again
     expect(worker.running()).toBe(true);
-    const helped = replayJournalFile(file, "s1", { repair: false, scanner: worker, now: () => 0 });
-    const alone = replayJournalFile(file, "s1", { repair: false, scanner: null, now: () => 0 });
+    const helped = replayJournalFile(file, "s1", { repair: false, reducer, scanner: worker, now: () => 0 });
+    const alone = replayJournalFile(file, "s1", { repair: false, reducer, scanner: null, now: () => 0 });
     expect(helped.snapshot).toEqual(alone.snapshot);
   });
 
@@ -156,8 +157,8 @@ describe("scanning a journal on a second thread", () => {
     const stuck = worker.start(bytes, bytes.byteLength, 0)!;
     expect(stuck).toBeDefined();
     expect(worker.available()).toBe(false);
-    const busy = replayJournalFile(file, "s1", { repair: false, scanner: worker, now: () => 0 });
-    const alone = replayJournalFile(file, "s1", { repair: false, scanner: null, now: () => 0 });
+    const busy = replayJournalFile(file, "s1", { repair: false, reducer, scanner: worker, now: () => 0 });
+    const alone = replayJournalFile(file, "s1", { repair: false, reducer, scanner: null, now: () => 0 });
     expect(busy.snapshot).toEqual(alone.snapshot);
     stuck.finish();
     await waitForWorker(worker);

@@ -14,7 +14,6 @@
  * idempotency keys, reads its entries from a seq, and tells the store what other writers appended.
  */
 import type { JournalEntry, SessionSnapshot } from "../reducer.js";
-import type { Burial, Deletion } from "../session-tombstones.js";
 
 /**
  * What the reader could verify about an entry's line: `verified` — the line carries berth's
@@ -137,6 +136,29 @@ export interface JournalStoreStats {
   snapshotWrites: number;
 }
 
+/* Deletions: what the store hands the backend to keep (the rules are session-tombstones.ts). */
+
+/** One deletion of a session, as its tombstone keeps it for the idempotency window. */
+export interface Deletion {
+  /** The seq of the deleted session's first entry. */
+  readonly firstSeq: number;
+  /** Its last seq when it was deleted. */
+  readonly lastSeq: number;
+  /** When it was deleted (wall clock, epoch ms): the window runs from here. */
+  readonly deletedAt: number;
+  /** The idempotency key of the DeleteSession that deleted it; none for a deletion by retention or without one. */
+  readonly idempotencyKey?: string | undefined;
+  /** The `expected_seq` that DeleteSession gave, if any: part of the request its key names. */
+  readonly expectedSeq?: number | undefined;
+}
+
+/** What the store hands the backend to keep when it deletes a session. */
+export interface Burial {
+  readonly deletion: Deletion;
+  /** The keyed appends of the deleted session, each with the digest of its events where known. */
+  readonly keys: ReadonlyMap<string, KeyRecord>;
+}
+
 /** A deletion as a tombstone keeps it for the idempotency window: with the keys of the deleted session's appends. */
 export interface BuriedDeletion extends Deletion {
   readonly keys: ReadonlyMap<string, KeyRecord>;
@@ -150,7 +172,11 @@ export interface Tombstone {
   readonly deletions: readonly BuriedDeletion[];
 }
 
-/** Where the session journals are: opens them, lists them, deletes them. */
+/**
+ * Where the session journals are: opens them, lists them, deletes them. The session ids it is given
+ * were checked at the store's entry (`checkSessionId`, a `SessionId`); a backend trusts them and
+ * does not check them again (the file backend's paths take a `SessionId`).
+ */
 export interface JournalStore {
   /** Where the journals are, for messages (a directory, an endpoint). */
   readonly location: string;

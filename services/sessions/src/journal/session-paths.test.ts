@@ -1,12 +1,14 @@
 import * as path from "node:path";
 import { describe, expect, it } from "vitest";
+import { checkSessionId } from "@berth/shared/safe-id";
 import { journalPath, resolveSessionDirs, sessionIdFromFileName, snapshotPath } from "./session-paths.js";
 
 describe("session paths", () => {
   it("are the seed's file names, for checked ids only", () => {
-    expect(journalPath("/state/sessions", "abc_1-2")).toBe("/state/sessions/abc_1-2.jsonl");
-    expect(snapshotPath("/state/sessions", "abc")).toBe("/state/sessions/abc.snapshot.json");
-    for (const bad of ["", "..", "a/b", "a.b", "a\0b", "x".repeat(129)]) expect(() => journalPath("/d", bad)).toThrow(/session_id/);
+    expect(journalPath("/state/sessions", checkSessionId("abc_1-2"))).toBe("/state/sessions/abc_1-2.jsonl");
+    expect(snapshotPath("/state/sessions", checkSessionId("abc"))).toBe("/state/sessions/abc.snapshot.json");
+    // A path takes a SessionId: the ids that could escape the directory never pass the check that makes one.
+    for (const bad of ["", "..", "a/b", "a.b", "a\0b", "x".repeat(129)]) expect(() => journalPath("/d", checkSessionId(bad))).toThrow(/session_id/);
   });
 
   it("resolve berth's own state dir and a project's live dir with its legacy root", () => {

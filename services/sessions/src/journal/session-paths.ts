@@ -1,25 +1,26 @@
 /**
  * Where a session's files live. berth keeps the seed's layout so that a journal can be read by
  * either side: `<dir>/<id>.jsonl` (the journal, the truth) and `<dir>/<id>.snapshot.json` (a cache
- * of the derived state, fenced by the journal's size). Every path built here goes through
- * `checkSessionId` first: an id never reaches the filesystem unchecked.
+ * of the derived state, fenced by the journal's size). Paths are built from a {@link SessionId}
+ * only: an id checked where it entered (the store's entry, or a directory entry read back), so it
+ * never reaches the filesystem unchecked and is not checked again here.
  */
 import * as path from "node:path";
-import { checkSessionId, isSessionId } from "@berth/shared/safe-id";
+import { isSessionId, type SessionId } from "@berth/shared/safe-id";
 
 /** The journal file's suffix; a directory entry with it names a session. */
 export const JOURNAL_SUFFIX = ".jsonl";
 /** The snapshot file's suffix. */
 export const SNAPSHOT_SUFFIX = ".snapshot.json";
 
-/** `<dir>/<id>.jsonl`. Throws invalid_argument for a bad id. */
-export function journalPath(dir: string, sessionId: string): string {
-  return path.join(dir, checkSessionId(sessionId) + JOURNAL_SUFFIX);
+/** `<dir>/<id>.jsonl`. */
+export function journalPath(dir: string, sessionId: SessionId): string {
+  return path.join(dir, sessionId + JOURNAL_SUFFIX);
 }
 
-/** `<dir>/<id>.snapshot.json`. Throws invalid_argument for a bad id. */
-export function snapshotPath(dir: string, sessionId: string): string {
-  return path.join(dir, checkSessionId(sessionId) + SNAPSHOT_SUFFIX);
+/** `<dir>/<id>.snapshot.json`. */
+export function snapshotPath(dir: string, sessionId: SessionId): string {
+  return path.join(dir, sessionId + SNAPSHOT_SUFFIX);
 }
 
 /** The directories a session store reads: the primary (written) and, optionally, a read-only legacy root. */
@@ -51,7 +52,7 @@ export function resolveSessionDirs(options: { stateDir?: string; liveDir?: strin
 }
 
 /** The session id a directory entry names, or undefined when it is not a journal with a valid id. */
-export function sessionIdFromFileName(name: string): string | undefined {
+export function sessionIdFromFileName(name: string): SessionId | undefined {
   if (!name.endsWith(JOURNAL_SUFFIX)) return undefined;
   const id = name.slice(0, -JOURNAL_SUFFIX.length);
   return isSessionId(id) ? id : undefined;

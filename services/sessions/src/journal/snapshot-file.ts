@@ -24,7 +24,7 @@
 import * as fs from "node:fs";
 import { writeFileAtomic } from "@berth/shared/files";
 import { crc32 } from "./journal-format.js";
-import { baseSnapshot, MAX_DIAGNOSTICS, type SessionSnapshot } from "../reducer.js";
+import type { SessionReducer, SessionSnapshot } from "../reducer.js";
 
 /** The journal size the snapshot describes. */
 export const META_JOURNAL_BYTES = "__journalBytes";
@@ -78,13 +78,13 @@ export function encodeSnapshotFile(snapshot: SessionSnapshot, meta: { journalByt
  * between sessions must not answer for the wrong one). The snapshot is laid over the base
  * snapshot, as the seed does, so a file written by an older version gains the newer fields.
  */
-export function decodeSnapshotFile(text: string, id: string, journalBytes: number): HydratedSnapshot | null {
-  const decoded = parseSnapshotFile(text, id, journalBytes);
+export function decodeSnapshotFile(text: string, id: string, journalBytes: number, reducer: SessionReducer): HydratedSnapshot | null {
+  const decoded = parseSnapshotFile(text, id, reducer, journalBytes);
   return decoded && { snapshot: decoded.snapshot, nextSeq: decoded.nextSeq };
 }
 
 /** The file's snapshot, next seq and journal size; null unless well-formed, for session `id` (and at `journalBytes` when given). */
-function parseSnapshotFile(text: string, id: string, journalBytes?: number): (HydratedSnapshot & { journalBytes: number }) | null {
+function parseSnapshotFile(text: string, id: string, reducer: SessionReducer, journalBytes?: number): (HydratedSnapshot & { journalBytes: number }) | null {
   let parsed: unknown;
   try {
     parsed = JSON.parse(text);
@@ -101,7 +101,7 @@ function parseSnapshotFile(text: string, id: string, journalBytes?: number): (Hy
   delete record[META_JOURNAL_BYTES];
   delete record[META_NEXT_SEQ];
   if (record.id !== id) return null;
-  return { snapshot: { ...baseSnapshot(id), ...record } as SessionSnapshot, nextSeq, journalBytes: bytes };
+  return { snapshot: { ...reducer.baseSnapshot(id), ...record } as SessionSnapshot, nextSeq, journalBytes: bytes };
 }
 
 /**
@@ -110,21 +110,21 @@ function parseSnapshotFile(text: string, id: string, journalBytes?: number): (Hy
  * memory (numbers JSON cannot hold included); else the seed's store wrote it last, and it is read
  * as the module comment says — null when its diagnostics count cannot be trusted.
  */
-export function readSnapshotFile(path: string, id: string, journalBytes: number): HydratedSnapshot | null {
+export function readSnapshotFile(path: string, id: string, journalBytes: number, reducer: SessionReducer): HydratedSnapshot | null {
   let bytes: Buffer;
   try {
     bytes = fs.readFileSync(path);
   } catch {
     return null;
   }
-  const decoded = decodeSnapshotFile(bytes.toString("utf8"), id, journalBytes);
+  const decoded = decodeSnapshotFile(bytes.toString("utf8"), id, journalBytes, reducer);
   if (!decoded) return null;
   const sidecar = readSidecar(path);
   if (sidecar && sidecar.journalBytes === journalBytes && sidecar.snapshotCrc === crc32(bytes)) {
     restoreNonJson(decoded.snapshot, sidecar.nonJson);
     return decoded;
   }
-  const snapshot = boundForeignDiagnostics(decoded.snapshot);
+  const snapshot = boundForeignDiagnostics(decoded.snapshot, reducer.maxDiagnostics);
   return snapshot && { snapshot, nextSeq: decoded.nextSeq };
 }
 
@@ -132,11 +132,11 @@ export function readSnapshotFile(path: string, id: string, journalBytes: number)
  * A snapshot another writer derived, with berth's bound on diagnostics; null when it carries a
  * `diagnosticsTotal` (berth's, carried past entries the other writer added without counting them).
  */
-function boundForeignDiagnostics(snapshot: SessionSnapshot): SessionSnapshot | null {
+function boundForeignDiagnostics(snapshot: SessionSnapshot, maxDiagnostics: number): SessionSnapshot | null {
   if (Object.hasOwn(snapshot, "diagnosticsTotal")) return null;
   const diagnostics = snapshot.diagnostics;
-  if (!Array.isArray(diagnostics) || diagnostics.length <= MAX_DIAGNOSTICS) return snapshot;
-  return { ...snapshot, diagnostics: diagnostics.slice(-MAX_DIAGNOSTICS), diagnosticsTotal: diagnostics.length };
+  if (!Array.isArray(diagnostics) || diagnostics.length <= maxDiagnostics) return snapshot;
+  return { ...snapshot, diagnostics: diagnostics.slice(-maxDiagnostics), diagnosticsTotal: diagnostics.length };
 }
 
 function readSidecar(snapshotFile: string): SnapshotSidecar | null {
@@ -190,7 +190,7 @@ function restoreNonJson(snapshot: SessionSnapshot, values: NonJsonValue[] | unde
  * same journal size. Whether the journal's line ending there is still the one recorded is the
  * caller's check (`lastLineCrc`). Null otherwise.
  */
-export function readPrefixSnapshot(path: string, id: string, journalSize: number): PrefixSnapshot | null {
+export function readPrefixSnapshot(path: string, id: string, journalSize: number, reducer: SessionReducer): PrefixSnapshot | null {
   const sidecar = readSidecar(path);
   let bytes: Buffer;
   try {
@@ -202,7 +202,7 @@ export function readPrefixSnapshot(path: string, id: string, journalSize: number
   const { journalBytes, snapshotCrc, lastLineCrc } = sidecar;
   if (!Number.isSafeInteger(journalBytes) || journalBytes <= 0 || journalBytes >= journalSize) return null;
   if (typeof lastLineCrc !== "number" || !Number.isInteger(lastLineCrc) || crc32(bytes) !== snapshotCrc) return null;
-  const decoded = parseSnapshotFile(bytes.toString("utf8"), id, journalBytes);
+  const decoded = parseSnapshotFile(bytes.toString("utf8"), id, reducer, journalBytes);
   if (!decoded) return null;
   restoreNonJson(decoded.snapshot, sidecar.nonJson);
   return { ...decoded, lastLineCrc };

@@ -3,35 +3,23 @@
  * the session store, and maps the result onto the proto (session_service.proto's comments are the
  * contract). Domain refusals are the store's BerthErrors, each naming its reason (the proto's
  * error table); where the proto defines a typed error detail (SeqConflict, FenceRejected,
- * IdempotencyKeyReused, WatcherLagged) the error is turned into a ConnectError carrying it here,
+ * IdempotencyKeyReused, WatcherLagged) the error is turned into a ConnectError carrying it (typed-refusals.ts),
  * beside the ErrorInfo, Struct detail and header every BerthError gets.
  *
  * Per-append work is kept small (the journal should hide behind the RPC's own cost): one codec
  * pass over the event, the store's append, and a snapshot encoded once however many watchers
  * receive it (see wire-cache.ts).
  */
-import type { DescMessage, MessageShape } from "@bufbuild/protobuf";
-import { DurationSchema, timestampFromMs, type Duration } from "@bufbuild/protobuf/wkt";
-import { ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
+import { DurationSchema, type Duration } from "@bufbuild/protobuf/wkt";
+import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import type { Event } from "@berth/api/berth/sessions/v1/events_pb";
 import {
   AppendEventResponseSchema,
   AppendEventsResponseSchema,
-  CaughtUpSchema,
   ExpectedState,
-  FenceRejectedSchema,
   ReadEndSchema,
   ReadJournalResponseSchema,
-  SessionChangeSchema,
   SessionsCaughtUpSchema,
-  WatchedEntriesSchema,
-  WatchedEntrySchema,
-  WatchProgressSchema,
-  WatchSessionResponseSchema,
-  WatchSessionsResponseSchema,
-  IdempotencyKeyReusedSchema,
-  SeqConflictSchema,
-  WatcherLaggedSchema,
   type AppendEventResponse,
   type AppendEventsResponse,
   type Fence,
@@ -39,43 +27,34 @@ import {
   type ReadJournalResponse,
   type SessionChange as SessionChangeMessage,
   type SessionService,
-  type WatchedEntry,
   type WatchSessionResponse,
   type WatchSessionsResponse,
-  type WatchProgress,
 } from "@berth/api/berth/sessions/v1/session_service_pb";
 import { systemClock, type Clock } from "@berth/shared/clock";
 import { BerthError, invalidArgument, isBerthError } from "@berth/shared/errors";
-import { checkPathInput, checkSessionId } from "@berth/shared/safe-id";
-import {
-  abortError,
-  berthErrorToConnect,
-  DEFAULT_MAX_MESSAGE_BYTES,
-  PROGRESS,
-  ProgressPuller,
-  progressIntervalMs,
-  streamHolds,
-} from "@berth/shared/server/index";
+import { checkSessionId } from "@berth/shared/safe-id";
+import { abortError, DEFAULT_MAX_MESSAGE_BYTES, PROGRESS, ProgressPuller, progressIntervalMs, streamHolds } from "@berth/shared/server/index";
 import { sendsBinary } from "@berth/shared/server/pre-encoded";
-import type { EntryIntegrity } from "../journal/journal-store.js";
 import type { JournalEntry, SessionSnapshot } from "../reducer.js";
-import { sessionNotFound, type AppendOptions, type AppendResult, type ExpectedState as StoreExpectedState } from "../session-store.js";
+import { sessionNotFound, type AppendOptions, type ExpectedState as StoreExpectedState } from "../session-store.js";
 import type { SessionStoreApi, SessionView } from "../session-store-api.js";
 import { isCompletedPhase } from "../vocabulary.js";
 import type { SessionChange, WatchEntry } from "../session-store-api.js";
-import { eventToJournal, journalEntryToProto, type JournalEntryFacts } from "./event-codec.js";
+import {
+  caughtUpResponse,
+  entryFacts,
+  progressOf,
+  SESSION_CHANGE,
+  sessionChange,
+  WATCH_SESSION_RESPONSE,
+  WATCH_SESSIONS_RESPONSE,
+  watchEntries,
+  watchSessionsChange,
+} from "./watch-messages.js";
+import { appendOrExplain, explainKeyReused, explainSeqConflict, fenceChecker, lagged, type FenceCheck } from "./typed-refusals.js";
+import { eventToJournal, journalEntryToProto } from "./event-codec.js";
 import { isoToTimestamp } from "./timestamps.js";
-import { encodedEntryField, encodedSnapshotField, entryMessage, snapshotMessage } from "./wire-cache.js";
-
-/**
- * A fence's check, in two steps, supplied by the lock service. Called with the request's fence, it
- * checks the input (invalid_argument naming `fence.file` or `fence.fencing_token`) and makes the
- * path canonical, as every lock RPC does, so a fence matches its lock however the path is spelled.
- * The function it returns runs right before the append is sequenced and throws a BerthError
- * (reason FENCE_REJECTED) unless `token` is still the current fencing token of the file's lock
- * (details: `file` — the canonical path —, `currentToken`, null or 0 when nobody holds it).
- */
-export type FenceCheck = (file: string, token: bigint) => () => void;
+import { encodedSnapshotField, snapshotMessage } from "./wire-cache.js";
 
 /** Options of {@link createSessionHandlers}. */
 export interface SessionHandlerOptions {
@@ -91,9 +70,6 @@ export interface SessionHandlerOptions {
   /** The server's message size limit, as GetLimits reports it (default: the server's default). */
   readonly maxMessageBytes?: number;
 }
-
-/** The ErrorInfo domain of this service's errors. */
-export const SESSIONS_ERROR_DOMAIN = "berth.sessions";
 
 /** Entries per ReadJournal message at most. */
 export const READ_BATCH_MAX_ENTRIES = 256;
@@ -113,13 +89,6 @@ export const MAX_PAGE_SIZE = 1000;
 // The type names and field numbers the handlers write by hand, from the generated descriptors.
 const APPEND_EVENT_RESPONSE = AppendEventResponseSchema.typeName;
 const APPEND_EVENTS_RESPONSE = AppendEventsResponseSchema.typeName;
-const WATCH_SESSION_RESPONSE = WatchSessionResponseSchema.typeName;
-const WATCH_SESSIONS_RESPONSE = WatchSessionsResponseSchema.typeName;
-const WATCHED_ENTRIES = WatchedEntriesSchema.typeName;
-const WATCHED_ENTRY = WatchedEntrySchema.typeName;
-const WATCH_PROGRESS = WatchProgressSchema.typeName;
-const CAUGHT_UP = CaughtUpSchema.typeName;
-const SESSION_CHANGE = SessionChangeSchema.typeName;
 const SESSIONS_CAUGHT_UP = SessionsCaughtUpSchema.typeName;
 const READ_JOURNAL_RESPONSE = ReadJournalResponseSchema.typeName;
 const READ_END = ReadEndSchema.typeName;
@@ -127,8 +96,8 @@ const READ_END = ReadEndSchema.typeName;
 // The fields sent pre-encoded (see wire-cache.ts).
 const APPEND_EVENT_SNAPSHOT_FIELD = AppendEventResponseSchema.field.snapshot.number;
 const APPEND_EVENTS_SNAPSHOT_FIELD = AppendEventsResponseSchema.field.snapshot.number;
-const WATCHED_ENTRY_FIELD = WatchedEntrySchema.field.entry.number;
-const WATCHED_SNAPSHOT_FIELD = WatchedEntrySchema.field.snapshot.number;
+
+export { SESSIONS_ERROR_DOMAIN, type FenceCheck } from "./typed-refusals.js";
 
 /** The SessionService implementation over `options.store`. */
 export function createSessionHandlers(options: SessionHandlerOptions): ServiceImpl<typeof SessionService> {
@@ -472,46 +441,6 @@ export function createSessionHandlers(options: SessionHandlerOptions): ServiceIm
 
 // --------------------------------------------------------------------------- appends
 
-async function appendOrExplain(store: SessionStoreApi, sessionId: string, events: Record<string, unknown>[], options: AppendOptions): Promise<AppendResult> {
-  try {
-    return await store.append(sessionId, events, options);
-  } catch (error) {
-    if (isBerthError(error) && error.reason === "IDEMPOTENCY_KEY_REUSED") throw explainKeyReused(error, sessionId, options.idempotencyKey ?? "");
-    // A store that checks the fence in its own write (etcd) refuses it from there.
-    if (isBerthError(error) && error.reason === "FENCE_REJECTED" && options.fence !== undefined)
-      throw fenceRejected(error, options.fence.file, options.fence.token);
-    throw explainSeqConflict(error, sessionId, options.expectedSeq, options.expectedState);
-  }
-}
-
-/** An ALREADY_EXISTS IDEMPOTENCY_KEY_REUSED → the same error with its IdempotencyKeyReused detail. */
-function explainKeyReused(error: BerthError, sessionId: string, idempotencyKey: string): unknown {
-  const details = error.details ?? {};
-  return withTypedDetail(error, {
-    desc: IdempotencyKeyReusedSchema,
-    value: {
-      sessionId,
-      idempotencyKey,
-      firstSeq: BigInt(numberOr(details.firstSeq, 0)),
-      lastSeq: BigInt(numberOr(details.lastSeq, 0)),
-    },
-  });
-}
-
-/** An aborted SEQ_CONFLICT → the same error with its SeqConflict detail; anything else as it is. */
-function explainSeqConflict(error: unknown, sessionId: string, expectedSeq: number | undefined, expectedState: StoreExpectedState | undefined): unknown {
-  if (!isBerthError(error) || error.reason !== "SEQ_CONFLICT") return error;
-  return withTypedDetail(error, {
-    desc: SeqConflictSchema,
-    value: {
-      sessionId,
-      expectedSeq: BigInt(expectedSeq ?? 0),
-      currentSeq: BigInt(numberOr(error.details?.currentSeq, 0)),
-      expectedState: expectedState === "no_session" ? ExpectedState.NO_SESSION : expectedState === "exists" ? ExpectedState.EXISTS : ExpectedState.UNSPECIFIED,
-    },
-  });
-}
-
 /** The store's expectation for a request's `expected_state`. */
 function storeExpectedState(state: ExpectedState): StoreExpectedState {
   switch (state) {
@@ -525,49 +454,6 @@ function storeExpectedState(state: ExpectedState): StoreExpectedState {
     default:
       throw invalidArgument("expected_state", `must be ANY, NO_SESSION or EXISTS, got ${state as number}`);
   }
-}
-
-/**
- * The store's fence hook for a request's fence: checked input, and the lock service's verdict as
- * FAILED_PRECONDITION FENCE_REJECTED with its FenceRejected detail (the writer lost its lock; a
- * retry cannot succeed until it holds the lock again).
- */
-function fenceChecker(fence: Fence, fenceCheck: FenceCheck | undefined): () => void {
-  const file = checkPathInput(fence.file, "fence.file");
-  const token = fence.fencingToken;
-  if (token <= 0n) throw invalidArgument("fence.fencing_token", "must be a positive integer (the fencing token of your lease)");
-  if (fenceCheck === undefined) {
-    const error = new BerthError(
-      "failed_precondition",
-      "fence: this service cannot check fencing tokens (its lock service is not running), so the fence is rejected; nothing was written",
-      { file, fencingToken: token, currentToken: 0 },
-      { reason: "FENCE_REJECTED" },
-    );
-    throw fenceRejected(error, file, token);
-  }
-  const check = fenceCheck(file, token);
-  return () => {
-    try {
-      check();
-    } catch (error) {
-      if (!isBerthError(error) || (error.code !== "aborted" && error.reason !== "FENCE_REJECTED")) throw error;
-      throw fenceRejected(error, file, token);
-    }
-  };
-}
-
-function fenceRejected(error: BerthError, file: string, token: bigint): ConnectError {
-  const details = error.details ?? {};
-  const { reason: _reason, ...facts } = details;
-  const rejected = new BerthError("failed_precondition", error.message, facts, { reason: "FENCE_REJECTED" });
-  return withTypedDetail(rejected, {
-    desc: FenceRejectedSchema,
-    value: {
-      file: typeof details.file === "string" ? details.file : file,
-      fencingToken: token,
-      currentToken: BigInt(numberOr(details.currentToken, 0)),
-    },
-  });
 }
 
 /** Puts the snapshot in a response: pre-encoded for binary calls, as a message for the others. */
@@ -596,79 +482,6 @@ function decodePageToken(token: string, includeCompleted: boolean): string {
     throw invalidArgument("page_token", `was given for include_completed=${!includeCompleted}: page with the same include_completed, or start again`);
   }
   return match[2]!;
-}
-
-// --------------------------------------------------------------------------- entries
-
-/**
- * What a JournalEntry message says beside the seed's fields. `idempotency_key`: the key the entry
- * was appended with — on every entry of a keyed AppendEvents, not only its first. `integrity`:
- * VERIFIED for a line berth wrote (its checksum matched when it was read; a live entry is our own
- * line, checksummed as written), UNCHECKED for a line without a checksum (the seed's library
- * wrote it). A client never sees MISMATCH from this service: a damaged line is skipped by every
- * read, as an unparsable one is, and shows up only as the snapshot's
- * `journal_checksum_mismatch` diagnostic (skipping it keeps a read consistent with the replay
- * that built the snapshot, which ignores it too).
- */
-function entryFacts(stored: { idempotencyKey: string | undefined; integrity: EntryIntegrity }): JournalEntryFacts {
-  return stored.idempotencyKey === undefined ? { integrity: stored.integrity } : { integrity: stored.integrity, idempotencyKey: stored.idempotencyKey };
-}
-
-// --------------------------------------------------------------------------- watches
-
-function caughtUpResponse(lastSeq: number, snapshot: SessionSnapshot | undefined): WatchSessionResponse {
-  const caughtUp: WatchSessionResponse["kind"] & { case: "caughtUp" } = {
-    case: "caughtUp",
-    value: { $typeName: CAUGHT_UP, lastSeq: BigInt(lastSeq) },
-  };
-  if (snapshot !== undefined && lastSeq > 0) caughtUp.value.snapshot = snapshotMessage(snapshot);
-  return { $typeName: WATCH_SESSION_RESPONSE, kind: caughtUp };
-}
-
-/**
- * Consecutive entries in one WatchSession message, each with its snapshot when it carries one.
- * Live entries (and their snapshots) are shared by every watcher: binary calls get them
- * pre-encoded, encoded once.
- */
-function watchEntries(events: readonly WatchEntry[], binary: boolean): WatchSessionResponse {
-  const entries = events.map((event): WatchedEntry => {
-    const facts = entryFacts(event);
-    if (!binary) {
-      const watched: WatchedEntry = { $typeName: WATCHED_ENTRY, entry: entryMessage(event.entry, facts) };
-      if (event.snapshot !== undefined) watched.snapshot = snapshotMessage(event.snapshot);
-      return watched;
-    }
-    const fields = [encodedEntryField(WATCHED_ENTRY_FIELD, event.entry, facts)];
-    if (event.snapshot !== undefined) fields.push(encodedSnapshotField(WATCHED_SNAPSHOT_FIELD, event.snapshot));
-    return { $typeName: WATCHED_ENTRY, $unknown: fields };
-  });
-  return { $typeName: WATCH_SESSION_RESPONSE, kind: { case: "entries", value: { $typeName: WATCHED_ENTRIES, entries } } };
-}
-
-function progressOf(lastSeq: number, clock: Clock, revision = 0): WatchProgress {
-  return { $typeName: WATCH_PROGRESS, lastSeq: BigInt(lastSeq), sendTime: timestampFromMs(clock.now()), revision: BigInt(revision) };
-}
-
-/** One append call's change (first..last seq, the last entry's type and time, the snapshot after it), or a deletion. */
-function sessionChange(change: SessionChange): SessionChangeMessage {
-  const message: SessionChangeMessage = {
-    $typeName: SESSION_CHANGE,
-    sessionId: change.sessionId,
-    lastSeq: BigInt(change.lastSeq),
-    firstSeq: BigInt(change.firstSeq),
-    // A line another process wrote may hold anything there.
-    type: typeof change.entry?.type === "string" ? change.entry.type : "",
-    deleted: change.deleted,
-    revision: BigInt(change.revision),
-  };
-  const appendTime = isoToTimestamp(change.entry?.ts);
-  if (appendTime !== undefined) message.appendTime = appendTime;
-  if (change.snapshot !== undefined) message.snapshot = snapshotMessage(change.snapshot);
-  return message;
-}
-
-function watchSessionsChange(change: SessionChangeMessage): WatchSessionsResponse {
-  return { $typeName: WATCH_SESSIONS_RESPONSE, kind: { case: "change", value: change } };
 }
 
 /**
@@ -718,30 +531,7 @@ function endOnAbort(watcher: AsyncIterator<unknown>, signal: AbortSignal): () =>
   return () => signal.removeEventListener("abort", end);
 }
 
-/** A watcher that fell behind (the store's WATCHER_LAGGED) → the same error with its WatcherLagged detail. */
-function lagged(error: unknown, sessionId: string): unknown {
-  if (!isBerthError(error) || error.reason !== "WATCHER_LAGGED") return error;
-  const lastSeq = error.details?.lastSeq;
-  const lastRevision = error.details?.lastRevision;
-  const resumeFromSeq = sessionId !== "" && typeof lastSeq === "number" ? BigInt(lastSeq + 1) : 0n;
-  const resumeFromRevision = sessionId === "" && typeof lastRevision === "number" ? BigInt(lastRevision) : 0n;
-  return withTypedDetail(error, { desc: WatcherLaggedSchema, value: { sessionId, resumeFromSeq, resumeFromRevision } });
-}
-
 // --------------------------------------------------------------------------- helpers
-
-/** A detail as `new ConnectError` takes it (the type is not exported by connect). */
-type OutgoingDetail = NonNullable<ConstructorParameters<typeof ConnectError>[3]>[number];
-
-/**
- * A BerthError as the ConnectError the server would send (code, message, ErrorInfo, Struct detail,
- * details header) with a typed detail first, so clients that decode the proto's own message find it.
- */
-function withTypedDetail<D extends DescMessage>(error: BerthError, detail: { desc: D; value: Omit<MessageShape<D>, "$typeName"> }): ConnectError {
-  const base = berthErrorToConnect(error, SESSIONS_ERROR_DOMAIN);
-  const details: OutgoingDetail[] = [detail as unknown as OutgoingDetail, ...(base.details as OutgoingDetail[])];
-  return new ConnectError(base.rawMessage, base.code, base.metadata, details, error);
-}
 
 /** An int64 request field as a number, refusing values no seq can reach. */
 function safeSeq(value: bigint, field: string): number {
@@ -753,12 +543,6 @@ function safeSeq(value: bigint, field: string): number {
 function nonNegativeSeq(value: bigint, field: string): number {
   if (value < 0n) throw invalidArgument(field, "must not be negative");
   return safeSeq(value, field);
-}
-
-function numberOr(value: unknown, fallback: number): number | bigint {
-  if (typeof value === "bigint") return value;
-  if (typeof value === "number" && Number.isSafeInteger(value) && value >= 0) return value;
-  return fallback;
 }
 
 function durationFromMilliseconds(ms: number): Duration {

@@ -18,6 +18,7 @@
  */
 import * as fs from "node:fs";
 import * as path from "node:path";
+import { checkSessionId } from "@berth/shared/safe-id";
 import { encodeSeedLine } from "../journal/journal-format.js";
 import { applyEvent, baseSnapshot, type Diagnostic, type SessionSnapshot } from "../reducer.js";
 import { journalPath, snapshotPath } from "../journal/session-paths.js";
@@ -53,7 +54,7 @@ export function seedReadState(dirs: SeedDirs, id: string): { snapshot: SessionSn
   const journal = readableJournal(dirs, id);
   const size = sizeOrNull(journal);
   if (size !== null) {
-    const hydrated = readCurrentSnapshotFile(snapshotPath(dirs.dir, id), id, size);
+    const hydrated = readCurrentSnapshotFile(snapshotPath(dirs.dir, checkSessionId(id)), id, size);
     if (hydrated) return hydrated;
   }
   return seedReplay(journal, id);
@@ -65,9 +66,9 @@ export function seedAppend(dirs: SeedDirs, id: string, event: Record<string, unk
   const type = normalized.type;
   if (typeof type !== "string" || type === "") throw new Error("event type required");
   fs.mkdirSync(dirs.dir, { recursive: true });
-  const primary = journalPath(dirs.dir, id);
+  const primary = journalPath(dirs.dir, checkSessionId(id));
   if (dirs.legacyDir !== undefined && !fs.existsSync(primary)) {
-    const legacy = journalPath(dirs.legacyDir, id);
+    const legacy = journalPath(dirs.legacyDir, checkSessionId(id));
     if (fs.existsSync(legacy)) fs.copyFileSync(legacy, primary);
   }
   const prior = seedReadState(dirs, id);
@@ -86,7 +87,7 @@ export function seedAppend(dirs: SeedDirs, id: string, event: Record<string, unk
 export function seedWriteSnapshotFile(dirs: SeedDirs, id: string, snapshot: SessionSnapshot, nextSeq: number): void {
   const size = sizeOrNull(readableJournal(dirs, id)) ?? -1;
   const payload = { ...snapshot, [META_JOURNAL_BYTES]: size, [META_NEXT_SEQ]: nextSeq };
-  fs.writeFileSync(snapshotPath(dirs.dir, id), `${JSON.stringify(payload, null, 2)}\n`);
+  fs.writeFileSync(snapshotPath(dirs.dir, checkSessionId(id)), `${JSON.stringify(payload, null, 2)}\n`);
 }
 
 /**
@@ -148,9 +149,9 @@ function readCurrentSnapshotFile(file: string, id: string, journalBytes: number)
 }
 
 function readableJournal(dirs: SeedDirs, id: string): string {
-  const primary = journalPath(dirs.dir, id);
+  const primary = journalPath(dirs.dir, checkSessionId(id));
   if (fs.existsSync(primary) || dirs.legacyDir === undefined) return primary;
-  const legacy = journalPath(dirs.legacyDir, id);
+  const legacy = journalPath(dirs.legacyDir, checkSessionId(id));
   return fs.existsSync(legacy) ? legacy : primary;
 }
 

@@ -4,7 +4,7 @@
  * the next batches as a backend that cannot write would; `appendAsOther` plays another writer.
  */
 import { BerthError } from "@berth/shared/errors";
-import { applyEvent, baseSnapshot, createReplay, type JournalEntry, type SessionSnapshot } from "../../reducer.js";
+import type { JournalEntry, SessionReducer, SessionSnapshot } from "../../reducer.js";
 import type { JournalBatch, JournalListener, JournalStore, JournalStoreStats, KeyRecord, SessionJournal, StoredEntry, Tombstone } from "../journal-store.js";
 
 interface Stored {
@@ -30,9 +30,9 @@ class MemoryJournal implements SessionJournal {
 
   constructor(
     readonly id: string,
-    private readonly owner: { failing: { count: number; error: BerthError }; now: () => number },
+    private readonly owner: { failing: { count: number; error: BerthError }; now: () => number; reducer: SessionReducer },
   ) {
-    this.snapshot = baseSnapshot(id);
+    this.snapshot = owner.reducer.baseSnapshot(id);
   }
 
   get busy(): boolean {
@@ -89,7 +89,7 @@ class MemoryJournal implements SessionJournal {
   }
 
   snapshotAt(lastSeq: number): SessionSnapshot {
-    const replay = createReplay(this.id, { now: this.owner.now });
+    const replay = this.owner.reducer.createReplay(this.id, { now: this.owner.now });
     for (const { entry } of this.entries) if (entry.seq <= lastSeq) replay.apply(entry);
     return replay.snapshot();
   }
@@ -99,13 +99,14 @@ class MemoryJournal implements SessionJournal {
   }
 }
 
-export function createMemoryJournalStore(options: { now?: () => number } = {}): MemoryJournalStore {
+export function createMemoryJournalStore(options: { reducer: SessionReducer; now?: () => number }): MemoryJournalStore {
   const owner = {
     failing: {
       count: 0,
       error: new BerthError("unavailable", "the memory journal refused the write", undefined, { reason: "STATE_READ_ONLY", retryAfterMs: 1000 }),
     },
     now: options.now ?? Date.now,
+    reducer: options.reducer,
   };
   const journals = new Map<string, MemoryJournal>();
   const tombstones = new Map<string, Tombstone>();
@@ -173,7 +174,7 @@ export function createMemoryJournalStore(options: { now?: () => number } = {}): 
       const appended: Array<StoredEntry & { snapshot: SessionSnapshot }> = [];
       for (const event of events) {
         const entry: JournalEntry = { seq: journal.nextSeq++, id: sessionId, type: String(event.type), ts, event: { ...event, id: sessionId } };
-        journal.snapshot = applyEvent(journal.snapshot, entry, { now: owner.now });
+        journal.snapshot = owner.reducer.applyEvent(journal.snapshot, entry, { now: owner.now });
         journal.entries.push({ entry, idempotencyKey: undefined });
         appended.push({ entry, idempotencyKey: undefined, integrity: "unchecked", snapshot: journal.snapshot });
       }
