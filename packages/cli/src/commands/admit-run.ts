@@ -15,7 +15,7 @@ import { findCommand, reportCommandProblem, spawnProblem } from "../client/find-
 import { needItems } from "../client/need-items.js";
 import { progressFor } from "../client/progress.js";
 import { relaySignals, signalExit } from "../client/wrapped-command.js";
-import type { AdmitInvocation } from "./admit.js";
+import type { AdmitInvocation } from "./admit-invocation.js";
 
 /** The exit code for a refused admission, and the facts to report. */
 function refusal(error: BerthClientError) {

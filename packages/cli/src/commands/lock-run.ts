@@ -27,7 +27,7 @@ import { progressFor, type Progress } from "../client/progress.js";
 import { relaySignals, signalExit } from "../client/wrapped-command.js";
 import { EXIT } from "../command.js";
 import { styleFor } from "../terminal.js";
-import type { LimitsInvocation, LockInvocation, WatchInvocation } from "./lock.js";
+import type { LimitsInvocation, LockInvocation, WatchInvocation } from "./lock-invocation.js";
 
 type Invocation = LockInvocation;
 
