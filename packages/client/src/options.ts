@@ -1,5 +1,6 @@
 /** Options every service client and every call share. */
-import { durationFromMs, type Duration } from "@bufbuild/protobuf/wkt";
+import type { Duration } from "@bufbuild/protobuf/wkt";
+import { optionalDurationFromMs } from "./wire-time.js";
 import { Code, ConnectError } from "@connectrpc/connect";
 
 /**
@@ -37,11 +38,9 @@ export function delay(ms: number, signal?: AbortSignal): Promise<void> {
   });
 }
 
-/** A Duration of `ms` milliseconds (undefined stays undefined); a negative or non-finite `ms` is a RangeError. */
+/** A Duration of `ms` milliseconds (see wire-time: rounded to the millisecond; undefined stays undefined; negative is a RangeError). */
 export function durationOfMs(ms: number | undefined): Duration | undefined {
-  if (ms === undefined) return undefined;
-  if (!Number.isFinite(ms) || ms < 0) throw new RangeError(`a duration must be a finite number of milliseconds ≥ 0, got ${ms}`);
-  return durationFromMs(ms);
+  return optionalDurationFromMs(ms);
 }
 
 /** A stream call's own abort controller, linked to the caller's signal and deadline. */

@@ -11,6 +11,7 @@ import { BerthClientError, SESSIONS_REASONS, type Berth } from "@berth/client";
 import { GetStateResponseSchema } from "@berth/api/berth/budget/v1/budget_service_pb";
 import { HolderKind, LockEventKind, type LockEvent } from "@berth/api/berth/locks/v1/lock_service_pb";
 import { SnapshotSchema } from "@berth/api/berth/sessions/v1/snapshot_pb";
+import { msOfTimestamp } from "@berth/client/wire-time";
 import { describeFailure } from "./errors.js";
 import type { Holdings } from "./holdings.js";
 import { SESSION_ID_PATTERN } from "./schemas.js";
@@ -56,7 +57,7 @@ function holderJson(lock: LockEvent): Record<string, unknown> {
     owner: lock.owner,
     fencingToken: String(lock.fencingToken),
     kind: lock.holderKind === HolderKind.STREAM ? "stream" : "lease",
-    ...(lock.time === undefined ? {} : { since: new Date(Number(lock.time.seconds) * 1000 + lock.time.nanos / 1e6).toISOString() }),
+    ...(lock.time === undefined ? {} : { since: new Date(msOfTimestamp(lock.time)).toISOString() }),
   };
 }
 

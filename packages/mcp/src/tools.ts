@@ -22,6 +22,7 @@ import {
   type JournalEntry,
 } from "@berth/api/berth/sessions/v1/session_service_pb";
 import { SnapshotSchema, type Snapshot } from "@berth/api/berth/sessions/v1/snapshot_pb";
+import { msOfDuration } from "@berth/client/wire-time";
 import { describeFailure, MCP_REASONS, mcpRefusal, toolError } from "./errors.js";
 import type { Holdings } from "./holdings.js";
 import { eventsSchema, fieldsOf, SIZE_PATTERN, sessionIdSchema } from "./schemas.js";
@@ -426,7 +427,7 @@ const budgetReserve: ToolDefinition = {
           const eta =
             queued.eta === undefined
               ? `no ETA (${queued.etaBasis.replace(/^unknown: /, "")})`
-              : `about ${Math.ceil(Number(queued.eta.seconds) + queued.eta.nanos / 1e9)} s left (${queued.etaBasis})`;
+              : `about ${Math.ceil(msOfDuration(queued.eta) / 1000)} s left (${queued.etaBasis})`;
           report(`#${queued.position} in the budget's queue, ${eta}: ${queued.waitForText}`);
         },
       },

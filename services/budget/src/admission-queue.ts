@@ -34,6 +34,7 @@ import type { Need, Resources } from "./costs.js";
 import { isZero, total } from "./costs.js";
 import { DeadlineHeap } from "./deadline-heap.js";
 import { estimateEtas, etaMsAt, type EtaEstimate, type Holding } from "./eta.js";
+import type { Page } from "./paging.js";
 import type { Policy } from "./policy.js";
 import { QueueLine, type HeadState, type QueuedUpdate, type Waiter } from "./queue-line.js";
 import { QueueNotifier } from "./queue-notifier.js";
@@ -42,13 +43,6 @@ import type { Reservation } from "./reservations.js";
 import type { UsualTime } from "./run-times.js";
 import type { Reason, VerdictContext } from "./verdict.js";
 import { CPU_GATES, GATE, IMPOSSIBLE, freeMemory, reasonsFor, reasonsText, refusingGates } from "./verdict.js";
-
-/** One page of a list kept in arrival order (the queue, the reservations, the running tally). */
-export interface Page<T> {
-  items: T[];
-  /** The number of the page's last item when more follow (where the next page starts); undefined on the last page. */
-  next?: number | undefined;
-}
 
 /** Options of one admission. */
 export interface AdmitOptions {

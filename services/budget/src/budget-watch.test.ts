@@ -1,7 +1,7 @@
 /** The budget's watch of its changes (revisions, the current state, replay, reset, lag) and WatchMachine's revisions. */
 import { afterEach, describe, expect, it } from "vitest";
 import { ManualClock } from "@berth/shared/clock";
-import type { Budget, BudgetChange, BudgetWatch, RevisionedSample } from "./budget.js";
+import type { Budget, BudgetChange, BudgetWatch, RevisionedSample } from "./budget-interface.js";
 import { createBudget } from "./budget.js";
 import type { Need } from "./costs.js";
 import { defaultPolicy, type Policy } from "./policy.js";

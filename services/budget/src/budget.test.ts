@@ -6,7 +6,7 @@ import { afterAll, afterEach, describe, expect, it } from "vitest";
 import { ManualClock } from "@berth/shared/clock";
 import type { BerthError } from "@berth/shared/errors";
 import type { QueuedUpdate } from "./queue-line.js";
-import type { Budget } from "./budget.js";
+import type { Budget } from "./budget-interface.js";
 import { createBudget } from "./budget.js";
 import type { Need } from "./costs.js";
 import type { Policy } from "./policy.js";

@@ -1,6 +1,7 @@
 import { afterEach, describe, expect, it } from "vitest";
 import { ManualClock } from "@berth/shared/clock";
-import { createBudget, type Budget } from "./budget.js";
+import type { Budget } from "./budget-interface.js";
+import { createBudget } from "./budget.js";
 import { defaultPolicy } from "./policy.js";
 import { ManualSampler } from "./sampler.js";
 import { fleetEntryOf, startFleetReports, type FleetEntry, type FleetPublisher } from "./fleet.js";

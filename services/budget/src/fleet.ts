@@ -9,7 +9,7 @@
 import type { Clock } from "@berth/shared/clock";
 import { systemClock } from "@berth/shared/clock";
 import { silentLogger, type Logger } from "@berth/shared/logger";
-import type { Budget } from "./budget.js";
+import type { Budget } from "./budget-interface.js";
 import type { Resources } from "./costs.js";
 import type { MachineSample, Sampler } from "./sampler.js";
 import { cpuGate } from "./verdict.js";

@@ -15,6 +15,7 @@ export { AHEAD_LIMIT, HEARTBEAT_RATE_CAP, heartbeatPeriodMs } from "./queue-noti
 // times it follows beside the service's to tell why an estimate missed.
 export { etaOf } from "./queue-refusals.js";
 export { RunTimes, type UsualTime } from "./run-times.js";
+export * from "./budget-interface.js";
 export * from "./budget.js";
 export type { BudgetAnswer, RunningAnswer } from "./keyed-requests.js";
 export { DEFAULT_ADMIT_RESUME_GRACE_MS, type AdmitAttachment, type AdmitStreamEnd, type AdmitStreamHooks, type AttachResult } from "./resumable-admissions.js";

@@ -13,7 +13,7 @@ import { STALL_MS, wallTimeOf, type Clock, type TimerHandle } from "@berth/share
 import { BerthError } from "@berth/shared/errors";
 import type { Need, NeedItem, Resources } from "./costs.js";
 import { checkResources } from "./costs.js";
-import type { Page } from "./admission-queue.js";
+import { pageAfter, type Page } from "./paging.js";
 import type { Logger } from "@berth/shared/logger";
 import type { RunningEntry, RunningTally } from "./running-tally.js";
 import type { CommittedItem } from "./verdict.js";
@@ -283,14 +283,14 @@ export class ReservationBook {
 
   /** Up to `limit` reservations admitted after the one numbered `after` (from the oldest when undefined), oldest first. */
   page(after: number | undefined, limit: number): Page<Reservation> {
-    const items: Reservation[] = [];
     // A Map iterates in insertion order, which is admission order.
-    for (const r of this.reservations.values()) {
-      if (after !== undefined && r.seq <= after) continue;
-      if (items.length >= limit) return { items, next: items[items.length - 1]?.seq };
-      items.push(r);
-    }
-    return { items };
+    return pageAfter(
+      this.reservations.values(),
+      (r) => r.seq,
+      (r) => r,
+      after,
+      limit,
+    );
   }
 
   /** What every reservation holds, in total. */

@@ -25,7 +25,7 @@ import { stateWriteError } from "@berth/shared/state-errors";
 import { bootId, processStartTime, sameProcess } from "@berth/shared/process-identity";
 import type { Resources } from "./costs.js";
 import { checkResources } from "./costs.js";
-import type { Page } from "./admission-queue.js";
+import { pageAfter, type Page } from "./paging.js";
 import type { Logger } from "@berth/shared/logger";
 import type { CommittedItem } from "./verdict.js";
 
@@ -269,15 +269,14 @@ export class RunningTally {
 
   /** Up to `limit` entries counted after the one numbered `after` (from the oldest when undefined), oldest first, each with its number. */
   page(after: number | undefined, limit: number): Page<RunningEntry & { seq: number }> {
-    const items: Array<RunningEntry & { seq: number }> = [];
     // A Map iterates in insertion order, which is the order the entries were counted.
-    for (const tracked of this.entriesById.values()) {
-      const seq = this.seqs.get(tracked.entry.id)!;
-      if (after !== undefined && seq <= after) continue;
-      if (items.length >= limit) return { items, next: items[items.length - 1]?.seq };
-      items.push({ ...this.view(tracked), seq });
-    }
-    return { items };
+    return pageAfter(
+      this.entriesById.values(),
+      (tracked) => this.seqs.get(tracked.entry.id)!,
+      (tracked, seq) => ({ ...this.view(tracked), seq }),
+      after,
+      limit,
+    );
   }
 
   /** Extends an entry's lease by `ttlMs` (default: its own ttl) from now. */

@@ -4,7 +4,7 @@
  * most two decimals.
  */
 import type { Duration, Timestamp } from "@bufbuild/protobuf/wkt";
-import { durationMs, timestampMs } from "@bufbuild/protobuf/wkt";
+import { msOfDuration, msOfTimestamp } from "@berth/client/wire-time";
 import type { CommittedItem, Machine, PressureAverages, Resources, Verdict, WaitReason } from "@berth/api/berth/budget/v1/budget_pb";
 import { CgroupVersion, Gate, QueueMode, SampleSource } from "@berth/api/berth/budget/v1/budget_pb";
 import type { FleetMachine, GetLimitsResponse, GetStateResponse, Queued } from "@berth/api/berth/budget/v1/budget_service_pb";
@@ -26,7 +26,7 @@ export function cpus(n: number): string {
 
 /** A Duration for people (`1m 5s`). */
 export function duration(d: Duration | undefined): string {
-  return d === undefined ? "-" : formatDuration(durationMs(d));
+  return d === undefined ? "-" : formatDuration(msOfDuration(d));
 }
 
 /** Milliseconds rounded to whole seconds (above one second), for lines people glance at. */
@@ -36,12 +36,12 @@ export function roughly(ms: number): string {
 
 /** How long ago a timestamp was, for people (`3s ago`). */
 export function ago(t: Timestamp | undefined, now = Date.now()): string {
-  return t === undefined ? "-" : `${roughly(now - timestampMs(t))} ago`;
+  return t === undefined ? "-" : `${roughly(now - msOfTimestamp(t))} ago`;
 }
 
 /** Time left until a timestamp (`in 2m`), or `-`. */
 function until(t: Timestamp | undefined, now = Date.now()): string {
-  return t === undefined ? "-" : `in ${roughly(timestampMs(t) - now)}`;
+  return t === undefined ? "-" : `in ${roughly(msOfTimestamp(t) - now)}`;
 }
 
 /** `2G, 1.5 cpu`. */
@@ -115,7 +115,7 @@ export function formatMachine(machine: Machine | undefined, now = Date.now()): s
 /** One line per sample, for `budget watch`. */
 export function formatMachineLine(machine: Machine | undefined): string {
   if (machine === undefined) return "no sample";
-  const at = machine.sampleTime === undefined ? "" : new Date(timestampMs(machine.sampleTime)).toISOString().slice(11, 19);
+  const at = machine.sampleTime === undefined ? "" : new Date(msOfTimestamp(machine.sampleTime)).toISOString().slice(11, 19);
   const cpu = machine.cpuPressure?.some;
   return [
     at,
@@ -277,7 +277,7 @@ export function formatLimits(limits: GetLimitsResponse): string {
  * has no basis for one (its `eta_basis` says why).
  */
 export function eta(d: Duration | undefined, sinceMs = 0): string {
-  return d === undefined ? "unknown" : roughly(Math.max(0, durationMs(d) - sinceMs));
+  return d === undefined ? "unknown" : roughly(Math.max(0, msOfDuration(d) - sinceMs));
 }
 
 /**

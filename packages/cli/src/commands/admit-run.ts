@@ -4,7 +4,7 @@
  */
 import { spawn } from "node:child_process";
 import * as path from "node:path";
-import { durationMs, timestampMs } from "@bufbuild/protobuf/wkt";
+import { msOfDuration, msOfTimestamp } from "@berth/client/wire-time";
 import { RefusalKind, type RunningEntry } from "@berth/api/berth/budget/v1/budget_pb";
 import { BudgetClient, type Admission } from "@berth/client/budget";
 import { BerthClientError } from "@berth/client/errors";
@@ -15,7 +15,7 @@ import { findCommand, reportCommandProblem, spawnProblem } from "../client/find-
 import { needItems } from "../client/need-items.js";
 import { progressFor } from "../client/progress.js";
 import { relaySignals, signalExit } from "../client/wrapped-command.js";
-import type { AdmitInvocation } from "./admit.js";
+import type { AdmitInvocation } from "./admit-invocation.js";
 
 /** The exit code for a refused admission, and the facts to report. */
 function refusal(error: BerthClientError) {
@@ -23,14 +23,14 @@ function refusal(error: BerthClientError) {
   if (detail === undefined) return undefined;
   const exit = detail.kind === RefusalKind.IMPOSSIBLE ? EXIT.impossible : detail.kind === RefusalKind.QUEUE_FULL ? EXIT.queueFull : EXIT.timedOut;
   const kind = detail.kind === RefusalKind.IMPOSSIBLE ? "impossible" : detail.kind === RefusalKind.QUEUE_FULL ? "queue_full" : "wait_exhausted";
-  const retryAfterMs = detail.retryAfter === undefined ? undefined : durationMs(detail.retryAfter);
+  const retryAfterMs = msOfDuration(detail.retryAfter);
   return {
     exit,
     kind,
     message: detail.message || error.rawMessage,
     retryAfterMs,
     settings: detail.settings,
-    waitedMs: detail.waited === undefined ? 0 : durationMs(detail.waited),
+    waitedMs: msOfDuration(detail.waited) ?? 0,
   };
 }
 
@@ -71,13 +71,13 @@ export async function admit({ values, command, need, maxWaitMs, endpoint }: Admi
           "queued",
           {
             position: queued.position,
-            eta_ms: queued.eta === undefined ? undefined : durationMs(queued.eta),
+            eta_ms: msOfDuration(queued.eta),
             eta_basis: queued.etaBasis,
             waited_ms: at - started,
             wait_for: queued.waitForText,
             gates: queued.waitFor.map((r) => gateName(r.gate)),
             ahead: queued.ahead.map((a) => ({ owner: a.owner, position: a.position })),
-            wait_expire_time: queued.waitExpireTime === undefined ? undefined : new Date(timestampMs(queued.waitExpireTime)).toISOString(),
+            wait_expire_time: queued.waitExpireTime === undefined ? undefined : new Date(msOfTimestamp(queued.waitExpireTime)).toISOString(),
           },
           // Rendered again every second: the wait counts up, the service's ETA counts down until its next update.
           () => formatQueued(queued, Date.now() - started, Date.now() - at),

@@ -12,14 +12,15 @@
  * once the command line is known to be right.
  */
 import { parseFlags, usageError, UsageError, type FlagSpec } from "../args.js";
-import { endpointFromFlags, type Endpoint } from "../client/endpoint-flags.js";
+import { endpointFromFlags } from "../client/endpoint-flags.js";
 import { findCommand, reportCommandProblem } from "../client/find-command.js";
-import { NEED_FLAGS, NEED_HELP_ROWS, durationFlag, needFromFlags, type DeclaredNeed } from "../client/need-flags.js";
+import { NEED_FLAGS, NEED_HELP_ROWS, durationFlag, needFromFlags } from "../client/need-flags.js";
 import { progressFor } from "../client/progress.js";
 import { EXIT, type Command } from "../command.js";
 import { BUDGET_ENDPOINT_FLAGS, callExitRows } from "../common-help.js";
 import { renderHelp } from "../help.js";
 import { LONGEST_TIMER_MS } from "@berth/shared/units";
+import type { AdmitInvocation } from "./admit-invocation.js";
 
 const HELP = renderHelp({
   usage: ["berth admit [flags] -- CMD [ARGS…]"],
@@ -91,16 +92,6 @@ function parse(argv: string[]) {
   const command = separator < 0 ? parsed.positionals : argv.slice(separator + 1);
   if (command.length === 0 || command[0] === "") throw new UsageError("no command to run: berth admit [flags] -- CMD [ARGS…]");
   return { values: parsed.values as Record<string, unknown>, command };
-}
-
-/** An admission's command line, parsed and checked. */
-export interface AdmitInvocation {
-  readonly values: Record<string, unknown>;
-  readonly command: string[];
-  readonly need: DeclaredNeed;
-  /** Unset: the service's longest wait. */
-  readonly maxWaitMs: number | undefined;
-  readonly endpoint: Endpoint;
 }
 
 /** `berth admit`. */

@@ -24,7 +24,7 @@ import { needFromFlags } from "../client/need-flags.js";
 import { needItems } from "../client/need-items.js";
 import { EXIT } from "../command.js";
 import { LiveLine, isTerminal, styleFor } from "../terminal.js";
-import type { BudgetInvocation } from "./budget.js";
+import type { BudgetInvocation } from "./budget-invocation.js";
 
 /** A subcommand's invocation, with the client. */
 interface Invocation extends BudgetInvocation {

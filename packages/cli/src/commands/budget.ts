@@ -7,23 +7,13 @@
  * This module is the command's help and command line; the calls are in budget-run.ts, loaded once
  * the command line is known to be right.
  */
-import { parseFlags, usageError, UsageError, type FlagSpec, type ParsedArgs } from "../args.js";
-import { endpointFromFlags, type Endpoint } from "../client/endpoint-flags.js";
+import { parseFlags, usageError, UsageError, type FlagSpec } from "../args.js";
+import { endpointFromFlags } from "../client/endpoint-flags.js";
 import { NEED_FLAGS, NEED_HELP_ROWS } from "../client/need-flags.js";
 import { EXIT, type Command, type SubcommandHelp } from "../command.js";
 import { BUDGET_ENDPOINT_FLAGS, callExitRows } from "../common-help.js";
 import { renderHelp, type HelpRow } from "../help.js";
-
-type SubcommandName = "check" | "state" | "limits" | "machine" | "watch" | "events" | "fleet" | "build-done";
-
-/** What a subcommand gets: its parsed flags and positionals, and where the service is. */
-export interface BudgetInvocation {
-  readonly subcommand: SubcommandName;
-  readonly values: ParsedArgs["values"];
-  readonly positionals: string[];
-  readonly endpoint: Endpoint;
-  readonly json: boolean;
-}
+import type { BudgetInvocation, SubcommandName } from "./budget-invocation.js";
 
 const JSON_ROW = (what: string): HelpRow => ["--json", `print ${what} as JSON (proto JSON form), one object per line`];
 const OK_ROW: HelpRow = [String(EXIT.ok), "done"];

@@ -4,7 +4,8 @@
  */
 import { spawn } from "node:child_process";
 import * as path from "node:path";
-import { durationMs, timestampMs, type Duration, type Timestamp } from "@bufbuild/protobuf/wkt";
+import type { Duration, Timestamp } from "@bufbuild/protobuf/wkt";
+import { msOfDuration, msOfTimestamp } from "@berth/client/wire-time";
 import { Code } from "@connectrpc/connect";
 import {
   GetLimitsResponseSchema,
@@ -27,11 +28,11 @@ import { progressFor, type Progress } from "../client/progress.js";
 import { relaySignals, signalExit } from "../client/wrapped-command.js";
 import { EXIT } from "../command.js";
 import { styleFor } from "../terminal.js";
-import type { LimitsInvocation, LockInvocation, WatchInvocation } from "./lock.js";
+import type { LimitsInvocation, LockInvocation, WatchInvocation } from "./lock-invocation.js";
 
 type Invocation = LockInvocation;
 
-const iso = (ts: Timestamp | undefined) => (ts === undefined ? undefined : new Date(timestampMs(ts)).toISOString());
+const iso = (ts: Timestamp | undefined) => (ts === undefined ? undefined : new Date(msOfTimestamp(ts)).toISOString());
 
 function kindName(kind: HolderKind): string {
   switch (kind) {
@@ -61,7 +62,7 @@ function describeHolder(holder: {
   const since =
     holder.acquireTime === undefined
       ? ""
-      : ` since ${iso(holder.acquireTime)} (${formatDuration(Math.max(0, Date.now() - timestampMs(holder.acquireTime)))} ago)`;
+      : ` since ${iso(holder.acquireTime)} (${formatDuration(Math.max(0, Date.now() - msOfTimestamp(holder.acquireTime)))} ago)`;
   return `${who} (${facts.join(", ")})${since}`;
 }
 
@@ -167,7 +168,7 @@ function describeHolderBriefly(holder: Holder | LockHeld): string {
   const who = holder.owner === "" ? "an unknown owner" : holder.owner;
   const facts = [kindName(holder.kind)];
   if (holder.fencingToken > 0n) facts.push(`fencing token ${holder.fencingToken}`);
-  const since = holder.acquireTime === undefined ? "" : ` for ${formatDuration(roundSeconds(Date.now() - timestampMs(holder.acquireTime)))}`;
+  const since = holder.acquireTime === undefined ? "" : ` for ${formatDuration(roundSeconds(Date.now() - msOfTimestamp(holder.acquireTime)))}`;
   return `${who} (${facts.join(", ")})${since}`;
 }
 
@@ -197,7 +198,7 @@ function refused(error: unknown, invocation: Invocation, progress: Progress, int
   const reason = e.code === Code.ResourceExhausted ? e.reason : undefined;
   const held = reason === "WAIT_EXHAUSTED" ? e.lockHeld : undefined;
   if (held !== undefined) {
-    const waitedMs = held.waited === undefined ? 0 : durationMs(held.waited);
+    const waitedMs = msOfDuration(held.waited) ?? 0;
     const waited = waitedMs === 0 ? "it was not free (--max-wait 0)" : `it stayed locked for ${formatDuration(waitedMs)}`;
     const holder = held.owner === "" && held.kind === HolderKind.UNSPECIFIED ? "others queued ahead" : describeHolder(held);
     progress.event(
@@ -312,7 +313,7 @@ export async function limits({ endpoint, json }: LimitsInvocation): Promise<numb
     process.stdout.write(`${JSON.stringify(messageJson(GetLimitsResponseSchema, response, { alwaysEmitImplicit: true }))}\n`);
     return EXIT.ok;
   }
-  const take = (d: Duration | undefined) => formatDuration(d === undefined ? 0 : durationMs(d));
+  const take = (d: Duration | undefined) => formatDuration(msOfDuration(d) ?? 0);
   const rows: Array<[string, string]> = [
     ["lease ttl", `${take(response.defaultTtl)} unless Acquire asks another, at most ${take(response.maxTtl)}`],
     ["longest wait", `${take(response.maxWait)} (an unset --max-wait; longer ones are capped to it)`],

@@ -14,12 +14,13 @@
 import { absoluteLockPath } from "@berth/client/lock-path";
 import { parseFlags, stringFlag, usageError, UsageError, type FlagSpec } from "../args.js";
 import { durationFlag } from "../client/need-flags.js";
-import { endpointFromFlags, type Endpoint } from "../client/endpoint-flags.js";
+import { endpointFromFlags } from "../client/endpoint-flags.js";
 import { findCommand, reportCommandProblem } from "../client/find-command.js";
 import { progressFor } from "../client/progress.js";
 import { EXIT, type Command, type SubcommandHelp } from "../command.js";
 import { SESSIONS_ENDPOINT_FLAGS, callExitRows } from "../common-help.js";
 import { renderHelp } from "../help.js";
+import type { LimitsInvocation, LockInvocation, WatchInvocation } from "./lock-invocation.js";
 
 const HOLD_HELP = renderHelp({
   usage: ["berth lock hold FILE [flags] -- CMD [ARGS…]"],
@@ -165,19 +166,6 @@ const INSPECT_FLAGS: Readonly<Record<string, FlagSpec>> = {
   help: { type: "boolean", short: "h" },
 };
 
-/** A `hold` or `inspect` command line, parsed. */
-export interface LockInvocation {
-  readonly action: "hold" | "inspect";
-  readonly file: string;
-  /** Unset: the client's default, user@host pid N. */
-  readonly owner: string | undefined;
-  /** Unset: the service's longest wait. */
-  readonly maxWaitMs: number | undefined;
-  readonly json: boolean;
-  readonly command: string[];
-  readonly endpoint: Endpoint;
-}
-
 /** Splits `hold|inspect FILE [flags] [-- CMD ARGS…]`. */
 function parse(action: "hold" | "inspect", argv: string[]): LockInvocation {
   const separator = argv.indexOf("--");
@@ -205,24 +193,6 @@ function parse(action: "hold" | "inspect", argv: string[]): LockInvocation {
     command,
     endpoint,
   };
-}
-
-/** A `limits` command line, parsed. */
-export interface LimitsInvocation {
-  readonly action: "limits";
-  readonly json: boolean;
-  readonly endpoint: Endpoint;
-}
-
-/** A `watch` command line, parsed. */
-export interface WatchInvocation {
-  readonly action: "watch";
-  readonly file: string | undefined;
-  readonly includeCurrent: boolean;
-  readonly startRevision: bigint;
-  readonly progressIntervalMs: number | undefined;
-  readonly json: boolean;
-  readonly endpoint: Endpoint;
 }
 
 const WATCH_FLAGS: Readonly<Record<string, FlagSpec>> = {

@@ -15,7 +15,7 @@ import { jsonInteger, messageJson } from "../client/json.js";
 import { durationFlag, durationLike } from "../client/need-flags.js";
 import { EXIT } from "../command.js";
 import { styleFor, type Style } from "../terminal.js";
-import type { SessionsInvocation } from "./sessions.js";
+import type { SessionsInvocation } from "./sessions-invocation.js";
 
 /** A subcommand's invocation, with the client and the styles of stdout. */
 interface Invocation extends SessionsInvocation {

@@ -7,11 +7,12 @@
  * once the command line is known to be right.
  */
 import { SESSION_ID_RULE, isSessionId } from "@berth/shared/safe-id";
-import { parseFlags, usageError, UsageError, type FlagSpec, type ParsedArgs } from "../args.js";
-import { endpointFromFlags, type Endpoint } from "../client/endpoint-flags.js";
+import { parseFlags, usageError, UsageError, type FlagSpec } from "../args.js";
+import { endpointFromFlags } from "../client/endpoint-flags.js";
 import { EXIT, type Command, type SubcommandHelp } from "../command.js";
 import { DEFAULT_SESSIONS_URL, SESSIONS_ENDPOINT_FLAGS, callExitRows } from "../common-help.js";
 import { renderHelp, type HelpRow } from "../help.js";
+import type { SessionsInvocation, SubcommandName } from "./sessions-invocation.js";
 
 export { DEFAULT_SESSIONS_URL };
 
@@ -29,17 +30,6 @@ const EVENTS_NOTE =
   "as the API checks it (--field count=abc is refused, exit 2); other keys are kept as given.";
 
 const NOT_FOUND_ROW: HelpRow = [String(EXIT.notFound), "not found: SESSION has no journal"];
-
-/** What a subcommand gets: its parsed flags and positionals, and where the service is. */
-export interface SessionsInvocation {
-  readonly subcommand: SubcommandName;
-  readonly values: ParsedArgs["values"];
-  readonly positionals: string[];
-  readonly endpoint: Endpoint;
-  readonly json: boolean;
-}
-
-type SubcommandName = "append" | "get" | "list" | "delete" | "watch" | "journal";
 
 interface Subcommand extends SubcommandHelp {
   readonly name: SubcommandName;

@@ -18,7 +18,7 @@ import { checkRequestId } from "@berth/shared/safe-id";
 import { abortError, callConnectionGone, streamHolds } from "@berth/shared/server/index";
 import { sendsBinary } from "@berth/shared/server/pre-encoded";
 import type { AdmitAttachment, QueuedUpdate, Reservation, ReservationSnapshot } from "../index.js";
-import type { BudgetHandlerDeps } from "./budget-handlers.js";
+import type { BudgetHandlerDeps } from "./handler-deps.js";
 import { checkName, leaseTtlMs, maxWaitMs, needItemsFromProto, pidFromProto, runCostFromProto } from "./budget-decode.js";
 import { durationOf, reservationToProto, runningAnswerToProto } from "./budget-encode.js";
 import { QueuedEncoder } from "./queued-encoder.js";

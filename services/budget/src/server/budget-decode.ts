@@ -12,6 +12,7 @@ import type {
   ResourceSpec as ResourceSpecMessage,
   Resources as ResourcesMessage,
 } from "@berth/api/berth/budget/v1/budget_pb";
+import { msOfDuration } from "@berth/client/wire-time";
 import { invalidArgument } from "@berth/shared/errors";
 import { formatDuration, LONGEST_TIMER_MS } from "@berth/shared/units";
 import type { NeedItemInput, NeedKind, Resources, ResourceSpec } from "../index.js";
@@ -84,7 +85,7 @@ export function durationMs(duration: Duration | undefined, field: string, option
   const tooLong = () =>
     invalidArgument(field, `must be at most ${formatDuration(MAX_DURATION_MS)}; got ${formatDuration(Number(seconds) * 1000 + nanos / 1e6)}`);
   if (seconds > BigInt(Math.ceil(MAX_DURATION_MS / 1000))) throw tooLong();
-  const ms = Number(seconds) * 1000 + Math.round(nanos / 1e6);
+  const ms = msOfDuration(duration);
   if (ms > MAX_DURATION_MS) throw tooLong();
   if (options.positive && ms <= 0) throw invalidArgument(field, "must be a positive duration (at least 1ms)");
   return ms;

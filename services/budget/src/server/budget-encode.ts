@@ -4,8 +4,8 @@
  * `in flight: <owner>`).
  */
 import { create } from "@bufbuild/protobuf";
-import type { Duration, Timestamp } from "@bufbuild/protobuf/wkt";
-import { DurationSchema, TimestampSchema } from "@bufbuild/protobuf/wkt";
+import type { Duration } from "@bufbuild/protobuf/wkt";
+import { durationFromMs, timestampFromMs } from "@berth/client/wire-time";
 import {
   ConsumerSchema,
   CgroupLimitsSchema,
@@ -66,18 +66,13 @@ import type {
 /** How many holders a budget gate's reason lists (the largest). */
 export const MAX_HOLDERS = 10;
 
-/** Milliseconds as a Duration. */
+/** Milliseconds as a Duration; a time already past (negative) is zero. */
 export function durationOf(ms: number): Duration {
-  const whole = Math.max(0, Math.round(ms));
-  return create(DurationSchema, { seconds: BigInt(Math.floor(whole / 1000)), nanos: (whole % 1000) * 1_000_000 });
+  return durationFromMs(Math.max(0, ms));
 }
 
 /** Clock milliseconds as a Timestamp. */
-export function timestampOf(ms: number): Timestamp {
-  const whole = Math.round(ms);
-  const seconds = Math.floor(whole / 1000);
-  return create(TimestampSchema, { seconds: BigInt(seconds), nanos: (whole - seconds * 1000) * 1_000_000 });
-}
+export const timestampOf = timestampFromMs;
 
 function bytes(n: number): bigint {
   return BigInt(Math.max(0, Math.round(n)));

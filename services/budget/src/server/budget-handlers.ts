@@ -16,6 +16,7 @@ import { checkRequestId } from "@berth/shared/safe-id";
 import { abortError, handOverGrant } from "@berth/shared/server/index";
 import type { Budget, Committed, FleetPublisher, MachineSample, Policy, ReservationInfo, ReservationSnapshot, RunningAnswer } from "../index.js";
 import { admitStream } from "./admit-stream.js";
+import type { BudgetHandlerDeps, BudgetHandlerStats } from "./handler-deps.js";
 import {
   MAX_KEEPALIVE_IDS,
   MAX_OWNER_LENGTH,
@@ -28,7 +29,6 @@ import {
   resourceSpecFromProto,
   runCostFromProto,
 } from "./budget-decode.js";
-import type { LeaseLimits } from "./budget-decode.js";
 import {
   committedToProto,
   costToProto,
@@ -64,24 +64,6 @@ export interface BudgetHandlerOptions {
   stats?: BudgetHandlerStats | undefined;
   /** Where GetFleet reads the fleet (`--store etcd`); undefined: GetFleet is FAILED_PRECONDITION. */
   fleet?: Pick<FleetPublisher, "list"> | undefined;
-}
-
-/** What the handlers count. */
-export interface BudgetHandlerStats {
-  /** Queued messages sent on Admit streams (position changes and heartbeats). */
-  queuedMessages: number;
-}
-
-/** What the Admit stream shares with the unary handlers. */
-export interface BudgetHandlerDeps {
-  budget: Budget;
-  clock: Clock;
-  encoder: QueuedEncoder;
-  /** The committed items and latest sample, for the figures of wait reasons. */
-  reasonContext: () => ReasonContext;
-  /** The lease ttls in force now. */
-  leaseLimits(): LeaseLimits;
-  stats: BudgetHandlerStats;
 }
 
 /** Creates the BudgetService implementation over `budget`. */

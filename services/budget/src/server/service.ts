@@ -17,7 +17,7 @@ import { implement, serveElected, type ServerContext, type ServiceDefinition } f
 import type { ServerMetrics } from "@berth/shared/server/index";
 import type { Budget, BudgetState, FleetPublisher, FleetReports, MachineSampler } from "../index.js";
 import { createBudget, createSampler, machineFactsOf, policyFromConfig, ProcessTable, samplerOptionsFromConfig, startFleetReports } from "../index.js";
-import type { BudgetHandlerStats } from "./budget-handlers.js";
+import type { BudgetHandlerStats } from "./handler-deps.js";
 import { createBudgetHandlers } from "./budget-handlers.js";
 import type { ReloadSources } from "./reload-settings.js";
 import { reloadSettings } from "./reload-settings.js";

@@ -1,5 +1,6 @@
 /** Timestamps as the journal and the snapshots spell them (ISO 8601), as protobuf Timestamps. */
-import { TimestampSchema, type Timestamp } from "@bufbuild/protobuf/wkt";
+import type { Timestamp } from "@bufbuild/protobuf/wkt";
+import { timestampFromMs } from "@berth/client/wire-time";
 
 // The earliest and latest instants a Timestamp can hold (0001-01-01T00:00:00Z and
 // 9999-12-31T23:59:59.999Z); outside them protobuf's JSON form is undefined.
@@ -14,6 +15,5 @@ export function isoToTimestamp(iso: unknown): Timestamp | undefined {
   if (typeof iso !== "string") return undefined;
   const ms = Date.parse(iso);
   if (!(ms >= MIN_TIMESTAMP_MS && ms <= MAX_TIMESTAMP_MS)) return undefined;
-  const seconds = Math.floor(ms / 1000);
-  return { $typeName: TimestampSchema.typeName, seconds: BigInt(seconds), nanos: (ms - seconds * 1000) * 1_000_000 };
+  return timestampFromMs(ms);
 }

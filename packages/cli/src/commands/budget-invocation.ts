@@ -1,0 +1,13 @@
+import type { ParsedArgs } from "../args.js";
+import type { Endpoint } from "../client/endpoint-flags.js";
+
+export type SubcommandName = "check" | "state" | "limits" | "machine" | "watch" | "events" | "fleet" | "build-done";
+
+/** What a subcommand gets: its parsed flags and positionals, and where the service is. */
+export interface BudgetInvocation {
+  readonly subcommand: SubcommandName;
+  readonly values: ParsedArgs["values"];
+  readonly positionals: string[];
+  readonly endpoint: Endpoint;
+  readonly json: boolean;
+}
