@@ -10,7 +10,7 @@
  * `connection.ts`); a page's refuses Admit, which streams both ways (`reserve` instead).
  */
 import type { MessageInitShape } from "@bufbuild/protobuf";
-import { durationMs } from "@bufbuild/protobuf/wkt";
+import { msOfDuration } from "@berth/wire/time";
 import { Code, ConnectError, createClient, type Client } from "@connectrpc/connect";
 import {
   NeedItemKind,
@@ -488,7 +488,7 @@ export class BudgetClientBase {
           if (reservation === undefined) throw new ConnectError("the service admitted without a reservation", Code.Internal);
           // The deadline was the wait's: the admission is held until the work settles.
           call.clearDeadline();
-          admission = new Admission(reservation, waited === undefined ? 0 : durationMs(waited), stream);
+          admission = new Admission(reservation, msOfDuration(waited) ?? 0, stream);
         }
       }
     } catch (error) {

@@ -1,6 +1,6 @@
 /** Options every service client and every call share. */
 import type { Duration } from "@bufbuild/protobuf/wkt";
-import { optionalDurationFromMs } from "./wire-time.js";
+import { optionalDurationFromMs } from "@berth/wire/time";
 import { Code, ConnectError } from "@connectrpc/connect";
 
 /**

@@ -21,4 +21,5 @@ export { listen, urlOf, DEFAULT_KEEPALIVE } from "./listener.js";
 export type { Listener, ListenAddress, ListenOptions, KeepaliveOptions } from "./listener.js";
 export { runServices, serveElected } from "./run-services.js";
 export type { ServiceDefinition, RunOptions, CommonValues, OpenedService, Companion, StartedCompanion } from "./run-services.js";
+export { durationInputMs, type DurationInputOptions } from "./duration-input.js";
 export { MIN_PROGRESS_INTERVAL_MS, PROGRESS, ProgressPuller, progressIntervalMs } from "./watch-progress.js";

@@ -9,9 +9,10 @@
  * while it waits: an idle watch stays constant in memory for days. The interval's timer runs on
  * the injected clock, so tests drive it without waiting.
  */
-import { durationMs, type Duration } from "@bufbuild/protobuf/wkt";
+import type { Duration } from "@bufbuild/protobuf/wkt";
 import type { Clock, TimerHandle } from "../clock.js";
 import { invalidArgument } from "../errors.js";
+import { durationInputMs } from "./duration-input.js";
 
 /** The shortest `progress_interval` a watch accepts. */
 export const MIN_PROGRESS_INTERVAL_MS = 100;
@@ -21,10 +22,9 @@ export const MIN_PROGRESS_INTERVAL_MS = 100;
  * zero; shorter than {@link MIN_PROGRESS_INTERVAL_MS}, or negative, is INVALID_ARGUMENT naming the field.
  */
 export function progressIntervalMs(interval: Duration | undefined, field = "progress_interval"): number | undefined {
-  if (interval === undefined) return undefined;
-  const ms = durationMs(interval);
-  if (ms === 0) return undefined;
-  if (!(ms >= MIN_PROGRESS_INTERVAL_MS)) throw invalidArgument(field, `must be unset, zero or at least ${MIN_PROGRESS_INTERVAL_MS}ms`);
+  const ms = durationInputMs(interval, field);
+  if (ms === undefined || ms === 0) return undefined;
+  if (ms < MIN_PROGRESS_INTERVAL_MS) throw invalidArgument(field, `must be unset, zero or at least ${MIN_PROGRESS_INTERVAL_MS}ms`);
   return ms;
 }
 

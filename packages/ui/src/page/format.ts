@@ -1,14 +1,15 @@
 /** How the page writes times, sizes and durations. */
-import { timestampMs, type Duration, type Timestamp } from "@bufbuild/protobuf/wkt";
+import type { Duration, Timestamp } from "@bufbuild/protobuf/wkt";
+import { msOfDuration, msOfTimestamp } from "@berth/client/wire-time";
 
 /** Milliseconds since the epoch, or undefined for an unset timestamp. */
 export function msOf(timestamp: Timestamp | undefined): number | undefined {
-  return timestamp === undefined ? undefined : timestampMs(timestamp);
+  return msOfTimestamp(timestamp);
 }
 
 /** A duration in milliseconds (0 when unset). */
 export function durationMs(duration: Duration | undefined): number {
-  return duration === undefined ? 0 : Number(duration.seconds) * 1000 + duration.nanos / 1e6;
+  return msOfDuration(duration) ?? 0;
 }
 
 const UNITS = ["B", "KiB", "MiB", "GiB", "TiB"];

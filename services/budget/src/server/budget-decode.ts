@@ -12,7 +12,7 @@ import type {
   ResourceSpec as ResourceSpecMessage,
   Resources as ResourcesMessage,
 } from "@berth/api/berth/budget/v1/budget_pb";
-import { msOfDuration } from "@berth/client/wire-time";
+import { durationInputMs } from "@berth/shared/server/index";
 import { invalidArgument } from "@berth/shared/errors";
 import { formatDuration, LONGEST_TIMER_MS } from "@berth/shared/units";
 import type { NeedItemInput, NeedKind, Resources, ResourceSpec } from "../index.js";
@@ -72,23 +72,9 @@ export function maxWaitMs(duration: Duration | undefined, field: string, longest
   return Math.min(asked ?? longestMs, longestMs);
 }
 
-/**
- * A Duration as milliseconds, or undefined when unset. Negative, malformed (nanos out of range)
- * or longer than {@link MAX_DURATION_MS} is refused naming `field`; `positive` refuses zero too.
- */
+/** A Duration as milliseconds, or undefined when unset: the services' one check, capped at {@link MAX_DURATION_MS}. */
 export function durationMs(duration: Duration | undefined, field: string, options: { positive?: boolean } = {}): number | undefined {
-  if (duration === undefined) return undefined;
-  const { seconds, nanos } = duration;
-  if (!Number.isInteger(nanos) || nanos < 0 || nanos > 999_999_999)
-    throw invalidArgument(field, `nanos must be 0 to 999999999 for a non-negative duration; got ${nanos}`);
-  if (seconds < 0n) throw invalidArgument(field, `must not be negative; got ${seconds}s`);
-  const tooLong = () =>
-    invalidArgument(field, `must be at most ${formatDuration(MAX_DURATION_MS)}; got ${formatDuration(Number(seconds) * 1000 + nanos / 1e6)}`);
-  if (seconds > BigInt(Math.ceil(MAX_DURATION_MS / 1000))) throw tooLong();
-  const ms = msOfDuration(duration);
-  if (ms > MAX_DURATION_MS) throw tooLong();
-  if (options.positive && ms <= 0) throw invalidArgument(field, "must be a positive duration (at least 1ms)");
-  return ms;
+  return durationInputMs(duration, field, { maxMs: MAX_DURATION_MS, ...options });
 }
 
 function bytesOf(value: bigint, field: string): number {

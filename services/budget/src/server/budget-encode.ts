@@ -5,7 +5,7 @@
  */
 import { create } from "@bufbuild/protobuf";
 import type { Duration } from "@bufbuild/protobuf/wkt";
-import { durationFromMs, timestampFromMs } from "@berth/client/wire-time";
+import { durationFromMs, timestampFromMs } from "@berth/wire/time";
 import {
   ConsumerSchema,
   CgroupLimitsSchema,

@@ -735,7 +735,7 @@ describe("input validation", () => {
     ["an empty path", () => client.acquire({ file: "", owner: "x" }), /^file: is required/],
     ["an empty owner", () => client.acquire({ file: FILE, owner: "" }), /^owner: is required/],
     ["a negative wait", () => client.acquire({ file: FILE, owner: "x", maxWait: { seconds: -1n, nanos: 0 } }), /^max_wait: must not be negative/],
-    ["a negative ttl", () => client.acquire({ file: FILE, owner: "x", ttl: { seconds: 0n, nanos: -5 } }), /^ttl: must not be negative/],
+    ["a negative ttl", () => client.acquire({ file: FILE, owner: "x", ttl: { seconds: 0n, nanos: -5 } }), /^ttl: nanos must be 0 to 999999999 for a non-negative duration/],
     [
       "a ttl over the maximum",
       () => client.acquire({ file: FILE, owner: "x", ttl: ms(2 * 3_600_000) }),
@@ -770,11 +770,11 @@ describe("input validation", () => {
     expect(locks.stats()).toEqual({ held: 0, waiting: 0, blockedByLockFiles: 0 });
   });
 
-  it("reads durations to the millisecond, rounding sub-millisecond remainders up", () => {
+  it("reads durations to the nearest millisecond, unset as 0", () => {
     expect(durationInput(undefined, "wait")).toBe(0);
     expect(durationInput(durationFromMs(0), "wait")).toBe(0);
-    expect(durationInput({ seconds: 1n, nanos: 500_000_001 } as Duration, "wait")).toBe(1_501);
-    expect(() => durationInput({ seconds: 0n, nanos: 1_000_000_000 } as Duration, "ttl")).toThrow(/^ttl: nanos must be at most/);
+    expect(durationInput({ seconds: 1n, nanos: 500_600_000 } as Duration, "wait")).toBe(1_501);
+    expect(() => durationInput({ seconds: 0n, nanos: 1_000_000_000 } as Duration, "ttl")).toThrow(/^ttl: nanos must be 0 to 999999999/);
   });
 });
 

@@ -41,7 +41,7 @@ import { PROGRESS, ProgressPuller, progressIntervalMs } from "@berth/shared/serv
 import type { Clock } from "@berth/shared/clock";
 import { systemClock } from "@berth/shared/clock";
 import { BerthError, invalidArgument, isBerthError } from "@berth/shared/errors";
-import { abortable, abortError, berthErrorToConnect, callTimeLeftMs, handOverGrant, streamHolds } from "@berth/shared/server/index";
+import { abortable, abortError, berthErrorToConnect, callTimeLeftMs, durationInputMs, handOverGrant, streamHolds } from "@berth/shared/server/index";
 import { checkFencingToken, LOCK_RETRY_AFTER_MS } from "../locks/lock-input.js";
 import type {
   Lease,
@@ -474,20 +474,16 @@ function holdEnded(lease: Lease, how: Exclude<LeaseEndReason, "released">): Bert
 }
 
 /**
- * A protobuf Duration as milliseconds (sub-millisecond remainders round up, so a positive duration
- * never reads as zero). Unset is 0 (a ttl's "the default"; an unset wait is the caller's to read
- * first). Negative or malformed durations are refused naming `field`; the upper bounds are the
- * domain's.
+ * A protobuf Duration as milliseconds (the services' one check and the wire's rounding). Unset is 0
+ * (a ttl's "the default"; an unset wait is the caller's to read first). The upper bounds that
+ * matter are the domain's: this only refuses what no limit is anywhere near, before it loses
+ * precision.
  */
 export function durationInput(duration: Duration | undefined, field: string): number {
-  if (duration === undefined) return 0;
-  const { seconds, nanos } = duration;
-  if (seconds < 0n || nanos < 0) throw invalidArgument(field, `must not be negative, got ${seconds}s ${nanos}ns`);
-  if (nanos > 999_999_999) throw invalidArgument(field, `nanos must be at most 999999999, got ${nanos}`);
-  // Beyond this no limit of the service is anywhere near: say "too long" rather than lose precision.
-  if (seconds > 315_576_000_000n) throw invalidArgument(field, `must be at most 10000 years, got ${seconds}s`);
-  return Number(seconds) * 1000 + Math.ceil(nanos / 1_000_000);
+  return durationInputMs(duration, field, { maxMs: TEN_THOUSAND_YEARS_MS }) ?? 0;
 }
+
+const TEN_THOUSAND_YEARS_MS = 315_576_000_000_000;
 
 /** The wait, shortened to end a little before the call's deadline when that comes first. */
 function boundedByDeadline(waitMs: number, context: HandlerContext): number {

@@ -10,7 +10,7 @@
  * pass over the event, the store's append, and a snapshot encoded once however many watchers
  * receive it (see wire-cache.ts).
  */
-import { DurationSchema, type Duration } from "@bufbuild/protobuf/wkt";
+import { durationFromMs } from "@berth/wire/time";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import type { Event } from "@berth/api/berth/sessions/v1/events_pb";
 import {
@@ -432,8 +432,8 @@ export function createSessionHandlers(options: SessionHandlerOptions): ServiceIm
         watchBuffer: limits.maxBuffered,
         maxIdempotencyKeyLength: limits.maxIdempotencyKeyLength,
         maxPageSize: MAX_PAGE_SIZE,
-        ...(limits.completedRetentionMs !== undefined ? { completedRetention: durationFromMilliseconds(limits.completedRetentionMs) } : {}),
-        idempotencyWindow: durationFromMilliseconds(limits.idempotencyWindowMs),
+        ...(limits.completedRetentionMs !== undefined ? { completedRetention: durationFromMs(limits.completedRetentionMs) } : {}),
+        idempotencyWindow: durationFromMs(limits.idempotencyWindowMs),
       };
     },
   };
@@ -543,10 +543,6 @@ function safeSeq(value: bigint, field: string): number {
 function nonNegativeSeq(value: bigint, field: string): number {
   if (value < 0n) throw invalidArgument(field, "must not be negative");
   return safeSeq(value, field);
-}
-
-function durationFromMilliseconds(ms: number): Duration {
-  return { $typeName: DurationSchema.typeName, seconds: BigInt(Math.floor(ms / 1000)), nanos: (ms % 1000) * 1_000_000 };
 }
 
 /** The size a journal entry adds to a message, roughly: its event's JSON size. */

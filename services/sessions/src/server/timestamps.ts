@@ -1,6 +1,6 @@
 /** Timestamps as the journal and the snapshots spell them (ISO 8601), as protobuf Timestamps. */
 import type { Timestamp } from "@bufbuild/protobuf/wkt";
-import { timestampFromMs } from "@berth/client/wire-time";
+import { timestampFromMs } from "@berth/wire/time";
 
 // The earliest and latest instants a Timestamp can hold (0001-01-01T00:00:00Z and
 // 9999-12-31T23:59:59.999Z); outside them protobuf's JSON form is undefined.

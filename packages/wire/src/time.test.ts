@@ -1,9 +1,9 @@
 import { create } from "@bufbuild/protobuf";
 import { DurationSchema, TimestampSchema } from "@bufbuild/protobuf/wkt";
 import { describe, expect, it } from "vitest";
-import { durationFromMs, msOfDuration, msOfTimestamp, optionalDurationFromMs, timestampFromMs } from "./wire-time.js";
+import { durationFromMs, msOfDuration, msOfTimestamp, optionalDurationFromMs, timestampFromMs } from "./time.js";
 
-describe("wire-time", () => {
+describe("time", () => {
   it("round-trips whole milliseconds", () => {
     for (const ms of [0, 1, 999, 1000, 61_500, 86_400_000]) {
       expect(msOfDuration(durationFromMs(ms))).toBe(ms);
