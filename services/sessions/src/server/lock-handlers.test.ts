@@ -735,7 +735,11 @@ describe("input validation", () => {
     ["an empty path", () => client.acquire({ file: "", owner: "x" }), /^file: is required/],
     ["an empty owner", () => client.acquire({ file: FILE, owner: "" }), /^owner: is required/],
     ["a negative wait", () => client.acquire({ file: FILE, owner: "x", maxWait: { seconds: -1n, nanos: 0 } }), /^max_wait: must not be negative/],
-    ["a negative ttl", () => client.acquire({ file: FILE, owner: "x", ttl: { seconds: 0n, nanos: -5 } }), /^ttl: nanos must be 0 to 999999999 for a non-negative duration/],
+    [
+      "a negative ttl",
+      () => client.acquire({ file: FILE, owner: "x", ttl: { seconds: 0n, nanos: -5 } }),
+      /^ttl: nanos must be 0 to 999999999 for a non-negative duration/,
+    ],
     [
       "a ttl over the maximum",
       () => client.acquire({ file: FILE, owner: "x", ttl: ms(2 * 3_600_000) }),
