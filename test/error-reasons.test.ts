@@ -77,10 +77,13 @@ interface Raised {
 /** Every `{ reason }` a BerthError or a refusal spec is given, with its code, across the sources. */
 function raisedReasons(): Raised[] {
   const files = ["packages/shared/src", "packages/etcd/src", "services/sessions/src", "services/budget/src"].flatMap((dir) => sources(dir));
-  const parsed = files.map((file) => ({ file, source: ts.createSourceFile(file, readFileSync(repoPath(file), "utf8"), ts.ScriptTarget.Latest, true) }));
-  // Reasons named through a constant, or a constant object (`REQUEST_REASONS.MALFORMED_REQUEST`, `EtcdReason.AUTH`).
+  const parse = (file: string) => ({ file, source: ts.createSourceFile(file, readFileSync(repoPath(file), "utf8"), ts.ScriptTarget.Latest, true) });
+  const parsed = files.map(parse);
+  // Reasons named through a constant, or a constant object (`ANY_CALL_REASONS.MALFORMED_REQUEST`, `EtcdReason.AUTH`),
+  // the wire's tables included; a constant may name another (`AUTH: ANY_CALL_REASONS.ETCD_AUTH`).
   const constants = new Map<string, string>();
-  for (const { source } of parsed) {
+  const aliases = new Map<string, string>();
+  for (const { source } of [...parsed, ...sources("packages/wire/src").map(parse)]) {
     const visit = (node: ts.Node): void => {
       if (ts.isVariableDeclaration(node) && ts.isIdentifier(node.name) && node.initializer !== undefined) {
         let init = node.initializer;
@@ -89,15 +92,20 @@ function raisedReasons(): Raised[] {
         if (ts.isStringLiteral(init) && /^[A-Z][A-Z0-9_]+$/.test(init.text)) constants.set(node.name.text, init.text);
         if (ts.isObjectLiteralExpression(init)) {
           for (const p of init.properties) {
-            if (ts.isPropertyAssignment(p) && ts.isStringLiteral(p.initializer) && /^[A-Z][A-Z0-9_]+$/.test(p.initializer.text)) {
-              constants.set(`${node.name.text}.${p.name.getText(source)}`, p.initializer.text);
-            }
+            if (!ts.isPropertyAssignment(p)) continue;
+            const name = `${node.name.text}.${p.name.getText(source)}`;
+            if (ts.isStringLiteral(p.initializer) && /^[A-Z][A-Z0-9_]+$/.test(p.initializer.text)) constants.set(name, p.initializer.text);
+            else if (ts.isPropertyAccessExpression(p.initializer)) aliases.set(name, p.initializer.getText(source));
           }
         }
       }
       ts.forEachChild(node, visit);
     };
     visit(source);
+  }
+  for (const [name, target] of aliases) {
+    const value = constants.get(target);
+    if (value !== undefined) constants.set(name, value);
   }
   const reasonOf = (expression: ts.Expression, source: ts.SourceFile): string | undefined =>
     ts.isStringLiteral(expression) ? expression.text : constants.get(expression.getText(source));
@@ -124,8 +132,8 @@ function raisedReasons(): Raised[] {
         const props = new Map(node.properties.filter(ts.isPropertyAssignment).map((p) => [p.name.getText(source), p.initializer]));
         const code = props.get("code");
         const reason = props.get("reason");
-        if (code !== undefined && reason !== undefined && ts.isStringLiteral(code) && ts.isStringLiteral(reason))
-          raised.push({ file, code: code.text, reason: reason.text });
+        const named = reason === undefined ? undefined : reasonOf(reason, source);
+        if (code !== undefined && ts.isStringLiteral(code) && named !== undefined) raised.push({ file, code: code.text, reason: named });
       }
       ts.forEachChild(node, visit);
     };
