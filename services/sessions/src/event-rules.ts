@@ -38,6 +38,12 @@ function pendingOf(event: Loose, context: ReduceContext): Record<string, unknown
   return event;
 }
 
+/** The request the agent has yet to answer: its seq and the event (keys in the seed's order). */
+function setPending(next: Loose, entry: Loose, event: Loose, context: ReduceContext): void {
+  next.pendingEventSeq = entry.seq ?? next.pendingEventSeq;
+  next.pendingEvent = pendingOf(event, context);
+}
+
 /** `at` if the event gave one, else the entry's time, else `fallback()` (the seed's `||`). */
 function eventTime(event: Loose, entry: Loose, fallback: () => unknown): unknown {
   return event.at ?? (parseEntryTime(entry.ts || "") || fallback());
@@ -102,22 +108,19 @@ export function reduceInto(next: Loose, entry: Loose, event: Loose, context: Red
     case "manual_edit_apply":
       next.phase = "manual_edit_apply_requested";
       next.pageUrl = event.pageUrl ?? next.pageUrl;
-      next.pendingEventSeq = entry.seq ?? next.pendingEventSeq;
-      next.pendingEvent = pendingOf(event, context);
+      setPending(next, entry, event, context);
       break;
 
     case "steer":
       next.phase = "steer_requested";
       next.pageUrl = event.pageUrl ?? next.pageUrl;
-      next.pendingEventSeq = entry.seq ?? next.pendingEventSeq;
-      next.pendingEvent = pendingOf(event, context);
+      setPending(next, entry, event, context);
       break;
 
     case "carbonize_cleanup":
       next.phase = "carbonize_cleanup_requested";
       next.sourceFile = event.file ?? next.sourceFile;
-      next.pendingEventSeq = entry.seq ?? next.pendingEventSeq;
-      next.pendingEvent = pendingOf(event, context);
+      setPending(next, entry, event, context);
       break;
 
     case "steer_done":
@@ -136,8 +139,7 @@ export function reduceInto(next: Loose, entry: Loose, event: Loose, context: Red
       next.generationCanceled = true;
       next.generationCanceledAt = eventTime(event, entry, context.now);
       next.cancelReason = "discard";
-      next.pendingEventSeq = entry.seq ?? next.pendingEventSeq;
-      next.pendingEvent = pendingOf(event, context);
+      setPending(next, entry, event, context);
       break;
 
     case "discarded":
@@ -170,8 +172,7 @@ function generateRequested(next: Loose, entry: Loose, event: Loose, context: Red
   next.phase = "generate_requested";
   next.pageUrl = event.pageUrl ?? next.pageUrl;
   next.expectedVariants = event.count ?? next.expectedVariants;
-  next.pendingEventSeq = entry.seq ?? next.pendingEventSeq;
-  next.pendingEvent = pendingOf(event, context);
+  setPending(next, entry, event, context);
   next.variantPlan = null;
   // A new cycle publishes new files: what the browser said about the previous batch is now
   // about modules that no longer exist.
@@ -274,8 +275,7 @@ function acceptRequested(next: Loose, entry: Loose, event: Loose, context: Reduc
   // NaN when variantId is not numeric, as in the seed; JSON files then hold null.
   next.visibleVariant = toNumber(event.variantId ?? next.visibleVariant);
   if (event.paramValues) next.paramValues = { ...event.paramValues };
-  next.pendingEventSeq = entry.seq ?? next.pendingEventSeq;
-  next.pendingEvent = pendingOf(event, context);
+  setPending(next, entry, event, context);
 }
 
 /** The agent failed; a generate's failure after accept/discard is old news. */

@@ -15,7 +15,7 @@ import { checkSessionId } from "@berth/shared/safe-id";
 import { checkFromSeq, checkIdempotencyKey, checkReadLimit } from "./append-input.js";
 import { AppendPipeline } from "./append-pipeline.js";
 import { checkExpectation } from "./append-rules.js";
-import { emptyIterator } from "./empty-iterator.js";
+import { emptyIterator } from "@berth/shared/empty-iterator";
 import { eventsDigest } from "./event-digest.js";
 import type { JournalStore, KeyRecord, SessionJournal, StoredEntry } from "./journal/journal-store.js";
 import { baseSnapshot } from "./reducer.js";

@@ -22,9 +22,6 @@ import { keyReused, sessionDeletedUnder } from "./session-refusals.js";
 // The tombstone's records are the journal seam's: every backend keeps them.
 export type { Deletion } from "./journal/journal-store.js";
 
-/** How long a deleted session's idempotency keys (and its deletion's own) keep answering, by default: one hour. */
-export const DEFAULT_IDEMPOTENCY_WINDOW_MS = 60 * 60 * 1000;
-
 /** A key a deleted session knew: its append's record, or the deletion's own key. */
 export type DeletedKey =
   | { readonly kind: "append"; readonly record: KeyRecord; readonly deletion: Deletion }

@@ -1,7 +1,7 @@
 /** The limits a session store enforces, and their defaults: one reckoning for every backend (what GetLimits reports). */
 import { MAX_IDEMPOTENCY_KEY_LENGTH } from "./append-input.js";
 import type { SessionStoreLimits } from "./session-store-api.js";
-import { DEFAULT_IDEMPOTENCY_WINDOW_MS } from "./session-tombstones.js";
+import { DEFAULT_IDEMPOTENCY_WINDOW_MS } from "@berth/shared/idempotency";
 import { DEFAULT_MAX_BUFFERED } from "./watch-hub.js";
 
 /** The largest event (its JSON, in bytes) accepted by default. */

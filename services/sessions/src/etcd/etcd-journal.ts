@@ -41,14 +41,8 @@ import { encodeJournalLine } from "../journal/journal-format.js";
 import type { JournalEntry, SessionSnapshot } from "../reducer.js";
 import { keyReused, seqConflict, sessionNotFound, type ExpectedState } from "../session-refusals.js";
 import type { SessionChange, WatchEvent } from "../session-store-api.js";
-import {
-  DEFAULT_IDEMPOTENCY_WINDOW_MS,
-  findDeletedKey,
-  refuseAppendOfDeletedKey,
-  repeatedDeletion,
-  type Deletion,
-  type DeletedKey,
-} from "../session-tombstones.js";
+import { DEFAULT_IDEMPOTENCY_WINDOW_MS } from "@berth/shared/idempotency";
+import { findDeletedKey, refuseAppendOfDeletedKey, repeatedDeletion, type Deletion, type DeletedKey } from "../session-tombstones.js";
 import { appendRefusedByEtcd, appendTooLarge, fenceRejected, REQUEST_OVERHEAD_BYTES } from "./etcd-append-refusals.js";
 import { ETCD_DEFAULT_MAX_REQUEST_BYTES } from "./etcd-defaults.js";
 import { headOf, headValue, jsonOf, NO_HEAD, tombstoneOf, type Head, type TombstoneValue } from "./etcd-journal-records.js";

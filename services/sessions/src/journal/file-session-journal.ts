@@ -14,6 +14,7 @@ import type { GroupCommit } from "./group-commit.js";
 import { replayJournalFile, scanJournalPrefix, SeqIndex } from "./journal-file.js";
 import { readJournalEntries } from "./journal-read.js";
 import type { JournalBatch, KeyRecord, SessionJournal, StoredEntry } from "./journal-store.js";
+import { emptyIterator } from "@berth/shared/empty-iterator";
 
 /** A batch on its way to disk: its lines, and where they go in the file. */
 export interface PendingAppend {
@@ -178,14 +179,4 @@ export class FileSessionJournal implements SessionJournal {
       throw stateWriteError(error, `session ${this.id}: its snapshot file was not written`, this.context.dir, { sessionId: this.id }) ?? error;
     }
   }
-}
-
-function emptyIterator<T>(): AsyncIterableIterator<T> {
-  return {
-    next: () => Promise.resolve({ value: undefined, done: true }),
-    return: () => Promise.resolve({ value: undefined, done: true }),
-    [Symbol.asyncIterator]() {
-      return this;
-    },
-  };
 }

@@ -1,4 +1,4 @@
-/** An iterator of nothing: what a session with no journal reads as. */
+/** An iterator of nothing (what a session with no journal reads as). */
 export function emptyIterator<T>(): AsyncIterableIterator<T> {
   return {
     next: () => Promise.resolve({ value: undefined, done: true }),
