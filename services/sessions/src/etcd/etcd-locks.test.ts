@@ -153,7 +153,8 @@ describe("one lock across instances", () => {
         if (name !== "txn") return Reflect.get(target, name, receiver);
         return async (...args: Parameters<EtcdClient["txn"]>) => {
           const result = await target.txn(...args);
-          if (args[0].compare.length > 0) leaving.abort();
+          // The turn's transaction, the one that compares the waiter's own key.
+          if (args[0].compare.some((c) => c.prefix !== true)) leaving.abort();
           return result;
         };
       },
@@ -202,6 +203,38 @@ describe("one lock across instances", () => {
     expect(error).toMatchObject({ reason: "WAIT_EXHAUSTED", details: { owner: "holder", waitedMs: 200 } });
     expect((await a!.client.range({ key: lockWaitersPrefix(FILE), prefix: true, keysOnly: true })).count).toBe(1);
     await held.release();
+  });
+});
+
+describe("the last token granted", () => {
+  it("is recorded by the transaction that grants, whether the lock was free or handed over, and outlives the holder", async () => {
+    const [a, b] = instances(2);
+    expect((await a!.locks.inspect(FILE)).lastToken).toBeNull();
+    const first = await a!.locks.acquire(request("first"));
+    expect((await b!.locks.inspect(FILE)).lastToken).toBe(first.token);
+    const wait = queued(request("second"));
+    const next = b!.locks.acquire(wait.request);
+    await wait.waiting;
+    await first.release();
+    const second = await next;
+    expect(second.token).toBeGreaterThan(first.token);
+    expect((await a!.locks.inspect(FILE)).lastToken).toBe(second.token);
+    await second.release();
+    expect(await a!.locks.inspect(FILE)).toMatchObject({ holder: null, waiters: [], lastToken: second.token });
+    // Kept outside the lock's range: its reads and watches see waiters only.
+    expect((await a!.client.range({ key: lockWaitersPrefix(FILE), prefix: true, keysOnly: true })).count).toBe(0);
+    // Free again: the put that grants records its own revision.
+    const third = await b!.locks.acquire(request("third", { waitMs: 0 }));
+    expect((await a!.locks.inspect(FILE)).lastToken).toBe(third.token);
+    await third.release();
+  });
+
+  it("is not moved by a request that was refused", async () => {
+    const [a, b] = instances(2);
+    const held = await a!.locks.acquire(request("holder"));
+    await berthRefusal(b!.locks.acquire(request("refused", { waitMs: 0 })));
+    await held.release();
+    expect((await b!.locks.inspect(FILE)).lastToken).toBe(held.token);
   });
 });
 

@@ -11,18 +11,30 @@
  * - The lease is kept alive by the instance that granted it while the grant lives; releasing
  *   revokes it (its key goes at once, and the next waiter's watch fires). An instance that dies or
  *   is cut off stops renewing, and etcd frees the lock when the lease's TTL runs out.
+ * - The transaction that grants a lock also records its token under `lt/<file>` (store-keys.ts),
+ *   so that Inspect still answers the last token granted once nobody holds the lock.
  * - A write fenced by a token compares `create_revision(holder key) == token` inside its own
  *   transaction (etcd-journal.ts): once the holder's key is gone (released, expired, revoked) no
  *   write with its token can land, whatever the timing.
  */
 import { systemClock, type Clock } from "@berth/shared/clock";
 import { BerthError } from "@berth/shared/errors";
-import { compare, EtcdLeaseLostError, op, type EtcdClient, type EtcdLease, type KeyValue, type RangeResult, type TxnOpResult } from "@berth/etcd";
+import {
+  compare,
+  EtcdLeaseLostError,
+  op,
+  type EtcdClient,
+  type EtcdLease,
+  type KeyValue,
+  type RangeResult,
+  type TxnCompare,
+  type TxnOpResult,
+} from "@berth/etcd";
 import { tooManyWaiters } from "../locks/lock-input.js";
 import { heldByBerth } from "../locks/lock-refusals.js";
 import { fenceRejected } from "./etcd-append-refusals.js";
 import type { EtcdFence } from "./etcd-journal.js";
-import { lockWaiterKey, lockWaitersPrefix } from "./store-keys.js";
+import { lastTokenKey, lockWaiterKey, lockWaitersPrefix } from "./store-keys.js";
 import type { LockWatchRequest } from "../locks/source-locks-api.js";
 import { watchEtcdLocks } from "./etcd-lock-watch.js";
 import { partyOf, type EtcdLockParty } from "./etcd-lock-party.js";
@@ -77,6 +89,8 @@ export interface EtcdLockInspection {
   readonly holder: EtcdLockParty | null;
   /** In the order they will be served. */
   readonly waiters: EtcdLockParty[];
+  /** The last fencing token granted on the file (held or not); null when none was recorded. */
+  readonly lastToken: bigint | null;
   readonly revision: bigint;
 }
 
@@ -86,6 +100,8 @@ export interface EtcdLocksOptions {
   /** Names this berth instance in the waiter keys it writes (default `<hostname>:<pid>`). */
   readonly instance?: string;
 }
+
+const decoder = new TextDecoder();
 
 /** How many resolved fences are remembered (a token's holder key never changes: only its existence does). */
 const FENCE_CACHE_SIZE = 4096;
@@ -133,13 +149,17 @@ export class EtcdLocks {
     lease.signal.addEventListener("abort", onLeaseLost, { once: true });
     try {
       if (request.signal?.aborted) throw cancelled(request.file);
-      // The key and the queue at its revision, in one round trip.
+      // The key and the queue at its revision, in one round trip. On a free lock this put is the
+      // grant: the same transaction records its token, which is its own revision (unknown before
+      // it commits, hence the empty value: see grantedToken).
+      const readQueue = op.get({ key: prefix, prefix: true, sort: { by: "create", order: "ascend" } });
       const put = await this.client.txn({
-        compare: [],
-        success: [op.put(key, value, lease.id), op.get({ key: prefix, prefix: true, sort: { by: "create", order: "ascend" } })],
+        compare: [nobodyQueued(prefix)],
+        success: [op.put(key, value, lease.id), op.put(lastTokenKey(request.file), ""), readQueue],
+        failure: [op.put(key, value, lease.id), readQueue],
       });
       const token = put.revision;
-      let queue = getResult(put.results[1]);
+      let queue = getResult(put.results.at(-1));
       let told = "";
       let acquiredAt = since;
       for (;;) {
@@ -166,7 +186,7 @@ export class EtcdLocks {
         const now = this.clock.now();
         const turn = await this.client.txn({
           compare: [compare.create(key, "==", token), { key: prefix, prefix: true, target: "create", op: ">", against: token - 1n }],
-          success: [op.put(key, JSON.stringify({ ...record, since: now }), lease.id)],
+          success: [op.put(key, JSON.stringify({ ...record, since: now }), lease.id), op.put(lastTokenKey(request.file), String(token))],
           failure: [op.get({ key: prefix, prefix: true, sort: { by: "create", order: "ascend" } })],
         });
         if (turn.succeeded) {
@@ -231,11 +251,16 @@ export class EtcdLocks {
     return watchEtcdLocks(this.client, this.clock, request, maxBuffered);
   }
 
-  /** The holder and the waiters of `file`, in order. */
+  /** The holder and the waiters of `file`, in order, and the last token granted on it: one read, at one revision. */
   async inspect(file: string): Promise<EtcdLockInspection> {
-    const queue = await this.client.range({ key: lockWaitersPrefix(file), prefix: true, sort: { by: "create", order: "ascend" } });
+    const read = await this.client.txn({
+      compare: [],
+      success: [op.get({ key: lockWaitersPrefix(file), prefix: true, sort: { by: "create", order: "ascend" } }), op.get({ key: lastTokenKey(file) })],
+    });
+    const queue = getResult(read.results[0]);
+    const last = getResult(read.results[1]).kvs[0];
     const parties = queue.kvs.map(partyOf);
-    return { file, holder: parties[0] ?? null, waiters: parties.slice(1), revision: queue.revision };
+    return { file, holder: parties[0] ?? null, waiters: parties.slice(1), lastToken: last === undefined ? null : grantedToken(last), revision: queue.revision };
   }
 
   /**
@@ -278,6 +303,21 @@ export class EtcdLocks {
 function getResult(result: TxnOpResult | undefined): RangeResult {
   if (result === undefined || !("get" in result)) throw new Error("etcd answered a lock's transaction without its read");
   return result.get;
+}
+
+/** No key under `prefix`: over a range, every key must meet a compare, and a range without keys compares as zeros. */
+function nobodyQueued(prefix: string): TxnCompare {
+  return { key: prefix, prefix: true, target: "create", op: "==", against: 0n };
+}
+
+/**
+ * The token an `lt/` key records: its value, written by the transaction that handed the lock
+ * over; empty when the grant was the put of the holder's own key, whose revision (the key's
+ * mod revision) is the token.
+ */
+function grantedToken(kv: KeyValue): bigint {
+  const value = decoder.decode(kv.value);
+  return value.length === 0 ? kv.modRevision : BigInt(value);
 }
 
 function cancelled(file: string): BerthError {

@@ -460,8 +460,7 @@ export function createEtcdSourceLocks(options: EtcdSourceLocksOptions): EtcdSour
         lockPath: null,
         holder,
         waiters: found.waiters.map((w) => ({ kind: w.kind, owner: w.owner, since: w.since, deadline: w.until })),
-        // etcd keeps no token of a lock nobody holds: the holder's, or none.
-        lastFencingToken: lastFencingToken(null, holder),
+        lastFencingToken: lastFencingToken(found.lastToken === null ? null : Number(found.lastToken), holder),
       };
     },
 

@@ -12,6 +12,7 @@
  * | `s/<session>` | a cached snapshot and the seq it is at |
  * | `t/<session>` | the tombstone of a deleted session: its last seq, its deletions in the idempotency window |
  * | `l/<file>/w/<lease id, hex>` | a waiter for, or the holder of, a source lock; under its lease |
+ * | `lt/<file>` | the last fencing token granted on a source lock (outside `l/`, so lock reads and watches do not see it) |
  * | `el/<scope>/<name>` | the claim of an election's winner; under its lease |
  */
 
@@ -54,6 +55,12 @@ export function firstSeqOfEntryKey(key: string): number {
 export const lockWaitersPrefix = (file: string): string => `l/${encodeURIComponent(file)}/w/`;
 /** The waiter key of an Acquire or Hold of `file` under etcd lease `leaseId`. */
 export const lockWaiterKey = (file: string, leaseId: bigint): string => `${lockWaitersPrefix(file)}${leaseId.toString(16).padStart(16, "0")}`;
+
+/**
+ * The key of the last fencing token granted on `file`, written by the transaction that grants:
+ * outside `l/`, so that a lock's range reads and watches see only its waiters.
+ */
+export const lastTokenKey = (file: string): string => `lt/${encodeURIComponent(file)}`;
 
 /** The key of election `name` of `scope` (any string, percent-encoded). */
 export const electionKey = (scope: string, name: string): string => `el/${encodeURIComponent(scope)}/${name}`;
