@@ -10,6 +10,7 @@
  * `connection.ts`); a page's refuses Admit, which streams both ways (`reserve` instead).
  */
 import type { MessageInitShape } from "@bufbuild/protobuf";
+import { sizeOfBytes } from "@berth/wire/amounts";
 import { msOfDuration } from "@berth/wire/time";
 import { Code, ConnectError, createClient, type Client } from "@connectrpc/connect";
 import {
@@ -91,9 +92,12 @@ export type NeedInit = MessageInitShape<typeof NeedSchema>;
 export type NeedItemInit = MessageInitShape<typeof NeedItemSchema>;
 type AdmitRequestInit = MessageInitShape<typeof AdmitRequestSchema>;
 
-/** What a need item declares: memory like `512M` or `2G`, cpu in cores. Unset parts take the policy's defaults. */
+/**
+ * What a need item declares: memory as a size like `512M` or `2G` (what the service reads), or as a
+ * number of bytes already read (`parseMemory`'s); cpu in cores. Unset parts take the policy's defaults.
+ */
 export interface ItemCost {
-  readonly memory?: string | undefined;
+  readonly memory?: string | number | undefined;
   readonly cpu?: number | undefined;
 }
 
@@ -114,8 +118,10 @@ export function build(name: string, cost: ItemCost & { readonly wave?: number; r
   return { ...item, ...(cost.wave === undefined ? {} : { wave: cost.wave }), ...(cost.skipped === undefined ? {} : { skipped: cost.skipped }) };
 }
 
+/** The spec of `cost` as the wire carries it: bytes written as the size string that reads back exactly. */
 function spec(cost: ItemCost): { memory?: string; cpu?: number } {
-  return { ...(cost.memory === undefined ? {} : { memory: cost.memory }), ...(cost.cpu === undefined ? {} : { cpu: cost.cpu }) };
+  const memory = typeof cost.memory === "number" ? sizeOfBytes(cost.memory) : cost.memory;
+  return { ...(memory === undefined ? {} : { memory }), ...(cost.cpu === undefined ? {} : { cpu: cost.cpu }) };
 }
 
 /** A need: the message (or its init), or its items. */

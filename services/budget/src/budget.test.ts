@@ -117,9 +117,9 @@ describe("budget", () => {
     const { budget } = await setup();
     const r = await budget.admit(
       budget.needOf([
-        { kind: "build", name: "web", spec: { memory: "2G", cpu: 2 } },
-        { kind: "start", name: "web", spec: { memory: "256M", cpu: 0.25 } },
-        { kind: "appliance", name: "db", spec: { memory: "1G" } },
+        { kind: "build", name: "web", spec: { memoryBytes: 2 * G, cpu: 2 } },
+        { kind: "start", name: "web", spec: { memoryBytes: 256 * M, cpu: 0.25 } },
+        { kind: "appliance", name: "db", spec: { memoryBytes: G } },
       ]),
       "up",
     );
@@ -646,12 +646,14 @@ describe("budget", () => {
     await expect(budget.registerRunning("x", { memoryBytes: G, cpu: -1 })).rejects.toMatchObject({ code: "invalid_argument" });
     await expect(budget.reserve(need(1, 1), "x", { ttlMs: 0 })).rejects.toMatchObject({ code: "invalid_argument" });
     expect(() => budget.releaseBuild("nope")).toThrow(/no reservation nope/);
-    expect(() => budget.needOf([{ kind: "start", name: "web", spec: { memory: "12Q" } }])).toThrow('items[0].spec.memory: "12Q" is not a size like 512M or 2G');
+    expect(() => budget.needOf([{ kind: "start", name: "web", spec: { memoryBytes: -1 } }])).toThrow(
+      "items[0].spec.memoryBytes: must be a whole, non-negative number of bytes; got -1",
+    );
   });
 
   it("costs and needs use the current policy's defaults", async () => {
     const { budget } = await setup();
-    expect(budget.costs(undefined).run).toEqual({ memoryBytes: 512 * M, cpu: 0.5, declared: false });
+    expect(budget.costs(undefined, undefined).run).toEqual({ memoryBytes: 512 * M, cpu: 0.5, declared: false });
     expect(
       budget.needOf([
         { kind: "start", name: "web" },
