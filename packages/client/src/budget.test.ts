@@ -17,6 +17,19 @@ function client(impl: Partial<ServiceImpl<typeof BudgetService>>): BudgetClient 
   return new BudgetClient({ transport: createRouterTransport((router) => router.service(BudgetService, impl)) });
 }
 
+describe("need items", () => {
+  it("carry memory as the size typed, or bytes already read as the size string that reads back exactly", () => {
+    expect(start("web", { memory: "1.5GiB", cpu: 0.5 }).costSource).toEqual({ case: "spec", value: { memory: "1.5GiB", cpu: 0.5 } });
+    expect(start("web", { memory: 2 * 1024 ** 3 }).costSource).toEqual({ case: "spec", value: { memory: "2147483648" } });
+    expect(build("web", { memory: 1536, wave: 1 })).toMatchObject({
+      kind: NeedItemKind.BUILD,
+      wave: 1,
+      costSource: { case: "spec", value: { build: { memory: "1536" } } },
+    });
+    expect(() => start("web", { memory: -1 })).toThrow(RangeError);
+  });
+});
+
 /** An Admit stream that queues once, admits, answers `started` and `build_done`, and `release`; the kinds it received, in order. */
 function admittingService() {
   const received: AdmitRequest["kind"]["case"][] = [];

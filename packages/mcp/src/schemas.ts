@@ -131,12 +131,6 @@ function bounded(schema: z.ZodType, { min, max, pattern }: FieldPick): z.ZodType
   return schema;
 }
 
-/**
- * A size as the budget reads one (`1024`, `100k`, `512M`, `1.5GiB`, `2G`: binary multiples, any
- * case); spelt out, since JSON Schema's patterns take no flags.
- */
-export const SIZE_PATTERN = /^\s*(?:\d+(?:\.\d+)?|\.\d+)\s*(?:[bB]|[kKmMgGtT](?:[iI]?[bB])?)?\s*$/;
-
 /** A field's input name, its schema, and a note on its unit. */
 function fieldSchema(field: DescField): [string, z.ZodType, string] {
   if (field.fieldKind === "scalar") {

@@ -12,6 +12,7 @@ import type { RequestHandlerExtra } from "@modelcontextprotocol/sdk/shared/proto
 import * as z from "zod";
 import { appliance, build, callWithRequestId, eventToJournal, newRequestId, start, type Admission, type Berth, type JournalEvent } from "@berth/client";
 import { NeedItemSchema, ReservationSchema, ResourceSpecSchema } from "@berth/api/berth/budget/v1/budget_pb";
+import { SIZE_PATTERN } from "@berth/wire/amounts";
 import { AdmitStartSchema, GetStateResponseSchema, QueuedSchema, type Queued } from "@berth/api/berth/budget/v1/budget_service_pb";
 import { AcquireRequestSchema, InspectResponseSchema, LeaseSchema, type Lease } from "@berth/api/berth/locks/v1/lock_service_pb";
 import {
@@ -25,7 +26,7 @@ import { SnapshotSchema, type Snapshot } from "@berth/api/berth/sessions/v1/snap
 import { msOfDuration } from "@berth/client/wire-time";
 import { describeFailure, MCP_REASONS, mcpRefusal, toolError } from "./errors.js";
 import type { Holdings } from "./holdings.js";
-import { eventsSchema, fieldsOf, SIZE_PATTERN, sessionIdSchema } from "./schemas.js";
+import { eventsSchema, fieldsOf, sessionIdSchema } from "./schemas.js";
 import { WAIT_PROGRESS_INTERVAL_MS, waitForSession } from "./session-wait.js";
 
 /** What a tool runs with. */

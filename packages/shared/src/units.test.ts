@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import fc from "fast-check";
 import { isBerthError } from "./errors.js";
-import { formatDuration, formatSize, parseDuration, parseSize } from "./units.js";
+import { formatDuration, formatSize, parseCpu, parseDuration, parseMemory, parseSize } from "./units.js";
 
 describe("parseSize", () => {
   it.each([
@@ -37,6 +37,38 @@ describe("parseSize", () => {
 
   it.each([-1, NaN, Infinity, -Infinity, 1.5])("refuses the number %d", (input) => {
     expect(() => parseSize(input)).toThrow(/^size: /);
+  });
+});
+
+describe("parseMemory / parseCpu", () => {
+  it("read a declared amount; unset or empty is none declared", () => {
+    expect(parseMemory("1.5GiB", "spec.memory")).toBe(1.5 * 1024 ** 3);
+    expect(parseMemory(4096, "spec.memory")).toBe(4096);
+    expect(parseCpu("3", "spec.cpu")).toBe(3);
+    expect(parseCpu(0, "spec.cpu")).toBe(0);
+    for (const none of [undefined, ""]) {
+      expect(parseMemory(none, "spec.memory")).toBeUndefined();
+      expect(parseCpu(none, "spec.cpu")).toBeUndefined();
+    }
+  });
+
+  it.each<[() => unknown, string, string]>([
+    [() => parseMemory("12Q", "spec.memory"), "spec.memory", 'spec.memory: "12Q" is not a size like 512M or 2G'],
+    [() => parseMemory("lots", "spec.build.memory"), "spec.build.memory", 'spec.build.memory: "lots" is not a size like 512M or 2G'],
+    [() => parseMemory(-5, "spec.memory"), "spec.memory", "spec.memory: -5 is not a size like 512M or 2G"],
+    [() => parseCpu(-1, "spec.cpu"), "spec.cpu", "spec.cpu: -1 is not a number of cpus like 0.5 or 2"],
+    [() => parseCpu(Number.NaN, "spec.cpu"), "spec.cpu", "spec.cpu: NaN is not a number of cpus like 0.5 or 2"],
+    [() => parseCpu("two", "spec.cpu"), "spec.cpu", 'spec.cpu: "two" is not a number of cpus like 0.5 or 2'],
+  ])("refuse a malformed amount naming the field (%#)", (parse, field, message) => {
+    let thrown: unknown;
+    try {
+      parse();
+    } catch (error) {
+      thrown = error;
+    }
+    expect(isBerthError(thrown) && thrown.code).toBe("invalid_argument");
+    expect((thrown as Error).message).toBe(message);
+    expect((thrown as { details: { field: string } }).details.field).toBe(field);
   });
 });
 

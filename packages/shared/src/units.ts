@@ -4,25 +4,11 @@
  * Sizes use binary multiples throughout: `K`, `KB` and `KiB` all mean 1024 bytes, `G`, `GB` and `GiB`
  * all mean 2^30. Memory is what berth measures, memory is sold in binary units, and the budget code
  * this replaces read `2G` the same way; a decimal `GB` that quietly meant 7% less would surprise.
+ * The grammar is the wire's (`@berth/wire/amounts`), so that a size in a flag, a config file and a
+ * budget request reads the same; this module adds the refusals that name the field.
  */
+import { bytesOfSize, coresOfText } from "@berth/wire/amounts";
 import { invalidArgument } from "./errors.js";
-
-const SIZE_UNITS: Record<string, number> = {
-  "": 1,
-  b: 1,
-  k: 1024,
-  kb: 1024,
-  kib: 1024,
-  m: 1024 ** 2,
-  mb: 1024 ** 2,
-  mib: 1024 ** 2,
-  g: 1024 ** 3,
-  gb: 1024 ** 3,
-  gib: 1024 ** 3,
-  t: 1024 ** 4,
-  tb: 1024 ** 4,
-  tib: 1024 ** 4,
-};
 
 const SIZE_RULE = "must be a size such as 1024 (bytes), 100k, 512M, 1.5GiB or 2G";
 
@@ -38,12 +24,38 @@ export function parseSize(input: string | number, field = "size"): number {
     }
     return input;
   }
-  const match = typeof input === "string" ? /^\s*(\d+(?:\.\d+)?|\.\d+)\s*([a-z]*)\s*$/i.exec(input) : null;
-  const multiplier = match ? SIZE_UNITS[match[2]!.toLowerCase()] : undefined;
-  if (!match || multiplier === undefined) throw invalidArgument(field, `${SIZE_RULE}; got ${JSON.stringify(input)}`);
-  const bytes = Math.round(Number(match[1]) * multiplier);
+  const bytes = typeof input === "string" ? bytesOfSize(input) : undefined;
+  if (bytes === undefined) throw invalidArgument(field, `${SIZE_RULE}; got ${JSON.stringify(input)}`);
   if (!Number.isSafeInteger(bytes)) throw invalidArgument(field, `is too large: ${JSON.stringify(input)}`);
   return bytes;
+}
+
+/** A value as it was sent: strings quoted, numbers (NaN included) as they print. */
+const show = (value: unknown) => (typeof value === "string" ? JSON.stringify(value) : String(value));
+
+/**
+ * A declared amount of memory in bytes (a size string or a number of bytes), or undefined when none
+ * was declared (unset or empty). Anything else is refused naming `field`:
+ * `spec.memory: "12Q" is not a size like 512M or 2G`.
+ */
+export function parseMemory(value: string | number | undefined, field: string): number | undefined {
+  if (value === undefined || value === "") return undefined;
+  try {
+    return parseSize(value, field);
+  } catch {
+    throw invalidArgument(field, `${show(value)} is not a size like 512M or 2G`);
+  }
+}
+
+/**
+ * A declared number of cpus (a decimal as text, or a number): finite and non-negative; undefined
+ * when none was declared (unset or empty). Anything else is refused naming `field`.
+ */
+export function parseCpu(value: string | number | undefined, field: string): number | undefined {
+  if (value === undefined || value === "") return undefined;
+  const cpu = typeof value === "number" ? value : (coresOfText(value) ?? Number.NaN);
+  if (!Number.isFinite(cpu) || cpu < 0) throw invalidArgument(field, `${show(value)} is not a number of cpus like 0.5 or 2`);
+  return cpu;
 }
 
 const SIZE_STEPS: ReadonlyArray<readonly [string, number]> = [

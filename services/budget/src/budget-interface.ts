@@ -7,7 +7,7 @@ import type { runRevisionBase, RevisionWatcher } from "@berth/shared/revision-hi
 import type { AdmitOptions, QueueEntryInfo, QueueRequestChange } from "./admission-queue.js";
 import type { Page } from "./paging.js";
 import type { AdmissionQueue } from "./admission-queue.js";
-import type { Cost, Need, NeedItemInput, Resources, ResourceSpec } from "./costs.js";
+import type { Cost, Need, NeedItemInput, Resources } from "./costs.js";
 import type { Logger } from "@berth/shared/logger";
 import type { Policy } from "./policy.js";
 import type { RunningAnswer } from "./keyed-requests.js";
@@ -239,8 +239,8 @@ export interface Budget {
    * Ends when `signal` fires or the budget closes.
    */
   watchMachine(signal?: AbortSignal, options?: { startRevision?: number | undefined }): AsyncIterable<RevisionedSample>;
-  /** What a spec costs running and building, with the policy's defaults for what it leaves out. */
-  costs(spec: ResourceSpec | undefined): { run: Cost; build: Cost };
+  /** What a service costs running and building, from what it declares of each, with the policy's defaults for what it leaves out. */
+  costs(run: Partial<Resources> | undefined, build: Partial<Resources> | undefined): { run: Cost; build: Cost };
   /** The need of the items a caller sent (defaults from the current policy). */
   needOf(items: readonly NeedItemInput[]): Need;
   policy(): Policy;

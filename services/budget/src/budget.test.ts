@@ -1,71 +1,13 @@
 import { spawn } from "node:child_process";
-import { mkdtempSync, readFileSync, rmSync, statSync } from "node:fs";
-import { tmpdir } from "node:os";
-import * as path from "node:path";
+import { readFileSync, statSync } from "node:fs";
 import { afterAll, afterEach, describe, expect, it } from "vitest";
-import { ManualClock } from "@berth/shared/clock";
-import type { BerthError } from "@berth/shared/errors";
-import type { QueuedUpdate } from "./queue-line.js";
-import type { Budget } from "./budget-interface.js";
-import { createBudget } from "./budget.js";
-import type { Need } from "./costs.js";
-import type { Policy } from "./policy.js";
-import { defaultPolicy } from "./policy.js";
-import type { Reservation, ReservationSnapshot } from "./reservations.js";
+import type { Reservation } from "./reservations.js";
 import { runningFilePath } from "./running-tally.js";
-import type { MachineSample } from "./sampler.js";
-import { ManualSampler } from "./sampler.js";
+import { G, M, admit, need, settle, testBudgets, track } from "./budget-fixtures.js";
 
-const G = 1024 ** 3;
-const M = 1024 ** 2;
-const root = mkdtempSync(path.join(tmpdir(), "berth-budget-"));
-afterAll(() => rmSync(root, { recursive: true, force: true }));
-
-const open: Budget[] = [];
-afterEach(async () => {
-  await Promise.all(open.splice(0).map((b) => b.close()));
-});
-
-let dirs = 0;
-async function setup(
-  options: { policy?: Partial<Policy>; sample?: Partial<MachineSample>; stateDir?: string; clock?: ManualClock; idempotencyWindowMs?: number } = {},
-) {
-  const clock = options.clock ?? new ManualClock();
-  const sampler = new ManualSampler({ availableBytes: 64 * G, cores: 8, load1: 0, ...options.sample }, clock);
-  const deferred: Array<() => void> = [];
-  const stateDir = options.stateDir ?? path.join(root, String(++dirs));
-  const policy: Policy = { ...defaultPolicy({ totalBytes: 64 * G, cpus: 8 }), memoryBytes: 8 * G, cpu: 4, reserveBytes: G, ...options.policy };
-  const budget = await createBudget({ policy, sampler, clock, stateDir, defer: (fn) => deferred.push(fn), idempotencyWindowMs: options.idempotencyWindowMs });
-  open.push(budget);
-  const flush = () => {
-    while (deferred.length > 0) deferred.shift()!();
-  };
-  return { clock, sampler, budget, stateDir, flush };
-}
-
-const need = (memoryGb: number, cpu: number, buildGb = 0, buildCpu = 0): Need => ({
-  items: [],
-  start: { memoryBytes: memoryGb * G, cpu },
-  build: { memoryBytes: buildGb * G, cpu: buildCpu },
-});
-
-function track<R extends Reservation | ReservationSnapshot>(promise: Promise<R>) {
-  const result: { reservation?: R; error?: BerthError; updates: QueuedUpdate[] } = { updates: [] };
-  promise.then(
-    (r) => (result.reservation = r),
-    (e: BerthError) => (result.error = e),
-  );
-  return result;
-}
-
-function admit(budget: Budget, n: Need, label: string, options: Parameters<Budget["admit"]>[2] = {}) {
-  const updates: QueuedUpdate[] = [];
-  const result = track(budget.admit(n, label, { onQueued: (u) => updates.push(u), ...options }));
-  result.updates = updates;
-  return result;
-}
-
-const settle = () => new Promise<void>((resolve) => setImmediate(resolve));
+const { setup, closeAll, removeAll } = testBudgets();
+afterEach(closeAll);
+afterAll(removeAll);
 
 describe("budget", () => {
   it("a release admits the head in the same tick", async () => {
@@ -117,9 +59,9 @@ describe("budget", () => {
     const { budget } = await setup();
     const r = await budget.admit(
       budget.needOf([
-        { kind: "build", name: "web", spec: { memory: "2G", cpu: 2 } },
-        { kind: "start", name: "web", spec: { memory: "256M", cpu: 0.25 } },
-        { kind: "appliance", name: "db", spec: { memory: "1G" } },
+        { kind: "build", name: "web", spec: { memoryBytes: 2 * G, cpu: 2 } },
+        { kind: "start", name: "web", spec: { memoryBytes: 256 * M, cpu: 0.25 } },
+        { kind: "appliance", name: "db", spec: { memoryBytes: G } },
       ]),
       "up",
     );
@@ -455,62 +397,6 @@ describe("budget", () => {
     expect(next.reservation?.owner).toBe("next");
   });
 
-  describe("the wall clock steps (NTP, a person setting the date)", () => {
-    const HOUR = 3_600_000;
-
-    it("a reservation's lease runs for its ttl either way, shown as wall time when asked", async () => {
-      for (const step of [-HOUR, HOUR]) {
-        const { budget, clock } = await setup();
-        const leased = await budget.reserve(need(6, 1), "unary client", { ttlMs: 10_000 });
-        clock.advance(1000);
-        clock.stepWall(step);
-        expect(budget.getReservation(leased.id)!.leaseExpiresAt).toBe(clock.now() + 9000);
-        clock.advance(8999);
-        expect(budget.getReservation(leased.id)).toBeDefined();
-        clock.advance(1);
-        expect(budget.getReservation(leased.id)).toBeUndefined();
-      }
-    });
-
-    it("the moving hold time counts the time really held", async () => {
-      const { budget, clock } = await setup();
-      const r = await budget.admit(need(1, 1), "held 10 s");
-      clock.advance(5000);
-      clock.stepWall(-HOUR);
-      clock.advance(5000);
-      budget.release(r.id);
-      // The seed's rule: 0.7 x the old estimate (60 s) + 0.3 x this hold (10 s).
-      expect(budget.state().holdMs).toBe(45_000);
-    });
-
-    it("memory admitted after a sample counts as unseen by it even when the wall clock stepped back", async () => {
-      const { budget, clock } = await setup({ policy: { memoryBytes: 32 * G, cpu: 8 }, sample: { availableBytes: 5 * G } });
-      clock.stepWall(-HOUR);
-      await budget.admit(need(3, 1), "a");
-      await budget.registerRunning("daemon", { memoryBytes: G, cpu: 0 });
-      // 5G available less 4G admitted since the sample leaves 1G, all of it the reserve.
-      expect(budget.check(need(1, 0)).fits).toBe(false);
-    });
-
-    it("a running entry's lease runs for its ttl, and carries over a restart exactly", async () => {
-      const first = await setup();
-      const { running: entry } = await first.budget.registerRunning("leased", { memoryBytes: G, cpu: 0 }, { ttlMs: 60_000 });
-      first.clock.advance(10_000);
-      first.clock.stepWall(HOUR);
-      expect(first.budget.state().running[0]!.leaseExpiresAt).toBe(first.clock.now() + 50_000);
-      await first.budget.close();
-      // Down for 5 s, during which the wall clock steps back by 2 h.
-      first.clock.advance(5000);
-      first.clock.stepWall(-2 * HOUR);
-      const second = await setup({ stateDir: first.stateDir, clock: first.clock });
-      expect(second.budget.state().running).toMatchObject([{ id: entry.id, leaseExpiresAt: first.clock.now() + 45_000 }]);
-      first.clock.advance(44_999);
-      expect(second.budget.state().running).toHaveLength(1);
-      first.clock.advance(1);
-      expect(second.budget.state().running).toEqual([]);
-    });
-  });
-
   it("a policy reload re-checks the queue", async () => {
     const { budget } = await setup();
     await budget.admit(need(6, 1), "first");
@@ -646,12 +532,14 @@ describe("budget", () => {
     await expect(budget.registerRunning("x", { memoryBytes: G, cpu: -1 })).rejects.toMatchObject({ code: "invalid_argument" });
     await expect(budget.reserve(need(1, 1), "x", { ttlMs: 0 })).rejects.toMatchObject({ code: "invalid_argument" });
     expect(() => budget.releaseBuild("nope")).toThrow(/no reservation nope/);
-    expect(() => budget.needOf([{ kind: "start", name: "web", spec: { memory: "12Q" } }])).toThrow('items[0].spec.memory: "12Q" is not a size like 512M or 2G');
+    expect(() => budget.needOf([{ kind: "start", name: "web", spec: { memoryBytes: -1 } }])).toThrow(
+      "items[0].spec.memoryBytes: must be a whole, non-negative number of bytes; got -1",
+    );
   });
 
   it("costs and needs use the current policy's defaults", async () => {
     const { budget } = await setup();
-    expect(budget.costs(undefined).run).toEqual({ memoryBytes: 512 * M, cpu: 0.5, declared: false });
+    expect(budget.costs(undefined, undefined).run).toEqual({ memoryBytes: 512 * M, cpu: 0.5, declared: false });
     expect(
       budget.needOf([
         { kind: "start", name: "web" },

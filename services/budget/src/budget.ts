@@ -518,7 +518,7 @@ export async function createBudget(options: BudgetOptions): Promise<Budget> {
 
     watchMachine: (signal, { startRevision = 0 } = {}) => sampleFeed.watch(signal, startRevision),
 
-    costs: (spec) => costsOf(spec, policy),
+    costs: (run, build) => costsOf(run, build, policy),
 
     needOf: (items) => needFromItems(items, policy),
 

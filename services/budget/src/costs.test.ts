@@ -23,36 +23,42 @@ const start = (name: string, memoryBytes: number, cpu: number, extra: Partial<Ne
 
 describe("costsOf", () => {
   it.each([
-    ["nothing declared: both defaults", undefined, { memoryBytes: 512 * M, cpu: 0.5, declared: false }, { memoryBytes: 2 * G, cpu: 1, declared: false }],
-    ["run fully declared", { memory: "1G", cpu: 2 }, { memoryBytes: G, cpu: 2, declared: true }, { memoryBytes: 2 * G, cpu: 1, declared: false }],
+    [
+      "nothing declared: both defaults",
+      undefined,
+      undefined,
+      { memoryBytes: 512 * M, cpu: 0.5, declared: false },
+      { memoryBytes: 2 * G, cpu: 1, declared: false },
+    ],
+    ["run fully declared", { memoryBytes: G, cpu: 2 }, undefined, { memoryBytes: G, cpu: 2, declared: true }, { memoryBytes: 2 * G, cpu: 1, declared: false }],
     [
       "memory only: cpu defaults, not declared",
-      { memory: "256M" },
+      { memoryBytes: 256 * M },
+      undefined,
       { memoryBytes: 256 * M, cpu: 0.5, declared: false },
       { memoryBytes: 2 * G, cpu: 1, declared: false },
     ],
     [
       "build declared",
-      { build: { memory: "1.5GiB", cpu: "3" } },
+      undefined,
+      { memoryBytes: 1.5 * G, cpu: 3 },
       { memoryBytes: 512 * M, cpu: 0.5, declared: false },
       { memoryBytes: 1.5 * G, cpu: 3, declared: true },
     ],
-    ["bytes as a number, zero cpu", { memory: 4096, cpu: 0 }, { memoryBytes: 4096, cpu: 0, declared: true }, { memoryBytes: 2 * G, cpu: 1, declared: false }],
-  ])("%s", (_name, spec, run, buildCost) => {
-    expect(costsOf(spec, defaults)).toEqual({ run, build: buildCost });
+    ["zero bytes, zero cpu", { memoryBytes: 0, cpu: 0 }, {}, { memoryBytes: 0, cpu: 0, declared: true }, { memoryBytes: 2 * G, cpu: 1, declared: false }],
+  ])("%s", (_name, run, build, runCost, buildCost) => {
+    expect(costsOf(run, build, defaults)).toEqual({ run: runCost, build: buildCost });
   });
 
   it.each([
-    [{ memory: "12Q" }, "spec.memory", 'spec.memory: "12Q" is not a size like 512M or 2G'],
-    [{ build: { memory: "lots" } }, "spec.build.memory", 'spec.build.memory: "lots" is not a size like 512M or 2G'],
-    [{ cpu: -1 }, "spec.cpu", "spec.cpu: -1 is not a number of cpus like 0.5 or 2"],
-    [{ cpu: Number.NaN }, "spec.cpu", "spec.cpu: NaN is not a number of cpus like 0.5 or 2"],
-    [{ cpu: "two" }, "spec.cpu", 'spec.cpu: "two" is not a number of cpus like 0.5 or 2'],
-    [{ memory: -5 }, "spec.memory", "spec.memory: -5 is not a size like 512M or 2G"],
-  ])("refuses %j naming the field", (spec, field, message) => {
+    [{ cpu: -1 }, undefined, "spec.cpu", "spec.cpu: must be a non-negative number of cpus; got -1"],
+    [{ cpu: Number.NaN }, undefined, "spec.cpu", "spec.cpu: must be a non-negative number of cpus; got NaN"],
+    [{ memoryBytes: -5 }, undefined, "spec.memoryBytes", "spec.memoryBytes: must be a whole, non-negative number of bytes; got -5"],
+    [undefined, { memoryBytes: 1.5 }, "spec.build.memoryBytes", "spec.build.memoryBytes: must be a whole, non-negative number of bytes; got 1.5"],
+  ])("refuses %j, %j naming the field", (run, build, field, message) => {
     let thrown: unknown;
     try {
-      costsOf(spec as never, defaults);
+      costsOf(run, build, defaults);
     } catch (error) {
       thrown = error;
     }
@@ -98,7 +104,7 @@ describe("resolveItems / needFromItems", () => {
   it("takes each item's own spec or the default for its kind", () => {
     const items = resolveItems(
       [
-        { kind: "start", name: "web", spec: { memory: "1G", cpu: 1 } },
+        { kind: "start", name: "web", spec: { memoryBytes: G, cpu: 1 } },
         { kind: "appliance", name: "db" },
         { kind: "build", name: "web", wave: 0 },
         { kind: "build", name: "docs", skipped: "unchanged" },
@@ -114,17 +120,17 @@ describe("resolveItems / needFromItems", () => {
     expect(needFromItems([{ kind: "build", name: "docs", skipped: "unchanged" }], defaults).build).toEqual({ memoryBytes: 0, cpu: 0 });
   });
 
-  it("names the item and the value of a malformed size", () => {
+  it("names the item and the value of a wrong amount", () => {
     expect(() =>
       resolveItems(
         [
           { kind: "start", name: "a" },
           { kind: "start", name: "b" },
-          { kind: "start", name: "c", spec: { memory: "12Q" } },
+          { kind: "start", name: "c", spec: { cpu: -2 } },
         ],
         defaults,
       ),
-    ).toThrow('items[2].spec.memory: "12Q" is not a size like 512M or 2G');
+    ).toThrow("items[2].spec.cpu: must be a non-negative number of cpus; got -2");
   });
 
   it("refuses an unknown kind and a fractional wave", () => {

@@ -8,9 +8,12 @@
  * after another: only the costliest wave is held, and only while building.
  */
 import { invalidArgument } from "@berth/shared/errors";
-import { parseSize } from "@berth/shared/units";
 
-/** An amount of memory and cpu. */
+/**
+ * An amount of memory and cpu: the budget's one. What a caller declares of it is a
+ * `Partial<Resources>` (what it leaves out takes the policy's default), in bytes and cores already:
+ * sizes are read where they enter, in the server's decoder.
+ */
 export interface Resources {
   memoryBytes: number;
   cpu: number;
@@ -26,17 +29,6 @@ export interface Cost extends Resources {
 export interface CostDefaults {
   defaultRun: Resources;
   defaultBuild: Resources;
-}
-
-/** Resources as people write them: memory as a size (`512M`, `2G`, `1.5GiB`, bytes), cpu as a count. */
-export interface ResourceAmount {
-  memory?: string | number | undefined;
-  cpu?: string | number | undefined;
-}
-
-/** A service's or appliance's declared resources: running, and (optionally) while building. */
-export interface ResourceSpec extends ResourceAmount {
-  build?: ResourceAmount | undefined;
 }
 
 /** The kinds of item a request holds. `appliance` counts like `start` (it runs for the whole operation). */
@@ -58,7 +50,7 @@ export interface NeedItemInput {
   kind: NeedKind;
   name: string;
   /** The item's own memory and cpu: a build's build cost, a start's running cost. */
-  spec?: ResourceAmount | undefined;
+  spec?: Partial<Resources> | undefined;
   skipped?: string | undefined;
   wave?: number | undefined;
 }
@@ -72,55 +64,36 @@ export interface Need {
   build: Resources;
 }
 
-const SIZE_EXAMPLE = "is not a size like 512M or 2G";
-/** A value as it was sent: strings quoted, numbers (NaN included) as they print. */
-const show = (value: unknown) => (typeof value === "string" ? JSON.stringify(value) : String(value));
-const CPU_EXAMPLE = "is not a number of cpus like 0.5 or 2";
-
-/** Reads a declared memory amount, or undefined when none was declared. `field` names it in the error. */
-export function parseMemory(value: string | number | undefined, field: string): number | undefined {
-  if (value === undefined || value === "") return undefined;
-  try {
-    return parseSize(value, field);
-  } catch {
-    throw invalidArgument(field, `${show(value)} ${SIZE_EXAMPLE}`);
-  }
-}
-
-/** Reads a declared cpu amount (a non-negative finite number), or undefined when none was declared. */
-export function parseCpu(value: string | number | undefined, field: string): number | undefined {
-  if (value === undefined || value === "") return undefined;
-  const cpu = typeof value === "number" ? value : /^\s*(\d+(\.\d+)?|\.\d+)\s*$/.test(value) ? Number(value) : Number.NaN;
-  if (!Number.isFinite(cpu) || cpu < 0) throw invalidArgument(field, `${show(value)} ${CPU_EXAMPLE}`);
-  return cpu;
-}
-
-function costOf(amount: ResourceAmount | undefined, fallback: Resources, field: string): Cost {
-  const memory = parseMemory(amount?.memory, `${field}.memory`);
-  const cpu = parseCpu(amount?.cpu, `${field}.cpu`);
+function costOf(amount: Partial<Resources> | undefined, fallback: Resources, field: string): Cost {
+  const declared = checkAmount(amount ?? {}, field);
   return {
-    memoryBytes: memory ?? fallback.memoryBytes,
-    cpu: cpu ?? fallback.cpu,
-    declared: memory !== undefined && cpu !== undefined,
+    memoryBytes: declared.memoryBytes ?? fallback.memoryBytes,
+    cpu: declared.cpu ?? fallback.cpu,
+    declared: declared.memoryBytes !== undefined && declared.cpu !== undefined,
   };
 }
 
 /**
- * What a service or appliance costs running and building: declared, or the policy's conservative
- * default for whatever it leaves out. `field` prefixes the name of a malformed value in the error
- * (`spec.memory: "12Q" is not a size like 512M or 2G`).
+ * What a service or appliance costs running and building: what it declares of each, or the policy's
+ * conservative default for whatever it leaves out. `field` prefixes the name of a wrong value in the
+ * error (`spec.build.cpu: must be a non-negative number of cpus; got -1`).
  */
-export function costsOf(spec: ResourceSpec | undefined, defaults: CostDefaults, field = "spec"): { run: Cost; build: Cost } {
+export function costsOf(
+  run: Partial<Resources> | undefined,
+  build: Partial<Resources> | undefined,
+  defaults: CostDefaults,
+  field = "spec",
+): { run: Cost; build: Cost } {
   return {
-    run: costOf(spec, defaults.defaultRun, field),
-    build: costOf(spec?.build, defaults.defaultBuild, `${field}.build`),
+    run: costOf(run, defaults.defaultRun, field),
+    build: costOf(build, defaults.defaultBuild, `${field}.build`),
   };
 }
 
 /**
  * Resolves the items a caller sent into costed items: each item's own `spec`, or the default for its
- * kind (builds take the default build cost, starts and appliances the default run cost). A malformed
- * value is refused naming the item: `items[2].spec.memory: "12Q" is not a size like 512M or 2G`.
+ * kind (builds take the default build cost, starts and appliances the default run cost). A wrong
+ * value is refused naming the item: `items[2].spec.cpu: must be a non-negative number of cpus; got -1`.
  */
 export function resolveItems(inputs: readonly NeedItemInput[], defaults: CostDefaults, field = "items"): NeedItem[] {
   return inputs.map((input, index) => {
@@ -185,11 +158,23 @@ export function isZero(resources: Resources): boolean {
 
 /** Checks resources given as numbers (memory in bytes): finite and non-negative, else invalid_argument naming `field`. */
 export function checkResources(resources: Resources, field: string): Resources {
-  if (!Number.isSafeInteger(resources.memoryBytes) || resources.memoryBytes < 0) {
-    throw invalidArgument(`${field}.memoryBytes`, `must be a whole, non-negative number of bytes; got ${resources.memoryBytes}`);
-  }
-  if (!Number.isFinite(resources.cpu) || resources.cpu < 0) {
-    throw invalidArgument(`${field}.cpu`, `must be a non-negative number of cpus; got ${resources.cpu}`);
-  }
-  return { memoryBytes: resources.memoryBytes, cpu: resources.cpu };
+  return { memoryBytes: checkBytes(resources.memoryBytes, `${field}.memoryBytes`), cpu: checkCpu(resources.cpu, `${field}.cpu`) };
+}
+
+/** {@link checkResources} for a declared amount, whose parts may be left out. */
+function checkAmount(amount: Partial<Resources>, field: string): Partial<Resources> {
+  return {
+    memoryBytes: amount.memoryBytes === undefined ? undefined : checkBytes(amount.memoryBytes, `${field}.memoryBytes`),
+    cpu: amount.cpu === undefined ? undefined : checkCpu(amount.cpu, `${field}.cpu`),
+  };
+}
+
+function checkBytes(bytes: number, field: string): number {
+  if (!Number.isSafeInteger(bytes) || bytes < 0) throw invalidArgument(field, `must be a whole, non-negative number of bytes; got ${bytes}`);
+  return bytes;
+}
+
+function checkCpu(cpu: number, field: string): number {
+  if (!Number.isFinite(cpu) || cpu < 0) throw invalidArgument(field, `must be a non-negative number of cpus; got ${cpu}`);
+  return cpu;
 }

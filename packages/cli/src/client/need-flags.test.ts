@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { UsageError } from "../args.js";
-import { durationFlag, durationLike } from "./need-flags.js";
+import { durationFlag, durationLike, needFromFlags } from "./need-flags.js";
 
 describe("duration flags", () => {
   it("take a unit: 500ms, 30s, 5m, 1h, 1m30s; 0 alone needs none; unset is undefined", () => {
@@ -37,5 +37,21 @@ describe("duration flags", () => {
     expect(durationLike(600_000, "2h")).toBe("0.167h");
     expect(durationLike(600_000, "30m")).toBe("10m");
     expect(durationLike(100, "0")).toBe("100ms");
+  });
+});
+
+describe("need flags", () => {
+  it("read sizes to bytes and cpus to cores, once; a build part only when a build flag is given", () => {
+    expect(needFromFlags({ memory: " 2GiB ", cpu: "0.5" })).toEqual({ run: { memory: 2 * 1024 ** 3, cpu: 0.5 }, build: undefined });
+    expect(needFromFlags({ "build-memory": "1.5K" })).toEqual({ run: { memory: undefined, cpu: undefined }, build: { memory: 1536, cpu: undefined } });
+  });
+
+  it("refuse a size or cpu that is not one, empty included, naming the flag", () => {
+    expect(() => needFromFlags({ memory: "12Q" })).toThrow(UsageError);
+    expect(() => needFromFlags({ memory: "12Q" })).toThrow('--memory: "12Q" is not a size like 512M, 2G or 1.5GiB');
+    expect(() => needFromFlags({ "build-memory": "" })).toThrow('--build-memory: "" is not a size like 512M, 2G or 1.5GiB');
+    expect(() => needFromFlags({ memory: "99999999T" })).toThrow('--memory: "99999999T" is not a size like 512M, 2G or 1.5GiB');
+    expect(() => needFromFlags({ cpu: "-1" })).toThrow('--cpu: "-1" is not a number of cpus like 0.5 or 2');
+    expect(() => needFromFlags({ "build-cpu": "" })).toThrow('--build-cpu: "" is not a number of cpus like 0.5 or 2');
   });
 });

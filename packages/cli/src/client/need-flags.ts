@@ -1,10 +1,11 @@
 /**
  * The need a budget command declares, from its flags: `--memory`/`--cpu` for what runs (one start
  * item), `--build-memory`/`--build-cpu` for a build before it (one build item). Sizes and cpu are
- * checked here, so a typo is a usage error before anything is loaded or called; what is left unset
- * takes the budget's defaults on the service side.
+ * read here, once, with the budget's own readers, so a typo is a usage error before anything is
+ * loaded or called; what is left unset takes the budget's defaults on the service side.
  */
-import { formatDuration, parseDuration, parseSize } from "@berth/shared/units";
+import type { ItemCost } from "@berth/client/budget";
+import { formatDuration, parseCpu, parseDuration, parseMemory } from "@berth/shared/units";
 import { UsageError } from "../args.js";
 import type { HelpRow } from "../help.js";
 
@@ -26,34 +27,30 @@ export const NEED_HELP_ROWS: readonly HelpRow[] = [
   ["--skip-load-gate", "skip the cpu gate (pressure/load); the memory gates still apply"],
 ];
 
-/** What one part of a need declares (the client's `ItemCost`): a size as typed, cores. */
-export interface DeclaredCost {
-  readonly memory?: string | undefined;
-  readonly cpu?: number | undefined;
-}
-
-/** The need of the flags: what runs, and the build before it when a build flag is given. */
+/** The need of the flags: what runs, and the build before it when a build flag is given; sizes in bytes. */
 export interface DeclaredNeed {
-  readonly run: DeclaredCost;
-  readonly build: DeclaredCost | undefined;
+  readonly run: ItemCost;
+  readonly build: ItemCost | undefined;
 }
 
-function size(value: unknown, flag: string): string | undefined {
+/**
+ * A memory or cpu flag read by the budget's own reader, or undefined when not given; empty or
+ * malformed is a usage error (`example` says what the flag takes).
+ */
+function amountFlag(read: typeof parseMemory, value: unknown, flag: string, example: string): number | undefined {
   if (typeof value !== "string") return undefined;
+  let amount: number | undefined;
   try {
-    parseSize(value, flag);
+    amount = read(value, flag);
   } catch {
-    throw new UsageError(`${flag}: ${JSON.stringify(value)} is not a size like 512M, 2G or 1.5GiB`);
+    amount = undefined;
   }
-  return value.trim();
+  if (amount === undefined) throw new UsageError(`${flag}: ${JSON.stringify(value)} ${example}`);
+  return amount;
 }
 
-function cpu(value: unknown, flag: string): number | undefined {
-  if (typeof value !== "string") return undefined;
-  const n = /^\s*(\d+(\.\d+)?|\.\d+)\s*$/.test(value) ? Number(value) : Number.NaN;
-  if (!Number.isFinite(n) || n < 0) throw new UsageError(`${flag}: ${JSON.stringify(value)} is not a number of cpus like 0.5 or 2`);
-  return n;
-}
+const size = (value: unknown, flag: string) => amountFlag(parseMemory, value, flag, "is not a size like 512M, 2G or 1.5GiB");
+const cpu = (value: unknown, flag: string) => amountFlag(parseCpu, value, flag, "is not a number of cpus like 0.5 or 2");
 
 /**
  * A duration flag's value in ms (`30s`, `10m`), or undefined when not given. A bare number other

@@ -7,6 +7,7 @@
 import type { Duration } from "@bufbuild/protobuf/wkt";
 import { NeedItemKind } from "@berth/api/berth/budget/v1/budget_pb";
 import type {
+  BuildSpec as BuildSpecMessage,
   Cost as CostMessage,
   Need as NeedMessage,
   ResourceSpec as ResourceSpecMessage,
@@ -14,9 +15,8 @@ import type {
 } from "@berth/api/berth/budget/v1/budget_pb";
 import { durationInputMs } from "@berth/shared/server/index";
 import { invalidArgument } from "@berth/shared/errors";
-import { formatDuration, LONGEST_TIMER_MS } from "@berth/shared/units";
-import type { NeedItemInput, NeedKind, Resources, ResourceSpec } from "../index.js";
-import { parseCpu, parseMemory } from "../index.js";
+import { formatDuration, LONGEST_TIMER_MS, parseCpu, parseMemory } from "@berth/shared/units";
+import type { NeedItemInput, NeedKind, Resources } from "../index.js";
 
 /** The longest duration a request may give: 24 days, what Node's timers can wait rounded down. */
 export const MAX_DURATION_MS = LONGEST_TIMER_MS;
@@ -93,25 +93,24 @@ export function resourcesFromProto(message: ResourcesMessage | CostMessage | und
   return { memoryBytes: bytesOf(message.memoryBytes, `${field}.memory_bytes`), cpu: cpuOf(message.cpu, `${field}.cpu`) };
 }
 
-/** A spec's run part (or, with `build`, its build part), parsed: memory in bytes, cpu in cores; undefined parts stay undefined. */
-function specAmount(spec: ResourceSpecMessage, field: string, build: boolean): { memory?: number | undefined; cpu?: number | undefined } {
-  if (build) {
-    const part = spec.build;
-    if (part === undefined) return {};
-    return { memory: parseMemory(part.memory, `${field}.build.memory`), cpu: parseCpu(part.cpu, `${field}.build.cpu`) };
-  }
-  // The build part is checked too: a malformed value is refused wherever it is.
-  if (spec.build !== undefined) specAmount(spec, field, true);
-  return { memory: parseMemory(spec.memory, `${field}.memory`), cpu: parseCpu(spec.cpu, `${field}.cpu`) };
+/** What a spec or its build part declares, its size read to bytes (the one place the service reads one); what it leaves out stays out. */
+function declaredAmount(part: ResourceSpecMessage | BuildSpecMessage, field: string): Partial<Resources> {
+  const declared: Partial<Resources> = {};
+  const memoryBytes = parseMemory(part.memory, `${field}.memory`);
+  const cpu = parseCpu(part.cpu, `${field}.cpu`);
+  if (memoryBytes !== undefined) declared.memoryBytes = memoryBytes;
+  if (cpu !== undefined) declared.cpu = cpu;
+  return declared;
 }
 
-/** A ResourceSpec as the domain takes it (sizes parsed to bytes), checked field by field. */
-export function resourceSpecFromProto(spec: ResourceSpecMessage | undefined, field = "spec"): ResourceSpec | undefined {
-  if (spec === undefined) return undefined;
-  const run = specAmount(spec, field, false);
-  const result: ResourceSpec = { memory: run.memory, cpu: run.cpu };
-  if (spec.build !== undefined) result.build = specAmount(spec, field, true);
-  return result;
+/** What a spec declares running and building, checked field by field (a wrong build part is refused first). */
+export function resourceSpecFromProto(
+  spec: ResourceSpecMessage | undefined,
+  field = "spec",
+): { run: Partial<Resources> | undefined; build: Partial<Resources> | undefined } {
+  if (spec === undefined) return { run: undefined, build: undefined };
+  const build = spec.build === undefined ? undefined : declaredAmount(spec.build, `${field}.build`);
+  return { run: declaredAmount(spec, field), build };
 }
 
 function needKind(kind: NeedItemKind, field: string): NeedKind {
@@ -139,13 +138,17 @@ export function needItemsFromProto(need: NeedMessage | undefined, field = "need"
     const input: NeedItemInput = { kind, name: checkName(item.name, `${at}.name`) };
     switch (item.costSource.case) {
       case "cost": {
-        const cost = resourcesFromProto(item.costSource.value, `${at}.cost`);
-        input.spec = { memory: cost.memoryBytes, cpu: cost.cpu };
+        input.spec = resourcesFromProto(item.costSource.value, `${at}.cost`);
         break;
       }
-      case "spec":
-        input.spec = specAmount(item.costSource.value, `${at}.spec`, kind === "build");
+      case "spec": {
+        // A build is costed by its spec's build part alone; anything else by its run part, the build part checked too.
+        const spec = item.costSource.value;
+        if (kind !== "build") input.spec = resourceSpecFromProto(spec, `${at}.spec`).run;
+        else if (spec.build !== undefined) input.spec = declaredAmount(spec.build, `${at}.spec.build`);
+        else input.spec = {};
         break;
+      }
       default:
         break;
     }
@@ -177,11 +180,8 @@ export function runCostFromProto(
       return { cost, declared: cost };
     }
     case "spec": {
-      const run = specAmount(source.value, at("spec"), false);
-      const declared: Partial<Resources> = {};
-      if (run.memory !== undefined) declared.memoryBytes = run.memory;
-      if (run.cpu !== undefined) declared.cpu = run.cpu;
-      return { cost: { memoryBytes: run.memory ?? undeclared.memoryBytes, cpu: run.cpu ?? undeclared.cpu }, declared };
+      const declared = resourceSpecFromProto(source.value, at("spec")).run ?? {};
+      return { cost: { memoryBytes: declared.memoryBytes ?? undeclared.memoryBytes, cpu: declared.cpu ?? undeclared.cpu }, declared };
     }
     default:
       return { cost: { ...undeclared }, declared: {} };

@@ -260,8 +260,8 @@ export function createBudgetHandlers(options: BudgetHandlerOptions): ServiceImpl
     watchBudget: (request, context) => watchBudget(request, context, watchDeps),
 
     costs(request) {
-      const spec = resourceSpecFromProto(request.spec);
-      const costs = budget.costs(spec);
+      const declared = resourceSpecFromProto(request.spec);
+      const costs = budget.costs(declared.run, declared.build);
       return { run: costToProto(costs.run), build: costToProto(costs.build) };
     },
 

@@ -74,8 +74,8 @@ function comparable<S extends DescMessage>(schema: S, messages: readonly Message
 async function admitConversation(protocol: WireProtocol): Promise<unknown[]> {
   covered.add("Admit");
   const { client, budget } = await serve(protocol);
-  const holder = await budget.reserve(budget.needOf([{ kind: "start", name: "holder", spec: { memory: 6 * G, cpu: 1 } }]), "holder", { ttlMs: 60_000 });
-  const first = budget.admit(budget.needOf([{ kind: "start", name: "first", spec: { memory: 3 * G, cpu: 1 } }]), "first");
+  const holder = await budget.reserve(budget.needOf([{ kind: "start", name: "holder", spec: { memoryBytes: 6 * G, cpu: 1 } }]), "holder", { ttlMs: 60_000 });
+  const first = budget.admit(budget.needOf([{ kind: "start", name: "first", spec: { memoryBytes: 3 * G, cpu: 1 } }]), "first");
 
   const requests = pushable<MessageInitShape<typeof AdmitRequestSchema>>();
   requests.push({
