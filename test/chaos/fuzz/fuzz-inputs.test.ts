@@ -1,6 +1,6 @@
 import { SessionService } from "@berth/api/berth/sessions/v1/session_service_pb";
 import { describe, expect, it } from "vitest";
-import { buildRequest, type FuzzCase } from "./fuzz-inputs.js";
+import { buildRequest, type FuzzCase } from "./fuzz-messages.js";
 import { envelope } from "./fuzz-wire.js";
 
 const DELETE = SessionService.method.deleteSession;

@@ -9,7 +9,7 @@ import fc from "fast-check";
 import * as path from "node:path";
 import { HealthCheckRequestSchema, HealthCheckResponseSchema } from "@berth/api/grpc/health/v1/health_pb";
 import { toBinary, create } from "@bufbuild/protobuf";
-import { buildRequest, caseArbitrary, type BuiltRequest, type FuzzCase, type InputSettings, type TokenPools } from "./fuzz-inputs.js";
+import { buildRequest, caseArbitrary, type BuiltRequest, type FuzzCase, type InputSettings, type TokenPools } from "./fuzz-messages.js";
 import { journalChange, journalDigests, runningIds, diffTrees, snapshotTree, type FuzzTarget, type JournalDigest } from "./fuzz-target.js";
 import { CODE_NAMES, envelope, Http1Client, Http2Lane, rawSocketCall, requestBytes, type Answer } from "./fuzz-wire.js";
 import { healthCheckOnce } from "../../harness/processes.js";
