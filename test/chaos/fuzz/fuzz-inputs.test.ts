@@ -1,6 +1,7 @@
 import { SessionService } from "@berth/api/berth/sessions/v1/session_service_pb";
 import { describe, expect, it } from "vitest";
-import { buildRequest, type FuzzCase } from "./fuzz-messages.js";
+import type { FuzzCase } from "./fuzz-cases.js";
+import { buildRequest } from "./fuzz-requests.js";
 import { envelope } from "./fuzz-wire.js";
 
 const DELETE = SessionService.method.deleteSession;
