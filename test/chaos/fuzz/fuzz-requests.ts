@@ -8,7 +8,7 @@ import { gzipSync } from "node:zlib";
 import { create, toBinary, toJsonString, type DescMethod } from "@bufbuild/protobuf";
 import type { ByteMutation, Framing, FuzzCase, Transport } from "./fuzz-cases.js";
 import { PLACEHOLDER } from "./fuzz-messages.js";
-import { envelope, type WireRequest } from "./fuzz-clients.js";
+import { envelope, type WireRequest } from "./fuzz-framing.js";
 
 /** Tokens the services handed out, by kind, for the placeholders. */
 export interface TokenPools {
