@@ -8,7 +8,7 @@
 import * as http from "node:http";
 import * as http2 from "node:http2";
 import * as net from "node:net";
-import { answerOf, concat, countMessages, type Answer, type WireRequest } from "./fuzz-framing.js";
+import { answerOf, countMessages, type Answer, type WireRequest } from "./fuzz-framing.js";
 
 /**
  * One HTTP/2 connection, reopened when it fails. Each fuzzing lane owns one, so a connection that a

@@ -105,7 +105,7 @@ export function splitEnvelopes(data: Uint8Array): { envelopes: { flags: number; 
   return { envelopes, rest: data.subarray(offset) };
 }
 
-export function concat(chunks: readonly Uint8Array[]): Uint8Array {
+function concat(chunks: readonly Uint8Array[]): Uint8Array {
   return Buffer.concat(chunks.map((c) => Buffer.from(c.buffer, c.byteOffset, c.byteLength)));
 }
 
