@@ -2,7 +2,8 @@
  * BudgetService through @grpc/grpc-js (grpc-js-surface.ts): every RPC, each stream carried through
  * to its meaningful messages, each error code with its typed details, a client cancelling an Admit
  * mid-stream (its reservation must be released). The set of RPCs called is checked against the
- * generated service descriptors at the end; budget.test.ts goes deeper into the semantics.
+ * generated service descriptors at the end; budget-rpcs and budget-admit .test.ts go deeper into
+ * the semantics.
  *
  * The budget runs on the fixture machine of budget-e2e.ts (a quiet 16G box, a 4G / 4 cpu budget),
  * so no verdict depends on how busy this machine is.
