@@ -1,63 +1,33 @@
 // @module-tag python
 /**
- * Python as a real polyglot client: stubs generated from proto/ with Debian's protoc and gRPC's
- * Python plugin, and `examples/python/berth_client.py` on Debian's grpcio, against a started
+ * Python as a real polyglot client (python-e2e.ts): stubs generated from proto/ with Debian's
+ * protoc and gRPC's Python plugin, and `examples/python/berth_client.py` on Debian's grpcio, against a started
  * sessions service (with a bearer token) and a budget service (a fixture machine with a 4G budget,
  * so admission queues deterministically).
  *
  * `examples/python/e2e.py` runs the Python side and reports each step as a JSON line; this side
  * checks each report against what it sees through its own clients, and acts where the scenario
  * needs a second party: a live entry for the watcher, a second waiter for the lock, a reservation
- * that makes the Python admission queue. The watches of locks (on each store) and of the budget
- * run against services of their own with a small `--watch-buffer`, so that a Python watcher that
- * stops reading is ended WATCHER_LAGGED and resumes by itself.
+ * that makes the Python admission queue. A watch of sessions runs against a service of its own with
+ * a small `--watch-buffer`, so that a Python watcher that stops reading is ended WATCHER_LAGGED and
+ * resumes by itself. Locks (however a file is spelled, and their watches) are python-locks.test.ts's;
+ * the budget's errors and watches python-budget.test.ts's.
  */
-import { spawn } from "node:child_process";
-import { mkdirSync, readFileSync, realpathSync, symlinkSync, writeFileSync } from "node:fs";
+import { mkdirSync, readFileSync } from "node:fs";
 import * as path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { NeedItemKind } from "@berth/api/berth/budget/v1/budget_pb";
-import { HolderKind, LockHeldSchema, LockService } from "@berth/api/berth/locks/v1/lock_service_pb";
+import { HolderKind, LockService } from "@berth/api/berth/locks/v1/lock_service_pb";
 import { SessionService } from "@berth/api/berth/sessions/v1/session_service_pb";
-import { Code, type Client } from "@connectrpc/connect";
-import { CLI, G, startBudget, until, type BudgetUnderTest } from "./budget-e2e.js";
+import type { Client } from "@connectrpc/connect";
+import { G, startBudget, until, type BudgetUnderTest } from "./budget-e2e.js";
 import { discoveryCases, expectResolutions, type Resolution } from "./discovery.js";
-import {
-  connectClient,
-  makeTempDir,
-  onStore,
-  repoPath,
-  runCommand,
-  runSteps,
-  startService,
-  stopAll,
-  STORES,
-  storeTags,
-  type CommandResult,
-  type StartedService,
-  type StepRun,
-  callFailure,
-} from "./harness.js";
+import { connectClient, makeTempDir, runCommand, startService, stopAll, type CommandResult, type StartedService } from "./harness.js";
 import { DEBIAN_PYTHON } from "./harness/system-packages.js";
-
-const EXAMPLES = repoPath("examples/python");
-
-function runPython(args: readonly string[], env: Record<string, string>, cwd: string = EXAMPLES): StepRun {
-  // Only what the script needs: no BERTH_* of the developer, and no PYTHONHOME/PYTHONPATH of
-  // another interpreter (pyenv) that would break /usr/bin/python3's own modules.
-  const base: NodeJS.ProcessEnv = {};
-  for (const [name, value] of Object.entries(process.env)) {
-    if (!/^(BERTH_|BACKLOT_|PYTHON)/.test(name)) base[name] = value;
-  }
-  return runSteps(DEBIAN_PYTHON, [path.join(EXAMPLES, "e2e.py"), ...args], {
-    cwd,
-    env: { ...base, PYTHONUNBUFFERED: "1", PYTHONDONTWRITEBYTECODE: "1", ...env },
-    label: "e2e.py",
-  });
-}
+import { EXAMPLES, generateStubs, PYTHON_TOKEN, runPython, startTokenedSessions } from "./python-e2e.js";
 
 describe("Python client (grpcio 1.51 + stubs from Debian's protoc)", () => {
-  const token = "python-e2e-token";
+  const token = PYTHON_TOKEN;
   let sessions: StartedService;
   let budget: BudgetUnderTest;
   let stubs: string;
@@ -68,23 +38,11 @@ describe("Python client (grpcio 1.51 + stubs from Debian's protoc)", () => {
   let lockClient: Client<typeof LockService>;
 
   beforeAll(async () => {
-    const root = makeTempDir("berth-python-e2e-");
-    const tokenFile = path.join(root, "token");
-    writeFileSync(tokenFile, `${token}\n`, { mode: 0o600 });
+    let root: string;
+    ({ root, stubs, generated, pluginRequests } = await generateStubs());
     projectRoot = path.join(root, "project");
     mkdirSync(projectRoot);
-    stubs = path.join(root, "stubs");
-    // As a user would: the stubs are generated from proto/ for this run, never taken from git. The
-    // plugin is Debian's, through a wrapper that keeps the requests protoc hands it.
-    pluginRequests = path.join(root, "plugin-requests");
-    const plugin = path.join(root, "grpc_python_plugin");
-    writeFileSync(plugin, `#!/bin/sh\ntee -a "${pluginRequests}" | exec grpc_python_plugin "$@"\n`, { mode: 0o755 });
-    generated = await runCommand("bash", [path.join(EXAMPLES, "generate.sh"), stubs], { timeoutMs: 60_000, env: { GRPC_PYTHON_PLUGIN: plugin } });
-    [sessions, budget] = await Promise.all([
-      // Room for one waiter per lock: the Python side meets TOO_MANY_WAITERS once this side queues one.
-      startService("sessions", { args: ["--token-file", tokenFile, "--lock-max-waiters", "1"] }),
-      startBudget(),
-    ]);
+    [sessions, budget] = await Promise.all([startTokenedSessions(root), startBudget()]);
     const url = sessions.url("sessions");
     sessionClient = connectClient(SessionService, url, { protocol: "grpc", token });
     lockClient = connectClient(LockService, url, { protocol: "grpc", token, defaultTimeoutMs: 30_000 });
@@ -407,163 +365,6 @@ describe("Python client (grpcio 1.51 + stubs from Debian's protoc)", () => {
     }
   });
 
-  it("the budget from Python: each error code with its ErrorInfo reason, request ids, pages and limits", { timeout: 60_000 }, async () => {
-    expect(generated.code, generated.stderr).toBe(0);
-    const full = await startBudget({ args: ["--max-queue=0"] });
-    const python = runPython(["budget"], { BERTH_BUDGET_URL: full.url, BERTH_PYTHON_STUBS: stubs });
-    try {
-      expect(await python.step("limits")).toMatchObject({ default_ttl_s: 30, max_ttl_s: 3600, max_wait_s: 600, max_queue: 0, max_owner_length: 256 });
-      expect(await python.step("request_ids")).toMatchObject({
-        same_reservation: true,
-        same_entry: true,
-        running_count: 1,
-        start_left: 3 * G - 256 * 1024 ** 2,
-      });
-      expect(await python.step("pages")).toMatchObject({
-        running: ["py-svc"],
-        reservations: ["py holder"],
-        queue: [],
-        reservation_count: 1,
-        all_reservations: 1,
-      });
-      const errors = await python.step("budget_errors");
-      const refused = (reason: string, refusal: string | null, retry: boolean, code = "RESOURCE_EXHAUSTED") => ({
-        code,
-        reason,
-        domain: "berth.budget",
-        retry,
-        refusal,
-      });
-      expect(errors).toMatchObject({
-        impossible: refused("IMPOSSIBLE", "REFUSAL_KIND_IMPOSSIBLE", false, "FAILED_PRECONDITION"),
-        queue_full: refused("QUEUE_FULL", "REFUSAL_KIND_QUEUE_FULL", true),
-        wait_exhausted: refused("WAIT_EXHAUSTED", "REFUSAL_KIND_WAIT_EXHAUSTED", true),
-        invalid_field: { code: "INVALID_ARGUMENT", reason: "INVALID_FIELD", domain: "berth.budget", field: "ttl" },
-        bad_request_id: { code: "INVALID_ARGUMENT", reason: "INVALID_FIELD", field: "request_id" },
-        request_id_reused: { code: "ALREADY_EXISTS", reason: "IDEMPOTENCY_KEY_REUSED", domain: "berth.budget" },
-        reservation_not_found: { code: "NOT_FOUND", reason: "RESERVATION_NOT_FOUND", domain: "berth.budget", retry: false },
-        release_build_gone: { code: "NOT_FOUND", reason: "RESERVATION_NOT_FOUND" },
-        out_of_turn: { code: "INVALID_ARGUMENT", reason: "OUT_OF_TURN", domain: "berth.budget" },
-      });
-      await python.step("done");
-      expect(await python.exited, python.output()).toEqual({ code: 0, signal: null });
-      // Nothing left behind.
-      const state = await full.client.getState({});
-      expect([state.reservationCount, state.runningCount, state.queueSize]).toEqual([0, 0, 0]);
-    } catch (error) {
-      throw new Error(`${error instanceof Error ? error.message : String(error)}\n${python.output()}`, { cause: error });
-    } finally {
-      await full.service.stop();
-    }
-  });
-
-  it("one file is one lock from Python, the CLI and a Connect client, however each spells it", { timeout: 90_000 }, async () => {
-    expect(generated.code, generated.stderr).toBe(0);
-    // proj/src/x/ (for a '..' spelling), a directory beside it, and a symlink to the project.
-    const root = realpathSync(makeTempDir("berth-python-spellings-"));
-    const project = path.join(root, "proj");
-    mkdirSync(path.join(project, "src", "x"), { recursive: true });
-    const elsewhere = path.join(root, "elsewhere");
-    mkdirSync(elsewhere);
-    const link = path.join(root, "link");
-    symlinkSync(project, link);
-    const canonical = path.join(project, "src", "app.css");
-    const url = sessions.url("sessions");
-    // A Connect client speaking JSON, spelling the file through the symlinked directory.
-    const connect = connectClient(LockService, url, { protocol: "connect", useBinaryFormat: false, token, defaultTimeoutMs: 30_000 });
-    const connectSessions = connectClient(SessionService, url, { protocol: "connect", useBinaryFormat: false, token });
-    const viaLink = `${link}/src/app.css`;
-    const cliEnv = { BERTH_SESSIONS_URL: url, BERTH_TOKEN: token, BERTH_TOKEN_FILE: undefined };
-    /** `berth lock hold src/app.css --max-wait 0 -- true` from the project: its exit code and last progress event. */
-    const cliTry = async () => {
-      const run = await runCommand(process.execPath, [CLI, "lock", "hold", "src/app.css", "--max-wait", "0", "--owner", "cli-try", "--", "true"], {
-        cwd: project,
-        env: cliEnv,
-        timeoutMs: 30_000,
-      });
-      return { code: run.code, last: JSON.parse(run.stderr.trim().split("\n").at(-1)!) as Record<string, unknown> };
-    };
-
-    // Python runs beside the project and spells the file with a '..' past a real directory.
-    const python = runPython(
-      ["spellings"],
-      { BERTH_SESSIONS_URL: url, BERTH_TOKEN: token, BERTH_PYTHON_STUBS: stubs, BERTH_E2E_LOCK_FILE: "../proj/src/x/../app.css" },
-      elsewhere,
-    );
-    try {
-      expect(await python.step("spellings_ready")).toMatchObject({ cwd: elsewhere, sent: `${elsewhere}/../proj/src/x/../app.css` });
-
-      // 1. The CLI holds it, run in the project with `src/app.css`: Python and Connect are refused.
-      const holder = spawn(process.execPath, [CLI, "lock", "hold", "src/app.css", "--owner", "cli", "--", "sh", "-c", 'echo "held $BERTH_LOCK_FILE"; read _'], {
-        cwd: project,
-        env: { ...process.env, ...cliEnv, BERTH_TOKEN_FILE: "" },
-        stdio: ["pipe", "pipe", "pipe"],
-      });
-      const holderExit = new Promise<number | null>((resolve) => holder.once("exit", resolve));
-      const held = await new Promise<string>((resolve, reject) => {
-        let out = "";
-        holder.stdout.setEncoding("utf8").on("data", (chunk: string) => {
-          out += chunk;
-          if (out.includes("\n")) resolve(out.trim());
-        });
-        void holderExit.then((code) => reject(new Error(`berth lock hold exited (${code}) before holding`)));
-      });
-      expect(held).toBe(`held ${canonical}`);
-      python.go("try cli");
-      expect(await python.step("tried cli")).toEqual({ step: "tried cli", acquired: false, code: "RESOURCE_EXHAUSTED", file: canonical, holder: "cli" });
-      const refusedByCli = await callFailure(connect.acquire({ file: viaLink, owner: "connect-try", maxWait: { seconds: 0n } }));
-      expect(refusedByCli.code).toBe(Code.ResourceExhausted);
-      expect(refusedByCli.findDetails(LockHeldSchema)[0]).toMatchObject({ file: canonical, owner: "cli" });
-      holder.stdin.end("\n");
-      expect(await holderExit).toBe(0);
-
-      // 2. Python holds it: the CLI and Connect are refused; a fence spelled through the symlink
-      //    and '..' with Python's token matches its lock.
-      python.go("hold");
-      const pythonHeld = await python.step("held");
-      expect(pythonHeld.file).toBe(canonical);
-      expect(await cliTry()).toMatchObject({ code: 75, last: { event: "timeout", file: canonical, holder: { owner: "python" } } });
-      const refusedByPython = await callFailure(connect.acquire({ file: viaLink, owner: "connect-try", maxWait: { seconds: 0n } }));
-      expect(refusedByPython.findDetails(LockHeldSchema)[0]).toMatchObject({ file: canonical, owner: "python" });
-      const fence = { file: `${link}/src/x/../app.css`, fencingToken: BigInt(pythonHeld.fencing_token as number) };
-      const fenced = await connectSessions.appendEvent({
-        sessionId: "py-spellings",
-        event: { kind: { case: "agentPhase", value: { phase: "fenced" } } },
-        fence,
-      });
-      expect(fenced.seq).toBe(1n);
-      python.go("release");
-      await python.step("released");
-
-      // 3. Connect holds it through the symlink (waiting for Python's stream end to reach the
-      //    service): Python and the CLI are refused.
-      const { lease } = await connect.acquire({ file: viaLink, owner: "connect", maxWait: { seconds: 10n } });
-      expect(lease!.file).toBe(canonical);
-      python.go("try connect");
-      expect(await python.step("tried connect")).toEqual({
-        step: "tried connect",
-        acquired: false,
-        code: "RESOURCE_EXHAUSTED",
-        file: canonical,
-        holder: "connect",
-      });
-      expect(await cliTry()).toMatchObject({ code: 75, last: { event: "timeout", file: canonical, holder: { owner: "connect" } } });
-      await connect.release({ leaseToken: lease!.leaseToken });
-      python.go("try free");
-      expect(await python.step("tried free")).toEqual({ step: "tried free", acquired: true, file: canonical });
-
-      // A relative path over Connect JSON is refused, naming the field and what to send.
-      const relative = await callFailure(connect.acquire({ file: "src/app.css", owner: "connect" }));
-      expect(relative.code).toBe(Code.InvalidArgument);
-      expect(relative.rawMessage).toBe('file: must be an absolute path; resolve it against your working directory before sending, got "src/app.css"');
-      python.go("done");
-      await python.step("done");
-      expect(await python.exited, python.output()).toEqual({ code: 0, signal: null });
-    } catch (error) {
-      throw new Error(`${error instanceof Error ? error.message : String(error)}\n${python.output()}`, { cause: error });
-    }
-  });
-
   it("resumes a watch the service ended for falling behind (WatcherLagged), missing no entry; a watch of every session describes only what moved", {
     timeout: 90_000,
   }, async () => {
@@ -588,100 +389,5 @@ describe("Python client (grpcio 1.51 + stubs from Debian's protoc)", () => {
       throw new Error(`${error instanceof Error ? error.message : String(error)}\n${python.output()}`, { cause: error });
     }
     await slow.stop();
-  });
-
-  for (const store of STORES) {
-    describe(`watches of locks from Python (${store} store)`, storeTags(store), () => {
-      it("sees one file's grants, waiter and releases, every file's, progress and a replay from a revision; resumes a lag without a gap", {
-        timeout: 120_000,
-      }, async () => {
-        expect(generated.code, generated.stderr).toBe(0);
-        // --watch-buffer 64: 200 changes unread end a watcher (with what the narrow window holds in
-        // flight), and the file store's history of four times the buffer still replays every
-        // change after the revision the lag names.
-        const service = await startService("sessions", await onStore(store, { args: ["--watch-buffer", "64"] }));
-        const lockDir = realpathSync(makeTempDir("berth-python-lock-watch-"));
-        const python = runPython(["lock_watch"], { BERTH_SESSIONS_URL: service.url("sessions"), BERTH_PYTHON_STUBS: stubs, BERTH_E2E_LOCK_DIR: lockDir });
-        try {
-          const watched = await python.step("lock_watch");
-          const [holderToken, waiterToken] = watched.tokens as number[];
-          const at = watched.start_revision as number;
-          // The watch of every file described the lock held before it started, at its start revision.
-          expect(watched.described).toEqual([["CURRENT_HOLDER", "py-held", "held.css", 0, expect.any(Number), at]]);
-          // The watch of one file, without include_current, still said where it started.
-          expect(watched).toMatchObject({ opened_revision: at, opened_reset: false, every_same: true, replayed_same: true });
-          const events = watched.events as Array<[string, string, string, number, number, number]>;
-          expect(events.map((event) => event.slice(0, 5))).toEqual([
-            ["GRANTED", "py-holder", "watched.css", 0, holderToken],
-            ["WAITER_JOINED", "py-waiter", "watched.css", 1, 0],
-            ["RELEASED", "py-holder", "watched.css", 0, holderToken],
-            ["GRANTED", "py-waiter", "watched.css", 0, waiterToken],
-            ["RELEASED", "py-waiter", "watched.css", 0, waiterToken],
-          ]);
-          // Revisions grow after the start; a release and the grant it hands on may share one (etcd).
-          const revisions = events.map((event) => event[5]);
-          expect(revisions[0]).toBeGreaterThan(at);
-          for (let i = 1; i < revisions.length; i++) expect(revisions[i]).toBeGreaterThanOrEqual(revisions[i - 1]!);
-          expect(revisions.at(-1)).toBeGreaterThan(revisions[0]!);
-          expect(watched.progress_revision).toBeGreaterThanOrEqual(revisions.at(-1)!);
-          expect(watched.watch_revision).toBe(watched.progress_revision);
-
-          // 200 changes unread: the service ended the watcher once, and it resumed by itself from the
-          // revision named, which both stores still replay (etcd its own history, the file store
-          // its four buffers' worth): each change comes once, in order, no reset.
-          const lag = await python.step("lock_lag", 60_000);
-          expect(lag).toMatchObject({ resumes: 1, in_order: true, revisions_growing: true, reset: false, complete: true, received: 200, view_held: [] });
-          await python.step("done");
-          expect(await python.exited, python.output()).toEqual({ code: 0, signal: null });
-        } catch (error) {
-          throw new Error(`${error instanceof Error ? error.message : String(error)}\n${python.output()}`, { cause: error });
-        } finally {
-          await service.stop();
-        }
-      });
-    });
-  }
-
-  it("watches the budget from Python through a queued admission, with progress, a replay and WatchMachine; resumes a lag without a gap", {
-    timeout: 90_000,
-  }, async () => {
-    expect(generated.code, generated.stderr).toBe(0);
-    const watched = await startBudget({ args: ["--watch-buffer", "4"] });
-    const python = runPython(["budget_watch"], { BERTH_BUDGET_URL: watched.url, BERTH_PYTHON_STUBS: stubs });
-    try {
-      const step = await python.step("budget_watch");
-      const at = step.start_revision as number;
-      expect(step.described).toEqual([["POLICY_CHANGED", "", at]]);
-      // Queued behind a 3G reservation (the budget is 4G), admitted once it is released: one revision per change.
-      expect(step.events).toEqual([
-        ["RESERVATION_MADE", "py-blocker", at + 1],
-        ["REQUEST_QUEUED", "py-admit", at + 2],
-        ["RESERVATION_RELEASED", "py-blocker", at + 3],
-        ["RESERVATION_MADE", "py-admit", at + 4],
-        ["REQUEST_ADMITTED", "py-admit", at + 5],
-        ["RESERVATION_RELEASED", "py-admit", at + 6],
-      ]);
-      expect(step).toMatchObject({
-        replayed_same: true,
-        replay_caught_up: ["caught_up", at + 6, false],
-        progress_revision: at + 6,
-        watch_revision: at + 6,
-        machine_memory: 16 * G,
-      });
-      // Two samples in a row; resumed after the first, the next is the second, not a reset.
-      const [first, second, resumed, reset, machineRevision] = step.machine as [number, number, number, boolean, number];
-      expect([second, resumed, reset, machineRevision]).toEqual([first + 1, first + 1, false, first + 1]);
-
-      // 300 changes unread with --watch-buffer 4: ended once, resumed from the revision named, and
-      // the service's history (10,000 changes) replays every one it missed.
-      const lag = await python.step("budget_lag", 60_000);
-      expect(lag).toEqual({ step: "budget_lag", resumes: 1, reset: false, received: 300, exact: true, revisions_consecutive: true });
-      await python.step("done");
-      expect(await python.exited, python.output()).toEqual({ code: 0, signal: null });
-    } catch (error) {
-      throw new Error(`${error instanceof Error ? error.message : String(error)}\n${python.output()}`, { cause: error });
-    } finally {
-      await watched.service.stop();
-    }
   });
 });

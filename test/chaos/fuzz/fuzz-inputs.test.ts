@@ -1,7 +1,8 @@
 import { SessionService } from "@berth/api/berth/sessions/v1/session_service_pb";
 import { describe, expect, it } from "vitest";
-import { buildRequest, type FuzzCase } from "./fuzz-inputs.js";
-import { envelope } from "./fuzz-wire.js";
+import type { FuzzCase } from "./fuzz-cases.js";
+import { buildRequest } from "./fuzz-requests.js";
+import { envelope } from "./fuzz-framing.js";
 
 const DELETE = SessionService.method.deleteSession;
 const JSON_TEXT = '{"sessionId":"fz-2"}';

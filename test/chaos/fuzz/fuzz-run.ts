@@ -9,9 +9,12 @@ import fc from "fast-check";
 import * as path from "node:path";
 import { HealthCheckRequestSchema, HealthCheckResponseSchema } from "@berth/api/grpc/health/v1/health_pb";
 import { toBinary, create } from "@bufbuild/protobuf";
-import { buildRequest, caseArbitrary, type BuiltRequest, type FuzzCase, type InputSettings, type TokenPools } from "./fuzz-inputs.js";
+import { caseArbitrary, type FuzzCase } from "./fuzz-cases.js";
+import type { InputSettings } from "./fuzz-messages.js";
+import { buildRequest, type BuiltRequest, type TokenPools } from "./fuzz-requests.js";
 import { journalChange, journalDigests, runningIds, diffTrees, snapshotTree, type FuzzTarget, type JournalDigest } from "./fuzz-target.js";
-import { CODE_NAMES, envelope, Http1Client, Http2Lane, rawSocketCall, requestBytes, type Answer } from "./fuzz-wire.js";
+import { Http1Client, Http2Lane, rawSocketCall } from "./fuzz-clients.js";
+import { CODE_NAMES, envelope, requestBytes, type Answer } from "./fuzz-framing.js";
 import { healthCheckOnce } from "../../harness/processes.js";
 
 /** A broken promise, with what it takes to send the same request again. */

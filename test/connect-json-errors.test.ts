@@ -1,387 +1,43 @@
 /**
- * The Connect protocol with JSON over HTTP/1.1, spoken by the real `curl`: every
- * unary RPC of SessionService, LockService and BudgetService answers a representative request in
- * proto3 JSON (the set of RPCs called is checked against the generated descriptors, so a unary
- * RPC added later without a call here fails this file); errors come back as Connect's error JSON,
- * `{"code", "message", "details": [{"type", "value", "debug"}]}`, with the HTTP status Connect maps
- * the code to, and a `google.rpc.ErrorInfo` naming the case (every SessionService refusal, unary
- * or at the end of a server stream posted as Connect's enveloped JSON); and the protocol's own
- * refusals (an unknown method, a body that is not JSON or not the message, a streaming RPC posted
- * as unary, another content type) are answered, not hung.
+ * Errors over the Connect protocol with JSON over HTTP/1.1, spoken by the real `curl`
+ * (connect-json.ts): they come back as Connect's error JSON, `{"code", "message", "details":
+ * [{"type", "value", "debug"}]}`, with the HTTP status Connect maps the code to, and a
+ * `google.rpc.ErrorInfo` naming the case (every SessionService refusal, unary or at the end of a
+ * server stream posted as Connect's enveloped JSON); and the protocol's own refusals (an unknown
+ * method, a body that is not JSON or not the message, a streaming RPC posted as unary, another
+ * content type) are answered, not hung. What succeeds is connect-json-unary.test.ts's.
  *
  * The budget runs on the fixture machine of budget-e2e.ts, so no verdict depends on this machine.
  */
-import { mkdirSync } from "node:fs";
 import * as path from "node:path";
-import { fromBinary, toJson, type DescMessage } from "@bufbuild/protobuf";
-import { StructSchema } from "@bufbuild/protobuf/wkt";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { RefusalKind, RefusalSchema } from "@berth/api/berth/budget/v1/budget_pb";
 import { BudgetService } from "@berth/api/berth/budget/v1/budget_service_pb";
 import { HolderKind, LockHeldSchema, LockService } from "@berth/api/berth/locks/v1/lock_service_pb";
 import { FenceRejectedSchema, IdempotencyKeyReusedSchema, SeqConflictSchema, SessionService } from "@berth/api/berth/sessions/v1/session_service_pb";
-import { MethodOptions_IdempotencyLevel } from "@bufbuild/protobuf/wkt";
 import { ErrorInfoSchema, RetryInfoSchema } from "@berth/api/google/rpc/error_details_pb";
-import { G, startBudget, type BudgetUnderTest } from "./budget-e2e.js";
-import { closeClient, connectClient, curl, curlJson, makeTempDir, startService, stopAll, type CurlJsonResponse, type CurlResponse } from "./harness.js";
+import { startBudget, type BudgetUnderTest } from "./budget-e2e.js";
+import {
+  connectError,
+  curlServerStream,
+  detail,
+  expectInvalidArgument,
+  refusalOf,
+  startConnectJsonServices,
+  startItem,
+  streamRefusal,
+  type Json,
+} from "./connect-json.js";
+import { closeClient, connectClient, curl, curlJson, startService, stopAll, type CurlJsonResponse } from "./harness.js";
 
 afterAll(stopAll);
-
-type Json = Record<string, unknown>;
-
-const SERVICES = [SessionService, LockService, BudgetService];
-const called = new Set<string>();
 
 let sessionsUrl: string;
 let projectRoot: string;
 let budget: BudgetUnderTest;
 
 beforeAll(async () => {
-  projectRoot = path.join(makeTempDir("berth-connect-json-"), "project");
-  mkdirSync(projectRoot, { recursive: true });
-  const [sessions, started] = await Promise.all([startService("sessions"), startBudget()]);
-  sessionsUrl = sessions.url("sessions");
-  budget = started;
-});
-
-/** POSTs `body` as JSON to `/<service>/<method>` with curl, noting the RPC as called. */
-async function call(url: string, service: { typeName: string }, method: string, body: unknown): Promise<CurlJsonResponse> {
-  called.add(`${service.typeName}/${method}`);
-  return curlJson(url, `/${service.typeName}/${method}`, body);
-}
-
-/** A successful unary answer: 200, JSON, the message as an object. */
-async function ok(url: string, service: { typeName: string }, method: string, body: unknown): Promise<Json> {
-  const response = await call(url, service, method, body);
-  expect(response.status, `${method}: ${response.body}`).toBe(200);
-  expect(response.headers["content-type"]).toMatch(/^application\/json/);
-  expect(typeof response.json).toBe("object");
-  return response.json as Json;
-}
-
-/** One entry of a Connect error's `details`. */
-interface ErrorDetail {
-  type: string;
-  value: string;
-  debug?: unknown;
-}
-
-/** Connect's error JSON, checked for its shape: a code, a message, and details (when any) that decode. */
-function connectError(response: CurlJsonResponse): { code: string; message: string; details: ErrorDetail[] } {
-  expect(response.headers["content-type"]).toMatch(/^application\/json/);
-  const json = response.json as { code?: unknown; message?: unknown; details?: unknown };
-  expect(typeof json.code, response.body).toBe("string");
-  expect(typeof json.message).toBe("string");
-  expect(
-    Object.keys(json).every((key) => ["code", "message", "details"].includes(key)),
-    `unexpected keys in ${response.body}`,
-  ).toBe(true);
-  const details = (json.details ?? []) as ErrorDetail[];
-  expect(Array.isArray(details)).toBe(true);
-  for (const detail of details) {
-    expect(typeof detail.type).toBe("string");
-    // base64 (padding optional, as Connect allows).
-    expect(detail.value).toMatch(/^[A-Za-z0-9+/_-]*={0,2}$/);
-  }
-  return { code: json.code as string, message: json.message as string, details };
-}
-
-/** The detail of `type` decoded from its base64 `value` (not from `debug`, which clients may not get). */
-function detail<S extends DescMessage>(details: ErrorDetail[], schema: S) {
-  const found = details.find((d) => d.type === schema.typeName);
-  if (found === undefined) throw new Error(`no ${schema.typeName} detail in ${JSON.stringify(details.map((d) => d.type))}`);
-  return fromBinary(schema, Buffer.from(found.value, "base64"));
-}
-
-/** A unary refusal's HTTP status, code and ErrorInfo reason (the ErrorInfo decoded from its base64 value, its domain checked). */
-function refusalOf(response: CurlJsonResponse, domain = "berth.sessions"): [number, string, string] {
-  const error = connectError(response);
-  const info = detail(error.details, ErrorInfoSchema);
-  expect(info.domain).toBe(domain);
-  return [response.status, error.code, info.reason];
-}
-
-/**
- * A server-streaming call as Connect's streaming JSON over HTTP/1.1 with curl: the request in one
- * envelope (flags, 4-byte length, JSON), the answer as its envelopes (the last one, flagged
- * end-stream, holds `error` when the stream failed). Requests are kept under 128 bytes, so their
- * length prefix is plain ASCII on the way in.
- */
-async function curlServerStream(url: string, service: { typeName: string }, method: string, body: unknown): Promise<{ messages: Json[]; end: Json }> {
-  const json = JSON.stringify(body);
-  expect(json.length).toBeLessThan(128);
-  const response = await curl(url, `/${service.typeName}/${method}`, {
-    method: "POST",
-    headers: { "content-type": "application/connect+json" },
-    body: `\u0000\u0000\u0000\u0000${String.fromCharCode(json.length)}${json}`,
-  });
-  expect(response.status, response.body).toBe(200);
-  expect(response.headers["content-type"]).toMatch(/^application\/connect\+json/);
-  return streamFrames(response);
-}
-
-/**
- * The envelopes of a streamed answer. curl's output arrives as text: each 5-byte prefix stays 5
- * characters (a byte that is not UTF-8 becomes one U+FFFD), and each message is one JSON object,
- * whose end is found by matching its braces outside strings.
- */
-function streamFrames(response: CurlResponse): { messages: Json[]; end: Json } {
-  const text = response.body;
-  const messages: Json[] = [];
-  let at = 0;
-  while (at < text.length) {
-    const flags = text.charCodeAt(at);
-    const start = at + 5;
-    let depth = 0;
-    let inString = false;
-    let stop = start;
-    for (; stop < text.length; stop++) {
-      const c = text[stop];
-      if (inString) {
-        if (c === "\\") stop++;
-        else if (c === '"') inString = false;
-      } else if (c === '"') inString = true;
-      else if (c === "{") depth++;
-      else if (c === "}" && --depth === 0) break;
-    }
-    const message = JSON.parse(text.slice(start, stop + 1)) as Json;
-    if ((flags & 0x02) !== 0) return { messages, end: message };
-    messages.push(message);
-    at = stop + 1;
-  }
-  throw new Error(`no end-stream message in ${JSON.stringify(text)}`);
-}
-
-/** The code and ErrorInfo reason a streamed answer ended with. */
-function streamRefusal(end: Json): [string, string] {
-  const error = end["error"] as { code: string; details?: ErrorDetail[] };
-  const info = detail(error.details ?? [], ErrorInfoSchema);
-  expect(info.domain).toBe("berth.sessions");
-  return [error.code, info.reason];
-}
-
-/** A refusal of a malformed request: HTTP 400, `invalid_argument`, the message naming the field, `{field, rule}` as a Struct detail. */
-async function expectInvalidArgument(url: string, service: { typeName: string }, method: string, body: unknown, field: string): Promise<string> {
-  const response = await curlJson(url, `/${service.typeName}/${method}`, body);
-  expect(response.status, `${method}: ${response.body}`).toBe(400);
-  const error = connectError(response);
-  expect(error.code).toBe("invalid_argument");
-  expect(error.message.startsWith(`${field}: `), `${method}: "${error.message}" should start with "${field}: "`).toBe(true);
-  const struct = toJson(StructSchema, detail(error.details, StructSchema)) as Json;
-  expect(struct["field"]).toBe(field);
-  expect(error.message).toBe(`${field}: ${String(struct["rule"])}`);
-  return error.message;
-}
-
-const startItem = (name: string, memoryGb: number) => ({ kind: "NEED_ITEM_KIND_START", name, cost: { memoryBytes: String(memoryGb * G), cpu: 1 } });
-
-describe("every unary RPC answers JSON over HTTP/1.1 (curl)", () => {
-  it("SessionService: AppendEvent, AppendEvents, GetSnapshot, ListSessions (paged), FlushSnapshot, DeleteSession, GetLimits", async () => {
-    const S = SessionService;
-    const id = "json-tour";
-
-    const appended = await ok(sessionsUrl, S, "AppendEvent", {
-      sessionId: id,
-      expectedState: "EXPECTED_STATE_NO_SESSION",
-      idempotencyKey: "first",
-      event: { generate: { pageUrl: "http://localhost:3000/", count: 2 } },
-    });
-    // int64 as a JSON string, the snapshot in the journal's own key names.
-    expect(appended).toMatchObject({ seq: "1", snapshot: { id, phase: "generate_requested", pageUrl: "http://localhost:3000/", expectedVariants: 2 } });
-    // proto3 JSON takes the field's proto name as well as its JSON name.
-    const retried = await ok(sessionsUrl, S, "AppendEvent", {
-      session_id: id,
-      idempotency_key: "first",
-      event: { generate: { page_url: "http://localhost:3000/", count: 2 } },
-    });
-    expect(retried).toMatchObject({ seq: "1", duplicate: true });
-
-    const batch = await ok(sessionsUrl, S, "AppendEvents", {
-      sessionId: id,
-      expectedSeq: "1",
-      events: [{ agentPhase: { phase: "planning" } }, { variantsReady: { sourceFile: "src/App.tsx", extra: { note: "from curl" } } }],
-    });
-    expect(batch).toMatchObject({ firstSeq: "2", lastSeq: "3", snapshot: { phase: "variants_ready", sourceFile: "src/App.tsx" } });
-
-    const snapshot = await ok(sessionsUrl, S, "GetSnapshot", { sessionId: id });
-    expect(snapshot).toMatchObject({ lastSeq: "3", snapshot: { id, phase: "variants_ready" } });
-    expect(Date.parse(String((snapshot["snapshot"] as Json)["updatedAt"]))).toBeGreaterThan(0);
-    await ok(sessionsUrl, S, "AppendEvent", { sessionId: `${id}-2`, event: { steer: {} } });
-    const listed = await ok(sessionsUrl, S, "ListSessions", {});
-    expect((listed["sessions"] as Json[]).map((s) => s["id"])).toEqual(expect.arrayContaining([id, `${id}-2`]));
-    expect(listed).not.toHaveProperty("nextPageToken");
-    const first = await ok(sessionsUrl, S, "ListSessions", { pageSize: 1 });
-    expect(first["nextPageToken"]).toMatch(/^[A-Za-z0-9_-]+$/);
-    const rest = await ok(sessionsUrl, S, "ListSessions", { pageSize: 1000, pageToken: first["nextPageToken"] });
-    expect([...(first["sessions"] as Json[]), ...(rest["sessions"] as Json[])].map((s) => s["id"])).toEqual((listed["sessions"] as Json[]).map((s) => s["id"]));
-    expect(await ok(sessionsUrl, S, "FlushSnapshot", { sessionId: id })).toMatchObject({ lastSeq: "3", snapshot: { phase: "variants_ready" } });
-    expect(await ok(sessionsUrl, S, "GetLimits", {})).toMatchObject({
-      maxEventBytes: String(1024 * 1024),
-      maxEventsPerAppend: 10000,
-      watchBuffer: 1000,
-      maxPageSize: 1000,
-      maxIdempotencyKeyLength: 128,
-    });
-    expect(await ok(sessionsUrl, S, "DeleteSession", { sessionId: `${id}-2`, expectedSeq: "1" })).toEqual({ lastSeq: "1" });
-  });
-
-  it("LockService: Acquire (with a request_id), KeepAlive, GetLimits, Inspect, CheckToken, Release", async () => {
-    const L = LockService;
-    const file = path.join(projectRoot, "src/json.ts");
-    const { lease } = (await ok(sessionsUrl, L, "Acquire", { file, owner: "curl", ttl: "20s", requestId: "curl-1" })) as { lease: Json };
-    expect(lease).toMatchObject({ file, owner: "curl", fencingToken: "1", ttl: "20s" });
-    const expires = Date.parse(String(lease["expireTime"]));
-    expect(expires).toBeGreaterThan(Date.parse(String(lease["acquireTime"])));
-    // A retried Acquire (its answer lost) answers the same lease, in the proto's field names too.
-    expect(await ok(sessionsUrl, L, "Acquire", { file, owner: "curl", ttl: "20s", max_wait: "0s", request_id: "curl-1" })).toEqual({ lease });
-
-    // Renewing a lease needs no HTTP/2: unary KeepAlive, one answer per token in order.
-    const renewed = (await ok(sessionsUrl, L, "KeepAlive", { leaseTokens: [lease["leaseToken"], "gone"] })) as { renewals: Json[] };
-    expect(renewed.renewals).toEqual([{ leaseToken: lease["leaseToken"], alive: true, expireTime: expect.any(String) }, { leaseToken: "gone" }]);
-    expect(Date.parse(String(renewed.renewals[0]!["expireTime"]))).toBeGreaterThanOrEqual(expires);
-
-    expect(await ok(sessionsUrl, L, "GetLimits", {})).toEqual({
-      defaultTtl: "30s",
-      maxTtl: "3600s",
-      maxWait: "600s",
-      heartbeatInterval: "5s",
-      maxWaitersPerFile: 10000,
-      maxOwnerLength: 256,
-      idempotencyWindow: "3600s",
-      watchHistory: 4000,
-    });
-    const inspected = await ok(sessionsUrl, L, "Inspect", { file });
-    // Enums by name.
-    expect(inspected).toMatchObject({ file, lastFencingToken: "1", holder: { owner: "curl", kind: "HOLDER_KIND_LEASE", fencingToken: "1" } });
-    expect(await ok(sessionsUrl, L, "CheckToken", { file, fencingToken: "1" })).toEqual({ current: true, currentToken: "1", file });
-    expect(await ok(sessionsUrl, L, "Release", { leaseToken: lease["leaseToken"] })).toEqual({ released: true });
-    expect(await ok(sessionsUrl, L, "CheckToken", { file, fencingToken: "1" })).toEqual({ file });
-    expect(await ok(sessionsUrl, L, "KeepAlive", { leaseTokens: [lease["leaseToken"]] })).toEqual({ renewals: [{ leaseToken: lease["leaseToken"] }] });
-  });
-
-  it("BudgetService: Check, Costs, GetMachine, GetLimits, Reserve (and its repeat), KeepAlive, ReleaseBuild, RegisterRunning, GetState, the List RPCs, StopRunning, Release", async () => {
-    const B = BudgetService;
-    const url = budget.url;
-    const check = await ok(url, B, "Check", { need: { items: [startItem("web", 1)] } });
-    expect(check).toMatchObject({ verdict: { fits: true, policy: { memoryBytes: String(4 * G), cpu: 4 } } });
-
-    expect(await ok(url, B, "Costs", { spec: { memory: "1G", cpu: 2, build: { memory: "2G" } } })).toMatchObject({
-      run: { memoryBytes: String(G), cpu: 2, declared: true },
-      build: { memoryBytes: String(2 * G) },
-    });
-    expect(await ok(url, B, "GetMachine", {})).toMatchObject({ machine: { totalBytes: String(16 * G), source: "SAMPLE_SOURCE_HOST" } });
-    expect(await ok(url, B, "GetLimits", {})).toEqual({
-      defaultTtl: "30s",
-      maxTtl: "3600s",
-      maxWait: "600s",
-      heartbeatInterval: "5s",
-      maxQueue: 1000,
-      maxOwnerLength: 256,
-      idempotencyWindow: "3600s",
-      admitResumeGrace: "15s",
-    });
-
-    const asked = {
-      owner: "curl",
-      need: { items: [startItem("api", 1), { kind: "NEED_ITEM_KIND_BUILD", name: "api", spec: { build: { memory: "1G" } } }] },
-      ttl: "60s",
-      requestId: "curl-tour-1",
-    };
-    const { reservation } = (await ok(url, B, "Reserve", asked)) as { reservation: Json };
-    const id = String(reservation["id"]);
-    expect(reservation).toMatchObject({ owner: "curl", start: { memoryBytes: String(G) }, build: { memoryBytes: String(G) } });
-    expect(Date.parse(String(reservation["expireTime"]))).toBeGreaterThan(Date.now());
-    // A retry with the same request id answers the same reservation.
-    expect(((await ok(url, B, "Reserve", asked)) as { reservation: Json }).reservation["id"]).toBe(id);
-
-    const renewed = (await ok(url, B, "KeepAlive", { ids: [id] })) as { renewals: Json[] };
-    expect(renewed.renewals).toMatchObject([{ id, alive: true }]);
-    expect(await ok(url, B, "ReleaseBuild", { reservationId: id })).toMatchObject({ reservation: { id, start: { memoryBytes: String(G) } } });
-
-    const registered = (await ok(url, B, "RegisterRunning", {
-      name: "api",
-      reservationId: id,
-      pid: process.pid,
-      cost: { memoryBytes: String(G), cpu: 1 },
-    })) as { running: Json };
-    expect(registered.running).toMatchObject({ name: "api", pid: process.pid, reservationId: id });
-    const state = await ok(url, B, "GetState", { pageSize: 1 });
-    expect(state).toMatchObject({
-      running: [{ name: "api" }],
-      reservations: [{ id }],
-      policy: { queueMode: "QUEUE_MODE_FIFO" },
-      reservationCount: 1,
-      runningCount: 1,
-    });
-    expect(state).not.toHaveProperty("reservationsNextPageToken");
-    expect(await ok(url, B, "ListReservations", { pageSize: 10 })).toMatchObject({ reservations: [{ id, owner: "curl" }] });
-    expect(await ok(url, B, "ListRunning", {})).toMatchObject({ running: [{ name: "api", reservationId: id }] });
-    expect(await ok(url, B, "ListQueue", {})).toEqual({});
-    expect(await ok(url, B, "StopRunning", { id: registered.running["id"] })).toEqual({ stopped: true });
-    expect(await ok(url, B, "Release", { reservationId: id })).toEqual({ released: true });
-    expect(await ok(url, B, "GetState", {})).not.toHaveProperty("reservations");
-    // This budget is on the file store: the fleet view is etcd's (budget-fleet.test.ts calls it there).
-    expect(refusalOf(await call(url, B, "GetFleet", {}), "berth.budget")).toEqual([400, "failed_precondition", "FLEET_NEEDS_ETCD"]);
-  });
-
-  it("covered every unary RPC of the three services (checked against the generated descriptors)", () => {
-    const unary = SERVICES.flatMap((service) => service.methods.filter((m) => m.methodKind === "unary").map((m) => `${service.typeName}/${m.name}`));
-    expect([...called].sort()).toEqual(unary.sort());
-  });
-});
-
-describe("reads over Connect GET (NO_SIDE_EFFECTS)", () => {
-  /** The unary reads: every unary RPC that only looks (they are the ones a cache or a browser may GET). */
-  const READS = new Set([
-    "berth.sessions.v1.SessionService/GetSnapshot",
-    "berth.sessions.v1.SessionService/ListSessions",
-    "berth.sessions.v1.SessionService/GetLimits",
-    "berth.locks.v1.LockService/Inspect",
-    "berth.locks.v1.LockService/CheckToken",
-    "berth.locks.v1.LockService/GetLimits",
-    ...["Check", "GetState", "ListQueue", "ListReservations", "ListRunning", "GetMachine", "Costs", "GetLimits", "GetFleet"].map(
-      (name) => `berth.budget.v1.BudgetService/${name}`,
-    ),
-  ]);
-
-  /** GETs `/<service>/<method>?connect=v1&encoding=json&message=…`, as connect-web does with `useHttpGet`. */
-  function get(url: string, route: string, message: unknown): Promise<CurlResponse> {
-    const query = new URLSearchParams({ connect: "v1", encoding: "json", message: JSON.stringify(message) });
-    return curl(url, `/${route}?${query}`, { method: "GET" });
-  }
-
-  it("exactly the reads are marked NO_SIDE_EFFECTS, and no unary write is", () => {
-    const marked = SERVICES.flatMap((service) =>
-      service.methods.filter((m) => m.idempotency === MethodOptions_IdempotencyLevel.NO_SIDE_EFFECTS).map((m) => `${service.typeName}/${m.name}`),
-    );
-    expect(marked.sort()).toEqual([...READS].sort());
-  });
-
-  it("every read answers a GET as it answers a POST, with a cacheable body; a write refuses GET with 405 and changes nothing", async () => {
-    await ok(sessionsUrl, SessionService, "AppendEvent", { sessionId: "get-read", event: { generate: { pageUrl: "http://localhost:3000/", count: 1 } } });
-    const requests: Record<string, unknown> = {
-      "berth.sessions.v1.SessionService/GetSnapshot": { sessionId: "get-read" },
-      "berth.locks.v1.LockService/Inspect": { file: path.join(projectRoot, "get-read.txt") },
-      "berth.locks.v1.LockService/CheckToken": { file: path.join(projectRoot, "get-read.txt"), fencingToken: "1" },
-      "berth.budget.v1.BudgetService/Check": { need: { items: [{ kind: "NEED_ITEM_KIND_BUILD", name: "api" }] } },
-    };
-    for (const route of READS) {
-      const url = route.includes("budget") ? budget.url : sessionsUrl;
-      const body = requests[route] ?? {};
-      const viaGet = await get(url, route, body);
-      const viaPost = await curlJson(url, `/${route}`, body);
-      expect(viaGet.status, `${route}: ${viaGet.body}`).toBe(viaPost.status);
-      if (route.endsWith("/GetFleet")) continue; // refused on the file store, the same way both ways
-      expect(viaGet.status, `${route}: ${viaGet.body}`).toBe(200);
-      expect(Object.keys(JSON.parse(viaGet.body) as Json).sort(), route).toEqual(Object.keys(viaPost.json as Json).sort());
-    }
-    const write = await get(sessionsUrl, "berth.sessions.v1.SessionService/AppendEvent", {
-      sessionId: "get-write",
-      event: { generate: { pageUrl: "http://localhost:3000/", count: 1 } },
-    });
-    expect(write.status).toBe(405);
-    expect((await curlJson(sessionsUrl, "/berth.sessions.v1.SessionService/GetSnapshot", { sessionId: "get-write" })).status).toBe(404);
-  });
+  ({ sessionsUrl, projectRoot, budget } = await startConnectJsonServices());
 });
 
 describe("errors as Connect's error JSON", () => {
@@ -707,6 +363,16 @@ describe("errors as Connect's error JSON", () => {
   });
 
   it("an unknown method or service is 404; a server stream posted as unary JSON, or another content type, is 415; a bidi stream over HTTP/1.1 is 505", async () => {
+    // A session of three entries written before the refusals, read back after them.
+    const seeded = await curlJson(sessionsUrl, "/berth.sessions.v1.SessionService/AppendEvents", {
+      sessionId: "json-tour",
+      events: [
+        { generate: { pageUrl: "http://localhost:3000/", count: 2 } },
+        { agentPhase: { phase: "planning" } },
+        { variantsReady: { sourceFile: "src/App.tsx" } },
+      ],
+    });
+    expect(seeded.status, seeded.body).toBe(200);
     for (const route of [
       "/berth.sessions.v1.SessionService/NoSuchMethod",
       "/berth.sessions.v1.NoSuchService/GetSnapshot",
