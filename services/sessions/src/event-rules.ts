@@ -4,7 +4,7 @@
  * seed's case of `applyEvent` exactly; see reducer.ts for why.
  */
 import { comparable, isUnconvertible, parseEntryTime, toNumber } from "./seed-coercions.js";
-import { isGenerationFencedPhase } from "./vocabulary.js";
+import { isPastGenerationCutoff } from "./vocabulary.js";
 
 /**
  * How many mount failures a snapshot keeps. The browser card shows the newest; the agent needs
@@ -64,7 +64,7 @@ export function reduceInto(next: Loose, entry: Loose, event: Loose, context: Red
       break;
 
     case "variant_plan":
-      if (!next.generationCanceled && !isGenerationFencedPhase(next.phase)) {
+      if (!next.generationCanceled && !isPastGenerationCutoff(next.phase)) {
         next.variantPlan = event.plan ?? next.variantPlan;
       }
       break;
@@ -186,7 +186,7 @@ function generateRequested(next: Loose, entry: Loose, event: Loose, context: Red
 
 /** Detector waivers, added unless the generation is over. */
 function detectorWaiversAccepted(next: Loose, event: Loose, context: ReduceContext): void {
-  if (!next.generationCanceled && !isGenerationFencedPhase(next.phase)) {
+  if (!next.generationCanceled && !isPastGenerationCutoff(next.phase)) {
     const added = Array.isArray(event.waivers) ? (event.waivers as unknown[]) : [];
     if (context.waiversOwned && Array.isArray(next.detectorWaivers)) {
       for (const waiver of added) next.detectorWaivers.push(waiver);
@@ -203,7 +203,7 @@ function generationDone(next: Loose, entry: Loose, event: Loose, context: Reduce
   // After accept/discard a late batch must not move the session back; the one exception is
   // the agent reporting, after an accept, that the accepted variant still needs carbonizing.
   const carbonizeAfterAccept = event.type === "agent_done" && event.carbonize === true && next.phase === "accept_requested";
-  if ((next.generationCanceled || isGenerationFencedPhase(next.phase)) && !carbonizeAfterAccept) {
+  if ((next.generationCanceled || isPastGenerationCutoff(next.phase)) && !carbonizeAfterAccept) {
     diagnostics.push({ error: "late_generation_event_ignored", type: event.type, phase: next.phase });
     return;
   }
@@ -299,7 +299,7 @@ function agentError(next: Loose, event: Loose): void {
  * stale and ignored; `checkpointRevision` mirrors the browser counter for older readers.
  */
 function applyCheckpoint(next: Loose, event: Loose, diagnostics: Loose[]): void {
-  if (next.generationCanceled || isGenerationFencedPhase(next.phase)) {
+  if (next.generationCanceled || isPastGenerationCutoff(next.phase)) {
     diagnostics.push({
       error: "checkpoint_after_terminal_ignored",
       phase: event.phase ?? null,

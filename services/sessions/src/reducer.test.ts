@@ -3,7 +3,7 @@ import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
 import { applyEvent, baseSnapshot, createReplay, MAX_DIAGNOSTICS, MOUNT_FAILURE_HISTORY, type JournalEntry, type SessionSnapshot } from "./reducer.js";
-import { COMPLETED_SESSION_PHASES, GENERATION_FENCED_SESSION_PHASES, isCompletedPhase, isGenerationFencedPhase } from "./vocabulary.js";
+import { COMPLETED_SESSION_PHASES, GENERATION_FENCED_SESSION_PHASES, isCompletedPhase, isPastGenerationCutoff } from "./vocabulary.js";
 import { foldJournalText, replayJournalText } from "./fixtures/journal-text.js";
 
 const T0 = Date.parse("2025-03-01T10:00:00.000Z");
@@ -88,8 +88,8 @@ describe("vocabulary", () => {
     expect(GENERATION_FENCED_SESSION_PHASES).toEqual(["accept_requested", "discard_requested", "carbonize_required", "completed", "discarded"]);
     expect(isCompletedPhase("discarded")).toBe(true);
     expect(isCompletedPhase("accept_requested")).toBe(false);
-    expect(isGenerationFencedPhase("carbonize_required")).toBe(true);
-    expect(isGenerationFencedPhase("variants_ready")).toBe(false);
+    expect(isPastGenerationCutoff("carbonize_required")).toBe(true);
+    expect(isPastGenerationCutoff("variants_ready")).toBe(false);
   });
 });
 

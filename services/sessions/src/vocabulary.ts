@@ -29,7 +29,7 @@ export function isCompletedPhase(phase: unknown): boolean {
   return completedPhases.has(phase);
 }
 
-/** True when a snapshot in this phase ignores late generation events (the generation fence). */
-export function isGenerationFencedPhase(phase: unknown): boolean {
+/** True when a snapshot in this phase ignores late generation events (past the generation cutoff). */
+export function isPastGenerationCutoff(phase: unknown): boolean {
   return fencedPhases.has(phase);
 }

@@ -151,7 +151,7 @@ function refusalOf(error: unknown): { code: Code; reason: string | undefined; me
   return { code: connect.code, reason: connect.findDetails(ErrorInfoSchema)[0]?.reason, message: connect.rawMessage };
 }
 
-/** The fencing tokens one write of the token file reserves (fencing-store.ts). */
+/** The fencing tokens one write of the token file reserves (fencing-file.ts). */
 const FENCING_BLOCK = 1000;
 
 const checkpoint = (reason: string) => ({ kind: { case: "checkpoint" as const, value: { reason } } });

@@ -4,7 +4,7 @@
  * root.
  *
  * - A session is opened from its snapshot file when that file provably describes the journal (the
- *   seed's `__journalBytes` fence); from berth's own snapshot file of a prefix of the journal plus
+ *   journal length it records, the seed's `__journalBytes`, is the journal's); from berth's own snapshot file of a prefix of the journal plus
  *   the tail after it, when its sidecar proves the prefix unchanged; else by one replay of the
  *   journal (repairing a torn tail). A journal another process appended to (size or mtime not what
  *   we left) is caught up before the next read or append.

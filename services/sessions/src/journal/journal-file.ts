@@ -116,7 +116,7 @@ export interface ReplayedJournal {
   nextSeq: number;
   /** Bytes holding whole entries: where the next append goes (equals `fileSize` unless a tail was left). */
   size: number;
-  /** The file's size after the replay (and repair): the size the snapshot-file fence compares with. */
+  /** The file's size after the replay (and repair): the journal length a snapshot file must record to describe it. */
   fileSize: number;
   mtimeMs: number;
   /** The file does not end with a newline, so the next append must begin with one. */

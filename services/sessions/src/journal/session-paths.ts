@@ -1,7 +1,7 @@
 /**
  * Where a session's files live. berth keeps the seed's layout so that a journal can be read by
  * either side: `<dir>/<id>.jsonl` (the journal, the truth) and `<dir>/<id>.snapshot.json` (a cache
- * of the derived state, fenced by the journal's size). Paths are built from a {@link SessionId}
+ * of the derived state, valid while the journal has the length it records). Paths are built from a {@link SessionId}
  * only: an id checked where it entered (the store's entry, or a directory entry read back), so it
  * never reaches the filesystem unchecked and is not checked again here.
  */

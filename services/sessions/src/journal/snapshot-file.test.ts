@@ -53,7 +53,7 @@ describe("snapshot files", () => {
     expect(readPrefixSnapshot(file, "s1", 100, reducer)).toBeNull();
     expect(readPrefixSnapshot(file, "s1", 90, reducer)).toBeNull();
     expect(readPrefixSnapshot(file, "s2", 150, reducer)).toBeNull();
-    // The seed rewrote the snapshot file (same size fence or not): the sidecar no longer names it.
+    // The seed rewrote the snapshot file (recording the same journal length or not): the sidecar no longer names it.
     fs.writeFileSync(file, JSON.stringify({ ...snapshot, __journalBytes: 100, __nextSeq: 5 }, null, 2));
     expect(readPrefixSnapshot(file, "s1", 150, reducer)).toBeNull();
     // Without a last-line checksum the sidecar vouches for no prefix (only for the file itself).

@@ -25,7 +25,7 @@ export type {
 export { LockTable, type LockTableOptions } from "./lock-table.js";
 export { DEFAULT_LOCK_LIMITS, LOCK_RETRY_AFTER_MS, checkFencingToken, type LockLimits } from "./lock-input.js";
 export { canonicalLockPath } from "./lock-path.js";
-export { fencingFilePath, createFencingStore, type FencingStore } from "./fencing-store.js";
+export { fencingFilePath, createFencingFile, type FencingFile } from "./fencing-file.js";
 export type { FencingTokenSource, LockPersistence } from "./lock-persistence.js";
 export type { ExternalClaim, ExternalLockHandle, ExternalLocks, ForeignLockHolder } from "./external-locks.js";
 export { lockFilePath, PRIVATE_LOCK_FILE_MODE, SHARED_LOCK_FILE_MODE, UNREADABLE_LOCK_STALE_MS, type LockFileRecord } from "./lock-file-protocol.js";

@@ -3,7 +3,7 @@
  * ends every lease: its holders' streams end with it); what must outlive a run is the fencing
  * counter, whose tokens rise across restarts and crashes, so that a holder of a lease from an
  * earlier run is still told apart from the current one. The lock table draws tokens through
- * {@link FencingTokenSource}; the file backend is fencing-store.ts, a test double is any counter.
+ * {@link FencingTokenSource}; the file backend is fencing-file.ts, a test double is any counter.
  */
 
 /** Hands out fencing tokens. */

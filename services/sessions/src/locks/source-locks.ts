@@ -6,7 +6,7 @@ import * as path from "node:path";
 import type { Clock } from "@berth/shared/clock";
 import { systemClock } from "@berth/shared/clock";
 import type { Logger } from "@berth/shared/logger";
-import { createFencingStore, type FencingStore } from "./fencing-store.js";
+import { createFencingFile, type FencingFile } from "./fencing-file.js";
 import type { LockLimits } from "./lock-input.js";
 import { LockTable } from "./lock-table.js";
 import { BerthError } from "@berth/shared/errors";
@@ -31,7 +31,7 @@ export interface SourceLocksOptions {
   /** The pid written into lock files; default this process's. */
   pid?: number;
   limits?: Partial<LockLimits>;
-  /** Tokens reserved per durable write (see fencing-store.ts). Default 1000. */
+  /** Tokens reserved per durable write (see fencing-file.ts). Default 1000. */
   fencingBlockSize?: number;
   /** The fallback re-check period while a seed-held file has berth waiters. Default 250 ms. */
   lockFileRecheckMs?: number;
@@ -55,10 +55,10 @@ export interface SourceLocks
   close(): void;
 }
 
-/** Builds the lock service. Throws when the fencing state exists but is damaged (see fencing-store.ts). */
+/** Builds the lock service. Throws when the fencing state exists but is damaged (see fencing-file.ts). */
 export function createSourceLocks(options: SourceLocksOptions): SourceLocks {
   const clock = options.clock ?? systemClock;
-  const fencing: FencingStore = createFencingStore(options.stateDir, options.fencingBlockSize === undefined ? {} : { blockSize: options.fencingBlockSize });
+  const fencing: FencingFile = createFencingFile(options.stateDir, options.fencingBlockSize === undefined ? {} : { blockSize: options.fencingBlockSize });
   const locksDir = options.liveDir === null ? null : path.join(options.liveDir, "locks");
   const files =
     locksDir === null

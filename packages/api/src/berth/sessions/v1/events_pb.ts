@@ -294,7 +294,7 @@ export const GenerateEventSchema: GenMessage<GenerateEvent> = /*@__PURE__*/
 
 /**
  * `variant_plan`: records the agent's plan, unless generation was canceled or
- * the session is past the generation fence (then ignored silently).
+ * the session is past the generation cutoff (then ignored silently).
  *
  * @generated from message berth.sessions.v1.VariantPlanEvent
  */
@@ -324,7 +324,7 @@ export const VariantPlanEventSchema: GenMessage<VariantPlanEvent> = /*@__PURE__*
 
 /**
  * `detector_waivers`: appends waivers to the snapshot's `detectorWaivers`,
- * unless generation was canceled or the session is past the generation fence.
+ * unless generation was canceled or the session is past the generation cutoff.
  *
  * @generated from message berth.sessions.v1.DetectorWaiversEvent
  */
@@ -402,7 +402,7 @@ export const AgentPhaseEventSchema: GenMessage<AgentPhaseEvent> = /*@__PURE__*/
  * `variants_ready`: the agent published its variants. Sets the phase to
  * `variants_ready` (or `carbonize_required` with `carbonize`), marks the
  * generation completed and clears the pending event. Ignored (with a
- * `late_generation_event_ignored` diagnostic) after the generation fence.
+ * `late_generation_event_ignored` diagnostic) after the generation cutoff.
  *
  * @generated from message berth.sessions.v1.VariantsReadyEvent
  */
@@ -478,7 +478,7 @@ export const VariantsReadyEventSchema: GenMessage<VariantsReadyEvent> = /*@__PUR
 /**
  * `agent_done`: the agent finished. Same effect as `variants_ready`, except
  * that an `agent_done` with `carbonize` is still applied while an accept is
- * requested (the carbonize exception of the generation fence).
+ * requested (the carbonize exception of the generation cutoff).
  *
  * @generated from message berth.sessions.v1.AgentDoneEvent
  */
@@ -648,7 +648,7 @@ export const VariantMountFailedEventSchema: GenMessage<VariantMountFailedEvent> 
  * `checkpoint`: a view of the session reported by the browser (or, in the
  * publication domain, by the publisher). Applied only when its revision is
  * not older than the last one of its domain (else a `stale_checkpoint_ignored`
- * diagnostic) and never after the generation fence (else a
+ * diagnostic) and never after the generation cutoff (else a
  * `checkpoint_after_terminal_ignored` diagnostic).
  *
  * @generated from message berth.sessions.v1.CheckpointEvent

@@ -4,9 +4,9 @@
  * One counter serves every lock. A token has to be strictly greater than every earlier token *of the
  * same file*; a single counter gives that for free (it rises for all files at once), keeps the state
  * at one number however many files were ever locked, and is what etcd does (its lock's fencing
- * token is the store-wide revision). Holders compare tokens of one file only, so gaps are harmless.
+ * token is the revision of its whole keyspace). Holders compare tokens of one file only, so gaps are harmless.
  *
- * Persisting each token would put an fsync on every Acquire. Instead the store reserves tokens in
+ * Persisting each token would put an fsync on every Acquire. Instead the fencing file reserves tokens in
  * blocks: before handing out any token of a block it durably records the block's end as the
  * *ceiling* ("no token at or above this was ever issued"), then hands the block out from memory.
  * After a crash the service restarts from the ceiling, skipping what remained of the block — tokens
@@ -29,8 +29,8 @@ import { isDiskFull, stateWriteError } from "@berth/shared/state-errors";
 import { LOCK_RETRY_AFTER_MS } from "./lock-input.js";
 import type { LockPersistence } from "./lock-persistence.js";
 
-/** Options of {@link createFencingStore}. */
-export interface FencingStoreOptions {
+/** Options of {@link createFencingFile}. */
+export interface FencingFileOptions {
   /** How many tokens one durable write reserves. Default 1000. */
   blockSize?: number;
 }
@@ -41,7 +41,7 @@ export function fencingFilePath(stateDir: string): string {
 }
 
 /** The lock table's persistence backed by a file; see the module comment for the scheme. */
-export interface FencingStore extends LockPersistence {
+export interface FencingFile extends LockPersistence {
   /** The file the ceiling is kept in. */
   readonly file: string;
 }
@@ -98,7 +98,7 @@ function readCeiling(file: string): number {
 }
 
 /** Opens (or creates) the fencing state of `stateDir`. Throws when the file exists but is damaged. */
-export function createFencingStore(stateDir: string, options: FencingStoreOptions = {}): FencingStore {
+export function createFencingFile(stateDir: string, options: FencingFileOptions = {}): FencingFile {
   const blockSize = options.blockSize ?? 1000;
   if (!Number.isSafeInteger(blockSize) || blockSize < 1) throw new RangeError(`blockSize must be a positive integer, got ${blockSize}`);
   const file = fencingFilePath(stateDir);
