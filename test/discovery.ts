@@ -8,7 +8,7 @@
 import { writeFileSync } from "node:fs";
 import * as path from "node:path";
 import { expect } from "vitest";
-import { endpointFromFlags } from "@berth/cli/client/endpoint-flags";
+import { endpointFromFlags } from "@berth/cli/run/endpoint-flags";
 
 /** What a client resolved: both URLs and the token (null without one), or the error it gave. */
 export type Resolution = { sessions: string; budget: string; token: string | null } | { error: string };

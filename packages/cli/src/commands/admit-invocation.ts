@@ -1,5 +1,5 @@
-import type { Endpoint } from "../client/endpoint-flags.js";
-import type { DeclaredNeed } from "../client/need-flags.js";
+import type { Endpoint } from "../run/endpoint-flags.js";
+import type { DeclaredNeed } from "../run/need-flags.js";
 
 /** An admission's command line, parsed and checked. */
 export interface AdmitInvocation {

@@ -9,12 +9,12 @@ import { RefusalKind, type RunningEntry } from "@berth/api/berth/budget/v1/budge
 import { BudgetClient, type Admission } from "@berth/client/budget";
 import { BerthClientError } from "@berth/client/errors";
 import { EXIT } from "../command.js";
-import { formatQueued, gateName, roughly } from "../client/budget-format.js";
-import { describeFailure, failureFields } from "../client/errors.js";
-import { findCommand, reportCommandProblem, spawnProblem } from "../client/find-command.js";
-import { needItems } from "../client/need-items.js";
-import { progressFor } from "../client/progress.js";
-import { relaySignals, signalExit } from "../client/wrapped-command.js";
+import { formatQueued, gateName, roughly } from "../run/budget-format.js";
+import { describeFailure, failureFields } from "../run/errors.js";
+import { findCommand, reportCommandProblem, spawnProblem } from "../run/find-command.js";
+import { needItems } from "../run/need-items.js";
+import { progressFor } from "../run/progress.js";
+import { relaySignals, signalExit } from "../run/wrapped-command.js";
 import type { AdmitInvocation } from "./admit-invocation.js";
 
 /** The exit code for a refused admission, and the facts to report. */

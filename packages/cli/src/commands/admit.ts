@@ -12,10 +12,10 @@
  * once the command line is known to be right.
  */
 import { parseFlags, usageError, UsageError, type FlagSpec } from "../args.js";
-import { endpointFromFlags } from "../client/endpoint-flags.js";
-import { findCommand, reportCommandProblem } from "../client/find-command.js";
-import { NEED_FLAGS, NEED_HELP_ROWS, durationFlag, needFromFlags } from "../client/need-flags.js";
-import { progressFor } from "../client/progress.js";
+import { endpointFromFlags } from "../run/endpoint-flags.js";
+import { findCommand, reportCommandProblem } from "../run/find-command.js";
+import { NEED_FLAGS, NEED_HELP_ROWS, durationFlag, needFromFlags } from "../run/need-flags.js";
+import { progressFor } from "../run/progress.js";
 import { EXIT, type Command } from "../command.js";
 import { BUDGET_ENDPOINT_FLAGS, callExitRows } from "../common-help.js";
 import { renderHelp } from "../help.js";

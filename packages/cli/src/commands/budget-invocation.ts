@@ -1,5 +1,5 @@
 import type { ParsedArgs } from "../args.js";
-import type { Endpoint } from "../client/endpoint-flags.js";
+import type { Endpoint } from "../run/endpoint-flags.js";
 
 export type SubcommandName = "check" | "state" | "limits" | "machine" | "watch" | "events" | "fleet" | "build-done";
 

@@ -17,11 +17,11 @@ import {
 } from "@berth/api/berth/budget/v1/budget_service_pb";
 import { BudgetClient } from "@berth/client/budget";
 import { usageError, UsageError } from "../args.js";
-import { formatFleet, formatLimits, formatMachine, formatMachineLine, formatState, formatVerdict, resources } from "../client/budget-format.js";
-import { describeFailure, reportFailure } from "../client/errors.js";
-import { jsonInteger, messageJson } from "../client/json.js";
-import { needFromFlags } from "../client/need-flags.js";
-import { needItems } from "../client/need-items.js";
+import { formatFleet, formatLimits, formatMachine, formatMachineLine, formatState, formatVerdict, resources } from "../run/budget-format.js";
+import { describeFailure, reportFailure } from "../run/errors.js";
+import { jsonInteger, messageJson } from "../run/json.js";
+import { needFromFlags } from "../run/need-flags.js";
+import { needItems } from "../run/need-items.js";
 import { EXIT } from "../command.js";
 import { LiveLine, isTerminal, styleFor } from "../terminal.js";
 import type { BudgetInvocation } from "./budget-invocation.js";

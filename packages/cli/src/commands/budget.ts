@@ -8,8 +8,8 @@
  * the command line is known to be right.
  */
 import { parseFlags, usageError, UsageError, type FlagSpec } from "../args.js";
-import { endpointFromFlags } from "../client/endpoint-flags.js";
-import { NEED_FLAGS, NEED_HELP_ROWS } from "../client/need-flags.js";
+import { endpointFromFlags } from "../run/endpoint-flags.js";
+import { NEED_FLAGS, NEED_HELP_ROWS } from "../run/need-flags.js";
 import { EXIT, type Command, type SubcommandHelp } from "../command.js";
 import { BUDGET_ENDPOINT_FLAGS, callExitRows } from "../common-help.js";
 import { renderHelp, type HelpRow } from "../help.js";

@@ -1,4 +1,4 @@
-import type { Endpoint } from "../client/endpoint-flags.js";
+import type { Endpoint } from "../run/endpoint-flags.js";
 
 /** A `hold` or `inspect` command line, parsed. */
 export interface LockInvocation {

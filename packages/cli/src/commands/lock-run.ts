@@ -21,11 +21,11 @@ import {
 import { BerthClientError } from "@berth/client/errors";
 import { LocksClient, type HeldLock } from "@berth/client/locks";
 import { formatDuration } from "@berth/shared/units";
-import { describeFailure, failureFields, reportFailure } from "../client/errors.js";
-import { findCommand, reportCommandProblem, spawnProblem } from "../client/find-command.js";
-import { jsonInteger, messageJson } from "../client/json.js";
-import { progressFor, type Progress } from "../client/progress.js";
-import { relaySignals, signalExit } from "../client/wrapped-command.js";
+import { describeFailure, failureFields, reportFailure } from "../run/errors.js";
+import { findCommand, reportCommandProblem, spawnProblem } from "../run/find-command.js";
+import { jsonInteger, messageJson } from "../run/json.js";
+import { progressFor, type Progress } from "../run/progress.js";
+import { relaySignals, signalExit } from "../run/wrapped-command.js";
 import { EXIT } from "../command.js";
 import { styleFor } from "../terminal.js";
 import type { LimitsInvocation, LockInvocation, WatchInvocation } from "./lock-invocation.js";

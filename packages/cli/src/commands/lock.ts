@@ -13,10 +13,10 @@
  */
 import { absoluteLockPath } from "@berth/client/lock-path";
 import { parseFlags, stringFlag, usageError, UsageError, type FlagSpec } from "../args.js";
-import { durationFlag } from "../client/need-flags.js";
-import { endpointFromFlags } from "../client/endpoint-flags.js";
-import { findCommand, reportCommandProblem } from "../client/find-command.js";
-import { progressFor } from "../client/progress.js";
+import { durationFlag } from "../run/need-flags.js";
+import { endpointFromFlags } from "../run/endpoint-flags.js";
+import { findCommand, reportCommandProblem } from "../run/find-command.js";
+import { progressFor } from "../run/progress.js";
 import { EXIT, type Command, type SubcommandHelp } from "../command.js";
 import { SESSIONS_ENDPOINT_FLAGS, callExitRows } from "../common-help.js";
 import { renderHelp } from "../help.js";

@@ -8,7 +8,7 @@
  * mcp-run.ts once the command line is known to be right.
  */
 import { usageError, UsageError } from "../args.js";
-import { servicesCommandLine, type ServiceEndpoints } from "../client/endpoint-flags.js";
+import { servicesCommandLine, type ServiceEndpoints } from "../run/endpoint-flags.js";
 import { EXIT, type Command } from "../command.js";
 import { BUDGET_ENDPOINT_FLAGS, SESSIONS_ENDPOINT_FLAGS } from "../common-help.js";
 import { renderHelp } from "../help.js";

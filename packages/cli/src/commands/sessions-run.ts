@@ -10,9 +10,9 @@ import { SnapshotSchema, type Snapshot } from "@berth/api/berth/sessions/v1/snap
 import { eventToJournal, InvalidEventError } from "@berth/client/journal-events";
 import { SessionsClient, type JournalEvent } from "@berth/client/sessions";
 import { usageError, UsageError } from "../args.js";
-import { describeFailure, reportFailure } from "../client/errors.js";
-import { jsonInteger, messageJson } from "../client/json.js";
-import { durationFlag, durationLike } from "../client/need-flags.js";
+import { describeFailure, reportFailure } from "../run/errors.js";
+import { jsonInteger, messageJson } from "../run/json.js";
+import { durationFlag, durationLike } from "../run/need-flags.js";
 import { EXIT } from "../command.js";
 import { styleFor, type Style } from "../terminal.js";
 import type { SessionsInvocation } from "./sessions-invocation.js";

@@ -8,7 +8,7 @@
  */
 import { SESSION_ID_RULE, isSessionId } from "@berth/shared/safe-id";
 import { parseFlags, usageError, UsageError, type FlagSpec } from "../args.js";
-import { endpointFromFlags } from "../client/endpoint-flags.js";
+import { endpointFromFlags } from "../run/endpoint-flags.js";
 import { EXIT, type Command, type SubcommandHelp } from "../command.js";
 import { DEFAULT_SESSIONS_URL, SESSIONS_ENDPOINT_FLAGS, callExitRows } from "../common-help.js";
 import { renderHelp, type HelpRow } from "../help.js";

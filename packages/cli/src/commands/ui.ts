@@ -5,7 +5,7 @@
  * `berth up --ui` serves the same page beside the services, their allow-list already set.
  */
 import { stringFlag, usageError, UsageError, type FlagSpec } from "../args.js";
-import { servicesCommandLine, type Endpoint } from "../client/endpoint-flags.js";
+import { servicesCommandLine, type Endpoint } from "../run/endpoint-flags.js";
 import { EXIT, type Command } from "../command.js";
 import { DEFAULT_BUDGET_URL, DEFAULT_SESSIONS_URL } from "../common-help.js";
 import { renderHelp } from "../help.js";
