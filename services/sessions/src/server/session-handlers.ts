@@ -39,7 +39,7 @@ import type { JournalEntry, SessionSnapshot } from "../reducer.js";
 import { sessionNotFound, type AppendOptions, type ExpectedState as StoreExpectedState } from "../session-store.js";
 import type { SessionStoreApi, SessionView } from "../session-store-api.js";
 import { isCompletedPhase } from "../vocabulary.js";
-import type { SessionChange, WatchEntry } from "../session-store-api.js";
+import type { WatchEntry } from "../session-store-api.js";
 import {
   caughtUpResponse,
   entryFacts,
