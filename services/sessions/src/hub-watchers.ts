@@ -8,7 +8,7 @@ import type { BerthError } from "@berth/shared/errors";
 import type { StoredEntry } from "./journal/journal-store.js";
 import { sessionsLagged, sessionWatcherLagged } from "./session-refusals.js";
 import type { EventWatcher, SessionChange, SessionsWatchStart, WatchCaughtUp, WatchEntry, WatchEvent, WatchOptions } from "./session-store-api.js";
-import type { PublishedEntry, WatchBacklog } from "./watch-hub.js";
+import type { PublishedEntry, WatchBacklog } from "./watch-hub-api.js";
 
 /** A watcher as the hub hands it what is published. */
 export interface Subscriber<I> {

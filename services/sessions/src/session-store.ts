@@ -40,7 +40,8 @@ import { findDeletedKey, repeatedDeletion } from "./session-tombstones.js";
 import { storeLimits } from "./store-limits.js";
 import { SweepSchedule } from "./sweep-schedule.js";
 import { isCompletedPhase } from "./vocabulary.js";
-import { WatchHub, type WatchBacklog } from "./watch-hub.js";
+import { WatchHub } from "./watch-hub.js";
+import type { WatchBacklog } from "./watch-hub-api.js";
 import { runRevisionBase } from "@berth/shared/revision-history";
 
 export { MAX_IDEMPOTENCY_KEY_LENGTH } from "./append-input.js";

@@ -3,7 +3,8 @@ import { isBerthError, type BerthError } from "@berth/shared/errors";
 import type { StoredEntry } from "./journal/journal-store.js";
 import { baseSnapshot, type JournalEntry } from "./reducer.js";
 import type { SessionChange } from "./session-store-api.js";
-import { DEFAULT_MAX_BUFFERED, WatchHub, type WatchBacklog } from "./watch-hub.js";
+import { DEFAULT_MAX_BUFFERED, WatchHub } from "./watch-hub.js";
+import type { WatchBacklog } from "./watch-hub-api.js";
 
 const journalEntry = (seq: number): JournalEntry => ({ seq, id: "s1", type: "steer", ts: "t", event: { type: "steer" } });
 /** The entry with seq `seq` as the journal reader hands it over (and the store publishes it). */

@@ -17,10 +17,10 @@
 import { systemClock } from "@berth/shared/clock";
 import type { BerthError } from "@berth/shared/errors";
 import { RevisionHistory, runRevisionBase } from "@berth/shared/revision-history";
-import type { StoredEntry } from "./journal/journal-store.js";
 import type { SessionSnapshot } from "./reducer.js";
 import { AllSessionsWatcher, SessionWatcher, type Subscriber } from "./hub-watchers.js";
 import { storeShuttingDown, watchedSessionDeleted } from "./session-refusals.js";
+import type { PublishedEntry, WatchBacklog } from "./watch-hub-api.js";
 import type { EventWatcher, SessionChange, SessionsWatcher, SessionsWatchStart, WatchAllOptions, WatchEvent, WatchOptions } from "./session-store-api.js";
 
 /** How many undelivered entries a watcher may have before it is ended. */
@@ -34,24 +34,6 @@ export const HISTORY_PER_BUFFER = 4;
 
 /** The fewest sessions' snapshots held before the replay's snapshots are swept. */
 const MIN_SNAPSHOT_SWEEP = 64;
-
-/** A newly durable entry as the store publishes it (one of an append's). */
-export interface PublishedEntry extends StoredEntry {
-  snapshot?: SessionSnapshot;
-}
-
-/**
- * The durable state of a session at the moment a watcher subscribed. The hub takes it right after
- * subscribing, in the same tick, so any entry made durable later reaches the watcher live.
- */
-export interface WatchBacklog {
-  /** The last durable seq (0 for a session without entries). */
-  lastSeq: number;
-  /** The durable snapshot at `lastSeq`. */
-  snapshot: SessionSnapshot;
-  /** Entries with seq ≥ the watcher's `fromSeq`, up to `lastSeq`, in journal order (read lazily). */
-  entries(): AsyncIterator<StoredEntry>;
-}
 
 /** The registry of watchers of one session store. */
 export class WatchHub {

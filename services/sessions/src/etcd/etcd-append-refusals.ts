@@ -1,7 +1,7 @@
 /** The refusals of an append to etcd that the file store has no need of: a lost fence, and a request too large for etcd. */
 import { BerthError } from "@berth/shared/errors";
 import { EtcdReason } from "@berth/etcd";
-import type { EtcdFence } from "./etcd-journal.js";
+import type { EtcdFence } from "./etcd-journal-api.js";
 
 /** Room left in a request for everything but the entries' lines (keys, head, idempotency record, compares). */
 export const REQUEST_OVERHEAD_BYTES = 4 * 1024;

@@ -7,9 +7,15 @@ import { BerthError } from "@berth/shared/errors";
 import { isEtcdCompacted, type EtcdClient } from "@berth/etcd";
 import { refuseDeletedSeqs, sessionWatcherLagged, watchedSessionDeleted } from "../session-refusals.js";
 import type { SessionChange, WatchEvent } from "../session-store-api.js";
-import type { EtcdJournal, HeadChange } from "./etcd-journal.js";
+import type { HeadChange } from "./etcd-journal-api.js";
+import type { JournalRead } from "./etcd-journal-reads.js";
 import { decodeAppend } from "./etcd-journal-records.js";
 import { entriesPrefix, HEADS, sessionOfHead } from "./store-keys.js";
+
+/** What a session's watch reads its backlog from: the journal's reads. */
+export interface BacklogSource {
+  read(sessionId: string, fromSeq: number): Promise<JournalRead>;
+}
 
 /**
  * Watches a session from `fromSeq`: the entries already there, a caught-up marker, then every new
@@ -18,7 +24,7 @@ import { entriesPrefix, HEADS, sessionOfHead } from "./store-keys.js";
  * compacted away with resource_exhausted WATCHER_LAGGED naming the seq to resume from.
  */
 export async function* watchSession(
-  journal: Pick<EtcdJournal, "read">,
+  journal: BacklogSource,
   client: EtcdClient,
   sessionId: string,
   fromSeq = 1,

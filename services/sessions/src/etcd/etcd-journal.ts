@@ -18,7 +18,8 @@
  *
  * Here: appends and deletions, and the head they compare. The reads are in etcd-journal-reads.ts,
  * the watches in etcd-journal-watches.ts, the snapshots in etcd-snapshots.ts, the tombstones'
- * sweep in etcd-tombstone-sweep.ts, and what the keys hold in etcd-journal-records.ts.
+ * sweep in etcd-tombstone-sweep.ts, what the keys hold in etcd-journal-records.ts, and what the
+ * journal is asked and answers in etcd-journal-api.ts.
  */
 import { systemClock, type Clock } from "@berth/shared/clock";
 import { invalidArgument, isBerthError } from "@berth/shared/errors";
@@ -39,12 +40,13 @@ import { checkExpectation, expectationHolds } from "../append-rules.js";
 import type { KeyRecord, Tombstone } from "../journal/journal-store.js";
 import { encodeJournalLine } from "../journal/journal-format.js";
 import type { JournalEntry, SessionSnapshot } from "../reducer.js";
-import { keyReused, seqConflict, sessionNotFound, type ExpectedState } from "../session-refusals.js";
+import { keyReused, seqConflict, sessionNotFound } from "../session-refusals.js";
 import type { SessionChange, WatchEvent } from "../session-store-api.js";
 import { DEFAULT_IDEMPOTENCY_WINDOW_MS } from "@berth/shared/idempotency";
 import { findDeletedKey, refuseAppendOfDeletedKey, repeatedDeletion, type Deletion, type DeletedKey } from "../session-tombstones.js";
 import { appendRefusedByEtcd, appendTooLarge, fenceRejected, REQUEST_OVERHEAD_BYTES } from "./etcd-append-refusals.js";
 import { ETCD_DEFAULT_MAX_REQUEST_BYTES } from "./etcd-defaults.js";
+import type { EtcdAppendOptions, EtcdAppendResult, HeadChange, SessionState } from "./etcd-journal-api.js";
 import { headOf, headValue, jsonOf, NO_HEAD, tombstoneOf, type Head, type TombstoneValue } from "./etcd-journal-records.js";
 import { listSessions, readJournal, type JournalRead, type ListedSession } from "./etcd-journal-reads.js";
 import { watchAllSessions, watchHeads, watchSession } from "./etcd-journal-watches.js";
@@ -61,63 +63,6 @@ export type { JournalRead, ListedSession } from "./etcd-journal-reads.js";
 const DEFAULT_PAGE_APPENDS = 256;
 /** Heads remembered, so that an append usually costs one round trip. */
 const HEAD_CACHE_SIZE = 10_000;
-
-/**
- * A fence resolved against etcd: `key` is the lock's holder key whose create revision is `token`
- * (see etcd-locks.ts, {@link EtcdLocks.fence}). The append compares it; nothing else is trusted.
- */
-export interface EtcdFence {
-  /** The canonical path of the locked file. */
-  readonly file: string;
-  readonly key: string;
-  readonly token: bigint;
-}
-
-export interface EtcdAppendOptions {
-  /** The last seq the caller saw (0: no entry yet); anything else is aborted SEQ_CONFLICT. */
-  readonly expectedSeq?: number;
-  readonly expectedState?: ExpectedState;
-  /** A retry with the same key answers the first append (nothing is written). */
-  readonly idempotencyKey?: string;
-  /** The digest of the events (event-digest.ts), kept with the key to tell a retry from a reuse. */
-  readonly digest?: string;
-  readonly fence?: EtcdFence;
-}
-
-export interface EtcdAppendResult {
-  readonly firstSeq: number;
-  readonly lastSeq: number;
-  /** The entries written; empty for a duplicate. */
-  readonly entries: JournalEntry[];
-  /** The revision of the transaction that wrote them (for a duplicate: the one that found the key). */
-  readonly revision: bigint;
-  readonly duplicate: boolean;
-  /** The head's create revision the append was written after (the session's incarnation); 0n for a duplicate. */
-  readonly incarnation: bigint;
-  /** True when the append created its session (no head before it): nothing of this incarnation came before. */
-  readonly created: boolean;
-}
-
-/** A session's state rebuilt from etcd: the cached snapshot plus the journal after it. */
-export interface SessionState {
-  readonly sessionId: string;
-  readonly snapshot: SessionSnapshot;
-  readonly lastSeq: number;
-  readonly exists: boolean;
-  readonly revision: bigint;
-  readonly incarnation: bigint;
-  /** The head's mod revision the state was read at (0n: no session). */
-  readonly headRevision: bigint;
-  /** As in {@link JournalRead} (etcd-journal-reads.ts). */
-  readonly deletedThrough: number;
-}
-
-/** A change of a session's head: an append (its transaction's revision) or the session's deletion. */
-export interface HeadChange {
-  readonly sessionId: string;
-  readonly revision: bigint;
-  readonly deleted: boolean;
-}
 
 export interface EtcdJournalOptions {
   readonly client: EtcdClient;

@@ -33,7 +33,7 @@ import {
 import { tooManyWaiters } from "../locks/lock-input.js";
 import { heldByBerth } from "../locks/lock-refusals.js";
 import { fenceRejected } from "./etcd-append-refusals.js";
-import type { EtcdFence } from "./etcd-journal.js";
+import type { EtcdFence } from "./etcd-journal-api.js";
 import { lastTokenKey, lockWaiterKey, lockWaitersPrefix } from "./store-keys.js";
 import type { LockWatchRequest } from "../locks/source-locks-api.js";
 import { watchEtcdLocks } from "./etcd-lock-watch.js";

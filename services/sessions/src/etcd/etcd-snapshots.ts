@@ -5,7 +5,7 @@
 import type { Clock } from "@berth/shared/clock";
 import { compare, op, type EtcdClient } from "@berth/etcd";
 import { applyEvent, baseSnapshot, type SessionSnapshot } from "../reducer.js";
-import type { SessionState } from "./etcd-journal.js";
+import type { SessionState } from "./etcd-journal-api.js";
 import type { JournalRead } from "./etcd-journal-reads.js";
 import { jsonOf } from "./etcd-journal-records.js";
 import { headKey, snapshotKey } from "./store-keys.js";

@@ -54,7 +54,7 @@ import type { Logger } from "@berth/shared/logger";
 import { lockWatchHistory } from "../locks/lock-changes.js";
 import { DEFAULT_MAX_BUFFERED } from "../watch-hub.js";
 import { DEFAULT_ETCD_LEASE_TTL_SECONDS } from "./etcd-defaults.js";
-import type { EtcdFence } from "./etcd-journal.js";
+import type { EtcdFence } from "./etcd-journal-api.js";
 import type { EtcdLockParty } from "./etcd-lock-party.js";
 import { waitExhausted, type EtcdLockGrant, type EtcdLocks } from "./etcd-locks.js";
 

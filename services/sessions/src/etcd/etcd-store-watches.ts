@@ -8,7 +8,8 @@ import { isEtcdCompacted, type EtcdClient } from "@berth/etcd";
 import { applyEvent } from "../reducer.js";
 import { refuseDeletedSeqs, sessionsLagged, sessionWatcherLagged } from "../session-refusals.js";
 import type { EventWatcher, SessionChange, SessionsWatcher, SessionsWatchStart, WatchAllOptions, WatchEvent, WatchOptions } from "../session-store-api.js";
-import type { EtcdJournal, SessionState } from "./etcd-journal.js";
+import type { EtcdJournal } from "./etcd-journal.js";
+import type { SessionState } from "./etcd-journal-api.js";
 import { PumpedWatcher } from "./pumped-watcher.js";
 import { HEADS } from "./store-keys.js";
 

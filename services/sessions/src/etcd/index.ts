@@ -6,6 +6,7 @@
 export * from "./etcd-defaults.js";
 export * from "./etcd-elector.js";
 export * from "./etcd-journal.js";
+export * from "./etcd-journal-api.js";
 export * from "./etcd-locks.js";
 export * from "./store-keys.js";
 export * from "./etcd-session-store.js";
