@@ -1,7 +1,7 @@
 /**
  * The store's rules on the in-memory journal double: no file is touched, so these check the core
  * (sequencing, idempotency, expectations, refusals, watches, deletion) apart from the file backend,
- * which session-store.test.ts checks with them.
+ * which the session-store-*.test.ts files check with them.
  */
 import { describe, expect, it } from "vitest";
 import { ManualClock } from "@berth/shared/clock";
