@@ -161,7 +161,7 @@ describe("the live page", () => {
     shownAfter["budget reservation"] = await shown("#budget", "big build");
     await page.locator("#budget table", { hasText: "sleep" }).waitFor({ timeout: SHOWN_MS });
     await berthRunning(["admit", "--memory", "3G", "--owner", "second build", "--json", "--", "true"], /"event":"queued"/);
-    const queue = page.getByRole("list", { name: "Queue, head first" });
+    const queue = page.getByRole("list", { name: "Queue, in order" });
     shownAfter["budget queue"] = await shown("#budget", "second build");
     const entry = queue.getByRole("listitem").filter({ hasText: "second build" });
     await expect(entry.locator(".position").textContent()).resolves.toBe("#1");

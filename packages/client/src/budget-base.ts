@@ -58,8 +58,9 @@ export type BudgetWatchEvent = RevisionWatchEvent<BudgetEvent>;
 /** Options of {@link BudgetClientBase.watchBudget}. */
 export interface BudgetWatchOptions extends RevisionWatchOptions {
   /**
-   * Describe at most this many queued requests of the current state, the head first (`caughtUp`'s
-   * `queueSize` says how many wait in all); the changes after it concern every request. Unset: all.
+   * Describe at most this many queued requests of the current state, in queue order
+   * (`caughtUp`'s `queueSize` says how many wait in all); the changes after it concern every
+   * request. Unset: all.
    */
   readonly queueLimit?: number | undefined;
 }

@@ -342,7 +342,7 @@ describe("watchBudget", () => {
     ]);
   });
 
-  it("asks for the head of the queue only with queueLimit, and passes caughtUp's queueSize on", async () => {
+  it("asks for the front of the queue only with queueLimit, and passes caughtUp's queueSize on", async () => {
     const requests: WatchBudgetRequest[] = [];
     const budget = client({
       async *watchBudget(request) {

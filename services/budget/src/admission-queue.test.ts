@@ -27,7 +27,7 @@ describe("AdmissionQueue (FIFO)", () => {
       ["b", 2],
       ["c", 3],
     ]);
-    // Told at once (synchronously, inside admit), with the head's reason.
+    // Told at once (synchronously, inside admit), with the first waiter's reason.
     expect(a.updates).toHaveLength(1);
     expect(a.updates[0]).toMatchObject({ position: 1, aheadCount: 0, ahead: [], etaMs: 60_000, etaBasis: "when 'big' ends (its end in this test)" });
     expect(a.updates[0]!.waitForText).toBe("memory: needs 4G, the budget has 2G of 8G free (berth has committed 6G)");
@@ -47,7 +47,7 @@ describe("AdmissionQueue (FIFO)", () => {
     ]);
   });
 
-  it("a release admits the head in the same tick, then whoever fits behind it", () => {
+  it("a release admits the first waiter in the same tick, then whoever fits behind it", () => {
     const t = setup();
     admit(t, 6, 1, "big");
     const a = admit(t, 4, 1, "a");
@@ -74,7 +74,7 @@ describe("AdmissionQueue (FIFO)", () => {
     t.setSample({ load1: 0.1 });
     t.flush();
     expect([a.updates.length, b.updates.length]).toEqual([1, 1]);
-    // The head's reason changes (now also the load): everyone hears.
+    // The first waiter's reason changes (now also the load): everyone hears.
     t.setSample({ load1: 20 });
     t.flush();
     expect(a.updates.at(-1)!.waitFor.map((r) => r.gate)).toEqual(["memory_budget", "load"]);
@@ -162,7 +162,7 @@ describe("AdmissionQueue (FIFO)", () => {
     const first = admit(t, 4, 1, "first", { signal: controller.signal });
     const rest = Array.from({ length: 2000 }, (_, i) => admit(t, 4, 1, `w${i}`));
     t.clock.advance(3000);
-    // The head gives up: everyone behind moves up one and hears it now, without waiting for a heartbeat.
+    // The first waiter gives up: everyone behind moves up one and hears it now, without waiting for a heartbeat.
     controller.abort();
     t.queue.recheck();
     t.flush();
@@ -188,7 +188,7 @@ describe("AdmissionQueue (FIFO)", () => {
       etaMs: undefined,
       etaBasis: "unknown: it waits for 'big' (6G, 1 cpu) to end, and nothing says when: no lease, no past runs",
     });
-    // The cpu gate closed: the head waits for the machine.
+    // The cpu gate closed: the first waiter waits for the machine.
     t.ends.set("big", t.clock.monotonicNow() + 10_000);
     t.setSample({ load1: 100 });
     t.clock.advance(5000);
@@ -223,13 +223,13 @@ describe("AdmissionQueue (FIFO)", () => {
     expect(alone.error!.message).toMatch(/^'alone' does not fit now and asked not to wait — memory: needs 7G, the budget has 6G of 8G free/);
     expect(alone.error!.details).toMatchObject({ kind: "wait_exhausted", position: 1 });
     // Fits, but someone waits ahead (FIFO): its turn would come later, so it is refused too.
-    admit(t, 7, 1, "head");
+    admit(t, 7, 1, "first-waiter");
     const behind = admit(t, 1, 1, "behind", { maxWaitMs: 0 });
     await settle();
-    expect(t.queue.entries().map((e) => e.owner)).toEqual(["head"]);
+    expect(t.queue.entries().map((e) => e.owner)).toEqual(["first-waiter"]);
     expect(behind.error!.details).toMatchObject({ kind: "wait_exhausted", position: 2 });
     expect(behind.error!.message).toMatch(/^'behind' does not fit now and asked not to wait — 1 request\(s\) ahead in the queue; memory: needs 7G/);
-    expect(t.clock.pendingTimers()).toBeGreaterThan(0); // the head's deadline only
+    expect(t.clock.pendingTimers()).toBeGreaterThan(0); // the first waiter's deadline only
   });
 
   it("pages through the queue in arrival order: nobody repeated or lost while others are admitted, dropped or queued between pages", async () => {
@@ -246,7 +246,7 @@ describe("AdmissionQueue (FIFO)", () => {
     let page = t.queue.page(undefined, 10);
     expect(page.items.map((e) => [e.owner, e.position])).toEqual(Array.from({ length: 10 }, (_, i) => [`w${i}`, i + 1]));
     seen.push(...page.items.map((e) => e.owner));
-    // Between pages: the head is admitted, a waiter of this page and one of the next leave, two join.
+    // Between pages: the first waiter is admitted, a waiter of this page and one of the next leave, two join.
     t.release("big");
     controllers.get("w12")!.abort();
     controllers.get("w3")!.abort();
@@ -410,7 +410,7 @@ describe("AdmissionQueue (FIFO)", () => {
     expect(t.queue.entries().map((e) => e.owner)).toEqual(["b"]);
   });
 
-  it("a dropped head lets the next one in at once when it fits", async () => {
+  it("a dropped first waiter lets the next one in at once when it fits", async () => {
     const t = setup();
     admit(t, 6, 1, "big");
     const controller = new AbortController();
@@ -488,9 +488,9 @@ describe("AdmissionQueue (FIFO property)", () => {
           } else {
             t.setSample({ availableBytes: o.gb * G });
           }
-          // And the head never waits while it fits: every event re-checked it.
-          const head = t.queue.entries()[0];
-          if (head) expect(refusingGates(head.needs, t.context())).not.toBe(0);
+          // And the first waiter never waits while it fits: every event re-checked it.
+          const firstWaiter = t.queue.entries()[0];
+          if (firstWaiter) expect(refusingGates(firstWaiter.needs, t.context())).not.toBe(0);
         }
       }),
       { numRuns: 300 },

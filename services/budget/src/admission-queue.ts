@@ -4,21 +4,22 @@
  *
  * Nothing polls. Waiters are re-checked only when something can have changed the answer: a
  * reservation changed (admitted, build released, consumed, released), the running tally changed, a
- * new machine sample arrived, or the policy changed. In FIFO only the head can be admitted, so a
- * re-check evaluates the head and stops at the first request that does not fit: O(1) for any
- * number of waiters, and a sample that changes nothing the gates look at changes nothing else.
+ * new machine sample arrived, or the policy changed. In FIFO only the first waiter can be admitted,
+ * so a re-check evaluates the first waiter and stops at the first request that does not fit:
+ * O(1) for any number of waiters, and a sample that changes nothing the gates look at changes
+ * nothing else.
  *
- * Backfill (`queueMode: "backfill"`) lets a request behind a blocked head go first only when that
- * cannot delay the head. The rule, for a candidate C behind the head H:
+ * Backfill (`queueMode: "backfill"`) lets a request behind a blocked first waiter go first only when
+ * that cannot delay the first waiter. The rule, for a candidate C behind the first waiter F:
  *   1. C fits now on its own (every gate, with its own skipLoadGate);
- *   2. for every resource C takes, H still fits with C admitted: if C takes memory, H's memory
- *      still fits the memory budget and free memory less C and H stays above the reserve; if C
- *      takes cpu, H's cpu still fits the cpu budget;
- *   3. if H waits for the CPU to calm down (PSI or load), C takes no cpu: C's work would add to
- *      the very saturation H waits out.
- * So C only ever uses room that H cannot use anyway: whatever H waits for is unaffected by C,
- * and once it clears, H fits with C still holding its share. (Work registered outside the queue,
- * and work using more than it declared, can still delay H, as they can in FIFO.)
+ *   2. for every resource C takes, F still fits with C admitted: if C takes memory, F's memory
+ *      still fits the memory budget and free memory less C and F stays above the reserve; if C
+ *      takes cpu, F's cpu still fits the cpu budget;
+ *   3. if F waits for the CPU to calm down (PSI or load), C takes no cpu: C's work would add to
+ *      the very saturation F waits out.
+ * So C only ever uses room that F cannot use anyway: whatever F waits for is unaffected by C,
+ * and once it clears, F fits with C still holding its share. (Work registered outside the queue,
+ * and work using more than it declared, can still delay F, as they can in FIFO.)
  *
  * What waiters hear while they wait is the notifier's (queue-notifier.ts); the line they wait in
  * is queue-line.ts, their deadlines a heap behind one timer (deadline-heap.ts), and the refusals
@@ -36,7 +37,7 @@ import { DeadlineHeap } from "./deadline-heap.js";
 import { estimateEtas, etaMsAt, type EtaEstimate, type Holding } from "./eta.js";
 import type { Page } from "./paging.js";
 import type { Policy } from "./policy.js";
-import { QueueLine, type HeadState, type QueuedUpdate, type Waiter } from "./queue-line.js";
+import { QueueLine, type FirstWaiterState, type QueuedUpdate, type Waiter } from "./queue-line.js";
 import { QueueNotifier } from "./queue-notifier.js";
 import { cancelledError, closedError, etaOf, impossibleError, queueFullError, queueReason, waitExhaustedError } from "./queue-refusals.js";
 import type { Reservation } from "./reservations.js";
@@ -124,16 +125,16 @@ export type QueueRequestChange = "queued" | "admitted" | "refused" | "timed_out"
 export class AdmissionQueue {
   private readonly line = new QueueLine();
   private seq = 0;
-  private head: HeadState | undefined;
+  private firstWaiter: FirstWaiterState | undefined;
   private readonly deadlines: DeadlineHeap<Waiter>;
   private readonly notifier: QueueNotifier;
   private rechecking = false;
   private recheckAgain = false;
   private closed = false;
-  /** Every waiter's ETA, head first, as of `at`: dropped on any change of the queue or the budget, and after ETA_FRESH_MS. */
+  /** Every waiter's ETA, in queue order, as of `at`: dropped on any change of the queue or the budget, and after ETA_FRESH_MS. */
   private etaCache: { at: number; estimates: EtaEstimate[] } | undefined;
-  /** The head's reasons for the inputs they were written from: a burst of joiners writes them once. */
-  private reasonsMemo: { head: HeadState; context: VerdictContext; reasons: Reason[]; text: string | undefined } | undefined;
+  /** The first waiter's reasons for the inputs they were written from: a burst of joiners writes them once. */
+  private reasonsMemo: { firstWaiter: FirstWaiterState; context: VerdictContext; reasons: Reason[]; text: string | undefined } | undefined;
 
   constructor(private readonly host: QueueHost) {
     this.deadlines = new DeadlineHeap<Waiter>(host.clock, (expired, now) => this.expire(expired, now));
@@ -144,8 +145,8 @@ export class AdmissionQueue {
       heartbeatMs: () => host.policy().heartbeatMs,
       etas: () => this.etas(),
       context: () => host.context(),
-      head: () => (this.head && !this.head.waiter.removed ? this.head : undefined),
-      headReasons: (context) => this.headReasonsFor(context),
+      firstWaiter: () => (this.firstWaiter && !this.firstWaiter.waiter.removed ? this.firstWaiter : undefined),
+      firstWaiterReasons: (context) => this.firstWaiterReasonsFor(context),
       recheck: () => this.recheck(),
       defer: host.defer ?? ((fn) => setImmediate(fn)),
     });
@@ -186,10 +187,10 @@ export class AdmissionQueue {
     if (maxWaitMs === 0) {
       const position = live + 1;
       const own = live === 0 ? reasonsFor(gates, want, context) : [];
-      const reasons = live === 0 ? own : [queueReason(live), ...this.headReasonsFor(context).reasons];
+      const reasons = live === 0 ? own : [queueReason(live), ...this.firstWaiterReasonsFor(context).reasons];
       return Promise.reject(waitExhaustedError(owner, 0, position, reasons, etaOf(position, this.host.holdMs(), 0)));
     }
-    if (live >= policy.maxQueue) return Promise.reject(queueFullError(owner, live, this.headEtaMs()));
+    if (live >= policy.maxQueue) return Promise.reject(queueFullError(owner, live, this.firstWaiterEtaMs()));
     return new Promise<Reservation>((resolve, reject) => {
       const now = this.host.clock.monotonicNow();
       const seq = ++this.seq;
@@ -228,7 +229,7 @@ export class AdmissionQueue {
         exhausted: (waitedMs) => this.exhaustedRefusal(waiter, waitedMs),
       });
       if (this.line.live === 1) {
-        this.head = { waiter, gates };
+        this.firstWaiter = { waiter, gates };
         this.notifier.firstJoined(gates);
       }
       this.notifier.notify(waiter, this.line.live, this.host.context());
@@ -237,9 +238,9 @@ export class AdmissionQueue {
   }
 
   /**
-   * Re-checks the queue after something changed: admits from the head while the head fits, then
-   * (backfill) lets through whoever cannot delay the head. Re-entrant calls (an admission changes
-   * the reservations, which asks for a re-check) fold into the running one.
+   * Re-checks the queue after something changed: admits in queue order while the first waiter
+   * fits, then (backfill) lets through whoever cannot delay the first waiter. Re-entrant calls (an
+   * admission changes the reservations, which asks for a re-check) fold into the running one.
    */
   recheck(): void {
     this.etaCache = undefined;
@@ -263,7 +264,7 @@ export class AdmissionQueue {
         for (;;) {
           const waiter = this.line.first();
           if (!waiter) {
-            this.head = undefined;
+            this.firstWaiter = undefined;
             break;
           }
           const context = this.host.context();
@@ -278,15 +279,15 @@ export class AdmissionQueue {
             admitted = true;
             continue;
           }
-          this.head = { waiter, gates };
+          this.firstWaiter = { waiter, gates };
           break;
         }
-        if (this.head && this.host.policy().queueMode === "backfill" && this.backfill()) admitted = true;
+        if (this.firstWaiter && this.host.policy().queueMode === "backfill" && this.backfill()) admitted = true;
       } while (this.recheckAgain);
     } finally {
       this.rechecking = false;
     }
-    this.notifier.rechecked(admitted, this.head);
+    this.notifier.rechecked(admitted, this.firstWaiter);
   }
 
   /** The policy changed: re-arm the heartbeat at its new interval and re-check everyone. */
@@ -295,14 +296,14 @@ export class AdmissionQueue {
     this.recheck();
   }
 
-  /** Every waiter with its position and ETA, head first. */
+  /** Every waiter with its position and ETA, in queue order. */
   entries(): QueueEntryInfo[] {
     return this.page(undefined, Number.POSITIVE_INFINITY).items;
   }
 
   /**
-   * Up to `limit` waiters that arrived after the one numbered `after` (from the head when
-   * undefined), head first, with positions and ETAs; `next` is the last one's number when more
+   * Up to `limit` waiters that arrived after the one numbered `after` (from the first waiter when
+   * undefined), in queue order, with positions and ETAs; `next` is the last one's number when more
    * remain. Numbers follow arrival, so a page picks up where the last ended whoever left the queue
    * meanwhile: nobody is repeated, and a newcomer appears on a later page.
    */
@@ -314,7 +315,7 @@ export class AdmissionQueue {
     let position = 0;
     let more = false;
     const waiters = this.line.waiters;
-    for (let i = this.line.headIndex; i < waiters.length; i++) {
+    for (let i = this.line.firstIndex; i < waiters.length; i++) {
       const w = waiters[i]!;
       if (w.removed) continue;
       position++;
@@ -342,15 +343,15 @@ export class AdmissionQueue {
     return { items, next: more ? items[items.length - 1]?.seq : undefined };
   }
 
-  /** The head's current reasons (what everyone waits for), or [] when the queue is empty. */
-  headReasons(): Reason[] {
-    return this.headReasonsFor(this.host.context()).reasons;
+  /** The first waiter's current reasons (what everyone waits for), or [] when the queue is empty. */
+  firstWaiterReasons(): Reason[] {
+    return this.firstWaiterReasonsFor(this.host.context()).reasons;
   }
 
   /** Refuses every waiter with `unavailable` and stops the timers. */
   close(): void {
     if (this.closed) return;
-    // Closed first, so that dropping the head does not admit the next one on the way out.
+    // Closed first, so that dropping the first waiter does not admit the next one on the way out.
     this.closed = true;
     this.deadlines.close();
     this.notifier.close();
@@ -358,15 +359,15 @@ export class AdmissionQueue {
     this.line.clear();
   }
 
-  /** The head's reasons and their text, written once per change of the head, its gates or what they are judged against. */
-  private headReasonsFor(context: VerdictContext): { reasons: Reason[]; text: string | undefined } {
-    const head = this.head && !this.head.waiter.removed ? this.head : undefined;
-    if (!head) return { reasons: [], text: undefined };
+  /** The first waiter's reasons and their text, written once per change of the first waiter, its gates or what they are judged against. */
+  private firstWaiterReasonsFor(context: VerdictContext): { reasons: Reason[]; text: string | undefined } {
+    const first = this.firstWaiter && !this.firstWaiter.waiter.removed ? this.firstWaiter : undefined;
+    if (!first) return { reasons: [], text: undefined };
     const memo = this.reasonsMemo;
     if (
       memo &&
-      memo.head.waiter === head.waiter &&
-      memo.head.gates === head.gates &&
+      memo.firstWaiter.waiter === first.waiter &&
+      memo.firstWaiter.gates === first.gates &&
       memo.context.committed === context.committed &&
       memo.context.sample === context.sample &&
       memo.context.policy === context.policy &&
@@ -374,8 +375,8 @@ export class AdmissionQueue {
     ) {
       return memo;
     }
-    const reasons = reasonsFor(head.gates, head.waiter.want, context);
-    this.reasonsMemo = { head: { ...head }, context, reasons, text: reasonsText(reasons) };
+    const reasons = reasonsFor(first.gates, first.waiter.want, context);
+    this.reasonsMemo = { firstWaiter: { ...first }, context, reasons, text: reasonsText(reasons) };
     return this.reasonsMemo;
   }
 
@@ -394,18 +395,18 @@ export class AdmissionQueue {
     waiter.resolve(reservation);
   }
 
-  /** Backfill pass behind a blocked head (see the module comment for the rule). True when it admitted anyone. */
+  /** Backfill pass behind a blocked first waiter (see the module comment for the rule). True when it admitted anyone. */
   private backfill(): boolean {
     let admitted = false;
     let context = this.host.context();
-    const head = this.head!;
+    const first = this.firstWaiter!;
     const waiters = this.line.waiters;
-    for (let i = this.line.headIndex + 1; i < waiters.length; i++) {
+    for (let i = this.line.firstIndex + 1; i < waiters.length; i++) {
       const candidate = waiters[i]!;
       if (candidate.removed) continue;
       const gates = refusingGates(candidate.want, context, { skipLoadGate: candidate.skipLoadGate });
       if (gates !== 0) continue;
-      if (!this.cannotDelayHead(candidate.want, head, context)) continue;
+      if (!this.cannotDelayFirstWaiter(candidate.want, first, context)) continue;
       this.grant(candidate);
       admitted = true;
       context = this.host.context();
@@ -413,26 +414,26 @@ export class AdmissionQueue {
     return admitted;
   }
 
-  /** Rule 1 for a newcomer is checked by the caller; this checks rules 2 and 3 against the current head. */
+  /** Rule 1 for a newcomer is checked by the caller; this checks rules 2 and 3 against the current first waiter. */
   private canBackfill(want: Resources, context: VerdictContext): boolean {
     const waiter = this.line.first();
     if (!waiter) return true;
     const gates = refusingGates(waiter.want, context, { skipLoadGate: waiter.skipLoadGate });
-    if (gates === 0 || gates & IMPOSSIBLE) return false; // the head goes first; a re-check will see to it
-    return this.cannotDelayHead(want, { waiter, gates }, context);
+    if (gates === 0 || gates & IMPOSSIBLE) return false; // the first waiter goes first; a re-check will see to it
+    return this.cannotDelayFirstWaiter(want, { waiter, gates }, context);
   }
 
-  private cannotDelayHead(want: Resources, head: HeadState, context: VerdictContext): boolean {
+  private cannotDelayFirstWaiter(want: Resources, first: FirstWaiterState, context: VerdictContext): boolean {
     const { policy, committed } = context;
-    const h = head.waiter.want;
+    const f = first.waiter.want;
     if (want.memoryBytes > 0) {
-      if (committed.memoryBytes + want.memoryBytes + h.memoryBytes > policy.memoryBytes) return false;
+      if (committed.memoryBytes + want.memoryBytes + f.memoryBytes > policy.memoryBytes) return false;
       const free = freeMemory(context);
-      if (free !== undefined && free - want.memoryBytes - h.memoryBytes < policy.reserveBytes) return false;
+      if (free !== undefined && free - want.memoryBytes - f.memoryBytes < policy.reserveBytes) return false;
     }
     if (want.cpu > 0) {
-      if (committed.cpu + want.cpu + h.cpu > policy.cpu) return false;
-      if (head.gates & CPU_GATES) return false;
+      if (committed.cpu + want.cpu + f.cpu > policy.cpu) return false;
+      if (first.gates & CPU_GATES) return false;
     }
     return true;
   }
@@ -454,9 +455,9 @@ export class AdmissionQueue {
       at++;
       if (w === waiter) break;
     }
-    const head = this.head && !this.head.waiter.removed ? this.head : undefined;
-    const headReasons = this.headReasonsFor(this.host.context()).reasons;
-    const reasons = at === 1 && head?.waiter === waiter ? headReasons : [queueReason(at - 1), ...headReasons];
+    const first = this.firstWaiter && !this.firstWaiter.waiter.removed ? this.firstWaiter : undefined;
+    const firstWaiterReasons = this.firstWaiterReasonsFor(this.host.context()).reasons;
+    const reasons = at === 1 && first?.waiter === waiter ? firstWaiterReasons : [queueReason(at - 1), ...firstWaiterReasons];
     return waitExhaustedError(waiter.owner, waitedMs, at, reasons, etaOf(at, this.host.holdMs(), this.host.clock.monotonicNow() - waiter.queuedAt));
   }
 
@@ -465,18 +466,18 @@ export class AdmissionQueue {
     this.etaCache = undefined;
     this.deadlines.delete(waiter);
     if (waiter.onAbort) waiter.signal?.removeEventListener("abort", waiter.onAbort);
-    if (this.head?.waiter === waiter) this.head = undefined;
+    if (this.firstWaiter?.waiter === waiter) this.firstWaiter = undefined;
     if (this.line.live === 0) this.notifier.stopHeartbeat();
   }
 
-  /** Takes a waiter out and refuses it; a new head may fit, so the queue is re-checked. */
+  /** Takes a waiter out and refuses it; a new first waiter may fit, so the queue is re-checked. */
   private drop(waiter: Waiter, error: BerthError, change: QueueRequestChange): void {
     if (waiter.removed) return;
-    const wasHead = this.line.first() === waiter;
+    const wasFirst = this.line.first() === waiter;
     this.remove(waiter);
     this.told(change, waiter, 0);
     waiter.reject(error);
-    if (wasHead) this.recheck();
+    if (wasFirst) this.recheck();
     this.notifier.scheduleFlush();
   }
 
@@ -486,12 +487,12 @@ export class AdmissionQueue {
     const positions = new Map<Waiter, number>();
     let position = 0;
     for (const w of this.line.waiters) if (!w.removed) positions.set(w, ++position);
-    const head = this.head && !this.head.waiter.removed ? this.head : undefined;
-    const headReasons = this.headReasonsFor(this.host.context()).reasons;
+    const first = this.firstWaiter && !this.firstWaiter.waiter.removed ? this.firstWaiter : undefined;
+    const firstWaiterReasons = this.firstWaiterReasonsFor(this.host.context()).reasons;
     const holdMs = this.host.holdMs();
     for (const w of expired) {
       const at = positions.get(w) ?? 1;
-      const reasons = at === 1 && head?.waiter === w ? headReasons : [queueReason(at - 1), ...headReasons];
+      const reasons = at === 1 && first?.waiter === w ? firstWaiterReasons : [queueReason(at - 1), ...firstWaiterReasons];
       this.drop(w, waitExhaustedError(w.owner, now - w.queuedAt, at, reasons, etaOf(at, holdMs, now - w.queuedAt)), "timed_out");
     }
   }
@@ -518,10 +519,10 @@ export class AdmissionQueue {
   }
 
   /**
-   * Every waiter's ETA, head first (eta.ts): from what holds the budget and when each part is
-   * expected to end, the queue's order and each owner's usual time; none when the head waits for
-   * the machine. Kept until the queue or the budget changes, and at most ETA_FRESH_MS: the ends it
-   * rests on move (a lease renewed, a run past its usual time).
+   * Every waiter's ETA, in queue order (eta.ts): from what holds the budget and when each part is
+   * expected to end, the queue's order and each owner's usual time; none when the first waiter
+   * waits for the machine. Kept until the queue or the budget changes, and at most ETA_FRESH_MS:
+   * the ends it rests on move (a lease renewed, a run past its usual time).
    */
   etas(): EtaEstimate[] {
     const now = this.host.clock.monotonicNow();
@@ -533,23 +534,23 @@ export class AdmissionQueue {
     if (basis === undefined) estimates = queue.map(() => ({ at: undefined, basis: "unknown: this queue keeps no record of what holds the budget" }));
     else {
       const policy = this.host.policy();
-      const head = this.head && !this.head.waiter.removed ? this.head : undefined;
+      const first = this.firstWaiter && !this.firstWaiter.waiter.removed ? this.firstWaiter : undefined;
       estimates = estimateEtas({
         now,
         budget: { memoryBytes: policy.memoryBytes, cpu: policy.cpu },
         holdings: basis.holdings,
         queue,
         usual: basis.usual,
-        machineGates: head === undefined ? undefined : machineGateWords(head.gates),
+        machineGates: first === undefined ? undefined : machineGateWords(first.gates),
       });
     }
     this.etaCache = { at: now, estimates };
     return estimates;
   }
 
-  private headEtaMs(): number {
-    const head = this.line.first();
-    return etaOf(1, this.host.holdMs(), head ? this.host.clock.monotonicNow() - head.queuedAt : 0);
+  private firstWaiterEtaMs(): number {
+    const first = this.line.first();
+    return etaOf(1, this.host.holdMs(), first ? this.host.clock.monotonicNow() - first.queuedAt : 0);
   }
 }
 

@@ -86,13 +86,13 @@ export interface BudgetWatchOptions {
   includeCurrent: boolean;
   /** Replay every change after this revision (0: none); one that cannot be replayed describes the current state, reset. */
   startRevision: number;
-  /** Describe at most this many queued requests, the head first (0 or unset: all). */
+  /** Describe at most this many queued requests, in queue order (0 or unset: all). */
   queueLimit?: number | undefined;
 }
 
 /** A watch of the budget, opened: what to send first, then the changes. */
 export interface BudgetWatch {
-  /** The current state (head of the queue first, reservations, running entries, the policy), when described; all at `caughtUp.revision`. */
+  /** The current state (the queue in order, reservations, running entries, the policy), when described; all at `caughtUp.revision`. */
   current: BudgetChange[] | undefined;
   /** Sent once the state or the replayed changes are; undefined when neither was asked. `queueSize`: with the current state, how many were queued. */
   caughtUp: { revision: number; reset: boolean; queueSize?: number } | undefined;
@@ -145,13 +145,13 @@ export interface BudgetState {
   committed: Committed;
   /** Free memory as the gate sees it: the sample's, less what was admitted since. */
   freeMemoryBytes?: number | undefined;
-  /** The waiters, head first, with positions and ETAs: the first `pageSize` of them. */
+  /** The waiters in queue order, with positions and ETAs: the first `pageSize` of them. */
   queue: QueueEntryInfo[];
   /** How many wait in all. */
   queueSize: number;
   /** Where the queue's next page starts (see {@link Budget.listQueue}); undefined when `queue` is all of it. */
   queueNext?: number | undefined;
-  /** Why the head waits (empty when nobody waits). */
+  /** Why the first waiter waits (empty when nobody waits). */
   waitFor: Reason[];
   /** The reservations, oldest first: the first `pageSize` of them. */
   reservations: ReservationInfo[];
@@ -223,7 +223,7 @@ export interface Budget {
   getReservation(reservationId: string): Reservation | undefined;
   /** Everything, with the first `pageSize` entries of each list (all of them by default). */
   state(pageSize?: number): BudgetState;
-  /** Up to `limit` waiters that arrived after the one numbered `after` (the head first when undefined), and what the head waits for. */
+  /** Up to `limit` waiters that arrived after the one numbered `after` (from the first waiter when undefined), and what the first waiter waits for. */
   listQueue(after: number | undefined, limit: number): Page<QueueEntryInfo> & { waitFor: Reason[] };
   /** Up to `limit` reservations admitted after the one numbered `after`, oldest first. */
   listReservations(after: number | undefined, limit: number): Page<ReservationInfo>;

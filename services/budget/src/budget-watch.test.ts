@@ -51,7 +51,7 @@ describe("budget watch", () => {
     expect(watch.current).toBeUndefined();
     expect(watch.caughtUp).toBeUndefined();
     const first = await budget.reserve(need(6, 1), "first", { ttlMs: 10_000 });
-    const head = budget.admit(need(4, 1), "head");
+    const firstWaiter = budget.admit(need(4, 1), "first-waiter");
     const gone = new AbortController();
     const leaving = budget.admit(need(4, 1), "leaving", { signal: gone.signal }).catch(() => "left");
     const late = budget.admit(need(4, 1), "late", { maxWaitMs: 5_000 }).catch(() => "timed out");
@@ -60,7 +60,7 @@ describe("budget watch", () => {
     clock.advance(5_000);
     expect(await late).toBe("timed out");
     budget.release(first.id);
-    const admitted = await head;
+    const admitted = await firstWaiter;
     const running = await budget.consume(admitted.id, "web", { memoryBytes: G, cpu: 0.5 });
     await budget.stopRunning(running.running.id);
     await budget.reserve(need(1, 0), "leased", { ttlMs: 1_000 });
@@ -69,16 +69,16 @@ describe("budget watch", () => {
     await settle();
     expect(await drain(watch, 13)).toEqual([
       [BASE + 1, "reservation_made first"],
-      [BASE + 2, "request_queued head"],
+      [BASE + 2, "request_queued first-waiter"],
       [BASE + 3, "request_queued leaving"],
       [BASE + 4, "request_queued late"],
       [BASE + 5, "request_left leaving"],
       [BASE + 6, "request_timed_out late"],
       [BASE + 7, "reservation_released first"],
-      [BASE + 8, "reservation_made head"],
-      [BASE + 9, "request_admitted head"],
+      [BASE + 8, "reservation_made first-waiter"],
+      [BASE + 9, "request_admitted first-waiter"],
       [BASE + 10, "running_registered web"],
-      [BASE + 11, "reservation_changed head"],
+      [BASE + 11, "reservation_changed first-waiter"],
       [BASE + 12, "running_stopped web"],
       [BASE + 13, "reservation_made leased"],
     ]);
@@ -101,7 +101,7 @@ describe("budget watch", () => {
     expect(await drain(watch, 1)).toEqual([[BASE + 4, "running_registered cache"]]);
   });
 
-  it("describes only the head of the queue up to queueLimit, and says how many wait in all", async () => {
+  it("describes only the front of the queue up to queueLimit, and says how many wait in all", async () => {
     const { budget } = await setup();
     await budget.reserve(need(6, 1), "holder", { ttlMs: 10_000 });
     for (const name of ["first", "second", "third"]) void budget.admit(need(4, 1), name).catch(() => undefined);

@@ -10,16 +10,16 @@ afterEach(closeAll);
 afterAll(removeAll);
 
 describe("budget", () => {
-  it("a release admits the head in the same tick", async () => {
+  it("a release admits the first waiter in the same tick", async () => {
     const { budget } = await setup();
     const first = await budget.admit(need(6, 1), "first");
-    const head = admit(budget, need(4, 1), "head");
-    expect(budget.state().queue.map((q) => q.owner)).toEqual(["head"]);
+    const firstWaiter = admit(budget, need(4, 1), "first-waiter");
+    expect(budget.state().queue.map((q) => q.owner)).toEqual(["first-waiter"]);
     expect(budget.release(first.id)).toBe(true);
     expect(budget.state().queue).toEqual([]);
-    expect(budget.state().reservations.map((r) => r.owner)).toEqual(["head"]);
+    expect(budget.state().reservations.map((r) => r.owner)).toEqual(["first-waiter"]);
     await settle();
-    expect(head.reservation?.owner).toBe("head");
+    expect(firstWaiter.reservation?.owner).toBe("first-waiter");
     expect(budget.release(first.id)).toBe(false);
   });
 
@@ -77,29 +77,29 @@ describe("budget", () => {
     const { budget, clock } = await setup();
     const leased = await budget.reserve(need(6, 1), "unary client", { ttlMs: 10_000 });
     expect(leased.leaseExpiresAt).toBe(clock.now() + 10_000);
-    const head = admit(budget, need(4, 1), "head", { maxWaitMs: 60_000 });
+    const firstWaiter = admit(budget, need(4, 1), "first-waiter", { maxWaitMs: 60_000 });
     clock.advance(8000);
     budget.renew(leased.id);
     clock.advance(8000);
-    expect(head.reservation).toBeUndefined();
+    expect(firstWaiter.reservation).toBeUndefined();
     clock.advance(2000);
     await settle();
     expect(budget.getReservation(leased.id)).toBeUndefined();
-    expect(head.reservation?.owner).toBe("head");
+    expect(firstWaiter.reservation?.owner).toBe("first-waiter");
     expect(() => budget.renew(leased.id)).toThrow(/no reservation/);
   });
 
   it("running work registered with a lease stops counting when the lease runs out", async () => {
     const { budget, clock } = await setup();
     const { running: entry } = await budget.registerRunning("daemon", { memoryBytes: 6 * G, cpu: 1 }, { ttlMs: 5000 });
-    const head = admit(budget, need(4, 1), "head");
+    const firstWaiter = admit(budget, need(4, 1), "first-waiter");
     clock.advance(4000);
     await budget.renewRunning(entry.id);
     clock.advance(4000);
-    expect(head.reservation).toBeUndefined();
+    expect(firstWaiter.reservation).toBeUndefined();
     clock.advance(1000);
     await settle();
-    expect(head.reservation).toBeDefined();
+    expect(firstWaiter.reservation).toBeDefined();
     expect(budget.state().running).toEqual([]);
   });
 
@@ -311,7 +311,7 @@ describe("budget", () => {
     const child = spawn(process.execPath, ["-e", "setInterval(() => {}, 1e6)"], { stdio: "ignore" });
     await new Promise((resolve) => child.once("spawn", resolve));
     await budget.registerRunning("child", { memoryBytes: 6 * G, cpu: 1 }, { pid: child.pid! });
-    const head = admit(budget, need(4, 1), "head");
+    const firstWaiter = admit(budget, need(4, 1), "first-waiter");
     sampler.set();
     expect(budget.state().running).toHaveLength(1);
     const exited = new Promise((resolve) => child.once("exit", resolve));
@@ -320,7 +320,7 @@ describe("budget", () => {
     sampler.set();
     expect(budget.state().running).toEqual([]);
     await settle();
-    expect(head.reservation).toBeDefined();
+    expect(firstWaiter.reservation).toBeDefined();
   });
 
   it("the tally survives a restart, without what ended meanwhile", async () => {
@@ -400,10 +400,10 @@ describe("budget", () => {
   it("a policy reload re-checks the queue", async () => {
     const { budget } = await setup();
     await budget.admit(need(6, 1), "first");
-    const head = admit(budget, need(4, 1), "head");
+    const firstWaiter = admit(budget, need(4, 1), "first-waiter");
     budget.reloadPolicy({ ...budget.policy(), memoryBytes: 10 * G });
     await settle();
-    expect(head.reservation).toBeDefined();
+    expect(firstWaiter.reservation).toBeDefined();
     expect(() => budget.reloadPolicy({ ...budget.policy(), cpu: Number.NaN })).toThrow(/policy.cpu/);
     expect(budget.policy().memoryBytes).toBe(10 * G);
   });
@@ -511,10 +511,10 @@ describe("budget", () => {
   it("close refuses the waiters and leaves no timer behind", async () => {
     const { budget, clock } = await setup();
     await budget.reserve(need(6, 1), "leased", { ttlMs: 10_000 });
-    const head = admit(budget, need(4, 1), "head");
+    const firstWaiter = admit(budget, need(4, 1), "first-waiter");
     await budget.close();
     await settle();
-    expect(head.error?.code).toBe("unavailable");
+    expect(firstWaiter.error?.code).toBe("unavailable");
     expect(clock.pendingTimers()).toBe(0);
     await expect(budget.admit(need(1, 1), "late")).rejects.toMatchObject({ code: "unavailable" });
   });

@@ -494,7 +494,7 @@ export async function createBudget(options: BudgetOptions): Promise<Budget> {
         queue: waiting.items,
         queueSize: queue.length,
         queueNext: waiting.next,
-        waitFor: queue.headReasons(),
+        waitFor: queue.firstWaiterReasons(),
         reservations: reservations.items.map(reservationInfo),
         reservationCount: book.size,
         reservationsNext: reservations.next,
@@ -505,7 +505,7 @@ export async function createBudget(options: BudgetOptions): Promise<Budget> {
       };
     },
 
-    listQueue: (after, limit) => ({ ...queue.page(after, limit), waitFor: queue.headReasons() }),
+    listQueue: (after, limit) => ({ ...queue.page(after, limit), waitFor: queue.firstWaiterReasons() }),
 
     listReservations(after, limit) {
       const page = book.page(after, limit);

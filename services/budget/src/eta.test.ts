@@ -67,7 +67,7 @@ describe("estimateEtas", () => {
     expect(estimate(holdings, [work("stranger", 1), work("next", 4)]).map((e) => e.etaMs)).toEqual([0, 20_000]);
   });
 
-  it("has no basis when the head waits for the machine (free memory, cpu pressure, load)", () => {
+  it("has no basis when the first waiter waits for the machine (free memory, cpu pressure, load)", () => {
     expect(estimate([], [work("a", 1), work("b", 1)], {}, "cpu pressure to ease")).toEqual([
       { etaMs: undefined, basis: "unknown: it waits for cpu pressure to ease, which nothing predicts" },
       { etaMs: undefined, basis: "unknown: the head of the queue waits for the machine, which nothing predicts" },

@@ -60,11 +60,11 @@ export interface EtaInput {
   budget: Resources;
   /** What holds the budget now. */
   holdings: readonly Holding[];
-  /** The queue, head first. */
+  /** The queue, in order. */
   queue: readonly QueuedWork[];
   /** A name's usual time, if its past runs say. */
   usual(name: string): UsualTime | undefined;
-  /** The machine gates closed to the head now, in words (free memory, cpu pressure, load); undefined when none is. */
+  /** The machine gates closed to the first waiter now, in words (free memory, cpu pressure, load); undefined when none is. */
   machineGates?: string | undefined;
 }
 

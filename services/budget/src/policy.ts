@@ -15,7 +15,7 @@ import { invalidArgument } from "@berth/shared/errors";
 import { formatDuration, formatSize, parseDuration, parseSize } from "@berth/shared/units";
 import type { Resources } from "./costs.js";
 
-/** How the queue orders waiters: strictly first come first served, or letting small requests past a blocked head when that cannot delay it. */
+/** How the queue orders waiters: strictly first come first served, or letting small requests past a blocked first waiter when that cannot delay it. */
 export type QueueMode = "fifo" | "backfill";
 
 /** The budget's settings, resolved to numbers. */
@@ -234,7 +234,7 @@ export const POLICY_SETTINGS = defineConfig({
     ...budgetSetting("QUEUE"),
     default: DEFAULTS.queueMode as QueueMode,
     parse: oneOf(["fifo", "backfill"] as const),
-    doc: "fifo, or backfill: a request may pass a blocked head when that cannot delay it",
+    doc: "fifo, or backfill: a request may pass a blocked first waiter when that cannot delay it",
   },
   heartbeat: {
     flag: "heartbeat",

@@ -16,17 +16,17 @@ export interface AheadEntry {
 
 /** What a waiter hears while it waits. */
 export interface QueuedUpdate {
-  /** 1 is the head. */
+  /** 1 is the first waiter. */
   position: number;
   /** Estimated wait left (eta.ts); undefined when nothing predicts it. */
   etaMs: number | undefined;
   /** What `etaMs` rests on, or why there is none. */
   etaBasis: string;
-  /** Why it waits: requests ahead (gate "queue"), then the head's refusing gates. */
+  /** Why it waits: requests ahead (gate "queue"), then the first waiter's refusing gates. */
   waitFor: Reason[];
   /** The same, written out as the seed does. */
   waitForText: string;
-  /** Up to `AHEAD_LIMIT` requests ahead of it, from the head. */
+  /** Up to `AHEAD_LIMIT` requests ahead of it, from the first waiter. */
   ahead: AheadEntry[];
   /** How many requests are ahead of it in all. */
   aheadCount: number;
@@ -51,28 +51,28 @@ export interface Waiter {
   removed: boolean;
   /** Its place in the deadline heap. */
   heapIndex: number;
-  /** What it was last told: a new position or head key means it hears again. */
+  /** What it was last told: a new position or a new key of the first waiter's refusal means it hears again. */
   lastPosition: number;
   lastKey: string;
   lastNotifiedAt: number;
 }
 
-/** The head and the gates that refuse it, computed once per event. */
-export interface HeadState {
+/** The first waiter and the gates that refuse it, computed once per event. */
+export interface FirstWaiterState {
   waiter: Waiter;
   gates: number;
 }
 
-/** What waiters compare to know whether the head's refusal changed. */
+/** What waiters compare to know whether the first waiter's refusal changed. */
 export function gatesKeyOf(gates: number): string {
   return String(gates);
 }
 
 /** Waiters in arrival order, removed ones marked until the next compaction. */
 export class QueueLine {
-  /** Arrival order; entries before `headIndex` and those marked removed are gone. */
+  /** Arrival order; entries before `firstIndex` and those marked removed are gone. */
   waiters: Waiter[] = [];
-  headIndex = 0;
+  firstIndex = 0;
   /** How many are not removed. */
   live = 0;
 
@@ -89,15 +89,15 @@ export class QueueLine {
     return true;
   }
 
-  /** The first waiter not removed (the head), skipping past removed ones for good. */
+  /** The first waiter not removed, skipping past removed ones for good. */
   first(): Waiter | undefined {
-    while (this.headIndex < this.waiters.length && this.waiters[this.headIndex]!.removed) this.headIndex++;
-    return this.waiters[this.headIndex];
+    while (this.firstIndex < this.waiters.length && this.waiters[this.firstIndex]!.removed) this.firstIndex++;
+    return this.waiters[this.firstIndex];
   }
 
   /** Drops removed waiters; returns where the waiter at index `cursor` now is, so a cursor stays on the same waiter. */
   compact(cursor: number): number {
-    if (this.headIndex === 0 && this.waiters.length === this.live) return cursor;
+    if (this.firstIndex === 0 && this.waiters.length === this.live) return cursor;
     const kept: Waiter[] = [];
     let moved = 0;
     for (let i = 0; i < this.waiters.length; i++) {
@@ -107,13 +107,13 @@ export class QueueLine {
       kept.push(w);
     }
     this.waiters = kept;
-    this.headIndex = 0;
+    this.firstIndex = 0;
     return moved;
   }
 
   /** Forgets every waiter (the queue closed). */
   clear(): void {
     this.waiters = [];
-    this.headIndex = 0;
+    this.firstIndex = 0;
   }
 }

@@ -1,9 +1,10 @@
 /**
  * What the admission queue's waiters hear (`onQueued`): at once when queued, whenever their
- * position or the head's refusing gates change, and as a heartbeat when nothing changes. Waiter k's
- * reason is "k-1 request(s) ahead in the queue; <the head's reasons>": the head's reasons are
- * computed once per event, not once per waiter. Position updates are batched: any number of
- * admissions, cancellations and expiries in one turn of the event loop cost one walk of the queue.
+ * position or the first waiter's refusing gates change, and as a heartbeat when nothing changes.
+ * Waiter k's reason is "k-1 request(s) ahead in the queue; <the first waiter's reasons>": the
+ * first waiter's reasons are computed once per event, not once per waiter. Position updates are
+ * batched: any number of admissions, cancellations and expiries in one turn of the event loop cost
+ * one walk of the queue.
  *
  * Heartbeats are capped server-wide at {@link HEARTBEAT_RATE_CAP} messages a second, whatever the
  * queue length: each waiter's heartbeat period is max(heartbeatMs, waiters / cap), so up to 500
@@ -14,7 +15,7 @@
  */
 import type { Clock, TimerHandle } from "@berth/shared/clock";
 import type { Logger } from "@berth/shared/logger";
-import type { AheadEntry, HeadState, QueueLine, Waiter } from "./queue-line.js";
+import type { AheadEntry, FirstWaiterState, QueueLine, Waiter } from "./queue-line.js";
 import { gatesKeyOf } from "./queue-line.js";
 import { etaMsAt, type EtaEstimate } from "./eta.js";
 import { queueReason } from "./queue-refusals.js";
@@ -42,7 +43,7 @@ export function heartbeatPeriodMs(waiters: number, heartbeatMs: number): number 
   return Math.max(heartbeatMs, Math.ceil((waiters * 1000) / HEARTBEAT_RATE_CAP));
 }
 
-/** How many requests ahead a waiter is told about by name (the ones nearest the head). */
+/** How many requests ahead a waiter is told about by name (from the first waiter on). */
 export const AHEAD_LIMIT = 10;
 
 /** What the notifier reads from the queue it speaks for. */
@@ -52,14 +53,14 @@ export interface NotifierHost {
   line: QueueLine;
   /** The policy's heartbeat interval, read at each tick (a reload changes it). */
   heartbeatMs(): number;
-  /** Every waiter's ETA, head first (computed once, shared by every waiter told). */
+  /** Every waiter's ETA, in queue order (computed once, shared by every waiter told). */
   etas(): EtaEstimate[];
   context(): VerdictContext;
-  /** The head while it is still queued. */
-  head(): HeadState | undefined;
-  /** The head's reasons and their text for `context` (the queue memoizes them). */
-  headReasons(context: VerdictContext): { reasons: Reason[]; text: string | undefined };
-  /** Re-checks the queue: a heartbeat refreshes the head's verdict. */
+  /** The first waiter while it is still queued. */
+  firstWaiter(): FirstWaiterState | undefined;
+  /** The first waiter's reasons and their text for `context` (the queue memoizes them). */
+  firstWaiterReasons(context: VerdictContext): { reasons: Reason[]; text: string | undefined };
+  /** Re-checks the queue: a heartbeat refreshes the first waiter's verdict. */
   recheck(): void;
   /** Runs `fn` soon, after the current event. */
   defer(fn: () => void): void;
@@ -67,31 +68,31 @@ export interface NotifierHost {
 
 /** Tells waiters where they stand: on joining, on a change (batched), and by heartbeat. */
 export class QueueNotifier {
-  /** The head's refusing gates when waiters last heard: a change means everyone hears again. */
-  headKey = "";
+  /** The first waiter's refusing gates when waiters last heard: a change means everyone hears again. */
+  firstWaiterKey = "";
   private heartbeatTimer: TimerHandle | undefined;
   /** The next waiter (index into the line) the heartbeat visits: it sweeps the line once per period. */
   private heartbeatCursor = 0;
   /** Visits earned since the last tick, at waiters / period per ms; a fraction carries over. */
   private heartbeatCredit = 0;
   private lastHeartbeatTickAt = 0;
-  /** When the heartbeat last refreshed the head's verdict (once per heartbeatMs, as before the cap). */
+  /** When the heartbeat last refreshed the first waiter's verdict (once per heartbeatMs, as before the cap). */
   private lastHeartbeatRecheckAt = 0;
   private flushScheduled = false;
   private closed = false;
 
   constructor(private readonly host: NotifierHost) {}
 
-  /** The first waiter joined as head, refused by `gates`: the heartbeat starts its sweep from it. */
+  /** A waiter joined an empty queue, so it is the first waiter, refused by `gates`: the heartbeat starts its sweep from it. */
   firstJoined(gates: number): void {
-    this.headKey = gatesKeyOf(gates);
+    this.firstWaiterKey = gatesKeyOf(gates);
     this.startHeartbeat();
   }
 
-  /** After a re-check: everyone hears again when someone was admitted or the head's refusal changed. */
-  rechecked(admitted: boolean, head: HeadState | undefined): void {
-    const key = head ? gatesKeyOf(head.gates) : "";
-    if (admitted || key !== this.headKey) this.scheduleFlush();
+  /** After a re-check: everyone hears again when someone was admitted or the first waiter's refusal changed. */
+  rechecked(admitted: boolean, firstWaiter: FirstWaiterState | undefined): void {
+    const key = firstWaiter ? gatesKeyOf(firstWaiter.gates) : "";
+    if (admitted || key !== this.firstWaiterKey) this.scheduleFlush();
   }
 
   /** The policy changed: the heartbeat re-arms at its new interval. */
@@ -116,13 +117,13 @@ export class QueueNotifier {
   /** Tells one waiter where it stands (at once when it joins). */
   notify(waiter: Waiter, position: number, context: VerdictContext): void {
     const line = this.host.line;
-    const { reasons: headReasons, text: headText } = this.host.headReasons(context);
-    const ahead = line.waiters.slice(line.headIndex, line.headIndex + AHEAD_LIMIT + 1).filter((w) => !w.removed);
+    const { reasons: firstWaiterReasons, text: firstWaiterText } = this.host.firstWaiterReasons(context);
+    const ahead = line.waiters.slice(line.firstIndex, line.firstIndex + AHEAD_LIMIT + 1).filter((w) => !w.removed);
     this.tell(
       waiter,
       position,
-      headReasons,
-      headText,
+      firstWaiterReasons,
+      firstWaiterText,
       ahead.slice(0, AHEAD_LIMIT).map((w) => ({ owner: w.owner, needs: w.want })),
       this.host.clock.monotonicNow(),
       this.host.etas(),
@@ -144,39 +145,48 @@ export class QueueNotifier {
     this.heartbeatCursor = this.host.line.compact(this.heartbeatCursor);
   }
 
-  /** Compacts the line and tells each waiter whose position or reason changed. One walk, one head verdict. */
+  /** Compacts the line and tells each waiter whose position or reason changed. One walk, one verdict on the first waiter. */
   private flush(): void {
     if (this.closed) return;
     this.compact();
     const waiters = this.host.line.waiters;
     if (waiters.length === 0) {
-      this.headKey = "";
+      this.firstWaiterKey = "";
       return;
     }
     const context = this.host.context();
-    const head = this.host.head();
-    this.headKey = head ? gatesKeyOf(head.gates) : "";
-    const { reasons: headReasons, text: headText } = this.host.headReasons(context);
+    const firstWaiter = this.host.firstWaiter();
+    this.firstWaiterKey = firstWaiter ? gatesKeyOf(firstWaiter.gates) : "";
+    const { reasons: firstWaiterReasons, text: firstWaiterText } = this.host.firstWaiterReasons(context);
     const ahead = waiters.slice(0, AHEAD_LIMIT).map((w) => ({ owner: w.owner, needs: w.want }));
     const now = this.host.clock.monotonicNow();
     let etas: EtaEstimate[] | undefined;
     for (let i = 0; i < waiters.length; i++) {
       const w = waiters[i]!;
       const position = i + 1;
-      if (position === w.lastPosition && this.headKey === w.lastKey) continue;
+      if (position === w.lastPosition && this.firstWaiterKey === w.lastKey) continue;
       etas ??= this.host.etas();
-      this.tell(w, position, headReasons, headText, ahead, now, etas);
+      this.tell(w, position, firstWaiterReasons, firstWaiterText, ahead, now, etas);
     }
   }
 
-  private tell(w: Waiter, position: number, headReasons: Reason[], headText: string | undefined, ahead: AheadEntry[], now: number, etas: EtaEstimate[]): void {
+  private tell(
+    w: Waiter,
+    position: number,
+    firstWaiterReasons: Reason[],
+    firstWaiterText: string | undefined,
+    ahead: AheadEntry[],
+    now: number,
+    etas: EtaEstimate[],
+  ): void {
     w.lastPosition = position;
-    w.lastKey = this.headKey;
+    w.lastKey = this.firstWaiterKey;
     w.lastNotifiedAt = now;
     if (!w.onQueued) return;
     const aheadCount = position - 1;
-    const waitFor = aheadCount === 0 ? headReasons : [queueReason(aheadCount), ...headReasons];
-    const waitForText = aheadCount === 0 ? (headText ?? "its turn") : `${aheadCount} request(s) ahead in the queue${headText ? `; ${headText}` : ""}`;
+    const waitFor = aheadCount === 0 ? firstWaiterReasons : [queueReason(aheadCount), ...firstWaiterReasons];
+    const waitForText =
+      aheadCount === 0 ? (firstWaiterText ?? "its turn") : `${aheadCount} request(s) ahead in the queue${firstWaiterText ? `; ${firstWaiterText}` : ""}`;
     try {
       w.onQueued({
         position,
@@ -222,7 +232,7 @@ export class QueueNotifier {
     const now = this.host.clock.monotonicNow();
     const heartbeatMs = this.host.heartbeatMs();
     if (now - this.lastHeartbeatRecheckAt >= heartbeatMs) {
-      // The head's verdict is refreshed (it reads the cached sample, not /proc) and shared by every waiter.
+      // The first waiter's verdict is refreshed (it reads the cached sample, not /proc) and shared by every waiter.
       this.lastHeartbeatRecheckAt = now;
       this.host.recheck();
       if (line.live === 0 || this.closed) return;
@@ -235,14 +245,14 @@ export class QueueNotifier {
     const visits = Math.min(waiters, Math.floor(this.heartbeatCredit));
     this.heartbeatCredit -= visits;
     if (visits > 0) {
-      const { reasons: headReasons, text: headText } = this.host.headReasons(this.host.context());
+      const { reasons: firstWaiterReasons, text: firstWaiterText } = this.host.firstWaiterReasons(this.host.context());
       const ahead = line.waiters.slice(0, AHEAD_LIMIT).map((w) => ({ owner: w.owner, needs: w.want }));
       const etas = this.host.etas();
       const quiet = period / 2;
       for (let v = 0; v < visits; v++) {
         if (this.heartbeatCursor >= waiters) this.heartbeatCursor = 0;
         const w = line.waiters[this.heartbeatCursor]!;
-        if (now - w.lastNotifiedAt >= quiet) this.tell(w, this.heartbeatCursor + 1, headReasons, headText, ahead, now, etas);
+        if (now - w.lastNotifiedAt >= quiet) this.tell(w, this.heartbeatCursor + 1, firstWaiterReasons, firstWaiterText, ahead, now, etas);
         this.heartbeatCursor++;
       }
     }

@@ -1,4 +1,4 @@
-/** The admission queue's refusals, its ETA and the reason every waiter behind the head shares. */
+/** The admission queue's refusals, its ETA and the reason every waiter behind the first waiter shares. */
 import { BerthError } from "@berth/shared/errors";
 import { formatDuration } from "@berth/shared/units";
 import type { Reason } from "./verdict.js";

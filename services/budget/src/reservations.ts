@@ -24,7 +24,7 @@ export const INITIAL_HOLD_MS = 60_000;
 /** What a reservation is made of: its shares and (when known) the items they were added up from. */
 export type ReservedNeed = Pick<Need, "start" | "build"> & { readonly items?: readonly NeedItem[] | undefined };
 
-/** What changed in a reservation, for the queue to re-check its head. */
+/** What changed in a reservation, for the queue to re-check its first waiter. */
 export type ReservationChange = "admitted" | "build_released" | "consumed" | "released" | "expired" | "renewed";
 
 /**

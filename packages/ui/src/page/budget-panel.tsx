@@ -3,7 +3,7 @@
  * queue, the reservations and the running work (WatchBudget), each queued request with its place,
  * its ETA and why it waits. Places and ETAs are not events (every change ahead moves them): the
  * places are the queue's order, the ETAs and reasons are read again (ListQueue) at most once a
- * second while the queue changes. Of a long queue the page holds the head only (QUEUE_STEP
+ * second while the queue changes. Of a long queue the page holds the front only (QUEUE_STEP
  * requests, more on asking), and the count of the rest: ten thousand waiting requests would cost
  * the page seconds to take in, for a list that shows ten rows at once.
  */
@@ -22,7 +22,7 @@ import { VirtualList } from "./virtual-list.js";
 /** The machine's samples kept for the charts: ten minutes at one a second. */
 const KEPT_SAMPLES = 600;
 const ETA_REFRESH_MS = 1000;
-/** How many requests at the head of the queue get their ETA read. */
+/** How many requests at the front of the queue get their ETA read. */
 const ETA_PAGE = 200;
 /** How many queued requests the page holds at first, and how many more each "show more" adds. */
 export const QUEUE_STEP = 500;
@@ -37,11 +37,11 @@ interface Eta {
 export class BudgetView implements RevisionView<BudgetEvent> {
   readonly changes = new Changes();
   readonly machineChanges = new Changes();
-  /** The head of the queue, in order: its first `queueLimit` requests at most. */
+  /** The front of the queue, in order: its first `queueLimit` requests at most. */
   queue = new Map<string, QueueEntry>();
   /** How many requests wait in all, held or not. */
   queueSize = 0;
-  /** How many requests at the head the page holds (the watch's `queueLimit`). */
+  /** How many requests at the front the page holds (the watch's `queueLimit`). */
   queueLimit = QUEUE_STEP;
   #describing = false;
   reservations = new Map<string, Reservation>();
@@ -70,11 +70,11 @@ export class BudgetView implements RevisionView<BudgetEvent> {
   }
 
   /**
-   * Whether to describe the queue's head again: more of it was asked for, or requests wait beyond
-   * the held head while it ran down to half what it may hold. Once true, false until the new
+   * Whether to describe the queue's front again: more of it was asked for, or requests wait beyond
+   * the held front while it ran down to half what it may hold. Once true, false until the new
    * description comes.
    */
-  describeHead(more = false): boolean {
+  describeFront(more = false): boolean {
     if (more) this.queueLimit += QUEUE_STEP;
     else if (this.#describing || !(this.queueSize > this.queue.size && this.queue.size < this.queueLimit / 2)) return false;
     this.#describing = true;
@@ -118,7 +118,7 @@ export class BudgetView implements RevisionView<BudgetEvent> {
       case "request":
         if (event.kind === BudgetEventKind.REQUEST_QUEUED) {
           this.queueSize++;
-          // Held when its place falls within the held head (one resumed may join ahead of others).
+          // Held when its place falls within the held front (one resumed may join ahead of others).
           if (subject.value.position > this.queue.size + 1 || this.queue.size >= this.queueLimit) break;
           this.#insert(subject.value);
           // Its ETA and reason when it joined, until the next read of the queue.
@@ -143,7 +143,7 @@ export class BudgetView implements RevisionView<BudgetEvent> {
     }
   }
 
-  /** Puts a request at its place in the held head (a Map keeps insertion order: one that is not last rebuilds it). */
+  /** Puts a request at its place in the held front (a Map keeps insertion order: one that is not last rebuilds it). */
   #insert(entry: QueueEntry): void {
     if (entry.position >= this.queue.size + 1 || entry.position < 1) {
       this.queue.set(entry.id, entry);
@@ -163,7 +163,7 @@ const QUEUE_ROW = 30;
 
 export function BudgetPanel({ berth, onLink }: { readonly berth: Berth; readonly onLink: (state: LinkState) => void }) {
   const view = useMemo(() => new BudgetView(), []);
-  // A new description of the queue's head: more of it asked for, or the held head ran down.
+  // A new description of the queue's front: more of it asked for, or the held front ran down.
   const [describe, describeAgain] = useState(0);
   useChanges(view.changes);
   useChanges(view.machineChanges);
@@ -181,7 +181,7 @@ export function BudgetPanel({ berth, onLink }: { readonly berth: Berth; readonly
     return () => stop.abort();
   }, [berth, view, onLink, describe]);
   useEffect(() => {
-    if (view.describeHead()) describeAgain((n) => n + 1);
+    if (view.describeFront()) describeAgain((n) => n + 1);
   });
   useLayoutEffect(() => {
     const stop = new AbortController();
@@ -279,7 +279,7 @@ export function BudgetPanel({ berth, onLink }: { readonly berth: Berth; readonly
           items={queue}
           rowHeight={QUEUE_ROW}
           maxHeight={QUEUE_ROW * 10}
-          label="Queue, head first"
+          label="Queue, in order"
           rowKey={(entry) => entry.id}
           render={(entry, index) => {
             const eta = view.etas.get(entry.id);
@@ -303,7 +303,7 @@ export function BudgetPanel({ berth, onLink }: { readonly berth: Berth; readonly
       {view.queueSize > queue.length && (
         <p class="more">
           {view.queueSize - queue.length} more wait behind these.{" "}
-          <button type="button" onClick={() => view.describeHead(true) && describeAgain((n) => n + 1)}>
+          <button type="button" onClick={() => view.describeFront(true) && describeAgain((n) => n + 1)}>
             Show {Math.min(QUEUE_STEP, view.queueSize - queue.length)} more
           </button>
         </p>

@@ -124,7 +124,7 @@ describe("BudgetView", () => {
     expect(view.running.size).toBe(0);
   });
 
-  it("holds the head of a long queue and counts the rest; asks for the head again once it ran down", () => {
+  it("holds the front of a long queue and counts the rest; asks for the front again once it ran down", () => {
     const view = new BudgetView();
     view.queueLimit = 4;
     const queued = (id: string, position: number) =>
@@ -138,19 +138,19 @@ describe("BudgetView", () => {
     view.apply(left("b"));
     view.apply(queued("b2", 2));
     expect([view.queueList().map((entry) => entry.id), view.queueSize]).toEqual([["a", "b2", "c", "d"], 5]);
-    // Beyond the held head: counted only.
+    // Beyond the held front: counted only.
     view.apply(left("e"));
     view.apply(queued("f", 5));
     expect([view.queueList().map((entry) => entry.id), view.queueSize]).toEqual([["a", "b2", "c", "d"], 5]);
     for (const id of ["a", "b2"]) view.apply(left(id));
-    expect(view.describeHead()).toBe(false);
+    expect(view.describeFront()).toBe(false);
     view.apply(left("c"));
     expect([view.queueList().map((entry) => entry.id), view.queueSize]).toEqual([["d"], 2]);
-    expect(view.describeHead()).toBe(true);
-    expect(view.describeHead()).toBe(false);
+    expect(view.describeFront()).toBe(true);
+    expect(view.describeFront()).toBe(false);
     view.replace([queued("d", 1), queued("f", 2)], { kind: "caughtUp", revision: 2n, reset: false, queueSize: 2 });
-    expect(view.describeHead()).toBe(false);
-    expect(view.describeHead(true)).toBe(true);
+    expect(view.describeFront()).toBe(false);
+    expect(view.describeFront(true)).toBe(true);
     expect(view.queueLimit).toBe(4 + QUEUE_STEP);
   });
 });

@@ -15,7 +15,7 @@ describe("outbound", () => {
     expect(waitReasonToProto(queueReason(3), { committed }, 3)).toMatchObject({ gate: Gate.QUEUE, observed: 3, setting: "" });
   });
 
-  it("lists holders on the head's queue entry only", () => {
+  it("lists holders on the first waiter's queue entry only", () => {
     const entries = [1, 2].map((position) => ({
       id: `q${position}`,
       seq: position,
@@ -29,8 +29,8 @@ describe("outbound", () => {
       etaBasis: "the budget has room for it now",
       deadline: 60_000,
     }));
-    const [head, second] = queueToProto(entries, [memoryReason], { committed });
-    expect(head!.waitFor[0]!.holders).toHaveLength(2);
+    const [firstWaiter, second] = queueToProto(entries, [memoryReason], { committed });
+    expect(firstWaiter!.waitFor[0]!.holders).toHaveLength(2);
     expect(second!.waitFor.map((r) => [r.gate, r.holders.length])).toEqual([
       [Gate.QUEUE, 0],
       [Gate.MEMORY_BUDGET, 0],

@@ -350,20 +350,20 @@ export function runningEntryToProto(entry: RunningEntry): RunningEntryMessage {
 }
 
 /**
- * The queue's entries as messages. Entry k waits for k-1 requests ahead, then for what the head
- * waits for (`headReasons`, judged once for the whole queue). The holders of those reasons are
- * listed on the head's entry only: they are the same for everyone, and repeating them on every
+ * The queue's entries as messages. Entry k waits for k-1 requests ahead, then for what the first
+ * waiter waits for (`firstWaiterReasons`, judged once for the whole queue). The holders of those
+ * reasons are listed on the first waiter's entry only: they are the same for everyone, and repeating them on every
  * entry of a long queue would push GetState past the message size limit (10,000 waiters: 4.4 MB
  * with them, 3.7 MB without).
  */
-export function queueToProto(entries: readonly QueueEntryInfo[], headReasons: readonly Reason[], context: ReasonContext): QueueEntry[] {
-  const atHead = headReasons.map((r) => waitReasonToProto(r, context));
-  const head = atHead.map((r) => (r.holders.length === 0 ? r : create(WaitReasonSchema, { ...r, holders: [] })));
-  const headText = headReasons.map((r) => r.message).join("; ");
+export function queueToProto(entries: readonly QueueEntryInfo[], firstWaiterReasons: readonly Reason[], context: ReasonContext): QueueEntry[] {
+  const withHolders = firstWaiterReasons.map((r) => waitReasonToProto(r, context));
+  const withoutHolders = withHolders.map((r) => (r.holders.length === 0 ? r : create(WaitReasonSchema, { ...r, holders: [] })));
+  const firstWaiterText = firstWaiterReasons.map((r) => r.message).join("; ");
   return entries.map((entry) => {
     const ahead = entry.position - 1;
-    const waitFor = ahead === 0 ? atHead : [queueWaitReason(ahead), ...head];
-    const text = ahead === 0 ? headText : `${ahead} request(s) ahead in the queue${headText ? `; ${headText}` : ""}`;
+    const waitFor = ahead === 0 ? withHolders : [queueWaitReason(ahead), ...withoutHolders];
+    const text = ahead === 0 ? firstWaiterText : `${ahead} request(s) ahead in the queue${firstWaiterText ? `; ${firstWaiterText}` : ""}`;
     return create(QueueEntrySchema, {
       id: entry.id,
       owner: entry.owner,

@@ -33,7 +33,7 @@ describe("Admit", () => {
     expect(server.budget.state().reservations).toHaveLength(0);
   });
 
-  it("queues with positions at once, and a release admits the head at once and moves the others up", async () => {
+  it("queues with positions at once, and a release admits the first waiter at once and moves the others up", async () => {
     const server = await serve();
     const first = openAdmit(server, "first", startNeed("a", 6, 1));
     await first.until(() => first.received.length === 1);
@@ -64,7 +64,7 @@ describe("Admit", () => {
 
     first.send({ kind: { case: "release", value: {} } });
     expect(await second.until(() => second.last()?.kind.case === "admitted")).toBe(true);
-    // The third is now the head, still waiting for memory: it hears its new position.
+    // The third is now the first waiter, still waiting for memory: it hears its new position.
     expect(await third.until(() => third.received.length === 2)).toBe(true);
     expect(third.last()?.kind).toMatchObject({ case: "queued", value: { position: 1 } });
     second.cancel();

@@ -39,9 +39,9 @@ export interface QueuedDeadline {
 }
 
 /**
- * Builds `Queued` messages for a stream of updates. Heartbeats repeat the same head reasons and the
- * same requests ahead to every waiter, so their messages are converted once (by identity: the
- * queue hands every waiter the same objects until they change) and shared.
+ * Builds `Queued` messages for a stream of updates. Heartbeats repeat the same first waiter's
+ * reasons and the same requests ahead to every waiter, so their messages are converted once (by
+ * identity: the queue hands every waiter the same objects until they change) and shared.
  *
  * {@link response} picks the form: for a call whose messages are protobuf binary, the hot path
  * {@link encodeResponse}, the AdmitResponse of a heartbeat with its `queued` field already in wire

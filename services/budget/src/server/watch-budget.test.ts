@@ -82,7 +82,7 @@ describe("WatchBudget over RPC", () => {
     controller.abort();
   });
 
-  it("describes the head of the queue up to queue_limit, and caught_up says how many wait", async () => {
+  it("describes the front of the queue up to queue_limit, and caught_up says how many wait", async () => {
     const { client, budget } = await serve();
     await budget.reserve({ ...oneG, start: { memoryBytes: 8 * G, cpu: 0 } }, "holder", { ttlMs: 30_000 });
     for (const name of ["a", "b", "c"]) void budget.reserve(oneG, name, { ttlMs: 30_000 }).catch(() => undefined);

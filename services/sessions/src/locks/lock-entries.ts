@@ -64,7 +64,7 @@ export interface Entry {
   holder?: Held;
   /** FIFO: a Set iterates in insertion order and deletes in O(1). */
   waiters: Set<Waiter>;
-  /** The outside holder that kept the head of the queue from being granted, when there was one. */
+  /** The outside holder that kept the first waiter from being granted, when there was one. */
   blockedBy?: ForeignLockHolder;
   /** Why the outside lock could not be taken at all the last time (a full disk, say), until it can. */
   claimError?: BerthError;

@@ -3,8 +3,8 @@
  * free a lock when its holder stops renewing.
  *
  * Everything happens in reaction to an event — a release, a lease timer, a waiter's deadline or
- * signal, a change of a seed lock file — never by polling: a released lock is handed to the head of
- * its queue in the same turn of the event loop. The only timers are one per lease and one per
+ * signal, a change of a seed lock file — never by polling: a released lock is handed to the first
+ * waiter in the same turn of the event loop. The only timers are one per lease and one per
  * waiter, on the injected Clock, so tests drive time with `ManualClock.advance()`. Leases and waits
  * are measured on the clock's monotonic reading: a step of the wall clock neither keeps a dead
  * holder's lease nor cuts a live one short. The wall clock only stamps what people read (when a
@@ -439,23 +439,26 @@ export class LockTable {
     if (this.closed || this.entries.get(entry.key) !== entry) return;
     this.expireIfDue(entry);
     while (!entry.holder) {
-      const head = entry.waiters.values().next().value;
-      if (!head) break;
-      const claim = this.claimExternal(entry, head.owner, this.clock.now());
+      const firstWaiter = entry.waiters.values().next().value;
+      if (!firstWaiter) break;
+      const claim = this.claimExternal(entry, firstWaiter.owner, this.clock.now());
       if (!claim) break;
-      const calls = [...head.calls];
-      this.dropWaiter(entry, head, true);
+      const calls = [...firstWaiter.calls];
+      this.dropWaiter(entry, firstWaiter, true);
       let held: Held;
       try {
-        held = this.grant(entry, head.owner, head.ttlMs, claim === true ? undefined : claim, head.holdSignal);
+        held = this.grant(entry, firstWaiter.owner, firstWaiter.ttlMs, claim === true ? undefined : claim, firstWaiter.holdSignal);
       } catch (error) {
         const refusal =
           error instanceof BerthError ? error : new BerthError("internal", `granting ${entry.key} failed: ${(error as Error).message}`, { file: entry.key });
-        this.recordWaiter(entry, head, "waiter_left", 1);
+        this.recordWaiter(entry, firstWaiter, "waiter_left", 1);
         for (const call of calls) call.reject(refusal);
         continue;
       }
-      const lease = head.requestKey !== undefined && head.keyed !== undefined ? this.remember(head.requestKey, head.keyed, held) : leaseOf(this.clock, held);
+      const lease =
+        firstWaiter.requestKey !== undefined && firstWaiter.keyed !== undefined
+          ? this.remember(firstWaiter.requestKey, firstWaiter.keyed, held)
+          : leaseOf(this.clock, held);
       for (const call of calls) call.resolve({ ...lease });
     }
     this.settle(entry);
@@ -532,7 +535,7 @@ export class LockTable {
       delete call.timer;
       if (!waiter.calls.has(call)) return;
       if (this.clock.monotonicNow() < call.deadline) return this.scheduleDeadline(entry, waiter, call);
-      // The head's turn may have come without an event (a lock file we could not watch): look once more.
+      // The first waiter's turn may have come without an event (a lock file we could not watch): look once more.
       this.pump(entry);
       if (!waiter.calls.has(call)) return;
       const ahead = placeOf(entry, waiter);

@@ -1124,7 +1124,7 @@ export type QueueEntry = Message<"berth.budget.v1.QueueEntry"> & {
   owner: string;
 
   /**
-   * 1-based place in the queue: 1 is the head.
+   * 1-based place in the queue: 1 is the first waiter.
    *
    * @generated from field: int32 position = 2;
    */
@@ -1395,14 +1395,15 @@ export enum QueueMode {
   UNSPECIFIED = 0,
 
   /**
-   * Strict arrival order, as the seed: only the head may be admitted.
+   * Strict arrival order, as the seed: only the first waiter may be admitted.
    *
    * @generated from enum value: QUEUE_MODE_FIFO = 1;
    */
   FIFO = 1,
 
   /**
-   * A request behind the head may go first when that cannot delay the head.
+   * A request behind the first waiter may go first when that cannot delay
+   * the first waiter.
    *
    * @generated from enum value: QUEUE_MODE_BACKFILL = 2;
    */

@@ -365,7 +365,7 @@ export const AdmitResponseSchema: GenMessage<AdmitResponse> = /*@__PURE__*/
  */
 export type Queued = Message<"berth.budget.v1.Queued"> & {
   /**
-   * 1-based place in the queue: 1 is the head.
+   * 1-based place in the queue: 1 is the first waiter.
    *
    * @generated from field: int32 position = 1;
    */
@@ -395,7 +395,7 @@ export type Queued = Message<"berth.budget.v1.Queued"> & {
   waitForText: string;
 
   /**
-   * The requests ahead of it, head first.
+   * The requests ahead of it, in queue order.
    *
    * @generated from field: repeated berth.budget.v1.AheadEntry ahead = 5;
    */
@@ -1012,7 +1012,7 @@ export type GetStateResponse = Message<"berth.budget.v1.GetStateResponse"> & {
   committed?: Committed | undefined;
 
   /**
-   * The queue's first page, head first.
+   * The queue's first page, in queue order.
    *
    * @generated from field: repeated berth.budget.v1.QueueEntry queue = 2;
    */
@@ -1136,7 +1136,7 @@ export const ListQueueRequestSchema: GenMessage<ListQueueRequest> = /*@__PURE__*
  */
 export type ListQueueResponse = Message<"berth.budget.v1.ListQueueResponse"> & {
   /**
-   * The entries, head first.
+   * The entries, in queue order.
    *
    * @generated from field: repeated berth.budget.v1.QueueEntry queue = 1;
    */
@@ -1432,12 +1432,12 @@ export type WatchBudgetRequest = Message<"berth.budget.v1.WatchBudgetRequest"> &
   maxBatch: number;
 
   /**
-   * Describe at most this many queued requests of the current state, the
-   * head of the queue first; `caught_up.queue_size` says how many are queued
-   * in all. A client that shows the head of a long queue asks for what it
-   * shows, and watches again with a larger limit to show more. Zero: every
-   * queued request. The changes after `caught_up` are every change, to
-   * described requests or not.
+   * Describe at most this many queued requests of the current state, in
+   * queue order; `caught_up.queue_size` says how many are queued in all. A
+   * client that shows the front of a long queue asks for what it shows,
+   * and watches again with a larger limit to show more. Zero: every queued
+   * request. The changes after `caught_up` are every change, to described
+   * requests or not.
    *
    * @generated from field: uint32 queue_limit = 5;
    */
@@ -2241,11 +2241,12 @@ export const BudgetService: GenService<{
    * their process, lease or StopRunning). A message out of turn (anything
    * but `start` first, a second `start`, `build_done` or `started` before
    * `admitted`) is INVALID_ARGUMENT and ends the stream, releasing what it
-   * held. No admission to a caller that left: the queue admits its head only
-   * once the service has read what has arrived on its connections, so a
-   * waiter whose stream has ended (cancelled, reset, its connection closed)
-   * is dropped first, after a pause of the service too (SIGSTOP, a suspended
-   * machine); a reservation admitted as its stream ended is released at once.
+   * held. No admission to a caller that left: the queue admits its first
+   * waiter only once the service has read what has arrived on its
+   * connections, so a waiter whose stream has ended (cancelled, reset, its
+   * connection closed) is dropped first, after a pause of the service too
+   * (SIGSTOP, a suspended machine); a reservation admitted as its stream
+   * ended is released at once.
    * Errors: INVALID_ARGUMENT INVALID_FIELD, OUT_OF_TURN; ALREADY_EXISTS
    * IDEMPOTENCY_KEY_REUSED (a `request_id` that named another request); FAILED_PRECONDITION
    * IMPOSSIBLE; RESOURCE_EXHAUSTED QUEUE_FULL, WAIT_EXHAUSTED;
@@ -2385,7 +2386,7 @@ export const BudgetService: GenService<{
     output: typeof GetStateResponseSchema;
   },
   /**
-   * The queue, head first, a page at a time. A request admitted or dropped
+   * The queue in order, a page at a time. A request admitted or dropped
    * while paging is not repeated; one queued while paging appears on a later
    * page.
    * Errors: INVALID_ARGUMENT INVALID_FIELD (`page_size`, `page_token`); and
@@ -2481,7 +2482,7 @@ export const BudgetService: GenService<{
    * replay (`--watch-history`).
    *
    * The stream: with `include_current`, first the current state, one event
-   * per queued request (REQUEST_QUEUED, head first), reservation
+   * per queued request (REQUEST_QUEUED, in queue order), reservation
    * (RESERVATION_MADE), running entry (RUNNING_REGISTERED) and the policy
    * (POLICY_CHANGED), each with the revision of the state described (in
    * `events` messages of up to `max_batch` when it is set; the queue's

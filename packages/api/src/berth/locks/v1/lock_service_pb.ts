@@ -1500,7 +1500,7 @@ export const LockService: GenService<{
    * Follows the locks: one `event` per change of a holder or a waiter, of
    * one file (`file`) or of every file, in order, none skipped, until the
    * client ends the call. Events: GRANTED (a lock taken, at once or handed
-   * to the head of the queue), RELEASED (Release, the end of a Hold, a lease
+   * to the first waiter), RELEASED (Release, the end of a Hold, a lease
    * ended at shutdown), EXPIRED (a lease ran out unrenewed), WAITER_JOINED,
    * WAITER_LEFT (a waiter gave up: cancelled, its wait ran out, refused; a
    * waiter that is granted leaves the queue through GRANTED alone).
