@@ -16,7 +16,7 @@ import { connectClient, cuttableProxy, stopAll } from "./harness.js";
 afterAll(stopAll);
 
 describe("budget service: Admit", () => {
-  it("queues with positions, and a release admits the head at once", async () => {
+  it("queues with positions, and a release admits the first waiter at once", async () => {
     // The machine is read once an hour here: an admission can only come from the release itself.
     const budget = await startBudget({ args: ["--sample-interval=1h"] });
     const first = admit(budget, "first", [start("a", 3, 1)]);
@@ -26,9 +26,9 @@ describe("budget service: Admit", () => {
     expect(await until(() => second.has("queued") && third.received.some((r) => r.kind.case === "queued" && r.kind.value.position === 2))).toBe(true);
 
     first.send({ kind: { case: "release", value: {} } });
-    // No polling anywhere: with no sample due for an hour, the release alone admits the head.
+    // No polling anywhere: with no sample due for an hour, the release alone admits the first waiter.
     expect(await until(() => second.has("admitted"))).toBe(true);
-    // The third (3G) is the head now, still waiting for memory: 2G of 4G are held.
+    // The third (3G) is the first waiter now, still waiting for memory: 2G of 4G are held.
     expect(await until(() => third.received.some((r) => r.kind.case === "queued" && r.kind.value.position === 1))).toBe(true);
     const last = third.received.filter((r) => r.kind.case === "queued").at(-1)!.kind;
     expect(last.case === "queued" && last.value.waitFor.map((w) => w.gate)).toEqual([Gate.MEMORY_BUDGET]);

@@ -111,7 +111,7 @@ describe("budget service: pages under load", () => {
     );
 
     // The queue: the cpu budget held but for what small holders release, 300 waiters; while paging,
-    // a release admits the head, a waiter's call ends, a newcomer joins.
+    // a release admits the first waiter, a waiter's call ends, a newcomer joins.
     for (const id of reserved.splice(0)) await client.release({ reservationId: id });
     const small: string[] = [];
     await client.reserve({ owner: "holder", need: { items: [cores(1000 - 200)] } });
@@ -140,7 +140,7 @@ describe("budget service: pages under load", () => {
     const queue = await pageWhileChurning(
       async (token) => {
         const page = await client.listQueue({ pageToken: token, pageSize: 5 });
-        // Positions count from the head as it is now: increasing within a page.
+        // Positions count from the first waiter as it is now: increasing within a page.
         const positions = page.queue.map((q) => q.position);
         expect(positions).toEqual([...positions].sort((a, b) => a - b));
         return { names: page.queue.map((q) => q.owner), next: page.nextPageToken };

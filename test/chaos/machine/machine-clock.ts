@@ -8,7 +8,7 @@
  * its waiter get the lock then; a waiter's wait must run out after its length, neither an hour
  * later nor at once; a holder renewing its lease must keep it through a step forward (never two
  * holders, per the service's log), and its renewals show the expiry in the service's new time.
- * Budget: a reservation whose lease is not renewed ends after its ttl and lets the queue's head in;
+ * Budget: a reservation whose lease is not renewed ends after its ttl and lets the queue's first waiter in;
  * a queued admission's wait runs out after its length; a renewed reservation lives through a step
  * forward.
  */
@@ -208,7 +208,7 @@ export async function steppedBudget(findings: Findings, clock: SteppedClock): Pr
       ...(options.waitMs === undefined ? {} : { maxWait: ms(options.waitMs) }),
     });
 
-  // A live reservation renewed every second, a dead one that never is, and the queue's head behind them.
+  // A live reservation renewed every second, a dead one that never is, and the queue's first waiter behind them.
   const live = (await reserve("live", 40, { ttlMs: 5000 })).reservation!;
   const renewing = { stopped: false, alive: 0, lost: false, lastExpiresAt: NaN };
   const renewer = (async () => {
@@ -223,13 +223,13 @@ export async function steppedBudget(findings: Findings, clock: SteppedClock): Pr
   })();
   await reserve("dead", 40, { ttlMs: 10_000 });
   const deadAt = performance.now();
-  const head = timed(reserve("head", 50, { waitMs: 60_000 }));
+  const firstWaiter = timed(reserve("first-waiter", 50, { waitMs: 60_000 }));
   const short = timed(reserve("short wait", 50, { waitMs: 8000 }));
   clock.set(-HOUR);
   findings.check(await shows(-HOUR, serviceNow), scenario, "the service's wall clock did not step back an hour");
-  const admitted = await head;
+  const admitted = await firstWaiter;
   const admittedMs = since(deadAt);
-  findings.check("value" in admitted.outcome, scenario, `the head was not admitted once the dead reservation's lease ended: ${show(admitted.outcome)}`);
+  findings.check("value" in admitted.outcome, scenario, `the first waiter was not admitted once the dead reservation's lease ended: ${show(admitted.outcome)}`);
   findings.check(
     admittedMs <= 10_000 + SLACK_MS,
     scenario,
