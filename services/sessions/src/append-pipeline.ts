@@ -80,10 +80,10 @@ export class AppendPipeline {
    * Appends `events` to the session, atomically (one batch: all or none), and resolves once they
    * are durable. See {@link AppendOptions}.
    */
-  async append(sessionId: string, events: readonly unknown[], options: AppendOptions = {}): Promise<AppendResult> {
+  async append(requestedId: string, events: readonly unknown[], options: AppendOptions = {}): Promise<AppendResult> {
     const { host } = this;
     host.assertOpen();
-    const { events: prepared, idempotencyKey: ikey, digest } = checkAppend(sessionId, events, options, host.limits);
+    const { sessionId, events: prepared, idempotencyKey: ikey, digest } = checkAppend(requestedId, events, options, host.limits);
     for (;;) {
       // A deletion of the session in progress: this append comes after it, to a new session.
       const deleting = host.deletions.get(sessionId);

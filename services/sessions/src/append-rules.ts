@@ -6,7 +6,7 @@
  * so that one request is refused, or taken, alike on either.
  */
 import { invalidArgument } from "@berth/shared/errors";
-import { checkSessionId } from "@berth/shared/safe-id";
+import { checkSessionId, type SessionId } from "@berth/shared/safe-id";
 import { checkIdempotencyKey, prepareEvents, type PreparedEvent } from "./append-input.js";
 import { eventsDigest } from "./event-digest.js";
 import { seqConflict, type ExpectedState } from "./session-refusals.js";
@@ -27,6 +27,8 @@ export interface SessionExpectation {
 
 /** An append's input once checked. */
 export interface CheckedAppend {
+  /** The session id, checked: what the journal seam takes. */
+  readonly sessionId: SessionId;
   /** The events as the journal will hold them. */
   readonly events: PreparedEvent[];
   /** The idempotency key; undefined for none ("" is none). */
@@ -41,12 +43,12 @@ export interface CheckedAppend {
  * rule broken.
  */
 export function checkAppend(sessionId: string, events: readonly unknown[], options: AppendOptions, limits: AppendLimits): CheckedAppend {
-  checkSessionId(sessionId);
-  const prepared = prepareEvents(sessionId, events, limits);
+  const checkedId = checkSessionId(sessionId);
+  const prepared = prepareEvents(checkedId, events, limits);
   const idempotencyKey = checkIdempotencyKey(options.idempotencyKey);
   const digest = idempotencyKey === undefined ? undefined : eventsDigest(prepared.map((p) => p.event));
   checkExpectedSeq(options.expectedSeq);
-  return { events: prepared, idempotencyKey, digest };
+  return { sessionId: checkedId, events: prepared, idempotencyKey, digest };
 }
 
 function checkExpectedSeq(expectedSeq: number | undefined): void {

@@ -11,7 +11,7 @@
  */
 import { systemClock, type Clock } from "@berth/shared/clock";
 import type { Logger } from "@berth/shared/logger";
-import { checkSessionId } from "@berth/shared/safe-id";
+import { checkSessionId, type SessionId } from "@berth/shared/safe-id";
 import { checkFromSeq, checkIdempotencyKey, checkReadLimit } from "./append-input.js";
 import { AppendPipeline } from "./append-pipeline.js";
 import { checkExpectation } from "./append-rules.js";
@@ -162,9 +162,9 @@ export class SessionStore implements SessionStoreApi {
    * `includeCompleted`. A session with no journal gets the base snapshot with `exists: false`
    * (the seed's `getSnapshot` answers it so too); nothing is created.
    */
-  getSnapshot(sessionId: string, options: { includeCompleted?: boolean } = {}): SessionView | null {
+  getSnapshot(requestedId: string, options: { includeCompleted?: boolean } = {}): SessionView | null {
     this.assertOpen();
-    checkSessionId(sessionId);
+    const sessionId = checkSessionId(requestedId);
     const journal = this.journals.open(sessionId);
     const view: SessionView = journal?.exists
       ? { sessionId, snapshot: journal.snapshot, lastSeq: journal.nextSeq - 1, exists: true }
@@ -174,9 +174,9 @@ export class SessionStore implements SessionStoreApi {
   }
 
   /** True when a journal exists for the session. Never creates anything. */
-  has(sessionId: string): boolean {
+  has(requestedId: string): boolean {
     this.assertOpen();
-    checkSessionId(sessionId);
+    const sessionId = checkSessionId(requestedId);
     return this.journals.has(sessionId);
   }
 
@@ -210,9 +210,9 @@ export class SessionStore implements SessionStoreApi {
    * Writes the session's snapshot now (the file backend: its snapshot file, atomically), so
    * another process — or the next start — can hydrate from it. The journal stays the truth.
    */
-  async flush(sessionId: string): Promise<SessionView> {
+  async flush(requestedId: string): Promise<SessionView> {
     this.assertOpen();
-    checkSessionId(sessionId);
+    const sessionId = checkSessionId(requestedId);
     const journal = this.journals.open(sessionId);
     if (!journal?.exists) return { sessionId, snapshot: baseSnapshot(sessionId), lastSeq: 0, exists: false };
     const view: SessionView = { sessionId, snapshot: journal.snapshot, lastSeq: journal.nextSeq - 1, exists: true };
@@ -230,9 +230,9 @@ export class SessionStore implements SessionStoreApi {
    * SEQ_CONFLICT). not_found SESSION_NOT_FOUND when the session has no journal. A repeat of a keyed
    * deletion answers the first one (`duplicate`), even once the session was created again.
    */
-  delete(sessionId: string, options: DeleteOptions = {}): Promise<DeleteResult> {
+  delete(requestedId: string, options: DeleteOptions = {}): Promise<DeleteResult> {
     this.assertOpen();
-    checkSessionId(sessionId);
+    const sessionId = checkSessionId(requestedId);
     checkIdempotencyKey(options.idempotencyKey);
     // Registered before anything is awaited, so an append called after this waits for it.
     const previous = this.deletions.get(sessionId) ?? Promise.resolve();
@@ -246,7 +246,7 @@ export class SessionStore implements SessionStoreApi {
     return deletion;
   }
 
-  private async deleteNow(sessionId: string, options: DeleteOptions): Promise<DeleteResult> {
+  private async deleteNow(sessionId: SessionId, options: DeleteOptions): Promise<DeleteResult> {
     const ikey = options.idempotencyKey === "" ? undefined : options.idempotencyKey;
     for (;;) {
       this.assertOpen();
@@ -297,9 +297,9 @@ export class SessionStore implements SessionStoreApi {
    * (0: all), in journal order: each as the seed wrote it (without berth's bookkeeping fields), with
    * the idempotency key it was appended with and its line's checksum verdict. Both as of the call.
    */
-  read(sessionId: string, fromSeq = 1, limit = 0): JournalReading | null {
+  read(requestedId: string, fromSeq = 1, limit = 0): JournalReading | null {
     this.assertOpen();
-    checkSessionId(sessionId);
+    const sessionId = checkSessionId(requestedId);
     checkFromSeq(fromSeq);
     checkReadLimit(limit);
     const journal = this.journals.open(sessionId);
@@ -312,7 +312,7 @@ export class SessionStore implements SessionStoreApi {
    * `fromSeq` because the seqs asked for belonged to a session deleted since: a reader resuming
    * from an old seq is told, rather than handed the new session's entries as if they followed.
    */
-  private guardDeletedSeqs(sessionId: string, fromSeq: number, entries: AsyncIterableIterator<StoredEntry>): AsyncIterableIterator<StoredEntry> {
+  private guardDeletedSeqs(sessionId: SessionId, fromSeq: number, entries: AsyncIterableIterator<StoredEntry>): AsyncIterableIterator<StoredEntry> {
     if (fromSeq <= 1 || this.journals.tombstone(sessionId) === undefined) return entries;
     let first = true;
     return {
@@ -340,9 +340,9 @@ export class SessionStore implements SessionStoreApi {
    * more than `maxBuffered` entries behind is ended with resource_exhausted naming the seq to
    * resume from. `return()` on the iterator unsubscribes at once.
    */
-  watch(sessionId: string, fromSeq = 1, options: WatchOptions = {}): EventWatcher<WatchEvent> {
+  watch(requestedId: string, fromSeq = 1, options: WatchOptions = {}): EventWatcher<WatchEvent> {
     this.assertOpen();
-    checkSessionId(sessionId);
+    const sessionId = checkSessionId(requestedId);
     checkFromSeq(fromSeq);
     this.journals.follow();
     // The seqs of a session deleted since cannot be waited for: the new one continues after them.

@@ -13,6 +13,7 @@
  * also opens a session cheaply (from a snapshot of it, not a replay, when it can), keeps its
  * idempotency keys, reads its entries from a seq, and tells the store what other writers appended.
  */
+import type { SessionId } from "@berth/shared/safe-id";
 import type { JournalEntry, SessionSnapshot } from "../reducer.js";
 
 /**
@@ -183,16 +184,16 @@ export interface JournalStore {
   /** Set once, before anything else: where changes made by other writers go. */
   listen(listener: JournalListener): void;
   /** The session's journal, opened (and caught up with other writers); undefined when it has none. */
-  open(sessionId: string): SessionJournal | undefined;
+  open(sessionId: SessionId): SessionJournal | undefined;
   /**
    * The session's journal, or a new empty one (created by its first append), whose `nextSeq` is
    * one past its tombstone's last seq: an id's seqs never go back.
    */
-  openForAppend(sessionId: string): SessionJournal;
+  openForAppend(sessionId: SessionId): SessionJournal;
   /** What the session's deletions left; undefined when it was never deleted. */
-  tombstone(sessionId: string): Tombstone | undefined;
+  tombstone(sessionId: SessionId): Tombstone | undefined;
   /** True when the session has a journal. Creates nothing. */
-  has(sessionId: string): boolean;
+  has(sessionId: SessionId): boolean;
   /** The ids of the sessions with a journal, sorted (code unit order). */
   sessionIds(): string[];
   /**

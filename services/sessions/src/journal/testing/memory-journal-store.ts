@@ -4,6 +4,7 @@
  * the next batches as a backend that cannot write would; `appendAsOther` plays another writer.
  */
 import { BerthError } from "@berth/shared/errors";
+import { checkSessionId } from "@berth/shared/safe-id";
 import type { JournalEntry, SessionReducer, SessionSnapshot } from "../../reducer.js";
 import type { JournalBatch, JournalListener, JournalStore, JournalStoreStats, KeyRecord, SessionJournal, StoredEntry, Tombstone } from "../journal-store.js";
 
@@ -169,7 +170,7 @@ export function createMemoryJournalStore(options: { reducer: SessionReducer; now
       if (error !== undefined) owner.failing.error = error;
     },
     appendAsOther(sessionId, events) {
-      const journal = this.openForAppend(sessionId) as MemoryJournal;
+      const journal = this.openForAppend(checkSessionId(sessionId)) as MemoryJournal;
       const ts = new Date(owner.now()).toISOString();
       const appended: Array<StoredEntry & { snapshot: SessionSnapshot }> = [];
       for (const event of events) {
