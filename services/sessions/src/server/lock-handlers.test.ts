@@ -36,7 +36,7 @@ import {
   startServer,
   type RunningServer,
 } from "@berth/shared/server/index";
-import { WIRE_PROTOCOLS, connectOver } from "@berth/shared/testing/wire-protocols";
+import { WIRE_PROTOCOLS, connectOver } from "@berth/shared/server/testing/wire-protocols";
 import { createSourceLocks, DEFAULT_LOCK_LIMITS, LOCK_RETRY_AFTER_MS, lockFilePath, type LockLimits, type SourceLocks } from "../locks/index.js";
 import { durationInput, createFenceCheck, createLockHandlers, MAX_KEEPALIVE_TOKENS } from "./lock-handlers.js";
 
