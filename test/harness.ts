@@ -46,10 +46,62 @@
  * });
  * ```
  */
-export * from "./harness/processes.js";
-export * from "./harness/clients.js";
-export * from "./harness/commands.js";
-export * from "./harness/steps.js";
-export * from "./harness/stores.js";
-export * from "./harness/cuttable-proxy.js";
+export {
+  DEFAULT_READY_TIMEOUT_MS,
+  type ExitStatus,
+  healthCheckOnce,
+  type LaunchOutcome,
+  launchService,
+  type ListeningSocket,
+  listeningSockets,
+  type LogEntry,
+  makeTempDir,
+  onStopAll,
+  runningServices,
+  type ServiceOptions,
+  type ServiceProcess,
+  type ServiceUrls,
+  type StartedService,
+  startService,
+  stopAll,
+} from "./harness/processes.js";
+export {
+  callFailure,
+  closeClient,
+  connectClient,
+  type ConnectClientOptions,
+  type ConnectProtocol,
+  EVERY_PROTOCOL,
+  grpcCodeName,
+  type GrpcError,
+  grpcErrorInfo,
+  type GrpcJsCallOptions,
+  type GrpcJsClient,
+  grpcJsClient,
+  type GrpcJsHealthClient,
+  grpcJsHealthClient,
+  grpcJsTarget,
+  GrpcStatus,
+  type GrpcStatusDetails,
+  grpcStatusDetails,
+  type HealthCheckResponse,
+  isGrpcError,
+  type NamedProtocol,
+  PROTOCOLS,
+} from "./harness/clients.js";
+export {
+  bufCurl,
+  type BufCurlResult,
+  type CommandOptions,
+  type CommandResult,
+  curl,
+  curlJson,
+  type CurlJsonResponse,
+  type CurlOptions,
+  type CurlResponse,
+  runCommand,
+} from "./harness/commands.js";
+export { runSteps, type Step, type StepOptions, type StepRun } from "./harness/steps.js";
+export { onStore, type StoreKind, STORES, storeTags, testEtcd } from "./harness/stores.js";
+export { type CuttableProxy, cuttableProxy } from "./harness/cuttable-proxy.js";
 export { bufBinary, entryPoint, REPO_ROOT, repoPath, SERVERS_OF, type ServiceKind } from "./harness/repo.js";

@@ -13,7 +13,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { BudgetService, CheckRequestSchema } from "@berth/api/berth/budget/v1/budget_service_pb";
 import { AcquireRequestSchema, HoldRequestSchema, KeepAliveRequestSchema } from "@berth/api/berth/locks/v1/lock_service_pb";
 import { GetSnapshotRequestSchema, ReadJournalRequestSchema, SessionService, WatchSessionRequestSchema } from "@berth/api/berth/sessions/v1/session_service_pb";
-import { envelope, isJsonProtocol, RAW_ROUTES, rawRpc, type RawProtocol, type RawRpcRequest } from "@berth/shared/testing/raw-rpc";
+import { envelope, isJsonProtocol, RAW_ROUTES, rawRpc, type RawProtocol, type RawRpcRequest } from "@berth/shared/server/testing/raw-rpc";
 import { startBudget } from "./budget-e2e.js";
 import { connectClient, onStore, STORES, startService, stopAll, storeTags, PROTOCOLS } from "./harness.js";
 

@@ -5,7 +5,27 @@
 import { BudgetClientBase } from "./budget-base.js";
 import { nodeConnection, type ServiceClientOptions } from "./node-connection.js";
 
-export * from "./budget-base.js";
+export {
+  Admission,
+  type AdmitOptions,
+  appliance,
+  BUDGET_ERROR_DETAILS,
+  BudgetClientBase,
+  type BudgetWatchEvent,
+  type BudgetWatchOptions,
+  build,
+  DEFAULT_ADMIT_RESUME_WITHIN_MS,
+  type ItemCost,
+  type KeyedCallOptions,
+  type MachineWatchEvent,
+  type MachineWatchOptions,
+  type NeedInit,
+  type NeedInput,
+  type NeedItemInit,
+  type ReserveOptions,
+  start,
+  type StartedOptions,
+} from "./budget-base.js";
 
 /** A client of the budget service. */
 export class BudgetClient extends BudgetClientBase {

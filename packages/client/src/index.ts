@@ -23,22 +23,93 @@ import type { EndpointOptions } from "./endpoint.js";
 import { LocksClient } from "./locks.js";
 import { SessionsClient } from "./sessions.js";
 
-export * from "./berth-base.js";
-export * from "./budget.js";
-export * from "./connection.js";
-export * from "./endpoint.js";
-export * from "./errors.js";
-export * from "./follow-across-restarts.js";
-export * from "./journal-events.js";
-export * from "./lock-path.js";
-export * from "./locks.js";
-export * from "./node-connection.js";
-export * from "./options.js";
+export { BerthBase, clientsPerService, type PerServiceOptions, type ServiceClientFactories } from "./berth-base.js";
+export {
+  Admission,
+  type AdmitOptions,
+  appliance,
+  BUDGET_ERROR_DETAILS,
+  BudgetClient,
+  BudgetClientBase,
+  type BudgetWatchEvent,
+  type BudgetWatchOptions,
+  build,
+  DEFAULT_ADMIT_RESUME_WITHIN_MS,
+  type ItemCost,
+  type KeyedCallOptions,
+  type MachineWatchEvent,
+  type MachineWatchOptions,
+  type NeedInit,
+  type NeedInput,
+  type NeedItemInit,
+  type ReserveOptions,
+  start,
+  type StartedOptions,
+} from "./budget.js";
+export type { ServiceConnection, ServiceTransports } from "./connection.js";
+export { DEFAULT_URLS, type Endpoint, ENDPOINT_VARIABLES, EndpointError, type EndpointOptions, resolveEndpoint, type ServiceName } from "./endpoint.js";
+export {
+  ANY_CALL_REASONS,
+  type AnyCallReason,
+  BerthClientError,
+  type BerthReason,
+  BUDGET_REASONS,
+  type BudgetReason,
+  CLIENT_ERROR_DOMAIN,
+  CLIENT_REASONS,
+  clientError,
+  type ClientReason,
+  ERROR_DETAILS_METADATA,
+  LOCKS_REASONS,
+  type LocksReason,
+  SESSIONS_REASONS,
+  type SessionsReason,
+  withBerthErrors,
+} from "./errors.js";
+export { followAcrossRestarts, type FollowContext, type FollowOptions, type FollowState, tokenRefused } from "./follow-across-restarts.js";
+export {
+  appendableEvent,
+  eventToJournal,
+  type FieldKind,
+  InvalidEventError,
+  isTypedEventType,
+  journalToEvent,
+  KIND_RULES,
+  MAX_OTHER_TYPE_LENGTH,
+  TYPED_EVENT_TYPES,
+  type TypedEventShape,
+  typedEventShapes,
+} from "./journal-events.js";
+export { absoluteLockPath } from "./lock-path.js";
+export {
+  type AcquireOptions,
+  HeldLock,
+  LOCK_ERROR_DETAILS,
+  type LockOptions,
+  LocksClient,
+  LocksClientBase,
+  type LockWatchEvent,
+  type LockWatchOptions,
+} from "./locks.js";
+export { nodeConnection, type ServiceClientOptions, serviceTransports } from "./node-connection.js";
+export { type CallOptions, callOptions, delay, durationOfMs, type LinkedCall, linkedCall } from "./options.js";
 export { defaultOwner } from "./owner.js";
 export { callWithRequestId, newRequestId } from "./request-ids.js";
 export type { RevisionWatchEvent, RevisionWatchOptions } from "./revision-watch.js";
-export * from "./sessions.js";
-export * from "./transport.js";
+export {
+  type AppendOptions,
+  type EventInput,
+  ExpectedState,
+  type JournalEvent,
+  SESSION_ERROR_DETAILS,
+  SessionsClient,
+  SessionsClientBase,
+  type SessionsWatchEvent,
+  type SessionsWatchOptions,
+  type SessionWatchEvent,
+  type WatchOptions,
+} from "./sessions.js";
+export { createTransport, type TransportOptions, type TransportProtocol } from "./transport.js";
 
 /** Options of {@link Berth}: per service (`sessionsUrl`, `budgetUrl`: `http://HOST:PORT` or `unix:/path`, each winning over the environment; `transports`) and for both (token, environment). */
 export interface BerthOptions extends PerServiceOptions, Omit<EndpointOptions, "url"> {}

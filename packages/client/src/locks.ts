@@ -7,7 +7,15 @@ import { nodeConnection, type ServiceClientOptions } from "./node-connection.js"
 import { LocksClientBase } from "./locks-base.js";
 import { defaultOwner } from "./owner.js";
 
-export * from "./locks-base.js";
+export {
+  type AcquireOptions,
+  HeldLock,
+  LOCK_ERROR_DETAILS,
+  type LockOptions,
+  LocksClientBase,
+  type LockWatchEvent,
+  type LockWatchOptions,
+} from "./locks-base.js";
 export { defaultOwner };
 
 /** A client of the sessions service's source locks. */

@@ -5,7 +5,18 @@
 import { nodeConnection, type ServiceClientOptions } from "./node-connection.js";
 import { SessionsClientBase } from "./sessions-base.js";
 
-export * from "./sessions-base.js";
+export {
+  type AppendOptions,
+  type EventInput,
+  ExpectedState,
+  type JournalEvent,
+  SESSION_ERROR_DETAILS,
+  SessionsClientBase,
+  type SessionsWatchEvent,
+  type SessionsWatchOptions,
+  type SessionWatchEvent,
+  type WatchOptions,
+} from "./sessions-base.js";
 
 /** A client of the sessions service's journals. */
 export class SessionsClient extends SessionsClientBase {

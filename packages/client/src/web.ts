@@ -24,20 +24,88 @@ import { LocksClientBase } from "./locks-base.js";
 import { SessionsClientBase } from "./sessions-base.js";
 import { webConnection, type WebClientOptions } from "./web-connection.js";
 
-export * from "./berth-base.js";
-export * from "./budget-base.js";
-export * from "./connection.js";
-export * from "./errors.js";
-export * from "./follow-across-restarts.js";
-export * from "./journal-events.js";
-export * from "./locks-base.js";
-export * from "./options.js";
+export { BerthBase, clientsPerService, type PerServiceOptions, type ServiceClientFactories } from "./berth-base.js";
+export {
+  Admission,
+  type AdmitOptions,
+  appliance,
+  BUDGET_ERROR_DETAILS,
+  BudgetClientBase,
+  type BudgetWatchEvent,
+  type BudgetWatchOptions,
+  build,
+  DEFAULT_ADMIT_RESUME_WITHIN_MS,
+  type ItemCost,
+  type KeyedCallOptions,
+  type MachineWatchEvent,
+  type MachineWatchOptions,
+  type NeedInit,
+  type NeedInput,
+  type NeedItemInit,
+  type ReserveOptions,
+  start,
+  type StartedOptions,
+} from "./budget-base.js";
+export type { ServiceConnection, ServiceTransports } from "./connection.js";
+export {
+  ANY_CALL_REASONS,
+  type AnyCallReason,
+  BerthClientError,
+  type BerthReason,
+  BUDGET_REASONS,
+  type BudgetReason,
+  CLIENT_ERROR_DOMAIN,
+  CLIENT_REASONS,
+  clientError,
+  type ClientReason,
+  ERROR_DETAILS_METADATA,
+  LOCKS_REASONS,
+  type LocksReason,
+  SESSIONS_REASONS,
+  type SessionsReason,
+  withBerthErrors,
+} from "./errors.js";
+export { followAcrossRestarts, type FollowContext, type FollowOptions, type FollowState, tokenRefused } from "./follow-across-restarts.js";
+export {
+  appendableEvent,
+  eventToJournal,
+  type FieldKind,
+  InvalidEventError,
+  isTypedEventType,
+  journalToEvent,
+  KIND_RULES,
+  MAX_OTHER_TYPE_LENGTH,
+  TYPED_EVENT_TYPES,
+  type TypedEventShape,
+  typedEventShapes,
+} from "./journal-events.js";
+export {
+  type AcquireOptions,
+  HeldLock,
+  LOCK_ERROR_DETAILS,
+  type LockOptions,
+  LocksClientBase,
+  type LockWatchEvent,
+  type LockWatchOptions,
+} from "./locks-base.js";
+export { type CallOptions, callOptions, delay, durationOfMs, type LinkedCall, linkedCall } from "./options.js";
 export { newRequestId } from "./request-ids.js";
 export type { RevisionWatchEvent, RevisionWatchOptions } from "./revision-watch.js";
 export { DEFAULT_URLS, EndpointError, type ServiceName } from "./service-urls.js";
-export * from "./sessions-base.js";
-export * from "./web-connection.js";
-export * from "./web-transport.js";
+export {
+  type AppendOptions,
+  type EventInput,
+  ExpectedState,
+  type JournalEvent,
+  SESSION_ERROR_DETAILS,
+  SessionsClientBase,
+  type SessionsWatchEvent,
+  type SessionsWatchOptions,
+  type SessionWatchEvent,
+  type WatchOptions,
+} from "./sessions-base.js";
+export { browserOf, pageOwner, type WebClientOptions, webConnection, webEndpoint } from "./web-connection.js";
+export { createWebTransport, type WebTransportOptions } from "./web-transport.js";
 
 /** A client of the sessions service's journals, from a page. */
 export class SessionsClient extends SessionsClientBase {

@@ -36,12 +36,14 @@ export const upCommand: Command = {
   handlesHelp: true,
   async run(argv) {
     // Before the services are loaded: V8 reads some of these flags only until its first full collection.
+    // biome-ignore lint/style/noRestrictedImports: `berth up` is the one command that is a daemon: it runs the services on the common server
     const { tuneHeapForDaemon } = await import("@berth/shared/server/heap-tuning");
     tuneHeapForDaemon();
     // Loaded here, not at the top: the other commands are clients and should start fast.
     const [{ sessionsService }, { budgetService }, { runServices }, { pageCompanion }] = await Promise.all([
       import("@berth/sessions/server/service"),
       import("@berth/budget/server/service"),
+      // biome-ignore lint/style/noRestrictedImports: the common server the services run on in this process
       import("@berth/shared/server/index"),
       import("@berth/ui/page-companion"),
     ]);

@@ -1,3 +1,3 @@
-export * from "./etcd-cluster.js";
-export * from "./etcd-installed.js";
-export * from "./wrap-client.js";
+export { type EtcdCluster, type EtcdClusterOptions, type EtcdMember, startEtcd, stopAllEtcd } from "./etcd-cluster.js";
+export { etcdBinary, etcdctlBinary, etcdMissing } from "./etcd-installed.js";
+export { type AroundCall, countCalls, wrapClient } from "./wrap-client.js";

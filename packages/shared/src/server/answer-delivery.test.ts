@@ -5,7 +5,7 @@ import { createConnectTransport, createGrpcWebTransport } from "@connectrpc/conn
 import { LockService } from "@berth/api/berth/locks/v1/lock_service_pb";
 import pino from "pino";
 import { ManualClock } from "../clock.js";
-import { WIRE_PROTOCOLS, connectOver } from "../testing/wire-protocols.js";
+import { WIRE_PROTOCOLS, connectOver } from "./testing/wire-protocols.js";
 import { AnswerDelivery, answerDeliveryKey, handOverGrant } from "./answer-delivery.js";
 import { implement, startServer, type RunningServer } from "./start-server.js";
 

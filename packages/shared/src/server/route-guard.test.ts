@@ -11,7 +11,7 @@ import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { Health, HealthCheckRequestSchema } from "@berth/api/grpc/health/v1/health_pb";
 import { ErrorInfoSchema } from "@berth/api/google/rpc/error_details_pb";
-import { envelope, RAW_ROUTES, rawRpc, type RawRpcAnswer } from "../testing/raw-rpc.js";
+import { envelope, RAW_ROUTES, rawRpc, type RawRpcAnswer } from "./testing/raw-rpc.js";
 import { implement, startServer, type RunningServer, type StartServerOptions } from "./start-server.js";
 
 // Found by the fuzzer (test/chaos/fuzz/fuzz.test.ts): bytes that are not a protobuf message were

@@ -1,2 +1,2 @@
 /** The budget's etcd backends: the fleet view. */
-export * from "./etcd-fleet.js";
+export { type EtcdFleetOptions, EtcdFleetPublisher, FLEET_PREFIX, fleetKey } from "./etcd-fleet.js";

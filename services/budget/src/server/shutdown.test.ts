@@ -11,7 +11,7 @@ import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { afterEach, expect, it } from "vitest";
 import { BudgetService, type AdmitRequestSchema } from "@berth/api/berth/budget/v1/budget_service_pb";
 import { implement, startServer } from "@berth/shared/server/index";
-import { WIRE_PROTOCOLS, connectOver } from "@berth/shared/testing/wire-protocols";
+import { WIRE_PROTOCOLS, connectOver } from "@berth/shared/server/testing/wire-protocols";
 import { ManualSampler, createBudget, defaultPolicy } from "../index.js";
 import { createBudgetHandlers } from "./budget-handlers.js";
 import { G, pushable, startItem } from "./testing.js";

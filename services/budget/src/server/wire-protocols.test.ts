@@ -22,7 +22,7 @@ import {
 } from "@berth/api/berth/budget/v1/budget_service_pb";
 import { ManualClock } from "@berth/shared/clock";
 import { implement, startServer, type RunningServer } from "@berth/shared/server/index";
-import { WIRE_PROTOCOLS, connectOver, type WireProtocol } from "@berth/shared/testing/wire-protocols";
+import { WIRE_PROTOCOLS, connectOver, type WireProtocol } from "@berth/shared/server/testing/wire-protocols";
 import type { Budget } from "../index.js";
 import { ManualSampler, createBudget, defaultPolicy } from "../index.js";
 import { silentLogger } from "@berth/shared/logger";

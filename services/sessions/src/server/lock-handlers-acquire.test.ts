@@ -5,7 +5,7 @@ import { Code, type ConnectError, createClient, createRouterTransport, type Inte
 import { HolderKind, LockHeldSchema, LockService as LockServiceDesc } from "@berth/api/berth/locks/v1/lock_service_pb";
 import { silentLogger } from "@berth/shared/logger";
 import { createErrorInterceptor, implement, startServer, type RunningServer } from "@berth/shared/server/index";
-import { WIRE_PROTOCOLS, connectOver } from "@berth/shared/testing/wire-protocols";
+import { WIRE_PROTOCOLS, connectOver } from "@berth/shared/server/testing/wire-protocols";
 import { createSourceLocks, LOCK_RETRY_AFTER_MS, lockFilePath, type SourceLocks } from "../locks/index.js";
 import { createLockHandlers } from "./lock-handlers.js";
 import {

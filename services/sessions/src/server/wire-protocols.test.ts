@@ -26,7 +26,7 @@ import {
 } from "@berth/api/berth/sessions/v1/session_service_pb";
 import { ManualClock } from "@berth/shared/clock";
 import { implement, startServer, type RunningServer } from "@berth/shared/server/index";
-import { WIRE_PROTOCOLS, connectOver, type WireProtocol } from "@berth/shared/testing/wire-protocols";
+import { WIRE_PROTOCOLS, connectOver, type WireProtocol } from "@berth/shared/server/testing/wire-protocols";
 import { createSourceLocks, type SourceLocks } from "../locks/index.js";
 import { createSessionStore } from "../create-session-store.js";
 import type { SessionStore } from "../session-store.js";
