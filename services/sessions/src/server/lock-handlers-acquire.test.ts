@@ -4,7 +4,7 @@ import { durationMs, timestampMs } from "@bufbuild/protobuf/wkt";
 import { Code, type ConnectError, createClient, createRouterTransport, type Interceptor } from "@connectrpc/connect";
 import { HolderKind, LockHeldSchema, LockService as LockServiceDesc } from "@berth/api/berth/locks/v1/lock_service_pb";
 import { silentLogger } from "@berth/shared/logger";
-import { createErrorInterceptor, implement, startServer, type RunningServer } from "@berth/shared/server/index";
+import { createErrorInterceptor, implement, startServer, toConnectError, type RunningServer } from "@berth/shared/server/index";
 import { WIRE_PROTOCOLS, connectOver } from "@berth/shared/server/testing/wire-protocols";
 import { createSourceLocks, LOCK_RETRY_AFTER_MS, lockFilePath, type SourceLocks } from "../locks/index.js";
 import { createLockHandlers } from "./lock-handlers.js";
@@ -160,16 +160,25 @@ describe("Acquire and Release", () => {
 
   // A step of the wall clock between a call's arrival and its handler: connect's timeoutMs() moves by
   // the step, the call's deadline does not. An interceptor makes the step there, on a real server
-  // (which records when each call arrived), over every protocol.
+  // (which records when each call arrived), over every protocol. What is judged is the server's
+  // answer as its handler gave it (mapped as the server maps it), not what the client received: on a
+  // box busy enough to delay the answer past the margin the server leaves before the deadline, the
+  // client's own deadline would fire first, which says nothing of how the server bounded its wait.
   async function waitAcrossAStep(stepMs: number, request: { maxWaitMs: number; timeoutMs: number }): Promise<Array<[string, ConnectError]>> {
     let real: SourceLocks | undefined;
     let server: RunningServer | undefined;
     try {
       real = createSourceLocks({ projectRoot, stateDir: path.join(root, "state-real"), liveDir: null });
       vi.useFakeTimers({ toFake: ["Date"] }); // the wall clock only: timers and performance.now stay real
-      const stepWallClock: Interceptor = (next) => (call) => {
+      let answered: (error: ConnectError) => void = () => {};
+      const stepWallClock: Interceptor = (next) => async (call) => {
         vi.setSystemTime(Date.now() + stepMs);
-        return next(call);
+        try {
+          return await next(call);
+        } catch (error) {
+          if (call.method.name === "Acquire") answered(toConnectError(error));
+          throw error;
+        }
       };
       server = await startServer({
         name: "sessions",
@@ -185,10 +194,9 @@ describe("Acquire and Release", () => {
           const waiter = createClient(LockServiceDesc, connection.transport);
           // Connected first, so that the deadline is spent on the wait, not on the handshake.
           await waiter.getLimits({});
-          refusals.push([
-            protocol.name,
-            await failure(waiter.acquire({ file: FILE, owner: "bob", maxWait: ms(request.maxWaitMs) }, { timeoutMs: request.timeoutMs })),
-          ]);
+          const serverAnswer = new Promise<ConnectError>((resolve) => (answered = resolve));
+          await failure(waiter.acquire({ file: FILE, owner: "bob", maxWait: ms(request.maxWaitMs) }, { timeoutMs: request.timeoutMs }));
+          refusals.push([protocol.name, await serverAnswer]);
         } finally {
           connection.close();
         }
