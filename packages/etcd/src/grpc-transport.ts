@@ -7,7 +7,7 @@
  * AbortControllers, fetch Headers and an error sentinel, which cost the client about twice the CPU
  * per put of @grpc/grpc-js sending the same messages. This path reuses connect's own header
  * building, validation and serialization, and fails with the same ConnectErrors (code, message,
- * metadata, cause) for the same events on the wire: http2-unary.test.ts compares the two.
+ * metadata, cause) for the same events on the wire: grpc-transport.test.ts compares the two.
  */
 import { create, isMessage, type DescMessage, type DescMethodUnary, type Message, type MessageInitShape, type MessageShape } from "@bufbuild/protobuf";
 import { Code, ConnectError, type Transport, type UnaryResponse } from "@connectrpc/connect";
