@@ -88,7 +88,7 @@ export function createEtcdTransport(baseUrl: string, sessionManager: Http2Sessio
         body: () => envelope(serializeInput.serialize(message)),
         checkHead: validateHead,
       });
-      return unaryResponse(method, exchange, (await responseMessage(exchange, output)) as MessageShape<O>);
+      return new LazyHeadersResponse(method, exchange, (await responseMessage(exchange, output)) as MessageShape<O>);
     },
     stream: streams.stream,
   };
@@ -163,27 +163,29 @@ async function onlyMessage(messages: AsyncIterable<Message>): Promise<Message | 
 }
 
 /** The response as connect's clients take it; its headers become fetch Headers only when read. */
-function unaryResponse<I extends DescMessage, O extends DescMessage>(
-  method: DescMethodUnary<I, O>,
-  exchange: UnaryExchange<HeadCheck>,
-  message: MessageShape<O>,
-): UnaryResponse<I, O> {
-  let header: Headers | undefined;
-  let trailer: Headers | undefined;
-  return {
-    stream: false,
-    service: method.parent,
-    method,
-    message,
-    get header() {
-      header ??= toWebHeaders(exchange.head);
-      return header;
-    },
-    get trailer() {
-      trailer ??= toWebHeaders(exchange.trailer);
-      return trailer;
-    },
-  };
+class LazyHeadersResponse<I extends DescMessage, O extends DescMessage> implements UnaryResponse<I, O> {
+  readonly stream = false;
+  readonly service: DescMethodUnary<I, O>["parent"];
+  private webHeader: Headers | undefined;
+  private webTrailer: Headers | undefined;
+
+  constructor(
+    readonly method: DescMethodUnary<I, O>,
+    private readonly exchange: UnaryExchange<HeadCheck>,
+    readonly message: MessageShape<O>,
+  ) {
+    this.service = method.parent;
+  }
+
+  get header(): Headers {
+    this.webHeader ??= toWebHeaders(this.exchange.head);
+    return this.webHeader;
+  }
+
+  get trailer(): Headers {
+    this.webTrailer ??= toWebHeaders(this.exchange.trailer);
+    return this.webTrailer;
+  }
 }
 
 function toNodeHeaders(headers: Headers): Record<string, string> {
