@@ -20,8 +20,9 @@
  *   AppendEvent by 16 and 64 clients (on one session, as the sessions suite measures it, and on a
  *   session per client), and AppendEvents ×100 by 16 clients (a session each).
  *
- * - `client_cpu`: what one put costs this process's CPU, through berth's client (connect-node's gRPC
- *   transport) and through @grpc/grpc-js sending the same generated messages, one call at a time.
+ * - `client_cpu`: what one put costs this process's CPU, through berth's client (its unary calls
+ *   straight on connect-node's HTTP/2 session, see docs/etcd.md) and through @grpc/grpc-js sending the
+ *   same generated messages, one call at a time.
  *
  * Across instances: two sessions service processes on the same etcd (`--store etcd`, one prefix: A
  * and B), and a file-store process (`--fsync=batch`) for the same figures on files, measured on the

@@ -1,12 +1,13 @@
 /**
- * One HTTP/2 connection per etcd member, over connect-node's gRPC transport, and which member the
+ * One HTTP/2 connection per etcd member (see grpc-transport.ts), and which member the
  * client talks to now. Any member serves every request (followers forward writes to the leader),
  * so the client keeps to one until it fails, then moves to the next: a member that is down, cut
  * off from the quorum or stopped (HTTP/2 pings find one that is paused) is left for another.
  */
 import { createClient, type Client } from "@connectrpc/connect";
-import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
+import { Http2SessionManager } from "@connectrpc/connect-node";
 import type { SecureClientSessionOptions } from "node:http2";
+import { createEtcdTransport } from "./grpc-transport.js";
 import { Auth, KV, Lease, Maintenance, Watch } from "./gen/etcd/etcdserver/etcdserverpb/rpc_pb.js";
 
 /** TLS towards etcd (`https://` endpoints): Node's own options, passed through. */
@@ -58,7 +59,7 @@ export class Connections {
         { pingIntervalMs: options.pingIntervalMs ?? 5_000, pingTimeoutMs: options.pingTimeoutMs ?? 5_000 },
         parsed.protocol === "https:" ? { ...options.tls } : {},
       );
-      const transport = createGrpcTransport({ baseUrl: url, sessionManager: manager });
+      const transport = createEtcdTransport(url, manager);
       return {
         url,
         manager,
