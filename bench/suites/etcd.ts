@@ -38,9 +38,11 @@
  *   A (or the file process) while `--watchers` (1,16) WatchSession watchers (with snapshots) follow
  *   the session through B, through A, or through the file process: each delivery's time from the
  *   append's sending (p50/p99) and from its acknowledgement (negative: the watcher had it first).
- * - `append_round_trips`: AppendEvent one at a time through A, counted in etcd calls by etcd
- *   itself (its gRPC counters on `/metrics`) per append, on one session, each on a new session, and
- *   on one session through A and B in turn; then the steady append's p50 beyond the empty RPC's,
+ * - `append_round_trips`: AppendEvent counted in etcd calls by etcd itself (its gRPC counters on
+ *   `/metrics`) per append: one at a time through A on one session and each on a new session; one
+ *   at a time on one session through A and B in turn, then A, B and a third instance C; 16 clients
+ *   spreading their appends over 2 and then 3 instances, a session each and on one session; then
+ *   the steady append's p50 beyond the empty RPC's,
  *   against one append-shaped transaction's p50 from this process: the claim "an append costs at
  *   most one etcd round trip beyond the RPC", read both ways.
  *
@@ -312,12 +314,15 @@ async function acrossInstances(
   wants: (part: Part) => boolean,
 ): Promise<void> {
   const project = mkdtempSync(path.join(tmpdir(), "berth-bench-etcd-project-"));
-  const instances = await startInstances(endpoints, withFile);
+  const instances = await startInstances(endpoints, withFile, wants("append_round_trips"));
   try {
     if (wants("lock_handoff")) await lockHandoff(instances.routes, { client, memberUrls: etcd.clientUrls }, members, { handoffs: settings.handoffs, project });
     if (wants("watch_delivery"))
       await watchDelivery(instances.routes, members, { watchers: settings.watchers, rate: settings.watchRate, seconds: settings.seconds });
-    if (wants("append_round_trips")) await appendRoundTrips(instances.a, instances.b, client, etcd.clientUrls, members, settings.seconds);
+    if (wants("append_round_trips")) {
+      const servers = [instances.a, instances.b, ...(instances.c ? [instances.c] : [])];
+      await appendRoundTrips(servers, client, etcd.clientUrls, members, settings.seconds);
+    }
   } finally {
     await instances.stop();
     rmSync(project, { recursive: true, force: true });

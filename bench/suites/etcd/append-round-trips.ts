@@ -1,12 +1,21 @@
 /**
- * `append_round_trips`: what an AppendEvent through berth costs in etcd calls, one append at a
- * time, counted by etcd itself (its gRPC server's counters on `/metrics`, summed over the members,
- * read before and after while nothing else talks to etcd) and timed beside an empty RPC on the
- * same instance and one append-shaped transaction sent by this process:
+ * `append_round_trips`: what an AppendEvent through berth costs in etcd calls, counted by etcd
+ * itself (its gRPC server's counters on `/metrics`, summed over the members, read before and after
+ * while nothing else talks to etcd) and timed beside an empty RPC on the same instance and one
+ * append-shaped transaction sent by this process:
  *
  * - `same_session`: appends to one session through one instance (its head and snapshot known there);
  * - `new_session`: each append the first of a new session;
- * - `alternating_instances`: one session, appends through A and B in turn (each finds its head moved).
+ * - `alternating_instances`: one session, appends one at a time through 2 (A, B) and then 3
+ *   instances (A, B, C) in turn: each append finds that another instance appended since its own;
+ * - `spread_clients`: 16 clients, a session each, each client's appends through the 2 (then 3)
+ *   instances in turn;
+ * - `spread_clients_one_session`: the same 16 clients on one session: the instances also race each
+ *   other for the head, and an instance's appends queued behind each other go in one transaction.
+ *
+ * Each scenario's sessions first get one append through every instance it uses, not counted: the
+ * figures are of an instance that has appended to the session before (a session new to an
+ * instance costs its first append a retry and a rebuild, once).
  *
  * The summary figure reads the claim "an append costs at most one etcd round trip beyond the RPC"
  * two ways: the etcd calls per steady append, and (append p50 − empty RPC p50) / one txn's p50.
@@ -18,50 +27,81 @@ import { closedLoop } from "../../lib/load.js";
 import { emit, percentiles, ratio } from "../../lib/report.js";
 import type { BenchServer } from "../../lib/server.js";
 import { phaseEvent, sessionClient } from "../sessions/common.js";
-import { difference, etcdCalls, perOperation, unarySum } from "./etcd-calls.js";
+import { difference, etcdCalls, perOperation, unarySum, type Calls } from "./etcd-calls.js";
 import { emptyRpcLatency } from "./references.js";
 
-type Scenario = "same_session" | "new_session" | "alternating_instances";
+type ScenarioName = "same_session" | "new_session" | "alternating_instances" | "spread_clients" | "spread_clients_one_session";
 
+interface Scenario {
+  readonly scenario: ScenarioName;
+  /** How many instances its appends go through. */
+  readonly instances: number;
+  readonly clients: number;
+  /** Client `worker`'s `i`th append (negative `i`: the uncounted ones first). */
+  call(worker: number, i: number): Promise<unknown>;
+}
+
+/** Clients spreading their appends over the instances. */
+const SPREAD_CLIENTS = 16;
+
+/**
+ * Runs the scenarios through `servers` (A, B and, when given, C: the 3-instance scenarios need
+ * it), then the summary.
+ */
 export async function appendRoundTrips(
-  a: BenchServer,
-  b: BenchServer,
+  servers: readonly BenchServer[],
   etcd: EtcdClient,
   memberUrls: readonly string[],
   members: number,
   seconds: number,
 ): Promise<void> {
-  const clientA = sessionClient(a.url, { "grpc.use_local_subchannel_pool": 1 });
-  const clientB = sessionClient(b.url, { "grpc.use_local_subchannel_pool": 1 });
+  const a = servers[0]!;
+  const clients = servers.map((server) => sessionClient(server.url, { "grpc.use_local_subchannel_pool": 1 }));
   const run = Date.now();
   const ms = seconds * 1000;
   try {
     const append = (client: grpc.Client, sessionId: string) => unary(client, "appendEvent", { sessionId, event: phaseEvent("writing") });
-    // Warm both instances (connections, JIT) and give the alternating session its first entries.
-    await closedLoop(1, 500, (_, i) => append(i % 2 === 0 ? clientA : clientB, `rt-${run}-warm`));
+    /** The instance of a client's `i`th append when it goes through `n` instances in turn. */
+    const through = (n: number, worker: number, i: number) => clients[(((worker + i) % n) + n) % n]!;
+    // Warm every instance (connections, JIT).
+    await closedLoop(1, 500, (_, i) => append(through(clients.length, 0, i), `rt-${run}-warm`));
     const emptyBefore = await emptyRpcLatency(a);
-    const figures = new Map<Scenario, { latency: Record<string, number>; appends: number; calls: Map<string, number>; cpuMs: number }>();
-    const scenarios: Array<[Scenario, (i: number) => Promise<unknown>]> = [
-      ["same_session", () => append(clientA, `rt-${run}-same`)],
-      ["new_session", (i) => append(clientA, `rt-${run}-new-${i}`)],
-      ["alternating_instances", (i) => append(i % 2 === 0 ? clientA : clientB, `rt-${run}-warm`)],
+    const scenarios: Scenario[] = [
+      { scenario: "same_session", instances: 1, clients: 1, call: () => append(clients[0]!, `rt-${run}-same`) },
+      { scenario: "new_session", instances: 1, clients: 1, call: (_, i) => append(clients[0]!, `rt-${run}-new-${i}`) },
     ];
-    for (const [scenario, call] of scenarios) {
-      if (scenario === "same_session") await call(-1);
+    for (let n = 2; n <= clients.length; n++) {
+      scenarios.push(
+        { scenario: "alternating_instances", instances: n, clients: 1, call: (_, i) => append(through(n, 0, i), `rt-${run}-alt${n}`) },
+        { scenario: "spread_clients", instances: n, clients: SPREAD_CLIENTS, call: (w, i) => append(through(n, w, i), `rt-${run}-spread${n}-${w}`) },
+        { scenario: "spread_clients_one_session", instances: n, clients: SPREAD_CLIENTS, call: (w, i) => append(through(n, w, i), `rt-${run}-one${n}`) },
+      );
+    }
+    let steady: { latency: Record<string, number>; appends: number; calls: Calls; cpuMs: number } | undefined;
+    for (const s of scenarios) {
+      const used = servers.slice(0, Math.max(s.instances, 1));
+      // Every session of the scenario gets an append through each of its instances first.
+      await Promise.all(
+        Array.from({ length: s.clients }, async (_, w) => {
+          for (let i = -s.instances; i < 0; i++) await s.call(w, i);
+        }),
+      );
       const before = await etcdCalls(memberUrls);
-      const cpuBefore = a.cpuMs() + b.cpuMs();
-      const result = await closedLoop(1, ms, (_, i) => call(i));
-      const cpuMs = a.cpuMs() + b.cpuMs() - cpuBefore;
+      const cpuBefore = used.reduce((sum, server) => sum + server.cpuMs(), 0);
+      const result = await closedLoop(s.clients, ms, (w, i) => s.call(w, i));
+      const cpuMs = used.reduce((sum, server) => sum + server.cpuMs(), 0) - cpuBefore;
       // Writes the instances do after answering (snapshot caching) are counted with the appends that caused them.
       await new Promise((resolve) => setTimeout(resolve, 200));
       const calls = difference(await etcdCalls(memberUrls), before);
       const latency = percentiles(result.latenciesMs, [50, 99]);
-      figures.set(scenario, { latency, appends: result.ops, calls, cpuMs });
+      if (s.scenario === "same_session") steady = { latency, appends: result.ops, calls, cpuMs };
       emit({
         suite: "etcd",
         figure: "append_etcd_calls",
-        scenario,
+        scenario: s.scenario,
         members,
+        instances: s.instances,
+        clients: s.clients,
         appends: result.ops,
         append_latency: latency,
         etcd_calls_per_append: perOperation(calls, result.ops),
@@ -79,7 +119,7 @@ export async function appendRoundTrips(
     const txnCpuUsed = process.cpuUsage(txnCpu);
     const txnCpuMs = (txnCpuUsed.user + txnCpuUsed.system) / 1000;
     const empty = Math.round(((emptyBefore.p50_ms! + percentiles(emptyAfter.latenciesMs).p50_ms!) / 2) * 1000) / 1000;
-    const steady = figures.get("same_session")!;
+    if (steady === undefined) throw new Error("same_session was not measured");
     const beyond = Math.round((steady.latency.p50_ms! - empty) * 1000) / 1000;
     emit({
       suite: "etcd",
@@ -97,8 +137,7 @@ export async function appendRoundTrips(
       target_etcd_round_trips_per_append: 1,
     });
   } finally {
-    clientA.close();
-    clientB.close();
+    for (const client of clients) client.close();
   }
 }
 

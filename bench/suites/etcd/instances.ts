@@ -1,7 +1,8 @@
 /**
  * The sessions instances the cross-instance parts compare: two on the same etcd (A and B, one key
- * prefix: one service), and one on the file store, each a child process on loopback. A "route"
- * says which instance each side of a measurement talks to.
+ * prefix: one service), a third (C) when a part spreads appends over three, and one on the file
+ * store, each a child process on loopback. A "route" says which instance each side of a
+ * measurement talks to.
  */
 import { startBenchServer, type BenchServer } from "../../lib/server.js";
 
@@ -22,11 +23,16 @@ export interface Instances {
   readonly routes: Route[];
   readonly a: BenchServer;
   readonly b: BenchServer;
+  /** A third instance on the same etcd and prefix, when asked for. */
+  readonly c: BenchServer | undefined;
   stop(): Promise<void>;
 }
 
-/** Starts A and B on `endpoints` (and a file-store instance when `withFile`); stops the ones started if a start fails. */
-export async function startInstances(endpoints: readonly string[], withFile: boolean): Promise<Instances> {
+/**
+ * Starts A and B on `endpoints` (C too when `withThird`, and a file-store instance when
+ * `withFile`); stops the ones started if a start fails.
+ */
+export async function startInstances(endpoints: readonly string[], withFile: boolean, withThird = false): Promise<Instances> {
   const prefix = `bench-instances-${Date.now()}/`;
   const etcdArgs = ["--store=etcd", `--etcd-endpoints=${endpoints.join(",")}`, `--etcd-prefix=${prefix}`];
   const started: BenchServer[] = [];
@@ -40,12 +46,14 @@ export async function startInstances(endpoints: readonly string[], withFile: boo
     started.push(a);
     const b = await startBenchServer("sessions", etcdArgs, {}, { logLevel: "warn" });
     started.push(b);
+    const c = withThird ? await startBenchServer("sessions", etcdArgs, {}, { logLevel: "warn" }) : undefined;
+    if (c) started.push(c);
     const routes: Route[] = [
       ...(file ? [{ name: "file", store: "file", first: file, second: file } as const] : []),
       { name: "etcd_one_instance", store: "etcd", first: a, second: a },
       { name: "etcd_two_instances", store: "etcd", first: a, second: b },
     ];
-    return { routes, a, b, stop };
+    return { routes, a, b, c, stop };
   } catch (error) {
     await stop();
     throw error;

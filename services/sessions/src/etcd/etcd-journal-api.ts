@@ -26,6 +26,18 @@ export interface EtcdAppendOptions {
   /** The digest of the events (event-digest.ts), kept with the key to tell a retry from a reuse. */
   readonly digest?: string;
   readonly fence?: EtcdFence;
+  /** What the caller knows of the session: the append brings back what came after it (see {@link EtcdKnownState}). */
+  readonly known?: EtcdKnownState;
+}
+
+/**
+ * The state a caller of an append has of the session: through `seq` of incarnation `incarnation`.
+ * The append reads the appends after it up to its own in its transactions, when they are few
+ * (see etcd-append-catch-up.ts), and answers them as `preceding`.
+ */
+export interface EtcdKnownState {
+  readonly seq: number;
+  readonly incarnation: bigint;
 }
 
 export interface EtcdAppendResult {
@@ -40,6 +52,11 @@ export interface EtcdAppendResult {
   readonly incarnation: bigint;
   /** True when the append created its session (no head before it): nothing of this incarnation came before. */
   readonly created: boolean;
+  /**
+   * The appends between the caller's known seq and this one, in order, each its entries, when the
+   * caller named one of this incarnation and the append's transactions read them all; else absent.
+   */
+  readonly preceding?: readonly (readonly JournalEntry[])[];
 }
 
 /** A session's state rebuilt from etcd: the cached snapshot plus the journal after it. */

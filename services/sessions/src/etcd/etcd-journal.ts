@@ -9,6 +9,11 @@
  *   branch reads back the head, the key's record and the lock's holder in the same round trip, so
  *   a retry on a moved head, a duplicate and a lost fence cost nothing more. A stale fence is
  *   refused by etcd itself, atomically with the write: a paused ex-holder can never write.
+ * - The head compared is the one this instance last saw, kept current by a watch of every head
+ *   (etcd-head-cache.ts), so that an append after another instance's usually compares the head as
+ *   it is. Both branches also read the appends the caller has not seen yet
+ *   (etcd-append-catch-up.ts): the caller builds its snapshot after the append without reading
+ *   the session back.
  * - A read takes the append holding the seq asked for and those after it at one revision R (one
  *   transaction, then pages at R); a watch follows the entry keys from R + 1, so nothing falls
  *   between the read and the watch. A revision etcd has compacted ends the watch as
@@ -22,6 +27,7 @@
  * journal is asked and answers in etcd-journal-api.ts.
  */
 import { systemClock, type Clock } from "@berth/shared/clock";
+import type { Logger } from "@berth/shared/logger";
 import { invalidArgument, isBerthError } from "@berth/shared/errors";
 import {
   compare,
@@ -46,7 +52,9 @@ import { DEFAULT_IDEMPOTENCY_WINDOW_MS } from "@berth/shared/idempotency";
 import { findDeletedKey, refuseAppendOfDeletedKey, repeatedDeletion, type Deletion, type DeletedKey } from "../session-tombstones.js";
 import { appendRefusedByEtcd, appendTooLarge, fenceRejected, REQUEST_OVERHEAD_BYTES } from "./etcd-append-refusals.js";
 import { ETCD_DEFAULT_MAX_REQUEST_BYTES } from "./etcd-defaults.js";
-import type { EtcdAppendOptions, EtcdAppendResult, HeadChange, SessionState } from "./etcd-journal-api.js";
+import { caughtUp, gapRead, precedingOf, startCatchUp, tailRead } from "./etcd-append-catch-up.js";
+import { HeadCache } from "./etcd-head-cache.js";
+import type { EtcdAppendOptions, EtcdAppendResult, EtcdKnownState, HeadChange, SessionState } from "./etcd-journal-api.js";
 import { headOf, headValue, jsonOf, NO_HEAD, tombstoneOf, type Head, type TombstoneValue } from "./etcd-journal-records.js";
 import { listSessions, readJournal, type JournalRead, type ListedSession } from "./etcd-journal-reads.js";
 import { watchAllSessions, watchHeads, watchSession } from "./etcd-journal-watches.js";
@@ -61,8 +69,6 @@ export type { JournalRead, ListedSession } from "./etcd-journal-reads.js";
 
 /** Appends (entry keys) per page of a read. */
 const DEFAULT_PAGE_APPENDS = 256;
-/** Heads remembered, so that an append usually costs one round trip. */
-const HEAD_CACHE_SIZE = 10_000;
 
 export interface EtcdJournalOptions {
   readonly client: EtcdClient;
@@ -83,7 +89,7 @@ export class EtcdJournal {
   private readonly pageAppends: number;
   private readonly idempotencyWindowMs: number;
   /** The last head this instance saw per session: what the next append compares (a miss costs one retry). */
-  private readonly heads = new Map<string, Head>();
+  private readonly heads = new HeadCache();
 
   constructor(options: EtcdJournalOptions) {
     this.client = options.client;
@@ -101,6 +107,7 @@ export class EtcdJournal {
     const ikey = options.idempotencyKey === "" ? undefined : options.idempotencyKey;
     let head = this.heads.get(sessionId) ?? NO_HEAD;
     let fresh = false;
+    let catchUp = startCatchUp(options.known);
     /** The mod revision of a record of `ikey` left by a deletion whose window passed: overwritten, not answered. */
     let expiredKey: bigint | undefined;
     for (;;) {
@@ -139,6 +146,8 @@ export class EtcdJournal {
         op.put(headKey(sessionId), headValue(lastSeq, entries.length, creating ? firstSeq : head.first)),
       ];
       const failure: TxnOp[] = [op.get({ key: headKey(sessionId) }), op.get({ key: tombstoneKey(sessionId) })];
+      const gap = creating ? undefined : gapRead(sessionId, catchUp, head);
+      if (gap !== undefined) success.push(gap);
       if (ikey !== undefined) {
         compares.push(
           expiredKey === undefined ? compare.absent(idempotencyKey(sessionId, ikey)) : compare.mod(idempotencyKey(sessionId, ikey), "==", expiredKey),
@@ -153,21 +162,35 @@ export class EtcdJournal {
         // The oldest waiter is the holder: its create revision is the current token.
         failure.push(op.get({ key: lockWaitersPrefix(options.fence.file), prefix: true, sort: { by: "create", order: "ascend" }, limit: 1, keysOnly: true }));
       }
+      const tail = tailRead(sessionId, catchUp);
+      if (tail !== undefined) failure.push(tail);
       const result = await this.appendTxn(sessionId, bytes, { compare: compares, success, failure });
+      const got = (i: number): RangeResult => {
+        const r = result.results[i];
+        if (r === undefined || !("get" in r)) throw new Error("etcd answered an append without its reads");
+        return r.get;
+      };
       if (result.succeeded) {
         // The head key was written by this transaction: its mod revision is the transaction's.
         const create = creating ? result.revision : head.create;
-        this.remember(sessionId, { seq: lastSeq, mod: result.revision, create, first: creating ? firstSeq : head.first, tomb: head.tomb });
-        return { firstSeq, lastSeq, entries, revision: result.revision, duplicate: false, incarnation: create, created: creating };
+        this.heads.remember(sessionId, { seq: lastSeq, mod: result.revision, create, first: creating ? firstSeq : head.first, tomb: head.tomb });
+        if (gap !== undefined) catchUp = caughtUp(catchUp, got(2), head);
+        const preceding = creating ? undefined : precedingOf(catchUp, create, firstSeq);
+        return {
+          firstSeq,
+          lastSeq,
+          entries,
+          revision: result.revision,
+          duplicate: false,
+          incarnation: create,
+          created: creating,
+          ...(preceding !== undefined ? { preceding } : {}),
+        };
       }
-      const got = (i: number): RangeResult => {
-        const r = result.results[i];
-        if (r === undefined || !("get" in r)) throw new Error("etcd answered a failed append without its reads");
-        return r.get;
-      };
-      head = headOf(got(0).kvs[0], tombstoneOf(got(1).kvs[0]));
+      const read = headOf(got(0).kvs[0], tombstoneOf(got(1).kvs[0]));
+      head = read;
       fresh = true;
-      this.remember(sessionId, head);
+      const kept = this.heads.remember(sessionId, read);
       let next = 2;
       if (ikey !== undefined) {
         const known = got(next++).kvs[0];
@@ -182,7 +205,10 @@ export class EtcdJournal {
         const current = holder?.createRevision ?? 0n;
         if (current !== options.fence.token) throw fenceRejected(options.fence, current);
       }
-      // The head moved (another instance appended, or the session was deleted): sequence again after it.
+      if (tail !== undefined) catchUp = caughtUp(catchUp, got(next++), read);
+      // The head moved (another instance appended, or the session was deleted): sequence again
+      // after it, or after a later one the watch brought meanwhile.
+      head = kept;
     }
   }
 
@@ -226,11 +252,13 @@ export class EtcdJournal {
    * Appends several plain appends (no expectation, idempotency key or fence) to the session in one
    * transaction, in order: each its own entry key (so each is still one change to watchers), one
    * head after the last. What an instance's appends queued behind each other on one session cost
-   * together: one round trip, not one each.
+   * together: one round trip, not one each. With `known`, the first result carries the appends
+   * before them that the caller had not seen (`preceding`), when the transactions read them all.
    */
-  async appendGroup(sessionId: string, groups: ReadonlyArray<readonly PreparedEvent[]>): Promise<EtcdAppendResult[]> {
+  async appendGroup(sessionId: string, groups: ReadonlyArray<readonly PreparedEvent[]>, known?: EtcdKnownState): Promise<EtcdAppendResult[]> {
     if (groups.length === 0 || groups.some((events) => events.length === 0)) throw invalidArgument("events", "must hold at least one event");
     let head = this.heads.get(sessionId) ?? NO_HEAD;
+    let catchUp = startCatchUp(known);
     for (;;) {
       const ts = new Date(this.clock.now()).toISOString();
       const written: Array<{ firstSeq: number; lastSeq: number; entries: JournalEntry[] }> = [];
@@ -254,20 +282,34 @@ export class EtcdJournal {
       success.push(op.put(headKey(sessionId), headValue(seq, written.at(-1)!.entries.length, first)));
       const compares: TxnCompare[] = [compare.mod(headKey(sessionId), "==", head.mod)];
       if (creating) compares.push(compare.mod(tombstoneKey(sessionId), "==", head.tomb.mod));
-      const result = await this.appendTxn(sessionId, bytes, {
-        compare: compares,
-        success,
-        failure: [op.get({ key: headKey(sessionId) }), op.get({ key: tombstoneKey(sessionId) })],
-      });
+      const gap = creating ? undefined : gapRead(sessionId, catchUp, head);
+      if (gap !== undefined) success.push(gap);
+      const failure: TxnOp[] = [op.get({ key: headKey(sessionId) }), op.get({ key: tombstoneKey(sessionId) })];
+      const tail = tailRead(sessionId, catchUp);
+      if (tail !== undefined) failure.push(tail);
+      const result = await this.appendTxn(sessionId, bytes, { compare: compares, success, failure });
+      const reads = result.results.map((r) => ("get" in r ? r.get : undefined));
       if (result.succeeded) {
         const incarnation = creating ? result.revision : head.create;
-        this.remember(sessionId, { seq, mod: result.revision, create: incarnation, first, tomb: head.tomb });
-        return written.map((w, i) => ({ ...w, revision: result.revision, duplicate: false, incarnation, created: creating && i === 0 }));
+        this.heads.remember(sessionId, { seq, mod: result.revision, create: incarnation, first, tomb: head.tomb });
+        if (gap !== undefined) catchUp = reads.at(-1) === undefined ? undefined : caughtUp(catchUp, reads.at(-1)!, head);
+        const preceding = creating ? undefined : precedingOf(catchUp, incarnation, written[0]!.firstSeq);
+        return written.map((w, i) => ({
+          ...w,
+          revision: result.revision,
+          duplicate: false,
+          incarnation,
+          created: creating && i === 0,
+          ...(i === 0 && preceding !== undefined ? { preceding } : {}),
+        }));
       }
-      const [headRead, tombRead] = result.results.map((r) => ("get" in r ? r.get : undefined));
-      if (headRead === undefined || tombRead === undefined) throw new Error("etcd answered a failed append without its reads");
-      head = headOf(headRead.kvs[0], tombstoneOf(tombRead.kvs[0]));
-      this.remember(sessionId, head);
+      const [headRead, tombRead, tailRange] = reads;
+      if (headRead === undefined || tombRead === undefined || (tail !== undefined && tailRange === undefined))
+        throw new Error("etcd answered a failed append without its reads");
+      const read = headOf(headRead.kvs[0], tombstoneOf(tombRead.kvs[0]));
+      if (tail !== undefined) catchUp = caughtUp(catchUp, tailRange!, read);
+      // Sequence again after the head read, or after a later one the watch brought meanwhile.
+      head = this.heads.remember(sessionId, read);
     }
   }
 
@@ -300,14 +342,21 @@ export class EtcdJournal {
     const read = await this.client.txn({ compare: [], success: [op.get({ key: headKey(sessionId) }), op.get({ key: tombstoneKey(sessionId) })] });
     const [headRead, tombRead] = read.results.map((r) => ("get" in r ? r.get : undefined));
     const head = headOf(headRead?.kvs[0], tombstoneOf(tombRead?.kvs[0]));
-    this.remember(sessionId, head);
+    this.heads.remember(sessionId, head);
     return head;
   }
 
-  private remember(sessionId: string, head: Head): void {
-    this.heads.delete(sessionId);
-    this.heads.set(sessionId, head);
-    if (this.heads.size > HEAD_CACHE_SIZE) this.heads.delete(this.heads.keys().next().value!);
+  /** The last seq of the head the next append to the session compares, when this instance keeps one (tests). */
+  cachedHeadSeq(sessionId: string): number | undefined {
+    return this.heads.get(sessionId)?.seq;
+  }
+
+  /**
+   * Keeps this instance's heads current from a watch of every head until `signal` aborts (see
+   * etcd-head-cache.ts): resolves once it ended.
+   */
+  followHeads(options: { readonly signal: AbortSignal; readonly logger?: Logger | undefined }): Promise<void> {
+    return this.heads.follow(this.client, { ...options, clock: this.clock });
   }
 
   // ---------------------------------------------------------------- reads
@@ -368,7 +417,7 @@ export class EtcdJournal {
       const read = await this.client.txn({ compare: [], success: reads });
       const [headRead, tombRead, keyRead] = read.results.map((r) => ("get" in r ? r.get : undefined));
       const head = headOf(headRead?.kvs[0], tombstoneOf(tombRead?.kvs[0]));
-      this.remember(sessionId, head);
+      this.heads.remember(sessionId, head);
       let keyCompare: TxnCompare | undefined;
       if (ikey !== undefined) {
         const kv = keyRead?.kvs[0];
@@ -442,12 +491,12 @@ export class EtcdJournal {
       success,
     });
     if (!result.succeeded) {
-      this.heads.delete(sessionId);
+      this.heads.forget(sessionId);
       return undefined;
     }
     // What the next append (creating the session again) compares: no head, this tombstone.
     const deletions = [...head.tomb.deletions, deletion];
-    this.remember(sessionId, { ...NO_HEAD, tomb: { mod: result.revision, lastSeq: head.seq, deletions } });
+    this.heads.remember(sessionId, { ...NO_HEAD, tomb: { mod: result.revision, lastSeq: head.seq, deletions } });
     return result.revision;
   }
 

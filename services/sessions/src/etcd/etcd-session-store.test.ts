@@ -1,5 +1,5 @@
 // @module-tag etcd
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { ManualClock } from "@berth/shared/clock";
 import { createEtcdClient, type EtcdClient, type RangeOptions } from "@berth/etcd";
 import { countCalls, startEtcd, wrapClient, type EtcdCluster } from "@berth/etcd/testing";
@@ -137,6 +137,36 @@ describe("the etcd session store", () => {
     expect(again).toMatchObject({ firstSeq: 3, lastSeq: 3 });
     expect(comparable(again.snapshot)).toEqual(comparable(await replayed(store, "created", 3)));
     expect(store.stats().rebuilds).toBe(0);
+  });
+
+  it("answers an append after another instance's from what its transaction brought back: one transaction once the heads' watch has heard, nothing read back", async () => {
+    const prefix = `s${++prefixes}/`;
+    const [a, b] = [0, 1].map(() => {
+      const client = createEtcdClient({ endpoints: etcd.clientUrls, prefix });
+      clients.push(client);
+      const { client: counted, calls } = countCalls(client);
+      const journal = new EtcdJournal({ client: counted });
+      const store = new EtcdSessionStore({ journal, client, ...LIMITS, snapshotEvery: 1000 });
+      stores.push(store);
+      return { store, journal, calls };
+    });
+    await Promise.all([a!.store.settled(), b!.store.settled()]);
+    // Each instance's first append to the session reads it (it keeps no head of it yet).
+    await a!.store.append("turns", [{ type: "generate", pageUrl: "/p1", count: 1 }]);
+    await b!.store.append("turns", [{ type: "generate", pageUrl: "/p2", count: 2 }]);
+    const rebuilds = a!.store.stats().rebuilds + b!.store.stats().rebuilds;
+    for (let i = 3; i <= 12; i++) {
+      const [through, other] = i % 2 === 0 ? [b!, a!] : [a!, b!];
+      if (i <= 8) await vi.waitFor(() => expect(through.journal.cachedHeadSeq("turns")).toBe(i - 1));
+      through.calls.length = 0;
+      const result = await through.store.append("turns", [{ type: "generate", pageUrl: `/p${i}`, count: i }]);
+      expect(result.lastSeq).toBe(i);
+      // Heard: the transaction commits at once. Not yet heard (the later ones): at most the retry.
+      if (i <= 8) expect(through.calls).toEqual(["txn"]);
+      else expect(through.calls.every((c) => c === "txn") && through.calls.length <= 2).toBe(true);
+      expect(comparable(result.snapshot)).toEqual(comparable(await replayed(other.store, "turns", i)));
+    }
+    expect(a!.store.stats().rebuilds + b!.store.stats().rebuilds).toBe(rebuilds);
   });
 
   it("caches a snapshot in etcd every 1,000 entries or 100 appends, whichever comes first, so that appends of 100 events do not write one each", async () => {

@@ -5,11 +5,13 @@
  * etcd is the one authority: an append is the journal's transaction (head, idempotency key and
  * fence compared there), a read or a watch asks etcd, and nothing an instance keeps in memory
  * decides anything. What it keeps is a cache of snapshots (the reducer's state at a seq of an
- * incarnation of a session), so that an append through the instance that saw the previous one (or
- * the append that creates a session), or a GetSnapshot of an unchanged session, costs one round
- * trip; a miss rebuilds the state from
- * the snapshot cached in etcd plus the entries after it. Every few appends an instance writes the
- * snapshot it has to etcd's cache (`s/<session>`), so that rebuilding never replays much.
+ * incarnation of a session), so that an append (the journal's transaction brings back the appends
+ * other instances made since this one's, and the watch of the heads keeps the head it compares
+ * current), the append that creates a session, or a GetSnapshot of an unchanged session costs one
+ * round trip; a miss (more appends since than the transaction reads, or a session new to this
+ * instance) rebuilds the state from the snapshot cached in etcd plus the entries after it. Every
+ * few appends an instance writes the snapshot it has to etcd's cache (`s/<session>`), so that
+ * rebuilding never replays much.
  *
  * Completed sessions past `completedRetentionMs` are deleted by etcd-retention.ts. Not here
  * (refused at start, see open-etcd-store.ts): the seed's live directories.
@@ -43,7 +45,7 @@ import { SweepSchedule } from "../sweep-schedule.js";
 import { isCompletedPhase } from "../vocabulary.js";
 import { fenceRejected } from "./etcd-append-refusals.js";
 import type { EtcdJournal, PreparedEvent } from "./etcd-journal.js";
-import type { EtcdAppendOptions, EtcdAppendResult, EtcdFence, SessionState } from "./etcd-journal-api.js";
+import type { EtcdAppendOptions, EtcdAppendResult, EtcdFence, EtcdKnownState, SessionState } from "./etcd-journal-api.js";
 import { EtcdRetention } from "./etcd-retention.js";
 import { watchAllSessions, watchSession, type EtcdWatchContext } from "./etcd-store-watches.js";
 import type { PumpedWatcher } from "./pumped-watcher.js";
@@ -145,6 +147,9 @@ export class EtcdSessionStore implements SessionStoreApi {
   private readonly tombstoneSweeps: SweepSchedule;
   private closed = false;
   private rebuilds = 0;
+  /** Ends the watch of the heads (see etcd-head-cache.ts). */
+  private readonly stopFollowing = new AbortController();
+  private readonly following: Promise<void>;
 
   constructor(options: EtcdSessionStoreOptions) {
     this.journal = options.journal;
@@ -175,6 +180,7 @@ export class EtcdSessionStore implements SessionStoreApi {
       },
     });
     void this.track(this.tombstoneSweeps.sweep());
+    this.following = this.journal.followHeads({ signal: this.stopFollowing.signal, logger: this.logger });
     if (options.completedRetentionMs !== undefined) {
       this.retention = new EtcdRetention({
         journal: this.journal,
@@ -237,9 +243,10 @@ export class EtcdSessionStore implements SessionStoreApi {
   private async drain(sessionId: string): Promise<void> {
     const queue = this.turns.get(sessionId)!;
     for (let first = queue.shift(); first !== undefined; first = queue.shift()) {
+      const known = this.knownState(sessionId);
       if (first.options !== undefined) {
         await this.journal
-          .append(sessionId, first.events, first.options)
+          .append(sessionId, first.events, known === undefined ? first.options : { ...first.options, known })
           .then((result) => this.withSnapshot(sessionId, result))
           .then(first.resolve, first.reject);
         continue;
@@ -259,6 +266,7 @@ export class EtcdSessionStore implements SessionStoreApi {
         results = await this.journal.appendGroup(
           sessionId,
           group.map((job) => job.events),
+          known,
         );
       } catch (error) {
         // Too large together for a lower limit than the journal was told: each goes alone, and
@@ -276,6 +284,12 @@ export class EtcdSessionStore implements SessionStoreApi {
     this.turns.delete(sessionId);
   }
 
+  /** What this instance knows of the session, for the append to bring back what came after it. */
+  private knownState(sessionId: string): EtcdKnownState | undefined {
+    const known = this.known.get(sessionId);
+    return known === undefined ? undefined : { seq: known.seq, incarnation: known.incarnation };
+  }
+
   /** `result` with the snapshot right after it (run in the session's turn, so that each builds on the last). */
   private async withSnapshot(sessionId: string, result: EtcdAppendResult): Promise<Appended> {
     const snapshot = result.duplicate ? (await this.stateAt(sessionId, result.lastSeq)).snapshot : await this.afterAppend(sessionId, result);
@@ -288,7 +302,7 @@ export class EtcdSessionStore implements SessionStoreApi {
     // to read back, whatever this instance remembers of an earlier incarnation.
     const before: Known | undefined = result.created
       ? { incarnation: result.incarnation, seq: result.firstSeq - 1, snapshot: baseSnapshot(sessionId), savedSeq: result.firstSeq - 1, unsavedAppends: 0 }
-      : this.known.get(sessionId);
+      : this.caughtUp(this.known.get(sessionId), result);
     let known: Known;
     if (before !== undefined && before.incarnation === result.incarnation && before.seq === result.firstSeq - 1) {
       let snapshot = before.snapshot;
@@ -300,6 +314,21 @@ export class EtcdSessionStore implements SessionStoreApi {
     this.remember(sessionId, known);
     if (known.seq - known.savedSeq >= this.snapshotEvery || known.unsavedAppends >= SNAPSHOT_EVERY_APPENDS) this.save(sessionId, known);
     return known.snapshot;
+  }
+
+  /**
+   * `known` with the appends other instances made before `result` applied (the journal read them in
+   * the append's transactions), when they take it right up to `result`; else `known` as it was.
+   */
+  private caughtUp(known: Known | undefined, result: EtcdAppendResult): Known | undefined {
+    if (known === undefined || result.preceding === undefined || known.incarnation !== result.incarnation) return known;
+    // Another call may have moved what this instance knows meanwhile: only the appends after it count.
+    const missing = result.preceding.filter((entries) => entries[0]!.seq > known.seq);
+    if (missing[0] !== undefined && missing[0][0]!.seq !== known.seq + 1) return known;
+    if ((missing.at(-1)?.at(-1)?.seq ?? known.seq) !== result.firstSeq - 1) return known;
+    let snapshot = known.snapshot;
+    for (const entries of missing) for (const entry of entries) snapshot = applyEvent(snapshot, entry, { now: this.now });
+    return { ...known, seq: result.firstSeq - 1, snapshot, unsavedAppends: known.unsavedAppends + missing.length };
   }
 
   /** The state right after `seq`: the cached snapshot plus the tail when that is where the session is, else a replay up to it. */
@@ -462,6 +491,8 @@ export class EtcdSessionStore implements SessionStoreApi {
     this.closed = true;
     const shutdown = storeShuttingDown();
     for (const watcher of this.watchers) watcher.fail(shutdown);
+    this.stopFollowing.abort();
+    await this.following;
     await this.retention?.stop();
     await this.tombstoneSweeps.stop();
     await this.settled();
