@@ -102,9 +102,9 @@ describe("one lock across instances", () => {
     waiterClient.hold();
     const releasedAt = Date.now();
     await held.release();
-    // Granted while its only transaction, the record, is held back: the grant waited for no call.
+    // Granted with its only transaction, the record, sent after it and held back: the grant waited for no call.
     const grant = await granting;
-    expect(waiterClient.txns).toHaveLength(1);
+    await vi.waitFor(() => expect(waiterClient.txns).toHaveLength(1));
     expect(waiterClient.txns[0]!.compare).toEqual([{ key: grant.key, target: "create", op: "==", against: grant.token }]);
     expect(grant.acquiredAt).toBeGreaterThanOrEqual(releasedAt);
     // Inspect names it, and its token as the last granted, before the record lands.
@@ -175,7 +175,7 @@ describe("one lock across instances", () => {
     // Its predecessor was not the last key ahead when it queued, but its key says it held.
     const grant = await lastGrant;
     expect(grant.owner).toBe("last");
-    expect(lastClient.txns).toHaveLength(1);
+    await vi.waitFor(() => expect(lastClient.txns).toHaveLength(1));
     lastClient.open();
     await grant.release();
   });

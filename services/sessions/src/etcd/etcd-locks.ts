@@ -20,9 +20,10 @@
  *   is cut off stops renewing, and etcd frees the lock when the lease's TTL runs out.
  * - A grant records its token under `lt/<file>` (store-keys.ts), so that Inspect still answers the
  *   last token granted once nobody holds the lock, and since when the holder holds in its key: in
- *   the transaction that grants, or, for a lock handed over by a deletion, in one sent as it is
- *   granted, on the condition that the holder's key is still there (else the grant ends, lost).
- *   Its release waits for that write, so a released lock's token is always recorded.
+ *   the transaction that grants, or, for a lock handed over by a deletion, in one sent right after
+ *   the grant (off the handoff's path), on the condition that the holder's key is still there (else
+ *   the grant ends, lost). Its release waits for that write, so a released lock's token is always
+ *   recorded.
  * - A write fenced by a token compares `create_revision(holder key) == token` inside its own
  *   transaction (etcd-journal.ts): once the holder's key is gone (released, expired, revoked) no
  *   write with its token can land, whatever the timing.
@@ -221,7 +222,10 @@ export class EtcdLocks {
       this.rememberFence(fence);
       // A fence cached elsewhere is still refused by the append's compare; here it is not even offered.
       lease.signal.addEventListener("abort", () => this.forgetFence(fence), { once: true });
-      const recorded = handedOver ? this.recordGrant(request.file, key, token, JSON.stringify({ ...record, since: acquiredAt }), lease) : undefined;
+      // Sent once the grant's answer is on its way, off the handoff's path; its release waits for it.
+      const recorded = handedOver
+        ? onLaterTurn(() => this.recordGrant(request.file, key, token, JSON.stringify({ ...record, since: acquiredAt }), lease))
+        : undefined;
       return {
         file: request.file,
         key,
@@ -350,6 +354,14 @@ export class EtcdLocks {
     this.fences.set(`${fence.file}\0${fence.token}`, fence);
     if (this.fences.size > FENCE_CACHE_SIZE) this.fences.delete(this.fences.keys().next().value!);
   }
+}
+
+/**
+ * Runs `task` on a later turn of the event loop than this one (a timer's), after what this turn
+ * hands out has been written, and resolves as it does.
+ */
+function onLaterTurn(task: () => Promise<void>): Promise<void> {
+  return new Promise((resolve) => setTimeout(() => resolve(task()), 0));
 }
 
 function getResult(result: TxnOpResult | undefined): RangeResult {
