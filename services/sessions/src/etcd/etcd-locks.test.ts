@@ -19,6 +19,8 @@ afterAll(async () => {
   await etcd?.stop();
 });
 
+type Instance = ReturnType<typeof instances>[number];
+
 /** `count` berth instances (a client and lock service each) on one fresh prefix. */
 function instances(count: number) {
   const prefix = `l${++prefixes}/`;
@@ -54,6 +56,19 @@ function gated(client: EtcdClient) {
     return opened.then(call);
   });
   return { client: wrapped, txns, hold: () => (holding = true), open };
+}
+
+/**
+ * A lock held as "holder" through `holder`, and "next" queued behind it through `waiter`'s client,
+ * gated (see {@link gated}).
+ */
+async function heldWithGatedWaiter(holder: Instance, waiter: Instance) {
+  const waiterClient = gated(waiter.client);
+  const held = await holder.locks.acquire(request("holder"));
+  const wait = queued(request("next"));
+  const granting = new EtcdLocks({ client: waiterClient.client, instance: "berth-gated" }).acquire(wait.request);
+  await wait.waiting;
+  return { held, granting, waiterClient };
 }
 
 /** Resolves with the queue position once `request` is waiting (its onWaiting was called). */
@@ -93,12 +108,7 @@ describe("one lock across instances", () => {
 
   it("hands over with no etcd call on the waiter's side once the holder's key goes, then records since when it holds in one transaction", async () => {
     const [a, b] = instances(2);
-    const waiterClient = gated(b!.client);
-    const waiterLocks = new EtcdLocks({ client: waiterClient.client, instance: "berth-gated" });
-    const held = await a!.locks.acquire(request("holder"));
-    const wait = queued(request("next"));
-    const granting = waiterLocks.acquire(wait.request);
-    await wait.waiting;
+    const { held, granting, waiterClient } = await heldWithGatedWaiter(a!, b!);
     waiterClient.hold();
     const releasedAt = Date.now();
     await held.release();
@@ -116,12 +126,7 @@ describe("one lock across instances", () => {
 
   it("releases a lock handed over only once its grant is recorded, so that its token outlives it", async () => {
     const [a, b] = instances(2);
-    const waiterClient = gated(b!.client);
-    const waiterLocks = new EtcdLocks({ client: waiterClient.client, instance: "berth-gated" });
-    const held = await a!.locks.acquire(request("holder"));
-    const wait = queued(request("next"));
-    const granting = waiterLocks.acquire(wait.request);
-    await wait.waiting;
+    const { held, granting, waiterClient } = await heldWithGatedWaiter(a!, b!);
     waiterClient.hold();
     await held.release();
     const grant = await granting;
@@ -135,12 +140,7 @@ describe("one lock across instances", () => {
 
   it("ends a grant handed over whose key is gone before it is recorded: lost, and the lock moves on", async () => {
     const [a, b] = instances(2);
-    const waiterClient = gated(b!.client);
-    const waiterLocks = new EtcdLocks({ client: waiterClient.client, instance: "berth-gated" });
-    const held = await a!.locks.acquire(request("holder"));
-    const wait = queued(request("next"));
-    const granting = waiterLocks.acquire(wait.request);
-    await wait.waiting;
+    const { held, granting, waiterClient } = await heldWithGatedWaiter(a!, b!);
     const last = queued(request("last"));
     const lastGrant = a!.locks.acquire(last.request);
     expect(await last.waiting).toBe(2);
