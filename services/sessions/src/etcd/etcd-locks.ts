@@ -10,9 +10,9 @@
  *   in between, when that key was the last one ahead of it, or had held the lock itself (every key
  *   older than it was gone by then, and keys ahead only leave). A key that held was written again
  *   when it was granted, so the deletion's previous state tells: a later mod than create revision.
- *   Else (the predecessor gave up waiting) one transaction takes the lock if no older key is left,
- *   or reads the queue to wait on. Its own key is there while its lease lives, which this instance
- *   keeps and hears of losing.
+ *   Else (the predecessor gave up waiting, or went before its grant was recorded) one transaction
+ *   takes the lock if no older key is left, or reads the queue to wait on. Its own key is there
+ *   while its lease lives, which this instance keeps and hears of losing.
  * - The fencing token is the holder's create revision: revisions are global and only grow, so
  *   tokens rise across the whole cluster and across restarts, whichever instance granted them.
  * - The lease is kept alive by the instance that granted it while the grant lives; releasing
