@@ -29,11 +29,14 @@
  * first `--members` value only (its figures do not depend on etcd).
  *
  * - `lock_handoff`: `--handoffs` (200) handoffs of one lock, one at a time, from a holder to a
- *   waiter already queued (Inspect shows it), timed from the holder letting go to the waiter's
+ *   waiter already queued (Inspect shows it, and etcd has its watch), timed from the holder letting go to the waiter's
  *   grant arriving: the holder through A and the waiter through B (`etcd_two_instances`), both
  *   through A (`etcd_one_instance`), both through the file store's process (`file`); by Acquire and
  *   a Release RPC (`lease`) and by Hold streams the holder cancels (`hold`). Beside each: the empty
- *   RPC's latency on the holder's instance and, on etcd, one put's (one etcd round trip).
+ *   RPC's latency on the holder's instance and, on etcd, one put's (one etcd round trip) and
+ *   etcd's own handoff (`etcd_mutex_handoff`: a Mutex as etcd's client takes it, two holders
+ *   through berth's etcd client with no berth service in between, from the delete to the waiter's
+ *   watch event), measured right before and after; the target is A → B within 1.5× of it (p50).
  * - `watch_delivery`: a writer appends `--watch-rate` (50) events a second for `--seconds` through
  *   A (or the file process) while `--watchers` (1,16) WatchSession watchers (with snapshots) follow
  *   the session through B, through A, or through the file process: each delivery's time from the
@@ -316,7 +319,8 @@ async function acrossInstances(
   const project = mkdtempSync(path.join(tmpdir(), "berth-bench-etcd-project-"));
   const instances = await startInstances(endpoints, withFile, wants("append_round_trips"));
   try {
-    if (wants("lock_handoff")) await lockHandoff(instances.routes, { client, memberUrls: etcd.clientUrls }, members, { handoffs: settings.handoffs, project });
+    if (wants("lock_handoff"))
+      await lockHandoff(instances.routes, { client, endpoints, memberUrls: etcd.clientUrls }, members, { handoffs: settings.handoffs, project });
     if (wants("watch_delivery"))
       await watchDelivery(instances.routes, members, { watchers: settings.watchers, rate: settings.watchRate, seconds: settings.seconds });
     if (wants("append_round_trips")) {

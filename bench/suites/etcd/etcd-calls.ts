@@ -40,3 +40,20 @@ export function perOperation(calls: Calls, operations: number): Record<string, n
 export function unarySum(calls: Calls): number {
   return [...calls].filter(([method]) => !method.endsWith(":msgs")).reduce((sum, [, n]) => sum + n, 0);
 }
+
+/** How many watch requests (creations) etcd has received: what {@link watchOpened} compares. */
+export async function watchRequests(memberUrls: readonly string[]): Promise<number> {
+  return (await etcdCalls(memberUrls)).get("Watch:msgs") ?? 0;
+}
+
+/**
+ * Resolves once etcd has received more watch requests than `before` (10 s at most): a waiter that
+ * watches its predecessor is then waiting in etcd, not still on its way there.
+ */
+export async function watchOpened(memberUrls: readonly string[], before: number): Promise<void> {
+  const deadline = performance.now() + 10_000;
+  while ((await watchRequests(memberUrls)) <= before) {
+    if (performance.now() > deadline) throw new Error("no watch reached etcd within 10 s");
+    await new Promise((resolve) => setTimeout(resolve, 1));
+  }
+}

@@ -1,7 +1,7 @@
 // @module-tag etcd
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createEtcdClient, type EtcdClient } from "@berth/etcd";
-import { countCalls, startEtcd, type EtcdCluster } from "@berth/etcd/testing";
+import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
+import { createEtcdClient, type EtcdClient, type WatchBatch } from "@berth/etcd";
+import { startEtcd, wrapClient, type EtcdCluster } from "@berth/etcd/testing";
 import { EtcdLocks, type EtcdLockGrant, type EtcdLockRequest } from "./etcd-locks.js";
 import { lockWaitersPrefix } from "./store-keys.js";
 import { berthRefusal } from "@berth/shared/testing/berth-refusal";
@@ -18,6 +18,8 @@ afterAll(async () => {
   for (const c of clients) c.close();
   await etcd?.stop();
 });
+
+type Instance = ReturnType<typeof instances>[number];
 
 /** `count` berth instances (a client and lock service each) on one fresh prefix. */
 function instances(count: number) {
@@ -38,6 +40,36 @@ const request = (owner: string, extra: Partial<EtcdLockRequest> = {}): EtcdLockR
   waitMs: 30_000,
   ...extra,
 });
+
+/**
+ * `client` whose transactions, once `hold()` is called, are recorded in `txns` and held back until
+ * `open()`: a grant that resolves meanwhile waited for no transaction's answer.
+ */
+function gated(client: EtcdClient) {
+  const txns: Array<Parameters<EtcdClient["txn"]>[0]> = [];
+  let holding = false;
+  let open!: () => void;
+  const opened = new Promise<void>((resolve) => (open = resolve));
+  const wrapped = wrapClient(client, (method, call, args) => {
+    if (!holding || method !== "txn") return call();
+    txns.push(args[0] as Parameters<EtcdClient["txn"]>[0]);
+    return opened.then(call);
+  });
+  return { client: wrapped, txns, hold: () => (holding = true), open };
+}
+
+/**
+ * A lock held as "holder" through `holder`, and "next" queued behind it through `waiter`'s client,
+ * gated (see {@link gated}).
+ */
+async function heldWithGatedWaiter(holder: Instance, waiter: Instance) {
+  const waiterClient = gated(waiter.client);
+  const held = await holder.locks.acquire(request("holder"));
+  const wait = queued(request("next"));
+  const granting = new EtcdLocks({ client: waiterClient.client, instance: "berth-gated" }).acquire(wait.request);
+  await wait.waiting;
+  return { held, granting, waiterClient };
+}
 
 /** Resolves with the queue position once `request` is waiting (its onWaiting was called). */
 function queued(base: EtcdLockRequest): { request: EtcdLockRequest; waiting: Promise<number> } {
@@ -74,23 +106,77 @@ describe("one lock across instances", () => {
     expect(await a!.locks.inspect(FILE)).toMatchObject({ holder: null, waiters: [] });
   });
 
-  it("hands over in one etcd round trip on the waiter's side once the holder's key goes: the grant and since when it holds in one transaction", async () => {
+  it("hands over with no etcd call on the waiter's side once the holder's key goes, then records since when it holds in one transaction", async () => {
     const [a, b] = instances(2);
-    const { client: counted, calls } = countCalls(b!.client);
-    const waiterLocks = new EtcdLocks({ client: counted, instance: "berth-counted" });
-    const held = await a!.locks.acquire(request("holder"));
-    const wait = queued(request("next"));
-    const granting = waiterLocks.acquire(wait.request);
-    await wait.waiting;
-    const before = calls.length;
+    const { held, granting, waiterClient } = await heldWithGatedWaiter(a!, b!);
+    waiterClient.hold();
     const releasedAt = Date.now();
     await held.release();
+    // Granted with its only transaction, the record, sent after it and held back: the grant waited for no call.
     const grant = await granting;
-    // After the watch saw the holder's key go: one transaction, no read of the queue and no second write.
-    expect(calls.slice(before)).toEqual(["txn"]);
-    const holder = (await a!.locks.inspect(FILE)).holder!;
-    expect(holder).toMatchObject({ owner: "next", token: grant.token });
-    expect(holder.since).toBeGreaterThanOrEqual(releasedAt - 1000);
+    await vi.waitFor(() => expect(waiterClient.txns).toHaveLength(1));
+    expect(waiterClient.txns[0]!.compare).toEqual([{ key: grant.key, target: "create", op: "==", against: grant.token }]);
+    expect(grant.acquiredAt).toBeGreaterThanOrEqual(releasedAt);
+    // Inspect names it, and its token as the last granted, before the record lands.
+    expect(await a!.locks.inspect(FILE)).toMatchObject({ holder: { owner: "next", token: grant.token }, lastToken: grant.token });
+    waiterClient.open();
+    await vi.waitFor(async () => expect((await a!.locks.inspect(FILE)).holder!.since).toBe(grant.acquiredAt));
+    await grant.release();
+  });
+
+  it("releases a lock handed over only once its grant is recorded, so that its token outlives it", async () => {
+    const [a, b] = instances(2);
+    const { held, granting, waiterClient } = await heldWithGatedWaiter(a!, b!);
+    waiterClient.hold();
+    await held.release();
+    const grant = await granting;
+    const releasing = grant.release();
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    expect((await a!.locks.inspect(FILE)).holder).toMatchObject({ owner: "next", token: grant.token });
+    waiterClient.open();
+    await releasing;
+    expect(await a!.locks.inspect(FILE)).toMatchObject({ holder: null, waiters: [], lastToken: grant.token });
+  });
+
+  it("ends a grant handed over whose key is gone before it is recorded: lost, and the lock moves on", async () => {
+    const [a, b] = instances(2);
+    const { held, granting, waiterClient } = await heldWithGatedWaiter(a!, b!);
+    const last = queued(request("last"));
+    const lastGrant = a!.locks.acquire(last.request);
+    expect(await last.waiting).toBe(2);
+    waiterClient.hold();
+    await held.release();
+    const grant = await granting;
+    // Its key goes from outside (an operator's delete) while the record is held back.
+    await a!.client.delete({ key: grant.key });
+    // The next waiter's predecessor went without a record that it held: one transaction finds nobody older.
+    const granted = await lastGrant;
+    expect(granted.owner).toBe("last");
+    waiterClient.open();
+    expect(await grant.lease.lost).toMatchObject({ reason: "ETCD_LEASE_LOST" });
+    expect(grant.signal.aborted).toBe(true);
+    await granted.release();
+  });
+
+  it("hands a lock on down a queue of waiters with no etcd call before each grant: each released key had held", async () => {
+    const [a, b, c] = instances(3);
+    const lastClient = gated(c!.client);
+    const lastLocks = new EtcdLocks({ client: lastClient.client, instance: "berth-gated" });
+    const held = await a!.locks.acquire(request("holder"));
+    const middle = queued(request("middle"));
+    const middleGrant = b!.locks.acquire(middle.request);
+    expect(await middle.waiting).toBe(1);
+    const last = queued(request("last"));
+    const lastGrant = lastLocks.acquire(last.request);
+    expect(await last.waiting).toBe(2);
+    lastClient.hold();
+    await held.release();
+    await (await middleGrant).release();
+    // Its predecessor was not the last key ahead when it queued, but its key says it held.
+    const grant = await lastGrant;
+    expect(grant.owner).toBe("last");
+    await vi.waitFor(() => expect(lastClient.txns).toHaveLength(1));
+    lastClient.open();
     await grant.release();
   });
 
@@ -143,9 +229,44 @@ describe("one lock across instances", () => {
     await granted.release();
   });
 
+  it("frees the lock at once, never granting it, when its caller goes away as the holder's key goes", async () => {
+    const [a, b] = instances(2);
+    const held = await a!.locks.acquire(request("holder"));
+    const leaving = new AbortController();
+    // The caller leaves as the deletion that hands the lock over arrives.
+    const client = wrapClient(b!.client, (method, call) => {
+      if (method !== "watch") return call();
+      const batches = call() as AsyncIterable<WatchBatch>;
+      return (async function* () {
+        for await (const batch of batches) {
+          if (batch.events.some((event) => event.type === "delete")) leaving.abort();
+          yield batch;
+        }
+      })();
+    });
+    const gone = queued(request("gone", { signal: leaving.signal }));
+    const taking = new EtcdLocks({ client, instance: "berth-1" }).acquire(gone.request);
+    await gone.waiting;
+    const next = queued(request("next"));
+    const nextGrant = a!.locks.acquire(next.request);
+    expect(await next.waiting).toBe(2);
+    await held.release();
+    expect(await berthRefusal(taking)).toMatchObject({ code: "cancelled" });
+    const granted = await nextGrant;
+    expect(granted.owner).toBe("next");
+    expect((await a!.locks.inspect(FILE)).holder).toMatchObject({ owner: "next", token: granted.token });
+    await granted.release();
+  });
+
   it("frees the lock at once, never granting it, when its caller goes away during the round trip that took it", async () => {
     const [a, b] = instances(2);
     const held = await a!.locks.acquire(request("holder"));
+    // The waiter ahead is handed the lock, and its key goes before its grant is recorded: the one
+    // behind it then takes the lock by a transaction.
+    const aheadClient = gated(a!.client);
+    const ahead = queued(request("ahead"));
+    const aheadGranting = new EtcdLocks({ client: aheadClient.client, instance: "berth-gated" }).acquire(ahead.request);
+    await ahead.waiting;
     const leaving = new AbortController();
     // The caller leaves while the transaction that takes the lock for it is answered.
     const client = new Proxy(b!.client, {
@@ -161,15 +282,18 @@ describe("one lock across instances", () => {
     });
     const gone = queued(request("gone", { signal: leaving.signal }));
     const taking = new EtcdLocks({ client, instance: "berth-1" }).acquire(gone.request);
-    await gone.waiting;
+    expect(await gone.waiting).toBe(2);
     const next = queued(request("next"));
     const nextGrant = a!.locks.acquire(next.request);
-    expect(await next.waiting).toBe(2);
+    expect(await next.waiting).toBe(3);
+    aheadClient.hold();
     await held.release();
+    await a!.client.delete({ key: (await aheadGranting).key });
     expect(await berthRefusal(taking)).toMatchObject({ code: "cancelled" });
     const granted = await nextGrant;
     expect(granted.owner).toBe("next");
     expect((await a!.locks.inspect(FILE)).holder).toMatchObject({ owner: "next", token: granted.token });
+    aheadClient.open();
     await granted.release();
   });
 
@@ -207,7 +331,7 @@ describe("one lock across instances", () => {
 });
 
 describe("the last token granted", () => {
-  it("is recorded by the transaction that grants, whether the lock was free or handed over, and outlives the holder", async () => {
+  it("is the holder's, recorded as it is granted, whether the lock was free or handed over, and outlives the holder", async () => {
     const [a, b] = instances(2);
     expect((await a!.locks.inspect(FILE)).lastToken).toBeNull();
     const first = await a!.locks.acquire(request("first"));

@@ -6,13 +6,24 @@
  *   The holder is the waiter with the lowest create revision; the others queue in create-revision
  *   order (FIFO), each watching the deletion of the one just before it: no polling, and a release
  *   wakes one waiter, not the herd.
+ * - A waiter whose predecessor's key goes holds the lock from that deletion on, with no etcd call
+ *   in between, when that key was the last one ahead of it, or had held the lock itself (every key
+ *   older than it was gone by then, and keys ahead only leave). A key that held was written again
+ *   when it was granted, so the deletion's previous state tells: a later mod than create revision.
+ *   Else (the predecessor gave up waiting, or went before its grant was recorded) one transaction
+ *   takes the lock if no older key is left, or reads the queue to wait on. Its own key is there
+ *   while its lease lives, which this instance keeps and hears of losing.
  * - The fencing token is the holder's create revision: revisions are global and only grow, so
  *   tokens rise across the whole cluster and across restarts, whichever instance granted them.
  * - The lease is kept alive by the instance that granted it while the grant lives; releasing
  *   revokes it (its key goes at once, and the next waiter's watch fires). An instance that dies or
  *   is cut off stops renewing, and etcd frees the lock when the lease's TTL runs out.
- * - The transaction that grants a lock also records its token under `lt/<file>` (store-keys.ts),
- *   so that Inspect still answers the last token granted once nobody holds the lock.
+ * - A grant records its token under `lt/<file>` (store-keys.ts), so that Inspect still answers the
+ *   last token granted once nobody holds the lock, and since when the holder holds in its key: in
+ *   the transaction that grants, or, for a lock handed over by a deletion, in one sent right after
+ *   the grant (off the handoff's path), on the condition that the holder's key is still there (else
+ *   the grant ends, lost). Its release waits for that write, so a released lock's token is always
+ *   recorded.
  * - A write fenced by a token compares `create_revision(holder key) == token` inside its own
  *   transaction (etcd-journal.ts): once the holder's key is gone (released, expired, revoked) no
  *   write with its token can land, whatever the timing.
@@ -79,7 +90,7 @@ export interface EtcdLockGrant {
   readonly signal: AbortSignal;
   /** The fence an append compares to write under this lock. */
   readonly fence: EtcdFence;
-  /** Frees the lock: revokes the lease (the next waiter is woken by etcd). */
+  /** Frees the lock: revokes the lease (the next waiter is woken by etcd), once its grant is recorded. */
   release(): Promise<void>;
 }
 
@@ -162,6 +173,8 @@ export class EtcdLocks {
       let queue = getResult(put.results.at(-1));
       let told = "";
       let acquiredAt = since;
+      /** Granted by the deletion of the key ahead, with nothing written yet. */
+      let handedOver = false;
       for (;;) {
         const ahead = queue.kvs.filter((kv) => kv.createRevision < token);
         if (ahead.length === 0) break;
@@ -179,8 +192,14 @@ export class EtcdLocks {
         // The predecessor's deletion, from just after the revision the queue was read at: a
         // deletion in between is delivered too.
         const predecessor = ahead.at(-1)!;
-        await this.deletion(predecessor.key, queue.revision + 1n, stop.signal);
+        const gone = await this.deletion(predecessor.key, queue.revision + 1n, stop.signal);
         if (stop.signal.aborted) throw this.whyStopped(request, stop.signal, holder, ahead.length);
+        // Nobody ahead any more (see the module comment): held from the deletion on.
+        if (ahead.length === 1 || (gone !== undefined && gone.modRevision > gone.createRevision)) {
+          acquiredAt = this.clock.now();
+          handedOver = true;
+          break;
+        }
         // One round trip: if our key is still there and no key older than it is left, it holds, and
         // the key says since when (a put keeps its create revision, the token); else the queue now.
         const now = this.clock.now();
@@ -203,6 +222,10 @@ export class EtcdLocks {
       this.rememberFence(fence);
       // A fence cached elsewhere is still refused by the append's compare; here it is not even offered.
       lease.signal.addEventListener("abort", () => this.forgetFence(fence), { once: true });
+      // Sent once the grant's answer is on its way, off the handoff's path; its release waits for it.
+      const recorded = handedOver
+        ? onLaterTurn(() => this.recordGrant(request.file, key, token, JSON.stringify({ ...record, since: acquiredAt }), lease))
+        : undefined;
       return {
         file: request.file,
         key,
@@ -212,7 +235,10 @@ export class EtcdLocks {
         lease,
         signal: lease.signal,
         fence,
-        release: () => lease.revoke(),
+        release: async () => {
+          await recorded;
+          await lease.revoke();
+        },
       };
     } catch (error) {
       await lease.revoke().catch(() => undefined);
@@ -224,16 +250,39 @@ export class EtcdLocks {
     }
   }
 
-  /** Resolves once `key` is deleted at or after `fromRevision`, or `signal` aborts. */
-  private async deletion(key: string, fromRevision: bigint, signal: AbortSignal): Promise<void> {
-    if (signal.aborted) return;
+  /**
+   * Records a grant that a deletion handed over (see the module comment): since when it holds, in
+   * its key, and its token, if its key is still there; else, or if etcd cannot say, the lease is
+   * revoked and the grant ends lost. Never rejects.
+   */
+  private async recordGrant(file: string, key: string, token: bigint, value: string, lease: EtcdLease): Promise<void> {
+    try {
+      const written = await this.client.txn({
+        compare: [compare.create(key, "==", token)],
+        success: [op.put(key, value, lease.id), op.put(lastTokenKey(file), String(token))],
+      });
+      if (written.succeeded) return;
+    } catch {
+      // Unrecorded, the token could be shown as never granted once released: the grant ends.
+    }
+    await lease.revoke().catch(() => undefined);
+  }
+
+  /**
+   * Resolves once `key` is deleted at or after `fromRevision`, with its state before the deletion
+   * when etcd still has it; or undefined once `signal` aborts.
+   */
+  private async deletion(key: string, fromRevision: bigint, signal: AbortSignal): Promise<KeyValue | undefined> {
+    if (signal.aborted) return undefined;
     const watching = new AbortController();
     const stop = () => watching.abort();
     signal.addEventListener("abort", stop, { once: true });
     try {
-      for await (const batch of this.client.watch({ key, startRevision: fromRevision, only: "delete", signal: watching.signal })) {
-        if (batch.events.some((e) => e.type === "delete")) return;
+      for await (const batch of this.client.watch({ key, startRevision: fromRevision, only: "delete", prevKv: true, signal: watching.signal })) {
+        const deleted = batch.events.find((e) => e.type === "delete");
+        if (deleted !== undefined) return deleted.prevKv;
       }
+      return undefined;
     } finally {
       signal.removeEventListener("abort", stop);
       watching.abort();
@@ -251,7 +300,10 @@ export class EtcdLocks {
     return watchEtcdLocks(this.client, this.clock, request, maxBuffered);
   }
 
-  /** The holder and the waiters of `file`, in order, and the last token granted on it: one read, at one revision. */
+  /**
+   * The holder and the waiters of `file`, in order, and the last token granted on it (the holder's,
+   * whose grant may not be recorded yet, or the one recorded): one read, at one revision.
+   */
   async inspect(file: string): Promise<EtcdLockInspection> {
     const read = await this.client.txn({
       compare: [],
@@ -260,7 +312,11 @@ export class EtcdLocks {
     const queue = getResult(read.results[0]);
     const last = getResult(read.results[1]).kvs[0];
     const parties = queue.kvs.map(partyOf);
-    return { file, holder: parties[0] ?? null, waiters: parties.slice(1), lastToken: last === undefined ? null : grantedToken(last), revision: queue.revision };
+    const holder = parties[0] ?? null;
+    const recorded = last === undefined ? null : grantedToken(last);
+    // Tokens only rise: the holder's is the last granted.
+    const lastToken = holder !== null && (recorded === null || holder.token > recorded) ? holder.token : recorded;
+    return { file, holder, waiters: parties.slice(1), lastToken, revision: queue.revision };
   }
 
   /**
@@ -298,6 +354,14 @@ export class EtcdLocks {
     this.fences.set(`${fence.file}\0${fence.token}`, fence);
     if (this.fences.size > FENCE_CACHE_SIZE) this.fences.delete(this.fences.keys().next().value!);
   }
+}
+
+/**
+ * Runs `task` on a later turn of the event loop than this one (a timer's), after what this turn
+ * hands out has been written, and resolves as it does.
+ */
+function onLaterTurn(task: () => Promise<void>): Promise<void> {
+  return new Promise((resolve) => setTimeout(() => resolve(task()), 0));
 }
 
 function getResult(result: TxnOpResult | undefined): RangeResult {
