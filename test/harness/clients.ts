@@ -7,6 +7,7 @@
  * Every client made here is closed by `stopAll()`; close one earlier with its `close()` /
  * {@link closeClient}.
  */
+import { connectFailure } from "@berth/shared/server/testing/connect-failure";
 import * as http from "node:http";
 import * as net from "node:net";
 import {
@@ -359,11 +360,4 @@ export function closeClient(client: object): void {
 }
 
 /** The error a call that must fail ended with; throws when it succeeded. */
-export async function callFailure(call: Promise<unknown>): Promise<ConnectError> {
-  try {
-    await call;
-  } catch (error) {
-    return ConnectError.from(error);
-  }
-  throw new Error("expected the call to fail");
-}
+export const callFailure = connectFailure;

@@ -62,14 +62,7 @@ export function closeLockService(): void {
 
 export const ms = (n: number): Duration => durationFromMs(n);
 
-export async function failure(promise: Promise<unknown>): Promise<ConnectError> {
-  try {
-    await promise;
-  } catch (error) {
-    return ConnectError.from(error);
-  }
-  throw new Error("expected the call to fail");
-}
+export { connectFailure as failure } from "@berth/shared/server/testing/connect-failure";
 
 /** The ErrorInfo reason and domain, and the RetryInfo delay (ms) of a refusal. */
 export function errorInfo(error: ConnectError) {

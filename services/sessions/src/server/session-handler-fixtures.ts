@@ -10,7 +10,7 @@ import * as fs from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
 import { create, type MessageInitShape } from "@bufbuild/protobuf";
-import { type Code, ConnectError, createClient, createRouterTransport, type Client } from "@connectrpc/connect";
+import { type Code, type ConnectError, createClient, createRouterTransport, type Client } from "@connectrpc/connect";
 import { EventSchema, type Event } from "@berth/api/berth/sessions/v1/events_pb";
 import { SessionService, type JournalEntry, type WatchedEntry, type WatchSessionResponse } from "@berth/api/berth/sessions/v1/session_service_pb";
 import { ErrorInfoSchema } from "@berth/api/google/rpc/error_details_pb";
@@ -107,15 +107,7 @@ export function codeAndReason(error: ConnectError): [Code, string | undefined] {
   return [error.code, info?.reason];
 }
 
-/** The ConnectError a call rejects with. */
-export async function failure(call: Promise<unknown>): Promise<ConnectError> {
-  try {
-    await call;
-  } catch (error) {
-    return ConnectError.from(error);
-  }
-  throw new Error("the call succeeded");
-}
+export { connectFailure as failure } from "@berth/shared/server/testing/connect-failure";
 
 export async function collect<T>(iterable: AsyncIterable<T>): Promise<T[]> {
   const out: T[] = [];
