@@ -11,13 +11,24 @@
  */
 import { constants, type Http2ServerResponse } from "node:http2";
 
-/** Closes `res`'s stream (RST_STREAM NO_ERROR, after the trailers) once its response is complete. */
+/**
+ * Closes `res`'s stream (RST_STREAM NO_ERROR, after the trailers) once its response is complete,
+ * if its client is still sending. Most calls' clients have ended their side (every unary call):
+ * their stream closes by itself once the trailers are out, and an RST_STREAM more would cost each
+ * of them a frame and a turn of the event loop.
+ */
 export function closeWhenAnswered(res: Http2ServerResponse): void {
   const stream = res.stream;
   // The compat layer listened first: by now it has sent the trailers, the end of the answer.
   stream.once("wantTrailers", () => {
+    if (clientEnded(stream)) return;
     setImmediate(() => {
       if (!stream.closed && !stream.destroyed) stream.close(constants.NGHTTP2_NO_ERROR);
     });
   });
+}
+
+/** Whether the client has sent END_STREAM on `stream` (nghttp2's own record: whether or not the handler read that far). */
+function clientEnded(stream: Http2ServerResponse["stream"]): boolean {
+  return stream.state.remoteClose === 1;
 }
