@@ -70,6 +70,13 @@ export interface Entry {
   claimError?: BerthError;
   blocked: boolean;
   unwatch?: () => void;
+  /**
+   * A hand-on is scheduled (LockTable.pump): until it runs, the queue's watch of the outside lock
+   * and what its waiters were told stay as they are, since it may grant at once. Without this,
+   * every handoff whose next request arrived in the same read started and stopped a file watch
+   * and told each waiter twice.
+   */
+  handOnPending?: boolean;
 }
 
 /** The number of requests queued before `waiter`. */

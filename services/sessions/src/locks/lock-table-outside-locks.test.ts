@@ -4,6 +4,7 @@ import { onDescriptorShortage } from "@berth/shared/descriptors";
 import { LOCK_RETRY_AFTER_MS } from "./lock-input.js";
 import type { ExternalLocks } from "./external-locks.js";
 import { LockTable } from "./lock-table.js";
+import type { WaitingUpdate } from "./source-locks-api.js";
 import { counter } from "./testing/lock-table-fixture.js";
 import { createMemoryExternalLocks } from "./testing/memory-external-locks.js";
 import { berthRefusal } from "@berth/shared/testing/berth-refusal";
@@ -26,6 +27,36 @@ describe("a lock an outside process holds", () => {
     locks.release(lease.leaseToken);
     expect(await second).toMatchObject({ owner: "second", fencingToken: 2 });
     expect(external.holdOutside("/project/a", { owner: "seed", pid: 7, since: clock.now() })).toBe(false);
+  });
+});
+
+describe("a handoff whose next request arrives before the hand-on runs", () => {
+  it("starts no watch of the outside lock and tells each waiter once", async () => {
+    const clock = new ManualClock();
+    const memory = createMemoryExternalLocks();
+    let watches = 0;
+    const external: ExternalLocks = {
+      ...memory,
+      watch(key, onMaybeFree) {
+        watches++;
+        return memory.watch(key, onMaybeFree);
+      },
+    };
+    const locks = new LockTable({ clock, fencing: counter(), external });
+    const first = await locks.acquire({ file: "/project/a", owner: "first", waitMs: 10_000 });
+    const told: string[] = [];
+    const tell = (who: string) => (update: WaitingUpdate) => told.push(`${who} ${update.position} ${update.holder?.owner ?? "-"}`);
+    const second = locks.acquire({ file: "/project/a", owner: "second", waitMs: 10_000, onWaiting: tell("second") });
+    // The release and the next request are read in one turn; the hand-on waits for the turn's end.
+    clock.stall(1);
+    locks.release(first.leaseToken);
+    const third = locks.acquire({ file: "/project/a", owner: "third", waitMs: 10_000, onWaiting: tell("third") });
+    clock.ioRead();
+    expect(await second).toMatchObject({ owner: "second", fencingToken: 2 });
+    expect(told).toEqual(["second 1 first", "third 1 second"]);
+    expect(watches).toBe(0);
+    locks.release((await second).leaseToken);
+    expect(await third).toMatchObject({ owner: "third", fencingToken: 3 });
   });
 });
 

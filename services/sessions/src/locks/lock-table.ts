@@ -432,7 +432,12 @@ export class LockTable {
   private pump(entry: Entry): void {
     if (this.entries.get(entry.key) !== entry) return;
     this.expireIfDue(entry);
-    this.clock.whenAwake(() => this.handOn(entry));
+    if (entry.handOnPending) return;
+    entry.handOnPending = true;
+    this.clock.whenAwake(() => {
+      entry.handOnPending = false;
+      this.handOn(entry);
+    });
   }
 
   private handOn(entry: Entry): void {
@@ -464,8 +469,12 @@ export class LockTable {
     this.settle(entry);
   }
 
-  /** Starts or stops watching the outside lock, and forgets an idle entry. */
+  /** Starts or stops watching the outside lock, tells the waiters, and forgets an idle entry. */
   private settle(entry: Entry): void {
+    const idle = !entry.holder && entry.waiters.size === 0;
+    if (idle && this.entries.get(entry.key) === entry) this.entries.delete(entry.key);
+    // The hand-on settles a queue when it runs (an idle entry it skips: its watch stops here).
+    if (entry.handOnPending && !idle) return;
     const needsWatch = this.external !== undefined && !entry.holder && entry.waiters.size > 0;
     if (needsWatch && !entry.unwatch) {
       entry.unwatch = this.external!.watch(entry.key, () => this.pump(entry));
@@ -473,7 +482,6 @@ export class LockTable {
       entry.unwatch();
       delete entry.unwatch;
     }
-    if (!entry.holder && entry.waiters.size === 0 && this.entries.get(entry.key) === entry) this.entries.delete(entry.key);
     tellWaiters(this.clock, entry, this.logger);
   }
 
