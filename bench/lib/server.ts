@@ -143,6 +143,16 @@ interface BenchProcessOptions extends BenchServerOptions {
 }
 
 /**
+ * `BERTH_BENCH_CPU_PROF=DIR`: each service a benchmark starts writes a V8 CPU profile of its whole
+ * run into DIR (`node --cpu-prof`; NODE_OPTIONS may not carry it), to see where a figure's server
+ * time goes.
+ */
+function profiling(): string[] {
+  const dir = process.env.BERTH_BENCH_CPU_PROF;
+  return dir ? ["--cpu-prof", `--cpu-prof-dir=${path.resolve(dir)}`] : [];
+}
+
+/**
  * Spawns a berth process (its own event loop, as in production) with a fresh state directory, its
  * log lines sent where a log collector would take them: away, at once. Resolves once `serving`
  * does; when that fails, the process is killed and its state directory removed.
@@ -151,7 +161,7 @@ async function startBenchProcess(options: BenchProcessOptions, serving: (child: 
   const stateDir = mkdtempSync(path.join(tmpdir(), `berth-bench-${options.name}-`));
   const child = spawn(
     options.node ?? process.execPath,
-    [...options.command, `--state-dir=${stateDir}`, `--log-level=${options.logLevel ?? "info"}`, ...options.args],
+    [...profiling(), ...options.command, `--state-dir=${stateDir}`, `--log-level=${options.logLevel ?? "info"}`, ...options.args],
     {
       env: { ...process.env, ...options.env },
       stdio: ["ignore", "ignore", "inherit"],
