@@ -134,8 +134,9 @@ for (const store of STORES) {
       expect(setUpMs, "the waiters queued only after the leases meant to run out during the pause had").toBeLessThan(EXPIRING_TTL_MS - 500);
 
       const resumedAt = await pause(service.pid, EXPIRING_TTL_MS - setUpMs + 1_000, () => {
-        // The releases wait in the service's socket with the leaving clients' ends.
-        for (const c of cases) if (c.how === "released") void admin.release({ leaseToken: c.holder!.leaseToken });
+        // The releases wait in the service's socket with the leaving clients' ends. Their answers
+        // are not this test's: one still on its way when the service stops must not fail the run.
+        for (const c of cases) if (c.how === "released") void admin.release({ leaseToken: c.holder!.leaseToken }).catch(() => undefined);
         for (const c of cases) closeClient(c.leaving!);
       });
 
@@ -232,7 +233,8 @@ describe("a budget waiter whose client leaves while the service is stopped", () 
       expect(setUpMs, "the waiters queued only after the lease meant to run out during the pause had").toBeLessThan(EXPIRING_TTL_MS - 500);
 
       const resumedAt = await pause(service.pid, how === "runs out" ? EXPIRING_TTL_MS - setUpMs + 1_000 : PAUSE_MS, () => {
-        if (how === "is released") void admin.release({ reservationId: held.id });
+        // Its answer is not this test's (see the locks' case above).
+        if (how === "is released") void admin.release({ reservationId: held.id }).catch(() => undefined);
         for (const client of leaving) closeClient(client);
       });
       const admitted = await within(next, GRANT_BOUND_MS, "the next waiter's admission");

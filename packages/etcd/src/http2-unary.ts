@@ -73,6 +73,10 @@ export function exchangeUnary<C>(options: UnaryExchangeOptions<C>): Promise<Unar
     sessionManager.request("POST", options.path, options.headers, {}).then((opened) => {
       stream = opened;
       if (!open) {
+        // The call failed while the manager was still connecting (or pinging an idle connection):
+        // the stream it hands over now is reset at once, and a reset that is not a cancel makes
+        // Node emit an 'error' on it, which would throw with no listener.
+        opened.on("error", () => {});
         if (failure !== undefined) reset(opened, failure);
         return;
       }

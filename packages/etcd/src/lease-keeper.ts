@@ -50,6 +50,7 @@ export function keepaliveIntervalMs(ttlMs: number): number {
 export class LeaseKeeper {
   private stream: KeepaliveStream | undefined;
   private readonly leases = new Map<bigint, KeptLease>();
+  private closed = false;
 
   constructor(
     private readonly connections: Connections,
@@ -61,6 +62,9 @@ export class LeaseKeeper {
   keep(id: bigint, ttlSeconds: number, grantSentAt: number): EtcdLease {
     const lease = new KeptLease(this, this.clock, id, ttlSeconds, grantSentAt);
     this.leases.set(id, lease);
+    // A grant answered while the client was closing: nothing will keep it alive (it expires in etcd
+    // within its TTL), and its first keepalive would be due on connections that are gone.
+    if (this.closed) lease.lose("the etcd client was closed");
     return lease;
   }
 
@@ -80,6 +84,7 @@ export class LeaseKeeper {
   }
 
   close(): void {
+    this.closed = true;
     for (const lease of [...this.leases.values()]) lease.lose("the etcd client was closed");
     this.closeStream();
   }
