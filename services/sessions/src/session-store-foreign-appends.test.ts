@@ -77,8 +77,7 @@ describe("beside another process appending in the seed's format", () => {
     const behind = store.append("s1", [{ type: "agent_done" }]);
     expect(seedAppend(live, "s1", { type: "variant_mounted", variant: 1 }).seq).toBe(2);
     const refusal = { code: "unavailable", reason: "APPEND_OVERTAKEN", options: { retryAfterMs: APPEND_OVERTAKEN_RETRY_MS }, details: { sessionId: "s1" } };
-    await expect(ours).rejects.toMatchObject(refusal);
-    await expect(behind).rejects.toMatchObject(refusal);
+    await Promise.all([expect(ours).rejects.toMatchObject(refusal), expect(behind).rejects.toMatchObject(refusal)]);
     const retried = await store.append("s1", [{ type: "steer" }]);
     expect(retried.firstSeq).toBe(3);
     expect(journalSeqs("s1", live.dir)).toEqual([1, 2, 3]);

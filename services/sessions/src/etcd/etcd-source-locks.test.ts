@@ -66,8 +66,9 @@ describe("request ids on etcd", () => {
       a!.acquire({ file: FILE, owner: "bob", ttlMs: 20_000, requestId: "r-1" }),
       a!.acquire({ file: FILE, owner: "alice", requestId: "r-1" }),
       Promise.resolve(a!.release(first.leaseToken, "r-1")),
-    ]) {
-      const error = await berthRefusal(other);
+    ].map(berthRefusal)) {
+      // Each refusal is listened for from the start: a later one may come while an earlier is awaited.
+      const error = await other;
       expect([error.code, error.reason, error.details]).toEqual([
         "already_exists",
         "IDEMPOTENCY_KEY_REUSED",

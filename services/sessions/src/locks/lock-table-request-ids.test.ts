@@ -57,9 +57,9 @@ describe("request ids", () => {
       locks.acquire({ file: "/project/a", owner: "alice", ttlMs: 2000, requestId: "r-1" }),
       locks.acquire({ file: "/project/a", owner: "alice", requestId: "r-1" }),
       Promise.resolve().then(() => locks.release(first.leaseToken, "r-1")),
-    ];
+    ].map(berthRefusal);
     for (const other of others) {
-      const error = await berthRefusal(other);
+      const error = await other;
       expect([error.code, error.reason]).toEqual(["already_exists", "IDEMPOTENCY_KEY_REUSED"]);
       expect(error.details).toEqual({ requestId: "r-1", rpc: "Acquire", file: "/project/a", owner: "alice", fencingToken: first.fencingToken });
     }

@@ -312,8 +312,9 @@ describe.each(STORES)("the source locks contract: %s store", (store) => {
         locks.acquire({ file: FILE, owner: "bob", ttlMs: 20_000, requestId: "r-1" }),
         locks.acquire({ file: FILE, owner: "alice", ttlMs: 10_000, requestId: "r-1" }),
         (async () => locks.release(first.leaseToken, "r-1"))(),
-      ]) {
-        expect(await berthRefusal(other)).toMatchObject({
+      ].map(berthRefusal)) {
+        // Each refusal is listened for from the start: a later one may come while an earlier is awaited.
+        expect(await other).toMatchObject({
           code: "already_exists",
           reason: "IDEMPOTENCY_KEY_REUSED",
           details: { requestId: "r-1", rpc: "Acquire", file: FILE, owner: "alice", fencingToken: first.fencingToken },
