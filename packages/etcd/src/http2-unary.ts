@@ -74,9 +74,7 @@ export function exchangeUnary<C>(options: UnaryExchangeOptions<C>): Promise<Unar
       stream = opened;
       if (!open) {
         // The call failed while the manager was still connecting (or pinging an idle connection):
-        // the stream it hands over now is reset at once, and a reset that is not a cancel makes
-        // Node emit an 'error' on it, which would throw with no listener.
-        opened.on("error", () => {});
+        // the stream it hands over now is reset at once.
         if (failure !== undefined) reset(opened, failure);
         return;
       }
@@ -123,6 +121,9 @@ export function exchangeUnary<C>(options: UnaryExchangeOptions<C>): Promise<Unar
 }
 
 function reset(stream: ClientHttp2Stream, error: ConnectError): void {
+  // A reset that is not a cancel makes Node emit an 'error' on the stream, which would throw where
+  // nothing listens (a stream handed over after its call failed): the call has its answer already.
+  stream.on("error", () => {});
   if (!stream.closed) stream.close(error.code === Code.Canceled ? constants.NGHTTP2_CANCEL : constants.NGHTTP2_INTERNAL_ERROR);
 }
 
