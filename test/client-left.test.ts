@@ -64,6 +64,19 @@ const printed = (figures: Record<string, number>) =>
     .map(([name, value]) => `${name}: ${Math.round(value)} ms`)
     .join("; ");
 
+/**
+ * What the service logged from shortly before `since` (a `performance.now()` reading of this
+ * process) on, one entry a line: what a failure needs to tell the order in which the service read
+ * the clients' leaving and the release.
+ */
+function storySince(entries: readonly LogEntry[], since: number): string {
+  const from = performance.timeOrigin + since - 3_000;
+  return `the service's log from 3 s before SIGCONT:\n${entries
+    .filter((e) => typeof e.time !== "number" || e.time >= from)
+    .map((e) => JSON.stringify(e))
+    .join("\n")}`;
+}
+
 /** The owners a sessions service's log says it granted a lock to. */
 const lockGrants = (entries: readonly LogEntry[]) => entries.filter((e) => e.msg === "lock granted").map((e) => String(e.owner));
 
@@ -165,7 +178,10 @@ for (const store of STORES) {
           .at(-1)!;
         expect(tokens.sort(ascending)).toEqual(cases.map((_c, i) => last + 1n + BigInt(i)));
       }
-      expect(lockGrants(service.entries()).filter((owner) => owner.startsWith("gone"))).toEqual([]);
+      expect(
+        lockGrants(service.entries()).filter((owner) => owner.startsWith("gone")),
+        storySince(service.entries(), resumedAt),
+      ).toEqual([]);
       process.stdout.write(`client left (locks, ${store} store): from SIGCONT to the next waiter's grant: ${printed(figures)}\n`);
       await service.stop();
     }, 60_000);
@@ -245,7 +261,7 @@ describe("a budget waiter whose client leaves while the service is stopped", () 
         .entries()
         .filter((e) => e.msg === "budget: admitted")
         .map((e) => String(e.owner));
-      expect(admissions).toEqual(["holder", "next"]);
+      expect(admissions, storySince(service.entries(), resumedAt)).toEqual(["holder", "next"]);
       for (const end of streams) end();
       await Promise.all(gone);
       process.stdout.write(

@@ -204,7 +204,11 @@ export async function createBudget(options: BudgetOptions): Promise<Budget> {
     holdMs: () => book.holdMs,
     etaBasis: () => ({ holdings: holdings(), usual: (name) => runTimes.usual(name) }),
     defer: options.defer,
-    requestChanged: (change, request) => history.append({ kind: `request_${change}`, at: clock.now(), request }),
+    requestChanged: (change, request) => {
+      // Admissions are logged by the reservations; the rest tells why a request left the queue.
+      if (change !== "admitted") logger.debug({ owner: request.owner, position: request.position }, `budget: request ${change}`);
+      history.append({ kind: `request_${change}`, at: clock.now(), request });
+    },
   });
   queueRef = queue;
 

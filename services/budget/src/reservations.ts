@@ -363,6 +363,7 @@ export class ReservationBook {
     if (!this.reservations.delete(reservation.id)) return;
     const heldMs = this.clock.monotonicNow() - reservation.admittedAtMonotonic;
     this.holdMs = Math.round(this.holdMs * 0.7 + heldMs * 0.3);
+    this.options.logger.debug({ reservation: reservation.id, owner: reservation.owner, why }, "budget: reservation ended");
     this.changed(reservation, why);
   }
 }
