@@ -40,7 +40,8 @@ async function lockService(options: { stateDir?: string; liveDir?: string; proje
   const root = makeTempDir("berth-locks-e2e-");
   const projectRoot = options.projectRoot ?? path.join(root, "project");
   mkdirSync(projectRoot, { recursive: true });
-  const args: string[] = [];
+  // Debug: a repeat's joining a waiting request is seen in the log.
+  const args: string[] = ["--log-level", "debug"];
   if (options.liveDir !== undefined) args.push("--live-dir", options.liveDir);
   const service = await startService(
     "sessions",
@@ -233,7 +234,7 @@ for (const store of STORES) {
       const gone = callFailure(client.acquire({ file, owner: "retrier", maxWait: seconds(20), requestId: "acq-2" }, { signal: leaving.signal }));
       await until(client, file, (s) => s.waiters.length === 1);
       const again = locksOf(url).acquire({ file, owner: "retrier", maxWait: seconds(20), requestId: "acq-2" });
-      await new Promise((resolve) => setTimeout(resolve, 100));
+      await service.waitForLog((e) => e.msg === "lock request joined by a repeat" && e.requestId === "acq-2");
       leaving.abort();
       expect((await gone).code).toBe(Code.Canceled);
       expect((await client.inspect({ file })).waiters.map((w) => w.owner)).toEqual(["retrier"]);

@@ -81,6 +81,8 @@ describe("berth's etcd transport against connect-node's", () => {
   let server: Http2Server;
   let url: string;
   let closed: Promise<number> = new Promise(() => {});
+  /** Called once the server has read a request whole (its scenario begun). */
+  let requestRead: (() => void) | undefined;
   const managers: Http2SessionManager[] = [];
 
   beforeAll(async () => {
@@ -94,6 +96,7 @@ describe("berth's etcd transport against connect-node's", () => {
         if (chunks.length === 0) return;
         const key = new TextDecoder().decode(fromBinary(PutRequestSchema, Buffer.concat(chunks).subarray(5)).key);
         SCENARIOS[key]?.(stream);
+        requestRead?.();
       });
     });
     await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
@@ -185,13 +188,15 @@ describe("berth's etcd transport against connect-node's", () => {
   });
 
   it("ends alike when the caller aborts, before or during the call", async () => {
+    // During: once the server has the whole request (a fixed delay could end a call on a busy box
+    // before its first frame went out, which is the case below).
     const during = await both("silent", {
       signal: () => {
         const controller = new AbortController();
-        setTimeout(() => controller.abort(new Error("caller gave up")), 30);
+        requestRead = () => controller.abort(new Error("caller gave up"));
         return controller.signal;
       },
-    });
+    }).finally(() => (requestRead = undefined));
     expect(during.got).toEqual(during.expected);
     const before = await both("ok", { signal: () => AbortSignal.abort() });
     expect(before.got).toEqual(before.expected);

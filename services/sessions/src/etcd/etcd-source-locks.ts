@@ -373,7 +373,7 @@ export function createEtcdSourceLocks(options: EtcdSourceLocksOptions): EtcdSour
       else if (waitMs === 0) {
         // A repeat that will not wait answers at once, and leaves the first call's place alone.
         throw joinedWaitExhausted(file, joined, 0);
-      }
+      } else logger?.debug({ file, owner, requestId }, "lock request joined by a repeat");
       return joinCall(joined, file, waitMs, request.signal, request.onWaiting);
     },
 

@@ -307,6 +307,7 @@ export class LockTable {
     if (joined !== undefined) {
       // A repeat of a request that still waits: its own wait, the first one's place.
       if (waitMs === 0) throw this.lockedError(entry, 0, placeOf(entry, joined));
+      this.logger.debug({ file: key, owner, requestId }, "lock request joined by a repeat");
       return new Promise<Lease>((resolve, reject) => this.addCall(entry, joined, { waitMs, signal, resolve, reject }));
     }
 
