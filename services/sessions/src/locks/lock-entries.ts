@@ -77,6 +77,8 @@ export interface Entry {
    * and told each waiter twice.
    */
   handOnPending?: boolean;
+  /** The waiters are to be told their place and holder at the next turn (LockTable.tellWaitersSoon). */
+  tellPending?: boolean;
 }
 
 /** The number of requests queued before `waiter`. */

@@ -159,7 +159,8 @@ function readlinkOrMissing(target: string, input: string, field: string): string
 
 function lstatOrMissing(target: string, input: string, field: string): fs.Stats | undefined {
   try {
-    return fs.lstatSync(target);
+    // A missing name is the common case (a lock file not made yet): no exception built for it.
+    return fs.lstatSync(target, { throwIfNoEntry: false });
   } catch (error) {
     return missingOrThrow(error, input, field);
   }

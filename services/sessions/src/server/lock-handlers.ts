@@ -54,6 +54,9 @@ import type {
   WaitingUpdate,
 } from "../locks/source-locks-api.js";
 
+/** Why a Hold's own signal ends when its stream ends for any reason but its client leaving. */
+const HOLD_STREAM_ENDED = "the Hold stream ended";
+
 /** How often an open Hold stream carries a heartbeat once the lock is granted. */
 export const HOLD_HEARTBEAT_MS = 5_000;
 
@@ -150,7 +153,7 @@ export function createLockHandlers(options: LockHandlerOptions): ServiceImpl<typ
         let endedHow: LeaseEndReason | undefined;
         stopWatchingLease = locks.whenLeaseEnds(lease.leaseToken, (how) => {
           endedHow = how;
-          leaseEnded.abort();
+          leaseEnded.abort(how);
         });
         const wakeUp = AbortSignal.any([held.signal, leaseEnded.signal]);
         for (;;) {
@@ -165,7 +168,8 @@ export function createLockHandlers(options: LockHandlerOptions): ServiceImpl<typ
       } finally {
         stopWatchingLease();
         context.signal.removeEventListener("abort", endHold);
-        held.abort();
+        // A reason of its own: abort() without one builds a DOMException, stack and all, for every hold.
+        held.abort(HOLD_STREAM_ENDED);
       }
     },
 
