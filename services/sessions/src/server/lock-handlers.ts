@@ -158,7 +158,10 @@ export function createLockHandlers(options: LockHandlerOptions): ServiceImpl<typ
         const wakeUp = AbortSignal.any([held.signal, leaseEnded.signal]);
         for (;;) {
           await delay(clock, heartbeatMs, wakeUp);
-          if (held.signal.aborted) throw abortError(context.signal);
+          if (held.signal.aborted) {
+            await afterHandOn(clock);
+            throw abortError(context.signal);
+          }
           // Released through Release with its lease token, which only this stream's caller was
           // given: its owner let go, as asked, and the hold ends OK (not a failure in /metrics).
           if (endedHow === "released") return;
@@ -505,6 +508,16 @@ function leaseTokenInput(token: string, field: string): string {
 }
 
 /** Resolves after `ms` on `clock`, or at once when `signal` aborts. */
+/**
+ * Resolves once the hand-on that letting go of a lock scheduled (`clock.whenAwake`: the next turn)
+ * has run and what it wrote has gone out (Node writes HTTP/2 frames at the start of the turn after
+ * that). A Hold whose client let go waits for it before it ends its call: its trailers, log line and
+ * metrics, worked out first, were on the next holder's time (about half a millisecond a handoff).
+ */
+function afterHandOn(clock: Clock): Promise<void> {
+  return new Promise((resolve) => clock.whenAwake(() => clock.whenAwake(resolve)));
+}
+
 function delay(clock: Clock, ms: number, signal: AbortSignal): Promise<void> {
   return new Promise((resolve) => {
     if (signal.aborted) return resolve();
