@@ -74,7 +74,7 @@ export async function* watchChanges(
     const endpoint = connections.current();
     const requests = createRequestQueue<WatchRequest>();
     const stream = new AbortController();
-    const stop = () => stream.abort();
+    const stop = () => stream.abort(signal?.reason);
     signal?.addEventListener("abort", stop, { once: true });
     requests.push(
       create(WatchRequestSchema, {

@@ -275,17 +275,24 @@ export class EtcdLocks {
   private async deletion(key: string, fromRevision: bigint, signal: AbortSignal): Promise<KeyValue | undefined> {
     if (signal.aborted) return undefined;
     const watching = new AbortController();
-    const stop = () => watching.abort();
+    const stop = () => watching.abort(WATCH_DONE);
     signal.addEventListener("abort", stop, { once: true });
+    const batches = this.client.watch({ key, startRevision: fromRevision, only: "delete", prevKv: true, signal: watching.signal })[Symbol.asyncIterator]();
     try {
-      for await (const batch of this.client.watch({ key, startRevision: fromRevision, only: "delete", prevKv: true, signal: watching.signal })) {
-        const deleted = batch.events.find((e) => e.type === "delete");
+      for (;;) {
+        const next = await batches.next();
+        if (next.done) return undefined;
+        const deleted = next.value.events.find((e) => e.type === "delete");
         if (deleted !== undefined) return deleted.prevKv;
       }
-      return undefined;
     } finally {
       signal.removeEventListener("abort", stop);
-      watching.abort();
+      // Closed on a later turn, not awaited (as `for await` would): the watch stream's reset and the
+      // errors made for it then come after the grant this deletion hands over is written.
+      setImmediate(() => {
+        watching.abort(WATCH_DONE);
+        batches.return?.(undefined).catch(() => undefined);
+      });
     }
   }
 
@@ -355,6 +362,9 @@ export class EtcdLocks {
     if (this.fences.size > FENCE_CACHE_SIZE) this.fences.delete(this.fences.keys().next().value!);
   }
 }
+
+/** Why a waiter's watch of its predecessor ends: it has what it waited for, or its wait ended (a reason of its own spares building a DOMException). */
+const WATCH_DONE = "the waiter's watch is done";
 
 /**
  * Runs `task` on a later turn of the event loop than this one (a timer's), after what this turn
