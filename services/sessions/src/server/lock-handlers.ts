@@ -507,7 +507,6 @@ function leaseTokenInput(token: string, field: string): string {
   return token;
 }
 
-/** Resolves after `ms` on `clock`, or at once when `signal` aborts. */
 /**
  * Resolves once the hand-on that letting go of a lock scheduled (`clock.whenAwake`: the next turn)
  * has run and what it wrote has gone out (Node writes HTTP/2 frames at the start of the turn after
@@ -518,6 +517,7 @@ function afterHandOn(clock: Clock): Promise<void> {
   return new Promise((resolve) => clock.whenAwake(() => clock.whenAwake(resolve)));
 }
 
+/** Resolves after `ms` on `clock`, or at once when `signal` aborts. */
 function delay(clock: Clock, ms: number, signal: AbortSignal): Promise<void> {
   return new Promise((resolve) => {
     if (signal.aborted) return resolve();
