@@ -224,7 +224,7 @@ export class EtcdLocks {
       lease.signal.addEventListener("abort", () => this.forgetFence(fence), { once: true });
       // Sent once the grant's answer is on its way, off the handoff's path; its release waits for it.
       const recorded = handedOver
-        ? onLaterTurn(() => this.recordGrant(request.file, key, token, JSON.stringify({ ...record, since: acquiredAt }), lease))
+        ? afterGrantWritten(() => this.recordGrant(request.file, key, token, JSON.stringify({ ...record, since: acquiredAt }), lease))
         : undefined;
       return {
         file: request.file,
@@ -287,12 +287,12 @@ export class EtcdLocks {
       }
     } finally {
       signal.removeEventListener("abort", stop);
-      // Closed on a later turn, not awaited (as `for await` would): the watch stream's reset and the
-      // errors made for it then come after the grant this deletion hands over is written.
-      setImmediate(() => {
+      // Closed later, not awaited (as `for await` would): the watch stream's reset and the errors
+      // made for it then come after the grant this deletion hands over is written.
+      void afterGrantWritten(() => {
         watching.abort(WATCH_DONE);
         batches.return?.(undefined).catch(() => undefined);
-      });
+      }).catch(() => undefined);
     }
   }
 
@@ -367,11 +367,23 @@ export class EtcdLocks {
 const WATCH_DONE = "the waiter's watch is done";
 
 /**
- * Runs `task` on a later turn of the event loop than this one (a timer's), after what this turn
- * hands out has been written, and resolves as it does.
+ * Runs `task` once what this turn of the event loop and the next one hand out has been written, and
+ * resolves as it does. Node writes HTTP/2 frames at the start of the turn after the one that made
+ * them, and a grant a watch event brings is answered in this turn (a Hold) or the next (an Acquire,
+ * which first waits for what has arrived to be read: `whenAwake`); two turns later both are out.
  */
-function onLaterTurn(task: () => Promise<void>): Promise<void> {
-  return new Promise((resolve) => setTimeout(() => resolve(task()), 0));
+function afterGrantWritten(task: () => Promise<void> | void): Promise<void> {
+  return new Promise((resolve, reject) =>
+    setImmediate(() =>
+      setImmediate(() => {
+        try {
+          resolve(task());
+        } catch (error) {
+          reject(error);
+        }
+      }),
+    ),
+  );
 }
 
 function getResult(result: TxnOpResult | undefined): RangeResult {
