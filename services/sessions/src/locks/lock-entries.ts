@@ -5,9 +5,9 @@
 import type { KeyedRequest } from "@berth/shared/idempotency";
 import type { Logger } from "@berth/shared/logger";
 import type { BerthError } from "@berth/shared/errors";
-import { wallTimeOf, type Clock, type TimerHandle } from "@berth/shared/clock";
+import { wallTimeOf, wallTimesOf, type Clock, type TimerHandle } from "@berth/shared/clock";
 import type { ExternalLockHandle, ForeignLockHolder } from "./external-locks.js";
-import type { Lease, LeaseEndReason, LockHolderInfo, WaitingUpdate } from "./source-locks-api.js";
+import type { Lease, LeaseEndReason, LockChange, LockHolderInfo, LockWaiterInfo, WaitingUpdate } from "./source-locks-api.js";
 
 /** One call waiting for a queued request: its own wait, its own signal, its own answer. */
 export interface WaitingCall {
@@ -156,4 +156,52 @@ export function tellWaiters(clock: Clock, entry: Entry, logger: Logger): void {
       logger.error({ file: entry.key, err: error }, "onWaiting callback failed");
     }
   }
+}
+
+/** The waiters of `entry` in order, as Inspect shows them. */
+export function waitersShown(clock: Clock, entry: Entry): LockWaiterInfo[] {
+  const wallTime = wallTimesOf(clock);
+  return [...entry.waiters].map((w): LockWaiterInfo => {
+    // Both ends from one reading of the clocks: shown together, they are exactly the wait apart.
+    const since = wallTime(w.startedAt);
+    const deadline = since + Math.round(Math.max(...[...w.calls].map((c) => c.deadline)) - w.startedAt);
+    return { kind: w.ttlMs === null ? "stream" : "lease", owner: w.owner, since, deadline };
+  });
+}
+
+/** The change WatchLocks records when `held` ends. */
+export function endChange(entry: Entry, held: Held, reason: LeaseEndReason): Omit<LockChange, "at"> {
+  return {
+    file: entry.key,
+    kind: reason === "expired" ? "expired" : "released",
+    owner: held.lease.owner,
+    fencingToken: held.lease.fencingToken,
+    expiresAt: held.shown?.expiresAt ?? null,
+    position: 0,
+    holderKind: held.ttlMs === null ? "stream" : "lease",
+  };
+}
+
+/** Calls, once, whoever asked to hear when `held` ends; one that throws does not stop the rest. */
+export function tellLeaseEnded(entry: Entry, held: Held, reason: LeaseEndReason, logger: Logger): void {
+  const listeners = held.onEnd;
+  delete held.onEnd;
+  for (const onEnd of listeners ?? []) {
+    try {
+      onEnd(reason);
+    } catch (error) {
+      logger.error({ file: entry.key, err: error }, "lease-end callback failed");
+    }
+  }
+}
+
+/** How many requests wait, and at how many files a lock file blocks them, over `entries`. */
+export function waitingCounts(entries: Iterable<Entry>): { waiting: number; blockedByLockFiles: number } {
+  let waiting = 0;
+  let blockedByLockFiles = 0;
+  for (const entry of entries) {
+    waiting += entry.waiters.size;
+    if (entry.blocked && entry.waiters.size > 0) blockedByLockFiles++;
+  }
+  return { waiting, blockedByLockFiles };
 }

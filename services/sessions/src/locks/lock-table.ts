@@ -20,7 +20,7 @@ import { BerthError } from "@berth/shared/errors";
 import { IdempotencyMemory, type IdempotencyStats, type KeyedRequest } from "@berth/shared/idempotency";
 import { silentLogger, type Logger } from "@berth/shared/logger";
 import { checkRequestId } from "@berth/shared/safe-id";
-import { wallTimesOf, type Clock } from "@berth/shared/clock";
+import type { Clock } from "@berth/shared/clock";
 import type { FencingTokenSource } from "./lock-persistence.js";
 import { checkFencingToken, checkOwner, checkTtl, checkWait, tooManyWaiters, type LockLimits } from "./lock-input.js";
 import { canonicalLockPath } from "./lock-path.js";
@@ -28,7 +28,19 @@ import type { ExternalLockHandle, ExternalLocks, ForeignLockHolder } from "./ext
 import type { LockChangeLog } from "./lock-changes.js";
 import { checkHoldSignal, checkLeaseToken, EndedLeases, lastFencingToken, lockLimits, renewedTtl, tokenCheck } from "./lease-rules.js";
 import { expireOverdue, isDue, scheduleExpiry, type ExpiryHost } from "./lease-expiry.js";
-import { berthHolder, dropCall, leaseOf, placeOf, seedFileHolder, tellWaiters, type Entry, type Held, type Waiter, type WaitingCall } from "./lock-entries.js";
+import {
+  berthHolder,
+  dropCall,
+  endChange,
+  leaseOf,
+  placeOf,
+  seedFileHolder,
+  tellLeaseEnded,
+  tellWaiters,
+  waitersShown,
+  waitingCounts,
+} from "./lock-entries.js";
+import type { Entry, Held, Waiter, WaitingCall } from "./lock-entries.js";
 import { callerWentAway, cancelledBeforeQueued, heldByBerth, heldByLockFile, heldByNobodyKnown } from "./lock-refusals.js";
 import { acquireRequest, grantedRequest, releaseRequest, type KeyedAnswer } from "./lock-request-ids.js";
 import { claimLockFile } from "./seed-file-claims.js";
@@ -41,7 +53,6 @@ import type {
   LockHolderInfo,
   LockInspection,
   LockTableStats,
-  LockWaiterInfo,
   TokenCheck,
 } from "./source-locks-api.js";
 
@@ -215,15 +226,7 @@ export class LockTable {
       const foreign = this.external?.peek(key);
       if (foreign) holder = seedFileHolder(foreign);
     }
-    const wallTime = wallTimesOf(this.clock);
-    const waiters: LockWaiterInfo[] = entry
-      ? [...entry.waiters].map((w): LockWaiterInfo => {
-          // Both ends from one reading of the clocks: shown together, they are exactly the wait apart.
-          const since = wallTime(w.startedAt);
-          const deadline = since + Math.round(Math.max(...[...w.calls].map((c) => c.deadline)) - w.startedAt);
-          return { kind: w.ttlMs === null ? "stream" : "lease", owner: w.owner, since, deadline };
-        })
-      : [];
+    const waiters = entry ? waitersShown(this.clock, entry) : [];
     return {
       file: key,
       lockPath: this.external?.pathFor(key) ?? null,
@@ -249,13 +252,7 @@ export class LockTable {
 
   /** Counts for metrics. */
   stats(): LockTableStats {
-    let waiting = 0;
-    let blockedByLockFiles = 0;
-    for (const entry of this.entries.values()) {
-      waiting += entry.waiters.size;
-      if (entry.blocked && entry.waiters.size > 0) blockedByLockFiles++;
-    }
-    return { held: this.leases.size, waiting, blockedByLockFiles };
+    return { held: this.leases.size, ...waitingCounts(this.entries.values()) };
   }
 
   /** How many request ids are remembered (live, and ended within the window). */
@@ -515,26 +512,10 @@ export class LockTable {
         this.logger.error({ file: entry.key, err: error }, "cannot remove the lock file");
       }
     }
-    this.record({
-      file: entry.key,
-      kind: reason === "expired" ? "expired" : "released",
-      owner: held.lease.owner,
-      fencingToken: held.lease.fencingToken,
-      expiresAt: held.shown?.expiresAt ?? null,
-      position: 0,
-      holderKind: held.ttlMs === null ? "stream" : "lease",
-    });
+    this.record(endChange(entry, held, reason));
     const log = reason === "expired" ? this.logger.info : this.logger.debug;
     log.call(this.logger, { file: entry.key, owner: held.lease.owner, fencingToken: held.lease.fencingToken, reason }, `lock ${reason}`);
-    const listeners = held.onEnd;
-    delete held.onEnd;
-    for (const onEnd of listeners ?? []) {
-      try {
-        onEnd(reason);
-      } catch (error) {
-        this.logger.error({ file: entry.key, err: error }, "lease-end callback failed");
-      }
-    }
+    tellLeaseEnded(entry, held, reason, this.logger);
   }
 
   /**
@@ -585,11 +566,8 @@ export class LockTable {
   }
 
   private entryFor(key: string): Entry {
-    let entry = this.entries.get(key);
-    if (!entry) {
-      entry = { key, waiters: new Set(), blocked: false };
-      this.entries.set(key, entry);
-    }
+    const entry = this.entries.get(key) ?? { key, waiters: new Set<Waiter>(), blocked: false };
+    this.entries.set(key, entry);
     return entry;
   }
 
