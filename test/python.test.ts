@@ -1,7 +1,7 @@
 // @module-tag python
 /**
  * Python as a real polyglot client (python-e2e.ts): stubs generated from proto/ with Debian's
- * protoc and gRPC's Python plugin, and `examples/python/berth_client.py` on Debian's grpcio, against a started
+ * protoc and gRPC's Python plugin, and `examples/python/berth_client/` on Debian's grpcio, against a started
  * sessions service (with a bearer token) and a budget service (a fixture machine with a 4G budget,
  * so admission queues deterministically).
  *

@@ -6,7 +6,7 @@
 # OUT_DIR then holds `berth/{sessions,locks,budget}/v1/*_pb2.py` (messages, with .pyi type hints),
 # their `*_pb2_grpc.py` service stubs, `health_pb2*.py` for grpc.health.v1, and `status_pb2.py` and
 # `error_details_pb2.py` for google.rpc (what berth's errors carry in grpc-status-details-bin). Put
-# OUT_DIR on sys.path (berth_client.py does it for the default folder). Nothing generated is kept
+# OUT_DIR on sys.path (berth_client does it for the default folder). Nothing generated is kept
 # in git: proto/ is the source.
 #
 # One compiler for everything: `protoc` (3.15 or later, for proto3 `optional`; Debian 12 has 3.21)
