@@ -22,7 +22,7 @@ import {
   type MessageInitShape,
   type MessageShape,
 } from "@bufbuild/protobuf";
-import { ConnectError, createClient, type Client, type Interceptor, type Transport } from "@connectrpc/connect";
+import { createClient, type Client, type Interceptor, type Transport } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport, createGrpcWebTransport, Http2SessionManager } from "@connectrpc/connect-node";
 import * as grpc from "@grpc/grpc-js";
 import * as protoLoader from "@grpc/proto-loader";
