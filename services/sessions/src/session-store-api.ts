@@ -182,6 +182,12 @@ export interface SessionStoreApi {
   getSnapshot(sessionId: string, options?: { includeCompleted?: boolean }): MaybePromise<SessionView | null>;
   /** A page of the sessions that exist, sorted by id (after `after`, at most `limit`). */
   list(options?: { includeCompleted?: boolean; after?: string; limit?: number }): MaybePromise<SessionView[]>;
+  /**
+   * Every session that exists, sorted by id, in pages of 1 to `pageSize`, each read when the caller
+   * asks for it: a session deleted meanwhile is left out, one created meanwhile may be too.
+   * The file store lists its directory once for all the pages.
+   */
+  pages(options: { includeCompleted?: boolean; pageSize: number }): Iterable<SessionView[]> | AsyncIterable<SessionView[]>;
   /** Writes the session's snapshot where the store caches snapshots; the journal stays the truth. */
   flush(sessionId: string): Promise<SessionView>;
   /**

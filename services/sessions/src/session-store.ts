@@ -200,6 +200,21 @@ export class SessionStore implements SessionStoreApi {
     return views;
   }
 
+  *pages(options: { includeCompleted?: boolean; pageSize: number }): Generator<SessionView[]> {
+    this.assertOpen();
+    // Listed once: a page per listing of the directory would read it N / pageSize times.
+    const ids = this.sessionIds();
+    for (let start = 0; start < ids.length; start += options.pageSize) {
+      this.assertOpen();
+      const views: SessionView[] = [];
+      for (const id of ids.slice(start, start + options.pageSize)) {
+        const view = this.getSnapshot(id, options);
+        if (view?.exists) views.push(view);
+      }
+      if (views.length > 0) yield views;
+    }
+  }
+
   /** The ids of the sessions with a journal, sorted (code unit order, as `<` compares). */
   sessionIds(): string[] {
     this.assertOpen();

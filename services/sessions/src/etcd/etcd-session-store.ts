@@ -399,6 +399,16 @@ export class EtcdSessionStore implements SessionStoreApi {
     }
   }
 
+  async *pages(options: { includeCompleted?: boolean; pageSize: number }): AsyncGenerator<SessionView[]> {
+    // etcd lists a range from a key: a page is its own listing, from the last id of the one before.
+    for (let after: string | undefined; ; ) {
+      const views = await this.list({ ...options, limit: options.pageSize, ...(after !== undefined ? { after } : {}) });
+      if (views.length > 0) yield views;
+      if (views.length < options.pageSize) return;
+      after = views[views.length - 1]!.sessionId;
+    }
+  }
+
   async flush(sessionId: string): Promise<SessionView> {
     this.assertOpen();
     checkSessionId(sessionId);

@@ -346,12 +346,11 @@ export function createSessionHandlers(options: SessionHandlerOptions): ServiceIm
         if (describeCurrent) {
           const existing = new Set<string>();
           let count = 0;
-          // Page by page, each page's last entries read before the next is listed: a thousand
-          // sessions listed at once would hold the service's event loop (every other call, the
+          // Page by page, each page's last entries read before the next page is: a thousand
+          // sessions read at once would hold the service's event loop (every other call, the
           // preflights of a page opening its watches) for as long. A session changed meanwhile is
           // described as it stands when its page is read, and its live changes after that.
-          for (let after: string | undefined; ; ) {
-            const views = await store.list({ includeCompleted: true, ...(after !== undefined ? { after } : {}), limit: LAST_ENTRY_READS });
+          for await (const views of store.pages({ includeCompleted: true, pageSize: LAST_ENTRY_READS })) {
             const told: SessionView[] = [];
             for (const view of views) {
               existing.add(view.sessionId);
@@ -384,8 +383,6 @@ export function createSessionHandlers(options: SessionHandlerOptions): ServiceIm
               count++;
               yield watchSessionsChange(change);
             }
-            if (views.length < LAST_ENTRY_READS) break;
-            after = views[views.length - 1]!.sessionId;
           }
           const deleted = [...resumeFrom.keys()].filter((id) => !existing.has(id)).sort();
           yield {
