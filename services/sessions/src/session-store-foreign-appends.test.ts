@@ -46,6 +46,27 @@ describe("beside another process appending in the seed's format", () => {
     expect(seedReadState(live, "old")).toMatchObject({ nextSeq: 4, snapshot: { phase: "steer_requested" } });
   });
 
+  it("reads a session's last entry again as it is after our appends and another process's, not as an earlier read found it", async () => {
+    const store = open({ dir: live.dir });
+    const last = async (id: string) => {
+      const lastSeq = store.getSnapshot(id)!.lastSeq;
+      const seen = [];
+      for await (const stored of (await store.read(id, lastSeq, 1))!.entries) seen.push([stored.entry.seq, stored.entry.type]);
+      return seen;
+    };
+    await store.append("s2", [{ type: "generate", count: 2 }]);
+    expect(await last("s2")).toEqual([[1, "generate"]]);
+    expect(await last("s2")).toEqual([[1, "generate"]]);
+    seedAppend(live, "s2", { type: "agent_done" });
+    expect(await last("s2")).toEqual([[2, "agent_done"]]);
+    expect(await last("s2")).toEqual([[2, "agent_done"]]);
+    await store.append("s2", [{ type: "steer" }]);
+    expect(await last("s2")).toEqual([[3, "steer"]]);
+    await store.delete("s2");
+    await store.append("s2", [{ type: "generate", count: 1 }]);
+    expect(await last("s2")).toEqual([[4, "generate"]]);
+  });
+
   it("picks up an append made by another process with one catch-up", async () => {
     const store = open({ dir: live.dir });
     await store.append("s1", [{ type: "generate", count: 2 }]);

@@ -74,6 +74,13 @@ export class FileSessionJournal implements SessionJournal {
   scanPrefix = 0;
   index = new SeqIndex();
 
+  /**
+   * The last entry as a read found it, and the journal's size then: a watch of every session reads
+   * each one's last entry when it opens, and the next such watch is told from memory until the
+   * journal changes (our appends and other writers' both move `size`).
+   */
+  lastRead: { readonly stored: StoredEntry; readonly atSize: number } | undefined = undefined;
+
   entriesSinceSnapshot = 0;
   /** The journal size the snapshot file describes (-1 when unknown or none). */
   snapshotFileBytes = -1;
@@ -149,10 +156,21 @@ export class FileSessionJournal implements SessionJournal {
   reader(fromSeq: number, limit = 0): () => AsyncIterableIterator<StoredEntry> {
     if (!this.onDisk) return () => emptyIterator();
     withDescriptors(`session ${this.id}: its journal could not be read`, this.id, () => this.completeScan());
-    const start = this.index.startFor(fromSeq);
     const end = this.size;
+    const lastOnly = limit === 1 && fromSeq === this.nextSeq - 1;
+    const known = this.lastRead;
+    if (lastOnly && known !== undefined && known.atSize === end && known.stored.entry.seq === fromSeq) return () => oneEntry(known.stored);
+    const start = this.index.startFor(fromSeq);
     const journal = this.path;
-    return () => readRefusals(this.id, readJournalEntries(journal, { fromSeq, limit, start, end }));
+    const entries = () => readRefusals(this.id, readJournalEntries(journal, { fromSeq, limit, start, end }));
+    return lastOnly ? () => this.rememberingLast(entries(), fromSeq, end) : entries;
+  }
+
+  private async *rememberingLast(entries: AsyncGenerator<StoredEntry>, seq: number, atSize: number): AsyncGenerator<StoredEntry> {
+    for await (const stored of entries) {
+      if (stored.entry.seq === seq) this.lastRead = { stored, atSize };
+      yield stored;
+    }
   }
 
   /** The snapshot as of an earlier append, by a replay up to its last entry. */
@@ -179,4 +197,8 @@ export class FileSessionJournal implements SessionJournal {
       throw stateWriteError(error, `session ${this.id}: its snapshot file was not written`, this.context.dir, { sessionId: this.id }) ?? error;
     }
   }
+}
+
+async function* oneEntry(stored: StoredEntry): AsyncGenerator<StoredEntry> {
+  yield stored;
 }
