@@ -65,6 +65,10 @@ describe("beside another process appending in the seed's format", () => {
     await store.delete("s2");
     await store.append("s2", [{ type: "generate", count: 1 }]);
     expect(await last("s2")).toEqual([[4, "generate"]]);
+    // An entry too large to keep in memory is read from the journal each time.
+    await store.append("s2", [{ type: "steer", note: "x".repeat(10_000) }]);
+    expect(await last("s2")).toEqual([[5, "steer"]]);
+    expect(await last("s2")).toEqual([[5, "steer"]]);
   });
 
   it("picks up an append made by another process with one catch-up", async () => {

@@ -77,7 +77,8 @@ export class FileSessionJournal implements SessionJournal {
   /**
    * The last entry as a read found it, and the journal's size then: a watch of every session reads
    * each one's last entry when it opens, and the next such watch is told from memory until the
-   * journal changes (our appends and other writers' both move `size`).
+   * journal changes (our appends and other writers' both move `size`). Only an entry of at most
+   * LAST_READ_MAX_CHARS is kept: an event may be a megabyte, and a thousand of those is no cache.
    */
   lastRead: { readonly stored: StoredEntry; readonly atSize: number } | undefined = undefined;
 
@@ -168,7 +169,7 @@ export class FileSessionJournal implements SessionJournal {
 
   private async *rememberingLast(entries: AsyncGenerator<StoredEntry>, seq: number, atSize: number): AsyncGenerator<StoredEntry> {
     for await (const stored of entries) {
-      if (stored.entry.seq === seq) this.lastRead = { stored, atSize };
+      if (stored.entry.seq === seq && JSON.stringify(stored.entry).length <= LAST_READ_MAX_CHARS) this.lastRead = { stored, atSize };
       yield stored;
     }
   }
@@ -198,6 +199,9 @@ export class FileSessionJournal implements SessionJournal {
     }
   }
 }
+
+/** The largest last entry (as JSON text) a journal keeps in memory once read. */
+const LAST_READ_MAX_CHARS = 8192;
 
 async function* oneEntry(stored: StoredEntry): AsyncGenerator<StoredEntry> {
   yield stored;
