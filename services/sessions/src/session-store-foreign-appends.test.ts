@@ -65,6 +65,21 @@ describe("beside another process appending in the seed's format", () => {
     await store.delete("s2");
     await store.append("s2", [{ type: "generate", count: 1 }]);
     expect(await last("s2")).toEqual([[4, "generate"]]);
+    // Another writer rewrites the journal in place, same size and last seq: what we read before
+    // describes another file.
+    seedAppend(live, "s3", { type: "generate", count: 2 });
+    const read = async () => {
+      const seen = [];
+      for await (const stored of (await store.read("s3", 1, 1))!.entries) seen.push(stored.entry.event);
+      return seen;
+    };
+    expect(await read()).toMatchObject([{ count: 2 }]);
+    const file = journal("s3", live.dir);
+    const later = new Date(fs.statSync(file).mtimeMs + 2000);
+    fs.writeFileSync(file, fs.readFileSync(file, "utf8").replace('"count":2', '"count":3'));
+    fs.utimesSync(file, later, later);
+    expect(store.getSnapshot("s3")!.lastSeq).toBe(1);
+    expect(await read()).toMatchObject([{ count: 3 }]);
     // An entry too large to keep in memory is read from the journal each time.
     await store.append("s2", [{ type: "steer", note: "x".repeat(10_000) }]);
     expect(await last("s2")).toEqual([[5, "steer"]]);

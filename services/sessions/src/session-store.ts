@@ -204,10 +204,11 @@ export class SessionStore implements SessionStoreApi {
     this.assertOpen();
     // Listed once: a page per listing of the directory would read it N / pageSize times.
     const ids = this.sessionIds();
-    for (let start = 0; start < ids.length; start += options.pageSize) {
+    const pageSize = Math.max(1, Math.floor(options.pageSize));
+    for (let start = 0; start < ids.length; start += pageSize) {
       this.assertOpen();
       const views: SessionView[] = [];
-      for (const id of ids.slice(start, start + options.pageSize)) {
+      for (const id of ids.slice(start, start + pageSize)) {
         const view = this.getSnapshot(id, options);
         if (view?.exists) views.push(view);
       }

@@ -401,10 +401,11 @@ export class EtcdSessionStore implements SessionStoreApi {
 
   async *pages(options: { includeCompleted?: boolean; pageSize: number }): AsyncGenerator<SessionView[]> {
     // etcd lists a range from a key: a page is its own listing, from the last id of the one before.
+    const pageSize = Math.max(1, Math.floor(options.pageSize));
     for (let after: string | undefined; ; ) {
-      const views = await this.list({ ...options, limit: options.pageSize, ...(after !== undefined ? { after } : {}) });
+      const views = await this.list({ ...options, limit: pageSize, ...(after !== undefined ? { after } : {}) });
       if (views.length > 0) yield views;
-      if (views.length < options.pageSize) return;
+      if (views.length < pageSize) return;
       after = views[views.length - 1]!.sessionId;
     }
   }

@@ -77,10 +77,17 @@ export class FileSessionJournal implements SessionJournal {
   /**
    * The last entry as a read found it, and the journal's size then: a watch of every session reads
    * each one's last entry when it opens, and the next such watch is told from memory until the
-   * journal changes (our appends and other writers' both move `size`). Only an entry of at most
-   * LAST_READ_MAX_CHARS is kept: an event may be a megabyte, and a thousand of those is no cache.
+   * journal changes (our appends and other writers' move `size`, a full replay `generation`). Only
+   * an entry of at most LAST_READ_MAX_CHARS is kept: an event may be a megabyte, and a thousand of
+   * those is no cache.
    */
-  lastRead: { readonly stored: StoredEntry; readonly atSize: number } | undefined = undefined;
+  lastRead: { readonly stored: StoredEntry; readonly atSize: number; readonly generation: number } | undefined = undefined;
+  /**
+   * Moves at each full replay (another writer changed the journal in a way no catch-up follows: a
+   * rewrite, a delete and re-create): what was read before it describes another file, even at the
+   * same size and last seq.
+   */
+  generation = 0;
 
   entriesSinceSnapshot = 0;
   /** The journal size the snapshot file describes (-1 when unknown or none). */
@@ -160,16 +167,19 @@ export class FileSessionJournal implements SessionJournal {
     const end = this.size;
     const lastOnly = limit === 1 && fromSeq === this.nextSeq - 1;
     const known = this.lastRead;
-    if (lastOnly && known !== undefined && known.atSize === end && known.stored.entry.seq === fromSeq) return () => oneEntry(known.stored);
+    const generation = this.generation;
+    if (lastOnly && known?.atSize === end && known.generation === generation && known.stored.entry.seq === fromSeq) return () => oneEntry(known.stored);
     const start = this.index.startFor(fromSeq);
     const journal = this.path;
     const entries = () => readRefusals(this.id, readJournalEntries(journal, { fromSeq, limit, start, end }));
-    return lastOnly ? () => this.rememberingLast(entries(), fromSeq, end) : entries;
+    return lastOnly ? () => this.rememberingLast(entries(), fromSeq, end, generation) : entries;
   }
 
-  private async *rememberingLast(entries: AsyncGenerator<StoredEntry>, seq: number, atSize: number): AsyncGenerator<StoredEntry> {
+  private async *rememberingLast(entries: AsyncGenerator<StoredEntry>, seq: number, atSize: number, generation: number): AsyncGenerator<StoredEntry> {
     for await (const stored of entries) {
-      if (stored.entry.seq === seq && JSON.stringify(stored.entry).length <= LAST_READ_MAX_CHARS) this.lastRead = { stored, atSize };
+      // Kept only if the journal is still the one the read began on (the file is opened lazily).
+      const current = this.size === atSize && this.generation === generation;
+      if (current && stored.entry.seq === seq && JSON.stringify(stored.entry).length <= LAST_READ_MAX_CHARS) this.lastRead = { stored, atSize, generation };
       yield stored;
     }
   }
