@@ -5,7 +5,6 @@ reservation, the lists page by page, the watches of the budget and of the machin
 from __future__ import annotations
 
 import queue
-import threading
 from typing import Any, Callable, Iterable, Iterator, Optional, Union
 
 import grpc
@@ -13,6 +12,7 @@ from google.protobuf.message import Message
 
 from .errors import BerthError, _rpc, error_from_rpc
 from .proto import Seconds, _duration, budget_pb2, budget_service_pb2, budget_service_pb2_grpc, error_details_pb2
+from .keepalive import _Renewer
 from .revision_watch import _RevisionWatch, _watch_request
 
 
@@ -193,8 +193,7 @@ class Reservation:
         self.response = response
         self._ttl = ttl
         self._timeout = timeout
-        self._stop = threading.Event()
-        self._thread: Optional[threading.Thread] = None
+        self._renewer = _Renewer()
         self.renewals: list = []
 
     @property
@@ -214,28 +213,16 @@ class Reservation:
 
     def start_keep_alive(self, every: Optional[Seconds] = None) -> None:
         """Renews from a background thread (every third of the ttl by default) until released."""
-        if self._thread is not None:
+        if self._renewer.started:
             return
         expires = self.reservation.expire_time.ToMilliseconds() if self.reservation.HasField("expire_time") else 0
         admitted = self.reservation.admit_time.ToMilliseconds() if self.reservation.HasField("admit_time") else 0
         interval = every if every is not None else max(((self._ttl or (expires - admitted) / 1000) or 30) / 3, 0.1)
-
-        def run() -> None:
-            while not self._stop.wait(interval):
-                try:
-                    if not self.keep_alive().alive:
-                        return
-                except BerthError:
-                    pass  # transient: the next tick tries again before the lease runs out
-
-        self._thread = threading.Thread(target=run, name="berth-keepalive", daemon=True)
-        self._thread.start()
+        self._renewer.start(self.keep_alive, interval, "berth-keepalive")
 
     def release(self) -> bool:
         """Releases it; False when it was already gone (released or expired)."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
+        self._renewer.stop()
         return _rpc(lambda: self._stub.Release(budget_service_pb2.ReleaseRequest(reservation_id=self.id), timeout=self._timeout)).released
 
     def __enter__(self) -> "Reservation":

@@ -11,6 +11,7 @@ import grpc
 
 from .errors import BerthError, _rpc, error_from_rpc
 from .proto import Seconds, _duration, lock_service_pb2, lock_service_pb2_grpc
+from .keepalive import _Renewer
 from .revision_watch import _RevisionWatch, _watch_request
 
 
@@ -112,8 +113,7 @@ class LockLease:
         self._stub = stub
         self.lease = lease
         self._timeout = timeout
-        self._stop = threading.Event()
-        self._thread: Optional[threading.Thread] = None
+        self._renewer = _Renewer()
 
     @property
     def fencing_token(self) -> int:
@@ -126,27 +126,15 @@ class LockLease:
 
     def start_keep_alive(self, every: Optional[Seconds] = None) -> None:
         """Renews from a background thread (every third of the ttl by default) until released or gone."""
-        if self._thread is not None:
+        if self._renewer.started:
             return
         ttl = self.lease.ttl.ToMilliseconds() / 1000 if self.lease.HasField("ttl") else 30
         interval = every if every is not None else max(ttl / 3, 0.1)
-
-        def run() -> None:
-            while not self._stop.wait(interval):
-                try:
-                    if not self.keep_alive().alive:
-                        return
-                except BerthError:
-                    pass  # transient: the next tick tries again before the lease runs out
-
-        self._thread = threading.Thread(target=run, name="berth-lock-keepalive", daemon=True)
-        self._thread.start()
+        self._renewer.start(self.keep_alive, interval, "berth-lock-keepalive")
 
     def release(self) -> bool:
         """Frees the lease; False when it was already gone."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
+        self._renewer.stop()
         return _rpc(lambda: self._stub.Release(lock_service_pb2.ReleaseRequest(lease_token=self.lease.lease_token), timeout=self._timeout)).released
 
     def __enter__(self) -> "LockLease":
