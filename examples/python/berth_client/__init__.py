@@ -42,7 +42,8 @@ beside this package (where ``generate.sh`` puts them by default).
 
 The modules: ``proto`` (the stubs, imported once for all), ``errors`` (BerthError and the
 details decoded), ``connection`` (where the services are, the token, the channels),
-``revision_watch`` (the watches numbered by revision and their resume after a lag), ``sessions``,
+``revision_watch`` (the watches numbered by revision and their resume after a lag), ``keepalive``
+(a lease renewed from a background thread), ``sessions``,
 ``locks`` and ``budget`` (each service's wrappers and its calls of ``Berth``), ``client``
 (``Berth``). Import from the package: the module a name lives in may change.
 """
