@@ -339,7 +339,7 @@ export class FileJournalStore implements JournalStore {
     session.scanPrefix = 0;
     session.index = replayed.index;
     session.snapshotFileBytes = -1;
-    session.generation++;
+    session.replays++;
     // A repair changed the file: its snapshot file (if any) is stale; write a fresh one soon.
     if (replayed.repaired) this.snapshots.schedule(session);
     return session;

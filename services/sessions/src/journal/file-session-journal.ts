@@ -77,17 +77,17 @@ export class FileSessionJournal implements SessionJournal {
   /**
    * The last entry as a read found it, and the journal's size then: a watch of every session reads
    * each one's last entry when it opens, and the next such watch is told from memory until the
-   * journal changes (our appends and other writers' move `size`, a full replay `generation`). Only
+   * journal changes (our appends and other writers' move `size`, a full replay `replays`). Only
    * an entry of at most LAST_READ_MAX_CHARS is kept: an event may be a megabyte, and a thousand of
    * those is no cache.
    */
-  lastRead: { readonly stored: StoredEntry; readonly atSize: number; readonly generation: number } | undefined = undefined;
+  lastRead: { readonly stored: StoredEntry; readonly atSize: number; readonly replays: number } | undefined = undefined;
   /**
-   * Moves at each full replay (another writer changed the journal in a way no catch-up follows: a
-   * rewrite, a delete and re-create): what was read before it describes another file, even at the
-   * same size and last seq.
+   * Full replays of this journal so far, each because another writer changed it in a way no
+   * catch-up follows (a rewrite, a delete and re-create): what was read before one describes
+   * another file, even at the same size and last seq.
    */
-  generation = 0;
+  replays = 0;
 
   entriesSinceSnapshot = 0;
   /** The journal size the snapshot file describes (-1 when unknown or none). */
@@ -167,19 +167,19 @@ export class FileSessionJournal implements SessionJournal {
     const end = this.size;
     const lastOnly = limit === 1 && fromSeq === this.nextSeq - 1;
     const known = this.lastRead;
-    const generation = this.generation;
-    if (lastOnly && known?.atSize === end && known.generation === generation && known.stored.entry.seq === fromSeq) return () => oneEntry(known.stored);
+    const replays = this.replays;
+    if (lastOnly && known?.atSize === end && known.replays === replays && known.stored.entry.seq === fromSeq) return () => oneEntry(known.stored);
     const start = this.index.startFor(fromSeq);
     const journal = this.path;
     const entries = () => readRefusals(this.id, readJournalEntries(journal, { fromSeq, limit, start, end }));
-    return lastOnly ? () => this.rememberingLast(entries(), fromSeq, end, generation) : entries;
+    return lastOnly ? () => this.rememberingLast(entries(), fromSeq, end, replays) : entries;
   }
 
-  private async *rememberingLast(entries: AsyncGenerator<StoredEntry>, seq: number, atSize: number, generation: number): AsyncGenerator<StoredEntry> {
+  private async *rememberingLast(entries: AsyncGenerator<StoredEntry>, seq: number, atSize: number, replays: number): AsyncGenerator<StoredEntry> {
     for await (const stored of entries) {
       // Kept only if the journal is still the one the read began on (the file is opened lazily).
-      const current = this.size === atSize && this.generation === generation;
-      if (current && stored.entry.seq === seq && JSON.stringify(stored.entry).length <= LAST_READ_MAX_CHARS) this.lastRead = { stored, atSize, generation };
+      const current = this.size === atSize && this.replays === replays;
+      if (current && stored.entry.seq === seq && JSON.stringify(stored.entry).length <= LAST_READ_MAX_CHARS) this.lastRead = { stored, atSize, replays };
       yield stored;
     }
   }
