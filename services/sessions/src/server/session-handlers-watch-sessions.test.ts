@@ -23,6 +23,7 @@ import {
   until,
   watchersAt,
 } from "./session-handler-fixtures.js";
+import type { SessionStoreApi } from "../session-store-api.js";
 
 beforeEach(setUpStores);
 afterEach(closeStores);
@@ -135,6 +136,45 @@ describe("WatchSessions resumed", () => {
     expect(bad.rawMessage).toMatch(/^resume_from: /);
     const negative = await failure(collect(client.watchSessions({ resumeFrom: { a: -1n } })));
     expect(negative.rawMessage).toMatch(/^resume_from\[a\]: must not be negative/);
+  });
+
+  it("describes more than a page of sessions from one listing: one deleted before its page is read is left out, one created meanwhile comes live after caught_up", async () => {
+    const store = openStore();
+    const ids = Array.from({ length: 70 }, (_, i) => `s${String(i).padStart(3, "0")}`);
+    const event = { type: "generate", pageUrl: "/", count: 1 };
+    for (const id of ids) await store.append(id, [event]);
+    // Between the first page and the second, another caller deletes a session of the second page
+    // and creates one after the last.
+    const pages = store.pages.bind(store);
+    (store as { pages: SessionStoreApi["pages"] }).pages = async function* (options) {
+      let first = true;
+      for (const page of pages(options)) {
+        yield page;
+        if (first) {
+          first = false;
+          await store.delete("s068");
+          await store.append("s100", [event]);
+        }
+      }
+    };
+    const client = clientFor(store);
+    const controller = new AbortController();
+    const described: string[] = [];
+    const live: Array<[string, boolean]> = [];
+    let caughtUp: number | undefined;
+    for await (const message of client.watchSessions({ includeCurrent: true }, { signal: controller.signal })) {
+      if (message.kind.case === "caughtUp") caughtUp = message.kind.value.sessions;
+      else if (message.kind.case === "change" && caughtUp === undefined) described.push(message.kind.value.sessionId);
+      else if (message.kind.case === "change") live.push([message.kind.value.sessionId, message.kind.value.deleted]);
+      if (live.length === 2) break;
+    }
+    controller.abort();
+    expect(described).toEqual(ids.filter((id) => id !== "s068"));
+    expect(caughtUp).toBe(69);
+    expect(live).toEqual([
+      ["s068", true],
+      ["s100", false],
+    ]);
   });
 
   it("sends progress on an idle watch of every session", async () => {
