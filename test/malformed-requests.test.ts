@@ -11,8 +11,14 @@ import { brotliCompressSync, gzipSync } from "node:zlib";
 import { create, toBinary, type DescMessage, type MessageInitShape } from "@bufbuild/protobuf";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { BudgetService, CheckRequestSchema } from "@berth/api/berth/budget/v1/budget_service_pb";
-import { AcquireRequestSchema, HoldRequestSchema, KeepAliveRequestSchema } from "@berth/api/berth/locks/v1/lock_service_pb";
-import { GetSnapshotRequestSchema, ReadJournalRequestSchema, SessionService, WatchSessionRequestSchema } from "@berth/api/berth/sessions/v1/session_service_pb";
+import { AcquireRequestSchema, HoldRequestSchema, KeepAliveRequestSchema, WatchLocksRequestSchema } from "@berth/api/berth/locks/v1/lock_service_pb";
+import {
+  GetSnapshotRequestSchema,
+  ReadJournalRequestSchema,
+  SessionService,
+  WatchSessionRequestSchema,
+  WatchSessionsRequestSchema,
+} from "@berth/api/berth/sessions/v1/session_service_pb";
 import { envelope, isJsonProtocol, RAW_ROUTES, rawRpc, type RawProtocol, type RawRpcRequest } from "@berth/shared/server/testing/raw-rpc";
 import { startBudget } from "./budget-e2e.js";
 import { connectClient, onStore, STORES, startService, stopAll, storeTags, PROTOCOLS } from "./harness.js";
@@ -80,6 +86,9 @@ function compressedWith(compress: (bytes: Uint8Array) => Uint8Array, encoding: s
 }
 
 const snapshotOf = (sessionId: string) => ({ binary: [encode(GetSnapshotRequestSchema, { sessionId })], json: [text(JSON.stringify({ sessionId }))] });
+/** A deadline of 0: passed before the call begins (connect aborts the handler's signal before it runs). */
+const deadlinePassed = (protocol: RawProtocol): Record<string, string> =>
+  protocol === "grpc" || protocol === "grpc-web" ? { "grpc-timeout": "0m" } : { "connect-timeout-ms": "0" };
 const readJournal = { binary: [encode(ReadJournalRequestSchema, { sessionId: "s1" })], json: [text('{"sessionId":"s1"}')] };
 const FIVE_MB = 5 * 1024 * 1024;
 const CESU_SURROGATE = [0xed, 0xa0, 0x80]; // U+D800 written as if it were a character: not UTF-8
@@ -284,6 +293,28 @@ const SESSION_CASES: readonly Case[] = [
       protocol === "grpc" || protocol === "grpc-web" ? { "grpc-timeout": "soon" } : { "connect-timeout-ms": "soon" },
     expect: ["invalid_argument", "MALFORMED_REQUEST"],
   },
+  ...(["WatchSession", "WatchSessions"] as const).map(
+    (method): Case => ({
+      name: `a deadline already passed, on ${method} (it ends at once: no abort event is coming)`,
+      path: `${SESSIONS}/${method}`,
+      streaming: true,
+      binary: [
+        method === "WatchSession" ? encode(WatchSessionRequestSchema, { sessionId: "s1" }) : encode(WatchSessionsRequestSchema, { includeCurrent: true }),
+      ],
+      json: [text(method === "WatchSession" ? '{"sessionId":"s1"}' : '{"includeCurrent":true}')],
+      headers: deadlinePassed,
+      expect: ["deadline_exceeded", "DEADLINE_EXCEEDED"],
+    }),
+  ),
+  {
+    name: "a deadline already passed, on WatchLocks",
+    path: `${LOCKS}/WatchLocks`,
+    streaming: true,
+    binary: [encode(WatchLocksRequestSchema, { includeCurrent: true })],
+    json: [text('{"includeCurrent":true}')],
+    headers: deadlinePassed,
+    expect: ["deadline_exceeded", "DEADLINE_EXCEEDED"],
+  },
   {
     name: "a content type of no protocol (HTTP 415, nothing to tell the protocol by)",
     path: `${SESSIONS}/GetSnapshot`,
@@ -364,6 +395,17 @@ const BUDGET_CASES: readonly Case[] = [
     json: [text('{"need":{"items":[{"name":"w', [0xff], '"}]}}')],
     expect: ["invalid_argument", "MALFORMED_REQUEST"],
   },
+  ...(["WatchBudget", "WatchMachine"] as const).map(
+    (method): Case => ({
+      name: `a deadline already passed, on ${method}`,
+      path: `${BUDGET}/${method}`,
+      streaming: true,
+      binary: [new Uint8Array()],
+      json: [text("{}")],
+      headers: deadlinePassed,
+      expect: ["deadline_exceeded", "DEADLINE_EXCEEDED"],
+    }),
+  ),
   {
     name: "a message cut short inside its envelope, on a stream",
     path: `${BUDGET}/WatchMachine`,

@@ -224,6 +224,9 @@ export function createLockHandlers(options: LockHandlerOptions): ServiceImpl<typ
       const puller = new ProgressPuller(watcher, clock);
       let live = false;
       try {
+        // Aborted already (a deadline of 0, or the client left while the watch was set up): the
+        // abort event has fired and will not come again.
+        if (context.signal.aborted) throw abortError(context.signal);
         for (;;) {
           const step = await puller.next(live ? progressMs : undefined);
           if (step === PROGRESS) {
