@@ -98,6 +98,9 @@ it(`budget chaos: ${CLIENTS} clients for ${SECONDS} s against a 4G / 4 cpu budge
   const run = budgetRun(url, rng, startedAt, SECONDS);
   const { between, upTo, sleepers, survivors, stop, background, stats, violations, retryAfterMs, violation, op } = run;
 
+  /** Each client's session under way (its label and kind): what a run that does not drain names. */
+  const inFlight = new Map<string, string>();
+
   async function worker(index: number): Promise<void> {
     const client = clients[index % clients.length]!;
     // Clients arrive over the first seconds, not all in one burst.
@@ -106,13 +109,17 @@ it(`budget chaos: ${CLIENTS} clients for ${SECONDS} s against a 4G / 4 cpu budge
       const label = `c${index}-${n}`;
       try {
         const choice = rng();
-        if (choice < 0.6) await admitSession(run, client, label);
-        else if (choice < 0.66) await resumeSession(run, client, label);
-        else if (choice < 0.91) await leaseSession(run, client, label);
-        else if (choice < 0.95) await pagerSession(run, client, label);
+        const kind = choice < 0.6 ? "admit" : choice < 0.66 ? "resume" : choice < 0.91 ? "lease" : choice < 0.95 ? "pager" : "look";
+        inFlight.set(label, kind);
+        if (kind === "admit") await admitSession(run, client, label);
+        else if (kind === "resume") await resumeSession(run, client, label);
+        else if (kind === "lease") await leaseSession(run, client, label);
+        else if (kind === "pager") await pagerSession(run, client, label);
         else await lookSession(run, client, label);
       } catch (error) {
         violation(`${label}: ${error instanceof Error ? error.message : String(error)}`);
+      } finally {
+        inFlight.delete(label);
       }
       // A refused client waits as it was told to (capped), then thinks a while before its next session.
       const backoff = Math.min(retryAfterMs.get(label) ?? 0, 10_000);
@@ -125,6 +132,7 @@ it(`budget chaos: ${CLIENTS} clients for ${SECONDS} s against a 4G / 4 cpu budge
   async function killedClients(slot: number): Promise<void> {
     for (let n = 0; !stop.signal.aborted; n++) {
       const label = `killed-${slot}-${n}`;
+      inFlight.set(label, "killed client");
       const memory = upTo(8) * 256 * M;
       const child = spawn(process.execPath, [KILLED_CLIENT, url, label, String(memory), String(upTo(4) * 0.25)], { stdio: ["pipe", "pipe", "inherit"] });
       const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
@@ -147,6 +155,7 @@ it(`budget chaos: ${CLIENTS} clients for ${SECONDS} s against a 4G / 4 cpu budge
       child.kill("SIGKILL");
       await exited;
       forget();
+      inFlight.delete(label);
       op();
       stats.killedClients++;
       stats.killedAt[stage] = (stats.killedAt[stage] ?? 0) + 1;
@@ -231,7 +240,10 @@ it(`budget chaos: ${CLIENTS} clients for ${SECONDS} s against a 4G / 4 cpu budge
   const runMs = performance.now() - startedAt;
   stop.abort();
   const drained = await Promise.race([Promise.all([...workers, ...killers]).then(() => true), delay(2 * ANSWER_MS).then(() => false)]);
-  if (!drained) violation(`the clients did not finish within ${2 * ANSWER_MS} ms of the end`);
+  if (!drained) {
+    const left = [...inFlight].map(([label, kind]) => `${label} (${kind})`);
+    violation(`the clients did not finish within ${2 * ANSWER_MS} ms of the end; still in a session: ${left.slice(0, 10).join(", ")}`);
+  }
   while (background.size > 0) await Promise.race([Promise.all([...background]), delay(ANSWER_MS)]);
   sampling = false;
   await sampler;
