@@ -189,15 +189,9 @@ export class SessionStore implements SessionStoreApi {
    */
   list(options: { includeCompleted?: boolean; after?: string; limit?: number } = {}): SessionView[] {
     this.assertOpen();
-    const limit = options.limit ?? Infinity;
-    const views: SessionView[] = [];
-    for (const id of this.sessionIds()) {
-      if (views.length >= limit) break;
-      if (options.after !== undefined && id <= options.after) continue;
-      const view = this.getSnapshot(id, options);
-      if (view?.exists) views.push(view);
-    }
-    return views;
+    const after = options.after;
+    const ids = this.sessionIds();
+    return this.existingViews(after === undefined ? ids : ids.filter((id) => id > after), options, options.limit);
   }
 
   *pages(options: { includeCompleted?: boolean; pageSize: number }): Generator<SessionView[]> {
@@ -207,13 +201,20 @@ export class SessionStore implements SessionStoreApi {
     const pageSize = Math.max(1, Math.floor(options.pageSize));
     for (let start = 0; start < ids.length; start += pageSize) {
       this.assertOpen();
-      const views: SessionView[] = [];
-      for (const id of ids.slice(start, start + pageSize)) {
-        const view = this.getSnapshot(id, options);
-        if (view?.exists) views.push(view);
-      }
+      const views = this.existingViews(ids.slice(start, start + pageSize), options);
       if (views.length > 0) yield views;
     }
+  }
+
+  /** The views of those of `ids` that exist (and are not completed, unless asked for), `limit` at most. */
+  private existingViews(ids: readonly string[], options: { includeCompleted?: boolean }, limit = Infinity): SessionView[] {
+    const views: SessionView[] = [];
+    for (const id of ids) {
+      if (views.length >= limit) break;
+      const view = this.getSnapshot(id, options);
+      if (view?.exists) views.push(view);
+    }
+    return views;
   }
 
   /** The ids of the sessions with a journal, sorted (code unit order, as `<` compares). */
