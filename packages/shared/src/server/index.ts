@@ -16,7 +16,7 @@ export { AnswerDelivery, answerDeliveryKey, handOverGrant, whenAnswerLost } from
 export { callConnectionGone } from "./call-connection.js";
 export { OpenStreams, streamHolds } from "./open-streams.js";
 export type { OpenStream, OpenStreamView } from "./open-streams.js";
-export { abortable, abortError, shuttingDownError, createStreamShutdownInterceptor } from "./streams.js";
+export { abortable, abortError, endOnAbort, shuttingDownError, createStreamShutdownInterceptor } from "./streams.js";
 export { listen, urlOf, DEFAULT_KEEPALIVE } from "./listener.js";
 export type { Listener, ListenAddress, ListenOptions, KeepaliveOptions } from "./listener.js";
 export { runServices, serveElected } from "./run-services.js";

@@ -1,6 +1,6 @@
 import { describe, expect, it, vi } from "vitest";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { abortable, abortError, shuttingDownError } from "./streams.js";
+import { abortable, abortError, endOnAbort, shuttingDownError } from "./streams.js";
 import { codeName, onStreamEnd, protocolOf } from "./logging.js";
 
 async function* stuckAfter<T>(first: T, finished: { value: boolean }): AsyncGenerator<T> {
@@ -91,6 +91,48 @@ describe("abortable", () => {
     const seen: number[] = [];
     for await (const n of abortable(three(), new AbortController().signal)) seen.push(n);
     expect(seen).toEqual([1, 2, 3]);
+  });
+});
+
+describe("endOnAbort", () => {
+  /** A watcher whose pending `next()` resolves done once it is returned, as a store's watcher does. */
+  function watcher() {
+    let finish: ((result: IteratorResult<number>) => void) | undefined;
+    let returned = 0;
+    const it: AsyncIterator<number> = {
+      next: () => new Promise((resolve) => (finish = resolve)),
+      return: async () => {
+        returned++;
+        finish?.({ done: true, value: undefined });
+        return { done: true, value: undefined };
+      },
+    };
+    return { it, returned: () => returned };
+  }
+
+  it("ends the watcher's pending next() when the signal aborts", async () => {
+    const w = watcher();
+    const controller = new AbortController();
+    endOnAbort(w.it, controller.signal);
+    const pending = w.it.next();
+    controller.abort();
+    await expect(pending).resolves.toEqual({ done: true, value: undefined });
+    expect(w.returned()).toBe(1);
+  });
+
+  it("ends it at once when the signal has aborted already (its abort event will not come again)", () => {
+    const w = watcher();
+    endOnAbort(w.it, AbortSignal.abort());
+    expect(w.returned()).toBe(1);
+  });
+
+  it("leaves the watcher alone once the listener is removed", () => {
+    const w = watcher();
+    const controller = new AbortController();
+    const stop = endOnAbort(w.it, controller.signal);
+    stop();
+    controller.abort();
+    expect(w.returned()).toBe(0);
   });
 });
 

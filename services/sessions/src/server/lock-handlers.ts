@@ -37,11 +37,22 @@ import {
   type WatchLocksResponse,
 } from "@berth/api/berth/locks/v1/lock_service_pb";
 import { ConnectError as ConnectErrorClass } from "@connectrpc/connect";
-import { PROGRESS, ProgressPuller, progressIntervalMs } from "@berth/shared/server/index";
 import type { Clock } from "@berth/shared/clock";
 import { systemClock } from "@berth/shared/clock";
 import { BerthError, invalidArgument, isBerthError } from "@berth/shared/errors";
-import { abortable, abortError, berthErrorToConnect, callTimeLeftMs, durationInputMs, handOverGrant, streamHolds } from "@berth/shared/server/index";
+import {
+  abortable,
+  abortError,
+  berthErrorToConnect,
+  callTimeLeftMs,
+  durationInputMs,
+  endOnAbort,
+  handOverGrant,
+  PROGRESS,
+  ProgressPuller,
+  progressIntervalMs,
+  streamHolds,
+} from "@berth/shared/server/index";
 import { checkFencingToken, LOCK_RETRY_AFTER_MS } from "../locks/lock-input.js";
 import type {
   Lease,
@@ -219,14 +230,10 @@ export function createLockHandlers(options: LockHandlerOptions): ServiceImpl<typ
       const progressMs = progressIntervalMs(request.progressInterval);
       const watcher = await locks.watch({ file, includeCurrent: request.includeCurrent, startRevision: request.startRevision });
       streamHolds(context, file === undefined ? "a watcher of every lock" : `a watcher of the lock of ${file}`);
-      const end = () => void watcher.return?.();
-      context.signal.addEventListener("abort", end, { once: true });
+      const stop = endOnAbort(watcher, context.signal);
       const puller = new ProgressPuller(watcher, clock);
       let live = false;
       try {
-        // Aborted already (a deadline of 0, or the client left while the watch was set up): the
-        // abort event has fired and will not come again.
-        if (context.signal.aborted) throw abortError(context.signal);
         for (;;) {
           const step = await puller.next(live ? progressMs : undefined);
           if (step === PROGRESS) {
@@ -249,7 +256,7 @@ export function createLockHandlers(options: LockHandlerOptions): ServiceImpl<typ
       } catch (error) {
         throw watchLagged(error);
       } finally {
-        context.signal.removeEventListener("abort", end);
+        stop();
         await watcher.return?.();
       }
     },

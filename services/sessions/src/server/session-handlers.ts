@@ -33,7 +33,7 @@ import {
 import { systemClock, type Clock } from "@berth/shared/clock";
 import { BerthError, invalidArgument, isBerthError } from "@berth/shared/errors";
 import { checkSessionId } from "@berth/shared/safe-id";
-import { abortError, DEFAULT_MAX_MESSAGE_BYTES, PROGRESS, ProgressPuller, progressIntervalMs, streamHolds } from "@berth/shared/server/index";
+import { abortError, DEFAULT_MAX_MESSAGE_BYTES, endOnAbort, PROGRESS, ProgressPuller, progressIntervalMs, streamHolds } from "@berth/shared/server/index";
 import { sendsBinary } from "@berth/shared/server/pre-encoded";
 import type { JournalEntry, SessionSnapshot } from "../reducer.js";
 import { sessionNotFound, type AppendOptions, type ExpectedState as StoreExpectedState } from "../session-store.js";
@@ -510,22 +510,6 @@ async function lastEntry(store: SessionStoreApi, sessionId: string, seq: number)
   } finally {
     await entries.return?.();
   }
-}
-
-/**
- * Ends `watcher` (its pending `next()` resolves done) when `signal` aborts: the client went away,
- * its deadline ran out, or the server is shutting down. One listener for the whole stream, rather
- * than a race per message as `abortable` does: a watcher stream may carry thousands of messages.
- * Returns the function that removes the listener.
- */
-function endOnAbort(watcher: AsyncIterator<unknown>, signal: AbortSignal): () => void {
-  const end = () => void watcher.return?.();
-  if (signal.aborted) {
-    end();
-    return () => {};
-  }
-  signal.addEventListener("abort", end, { once: true });
-  return () => signal.removeEventListener("abort", end);
 }
 
 // --------------------------------------------------------------------------- helpers
