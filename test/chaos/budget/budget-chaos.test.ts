@@ -59,6 +59,16 @@ afterAll(stopAll);
 const CLIENTS = chaosSetting("BUDGET_CLIENTS", 200);
 const SECONDS = chaosSetting("BUDGET_SECONDS", 60);
 const KILLED_SLOTS = chaosSetting("BUDGET_KILLED", 3);
+
+/** A client's sessions, each drawn with one random number: the first kind whose bound is above it. */
+const SESSION_KINDS = [
+  { below: 0.6, kind: "admit", session: admitSession },
+  { below: 0.66, kind: "resume", session: resumeSession },
+  { below: 0.91, kind: "lease", session: leaseSession },
+  { below: 0.95, kind: "pager", session: pagerSession },
+  { below: Infinity, kind: "look", session: lookSession },
+] as const;
+
 const SEED = chaosSetting("SEED", Math.floor(Math.random() * 2 ** 31));
 const KILLED_CLIENT = repoPath("test/dist/chaos/budget/budget-killed-client.js");
 
@@ -109,13 +119,9 @@ it(`budget chaos: ${CLIENTS} clients for ${SECONDS} s against a 4G / 4 cpu budge
       const label = `c${index}-${n}`;
       try {
         const choice = rng();
-        const kind = choice < 0.6 ? "admit" : choice < 0.66 ? "resume" : choice < 0.91 ? "lease" : choice < 0.95 ? "pager" : "look";
+        const { kind, session } = SESSION_KINDS.find((k) => choice < k.below)!;
         inFlight.set(label, kind);
-        if (kind === "admit") await admitSession(run, client, label);
-        else if (kind === "resume") await resumeSession(run, client, label);
-        else if (kind === "lease") await leaseSession(run, client, label);
-        else if (kind === "pager") await pagerSession(run, client, label);
-        else await lookSession(run, client, label);
+        await session(run, client, label);
       } catch (error) {
         violation(`${label}: ${error instanceof Error ? error.message : String(error)}`);
       } finally {
