@@ -86,9 +86,13 @@ function compressedWith(compress: (bytes: Uint8Array) => Uint8Array, encoding: s
 }
 
 const snapshotOf = (sessionId: string) => ({ binary: [encode(GetSnapshotRequestSchema, { sessionId })], json: [text(JSON.stringify({ sessionId }))] });
+/** A deadline in `protocol`'s header: gRPC's and gRPC-Web's `grpc-timeout`, Connect's `connect-timeout-ms`. */
+const deadlineHeader =
+  (grpcTimeout: string, connectTimeoutMs: string) =>
+  (protocol: RawProtocol): Record<string, string> =>
+    protocol === "grpc" || protocol === "grpc-web" ? { "grpc-timeout": grpcTimeout } : { "connect-timeout-ms": connectTimeoutMs };
 /** A deadline of 0: passed before the call begins (connect aborts the handler's signal before it runs). */
-const deadlinePassed = (protocol: RawProtocol): Record<string, string> =>
-  protocol === "grpc" || protocol === "grpc-web" ? { "grpc-timeout": "0m" } : { "connect-timeout-ms": "0" };
+const deadlinePassed = deadlineHeader("0m", "0");
 const readJournal = { binary: [encode(ReadJournalRequestSchema, { sessionId: "s1" })], json: [text('{"sessionId":"s1"}')] };
 const FIVE_MB = 5 * 1024 * 1024;
 const CESU_SURROGATE = [0xed, 0xa0, 0x80]; // U+D800 written as if it were a character: not UTF-8
@@ -289,8 +293,7 @@ const SESSION_CASES: readonly Case[] = [
     name: "an unparseable deadline",
     path: `${SESSIONS}/GetSnapshot`,
     ...snapshotOf("s1"),
-    headers: (protocol): Record<string, string> =>
-      protocol === "grpc" || protocol === "grpc-web" ? { "grpc-timeout": "soon" } : { "connect-timeout-ms": "soon" },
+    headers: deadlineHeader("soon", "soon"),
     expect: ["invalid_argument", "MALFORMED_REQUEST"],
   },
   ...(["WatchSession", "WatchSessions"] as const).map(
